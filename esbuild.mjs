@@ -1,0 +1,79 @@
+// Builds every bundle: the extension (node, `vscode` external), the env server (node), the CLI (node, with a
+// shebang) and one browser bundle per folder under webview/ (except shared/). Usage:
+//   node esbuild.mjs [--watch] [--production]
+import * as esbuild from 'esbuild';
+import { chmodSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+
+const watch = process.argv.includes('--watch');
+const production = process.argv.includes('--production');
+const root = import.meta.dirname;
+const dist = join(root, 'dist');
+
+/** Native modules are not bundled: they ship in node_modules (see .vscodeignore). */
+const nativeExternals = ['onnxruntime-node'];
+
+const nodeCommon = {
+  bundle: true,
+  platform: 'node',
+  target: 'node20',
+  format: 'cjs',
+  sourcemap: production ? false : 'linked',
+  minify: production,
+  logLevel: 'info',
+  external: nativeExternals,
+};
+
+export function webviewNames() {
+  return readdirSync(join(root, 'webview'), { withFileTypes: true })
+    .filter((d) => d.isDirectory() && d.name !== 'shared' && existsSync(join(root, 'webview', d.name, 'main.ts')))
+    .map((d) => d.name)
+    .sort();
+}
+
+const webviewEntries = webviewNames().flatMap((name) => {
+  const entries = [{ in: join(root, 'webview', name, 'main.ts'), out: name }];
+  if (existsSync(join(root, 'webview', name, 'style.css'))) entries.push({ in: join(root, 'webview', name, 'style.css'), out: name });
+  return entries;
+});
+
+const builds = [
+  { ...nodeCommon, entryPoints: { extension: 'src/extension/extension.ts' }, outdir: dist, external: ['vscode', ...nativeExternals] },
+  { ...nodeCommon, entryPoints: { server: 'src/server/main.ts' }, outdir: dist },
+  {
+    ...nodeCommon,
+    entryPoints: { cli: 'src/cli/main.ts' },
+    outdir: dist,
+    banner: { js: '#!/usr/bin/env node' },
+    plugins: [{ name: 'chmod', setup: (b) => b.onEnd((r) => r.errors.length === 0 && chmodSync(join(dist, 'cli.js'), 0o755)) }],
+  },
+  {
+    bundle: true,
+    platform: 'browser',
+    target: 'es2022',
+    format: 'esm',
+    sourcemap: production ? false : 'linked',
+    minify: production,
+    logLevel: 'info',
+    entryPoints: webviewEntries,
+    outdir: join(dist, 'webview'),
+  },
+];
+
+function copyAssets() {
+  // vscode-elements' <vscode-icon> needs the codicon stylesheet (and its font) in the page.
+  const codicons = join(root, 'node_modules', '@vscode', 'codicons', 'dist');
+  mkdirSync(join(dist, 'codicons'), { recursive: true });
+  for (const f of ['codicon.css', 'codicon.ttf']) cpSync(join(codicons, f), join(dist, 'codicons', f));
+}
+
+if (!watch) rmSync(dist, { recursive: true, force: true });
+mkdirSync(dist, { recursive: true });
+copyAssets();
+if (watch) {
+  const contexts = await Promise.all(builds.map((b) => esbuild.context(b)));
+  await Promise.all(contexts.map((c) => c.watch()));
+  console.log('[esbuild] watching for changes…');
+} else {
+  await Promise.all(builds.map((b) => esbuild.build(b)));
+}

@@ -1,0 +1,90 @@
+/**
+ * `search-agent-studio`: the command-line twin of the extension, on the same core.
+ *
+ *   search-agent-studio doctor [--python PATH]     what this machine has for training (Node, Python, torch, GPU)
+ *   search-agent-studio serve [--port N]           the env server (Search-R1's /retrieve, /reward, /health)
+ *   search-agent-studio demo                       the main job on the embedded defaults
+ *   search-agent-studio --version | --help
+ */
+import { existsSync } from 'node:fs';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { probePython, type PythonProbe } from '../core/python';
+import { VERSION } from '../core/version';
+import { runServer } from '../server/run';
+
+const USAGE = `search-agent-studio ${VERSION}
+
+Usage:
+  search-agent-studio doctor [--python PATH]   check Node, the trainer's Python (torch, transformers, peft) and GPUs
+  search-agent-studio serve [--port N]         run the env server on 127.0.0.1 (port 0 = any free port)
+  search-agent-studio demo [--python PATH]     the main job on the embedded defaults (see README)
+  search-agent-studio --version
+`;
+
+/** The project's own virtual environment, then python3 on PATH. */
+function pythonCandidates(explicit?: string): string[] {
+  if (explicit) return [explicit];
+  const fromEnv = process.env.SAS_PYTHON;
+  const venv = resolve(__dirname, '..', '.venv', 'bin', 'python');
+  return [...(fromEnv ? [fromEnv] : []), ...(existsSync(venv) ? [venv] : []), 'python3'];
+}
+
+function describe(p: PythonProbe): string {
+  if (!p.ok) return `  ✗ ${p.executable}: ${p.error ?? 'unusable'}`;
+  const gpu = p.cuda ? `CUDA (${(p.cudaDevices ?? []).join(', ')})` : 'CPU only';
+  return [
+    `  ✓ ${p.executable}: Python ${p.python}, torch ${p.torch}, ${gpu}`,
+    `    transformers ${p.transformers ?? 'not installed (only the built-in tiny policy)'}, peft ${p.peft ?? 'not installed (no LoRA)'}`,
+  ].join('\n');
+}
+
+async function doctor(python?: string): Promise<PythonProbe | undefined> {
+  console.log(`search-agent-studio ${VERSION}`);
+  console.log(`Node ${process.versions.node} on ${process.platform}-${process.arch}`);
+  console.log('Trainer Python (first that imports torch is used):');
+  for (const candidate of pythonCandidates(python)) {
+    const probe = await probePython(candidate);
+    console.log(describe(probe));
+    if (probe.ok) return probe;
+  }
+  console.log('  No Python with torch found. Run `bash scripts/setup.sh` to create .venv, or pass --python.');
+  return undefined;
+}
+
+async function demo(python?: string): Promise<number> {
+  const probe = await doctor(python);
+  console.log('');
+  console.log('The demo trains a search agent (tiny policy, BM25 over the demo corpus, GRPO, CPU). Training lands with');
+  console.log('the trainer and demo issues; this build has the extension, the env server skeleton and this check.');
+  return probe ? 0 : 1;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case undefined:
+    case '-h':
+    case '--help':
+    case 'help':
+      process.stdout.write(USAGE);
+      return command === undefined ? 2 : 0;
+    case '-v':
+    case '--version':
+      console.log(VERSION);
+      return 0;
+    case 'doctor':
+    case 'demo': {
+      const { values } = parseArgs({ args: rest, options: { python: { type: 'string' } }, strict: true });
+      if (command === 'doctor') return (await doctor(values.python)) ? 0 : 1;
+      return demo(values.python);
+    }
+    case 'serve':
+      await runServer(rest);
+      return -1; // keeps running until a signal
+    default:
+      process.stderr.write(`unknown command: ${command}\n\n${USAGE}`);
+      return 2;
+  }
+}
+

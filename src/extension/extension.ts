@@ -1,0 +1,30 @@
+/**
+ * The thin VS Code layer: registers commands and views and hands work to `src/core`, the env server and the
+ * trainer. Nothing here trains, parses big files or blocks the extension host.
+ */
+import * as vscode from 'vscode';
+import { WelcomePanel } from './welcome';
+
+export function activate(context: vscode.ExtensionContext): void {
+  const log = vscode.window.createOutputChannel('Search Agent Studio', { log: true });
+  context.subscriptions.push(log);
+  const version = String(context.extension.packageJSON.version);
+  log.info(`Search Agent Studio ${version} activated (VS Code ${vscode.version}, workspace ${vscode.workspace.isTrusted ? 'trusted' : 'untrusted'})`);
+
+  const status = vscode.window.createStatusBarItem('searchAgent.status', vscode.StatusBarAlignment.Left, 10);
+  status.name = 'Search Agent Studio';
+  status.text = '$(beaker) Search Agent';
+  status.tooltip = 'Search Agent Studio: no training run';
+  status.command = 'searchAgent.showWelcome';
+  status.show();
+  context.subscriptions.push(status);
+
+  context.subscriptions.push(
+    vscode.commands.registerCommand('searchAgent.showWelcome', () => {
+      WelcomePanel.show(context, log);
+    }),
+    vscode.commands.registerCommand('searchAgent.showLogs', () => log.show(true)),
+  );
+}
+
+export function deactivate(): void {}

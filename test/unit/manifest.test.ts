@@ -1,0 +1,50 @@
+/** The extension manifest says what the foundation issue and DESIGN require, and matches the code. */
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const ROOT = join(__dirname, '..', '..');
+const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
+
+describe('extension manifest', () => {
+  it('names the product and its entry points', () => {
+    assert.equal(pkg.name, 'search-agent-studio');
+    assert.equal(pkg.displayName, 'Search Agent Studio');
+    assert.equal(pkg.main, './dist/extension.js');
+    assert.deepEqual(pkg.extensionKind, ['workspace']);
+    assert.deepEqual(pkg.bin, { 'search-agent-studio': './dist/cli.js' });
+  });
+
+  it('targets a VS Code no newer than 1.100 (the code-server used in e2e tests)', () => {
+    const m = /^\^(\d+)\.(\d+)\.(\d+)$/.exec(pkg.engines.vscode);
+    assert.ok(m, pkg.engines.vscode);
+    assert.ok(Number(m[1]) === 1 && Number(m[2]) <= 100, pkg.engines.vscode);
+    // @types/vscode must not promise APIs the engine lacks.
+    assert.ok(pkg.devDependencies['@types/vscode'].startsWith(`1.${m[2]}.`) || Number(pkg.devDependencies['@types/vscode'].split('.')[1]) <= Number(m[2]));
+  });
+
+  it('puts every command in the "Search Agent" category and registers each one in code', () => {
+    const commands: { command: string; category: string }[] = pkg.contributes.commands;
+    assert.ok(commands.length > 0);
+    const code = readFileSync(join(ROOT, 'src/extension/extension.ts'), 'utf8');
+    for (const c of commands) {
+      assert.equal(c.category, 'Search Agent', c.command);
+      assert.ok(code.includes(`'${c.command}'`), `${c.command} is registered in src/extension/extension.ts`);
+    }
+  });
+
+  it('limits untrusted workspaces and restricts every setting that names an executable', () => {
+    const u = pkg.capabilities.untrustedWorkspaces;
+    assert.equal(u.supported, 'limited');
+    assert.ok(u.description.length > 20);
+    const settings = Object.keys(pkg.contributes.configuration.properties);
+    const executables = settings.filter((s) => /(Path|Executable|Command)$/.test(s));
+    assert.ok(executables.includes('searchAgent.pythonPath'));
+    for (const s of executables) assert.ok(u.restrictedConfigurations.includes(s), `${s} is restricted`);
+  });
+
+  it('keeps sources, tests and fixtures out of the VSIX', () => {
+    const ignore = readFileSync(join(ROOT, '.vscodeignore'), 'utf8').split('\n').map((l) => l.trim());
+    for (const p of ['src/**', 'test/**', 'webview/**', 'trainer/**', '**/*.map', '.vscode-test/**']) assert.ok(ignore.includes(p), p);
+  });
+});
