@@ -23,7 +23,12 @@ export type Envelope =
   | { t: 'req'; id: number; method: string; params?: unknown }
   | { t: 'res'; id: number; ok: true; result?: unknown }
   | { t: 'res'; id: number; ok: false; error: { message: string; code?: string } }
-  | { t: 'evt'; name: string; payload?: unknown };
+  | { t: 'evt'; name: string; payload?: unknown }
+  | { t: 'log'; level: LogLevel; message: string };
+
+/** Webviews forward their own diagnostics (uncaught errors, CSP violations) to the host's log. */
+export type LogLevel = 'info' | 'warn' | 'error';
+const LOG_LEVELS: readonly string[] = ['info', 'warn', 'error'];
 
 /** What one webview's two sides may ask of each other (requests) and tell each other (events). */
 export interface Contract {
@@ -88,6 +93,8 @@ export interface EndpointOptions {
   timeoutMs?: number;
   /** Called with messages that are not envelopes, and with errors thrown by event listeners. */
   onProtocolError?: (error: string, message?: unknown) => void;
+  /** Called with the other side's `log` messages (the host logs what its webview reports). */
+  onLog?: (level: LogLevel, message: string) => void;
   /** Injectable clock, for tests. */
   setTimeout?: (fn: () => void, ms: number) => unknown;
   clearTimeout?: (handle: unknown) => void;
@@ -108,6 +115,8 @@ export function isEnvelope(value: unknown): value is Envelope {
       return typeof m.error === 'object' && m.error !== null && typeof (m.error as { message?: unknown }).message === 'string';
     case 'evt':
       return typeof m.name === 'string';
+    case 'log':
+      return typeof m.message === 'string' && LOG_LEVELS.includes(m.level as string);
     default:
       return false;
   }
@@ -206,6 +215,12 @@ export class Endpoint<
     this.send({ t: 'evt', name, payload: payload[0] });
   }
 
+  /** Sends a diagnostic line to the other side's log (webview → host). */
+  log(level: LogLevel, message: string): void {
+    if (this.closed) return;
+    this.send({ t: 'log', level, message });
+  }
+
   /** Listens to an event; returns an unsubscribe. */
   on<K extends keyof Listen & string>(name: K, fn: (payload: Listen[K]) => void): () => void {
     let set = this.listeners.get(name);
@@ -266,6 +281,9 @@ export class Endpoint<
       }
       case 'evt':
         for (const fn of [...(this.listeners.get(message.name) ?? [])]) this.safely(() => fn(message.payload));
+        return;
+      case 'log':
+        this.options.onLog?.(message.level, message.message);
         return;
     }
   }

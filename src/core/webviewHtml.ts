@@ -31,11 +31,22 @@ export function makeNonce(): string {
 }
 
 const NONCE_RE = /^[A-Za-z0-9+/=_-]{16,}$/;
+/** One source expression of `webview.cspSource` (e.g. `'self'`, `https://*.vscode-cdn.net`, `vscode-resource:`). */
+const SOURCE_RE = /^('self'|[a-z][a-z0-9+.-]*:(\/\/[^\s;,'"*][^\s;,'"]*|\/\/\*\.[^\s;,'"]+)?|[^\s;,'"*:][^\s;,'"]*)$/i;
+
+/** Checks `webview.cspSource`: source expressions only, nothing that widens the policy (`*`, keywords, `;`). */
+function checkCspSource(cspSource: string): string {
+  const tokens = cspSource.trim().split(/\s+/);
+  if (cspSource.trim() === '' || !tokens.every((t) => SOURCE_RE.test(t))) {
+    throw new Error(`invalid CSP source: ${JSON.stringify(cspSource)}`);
+  }
+  return tokens.join(' ');
+}
 
 /** The Content-Security-Policy for a webview document. */
 export function contentSecurityPolicy(cspSource: string, nonce: string): string {
   if (!NONCE_RE.test(nonce)) throw new Error(`invalid CSP nonce: ${JSON.stringify(nonce)}`);
-  if (/[;'"\s]/.test(cspSource) || cspSource.length === 0) throw new Error(`invalid CSP source: ${JSON.stringify(cspSource)}`);
+  cspSource = checkCspSource(cspSource);
   return [
     "default-src 'none'",
     `script-src 'nonce-${nonce}'`,

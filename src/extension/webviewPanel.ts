@@ -78,6 +78,9 @@ export function connectWebview<C extends Contract>(webview: vscode.Webview, name
         return () => sub.dispose();
       },
     },
-    { onProtocolError: (error) => log.warn(`[webview ${name}] ${error}`) },
+    {
+      onProtocolError: (error) => log.warn(`[webview ${name}] protocol: ${error}`),
+      onLog: (level, message) => log[level](`[webview ${name}] ${message}`),
+    },
   );
 }

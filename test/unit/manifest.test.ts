@@ -45,6 +45,10 @@ describe('extension manifest', () => {
 
   it('keeps sources, tests and fixtures out of the VSIX', () => {
     const ignore = readFileSync(join(ROOT, '.vscodeignore'), 'utf8').split('\n').map((l) => l.trim());
-    for (const p of ['src/**', 'test/**', 'webview/**', 'trainer/**', '**/*.map', '.vscode-test/**']) assert.ok(ignore.includes(p), p);
+    for (const p of ['src/**', 'test/**', 'webview/**', 'trainer/tests/**', '**/*.map', '.vscode-test/**', 'node_modules/**']) {
+      assert.ok(ignore.includes(p), p);
+    }
+    // Nothing re-includes a test or source folder.
+    assert.deepEqual(ignore.filter((l) => l.startsWith('!') && /(test|src|fixtures)/.test(l)), []);
   });
 });

@@ -201,6 +201,16 @@ describe('protocol', () => {
     assert.deepEqual(errors, ['listener threw: boom']);
   });
 
+  it('forwards the webview’s diagnostics to the host log', async () => {
+    const p = pipe();
+    const logged: string[] = [];
+    hostEndpoint<TestContract>('welcome', p.host, { onLog: (level, message) => logged.push(`${level}: ${message}`) });
+    const view = viewEndpoint<TestContract>('welcome', p.view);
+    view.log('error', 'CSP blocked script-src-elem');
+    await tick();
+    assert.deepEqual(logged, ['error: CSP blocked script-src-elem']);
+  });
+
   it('validates envelope shapes', () => {
     const good: unknown[] = [
       { t: 'ready', v: 1, webview: 'welcome' },
@@ -208,8 +218,9 @@ describe('protocol', () => {
       { t: 'res', id: 1, ok: true },
       { t: 'res', id: 1, ok: false, error: { message: 'x' } },
       { t: 'evt', name: 'e' },
+      { t: 'log', level: 'warn', message: 'm' },
     ];
-    const bad: unknown[] = [null, 1, [], { t: 'req', id: 1.5, method: 'm' }, { t: 'res', id: 1, ok: false }, { t: 'res', id: 1, ok: false, error: {} }, { t: 'evt' }, { t: 'x' }];
+    const bad: unknown[] = [null, 1, [], { t: 'req', id: 1.5, method: 'm' }, { t: 'res', id: 1, ok: false }, { t: 'res', id: 1, ok: false, error: {} }, { t: 'evt' }, { t: 'x' }, { t: 'log', level: 'debug', message: 'm' }];
     for (const g of good) assert.equal(isEnvelope(g), true, JSON.stringify(g));
     for (const b of bad) assert.equal(isEnvelope(b), false, JSON.stringify(b));
   });

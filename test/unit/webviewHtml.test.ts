@@ -69,5 +69,15 @@ describe('webview HTML and CSP', () => {
     assert.throws(() => contentSecurityPolicy(CSP_SOURCE, "abc'; script-src *"), /invalid CSP nonce/);
     assert.throws(() => contentSecurityPolicy(`${CSP_SOURCE}; script-src *`, makeNonce()), /invalid CSP source/);
     assert.throws(() => contentSecurityPolicy('', makeNonce()), /invalid CSP source/);
+    for (const widening of ["'self' 'unsafe-inline'", '*', 'https:// *', "'unsafe-eval'", 'https://a.net, *']) {
+      assert.throws(() => contentSecurityPolicy(widening, makeNonce()), /invalid CSP source/, widening);
+    }
+  });
+
+  it('accepts the CSP sources VS Code and code-server hand out', () => {
+    for (const source of [CSP_SOURCE, "'self' https://*.vscode-cdn.net", 'vscode-webview-resource:', 'vscode-resource: https://file+.vscode-resource.vscode-cdn.net']) {
+      const csp = contentSecurityPolicy(source, makeNonce());
+      assert.ok(csp.includes(`style-src ${source};`), csp);
+    }
   });
 });

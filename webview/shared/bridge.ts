@@ -14,9 +14,13 @@ export function vscodeApi(): VsCodeApi {
   return (api ??= acquireVsCodeApi());
 }
 
+/**
+ * Connects this webview to the extension host. Uncaught errors and CSP violations are reported to the host's
+ * log ("Search Agent: Show Logs"), where a user (and the e2e tests) can see them.
+ */
 export function connect<C extends Contract>(name: WebviewName): ViewEndpoint<C> {
   const vscode = vscodeApi();
-  return viewEndpoint<C>(
+  const endpoint = viewEndpoint<C>(
     name,
     {
       post: (message) => vscode.postMessage(message),
@@ -28,4 +32,10 @@ export function connect<C extends Contract>(name: WebviewName): ViewEndpoint<C> 
     },
     { onProtocolError: (error) => console.warn(`[protocol] ${error}`) },
   );
+  document.addEventListener('securitypolicyviolation', (e) =>
+    endpoint.log('error', `CSP blocked ${e.effectiveDirective}: ${e.blockedURI || 'inline'} (${e.sourceFile || 'document'}:${e.lineNumber})`),
+  );
+  window.addEventListener('error', (e) => endpoint.log('error', `uncaught: ${e.message} (${e.filename}:${e.lineno})`));
+  window.addEventListener('unhandledrejection', (e) => endpoint.log('error', `unhandled rejection: ${String(e.reason)}`));
+  return endpoint;
 }

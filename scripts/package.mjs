@@ -1,0 +1,44 @@
+// Builds (production) and packages a platform-specific VSIX with @vscode/vsce into out/.
+// The extension, server and CLI are bundled, so the only node_modules that ship are onnxruntime-node (native)
+// and its JS API; of onnxruntime-node's per-platform binaries only this target's ship (~45 MB of the ~290 MB).
+//   node scripts/package.mjs [--target linux-x64]
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+
+const root = join(import.meta.dirname, '..');
+const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+const arg = process.argv.indexOf('--target');
+const target = arg > 0 ? process.argv[arg + 1] : `${process.platform}-${process.arch}`;
+const [os, cpu] = target.split('-');
+
+function run(cmd, args) {
+  const r = spawnSync(cmd, args, { cwd: root, stdio: 'inherit' });
+  if (r.status !== 0) process.exit(r.status ?? 1);
+}
+
+run(process.execPath, ['esbuild.mjs', '--production']);
+
+// A per-target ignore file: the base .vscodeignore plus the one onnxruntime binary folder for this target.
+const binDir = `node_modules/onnxruntime-node/bin/napi-v6/${os}/${cpu}`;
+if (!existsSync(join(root, binDir))) {
+  console.error(`package: onnxruntime-node has no binaries for ${target} (${binDir}); dense retrieval would not load there.`);
+  process.exit(1);
+}
+mkdirSync(join(root, 'out'), { recursive: true });
+const ignoreFile = join(root, 'out', `.vscodeignore.${target}`);
+writeFileSync(ignoreFile, `${readFileSync(join(root, '.vscodeignore'), 'utf8')}\n# added by scripts/package.mjs for ${target}\n!${binDir}/**\n`);
+
+const vsix = join(root, 'out', `${pkg.name}-${target}-${pkg.version}.vsix`);
+run(process.execPath, [
+  join(root, 'node_modules', '@vscode', 'vsce', 'vsce'),
+  'package',
+  '--target', target,
+  '--ignoreFile', ignoreFile,
+  '--out', vsix,
+  '--allow-missing-repository',
+  '--no-rewrite-relative-links',
+]);
+const mb = (statSync(vsix).size / 1024 / 1024).toFixed(1);
+console.log(`VSIX: ${vsix} (${mb} MB)`);
+writeFileSync(join(root, 'out', 'vsix-path.txt'), vsix);

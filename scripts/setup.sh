@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Sets up Search Agent Studio on this machine. Idempotent: steps whose inputs did not change are skipped.
+#   bash scripts/setup.sh          what the main job needs: the trainer's Python venv (.venv), npm ci, the build
+#   bash scripts/setup.sh --test   also what the tests need: system packages (apt, when root on Debian; otherwise
+#                                  it says exactly what is missing), pytest in the venv, code-server for e2e
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+MODE=main
+[[ "${1:-}" == "--test" ]] && MODE=test
+
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf '\nsetup: %s\n' "$*" >&2; exit 1; }
+sha() { cat "$@" | sha256sum | cut -d' ' -f1; }
+timed() { local t=$SECONDS; "$@"; echo "    ($((SECONDS - t)) s)"; }
+
+# ---- 0. what must already be here
+command -v node >/dev/null || die "Node.js 20.19+ is required (not found)."
+node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a===20&&b>=19)?0:1)' ||
+  die "Node.js 20.19+ is required; found $(node --version)."
+PYTHON="${SAS_BASE_PYTHON:-python3}"
+command -v "$PYTHON" >/dev/null || die "Python 3.10+ is required ($PYTHON not found)."
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else 1)' || die "Python 3.10+ is required; found $("$PYTHON" --version)."
+
+# ---- 1. system packages
+# main: python3-venv when the Python lacks venv/ensurepip (Debian's system Python).
+# test: code-server's native-module build (g++, make, pkg-config, -dev headers), ripgrep, Chromium.
+pkgs=()
+"$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
+if [[ $MODE == test ]]; then
+  pkgs+=(g++ make pkg-config libkrb5-dev libx11-dev libxkbfile-dev libsecret-1-dev ripgrep chromium)
+fi
+missing=()
+if command -v dpkg-query >/dev/null; then
+  for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+else
+  # Not Debian: check for the commands and headers by what they provide.
+  for p in "${pkgs[@]}"; do
+    case $p in
+      chromium) [[ -n "${SAS_CHROMIUM:-}" ]] || command -v chromium >/dev/null || missing+=("chromium (or set SAS_CHROMIUM)") ;;
+      ripgrep) command -v rg >/dev/null || missing+=(ripgrep) ;;
+      g++|make|pkg-config) command -v "$p" >/dev/null || missing+=("$p") ;;
+      python3-venv) missing+=("python venv/ensurepip module") ;;
+      *) pkg-config --exists "${p#lib}" 2>/dev/null || true ;;  # headers: the code-server build will say
+    esac
+  done
+fi
+if ((${#missing[@]})); then
+  if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+    step "apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    timed bash -c "apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends ${missing[*]} >/dev/null"
+  else
+    die "missing system packages: ${missing[*]}
+  On Debian/Ubuntu run:  sudo apt-get install -y --no-install-recommends ${missing[*]}
+  then run this script again."
+  fi
+fi
+
+# ---- 2. the trainer's Python virtual environment (.venv), pinned
+REQ=trainer/requirements.txt
+[[ $MODE == test ]] && REQ=trainer/requirements-dev.txt
+want="$(sha trainer/requirements*.txt)-$MODE"
+if [[ -x .venv/bin/python && "$(cat .venv/.sas-stamp 2>/dev/null)" == "$want" ]]; then
+  step "Python venv .venv is up to date"
+elif [[ -x .venv/bin/python && $MODE == main && "$(cat .venv/.sas-stamp 2>/dev/null)" == "$(sha trainer/requirements*.txt)-test" ]]; then
+  step "Python venv .venv is up to date (has the test extras too)"
+else
+  step "Python venv .venv: pip install -r $REQ (torch, transformers, peft; several GB on first install)"
+  [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
+  timed .venv/bin/python -m pip install -q --disable-pip-version-check -r "$REQ"
+  echo "$want" > .venv/.sas-stamp
+fi
+
+# ---- 3. npm packages and the build
+export ONNXRUNTIME_NODE_INSTALL=skip   # its install script would download CUDA binaries; the bundled CPU ones work
+lock="$(sha package-lock.json)"
+if [[ -d node_modules && "$(cat node_modules/.sas-stamp 2>/dev/null)" == "$lock" ]]; then
+  step "node_modules is up to date"
+else
+  step "npm ci"
+  timed npm ci --no-audit --no-fund --loglevel=error
+  echo "$lock" > node_modules/.sas-stamp
+fi
+step "npm run build"
+timed npm run --silent build >/dev/null
+
+# ---- 4. real VS Code for the e2e tests
+if [[ $MODE == test ]]; then
+  step "code-server for the e2e tests"
+  timed bash scripts/install-code-server.sh
+fi
+step "setup done ($MODE) in $SECONDS s"

@@ -1,0 +1,297 @@
+/**
+ * End-to-end harness: real VS Code (code-server, installed by scripts/install-code-server.sh) with our VSIX
+ * installed into a fresh extensions dir, a fresh user-data dir and a copy of a fixture workspace, served on
+ * 127.0.0.1 and driven by playwright-core with Debian's Chromium. It stops everything it started, by process id.
+ */
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa, type ResultPromise } from 'execa';
+import { chromium, type Browser, type Frame, type Page } from 'playwright-core';
+
+export const ROOT = join(__dirname, '..', '..');
+const CODE_SERVER_ENTRY = join(ROOT, '.vscode-test', 'code-server', 'node_modules', 'code-server', 'out', 'node', 'entry.js');
+export const ARTIFACTS = join(ROOT, '.e2e-artifacts');
+export const EXTENSION_ID = 'search-agent-studio.search-agent-studio';
+
+/** The Chromium flags this machine needs (closed network, no sandbox as root, no GPU). */
+const CHROMIUM_ARGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+export interface SessionOptions {
+  /** Fixture folder copied to a fresh workspace (default test/e2e/fixtures/workspace). */
+  workspace?: string;
+  /** false: the workspace opens in restricted mode (untrusted). */
+  trusted?: boolean;
+  /** User settings merged over the defaults. */
+  settings?: Record<string, unknown>;
+  /** The VSIX to install (default: the path `npm run package` wrote to out/vsix-path.txt). */
+  vsix?: string;
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address() as { port: number };
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+async function waitFor<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000, everyMs = 200): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== undefined && v !== null && v !== false) return v;
+    } catch (e) {
+      lastError = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`);
+    await new Promise((r) => setTimeout(r, everyMs));
+  }
+}
+
+function filesUnder(dir: string, name: (n: string) => boolean): string[] {
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((d) => d.isFile() && name(d.name))
+    .map((d) => join(d.parentPath, d.name));
+}
+
+export class CodeServerSession {
+  readonly dir: string;
+  readonly userDataDir: string;
+  readonly extensionsDir: string;
+  readonly workspace: string;
+  port = 0;
+  page!: Page;
+  private browser: Browser | undefined;
+  private server: ResultPromise | undefined;
+  private serverOutput: string[] = [];
+
+  private constructor(private readonly options: SessionOptions) {
+    // Outside the repository, so VS Code's git extension finds no parent repository to offer.
+    this.dir = mkdtempSync(join(tmpdir(), 'sas-e2e-'));
+    this.userDataDir = join(this.dir, 'user-data');
+    this.extensionsDir = join(this.dir, 'extensions');
+    this.workspace = join(this.dir, 'workspace');
+  }
+
+  static async start(options: SessionOptions = {}): Promise<CodeServerSession> {
+    const s = new CodeServerSession(options);
+    try {
+      await s.boot();
+    } catch (e) {
+      await s.stop();
+      throw e;
+    }
+    return s;
+  }
+
+  private async boot(): Promise<void> {
+    if (!existsSync(CODE_SERVER_ENTRY)) {
+      throw new Error(`code-server is not installed (${CODE_SERVER_ENTRY}); run \`bash scripts/setup.sh --test\``);
+    }
+    const vsix = this.options.vsix ?? readFileSync(join(ROOT, 'out', 'vsix-path.txt'), 'utf8').trim();
+    cpSync(this.options.workspace ?? join(ROOT, 'test', 'e2e', 'fixtures', 'workspace'), this.workspace, { recursive: true });
+    mkdirSync(join(this.userDataDir, 'User'), { recursive: true });
+    this.writeSettings({
+      'workbench.startupEditor': 'none',
+      'workbench.tips.enabled': false,
+      'workbench.enableExperiments': false,
+      'workbench.colorTheme': 'Default Dark Modern',
+      'telemetry.telemetryLevel': 'off',
+      'extensions.autoUpdate': false,
+      'extensions.autoCheckUpdates': false,
+      'update.mode': 'none',
+      // Trust off = every workspace trusted; on (with no prompt) = this one opens in restricted mode.
+      'security.workspace.trust.enabled': this.options.trusted === false,
+      'security.workspace.trust.startupPrompt': 'never',
+      'security.workspace.trust.banner': 'never',
+      'window.commandCenter': false,
+      'chat.commandCenter.enabled': false,
+      'chat.disableAIFeatures': true,
+      'git.openRepositoryInParentFolders': 'never',
+      ...this.options.settings,
+    });
+
+    // Install our VSIX into the fresh extensions dir with code-server's own installer.
+    const base = ['--user-data-dir', this.userDataDir, '--extensions-dir', this.extensionsDir];
+    const install = await execa(process.execPath, [CODE_SERVER_ENTRY, ...base, '--install-extension', vsix], { reject: false, timeout: 120_000 });
+    if (install.exitCode !== 0 || !/successfully installed/i.test(install.stdout)) {
+      throw new Error(`installing ${vsix} failed (exit ${install.exitCode}):\n${install.stdout}\n${install.stderr}`);
+    }
+
+    this.port = await freePort();
+    this.server = execa(
+      process.execPath,
+      [
+        CODE_SERVER_ENTRY,
+        ...base,
+        '--auth', 'none',
+        '--bind-addr', `127.0.0.1:${this.port}`,
+        '--disable-telemetry',
+        '--disable-update-check',
+        '--disable-getting-started-override',
+        this.workspace,
+      ],
+      { detached: true, reject: false, buffer: false, stdin: 'ignore', env: { ...process.env, SERVICE_URL: '', ITEM_URL: '' } },
+    );
+    const collect = (d: Buffer) => this.serverOutput.push(d.toString());
+    this.server.stdout?.on('data', collect);
+    this.server.stderr?.on('data', collect);
+    await waitFor('code-server /healthz', async () => {
+      if (this.server?.exitCode !== null && this.server?.exitCode !== undefined) throw new Error(`code-server exited: ${this.serverOutput.join('')}`);
+      const r = await fetch(`http://127.0.0.1:${this.port}/healthz`).catch(() => undefined);
+      return r?.ok;
+    }, 60_000);
+
+    this.browser = await chromium.launch({
+      executablePath: process.env.SAS_CHROMIUM ?? '/usr/bin/chromium',
+      headless: true,
+      args: CHROMIUM_ARGS,
+    });
+    const context = await this.browser.newContext({ viewport: { width: 1400, height: 900 } });
+    this.page = await context.newPage();
+    await this.page.goto(`http://127.0.0.1:${this.port}/?folder=${encodeURIComponent(this.workspace)}`);
+    await this.page.waitForSelector('.monaco-workbench', { timeout: 60_000 });
+    // The status bar is rendered once the workbench has restored.
+    await this.page.waitForSelector('.statusbar', { timeout: 60_000 });
+  }
+
+  writeSettings(settings: Record<string, unknown>): void {
+    const file = join(this.userDataDir, 'User', 'settings.json');
+    const current = existsSync(file) ? JSON.parse(readFileSync(file, 'utf8')) : {};
+    writeFileSync(file, JSON.stringify({ ...current, ...settings }, null, 2));
+  }
+
+  /** Runs a command by its palette title ("Search Agent: Show Welcome"). */
+  async runCommand(title: string): Promise<void> {
+    await this.openPalette(title);
+    const row = this.page.locator('.quick-input-list .monaco-list-row', { has: this.page.locator('.label-name', { hasText: title }) });
+    await row.first().waitFor({ timeout: 15_000 });
+    // Pick the exact title (the filter also shows fuzzy matches).
+    const labels = await this.visiblePaletteLabels();
+    const index = labels.indexOf(title);
+    if (index < 0) throw new Error(`"${title}" not in the palette; it shows: ${labels.join(' | ')}`);
+    await this.page.locator('.quick-input-list .monaco-list-row').nth(index).click();
+  }
+
+  /**
+   * Switches the colour theme the way a user does ("Preferences: Color Theme", then the theme's label, e.g.
+   * "Light Modern"); code-server does not pick up edits of settings.json made behind its back.
+   */
+  async setColorTheme(label: string): Promise<void> {
+    await this.runCommand('Preferences: Color Theme');
+    const input = this.page.locator('.quick-input-widget input');
+    await input.waitFor({ timeout: 15_000 });
+    await input.fill(label);
+    const row = this.page.locator('.quick-input-list .monaco-list-row', { has: this.page.locator('.label-name', { hasText: new RegExp(`^${label}$`) }) });
+    await row.first().waitFor({ timeout: 15_000 });
+    await row.first().click();
+    await this.page.locator('.quick-input-widget').waitFor({ state: 'hidden', timeout: 10_000 });
+  }
+
+  /** The palette's entries for a filter text, then closes it. */
+  async paletteEntries(filter: string): Promise<string[]> {
+    await this.openPalette(filter);
+    await this.page.locator('.quick-input-list .monaco-list-row').first().waitFor({ timeout: 15_000 });
+    await this.page.waitForTimeout(300); // let the list settle after filtering
+    const labels = await this.visiblePaletteLabels();
+    await this.page.keyboard.press('Escape');
+    return labels;
+  }
+
+  private async openPalette(text: string): Promise<void> {
+    await this.page.locator('.monaco-workbench').click({ position: { x: 700, y: 10 }, force: true }).catch(() => {});
+    await this.page.keyboard.press('F1');
+    const input = this.page.locator('.quick-input-widget input');
+    await input.waitFor({ timeout: 15_000 });
+    await input.fill(`>${text}`);
+  }
+
+  private async visiblePaletteLabels(): Promise<string[]> {
+    return this.page.locator('.quick-input-list .monaco-list-row .label-name').evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
+  }
+
+  /** The inner frame of our webview `name` (code-server nests it: iframe.webview → #active-frame). */
+  async webviewFrame(name: string, timeoutMs = 30_000): Promise<Frame> {
+    return waitFor(`webview "${name}"`, async () => {
+      for (const frame of this.page.frames()) {
+        if (frame === this.page.mainFrame() || frame.isDetached()) continue;
+        const found = await frame.evaluate(() => document.body?.dataset.webview ?? null).catch(() => null);
+        if (found === name) return frame;
+      }
+      return undefined;
+    }, timeoutMs);
+  }
+
+  /** Texts of the notification toasts now showing. */
+  async notifications(): Promise<string[]> {
+    return this.page.locator('.notifications-toasts .notification-list-item-message').evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
+  }
+
+  /** Waits for a notification toast whose text matches. */
+  async waitForNotification(match: RegExp, timeoutMs = 30_000): Promise<string> {
+    return waitFor(`a notification matching ${match}`, async () => (await this.notifications()).find((t) => match.test(t)), timeoutMs);
+  }
+
+  /** The extension host's log, and our output channel's log ("Search Agent Studio"). */
+  logs(): { exthost: string; extension: string } {
+    const read = (files: string[]) => files.map((f) => readFileSync(f, 'utf8')).join('\n');
+    return {
+      exthost: read(filesUnder(join(this.userDataDir, 'logs'), (n) => n === 'exthost.log' || n === 'remoteexthost.log')),
+      extension: read(filesUnder(join(this.userDataDir, 'logs'), (n) => n === 'Search Agent Studio.log')),
+    };
+  }
+
+  async waitForLog(which: 'exthost' | 'extension', match: RegExp, timeoutMs = 30_000): Promise<string> {
+    return waitFor(`${which} log to match ${match}`, () => this.logs()[which].split('\n').find((l) => match.test(l)), timeoutMs);
+  }
+
+  /** Saves a screenshot, the logs and code-server's output under .e2e-artifacts/<name>/. */
+  async saveArtifacts(name: string): Promise<string> {
+    const dir = join(ARTIFACTS, name.replace(/[^a-z0-9._-]+/gi, '-').slice(0, 100));
+    mkdirSync(dir, { recursive: true });
+    await this.page?.screenshot({ path: join(dir, 'screenshot.png') }).catch(() => {});
+    const logs = this.logs();
+    writeFileSync(join(dir, 'exthost.log'), logs.exthost);
+    writeFileSync(join(dir, 'search-agent-studio.log'), logs.extension);
+    writeFileSync(join(dir, 'code-server.log'), this.serverOutput.join(''));
+    return dir;
+  }
+
+  async stop(): Promise<void> {
+    await this.browser?.close().catch(() => {});
+    this.browser = undefined;
+    const server = this.server;
+    this.server = undefined;
+    if (server?.pid !== undefined && server.exitCode === null) {
+      const group = -server.pid; // detached: code-server leads its own process group
+      const kill = (signal: NodeJS.Signals) => {
+        try {
+          process.kill(group, signal);
+        } catch {
+          /* already gone */
+        }
+      };
+      kill('SIGTERM');
+      const exited = await Promise.race([server.then(() => true), new Promise((r) => setTimeout(() => r(false), 5_000))]);
+      if (!exited) kill('SIGKILL');
+      await server.catch(() => {});
+    }
+    if (!process.env.SAS_E2E_KEEP) rmSync(this.dir, { recursive: true, force: true });
+  }
+}

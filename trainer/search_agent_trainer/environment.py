@@ -1,0 +1,32 @@
+"""What this interpreter can train with: torch, the device, and the optional Hugging Face stack."""
+
+from __future__ import annotations
+
+import platform
+import sys
+from importlib import metadata
+from typing import Any
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def describe() -> dict[str, Any]:
+    """A JSON-able report: python, torch, the device the trainer would use, transformers/peft versions."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "torch": torch.__version__,
+        "device": "cuda" if cuda else "cpu",
+        "cuda_devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
+        "transformers": _version("transformers"),
+        "peft": _version("peft"),
+    }
