@@ -1,0 +1,85 @@
+/**
+ * Realistic synthetic Search-R1 rollouts for benchmarks: think/search/information/answer turns, three
+ * ~100-word documents per search (documents dominate a rollout's length, as in real ones), an occasional
+ * invalid action, tags inside documents, and token arrays when asked.
+ */
+import { INVALID_ACTION_MESSAGE } from '../src/core/tags/parser';
+import { rng } from './util';
+
+const WORDS = (
+  'the of and in to a was is for on as by with he that at from his it an were are which this be or has had first not ' +
+  'observatory river town founded surveyor council harbour league season album director province island railway ' +
+  'village century bridge museum novel captain district championship festival treaty dynasty cathedral orchestra'
+).split(' ');
+
+export interface GenOptions {
+  seed?: number;
+  tokens?: boolean;
+}
+
+export function makeRollouts(count: number, options: GenOptions = {}): { response: string; prompt: string; record: (i: number) => string }[] {
+  const r = rng(options.seed ?? 1);
+  const pick = <T>(xs: readonly T[]) => xs[Math.floor(r() * xs.length)]!;
+  const words = (n: number) => Array.from({ length: n }, () => pick(WORDS)).join(' ');
+  const out: { response: string; prompt: string; record: (i: number) => string }[] = [];
+  for (let k = 0; k < count; k++) {
+    const question = `${words(8)}?`;
+    const prompt = `<|im_start|>user\nAnswer the given question. For example, <answer> Beijing </answer>. Question: ${question}\n<|im_end|>\n<|im_start|>assistant\n`;
+    let response = '';
+    const searches = 1 + Math.floor(r() * 3);
+    for (let s = 0; s < searches; s++) {
+      response += `<think>${words(15 + Math.floor(r() * 30))}</think>\n`;
+      if (r() < 0.08) {
+        response += `${words(6)}\n\n${INVALID_ACTION_MESSAGE}\n`;
+        continue;
+      }
+      response += `<search> ${words(4)} </search>\n\n<information>`;
+      for (let d = 1; d <= 3; d++) {
+        const inner = r() < 0.1 ? ` <answer>${words(2)}</answer> ` : ' ';
+        response += `Doc ${d}(Title: "${words(2)}") ${words(50)}${inner}${words(50)}\n`;
+      }
+      response = `${response.trimEnd()}</information>\n\n`;
+    }
+    response += `<think>${words(12)}</think>\n<answer> ${words(2)} </answer>`;
+    const reward = r() < 0.4 ? 1 : 0;
+    const group = Math.floor(k / 5);
+    out.push({
+      prompt,
+      response,
+      record: (i: number) =>
+        JSON.stringify({
+          v: 1,
+          id: `r${i}`,
+          step: 1 + Math.floor(i / 320),
+          group,
+          sample: k % 5,
+          split: 'train',
+          question,
+          golden: [words(2)],
+          data_source: pick(['nq', 'hotpotqa', 'demo']),
+          prompt,
+          response,
+          reward,
+          reward_parts: { em: reward },
+          finish: 'answer',
+          turns: searches + 1,
+          searches,
+          ...(options.tokens ? tokenArrays(response, r) : {}),
+        }),
+    });
+  }
+  return out;
+}
+
+function tokenArrays(response: string, r: () => number) {
+  const text = response.match(/\S+\s*/g) ?? [];
+  return {
+    tokens: {
+      text,
+      ids: text.map(() => Math.floor(r() * 150000)),
+      role: text.map(() => 'generated'),
+      loss_mask: text.map(() => 1),
+      logprob: text.map(() => Number((-r() * 3).toFixed(4))),
+    },
+  };
+}

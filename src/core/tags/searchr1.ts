@@ -1,0 +1,165 @@
+/**
+ * Search-R1's semantics, by name, next to ours. Each `searchR1*` function is a faithful port of the Python in
+ * Search-R1 (search_r1/llm_agent/generation.py, verl/utils/reward_score/qa_em*.py) and is tested against the
+ * quirks it has; the trajectory-level helpers are built on the parser.
+ */
+import { INVALID_ACTION_MESSAGE, parseTrajectory, type ParsedTrajectory, type Segment, type TagDiagnostic } from './parser';
+
+/** Python's `str.strip()` with no argument: strips Unicode whitespace (str.isspace). */
+export function pythonStrip(s: string): string {
+  return s.replace(PY_SPACE_START, '').replace(PY_SPACE_END, '');
+}
+// str.isspace(): Unicode White_Space plus the ASCII separators \x1c-\x1f.
+const PY_SPACE = '\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000';
+const PY_SPACE_START = new RegExp(`^[${PY_SPACE}]+`);
+const PY_SPACE_END = new RegExp(`[${PY_SPACE}]+$`);
+
+export type Action = 'search' | 'answer';
+
+/**
+ * The action of one generation turn, as `postprocess_predictions`: the first `<(search|answer)>(.*?)</\1>`
+ * (DOTALL) in the turn's text, its content stripped; `{ action: null, content: '' }` when there is none
+ * (an invalid action: the environment answers with {@link INVALID_ACTION_MESSAGE}).
+ */
+export function searchR1Action(turnText: string): { action: Action | null; content: string } {
+  const m = /<(search|answer)>([\s\S]*?)<\/\1>/.exec(turnText);
+  return m ? { action: m[1] as Action, content: pythonStrip(m[2]!) } : { action: null, content: '' };
+}
+
+/**
+ * `extract_solution` of qa_em.py: over prompt + response, the last `<answer>(.*?)</answer>` stripped, but only
+ * when there are two or more matches (the prompt's instructions contain an example answer, `<answer> Beijing
+ * </answer>`, which the first match is assumed to be); null otherwise.
+ */
+export function searchR1ExtractSolution(solutionStr: string): string | null {
+  const matches = [...solutionStr.matchAll(/<answer>([\s\S]*?)<\/answer>/g)];
+  if (matches.length <= 1) return null;
+  return pythonStrip(matches[matches.length - 1]![1]!);
+}
+
+/** The final answer of a parsed response: the content of its last complete `<answer>` block, stripped. */
+export function finalAnswer(parsed: ParsedTrajectory, offset = 0): string | undefined {
+  for (let k = parsed.segments.length - 1; k >= 0; k--) {
+    const s = parsed.segments[k]!;
+    if (s.kind === 'answer' && s.closed && s.opened) return pythonStrip(parsed.text.slice(s.contentStart - offset, s.contentEnd - offset));
+  }
+  return undefined;
+}
+
+export type AnswerMode = 'last-answer' | 'searchr1-quirk';
+
+export interface ExtractedAnswer {
+  answer: string | null;
+  diagnostics: TagDiagnostic[];
+}
+
+/**
+ * The answer to score. `last-answer` (ours, the default): the last `<answer>` of the response.
+ * `searchr1-quirk`: Search-R1's `extract_solution` over prompt + response (needs `prompt`), with a diagnostic
+ * that explains the quirk, because it silently scores 0 for a response whose prompt has no example answer
+ * (e.g. a custom template) and counts an answer inside retrieved documents.
+ */
+export function extractAnswer(response: string, options: { mode?: AnswerMode; prompt?: string } = {}): ExtractedAnswer {
+  if ((options.mode ?? 'last-answer') === 'last-answer') {
+    return { answer: finalAnswer(parseTrajectory(response, { expectAnswer: false, strictText: false })) ?? null, diagnostics: [] };
+  }
+  const prompt = options.prompt ?? '';
+  const answer = searchR1ExtractSolution(prompt + response);
+  const promptAnswers = [...prompt.matchAll(/<answer>([\s\S]*?)<\/answer>/g)].length;
+  const message =
+    "Search-R1 quirk: the answer is extracted from prompt + response and needs two or more <answer> matches, because Search-R1's prompt contains an example answer. " +
+    (promptAnswers === 1
+      ? 'This prompt has one, so the last <answer> of the response is used.'
+      : `This prompt has ${promptAnswers}, so ${promptAnswers === 0 ? 'a response with a single answer scores as having none' : 'an answer from the prompt can be scored'}.`) +
+    ' Matches inside <information> count too.';
+  return { answer, diagnostics: [{ code: 'searchr1-answer-quirk', severity: promptAnswers === 1 ? 'info' : 'warning', message, start: 0, end: Math.min(1, response.length) }] };
+}
+
+/** One retrieved document as Search-R1 formats it: `Doc {i}(Title: {title}) {text}`. */
+export interface RetrievedDoc {
+  index: number;
+  title: string;
+  text: string;
+  /** Span of this document in the text it was parsed from. */
+  start: number;
+  end: number;
+}
+
+/** `_passages2string`: `Doc {i}(Title: {title}) {text}\n` per document, title = first line of `contents`. */
+export function searchR1Passages(contents: string[]): string {
+  return contents
+    .map((content, idx) => {
+      const lines = content.split('\n');
+      return `Doc ${idx + 1}(Title: ${lines[0]}) ${lines.slice(1).join('\n')}\n`;
+    })
+    .join('');
+}
+
+/** The observation inserted after a search: `\n\n<information>{passages.strip()}</information>\n\n`. */
+export function searchR1Observation(contents: string[]): string {
+  return `\n\n<information>${pythonStrip(searchR1Passages(contents))}</information>\n\n`;
+}
+
+/** The observation inserted after an invalid action. */
+export const SEARCH_R1_INVALID_OBSERVATION = `\n${INVALID_ACTION_MESSAGE}\n`;
+
+/** Splits an information block's content into documents (`Doc 1(Title: …) …`); one untitled doc otherwise. */
+export function parseDocuments(content: string, offset = 0): RetrievedDoc[] {
+  const docs: RetrievedDoc[] = [];
+  const re = /(?:^|\n)Doc (\d+)\(Title: ([^\n]*?)\) /g;
+  const heads: { index: number; title: string; at: number; body: number }[] = [];
+  for (let m = re.exec(content); m; m = re.exec(content)) {
+    const at = m.index + (m[0].startsWith('\n') ? 1 : 0);
+    heads.push({ index: Number(m[1]), title: m[2]!, at, body: m.index + m[0].length });
+  }
+  if (heads.length === 0) {
+    const text = content.trim();
+    return text ? [{ index: 1, title: '', text, start: offset, end: offset + content.length }] : [];
+  }
+  heads.forEach((h, k) => {
+    const end = k + 1 < heads.length ? heads[k + 1]!.at : content.length;
+    docs.push({ index: h.index, title: h.title, text: content.slice(h.body, end).replace(/\n+$/, ''), start: offset + h.at, end: offset + end });
+  });
+  return docs;
+}
+
+export interface Turn {
+  index: number;
+  /** Span of what the model generated in this turn (up to the observation). */
+  start: number;
+  end: number;
+  /** Indices into `segments` of this turn's generated segments. */
+  segments: number[];
+  /** Search-R1's reading of the turn: its first search/answer (null: invalid action). */
+  action: Action | null;
+  content: string;
+  /** Index of the observation segment that followed (information or feedback), if any. */
+  observation?: number;
+}
+
+/** The turns of a parsed response. */
+export function turnsOf(parsed: ParsedTrajectory, offset = 0): Turn[] {
+  const turns: Turn[] = [];
+  let current: Turn | undefined;
+  parsed.segments.forEach((s: Segment, k) => {
+    const isObservation = s.kind === 'information' || s.kind === 'feedback';
+    if (!current) current = { index: turns.length, start: s.start, end: s.start, segments: [], action: null, content: '' };
+    if (isObservation) {
+      current.observation = k;
+      turns.push(current);
+      current = undefined;
+      return;
+    }
+    current.segments.push(k);
+    current.end = s.end;
+  });
+  if (current && current.segments.some((k) => parsed.segments[k]!.kind !== 'text' || parsed.text.slice(parsed.segments[k]!.start - offset, parsed.segments[k]!.end - offset).trim())) {
+    turns.push(current);
+  }
+  for (const t of turns) {
+    const a = searchR1Action(parsed.text.slice(t.start - offset, t.end - offset));
+    t.action = a.action;
+    t.content = a.content;
+  }
+  return turns;
+}

@@ -1,0 +1,159 @@
+/**
+ * Whole transcripts: splitting prompt from response for ChatML (Qwen), Llama-3 and plain prompts, finding the
+ * question, and splitting a file of several conversations (Search-R1's infer.py output, `.traj` files).
+ */
+import { parseTrajectory, type ParsedTrajectory, type ParseOptions } from './parser';
+
+export type Template = 'chatml' | 'llama3' | 'plain';
+
+export interface TranscriptSplit {
+  template: Template;
+  /** Offsets of the prompt and of the response in the transcript. */
+  promptStart: number;
+  promptEnd: number;
+  responseStart: number;
+  responseEnd: number;
+  /** How the split was found (for diagnostics): marker, question line, given prompt, or none. */
+  by: 'assistant-marker' | 'question-line' | 'prompt' | 'none';
+}
+
+const CHATML_USER = '<|im_start|>user';
+const CHATML_ASSISTANT = /<\|im_start\|>assistant[ \t]*\n?/g;
+const LLAMA3_USER = '<|start_header_id|>user<|end_header_id|>';
+const LLAMA3_ASSISTANT = /<\|start_header_id\|>assistant<\|end_header_id\|>(\n\n|\n)?/g;
+
+export function detectTemplate(text: string): Template {
+  if (text.includes('<|im_start|>')) return 'chatml';
+  if (text.includes('<|start_header_id|>')) return 'llama3';
+  return 'plain';
+}
+
+/** The first assistant marker after the last user marker: the response starts after it. */
+function afterAssistant(text: string, user: string, assistant: RegExp): number {
+  const lastUser = text.lastIndexOf(user);
+  assistant.lastIndex = Math.max(0, lastUser);
+  const m = assistant.exec(text);
+  return m ? m.index + m[0].length : -1;
+}
+
+/**
+ * Splits a transcript into prompt and response.
+ *  - ChatML: the response starts after `<|im_start|>assistant\n` (the first after the last user message).
+ *  - Llama-3: after `<|start_header_id|>assistant<|end_header_id|>\n\n`.
+ *  - plain: after the given `prompt` when the transcript starts with it; else after the line holding
+ *    `Question: …` (Search-R1's templates end with it); else there is no prompt.
+ */
+export function splitTranscript(text: string, options: { template?: Template | 'auto'; prompt?: string } = {}): TranscriptSplit {
+  const template = !options.template || options.template === 'auto' ? detectTemplate(text) : options.template;
+  const result = (at: number, by: TranscriptSplit['by']): TranscriptSplit => ({
+    template,
+    promptStart: 0,
+    promptEnd: at,
+    responseStart: at,
+    responseEnd: text.length,
+    by,
+  });
+  if (options.prompt && text.startsWith(options.prompt)) return result(options.prompt.length, 'prompt');
+  if (template === 'chatml') {
+    const at = afterAssistant(text, CHATML_USER, CHATML_ASSISTANT);
+    if (at >= 0) return result(at, 'assistant-marker');
+  } else if (template === 'llama3') {
+    const at = afterAssistant(text, LLAMA3_USER, LLAMA3_ASSISTANT);
+    if (at >= 0) return result(at, 'assistant-marker');
+  }
+  const q = questionLine(text);
+  if (q) return result(q.lineEnd, 'question-line');
+  return result(0, 'none');
+}
+
+/**
+ * The first `Question: …` line (Search-R1's templates put the question last in the prompt, after instructions
+ * that contain no `Question:`); the response starts after it.
+ */
+function questionLine(text: string): { question: string; lineEnd: number } | undefined {
+  const start = text.indexOf('Question:');
+  if (start < 0) return undefined;
+  const nl = text.indexOf('\n', start);
+  const lineEnd = nl < 0 ? text.length : nl + 1;
+  return { question: text.slice(start + 'Question:'.length, nl < 0 ? text.length : nl).trim(), lineEnd };
+}
+
+/** The question in a prompt (Search-R1's templates: `… Question: {question}\n`), if any. */
+export function extractQuestion(prompt: string): string | undefined {
+  const at = prompt.lastIndexOf('Question:');
+  if (at < 0) return undefined;
+  const nl = prompt.indexOf('\n', at);
+  const q = prompt.slice(at + 'Question:'.length, nl < 0 ? prompt.length : nl).trim();
+  return q || undefined;
+}
+
+export interface ParsedTranscript extends TranscriptSplit {
+  question?: string;
+  /** The response, parsed with positions in the transcript's coordinates. */
+  parsed: ParsedTrajectory;
+}
+
+/** Splits and parses a transcript; the parser sees only the response (the prompt's example tags are not actions). */
+export function parseTranscript(text: string, options: { template?: Template | 'auto'; prompt?: string; parse?: ParseOptions } = {}): ParsedTranscript {
+  const split = splitTranscript(text, options);
+  const parsed = parseTrajectory(text.slice(split.responseStart, split.responseEnd), { ...options.parse, offset: split.responseStart });
+  const question = split.promptEnd > 0 ? extractQuestion(text.slice(split.promptStart, split.promptEnd)) : undefined;
+  return { ...split, question, parsed };
+}
+
+/** infer.py prints this line before each conversation. */
+export const INFER_HEADER = /^#{5,} \[Start Reasoning \+ Searching\] #{5,}[ \t]*$/;
+/** Our `.traj` separator: a line starting with `### trajectory` (the rest of the line is a free label). */
+export const TRAJ_SEPARATOR = /^### trajectory\b.*$/;
+
+export interface ConversationSpan {
+  start: number;
+  end: number;
+  /** The label of a `### trajectory …` separator, if the conversation had one. */
+  label?: string;
+}
+
+/**
+ * Splits a text holding several conversations. A new conversation starts at a `### trajectory` line, at
+ * infer.py's header line, or at a chat-template conversation start (`<|im_start|>system`, `<|im_start|>user`,
+ * `<|begin_of_text|>`) once the current conversation has had an assistant turn (a search agent's conversation
+ * has one user message: a user message after the assistant's starts the next conversation). Separator and header lines are not part of any conversation; leading/trailing blank
+ * text is trimmed from each span.
+ */
+export function splitConversations(text: string): ConversationSpan[] {
+  const spans: ConversationSpan[] = [];
+  let start = 0;
+  let label: string | undefined;
+  let sawAssistant = false;
+  let lineStart = 0;
+  const close = (end: number) => {
+    let s = start;
+    let e = end;
+    while (s < e && /\s/.test(text[s]!)) s++;
+    while (e > s && /\s/.test(text[e - 1]!)) e--;
+    if (e > s) spans.push(label === undefined ? { start: s, end: e } : { start: s, end: e, label });
+  };
+  while (lineStart <= text.length) {
+    const nl = text.indexOf('\n', lineStart);
+    const lineEnd = nl < 0 ? text.length : nl;
+    const line = text.slice(lineStart, lineEnd);
+    const next = nl < 0 ? text.length + 1 : nl + 1;
+    if (TRAJ_SEPARATOR.test(line) || INFER_HEADER.test(line)) {
+      close(lineStart);
+      label = TRAJ_SEPARATOR.test(line) ? line.slice('### trajectory'.length).trim() : undefined;
+      start = Math.min(next, text.length);
+      sawAssistant = false;
+    } else if (line.startsWith('<|im_start|>system') || line.startsWith('<|im_start|>user') || line.startsWith('<|begin_of_text|>')) {
+      if (sawAssistant) {
+        close(lineStart);
+        label = undefined;
+        start = lineStart;
+        sawAssistant = false;
+      }
+    }
+    if (line.includes('<|im_start|>assistant') || line.includes('<|start_header_id|>assistant')) sawAssistant = true;
+    lineStart = next;
+  }
+  close(text.length);
+  return spans;
+}
