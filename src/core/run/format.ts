@@ -1,0 +1,146 @@
+/**
+ * The run format (DESIGN §4.2–4.3), version 1: the rollout record, `run.json`, and the lines of
+ * `events.jsonl` and `metrics.jsonl`. The TypeScript types below are derived from these schemas, and
+ * docs/schema/*.schema.json is generated from them (`npm run schema`; a unit test fails when it is stale).
+ *
+ * Readers accept fields they do not know (forward compatibility inside a version); `v` changes when a field
+ * changes meaning.
+ */
+import { S, toJsonSchema, validate, type Issue, type Static } from '../schema/schema';
+
+export const RUN_FORMAT_VERSION = 1;
+
+export const TOKEN_ROLES = ['generated', 'prompt', 'retrieved', 'feedback'] as const;
+export type TokenRole = (typeof TOKEN_ROLES)[number];
+
+export const FINISH_REASONS = ['answer', 'max_turns', 'length', 'invalid'] as const;
+
+const TOKEN_ARRAYS = ['ids', 'role', 'loss_mask', 'logprob', 'ref_logprob', 'advantage', 'value', 'entropy'] as const;
+
+export const TokensSchema = S.object(
+  {
+    text: S.array(S.string(), { description: 'Each token decoded on its own (concatenated: the prompt+response as tokenised).' }),
+    ids: S.array(S.integer({ minimum: 0 }), { description: 'Token ids.' }),
+    role: S.array(S.enum(TOKEN_ROLES), { description: 'Who produced each token: the policy (generated), the prompt, the retriever, or the environment (feedback).' }),
+    loss_mask: S.array(S.union(S.literal(0), S.literal(1)), { description: '1 where the token was in the policy loss (DESIGN §6: exactly the generated tokens, unless masking is off).' }),
+    logprob: S.optional(S.array(S.number(), { description: 'Log-probability of the token under the policy that sampled it (old log-prob).' })),
+    ref_logprob: S.optional(S.array(S.number(), { description: 'Log-probability under the frozen reference policy.' })),
+    advantage: S.optional(S.array(S.number(), { description: 'Advantage used in the update, per token.' })),
+    value: S.optional(S.array(S.number(), { description: 'Critic value (PPO), per token.' })),
+    entropy: S.optional(S.array(S.number(), { description: 'Policy entropy at the token.' })),
+  },
+  {
+    description: 'Per-token provenance and training signals. All arrays have the length of `text`.',
+    refine: (t: Record<string, unknown[] | undefined>, path) => {
+      const n = t.text?.length ?? 0;
+      const issues: Issue[] = [];
+      for (const k of TOKEN_ARRAYS) {
+        const a = t[k];
+        if (Array.isArray(a) && a.length !== n) issues.push({ path: path ? `${path}.${k}` : k, message: `has ${a.length} entries but tokens.text has ${n}` });
+      }
+      return issues;
+    },
+  },
+);
+
+export const RolloutSchema = S.object(
+  {
+    v: S.literal(1, 'Run-format version.'),
+    id: S.string({ minLength: 1, description: 'Unique within the run.' }),
+    step: S.optional(S.integer({ minimum: 0, description: 'Training step that produced it (0: before the first update).' })),
+    group: S.optional(S.union(S.string(), S.integer())),
+    sample: S.optional(S.integer({ minimum: 0, description: 'Index of the sample within its GRPO group.' })),
+    split: S.optional(S.string({ description: '`train`, `val`, …' })),
+    question: S.optional(S.string()),
+    golden: S.optional(S.array(S.string(), { description: 'Golden answers.' })),
+    data_source: S.optional(S.string()),
+    prompt: S.string({ description: 'The prompt as fed to the policy (chat template applied).' }),
+    response: S.string({ description: 'Everything after the prompt: generated text, information blocks, feedback.' }),
+    reward: S.optional(S.number()),
+    reward_parts: S.optional(S.record(S.number(), 'Named components of the reward (e.g. em, format).')),
+    finish: S.optional(S.enum(FINISH_REASONS, 'Why the trajectory ended.')),
+    turns: S.optional(S.integer({ minimum: 0 })),
+    searches: S.optional(S.integer({ minimum: 0 })),
+    tokens: S.optional(TokensSchema),
+    meta: S.optional(S.record(S.any(), 'Anything else an importer or user keeps (source file, line, extra fields).')),
+  },
+  { description: 'One trajectory: a line of rollouts/step-NNNNNN.jsonl.' },
+);
+export type Rollout = Static<typeof RolloutSchema>;
+export type Tokens = Static<typeof TokensSchema>;
+
+export const RUN_STATUSES = ['running', 'finished', 'failed', 'stopped'] as const;
+
+export const RunJsonSchema = S.object(
+  {
+    v: S.literal(1),
+    id: S.string({ minLength: 1 }),
+    status: S.enum(RUN_STATUSES),
+    created: S.string({ description: 'ISO 8601 time the run was created.' }),
+    updated: S.optional(S.string({ description: 'ISO 8601 time of the last write.' })),
+    config: S.record(S.any(), 'The resolved run config.'),
+    versions: S.optional(S.record(S.string(), 'Versions of the trainer, torch, transformers, peft, the studio, …')),
+    step: S.optional(S.integer({ minimum: 0, description: 'Last completed step.' })),
+    total_steps: S.optional(S.integer({ minimum: 0 })),
+    pid: S.optional(S.integer({ minimum: 0 })),
+    error: S.optional(S.object({ message: S.string(), traceback: S.optional(S.string()) })),
+  },
+  { description: 'runs/<id>/run.json: written atomically (write to a temporary file, then rename).' },
+);
+export type RunJson = Static<typeof RunJsonSchema>;
+
+export const EVENT_KINDS = ['started', 'progress', 'step', 'metrics', 'checkpoint', 'eval', 'warning', 'error', 'finished'] as const;
+
+export const EventSchema = S.object(
+  {
+    event: S.enum(EVENT_KINDS),
+    time: S.optional(S.union(S.string(), S.number())),
+    step: S.optional(S.integer({ minimum: 0 })),
+    total: S.optional(S.integer({ minimum: 0 })),
+    phase: S.optional(S.enum(['rollout', 'reward', 'update', 'eval'] as const)),
+    message: S.optional(S.string()),
+  },
+  { description: 'A line of events.jsonl, and of the trainer’s stdout (DESIGN §4.5). Other fields are event-specific.' },
+);
+export type RunEvent = Static<typeof EventSchema>;
+
+export const MetricsSchema = S.object(
+  { step: S.integer({ minimum: 0 }), time: S.optional(S.number()) },
+  {
+    additional: S.union(S.number(), S.null()),
+    description: 'A line of metrics.jsonl: one object per step; names follow veRL where one exists (critic/score/mean, actor/ppo_kl, …).',
+  },
+);
+export type MetricsLine = Static<typeof MetricsSchema>;
+
+/** A located problem in a file: `file:line: field: message`. */
+export interface LocatedIssue {
+  file: string;
+  line: number;
+  field: string;
+  message: string;
+}
+
+export function formatIssue(i: LocatedIssue): string {
+  return `${i.file}:${i.line}: ${i.field ? `${i.field}: ` : ''}${i.message}`;
+}
+
+/** Validates one parsed rollout line; issues carry the file and line. */
+export function validateRollout(value: unknown, file: string, line: number): LocatedIssue[] {
+  return validate(RolloutSchema, value).map((i) => ({ file, line, field: i.path, message: i.message }));
+}
+
+/** The documents published in docs/schema/, generated from the schemas above. */
+export const PUBLISHED_SCHEMAS = {
+  'rollout.schema.json': { schema: RolloutSchema, title: 'Search Agent Studio rollout record (v1)' },
+  'run.schema.json': { schema: RunJsonSchema, title: 'Search Agent Studio run.json (v1)' },
+  'event.schema.json': { schema: EventSchema, title: 'Search Agent Studio trainer event / events.jsonl line (v1)' },
+  'metrics.schema.json': { schema: MetricsSchema, title: 'Search Agent Studio metrics.jsonl line (v1)' },
+} as const;
+
+/** The JSON text of each published schema, keyed by file name (docs/schema/<name>). */
+export function renderPublishedSchemas(): Record<string, string> {
+  return Object.fromEntries(
+    Object.entries(PUBLISHED_SCHEMAS).map(([name, { schema, title }]) => [name, `${JSON.stringify(toJsonSchema(schema, { title }), null, 2)}\n`]),
+  );
+}

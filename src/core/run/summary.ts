@@ -1,0 +1,139 @@
+/**
+ * Summary statistics over rollouts (DESIGN §4.3): count, reward mean/std, exact-match rate, valid-format rate,
+ * searches and turns histograms, finish reasons, and the fraction of GRPO groups whose rewards are all equal
+ * (no learning signal: every advantage in the group is 0).
+ */
+import { formatValidResponse } from '../rewards/format';
+import { em } from '../rewards/normalize';
+import { parseTrajectory } from '../tags/parser';
+import { finalAnswer, turnsOf } from '../tags/searchr1';
+import type { LocatedIssue, Rollout } from './format';
+
+export interface Histogram {
+  [value: string]: number;
+}
+
+export interface RunSummary {
+  trajectories: number;
+  malformed: number;
+  /** The first problems found (file:line: field: message). */
+  issues: string[];
+  reward: { count: number; mean: number; std: number; min: number; max: number } | null;
+  /** Exact match: from `reward_parts.em` when recorded, else computed from the final answer and `golden`. */
+  em: { count: number; rate: number } | null;
+  format: { valid: number; rate: number };
+  searches: { mean: number; histogram: Histogram };
+  turns: { mean: number; histogram: Histogram };
+  finish: Histogram;
+  data_sources: Histogram;
+  /** GRPO groups (same step and group id) with two or more rewarded samples. */
+  groups: { count: number; zero_variance: number; frac_zero_std: number } | null;
+}
+
+/** Facts about one trajectory that the summary and the inspector need. */
+export interface TrajectoryFacts {
+  answer: string | null;
+  searches: number;
+  turns: number;
+  em: number | null;
+  formatValid: boolean;
+  invalidActions: number;
+}
+
+export function trajectoryFacts(r: Rollout): TrajectoryFacts {
+  const parsed = parseTrajectory(r.response, { expectAnswer: false });
+  const answer = finalAnswer(parsed) ?? null;
+  const turns = turnsOf(parsed);
+  const searches = r.searches ?? parsed.segments.filter((s) => s.kind === 'search' && s.opened && s.closed).length;
+  const recordedEm = r.reward_parts?.em;
+  const emValue = typeof recordedEm === 'number' ? recordedEm : r.golden && r.golden.length > 0 ? (answer === null ? 0 : em(answer, r.golden)) : null;
+  return {
+    answer,
+    searches,
+    turns: r.turns ?? turns.length,
+    em: emValue,
+    formatValid: formatValidResponse(r.response).valid,
+    invalidActions: turns.filter((t) => t.action === null && t.observation !== undefined).length,
+  };
+}
+
+export class SummaryBuilder {
+  private n = 0;
+  private malformed = 0;
+  private issues: string[] = [];
+  private rewards = { count: 0, sum: 0, sumSq: 0, min: Infinity, max: -Infinity };
+  private emCount = 0;
+  private emSum = 0;
+  private formatOk = 0;
+  private searchSum = 0;
+  private turnSum = 0;
+  private searchHist = new Map<number, number>();
+  private turnHist = new Map<number, number>();
+  private finish = new Map<string, number>();
+  private sources = new Map<string, number>();
+  private groups = new Map<string, { n: number; min: number; max: number }>();
+
+  addIssue(issues: LocatedIssue[]): void {
+    this.malformed++;
+    for (const i of issues) if (this.issues.length < 20) this.issues.push(`${i.file}:${i.line}: ${i.field ? `${i.field}: ` : ''}${i.message}`);
+  }
+
+  add(r: Rollout, facts: TrajectoryFacts = trajectoryFacts(r)): void {
+    this.n++;
+    if (typeof r.reward === 'number') {
+      const w = this.rewards;
+      w.count++;
+      w.sum += r.reward;
+      w.sumSq += r.reward * r.reward;
+      w.min = Math.min(w.min, r.reward);
+      w.max = Math.max(w.max, r.reward);
+      if (r.group !== undefined) {
+        const key = `${r.step ?? ''}\u0000${r.group}`;
+        const g = this.groups.get(key) ?? { n: 0, min: Infinity, max: -Infinity };
+        g.n++;
+        g.min = Math.min(g.min, r.reward);
+        g.max = Math.max(g.max, r.reward);
+        this.groups.set(key, g);
+      }
+    }
+    if (facts.em !== null) {
+      this.emCount++;
+      this.emSum += facts.em;
+    }
+    if (facts.formatValid) this.formatOk++;
+    this.searchSum += facts.searches;
+    this.turnSum += facts.turns;
+    bump(this.searchHist, facts.searches);
+    bump(this.turnHist, facts.turns);
+    if (r.finish) bump(this.finish, r.finish);
+    bump(this.sources, r.data_source ?? '(none)');
+  }
+
+  result(): RunSummary {
+    const w = this.rewards;
+    const mean = w.count ? w.sum / w.count : 0;
+    const grouped = [...this.groups.values()].filter((g) => g.n >= 2);
+    const zero = grouped.filter((g) => g.max - g.min <= 1e-12).length;
+    return {
+      trajectories: this.n,
+      malformed: this.malformed,
+      issues: this.issues,
+      reward: w.count ? { count: w.count, mean, std: Math.sqrt(Math.max(0, w.sumSq / w.count - mean * mean)), min: w.min, max: w.max } : null,
+      em: this.emCount ? { count: this.emCount, rate: this.emSum / this.emCount } : null,
+      format: { valid: this.formatOk, rate: this.n ? this.formatOk / this.n : 0 },
+      searches: { mean: this.n ? this.searchSum / this.n : 0, histogram: toObject(this.searchHist) },
+      turns: { mean: this.n ? this.turnSum / this.n : 0, histogram: toObject(this.turnHist) },
+      finish: toObject(this.finish),
+      data_sources: toObject(this.sources),
+      groups: grouped.length ? { count: grouped.length, zero_variance: zero, frac_zero_std: zero / grouped.length } : null,
+    };
+  }
+}
+
+function bump<K>(m: Map<K, number>, k: K): void {
+  m.set(k, (m.get(k) ?? 0) + 1);
+}
+
+function toObject<K extends string | number>(m: Map<K, number>): Histogram {
+  return Object.fromEntries([...m.entries()].sort((a, b) => (typeof a[0] === 'number' ? (a[0] as number) - (b[0] as number) : String(a[0]).localeCompare(String(b[0])))).map(([k, v]) => [String(k), v]));
+}

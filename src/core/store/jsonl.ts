@@ -1,0 +1,297 @@
+/**
+ * A JSONL file of any size, by rows: a line-offset index built in one streaming pass over fixed-size chunks
+ * (never a whole-file string), random access to row i, ranges of rows in one read, and following a file that
+ * a writer is appending to.
+ *
+ * Rows are the non-blank lines. A last line without a newline is "pending" while the file is followed (the
+ * writer may be mid-line); it becomes a row when following ends ({@link JsonlFile.finish}) or when the file is
+ * opened without following. Rows are parsed only when read, so the index costs 20 bytes per row.
+ */
+import { open, stat, type FileHandle } from 'node:fs/promises';
+
+const CHUNK = 4 * 1024 * 1024;
+const NL = 0x0a;
+const CR = 0x0d;
+
+export interface RawRow {
+  /** Row number (0-based, over non-blank lines). */
+  index: number;
+  /** Line number in the file (1-based). */
+  line: number;
+  text: string;
+}
+
+export interface IndexProgress {
+  bytes: number;
+  totalBytes: number;
+  rows: number;
+}
+
+export interface OpenOptions {
+  /** Keep a partial last line pending (a writer may still be appending). Default false. */
+  follow?: boolean;
+  onProgress?: (p: IndexProgress) => void;
+  signal?: AbortSignal;
+}
+
+/** Growable typed arrays: offsets and ends as float64 (exact to 2^53 bytes), line numbers as uint32. */
+class RowIndex {
+  starts = new Float64Array(1024);
+  ends = new Float64Array(1024);
+  lines = new Uint32Array(1024);
+  count = 0;
+
+  push(start: number, end: number, line: number): void {
+    if (this.count === this.starts.length) {
+      const grow = <T extends Float64Array | Uint32Array>(a: T): T => {
+        const b = new (a.constructor as new (n: number) => T)(a.length * 2);
+        b.set(a);
+        return b;
+      };
+      this.starts = grow(this.starts);
+      this.ends = grow(this.ends);
+      this.lines = grow(this.lines);
+    }
+    this.starts[this.count] = start;
+    this.ends[this.count] = end;
+    this.lines[this.count] = line;
+    this.count++;
+  }
+
+  bytes(): number {
+    return this.starts.byteLength + this.ends.byteLength + this.lines.byteLength;
+  }
+}
+
+export class JsonlFile {
+  private index = new RowIndex();
+  /** Where the next scan starts: the start of the first line not yet complete. */
+  private scanned = 0;
+  /** 1-based number of the line starting at `scanned`. */
+  private nextLine = 1;
+  private following: boolean;
+  private closed = false;
+
+  private constructor(
+    readonly path: string,
+    private fh: FileHandle,
+    follow: boolean,
+  ) {
+    this.following = follow;
+  }
+
+  static async open(path: string, options: OpenOptions = {}): Promise<JsonlFile> {
+    const fh = await open(path, 'r');
+    const f = new JsonlFile(path, fh, options.follow ?? false);
+    try {
+      await f.scan(options.onProgress, options.signal);
+    } catch (e) {
+      await fh.close();
+      throw e;
+    }
+    return f;
+  }
+
+  /** Complete rows indexed so far. */
+  get count(): number {
+    return this.index.count;
+  }
+
+  /** Bytes indexed (the partial last line excluded while following). */
+  get indexedBytes(): number {
+    return this.scanned;
+  }
+
+  /** Memory held by the index. */
+  get indexBytes(): number {
+    return this.index.bytes();
+  }
+
+  /** The 1-based file line of row i. */
+  lineOf(i: number): number {
+    return this.index.lines[i]!;
+  }
+
+  /** Byte span of row i (without the newline). */
+  spanOf(i: number): [number, number] {
+    return [this.index.starts[i]!, this.index.ends[i]!];
+  }
+
+  /** Scans from `scanned` to the end of the file, adding complete rows. */
+  private async scan(onProgress?: (p: IndexProgress) => void, signal?: AbortSignal): Promise<number> {
+    const before = this.index.count;
+    const { size } = await this.fh.stat();
+    const buf = Buffer.allocUnsafe(CHUNK);
+    let pos = this.scanned;
+    let lineStart = this.scanned;
+    let line = this.nextLine;
+    let lastProgress = 0;
+    let prevByte = -1; // last byte of the previous chunk (for a "\r\n" split across chunks)
+    while (pos < size) {
+      if (signal?.aborted) throw signal.reason ?? new Error('aborted');
+      const { bytesRead } = await this.fh.read(buf, 0, Math.min(CHUNK, size - pos), pos);
+      if (bytesRead === 0) break;
+      let p = 0;
+      for (;;) {
+        const nl = buf.indexOf(NL, p);
+        if (nl < 0 || nl >= bytesRead) break;
+        const end = pos + nl;
+        // A row unless blank ("" or a lone "\r").
+        if (end > lineStart && !(end === lineStart + 1 && (nl > 0 ? buf[nl - 1] : prevByte) === CR)) this.index.push(lineStart, end, line);
+        line++;
+        lineStart = end + 1;
+        p = nl + 1;
+      }
+      prevByte = buf[bytesRead - 1]!;
+      pos += bytesRead;
+      if (onProgress && pos - lastProgress >= 64 * CHUNK) {
+        lastProgress = pos;
+        onProgress({ bytes: pos, totalBytes: size, rows: this.index.count });
+      }
+    }
+    this.scanned = lineStart;
+    this.nextLine = line;
+    if (!this.following) await this.takePending(pos);
+    onProgress?.({ bytes: pos, totalBytes: size, rows: this.index.count });
+    return this.index.count - before;
+  }
+
+  /** A last line without a newline becomes a row, unless it is only whitespace. */
+  private async takePending(size: number): Promise<void> {
+    if (size <= this.scanned) return;
+    if (size - this.scanned <= 256) {
+      const tail = Buffer.allocUnsafe(size - this.scanned);
+      await this.readFully(tail, this.scanned);
+      if (tail.toString('utf8').trim() === '') return;
+    }
+    this.index.push(this.scanned, size, this.nextLine);
+    this.scanned = size;
+    this.nextLine++;
+  }
+
+  /**
+   * Reads what a writer appended since the last call. Returns the rows added, or `reset: true` when the file
+   * shrank (truncated or replaced): the index is then rebuilt from the start.
+   */
+  async update(): Promise<{ added: number; reset: boolean }> {
+    if (this.closed) return { added: 0, reset: false };
+    let size: number;
+    let sameFile = true;
+    try {
+      const [a, b] = await Promise.all([this.fh.stat(), stat(this.path)]);
+      size = a.size;
+      sameFile = a.ino === b.ino && a.dev === b.dev;
+    } catch {
+      return { added: 0, reset: false };
+    }
+    if (!sameFile || size < this.scanned || (this.index.count > 0 && size < this.index.ends[this.index.count - 1]!)) {
+      if (!sameFile) {
+        await this.fh.close();
+        this.fh = await open(this.path, 'r');
+      }
+      this.index = new RowIndex();
+      this.scanned = 0;
+      this.nextLine = 1;
+      return { added: await this.scan(), reset: true };
+    }
+    return { added: await this.scan(), reset: false };
+  }
+
+  /** The writer has ended: a pending partial last line becomes a row. Returns whether one was added. */
+  async finish(): Promise<boolean> {
+    await this.update();
+    this.following = false;
+    const { size } = await this.fh.stat();
+    const before = this.index.count;
+    await this.takePending(size);
+    return this.index.count > before;
+  }
+
+  /** Bytes of a pending partial last line (0 when there is none). */
+  async pendingBytes(): Promise<number> {
+    const { size } = await this.fh.stat();
+    return Math.max(0, size - this.scanned);
+  }
+
+  /** Rows [from, to) in one read (split into reads of at most 64 MB). */
+  async readRows(from: number, to: number): Promise<RawRow[]> {
+    from = Math.max(0, from);
+    to = Math.min(this.index.count, to);
+    const rows: RawRow[] = [];
+    let k = from;
+    while (k < to) {
+      const start = this.index.starts[k]!;
+      let last = k;
+      while (last + 1 < to && this.index.ends[last + 1]! - start <= 64 * 1024 * 1024) last++;
+      const end = this.index.ends[last]!;
+      const buf = Buffer.allocUnsafe(end - start);
+      await this.readFully(buf, start);
+      for (let r = k; r <= last; r++) {
+        rows.push({ index: r, line: this.index.lines[r]!, text: buf.toString('utf8', this.index.starts[r]! - start, this.index.ends[r]! - start) });
+      }
+      k = last + 1;
+    }
+    return rows;
+  }
+
+  async readRow(i: number): Promise<RawRow | undefined> {
+    return (await this.readRows(i, i + 1))[0];
+  }
+
+  private async readFully(buf: Buffer, position: number): Promise<void> {
+    let off = 0;
+    while (off < buf.length) {
+      const { bytesRead } = await this.fh.read(buf, off, buf.length - off, position + off);
+      if (bytesRead === 0) throw new Error(`${this.path}: file shrank while reading (byte ${position + off})`);
+      off += bytesRead;
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.fh.close();
+  }
+}
+
+/**
+ * Streams every line of a file in order (for summaries and conversions), in chunks, without an index.
+ * Yields `{ line, text }` for non-blank lines; a last line without newline is included.
+ */
+export async function* readLines(path: string, signal?: AbortSignal): AsyncGenerator<{ line: number; text: string }> {
+  const fh = await open(path, 'r');
+  try {
+    const buf = Buffer.allocUnsafe(CHUNK);
+    let carry: Buffer | undefined;
+    let line = 1;
+    let position = 0;
+    for (;;) {
+      if (signal?.aborted) throw signal.reason ?? new Error('aborted');
+      const { bytesRead } = await fh.read(buf, 0, CHUNK, position);
+      if (bytesRead === 0) break;
+      position += bytesRead;
+      let chunk = buf.subarray(0, bytesRead);
+      if (carry) {
+        chunk = Buffer.concat([carry, chunk]);
+        carry = undefined;
+      }
+      let p = 0;
+      for (;;) {
+        const nl = chunk.indexOf(NL, p);
+        if (nl < 0) break;
+        let end = nl;
+        if (end > p && chunk[end - 1] === CR) end--;
+        if (end > p) yield { line, text: chunk.toString('utf8', p, end) };
+        line++;
+        p = nl + 1;
+      }
+      if (p < chunk.length) carry = Buffer.from(chunk.subarray(p));
+    }
+    if (carry && carry.length > 0) {
+      const text = carry.toString('utf8').replace(/\r$/, '');
+      if (text) yield { line, text };
+    }
+  } finally {
+    await fh.close();
+  }
+}

@@ -1,0 +1,236 @@
+/**
+ * Rollouts from a JSONL file, a run directory (`runs/<id>/rollouts/step-NNNNNN.jsonl`), or a directory of
+ * JSONL files (e.g. veRL's `{step}.jsonl` dumps), as one sequence of rows: indexed, random access, followed
+ * while a run writes. Rows are parsed and validated when read; a malformed row is reported with its file,
+ * line and field, and the others are unaffected.
+ */
+import { watch, type FSWatcher } from 'node:fs';
+import { readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { validateRollout, type LocatedIssue, type Rollout } from '../run/format';
+import { JsonlFile, readLines, type IndexProgress } from './jsonl';
+
+export interface RolloutRow {
+  /** Row number across all files (0-based). */
+  index: number;
+  file: string;
+  line: number;
+  /** The record, when the line is valid JSON that passes the schema. */
+  record?: Rollout;
+  /** The parsed JSON when it is JSON but fails the schema (for showing what is there). */
+  value?: unknown;
+  errors: LocatedIssue[];
+}
+
+/** Parses and validates one line. */
+export function parseRolloutLine(text: string, file: string, line: number): Omit<RolloutRow, 'index'> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    return { file, line, errors: [{ file, line, field: '', message: `invalid JSON: ${(e as Error).message}` }] };
+  }
+  const errors = validateRollout(value, file, line);
+  return errors.length ? { file, line, value, errors } : { file, line, record: value as Rollout, errors };
+}
+
+/** The JSONL files a path stands for, in order: itself, a run's rollouts/, or a directory's *.jsonl by number. */
+export async function rolloutFiles(path: string): Promise<string[]> {
+  const st = await stat(path);
+  if (!st.isDirectory()) return [path];
+  let dir = path;
+  try {
+    if ((await stat(join(path, 'rollouts'))).isDirectory()) dir = join(path, 'rollouts');
+  } catch {
+    /* not a run directory: the directory's own files */
+  }
+  const names = (await readdir(dir)).filter((n) => n.endsWith('.jsonl'));
+  const num = (n: string) => {
+    const m = /(\d+)\.jsonl$/.exec(n);
+    return m ? Number(m[1]) : Number.POSITIVE_INFINITY;
+  };
+  names.sort((a, b) => num(a) - num(b) || a.localeCompare(b));
+  return names.map((n) => join(dir, n));
+}
+
+export interface StoreOptions {
+  follow?: boolean;
+  onProgress?: (p: IndexProgress & { file: string }) => void;
+  signal?: AbortSignal;
+}
+
+export class RolloutStore {
+  private files: JsonlFile[] = [];
+  /** prefix[k] = rows before file k. */
+  private prefix: number[] = [0];
+  private watchers: FSWatcher[] = [];
+  private poll: ReturnType<typeof setInterval> | undefined;
+
+  private constructor(
+    readonly path: string,
+    private readonly options: StoreOptions,
+  ) {}
+
+  static async open(path: string, options: StoreOptions = {}): Promise<RolloutStore> {
+    const store = new RolloutStore(path, options);
+    try {
+      for (const f of await rolloutFiles(path)) await store.addFile(f);
+    } catch (e) {
+      await store.close();
+      throw e;
+    }
+    return store;
+  }
+
+  private async addFile(file: string): Promise<void> {
+    // Only the last file is followed (has a pending partial line); earlier ones are complete.
+    const jf = await JsonlFile.open(file, {
+      follow: this.options.follow,
+      signal: this.options.signal,
+      onProgress: this.options.onProgress && ((p) => this.options.onProgress!({ ...p, file })),
+    });
+    // A file that is no longer the last is complete: its pending line (if any) is a row.
+    const previous = this.files[this.files.length - 1];
+    if (previous && this.options.follow) await previous.finish();
+    this.files.push(jf);
+    this.recount();
+  }
+
+  private recount(): void {
+    this.prefix = [0];
+    for (const f of this.files) this.prefix.push(this.prefix[this.prefix.length - 1]! + f.count);
+  }
+
+  get count(): number {
+    return this.prefix[this.prefix.length - 1]!;
+  }
+
+  get fileNames(): string[] {
+    return this.files.map((f) => f.path);
+  }
+
+  /** Memory held by the indexes. */
+  get indexBytes(): number {
+    return this.files.reduce((n, f) => n + f.indexBytes, 0);
+  }
+
+  /** The file and local row of global row i. */
+  private locate(i: number): { k: number; local: number } {
+    let lo = 0;
+    let hi = this.files.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (this.prefix[mid]! <= i) lo = mid;
+      else hi = mid - 1;
+    }
+    return { k: lo, local: i - this.prefix[lo]! };
+  }
+
+  /** Raw text of rows [from, to). */
+  async rawRows(from: number, to: number): Promise<{ index: number; file: string; line: number; text: string }[]> {
+    from = Math.max(0, from);
+    to = Math.min(this.count, to);
+    const out: { index: number; file: string; line: number; text: string }[] = [];
+    let i = from;
+    while (i < to) {
+      const { k, local } = this.locate(i);
+      const f = this.files[k]!;
+      const n = Math.min(to - i, f.count - local);
+      for (const r of await f.readRows(local, local + n)) out.push({ index: this.prefix[k]! + r.index, file: f.path, line: r.line, text: r.text });
+      i += n;
+    }
+    return out;
+  }
+
+  /** Parsed, validated rows [from, to). */
+  async rows(from: number, to: number): Promise<RolloutRow[]> {
+    return (await this.rawRows(from, to)).map((r) => ({ index: r.index, ...parseRolloutLine(r.text, r.file, r.line) }));
+  }
+
+  async row(i: number): Promise<RolloutRow | undefined> {
+    return (await this.rows(i, i + 1))[0];
+  }
+
+  /** Picks up appended rows and new files. `reset` when a file was truncated or replaced. */
+  async update(): Promise<{ added: number; reset: boolean }> {
+    const before = this.count;
+    let reset = false;
+    for (const f of this.files) {
+      const r = await f.update();
+      reset ||= r.reset;
+    }
+    let names: string[] = [];
+    try {
+      names = await rolloutFiles(this.path);
+    } catch {
+      /* vanished: keep what we have */
+    }
+    const known = new Set(this.files.map((f) => f.path));
+    for (const n of names) if (!known.has(n)) await this.addFile(n);
+    this.recount();
+    return { added: reset ? this.count : this.count - before, reset };
+  }
+
+  /** The writer has ended: pending partial lines become rows. */
+  async finish(): Promise<void> {
+    this.stopWatching();
+    await this.update();
+    for (const f of this.files) await f.finish();
+    this.recount();
+  }
+
+  /**
+   * Follows the files: calls `onChange` after rows were appended, files appeared, or a file was reset.
+   * File-system events where available, plus a poll every `pollMs` (network file systems miss events).
+   */
+  watch(onChange: (e: { added: number; reset: boolean; count: number }) => void, pollMs = 1000): void {
+    let running = false;
+    let again = false;
+    const tick = async () => {
+      if (running) {
+        again = true;
+        return;
+      }
+      running = true;
+      try {
+        do {
+          again = false;
+          const r = await this.update();
+          if (r.added > 0 || r.reset) onChange({ ...r, count: this.count });
+        } while (again);
+      } finally {
+        running = false;
+      }
+    };
+    const targets = new Set<string>([this.path, join(this.path, 'rollouts'), ...this.files.map((f) => f.path)]);
+    for (const t of targets) {
+      try {
+        this.watchers.push(watch(t, { persistent: false }, () => void tick()));
+      } catch {
+        /* polling covers it */
+      }
+    }
+    this.poll = setInterval(() => void tick(), pollMs);
+    this.poll.unref?.();
+  }
+
+  stopWatching(): void {
+    for (const w of this.watchers.splice(0)) w.close();
+    if (this.poll) clearInterval(this.poll);
+    this.poll = undefined;
+  }
+
+  async close(): Promise<void> {
+    this.stopWatching();
+    await Promise.all(this.files.map((f) => f.close()));
+    this.files = [];
+    this.recount();
+  }
+}
+
+/** Streams every row of a path in order without building an index (summaries, conversions). */
+export async function* streamRollouts(path: string, signal?: AbortSignal): AsyncGenerator<Omit<RolloutRow, 'index'>> {
+  for (const file of await rolloutFiles(path)) {
+    for await (const { line, text } of readLines(file, signal)) yield parseRolloutLine(text, file, line);
+  }
+}
