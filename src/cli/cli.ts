@@ -9,9 +9,12 @@
 import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { UnreadableInput } from '../core/importers';
 import { probePython, type PythonProbe } from '../core/python';
 import { VERSION } from '../core/version';
 import { runServer } from '../server/run';
+import { importCommand } from './import';
+import { inspect } from './inspect';
 
 const USAGE = `search-agent-studio ${VERSION}
 
@@ -19,6 +22,13 @@ Usage:
   search-agent-studio doctor [--python PATH]   check Node, the trainer's Python (torch, transformers, peft) and GPUs
   search-agent-studio serve [--port N]         run the env server on 127.0.0.1 (port 0 = any free port)
   search-agent-studio demo [--python PATH]     the main job on the embedded defaults (see README)
+  search-agent-studio inspect <file|run-dir> [--json]
+                                               summarise trajectories: our rollout JSONL, run directories,
+                                               Search-R1 transcripts, veRL dumps, TRL completion tables
+  search-agent-studio import <searchr1|verl|trl|searchr1-dataset> <src> --out <file.jsonl>
+                                               convert into our rollout JSONL (a dataset: our dataset JSONL)
+
+Exit codes: 0 success, 1 a check failed, 2 bad usage or unreadable input.
   search-agent-studio --version
 `;
 
@@ -60,6 +70,24 @@ async function demo(python?: string): Promise<number> {
   return probe ? 0 : 1;
 }
 
+function usage(why: string): number {
+  process.stderr.write(`search-agent-studio: ${why}\n\n${USAGE}`);
+  return 2;
+}
+
+/** Unreadable input → its message (naming the file and why) and exit code 2. */
+async function withInputErrors(fn: () => Promise<number>): Promise<number> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof UnreadableInput || (e as NodeJS.ErrnoException).code === 'ENOENT' || (e as NodeJS.ErrnoException).code === 'EACCES' || (e as NodeJS.ErrnoException).code === 'EISDIR') {
+      process.stderr.write(`search-agent-studio: ${(e as Error).message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+}
+
 export async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   switch (command) {
@@ -82,6 +110,18 @@ export async function main(argv: string[]): Promise<number> {
     case 'serve':
       await runServer(rest);
       return -1; // keeps running until a signal
+    case 'inspect': {
+      const { values, positionals } = parseArgs({ args: rest, options: { json: { type: 'boolean', default: false } }, allowPositionals: true, strict: true });
+      if (positionals.length !== 1) return usage('inspect takes one path');
+      return withInputErrors(() =>
+        inspect(positionals[0]!, { json: values.json ?? false, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) }),
+      );
+    }
+    case 'import': {
+      const { values, positionals } = parseArgs({ args: rest, options: { out: { type: 'string' } }, allowPositionals: true, strict: true });
+      if (positionals.length !== 2 || !values.out) return usage('import takes a kind, a source and --out <file.jsonl>');
+      return withInputErrors(() => importCommand(positionals[0]!, positionals[1]!, values.out!, (s) => process.stderr.write(s)));
+    }
     default:
       process.stderr.write(`unknown command: ${command}\n\n${USAGE}`);
       return 2;

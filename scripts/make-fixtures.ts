@@ -1,0 +1,115 @@
+// Writes the importer fixtures from the published formats (`npm run fixtures`): TRL completion tables and a
+// Search-R1 dataset as parquet (with hyparquet-writer, nested columns as pyarrow writes them: 3-level LISTs
+// and structs), and veRL dumps as JSONL. The content is invented.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parquetWriteBuffer } from 'hyparquet-writer';
+
+const FIX = join(__dirname, '..', 'test', 'fixtures');
+const str = (name: string) => ({ name, type: 'BYTE_ARRAY' as const, converted_type: 'UTF8' as const, repetition_type: 'OPTIONAL' as const });
+const list = (name: string, children: number) => [
+  { name, repetition_type: 'OPTIONAL' as const, converted_type: 'LIST' as const, num_children: 1 },
+  { name: 'list', repetition_type: 'REPEATED' as const, num_children: 1 },
+  ...(children ? [{ name: 'element', repetition_type: 'OPTIONAL' as const, num_children: children }] : []),
+];
+const messages = (name: string) => [...list(name, 2), str('content'), str('role')];
+
+const PROMPT = (q: string) =>
+  'Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get new information. ' +
+  'After reasoning, if you find you lack some knowledge, you can call a search engine by <search> query </search> and it will return the top searched results between <information> and </information>. ' +
+  'You can search as many times as your want. If you find no further external knowledge needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. ' +
+  `For example, <answer> Beijing </answer>. Question: ${q}\n`;
+
+function write(path: string, columns: Record<string, unknown[]>, schema: object[]) {
+  const names = Object.keys(columns);
+  const buf = parquetWriteBuffer({ columnData: names.map((name) => ({ name, data: columns[name]! as never[] })), schema: [{ name: 'root', num_children: names.length }, ...schema] as never });
+  writeFileSync(path, Buffer.from(buf));
+  console.log(`wrote ${path}`);
+}
+
+// --- Search-R1 dataset (scripts/data_process/qa_search_*_merge.py output; FlashRAG columns kept by map()).
+const ds = [
+  { id: 'train_0', question: 'who founded the varnholt observatory?', golden: ['Ilse Marrow'], source: 'nq', index: 0 },
+  { id: 'train_1', question: 'in which town was the founder of the varnholt observatory born?', golden: ['Quendal', 'Quendal, Ossel Valley'], source: 'hotpotqa', index: 1 },
+  { id: 'train_2', question: 'what river runs through quendal?', golden: ['the Ossel', 'Ossel'], source: 'nq', index: 2 },
+];
+mkdirSync(join(FIX, 'searchr1-dataset'), { recursive: true });
+write(
+  join(FIX, 'searchr1-dataset', 'train.parquet'),
+  {
+    id: ds.map((d) => d.id),
+    question: ds.map((d) => d.question),
+    golden_answers: ds.map((d) => d.golden),
+    data_source: ds.map((d) => d.source),
+    prompt: ds.map((d) => [{ content: PROMPT(d.question), role: 'user' }]),
+    ability: ds.map(() => 'fact-reasoning'),
+    reward_model: ds.map((d) => ({ ground_truth: { target: d.golden }, style: 'rule' })),
+    extra_info: ds.map((d) => ({ index: BigInt(d.index), split: 'train' })),
+  },
+  [
+    str('id'),
+    str('question'),
+    ...list('golden_answers', 0),
+    str('element'),
+    str('data_source'),
+    ...messages('prompt'),
+    str('ability'),
+    { name: 'reward_model', repetition_type: 'OPTIONAL', num_children: 2 },
+    { name: 'ground_truth', repetition_type: 'OPTIONAL', num_children: 1 },
+    ...list('target', 0),
+    str('element'),
+    str('style'),
+    { name: 'extra_info', repetition_type: 'OPTIONAL', num_children: 2 },
+    { name: 'index', type: 'INT64', repetition_type: 'OPTIONAL' },
+    str('split'),
+  ],
+);
+
+// --- TRL completion tables: step as TRL logs it (a string), reward columns, advantage.
+const turn = (q: string, a: string) => `<think>I should look up ${q}.</think>\n<search> ${q} </search>\n\n<information>Doc 1(Title: "${q}") ${q} is documented.</information>\n\n<think>So it is ${a}.</think>\n<answer> ${a} </answer>`;
+mkdirSync(join(FIX, 'trl', 'completions'), { recursive: true });
+const plain = [
+  ['varnholt founder', 'Ilse Marrow', 1, 0.2],
+  ['varnholt founder', 'Ilse Marrow', 1, 0.2],
+  ['varnholt founder', 'Quendal', 0, 0.2],
+  ['quendal river', 'the Ossel', 1, 0.2],
+  ['quendal river', 'the Ossel', 1, 0.2],
+  ['quendal river', 'the Ossel', 1, 0.2],
+] as const;
+write(
+  join(FIX, 'trl', 'completions', 'completions_00010.parquet'),
+  {
+    step: plain.map(() => '10'),
+    prompt: plain.map(([q]) => PROMPT(q)),
+    completion: plain.map(([q, a]) => turn(q, a)),
+    reward_em: plain.map(([, , em]) => em),
+    reward_format: plain.map(([, , , f]) => f),
+    advantage: [0.577, 0.577, -1.155, 0, 0, 0],
+  },
+  [str('step'), str('prompt'), str('completion'), { name: 'reward_em', type: 'DOUBLE', repetition_type: 'OPTIONAL' }, { name: 'reward_format', type: 'DOUBLE', repetition_type: 'OPTIONAL' }, { name: 'advantage', type: 'DOUBLE', repetition_type: 'OPTIONAL' }],
+);
+write(
+  join(FIX, 'trl', 'completions', 'completions_00020.parquet'),
+  {
+    step: ['20', '20'],
+    prompt: [[{ content: PROMPT('varnholt founder'), role: 'user' }], [{ content: PROMPT('varnholt founder'), role: 'user' }]],
+    completion: [[{ content: turn('varnholt founder', 'Ilse Marrow'), role: 'assistant' }], [{ content: '<think>No idea.</think>\n<answer> Beijing </answer>', role: 'assistant' }]],
+    reward_em: [1, 0],
+    advantage: [0.707, -0.707],
+  },
+  [str('step'), ...messages('prompt'), ...messages('completion'), { name: 'reward_em', type: 'DOUBLE', repetition_type: 'OPTIONAL' }, { name: 'advantage', type: 'DOUBLE', repetition_type: 'OPTIONAL' }],
+);
+
+// --- veRL dumps: {dir}/{step}.jsonl (input/output decoded without special tokens, gts, score, step, extras).
+mkdirSync(join(FIX, 'verl'), { recursive: true });
+const verlLine = (step: number, q: string, a: string, gold: unknown, score: number, extra: Record<string, unknown>) =>
+  JSON.stringify({ input: `system\nYou are a helpful assistant.\nuser\n${PROMPT(q)}\nassistant\n`, output: turn(q, a), gts: gold, score, step, ...extra });
+writeFileSync(
+  join(FIX, 'verl', '5.jsonl'),
+  [
+    verlLine(5, 'varnholt founder', 'Ilse Marrow', { target: ['Ilse Marrow'] }, 1, { acc: 1, pred: 'Ilse Marrow' }),
+    verlLine(5, 'varnholt founder', 'Quendal', { target: ['Ilse Marrow'] }, 0, { acc: 0, pred: 'Quendal' }),
+  ].join('\n') + '\n',
+);
+writeFileSync(join(FIX, 'verl', '10.jsonl'), `${verlLine(10, 'quendal river', 'the Ossel', ['Ossel', 'the Ossel'], 1, { acc: true })}\n{"input": "x", "output": 3}\n`);
+console.log('wrote verl dumps');

@@ -1,0 +1,56 @@
+/**
+ * `search-agent-studio import <searchr1|verl|trl|searchr1-dataset> <src> --out <file.jsonl>`: converts a
+ * source into our rollout JSONL (or, for a Search-R1 dataset, our JSONL dataset), streaming.
+ */
+import { createWriteStream } from 'node:fs';
+import { IMPORT_KINDS, importDataset, readSource, type ImportKind } from '../core/importers';
+import type { DatasetImportIssue } from '../core/importers/dataset';
+import { formatIssue } from '../core/run/format';
+
+export async function importCommand(kind: string, src: string, outPath: string, err: (s: string) => void): Promise<number> {
+  if (!(IMPORT_KINDS as readonly string[]).includes(kind)) {
+    err(`unknown import kind "${kind}"; expected one of ${IMPORT_KINDS.join(', ')}\n`);
+    return 2;
+  }
+  const out = createWriteStream(outPath);
+  const opened = new Promise<void>((resolve, reject) => {
+    out.once('open', () => resolve());
+    out.once('error', reject);
+  });
+  try {
+    await opened;
+  } catch (e) {
+    err(`${outPath}: cannot write: ${(e as Error).message}\n`);
+    return 2;
+  }
+  const write = async (line: string) => {
+    if (!out.write(`${line}\n`)) await new Promise<void>((r) => out.once('drain', () => r()));
+  };
+  let written = 0;
+  let skipped = 0;
+  try {
+    if ((kind as ImportKind) === 'searchr1-dataset') {
+      const issues: DatasetImportIssue[] = [];
+      for await (const ex of importDataset(src, issues)) {
+        await write(JSON.stringify(ex));
+        written++;
+      }
+      skipped = issues.length;
+      for (const i of issues.slice(0, 50)) err(`${i.message}\n`);
+    } else {
+      for await (const item of readSource(src, kind as 'searchr1' | 'verl' | 'trl')) {
+        if (!item.record) {
+          skipped++;
+          for (const i of item.issues) if (skipped <= 50) err(`${formatIssue(i)}\n`);
+          continue;
+        }
+        await write(JSON.stringify(item.record));
+        written++;
+      }
+    }
+  } finally {
+    await new Promise<void>((resolve) => out.end(() => resolve()));
+  }
+  err(`${src} → ${outPath}: ${written} ${kind === 'searchr1-dataset' ? 'examples' : 'trajectories'}${skipped ? `, ${skipped} skipped` : ''}\n`);
+  return 0;
+}

@@ -1,0 +1,84 @@
+/**
+ * `search-agent-studio inspect <file|run-dir> [--json]`: a summary of any trajectory source we read. With
+ * `--json`, one JSON object on stdout, streamed (a big run is not held in memory): `source`, `kind`,
+ * `trajectories` (per trajectory: id, question, searches, answer, invalid_actions, diagnostics, …), `issues`
+ * (malformed items, each with file, line and field) and `summary`.
+ */
+import { detectSource, readSource } from '../core/importers';
+import { formatIssue, type LocatedIssue } from '../core/run/format';
+import { SummaryBuilder, trajectoryFacts, type RunSummary } from '../core/run/summary';
+import { parseTrajectory } from '../core/tags/parser';
+
+export interface InspectOptions {
+  json: boolean;
+  out: (s: string) => void;
+  err: (s: string) => void;
+}
+
+export async function inspect(path: string, o: InspectOptions): Promise<number> {
+  const kind = await detectSource(path);
+  const summary = new SummaryBuilder();
+  const issues: LocatedIssue[] = [];
+  let first = true;
+  if (o.json) o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"trajectories":[`);
+  for await (const item of readSource(path, kind)) {
+    if (!item.record) {
+      summary.addIssue(item.issues);
+      issues.push(...item.issues);
+      continue;
+    }
+    const r = item.record;
+    const facts = trajectoryFacts(r);
+    summary.add(r, facts);
+    if (o.json) {
+      const parsed = parseTrajectory(r.response);
+      const entry = {
+        id: r.id,
+        question: r.question ?? null,
+        searches: facts.searches,
+        turns: facts.turns,
+        answer: facts.answer,
+        invalid_actions: facts.invalidActions,
+        reward: r.reward ?? null,
+        em: facts.em,
+        format_valid: facts.formatValid,
+        finish: r.finish ?? null,
+        diagnostics: parsed.diagnostics.map((d) => ({ code: d.code, severity: d.severity, message: d.message, start: d.start, end: d.end })),
+      };
+      o.out(`${first ? '' : ','}\n${JSON.stringify(entry)}`);
+      first = false;
+    }
+  }
+  const result = summary.result();
+  if (o.json) {
+    o.out(`\n],"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(result)}}\n`);
+  } else {
+    o.out(renderSummary(path, kind, result));
+  }
+  for (const i of issues.slice(0, 50)) o.err(`${formatIssue(i)}\n`);
+  if (issues.length > 50) o.err(`… and ${issues.length - 50} more malformed items\n`);
+  return 0;
+}
+
+const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+const hist = (h: Record<string, number>) =>
+  Object.entries(h)
+    .map(([k, v]) => `${k}: ${v}`)
+    .join(', ');
+
+export function renderSummary(path: string, kind: string, s: RunSummary): string {
+  const lines = [`${path} (${kind}): ${s.trajectories} trajectories${s.malformed ? `, ${s.malformed} malformed (skipped)` : ''}`];
+  if (s.reward) lines.push(`  reward        mean ${s.reward.mean.toFixed(3)} ± ${s.reward.std.toFixed(3)} (min ${s.reward.min}, max ${s.reward.max})`);
+  else lines.push('  reward        none recorded');
+  lines.push(s.em ? `  exact match   ${pct(s.em.rate)} of ${s.em.count}` : '  exact match   no golden answers');
+  lines.push(`  valid format  ${pct(s.format.rate)}`);
+  lines.push(`  searches      mean ${s.searches.mean.toFixed(2)}  [${hist(s.searches.histogram)}]`);
+  lines.push(`  turns         mean ${s.turns.mean.toFixed(2)}  [${hist(s.turns.histogram)}]`);
+  if (Object.keys(s.finish).length) lines.push(`  finish        ${hist(s.finish)}`);
+  if (Object.keys(s.data_sources).length > 1 || !s.data_sources['(none)']) lines.push(`  data sources  ${hist(s.data_sources)}`);
+  if (s.groups) {
+    const warn = s.groups.frac_zero_std > 0.5 ? '  ← most groups give GRPO no learning signal' : '';
+    lines.push(`  GRPO groups   ${s.groups.count}, all rewards equal in ${s.groups.zero_variance} (${pct(s.groups.frac_zero_std)})${warn}`);
+  }
+  return `${lines.join('\n')}\n`;
+}

@@ -1,0 +1,71 @@
+/** Shared by the importers: turning loosely-typed source fields into our record's fields. */
+import { parseTrajectory } from '../tags/parser';
+import { turnsOf } from '../tags/searchr1';
+import type { Rollout } from '../run/format';
+
+/** Golden answers from the shapes sources use: a string, a list, `{target: …}` (Search-R1's ground truth), JSON text of those. */
+export function goldenList(value: unknown): string[] {
+  if (value === null || value === undefined) return [];
+  if (typeof value === 'string') {
+    const t = value.trim();
+    if ((t.startsWith('[') && t.endsWith(']')) || (t.startsWith('{') && t.endsWith('}'))) {
+      try {
+        return goldenList(JSON.parse(t));
+      } catch {
+        /* a plain string that looks like JSON */
+      }
+    }
+    return [value];
+  }
+  if (typeof value === 'number' || typeof value === 'boolean' || typeof value === 'bigint') return [String(value)];
+  if (Array.isArray(value)) return value.flatMap((v) => goldenList(v));
+  if (typeof value === 'object') {
+    const o = value as Record<string, unknown>;
+    if ('target' in o) return goldenList(o.target);
+    if ('ground_truth' in o) return goldenList(o.ground_truth);
+  }
+  return [];
+}
+
+/** Text from a string or a list of chat messages (`[{role, content}]`, as TRL's conversational format). */
+export function messageText(value: unknown): string {
+  if (typeof value === 'string') return value;
+  if (Array.isArray(value)) {
+    return value
+      .map((m) => (m && typeof m === 'object' && 'content' in m ? String((m as { content: unknown }).content ?? '') : String(m ?? '')))
+      .join('\n');
+  }
+  if (value === null || value === undefined) return '';
+  return String(value);
+}
+
+/** Searches, turns and finish reason read from the response text (for sources that do not record them). */
+export function derivedFields(response: string): Pick<Rollout, 'searches' | 'turns' | 'finish'> {
+  const parsed = parseTrajectory(response, { expectAnswer: false });
+  const searches = parsed.segments.filter((s) => s.kind === 'search' && s.opened && s.closed).length;
+  const turns = turnsOf(parsed);
+  const answered = parsed.segments.some((s) => s.kind === 'answer' && s.opened && s.closed);
+  // Cut off mid-block: the generation ran out of length. A last turn with no action: invalid.
+  const lastBlock = [...parsed.segments].reverse().find((s) => s.kind !== 'text' && s.kind !== 'template');
+  const truncated = lastBlock !== undefined && !lastBlock.closed && lastBlock.kind !== 'feedback';
+  const lastInvalid = turns.length > 0 && turns[turns.length - 1]!.action === null;
+  return { searches, turns: turns.length, finish: answered ? 'answer' : truncated ? 'length' : lastInvalid ? 'invalid' : 'length' };
+}
+
+export function toNumber(v: unknown): number | undefined {
+  if (typeof v === 'number' && Number.isFinite(v)) return v;
+  if (typeof v === 'bigint') return Number(v);
+  if (typeof v === 'boolean') return v ? 1 : 0;
+  if (typeof v === 'string' && v.trim() !== '' && Number.isFinite(Number(v))) return Number(v);
+  return undefined;
+}
+
+/** JSON-safe copy (bigint → number, Date → ISO string, typed arrays → arrays). */
+export function jsonSafe(v: unknown): unknown {
+  if (typeof v === 'bigint') return Number(v);
+  if (v instanceof Date) return v.toISOString();
+  if (ArrayBuffer.isView(v)) return Array.from(v as unknown as ArrayLike<number>);
+  if (Array.isArray(v)) return v.map(jsonSafe);
+  if (v && typeof v === 'object') return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, jsonSafe(x)]));
+  return v;
+}

@@ -1,0 +1,28 @@
+/**
+ * Search-R1 transcripts: text files of whole conversations with chat templates, several per file, as
+ * `infer.py` prints them (a header line, the prompt with its template, then the response with information
+ * blocks). Each becomes a record without tokens; golden answers are unknown.
+ */
+import type { Rollout } from '../run/format';
+import { parseTranscript, splitConversations } from '../tags/transcript';
+import { derivedFields } from './common';
+
+export function importSearchR1Transcripts(text: string, source = 'transcript'): Rollout[] {
+  return splitConversations(text).map((span, k) => {
+    const conversation = text.slice(span.start, span.end);
+    const t = parseTranscript(conversation);
+    const prompt = conversation.slice(t.promptStart, t.promptEnd);
+    const response = conversation.slice(t.responseStart, t.responseEnd);
+    const line = text.slice(0, span.start).split('\n').length;
+    return {
+      v: 1,
+      id: `${source}#${k + 1}`,
+      ...(t.question ? { question: t.question } : {}),
+      golden: [],
+      prompt,
+      response,
+      ...derivedFields(response),
+      meta: { source, line, template: t.template, ...(span.label ? { label: span.label } : {}) },
+    } satisfies Rollout;
+  });
+}

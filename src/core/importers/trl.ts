@@ -1,0 +1,51 @@
+/**
+ * TRL completion tables: `completions/completions_{step:05d}.parquet` with columns `step`, `prompt`,
+ * `completion`, one column per reward function, and `advantage`. Prompts and completions are strings, or
+ * lists of chat messages in TRL's conversational format. The samples of one prompt within a step form a
+ * GRPO group; the reward is the sum of the reward columns (TRL's default weights of 1).
+ */
+import type { Rollout } from '../run/format';
+import { derivedFields, jsonSafe, messageText, toNumber } from './common';
+import { parquetRows } from './parquet';
+
+const KNOWN = new Set(['step', 'prompt', 'completion', 'advantage', 'image', 'images']);
+
+export async function* importTrlCompletions(path: string): AsyncGenerator<Rollout> {
+  const stepFromName = Number(/completions_(\d+)\.parquet$/.exec(path)?.[1] ?? NaN);
+  const groups = new Map<string, number>();
+  const samples = new Map<string, number>();
+  let row = 0;
+  for await (const r of parquetRows(path)) {
+    row++;
+    const prompt = messageText(r.prompt);
+    const response = messageText(r.completion);
+    const step = toNumber(r.step) ?? (Number.isFinite(stepFromName) ? stepFromName : undefined);
+    const groupKey = `${step}\u0000${prompt}`;
+    if (!groups.has(groupKey)) groups.set(groupKey, groups.size);
+    const sample = samples.get(groupKey) ?? 0;
+    samples.set(groupKey, sample + 1);
+    const parts: Record<string, number> = {};
+    const meta: Record<string, unknown> = { source: path, row };
+    for (const [k, v] of Object.entries(r)) {
+      if (KNOWN.has(k)) continue;
+      const n = toNumber(v);
+      if (n !== undefined && typeof v !== 'string') parts[k] = n;
+      else if (v !== null && v !== undefined) meta[k] = jsonSafe(v);
+    }
+    const advantage = toNumber(r.advantage);
+    if (advantage !== undefined) meta.advantage = advantage;
+    const rewards = Object.values(parts);
+    yield {
+      v: 1,
+      id: `trl-${step ?? 'x'}-${row}`,
+      ...(step !== undefined ? { step: Math.max(0, Math.trunc(step)) } : {}),
+      group: groups.get(groupKey)!,
+      sample,
+      prompt,
+      response,
+      ...(rewards.length ? { reward: rewards.reduce((a, b) => a + b, 0), reward_parts: parts } : {}),
+      ...derivedFields(response),
+      meta,
+    };
+  }
+}
