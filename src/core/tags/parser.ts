@@ -71,6 +71,8 @@ export interface ParseOptions {
 export interface ParsedTrajectory {
   /** The text parsed (the caller's string; not copied). */
   text: string;
+  /** Where `text` starts in the caller's coordinates: positions below are `offset`-based (ParseOptions.offset). */
+  offset: number;
   segments: Segment[];
   diagnostics: TagDiagnostic[];
 }
@@ -313,12 +315,12 @@ export function parseTrajectory(input: string, options: ParseOptions = {}): Pars
       d.end += base;
     }
   }
-  return { text, segments, diagnostics };
+  return { text, offset: base, segments, diagnostics };
 }
 
 /** The content of a segment (a substring made on demand). */
-export function contentOf(parsed: ParsedTrajectory, segment: Segment, offset = 0): string {
-  return parsed.text.slice(segment.contentStart - offset, segment.contentEnd - offset);
+export function contentOf(parsed: ParsedTrajectory, segment: Segment): string {
+  return parsed.text.slice(segment.contentStart - parsed.offset, segment.contentEnd - parsed.offset);
 }
 
 export { BLOCKS };

@@ -3,7 +3,7 @@
  * Search-R1 (search_r1/llm_agent/generation.py, verl/utils/reward_score/qa_em*.py) and is tested against the
  * quirks it has; the trajectory-level helpers are built on the parser.
  */
-import { INVALID_ACTION_MESSAGE, parseTrajectory, type ParsedTrajectory, type Segment, type TagDiagnostic } from './parser';
+import { contentOf, INVALID_ACTION_MESSAGE, parseTrajectory, type ParsedTrajectory, type Segment, type TagDiagnostic } from './parser';
 
 /** Python's `str.strip()` with no argument: strips Unicode whitespace (str.isspace). */
 export function pythonStrip(s: string): string {
@@ -38,10 +38,10 @@ export function searchR1ExtractSolution(solutionStr: string): string | null {
 }
 
 /** The final answer of a parsed response: the content of its last complete `<answer>` block, stripped. */
-export function finalAnswer(parsed: ParsedTrajectory, offset = 0): string | undefined {
+export function finalAnswer(parsed: ParsedTrajectory): string | undefined {
   for (let k = parsed.segments.length - 1; k >= 0; k--) {
     const s = parsed.segments[k]!;
-    if (s.kind === 'answer' && s.closed && s.opened) return pythonStrip(parsed.text.slice(s.contentStart - offset, s.contentEnd - offset));
+    if (s.kind === 'answer' && s.closed && s.opened) return pythonStrip(contentOf(parsed, s));
   }
   return undefined;
 }
@@ -138,7 +138,8 @@ export interface Turn {
 }
 
 /** The turns of a parsed response. */
-export function turnsOf(parsed: ParsedTrajectory, offset = 0): Turn[] {
+export function turnsOf(parsed: ParsedTrajectory): Turn[] {
+  const offset = parsed.offset;
   const turns: Turn[] = [];
   let current: Turn | undefined;
   parsed.segments.forEach((s: Segment, k) => {

@@ -1,0 +1,203 @@
+/**
+ * A trajectory document (a `.traj` file, or a transcript opened as one): its conversations, each split into
+ * prompt and response and parsed, and what the editor shows from them: diagnostics, folding ranges, an
+ * outline of turns, the documents behind a search. Incremental: a conversation whose text did not change
+ * since the last analysis is not parsed again (an edit re-parses one conversation, not a 10 MB file).
+ * Positions are character offsets; the editor layer turns them into lines.
+ */
+import type { Segment, TagDiagnostic } from './parser';
+import { parseDocuments, pythonStrip, turnsOf, type RetrievedDoc, type Turn } from './searchr1';
+import { parseTranscript, splitConversations, type ParsedTranscript } from './transcript';
+
+export interface Conversation {
+  /** Offsets of the conversation in the document. */
+  start: number;
+  end: number;
+  label?: string;
+  /** Analysis relative to `start` (cached between edits). */
+  rel: ParsedTranscript & { turns: Turn[] };
+}
+
+export interface DocDiagnostic extends TagDiagnostic {
+  /** Absolute offsets in the document. */
+  start: number;
+  end: number;
+}
+
+export type OutlineKind = 'trajectory' | 'prompt' | 'turn' | 'think' | 'search' | 'information' | 'answer' | 'feedback';
+
+export interface OutlineNode {
+  name: string;
+  detail: string;
+  kind: OutlineKind;
+  start: number;
+  end: number;
+  /** The part to reveal when the node is picked (the query, the answer, …). */
+  selectionStart: number;
+  selectionEnd: number;
+  children: OutlineNode[];
+}
+
+export interface SearchInfo {
+  turn: number;
+  query: string;
+  start: number;
+  end: number;
+  /** Documents of the information block that answered the search (none if it did not come back). */
+  docs: RetrievedDoc[];
+}
+
+export const MAX_DIAGNOSTICS = 1000;
+
+export class TrajectoryDocument {
+  private cache = new Map<string, Conversation['rel']>();
+  conversations: Conversation[] = [];
+  /** Conversations parsed in the last `update` (the others came from the cache). */
+  parsedLastUpdate = 0;
+
+  constructor(text = '') {
+    this.update(text);
+  }
+
+  update(text: string): this {
+    const next = new Map<string, Conversation['rel']>();
+    this.parsedLastUpdate = 0;
+    this.conversations = splitConversations(text).map((span) => {
+      const slice = text.slice(span.start, span.end);
+      let rel = this.cache.get(slice) ?? next.get(slice);
+      if (!rel) {
+        const t = parseTranscript(slice);
+        rel = { ...t, turns: turnsOf(t.parsed) };
+        this.parsedLastUpdate++;
+      }
+      next.set(slice, rel);
+      return { start: span.start, end: span.end, ...(span.label !== undefined ? { label: span.label } : {}), rel };
+    });
+    this.cache = next;
+    return this;
+  }
+
+  diagnostics(limit = MAX_DIAGNOSTICS): DocDiagnostic[] {
+    const out: DocDiagnostic[] = [];
+    let total = 0;
+    for (const c of this.conversations) {
+      for (const d of c.rel.parsed.diagnostics) {
+        total++;
+        if (out.length < limit) out.push({ ...d, start: d.start + c.start, end: d.end + c.start });
+      }
+    }
+    if (total > limit) {
+      const last = this.conversations[this.conversations.length - 1]!;
+      out.push({ code: 'text-between-tags', severity: 'info', message: `${total - limit} more problems not shown (${total} in this file)`, start: last.end, end: last.end });
+    }
+    return out;
+  }
+
+  /** Multi-character spans worth folding: each conversation, each prompt, each block. */
+  foldingSpans(): { start: number; end: number; kind: 'region' | 'comment' }[] {
+    const out: { start: number; end: number; kind: 'region' | 'comment' }[] = [];
+    for (const c of this.conversations) {
+      out.push({ start: c.start, end: c.end, kind: 'region' });
+      if (c.rel.promptEnd > c.rel.promptStart) out.push({ start: c.start + c.rel.promptStart, end: c.start + c.rel.promptEnd, kind: 'region' });
+      for (const s of c.rel.parsed.segments) {
+        if (s.kind === 'text' || s.kind === 'template') continue;
+        out.push({ start: c.start + s.start, end: c.start + s.end, kind: s.kind === 'information' ? 'comment' : 'region' });
+      }
+    }
+    return out;
+  }
+
+  /** The outline: conversations → prompt and turns → blocks. */
+  outline(text: string): OutlineNode[] {
+    return this.conversations.map((c, k) => conversationOutline(text, c, k));
+  }
+
+  /** The search block at an offset, with its turn and the documents that came back. */
+  searchAt(text: string, offset: number): SearchInfo | undefined {
+    const c = this.conversations.find((x) => offset >= x.start && offset <= x.end);
+    if (!c) return undefined;
+    const rel = offset - c.start;
+    const segs = c.rel.parsed.segments;
+    const k = segs.findIndex((s) => s.kind === 'search' && rel >= s.start && rel <= s.end);
+    if (k < 0) return undefined;
+    const s = segs[k]!;
+    const turn = c.rel.turns.findIndex((t) => t.segments.includes(k));
+    const obs = turn >= 0 ? c.rel.turns[turn]!.observation : undefined;
+    const info = obs !== undefined && segs[obs]!.kind === 'information' ? segs[obs]! : undefined;
+    const docs = info ? parseDocuments(text.slice(c.start + info.contentStart, c.start + info.contentEnd), c.start + info.contentStart) : [];
+    return { turn: turn + 1, query: pythonStrip(text.slice(c.start + s.contentStart, c.start + s.contentEnd)), start: c.start + s.start, end: c.start + s.end, docs };
+  }
+}
+
+const clip = (s: string, n = 60) => {
+  const one = s.replace(/\s+/g, ' ').trim();
+  return one.length > n ? `${one.slice(0, n - 1)}…` : one;
+};
+
+function blockNode(text: string, base: number, s: Segment): OutlineNode {
+  const content = text.slice(base + s.contentStart, base + s.contentEnd);
+  const names: Record<string, string> = {
+    think: `think: ${clip(content, 40)}`,
+    search: `search: ${clip(content)}`,
+    information: `information: ${parseDocuments(content).length} documents`,
+    answer: `answer: ${clip(content)}`,
+    feedback: 'invalid action (feedback)',
+  };
+  return {
+    name: names[s.kind] ?? s.kind,
+    detail: s.closed || s.kind === 'feedback' ? '' : 'unclosed',
+    kind: s.kind as OutlineKind,
+    start: base + s.start,
+    end: base + s.end,
+    selectionStart: base + s.contentStart,
+    selectionEnd: base + Math.max(s.contentStart, s.contentEnd),
+    children: [],
+  };
+}
+
+function conversationOutline(text: string, c: Conversation, k: number): OutlineNode {
+  const { rel } = c;
+  const base = c.start;
+  const children: OutlineNode[] = [];
+  if (rel.promptEnd > rel.promptStart) {
+    children.push({
+      name: 'prompt',
+      detail: rel.template,
+      kind: 'prompt',
+      start: base + rel.promptStart,
+      end: base + rel.promptEnd,
+      selectionStart: base + rel.promptStart,
+      selectionEnd: base + rel.promptStart,
+      children: [],
+    });
+  }
+  const segs = rel.parsed.segments;
+  for (const t of rel.turns) {
+    const blocks = t.segments.map((i) => segs[i]!).filter((s) => s.kind !== 'text' && s.kind !== 'template');
+    const obs = t.observation !== undefined ? segs[t.observation] : undefined;
+    const end = obs ? obs.end : t.end;
+    const actionBlock = blocks.find((s) => s.kind === t.action);
+    const name = t.action === 'search' ? `Turn ${t.index + 1}: search “${clip(t.content)}”` : t.action === 'answer' ? `Turn ${t.index + 1}: answer “${clip(t.content)}”` : `Turn ${t.index + 1}: invalid action`;
+    children.push({
+      name,
+      detail: obs?.kind === 'information' ? `${parseDocuments(text.slice(base + obs.contentStart, base + obs.contentEnd)).length} documents` : '',
+      kind: 'turn',
+      start: base + t.start,
+      end: base + end,
+      selectionStart: base + (actionBlock?.contentStart ?? t.start),
+      selectionEnd: base + (actionBlock?.contentEnd ?? t.start),
+      children: [...blocks, ...(obs ? [obs] : [])].map((s) => blockNode(text, base, s)),
+    });
+  }
+  const title = `Trajectory ${k + 1}${c.label ? ` (${c.label})` : ''}`;
+  return {
+    name: rel.question ? `${title}: ${clip(rel.question, 100)}` : title,
+    detail: `${rel.turns.length} turns`,
+    kind: 'trajectory',
+    start: c.start,
+    end: c.end,
+    selectionStart: c.start,
+    selectionEnd: c.start,
+    children,
+  };
+}
