@@ -3,6 +3,7 @@
  * trainer. Nothing here trains, parses big files or blocks the extension host.
  */
 import * as vscode from 'vscode';
+import { TrajectoryLanguage } from './trajectoryLanguage';
 import { WelcomePanel } from './welcome';
 
 export function activate(context: vscode.ExtensionContext): void {
@@ -18,6 +19,8 @@ export function activate(context: vscode.ExtensionContext): void {
   status.command = 'searchAgent.showWelcome';
   status.show();
   context.subscriptions.push(status);
+
+  context.subscriptions.push(new TrajectoryLanguage(log));
 
   context.subscriptions.push(
     vscode.commands.registerCommand('searchAgent.showWelcome', () => {

@@ -124,6 +124,9 @@ export class CodeServerSession {
       'chat.commandCenter.enabled': false,
       'chat.disableAIFeatures': true,
       'git.openRepositoryInParentFolders': 'never',
+      'outline.collapseItems': 'alwaysCollapse',
+      'editor.hover.delay': 100,
+      'editor.minimap.enabled': false,
       ...this.options.settings,
     });
 
@@ -202,6 +205,51 @@ export class CodeServerSession {
     await row.first().waitFor({ timeout: 15_000 });
     await row.first().click();
     await this.page.locator('.quick-input-widget').waitFor({ state: 'hidden', timeout: 10_000 });
+  }
+
+  /** Opens a workspace file by name with Quick Open and waits for its editor. */
+  async openFile(name: string): Promise<void> {
+    await this.page.locator('.monaco-workbench').click({ position: { x: 700, y: 10 }, force: true }).catch(() => {});
+    await this.page.keyboard.press('Control+P');
+    const input = this.page.locator('.quick-input-widget input');
+    await input.waitFor({ timeout: 15_000 });
+    await input.fill(name);
+    const row = this.page.locator('.quick-input-list .monaco-list-row', { has: this.page.locator('.label-name', { hasText: name }) });
+    await row.first().waitFor({ timeout: 15_000 });
+    await this.page.keyboard.press('Enter');
+    await this.page.locator(`.tabs-container .tab[data-resource-name="${name}"]`).waitFor({ timeout: 15_000 });
+    await this.page.locator('.editor-instance .monaco-editor .view-lines').first().waitFor({ timeout: 15_000 });
+  }
+
+  /** The rendered spans of the active editor's visible lines, with their computed colours. */
+  async editorSpans(): Promise<{ line: number; text: string; color: string; fontStyle: string }[]> {
+    return this.page.evaluate(() => {
+      const editor = document.querySelector('.editor-instance .monaco-editor')!;
+      const lines = [...editor.querySelectorAll('.view-lines .view-line')] as HTMLElement[];
+      return lines.flatMap((el) => {
+        const top = Number.parseFloat(el.style.top || '0');
+        return ([...el.querySelectorAll('span > span')] as HTMLElement[]).map((s) => ({
+          line: top,
+          text: (s.textContent ?? '').replace(/\u00a0/g, ' '),
+          color: getComputedStyle(s).color,
+          fontStyle: getComputedStyle(s).fontStyle,
+        }));
+      });
+    });
+  }
+
+  /** Moves the mouse over the first rendered editor span whose text contains `text` (nbsp-normalised). */
+  async hoverEditorText(text: string): Promise<void> {
+    const box = await this.page.evaluate((t) => {
+      const spans = [...document.querySelectorAll('.editor-instance .monaco-editor .view-line span > span')] as HTMLElement[];
+      const el = spans.find((s) => (s.textContent ?? '').replace(/\u00a0/g, ' ').includes(t));
+      if (!el) return null;
+      const r = el.getBoundingClientRect();
+      return { x: r.left + r.width / 2, y: r.top + r.height / 2 };
+    }, text);
+    if (!box) throw new Error(`no editor text ${JSON.stringify(text)} on screen`);
+    await this.page.mouse.move(box.x - 5, box.y);
+    await this.page.mouse.move(box.x, box.y, { steps: 3 });
   }
 
   /** The palette's entries for a filter text, then closes it. */

@@ -50,7 +50,11 @@ export interface SearchInfo {
 export const MAX_DIAGNOSTICS = 1000;
 
 export class TrajectoryDocument {
-  private cache = new Map<string, Conversation['rel']>();
+  /**
+   * The last analysis, by a cheap fingerprint (length + both ends) of each conversation's text; a hit is
+   * confirmed by comparing the texts (a memcmp, much cheaper than hashing every conversation as a Map key).
+   */
+  private cache = new Map<string, { text: string; rel: Conversation['rel'] }[]>();
   conversations: Conversation[] = [];
   /** Conversations parsed in the last `update` (the others came from the cache). */
   parsedLastUpdate = 0;
@@ -60,17 +64,21 @@ export class TrajectoryDocument {
   }
 
   update(text: string): this {
-    const next = new Map<string, Conversation['rel']>();
+    const next = new Map<string, { text: string; rel: Conversation['rel'] }[]>();
     this.parsedLastUpdate = 0;
     this.conversations = splitConversations(text).map((span) => {
       const slice = text.slice(span.start, span.end);
-      let rel = this.cache.get(slice) ?? next.get(slice);
+      const key = `${slice.length}\u0000${slice.slice(0, 48)}\u0000${slice.slice(-48)}`;
+      const find = (m: Map<string, { text: string; rel: Conversation['rel'] }[]>) => m.get(key)?.find((e) => e.text === slice)?.rel;
+      let rel = find(this.cache) ?? find(next);
       if (!rel) {
         const t = parseTranscript(slice);
         rel = { ...t, turns: turnsOf(t.parsed) };
         this.parsedLastUpdate++;
       }
-      next.set(slice, rel);
+      const bucket = next.get(key);
+      if (bucket) bucket.push({ text: slice, rel });
+      else next.set(key, [{ text: slice, rel }]);
       return { start: span.start, end: span.end, ...(span.label !== undefined ? { label: span.label } : {}), rel };
     });
     this.cache = next;
@@ -189,7 +197,8 @@ function conversationOutline(text: string, c: Conversation, k: number): OutlineN
       children: [...blocks, ...(obs ? [obs] : [])].map((s) => blockNode(text, base, s)),
     });
   }
-  const title = `Trajectory ${k + 1}${c.label ? ` (${c.label})` : ''}`;
+  // `### trajectory 7 (step 3)` → "Trajectory 7 (step 3)"; no label → its position.
+  const title = c.label ? `Trajectory ${c.label}` : `Trajectory ${k + 1}`;
   return {
     name: rel.question ? `${title}: ${clip(rel.question, 100)}` : title,
     detail: `${rel.turns.length} turns`,

@@ -121,39 +121,51 @@ export interface ConversationSpan {
  * text is trimmed from each span.
  */
 export function splitConversations(text: string): ConversationSpan[] {
+  // Candidate boundaries found with indexOf (memchr-fast), kept when they start a line; no per-line work.
+  const candidates: number[] = [];
+  for (const needle of ['### trajectory', '#####', '<|im_start|>system', '<|im_start|>user', '<|begin_of_text|>']) {
+    for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + needle.length)) {
+      if (at === 0 || text.charCodeAt(at - 1) === 10) candidates.push(at);
+    }
+  }
+  candidates.sort((a, b) => a - b);
+  const assistant = /<\|im_start\|>assistant|<\|start_header_id\|>assistant/g;
   const spans: ConversationSpan[] = [];
   let start = 0;
   let label: string | undefined;
-  let sawAssistant = false;
-  let lineStart = 0;
   const close = (end: number) => {
     let s = start;
     let e = end;
-    while (s < e && /\s/.test(text[s]!)) s++;
-    while (e > s && /\s/.test(text[e - 1]!)) e--;
+    while (s < e && isSpace(text.charCodeAt(s))) s++;
+    while (e > s && isSpace(text.charCodeAt(e - 1))) e--;
     if (e > s) spans.push(label === undefined ? { start: s, end: e } : { start: s, end: e, label });
   };
-  while (lineStart <= text.length) {
-    const nl = text.indexOf('\n', lineStart);
+  /** Whether an assistant marker occurs in [from, to). */
+  const hasAssistant = (from: number, to: number) => {
+    assistant.lastIndex = from;
+    const m = assistant.exec(text);
+    return m !== null && m.index < to;
+  };
+  for (const at of candidates) {
+    if (at < start) continue;
+    const nl = text.indexOf('\n', at);
     const lineEnd = nl < 0 ? text.length : nl;
-    const line = text.slice(lineStart, lineEnd);
-    const next = nl < 0 ? text.length + 1 : nl + 1;
-    if (TRAJ_SEPARATOR.test(line) || INFER_HEADER.test(line)) {
-      close(lineStart);
-      label = TRAJ_SEPARATOR.test(line) ? line.slice('### trajectory'.length).trim() : undefined;
-      start = Math.min(next, text.length);
-      sawAssistant = false;
-    } else if (line.startsWith('<|im_start|>system') || line.startsWith('<|im_start|>user') || line.startsWith('<|begin_of_text|>')) {
-      if (sawAssistant) {
-        close(lineStart);
-        label = undefined;
-        start = lineStart;
-        sawAssistant = false;
-      }
+    const line = text.slice(at, Math.min(lineEnd, at + 200));
+    if (TRAJ_SEPARATOR.test(line) || (line.startsWith('#####') && INFER_HEADER.test(text.slice(at, lineEnd)))) {
+      close(at);
+      label = line.startsWith('### trajectory') ? text.slice(at + '### trajectory'.length, lineEnd).trim() : undefined;
+      start = nl < 0 ? text.length : nl + 1;
+    } else if (!line.startsWith('#') && hasAssistant(start, at)) {
+      // A new conversation's first message after the current one's assistant turn.
+      close(at);
+      label = undefined;
+      start = at;
     }
-    if (line.includes('<|im_start|>assistant') || line.includes('<|start_header_id|>assistant')) sawAssistant = true;
-    lineStart = next;
   }
   close(text.length);
   return spans;
+}
+
+function isSpace(c: number): boolean {
+  return c === 32 || (c >= 9 && c <= 13) || c === 0xa0 || c === 0xfeff || c === 0x2028 || c === 0x2029 || c === 0x3000 || (c >= 0x2000 && c <= 0x200a);
 }

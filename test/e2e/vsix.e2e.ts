@@ -1,0 +1,23 @@
+/** What the packaged VSIX holds: the runtime, and nothing of the sources, tests, fixtures or benchmarks. */
+import assert from 'node:assert/strict';
+import { readFileSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { ROOT } from './harness';
+
+describe('the VSIX', () => {
+  it('ships the runtime and leaves sources, tests and fixtures out', async () => {
+    const vsix = readFileSync(join(ROOT, 'out', 'vsix-path.txt'), 'utf8').trim();
+    const { stdout } = await execa('unzip', ['-Z1', vsix]);
+    const files = stdout.split('\n').map((f) => f.replace(/^extension\//, ''));
+    for (const must of ['package.json', 'dist/extension.js', 'dist/server.js', 'dist/cli.js', 'dist/webview/welcome.js', 'syntaxes/search-trajectory.tmLanguage.json', 'trainer/search_agent_trainer/__main__.py']) {
+      assert.ok(files.includes(must), `${must} ships`);
+    }
+    const leaks = files.filter((f) => /^(src|test|webview|scripts|bench|docs|examples|\.bench|\.vscode-test|out)\//.test(f) || /\.(ts|map)$/.test(f) || /__pycache__|fixtures/.test(f));
+    assert.deepEqual(leaks, []);
+    const platforms = new Set(files.filter((f) => f.includes('onnxruntime-node/bin/')).map((f) => f.split('/').slice(3, 6).join('/')));
+    assert.deepEqual([...platforms], [`napi-v6/${process.platform}/${process.arch}`]);
+    const mb = statSync(vsix).size / 1e6;
+    assert.ok(mb < 40, `VSIX is ${mb.toFixed(1)} MB`);
+  });
+});
