@@ -1,7 +1,7 @@
 // Writes the importer fixtures from the published formats (`npm run fixtures`): TRL completion tables and a
 // Search-R1 dataset as parquet (with hyparquet-writer, nested columns as pyarrow writes them: 3-level LISTs
 // and structs), and veRL dumps as JSONL. The content is invented.
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 
@@ -113,3 +113,42 @@ writeFileSync(
 );
 writeFileSync(join(FIX, 'verl', '10.jsonl'), `${verlLine(10, 'quendal river', 'the Ossel', ['Ossel', 'the Ossel'], 1, { acc: true })}\n{"input": "x", "output": 3}\n`);
 console.log('wrote verl dumps');
+
+// --- BM25 oracle fixtures: a corpus with every length class SmallFloat distinguishes (short, exact up to 40,
+// lossy beyond), repeated terms, possessives, numbers, Unicode, tags, and the words whose Porter stems differ
+// between implementations; and queries (repeated terms, stop words only, unknown terms, ties).
+{
+  let seed = 20251121;
+  const rand = () => {
+    seed = (seed * 1103515245 + 12345) & 0x7fffffff;
+    return seed / 0x7fffffff;
+  };
+  const pick = <T>(xs: readonly T[]) => xs[Math.floor(rand() * xs.length)]!;
+  const tricky = readFileSync(join(FIX, 'bm25', 'porter-tricky.txt'), 'utf8').trim().split('\n');
+  const common = 'the of and in to a was is for on as by with that at from his it an were are which this be or has had first not observatory river town founded surveyor council harbour league season album director province island railway village century bridge museum novel captain district festival treaty dynasty cathedral orchestra marrow varnholt quendal ossel'.split(' ');
+  const odd = ["Varnholt's", "U.S.A.", '3.14', '1871', 'e-mail', 'foo_bar', "don't", 'Café', 'naïve', 'Zürich', '東京', '😀', '<answer>', '</search>', 'x.y.z', "O'Neil's", 'ÉCOLE', 'Straße', '1,000,000', 'a:b'];
+  const docs: { id: string; contents: string }[] = [];
+  const lengths = [1, 2, 3, 5, 8, 12, 16, 20, 23, 24, 25, 31, 32, 39, 40, 41, 48, 63, 64, 65, 100, 127, 128, 200, 300, 301, 513, 1000];
+  for (let i = 0; i < 320; i++) {
+    const n = i < lengths.length ? lengths[i]! : 1 + Math.floor(rand() ** 2 * 400);
+    const words: string[] = [];
+    for (let w = 0; w < n; w++) {
+      const r = rand();
+      words.push(r < 0.5 ? pick(common) : r < 0.85 ? pick(tricky) : pick(odd));
+    }
+    const title = `${pick(tricky)} ${pick(common)}`;
+    docs.push({ id: `doc${String(i).padStart(4, '0')}`, contents: `"${title}"\n${words.join(' ')}` });
+  }
+  // Exact duplicates under different ids: equal scores, so ties must be broken by id.
+  docs.push({ id: 'dup-b', contents: docs[40]!.contents });
+  docs.push({ id: 'dup-a', contents: docs[40]!.contents });
+  writeFileSync(join(FIX, 'bm25', 'corpus.jsonl'), docs.map((d) => JSON.stringify(d)).join('\n') + '\n');
+  const queries: string[] = [];
+  for (let q = 0; q < 120; q++) {
+    const n = 1 + Math.floor(rand() * 6);
+    queries.push(Array.from({ length: n }, () => (rand() < 0.6 ? pick(tricky) : pick(common))).join(' '));
+  }
+  queries.push('observatory observatory observatory', 'the of and', 'zzzzunknownterm', "Varnholt's founder", 'generously generosity general', docs[40]!.contents.split('\n')[1]!.split(' ').slice(0, 4).join(' '), '東京 😀 café', '3.14 1871 U.S.A.');
+  writeFileSync(join(FIX, 'bm25', 'queries.txt'), queries.join('\n') + '\n');
+  console.log(`wrote bm25 corpus (${docs.length} docs) and ${queries.length} queries`);
+}

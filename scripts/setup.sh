@@ -28,7 +28,7 @@ command -v "$PYTHON" >/dev/null || die "Python 3.10+ is required ($PYTHON not fo
 pkgs=()
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || pkgs+=(python3-venv)
 if [[ $MODE == test ]]; then
-  pkgs+=(g++ make pkg-config libkrb5-dev libx11-dev libxkbfile-dev libsecret-1-dev ripgrep chromium)
+  pkgs+=(g++ make pkg-config libkrb5-dev libx11-dev libxkbfile-dev libsecret-1-dev ripgrep chromium openjdk-17-jdk-headless maven unzip)
 fi
 missing=()
 if command -v dpkg-query >/dev/null; then
@@ -41,7 +41,9 @@ else
     case $p in
       chromium) [[ -n "${SAS_CHROMIUM:-}" ]] || command -v chromium >/dev/null || missing+=("chromium (or set SAS_CHROMIUM)") ;;
       ripgrep) command -v rg >/dev/null || missing+=(ripgrep) ;;
-      g++|make|pkg-config) command -v "$p" >/dev/null || missing+=("$p") ;;
+      g++|make|pkg-config|unzip) command -v "$p" >/dev/null || missing+=("$p") ;;
+      openjdk-17-jdk-headless) command -v javac >/dev/null || missing+=("a JDK 17+ (javac)") ;;
+      maven) command -v mvn >/dev/null || missing+=(maven) ;;
       python3-venv) missing+=("python venv/ensurepip module") ;;
       *) pkg-config --exists "${p#lib}" 2>/dev/null || true ;;  # headers: the code-server build will say
     esac
@@ -87,9 +89,18 @@ fi
 step "npm run build"
 timed npm run --silent build >/dev/null
 
-# ---- 4. real VS Code for the e2e tests
+# ---- 4. real VS Code for the e2e tests, and the Lucene oracle for the BM25 tests
 if [[ $MODE == test ]]; then
   step "code-server for the e2e tests"
   timed bash scripts/install-code-server.sh
+  oracle=test/oracle/lucene
+  want_oracle="$(sha $oracle/pom.xml $oracle/src/main/java/oracle/*.java)"
+  if [[ -f $oracle/target/classes/oracle/Oracle.class && "$(cat $oracle/target/.sas-stamp 2>/dev/null)" == "$want_oracle" ]]; then
+    step "Lucene oracle is up to date"
+  else
+    step "Lucene oracle (Maven, Apache Lucene from Maven Central)"
+    timed mvn -q -B -f $oracle/pom.xml package -DskipTests
+    echo "$want_oracle" > $oracle/target/.sas-stamp
+  fi
 fi
 step "setup done ($MODE) in $SECONDS s"

@@ -1,0 +1,52 @@
+/**
+ * Corpora: JSONL with `{id, contents}` where `contents` is `"Title"\ntext` (Search-R1's wiki-18 format);
+ * `{id, title, text}` is accepted and turned into that form. Streamed; a malformed line is reported with its
+ * line and field and skipped.
+ */
+import { stat } from 'node:fs/promises';
+import { readLines } from '../store/jsonl';
+import { Bm25Builder, type BuildOptions, type IndexMeta } from './bm25';
+
+export interface CorpusDoc {
+  id: string;
+  contents: string;
+}
+
+export interface CorpusIssue {
+  line: number;
+  message: string;
+}
+
+export async function* readCorpus(path: string, issues: CorpusIssue[] = [], signal?: AbortSignal): AsyncGenerator<CorpusDoc> {
+  for await (const { line, text } of readLines(path, signal)) {
+    let o: Record<string, unknown>;
+    try {
+      o = JSON.parse(text);
+    } catch (e) {
+      issues.push({ line, message: `${path}:${line}: invalid JSON: ${(e as Error).message}` });
+      continue;
+    }
+    const id = typeof o.id === 'string' || typeof o.id === 'number' ? String(o.id) : undefined;
+    if (id === undefined) {
+      issues.push({ line, message: `${path}:${line}: id: required (a string or number)` });
+      continue;
+    }
+    let contents: string | undefined;
+    if (typeof o.contents === 'string') contents = o.contents;
+    else if (typeof o.text === 'string') contents = typeof o.title === 'string' ? `"${o.title}"\n${o.text}` : o.text;
+    if (contents === undefined) {
+      issues.push({ line, message: `${path}:${line}: contents: required (a string; or title and text)` });
+      continue;
+    }
+    yield { id, contents };
+  }
+}
+
+/** Builds a BM25 index directory from a corpus file. */
+export async function buildBm25Index(corpus: string, dir: string, options: BuildOptions & { issues?: CorpusIssue[] } = {}): Promise<IndexMeta> {
+  await stat(corpus);
+  const builder = new Bm25Builder({ ...options, source: options.source ?? corpus });
+  for await (const d of readCorpus(corpus, options.issues, options.signal)) builder.add(d.id, d.contents);
+  if (builder.docCount === 0) throw new Error(`${corpus}: no documents (expected JSONL lines with id and contents)`);
+  return builder.write(dir);
+}

@@ -1,0 +1,165 @@
+package oracle;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.PrintStream;
+import java.io.StringReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.lucene.analysis.Analyzer;
+import org.apache.lucene.analysis.CharArraySet;
+import org.apache.lucene.analysis.LowerCaseFilter;
+import org.apache.lucene.analysis.StopFilter;
+import org.apache.lucene.analysis.TokenStream;
+import org.apache.lucene.analysis.Tokenizer;
+import org.apache.lucene.analysis.core.WhitespaceTokenizer;
+import org.apache.lucene.analysis.en.EnglishAnalyzer;
+import org.apache.lucene.analysis.en.EnglishPossessiveFilter;
+import org.apache.lucene.analysis.en.PorterStemFilter;
+import org.apache.lucene.analysis.standard.StandardTokenizer;
+import org.apache.lucene.analysis.tokenattributes.CharTermAttribute;
+import org.apache.lucene.document.Document;
+import org.apache.lucene.document.Field;
+import org.apache.lucene.document.StringField;
+import org.apache.lucene.document.TextField;
+import org.apache.lucene.index.DirectoryReader;
+import org.apache.lucene.index.IndexWriter;
+import org.apache.lucene.index.IndexWriterConfig;
+import org.apache.lucene.index.Term;
+import org.apache.lucene.search.BooleanClause;
+import org.apache.lucene.search.BooleanQuery;
+import org.apache.lucene.search.IndexSearcher;
+import org.apache.lucene.search.ScoreDoc;
+import org.apache.lucene.search.TermQuery;
+import org.apache.lucene.search.TopDocs;
+import org.apache.lucene.search.similarities.BM25Similarity;
+import org.apache.lucene.store.ByteBuffersDirectory;
+
+/**
+ * The reference our BM25 is tested against. Modes (UTF-8 files, one item per line):
+ *   analyze TEXTS      each line: the analysed tokens of that text, space-separated
+ *   tokenize TEXTS     each line: StandardTokenizer's tokens only, separated by U+0001
+ *   stem WORDS         each line: Lucene's Porter stem of that (lowercase) word
+ *   norms N            for lengths 0..N: length TAB SmallFloat.intToByte4 TAB byte4ToInt
+ *   search CORPUS QUERIES K [k1 b]   CORPUS: id TAB contents (\n escaped as \\n); prints qid TAB rank TAB id TAB score,
+ *                      ranked by score desc then id asc (Anserini's order), for each query's top K
+ */
+public final class Oracle {
+  /** Anserini's DefaultEnglishAnalyzer with the Porter stemmer and Lucene's English stop words. */
+  static final class DefaultEnglish extends Analyzer {
+    @Override
+    protected TokenStreamComponents createComponents(String field) {
+      Tokenizer source = new StandardTokenizer();
+      TokenStream result = new EnglishPossessiveFilter(source);
+      result = new LowerCaseFilter(result);
+      result = new StopFilter(result, EnglishAnalyzer.ENGLISH_STOP_WORDS_SET);
+      result = new PorterStemFilter(result);
+      return new TokenStreamComponents(source, result);
+    }
+  }
+
+  static final class Stemmer extends Analyzer {
+    @Override
+    protected TokenStreamComponents createComponents(String field) {
+      Tokenizer source = new WhitespaceTokenizer();
+      return new TokenStreamComponents(source, new PorterStemFilter(source));
+    }
+  }
+
+  static final class Standard extends Analyzer {
+    @Override
+    protected TokenStreamComponents createComponents(String field) {
+      Tokenizer source = new StandardTokenizer();
+      return new TokenStreamComponents(source, source);
+    }
+  }
+
+  static List<String> tokens(Analyzer a, String text) throws IOException {
+    List<String> out = new ArrayList<>();
+    try (TokenStream ts = a.tokenStream("contents", new StringReader(text))) {
+      CharTermAttribute term = ts.addAttribute(CharTermAttribute.class);
+      ts.reset();
+      while (ts.incrementToken()) out.add(term.toString());
+      ts.end();
+    }
+    return out;
+  }
+
+  static List<String> lines(String path) throws IOException {
+    return Files.readAllLines(Path.of(path), StandardCharsets.UTF_8);
+  }
+
+  public static void main(String[] args) throws Exception {
+    PrintStream out = new PrintStream(System.out, false, StandardCharsets.UTF_8);
+    switch (args[0]) {
+      case "analyze" -> {
+        Analyzer a = new DefaultEnglish();
+        for (String line : lines(args[1])) out.println(String.join(" ", tokens(a, unescape(line))));
+      }
+      case "tokenize" -> {
+        Analyzer a = new Standard();
+        for (String line : lines(args[1])) out.println(String.join("\u0001", tokens(a, unescape(line))));
+      }
+      case "stem" -> {
+        Analyzer a = new Stemmer();
+        for (String line : lines(args[1])) out.println(String.join(" ", tokens(a, line)));
+      }
+      case "search" -> search(args, out);
+      case "norms" -> {
+        // each line: length, its norm byte, the length that byte decodes to
+        int n = Integer.parseInt(args[1]);
+        for (int i = 0; i <= n; i++) {
+          byte b = org.apache.lucene.util.SmallFloat.intToByte4(i);
+          out.println(i + "\t" + Byte.toUnsignedInt(b) + "\t" + org.apache.lucene.util.SmallFloat.byte4ToInt(b));
+        }
+      }
+      default -> throw new IllegalArgumentException("unknown mode " + args[0]);
+    }
+    out.flush();
+  }
+
+  static String unescape(String s) {
+    return s.replace("\\n", "\n").replace("\\t", "\t").replace("\\\\", "\\");
+  }
+
+  static void search(String[] args, PrintStream out) throws Exception {
+    int k = Integer.parseInt(args[3]);
+    float k1 = args.length > 4 ? Float.parseFloat(args[4]) : 0.9f;
+    float b = args.length > 5 ? Float.parseFloat(args[5]) : 0.4f;
+    Analyzer analyzer = new DefaultEnglish();
+    BM25Similarity similarity = new BM25Similarity(k1, b);
+    ByteBuffersDirectory dir = new ByteBuffersDirectory();
+    IndexWriterConfig config = new IndexWriterConfig(analyzer).setSimilarity(similarity);
+    try (IndexWriter writer = new IndexWriter(dir, config)) {
+      for (String line : lines(args[1])) {
+        int tab = line.indexOf('\t');
+        Document doc = new Document();
+        doc.add(new StringField("id", line.substring(0, tab), Field.Store.YES));
+        doc.add(new TextField("contents", unescape(line.substring(tab + 1)), Field.Store.NO));
+        writer.addDocument(doc);
+      }
+      writer.forceMerge(1);
+    }
+    try (DirectoryReader reader = DirectoryReader.open(dir)) {
+      IndexSearcher searcher = new IndexSearcher(reader);
+      searcher.setSimilarity(similarity);
+      List<String> queries = lines(args[2]);
+      for (int q = 0; q < queries.size(); q++) {
+        // Pyserini's bag-of-words query: one SHOULD clause per analysed query token (a repeated term counts twice).
+        BooleanQuery.Builder builder = new BooleanQuery.Builder();
+        for (String t : tokens(analyzer, queries.get(q))) builder.add(new TermQuery(new Term("contents", t)), BooleanClause.Occur.SHOULD);
+        TopDocs top = searcher.search(builder.build(), Math.max(1, reader.maxDoc()));
+        List<String[]> hits = new ArrayList<>();
+        for (ScoreDoc sd : top.scoreDocs) hits.add(new String[] {searcher.storedFields().document(sd.doc).get("id"), Float.toString(sd.score)});
+        hits.sort((x, y) -> {
+          int c = Float.compare(Float.parseFloat(y[1]), Float.parseFloat(x[1]));
+          return c != 0 ? c : x[0].compareTo(y[0]);
+        });
+        for (int r = 0; r < Math.min(k, hits.size()); r++) out.println(q + "\t" + (r + 1) + "\t" + hits.get(r)[0] + "\t" + hits.get(r)[1]);
+      }
+    }
+  }
+}
