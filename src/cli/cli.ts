@@ -12,15 +12,21 @@ import { parseArgs } from 'node:util';
 import { UnreadableInput } from '../core/importers';
 import { probePython, type PythonProbe } from '../core/python';
 import { VERSION } from '../core/version';
-import { runServer } from '../server/run';
+import { runServer, UsageError } from '../server/run';
 import { importCommand } from './import';
+import { indexCommand } from './index-command';
 import { inspect } from './inspect';
 
 const USAGE = `search-agent-studio ${VERSION}
 
 Usage:
   search-agent-studio doctor [--python PATH]   check Node, the trainer's Python (torch, transformers, peft) and GPUs
-  search-agent-studio serve [--port N]         run the env server on 127.0.0.1 (port 0 = any free port)
+  search-agent-studio serve [--port N] [--corpus FILE | --index DIR | --url URL] [--retriever bm25|dense|remote]
+                           [--model DIR] [--topk 3]
+                                               run the env server on 127.0.0.1 (port 0 = any free port);
+                                               with nothing named: BM25 over the demo corpus
+  search-agent-studio index <corpus.jsonl> --out DIR [--kind bm25|dense] [--model DIR] [--dtype float16]
+                                               build a retrieval index (dense builds resume)
   search-agent-studio demo [--python PATH]     the main job on the embedded defaults (see README)
   search-agent-studio inspect <file|run-dir> [--json]
                                                summarise trajectories: our rollout JSONL, run directories,
@@ -108,8 +114,25 @@ export async function main(argv: string[]): Promise<number> {
       return demo(values.python);
     }
     case 'serve':
-      await runServer(rest);
+      try {
+        await runServer(rest);
+      } catch (e) {
+        if (e instanceof UsageError || (e as NodeJS.ErrnoException).code === 'ENOENT' || (e as NodeJS.ErrnoException).code === 'EADDRINUSE' || (e as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') {
+          process.stderr.write(`search-agent-studio serve: ${(e as NodeJS.ErrnoException).code === 'EADDRINUSE' ? 'port already in use: ' : ''}${(e as Error).message}\n`);
+          return 2;
+        }
+        throw e;
+      }
       return -1; // keeps running until a signal
+    case 'index':
+      return withInputErrors(async () => {
+        try {
+          return await indexCommand(rest, (s) => process.stderr.write(s));
+        } catch (e) {
+          if (e instanceof UsageError) return usage(e.message);
+          throw e;
+        }
+      });
     case 'inspect': {
       const { values, positionals } = parseArgs({ args: rest, options: { json: { type: 'boolean', default: false } }, allowPositionals: true, strict: true });
       if (positionals.length !== 1) return usage('inspect takes one path');

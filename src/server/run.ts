@@ -1,23 +1,85 @@
 /**
- * The env server as a process: stdout carries one JSON line `{"event":"listening","port":N}`; logs go to
- * stderr; SIGTERM/SIGINT close it. Used by `dist/server.js` and `search-agent-studio serve`.
+ * The env server as a process (`node dist/server.js`, `search-agent-studio serve`): stdout carries one JSON
+ * line `{"event":"listening","port":N}`; logs go to stderr; SIGTERM/SIGINT close it.
+ *
+ *   [--port N] [--topk 3]
+ *   [--retriever bm25|dense|remote]     default: bm25
+ *   [--index DIR]                       a built index (bm25 or dense, from its meta.json)
+ *   [--corpus FILE.jsonl]               a corpus; BM25 indexes it once into a cache directory
+ *   [--model DIR]                       the E5 encoder (dense)
+ *   [--url URL]                         a Search-R1-compatible /retrieve (remote)
+ *   [--scan onnx|js]                    dense scan implementation
+ * With no --index, --corpus or --url: BM25 over the demo corpus that ships with the project.
  */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { demoCorpusPath } from '../core/paths';
+import { Bm25Retriever, DenseRetriever, RemoteRetriever, type Retriever } from '../core/retrieval/retriever';
 import { VERSION } from '../core/version';
 import { startEnvServer } from './server';
 
+const OPTIONS = {
+  port: { type: 'string', default: '0' },
+  topk: { type: 'string', default: '3' },
+  retriever: { type: 'string' },
+  index: { type: 'string' },
+  corpus: { type: 'string' },
+  model: { type: 'string' },
+  url: { type: 'string' },
+  scan: { type: 'string', default: 'onnx' },
+} as const;
+
+export class UsageError extends Error {}
+
+function int(name: string, value: string, min: number, max: number): number {
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(`--${name} must be an integer in ${min}..${max}, got ${value}`);
+  return n;
+}
+
+/** The retriever a command line asks for. */
+export async function retrieverFromArgs(values: { retriever?: string; index?: string; corpus?: string; model?: string; url?: string; scan?: string }, log: (l: string) => void): Promise<Retriever> {
+  let kind = values.retriever;
+  if (kind === undefined) {
+    if (values.url) kind = 'remote';
+    else if (values.index) {
+      const meta = await readFile(join(values.index, 'meta.json'), 'utf8').then(JSON.parse, (e: Error) => {
+        throw new UsageError(`--index ${values.index}: not an index (${e.message})`);
+      });
+      kind = meta.format === 'sas-dense' ? 'dense' : 'bm25';
+    } else kind = 'bm25';
+  }
+  switch (kind) {
+    case 'bm25':
+      if (values.index) return Bm25Retriever.open(values.index);
+      return Bm25Retriever.forCorpus(values.corpus ?? demoCorpusPath(), { log });
+    case 'dense':
+      if (!values.index || !values.model) throw new UsageError('--retriever dense needs --index DIR (built with `search-agent-studio index --kind dense`) and --model DIR (model.onnx + tokenizer.json)');
+      if (values.scan !== 'onnx' && values.scan !== 'js') throw new UsageError(`--scan must be onnx or js, got ${values.scan}`);
+      return DenseRetriever.open(values.index, values.model, { log, scan: values.scan });
+    case 'remote':
+      if (!values.url) throw new UsageError('--retriever remote needs --url http://host:port/retrieve');
+      return new RemoteRetriever(values.url, { log });
+    default:
+      throw new UsageError(`--retriever must be bm25, dense or remote, got ${kind}`);
+  }
+}
+
 export async function runServer(argv: string[]): Promise<void> {
-  const { values } = parseArgs({ args: argv, options: { port: { type: 'string', default: '0' } }, strict: true });
-  const port = Number(values.port);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new Error(`--port must be an integer in 0..65535, got ${values.port}`);
-  const server = await startEnvServer({ port, version: VERSION, log: (line) => process.stderr.write(`[env-server] ${line}\n`) });
+  const { values } = parseArgs({ args: argv, options: OPTIONS, strict: true });
+  const port = int('port', values.port, 0, 65535);
+  const defaultTopk = int('topk', values.topk, 1, 100);
+  const log = (line: string) => process.stderr.write(`[env-server] ${line}\n`);
+  const retriever = await retrieverFromArgs(values, log);
+  log(`retriever: ${JSON.stringify(retriever.describe())}`);
+  const server = await startEnvServer({ port, version: VERSION, log, retriever, defaultTopk });
   process.stdout.write(`${JSON.stringify({ event: 'listening', port: server.port })}\n`);
   const stop = (signal: string) => {
-    process.stderr.write(`[env-server] ${signal}: closing\n`);
+    log(`${signal}: closing`);
     void server.close().then(() => process.exit(0));
     setTimeout(() => process.exit(0), 3_000).unref();
   };
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));
 }
-

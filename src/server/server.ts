@@ -4,6 +4,7 @@
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { RemoteRetrieverError, type Retriever } from '../core/retrieval/retriever';
 import { HttpError, readJson, sendJson } from './http';
 
 export interface EnvServerOptions {
@@ -14,6 +15,33 @@ export interface EnvServerOptions {
   /** One line per request batch. */
   log?: (line: string) => void;
   version: string;
+  /** Serves /retrieve; without one, /retrieve answers 503 saying so. */
+  retriever?: Retriever;
+  /** `topk` when a request has none (Search-R1's retrieval_topk; 3). */
+  defaultTopk?: number;
+  /** Most queries in one request (default 1024) and largest topk (default 100). */
+  maxQueries?: number;
+  maxTopk?: number;
+}
+
+/** Validates a /retrieve body; errors name the field. */
+export function parseRetrieveRequest(body: unknown, limits: { defaultTopk: number; maxQueries: number; maxTopk: number }): { queries: string[]; topk: number; returnScores: boolean } {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HttpError(400, 'body: expected a JSON object {queries, topk?, return_scores?}');
+  const b = body as Record<string, unknown>;
+  if (!Array.isArray(b.queries)) throw new HttpError(400, `queries: expected an array of strings, got ${b.queries === undefined ? 'nothing' : typeof b.queries}`);
+  if (b.queries.length > limits.maxQueries) throw new HttpError(400, `queries: ${b.queries.length} queries; at most ${limits.maxQueries} per request`);
+  b.queries.forEach((q, i) => {
+    if (typeof q !== 'string') throw new HttpError(400, `queries[${i}]: expected a string, got ${q === null ? 'null' : typeof q}`);
+    if (q.length > 8192) throw new HttpError(400, `queries[${i}]: ${q.length} characters; at most 8192`);
+  });
+  let topk = limits.defaultTopk;
+  if (b.topk !== undefined && b.topk !== null && b.topk !== 0) {
+    if (typeof b.topk !== 'number' || !Number.isInteger(b.topk) || b.topk < 1) throw new HttpError(400, `topk: expected a positive integer, got ${JSON.stringify(b.topk)}`);
+    if (b.topk > limits.maxTopk) throw new HttpError(400, `topk: ${b.topk}; at most ${limits.maxTopk}`);
+    topk = b.topk;
+  }
+  if (b.return_scores !== undefined && typeof b.return_scores !== 'boolean') throw new HttpError(400, `return_scores: expected a boolean, got ${JSON.stringify(b.return_scores)}`);
+  return { queries: b.queries as string[], topk, returnScores: b.return_scores === true };
 }
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
@@ -31,6 +59,8 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
   const started = Date.now();
   const maxBodyBytes = options.maxBodyBytes ?? 16 * 1024 * 1024;
   const log = options.log ?? (() => {});
+  const limits = { defaultTopk: options.defaultTopk ?? 3, maxQueries: options.maxQueries ?? 1024, maxTopk: options.maxTopk ?? 100 };
+  const retriever = options.retriever;
 
   const routes: Record<string, Partial<Record<string, Handler>>> = {
     '/health': {
@@ -39,14 +69,25 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
           status: 'ok',
           version: options.version,
           uptime_s: (Date.now() - started) / 1000,
-          retriever: null,
+          retriever: retriever ? { ...retriever.describe(), default_topk: limits.defaultTopk } : null,
           reward: null,
         }),
     },
     '/retrieve': {
-      POST: async (req) => {
-        await readJson(req, maxBodyBytes);
-        throw new HttpError(501, 'no retriever is configured in this build: retrieval lands with the retrieval issue');
+      // Search-R1's API: {queries, topk?, return_scores?} → {result: [[{document, score}]]} or [[document]].
+      POST: async (req, res) => {
+        const { queries, topk, returnScores } = parseRetrieveRequest(await readJson(req, maxBodyBytes), limits);
+        if (!retriever) throw new HttpError(503, 'this env server has no retriever configured (start it with --corpus, --index or --retriever remote)');
+        const t0 = performance.now();
+        let results;
+        try {
+          results = await retriever.retrieve(queries, topk);
+        } catch (e) {
+          if (e instanceof RemoteRetrieverError) throw new HttpError(502, e.message);
+          throw e;
+        }
+        sendJson(res, 200, { result: returnScores ? results : results.map((list) => list.map((h) => h.document)) });
+        log(`retrieve ${queries.length} queries, topk ${topk}: ${(performance.now() - t0).toFixed(1)}ms`);
       },
     },
     '/reward': {
@@ -100,6 +141,6 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
       new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();
-      }),
+      }).then(() => retriever?.close()),
   };
 }

@@ -49,15 +49,16 @@ describe('env server', () => {
     assert.ok(lines.some((l) => /^POST \/retrieve 400 /.test(l)), 'logs one line per request');
   });
 
-  it('says /retrieve and /reward are not configured yet (501), not a fake answer', async () => {
+  it('without a retriever, /retrieve says so (503); /reward is not built yet (501)', async () => {
     const r = await call(server.port, '/retrieve', { method: 'POST', body: JSON.stringify({ queries: ['who'] }) });
-    assert.equal(r.status, 501);
+    assert.equal(r.status, 503);
+    assert.match(r.body.error, /no retriever/);
     const w = await call(server.port, '/reward', { method: 'POST', body: JSON.stringify({ items: [] }) });
     assert.equal(w.status, 501);
   });
 
   it('runs as a process: prints its listening line first and exits 0 on SIGTERM', async () => {
-    const child = execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts'), '--port', '0'], {
+    const child = execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts'), '--port', '0', '--corpus', join(ROOT, 'test/fixtures/bm25/corpus.jsonl')], {
       reject: false,
     });
     const first = await new Promise<string>((resolve, reject) => {
@@ -71,7 +72,10 @@ describe('env server', () => {
     });
     const msg = JSON.parse(first);
     assert.equal(msg.event, 'listening');
-    assert.equal((await call(msg.port, '/health')).status, 200);
+    const health = await call(msg.port, '/health');
+    assert.equal(health.status, 200);
+    assert.equal(health.body.retriever.kind, 'bm25');
+    assert.equal(health.body.retriever.documents, 322);
     child.kill('SIGTERM');
     const result = await child;
     assert.equal(result.exitCode, 0);

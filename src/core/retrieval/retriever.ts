@@ -1,0 +1,212 @@
+/**
+ * Retrievers behind the env server's `/retrieve` (DESIGN §4.4): BM25 (Lucene-exact), dense (E5 through
+ * onnxruntime-node) and remote (any Search-R1-compatible URL). All return, per query, documents as
+ * `{id, contents}` with a score, best first.
+ */
+import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { mkdir, stat } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { Bm25Index } from './bm25';
+import { buildBm25Index } from './corpus';
+import { DenseIndex, type ScanMethod } from './dense';
+import { E5Encoder } from './encoder';
+
+export interface RetrievedDocument {
+  id: string;
+  contents: string;
+}
+
+export interface RetrievedHit {
+  document: RetrievedDocument;
+  score: number;
+}
+
+export interface Retriever {
+  readonly kind: 'bm25' | 'dense' | 'remote';
+  /** Documents in the index (null when unknown, e.g. remote). */
+  readonly size: number | null;
+  describe(): Record<string, unknown>;
+  retrieve(queries: string[], topk: number): Promise<RetrievedHit[][]>;
+  close(): Promise<void>;
+}
+
+export class Bm25Retriever implements Retriever {
+  readonly kind = 'bm25';
+  constructor(readonly index: Bm25Index) {}
+
+  static async open(dir: string): Promise<Bm25Retriever> {
+    return new Bm25Retriever(await Bm25Index.load(dir));
+  }
+
+  /**
+   * A BM25 retriever over a corpus file, building its index once into a cache directory keyed by the
+   * corpus's path, size and modification time.
+   */
+  static async forCorpus(corpus: string, options: { cacheDir?: string; log?: (l: string) => void } = {}): Promise<Bm25Retriever> {
+    const st = await stat(corpus);
+    const key = createHash('sha256').update(`${resolve(corpus)}\0${st.size}\0${st.mtimeMs}`).digest('hex').slice(0, 16);
+    const dir = join(options.cacheDir ?? join(tmpdir(), 'search-agent-studio', 'bm25'), key);
+    if (!existsSync(join(dir, 'meta.json'))) {
+      await mkdir(join(dir, '..'), { recursive: true });
+      const t0 = Date.now();
+      const meta = await buildBm25Index(corpus, dir);
+      options.log?.(`indexed ${corpus}: ${meta.docs} documents, ${meta.terms} terms in ${Date.now() - t0} ms → ${dir}`);
+    }
+    return Bm25Retriever.open(dir);
+  }
+
+  get size(): number {
+    return this.index.meta.docs;
+  }
+
+  describe(): Record<string, unknown> {
+    const m = this.index.meta;
+    return { kind: this.kind, documents: m.docs, terms: m.terms, k1: m.k1, b: m.b, analyzer: m.analyzer, index: this.index.dir };
+  }
+
+  async retrieve(queries: string[], topk: number): Promise<RetrievedHit[][]> {
+    return queries.map((q) => this.index.search(q, { k: topk }).map((h) => ({ document: { id: h.id, contents: this.index.contents(h.doc) }, score: h.score })));
+  }
+
+  async close(): Promise<void> {
+    this.index.close();
+  }
+}
+
+export class DenseRetriever implements Retriever {
+  readonly kind = 'dense';
+  constructor(
+    readonly index: DenseIndex,
+    readonly encoder: E5Encoder,
+    readonly scan: ScanMethod = 'onnx',
+  ) {}
+
+  static async open(dir: string, modelDir: string, options: { log?: (l: string) => void; scan?: ScanMethod } = {}): Promise<DenseRetriever> {
+    const index = await DenseIndex.load(dir);
+    const encoder = await E5Encoder.load(modelDir, { log: options.log });
+    if (encoder.dim !== index.meta.dim) throw new Error(`${modelDir}: the encoder's dimension is ${encoder.dim}, the index ${dir} has ${index.meta.dim}`);
+    return new DenseRetriever(index, encoder, options.scan);
+  }
+
+  get size(): number {
+    return this.index.size;
+  }
+
+  describe(): Record<string, unknown> {
+    return { kind: this.kind, documents: this.index.size, dim: this.index.meta.dim, dtype: this.index.meta.dtype, model: this.encoder.dir, provider: this.encoder.provider, scan: this.scan };
+  }
+
+  async retrieve(queries: string[], topk: number): Promise<RetrievedHit[][]> {
+    const vecs = await this.encoder.encode(queries, 'query');
+    const hits = await this.index.scan(vecs, topk, this.scan);
+    return hits.map((list) => list.map((h) => ({ document: { id: h.id, contents: this.index.contents(h.doc) }, score: h.score })));
+  }
+
+  async close(): Promise<void> {
+    this.index.close();
+    await this.encoder.release();
+  }
+}
+
+export interface RemoteOptions {
+  /** Per attempt, ms (default 30 s). */
+  timeoutMs?: number;
+  /** Retries after the first attempt, on 5xx and connection errors (default 3). */
+  retries?: number;
+  /** First backoff, ms; doubles each retry (default 250). */
+  backoffMs?: number;
+  log?: (line: string) => void;
+}
+
+/** Thrown when a remote retriever stays down; names the URL and the last failure. */
+export class RemoteRetrieverError extends Error {
+  constructor(
+    readonly url: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'RemoteRetrieverError';
+  }
+}
+
+/** Any Search-R1-compatible `/retrieve` endpoint (their FAISS server, a web-search proxy, another of ours). */
+export class RemoteRetriever implements Retriever {
+  readonly kind = 'remote';
+  readonly size = null;
+  private readonly timeoutMs: number;
+  private readonly retries: number;
+  private readonly backoffMs: number;
+
+  constructor(
+    readonly url: string,
+    private readonly options: RemoteOptions = {},
+  ) {
+    try {
+      const u = new URL(url);
+      if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`protocol ${u.protocol}`);
+    } catch (e) {
+      throw new RemoteRetrieverError(url, `not a usable retriever URL: ${url} (${(e as Error).message})`);
+    }
+    this.timeoutMs = options.timeoutMs ?? 30_000;
+    this.retries = options.retries ?? 3;
+    this.backoffMs = options.backoffMs ?? 250;
+  }
+
+  describe(): Record<string, unknown> {
+    return { kind: this.kind, url: this.url };
+  }
+
+  async retrieve(queries: string[], topk: number): Promise<RetrievedHit[][]> {
+    let last = '';
+    for (let attempt = 0; attempt <= this.retries; attempt++) {
+      if (attempt > 0) await new Promise((r) => setTimeout(r, this.backoffMs * 2 ** (attempt - 1)));
+      let res: Response;
+      try {
+        res = await fetch(this.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ queries, topk, return_scores: true }),
+          signal: AbortSignal.timeout(this.timeoutMs),
+        });
+      } catch (e) {
+        const err = e as Error & { cause?: { code?: string } };
+        last = err.name === 'TimeoutError' ? `no answer within ${this.timeoutMs} ms` : `${err.cause?.code ?? err.name}: ${err.message}`;
+        this.options.log?.(`remote retriever ${this.url}: attempt ${attempt + 1} failed: ${last}`);
+        continue;
+      }
+      if (res.status >= 500) {
+        last = `HTTP ${res.status}: ${(await res.text().catch(() => '')).slice(0, 200)}`;
+        this.options.log?.(`remote retriever ${this.url}: attempt ${attempt + 1} failed: ${last}`);
+        continue;
+      }
+      const text = await res.text();
+      if (!res.ok) throw new RemoteRetrieverError(this.url, `${this.url} answered HTTP ${res.status}: ${text.slice(0, 300)}`);
+      return parseRemote(this.url, text, queries.length);
+    }
+    throw new RemoteRetrieverError(this.url, `the retriever at ${this.url} is not answering after ${this.retries + 1} attempts (last: ${last})`);
+  }
+
+  async close(): Promise<void> {}
+}
+
+function parseRemote(url: string, text: string, n: number): RetrievedHit[][] {
+  let body: { result?: unknown };
+  try {
+    body = JSON.parse(text);
+  } catch {
+    throw new RemoteRetrieverError(url, `${url} answered with something that is not JSON: ${text.slice(0, 200)}`);
+  }
+  if (!Array.isArray(body.result) || body.result.length !== n) {
+    throw new RemoteRetrieverError(url, `${url}: expected {"result": [...]} with ${n} lists, got ${text.slice(0, 200)}`);
+  }
+  return body.result.map((list: unknown) =>
+    (Array.isArray(list) ? list : []).map((item: any) => {
+      // With return_scores: {document, score}; without: the document itself.
+      const doc = item && typeof item === 'object' && 'document' in item ? item.document : item;
+      const contents = typeof doc?.contents === 'string' ? doc.contents : typeof doc?.text === 'string' ? `"${doc.title ?? ''}"\n${doc.text}` : String(doc ?? '');
+      return { document: { id: String(doc?.id ?? ''), contents }, score: typeof item?.score === 'number' ? item.score : 0 };
+    }),
+  );
+}

@@ -1,0 +1,205 @@
+/** The env server's /retrieve over real HTTP on loopback: Search-R1's API, validation, remote retrievers, load. */
+import assert from 'node:assert/strict';
+import { createServer, type Server } from 'node:http';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Bm25Index } from '../../src/core/retrieval/bm25';
+import { buildBm25Index } from '../../src/core/retrieval/corpus';
+import { Bm25Retriever, RemoteRetriever, RemoteRetrieverError } from '../../src/core/retrieval/retriever';
+import { startEnvServer, type EnvServer } from '../../src/server/server';
+
+const ROOT = join(__dirname, '..', '..');
+const CORPUS = join(ROOT, 'examples', 'demo', 'corpus.jsonl');
+
+async function post(port: number, body: unknown, path = '/retrieve'): Promise<{ status: number; body: any }> {
+  const res = await fetch(`http://127.0.0.1:${port}${path}`, { method: 'POST', body: typeof body === 'string' ? body : JSON.stringify(body) });
+  return { status: res.status, body: await res.json() };
+}
+
+describe('env server /retrieve (BM25 over the demo corpus)', function () {
+  this.timeout(60_000);
+  let dir: string;
+  let server: EnvServer;
+  let index: Bm25Index;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'sas-retrieve-'));
+    await buildBm25Index(CORPUS, join(dir, 'index'));
+    index = await Bm25Index.load(join(dir, 'index'));
+    server = await startEnvServer({ version: 'test', retriever: await Bm25Retriever.open(join(dir, 'index')) });
+  });
+  after(async () => {
+    await server.close();
+    index.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('answers Search-R1’s request with {result: [[{document: {id, contents}, score}]]}, topk 3 by default', async () => {
+    const queries = ['who founded the observatory?', 'river', 'zzzz nothing matches'];
+    const r = await post(server.port, { queries, return_scores: true });
+    assert.equal(r.status, 200);
+    assert.equal(r.body.result.length, 3);
+    assert.equal(r.body.result[0].length, 3);
+    assert.deepEqual(r.body.result[2], []);
+    const hit = r.body.result[0][0];
+    assert.deepEqual(Object.keys(hit).sort(), ['document', 'score']);
+    assert.deepEqual(Object.keys(hit.document).sort(), ['contents', 'id']);
+    assert.match(hit.document.contents, /^"[^"\n]+"\n/, 'contents is "Title"\\ntext');
+    // Identical to the index searched directly.
+    const direct = index.search(queries[0]!, { k: 3 });
+    assert.deepEqual(r.body.result[0].map((h: { document: { id: string } }) => h.document.id), direct.map((h) => h.id));
+    assert.deepEqual(r.body.result[0].map((h: { score: number }) => h.score), direct.map((h) => h.score));
+  });
+
+  it('returns plain document lists when return_scores is false or absent, and honours topk', async () => {
+    const r = await post(server.port, { queries: ['who founded the observatory?'], topk: 5 });
+    assert.equal(r.body.result[0].length, 5);
+    assert.deepEqual(Object.keys(r.body.result[0][0]).sort(), ['contents', 'id']);
+    const s = await post(server.port, { queries: ['river'], topk: null, return_scores: false });
+    assert.equal(s.body.result[0].length, 3, 'topk null → the default');
+  });
+
+  it('rejects malformed requests with 400 naming the field', async () => {
+    const cases: [unknown, RegExp][] = [
+      ['[1, 2]', /body: expected a JSON object/],
+      [{ topk: 3 }, /queries: expected an array of strings, got nothing/],
+      [{ queries: 'one' }, /queries: expected an array/],
+      [{ queries: ['a', 7] }, /queries\[1\]: expected a string, got number/],
+      [{ queries: ['a'], topk: -1 }, /topk: expected a positive integer/],
+      [{ queries: ['a'], topk: 2.5 }, /topk: expected a positive integer/],
+      [{ queries: ['a'], topk: 1000 }, /topk: 1000; at most 100/],
+      [{ queries: ['a'], return_scores: 'yes' }, /return_scores: expected a boolean/],
+      [{ queries: Array(2000).fill('x') }, /queries: 2000 queries; at most 1024/],
+      [{ queries: ['x'.repeat(9000)] }, /queries\[0\]: 9000 characters/],
+    ];
+    for (const [body, message] of cases) {
+      const r = await post(server.port, body);
+      assert.equal(r.status, 400, JSON.stringify(body).slice(0, 80));
+      assert.match(r.body.error, message);
+    }
+    assert.equal((await post(server.port, { queries: ['still fine'] })).status, 200, 'the server survives bad requests');
+  });
+
+  it('health names the retriever and its size', async () => {
+    const h = (await (await fetch(`http://127.0.0.1:${server.port}/health`)).json()) as { retriever: { kind: string; documents: number; default_topk: number } };
+    assert.equal(h.retriever.kind, 'bm25');
+    assert.equal(h.retriever.documents, 2912);
+    assert.equal(h.retriever.default_topk, 3);
+  });
+
+  it('under load: concurrent clients get no errors and the same results as serial calls', async () => {
+    const questions = Array.from({ length: 40 }, (_, i) => [`who founded museum ${i}`, `river town ${i % 7}`, `born in the year ${1700 + i}`]);
+    const serial = [];
+    for (const qs of questions) serial.push((await post(server.port, { queries: qs, topk: 3, return_scores: true })).body);
+    const clients = 16;
+    const rounds = 5;
+    const t0 = performance.now();
+    const results = await Promise.all(
+      Array.from({ length: clients }, (_, c) =>
+        (async () => {
+          const out = [];
+          for (let r = 0; r < rounds; r++) {
+            const k = (c * rounds + r) % questions.length;
+            const res = await post(server.port, { queries: questions[k], topk: 3, return_scores: true });
+            out.push({ k, status: res.status, body: res.body });
+          }
+          return out;
+        })(),
+      ),
+    );
+    const seconds = (performance.now() - t0) / 1000;
+    for (const list of results) {
+      for (const { k, status, body } of list) {
+        assert.equal(status, 200);
+        assert.deepEqual(body, serial[k]);
+      }
+    }
+    const queries = clients * rounds * 3;
+    console.log(`      load: ${clients} clients × ${rounds} requests × 3 queries in ${seconds.toFixed(2)} s (${(queries / seconds).toFixed(0)} queries/s)`);
+  });
+});
+
+describe('remote retriever', function () {
+  this.timeout(30_000);
+  let dir: string;
+  let backend: EnvServer;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'sas-remote-'));
+    await buildBm25Index(CORPUS, join(dir, 'index'));
+    backend = await startEnvServer({ version: 'backend', retriever: await Bm25Retriever.open(join(dir, 'index')) });
+  });
+  after(async () => {
+    await backend.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('proxies a Search-R1-compatible server with the same results', async () => {
+    const remote = new RemoteRetriever(`http://127.0.0.1:${backend.port}/retrieve`);
+    const front = await startEnvServer({ version: 'front', retriever: remote });
+    try {
+      const q = { queries: ['who founded the observatory?', 'river'], topk: 4, return_scores: true };
+      assert.deepEqual((await post(front.port, q)).body, (await post(backend.port, q)).body);
+    } finally {
+      await front.close();
+    }
+  });
+
+  it('retries 5xx and connection errors with backoff, then succeeds', async () => {
+    let calls = 0;
+    const flaky: Server = createServer((req, res) => {
+      calls++;
+      if (calls <= 2) {
+        res.writeHead(503).end('busy');
+        return;
+      }
+      req.resume();
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ result: [[{ document: { id: '7', contents: '"T"\nx' }, score: 1.5 }]] }));
+    });
+    await new Promise<void>((r) => flaky.listen(0, '127.0.0.1', () => r()));
+    const port = (flaky.address() as { port: number }).port;
+    const log: string[] = [];
+    try {
+      const remote = new RemoteRetriever(`http://127.0.0.1:${port}/retrieve`, { backoffMs: 10, log: (l) => log.push(l) });
+      const r = await remote.retrieve(['q'], 3);
+      assert.deepEqual(r, [[{ document: { id: '7', contents: '"T"\nx' }, score: 1.5 }]]);
+      assert.equal(calls, 3);
+      assert.equal(log.length, 2);
+      assert.match(log[0]!, /HTTP 503/);
+    } finally {
+      flaky.close();
+    }
+  });
+
+  it('says clearly, naming the URL, when the retriever stays down', async () => {
+    const dead = createServer();
+    await new Promise<void>((r) => dead.listen(0, '127.0.0.1', () => r()));
+    const port = (dead.address() as { port: number }).port;
+    dead.close();
+    const url = `http://127.0.0.1:${port}/retrieve`;
+    const remote = new RemoteRetriever(url, { retries: 2, backoffMs: 5 });
+    await assert.rejects(remote.retrieve(['q'], 3), (e: unknown) => e instanceof RemoteRetrieverError && e.message.includes(url) && /after 3 attempts/.test(e.message) && /ECONNREFUSED/.test(e.message));
+    // Through the env server: 502 with the same message.
+    const front = await startEnvServer({ version: 'front', retriever: remote });
+    try {
+      const r = await post(front.port, { queries: ['q'] });
+      assert.equal(r.status, 502);
+      assert.ok(r.body.error.includes(url));
+    } finally {
+      await front.close();
+    }
+    assert.throws(() => new RemoteRetriever('ftp://x/retrieve'), /not a usable retriever URL/);
+  });
+
+  it('times out a server that does not answer', async () => {
+    const silent = createServer(() => {});
+    await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
+    const port = (silent.address() as { port: number }).port;
+    try {
+      const remote = new RemoteRetriever(`http://127.0.0.1:${port}/retrieve`, { timeoutMs: 100, retries: 1, backoffMs: 5 });
+      await assert.rejects(remote.retrieve(['q'], 3), /no answer within 100 ms/);
+    } finally {
+      silent.closeAllConnections();
+      silent.close();
+    }
+  });
+});
