@@ -1,10 +1,11 @@
 /** The env server's /retrieve over real HTTP on loopback: Search-R1's API, validation, remote retrievers, load. */
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Bm25Index } from '../../src/core/retrieval/bm25';
+import { execa } from 'execa';
+import { Bm25Index, IndexTooLargeError } from '../../src/core/retrieval/bm25';
 import { buildBm25Index } from '../../src/core/retrieval/corpus';
 import { Bm25Retriever, RemoteRetriever, RemoteRetrieverError } from '../../src/core/retrieval/retriever';
 import { startEnvServer, type EnvServer } from '../../src/server/server';
@@ -201,5 +202,59 @@ describe('remote retriever', function () {
       silent.closeAllConnections();
       silent.close();
     }
+  });
+});
+
+describe('retrieval CLI and limits', function () {
+  this.timeout(60_000);
+  let dir: string;
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'sas-cli-retrieval-'));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+  const cli = (...args: string[]) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], { reject: false });
+
+  it('says clearly when a corpus does not fit in memory for indexing', async () => {
+    await assert.rejects(
+      buildBm25Index(CORPUS, join(dir, 'too-big'), { memoryLimitBytes: 1024 }),
+      (e: unknown) => e instanceof IndexTooLargeError && /does not fit for in-memory indexing here/.test(e.message) && /GiB/.test(e.message),
+    );
+  });
+
+  it('index builds a BM25 index that serve --index serves', async () => {
+    const out = join(dir, 'idx');
+    const r = await cli('index', CORPUS, '--out', out, '--k1', '1.2', '--b', '0.75');
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.match(r.stderr, /BM25 index of 2,912 documents/);
+    const meta = JSON.parse(readFileSync(join(out, 'meta.json'), 'utf8'));
+    assert.deepEqual([meta.k1, meta.b], [1.2, 0.75]);
+    const child = execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'serve', '--index', out, '--port', '0', '--topk', '2'], { reject: false });
+    try {
+      const port = await new Promise<number>((resolve, reject) => {
+        let buf = '';
+        child.stdout!.on('data', (d: Buffer) => {
+          buf += d.toString();
+          if (buf.includes('\n')) resolve(JSON.parse(buf.split('\n')[0]!).port);
+        });
+        child.once('exit', () => reject(new Error(`serve exited: ${child.stderr}`)));
+      });
+      const res = await post(port, { queries: ['who founded the observatory?'] });
+      assert.equal(res.body.result[0].length, 2, '--topk 2 is the default');
+    } finally {
+      child.kill('SIGTERM');
+      await child;
+    }
+  });
+
+  it('reports bad usage with exit 2', async () => {
+    const r = await cli('index', CORPUS, '--out', join(dir, 'x'), '--b', '7');
+    assert.equal(r.exitCode, 2);
+    assert.match(r.stderr, /--b in \[0, 1\]/);
+    const s = await cli('serve', '--retriever', 'dense', '--port', '0');
+    assert.equal(s.exitCode, 2);
+    assert.match(s.stderr, /--retriever dense needs --index DIR/);
+    const m = await cli('index', join(dir, 'missing.jsonl'), '--out', join(dir, 'y'));
+    assert.equal(m.exitCode, 2);
+    assert.match(m.stderr, /missing\.jsonl/);
   });
 });
