@@ -17,8 +17,8 @@
  * It is built in one analysis pass over the corpus (postings sized exactly, then filled), loaded by reading
  * the files into typed arrays (contents stay on disk and are read per hit).
  */
-import { closeSync, openSync, readSync } from 'node:fs';
-import { mkdir, open, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { closeSync, mkdirSync, openSync, readSync, rmSync, writeSync } from 'node:fs';
+import { readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { freemem, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { DefaultEnglishAnalyzer, type Analyzer } from './analyzer';
@@ -192,32 +192,50 @@ export class Bm25Builder {
   private postingBytes = new Float64Array(1 << 16);
   private readonly docTerms = new ChunkedBytes();
   private norms = new Uint8Array(1 << 16);
-  private readonly ids: string[] = [];
-  private readonly contentsChunks: Buffer[] = [];
-  private contentsOffsets: number[] = [0];
-  private contentsBytes = 0;
+  private docs = 0;
+  /** Ids and contents go to disk as they come (a large corpus's text must not stay in memory). */
+  private readonly idsOut: BufferedFile;
+  private readonly contentsOut: BufferedFile;
+  private idsIdx = new Float64Array(1 << 16);
+  private contentsIdx = new Float64Array(1 << 16);
   private totalTokens = 0;
   private readonly memoryLimit: number;
   private readonly freq = new Map<number, number>();
+  private readonly tmp: string;
 
-  constructor(private readonly options: BuildOptions = {}) {
+  /** Builds into `dir` (through a temporary sibling directory renamed at the end). */
+  constructor(
+    private readonly dir: string,
+    private readonly options: BuildOptions = {},
+  ) {
     this.analyzer = options.analyzer ?? new DefaultEnglishAnalyzer();
     this.params = options.params ?? PYSERINI_BM25;
     this.memoryLimit = options.memoryLimitBytes ?? Math.floor(totalmem() * 0.85);
+    this.tmp = `${dir}.tmp-${process.pid}`;
+    rmSync(this.tmp, { recursive: true, force: true });
+    mkdirSync(this.tmp, { recursive: true });
+    this.idsOut = new BufferedFile(join(this.tmp, 'docids.bin'));
+    this.contentsOut = new BufferedFile(join(this.tmp, 'contents.bin'));
   }
 
   get docCount(): number {
-    return this.ids.length;
+    return this.docs;
   }
 
   /** Adds one document (`contents` as Search-R1's corpus: `"Title"\ntext`). */
   add(id: string, contents: string): void {
-    const doc = this.ids.length;
-    this.ids.push(id);
-    const bytes = Buffer.from(contents, 'utf8');
-    this.contentsChunks.push(bytes);
-    this.contentsBytes += bytes.length;
-    this.contentsOffsets.push(this.contentsBytes);
+    const doc = this.docs++;
+    if (doc + 1 >= this.idsIdx.length) {
+      const grow = (a: Float64Array) => {
+        const b = new Float64Array(a.length * 2);
+        b.set(a);
+        return b;
+      };
+      this.idsIdx = grow(this.idsIdx);
+      this.contentsIdx = grow(this.contentsIdx);
+    }
+    this.idsIdx[doc + 1] = this.idsIdx[doc]! + this.idsOut.write(id);
+    this.contentsIdx[doc + 1] = this.contentsIdx[doc]! + this.contentsOut.write(contents);
     const freq = this.freq;
     freq.clear();
     let length = 0;
@@ -259,22 +277,32 @@ export class Bm25Builder {
   private checkMemory(): void {
     const rss = process.memoryUsage().rss;
     if (rss > this.memoryLimit) {
+      this.abandon();
       throw new IndexTooLargeError(
-        `indexing stopped at ${this.ids.length.toLocaleString()} documents: this process uses ${(rss / 2 ** 30).toFixed(1)} GiB, over the limit of ` +
+        `indexing stopped at ${this.docs.toLocaleString()} documents: this process uses ${(rss / 2 ** 30).toFixed(1)} GiB, over the limit of ` +
           `${(this.memoryLimit / 2 ** 30).toFixed(1)} GiB (85% of this machine's ${(totalmem() / 2 ** 30).toFixed(1)} GiB). ` +
           'The corpus does not fit for in-memory indexing here: index on a machine with more memory, index a subset, or serve it with a remote retriever (--retriever remote).',
       );
     }
   }
 
-  /** Writes the index into `dir` (atomically: a temporary directory renamed at the end). */
-  async write(dir: string): Promise<IndexMeta> {
-    const N = this.ids.length;
+  /** Removes the temporary directory (after a failure). */
+  abandon(): void {
+    this.idsOut.close();
+    this.contentsOut.close();
+    rmSync(this.tmp, { recursive: true, force: true });
+  }
+
+  /** Writes the index into its directory (atomically: the temporary directory is renamed at the end). */
+  async write(): Promise<IndexMeta> {
+    const dir = this.dir;
+    const N = this.docs;
     const T = this.terms.size;
     const totalPostings = this.postingBytes.subarray(0, T).reduce((a, b) => a + b, 0);
     // Pass 2 needs the postings, the pass-1 pairs, the dictionary and the norms at once.
-    const estimate = totalPostings + this.docTerms.length + T * 64 + N * 40 + this.contentsBytes;
+    const estimate = totalPostings + this.docTerms.length + T * 64 + N * 24;
     if (process.memoryUsage().rss + totalPostings > this.memoryLimit) {
+      this.abandon();
       throw new IndexTooLargeError(
         `the index needs about ${(estimate / 2 ** 30).toFixed(1)} GiB to write (${T.toLocaleString()} terms, ${(totalPostings / 2 ** 30).toFixed(2)} GiB of postings); ` +
           `${(freemem() / 2 ** 30).toFixed(1)} GiB is free. Index on a machine with more memory or a subset of the corpus.`,
@@ -319,9 +347,8 @@ export class Bm25Builder {
     const termBytes = entries.map(([t]) => t);
     const termsIdx = new Float64Array(T + 1);
     for (let k = 0; k < T; k++) termsIdx[k + 1] = termsIdx[k]! + termBytes[k]!.length;
-    const idBytes = this.ids.map((id) => Buffer.from(id, 'utf8'));
-    const idsIdx = new Float64Array(N + 1);
-    for (let k = 0; k < N; k++) idsIdx[k + 1] = idsIdx[k]! + idBytes[k]!.length;
+    this.idsOut.close();
+    this.contentsOut.close();
 
     const meta: IndexMeta = {
       format: INDEX_FORMAT,
@@ -336,9 +363,7 @@ export class Bm25Builder {
       created: new Date().toISOString(),
       ...(this.options.source ? { source: this.options.source } : {}),
     };
-    const tmp = `${dir}.tmp-${process.pid}`;
-    await rm(tmp, { recursive: true, force: true });
-    await mkdir(tmp, { recursive: true });
+    const tmp = this.tmp;
     const bytes = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
     await writeFile(join(tmp, 'terms.bin'), Buffer.concat(termBytes));
     await writeFile(join(tmp, 'terms.idx'), bytes(termsIdx));
@@ -346,10 +371,8 @@ export class Bm25Builder {
     await writeFile(join(tmp, 'postings.idx'), bytes(postingsIdx));
     await writeFile(join(tmp, 'df.bin'), bytes(dfs));
     await writeFile(join(tmp, 'norms.bin'), this.norms.subarray(0, N));
-    await writeFile(join(tmp, 'docids.bin'), Buffer.concat(idBytes));
-    await writeFile(join(tmp, 'docids.idx'), bytes(idsIdx));
-    await writeConcat(join(tmp, 'contents.bin'), this.contentsChunks);
-    await writeFile(join(tmp, 'contents.idx'), bytes(Float64Array.from(this.contentsOffsets)));
+    await writeFile(join(tmp, 'docids.idx'), bytes(this.idsIdx.subarray(0, N + 1)));
+    await writeFile(join(tmp, 'contents.idx'), bytes(this.contentsIdx.subarray(0, N + 1)));
     await writeFile(join(tmp, 'meta.json'), `${JSON.stringify(meta, null, 2)}\n`);
     await rm(dir, { recursive: true, force: true });
     await rename(tmp, dir);
@@ -357,12 +380,37 @@ export class Bm25Builder {
   }
 }
 
-async function writeConcat(path: string, chunks: Buffer[]): Promise<void> {
-  const fh = await open(path, 'w');
-  try {
-    for (let k = 0; k < chunks.length; k += 1024) await fh.writev(chunks.slice(k, k + 1024));
-  } finally {
-    await fh.close();
+/** Appends UTF-8 text to a file through a 4 MB buffer (synchronous writes: the builder's add() is sync). */
+class BufferedFile {
+  private readonly fd: number;
+  private readonly buf = Buffer.allocUnsafe(4 << 20);
+  private used = 0;
+  private closed = false;
+  constructor(path: string) {
+    this.fd = openSync(path, 'w');
+  }
+  /** Writes `text`; returns its length in bytes. */
+  write(text: string): number {
+    const n = Buffer.byteLength(text, 'utf8');
+    if (this.used + n > this.buf.length) this.flush();
+    if (n > this.buf.length) {
+      writeSync(this.fd, Buffer.from(text, 'utf8'));
+      return n;
+    }
+    this.buf.write(text, this.used, 'utf8');
+    this.used += n;
+    return n;
+  }
+  private flush(): void {
+    let off = 0;
+    while (off < this.used) off += writeSync(this.fd, this.buf, off, this.used - off);
+    this.used = 0;
+  }
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.flush();
+    closeSync(this.fd);
   }
 }
 

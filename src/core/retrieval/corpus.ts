@@ -45,8 +45,13 @@ export async function* readCorpus(path: string, issues: CorpusIssue[] = [], sign
 /** Builds a BM25 index directory from a corpus file. */
 export async function buildBm25Index(corpus: string, dir: string, options: BuildOptions & { issues?: CorpusIssue[] } = {}): Promise<IndexMeta> {
   await stat(corpus);
-  const builder = new Bm25Builder({ ...options, source: options.source ?? corpus });
-  for await (const d of readCorpus(corpus, options.issues, options.signal)) builder.add(d.id, d.contents);
-  if (builder.docCount === 0) throw new Error(`${corpus}: no documents (expected JSONL lines with id and contents)`);
-  return builder.write(dir);
+  const builder = new Bm25Builder(dir, { ...options, source: options.source ?? corpus });
+  try {
+    for await (const d of readCorpus(corpus, options.issues, options.signal)) builder.add(d.id, d.contents);
+    if (builder.docCount === 0) throw new Error(`${corpus}: no documents (expected JSONL lines with id and contents)`);
+    return await builder.write();
+  } catch (e) {
+    builder.abandon();
+    throw e;
+  }
 }
