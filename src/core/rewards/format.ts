@@ -32,9 +32,18 @@ function stripTemplateMarkers(text: string): string {
   return out + text.slice(i);
 }
 
+export interface FormatOptions {
+  /**
+   * Exactly Search-R1's `is_valid_sequence`: chat-template markers count as content (a trailing `<|im_end|>`
+   * makes a response invalid) and, for transcripts, the ChatML assistant marker is required. Default false:
+   * markers are ignored and any template our splitter knows is accepted.
+   */
+  strict?: boolean;
+}
+
 /** The state machine on a response (no prompt). */
-export function formatValidResponse(response: string): FormatResult {
-  const content = stripTemplateMarkers(response);
+export function formatValidResponse(response: string, options: FormatOptions = {}): FormatResult {
+  const content = options.strict ? response : stripTemplateMarkers(response);
   for (const tag of TAGS) {
     const opening = content.split(`<${tag}>`).length - 1;
     const closing = content.split(`</${tag}>`).length - 1;
@@ -66,8 +75,13 @@ export function formatValidResponse(response: string): FormatResult {
 }
 
 /** `is_valid_sequence` on a whole transcript (prompt + response), for any template our splitter knows. */
-export function formatValid(transcript: string): FormatResult {
+export function formatValid(transcript: string, options: FormatOptions = {}): FormatResult {
+  if (options.strict) {
+    const m = /<\|im_start\|>assistant\s*/.exec(transcript);
+    if (!m) return { valid: false, reason: 'Missing assistant marker' };
+    return formatValidResponse(transcript.slice(m.index + m[0].length), options);
+  }
   const split = splitTranscript(transcript);
   if (split.by === 'none' && split.template !== 'plain') return { valid: false, reason: 'Missing assistant marker' };
-  return formatValidResponse(transcript.slice(split.responseStart));
+  return formatValidResponse(transcript.slice(split.responseStart), options);
 }
