@@ -20,7 +20,7 @@ export async function rolloutFile(bytes: number, name = `rollouts-${Math.round(b
     const line = `${pool[i % pool.length]!.record(i)}\n`;
     written += Buffer.byteLength(line);
     i++;
-    if (!out.write(line)) await new Promise((r) => out.once('drain', r));
+    if (!out.write(line)) await new Promise<void>((r) => out.once('drain', () => r()));
   }
   await new Promise<void>((resolve, reject) => out.end((e?: Error | null) => (e ? reject(e) : resolve())));
   renameSync(tmp, path);

@@ -1,0 +1,119 @@
+/**
+ * Reward modules compiled on the fly and run in the sandbox: misbehaving modules are stopped and reported with
+ * the user's file and line (source-mapped) and the rollout; the other items still score; workers are reused.
+ */
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { compileRewardModule, RewardCompileError } from '../../src/core/rewards/compile';
+import { RewardSandbox, type RewardItem } from '../../src/core/rewards/sandbox';
+import { openReward } from '../../src/core/rewards/scoring';
+
+const ROOT = join(__dirname, '..', '..');
+const MODULES = join(ROOT, 'test', 'fixtures', 'rewards', 'modules');
+const MISBEHAVING = join(MODULES, 'misbehaving.reward.ts');
+const lineOf = (file: string, needle: string) => readFileSync(file, 'utf8').split('\n').findIndex((l) => l.includes(needle)) + 1;
+
+const item = (id: string, c = 'ok', answer = 'Ilse Marrow'): RewardItem => ({
+  id,
+  prompt: 'Question: q?\n',
+  response: `<think>t</think>\n<answer> ${answer} </answer>`,
+  golden: ['Ilse Marrow'],
+  question: `question ${id}`,
+  meta: { case: c },
+  where: `rollouts.jsonl:${id.slice(1)}`,
+});
+
+describe('reward sandbox', function () {
+  this.timeout(60_000);
+
+  it('compiles built-ins and user modules with esbuild, with a source map to the TypeScript', async () => {
+    const r = await openReward('builtin:em', { workers: 1 });
+    try {
+      const out = await r.sandbox.score([item('r1'), item('r2', 'ok', 'Quendal'), { ...item('r3'), response: 'no answer' }]);
+      assert.deepEqual(out, [
+        { id: 'r1', reward: 1, parts: {} },
+        { id: 'r2', reward: 0, parts: {} },
+        { id: 'r3', reward: 0, parts: {} },
+      ]);
+      assert.ok(JSON.parse(r.compiled.map).sources.some((s: string) => s.endsWith('em.reward.ts')));
+    } finally {
+      await r.sandbox.close();
+    }
+  });
+
+  it('reports each failing item with the file, the line and the rollout; the others still score', async () => {
+    const compiled = await compileRewardModule(MISBEHAVING);
+    const logs: string[] = [];
+    const sb = new RewardSandbox(compiled, { workers: 2, itemTimeoutMs: 300, heapMb: 64, chunk: 3, onLog: (l) => logs.push(l) });
+    try {
+      const cases = ['ok', 'throw', 'deep', 'nan', 'string', 'bad-parts', 'loop', 'ok', 'async-loop', 'escape', 'memory', 'log', 'ok'];
+      const items = cases.map((c, i) => item(`r${i}`, c));
+      const out = await sb.score(items);
+      const by = (i: number) => out[i]!;
+      const err = (i: number) => {
+        const o = by(i);
+        assert.ok('error' in o, `${cases[i]} should fail: ${JSON.stringify(o)}`);
+        return o.error;
+      };
+      for (const i of [0, 7, 12]) assert.deepEqual(by(i), { id: `r${i}`, reward: 1, parts: { answered: 1 } });
+      assert.deepEqual(by(9), { id: 'r9', reward: 1, parts: {} }, 'no process, no require inside the sandbox');
+      const thrown = err(1);
+      assert.equal(thrown.kind, 'throw');
+      assert.equal(thrown.message, 'Error: cannot score Ilse Marrow');
+      assert.equal(thrown.file, MISBEHAVING);
+      assert.equal(thrown.line, lineOf(MISBEHAVING, "if (id === 'throw')"));
+      const deep = err(2);
+      assert.equal(deep.line, lineOf(MISBEHAVING, "throw new RangeError('thrown from deep()')"), 'the frame that threw, in the user’s TypeScript');
+      assert.match(deep.stack ?? '', /misbehaving\.reward\.ts:\d+:\d+/);
+      assert.deepEqual([err(3).kind, err(3).message], ['nan', 'returned NaN']);
+      assert.deepEqual([err(4).kind, err(4).message], ['type', 'returned string (expected a number or { reward, parts })']);
+      assert.match(err(5).message, /parts\.em is Infinity/);
+      assert.deepEqual([err(6).kind, err(6).message], ['timeout', 'did not finish within 300 ms']);
+      assert.equal(err(8).kind, 'timeout', 'a loop after an await is stopped too');
+      assert.equal(err(10).kind, 'memory');
+      assert.match(err(10).message, /ran out of memory \(the limit is 64 MB\)/);
+      assert.deepEqual(by(11), { id: 'r11', reward: 1, parts: { answered: 1 } });
+      assert.ok(logs.includes('hello from question r11'));
+      // The same sandbox keeps working after workers were replaced.
+      const again = await sb.score([item('x1'), item('x2', 'throw')]);
+      assert.ok('reward' in again[0]!);
+      assert.ok('error' in again[1]!);
+    } finally {
+      await sb.close();
+    }
+  });
+
+  it('names the file, line and column of compile errors, and refuses Node built-ins', async () => {
+    const syntax = join(MODULES, 'syntax-error.reward.ts');
+    await assert.rejects(compileRewardModule(syntax), (e: unknown) => e instanceof RewardCompileError && e.file === syntax && e.line === 6);
+    await assert.rejects(compileRewardModule(join(MODULES, 'imports-fs.reward.ts')), (e: unknown) => e instanceof RewardCompileError && /"node:fs" cannot be imported: reward modules run sandboxed/.test(e.message) && e.line === 1);
+    await assert.rejects(compileRewardModule(join(MODULES, 'no-default.reward.ts')), /no-default\.reward\.ts:1:1: no default export: a reward module must `export default defineReward/);
+  });
+
+  it('compiles an edited, unsaved version of a module from memory', async () => {
+    const src = readFileSync(join(ROOT, 'examples', 'rewards', 'em.reward.ts'), 'utf8').replace("return traj.answer === null ? 0 : em(traj.answer, example.golden);", 'return 0.5;');
+    const r = await openReward(join(ROOT, 'examples', 'rewards', 'em.reward.ts'), { workers: 1 }, src);
+    try {
+      assert.deepEqual(await r.sandbox.score([item('r1')]), [{ id: 'r1', reward: 0.5, parts: {} }]);
+    } finally {
+      await r.sandbox.close();
+    }
+  });
+
+  it('spreads a large batch over the workers and keeps the order', async () => {
+    const r = await openReward('builtin:f1', { workers: 2, chunk: 500 });
+    try {
+      const items = Array.from({ length: 5000 }, (_, i) => item(`r${i}`, 'ok', i % 2 ? 'Ilse Marrow' : 'Marrow'));
+      const out = await r.sandbox.score(items);
+      assert.equal(out.length, 5000);
+      out.forEach((o, i) => {
+        assert.equal(o.id, `r${i}`);
+        assert.ok('reward' in o);
+        assert.equal(o.reward, i % 2 ? 1 : 2 / 3);
+      });
+    } finally {
+      await r.sandbox.close();
+    }
+  });
+});
