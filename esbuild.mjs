@@ -10,8 +10,8 @@ const production = process.argv.includes('--production');
 const root = import.meta.dirname;
 const dist = join(root, 'dist');
 
-/** Native modules are not bundled: they ship in node_modules (see .vscodeignore). */
-const nativeExternals = ['onnxruntime-node'];
+/** Native modules are not bundled: they ship in node_modules (see .vscodeignore). esbuild compiles reward modules at run time. */
+const nativeExternals = ['onnxruntime-node', 'esbuild'];
 
 const nodeCommon = {
   bundle: true,
@@ -40,6 +40,8 @@ const webviewEntries = webviewNames().flatMap((name) => {
 const builds = [
   { ...nodeCommon, entryPoints: { extension: 'src/extension/extension.ts' }, outdir: dist, external: ['vscode', ...nativeExternals] },
   { ...nodeCommon, entryPoints: { server: 'src/server/main.ts' }, outdir: dist },
+  // The reward API as an ES module: reward modules are bundled with it at run time (src/core/rewards/compile.ts).
+  { ...nodeCommon, platform: 'neutral', format: 'esm', sourcemap: false, entryPoints: { 'reward-api': 'src/core/rewards/api.ts' }, outdir: dist, outExtension: { '.js': '.mjs' } },
   {
     ...nodeCommon,
     entryPoints: { cli: 'src/cli/main.ts' },

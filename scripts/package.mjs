@@ -27,7 +27,12 @@ if (!existsSync(join(root, binDir))) {
 }
 mkdirSync(join(root, 'out'), { recursive: true });
 const ignoreFile = join(root, 'out', `.vscodeignore.${target}`);
-writeFileSync(ignoreFile, `${readFileSync(join(root, '.vscodeignore'), 'utf8')}\n# added by scripts/package.mjs for ${target}\n!${binDir}/**\n`);
+const esbuildBin = `node_modules/@esbuild/${target}`;
+if (!existsSync(join(root, esbuildBin))) {
+  console.error(`package: esbuild has no binary package for ${target} (${esbuildBin}); reward modules could not compile there.`);
+  process.exit(1);
+}
+writeFileSync(ignoreFile, `${readFileSync(join(root, '.vscodeignore'), 'utf8')}\n# added by scripts/package.mjs for ${target}\n!${binDir}/**\n!${esbuildBin}/**\n`);
 
 const vsix = join(root, 'out', `${pkg.name}-${target}-${pkg.version}.vsix`);
 run(process.execPath, [

@@ -15,6 +15,7 @@ import { VERSION } from '../core/version';
 import { runServer, UsageError } from '../server/run';
 import { importCommand } from './import';
 import { indexCommand } from './index-command';
+import { rewardCommand } from './reward-command';
 import { inspect } from './inspect';
 
 const USAGE = `search-agent-studio ${VERSION}
@@ -34,7 +35,11 @@ Usage:
   search-agent-studio import <searchr1|verl|trl|searchr1-dataset> <src> --out <file.jsonl>
                                                convert into our rollout JSONL (a dataset: our dataset JSONL)
 
-Exit codes: 0 success, 1 a check failed, 2 bad usage or unreadable input.
+  search-agent-studio reward <module.reward.ts|builtin:em|builtin:subem|builtin:f1|builtin:em-format> <rollouts>
+                           [--json] [--out scored.jsonl]
+                                               score rollouts with a reward module (sandboxed)
+
+Exit codes: 0 success, 1 a check failed (or some items failed to score), 2 bad usage or unreadable input.
   search-agent-studio --version
 `;
 
@@ -124,6 +129,15 @@ export async function main(argv: string[]): Promise<number> {
         throw e;
       }
       return -1; // keeps running until a signal
+    case 'reward':
+      return withInputErrors(async () => {
+        try {
+          return await rewardCommand(rest, (s) => process.stdout.write(s), (s) => process.stderr.write(s));
+        } catch (e) {
+          if (e instanceof UsageError) return usage(e.message);
+          throw e;
+        }
+      });
     case 'index':
       return withInputErrors(async () => {
         try {

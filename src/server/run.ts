@@ -9,6 +9,7 @@
  *   [--model DIR]                       the E5 encoder (dense)
  *   [--url URL]                         a Search-R1-compatible /retrieve (remote)
  *   [--scan onnx|js]                    dense scan implementation
+ *   [--reward MODULE|builtin:NAME]      the reward module /reward scores with (default builtin:em)
  * With no --index, --corpus or --url: BM25 over the demo corpus that ships with the project.
  */
 import { readFile } from 'node:fs/promises';
@@ -16,6 +17,7 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { demoCorpusPath } from '../core/paths';
 import { Bm25Retriever, DenseRetriever, RemoteRetriever, type Retriever } from '../core/retrieval/retriever';
+import { openReward } from '../core/rewards/scoring';
 import { VERSION } from '../core/version';
 import { startEnvServer } from './server';
 
@@ -28,6 +30,8 @@ const OPTIONS = {
   model: { type: 'string' },
   url: { type: 'string' },
   scan: { type: 'string', default: 'onnx' },
+  reward: { type: 'string', default: 'builtin:em' },
+  'reward-timeout': { type: 'string', default: '2000' },
 } as const;
 
 export class UsageError extends Error {}
@@ -73,7 +77,11 @@ export async function runServer(argv: string[]): Promise<void> {
   const log = (line: string) => process.stderr.write(`[env-server] ${line}\n`);
   const retriever = await retrieverFromArgs(values, log);
   log(`retriever: ${JSON.stringify(retriever.describe())}`);
-  const server = await startEnvServer({ port, version: VERSION, log, retriever, defaultTopk });
+  const opened = await openReward(values.reward, { itemTimeoutMs: int('reward-timeout', values['reward-timeout'], 1, 600_000), onLog: (l) => log(`[reward] ${l}`) }).catch((e: Error) => {
+    throw new UsageError(`--reward ${values.reward}: ${e.message}`);
+  });
+  log(`reward: ${values.reward} (${opened.compiled.file})`);
+  const server = await startEnvServer({ port, version: VERSION, log, retriever, defaultTopk, reward: { name: values.reward, file: opened.compiled.file, sandbox: opened.sandbox } });
   process.stdout.write(`${JSON.stringify({ event: 'listening', port: server.port })}\n`);
   const stop = (signal: string) => {
     log(`${signal}: closing`);

@@ -5,6 +5,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { RemoteRetrieverError, type Retriever } from '../core/retrieval/retriever';
+import type { RewardItem, RewardSandbox } from '../core/rewards/sandbox';
 import { HttpError, readJson, sendJson } from './http';
 
 export interface EnvServerOptions {
@@ -22,6 +23,38 @@ export interface EnvServerOptions {
   /** Most queries in one request (default 1024) and largest topk (default 100). */
   maxQueries?: number;
   maxTopk?: number;
+  /** Serves /reward: the configured reward module's sandbox, and its name for /health. */
+  reward?: { name: string; file: string; sandbox: RewardSandbox };
+  /** Most items in one /reward request (default 65536). */
+  maxRewardItems?: number;
+}
+
+/** Validates a /reward body; errors name the field. */
+export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[] {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HttpError(400, 'body: expected a JSON object {items: [...]}');
+  const items = (body as { items?: unknown }).items;
+  if (!Array.isArray(items)) throw new HttpError(400, `items: expected an array, got ${items === undefined ? 'nothing' : typeof items}`);
+  if (items.length > maxItems) throw new HttpError(400, `items: ${items.length} items; at most ${maxItems} per request`);
+  return items.map((raw, i) => {
+    const at = `items[${i}]`;
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?}`);
+    const it = raw as Record<string, unknown>;
+    if (typeof it.response !== 'string') throw new HttpError(400, `${at}.response: expected a string, got ${it.response === undefined ? 'nothing' : typeof it.response}`);
+    if (it.prompt !== undefined && typeof it.prompt !== 'string') throw new HttpError(400, `${at}.prompt: expected a string`);
+    if (!Array.isArray(it.golden) || it.golden.some((g) => typeof g !== 'string')) throw new HttpError(400, `${at}.golden: expected an array of strings`);
+    if (it.data_source !== undefined && typeof it.data_source !== 'string') throw new HttpError(400, `${at}.data_source: expected a string`);
+    if (it.meta !== undefined && (typeof it.meta !== 'object' || it.meta === null || Array.isArray(it.meta))) throw new HttpError(400, `${at}.meta: expected an object`);
+    if (it.question !== undefined && typeof it.question !== 'string') throw new HttpError(400, `${at}.question: expected a string`);
+    return {
+      id: typeof it.id === 'string' || typeof it.id === 'number' ? String(it.id) : `items[${i}]`,
+      prompt: (it.prompt as string | undefined) ?? '',
+      response: it.response,
+      golden: it.golden as string[],
+      ...(it.question !== undefined ? { question: it.question as string } : {}),
+      ...(it.data_source !== undefined ? { data_source: it.data_source as string } : {}),
+      ...(it.meta !== undefined ? { meta: it.meta as Record<string, unknown> } : {}),
+    };
+  });
 }
 
 /** Validates a /retrieve body; errors name the field. */
@@ -70,7 +103,7 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
           version: options.version,
           uptime_s: (Date.now() - started) / 1000,
           retriever: retriever ? { ...retriever.describe(), default_topk: limits.defaultTopk } : null,
-          reward: null,
+          reward: options.reward ? { name: options.reward.name, module: options.reward.file } : null,
         }),
     },
     '/retrieve': {
@@ -91,9 +124,22 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
       },
     },
     '/reward': {
-      POST: async (req) => {
-        await readJson(req, maxBodyBytes);
-        throw new HttpError(501, 'no reward module is configured in this build: /reward lands with the rewards issue');
+      // {items: [{response, prompt?, golden, data_source?, meta?}]} → {results: [{reward, parts}]} (a failed item:
+      // reward null and an error naming the module's file and line).
+      POST: async (req, res) => {
+        const items = parseRewardRequest(await readJson(req, maxBodyBytes), options.maxRewardItems ?? 65536);
+        if (!options.reward) throw new HttpError(503, 'this env server has no reward module configured (start it with --reward)');
+        const t0 = performance.now();
+        const outcomes = await options.reward.sandbox.score(items);
+        let failed = 0;
+        const results = outcomes.map((o) => {
+          if ('reward' in o) return { reward: o.reward, parts: o.parts };
+          failed++;
+          const where = o.error.file ? `${o.error.file}:${o.error.line}: ` : '';
+          return { reward: null, parts: {}, error: `${where}${o.error.message} (item ${o.id})` };
+        });
+        sendJson(res, 200, { results });
+        log(`reward ${items.length} items${failed ? ` (${failed} failed)` : ''}: ${(performance.now() - t0).toFixed(1)}ms`);
       },
     },
   };
@@ -141,6 +187,6 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
       new Promise<void>((resolve) => {
         server.close(() => resolve());
         server.closeIdleConnections();
-      }).then(() => retriever?.close()),
+      }).then(() => Promise.all([retriever?.close(), options.reward?.sandbox.close()]).then(() => undefined)),
   };
 }

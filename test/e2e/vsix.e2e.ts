@@ -10,10 +10,11 @@ describe('the VSIX', () => {
     const vsix = readFileSync(join(ROOT, 'out', 'vsix-path.txt'), 'utf8').trim();
     const { stdout } = await execa('unzip', ['-Z1', vsix]);
     const files = stdout.split('\n').map((f) => f.replace(/^extension\//, ''));
-    for (const must of ['examples/demo/corpus.jsonl', 'package.json', 'dist/extension.js', 'dist/server.js', 'dist/cli.js', 'dist/webview/welcome.js', 'syntaxes/search-trajectory.tmLanguage.json', 'trainer/search_agent_trainer/__main__.py']) {
+    for (const must of ['examples/demo/corpus.jsonl', 'examples/rewards/em.reward.ts', 'dist/reward-api.mjs', 'dist/reward-api.d.ts', 'node_modules/esbuild/lib/main.js', 'package.json', 'dist/extension.js', 'dist/server.js', 'dist/cli.js', 'dist/webview/welcome.js', 'syntaxes/search-trajectory.tmLanguage.json', 'trainer/search_agent_trainer/__main__.py']) {
       assert.ok(files.includes(must), `${must} ships`);
     }
-    const leaks = files.filter((f) => (/^(src|test|webview|scripts|bench|docs|examples|\.bench|\.vscode-test|out)\//.test(f) && !/^examples\/demo\/[^/]+\.jsonl$/.test(f)) || /\.(ts|map)$/.test(f) || /__pycache__|fixtures/.test(f));
+    const allowed = (f: string) => /^examples\/demo\/[^/]+\.jsonl$/.test(f) || /^examples\/rewards\/[^/]+\.reward\.ts$/.test(f) || f === 'dist/reward-api.d.ts';
+    const leaks = files.filter((f) => !allowed(f) && (/^(src|test|webview|scripts|bench|docs|examples|\.bench|\.vscode-test|out)\//.test(f) || /\.(ts|map)$/.test(f) || /__pycache__|fixtures/.test(f)));
     assert.deepEqual(leaks, []);
     const platforms = new Set(files.filter((f) => f.includes('onnxruntime-node/bin/')).map((f) => f.split('/').slice(3, 6).join('/')));
     assert.deepEqual([...platforms], [`napi-v6/${process.platform}/${process.arch}`]);

@@ -49,12 +49,13 @@ describe('env server', () => {
     assert.ok(lines.some((l) => /^POST \/retrieve 400 /.test(l)), 'logs one line per request');
   });
 
-  it('without a retriever, /retrieve says so (503); /reward is not built yet (501)', async () => {
+  it('without a retriever or a reward module, /retrieve and /reward say so (503)', async () => {
     const r = await call(server.port, '/retrieve', { method: 'POST', body: JSON.stringify({ queries: ['who'] }) });
     assert.equal(r.status, 503);
     assert.match(r.body.error, /no retriever/);
     const w = await call(server.port, '/reward', { method: 'POST', body: JSON.stringify({ items: [] }) });
-    assert.equal(w.status, 501);
+    assert.equal(w.status, 503);
+    assert.match(w.body.error, /no reward module/);
   });
 
   it('runs as a process: prints its listening line first and exits 0 on SIGTERM', async () => {

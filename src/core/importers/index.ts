@@ -22,6 +22,8 @@ export type ImportKind = (typeof IMPORT_KINDS)[number];
 export interface SourceItem {
   record?: Rollout;
   issues: LocatedIssue[];
+  /** Where the item came from: `file:line` (or `file:row` for parquet). */
+  where?: string;
 }
 
 /** Thrown when a path cannot be read as any source we know (the CLI exits 2 with its message). */
@@ -91,7 +93,7 @@ export async function* readSource(path: string, kind?: SourceKind): AsyncGenerat
       for (const file of await rolloutFiles(path)) {
         for await (const { line, text } of readLines(file)) {
           const row = parseRolloutLine(text, file, line);
-          yield row.record ? { record: row.record, issues: [] } : { issues: row.errors };
+          yield row.record ? { record: row.record, issues: [], where: `${file}:${line}` } : { issues: row.errors, where: `${file}:${line}` };
         }
       }
       return;
@@ -143,7 +145,7 @@ export async function* readSource(path: string, kind?: SourceKind): AsyncGenerat
 /** Our own records are validated too, so an importer bug surfaces as an issue rather than a bad file. */
 function checked(record: Rollout, file: string, line: number): SourceItem {
   const issues = validateRollout(record, file, line);
-  return issues.length ? { issues } : { record, issues: [] };
+  return issues.length ? { issues, where: `${file}:${line}` } : { record, issues: [], where: `${file}:${line}` };
 }
 
 async function trlFiles(path: string): Promise<string[]> {

@@ -5,7 +5,7 @@
  */
 import { join } from 'node:path';
 import type { Rollout } from '../run/format';
-import { streamRollouts } from '../store/rollouts';
+import { readSource } from '../importers';
 import { packageRoot } from '../paths';
 import { compileRewardModule, rewardApiPath, type CompiledReward } from './compile';
 import { RewardSandbox, describeRewardError, type RewardError, type RewardItem, type RewardOutcome, type SandboxOptions } from './sandbox';
@@ -52,7 +52,10 @@ export interface ScoredRollout {
   outcome: RewardOutcome;
 }
 
-/** Streams a rollout file (or run directory) through a sandbox, `batch` rows at a time, in order. */
+/**
+ * Streams rollouts through a sandbox, `batch` at a time, in order: our rollout JSONL or run directories, and
+ * anything the importers read (veRL dumps, TRL completion tables, Search-R1 transcripts).
+ */
 export async function* scoreRollouts(
   path: string,
   sandbox: RewardSandbox,
@@ -68,12 +71,13 @@ export async function* scoreRollouts(
     options.onProgress?.(done);
     batch = [];
   };
-  for await (const row of streamRollouts(path, options.signal)) {
-    if (!row.record) {
-      for (const e of row.errors) options.onMalformed?.(`${e.file}:${e.line}: ${e.field ? `${e.field}: ` : ''}${e.message}`);
+  for await (const item of readSource(path)) {
+    options.signal?.throwIfAborted();
+    if (!item.record) {
+      for (const e of item.issues) options.onMalformed?.(`${e.file}:${e.line}: ${e.field ? `${e.field}: ` : ''}${e.message}`);
       continue;
     }
-    batch.push({ record: row.record, where: `${row.file}:${row.line}` });
+    batch.push({ record: item.record, where: item.where ?? path });
     if (batch.length >= batchSize) yield* flush();
   }
   if (batch.length) yield* flush();

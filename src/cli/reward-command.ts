@@ -1,0 +1,85 @@
+/**
+ * `search-agent-studio reward <module|builtin:em|builtin:subem|builtin:f1|builtin:em-format> <rollouts>
+ *  [--json] [--out scored.jsonl] [--timeout MS] [--workers N]`
+ * Scores rollouts with a reward module in the sandbox. With --json: one JSON object (count, mean,
+ * frac_zero_std_groups, errors, items: id, reward, parts). With --out: the rollouts re-written with the new
+ * rewards, streamed (for big files); the recorded reward is kept in meta.reward_recorded. Otherwise a summary.
+ * Exit 0 when every item scored, 1 when some failed (each reported on stderr), 2 for bad usage, unreadable
+ * input or a module that does not compile.
+ */
+import { createWriteStream } from 'node:fs';
+import { parseArgs } from 'node:util';
+import { RewardCompileError } from '../core/rewards/compile';
+import { openReward, RewardReportBuilder, scoreRollouts } from '../core/rewards/scoring';
+import { UsageError } from '../server/run';
+
+export async function rewardCommand(argv: string[], out: (s: string) => void, err: (s: string) => void): Promise<number> {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    strict: true,
+    options: { json: { type: 'boolean', default: false }, out: { type: 'string' }, timeout: { type: 'string', default: '2000' }, workers: { type: 'string' } },
+  });
+  if (positionals.length !== 2) throw new UsageError('reward takes a module (or builtin:em, builtin:subem, builtin:f1, builtin:em-format) and a rollout file or run directory');
+  const [spec, rollouts] = positionals as [string, string];
+  let opened;
+  try {
+    opened = await openReward(spec, { itemTimeoutMs: Number(values.timeout) || 2000, ...(values.workers ? { workers: Number(values.workers) } : {}), onLog: (l) => err(`[reward] ${l}\n`) });
+  } catch (e) {
+    if (e instanceof RewardCompileError) {
+      err(`${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+  const report = new RewardReportBuilder();
+  const file = values.out ? createWriteStream(values.out) : undefined;
+  const write = async (line: string) => {
+    if (file && !file.write(`${line}\n`)) await new Promise<void>((r) => file.once('drain', () => r()));
+  };
+  let first = true;
+  if (values.json) out(`{"module":${JSON.stringify(opened.compiled.file)},"items":[`);
+  const isTty = Boolean(process.stderr.isTTY);
+  try {
+    for await (const s of scoreRollouts(rollouts, opened.sandbox, {
+      onMalformed: (m) => err(`${m}\n`),
+      onProgress: (done) => isTty && err(`\rscored ${done.toLocaleString()}\u001b[K`),
+    })) {
+      report.add(s);
+      const o = s.outcome;
+      const scored = 'reward' in o ? { reward: o.reward, parts: o.parts } : undefined;
+      const error = 'error' in o ? o.error.message : undefined;
+      if (values.json) {
+        out(`${first ? '' : ','}\n${JSON.stringify({ id: s.record.id, reward: scored?.reward ?? null, parts: scored?.parts ?? {}, ...(error ? { error } : {}) })}`);
+        first = false;
+      }
+      if (file) {
+        const meta = { ...s.record.meta, ...(typeof s.record.reward === 'number' ? { reward_recorded: s.record.reward } : {}), ...(error ? { reward_error: error } : {}) };
+        const { reward: _r, reward_parts: _p, ...rest } = s.record;
+        await write(JSON.stringify({ ...rest, ...(scored ? { reward: scored.reward, reward_parts: scored.parts } : {}), meta }));
+      }
+    }
+  } finally {
+    if (isTty) err('\n');
+    await opened.sandbox.close();
+    if (file) await new Promise<void>((r) => file.end(() => r()));
+  }
+  const r = report.result();
+  if (values.json) {
+    out(`\n],"count":${r.count},"mean":${JSON.stringify(r.mean)},"std":${JSON.stringify(r.std)},"frac_zero_std_groups":${JSON.stringify(r.frac_zero_std_groups)},"errors":${r.errors},"agreement":${JSON.stringify(r.agreement)}}\n`);
+  } else {
+    const pct = (x: number | null) => (x === null ? '–' : `${(100 * x).toFixed(1)}%`);
+    out(
+      [
+        `${opened.spec} on ${rollouts}: ${r.count} rollouts, ${r.scored} scored${r.errors ? `, ${r.errors} failed` : ''}`,
+        `  mean reward     ${r.mean === null ? '–' : r.mean.toFixed(4)}${r.recordedMean !== null ? ` (recorded: ${r.recordedMean.toFixed(4)})` : ''}`,
+        `  same as recorded ${pct(r.agreement)}`,
+        `  zero-variance GRPO groups ${pct(r.frac_zero_std_groups)}${r.frac_zero_std_groups_recorded !== null ? ` (recorded: ${pct(r.frac_zero_std_groups_recorded)})` : ''} of ${r.groups}`,
+        ...(values.out ? [`  wrote ${values.out}`] : []),
+      ].join('\n') + '\n',
+    );
+  }
+  for (const f of r.failures.slice(0, 20)) err(`${f.message}\n`);
+  if (r.errors > 20) err(`… and ${r.errors - 20} more failures\n`);
+  return r.errors ? 1 : 0;
+}

@@ -1,0 +1,108 @@
+/** /reward on the env server and the `reward` CLI, over real HTTP and real processes. */
+import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { openReward } from '../../src/core/rewards/scoring';
+import { startEnvServer, type EnvServer } from '../../src/server/server';
+
+const ROOT = join(__dirname, '..', '..');
+const MISBEHAVING = join(ROOT, 'test', 'fixtures', 'rewards', 'modules', 'misbehaving.reward.ts');
+
+async function post(port: number, body: unknown) {
+  const res = await fetch(`http://127.0.0.1:${port}/reward`, { method: 'POST', body: JSON.stringify(body) });
+  return { status: res.status, body: (await res.json()) as any };
+}
+
+describe('env server /reward', function () {
+  this.timeout(60_000);
+  let server: EnvServer;
+  before(async () => {
+    const r = await openReward(MISBEHAVING, { workers: 1, itemTimeoutMs: 300 });
+    server = await startEnvServer({ version: 'test', reward: { name: 'misbehaving', file: r.compiled.file, sandbox: r.sandbox } });
+  });
+  after(() => server.close());
+
+  it('scores items with the configured module; a failing item gets null and an error naming file and line', async () => {
+    const r = await post(server.port, {
+      items: [
+        { response: '<answer> x </answer>', golden: ['x'] },
+        { id: 'r7', response: '<answer> x </answer>', golden: ['x'], meta: { case: 'throw' } },
+        { response: 'no answer', prompt: 'Q', golden: [], data_source: 'nq', meta: { case: 'loop' } },
+      ],
+    });
+    assert.equal(r.status, 200);
+    assert.deepEqual(r.body.results[0], { reward: 1, parts: { answered: 1 } });
+    assert.equal(r.body.results[1].reward, null);
+    assert.match(r.body.results[1].error, /misbehaving\.reward\.ts:\d+: Error: cannot score x \(item r7\)/);
+    assert.match(r.body.results[2].error, /did not finish within 300 ms/);
+    const health = (await (await fetch(`http://127.0.0.1:${server.port}/health`)).json()) as { reward: unknown };
+    assert.deepEqual(health.reward, { name: 'misbehaving', module: MISBEHAVING });
+  });
+
+  it('rejects malformed requests naming the field', async () => {
+    const cases: [unknown, RegExp][] = [
+      [[], /body: expected a JSON object/],
+      [{}, /items: expected an array, got nothing/],
+      [{ items: [7] }, /items\[0\]: expected an object/],
+      [{ items: [{ golden: [] }] }, /items\[0\]\.response: expected a string, got nothing/],
+      [{ items: [{ response: '', golden: 'x' }] }, /items\[0\]\.golden: expected an array of strings/],
+      [{ items: [{ response: '', golden: [], meta: 3 }] }, /items\[0\]\.meta: expected an object/],
+    ];
+    for (const [body, re] of cases) {
+      const r = await post(server.port, body);
+      assert.equal(r.status, 400, JSON.stringify(body));
+      assert.match(r.body.error, re);
+    }
+  });
+});
+
+describe('CLI reward', function () {
+  this.timeout(60_000);
+  let dir: string;
+  before(() => {
+    dir = mkdtempSync(join(tmpdir(), 'sas-reward-cli-'));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+  const cli = (...args: string[]) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'reward', ...args], { reject: false });
+  const rollouts = () => {
+    const f = join(dir, 'rollouts.jsonl');
+    const rec = (i: number, answer: string, reward: number) => JSON.stringify({ v: 1, id: `r${i}`, step: 1, group: Math.floor(i / 2), sample: i % 2, prompt: 'p', response: `<think>t</think>\n<answer> ${answer} </answer>`, golden: ['Ilse Marrow'], reward, data_source: 'demo' });
+    writeFileSync(f, [rec(0, 'Ilse Marrow', 1), rec(1, 'Quendal', 1), rec(2, 'ilse marrow', 0), rec(3, 'the Ilse Marrow', 1), '{broken'].join('\n'));
+    return f;
+  };
+
+  it('--json prints count, mean, frac_zero_std_groups and items', async () => {
+    const r = await cli('builtin:em', rollouts(), '--json');
+    assert.equal(r.exitCode, 0, r.stderr);
+    const o = JSON.parse(r.stdout);
+    assert.equal(o.count, 4);
+    assert.equal(o.mean, 0.75);
+    assert.equal(o.frac_zero_std_groups, 0.5, 'group 1 (ilse marrow, the Ilse Marrow) both score 1');
+    assert.deepEqual(o.items.map((i: { id: string; reward: number }) => [i.id, i.reward]), [['r0', 1], ['r1', 0], ['r2', 1], ['r3', 1]]);
+    assert.match(r.stderr, /rollouts\.jsonl:5: invalid JSON/);
+  });
+
+  it('--out streams the rollouts with the new rewards, keeping the recorded one', async () => {
+    const out = join(dir, 'scored.jsonl');
+    const r = await cli('builtin:f1', rollouts(), '--out', out);
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.match(r.stdout, /4 rollouts, 4 scored/);
+    const lines = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+    assert.deepEqual(lines.map((l) => [l.reward, l.meta.reward_recorded]), [[1, 1], [0, 1], [1, 0], [1, 1]]);
+    assert.deepEqual(lines[0].reward_parts, { em: 1, f1: 1 });
+  });
+
+  it('exits 1 when items fail (reporting file, line and rollout), 2 for a module that does not compile', async () => {
+    const f = join(dir, 'bad.jsonl');
+    writeFileSync(f, `${JSON.stringify({ v: 1, id: 'r9', prompt: '', response: '<answer>a</answer>', golden: ['a'], meta: { case: 'throw' } })}\n`);
+    const r = await cli(MISBEHAVING, f);
+    assert.equal(r.exitCode, 1);
+    assert.match(r.stderr, /misbehaving\.reward\.ts:\d+: Error: cannot score a — on rollout r9 \(.*bad\.jsonl:1\)/);
+    const c = await cli(join(ROOT, 'test', 'fixtures', 'rewards', 'modules', 'syntax-error.reward.ts'), f);
+    assert.equal(c.exitCode, 2);
+    assert.match(c.stderr, /syntax-error\.reward\.ts:6:\d+: /);
+    assert.equal((await cli('builtin:nope', f)).exitCode, 2);
+  });
+});
