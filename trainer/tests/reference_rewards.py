@@ -96,6 +96,26 @@ def qa_em_format(text: str, golden: list[str], structure=0.2, final=0.1, retriev
     return final
 
 
+def final_answer(response: str):
+    """The last complete <answer> outside <information> blocks (what our parser's final answer is)."""
+    visible = re.sub(r"<information>.*?</information>", " ", response, flags=re.DOTALL)
+    answers = re.findall(r"<answer>(.*?)</answer>", visible, re.DOTALL)
+    return answers[-1].strip() if answers else None
+
+
+def em_over_rollouts(path: str) -> None:
+    """The benchmark peer: exact match over a rollout JSONL file, as a Python reward loop does it."""
+    total = n = 0
+    for line in open(path, encoding="utf-8"):
+        if not line.strip():
+            continue
+        r = json.loads(line)
+        answer = final_answer(r["response"])
+        total += 0 if answer is None else em(answer, r.get("golden") or [])
+        n += 1
+    print(json.dumps({"count": n, "mean": total / max(n, 1)}))
+
+
 def main(path: str) -> None:
     for line in open(path, encoding="utf-8"):
         if not line.strip():
@@ -112,4 +132,7 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--em-rollouts":
+        em_over_rollouts(sys.argv[2])
+    else:
+        main(sys.argv[1])

@@ -63,17 +63,40 @@ export function defineReward(def: RewardDefinition): RewardDefinition {
   return def;
 }
 
-/** Builds the Trajectory a reward function receives from a prompt and a response. */
+/**
+ * Builds the Trajectory a reward function receives from a prompt and a response. The response is parsed once;
+ * searches, turns and the format check are computed when first read (an EM reward reads only the answer).
+ */
 export function makeTrajectory(prompt: string, response: string): Trajectory {
   const parsed = parseTrajectory(response, { expectAnswer: false });
+  const lazy = <T>(fn: () => T) => {
+    let value: T | undefined;
+    let done = false;
+    return () => {
+      if (!done) {
+        value = fn();
+        done = true;
+      }
+      return value as T;
+    };
+  };
+  const searches = lazy(() => parsed.segments.filter((s) => s.kind === 'search' && s.opened && s.closed).map((s) => response.slice(s.contentStart, s.contentEnd).trim()));
+  const turns = lazy(() => turnsOf(parsed));
+  const valid = lazy(() => formatValidResponse(response).valid);
   return {
     prompt,
     response,
     answer: finalAnswer(parsed) ?? null,
-    searches: parsed.segments.filter((s) => s.kind === 'search' && s.opened && s.closed).map((s) => response.slice(s.contentStart, s.contentEnd).trim()),
-    turns: turnsOf(parsed),
+    get searches() {
+      return searches();
+    },
+    get turns() {
+      return turns();
+    },
     segments: parsed.segments,
-    valid: formatValidResponse(response).valid,
+    get valid() {
+      return valid();
+    },
     diagnostics: parsed.diagnostics,
   };
 }

@@ -60,7 +60,6 @@ const WORKER_SOURCE = `
 const { parentPort, workerData } = require('node:worker_threads');
 const vm = require('node:vm');
 const { code, itemTimeoutMs, globalName } = workerData;
-const logs = [];
 const fmt = (args) => args.map((a) => (typeof a === 'string' ? a : (() => { try { return JSON.stringify(a); } catch { return String(a); } })())).join(' ');
 const consoleShim = { log: (...a) => parentPort.postMessage({ type: 'log', line: fmt(a) }) };
 consoleShim.info = consoleShim.warn = consoleShim.error = consoleShim.debug = consoleShim.log;
@@ -69,20 +68,53 @@ let loadError = null;
 try {
   new vm.Script(code, { filename: ${JSON.stringify(BUNDLE_NAME)} }).runInContext(context, { timeout: itemTimeoutMs });
   vm.runInContext(\`
-    globalThis.__sasRun = function (item) {
+    (() => {
       const mod = \${globalName};
       const def = mod && mod.default;
-      if (!def || typeof def.score !== 'function') throw new TypeError('the module has no default export made with defineReward({ name, score })');
-      const traj = mod.makeTrajectory(item.prompt, item.response);
-      const example = { golden: item.golden, question: item.question, data_source: item.data_source, meta: item.meta };
-      const out = def.score(traj, example);
-      if (out && typeof out.then === 'function') {
-        globalThis.__sasPending = { done: false };
-        out.then((v) => { globalThis.__sasPending = { done: true, value: v }; }, (e) => { globalThis.__sasPending = { done: true, error: e }; });
-        return { pending: true };
-      }
-      return { value: out };
-    };
+      const call = (item) => {
+        if (!def || typeof def.score !== 'function') throw new TypeError('the module has no default export made with defineReward({ name, score })');
+        const traj = mod.makeTrajectory(item.prompt, item.response);
+        const example = { golden: item.golden, question: item.question, data_source: item.data_source, meta: item.meta };
+        return def.score(traj, example);
+      };
+      // One item: { value } | { error } now, or a promise settling into __sasSettled[i].
+      const runOne = (item, i, settled) => {
+        try {
+          const out = call(item);
+          if (out && typeof out.then === 'function') {
+            settled[i] = undefined;
+            out.then((v) => { settled[i] = { value: v }; }, (e) => { settled[i] = { error: e }; });
+            return null;
+          }
+          return { value: out };
+        } catch (e) {
+          return { error: e };
+        }
+      };
+      // The fast path: items from __sasFrom, starting new ones only while under the budget (each item started
+      // gets at least the per-item limit before the call's timeout of twice that).
+      globalThis.__sasBatch = (items, from, budgetMs) => {
+        const t0 = Date.now();
+        const results = [];
+        const settled = [];
+        globalThis.__sasPhase = 'sync';
+        let i = from;
+        for (; i < items.length; i++) {
+          if (i > from && Date.now() - t0 > budgetMs) break;
+          globalThis.__sasCurrent = i;
+          results[i - from] = runOne(items[i], i - from, settled);
+        }
+        globalThis.__sasPhase = 'microtasks';
+        globalThis.__sasLast = { results, settled, next: i };
+        return i;
+      };
+      globalThis.__sasSingle = (item) => {
+        const settled = [];
+        const r = runOne(item, 0, settled);
+        globalThis.__sasLast = { results: [r], settled, next: 1 };
+        return 1;
+      };
+    })();
   \`, context);
 } catch (e) {
   loadError = e;
@@ -101,44 +133,84 @@ function check(v) {
   }
   return { kind: 'type', message: 'returned ' + (v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v) + ' (expected a number or { reward, parts })' };
 }
+/** The outcome of item k of the last call (sync result, or its settled promise). */
+function outcomeOf(last, k) {
+  let r = last.results[k];
+  if (r === null) {
+    r = last.settled[k];
+    if (r === undefined) return { error: { kind: 'timeout', message: 'the score function returned a promise that did not settle (it waits on something a sandboxed module cannot have)' } };
+  }
+  if (r.error !== undefined) return { error: { kind: 'throw', ...describe(r.error) } };
+  const bad = check(r.value);
+  if (bad) return { error: bad };
+  const v = r.value;
+  return typeof v === 'number' ? { reward: v, parts: {} } : { reward: v.reward, parts: v.parts ? { ...v.parts } : {} };
+}
+const isTimeout = (e) => e && e.code === 'ERR_SCRIPT_EXECUTION_TIMEOUT';
+const timeoutOutcome = { error: { kind: 'timeout', message: 'did not finish within ' + itemTimeoutMs + ' ms' } };
+/** The slow path: one item per call, so a runaway item is pinned down exactly. */
+function single(item) {
+  try {
+    context.__item = item;
+    vm.runInContext('__sasSingle(__item)', context, { timeout: itemTimeoutMs });
+    return outcomeOf(context.__sasLast, 0);
+  } catch (e) {
+    return isTimeout(e) ? timeoutOutcome : { error: { kind: 'throw', ...describe(e) } };
+  }
+}
 parentPort.on('message', (msg) => {
-  for (let i = 0; i < msg.items.length; i++) {
-    const item = msg.items[i];
-    parentPort.postMessage({ type: 'start', index: msg.start + i });
-    let outcome;
-    if (loadError) {
-      outcome = { error: { kind: 'throw', ...describe(loadError) } };
-    } else {
-      try {
-        context.__item = item;
-        const r = vm.runInContext('__sasRun(__item)', context, { timeout: itemTimeoutMs });
-        let value = r.value;
-        if (r.pending) {
-          const p = context.__sasPending;
-          if (!p.done) throw Object.assign(new Error('the score function returned a promise that did not settle (it waits on something a sandboxed module cannot have)'), { __kind: 'timeout' });
-          if (p.error) throw p.error;
-          value = p.value;
-        }
-        const bad = check(value);
-        if (bad) outcome = { error: bad };
-        else outcome = typeof value === 'number' ? { reward: value, parts: {} } : { reward: value.reward, parts: value.parts ? { ...value.parts } : {} };
-      } catch (e) {
-        const timedOut = (e && e.code === 'ERR_SCRIPT_EXECUTION_TIMEOUT') || (e && e.__kind === 'timeout');
-        outcome = { error: { kind: timedOut ? 'timeout' : 'throw', ...describe(e) } };
-        if (timedOut && e && e.code === 'ERR_SCRIPT_EXECUTION_TIMEOUT') outcome.error.message = 'did not finish within ' + itemTimeoutMs + ' ms';
+  const post = (k, outcome) => parentPort.postMessage({ type: 'result', index: msg.start + k, outcome });
+  if (loadError) {
+    msg.items.forEach((_, k) => post(k, { error: { kind: 'throw', ...describe(loadError) } }));
+    parentPort.postMessage({ type: 'done' });
+    return;
+  }
+  if (msg.single) {
+    // After a crash: one item per call, so a culprit that kills the worker is pinned down exactly.
+    msg.items.forEach((item, k) => {
+      parentPort.postMessage({ type: 'start', index: msg.start + k });
+      post(k, single(item));
+    });
+    parentPort.postMessage({ type: 'done' });
+    return;
+  }
+  context.__items = msg.items;
+  let pos = 0;
+  while (pos < msg.items.length) {
+    parentPort.postMessage({ type: 'start', index: msg.start + pos });
+    context.__from = pos;
+    try {
+      const next = vm.runInContext('__sasBatch(__items, __from, ' + itemTimeoutMs + ')', context, { timeout: 2 * itemTimeoutMs });
+      const last = context.__sasLast;
+      for (let k = pos; k < next; k++) post(k, outcomeOf(last, k - pos));
+      pos = next;
+    } catch (e) {
+      if (!isTimeout(e)) throw e;
+      // Which item ran away? In the synchronous loop it is __sasCurrent; in the promise continuations we cannot
+      // tell, so every item started in this call is re-run alone.
+      const upTo = context.__sasPhase === 'sync' ? context.__sasCurrent : (context.__sasLast ? context.__sasLast.next : msg.items.length) - 1;
+      for (let k = pos; k <= upTo; k++) {
+        parentPort.postMessage({ type: 'start', index: msg.start + k });
+        post(k, k === upTo && context.__sasPhase === 'sync' ? timeoutOutcome : single(msg.items[k]));
       }
+      pos = upTo + 1;
     }
-    parentPort.postMessage({ type: 'result', index: msg.start + i, outcome });
   }
   parentPort.postMessage({ type: 'done' });
 });
 `;
 
+/** Items [start, start + items.length) of a batch; `single`: one item per sandbox call (after a crash). */
+interface Chunk {
+  start: number;
+  items: RewardItem[];
+  single?: boolean;
+}
+
 interface Slot {
   worker: Worker;
   busy: boolean;
-  /** The chunk it works on, and the index of the item it started last. */
-  chunk?: { start: number; items: RewardItem[]; resolve: () => void };
+  /** The index of the item (or of the first item of the call) it started last. */
   current?: number;
   watchdog?: ReturnType<typeof setTimeout>;
 }
@@ -210,7 +282,7 @@ export class RewardSandbox {
       if (onProgress && (done % 500 === 0 || done === items.length)) onProgress(done, items.length);
     };
     const fail = (index: number, error: RewardError) => finish(index, { id: items[index]!.id, error });
-    const queue: { start: number; items: RewardItem[] }[] = [];
+    const queue: Chunk[] = [];
     for (let s = 0; s < items.length; s += this.opts.chunk) queue.push({ start: s, items: items.slice(s, s + this.opts.chunk) });
     const wanted = Math.min(this.opts.workers, queue.length);
     while (this.slots.length < wanted) this.slots.push({ worker: this.spawnWorker(), busy: false });
@@ -257,11 +329,11 @@ export class RewardSandbox {
   /** Runs one chunk on a slot; calls `next` with what is left to requeue if the worker had to be replaced. */
   private run(
     slot: Slot,
-    chunk: { start: number; items: RewardItem[] },
+    chunk: Chunk,
     results: (RewardOutcome | undefined)[],
     finish: (i: number, o: RewardOutcome) => void,
     fail: (i: number, e: RewardError) => void,
-    next: (requeue?: { start: number; items: RewardItem[] }) => void,
+    next: (requeue?: Chunk) => void,
   ): void {
     const w = slot.worker;
     const end = chunk.start + chunk.items.length;
@@ -278,19 +350,20 @@ export class RewardSandbox {
       clearTimeout(slot.watchdog);
       slot.watchdog = setTimeout(() => abandon('timeout', `did not finish within ${this.opts.itemTimeoutMs} ms (the worker was stopped)`), this.opts.itemTimeoutMs * 2 + 1_000);
     };
-    /** The items after the one in flight (items run in order, so they form a contiguous tail). */
-    const leftover = () => {
-      const from = (slot.current ?? chunk.start) + 1;
-      return from < end ? { start: from, items: chunk.items.slice(from - chunk.start) } : undefined;
-    };
     const abandon = (kind: RewardErrorKind, message: string) => {
       if (settled) return;
       cleanup();
       const at = slot.current ?? chunk.start;
-      if (!results[at]) fail(at, { kind, message });
-      const rest = leftover();
       this.replace(slot);
-      next(rest);
+      if (!chunk.single) {
+        // The worker died inside a call that ran several items: none of their results came back and the culprit
+        // is unknown. Run them again one per call; the culprit will fail alone.
+        next({ start: at, items: chunk.items.slice(at - chunk.start), single: true });
+        return;
+      }
+      if (!results[at]) fail(at, { kind, message });
+      const from = at + 1;
+      next(from < end ? { start: from, items: chunk.items.slice(from - chunk.start) } : undefined);
     };
     const onMessage = (m: { type: string; index?: number; outcome?: { reward?: number; parts?: Record<string, number>; error?: RewardError & { name?: string } }; line?: string }) => {
       if (m.type === 'start') {
@@ -320,7 +393,7 @@ export class RewardSandbox {
     w.on('exit', onExit);
     slot.current = undefined;
     arm();
-    w.postMessage({ start: chunk.start, items: chunk.items });
+    w.postMessage({ start: chunk.start, items: chunk.items, single: chunk.single === true });
   }
 
   /** Replaces a slot's worker with a fresh one (the old one is terminated). */
