@@ -18,6 +18,7 @@ function run(cmd, args) {
 }
 
 run(process.execPath, ['esbuild.mjs', '--production']);
+run(process.execPath, ['scripts/reward-types.mjs']);
 
 // A per-target ignore file: the base .vscodeignore plus the one onnxruntime binary folder for this target.
 const binDir = `node_modules/onnxruntime-node/bin/napi-v6/${os}/${cpu}`;

@@ -18,15 +18,24 @@ export async function rewardCommand(argv: string[], out: (s: string) => void, er
     args: argv,
     allowPositionals: true,
     strict: true,
-    options: { json: { type: 'boolean', default: false }, out: { type: 'string' }, timeout: { type: 'string', default: '2000' }, workers: { type: 'string' } },
+    options: {
+      json: { type: 'boolean', default: false },
+      out: { type: 'string' },
+      timeout: { type: 'string', default: '2000' },
+      workers: { type: 'string' },
+      // For the editor: the full report as one JSON object on stdout, progress as JSON lines on stderr.
+      report: { type: 'boolean', default: false },
+    },
   });
   if (positionals.length !== 2) throw new UsageError('reward takes a module (or builtin:em, builtin:subem, builtin:f1, builtin:em-format) and a rollout file or run directory');
   const [spec, rollouts] = positionals as [string, string];
+  if (values.report && (values.json || values.out)) throw new UsageError('--report cannot be combined with --json or --out');
   let opened;
   try {
     opened = await openReward(spec, { itemTimeoutMs: Number(values.timeout) || 2000, ...(values.workers ? { workers: Number(values.workers) } : {}), onLog: (l) => err(`[reward] ${l}\n`) });
   } catch (e) {
     if (e instanceof RewardCompileError) {
+      if (values.report) out(`${JSON.stringify({ compileError: { file: e.file, line: e.line, column: e.column, message: e.detail } })}\n`);
       err(`${e.message}\n`);
       return 2;
     }
@@ -42,8 +51,9 @@ export async function rewardCommand(argv: string[], out: (s: string) => void, er
   const isTty = Boolean(process.stderr.isTTY);
   try {
     for await (const s of scoreRollouts(rollouts, opened.sandbox, {
-      onMalformed: (m) => err(`${m}\n`),
-      onProgress: (done) => isTty && err(`\rscored ${done.toLocaleString()}\u001b[K`),
+      onMalformed: (m) => err(values.report ? `${JSON.stringify({ malformed: m })}\n` : `${m}\n`),
+      onProgress: (done) => (values.report ? err(`${JSON.stringify({ progress: done })}\n`) : isTty && err(`\rscored ${done.toLocaleString()}\u001b[K`)),
+      batch: values.report ? 2048 : 4096,
     })) {
       report.add(s);
       const o = s.outcome;
@@ -65,6 +75,10 @@ export async function rewardCommand(argv: string[], out: (s: string) => void, er
     if (file) await new Promise<void>((r) => file.end(() => r()));
   }
   const r = report.result();
+  if (values.report) {
+    out(`${JSON.stringify({ report: r, module: opened.compiled.file, rollouts })}\n`);
+    return r.errors ? 1 : 0;
+  }
   if (values.json) {
     out(`\n],"count":${r.count},"mean":${JSON.stringify(r.mean)},"std":${JSON.stringify(r.std)},"frac_zero_std_groups":${JSON.stringify(r.frac_zero_std_groups)},"errors":${r.errors},"agreement":${JSON.stringify(r.agreement)}}\n`);
   } else {

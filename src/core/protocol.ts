@@ -16,7 +16,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** The names of our webviews; one folder under `webview/` each. */
-export type WebviewName = 'welcome';
+export type WebviewName = 'welcome' | 'reward-lab';
 
 export type Envelope =
   | { t: 'ready'; v: number; webview: string }
@@ -354,5 +354,56 @@ export interface WelcomeContract extends Contract {
   toView: {
     trustChanged: { trusted: boolean };
   };
+  toHost: Record<string, never>;
+}
+
+/** The Reward Lab's view of one reward module scored against one rollout source. */
+export interface RewardLabReport {
+  count: number;
+  scored: number;
+  errors: number;
+  mean: number | null;
+  std: number | null;
+  recordedMean: number | null;
+  agreement: number | null;
+  frac_zero_std_groups: number | null;
+  frac_zero_std_groups_recorded: number | null;
+  groups: number;
+  histogram: { edges: number[]; recorded: number[]; scored: number[] };
+  bySource: { data_source: string; count: number; recordedMean: number | null; mean: number | null }[];
+  changed: { id: string; where: string; recorded: number | null; reward: number | null }[];
+  changedCount: number;
+  failures: { id: string; where: string; message: string; error: { kind: string; message: string; file?: string; line?: number; column?: number; stack?: string } }[];
+}
+
+export interface RewardLabState {
+  /** The reward module's path and its file name. */
+  module: string;
+  moduleName: string;
+  /** The rollout file or run directory scored against (null until chosen). */
+  rollouts: string | null;
+  status: 'idle' | 'running' | 'done' | 'failed' | 'untrusted';
+  progress?: { done: number; total: number | null };
+  report?: RewardLabReport;
+  /** The previous run's numbers (before the last edit), to compare with. */
+  previous?: { mean: number | null; frac_zero_std_groups: number | null; agreement: number | null };
+  compileError?: { file: string; line: number; column: number; message: string };
+  /** A failure of the run itself (not of items). */
+  message?: string;
+  /** Run number, increasing (lets the view and tests tell runs apart). */
+  run: number;
+  finishedAt?: string;
+}
+
+export interface RewardLabContract extends Contract {
+  host: {
+    getState(params: void): RewardLabState;
+    rescore(params: void): void;
+    chooseRollouts(params: void): void;
+    /** Opens `file:line` (a rollout's line, or a stack frame) in an editor. */
+    openLocation(params: { where: string }): void;
+  };
+  view: Record<string, never>;
+  toView: { state: RewardLabState };
   toHost: Record<string, never>;
 }

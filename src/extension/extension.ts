@@ -3,6 +3,7 @@
  * trainer. Nothing here trains, parses big files or blocks the extension host.
  */
 import * as vscode from 'vscode';
+import { RewardWorkbench } from './rewards/rewardWorkbench';
 import { TrajectoryLanguage } from './trajectoryLanguage';
 import { WelcomePanel } from './welcome';
 
@@ -20,7 +21,7 @@ export function activate(context: vscode.ExtensionContext): void {
   status.show();
   context.subscriptions.push(status);
 
-  context.subscriptions.push(new TrajectoryLanguage(log));
+  context.subscriptions.push(new TrajectoryLanguage(log), new RewardWorkbench(context, log));
 
   context.subscriptions.push(
     vscode.commands.registerCommand('searchAgent.showWelcome', () => {

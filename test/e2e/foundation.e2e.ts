@@ -6,7 +6,9 @@ import { CodeServerSession, EXTENSION_ID, ROOT } from './harness';
 import { session } from './hooks';
 
 const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
-const TITLES: string[] = pkg.contributes.commands.map((c: { category: string; title: string }) => `${c.category}: ${c.title}`);
+// The commands the palette always shows (some appear only when a reward module is open).
+const hidden = new Set((pkg.contributes.menus?.commandPalette ?? []).filter((m: { when?: string }) => m.when).map((m: { command: string }) => m.command));
+const TITLES: string[] = pkg.contributes.commands.filter((c: { command: string }) => !hidden.has(c.command)).map((c: { category: string; title: string }) => `${c.category}: ${c.title}`);
 
 /** `rgb(…)` for any CSS colour, as the main page computes it. */
 async function cssColor(s: CodeServerSession, value: string): Promise<string> {

@@ -1,6 +1,6 @@
 /** The extension manifest says what the foundation issue and DESIGN require, and matches the code. */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 const ROOT = join(__dirname, '..', '..');
@@ -26,10 +26,11 @@ describe('extension manifest', () => {
   it('puts every command in the "Search Agent" category and registers each one in code', () => {
     const commands: { command: string; category: string }[] = pkg.contributes.commands;
     assert.ok(commands.length > 0);
-    const code = readFileSync(join(ROOT, 'src/extension/extension.ts'), 'utf8');
+    const files = readdirSync(join(ROOT, 'src/extension'), { recursive: true, withFileTypes: true }).filter((d) => d.isFile() && d.name.endsWith('.ts'));
+    const code = files.map((d) => readFileSync(join(d.parentPath, d.name), 'utf8')).join('\n');
     for (const c of commands) {
       assert.equal(c.category, 'Search Agent', c.command);
-      assert.ok(code.includes(`'${c.command}'`), `${c.command} is registered in src/extension/extension.ts`);
+      assert.ok(code.includes(`registerCommand('${c.command}'`), `${c.command} is registered in src/extension`);
     }
   });
 

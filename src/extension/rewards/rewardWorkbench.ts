@@ -1,0 +1,373 @@
+/**
+ * The reward editor in VS Code: a CodeLens above a reward module's default export ("Score against …", then the
+ * result inline), the Reward Lab webview beside the editor, re-scoring on save (debounced; a new save cancels
+ * the run in flight), decorations on the lines that threw, and "New Reward Function". In an untrusted workspace
+ * nothing runs and the lens says why. Scoring happens in a separate process (runner.ts).
+ */
+import { copyFile, mkdir, writeFile } from 'node:fs/promises';
+import { basename, dirname, join, relative } from 'node:path';
+import * as vscode from 'vscode';
+import type { RewardLabContract, RewardLabState } from '../../core/protocol';
+import { rolloutFiles } from '../../core/store/rollouts';
+import { JsonlFile } from '../../core/store/jsonl';
+import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
+import { RewardRun } from './runner';
+
+export const REWARD_SELECTOR: vscode.DocumentSelector = [{ pattern: '**/*.reward.{ts,js,mts,mjs}' }];
+const isRewardModule = (uri: vscode.Uri) => /\.reward\.(ts|js|mts|mjs)$/.test(uri.path);
+
+interface Session {
+  uri: vscode.Uri;
+  state: RewardLabState;
+  run?: RewardRun;
+  lab?: OpenedWebview<RewardLabContract>;
+  saveTimer?: ReturnType<typeof setTimeout>;
+}
+
+const pct = (x: number | null | undefined) => (x === null || x === undefined ? '–' : `${(100 * x).toFixed(1)}%`);
+const num = (x: number | null | undefined) => (x === null || x === undefined ? '–' : x.toFixed(3));
+
+export class RewardWorkbench implements vscode.Disposable {
+  private readonly sessions = new Map<string, Session>();
+  private readonly lensChanged = new vscode.EventEmitter<void>();
+  private readonly disposables: vscode.Disposable[] = [this.lensChanged];
+  private readonly errorLines = vscode.window.createTextEditorDecorationType({
+    isWholeLine: true,
+    backgroundColor: new vscode.ThemeColor('diffEditor.removedLineBackground'),
+    overviewRulerColor: new vscode.ThemeColor('editorError.foreground'),
+    overviewRulerLane: vscode.OverviewRulerLane.Right,
+    after: { color: new vscode.ThemeColor('editorError.foreground'), margin: '0 0 0 2em' },
+  });
+
+  constructor(
+    private readonly context: vscode.ExtensionContext,
+    private readonly log: vscode.LogOutputChannel,
+  ) {
+    this.disposables.push(
+      this.errorLines,
+      vscode.languages.registerCodeLensProvider(REWARD_SELECTOR, { provideCodeLenses: (d) => this.lenses(d), onDidChangeCodeLenses: this.lensChanged.event }),
+      vscode.commands.registerCommand('searchAgent.scoreReward', (uri?: vscode.Uri) => this.score(uri)),
+      vscode.commands.registerCommand('searchAgent.chooseRewardRollouts', (uri?: vscode.Uri) => this.choose(uri, true)),
+      vscode.commands.registerCommand('searchAgent.openRewardLab', (uri?: vscode.Uri) => this.openLab(uri)),
+      vscode.commands.registerCommand('searchAgent.newRewardFunction', () => this.scaffold()),
+      vscode.workspace.onDidSaveTextDocument((d) => this.onSave(d)),
+      vscode.workspace.onDidGrantWorkspaceTrust(() => this.lensChanged.fire()),
+      vscode.window.onDidChangeVisibleTextEditors(() => this.decorateAll()),
+    );
+  }
+
+  private session(uri: vscode.Uri): Session {
+    const key = uri.toString();
+    let s = this.sessions.get(key);
+    if (!s) {
+      const rollouts = this.context.workspaceState.get<string>(`rewardRollouts:${key}`) ?? null;
+      s = { uri, state: { module: uri.fsPath, moduleName: basename(uri.fsPath), rollouts, status: 'idle', run: 0 } };
+      this.sessions.set(key, s);
+    }
+    return s;
+  }
+
+  private target(uri?: vscode.Uri): vscode.Uri | undefined {
+    const u = uri ?? vscode.window.activeTextEditor?.document.uri;
+    if (!u || !isRewardModule(u)) {
+      void vscode.window.showWarningMessage('Open a reward module (a file named *.reward.ts or *.reward.js) first.');
+      return undefined;
+    }
+    return u;
+  }
+
+  // --- CodeLens -------------------------------------------------------------------------------------------
+
+  private lenses(document: vscode.TextDocument): vscode.CodeLens[] {
+    const text = document.getText();
+    const m = /^export\s+default\b/m.exec(text);
+    const at = new vscode.Range(document.positionAt(m?.index ?? 0), document.positionAt(m?.index ?? 0));
+    if (!vscode.workspace.isTrusted) {
+      return [new vscode.CodeLens(at, { title: '$(shield) Reward modules do not run in Restricted Mode: trust this workspace to score', command: 'workbench.trust.manage' })];
+    }
+    const s = this.session(document.uri);
+    const target = s.state.rollouts ? basename(s.state.rollouts) : undefined;
+    const lenses = [
+      new vscode.CodeLens(at, {
+        title: target ? `$(play) Score against ${target}` : '$(play) Score against rollouts…',
+        command: 'searchAgent.scoreReward',
+        arguments: [document.uri],
+      }),
+    ];
+    const st = s.state;
+    if (st.status === 'running') {
+      const p = st.progress;
+      lenses.push(new vscode.CodeLens(at, { title: `$(sync~spin) scoring… ${p ? `${p.done.toLocaleString()}${p.total ? ` / ${p.total.toLocaleString()}` : ''}` : ''}`, command: 'searchAgent.openRewardLab', arguments: [document.uri] }));
+    } else if (st.compileError) {
+      lenses.push(new vscode.CodeLens(at, { title: `$(error) does not compile: line ${st.compileError.line}: ${st.compileError.message}`, command: 'searchAgent.openRewardLab', arguments: [document.uri] }));
+    } else if (st.report) {
+      const r = st.report;
+      const parts = [
+        `mean ${num(r.mean)}${r.recordedMean !== null ? ` (recorded ${num(r.recordedMean)})` : ''}`,
+        `agrees with recorded ${pct(r.agreement)}`,
+        `zero-variance groups ${pct(r.frac_zero_std_groups)}`,
+        `${r.errors} error${r.errors === 1 ? '' : 's'}`,
+      ];
+      lenses.push(new vscode.CodeLens(at, { title: `${r.errors ? '$(warning)' : '$(check)'} ${parts.join(' · ')}`, command: 'searchAgent.openRewardLab', arguments: [document.uri] }));
+    } else if (st.message) {
+      lenses.push(new vscode.CodeLens(at, { title: `$(error) ${st.message.split('\n')[0]}`, command: 'searchAgent.openRewardLab', arguments: [document.uri] }));
+    }
+    if (target) lenses.push(new vscode.CodeLens(at, { title: 'Change rollouts…', command: 'searchAgent.chooseRewardRollouts', arguments: [document.uri] }));
+    return lenses;
+  }
+
+  // --- choosing rollouts and scoring --------------------------------------------------------------------------
+
+  private async choose(uri: vscode.Uri | undefined, thenScore: boolean): Promise<string | undefined> {
+    const u = this.target(uri);
+    if (!u) return undefined;
+    const files = await vscode.workspace.findFiles('**/*.jsonl', '**/{node_modules,.git,.venv,out,dist}/**', 500);
+    const runs = await vscode.workspace.findFiles('**/run.json', '**/{node_modules,.git,.venv}/**', 200);
+    type Item = vscode.QuickPickItem & { path?: string; browse?: boolean };
+    const items: Item[] = [
+      ...runs.map((r) => ({ label: `$(folder) ${vscode.workspace.asRelativePath(dirname(r.fsPath))}`, description: 'run directory', path: dirname(r.fsPath) })),
+      ...files.filter((f) => !/\/rollouts\/step-\d+\.jsonl$/.test(f.path)).map((f) => ({ label: `$(file) ${vscode.workspace.asRelativePath(f)}`, path: f.fsPath })),
+      { label: '$(folder-opened) Browse…', browse: true },
+    ];
+    const picked = await vscode.window.showQuickPick(items, { title: `Score ${basename(u.fsPath)} against`, placeHolder: 'a rollout JSONL file or a run directory', matchOnDescription: true });
+    if (!picked) return undefined;
+    let path = picked.path;
+    if (picked.browse) {
+      const chosen = await vscode.window.showOpenDialog({ canSelectFiles: true, canSelectFolders: true, canSelectMany: false, openLabel: 'Score against this' });
+      path = chosen?.[0]?.fsPath;
+    }
+    if (!path) return undefined;
+    const s = this.session(u);
+    s.state.rollouts = path;
+    await this.context.workspaceState.update(`rewardRollouts:${u.toString()}`, path);
+    this.lensChanged.fire();
+    if (thenScore) await this.score(u);
+    return path;
+  }
+
+  private async score(uri?: vscode.Uri): Promise<void> {
+    const u = this.target(uri);
+    if (!u) return;
+    if (!vscode.workspace.isTrusted) {
+      void vscode.window.showWarningMessage('Reward modules do not run in an untrusted workspace (Restricted Mode). Trust the workspace to score rewards.', 'Manage Workspace Trust').then((a) => a && vscode.commands.executeCommand('workbench.trust.manage'));
+      return;
+    }
+    const s = this.session(u);
+    if (!s.state.rollouts) {
+      await this.choose(u, true);
+      return;
+    }
+    const doc = vscode.workspace.textDocuments.find((d) => d.uri.toString() === u.toString());
+    if (doc?.isDirty) await doc.save();
+    this.openLab(u);
+    this.start(s);
+  }
+
+  private start(s: Session): void {
+    s.run?.cancel();
+    const rollouts = s.state.rollouts!;
+    const st = s.state;
+    if (st.report) st.previous = { mean: st.report.mean, frac_zero_std_groups: st.report.frac_zero_std_groups, agreement: st.report.agreement };
+    st.run++;
+    st.status = 'running';
+    st.progress = { done: 0, total: null };
+    delete st.compileError;
+    delete st.message;
+    const runNumber = st.run;
+    void countRows(rollouts).then((total) => {
+      if (st.run === runNumber && st.progress) st.progress.total = total;
+    });
+    const cli = vscode.Uri.joinPath(this.context.extensionUri, 'dist', 'cli.js').fsPath;
+    this.log.info(`scoring ${s.uri.fsPath} against ${rollouts}`);
+    let lastPush = 0;
+    const run = new RewardRun(
+      cli,
+      s.uri.fsPath,
+      rollouts,
+      (done) => {
+        if (st.run !== runNumber) return;
+        st.progress = { done, total: st.progress?.total ?? null };
+        if (Date.now() - lastPush > 200) {
+          lastPush = Date.now();
+          this.push(s);
+        }
+      },
+      (line) => this.log.info(`[reward] ${line}`),
+    );
+    s.run = run;
+    this.push(s);
+    void run.done.then((o) => {
+      if (o.cancelled || st.run !== runNumber) return;
+      s.run = undefined;
+      st.finishedAt = new Date().toISOString();
+      if (o.compileError) {
+        st.status = 'failed';
+        st.compileError = o.compileError;
+        delete st.report;
+      } else if (o.report) {
+        st.status = 'done';
+        st.report = o.report;
+        st.progress = { done: o.report.count, total: o.report.count };
+      } else {
+        st.status = 'failed';
+        st.message = o.message ?? 'scoring failed';
+      }
+      for (const m of o.malformed.slice(0, 20)) this.log.warn(`[reward] ${m}`);
+      this.log.info(`scored ${s.uri.fsPath}: ${st.status}${st.report ? ` mean ${num(st.report.mean)}, ${st.report.errors} errors` : ''}`);
+      this.push(s);
+      this.decorateAll();
+    });
+  }
+
+  private onSave(document: vscode.TextDocument): void {
+    if (!isRewardModule(document.uri) || !vscode.workspace.isTrusted) return;
+    const s = this.sessions.get(document.uri.toString());
+    if (!s?.state.rollouts || s.state.run === 0) return; // re-score only what was scored before
+    clearTimeout(s.saveTimer);
+    s.saveTimer = setTimeout(() => this.start(s), 300);
+  }
+
+  // --- the Reward Lab ------------------------------------------------------------------------------------------
+
+  private openLab(uri?: vscode.Uri): void {
+    const u = this.target(uri);
+    if (!u) return;
+    const s = this.session(u);
+    if (s.lab) {
+      s.lab.panel.reveal(vscode.ViewColumn.Beside, true);
+      return;
+    }
+    const lab = openWebviewPanel<RewardLabContract>(this.context.extensionUri, { name: 'reward-lab', title: `Reward Lab: ${basename(u.fsPath)}`, viewColumn: vscode.ViewColumn.Beside, preserveFocus: true }, this.log);
+    s.lab = lab;
+    lab.endpoint.handle('getState', () => this.viewState(s));
+    lab.endpoint.handle('rescore', () => this.score(u));
+    lab.endpoint.handle('chooseRollouts', async () => {
+      await this.choose(u, true);
+    });
+    lab.endpoint.handle('openLocation', ({ where }) => this.openLocation(where));
+    lab.endpoint.onReady(() => lab.endpoint.emit('state', this.viewState(s)));
+    lab.panel.onDidDispose(() => {
+      s.lab = undefined;
+    });
+  }
+
+  private viewState(s: Session): RewardLabState {
+    return vscode.workspace.isTrusted ? s.state : { ...s.state, status: 'untrusted' };
+  }
+
+  private push(s: Session): void {
+    this.lensChanged.fire();
+    s.lab?.endpoint.emit('state', this.viewState(s));
+  }
+
+  private async openLocation(where: string): Promise<void> {
+    const m = /^(.*?):(\d+)(?::(\d+))?$/.exec(where);
+    if (!m) throw new Error(`not a file location: ${where}`);
+    const line = Math.max(0, Number(m[2]) - 1);
+    const col = Math.max(0, Number(m[3] ?? 1) - 1);
+    const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(m[1]!));
+    const pos = new vscode.Position(line, col);
+    await vscode.window.showTextDocument(doc, { viewColumn: vscode.ViewColumn.One, selection: new vscode.Range(pos, doc.lineAt(Math.min(line, doc.lineCount - 1)).range.end) });
+  }
+
+  // --- decorations on the lines that threw ----------------------------------------------------------------------
+
+  private decorateAll(): void {
+    for (const editor of vscode.window.visibleTextEditors) {
+      const byLine = new Map<number, { count: number; message: string }>();
+      for (const s of this.sessions.values()) {
+        for (const f of s.state.report?.failures ?? []) {
+          if (f.error.file !== editor.document.uri.fsPath || !f.error.line) continue;
+          const e = byLine.get(f.error.line) ?? { count: 0, message: f.error.message };
+          e.count++;
+          byLine.set(f.error.line, e);
+        }
+      }
+      editor.setDecorations(
+        this.errorLines,
+        [...byLine.entries()].map(([line, e]) => ({
+          range: editor.document.lineAt(Math.min(line - 1, editor.document.lineCount - 1)).range,
+          hoverMessage: new vscode.MarkdownString().appendText(`${e.count} rollout${e.count === 1 ? '' : 's'} failed here: ${e.message}`),
+          renderOptions: { after: { contentText: ` ✗ ${e.count} rollout${e.count === 1 ? '' : 's'}: ${e.message.slice(0, 120)}` } },
+        })),
+      );
+    }
+  }
+
+  // --- New Reward Function ---------------------------------------------------------------------------------------
+
+  private async scaffold(): Promise<void> {
+    const folder = vscode.workspace.workspaceFolders?.[0];
+    if (!folder) {
+      void vscode.window.showWarningMessage('Open a folder first: the reward module is created in the workspace.');
+      return;
+    }
+    const name = await vscode.window.showInputBox({
+      title: 'New Reward Function',
+      prompt: 'A name for the reward module (letters, digits, dashes)',
+      value: 'my-reward',
+      validateInput: (v) => (/^[a-z0-9][a-z0-9-]*$/i.test(v) ? undefined : 'letters, digits and dashes only'),
+    });
+    if (!name) return;
+    const root = folder.uri.fsPath;
+    const typesDir = join(root, '.search-agent');
+    await mkdir(typesDir, { recursive: true });
+    await copyFile(vscode.Uri.joinPath(this.context.extensionUri, 'dist', 'reward-api.d.ts').fsPath, join(typesDir, 'reward-api.d.ts'));
+    const dir = join(root, 'rewards');
+    await mkdir(dir, { recursive: true });
+    const file = join(dir, `${name}.reward.ts`);
+    const ref = relative(dir, join(typesDir, 'reward-api.d.ts')).replace(/\\/g, '/');
+    const exists = await vscode.workspace.fs.stat(vscode.Uri.file(file)).then(() => true, () => false);
+    if (exists) {
+      void vscode.window.showWarningMessage(`${vscode.workspace.asRelativePath(file)} already exists.`);
+    } else {
+      await writeFile(file, rewardTemplate(name, ref));
+    }
+    await vscode.window.showTextDocument(vscode.Uri.file(file));
+  }
+
+  dispose(): void {
+    for (const s of this.sessions.values()) {
+      s.run?.cancel();
+      clearTimeout(s.saveTimer);
+      s.lab?.panel.dispose();
+    }
+    for (const d of this.disposables.splice(0)) d.dispose();
+  }
+}
+
+async function countRows(path: string): Promise<number | null> {
+  try {
+    const files = await rolloutFiles(path);
+    if (!files.every((f) => f.endsWith('.jsonl'))) return null;
+    let n = 0;
+    for (const f of files) {
+      const j = await JsonlFile.open(f);
+      n += j.count;
+      await j.close();
+    }
+    return n;
+  } catch {
+    return null;
+  }
+}
+
+export function rewardTemplate(name: string, typesRef: string): string {
+  return `/// <reference path="${typesRef}" />
+// ${name}: a reward for Search-R1-style trajectories. Edit and save: the Reward Lab re-scores the rollouts.
+// \`traj\`: the parsed trajectory (answer, searches, turns, valid format, diagnostics, prompt, response).
+// \`example\`: golden answers, question, data source. Return a number or { reward, parts }.
+import { defineReward, em, f1 } from 'search-agent-studio/reward';
+
+export default defineReward({
+  name: '${name}',
+  score(traj, example) {
+    if (traj.answer === null) return { reward: 0, parts: { em: 0, format: traj.valid ? 1 : 0 } };
+    const exact = em(traj.answer, example.golden);
+    // Partial credit for a near miss, a small bonus for a valid format.
+    const reward = exact ? 1 : 0.5 * f1(traj.answer, example.golden);
+    return { reward: Math.min(1, reward + (traj.valid ? 0.1 : 0)), parts: { em: exact, format: traj.valid ? 1 : 0 } };
+  },
+});
+`;
+}

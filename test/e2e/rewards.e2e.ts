@@ -1,0 +1,90 @@
+/** The reward editor in real VS Code: the CodeLens, the Reward Lab's numbers, re-scoring on save, trust. */
+import assert from 'node:assert/strict';
+import { mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { CodeServerSession, ROOT } from './harness';
+import { session } from './hooks';
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== undefined && v !== false) return v as T;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+describe('reward editor (code-server)', function () {
+  let s: CodeServerSession;
+  before(async () => {
+    s = await session();
+  });
+
+  it('scores a reward module from its CodeLens and shows the numbers in the Reward Lab', async () => {
+    await s.openFile('em.reward.ts');
+    const lens = s.page.locator('.contentWidgets .codelens-decoration a', { hasText: 'Score against rollouts' });
+    await lens.first().waitFor({ timeout: 30_000 });
+    await lens.first().click();
+    const row = s.page.locator('.quick-input-list .monaco-list-row', { hasText: 'demo-rollouts.jsonl' });
+    await row.first().waitFor({ timeout: 15_000 });
+    await row.first().click();
+    const lab = await s.webviewFrame('reward-lab', 30_000);
+    const text = (id: string) => lab.textContent(`[data-testid="${id}"]`).then((t) => t?.trim());
+    await until('the first run to finish', async () => ((await lab.evaluate(() => document.body.dataset.status)) === 'done' ? true : undefined), 60_000);
+    assert.equal(await text('mean'), '0.500');
+    assert.equal(await text('agreement'), '83.3%');
+    assert.equal(await text('zero-variance'), '0.0%');
+    assert.equal(await text('errors'), '0');
+    const changedRows = await lab.locator('[data-testid="changed"] tbody tr').count();
+    assert.equal(changedRows, 1, 'one rollout’s reward changed (recorded 1, now 0)');
+    assert.match((await lab.textContent('[data-testid="by-source"]')) ?? '', /demo.*nq/s);
+    // The lens shows the result inline.
+    await until('the result lens', async () => (await s.page.locator('.contentWidgets .codelens-decoration', { hasText: 'agrees with recorded 83.3%' }).count()) > 0);
+  });
+
+  it('re-scores when the module is edited and saved, and the numbers change', async () => {
+    const lab = await s.webviewFrame('reward-lab');
+    const runBefore = Number(await lab.evaluate(() => document.body.dataset.run));
+    await s.openFile('em.reward.ts');
+    // Replace the score line with `return 0.25;` (line 7 of the module) and save.
+    await s.page.keyboard.press('Control+G');
+    await s.page.keyboard.type('7');
+    await s.page.keyboard.press('Enter');
+    await s.page.keyboard.press('End');
+    await s.page.keyboard.press('Shift+Home');
+    await s.page.keyboard.type('return 0.25;');
+    await s.page.keyboard.press('Control+S');
+    const labAfter = await s.webviewFrame('reward-lab');
+    await until('a new run to finish', async () => {
+      const [run, status] = await labAfter.evaluate(() => [Number(document.body.dataset.run), document.body.dataset.status]);
+      return run > runBefore && status === 'done' ? true : undefined;
+    }, 60_000);
+    assert.equal(await labAfter.textContent('[data-testid="mean"]').then((t) => t?.trim()), '0.250');
+    assert.match((await labAfter.textContent('.cards')) ?? '', /before the edit 0\.500/);
+    assert.equal(await labAfter.textContent('[data-testid="zero-variance"]').then((t) => t?.trim()), '100.0%', 'a constant reward gives GRPO no signal');
+    const out = process.env.SAS_SCREENSHOTS_DIR ?? join(ROOT, '.e2e-artifacts', 'screenshots');
+    mkdirSync(out, { recursive: true });
+    await s.page.screenshot({ path: join(out, 'reward-lab.png') });
+  });
+});
+
+describe('reward editor in restricted mode (code-server)', function () {
+  let s: CodeServerSession;
+  before(async () => {
+    s = await CodeServerSession.start({ trusted: false });
+  });
+  after(() => s?.stop());
+
+  it('does not run reward modules, and the lens says why', async () => {
+    await s.openFile('em.reward.ts');
+    const lens = s.page.locator('.contentWidgets .codelens-decoration', { hasText: 'do not run in Restricted Mode' });
+    await lens.first().waitFor({ timeout: 30_000 });
+    assert.equal(await s.page.locator('.contentWidgets .codelens-decoration', { hasText: 'Score against' }).count(), 0);
+  });
+});
