@@ -3,11 +3,13 @@
  * reward modules type-check against them alone, as a user's module does, and a mistake is caught.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import ts from 'typescript';
+import { openReward } from '../../src/core/rewards/scoring';
+import { rewardTemplate } from '../../src/core/rewards/template';
 
 const ROOT = join(__dirname, '..', '..');
 
@@ -39,5 +41,35 @@ describe('reward API types for reward modules', function () {
     const errors = check([dts, bad]);
     assert.ok(errors.some((e) => /string\[\]' is not assignable to parameter of type 'string'/.test(e)), errors.join('\n'));
     assert.ok(errors.some((e) => /Property 'nope' does not exist/.test(e)), errors.join('\n'));
+  });
+});
+
+describe('New Reward Function template', function () {
+  this.timeout(60_000);
+  it('type-checks against the generated types and scores in the sandbox', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sas-template-'));
+    try {
+      const types = join(dir, '.search-agent', 'reward-api.d.ts');
+      await execa(process.execPath, [join(ROOT, 'scripts', 'reward-types.mjs'), types]);
+      const file = join(dir, 'rewards', 'my-reward.reward.ts');
+      mkdirSync(join(dir, 'rewards'));
+      writeFileSync(file, rewardTemplate('my-reward', '../.search-agent/reward-api.d.ts'));
+      assert.deepEqual(check([file]), [], 'the triple-slash reference brings the types');
+      const r = await openReward(file, { workers: 1 });
+      try {
+        const out = await r.sandbox.score([
+          { id: 'a', prompt: '', response: '<think>x</think>\n<answer> Paris </answer>', golden: ['Paris'] },
+          { id: 'b', prompt: '', response: 'Paris', golden: ['Paris'] },
+        ]);
+        assert.deepEqual(out, [
+          { id: 'a', reward: 1, parts: { em: 1, format: 1 } },
+          { id: 'b', reward: 0, parts: { em: 0, format: 0 } },
+        ]);
+      } finally {
+        await r.sandbox.close();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -11,6 +11,7 @@ import type { RewardLabContract, RewardLabState } from '../../core/protocol';
 import { rolloutFiles } from '../../core/store/rollouts';
 import { JsonlFile } from '../../core/store/jsonl';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
+import { rewardTemplate } from '../../core/rewards/template';
 import { RewardRun } from './runner';
 
 export const REWARD_SELECTOR: vscode.DocumentSelector = [{ pattern: '**/*.reward.{ts,js,mts,mjs}' }];
@@ -350,24 +351,4 @@ async function countRows(path: string): Promise<number | null> {
   } catch {
     return null;
   }
-}
-
-export function rewardTemplate(name: string, typesRef: string): string {
-  return `/// <reference path="${typesRef}" />
-// ${name}: a reward for Search-R1-style trajectories. Edit and save: the Reward Lab re-scores the rollouts.
-// \`traj\`: the parsed trajectory (answer, searches, turns, valid format, diagnostics, prompt, response).
-// \`example\`: golden answers, question, data source. Return a number or { reward, parts }.
-import { defineReward, em, f1 } from 'search-agent-studio/reward';
-
-export default defineReward({
-  name: '${name}',
-  score(traj, example) {
-    if (traj.answer === null) return { reward: 0, parts: { em: 0, format: traj.valid ? 1 : 0 } };
-    const exact = em(traj.answer, example.golden);
-    // Partial credit for a near miss, a small bonus for a valid format.
-    const reward = exact ? 1 : 0.5 * f1(traj.answer, example.golden);
-    return { reward: Math.min(1, reward + (traj.valid ? 0.1 : 0)), parts: { em: exact, format: traj.valid ? 1 : 0 } };
-  },
-});
-`;
 }
