@@ -1,7 +1,7 @@
 // Writes docs/schema/*.schema.json from the schemas in src/core (`npm run schema`).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { renderPublishedSchemas } from '../src/core/run/format';
+import { renderPublishedSchemas, TRAINER_SCHEMA_COPY } from '../src/core/run/format';
 
 const dir = join(__dirname, '..', 'docs', 'schema');
 mkdirSync(dir, { recursive: true });
@@ -9,3 +9,5 @@ for (const [name, text] of Object.entries(renderPublishedSchemas())) {
   writeFileSync(join(dir, name), text);
   console.log(`wrote docs/schema/${name}`);
 }
+writeFileSync(join(__dirname, '..', TRAINER_SCHEMA_COPY), renderPublishedSchemas()['run-config.schema.json']!);
+console.log(`wrote ${TRAINER_SCHEMA_COPY}`);

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { RolloutSchema, formatIssue, renderPublishedSchemas, validateRollout, type Rollout } from '../../src/core/run/format';
+import { RolloutSchema, TRAINER_SCHEMA_COPY, formatIssue, renderPublishedSchemas, validateRollout, type Rollout } from '../../src/core/run/format';
 import { S, toJsonSchema, validate, type Static } from '../../src/core/schema/schema';
 
 const ROOT = join(__dirname, '..', '..');
@@ -71,6 +71,7 @@ describe('run format', () => {
     for (const [name, text] of Object.entries(renderPublishedSchemas())) {
       assert.equal(readFileSync(join(ROOT, 'docs', 'schema', name), 'utf8'), text, `docs/schema/${name} is stale`);
     }
+    assert.equal(readFileSync(join(ROOT, TRAINER_SCHEMA_COPY), 'utf8'), renderPublishedSchemas()['run-config.schema.json'], `${TRAINER_SCHEMA_COPY} is stale`);
     const json = toJsonSchema(RolloutSchema) as { required: string[]; properties: Record<string, unknown> };
     assert.deepEqual(json.required, ['v', 'id', 'prompt', 'response']);
     assert.ok('tokens' in json.properties);

@@ -7,6 +7,7 @@
  * changes meaning.
  */
 import { S, toJsonSchema, validate, type Issue, type Static } from '../schema/schema';
+import { RunConfigSchema } from './config';
 
 export const RUN_FORMAT_VERSION = 1;
 
@@ -132,6 +133,7 @@ export function validateRollout(value: unknown, file: string, line: number): Loc
 
 /** The documents published in docs/schema/, generated from the schemas above. */
 export const PUBLISHED_SCHEMAS = {
+  'run-config.schema.json': { schema: RunConfigSchema, title: 'Search Agent Studio run config (*.run.json)' },
   'rollout.schema.json': { schema: RolloutSchema, title: 'Search Agent Studio rollout record (v1)' },
   'run.schema.json': { schema: RunJsonSchema, title: 'Search Agent Studio run.json (v1)' },
   'event.schema.json': { schema: EventSchema, title: 'Search Agent Studio trainer event / events.jsonl line (v1)' },
@@ -144,3 +146,6 @@ export function renderPublishedSchemas(): Record<string, string> {
     Object.entries(PUBLISHED_SCHEMAS).map(([name, { schema, title }]) => [name, `${JSON.stringify(toJsonSchema(schema, { title }), null, 2)}\n`]),
   );
 }
+
+/** The trainer validates run configs with, and takes defaults from, its own copy of the run-config schema. */
+export const TRAINER_SCHEMA_COPY = 'trainer/search_agent_trainer/run_config.schema.json';

@@ -19,6 +19,8 @@ export type Node =
 
 interface Meta {
   description?: string;
+  /** The value a reader uses when the field is absent (emitted as JSON Schema `default`). */
+  default?: unknown;
   /** Cross-field checks JSON Schema cannot express (documented in the description). */
   refine?: (value: any, path: string) => Issue[];
 }
@@ -44,11 +46,11 @@ type ObjectType<P extends Record<string, Schema<unknown>>> = Simplify<
 const mk = <T>(node: Node & Meta): Schema<T> => ({ node });
 
 export const S = {
-  string: (o: { enum?: undefined; minLength?: number; pattern?: string; description?: string } = {}) => mk<string>({ t: 'string', ...o }),
-  enum: <const E extends readonly string[]>(values: E, description?: string) => mk<E[number]>({ t: 'string', enum: values, description }),
-  number: (o: { minimum?: number; maximum?: number; description?: string } = {}) => mk<number>({ t: 'number', integer: false, ...o }),
-  integer: (o: { minimum?: number; maximum?: number; description?: string } = {}) => mk<number>({ t: 'number', integer: true, ...o }),
-  boolean: (description?: string) => mk<boolean>({ t: 'boolean', description }),
+  string: (o: { enum?: undefined; minLength?: number; pattern?: string; description?: string; default?: string } = {}) => mk<string>({ t: 'string', ...o }),
+  enum: <const E extends readonly string[]>(values: E, description?: string, dflt?: E[number]) => mk<E[number]>({ t: 'string', enum: values, description, default: dflt }),
+  number: (o: { minimum?: number; maximum?: number; description?: string; default?: number } = {}) => mk<number>({ t: 'number', integer: false, ...o }),
+  integer: (o: { minimum?: number; maximum?: number; description?: string; default?: number } = {}) => mk<number>({ t: 'number', integer: true, ...o }),
+  boolean: (description?: string, dflt?: boolean) => mk<boolean>({ t: 'boolean', description, default: dflt }),
   null: () => mk<null>({ t: 'null' }),
   literal: <const V extends string | number | boolean>(value: V, description?: string) => mk<V>({ t: 'const', value, description }),
   array: <T>(items: Schema<T>, o: { minItems?: number; description?: string } = {}) => mk<T[]>({ t: 'array', items: items.node, ...o }),
@@ -192,7 +194,7 @@ export function toJsonSchema(schema: Schema<unknown>, meta: { $id?: string; titl
 }
 
 function emit(n: Node & Meta, description = n.description): Record<string, unknown> {
-  const d = description ? { description } : {};
+  const d = { ...(description ? { description } : {}), ...(n.default !== undefined ? { default: n.default } : {}) };
   switch (n.t) {
     case 'any':
       return { ...d };

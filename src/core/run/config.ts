@@ -1,0 +1,167 @@
+/**
+ * The run config (`*.run.json`), one source for everyone who reads it: the TypeScript type, the JSON Schema the
+ * editor validates `*.run.json` with (docs/schema/run-config.schema.json, contributed through jsonValidation),
+ * and the copy the Python trainer validates with and takes its defaults from
+ * (trainer/search_agent_trainer/run_config.schema.json). Strict: an unknown key is an error naming it.
+ * Names follow veRL / Search-R1 where they have one.
+ */
+import { S, type Static } from '../schema/schema';
+
+const strict = { additional: false } as const;
+
+export const SEARCH_R1_BASE_TEMPLATE =
+  'Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get new information. ' +
+  'After reasoning, if you find you lack some knowledge, you can call a search engine by <search> query </search> and it will return the top searched results between <information> and </information>. ' +
+  'You can search as many times as your want. If you find no further external knowledge needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. ' +
+  'For example, <answer> Beijing </answer>. Question: {question}\n';
+
+export const RunConfigSchema = S.object(
+  {
+    $schema: S.optional(S.string({ description: 'The JSON Schema of this file (editors use it).' })),
+    name: S.optional(S.string({ description: 'A name for runs made from this config.' })),
+    seed: S.optional(S.integer({ minimum: 0, default: 1, description: 'Seeds Python, torch and the data order.' })),
+    data: S.object(
+      {
+        train: S.string({ minLength: 1, description: 'Training dataset: JSONL of {id, question, golden, data_source} (relative to this file).' }),
+        eval: S.optional(S.string({ description: 'Held-out dataset, same format.' })),
+        eval_size: S.optional(S.integer({ minimum: 1, description: 'Evaluate on at most this many held-out examples (all by default).' })),
+        prompt_template: S.optional(S.string({ default: SEARCH_R1_BASE_TEMPLATE, description: 'The user prompt; `{question}` is replaced. Default: Search-R1’s base template.' })),
+        chat_template: S.optional(S.boolean('Apply the tokenizer’s chat template when it has one.', true)),
+      },
+      { ...strict, description: 'Datasets and the prompt.' },
+    ),
+    model: S.object(
+      {
+        kind: S.enum(['tiny', 'hf'] as const, 'tiny: the built-in tiny causal transformer (CPU tests, the demo); hf: a Hugging Face causal LM from a local directory.', 'tiny'),
+        path: S.optional(S.string({ description: 'hf: the model directory (config.json, weights, tokenizer). Nothing is downloaded.' })),
+        init: S.optional(S.string({ description: 'A checkpoint directory to start from (e.g. a warm start), instead of the model’s initial weights.' })),
+        tiny: S.optional(
+          S.object(
+            {
+              layers: S.optional(S.integer({ minimum: 1, default: 2 })),
+              d_model: S.optional(S.integer({ minimum: 8, default: 128 })),
+              heads: S.optional(S.integer({ minimum: 1, default: 4 })),
+              max_len: S.optional(S.integer({ minimum: 16, default: 1024 })),
+              vocab: S.optional(S.array(S.string(), { description: 'Extra texts whose words join the tiny tokenizer’s vocabulary (corpus files, datasets).' })),
+            },
+            strict,
+          ),
+        ),
+        lora: S.optional(
+          S.object(
+            {
+              r: S.optional(S.integer({ minimum: 1, default: 8 })),
+              alpha: S.optional(S.number({ minimum: 0, default: 16 })),
+              dropout: S.optional(S.number({ minimum: 0, maximum: 1, default: 0 })),
+              target_modules: S.optional(S.array(S.string(), { description: 'Default: the attention projections.' })),
+            },
+            { ...strict, description: 'hf only, when peft is installed.' },
+          ),
+        ),
+        dtype: S.optional(S.enum(['auto', 'bf16', 'fp32'] as const, 'auto: bf16 autocast on CUDA, fp32 on CPU.', 'auto')),
+        gradient_checkpointing: S.optional(S.boolean(undefined, false)),
+        device: S.optional(S.enum(['auto', 'cpu', 'cuda'] as const, undefined, 'auto')),
+      },
+      { ...strict, description: 'The policy.' },
+    ),
+    retriever: S.optional(
+      S.object(
+        {
+          kind: S.enum(['demo', 'bm25', 'dense', 'remote', 'none'] as const, 'demo: BM25 over the demo corpus; none: /retrieve returns nothing (the ablation).', 'demo'),
+          corpus: S.optional(S.string()),
+          index: S.optional(S.string()),
+          model: S.optional(S.string({ description: 'dense: the E5 encoder directory.' })),
+          url: S.optional(S.string({ description: 'remote: a Search-R1-compatible /retrieve URL.' })),
+          topk: S.optional(S.integer({ minimum: 1, maximum: 100, default: 3 })),
+        },
+        { ...strict, description: 'The env server’s retriever (started by the host; the trainer only calls /retrieve).' },
+      ),
+    ),
+    reward: S.optional(S.object({ module: S.optional(S.string({ default: 'builtin:em', description: 'A reward module or builtin:em|subem|f1|em-format.' })) }, strict)),
+    rollout: S.optional(
+      S.object(
+        {
+          batch_size: S.optional(S.integer({ minimum: 1, default: 8, description: 'Prompts per step.' })),
+          n: S.optional(S.integer({ minimum: 1, default: 5, description: 'Samples per prompt (a GRPO group).' })),
+          max_turns: S.optional(S.integer({ minimum: 1, default: 4, description: 'Turns with actions; then one forced final turn (Search-R1).' })),
+          max_turn_tokens: S.optional(S.integer({ minimum: 1, default: 128, description: 'New tokens per turn.' })),
+          max_response_length: S.optional(S.integer({ minimum: 1, default: 1024, description: 'Tokens after the prompt, observations included.' })),
+          max_obs_length: S.optional(S.integer({ minimum: 1, default: 512, description: 'An observation longer than this is truncated (with a warning event).' })),
+          max_prompt_length: S.optional(S.integer({ minimum: 1, default: 1024 })),
+          temperature: S.optional(S.number({ minimum: 0, default: 1 })),
+          top_p: S.optional(S.number({ minimum: 0, maximum: 1, default: 1 })),
+        },
+        strict,
+      ),
+    ),
+    algorithm: S.optional(
+      S.object(
+        {
+          name: S.optional(S.enum(['grpo', 'ppo', 'reinforce++'] as const, undefined, 'grpo')),
+          norm_adv_by_std: S.optional(S.boolean('GRPO: divide by the group’s standard deviation (false: Dr. GRPO).', true)),
+          gamma: S.optional(S.number({ minimum: 0, maximum: 1, default: 1 })),
+          lam: S.optional(S.number({ minimum: 0, maximum: 1, default: 1, description: 'GAE λ (PPO).' })),
+          clip_ratio_low: S.optional(S.number({ minimum: 0, default: 0.2 })),
+          clip_ratio_high: S.optional(S.number({ minimum: 0, default: 0.2, description: 'DAPO’s clip-higher uses 0.28.' })),
+          value_clip: S.optional(S.number({ minimum: 0, default: 0.5, description: 'PPO value clipping range.' })),
+          vf_coef: S.optional(S.number({ minimum: 0, default: 0.5 })),
+          kl_coef: S.optional(S.number({ minimum: 0, default: 0.001, description: 'β; 0 disables the reference model.' })),
+          kl_estimator: S.optional(S.enum(['k1', 'k2', 'k3'] as const, 'k3 is veRL’s low_var_kl.', 'k3')),
+          kl_in_reward: S.optional(S.boolean('Penalise KL in the reward (PPO-style) instead of as a loss term.', false)),
+          entropy_coef: S.optional(S.number({ minimum: 0, default: 0 })),
+          loss_agg_mode: S.optional(S.enum(['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'] as const, undefined, 'token-mean')),
+          loss_masking: S.optional(S.boolean('Mask prompt, retrieved and feedback tokens out of the loss (DESIGN §6). false: the ablation.', true)),
+          mask_advantages: S.optional(S.boolean('Compute advantages/values only over generated tokens (veRL) instead of the whole response (Search-R1).', false)),
+        },
+        strict,
+      ),
+    ),
+    optim: S.optional(
+      S.object(
+        {
+          lr: S.optional(S.number({ minimum: 0, default: 1e-6 })),
+          critic_lr: S.optional(S.number({ minimum: 0, description: 'PPO value head; default: 10 × lr.' })),
+          warmup_steps: S.optional(S.integer({ minimum: 0, default: 0 })),
+          weight_decay: S.optional(S.number({ minimum: 0, default: 0 })),
+          grad_clip: S.optional(S.number({ minimum: 0, default: 1 })),
+          ppo_epochs: S.optional(S.integer({ minimum: 1, default: 1 })),
+          mini_batch_size: S.optional(S.integer({ minimum: 1, default: 64, description: 'Sequences per optimizer step.' })),
+          micro_batch_size: S.optional(S.integer({ minimum: 1, default: 8, description: 'Sequences per forward/backward (gradient accumulation).' })),
+        },
+        strict,
+      ),
+    ),
+    train: S.optional(
+      S.object(
+        {
+          steps: S.optional(S.integer({ minimum: 0, default: 100 })),
+          eval_every: S.optional(S.integer({ minimum: 0, default: 10, description: '0: only before the first update and at the end.' })),
+          checkpoint_every: S.optional(S.integer({ minimum: 0, default: 10 })),
+          save_rollouts: S.optional(S.boolean(undefined, true)),
+          supervised_warmup: S.optional(
+            S.object(
+              {
+                steps: S.optional(S.integer({ minimum: 0, default: 0 })),
+                lr: S.optional(S.number({ minimum: 0, default: 1e-3 })),
+                batch_size: S.optional(S.integer({ minimum: 1, default: 16 })),
+              },
+              { ...strict, description: 'A short supervised phase on format only (random queries and answers) before RL, so a tiny model can emit the tags.' },
+            ),
+          ),
+        },
+        strict,
+      ),
+    ),
+    test: S.optional(
+      S.object(
+        {
+          crash_at_step: S.optional(S.integer({ minimum: 0, description: 'Raise an error at this step (tests of crash handling).' })),
+          step_delay_s: S.optional(S.number({ minimum: 0, description: 'Sleep this long each step (tests of cancellation).' })),
+        },
+        { ...strict, description: 'For tests only.' },
+      ),
+    ),
+  },
+  { ...strict, description: 'A Search Agent Studio run config (*.run.json).' },
+);
+export type RunConfig = Static<typeof RunConfigSchema>;
