@@ -5,6 +5,8 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { RemoteRetrieverError, type Retriever } from '../core/retrieval/retriever';
+import { makeTrajectory } from '../core/rewards/api';
+import { em, f1 } from '../core/rewards/normalize';
 import type { RewardItem, RewardSandbox } from '../core/rewards/sandbox';
 import { HttpError, readJson, sendJson } from './http';
 
@@ -55,6 +57,24 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
       ...(it.meta !== undefined ? { meta: it.meta as Record<string, unknown> } : {}),
     };
   });
+}
+
+/**
+ * The built-in measures a trainer logs beside the reward, whatever the reward module is (`/reward` with
+ * `metrics: true`): `em` and `f1` of the response's final answer against the golden answers (Search-R1's
+ * normalisation), `format` (1 when the response follows Search-R1's is_valid_sequence), `answered`, `searches`.
+ * They never feed the reward: the trainer trains on the module's reward only.
+ */
+export function builtinMetrics(item: RewardItem): Record<string, number> {
+  const traj = makeTrajectory(item.prompt, item.response);
+  const answer = traj.answer;
+  return {
+    em: answer === null ? 0 : em(answer, item.golden),
+    f1: answer === null ? 0 : f1(answer, item.golden),
+    format: traj.valid ? 1 : 0,
+    answered: answer === null ? 0 : 1,
+    searches: traj.searches.length,
+  };
 }
 
 /** Validates a /retrieve body; errors name the field. */
@@ -124,19 +144,23 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
       },
     },
     '/reward': {
-      // {items: [{response, prompt?, golden, data_source?, meta?}]} → {results: [{reward, parts}]} (a failed item:
-      // reward null and an error naming the module's file and line).
+      // {items: [{response, prompt?, golden, data_source?, meta?}], metrics?} → {results: [{reward, parts, metrics?}]}
+      // (a failed item: reward null and an error naming the module's file and line).
       POST: async (req, res) => {
-        const items = parseRewardRequest(await readJson(req, maxBodyBytes), options.maxRewardItems ?? 65536);
+        const body = await readJson(req, maxBodyBytes);
+        const items = parseRewardRequest(body, options.maxRewardItems ?? 65536);
+        const withMetrics = (body as { metrics?: unknown }).metrics;
+        if (withMetrics !== undefined && typeof withMetrics !== 'boolean') throw new HttpError(400, `metrics: expected a boolean, got ${JSON.stringify(withMetrics)}`);
         if (!options.reward) throw new HttpError(503, 'this env server has no reward module configured (start it with --reward)');
         const t0 = performance.now();
         const outcomes = await options.reward.sandbox.score(items);
         let failed = 0;
-        const results = outcomes.map((o) => {
-          if ('reward' in o) return { reward: o.reward, parts: o.parts };
+        const results = outcomes.map((o, i) => {
+          const metrics = withMetrics ? { metrics: builtinMetrics(items[i]!) } : {};
+          if ('reward' in o) return { reward: o.reward, parts: o.parts, ...metrics };
           failed++;
           const where = o.error.file ? `${o.error.file}:${o.error.line}: ` : '';
-          return { reward: null, parts: {}, error: `${where}${o.error.message} (item ${o.id})` };
+          return { reward: null, parts: {}, error: `${where}${o.error.message} (item ${o.id})`, ...metrics };
         });
         sendJson(res, 200, { results });
         log(`reward ${items.length} items${failed ? ` (${failed} failed)` : ''}: ${(performance.now() - t0).toFixed(1)}ms`);

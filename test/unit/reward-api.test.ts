@@ -41,6 +41,26 @@ describe('env server /reward', function () {
     assert.deepEqual(health.reward, { name: 'misbehaving', module: MISBEHAVING });
   });
 
+  it('metrics: true adds the built-in measures (EM, F1, format, searches) beside the module\'s reward', async () => {
+    const response = '<think>t</think><search> q </search><information>Doc 1(Title: x) y</information><think>t</think><answer> The Paris </answer>';
+    const r = await post(server.port, {
+      metrics: true,
+      items: [
+        { response, golden: ['paris'] },
+        { response: 'nothing', golden: ['paris'], meta: { case: 'throw' } },
+      ],
+    });
+    assert.equal(r.status, 200);
+    assert.deepEqual(r.body.results[0], { reward: 1, parts: { answered: 1 }, metrics: { em: 1, f1: 1, format: 1, answered: 1, searches: 1 } });
+    assert.equal(r.body.results[1].reward, null);
+    assert.deepEqual(r.body.results[1].metrics, { em: 0, f1: 0, format: 0, answered: 0, searches: 0 });
+    const plain = await post(server.port, { items: [{ response, golden: ['paris'] }] });
+    assert.equal(plain.body.results[0].metrics, undefined);
+    const bad = await post(server.port, { metrics: 'yes', items: [] });
+    assert.equal(bad.status, 400);
+    assert.match(bad.body.error, /metrics: expected a boolean/);
+  });
+
   it('rejects malformed requests naming the field', async () => {
     const cases: [unknown, RegExp][] = [
       [[], /body: expected a JSON object/],
