@@ -1,8 +1,18 @@
-"""Search Agent Studio's trainer (DESIGN §2, §4.5).
+"""Search Agent Studio's trainer: PPO / GRPO / REINFORCE++ over multi-turn search rollouts, with the retrieved tokens
+masked out of the loss (Search-R1, arXiv 2503.09516). One file per concept:
 
-The training loop, policies, rollout, advantages and losses land with the trainer issue; until then this
-package only reports its environment (``python -m search_agent_trainer --check``), which the extension and
-the CLI use to find a Python that can train.
+  config.py        the run config, validated against the schema the extension uses (schema.py)
+  data.py          datasets, prompts, the resumable sampler
+  policy.py        the policy (tiny or Hugging Face, optional LoRA), tokenizer, value head, reference
+  tiny.py          the built-in tiny causal transformer and tokenizer
+  env_client.py    /retrieve and /reward on the env server
+  rollout.py       multi-turn generation with per-token roles
+  batch.py         trajectories as padded tensors; the loss mask
+  advantages.py    GRPO, Dr. GRPO, REINFORCE++, GAE
+  losses.py        clipped surrogate, KL estimators, entropy, value loss, aggregation modes
+  run_writer.py    the run directory and events
+  checkpoint.py    checkpoints and resume
+  train.py         the loop
 """
 
 __version__ = "0.1.0"

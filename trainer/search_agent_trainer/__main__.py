@@ -1,7 +1,11 @@
 """``python -m search_agent_trainer``: the trainer's command line (DESIGN §2).
 
-Training (``--config run.json --run-dir runs/<id> --env-url URL``) lands with the trainer issue; this build
-answers ``--version`` and ``--check`` and says so for anything else, with exit code 2.
+  python -m search_agent_trainer --config run.json --run-dir runs/<id> --env-url http://127.0.0.1:<port> [--resume]
+  python -m search_agent_trainer --version | --check
+
+Events go to stdout as JSON lines (DESIGN §4.5), human logs to stderr and <run-dir>/logs/trainer.log.
+Exit codes: 0 finished or stopped (SIGTERM), 1 the run failed (traceback in events and run.json), 2 bad usage or an
+invalid config (the message names the key).
 """
 
 from __future__ import annotations
@@ -13,13 +17,20 @@ import sys
 from . import __version__
 
 
+def _error(message: str) -> int:
+    print(json.dumps({"event": "error", "message": message}), flush=True)
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m search_agent_trainer", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m search_agent_trainer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--check", action="store_true", help="print this interpreter's training environment as JSON")
-    parser.add_argument("--config", help="run config (run.json)")
-    parser.add_argument("--run-dir", help="run directory")
-    parser.add_argument("--env-url", help="env server URL")
+    parser.add_argument("--config", help="run config (*.run.json); with --resume, defaults to the config in the run directory's run.json")
+    parser.add_argument("--run-dir", help="run directory (created if missing)")
+    parser.add_argument("--env-url", help="env server URL, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--resume", action="store_true", help="continue from the run directory's last checkpoint")
     args = parser.parse_args(argv)
     if args.version:
         print(__version__)
@@ -29,10 +40,30 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(describe()))
         return 0
-    print(
-        json.dumps({"event": "error", "message": "training is not in this build yet (it lands with the trainer issue)"}),
-    )
-    return 2
+    if not args.run_dir or not args.env_url or not (args.config or args.resume):
+        return _error("--config, --run-dir and --env-url are required (or --resume with --run-dir and --env-url)")
+
+    from pathlib import Path
+
+    from .config import config_from_dict, load_config
+    from .schema import ConfigError
+
+    try:
+        if args.config:
+            cfg = load_config(args.config)
+        else:
+            run_json = Path(args.run_dir) / "run.json"
+            try:
+                saved = json.loads(run_json.read_text(encoding="utf-8"))["config"]
+            except (FileNotFoundError, KeyError, json.JSONDecodeError) as e:
+                return _error(f"{run_json}: cannot read the run's config to resume ({e}); pass --config")
+            cfg = config_from_dict(saved, base=Path(args.run_dir), source=str(run_json))
+    except ConfigError as e:
+        return _error(str(e))
+
+    from .train import Trainer
+
+    return Trainer(cfg, args.run_dir, args.env_url, resume=args.resume).run()
 
 
 if __name__ == "__main__":

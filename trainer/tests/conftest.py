@@ -1,5 +1,88 @@
+import json
+import os
+import shutil
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
+import pytest
+
 # Tests import the package from the source tree (the extension runs it the same way, via PYTHONPATH).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+TRAINER = Path(__file__).resolve().parents[1]
+ROOT = TRAINER.parent
+sys.path.insert(0, str(TRAINER))
+
+NODE = shutil.which("node")
+DEMO = ROOT / "examples" / "demo"
+
+
+class EnvServer:
+    """The real env server (src/server/main.ts, run from source) on an ephemeral loopback port."""
+
+    def __init__(self, *args: str):
+        if NODE is None:
+            pytest.skip("node is not on PATH")
+        self.proc = subprocess.Popen(
+            [NODE, "-r", str(ROOT / "test" / "register.cjs"), str(ROOT / "src" / "server" / "main.ts"), "--port", "0", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the env server did not start: {self.proc.stderr.read()}")
+        self.port = json.loads(line)["port"]
+        self.url = f"http://127.0.0.1:{self.port}"
+        # drain stderr so the server never blocks on a full pipe
+        threading.Thread(target=self.proc.stderr.read, daemon=True).start()
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@pytest.fixture(scope="session")
+def demo_env():
+    """The env server over the demo corpus, rewarding with builtin:em."""
+    s = EnvServer("--corpus", str(DEMO / "corpus.jsonl"), "--reward", "builtin:em")
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session")
+def varied_env():
+    """The env server over the demo corpus with a reward that varies with any response (a random tiny policy gets a
+    learning signal from it)."""
+    s = EnvServer("--corpus", str(DEMO / "corpus.jsonl"), "--reward", str(ROOT / "test" / "fixtures" / "rewards" / "modules" / "varied.reward.ts"))
+    yield s
+    s.close()
+
+
+def trainer_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(TRAINER) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def tiny_config(**overrides) -> dict:
+    """A small, fast run config over the demo data (the built-in tiny model)."""
+    cfg = {
+        "seed": 7,
+        "data": {"train": str(DEMO / "train.jsonl"), "eval": str(DEMO / "eval.jsonl"), "eval_size": 4},
+        "model": {"kind": "tiny", "tiny": {"layers": 1, "d_model": 32, "heads": 2, "max_len": 1024, "vocab": [str(DEMO / "corpus.jsonl")]}},
+        "rollout": {"batch_size": 2, "n": 3, "max_turns": 2, "max_turn_tokens": 12, "max_response_length": 160, "max_obs_length": 120},
+        "optim": {"lr": 1e-3, "mini_batch_size": 6, "micro_batch_size": 4},
+        "train": {"steps": 2, "eval_every": 1, "checkpoint_every": 1},
+    }
+    for path, value in overrides.items():
+        node = cfg
+        keys = path.split(".")
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+    return cfg

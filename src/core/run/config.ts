@@ -41,7 +41,7 @@ export const RunConfigSchema = S.object(
               layers: S.optional(S.integer({ minimum: 1, default: 2 })),
               d_model: S.optional(S.integer({ minimum: 8, default: 128 })),
               heads: S.optional(S.integer({ minimum: 1, default: 4 })),
-              max_len: S.optional(S.integer({ minimum: 16, default: 1024 })),
+              max_len: S.optional(S.integer({ minimum: 16, default: 2048, description: 'Positions; at least the longest prompt plus rollout.max_response_length.' })),
               vocab: S.optional(S.array(S.string(), { description: 'Extra texts whose words join the tiny tokenizer’s vocabulary (corpus files, datasets).' })),
             },
             strict,

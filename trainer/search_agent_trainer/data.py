@@ -1,0 +1,118 @@
+"""The data: our JSONL question-answering datasets, the prompt, and a seeded, resumable sampler.
+
+A dataset line is `{"id", "question", "golden": [..], "data_source"}` (Search-R1's `golden_answers` is accepted for
+`golden`). A malformed line is reported (file, line, field) and skipped; a file with no usable line is an error.
+The prompt is the configured template with `{question}` replaced (Search-R1's base template by default), with the
+tokenizer's chat template applied when it has one (policy.Tokenizer.prompt).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Example:
+    id: str
+    question: str
+    golden: tuple[str, ...]
+    data_source: str
+
+
+class DatasetError(ValueError):
+    pass
+
+
+def _example(obj: Any) -> tuple[Example | None, str | None]:
+    """An example, or the problem (naming the field)."""
+    if not isinstance(obj, dict):
+        return None, "expected a JSON object"
+    q = obj.get("question")
+    if not isinstance(q, str) or not q.strip():
+        return None, "question: expected a non-empty string"
+    golden = obj.get("golden", obj.get("golden_answers"))
+    if isinstance(golden, str):
+        golden = [golden]
+    if not isinstance(golden, list) or not golden or not all(isinstance(g, str) for g in golden):
+        return None, "golden: expected a non-empty array of strings"
+    ident = obj.get("id")
+    ds = obj.get("data_source", "")
+    if not isinstance(ds, str):
+        return None, "data_source: expected a string"
+    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds), None
+
+
+def load_dataset(path: str, warn: Callable[[str], None] = lambda _m: None) -> list[Example]:
+    """Every usable example of a JSONL file; each malformed line goes to `warn` as `file:line: field: message`."""
+    out: list[Example] = []
+    bad = 0
+    try:
+        f = open(path, encoding="utf-8")
+    except FileNotFoundError:
+        raise DatasetError(f"{path}: no such file") from None
+    with f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                bad += 1
+                warn(f"{path}:{n}: not valid JSON ({e.msg}); line skipped")
+                continue
+            ex, problem = _example(obj)
+            if ex is None:
+                bad += 1
+                warn(f"{path}:{n}: {problem}; line skipped")
+                continue
+            out.append(ex if ex.id else Example(f"{n}", ex.question, ex.golden, ex.data_source))
+    if not out:
+        raise DatasetError(f"{path}: no usable example ({bad} malformed lines)")
+    return out
+
+
+def render_prompt(template: str, question: str) -> str:
+    """Search-R1's `make_prefix`: the template with the question in it (only `{question}` is replaced, so other
+    braces in a template are kept as written)."""
+    return template.replace("{question}", question)
+
+
+class EpochSampler:
+    """Batches of examples, each epoch a fresh seeded permutation; its state is a few integers, saved in checkpoints
+    so a resumed run sees the same batches as an uninterrupted one."""
+
+    def __init__(self, size: int, seed: int):
+        self.size = size
+        self.seed = seed
+        self.epoch = 0
+        self.pos = 0
+        self._order = self._permutation(0)
+
+    def _permutation(self, epoch: int) -> list[int]:
+        order = list(range(self.size))
+        random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+        return order
+
+    def next_batch(self, k: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < k:
+            if self.pos >= self.size:
+                self.epoch += 1
+                self.pos = 0
+                self._order = self._permutation(self.epoch)
+            take = min(k - len(out), self.size - self.pos)
+            out += self._order[self.pos : self.pos + take]
+            self.pos += take
+        return out
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.epoch, "pos": self.pos, "seed": self.seed, "size": self.size}
+
+    def load_state_dict(self, s: dict[str, int]) -> None:
+        if s.get("size") != self.size:
+            raise DatasetError(f"the checkpoint's dataset had {s.get('size')} examples, this one has {self.size}: resume with the same data")
+        self.seed, self.epoch, self.pos = s["seed"], s["epoch"], s["pos"]
+        self._order = self._permutation(self.epoch)

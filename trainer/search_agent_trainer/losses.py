@@ -1,0 +1,146 @@
+"""The loss terms, named as in the papers. Token tensors are (B, R) over the response window; `mask` is the loss
+mask (DESIGN §6: 1 exactly on generated tokens, unless masking is off) and is applied to every term here.
+
+- Clipped surrogate (PPO, Schulman et al. 2017), with DAPO's decoupled clip range (Yu et al. 2025, "clip-higher"):
+  ρ_t = exp(log π_θ − log π_old);  L^CLIP = −min(ρ_t Â_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) Â_t).
+- KL to the reference (Schulman's estimators, http://joschu.net/blog/kl-approx.html), with
+  log r = log π_ref − log π_θ:  k1 = −log r;  k2 = ½ (log r)²;  k3 = r − 1 − log r (veRL's "low_var_kl", clamped to
+  [−10, 10] as veRL does).
+- Entropy H = logsumexp(z) − Σ softmax(z) z.
+- Clipped value loss (PPO): ½ max((V − G)², (V_old + clip(V − V_old, −c, c) − G)²).
+- Aggregation (`loss_agg_mode`): token-mean (DAPO: every token counts once), seq-mean-token-mean (GRPO as
+  published: mean per sequence, then over sequences), seq-mean-token-sum, seq-mean-token-sum-norm (Dr. GRPO: sums
+  divided by a constant length, so long and short answers are not weighted differently).
+
+Micro-batching: `Aggregation` holds the mini-batch's denominators, so the losses of the micro-batches of one
+mini-batch sum to the loss of the whole mini-batch (gradient accumulation is exact for every mode).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+KL_CLAMP = 10.0
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """How token losses become one number, with the denominators of the whole mini-batch.
+    mode: the loss_agg_mode; tokens: Σ mask over the mini-batch; sequences: sequences in the mini-batch;
+    norm_length: the constant length of seq-mean-token-sum-norm (rollout.max_response_length)."""
+
+    mode: str
+    tokens: float
+    sequences: int
+    norm_length: int = 1
+
+    @staticmethod
+    def of(mode: str, mask: torch.Tensor, norm_length: int = 1) -> Aggregation:
+        return Aggregation(mode, float(mask.sum().item()), int(mask.shape[0]), norm_length)
+
+
+def agg_loss(loss_mat: torch.Tensor, mask: torch.Tensor, agg: Aggregation) -> torch.Tensor:
+    """This micro-batch's share of the mini-batch loss."""
+    masked = loss_mat * mask
+    if agg.mode == "token-mean":
+        return masked.sum() / max(agg.tokens, 1.0)
+    if agg.mode == "seq-mean-token-mean":
+        per_seq = masked.sum(-1) / mask.sum(-1).clamp(min=1)
+        return per_seq.sum() / max(agg.sequences, 1)
+    if agg.mode == "seq-mean-token-sum":
+        return masked.sum(-1).sum() / max(agg.sequences, 1)
+    if agg.mode == "seq-mean-token-sum-norm":
+        return masked.sum() / (max(agg.sequences, 1) * agg.norm_length)
+    raise ValueError(f"unknown loss_agg_mode {agg.mode!r}")
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(π_θ ‖ π_ref) from samples of π_θ."""
+    log_ratio = logprob - ref_logprob  # log π_θ − log π_ref = −log r
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio.square()
+    if estimator == "k3":
+        neg = -log_ratio  # log r
+        return (torch.exp(neg) - neg - 1).clamp(min=-KL_CLAMP, max=KL_CLAMP)
+    raise ValueError(f"unknown kl_estimator {estimator!r}")
+
+
+@dataclass
+class PolicyLoss:
+    loss: torch.Tensor
+    clipfrac: torch.Tensor  # fraction of masked tokens where the clipped term was chosen
+    clipfrac_lower: torch.Tensor  # … on the low side (ratio < 1 − ε_low, Â < 0)
+    ppo_kl: torch.Tensor  # mean(log π_old − log π_θ): how far the update moved the policy
+
+
+def clipped_surrogate(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_ratio_low: float, clip_ratio_high: float, agg: Aggregation) -> PolicyLoss:
+    log_ratio = logprob - old_logprob
+    ratio = torch.exp(log_ratio)
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
+    pg_losses = torch.maximum(pg_losses1, pg_losses2)
+    clipped = (pg_losses2 > pg_losses1).float()
+    lower = ((ratio < 1.0 - clip_ratio_low) & (advantages < 0)).float()
+    return PolicyLoss(
+        loss=agg_loss(pg_losses, mask, agg),
+        clipfrac=masked_mean(clipped, mask).detach(),
+        clipfrac_lower=masked_mean(lower * clipped, mask).detach(),
+        ppo_kl=masked_mean(-log_ratio, mask).detach(),
+    )
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """H(softmax(z)) per position, computed stably."""
+    logits = logits.float()
+    p = torch.softmax(logits, dim=-1)
+    return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
+
+
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, value_clip: float, agg: Aggregation) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss, clipfrac)."""
+    clipped = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
+    l1 = (values - returns).square()
+    l2 = (clipped - returns).square()
+    loss = 0.5 * agg_loss(torch.maximum(l1, l2), mask, agg)
+    return loss, masked_mean((l2 > l1).float(), mask).detach()
+
+
+def objective(logprob: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor | None, mb: Any, a: Any, agg: Aggregation, vagg: Aggregation) -> tuple[torch.Tensor, dict[str, float]]:
+    """One micro-batch's share of the mini-batch loss, and its statistics:
+
+        L = L^CLIP(θ) − c_H · H  + β · KL(π_θ ‖ π_ref)  + c_V · L^V
+                        (entropy_coef)  (kl_coef; unless kl_in_reward)  (vf_coef; PPO)
+
+    every term over `mb.loss_mask` (the value loss over `mb.adv_mask`). `mb` carries old_logprob, advantages,
+    ref_logprob (or None), old_values and returns (PPO); `a` is the config's algorithm section."""
+    mask = mb.loss_mask
+    pl = clipped_surrogate(logprob, mb.old_logprob, mb.advantages, mask, a.clip_ratio_low, a.clip_ratio_high, agg)
+    loss = pl.loss
+    stats = {
+        "actor/pg_loss": float(pl.loss.detach()),
+        "actor/pg_clipfrac": float(pl.clipfrac),
+        "actor/pg_clipfrac_lower": float(pl.clipfrac_lower),
+        "actor/ppo_kl": float(pl.ppo_kl),
+        "actor/entropy": float(masked_mean(entropy.detach(), mask)),
+    }
+    if a.entropy_coef > 0:
+        loss = loss - a.entropy_coef * agg_loss(entropy, mask, agg)
+    if mb.ref_logprob is not None and a.kl_coef > 0 and not a.kl_in_reward:
+        kl_loss = agg_loss(kl_penalty(logprob, mb.ref_logprob, a.kl_estimator), mask, agg)
+        loss = loss + a.kl_coef * kl_loss
+        stats["actor/kl_loss"] = float(kl_loss.detach())
+    if values is not None:
+        vf_loss, vf_clipfrac = clipped_value_loss(values, mb.old_values, mb.returns, mb.adv_mask, a.value_clip, vagg)
+        loss = loss + a.vf_coef * vf_loss
+        stats["critic/vf_loss"] = float(vf_loss.detach())
+        stats["critic/vf_clipfrac"] = float(vf_clipfrac)
+    return loss, stats

@@ -1,0 +1,229 @@
+"""The policy: a causal LM (the built-in tiny one, or a Hugging Face model from a local directory, optionally with
+LoRA through peft), its tokenizer behind one small interface, a value head for PPO, and the frozen reference
+policy for the KL term. Nothing is downloaded (`local_files_only`)."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from .tiny import TinyCausalLM, TinyTokenizer
+
+END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>")
+
+
+class Tokenizer:
+    """What the trainer needs of a tokenizer."""
+
+    def __init__(self, impl: Any, kind: str):
+        self.impl = impl
+        self.kind = kind
+        if kind == "tiny":
+            self.eos_ids = {impl.eos_id}
+            self.pad_id = impl.pad_id
+        else:
+            ids = {impl.eos_token_id} if impl.eos_token_id is not None else set()
+            vocab = impl.get_vocab()
+            ids |= {vocab[t] for t in END_OF_TURN if t in vocab}
+            self.eos_ids = ids
+            self.pad_id = impl.pad_token_id if impl.pad_token_id is not None else min(ids) if ids else 0
+
+    @property
+    def vocab_size(self) -> int:
+        return self.impl.vocab_size if self.kind == "tiny" else len(self.impl)
+
+    def encode(self, text: str) -> list[int]:
+        return self.impl.encode(text) if self.kind == "tiny" else self.impl.encode(text, add_special_tokens=False)
+
+    def decode(self, ids: Iterable[int]) -> str:
+        ids = list(ids)
+        return self.impl.decode(ids) if self.kind == "tiny" else self.impl.decode(ids, skip_special_tokens=True)
+
+    def token_text(self, i: int) -> str:
+        """One token's text, for the rollout records (special tokens included, as written)."""
+        return self.token_texts([i])[0]
+
+    def token_texts(self, ids: Iterable[int]) -> list[str]:
+        """Each token decoded on its own (a byte-level BPE token that is part of a character decodes to U+FFFD)."""
+        ids = list(ids)
+        cache = self.__dict__.setdefault("_texts", {})
+        missing = sorted({i for i in ids if i not in cache})
+        if missing:
+            if self.kind == "tiny":
+                texts = [self.impl.token_text(i) for i in missing]
+            else:
+                texts = self.impl.batch_decode([[i] for i in missing], skip_special_tokens=False)
+            cache.update(zip(missing, texts))
+        return [cache[i] for i in ids]
+
+    def prompt(self, user_text: str, use_chat_template: bool) -> str:
+        """The prompt as fed: the chat template applied when the tokenizer has one (and it is wanted)."""
+        if self.kind == "hf" and use_chat_template and getattr(self.impl, "chat_template", None):
+            return self.impl.apply_chat_template([{"role": "user", "content": user_text}], add_generation_prompt=True, tokenize=False)
+        return user_text
+
+
+class Policy(nn.Module):
+    """A causal LM with one forward signature for both backbones, and an optional value head (PPO)."""
+
+    def __init__(self, backbone: nn.Module, kind: str, value_head: bool, hidden: int):
+        super().__init__()
+        self.backbone = backbone
+        self.kind = kind
+        self.value_head = nn.Linear(hidden, 1) if value_head else None
+        if self.value_head is not None:
+            nn.init.zeros_(self.value_head.weight)
+            nn.init.zeros_(self.value_head.bias)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, past: Any = None, use_cache: bool = False, want_hidden: bool = False, logits_to_keep: int = 0):
+        """(logits, cache, hidden). logits_to_keep > 0: only the last that many positions' logits (a large vocabulary
+        times the whole prompt is most of a forward pass's memory)."""
+        if self.kind == "tiny":
+            logits, new_past, hidden = self.backbone(input_ids, attention_mask, position_ids, past)
+            if logits_to_keep:
+                logits = logits[:, -logits_to_keep:]
+            return logits, (new_past if use_cache else None), (hidden if want_hidden else None)
+        if use_cache and past is None:
+            from transformers import DynamicCache
+
+            past = DynamicCache()
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, past_key_values=past, use_cache=use_cache, output_hidden_states=want_hidden, logits_to_keep=logits_to_keep)
+        return out.logits, (out.past_key_values if use_cache else None), (out.hidden_states[-1] if want_hidden else None)
+
+    def values(self, hidden: torch.Tensor) -> torch.Tensor:
+        assert self.value_head is not None
+        return self.value_head(hidden.float()).squeeze(-1)
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[nn.Module | None]:
+        """For LoRA: the base model with the adapter disabled is the reference (no copy needed)."""
+        if self.kind == "hf" and hasattr(self.backbone, "disable_adapter"):
+            with self.backbone.disable_adapter():
+                yield self
+        else:
+            yield None
+
+
+class Reference(nn.Module):
+    """The frozen reference policy: the LoRA base (adapter disabled) or a frozen copy of the initial weights."""
+
+    def __init__(self, policy: Policy):
+        super().__init__()
+        self.uses_adapter_toggle = policy.kind == "hf" and hasattr(policy.backbone, "disable_adapter")
+        self.policy = policy
+        self.copy = None
+        if not self.uses_adapter_toggle:
+            self.copy = copy.deepcopy(policy.backbone).eval()
+            for p in self.copy.parameters():
+                p.requires_grad_(False)
+
+    @torch.no_grad()
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+        if self.uses_adapter_toggle:
+            with self.policy.reference():
+                return self.policy(input_ids, attention_mask, position_ids, logits_to_keep=logits_to_keep)[0]
+        if self.policy.kind == "tiny":
+            logits = self.copy(input_ids, attention_mask, position_ids)[0]
+            return logits[:, -logits_to_keep:] if logits_to_keep else logits
+        return self.copy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=logits_to_keep).logits
+
+
+def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """log π(target | context) per position, from the logits that predict the targets (veRL divides by the sampling
+    temperature here too, so the log-probs are those of the distribution the tokens were sampled from)."""
+    logits = logits.float()
+    if temperature and temperature != 1.0:
+        logits = logits / temperature
+    return logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+
+
+def window_logits(policy_or_ref: Any, batch: Any, want_hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The logits (and final hidden states) that predict the response window's tokens: (B, R, V) and (B, R, H)."""
+    R = batch.window
+    if isinstance(policy_or_ref, Reference):
+        return policy_or_ref.logits(batch.input_ids, batch.attention_mask, batch.position_ids, logits_to_keep=R + 1)[:, :-1], None
+    logits, _, hidden = policy_or_ref(batch.input_ids, batch.attention_mask, batch.position_ids, want_hidden=want_hidden, logits_to_keep=R + 1)
+    return logits[:, -(R + 1) : -1], (hidden[:, -(R + 1) : -1] if hidden is not None else None)
+
+
+def vocabulary_texts(path: str) -> list[str]:
+    """The texts of a file for the tiny tokenizer's vocabulary: a JSONL file's string values (a corpus's `contents`,
+    a dataset's questions and answers), any other file as it is."""
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        if not path.endswith(".jsonl"):
+            return [f.read()]
+        out: list[str] = []
+
+        def walk(v: Any) -> None:
+            if isinstance(v, str):
+                out.append(v)
+            elif isinstance(v, dict):
+                for x in v.values():
+                    walk(x)
+            elif isinstance(v, list):
+                for x in v:
+                    walk(x)
+
+        for line in f:
+            if line.strip():
+                try:
+                    walk(json.loads(line))
+                except json.JSONDecodeError:
+                    out.append(line)
+        return out
+
+
+def build_policy(cfg: Any, vocab_texts: Iterable[str], device: torch.device, tokenizer_file: str | None = None) -> tuple[Policy, Tokenizer]:
+    """The policy and tokenizer a run config asks for. The tiny tokenizer is read from `tokenizer_file` when given
+    (a checkpoint's), else built from `vocab_texts` and the files in `model.tiny.vocab`."""
+    with_value = cfg.algorithm.name == "ppo"
+    if cfg.model.kind == "tiny":
+        t = cfg.model.tiny
+        if tokenizer_file:
+            tok = TinyTokenizer.load(tokenizer_file)
+        else:
+            texts = list(vocab_texts)
+            for extra in t.vocab or []:
+                texts.extend(vocabulary_texts(extra))
+            tok = TinyTokenizer.build(texts)
+        backbone = TinyCausalLM(tok.vocab_size, d_model=t.d_model, layers=t.layers, heads=t.heads, max_len=t.max_len)
+        policy = Policy(backbone, "tiny", with_value, t.d_model)
+        return policy.to(device), Tokenizer(tok, "tiny")
+    return _build_hf(cfg, device, with_value)
+
+
+def _build_hf(cfg: Any, device: torch.device, with_value: bool) -> tuple[Policy, Tokenizer]:
+    try:
+        import transformers
+    except ImportError as e:  # pragma: no cover - exercised where transformers is absent
+        raise RuntimeError("model.kind \"hf\" needs the transformers package in the trainer's Python (pip install transformers)") from e
+    path = cfg.model.path
+    if not os.path.isdir(path):
+        raise RuntimeError(f"model.path: {path} is not a directory (a local Hugging Face model directory; nothing is downloaded)")
+    tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    # bf16 weights only when asked; "auto" keeps fp32 weights (exact optimizer updates) and computes in bf16 autocast
+    # on CUDA (train.py).
+    dtype = torch.bfloat16 if cfg.model.dtype == "bf16" else torch.float32
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
+    if cfg.model.lora:
+        try:
+            import peft
+        except ImportError as e:
+            raise RuntimeError("model.lora needs the peft package in the trainer's Python (pip install peft)") from e
+        lora = cfg.model.lora
+        targets = lora.target_modules or ["q_proj", "k_proj", "v_proj", "o_proj"]
+        model = peft.get_peft_model(model, peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets, task_type="CAUSAL_LM"))
+    hidden = model.config.hidden_size if hasattr(model.config, "hidden_size") else model.get_input_embeddings().embedding_dim
+    policy = Policy(model, "hf", with_value, hidden)
+    return policy.to(device), Tokenizer(tok, "hf")

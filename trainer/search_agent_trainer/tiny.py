@@ -1,0 +1,166 @@
+"""The built-in tiny policy: a small word-level tokenizer and a GPT-style causal transformer with a KV cache,
+for CPU tests and the demo. No weights or vocabularies are downloaded: the vocabulary is built from the texts
+the run will see (datasets, prompt template, corpus).
+
+Tokenizer: the tags (`<think>`, `</search>`, …) are single tokens; text is split as GPT-2 does, into words, numbers
+and punctuation marks, each with the space before it (" Paris"), and the remaining whitespace runs; a piece not in
+the vocabulary falls back to its characters, so every text round-trips exactly (decode(encode(t)) == t).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import string
+from collections import Counter
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>"]
+TAGS = ["<think>", "</think>", "<search>", "</search>", "<information>", "</information>", "<answer>", "</answer>"]
+_TAG = r"</?(?:think|search|information|answer)>"
+PIECE_RE = re.compile(_TAG + r"| ?[^\W\d_]+| ?\d+| ?_| ?(?!" + _TAG + r")[^\w\s]|\s+(?!\S)|\s+", re.UNICODE)
+
+
+class TinyTokenizer:
+    """Word-level with a character fallback. Ids: specials, tags, then the learned pieces."""
+
+    def __init__(self, pieces: list[str]):
+        self.pieces = list(pieces)
+        self.index = {p: i for i, p in enumerate(self.pieces)}
+        self.pad_id, self.eos_id, self.bos_id, self.unk_id = (self.index[s] for s in SPECIALS)
+        self.chat_template = None
+
+    @classmethod
+    def build(cls, texts: Iterable[str], min_count: int = 1, max_size: int = 50_000) -> TinyTokenizer:
+        counts: Counter[str] = Counter()
+        chars: set[str] = set()
+        for t in texts:
+            for piece in PIECE_RE.findall(t):
+                counts[piece] += 1
+                chars.update(piece)
+        words = [p for p, c in counts.most_common() if c >= min_count and p not in TAGS]
+        base = SPECIALS + TAGS
+        chars |= set(string.printable)  # every ASCII character is always encodable
+        chars_sorted = sorted(c for c in chars if c not in base)
+        vocab = base + chars_sorted
+        seen = set(vocab)
+        for w in words:
+            if len(vocab) >= max_size:
+                break
+            if w not in seen:
+                vocab.append(w)
+                seen.add(w)
+        return cls(vocab)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.pieces)
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for piece in PIECE_RE.findall(text):
+            i = self.index.get(piece)
+            if i is not None:
+                ids.append(i)
+            else:
+                ids.extend(self.index.get(ch, self.unk_id) for ch in piece)
+        return ids
+
+    def decode(self, ids: Iterable[int]) -> str:
+        out = []
+        for i in ids:
+            if i in (self.pad_id, self.eos_id, self.bos_id):
+                continue
+            out.append(self.pieces[i] if 0 <= i < len(self.pieces) else "")
+        return "".join(out)
+
+    def token_text(self, i: int) -> str:
+        return self.pieces[i]
+
+    def save(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"kind": "tiny-word", "pieces": self.pieces}, f)
+
+    @classmethod
+    def load(cls, path: str) -> TinyTokenizer:
+        with open(path, encoding="utf-8") as f:
+            return cls(json.load(f)["pieces"])
+
+
+class Block(nn.Module):
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d_model)
+        self.qkv = nn.Linear(d_model, 3 * d_model)
+        self.proj = nn.Linear(d_model, d_model)
+        self.ln2 = nn.LayerNorm(d_model)
+        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: tuple[torch.Tensor, torch.Tensor] | None):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        if cache is not None:
+            k = torch.cat([cache[0], k], dim=2)
+            v = torch.cat([cache[1], v], dim=2)
+        # mask: (b, 1, t, total) booleans, True where attention is allowed
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        y = y.transpose(1, 2).reshape(b, t, d)
+        x = x + self.proj(y)
+        x = x + self.mlp(self.ln2(x))
+        return x, (k, v)
+
+
+class TinyCausalLM(nn.Module):
+    """A GPT-style decoder: token + learned position embeddings, pre-LN blocks, tied output head."""
+
+    def __init__(self, vocab_size: int, d_model: int = 128, layers: int = 2, heads: int = 4, max_len: int = 1024):
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"model.tiny.d_model ({d_model}) must be divisible by model.tiny.heads ({heads})")
+        self.config = {"vocab_size": vocab_size, "d_model": d_model, "layers": layers, "heads": heads, "max_len": max_len}
+        self.tok = nn.Embedding(vocab_size, d_model)
+        self.pos = nn.Embedding(max_len, d_model)
+        self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
+        self.ln = nn.LayerNorm(d_model)
+        self.apply(self._init)
+        for name, p in self.named_parameters():
+            if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
+                nn.init.normal_(p, std=0.02 / math.sqrt(2 * layers))
+
+    @staticmethod
+    def _init(m: nn.Module) -> None:
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+    @property
+    def max_len(self) -> int:
+        return self.config["max_len"]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, past=None):
+        """input_ids (b, t); attention_mask (b, past_len + t) with 0 on padding; position_ids (b, t).
+        Returns logits (b, t, vocab), the new cache, and the final hidden states (b, t, d)."""
+        b, t = input_ids.shape
+        past_len = 0 if past is None else past[0][0].shape[2]
+        x = self.tok(input_ids) + self.pos(position_ids.clamp(min=0, max=self.max_len - 1))
+        total = past_len + t
+        causal = torch.ones(t, total, dtype=torch.bool, device=input_ids.device).tril(diagonal=past_len)
+        keys = attention_mask[:, None, None, :total].bool()
+        mask = causal[None, None] & keys
+        # A fully padded query row would attend to nothing (NaN); let it attend to itself.
+        mask = mask | torch.eye(t, total, dtype=torch.bool, device=input_ids.device).roll(past_len, dims=1)[None, None]
+        new_past = []
+        for i, block in enumerate(self.blocks):
+            x, kv = block(x, mask, None if past is None else past[i])
+            new_past.append(kv)
+        h = self.ln(x)
+        logits = h @ self.tok.weight.T
+        return logits, new_past, h

@@ -1,0 +1,540 @@
+"""The train loop: rollout → reward → log-probs → advantages → update, one step at a time (veRL's RayPPOTrainer.fit,
+single process).
+
+A step:
+1. rollout: `rollout.batch_size` prompts × `rollout.n` samples, multi-turn against the env server (rollout.py);
+2. reward: the env server's `/reward` scores every trajectory with the user's reward module (the trainer computes
+   none itself; it also asks for the built-in EM/F1/format measures, for the metrics only);
+3. old log-probs (and values for PPO, reference log-probs when β > 0) over the response window (batch.py);
+4. advantages (advantages.py): GRPO / Dr. GRPO per group, REINFORCE++ over the batch, GAE for PPO;
+5. update: `optim.ppo_epochs` passes over shuffled mini-batches of `optim.mini_batch_size` sequences, each an optimizer
+   step accumulated over micro-batches of `optim.micro_batch_size`; loss = policy loss − entropy_coef·H + β·KL
+   (+ vf_coef · value loss); gradient clipping; linear LR warmup;
+6. metrics, rollout records with their token arrays, checkpoint, evaluation.
+Held-out evaluation (greedy, one sample per question) runs before the first update and every `train.eval_every`
+steps; its metrics are `val/*` (val/em is the exact match of the final answer).
+
+SIGTERM (or SIGINT) finishes the current step, checkpoints and exits 0 with status `stopped`. An exception writes its
+traceback to events and `run.json` (status `failed`) and exits 1; `--resume` continues from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from . import __version__
+from .advantages import gae_advantage, grpo_outcome_advantage, reinforce_plus_plus_advantage, token_rewards, zero_std_group_fraction
+from .batch import SequenceBatch, make_batch
+from .checkpoint import latest_checkpoint, load_trainable, read_state, save_checkpoint
+from .config import Section
+from .data import EpochSampler, Example, load_dataset, render_prompt
+from .env_client import EnvClient
+from .losses import Aggregation, entropy_from_logits, kl_penalty, masked_mean, objective
+from .policy import Reference, build_policy, token_logprobs, window_logits
+from .rollout import INVALID_ACTION_FEEDBACK, LMGenerator, RolloutSettings, Trajectory, run_rollouts
+from .run_writer import RunWriter, rollout_record
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for i in range(0, len(seq), size):
+        yield seq[i : i + size]
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else 0.0
+
+
+class Trainer:
+    def __init__(self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.resume = resume
+        self.stop_requested = False
+        self.total = int(cfg.train.steps)
+        versions = {"trainer": __version__, "torch": torch.__version__, "transformers": _version("transformers"), "peft": _version("peft"), "python": ".".join(map(str, sys.version_info[:3]))}
+        self.writer = RunWriter(self.run_dir, dict(cfg), versions, self.total, stdout=stdout)
+        self.env = EnvClient(env_url)
+
+    # -- setup ------------------------------------------------------------------------------------------------
+    def _device(self) -> torch.device:
+        want = self.cfg.model.device
+        if want == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("model.device is \"cuda\" but torch sees no CUDA device (torch.cuda.is_available() is False)")
+        return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
+
+    def _autocast(self):
+        if self.device.type == "cuda" and self.cfg.model.dtype in ("auto", "bf16"):
+            return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+        return None
+
+    def _ctx(self):
+        a = self._autocast()
+        return a() if a else contextlib.nullcontext()
+
+    def setup(self) -> int:
+        cfg, w = self.cfg, self.writer
+        self.device = self._device()
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        self.train_set = load_dataset(cfg.data.train, warn=w.warning)
+        self.eval_set = load_dataset(cfg.data.eval, warn=w.warning) if cfg.data.eval else []
+        if cfg.data.eval_size:
+            self.eval_set = self.eval_set[: cfg.data.eval_size]
+        health = self.env.health()
+        w.log(f"env server {self.env.url}: retriever {health.get('retriever')}, reward {health.get('reward')}")
+        if not health.get("reward"):
+            raise RuntimeError(f"the env server at {self.env.url} has no reward module (start it with --reward)")
+
+        ckpt = latest_checkpoint(self.run_dir) if self.resume else None
+        if self.resume and ckpt is None:
+            w.warning("--resume: no complete checkpoint in this run directory; starting from step 0")
+            w.truncate_after(-1)
+        init = Path(cfg.model.init) if cfg.model.init else None
+        tok_file = next((str(p / "tokenizer.json") for p in (ckpt, init) if p is not None and (p / "tokenizer.json").exists()), None)
+        vocab_texts = [cfg.data.prompt_template, INVALID_ACTION_FEEDBACK, "Doc 1(Title: ) \n<information></information>"]
+        vocab_texts += [f"{e.question} {' '.join(e.golden)}" for e in self.train_set + self.eval_set]
+        self.policy, self.tok = build_policy(cfg, vocab_texts, self.device, tokenizer_file=tok_file)
+        if init is not None and ckpt is None:
+            load_trainable(self.policy, init / "trainable.pt")
+            w.log(f"initial weights from {init}")
+        self.reference = Reference(self.policy) if cfg.algorithm.kl_coef > 0 else None
+
+        self.train_prompts = self._prompts(self.train_set, "data.train")
+        self.eval_prompts = self._prompts(self.eval_set, "data.eval") if self.eval_set else []
+        self.train_set = [e for e, p in zip(self.train_set, self.train_prompts) if p is not None]
+        self.train_prompts = [p for p in self.train_prompts if p is not None]
+        keep = [i for i, p in enumerate(self.eval_prompts) if p is not None]
+        self.eval_set = [self.eval_set[i] for i in keep]
+        self.eval_prompts = [self.eval_prompts[i] for i in keep]
+        if not self.train_set:
+            raise RuntimeError(f"{cfg.data.train}: every prompt is longer than rollout.max_prompt_length ({cfg.rollout.max_prompt_length} tokens)")
+        if self.policy.kind == "tiny":
+            longest = max(len(p[1]) for p in self.train_prompts + self.eval_prompts) + cfg.rollout.max_response_length
+            if longest > self.policy.backbone.max_len:
+                raise RuntimeError(f"model.tiny.max_len ({self.policy.backbone.max_len}) is shorter than the longest prompt plus rollout.max_response_length ({longest} tokens)")
+
+        params = [p for n, p in self.policy.named_parameters() if p.requires_grad and not n.startswith("value_head.")]
+        groups = [{"params": params, "lr": cfg.optim.lr}]
+        if self.policy.value_head is not None:
+            groups.append({"params": list(self.policy.value_head.parameters()), "lr": cfg.optim.critic_lr if cfg.optim.critic_lr is not None else 10 * cfg.optim.lr})
+        self.base_lrs = [g["lr"] for g in groups]
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.optim.weight_decay)
+        self.sampler = EpochSampler(len(self.train_set), cfg.seed)
+        start = 0
+        if ckpt is not None:
+            state = read_state(ckpt)
+            load_trainable(self.policy, ckpt / "trainable.pt")
+            self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True))
+            self.sampler.load_state_dict(state["sampler"])
+            start = int(state["step"])
+            w.truncate_after(start)
+            w.log(f"resumed from {ckpt}")
+        self.trainable_params = [p for g in groups for p in g["params"]]
+        n_params = sum(p.numel() for p in self.policy.parameters())
+        n_train = sum(p.numel() for p in self.trainable_params)
+        w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set))
+        w.log(f"{cfg.model.kind} policy: {n_params:,} parameters ({n_train:,} trained) on {self.device}; {len(self.train_set)} train / {len(self.eval_set)} eval examples")
+        return start
+
+    def _prompts(self, examples: list[Example], key: str) -> list[tuple[str, list[int]] | None]:
+        out: list[tuple[str, list[int]] | None] = []
+        too_long = []
+        for e in examples:
+            text = self.tok.prompt(render_prompt(self.cfg.data.prompt_template, e.question), self.cfg.data.chat_template)
+            ids = self.tok.encode(text)
+            if len(ids) > self.cfg.rollout.max_prompt_length:
+                too_long.append(e.id)
+                out.append(None)
+            else:
+                out.append((text, ids))
+        if too_long:
+            self.writer.warning(f"{key}: {len(too_long)} prompts are longer than rollout.max_prompt_length ({self.cfg.rollout.max_prompt_length} tokens) and are skipped (first: {', '.join(too_long[:5])})")
+        return out
+
+    # -- phases -----------------------------------------------------------------------------------------------
+    def _settings(self) -> RolloutSettings:
+        r = self.cfg.rollout
+        return RolloutSettings(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, self.cfg.retriever.topk)
+
+    def _generator(self, step: int, greedy: bool) -> LMGenerator:
+        g = torch.Generator(device=self.device)
+        g.manual_seed(self.cfg.seed * 1_000_003 + step)
+        r = self.cfg.rollout
+        return LMGenerator(self.policy, self.tok, 0.0 if greedy else r.temperature, r.top_p, self.device, g, self._autocast())
+
+    def _score(self, trajs: list[Trajectory]) -> int:
+        """Rewards from /reward; a failed item is reported, kept with reward 0 for training and its error recorded."""
+        items = [{"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source} for t in trajs]
+        failed = 0
+        first = None
+        for t, res in zip(trajs, self.env.reward(items)):
+            t.metrics = res.get("metrics") or {}
+            if res.get("reward") is None:
+                failed += 1
+                first = first or res.get("error")
+                t.reward, t.reward_parts, t.reward_error = 0.0, {}, res.get("error", "the reward module failed")
+            else:
+                t.reward, t.reward_parts = float(res["reward"]), dict(res.get("parts") or {})
+        if failed:
+            self.writer.warning(f"the reward module failed on {failed} of {len(trajs)} trajectories (scored 0 for training): {first}", failed=failed)
+        return failed
+
+    @torch.no_grad()
+    def _old_logprobs(self, batch: SequenceBatch) -> dict[str, float]:
+        """old log-probs, entropies, values (PPO) and reference log-probs, over the window, in micro-batches."""
+        B, R = batch.size, batch.window
+        temp = self.cfg.rollout.temperature or 1.0
+        old = torch.zeros(B, R)
+        ent = torch.zeros(B, R)
+        vals = torch.zeros(B, R) if self.policy.value_head is not None else None
+        ref = torch.zeros(B, R) if self.reference is not None else None
+        timing = {"old_log_prob": 0.0, "ref": 0.0}
+        self.policy.eval()
+        for idx in chunks(list(range(B)), self.cfg.optim.micro_batch_size):
+            mb = batch.select(idx).to(self.device)
+            r = mb.window
+            t0 = time.perf_counter()
+            with self._ctx():
+                logits, hidden = window_logits(self.policy, mb, want_hidden=vals is not None)
+                old[idx, R - r :] = token_logprobs(logits, mb.targets, temp).cpu()
+                ent[idx, R - r :] = entropy_from_logits(logits / temp).cpu()
+                if vals is not None:
+                    vals[idx, R - r :] = self.policy.values(hidden).float().cpu()
+            timing["old_log_prob"] += time.perf_counter() - t0
+            if ref is not None:
+                t0 = time.perf_counter()
+                with self._ctx():
+                    rlogits, _ = window_logits(self.reference, mb)
+                    ref[idx, R - r :] = token_logprobs(rlogits, mb.targets, temp).cpu()
+                timing["ref"] += time.perf_counter() - t0
+        batch.old_logprob, batch.ref_logprob, batch.old_values = old, ref, vals
+        self._entropy_window = ent
+        return timing
+
+    def _advantages(self, batch: SequenceBatch, trajs: list[Trajectory]) -> dict[str, float]:
+        a = self.cfg.algorithm
+        scores = torch.tensor([t.reward or 0.0 for t in trajs], dtype=torch.float32)
+        kl = None
+        m: dict[str, float] = {}
+        if a.kl_in_reward and batch.ref_logprob is not None:
+            kl = kl_penalty(batch.old_logprob, batch.ref_logprob, a.kl_estimator) * batch.loss_mask
+            m["actor/reward_kl_penalty"] = float(masked_mean(kl, batch.loss_mask))
+        rewards = token_rewards(scores, batch.last_generated, batch.window, kl, a.kl_coef)
+        batch.token_rewards = rewards
+        mask = batch.adv_mask
+        if a.name == "grpo":
+            seq_scores = rewards.sum(-1)
+            adv = grpo_outcome_advantage(seq_scores, [t.group for t in trajs], a.norm_adv_by_std)
+            batch.advantages = adv[:, None] * mask
+            batch.returns = batch.advantages.clone()
+        elif a.name == "reinforce++":
+            batch.advantages, batch.returns = reinforce_plus_plus_advantage(rewards, mask, a.gamma)
+        else:
+            batch.advantages, batch.returns = gae_advantage(rewards, batch.old_values, mask, a.gamma, a.lam)
+        return m
+
+    def _update(self, batch: SequenceBatch, step: int) -> dict[str, float]:
+        cfg, a, o = self.cfg, self.cfg.algorithm, self.cfg.optim
+        lr_scale = min(1.0, step / o.warmup_steps) if o.warmup_steps else 1.0
+        for g, base in zip(self.optimizer.param_groups, self.base_lrs):
+            g["lr"] = base * lr_scale
+        temp = cfg.rollout.temperature or 1.0
+        gen = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
+        sums: dict[str, float] = {}
+        counts: dict[str, float] = {}
+
+        def add(key: str, value: float, weight: float = 1.0) -> None:
+            sums[key] = sums.get(key, 0.0) + value * weight
+            counts[key] = counts.get(key, 0.0) + weight
+
+        grad_norms: list[float] = []
+        tokens = 0
+        self.policy.train()
+        for _epoch in range(o.ppo_epochs):
+            order = torch.randperm(batch.size, generator=gen).tolist()
+            for mini in chunks(order, o.mini_batch_size):
+                agg = Aggregation.of(a.loss_agg_mode, batch.loss_mask[mini], cfg.rollout.max_response_length)
+                vagg = Aggregation.of(a.loss_agg_mode, batch.adv_mask[mini], cfg.rollout.max_response_length)
+                self.optimizer.zero_grad(set_to_none=True)
+                for micro in chunks(mini, o.micro_batch_size):
+                    mb = batch.select(micro).to(self.device)
+                    tokens += int(mb.attention_mask.sum())
+                    with self._ctx():
+                        logits, hidden = window_logits(self.policy, mb, want_hidden=self.policy.value_head is not None)
+                        logits = logits.float() / temp
+                        logp = token_logprobs(logits, mb.targets)
+                        with torch.set_grad_enabled(a.entropy_coef > 0):
+                            ent = entropy_from_logits(logits)
+                        values = self.policy.values(hidden) if self.policy.value_head is not None else None
+                        loss, stats = objective(logp, ent, values, mb, a, agg, vagg)
+                    w_tokens, w_values = float(mb.loss_mask.sum()), float(mb.adv_mask.sum())
+                    for k, v in stats.items():
+                        # losses are micro-batch shares of the mini-batch loss (summed); ratios are token-weighted
+                        add(k, v, 1.0 if k in LOSS_KEYS else w_values if k == "critic/vf_clipfrac" else w_tokens)
+                    loss.backward()
+                norm = torch.nn.utils.clip_grad_norm_(self.trainable_params, o.grad_clip if o.grad_clip > 0 else float("inf"))
+                grad_norms.append(float(norm))
+                if math.isfinite(float(norm)):
+                    self.optimizer.step()
+                else:
+                    self.writer.warning(f"step {step}: the gradient norm is {float(norm)}; this optimizer step was skipped")
+                self.optimizer.zero_grad(set_to_none=True)
+        self.policy.eval()
+        n_minis = o.ppo_epochs * math.ceil(batch.size / o.mini_batch_size)
+        out = {}
+        for k, v in sums.items():
+            # losses are summed over micro-batches into one value per mini-batch, then averaged over mini-batches
+            out[k] = v / n_minis if k in LOSS_KEYS else v / max(counts[k], 1e-9)
+        out["actor/grad_norm"] = _mean(grad_norms)
+        out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
+        if self.reference is not None:
+            out["actor/kl_coef"] = a.kl_coef
+        out["_tokens"] = tokens
+        return out
+
+    # -- records and metrics ----------------------------------------------------------------------------------
+    def _records(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch | None) -> list[dict[str, Any]]:
+        out = []
+        R = batch.window if batch is not None else 0
+        for i, t in enumerate(trajs):
+            P, r = len(t.prompt_ids), len(t.ids)
+            ids = t.prompt_ids + t.ids
+            tokens: dict[str, list[Any]] = {
+                "text": self.tok.token_texts(ids),
+                "ids": ids,
+                "role": ["prompt"] * P + t.roles,
+            }
+            if batch is not None:
+                def row(x: torch.Tensor | None) -> list[float] | None:
+                    return None if x is None else [0.0] * P + [round(float(v), 6) for v in x[i, R - r :].tolist()]
+
+                tokens["loss_mask"] = [0] * P + [int(v) for v in batch.loss_mask[i, R - r :].tolist()]
+                for key, x in (("logprob", batch.old_logprob), ("ref_logprob", batch.ref_logprob), ("advantage", batch.advantages), ("value", batch.old_values), ("entropy", self._entropy_window)):
+                    v = row(x)
+                    if v is not None:
+                        tokens[key] = v
+            else:
+                tokens["loss_mask"] = [0] * P + [1 if role == "generated" else 0 for role in t.roles]
+            out.append(rollout_record(t, run_id=self.writer.run["id"], step=step, split=split, tokens=tokens))
+        return out
+
+    @staticmethod
+    def _rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, float]:
+        n = len(trajs)
+        resp = [len(t.ids) for t in trajs]
+        m = {
+            f"{prefix}response_length/mean": _mean(resp),
+            f"{prefix}response_length/max": float(max(resp)),
+            f"{prefix}response_length/min": float(min(resp)),
+            f"{prefix}response_length/clip_ratio": sum(t.finish == "length" for t in trajs) / n,
+            f"{prefix}prompt_length/mean": _mean([len(t.prompt_ids) for t in trajs]),
+            f"{prefix}env/number_of_actions/mean": _mean([t.turns for t in trajs]),
+            f"{prefix}env/finish_ratio": sum(t.finish == "answer" for t in trajs) / n,
+            f"{prefix}env/number_of_valid_action": _mean([t.valid_actions for t in trajs]),
+            f"{prefix}env/ratio_of_valid_action": sum(t.valid_actions for t in trajs) / max(1, sum(t.turns for t in trajs)),
+            f"{prefix}env/number_of_valid_search": _mean([t.searches for t in trajs]),
+            f"{prefix}mask/generated_tokens": _mean([t.roles.count("generated") for t in trajs]),
+            f"{prefix}mask/retrieved_tokens": _mean([t.roles.count("retrieved") for t in trajs]),
+            f"{prefix}mask/feedback_tokens": _mean([t.roles.count("feedback") for t in trajs]),
+        }
+        for key in ("em", "f1", "format"):
+            vals = [t.metrics[key] for t in trajs if key in t.metrics]
+            if vals:
+                m[f"{prefix}reward/{key}/mean"] = _mean(vals)
+        return m
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+    def train_step(self, step: int) -> dict[str, float]:
+        cfg, w = self.cfg, self.writer
+        torch.manual_seed(cfg.seed * 1_000_003 + step)
+        t_step = time.perf_counter()
+        timing: dict[str, float] = {}
+        idx = self.sampler.next_batch(cfg.rollout.batch_size)
+        examples = [self.train_set[i] for i in idx]
+        prompts = [self.train_prompts[i] for i in idx]
+
+        w.progress(step, self.total, "rollout")
+        t0 = time.perf_counter()
+        self.policy.eval()
+        trajs = run_rollouts(examples, prompts, cfg.rollout.n, self._generator(step, greedy=False), self.tok, self.env, self._settings(), warn=w.warning)
+        timing["rollout"] = time.perf_counter() - t0
+        if cfg.test and cfg.test.crash_at_step == step:
+            raise RuntimeError(f"test.crash_at_step: a crash at step {step}, on purpose")
+
+        w.progress(step, self.total, "reward")
+        t0 = time.perf_counter()
+        failed = self._score(trajs)
+        timing["reward"] = time.perf_counter() - t0
+
+        w.progress(step, self.total, "update")
+        a = cfg.algorithm
+        batch = make_batch(trajs, self.tok.pad_id, a.loss_masking, a.mask_advantages)
+        timing.update(self._old_logprobs(batch))
+        t0 = time.perf_counter()
+        m = self._advantages(batch, trajs)
+        timing["adv"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        upd = self._update(batch, step)
+        timing["update"] = time.perf_counter() - t0
+        update_tokens = upd.pop("_tokens")
+        m.update(upd)
+
+        scores = torch.tensor([t.reward or 0.0 for t in trajs])
+        groups = [t.group for t in trajs]
+        am = batch.adv_mask.bool()
+        m.update(
+            {
+                "critic/score/mean": float(scores.mean()),
+                "critic/score/max": float(scores.max()),
+                "critic/score/min": float(scores.min()),
+                "critic/rewards/mean": float(batch.token_rewards.sum(-1).mean()),
+                "critic/advantages/mean": float(batch.advantages[am].mean()) if am.any() else 0.0,
+                "critic/advantages/max": float(batch.advantages[am].max()) if am.any() else 0.0,
+                "critic/advantages/min": float(batch.advantages[am].min()) if am.any() else 0.0,
+                "reward/frac_zero_std_groups": zero_std_group_fraction(scores, groups),
+                "reward/errors": float(failed),
+                "mask/loss_tokens": float(batch.loss_mask.sum()) / len(trajs),
+                "mask/loss_fraction": float(batch.loss_mask.sum() / batch.response_mask.sum().clamp(min=1)),
+            }
+        )
+        if a.name == "ppo":
+            v, ret = batch.old_values[am], batch.returns[am]
+            m["critic/values/mean"] = float(v.mean())
+            m["critic/returns/mean"] = float(ret.mean())
+            var = ret.var()
+            m["critic/vf_explained_var"] = float(1 - (ret - v).var() / var) if var > 0 else 0.0
+        m.update(self._rollout_metrics(trajs))
+        gen_mask = batch.generated_mask.bool()
+        if cfg.rollout.top_p >= 1.0 and gen_mask.any():
+            sample_lp = torch.zeros_like(batch.old_logprob)
+            for i, t in enumerate(trajs):
+                r = len(t.ids)
+                sample_lp[i, batch.window - r :] = torch.tensor([x if x is not None else 0.0 for x in t.sample_logprobs])
+            m["rollout/logprob_diff_max"] = float((sample_lp - batch.old_logprob)[gen_mask].abs().max())
+        generated = sum(t.roles.count("generated") for t in trajs)
+        timing["step"] = time.perf_counter() - t_step
+        for k, v in timing.items():
+            m[f"timing_s/{k}"] = v
+        m["perf/rollout_tokens_per_s"] = generated / max(timing["rollout"], 1e-9)
+        m["perf/update_tokens_per_s"] = update_tokens / max(timing["update"], 1e-9)
+        m["perf/throughput"] = float(batch.attention_mask.sum()) / max(timing["step"], 1e-9)
+        if cfg.train.save_rollouts:
+            w.rollouts(f"step-{step:06d}", self._records(trajs, step, "train", batch))
+        if cfg.test and cfg.test.step_delay_s:
+            time.sleep(cfg.test.step_delay_s)
+        return m
+
+    @torch.no_grad()
+    def evaluate(self, step: int) -> dict[str, float]:
+        cfg, w = self.cfg, self.writer
+        w.progress(step, self.total, "eval")
+        t0 = time.perf_counter()
+        self.policy.eval()
+        trajs: list[Trajectory] = []
+        size = max(1, cfg.rollout.batch_size * cfg.rollout.n)
+        for lo in range(0, len(self.eval_set), size):
+            part = run_rollouts(self.eval_set[lo : lo + size], self.eval_prompts[lo : lo + size], 1, self._generator(step, greedy=True), self.tok, self.env, self._settings(), warn=w.warning)
+            for t in part:
+                t.group += lo
+            trajs += part
+        self._score(trajs)
+        m = self._rollout_metrics(trajs, prefix="val/")
+        m["val/em"] = _mean([t.metrics.get("em", 0.0) for t in trajs])
+        m["val/score"] = _mean([t.reward or 0.0 for t in trajs])
+        m["val/searches_mean"] = _mean([t.searches for t in trajs])
+        sources = sorted({t.example.data_source for t in trajs})
+        if len(sources) > 1:
+            for s in sources:
+                m[f"val/em/{s}"] = _mean([t.metrics.get("em", 0.0) for t in trajs if t.example.data_source == s])
+        m["timing_s/eval"] = time.perf_counter() - t0
+        w.rollouts(f"val-step-{step:06d}", self._records(trajs, step, "val", None))
+        w.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})
+        return m
+
+    def _checkpoint(self, step: int) -> None:
+        path = save_checkpoint(self.run_dir, step, self.policy, self.tok, self.optimizer, {"sampler": self.sampler.state_dict()})
+        self.writer.event("checkpoint", step=step, path=str(path))
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if not self.stop_requested:
+            self.writer.log(f"{signal.Signals(signum).name}: finishing the current step, then checkpointing and stopping")
+        self.stop_requested = True
+
+    def run(self) -> int:
+        w = self.writer
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            start = self.setup()
+            if start == 0 and self.eval_set:
+                w.metrics(0, self.evaluate(0))
+            step = start
+            while step < self.total and not self.stop_requested:
+                step += 1
+                m = self.train_step(step)
+                cfg = self.cfg.train
+                last = step == self.total
+                if self.eval_set and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
+                    m.update(self.evaluate(step))
+                w.metrics(step, m)
+                w.event("metrics", step=step, metrics={k: m[k] for k in SUMMARY_KEYS if k in m})
+                w.set_step(step)
+                if last or self.stop_requested or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                    self._checkpoint(step)
+            status = "stopped" if self.stop_requested and step < self.total else "finished"
+            w.finish(status)
+            w.event("finished", status=status, step=step)
+            return 0
+        except Exception as e:  # noqa: BLE001 - every failure is reported, with its traceback
+            tb = traceback.format_exc()
+            message = f"{type(e).__name__}: {e}"
+            w.log(tb)
+            w.event("error", message=message, traceback=tb)
+            w.finish("failed", {"message": message, "traceback": tb})
+            w.event("finished", status="failed", step=int(w.run.get("step", 0)))
+            return 1
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+            w.close()
+
+
+LOSS_KEYS = ("actor/pg_loss", "actor/kl_loss", "critic/vf_loss")
+
+# The metrics repeated in the stdout `metrics` event (all of them are in metrics.jsonl).
+SUMMARY_KEYS = (
+    "critic/score/mean",
+    "reward/em/mean",
+    "reward/frac_zero_std_groups",
+    "response_length/mean",
+    "env/number_of_valid_search",
+    "env/ratio_of_valid_action",
+    "actor/pg_loss",
+    "actor/pg_clipfrac",
+    "actor/ppo_kl",
+    "actor/entropy",
+    "actor/kl_loss",
+    "actor/grad_norm",
+    "mask/generated_tokens",
+    "val/em",
+    "timing_s/step",
+)

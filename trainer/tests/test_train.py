@@ -1,0 +1,199 @@
+"""The trainer as a process (`python -m search_agent_trainer`), against the real env server over the demo corpus:
+the run directory and events, the mask audit on its rollout records, failures, SIGTERM, and resume."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, tiny_config, trainer_env
+
+jsonschema = pytest.importorskip("jsonschema")
+SCHEMAS = {n: json.loads((ROOT / "docs" / "schema" / f"{n}.schema.json").read_text()) for n in ("run", "event", "metrics", "rollout")}
+TIMING = ("timing_s/", "perf/", "time")
+
+
+def run_trainer(tmp: Path, cfg: dict, env_url: str, *extra: str, name: str = "run", timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    cfg_path = tmp / f"{name}.run.json"
+    cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
+    return subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", str(cfg_path), "--run-dir", str(tmp / name), "--env-url", env_url, *extra], capture_output=True, text=True, env=trainer_env(), timeout=timeout)
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(l) for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
+
+
+def audit_rollout(rec: dict, masking: bool = True) -> None:
+    """The mask audit: every token array as long as the text; loss_mask 1 exactly on generated tokens; the roles in
+    order (prompt first); the response text contains every retrieved block."""
+    jsonschema.validate(rec, SCHEMAS["rollout"])
+    t = rec["tokens"]
+    n = len(t["text"])
+    for k, v in t.items():
+        assert len(v) == n, k
+    for role, m in zip(t["role"], t["loss_mask"]):
+        expected = 1 if role == "generated" or (not masking and role != "prompt") else 0
+        assert m == expected, (role, m)
+    P = t["role"].index("generated")
+    assert set(t["role"][:P]) == {"prompt"} and "prompt" not in t["role"][P:]
+    if "advantage" in t:
+        assert all(a == 0.0 for a in t["advantage"][:P])
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, varied_env):
+    tmp = tmp_path_factory.mktemp("train")
+    proc = run_trainer(tmp, tiny_config(), varied_env.url)
+    return tmp / "run", proc
+
+
+def test_a_run_writes_the_run_directory_and_events(finished_run):
+    run, proc = finished_run
+    assert proc.returncode == 0, proc.stderr
+    run_json = json.loads((run / "run.json").read_text())
+    jsonschema.validate(run_json, SCHEMAS["run"])
+    assert run_json["status"] == "finished" and run_json["step"] == 2 and run_json["total_steps"] == 2
+    assert run_json["config"]["algorithm"]["clip_ratio_high"] == 0.2  # the resolved config, defaults filled in
+    stdout_events = [json.loads(l) for l in proc.stdout.splitlines()]
+    assert stdout_events == lines(run / "events.jsonl")
+    for e in stdout_events:
+        jsonschema.validate(e, SCHEMAS["event"])
+    kinds = [e["event"] for e in stdout_events]
+    assert kinds[0] == "started" and kinds[-1] == "finished"
+    assert kinds.count("checkpoint") == 2 and kinds.count("eval") == 3 and kinds.count("metrics") == 2
+    phases = [(e["step"], e["phase"]) for e in stdout_events if e["event"] == "progress"]
+    assert phases[:4] == [(0, "eval"), (1, "rollout"), (1, "reward"), (1, "update")]
+    assert (run / "logs" / "trainer.log").read_text()
+
+
+def test_metrics_have_vecrl_names_and_val_em_before_the_first_update(finished_run):
+    run, _ = finished_run
+    metrics = lines(run / "metrics.jsonl")
+    for m in metrics:
+        jsonschema.validate(m, SCHEMAS["metrics"])
+    assert [m["step"] for m in metrics] == [0, 1, 2]
+    assert "val/em" in metrics[0] and "actor/pg_loss" not in metrics[0]
+    for key in (
+        "critic/score/mean", "reward/em/mean", "response_length/mean", "env/number_of_valid_search", "env/ratio_of_valid_action",
+        "actor/ppo_kl", "actor/entropy", "actor/pg_clipfrac", "actor/grad_norm", "actor/kl_loss", "reward/frac_zero_std_groups",
+        "mask/generated_tokens", "mask/retrieved_tokens", "timing_s/rollout", "timing_s/update", "perf/rollout_tokens_per_s", "val/em",
+    ):
+        assert key in metrics[1], key
+    assert metrics[1]["actor/grad_norm"] > 0 and metrics[1]["reward/frac_zero_std_groups"] < 1
+    assert metrics[1]["critic/score/mean"] > 0 and metrics[1]["reward/em/mean"] == 0  # trained on the module's reward; EM only logged
+    assert metrics[1]["rollout/logprob_diff_max"] < 1e-3  # the sampler's log-probs agree with the update's
+
+
+def test_rollout_records_pass_the_mask_audit(finished_run):
+    run, _ = finished_run
+    recs = lines(run / "rollouts" / "step-000001.jsonl")
+    assert len(recs) == 6 and len({r["group"] for r in recs}) == 2
+    for r in recs:
+        audit_rollout(r)
+        assert r["split"] == "train" and r["step"] == 1 and r["finish"] in ("answer", "max_turns", "length")
+        assert set(r["tokens"]) >= {"text", "ids", "role", "loss_mask", "logprob", "ref_logprob", "advantage"}
+    val = lines(run / "rollouts" / "val-step-000000.jsonl")
+    assert len(val) == 4 and all(r["split"] == "val" for r in val)
+    ckpt = run / "checkpoints" / "step-000002"
+    assert {p.name for p in ckpt.iterdir()} >= {"trainable.pt", "optimizer.pt", "tokenizer.json", "trainer_state.json"}
+
+
+def test_an_invalid_config_is_an_error_naming_the_key(tmp_path, demo_env):
+    cfg = tiny_config()
+    cfg["rollout"]["temprature"] = 0.7
+    cfg["algorithm"] = {"clip_ratio_low": "0.2"}
+    proc = run_trainer(tmp_path, cfg, demo_env.url)
+    assert proc.returncode == 2
+    event = json.loads(proc.stdout.splitlines()[0])
+    assert event["event"] == "error"
+    assert "rollout.temprature: is not a known key" in event["message"]
+    assert "algorithm.clip_ratio_low: expected a number, got string" in event["message"]
+
+
+@pytest.mark.parametrize(
+    "algorithm",
+    [
+        {"name": "ppo", "kl_in_reward": True, "gamma": 0.99, "lam": 0.95},
+        {"name": "reinforce++", "mask_advantages": True, "kl_estimator": "k2", "loss_agg_mode": "seq-mean-token-sum"},
+        {"name": "grpo", "norm_adv_by_std": False, "loss_agg_mode": "seq-mean-token-sum-norm", "kl_coef": 0, "clip_ratio_high": 0.28, "loss_masking": False},
+    ],
+)
+def test_each_algorithm_runs_a_step(tmp_path, varied_env, algorithm):
+    cfg = tiny_config(**{"train.steps": 1, "data.eval_size": 2, "optim.ppo_epochs": 2, "optim.mini_batch_size": 3, "optim.micro_batch_size": 2})
+    cfg["algorithm"] = algorithm
+    proc = run_trainer(tmp_path, cfg, varied_env.url)
+    assert proc.returncode == 0, proc.stderr
+    m = lines(tmp_path / "run" / "metrics.jsonl")[-1]
+    assert m["actor/grad_norm"] > 0
+    recs = lines(tmp_path / "run" / "rollouts" / "step-000001.jsonl")
+    for r in recs:
+        audit_rollout(r, masking=algorithm.get("loss_masking", True))
+    if algorithm["name"] == "ppo":
+        assert "critic/vf_loss" in m and "critic/values/mean" in m and "actor/reward_kl_penalty" in m
+        assert "value" in recs[0]["tokens"]
+    if algorithm.get("kl_coef") == 0:
+        assert "ref_logprob" not in recs[0]["tokens"] and "actor/kl_loss" not in m
+
+
+def test_a_crash_is_reported_and_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, varied_env):
+    demo_env = varied_env
+    base = tiny_config(**{"train.steps": 3, "train.eval_every": 0, "data.eval_size": 2})
+    straight = run_trainer(tmp_path, base, demo_env.url, name="straight")
+    assert straight.returncode == 0, straight.stderr
+
+    crashing = json.loads(json.dumps(base))
+    crashing["test"] = {"crash_at_step": 3}
+    crashed = run_trainer(tmp_path, crashing, demo_env.url, name="resumed")
+    assert crashed.returncode == 1
+    run = tmp_path / "resumed"
+    run_json = json.loads((run / "run.json").read_text())
+    assert run_json["status"] == "failed" and "crash at step 3" in run_json["error"]["message"]
+    assert "Traceback" in run_json["error"]["traceback"]
+    errors = [e for e in lines(run / "events.jsonl") if e["event"] == "error"]
+    assert len(errors) == 1 and "test.crash_at_step" in errors[0]["traceback"]
+    assert [m["step"] for m in lines(run / "metrics.jsonl")] == [0, 1, 2]  # everything before the crash is readable
+
+    resumed = run_trainer(tmp_path, base, demo_env.url, "--resume", name="resumed")
+    assert resumed.returncode == 0, resumed.stderr
+    started = [e for e in lines(run / "events.jsonl") if e["event"] == "started"]
+    assert started[-1]["resumed"] is True and started[-1]["step"] == 2
+    assert json.loads((run / "run.json").read_text())["status"] == "finished"
+    a = lines(tmp_path / "straight" / "metrics.jsonl")
+    b = lines(run / "metrics.jsonl")
+    assert [m["step"] for m in b] == [0, 1, 2, 3]
+    for ma, mb in zip(a, b):
+        keys = {k for k in ma if not k.startswith(TIMING)}
+        assert keys == {k for k in mb if not k.startswith(TIMING)}
+        for k in keys:
+            assert mb[k] == pytest.approx(ma[k], rel=1e-5, abs=1e-7), (ma["step"], k)
+    ra = [r["response"] for r in lines(tmp_path / "straight" / "rollouts" / "step-000003.jsonl")]
+    rb = [r["response"] for r in lines(run / "rollouts" / "step-000003.jsonl")]
+    assert ra == rb
+
+
+def test_sigterm_finishes_the_step_checkpoints_and_exits_0(tmp_path, demo_env):
+    cfg = tiny_config(**{"train.steps": 50, "train.checkpoint_every": 0, "data.eval_size": 1, "test": {"step_delay_s": 1.0}})
+    path = tmp_path / "c.run.json"
+    path.write_text(json.dumps(cfg))
+    proc = subprocess.Popen([sys.executable, "-m", "search_agent_trainer", "--config", str(path), "--run-dir", str(tmp_path / "run"), "--env-url", demo_env.url], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=trainer_env())
+    events = []
+    for line in proc.stdout:
+        events.append(json.loads(line))
+        if events[-1]["event"] == "progress" and events[-1]["phase"] == "update" and events[-1]["step"] == 2:
+            proc.send_signal(signal.SIGTERM)
+            break
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=60) == 0
+    events += [json.loads(l) for l in rest.splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[-2:] == ["checkpoint", "finished"]
+    assert events[-1]["status"] == "stopped" and events[-1]["step"] == 2
+    assert (tmp_path / "run" / "checkpoints" / "step-000002" / "trainer_state.json").exists()
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "stopped"
+    assert [m["step"] for m in lines(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2]
