@@ -351,7 +351,7 @@ class Trainer:
             f"{prefix}env/number_of_actions/mean": _mean([t.turns for t in trajs]),
             f"{prefix}env/finish_ratio": sum(t.finish == "answer" for t in trajs) / n,
             f"{prefix}env/number_of_valid_action": _mean([t.valid_actions for t in trajs]),
-            f"{prefix}env/ratio_of_valid_action": sum(t.valid_actions for t in trajs) / max(1, sum(t.turns for t in trajs)),
+            f"{prefix}env/ratio_of_valid_action": _mean([t.valid_actions / max(1, t.turns) for t in trajs]),
             f"{prefix}env/number_of_valid_search": _mean([t.searches for t in trajs]),
             f"{prefix}mask/generated_tokens": _mean([t.roles.count("generated") for t in trajs]),
             f"{prefix}mask/retrieved_tokens": _mean([t.roles.count("retrieved") for t in trajs]),
@@ -421,8 +421,7 @@ class Trainer:
             v, ret = batch.old_values[am], batch.returns[am]
             m["critic/values/mean"] = float(v.mean())
             m["critic/returns/mean"] = float(ret.mean())
-            var = ret.var()
-            m["critic/vf_explained_var"] = float(1 - (ret - v).var() / var) if var > 0 else 0.0
+            m["critic/vf_explained_var"] = float(1 - (ret - v).var() / (ret.var() + 1e-5))
         m.update(self._rollout_metrics(trajs))
         gen_mask = batch.generated_mask.bool()
         if cfg.rollout.top_p >= 1.0 and gen_mask.any():
