@@ -78,6 +78,14 @@ class SequenceBatch:
         return replace(self, **{f.name: (getattr(self, f.name).to(device) if getattr(self, f.name) is not None else None) for f in fields(self)})
 
 
+def by_length(batch: SequenceBatch, rows: Sequence[int], size: int) -> list[list[int]]:
+    """`rows` in micro-batches of `size`, sorted by sequence length so each micro-batch pads little (the loss of a
+    mini-batch does not depend on how it is cut: Aggregation carries the mini-batch's denominators)."""
+    lengths = batch.attention_mask.sum(-1)
+    ordered = sorted(rows, key=lambda i: int(lengths[i]))
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
 def make_batch(trajs: Sequence[Trajectory], pad_id: int, loss_masking: bool = True, mask_advantages: bool = False) -> SequenceBatch:
     B = len(trajs)
     T = max(len(t.prompt_ids) + len(t.ids) for t in trajs)

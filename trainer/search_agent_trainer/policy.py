@@ -8,6 +8,7 @@ import contextlib
 import copy
 import os
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -85,9 +86,7 @@ class Policy(nn.Module):
         """(logits, cache, hidden). logits_to_keep > 0: only the last that many positions' logits (a large vocabulary
         times the whole prompt is most of a forward pass's memory)."""
         if self.kind == "tiny":
-            logits, new_past, hidden = self.backbone(input_ids, attention_mask, position_ids, past)
-            if logits_to_keep:
-                logits = logits[:, -logits_to_keep:]
+            logits, new_past, hidden = self.backbone(input_ids, attention_mask, position_ids, past, logits_to_keep)
             return logits, (new_past if use_cache else None), (hidden if want_hidden else None)
         if use_cache and past is None:
             from transformers import DynamicCache
@@ -129,8 +128,7 @@ class Reference(nn.Module):
             with self.policy.reference():
                 return self.policy(input_ids, attention_mask, position_ids, logits_to_keep=logits_to_keep)[0]
         if self.policy.kind == "tiny":
-            logits = self.copy(input_ids, attention_mask, position_ids)[0]
-            return logits[:, -logits_to_keep:] if logits_to_keep else logits
+            return self.copy(input_ids, attention_mask, position_ids, None, logits_to_keep)[0]
         return self.copy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=logits_to_keep).logits
 
 
@@ -143,13 +141,52 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: flo
     return logits.gather(-1, targets[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
 
-def window_logits(policy_or_ref: Any, batch: Any, want_hidden: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The logits (and final hidden states) that predict the response window's tokens: (B, R, V) and (B, R, H)."""
+@dataclass
+class WindowStats:
+    """Per-token statistics over the response window (B, R); log-probs and entropies are computed only where asked
+    (`where`) and are 0 elsewhere: the output layer over a large vocabulary is most of a step's cost, and only the
+    tokens in the loss need it."""
+
+    logprob: torch.Tensor
+    entropy: torch.Tensor | None
+    values: torch.Tensor | None
+
+
+def window_stats(model: Any, batch: Any, where: torch.Tensor, temperature: float = 1.0, want_entropy: bool = False, want_values: bool = False, entropy_grad: bool = False) -> WindowStats:
+    """log π(token | context) (and the entropy, and PPO's values) at the window positions `where` (B, R) bool, from
+    the logits of the temperature-scaled distribution the tokens were sampled from (veRL divides by the sampling
+    temperature too). `model` is the Policy or the Reference."""
+    from .losses import entropy_from_logits
+
     R = batch.window
-    if isinstance(policy_or_ref, Reference):
-        return policy_or_ref.logits(batch.input_ids, batch.attention_mask, batch.position_ids, logits_to_keep=R + 1)[:, :-1], None
-    logits, _, hidden = policy_or_ref(batch.input_ids, batch.attention_mask, batch.position_ids, want_hidden=want_hidden, logits_to_keep=R + 1)
-    return logits[:, -(R + 1) : -1], (hidden[:, -(R + 1) : -1] if hidden is not None else None)
+    policy = model.policy if isinstance(model, Reference) else model
+    hidden_w = None
+    if policy.kind == "tiny":
+        backbone = model.copy if isinstance(model, Reference) else policy.backbone
+        T = batch.input_ids.shape[1]
+        select = torch.zeros(batch.input_ids.shape, dtype=torch.bool, device=where.device)
+        select[:, T - R - 1 : T - 1] = where  # the positions whose outputs predict the selected window tokens
+        selected, _, h = backbone(batch.input_ids, batch.attention_mask, batch.position_ids, None, 0, select)
+        hidden_w = h[:, -(R + 1) : -1]
+    elif isinstance(model, Reference):
+        selected = model.logits(batch.input_ids, batch.attention_mask, batch.position_ids, logits_to_keep=R + 1)[:, :-1][where]
+    else:
+        logits, _, h = policy(batch.input_ids, batch.attention_mask, batch.position_ids, want_hidden=want_values, logits_to_keep=R + 1)
+        hidden_w = h[:, -(R + 1) : -1] if h is not None else None
+        selected = logits[:, -(R + 1) : -1][where]
+    selected = selected.float()
+    if temperature and temperature != 1.0:
+        selected = selected / temperature
+    targets = batch.targets[where]
+    logp = torch.zeros(where.shape, dtype=torch.float32, device=selected.device)
+    logp[where] = selected.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(selected, dim=-1)
+    entropy = None
+    if want_entropy:
+        entropy = torch.zeros(where.shape, dtype=torch.float32, device=selected.device)
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy[where] = entropy_from_logits(selected)
+    values = policy.values(hidden_w) if want_values and policy.value_head is not None and hidden_w is not None else None
+    return WindowStats(logp, entropy, values)
 
 
 def vocabulary_texts(path: str) -> list[str]:
@@ -194,7 +231,7 @@ def build_policy(cfg: Any, vocab_texts: Iterable[str], device: torch.device, tok
             for extra in t.vocab or []:
                 texts.extend(vocabulary_texts(extra))
             tok = TinyTokenizer.build(texts)
-        backbone = TinyCausalLM(tok.vocab_size, d_model=t.d_model, layers=t.layers, heads=t.heads, max_len=t.max_len)
+        backbone = TinyCausalLM(tok.vocab_size, d_model=t.d_model, layers=t.layers, heads=t.heads, max_len=t.max_len, shapes=tok.shapes())
         policy = Policy(backbone, "tiny", with_value, t.d_model)
         return policy.to(device), Tokenizer(tok, "tiny")
     return _build_hf(cfg, device, with_value)

@@ -147,7 +147,7 @@ class LMGenerator:
         out = [GeneratedTurn([], []) for _ in range(B)]
         running = [True] * B
         with self.autocast() if self.autocast else _null():
-            logits, past, _ = self.policy(ids, attn, pos, use_cache=True)
+            logits, past, _ = self.policy(ids, attn, pos, use_cache=True, logits_to_keep=1)
         next_logits = logits[:, -1]
         last_pos = pos[:, -1]
         for _ in range(max(budgets)):

@@ -82,6 +82,11 @@ class TinyTokenizer:
     def token_text(self, i: int) -> str:
         return self.pieces[i]
 
+    def shapes(self) -> list[int]:
+        """Each token's surface shape (see SHAPES): what a character-level model would see and a word-level one
+        does not, e.g. that " Zekrouv" is a capitalised word. The tiny model adds an embedding of it."""
+        return [piece_shape(p) for p in self.pieces]
+
     def save(self, path: str) -> None:
         with open(path, "w", encoding="utf-8") as f:
             json.dump({"kind": "tiny-word", "pieces": self.pieces}, f)
@@ -90,6 +95,34 @@ class TinyTokenizer:
     def load(cls, path: str) -> TinyTokenizer:
         with open(path, encoding="utf-8") as f:
             return cls(json.load(f)["pieces"])
+
+
+SHAPES = ("special", "tag", "space", "punct", "digits", "lower", "capitalised", "upper", "other")
+
+
+def piece_shape(piece: str) -> int:
+    """An id in [0, 2·len(SHAPES)): the shape of the piece, and whether it starts with a space."""
+    spaced = piece.startswith(" ") and len(piece) > 1
+    core = piece[1:] if spaced else piece
+    if piece in SPECIALS:
+        kind = "special"
+    elif piece in TAGS:
+        kind = "tag"
+    elif core.isspace():
+        kind = "space"
+    elif core.isdigit():
+        kind = "digits"
+    elif core.isalpha() and core.islower():
+        kind = "lower"
+    elif core.isalpha() and core[0].isupper() and (len(core) == 1 or core[1:].islower()):
+        kind = "capitalised"
+    elif core.isalpha() and core.isupper():
+        kind = "upper"
+    elif all(not c.isalnum() for c in core):
+        kind = "punct"
+    else:
+        kind = "other"
+    return SHAPES.index(kind) * 2 + (1 if spaced else 0)
 
 
 class Block(nn.Module):
@@ -118,17 +151,33 @@ class Block(nn.Module):
 
 
 class TinyCausalLM(nn.Module):
-    """A GPT-style decoder: token + learned position embeddings, pre-LN blocks, tied output head."""
+    """A GPT-style decoder with a copy head: token + shape + learned position embeddings, pre-LN blocks, and an output
+    distribution that mixes the tied vocabulary head with a pointer over the context (a pointer-generator, See et al.
+    2017, "Get To The Point"):
 
-    def __init__(self, vocab_size: int, d_model: int = 128, layers: int = 2, heads: int = 4, max_len: int = 1024):
+        p(w) = (1 − g) · softmax(h Eᵀ)_w + g · Σ_{j ≤ i, x_j = w} α_j,    α = softmax_j(q_i · k_j / √d),  g = σ(w_g · h_i)
+
+    It is still a causal language model (forward returns log p as its logits, so temperature, log-probs and entropy
+    work unchanged); the pointer only makes *copying a token from the context* — a name from the question into the
+    query, a name from the retrieved passages into the answer — something a model this small learns in minutes rather
+    than never. The shape embedding (a token's casing/digits/punctuation class, from the tokenizer) stands in for the
+    characters a word-level vocabulary hides: without it a rare name is a random vector, indistinguishable from any
+    other rare token."""
+
+    def __init__(self, vocab_size: int, d_model: int = 128, layers: int = 2, heads: int = 4, max_len: int = 1024, shapes: list[int] | None = None):
         super().__init__()
         if d_model % heads:
             raise ValueError(f"model.tiny.d_model ({d_model}) must be divisible by model.tiny.heads ({heads})")
         self.config = {"vocab_size": vocab_size, "d_model": d_model, "layers": layers, "heads": heads, "max_len": max_len}
         self.tok = nn.Embedding(vocab_size, d_model)
+        self.register_buffer("shape", torch.tensor(shapes if shapes is not None else [0] * vocab_size, dtype=torch.long), persistent=False)
+        self.shape_emb = nn.Embedding(2 * len(SHAPES), d_model)
         self.pos = nn.Embedding(max_len, d_model)
         self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
         self.ln = nn.LayerNorm(d_model)
+        self.copy_q = nn.Linear(d_model, d_model)
+        self.copy_k = nn.Linear(d_model, d_model)
+        self.copy_gate = nn.Linear(d_model, 1)
         self.apply(self._init)
         for name, p in self.named_parameters():
             if name.endswith("proj.weight") or name.endswith("mlp.2.weight"):
@@ -145,12 +194,14 @@ class TinyCausalLM(nn.Module):
     def max_len(self) -> int:
         return self.config["max_len"]
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, past=None):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, past=None, logits_to_keep: int = 0, select: torch.Tensor | None = None):
         """input_ids (b, t); attention_mask (b, past_len + t) with 0 on padding; position_ids (b, t).
-        Returns logits (b, t, vocab), the new cache, and the final hidden states (b, t, d)."""
+        Returns (logits, cache, hidden): logits are log p(next token) — (b, t, vocab), or only the last
+        `logits_to_keep` positions when > 0, or (n, vocab) for the positions where `select` (b, t) is true, in row-major
+        order —, the cache for the next call, and the final hidden states (b, t, d)."""
         b, t = input_ids.shape
         past_len = 0 if past is None else past[0][0].shape[2]
-        x = self.tok(input_ids) + self.pos(position_ids.clamp(min=0, max=self.max_len - 1))
+        x = self.tok(input_ids) + self.shape_emb(self.shape[input_ids]) + self.pos(position_ids.clamp(min=0, max=self.max_len - 1))
         total = past_len + t
         causal = torch.ones(t, total, dtype=torch.bool, device=input_ids.device).tril(diagonal=past_len)
         keys = attention_mask[:, None, None, :total].bool()
@@ -162,5 +213,29 @@ class TinyCausalLM(nn.Module):
             x, kv = block(x, mask, None if past is None else past[i])
             new_past.append(kv)
         h = self.ln(x)
-        logits = h @ self.tok.weight.T
-        return logits, new_past, h
+        # the pointer's keys and the context's ids, cached like the attention's
+        k = self.copy_k(h)
+        ids = input_ids
+        if past is not None:
+            k = torch.cat([past[-1][0], k], dim=1)
+            ids = torch.cat([past[-1][1], ids], dim=1)
+        new_past.append((k, ids))
+        if select is not None:
+            rows, cols = select.nonzero(as_tuple=True)
+        elif logits_to_keep:
+            cols = torch.arange(t - logits_to_keep, t, device=h.device).repeat(b)
+            rows = torch.arange(b, device=h.device).repeat_interleave(logits_to_keep)
+        else:
+            rows = torch.arange(b, device=h.device).repeat_interleave(t)
+            cols = torch.arange(t, device=h.device).repeat(b)
+        hq = h[rows, cols]  # (n, d)
+        vocab_logp = torch.log_softmax((hq @ self.tok.weight.T).float(), dim=-1)
+        scores = (self.copy_q(h) @ k.transpose(1, 2))[rows, cols].float() / math.sqrt(k.shape[-1])  # (n, total)
+        allowed = mask[rows, 0, cols]  # (n, total)
+        alpha = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
+        copy_p = torch.zeros_like(vocab_logp).scatter_add_(1, ids[rows], alpha)
+        g = torch.sigmoid(self.copy_gate(hq).float())
+        logp = torch.logaddexp(torch.log1p(-g) + vocab_logp, torch.log(g) + torch.log(copy_p.clamp_min(1e-30)))
+        if select is None:
+            logp = logp.view(b, -1, logp.shape[-1])
+        return logp, new_past, h
