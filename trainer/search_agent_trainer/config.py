@@ -49,6 +49,9 @@ def config_from_dict(raw: Any, base: Path | None = None, source: str = "config")
         sec = cfg.get(section)
         if isinstance(sec, dict) and isinstance(sec.get(key), str) and not sec[key].startswith("builtin:"):
             sec[key] = str((base / sec[key]).resolve()) if not os.path.isabs(sec[key]) else sec[key]
+    tiny = cfg["model"].get("tiny")
+    if isinstance(tiny, dict) and isinstance(tiny.get("vocab"), list):
+        tiny["vocab"] = [v if os.path.isabs(v) else str((base / v).resolve()) for v in tiny["vocab"]]
     reward = cfg.get("reward")
     if isinstance(reward, dict) and isinstance(reward.get("module"), str) and not reward["module"].startswith("builtin:") and not os.path.isabs(reward["module"]):
         reward["module"] = str((base / reward["module"]).resolve())

@@ -37,13 +37,13 @@ import torch
 
 from . import __version__
 from .advantages import gae_advantage, grpo_outcome_advantage, reinforce_plus_plus_advantage, token_rewards, zero_std_group_fraction
-from .batch import SequenceBatch, make_batch
+from .batch import SequenceBatch, by_length, make_batch
 from .checkpoint import latest_checkpoint, load_trainable, read_state, save_checkpoint
 from .config import Section
 from .data import EpochSampler, Example, load_dataset, render_prompt
 from .env_client import EnvClient
-from .losses import Aggregation, entropy_from_logits, kl_penalty, masked_mean, objective
-from .policy import Reference, build_policy, token_logprobs, window_logits
+from .losses import Aggregation, kl_penalty, masked_mean, objective
+from .policy import Reference, build_policy, window_stats
 from .rollout import INVALID_ACTION_FEEDBACK, LMGenerator, RolloutSettings, Trajectory, run_rollouts
 from .run_writer import RunWriter, rollout_record
 
@@ -141,6 +141,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.optim.weight_decay)
         self.sampler = EpochSampler(len(self.train_set), cfg.seed)
         start = 0
+        self.resumed = ckpt is not None
         if ckpt is not None:
             state = read_state(ckpt)
             load_trainable(self.policy, ckpt / "trainable.pt")
@@ -201,7 +202,8 @@ class Trainer:
 
     @torch.no_grad()
     def _old_logprobs(self, batch: SequenceBatch) -> dict[str, float]:
-        """old log-probs, entropies, values (PPO) and reference log-probs, over the window, in micro-batches."""
+        """Old log-probs and entropies (on the loss tokens), values (PPO, every window position) and reference
+        log-probs, over the response window, in micro-batches."""
         B, R = batch.size, batch.window
         temp = self.cfg.rollout.temperature or 1.0
         old = torch.zeros(B, R)
@@ -210,22 +212,22 @@ class Trainer:
         ref = torch.zeros(B, R) if self.reference is not None else None
         timing = {"old_log_prob": 0.0, "ref": 0.0}
         self.policy.eval()
-        for idx in chunks(list(range(B)), self.cfg.optim.micro_batch_size):
+        for idx in by_length(batch, range(B), self.cfg.optim.micro_batch_size):
             mb = batch.select(idx).to(self.device)
             r = mb.window
+            where = mb.loss_mask.bool()
             t0 = time.perf_counter()
             with self._ctx():
-                logits, hidden = window_logits(self.policy, mb, want_hidden=vals is not None)
-                old[idx, R - r :] = token_logprobs(logits, mb.targets, temp).cpu()
-                ent[idx, R - r :] = entropy_from_logits(logits / temp).cpu()
-                if vals is not None:
-                    vals[idx, R - r :] = self.policy.values(hidden).float().cpu()
+                s = window_stats(self.policy, mb, where, temp, want_entropy=True, want_values=vals is not None)
+            old[idx, R - r :] = s.logprob.cpu()
+            ent[idx, R - r :] = s.entropy.cpu()
+            if vals is not None:
+                vals[idx, R - r :] = s.values.float().cpu()
             timing["old_log_prob"] += time.perf_counter() - t0
             if ref is not None:
                 t0 = time.perf_counter()
                 with self._ctx():
-                    rlogits, _ = window_logits(self.reference, mb)
-                    ref[idx, R - r :] = token_logprobs(rlogits, mb.targets, temp).cpu()
+                    ref[idx, R - r :] = window_stats(self.reference, mb, where, temp).logprob.cpu()
                 timing["ref"] += time.perf_counter() - t0
         batch.old_logprob, batch.ref_logprob, batch.old_values = old, ref, vals
         self._entropy_window = ent
@@ -268,6 +270,7 @@ class Trainer:
             counts[key] = counts.get(key, 0.0) + weight
 
         grad_norms: list[float] = []
+        skipped = 0
         tokens = 0
         self.policy.train()
         for _epoch in range(o.ppo_epochs):
@@ -276,17 +279,12 @@ class Trainer:
                 agg = Aggregation.of(a.loss_agg_mode, batch.loss_mask[mini], cfg.rollout.max_response_length)
                 vagg = Aggregation.of(a.loss_agg_mode, batch.adv_mask[mini], cfg.rollout.max_response_length)
                 self.optimizer.zero_grad(set_to_none=True)
-                for micro in chunks(mini, o.micro_batch_size):
+                for micro in by_length(batch, mini, o.micro_batch_size):
                     mb = batch.select(micro).to(self.device)
                     tokens += int(mb.attention_mask.sum())
                     with self._ctx():
-                        logits, hidden = window_logits(self.policy, mb, want_hidden=self.policy.value_head is not None)
-                        logits = logits.float() / temp
-                        logp = token_logprobs(logits, mb.targets)
-                        with torch.set_grad_enabled(a.entropy_coef > 0):
-                            ent = entropy_from_logits(logits)
-                        values = self.policy.values(hidden) if self.policy.value_head is not None else None
-                        loss, stats = objective(logp, ent, values, mb, a, agg, vagg)
+                        st = window_stats(self.policy, mb, mb.loss_mask.bool(), temp, want_entropy=True, want_values=self.policy.value_head is not None, entropy_grad=a.entropy_coef > 0)
+                        loss, stats = objective(st.logprob, st.entropy, st.values, mb, a, agg, vagg)
                     w_tokens, w_values = float(mb.loss_mask.sum()), float(mb.adv_mask.sum())
                     for k, v in stats.items():
                         # losses are micro-batch shares of the mini-batch loss (summed); ratios are token-weighted
@@ -294,10 +292,15 @@ class Trainer:
                     loss.backward()
                 norm = torch.nn.utils.clip_grad_norm_(self.trainable_params, o.grad_clip if o.grad_clip > 0 else float("inf"))
                 grad_norms.append(float(norm))
-                if math.isfinite(float(norm)):
-                    self.optimizer.step()
-                else:
+                if not math.isfinite(float(norm)):
                     self.writer.warning(f"step {step}: the gradient norm is {float(norm)}; this optimizer step was skipped")
+                    skipped += 1
+                elif float(norm) == 0.0:
+                    # No learning signal (e.g. every GRPO group's rewards equal, no KL/entropy term): no update.
+                    # Stepping anyway would let Adam's momentum keep moving the weights on zero gradients.
+                    skipped += 1
+                else:
+                    self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
         self.policy.eval()
         n_minis = o.ppo_epochs * math.ceil(batch.size / o.mini_batch_size)
@@ -306,6 +309,7 @@ class Trainer:
             # losses are summed over micro-batches into one value per mini-batch, then averaged over mini-batches
             out[k] = v / n_minis if k in LOSS_KEYS else v / max(counts[k], 1e-9)
         out["actor/grad_norm"] = _mean(grad_norms)
+        out["actor/skipped_updates"] = float(skipped)
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         if self.reference is not None:
             out["actor/kl_coef"] = a.kl_coef
@@ -484,8 +488,18 @@ class Trainer:
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             start = self.setup()
-            if start == 0 and self.eval_set:
-                w.metrics(0, self.evaluate(0))
+            if start == 0:
+                m0: dict[str, float] = {}
+                if self.cfg.train.supervised_warmup.steps and not self.resumed and not self.cfg.model.init:
+                    from .warmup import run_warmup
+
+                    m0.update(run_warmup(self, w.log))
+                    if not self.stop_requested:
+                        self._checkpoint(0)
+                if self.eval_set and not self.stop_requested:
+                    m0.update(self.evaluate(0))
+                if m0:
+                    w.metrics(0, m0)
             step = start
             while step < self.total and not self.stop_requested:
                 step += 1

@@ -98,7 +98,7 @@ export const EventSchema = S.object(
     time: S.optional(S.union(S.string(), S.number())),
     step: S.optional(S.integer({ minimum: 0 })),
     total: S.optional(S.integer({ minimum: 0 })),
-    phase: S.optional(S.enum(['rollout', 'reward', 'update', 'eval'] as const)),
+    phase: S.optional(S.enum(['warmup', 'rollout', 'reward', 'update', 'eval'] as const)),
     message: S.optional(S.string()),
   },
   { description: 'A line of events.jsonl, and of the trainer’s stdout (DESIGN §4.5). Other fields are event-specific.' },

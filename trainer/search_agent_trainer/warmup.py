@@ -1,0 +1,155 @@
+"""The supervised warm start, on format only (`train.supervised_warmup`): a few hundred steps of next-token
+cross-entropy on synthetic trajectories that have Search-R1's format and *random content*, so that a model trained
+from scratch (the built-in tiny policy) can emit the tags before RL starts. It is never shown a golden answer and
+never rewarded; whatever the policy knows about *which* query to send and *which* answer to give, it learns in RL.
+
+A synthetic trajectory, for a training question:
+
+    <think> let me search </think> <search> Q1 </search>  <information>…real results for Q1…</information>
+    [<think> let me search again </think> <search> Q2 </search>  <information>…real results for Q2…</information>]
+    <think> I can answer </think> <answer> A </answer>
+
+- one or two searches (at random);
+- Q1: a random span of 1–2 consecutive names in the question (e.g. "Quorhil", "Botanical" or "Quorhil Botanical"
+  for "who founded the Quorhil Botanical Garden?"); Q2: a random span of 1–2 consecutive names in the first
+  observation (what a second hop would look like, but chosen at random);
+- A: a random span of 1–2 consecutive names in the last observation (a "name": a capitalised word not seen in lower
+  case, so not "The" or "Part"; which one is uniformly random, so it is the golden answer only by chance);
+- the observations are the env server's real `/retrieve` results for those random queries, in Search-R1's format,
+  and are masked out of the loss exactly as in RL (only the "generated" parts are trained on).
+
+So the warm start teaches the tags and the mechanics of copying words from the question into a query and from the
+passages into an answer, at random; the RL phase has to find out which words, and when to search twice. The demo's
+held-out exact match is measured after the warm start (step 0) and the gain claimed is over it.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from .batch import by_length, make_batch
+from .env_client import EnvClient
+from .losses import Aggregation, agg_loss
+from .policy import window_stats
+from .rollout import Trajectory, observation
+
+THINK_SEARCH = "<think> let me search </think>"
+THINK_AGAIN = "<think> let me search again </think>"
+THINK_ANSWER = "<think> I can answer </think>"
+
+
+def _span(words: Sequence[str], rng: random.Random, max_len: int) -> str:
+    n = rng.randint(1, min(max_len, len(words)))
+    i = rng.randint(0, len(words) - n)
+    return " ".join(words[i : i + n])
+
+
+# Capitalised words that are not names: sentence starts, pronouns, the observation's own markup.
+NOT_NAMES = {"Doc", "Title", "The", "A", "An", "It", "Its", "He", "She", "His", "Her", "They", "In", "On", "At", "Of", "By", "For", "This", "That"}
+
+
+class NameSpans:
+    """Random spans of 1–2 consecutive names in a text. A 'name' is a capitalised word never seen in lower case in
+    the texts seen so far (sentence-initial common words such as "Part" or "Visitors" are seen lower case
+    elsewhere); which name is picked is uniformly random."""
+
+    def __init__(self) -> None:
+        self.lower: set[str] = set()
+
+    def see(self, text: str) -> None:
+        self.lower.update(w for w in re.findall(r"[a-z][a-z']*", text))
+
+    def span(self, text: str, rng: random.Random) -> str | None:
+        words = re.findall(r"[A-Za-z][A-Za-z']*|[^A-Za-z\s]", text)
+        runs: list[list[str]] = [[]]
+        for w in words:
+            if w[0].isupper() and w not in NOT_NAMES and w.lower() not in self.lower:
+                runs[-1].append(w)
+            elif runs[-1]:
+                runs.append([])
+        spans = [" ".join(run[i : i + n]) for run in runs for n in (1, 2) for i in range(len(run) - n + 1)]
+        return rng.choice(spans) if spans else None
+
+
+def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: Sequence[str], tokenizer: Any, env: EnvClient, topk: int, rng: random.Random, names: NameSpans | None = None) -> list[Trajectory]:
+    """One synthetic trajectory per prompt (roles as in a rollout: generated, retrieved)."""
+    from .data import Example
+
+    names = names or NameSpans()
+    for q in questions:
+        names.see(q)
+    hops = [rng.choice((1, 2)) for _ in prompts]
+    q1 = [names.span(q, rng) or _span(re.findall(r"[\w']+", q), rng, 3) for q in questions]
+    first = env.retrieve(q1, topk)
+    obs1 = [observation(h) for h in first]
+    for o in obs1:
+        names.see(o)
+    second_idx = [i for i, h in enumerate(hops) if h == 2]
+    q2 = {i: names.span(obs1[i], rng) or q1[i] for i in second_idx}
+    second = dict(zip(second_idx, env.retrieve([q2[i] for i in second_idx], topk))) if second_idx else {}
+    out = []
+    for i, (text, ids) in enumerate(prompts):
+        t = Trajectory(Example(f"warmup-{i}", questions[i], ("",), "warmup"), i, 0, text, list(ids))
+
+        def gen(s: str) -> None:
+            t.append(tokenizer.encode(s), "generated", s)
+
+        def obs(s: str) -> None:
+            t.append(tokenizer.encode(s), "retrieved", s)
+
+        gen(f"{THINK_SEARCH} <search> {q1[i]} </search>")
+        obs(obs1[i])
+        last = obs1[i]
+        if i in second:
+            gen(f"{THINK_AGAIN} <search> {q2[i]} </search>")
+            last = observation(second[i])
+            obs(last)
+        answer = names.span(last, rng) or q1[i]
+        gen(f"{THINK_ANSWER} <answer> {answer} </answer>")
+        out.append(t)
+    return out
+
+
+def run_warmup(trainer: Any, log: Callable[[str], None]) -> dict[str, float]:
+    """Trains the policy for `train.supervised_warmup.steps` steps; returns `warmup/*` metrics."""
+    cfg = trainer.cfg
+    w = cfg.train.supervised_warmup
+    rng = random.Random(cfg.seed * 31 + 7)
+    names = NameSpans()
+    params = [p for p in trainer.policy.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=w.lr)
+    losses: list[float] = []
+    tokens = 0
+    trainer.policy.train()
+    for step in range(1, w.steps + 1):
+        if trainer.stop_requested:
+            log(f"warm start stopped at step {step - 1}/{w.steps}")
+            break
+        idx = [rng.randrange(len(trainer.train_set)) for _ in range(w.batch_size)]
+        trajs = synthetic_trajectories([trainer.train_prompts[i] for i in idx], [trainer.train_set[i].question for i in idx], trainer.tok, trainer.env, cfg.retriever.topk, rng, names)
+        batch = make_batch(trajs, trainer.tok.pad_id, loss_masking=True)
+        agg = Aggregation.of("token-mean", batch.loss_mask)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for rows in by_length(batch, range(batch.size), cfg.optim.micro_batch_size):
+            mb = batch.select(rows).to(trainer.device)
+            with trainer._ctx():
+                logp = window_stats(trainer.policy, mb, mb.loss_mask.bool()).logprob
+                loss = agg_loss(-logp, mb.loss_mask, agg)
+            loss.backward()
+            total += float(loss.detach())
+            tokens += int(mb.attention_mask.sum())
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        losses.append(total)
+        if step % 25 == 0 or step == w.steps:
+            trainer.writer.progress(0, trainer.total, "warmup", warmup_step=step, warmup_steps=w.steps, loss=round(total, 4))
+            log(f"warm start {step}/{w.steps}: loss {total:.3f}")
+    trainer.policy.eval()
+    tail = losses[-10:]
+    return {"warmup/loss": sum(tail) / len(tail), "warmup/steps": float(w.steps), "warmup/tokens": float(tokens)}
