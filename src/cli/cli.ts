@@ -4,31 +4,39 @@
  *   search-agent-studio doctor [--python PATH]     what this machine has for training (Node, Python, torch, GPU)
  *   search-agent-studio serve [--port N]           the env server (Search-R1's /retrieve, /reward, /health)
  *   search-agent-studio demo                       the main job on the embedded defaults
+ *   search-agent-studio train <config> | --resume   a training run (src/core/host)
  *   search-agent-studio --version | --help
  */
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { UnreadableInput } from '../core/importers';
-import { probePython, type PythonProbe } from '../core/python';
+import { packageRoot } from '../core/paths';
+import { probePython, pythonCandidates, type PythonProbe } from '../core/python';
 import { VERSION } from '../core/version';
 import { runServer, UsageError } from '../server/run';
 import { importCommand } from './import';
 import { indexCommand } from './index-command';
 import { rewardCommand } from './reward-command';
 import { inspect } from './inspect';
+import { demoCommand, trainCommand } from './train';
 
 const USAGE = `search-agent-studio ${VERSION}
 
 Usage:
   search-agent-studio doctor [--python PATH]   check Node, the trainer's Python (torch, transformers, peft) and GPUs
-  search-agent-studio serve [--port N] [--corpus FILE | --index DIR | --url URL] [--retriever bm25|dense|remote]
+  search-agent-studio serve [--port N] [--corpus FILE | --index DIR | --url URL] [--retriever bm25|dense|remote|none]
                            [--model DIR] [--topk 3]
                                                run the env server on 127.0.0.1 (port 0 = any free port);
                                                with nothing named: BM25 over the demo corpus
   search-agent-studio index <corpus.jsonl> --out DIR [--kind bm25|dense] [--model DIR] [--dtype float16]
                                                build a retrieval index (dense builds resume)
-  search-agent-studio demo [--python PATH]     the main job on the embedded defaults (see README)
+  search-agent-studio demo [--python PATH] [--run-dir DIR]
+                                               the main job on the embedded defaults: train a tiny search agent
+                                               on the demo corpus (CPU, minutes); prints held-out exact match
+                                               before and after
+  search-agent-studio train <config.run.json> [--run-dir DIR] [--python PATH] [--port N]
+  search-agent-studio train --resume --run-dir DIR
+                                               start the env server and the trainer for a run config (Ctrl-C
+                                               stops after a checkpoint; --resume continues a run)
   search-agent-studio inspect <file|run-dir> [--json]
                                                summarise trajectories: our rollout JSONL, run directories,
                                                Search-R1 transcripts, veRL dumps, TRL completion tables
@@ -43,13 +51,6 @@ Exit codes: 0 success, 1 a check failed (or some items failed to score), 2 bad u
   search-agent-studio --version
 `;
 
-/** The project's own virtual environment, then python3 on PATH. */
-function pythonCandidates(explicit?: string): string[] {
-  if (explicit) return [explicit];
-  const fromEnv = process.env.SAS_PYTHON;
-  const venv = resolve(__dirname, '..', '.venv', 'bin', 'python');
-  return [...(fromEnv ? [fromEnv] : []), ...(existsSync(venv) ? [venv] : []), 'python3'];
-}
 
 function describe(p: PythonProbe): string {
   if (!p.ok) return `  ✗ ${p.executable}: ${p.error ?? 'unusable'}`;
@@ -64,21 +65,13 @@ async function doctor(python?: string): Promise<PythonProbe | undefined> {
   console.log(`search-agent-studio ${VERSION}`);
   console.log(`Node ${process.versions.node} on ${process.platform}-${process.arch}`);
   console.log('Trainer Python (first that imports torch is used):');
-  for (const candidate of pythonCandidates(python)) {
+  for (const candidate of python ? [python] : pythonCandidates([], packageRoot())) {
     const probe = await probePython(candidate);
     console.log(describe(probe));
     if (probe.ok) return probe;
   }
   console.log('  No Python with torch found. Run `bash scripts/setup.sh` to create .venv, or pass --python.');
   return undefined;
-}
-
-async function demo(python?: string): Promise<number> {
-  const probe = await doctor(python);
-  console.log('');
-  console.log('The demo trains a search agent (tiny policy, BM25 over the demo corpus, GRPO, CPU). Training lands with');
-  console.log('the trainer and demo issues; this build has the extension, the env server skeleton and this check.');
-  return probe ? 0 : 1;
 }
 
 function usage(why: string): number {
@@ -112,12 +105,14 @@ export async function main(argv: string[]): Promise<number> {
     case '--version':
       console.log(VERSION);
       return 0;
-    case 'doctor':
-    case 'demo': {
+    case 'doctor': {
       const { values } = parseArgs({ args: rest, options: { python: { type: 'string' } }, strict: true });
-      if (command === 'doctor') return (await doctor(values.python)) ? 0 : 1;
-      return demo(values.python);
+      return (await doctor(values.python)) ? 0 : 1;
     }
+    case 'demo':
+      return demoCommand(rest);
+    case 'train':
+      return trainCommand(rest);
     case 'serve':
       try {
         await runServer(rest);

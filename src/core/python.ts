@@ -2,6 +2,8 @@
  * Finding a Python that can run the trainer, and saying exactly what it has. Spawns with argument arrays
  * (never a shell string).
  */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { execa } from 'execa';
 
 export interface PythonProbe {
@@ -63,4 +65,47 @@ export async function probePython(executable: string, timeoutMs = 120_000): Prom
   } catch (e) {
     return { executable, ok: false, error: (e as Error).message };
   }
+}
+
+/**
+ * Where to look for the trainer's Python, in order: what the user named (a setting, --python, the Python
+ * extension's interpreter), SAS_PYTHON, the project's own .venv (made by scripts/setup.sh), python3 on PATH,
+ * /usr/bin/python3. Duplicates removed.
+ */
+export function pythonCandidates(named: (string | undefined)[] = [], root?: string): string[] {
+  const out: string[] = [];
+  const add = (p: string | undefined) => {
+    if (p && !out.includes(p)) out.push(p);
+  };
+  named.forEach(add);
+  add(process.env.SAS_PYTHON);
+  if (root) add(join(root, '.venv', 'bin', 'python'));
+  add('python3');
+  add('/usr/bin/python3');
+  return out.filter((p) => !p.includes('/') || existsSync(p) || named.includes(p));
+}
+
+export interface PythonSearch {
+  found?: PythonProbe;
+  tried: PythonProbe[];
+}
+
+/** The first candidate that imports torch, and what each one tried said. */
+export async function findPython(candidates: string[]): Promise<PythonSearch> {
+  const tried: PythonProbe[] = [];
+  for (const c of candidates) {
+    const probe = await probePython(c);
+    tried.push(probe);
+    if (probe.ok) return { found: probe, tried };
+  }
+  return { tried };
+}
+
+/** The message when no Python works: what was tried and what to do. */
+export function noPythonMessage(search: PythonSearch): string {
+  return [
+    'No Python with torch was found. Tried:',
+    ...search.tried.map((p) => `  ${p.executable}: ${p.error ?? 'unusable'}`),
+    'Run `bash scripts/setup.sh` (it makes .venv with torch), or set searchAgent.pythonPath / pass --python to a Python that has torch.',
+  ].join('\n');
 }

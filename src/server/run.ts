@@ -3,7 +3,7 @@
  * line `{"event":"listening","port":N}`; logs go to stderr; SIGTERM/SIGINT close it.
  *
  *   [--port N] [--topk 3]
- *   [--retriever bm25|dense|remote]     default: bm25
+ *   [--retriever bm25|dense|remote|none] default: bm25; none returns no documents (the ablation)
  *   [--index DIR]                       a built index (bm25 or dense, from its meta.json)
  *   [--corpus FILE.jsonl]               a corpus; BM25 indexes it once into a cache directory
  *   [--model DIR]                       the E5 encoder (dense)
@@ -16,7 +16,7 @@ import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { demoCorpusPath } from '../core/paths';
-import { Bm25Retriever, DenseRetriever, RemoteRetriever, type Retriever } from '../core/retrieval/retriever';
+import { Bm25Retriever, DenseRetriever, NullRetriever, RemoteRetriever, type Retriever } from '../core/retrieval/retriever';
 import { openReward } from '../core/rewards/scoring';
 import { VERSION } from '../core/version';
 import { startEnvServer } from './server';
@@ -65,8 +65,10 @@ export async function retrieverFromArgs(values: { retriever?: string; index?: st
     case 'remote':
       if (!values.url) throw new UsageError('--retriever remote needs --url http://host:port/retrieve');
       return new RemoteRetriever(values.url, { log });
+    case 'none':
+      return new NullRetriever();
     default:
-      throw new UsageError(`--retriever must be bm25, dense or remote, got ${kind}`);
+      throw new UsageError(`--retriever must be bm25, dense, remote or none, got ${kind}`);
   }
 }
 
@@ -75,6 +77,8 @@ export async function runServer(argv: string[]): Promise<void> {
   const port = int('port', values.port, 0, 65535);
   const defaultTopk = int('topk', values.topk, 1, 100);
   const log = (line: string) => process.stderr.write(`[env-server] ${line}\n`);
+  // A host that died took the read ends of our pipes with it: EPIPE must not kill a server still serving a trainer.
+  for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined);
   const retriever = await retrieverFromArgs(values, log);
   log(`retriever: ${JSON.stringify(retriever.describe())}`);
   const opened = await openReward(values.reward, { itemTimeoutMs: int('reward-timeout', values['reward-timeout'], 1, 600_000), onLog: (l) => log(`[reward] ${l}`) }).catch((e: Error) => {
@@ -90,4 +94,56 @@ export async function runServer(argv: string[]): Promise<void> {
   };
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));
+  // Orphaned (the host died): the trainer it served is finishing its step and checkpointing, so close once the
+  // clients that named their pid (the trainer sends x-client-pid) have exited, or, with none named, once idle.
+  let inFlight = 0;
+  let lastRequest = Date.now();
+  const clients = new Set<number>();
+  server.server.on('request', (req, res) => {
+    inFlight++;
+    lastRequest = Date.now();
+    const pid = Number(req.headers['x-client-pid']);
+    if (Number.isInteger(pid) && pid > 0) clients.add(pid);
+    res.once('close', () => {
+      inFlight--;
+      lastRequest = Date.now();
+    });
+  });
+  const idleMs = Number(process.env.SAS_ORPHAN_IDLE_MS ?? 15_000);
+  watchParent(() => {
+    log(clients.size ? `the host process has gone: closing once its clients (${[...clients].join(', ')}) have exited` : `the host process has gone: closing once idle for ${idleMs / 1000} s`);
+    const timer = setInterval(() => {
+      if (inFlight > 0) return;
+      const done = clients.size ? [...clients].every((pid) => !alive(pid)) : Date.now() - lastRequest >= idleMs;
+      if (done) {
+        clearInterval(timer);
+        stop('orphaned, and nobody left to serve');
+      }
+    }, 250);
+  });
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/**
+ * A server started by a host (the extension, the CLI) must not outlive it: the host passes its pid in
+ * SAS_PARENT_PID, and when our parent is no longer that process (we were re-parented: it died) `onGone` runs.
+ */
+export function watchParent(onGone: () => void, intervalMs = 1_000): void {
+  const expected = Number(process.env.SAS_PARENT_PID);
+  if (!Number.isInteger(expected) || expected <= 0 || process.ppid !== expected) return;
+  const timer = setInterval(() => {
+    if (process.ppid !== expected) {
+      clearInterval(timer);
+      onGone();
+    }
+  }, intervalMs);
+  timer.unref();
 }

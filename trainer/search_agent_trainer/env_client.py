@@ -8,6 +8,7 @@ server gives (4xx/5xx) is not retried and its message is kept.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +30,7 @@ class EnvClient:
         data = None if body is None else json.dumps(body).encode("utf-8")
         last: Exception | None = None
         for attempt in range(self.retries + 1):
-            req = urllib.request.Request(self.url + path, data=data, method=method, headers={"content-type": "application/json"})
+            req = urllib.request.Request(self.url + path, data=data, method=method, headers={"content-type": "application/json", "x-client-pid": str(os.getpid())})
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as res:
                     return json.loads(res.read().decode("utf-8"))

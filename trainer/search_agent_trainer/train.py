@@ -46,6 +46,7 @@ from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .policy import Reference, build_policy, window_stats
 from .rollout import INVALID_ACTION_FEEDBACK, LMGenerator, RolloutSettings, Trajectory, run_rollouts
 from .run_writer import RunWriter, rollout_record
+from .watchdog import watch_parent
 
 
 def _version(name: str) -> str | None:
@@ -483,9 +484,14 @@ class Trainer:
             self.writer.log(f"{signal.Signals(signum).name}: finishing the current step, then checkpointing and stopping")
         self.stop_requested = True
 
+    def _on_parent_gone(self, pid: int) -> None:
+        self.writer.log(f"the host process {pid} has gone: finishing the current step, then checkpointing and stopping")
+        self.stop_requested = True
+
     def run(self) -> int:
         w = self.writer
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        watch_parent(self._on_parent_gone)
         try:
             start = self.setup()
             if start == 0:

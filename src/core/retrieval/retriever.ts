@@ -24,7 +24,7 @@ export interface RetrievedHit {
 }
 
 export interface Retriever {
-  readonly kind: 'bm25' | 'dense' | 'remote';
+  readonly kind: 'bm25' | 'dense' | 'remote' | 'none';
   /** Documents in the index (null when unknown, e.g. remote). */
   readonly size: number | null;
   describe(): Record<string, unknown>;
@@ -121,6 +121,22 @@ export interface RemoteOptions {
 }
 
 /** Thrown when a remote retriever stays down; names the URL and the last failure. */
+/**
+ * Retrieval disabled (the ablation): every query gets no documents, so the agent sees
+ * `<information></information>`. The API stays the same, so a run's code path does not change.
+ */
+export class NullRetriever implements Retriever {
+  readonly kind = 'none';
+  readonly size = 0;
+  describe(): Record<string, unknown> {
+    return { kind: this.kind, documents: 0 };
+  }
+  async retrieve(queries: string[]): Promise<RetrievedHit[][]> {
+    return queries.map(() => []);
+  }
+  async close(): Promise<void> {}
+}
+
 export class RemoteRetrieverError extends Error {
   constructor(
     readonly url: string,

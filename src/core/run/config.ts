@@ -20,6 +20,7 @@ export const RunConfigSchema = S.object(
     $schema: S.optional(S.string({ description: 'The JSON Schema of this file (editors use it).' })),
     name: S.optional(S.string({ description: 'A name for runs made from this config.' })),
     seed: S.optional(S.integer({ minimum: 0, default: 1, description: 'Seeds Python, torch and the data order.' })),
+    output_dir: S.optional(S.string({ description: 'Where runs made from this config go (<output_dir>/<name>-<time>), relative to this file. Default: runs/ in the workspace folder (the CLI: the current directory).' })),
     data: S.object(
       {
         train: S.string({ minLength: 1, description: 'Training dataset: JSONL of {id, question, golden, data_source} (relative to this file).' }),

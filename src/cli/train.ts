@@ -1,0 +1,244 @@
+/**
+ * `search-agent-studio train` and `demo`: the run host (src/core/host) without VS Code. A progress bar on a TTY,
+ * plain lines otherwise; Ctrl-C stops the run the way the editor's Stop does (the trainer checkpoints); a failure
+ * prints the trainer's error and how to resume.
+ */
+import { readFile } from 'node:fs/promises';
+import { join, relative, resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { RunConfigError } from '../core/host/runConfig';
+import { RunHost, type RunOutcome } from '../core/host/runHost';
+import { EnvServerError } from '../core/host/processes';
+import { packageRoot } from '../core/paths';
+import { findPython, noPythonMessage, pythonCandidates } from '../core/python';
+
+const OPTIONS = {
+  'run-dir': { type: 'string' },
+  python: { type: 'string' },
+  port: { type: 'string', default: '0' },
+  resume: { type: 'boolean', default: false },
+  quiet: { type: 'boolean', default: false },
+} as const;
+
+type Event = { event: string; step?: number; total?: number; phase?: string; metrics?: Record<string, number>; message?: string; [k: string]: unknown };
+
+const fmt = (v: unknown, digits = 3) => (typeof v === 'number' && Number.isFinite(v) ? v.toFixed(digits) : '–');
+
+function duration(s: number): string {
+  if (!Number.isFinite(s) || s < 0) return '–';
+  const m = Math.floor(s / 60);
+  return m ? `${m}m${String(Math.round(s % 60)).padStart(2, '0')}s` : `${Math.round(s)}s`;
+}
+
+/** Renders the trainer's events: one redrawn line on a TTY, one line per step or evaluation otherwise. */
+export class ProgressPrinter {
+  private started = Date.now();
+  private stepStarted = 0;
+  private firstStep: number | undefined;
+  private last: Record<string, number> = {};
+  private val: Record<string, number> = {};
+  private drawn = false;
+
+  constructor(
+    private readonly out: NodeJS.WriteStream | { isTTY?: boolean; columns?: number; write(s: string): boolean },
+    private readonly quiet = false,
+  ) {}
+
+  private line(s: string): void {
+    if (this.drawn) this.out.write('\r\x1b[K');
+    this.drawn = false;
+    this.out.write(`${s}\n`);
+  }
+
+  private draw(step: number, total: number, phase: string, extra = ''): void {
+    if (!this.out.isTTY || this.quiet) return;
+    const width = 24;
+    const done = total ? Math.min(width, Math.round((width * step) / total)) : 0;
+    const elapsed = (Date.now() - this.stepStarted) / 1000;
+    const steps = this.firstStep === undefined ? 0 : step - this.firstStep;
+    const eta = steps > 0 ? duration((elapsed / steps) * (total - step)) : '–';
+    const text = `[${'#'.repeat(done)}${'.'.repeat(width - done)}] ${step}/${total} ${phase.padEnd(7)} reward ${fmt(this.last['critic/score/mean'])}  val EM ${fmt(this.val['val/em'])}  eta ${eta}${extra}`;
+    this.out.write(`\r\x1b[K${text.slice(0, Math.max(20, (this.out.columns ?? 120) - 1))}`);
+    this.drawn = true;
+  }
+
+  event(e: Event): void {
+    switch (e.event) {
+      case 'started':
+        this.started = Date.now();
+        this.line(`run started: ${e.model} policy (${Number(e.parameters).toLocaleString('en-US')} parameters) on ${e.device}; ${e.train_examples} training / ${e.eval_examples} held-out questions; ${e.total} steps${e.resumed ? ` (resumed at step ${e.step})` : ''}`);
+        break;
+      case 'progress':
+        if (e.phase === 'warmup') this.draw(Number(e.warmup_step ?? 0), Number(e.warmup_steps ?? 0), 'warm-up', `  loss ${fmt(e.loss)}`);
+        else {
+          if (this.firstStep === undefined && e.phase === 'rollout') {
+            this.firstStep = (e.step ?? 1) - 1;
+            this.stepStarted = Date.now();
+          }
+          this.draw(e.step ?? 0, e.total ?? 0, e.phase ?? '');
+        }
+        break;
+      case 'metrics':
+        this.last = e.metrics ?? {};
+        if (!this.out.isTTY && !this.quiet) {
+          const m = this.last;
+          this.line(`step ${e.step}: reward ${fmt(m['critic/score/mean'])}  searches ${fmt(m['env/number_of_valid_search'], 2)}  zero-variance groups ${fmt(m['reward/frac_zero_std_groups'], 2)}  response ${fmt(m['response_length/mean'], 0)} tokens`);
+        }
+        break;
+      case 'eval':
+        this.val = e.metrics ?? {};
+        if (!this.quiet) this.line(`step ${e.step}: held-out exact match ${fmt(this.val['val/em'])}, searches per question ${fmt(this.val['val/searches_mean'], 2)}  (${duration((Date.now() - this.started) / 1000)})`);
+        break;
+      case 'warning':
+        this.line(`warning: ${e.message}`);
+        break;
+      case 'checkpoint':
+        break;
+      case 'error':
+        this.line(`error: ${e.message}`);
+        break;
+      case 'finished':
+        if (this.drawn) this.out.write('\n');
+        this.drawn = false;
+        break;
+    }
+  }
+}
+
+/** Held-out exact match at the first and last evaluation of a run (from metrics.jsonl). */
+export async function heldOutEm(runDir: string): Promise<{ before?: { step: number; em: number; searches?: number }; after?: { step: number; em: number; searches?: number } }> {
+  let text = '';
+  try {
+    text = await readFile(join(runDir, 'metrics.jsonl'), 'utf8');
+  } catch {
+    return {};
+  }
+  const evals: { step: number; em: number; searches?: number }[] = [];
+  for (const line of text.split('\n')) {
+    try {
+      const m = JSON.parse(line);
+      if (typeof m['val/em'] === 'number') evals.push({ step: m.step, em: m['val/em'], searches: m['val/searches_mean'] });
+    } catch {
+      /* a partial last line */
+    }
+  }
+  return { before: evals[0], after: evals.length > 1 ? evals[evals.length - 1] : undefined };
+}
+
+interface TrainRequest {
+  config?: string;
+  runDir?: string;
+  resume: boolean;
+  python?: string;
+  port: number;
+  quiet: boolean;
+}
+
+async function runTraining(req: TrainRequest, log: (s: string) => void): Promise<{ code: number; outcome?: RunOutcome }> {
+  const search = await findPython(pythonCandidates([req.python], packageRoot()));
+  if (!search.found) {
+    process.stderr.write(`${noPythonMessage(search)}\n`);
+    return { code: 1 };
+  }
+  const printer = new ProgressPrinter(process.stdout, req.quiet);
+  let host: RunHost;
+  try {
+    host = await RunHost.start({
+      config: req.config,
+      runDir: req.runDir,
+      resume: req.resume,
+      python: search.found.executable,
+      port: req.port,
+      runsParent: resolve('runs'),
+      onEvent: (e) => printer.event(e as Event),
+      onTrainerLog: (l) => {
+        if (!req.quiet && /warning|error|Traceback/i.test(l) && !/^\d\d:\d\d:\d\d (?:step|eval)/.test(l)) process.stderr.write(`[trainer] ${l}\n`);
+      },
+    });
+  } catch (e) {
+    if (e instanceof RunConfigError || e instanceof EnvServerError) {
+      process.stderr.write(`search-agent-studio: ${e.message}\n`);
+      return { code: e instanceof RunConfigError ? 2 : 1 };
+    }
+    throw e;
+  }
+  log(`run directory: ${relative(process.cwd(), host.runDir) || host.runDir}  (env server ${host.server.url}, trainer pid ${host.trainer.pid}, Python ${search.found.executable})`);
+  let interrupts = 0;
+  const onSignal = () => {
+    interrupts++;
+    if (interrupts === 1) {
+      process.stderr.write('\nstopping: the trainer finishes its step and checkpoints (Ctrl-C again to kill it)\n');
+      void host.stop();
+    } else {
+      process.stderr.write('killing the trainer\n');
+      host.trainer.stop(0).catch(() => undefined);
+    }
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  const outcome = await host.done;
+  process.off('SIGINT', onSignal);
+  process.off('SIGTERM', onSignal);
+  const where = relative(process.cwd(), outcome.runDir) || outcome.runDir;
+  if (outcome.status === 'failed') {
+    process.stderr.write(`\nthe run failed at step ${outcome.step}: ${outcome.error?.message ?? ''}\n`);
+    if (outcome.error?.traceback) process.stderr.write(`${outcome.error.traceback.trimEnd().split('\n').slice(-12).join('\n')}\n`);
+    process.stderr.write(`log: ${join(where, 'logs', 'trainer.log')}\nresume: search-agent-studio train --resume --run-dir ${where}\n`);
+    return { code: 1, outcome };
+  }
+  if (outcome.status === 'stopped') log(`stopped at step ${outcome.step} (checkpointed); resume: search-agent-studio train --resume --run-dir ${where}`);
+  return { code: 0, outcome };
+}
+
+function usageError(why: string, usage: string): number {
+  process.stderr.write(`search-agent-studio: ${why}\n\n${usage}\n`);
+  return 2;
+}
+
+const TRAIN_USAGE = `Usage:
+  search-agent-studio train <config.run.json> [--run-dir DIR] [--python PATH] [--port N] [--quiet]
+  search-agent-studio train --resume --run-dir DIR [--python PATH]`;
+
+export async function trainCommand(argv: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
+  } catch (e) {
+    return usageError((e as Error).message, TRAIN_USAGE);
+  }
+  const { values, positionals } = parsed;
+  if (values.resume ? !values['run-dir'] || positionals.length > 0 : positionals.length !== 1) return usageError(values.resume ? '--resume needs --run-dir and no config' : 'name one run config', TRAIN_USAGE);
+  const port = Number(values.port);
+  if (!Number.isInteger(port) || port < 0 || port > 65535) return usageError(`--port must be an integer in 0..65535, got ${values.port}`, TRAIN_USAGE);
+  const { code, outcome } = await runTraining({ config: positionals[0], runDir: values['run-dir'], resume: values.resume, python: values.python, port, quiet: values.quiet }, (s) => console.log(s));
+  if (outcome && outcome.status !== 'failed') {
+    const em = await heldOutEm(outcome.runDir);
+    if (em.before || em.after) console.log(`held-out exact match: ${fmt(em.before?.em)} before → ${fmt(em.after?.em)} after (step ${em.after?.step ?? em.before?.step})`);
+  }
+  return code;
+}
+
+const DEMO_USAGE = 'Usage: search-agent-studio demo [--run-dir DIR] [--python PATH] [--quiet]';
+
+/** The main job on the embedded defaults: examples/demo.run.json (tiny policy, BM25 over the demo corpus, GRPO, CPU). */
+export async function demoCommand(argv: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({ args: argv, options: { 'run-dir': OPTIONS['run-dir'], python: OPTIONS.python, quiet: OPTIONS.quiet, config: { type: 'string' } }, strict: true });
+  } catch (e) {
+    return usageError((e as Error).message, DEMO_USAGE);
+  }
+  const { values } = parsed;
+  const config = values.config ?? join(packageRoot(), 'examples', 'demo.run.json');
+  console.log('The demo: a tiny policy learns, on CPU, to search a corpus of invented facts (BM25) and answer from what it finds;');
+  console.log('a short supervised warm start teaches it the tags only (random queries and answers), then GRPO on exact match.');
+  const t0 = Date.now();
+  const { code, outcome } = await runTraining({ config, runDir: values['run-dir'], resume: false, python: values.python, port: 0, quiet: values.quiet }, (s) => console.log(s));
+  if (!outcome || outcome.status === 'failed') return code || 1;
+  const em = await heldOutEm(outcome.runDir);
+  console.log(
+    `held-out exact match: ${fmt(em.before?.em)} before training (after the warm start) → ${fmt(em.after?.em)} after ${em.after?.step ?? 0} steps; ` +
+      `searches per question ${fmt(em.after?.searches, 2)}; ${duration((Date.now() - t0) / 1000)}`,
+  );
+  return code;
+}

@@ -1,0 +1,134 @@
+/**
+ * Reading a run config (`*.run.json`) the way the host needs it: validated against the one schema (every problem
+ * named by file and key path), relative paths resolved against the file, files that must exist checked before
+ * anything is spawned, and the env server's command line derived from it.
+ */
+import { existsSync } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
+import { demoCorpusPath } from '../paths';
+import { RunConfigSchema, type RunConfig } from '../run/config';
+import { validate } from '../schema/schema';
+
+export class RunConfigError extends Error {
+  constructor(
+    readonly file: string,
+    readonly problems: string[],
+  ) {
+    super(`${file}: ${problems.join('; ')}`);
+    this.name = 'RunConfigError';
+  }
+}
+
+export interface LoadedRunConfig {
+  /** The config file (absolute), or the run.json it came from on resume. */
+  file: string;
+  /** The directory relative paths in the config are resolved against. */
+  base: string;
+  config: RunConfig;
+}
+
+function lineCol(text: string, message: string): string {
+  const m = /position (\d+)/.exec(message);
+  if (!m) return '';
+  const before = text.slice(0, Number(m[1]));
+  const line = before.split('\n').length;
+  return `:${line}:${Number(m[1]) - before.lastIndexOf('\n')}`;
+}
+
+/** Reads and validates a run config; throws RunConfigError naming the file, line (for JSON) and key path. */
+export async function loadRunConfig(file: string): Promise<LoadedRunConfig> {
+  const abs = resolve(file);
+  let text: string;
+  try {
+    text = await readFile(abs, 'utf8');
+  } catch (e) {
+    throw new RunConfigError(abs, [(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message]);
+  }
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch (e) {
+    throw new RunConfigError(abs + lineCol(text, (e as Error).message), [`not valid JSON: ${(e as Error).message}`]);
+  }
+  return checkRunConfig(value, abs, dirname(abs));
+}
+
+/** The config a run directory was started with (run.json keeps it resolved: absolute paths), for resuming. */
+export async function loadRunDirConfig(runDir: string): Promise<LoadedRunConfig> {
+  const file = resolve(runDir, 'run.json');
+  let run: { config?: unknown };
+  try {
+    run = JSON.parse(await readFile(file, 'utf8'));
+  } catch (e) {
+    throw new RunConfigError(file, [`cannot read the run's config to resume (${(e as Error).message})`]);
+  }
+  return checkRunConfig(run.config, file, resolve(runDir));
+}
+
+export function checkRunConfig(value: unknown, file: string, base: string): LoadedRunConfig {
+  const issues = validate(RunConfigSchema, value);
+  if (issues.length) throw new RunConfigError(file, issues.map((i) => `${i.path || '(the file)'}: ${i.message}`));
+  const config = value as RunConfig;
+  const at = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
+  const missing: string[] = [];
+  const need = (key: string, p: string | undefined) => {
+    if (p !== undefined && !existsSync(at(p))) missing.push(`${key}: no such file or directory: ${at(p)}`);
+  };
+  need('data.train', config.data.train);
+  need('data.eval', config.data.eval);
+  need('model.path', config.model.path);
+  need('model.init', config.model.init);
+  const r = config.retriever;
+  need('retriever.corpus', r?.corpus);
+  need('retriever.index', r?.index);
+  need('retriever.model', r?.model);
+  const module = config.reward?.module;
+  if (module && !module.startsWith('builtin:')) need('reward.module', module);
+  if (config.model.kind === 'hf' && !config.model.path) missing.push('model.path: is required when model.kind is "hf"');
+  if (r?.kind === 'bm25' && !r.index && !r.corpus) missing.push('retriever: kind "bm25" needs index (a built index) or corpus (a JSONL corpus)');
+  if (r?.kind === 'dense' && (!r.index || !r.model)) missing.push('retriever: kind "dense" needs index and model');
+  if (r?.kind === 'remote' && !r.url) missing.push('retriever: kind "remote" needs url');
+  if (missing.length) throw new RunConfigError(file, missing);
+  return { file, base, config };
+}
+
+/** The env server's arguments (`node dist/server.js …`) for a run config. */
+export function envServerArgs(loaded: LoadedRunConfig, options: { port?: number } = {}): string[] {
+  const { config, base } = loaded;
+  const at = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
+  const r = config.retriever ?? { kind: 'demo' as const };
+  const args = ['--port', String(options.port ?? 0), '--topk', String(r.topk ?? 3)];
+  switch (r.kind) {
+    case 'demo':
+      args.push('--corpus', r.corpus ? at(r.corpus) : demoCorpusPath());
+      break;
+    case 'bm25':
+      args.push('--retriever', 'bm25', ...(r.index ? ['--index', at(r.index)] : ['--corpus', at(r.corpus as string)]));
+      break;
+    case 'dense':
+      args.push('--retriever', 'dense', '--index', at(r.index as string), '--model', at(r.model as string));
+      break;
+    case 'remote':
+      args.push('--retriever', 'remote', '--url', r.url as string);
+      break;
+    case 'none':
+      args.push('--retriever', 'none');
+      break;
+  }
+  const module = config.reward?.module ?? 'builtin:em';
+  args.push('--reward', module.startsWith('builtin:') ? module : at(module));
+  return args;
+}
+
+/** A fresh run directory: <output_dir or fallback>/<name>-<YYYYMMDD-HHMMSS>, never one that exists. */
+export function newRunDir(loaded: LoadedRunConfig, fallbackParent: string, now = new Date()): string {
+  const { config, base } = loaded;
+  const parent = config.output_dir ? (isAbsolute(config.output_dir) ? config.output_dir : resolve(base, config.output_dir)) : fallbackParent;
+  const name = (config.name ?? basename(loaded.file).replace(/\.run\.json$|\.json$/, '')).replace(/[^\w.-]+/g, '-') || 'run';
+  const p2 = (n: number) => String(n).padStart(2, '0');
+  const stamp = `${now.getFullYear()}${p2(now.getMonth() + 1)}${p2(now.getDate())}-${p2(now.getHours())}${p2(now.getMinutes())}${p2(now.getSeconds())}`;
+  let dir = join(parent, `${name}-${stamp}`);
+  for (let i = 2; existsSync(dir); i++) dir = join(parent, `${name}-${stamp}-${i}`);
+  return dir;
+}

@@ -1,0 +1,135 @@
+/**
+ * The process host of a training run, shared by the extension and the CLI (DESIGN §2): validate the config, start
+ * the env server and wait for it to listen, start the trainer against it, pass on the trainer's events and logs,
+ * and end both cleanly. Stopping is SIGTERM → the trainer finishes its step, checkpoints and exits with status
+ * `stopped` → after a grace period the whole process tree is killed. The run directory is the record: whatever
+ * happens here, it stays readable and resumable.
+ */
+import { readFile } from 'node:fs/promises';
+import { basename, join, resolve } from 'node:path';
+import { packageRoot } from '../paths';
+import type { RunEvent, RunJson } from '../run/format';
+import { envServerArgs, loadRunConfig, loadRunDirConfig, newRunDir, type LoadedRunConfig } from './runConfig';
+import { spawnChild, startEnvServerProcess, type Child, type EnvServerProcess, type Exit, type LogSink, type ServerLauncher } from './processes';
+
+export type RunStatus = 'finished' | 'stopped' | 'failed';
+
+export interface RunOutcome {
+  status: RunStatus;
+  runDir: string;
+  /** Last completed step (run.json). */
+  step: number;
+  exit: Exit;
+  /** For `failed`: the trainer's error message and traceback (run.json), else the last lines of its stderr. */
+  error?: { message: string; traceback?: string };
+}
+
+export interface RunHostOptions {
+  /** A *.run.json to start from (a new run), or nothing with `resume`. */
+  config?: string;
+  /** The run directory: new runs default to a fresh one under the config's output_dir or `runsParent`. */
+  runDir?: string;
+  runsParent?: string;
+  resume?: boolean;
+  /** A Python that imports torch (see findPython). */
+  python: string;
+  /** The env server's port (0: any free one). */
+  port?: number;
+  onEvent?: (event: RunEvent & Record<string, unknown>) => void;
+  onTrainerLog?: LogSink;
+  onServerLog?: LogSink;
+  /** How to run the env server (tests run it from source); default: this Node with dist/server.js. */
+  serverLauncher?: ServerLauncher;
+  /** Time the trainer gets to finish its step and checkpoint after SIGTERM. */
+  stopGraceMs?: number;
+}
+
+export function trainerDir(): string {
+  return join(packageRoot(), 'trainer');
+}
+
+export class RunHost {
+  readonly done: Promise<RunOutcome>;
+  private stopping = false;
+
+  private constructor(
+    readonly runDir: string,
+    readonly loaded: LoadedRunConfig,
+    readonly server: EnvServerProcess,
+    readonly trainer: Child,
+    private readonly options: RunHostOptions,
+  ) {
+    this.done = this.finish();
+  }
+
+  get id(): string {
+    return basename(this.runDir);
+  }
+
+  /** Starts a run; rejects (with nothing left running) when the config is invalid or the env server cannot start. */
+  static async start(options: RunHostOptions): Promise<RunHost> {
+    let loaded: LoadedRunConfig;
+    let runDir: string;
+    if (options.resume) {
+      if (!options.runDir) throw new Error('resume needs the run directory');
+      runDir = resolve(options.runDir);
+      loaded = await loadRunDirConfig(runDir);
+    } else {
+      if (!options.config) throw new Error('a run config (*.run.json) is needed');
+      loaded = await loadRunConfig(options.config);
+      runDir = options.runDir ? resolve(options.runDir) : newRunDir(loaded, options.runsParent ?? resolve('runs'));
+    }
+    const server = await startEnvServerProcess(envServerArgs(loaded, { port: options.port }), { onLog: options.onServerLog, launcher: options.serverLauncher });
+    const args = ['-m', 'search_agent_trainer', '--run-dir', runDir, '--env-url', server.url, ...(options.resume ? ['--resume'] : ['--config', loaded.file])];
+    const dir = trainerDir();
+    let trainer: Child;
+    try {
+      trainer = spawnChild('trainer', options.python, args, {
+        cwd: dir,
+        env: { PYTHONPATH: [dir, process.env.PYTHONPATH].filter(Boolean).join(':'), PYTHONUNBUFFERED: '1' },
+        onStdout: (line) => {
+          let event: (RunEvent & Record<string, unknown>) | undefined;
+          try {
+            event = JSON.parse(line);
+          } catch {
+            options.onTrainerLog?.(line);
+            return;
+          }
+          if (event && typeof event === 'object' && typeof event.event === 'string') options.onEvent?.(event);
+        },
+        onStderr: options.onTrainerLog,
+      });
+    } catch (e) {
+      await server.child.stop(3_000);
+      throw e;
+    }
+    return new RunHost(runDir, loaded, server, trainer, options);
+  }
+
+  /** Asks the trainer to stop (it checkpoints), kills the tree after the grace period; resolves with the outcome. */
+  async stop(): Promise<RunOutcome> {
+    if (!this.stopping) {
+      this.stopping = true;
+      void this.trainer.stop(this.options.stopGraceMs ?? 60_000);
+    }
+    return this.done;
+  }
+
+  private async finish(): Promise<RunOutcome> {
+    const exit = await this.trainer.exited;
+    await this.server.child.stop(3_000);
+    let run: Partial<RunJson> = {};
+    try {
+      run = JSON.parse(await readFile(join(this.runDir, 'run.json'), 'utf8'));
+    } catch {
+      /* the trainer failed before writing it */
+    }
+    const step = run.step ?? 0;
+    if (exit.code === 0 && (run.status === 'finished' || run.status === 'stopped')) return { status: run.status, runDir: this.runDir, step, exit };
+    const tail = this.trainer.stderr.text(12);
+    // Killed after the grace period, or by someone else: the run did not end cleanly, but a stop was asked.
+    if (this.stopping && exit.code !== 1) return { status: 'stopped', runDir: this.runDir, step, exit, error: { message: `the trainer did not stop within the grace period and was killed (${exit.signal ?? exit.code})` } };
+    const error = run.error ?? { message: tail ? tail : `the trainer exited with ${exit.signal ?? `code ${exit.code}`}` };
+    return { status: 'failed', runDir: this.runDir, step, exit, error };
+  }
+}

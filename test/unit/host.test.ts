@@ -1,0 +1,209 @@
+// The run host against the real env server and the real trainer (tiny policy, a few steps): a complete run,
+// cancellation mid-step, a crash, a port in use, bad configs, and no orphan processes after any of them.
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { execa } from 'execa';
+import { RunConfigError, envServerArgs, loadRunConfig } from '../../src/core/host/runConfig';
+import { EnvServerError, isAlive } from '../../src/core/host/processes';
+import { RunHost, type RunHostOptions } from '../../src/core/host/runHost';
+import { findPython, pythonCandidates } from '../../src/core/python';
+import { MetricsSchema, RunJsonSchema, EventSchema } from '../../src/core/run/format';
+import { validate } from '../../src/core/schema/schema';
+
+const ROOT = resolve(__dirname, '../..');
+const FIXTURE = join(ROOT, 'test/fixtures/runs/tiny.run.json');
+const launcher = { node: process.execPath, args: ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts')] };
+
+let python: string;
+let tmp: string;
+
+/** The fixture config with absolute paths and `patch` merged into its sections. */
+async function config(patch: Record<string, Record<string, unknown>> = {}, name = 'tiny.run.json'): Promise<string> {
+  const c = JSON.parse(readFileSync(FIXTURE, 'utf8'));
+  delete c.$schema;
+  c.data.train = join(ROOT, 'examples/demo/train.jsonl');
+  c.data.eval = join(ROOT, 'examples/demo/eval.jsonl');
+  for (const [k, v] of Object.entries(patch)) c[k] = { ...(c[k] ?? {}), ...v };
+  const dir = await mkdtemp(join(tmp, 'cfg-'));
+  const file = join(dir, name);
+  await writeFile(file, JSON.stringify(c, null, 1));
+  return file;
+}
+
+function jsonl(file: string): unknown[] {
+  return readFileSync(file, 'utf8')
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l));
+}
+
+async function waitGone(pids: number[], ms = 10_000): Promise<number[]> {
+  const until = Date.now() + ms;
+  for (;;) {
+    const alive = pids.filter(isAlive);
+    if (!alive.length || Date.now() > until) return alive;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+function start(options: Partial<RunHostOptions>, events: Record<string, unknown>[] = []): Promise<RunHost> {
+  return RunHost.start({ python, serverLauncher: launcher, runsParent: join(tmp, 'runs'), onEvent: (e) => events.push(e), stopGraceMs: 30_000, ...options });
+}
+
+describe('run host: env server + trainer processes', function () {
+  this.timeout(180_000);
+
+  before(async () => {
+    const found = await findPython(pythonCandidates([], ROOT));
+    assert.ok(found.found, `a Python with torch is needed (run scripts/setup.sh): ${found.tried.map((t) => `${t.executable}: ${t.error}`).join('; ')}`);
+    python = found.found.executable;
+    tmp = await mkdtemp(join(tmpdir(), 'sas-host-'));
+  });
+
+  it('runs a config to the end: run directory complete and valid, both processes gone', async () => {
+    const events: Record<string, unknown>[] = [];
+    const host = await start({ config: await config() }, events);
+    assert.match(host.server.url, /^http:\/\/127\.0\.0\.1:\d+$/);
+    const pids = [host.server.child.pid, host.trainer.pid];
+    const outcome = await host.done;
+    assert.equal(outcome.status, 'finished', JSON.stringify(outcome.error));
+    assert.equal(outcome.step, 2);
+    assert.match(host.id, /^tiny-\d{8}-\d{6}$/);
+    const run = JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8'));
+    assert.deepEqual(validate(RunJsonSchema, run), []);
+    assert.equal(run.status, 'finished');
+    const metrics = jsonl(join(host.runDir, 'metrics.jsonl'));
+    for (const m of metrics) assert.deepEqual(validate(MetricsSchema, m), []);
+    assert.deepEqual(
+      metrics.map((m) => (m as { step: number }).step),
+      [0, 1, 2],
+    );
+    assert.equal(typeof (metrics[0] as Record<string, unknown>)['val/em'], 'number', 'held-out EM before the first update');
+    for (const e of jsonl(join(host.runDir, 'events.jsonl'))) assert.deepEqual(validate(EventSchema, e), []);
+    assert.ok(readdirSync(join(host.runDir, 'rollouts')).includes('step-000001.jsonl'));
+    assert.ok(existsSync(join(host.runDir, 'checkpoints', 'step-000002')));
+    // The events the host passed on are the trainer's stdout events.
+    assert.deepEqual(
+      [...new Set(events.map((e) => e.event))].sort(),
+      ['checkpoint', 'eval', 'finished', 'metrics', 'progress', 'started'],
+    );
+    assert.deepEqual(await waitGone(pids), [], 'no process left behind');
+  });
+
+  it('stop mid-step: status stopped, a checkpoint, resumable; nothing left running', async () => {
+    const events: Record<string, unknown>[] = [];
+    const host = await start({ config: await config({ train: { steps: 50, eval_every: 0, checkpoint_every: 0 }, test: { step_delay_s: 1.5 } }) }, events);
+    const pids = [host.server.child.pid, host.trainer.pid];
+    await new Promise<void>((res) => {
+      const t = setInterval(() => {
+        if (events.some((e) => e.event === 'progress' && e.step === 2 && e.phase === 'rollout')) {
+          clearInterval(t);
+          res();
+        }
+      }, 50);
+    });
+    const outcome = await host.stop();
+    assert.equal(outcome.status, 'stopped');
+    assert.ok(outcome.step >= 1 && outcome.step < 50, `stopped at ${outcome.step}`);
+    const run = JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8'));
+    assert.equal(run.status, 'stopped');
+    assert.ok(existsSync(join(host.runDir, 'checkpoints', `step-${String(outcome.step).padStart(6, '0')}`)), 'checkpointed where it stopped');
+    assert.deepEqual(await waitGone(pids), []);
+
+    // Resume from the run directory alone (its run.json has the config).
+    const resumed = await start({ runDir: host.runDir, resume: true });
+    const stepSeen = new Promise<void>((res) => {
+      const t = setInterval(() => {
+        const run2 = JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8'));
+        if (run2.step > outcome.step) {
+          clearInterval(t);
+          res();
+        }
+      }, 100);
+    });
+    await stepSeen;
+    const second = await resumed.stop();
+    assert.equal(second.status, 'stopped');
+    assert.ok(second.step > outcome.step, `resumed past ${outcome.step} (now ${second.step})`);
+    assert.deepEqual(await waitGone([resumed.server.child.pid, resumed.trainer.pid]), []);
+  });
+
+  it('a trainer crash: status failed with the traceback; the server is stopped too', async () => {
+    const host = await start({ config: await config({ test: { crash_at_step: 2 } }) });
+    const pids = [host.server.child.pid, host.trainer.pid];
+    const outcome = await host.done;
+    assert.equal(outcome.status, 'failed');
+    assert.equal(outcome.exit.code, 1);
+    assert.match(outcome.error?.message ?? '', /crash at step 2, on purpose/);
+    assert.match(outcome.error?.traceback ?? '', /Traceback[\s\S]*RuntimeError/);
+    const run = JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8'));
+    assert.equal(run.status, 'failed');
+    assert.equal(run.step, 1, 'the last completed step stays recorded');
+    assert.deepEqual(await waitGone(pids), []);
+  });
+
+  it('a port in use: a message saying so, and nothing started', async () => {
+    const blocker = createServer();
+    await new Promise<void>((r) => blocker.listen(0, '127.0.0.1', r));
+    const port = (blocker.address() as { port: number }).port;
+    try {
+      await assert.rejects(start({ config: await config(), port }), (e: Error) => {
+        assert.ok(e instanceof EnvServerError);
+        assert.match(e.message, new RegExp(`port ${port} is already in use`));
+        return true;
+      });
+    } finally {
+      blocker.close();
+    }
+  });
+
+  it('an invalid config or a missing dataset: RunConfigError naming the file and the key, before anything is spawned', async () => {
+    const bad = await config({ rollout: { n: 'five' } });
+    await assert.rejects(start({ config: bad }), (e: Error) => e instanceof RunConfigError && e.message.includes(bad) && /rollout\.n/.test(e.message));
+    const missing = await config({ data: { train: '/nonexistent/train.jsonl' } });
+    await assert.rejects(loadRunConfig(missing), /data\.train: no such file or directory: \/nonexistent\/train\.jsonl/);
+    const broken = join(tmp, 'broken.run.json');
+    await writeFile(broken, '{\n  "data": {\n    "train": "x",,\n  }\n}\n');
+    await assert.rejects(loadRunConfig(broken), (e: Error) => /broken\.run\.json:3:\d+: not valid JSON/.test(e.message));
+  });
+
+  it('server arguments follow the retriever section (none = the ablation)', async () => {
+    const loaded = await loadRunConfig(await config({ retriever: { kind: 'none', topk: 5 }, reward: { module: 'builtin:f1' } }));
+    const args = envServerArgs(loaded, { port: 0 });
+    assert.deepEqual(args, ['--port', '0', '--topk', '5', '--retriever', 'none', '--reward', 'builtin:f1']);
+  });
+
+  it('a host that dies (SIGKILL) leaves no orphans: the trainer and server notice and stop', async () => {
+    const script = join(tmp, 'host.ts');
+    await writeFile(
+      script,
+      `import { RunHost } from ${JSON.stringify(join(ROOT, 'src/core/host/runHost.ts'))};
+       (async () => {
+         const host = await RunHost.start({ config: ${JSON.stringify(await config({ train: { steps: 50, eval_every: 0 }, test: { step_delay_s: 1 } }))},
+           python: ${JSON.stringify(python)}, runsParent: ${JSON.stringify(join(tmp, 'runs'))},
+           serverLauncher: ${JSON.stringify(launcher)},
+           onEvent: (e) => { if (e.event === 'progress') console.log(JSON.stringify({ pids: [host.server.child.pid, host.trainer.pid], dir: host.runDir })); } });
+       })();`,
+    );
+    const child = execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), script], { reject: false, buffer: false, env: { SAS_ORPHAN_IDLE_MS: '3000' } });
+    const info = await new Promise<{ pids: number[]; dir: string }>((res, rej) => {
+      let buf = '';
+      child.stdout!.on('data', (d: Buffer) => {
+        buf += d.toString();
+        const line = buf.split('\n').find((l) => l.startsWith('{'));
+        if (line) res(JSON.parse(line));
+      });
+      void child.then(() => rej(new Error('the host exited first')));
+    });
+    assert.ok(info.pids.every(isAlive));
+    child.kill('SIGKILL');
+    await child;
+    assert.deepEqual(await waitGone(info.pids, 30_000), [], 'trainer and server stop by themselves once their host is gone');
+    const run = JSON.parse(readFileSync(join(info.dir, 'run.json'), 'utf8'));
+    assert.equal(run.status, 'stopped', 'the trainer stopped the way SIGTERM stops it (resumable)');
+  });
+});
