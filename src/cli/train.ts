@@ -3,7 +3,7 @@
  * plain lines otherwise; Ctrl-C stops the run the way the editor's Stop does (the trainer checkpoints); a failure
  * prints the trainer's error and how to resume.
  */
-import { readFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { RunConfigError } from '../core/host/runConfig';
@@ -69,7 +69,11 @@ export class ProgressPrinter {
         this.line(`run started: ${e.model} policy (${Number(e.parameters).toLocaleString('en-US')} parameters) on ${e.device}; ${e.train_examples} training / ${e.eval_examples} held-out questions; ${e.total} steps${e.resumed ? ` (resumed at step ${e.step})` : ''}`);
         break;
       case 'progress':
-        if (e.phase === 'warmup') this.draw(Number(e.warmup_step ?? 0), Number(e.warmup_steps ?? 0), 'warm-up', `  loss ${fmt(e.loss)}`);
+        if (e.phase === 'warmup') {
+          const [k, n] = [Number(e.warmup_step ?? 0), Number(e.warmup_steps ?? 0)];
+          if (this.out.isTTY) this.draw(k, n, 'warm-up', `  loss ${fmt(e.loss)}`);
+          else if (!this.quiet && (k % 100 === 0 || k === n)) this.line(`warm start ${k}/${n}: loss ${fmt(e.loss)}  (${duration((Date.now() - this.started) / 1000)})`);
+        }
         else {
           if (this.firstStep === undefined && e.phase === 'rollout') {
             this.firstStep = (e.step ?? 1) - 1;
@@ -134,7 +138,7 @@ interface TrainRequest {
   quiet: boolean;
 }
 
-async function runTraining(req: TrainRequest, log: (s: string) => void): Promise<{ code: number; outcome?: RunOutcome }> {
+async function runTraining(req: TrainRequest, log: (s: string) => void): Promise<{ code: number; outcome?: RunOutcome; python?: string }> {
   const search = await findPython(pythonCandidates([req.python], packageRoot()));
   if (!search.found) {
     process.stderr.write(`${noPythonMessage(search)}\n`);
@@ -187,7 +191,28 @@ async function runTraining(req: TrainRequest, log: (s: string) => void): Promise
     return { code: 1, outcome };
   }
   if (outcome.status === 'stopped') log(`stopped at step ${outcome.step} (checkpointed); resume: search-agent-studio train --resume --run-dir ${where}`);
-  return { code: 0, outcome };
+  return { code: 0, outcome, python: search.found.executable };
+}
+
+/**
+ * Held-out exact match of a run's last checkpoint with /retrieve returning nothing (an evaluation-only run in
+ * <runDir>/eval-no-retrieval): the answers are invented, so a policy that learned to use retrieval scores ~0.
+ */
+async function evalWithoutRetrieval(runDir: string, step: number, python: string): Promise<number | undefined> {
+  const run = JSON.parse(await readFile(join(runDir, 'run.json'), 'utf8')) as { config: Record<string, any> };
+  const cfg = structuredClone(run.config);
+  cfg.model = { ...cfg.model, init: join(runDir, 'checkpoints', `step-${String(step).padStart(6, '0')}`) };
+  cfg.retriever = { kind: 'none', topk: cfg.retriever?.topk ?? 3 };
+  cfg.train = { ...cfg.train, steps: 0 };
+  cfg.name = `${cfg.name ?? 'run'}-no-retrieval`;
+  const dir = join(runDir, 'eval-no-retrieval');
+  await mkdir(dir, { recursive: true });
+  const file = join(dir, 'config.run.json');
+  await writeFile(file, JSON.stringify(cfg, null, 2));
+  const host = await RunHost.start({ config: file, runDir: dir, python });
+  const outcome = await host.done;
+  if (outcome.status !== 'finished') return undefined;
+  return (await heldOutEm(dir)).before?.em;
 }
 
 function usageError(why: string, usage: string): number {
@@ -233,12 +258,21 @@ export async function demoCommand(argv: string[]): Promise<number> {
   console.log('The demo: a tiny policy learns, on CPU, to search a corpus of invented facts (BM25) and answer from what it finds;');
   console.log('a short supervised warm start teaches it the tags only (random queries and answers), then GRPO on exact match.');
   const t0 = Date.now();
-  const { code, outcome } = await runTraining({ config, runDir: values['run-dir'], resume: false, python: values.python, port: 0, quiet: values.quiet }, (s) => console.log(s));
-  if (!outcome || outcome.status === 'failed') return code || 1;
+  const { code, outcome, python } = await runTraining({ config, runDir: values['run-dir'], resume: false, python: values.python, port: 0, quiet: values.quiet }, (s) => console.log(s));
+  if (!outcome || outcome.status === 'failed' || !python) return code || 1;
+  const trained = Date.now();
   const em = await heldOutEm(outcome.runDir);
+  let blind: number | undefined;
+  if (outcome.status === 'finished') {
+    console.log('checking the trained policy with /retrieve returning nothing (it should not know the invented answers)…');
+    blind = await evalWithoutRetrieval(outcome.runDir, outcome.step, python).catch((e: Error) => {
+      process.stderr.write(`the no-retrieval check failed: ${e.message}\n`);
+      return undefined;
+    });
+  }
   console.log(
-    `held-out exact match: ${fmt(em.before?.em)} before training (after the warm start) → ${fmt(em.after?.em)} after ${em.after?.step ?? 0} steps; ` +
-      `searches per question ${fmt(em.after?.searches, 2)}; ${duration((Date.now() - t0) / 1000)}`,
+    `held-out exact match: ${fmt(em.before?.em)} before training (after the warm start) → ${fmt(em.after?.em)} after ${em.after?.step ?? 0} steps ` +
+      `(${duration((trained - t0) / 1000)}); searches per question ${fmt(em.after?.searches, 2)}; with retrieval disabled ${fmt(blind)}`,
   );
   return code;
 }

@@ -16,7 +16,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** The names of our webviews; one folder under `webview/` each. */
-export type WebviewName = 'welcome' | 'reward-lab';
+export type WebviewName = 'welcome' | 'reward-lab' | 'dashboard';
 
 export type Envelope =
   | { t: 'ready'; v: number; webview: string }
@@ -405,5 +405,39 @@ export interface RewardLabContract extends Contract {
   };
   view: Record<string, never>;
   toView: { state: RewardLabState };
+  toHost: Record<string, never>;
+}
+
+/** A run shown in the dashboard (several are overlaid). */
+export interface DashboardRun {
+  id: string;
+  dir: string;
+  state: 'running' | 'finished' | 'failed' | 'stopped' | 'interrupted';
+  step: number;
+  total?: number;
+}
+
+/** One metrics.jsonl line: `step` and named numbers (DESIGN §4.3). */
+export type MetricsRow = { step: number } & Record<string, number>;
+
+export interface DashboardContract extends Contract {
+  host: {
+    /** The runs shown and every metrics line so far (after a re-created view too). */
+    getState(params: void): { runs: DashboardRun[]; metrics: { dir: string; rows: MetricsRow[] }[] };
+    /** Adds a run to the overlay (a quick pick of the workspace's runs). */
+    addRun(params: void): void;
+    removeRun(params: { dir: string }): void;
+    /** Opens the rollouts of a step (the nearest step with rollouts at or before it). */
+    openStep(params: { dir: string; step: number }): void;
+  };
+  view: {
+    /** What the charts hold, for tests and diagnostics. */
+    describe(params: void): { charts: { key: string; title: string; series: number; points: number }[]; runs: string[]; theme: string };
+  };
+  toView: {
+    runs: { runs: DashboardRun[] };
+    /** Lines appended to a run's metrics.jsonl since the last message (or all of them with `reset`). */
+    metrics: { dir: string; rows: MetricsRow[]; reset?: boolean };
+  };
   toHost: Record<string, never>;
 }

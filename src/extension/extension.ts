@@ -4,6 +4,10 @@
  */
 import * as vscode from 'vscode';
 import { RewardWorkbench } from './rewards/rewardWorkbench';
+import { Dashboard } from './training/dashboard';
+import { newTrainingRun } from './training/newRun';
+import { RunsView } from './training/runsView';
+import { TrainingController } from './training/trainingController';
 import { TrajectoryLanguage } from './trajectoryLanguage';
 import { WelcomePanel } from './welcome';
 
@@ -22,12 +26,15 @@ export function activate(context: vscode.ExtensionContext): void {
   context.subscriptions.push(status);
 
   context.subscriptions.push(new TrajectoryLanguage(log), new RewardWorkbench(context, log));
+  const training = new TrainingController(context, log);
+  context.subscriptions.push(training, new RunsView(training), new Dashboard(context, training, log));
 
   context.subscriptions.push(
     vscode.commands.registerCommand('searchAgent.showWelcome', () => {
       WelcomePanel.show(context, log);
     }),
     vscode.commands.registerCommand('searchAgent.showLogs', () => log.show(true)),
+    vscode.commands.registerCommand('searchAgent.newTrainingRun', () => newTrainingRun(context.extensionUri.fsPath)),
   );
 }
 

@@ -1,6 +1,6 @@
 /** The extension manifest says what the foundation issue and DESIGN require, and matches the code. */
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 
 const ROOT = join(__dirname, '..', '..');
@@ -49,6 +49,19 @@ describe('extension manifest', () => {
     assert.equal(ignore[0], '**');
     assert.ok(ignore.slice(1).every((l) => l.startsWith('!')), 'only re-inclusions after **');
     // TypeScript ships only as the reward API's declarations and the example reward modules (the built-ins).
-    assert.deepEqual(ignore.filter((l) => /^!(src|test|webview|scripts|bench|docs)\b|fixtures|\.map/.test(l) || (/\.ts$/.test(l) && !/(\.reward\.ts|reward-api\.d\.ts)$/.test(l))), []);
+    // Of docs/, only the run-config schema ships (the editor validates *.run.json with it).
+    assert.deepEqual(ignore.filter((l) => (/^!(src|test|webview|scripts|bench|docs)\b|fixtures|\.map/.test(l) && l !== '!docs/schema/run-config.schema.json') || (/\.ts$/.test(l) && !/(\.reward\.ts|reward-api\.d\.ts)$/.test(l))), []);
 });
+
+  it('contributes training: the palette commands, the Runs view, *.run.json validation against a shipped schema', () => {
+    const ids = (pkg.contributes.commands as { command: string }[]).map((c) => c.command);
+    for (const id of ['searchAgent.newTrainingRun', 'searchAgent.startTraining', 'searchAgent.stopTraining', 'searchAgent.resumeTraining', 'searchAgent.startRetriever', 'searchAgent.stopRetriever', 'searchAgent.openDashboard']) assert.ok(ids.includes(id), id);
+    assert.deepEqual(pkg.contributes.views.searchAgent.map((v: { id: string }) => v.id), ['searchAgent.runs']);
+    const v = pkg.contributes.jsonValidation[0];
+    assert.equal(v.fileMatch, '*.run.json');
+    assert.ok(existsSync(join(ROOT, v.url)), v.url);
+    const ignore = readFileSync(join(ROOT, '.vscodeignore'), 'utf8');
+    assert.ok(ignore.includes(`!${v.url.replace(/^\.\//, '')}`), 'the schema ships in the VSIX');
+    assert.ok(pkg.capabilities.untrustedWorkspaces.restrictedConfigurations.includes('searchAgent.pythonPath'));
+  });
 });

@@ -158,6 +158,8 @@ export interface EnvServerProcess {
 export interface ServerLauncher {
   node: string;
   args: string[];
+  /** Extra environment (e.g. ELECTRON_RUN_AS_NODE=1 when `node` is the editor's Electron binary). */
+  env?: Record<string, string>;
 }
 
 /** The bundled env server script: dist/server.js beside this bundle, or in the package root. */
@@ -176,6 +178,7 @@ export async function startEnvServerProcess(args: string[], options: { onLog?: L
   const listening = new Promise<number>((r) => (resolveListening = r));
   const launcher = options.launcher ?? { node: process.execPath, args: [envServerScript()] };
   const child = spawnChild('env server', launcher.node, [...launcher.args, ...args], {
+    env: launcher.env,
     onStdout: (line) => {
       try {
         const msg = JSON.parse(line) as { event?: string; port?: number };

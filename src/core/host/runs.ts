@@ -1,0 +1,105 @@
+/**
+ * The runs on disk: run directories (`<parent>/<id>/run.json`) read without trusting them — a run.json that says
+ * `running` while its trainer's pid is gone was interrupted (a killed machine, a crash of everything), and is shown
+ * as such so it can be resumed.
+ */
+import { existsSync } from 'node:fs';
+import { readdir, readFile, stat } from 'node:fs/promises';
+import { basename, join } from 'node:path';
+import type { RunJson } from '../run/format';
+import { isAlive } from './processes';
+
+export type RunState = 'running' | 'finished' | 'failed' | 'stopped' | 'interrupted';
+
+export interface RunInfo {
+  dir: string;
+  id: string;
+  state: RunState;
+  step: number;
+  total?: number;
+  pid?: number;
+  created?: string;
+  updated?: string;
+  error?: string;
+  /** Last values of a few metrics (from the end of metrics.jsonl). */
+  last?: { reward?: number; valEm?: number; step?: number };
+  /** Steps with a rollouts file, ascending. */
+  rolloutSteps: number[];
+}
+
+/** The last complete lines of a file, reading only its tail. */
+export async function lastLines(file: string, maxBytes = 64 * 1024): Promise<string[]> {
+  const { open } = await import('node:fs/promises');
+  const h = await open(file, 'r');
+  try {
+    const size = (await h.stat()).size;
+    const start = Math.max(0, size - maxBytes);
+    const buf = Buffer.alloc(size - start);
+    await h.read(buf, 0, buf.length, start);
+    const lines = buf.toString('utf8').split('\n');
+    if (start > 0) lines.shift();
+    return lines.filter((l) => l.trim());
+  } finally {
+    await h.close();
+  }
+}
+
+export async function readRun(dir: string): Promise<RunInfo | undefined> {
+  let run: Partial<RunJson>;
+  try {
+    run = JSON.parse(await readFile(join(dir, 'run.json'), 'utf8'));
+  } catch {
+    return undefined;
+  }
+  let state: RunState = (run.status as RunState) ?? 'interrupted';
+  if (state === 'running' && !(run.pid && isAlive(run.pid))) state = 'interrupted';
+  const info: RunInfo = { dir, id: run.id ?? basename(dir), state, step: run.step ?? 0, total: run.total_steps, pid: run.pid, created: run.created, updated: run.updated, error: run.error?.message, rolloutSteps: [] };
+  const metrics = join(dir, 'metrics.jsonl');
+  if (existsSync(metrics)) {
+    const last: NonNullable<RunInfo['last']> = {};
+    for (const line of (await lastLines(metrics)).reverse()) {
+      try {
+        const m = JSON.parse(line) as Record<string, number>;
+        last.step ??= m.step;
+        if (last.reward === undefined && typeof m['critic/score/mean'] === 'number') last.reward = m['critic/score/mean'];
+        if (last.valEm === undefined && typeof m['val/em'] === 'number') last.valEm = m['val/em'];
+        if (last.reward !== undefined && last.valEm !== undefined) break;
+      } catch {
+        /* a partial line being written */
+      }
+    }
+    info.last = last;
+  }
+  try {
+    info.rolloutSteps = (await readdir(join(dir, 'rollouts')))
+      .map((f) => /^step-(\d+)\.jsonl$/.exec(f))
+      .filter((m): m is RegExpExecArray => m !== null)
+      .map((m) => Number(m[1]))
+      .sort((a, b) => a - b);
+  } catch {
+    /* no rollouts yet */
+  }
+  return info;
+}
+
+/** Every run directory directly under the given parents, newest first. */
+export async function listRuns(parents: string[]): Promise<RunInfo[]> {
+  const out: RunInfo[] = [];
+  for (const parent of parents) {
+    let names: string[];
+    try {
+      names = await readdir(parent);
+    } catch {
+      continue;
+    }
+    for (const name of names) {
+      const dir = join(parent, name);
+      if (!existsSync(join(dir, 'run.json'))) continue;
+      const info = await readRun(dir);
+      if (info) out.push(info);
+    }
+  }
+  const time = async (r: RunInfo) => r.created ?? (await stat(r.dir)).mtime.toISOString();
+  const keyed = await Promise.all(out.map(async (r) => [await time(r), r] as const));
+  return keyed.sort((a, b) => (a[0] < b[0] ? 1 : a[0] > b[0] ? -1 : 0)).map(([, r]) => r);
+}

@@ -1,0 +1,63 @@
+/**
+ * Run configs from a few answers ("Search Agent: New Training Run…"): the CPU demo, or a local Hugging Face model in
+ * Search-R1's settings (GRPO n=5, top-k 3, max_turns 4, KL 0.001, lr 1e-6), with GRPO or PPO. Pure; the extension
+ * asks the questions and writes the file.
+ */
+import { SEARCH_R1_BASE_TEMPLATE, type RunConfig } from '../run/config';
+
+export interface NewRunAnswers {
+  name: string;
+  model: { kind: 'tiny' } | { kind: 'hf'; path: string; lora?: boolean };
+  data: { kind: 'demo' } | { kind: 'files'; train: string; eval?: string };
+  retriever: { kind: 'demo' } | { kind: 'bm25'; index?: string; corpus?: string } | { kind: 'dense'; index: string; model: string } | { kind: 'remote'; url: string };
+  algorithm: 'grpo' | 'ppo';
+  /** Paths in the answers are made relative to this directory (where the config is written). */
+  relativeTo?: (p: string) => string;
+}
+
+const DEMO_PROMPT = 'Answer the question. Search with <search> query </search> when you need facts, then answer with <answer> answer </answer>. Question: {question}\n';
+
+/** The config a user's answers describe; `demoDir` is where examples/demo lives, relative to the config. */
+export function newRunConfig(a: NewRunAnswers, demoDir: string): RunConfig {
+  const rel = a.relativeTo ?? ((p: string) => p);
+  const tiny = a.model.kind === 'tiny';
+  const hf = a.model.kind === 'hf' ? a.model : undefined;
+  const config: RunConfig = {
+    name: a.name,
+    seed: 1,
+    data:
+      a.data.kind === 'demo'
+        ? { train: `${demoDir}/train.jsonl`, eval: `${demoDir}/eval.jsonl`, ...(tiny ? { prompt_template: DEMO_PROMPT } : {}) }
+        : { train: rel(a.data.train), ...(a.data.eval ? { eval: rel(a.data.eval) } : {}), ...(tiny ? { prompt_template: DEMO_PROMPT } : { prompt_template: SEARCH_R1_BASE_TEMPLATE }) },
+    model: tiny
+      ? { kind: 'tiny', tiny: { layers: 2, d_model: 128, heads: 4, max_len: 1024, vocab: a.data.kind === 'demo' ? [`${demoDir}/corpus.jsonl`] : [] } }
+      : { kind: 'hf', path: rel(hf?.path ?? ''), dtype: 'auto', gradient_checkpointing: true, ...(hf?.lora ? { lora: { r: 16, alpha: 32, dropout: 0.05 } } : {}) },
+    retriever:
+      a.retriever.kind === 'demo'
+        ? { kind: 'demo', topk: 3 }
+        : a.retriever.kind === 'bm25'
+          ? { kind: 'bm25', ...(a.retriever.index ? { index: rel(a.retriever.index) } : { corpus: rel(a.retriever.corpus ?? '') }), topk: 3 }
+          : a.retriever.kind === 'dense'
+            ? { kind: 'dense', index: rel(a.retriever.index), model: rel(a.retriever.model), topk: 3 }
+            : { kind: 'remote', url: a.retriever.url, topk: 3 },
+    reward: { module: 'builtin:em' },
+    rollout: tiny
+      ? { batch_size: 16, n: 8, max_turns: 3, max_turn_tokens: 24, max_response_length: 600, max_obs_length: 256 }
+      : { batch_size: 512, n: a.algorithm === 'grpo' ? 5 : 1, max_turns: 4, max_turn_tokens: 500, max_response_length: 4096, max_obs_length: 500, max_prompt_length: 4096, temperature: 1, top_p: 1 },
+    algorithm: tiny
+      ? a.algorithm === 'grpo'
+        ? { name: 'grpo', kl_coef: 0 }
+        : { name: 'ppo', kl_coef: 0, gamma: 1, lam: 1 }
+      : a.algorithm === 'grpo'
+        ? { name: 'grpo', kl_coef: 0.001, kl_estimator: 'k3', loss_masking: true }
+        : { name: 'ppo', kl_coef: 0.001, kl_estimator: 'k3', gamma: 1, lam: 1, loss_masking: true },
+    optim: tiny
+      ? { lr: 3e-4, ppo_epochs: 2, mini_batch_size: 128, micro_batch_size: 8 }
+      : // Search-R1: lr warm-up ratio 0.285 of 1005 steps; PPO mini-batches of 256 prompts (× n sequences for GRPO).
+        { lr: 1e-6, ...(a.algorithm === 'ppo' ? { critic_lr: 1e-5 } : {}), warmup_steps: 286, mini_batch_size: a.algorithm === 'grpo' ? 1280 : 256, micro_batch_size: 8 },
+    train: tiny
+      ? { steps: 80, eval_every: 10, checkpoint_every: 20, supervised_warmup: { steps: 300, lr: 1e-3, batch_size: 32 } }
+      : { steps: 1005, eval_every: 50, checkpoint_every: 100 },
+  };
+  return config;
+}

@@ -1,0 +1,155 @@
+/**
+ * The training dashboard (one panel): live charts of metrics.jsonl for one run or several overlaid. The host only
+ * follows files (src/core/host/metricsTail.ts) and sends appended lines; the webview (webview/dashboard) appends
+ * them to its charts without re-rendering.
+ */
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import * as vscode from 'vscode';
+import { MetricsTail } from '../../core/host/metricsTail';
+import { listRuns, readRun } from '../../core/host/runs';
+import type { DashboardContract, DashboardRun, MetricsRow } from '../../core/protocol';
+import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
+import type { TrainingController } from './trainingController';
+
+interface Followed {
+  dir: string;
+  tail: MetricsTail;
+  rows: MetricsRow[];
+}
+
+export class Dashboard implements vscode.Disposable {
+  private web: OpenedWebview<DashboardContract> | undefined;
+  private followed: Followed[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private readonly disposables: vscode.Disposable[] = [];
+
+  constructor(
+    private readonly context: vscode.ExtensionContext,
+    private readonly controller: TrainingController,
+    private readonly log: vscode.LogOutputChannel,
+  ) {
+    this.disposables.push(
+      vscode.commands.registerCommand('searchAgent.openDashboard', (arg?: { dir: string } | vscode.Uri) => this.open(arg instanceof vscode.Uri ? arg.fsPath : arg?.dir)),
+      vscode.commands.registerCommand('searchAgent.addRunToDashboard', (arg?: { run?: { dir: string }; dir?: string }) => this.add(arg?.run?.dir ?? arg?.dir)),
+      controller.onDidChange(() => void this.poll()),
+    );
+  }
+
+  /** Opens the dashboard on a run (default: the live run, else the newest). */
+  async open(dir?: string): Promise<void> {
+    dir ??= this.controller.live?.dir ?? (await listRuns(this.controller.runsParents()))[0]?.dir;
+    if (!this.web) this.create();
+    else this.web.panel.reveal(undefined, true);
+    if (dir && !this.followed.some((f) => f.dir === dir)) {
+      // Opening on a run shows that run; "Add Run" overlays others.
+      this.followed = [];
+      await this.follow(dir);
+    }
+    await this.sendRuns();
+  }
+
+  private create(): void {
+    const web = openWebviewPanel<DashboardContract>(this.context.extensionUri, { name: 'dashboard', title: 'Search Agent: Training Dashboard', viewColumn: vscode.ViewColumn.Active }, this.log);
+    this.web = web;
+    web.endpoint.handle('getState', async () => ({ runs: await this.runs(), metrics: this.followed.map((f) => ({ dir: f.dir, rows: f.rows })) }));
+    web.endpoint.handle('addRun', () => this.add());
+    web.endpoint.handle('removeRun', async ({ dir }) => {
+      this.followed = this.followed.filter((f) => f.dir !== dir);
+      await this.sendRuns();
+    });
+    web.endpoint.handle('openStep', ({ dir, step }) => this.openStep(dir, step));
+    web.panel.onDidDispose(() => {
+      this.web = undefined;
+      this.followed = [];
+      clearInterval(this.timer);
+      this.timer = undefined;
+    });
+    this.timer = setInterval(() => void this.poll(), 1_000);
+  }
+
+  private async follow(dir: string): Promise<void> {
+    const f: Followed = { dir, tail: new MetricsTail(join(dir, 'metrics.jsonl')), rows: [] };
+    this.followed.push(f);
+    const r = await f.tail.read();
+    f.rows.push(...r.rows);
+    for (const m of r.malformed) this.log.warn(`${join(dir, 'metrics.jsonl')}:${m.line}: skipped a malformed line (${m.message})`);
+    this.web?.endpoint.emit('metrics', { dir, rows: f.rows, reset: true });
+  }
+
+  private async add(dir?: string): Promise<void> {
+    if (!dir) {
+      const shown = new Set(this.followed.map((f) => f.dir));
+      const runs = (await listRuns(this.controller.runsParents())).filter((r) => !shown.has(r.dir));
+      if (!runs.length) {
+        void vscode.window.showInformationMessage('Search Agent: no other run to overlay.');
+        return;
+      }
+      const pick = await vscode.window.showQuickPick(
+        runs.map((r) => ({ label: r.id, description: `${r.state} · step ${r.step}${r.total ? `/${r.total}` : ''}`, dir: r.dir })),
+        { title: 'Overlay which run?' },
+      );
+      dir = pick?.dir;
+    }
+    if (!dir) return;
+    if (!this.web) return this.open(dir);
+    if (!this.followed.some((f) => f.dir === dir)) await this.follow(dir);
+    await this.sendRuns();
+  }
+
+  private async runs(): Promise<DashboardRun[]> {
+    const out: DashboardRun[] = [];
+    for (const f of this.followed) {
+      const r = await readRun(f.dir);
+      out.push({ id: r?.id ?? f.dir.split(/[\\/]/).pop() ?? f.dir, dir: f.dir, state: r?.state ?? 'interrupted', step: r?.step ?? 0, total: r?.total });
+    }
+    return out;
+  }
+
+  private async sendRuns(): Promise<void> {
+    this.web?.endpoint.emit('runs', { runs: await this.runs() });
+  }
+
+  private polling = false;
+  private async poll(): Promise<void> {
+    if (!this.web || this.polling) return;
+    this.polling = true;
+    try {
+      let any = false;
+      for (const f of this.followed) {
+        const r = await f.tail.read();
+        if (r.reset) f.rows = [];
+        for (const m of r.malformed) this.log.warn(`${f.tail.file}:${m.line}: skipped a malformed line (${m.message})`);
+        if (!r.rows.length && !r.reset) continue;
+        f.rows.push(...r.rows);
+        any = true;
+        this.web.endpoint.emit('metrics', { dir: f.dir, rows: r.reset ? f.rows : r.rows, reset: r.reset });
+      }
+      if (any) await this.sendRuns();
+    } finally {
+      this.polling = false;
+    }
+  }
+
+  /** The rollouts of a step: the nearest step with a rollouts file at or before it (the inspector, when present). */
+  private async openStep(dir: string, step: number): Promise<void> {
+    const run = await readRun(dir);
+    const steps = run?.rolloutSteps ?? [];
+    const best = steps.filter((s) => s <= step).pop() ?? steps[0];
+    if (best === undefined) {
+      void vscode.window.showInformationMessage(`Search Agent: no rollouts saved in ${dir} yet.`);
+      return;
+    }
+    const file = join(dir, 'rollouts', `step-${String(best).padStart(6, '0')}.jsonl`);
+    if (!existsSync(file)) return;
+    const commands = await vscode.commands.getCommands(true);
+    if (commands.includes('searchAgent.openInspector')) await vscode.commands.executeCommand('searchAgent.openInspector', vscode.Uri.file(file));
+    else await vscode.window.showTextDocument(vscode.Uri.file(file), { viewColumn: vscode.ViewColumn.Beside, preview: true });
+  }
+
+  dispose(): void {
+    clearInterval(this.timer);
+    this.web?.panel.dispose();
+    for (const d of this.disposables) d.dispose();
+  }
+}

@@ -1,0 +1,139 @@
+/**
+ * The Runs view (activity bar → Search Agent → Runs): run directories with their state, step and reward; under a
+ * run its steps with rollouts; under a step its rollouts with a reward icon. Refreshed by file-system watchers while
+ * a run writes (debounced), and by the live run's events.
+ */
+import { createReadStream } from 'node:fs';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import * as vscode from 'vscode';
+import { listRuns, type RunInfo } from '../../core/host/runs';
+import type { TrainingController } from './trainingController';
+
+type Node = { kind: 'run'; run: RunInfo } | { kind: 'step'; run: RunInfo; step: number } | { kind: 'rollout'; file: string; line: number; label: string; reward?: number; detail: string } | { kind: 'more'; label: string };
+
+const ICONS: Record<RunInfo['state'], [string, string?]> = {
+  running: ['sync~spin', 'charts.blue'],
+  finished: ['pass', 'testing.iconPassed'],
+  failed: ['error', 'testing.iconFailed'],
+  stopped: ['debug-pause', 'charts.yellow'],
+  interrupted: ['warning', 'list.warningForeground'],
+};
+
+const fmt = (v: number | undefined) => (v === undefined ? '–' : v.toFixed(3));
+const MAX_ROLLOUTS = 200;
+
+/** The first `limit` rollouts of a step file: line number, question, reward (streamed, so a big file is cheap). */
+async function rolloutsOf(file: string, limit: number): Promise<{ nodes: Node[]; more: boolean }> {
+  const nodes: Node[] = [];
+  const rl = createInterface({ input: createReadStream(file, { encoding: 'utf8' }), crlfDelay: Infinity });
+  let line = 0;
+  let more = false;
+  for await (const text of rl) {
+    line++;
+    if (!text.trim()) continue;
+    if (nodes.length >= limit) {
+      more = true;
+      break;
+    }
+    try {
+      const r = JSON.parse(text) as { group?: string; sample?: number; question?: string; reward?: number; searches?: number; finish?: string };
+      nodes.push({ kind: 'rollout', file, line, label: `${r.group ?? ''}/${r.sample ?? ''} ${r.question ?? ''}`.trim(), reward: r.reward, detail: `reward ${fmt(r.reward)} · ${r.searches ?? 0} searches · ${r.finish ?? ''}` });
+    } catch {
+      nodes.push({ kind: 'rollout', file, line, label: `line ${line}: malformed JSON`, detail: 'not a rollout record' });
+    }
+  }
+  rl.close();
+  return { nodes, more };
+}
+
+export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposable {
+  private readonly changed = new vscode.EventEmitter<Node | undefined>();
+  readonly onDidChangeTreeData = this.changed.event;
+  private readonly disposables: vscode.Disposable[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  readonly view: vscode.TreeView<Node>;
+
+  constructor(private readonly controller: TrainingController) {
+    this.view = vscode.window.createTreeView('searchAgent.runs', { treeDataProvider: this, showCollapseAll: true });
+    const watcher = vscode.workspace.createFileSystemWatcher('**/{run.json,metrics.jsonl,rollouts/step-*.jsonl}');
+    const poke = () => this.refreshSoon();
+    this.disposables.push(
+      this.view,
+      this.changed,
+      watcher,
+      watcher.onDidChange(poke),
+      watcher.onDidCreate(poke),
+      watcher.onDidDelete(poke),
+      controller.onDidChange(poke),
+      vscode.commands.registerCommand('searchAgent.refreshRuns', () => this.changed.fire(undefined)),
+      vscode.commands.registerCommand('searchAgent.openRollout', (file: string, line: number) => this.openRollout(file, line)),
+    );
+  }
+
+  private refreshSoon(): void {
+    if (this.timer) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      this.changed.fire(undefined);
+    }, 500);
+  }
+
+  private async openRollout(file: string, line: number): Promise<void> {
+    const doc = await vscode.window.showTextDocument(vscode.Uri.file(file), { preview: true });
+    const pos = new vscode.Position(Math.max(0, line - 1), 0);
+    doc.selection = new vscode.Selection(pos, pos);
+    doc.revealRange(new vscode.Range(pos, pos), vscode.TextEditorRevealType.AtTop);
+  }
+
+  getTreeItem(n: Node): vscode.TreeItem {
+    switch (n.kind) {
+      case 'run': {
+        const r = n.run;
+        const item = new vscode.TreeItem(r.id, r.rolloutSteps.length ? vscode.TreeItemCollapsibleState.Collapsed : vscode.TreeItemCollapsibleState.None);
+        const [icon, color] = ICONS[r.state];
+        item.iconPath = new vscode.ThemeIcon(icon, color ? new vscode.ThemeColor(color) : undefined);
+        item.description = `${r.state} · step ${r.step}${r.total ? `/${r.total}` : ''} · reward ${fmt(r.last?.reward)}${r.last?.valEm !== undefined ? ` · val EM ${fmt(r.last.valEm)}` : ''}`;
+        item.tooltip = new vscode.MarkdownString(`**${r.id}** — ${r.state}${r.error ? `\n\n${r.error}` : ''}\n\n${r.dir}`);
+        item.contextValue = `run.${r.state}`;
+        item.id = `run:${r.dir}`;
+        item.resourceUri = vscode.Uri.file(r.dir);
+        item.command = { command: 'searchAgent.openDashboard', title: 'Open Dashboard', arguments: [{ dir: r.dir }] };
+        return item;
+      }
+      case 'step': {
+        const item = new vscode.TreeItem(`step ${n.step}`, vscode.TreeItemCollapsibleState.Collapsed);
+        item.iconPath = new vscode.ThemeIcon('list-ordered');
+        item.id = `step:${n.run.dir}:${n.step}`;
+        item.contextValue = 'step';
+        item.resourceUri = vscode.Uri.file(join(n.run.dir, 'rollouts', `step-${String(n.step).padStart(6, '0')}.jsonl`));
+        return item;
+      }
+      case 'rollout': {
+        const item = new vscode.TreeItem(n.label, vscode.TreeItemCollapsibleState.None);
+        item.iconPath = n.reward === undefined ? new vscode.ThemeIcon('question') : n.reward > 0 ? new vscode.ThemeIcon('pass-filled', new vscode.ThemeColor('testing.iconPassed')) : new vscode.ThemeIcon('circle-large-outline', new vscode.ThemeColor('testing.iconFailed'));
+        item.description = n.detail;
+        item.contextValue = 'rollout';
+        item.command = { command: 'searchAgent.openRollout', title: 'Open Rollout', arguments: [n.file, n.line] };
+        return item;
+      }
+      case 'more':
+        return new vscode.TreeItem(n.label, vscode.TreeItemCollapsibleState.None);
+    }
+  }
+
+  async getChildren(n?: Node): Promise<Node[]> {
+    if (!n) return (await listRuns(this.controller.runsParents())).map((run) => ({ kind: 'run', run }));
+    if (n.kind === 'run') return [...n.run.rolloutSteps].reverse().map((step) => ({ kind: 'step', run: n.run, step }));
+    if (n.kind === 'step') {
+      const { nodes, more } = await rolloutsOf(join(n.run.dir, 'rollouts', `step-${String(n.step).padStart(6, '0')}.jsonl`), MAX_ROLLOUTS);
+      return more ? [...nodes, { kind: 'more', label: `… first ${MAX_ROLLOUTS} shown` }] : nodes;
+    }
+    return [];
+  }
+
+  dispose(): void {
+    clearTimeout(this.timer);
+    for (const d of this.disposables) d.dispose();
+  }
+}

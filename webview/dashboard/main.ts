@@ -1,0 +1,206 @@
+/**
+ * The training dashboard: live charts of metrics.jsonl (uPlot, canvas) for one run or several overlaid. New lines
+ * are appended to the charts' data (setData: a canvas redraw, no DOM rebuilt); the cursor is synchronised across
+ * charts and the legend shows the values under it; clicking a point opens that step's rollouts. Colours come from
+ * the theme's chart variables and follow a theme change.
+ */
+import '@vscode-elements/elements/dist/vscode-button/index.js';
+import uPlot from 'uplot';
+import type { DashboardContract, DashboardRun, MetricsRow } from '../../src/core/protocol';
+import { connect } from '../shared/bridge';
+import { h, replaceChildren } from '../shared/dom';
+
+interface ChartSpec {
+  key: string;
+  title: string;
+  metrics: { key: string; label: string; dash?: number[] }[];
+  /** y range from 0 to at least this. */
+  min0?: number;
+}
+
+/** The charts, in order (metric names as the trainer writes them, veRL's where it has one). */
+export const CHARTS: ChartSpec[] = [
+  { key: 'reward', title: 'Reward and exact match', min0: 1, metrics: [{ key: 'critic/score/mean', label: 'reward' }, { key: 'reward/em/mean', label: 'EM (train)', dash: [2, 3] }, { key: 'val/em', label: 'EM (held-out)', dash: [8, 4] }] },
+  { key: 'searches', title: 'Searches per trajectory', metrics: [{ key: 'env/number_of_valid_search', label: 'train' }, { key: 'val/searches_mean', label: 'held-out', dash: [8, 4] }] },
+  { key: 'length', title: 'Response length (tokens)', metrics: [{ key: 'response_length/mean', label: 'mean' }] },
+  { key: 'valid', title: 'Valid-action ratio', min0: 1, metrics: [{ key: 'env/ratio_of_valid_action', label: 'valid actions' }] },
+  { key: 'zero', title: 'Groups with zero reward variance', min0: 1, metrics: [{ key: 'reward/frac_zero_std_groups', label: 'fraction' }] },
+  { key: 'kl', title: 'KL', metrics: [{ key: 'actor/ppo_kl', label: 'policy vs rollout' }, { key: 'actor/kl_loss', label: 'vs reference', dash: [2, 3] }] },
+  { key: 'entropy', title: 'Entropy', metrics: [{ key: 'actor/entropy', label: 'entropy' }] },
+  { key: 'clip', title: 'Clip fraction', metrics: [{ key: 'actor/pg_clipfrac', label: 'clipped' }] },
+  { key: 'grad', title: 'Gradient norm', metrics: [{ key: 'actor/grad_norm', label: 'grad norm' }] },
+  { key: 'tps', title: 'Tokens per second', metrics: [{ key: 'perf/throughput', label: 'tokens/s' }] },
+];
+
+const PALETTE_VARS = ['--vscode-charts-blue', '--vscode-charts-orange', '--vscode-charts-green', '--vscode-charts-purple', '--vscode-charts-red', '--vscode-charts-yellow'];
+const FALLBACK = ['#3794ff', '#d18616', '#89d185', '#b180d7', '#f14c4c', '#cca700'];
+
+const endpoint = connect<DashboardContract>('dashboard');
+const root = document.getElementById('root')!;
+const runsBar = h('div', { class: 'runs', 'data-testid': 'runs' });
+const grid = h('div', { class: 'grid', 'data-testid': 'charts' });
+const empty = h('p', { class: 'muted', 'data-testid': 'empty' }, 'No metrics yet: the first line comes after the first evaluation or step.');
+
+let runs: DashboardRun[] = [];
+const rows = new Map<string, MetricsRow[]>();
+const charts = new Map<string, { spec: ChartSpec; plot: uPlot; box: HTMLElement }>();
+let theme = '';
+
+function css(name: string, fallback: string): string {
+  return getComputedStyle(document.body).getPropertyValue(name).trim() || fallback;
+}
+
+function runColor(i: number): string {
+  return css(PALETTE_VARS[i % PALETTE_VARS.length]!, FALLBACK[i % FALLBACK.length]!);
+}
+
+const fmt = (v: number | null | undefined) => (v === null || v === undefined || !Number.isFinite(v) ? '–' : Math.abs(v) >= 1000 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(3));
+
+/** Aligned columns for one chart: the union of steps, one column per (run, metric), null where absent. */
+function columns(spec: ChartSpec): uPlot.AlignedData {
+  const steps = new Set<number>();
+  for (const r of runs) for (const row of rows.get(r.dir) ?? []) if (spec.metrics.some((m) => typeof row[m.key] === 'number')) steps.add(row.step);
+  const xs = [...steps].sort((a, b) => a - b);
+  const at = new Map(xs.map((s, i) => [s, i]));
+  const cols: (number | null)[][] = [];
+  for (const r of runs) {
+    for (const m of spec.metrics) {
+      const col: (number | null)[] = new Array(xs.length).fill(null);
+      for (const row of rows.get(r.dir) ?? []) {
+        const v = row[m.key];
+        if (typeof v === 'number' && Number.isFinite(v)) col[at.get(row.step)!] = v;
+      }
+      cols.push(col);
+    }
+  }
+  return [xs, ...cols] as uPlot.AlignedData;
+}
+
+function makeChart(spec: ChartSpec): { spec: ChartSpec; plot: uPlot; box: HTMLElement } {
+  const fg = css('--vscode-foreground', '#ccc');
+  const gridColor = css('--vscode-editorWidget-border', 'rgba(128,128,128,0.25)');
+  const series: uPlot.Series[] = [{ label: 'step', value: (_u, v) => (v === null ? '–' : String(v)) }];
+  runs.forEach((r, i) => {
+    for (const m of spec.metrics) series.push({ label: runs.length > 1 ? `${r.id} · ${m.label}` : m.label, stroke: runColor(i), width: 1.5, dash: m.dash, spanGaps: true, points: { show: false }, value: (_u, v) => fmt(v) });
+  });
+  const box = h('div', { class: 'chart', 'data-chart': spec.key }, h('h3', {}, spec.title));
+  const axis = { stroke: fg, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 } };
+  const plot = new uPlot(
+    {
+      width: Math.max(280, Math.floor((grid.clientWidth || 900) / 2) - 24),
+      height: 200,
+      series,
+      cursor: { sync: { key: 'dashboard' }, drag: { x: true, y: false } },
+      legend: { live: true },
+      scales: { x: { time: false }, y: { range: (_u, lo, hi) => (spec.min0 !== undefined ? [Math.min(0, lo), Math.max(hi, 0.1 * spec.min0)] : [lo === hi ? lo - 1 : lo, lo === hi ? hi + 1 : hi]) } },
+      axes: [{ ...axis, label: 'step' }, { ...axis, size: 56 }],
+    },
+    columns(spec),
+    box,
+  );
+  plot.over.addEventListener('click', () => {
+    const idx = plot.cursor.idx;
+    if (idx === null || idx === undefined) return;
+    const step = (plot.data[0] as number[])[idx];
+    if (step === undefined) return;
+    const run = runs.find((r) => (rows.get(r.dir) ?? []).some((row) => row.step === step)) ?? runs[0];
+    if (run) void endpoint.request('openStep', { dir: run.dir, step });
+  });
+  return { spec, plot, box };
+}
+
+/** (Re)builds the charts: when the set of runs or the theme changes. Data updates go through update(). */
+function rebuild(): void {
+  for (const c of charts.values()) c.plot.destroy();
+  charts.clear();
+  const boxes: HTMLElement[] = [];
+  for (const spec of CHARTS) {
+    const c = makeChart(spec);
+    charts.set(spec.key, c);
+    boxes.push(c.box);
+  }
+  replaceChildren(grid, ...boxes);
+  update();
+}
+
+function update(): void {
+  let points = 0;
+  for (const c of charts.values()) {
+    const data = columns(c.spec);
+    c.plot.setData(data);
+    points += data[0].length;
+    c.box.hidden = data.slice(1).every((col) => (col as (number | null)[]).every((v) => v === null));
+  }
+  empty.hidden = points > 0;
+}
+
+function renderRuns(): void {
+  replaceChildren(
+    runsBar,
+    ...runs.map((r, i) => {
+      const swatch = h('span', { class: 'swatch' });
+      swatch.style.background = runColor(i); // CSSOM, allowed by the CSP
+      return h(
+        'span',
+        { class: `run ${r.state}`, 'data-run': r.id, title: r.dir },
+        swatch,
+        h('strong', {}, r.id),
+        ` ${r.state} · step ${r.step}${r.total ? `/${r.total}` : ''}`,
+        runs.length > 1 ? h('a', { href: '#', class: 'remove', title: 'Remove from the overlay', onclick: (e: Event) => (e.preventDefault(), void endpoint.request('removeRun', { dir: r.dir })) }, '×') : null,
+      );
+    }),
+    h('vscode-button', { secondary: true, 'data-testid': 'add-run', onclick: () => void endpoint.request('addRun', undefined) }, 'Overlay Run…'),
+  );
+}
+
+function setRuns(next: DashboardRun[]): void {
+  const changed = next.map((r) => r.dir).join('\n') !== runs.map((r) => r.dir).join('\n');
+  runs = next;
+  for (const dir of [...rows.keys()]) if (!runs.some((r) => r.dir === dir)) rows.delete(dir);
+  renderRuns();
+  if (changed) rebuild();
+}
+
+endpoint.on('runs', ({ runs: next }) => setRuns(next));
+endpoint.on('metrics', ({ dir, rows: added, reset }) => {
+  const list = reset ? [] : (rows.get(dir) ?? []);
+  list.push(...added);
+  rows.set(dir, list);
+  update();
+});
+endpoint.handle('describe', () => ({
+  charts: [...charts.values()].map((c) => ({
+    key: c.spec.key,
+    title: c.spec.title,
+    series: c.plot.series.length - 1,
+    points: c.plot.data.slice(1).reduce((n, col) => n + (col as (number | null)[]).filter((v) => v !== null).length, 0),
+  })),
+  runs: runs.map((r) => r.id),
+  theme,
+}));
+
+function themeNow(): string {
+  return ['vscode-high-contrast-light', 'vscode-high-contrast', 'vscode-dark', 'vscode-light'].find((c) => document.body.classList.contains(c)) ?? 'unknown';
+}
+
+new MutationObserver(() => {
+  const t = themeNow();
+  if (t === theme) return;
+  theme = t;
+  renderRuns();
+  rebuild();
+}).observe(document.body, { attributes: true, attributeFilter: ['class'] });
+
+new ResizeObserver(() => {
+  const w = Math.max(280, Math.floor(grid.clientWidth / 2) - 24);
+  for (const c of charts.values()) c.plot.setSize({ width: w, height: 200 });
+}).observe(grid);
+
+replaceChildren(root, h('header', {}, h('h1', {}, 'Training dashboard'), runsBar), empty, grid);
+theme = themeNow();
+void endpoint.request('getState', undefined).then((state) => {
+  for (const m of state.metrics) rows.set(m.dir, [...m.rows]);
+  runs = [];
+  setRuns(state.runs);
+  update();
+});
