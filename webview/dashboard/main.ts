@@ -93,7 +93,8 @@ function makeChart(spec: ChartSpec): { spec: ChartSpec; plot: uPlot; box: HTMLEl
       cursor: { sync: { key: 'dashboard' }, drag: { x: true, y: false } },
       legend: { live: true },
       scales: { x: { time: false }, y: { range: (_u, lo, hi) => (spec.min0 !== undefined ? [Math.min(0, lo), Math.max(hi, 0.1 * spec.min0)] : [lo === hi ? lo - 1 : lo, lo === hi ? hi + 1 : hi]) } },
-      axes: [{ ...axis, label: 'step' }, { ...axis, size: 56 }],
+      // Steps are integers: only integer tick increments on x.
+      axes: [{ ...axis, label: 'step', incrs: [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000] }, { ...axis, size: 56 }],
     },
     columns(spec),
     box,
@@ -128,10 +129,16 @@ function update(): void {
   for (const c of charts.values()) {
     const data = columns(c.spec);
     c.plot.setData(data);
-    points += data[0].length;
-    c.box.hidden = data.slice(1).every((col) => (col as (number | null)[]).every((v) => v === null));
+    const n = data.slice(1).reduce((k, col) => k + (col as (number | null)[]).filter((v) => v !== null).length, 0);
+    points += n;
+    c.box.hidden = n === 0;
   }
   empty.hidden = points > 0;
+  // For tests and diagnostics (the e2e suite reads these).
+  document.body.dataset.points = String(points);
+  document.body.dataset.runs = String(runs.length);
+  document.body.dataset.steps = String(Math.max(0, ...[...rows.values()].flatMap((list) => list.map((r) => r.step))));
+  document.body.dataset.theme = theme;
 }
 
 function renderRuns(): void {

@@ -1,0 +1,136 @@
+/**
+ * Training from the palette in real VS Code (code-server): start a (shortened) demo run, the status bar shows its
+ * progress, the dashboard's charts receive points while it runs, Stop Training stops it (checkpointed), the Runs
+ * view shows it stopped; no trainer or env server is left running. An untrusted workspace starts nothing.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CodeServerSession, ROOT } from './harness';
+
+async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== undefined && v !== false) return v as T;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** A workspace with a shortened demo config (tiny model, a short warm start, slow steps so a test can watch). */
+function workspace(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'sas-train-ws-'));
+  const demo = JSON.parse(readFileSync(join(ROOT, 'examples/demo.run.json'), 'utf8'));
+  demo.$schema = join(ROOT, 'docs/schema/run-config.schema.json');
+  demo.data = { ...demo.data, train: join(ROOT, 'examples/demo/train.jsonl'), eval: join(ROOT, 'examples/demo/eval.jsonl'), eval_size: 8 };
+  demo.model.tiny = { layers: 1, d_model: 32, heads: 2, max_len: 1024, vocab: [join(ROOT, 'examples/demo/corpus.jsonl')] };
+  demo.rollout = { ...demo.rollout, batch_size: 2, n: 2 };
+  demo.optim = { ...demo.optim, mini_batch_size: 4, micro_batch_size: 4 };
+  demo.train = { steps: 200, eval_every: 2, checkpoint_every: 0, supervised_warmup: { steps: 5, batch_size: 4 } };
+  demo.test = { step_delay_s: 0.5 };
+  writeFileSync(join(dir, 'demo.run.json'), JSON.stringify(demo, null, 2));
+  return dir;
+}
+
+const python = join(ROOT, '.venv', 'bin', 'python');
+
+describe('training from the palette (code-server)', function () {
+  let s: CodeServerSession;
+  before(async function () {
+    assert.ok(existsSync(python), `the project's .venv is needed (${python}); run scripts/setup.sh`);
+    s = await CodeServerSession.start({ workspace: workspace(), settings: { 'searchAgent.pythonPath': python } });
+  });
+  after(async () => {
+    await s?.stop();
+  });
+
+  it('starts the demo run, shows progress and live charts, stops it, and the Runs view shows it stopped', async () => {
+    await s.openFile('demo.run.json');
+    await s.runCommand('Search Agent: Start Training');
+    const status = s.page.locator('.statusbar-item', { hasText: /demo-\d{8}-\d{6}/ });
+    const text = await until('the status bar to show a step', async () => {
+      const t = (await status.first().textContent({ timeout: 1000 }))?.trim();
+      return t && /: \d+\/200 · reward/.test(t) ? t : undefined;
+    }, 120_000);
+    assert.match(text, /demo-\d{8}-\d{6}: \d+\/200 · reward/);
+    const runDir = join(s.workspace, 'runs', text.match(/demo-\d{8}-\d{6}/)![0]);
+    const pid = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8')).pid as number;
+    assert.ok(alive(pid), 'the trainer runs');
+
+    // Clicking the status bar item opens the dashboard; its charts fill while the run writes.
+    await status.first().click();
+    const dash = await s.webviewFrame('dashboard', 30_000);
+    const points = async () => Number(await dash.evaluate(() => document.body.dataset.points ?? '0'));
+    const first = await until('points in the charts', async () => ((await points()) > 0 ? points() : undefined), 60_000);
+    await until('more points as the run writes (live update)', async () => (await points()) > first + 5, 60_000);
+    await until('eight steps on the charts', async () => Number(await dash.evaluate(() => document.body.dataset.steps ?? '0')) >= 8, 90_000);
+    const charts = await dash.evaluate(() => [...document.querySelectorAll('.chart:not([hidden]) h3')].map((e) => e.textContent));
+    for (const title of ['Reward and exact match', 'Searches per trajectory', 'Response length (tokens)', 'Valid-action ratio', 'Groups with zero reward variance', 'Entropy', 'Gradient norm', 'Tokens per second']) assert.ok(charts.includes(title), `chart "${title}" shows (${charts.join(', ')})`);
+    assert.equal(await dash.evaluate(() => document.querySelectorAll('canvas').length > 0), true);
+    // The legend shows values under the cursor (hover).
+    const over = dash.locator('.chart[data-chart="reward"] .u-over');
+    const box = await over.boundingBox();
+    assert.ok(box);
+    await s.page.mouse.move(box.x + box.width * 0.9, box.y + box.height / 2);
+    await until('a hovered value in the legend', async () => {
+      const v = await dash.evaluate(() => [...document.querySelectorAll('.chart[data-chart="reward"] .u-legend .u-value')].map((e) => e.textContent));
+      return v.some((x) => x && /^\d/.test(x));
+    }, 10_000);
+    const out = process.env.SAS_SCREENSHOTS_DIR ?? join(ROOT, '.e2e-artifacts', 'screenshots');
+    mkdirSync(out, { recursive: true });
+    await s.page.screenshot({ path: join(out, 'dashboard.png') });
+
+    // Theme change: the charts are rebuilt with the new theme's colours.
+    const themeBefore = await dash.evaluate(() => document.body.dataset.theme);
+    await s.setColorTheme('Light Modern');
+    await until('the dashboard to follow the theme', async () => (await dash.evaluate(() => document.body.dataset.theme)) !== themeBefore, 15_000);
+    assert.ok((await points()) > 0, 'data survives the rebuild');
+    await s.setColorTheme('Dark Modern');
+
+    await s.runCommand('Search Agent: Stop Training');
+    await s.waitForNotification(/stopped at step \d+ \(checkpointed\)/, 90_000);
+    const run = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8'));
+    assert.equal(run.status, 'stopped');
+    assert.ok(readdirSync(join(runDir, 'checkpoints')).some((d) => d === `step-${String(run.step).padStart(6, '0')}`), 'a checkpoint where it stopped');
+    await until('the trainer process to be gone', async () => !alive(pid), 15_000);
+
+    await s.runCommand('Search Agent: Focus on Runs View');
+    const row = s.page.locator('.monaco-list-row', { hasText: /demo-\d{8}-\d{6}/ });
+    await until('the Runs view to show the run stopped', async () => /stopped · step \d+\/200/.test((await row.first().textContent({ timeout: 1000 })) ?? ''), 30_000);
+  });
+});
+
+describe('training in restricted mode (code-server)', function () {
+  let s: CodeServerSession;
+  before(async () => {
+    s = await CodeServerSession.start({ trusted: false, workspace: workspace(), settings: { 'searchAgent.pythonPath': python } });
+  });
+  after(async () => {
+    await s?.stop();
+  });
+
+  it('Start Training and Start Retriever spawn nothing and say why', async () => {
+    await s.waitForLog('extension', /activated .*workspace untrusted/, 60_000);
+    await s.runCommand('Search Agent: Start Training');
+    await s.waitForNotification(/Start Training is disabled in an untrusted workspace/);
+    await s.runCommand('Search Agent: Start Retriever');
+    await s.waitForNotification(/Start Retriever is disabled in an untrusted workspace/);
+    assert.equal(existsSync(join(s.workspace, 'runs')), false, 'no run directory was made');
+  });
+});
