@@ -1,4 +1,6 @@
 import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { probePython } from '../../src/core/python';
@@ -33,5 +35,49 @@ describe('CLI', () => {
     if (p.ok) return; // a machine with a global torch: nothing to assert here
     assert.match(p.error ?? '', /cannot import torch/);
     assert.match(p.python ?? '', /^3\./);
+  });
+
+  describe('train', function () {
+    this.timeout(120_000);
+    const fixture = join(ROOT, 'test/fixtures/runs/tiny.run.json');
+
+    it('without a config: usage, exit 2', async () => {
+      const r = await cli('train');
+      assert.equal(r.exitCode, 2);
+      assert.match(r.stderr, /name one run config/);
+      assert.match(r.stderr, /--resume --run-dir DIR/);
+    });
+
+    it('an invalid config: exit 2, the file and every bad key named, nothing started', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'sas-cli-train-'));
+      const bad = join(dir, 'bad.run.json');
+      writeFileSync(bad, JSON.stringify({ data: { train: join(ROOT, 'examples/demo/train.jsonl') }, model: { kind: 'tiny' }, rollout: { n: 0, temprature: 1 } }));
+      const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'train', bad], { reject: false, cwd: dir });
+      assert.equal(r.exitCode, 2, r.stderr);
+      assert.match(r.stderr, /bad\.run\.json: .*rollout\.n.*rollout\.temprature/);
+      assert.equal(existsSync(join(dir, 'runs')), false);
+    });
+
+    it('no Python with torch: exit 1 and what was tried', async () => {
+      const r = await cli('train', fixture, '--python', '/nonexistent/python3');
+      assert.equal(r.exitCode, 1);
+      assert.match(r.stderr, /No Python with torch was found\. Tried:\n {2}\/nonexistent\/python3: /);
+    });
+
+    it('runs a config end to end (plain lines when not a TTY) and ends with held-out EM before → after', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'sas-cli-train-'));
+      const c = JSON.parse(readFileSync(fixture, 'utf8'));
+      delete c.$schema;
+      c.data.train = join(ROOT, 'examples/demo/train.jsonl');
+      c.data.eval = join(ROOT, 'examples/demo/eval.jsonl');
+      writeFileSync(join(dir, 'tiny.run.json'), JSON.stringify(c));
+      const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'train', 'tiny.run.json'], { reject: false, cwd: dir });
+      assert.equal(r.exitCode, 0, r.stderr);
+      assert.match(r.stdout, /^run directory: runs\/tiny-\d{8}-\d{6} /m);
+      assert.match(r.stdout, /^step 0: held-out exact match \d\.\d{3}, searches per question/m);
+      assert.match(r.stdout, /^step 2: reward \d\.\d{3}/m);
+      assert.match(r.stdout.trim().split('\n').pop()!, /^held-out exact match: \d\.\d{3} before → \d\.\d{3} after \(step 2\)$/);
+      assert.ok(!r.stdout.includes('\x1b['), 'no terminal control codes when not a TTY');
+    });
   });
 });

@@ -19,7 +19,7 @@ from conftest import ROOT, EnvServer, trainer_env
 
 DEMO_MIN_GAIN = 0.12
 WARMUP_STEPS = 200
-RL_STEPS = 30
+RL_STEPS = 60
 
 
 def run(tmp: Path, name: str, cfg: dict, env_url: str) -> list[dict]:
