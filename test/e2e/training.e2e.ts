@@ -4,7 +4,7 @@
  * view shows it stopped; no trainer or env server is left running. An untrusted workspace starts nothing.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { CodeServerSession, ROOT } from './harness';
@@ -113,6 +113,26 @@ describe('training from the palette (code-server)', function () {
     await s.runCommand('Search Agent: Focus on Runs View');
     const row = s.page.locator('.monaco-list-row', { hasText: /demo-\d{8}-\d{6}/ });
     await until('the Runs view to show the run stopped', async () => /stopped · step \d+\/200/.test((await row.first().textContent({ timeout: 1000 })) ?? ''), 30_000);
+
+    // Overlay: a second run (a copy of this one, as if trained again) joins the charts in its own colour.
+    const copy = join(s.workspace, 'runs', 'demo-copy');
+    cpSync(runDir, copy, { recursive: true });
+    const rj = JSON.parse(readFileSync(join(copy, 'run.json'), 'utf8'));
+    writeFileSync(join(copy, 'run.json'), JSON.stringify({ ...rj, id: 'demo-copy', created: '2000-01-01T00:00:00Z' }));
+    const dash2 = await s.webviewFrame('dashboard', 30_000);
+    await dash2.locator('[data-testid="add-run"]').click();
+    const pick = s.page.locator('.quick-input-list .monaco-list-row', { hasText: 'demo-copy' });
+    await pick.first().waitFor({ timeout: 15_000 });
+    await pick.first().click();
+    await until('two runs in the dashboard', async () => (await dash2.evaluate(() => document.body.dataset.runs)) === '2', 15_000);
+    assert.equal(await dash2.locator('.run').count(), 2);
+
+    // Clicking a point opens that step's rollouts.
+    const over2 = dash2.locator('.chart[data-chart="length"] .u-over');
+    const b2 = await over2.boundingBox();
+    assert.ok(b2);
+    await s.page.mouse.click(b2.x + b2.width * 0.5, b2.y + b2.height / 2);
+    await s.page.locator('.tabs-container .tab[data-resource-name^="step-0000"]').first().waitFor({ timeout: 15_000 });
   });
 });
 

@@ -1,12 +1,13 @@
 // Run configs: every example in examples/ is valid against the one schema; "New Training Run…" templates are valid
 // for every combination of answers; errors name the key.
 import assert from 'node:assert/strict';
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { checkRunConfig, newRunDir, RunConfigError } from '../../src/core/host/runConfig';
 import { newRunConfig, type NewRunAnswers } from '../../src/core/host/templates';
 import { RunConfigSchema } from '../../src/core/run/config';
 import { validate } from '../../src/core/schema/schema';
+import { noPythonMessage, pythonCandidates } from '../../src/core/python';
 
 const ROOT = resolve(__dirname, '../..');
 
@@ -69,5 +70,25 @@ describe('run configs', () => {
     assert.equal(newRunDir(loaded, ROOT, t).startsWith(join(ROOT, 'my-run-1-')), true);
     const withOut = checkRunConfig({ name: 'r', output_dir: 'out', data: { train: 'examples/demo/train.jsonl' }, model: { kind: 'tiny' } }, join(ROOT, 'x.run.json'), ROOT);
     assert.equal(newRunDir(withOut, '/elsewhere', t), join(ROOT, 'out', 'r-20261121-090507'));
+  });
+});
+
+describe('trainer Python candidates', () => {
+  it('named first (setting, Python extension), then SAS_PYTHON, the .venv, python3 on PATH, /usr/bin/python3; no duplicates', () => {
+    const saved = process.env.SAS_PYTHON;
+    process.env.SAS_PYTHON = '/opt/py/bin/python';
+    try {
+      const c = pythonCandidates(['/my/python', undefined, '/my/python'], ROOT);
+      assert.equal(c[0], '/my/python');
+      assert.equal(c.filter((p) => p === '/my/python').length, 1);
+      assert.ok(c.indexOf('python3') > 0);
+      assert.ok(!c.includes('/opt/py/bin/python'), 'a SAS_PYTHON that does not exist is dropped (it was not named by the user here)');
+      if (existsSync(join(ROOT, '.venv/bin/python'))) assert.ok(c.indexOf(join(ROOT, '.venv/bin/python')) < c.indexOf('python3'));
+    } finally {
+      if (saved === undefined) delete process.env.SAS_PYTHON;
+      else process.env.SAS_PYTHON = saved;
+    }
+    const msg = noPythonMessage({ tried: [{ executable: '/x/python', ok: false, error: 'not found (ENOENT)' }] });
+    assert.match(msg, /Tried:\n {2}\/x\/python: not found \(ENOENT\)\n.*searchAgent\.pythonPath/s);
   });
 });
