@@ -118,6 +118,11 @@ class Trainer:
         if init is not None and ckpt is None:
             load_trainable(self.policy, init / "trainable.pt")
             w.log(f"initial weights from {init}")
+        # The reference policy of the KL term is the policy RL starts from: the initial weights, or the warm start's
+        # (step-000000, on resume; run() re-takes it right after a fresh warm start).
+        warm0 = self.run_dir / "checkpoints" / "step-000000" / "trainable.pt"
+        if ckpt is not None and self.warmup_applies() and warm0.exists():
+            load_trainable(self.policy, warm0)
         self.reference = Reference(self.policy) if cfg.algorithm.kl_coef > 0 else None
 
         self.train_prompts = self._prompts(self.train_set, "data.train")
@@ -484,6 +489,10 @@ class Trainer:
             self.writer.log(f"{signal.Signals(signum).name}: finishing the current step, then checkpointing and stopping")
         self.stop_requested = True
 
+    def warmup_applies(self) -> bool:
+        """A supervised warm start runs at step 0 of a new run from scratch (not with model.init)."""
+        return bool(self.cfg.train.supervised_warmup.steps) and not self.cfg.model.init
+
     def _on_parent_gone(self, pid: int) -> None:
         self.writer.log(f"the host process {pid} has gone: finishing the current step, then checkpointing and stopping")
         self.stop_requested = True
@@ -496,10 +505,12 @@ class Trainer:
             start = self.setup()
             if start == 0:
                 m0: dict[str, float] = {}
-                if self.cfg.train.supervised_warmup.steps and not self.resumed and not self.cfg.model.init:
+                if self.warmup_applies() and not self.resumed:
                     from .warmup import run_warmup
 
                     m0.update(run_warmup(self, w.log))
+                    if self.reference is not None:
+                        self.reference = Reference(self.policy)  # KL towards the warm-started policy, not the random init
                     if not self.stop_requested:
                         self._checkpoint(0)
                 if self.eval_set and not self.stop_requested:

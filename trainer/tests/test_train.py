@@ -141,9 +141,14 @@ def test_each_algorithm_runs_a_step(tmp_path, varied_env, algorithm):
         assert "ref_logprob" not in recs[0]["tokens"] and "actor/kl_loss" not in m
 
 
-def test_a_crash_is_reported_and_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, varied_env):
+@pytest.mark.parametrize("warm", [False, True], ids=["from-scratch", "warm-start+kl"])
+def test_a_crash_is_reported_and_resume_gives_the_same_metrics_as_an_uninterrupted_run(tmp_path, varied_env, warm):
     demo_env = varied_env
     base = tiny_config(**{"train.steps": 3, "train.eval_every": 0, "data.eval_size": 2})
+    if warm:
+        # The KL reference must be the warm-started policy, also after a resume (it is re-read from step-000000).
+        base["train"]["supervised_warmup"] = {"steps": 3, "batch_size": 2}
+        base["algorithm"] = {"kl_coef": 0.05}
     straight = run_trainer(tmp_path, base, demo_env.url, name="straight")
     assert straight.returncode == 0, straight.stderr
 
@@ -172,6 +177,10 @@ def test_a_crash_is_reported_and_resume_gives_the_same_metrics_as_an_uninterrupt
         assert keys == {k for k in mb if not k.startswith(TIMING)}
         for k in keys:
             assert mb[k] == pytest.approx(ma[k], rel=1e-5, abs=1e-7), (ma["step"], k)
+    if warm:
+        # Step 1's first update starts at the reference itself: KL(π‖π_ref) = 0 (it was 4.7 when the reference was
+        # the random initialisation instead of the warm-started policy, and the KL term dragged the policy back).
+        assert a[1]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)
     ra = [r["response"] for r in lines(tmp_path / "straight" / "rollouts" / "step-000003.jsonl")]
     rb = [r["response"] for r in lines(run / "rollouts" / "step-000003.jsonl")]
     assert ra == rb

@@ -42,21 +42,21 @@ export function newRunConfig(a: NewRunAnswers, demoDir: string): RunConfig {
             : { kind: 'remote', url: a.retriever.url, topk: 3 },
     reward: { module: 'builtin:em' },
     rollout: tiny
-      ? { batch_size: 16, n: 8, max_turns: 3, max_turn_tokens: 24, max_response_length: 600, max_obs_length: 256 }
+      ? { batch_size: 8, n: 8, max_turns: 3, max_turn_tokens: 24, max_response_length: 600, max_obs_length: 256 }
       : { batch_size: 512, n: a.algorithm === 'grpo' ? 5 : 1, max_turns: 4, max_turn_tokens: 500, max_response_length: 4096, max_obs_length: 500, max_prompt_length: 4096, temperature: 1, top_p: 1 },
     algorithm: tiny
       ? a.algorithm === 'grpo'
-        ? { name: 'grpo', kl_coef: 0 }
-        : { name: 'ppo', kl_coef: 0, gamma: 1, lam: 1 }
+        ? { name: 'grpo', kl_coef: 0.02 }
+        : { name: 'ppo', kl_coef: 0.02, gamma: 1, lam: 1 }
       : a.algorithm === 'grpo'
         ? { name: 'grpo', kl_coef: 0.001, kl_estimator: 'k3', loss_masking: true }
         : { name: 'ppo', kl_coef: 0.001, kl_estimator: 'k3', gamma: 1, lam: 1, loss_masking: true },
     optim: tiny
-      ? { lr: 3e-4, ppo_epochs: 2, mini_batch_size: 128, micro_batch_size: 8 }
+      ? { lr: 3e-4, warmup_steps: 20, ppo_epochs: 2, mini_batch_size: 64, micro_batch_size: 8 }
       : // Search-R1: lr warm-up ratio 0.285 of 1005 steps; PPO mini-batches of 256 prompts (× n sequences for GRPO).
         { lr: 1e-6, ...(a.algorithm === 'ppo' ? { critic_lr: 1e-5 } : {}), warmup_steps: 286, mini_batch_size: a.algorithm === 'grpo' ? 1280 : 256, micro_batch_size: 8 },
     train: tiny
-      ? { steps: 80, eval_every: 10, checkpoint_every: 20, supervised_warmup: { steps: 300, lr: 1e-3, batch_size: 32 } }
+      ? { steps: 120, eval_every: 20, checkpoint_every: 40, supervised_warmup: { steps: 300, lr: 1e-3, batch_size: 32 } }
       : { steps: 1005, eval_every: 50, checkpoint_every: 100 },
   };
   return config;
