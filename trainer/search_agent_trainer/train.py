@@ -263,7 +263,7 @@ class Trainer:
 
     def _update(self, batch: SequenceBatch, step: int) -> dict[str, float]:
         cfg, a, o = self.cfg, self.cfg.algorithm, self.cfg.optim
-        lr_scale = min(1.0, step / o.warmup_steps) if o.warmup_steps else 1.0
+        lr_scale = lr_multiplier(step, self.total, o.warmup_steps, o.lr_schedule, o.min_lr_ratio)
         for g, base in zip(self.optimizer.param_groups, self.base_lrs):
             g["lr"] = base * lr_scale
         temp = cfg.rollout.temperature or 1.0
@@ -546,6 +546,17 @@ class Trainer:
             for s, h in previous.items():
                 signal.signal(s, h)
             w.close()
+
+
+def lr_multiplier(step: int, total: int, warmup: int, schedule: str, min_ratio: float) -> float:
+    """veRL's schedule: linear warm-up over `warmup` steps, then constant, or a cosine from 1 down to `min_ratio` at
+    the last step (`warmup_style: cosine`, `min_lr_ratio`)."""
+    if warmup and step <= warmup:
+        return step / warmup
+    if schedule != "cosine" or total <= warmup:
+        return 1.0
+    progress = (step - warmup) / max(1, total - warmup)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 LOSS_KEYS = ("actor/pg_loss", "actor/kl_loss", "critic/vf_loss")

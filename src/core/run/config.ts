@@ -123,6 +123,8 @@ export const RunConfigSchema = S.object(
           lr: S.optional(S.number({ minimum: 0, default: 1e-6 })),
           critic_lr: S.optional(S.number({ minimum: 0, description: 'PPO value head; default: 10 × lr.' })),
           warmup_steps: S.optional(S.integer({ minimum: 0, default: 0 })),
+          lr_schedule: S.optional(S.enum(['constant', 'cosine'] as const, 'After the warm-up: constant, or a cosine down to min_lr_ratio × lr at the last step (veRL’s warmup_style).', 'constant')),
+          min_lr_ratio: S.optional(S.number({ minimum: 0, maximum: 1, default: 0, description: 'cosine: the final learning rate as a fraction of lr.' })),
           weight_decay: S.optional(S.number({ minimum: 0, default: 0 })),
           grad_clip: S.optional(S.number({ minimum: 0, default: 1 })),
           ppo_epochs: S.optional(S.integer({ minimum: 1, default: 1 })),
