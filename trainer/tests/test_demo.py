@@ -25,7 +25,7 @@ RL_STEPS = 60
 def run(tmp: Path, name: str, cfg: dict, env_url: str) -> list[dict]:
     path = tmp / f"{name}.run.json"
     path.write_text(json.dumps(cfg), encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", str(path), "--run-dir", str(tmp / name), "--env-url", env_url], capture_output=True, text=True, env=trainer_env(), timeout=900)
+    proc = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", str(path), "--run-dir", str(tmp / name), "--env-url", env_url], capture_output=True, text=True, env=trainer_env(), timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(l) for l in (tmp / name / "metrics.jsonl").read_text().splitlines() if l.strip()]
 
