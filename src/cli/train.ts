@@ -139,7 +139,8 @@ interface TrainRequest {
 }
 
 async function runTraining(req: TrainRequest, log: (s: string) => void): Promise<{ code: number; outcome?: RunOutcome; python?: string }> {
-  const search = await findPython(pythonCandidates([req.python], packageRoot()));
+  // An explicit --python is the only one tried (a typo must not silently train with another interpreter).
+  const search = await findPython(req.python ? [req.python] : pythonCandidates([], packageRoot()));
   if (!search.found) {
     process.stderr.write(`${noPythonMessage(search)}\n`);
     return { code: 1 };
