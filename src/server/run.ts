@@ -15,6 +15,7 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { isAlive } from '../core/host/processes';
 import { demoCorpusPath } from '../core/paths';
 import { Bm25Retriever, DenseRetriever, NullRetriever, RemoteRetriever, type Retriever } from '../core/retrieval/retriever';
 import { openReward } from '../core/rewards/scoring';
@@ -114,22 +115,13 @@ export async function runServer(argv: string[]): Promise<void> {
     log(clients.size ? `the host process has gone: closing once its clients (${[...clients].join(', ')}) have exited` : `the host process has gone: closing once idle for ${idleMs / 1000} s`);
     const timer = setInterval(() => {
       if (inFlight > 0) return;
-      const done = clients.size ? [...clients].every((pid) => !alive(pid)) : Date.now() - lastRequest >= idleMs;
+      const done = clients.size ? [...clients].every((pid) => !isAlive(pid)) : Date.now() - lastRequest >= idleMs;
       if (done) {
         clearInterval(timer);
         stop('orphaned, and nobody left to serve');
       }
     }, 250);
   });
-}
-
-function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (e) {
-    return (e as NodeJS.ErrnoException).code === 'EPERM';
-  }
 }
 
 /**

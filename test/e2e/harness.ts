@@ -70,6 +70,22 @@ function filesUnder(dir: string, name: (n: string) => boolean): string[] {
     .map((d) => join(d.parentPath, d.name));
 }
 
+/** Polls `fn` until it returns something other than undefined/false (errors count as "not yet"), or times out. */
+export async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 30_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await fn();
+      if (v !== undefined && v !== false) return v as T;
+    } catch (e) {
+      last = e;
+    }
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+    await new Promise((r) => setTimeout(r, 250));
+  }
+}
+
 export class CodeServerSession {
   readonly dir: string;
   readonly userDataDir: string;

@@ -1,22 +1,7 @@
 /** The trajectory language in real VS Code: colours, diagnostics, outline, hover. */
 import assert from 'node:assert/strict';
-import type { CodeServerSession } from './harness';
+import { type CodeServerSession, until } from './harness';
 import { session } from './hooks';
-
-async function until<T>(what: string, fn: () => Promise<T | undefined | false>, timeoutMs = 20_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await fn();
-      if (v !== undefined && v !== false) return v as T;
-    } catch (e) {
-      last = e;
-    }
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
 
 describe('trajectory language (code-server)', function () {
   let s: CodeServerSession;
