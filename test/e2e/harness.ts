@@ -223,6 +223,15 @@ export class CodeServerSession {
     await this.page.locator('.quick-input-widget').waitFor({ state: 'hidden', timeout: 10_000 });
   }
 
+  /** "Developer: Reload Window", then waits for the new workbench (a new extension host) to restore. */
+  async reloadWindow(): Promise<void> {
+    const loaded = this.page.waitForEvent('load', { timeout: 60_000 });
+    await this.runCommand('Developer: Reload Window');
+    await loaded;
+    await this.page.waitForSelector('.monaco-workbench', { timeout: 60_000 });
+    await this.page.waitForSelector('.statusbar', { timeout: 60_000 });
+  }
+
   /** Opens a workspace file by name with Quick Open and waits for its editor. */
   async openFile(name: string): Promise<void> {
     await this.page.locator('.monaco-workbench').click({ position: { x: 700, y: 10 }, force: true }).catch(() => {});

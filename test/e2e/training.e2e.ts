@@ -121,6 +121,104 @@ describe('training from the palette (code-server)', function () {
   });
 });
 
+/** Processes under `pid` (from /proc), with their command lines. */
+function descendants(pid: number): { pid: number; cmd: string }[] {
+  const parent = new Map<number, number>();
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch {
+      /* gone */
+    }
+  }
+  const out: { pid: number; cmd: string }[] = [];
+  const walk = (p: number) => {
+    for (const [c, pp] of parent) {
+      if (pp !== p) continue;
+      let cmd = '';
+      try {
+        cmd = readFileSync(`/proc/${c}/cmdline`, 'utf8').replace(/\0/g, ' ');
+      } catch {
+        /* gone */
+      }
+      out.push({ pid: c, cmd });
+      walk(c);
+    }
+  };
+  walk(pid);
+  return out;
+}
+
+function parentOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+}
+
+describe('a run across a window reload and an extension host crash (code-server)', function () {
+  let s: CodeServerSession;
+  before(async function () {
+    assert.ok(existsSync(python), `the project's .venv is needed (${python}); run scripts/setup.sh`);
+    s = await CodeServerSession.start({ workspace: workspace(), settings: { 'searchAgent.pythonPath': python } });
+  });
+  after(async () => {
+    await s?.stop();
+  });
+
+  const status = () => s.page.locator('.statusbar-item', { hasText: /demo-\d{8}-\d{6}/ });
+  const stepShown = (min: number) =>
+    until(`the status bar to show step ≥ ${min}`, async () => {
+      const t = (await status().first().textContent({ timeout: 1000 }).catch(() => undefined))?.trim();
+      const m = t && /(demo-\d{8}-\d{6}): (\d+)\/200/.exec(t);
+      return m && Number(m[2]) >= min ? { id: m[1]!, step: Number(m[2]) } : undefined;
+    }, 120_000);
+
+  it('a reload stops the trainer (checkpointed, host-gone) and the new window offers Resume, which continues it', async () => {
+    await s.openFile('demo.run.json');
+    await s.runCommand('Search Agent: Start Training');
+    const { id } = await stepShown(2);
+    const runDir = join(s.workspace, 'runs', id);
+    const pid = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8')).pid as number;
+    const exthost = parentOf(pid);
+    const ours = descendants(exthost).filter((p) => /search_agent_trainer|dist\/server\.js/.test(p.cmd));
+    assert.ok(ours.some((p) => p.pid === pid) && ours.length >= 2, `the trainer and the env server run under the extension host: ${JSON.stringify(ours)}`);
+
+    await s.reloadWindow();
+    await until('the old trainer and env server to be gone', async () => ours.every((p) => !alive(p.pid)), 90_000);
+    const run = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8'));
+    assert.equal(run.status, 'stopped');
+    assert.equal(run.stop_reason, 'host-gone', 'a reload is not a user\'s Stop');
+    assert.ok(readdirSync(join(runDir, 'checkpoints')).includes(`step-${String(run.step).padStart(6, '0')}`), 'checkpointed where it stopped');
+
+    // The new window offers to resume it (once); Resume continues from the checkpoint in this window.
+    await s.waitForNotification(new RegExp(`run ${id} stopped when its window went away \\(checkpointed\\) at step ${run.step}`), 60_000);
+    // Whether the new window saw it still running (re-attached, status shown) or already stopped, it offers once.
+    await s.waitForLog('extension', new RegExp(`offering to resume ${id} \\(stopped, host-gone`), 10_000);
+    const toast = s.page.locator('.notifications-toasts .notification-list-item', { hasText: id });
+    await toast.locator('.monaco-button', { hasText: 'Resume' }).first().click();
+    await stepShown(run.step + 1);
+    const resumed = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8'));
+    assert.equal(resumed.status, 'running');
+    assert.notEqual(resumed.pid, pid, 'a new trainer process');
+  });
+
+  it('a crash of the extension host leaves no orphan: the trainer checkpoints and stops, the env server closes', async () => {
+    const { id } = await stepShown(1);
+    const runDir = join(s.workspace, 'runs', id);
+    const pid = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8')).pid as number;
+    const exthost = parentOf(pid);
+    const ours = descendants(exthost).filter((p) => /search_agent_trainer|dist\/server\.js/.test(p.cmd));
+    assert.ok(ours.length >= 2, `the trainer and the env server: ${JSON.stringify(ours)}`);
+    process.kill(exthost, 'SIGKILL'); // no deactivate: only the watchdogs can stop them
+    await until('the trainer and env server to notice and exit', async () => ours.every((p) => !alive(p.pid)), 90_000);
+    const run = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8'));
+    assert.equal(run.status, 'stopped');
+    assert.equal(run.stop_reason, 'host-gone');
+    assert.ok(readdirSync(join(runDir, 'checkpoints')).includes(`step-${String(run.step).padStart(6, '0')}`));
+  });
+});
+
 describe('training in restricted mode (code-server)', function () {
   let s: CodeServerSession;
   before(async () => {

@@ -131,12 +131,18 @@ class RunWriter:
         self.run["step"] = step
         self._write_run()
 
-    def finish(self, status: str, error: dict[str, str] | None = None) -> None:
+    def finish(self, status: str, error: dict[str, str] | None = None, stop_reason: str | None = None) -> None:
+        """``stop_reason`` (status ``stopped``): ``signal`` (asked to stop) or ``host-gone`` (the window or terminal
+        that started the run went away: a reload, a crash), which a new window offers to resume."""
         self.run["status"] = status
         if error:
             self.run["error"] = error
         else:
             self.run.pop("error", None)
+        if stop_reason:
+            self.run["stop_reason"] = stop_reason
+        else:
+            self.run.pop("stop_reason", None)
         self._write_run()
 
     # -- resume ------------------------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ A step:
 Held-out evaluation (greedy, one sample per question) runs before the first update and every `train.eval_every`
 steps; its metrics are `val/*` (val/em is the exact match of the final answer).
 
-SIGTERM (or SIGINT) finishes the current step, checkpoints and exits 0 with status `stopped`. An exception writes its
+SIGTERM (or SIGINT) finishes the current step, checkpoints and exits 0 with status `stopped` (`stop_reason`
+`signal`; SIGHUP or the host process dying: `host-gone`, which a new editor window offers to resume). An exception writes its
 traceback to events and `run.json` (status `failed`) and exits 1; `--resume` continues from the last checkpoint.
 """
 
@@ -71,6 +72,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.stop_requested = False
+        self.stop_reason: str | None = None
         self.total = int(cfg.train.steps)
         versions = {"trainer": __version__, "torch": torch.__version__, "transformers": _version("transformers"), "peft": _version("peft"), "python": ".".join(map(str, sys.version_info[:3]))}
         self.writer = RunWriter(self.run_dir, dict(cfg), versions, self.total, stdout=stdout)
@@ -488,6 +490,8 @@ class Trainer:
         if not self.stop_requested:
             self.writer.log(f"{signal.Signals(signum).name}: finishing the current step, then checkpointing and stopping")
         self.stop_requested = True
+        # SIGHUP: the host is closing (a window reloading), not a user's Stop; a new window offers to resume.
+        self.stop_reason = "host-gone" if signum == signal.SIGHUP else (self.stop_reason or "signal")
 
     def warmup_applies(self) -> bool:
         """A supervised warm start runs at step 0 of a new run from scratch (not with model.init)."""
@@ -496,10 +500,11 @@ class Trainer:
     def _on_parent_gone(self, pid: int) -> None:
         self.writer.log(f"the host process {pid} has gone: finishing the current step, then checkpointing and stopping")
         self.stop_requested = True
+        self.stop_reason = "host-gone"
 
     def run(self) -> int:
         w = self.writer
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         watch_parent(self._on_parent_gone)
         try:
             start = self.setup()
@@ -531,7 +536,7 @@ class Trainer:
                 if last or self.stop_requested or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                     self._checkpoint(step)
             status = "stopped" if self.stop_requested and step < self.total else "finished"
-            w.finish(status)
+            w.finish(status, stop_reason=self.stop_reason if status == "stopped" else None)
             w.event("finished", status=status, step=step)
             return 0
         except Exception as e:  # noqa: BLE001 - every failure is reported, with its traceback

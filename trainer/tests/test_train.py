@@ -186,7 +186,10 @@ def test_a_crash_is_reported_and_resume_gives_the_same_metrics_as_an_uninterrupt
     assert ra == rb
 
 
-def test_sigterm_finishes_the_step_checkpoints_and_exits_0(tmp_path, demo_env):
+@pytest.mark.parametrize("signum,reason", [(signal.SIGTERM, "signal"), (signal.SIGHUP, "host-gone")], ids=["SIGTERM", "SIGHUP"])
+def test_sigterm_finishes_the_step_checkpoints_and_exits_0(tmp_path, demo_env, signum, reason):
+    """SIGTERM is a user's Stop; SIGHUP is the host closing (a window reloading): both checkpoint and stop, and
+    run.json says which, so a new window offers to resume only the second."""
     cfg = tiny_config(**{"train.steps": 50, "train.checkpoint_every": 0, "data.eval_size": 1, "test": {"step_delay_s": 1.0}})
     path = tmp_path / "c.run.json"
     path.write_text(json.dumps(cfg))
@@ -195,7 +198,7 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits_0(tmp_path, demo_env):
     for line in proc.stdout:
         events.append(json.loads(line))
         if events[-1]["event"] == "progress" and events[-1]["phase"] == "update" and events[-1]["step"] == 2:
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(signum)
             break
     rest = proc.stdout.read()
     assert proc.wait(timeout=60) == 0
@@ -204,5 +207,6 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits_0(tmp_path, demo_env):
     assert kinds[-2:] == ["checkpoint", "finished"]
     assert events[-1]["status"] == "stopped" and events[-1]["step"] == 2
     assert (tmp_path / "run" / "checkpoints" / "step-000002" / "trainer_state.json").exists()
-    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "stopped"
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "stopped" and run["stop_reason"] == reason
     assert [m["step"] for m in lines(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2]

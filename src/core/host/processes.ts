@@ -96,10 +96,10 @@ export class Child {
     return !this.ended;
   }
 
-  /** SIGTERM to the process group, then SIGKILL after `graceMs`; resolves when it has exited. */
-  async stop(graceMs: number): Promise<Exit> {
+  /** `signal` (SIGTERM) to the process group, then SIGKILL after `graceMs`; resolves when it has exited. */
+  async stop(graceMs: number, signal: NodeJS.Signals = 'SIGTERM'): Promise<Exit> {
     if (this.ended) return this.exited;
-    killTree(this.pid, 'SIGTERM');
+    killTree(this.pid, signal);
     const timer = setTimeout(() => killTree(this.pid, 'SIGKILL'), graceMs);
     try {
       return await this.exited;

@@ -106,11 +106,15 @@ export class RunHost {
     return new RunHost(runDir, loaded, server, trainer, options);
   }
 
-  /** Asks the trainer to stop (it checkpoints), kills the tree after the grace period; resolves with the outcome. */
-  async stop(): Promise<RunOutcome> {
+  /**
+   * Asks the trainer to stop (it checkpoints), kills the tree after the grace period; resolves with the outcome.
+   * `hostClosing` (a window reloading or closing, not a user's Stop) sends SIGHUP instead of SIGTERM: the run records
+   * `stop_reason: host-gone`, and the next window offers to resume it.
+   */
+  async stop(options: { hostClosing?: boolean } = {}): Promise<RunOutcome> {
     if (!this.stopping) {
       this.stopping = true;
-      void this.trainer.stop(this.options.stopGraceMs ?? 60_000);
+      void this.trainer.stop(this.options.stopGraceMs ?? 60_000, options.hostClosing ? 'SIGHUP' : 'SIGTERM');
     }
     return this.done;
   }

@@ -21,6 +21,8 @@ export interface RunInfo {
   created?: string;
   updated?: string;
   error?: string;
+  /** Why a `stopped` run stopped: asked to (`signal`), or its host went away (`host-gone`: a reload, a crash). */
+  stopReason?: 'signal' | 'host-gone';
   /** Last values of a few metrics (from the end of metrics.jsonl). */
   last?: { reward?: number; valEm?: number; step?: number };
   /** Steps with a rollouts file, ascending. */
@@ -53,7 +55,7 @@ export async function readRun(dir: string): Promise<RunInfo | undefined> {
   }
   let state: RunState = (run.status as RunState) ?? 'interrupted';
   if (state === 'running' && !(run.pid && isAlive(run.pid))) state = 'interrupted';
-  const info: RunInfo = { dir, id: run.id ?? basename(dir), state, step: run.step ?? 0, total: run.total_steps, pid: run.pid, created: run.created, updated: run.updated, error: run.error?.message, rolloutSteps: [] };
+  const info: RunInfo = { dir, id: run.id ?? basename(dir), state, step: run.step ?? 0, total: run.total_steps, pid: run.pid, created: run.created, updated: run.updated, error: run.error?.message, stopReason: run.stop_reason, rolloutSteps: [] };
   const metrics = join(dir, 'metrics.jsonl');
   if (existsSync(metrics)) {
     const last: NonNullable<RunInfo['last']> = {};

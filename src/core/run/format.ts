@@ -85,6 +85,7 @@ export const RunJsonSchema = S.object(
     total_steps: S.optional(S.integer({ minimum: 0 })),
     pid: S.optional(S.integer({ minimum: 0 })),
     error: S.optional(S.object({ message: S.string(), traceback: S.optional(S.string()) })),
+    stop_reason: S.optional(S.enum(['signal', 'host-gone'] as const, 'Why a `stopped` run stopped: asked to (SIGTERM/SIGINT), or its host went away (SIGHUP, or the process that started it died: a window reload, a crash); a new window offers to resume the second.')),
   },
   { description: 'runs/<id>/run.json: written atomically (write to a temporary file, then rename).' },
 );

@@ -300,11 +300,17 @@ export class TrainingController implements vscode.Disposable {
 
   /**
    * After a window reload the trainer keeps going only until it notices its host is gone (it then checkpoints and
-   * stops); a run still `running` with a live pid is shown here until it ends.
+   * stops, `stop_reason: host-gone`); a run still `running` with a live pid is shown here until it ends, and then —
+   * or at once when it already ended — "Resume" is offered.
    */
   private async reattach(): Promise<void> {
-    const running = (await listRuns(this.runsParents())).find((r) => r.state === 'running');
-    if (!running || this.host) return;
+    const runs = await listRuns(this.runsParents());
+    if (this.host) return;
+    const running = runs.find((r) => r.state === 'running');
+    if (!running) {
+      this.offerResume(runs);
+      return;
+    }
     this.attached = running;
     this.state = { id: running.id, dir: running.dir, step: running.step, total: running.total ?? 0, reward: running.last?.reward, valEm: running.last?.valEm, attached: true };
     this.log.info(`re-attached to run ${running.id} (pid ${running.pid})`);
@@ -320,15 +326,33 @@ export class TrainingController implements vscode.Disposable {
           this.state = undefined;
           void vscode.commands.executeCommand('setContext', 'searchAgent.training', false);
           this.changed.fire(undefined);
-          // A trainer stops once its host (the window before the reload) is gone: offer to continue it here.
-          if (info.state === 'stopped' || info.state === 'interrupted')
-            void vscode.window.showInformationMessage(`Search Agent: run ${info.id} stopped at step ${info.step} when its window went away (checkpointed).`, 'Resume').then((b) => {
-              if (b) void this.resume({ dir: info.dir });
-            });
+          this.offerResume([info]);
         } else this.changed.fire(this.state);
         this.render();
       });
     }, 2_000);
+  }
+
+  /**
+   * Offers "Resume" once for the latest run that stopped because its window went away (a reload, a crash of the
+   * extension host: `stop_reason: host-gone`) or was interrupted (its trainer killed), within the last day.
+   */
+  private offerResume(runs: RunInfo[]): void {
+    if (!vscode.workspace.isTrusted) return;
+    const key = 'searchAgent.resumeOffered';
+    const offered = this.context.workspaceState.get<string[]>(key, []);
+    const dayAgo = Date.now() - 24 * 3600_000;
+    const run = runs
+      .filter((r) => (r.state === 'stopped' && r.stopReason === 'host-gone') || r.state === 'interrupted')
+      .filter((r) => !offered.includes(r.dir) && Date.parse(r.updated ?? r.created ?? '') > dayAgo)
+      .sort((a, b) => Date.parse(b.updated ?? b.created ?? '') - Date.parse(a.updated ?? a.created ?? ''))[0];
+    if (!run) return;
+    void this.context.workspaceState.update(key, [...offered, run.dir].slice(-50));
+    const why = run.state === 'interrupted' ? 'was interrupted (its trainer was killed)' : 'stopped when its window went away (checkpointed)';
+    this.log.info(`offering to resume ${run.id} (${run.state}${run.stopReason ? `, ${run.stopReason}` : ''}, step ${run.step})`);
+    void vscode.window.showInformationMessage(`Search Agent: run ${run.id} ${why} at step ${run.step}.`, 'Resume').then((b) => {
+      if (b) void this.resume({ dir: run.dir });
+    });
   }
 
   async startRetriever(uri?: vscode.Uri): Promise<string | undefined> {
@@ -372,7 +396,7 @@ export class TrainingController implements vscode.Disposable {
     clearInterval(this.attachTimer);
     // Deactivation (window closing or reloading): ask the trainer to checkpoint and stop; the watchdogs cover the
     // case where we are killed before this runs.
-    void this.host?.stop();
+    void this.host?.stop({ hostClosing: true });
     void this.retriever?.child.stop(3_000);
     for (const d of this.disposables) d.dispose();
   }
