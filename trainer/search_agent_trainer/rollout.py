@@ -79,6 +79,8 @@ class Trajectory:
     reward_parts: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     reward_error: str | None = None
+    # Per search: the query and its hits' ids and retrieval scores (the replay panel shows them on the documents).
+    retrieval: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def done(self) -> bool:
@@ -236,6 +238,8 @@ def run_rollouts(
                 invalid.append(t)
         results = env.retrieve([q for _, q in searches], s.topk) if searches else []
         pending = [(t, observation(hits), "retrieved") for (t, _), hits in zip(searches, results)]
+        for (t, q), hits in zip(searches, results):
+            t.retrieval.append({"query": q, "hits": [{"id": str(h.get("document", {}).get("id", "")), "score": h.get("score")} for h in hits]})
         pending += [(t, INVALID_ACTION_FEEDBACK, "feedback") for t in invalid]
         for t, text, role in pending:
             if role == "retrieved":

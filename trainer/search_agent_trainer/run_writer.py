@@ -199,6 +199,8 @@ def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dic
     meta: dict[str, Any] = {"example_id": traj.example.id, "metrics": dict(traj.metrics)}
     if traj.reward_error:
         meta["reward_error"] = traj.reward_error
+    if getattr(traj, "retrieval", None):
+        meta["retrieval"] = traj.retrieval
     if tokens is not None:
         rec["tokens"] = tokens
     rec["meta"] = meta

@@ -1,0 +1,259 @@
+/**
+ * The rollout inspector's table: one small object of facts per row (the columns, what filters test), built in a
+ * streaming pass over the rollout store, plus per-group reward statistics; queries (filter + sort) return row
+ * indices, pages return the facts of a slice of a query. Full records are read from the store only for the rows
+ * on screen, the replay panel, and the text search (which scans the raw lines, cancellably).
+ *
+ * Memory: the facts of a row are its short fields (ids, reward, answer, golden, first 200 characters of the
+ * question) — a few hundred bytes however long its response and token arrays are.
+ */
+import { formatIssue, type Rollout } from '../run/format';
+import { trajectoryFacts } from '../run/summary';
+import type { RolloutRow, RolloutStore } from '../store/rollouts';
+import { auditMask } from './audit';
+import { compileFilter, type FilterRow } from './filter';
+
+export interface RowFacts {
+  index: number;
+  file: string;
+  line: number;
+  id?: string;
+  step?: number;
+  group?: string;
+  sample?: number;
+  reward?: number;
+  em?: number;
+  searches?: number;
+  turns?: number;
+  finish?: string;
+  length?: number;
+  lengthUnit?: 'tokens' | 'chars';
+  data_source?: string;
+  split?: string;
+  answer?: string | null;
+  golden?: string[];
+  question?: string;
+  valid?: boolean;
+  tokens: boolean;
+  leaks?: number;
+  trained?: number;
+  /** The first problem of a malformed row (file:line: field: message), and how many there are. */
+  error?: string;
+  errorCount?: number;
+}
+
+export interface GroupStats {
+  size: number;
+  mean: number;
+  std: number;
+  zeroVariance: boolean;
+}
+
+export const COLUMNS = ['index', 'step', 'group', 'sample', 'reward', 'em', 'searches', 'turns', 'finish', 'length', 'data_source', 'answer', 'golden', 'leaks'] as const;
+export type Column = (typeof COLUMNS)[number];
+
+export function groupKey(step: number | undefined, group: string | undefined): string | undefined {
+  return group === undefined ? undefined : `${step ?? ''}/${group}`;
+}
+
+const clip = (s: string | undefined, n: number) => (s === undefined ? undefined : s.length > n ? `${s.slice(0, n)}…` : s);
+
+/** The facts of one row (malformed rows keep what can be read, plus the error). */
+export function rowFacts(row: RolloutRow): RowFacts {
+  const f: RowFacts = { index: row.index, file: row.file, line: row.line, tokens: false };
+  if (!row.record) {
+    f.error = row.errors[0] ? formatIssue(row.errors[0]) : 'malformed';
+    f.errorCount = row.errors.length;
+    const v = row.value as Partial<Record<string, unknown>> | undefined;
+    if (v && typeof v === 'object') {
+      if (typeof v.id === 'string') f.id = v.id;
+      if (typeof v.step === 'number') f.step = v.step;
+      if (typeof v.group === 'number' || typeof v.group === 'string') f.group = String(v.group);
+      if (typeof v.sample === 'number') f.sample = v.sample;
+      if (typeof v.reward === 'number') f.reward = v.reward;
+    }
+    return f;
+  }
+  const r: Rollout = row.record;
+  const facts = trajectoryFacts(r);
+  Object.assign(f, {
+    id: r.id,
+    step: r.step,
+    group: r.group === undefined ? undefined : String(r.group),
+    sample: r.sample,
+    reward: r.reward,
+    em: facts.em ?? undefined,
+    searches: facts.searches,
+    turns: facts.turns,
+    finish: r.finish,
+    data_source: r.data_source,
+    split: r.split,
+    answer: clip(facts.answer ?? undefined, 200) ?? null,
+    golden: r.golden?.map((g) => clip(g, 200)!),
+    question: clip(r.question, 200),
+    valid: facts.formatValid,
+  });
+  if (r.tokens) {
+    f.tokens = true;
+    const a = auditMask(r.tokens.role, r.tokens.loss_mask);
+    f.leaks = a.leaks.length;
+    f.trained = a.trained;
+    f.length = a.generated;
+    f.lengthUnit = 'tokens';
+  } else {
+    f.length = r.response.length;
+    f.lengthUnit = 'chars';
+  }
+  return f;
+}
+
+export interface TableQuery {
+  filter?: string;
+  /** Text search over the raw lines (case-insensitive); applied by {@link RolloutTable.search}. */
+  search?: string;
+  sort?: { column: Column; desc?: boolean };
+}
+
+export class RolloutTable {
+  readonly rows: RowFacts[] = [];
+  private groups = new Map<string, { n: number; sum: number; sumSq: number; min: number; max: number }>();
+
+  /** Adds the facts of store rows [rows.length, store.count), in batches; stops early when `cancelled()`. */
+  async extend(store: RolloutStore, options: { batch?: number; cancelled?: () => boolean; onBatch?: (done: number, total: number) => void } = {}): Promise<number> {
+    const batch = options.batch ?? 500;
+    const before = this.rows.length;
+    while (this.rows.length < store.count) {
+      if (options.cancelled?.()) break;
+      const from = this.rows.length;
+      for (const row of await store.rows(from, Math.min(store.count, from + batch))) this.add(rowFacts(row));
+      options.onBatch?.(this.rows.length, store.count);
+    }
+    return this.rows.length - before;
+  }
+
+  /** Forget everything (the file was truncated or replaced). */
+  reset(): void {
+    this.rows.length = 0;
+    this.groups.clear();
+  }
+
+  add(f: RowFacts): void {
+    this.rows.push(f);
+    const key = groupKey(f.step, f.group);
+    if (key === undefined || f.reward === undefined) return;
+    const g = this.groups.get(key) ?? { n: 0, sum: 0, sumSq: 0, min: Infinity, max: -Infinity };
+    g.n++;
+    g.sum += f.reward;
+    g.sumSq += f.reward * f.reward;
+    g.min = Math.min(g.min, f.reward);
+    g.max = Math.max(g.max, f.reward);
+    this.groups.set(key, g);
+  }
+
+  group(f: RowFacts): GroupStats | undefined {
+    const key = groupKey(f.step, f.group);
+    const g = key === undefined ? undefined : this.groups.get(key);
+    if (!g) return undefined;
+    const mean = g.sum / g.n;
+    return { size: g.n, mean, std: Math.sqrt(Math.max(0, g.sumSq / g.n - mean * mean)), zeroVariance: g.n >= 2 && g.max - g.min < 1e-9 };
+  }
+
+  /** Rows of the same group, by sample. */
+  groupRows(f: RowFacts): RowFacts[] {
+    if (f.group === undefined) return [];
+    return this.rows.filter((r) => r.group === f.group && r.step === f.step).sort((a, b) => (a.sample ?? 0) - (b.sample ?? 0));
+  }
+
+  /** What the filter language sees of a row. */
+  filterRow(f: RowFacts): FilterRow {
+    const g = this.group(f);
+    return {
+      ...f,
+      error: f.error !== undefined,
+      'group.size': g?.size,
+      'group.zero_variance': g?.zeroVariance ?? false,
+      'group.reward_mean': g?.mean,
+      'group.reward_std': g?.std,
+      'mask.leaks': f.leaks,
+      'mask.trained': f.trained,
+    };
+  }
+
+  /**
+   * Filters and sorts. Throws FilterError for a bad filter. `cancelled` is polled every few thousand rows (a
+   * newer query supersedes this one); it then returns undefined.
+   */
+  query(q: TableQuery, cancelled?: () => boolean, among?: Iterable<number>): Int32Array | undefined {
+    const test = compileFilter(q.filter ?? '');
+    const out: number[] = [];
+    let k = 0;
+    const rows = this.rows;
+    const consider = (i: number) => {
+      const f = rows[i]!;
+      if (!q.filter || test(this.filterRow(f))) out.push(i);
+    };
+    if (among) {
+      for (const i of among) {
+        if ((++k & 4095) === 0 && cancelled?.()) return undefined;
+        consider(i);
+      }
+    } else {
+      for (let i = 0; i < rows.length; i++) {
+        if ((++k & 4095) === 0 && cancelled?.()) return undefined;
+        consider(i);
+      }
+    }
+    if (q.sort && q.sort.column !== 'index') sortRows(out, rows, q.sort.column, q.sort.desc ?? false);
+    else if (q.sort?.desc) out.reverse();
+    return Int32Array.from(out);
+  }
+
+  /**
+   * Rows whose raw line contains `text` (case-insensitive), in index order, scanning the store in batches;
+   * undefined when cancelled. The raw line is JSON, so the needle is matched as JSON would escape it.
+   */
+  async search(store: RolloutStore, text: string, cancelled?: () => boolean, batch = 2000): Promise<Set<number> | undefined> {
+    const escaped = JSON.stringify(text).slice(1, -1);
+    const needle = new RegExp(escapeRegExp(escaped), 'i');
+    const hits = new Set<number>();
+    for (let from = 0; from < store.count; from += batch) {
+      if (cancelled?.()) return undefined;
+      for (const r of await store.rawRows(from, Math.min(store.count, from + batch))) if (needle.test(r.text)) hits.add(r.index);
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    return hits;
+  }
+}
+
+function escapeRegExp(s: string): string {
+  return s.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+function sortValue(f: RowFacts, column: Column): number | string | undefined {
+  switch (column) {
+    case 'golden':
+      return f.golden?.join(' | ');
+    case 'answer':
+      return f.answer ?? undefined;
+    case 'group': {
+      const n = Number(f.group);
+      return f.group === undefined ? undefined : Number.isFinite(n) ? n : f.group;
+    }
+    default:
+      return f[column] as number | string | undefined;
+  }
+}
+
+/** Stable sort by one column; missing values last in both directions. */
+export function sortRows(indices: number[], rows: readonly RowFacts[], column: Column, desc: boolean): void {
+  const dir = desc ? -1 : 1;
+  const keys = new Map<number, number | string | undefined>();
+  for (const i of indices) keys.set(i, sortValue(rows[i]!, column));
+  indices.sort((a, b) => {
+    const x = keys.get(a);
+    const y = keys.get(b);
+    if (x === undefined || y === undefined) return x === y ? a - b : x === undefined ? 1 : -1;
+    const c = typeof x === 'number' && typeof y === 'number' ? x - y : String(x).localeCompare(String(y));
+    return c !== 0 ? c * dir : a - b;
+  });
+}

@@ -1,0 +1,217 @@
+/** The rollout inspector's pure logic: the filter language, the table (facts, groups, queries, paging, search), the mask audit, the replay model. */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { auditMask, nextLeak } from '../../src/core/inspect/audit';
+import { checkFilter, compileFilter, FilterError, type FilterRow } from '../../src/core/inspect/filter';
+import { replayModel } from '../../src/core/inspect/replay';
+import { RolloutTable, rowFacts } from '../../src/core/inspect/table';
+import type { Rollout } from '../../src/core/run/format';
+import { RolloutStore } from '../../src/core/store/rollouts';
+
+const row = (r: FilterRow) => r;
+
+describe('filter language', () => {
+  it('compares numbers and strings, combines with && || ! and parentheses', () => {
+    const f = compileFilter('(reward == 0 || searches > 3) && !(finish == "length")');
+    assert.equal(f(row({ reward: 0, searches: 1, finish: 'answer' })), true);
+    assert.equal(f(row({ reward: 1, searches: 4, finish: 'answer' })), true);
+    assert.equal(f(row({ reward: 1, searches: 2, finish: 'answer' })), false);
+    assert.equal(f(row({ reward: 0, searches: 1, finish: 'length' })), false);
+    assert.equal(compileFilter("reward >= 0.5 and data_source != 'nq'")(row({ reward: 0.5, data_source: 'hotpot' })), true);
+    assert.equal(compileFilter('not valid or error')(row({ valid: true, error: false })), false);
+  });
+
+  it('~ is sub-EM after Search-R1 normalisation against text or any element of a list; /regex/ as is', () => {
+    const f = compileFilter('reward == 0 && answer ~ golden');
+    assert.equal(f(row({ reward: 0, answer: 'The Eiffel Tower.', golden: ['eiffel tower', 'x'] })), true, 'a right answer the reward missed');
+    assert.equal(f(row({ reward: 0, answer: 'Louvre', golden: ['eiffel tower'] })), false);
+    assert.equal(f(row({ reward: 0, answer: null, golden: ['eiffel tower'] })), false, 'no answer matches nothing');
+    assert.equal(compileFilter('answer ~ /^\\d+$/')(row({ answer: '1984' })), true);
+    assert.equal(compileFilter('answer !~ /^\\d+$/')(row({ answer: 'x1984' })), true);
+    assert.equal(compileFilter('question ~ "PARIS"')(row({ question: 'Is Paris big?' })), true);
+  });
+
+  it('fields alone are conditions; missing values make comparisons false except == null', () => {
+    assert.equal(compileFilter('group.zero_variance')(row({ 'group.zero_variance': true })), true);
+    assert.equal(compileFilter('mask.leaks > 0')(row({ 'mask.leaks': 3 })), true);
+    assert.equal(compileFilter('mask.leaks > 0')(row({})), false);
+    assert.equal(compileFilter('reward == null')(row({})), true);
+    assert.equal(compileFilter('reward != null')(row({})), false);
+    assert.equal(compileFilter('reward != 1')(row({})), true, 'a missing reward is not 1');
+    assert.equal(compileFilter('group == 3')(row({ group: '3' })), true, 'group ids compare as text');
+    assert.equal(compileFilter('')(row({})), true);
+  });
+
+  it('reports errors with their span: unknown fields (with a suggestion), types, syntax', () => {
+    const cases: [string, RegExp, number, number][] = [
+      ['rewrd == 1', /unknown field rewrd; did you mean reward\?/, 0, 5],
+      ['reward == "a"', /cannot compare number with string/, 7, 9],
+      ['searches > 3 &&', /expected a value/, 15, 15],
+      ['reward = 1', /use == to compare/, 7, 8],
+      ['(reward == 1', /missing \)/, 0, 12],
+      ['golden == "x"', /compare a list with ~/, 7, 9],
+      ['reward ~ "1"', /~ needs text on its left/, 0, 6],
+      ['answer ~ /(/', /invalid regular expression/, 9, 12],
+      ['answer "x"', /expected && or \|\| here/, 7, 10],
+      ['finish == "length', /unterminated string/, 10, 17],
+    ];
+    for (const [src, msg, s, e] of cases) {
+      const err = checkFilter(src);
+      assert.ok(err, `${src} is an error`);
+      assert.match(err.message, msg, src);
+      assert.deepEqual([err.start, err.end], [s, e], `span of the error in ${src}`);
+    }
+    assert.throws(() => compileFilter('foo'), FilterError);
+    assert.equal(checkFilter('reward == 0 && answer ~ golden'), null);
+  });
+});
+
+describe('mask audit', () => {
+  it('flags retrieved/prompt/feedback tokens with mask 1 and generated tokens with mask 0; next leak wraps', () => {
+    const a = auditMask(['prompt', 'generated', 'retrieved', 'retrieved', 'generated', 'feedback'], [0, 1, 1, 0, 0, 0]);
+    assert.deepEqual(a.leaks, [2, 4]);
+    assert.equal(a.byKind['trained-on-retrieved'], 1);
+    assert.equal(a.byKind['generated-masked'], 1);
+    assert.equal(a.trained, 2);
+    assert.equal(a.generated, 2);
+    assert.equal(nextLeak(a.leaks, 0), 2);
+    assert.equal(nextLeak(a.leaks, 2), 4);
+    assert.equal(nextLeak(a.leaks, 4), 2, 'wraps');
+    assert.equal(nextLeak(a.leaks, 3, -1), 2);
+    assert.equal(nextLeak([], 0), undefined);
+    assert.deepEqual(auditMask(['generated', 'retrieved'], [1, 0]).leaks, []);
+  });
+});
+
+const tokenized = (leak = false): Rollout => {
+  const prompt = 'Q: who?\n';
+  const pieces: [string, 'prompt' | 'generated' | 'retrieved'][] = [
+    ['Q: who?\n', 'prompt'],
+    ['<think>', 'generated'],
+    ['hm', 'generated'],
+    ['</think>', 'generated'],
+    ['<search>', 'generated'],
+    [' who ', 'generated'],
+    ['</search>', 'generated'],
+    ['\n\n<information>', 'retrieved'],
+    ['Doc 1(Title: A) Ann is.', 'retrieved'],
+    ['</information>\n\n', 'retrieved'],
+    ['<answer>', 'generated'],
+    [' Ann ', 'generated'],
+    ['</answer>', 'generated'],
+  ];
+  const text = pieces.map((p) => p[0]);
+  const role = pieces.map((p) => p[1]);
+  const mask = role.map((r, i) => (r === 'generated' || (leak && i === 8) ? 1 : 0)) as (0 | 1)[];
+  return {
+    v: 1,
+    id: 'x',
+    step: 2,
+    group: 'g',
+    sample: 0,
+    prompt,
+    response: text.slice(1).join(''),
+    golden: ['Ann'],
+    reward: 1,
+    meta: { retrieval: [{ query: 'who', hits: [{ id: 'd7', score: 3.25 }] }] },
+    tokens: { text, ids: text.map((_, i) => i), role, loss_mask: mask, logprob: text.map(() => -0.5), ref_logprob: text.map(() => -0.75) },
+  };
+};
+
+describe('replay model', () => {
+  it('builds the timeline with token spans, documents with scores, overlays and the audit', () => {
+    const m = replayModel(tokenized(true), { index: 0, file: 'f', line: 1 });
+    assert.equal(m.level, 'token');
+    assert.deepEqual(m.entries.map((e) => e.kind), ['prompt', 'think', 'search', 'information', 'answer']);
+    const byKind = Object.fromEntries(m.entries.map((e) => [e.kind, [e.tokenStart, e.tokenEnd]]));
+    assert.deepEqual(byKind, { prompt: [0, 1], think: [1, 4], search: [4, 7], information: [7, 10], answer: [10, 13] });
+    assert.equal(m.entries[2]!.query, 'who');
+    assert.deepEqual(m.entries[3]!.docs, [{ index: 1, title: 'A', text: 'Ann is.', score: 3.25, id: 'd7' }]);
+    assert.deepEqual(m.audit?.leaks, [8]);
+    assert.equal(m.tokens.overlays.kl?.[1], 0.25);
+    assert.equal(m.answer, 'Ann');
+    assert.equal(m.alignment, undefined, 'tokens round-trip the text');
+  });
+
+  it('replays token-less rollouts by segment, or split by a tokenizer with one role per token', () => {
+    const r = tokenized();
+    delete r.tokens;
+    const seg = replayModel(r, { index: 0, file: 'f', line: 1 });
+    assert.equal(seg.level, 'segment');
+    assert.deepEqual(seg.tokens.role, ['prompt', 'generated', 'generated', 'retrieved', 'generated']);
+    assert.equal(seg.tokens.mask, undefined);
+    assert.equal(seg.audit, undefined);
+    const chars = (t: string) => ({ text: [...t], ids: [...t].map((c) => c.charCodeAt(0)) });
+    const tk = replayModel(r, { index: 0, file: 'f', line: 1 }, { tokenizer: chars, tokenizerName: 'chars' });
+    assert.equal(tk.level, 'tokenizer');
+    assert.equal(tk.tokens.text.join(''), r.prompt + r.response);
+    const info = tk.entries.find((e) => e.kind === 'information')!;
+    assert.ok(tk.tokens.role.slice(info.tokenStart, info.tokenEnd).every((x) => x === 'retrieved'));
+  });
+
+  it('replays token arrays of mismatched lengths over their common prefix with a warning', () => {
+    const r = tokenized();
+    r.tokens!.loss_mask = r.tokens!.loss_mask.slice(0, 5);
+    const m = replayModel(r, { index: 0, file: 'f', line: 1 });
+    assert.equal(m.tokens.text.length, 5);
+    assert.match(m.warnings.join('\n'), /tokens\.loss_mask has 5 entries but tokens\.text has 13/);
+  });
+});
+
+describe('inspector table', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'sas-inspect-'));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  const line = (i: number, extra: Record<string, unknown> = {}) =>
+    JSON.stringify({ v: 1, id: `r${i}`, step: 1 + Math.floor(i / 4), group: Math.floor(i / 2), sample: i % 2, prompt: 'p', golden: ['Ann'], response: `<think>t</think>\n<search>q${i}</search>\n\n<information>Doc 1(Title: T) needle${i}</information>\n\n<answer>${i % 3 ? 'Bob' : 'Ann'}</answer>`, reward: i < 4 ? 1 : i % 2, ...extra });
+
+  it('facts, group statistics, filters, sorting and pages; malformed rows keep their line and error', async () => {
+    const f = join(dir, 'r.jsonl');
+    const lines = Array.from({ length: 10 }, (_, i) => line(i));
+    lines[5] = '{"v": 1, "id": "bad", broken';
+    lines[7] = JSON.stringify({ v: 1, id: 'r7', prompt: 'p' });
+    const t = tokenized(true);
+    lines.push(JSON.stringify({ ...t, id: 'tok', step: 9, group: 'z' }));
+    writeFileSync(f, `${lines.join('\n')}\n`);
+    const store = await RolloutStore.open(f);
+    const table = new RolloutTable();
+    await table.extend(store, { batch: 3 });
+    assert.equal(table.rows.length, 11);
+    assert.match(table.rows[5]!.error!, /r\.jsonl:6: invalid JSON/);
+    assert.match(table.rows[7]!.error!, /r\.jsonl:8: response: /);
+    assert.equal(table.rows[7]!.id, 'r7');
+    assert.equal(table.rows[10]!.leaks, 1);
+    assert.equal(table.rows[10]!.lengthUnit, 'tokens');
+    assert.equal(table.rows[0]!.searches, 1);
+    assert.equal(table.rows[0]!.em, 1);
+
+    const q = (filter: string, sort?: { column: 'reward' | 'answer' | 'index'; desc?: boolean }) => [...table.query({ filter, sort })!];
+    assert.deepEqual(q('group.zero_variance'), [0, 1, 2, 3], 'groups 0 and 1 (step 1) all rewarded 1');
+    assert.deepEqual(q('error'), [5, 7]);
+    assert.deepEqual(q('mask.leaks > 0'), [10]);
+    assert.deepEqual(q('reward == 0 && answer ~ golden'), [6], 'row 6 answered Ann with reward 0');
+    assert.deepEqual(q('searches > 0', { column: 'reward', desc: true }), [0, 1, 2, 3, 9, 10, 4, 6, 8], 'stable within equal rewards');
+    assert.deepEqual(q('', { column: 'index', desc: true }).slice(0, 3), [10, 9, 8]);
+    assert.deepEqual(q('answer != null', { column: 'answer' }).map((i) => table.rows[i]!.answer).slice(0, 2), ['Ann', 'Ann']);
+    assert.throws(() => table.query({ filter: 'nope' }), FilterError);
+    assert.equal(table.query({ filter: '' }, () => true)?.length ?? -1, 11, 'a small table finishes before the first cancellation check');
+
+    const hits = await table.search(store, 'NEEDLE3');
+    assert.deepEqual([...hits!], [3]);
+    assert.equal(await table.search(store, 'needle', () => true), undefined, 'cancelled');
+    assert.deepEqual([...table.query({ filter: 'reward == 1' }, undefined, hits!)!], [3]);
+    assert.deepEqual(table.groupRows(table.rows[2]!).map((r) => r.index), [2, 3]);
+    await store.close();
+  });
+
+  it('rowFacts clips long answers and questions (bounded memory per row)', () => {
+    const long = 'x'.repeat(10_000);
+    const f = rowFacts({ index: 0, file: 'f', line: 1, errors: [], record: { v: 1, id: 'a', prompt: 'p', question: long, response: `<answer>${long}</answer>` } });
+    assert.ok(f.answer!.length <= 201 && f.question!.length <= 201);
+  });
+});
