@@ -40,6 +40,8 @@ const webviewEntries = webviewNames().flatMap((name) => {
 const builds = [
   { ...nodeCommon, entryPoints: { extension: 'src/extension/extension.ts' }, outdir: dist, external: ['vscode', ...nativeExternals] },
   { ...nodeCommon, entryPoints: { server: 'src/server/main.ts' }, outdir: dist },
+  // The rollout inspector's worker thread (indexing, filters, search off the extension host's thread).
+  { ...nodeCommon, entryPoints: { 'inspector-worker': 'src/core/inspect/worker.ts' }, outdir: dist },
   // The reward API as an ES module: reward modules are bundled with it at run time (src/core/rewards/compile.ts).
   { ...nodeCommon, platform: 'neutral', format: 'esm', sourcemap: false, entryPoints: { 'reward-api': 'src/core/rewards/api.ts' }, outdir: dist, outExtension: { '.js': '.mjs' } },
   {

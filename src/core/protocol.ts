@@ -12,11 +12,12 @@
  * Each webview has a {@link Contract} naming what each side may ask and tell, so both ends are type-checked
  * against the same declaration. This file is pure TypeScript: no `vscode`, no DOM, no Node APIs.
  */
+import type { Overlay, ReplayModel } from './inspect/replay';
 
 export const PROTOCOL_VERSION = 1;
 
 /** The names of our webviews; one folder under `webview/` each. */
-export type WebviewName = 'welcome' | 'reward-lab' | 'dashboard';
+export type WebviewName = 'welcome' | 'reward-lab' | 'dashboard' | 'rollouts' | 'replay';
 
 export type Envelope =
   | { t: 'ready'; v: number; webview: string }
@@ -439,5 +440,125 @@ export interface DashboardContract extends Contract {
     /** Lines appended to a run's metrics.jsonl since the last message (or all of them with `reset`). */
     metrics: { dir: string; rows: MetricsRow[]; reset?: boolean };
   };
+  toHost: Record<string, never>;
+}
+
+/** One row of the rollout inspector: the columns and what filters test (src/core/inspect/table.ts). */
+export interface RowFacts {
+  index: number;
+  file: string;
+  line: number;
+  id?: string;
+  step?: number;
+  group?: string;
+  sample?: number;
+  reward?: number;
+  em?: number;
+  searches?: number;
+  turns?: number;
+  finish?: string;
+  length?: number;
+  lengthUnit?: 'tokens' | 'chars';
+  data_source?: string;
+  split?: string;
+  answer?: string | null;
+  golden?: string[];
+  question?: string;
+  valid?: boolean;
+  tokens: boolean;
+  leaks?: number;
+  trained?: number;
+  /** The first problem of a malformed row (file:line: field: message), and how many there are. */
+  error?: string;
+  errorCount?: number;
+}
+
+export type InspectorColumn = 'index' | 'step' | 'group' | 'sample' | 'reward' | 'em' | 'searches' | 'turns' | 'finish' | 'length' | 'data_source' | 'answer' | 'golden' | 'leaks';
+
+export interface InspectorQuery {
+  filter: string;
+  search: string;
+  sort?: { column: InspectorColumn; desc?: boolean };
+}
+
+/** Where the inspector's view stands: rows in the source, rows matching the query, and background work. */
+export interface InspectorStatus {
+  source: string;
+  files: number;
+  /** Rows in the source (indexed so far). */
+  total: number;
+  /** Rows whose facts are built (filters and sorts cover these). */
+  analysed: number;
+  /** Rows in the current view (after the filter and search); equals total without a query. */
+  view: number;
+  /** The query the view answers (the latest one sent, once it has been applied). */
+  seq: number;
+  indexing?: { bytes: number; totalBytes: number };
+  busy: boolean;
+  following: boolean;
+  malformed: number;
+  filterError?: { message: string; start: number; end: number };
+  /** Set when the source cannot be read at all. */
+  error?: string;
+}
+
+export interface InspectorState {
+  query: InspectorQuery;
+  seq: number;
+  status: InspectorStatus;
+  /** The first rows, before the index is built (a big file shows rows at once). */
+  preview?: RowFacts[];
+  scrollTop?: number;
+  selected?: number[];
+}
+
+export interface InspectorContract extends Contract {
+  host: {
+    getState(params: void): InspectorState;
+    /** Applies a query; the latest seq wins (older ones are cancelled). */
+    query(params: InspectorQuery & { seq: number }): void;
+    /** Rows [from, from + count) of the current view. */
+    page(params: { from: number; count: number; seq: number }): { seq: number; from: number; rows: RowFacts[] };
+    openRow(params: { index: number }): void;
+    /** Opens two rows side by side in the replay panel. */
+    compare(params: { a: number; b: number }): void;
+    /** Remembers the view position (restored when the panel is shown again). */
+    remember(params: { scrollTop: number; selected: number[] }): void;
+  };
+  view: {
+    /** What is shown, for tests. */
+    describe(params: void): { rows: number; firstIndex: number | null; filterError: string | null; rendered: number };
+  };
+  toView: { status: InspectorStatus; preview: { rows: RowFacts[] } };
+  toHost: Record<string, never>;
+}
+
+export interface ReplayPosition {
+  /** Current token (index into the model's tokens) and timeline entry. */
+  token: number;
+  entry: number;
+  overlay: Overlay | 'none';
+  speed: number;
+}
+
+export interface ReplayState {
+  models: ReplayModel[];
+  position: ReplayPosition;
+  /** Set when the row cannot be replayed (malformed): its errors, with file and line. */
+  error?: { file: string; line: number; messages: string[]; raw?: string };
+}
+
+export interface ReplayContract extends Contract {
+  host: {
+    getState(params: void): ReplayState | null;
+    /** The webview reports where it is, so a re-created view restores it. */
+    position(params: ReplayPosition): void;
+    /** Opens a tokenizer.json to split a token-less rollout into tokens. */
+    chooseTokenizer(params: void): void;
+  };
+  view: {
+    describe(params: void): { entry: number; token: number; tokenText: string | null; entryKind: string | null; leaks: number; overlay: string; level: string; columns: number };
+  };
+  toView: { state: ReplayState };
   toHost: Record<string, never>;
 }

@@ -3,6 +3,8 @@
  * trainer. Nothing here trains, parses big files or blocks the extension host.
  */
 import * as vscode from 'vscode';
+import { Inspector } from './inspector/inspector';
+import { ReplayPanel } from './inspector/replayPanel';
 import { RewardWorkbench } from './rewards/rewardWorkbench';
 import { Dashboard } from './training/dashboard';
 import { newTrainingRun } from './training/newRun';
@@ -28,6 +30,8 @@ export function activate(context: vscode.ExtensionContext): void {
   context.subscriptions.push(new TrajectoryLanguage(log), new RewardWorkbench(context, log));
   const training = new TrainingController(context, log);
   context.subscriptions.push(training, new RunsView(training), new Dashboard(context, training, log));
+  const replay = new ReplayPanel(context, log);
+  context.subscriptions.push(replay, new Inspector(context, replay, log, () => training.runsParents()));
 
   context.subscriptions.push(
     vscode.commands.registerCommand('searchAgent.showWelcome', () => {

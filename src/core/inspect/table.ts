@@ -7,40 +7,12 @@
  * Memory: the facts of a row are its short fields (ids, reward, answer, golden, first 200 characters of the
  * question) — a few hundred bytes however long its response and token arrays are.
  */
+import type { InspectorColumn, RowFacts } from '../protocol';
 import { formatIssue, type Rollout } from '../run/format';
 import { trajectoryFacts } from '../run/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
 import { auditMask } from './audit';
 import { compileFilter, type FilterRow } from './filter';
-
-export interface RowFacts {
-  index: number;
-  file: string;
-  line: number;
-  id?: string;
-  step?: number;
-  group?: string;
-  sample?: number;
-  reward?: number;
-  em?: number;
-  searches?: number;
-  turns?: number;
-  finish?: string;
-  length?: number;
-  lengthUnit?: 'tokens' | 'chars';
-  data_source?: string;
-  split?: string;
-  answer?: string | null;
-  golden?: string[];
-  question?: string;
-  valid?: boolean;
-  tokens: boolean;
-  leaks?: number;
-  trained?: number;
-  /** The first problem of a malformed row (file:line: field: message), and how many there are. */
-  error?: string;
-  errorCount?: number;
-}
 
 export interface GroupStats {
   size: number;
@@ -49,8 +21,8 @@ export interface GroupStats {
   zeroVariance: boolean;
 }
 
-export const COLUMNS = ['index', 'step', 'group', 'sample', 'reward', 'em', 'searches', 'turns', 'finish', 'length', 'data_source', 'answer', 'golden', 'leaks'] as const;
-export type Column = (typeof COLUMNS)[number];
+export type { RowFacts };
+export type Column = InspectorColumn;
 
 export function groupKey(step: number | undefined, group: string | undefined): string | undefined {
   return group === undefined ? undefined : `${step ?? ''}/${group}`;
@@ -119,7 +91,7 @@ export class RolloutTable {
   private groups = new Map<string, { n: number; sum: number; sumSq: number; min: number; max: number }>();
 
   /** Adds the facts of store rows [rows.length, store.count), in batches; stops early when `cancelled()`. */
-  async extend(store: RolloutStore, options: { batch?: number; cancelled?: () => boolean; onBatch?: (done: number, total: number) => void } = {}): Promise<number> {
+  async extend(store: RolloutStore, options: { batch?: number; cancelled?: () => boolean; onBatch?: (done: number, total: number) => void; yieldEvery?: () => Promise<void> } = {}): Promise<number> {
     const batch = options.batch ?? 500;
     const before = this.rows.length;
     while (this.rows.length < store.count) {
@@ -127,6 +99,7 @@ export class RolloutTable {
       const from = this.rows.length;
       for (const row of await store.rows(from, Math.min(store.count, from + batch))) this.add(rowFacts(row));
       options.onBatch?.(this.rows.length, store.count);
+      await options.yieldEvery?.();
     }
     return this.rows.length - before;
   }

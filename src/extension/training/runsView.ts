@@ -114,7 +114,7 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
         item.iconPath = n.reward === undefined ? new vscode.ThemeIcon('question') : n.reward > 0 ? new vscode.ThemeIcon('pass-filled', new vscode.ThemeColor('testing.iconPassed')) : new vscode.ThemeIcon('circle-large-outline', new vscode.ThemeColor('testing.iconFailed'));
         item.description = n.detail;
         item.contextValue = 'rollout';
-        item.command = { command: 'searchAgent.openRollout', title: 'Open Rollout', arguments: [n.file, n.line] };
+        item.command = { command: 'searchAgent.replayRollout', title: 'Replay Rollout', arguments: [n.file, n.line] };
         return item;
       }
       case 'more':

@@ -1,0 +1,102 @@
+/**
+ * The replay panel: one rollout (or two of a group, side by side) as a timeline and as tokens. The host keeps the
+ * models and the position, so hiding and showing the panel (which re-creates the webview: no
+ * retainContextWhenHidden) restores where the user was.
+ */
+import * as vscode from 'vscode';
+import { replayModel, type TextTokenizer } from '../../core/inspect/replay';
+import { loadTextTokenizer } from '../../core/inspect/tokenizer';
+import type { ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol';
+import { formatIssue } from '../../core/run/format';
+import { readLines } from '../../core/store/jsonl';
+import { parseRolloutLine, type RolloutRow } from '../../core/store/rollouts';
+import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
+
+export interface ReplayInput {
+  index: number;
+  row: RolloutRow | null;
+  raw?: string;
+}
+
+export class ReplayPanel implements vscode.Disposable {
+  private web: OpenedWebview<ReplayContract> | undefined;
+  private state: ReplayState | null = null;
+  private inputs: ReplayInput[] = [];
+  private tokenizer: { name: string; tokenize: TextTokenizer } | undefined;
+  private readonly disposables: vscode.Disposable[] = [];
+
+  constructor(
+    private readonly context: vscode.ExtensionContext,
+    private readonly log: vscode.LogOutputChannel,
+  ) {
+    this.disposables.push(vscode.commands.registerCommand('searchAgent.replayRollout', (file: string, line: number) => this.showLine(file, line)));
+  }
+
+  /** Replays the rollout on `line` of a JSONL file (the Runs view's rollouts). */
+  async showLine(file: string, line: number): Promise<void> {
+    let index = 0;
+    for await (const l of readLines(file)) {
+      if (l.line === line) return this.show(file, [{ index, row: { index, ...parseRolloutLine(l.text, file, l.line) }, raw: l.text.length > 20_000 ? `${l.text.slice(0, 20_000)}…` : l.text }]);
+      index++;
+    }
+    void vscode.window.showWarningMessage(`Search Agent: ${file} has no line ${line}.`);
+  }
+
+  async show(source: string, inputs: ReplayInput[]): Promise<void> {
+    this.inputs = inputs;
+    this.state = this.build({ token: 0, entry: 0, overlay: 'none', speed: 8 });
+    this.log.info(`replay: ${source} rows ${inputs.map((i) => i.index).join(', ')}`);
+    if (!this.web) this.create();
+    else this.web.panel.reveal(undefined, false);
+    this.web!.panel.title = `Replay: ${this.state.models.map((m) => m.id).join(' ⇆ ') || `row ${inputs[0]?.index}`}`;
+    this.web!.endpoint.emit('state', this.state);
+  }
+
+  private build(position: ReplayPosition): ReplayState {
+    const state: ReplayState = { models: [], position };
+    for (const { index, row, raw } of this.inputs) {
+      if (!row) {
+        state.error = { file: '', line: 0, messages: [`row ${index} is not in the source any more`] };
+        continue;
+      }
+      if (!row.record) {
+        state.error = { file: row.file, line: row.line, messages: row.errors.map(formatIssue), raw };
+        continue;
+      }
+      state.models.push(replayModel(row.record, { index, file: row.file, line: row.line }, this.tokenizer ? { tokenizer: this.tokenizer.tokenize, tokenizerName: this.tokenizer.name } : {}));
+    }
+    return state;
+  }
+
+  private create(): void {
+    const web = openWebviewPanel<ReplayContract>(this.context.extensionUri, { name: 'replay', title: 'Replay', viewColumn: vscode.ViewColumn.Beside }, this.log);
+    this.web = web;
+    web.endpoint.handle('getState', () => this.state);
+    web.endpoint.handle('position', (p) => {
+      if (this.state) this.state.position = p;
+    });
+    web.endpoint.handle('chooseTokenizer', () => this.chooseTokenizer());
+    web.panel.onDidDispose(() => {
+      this.web = undefined;
+    });
+  }
+
+  private async chooseTokenizer(): Promise<void> {
+    const picked = await vscode.window.showOpenDialog({ canSelectFiles: true, canSelectMany: false, title: "A model directory's tokenizer.json", filters: { 'tokenizer.json': ['json'] } });
+    const file = picked?.[0]?.fsPath;
+    if (!file) return;
+    try {
+      this.tokenizer = await loadTextTokenizer(file);
+    } catch (e) {
+      void vscode.window.showErrorMessage(`Search Agent: ${(e as Error).message}`);
+      return;
+    }
+    this.state = this.build({ ...(this.state?.position ?? { overlay: 'none', speed: 8 }), token: 0, entry: 0 });
+    this.web?.endpoint.emit('state', this.state);
+  }
+
+  dispose(): void {
+    this.web?.panel.dispose();
+    for (const d of this.disposables) d.dispose();
+  }
+}

@@ -1,0 +1,314 @@
+/**
+ * The rollout inspector's table: virtualised rows (only those on screen are in the DOM), fetched from the host by
+ * page for the current view and cached (a bounded number of pages), so a file of any size costs the webview the
+ * same. The filter and search are applied by the host's worker (latest query wins); errors are shown under the
+ * filter with the offending span marked. Every value is inserted as text.
+ */
+import '@vscode-elements/elements/dist/vscode-button/index.js';
+import type { InspectorColumn, InspectorContract, InspectorQuery, InspectorStatus, RowFacts } from '../../src/core/protocol';
+import { connect } from '../shared/bridge';
+import { h, replaceChildren } from '../shared/dom';
+
+const ROW_H = 24;
+const PAGE = 100;
+const MAX_PAGES = 40;
+
+const COLUMNS: { key: InspectorColumn; label: string; title: string; cls?: string }[] = [
+  { key: 'index', label: '#', title: 'row', cls: 'num' },
+  { key: 'step', label: 'step', title: 'training step', cls: 'num' },
+  { key: 'group', label: 'group', title: 'GRPO group' },
+  { key: 'sample', label: 'sample', title: 'sample in the group', cls: 'num' },
+  { key: 'reward', label: 'reward', title: 'recorded reward', cls: 'num' },
+  { key: 'em', label: 'EM', title: 'exact match', cls: 'num' },
+  { key: 'searches', label: 'searches', title: 'searches made', cls: 'num' },
+  { key: 'turns', label: 'turns', title: 'turns', cls: 'num' },
+  { key: 'finish', label: 'finish', title: 'why it ended' },
+  { key: 'length', label: 'length', title: 'response length: generated tokens when recorded, else characters', cls: 'num' },
+  { key: 'data_source', label: 'source', title: 'data source' },
+  { key: 'answer', label: 'answer', title: 'final answer', cls: 'text' },
+  { key: 'golden', label: 'golden', title: 'golden answers', cls: 'text' },
+  { key: 'leaks', label: 'leaks', title: 'tokens whose loss mask disagrees with their role (mask audit)', cls: 'num' },
+];
+
+const endpoint = connect<InspectorContract>('rollouts');
+const root = document.getElementById('root')!;
+
+let query: InspectorQuery = { filter: '', search: '' };
+let seq = 0;
+let status: InspectorStatus | undefined;
+let preview: RowFacts[] | undefined;
+/** Pages of the current view by page number (insertion order = age). */
+let pages = new Map<number, RowFacts[]>();
+const inflight = new Set<number>();
+let pagesSeq = -1;
+let selected: number[] = [];
+let cursor: number | null = null; // position in the view of the keyboard cursor
+
+const filterInput = h('input', { type: 'text', class: 'filter', placeholder: 'filter, e.g. reward == 0 && answer ~ golden · searches > 3 · group.zero_variance · mask.leaks > 0', spellcheck: 'false', 'aria-label': 'Filter expression', 'data-testid': 'filter' });
+const searchInput = h('input', { type: 'search', class: 'search', placeholder: 'search responses', spellcheck: 'false', 'aria-label': 'Search text', 'data-testid': 'search' });
+const filterError = h('div', { class: 'filter-error', 'data-testid': 'filter-error', role: 'alert', hidden: true });
+const statusLine = h('div', { class: 'status', 'data-testid': 'status' });
+const compareButton = h('vscode-button', { secondary: true, disabled: true, 'data-testid': 'compare', title: 'Select two rows of the same group (Ctrl+click)', onclick: () => compare() }, 'Compare');
+const openButton = h('vscode-button', { disabled: true, 'data-testid': 'open', onclick: () => openSelected() }, 'Replay');
+const head = h('div', { class: 'row head', role: 'row' });
+const spacer = h('div', { class: 'spacer' });
+const body = h('div', { class: 'rows', role: 'rowgroup' });
+const scroller = h('div', { class: 'scroller', tabindex: '0', role: 'grid', 'aria-label': 'Rollouts', 'data-testid': 'grid' }, head, h('div', { class: 'canvas' }, spacer, body));
+
+replaceChildren(root, h('div', { class: 'toolbar' }, filterInput, searchInput, openButton, compareButton), filterError, statusLine, scroller);
+
+function renderHead(): void {
+  replaceChildren(
+    head,
+    ...COLUMNS.map((c) => {
+      const sorted = query.sort?.column === c.key;
+      return h(
+        'div',
+        { class: `cell ${c.cls ?? ''} ${c.key}`, role: 'columnheader', title: `${c.title} — click to sort`, 'aria-sort': sorted ? (query.sort!.desc ? 'descending' : 'ascending') : 'none', 'data-column': c.key, onclick: () => sortBy(c.key) },
+        c.label,
+        sorted ? (query.sort!.desc ? ' ▼' : ' ▲') : '',
+      );
+    }),
+  );
+}
+
+function sortBy(column: InspectorColumn): void {
+  const cur = query.sort;
+  query = { ...query, sort: cur?.column === column ? (cur.desc ? undefined : { column, desc: true }) : { column } };
+  renderHead();
+  send();
+}
+
+let timer: ReturnType<typeof setTimeout> | undefined;
+function send(delay = 0): void {
+  clearTimeout(timer);
+  timer = setTimeout(() => {
+    seq++;
+    document.body.dataset.seq = String(seq);
+    void endpoint.request('query', { ...query, seq });
+  }, delay);
+}
+filterInput.addEventListener('input', () => {
+  query = { ...query, filter: filterInput.value };
+  send(200);
+});
+filterInput.addEventListener('keydown', (e) => {
+  if (e.key === 'Enter') send();
+});
+searchInput.addEventListener('input', () => {
+  query = { ...query, search: searchInput.value };
+  send(300);
+});
+
+const fmt = (v: number | undefined, digits = 3) => (v === undefined ? '' : Number.isInteger(v) ? String(v) : v.toFixed(digits));
+
+function cellText(r: RowFacts, c: InspectorColumn): string {
+  switch (c) {
+    case 'answer':
+      return r.answer === null ? '∅' : (r.answer ?? '');
+    case 'golden':
+      return r.golden?.join(' | ') ?? '';
+    case 'length':
+      return r.length === undefined ? '' : `${r.length}${r.lengthUnit === 'chars' ? ' ch' : ''}`;
+    case 'leaks':
+      return r.leaks === undefined ? '' : String(r.leaks);
+    default:
+      return typeof r[c] === 'number' ? fmt(r[c] as number) : String(r[c] ?? '');
+  }
+}
+
+function viewCount(): number {
+  return status ? status.view : (preview?.length ?? 0);
+}
+
+function rowAt(k: number): RowFacts | undefined {
+  if (!status || status.total === 0) return preview?.[k];
+  const p = pages.get(Math.floor(k / PAGE));
+  return p?.[k % PAGE];
+}
+
+async function fetchPage(p: number): Promise<void> {
+  if (inflight.has(p) || !status) return;
+  inflight.add(p);
+  const want = status.seq;
+  try {
+    const res = await endpoint.request('page', { from: p * PAGE, count: PAGE, seq: want });
+    if (res.seq !== pagesSeq) {
+      // The view changed under us: start a fresh cache for the new one.
+      pages = new Map();
+      pagesSeq = res.seq;
+    }
+    pages.set(p, res.rows);
+    while (pages.size > MAX_PAGES) pages.delete(pages.keys().next().value!);
+  } finally {
+    inflight.delete(p);
+  }
+  render();
+}
+
+function render(): void {
+  const n = viewCount();
+  spacer.style.height = `${n * ROW_H}px`;
+  const top = scroller.scrollTop;
+  const first = Math.max(0, Math.floor(top / ROW_H) - 5);
+  const last = Math.min(n, Math.ceil((top + scroller.clientHeight) / ROW_H) + 5);
+  body.style.transform = `translateY(${first * ROW_H}px)`;
+  const els: HTMLElement[] = [];
+  const missing = new Set<number>();
+  for (let k = first; k < last; k++) {
+    const r = rowAt(k);
+    if (!r) {
+      missing.add(Math.floor(k / PAGE));
+      els.push(h('div', { class: 'row loading', role: 'row' }, h('div', { class: 'cell' }, '…')));
+      continue;
+    }
+    const isSel = selected.includes(r.index);
+    const attrs = {
+      class: `row${r.error ? ' malformed' : ''}${isSel ? ' selected' : ''}${cursor === k ? ' cursor' : ''}${r.leaks ? ' leaky' : ''}`,
+      role: 'row',
+      'aria-selected': isSel ? 'true' : 'false',
+      'data-index': r.index,
+      'data-pos': k,
+      onclick: (e: Event) => select(k, r, (e as MouseEvent).ctrlKey || (e as MouseEvent).metaKey || (e as MouseEvent).shiftKey),
+      ondblclick: () => void endpoint.request('openRow', { index: r.index }),
+    };
+    if (r.error) {
+      els.push(h('div', attrs, h('div', { class: 'cell num index' }, String(r.index)), h('div', { class: 'cell error-text', title: r.error }, `line ${r.line}: ${r.error}${r.errorCount && r.errorCount > 1 ? ` (+${r.errorCount - 1} more)` : ''}`)));
+      continue;
+    }
+    els.push(h('div', attrs, ...COLUMNS.map((c) => h('div', { class: `cell ${c.cls ?? ''} ${c.key}`, title: c.cls === 'text' ? cellText(r, c.key) : undefined }, cellText(r, c.key)))));
+  }
+  replaceChildren(body, ...els);
+  for (const p of missing) void fetchPage(p);
+  document.body.dataset.rows = String(n);
+  document.body.dataset.firstIndex = String(rowAt(first)?.index ?? '');
+  updateButtons();
+}
+
+function select(k: number, r: RowFacts, add: boolean): void {
+  cursor = k;
+  if (add) selected = selected.includes(r.index) ? selected.filter((i) => i !== r.index) : [...selected, r.index].slice(-2);
+  else selected = [r.index];
+  void endpoint.request('remember', { scrollTop: scroller.scrollTop, selected });
+  render();
+}
+
+function selectedRows(): RowFacts[] {
+  const out: RowFacts[] = [];
+  for (const p of pages.values()) for (const r of p) if (selected.includes(r.index)) out.push(r);
+  return out;
+}
+
+function updateButtons(): void {
+  const rows = selectedRows();
+  openButton.toggleAttribute('disabled', selected.length !== 1);
+  const sameGroup = rows.length === 2 && rows[0]!.group !== undefined && rows[0]!.group === rows[1]!.group && rows[0]!.step === rows[1]!.step;
+  compareButton.toggleAttribute('disabled', !sameGroup);
+  compareButton.setAttribute('title', sameGroup ? 'Replay the two rows side by side' : 'Select two rows of the same group (Ctrl+click)');
+}
+
+function openSelected(): void {
+  if (selected.length === 1) void endpoint.request('openRow', { index: selected[0]! });
+}
+
+function compare(): void {
+  if (selected.length === 2) void endpoint.request('compare', { a: selected[0]!, b: selected[1]! });
+}
+
+scroller.addEventListener('scroll', () => {
+  render();
+  clearTimeout(rememberTimer);
+  rememberTimer = setTimeout(() => void endpoint.request('remember', { scrollTop: scroller.scrollTop, selected }), 300);
+});
+let rememberTimer: ReturnType<typeof setTimeout> | undefined;
+
+scroller.addEventListener('keydown', (e) => {
+  const n = viewCount();
+  if (!n) return;
+  const page = Math.max(1, Math.floor(scroller.clientHeight / ROW_H) - 1);
+  let k = cursor ?? -1;
+  if (e.key === 'ArrowDown') k = Math.min(n - 1, k + 1);
+  else if (e.key === 'ArrowUp') k = Math.max(0, k - 1);
+  else if (e.key === 'PageDown') k = Math.min(n - 1, k + page);
+  else if (e.key === 'PageUp') k = Math.max(0, k - page);
+  else if (e.key === 'Home') k = 0;
+  else if (e.key === 'End') k = n - 1;
+  else if (e.key === 'Enter') {
+    const r = cursor === null ? undefined : rowAt(cursor);
+    if (r) void endpoint.request('openRow', { index: r.index });
+    e.preventDefault();
+    return;
+  } else return;
+  e.preventDefault();
+  cursor = k;
+  if (k * ROW_H < scroller.scrollTop + ROW_H) scroller.scrollTop = Math.max(0, k * ROW_H - ROW_H);
+  else if ((k + 2) * ROW_H > scroller.scrollTop + scroller.clientHeight) scroller.scrollTop = (k + 2) * ROW_H - scroller.clientHeight;
+  const r = rowAt(k);
+  if (r) selected = [r.index];
+  render();
+});
+
+function showStatus(s: InspectorStatus): void {
+  const prevSeq = status?.seq;
+  const prevTotal = status?.total ?? 0;
+  const prevView = status?.view ?? 0;
+  status = s;
+  if (s.seq !== prevSeq || s.view < prevView) {
+    pages = new Map();
+    pagesSeq = s.seq;
+  } else if (s.total !== prevTotal || s.view !== prevView) {
+    // Rows appended (a live run) or analysed: the last page may have grown.
+    const lastPage = Math.floor(Math.max(0, prevView - 1) / PAGE);
+    for (const p of [...pages.keys()]) if (p >= lastPage) pages.delete(p);
+  }
+  const parts: string[] = [];
+  if (s.error) parts.push(s.error);
+  else {
+    parts.push(`${s.total.toLocaleString()} rows in ${s.files} file${s.files === 1 ? '' : 's'}`);
+    if (query.filter.trim() || query.search) parts.push(`${s.view.toLocaleString()} match`);
+    if (s.indexing) parts.push(`indexing ${s.indexing.totalBytes ? Math.round((100 * s.indexing.bytes) / s.indexing.totalBytes) : 0}%`);
+    else if (s.analysed < s.total) parts.push(`analysed ${Math.round((100 * s.analysed) / Math.max(1, s.total))}% (filters cover the analysed rows)`);
+    if (s.malformed) parts.push(`${s.malformed} malformed`);
+    if (s.busy) parts.push('working…');
+    if (s.following) parts.push('following');
+  }
+  statusLine.textContent = parts.join(' · ');
+  statusLine.classList.toggle('error', !!s.error);
+  document.body.dataset.total = String(s.total);
+  document.body.dataset.view = String(s.view);
+  document.body.dataset.appliedSeq = String(s.seq);
+  document.body.dataset.busy = String(s.busy);
+  if (s.filterError) {
+    const { start, end, message } = s.filterError;
+    const src = query.filter;
+    replaceChildren(filterError, h('span', { class: 'message' }, message), h('code', { class: 'source' }, src.slice(0, start), h('mark', {}, src.slice(start, Math.max(end, start + 1)) || ' '), src.slice(Math.max(end, start + 1))));
+    filterError.hidden = false;
+    filterInput.classList.add('invalid');
+  } else {
+    filterError.hidden = true;
+    filterInput.classList.remove('invalid');
+  }
+  document.body.dataset.filterError = s.filterError?.message ?? '';
+  render();
+}
+
+endpoint.on('status', showStatus);
+endpoint.on('preview', ({ rows }) => {
+  preview = rows;
+  render();
+});
+endpoint.handle('describe', () => ({ rows: viewCount(), firstIndex: rowAt(Math.floor(scroller.scrollTop / ROW_H))?.index ?? null, filterError: status?.filterError?.message ?? null, rendered: body.children.length }));
+
+new ResizeObserver(() => render()).observe(scroller);
+renderHead();
+void endpoint.request('getState', undefined).then((state) => {
+  query = state.query;
+  seq = state.seq;
+  filterInput.value = query.filter;
+  searchInput.value = query.search;
+  preview = state.preview;
+  selected = state.selected ?? [];
+  renderHead();
+  showStatus(state.status);
+  if (state.scrollTop) requestAnimationFrame(() => (scroller.scrollTop = state.scrollTop!));
+});
