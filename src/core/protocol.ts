@@ -12,7 +12,6 @@
  * Each webview has a {@link Contract} naming what each side may ask and tell, so both ends are type-checked
  * against the same declaration. This file is pure TypeScript: no `vscode`, no DOM, no Node APIs.
  */
-import type { Overlay, ReplayModel } from './inspect/replay';
 
 export const PROTOCOL_VERSION = 1;
 
@@ -442,6 +441,93 @@ export interface DashboardContract extends Contract {
   };
   toHost: Record<string, never>;
 }
+
+// --- rollout inspector and replay (the models are built in src/core/inspect) ------------------------------------
+
+/** Who produced a token (DESIGN §4.3; the same names as the run format's `tokens.role`). */
+export type TokenRoleName = 'generated' | 'prompt' | 'retrieved' | 'feedback';
+
+export type LeakKind = 'trained-on-retrieved' | 'trained-on-prompt' | 'trained-on-feedback' | 'generated-masked';
+
+export interface MaskAudit {
+  /** Token indices whose mask disagrees with their role, ascending. */
+  leaks: number[];
+  /** Counts by kind. */
+  byKind: Record<LeakKind, number>;
+  /** Tokens with mask 1 (in the loss) and with role `generated`. */
+  trained: number;
+  generated: number;
+}
+
+/** A timeline entry: the prompt, or a segment kind of the tag parser. */
+export type EntryKind = 'prompt' | 'think' | 'search' | 'information' | 'answer' | 'text' | 'feedback' | 'template';
+
+export interface ReplayDoc {
+  index: number;
+  title: string;
+  text: string;
+  score?: number;
+  id?: string;
+}
+
+export interface ReplayEntry {
+  kind: EntryKind;
+  /** 0 for the prompt's turn too; +1 after each observation. */
+  turn: number;
+  /** Text of the entry (tags included), and its span in `prompt + response`. */
+  text: string;
+  start: number;
+  end: number;
+  /** Tokens [tokenStart, tokenEnd) of this entry. */
+  tokenStart: number;
+  tokenEnd: number;
+  /** A search's query. */
+  query?: string;
+  /** An information block's documents. */
+  docs?: ReplayDoc[];
+}
+
+export type Overlay = 'logprob' | 'ref_logprob' | 'kl' | 'advantage' | 'value' | 'entropy';
+
+export interface ReplayTokens {
+  text: string[];
+  role: TokenRoleName[];
+  /** Loss mask; absent at segment level (unknown). */
+  mask?: (0 | 1)[];
+  ids?: number[];
+  /** Recorded numbers per token (null where not recorded for that token). */
+  overlays: Partial<Record<Overlay, (number | null)[]>>;
+}
+
+export interface ReplayModel {
+  index: number;
+  file: string;
+  line: number;
+  id: string;
+  level: 'token' | 'segment' | 'tokenizer';
+  tokenizer?: string;
+  step?: number;
+  group?: string;
+  sample?: number;
+  question?: string;
+  golden?: string[];
+  answer: string | null;
+  reward?: number;
+  rewardParts?: Record<string, number>;
+  finish?: string;
+  searches?: number;
+  dataSource?: string;
+  prompt: string;
+  response: string;
+  entries: ReplayEntry[];
+  tokens: ReplayTokens;
+  audit?: MaskAudit;
+  /** Where token text and recorded text disagree (first differing character in prompt + response), if anywhere. */
+  alignment?: { mismatchAt: number };
+  /** Problems with the record that do not stop the replay (token arrays of different lengths, …). */
+  warnings: string[];
+}
+
 
 /** One row of the rollout inspector: the columns and what filters test (src/core/inspect/table.ts). */
 export interface RowFacts {

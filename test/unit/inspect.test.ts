@@ -4,6 +4,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { auditMask, nextLeak } from '../../src/core/inspect/audit';
+import { InspectorEngine, type EngineMessage } from '../../src/core/inspect/engine';
 import { checkFilter, compileFilter, FilterError, type FilterRow } from '../../src/core/inspect/filter';
 import { replayModel } from '../../src/core/inspect/replay';
 import { RolloutTable, rowFacts } from '../../src/core/inspect/table';
@@ -213,5 +214,72 @@ describe('inspector table', () => {
     const long = 'x'.repeat(10_000);
     const f = rowFacts({ index: 0, file: 'f', line: 1, errors: [], record: { v: 1, id: 'a', prompt: 'p', question: long, response: `<answer>${long}</answer>` } });
     assert.ok(f.answer!.length <= 201 && f.question!.length <= 201);
+  });
+});
+
+describe('inspector engine (the worker thread without the thread)', () => {
+  let dir: string;
+  beforeEach(() => {
+    dir = mkdtempSync(join(tmpdir(), 'sas-engine-'));
+  });
+  afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+  const rec = (i: number) => JSON.stringify({ v: 1, id: `r${i}`, step: 1, group: Math.floor(i / 2), sample: i % 2, prompt: 'p', golden: ['a'], response: `<search>s</search>\n\n<information>Doc 1(Title: T) t</information>\n\n<answer>${i % 2 ? 'a' : 'b'}</answer>`, reward: i % 2 });
+
+  async function until<T>(fn: () => T | undefined, ms = 5000): Promise<T> {
+    const end = Date.now() + ms;
+    for (;;) {
+      const v = fn();
+      if (v !== undefined && v !== false) return v;
+      if (Date.now() > end) throw new Error('timed out');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+
+  it('previews, indexes, answers pages and queries (the latest wins), reports filter errors, and follows appends', async () => {
+    const f = join(dir, 'r.jsonl');
+    writeFileSync(f, `${Array.from({ length: 300 }, (_, i) => rec(i)).join('\n')}\n`);
+    const msgs: EngineMessage[] = [];
+    const engine = new InspectorEngine((m) => msgs.push(m));
+    const last = () => [...msgs].reverse().find((m) => m.t === 'status') as Extract<(typeof msgs)[number], { t: 'status' }> | undefined;
+    await engine.open(f, true);
+    const preview = msgs.find((m) => m.t === 'preview');
+    assert.equal(preview?.t === 'preview' && preview.rows.length, 100, 'the first rows before the index');
+    assert.ok(msgs.findIndex((m) => m.t === 'preview') < msgs.findIndex((m) => m.t === 'status' && m.status.total > 0), 'preview comes first');
+    await until(() => last()?.status.analysed === 300 && !last()?.status.busy);
+    assert.equal(last()!.status.total, 300);
+
+    // Two queries in a row: the first is superseded, the view answers the second.
+    const q1 = engine.setQuery(1, { filter: 'reward == 1', search: '' });
+    const q2 = engine.setQuery(2, { filter: 'reward == 0 && answer ~ "b"', search: '', sort: { column: 'index', desc: true } });
+    await Promise.all([q1, q2]);
+    assert.equal(last()!.status.seq, 2);
+    assert.equal(last()!.status.view, 150);
+    const page = await engine.page(0, 3);
+    assert.deepEqual(page.map((r) => r.index), [298, 296, 294]);
+
+    // A bad filter: the error with its span, the previous view kept.
+    await engine.setQuery(3, { filter: 'reward == ', search: '' });
+    assert.match(last()!.status.filterError!.message, /expected a value/);
+    assert.equal(last()!.status.view, 150);
+
+    // Text search (raw lines), combined with a filter.
+    writeFileSync(join(dir, 'r.jsonl'), `${Array.from({ length: 300 }, (_, i) => rec(i)).join('\n')}\n${JSON.stringify({ ...JSON.parse(rec(300)), question: 'the needle here' })}\n`);
+    await until(() => last()?.status.total === 301 && last()!.status.analysed === 301);
+    await engine.setQuery(4, { filter: '', search: 'NEEDLE' });
+    assert.equal(last()!.status.view, 1);
+    assert.deepEqual((await engine.page(0, 10)).map((r) => r.index), [300]);
+    await engine.setQuery(5, { filter: '', search: '' });
+    assert.equal(last()!.status.view, 301, 'no query: every row');
+    await engine.close();
+  });
+
+  it('reports a source that cannot be read', async () => {
+    const msgs: EngineMessage[] = [];
+    const engine = new InspectorEngine((m) => msgs.push(m));
+    await engine.open(join(dir, 'missing.jsonl'), false);
+    const s = msgs.find((m) => m.t === 'status');
+    assert.match(s?.t === 'status' ? (s.status.error ?? '') : '', /missing\.jsonl: ENOENT/);
+    await engine.close();
   });
 });

@@ -8,8 +8,7 @@
  * by entry together. All rollout text is inserted as text nodes.
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
-import type { Overlay, ReplayEntry, ReplayModel } from '../../src/core/inspect/replay';
-import type { ReplayContract, ReplayPosition, ReplayState } from '../../src/core/protocol';
+import type { Overlay, ReplayContract, ReplayEntry, ReplayModel, ReplayPosition, ReplayState } from '../../src/core/protocol';
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 
@@ -63,6 +62,7 @@ const overlaySelect = h('select', { class: 'overlay', 'aria-label': 'Overlay', '
 overlaySelect.addEventListener('change', () => {
   pos.overlay = overlaySelect.value as Overlay | 'none';
   renderTokens();
+  renderPosition();
   save();
 });
 const speedSelect = h('select', { class: 'speed', 'aria-label': 'Speed (tokens per second)' }, ...[2, 4, 8, 16, 32, 64].map((s) => h('option', { value: s }, `${s} tok/s`)));
@@ -81,11 +81,11 @@ const positionLabel = h('span', { class: 'position', 'data-testid': 'position' }
 
 replaceChildren(
   controls,
-  h('vscode-button', { secondary: true, title: 'Previous entry (↑ or [)', 'data-testid': 'prev-entry', onclick: () => stepEntry(-1) }, '⏮'),
+  h('vscode-button', { secondary: true, title: 'Previous entry (↑ or [)', 'data-testid': 'prev-entry', onclick: () => stepEntry(-1) }, '◀◀'),
   h('vscode-button', { secondary: true, title: 'Previous token (←)', 'data-testid': 'prev-token', onclick: () => go(pos.token - 1) }, '◀'),
   playButton,
   h('vscode-button', { secondary: true, title: 'Next token (→)', 'data-testid': 'next-token', onclick: () => go(pos.token + 1) }, '▶'),
-  h('vscode-button', { secondary: true, title: 'Next entry (↓ or ])', 'data-testid': 'next-entry', onclick: () => stepEntry(1) }, '⏭'),
+  h('vscode-button', { secondary: true, title: 'Next entry (↓ or ])', 'data-testid': 'next-entry', onclick: () => stepEntry(1) }, '▶▶'),
   speedSelect,
   scrubber,
   positionLabel,

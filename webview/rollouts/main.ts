@@ -173,7 +173,11 @@ function render(): void {
       ondblclick: () => void endpoint.request('openRow', { index: r.index }),
     };
     if (r.error) {
-      els.push(h('div', attrs, h('div', { class: 'cell num index' }, String(r.index)), h('div', { class: 'cell error-text', title: r.error }, `line ${r.line}: ${r.error}${r.errorCount && r.errorCount > 1 ? ` (+${r.errorCount - 1} more)` : ''}`)));
+      // The error names file:line; the file's base name is enough here (the full path is in the tooltip).
+      const prefix = `${r.file}:${r.line}: `;
+      const message = r.error.startsWith(prefix) ? r.error.slice(prefix.length) : r.error;
+      const where = `${r.file.split(/[\\/]/).pop()}:${r.line}`;
+      els.push(h('div', attrs, h('div', { class: 'cell num index' }, String(r.index)), h('div', { class: 'cell error-text', title: r.error }, `${where}: ${message}${r.errorCount && r.errorCount > 1 ? ` (+${r.errorCount - 1} more)` : ''}`)));
       continue;
     }
     els.push(h('div', attrs, ...COLUMNS.map((c) => h('div', { class: `cell ${c.cls ?? ''} ${c.key}`, title: c.cls === 'text' ? cellText(r, c.key) : undefined }, cellText(r, c.key)))));
@@ -304,6 +308,7 @@ renderHead();
 void endpoint.request('getState', undefined).then((state) => {
   query = state.query;
   seq = state.seq;
+  document.body.dataset.seq = String(seq);
   filterInput.value = query.filter;
   searchInput.value = query.search;
   preview = state.preview;

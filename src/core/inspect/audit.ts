@@ -7,19 +7,10 @@
  * With masking turned off on purpose (the ablation, `algorithm.loss_masking: false`) every non-generated response
  * token is a leak by this definition: the audit reports what was trained on, whatever the intent.
  */
+import type { LeakKind, MaskAudit } from '../protocol';
 import type { TokenRole } from '../run/format';
 
-export type LeakKind = 'trained-on-retrieved' | 'trained-on-prompt' | 'trained-on-feedback' | 'generated-masked';
-
-export interface MaskAudit {
-  /** Token indices whose mask disagrees with their role, ascending. */
-  leaks: number[];
-  /** Counts by kind. */
-  byKind: Record<LeakKind, number>;
-  /** Tokens with mask 1 (in the loss) and with role `generated`. */
-  trained: number;
-  generated: number;
-}
+export type { LeakKind, MaskAudit };
 
 /** The mask the design asks for, for one role. */
 export function expectedMask(role: TokenRole): 0 | 1 {

@@ -205,9 +205,16 @@ function suggest(name: string): string {
 
 const truthy = (v: Value): boolean => (Array.isArray(v) ? v.length > 0 : v !== undefined && v !== null && v !== false && v !== 0 && v !== '');
 
+/** How a field is read from a row; the default reads the property of that name. */
+export type FieldResolver = (name: string) => (row: any) => Value;
+const byProperty: FieldResolver = (name) => (r: FilterRow) => r[name];
+
 class Parser {
   private p = 0;
-  constructor(private readonly toks: Tok[]) {}
+  constructor(
+    private readonly toks: Tok[],
+    private readonly resolve: FieldResolver = byProperty,
+  ) {}
 
   private peek(): Tok {
     return this.toks[this.p]!;
@@ -284,8 +291,7 @@ class Parser {
         if (['and', 'or', 'not'].includes(t.v)) throw new FilterError(`expected a value before ${t.v}`, t.s, t.e);
         const spec = FILTER_FIELDS[t.v];
         if (!spec) throw new FilterError(`unknown field ${t.v}${suggest(t.v)}`, t.s, t.e);
-        const name = t.v;
-        return { type: spec.type, s: t.s, e: t.e, eval: (r) => r[name], field: name };
+        return { type: spec.type, s: t.s, e: t.e, eval: this.resolve(t.v), field: t.v };
       }
       case 'op':
         if (t.v === '(') {
@@ -375,14 +381,17 @@ function compareNode(op: string, a: Node, b: Node, at: { s: number; e: number })
   };
 }
 
-export type CompiledFilter = (row: FilterRow) => boolean;
+export type CompiledFilter<R = FilterRow> = (row: R) => boolean;
 
-/** Compiles a filter; an empty one matches every row. Throws FilterError with the span of the problem. */
-export function compileFilter(src: string): CompiledFilter {
+/**
+ * Compiles a filter; an empty one matches every row. Throws FilterError with the span of the problem. `resolve`
+ * says how to read a field from a row (the table reads its facts in place, without building an object per row).
+ */
+export function compileFilter<R = FilterRow>(src: string, resolve?: FieldResolver): CompiledFilter<R> {
   if (!src.trim()) return () => true;
-  const node = new Parser(tokenize(src)).parse();
+  const node = new Parser(tokenize(src), resolve).parse();
   if (node.type === 'regex') throw new FilterError('a regular expression goes on the right of ~', node.s, node.e);
-  return (row) => truthy(node.eval(row));
+  return (row) => truthy(node.eval(row as unknown as FilterRow));
 }
 
 /** A compile check for the editor: null when fine, else the error with its span. */

@@ -13,79 +13,14 @@
  * timeline entry, its role from the parser, no mask and no audit — unless a tokenizer is supplied to split the
  * text (each entry tokenised on its own, so every token has exactly one role).
  */
+import type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens } from '../protocol';
 import type { Rollout, TokenRole } from '../run/format';
-import { parseTrajectory, type SegmentKind } from '../tags/parser';
+import { parseTrajectory } from '../tags/parser';
 import { finalAnswer, parseDocuments } from '../tags/searchr1';
-import { auditMask, type MaskAudit } from './audit';
+import { auditMask } from './audit';
 
-export type EntryKind = 'prompt' | SegmentKind;
-
-export interface ReplayDoc {
-  index: number;
-  title: string;
-  text: string;
-  score?: number;
-  id?: string;
-}
-
-export interface ReplayEntry {
-  kind: EntryKind;
-  /** 0 for the prompt's turn too; +1 after each observation. */
-  turn: number;
-  /** Text of the entry (tags included), and its span in `prompt + response`. */
-  text: string;
-  start: number;
-  end: number;
-  /** Tokens [tokenStart, tokenEnd) of this entry. */
-  tokenStart: number;
-  tokenEnd: number;
-  /** A search's query. */
-  query?: string;
-  /** An information block's documents. */
-  docs?: ReplayDoc[];
-}
-
-export const OVERLAYS = ['logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'] as const;
-export type Overlay = (typeof OVERLAYS)[number];
-
-export interface ReplayTokens {
-  text: string[];
-  role: TokenRole[];
-  /** Loss mask; absent at segment level (unknown). */
-  mask?: (0 | 1)[];
-  ids?: number[];
-  /** Recorded numbers per token (null where not recorded for that token). */
-  overlays: Partial<Record<Overlay, (number | null)[]>>;
-}
-
-export interface ReplayModel {
-  index: number;
-  file: string;
-  line: number;
-  id: string;
-  level: 'token' | 'segment' | 'tokenizer';
-  tokenizer?: string;
-  step?: number;
-  group?: string;
-  sample?: number;
-  question?: string;
-  golden?: string[];
-  answer: string | null;
-  reward?: number;
-  rewardParts?: Record<string, number>;
-  finish?: string;
-  searches?: number;
-  dataSource?: string;
-  prompt: string;
-  response: string;
-  entries: ReplayEntry[];
-  tokens: ReplayTokens;
-  audit?: MaskAudit;
-  /** Where token text and recorded text disagree (first differing character in prompt + response), if anywhere. */
-  alignment?: { mismatchAt: number };
-  /** Problems with the record that do not stop the replay (token arrays of different lengths, …). */
-  warnings: string[];
-}
+export type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens };
+export const OVERLAYS: readonly Overlay[] = ['logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'];
 
 /** Splits text into tokens (a tokenizer chosen by the user). */
 export type TextTokenizer = (text: string) => { text: string[]; ids: number[] };

@@ -137,6 +137,28 @@ export class RolloutTable {
     return this.rows.filter((r) => r.group === f.group && r.step === f.step).sort((a, b) => (a.sample ?? 0) - (b.sample ?? 0));
   }
 
+  /** Reads a filter field from a row's facts in place (no object per row). */
+  private resolver(name: string): (f: RowFacts) => FilterRow[string] {
+    switch (name) {
+      case 'error':
+        return (f) => f.error !== undefined;
+      case 'mask.leaks':
+        return (f) => f.leaks;
+      case 'mask.trained':
+        return (f) => f.trained;
+      case 'group.size':
+        return (f) => this.group(f)?.size;
+      case 'group.zero_variance':
+        return (f) => this.group(f)?.zeroVariance ?? false;
+      case 'group.reward_mean':
+        return (f) => this.group(f)?.mean;
+      case 'group.reward_std':
+        return (f) => this.group(f)?.std;
+      default:
+        return (f) => (f as unknown as FilterRow)[name];
+    }
+  }
+
   /** What the filter language sees of a row. */
   filterRow(f: RowFacts): FilterRow {
     const g = this.group(f);
@@ -157,13 +179,12 @@ export class RolloutTable {
    * newer query supersedes this one); it then returns undefined.
    */
   query(q: TableQuery, cancelled?: () => boolean, among?: Iterable<number>): Int32Array | undefined {
-    const test = compileFilter(q.filter ?? '');
+    const test = compileFilter<RowFacts>(q.filter ?? '', (name) => this.resolver(name));
     const out: number[] = [];
     let k = 0;
     const rows = this.rows;
     const consider = (i: number) => {
-      const f = rows[i]!;
-      if (!q.filter || test(this.filterRow(f))) out.push(i);
+      if (!q.filter || test(rows[i]!)) out.push(i);
     };
     if (among) {
       for (const i of among) {

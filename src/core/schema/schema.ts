@@ -133,7 +133,8 @@ function check(node: Node & Meta, v: unknown, path: string, out: Issue[], limit:
       if (!Array.isArray(v)) fail(`expected an array, got ${typeName(v)}`);
       else {
         if (node.minItems !== undefined && v.length < node.minItems) fail(`must have at least ${node.minItems} item${node.minItems === 1 ? '' : 's'}`);
-        for (let i = 0; i < v.length && out.length < limit; i++) check(node.items, v[i], `${path}[${i}]`, out, limit);
+        // Elements that pass the quick test need no path string (token arrays have thousands of elements).
+        for (let i = 0; i < v.length && out.length < limit; i++) if (!quickOk(node.items, v[i])) check(node.items, v[i], `${path}[${i}]`, out, limit);
       }
       break;
     case 'object': {
@@ -164,6 +165,27 @@ function check(node: Node & Meta, v: unknown, path: string, out: Issue[], limit:
     }
   }
   if (node.refine && out.length === 0) out.push(...node.refine(v, path).slice(0, limit - out.length));
+}
+
+/** True when a value surely passes a primitive node (no allocation); false means "run the full check". */
+function quickOk(n: Node & Meta, v: unknown): boolean {
+  if (n.refine) return false;
+  switch (n.t) {
+    case 'any':
+      return true;
+    case 'boolean':
+      return typeof v === 'boolean';
+    case 'const':
+      return v === n.value;
+    case 'string':
+      return typeof v === 'string' && (!n.enum || n.enum.includes(v)) && (n.minLength === undefined || v.length >= n.minLength) && n.pattern === undefined;
+    case 'number':
+      return typeof v === 'number' && Number.isFinite(v) && (!n.integer || Number.isInteger(v)) && (n.minimum === undefined || v >= n.minimum) && (n.maximum === undefined || v <= n.maximum);
+    case 'union':
+      return n.of.some((x) => quickOk(x as Node & Meta, v));
+    default:
+      return false;
+  }
 }
 
 function describeNode(n: Node): string {

@@ -264,6 +264,11 @@ export class RewardWorkbench implements vscode.Disposable {
   private async openLocation(where: string): Promise<void> {
     const m = /^(.*?):(\d+)(?::(\d+))?$/.exec(where);
     if (!m) throw new Error(`not a file location: ${where}`);
+    // A rollout (file.jsonl:line): its replay, which shows the reward and its parts beside the trajectory.
+    if (m[1]!.endsWith('.jsonl') && m[3] === undefined) {
+      await vscode.commands.executeCommand('searchAgent.replayRollout', m[1], Number(m[2]));
+      return;
+    }
     const line = Math.max(0, Number(m[2]) - 1);
     const col = Math.max(0, Number(m[3] ?? 1) - 1);
     const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(m[1]!));
