@@ -182,15 +182,46 @@ describe('rollout inspector and replay panel (code-server)', function () {
     await until('the advantage overlay', async () => (await data(r, 'overlay')) === 'advantage', 5_000);
     assert.match((await r.locator('[data-testid="legend"]').textContent()) ?? '', /advantage:/);
     assert.ok((await r.locator('.chip.ov').count()) > 10);
+    // The overlay's colour wins over the role's (the hatch of masked tokens stays).
+    const bg = (sel: string) => r.evaluate((q) => getComputedStyle(document.querySelector(q)!).backgroundColor, sel);
+    assert.equal(await bg('.chip.role-generated.ov-d8'), await bg('.swatch.ov-d8'));
     await r.locator('[data-testid="overlay"]').selectOption('kl');
     assert.match((await r.locator('[data-testid="legend"]').textContent()) ?? '', /KL/);
     await s.page.screenshot({ path: join(shots, 'replay.png') });
   });
 
+  it('keeps roles, the mask and leaks distinguishable in light, dark and high-contrast themes', async () => {
+    let r = await replayFrame();
+    await r.locator('[data-testid="overlay"]').selectOption('none');
+    for (const theme of ['Light Modern', 'Dark High Contrast', 'Light High Contrast', 'Dark Modern']) {
+      await s.setColorTheme(theme);
+      r = await replayFrame();
+      await until(`chips restyled for ${theme}`, async () => {
+        const look = await r.evaluate(() => {
+          const style = (sel: string) => {
+            const el = document.querySelector(sel);
+            if (!el) return null;
+            const cs = getComputedStyle(el);
+            return { bg: cs.backgroundColor, image: cs.backgroundImage, border: cs.borderTopColor, borderWidth: cs.borderTopWidth };
+          };
+          return { gen: style('.chip.role-generated:not(.masked)'), ret: style('.chip.role-retrieved.masked:not(.leak)'), prompt: style('.chip.role-prompt'), leak: style('.chip.leak') };
+        });
+        if (!look.gen || !look.ret || !look.prompt || !look.leak) return false;
+        const transparent = (c: string) => c === 'rgba(0, 0, 0, 0)' || c === 'transparent';
+        return (
+          !transparent(look.gen.bg) && !transparent(look.ret.bg) && look.gen.bg !== look.ret.bg && look.gen.bg !== look.prompt.bg &&
+          look.ret.image.includes('repeating-linear-gradient') && look.gen.image === 'none' && look.leak.borderWidth === '2px'
+        );
+      }, 15_000);
+    }
+  });
+
   it('restores the position after the panel is hidden (no retainContextWhenHidden)', async () => {
     let r = await replayFrame();
+    await r.locator('[data-testid="overlay"]').selectOption('kl');
     const token = await data(r, 'token');
     assert.equal(token, '30');
+    await new Promise((res) => setTimeout(res, 400)); // the position is reported to the host after 150 ms
     // Another editor in the replay's group hides it; showing it again re-creates the webview.
     await s.page.locator('.tabs-container .tab', { hasText: 'Replay' }).first().waitFor();
     await s.openFile('sample.traj');

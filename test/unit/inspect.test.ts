@@ -8,6 +8,7 @@ import { InspectorEngine, type EngineMessage } from '../../src/core/inspect/engi
 import { checkFilter, compileFilter, FilterError, type FilterRow } from '../../src/core/inspect/filter';
 import { replayModel } from '../../src/core/inspect/replay';
 import { RolloutTable, rowFacts } from '../../src/core/inspect/table';
+import { loadTextTokenizer } from '../../src/core/inspect/tokenizer';
 import type { Rollout } from '../../src/core/run/format';
 import { RolloutStore } from '../../src/core/store/rollouts';
 
@@ -281,5 +282,20 @@ describe('inspector engine (the worker thread without the thread)', () => {
     const s = msgs.find((m) => m.t === 'status');
     assert.match(s?.t === 'status' ? (s.status.error ?? '') : '', /missing\.jsonl: ENOENT/);
     await engine.close();
+  });
+});
+
+describe('replay tokenizer (tokenizer.json through @huggingface/tokenizers)', () => {
+  it("loads a model directory's tokenizer.json and splits each entry into tokens with one role each", async () => {
+    const tk = await loadTextTokenizer(join(__dirname, '..', 'fixtures', 'tiny-e5', 'tokenizer.json'));
+    assert.equal(tk.name, 'tiny-e5/tokenizer.json');
+    const r = tokenized();
+    delete r.tokens;
+    const m = replayModel(r, { index: 0, file: 'f', line: 1 }, { tokenizer: tk.tokenize, tokenizerName: tk.name });
+    assert.equal(m.level, 'tokenizer');
+    assert.ok(m.tokens.text.length > m.entries.length, 'more tokens than entries');
+    assert.equal(m.tokens.ids!.length, m.tokens.text.length);
+    for (const e of m.entries) assert.ok(m.tokens.role.slice(e.tokenStart, e.tokenEnd).every((x) => x === (e.kind === 'information' ? 'retrieved' : e.kind === 'prompt' ? 'prompt' : 'generated')));
+    await assert.rejects(loadTextTokenizer(join(__dirname, '..', 'fixtures', 'bm25', 'queries.txt')), /queries\.txt: /);
   });
 });

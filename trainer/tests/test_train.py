@@ -98,6 +98,11 @@ def test_rollout_records_pass_the_mask_audit(finished_run):
         audit_rollout(r)
         assert r["split"] == "train" and r["step"] == 1 and r["finish"] in ("answer", "max_turns", "length")
         assert set(r["tokens"]) >= {"text", "ids", "role", "loss_mask", "logprob", "ref_logprob", "advantage"}
+        # Each search's query and its hits' retrieval scores, for the replay panel's document cards.
+        retrieval = r["meta"].get("retrieval", [])
+        assert len(retrieval) == r["searches"]
+        for s in retrieval:
+            assert isinstance(s["query"], str) and all(isinstance(h["score"], float) and h["id"] for h in s["hits"])
     val = lines(run / "rollouts" / "val-step-000000.jsonl")
     assert len(val) == 4 and all(r["split"] == "val" for r in val)
     ckpt = run / "checkpoints" / "step-000002"
