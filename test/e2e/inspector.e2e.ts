@@ -263,5 +263,7 @@ describe('rollout inspector and replay panel (code-server)', function () {
     const hostileRow = insp.locator('.rows .row[data-index="8"]');
     const box = await hostileRow.boundingBox();
     assert.ok(box && box.height <= 30, 'the inspector row stays one line');
+    // Neither webview reported a CSP violation or an uncaught error to the host's log.
+    assert.doesNotMatch(s.logs().extension, /\[webview (rollouts|replay)\] (CSP blocked|uncaught|unhandled)/);
   });
 });
