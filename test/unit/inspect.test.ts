@@ -299,3 +299,21 @@ describe('replay tokenizer (tokenizer.json through @huggingface/tokenizers)', ()
     await assert.rejects(loadTextTokenizer(join(__dirname, '..', 'fixtures', 'bm25', 'queries.txt')), /queries\.txt: /);
   });
 });
+
+describe('inspector over imported sources', () => {
+  it("opens a folder of veRL's {step}.jsonl dumps as it is: rows converted, replayed at segment level", async () => {
+    const dir = join(__dirname, '..', 'fixtures', 'verl');
+    const store = await RolloutStore.open(dir);
+    const table = new RolloutTable();
+    await table.extend(store);
+    assert.ok(table.rows.length >= 2);
+    // The fixture's one malformed dump line is reported with its file, line and field; the others convert.
+    assert.deepEqual(table.rows.filter((r) => r.error).map((r) => r.error), [`${join(dir, '10.jsonl')}:2: output: expected a string (the decoded response), got number`]);
+    assert.deepEqual([...new Set(table.rows.filter((r) => !r.error).map((r) => r.step))], [5, 10], 'steps from the lines or the file names, in order');
+    const row = (await store.row(0))!;
+    const m = replayModel(row.record!, { index: 0, file: row.file, line: row.line });
+    assert.equal(m.level, 'segment');
+    assert.ok(m.entries.some((e) => e.kind === 'information') && m.tokens.role.includes('retrieved'));
+    await store.close();
+  });
+});

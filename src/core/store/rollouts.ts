@@ -6,7 +6,8 @@
  */
 import { watch, type FSWatcher } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
+import { FieldError, fromVerlDump } from '../importers/verl';
 import { validateRollout, type LocatedIssue, type Rollout } from '../run/format';
 import { JsonlFile, readLines, type IndexProgress } from './jsonl';
 
@@ -22,7 +23,10 @@ export interface RolloutRow {
   errors: LocatedIssue[];
 }
 
-/** Parses and validates one line. */
+/**
+ * Parses and validates one line. A veRL dump line (`input`/`output`/`gts`/`score`, no `v`) is converted to a
+ * rollout record on the way (so a folder of veRL's `{step}.jsonl` dumps opens in the inspector as it is).
+ */
 export function parseRolloutLine(text: string, file: string, line: number): Omit<RolloutRow, 'index'> {
   let value: unknown;
   try {
@@ -30,8 +34,21 @@ export function parseRolloutLine(text: string, file: string, line: number): Omit
   } catch (e) {
     return { file, line, errors: [{ file, line, field: '', message: `invalid JSON: ${(e as Error).message}` }] };
   }
+  if (isVerlLine(value)) {
+    try {
+      const step = Number(/(\d+)\.jsonl$/.exec(basename(file))?.[1] ?? NaN);
+      value = fromVerlDump(value, file, line, Number.isFinite(step) ? step : undefined);
+    } catch (e) {
+      if (!(e instanceof FieldError)) throw e;
+      return { file, line, value, errors: [{ file, line, field: e.field, message: e.message }] };
+    }
+  }
   const errors = validateRollout(value, file, line);
   return errors.length ? { file, line, value, errors } : { file, line, record: value as Rollout, errors };
+}
+
+function isVerlLine(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v) && !('v' in v) && 'output' in v && ('input' in v || 'gts' in v || 'score' in v);
 }
 
 /** The JSONL files a path stands for, in order: itself, a run's rollouts/, or a directory's *.jsonl by number. */
