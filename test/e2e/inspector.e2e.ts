@@ -69,9 +69,13 @@ function workspace(): string {
     JSON.stringify({ ...JSON.parse(record('s2-mismatch', 2, 'g3', 0, trajectory('x'), { reward: 0 })), tokens: { text: ['a', 'b'], ids: [1], role: ['generated', 'generated'], loss_mask: [1, 1] } }),
     record('s2-hostile', 2, 'g4', 0, hostile, { reward: 0, question: '<img src=x onerror=window.__pwned="question">', golden: ['<script>window.__pwned="golden"</script>'] }),
     record('s2-noleak', 2, 'g2', 1, trajectory('Quendal'), { reward: 0 }),
+    // Imported (no token arrays): replayed by segment, or split with a tokenizer.json.
+    JSON.stringify((({ tokens, ...rest }) => rest)(JSON.parse(record('s2-imported', 2, 'g5', 0, trajectory('Ilse Marrow'), { reward: 1 })))),
   ];
   writeFileSync(join(run, 'rollouts', 'step-000001.jsonl'), `${step1.join('\n')}\n`);
   writeFileSync(join(run, 'rollouts', 'step-000002.jsonl'), `${step2.join('\n')}\n`);
+  mkdirSync(join(dir, 'models', 'tiny-e5'), { recursive: true });
+  cpSync(join(ROOT, 'test', 'fixtures', 'tiny-e5', 'tokenizer.json'), join(dir, 'models', 'tiny-e5', 'tokenizer.json'));
   return dir;
 }
 
@@ -109,14 +113,14 @@ describe('rollout inspector and replay panel (code-server)', function () {
     await row.first().hover();
     await row.first().locator('.action-label[aria-label="Open Rollout Inspector"]').click();
     insp = await s.webviewFrame('rollouts', 30_000);
-    await until('all rows analysed', async () => (await data(insp, 'total')) === '10' && (await data(insp, 'view')) === '10', 30_000);
-    await until('rows on screen', async () => (await insp.locator('.rows .row[data-index]').count()) === 10, 15_000);
+    await until('all rows analysed', async () => (await data(insp, 'total')) === '11' && (await data(insp, 'view')) === '11', 30_000);
+    await until('rows on screen', async () => (await insp.locator('.rows .row[data-index]').count()) === 11, 15_000);
     const errors = await insp.locator('.rows .row.malformed').allTextContents();
     assert.equal(errors.length, 3);
     assert.match(errors.join('\n'), /step-000001\.jsonl:5: invalid JSON/);
     assert.match(errors.join('\n'), /step-000002\.jsonl:2: prompt: is required/);
     assert.match(errors.join('\n'), /step-000002\.jsonl:3: tokens\.ids: has 1 entries but tokens\.text has 2/);
-    assert.match((await insp.locator('[data-testid="status"]').textContent()) ?? '', /10 rows in 2 files · 3 malformed/);
+    assert.match((await insp.locator('[data-testid="status"]').textContent()) ?? '', /11 rows in 2 files · 3 malformed/);
   });
 
   it('filters with the expression language (errors inline), sorts, and searches text', async () => {
@@ -142,7 +146,7 @@ describe('rollout inspector and replay panel (code-server)', function () {
     await insp.locator('[data-testid="search"]').fill('Quendal');
     await until('the text search', async () => (await data(insp, 'view')) === '2' && (await data(insp, 'busy')) === 'false', 15_000);
     await insp.locator('[data-testid="search"]').fill('');
-    await until('no search', async () => (await data(insp, 'view')) === '10', 15_000);
+    await until('no search', async () => (await data(insp, 'view')) === '11', 15_000);
     await s.page.screenshot({ path: join(shots, 'inspector.png') });
   });
 
@@ -239,6 +243,34 @@ describe('rollout inspector and replay panel (code-server)', function () {
     const r = await replayFrame();
     await until('two columns', async () => (await data(r, 'columns')) === '2', 15_000);
     assert.match((await r.locator('[data-testid="timeline-1"] .col-head').textContent()) ?? '', /reward 0 · answer Quendal/);
+  });
+
+  it('replays an imported rollout without tokens by segment, then split with a chosen tokenizer.json', async () => {
+    await filter('!tokens && !error');
+    assert.equal(await data(insp, 'view'), '1');
+    await insp.locator('.rows .row[data-index="10"]').dblclick();
+    const r = await replayFrame();
+    await until('the segment-level replay', async () => (await r.locator('[data-testid="header"] h2').textContent()) === 's2-imported' && (await data(r, 'level')) === 'segment', 15_000);
+    const segments = await r.locator('.chip[data-i]').count();
+    assert.equal(segments, await r.locator('.entry').count(), 'one chip per timeline entry');
+    assert.equal(await r.locator('.chip.masked').count(), 0, 'no mask recorded, none shown');
+    await r.locator('[data-testid="tokenizer"]').click();
+    // code-server's file dialog is a quick input taking a path: once it shows its starting folder, type the file's
+    // path; once it lists that file's folder, accept.
+    const input = s.page.locator('.quick-input-widget input');
+    await until('the file dialog', async () => ((await input.inputValue({ timeout: 1000 }).catch(() => '')).endsWith('/') ? true : undefined), 15_000);
+    await input.fill(join(s.workspace, 'models', 'tiny-e5', 'tokenizer.json'));
+    await s.page.locator('.quick-input-list .monaco-list-row', { hasText: 'tokenizer.json' }).first().waitFor({ timeout: 15_000 });
+    await input.press('Enter');
+    await until('the tokenised replay', async () => (await data(r, 'level')) === 'tokenizer', 20_000);
+    assert.match((await r.locator('[data-testid="header"]').textContent()) ?? '', /tokenised with tiny-e5\/tokenizer\.json/);
+    assert.ok((await r.locator('.chip[data-i]').count()) > segments * 3, 'many tokens per segment');
+    await r.locator('body').press('Home');
+    await r.locator('body').press('ArrowDown');
+    await r.locator('body').press('ArrowDown');
+    await r.locator('body').press('ArrowDown');
+    assert.equal(await data(r, 'entryKind'), 'information');
+    assert.equal(await data(r, 'tokenRole'), 'retrieved');
   });
 
   it('shows hostile rollout text literally and executes none of it', async () => {
