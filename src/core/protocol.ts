@@ -495,6 +495,8 @@ export interface ReplayTokens {
   /** Loss mask; absent at segment level (unknown). */
   mask?: (0 | 1)[];
   ids?: number[];
+  /** Token level: each token's first character in prompt + response (response tokens counted from the prompt's end). */
+  start?: number[];
   /** Recorded numbers per token (null where not recorded for that token). */
   overlays: Partial<Record<Overlay, (number | null)[]>>;
 }

@@ -121,14 +121,19 @@ describe('training from the palette (code-server)', function () {
   });
 });
 
+/** The parent pid of a process, from /proc/<pid>/stat (the field after the command name in parentheses). */
+function parentOf(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+}
+
 /** Processes under `pid` (from /proc), with their command lines. */
 function descendants(pid: number): { pid: number; cmd: string }[] {
   const parent = new Map<number, number>();
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d)) continue;
     try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+      parent.set(Number(d), parentOf(Number(d)));
     } catch {
       /* gone */
     }
@@ -149,11 +154,6 @@ function descendants(pid: number): { pid: number; cmd: string }[] {
   };
   walk(pid);
   return out;
-}
-
-function parentOf(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
 }
 
 describe('a run across a window reload and an extension host crash (code-server)', function () {

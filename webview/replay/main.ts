@@ -285,19 +285,13 @@ function renderPosition(): void {
   d.overlay = pos.overlay;
 }
 
-/** Character span of a token in prompt + response (token level: by the tokens' texts; otherwise its entry's span). */
+/** Character span of a token in prompt + response (token level: from the model's offsets; otherwise its entry's span). */
 function tokenSpan(m: ReplayModel, t: number): [number, number] {
-  if (m.level !== 'token') {
+  const c = m.tokens.start?.[t];
+  if (c === undefined) {
     const e = m.entries[entryOf(m, t)];
     return e ? [e.start, e.end] : [0, 0];
   }
-  let c = 0;
-  const firstResponse = m.tokens.role.findIndex((r) => r !== 'prompt');
-  for (let i = 0; i < t; i++) {
-    if (i === firstResponse) c = m.prompt.length;
-    c += m.tokens.text[i]!.length;
-  }
-  if (t === firstResponse) c = m.prompt.length;
   return [c, c + (m.tokens.text[t]?.length ?? 0)];
 }
 

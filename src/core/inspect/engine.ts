@@ -10,7 +10,7 @@
  * far and answered again when they are.
  */
 import { readLines } from '../store/jsonl';
-import { parseRolloutLine, rolloutFiles, RolloutStore, type RolloutRow } from '../store/rollouts';
+import { parseRolloutLine, rawPreview, rolloutFiles, RolloutStore, type RolloutRow } from '../store/rollouts';
 import type { InspectorQuery, InspectorStatus, RowFacts } from '../protocol';
 import { FilterError } from './filter';
 import { RolloutTable, rowFacts } from './table';
@@ -61,7 +61,7 @@ export class InspectorEngine {
       case 'row': {
         const row = this.store && m.index < this.store.count ? await this.store.row(m.index) : undefined;
         const raw = row && !row.record ? (await this.store!.rawRows(m.index, m.index + 1))[0]?.text : undefined;
-        return this.post({ t: 'row', req: m.req, row: row ?? null, raw: raw && raw.length > 20_000 ? `${raw.slice(0, 20_000)}…` : raw });
+        return this.post({ t: 'row', req: m.req, row: row ?? null, raw: raw === undefined ? undefined : rawPreview(raw) });
       }
       case 'close':
         return this.close();
@@ -80,7 +80,7 @@ export class InspectorEngine {
       indexing: this.indexing,
       busy: this.busy || this.analysing,
       following: this.follow,
-      malformed: this.table.rows.reduce((n, r) => n + (r.error ? 1 : 0), 0),
+      malformed: this.table.malformed,
       filterError: this.filterError,
       error: this.error,
     };

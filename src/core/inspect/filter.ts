@@ -232,23 +232,21 @@ class Parser {
   }
 
   private or(): Node {
-    let left = this.and();
-    while (this.isOp('||', 'or')) {
-      this.p++;
-      const a = left;
-      const b = this.and();
-      left = { type: 'boolean', s: a.s, e: b.e, eval: (r) => truthy(a.eval(r)) || truthy(b.eval(r)) };
-    }
-    return left;
+    return this.chain(['||', 'or'], () => this.and(), true);
   }
 
   private and(): Node {
-    let left = this.unary();
-    while (this.isOp('&&', 'and')) {
+    return this.chain(['&&', 'and'], () => this.unary(), false);
+  }
+
+  /** `next (op next)*`, left-associative, short-circuiting. */
+  private chain(ops: string[], next: () => Node, any: boolean): Node {
+    let left = next();
+    while (this.isOp(...ops)) {
       this.p++;
       const a = left;
-      const b = this.unary();
-      left = { type: 'boolean', s: a.s, e: b.e, eval: (r) => truthy(a.eval(r)) && truthy(b.eval(r)) };
+      const b = next();
+      left = { type: 'boolean', s: a.s, e: b.e, eval: any ? (r) => truthy(a.eval(r)) || truthy(b.eval(r)) : (r) => truthy(a.eval(r)) && truthy(b.eval(r)) };
     }
     return left;
   }

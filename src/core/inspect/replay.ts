@@ -51,11 +51,10 @@ function retrievalOf(r: Rollout): RetrievalMeta[] {
 }
 
 /** The timeline of a rollout (token spans filled in later). */
-export function timeline(r: Rollout): ReplayEntry[] {
+export function timeline(r: Rollout, parsed = parseTrajectory(r.response, { expectAnswer: false })): ReplayEntry[] {
   const entries: ReplayEntry[] = [];
   const base = r.prompt.length;
   if (r.prompt) entries.push({ kind: 'prompt', turn: 0, text: r.prompt, start: 0, end: base, tokenStart: 0, tokenEnd: 0 });
-  const parsed = parseTrajectory(r.response, { expectAnswer: false });
   const retrieval = retrievalOf(r);
   let info = 0;
   for (const s of parsed.segments) {
@@ -85,11 +84,11 @@ export function timeline(r: Rollout): ReplayEntry[] {
   return entries;
 }
 
-/** Assigns each entry its token span from the tokens' character offsets. */
-function spanTokens(entries: ReplayEntry[], tokenText: readonly string[], promptLen: number, firstResponseToken: number): void {
+/** Assigns each entry its token span from the tokens' character offsets; returns each token's first character. */
+function spanTokens(entries: ReplayEntry[], tokenText: readonly string[], promptLen: number, firstResponseToken: number): number[] {
   // Character start of each token in prompt + response: prompt tokens from 0, response tokens from the prompt's end
   // (so a prompt that does not round-trip does not shift the response).
-  const starts = new Array<number>(tokenText.length + 1);
+  const starts = new Array<number>(tokenText.length);
   let pos = 0;
   for (let i = 0; i < tokenText.length; i++) {
     if (i === firstResponseToken) pos = promptLen;
@@ -106,6 +105,7 @@ function spanTokens(entries: ReplayEntry[], tokenText: readonly string[], prompt
   }
   const last = entries[entries.length - 1];
   if (last) last.tokenEnd = tokenText.length;
+  return starts;
 }
 
 export interface ReplaySource {
@@ -116,8 +116,8 @@ export interface ReplaySource {
 
 /** Builds the replay model of a valid record. */
 export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?: TextTokenizer; tokenizerName?: string } = {}): ReplayModel {
-  const entries = timeline(r);
   const parsed = parseTrajectory(r.response, { expectAnswer: false });
+  const entries = timeline(r, parsed);
   const warnings: string[] = [];
   const model: ReplayModel = {
     ...at,
@@ -165,7 +165,7 @@ export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?:
     model.audit = auditMask(model.tokens.role, model.tokens.mask!);
     let firstResponse = model.tokens.role.findIndex((x) => x !== 'prompt');
     if (firstResponse < 0) firstResponse = m;
-    spanTokens(entries, model.tokens.text, r.prompt.length, firstResponse);
+    model.tokens.start = spanTokens(entries, model.tokens.text, r.prompt.length, firstResponse);
     const joined = model.tokens.text.join('');
     const full = r.prompt + r.response;
     if (joined !== full) {

@@ -88,6 +88,8 @@ export interface TableQuery {
 
 export class RolloutTable {
   readonly rows: RowFacts[] = [];
+  /** Rows that are malformed (kept as rows are added, not counted on every status). */
+  malformed = 0;
   private groups = new Map<string, { n: number; sum: number; sumSq: number; min: number; max: number }>();
 
   /** Adds the facts of store rows [rows.length, store.count), in batches; stops early when `cancelled()`. */
@@ -107,11 +109,13 @@ export class RolloutTable {
   /** Forget everything (the file was truncated or replaced). */
   reset(): void {
     this.rows.length = 0;
+    this.malformed = 0;
     this.groups.clear();
   }
 
   add(f: RowFacts): void {
     this.rows.push(f);
+    if (f.error !== undefined) this.malformed++;
     const key = groupKey(f.step, f.group);
     if (key === undefined || f.reward === undefined) return;
     const g = this.groups.get(key) ?? { n: 0, sum: 0, sumSq: 0, min: Infinity, max: -Infinity };
@@ -157,21 +161,6 @@ export class RolloutTable {
       default:
         return (f) => (f as unknown as FilterRow)[name];
     }
-  }
-
-  /** What the filter language sees of a row. */
-  filterRow(f: RowFacts): FilterRow {
-    const g = this.group(f);
-    return {
-      ...f,
-      error: f.error !== undefined,
-      'group.size': g?.size,
-      'group.zero_variance': g?.zeroVariance ?? false,
-      'group.reward_mean': g?.mean,
-      'group.reward_std': g?.std,
-      'mask.leaks': f.leaks,
-      'mask.trained': f.trained,
-    };
   }
 
   /**

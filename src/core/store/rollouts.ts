@@ -47,6 +47,11 @@ export function parseRolloutLine(text: string, file: string, line: number): Omit
   return errors.length ? { file, line, value, errors } : { file, line, record: value as Rollout, errors };
 }
 
+/** A raw line as shown beside a malformed row's errors: at most 20,000 characters. */
+export function rawPreview(text: string, max = 20_000): string {
+  return text.length > max ? `${text.slice(0, max)}…` : text;
+}
+
 function isVerlLine(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v) && !('v' in v) && 'output' in v && ('input' in v || 'gts' in v || 'score' in v);
 }

@@ -9,7 +9,7 @@ import { loadTextTokenizer } from '../../core/inspect/tokenizer';
 import type { ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol';
 import { formatIssue } from '../../core/run/format';
 import { readLines } from '../../core/store/jsonl';
-import { parseRolloutLine, type RolloutRow } from '../../core/store/rollouts';
+import { parseRolloutLine, rawPreview, type RolloutRow } from '../../core/store/rollouts';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 
 export interface ReplayInput {
@@ -36,7 +36,7 @@ export class ReplayPanel implements vscode.Disposable {
   async showLine(file: string, line: number): Promise<void> {
     let index = 0;
     for await (const l of readLines(file)) {
-      if (l.line === line) return this.show(file, [{ index, row: { index, ...parseRolloutLine(l.text, file, l.line) }, raw: l.text.length > 20_000 ? `${l.text.slice(0, 20_000)}…` : l.text }]);
+      if (l.line === line) return this.show(file, [{ index, row: { index, ...parseRolloutLine(l.text, file, l.line) }, raw: rawPreview(l.text) }]);
       index++;
     }
     void vscode.window.showWarningMessage(`Search Agent: ${file} has no line ${line}.`);
