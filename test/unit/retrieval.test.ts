@@ -18,7 +18,7 @@ async function post(port: number, body: unknown, path = '/retrieve'): Promise<{ 
   return { status: res.status, body: await res.json() };
 }
 
-describe('env server /retrieve (BM25 over the demo corpus)', function () {
+describe('env server /retrieve (BM25 over the demo corpus, 3 search threads)', function () {
   this.timeout(60_000);
   let dir: string;
   let server: EnvServer;
@@ -27,7 +27,7 @@ describe('env server /retrieve (BM25 over the demo corpus)', function () {
     dir = mkdtempSync(join(tmpdir(), 'sas-retrieve-'));
     await buildBm25Index(CORPUS, join(dir, 'index'));
     index = await Bm25Index.load(join(dir, 'index'));
-    server = await startEnvServer({ version: 'test', retriever: await Bm25Retriever.open(join(dir, 'index')) });
+    server = await startEnvServer({ version: 'test', retriever: await Bm25Retriever.open(join(dir, 'index'), { workers: 3 }) });
   });
   after(async () => {
     await server.close();
@@ -82,16 +82,25 @@ describe('env server /retrieve (BM25 over the demo corpus)', function () {
   });
 
   it('health names the retriever and its size', async () => {
-    const h = (await (await fetch(`http://127.0.0.1:${server.port}/health`)).json()) as { retriever: { kind: string; documents: number; default_topk: number } };
+    const h = (await (await fetch(`http://127.0.0.1:${server.port}/health`)).json()) as { retriever: { kind: string; documents: number; default_topk: number; workers: number } };
     assert.equal(h.retriever.kind, 'bm25');
     assert.equal(h.retriever.documents, 2912);
     assert.equal(h.retriever.default_topk, 3);
+    assert.equal(h.retriever.workers, 3);
   });
 
-  it('under load: concurrent clients get no errors and the same results as serial calls', async () => {
+  it('under load: concurrent clients get no errors and, from 3 workers, the results of one thread called serially', async () => {
     const questions = Array.from({ length: 40 }, (_, i) => [`who founded museum ${i}`, `river town ${i % 7}`, `born in the year ${1700 + i}`]);
     const serial = [];
-    for (const qs of questions) serial.push((await post(server.port, { queries: qs, topk: 3, return_scores: true })).body);
+    const one = await startEnvServer({ version: 'test', retriever: await Bm25Retriever.open(join(dir, 'index')) });
+    try {
+      for (const qs of questions) serial.push((await post(one.port, { queries: qs, topk: 3, return_scores: true })).body);
+    } finally {
+      await one.close();
+    }
+    // Whole batches too: one request of 120 queries is cut into chunks across the workers and put back in order.
+    const batch = (await post(server.port, { queries: questions.flat(), topk: 3, return_scores: true })).body;
+    assert.deepEqual(batch.result, serial.flatMap((b) => b.result));
     const clients = 16;
     const rounds = 5;
     const t0 = performance.now();
@@ -253,6 +262,9 @@ describe('retrieval CLI and limits', function () {
     const s = await cli('serve', '--retriever', 'dense', '--port', '0');
     assert.equal(s.exitCode, 2);
     assert.match(s.stderr, /--retriever dense needs --index DIR/);
+    const w = await cli('serve', '--workers', '0', '--port', '0');
+    assert.equal(w.exitCode, 2);
+    assert.match(w.stderr, /--workers must be an integer in 1\.\.1024, got 0/);
     const m = await cli('index', join(dir, 'missing.jsonl'), '--out', join(dir, 'y'));
     assert.equal(m.exitCode, 2);
     assert.match(m.stderr, /missing\.jsonl/);
