@@ -5,7 +5,8 @@
  *   s(t, d)  = idf · tf / (tf + k1 · (1 − b + b · dl/avgdl))              (Lucene's form: no (k1+1) factor)
  * with dl the document length *as Lucene stores it* (one SmallFloat byte: exact to 40, then 4 significant
  * bits), avgdl = total tokens / N exactly, k1 = 0.9 and b = 0.4 by default, a query term repeated k times
- * weighing k, and ties broken by document id ascending. The arithmetic follows Lucene's float32 steps
+ * weighing k (as Lucene's BooleanQuery rewrite merges duplicate clauses: one clause, weight = float(k · idf)),
+ * and ties broken by document id ascending. The arithmetic follows Lucene's float32 steps
  * (BM25Scorer: weight − weight / (1 + tf · normInverse)), summed in double as Lucene's disjunctions do.
  * Top k is exact and pruned: block-max MaxScore over block postings with per-block score bounds
  * (bm25Search.ts, postings.ts); `searchExhaustive` scores every posting and is the reference it is tested on.

@@ -64,7 +64,9 @@ const f = Math.fround;
  */
 class Cursor {
   weight = 0;
+  /** The term's count in the query, and what its bounds are widened by when it is over 1 (see reset). */
   count = 1;
+  slack = 0;
   df = 0;
   b0 = 0;
   b1 = 0;
@@ -95,8 +97,14 @@ class Cursor {
 
   reset(t: QueryTerm, docCount: number): void {
     this.df = this.a.dfs[t.ordinal]!;
-    this.weight = bm25Idf(docCount, this.df);
+    // A term repeated in the query: Lucene's BooleanQuery rewrite merges the duplicate SHOULD clauses into one
+    // with boost = count, and BM25Scorer's weight is boost · idf, in float. Its scores are count times the
+    // boost-1 ones (which the stored bounds bound) up to float rounding: each differs from the exact
+    // weight · x / (1 + x) by at most weight · 2^-22, so count × (stored bound + idf · 2^-20) bounds them.
+    const idf = bm25Idf(docCount, this.df);
+    this.weight = f(t.count * idf);
     this.count = t.count;
+    this.slack = t.count === 1 ? 0 : idf * 2 ** -20;
     this.b0 = this.a.blocksIdx[t.ordinal]!;
     this.b1 = this.a.blocksIdx[t.ordinal + 1]!;
     this.rewind();
@@ -205,7 +213,7 @@ class Cursor {
 
   /** This term's score in the current document (after advance landed on it). */
   score(normInverse: Float32Array, norms: Uint8Array): number {
-    return this.count * bm25Score(this.weight, this.tf(this.pos), normInverse[norms[this.doc]!]!);
+    return bm25Score(this.weight, this.tf(this.pos), normInverse[norms[this.doc]!]!);
   }
 
   /** The bound over [wMin, wEnd): max block score of the blocks that window can touch, × count. */
@@ -221,14 +229,13 @@ class Cursor {
       if (blockMax[b]! > m) m = blockMax[b]!;
       if (blockLast[b]! >= wEnd - 1) break;
     }
-    this.windowMax = this.count * m;
+    this.windowMax = m > 0 ? this.count * (m + this.slack) : 0;
   }
 
   /** Adds this term's scores for its documents in [lo, hi) into the window accumulator. */
   scoreWindow(lo: number, hi: number, scores: Float64Array, matches: Int32Array, normInverse: Float32Array, norms: Uint8Array): void {
     if (this.advance(lo) >= hi) return;
     const w = this.weight;
-    const c = this.count;
     const docs = this.docs;
     let p = this.pos;
     for (;;) {
@@ -243,7 +250,7 @@ class Cursor {
         }
         const i = d - lo;
         matches[i >>> 5]! |= 1 << (i & 31);
-        scores[i]! += c * bm25Score(w, this.tf(p), normInverse[norms[d]!]!);
+        scores[i]! += bm25Score(w, this.tf(p), normInverse[norms[d]!]!);
       }
       const b = this.dec + 1;
       if (b >= this.b1) {
@@ -265,7 +272,7 @@ class Cursor {
       this.decodeTo(NO_MORE);
       for (let p = 0; p < this.n; p++) {
         const d = this.docs[p]!;
-        fn(d, this.count * bm25Score(w, this.tf(p), normInverse[norms[d]!]!));
+        fn(d, bm25Score(w, this.tf(p), normInverse[norms[d]!]!));
       }
     }
   }
@@ -511,7 +518,7 @@ export class Bm25Searcher {
         c.enter(b);
         c.decodeTo(NO_MORE);
         for (let p = 0; p < c.n; p++) {
-          const s = f(c.count * bm25Score(c.weight, c.tf(p), normInverse[norms[c.docs[p]!]!]!));
+          const s = bm25Score(c.weight, c.tf(p), normInverse[norms[c.docs[p]!]!]!);
           if (heap.length < k) heapPush(heap, s);
           else if (s > heap[0]!) heapReplaceRoot(heap, s);
         }

@@ -21,12 +21,14 @@ import org.apache.lucene.analysis.en.EnglishPossessiveFilter;
 import org.apache.lucene.analysis.en.PorterStemFilter;
 import org.apache.lucene.analysis.standard.StandardTokenizer;
 import org.apache.lucene.analysis.tokenattributes.CharTermAttribute;
+import org.apache.lucene.document.BinaryDocValuesField;
 import org.apache.lucene.document.Document;
 import org.apache.lucene.document.Field;
 import org.apache.lucene.document.FieldType;
 import org.apache.lucene.document.StoredField;
 import org.apache.lucene.document.StringField;
 import org.apache.lucene.document.TextField;
+import org.apache.lucene.index.BinaryDocValues;
 import org.apache.lucene.index.DirectoryReader;
 import org.apache.lucene.index.IndexOptions;
 import org.apache.lucene.index.IndexWriter;
@@ -41,6 +43,7 @@ import org.apache.lucene.search.TopDocs;
 import org.apache.lucene.search.similarities.BM25Similarity;
 import org.apache.lucene.store.ByteBuffersDirectory;
 import org.apache.lucene.store.FSDirectory;
+import org.apache.lucene.util.BytesRef;
 
 /**
  * The reference our BM25 is tested against. Modes (UTF-8 files, one item per line):
@@ -51,11 +54,12 @@ import org.apache.lucene.store.FSDirectory;
  *   search CORPUS QUERIES K [k1 b]   CORPUS: id TAB contents (\n escaped as \\n); prints qid TAB rank TAB id TAB score,
  *                      ranked by score desc then id asc (Anserini's order), for each query's top K
  *   bench CORPUS QUERIES INDEXDIR K RESULTS   the timing mode of `npm run bench bm25`: indexes CORPUS into INDEXDIR
- *                      (on disk, once: one thread, docs and freqs as BM25 needs — no positions —, stored id and
- *                      contents, merged to one segment) unless it is there,
- *                      then runs every query with a single-threaded IndexSearcher — analysis, the bag-of-words
- *                      BooleanQuery, search(query, K), the stored ids of the hits — once to warm the JIT and
- *                      then timed; writes qid TAB rank TAB id TAB score to RESULTS and prints one JSON line
+ *                      (on disk, once: one thread, docs and freqs as BM25 needs — no positions —, the id also as
+ *                      doc values, contents stored, merged to one segment) unless it is there, then runs every
+ *                      query with a single-threaded IndexSearcher — analysis, the bag-of-words BooleanQuery,
+ *                      search(query, K), the ids of the hits from doc values (Lucene's fastest path: a stored
+ *                      field would decompress a block of contents per hit) — twice to warm the JIT and then
+ *                      timed; writes qid TAB rank TAB id TAB score to RESULTS and prints one JSON line
  */
 public final class Oracle {
   /** Anserini's DefaultEnglishAnalyzer with the Porter stemmer and Lucene's English stop words. */
@@ -186,6 +190,13 @@ public final class Oracle {
     return -1;
   }
 
+  /** A hit's id from the "id" doc values (a fresh iterator: doc values iterate forward only). */
+  static String idOf(org.apache.lucene.index.LeafReader leaf, int doc) throws IOException {
+    BinaryDocValues ids = leaf.getBinaryDocValues("id");
+    if (!ids.advanceExact(doc)) throw new IllegalStateException("no id for doc " + doc);
+    return ids.binaryValue().utf8ToString();
+  }
+
   static BooleanQuery bagOfWords(Analyzer analyzer, String text) throws IOException {
     BooleanQuery.Builder builder = new BooleanQuery.Builder();
     for (String t : tokens(analyzer, text)) builder.add(new TermQuery(new Term("contents", t)), BooleanClause.Occur.SHOULD);
@@ -212,6 +223,7 @@ public final class Oracle {
           String contents = unescape(line.substring(tab + 1));
           Document doc = new Document();
           doc.add(new StringField("id", line.substring(0, tab), Field.Store.YES));
+          doc.add(new BinaryDocValuesField("id", new BytesRef(line.substring(0, tab))));
           doc.add(new Field("contents", contents, contentsType));
           doc.add(new StoredField("raw", contents));
           writer.addDocument(doc);
@@ -230,9 +242,12 @@ public final class Oracle {
     try (FSDirectory dir = FSDirectory.open(indexDir); DirectoryReader reader = DirectoryReader.open(dir)) {
       IndexSearcher searcher = new IndexSearcher(reader); // no executor: one thread
       searcher.setSimilarity(similarity);
-      java.util.Set<String> idField = java.util.Set.of("id");
-      for (String q : queries) {
-        for (ScoreDoc sd : searcher.search(bagOfWords(analyzer, q), k).scoreDocs) searcher.storedFields().document(sd.doc, idField);
+      if (reader.leaves().size() != 1) throw new IllegalStateException("expected one segment, found " + reader.leaves().size());
+      var leaf = reader.leaves().get(0).reader();
+      for (int pass = 0; pass < 2; pass++) {
+        for (String q : queries) {
+          for (ScoreDoc sd : searcher.search(bagOfWords(analyzer, q), k).scoreDocs) idOf(leaf, sd.doc);
+        }
       }
       long[] latencies = new long[queries.size()];
       String[][] ids = new String[queries.size()][];
@@ -244,7 +259,7 @@ public final class Oracle {
         ids[i] = new String[top.length];
         scores[i] = new float[top.length];
         for (int r = 0; r < top.length; r++) {
-          ids[i][r] = searcher.storedFields().document(top[r].doc, idField).get("id");
+          ids[i][r] = idOf(leaf, top[r].doc);
           scores[i][r] = top[r].score;
         }
         latencies[i] = System.nanoTime() - t;
