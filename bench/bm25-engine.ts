@@ -1,15 +1,21 @@
 /**
- * One BM25 engine measured in its own process (so heap and RSS belong to it alone):
- *   node -r ./test/register.cjs bench/bm25-engine.ts <ours|minisearch|wink> <corpus.jsonl> <set=queries.txt,…> <workdir> [workers,…]
- * Builds, then runs each query set once to warm up and once timed (top 10 with the ids of the hits, as
- * Lucene's run fetches its stored ids; MiniSearch and wink, at hundreds of ms a query, time the first 200), and writes each set's results (qid TAB rank TAB id TAB score) to
- * <workdir>/<engine>-<set>.tsv. For ours it then measures the worker pool (bm25Pool.ts) at each worker count
- * over the same queries in Search-R1-sized batches, hits with their stored contents as /retrieve returns them.
- * Prints one JSON line.
+ * One BM25 engine in its own process (so heap and RSS belong to it alone), driven over stdin so that the bench can
+ * interleave engines pass by pass (on a shared machine, load drifts over minutes):
+ *   node -r ./test/register.cjs bench/bm25-engine.ts <ours|minisearch|wink> <corpus.jsonl> <workdir>
+ * Builds, prints one JSON line (build time and peak RSS, memory after loading, tokens), then answers commands, one
+ * JSON line each:
+ *   search NAME QUERIES RESULTS   every query once, timed, top 10 with the ids of the hits (as Lucene's run reads
+ *                                 its ids); the first time a set is named, two untimed passes first (Lucene's JIT
+ *                                 gets the same); MiniSearch and wink, at hundreds of ms a query, take the first 200
+ *                                 and 20 to warm up. Writes qid TAB rank TAB id TAB score to RESULTS.
+ *   pool WORKERS NAME QUERIES     ours only: the worker pool (bm25Pool.ts) over the same index, in Search-R1-sized
+ *                                 batches of 512 with the hits' contents as /retrieve returns them; queries/s, RSS,
+ *                                 and how busy the main thread was.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { createInterface } from 'node:readline';
 import MiniSearch from 'minisearch';
 import { DefaultEnglishAnalyzer } from '../src/core/retrieval/analyzer';
 import { Bm25Index } from '../src/core/retrieval/bm25';
@@ -24,11 +30,7 @@ const winkBm25 = require('wink-bm25-text-search');
 const POOL_BATCH = 512;
 
 async function main() {
-  const [engine, corpus, sets, work, workerCounts] = process.argv.slice(2) as [string, string, string, string, string | undefined];
-  const querySets = sets.split(',').map((s) => {
-    const [name, file] = s.split('=') as [string, string];
-    return { name, queries: readFileSync(file, 'utf8').trim().split('\n') };
-  });
+  const [engine, corpus, work] = process.argv.slice(2) as [string, string, string];
   const analyzer = new DefaultEnglishAnalyzer();
   const gc = () => (globalThis as { gc?: () => void }).gc?.();
   gc();
@@ -39,8 +41,7 @@ async function main() {
   const indexDir = join(work, 'ours-index');
   const t0 = performance.now();
   if (engine === 'ours') {
-    const meta = await buildBm25Index(corpus, indexDir);
-    tokens = meta.totalTokens;
+    tokens = (await buildBm25Index(corpus, indexDir)).totalTokens;
   } else if (engine === 'minisearch') {
     const ms = new MiniSearch<{ id: string; contents: string }>({ fields: ['contents'], idField: 'id', tokenize: (text) => analyzer.terms(text), processTerm: (t) => t });
     for await (const d of readCorpus(corpus)) {
@@ -69,44 +70,62 @@ async function main() {
   }
   gc();
   const mem = process.memoryUsage();
-  const results: Record<string, { p50: number; p99: number; qps: number }> = {};
-  for (const set of querySets) {
-    const { name } = set;
-    // The slow peers (hundreds of ms a query) get 200 queries and a short warm-up; ours a full warm-up pass, as Lucene's JIT gets.
-    const queries = engine === 'ours' ? set.queries : set.queries.slice(0, 200);
-    for (const q of engine === 'ours' ? queries : queries.slice(0, 20)) search!(q);
-    const lat: number[] = [];
-    const out: string[] = [];
-    const q0 = performance.now();
-    queries.forEach((q, i) => {
-      const t = performance.now();
-      const hits = search(q);
-      lat.push((performance.now() - t) / 1000);
-      hits.forEach((h, r) => out.push(`${i}\t${r + 1}\t${h.id}\t${h.score}`));
-    });
-    const total = (performance.now() - q0) / 1000;
-    writeFileSync(join(work, `${engine}-${name}.tsv`), `${out.join('\n')}\n`);
-    results[name] = { p50: median(lat), p99: quantile(lat, 0.99), qps: queries.length / total };
-  }
-  const heap = mem.heapUsed - base.heapUsed + (mem.arrayBuffers - base.arrayBuffers);
-  const pool: Record<string, Record<string, { qps: number; rssBytes: number }>> = {};
-  if (engine === 'ours' && workerCounts) {
-    index!.close();
-    for (const workers of workerCounts.split(',').map(Number)) {
-      const p = await Bm25Pool.open(indexDir, { workers });
-      for (const { name, queries } of querySets) {
-        const run = async () => {
-          for (let s = 0; s < queries.length; s += POOL_BATCH) await p.search(queries.slice(s, s + POOL_BATCH), 10);
-        };
-        await run(); // warm-up
-        const t = performance.now();
-        await run();
-        (pool[name] ??= {})[workers] = { qps: queries.length / ((performance.now() - t) / 1000), rssBytes: process.memoryUsage().rss };
+  const heapBytes = mem.heapUsed - base.heapUsed + (mem.arrayBuffers - base.arrayBuffers);
+  const say = (o: object) => process.stdout.write(`${JSON.stringify(o)}\n`);
+  say({ ready: true, engine, buildSeconds, buildPeakRssBytes, heapBytes, rssBytes: mem.rss, tokens });
+
+  const warm = new Set<string>();
+  let pool: Bm25Pool | undefined;
+  for await (const line of createInterface({ input: process.stdin })) {
+    const [command, ...args] = line.split(' ');
+    if (command === 'search') {
+      const [name, file, results] = args as [string, string, string];
+      const all = readFileSync(file, 'utf8').trim().split('\n');
+      const slow = engine !== 'ours';
+      const queries = slow ? all.slice(0, 200) : all;
+      if (!warm.has(name)) {
+        warm.add(name);
+        for (const q of slow ? queries.slice(0, 20) : [...queries, ...queries]) search!(q);
       }
-      await p.close();
-    }
+      const lat: number[] = [];
+      const out: string[] = [];
+      const q0 = performance.now();
+      queries.forEach((q, i) => {
+        const t = performance.now();
+        const hits = search(q);
+        lat.push((performance.now() - t) / 1000);
+        hits.forEach((h, r) => out.push(`${i}\t${r + 1}\t${h.id}\t${h.score}`));
+      });
+      const total = (performance.now() - q0) / 1000;
+      writeFileSync(results, `${out.join('\n')}\n`);
+      say({ set: name, p50: median(lat), p99: quantile(lat, 0.99), qps: queries.length / total });
+    } else if (command === 'pool' && engine === 'ours') {
+      const [workers, name, file] = [Number(args[0]), args[1]!, args[2]!];
+      if (index) {
+        // The pool loads its own shared copy: drop the single-thread one first, so that RSS is the pool's.
+        index.close();
+        index = undefined;
+        search = () => [];
+        gc();
+      }
+      if (pool?.workers !== workers) {
+        await pool?.close();
+        pool = await Bm25Pool.open(indexDir, { workers });
+      }
+      const queries = readFileSync(file, 'utf8').trim().split('\n');
+      const run = async () => {
+        for (let s = 0; s < queries.length; s += POOL_BATCH) await pool!.search(queries.slice(s, s + POOL_BATCH), 10);
+      };
+      await run(); // warm-up
+      const elu = performance.eventLoopUtilization();
+      const t = performance.now();
+      await run();
+      // How busy the main thread was (cutting batches, reassembling results): what bounds the pool's scaling with cores.
+      const mainBusy = performance.eventLoopUtilization(elu).utilization;
+      say({ set: name, workers, qps: queries.length / ((performance.now() - t) / 1000), rssBytes: process.memoryUsage().rss, mainBusy });
+    } else throw new Error(`unknown command: ${line}`);
   }
-  console.log(JSON.stringify({ engine, buildSeconds, buildPeakRssBytes, heapBytes: heap, rssBytes: mem.rss, tokens, sets: results, pool }));
+  await pool?.close();
 }
 
 main().catch((e) => {

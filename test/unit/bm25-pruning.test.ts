@@ -12,7 +12,7 @@ import { DefaultEnglishAnalyzer } from '../../src/core/retrieval/analyzer';
 import { Bm25Index, IndexVersionError, migrateBm25Index, normInverseTable } from '../../src/core/retrieval/bm25';
 import { Bm25Pool } from '../../src/core/retrieval/bm25Pool';
 import { buildBm25Index } from '../../src/core/retrieval/corpus';
-import { BLOCK, bm25Idf, bm25Score } from '../../src/core/retrieval/postings';
+import { BLOCK, RUN, SKIPS, bm25Idf, bm25Score } from '../../src/core/retrieval/postings';
 
 const ROOT = join(__dirname, '..', '..');
 const FIX = join(ROOT, 'test', 'fixtures', 'bm25');
@@ -111,8 +111,8 @@ describe('BM25 pruning is exact (block-max MaxScore vs exhaustive scoring)', fun
     assert.ok(widths.has(100 + 10) && widths.has(100), 'tf widths include 0 and 10 (a word 900 times)');
   });
 
-  it('stores bounds that hold: each block’s max is the largest score of its postings, each term’s the largest of its blocks', () => {
-    const { blocksIdx, blockMax, blockLast, termMax, dfs, termsBin, termsIdx } = index.arrays;
+  it('stores bounds that hold (each block’s max is the largest score of its postings, each term’s the largest of its blocks) and skips that point right', () => {
+    const { blocksIdx, blockMax, blockLast, blockSkip, termMax, dfs, termsBin, termsIdx } = index.arrays;
     const normInverse = normInverseTable(index.meta);
     const norms = index.arrays.norms;
     for (let t = 0; t < index.meta.terms; t++) {
@@ -126,6 +126,7 @@ describe('BM25 pruning is exact (block-max MaxScore vs exhaustive scoring)', fun
         for (let p = from; p < Math.min(ds.length, from + BLOCK); p++) max = Math.max(max, bm25Score(weight, tfs[p]!, normInverse[norms[ds[p]!]!]!));
         assert.equal(blockMax[b], max, `${term} block ${b - blocksIdx[t]!}`);
         assert.equal(blockLast[b], ds[Math.min(ds.length, from + BLOCK) - 1]);
+        for (let r = 0; r < SKIPS; r++) assert.equal(blockSkip[b * SKIPS + r], ds[Math.min(ds.length, from + (r + 1) * RUN) - 1], `${term} block ${b - blocksIdx[t]!} skip ${r}`);
         best = Math.max(best, max);
       }
       assert.equal(termMax[t], best, term);

@@ -16,7 +16,8 @@
  *   terms.bin/.idx     the sorted term dictionary (UTF-8) and its offsets;  df.bin  document frequencies
  *   postings.bin       block postings (32-bit words, see postings.ts)
  *   blocks.idx         per term, its first block;  term-max.bin  per term, its max score (float32)
- *   block-last.bin, block-offset.bin, block-max.bin   per block: last doc id, word offset, max score
+ *   block-last.bin, block-offset.bin, block-max.bin, block-skip.bin   per block: last doc id, word offset, max
+ *                      score, and the doc ids ending its first three 32-posting runs
  *   norms.bin          one SmallFloat length byte per document
  *   docids.bin/.idx    document ids;  contents.bin/.idx   stored contents (for /retrieve)
  * Version 1 (VByte postings without blocks) is migrated in place by {@link migrateBm25Index}
@@ -31,7 +32,7 @@ import { freemem, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { DefaultEnglishAnalyzer, type Analyzer } from './analyzer';
 import { Bm25Searcher, type PostingArrays, type QueryTerm, type SearchStats } from './bm25Search';
-import { BinaryFile, BLOCK, BlockWriter, type BlockTables } from './postings';
+import { BinaryFile, BLOCK, BlockWriter, SKIPS, type BlockTables } from './postings';
 import { LENGTH_TABLE, intToByte4 } from './smallfloat';
 
 export interface Bm25Params {
@@ -161,6 +162,7 @@ async function writeBlockTables(dir: string, tables: BlockTables): Promise<void>
   await writeFile(join(dir, 'block-last.bin'), bytes(tables.blockLast));
   await writeFile(join(dir, 'block-offset.bin'), bytes(tables.blockOffset));
   await writeFile(join(dir, 'block-max.bin'), bytes(tables.blockMax));
+  await writeFile(join(dir, 'block-skip.bin'), bytes(tables.blockSkip));
 }
 
 const bytes = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
@@ -600,6 +602,7 @@ export class Bm25Index {
       blockLast: new Int32Array(read('block-last.bin')),
       blockOffset: new Uint32Array(read('block-offset.bin')),
       blockMax: new Float32Array(read('block-max.bin')),
+      blockSkip: new Int32Array(read('block-skip.bin')),
       norms: new Uint8Array(read('norms.bin')),
       idsBin: new Uint8Array(read('docids.bin')),
       idsIdx: new Float64Array(read('docids.idx')),
@@ -611,6 +614,7 @@ export class Bm25Index {
     check('df.bin', arrays.dfs.length, meta.terms);
     check('blocks.idx', arrays.blocksIdx.length, meta.terms + 1);
     check('block-max.bin', arrays.blockMax.length, meta.blocks);
+    check('block-skip.bin', arrays.blockSkip.length, meta.blocks * SKIPS);
     check('norms.bin', arrays.norms.length, meta.docs);
     check('docids.idx', arrays.idsIdx.length, meta.docs + 1);
     return new Bm25Index(dir, meta, arrays);

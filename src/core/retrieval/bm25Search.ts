@@ -30,6 +30,8 @@ export interface PostingArrays {
   blockLast: Int32Array;
   blockOffset: Uint32Array;
   blockMax: Float32Array;
+  /** Per block, postings.SKIPS doc ids: the ends of its first 32-posting runs. */
+  blockSkip: Int32Array;
   termMax: Float32Array;
   norms: Uint8Array;
 }
@@ -47,12 +49,13 @@ export interface ScoredDoc {
 
 // Bound once: under the TypeScript loader the tests and benches use, each call through an import binding goes
 // through a getter, which costs in the inner loops.
-const { BLOCK, bm25Idf, bm25Score } = postings;
+const { BLOCK, RUN, SKIPS, bm25Idf, bm25Score } = postings;
 const NO_MORE = 0x7fffffff;
-export const C = { enter: 0, vals: 0, probes: 0, cands: 0, final: 0 };
 const WINDOW = 4096;
 /** Terms with at most this many postings are read whole before the scan, to seed the threshold. */
 const SEED_DF = 8 * 128;
+/** A lead term with at most this many postings has all its documents scored before the scan. */
+const SEED_ALL = 256;
 /** Bounds are inflated by this factor before comparing them with θ (see the module comment). */
 const SLACK = 1 + 2 ** -30;
 const f = Math.fround;
@@ -64,6 +67,7 @@ const f = Math.fround;
  */
 class Cursor {
   weight = 0;
+  ordinal = 0;
   /** The term's count in the query, and what its bounds are widened by when it is over 1 (see reset). */
   count = 1;
   slack = 0;
@@ -81,11 +85,10 @@ class Cursor {
   /** This term's bound over the current window (count × max block score). */
   windowMax = 0;
   readonly docs = new Int32Array(BLOCK);
-  /** Doc-id decoding state in the entered block: values decoded, last doc, next word and bit, width, mask. */
+  /** Doc-id decoding state in the entered block: values decoded, last doc, first word of the gaps, width, mask. */
   private decoded = 0;
   private lastDecoded = 0;
   private word = 0;
-  private shift = 0;
   private docBits = 0;
   private docMask = 0;
   /** Where the block's frequencies start, their width and mask. */
@@ -96,6 +99,7 @@ class Cursor {
   constructor(private readonly a: PostingArrays) {}
 
   reset(t: QueryTerm, docCount: number): void {
+    this.ordinal = t.ordinal;
     this.df = this.a.dfs[t.ordinal]!;
     // A term repeated in the query: Lucene's BooleanQuery rewrite merges the duplicate SHOULD clauses into one
     // with boost = count, and BM25Scorer's weight is boost · idf, in float. Its scores are count times the
@@ -121,7 +125,6 @@ class Cursor {
 
   /** Enters block b: reads its header; decodes nothing yet. */
   enter(b: number): void {
-    C.enter++;
     const { postings, blockOffset, blockLast } = this.a;
     const off = blockOffset[b]!;
     const header = postings[off]!;
@@ -132,7 +135,6 @@ class Cursor {
     this.docBits = docBits;
     this.docMask = docBits === 32 ? -1 : (1 << docBits) - 1;
     this.word = off + 1;
-    this.shift = 0;
     this.tfWord = off + 1 + ((n * docBits + 31) >>> 5);
     this.tfBits = tfBits;
     this.tfMask = tfBits === 32 ? -1 : (1 << tfBits) - 1;
@@ -152,25 +154,24 @@ class Cursor {
     const bits = this.docBits;
     if (bits === 0) {
       while (i < n && doc < target) docs[i++] = ++doc;
+    } else if (bits === 32) {
+      const words = this.a.postings;
+      const base = this.word;
+      while (i < n && doc < target) docs[i] = doc += words[base + i++]! + 1;
     } else {
+      // Branch-free: value i starts at bit i · bits of the run; its high part, if any, is in the next word.
+      // (x << 1) << (31 − sh) is x << (32 − sh) without JavaScript's shift-by-32-is-0 when sh = 0.
       const words = this.a.postings;
       const mask = this.docMask;
-      let w = this.word;
-      let sh = this.shift;
-      let cur = words[w]!;
+      const base = this.word;
+      let bit = i * bits;
       while (i < n && doc < target) {
-        let v = cur >>> sh;
-        sh += bits;
-        if (sh >= 32) {
-          cur = words[++w]!;
-          sh -= 32;
-          if (sh > 0) v |= cur << (bits - sh);
-        }
-        doc += (v & mask) + 1;
-        docs[i++] = doc; C.vals++;
+        const w = base + (bit >>> 5);
+        const sh = bit & 31;
+        doc += (((words[w]! >>> sh) | ((words[w + 1]! << 1) << (31 - sh))) & mask) + 1;
+        docs[i++] = doc;
+        bit += bits;
       }
-      this.word = w;
-      this.shift = sh;
     }
     this.decoded = i;
     this.lastDecoded = doc;
@@ -203,12 +204,30 @@ class Cursor {
     this.shallow(target);
     if (this.blk >= this.b1) return (this.doc = NO_MORE);
     if (this.dec !== this.blk) this.enter(this.blk);
+    if (this.lastDecoded < target) this.skipTo(target);
     this.decodeTo(target); // the block's last doc is ≥ target, so this stops on one
     const docs = this.docs;
     let p = this.pos;
     while (docs[p]! < target) p++;
     this.pos = p;
     return (this.doc = docs[p]!);
+  }
+
+  /**
+   * Jumps to the latest run boundary of the entered block whose preceding doc id is below target: the values
+   * before it are never decoded. (Run r starts at value 32r, on a word boundary; the skip table holds the doc
+   * id ending each of the first runs.)
+   */
+  private skipTo(target: number): void {
+    const skips = this.a.blockSkip;
+    const at = this.dec * SKIPS;
+    for (let r = SKIPS; r >= 1 && r * RUN > this.decoded; r--) {
+      if (r * RUN < this.n && skips[at + r - 1]! < target) {
+        this.decoded = this.pos = r * RUN;
+        this.lastDecoded = skips[at + r - 1]!;
+        return;
+      }
+    }
   }
 
   /** This term's score in the current document (after advance landed on it). */
@@ -262,6 +281,44 @@ class Cursor {
       this.enter(b);
       p = 0;
     }
+  }
+
+  /** One essential term: its documents in [lo, hi) and their scores straight into the candidate arrays. */
+  collect(lo: number, hi: number, docsOut: Int32Array, scoresOut: Float64Array, normInverse: Float32Array, norms: Uint8Array): number {
+    let n = 0;
+    if (this.advance(lo) >= hi) return 0;
+    const w = this.weight;
+    const docs = this.docs;
+    let p = this.pos;
+    for (;;) {
+      this.decodeTo(NO_MORE);
+      const end = this.n;
+      for (; p < end; p++) {
+        const d = docs[p]!;
+        if (d >= hi) {
+          this.pos = p;
+          this.doc = d;
+          return n;
+        }
+        docsOut[n] = d;
+        scoresOut[n++] = bm25Score(w, this.tf(p), normInverse[norms[d]!]!);
+      }
+      const b = this.dec + 1;
+      if (b >= this.b1) {
+        this.blk = this.b1;
+        this.doc = NO_MORE;
+        return n;
+      }
+      this.blk = b;
+      this.enter(b);
+      p = 0;
+    }
+  }
+
+  /** This term's bound for document d from the block that can hold it (0 past its last block); no decoding. */
+  blockBound(d: number): number {
+    this.shallow(d);
+    return this.blk < this.b1 ? this.count * (this.a.blockMax[this.blk]! + this.slack) : 0;
   }
 
   /** Every posting, for the exhaustive reference: calls fn(doc, score). */
@@ -422,9 +479,12 @@ export class Bm25Searcher {
   /** Non-essential terms: order[0..firstEssential). */
   private firstEssential = 0;
   private nextThreshold = Infinity;
-  /** A lower bound of the final k-th score known before scanning (see {@link seedFloor}). */
+  /** A lower bound of the final k-th score known before scanning, and the documents scored then (see {@link seed}). */
   private floor = -Infinity;
   private readonly seedHeap: number[] = [];
+  private readonly seedCursors: Cursor[] = [];
+  private readonly seeded: number[] = [];
+  private marks: Uint8Array | undefined;
   private acc: Float64Array | undefined;
   private touched: Int32Array | undefined;
   private seen: Uint8Array | undefined;
@@ -461,7 +521,7 @@ export class Bm25Searcher {
     st.windows = st.skippedWindows = st.candidates = 0;
     this.firstEssential = 0;
     this.nextThreshold = Infinity;
-    this.floor = this.seedFloor(k);
+    this.floor = this.seed(k);
     let minWindow = 1;
     let wMin = 0;
     outer: while (wMin < N) {
@@ -490,6 +550,8 @@ export class Bm25Searcher {
       }
       wMin = Math.min(next, wEnd);
     }
+    if (this.marks) for (const d of this.seeded) this.marks[d] = 0;
+    this.seeded.length = 0;
     return this.top.drain();
   }
 
@@ -500,13 +562,19 @@ export class Bm25Searcher {
   }
 
   /**
-   * A lower bound of the final k-th score, from the short posting lists alone: a document's score is at
-   * least its score for one term, so if one term gives k documents a score ≥ x each, no document scoring
-   * below x can be in the top k. Taking the k-th best single-term score of each term with at most SEED_DF
-   * postings (a few blocks decoded) lets the first windows prune as if the best documents had been found.
+   * Before the scan, so that the first windows already prune as if the best documents had been found:
+   * 1. a lower bound of the final k-th score (the floor): a document's score is at least its score for one
+   *    term, so the k-th best single-term score of any term bounds it; taken for each term with at most
+   *    SEED_DF postings (a few blocks decoded);
+   * 2. the documents of the term behind the best such bound — all of them when it has at most SEED_ALL, else
+   *    those reaching the floor on that term alone — are scored in full (probing the other terms with cursors
+   *    of their own, summing in query-term order as the exhaustive reference does) and offered to the heap now;
+   *    they are marked, and the scan passes over them. Most top documents hold the rare terms, so the heap's
+   *    k-th score is usually near its final value before the first window.
    */
-  private seedFloor(k: number): number {
+  private seed(k: number): number {
     let floor = -Infinity;
+    let lead: Cursor | undefined;
     const heap = this.seedHeap;
     const { normInverse } = this;
     const norms = this.a.norms;
@@ -523,10 +591,42 @@ export class Bm25Searcher {
           else if (s > heap[0]!) heapReplaceRoot(heap, s);
         }
       }
-      if (heap[0]! > floor) floor = heap[0]!;
+      if (heap[0]! > floor) {
+        floor = heap[0]!;
+        lead = c;
+      }
       c.rewind();
     }
+    if (!lead || this.m === 1) return floor;
+    const docs = this.seeded;
+    for (let b = lead.b0; b < lead.b1; b++) {
+      lead.enter(b);
+      lead.decodeTo(NO_MORE);
+      for (let p = 0; p < lead.n; p++) {
+        if (lead.df <= SEED_ALL || bm25Score(lead.weight, lead.tf(p), normInverse[norms[lead.docs[p]!]!]!) >= floor) docs.push(lead.docs[p]!);
+      }
+    }
+    lead.rewind();
+    const sums = new Float64Array(docs.length);
+    for (let i = 0; i < this.m; i++) {
+      const c = this.seedCursor(i);
+      for (let j = 0; j < docs.length; j++) if (c.advance(docs[j]!) === docs[j]) sums[j]! += c.score(normInverse, norms);
+    }
+    const marks = (this.marks ??= new Uint8Array(this.docCount));
+    for (let j = 0; j < docs.length; j++) {
+      marks[docs[j]!] = 1;
+      this.top.offer(docs[j]!, f(sums[j]!));
+    }
     return floor;
+  }
+
+  /** A second cursor on query term i, for the seed's probes (the scan's cursors stay where they are). */
+  private seedCursor(i: number): Cursor {
+    while (this.seedCursors.length <= i) this.seedCursors.push(new Cursor(this.a));
+    const c = this.seedCursors[i]!;
+    const t = this.cursors[i]!;
+    c.reset({ ordinal: t.ordinal, count: t.count }, this.docCount);
+    return c;
   }
 
   /** min over the essential terms (at least the best one) of the end of their block holding wMin. */
@@ -583,6 +683,43 @@ export class Bm25Searcher {
   }
 
   private scoreInnerWindow(lo: number, hi: number): void {
+    const { candDocs, candScores, normInverse } = this;
+    const marks = this.seeded.length > 0 ? this.marks : undefined;
+    const norms = this.a.norms;
+    let n: number;
+    if (this.firstEssential === this.m - 1) n = this.order[this.m - 1]!.collect(lo, hi, candDocs, candScores, normInverse, norms);
+    else n = this.accumulate(lo, hi);
+    this.stats.candidates += n;
+    // Non-essential terms, the largest bound first. A candidate is dropped once its score plus the bounds of the
+    // terms not yet probed falls below θ, the term about to be probed counted with its bound in the candidate's
+    // block (no decoding needed to read it) rather than over the window.
+    for (let i = this.firstEssential - 1; i >= 0 && n > 0; i--) {
+      const theta = this.threshold();
+      const rest = i > 0 ? this.neSum[i - 1]! : 0;
+      const c = this.order[i]!;
+      let kept = 0;
+      for (let j = 0; j < n; j++) {
+        const d = candDocs[j]!;
+        if (marks !== undefined && marks[d] === 1) continue; // scored in full by the seed
+        let score = candScores[j]!;
+        if (c.doc < d) {
+          const bound = c.blockBound(d);
+          if (f((score + bound + rest) * SLACK) < theta) continue;
+          if (bound > 0) c.advance(d);
+        }
+        if (c.doc === d) score += c.score(normInverse, norms);
+        else if (f((score + rest) * SLACK) < theta) continue;
+        candDocs[kept] = d;
+        candScores[kept++] = score;
+      }
+      n = kept;
+    }
+    const top = this.top;
+    for (let j = 0; j < n; j++) if (marks === undefined || marks[candDocs[j]!] === 0) top.offer(candDocs[j]!, f(candScores[j]!));
+  }
+
+  /** Several essential terms: scored into the window accumulator, then read back in doc order. */
+  private accumulate(lo: number, hi: number): number {
     const { windowScores, matches, candDocs, candScores, normInverse } = this;
     const norms = this.a.norms;
     for (let i = this.firstEssential; i < this.m; i++) this.order[i]!.scoreWindow(lo, hi, windowScores, matches, normInverse, norms);
@@ -602,27 +739,7 @@ export class Bm25Searcher {
         bits ^= t;
       }
     }
-    this.stats.candidates += n; C.cands += n;
-    // Non-essential terms, the largest bound first; drop a candidate once even all of them could not lift it.
-    for (let i = this.firstEssential - 1; i >= 0 && n > 0; i--) {
-      const theta = this.threshold();
-      const rest = this.neSum[i]!;
-      let kept = 0;
-      for (let j = 0; j < n; j++) {
-        if (f((candScores[j]! + rest) * SLACK) < theta) continue;
-        candDocs[kept] = candDocs[j]!;
-        candScores[kept++] = candScores[j]!;
-      }
-      n = kept;
-      const c = this.order[i]!;
-      for (let j = 0; j < n; j++) {
-        const d = candDocs[j]!;
-        C.probes++; if (c.doc < d) c.advance(d);
-        if (c.doc === d) candScores[j]! += c.score(normInverse, norms);
-      }
-    }
-    const top = this.top; C.final += n;
-    for (let j = 0; j < n; j++) top.offer(candDocs[j]!, f(candScores[j]!));
+    return n;
   }
 
   /** A term's postings, decoded (for tests and inspection). */

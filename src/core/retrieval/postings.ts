@@ -8,12 +8,17 @@
  * needs 0 bits a gap; most frequencies are 1 and need 0 or 1 bit. Beside the words, per block: its last doc
  * id (for skipping), its word offset, and its **block-max score**: the largest per-posting BM25 score in the
  * block, computed with exactly the float arithmetic of the scorer, so it bounds every score it stands for.
- * A term's max score is the max of its blocks'.
+ * A term's max score is the max of its blocks'. And per block, the doc ids at positions 31, 63 and 95 (its
+ * **skips**): a 32-value run of gaps starts on a word boundary (32 · bits is a whole number of words), so a
+ * probe for a document deep in a block decodes only the run that can hold it.
  */
 import { closeSync, openSync, writeSync } from 'node:fs';
 
 /** Postings per block (Lucene's as well). */
 export const BLOCK = 128;
+/** Values per skip run inside a block, and skips per block. */
+export const RUN = 32;
+export const SKIPS = BLOCK / RUN - 1;
 
 /** Bits needed for `v` (0 for 0). */
 export function bitWidth(v: number): number {
@@ -103,6 +108,8 @@ export interface BlockTables {
   blockLast: Uint32Array;
   blockOffset: Uint32Array;
   blockMax: Float32Array;
+  /** Per block, SKIPS entries: the doc id ending each of its first runs (the block's last doc where it is shorter). */
+  blockSkip: Uint32Array;
   /** Per term: max score over its postings. */
   termMax: Float32Array;
   /** Words written (the postings file holds them plus one padding word). */
@@ -139,7 +146,7 @@ export class BlockWriter {
     const blocksIdx = new Uint32Array(T + 1);
     for (let t = 0; t < T; t++) blocksIdx[t + 1] = blocksIdx[t]! + Math.ceil(dfs[t]! / BLOCK);
     const B = blocksIdx[T]!;
-    this.tables = { blocksIdx, blockLast: new Uint32Array(B), blockOffset: new Uint32Array(B), blockMax: new Float32Array(B), termMax: new Float32Array(T), words: 0 };
+    this.tables = { blocksIdx, blockLast: new Uint32Array(B), blockOffset: new Uint32Array(B), blockMax: new Float32Array(B), blockSkip: new Uint32Array(B * SKIPS), termMax: new Float32Array(T), words: 0 };
     this.out = new BinaryFile(path);
     this.startTerm();
   }
@@ -193,6 +200,7 @@ export class BlockWriter {
     this.tables.blockLast[b] = prev;
     this.tables.blockOffset[b] = this.tables.words;
     this.tables.blockMax[b] = bmax;
+    for (let r = 0; r < SKIPS; r++) this.tables.blockSkip[b * SKIPS + r] = docs[Math.min(n, (r + 1) * RUN) - 1]!;
     if (bmax > this.max) this.max = bmax;
     this.out.write(new Uint8Array(w.buffer, 0, end * 4));
     this.tables.words += end;

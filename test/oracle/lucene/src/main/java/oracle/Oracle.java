@@ -53,13 +53,14 @@ import org.apache.lucene.util.BytesRef;
  *   norms N            for lengths 0..N: length TAB SmallFloat.intToByte4 TAB byte4ToInt
  *   search CORPUS QUERIES K [k1 b]   CORPUS: id TAB contents (\n escaped as \\n); prints qid TAB rank TAB id TAB score,
  *                      ranked by score desc then id asc (Anserini's order), for each query's top K
- *   bench CORPUS QUERIES INDEXDIR K RESULTS   the timing mode of `npm run bench bm25`: indexes CORPUS into INDEXDIR
- *                      (on disk, once: one thread, docs and freqs as BM25 needs — no positions —, the id also as
- *                      doc values, contents stored, merged to one segment) unless it is there, then runs every
- *                      query with a single-threaded IndexSearcher — analysis, the bag-of-words BooleanQuery,
- *                      search(query, K), the ids of the hits from doc values (Lucene's fastest path: a stored
- *                      field would decompress a block of contents per hit) — twice to warm the JIT and then
- *                      timed; writes qid TAB rank TAB id TAB score to RESULTS and prints one JSON line
+ *   bench CORPUS INDEXDIR K   the timing mode of `npm run bench bm25`: indexes CORPUS into INDEXDIR (on disk, once:
+ *                      one thread, docs and freqs as BM25 needs — no positions —, the id also as doc values,
+ *                      contents stored, merged to one segment) unless it is there, prints a JSON line with the
+ *                      build's time and peak RSS, then answers commands on stdin: `search NAME QUERIES RESULTS`
+ *                      runs every query with a single-threaded IndexSearcher — analysis, the bag-of-words
+ *                      BooleanQuery, search(query, K), the ids of the hits from doc values (Lucene's fastest path:
+ *                      a stored field would decompress a block of contents per hit) — twice to warm the JIT the
+ *                      first time, then timed; writes qid TAB rank TAB id TAB score to RESULTS; one JSON line
  */
 public final class Oracle {
   /** Anserini's DefaultEnglishAnalyzer with the Porter stemmer and Lucene's English stop words. */
@@ -204,8 +205,8 @@ public final class Oracle {
   }
 
   static void bench(String[] args, PrintStream out) throws Exception {
-    Path indexDir = Path.of(args[3]);
-    int k = Integer.parseInt(args[4]);
+    Path indexDir = Path.of(args[2]);
+    int k = Integer.parseInt(args[3]);
     Analyzer analyzer = new DefaultEnglish();
     BM25Similarity similarity = new BM25Similarity(0.9f, 0.4f);
     double buildSeconds = -1;
@@ -234,7 +235,6 @@ public final class Oracle {
       buildPeakRss = peakRss();
       Files.writeString(done, Double.toString(buildSeconds));
     }
-    List<String> queries = lines(args[2]);
     long indexBytes = 0;
     try (var files = Files.list(indexDir)) {
       for (Path p : (Iterable<Path>) files::iterator) indexBytes += Files.size(p);
@@ -244,35 +244,47 @@ public final class Oracle {
       searcher.setSimilarity(similarity);
       if (reader.leaves().size() != 1) throw new IllegalStateException("expected one segment, found " + reader.leaves().size());
       var leaf = reader.leaves().get(0).reader();
-      for (int pass = 0; pass < 2; pass++) {
-        for (String q : queries) {
-          for (ScoreDoc sd : searcher.search(bagOfWords(analyzer, q), k).scoreDocs) idOf(leaf, sd.doc);
+      out.println("{\"ready\":true,\"version\":\"" + org.apache.lucene.util.Version.LATEST + "\",\"docs\":" + reader.maxDoc() + ",\"buildSeconds\":" + buildSeconds
+          + ",\"buildPeakRssBytes\":" + buildPeakRss + ",\"indexBytes\":" + indexBytes + ",\"rssBytes\":" + peakRss() + "}");
+      out.flush();
+      // Commands on stdin, one a line: "search NAME QUERIES RESULTS" runs every query of QUERIES once, timed (the
+      // first time a set is named: two passes first, to warm the JIT), and answers one JSON line.
+      java.util.Set<String> warm = new java.util.HashSet<>();
+      BufferedReader commands = new BufferedReader(new java.io.InputStreamReader(System.in, StandardCharsets.UTF_8));
+      for (String command = commands.readLine(); command != null; command = commands.readLine()) {
+        String[] c = command.split(" ");
+        List<String> queries = lines(c[2]);
+        if (warm.add(c[1])) {
+          for (int pass = 0; pass < 2; pass++) {
+            for (String q : queries) {
+              for (ScoreDoc sd : searcher.search(bagOfWords(analyzer, q), k).scoreDocs) idOf(leaf, sd.doc);
+            }
+          }
         }
-      }
-      long[] latencies = new long[queries.size()];
-      String[][] ids = new String[queries.size()][];
-      float[][] scores = new float[queries.size()][];
-      long t0 = System.nanoTime();
-      for (int i = 0; i < queries.size(); i++) {
-        long t = System.nanoTime();
-        ScoreDoc[] top = searcher.search(bagOfWords(analyzer, queries.get(i)), k).scoreDocs;
-        ids[i] = new String[top.length];
-        scores[i] = new float[top.length];
-        for (int r = 0; r < top.length; r++) {
-          ids[i][r] = idOf(leaf, top[r].doc);
-          scores[i][r] = top[r].score;
+        long[] latencies = new long[queries.size()];
+        String[][] ids = new String[queries.size()][];
+        float[][] scores = new float[queries.size()][];
+        long t0 = System.nanoTime();
+        for (int i = 0; i < queries.size(); i++) {
+          long t = System.nanoTime();
+          ScoreDoc[] top = searcher.search(bagOfWords(analyzer, queries.get(i)), k).scoreDocs;
+          ids[i] = new String[top.length];
+          scores[i] = new float[top.length];
+          for (int r = 0; r < top.length; r++) {
+            ids[i][r] = idOf(leaf, top[r].doc);
+            scores[i][r] = top[r].score;
+          }
+          latencies[i] = System.nanoTime() - t;
         }
-        latencies[i] = System.nanoTime() - t;
+        double seconds = (System.nanoTime() - t0) / 1e9;
+        try (PrintStream res = new PrintStream(Files.newOutputStream(Path.of(c[3])), false, StandardCharsets.UTF_8)) {
+          for (int i = 0; i < ids.length; i++) for (int r = 0; r < ids[i].length; r++) res.println(i + "\t" + (r + 1) + "\t" + ids[i][r] + "\t" + scores[i][r]);
+        }
+        java.util.Arrays.sort(latencies);
+        out.println("{\"set\":\"" + c[1] + "\",\"qps\":" + (queries.size() / seconds) + ",\"p50\":" + latencies[latencies.length / 2] / 1e9 + ",\"p99\":"
+            + latencies[Math.min(latencies.length - 1, (int) (latencies.length * 0.99))] / 1e9 + "}");
+        out.flush();
       }
-      double seconds = (System.nanoTime() - t0) / 1e9;
-      try (PrintStream res = new PrintStream(Files.newOutputStream(Path.of(args[5])), false, StandardCharsets.UTF_8)) {
-        for (int i = 0; i < ids.length; i++) for (int r = 0; r < ids[i].length; r++) res.println(i + "\t" + (r + 1) + "\t" + ids[i][r] + "\t" + scores[i][r]);
-      }
-      java.util.Arrays.sort(latencies);
-      out.println("{\"engine\":\"lucene\",\"version\":\"" + org.apache.lucene.util.Version.LATEST + "\",\"docs\":" + reader.maxDoc()
-          + ",\"segments\":" + reader.leaves().size() + ",\"buildSeconds\":" + buildSeconds + ",\"buildPeakRssBytes\":" + buildPeakRss
-          + ",\"indexBytes\":" + indexBytes + ",\"qps\":" + (queries.size() / seconds) + ",\"p50\":" + latencies[latencies.length / 2] / 1e9
-          + ",\"p99\":" + latencies[Math.min(latencies.length - 1, (int) (latencies.length * 0.99))] / 1e9 + ",\"peakRssBytes\":" + peakRss() + "}");
     }
   }
 }
