@@ -10,7 +10,7 @@
  *                                 and 20 to warm up. Writes qid TAB rank TAB id TAB score to RESULTS.
  *   pool WORKERS NAME QUERIES     ours only: the worker pool (bm25Pool.ts) over the same index, in Search-R1-sized
  *                                 batches of 512 with the hits' contents as /retrieve returns them; queries/s, RSS,
- *                                 and how busy the main thread was.
+ *                                 and CPU seconds per query on the workers and on the main thread.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -110,6 +110,7 @@ async function main() {
       }
       if (pool?.workers !== workers) {
         await pool?.close();
+        gc(); // the closed pool's index, before RSS is read with the new one
         pool = await Bm25Pool.open(indexDir, { workers });
       }
       const queries = readFileSync(file, 'utf8').trim().split('\n');
@@ -117,12 +118,21 @@ async function main() {
         for (let s = 0; s < queries.length; s += POOL_BATCH) await pool!.search(queries.slice(s, s + POOL_BATCH), 10);
       };
       await run(); // warm-up
-      const elu = performance.eventLoopUtilization();
+      const cpu0 = await pool.cpuSeconds();
       const t = performance.now();
-      await run();
-      // How busy the main thread was (cutting batches, reassembling results): what bounds the pool's scaling with cores.
-      const mainBusy = performance.eventLoopUtilization(elu).utilization;
-      say({ set: name, workers, qps: queries.length / ((performance.now() - t) / 1000), rssBytes: process.memoryUsage().rss, mainBusy });
+      let done = 0;
+      do {
+        await run();
+        done += queries.length;
+      } while (performance.now() - t < 3000); // CPU times tick in 10 ms: long enough for a few hundred ticks
+      const seconds = (performance.now() - t) / 1000;
+      const cpu1 = await pool.cpuSeconds();
+      // CPU time per query, on the workers and on the main thread (cutting batches, reassembling results): unlike
+      // queries/s on a machine shared with others, these do not depend on how much of a core each thread got,
+      // and they say how the pool scales with cores (each worker's cost) and where it stops (the main thread's).
+      const workerCpu = cpu1.workers.reduce((sum: number, x, i) => sum + (x ?? NaN) - (cpu0.workers[i] ?? NaN), 0) / done;
+      const mainCpu = ((cpu1.main ?? NaN) - (cpu0.main ?? NaN)) / done;
+      say({ set: name, workers, qps: done / seconds, rssBytes: process.memoryUsage().rss, workerCpu, mainCpu });
     } else throw new Error(`unknown command: ${line}`);
   }
   await pool?.close();

@@ -39,6 +39,14 @@ interface Ready {
   indexBytes?: number;
 }
 
+interface PoolResult {
+  qps: number;
+  rssBytes: number;
+  /** CPU seconds per query, all workers together, and on the main thread. */
+  workerCpu: number;
+  mainCpu: number;
+}
+
 const ORACLE = join(__dirname, '..', 'test', 'oracle', 'lucene');
 
 /** An engine process answering one JSON line per command line. */
@@ -48,7 +56,7 @@ class Engine {
   ready!: Ready;
   /** Per set, every timed round. */
   readonly rounds = new Map<string, SetResult[]>();
-  readonly pool = new Map<string, Map<number, { qps: number; rssBytes: number; mainBusy: number }>>();
+  readonly pool = new Map<string, Map<number, PoolResult>>();
 
   constructor(
     readonly name: string,
@@ -221,9 +229,14 @@ function summarize(lines: string[], n: number, ours: Engine, engines: Engine[], 
       `ours pool (${set}, batches of 512 with contents): ${counts
         .map((w) => {
           const r = byWorkers.get(w)!;
-          return `${w} worker${w === 1 ? '' : 's'} ${r.qps.toFixed(0)} queries/s (${fmt.ratio(r.qps / one.qps)}, RSS ${mib(r.rssBytes)}, main thread busy ${(r.mainBusy * 100).toFixed(0)}%)`;
+          return `${w} worker${w === 1 ? '' : 's'} ${r.qps.toFixed(0)} queries/s (${fmt.ratio(r.qps / one.qps)}, RSS ${mib(r.rssBytes)}), CPU a query: workers ${fmt.us(r.workerCpu)}, main thread ${fmt.us(r.mainCpu)}`;
         })
         .join(' · ')}`,
     );
+    // What N free cores give: N workers at the measured CPU cost a query each (the widest pool's, contention
+    // included), until the main thread saturates.
+    const widest = byWorkers.get(counts[counts.length - 1]!)!;
+    const cores = 16;
+    report(lines, `ours pool (${set}) on ${cores} free cores, from these CPU costs: min(${cores} / ${fmt.us(widest.workerCpu)}, 1 / ${fmt.us(widest.mainCpu)}) ≈ ${Math.min(cores / widest.workerCpu, 1 / widest.mainCpu).toFixed(0)} queries/s`);
   }
 }

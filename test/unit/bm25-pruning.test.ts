@@ -254,6 +254,10 @@ describe('BM25 worker pool', function () {
       assert.deepEqual(got[1], want.slice(0, 7));
       assert.deepEqual(got[2], want.slice(100));
       assert.deepEqual(await pool.search([], 5), []);
+      // Each thread's CPU time (Linux), as the benchmark reads it: the workers did the searching.
+      const cpu = await pool.cpuSeconds();
+      assert.equal(cpu.workers.length, 3);
+      if (process.platform === 'linux') assert.ok(cpu.workers.every((x) => typeof x === 'number' && x >= 0) && typeof cpu.main === 'number', JSON.stringify(cpu));
     } finally {
       single.close();
       await pool.close();

@@ -5,7 +5,7 @@
  * into chunks handed to whichever worker is free (several requests share the queue), and put back in order:
  * the results are those of one thread, query for query.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
@@ -40,6 +40,17 @@ interface Slot {
   task?: Task;
 }
 
+/** CPU seconds the calling thread has used (Linux: /proc/thread-self/stat, in USER_HZ = 100 ticks); null elsewhere. */
+export function threadCpuSeconds(): number | null {
+  try {
+    const stat = readFileSync('/proc/thread-self/stat', 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' '); // from field 3 (the state) on
+    return (Number(fields[11]) + Number(fields[12])) / 100; // utime, stime: fields 14 and 15
+  } catch {
+    return null;
+  }
+}
+
 /** The worker program: the bundle beside this file, or (running from source) the TypeScript through the test register. */
 function spawn(workerData: unknown): Worker {
   const bundled = join(__dirname, 'bm25-worker.js');
@@ -53,6 +64,7 @@ export class Bm25Pool {
   private readonly slots: Slot[] = [];
   private readonly queue: Task[] = [];
   private nextId = 0;
+  private readonly cpuReplies = new Map<number, (seconds: number | null) => void>();
   private restarts = 0;
   private closed = false;
 
@@ -90,8 +102,9 @@ export class Bm25Pool {
       worker.once('exit', (code) => reject(new Error(`exited with code ${code} while starting`)));
     });
     slot.ready.catch(() => undefined); // open() reports it; a replacement's failure is handled below
-    worker.on('message', (m: PoolResponse | { ready: true }) => {
+    worker.on('message', (m: PoolResponse | { ready: true } | { cpu: number; seconds: number | null }) => {
       if ('id' in m) this.onMessage(slot, m);
+      else if ('cpu' in m) this.cpuReplies.get(m.cpu)?.(m.seconds);
     });
     worker.on('error', (e) => this.onFailure(slot, e));
     worker.on('exit', (code) => this.onFailure(slot, new Error(`exited with code ${code}`)));
@@ -146,6 +159,27 @@ export class Bm25Pool {
     }
     this.pump();
     return (await Promise.all(parts)).flat();
+  }
+
+  /**
+   * CPU seconds used so far by each worker thread and by this (the main) thread; null where the platform does
+   * not say (not Linux). A worker answers between two chunks: ask between batches for exact figures.
+   */
+  async cpuSeconds(): Promise<{ main: number | null; workers: (number | null)[] }> {
+    const workers = await Promise.all(
+      this.slots.map(
+        (slot) =>
+          new Promise<number | null>((resolve) => {
+            const token = this.nextId++;
+            this.cpuReplies.set(token, (seconds) => {
+              this.cpuReplies.delete(token);
+              resolve(seconds);
+            });
+            slot.worker.postMessage({ cpu: token });
+          }),
+      ),
+    );
+    return { main: threadCpuSeconds(), workers };
   }
 
   /** Whether every worker reads the index from the SharedArrayBuffers loaded once here. */

@@ -9,10 +9,14 @@
  *      touches (× the term's count in the query). Terms sorted by bound: the longest prefix whose bounds sum
  *      below the current k-th score θ is *non-essential* — a document matching only those cannot enter the
  *      top k — and when every term is non-essential the whole window is skipped without decoding a block.
- *   3. Essential terms are scored term-at-a-time into a 4,096-doc accumulator (a bitset and a score array);
- *      each candidate then probes the non-essential terms from the largest bound down, dropped as soon as
- *      its score plus the remaining bounds falls below θ.
+ *   3. Essential terms are scored term-at-a-time into a 4,096-doc accumulator (a bitset and a score array;
+ *      a single one straight into the candidate list); each candidate then probes the non-essential terms
+ *      from the largest bound down, dropped as soon as its score plus the remaining bounds falls below θ —
+ *      the term about to be probed counted with its bound in the candidate's block, read without decoding;
+ *      a probe decodes only the 32-posting run of the block that can hold the candidate.
  *   4. Survivors enter a bounded heap ordered by (score desc, id asc); θ is its minimum once full.
+ *   Before the scan, θ is seeded from the short lists ({@link Bm25Searcher.seed}) so that the first windows
+ *   already prune as if the best documents had been found.
  * Exactness: a document is only ever skipped when an upper bound of its score is *strictly* below θ (an
  * equal score could still win on id). Scores are floats summed in double, as Lucene's disjunctions do; a bound
  * is a double sum of float bounds, so it is inflated by 2^-30 before its float comparison with θ to absorb
