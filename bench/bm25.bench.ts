@@ -27,6 +27,8 @@ interface SetResult {
   p50: number;
   p99: number;
   qps: number;
+  /** Queries per CPU-second of the whole engine process (search, GC, JIT): what load from other jobs disturbs least. */
+  cpuQps: number;
 }
 
 interface Ready {
@@ -198,22 +200,25 @@ function summarize(lines: string[], n: number, ours: Engine, engines: Engine[], 
     for (const [set, rs] of e.rounds) {
       const m = medianRound(rs);
       const range = rs.length > 1 ? ` (rounds: ${rs.map((x) => x.qps.toFixed(0)).join(', ')})` : '';
-      report(lines, `${e.name.padEnd(10)} ${set.padEnd(4)} p50 ${fmt.ms(m.p50)} · p99 ${fmt.ms(m.p99)} · ${m.qps.toFixed(0)} queries/s${range}`);
+      const cpu = Number.isFinite(m.cpuQps) ? `, ${median(rs.map((x) => x.cpuQps)).toFixed(0)} a CPU-second` : '';
+      report(lines, `${e.name.padEnd(10)} ${set.padEnd(4)} p50 ${fmt.ms(m.p50)} · p99 ${fmt.ms(m.p99)} · ${m.qps.toFixed(0)} queries/s${range}${cpu}`);
     }
   }
   for (const peer of engines.filter((e) => e !== ours)) {
-    const ratios = [...ours.rounds.keys()]
-      .filter((set) => peer.rounds.has(set))
-      .map((set) => {
-        const a = ours.rounds.get(set)!;
-        const b = peer.rounds.get(set)!;
-        const paired = b.map((x, i) => (a[i] ?? medianRound(a)).qps / x.qps);
-        return `${set} ${fmt.ratio(median(paired))}${paired.length > 1 ? ` (rounds ${paired.map((x) => x.toFixed(2)).join(', ')})` : ''}`;
-      })
-      .join(', ');
+    const ratios = (key: 'qps' | 'cpuQps') =>
+      [...ours.rounds.keys()]
+        .filter((set) => peer.rounds.has(set))
+        .map((set) => {
+          const a = ours.rounds.get(set)!;
+          const b = peer.rounds.get(set)!;
+          const paired = b.map((x, i) => (a[i] ?? medianRound(a))[key] / x[key]);
+          return `${set} ${fmt.ratio(median(paired))}${paired.length > 1 ? ` (rounds ${paired.map((x) => x.toFixed(2)).join(', ')})` : ''}`;
+        })
+        .join(', ');
     const p = peer.ready;
     const memory = p.heapBytes !== undefined ? `, ${fmt.ratio(o.heapBytes! / o.tokens! / (p.heapBytes / p.tokens!))} its memory per token` : '';
-    report(lines, `vs ${peer.name}: ${ratios} its queries/s${memory}, ${fmt.ratio(p.buildSeconds / o.buildSeconds)} faster build`);
+    report(lines, `vs ${peer.name}: ${ratios('qps')} its queries/s${memory}, ${fmt.ratio(p.buildSeconds / o.buildSeconds)} faster build`);
+    if (peer.name === 'lucene') report(lines, `vs lucene, per CPU-second of the engine process (search, GC, JIT): ${ratios('cpuQps')} its queries`);
     if (peer.name === 'lucene') {
       for (const set of ours.rounds.keys()) {
         const a = agreement(work, set);
