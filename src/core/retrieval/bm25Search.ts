@@ -100,7 +100,13 @@ class Cursor {
   private tfBits = 0;
   private tfMask = 0;
 
-  constructor(private readonly a: PostingArrays) {}
+  /** Per norm byte, the score of a posting with tf 1 (most of them): the same floats, without the division. */
+  private readonly scoreTf1 = new Float32Array(256);
+
+  constructor(
+    private readonly a: PostingArrays,
+    private readonly normInverse: Float32Array,
+  ) {}
 
   reset(t: QueryTerm, docCount: number): void {
     this.ordinal = t.ordinal;
@@ -113,6 +119,7 @@ class Cursor {
     this.weight = f(t.count * idf);
     this.count = t.count;
     this.slack = t.count === 1 ? 0 : idf * 2 ** -20;
+    for (let i = 0; i < 256; i++) this.scoreTf1[i] = bm25Score(this.weight, 1, this.normInverse[i]!);
     this.b0 = this.a.blocksIdx[t.ordinal]!;
     this.b1 = this.a.blocksIdx[t.ordinal + 1]!;
     this.rewind();
@@ -234,9 +241,16 @@ class Cursor {
     }
   }
 
+  /** This term's score for the posting at position p of the entered block (document d). */
+  scoreAt(p: number, d: number): number {
+    const tf = this.tf(p);
+    const norm = this.a.norms[d]!;
+    return tf === 1 ? this.scoreTf1[norm]! : bm25Score(this.weight, tf, this.normInverse[norm]!);
+  }
+
   /** This term's score in the current document (after advance landed on it). */
-  score(normInverse: Float32Array, norms: Uint8Array): number {
-    return bm25Score(this.weight, this.tf(this.pos), normInverse[norms[this.doc]!]!);
+  score(): number {
+    return this.scoreAt(this.pos, this.doc);
   }
 
   /** The bound over [wMin, wEnd): max block score of the blocks that window can touch, × count. */
@@ -256,9 +270,8 @@ class Cursor {
   }
 
   /** Adds this term's scores for its documents in [lo, hi) into the window accumulator. */
-  scoreWindow(lo: number, hi: number, scores: Float64Array, matches: Int32Array, normInverse: Float32Array, norms: Uint8Array): void {
+  scoreWindow(lo: number, hi: number, scores: Float64Array, matches: Int32Array): void {
     if (this.advance(lo) >= hi) return;
-    const w = this.weight;
     const docs = this.docs;
     let p = this.pos;
     for (;;) {
@@ -273,7 +286,7 @@ class Cursor {
         }
         const i = d - lo;
         matches[i >>> 5]! |= 1 << (i & 31);
-        scores[i]! += bm25Score(w, this.tf(p), normInverse[norms[d]!]!);
+        scores[i]! += this.scoreAt(p, d);
       }
       const b = this.dec + 1;
       if (b >= this.b1) {
@@ -288,10 +301,9 @@ class Cursor {
   }
 
   /** One essential term: its documents in [lo, hi) and their scores straight into the candidate arrays. */
-  collect(lo: number, hi: number, docsOut: Int32Array, scoresOut: Float64Array, normInverse: Float32Array, norms: Uint8Array): number {
+  collect(lo: number, hi: number, docsOut: Int32Array, scoresOut: Float64Array): number {
     let n = 0;
     if (this.advance(lo) >= hi) return 0;
-    const w = this.weight;
     const docs = this.docs;
     let p = this.pos;
     for (;;) {
@@ -305,7 +317,7 @@ class Cursor {
           return n;
         }
         docsOut[n] = d;
-        scoresOut[n++] = bm25Score(w, this.tf(p), normInverse[norms[d]!]!);
+        scoresOut[n++] = this.scoreAt(p, d);
       }
       const b = this.dec + 1;
       if (b >= this.b1) {
@@ -326,14 +338,13 @@ class Cursor {
   }
 
   /** Every posting, for the exhaustive reference: calls fn(doc, score). */
-  forEach(normInverse: Float32Array, norms: Uint8Array, fn: (doc: number, score: number) => void): void {
-    const w = this.weight;
+  forEach(fn: (doc: number, score: number) => void): void {
     for (let b = this.b0; b < this.b1; b++) {
       this.enter(b);
       this.decodeTo(NO_MORE);
       for (let p = 0; p < this.n; p++) {
         const d = this.docs[p]!;
-        fn(d, bm25Score(w, this.tf(p), normInverse[norms[d]!]!));
+        fn(d, this.scoreAt(p, d));
       }
     }
   }
@@ -488,7 +499,8 @@ export class Bm25Searcher {
   private readonly seedHeap: number[] = [];
   private readonly seedCursors: Cursor[] = [];
   private readonly seeded: number[] = [];
-  private marks: Uint8Array | undefined;
+  /** The next seeded document not yet passed by the scan (seeded is in doc order, as the scan goes). */
+  private seededAt = 0;
   private acc: Float64Array | undefined;
   private touched: Int32Array | undefined;
   private seen: Uint8Array | undefined;
@@ -505,7 +517,7 @@ export class Bm25Searcher {
   }
 
   private prepare(terms: QueryTerm[], k: number): void {
-    while (this.cursors.length < terms.length) this.cursors.push(new Cursor(this.a));
+    while (this.cursors.length < terms.length) this.cursors.push(new Cursor(this.a, this.normInverse));
     if (this.neSum.length < terms.length) this.neSum = new Float64Array(terms.length);
     this.m = terms.length;
     this.order.length = 0;
@@ -554,7 +566,6 @@ export class Bm25Searcher {
       }
       wMin = Math.min(next, wEnd);
     }
-    if (this.marks) for (const d of this.seeded) this.marks[d] = 0;
     this.seeded.length = 0;
     return this.top.drain();
   }
@@ -580,8 +591,6 @@ export class Bm25Searcher {
     let floor = -Infinity;
     let lead: Cursor | undefined;
     const heap = this.seedHeap;
-    const { normInverse } = this;
-    const norms = this.a.norms;
     for (let i = 0; i < this.m; i++) {
       const c = this.cursors[i]!;
       if (c.df < k || c.df > SEED_DF) continue;
@@ -590,7 +599,7 @@ export class Bm25Searcher {
         c.enter(b);
         c.decodeTo(NO_MORE);
         for (let p = 0; p < c.n; p++) {
-          const s = bm25Score(c.weight, c.tf(p), normInverse[norms[c.docs[p]!]!]!);
+          const s = c.scoreAt(p, c.docs[p]!);
           if (heap.length < k) heapPush(heap, s);
           else if (s > heap[0]!) heapReplaceRoot(heap, s);
         }
@@ -607,26 +616,23 @@ export class Bm25Searcher {
       lead.enter(b);
       lead.decodeTo(NO_MORE);
       for (let p = 0; p < lead.n; p++) {
-        if (lead.df <= SEED_ALL || bm25Score(lead.weight, lead.tf(p), normInverse[norms[lead.docs[p]!]!]!) >= floor) docs.push(lead.docs[p]!);
+        if (lead.df <= SEED_ALL || lead.scoreAt(p, lead.docs[p]!) >= floor) docs.push(lead.docs[p]!);
       }
     }
     lead.rewind();
     const sums = new Float64Array(docs.length);
     for (let i = 0; i < this.m; i++) {
       const c = this.seedCursor(i);
-      for (let j = 0; j < docs.length; j++) if (c.advance(docs[j]!) === docs[j]) sums[j]! += c.score(normInverse, norms);
+      for (let j = 0; j < docs.length; j++) if (c.advance(docs[j]!) === docs[j]) sums[j]! += c.score();
     }
-    const marks = (this.marks ??= new Uint8Array(this.docCount));
-    for (let j = 0; j < docs.length; j++) {
-      marks[docs[j]!] = 1;
-      this.top.offer(docs[j]!, f(sums[j]!));
-    }
+    for (let j = 0; j < docs.length; j++) this.top.offer(docs[j]!, f(sums[j]!));
+    this.seededAt = 0;
     return floor;
   }
 
   /** A second cursor on query term i, for the seed's probes (the scan's cursors stay where they are). */
   private seedCursor(i: number): Cursor {
-    while (this.seedCursors.length <= i) this.seedCursors.push(new Cursor(this.a));
+    while (this.seedCursors.length <= i) this.seedCursors.push(new Cursor(this.a, this.normInverse));
     const c = this.seedCursors[i]!;
     const t = this.cursors[i]!;
     c.reset({ ordinal: t.ordinal, count: t.count }, this.docCount);
@@ -687,12 +693,11 @@ export class Bm25Searcher {
   }
 
   private scoreInnerWindow(lo: number, hi: number): void {
-    const { candDocs, candScores, normInverse } = this;
-    const marks = this.seeded.length > 0 ? this.marks : undefined;
-    const norms = this.a.norms;
+    const { candDocs, candScores } = this;
     let n: number;
-    if (this.firstEssential === this.m - 1) n = this.order[this.m - 1]!.collect(lo, hi, candDocs, candScores, normInverse, norms);
+    if (this.firstEssential === this.m - 1) n = this.order[this.m - 1]!.collect(lo, hi, candDocs, candScores);
     else n = this.accumulate(lo, hi);
+    if (this.seededAt < this.seeded.length) n = this.dropSeeded(n);
     this.stats.candidates += n;
     // Non-essential terms, the largest bound first. A candidate is dropped once its score plus the bounds of the
     // terms not yet probed falls below θ, the term about to be probed counted with its bound in the candidate's
@@ -704,14 +709,13 @@ export class Bm25Searcher {
       let kept = 0;
       for (let j = 0; j < n; j++) {
         const d = candDocs[j]!;
-        if (marks !== undefined && marks[d] === 1) continue; // scored in full by the seed
         let score = candScores[j]!;
         if (c.doc < d) {
           const bound = c.blockBound(d);
           if (f((score + bound + rest) * SLACK) < theta) continue;
           if (bound > 0) c.advance(d);
         }
-        if (c.doc === d) score += c.score(normInverse, norms);
+        if (c.doc === d) score += c.score();
         else if (f((score + rest) * SLACK) < theta) continue;
         candDocs[kept] = d;
         candScores[kept++] = score;
@@ -719,14 +723,29 @@ export class Bm25Searcher {
       n = kept;
     }
     const top = this.top;
-    for (let j = 0; j < n; j++) if (marks === undefined || marks[candDocs[j]!] === 0) top.offer(candDocs[j]!, f(candScores[j]!));
+    for (let j = 0; j < n; j++) top.offer(candDocs[j]!, f(candScores[j]!));
+  }
+
+  /** Removes from the candidates the documents the seed scored in full (both lists are in doc order). */
+  private dropSeeded(n: number): number {
+    const { candDocs, candScores, seeded } = this;
+    let at = this.seededAt;
+    let kept = 0;
+    for (let j = 0; j < n; j++) {
+      const d = candDocs[j]!;
+      while (at < seeded.length && seeded[at]! < d) at++;
+      if (at < seeded.length && seeded[at] === d) continue;
+      candDocs[kept] = d;
+      candScores[kept++] = candScores[j]!;
+    }
+    this.seededAt = at;
+    return kept;
   }
 
   /** Several essential terms: scored into the window accumulator, then read back in doc order. */
   private accumulate(lo: number, hi: number): number {
-    const { windowScores, matches, candDocs, candScores, normInverse } = this;
-    const norms = this.a.norms;
-    for (let i = this.firstEssential; i < this.m; i++) this.order[i]!.scoreWindow(lo, hi, windowScores, matches, normInverse, norms);
+    const { windowScores, matches, candDocs, candScores } = this;
+    for (let i = this.firstEssential; i < this.m; i++) this.order[i]!.scoreWindow(lo, hi, windowScores, matches);
     let n = 0;
     const words = (hi - lo + 31) >>> 5;
     for (let w = 0; w < words; w++) {
@@ -748,7 +767,7 @@ export class Bm25Searcher {
 
   /** A term's postings, decoded (for tests and inspection). */
   postings(ordinal: number): { docs: Int32Array; tfs: Int32Array } {
-    const c = new Cursor(this.a);
+    const c = new Cursor(this.a, this.normInverse);
     c.reset({ ordinal, count: 1 }, this.docCount);
     const docs = new Int32Array(c.df);
     const tfs = new Int32Array(c.df);
@@ -772,10 +791,8 @@ export class Bm25Searcher {
     const touched = (this.touched ??= new Int32Array(this.docCount));
     const seen = (this.seen ??= new Uint8Array(this.docCount));
     let nTouched = 0;
-    const { normInverse } = this;
-    const norms = this.a.norms;
     for (let i = 0; i < this.m; i++) {
-      this.cursors[i]!.forEach(normInverse, norms, (d, s) => {
+      this.cursors[i]!.forEach((d, s) => {
         if (seen[d] === 0) {
           seen[d] = 1;
           touched[nTouched++] = d;
