@@ -1,7 +1,7 @@
 /** The env server's /retrieve over real HTTP on loopback: Search-R1's API, validation, remote retrievers, load. */
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -230,6 +230,20 @@ describe('retrieval CLI and limits', function () {
     );
   });
 
+
+  it('rebuilds a cached corpus index it cannot read (a file missing), saying so, with the same results', async () => {
+    const cacheDir = join(dir, 'cache');
+    const log: string[] = [];
+    const first = await Bm25Retriever.forCorpus(CORPUS, { cacheDir, workers: 0, log: (l) => log.push(l) });
+    const want = await first.retrieve(['who wrote the odyssey'], 5);
+    await first.close();
+    const [key] = readdirSync(cacheDir);
+    rmSync(join(cacheDir, key!, 'block-skip.bin'));
+    const second = await Bm25Retriever.forCorpus(CORPUS, { cacheDir, workers: 0, log: (l) => log.push(l) });
+    assert.deepEqual(await second.retrieve(['who wrote the odyssey'], 5), want);
+    await second.close();
+    assert.match(log.join('\n'), /cannot be read \(.*block-skip\.bin.*\); rebuilding it/);
+  });
   it('index builds a BM25 index that serve --index serves', async () => {
     const out = join(dir, 'idx');
     const r = await cli('index', CORPUS, '--out', out, '--k1', '1.2', '--b', '0.75');

@@ -5,10 +5,10 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, stat } from 'node:fs/promises';
+import { mkdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { Bm25Index, INDEX_VERSION, migrateBm25Index } from './bm25';
+import { Bm25Index, INDEX_VERSION, IndexVersionError, migrateBm25Index } from './bm25';
 import { Bm25Pool } from './bm25Pool';
 import { buildBm25Index } from './corpus';
 import { DenseIndex, type ScanMethod } from './dense';
@@ -63,12 +63,14 @@ export class Bm25Retriever implements Retriever {
     const st = await stat(corpus);
     const key = createHash('sha256').update(`${resolve(corpus)}\0${st.size}\0${st.mtimeMs}`).digest('hex').slice(0, 16);
     const dir = join(options.cacheDir ?? join(tmpdir(), 'search-agent-studio', 'bm25'), key);
-    if (!existsSync(join(dir, 'meta.json'))) {
+    const build = async () => {
       await mkdir(join(dir, '..'), { recursive: true });
       const t0 = Date.now();
       const meta = await buildBm25Index(corpus, dir);
       options.log?.(`indexed ${corpus}: ${meta.docs} documents, ${meta.terms} terms in ${Date.now() - t0} ms → ${dir}`);
-    } else {
+    };
+    if (!existsSync(join(dir, 'meta.json'))) await build();
+    else {
       const version = (JSON.parse(await readFile(join(dir, 'meta.json'), 'utf8')) as { version?: number }).version;
       if (version !== INDEX_VERSION) {
         const t0 = Date.now();
@@ -76,7 +78,16 @@ export class Bm25Retriever implements Retriever {
         options.log?.(`migrated the cached index ${dir} from format version ${version} to ${INDEX_VERSION} in ${Date.now() - t0} ms`);
       }
     }
-    return Bm25Retriever.open(dir, options);
+    try {
+      return await Bm25Retriever.open(dir, options);
+    } catch (e) {
+      // A cache, so an unreadable one (a file missing or cut short) is rebuilt from its corpus; a newer format is not ours to overwrite.
+      if (e instanceof IndexVersionError) throw e;
+      options.log?.(`the cached index ${dir} cannot be read (${(e as Error).message}); rebuilding it`);
+      await rm(dir, { recursive: true, force: true });
+      await build();
+      return Bm25Retriever.open(dir, options);
+    }
   }
 
   get size(): number {
