@@ -1,6 +1,7 @@
 /**
  * The replay model of one rollout: its timeline (prompt, then each block of the response — think, search,
- * information with its documents, answer, feedback — by turn), its tokens with role, loss mask and the recorded
+ * information with its documents, answer, feedback — by turn; in the tool-call dialects a tool call is a search
+ * entry with its decoded query, a tool response an information entry with its documents), its tokens with role, loss mask and the recorded
  * numbers (log-prob, reference log-prob, KL, advantage, value, entropy), and the mask audit. Pure data, sent to the
  * replay webview as is; the webview only renders it (as text nodes).
  *
@@ -14,9 +15,10 @@
  * text (each entry tokenised on its own, so every token has exactly one role).
  */
 import type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens } from '../protocol';
-import type { Rollout, TokenRole } from '../run/format';
-import { parseTrajectory } from '../tags/parser';
-import { finalAnswer, parseDocuments } from '../tags/searchr1';
+import { rolloutContext, type ReadOptions, type Rollout, type TokenRole } from '../run/format';
+import type { ParsedTrajectory } from '../tags/parser';
+import { finalAnswer, pythonStrip } from '../tags/searchr1';
+import { documentsOf, parseResponse } from '../tags/trajectory';
 import { auditMask } from './audit';
 
 export type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens };
@@ -51,7 +53,7 @@ function retrievalOf(r: Rollout): RetrievalMeta[] {
 }
 
 /** The timeline of a rollout (token spans filled in later). */
-export function timeline(r: Rollout, parsed = parseTrajectory(r.response, { expectAnswer: false })): ReplayEntry[] {
+export function timeline(r: Rollout, parsed: ParsedTrajectory = parseResponse(r.response, rolloutContext(r), { expectAnswer: false })): ReplayEntry[] {
   const entries: ReplayEntry[] = [];
   const base = r.prompt.length;
   if (r.prompt) entries.push({ kind: 'prompt', turn: 0, text: r.prompt, start: 0, end: base, tokenStart: 0, tokenEnd: 0 });
@@ -73,11 +75,16 @@ export function timeline(r: Rollout, parsed = parseTrajectory(r.response, { expe
       continue;
     }
     const e: ReplayEntry = { kind: s.kind, turn: s.turn, text, start: base + s.start, end: base + s.end, tokenStart: 0, tokenEnd: 0 };
-    const content = r.response.slice(s.contentStart, s.contentEnd);
-    if (s.kind === 'search') e.query = content.trim();
+    if (s.kind === 'search') {
+      if (s.call) {
+        if (s.call.query !== undefined) e.query = s.call.query;
+        if (s.call.error !== undefined) e.error = s.call.error;
+        if (s.call.name !== undefined) e.tool = s.call.name;
+      } else e.query = pythonStrip(r.response.slice(s.contentStart, s.contentEnd));
+    }
     if (s.kind === 'information') {
       const meta = retrieval[info++];
-      e.docs = parseDocuments(content).map((d, k) => ({ index: d.index, title: d.title, text: d.text, score: meta?.hits?.[k]?.score ?? undefined, id: meta?.hits?.[k]?.id }));
+      e.docs = documentsOf(parsed, s).map((d, k) => ({ index: d.index, title: d.title, text: d.text, score: meta?.hits?.[k]?.score ?? undefined, id: meta?.hits?.[k]?.id }));
     }
     entries.push(e);
   }
@@ -114,14 +121,15 @@ export interface ReplaySource {
   line: number;
 }
 
-/** Builds the replay model of a valid record. */
-export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?: TextTokenizer; tokenizerName?: string } = {}): ReplayModel {
-  const parsed = parseTrajectory(r.response, { expectAnswer: false });
+/** Builds the replay model of a valid record (its response read as `read` says: dialect, search tool). */
+export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?: TextTokenizer; tokenizerName?: string; read?: ReadOptions } = {}): ReplayModel {
+  const parsed = parseResponse(r.response, rolloutContext(r, options.read), { expectAnswer: false });
   const entries = timeline(r, parsed);
   const warnings: string[] = [];
   const model: ReplayModel = {
     ...at,
     id: r.id,
+    dialect: parsed.dialect,
     level: 'segment',
     step: r.step,
     group: r.group === undefined ? undefined : String(r.group),

@@ -7,6 +7,8 @@
  * changes meaning.
  */
 import { S, toJsonSchema, validate, type Issue, type Static } from '../schema/schema';
+import { DIALECTS, type Dialect } from '../tags/parser';
+import type { ResponseContext } from '../tags/trajectory';
 import { RunConfigSchema } from './config';
 
 export const RUN_FORMAT_VERSION = 1;
@@ -57,6 +59,7 @@ export const RolloutSchema = S.object(
     data_source: S.optional(S.string()),
     prompt: S.string({ description: 'The prompt as fed to the policy (chat template applied).' }),
     response: S.string({ description: 'Everything after the prompt: generated text, information blocks, feedback.' }),
+    dialect: S.optional(S.enum(DIALECTS, 'How the response acts (docs/trajectory-format.md): Search-R1 tags, chat-template tool calls, or Llama JSON tool calls. Absent: detected from the prompt and response.')),
     reward: S.optional(S.number()),
     reward_parts: S.optional(S.record(S.number(), 'Named components of the reward (e.g. em, format).')),
     finish: S.optional(S.enum(FINISH_REASONS, 'Why the trajectory ended.')),
@@ -114,6 +117,28 @@ export const MetricsSchema = S.object(
   },
 );
 export type MetricsLine = Static<typeof MetricsSchema>;
+
+/**
+ * How rollouts are read: a dialect the user forces (`--dialect`, the editor setting), else each record's own
+ * `dialect`, else the run config's `rollout.dialect` (`runDialect`), else detection; and the search tool's name.
+ */
+export interface ReadOptions {
+  dialect?: Dialect | 'auto';
+  runDialect?: Dialect;
+  searchTool?: string;
+}
+
+/** Sets a record's `dialect` from the read options (the record was just parsed; it is changed in place). */
+export function applyDialect(r: Rollout, o: ReadOptions): Rollout {
+  const d = o.dialect && o.dialect !== 'auto' ? o.dialect : (r.dialect ?? o.runDialect);
+  if (d !== undefined) r.dialect = d;
+  return r;
+}
+
+/** What the parser needs to read a record's response in its dialect. */
+export function rolloutContext(r: Rollout, o: ReadOptions = {}): ResponseContext {
+  return { prompt: r.prompt, dialect: o.dialect && o.dialect !== 'auto' ? o.dialect : (r.dialect ?? o.runDialect ?? 'auto'), ...(o.searchTool ? { searchTool: o.searchTool } : {}) };
+}
 
 /** A located problem in a file: `file:line: field: message`. */
 export interface LocatedIssue {
