@@ -14,6 +14,8 @@ import {
 } from '../../src/core/tags/searchr1';
 import { detectTemplate, extractQuestion, parseTranscript, splitConversations, splitTranscript } from '../../src/core/tags/transcript';
 
+import { assertTiles } from './tiles';
+
 const FIXTURES = join(__dirname, '..', 'fixtures');
 
 function kinds(p: ParsedTrajectory): string[] {
@@ -22,19 +24,6 @@ function kinds(p: ParsedTrajectory): string[] {
 function codes(p: ParsedTrajectory): string[] {
   return p.diagnostics.map((d) => d.code);
 }
-/** Every character belongs to exactly one segment, in order; content spans lie inside their segment. */
-function assertTiles(p: ParsedTrajectory, offset = 0) {
-  let at = offset;
-  for (const s of p.segments) {
-    assert.equal(s.start, at, `segment starts where the previous ended (${JSON.stringify(s)})`);
-    assert.ok(s.end >= s.start);
-    assert.ok(s.contentStart >= s.start && s.contentEnd <= s.end && s.contentStart <= s.contentEnd, JSON.stringify(s));
-    at = s.end;
-  }
-  assert.equal(at, offset + p.text.length);
-  for (const d of p.diagnostics) assert.ok(d.start >= offset && d.end <= offset + p.text.length && d.start <= d.end, JSON.stringify(d));
-}
-
 const VALID =
   '<think>Who founded it?</think>\n<search> Varnholt founder </search>\n\n' +
   '<information>Doc 1(Title: "Varnholt") Founded by Ilse Marrow. See <answer>nope</answer> and <search>x</search>.\n</information>\n\n' +

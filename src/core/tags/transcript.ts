@@ -96,12 +96,15 @@ function questionLine(text: string): { question: string; lineEnd: number } | und
   return { question: text.slice(start + 'Question:'.length, nl < 0 ? text.length : nl).trim(), lineEnd };
 }
 
-/** The question in a prompt (Search-R1's templates: `… Question: {question}\n`), if any. */
+/**
+ * The question in a prompt (Search-R1's templates: `… Question: {question}\n`), if any; a chat marker closing the
+ * message on the same line (`Question: q<|im_end|>`) is not part of it.
+ */
 export function extractQuestion(prompt: string): string | undefined {
   const at = prompt.lastIndexOf('Question:');
   if (at < 0) return undefined;
   const nl = prompt.indexOf('\n', at);
-  const q = prompt.slice(at + 'Question:'.length, nl < 0 ? prompt.length : nl).trim();
+  const q = prompt.slice(at + 'Question:'.length, nl < 0 ? prompt.length : nl).replace(/<\|[A-Za-z0-9_]+\|>.*$/, '').trim();
   return q || undefined;
 }
 
