@@ -182,6 +182,11 @@ describe('tool-call trajectories', () => {
     assert.deepEqual(r('{"name": "search", "arguments": {"query_list": ["a", "b"]}}'), { call: { name: 'search', query: 'a; b' } }, 'veRL’s search tool');
     assert.deepEqual(r('{"name": "calculator", "arguments": {"x": 1}}'), { call: { name: 'calculator' } }, 'a declared tool: valid, not a search');
     assert.equal(r('{"name": "search", "arguments": {"query": ""}}').problem?.code, 'empty-search');
+    // The templates' own layout is read without JSON.parse: escapes decoded exactly as JSON.parse would.
+    assert.deepEqual(r('\n{"name": "search", "arguments": {"query": "a \\"b\\" \\u00e9\\n"}}\n'), { call: { name: 'search', query: 'a "b" é' } });
+    assert.equal(r('{"name": "search", "arguments": {"query": "tab\there"}}').problem?.code, 'invalid-tool-call', 'a raw control character is not JSON');
+    assert.match(r('{"name": "search", "arguments": {"query": "q"}} and more').call.error!, /text after the object/);
+    assert.match(r('{"name": "search", "arguments": {"query": "q"}').call.error!, /a closing \} or \] is missing/);
     for (const [body, code, message] of [
       ['{"name": "search", "arguments": {"query": "q"}', 'invalid-tool-call', /not valid JSON/],
       ['["search"]', 'invalid-tool-call', /a JSON object with a string "name"/],

@@ -136,7 +136,8 @@ const BAR = 124; // |
 const BRACE = 123; // {
 
 /** Roles that follow `<|im_start|>` (ChatML) and belong to the marker. */
-const CHATML_ROLE = /^(system|user|assistant|tool|function|ipython)\b/;
+const CHATML_ROLES = ['assistant', 'user', 'system', 'tool', 'function', 'ipython'] as const;
+const isWordChar = (c: number) => (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) || c === 95;
 
 /** How each dialect writes a block's tag (in messages; llama-json's calls and responses have no tags). */
 const TAG_NAME: Record<Dialect, Record<BlockKind, string>> = {
@@ -186,18 +187,17 @@ function tagAt(text: string, i: number, dialect: Dialect): Tag | undefined {
 export function templateMarkerLength(text: string, i: number): number {
   const close = text.indexOf('|>', i + 2);
   if (close < 0 || close - i > 40) return 0;
-  for (let k = i + 2; k < close; k++) {
-    const c = text.charCodeAt(k);
-    const ok = (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) || c === 95;
-    if (!ok) return 0;
-  }
+  for (let k = i + 2; k < close; k++) if (!isWordChar(text.charCodeAt(k))) return 0;
   if (close === i + 2) return 0;
   let end = close + 2;
-  const name = text.slice(i + 2, close);
-  if (name === 'im_start') {
-    const m = CHATML_ROLE.exec(text.slice(end, end + 12));
-    if (m) end += m[0].length;
-  } else if (name === 'start_header_id') {
+  if (close - i === 10 && text.startsWith('im_start', i + 2)) {
+    for (const role of CHATML_ROLES) {
+      if (text.startsWith(role, end) && !isWordChar(text.charCodeAt(end + role.length))) {
+        end += role.length;
+        break;
+      }
+    }
+  } else if (close - i === 17 && text.startsWith('start_header_id', i + 2)) {
     const endHeader = text.indexOf('<|end_header_id|>', end);
     if (endHeader >= 0 && endHeader - end <= 40) end = endHeader + '<|end_header_id|>'.length;
   }
@@ -214,11 +214,13 @@ type Role = 'assistant' | 'reply' | 'other';
 function markerEffect(text: string, i: number, len: number): { starts?: string; ends?: true; python?: true } {
   if (text.startsWith('<|im_start|>', i)) return { starts: text.slice(i + 12, i + len) };
   if (text.startsWith('<|start_header_id|>', i)) return { starts: text.slice(i + 19, i + len - 17) };
-  const name = text.slice(i + 2, i + len - 2);
-  if (name === 'im_end' || name === 'eot_id' || name === 'eom_id' || name === 'endoftext' || name === 'end_of_text') return { ends: true };
-  if (name === 'python_tag') return { python: true };
-  return {};
+  for (const end of END_MARKERS) if (len === end.length && text.startsWith(end, i)) return ENDS;
+  return len === 14 && text.startsWith('<|python_tag|>', i) ? PYTHON : NONE;
 }
+const END_MARKERS = ['<|im_end|>', '<|eot_id|>', '<|eom_id|>', '<|endoftext|>', '<|end_of_text|>'];
+const ENDS = { ends: true } as const;
+const PYTHON = { python: true } as const;
+const NONE = {} as const;
 
 /** A role word on its own line: what a decoder that drops special tokens leaves of `<|im_start|>user\n`. */
 const BARE_ROLE = /^(user|assistant|tool|system|ipython)$/;
@@ -241,7 +243,7 @@ function skipBlank(text: string, i: number): number {
 }
 
 /** End of the JSON object or array starting at `i` (string-aware bracket matching); unclosed at a chat marker or the end. */
-function jsonValueEnd(text: string, i: number): { end: number; closed: boolean } {
+export function jsonValueEnd(text: string, i: number): { end: number; closed: boolean } {
   let depth = 0;
   let inString = false;
   for (let k = i; k < text.length; k++) {

@@ -3,7 +3,7 @@
  * Search-R1 (search_r1/llm_agent/generation.py, verl/utils/reward_score/qa_em*.py) and is tested against the
  * quirks it has; the trajectory-level helpers are built on the parser.
  */
-import { contentOf, INVALID_ACTION_MESSAGE, isBlank, parseTrajectory, type ParsedTrajectory, type TagDiagnostic } from './parser';
+import { contentOf, INVALID_ACTION_MESSAGE, isBlank, parseTrajectory, type ParsedTrajectory, type Segment, type TagDiagnostic } from './parser';
 
 /** Python's `str.strip()` with no argument: strips Unicode whitespace (str.isspace). */
 export function pythonStrip(s: string): string {
@@ -181,13 +181,21 @@ export function turnsOf(parsed: ParsedTrajectory): Turn[] {
       t.content = a.content;
       continue;
     }
-    const own = t.segments.map((k) => segs[k]!);
-    const search = own.find((s) => s.call?.query !== undefined);
-    const answers = own.filter((s) => s.kind === 'answer' && s.opened && s.closed);
-    const other = own.find((s) => s.call && s.call.error === undefined && s.call.name !== undefined);
-    if (search) [t.action, t.content] = ['search', search.call!.query!];
-    else if (answers.length) [t.action, t.content] = ['answer', pythonStrip(contentOf(parsed, answers[answers.length - 1]!))];
-    else if (other) [t.action, t.content] = ['tool', other.call!.name!];
+    let search: string | undefined;
+    let answer: Segment | undefined;
+    let other: string | undefined;
+    for (const k of t.segments) {
+      const s = segs[k]!;
+      if (s.call?.query !== undefined) {
+        search = s.call.query;
+        break;
+      }
+      if (s.kind === 'answer' && s.opened && s.closed) answer = s;
+      else if (s.call && s.call.error === undefined && other === undefined) other = s.call.name;
+    }
+    if (search !== undefined) [t.action, t.content] = ['search', search];
+    else if (answer) [t.action, t.content] = ['answer', pythonStrip(contentOf(parsed, answer))];
+    else if (other !== undefined) [t.action, t.content] = ['tool', other];
   }
   return turns;
 }

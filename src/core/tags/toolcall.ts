@@ -5,7 +5,7 @@
  * tool wraps it as `{"result": "…"}`), the tools a prompt declares, and rendering chat messages with tool calls the
  * way the Qwen2.5 template does (for sources that store messages rather than text).
  */
-import type { Dialect, DiagnosticCode, Segment, TagDiagnostic, ToolCall } from './parser';
+import { jsonValueEnd, type Dialect, type DiagnosticCode, type Segment, type TagDiagnostic, type ToolCall } from './parser';
 
 export interface ToolCallOptions {
   /** The search tool's name. */
@@ -17,6 +17,11 @@ export interface ToolCallOptions {
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
+/** JSON strings (no raw control characters, only JSON's escapes): what JSON.parse accepts. */
+const JSON_STRING = '((?:[^"\\\\\\u0000-\\u001f]|\\\\(?:["\\\\/bfnrt]|u[0-9a-fA-F]{4}))*)';
+/** A call exactly as the chat templates render one: valid JSON of this one shape, read by a regular expression. */
+const CANONICAL_CALL = new RegExp(`^\\s*\\{"name": "${JSON_STRING}", "arguments": \\{"query": "${JSON_STRING}"\\}\\}\\s*$`);
+
 /**
  * Reads a call's body. Valid: a JSON object with a string `name` and an object `arguments` (Llama: `parameters`);
  * a call of the search tool also needs a string `query` (or veRL's search tool's `query_list` of strings, joined
@@ -24,6 +29,20 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
  */
 export function readToolCall(body: string, o: Pick<ToolCallOptions, 'searchTool' | 'tools'>): { call: ToolCall; problem?: { code: DiagnosticCode; severity: 'error' | 'warning' } } {
   const invalid = (code: DiagnosticCode, error: string, name?: string) => ({ call: name === undefined ? { error } : { name, error }, problem: { code, severity: 'error' as const } });
+  const canonical = CANONICAL_CALL.exec(body);
+  if (canonical && !canonical[1]!.includes('\\')) {
+    // The layout the templates write (`{"name": "…", "arguments": {"query": "…"}}`): read without JSON.parse.
+    const name = canonical[1]!;
+    const q = canonical[2]!.includes('\\') ? (JSON.parse(`"${canonical[2]}"`) as string) : canonical[2]!;
+    if (name === o.searchTool) return q.trim() ? { call: { name, query: q.trim() } } : { call: { name, query: '' }, problem: { code: 'empty-search', severity: 'warning' } };
+  }
+  // Unbalanced brackets (a call cut short, a brace missed): said without the cost of a JSON.parse exception.
+  const first = body.search(/\S/);
+  if (body.charCodeAt(first) === 123) {
+    const { end, closed } = jsonValueEnd(body, first);
+    if (!closed) return invalid('invalid-tool-call', 'the tool call is not valid JSON (a closing } or ] is missing)');
+    if (/\S/.test(body.slice(end))) return invalid('invalid-tool-call', 'the tool call is not valid JSON (text after the object)');
+  }
   let value: unknown;
   try {
     value = JSON.parse(body);
@@ -51,13 +70,19 @@ export function readToolCall(body: string, o: Pick<ToolCallOptions, 'searchTool'
 const ERROR_REPLY = /^\s*(?:error\b|\{\s*["']error["']\s*:)|^My previous action is invalid\b/i;
 
 export function isErrorReply(content: string): boolean {
-  return ERROR_REPLY.test(content) || ERROR_REPLY.test(toolResponseText(content));
+  return ERROR_REPLY.test(content) || (startsJson(content) && ERROR_REPLY.test(toolResponseText(content)));
+}
+
+/** Whether the first non-blank character opens a JSON object or string (checked without copying the text). */
+function startsJson(content: string): boolean {
+  const c = content.charCodeAt(content.search(/\S/));
+  return c === 123 || c === 34;
 }
 
 /** The text of a tool response: veRL's search tool returns `{"result": "…"}`, some tools a JSON string; else as is. */
 export function toolResponseText(content: string): string {
-  const t = content.trim();
-  if (t.startsWith('{') || t.startsWith('"')) {
+  if (startsJson(content)) {
+    const t = content.trim();
     try {
       const v: unknown = JSON.parse(t);
       if (typeof v === 'string') return v;
@@ -98,13 +123,21 @@ export function annotateToolCalls(text: string, segments: Segment[], diagnostics
   }
 }
 
-/** Tool names declared in a prompt's `<tools>…</tools>` (one JSON object per line: `{"type": "function", "function": {"name": …}}`). */
+let lastDeclaration = { block: '', names: [] as string[] };
+
+/**
+ * Tool names declared in a prompt's `<tools>…</tools>` (one JSON object per line: `{"type": "function",
+ * "function": {"name": …}}`). The last block read is remembered (a run's prompts share it).
+ */
 export function declaredTools(prompt: string): string[] {
   const open = prompt.indexOf('<tools>');
   if (open < 0) return [];
   const close = prompt.indexOf('</tools>', open);
+  const block = prompt.slice(open + 7, close < 0 ? undefined : close);
+  if (block === lastDeclaration.block) return lastDeclaration.names;
   const names: string[] = [];
-  for (const line of prompt.slice(open + 7, close < 0 ? undefined : close).split('\n')) {
+  lastDeclaration = { block, names };
+  for (const line of block.split('\n')) {
     const t = line.trim();
     if (!t.startsWith('{')) continue;
     try {
