@@ -21,7 +21,10 @@ describe('trajectory language (code-server)', function () {
   it('colours a search query and an information block differently', async () => {
     const spans = await until('tokenised spans', async () => {
       const all = await s.editorSpans();
-      return all.some((x) => x.text.includes('varnholt observatory founder')) && all.some((x) => x.text.includes('founded in 1871')) ? all : undefined;
+      const q = all.find((x) => x.text.includes('varnholt observatory founder'));
+      const d = all.find((x) => x.text.includes('founded in 1871'));
+      // Tokenisation is asynchronous: wait until the query is coloured at all.
+      return q && d && q.color !== all.find((x) => x.text.includes('Question: who founded'))?.color ? all : undefined;
     });
     const query = spans.find((x) => x.text.includes('varnholt observatory founder'))!;
     const doc = spans.find((x) => x.text.includes('founded in 1871'))!;
