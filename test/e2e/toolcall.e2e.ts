@@ -10,7 +10,7 @@ import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Frame } from 'playwright-core';
-import { CodeServerSession, ROOT, until } from './harness';
+import { CodeServerSession, ROOT, tokenPieces, until } from './harness';
 
 type Role = 'prompt' | 'generated' | 'retrieved';
 
@@ -27,13 +27,7 @@ function toolCallRecord(): string {
     ['\n</tool_response><|im_end|>\n<|im_start|>assistant\n', 'prompt'],
     ['<think> Quendal. </think>\n<answer> Quendal </answer><|im_end|>', 'generated'],
   ];
-  const text: string[] = [];
-  const role: Role[] = [];
-  for (const [t, r] of pieces)
-    for (const tok of t.match(/\s*[^\s]+|\s+/g) ?? []) {
-      text.push(tok);
-      role.push(r);
-    }
+  const { text, role } = tokenPieces(pieces);
   const prompt = pieces[0]![0];
   const response = pieces.slice(1).map((p) => p[0]).join('');
   return JSON.stringify({
@@ -67,9 +61,8 @@ describe('tool-call trajectories (code-server)', function () {
     await s.openFile('toolcall.traj');
     await s.runCommand('Explorer: Focus on Outline View');
     const rows = s.page.locator('.outline-pane .monaco-list-row');
-    const read = () => s.page.locator('.outline-pane .monaco-list-row .label-name').evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
     const top = await until('the trajectories', async () => {
-      const l = await read();
+      const l = await s.outlineLabels();
       return l.some((x) => x.startsWith('Trajectory 3')) ? l : undefined;
     }, 30_000);
     assert.deepEqual(top, [
@@ -80,7 +73,7 @@ describe('tool-call trajectories (code-server)', function () {
     await rows.nth(1).click();
     await s.page.keyboard.press('ArrowRight');
     const labels = await until('its turns', async () => {
-      const l = await read();
+      const l = await s.outlineLabels();
       return l.some((x) => x.startsWith('Turn 3')) ? l : undefined;
     });
     assert.ok(labels.includes('Turn 1: 2 searches “varnholt observatory founder birthplace”, “quendal river”'), JSON.stringify(labels));
@@ -108,12 +101,7 @@ describe('tool-call trajectories (code-server)', function () {
 
   it('a tool-call rollout: its dialect in the inspector; the replay shows a search card per call and document cards per response', async () => {
     await s.waitForLog('extension', /activated/, 60_000);
-    await s.runCommand('Search Agent: Focus on Runs View');
-    const row = s.page.locator('.monaco-list-row', { hasText: 'toolcall-run' });
-    await row.first().waitFor({ timeout: 30_000 });
-    await row.first().hover();
-    await row.first().locator('.action-label[aria-label="Open Rollout Inspector"]').click();
-    const insp = await s.webviewFrame('rollouts', 30_000);
+    const insp = await s.openRunInInspector('toolcall-run');
     await until('the row analysed', async () => (await data(insp, 'total')) === '1' && (await insp.locator('.rows .row[data-index="0"]').count()) === 1, 30_000);
     const cells = insp.locator('.rows .row[data-index="0"]');
     assert.equal(await cells.locator('.cell.dialect').textContent(), 'toolcall');

@@ -14,7 +14,7 @@ import {
 } from '../../src/core/tags/searchr1';
 import { detectTemplate, extractQuestion, parseTranscript, splitConversations, splitTranscript } from '../../src/core/tags/transcript';
 
-import { assertTiles } from './tiles';
+import { assertTiles, soup } from './tiles';
 
 const FIXTURES = join(__dirname, '..', 'fixtures');
 
@@ -141,20 +141,12 @@ describe('tag parser', () => {
 
   it('is total: random tag soup never throws and always tiles', () => {
     const pieces = ['<think>', '</think>', '<search>', '</search>', '<information>', '</information>', '<answer>', '</answer>', '<|im_start|>assistant', '<|im_end|>', '<|', '|>', '<', '>', '/', 'a', ' ', '\n', 'é', '😀', INVALID_ACTION_MESSAGE.slice(0, 20), INVALID_ACTION_MESSAGE, '\ud800'];
-    let seed = 12345;
-    const rand = (k: number) => {
-      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
-      return seed % k;
-    };
-    for (let trial = 0; trial < 3000; trial++) {
-      let text = '';
-      const len = rand(40);
-      for (let k = 0; k < len; k++) text += pieces[rand(pieces.length)];
+    soup(pieces, 12345, 3000, (text) => {
       const p = parseTrajectory(text);
       assertTiles(p);
       turnsOf(p);
       finalAnswer(p);
-    }
+    });
     for (const odd of [undefined, null, 42, {}] as unknown as string[]) assertTiles(parseTrajectory(odd));
   });
 

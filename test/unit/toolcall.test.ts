@@ -24,7 +24,7 @@ import { finalAnswer, turnsOf } from '../../src/core/tags/searchr1';
 import { readToolCall, renderToolMessages } from '../../src/core/tags/toolcall';
 import { documentsOf, invalidActionCount, parseResponse, searchQueries } from '../../src/core/tags/trajectory';
 import { parseTranscript, splitConversations } from '../../src/core/tags/transcript';
-import { assertTiles } from './tiles';
+import { assertTiles, soup } from './tiles';
 
 const FIX = join(__dirname, '..', 'fixtures', 'toolcall');
 const TRAJ = readFileSync(join(FIX, 'conversations.traj'), 'utf8');
@@ -307,15 +307,7 @@ describe('tool-call trajectories', () => {
       'user\n', 'assistant\n', '\n', ' ', 'a', 'Error: x', '{"error": 1}', '<|start_header_id|>ipython<|end_header_id|>', '<|start_header_id|>assistant<|end_header_id|>\n\n', '<|eot_id|>', '<|python_tag|>',
       'Doc 1(Title: t) d\n', '<|', '😀', '\ud800',
     ];
-    let seed = 4242;
-    const rand = (k: number) => {
-      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
-      return seed % k;
-    };
-    for (let trial = 0; trial < 3000; trial++) {
-      let text = '';
-      const len = rand(40);
-      for (let k = 0; k < len; k++) text += pieces[rand(pieces.length)];
+    soup(pieces, 4242, 3000, (text, trial) => {
       for (const dialect of ['toolcall', 'llama-json', 'auto'] as (Dialect | 'auto')[]) {
         const p = parseTrajectory(text, { dialect, openThink: trial % 7 === 0, offset: trial % 3 });
         assertTiles(p, trial % 3);
@@ -326,7 +318,7 @@ describe('tool-call trajectories', () => {
         formatValidResponse(text, { dialect: p.dialect });
         for (const s of p.segments) if (s.kind === 'information') documentsOf(p, s);
       }
-    }
+    });
     new TrajectoryDocument(TRAJ.replace(/<\/tool_response>/g, '')).outline(TRAJ.replace(/<\/tool_response>/g, ''));
   });
 });

@@ -372,6 +372,18 @@ export function parseTrajectory(input: string, options: ParseOptions = {}): Pars
       textStart = at;
     }
   };
+  /** A template marker [at, at + len): it splits the open block (which stays open), or ends the pending text. */
+  const pushMarker = (at: number, len: number) => {
+    if (open) {
+      push(open.kind, open.segStart, at, open.contentStart, at, open.opened, false);
+      push('template', at, at + len, at, at + len, false, false);
+      open = { ...open, segStart: at + len, contentStart: at + len, opened: false };
+    } else {
+      flushText(at);
+      push('template', at, at + len, at, at + len, false, false);
+      textStart = at + len;
+    }
+  };
   /**
    * Tool-call dialects: a message of `who` starts at `at` (after its marker). Tool results and user messages that
    * hold `<tool_response>` are replies; a `tool`/`ipython` message without the tags is one response (tagless).
@@ -428,16 +440,7 @@ export function parseTrajectory(input: string, options: ParseOptions = {}): Pars
       // A chat-template marker (not inside documents).
       const len = open?.kind === 'information' && !open.tagless ? 0 : templateMarkerLength(text, lt);
       if (len > 0 && !tool) {
-        if (open) {
-          // Split the open block around the marker; it stays open.
-          push(open.kind, open.segStart, lt, open.contentStart, lt, open.opened, false);
-          push('template', lt, lt + len, lt, lt + len, false, false);
-          open = { ...open, segStart: lt + len, contentStart: lt + len, opened: false };
-        } else {
-          flushText(lt);
-          push('template', lt, lt + len, lt, lt + len, false, false);
-          textStart = lt + len;
-        }
+        pushMarker(lt, len);
       } else if (len > 0) {
         const effect = markerEffect(text, lt, len);
         const boundary = effect.starts !== undefined || effect.ends === true;
@@ -454,15 +457,7 @@ export function parseTrajectory(input: string, options: ParseOptions = {}): Pars
         } else if (open && boundary) {
           abandon(lt, `not closed before the end of the ${role === 'assistant' ? 'assistant’s' : 'environment’s'} message`);
         }
-        if (open) {
-          push(open.kind, open.segStart, lt, open.contentStart, lt, open.opened, false);
-          push('template', lt, lt + len, lt, lt + len, false, false);
-          open = { ...open, segStart: lt + len, contentStart: lt + len, opened: false };
-        } else {
-          flushText(lt);
-          push('template', lt, lt + len, lt, lt + len, false, false);
-          textStart = lt + len;
-        }
+        pushMarker(lt, len);
         i = lt + len;
         if (effect.starts !== undefined) startMessage(effect.starts, lt + len);
         if (effect.starts === 'assistant' || effect.python) i = llamaCall(i);
