@@ -36,7 +36,10 @@
  *    tokens (veRL's and TRL's dumps: `</tool_call>user\n<tool_response>`) are `template`.
  *  - Text outside blocks that is not whitespace is reported where the Search-R1 format forbids it.
  */
+import { chatMarker, jsonValueEnd, templateMarkerLength } from './markers';
 import { annotateToolCalls } from './toolcall';
+
+export { templateMarkerLength };
 
 export type BlockKind = 'think' | 'search' | 'information' | 'answer';
 export type SegmentKind = BlockKind | 'text' | 'feedback' | 'template';
@@ -135,9 +138,6 @@ const SLASH = 47; // /
 const BAR = 124; // |
 const BRACE = 123; // {
 
-/** Roles that follow `<|im_start|>` (ChatML) and belong to the marker. */
-const CHATML_ROLES = ['assistant', 'user', 'system', 'tool', 'function', 'ipython'] as const;
-const isWordChar = (c: number) => (c >= 97 && c <= 122) || (c >= 65 && c <= 90) || (c >= 48 && c <= 57) || c === 95;
 
 /** How each dialect writes a block's tag (in messages; llama-json's calls and responses have no tags). */
 const TAG_NAME: Record<Dialect, Record<BlockKind, string>> = {
@@ -179,48 +179,10 @@ function tagAt(text: string, i: number, dialect: Dialect): Tag | undefined {
   }
 }
 
-/**
- * Length of the chat-template marker at `i` (text[i] === '<', text[i+1] === '|'), or 0. Markers:
- * `<|name|>` in general; `<|im_start|>role` takes its role word; `<|start_header_id|>role<|end_header_id|>`
- * is one marker.
- */
-export function templateMarkerLength(text: string, i: number): number {
-  const close = text.indexOf('|>', i + 2);
-  if (close < 0 || close - i > 40) return 0;
-  for (let k = i + 2; k < close; k++) if (!isWordChar(text.charCodeAt(k))) return 0;
-  if (close === i + 2) return 0;
-  let end = close + 2;
-  if (close - i === 10 && text.startsWith('im_start', i + 2)) {
-    for (const role of CHATML_ROLES) {
-      if (text.startsWith(role, end) && !isWordChar(text.charCodeAt(end + role.length))) {
-        end += role.length;
-        break;
-      }
-    }
-  } else if (close - i === 17 && text.startsWith('start_header_id', i + 2)) {
-    const endHeader = text.indexOf('<|end_header_id|>', end);
-    if (endHeader >= 0 && endHeader - end <= 40) end = endHeader + '<|end_header_id|>'.length;
-  }
-  return end - i;
-}
 
 /** Who writes a message: the policy, the environment (tool results, or a user message in the response), or neither. */
 type Role = 'assistant' | 'reply' | 'other';
 
-/**
- * What a marker of length `len` at `i` does to the message structure: starts a message of a role, ends one, or
- * (`python`) is Llama's `<|python_tag|>` before a call.
- */
-function markerEffect(text: string, i: number, len: number): { starts?: string; ends?: true; python?: true } {
-  if (text.startsWith('<|im_start|>', i)) return { starts: text.slice(i + 12, i + len) };
-  if (text.startsWith('<|start_header_id|>', i)) return { starts: text.slice(i + 19, i + len - 17) };
-  for (const end of END_MARKERS) if (len === end.length && text.startsWith(end, i)) return ENDS;
-  return len === 14 && text.startsWith('<|python_tag|>', i) ? PYTHON : NONE;
-}
-const END_MARKERS = ['<|im_end|>', '<|eot_id|>', '<|eom_id|>', '<|endoftext|>', '<|end_of_text|>'];
-const ENDS = { ends: true } as const;
-const PYTHON = { python: true } as const;
-const NONE = {} as const;
 
 /** A role word on its own line: what a decoder that drops special tokens leaves of `<|im_start|>user\n`. */
 const BARE_ROLE = /^(user|assistant|tool|system|ipython)$/;
@@ -242,25 +204,6 @@ function skipBlank(text: string, i: number): number {
   return i;
 }
 
-/** End of the JSON object or array starting at `i` (string-aware bracket matching); unclosed at a chat marker or the end. */
-export function jsonValueEnd(text: string, i: number): { end: number; closed: boolean } {
-  let depth = 0;
-  let inString = false;
-  for (let k = i; k < text.length; k++) {
-    const c = text.charCodeAt(k);
-    if (inString) {
-      if (c === 92) k++;
-      else if (c === 34) inString = false;
-      continue;
-    }
-    if (c === 34) inString = true;
-    else if (c === 123 || c === 91) depth++;
-    else if (c === 125 || c === 93) {
-      if (--depth === 0) return { end: k + 1, closed: true };
-    } else if (c === 60 && text.charCodeAt(k + 1) === BAR && templateMarkerLength(text, k) > 0) return { end: k, closed: false };
-  }
-  return { end: text.length, closed: false };
-}
 
 const LLAMA_TOOLS = /<\|start_header_id\|>ipython<\|end_header_id\|>|<\|python_tag\|>|Environment: ipython/;
 const FIRST_ACTION = /<(tool_call|tool_response|search|information)>/;
@@ -438,32 +381,37 @@ export function parseTrajectory(input: string, options: ParseOptions = {}): Pars
     const next = text.charCodeAt(lt + 1);
     if (next === BAR) {
       // A chat-template marker (not inside documents).
-      const len = open?.kind === 'information' && !open.tagless ? 0 : templateMarkerLength(text, lt);
-      if (len > 0 && !tool) {
-        pushMarker(lt, len);
-      } else if (len > 0) {
-        const effect = markerEffect(text, lt, len);
-        const boundary = effect.starts !== undefined || effect.ends === true;
-        if (open?.tagless) {
-          if (!boundary) {
-            i = lt + len;
-            continue;
-          }
-          // A tool message ends at its end marker (or the next message).
-          push('information', open.segStart, lt, open.contentStart, lt, true, true);
-          observed();
-          open = undefined;
-          textStart = lt;
-        } else if (open && boundary) {
-          abandon(lt, `not closed before the end of the ${role === 'assistant' ? 'assistant’s' : 'environment’s'} message`);
-        }
-        pushMarker(lt, len);
-        i = lt + len;
-        if (effect.starts !== undefined) startMessage(effect.starts, lt + len);
-        if (effect.starts === 'assistant' || effect.python) i = llamaCall(i);
+      const inDocument = open?.kind === 'information' && !open.tagless;
+      if (!tool) {
+        const len = inDocument ? 0 : templateMarkerLength(text, lt);
+        if (len > 0) pushMarker(lt, len);
+        i = lt + Math.max(1, len);
         continue;
       }
-      i = lt + Math.max(1, len);
+      const marker = inDocument ? undefined : chatMarker(text, lt);
+      if (!marker) {
+        i = lt + 1;
+        continue;
+      }
+      const len = marker.length;
+      const boundary = marker.starts !== undefined || marker.ends === true;
+      if (open?.tagless) {
+        if (!boundary) {
+          i = lt + len;
+          continue;
+        }
+        // A tool message ends at its end marker (or the next message).
+        push('information', open.segStart, lt, open.contentStart, lt, true, true);
+        observed();
+        open = undefined;
+        textStart = lt;
+      } else if (open && boundary) {
+        abandon(lt, `not closed before the end of the ${role === 'assistant' ? 'assistant’s' : 'environment’s'} message`);
+      }
+      pushMarker(lt, len);
+      i = lt + len;
+      if (marker.starts !== undefined) startMessage(marker.starts, lt + len);
+      if (marker.starts === 'assistant' || marker.python) i = llamaCall(i);
       continue;
     }
     const tag = next === SLASH || next === 116 || next === 115 || next === 105 || next === 97 ? tagAt(text, lt, dialect) : undefined;

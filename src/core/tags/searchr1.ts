@@ -166,7 +166,7 @@ export function turnsOf(parsed: ParsedTrajectory): Turn[] {
         // What follows the observation in the same turn is markers and whitespace (tool-call dialects).
         t.segments.push(k);
         t.end = s.end;
-        if (s.kind !== 'template' && (s.kind !== 'text' || !isBlank(parsed.text, s.start - offset, s.end - offset))) substantive = true;
+        if (!substantive && s.kind !== 'template' && (s.kind !== 'text' || !isBlank(parsed.text, s.start - offset, s.end - offset))) substantive = true;
       }
     }
     if (!substantive) continue;

@@ -5,7 +5,8 @@
  * tool wraps it as `{"result": "…"}`), the tools a prompt declares, and rendering chat messages with tool calls the
  * way the Qwen2.5 template does (for sources that store messages rather than text).
  */
-import { jsonValueEnd, type Dialect, type DiagnosticCode, type Segment, type TagDiagnostic, type ToolCall } from './parser';
+import { jsonValueEnd } from './markers';
+import type { Dialect, DiagnosticCode, Segment, TagDiagnostic, ToolCall } from './parser';
 
 export interface ToolCallOptions {
   /** The search tool's name. */
