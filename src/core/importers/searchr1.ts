@@ -3,7 +3,7 @@
  * `infer.py` prints them (a header line, the prompt with its template, then the response with information
  * blocks). Each becomes a record without tokens; golden answers are unknown.
  */
-import type { Rollout } from '../run/format';
+import { ROLLOUT_RECORD_VERSION, type Rollout } from '../run/format';
 import { parseTranscript, splitConversations } from '../tags/transcript';
 import { derivedFields } from './common';
 
@@ -15,7 +15,7 @@ export function importSearchR1Transcripts(text: string, source = 'transcript'): 
     const response = conversation.slice(t.responseStart, t.responseEnd);
     const line = text.slice(0, span.start).split('\n').length;
     return {
-      v: 1,
+      v: ROLLOUT_RECORD_VERSION,
       id: `${source}#${k + 1}`,
       ...(t.question ? { question: t.question } : {}),
       golden: [],
