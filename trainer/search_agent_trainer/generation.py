@@ -40,6 +40,8 @@ import torch
 # A prefill forward over more tokens than this is cut into pieces (its activations, not the cache, bound it).
 PREFILL_TOKENS = 16384
 DEFAULT_MAX_BATCH_TOKENS = 65536
+# top-p looks for the nucleus among this many most likely tokens first.
+TOP_P_CANDIDATES = 1024
 
 
 @dataclass
@@ -257,19 +259,29 @@ class LMGenerator:
 
     # -- sampling ------------------------------------------------------------------------------------------------
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(token, its log-prob) per row: argmax at temperature 0; else inverse-CDF sampling (one uniform per row) from
+        the temperature-scaled distribution, restricted to the nucleus when top_p < 1 (the smallest set of most likely
+        tokens whose mass reaches top_p). The nucleus is looked for among the TOP_P_CANDIDATES most likely tokens first
+        (a partial sort; a full sort of a 150k vocabulary every step costs more than the model on CPU), and among all
+        when that is not enough for some row."""
         logits = logits.float()
         if self.temperature == 0:
             tok = logits.argmax(-1)
             return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None]).squeeze(-1)
-        logits = logits / self.temperature
-        logp = torch.log_softmax(logits, -1)
+        logp = torch.log_softmax(logits / self.temperature, -1)
         probs = logp.exp()
+        u = torch.rand((probs.shape[0], 1), generator=self.generator, device=probs.device)
         if self.top_p < 1.0:
-            sorted_p, order = probs.sort(-1, descending=True)
-            keep = (sorted_p.cumsum(-1) - sorted_p) < self.top_p
-            keep[:, 0] = True
-            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p * keep)
-        tok = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
+            top, idx = probs.topk(min(TOP_P_CANDIDATES, probs.shape[-1]), dim=-1)
+            if top.shape[-1] < probs.shape[-1] and bool((top.sum(-1) < self.top_p).any()):
+                top, idx = probs.sort(-1, descending=True)
+            top = top * ((top.cumsum(-1) - top) < self.top_p)  # the most likely token is always kept
+            cdf = top.cumsum(-1)
+            j = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=cdf.shape[-1] - 1)
+            tok = idx.gather(-1, j).squeeze(-1)
+        else:
+            cdf = probs.cumsum(-1)
+            tok = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=cdf.shape[-1] - 1).squeeze(-1)
         return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
 
     # -- public --------------------------------------------------------------------------------------------------

@@ -172,3 +172,23 @@ def test_top_p_keeps_only_the_nucleus():
     gen.top_p = 0.9
     seen = {int(gen._sample(logits)[0]) for _ in range(400)}
     assert seen == {0, 1}
+
+
+def test_the_sampler_draws_from_the_temperature_scaled_distribution_and_its_nucleus(monkeypatch):
+    import search_agent_trainer.generation as generation
+
+    tok, policy = _tiny(2)
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0]]).repeat(4000, 1)
+    gen = LMGenerator(policy, tok, 0.8, 1.0, CPU, search_r1_stops(tok), generator=torch.Generator().manual_seed(1))
+    toks, lps = gen._sample(logits)
+    p = torch.softmax(logits[0] / 0.8, -1)
+    freq = torch.bincount(toks, minlength=4).float() / len(toks)
+    torch.testing.assert_close(freq, p, atol=0.03, rtol=0)
+    torch.testing.assert_close(lps, p.log()[toks])  # the log-prob of the full tempered distribution
+    # top-p 0.9: the nucleus is {0, 1, 2} (p ≈ 0.68, 0.19, 0.10, 0.03: 0.87 < 0.9 ≤ 0.97), renormalised
+    gen.top_p = 0.9
+    for candidates in (1024, 2):  # found among the top candidates, or (2 are not enough) by the full sort
+        monkeypatch.setattr(generation, "TOP_P_CANDIDATES", candidates)
+        toks, _ = gen._sample(logits)
+        freq = torch.bincount(toks, minlength=4).float() / len(toks)
+        torch.testing.assert_close(freq, torch.cat([p[:3] / p[:3].sum(), torch.zeros(1)]), atol=0.03, rtol=0)
