@@ -48,7 +48,7 @@ from .data import Example
 from .generation import GeneratedTurn, Stops
 from .policy import Tokenizer, compute_dtype, hf_policy
 from .rollout import run_rollouts
-from .tiny import TAGS, TinyTokenizer
+from .tiny import TinyTokenizer
 from .train import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]

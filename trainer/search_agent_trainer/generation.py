@@ -203,6 +203,9 @@ class _Rows:
         return _Cache.of(self.past)
 
     def take(self, index: Sequence[int]) -> _Rows:
+        """The rows `index` (copied; `self` itself when they are all of its rows in order)."""
+        if list(index) == list(range(len(self.order))):
+            return _Rows(self.past, self.attn, self.last_pos, self.logits, list(self.order))
         cache = self.cache()
         assert cache is not None
         rows = torch.tensor(list(index), dtype=torch.long, device=self.attn.device)

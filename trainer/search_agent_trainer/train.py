@@ -47,7 +47,7 @@ from .config import Section
 from .data import EpochSampler, Example, load_dataset, render_prompt
 from .env_client import EnvClient
 from .losses import Aggregation, kl_penalty, masked_mean, objective
-from .generation import DEFAULT_MAX_BATCH_TOKENS, LMGenerator, auto_max_batch_tokens
+from .generation import LMGenerator, auto_max_batch_tokens
 from .policy import Reference, build_policy, compute_dtype, window_stats
 from .rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, Trajectory, run_rollouts, search_r1_stops
 from .run_writer import RunWriter, rollout_record
