@@ -2,7 +2,7 @@
 LoRA through peft), its tokenizer behind one small interface, a value head for PPO, and the frozen reference
 policy for the KL term. Nothing is downloaded (`local_files_only`).
 
-Precision (`model.dtype`; DESIGN: the standard mixed-precision recipe, as FSDP's): the weights the optimizer updates are
+Precision (`model.dtype`), the standard mixed-precision recipe (FSDP's too): the weights the optimizer updates are
 always fp32 (master weights: an AdamW step at lr 1e-6 is below bf16's resolution for most weights, so bf16 weights
 updated in place barely move); `bf16` — and `auto` on CUDA — compute in bf16 autocast. Under LoRA the frozen base is
 stored in bf16 then (it is never updated) and the adapter stays fp32. `fp32` (and `auto` on CPU): no autocast.
