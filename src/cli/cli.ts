@@ -16,7 +16,7 @@ import { runServer, UsageError } from '../server/run';
 import { importCommand } from './import';
 import { indexCommand } from './index-command';
 import { rewardCommand } from './reward-command';
-import { inspect } from './inspect';
+import { inspect, READ_ARGS, readOptionsFromArgs } from './inspect';
 import { demoCommand, trainCommand } from './train';
 
 const USAGE = `search-agent-studio ${VERSION}
@@ -39,10 +39,11 @@ Usage:
   search-agent-studio train --resume --run-dir DIR
                                                start the env server and the trainer for a run config (Ctrl-C
                                                stops after a checkpoint; --resume continues a run)
-  search-agent-studio inspect <file|run-dir> [--json]
+  search-agent-studio inspect <file|run-dir> [--json] [--dialect auto|searchr1|toolcall|llama-json] [--search-tool NAME]
                                                summarise trajectories: our rollout JSONL, run directories,
-                                               Search-R1 transcripts, veRL dumps, TRL completion tables
-  search-agent-studio import <searchr1|verl|trl|searchr1-dataset> <src> --out <file.jsonl>
+                                               Search-R1 transcripts, veRL dumps, TRL completion tables;
+                                               Search-R1 tags or tool calls (detected unless --dialect)
+  search-agent-studio import <searchr1|verl|trl|searchr1-dataset> <src> --out <file.jsonl> [--dialect D] [--search-tool NAME]
                                                convert into our rollout JSONL (a dataset: our dataset JSONL)
 
   search-agent-studio reward <module.reward.ts|builtin:em|builtin:subem|builtin:f1|builtin:em-format> <rollouts>
@@ -145,16 +146,20 @@ export async function main(argv: string[]): Promise<number> {
         }
       });
     case 'inspect': {
-      const { values, positionals } = parseArgs({ args: rest, options: { json: { type: 'boolean', default: false } }, allowPositionals: true, strict: true });
+      const { values, positionals } = parseArgs({ args: rest, options: { json: { type: 'boolean', default: false }, ...READ_ARGS }, allowPositionals: true, strict: true });
       if (positionals.length !== 1) return usage('inspect takes one path');
+      const read = readOptionsFromArgs(values);
+      if (typeof read === 'string') return usage(read);
       return withInputErrors(() =>
-        inspect(positionals[0]!, { json: values.json ?? false, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) }),
+        inspect(positionals[0]!, { json: values.json ?? false, read, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) }),
       );
     }
     case 'import': {
-      const { values, positionals } = parseArgs({ args: rest, options: { out: { type: 'string' } }, allowPositionals: true, strict: true });
+      const { values, positionals } = parseArgs({ args: rest, options: { out: { type: 'string' }, ...READ_ARGS }, allowPositionals: true, strict: true });
       if (positionals.length !== 2 || !values.out) return usage('import takes a kind, a source and --out <file.jsonl>');
-      return withInputErrors(() => importCommand(positionals[0]!, positionals[1]!, values.out!, (s) => process.stderr.write(s)));
+      const read = readOptionsFromArgs(values);
+      if (typeof read === 'string') return usage(read);
+      return withInputErrors(() => importCommand(positionals[0]!, positionals[1]!, values.out!, (s) => process.stderr.write(s), read));
     }
     default:
       process.stderr.write(`unknown command: ${command}\n\n${USAGE}`);

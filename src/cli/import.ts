@@ -5,9 +5,9 @@
 import { createWriteStream } from 'node:fs';
 import { IMPORT_KINDS, importDataset, readSource, type ImportKind } from '../core/importers';
 import type { DatasetImportIssue } from '../core/importers/dataset';
-import { formatIssue } from '../core/run/format';
+import { formatIssue, type ReadOptions } from '../core/run/format';
 
-export async function importCommand(kind: string, src: string, outPath: string, err: (s: string) => void): Promise<number> {
+export async function importCommand(kind: string, src: string, outPath: string, err: (s: string) => void, read: ReadOptions = {}): Promise<number> {
   if (!(IMPORT_KINDS as readonly string[]).includes(kind)) {
     err(`unknown import kind "${kind}"; expected one of ${IMPORT_KINDS.join(', ')}\n`);
     return 2;
@@ -38,7 +38,7 @@ export async function importCommand(kind: string, src: string, outPath: string, 
       skipped = issues.length;
       for (const i of issues.slice(0, 50)) err(`${i.message}\n`);
     } else {
-      for await (const item of readSource(src, kind as 'searchr1' | 'verl' | 'trl')) {
+      for await (const item of readSource(src, kind as 'searchr1' | 'verl' | 'trl', read)) {
         if (!item.record) {
           skipped++;
           for (const i of item.issues) if (skipped <= 50) err(`${formatIssue(i)}\n`);

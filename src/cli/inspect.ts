@@ -1,18 +1,31 @@
 /**
- * `search-agent-studio inspect <file|run-dir> [--json]`: a summary of any trajectory source we read. With
- * `--json`, one JSON object on stdout, streamed (a big run is not held in memory): `source`, `kind`,
- * `trajectories` (per trajectory: id, question, searches, answer, invalid_actions, diagnostics, …), `issues`
- * (malformed items, each with file, line and field) and `summary`.
+ * `search-agent-studio inspect <file|run-dir> [--json] [--dialect D]`: a summary of any trajectory source we
+ * read. With `--json`, one JSON object on stdout, streamed (a big run is not held in memory): `source`, `kind`,
+ * `trajectories` (per trajectory: id, dialect, question, searches, answer, invalid_actions, diagnostics, …),
+ * `issues` (malformed items, each with file, line and field) and `summary`.
  */
 import { detectSource, readSource } from '../core/importers';
-import { formatIssue, type LocatedIssue } from '../core/run/format';
+import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
 import { SummaryBuilder, trajectoryFacts, type RunSummary } from '../core/run/summary';
-import { parseTrajectory } from '../core/tags/parser';
+import { parseDialectName } from '../core/tags/trajectory';
 
 export interface InspectOptions {
   json: boolean;
   out: (s: string) => void;
   err: (s: string) => void;
+  /** How responses are read (`--dialect`). */
+  read?: ReadOptions;
+}
+
+/** The CLI options that say how responses are read (`inspect` and `import`), for `parseArgs`. */
+export const READ_ARGS = { dialect: { type: 'string' }, 'search-tool': { type: 'string' } } as const;
+
+/** `--dialect auto|searchr1|toolcall|llama-json` and `--search-tool NAME` → read options, or a usage message. */
+export function readOptionsFromArgs(values: { dialect?: string; 'search-tool'?: string }): ReadOptions | string {
+  const dialect = parseDialectName(values.dialect);
+  if (typeof dialect === 'object') return `--dialect: ${dialect.error}`;
+  if (values['search-tool'] !== undefined && !values['search-tool'].trim()) return '--search-tool: expected a tool name';
+  return { dialect, ...(values['search-tool'] ? { searchTool: values['search-tool'] } : {}) };
 }
 
 export async function inspect(path: string, o: InspectOptions): Promise<number> {
@@ -21,19 +34,19 @@ export async function inspect(path: string, o: InspectOptions): Promise<number> 
   const issues: LocatedIssue[] = [];
   let first = true;
   if (o.json) o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"trajectories":[`);
-  for await (const item of readSource(path, kind)) {
+  for await (const item of readSource(path, kind, o.read)) {
     if (!item.record) {
       summary.addIssue(item.issues);
       issues.push(...item.issues);
       continue;
     }
     const r = item.record;
-    const facts = trajectoryFacts(r);
+    const facts = trajectoryFacts(r, o.read);
     summary.add(r, facts);
     if (o.json) {
-      const parsed = parseTrajectory(r.response);
       const entry = {
         id: r.id,
+        dialect: facts.dialect,
         question: r.question ?? null,
         searches: facts.searches,
         turns: facts.turns,
@@ -43,7 +56,7 @@ export async function inspect(path: string, o: InspectOptions): Promise<number> 
         em: facts.em,
         format_valid: facts.formatValid,
         finish: r.finish ?? null,
-        diagnostics: parsed.diagnostics.map((d) => ({ code: d.code, severity: d.severity, message: d.message, start: d.start, end: d.end })),
+        diagnostics: facts.parsed.diagnostics.map((d) => ({ code: d.code, severity: d.severity, message: d.message, start: d.start, end: d.end })),
       };
       o.out(`${first ? '' : ','}\n${JSON.stringify(entry)}`);
       first = false;
@@ -74,6 +87,8 @@ export function renderSummary(path: string, kind: string, s: RunSummary): string
   lines.push(`  valid format  ${pct(s.format.rate)}`);
   lines.push(`  searches      mean ${s.searches.mean.toFixed(2)}  [${hist(s.searches.histogram)}]`);
   lines.push(`  turns         mean ${s.turns.mean.toFixed(2)}  [${hist(s.turns.histogram)}]`);
+  lines.push(`  invalid       ${s.invalid_actions.total} actions in ${s.invalid_actions.trajectories} trajectories`);
+  if (Object.keys(s.dialects).some((d) => d !== 'searchr1')) lines.push(`  dialect       ${hist(s.dialects)}`);
   if (Object.keys(s.finish).length) lines.push(`  finish        ${hist(s.finish)}`);
   if (Object.keys(s.data_sources).length > 1 || !s.data_sources['(none)']) lines.push(`  data sources  ${hist(s.data_sources)}`);
   if (s.groups) {

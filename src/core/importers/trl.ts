@@ -4,13 +4,13 @@
  * lists of chat messages in TRL's conversational format. The samples of one prompt within a step form a
  * GRPO group; the reward is the sum of the reward columns (TRL's default weights of 1).
  */
-import type { Rollout } from '../run/format';
+import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import { derivedFields, jsonSafe, messageText, toNumber } from './common';
 import { parquetRows } from './parquet';
 
 const KNOWN = new Set(['step', 'prompt', 'completion', 'advantage', 'image', 'images']);
 
-export async function* importTrlCompletions(path: string): AsyncGenerator<Rollout> {
+export async function* importTrlCompletions(path: string, read: ReadOptions = {}): AsyncGenerator<Rollout> {
   const stepFromName = Number(/completions_(\d+)\.parquet$/.exec(path)?.[1] ?? NaN);
   const groups = new Map<string, number>();
   const samples = new Map<string, number>();
@@ -36,7 +36,7 @@ export async function* importTrlCompletions(path: string): AsyncGenerator<Rollou
     if (advantage !== undefined) meta.advantage = advantage;
     const rewards = Object.values(parts);
     yield {
-      v: 1,
+      v: ROLLOUT_RECORD_VERSION,
       id: `trl-${step ?? 'x'}-${row}`,
       ...(step !== undefined ? { step: Math.max(0, Math.trunc(step)) } : {}),
       group: groups.get(groupKey)!,
@@ -44,7 +44,7 @@ export async function* importTrlCompletions(path: string): AsyncGenerator<Rollou
       prompt,
       response,
       ...(rewards.length ? { reward: rewards.reduce((a, b) => a + b, 0), reward_parts: parts } : {}),
-      ...derivedFields(response),
+      ...derivedFields(response, rolloutContext({ v: 1, id: '', prompt, response }, read)),
       meta,
     };
   }

@@ -4,7 +4,7 @@
  * truth: a string, a list, or Search-R1's `{target: [...]}`), `score`, `step`, and one field per extra reward
  * output (numbers become `reward_parts`, anything else goes to `meta`).
  */
-import type { Rollout } from '../run/format';
+import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import { derivedFields, goldenList, jsonSafe, toNumber } from './common';
 
 const KNOWN = new Set(['input', 'output', 'gts', 'score', 'step', 'data_source']);
@@ -21,7 +21,7 @@ export class FieldError extends Error {
 }
 
 /** Converts one dump line (already parsed). `line` and `file` identify it in ids and meta. */
-export function fromVerlDump(obj: Record<string, unknown>, file: string, line: number, stepFromName?: number): Rollout {
+export function fromVerlDump(obj: Record<string, unknown>, file: string, line: number, stepFromName?: number, read: ReadOptions = {}): Rollout {
   if (typeof obj.output !== 'string') throw new FieldError('output', `expected a string (the decoded response), got ${obj.output === undefined ? 'nothing' : typeof obj.output}`);
   const step = toNumber(obj.step) ?? stepFromName;
   const reward = toNumber(obj.score);
@@ -33,17 +33,18 @@ export function fromVerlDump(obj: Record<string, unknown>, file: string, line: n
     if (n !== undefined && typeof v !== 'string') parts[k] = n;
     else meta[k] = jsonSafe(v);
   }
+  const prompt = typeof obj.input === 'string' ? obj.input : '';
   return {
-    v: 1,
+    v: ROLLOUT_RECORD_VERSION,
     id: `verl-${step ?? 'x'}-${line}`,
     ...(step !== undefined ? { step: Math.max(0, Math.trunc(step)) } : {}),
     ...(obj.data_source !== undefined ? { data_source: String(obj.data_source) } : {}),
     golden: goldenList(obj.gts),
-    prompt: typeof obj.input === 'string' ? obj.input : '',
+    prompt,
     response: obj.output,
     ...(reward !== undefined ? { reward } : {}),
     ...(Object.keys(parts).length ? { reward_parts: parts } : {}),
-    ...derivedFields(obj.output),
+    ...derivedFields(obj.output, rolloutContext({ v: 1, id: '', prompt, response: obj.output }, read)),
     meta,
   };
 }
