@@ -48,9 +48,10 @@ const BATCHES = [1, 8, 32];
 const ROUNDS = [7, 3, 3];
 
 /**
- * FAISS over the same files, at its best of two threadings per batch size: its defaults, and OpenBLAS held to
- * one thread (batches of 20+ go through sgemm, whose threads otherwise contend with FAISS's OpenMP ones on a
- * small machine). Null (with the reason reported) when the dev venv lacks it.
+ * FAISS over the same files, at its best of three threadings per batch size: its defaults, OpenBLAS held to one
+ * thread (batches of 20+ go through sgemm, whose threads otherwise contend with FAISS's OpenMP ones on a small
+ * machine), and everything on one thread (OpenMP's barriers spin badly when other jobs hold the cores). Null
+ * (with the reason reported) when the dev venv lacks it.
  */
 function faiss(vectorsFile: string, n: number, d: number, queriesFile: string, lines: string[]): { version: string; threads: number; seconds: Record<string, number>; config: Record<string, string> } | null {
   const python = join(__dirname, '..', '.venv', 'bin', 'python');
@@ -58,6 +59,7 @@ function faiss(vectorsFile: string, n: number, d: number, queriesFile: string, l
     const runs = [
       ['defaults', {}],
       ['OPENBLAS_NUM_THREADS=1', { OPENBLAS_NUM_THREADS: '1' }],
+      ['one thread', { OMP_NUM_THREADS: '1', OPENBLAS_NUM_THREADS: '1' }],
     ].map(([name, env]) => {
       const out = execFileSync(python, [join(__dirname, 'faiss_flat.py'), vectorsFile, String(n), String(d), queriesFile, BATCHES.join(','), ROUNDS.join(',')], {
         encoding: 'utf8',
@@ -121,7 +123,7 @@ export async function run(): Promise<string[]> {
   }
   await session.release();
   const peer = faiss(vectorsFile, n, d, queriesFile, lines);
-  if (peer) report(lines, `faiss-cpu ${peer.version} IndexFlatIP, ${peer.threads} OpenMP threads, the better of its default BLAS threading and one BLAS thread per batch size; onnxruntime CPU with its default threads`);
+  if (peer) report(lines, `faiss-cpu ${peer.version} IndexFlatIP, ${peer.threads} OpenMP threads, the best of its default threading, one BLAS thread, and one thread in all, per batch size; onnxruntime CPU with its default threads`);
   for (const q of BATCHES) {
     const { js: tj, onnx: to } = ours[q]!;
     const tf = peer?.seconds[q];
