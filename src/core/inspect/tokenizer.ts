@@ -4,12 +4,24 @@
  * Hugging Face's tokenizers. Each token's text is its own decoding, so byte-level pieces of a multi-byte
  * character may show as replacement characters — the ids are exact.
  */
-import { readFile } from 'node:fs/promises';
+import { readFile, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import type { TextTokenizer } from './replay';
 
-export async function loadTextTokenizer(file: string): Promise<{ name: string; tokenize: TextTokenizer }> {
+/** A model's tokenizer: encode and decode exactly as the model's pipeline would (no special tokens added). */
+export interface TokenizerCodec {
+  /** `<model dir>/tokenizer.json`, for messages. */
+  name: string;
+  encode(text: string): number[];
+  decode(ids: readonly number[]): string;
+  /** `chat_template` of tokenizer_config.json, when it has one. */
+  chatTemplate?: string;
+}
+
+/** Opens a `tokenizer.json` (a file, or a directory holding one) with the `tokenizer_config.json` beside it. */
+export async function loadTokenizerCodec(path: string): Promise<TokenizerCodec> {
+  const file = (await stat(path).then((s) => s.isDirectory(), () => false)) ? join(path, 'tokenizer.json') : path;
   let json: object;
   try {
     json = JSON.parse(await readFile(file, 'utf8'));
@@ -23,12 +35,22 @@ export async function loadTextTokenizer(file: string): Promise<{ name: string; t
   } catch (e) {
     throw new Error(`${file}: not a tokenizer.json this library reads (${(e as Error).message})`);
   }
-  const name = `${basename(dirname(file))}/${basename(file)}`;
+  const template = (config as { chat_template?: unknown }).chat_template;
   return {
-    name,
+    name: `${basename(dirname(file))}/${basename(file)}`,
+    encode: (text) => tok.encode(text, { add_special_tokens: false }).ids.map(Number),
+    decode: (ids) => tok.decode([...ids], { skip_special_tokens: false }),
+    ...(typeof template === 'string' ? { chatTemplate: template } : {}),
+  };
+}
+
+export async function loadTextTokenizer(file: string): Promise<{ name: string; tokenize: TextTokenizer }> {
+  const codec = await loadTokenizerCodec(file);
+  return {
+    name: codec.name,
     tokenize: (text) => {
-      const ids = tok.encode(text, { add_special_tokens: false }).ids.map(Number);
-      return { ids, text: ids.map((id) => tok.decode([id], { skip_special_tokens: false })) };
+      const ids = codec.encode(text);
+      return { ids, text: ids.map((id) => codec.decode([id])) };
     },
   };
 }

@@ -1,0 +1,174 @@
+/**
+ * `audit` (DESIGN §7): every check on every rollout — leaks (loss mask vs role, engine mask vs ours), re-tokenisation
+ * drift, the rollout-vs-trainer log-prob gap over trained tokens, and the reward-hacking alarms — with a run-level
+ * summary and per-step series for the dashboard. The CLI, the inspector and the dashboard all read it from here.
+ */
+import { rolloutContext, type ReadOptions, type Rollout } from '../run/format';
+import type { TokenizerCodec } from '../inspect/tokenizer';
+import { searchCount, parseResponse } from '../tags/trajectory';
+import { searchCollapseSteps, trajectoryAlarms, type Alarm, type AlarmOptions } from './alarms';
+import { findDrift, type Drift, type DriftOptions } from './drift';
+import { checkLogprobs, type LogprobCheck, type LogprobOptions } from './logprob';
+import { engineMaskOf, maskLeaks } from './masks';
+
+export * from './alarms';
+export * from './drift';
+export * from './logprob';
+export * from './masks';
+
+export interface AuditOptions extends LogprobOptions, AlarmOptions, DriftOptions {
+  /** The model's tokenizer; without one drift is not checked (`drift` stays null, `summary.drift.checked` false). */
+  tokenizer?: Pick<TokenizerCodec, 'encode' | 'decode'>;
+  read?: ReadOptions;
+}
+
+/** One rollout's findings: the `--json` shape of issue 18. Token indices index `tokens.ids`. */
+export interface RolloutAudit {
+  id: string;
+  step: number | null;
+  leaks: number[];
+  /** Of the leaks, where the engine's mask disagrees with loss_mask (records carrying `meta.engine_loss_mask`). */
+  mask_mismatch: number[];
+  drift: Drift | null;
+  logprob: LogprobCheck | null;
+  alarms: Alarm[];
+  /** Searches made (for search-collapse). */
+  searches: number;
+}
+
+export function flagged(a: RolloutAudit): boolean {
+  return a.leaks.length > 0 || a.drift !== null || (a.logprob?.flagged.length ?? 0) > 0 || a.alarms.length > 0;
+}
+
+/** The checks of one rollout that need nothing but the rollout (search-collapse is added by {@link Auditor.finish}). */
+export function auditRollout(r: Rollout, o: AuditOptions = {}): RolloutAudit {
+  const parsed = parseResponse(r.response, rolloutContext(r, o.read));
+  const tk = r.tokens;
+  const masks = tk ? maskLeaks(tk, engineMaskOf(r.meta)) : { leaks: [], mask_mismatch: [] };
+  return {
+    id: r.id,
+    step: r.step ?? null,
+    leaks: masks.leaks,
+    mask_mismatch: masks.mask_mismatch,
+    drift: tk && o.tokenizer ? findDrift(tk.ids, r.prompt + r.response, o.tokenizer, o) : null,
+    logprob: tk ? checkLogprobs(tk as Parameters<typeof checkLogprobs>[0], o) : null,
+    alarms: trajectoryAlarms(r, parsed, o),
+    searches: r.searches ?? searchCount(parsed),
+  };
+}
+
+/** Per training step: what the dashboard charts (drift rate, mean |Δ|, ratios outside the band, alarms). */
+export interface StepAudit {
+  step: number;
+  rollouts: number;
+  /** Rollouts with drift / rollouts re-encoded (null when no tokenizer). */
+  drift_rate: number | null;
+  /** Mean |Δ| over the step's compared trained tokens (null when none). */
+  mean_abs_diff: number | null;
+  /** Fraction of the step's compared trained tokens whose ratio lies outside the band (null when none). */
+  ratio_outside: number | null;
+  /** Mean of the rollouts' sequence-level ratios exp(Σ Δ) (null when none compared). */
+  seq_ratio: number | null;
+  leaks: number;
+  mean_searches: number;
+  alarms: Partial<Record<Alarm, number>>;
+}
+
+export interface AuditSummary {
+  rollouts: number;
+  flagged: number;
+  leaks: { rollouts: number; tokens: number; mask_mismatch: number };
+  drift: { checked: boolean; rollouts: number; text: number; split: number };
+  logprob: { rollouts: number; compared: number; flagged: number; max_abs_diff: number; mean_abs_diff: number };
+  alarms: Partial<Record<Alarm, number>>;
+  search_collapse_steps: number[];
+  steps: StepAudit[];
+}
+
+/** Accumulates rollout audits; {@link finish} applies the run-level rules and summarises. */
+export class Auditor {
+  readonly rollouts: RolloutAudit[] = [];
+  constructor(readonly options: AuditOptions = {}) {}
+
+  add(r: Rollout): RolloutAudit {
+    const a = auditRollout(r, this.options);
+    this.rollouts.push(a);
+    return a;
+  }
+
+  finish(): AuditSummary {
+    const bySteps = new Map<number, RolloutAudit[]>();
+    for (const a of this.rollouts) {
+      const list = bySteps.get(a.step ?? 0) ?? [];
+      list.push(a);
+      bySteps.set(a.step ?? 0, list);
+    }
+    const meanSearches = new Map([...bySteps].map(([s, list]) => [s, list.reduce((t, a) => t + a.searches, 0) / list.length]));
+    const collapsed = searchCollapseSteps(meanSearches, this.options);
+    for (const s of collapsed) for (const a of bySteps.get(s)!) if (a.searches === 0) a.alarms.push('search-collapse');
+
+    const checked = this.options.tokenizer !== undefined;
+    const sum: AuditSummary = {
+      rollouts: this.rollouts.length,
+      flagged: 0,
+      leaks: { rollouts: 0, tokens: 0, mask_mismatch: 0 },
+      drift: { checked, rollouts: 0, text: 0, split: 0 },
+      logprob: { rollouts: 0, compared: 0, flagged: 0, max_abs_diff: 0, mean_abs_diff: 0 },
+      alarms: {},
+      search_collapse_steps: collapsed,
+      steps: [],
+    };
+    let absSum = 0;
+    for (const a of this.rollouts) {
+      if (flagged(a)) sum.flagged++;
+      if (a.leaks.length) sum.leaks.rollouts++;
+      sum.leaks.tokens += a.leaks.length;
+      sum.leaks.mask_mismatch += a.mask_mismatch.length;
+      if (a.drift) {
+        sum.drift.rollouts++;
+        sum.drift[a.drift.kind]++;
+      }
+      if (a.logprob) {
+        sum.logprob.rollouts++;
+        sum.logprob.compared += a.logprob.compared;
+        sum.logprob.flagged += a.logprob.flagged.length;
+        sum.logprob.max_abs_diff = Math.max(sum.logprob.max_abs_diff, a.logprob.max_abs_diff);
+        absSum += a.logprob.mean_abs_diff * a.logprob.compared;
+      }
+      for (const k of a.alarms) sum.alarms[k] = (sum.alarms[k] ?? 0) + 1;
+    }
+    sum.logprob.mean_abs_diff = sum.logprob.compared ? absSum / sum.logprob.compared : 0;
+    for (const [step, list] of [...bySteps].sort((x, y) => x[0] - y[0])) sum.steps.push(stepAudit(step, list, checked));
+    return sum;
+  }
+}
+
+function stepAudit(step: number, list: readonly RolloutAudit[], checked: boolean): StepAudit {
+  let compared = 0;
+  let abs = 0;
+  let outside = 0;
+  let seq = 0;
+  let seqN = 0;
+  const alarms: Partial<Record<Alarm, number>> = {};
+  for (const a of list) {
+    if (a.logprob && a.logprob.compared) {
+      compared += a.logprob.compared;
+      abs += a.logprob.mean_abs_diff * a.logprob.compared;
+      outside += a.logprob.flagged.length;
+      seq += Math.exp(a.logprob.seq_log_ratio);
+      seqN++;
+    }
+    for (const k of a.alarms) alarms[k] = (alarms[k] ?? 0) + 1;
+  }
+  return {
+    step,
+    rollouts: list.length,
+    drift_rate: checked ? list.filter((a) => a.drift).length / list.length : null,
+    mean_abs_diff: compared ? abs / compared : null,
+    ratio_outside: compared ? outside / compared : null,
+    seq_ratio: seqN ? seq / seqN : null,
+    leaks: list.reduce((t, a) => t + a.leaks.length, 0),
+    mean_searches: list.reduce((t, a) => t + a.searches, 0) / list.length,
+    alarms,
+  };
+}
