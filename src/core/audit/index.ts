@@ -50,7 +50,7 @@ export function auditRollout(r: Rollout, o: AuditOptions = {}): RolloutAudit {
     step: r.step ?? null,
     leaks: masks.leaks,
     mask_mismatch: masks.mask_mismatch,
-    drift: tk && o.tokenizer ? findDrift(tk.ids, r.prompt + r.response, o.tokenizer, o) : null,
+    drift: tk && o.tokenizer ? findDrift(tk.ids, r.prompt + r.response, o.tokenizer, { ...o, role: tk.role }) : null,
     logprob: tk ? checkLogprobs(tk as Parameters<typeof checkLogprobs>[0], o) : null,
     alarms: trajectoryAlarms(r, parsed, o),
     searches: r.searches ?? searchCount(parsed),

@@ -39,7 +39,7 @@ export async function loadTokenizerCodec(path: string): Promise<TokenizerCodec> 
   return {
     name: `${basename(dirname(file))}/${basename(file)}`,
     encode: (text) => tok.encode(text, { add_special_tokens: false }).ids.map(Number),
-    decode: (ids) => tok.decode([...ids], { skip_special_tokens: false }),
+    decode: (ids) => (ids.length ? tok.decode([...ids], { skip_special_tokens: false }) : ''),
     ...(typeof template === 'string' ? { chatTemplate: template } : {}),
   };
 }
