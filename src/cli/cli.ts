@@ -13,6 +13,7 @@ import { packageRoot } from '../core/paths';
 import { probePython, pythonCandidates, type PythonProbe } from '../core/python';
 import { VERSION } from '../core/version';
 import { runServer, UsageError } from '../server/run';
+import { audit, AUDIT_ARGS, auditOptionsFromArgs } from './audit';
 import { importCommand } from './import';
 import { indexCommand } from './index-command';
 import { rewardCommand } from './reward-command';
@@ -43,6 +44,11 @@ Usage:
                                                summarise trajectories: our rollout JSONL, run directories,
                                                Search-R1 transcripts, veRL dumps, TRL completion tables;
                                                Search-R1 tags or tool calls (detected unless --dialect)
+  search-agent-studio audit <rollouts.jsonl|run-dir|dump> [--tokenizer DIR] [--json] [--drift-scope segments|whole]
+                           [--ratio-low 0.5] [--ratio-high 2] [--dialect D] [--search-tool NAME]
+                                               check every rollout: mask leaks, re-tokenisation drift, rollout vs
+                                               trainer log-probs on trained tokens, reward-hacking alarms;
+                                               exit 1 when anything is flagged (docs/instruments.md)
   search-agent-studio import <searchr1|verl|trl|searchr1-dataset> <src> --out <file.jsonl> [--dialect D] [--search-tool NAME]
                                                convert into our rollout JSONL (a dataset: our dataset JSONL)
 
@@ -153,6 +159,21 @@ export async function main(argv: string[]): Promise<number> {
       return withInputErrors(() =>
         inspect(positionals[0]!, { json: values.json ?? false, read, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) }),
       );
+    }
+    case 'audit': {
+      const { values, positionals } = parseArgs({ args: rest, options: { ...AUDIT_ARGS, ...READ_ARGS }, allowPositionals: true, strict: true });
+      if (positionals.length !== 1) return usage('audit takes one path');
+      const read = readOptionsFromArgs(values);
+      if (typeof read === 'string') return usage(read);
+      return withInputErrors(async () => {
+        try {
+          const o = auditOptionsFromArgs(values);
+          return await audit(positionals[0]!, { ...o, json: values.json ?? false, read, ...(values.tokenizer ? { tokenizer: values.tokenizer } : {}), out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) });
+        } catch (e) {
+          if (e instanceof UsageError) return usage(e.message);
+          throw e;
+        }
+      });
     }
     case 'import': {
       const { values, positionals } = parseArgs({ args: rest, options: { out: { type: 'string' }, ...READ_ARGS }, allowPositionals: true, strict: true });

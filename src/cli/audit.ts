@@ -1,0 +1,131 @@
+/**
+ * `search-agent-studio audit <rollouts.jsonl | run-dir | dump> [--tokenizer DIR] [--json]`: every check of
+ * src/core/audit on every rollout (leaks, drift, log-probs, alarms). Exit 0 when nothing is flagged, 1 when
+ * something is (a CI job or a training launch can gate on it), 2 on bad input (unreadable, a bad option, or a
+ * malformed item: reported and skipped, the rest still audited). With `--json`, one object on stdout:
+ * `rollouts` (per rollout: id, leaks, drift, logprob, alarms — issue 18's shape, plus step and mask_mismatch),
+ * `issues` (malformed items, each with file, line and field) and `summary` (counts and per-step series).
+ */
+import { readFile, stat } from 'node:fs/promises';
+import { dirname, join, resolve } from 'node:path';
+import { Auditor, flagged, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
+import { detectSource, readSource } from '../core/importers';
+import { loadTokenizerCodec, type TokenizerCodec } from '../core/inspect/tokenizer';
+import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
+import { UsageError } from '../server/run';
+
+export interface AuditCommandOptions extends Omit<AuditOptions, 'tokenizer' | 'read'> {
+  json: boolean;
+  /** A model directory (or tokenizer.json) given by the user; its failure to load is bad input. */
+  tokenizer?: string;
+  read?: ReadOptions;
+  out: (s: string) => void;
+  err: (s: string) => void;
+}
+
+/** The CLI options of `audit`, for `parseArgs`. */
+export const AUDIT_ARGS = {
+  json: { type: 'boolean', default: false },
+  tokenizer: { type: 'string' },
+  'drift-scope': { type: 'string' },
+  'ratio-low': { type: 'string' },
+  'ratio-high': { type: 'string' },
+} as const;
+
+/** `--drift-scope`, `--ratio-low`, `--ratio-high` → options (a UsageError names the bad one). */
+export function auditOptionsFromArgs(v: { 'drift-scope'?: string; 'ratio-low'?: string; 'ratio-high'?: string }): Pick<AuditOptions, 'driftScope' | 'ratioLow' | 'ratioHigh'> {
+  const o: Pick<AuditOptions, 'driftScope' | 'ratioLow' | 'ratioHigh'> = {};
+  if (v['drift-scope'] !== undefined) {
+    if (v['drift-scope'] !== 'segments' && v['drift-scope'] !== 'whole') throw new UsageError(`--drift-scope: expected segments or whole, got ${JSON.stringify(v['drift-scope'])}`);
+    o.driftScope = v['drift-scope'] as DriftScope;
+  }
+  for (const [flag, key] of [['ratio-low', 'ratioLow'], ['ratio-high', 'ratioHigh']] as const) {
+    const s = v[flag];
+    if (s === undefined) continue;
+    const x = Number(s);
+    if (!(x > 0) || !Number.isFinite(x)) throw new UsageError(`--${flag}: expected a positive number, got ${JSON.stringify(s)}`);
+    o[key] = x;
+  }
+  if ((o.ratioLow ?? 0.5) >= (o.ratioHigh ?? 2)) throw new UsageError('--ratio-low must be below --ratio-high');
+  return o;
+}
+
+/** The model directory a run names (run.json's config.model.path, relative to the run), for a run dir or a file in one. */
+export async function runModelDir(path: string): Promise<string | undefined> {
+  for (const dir of [path, dirname(path), dirname(dirname(path))]) {
+    const text = await readFile(join(dir, 'run.json'), 'utf8').catch(() => undefined);
+    if (text === undefined) continue;
+    try {
+      const p = (JSON.parse(text) as { config?: { model?: { path?: unknown } } }).config?.model?.path;
+      return typeof p === 'string' ? resolve(dir, p) : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
+}
+
+async function tokenizerFor(path: string, o: AuditCommandOptions): Promise<{ codec?: TokenizerCodec; note?: string }> {
+  if (o.tokenizer) {
+    try {
+      return { codec: await loadTokenizerCodec(o.tokenizer) };
+    } catch (e) {
+      throw new UsageError(`--tokenizer: ${(e as Error).message}`);
+    }
+  }
+  const model = await runModelDir(path);
+  if (!model || !(await stat(join(model, 'tokenizer.json')).catch(() => undefined))) return { note: 'drift not checked: no tokenizer (--tokenizer DIR, or a run whose model directory has a tokenizer.json)' };
+  try {
+    return { codec: await loadTokenizerCodec(model) };
+  } catch (e) {
+    return { note: `drift not checked: the run's tokenizer cannot be read (${(e as Error).message})` };
+  }
+}
+
+export async function audit(path: string, o: AuditCommandOptions): Promise<number> {
+  const kind = await detectSource(path);
+  const { codec, note } = await tokenizerFor(path, o);
+  const { tokenizer: _dir, json: _json, out: _out, err: _err, ...checks } = o;
+  const auditor = new Auditor({ ...checks, ...(codec ? { tokenizer: codec } : {}) });
+  const issues: LocatedIssue[] = [];
+  for await (const item of readSource(path, kind, o.read)) {
+    if (item.record) auditor.add(item.record);
+    else issues.push(...item.issues);
+  }
+  const summary = auditor.finish();
+  if (o.json) {
+    o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"tokenizer":${JSON.stringify(codec?.name ?? null)},"rollouts":[`);
+    auditor.rollouts.forEach((a, k) => o.out(`${k ? ',' : ''}\n${JSON.stringify(jsonOf(a))}`));
+    o.out(`\n],"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(summary)}}\n`);
+  } else {
+    const lines = [`${path} (${kind}): ${summary.rollouts} rollouts audited, ${summary.flagged} flagged${issues.length ? `, ${issues.length} malformed (skipped)` : ''}`];
+    for (const a of auditor.rollouts.filter(flagged).slice(0, 50)) lines.push(`  ${a.id}${a.step !== null ? ` (step ${a.step})` : ''}: ${findings(a).join('; ')}`);
+    if (summary.flagged > 50) lines.push(`  … and ${summary.flagged - 50} more`);
+    lines.push(`  leaks         ${summary.leaks.tokens} tokens in ${summary.leaks.rollouts} rollouts${summary.leaks.mask_mismatch ? ` (${summary.leaks.mask_mismatch} where the engine's mask disagrees)` : ''}`);
+    lines.push(summary.drift.checked ? `  drift         ${summary.drift.rollouts} rollouts (${summary.drift.text} text, ${summary.drift.split} split) with ${codec!.name}` : `  drift         ${note}`);
+    lines.push(
+      summary.logprob.rollouts
+        ? `  log-probs     ${summary.logprob.compared} trained tokens compared, ${summary.logprob.flagged} with a ratio outside [${o.ratioLow ?? 0.5}, ${o.ratioHigh ?? 2}]; |Δ| mean ${summary.logprob.mean_abs_diff.toFixed(4)}, max ${summary.logprob.max_abs_diff.toFixed(4)}`
+        : '  log-probs     not compared (no rollout_logprob and logprob recorded)',
+    );
+    const alarms = Object.entries(summary.alarms);
+    lines.push(`  alarms        ${alarms.length ? alarms.map(([k, v]) => `${k}: ${v}`).join(', ') : 'none'}`);
+    o.out(`${lines.join('\n')}\n`);
+  }
+  for (const i of issues.slice(0, 50)) o.err(`${formatIssue(i)}\n`);
+  if (issues.length > 50) o.err(`… and ${issues.length - 50} more malformed items\n`);
+  return issues.length ? 2 : summary.flagged > 0 ? 1 : 0;
+}
+
+function jsonOf(a: RolloutAudit) {
+  return { id: a.id, step: a.step, leaks: a.leaks, mask_mismatch: a.mask_mismatch, drift: a.drift, logprob: a.logprob, alarms: a.alarms };
+}
+
+function findings(a: RolloutAudit): string[] {
+  const f: string[] = [];
+  if (a.leaks.length) f.push(`${a.leaks.length} leaked tokens (first ${a.leaks[0]})`);
+  if (a.drift) f.push(`drift (${a.drift.kind}) at token ${a.drift.token}`);
+  if (a.logprob?.flagged.length) f.push(`${a.logprob.flagged.length} trained tokens with a ratio outside the band (max |Δ| ${a.logprob.max_abs_diff.toFixed(3)})`);
+  if (a.alarms.length) f.push(a.alarms.join(', '));
+  return f;
+}

@@ -1,0 +1,121 @@
+/**
+ * `search-agent-studio audit` end to end (the real CLI in a child process): exit 0 clean, 1 flagged, 2 bad input;
+ * the `--json` shape; drift with a tokenizer given by `--tokenizer`; and a real run directory from a short run of
+ * the trainer (tiny policy, GRPO, masking on) audited clean.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { loadTokenizerCodec } from '../../src/core/inspect/tokenizer';
+import type { Rollout, TokenRole } from '../../src/core/run/format';
+import { writeTokenizerDir } from './bpe';
+
+const ROOT = join(__dirname, '..', '..');
+const cli = (args: string[], cwd?: string) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'audit', ...args], { reject: false, ...(cwd ? { cwd } : {}) });
+const jsonl = (records: object[]) => records.map((r) => JSON.stringify(r)).join('\n') + '\n';
+
+describe('CLI audit', function () {
+  this.timeout(240_000);
+  let dir: string;
+  before(() => (dir = mkdtempSync(join(tmpdir(), 'sas-audit-cli-'))));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  const tokens = (role: TokenRole[], mask: (0 | 1)[], lp?: { rollout: (number | null)[]; trainer: number[] }) => ({
+    text: role.map((_, i) => `t${i}`),
+    ids: role.map((_, i) => i + 1),
+    role,
+    loss_mask: mask,
+    ...(lp ? { rollout_logprob: lp.rollout as number[], logprob: lp.trainer } : {}),
+  });
+  const clean: Rollout = { v: 2, id: 'clean', step: 1, prompt: 'Question: q\n', response: '<think>look it up</think>\n<answer> Paris </answer>', tokens: tokens(['prompt', 'generated', 'generated'], [0, 1, 1], { rollout: [0, -1, -2], trainer: [0, -1.01, -2] }) };
+
+  it('exit 0 on clean rollouts; --json has rollouts with leaks, drift, logprob, alarms, and a summary', async () => {
+    writeFileSync(join(dir, 'clean.jsonl'), jsonl([clean]));
+    const r = await cli([join(dir, 'clean.jsonl'), '--json']);
+    assert.equal(r.exitCode, 0, r.stderr);
+    const o = JSON.parse(r.stdout);
+    assert.deepEqual(Object.keys(o.rollouts[0]).sort(), ['alarms', 'drift', 'id', 'leaks', 'logprob', 'mask_mismatch', 'step'].sort());
+    assert.deepEqual(o.rollouts[0].leaks, []);
+    assert.equal(o.rollouts[0].drift, null);
+    assert.deepEqual(o.rollouts[0].logprob.flagged, []);
+    assert.equal(o.summary.flagged, 0);
+    assert.equal(o.summary.drift.checked, false);
+    const text = await cli([join(dir, 'clean.jsonl')]);
+    assert.equal(text.exitCode, 0);
+    assert.match(text.stdout, /1 rollouts audited, 0 flagged/);
+    assert.match(text.stdout, /drift not checked: no tokenizer/);
+  });
+
+  it('exit 1 when anything is flagged: a leak, a log-prob ratio on a trained token, an alarm', async () => {
+    const leak = { ...clean, id: 'leak', tokens: tokens(['prompt', 'retrieved', 'generated'], [0, 1, 1]) };
+    const ratio = { ...clean, id: 'ratio', tokens: tokens(['prompt', 'generated', 'retrieved'], [0, 1, 0], { rollout: [0, -1, -40], trainer: [0, -3, 0] }) };
+    const alarm = { ...clean, id: 'alarm', response: '<think>x</think>\n<answer> Paris or Lyon </answer>' };
+    writeFileSync(join(dir, 'flagged.jsonl'), jsonl([clean, leak, ratio, alarm]));
+    const r = await cli([join(dir, 'flagged.jsonl'), '--json']);
+    assert.equal(r.exitCode, 1, r.stderr);
+    const o = JSON.parse(r.stdout);
+    const by = Object.fromEntries(o.rollouts.map((x: { id: string }) => [x.id, x]));
+    assert.deepEqual(by.leak.leaks, [1]);
+    assert.deepEqual(by.ratio.logprob.flagged, [1], 'the masked token with −40 is never flagged');
+    assert.deepEqual(by.alarm.alarms, ['answer-enumeration']);
+    assert.equal(o.summary.flagged, 3);
+    writeFileSync(join(dir, 'malformed.jsonl'), jsonl([clean, leak]) + '{"v": 2, "id": \n');
+    const bad = await cli([join(dir, 'malformed.jsonl'), '--json']);
+    assert.equal(bad.exitCode, 2, 'a malformed line is bad input, whatever else is flagged');
+    assert.equal(JSON.parse(bad.stdout).issues.length, 1, 'reported and skipped; the rest audited');
+    assert.deepEqual(JSON.parse(bad.stdout).rollouts[1].leaks, [1]);
+    assert.match(bad.stderr, /malformed\.jsonl:3/);
+    const loose = await cli([join(dir, 'flagged.jsonl'), '--ratio-low', '0.01', '--ratio-high', '100', '--json']);
+    assert.deepEqual(JSON.parse(loose.stdout).rollouts[2].logprob.flagged, [], 'the band is an option');
+  });
+
+  it('exit 2 on bad input: a missing file, an unreadable --tokenizer, a bad option', async () => {
+    const missing = await cli([join(dir, 'nope.jsonl')]);
+    assert.equal(missing.exitCode, 2);
+    assert.match(missing.stderr, /nope\.jsonl/);
+    const tok = await cli([join(dir, 'clean.jsonl'), '--tokenizer', join(dir, 'clean.jsonl')]);
+    assert.equal(tok.exitCode, 2);
+    assert.match(tok.stderr, /--tokenizer: .*clean\.jsonl/);
+    assert.equal((await cli([join(dir, 'clean.jsonl'), '--ratio-low', 'x'])).exitCode, 2);
+    assert.equal((await cli([join(dir, 'clean.jsonl'), '--drift-scope', 'some'])).exitCode, 2);
+    assert.equal((await cli([])).exitCode, 2);
+  });
+
+  it('--tokenizer DIR: drift found on a non-canonical split, with the ids on both sides', async () => {
+    const model = writeTokenizerDir(join(dir, 'model'), [' Paris', 'is', '<answer>', '</answer>']);
+    const codec = await loadTokenizerCodec(model);
+    const prompt = 'Question: capital of France?\n';
+    const pieces: [string, TokenRole][] = [['<answer>', 'generated'], [' Par', 'generated'], ['is', 'generated'], [' </answer>', 'generated']];
+    const ids = codec.encode(prompt);
+    const role: TokenRole[] = ids.map(() => 'prompt');
+    for (const [t, r] of pieces) for (const id of codec.encode(t)) ids.push(id), role.push(r);
+    const rec = { v: 2, id: 'split', prompt, response: pieces.map((p) => p[0]).join(''), tokens: { text: ids.map((i) => codec.decode([i])), ids, role, loss_mask: role.map((r) => (r === 'generated' ? 1 : 0)) } };
+    writeFileSync(join(dir, 'split.jsonl'), jsonl([rec]));
+    const r = await cli([join(dir, 'split.jsonl'), '--tokenizer', model, '--json']);
+    assert.equal(r.exitCode, 1, r.stderr);
+    const d = JSON.parse(r.stdout).rollouts[0].drift;
+    assert.equal(d.kind, 'split');
+    assert.equal(d.token, codec.encode(prompt + '<answer>').length);
+    assert.equal(codec.decode(d.recorded.slice(d.token - d.from, d.token - d.from + 2)), ' Paris');
+    assert.deepEqual(d.reencoded[d.token - d.from], codec.encode(' Paris')[0]);
+  });
+
+  it("a real run of the trainer (tiny policy, GRPO, masking on) audits clean: no leak, no log-prob flag, no alarm", async () => {
+    const c = JSON.parse(readFileSync(join(ROOT, 'test/fixtures/runs/tiny.run.json'), 'utf8'));
+    delete c.$schema;
+    c.data.train = join(ROOT, 'examples/demo/train.jsonl');
+    c.data.eval = join(ROOT, 'examples/demo/eval.jsonl');
+    writeFileSync(join(dir, 'tiny.run.json'), JSON.stringify(c));
+    const train = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'train', 'tiny.run.json'], { reject: false, cwd: dir });
+    assert.equal(train.exitCode, 0, train.stderr);
+    const run = join(dir, 'runs', readdirSync(join(dir, 'runs'))[0]!);
+    const r = await cli([run, '--json']);
+    const o = JSON.parse(r.stdout);
+    assert.ok(o.summary.rollouts >= 8);
+    assert.ok(o.summary.logprob.compared > 0, 'the trainer records both log-probs on trained tokens');
+    assert.deepEqual({ leaks: o.summary.leaks.tokens, logprob: o.summary.logprob.flagged, alarms: o.summary.alarms }, { leaks: 0, logprob: 0, alarms: {} });
+    assert.equal(r.exitCode, 0, r.stdout);
+  });
+});
