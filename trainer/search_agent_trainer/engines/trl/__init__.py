@@ -20,13 +20,19 @@ from typing import Any
 REQUIREMENTS = "trainer/requirements-trl.txt"
 
 
+TRL_RELEASE = "1.16."  # the engine hooks into GRPOTrainer's methods of this release
+
+
 def missing() -> str | None:
     """What this Python lacks for the engine (None: nothing)."""
+    from importlib import metadata
     from importlib.util import find_spec
 
     absent = [name for name in ("trl", "accelerate", "datasets") if find_spec(name) is None]
     if absent:
         return f"engine \"trl\" needs {', '.join(absent)} in this Python ({sys.executable}): pip install -r {REQUIREMENTS}"
+    if not metadata.version("trl").startswith(TRL_RELEASE):
+        return f"engine \"trl\" is written for TRL {TRL_RELEASE}x; this Python ({sys.executable}) has TRL {metadata.version('trl')}: pip install -r {REQUIREMENTS}"
     return None
 
 
@@ -34,9 +40,15 @@ def run(cfg: Any, args: argparse.Namespace) -> int:
     """The engine's process: the supervisor of a launch (several processes), or a training process."""
     problem = missing()
     if problem:
-        print(json.dumps({"event": "error", "message": problem}), flush=True)
-        print(f"error: {problem}", file=sys.stderr, flush=True)
-        return 2
+        return _error(problem)
+    import os
+
+    from . import options
+
+    _plan, problems = options.plan(cfg, int(os.environ.get("WORLD_SIZE") or options.processes(cfg)))
+    problems += options.passthrough_problems(dict(cfg.trl or {}), options.grpo_fields())
+    if problems:
+        return _error(f"{args.config or os.path.join(args.run_dir, 'run.json')}: " + "; ".join(problems))
     from .launch import needs_launch, supervise
 
     if needs_launch(cfg):
@@ -51,6 +63,13 @@ def run(cfg: Any, args: argparse.Namespace) -> int:
     from .engine import TRLEngine
 
     return TRLEngine(cfg, args.run_dir, args.env_url, resume=args.resume).run()
+
+
+def _error(message: str) -> int:
+    """A config or environment this engine cannot run: the error event, exit code 2 (nothing written)."""
+    print(json.dumps({"event": "error", "message": message}), flush=True)
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return 2
 
 
 def quiet_libraries() -> None:

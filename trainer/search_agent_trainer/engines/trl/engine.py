@@ -112,8 +112,7 @@ class TRLEngine(Trainer):
         cfg, w = self.cfg, self.writer
         world = int(os.environ.get("WORLD_SIZE", "1"))
         self.plan, problems = options.plan(cfg, world)
-        problems += options.passthrough_problems(dict(cfg.trl or {}), options.grpo_fields())
-        if problems:
+        if problems:  # checked before the run started (engines/trl/__init__.py); a launch's world may differ
             raise ValueError("; ".join(problems))
         want = cfg.model.device
         cuda = torch.cuda.is_available() and want != "cpu"
@@ -436,7 +435,8 @@ class TRLEngine(Trainer):
         lo, hi = which.start + n * acc.process_index // k, which.start + n * (acc.process_index + 1) // k
         with self._generating():
             mine = super()._eval_trajectories(step, range(lo, hi)) if hi > lo else []
-        return gathered_in_order(gather_object([mine])) if self.rank == 0 else []
+        everyone = gather_object([mine])  # a collective: every process calls it
+        return [t for part in everyone for t in part] if self.rank == 0 else []
 
     # -- the run ----------------------------------------------------------------------------------------------------
     def train(self) -> int:
@@ -465,10 +465,6 @@ class TRLEngine(Trainer):
             os.replace(self.run_dir / "checkpoints" / f"checkpoint-{global_step}", final)
             self.writer.event("checkpoint", step=step, path=str(final))
         acc.wait_for_everyone()
-
-
-def gathered_in_order(parts: list[list[Trajectory]]) -> list[Trajectory]:
-    return [t for part in parts for t in part]
 
 
 def _grpo_trainer() -> type:

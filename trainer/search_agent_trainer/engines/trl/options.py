@@ -175,6 +175,7 @@ def grpo_kwargs(cfg: Any, run_dir: Path, p: Plan, bf16: bool, cpu: bool) -> dict
         "report_to": [],
         "disable_tqdm": True,
         "dataloader_num_workers": 0,
+        "ddp_find_unused_parameters": False,  # a causal LM uses every parameter
     }
     section = {k: v for k, v in (cfg.trl or {}).items() if k not in LAUNCH_KEYS}
     return {**kwargs, **section}
