@@ -13,7 +13,7 @@ a final status (killed, or a process other than rank 0 failed), the supervisor w
 
 Without an accelerate config: `--multi_gpu --num_processes N` on one machine (gloo on CPU, NCCL on GPUs), on a free
 port. With `trl.accelerate_config`: that file (multi-GPU, DeepSpeed, FSDP, several machines); the same command runs
-on each machine of a multi-node launch (docs/engines.md)."""
+on each machine of a multi-node launch, with SAS_MACHINE_RANK naming the machine (docs/engines.md)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,8 @@ def launch_command(cfg: Any, trainer_args: list[str], bf16: bool) -> list[str]:
         cmd += ["--config_file", str(t["accelerate_config"])]
         if t.get("num_processes"):
             cmd += ["--num_processes", str(t["num_processes"])]
+        if os.environ.get("SAS_MACHINE_RANK"):  # this machine's rank in a multi-node launch (the file has one)
+            cmd += ["--machine_rank", os.environ["SAS_MACHINE_RANK"]]
     else:
         cmd += ["--multi_gpu", "--num_processes", str(processes(cfg)), "--num_machines", "1", "--main_process_port", str(_free_port())]
         cmd += ["--mixed_precision", "bf16" if bf16 else "no", "--dynamo_backend", "no"]
@@ -61,7 +63,8 @@ def launch_command(cfg: Any, trainer_args: list[str], bf16: bool) -> list[str]:
 
 
 def supervise(cfg: Any, run_dir: str, trainer_args: list[str], bf16: bool) -> int:
-    """Runs the launch to its end; returns its exit code."""
+    """Runs the launch to its end; returns the trainer's exit code for the run's final status (0 finished or stopped,
+    1 failed), whatever the launcher's (it exits 1 after passing a signal on)."""
     cmd = launch_command(cfg, trainer_args, bf16)
     env = dict(os.environ)
     env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "50")
@@ -73,6 +76,7 @@ def supervise(cfg: Any, run_dir: str, trainer_args: list[str], bf16: bool) -> in
         asked.append("host-gone" if signum == signal.SIGHUP else "signal")
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    before = _run_json(Path(run_dir))
     proc = subprocess.Popen(cmd, env=env)
 
     def on_host_gone(_pid: int) -> None:
@@ -93,19 +97,27 @@ def supervise(cfg: Any, run_dir: str, trainer_args: list[str], bf16: bool) -> in
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-    _settle(Path(run_dir), code, asked)
-    return code
+    if os.environ.get("SAS_MACHINE_RANK", "0") != "0":
+        return code  # another machine of a multi-node launch: machine 0's rank 0 owns run.json and its final status
+    run = _run_json(Path(run_dir))
+    if run is None or (before is not None and run.get("pid") == before.get("pid")):
+        return code or 1  # no training process wrote the run (the launch failed early: its message is on stderr)
+    return _settle(Path(run_dir), run, code, asked)
 
 
-def _settle(run_dir: Path, code: int, asked: list[str]) -> None:
-    """A final status when the processes ended without writing one (run.json still `running`)."""
-    path = run_dir / "run.json"
+def _run_json(run_dir: Path) -> dict[str, Any] | None:
     try:
-        run = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
-        return
+        return None
+
+
+def _settle(run_dir: Path, run: dict[str, Any], code: int, asked: list[str]) -> int:
+    """The exit code for the run's final status, written first when the processes ended without one (run.json still
+    `running`: killed, or a process other than rank 0 failed)."""
+    path = run_dir / "run.json"
     if run.get("status") != "running":
-        return
+        return 0 if run.get("status") in ("finished", "stopped") else 1
     events = []
     if asked:
         run["status"], run["stop_reason"] = "stopped", asked[0]
@@ -120,3 +132,4 @@ def _settle(run_dir: Path, code: int, asked: list[str]) -> None:
         for e in events:
             f.write(dumps(e) + "\n")
             print(dumps(e), flush=True)
+    return 0 if run["status"] == "stopped" else 1
