@@ -365,8 +365,8 @@ def test_the_shared_keys_map_onto_grpo_config():
     assert problems and "rollout.batch_size × rollout.n (3 × 3 = 9 sequences) must be a multiple of" in problems[0]
 
 
-def test_the_launch_command_for_several_processes():
-    from search_agent_trainer.engines.trl.launch import launch_command
+def test_the_launch_command_for_several_processes(monkeypatch, tmp_path):
+    from search_agent_trainer.engines.trl.launch import launch_command, supervise
 
     cfg = config_from_dict(trl_tiny(devices=2))
     cmd = launch_command(cfg, ["--run-dir", "r", "--env-url", "u", "--config", "c"], bf16=False)
@@ -375,6 +375,15 @@ def test_the_launch_command_for_several_processes():
     cfg = config_from_dict(trl_tiny(**{"trl": {"accelerate_config": "two-nodes.yaml"}}), base=Path("/cfg"))
     cmd = launch_command(cfg, [], bf16=True)
     assert cmd[cmd.index("--config_file") + 1] == "/cfg/two-nodes.yaml" and "--num_processes" not in cmd and "--multi_gpu" not in cmd
+    assert "--machine_rank" not in cmd
+    # A multi-node launch: each machine's rank; only machine 0 settles run.json (the others pass the launcher's code on).
+    monkeypatch.setenv("SAS_MACHINE_RANK", "1")
+    cmd = launch_command(cfg, [], bf16=True)
+    assert cmd[cmd.index("--machine_rank") + 1] == "1"
+    (tmp_path / "run.json").write_text(json.dumps({"status": "running", "pid": 1}))
+    monkeypatch.setattr("search_agent_trainer.engines.trl.launch.launch_command", lambda *_a: [sys.executable, "-c", "raise SystemExit(3)"])
+    assert supervise(cfg, str(tmp_path), [], bf16=False) == 3
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "running", "machine 0's to write"
 
 
 # -- vLLM's turns (a stand-in for vLLM: there is no GPU or vLLM here) -------------------------------------------------
