@@ -49,9 +49,18 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         return self.impl.encode(text) if self.kind == "tiny" else self.impl.encode(text, add_special_tokens=False)
 
-    def decode(self, ids: Iterable[int]) -> str:
+    def decode(self, ids: Iterable[int], keep_special: bool = False) -> str:
+        """The text of `ids`; special tokens (chat-template markers) are dropped unless `keep_special`."""
         ids = list(ids)
-        return self.impl.decode(ids) if self.kind == "tiny" else self.impl.decode(ids, skip_special_tokens=True)
+        return self.impl.decode(ids) if self.kind == "tiny" else self.impl.decode(ids, skip_special_tokens=not keep_special)
+
+    def encode_offsets(self, text: str) -> tuple[list[int], list[int]]:
+        """`encode(text)` and the character offset where each token starts (a fast Hugging Face tokenizer's offset
+        mapping), so roles can be given to the tokens of a text encoded once."""
+        if self.kind == "tiny":
+            raise RuntimeError("the built-in tiny tokenizer has no offset mapping")
+        enc = self.impl(text, add_special_tokens=False, return_offsets_mapping=True)
+        return list(enc["input_ids"]), [start for start, _end in enc["offset_mapping"]]
 
     def token_text(self, i: int) -> str:
         """One token's text, for the rollout records (special tokens included, as written)."""

@@ -196,6 +196,7 @@ def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dic
         "finish": traj.finish,
         "turns": traj.turns,
         "searches": traj.searches,
+        "dialect": getattr(traj, "dialect", "searchr1"),
     }
     if traj.reward is not None:
         rec["reward"] = traj.reward

@@ -49,7 +49,7 @@ from .env_client import EnvClient
 from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .generation import LMGenerator, auto_max_batch_tokens
 from .policy import Reference, build_policy, compute_dtype, window_stats
-from .rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, Trajectory, run_rollouts, search_r1_stops
+from .rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, Trajectory, make_dialect, run_rollouts
 from .run_writer import RunWriter, rollout_record
 from .watchdog import watch_parent
 
@@ -165,7 +165,8 @@ class Trainer:
         if ckpt is not None and self.warmup_applies() and warm0.exists():
             load_trainable(self.policy, warm0)
         self.reference = Reference(self.policy) if cfg.algorithm.kl_coef > 0 else None
-        self.stops = search_r1_stops(self.tok)
+        self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool)
+        self.stops = self.dialect.stops(self.tok)
         self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, compute_dtype(cfg, self.device))
 
         self._encode_prompts()
@@ -208,7 +209,7 @@ class Trainer:
         out: list[tuple[str, list[int]] | None] = []
         too_long = []
         for e in examples:
-            text = self.tok.prompt(render_prompt(self.cfg.data.prompt_template, e.question), self.cfg.data.chat_template)
+            text = self.dialect.prompt(self.tok, render_prompt(self.cfg.data.prompt_template, e.question), self.cfg.data.chat_template)
             ids = self.tok.encode(text)
             if len(ids) > self.cfg.rollout.max_prompt_length:
                 too_long.append(e.id)
@@ -233,7 +234,7 @@ class Trainer:
 
     def _rollouts(self, examples: Sequence[Example], prompts: Sequence[tuple[str, list[int]]], n: int, step: int, greedy: bool) -> list[Trajectory]:
         gen = self._generator(step, greedy)
-        return run_rollouts(examples, prompts, n, gen, self.tok, self.env, self._settings(gen, prompts, n), warn=self.writer.warning)
+        return run_rollouts(examples, prompts, n, gen, self.tok, self.env, self._settings(gen, prompts, n), warn=self.writer.warning, dialect=self.dialect)
 
     def on_policy(self, batch_size: int) -> bool:
         """One epoch over one mini-batch: the update starts from the policy that sampled, so its own forward (detached)
@@ -242,7 +243,8 @@ class Trainer:
 
     def _score(self, trajs: list[Trajectory]) -> int:
         """Rewards from /reward; a failed item is reported, kept with reward 0 for training and its error recorded."""
-        items = [{"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source} for t in trajs]
+        tool = {"search_tool": self.cfg.rollout.search_tool} if self.dialect.name == "toolcall" else {}
+        items = [{"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool} for t in trajs]
         failed = 0
         first = None
         for t, res in zip(trajs, self.env.reward(items)):

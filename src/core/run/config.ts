@@ -35,7 +35,12 @@ export const RunConfigSchema = S.object(
         train: S.string({ minLength: 1, description: 'Training dataset: JSONL of {id, question, golden, data_source} (relative to this file).' }),
         eval: S.optional(S.string({ description: 'Held-out dataset, same format.' })),
         eval_size: S.optional(S.integer({ minimum: 1, description: 'Evaluate on at most this many held-out examples (all by default).' })),
-        prompt_template: S.optional(S.string({ default: SEARCH_R1_BASE_TEMPLATE, description: 'The user prompt; `{question}` is replaced. Default: Search-R1’s base template.' })),
+        prompt_template: S.optional(
+          S.string({
+            default: SEARCH_R1_BASE_TEMPLATE,
+            description: 'The user prompt; `{question}` is replaced. Default: Search-R1’s base template; with rollout.dialect toolcall, the same instructions written for the search tool (<tool_call>, <tool_response>).',
+          }),
+        ),
         chat_template: S.optional(S.boolean('Apply the tokenizer’s chat template when it has one.', true)),
       },
       { ...strict, description: 'Datasets and the prompt.' },
@@ -108,6 +113,14 @@ export const RunConfigSchema = S.object(
           max_prompt_length: S.optional(S.integer({ minimum: 1, default: 1024 })),
           temperature: S.optional(S.number({ minimum: 0, default: 1 })),
           top_p: S.optional(S.number({ minimum: 0, maximum: 1, default: 1 })),
+          dialect: S.optional(
+            S.enum(
+              ['searchr1', 'toolcall'] as const,
+              'How the model acts (docs/trajectory-format.md). searchr1: Search-R1’s <search>/<answer> tags and <information> observations; toolcall: the model’s own chat template with the search tool declared (hf models whose template supports tools), <tool_call> blocks (several per turn: parallel searches) answered in a tool turn of <tool_response> blocks, the answer in <answer>. The built-in tiny policy speaks searchr1 only.',
+              'searchr1',
+            ),
+          ),
+          search_tool: S.optional(S.string({ minLength: 1, default: 'search', description: 'toolcall: the search tool’s name (its one argument is the string `query`); the inspector’s --search-tool.' })),
           max_batch_tokens: S.optional(
             S.integer({
               minimum: 1,

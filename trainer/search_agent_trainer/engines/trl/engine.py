@@ -36,7 +36,7 @@ from ...config import Section
 from ...data import Example
 from ...generation import TurnGenerator
 from ...policy import build_policy, compute_dtype
-from ...rollout import Trajectory, search_r1_stops
+from ...rollout import Trajectory, make_dialect
 from ...run_writer import rollout_record
 from ...train import SUMMARY_KEYS, Trainer, _mean, _version
 from ...advantages import zero_std_group_fraction
@@ -130,7 +130,8 @@ class TRLEngine(Trainer):
         ckpt = self._resume_checkpoint()
         self.policy, self.tok = self._build_model()
         self.reference = None  # TRL's (a reference model, or the starting adapter under LoRA)
-        self.stops = search_r1_stops(self.tok)
+        self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool)
+        self.stops = self.dialect.stops(self.tok)
         from ...generation import auto_max_batch_tokens
 
         self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, compute_dtype(cfg, self.device))
