@@ -23,7 +23,7 @@ import { demoCommand, trainCommand } from './train';
 const USAGE = `search-agent-studio ${VERSION}
 
 Usage:
-  search-agent-studio doctor [--python PATH]   check Node, the trainer's Python (torch, transformers, peft) and GPUs
+  search-agent-studio doctor [--python PATH]   check Node, the trainer's Python (torch, transformers, peft, trl) and GPUs
   search-agent-studio serve [--port N] [--corpus FILE | --index DIR | --url URL] [--retriever bm25|dense|remote|none]
                            [--model DIR] [--topk 3] [--workers N]
                                                run the env server on 127.0.0.1 (port 0 = any free port);
@@ -67,6 +67,7 @@ function describe(p: PythonProbe): string {
   return [
     `  ✓ ${p.executable}: Python ${p.python}, torch ${p.torch}, ${gpu}`,
     `    transformers ${p.transformers ?? 'not installed (only the built-in tiny policy)'}, peft ${p.peft ?? 'not installed (no LoRA)'}`,
+    `    trl ${p.trl ?? 'not installed (engine "trl": pip install -r trainer/requirements-trl.txt)'}`,
   ].join('\n');
 }
 

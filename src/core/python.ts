@@ -17,6 +17,8 @@ export interface PythonProbe {
   /** Versions of the optional packages, or null when absent. */
   transformers?: string | null;
   peft?: string | null;
+  /** TRL, for engine "trl" (trainer/requirements-trl.txt). */
+  trl?: string | null;
   /** Why it is not usable (not found, no torch, timed out, …). */
   error?: string;
 }
@@ -32,7 +34,7 @@ try:
 except Exception as e:
     out["error"] = "cannot import torch: %s: %s" % (type(e).__name__, e)
 from importlib import metadata
-for name in ("transformers", "peft"):
+for name in ("transformers", "peft", "trl"):
     try:
         out[name] = metadata.version(name)
     except metadata.PackageNotFoundError:

@@ -41,7 +41,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
   if (items.length > maxItems) throw new HttpError(400, `items: ${items.length} items; at most ${maxItems} per request`);
   return items.map((raw, i) => {
     const at = `items[${i}]`;
-    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?, dialect?}`);
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?, dialect?, search_tool?}`);
     const it = raw as Record<string, unknown>;
     if (typeof it.response !== 'string') throw new HttpError(400, `${at}.response: expected a string, got ${it.response === undefined ? 'nothing' : typeof it.response}`);
     if (it.prompt !== undefined && typeof it.prompt !== 'string') throw new HttpError(400, `${at}.prompt: expected a string`);
@@ -51,6 +51,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
     if (it.question !== undefined && typeof it.question !== 'string') throw new HttpError(400, `${at}.question: expected a string`);
     const dialect = parseDialectName(it.dialect);
     if (typeof dialect === 'object') throw new HttpError(400, `${at}.dialect: ${dialect.error}`);
+    if (it.search_tool !== undefined && (typeof it.search_tool !== 'string' || !it.search_tool.trim())) throw new HttpError(400, `${at}.search_tool: expected a tool name`);
     return {
       id: typeof it.id === 'string' || typeof it.id === 'number' ? String(it.id) : `items[${i}]`,
       prompt: (it.prompt as string | undefined) ?? '',
@@ -60,6 +61,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
       ...(it.data_source !== undefined ? { data_source: it.data_source as string } : {}),
       ...(it.meta !== undefined ? { meta: it.meta as Record<string, unknown> } : {}),
       ...(dialect !== 'auto' ? { dialect } : {}),
+      ...(it.search_tool !== undefined ? { searchTool: it.search_tool as string } : {}),
     };
   });
 }
@@ -71,7 +73,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
  * They never feed the reward: the trainer trains on the module's reward only.
  */
 export function builtinMetrics(item: RewardItem): Record<string, number> {
-  const traj = makeTrajectory(item.prompt, item.response, { dialect: item.dialect as Dialect | undefined });
+  const traj = makeTrajectory(item.prompt, item.response, { dialect: item.dialect as Dialect | undefined, searchTool: item.searchTool });
   const answer = traj.answer;
   return {
     em: answer === null ? 0 : em(answer, item.golden),

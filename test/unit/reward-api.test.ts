@@ -61,6 +61,19 @@ describe('env server /reward', function () {
     assert.match(bad.body.error, /metrics: expected a boolean/);
   });
 
+  it('dialect and search_tool say how a response acts: a tool call of the configured search tool is a search', async () => {
+    const prompt = '<|im_start|>system\n# Tools\n\n<tools>\n{"type": "function", "function": {"name": "wiki", "parameters": {}}}\n</tools><|im_end|>\n<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n';
+    const response = '<tool_call>\n{"name": "wiki", "arguments": {"query": "q"}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1(Title: x) y\n</tool_response><|im_end|>\n<|im_start|>assistant\n<answer> y </answer><|im_end|>';
+    const item = { prompt, response, golden: ['y'], dialect: 'toolcall', meta: { case: 'searches' } };
+    const r = await post(server.port, { metrics: true, items: [{ ...item, search_tool: 'wiki' }, item] });
+    assert.equal(r.status, 200);
+    assert.deepEqual([r.body.results[0].reward, r.body.results[0].metrics.searches], [1, 1], 'the module and the built-in measures both see the search');
+    assert.deepEqual([r.body.results[1].reward, r.body.results[1].metrics.searches], [0, 0], 'a declared tool that is not the search tool: a valid action, not a search');
+    const bad = await post(server.port, { items: [{ ...item, search_tool: ' ' }] });
+    assert.equal(bad.status, 400);
+    assert.match(bad.body.error, /items\[0\]\.search_tool: expected a tool name/);
+  });
+
   it('rejects malformed requests naming the field', async () => {
     const cases: [unknown, RegExp][] = [
       [[], /body: expected a JSON object/],

@@ -7,7 +7,8 @@ column T − R + j, predicted from the logits at column T − R + j − 1. A sho
 the columns before it hold its prompt (or padding) and are 0 in every mask.
 
 Masks, over the window:
-- response_mask: 1 on every response token (generated, retrieved, feedback);
+- response_mask: 1 on every response token (generated, retrieved, feedback, and in the tool-call dialect the chat
+  template's markers of a tool turn, role prompt);
 - generated_mask: 1 on the tokens the policy generated;
 - loss_mask: generated_mask (DESIGN §6), or response_mask when `algorithm.loss_masking` is false (the ablation);
 - adv_mask: where advantages and values are defined: generated_mask when `algorithm.mask_advantages` (veRL),

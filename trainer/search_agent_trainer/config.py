@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .schema import ConfigError, load_schema, validate, with_defaults
+from .schema import ConfigError, engine_issues, load_schema, validate, with_defaults
 
 
 class Section(dict):
@@ -23,7 +23,7 @@ class Section(dict):
         self[key] = value
 
 
-PATH_KEYS = (("data", "train"), ("data", "eval"), ("model", "path"), ("model", "init"), ("retriever", "corpus"), ("retriever", "index"), ("retriever", "model"))
+PATH_KEYS = (("data", "train"), ("data", "eval"), ("model", "path"), ("model", "init"), ("retriever", "corpus"), ("retriever", "index"), ("retriever", "model"), ("trl", "accelerate_config"))
 
 
 def load_config(path: str | os.PathLike[str]) -> Section:
@@ -86,6 +86,16 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+# `data.prompt_template` when `rollout.dialect` is "toolcall" and the config sets none: Search-R1's base template's
+# instructions, written for the search tool the chat template declares (veRL's Search-R1 tool recipe does the same).
+TOOLCALL_BASE_TEMPLATE = (
+    "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get new information. "
+    "After reasoning, if you find you lack some knowledge, you can call the search tool and it will return the top searched results between <tool_response> and </tool_response>. "
+    "You can search as many times as you want. If you find no further external knowledge needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. "
+    "For example, <answer> Beijing </answer>. Question: {question}\n"
+)
+
+
 def apply_preset(raw: dict[str, Any], steps: int) -> dict[str, Any]:
     """`raw` with its `algorithm.preset`'s values under it (the keys `raw` sets win)."""
     name = (raw.get("algorithm") or {}).get("preset")
@@ -107,6 +117,8 @@ def config_from_dict(raw: Any, base: Path | None = None, source: str = "config")
         raise ConfigError(f"{source}: " + "; ".join(errors))
     steps = (raw.get("train") or {}).get("steps", schema["properties"]["train"]["properties"]["steps"]["default"])
     cfg = Section(with_defaults(schema, apply_preset(raw, steps)))
+    if cfg["rollout"]["dialect"] == "toolcall" and "prompt_template" not in (raw.get("data") or {}):
+        cfg["data"]["prompt_template"] = TOOLCALL_BASE_TEMPLATE
     base = base or Path.cwd()
     for section, key in PATH_KEYS:
         sec = cfg.get(section)
@@ -118,13 +130,13 @@ def config_from_dict(raw: Any, base: Path | None = None, source: str = "config")
     reward = cfg.get("reward")
     if isinstance(reward, dict) and isinstance(reward.get("module"), str) and not reward["module"].startswith("builtin:") and not os.path.isabs(reward["module"]):
         reward["module"] = str((base / reward["module"]).resolve())
-    _check(cfg, source)
+    _check(cfg, source, schema)
     return cfg
 
 
-def _check(cfg: Section, source: str) -> None:
-    """Cross-field rules the schema cannot express."""
-    problems = []
+def _check(cfg: Section, source: str, schema: dict[str, Any]) -> None:
+    """Cross-field rules the schema cannot express, and what the config's engine cannot do."""
+    problems = engine_issues(schema, cfg)
     if cfg.model.kind == "hf" and not cfg.model.path:
         problems.append("model.path: is required when model.kind is \"hf\"")
     if cfg.model.lora and cfg.model.kind != "hf":
@@ -137,5 +149,12 @@ def _check(cfg: Section, source: str) -> None:
         problems.append(f"optim.micro_batch_size ({cfg.optim.micro_batch_size}) is larger than optim.mini_batch_size ({cfg.optim.mini_batch_size})")
     if cfg.algorithm.name == "grpo" and cfg.rollout.n < 2:
         problems.append("rollout.n: GRPO needs at least 2 samples per prompt (a group)")
+    if cfg.rollout.dialect == "toolcall":
+        if cfg.model.kind == "tiny":
+            problems.append('rollout.dialect: "toolcall" needs model.kind "hf": tool calls are written with the model\'s chat template, and the built-in tiny policy has none (it speaks "searchr1" only)')
+        if not cfg.data.chat_template:
+            problems.append('data.chat_template: rollout.dialect "toolcall" renders the prompt and the tool turns with the chat template; it cannot be false')
+        if cfg.train.supervised_warmup.steps:
+            problems.append('train.supervised_warmup: the warm start writes Search-R1\'s tags only; it cannot be used with rollout.dialect "toolcall"')
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))

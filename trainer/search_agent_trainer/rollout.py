@@ -3,15 +3,21 @@ token's role tracked from the start (never reconstructed by re-tokenising text).
 
 This loop is the protocol, and the only implementation of it: every engine and the policy server call `run_rollouts`
 with a `TurnGenerator` (generation.py's `LMGenerator` over the policy, or a stand-in); the generator never sees the
-protocol except through its `Stops`.
+protocol except through its `Stops`. `turn_budget`, `take_turn` and `observe` are the protocol for one trajectory (an
+engine that rolls out one trajectory at a time calls them); `run_rollouts` batches them.
+
+How the model acts is a **dialect** (`run_rollouts(..., dialect=...)`, DESIGN §4.1): Search-R1's tags (`SearchR1`,
+the default, below) or chat-template tool calls (`toolcall.ToolCall`). A dialect says when a turn stops, what a turn's
+text asks for (`Action`: calls to answer, an answer, or an invalid turn's feedback) and how the environment's answer
+is written and tokenised; the loop is the same.
 
 One trajectory: the prompt, then turns. A turn is generated (batched over every active trajectory of a wave, see
-`RolloutSettings.wave_size`) until `</search>`, `</answer>`, an end-of-sequence token (`search_r1_stops`), the
-per-turn token budget or the response budget. The turn's
-action is Search-R1's: the first `<(search|answer)>(.*?)</\\1>` of the turn's text.
+`RolloutSettings.wave_size`) until the dialect's stop (Search-R1: `</search>`, `</answer>` or an end-of-sequence
+token, `search_r1_stops`), the per-turn token budget or the response budget. Search-R1's action is the first
+`<(search|answer)>(.*?)</\\1>` of the turn's text:
 - answer: the trajectory is done (`finish: answer`);
-- search: the query goes to `/retrieve` (one batched request for the whole turn) and the observation
-  `\\n\\n<information>{Doc 1(Title: …) …}</information>\\n\\n` is appended, role `retrieved`;
+- search: the query goes to `/retrieve` (one batched request for the whole turn, every trajectory and every call)
+  and the observation `\\n\\n<information>{Doc 1(Title: …) …}</information>\\n\\n` is appended, role `retrieved`;
 - anything else: Search-R1's invalid-action message is appended, role `feedback`.
 An observation longer than `max_obs_length` tokens is cut to that many tokens (as Search-R1 does) and a warning is
 raised. After `max_turns` turns, trajectories still going get one forced final turn with no environment step
@@ -27,7 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .data import Example
 from .env_client import EnvClient, passages_to_string
@@ -39,6 +45,7 @@ INVALID_ACTION_FEEDBACK = (
     "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"
 )
 STOP_STRINGS = ("</search>", "</answer>")
+DIALECTS = ("searchr1", "toolcall")
 
 
 def search_r1_stops(tokenizer: Any) -> Stops:
@@ -58,6 +65,110 @@ def turn_action(text: str) -> tuple[str | None, str]:
 
 
 @dataclass
+class Call:
+    """One call of a turn, answered by the environment: a search (`query`) or an invalid call (`error`, the
+    environment's reply: role `feedback`)."""
+
+    query: str | None = None
+    error: str | None = None
+
+
+@dataclass
+class Action:
+    """What a generated turn asks of the environment (`Dialect.parse`)."""
+
+    calls: list[Call] = field(default_factory=list)  # answered in order, in one observation
+    answer: bool = False  # the turn gives an answer: the trajectory ends unless it also calls
+    valid: bool = False  # a valid action (a valid search call, or an answer): env/number_of_valid_action
+    feedback: str | None = None  # a turn that neither calls nor answers: the environment's message (role feedback)
+
+    @property
+    def queries(self) -> list[str]:
+        return [c.query for c in self.calls if c.query is not None]
+
+
+# An observation, piece by piece: (token ids, role, text), in order.
+Spans = list[tuple[list[int], str, str]]
+
+
+class Dialect(Protocol):
+    """How the model acts and how the environment answers (Search-R1's tags, or tool calls)."""
+
+    name: str
+
+    def stops(self, tokenizer: Any) -> Stops: ...
+
+    def prompt(self, tokenizer: Any, user_text: str, use_chat_template: bool) -> str:
+        """The prompt as fed, for a user message (`data.prompt_template` with the question in it)."""
+        ...
+
+    def text(self, tokenizer: Any, ids: Sequence[int]) -> str:
+        """Response tokens as the record's text."""
+        ...
+
+    def parse(self, text: str) -> Action:
+        """A generated turn's action, from its text."""
+        ...
+
+    def observation(self, tokenizer: Any, response_ids: Sequence[int], replies: list[tuple[str, str]], feedback: str | None, max_obs_length: int, cut: dict[str, int]) -> Spans:
+        """The environment's answer to a turn (whose response so far is `response_ids`): `replies` are (role, text) per
+        call (`retrieved`: the passages as `passages_to_string` writes them; `feedback`: an invalid call's error),
+        `feedback` the message for a turn that called nothing. Observations longer than `max_obs_length` tokens are
+        cut (counted in `cut`)."""
+        ...
+
+
+class SearchR1:
+    """Search-R1's dialect: the first `<search>`/`<answer>` of a turn acts; the observation is an `<information>`
+    block (or the invalid-action message), tokenised as one piece after the generated tokens."""
+
+    name = "searchr1"
+
+    def stops(self, tokenizer: Any) -> Stops:
+        return search_r1_stops(tokenizer)
+
+    def prompt(self, tokenizer: Any, user_text: str, use_chat_template: bool) -> str:
+        return tokenizer.prompt(user_text, use_chat_template)
+
+    def text(self, tokenizer: Any, ids: Sequence[int]) -> str:
+        return tokenizer.decode(ids)
+
+    def parse(self, text: str) -> Action:
+        action, content = turn_action(text)
+        if action == "answer":
+            return Action(answer=True, valid=True)
+        if action == "search":
+            return Action([Call(query=content)], valid=True)
+        return Action(feedback=INVALID_ACTION_FEEDBACK)
+
+    def observation(self, tokenizer: Any, response_ids: Sequence[int], replies: list[tuple[str, str]], feedback: str | None, max_obs_length: int, cut: dict[str, int]) -> Spans:
+        role, text = replies[0] if replies else ("feedback", feedback or "")
+        if role == "retrieved":
+            text = f"\n\n<information>{text.strip()}</information>\n\n"
+        ids = tokenizer.encode(text)
+        if len(ids) > max_obs_length:
+            cut["truncated"] += 1
+            cut["longest"] = max(cut["longest"], len(ids))
+            ids = ids[:max_obs_length]
+            text = tokenizer.decode(ids)
+        return [(ids, role, text)]
+
+
+SEARCH_R1 = SearchR1()
+
+
+def make_dialect(name: str, tokenizer: Any, search_tool: str = "search") -> Dialect:
+    """The dialect `rollout.dialect` names, for this tokenizer (`toolcall` checks the tokenizer's chat template)."""
+    if name == "searchr1":
+        return SEARCH_R1
+    if name == "toolcall":
+        from .toolcall import ToolCall
+
+        return ToolCall(tokenizer, search_tool)
+    raise ValueError(f"rollout.dialect: expected one of {', '.join(DIALECTS)}, got {name!r}")
+
+
+@dataclass
 class Trajectory:
     example: Example
     group: int
@@ -65,7 +176,7 @@ class Trajectory:
     prompt: str
     prompt_ids: list[int]
     ids: list[int] = field(default_factory=list)  # the response's tokens
-    roles: list[str] = field(default_factory=list)  # generated | retrieved | feedback, one per response token
+    roles: list[str] = field(default_factory=list)  # generated | prompt | retrieved | feedback, one per response token
     pieces: list[str] = field(default_factory=list)  # the response's text, piece by piece
     sample_logprobs: list[float | None] = field(default_factory=list)
     turns: int = 0
@@ -78,6 +189,7 @@ class Trajectory:
     reward_error: str | None = None
     # Per search: the query and its hits' ids and retrieval scores (the replay panel shows them on the documents).
     retrieval: list[dict[str, Any]] = field(default_factory=list)
+    dialect: str = "searchr1"
 
     @property
     def done(self) -> bool:
@@ -106,6 +218,73 @@ class RolloutSettings:
     wave_size: int | None = None
 
 
+def retrieval_entry(query: str, hits: list[dict[str, Any]]) -> dict[str, Any]:
+    """A search as the records keep it (`meta.retrieval`): the query, its hits' ids and retrieval scores."""
+    return {"query": query, "hits": [{"id": str(h.get("document", {}).get("id", "")), "score": h.get("score")} for h in hits]}
+
+
+def turn_budget(t: Trajectory, s: RolloutSettings) -> int:
+    """New tokens the trajectory's next turn may generate: the per-turn budget, within the response budget."""
+    return min(s.max_turn_tokens, s.max_response_length - len(t.ids))
+
+
+def take_turn(t: Trajectory, ids: Sequence[int], logprobs: Sequence[float] | None, final: bool, tokenizer: Any, s: RolloutSettings, dialect: Dialect = SEARCH_R1) -> Action | None:
+    """Appends a generated turn (its tokens as sampled) and reads its action in the dialect. Returns what the
+    environment must answer, or None when the trajectory is done: it answered without calling, this was its forced
+    final turn (`answer` if it answered, else `max_turns`), or its response budget is spent (`length`)."""
+    text = dialect.text(tokenizer, ids)
+    t.append(ids, "generated", text, logprobs)
+    t.turns += 1
+    action = dialect.parse(text)
+    if action.valid:
+        t.valid_actions += 1
+    if action.answer and (final or not action.calls):
+        t.finish = "answer"
+    elif final:
+        t.finish = "max_turns"
+    elif len(t.ids) >= s.max_response_length:
+        t.finish = "length"
+    else:
+        return action
+    return None
+
+
+def observe(t: Trajectory, action: Action, hits: Sequence[list[dict[str, Any]]], tokenizer: Any, s: RolloutSettings, cut: dict[str, int], dialect: Dialect = SEARCH_R1) -> None:
+    """Appends the environment's answer to `action` (from take_turn), given the hits of each of its searches in order:
+    the passages (role `retrieved`; queries and hits go to `t.retrieval`), invalid calls' errors and an invalid
+    turn's message (role `feedback`), and in the tool-call dialect the chat template's markers around them (role
+    `prompt`), tokenised as the dialect writes them, observations cut to `max_obs_length` tokens (counted in `cut`)
+    and the whole cut to the response budget (then `finish: length`)."""
+    replies: list[tuple[str, str]] = []
+    found = iter(hits)
+    for c in action.calls:
+        if c.query is None:
+            replies.append(("feedback", c.error or ""))
+            continue
+        h = next(found)
+        t.retrieval.append(retrieval_entry(c.query, h))
+        t.searches += 1
+        replies.append(("retrieved", passages_to_string(h)))
+    room = s.max_response_length - len(t.ids)
+    for ids, role, text in dialect.observation(tokenizer, t.ids, replies, action.feedback, s.max_obs_length, cut):
+        if len(ids) >= room:
+            if len(ids) > room:
+                ids = ids[:room]
+                text = dialect.text(tokenizer, ids)
+            t.append(ids, role, text)
+            t.finish = "length"
+            return
+        t.append(ids, role, text)
+        room -= len(ids)
+
+
+def truncation_warning(cut: dict[str, int], max_obs_length: int) -> str | None:
+    """The warning for observations cut to max_obs_length (None when none was)."""
+    if not cut["truncated"]:
+        return None
+    return f"{cut['truncated']} observations were longer than rollout.max_obs_length ({max_obs_length} tokens; the longest had {cut['longest']}) and were cut: raise max_obs_length or lower retriever.topk"
+
+
 def run_rollouts(
     examples: Sequence[Example],
     prompts: Sequence[tuple[str, list[int]]],
@@ -115,68 +294,38 @@ def run_rollouts(
     env: EnvClient,
     s: RolloutSettings,
     warn: Callable[[str], None] = lambda _m: None,
+    dialect: Dialect = SEARCH_R1,
 ) -> list[Trajectory]:
-    """n trajectories per example (a GRPO group each); `prompts[i]` is example i's prompt text and token ids. The
-    trajectories go through their turns in waves of `s.wave_size`; the generator is called once per wave and turn
-    with every active trajectory of the wave (keyed by its index, so it may keep their caches between turns) and
-    released after each wave."""
-    trajs = [Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1])) for g, ex in enumerate(examples) for k in range(n)]
+    """n trajectories per example (a GRPO group each); `prompts[i]` is example i's prompt text and token ids (rendered
+    by `dialect.prompt`). The generator must stop turns at `dialect.stops(tokenizer)`. The trajectories go through
+    their turns in waves of `s.wave_size`; the generator is called once per wave and turn with every active trajectory
+    of the wave (keyed by its index, so it may keep their caches between turns) and released after each wave."""
+    trajs = [Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1]), dialect=dialect.name) for g, ex in enumerate(examples) for k in range(n)]
     size = s.wave_size or len(trajs)
     cut = {"truncated": 0, "longest": 0}
     for lo in range(0, len(trajs), size):
         try:
-            _run_wave(trajs, range(lo, min(lo + size, len(trajs))), generator, tokenizer, env, s, cut)
+            _run_wave(trajs, range(lo, min(lo + size, len(trajs))), generator, tokenizer, env, s, cut, dialect)
         finally:
             generator.release()
-    if cut["truncated"]:
-        warn(f"{cut['truncated']} observations were longer than rollout.max_obs_length ({s.max_obs_length} tokens; the longest had {cut['longest']}) and were cut: raise max_obs_length or lower retriever.topk")
+    message = truncation_warning(cut, s.max_obs_length)
+    if message:
+        warn(message)
     return trajs
 
 
-def _run_wave(trajs: list[Trajectory], wave: range, generator: TurnGenerator, tokenizer: Any, env: EnvClient, s: RolloutSettings, cut: dict[str, int]) -> None:
+def _run_wave(trajs: list[Trajectory], wave: range, generator: TurnGenerator, tokenizer: Any, env: EnvClient, s: RolloutSettings, cut: dict[str, int], dialect: Dialect) -> None:
     for turn in range(s.max_turns + 1):
         active = [i for i in wave if not trajs[i].done]
         if not active:
             break
-        final = turn == s.max_turns
-        budgets = [min(s.max_turn_tokens, s.max_response_length - len(trajs[i].ids)) for i in active]
-        outs = generator.generate([trajs[i].prompt_ids + trajs[i].ids for i in active], budgets, active)
-        searches: list[tuple[Trajectory, str]] = []
-        invalid: list[Trajectory] = []
-        for t, o in zip((trajs[i] for i in active), outs):
-            text = tokenizer.decode(o.ids)
-            t.append(o.ids, "generated", text, o.logprobs)
-            t.turns += 1
-            action, content = turn_action(text)
+        outs = generator.generate([trajs[i].prompt_ids + trajs[i].ids for i in active], [turn_budget(trajs[i], s) for i in active], active)
+        pending: list[tuple[Trajectory, Action]] = []
+        for i, o in zip(active, outs):
+            action = take_turn(trajs[i], o.ids, o.logprobs, turn == s.max_turns, tokenizer, s, dialect)
             if action is not None:
-                t.valid_actions += 1
-            if action == "answer":
-                t.finish = "answer"
-            elif final:
-                t.finish = "max_turns"
-            elif len(t.ids) >= s.max_response_length:
-                t.finish = "length"
-            elif action == "search":
-                searches.append((t, content))
-            else:
-                invalid.append(t)
-        results = env.retrieve([q for _, q in searches], s.topk) if searches else []
-        pending = [(t, observation(hits), "retrieved") for (t, _), hits in zip(searches, results)]
-        for (t, q), hits in zip(searches, results):
-            t.retrieval.append({"query": q, "hits": [{"id": str(h.get("document", {}).get("id", "")), "score": h.get("score")} for h in hits]})
-        pending += [(t, INVALID_ACTION_FEEDBACK, "feedback") for t in invalid]
-        for t, text, role in pending:
-            if role == "retrieved":
-                t.searches += 1
-            ids = tokenizer.encode(text)
-            if len(ids) > s.max_obs_length:
-                cut["truncated"] += 1
-                cut["longest"] = max(cut["longest"], len(ids))
-                ids = ids[: s.max_obs_length]
-                text = tokenizer.decode(ids)
-            room = s.max_response_length - len(t.ids)
-            if len(ids) >= room:
-                ids = ids[:room]
-                text = tokenizer.decode(ids)
-                t.finish = "length"
-            t.append(ids, role, text)
+                pending.append((trajs[i], action))
+        queries = [q for _, a in pending for q in a.queries]
+        results = iter(env.retrieve(queries, s.topk) if queries else [])
+        for t, a in pending:
+            observe(t, a, [next(results) for _ in a.queries], tokenizer, s, cut, dialect)

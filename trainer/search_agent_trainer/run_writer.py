@@ -70,6 +70,7 @@ class RunWriter:
             "status": "running",
             "created": prior.get("created", _now()) if prior else _now(),
             "updated": _now(),
+            "engine": config.get("engine") or "builtin",
             "config": config,
             "versions": {k: v for k, v in versions.items() if v is not None},
             "step": prior.get("step", 0) if prior else 0,
@@ -195,6 +196,7 @@ def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dic
         "finish": traj.finish,
         "turns": traj.turns,
         "searches": traj.searches,
+        "dialect": getattr(traj, "dialect", "searchr1"),
     }
     if traj.reward is not None:
         rec["reward"] = traj.reward

@@ -26,6 +26,8 @@ export interface RewardItem {
   meta?: Record<string, unknown>;
   /** The response's dialect (`searchr1`, `toolcall`, `llama-json`); absent: detected. */
   dialect?: string;
+  /** The search tool's name (tool-call dialects); absent: `search`. */
+  searchTool?: string;
   /** Where the rollout came from, for messages (e.g. `rollouts.jsonl:17`). */
   where?: string;
 }
@@ -75,7 +77,7 @@ try {
       const def = mod && mod.default;
       const call = (item) => {
         if (!def || typeof def.score !== 'function') throw new TypeError('the module has no default export made with defineReward({ name, score })');
-        const traj = mod.makeTrajectory(item.prompt, item.response, { dialect: item.dialect });
+        const traj = mod.makeTrajectory(item.prompt, item.response, { dialect: item.dialect, searchTool: item.searchTool });
         const example = { golden: item.golden, question: item.question, data_source: item.data_source, meta: item.meta };
         return def.score(traj, example);
       };
