@@ -6,12 +6,13 @@
  * `rollouts` (per rollout: id, leaks, drift, logprob, alarms — issue 18's shape, plus step and mask_mismatch),
  * `issues` (malformed items, each with file, line and field) and `summary` (counts and per-step series).
  */
-import { readFile, stat } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
+import { stat } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import { Auditor, flagged, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
 import { detectSource, readSource } from '../core/importers';
 import { loadTokenizerCodec, type TokenizerCodec } from '../core/inspect/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
+import { runConfigNear } from '../core/store/rollouts';
 import { UsageError } from '../server/run';
 
 export interface AuditCommandOptions extends Omit<AuditOptions, 'tokenizer' | 'read'> {
@@ -52,17 +53,9 @@ export function auditOptionsFromArgs(v: { 'drift-scope'?: string; 'ratio-low'?: 
 
 /** The model directory a run names (run.json's config.model.path, relative to the run), for a run dir or a file in one. */
 export async function runModelDir(path: string): Promise<string | undefined> {
-  for (const dir of [path, dirname(path), dirname(dirname(path))]) {
-    const text = await readFile(join(dir, 'run.json'), 'utf8').catch(() => undefined);
-    if (text === undefined) continue;
-    try {
-      const p = (JSON.parse(text) as { config?: { model?: { path?: unknown } } }).config?.model?.path;
-      return typeof p === 'string' ? resolve(dir, p) : undefined;
-    } catch {
-      return undefined;
-    }
-  }
-  return undefined;
+  const run = await runConfigNear(path);
+  const p = (run?.config.model as { path?: unknown } | undefined)?.path;
+  return run && typeof p === 'string' ? resolve(run.dir, p) : undefined;
 }
 
 async function tokenizerFor(path: string, o: AuditCommandOptions): Promise<{ codec?: TokenizerCodec; note?: string }> {

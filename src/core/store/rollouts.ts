@@ -49,11 +49,8 @@ export function parseRolloutLine(text: string, file: string, line: number, read:
   return errors.length ? { file, line, value, errors } : { file, line, record: applyDialect(value as Rollout, read), errors };
 }
 
-/**
- * The run config's `rollout.dialect` for a path inside a run (the run directory, its rollouts/ folder, or a step
- * file), when it names a known dialect.
- */
-export async function runConfigDialect(path: string): Promise<Dialect | undefined> {
+/** The resolved config of the run `path` is or lies in (its run.json, up to two levels above), and that run's directory. */
+export async function runConfigNear(path: string): Promise<{ dir: string; config: Record<string, unknown> } | undefined> {
   for (const dir of [path, dirname(path), dirname(dirname(path))]) {
     let text: string;
     try {
@@ -62,13 +59,22 @@ export async function runConfigDialect(path: string): Promise<Dialect | undefine
       continue;
     }
     try {
-      const d = (JSON.parse(text) as { config?: { rollout?: { dialect?: unknown } } }).config?.rollout?.dialect;
-      return typeof d === 'string' && (DIALECTS as readonly string[]).includes(d) ? (d as Dialect) : undefined;
+      const config = (JSON.parse(text) as { config?: unknown }).config;
+      return config && typeof config === 'object' ? { dir, config: config as Record<string, unknown> } : undefined;
     } catch {
       return undefined;
     }
   }
   return undefined;
+}
+
+/**
+ * The run config's `rollout.dialect` for a path inside a run (the run directory, its rollouts/ folder, or a step
+ * file), when it names a known dialect.
+ */
+export async function runConfigDialect(path: string): Promise<Dialect | undefined> {
+  const d = ((await runConfigNear(path))?.config as { rollout?: { dialect?: unknown } } | undefined)?.rollout?.dialect;
+  return typeof d === 'string' && (DIALECTS as readonly string[]).includes(d) ? (d as Dialect) : undefined;
 }
 
 /** A raw line as shown beside a malformed row's errors: at most 20,000 characters. */
