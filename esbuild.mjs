@@ -48,7 +48,9 @@ const builds = [
     ...nodeCommon,
     entryPoints: { cli: 'src/cli/main.ts' },
     outdir: dist,
-    banner: { js: '#!/usr/bin/env node' },
+    // yargs is an ES module that locates itself with import.meta.url; in this CommonJS bundle that is the bundle's URL.
+    define: { 'import.meta.url': '__sasImportMetaUrl' },
+    banner: { js: "#!/usr/bin/env node\nvar __sasImportMetaUrl = require('node:url').pathToFileURL(__filename).href;" },
     plugins: [{ name: 'chmod', setup: (b) => b.onEnd((r) => r.errors.length === 0 && chmodSync(join(dist, 'cli.js'), 0o755)) }],
   },
   {

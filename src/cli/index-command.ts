@@ -3,29 +3,42 @@
  * [--batch N] [--k1 0.9 --b 0.4]`: builds a retrieval index with progress on stderr. A dense build that is
  * interrupted resumes when run again with the same arguments.
  */
-import { parseArgs } from 'node:util';
 import { buildBm25Index, type CorpusIssue } from '../core/retrieval/corpus';
 import { buildDenseIndex } from '../core/retrieval/dense';
 import { E5Encoder } from '../core/retrieval/encoder';
 import { UsageError } from '../server/run';
+import { defineCommand } from './command';
+import { withInputErrors } from './inputErrors';
 
-export async function indexCommand(argv: string[], err: (s: string) => void): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    strict: true,
-    options: {
-      out: { type: 'string' },
-      kind: { type: 'string', default: 'bm25' },
-      model: { type: 'string' },
-      dtype: { type: 'string', default: 'float32' },
-      batch: { type: 'string', default: '256' },
-      k1: { type: 'string', default: '0.9' },
-      b: { type: 'string', default: '0.4' },
-    },
-  });
-  if (positionals.length !== 1 || !values.out) throw new UsageError('index takes a corpus (JSONL of {id, contents}) and --out <dir>');
-  const corpus = positionals[0]!;
+export interface IndexArgs {
+  corpus: string;
+  out: string;
+  kind: string;
+  model?: string;
+  dtype: string;
+  batch: number;
+  k1: number;
+  b: number;
+}
+
+export const indexCommandDef = defineCommand({
+  command: 'index <corpus>',
+  describe: 'build a retrieval index (BM25, or dense E5; a dense build resumes)',
+  builder: (y) =>
+    y
+      .positional('corpus', { type: 'string', demandOption: true, describe: 'a corpus: JSONL of {id, contents}' })
+      .option('out', { type: 'string', demandOption: true, describe: 'the index directory' })
+      .option('kind', { type: 'string', choices: ['bm25', 'dense'], default: 'bm25', describe: 'the index kind' })
+      .option('model', { type: 'string', describe: 'dense: the E5 encoder directory (model.onnx + tokenizer.json)' })
+      .option('dtype', { type: 'string', choices: ['float32', 'float16'], default: 'float32', describe: 'dense: the stored vectors\' type' })
+      .option('batch', { type: 'number', default: 256, describe: 'dense: documents per encoder batch' })
+      .option('k1', { type: 'number', default: 0.9, describe: 'BM25 k1' })
+      .option('b', { type: 'number', default: 0.4, describe: 'BM25 b' }),
+  run: (a, io) => withInputErrors(io, () => indexCommand(a, io.err)),
+});
+
+export async function indexCommand(values: IndexArgs, err: (s: string) => void): Promise<number> {
+  const corpus = values.corpus;
   const issues: CorpusIssue[] = [];
   const t0 = Date.now();
   const isTty = Boolean(process.stderr.isTTY);

@@ -8,6 +8,8 @@ import { detectSource, readSource } from '../core/importers';
 import { formatIssue, type LocatedIssue } from '../core/run/format';
 import { SummaryBuilder, trajectoryFacts, type RunSummary } from '../core/run/summary';
 import { parseTrajectory } from '../core/tags/parser';
+import { defineCommand } from './command';
+import { withInputErrors } from './inputErrors';
 
 export interface InspectOptions {
   json: boolean;
@@ -82,3 +84,13 @@ export function renderSummary(path: string, kind: string, s: RunSummary): string
   }
   return `${lines.join('\n')}\n`;
 }
+
+export const inspectCommand = defineCommand({
+  command: 'inspect <path>',
+  describe: 'summarise trajectories: our rollout JSONL, run directories, Search-R1 transcripts, veRL dumps, TRL completion tables',
+  builder: (y) =>
+    y
+      .positional('path', { type: 'string', demandOption: true, describe: 'a file or a run directory' })
+      .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout (streamed): trajectories, issues, summary' }),
+  run: (a, io) => withInputErrors(io, () => inspect(a.path, { json: a.json, out: io.out, err: io.err })),
+});

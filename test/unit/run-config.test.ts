@@ -89,6 +89,6 @@ describe('trainer Python candidates', () => {
       else process.env.SAS_PYTHON = saved;
     }
     const msg = noPythonMessage({ tried: [{ executable: '/x/python', ok: false, error: 'not found (ENOENT)' }] });
-    assert.match(msg, /Tried:\n {2}\/x\/python: not found \(ENOENT\)\n.*searchAgent\.pythonPath/s);
+    assert.match(msg, /Tried:\n {2}\/x\/python: not found \(ENOENT\)\n.*search-agent-studio setup/s);
   });
 });
