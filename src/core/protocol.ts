@@ -561,7 +561,7 @@ export interface RowFacts {
   errorCount?: number;
 }
 
-export type InspectorColumn = 'index' | 'step' | 'group' | 'sample' | 'reward' | 'em' | 'searches' | 'turns' | 'finish' | 'length' | 'data_source' | 'answer' | 'golden' | 'leaks';
+export type InspectorColumn = 'index' | 'split' | 'step' | 'group' | 'sample' | 'reward' | 'em' | 'searches' | 'turns' | 'finish' | 'length' | 'data_source' | 'answer' | 'golden' | 'leaks';
 
 export interface InspectorQuery {
   filter: string;

@@ -42,8 +42,14 @@ def audit_rollout(rec: dict, masking: bool = True) -> None:
         assert m == expected, (role, m)
     P = t["role"].index("generated")
     assert set(t["role"][:P]) == {"prompt"} and "prompt" not in t["role"][P:]
-    if "advantage" in t:
-        assert all(a == 0.0 for a in t["advantage"][:P])
+    # Positions that were not scored are null (never a 0 that reads as "certain"): the prompt everywhere; log-probs,
+    # reference log-probs and entropies exist exactly on the loss tokens.
+    for key in ("logprob", "ref_logprob", "advantage", "value", "entropy"):
+        if key in t:
+            assert all(x is None for x in t[key][:P]), key
+    for key in ("logprob", "ref_logprob", "entropy"):
+        if key in t:
+            assert [x is not None for x in t[key]] == [m == 1 for m in t["loss_mask"]], key
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +111,10 @@ def test_rollout_records_pass_the_mask_audit(finished_run):
             assert isinstance(s["query"], str) and all(isinstance(h["score"], float) and h["id"] for h in s["hits"])
     val = lines(run / "rollouts" / "val-step-000000.jsonl")
     assert len(val) == 4 and all(r["split"] == "val" for r in val)
+    # Group ids name the split: the held-out questions of step 1 are no members of step 1's training groups.
+    val1 = lines(run / "rollouts" / "val-step-000001.jsonl")
+    assert {r["group"] for r in recs} == {"train:1:0", "train:1:1"}
+    assert all(r["group"].startswith("val:1:") for r in val1) and not {r["group"] for r in val1} & {r["group"] for r in recs}
     ckpt = run / "checkpoints" / "step-000002"
     assert {p.name for p in ckpt.iterdir()} >= {"trainable.pt", "optimizer.pt", "tokenizer.json", "trainer_state.json"}
 
