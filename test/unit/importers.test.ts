@@ -56,6 +56,7 @@ describe('importers', () => {
     assert.deepEqual(rs[2]!.reward_parts, { acc: 1 }, 'a boolean extra becomes 0/1');
     assert.equal(rs[1]!.meta!.pred, 'Quendal');
     assert.match(rs[0]!.prompt, /Question: varnholt founder/);
+    assert.deepEqual(rs.map((r) => r.question), ['varnholt founder', 'varnholt founder', 'quendal river'], 'the question is read from the prompt');
     const bad = items.find((i) => !i.record)!;
     assert.deepEqual(bad.issues.map((i) => [i.file.endsWith('10.jsonl'), i.line, i.field]), [[true, 2, 'output']]);
   });

@@ -6,6 +6,7 @@
  * (TRL's default weights of 1).
  */
 import type { Rollout } from '../run/format';
+import { extractQuestion } from '../tags/transcript';
 import { derivedFields, jsonSafe, messageText, toNumber } from './common';
 import { parquetRows } from './parquet';
 
@@ -43,6 +44,7 @@ export async function* importTrlCompletions(path: string): AsyncGenerator<Rollou
     const advantage = toNumber(r.advantage);
     if (advantage !== undefined) meta.advantage = advantage;
     const rewards = Object.values(parts);
+    const question = extractQuestion(prompt);
     yield {
       v: 1,
       id: `trl-${step ?? 'x'}-${row}`,
@@ -50,6 +52,7 @@ export async function* importTrlCompletions(path: string): AsyncGenerator<Rollou
       group: groups.get(groupKey)!,
       sample,
       ...(split ? { split } : {}),
+      ...(question ? { question } : {}),
       prompt,
       response,
       ...(rewards.length ? { reward: rewards.reduce((a, b) => a + b, 0), reward_parts: parts } : {}),
