@@ -38,7 +38,7 @@ export function activate(context: vscode.ExtensionContext): void {
       WelcomePanel.show(context, log);
     }),
     vscode.commands.registerCommand('searchAgent.showLogs', () => log.show(true)),
-    vscode.commands.registerCommand('searchAgent.newTrainingRun', () => newTrainingRun(context.extensionUri.fsPath)),
+    vscode.commands.registerCommand('searchAgent.newTrainingRun', () => newTrainingRun()),
   );
 }
 

@@ -22,7 +22,6 @@ function alive(pid: number): boolean {
 function workspace(): string {
   const dir = mkdtempSync(join(tmpdir(), 'sas-train-ws-'));
   const demo = JSON.parse(readFileSync(join(ROOT, 'examples/demo.run.json'), 'utf8'));
-  demo.$schema = join(ROOT, 'docs/schema/run-config.schema.json');
   demo.data = { ...demo.data, train: join(ROOT, 'examples/demo/train.jsonl'), eval: join(ROOT, 'examples/demo/eval.jsonl'), eval_size: 8 };
   demo.model.tiny = { layers: 1, d_model: 32, heads: 2, max_len: 1024, vocab: [join(ROOT, 'examples/demo/corpus.jsonl')] };
   demo.rollout = { ...demo.rollout, batch_size: 2, n: 2 };

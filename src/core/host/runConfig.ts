@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
-import { demoCorpusPath } from '../paths';
+import { builtinDataPath, demoCorpusPath } from '../paths';
 import { RunConfigSchema, type RunConfig } from '../run/config';
 import { validate } from '../schema/schema';
 
@@ -70,10 +70,17 @@ export function checkRunConfig(value: unknown, file: string, base: string): Load
   const issues = validate(RunConfigSchema, value);
   if (issues.length) throw new RunConfigError(file, issues.map((i) => `${i.path || '(the file)'}: ${i.message}`));
   const config = value as RunConfig;
-  const at = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
   const missing: string[] = [];
   const need = (key: string, p: string | undefined) => {
-    if (p !== undefined && !existsSync(at(p))) missing.push(`${key}: no such file or directory: ${at(p)}`);
+    if (p === undefined) return;
+    let path: string;
+    try {
+      path = resolveConfigPath(p, base);
+    } catch (e) {
+      missing.push(`${key}: ${(e as Error).message}`);
+      return;
+    }
+    if (!existsSync(path)) missing.push(`${key}: no such file or directory: ${path}`);
   };
   need('data.train', config.data.train);
   need('data.eval', config.data.eval);
@@ -83,6 +90,7 @@ export function checkRunConfig(value: unknown, file: string, base: string): Load
   need('retriever.corpus', r?.corpus);
   need('retriever.index', r?.index);
   need('retriever.model', r?.model);
+  (config.model.tiny?.vocab ?? []).forEach((v, i) => need(`model.tiny.vocab[${i}]`, v));
   const module = config.reward?.module;
   if (module && !module.startsWith('builtin:')) need('reward.module', module);
   if (config.model.kind === 'hf' && !config.model.path) missing.push('model.path: is required when model.kind is "hf"');
@@ -93,10 +101,16 @@ export function checkRunConfig(value: unknown, file: string, base: string): Load
   return { file, base, config };
 }
 
+/** A path in a run config: `builtin:demo/train` (data that ships with the package), absolute, or relative to `base`. */
+export function resolveConfigPath(p: string, base: string): string {
+  if (p.startsWith('builtin:')) return builtinDataPath(p);
+  return isAbsolute(p) ? p : resolve(base, p);
+}
+
 /** The env server's arguments (`node dist/server.js …`) for a run config. */
 export function envServerArgs(loaded: LoadedRunConfig, options: { port?: number } = {}): string[] {
   const { config, base } = loaded;
-  const at = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
+  const at = (p: string) => resolveConfigPath(p, base);
   const r = config.retriever ?? { kind: 'demo' as const };
   const args = ['--port', String(options.port ?? 0), '--topk', String(r.topk ?? 3)];
   switch (r.kind) {

@@ -17,8 +17,11 @@ export interface NewRunAnswers {
 
 const DEMO_PROMPT = 'Answer the question. Search with <search> query </search> when you need facts, then answer with <answer> answer </answer>. Question: {question}\n';
 
-/** The config a user's answers describe; `demoDir` is where examples/demo lives, relative to the config. */
-export function newRunConfig(a: NewRunAnswers, demoDir: string): RunConfig {
+/**
+ * The config a user's answers describe. The demo task is named by its stable built-in names (`builtin:demo/train`,
+ * …; src/core/paths.ts), never by a path into the installed extension (which changes with every update).
+ */
+export function newRunConfig(a: NewRunAnswers): RunConfig {
   const rel = a.relativeTo ?? ((p: string) => p);
   const tiny = a.model.kind === 'tiny';
   const hf = a.model.kind === 'hf' ? a.model : undefined;
@@ -27,10 +30,10 @@ export function newRunConfig(a: NewRunAnswers, demoDir: string): RunConfig {
     seed: 1,
     data:
       a.data.kind === 'demo'
-        ? { train: `${demoDir}/train.jsonl`, eval: `${demoDir}/eval.jsonl`, ...(tiny ? { prompt_template: DEMO_PROMPT } : {}) }
+        ? { train: 'builtin:demo/train', eval: 'builtin:demo/eval', ...(tiny ? { prompt_template: DEMO_PROMPT } : {}) }
         : { train: rel(a.data.train), ...(a.data.eval ? { eval: rel(a.data.eval) } : {}), ...(tiny ? { prompt_template: DEMO_PROMPT } : { prompt_template: SEARCH_R1_BASE_TEMPLATE }) },
     model: tiny
-      ? { kind: 'tiny', tiny: { layers: 2, d_model: 128, heads: 4, max_len: 1024, vocab: a.data.kind === 'demo' ? [`${demoDir}/corpus.jsonl`] : [] } }
+      ? { kind: 'tiny', tiny: { layers: 2, d_model: 128, heads: 4, max_len: 1024, vocab: a.data.kind === 'demo' ? ['builtin:demo/corpus'] : [] } }
       : { kind: 'hf', path: rel(hf?.path ?? ''), dtype: 'auto', gradient_checkpointing: true, ...(hf?.lora ? { lora: { r: 16, alpha: 32, dropout: 0.05 } } : {}) },
     retriever:
       a.retriever.kind === 'demo'
