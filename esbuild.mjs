@@ -42,6 +42,9 @@ const builds = [
   { ...nodeCommon, entryPoints: { server: 'src/server/main.ts' }, outdir: dist },
   // The rollout inspector's worker thread (indexing, filters, search off the extension host's thread).
   { ...nodeCommon, entryPoints: { 'inspector-worker': 'src/core/inspect/worker.ts' }, outdir: dist },
+  // The TypeScript server plugin that gives reward modules the reward API's types in any workspace; the VSIX ships it
+  // as node_modules/search-agent-studio-reward-types/index.js (scripts/package.mjs), where tsserver looks for it.
+  { ...nodeCommon, entryPoints: { index: 'src/ts-plugin/rewardTypes.ts' }, outdir: join(dist, 'ts-plugin'), footer: { js: 'module.exports = module.exports.default;' } },
   // The reward API as an ES module: reward modules are bundled with it at run time (src/core/rewards/compile.ts).
   { ...nodeCommon, platform: 'neutral', format: 'esm', sourcemap: false, entryPoints: { 'reward-api': 'src/core/rewards/api.ts' }, outdir: dist, outExtension: { '.js': '.mjs' } },
   {

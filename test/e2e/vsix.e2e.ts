@@ -10,7 +10,7 @@ describe('the VSIX', () => {
     const vsix = readFileSync(join(ROOT, 'out', 'vsix-path.txt'), 'utf8').trim();
     const { stdout } = await execa('unzip', ['-Z1', vsix]);
     const files = stdout.split('\n').map((f) => f.replace(/^extension\//, ''));
-    for (const must of ['examples/demo/corpus.jsonl', 'examples/rewards/em.reward.ts', 'dist/reward-api.mjs', 'dist/reward-api.d.ts', 'node_modules/esbuild/lib/main.js', 'package.json', 'dist/extension.js', 'dist/server.js', 'dist/cli.js', 'dist/webview/welcome.js', 'syntaxes/search-trajectory.tmLanguage.json', 'trainer/search_agent_trainer/__main__.py', 'trainer/search_agent_trainer/train.py', 'trainer/search_agent_trainer/run_config.schema.json', 'examples/demo.run.json', 'docs/schema/run-config.schema.json', 'dist/webview/dashboard.js', 'dist/webview/dashboard.css']) {
+    for (const must of ['examples/demo/corpus.jsonl', 'examples/rewards/em.reward.ts', 'dist/reward-api.mjs', 'dist/reward-api.d.ts', 'node_modules/esbuild/lib/main.js', 'package.json', 'dist/extension.js', 'dist/server.js', 'dist/cli.js', 'dist/webview/welcome.js', 'syntaxes/search-trajectory.tmLanguage.json', 'trainer/search_agent_trainer/__main__.py', 'trainer/search_agent_trainer/train.py', 'trainer/search_agent_trainer/run_config.schema.json', 'examples/demo.run.json', 'docs/schema/run-config.schema.json', 'dist/webview/dashboard.js', 'dist/webview/dashboard.css', 'node_modules/search-agent-studio-reward-types/index.js', 'node_modules/search-agent-studio-reward-types/package.json']) {
       assert.ok(files.includes(must), `${must} ships`);
     }
     const allowed = (f: string) =>

@@ -4,8 +4,8 @@
  * the run in flight), decorations on the lines that threw, and "New Reward Function". In an untrusted workspace
  * nothing runs and the lens says why. Scoring happens in a separate process (runner.ts).
  */
-import { copyFile, mkdir, writeFile } from 'node:fs/promises';
-import { basename, dirname, join, relative } from 'node:path';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import * as vscode from 'vscode';
 import type { RewardLabContract, RewardLabState } from '../../core/protocol';
 import { rolloutFiles } from '../../core/store/rollouts';
@@ -315,19 +315,15 @@ export class RewardWorkbench implements vscode.Disposable {
       validateInput: (v) => (/^[a-z0-9][a-z0-9-]*$/i.test(v) ? undefined : 'letters, digits and dashes only'),
     });
     if (!name) return;
-    const root = folder.uri.fsPath;
-    const typesDir = join(root, '.search-agent');
-    await mkdir(typesDir, { recursive: true });
-    await copyFile(vscode.Uri.joinPath(this.context.extensionUri, 'dist', 'reward-api.d.ts').fsPath, join(typesDir, 'reward-api.d.ts'));
-    const dir = join(root, 'rewards');
+    // No typings are written: the extension's TypeScript server plugin gives every reward module the API's types.
+    const dir = join(folder.uri.fsPath, 'rewards');
     await mkdir(dir, { recursive: true });
     const file = join(dir, `${name}.reward.ts`);
-    const ref = relative(dir, join(typesDir, 'reward-api.d.ts')).replace(/\\/g, '/');
     const exists = await vscode.workspace.fs.stat(vscode.Uri.file(file)).then(() => true, () => false);
     if (exists) {
       void vscode.window.showWarningMessage(`${vscode.workspace.asRelativePath(file)} already exists.`);
     } else {
-      await writeFile(file, rewardTemplate(name, ref));
+      await writeFile(file, rewardTemplate(name));
     }
     await vscode.window.showTextDocument(vscode.Uri.file(file));
   }
