@@ -415,6 +415,9 @@ export interface DashboardRun {
   state: 'running' | 'finished' | 'failed' | 'stopped' | 'interrupted';
   step: number;
   total?: number;
+  /** A running run's phase (`warmup`, `rollout`, `update`, `eval`, …), and the warm start's progress and loss. */
+  phase?: string;
+  warmup?: { step: number; steps: number; loss?: number };
 }
 
 /** One metrics.jsonl line: `step` and named numbers (DESIGN §4.3). */

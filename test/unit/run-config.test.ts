@@ -31,7 +31,7 @@ describe('run configs', () => {
     assert.deepEqual(pkg.contributes.jsonValidation, [{ fileMatch: '*.run.json', url: './docs/schema/run-config.schema.json' }]);
   });
 
-  it('the demo configs name files that exist (they run as shipped)', () => {
+  it('the demo configs name files that exist, by their built-in names (they run as shipped, and copied anywhere)', () => {
     for (const f of ['demo.run.json', 'ablations/demo-no-loss-masking.run.json', 'ablations/demo-no-retrieval.run.json']) {
       const file = join(ROOT, 'examples', f);
       const loaded = checkRunConfig(JSON.parse(readFileSync(file, 'utf8')), file, join(file, '..'));
