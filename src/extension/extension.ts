@@ -11,7 +11,7 @@ import { newTrainingRun } from './training/newRun';
 import { RunsView } from './training/runsView';
 import { liveSummary, TrainingController } from './training/trainingController';
 import { TrajectoryLanguage } from './trajectoryLanguage';
-import { WelcomePanel } from './welcome';
+import { registerWalkthrough } from './walkthrough';
 
 export function activate(context: vscode.ExtensionContext): void {
   const log = vscode.window.createOutputChannel('Search Agent Studio', { log: true });
@@ -40,9 +40,7 @@ export function activate(context: vscode.ExtensionContext): void {
   context.subscriptions.push(replay, new Inspector(context, replay, log, () => training.runsParents()));
 
   context.subscriptions.push(
-    vscode.commands.registerCommand('searchAgent.showWelcome', () => {
-      WelcomePanel.show(context, log);
-    }),
+    ...registerWalkthrough(context),
     vscode.commands.registerCommand('searchAgent.showLogs', () => log.show(true)),
     vscode.commands.registerCommand('searchAgent.newTrainingRun', () => newTrainingRun()),
   );

@@ -10,11 +10,11 @@ describe('the VSIX', () => {
     const vsix = readFileSync(join(ROOT, 'out', 'vsix-path.txt'), 'utf8').trim();
     const { stdout } = await execa('unzip', ['-Z1', vsix]);
     const files = stdout.split('\n').map((f) => f.replace(/^extension\//, ''));
-    for (const must of ['examples/demo/corpus.jsonl', 'examples/rewards/em.reward.ts', 'dist/reward-api.mjs', 'dist/reward-api.d.ts', 'node_modules/esbuild/lib/main.js', 'package.json', 'dist/extension.js', 'dist/server.js', 'dist/cli.js', 'dist/webview/welcome.js', 'syntaxes/search-trajectory.tmLanguage.json', 'trainer/search_agent_trainer/__main__.py', 'trainer/search_agent_trainer/train.py', 'trainer/search_agent_trainer/run_config.schema.json', 'examples/demo.run.json', 'docs/schema/run-config.schema.json', 'dist/webview/dashboard.js', 'dist/webview/dashboard.css', 'node_modules/search-agent-studio-reward-types/index.js', 'node_modules/search-agent-studio-reward-types/package.json']) {
+    for (const must of ['examples/demo/corpus.jsonl', 'examples/rewards/em.reward.ts', 'dist/reward-api.mjs', 'dist/reward-api.d.ts', 'node_modules/esbuild/lib/main.js', 'package.json', 'dist/extension.js', 'dist/server.js', 'dist/cli.js', 'docs/training.md', 'docs/images/dashboard.png', 'media/walkthrough/setup.md', 'syntaxes/search-trajectory.tmLanguage.json', 'trainer/search_agent_trainer/__main__.py', 'trainer/search_agent_trainer/train.py', 'trainer/search_agent_trainer/run_config.schema.json', 'examples/demo.run.json', 'docs/schema/run-config.schema.json', 'dist/webview/dashboard.js', 'dist/webview/dashboard.css', 'node_modules/search-agent-studio-reward-types/index.js', 'node_modules/search-agent-studio-reward-types/package.json']) {
       assert.ok(files.includes(must), `${must} ships`);
     }
     const allowed = (f: string) =>
-      /^examples\/demo\/[^/]+\.jsonl$/.test(f) || /^examples\/rewards\/[^/]+\.reward\.ts$/.test(f) || /^examples\/(ablations\/)?[^/]+\.run\.json$/.test(f) || f === 'dist/reward-api.d.ts' || f === 'docs/schema/run-config.schema.json';
+      /^examples\/demo\/[^/]+\.jsonl$/.test(f) || /^examples\/rewards\/[^/]+\.reward\.ts$/.test(f) || /^examples\/(ablations\/)?[^/]+\.run\.json$/.test(f) || f === 'dist/reward-api.d.ts' || f === 'docs/schema/run-config.schema.json' || /^docs\/[^/]+\.md$/.test(f) || /^docs\/images\/[^/]+\.png$/.test(f);
     const leaks = files.filter((f) => !allowed(f) && (/^(src|test|webview|scripts|bench|docs|examples|\.bench|\.vscode-test|out)\//.test(f) || /\.(ts|map)$/.test(f) || /__pycache__|fixtures/.test(f)));
     assert.deepEqual(leaks, []);
     const platforms = new Set(files.filter((f) => f.includes('onnxruntime-node/bin/')).map((f) => f.split('/').slice(3, 6).join('/')));

@@ -13,7 +13,6 @@ import { SetupError, setupTrainerEnv } from '../../core/host/trainerEnv';
 import { findPython, pythonCandidates, trainerNeeds, type PythonSearch, type TrainerNeeds } from '../../core/python';
 
 export const SETUP_COMMAND = 'searchAgent.setUpTrainerEnvironment';
-export const DOCTOR_COMMAND = 'searchAgent.checkTrainerEnvironment';
 
 interface PythonExtensionApi {
   environments?: { getActiveEnvironmentPath(resource?: vscode.Uri): { path: string } | undefined };

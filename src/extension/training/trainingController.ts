@@ -14,7 +14,7 @@ import { listRuns, progressOf, readRun, type RunInfo } from '../../core/host/run
 import { noPythonMessage, trainerNeeds, type TrainerNeeds } from '../../core/python';
 import type { RunEvent } from '../../core/run/format';
 import { nodeCommand } from '../node';
-import { DOCTOR_COMMAND, DoctorReport, findTrainerPython, SETUP_COMMAND, setUpTrainerEnvironment } from './python';
+import { DoctorReport, findTrainerPython, SETUP_COMMAND, setUpTrainerEnvironment } from './python';
 import { runDirOf } from './runsView';
 
 export interface LiveRunState {
@@ -69,8 +69,8 @@ export class TrainingController implements vscode.Disposable {
     this.disposables.push(
       envLog,
       vscode.workspace.registerTextDocumentContentProvider(DoctorReport.scheme, doctor),
-      vscode.commands.registerCommand(SETUP_COMMAND, () => setUpTrainerEnvironment(context, envLog)),
-      vscode.commands.registerCommand(DOCTOR_COMMAND, () => doctor.show()),
+      vscode.commands.registerCommand('searchAgent.setUpTrainerEnvironment', () => setUpTrainerEnvironment(context, envLog)),
+      vscode.commands.registerCommand('searchAgent.checkTrainerEnvironment', () => doctor.show()),
       this.trainerLog,
       this.serverLog,
       this.status,
