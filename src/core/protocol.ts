@@ -408,7 +408,7 @@ export interface DashboardContract extends Contract {
   };
   view: {
     /** What the charts hold, for tests and diagnostics. */
-    describe(params: void): { charts: { key: string; title: string; series: number; points: number }[]; runs: string[]; theme: string };
+    describe(params: void): { charts: { key: string; title: string; series: number; points: number; colors: string[]; markers: string[] }[]; runs: string[]; theme: string };
   };
   toView: {
     runs: { runs: DashboardRun[] };

@@ -171,6 +171,7 @@ function update(): void {
   document.body.dataset.runs = String(runs.length);
   document.body.dataset.steps = String(Math.max(0, ...[...rows.values()].flatMap((list) => list.map((r) => r.step))));
   document.body.dataset.theme = theme;
+  document.body.dataset.markers = [...charts.values()].flatMap((c) => [...(sparse.get(c.spec.key) ?? [])].map((i) => `${c.spec.key}: ${c.plot.series[i]?.label ?? i}`)).join(' | ');
 }
 
 function renderRuns(): void {
@@ -217,6 +218,8 @@ endpoint.handle('describe', () => ({
     title: c.spec.title,
     series: c.plot.series.length - 1,
     points: c.plot.data.slice(1).reduce((n, col) => n + (col as (number | null)[]).filter((v) => v !== null).length, 0),
+    colors: c.plot.series.slice(1).map((x) => String(x.stroke)),
+    markers: [...(sparse.get(c.spec.key) ?? [])].map((i) => String(c.plot.series[i]?.label ?? i)),
   })),
   runs: runs.map((r) => r.id),
   theme,
