@@ -75,7 +75,9 @@ async function addTsPlugin(file) {
           if (e) return reject(e);
           const chunks = [];
           stream.on('data', (c) => chunks.push(c)).on('end', () => {
-            zip.addBuffer(Buffer.concat(chunks), entry.fileName, { mtime: entry.getLastModDate() });
+            // Keep each file's unix mode (esbuild's binary must stay executable).
+            const mode = (entry.externalFileAttributes >>> 16) & 0xffff;
+            zip.addBuffer(Buffer.concat(chunks), entry.fileName, { mtime: entry.getLastModDate(), ...(mode ? { mode } : {}) });
             src.readEntry();
           });
         });

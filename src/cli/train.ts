@@ -5,11 +5,11 @@
  */
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, relative, resolve } from 'node:path';
-import { loadRunConfig, loadRunDirConfig, RunConfigError } from '../core/host/runConfig';
+import { RunConfigError, runNeeds } from '../core/host/runConfig';
 import { RunHost, type RunOutcome } from '../core/host/runHost';
 import { EnvServerError } from '../core/host/processes';
 import { packageRoot } from '../core/paths';
-import { findPython, noPythonMessage, pythonCandidates, trainerNeeds, type TrainerNeeds } from '../core/python';
+import { findPython, noPythonMessage, pythonCandidates, type TrainerNeeds } from '../core/python';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 
@@ -214,15 +214,6 @@ async function evalWithoutRetrieval(runDir: string, step: number, python: string
   return (await heldOutEm(dir)).before?.em;
 }
 
-/** What the run's config needs of the trainer's Python (transformers for an HF model, peft for LoRA); {} when unreadable (the host reports that). */
-async function needsOf(config: string | undefined, runDir: string | undefined, resume: boolean): Promise<TrainerNeeds> {
-  try {
-    return trainerNeeds((resume ? await loadRunDirConfig(runDir!) : await loadRunConfig(config!)).config);
-  } catch {
-    return {};
-  }
-}
-
 export const trainCommand = defineCommand({
   command: 'train [config]',
   describe: 'start the env server and the trainer for a run config (Ctrl-C stops after a checkpoint; --resume continues a run)',
@@ -239,7 +230,7 @@ export const trainCommand = defineCommand({
   run: async (a) => {
     if (a.resume ? !a['run-dir'] || a.config : !a.config) throw new UsageError(a.resume ? '--resume needs --run-dir and no config' : 'name one run config');
     if (!Number.isInteger(a.port) || a.port < 0 || a.port > 65535) throw new UsageError(`--port must be an integer in 0..65535, got ${a.port}`);
-    const needs = await needsOf(a.config, a['run-dir'], a.resume);
+    const needs = await runNeeds({ config: a.config, runDir: a['run-dir'], resume: a.resume });
     const { code, outcome } = await runTraining({ config: a.config, needs, runDir: a['run-dir'], resume: a.resume, python: a.python, port: a.port, quiet: a.quiet }, (s) => console.log(s));
     if (outcome && outcome.status !== 'failed') {
       const em = await heldOutEm(outcome.runDir);
@@ -264,7 +255,7 @@ export const demoCommand = defineCommand({
     console.log('The demo: a tiny policy learns, on CPU, to search a corpus of invented facts (BM25) and answer from what it finds;');
     console.log('a short supervised warm start teaches it the tags only (random queries and answers), then GRPO on exact match.');
     const t0 = Date.now();
-    const needs = await needsOf(config, undefined, false);
+    const needs = await runNeeds({ config });
     const { code, outcome, python } = await runTraining({ config, needs, runDir: a['run-dir'], resume: false, python: a.python, port: 0, quiet: a.quiet }, (s) => console.log(s));
     if (!outcome || outcome.status === 'failed' || !python) return code || 1;
     const trained = Date.now();

@@ -19,6 +19,10 @@ describe('the VSIX', () => {
     assert.deepEqual(leaks, []);
     const platforms = new Set(files.filter((f) => f.includes('onnxruntime-node/bin/')).map((f) => f.split('/').slice(3, 6).join('/')));
     assert.deepEqual([...platforms], [`napi-v6/${process.platform}/${process.arch}`]);
+    // Executables keep their mode through packaging (esbuild compiles reward modules at run time).
+    const { stdout: long } = await execa('unzip', ['-Z', vsix]);
+    const esbuildBin = long.split('\n').find((l) => /extension\/node_modules\/@esbuild\/[^/]+\/bin\/esbuild$/.test(l));
+    assert.match(esbuildBin ?? '', /^-rwx/, esbuildBin);
     const mb = statSync(vsix).size / 1e6;
     assert.ok(mb < 40, `VSIX is ${mb.toFixed(1)} MB`);
   });

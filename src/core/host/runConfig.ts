@@ -7,6 +7,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { builtinDataPath, demoCorpusPath } from '../paths';
+import { trainerNeeds, type TrainerNeeds } from '../python';
 import { RunConfigSchema, type RunConfig } from '../run/config';
 import { validate } from '../schema/schema';
 
@@ -145,4 +146,16 @@ export function newRunDir(loaded: LoadedRunConfig, fallbackParent: string, now =
   let dir = join(parent, `${name}-${stamp}`);
   for (let i = 2; existsSync(dir); i++) dir = join(parent, `${name}-${stamp}-${i}`);
   return dir;
+}
+
+/**
+ * What a run needs of the trainer's Python beyond torch (transformers for a Hugging Face model, peft for LoRA), from
+ * its config or, to resume, its run.json; {} when that cannot be read (the host reports why when it starts).
+ */
+export async function runNeeds(what: { config?: string; runDir?: string; resume?: boolean }): Promise<TrainerNeeds> {
+  try {
+    return trainerNeeds((what.resume ? await loadRunDirConfig(what.runDir!) : await loadRunConfig(what.config!)).config);
+  } catch {
+    return {};
+  }
 }

@@ -8,10 +8,10 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import * as vscode from 'vscode';
 import { EnvServerError, startEnvServerProcess, type EnvServerProcess, envServerScript, killTree } from '../../core/host/processes';
-import { envServerArgs, loadRunConfig, loadRunDirConfig, RunConfigError } from '../../core/host/runConfig';
+import { envServerArgs, loadRunConfig, RunConfigError, runNeeds } from '../../core/host/runConfig';
 import { RunHost, type RunOutcome } from '../../core/host/runHost';
 import { listRuns, progressOf, readRun, type RunInfo } from '../../core/host/runs';
-import { noPythonMessage, trainerNeeds, type TrainerNeeds } from '../../core/python';
+import { noPythonMessage, type TrainerNeeds } from '../../core/python';
 import type { RunEvent } from '../../core/run/format';
 import { nodeCommand } from '../node';
 import { DoctorReport, findTrainerPython, SETUP_COMMAND, setUpTrainerEnvironment } from './python';
@@ -145,15 +145,6 @@ export class TrainingController implements vscode.Disposable {
     return undefined;
   }
 
-  /** What a run's config needs of the Python (transformers, peft); {} when unreadable (the host reports that). */
-  private async needs(what: { config?: string; runDir?: string; resume?: boolean }): Promise<TrainerNeeds> {
-    try {
-      return trainerNeeds((what.resume ? await loadRunDirConfig(what.runDir!) : await loadRunConfig(what.config!)).config);
-    } catch {
-      return {};
-    }
-  }
-
   private serverLauncher() {
     const { file, env } = nodeCommand();
     return { node: file, args: [join(this.context.extensionUri.fsPath, 'dist', 'server.js')], env: env.ELECTRON_RUN_AS_NODE ? { ELECTRON_RUN_AS_NODE: '1' } : undefined };
@@ -186,7 +177,7 @@ export class TrainingController implements vscode.Disposable {
   }
 
   private async launch(what: { config?: string; runDir?: string; resume?: boolean }): Promise<RunOutcome | undefined> {
-    const python = await this.python(await this.needs(what));
+    const python = await this.python(await runNeeds(what));
     if (!python) return undefined;
     const parents = this.runsParents();
     let host: RunHost;
@@ -346,6 +337,7 @@ export class TrainingController implements vscode.Disposable {
     this.log.info(`re-attached to run ${running.id} (pid ${running.pid})`);
     void vscode.commands.executeCommand('setContext', 'searchAgent.training', true);
     this.render();
+    this.changed.fire(this.state);
     this.attachTimer = setInterval(() => {
       void readRun(running.dir).then((info) => {
         if (!info || !this.state?.attached) return;
