@@ -178,9 +178,8 @@ function renderRuns(): void {
   replaceChildren(
     runsBar,
     ...runs.map((r, i) => {
-      const swatch = h('span', { class: 'swatch' });
-      swatch.style.borderTopColor = css('--vscode-foreground', '#ccc'); // CSSOM, allowed by the CSP
-      swatch.classList.toggle('dashed', i > 0);
+      // The run's line style (RUN_DASH): solid, dashed, dotted, dash-dot.
+      const swatch = h('span', { class: `swatch dash-${i % RUN_DASH.length}` });
       return h(
         'span',
         { class: `run ${r.state}`, 'data-run': r.id, 'data-state': r.state, title: r.dir },
