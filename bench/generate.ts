@@ -1,7 +1,9 @@
 /**
  * Realistic synthetic Search-R1 rollouts for benchmarks: think/search/information/answer turns, three
  * ~100-word documents per search (documents dominate a rollout's length, as in real ones), an occasional
- * invalid action, tags inside documents, and token arrays when asked.
+ * invalid action, tags inside documents, and token arrays when asked. With `dialect: 'toolcall'` the same
+ * content (same seed, same draws) as chat-template tool calls in the Qwen2.5 layout: `<tool_call>` JSON, tool
+ * responses in user turns, a malformed call answered by an error where Search-R1 has an invalid action.
  */
 import { INVALID_ACTION_MESSAGE } from '../src/core/tags/parser';
 import { rng } from './util';
@@ -15,6 +17,7 @@ const WORDS = (
 export interface GenOptions {
   seed?: number;
   tokens?: boolean;
+  dialect?: 'searchr1' | 'toolcall';
 }
 
 export function makeRollouts(count: number, options: GenOptions = {}): { response: string; prompt: string; record: (i: number) => string }[] {
@@ -24,23 +27,29 @@ export function makeRollouts(count: number, options: GenOptions = {}): { respons
   const out: { response: string; prompt: string; record: (i: number) => string }[] = [];
   for (let k = 0; k < count; k++) {
     const question = `${words(8)}?`;
-    const prompt = `<|im_start|>user\nAnswer the given question. For example, <answer> Beijing </answer>. Question: ${question}\n<|im_end|>\n<|im_start|>assistant\n`;
+    const tool = options.dialect === 'toolcall';
+    const prompt = tool
+      ? `<|im_start|>system\n# Tools\n\n<tools>\n{"type": "function", "function": {"name": "search"}}\n</tools><|im_end|>\n<|im_start|>user\nAnswer the given question. Question: ${question}<|im_end|>\n<|im_start|>assistant\n`
+      : `<|im_start|>user\nAnswer the given question. For example, <answer> Beijing </answer>. Question: ${question}\n<|im_end|>\n<|im_start|>assistant\n`;
+    const reply = (body: string) => `<|im_end|>\n<|im_start|>user\n<tool_response>\n${body}\n</tool_response><|im_end|>\n<|im_start|>assistant\n`;
     let response = '';
     const searches = 1 + Math.floor(r() * 3);
     for (let s = 0; s < searches; s++) {
       response += `<think>${words(15 + Math.floor(r() * 30))}</think>\n`;
       if (r() < 0.08) {
-        response += `${words(6)}\n\n${INVALID_ACTION_MESSAGE}\n`;
+        const junk = words(6);
+        response += tool ? `<tool_call>\n{"name": "search", "arguments": {"query": "${junk}"}\n</tool_call>${reply('Error when executing tool: invalid JSON')}` : `${junk}\n\n${INVALID_ACTION_MESSAGE}\n`;
         continue;
       }
-      response += `<search> ${words(4)} </search>\n\n<information>`;
+      const query = words(4);
+      let docs = '';
       for (let d = 1; d <= 3; d++) {
         const inner = r() < 0.1 ? ` <answer>${words(2)}</answer> ` : ' ';
-        response += `Doc ${d}(Title: "${words(2)}") ${words(50)}${inner}${words(50)}\n`;
+        docs += `Doc ${d}(Title: "${words(2)}") ${words(50)}${inner}${words(50)}\n`;
       }
-      response = `${response.trimEnd()}</information>\n\n`;
+      response += tool ? `<tool_call>\n{"name": "search", "arguments": {"query": "${query}"}}\n</tool_call>${reply(docs.trimEnd())}` : `<search> ${query} </search>\n\n<information>${docs.trimEnd()}</information>\n\n`;
     }
-    response += `<think>${words(12)}</think>\n<answer> ${words(2)} </answer>`;
+    response += `<think>${words(12)}</think>\n<answer> ${words(2)} </answer>${tool ? '<|im_end|>' : ''}`;
     const reward = r() < 0.4 ? 1 : 0;
     const group = Math.floor(k / 5);
     out.push({

@@ -1,6 +1,7 @@
 // Writes the importer fixtures from the published formats (`npm run fixtures`): TRL completion tables and a
 // Search-R1 dataset as parquet (with hyparquet-writer, nested columns as pyarrow writes them: 3-level LISTs
-// and structs), and veRL dumps as JSONL. The content is invented.
+// and structs), veRL dumps as JSONL, and tool-call conversations in the Qwen2.5/Qwen3/Hermes chat templates'
+// layouts with their veRL and TRL dumps. The content is invented.
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parquetWriteBuffer } from 'hyparquet-writer';
@@ -152,3 +153,81 @@ console.log('wrote verl dumps');
   writeFileSync(join(FIX, 'bm25', 'queries.txt'), queries.join('\n') + '\n');
   console.log(`wrote bm25 corpus (${docs.length} docs) and ${queries.length} queries`);
 }
+
+// --- Tool-call transcripts (DESIGN §4.1, second dialect), laid out exactly as the chat templates lay them out with
+// `apply_chat_template(messages, tools=[SEARCH_TOOL])`: Qwen2.5 (default system message, `# Tools` preamble with its
+// example call, calls after the content, tool results as `<tool_response>` blocks in a user turn), Qwen3 (no default
+// system message, `<think>` kept on turns after the question, parallel calls, one user turn for both results), and
+// Hermes (`tool` role turns). Decoys: a call and an answer inside a tool response; the preamble's example call; the
+// user prompt's instructions. A malformed call answered by an error, an unknown tool answered by an error.
+const SEARCH_TOOL = JSON.stringify({
+  type: 'function',
+  function: { name: 'search', description: 'Searches Wikipedia for a query and returns the top passages.', parameters: { type: 'object', properties: { query: { type: 'string', description: 'The search query.' } }, required: ['query'] } },
+}).replace(/":/g, '": ').replace(/,"/g, ', "'); // tojson's separators
+const TOOLS_PREAMBLE =
+  '# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n' +
+  `${SEARCH_TOOL}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>`;
+const TOOL_PROMPT = (q: string) =>
+  'Answer the given question. You must conduct reasoning inside <think> and </think> first every time you get new information. ' +
+  'After reasoning, if you find you lack some knowledge, you can call a search engine by <tool_call> query </tool_call> and it will return the top searched results between <tool_response> and </tool_response>. ' +
+  'You can search as many times as your want. If you find no further external knowledge needed, you can directly provide the answer inside <answer> and </answer>, without detailed illustrations. ' +
+  `For example, <answer> Beijing </answer>. Question: ${q}`;
+const call = (query: string) => `<tool_call>\n{"name": "search", "arguments": {"query": "${query}"}}\n</tool_call>`;
+const QWEN25 =
+  `<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n\n${TOOLS_PREAMBLE}<|im_end|>\n` +
+  `<|im_start|>user\n${TOOL_PROMPT('who founded the varnholt observatory?')}<|im_end|>\n` +
+  `<|im_start|>assistant\n<think>I need the founder of the Varnholt Observatory.</think>\n${call('varnholt observatory founder')}<|im_end|>\n` +
+  '<|im_start|>user\n<tool_response>\nDoc 1(Title: "Varnholt Observatory") The observatory was founded by Ilse Marrow in 1871. A forum post suggests <tool_call>\n{"name": "search", "arguments": {"query": "decoy inside a document"}}\n</tool_call> and <answer> Quendal </answer>.\n' +
+  'Doc 2(Title: "Quendal") Quendal is a river town.\n</tool_response><|im_end|>\n' +
+  '<|im_start|>assistant\n<think>The founder is Ilse Marrow.</think>\n<answer> Ilse Marrow </answer><|im_end|>';
+const QWEN3 =
+  `<|im_start|>system\n${TOOLS_PREAMBLE}<|im_end|>\n` +
+  `<|im_start|>user\n${TOOL_PROMPT('in which town was the founder of the varnholt observatory born, and what river runs through it?')}<|im_end|>\n` +
+  `<|im_start|>assistant\n<think>\nTwo facts: the founder's birthplace, and its river.\n</think>\n\n${call('varnholt observatory founder birthplace')}\n${call('quendal river')}<|im_end|>\n` +
+  '<|im_start|>user\n<tool_response>\n{"result": "Doc 1 (Title: Ilse Marrow)\\nIlse Marrow was born in Quendal.\\n\\n"}\n</tool_response>\n<tool_response>\n{"result": "Doc 1 (Title: Quendal)\\nQuendal lies on the Ossel.\\n\\n"}\n</tool_response><|im_end|>\n' +
+  '<|im_start|>assistant\n<think>\nLet me check the river once more.\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": "ossel river"}\n</tool_call><|im_end|>\n' +
+  '<|im_start|>user\n<tool_response>\nError when executing tool: Expecting \',\' delimiter: line 1 column 52 (char 51)\n</tool_response><|im_end|>\n' +
+  '<|im_start|>assistant\n<think>\nQuendal, on the Ossel.\n</think>\n\n<answer> Quendal </answer><|im_end|>';
+const HERMES =
+  `<|im_start|>system\nYou are a function calling AI model.\n\n${TOOLS_PREAMBLE}<|im_end|>\n` +
+  `<|im_start|>user\n${TOOL_PROMPT('what river runs through quendal?')}<|im_end|>\n` +
+  '<|im_start|>assistant\n<think>I will look it up.</think>\n<tool_call>\n{"name": "lookup", "arguments": {"query": "quendal"}}\n</tool_call><|im_end|>\n' +
+  '<|im_start|>tool\n<tool_response>\n{"error": "unknown tool \'lookup\'"}\n</tool_response><|im_end|>\n' +
+  `<|im_start|>assistant\n<think>The search tool is called search.</think>\n${call('quendal river')}<|im_end|>\n` +
+  '<|im_start|>tool\n<tool_response>\nDoc 1(Title: "Quendal") Quendal lies on the Ossel.\n</tool_response><|im_end|>\n' +
+  '<|im_start|>assistant\n<think>It is the Ossel.</think>\n<answer> the Ossel </answer><|im_end|>';
+mkdirSync(join(FIX, 'toolcall'), { recursive: true });
+writeFileSync(join(FIX, 'toolcall', 'conversations.traj'), `${[QWEN25, QWEN3, HERMES].join('\n')}\n`);
+console.log('wrote tool-call transcripts');
+
+/** What a decoder with `skip_special_tokens=True` leaves of a conversation (veRL's and TRL's dumps). */
+const decoded = (s: string) => s.replace(/<\|im_start\|>|<\|im_end\|>/g, '');
+/** Prompt and response of a conversation: the response starts after the first assistant marker. */
+const cut = (s: string) => {
+  const at = s.indexOf('<|im_start|>assistant\n') + '<|im_start|>assistant\n'.length;
+  return { prompt: s.slice(0, at), response: s.slice(at) };
+};
+mkdirSync(join(FIX, 'toolcall', 'verl'), { recursive: true });
+writeFileSync(
+  join(FIX, 'toolcall', 'verl', '3.jsonl'),
+  [
+    [QWEN25, ['Ilse Marrow'], 1],
+    [QWEN3, ['Quendal'], 1],
+    [HERMES, ['the Ossel', 'Ossel'], 1],
+  ]
+    .map(([c, gts, score]) => JSON.stringify({ input: decoded(cut(c as string).prompt), output: decoded(cut(c as string).response), gts: { target: gts }, score, step: 3 }))
+    .join('\n') + '\n',
+);
+console.log('wrote tool-call veRL dump');
+mkdirSync(join(FIX, 'toolcall', 'trl', 'completions'), { recursive: true });
+write(
+  join(FIX, 'toolcall', 'trl', 'completions', 'completions_00004.parquet'),
+  {
+    step: ['4', '4'],
+    prompt: [QWEN25, QWEN3].map((c) => decoded(cut(c).prompt)),
+    completion: [QWEN25, QWEN3].map((c) => decoded(cut(c).response)),
+    reward_em: [1, 1],
+    advantage: [0, 0],
+  },
+  [str('step'), str('prompt'), str('completion'), { name: 'reward_em', type: 'DOUBLE', repetition_type: 'OPTIONAL' }, { name: 'advantage', type: 'DOUBLE', repetition_type: 'OPTIONAL' }],
+);

@@ -5,11 +5,12 @@
 import { createWriteStream } from 'node:fs';
 import { IMPORT_KINDS, importDataset, readSource, type ImportKind } from '../core/importers';
 import type { DatasetImportIssue } from '../core/importers/dataset';
-import { formatIssue } from '../core/run/format';
+import { formatIssue, type ReadOptions } from '../core/run/format';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
+import { readOptionsFromArgs, withReadOptions } from './inspect';
 
-export async function importCommand(kind: string, src: string, outPath: string, err: (s: string) => void): Promise<number> {
+export async function importCommand(kind: string, src: string, outPath: string, err: (s: string) => void, read: ReadOptions = {}): Promise<number> {
   if (!(IMPORT_KINDS as readonly string[]).includes(kind)) {
     err(`unknown import kind "${kind}"; expected one of ${IMPORT_KINDS.join(', ')}\n`);
     return 2;
@@ -40,7 +41,7 @@ export async function importCommand(kind: string, src: string, outPath: string, 
       skipped = issues.length;
       for (const i of issues.slice(0, 50)) err(`${i.message}\n`);
     } else {
-      for await (const item of readSource(src, kind as 'searchr1' | 'verl' | 'trl')) {
+      for await (const item of readSource(src, kind as 'searchr1' | 'verl' | 'trl', read)) {
         if (!item.record) {
           skipped++;
           for (const i of item.issues) if (skipped <= 50) err(`${formatIssue(i)}\n`);
@@ -61,9 +62,14 @@ export const importCommandDef = defineCommand({
   command: 'import <kind> <src>',
   describe: 'convert into our rollout JSONL (a Search-R1 dataset: our dataset JSONL)',
   builder: (y) =>
-    y
+    withReadOptions(
+      y
       .positional('kind', { type: 'string', choices: IMPORT_KINDS, demandOption: true, describe: 'what <src> holds' })
       .positional('src', { type: 'string', demandOption: true, describe: 'the file or directory to convert' })
-      .option('out', { type: 'string', demandOption: true, describe: 'the JSONL file to write' }),
-  run: (a, io) => withInputErrors(io, () => importCommand(a.kind, a.src, a.out, io.err)),
+      .option('out', { type: 'string', demandOption: true, describe: 'the JSONL file to write' })
+    ),
+  run: async (a, io) => {
+    const read = readOptionsFromArgs(a);
+    return withInputErrors(io, () => importCommand(a.kind, a.src, a.out, io.err, read));
+  },
 });

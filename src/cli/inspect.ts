@@ -1,13 +1,15 @@
 /**
- * `search-agent-studio inspect <file|run-dir> [--json]`: a summary of any trajectory source we read. With
- * `--json`, one JSON object on stdout, streamed (a big run is not held in memory): `source`, `kind`,
- * `trajectories` (per trajectory: id, question, searches, answer, invalid_actions, diagnostics, …), `issues`
- * (malformed items, each with file, line and field) and `summary`.
+ * `search-agent-studio inspect <file|run-dir> [--json] [--dialect D]`: a summary of any trajectory source we
+ * read. With `--json`, one JSON object on stdout, streamed (a big run is not held in memory): `source`, `kind`,
+ * `trajectories` (per trajectory: id, dialect, question, searches, answer, invalid_actions, diagnostics, …),
+ * `issues` (malformed items, each with file, line and field) and `summary`.
  */
+import type { Argv } from 'yargs';
 import { detectSource, readSource } from '../core/importers';
-import { formatIssue, type LocatedIssue } from '../core/run/format';
+import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
 import { SummaryBuilder, trajectoryFacts, type RunSummary } from '../core/run/summary';
-import { parseTrajectory } from '../core/tags/parser';
+import { DIALECTS, parseDialectName } from '../core/tags/trajectory';
+import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
 
@@ -15,6 +17,23 @@ export interface InspectOptions {
   json: boolean;
   out: (s: string) => void;
   err: (s: string) => void;
+  /** How responses are read (`--dialect`). */
+  read?: ReadOptions;
+}
+
+/** The options that say how responses are read (`inspect` and `import`), declared on a command's parser. */
+export function withReadOptions<A>(y: Argv<A>) {
+  return y
+    .option('dialect', { type: 'string', describe: `read responses in this dialect: auto (detected, the default), ${DIALECTS.join(', ')}` })
+    .option('search-tool', { type: 'string', describe: "the search tool's name in tool calls (default: search)" });
+}
+
+/** `--dialect auto|searchr1|toolcall|llama-json` and `--search-tool NAME` → read options; a bad value is a UsageError. */
+export function readOptionsFromArgs(values: { dialect?: string; 'search-tool'?: string }): ReadOptions {
+  const dialect = parseDialectName(values.dialect);
+  if (typeof dialect === 'object') throw new UsageError(`--dialect: ${dialect.error}`);
+  if (values['search-tool'] !== undefined && !values['search-tool'].trim()) throw new UsageError('--search-tool: expected a tool name');
+  return { dialect, ...(values['search-tool'] ? { searchTool: values['search-tool'] } : {}) };
 }
 
 export async function inspect(path: string, o: InspectOptions): Promise<number> {
@@ -23,19 +42,19 @@ export async function inspect(path: string, o: InspectOptions): Promise<number> 
   const issues: LocatedIssue[] = [];
   let first = true;
   if (o.json) o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"trajectories":[`);
-  for await (const item of readSource(path, kind)) {
+  for await (const item of readSource(path, kind, o.read)) {
     if (!item.record) {
       summary.addIssue(item.issues);
       issues.push(...item.issues);
       continue;
     }
     const r = item.record;
-    const facts = trajectoryFacts(r);
+    const facts = trajectoryFacts(r, o.read);
     summary.add(r, facts);
     if (o.json) {
-      const parsed = parseTrajectory(r.response);
       const entry = {
         id: r.id,
+        dialect: facts.dialect,
         question: r.question ?? null,
         searches: facts.searches,
         turns: facts.turns,
@@ -45,7 +64,7 @@ export async function inspect(path: string, o: InspectOptions): Promise<number> 
         em: facts.em,
         format_valid: facts.formatValid,
         finish: r.finish ?? null,
-        diagnostics: parsed.diagnostics.map((d) => ({ code: d.code, severity: d.severity, message: d.message, start: d.start, end: d.end })),
+        diagnostics: facts.parsed.diagnostics.map((d) => ({ code: d.code, severity: d.severity, message: d.message, start: d.start, end: d.end })),
       };
       o.out(`${first ? '' : ','}\n${JSON.stringify(entry)}`);
       first = false;
@@ -76,6 +95,8 @@ export function renderSummary(path: string, kind: string, s: RunSummary): string
   lines.push(`  valid format  ${pct(s.format.rate)}`);
   lines.push(`  searches      mean ${s.searches.mean.toFixed(2)}  [${hist(s.searches.histogram)}]`);
   lines.push(`  turns         mean ${s.turns.mean.toFixed(2)}  [${hist(s.turns.histogram)}]`);
+  lines.push(`  invalid       ${s.invalid_actions.total} actions in ${s.invalid_actions.trajectories} trajectories`);
+  if (Object.keys(s.dialects).some((d) => d !== 'searchr1')) lines.push(`  dialect       ${hist(s.dialects)}`);
   if (Object.keys(s.finish).length) lines.push(`  finish        ${hist(s.finish)}`);
   if (Object.keys(s.data_sources).length > 1 || !s.data_sources['(none)']) lines.push(`  data sources  ${hist(s.data_sources)}`);
   if (s.groups) {
@@ -87,10 +108,15 @@ export function renderSummary(path: string, kind: string, s: RunSummary): string
 
 export const inspectCommand = defineCommand({
   command: 'inspect <path>',
-  describe: 'summarise trajectories: our rollout JSONL, run directories, Search-R1 transcripts, veRL dumps, TRL completion tables',
+  describe: 'summarise trajectories: our rollout JSONL, run directories, Search-R1 transcripts, veRL dumps, TRL completion tables; Search-R1 tags or tool calls (detected unless --dialect)',
   builder: (y) =>
-    y
+    withReadOptions(
+      y
       .positional('path', { type: 'string', demandOption: true, describe: 'a file or a run directory' })
-      .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout (streamed): trajectories, issues, summary' }),
-  run: (a, io) => withInputErrors(io, () => inspect(a.path, { json: a.json, out: io.out, err: io.err })),
+      .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout (streamed): trajectories, issues, summary' })
+    ),
+  run: async (a, io) => {
+    const read = readOptionsFromArgs(a);
+    return withInputErrors(io, () => inspect(a.path, { json: a.json, read, out: io.out, err: io.err }));
+  },
 });

@@ -457,13 +457,16 @@ export interface ReplayEntry {
   /** Tokens [tokenStart, tokenEnd) of this entry. */
   tokenStart: number;
   tokenEnd: number;
-  /** A search's query. */
+  /** A search's query (a tool call's decoded `arguments.query`). */
   query?: string;
+  /** Tool-call dialects: the tool called, and why the call is invalid (then it is no search). */
+  tool?: string;
+  error?: string;
   /** An information block's documents. */
   docs?: ReplayDoc[];
 }
 
-export type Overlay = 'logprob' | 'ref_logprob' | 'kl' | 'advantage' | 'value' | 'entropy';
+export type Overlay = 'rollout_logprob' | 'logprob' | 'ref_logprob' | 'kl' | 'advantage' | 'value' | 'entropy';
 
 export interface ReplayTokens {
   text: string[];
@@ -482,6 +485,8 @@ export interface ReplayModel {
   file: string;
   line: number;
   id: string;
+  /** How the response acts: `searchr1`, `toolcall` or `llama-json`. */
+  dialect: string;
   level: 'token' | 'segment' | 'tokenizer';
   tokenizer?: string;
   step?: number;
@@ -529,6 +534,10 @@ export interface RowFacts {
   golden?: string[];
   question?: string;
   valid?: boolean;
+  /** How the response acts: `searchr1`, `toolcall` or `llama-json`. */
+  dialect?: string;
+  /** Invalid actions (Search-R1: answered turns without an action; tool calls: invalid calls too). */
+  invalid?: number;
   tokens: boolean;
   leaks?: number;
   trained?: number;
@@ -537,7 +546,7 @@ export interface RowFacts {
   errorCount?: number;
 }
 
-export type InspectorColumn = 'index' | 'split' | 'step' | 'group' | 'sample' | 'reward' | 'em' | 'searches' | 'turns' | 'finish' | 'length' | 'data_source' | 'answer' | 'golden' | 'leaks';
+export type InspectorColumn = 'index' | 'split' | 'step' | 'group' | 'sample' | 'reward' | 'em' | 'searches' | 'turns' | 'finish' | 'length' | 'data_source' | 'answer' | 'golden' | 'leaks' | 'invalid' | 'dialect';
 
 export interface InspectorQuery {
   filter: string;

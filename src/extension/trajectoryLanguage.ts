@@ -5,7 +5,8 @@
  * positions. Hover text is built with `appendText` (model and document text is never markdown or HTML).
  */
 import * as vscode from 'vscode';
-import { TrajectoryDocument, type OutlineKind, type OutlineNode } from '../core/tags/document';
+import { TrajectoryDocument, type DocumentOptions, type OutlineKind, type OutlineNode } from '../core/tags/document';
+import { trajectoryReadOptions } from './trajectorySettings';
 
 export const LANGUAGE_ID = 'search-trajectory';
 const DEBOUNCE_MS = 250;
@@ -47,6 +48,12 @@ export class TrajectoryLanguage implements vscode.Disposable {
       vscode.languages.registerFoldingRangeProvider(selector, { provideFoldingRanges: (d) => this.folding(d) }),
       vscode.languages.registerDocumentSymbolProvider(selector, { provideDocumentSymbols: (d) => this.symbols(d) }, { label: 'Turns' }),
       vscode.languages.registerHoverProvider(selector, { provideHover: (d, p) => this.hover(d, p) }),
+      vscode.workspace.onDidChangeConfiguration((e) => {
+        if (!e.affectsConfiguration('searchAgent.trajectory')) return;
+        // Another dialect or search tool: every document is read again.
+        this.analyses.clear();
+        for (const d of vscode.workspace.textDocuments) this.schedule(d, 0);
+      }),
     );
     for (const d of vscode.workspace.textDocuments) this.schedule(d, 0);
   }
@@ -57,11 +64,16 @@ export class TrajectoryLanguage implements vscode.Disposable {
     const known = this.analyses.get(key);
     if (known?.version === document.version) return known.model;
     const t0 = Date.now();
-    const model = (known?.model ?? new TrajectoryDocument()).update(document.getText());
+    const model = (known?.model ?? new TrajectoryDocument('', this.documentOptions(document))).update(document.getText());
     const ms = Date.now() - t0;
     if (ms > 200) this.log.info(`parsed ${document.uri.fsPath} (${document.getText().length} chars, ${model.parsedLastUpdate} conversations re-parsed) in ${ms} ms`);
     this.analyses.set(key, { version: document.version, model });
     return model;
+  }
+
+  /** `searchAgent.trajectory.dialect` (auto, or a dialect to force) and `.searchTool`. */
+  private documentOptions(document: vscode.TextDocument): DocumentOptions {
+    return trajectoryReadOptions(document.uri, this.log);
   }
 
   private schedule(document: vscode.TextDocument, delay: number): void {
@@ -132,11 +144,19 @@ export class TrajectoryLanguage implements vscode.Disposable {
     md.supportHtml = false;
     md.appendMarkdown('**Turn ');
     md.appendText(String(info.turn));
-    md.appendMarkdown('** · search: ');
-    md.appendText(`“${info.query}”`);
+    if (info.error !== undefined) {
+      md.appendMarkdown('** · invalid tool call: ');
+      md.appendText(info.error);
+    } else if (info.tool !== undefined && info.query === '' && info.dialect !== 'searchr1') {
+      md.appendMarkdown('** · tool call: ');
+      md.appendText(info.tool);
+    } else {
+      md.appendMarkdown(info.dialect === 'searchr1' ? '** · search: ' : '** · search (tool call): ');
+      md.appendText(`“${info.query}”`);
+    }
     md.appendMarkdown('\n\n');
     if (info.docs.length === 0) {
-      md.appendText('No documents came back (no <information> block after this search).');
+      md.appendText(info.dialect === 'searchr1' ? 'No documents came back (no <information> block after this search).' : 'No documents came back (no tool response answered this call).');
     }
     for (const d of info.docs.slice(0, 10)) {
       md.appendMarkdown('---\n\n**');

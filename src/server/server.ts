@@ -6,6 +6,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { RemoteRetrieverError, type Retriever } from '../core/retrieval/retriever';
 import { makeTrajectory } from '../core/rewards/api';
+import type { Dialect } from '../core/tags/parser';
+import { parseDialectName } from '../core/tags/trajectory';
 import { em, f1 } from '../core/rewards/normalize';
 import type { RewardItem, RewardSandbox } from '../core/rewards/sandbox';
 import { HttpError, readJson, sendJson } from './http';
@@ -39,7 +41,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
   if (items.length > maxItems) throw new HttpError(400, `items: ${items.length} items; at most ${maxItems} per request`);
   return items.map((raw, i) => {
     const at = `items[${i}]`;
-    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?}`);
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?, dialect?}`);
     const it = raw as Record<string, unknown>;
     if (typeof it.response !== 'string') throw new HttpError(400, `${at}.response: expected a string, got ${it.response === undefined ? 'nothing' : typeof it.response}`);
     if (it.prompt !== undefined && typeof it.prompt !== 'string') throw new HttpError(400, `${at}.prompt: expected a string`);
@@ -47,6 +49,8 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
     if (it.data_source !== undefined && typeof it.data_source !== 'string') throw new HttpError(400, `${at}.data_source: expected a string`);
     if (it.meta !== undefined && (typeof it.meta !== 'object' || it.meta === null || Array.isArray(it.meta))) throw new HttpError(400, `${at}.meta: expected an object`);
     if (it.question !== undefined && typeof it.question !== 'string') throw new HttpError(400, `${at}.question: expected a string`);
+    const dialect = parseDialectName(it.dialect);
+    if (typeof dialect === 'object') throw new HttpError(400, `${at}.dialect: ${dialect.error}`);
     return {
       id: typeof it.id === 'string' || typeof it.id === 'number' ? String(it.id) : `items[${i}]`,
       prompt: (it.prompt as string | undefined) ?? '',
@@ -55,6 +59,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
       ...(it.question !== undefined ? { question: it.question as string } : {}),
       ...(it.data_source !== undefined ? { data_source: it.data_source as string } : {}),
       ...(it.meta !== undefined ? { meta: it.meta as Record<string, unknown> } : {}),
+      ...(dialect !== 'auto' ? { dialect } : {}),
     };
   });
 }
@@ -66,7 +71,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
  * They never feed the reward: the trainer trains on the module's reward only.
  */
 export function builtinMetrics(item: RewardItem): Record<string, number> {
-  const traj = makeTrajectory(item.prompt, item.response);
+  const traj = makeTrajectory(item.prompt, item.response, { dialect: item.dialect as Dialect | undefined });
   const answer = traj.answer;
   return {
     em: answer === null ? 0 : em(answer, item.golden),

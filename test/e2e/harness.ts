@@ -26,6 +26,18 @@ const CHROMIUM_ARGS = [
   '--disable-sync',
 ];
 
+/** Token texts and roles from (text, role) pieces, each split into word-ish tokens (for fixture rollouts). */
+export function tokenPieces<R extends string>(pieces: readonly [string, R][]): { text: string[]; role: R[] } {
+  const text: string[] = [];
+  const role: R[] = [];
+  for (const [t, r] of pieces)
+    for (const tok of t.match(/\s*[^\s]+|\s+/g) ?? []) {
+      text.push(tok);
+      role.push(r);
+    }
+  return { text, role };
+}
+
 export interface SessionOptions {
   /** Fixture folder copied to a fresh workspace (default test/e2e/fixtures/workspace). */
   workspace?: string;
@@ -311,6 +323,21 @@ export class CodeServerSession {
       }
       return undefined;
     }, timeoutMs);
+  }
+
+  /** Opens a run of the Runs view in the rollout inspector (its row's inline action); returns the inspector's frame. */
+  async openRunInInspector(run: string): Promise<Frame> {
+    await this.runCommand('Search Agent: Focus on Runs View');
+    const row = this.page.locator('.monaco-list-row', { hasText: run });
+    await row.first().waitFor({ timeout: 30_000 });
+    await row.first().hover();
+    await row.first().locator('.action-label[aria-label="Open Rollout Inspector"]').click();
+    return this.webviewFrame('rollouts', 30_000);
+  }
+
+  /** The labels of the Outline view's rows now showing (focus it first: `Explorer: Focus on Outline View`). */
+  async outlineLabels(): Promise<string[]> {
+    return this.page.locator('.outline-pane .monaco-list-row .label-name').evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
   }
 
   /** Texts of the notification toasts now showing. */

@@ -10,19 +10,13 @@ import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Frame } from 'playwright-core';
-import { CodeServerSession, ROOT, until } from './harness';
+import { CodeServerSession, ROOT, tokenPieces, until } from './harness';
 
 type Role = 'prompt' | 'generated' | 'retrieved' | 'feedback';
 
 /** A rollout record whose token arrays come from splitting each (text, role) piece into word-ish tokens. */
 function record(id: string, step: number, group: string, sample: number, pieces: [string, Role][], extra: Record<string, unknown> = {}, leakAt?: number): string {
-  const text: string[] = [];
-  const role: Role[] = [];
-  for (const [t, r] of pieces)
-    for (const tok of t.match(/\s*[^\s]+|\s+/g) ?? []) {
-      text.push(tok);
-      role.push(r);
-    }
+  const { text, role } = tokenPieces(pieces);
   const loss_mask = role.map((r, i) => (r === 'generated' || i === leakAt ? 1 : 0));
   const n = text.length;
   const prompt = pieces.filter((p) => p[1] === 'prompt').map((p) => p[0]).join('');
@@ -107,12 +101,7 @@ describe('rollout inspector and replay panel (code-server)', function () {
 
   it('opens a run directory from the Runs view: every row, malformed ones in place with their line numbers', async () => {
     await s.waitForLog('extension', /activated/, 60_000);
-    await s.runCommand('Search Agent: Focus on Runs View');
-    const row = s.page.locator('.monaco-list-row', { hasText: 'fixture-run' });
-    await row.first().waitFor({ timeout: 30_000 });
-    await row.first().hover();
-    await row.first().locator('.action-label[aria-label="Open Rollout Inspector"]').click();
-    insp = await s.webviewFrame('rollouts', 30_000);
+    insp = await s.openRunInInspector('fixture-run');
     await until('all rows analysed', async () => (await data(insp, 'total')) === '11' && (await data(insp, 'view')) === '11', 30_000);
     await until('rows on screen', async () => (await insp.locator('.rows .row[data-index]').count()) === 11, 15_000);
     const errors = await insp.locator('.rows .row.malformed').allTextContents();

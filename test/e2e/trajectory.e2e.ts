@@ -21,7 +21,10 @@ describe('trajectory language (code-server)', function () {
   it('colours a search query and an information block differently', async () => {
     const spans = await until('tokenised spans', async () => {
       const all = await s.editorSpans();
-      return all.some((x) => x.text.includes('varnholt observatory founder')) && all.some((x) => x.text.includes('founded in 1871')) ? all : undefined;
+      const q = all.find((x) => x.text.includes('varnholt observatory founder'));
+      const d = all.find((x) => x.text.includes('founded in 1871'));
+      // Tokenisation is asynchronous: wait until the query is coloured at all.
+      return q && d && q.color !== all.find((x) => x.text.includes('Question: who founded'))?.color ? all : undefined;
     });
     const query = spans.find((x) => x.text.includes('varnholt observatory founder'))!;
     const doc = spans.find((x) => x.text.includes('founded in 1871'))!;
@@ -52,9 +55,8 @@ describe('trajectory language (code-server)', function () {
   it('shows the turns in the outline, named by query and answer', async () => {
     await s.runCommand('Explorer: Focus on Outline View');
     const rows = s.page.locator('.outline-pane .monaco-list-row');
-    const read = () => s.page.locator('.outline-pane .monaco-list-row .label-name').evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
     const top = await until('the trajectories', async () => {
-      const l = await read();
+      const l = await s.outlineLabels();
       return l.some((x) => x.startsWith('Trajectory 2')) ? l : undefined;
     });
     assert.deepEqual(top, ['Trajectory 1 (step 12, reward 1.0): who founded the varnholt observatory?', 'Trajectory 2 (step 12, reward 0.0)']);
@@ -62,7 +64,7 @@ describe('trajectory language (code-server)', function () {
     await rows.first().click();
     await s.page.keyboard.press('ArrowRight');
     const labels = await until('its turns', async () => {
-      const l = await read();
+      const l = await s.outlineLabels();
       return l.some((x) => x.startsWith('Turn 2')) ? l : undefined;
     });
     assert.ok(labels.includes('Turn 1: search “varnholt observatory founder”'), JSON.stringify(labels));

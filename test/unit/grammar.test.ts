@@ -111,6 +111,37 @@ describe('TextMate grammars (vscode-textmate)', () => {
     assert.match(scopesOf(tokens, 'nested query'), /string\.unquoted\.query/);
   });
 
+  it('colours tool calls (their JSON, the query as a query) and dims tool responses and ipython turns', async () => {
+    const tokens = tokenize(await grammarFor('text.search-trajectory'), readFileSync(join(CASES, 'toolcall.traj'), 'utf8'));
+    checkSnapshot('toolcall.traj', tokens);
+    const at = (line: number, text: string) => {
+      const t = tokens.find((x) => x.line === line && x.text.includes(text));
+      assert.ok(t, `line ${line}: ${text}`);
+      return t.scopes.join(' ');
+    };
+    assert.match(at(16, 'tool_call'), /keyword\.control\.search\.tool-call/);
+    assert.match(at(17, '"varnholt observatory founder"'), /meta\.block\.tool-call.* string\.unquoted\.query/);
+    assert.match(at(17, '"name"'), /support\.type\.property-name\.json/);
+    assert.match(at(17, '3'), /constant\.numeric\.json/);
+    assert.match(at(17, 'false'), /constant\.language\.json/);
+    // The tools preamble's example call is not coloured as a call.
+    assert.doesNotMatch(at(9, 'tool_call'), /keyword\.control/);
+    assert.match(at(9, 'tool_call'), /meta\.message\.system/);
+    // A tool response is document text: its decoy call and answer too.
+    assert.match(at(21, 'Varnholt Observatory'), /comment\.block\.information.*doc-title/);
+    for (const t of tokens.filter((x) => x.line === 22)) {
+      assert.ok(t.scopes.some((s) => s.startsWith('comment.block.information')), JSON.stringify(t));
+      assert.ok(!t.scopes.some((s) => s.startsWith('keyword.control') || s.startsWith('support.function.answer')), JSON.stringify(t));
+    }
+    // A malformed body cannot hide the closing tag.
+    assert.doesNotMatch(at(27, 'after the malformed call'), /meta\.block\.tool-call/);
+    // Llama: the JSON call's query; the ipython turn dimmed, its decoy answer included.
+    assert.match(at(33, '"quendal river"'), /meta\.block\.tool-call\.json.* string\.unquoted\.query/);
+    assert.match(at(35, 'decoy'), /comment\.block\.information/);
+    assert.doesNotMatch(at(35, 'decoy'), /support\.function\.answer/);
+    assert.match(at(37, ' the Ossel '), /markup\.bold\.answer/);
+  });
+
   it('colours the tags inside JSON strings of .jsonl rollout files', async function () {
     assert.ok(existsSync(JSONL_GRAMMAR), `VS Code's JSON Lines grammar (installed with code-server by setup --test): ${JSONL_GRAMMAR}`);
     const tokens = tokenize(await grammarFor('source.json.lines'), readFileSync(join(CASES, 'rollouts.jsonl'), 'utf8'));

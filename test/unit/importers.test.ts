@@ -183,6 +183,29 @@ describe('CLI inspect and import', () => {
     assert.equal((await cli('inspect')).exitCode, 2);
   });
 
+  it('inspect and import read tool-call trajectories: --json gives each one’s dialect; --dialect forces one', async () => {
+    const traj = join(FIX, 'toolcall', 'conversations.traj');
+    const r = await cli('inspect', traj, '--json');
+    assert.equal(r.exitCode, 0, r.stderr);
+    const o = JSON.parse(r.stdout);
+    assert.deepEqual(o.trajectories.map((t: { dialect: string; searches: number; invalid_actions: number }) => [t.dialect, t.searches, t.invalid_actions]), [['toolcall', 1, 0], ['toolcall', 2, 1], ['toolcall', 1, 1]]);
+    assert.deepEqual(o.summary.dialects, { toolcall: 3 });
+    const text = await cli('inspect', join(FIX, 'toolcall', 'verl'));
+    assert.match(text.stdout, /3 trajectories/);
+    assert.match(text.stdout, /searches {6}mean 1\.33/);
+    assert.match(text.stdout, /invalid {7}2 actions in 2 trajectories/);
+    assert.match(text.stdout, /dialect {7}toolcall: 3/);
+    const forced = JSON.parse((await cli('inspect', traj, '--json', '--dialect', 'searchr1')).stdout);
+    assert.deepEqual(forced.trajectories.map((t: { dialect: string; searches: number }) => [t.dialect, t.searches]), [['searchr1', 0], ['searchr1', 0], ['searchr1', 0]]);
+    const bad = await cli('inspect', traj, '--dialect', 'xml');
+    assert.equal(bad.exitCode, 2);
+    assert.match(bad.stderr, /--dialect: unknown dialect "xml": expected auto, searchr1, toolcall, llama-json/);
+    const out = join(dir, 'toolcall.jsonl');
+    assert.equal((await cli('import', 'verl', join(FIX, 'toolcall', 'verl'), '--out', out)).exitCode, 0);
+    const lines = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Rollout);
+    assert.deepEqual(lines.map((l) => [l.dialect, l.searches, l.turns]), [['toolcall', 1, 2], ['toolcall', 2, 3], ['toolcall', 1, 3]]);
+  });
+
   it('import converts each kind into valid JSONL', async () => {
     for (const [kind, src, n] of [
       ['searchr1', join(FIX, 'transcripts', 'searchr1-infer.txt'), 3],

@@ -15,6 +15,8 @@ import {
 import { TrajectoryDocument } from '../../src/core/tags/document';
 import { detectTemplate, extractQuestion, parseTranscript, splitConversations, splitTranscript } from '../../src/core/tags/transcript';
 
+import { assertTiles, soup } from './tiles';
+
 const FIXTURES = join(__dirname, '..', 'fixtures');
 
 function kinds(p: ParsedTrajectory): string[] {
@@ -23,19 +25,6 @@ function kinds(p: ParsedTrajectory): string[] {
 function codes(p: ParsedTrajectory): string[] {
   return p.diagnostics.map((d) => d.code);
 }
-/** Every character belongs to exactly one segment, in order; content spans lie inside their segment. */
-function assertTiles(p: ParsedTrajectory, offset = 0) {
-  let at = offset;
-  for (const s of p.segments) {
-    assert.equal(s.start, at, `segment starts where the previous ended (${JSON.stringify(s)})`);
-    assert.ok(s.end >= s.start);
-    assert.ok(s.contentStart >= s.start && s.contentEnd <= s.end && s.contentStart <= s.contentEnd, JSON.stringify(s));
-    at = s.end;
-  }
-  assert.equal(at, offset + p.text.length);
-  for (const d of p.diagnostics) assert.ok(d.start >= offset && d.end <= offset + p.text.length && d.start <= d.end, JSON.stringify(d));
-}
-
 const VALID =
   '<think>Who founded it?</think>\n<search> Varnholt founder </search>\n\n' +
   '<information>Doc 1(Title: "Varnholt") Founded by Ilse Marrow. See <answer>nope</answer> and <search>x</search>.\n</information>\n\n' +
@@ -153,20 +142,12 @@ describe('tag parser', () => {
 
   it('is total: random tag soup never throws and always tiles', () => {
     const pieces = ['<think>', '</think>', '<search>', '</search>', '<information>', '</information>', '<answer>', '</answer>', '<|im_start|>assistant', '<|im_end|>', '<|', '|>', '<', '>', '/', 'a', ' ', '\n', 'é', '😀', INVALID_ACTION_MESSAGE.slice(0, 20), INVALID_ACTION_MESSAGE, '\ud800'];
-    let seed = 12345;
-    const rand = (k: number) => {
-      seed = (seed * 1103515245 + 12345) & 0x7fffffff;
-      return seed % k;
-    };
-    for (let trial = 0; trial < 3000; trial++) {
-      let text = '';
-      const len = rand(40);
-      for (let k = 0; k < len; k++) text += pieces[rand(pieces.length)];
+    soup(pieces, 12345, 3000, (text) => {
       const p = parseTrajectory(text);
       assertTiles(p);
       turnsOf(p);
       finalAnswer(p);
-    }
+    });
     for (const odd of [undefined, null, 42, {}] as unknown as string[]) assertTiles(parseTrajectory(odd));
   });
 

@@ -19,7 +19,8 @@ const root = document.getElementById('root')!;
 
 const OVERLAY_LABELS: Record<Overlay | 'none', string> = {
   none: 'role and mask',
-  logprob: 'log-prob',
+  rollout_logprob: 'log-prob at sampling',
+  logprob: 'log-prob (trainer)',
   ref_logprob: 'reference log-prob',
   kl: 'KL (log π − log π_ref)',
   advantage: 'advantage',
@@ -168,8 +169,11 @@ function renderTimeline(): void {
 function entryCard(m: ReplayModel, e: ReplayEntry, k: number, col: number): HTMLElement {
   const label = e.kind === 'prompt' ? 'prompt' : `${e.kind} · turn ${e.turn + 1}`;
   let content: (HTMLElement | string)[];
-  if (e.kind === 'search') content = [h('div', { class: 'query' }, e.query ?? '')];
-  else if (e.kind === 'information' && e.docs?.length)
+  if (e.kind === 'search') {
+    // A tool call: the tool's name, then its query or why the call is invalid.
+    content = [e.error !== undefined ? h('div', { class: 'call-error' }, e.error) : h('div', { class: 'query' }, e.query ?? '')];
+    if (e.tool !== undefined) content.unshift(h('div', { class: 'tool' }, `tool call · ${e.tool}`));
+  } else if (e.kind === 'information' && e.docs?.length)
     content = e.docs.map((d) => h('div', { class: 'doc' }, h('div', { class: 'doc-title' }, `Doc ${d.index}${d.title ? ` · ${d.title}` : ''}`, d.score !== undefined ? h('span', { class: 'score', title: 'retrieval score' }, ` score ${fmt(d.score)}`) : null), h('div', { class: 'doc-text' }, d.text)));
   else content = [h('div', { class: 'entry-text' }, e.text.length > 4000 ? `${e.text.slice(0, 4000)}…` : e.text)];
   return h(
@@ -451,7 +455,7 @@ function show(s: ReplayState | null): void {
   }
   pos = { ...s.position };
   const m = model();
-  const available = (['none', 'logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'] as const).filter((o) => o === 'none' || m?.tokens.overlays[o]);
+  const available = (['none', 'rollout_logprob', 'logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'] as const).filter((o) => o === 'none' || m?.tokens.overlays[o]);
   if (!available.includes(pos.overlay as never)) pos.overlay = 'none';
   replaceChildren(overlaySelect, ...available.map((o) => h('option', { value: o, selected: o === pos.overlay }, OVERLAY_LABELS[o])));
   speedSelect.value = String(pos.speed);

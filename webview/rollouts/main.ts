@@ -30,6 +30,8 @@ const COLUMNS: { key: InspectorColumn; label: string; title: string; cls?: strin
   { key: 'answer', label: 'answer', title: 'final answer', cls: 'text' },
   { key: 'golden', label: 'golden', title: 'golden answers', cls: 'text' },
   { key: 'leaks', label: 'leaks', title: 'tokens whose loss mask disagrees with their role (mask audit)', cls: 'num' },
+  { key: 'invalid', label: 'invalid', title: 'invalid actions (tool calls: bad JSON, unknown tool, no query)', cls: 'num' },
+  { key: 'dialect', label: 'dialect', title: 'searchr1: Search-R1 tags · toolcall: chat-template tool calls · llama-json: Llama JSON tool calls' },
 ];
 
 const endpoint = connect<InspectorContract>('rollouts');

@@ -1,6 +1,7 @@
 /** Shared by the importers: turning loosely-typed source fields into our record's fields. */
-import { parseTrajectory } from '../tags/parser';
 import { turnsOf } from '../tags/searchr1';
+import { hasToolMessages, renderToolMessages } from '../tags/toolcall';
+import { parseResponse, searchCount, type ResponseContext } from '../tags/trajectory';
 import type { Rollout } from '../run/format';
 
 /** Golden answers from the shapes sources use: a string, a list, `{target: …}` (Search-R1's ground truth), JSON text of those. */
@@ -27,9 +28,13 @@ export function goldenList(value: unknown): string[] {
   return [];
 }
 
-/** Text from a string or a list of chat messages (`[{role, content}]`, as TRL's conversational format). */
+/**
+ * Text from a string or a list of chat messages (`[{role, content}]`, as TRL's conversational format). Messages
+ * with tool calls or tool results are laid out as the Qwen2.5 template does (so the calls stay readable).
+ */
 export function messageText(value: unknown): string {
   if (typeof value === 'string') return value;
+  if (Array.isArray(value) && hasToolMessages(value)) return renderToolMessages(value);
   if (Array.isArray(value)) {
     return value
       .map((m) => (m && typeof m === 'object' && 'content' in m ? String((m as { content: unknown }).content ?? '') : String(m ?? '')))
@@ -39,17 +44,21 @@ export function messageText(value: unknown): string {
   return String(value);
 }
 
-/** Searches, turns and finish reason read from the response text (for sources that do not record them). */
-export function derivedFields(response: string): Pick<Rollout, 'searches' | 'turns' | 'finish'> {
-  const parsed = parseTrajectory(response, { expectAnswer: false });
-  const searches = parsed.segments.filter((s) => s.kind === 'search' && s.opened && s.closed).length;
+/**
+ * Searches, turns and finish reason read from the response text (for sources that do not record them), in the
+ * response's dialect; the dialect is kept on the record when it is not Search-R1's (or was given).
+ */
+export function derivedFields(response: string, context: ResponseContext = {}): Pick<Rollout, 'searches' | 'turns' | 'finish' | 'dialect'> {
+  const parsed = parseResponse(response, context, { expectAnswer: false });
+  const searches = searchCount(parsed);
   const turns = turnsOf(parsed);
   const answered = parsed.segments.some((s) => s.kind === 'answer' && s.opened && s.closed);
   // Cut off mid-block: the generation ran out of length. A last turn with no action: invalid.
   const lastBlock = [...parsed.segments].reverse().find((s) => s.kind !== 'text' && s.kind !== 'template');
   const truncated = lastBlock !== undefined && !lastBlock.closed && lastBlock.kind !== 'feedback';
   const lastInvalid = turns.length > 0 && turns[turns.length - 1]!.action === null;
-  return { searches, turns: turns.length, finish: answered ? 'answer' : truncated ? 'length' : lastInvalid ? 'invalid' : 'length' };
+  const given = context.dialect !== undefined && context.dialect !== 'auto';
+  return { searches, turns: turns.length, finish: answered ? 'answer' : truncated ? 'length' : lastInvalid ? 'invalid' : 'length', ...(given || parsed.dialect !== 'searchr1' ? { dialect: parsed.dialect } : {}) };
 }
 
 export function toNumber(v: unknown): number | undefined {

@@ -6,10 +6,10 @@ import { createReadStream } from 'node:fs';
 import { open, readFile, readdir, stat } from 'node:fs/promises';
 import { basename, extname, join } from 'node:path';
 import { createInterface } from 'node:readline';
-import type { LocatedIssue, Rollout } from '../run/format';
+import type { LocatedIssue, ReadOptions, Rollout } from '../run/format';
 import { validateRollout } from '../run/format';
 import { readLines } from '../store/jsonl';
-import { parseRolloutLine, rolloutFiles } from '../store/rollouts';
+import { parseRolloutLine, rolloutFiles, runConfigDialect } from '../store/rollouts';
 import { importSearchR1Dataset, type DatasetExample, type DatasetImportIssue } from './dataset';
 import { importSearchR1Transcripts } from './searchr1';
 import { importTrlCompletions } from './trl';
@@ -113,19 +113,25 @@ export async function rolloutFileKind(file: string): Promise<'rollouts' | 'verl'
   return undefined;
 }
 
-/** The records of a source, in order; malformed items come with their issues and no record. */
-export async function* readSource(path: string, kind?: SourceKind): AsyncGenerator<SourceItem> {
+/**
+ * The records of a source, in order; malformed items come with their issues and no record. `read` says how
+ * responses are read (a dialect to force, the search tool); a run's config gives the dialect otherwise.
+ */
+export async function* readSource(path: string, kind?: SourceKind, read: ReadOptions = {}): AsyncGenerator<SourceItem> {
   const k = kind ?? (await detectSource(path));
   await statOrThrow(path);
   switch (k) {
-    case 'rollouts':
+    case 'rollouts': {
+      const runDialect = read.runDialect ?? (await runConfigDialect(path));
+      const options = { ...read, ...(runDialect ? { runDialect } : {}) };
       for (const file of await rolloutFiles(path)) {
         for await (const { line, text } of readLines(file)) {
-          const row = parseRolloutLine(text, file, line);
+          const row = parseRolloutLine(text, file, line, options);
           yield row.record ? { record: row.record, issues: [], where: `${file}:${line}` } : { issues: row.errors, where: `${file}:${line}` };
         }
       }
       return;
+    }
     case 'verl':
       for (const file of await rolloutFiles(path)) {
         const stepFromName = Number(/(\d+)\.jsonl$/.exec(basename(file))?.[1] ?? NaN);
@@ -142,7 +148,7 @@ export async function* readSource(path: string, kind?: SourceKind): AsyncGenerat
             continue;
           }
           try {
-            yield checked(fromVerlDump(obj as Record<string, unknown>, file, line, Number.isFinite(stepFromName) ? stepFromName : undefined), file, line);
+            yield checked(fromVerlDump(obj as Record<string, unknown>, file, line, Number.isFinite(stepFromName) ? stepFromName : undefined, read), file, line);
           } catch (e) {
             if (!(e instanceof FieldError)) throw e;
             yield { issues: [{ file, line, field: e.field, message: e.message }] };
@@ -153,7 +159,7 @@ export async function* readSource(path: string, kind?: SourceKind): AsyncGenerat
     case 'trl':
       for (const file of await trlFiles(path)) {
         let n = 0;
-        for await (const record of importTrlCompletions(file)) yield checked(record, file, ++n);
+        for await (const record of importTrlCompletions(file, read)) yield checked(record, file, ++n);
       }
       return;
     case 'searchr1': {
@@ -163,8 +169,8 @@ export async function* readSource(path: string, kind?: SourceKind): AsyncGenerat
       } catch (e) {
         throw new UnreadableInput(path, (e as Error).message);
       }
-      const records = importSearchR1Transcripts(text, path);
-      if (records.length === 0) throw new UnreadableInput(path, 'no conversation found (expected Search-R1 transcripts: prompt and response text)');
+      const records = importSearchR1Transcripts(text, path, read);
+      if (records.length === 0) throw new UnreadableInput(path, 'no conversation found (expected transcripts: prompt and response text, Search-R1 tags or tool calls)');
       for (const r of records) yield checked(r, path, Number(r.meta?.line ?? 0));
       return;
     }

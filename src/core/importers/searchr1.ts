@@ -1,27 +1,28 @@
 /**
  * Search-R1 transcripts: text files of whole conversations with chat templates, several per file, as
  * `infer.py` prints them (a header line, the prompt with its template, then the response with information
- * blocks). Each becomes a record without tokens; golden answers are unknown.
+ * blocks), or chat transcripts with tool calls (one conversation with its tool turns is one record). Each becomes
+ * a record without tokens; golden answers are unknown.
  */
-import type { Rollout } from '../run/format';
+import { ROLLOUT_RECORD_VERSION, type ReadOptions, type Rollout } from '../run/format';
 import { parseTranscript, splitConversations } from '../tags/transcript';
 import { derivedFields } from './common';
 
-export function importSearchR1Transcripts(text: string, source = 'transcript'): Rollout[] {
+export function importSearchR1Transcripts(text: string, source = 'transcript', read: ReadOptions = {}): Rollout[] {
   return splitConversations(text).map((span, k) => {
     const conversation = text.slice(span.start, span.end);
-    const t = parseTranscript(conversation);
+    const t = parseTranscript(conversation, { dialect: read.dialect, searchTool: read.searchTool });
     const prompt = conversation.slice(t.promptStart, t.promptEnd);
     const response = conversation.slice(t.responseStart, t.responseEnd);
     const line = text.slice(0, span.start).split('\n').length;
     return {
-      v: 1,
+      v: ROLLOUT_RECORD_VERSION,
       id: `${source}#${k + 1}`,
       ...(t.question ? { question: t.question } : {}),
       golden: [],
       prompt,
       response,
-      ...derivedFields(response),
+      ...derivedFields(response, { prompt, dialect: read.dialect, searchTool: read.searchTool }),
       meta: { source, line, template: t.template, ...(span.label ? { label: span.label } : {}) },
     } satisfies Rollout;
   });

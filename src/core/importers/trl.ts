@@ -5,7 +5,7 @@
  * `mode` column of train/eval, as newer TRL writes) form a GRPO group; the reward is the sum of the reward columns
  * (TRL's default weights of 1).
  */
-import type { Rollout } from '../run/format';
+import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import { extractQuestion } from '../tags/transcript';
 import { derivedFields, jsonSafe, messageText, toNumber } from './common';
 import { parquetRows } from './parquet';
@@ -18,7 +18,7 @@ function splitOf(mode: unknown): string | undefined {
   return mode === 'eval' ? 'val' : mode;
 }
 
-export async function* importTrlCompletions(path: string): AsyncGenerator<Rollout> {
+export async function* importTrlCompletions(path: string, read: ReadOptions = {}): AsyncGenerator<Rollout> {
   const stepFromName = Number(/completions_(\d+)\.parquet$/.exec(path)?.[1] ?? NaN);
   const groups = new Map<string, number>();
   const samples = new Map<string, number>();
@@ -46,7 +46,7 @@ export async function* importTrlCompletions(path: string): AsyncGenerator<Rollou
     const rewards = Object.values(parts);
     const question = extractQuestion(prompt);
     yield {
-      v: 1,
+      v: ROLLOUT_RECORD_VERSION,
       id: `trl-${step ?? 'x'}-${row}`,
       ...(step !== undefined ? { step: Math.max(0, Math.trunc(step)) } : {}),
       group: groups.get(groupKey)!,
@@ -56,7 +56,7 @@ export async function* importTrlCompletions(path: string): AsyncGenerator<Rollou
       prompt,
       response,
       ...(rewards.length ? { reward: rewards.reduce((a, b) => a + b, 0), reward_parts: parts } : {}),
-      ...derivedFields(response),
+      ...derivedFields(response, rolloutContext({ v: 1, id: '', prompt, response }, read)),
       meta,
     };
   }

@@ -5,7 +5,7 @@
  * output (numbers become `reward_parts`, anything else goes to `meta`). The question is read from the prompt
  * (Search-R1's templates end with `Question: …`).
  */
-import type { Rollout } from '../run/format';
+import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import { extractQuestion } from '../tags/transcript';
 import { derivedFields, goldenList, jsonSafe, toNumber } from './common';
 
@@ -23,7 +23,7 @@ export class FieldError extends Error {
 }
 
 /** Converts one dump line (already parsed). `line` and `file` identify it in ids and meta. */
-export function fromVerlDump(obj: Record<string, unknown>, file: string, line: number, stepFromName?: number): Rollout {
+export function fromVerlDump(obj: Record<string, unknown>, file: string, line: number, stepFromName?: number, read: ReadOptions = {}): Rollout {
   if (typeof obj.output !== 'string') throw new FieldError('output', `expected a string (the decoded response), got ${obj.output === undefined ? 'nothing' : typeof obj.output}`);
   const step = toNumber(obj.step) ?? stepFromName;
   const reward = toNumber(obj.score);
@@ -38,7 +38,7 @@ export function fromVerlDump(obj: Record<string, unknown>, file: string, line: n
   const prompt = typeof obj.input === 'string' ? obj.input : '';
   const question = extractQuestion(prompt);
   return {
-    v: 1,
+    v: ROLLOUT_RECORD_VERSION,
     id: `verl-${step ?? 'x'}-${line}`,
     ...(step !== undefined ? { step: Math.max(0, Math.trunc(step)) } : {}),
     ...(obj.data_source !== undefined ? { data_source: String(obj.data_source) } : {}),
@@ -48,7 +48,7 @@ export function fromVerlDump(obj: Record<string, unknown>, file: string, line: n
     response: obj.output,
     ...(reward !== undefined ? { reward } : {}),
     ...(Object.keys(parts).length ? { reward_parts: parts } : {}),
-    ...derivedFields(obj.output),
+    ...derivedFields(obj.output, rolloutContext({ v: 1, id: '', prompt, response: obj.output }, read)),
     meta,
   };
 }

@@ -9,14 +9,15 @@
  * queries served between batches. A query made before the facts are complete is answered over the rows analysed so
  * far and answered again when they are.
  */
+import type { ReadOptions } from '../run/format';
 import { readLines } from '../store/jsonl';
-import { parseRolloutLine, rawPreview, rolloutFiles, RolloutStore, type RolloutRow } from '../store/rollouts';
+import { parseRolloutLine, rawPreview, rolloutFiles, runConfigDialect, RolloutStore, type RolloutRow } from '../store/rollouts';
 import type { InspectorQuery, InspectorStatus, RowFacts } from '../protocol';
 import { FilterError } from './filter';
 import { RolloutTable, rowFacts } from './table';
 
 export type EngineRequest =
-  | { t: 'open'; path: string; follow: boolean }
+  | { t: 'open'; path: string; follow: boolean; read?: ReadOptions }
   | { t: 'query'; seq: number; query: InspectorQuery }
   | { t: 'page'; req: number; from: number; count: number }
   | { t: 'row'; req: number; index: number }
@@ -47,13 +48,15 @@ export class InspectorEngine {
   private closed = false;
   private path = '';
   private follow = false;
+  /** How rows are read (dialect, search tool), with the run config's dialect once known. */
+  private read: ReadOptions = {};
 
   constructor(private readonly post: (m: EngineMessage) => void) {}
 
   async handle(m: EngineRequest): Promise<void> {
     switch (m.t) {
       case 'open':
-        return this.open(m.path, m.follow);
+        return this.open(m.path, m.follow, m.read);
       case 'query':
         return this.setQuery(m.seq, m.query);
       case 'page':
@@ -90,16 +93,18 @@ export class InspectorEngine {
     if (!this.closed) this.post({ t: 'status', status: this.status() });
   }
 
-  async open(path: string, follow: boolean): Promise<void> {
+  async open(path: string, follow: boolean, read: ReadOptions = {}): Promise<void> {
     this.path = path;
     this.follow = follow;
     // The first rows of the first file, straight from its start, before the index.
     try {
+      const runDialect = read.runDialect ?? (await runConfigDialect(path));
+      this.read = { ...read, ...(runDialect ? { runDialect } : {}) };
       const first = (await rolloutFiles(path))[0];
       if (first) {
         const rows: RowFacts[] = [];
         for await (const { line, text } of readLines(first)) {
-          rows.push(rowFacts({ index: rows.length, ...parseRolloutLine(text, first, line) }));
+          rows.push(rowFacts({ index: rows.length, ...parseRolloutLine(text, first, line, this.read) }, this.read));
           if (rows.length >= PREVIEW_ROWS) break;
         }
         this.post({ t: 'preview', rows });
@@ -115,6 +120,7 @@ export class InspectorEngine {
     try {
       this.store = await RolloutStore.open(path, {
         follow,
+        read: this.read,
         onProgress: (p) => {
           this.indexing = { bytes: p.bytes, totalBytes: p.totalBytes };
           if (Date.now() - lastSent > 100) {
@@ -236,7 +242,7 @@ export class InspectorEngine {
     }
     const analysed = this.table.rows.length;
     const out: RowFacts[] = this.table.rows.slice(from, Math.min(to, analysed));
-    if (to > analysed) for (const r of await this.store.rows(Math.max(from, analysed), to)) out.push(rowFacts(r));
+    if (to > analysed) for (const r of await this.store.rows(Math.max(from, analysed), to)) out.push(rowFacts(r, this.read));
     return out;
   }
 

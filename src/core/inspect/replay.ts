@@ -1,6 +1,7 @@
 /**
  * The replay model of one rollout: its timeline (prompt, then each block of the response — think, search,
- * information with its documents, answer, feedback — by turn), its tokens with role, loss mask and the recorded
+ * information with its documents, answer, feedback — by turn; in the tool-call dialects a tool call is a search
+ * entry with its decoded query, a tool response an information entry with its documents), its tokens with role, loss mask and the recorded
  * numbers (log-prob, reference log-prob, KL, advantage, value, entropy), and the mask audit. Pure data, sent to the
  * replay webview as is; the webview only renders it (as text nodes).
  *
@@ -14,13 +15,14 @@
  * text (each entry tokenised on its own, so every token has exactly one role).
  */
 import type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens } from '../protocol';
-import type { Rollout, TokenRole } from '../run/format';
-import { parseTrajectory } from '../tags/parser';
-import { finalAnswer, parseDocuments } from '../tags/searchr1';
+import { rolloutContext, type ReadOptions, type Rollout, type TokenRole } from '../run/format';
+import type { ParsedTrajectory } from '../tags/parser';
+import { finalAnswer, pythonStrip } from '../tags/searchr1';
+import { documentsOf, parseResponse } from '../tags/trajectory';
 import { auditMask } from './audit';
 
 export type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens };
-export const OVERLAYS: readonly Overlay[] = ['logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'];
+export const OVERLAYS: readonly Overlay[] = ['rollout_logprob', 'logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'];
 
 /** Splits text into tokens (a tokenizer chosen by the user). */
 export type TextTokenizer = (text: string) => { text: string[]; ids: number[] };
@@ -51,7 +53,7 @@ function retrievalOf(r: Rollout): RetrievalMeta[] {
 }
 
 /** The timeline of a rollout (token spans filled in later). */
-export function timeline(r: Rollout, parsed = parseTrajectory(r.response, { expectAnswer: false })): ReplayEntry[] {
+export function timeline(r: Rollout, parsed: ParsedTrajectory = parseResponse(r.response, rolloutContext(r), { expectAnswer: false })): ReplayEntry[] {
   const entries: ReplayEntry[] = [];
   const base = r.prompt.length;
   if (r.prompt) entries.push({ kind: 'prompt', turn: 0, text: r.prompt, start: 0, end: base, tokenStart: 0, tokenEnd: 0 });
@@ -73,11 +75,16 @@ export function timeline(r: Rollout, parsed = parseTrajectory(r.response, { expe
       continue;
     }
     const e: ReplayEntry = { kind: s.kind, turn: s.turn, text, start: base + s.start, end: base + s.end, tokenStart: 0, tokenEnd: 0 };
-    const content = r.response.slice(s.contentStart, s.contentEnd);
-    if (s.kind === 'search') e.query = content.trim();
+    if (s.kind === 'search') {
+      if (s.call) {
+        if (s.call.query !== undefined) e.query = s.call.query;
+        if (s.call.error !== undefined) e.error = s.call.error;
+        if (s.call.name !== undefined) e.tool = s.call.name;
+      } else e.query = pythonStrip(r.response.slice(s.contentStart, s.contentEnd));
+    }
     if (s.kind === 'information') {
       const meta = retrieval[info++];
-      e.docs = parseDocuments(content).map((d, k) => ({ index: d.index, title: d.title, text: d.text, score: meta?.hits?.[k]?.score ?? undefined, id: meta?.hits?.[k]?.id }));
+      e.docs = documentsOf(parsed, s).map((d, k) => ({ index: d.index, title: d.title, text: d.text, score: meta?.hits?.[k]?.score ?? undefined, id: meta?.hits?.[k]?.id }));
     }
     entries.push(e);
   }
@@ -127,14 +134,15 @@ export interface ReplaySource {
   line: number;
 }
 
-/** Builds the replay model of a valid record. */
-export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?: TextTokenizer; tokenizerName?: string } = {}): ReplayModel {
-  const parsed = parseTrajectory(r.response, { expectAnswer: false });
+/** Builds the replay model of a valid record (its response read as `read` says: dialect, search tool). */
+export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?: TextTokenizer; tokenizerName?: string; read?: ReadOptions } = {}): ReplayModel {
+  const parsed = parseResponse(r.response, rolloutContext(r, options.read), { expectAnswer: false });
   const entries = timeline(r, parsed);
   const warnings: string[] = [];
   const model: ReplayModel = {
     ...at,
     id: r.id,
+    dialect: parsed.dialect,
     level: 'segment',
     step: r.step,
     group: r.group === undefined ? undefined : String(r.group),
@@ -156,7 +164,7 @@ export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?:
   const tk = r.tokens;
   if (tk) {
     const n = tk.text.length;
-    const arrays = { ids: tk.ids, role: tk.role, loss_mask: tk.loss_mask, logprob: tk.logprob, ref_logprob: tk.ref_logprob, advantage: tk.advantage, value: tk.value, entropy: tk.entropy };
+    const arrays = { ids: tk.ids, role: tk.role, loss_mask: tk.loss_mask, rollout_logprob: tk.rollout_logprob, logprob: tk.logprob, ref_logprob: tk.ref_logprob, advantage: tk.advantage, value: tk.value, entropy: tk.entropy };
     for (const [k, a] of Object.entries(arrays)) if (a && a.length !== n) warnings.push(`tokens.${k} has ${a.length} entries but tokens.text has ${n}: replayed over the first ${Math.min(n, a.length)}`);
     const m = Math.min(n, tk.role.length, tk.loss_mask.length);
     model.level = 'token';
@@ -169,6 +177,7 @@ export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?:
     };
     const o = model.tokens.overlays;
     const role = model.tokens.role;
+    if (tk.rollout_logprob) o.rollout_logprob = scoredValues(tk.rollout_logprob, role, m);
     if (tk.logprob) o.logprob = scoredValues(tk.logprob, role, m);
     if (tk.ref_logprob) o.ref_logprob = scoredValues(tk.ref_logprob, role, m);
     if (tk.logprob && tk.ref_logprob) o.kl = o.logprob!.map((lp, i) => (lp === null || o.ref_logprob![i] === null ? null : lp - o.ref_logprob![i]!));

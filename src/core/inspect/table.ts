@@ -8,7 +8,7 @@
  * question) — a few hundred bytes however long its response and token arrays are.
  */
 import type { InspectorColumn, RowFacts } from '../protocol';
-import { formatIssue, groupKeyOf, type Rollout } from '../run/format';
+import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
 import { trajectoryFacts } from '../run/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
 import { auditMask } from './audit';
@@ -26,8 +26,8 @@ export type Column = InspectorColumn;
 
 const clip = (s: string | undefined, n: number) => (s === undefined ? undefined : s.length > n ? `${s.slice(0, n)}…` : s);
 
-/** The facts of one row (malformed rows keep what can be read, plus the error). */
-export function rowFacts(row: RolloutRow): RowFacts {
+/** The facts of one row (malformed rows keep what can be read, plus the error), its response read in its dialect. */
+export function rowFacts(row: RolloutRow, read: ReadOptions = {}): RowFacts {
   const f: RowFacts = { index: row.index, file: row.file, line: row.line, tokens: false };
   if (!row.record) {
     f.error = row.errors[0] ? formatIssue(row.errors[0]) : 'malformed';
@@ -44,9 +44,11 @@ export function rowFacts(row: RolloutRow): RowFacts {
     return f;
   }
   const r: Rollout = row.record;
-  const facts = trajectoryFacts(r);
+  const facts = trajectoryFacts(r, read);
   Object.assign(f, {
     id: r.id,
+    dialect: facts.dialect,
+    invalid: facts.invalidActions,
     step: r.step,
     group: r.group === undefined ? undefined : String(r.group),
     sample: r.sample,
@@ -96,7 +98,7 @@ export class RolloutTable {
     while (this.rows.length < store.count) {
       if (options.cancelled?.()) break;
       const from = this.rows.length;
-      for (const row of await store.rows(from, Math.min(store.count, from + batch))) this.add(rowFacts(row));
+      for (const row of await store.rows(from, Math.min(store.count, from + batch))) this.add(rowFacts(row, store.read));
       options.onBatch?.(this.rows.length, store.count);
       await options.yieldEvery?.();
     }

@@ -13,9 +13,10 @@
  * async. Modules are bundled with this file and run in a sandboxed worker: no `require`, no `process`, no
  * file system; a time and a memory limit per item. Types: reward-api.d.ts (kept in step by a test).
  */
-import { parseTrajectory, type Segment, type TagDiagnostic } from '../tags/parser';
+import type { Dialect, Segment, TagDiagnostic } from '../tags/parser';
 import { finalAnswer, turnsOf, type Turn } from '../tags/searchr1';
-import { formatValidResponse } from './format';
+import { invalidActionCount, parseResponse, searchQueries } from '../tags/trajectory';
+import { formatValidParsed, formatValidResponse } from './format';
 import { em, f1, normalizeAnswer, subem } from './normalize';
 import { informationBlocks, qaEmFormat, retrievalCorrect, SEARCH_R1_WEIGHTS, searchR1QaEmFormat, type QaEmFormatWeights } from './qaEmFormat';
 
@@ -23,21 +24,28 @@ export { em, f1, normalizeAnswer, subem, informationBlocks, retrievalCorrect, SE
 export { searchR1ExtractSolution } from '../tags/searchr1';
 export { formatValid, formatValidResponse } from './format';
 
-/** A parsed trajectory, as a reward function sees it. */
+/**
+ * A parsed trajectory, as a reward function sees it. The same in every dialect (Search-R1 tags, chat-template
+ * tool calls, Llama JSON tool calls), so a reward module works unchanged on any of them.
+ */
 export interface Trajectory {
   prompt: string;
   response: string;
+  /** How the response acts: `searchr1`, `toolcall` or `llama-json` (docs/trajectory-format.md). */
+  dialect: Dialect;
   /** The final answer: the content of the response's last complete `<answer>` (null if none). */
   answer: string | null;
-  /** Search queries, in order (stripped). */
+  /** Search queries, in order (stripped): `<search>` contents, or the `query` of each valid search tool call. */
   searches: string[];
-  /** Turns as Search-R1 reads them (action per turn: search, answer, or null for an invalid one). */
+  /** Turns (action per turn: search, answer, another tool, or null for an invalid one). */
   turns: Turn[];
+  /** Invalid actions: turns without an action the environment answered; in tool-call dialects, invalid calls too. */
+  invalidActions: number;
   /** Segments of the response (offsets into `response`). */
   segments: Segment[];
-  /** Whether the response follows Search-R1's format (is_valid_sequence). */
+  /** Whether the response follows the format: Search-R1's is_valid_sequence, or its tool-call counterpart. */
   valid: boolean;
-  /** Parser diagnostics (unclosed tags, text between blocks, …). */
+  /** Parser diagnostics (unclosed tags, text between blocks, invalid tool calls, …). */
   diagnostics: TagDiagnostic[];
 }
 
@@ -64,11 +72,12 @@ export function defineReward(def: RewardDefinition): RewardDefinition {
 }
 
 /**
- * Builds the Trajectory a reward function receives from a prompt and a response. The response is parsed once;
- * searches, turns and the format check are computed when first read (an EM reward reads only the answer).
+ * Builds the Trajectory a reward function receives from a prompt and a response (in `options.dialect`, else the
+ * one detected). The response is parsed once; searches, turns and the format check are computed when first read
+ * (an EM reward reads only the answer).
  */
-export function makeTrajectory(prompt: string, response: string): Trajectory {
-  const parsed = parseTrajectory(response, { expectAnswer: false });
+export function makeTrajectory(prompt: string, response: string, options: { dialect?: Dialect | 'auto'; searchTool?: string } = {}): Trajectory {
+  const parsed = parseResponse(response, { prompt, dialect: options.dialect, searchTool: options.searchTool }, { expectAnswer: false });
   const lazy = <T>(fn: () => T) => {
     let value: T | undefined;
     let done = false;
@@ -80,18 +89,22 @@ export function makeTrajectory(prompt: string, response: string): Trajectory {
       return value as T;
     };
   };
-  const searches = lazy(() => parsed.segments.filter((s) => s.kind === 'search' && s.opened && s.closed).map((s) => response.slice(s.contentStart, s.contentEnd).trim()));
+  const searches = lazy(() => searchQueries(parsed));
   const turns = lazy(() => turnsOf(parsed));
-  const valid = lazy(() => formatValidResponse(response).valid);
+  const valid = lazy(() => (parsed.dialect === 'searchr1' ? formatValidResponse(response, { dialect: 'searchr1' }) : formatValidParsed(parsed)).valid);
   return {
     prompt,
     response,
+    dialect: parsed.dialect,
     answer: finalAnswer(parsed) ?? null,
     get searches() {
       return searches();
     },
     get turns() {
       return turns();
+    },
+    get invalidActions() {
+      return invalidActionCount(parsed, turns());
     },
     segments: parsed.segments,
     get valid() {
@@ -103,7 +116,7 @@ export function makeTrajectory(prompt: string, response: string): Trajectory {
 
 /** Search-R1's qa_em_format on a trajectory (ours: last answer of the response; see qaEmFormat.ts). */
 export function emFormat(traj: Trajectory, example: Example, weights: Partial<QaEmFormatWeights> = {}): { reward: number; parts: Record<string, number> } {
-  const r = qaEmFormat(traj.response, traj.answer, example.golden, { ...SEARCH_R1_WEIGHTS, ...weights });
+  const r = qaEmFormat(traj.response, traj.answer, example.golden, { ...SEARCH_R1_WEIGHTS, ...weights }, { dialect: traj.dialect, prompt: traj.prompt });
   return { reward: r.reward, parts: r.parts };
 }
 

@@ -4,9 +4,14 @@
  * Generalised to the chat templates our parser knows: theirs looks for `<|im_start|>assistant` and fails
  * without it; we take the response (split from a transcript by {@link splitTranscript} when a prompt is
  * included) and ignore chat-template markers (e.g. a trailing `<|im_end|>`) as content.
+ *
+ * The tool-call dialects get the same sequence on the parsed segments ({@link formatValidParsed}): think →
+ * (tool call+ → tool response+ → think)* → answer, every call valid, every block closed, only whitespace and
+ * template markers between blocks, no error reply.
  */
-import { templateMarkerLength } from '../tags/parser';
+import { detectDialect, templateMarkerLength, type Dialect, type ParsedTrajectory } from '../tags/parser';
 import { pythonStrip } from '../tags/searchr1';
+import { parseResponse } from '../tags/trajectory';
 import { splitTranscript } from '../tags/transcript';
 
 export interface FormatResult {
@@ -39,10 +44,49 @@ export interface FormatOptions {
    * markers are ignored and any template our splitter knows is accepted.
    */
   strict?: boolean;
+  /** The response's dialect (default: detected from the response and `prompt`). */
+  dialect?: Dialect | 'auto';
+  /** The prompt, for detecting the dialect (a tools preamble) and a `<think>` the prompt opened. */
+  prompt?: string;
+  searchTool?: string;
 }
 
-/** The state machine on a response (no prompt). */
+/**
+ * The format check of a parsed tool-call trajectory: think → (call+ → response+ → think)* → answer on its
+ * segments. A `<think>` the prompt opened counts as opened.
+ */
+export function formatValidParsed(parsed: ParsedTrajectory): FormatResult {
+  let state: 'start' | 'after_think' | 'after_call' | 'information' | 'end' = 'start';
+  const tool = parsed.dialect !== 'searchr1';
+  const calls = tool ? 'tool call' : 'search';
+  for (const [k, s] of parsed.segments.entries()) {
+    if (s.kind === 'template') continue;
+    if (s.kind === 'text') {
+      if (pythonStrip(parsed.text.slice(s.start - parsed.offset, s.end - parsed.offset))) return { valid: false, reason: `Unexpected content '${pythonStrip(parsed.text.slice(s.start - parsed.offset, s.end - parsed.offset)).slice(0, 80)}' between blocks (state: ${state})` };
+      continue;
+    }
+    if (s.kind === 'feedback') return { valid: false, reason: 'The environment answered an invalid action (feedback)' };
+    const openedByPrompt = k === 0 && s.kind === 'think' && !s.opened;
+    if ((!s.opened && !openedByPrompt) || !s.closed) return { valid: false, reason: `Unbalanced ${s.kind} block` };
+    if (s.kind === 'think' && (state === 'start' || state === 'information')) state = 'after_think';
+    else if (s.kind === 'search' && (state === 'after_think' || (tool && state === 'after_call'))) {
+      if (s.call && s.call.query === undefined && s.call.error !== undefined) return { valid: false, reason: `Invalid tool call: ${s.call.error}` };
+      state = 'after_call';
+    } else if (s.kind === 'information' && (state === 'after_call' || (tool && state === 'information'))) state = 'information';
+    else if (s.kind === 'answer' && state === 'after_think') state = 'end';
+    else return { valid: false, reason: `Unexpected ${s.kind === 'search' ? calls : s.kind} in state ${state}` };
+  }
+  if (state !== 'end') return { valid: false, reason: `Incomplete sequence, ended in state ${state}` };
+  return { valid: true, reason: 'Valid sequence format' };
+}
+
+/**
+ * The state machine on a response (no prompt). Search-R1's dialect: their string-level check, exactly; the
+ * tool-call dialects: {@link formatValidParsed}.
+ */
 export function formatValidResponse(response: string, options: FormatOptions = {}): FormatResult {
+  const dialect = options.dialect && options.dialect !== 'auto' ? options.dialect : detectDialect(response, options.prompt);
+  if (dialect !== 'searchr1') return formatValidParsed(parseResponse(response, { prompt: options.prompt, dialect, searchTool: options.searchTool }, { expectAnswer: false }));
   const content = options.strict ? response : stripTemplateMarkers(response);
   for (const tag of TAGS) {
     const opening = content.split(`<${tag}>`).length - 1;
@@ -83,5 +127,5 @@ export function formatValid(transcript: string, options: FormatOptions = {}): Fo
   }
   const split = splitTranscript(transcript);
   if (split.by === 'none' && split.template !== 'plain') return { valid: false, reason: 'Missing assistant marker' };
-  return formatValidResponse(transcript.slice(split.responseStart), options);
+  return formatValidResponse(transcript.slice(split.responseStart), { ...options, prompt: transcript.slice(0, split.responseStart) });
 }

@@ -14,9 +14,13 @@
  *
  * "Retrieval correct": a normalised golden answer occurs in a normalised `<information>` block (only checked
  * when the format is valid). Defaults: structure_format_score 0.2, final_format_score 0.1, retrieval_score 0.
+ * In the tool-call dialects the observations are the tool responses (their JSON wrapper decoded) and the format
+ * check is the tool-call sequence (format.ts), so a reward module scores both dialects alike.
  */
+import { detectDialect, type Dialect } from '../tags/parser';
 import { pythonStrip, searchR1ExtractSolution } from '../tags/searchr1';
-import { formatValid, formatValidResponse } from './format';
+import { observationText, parseResponse } from '../tags/trajectory';
+import { formatValid, formatValidResponse, type FormatOptions } from './format';
 import { em, normalizeAnswer } from './normalize';
 
 export interface QaEmFormatWeights {
@@ -35,14 +39,20 @@ export interface QaEmFormatResult {
   answer: string | null;
 }
 
-/** `extract_information_blocks`: the stripped contents of every `<information>…</information>`. */
-export function informationBlocks(text: string): string[] {
-  return [...text.matchAll(/<information>([\s\S]*?)<\/information>/g)].map((m) => pythonStrip(m[1]!));
+/**
+ * `extract_information_blocks`: the stripped contents of every `<information>…</information>`. Tool-call dialects
+ * (given, or detected from the text): the text of every tool response.
+ */
+export function informationBlocks(text: string, dialect: Dialect | 'auto' = 'auto'): string[] {
+  const d = dialect === 'auto' ? detectDialect(text) : dialect;
+  if (d === 'searchr1') return [...text.matchAll(/<information>([\s\S]*?)<\/information>/g)].map((m) => pythonStrip(m[1]!));
+  const parsed = parseResponse(text, { dialect: d }, { expectAnswer: false });
+  return parsed.segments.filter((s) => s.kind === 'information').map((s) => pythonStrip(observationText(parsed, s)));
 }
 
 /** `is_retrieval_correct`: a normalised golden answer is a substring of a normalised information block. */
-export function retrievalCorrect(text: string, golden: readonly string[]): boolean {
-  const blocks = informationBlocks(text).map(normalizeAnswer);
+export function retrievalCorrect(text: string, golden: readonly string[], dialect: Dialect | 'auto' = 'auto'): boolean {
+  const blocks = informationBlocks(text, dialect).map(normalizeAnswer);
   return blocks.some((b) => golden.some((g) => b.includes(normalizeAnswer(g))));
 }
 
@@ -66,9 +76,13 @@ export function searchR1QaEmFormat(solution: string, golden: readonly string[], 
   return { reward: qaEmFormatCase(answer, golden, valid, retrieval, w), parts: { em: answer !== null && em(answer, golden) ? 1 : 0, format: valid ? 1 : 0, retrieval: retrieval ? 1 : 0 }, answer };
 }
 
-/** Ours: the same table on the response alone, with its last `<answer>` (no prompt example needed). */
-export function qaEmFormat(response: string, answer: string | null, golden: readonly string[], w: QaEmFormatWeights = SEARCH_R1_WEIGHTS): QaEmFormatResult {
-  const valid = formatValidResponse(response).valid;
-  const retrieval = valid && retrievalCorrect(response, golden);
+/**
+ * Ours: the same table on the response alone, with its last `<answer>` (no prompt example needed), in the
+ * response's dialect (`format.dialect`/`prompt`, else detected).
+ */
+export function qaEmFormat(response: string, answer: string | null, golden: readonly string[], w: QaEmFormatWeights = SEARCH_R1_WEIGHTS, format: Pick<FormatOptions, 'dialect' | 'prompt' | 'searchTool'> = {}): QaEmFormatResult {
+  const dialect = format.dialect && format.dialect !== 'auto' ? format.dialect : detectDialect(response, format.prompt);
+  const valid = formatValidResponse(response, { ...format, dialect }).valid;
+  const retrieval = valid && retrievalCorrect(response, golden, dialect);
   return { reward: qaEmFormatCase(answer, golden, valid, retrieval, w), parts: { em: answer !== null && em(answer, golden) ? 1 : 0, format: valid ? 1 : 0, retrieval: retrieval ? 1 : 0 }, answer };
 }

@@ -24,6 +24,8 @@ export interface RewardItem {
   question?: string;
   data_source?: string;
   meta?: Record<string, unknown>;
+  /** The response's dialect (`searchr1`, `toolcall`, `llama-json`); absent: detected. */
+  dialect?: string;
   /** Where the rollout came from, for messages (e.g. `rollouts.jsonl:17`). */
   where?: string;
 }
@@ -73,7 +75,7 @@ try {
       const def = mod && mod.default;
       const call = (item) => {
         if (!def || typeof def.score !== 'function') throw new TypeError('the module has no default export made with defineReward({ name, score })');
-        const traj = mod.makeTrajectory(item.prompt, item.response);
+        const traj = mod.makeTrajectory(item.prompt, item.response, { dialect: item.dialect });
         const example = { golden: item.golden, question: item.question, data_source: item.data_source, meta: item.meta };
         return def.score(traj, example);
       };

@@ -42,6 +42,7 @@ export function itemFromRollout(r: Rollout, where?: string): RewardItem {
     ...(r.question !== undefined ? { question: r.question } : {}),
     ...(r.data_source !== undefined ? { data_source: r.data_source } : {}),
     ...(r.meta !== undefined ? { meta: r.meta } : {}),
+    ...(r.dialect !== undefined ? { dialect: r.dialect } : {}),
     ...(where ? { where } : {}),
   };
 }

@@ -1,22 +1,31 @@
 /**
- * The run format (DESIGN §4.2–4.3), version 1: the rollout record, `run.json`, and the lines of
- * `events.jsonl` and `metrics.jsonl`. The TypeScript types below are derived from these schemas, and
+ * The run format (DESIGN §4.2–4.3): the rollout record (version 2; version 1 records are read as they are),
+ * `run.json` (version 1), and the lines of `events.jsonl` and `metrics.jsonl`. The TypeScript types below are derived from these schemas, and
  * docs/schema/*.schema.json is generated from them (`npm run schema`; a unit test fails when it is stale).
  *
  * Readers accept fields they do not know (forward compatibility inside a version); `v` changes when a field
  * changes meaning.
  */
 import { S, toJsonSchema, validate, type Issue, type Static } from '../schema/schema';
+import { DIALECTS, type Dialect } from '../tags/parser';
+import type { ResponseContext } from '../tags/trajectory';
 import { RunConfigSchema } from './config';
 
+/** run.json's version. */
 export const RUN_FORMAT_VERSION = 1;
+/**
+ * The rollout record's version, what writers (our trainer, the importers) write. 2 added `tokens.rollout_logprob` (the
+ * log-prob at sampling time) beside `tokens.logprob` (the trainer's old log-prob); readers accept 1 and 2.
+ */
+export const ROLLOUT_RECORD_VERSION = 2;
+export const ROLLOUT_RECORD_VERSIONS = [1, 2] as const;
 
 export const TOKEN_ROLES = ['generated', 'prompt', 'retrieved', 'feedback'] as const;
 export type TokenRole = (typeof TOKEN_ROLES)[number];
 
 export const FINISH_REASONS = ['answer', 'max_turns', 'length', 'invalid'] as const;
 
-const TOKEN_ARRAYS = ['ids', 'role', 'loss_mask', 'logprob', 'ref_logprob', 'advantage', 'value', 'entropy'] as const;
+const TOKEN_ARRAYS = ['ids', 'role', 'loss_mask', 'rollout_logprob', 'logprob', 'ref_logprob', 'advantage', 'value', 'entropy'] as const;
 
 /**
  * A per-token number, or null where that position was not scored. Records written before null was allowed hold 0
@@ -31,7 +40,12 @@ export const TokensSchema = S.object(
     ids: S.array(S.integer({ minimum: 0 }), { description: 'Token ids.' }),
     role: S.array(S.enum(TOKEN_ROLES), { description: 'Who produced each token: the policy (generated), the prompt, the retriever, or the environment (feedback).' }),
     loss_mask: S.array(S.union(S.literal(0), S.literal(1)), { description: '1 where the token was in the policy loss (DESIGN §6: exactly the generated tokens, unless masking is off).' }),
-    logprob: S.optional(S.array(NUMBER_OR_NULL, { description: 'Log-probability of the token under the policy that sampled it (old log-prob); null where not scored (the prompt, tokens outside the loss).' })),
+    rollout_logprob: S.optional(
+      S.array(NUMBER_OR_NULL, {
+        description: 'v2: log-probability of the token at sampling time, from the generation pass (the rollout engine’s), of the temperature-scaled distribution before top-p; null where no token was sampled (the prompt, observations).',
+      }),
+    ),
+    logprob: S.optional(S.array(NUMBER_OR_NULL, { description: 'Log-probability of the token under the policy that sampled it, as the trainer computed it (the old log-prob of the update); null where not scored (the prompt, tokens outside the loss).' })),
     ref_logprob: S.optional(S.array(NUMBER_OR_NULL, { description: 'Log-probability under the frozen reference policy; null where not scored.' })),
     advantage: S.optional(S.array(NUMBER_OR_NULL, { description: 'Advantage used in the update, per token; null where advantages are not defined (the prompt; tokens outside the advantage mask).' })),
     value: S.optional(S.array(NUMBER_OR_NULL, { description: 'Critic value (PPO), per token; null on the prompt.' })),
@@ -53,7 +67,7 @@ export const TokensSchema = S.object(
 
 export const RolloutSchema = S.object(
   {
-    v: S.literal(1, 'Run-format version.'),
+    v: S.union(S.literal(1, 'Rollout record version 1.'), S.literal(2, 'Rollout record version 2 (adds tokens.rollout_logprob).')),
     id: S.string({ minLength: 1, description: 'Unique within the run.' }),
     step: S.optional(S.integer({ minimum: 0, description: 'Training step that produced it (0: before the first update).' })),
     group: S.optional(S.union(S.string(), S.integer())),
@@ -64,6 +78,7 @@ export const RolloutSchema = S.object(
     data_source: S.optional(S.string()),
     prompt: S.string({ description: 'The prompt as fed to the policy (chat template applied).' }),
     response: S.string({ description: 'Everything after the prompt: generated text, information blocks, feedback.' }),
+    dialect: S.optional(S.enum(DIALECTS, 'How the response acts (docs/trajectory-format.md): Search-R1 tags, chat-template tool calls, or Llama JSON tool calls. Absent: detected from the prompt and response.')),
     reward: S.optional(S.number()),
     reward_parts: S.optional(S.record(S.number(), 'Named components of the reward (e.g. em, format).')),
     finish: S.optional(S.enum(FINISH_REASONS, 'Why the trajectory ended.')),
@@ -131,6 +146,28 @@ export function groupKeyOf(r: { split?: string; step?: number; group?: string | 
   return r.group === undefined ? undefined : `${r.split ?? ''}\u0000${r.step ?? ''}\u0000${r.group}`;
 }
 
+/**
+ * How rollouts are read: a dialect the user forces (`--dialect`, the editor setting), else each record's own
+ * `dialect`, else the run config's `rollout.dialect` (`runDialect`), else detection; and the search tool's name.
+ */
+export interface ReadOptions {
+  dialect?: Dialect | 'auto';
+  runDialect?: Dialect;
+  searchTool?: string;
+}
+
+/** Sets a record's `dialect` from the read options (the record was just parsed; it is changed in place). */
+export function applyDialect(r: Rollout, o: ReadOptions): Rollout {
+  const d = o.dialect && o.dialect !== 'auto' ? o.dialect : (r.dialect ?? o.runDialect);
+  if (d !== undefined) r.dialect = d;
+  return r;
+}
+
+/** What the parser needs to read a record's response in its dialect. */
+export function rolloutContext(r: Rollout, o: ReadOptions = {}): ResponseContext {
+  return { prompt: r.prompt, dialect: o.dialect && o.dialect !== 'auto' ? o.dialect : (r.dialect ?? o.runDialect ?? 'auto'), ...(o.searchTool ? { searchTool: o.searchTool } : {}) };
+}
+
 /** A located problem in a file: `file:line: field: message`. */
 export interface LocatedIssue {
   file: string;
@@ -151,7 +188,7 @@ export function validateRollout(value: unknown, file: string, line: number): Loc
 /** The documents published in docs/schema/, generated from the schemas above. */
 export const PUBLISHED_SCHEMAS = {
   'run-config.schema.json': { schema: RunConfigSchema, title: 'Search Agent Studio run config (*.run.json)' },
-  'rollout.schema.json': { schema: RolloutSchema, title: 'Search Agent Studio rollout record (v1)' },
+  'rollout.schema.json': { schema: RolloutSchema, title: 'Search Agent Studio rollout record (v2; v1 accepted)' },
   'run.schema.json': { schema: RunJsonSchema, title: 'Search Agent Studio run.json (v1)' },
   'event.schema.json': { schema: EventSchema, title: 'Search Agent Studio trainer event / events.jsonl line (v1)' },
   'metrics.schema.json': { schema: MetricsSchema, title: 'Search Agent Studio metrics.jsonl line (v1)' },

@@ -1,13 +1,15 @@
 /**
  * Summary statistics over rollouts (DESIGN §4.3): count, reward mean/std, exact-match rate, valid-format rate,
- * searches and turns histograms, finish reasons, and the fraction of GRPO groups whose rewards are all equal
- * (no learning signal: every advantage in the group is 0).
+ * searches and turns histograms, invalid actions, dialects, finish reasons, and the fraction of GRPO groups whose
+ * rewards are all equal (no learning signal: every advantage in the group is 0). Each response is read in its
+ * dialect (Search-R1 tags or tool calls), so the numbers mean the same for both.
  */
-import { formatValidResponse } from '../rewards/format';
+import { formatValidParsed, formatValidResponse } from '../rewards/format';
 import { em } from '../rewards/normalize';
-import { parseTrajectory } from '../tags/parser';
+import type { Dialect, ParsedTrajectory } from '../tags/parser';
 import { finalAnswer, turnsOf } from '../tags/searchr1';
-import { groupKeyOf, type LocatedIssue, type Rollout } from './format';
+import { invalidActionCount, parseResponse, searchCount } from '../tags/trajectory';
+import { groupKeyOf, rolloutContext, type LocatedIssue, type ReadOptions, type Rollout } from './format';
 
 export interface Histogram {
   [value: string]: number;
@@ -24,6 +26,10 @@ export interface RunSummary {
   format: { valid: number; rate: number };
   searches: { mean: number; histogram: Histogram };
   turns: { mean: number; histogram: Histogram };
+  /** Invalid actions over all trajectories, and how many trajectories have one or more. */
+  invalid_actions: { total: number; trajectories: number };
+  /** Trajectories per dialect. */
+  dialects: Histogram;
   finish: Histogram;
   data_sources: Histogram;
   /** GRPO groups (same split, step and group id) with two or more rewarded samples. */
@@ -32,28 +38,33 @@ export interface RunSummary {
 
 /** Facts about one trajectory that the summary and the inspector need. */
 export interface TrajectoryFacts {
+  dialect: Dialect;
   answer: string | null;
   searches: number;
   turns: number;
   em: number | null;
   formatValid: boolean;
   invalidActions: number;
+  /** The parse the facts come from (for callers that need more, e.g. diagnostics). */
+  parsed: ParsedTrajectory;
 }
 
-export function trajectoryFacts(r: Rollout): TrajectoryFacts {
-  const parsed = parseTrajectory(r.response, { expectAnswer: false });
+export function trajectoryFacts(r: Rollout, read: ReadOptions = {}): TrajectoryFacts {
+  const parsed = parseResponse(r.response, rolloutContext(r, read));
   const answer = finalAnswer(parsed) ?? null;
   const turns = turnsOf(parsed);
-  const searches = r.searches ?? parsed.segments.filter((s) => s.kind === 'search' && s.opened && s.closed).length;
+  const searches = r.searches ?? searchCount(parsed);
   const recordedEm = r.reward_parts?.em;
   const emValue = typeof recordedEm === 'number' ? recordedEm : r.golden && r.golden.length > 0 ? (answer === null ? 0 : em(answer, r.golden)) : null;
   return {
+    dialect: parsed.dialect,
     answer,
     searches,
     turns: r.turns ?? turns.length,
     em: emValue,
-    formatValid: formatValidResponse(r.response).valid,
-    invalidActions: turns.filter((t) => t.action === null && t.observation !== undefined).length,
+    formatValid: (parsed.dialect === 'searchr1' ? formatValidResponse(r.response, { dialect: 'searchr1' }) : formatValidParsed(parsed)).valid,
+    invalidActions: invalidActionCount(parsed, turns),
+    parsed,
   };
 }
 
@@ -69,6 +80,9 @@ export class SummaryBuilder {
   private turnSum = 0;
   private searchHist = new Map<number, number>();
   private turnHist = new Map<number, number>();
+  private invalidTotal = 0;
+  private invalidTrajectories = 0;
+  private dialects = new Map<string, number>();
   private finish = new Map<string, number>();
   private sources = new Map<string, number>();
   private groups = new Map<string, { n: number; min: number; max: number }>();
@@ -105,6 +119,9 @@ export class SummaryBuilder {
     this.turnSum += facts.turns;
     bump(this.searchHist, facts.searches);
     bump(this.turnHist, facts.turns);
+    this.invalidTotal += facts.invalidActions;
+    if (facts.invalidActions > 0) this.invalidTrajectories++;
+    bump(this.dialects, facts.dialect);
     if (r.finish) bump(this.finish, r.finish);
     bump(this.sources, r.data_source ?? '(none)');
   }
@@ -123,6 +140,8 @@ export class SummaryBuilder {
       format: { valid: this.formatOk, rate: this.n ? this.formatOk / this.n : 0 },
       searches: { mean: this.n ? this.searchSum / this.n : 0, histogram: toObject(this.searchHist) },
       turns: { mean: this.n ? this.turnSum / this.n : 0, histogram: toObject(this.turnHist) },
+      invalid_actions: { total: this.invalidTotal, trajectories: this.invalidTrajectories },
+      dialects: toObject(this.dialects),
       finish: toObject(this.finish),
       data_sources: toObject(this.sources),
       groups: grouped.length ? { count: grouped.length, zero_variance: zero, frac_zero_std: zero / grouped.length } : null,

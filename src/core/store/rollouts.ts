@@ -5,10 +5,11 @@
  * line and field, and the others are unaffected.
  */
 import { watch, type FSWatcher } from 'node:fs';
-import { readdir, stat } from 'node:fs/promises';
-import { basename, join } from 'node:path';
+import { readFile, readdir, stat } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import { FieldError, fromVerlDump } from '../importers/verl';
-import { validateRollout, type LocatedIssue, type Rollout } from '../run/format';
+import { applyDialect, validateRollout, type LocatedIssue, type ReadOptions, type Rollout } from '../run/format';
+import { DIALECTS, type Dialect } from '../tags/parser';
 import { JsonlFile, readLines, type IndexProgress } from './jsonl';
 
 export interface RolloutRow {
@@ -25,9 +26,10 @@ export interface RolloutRow {
 
 /**
  * Parses and validates one line. A veRL dump line (`input`/`output`/`gts`/`score`, no `v`) is converted to a
- * rollout record on the way (so a folder of veRL's `{step}.jsonl` dumps opens in the inspector as it is).
+ * rollout record on the way (so a folder of veRL's `{step}.jsonl` dumps opens in the inspector as it is). The
+ * record's `dialect` is set as the read options say (a forced one, else its own, else the run config's).
  */
-export function parseRolloutLine(text: string, file: string, line: number): Omit<RolloutRow, 'index'> {
+export function parseRolloutLine(text: string, file: string, line: number, read: ReadOptions = {}): Omit<RolloutRow, 'index'> {
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -37,14 +39,36 @@ export function parseRolloutLine(text: string, file: string, line: number): Omit
   if (isVerlLine(value)) {
     try {
       const step = Number(/(\d+)\.jsonl$/.exec(basename(file))?.[1] ?? NaN);
-      value = fromVerlDump(value, file, line, Number.isFinite(step) ? step : undefined);
+      value = fromVerlDump(value, file, line, Number.isFinite(step) ? step : undefined, read);
     } catch (e) {
       if (!(e instanceof FieldError)) throw e;
       return { file, line, value, errors: [{ file, line, field: e.field, message: e.message }] };
     }
   }
   const errors = validateRollout(value, file, line);
-  return errors.length ? { file, line, value, errors } : { file, line, record: value as Rollout, errors };
+  return errors.length ? { file, line, value, errors } : { file, line, record: applyDialect(value as Rollout, read), errors };
+}
+
+/**
+ * The run config's `rollout.dialect` for a path inside a run (the run directory, its rollouts/ folder, or a step
+ * file), when it names a known dialect.
+ */
+export async function runConfigDialect(path: string): Promise<Dialect | undefined> {
+  for (const dir of [path, dirname(path), dirname(dirname(path))]) {
+    let text: string;
+    try {
+      text = await readFile(join(dir, 'run.json'), 'utf8');
+    } catch {
+      continue;
+    }
+    try {
+      const d = (JSON.parse(text) as { config?: { rollout?: { dialect?: unknown } } }).config?.rollout?.dialect;
+      return typeof d === 'string' && (DIALECTS as readonly string[]).includes(d) ? (d as Dialect) : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
 }
 
 /** A raw line as shown beside a malformed row's errors: at most 20,000 characters. */
@@ -77,6 +101,8 @@ export async function rolloutFiles(path: string): Promise<string[]> {
 
 export interface StoreOptions {
   follow?: boolean;
+  /** How records are read (dialect); the run config's dialect is looked up when the store opens. */
+  read?: ReadOptions;
   onProgress?: (p: IndexProgress & { file: string }) => void;
   signal?: AbortSignal;
 }
@@ -93,8 +119,14 @@ export class RolloutStore {
     private readonly options: StoreOptions,
   ) {}
 
+  /** How this store reads records (with the run config's dialect, when there is one). */
+  get read(): ReadOptions {
+    return this.options.read ?? {};
+  }
+
   static async open(path: string, options: StoreOptions = {}): Promise<RolloutStore> {
-    const store = new RolloutStore(path, options);
+    const runDialect = options.read?.runDialect ?? (await runConfigDialect(path));
+    const store = new RolloutStore(path, { ...options, read: { ...options.read, ...(runDialect ? { runDialect } : {}) } });
     try {
       for (const f of await rolloutFiles(path)) await store.addFile(f);
     } catch (e) {
@@ -166,7 +198,7 @@ export class RolloutStore {
 
   /** Parsed, validated rows [from, to). */
   async rows(from: number, to: number): Promise<RolloutRow[]> {
-    return (await this.rawRows(from, to)).map((r) => ({ index: r.index, ...parseRolloutLine(r.text, r.file, r.line) }));
+    return (await this.rawRows(from, to)).map((r) => ({ index: r.index, ...parseRolloutLine(r.text, r.file, r.line, this.options.read) }));
   }
 
   async row(i: number): Promise<RolloutRow | undefined> {

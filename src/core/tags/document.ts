@@ -5,8 +5,9 @@
  * since the last analysis is not parsed again (an edit re-parses one conversation, not a 10 MB file).
  * Positions are character offsets; the editor layer turns them into lines.
  */
-import type { Segment, TagDiagnostic } from './parser';
-import { parseDocuments, pythonStrip, turnsOf, type RetrievedDoc, type Turn } from './searchr1';
+import type { Dialect, ParsedTrajectory, Segment, TagDiagnostic } from './parser';
+import { pythonStrip, turnsOf, type RetrievedDoc, type Turn } from './searchr1';
+import { documentsOf } from './trajectory';
 import { parseTranscript, splitConversations, type ParsedTranscript } from './transcript';
 
 export interface Conversation {
@@ -40,11 +41,22 @@ export interface OutlineNode {
 
 export interface SearchInfo {
   turn: number;
+  dialect: Dialect;
+  /** The query ('' for an invalid tool call, whose `error` says why). */
   query: string;
+  error?: string;
+  /** The tool called, in the tool-call dialects. */
+  tool?: string;
   start: number;
   end: number;
-  /** Documents of the information block that answered the search (none if it did not come back). */
+  /** Documents of the observation that answered the search (none if it did not come back). */
   docs: RetrievedDoc[];
+}
+
+/** How the document reads its trajectories: a forced dialect (a setting) or detection per conversation. */
+export interface DocumentOptions {
+  dialect?: Dialect | 'auto';
+  searchTool?: string;
 }
 
 export const MAX_DIAGNOSTICS = 1000;
@@ -59,7 +71,10 @@ export class TrajectoryDocument {
   /** Conversations parsed in the last `update` (the others came from the cache). */
   parsedLastUpdate = 0;
 
-  constructor(text = '') {
+  constructor(
+    text = '',
+    readonly options: DocumentOptions = {},
+  ) {
     this.update(text);
   }
 
@@ -72,7 +87,7 @@ export class TrajectoryDocument {
       const find = (m: Map<string, { text: string; rel: Conversation['rel'] }[]>) => m.get(key)?.find((e) => e.text === slice)?.rel;
       let rel = find(this.cache) ?? find(next);
       if (!rel) {
-        const t = parseTranscript(slice);
+        const t = parseTranscript(slice, this.options);
         rel = { ...t, turns: turnsOf(t.parsed) };
         this.parsedLastUpdate++;
       }
@@ -129,11 +144,25 @@ export class TrajectoryDocument {
     const k = segs.findIndex((s) => s.kind === 'search' && rel >= s.start && rel <= s.end);
     if (k < 0) return undefined;
     const s = segs[k]!;
+    const parsed = c.rel.parsed;
     const turn = c.rel.turns.findIndex((t) => t.segments.includes(k));
-    const obs = turn >= 0 ? c.rel.turns[turn]!.observation : undefined;
+    const t = turn >= 0 ? c.rel.turns[turn]! : undefined;
+    // Search-R1 answers a turn's action with one observation; tool calls are answered in order, one response each.
+    const nth = parsed.dialect === 'searchr1' ? 0 : (t?.segments.filter((i) => segs[i]!.kind === 'search' && segs[i]!.call).indexOf(k) ?? -1);
+    const obs = t && nth >= 0 ? t.observations[nth] : undefined;
     const info = obs !== undefined && segs[obs]!.kind === 'information' ? segs[obs]! : undefined;
-    const docs = info ? parseDocuments(text.slice(c.start + info.contentStart, c.start + info.contentEnd), c.start + info.contentStart) : [];
-    return { turn: turn + 1, query: pythonStrip(text.slice(c.start + s.contentStart, c.start + s.contentEnd)), start: c.start + s.start, end: c.start + s.end, docs };
+    const docs = info ? documentsOf(parsed, info).map((d) => ({ ...d, start: d.start + c.start, end: d.end + c.start })) : [];
+    const call = s.call;
+    return {
+      turn: turn + 1,
+      dialect: parsed.dialect,
+      query: call ? (call.query ?? '') : pythonStrip(text.slice(c.start + s.contentStart, c.start + s.contentEnd)),
+      ...(call?.error !== undefined ? { error: call.error } : {}),
+      ...(call?.name !== undefined ? { tool: call.name } : {}),
+      start: c.start + s.start,
+      end: c.start + s.end,
+      docs,
+    };
   }
 }
 
@@ -142,14 +171,24 @@ const clip = (s: string, n = 60) => {
   return one.length > n ? `${one.slice(0, n - 1)}…` : one;
 };
 
-function blockNode(text: string, base: number, s: Segment): OutlineNode {
+/** How an outline names a search segment: its query, or (tool calls) what is wrong with it, or the other tool. */
+function searchName(s: Segment): string {
+  const c = s.call;
+  if (!c) return 'tool call (incomplete)';
+  if (c.query !== undefined) return `search: ${clip(c.query)}`;
+  if (c.error !== undefined) return `invalid tool call: ${clip(c.error)}`;
+  return `tool call: ${c.name ?? '?'}`;
+}
+
+function blockNode(text: string, base: number, parsed: ParsedTrajectory, s: Segment): OutlineNode {
   const content = text.slice(base + s.contentStart, base + s.contentEnd);
+  const tool = parsed.dialect !== 'searchr1';
   const names: Record<string, string> = {
     think: `think: ${clip(content, 40)}`,
-    search: `search: ${clip(content)}`,
-    information: `information: ${parseDocuments(content).length} documents`,
+    search: tool ? searchName(s) : `search: ${clip(content)}`,
+    information: `${tool ? 'tool response' : 'information'}: ${documentsOf(parsed, s).length} documents`,
     answer: `answer: ${clip(content)}`,
-    feedback: 'invalid action (feedback)',
+    feedback: s.opened ? `error reply (feedback): ${clip(content, 40)}` : 'invalid action (feedback)',
   };
   return {
     name: names[s.kind] ?? s.kind,
@@ -179,29 +218,41 @@ function conversationOutline(text: string, c: Conversation, k: number): OutlineN
       children: [],
     });
   }
-  const segs = rel.parsed.segments;
+  const parsed = rel.parsed;
+  const segs = parsed.segments;
   for (const t of rel.turns) {
     const blocks = t.segments.map((i) => segs[i]!).filter((s) => s.kind !== 'text' && s.kind !== 'template');
-    const obs = t.observation !== undefined ? segs[t.observation] : undefined;
-    const end = obs ? obs.end : t.end;
-    const actionBlock = blocks.find((s) => s.kind === t.action);
-    const name = t.action === 'search' ? `Turn ${t.index + 1}: search “${clip(t.content)}”` : t.action === 'answer' ? `Turn ${t.index + 1}: answer “${clip(t.content)}”` : `Turn ${t.index + 1}: invalid action`;
+    const observations = t.observations.map((i) => segs[i]!);
+    const end = observations.length ? observations[observations.length - 1]!.end : t.end;
+    const actionBlock = blocks.find((s) => s.kind === (t.action === 'tool' ? 'search' : t.action) && (t.action !== 'search' || !s.call || s.call.query !== undefined));
+    const queries = blocks.filter((s) => s.call?.query !== undefined).map((s) => `“${clip(s.call!.query!, 40)}”`);
+    const name =
+      t.action === 'search'
+        ? queries.length > 1
+          ? `Turn ${t.index + 1}: ${queries.length} searches ${queries.join(', ')}`
+          : `Turn ${t.index + 1}: search “${clip(t.content)}”`
+        : t.action === 'answer'
+          ? `Turn ${t.index + 1}: answer “${clip(t.content)}”`
+          : t.action === 'tool'
+            ? `Turn ${t.index + 1}: tool call ${t.content}`
+            : `Turn ${t.index + 1}: invalid action`;
+    const docs = observations.filter((o) => o.kind === 'information').reduce((n, o) => n + documentsOf(parsed, o).length, 0);
     children.push({
       name,
-      detail: obs?.kind === 'information' ? `${parseDocuments(text.slice(base + obs.contentStart, base + obs.contentEnd)).length} documents` : '',
+      detail: observations.some((o) => o.kind === 'information') ? `${docs} documents` : '',
       kind: 'turn',
       start: base + t.start,
       end: base + end,
       selectionStart: base + (actionBlock?.contentStart ?? t.start),
       selectionEnd: base + (actionBlock?.contentEnd ?? t.start),
-      children: [...blocks, ...(obs ? [obs] : [])].map((s) => blockNode(text, base, s)),
+      children: [...blocks, ...observations].map((s) => blockNode(text, base, parsed, s)),
     });
   }
   // `### trajectory 7 (step 3)` → "Trajectory 7 (step 3)"; no label → its position.
   const title = c.label ? `Trajectory ${c.label}` : `Trajectory ${k + 1}`;
   return {
     name: rel.question ? `${title}: ${clip(rel.question, 100)}` : title,
-    detail: `${rel.turns.length} turns`,
+    detail: `${rel.turns.length} turns${parsed.dialect === 'searchr1' ? '' : ` · ${parsed.dialect}`}`,
     kind: 'trajectory',
     start: c.start,
     end: c.end,

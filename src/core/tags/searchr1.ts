@@ -3,7 +3,7 @@
  * Search-R1 (search_r1/llm_agent/generation.py, verl/utils/reward_score/qa_em*.py) and is tested against the
  * quirks it has; the trajectory-level helpers are built on the parser.
  */
-import { contentOf, INVALID_ACTION_MESSAGE, parseTrajectory, type ParsedTrajectory, type Segment, type TagDiagnostic } from './parser';
+import { contentOf, INVALID_ACTION_MESSAGE, isBlank, parseTrajectory, type ParsedTrajectory, type Segment, type TagDiagnostic } from './parser';
 
 /** Python's `str.strip()` with no argument: strips Unicode whitespace (str.isspace). */
 export function pythonStrip(s: string): string {
@@ -14,16 +14,17 @@ const PY_SPACE = '\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2
 const PY_SPACE_START = new RegExp(`^[${PY_SPACE}]+`);
 const PY_SPACE_END = new RegExp(`[${PY_SPACE}]+$`);
 
-export type Action = 'search' | 'answer';
+/** A turn's action; `tool` is a valid call of a tool other than the search tool (tool-call dialects). */
+export type Action = 'search' | 'answer' | 'tool';
 
 /**
  * The action of one generation turn, as `postprocess_predictions`: the first `<(search|answer)>(.*?)</\1>`
  * (DOTALL) in the turn's text, its content stripped; `{ action: null, content: '' }` when there is none
  * (an invalid action: the environment answers with {@link INVALID_ACTION_MESSAGE}).
  */
-export function searchR1Action(turnText: string): { action: Action | null; content: string } {
+export function searchR1Action(turnText: string): { action: 'search' | 'answer' | null; content: string } {
   const m = /<(search|answer)>([\s\S]*?)<\/\1>/.exec(turnText);
-  return m ? { action: m[1] as Action, content: pythonStrip(m[2]!) } : { action: null, content: '' };
+  return m ? { action: m[1] as 'search' | 'answer', content: pythonStrip(m[2]!) } : { action: null, content: '' };
 }
 
 /**
@@ -103,10 +104,13 @@ export function searchR1Observation(contents: string[]): string {
 /** The observation inserted after an invalid action. */
 export const SEARCH_R1_INVALID_OBSERVATION = `\n${INVALID_ACTION_MESSAGE}\n`;
 
-/** Splits an information block's content into documents (`Doc 1(Title: …) …`); one untitled doc otherwise. */
+/**
+ * Splits an information block's content into documents: Search-R1's `Doc 1(Title: …) …`, or veRL's search tool's
+ * `Doc 1 (Title: …)\n…`; one untitled doc otherwise.
+ */
 export function parseDocuments(content: string, offset = 0): RetrievedDoc[] {
   const docs: RetrievedDoc[] = [];
-  const re = /(?:^|\n)Doc (\d+)\(Title: ([^\n]*?)\) /g;
+  const re = /(?:^|\n)Doc (\d+) ?\(Title: ([^\n]*?)\)[ \n]/g;
   const heads: { index: number; title: string; at: number; body: number }[] = [];
   for (let m = re.exec(content); m; m = re.exec(content)) {
     const at = m.index + (m[0].startsWith('\n') ? 1 : 0);
@@ -128,39 +132,70 @@ export interface Turn {
   /** Span of what the model generated in this turn (up to the observation). */
   start: number;
   end: number;
-  /** Indices into `segments` of this turn's generated segments. */
+  /** Indices into `segments` of this turn's generated segments (and markers before its observation). */
   segments: number[];
-  /** Search-R1's reading of the turn: its first search/answer (null: invalid action). */
+  /**
+   * The turn's action. `searchr1`: Search-R1's reading, its first search/answer (null: invalid action).
+   * Tool-call dialects: `search` when it makes a valid search call, else `answer` when it answers, else `tool`
+   * for a valid call of another tool, else null.
+   */
   action: Action | null;
+  /** The query (the first, for parallel calls), the answer, or the other tool's name. */
   content: string;
-  /** Index of the observation segment that followed (information or feedback), if any. */
+  /** Index of the first observation segment that followed (information or feedback), if any. */
   observation?: number;
+  /** All of them (tool-call dialects: one response per parallel call). */
+  observations: number[];
 }
 
-/** The turns of a parsed response. */
+/** The turns of a parsed response: its segments grouped by `turn`, with the action of each. */
 export function turnsOf(parsed: ParsedTrajectory): Turn[] {
   const offset = parsed.offset;
+  const segs = parsed.segments;
   const turns: Turn[] = [];
-  let current: Turn | undefined;
-  parsed.segments.forEach((s: Segment, k) => {
-    const isObservation = s.kind === 'information' || s.kind === 'feedback';
-    if (!current) current = { index: turns.length, start: s.start, end: s.start, segments: [], action: null, content: '' };
-    if (isObservation) {
-      current.observation = k;
-      turns.push(current);
-      current = undefined;
-      return;
+  for (let k = 0; k < segs.length; ) {
+    const number = segs[k]!.turn;
+    const t: Turn = { index: turns.length, start: segs[k]!.start, end: segs[k]!.start, segments: [], action: null, content: '', observations: [] };
+    let substantive = false;
+    for (; k < segs.length && segs[k]!.turn === number; k++) {
+      const s = segs[k]!;
+      if (s.kind === 'information' || s.kind === 'feedback') {
+        t.observations.push(k);
+        substantive = true;
+      } else if (t.observations.length === 0) {
+        // What follows the observation in the same turn is markers and whitespace (tool-call dialects).
+        t.segments.push(k);
+        t.end = s.end;
+        if (!substantive && s.kind !== 'template' && (s.kind !== 'text' || !isBlank(parsed.text, s.start - offset, s.end - offset))) substantive = true;
+      }
     }
-    current.segments.push(k);
-    current.end = s.end;
-  });
-  if (current && current.segments.some((k) => parsed.segments[k]!.kind !== 'text' || parsed.text.slice(parsed.segments[k]!.start - offset, parsed.segments[k]!.end - offset).trim())) {
-    turns.push(current);
+    if (!substantive) continue;
+    if (t.observations.length) t.observation = t.observations[0];
+    t.index = turns.length;
+    turns.push(t);
   }
   for (const t of turns) {
-    const a = searchR1Action(parsed.text.slice(t.start - offset, t.end - offset));
-    t.action = a.action;
-    t.content = a.content;
+    if (parsed.dialect === 'searchr1') {
+      const a = searchR1Action(parsed.text.slice(t.start - offset, t.end - offset));
+      t.action = a.action;
+      t.content = a.content;
+      continue;
+    }
+    let search: string | undefined;
+    let answer: Segment | undefined;
+    let other: string | undefined;
+    for (const k of t.segments) {
+      const s = segs[k]!;
+      if (s.call?.query !== undefined) {
+        search = s.call.query;
+        break;
+      }
+      if (s.kind === 'answer' && s.opened && s.closed) answer = s;
+      else if (s.call && s.call.error === undefined && other === undefined) other = s.call.name;
+    }
+    if (search !== undefined) [t.action, t.content] = ['search', search];
+    else if (answer) [t.action, t.content] = ['answer', pythonStrip(contentOf(parsed, answer))];
+    else if (other !== undefined) [t.action, t.content] = ['tool', other];
   }
   return turns;
 }

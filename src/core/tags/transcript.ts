@@ -1,8 +1,11 @@
 /**
  * Whole transcripts: splitting prompt from response for ChatML (Qwen), Llama-3 and plain prompts, finding the
- * question, and splitting a file of several conversations (Search-R1's infer.py output, `.traj` files).
+ * question, and splitting a file of several conversations (Search-R1's infer.py output, `.traj` files). A
+ * conversation with tool turns is one trajectory: a user message that holds tool responses (the Qwen templates
+ * put `<tool_response>` blocks in a user turn) is the environment's reply, not a new question.
  */
-import { parseTrajectory, type ParsedTrajectory, type ParseOptions } from './parser';
+import type { Dialect, ParsedTrajectory, ParseOptions } from './parser';
+import { parseResponse } from './trajectory';
 
 export type Template = 'chatml' | 'llama3' | 'plain';
 
@@ -28,9 +31,23 @@ export function detectTemplate(text: string): Template {
   return 'plain';
 }
 
-/** The first assistant marker after the last user marker: the response starts after it. */
+/** Whether the user message whose marker (of length `markerLength`) is at `at` holds tool responses. */
+function isToolReply(text: string, at: number, markerLength: number): boolean {
+  let k = at + markerLength;
+  while (k < text.length && (text.charCodeAt(k) === 10 || text.charCodeAt(k) === 32 || text.charCodeAt(k) === 13)) k++;
+  return text.startsWith('<tool_response>', k);
+}
+
+/** The last user marker that starts a question (not a tool reply), or -1. */
+function lastQuestion(text: string, user: string): number {
+  let at = text.lastIndexOf(user);
+  while (at > 0 && isToolReply(text, at, user.length)) at = text.lastIndexOf(user, at - 1);
+  return at >= 0 && isToolReply(text, at, user.length) ? -1 : at;
+}
+
+/** The first assistant marker after the last user question: the response starts after it. */
 function afterAssistant(text: string, user: string, assistant: RegExp): number {
-  const lastUser = text.lastIndexOf(user);
+  const lastUser = lastQuestion(text, user);
   assistant.lastIndex = Math.max(0, lastUser);
   const m = assistant.exec(text);
   return m ? m.index + m[0].length : -1;
@@ -38,7 +55,8 @@ function afterAssistant(text: string, user: string, assistant: RegExp): number {
 
 /**
  * Splits a transcript into prompt and response.
- *  - ChatML: the response starts after `<|im_start|>assistant\n` (the first after the last user message).
+ *  - ChatML: the response starts after `<|im_start|>assistant\n` (the first after the last user message that is
+ *    not a tool reply).
  *  - Llama-3: after `<|start_header_id|>assistant<|end_header_id|>\n\n`.
  *  - plain: after the given `prompt` when the transcript starts with it; else after the line holding
  *    `Question: …` (Search-R1's templates end with it); else there is no prompt.
@@ -103,12 +121,31 @@ export interface ParsedTranscript extends TranscriptSplit {
   parsed: ParsedTrajectory;
 }
 
-/** Splits and parses a transcript; the parser sees only the response (the prompt's example tags are not actions). */
-export function parseTranscript(text: string, options: { template?: Template | 'auto'; prompt?: string; parse?: ParseOptions } = {}): ParsedTranscript {
+/**
+ * Splits and parses a transcript; the parser sees only the response (the prompt's example tags and the tools
+ * preamble's example call are not actions). The dialect is detected from the prompt and the response unless given.
+ */
+export function parseTranscript(text: string, options: { template?: Template | 'auto'; prompt?: string; dialect?: Dialect | 'auto'; searchTool?: string; parse?: Omit<ParseOptions, 'offset'> } = {}): ParsedTranscript {
   const split = splitTranscript(text, options);
-  const parsed = parseTrajectory(text.slice(split.responseStart, split.responseEnd), { ...options.parse, offset: split.responseStart });
-  const question = split.promptEnd > 0 ? extractQuestion(text.slice(split.promptStart, split.promptEnd)) : undefined;
+  const prompt = text.slice(split.promptStart, split.promptEnd);
+  const parsed = parseResponse(text.slice(split.responseStart, split.responseEnd), { prompt, dialect: options.dialect, searchTool: options.searchTool }, { ...options.parse, offset: split.responseStart });
+  const question = split.promptEnd > 0 ? extractQuestion(prompt) ?? chatQuestion(prompt) : undefined;
   return { ...split, question, parsed };
+}
+
+/**
+ * The question of a chat prompt without Search-R1's `Question:` line: the last user message (a tool-call
+ * prompt puts the question there, the instructions in the system message), when it is one line.
+ */
+function chatQuestion(prompt: string): string | undefined {
+  for (const [user, end] of [[CHATML_USER, '<|im_end|>'], [LLAMA3_USER, '<|eot_id|>']] as const) {
+    const at = lastQuestion(prompt, user);
+    if (at < 0) continue;
+    const stop = prompt.indexOf(end, at);
+    const body = prompt.slice(at + user.length, stop < 0 ? prompt.length : stop).trim();
+    if (body && !body.includes('\n') && body.length <= 500) return body;
+  }
+  return undefined;
 }
 
 /** infer.py prints this line before each conversation. */
@@ -127,15 +164,17 @@ export interface ConversationSpan {
  * Splits a text holding several conversations. A new conversation starts at a `### trajectory` line, at
  * infer.py's header line, or at a chat-template conversation start (`<|im_start|>system`, `<|im_start|>user`,
  * `<|begin_of_text|>`) once the current conversation has had an assistant turn (a search agent's conversation
- * has one user message: a user message after the assistant's starts the next conversation). Separator and header lines are not part of any conversation; leading/trailing blank
- * text is trimmed from each span.
+ * has one user question: a user message after the assistant's starts the next conversation, unless it holds tool
+ * responses). Separator and header lines are not part of any conversation; leading/trailing blank text is
+ * trimmed from each span.
  */
 export function splitConversations(text: string): ConversationSpan[] {
   // Candidate boundaries found with indexOf (memchr-fast), kept when they start a line; no per-line work.
   const candidates: number[] = [];
   for (const needle of ['### trajectory', '#####', '<|im_start|>system', '<|im_start|>user', '<|begin_of_text|>']) {
     for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + needle.length)) {
-      if (at === 0 || text.charCodeAt(at - 1) === 10) candidates.push(at);
+      // A user message holding tool responses continues the conversation.
+      if ((at === 0 || text.charCodeAt(at - 1) === 10) && !(needle === '<|im_start|>user' && isToolReply(text, at, needle.length))) candidates.push(at);
     }
   }
   candidates.sort((a, b) => a - b);

@@ -13,6 +13,7 @@ import type { InspectorContract, InspectorQuery, InspectorState, InspectorStatus
 import type { RolloutRow } from '../../core/store/rollouts';
 import { connectWebview, setWebviewHtml, webviewOptions } from '../webviewPanel';
 import type { ReplayPanel } from './replayPanel';
+import { trajectoryReadOptions } from '../trajectorySettings';
 
 export const INSPECTOR_VIEW_TYPE = 'searchAgent.rolloutInspector';
 
@@ -66,7 +67,7 @@ class InspectorSession implements vscode.Disposable {
     });
     panel.onDidDispose(() => this.dispose());
     setWebviewHtml(panel.webview, extensionUri, 'rollouts', panel.title);
-    this.send({ t: 'open', path, follow: true });
+    this.send({ t: 'open', path, follow: true, read: trajectoryReadOptions(vscode.Uri.file(path), log) });
   }
 
   private send(m: EngineRequest): void {

@@ -9,13 +9,21 @@ import { loadTextTokenizer } from '../../core/inspect/tokenizer';
 import type { ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol';
 import { formatIssue } from '../../core/run/format';
 import { readLines } from '../../core/store/jsonl';
-import { parseRolloutLine, rawPreview, type RolloutRow } from '../../core/store/rollouts';
+import { parseRolloutLine, rawPreview, runConfigDialect, type RolloutRow } from '../../core/store/rollouts';
+import type { Dialect } from '../../core/tags/parser';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
+import { trajectoryReadOptions } from '../trajectorySettings';
 
 export interface ReplayInput {
   index: number;
   row: RolloutRow | null;
   raw?: string;
+}
+
+/** The run config's dialect of a rollout file, as read options. */
+async function runDialectOf(file: string): Promise<{ runDialect?: Dialect }> {
+  const runDialect = await runConfigDialect(file);
+  return runDialect ? { runDialect } : {};
 }
 
 export class ReplayPanel implements vscode.Disposable {
@@ -36,7 +44,7 @@ export class ReplayPanel implements vscode.Disposable {
   async showLine(file: string, line: number): Promise<void> {
     let index = 0;
     for await (const l of readLines(file)) {
-      if (l.line === line) return this.show(file, [{ index, row: { index, ...parseRolloutLine(l.text, file, l.line) }, raw: rawPreview(l.text) }]);
+      if (l.line === line) return this.show(file, [{ index, row: { index, ...parseRolloutLine(l.text, file, l.line, { ...trajectoryReadOptions(vscode.Uri.file(file), this.log), ...(await runDialectOf(file)) }) }, raw: rawPreview(l.text) }]);
       index++;
     }
     void vscode.window.showWarningMessage(`Search Agent: ${file} has no line ${line}.`);
@@ -63,7 +71,8 @@ export class ReplayPanel implements vscode.Disposable {
         state.error = { file: row.file, line: row.line, messages: row.errors.map(formatIssue), raw };
         continue;
       }
-      state.models.push(replayModel(row.record, { index, file: row.file, line: row.line }, this.tokenizer ? { tokenizer: this.tokenizer.tokenize, tokenizerName: this.tokenizer.name } : {}));
+      const read = trajectoryReadOptions(vscode.Uri.file(row.file), this.log);
+      state.models.push(replayModel(row.record, { index, file: row.file, line: row.line }, { read, ...(this.tokenizer ? { tokenizer: this.tokenizer.tokenize, tokenizerName: this.tokenizer.name } : {}) }));
     }
     return state;
   }
