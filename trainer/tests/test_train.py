@@ -112,7 +112,8 @@ def test_rollout_records_pass_the_mask_audit(finished_run):
         t = r["tokens"]
         assert r["v"] == 2
         for role, m, sampled, trained in zip(t["role"], t["loss_mask"], t["rollout_logprob"], t["logprob"]):
-            assert (sampled < 0) == (role == "generated") and (trained != 0.0) == bool(m)
+            # null where not sampled (prompt, observations) and where not scored (outside the loss)
+            assert ((sampled is not None and sampled < 0) if role == "generated" else sampled is None) and (trained is not None) == bool(m)
             if m:
                 assert sampled == pytest.approx(trained, abs=1e-4)
         # Each search's query and its hits' retrieval scores, for the replay panel's document cards.
