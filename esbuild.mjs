@@ -44,13 +44,18 @@ const builds = [
   { ...nodeCommon, entryPoints: { 'inspector-worker': 'src/core/inspect/worker.ts' }, outdir: dist },
   // The env server's BM25 search threads (src/core/retrieval/bm25Pool.ts finds it beside the bundle that spawns it).
   { ...nodeCommon, entryPoints: { 'bm25-worker': 'src/core/retrieval/bm25Worker.ts' }, outdir: dist },
+  // The TypeScript server plugin that gives reward modules the reward API's types in any workspace; the VSIX ships it
+  // as node_modules/search-agent-studio-reward-types/index.js (scripts/package.mjs), where tsserver looks for it.
+  { ...nodeCommon, entryPoints: { index: 'src/ts-plugin/rewardTypes.ts' }, outdir: join(dist, 'ts-plugin'), footer: { js: 'module.exports = module.exports.default;' } },
   // The reward API as an ES module: reward modules are bundled with it at run time (src/core/rewards/compile.ts).
   { ...nodeCommon, platform: 'neutral', format: 'esm', sourcemap: false, entryPoints: { 'reward-api': 'src/core/rewards/api.ts' }, outdir: dist, outExtension: { '.js': '.mjs' } },
   {
     ...nodeCommon,
     entryPoints: { cli: 'src/cli/main.ts' },
     outdir: dist,
-    banner: { js: '#!/usr/bin/env node' },
+    // yargs is an ES module that locates itself with import.meta.url; in this CommonJS bundle that is the bundle's URL.
+    define: { 'import.meta.url': '__sasImportMetaUrl' },
+    banner: { js: "#!/usr/bin/env node\nvar __sasImportMetaUrl = require('node:url').pathToFileURL(__filename).href;" },
     plugins: [{ name: 'chmod', setup: (b) => b.onEnd((r) => r.errors.length === 0 && chmodSync(join(dist, 'cli.js'), 0o755)) }],
   },
   {

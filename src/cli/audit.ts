@@ -6,14 +6,14 @@
  * `rollouts` (per rollout: id, leaks, drift, logprob, alarms — issue 18's shape, plus step and mask_mismatch),
  * `issues` (malformed items, each with file, line and field) and `summary` (counts and per-step series).
  */
-import { stat } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
 import { Auditor, flagged, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
 import { detectSource, readSource } from '../core/importers';
-import { loadTokenizerCodec, type TokenizerCodec } from '../core/inspect/tokenizer';
+import { loadTokenizerCodec, runTokenizer, type TokenizerCodec } from '../core/inspect/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
-import { runConfigNear } from '../core/store/rollouts';
 import { UsageError } from '../server/run';
+import { defineCommand } from './command';
+import { withInputErrors } from './inputErrors';
+import { readOptionsFromArgs, withReadOptions } from './inspect';
 
 export interface AuditCommandOptions extends Omit<AuditOptions, 'tokenizer' | 'read'> {
   json: boolean;
@@ -23,15 +23,6 @@ export interface AuditCommandOptions extends Omit<AuditOptions, 'tokenizer' | 'r
   out: (s: string) => void;
   err: (s: string) => void;
 }
-
-/** The CLI options of `audit`, for `parseArgs`. */
-export const AUDIT_ARGS = {
-  json: { type: 'boolean', default: false },
-  tokenizer: { type: 'string' },
-  'drift-scope': { type: 'string' },
-  'ratio-low': { type: 'string' },
-  'ratio-high': { type: 'string' },
-} as const;
 
 /** `--drift-scope`, `--ratio-low`, `--ratio-high` → options (a UsageError names the bad one). */
 export function auditOptionsFromArgs(v: { 'drift-scope'?: string; 'ratio-low'?: string; 'ratio-high'?: string }): Pick<AuditOptions, 'driftScope' | 'ratioLow' | 'ratioHigh'> {
@@ -51,13 +42,6 @@ export function auditOptionsFromArgs(v: { 'drift-scope'?: string; 'ratio-low'?: 
   return o;
 }
 
-/** The model directory a run names (run.json's config.model.path, relative to the run), for a run dir or a file in one. */
-export async function runModelDir(path: string): Promise<string | undefined> {
-  const run = await runConfigNear(path);
-  const p = (run?.config.model as { path?: unknown } | undefined)?.path;
-  return run && typeof p === 'string' ? resolve(run.dir, p) : undefined;
-}
-
 async function tokenizerFor(path: string, o: AuditCommandOptions): Promise<{ codec?: TokenizerCodec; note?: string }> {
   if (o.tokenizer) {
     try {
@@ -66,13 +50,7 @@ async function tokenizerFor(path: string, o: AuditCommandOptions): Promise<{ cod
       throw new UsageError(`--tokenizer: ${(e as Error).message}`);
     }
   }
-  const model = await runModelDir(path);
-  if (!model || !(await stat(join(model, 'tokenizer.json')).catch(() => undefined))) return { note: 'drift not checked: no tokenizer (--tokenizer DIR, or a run whose model directory has a tokenizer.json)' };
-  try {
-    return { codec: await loadTokenizerCodec(model) };
-  } catch (e) {
-    return { note: `drift not checked: the run's tokenizer cannot be read (${(e as Error).message})` };
-  }
+  return runTokenizer(path);
 }
 
 export async function audit(path: string, o: AuditCommandOptions): Promise<number> {
@@ -122,3 +100,23 @@ function findings(a: RolloutAudit): string[] {
   if (a.alarms.length) f.push(a.alarms.join(', '));
   return f;
 }
+
+export const auditCommand = defineCommand({
+  command: 'audit <path>',
+  describe: 'check every rollout: mask leaks, re-tokenisation drift, rollout vs trainer log-probs on trained tokens, reward-hacking alarms; exit 1 when anything is flagged (docs/instruments.md)',
+  builder: (y) =>
+    withReadOptions(
+      y
+        .positional('path', { type: 'string', demandOption: true, describe: 'our rollout JSONL, a run directory, or a dump we import (veRL, TRL, Search-R1)' })
+        .option('tokenizer', { type: 'string', describe: "a model directory (or tokenizer.json) for the drift check (default: the run's model directory)" })
+        .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout: rollouts (leaks, drift, logprob, alarms), issues, summary' })
+        .option('drift-scope', { type: 'string', describe: 're-encode each role segment (segments, the default) or the whole text (whole)' })
+        .option('ratio-low', { type: 'string', describe: 'flag trained tokens whose ratio exp(logprob − rollout_logprob) is below this (default 0.5)' })
+        .option('ratio-high', { type: 'string', describe: 'flag trained tokens whose ratio is above this (default 2)' }),
+    ),
+  run: async (a, io) => {
+    const read = readOptionsFromArgs(a);
+    const o = auditOptionsFromArgs(a);
+    return withInputErrors(io, () => audit(a.path, { ...o, json: a.json, read, ...(a.tokenizer ? { tokenizer: a.tokenizer } : {}), out: io.out, err: io.err }));
+  },
+});

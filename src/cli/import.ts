@@ -6,6 +6,9 @@ import { createWriteStream } from 'node:fs';
 import { IMPORT_KINDS, importDataset, readSource, type ImportKind } from '../core/importers';
 import type { DatasetImportIssue } from '../core/importers/dataset';
 import { formatIssue, type ReadOptions } from '../core/run/format';
+import { defineCommand } from './command';
+import { withInputErrors } from './inputErrors';
+import { readOptionsFromArgs, withReadOptions } from './inspect';
 
 export async function importCommand(kind: string, src: string, outPath: string, err: (s: string) => void, read: ReadOptions = {}): Promise<number> {
   if (!(IMPORT_KINDS as readonly string[]).includes(kind)) {
@@ -54,3 +57,19 @@ export async function importCommand(kind: string, src: string, outPath: string, 
   err(`${src} → ${outPath}: ${written} ${kind === 'searchr1-dataset' ? 'examples' : 'trajectories'}${skipped ? `, ${skipped} skipped` : ''}\n`);
   return 0;
 }
+
+export const importCommandDef = defineCommand({
+  command: 'import <kind> <src>',
+  describe: 'convert into our rollout JSONL (a Search-R1 dataset: our dataset JSONL)',
+  builder: (y) =>
+    withReadOptions(
+      y
+      .positional('kind', { type: 'string', choices: IMPORT_KINDS, demandOption: true, describe: 'what <src> holds' })
+      .positional('src', { type: 'string', demandOption: true, describe: 'the file or directory to convert' })
+      .option('out', { type: 'string', demandOption: true, describe: 'the JSONL file to write' })
+    ),
+  run: async (a, io) => {
+    const read = readOptionsFromArgs(a);
+    return withInputErrors(io, () => importCommand(a.kind, a.src, a.out, io.err, read));
+  },
+});

@@ -6,31 +6,46 @@
  */
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { INDEX_VERSION, migrateBm25Index } from '../core/retrieval/bm25';
 import { buildBm25Index, type CorpusIssue } from '../core/retrieval/corpus';
 import { buildDenseIndex } from '../core/retrieval/dense';
 import { E5Encoder } from '../core/retrieval/encoder';
 import { UsageError } from '../server/run';
+import { defineCommand } from './command';
+import { withInputErrors } from './inputErrors';
 
-export async function indexCommand(argv: string[], err: (s: string) => void): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    strict: true,
-    options: {
-      out: { type: 'string' },
-      kind: { type: 'string', default: 'bm25' },
-      model: { type: 'string' },
-      dtype: { type: 'string', default: 'float32' },
-      batch: { type: 'string', default: '256' },
-      k1: { type: 'string', default: '0.9' },
-      b: { type: 'string', default: '0.4' },
-      migrate: { type: 'string' },
-    },
-  });
+export interface IndexArgs {
+  corpus?: string;
+  out?: string;
+  migrate?: string;
+  kind: string;
+  model?: string;
+  dtype: string;
+  batch: number;
+  k1: number;
+  b: number;
+}
+
+export const indexCommandDef = defineCommand({
+  command: 'index [corpus]',
+  describe: 'build a retrieval index (BM25, or dense E5; a dense build resumes), or --migrate an older BM25 index',
+  builder: (y) =>
+    y
+      .positional('corpus', { type: 'string', describe: 'a corpus: JSONL of {id, contents}' })
+      .option('out', { type: 'string', describe: 'the index directory' })
+      .option('migrate', { type: 'string', describe: 'rewrite the BM25 index in this directory, of an older format version, in place' })
+      .option('kind', { type: 'string', choices: ['bm25', 'dense'], default: 'bm25', describe: 'the index kind' })
+      .option('model', { type: 'string', describe: 'dense: the E5 encoder directory (model.onnx + tokenizer.json)' })
+      .option('dtype', { type: 'string', choices: ['float32', 'float16'], default: 'float32', describe: 'dense: the stored vectors\' type' })
+      .option('batch', { type: 'number', default: 256, describe: 'dense: documents per encoder batch' })
+      .option('k1', { type: 'number', default: 0.9, describe: 'BM25 k1' })
+      .option('b', { type: 'number', default: 0.4, describe: 'BM25 b' }),
+  run: (a, io) => withInputErrors(io, () => indexCommand(a, io.err)),
+});
+
+export async function indexCommand(values: IndexArgs, err: (s: string) => void): Promise<number> {
   if (values.migrate !== undefined) {
-    if (positionals.length || values.out) throw new UsageError('index --migrate takes only the index directory');
+    if (values.corpus !== undefined || values.out) throw new UsageError('index --migrate takes only the index directory');
     const t0 = Date.now();
     const before = JSON.parse(await readFile(join(values.migrate, 'meta.json'), 'utf8').catch(() => '{}')) as { version?: number };
     const meta = await migrateBm25Index(values.migrate);
@@ -41,8 +56,9 @@ export async function indexCommand(argv: string[], err: (s: string) => void): Pr
     );
     return 0;
   }
-  if (positionals.length !== 1 || !values.out) throw new UsageError('index takes a corpus (JSONL of {id, contents}) and --out <dir>');
-  const corpus = positionals[0]!;
+  if (values.corpus === undefined || !values.out) throw new UsageError('index takes a corpus (JSONL of {id, contents}) and --out <dir>');
+  const corpus = values.corpus;
+  const out = values.out;
   const issues: CorpusIssue[] = [];
   const t0 = Date.now();
   const isTty = Boolean(process.stderr.isTTY);
@@ -52,7 +68,7 @@ export async function indexCommand(argv: string[], err: (s: string) => void): Pr
     const b = Number(values.b);
     if (!(k1 >= 0) || !(b >= 0 && b <= 1)) throw new UsageError(`--k1 must be ≥ 0 and --b in [0, 1]; got ${values.k1}, ${values.b}`);
     let last = 0;
-    const meta = await buildBm25Index(corpus, values.out, {
+    const meta = await buildBm25Index(corpus, out, {
       issues,
       params: { k1, b },
       onProgress: (p) => {
@@ -62,12 +78,12 @@ export async function indexCommand(argv: string[], err: (s: string) => void): Pr
       },
     });
     if (isTty) err('\n');
-    err(`BM25 index of ${meta.docs.toLocaleString()} documents (${meta.terms.toLocaleString()} terms, ${(meta.postingsBytes / 2 ** 20).toFixed(1)} MiB of postings) → ${values.out} in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
+    err(`BM25 index of ${meta.docs.toLocaleString()} documents (${meta.terms.toLocaleString()} terms, ${(meta.postingsBytes / 2 ** 20).toFixed(1)} MiB of postings) → ${out} in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
   } else if (values.kind === 'dense') {
     if (!values.model) throw new UsageError('--kind dense needs --model DIR (model.onnx + tokenizer.json)');
     if (values.dtype !== 'float32' && values.dtype !== 'float16') throw new UsageError(`--dtype must be float32 or float16, got ${values.dtype}`);
     const encoder = await E5Encoder.load(values.model, { log: (l) => err(`${l}\n`) });
-    const meta = await buildDenseIndex(corpus, values.out, encoder, {
+    const meta = await buildDenseIndex(corpus, out, encoder, {
       issues,
       dtype: values.dtype,
       batchSize: Number(values.batch) || 256,
@@ -75,7 +91,7 @@ export async function indexCommand(argv: string[], err: (s: string) => void): Pr
     });
     await encoder.release();
     if (isTty) err('\n');
-    err(`dense index of ${meta.docs.toLocaleString()} documents (dim ${meta.dim}, ${meta.dtype}) → ${values.out} in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
+    err(`dense index of ${meta.docs.toLocaleString()} documents (dim ${meta.dim}, ${meta.dtype}) → ${out} in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
   } else {
     throw new UsageError(`--kind must be bm25 or dense, got ${values.kind}`);
   }

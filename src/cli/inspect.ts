@@ -4,10 +4,14 @@
  * `trajectories` (per trajectory: id, dialect, question, searches, answer, invalid_actions, diagnostics, …),
  * `issues` (malformed items, each with file, line and field) and `summary`.
  */
+import type { Argv } from 'yargs';
 import { detectSource, readSource } from '../core/importers';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
 import { SummaryBuilder, trajectoryFacts, type RunSummary } from '../core/run/summary';
-import { parseDialectName } from '../core/tags/trajectory';
+import { DIALECTS, parseDialectName } from '../core/tags/trajectory';
+import { UsageError } from '../server/run';
+import { defineCommand } from './command';
+import { withInputErrors } from './inputErrors';
 
 export interface InspectOptions {
   json: boolean;
@@ -17,14 +21,18 @@ export interface InspectOptions {
   read?: ReadOptions;
 }
 
-/** The CLI options that say how responses are read (`inspect` and `import`), for `parseArgs`. */
-export const READ_ARGS = { dialect: { type: 'string' }, 'search-tool': { type: 'string' } } as const;
+/** The options that say how responses are read (`inspect` and `import`), declared on a command's parser. */
+export function withReadOptions<A>(y: Argv<A>) {
+  return y
+    .option('dialect', { type: 'string', describe: `read responses in this dialect: auto (detected, the default), ${DIALECTS.join(', ')}` })
+    .option('search-tool', { type: 'string', describe: "the search tool's name in tool calls (default: search)" });
+}
 
-/** `--dialect auto|searchr1|toolcall|llama-json` and `--search-tool NAME` → read options, or a usage message. */
-export function readOptionsFromArgs(values: { dialect?: string; 'search-tool'?: string }): ReadOptions | string {
+/** `--dialect auto|searchr1|toolcall|llama-json` and `--search-tool NAME` → read options; a bad value is a UsageError. */
+export function readOptionsFromArgs(values: { dialect?: string; 'search-tool'?: string }): ReadOptions {
   const dialect = parseDialectName(values.dialect);
-  if (typeof dialect === 'object') return `--dialect: ${dialect.error}`;
-  if (values['search-tool'] !== undefined && !values['search-tool'].trim()) return '--search-tool: expected a tool name';
+  if (typeof dialect === 'object') throw new UsageError(`--dialect: ${dialect.error}`);
+  if (values['search-tool'] !== undefined && !values['search-tool'].trim()) throw new UsageError('--search-tool: expected a tool name');
   return { dialect, ...(values['search-tool'] ? { searchTool: values['search-tool'] } : {}) };
 }
 
@@ -97,3 +105,18 @@ export function renderSummary(path: string, kind: string, s: RunSummary): string
   }
   return `${lines.join('\n')}\n`;
 }
+
+export const inspectCommand = defineCommand({
+  command: 'inspect <path>',
+  describe: 'summarise trajectories: our rollout JSONL, run directories, Search-R1 transcripts, veRL dumps, TRL completion tables; Search-R1 tags or tool calls (detected unless --dialect)',
+  builder: (y) =>
+    withReadOptions(
+      y
+      .positional('path', { type: 'string', demandOption: true, describe: 'a file or a run directory' })
+      .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout (streamed): trajectories, issues, summary' })
+    ),
+  run: async (a, io) => {
+    const read = readOptionsFromArgs(a);
+    return withInputErrors(io, () => inspect(a.path, { json: a.json, read, out: io.out, err: io.err }));
+  },
+});

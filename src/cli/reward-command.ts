@@ -8,27 +8,40 @@
  * input or a module that does not compile.
  */
 import { createWriteStream } from 'node:fs';
-import { parseArgs } from 'node:util';
 import { RewardCompileError } from '../core/rewards/compile';
-import { openReward, RewardReportBuilder, scoreRollouts } from '../core/rewards/scoring';
+import { BUILTIN_REWARDS, openReward, RewardReportBuilder, scoreRollouts } from '../core/rewards/scoring';
 import { UsageError } from '../server/run';
+import { defineCommand } from './command';
+import { withInputErrors } from './inputErrors';
 
-export async function rewardCommand(argv: string[], out: (s: string) => void, err: (s: string) => void): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    strict: true,
-    options: {
-      json: { type: 'boolean', default: false },
-      out: { type: 'string' },
-      timeout: { type: 'string', default: '2000' },
-      workers: { type: 'string' },
-      // For the editor: the full report as one JSON object on stdout, progress as JSON lines on stderr.
-      report: { type: 'boolean', default: false },
-    },
-  });
-  if (positionals.length !== 2) throw new UsageError('reward takes a module (or builtin:em, builtin:subem, builtin:f1, builtin:em-format) and a rollout file or run directory');
-  const [spec, rollouts] = positionals as [string, string];
+export interface RewardArgs {
+  module: string;
+  rollouts: string;
+  json: boolean;
+  out?: string;
+  timeout: number;
+  workers?: number;
+  /** For the editor: the full report as one JSON object on stdout, progress as JSON lines on stderr. */
+  report: boolean;
+}
+
+export const rewardCommandDef = defineCommand({
+  command: 'reward <module> <rollouts>',
+  describe: 'score rollouts with a reward module (sandboxed)',
+  builder: (y) =>
+    y
+      .positional('module', { type: 'string', demandOption: true, describe: `a *.reward.ts module, or ${Object.keys(BUILTIN_REWARDS).map((k) => `builtin:${k}`).join(', ')}` })
+      .positional('rollouts', { type: 'string', demandOption: true, describe: 'a rollout file or run directory (or anything `inspect` reads)' })
+      .option('json', { type: 'boolean', default: false, describe: 'one JSON object: count, mean, zero-variance groups, errors, items' })
+      .option('out', { type: 'string', describe: 'write the rollouts re-scored (the recorded reward kept in meta.reward_recorded)' })
+      .option('timeout', { type: 'number', default: 2000, describe: 'time limit per item (ms)' })
+      .option('workers', { type: 'number', describe: 'sandbox worker threads' })
+      .option('report', { type: 'boolean', default: false, hidden: true }),
+  run: (a, io) => withInputErrors(io, () => rewardCommand(a, io.out, io.err)),
+});
+
+export async function rewardCommand(values: RewardArgs, out: (s: string) => void, err: (s: string) => void): Promise<number> {
+  const { module: spec, rollouts } = values;
   if (values.report && (values.json || values.out)) throw new UsageError('--report cannot be combined with --json or --out');
   let opened;
   try {

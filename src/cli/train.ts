@@ -5,21 +5,19 @@
  */
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, relative, resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 import { EngineUnavailableError } from '../core/host/engines';
-import { RunConfigError } from '../core/host/runConfig';
+import { RunConfigError, runNeeds } from '../core/host/runConfig';
 import { RunHost, type RunOutcome } from '../core/host/runHost';
 import { EnvServerError } from '../core/host/processes';
 import { packageRoot } from '../core/paths';
-import { findPython, noPythonMessage, pythonCandidates } from '../core/python';
+import { findPython, noPythonMessage, pythonCandidates, type TrainerNeeds } from '../core/python';
+import { UsageError } from '../server/run';
+import { defineCommand } from './command';
 
-const OPTIONS = {
-  'run-dir': { type: 'string' },
-  python: { type: 'string' },
-  port: { type: 'string', default: '0' },
-  resume: { type: 'boolean', default: false },
-  quiet: { type: 'boolean', default: false },
-} as const;
+/** The CLI's Python candidates: --python alone when given (a typo must not silently train with another interpreter), else the usual ones with the `.venv` of the current directory (`search-agent-studio setup`'s default) and of the package. */
+export function cliPythonCandidates(python?: string): string[] {
+  return python ? [python] : pythonCandidates([], [process.cwd(), packageRoot()]);
+}
 
 type Event = { event: string; step?: number; total?: number; phase?: string; metrics?: Record<string, number>; message?: string; [k: string]: unknown };
 
@@ -132,6 +130,7 @@ export async function heldOutEm(runDir: string): Promise<{ before?: { step: numb
 
 interface TrainRequest {
   config?: string;
+  needs: TrainerNeeds;
   runDir?: string;
   resume: boolean;
   python?: string;
@@ -140,10 +139,9 @@ interface TrainRequest {
 }
 
 async function runTraining(req: TrainRequest, log: (s: string) => void): Promise<{ code: number; outcome?: RunOutcome; python?: string }> {
-  // An explicit --python is the only one tried (a typo must not silently train with another interpreter).
-  const search = await findPython(req.python ? [req.python] : pythonCandidates([], packageRoot()));
+  const search = await findPython(cliPythonCandidates(req.python), req.needs);
   if (!search.found) {
-    process.stderr.write(`${noPythonMessage(search)}\n`);
+    process.stderr.write(`${noPythonMessage(search, req.needs)}\n`);
     return { code: 1 };
   }
   const printer = new ProgressPrinter(process.stdout, req.quiet);
@@ -217,64 +215,64 @@ async function evalWithoutRetrieval(runDir: string, step: number, python: string
   return (await heldOutEm(dir)).before?.em;
 }
 
-function usageError(why: string, usage: string): number {
-  process.stderr.write(`search-agent-studio: ${why}\n\n${usage}\n`);
-  return 2;
-}
-
-const TRAIN_USAGE = `Usage:
-  search-agent-studio train <config.run.json> [--run-dir DIR] [--python PATH] [--port N] [--quiet]
-  search-agent-studio train --resume --run-dir DIR [--python PATH]`;
-
-export async function trainCommand(argv: string[]): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({ args: argv, options: OPTIONS, allowPositionals: true, strict: true });
-  } catch (e) {
-    return usageError((e as Error).message, TRAIN_USAGE);
-  }
-  const { values, positionals } = parsed;
-  if (values.resume ? !values['run-dir'] || positionals.length > 0 : positionals.length !== 1) return usageError(values.resume ? '--resume needs --run-dir and no config' : 'name one run config', TRAIN_USAGE);
-  const port = Number(values.port);
-  if (!Number.isInteger(port) || port < 0 || port > 65535) return usageError(`--port must be an integer in 0..65535, got ${values.port}`, TRAIN_USAGE);
-  const { code, outcome } = await runTraining({ config: positionals[0], runDir: values['run-dir'], resume: values.resume, python: values.python, port, quiet: values.quiet }, (s) => console.log(s));
-  if (outcome && outcome.status !== 'failed') {
-    const em = await heldOutEm(outcome.runDir);
-    if (em.before || em.after) console.log(`held-out exact match: ${fmt(em.before?.em)} before → ${fmt(em.after?.em)} after (step ${em.after?.step ?? em.before?.step})`);
-  }
-  return code;
-}
-
-const DEMO_USAGE = 'Usage: search-agent-studio demo [--run-dir DIR] [--python PATH] [--quiet]';
+export const trainCommand = defineCommand({
+  command: 'train [config]',
+  describe: 'start the env server and the trainer for a run config (Ctrl-C stops after a checkpoint; --resume continues a run)',
+  builder: (y) =>
+    y
+      .positional('config', { type: 'string', describe: 'the run config (*.run.json)' })
+      .option('run-dir', { type: 'string', describe: 'the run directory (default: a new one under the config\'s output_dir or ./runs)' })
+      .option('resume', { type: 'boolean', default: false, describe: 'continue the run in --run-dir from its last checkpoint' })
+      .option('python', { type: 'string', describe: 'the trainer\'s Python (the only one tried)' })
+      .option('port', { type: 'number', default: 0, describe: 'env server port on 127.0.0.1 (0: any free port)' })
+      .option('quiet', { type: 'boolean', default: false, describe: 'print only warnings, errors and the result' })
+      .example('$0 train examples/demo.run.json', 'train the demo config')
+      .example('$0 train --resume --run-dir runs/demo-20260101-120000', 'continue a stopped run'),
+  run: async (a) => {
+    if (a.resume ? !a['run-dir'] || a.config : !a.config) throw new UsageError(a.resume ? '--resume needs --run-dir and no config' : 'name one run config');
+    if (!Number.isInteger(a.port) || a.port < 0 || a.port > 65535) throw new UsageError(`--port must be an integer in 0..65535, got ${a.port}`);
+    const needs = await runNeeds({ config: a.config, runDir: a['run-dir'], resume: a.resume });
+    const { code, outcome } = await runTraining({ config: a.config, needs, runDir: a['run-dir'], resume: a.resume, python: a.python, port: a.port, quiet: a.quiet }, (s) => console.log(s));
+    if (outcome && outcome.status !== 'failed') {
+      const em = await heldOutEm(outcome.runDir);
+      if (em.before || em.after) console.log(`held-out exact match: ${fmt(em.before?.em)} before → ${fmt(em.after?.em)} after (step ${em.after?.step ?? em.before?.step})`);
+    }
+    return code;
+  },
+});
 
 /** The main job on the embedded defaults: examples/demo.run.json (tiny policy, BM25 over the demo corpus, GRPO, CPU). */
-export async function demoCommand(argv: string[]): Promise<number> {
-  let parsed;
-  try {
-    parsed = parseArgs({ args: argv, options: { 'run-dir': OPTIONS['run-dir'], python: OPTIONS.python, quiet: OPTIONS.quiet, config: { type: 'string' } }, strict: true });
-  } catch (e) {
-    return usageError((e as Error).message, DEMO_USAGE);
-  }
-  const { values } = parsed;
-  const config = values.config ?? join(packageRoot(), 'examples', 'demo.run.json');
-  console.log('The demo: a tiny policy learns, on CPU, to search a corpus of invented facts (BM25) and answer from what it finds;');
-  console.log('a short supervised warm start teaches it the tags only (random queries and answers), then GRPO on exact match.');
-  const t0 = Date.now();
-  const { code, outcome, python } = await runTraining({ config, runDir: values['run-dir'], resume: false, python: values.python, port: 0, quiet: values.quiet }, (s) => console.log(s));
-  if (!outcome || outcome.status === 'failed' || !python) return code || 1;
-  const trained = Date.now();
-  const em = await heldOutEm(outcome.runDir);
-  let blind: number | undefined;
-  if (outcome.status === 'finished') {
-    console.log('checking the trained policy with /retrieve returning nothing (it should not know the invented answers)…');
-    blind = await evalWithoutRetrieval(outcome.runDir, outcome.step, python).catch((e: Error) => {
-      process.stderr.write(`the no-retrieval check failed: ${e.message}\n`);
-      return undefined;
-    });
-  }
-  console.log(
-    `held-out exact match: ${fmt(em.before?.em)} before training (after the warm start) → ${fmt(em.after?.em)} after ${em.after?.step ?? 0} steps ` +
-      `(${duration((trained - t0) / 1000)}); searches per question ${fmt(em.after?.searches, 2)}; with retrieval disabled ${fmt(blind)}`,
-  );
-  return code;
-}
+export const demoCommand = defineCommand({
+  command: 'demo',
+  describe: 'the main job on the embedded defaults: train a tiny search agent on the demo corpus (CPU, minutes); prints held-out exact match before and after',
+  builder: (y) =>
+    y
+      .option('run-dir', { type: 'string', describe: 'the run directory (default: a new one under ./runs)' })
+      .option('python', { type: 'string', describe: 'the trainer\'s Python (the only one tried)' })
+      .option('config', { type: 'string', describe: 'another run config instead of examples/demo.run.json' })
+      .option('quiet', { type: 'boolean', default: false, describe: 'print only warnings, errors and the result' }),
+  run: async (a) => {
+    const config = a.config ?? join(packageRoot(), 'examples', 'demo.run.json');
+    console.log('The demo: a tiny policy learns, on CPU, to search a corpus of invented facts (BM25) and answer from what it finds;');
+    console.log('a short supervised warm start teaches it the tags only (random queries and answers), then GRPO on exact match.');
+    const t0 = Date.now();
+    const needs = await runNeeds({ config });
+    const { code, outcome, python } = await runTraining({ config, needs, runDir: a['run-dir'], resume: false, python: a.python, port: 0, quiet: a.quiet }, (s) => console.log(s));
+    if (!outcome || outcome.status === 'failed' || !python) return code || 1;
+    const trained = Date.now();
+    const em = await heldOutEm(outcome.runDir);
+    let blind: number | undefined;
+    if (outcome.status === 'finished') {
+      console.log('checking the trained policy with /retrieve returning nothing (it should not know the invented answers)…');
+      blind = await evalWithoutRetrieval(outcome.runDir, outcome.step, python).catch((e: Error) => {
+        process.stderr.write(`the no-retrieval check failed: ${e.message}\n`);
+        return undefined;
+      });
+    }
+    console.log(
+      `held-out exact match: ${fmt(em.before?.em)} before training (after the warm start) → ${fmt(em.after?.em)} after ${em.after?.step ?? 0} steps ` +
+        `(${duration((trained - t0) / 1000)}); searches per question ${fmt(em.after?.searches, 2)}; with retrieval disabled ${fmt(blind)}`,
+    );
+    return code;
+  },
+});

@@ -16,7 +16,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** The names of our webviews; one folder under `webview/` each. */
-export type WebviewName = 'welcome' | 'reward-lab' | 'dashboard' | 'rollouts' | 'replay';
+export type WebviewName = 'reward-lab' | 'dashboard' | 'rollouts' | 'replay';
 
 export type Envelope =
   | { t: 'ready'; v: number; webview: string }
@@ -330,33 +330,6 @@ export function viewEndpoint<C extends Contract>(name: WebviewName, transport: T
 // ---------------------------------------------------------------------------------------------------------
 // Contracts, one per webview.
 
-/** What the welcome page shows about this installation. */
-export interface WelcomeInfo {
-  version: string;
-  /** Whether the workspace is trusted: untrusted ones cannot start the trainer or run reward code. */
-  trusted: boolean;
-  /** VS Code version the extension runs in. */
-  vscodeVersion: string;
-  /** Commands the extension contributes, with their palette titles. */
-  commands: { id: string; title: string }[];
-}
-
-export interface WelcomeContract extends Contract {
-  host: {
-    getInfo(params: void): WelcomeInfo;
-    /** Runs one of the extension's own commands (only ids from {@link WelcomeInfo.commands} are accepted). */
-    runCommand(params: { id: string }): void;
-  };
-  view: {
-    /** What the page currently shows, for tests and diagnostics. */
-    describe(params: void): { rendered: boolean; trusted: boolean | null };
-  };
-  toView: {
-    trustChanged: { trusted: boolean };
-  };
-  toHost: Record<string, never>;
-}
-
 /** The Reward Lab's view of one reward module scored against one rollout source. */
 export interface RewardLabReport {
   count: number;
@@ -415,6 +388,9 @@ export interface DashboardRun {
   state: 'running' | 'finished' | 'failed' | 'stopped' | 'interrupted';
   step: number;
   total?: number;
+  /** A running run's phase (`warmup`, `rollout`, `update`, `eval`, …), and the warm start's progress and loss. */
+  phase?: string;
+  warmup?: { step: number; steps: number; loss?: number };
 }
 
 /** One metrics.jsonl line: `step` and named numbers (DESIGN §4.3). */
@@ -432,7 +408,7 @@ export interface DashboardContract extends Contract {
   };
   view: {
     /** What the charts hold, for tests and diagnostics. */
-    describe(params: void): { charts: { key: string; title: string; series: number; points: number }[]; runs: string[]; theme: string };
+    describe(params: void): { charts: { key: string; title: string; series: number; points: number; colors: string[]; markers: string[] }[]; runs: string[]; theme: string };
   };
   toView: {
     runs: { runs: DashboardRun[] };
@@ -570,7 +546,7 @@ export interface RowFacts {
   errorCount?: number;
 }
 
-export type InspectorColumn = 'index' | 'step' | 'group' | 'sample' | 'reward' | 'em' | 'searches' | 'turns' | 'finish' | 'length' | 'data_source' | 'answer' | 'golden' | 'leaks' | 'invalid' | 'dialect';
+export type InspectorColumn = 'index' | 'split' | 'step' | 'group' | 'sample' | 'reward' | 'em' | 'searches' | 'turns' | 'finish' | 'length' | 'data_source' | 'answer' | 'golden' | 'leaks' | 'invalid' | 'dialect';
 
 export interface InspectorQuery {
   filter: string;

@@ -1,14 +1,75 @@
 /**
  * Finding a Python that can run the trainer, and saying exactly what it has. Spawns with argument arrays
- * (never a shell string).
+ * (never a shell string). A candidate is usable when it imports torch at least {@link TRAINER_MINIMUM}'s (and,
+ * when the run config needs them, transformers and peft at least theirs); otherwise the next candidate is tried
+ * and the versions found are named.
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 
+/**
+ * The oldest versions the trainer runs with, from what it uses: `F.scaled_dot_product_attention` (the tiny
+ * policy's attention) needs torch 2.0; `from_pretrained(dtype=…)` and `logits_to_keep` need transformers 4.56;
+ * LoRA goes through peft's `LoraConfig`/`get_peft_model` (0.13). trainer/pyproject.toml declares the same lower
+ * bounds (a unit test keeps them in step).
+ */
+export const TRAINER_MINIMUM = { torch: '2.0', transformers: '4.56', peft: '0.13' } as const;
+
+/** What a run config needs beyond torch: transformers for a Hugging Face model, peft for LoRA. */
+export interface TrainerNeeds {
+  transformers?: boolean;
+  peft?: boolean;
+}
+
+/** The packages a run config needs (a loose object: a config may not have been validated yet). */
+export function trainerNeeds(config: unknown): TrainerNeeds {
+  const model = (config as { model?: { kind?: unknown; lora?: unknown } } | undefined)?.model;
+  const hf = model?.kind === 'hf';
+  return { transformers: hf, peft: hf && model?.lora !== undefined && model.lora !== null };
+}
+
+/** The numeric release of a version string: "2.15.0+cu132" → [2, 15, 0]; "2.0.0a0" → [2, 0, 0]. */
+function release(v: string): number[] {
+  return (/^\s*v?(\d+(?:\.\d+)*)/.exec(v)?.[1] ?? '0').split('.').map(Number);
+}
+
+/** Whether `version` is at least `minimum`, comparing release numbers (pre-release and local tags ignored). */
+export function versionAtLeast(version: string, minimum: string): boolean {
+  const a = release(version);
+  const b = release(minimum);
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0);
+    if (d !== 0) return d > 0;
+  }
+  return true;
+}
+
+/**
+ * Why a probed interpreter cannot run the trainer for `needs`, or undefined when it can: torch missing or older
+ * than the minimum, or a package the config needs missing or too old (each named with the version found).
+ */
+export function unusableBecause(p: Omit<PythonProbe, 'ok' | 'executable'>, needs: TrainerNeeds = {}): string | undefined {
+  if (p.error) return p.error;
+  if (p.torch === undefined) return 'cannot import torch';
+  const problems: string[] = [];
+  if (!versionAtLeast(p.torch, TRAINER_MINIMUM.torch)) problems.push(`torch ${p.torch} is too old (the trainer needs torch ≥ ${TRAINER_MINIMUM.torch})`);
+  const optional = [
+    ['transformers', needs.transformers, 'a Hugging Face model'],
+    ['peft', needs.peft, 'LoRA'],
+  ] as const;
+  for (const [name, needed, why] of optional) {
+    if (!needed) continue;
+    const found = p[name];
+    if (!found) problems.push(`${name} is not installed (${why} needs ${name} ≥ ${TRAINER_MINIMUM[name]})`);
+    else if (!versionAtLeast(found, TRAINER_MINIMUM[name])) problems.push(`${name} ${found} is too old (${why} needs ${name} ≥ ${TRAINER_MINIMUM[name]})`);
+  }
+  return problems.length ? problems.join('; ') : undefined;
+}
+
 export interface PythonProbe {
   executable: string;
-  /** True when the interpreter ran and imported torch. */
+  /** True when the interpreter ran and has what the trainer needs (see {@link unusableBecause}). */
   ok: boolean;
   python?: string;
   torch?: string;
@@ -19,7 +80,7 @@ export interface PythonProbe {
   peft?: string | null;
   /** TRL, for engine "trl" (trainer/requirements-trl.txt). */
   trl?: string | null;
-  /** Why it is not usable (not found, no torch, timed out, …). */
+  /** Why it is not usable (not found, no torch, torch too old, timed out, …). */
   error?: string;
 }
 
@@ -42,7 +103,9 @@ for name in ("transformers", "peft", "trl"):
 print(json.dumps(out))
 `;
 
-export async function probePython(executable: string, timeoutMs = 120_000): Promise<PythonProbe> {
+/** Runs `executable` to read its versions; `ok` when it can run the trainer for `needs`. */
+export async function probePython(executable: string, options: { needs?: TrainerNeeds; timeoutMs?: number } = {}): Promise<PythonProbe> {
+  const timeoutMs = options.timeoutMs ?? 120_000;
   try {
     const r = await execa(executable, ['-c', PROBE_SCRIPT], { timeout: timeoutMs, reject: false, stdin: 'ignore' });
     if (r.failed && r.exitCode === undefined) {
@@ -63,7 +126,8 @@ export async function probePython(executable: string, timeoutMs = 120_000): Prom
     } catch {
       return { executable, ok: false, error: `exit ${r.exitCode}: ${(r.stderr || r.stdout).trim().split('\n').slice(-3).join(' | ')}` };
     }
-    return { executable, ok: parsed.error === undefined && parsed.torch !== undefined, ...parsed };
+    const why = unusableBecause(parsed, options.needs);
+    return { executable, ...parsed, ok: why === undefined, ...(why ? { error: why } : {}) };
   } catch (e) {
     return { executable, ok: false, error: (e as Error).message };
   }
@@ -71,17 +135,18 @@ export async function probePython(executable: string, timeoutMs = 120_000): Prom
 
 /**
  * Where to look for the trainer's Python, in order: what the user named (a setting, --python, the Python
- * extension's interpreter), SAS_PYTHON, the project's own .venv (made by scripts/setup.sh), python3 on PATH,
+ * extension's interpreter), SAS_PYTHON, the `.venv` under each of `roots` that exists (the environment "Set Up
+ * Trainer Environment" made, the workspace's, the project's own from scripts/setup.sh), python3 on PATH,
  * /usr/bin/python3. Duplicates removed.
  */
-export function pythonCandidates(named: (string | undefined)[] = [], root?: string): string[] {
+export function pythonCandidates(named: (string | undefined)[] = [], roots: string | string[] = []): string[] {
   const out: string[] = [];
   const add = (p: string | undefined) => {
     if (p && !out.includes(p)) out.push(p);
   };
   named.forEach(add);
   add(process.env.SAS_PYTHON);
-  if (root) add(join(root, '.venv', 'bin', 'python'));
+  for (const root of typeof roots === 'string' ? [roots] : roots) add(join(root, '.venv', 'bin', 'python'));
   add('python3');
   add('/usr/bin/python3');
   return out.filter((p) => !p.includes('/') || existsSync(p) || named.includes(p));
@@ -92,22 +157,23 @@ export interface PythonSearch {
   tried: PythonProbe[];
 }
 
-/** The first candidate that imports torch, and what each one tried said. */
-export async function findPython(candidates: string[]): Promise<PythonSearch> {
+/** The first candidate that can run the trainer (for `needs`), and what each one tried said. */
+export async function findPython(candidates: string[], needs: TrainerNeeds = {}): Promise<PythonSearch> {
   const tried: PythonProbe[] = [];
   for (const c of candidates) {
-    const probe = await probePython(c);
+    const probe = await probePython(c, { needs });
     tried.push(probe);
     if (probe.ok) return { found: probe, tried };
   }
   return { tried };
 }
 
-/** The message when no Python works: what was tried and what to do. */
-export function noPythonMessage(search: PythonSearch): string {
-  return [
-    'No Python with torch was found. Tried:',
-    ...search.tried.map((p) => `  ${p.executable}: ${p.error ?? 'unusable'}`),
-    'Run `bash scripts/setup.sh` (it makes .venv with torch), or set searchAgent.pythonPath / pass --python to a Python that has torch.',
-  ].join('\n');
+/** What the trainer needs, in words: "torch ≥ 2.0, transformers ≥ 4.56". */
+export function needsText(needs: TrainerNeeds = {}): string {
+  return [`torch ≥ ${TRAINER_MINIMUM.torch}`, ...(needs.transformers ? [`transformers ≥ ${TRAINER_MINIMUM.transformers}`] : []), ...(needs.peft ? [`peft ≥ ${TRAINER_MINIMUM.peft}`] : [])].join(', ');
+}
+
+/** The message when no Python works: what was tried, why each was refused, and `remedy` (what to do). */
+export function noPythonMessage(search: PythonSearch, needs: TrainerNeeds = {}, remedy = 'Run `search-agent-studio setup` (it makes a virtual environment with the pinned torch, transformers and peft), or pass --python to a Python that has them.'): string {
+  return [`No usable Python for the trainer (${needsText(needs)}) was found. Tried:`, ...search.tried.map((p) => `  ${p.executable}: ${p.error ?? 'unusable'}`), remedy].join('\n');
 }

@@ -9,9 +9,9 @@ import { RewardWorkbench } from './rewards/rewardWorkbench';
 import { Dashboard } from './training/dashboard';
 import { newTrainingRun } from './training/newRun';
 import { RunsView } from './training/runsView';
-import { TrainingController } from './training/trainingController';
+import { liveSummary, TrainingController } from './training/trainingController';
 import { TrajectoryLanguage } from './trajectoryLanguage';
-import { WelcomePanel } from './welcome';
+import { registerWalkthrough } from './walkthrough';
 
 export function activate(context: vscode.ExtensionContext): void {
   const log = vscode.window.createOutputChannel('Search Agent Studio', { log: true });
@@ -22,7 +22,6 @@ export function activate(context: vscode.ExtensionContext): void {
   const status = vscode.window.createStatusBarItem('searchAgent.status', vscode.StatusBarAlignment.Left, 10);
   status.name = 'Search Agent Studio';
   status.text = '$(beaker) Search Agent';
-  status.tooltip = 'Search Agent Studio: no training run';
   status.command = 'searchAgent.showWelcome';
   status.show();
   context.subscriptions.push(status);
@@ -30,15 +29,20 @@ export function activate(context: vscode.ExtensionContext): void {
   context.subscriptions.push(new TrajectoryLanguage(log), new RewardWorkbench(context, log));
   const training = new TrainingController(context, log);
   context.subscriptions.push(training, new RunsView(training), new Dashboard(context, training, log));
+  // The Search Agent item says what runs (never "no training run" while one does).
+  const describe = () => {
+    const s = training.live;
+    status.tooltip = s ? `Search Agent Studio: training ${s.id} — ${liveSummary(s)}` : 'Search Agent Studio: no training run';
+  };
+  context.subscriptions.push(training.onDidChange(describe));
+  describe();
   const replay = new ReplayPanel(context, log);
   context.subscriptions.push(replay, new Inspector(context, replay, log, () => training.runsParents()));
 
   context.subscriptions.push(
-    vscode.commands.registerCommand('searchAgent.showWelcome', () => {
-      WelcomePanel.show(context, log);
-    }),
+    ...registerWalkthrough(context),
     vscode.commands.registerCommand('searchAgent.showLogs', () => log.show(true)),
-    vscode.commands.registerCommand('searchAgent.newTrainingRun', () => newTrainingRun(context.extensionUri.fsPath)),
+    vscode.commands.registerCommand('searchAgent.newTrainingRun', () => newTrainingRun()),
   );
 }
 

@@ -24,19 +24,24 @@ import { openReward } from '../core/rewards/scoring';
 import { VERSION } from '../core/version';
 import { startEnvServer } from './server';
 
-const OPTIONS = {
-  port: { type: 'string', default: '0' },
-  topk: { type: 'string', default: '3' },
-  retriever: { type: 'string' },
-  index: { type: 'string' },
-  corpus: { type: 'string' },
-  model: { type: 'string' },
-  url: { type: 'string' },
-  scan: { type: 'string', default: 'onnx' },
-  workers: { type: 'string' },
-  reward: { type: 'string', default: 'builtin:em' },
-  'reward-timeout': { type: 'string', default: '2000' },
+/** The server's options, with their help text (the CLI's `serve` shows it; `dist/server.js` parses with it). */
+export const SERVE_OPTIONS = {
+  port: { type: 'string', default: '0', describe: 'port on 127.0.0.1 (0: any free port)' },
+  topk: { type: 'string', default: '3', describe: 'documents per query when a request names none' },
+  retriever: { type: 'string', describe: 'bm25 | dense | remote | none (none: no documents, the ablation); default from the other options' },
+  index: { type: 'string', describe: 'a built index directory (bm25 or dense)' },
+  corpus: { type: 'string', describe: 'a JSONL corpus ({id, contents}); BM25 indexes it once into a cache' },
+  model: { type: 'string', describe: 'dense: the E5 encoder directory (model.onnx + tokenizer.json)' },
+  url: { type: 'string', describe: 'remote: a Search-R1-compatible /retrieve URL' },
+  scan: { type: 'string', default: 'onnx', describe: 'dense scan implementation: onnx | js' },
+  workers: { type: 'string', describe: 'BM25 search threads sharing one index (default: the cores)' },
+  reward: { type: 'string', default: 'builtin:em', describe: 'the reward module /reward scores with (a *.reward.ts or builtin:NAME)' },
+  'reward-timeout': { type: 'string', default: '2000', describe: 'time limit per reward item (ms)' },
 } as const;
+
+export type ServeValues = { [K in keyof typeof SERVE_OPTIONS]: (typeof SERVE_OPTIONS)[K] extends { default: string } ? string : string | undefined };
+
+const OPTIONS = Object.fromEntries(Object.entries(SERVE_OPTIONS).map(([k, o]) => [k, { type: o.type, ...('default' in o ? { default: o.default } : {}) }])) as { [K in keyof typeof SERVE_OPTIONS]: Omit<(typeof SERVE_OPTIONS)[K], 'describe'> };
 
 export class UsageError extends Error {}
 
@@ -83,6 +88,11 @@ export async function retrieverFromArgs(
 
 export async function runServer(argv: string[]): Promise<void> {
   const { values } = parseArgs({ args: argv, options: OPTIONS, strict: true });
+  await serve(values as ServeValues);
+}
+
+/** Starts the env server with parsed options; runs until a signal (or its host goes away). */
+export async function serve(values: ServeValues): Promise<void> {
   const port = int('port', values.port, 0, 65535);
   const defaultTopk = int('topk', values.topk, 1, 100);
   const log = (line: string) => process.stderr.write(`[env-server] ${line}\n`);

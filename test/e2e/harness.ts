@@ -47,6 +47,8 @@ export interface SessionOptions {
   settings?: Record<string, unknown>;
   /** The VSIX to install (default: the path `npm run package` wrote to out/vsix-path.txt). */
   vsix?: string;
+  /** Environment variables for code-server (and so the extension host). */
+  env?: Record<string, string>;
 }
 
 async function freePort(): Promise<number> {
@@ -178,7 +180,7 @@ export class CodeServerSession {
         '--disable-getting-started-override',
         this.workspace,
       ],
-      { detached: true, reject: false, buffer: false, stdin: 'ignore', env: { ...process.env, SERVICE_URL: '', ITEM_URL: '' } },
+      { detached: true, reject: false, buffer: false, stdin: 'ignore', env: { ...process.env, SERVICE_URL: '', ITEM_URL: '', ...this.options.env } },
     );
     const collect = (d: Buffer) => this.serverOutput.push(d.toString());
     this.server.stdout?.on('data', collect);

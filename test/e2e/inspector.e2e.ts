@@ -146,6 +146,12 @@ describe('rollout inspector and replay panel (code-server)', function () {
     await until('the replay of s2-leak', async () => (await r.locator('[data-testid="header"] h2').textContent()) === 's2-leak', 15_000);
     assert.equal(await data(r, 'level'), 'token');
     assert.equal(await data(r, 'leaks'), '1');
+    // It opens at its top: the question, golden answer and reward in view.
+    assert.equal(await r.evaluate(() => window.scrollY), 0);
+    for (const fact of ['question', 'golden', 'reward']) {
+      const dt = r.locator('dl.facts dt', { hasText: new RegExp(`^${fact}$`) });
+      assert.ok(await dt.evaluate((el) => el.getBoundingClientRect().bottom <= window.innerHeight && el.getBoundingClientRect().top >= 0), `${fact} is in view`);
+    }
     assert.match((await r.locator('[data-testid="header"]').textContent()) ?? '', /1 mask leak/);
     await r.locator('[data-testid="tokens"]').click({ position: { x: 2, y: 2 } });
     await r.locator('body').press('Home');
@@ -180,6 +186,11 @@ describe('rollout inspector and replay panel (code-server)', function () {
     assert.equal(await bg('.chip.role-generated.ov-d8'), await bg('.swatch.ov-d8'));
     await r.locator('[data-testid="overlay"]').selectOption('kl');
     assert.match((await r.locator('[data-testid="legend"]').textContent()) ?? '', /KL/);
+    // The prompt was never scored (this older record says 0 there): "not recorded", not a certain 0.
+    assert.ok((await r.locator('.chip.role-prompt.ov-none').count()) > 0);
+    await r.locator('.chip.role-prompt').first().hover();
+    assert.match((await r.locator('[data-testid="hovercard"]').textContent()) ?? '', /KL \(log π − log π_ref\)not recorded/);
+    assert.equal(await r.evaluate(() => window.scrollY), 0, 'stepping never scrolled the page');
     await s.page.screenshot({ path: join(shots, 'replay.png') });
   });
 
@@ -232,6 +243,13 @@ describe('rollout inspector and replay panel (code-server)', function () {
     const r = await replayFrame();
     await until('two columns', async () => (await data(r, 'columns')) === '2', 15_000);
     assert.match((await r.locator('[data-testid="timeline-1"] .col-head').textContent()) ?? '', /reward 0 · answer Quendal/);
+    // Both rollouts' headers and tokens, not only the first's.
+    assert.equal(await r.locator('[data-testid="header-0"] h2').textContent(), 's1-g1-0');
+    assert.equal(await r.locator('[data-testid="header-1"] h2').textContent(), 's1-g1-1');
+    assert.match((await r.locator('[data-testid="header-1"]').textContent()) ?? '', /answerQuendal/);
+    assert.ok((await r.locator('[data-testid="tokens-1"] .chip').count()) > 10, 'the second rollout\'s tokens');
+    await r.locator('body').press('ArrowDown');
+    assert.ok((await r.locator('[data-testid="tokens-1"] .chip.in-entry').count()) > 0, 'its current entry marked');
   });
 
   it('replays an imported rollout without tokens by segment, then split with a chosen tokenizer.json', async () => {

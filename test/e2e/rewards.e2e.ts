@@ -29,6 +29,21 @@ describe('reward editor (code-server)', function () {
     const changedRows = await lab.locator('[data-testid="changed"] tbody tr').count();
     assert.equal(changedRows, 1, 'one rollout’s reward changed (recorded 1, now 0)');
     assert.match((await lab.textContent('[data-testid="by-source"]')) ?? '', /demo.*nq/s);
+    // The changed-rewards table's headers stay whole (no wrapping mid-word), one line high — in a narrow panel too.
+    await lab.evaluate(() => (document.body.style.width = '360px'));
+    const heads = await lab.locator('[data-testid="changed"] th').evaluateAll((ths) =>
+      ths.map((th) => {
+        const cs = getComputedStyle(th);
+        const line = Number.isFinite(parseFloat(cs.lineHeight)) ? parseFloat(cs.lineHeight) : 1.4 * parseFloat(cs.fontSize);
+        return { text: th.textContent, cut: th.scrollWidth > th.clientWidth + 1, tall: th.getBoundingClientRect().height > 1.8 * line + 6 };
+      }),
+    );
+    await lab.evaluate(() => (document.body.style.width = ''));
+    assert.deepEqual(heads.filter((h) => h.cut || h.tall), [], JSON.stringify(heads));
+    // Chromium's benign "ResizeObserver loop" error event is logged as information, not as an uncaught error.
+    await lab.evaluate(() => window.dispatchEvent(new ErrorEvent('error', { message: 'ResizeObserver loop completed with undelivered notifications.' })));
+    await s.waitForLog('extension', /\[webview reward-lab\] benign: ResizeObserver loop/, 15_000);
+    assert.doesNotMatch(s.logs().extension, /\[error\] \[webview reward-lab\] .*ResizeObserver/);
     // The lens shows the result inline.
     await until('the result lens', async () => (await s.page.locator('.contentWidgets .codelens-decoration', { hasText: 'agrees with recorded 83.3%' }).count()) > 0);
   });

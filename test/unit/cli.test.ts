@@ -20,13 +20,46 @@ describe('CLI', () => {
     const r = await cli('frobnicate');
     assert.equal(r.exitCode, 2);
     assert.match(r.stderr, /unknown command: frobnicate/);
-    assert.match(r.stderr, /Usage:/);
+    assert.match(r.stderr, /search-agent-studio <command> \[options\]/);
+  });
+
+  it('every subcommand prints its own usage with --help and exits 0', async function () {
+    this.timeout(60_000);
+    const top = await cli('--help');
+    assert.equal(top.exitCode, 0);
+    const names = [...top.stdout.matchAll(/^ {2}search-agent-studio (\w+)/gm)].map((m) => m[1]!);
+    for (const c of ['doctor', 'setup', 'demo', 'train', 'serve', 'index', 'inspect', 'audit', 'import', 'reward']) assert.ok(names.includes(c), `${c} is listed (${names.join(', ')})`);
+    for (const name of names.filter((n) => n !== 'completion')) {
+      const r = await cli(name, '--help');
+      assert.equal(r.exitCode, 0, `${name} --help: ${r.stderr}`);
+      assert.match(r.stdout, new RegExp(`^search-agent-studio ${name}\\b`, 'm'), `${name} --help shows its own usage`);
+      assert.equal(r.stderr, '');
+    }
+    const train = await cli('train', '--help');
+    assert.match(train.stdout, /--resume/);
+    assert.match(train.stdout, /--run-dir/);
+  });
+
+  it('an unknown option is bad usage: exit 2, the option named, the command\'s usage', async () => {
+    const r = await cli('inspect', 'x.jsonl', '--jsno');
+    assert.equal(r.exitCode, 2);
+    assert.match(r.stderr, /Unknown argument: jsno/);
+    assert.match(r.stderr, /search-agent-studio inspect <path>/);
+  });
+
+  it('prints a shell completion script, and completes subcommands', async () => {
+    const r = await cli('completion');
+    assert.equal(r.exitCode, 0);
+    assert.match(r.stdout, /complete -o bashdefault -o default -F _search-agent-studio_yargs_completions search-agent-studio/);
+    const c = await cli('--get-yargs-completions', 'search-agent-studio', '');
+    assert.deepEqual(c.stdout.split('\n').filter((l) => /^(doctor|setup|train|inspect)$/.test(l)).sort(), ['doctor', 'inspect', 'setup', 'train']);
   });
 
   it('doctor names the Python it tried and why it is unusable', async () => {
     const r = await cli('doctor', '--python', '/nonexistent/python3');
     assert.equal(r.exitCode, 1);
     assert.match(r.stdout, /✗ \/nonexistent\/python3: .*(ENOENT|not found|no such file)/i);
+    assert.match(r.stdout, /search-agent-studio setup/);
   });
 
   it('probePython reports a Python without torch as unusable, with the import error', async () => {
@@ -45,7 +78,8 @@ describe('CLI', () => {
       const r = await cli('train');
       assert.equal(r.exitCode, 2);
       assert.match(r.stderr, /name one run config/);
-      assert.match(r.stderr, /--resume --run-dir DIR/);
+      assert.match(r.stderr, /--resume/);
+      assert.match(r.stderr, /--run-dir/);
     });
 
     it('an invalid config: exit 2, the file and every bad key named, nothing started', async () => {
@@ -61,7 +95,8 @@ describe('CLI', () => {
     it('no Python with torch: exit 1 and what was tried', async () => {
       const r = await cli('train', fixture, '--python', '/nonexistent/python3');
       assert.equal(r.exitCode, 1);
-      assert.match(r.stderr, /No Python with torch was found\. Tried:\n {2}\/nonexistent\/python3: /);
+      assert.match(r.stderr, /No usable Python for the trainer \(torch ≥ 2\.0\) was found\. Tried:\n {2}\/nonexistent\/python3: /);
+      assert.match(r.stderr, /search-agent-studio setup/);
     });
 
     it('runs a config end to end (plain lines when not a TTY) and ends with held-out EM before → after', async () => {

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { DatasetExampleSchema, type DatasetImportIssue } from '../../src/core/importers/dataset';
-import { detectSource, importDataset, readSource, UnreadableInput, type SourceItem } from '../../src/core/importers';
+import { detectSource, importDataset, readSource, rolloutFileKind, UnreadableInput, type SourceItem } from '../../src/core/importers';
 import { goldenList } from '../../src/core/importers/common';
 import { validateRollout, type Rollout } from '../../src/core/run/format';
 import { validate } from '../../src/core/schema/schema';
@@ -56,6 +56,7 @@ describe('importers', () => {
     assert.deepEqual(rs[2]!.reward_parts, { acc: 1 }, 'a boolean extra becomes 0/1');
     assert.equal(rs[1]!.meta!.pred, 'Quendal');
     assert.match(rs[0]!.prompt, /Question: varnholt founder/);
+    assert.deepEqual(rs.map((r) => r.question), ['varnholt founder', 'varnholt founder', 'quendal river'], 'the question is read from the prompt');
     const bad = items.find((i) => !i.record)!;
     assert.deepEqual(bad.issues.map((i) => [i.file.endsWith('10.jsonl'), i.line, i.field]), [[true, 2, 'output']]);
   });
@@ -94,6 +95,44 @@ describe('importers', () => {
     assert.deepEqual(goldenList("{'target': 'not json'}"), ["{'target': 'not json'}"]);
     assert.deepEqual(goldenList([1, null, 'x']), ['1', 'x']);
     assert.deepEqual(goldenList(undefined), []);
+  });
+});
+
+describe('what the Reward Lab offers to score against', () => {
+  it('rollout files by place or content; not metrics, events, datasets or corpora', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sas-kinds-'));
+    try {
+      const run = join(dir, 'runs', 'demo-1');
+      mkdirSync(join(run, 'rollouts'), { recursive: true });
+      const rollout = JSON.stringify({ v: 1, id: 'r', step: 1, prompt: 'p', response: '<answer>x</answer>', tokens: { text: ['x'.repeat(70_000)] } });
+      const files: Record<string, string> = {
+        'runs/demo-1/rollouts/step-000001.jsonl': rollout,
+        'runs/demo-1/rollouts/val-step-000000.jsonl': rollout,
+        'runs/demo-1/metrics.jsonl': JSON.stringify({ step: 1, 'critic/score/mean': 0.5 }),
+        'runs/demo-1/events.jsonl': JSON.stringify({ event: 'started' }),
+        'data/train.jsonl': JSON.stringify({ id: 'q1', question: 'who?', golden: ['x'] }),
+        'data/corpus.jsonl': JSON.stringify({ id: 'd1', contents: 'Title\ntext' }),
+        'exported/scored.jsonl': `\n${rollout}`,
+        'dumps/5.jsonl': JSON.stringify({ input: 'p', output: 'o', score: 1 }),
+      };
+      for (const [f, text] of Object.entries(files)) {
+        mkdirSync(join(dir, f, '..'), { recursive: true });
+        writeFileSync(join(dir, f), `${text}\n`);
+      }
+      const kinds = Object.fromEntries(await Promise.all(Object.keys(files).map(async (f) => [f, (await rolloutFileKind(join(dir, f))) ?? null])));
+      assert.deepEqual(kinds, {
+        'runs/demo-1/rollouts/step-000001.jsonl': 'rollouts',
+        'runs/demo-1/rollouts/val-step-000000.jsonl': 'rollouts',
+        'runs/demo-1/metrics.jsonl': null,
+        'runs/demo-1/events.jsonl': null,
+        'data/train.jsonl': null,
+        'data/corpus.jsonl': null,
+        'exported/scored.jsonl': 'rollouts',
+        'dumps/5.jsonl': 'verl',
+      });
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 

@@ -9,7 +9,9 @@ import { checkFilter, compileFilter, FilterError, type FilterRow } from '../../s
 import { replayModel } from '../../src/core/inspect/replay';
 import { RolloutTable, rowFacts } from '../../src/core/inspect/table';
 import { loadTextTokenizer } from '../../src/core/inspect/tokenizer';
-import type { Rollout } from '../../src/core/run/format';
+import { groupKeyOf, validateRollout, type Rollout } from '../../src/core/run/format';
+import { SummaryBuilder } from '../../src/core/run/summary';
+import { RewardReportBuilder } from '../../src/core/rewards/scoring';
 import { RolloutStore } from '../../src/core/store/rollouts';
 
 const row = (r: FilterRow) => r;
@@ -137,6 +139,35 @@ describe('replay model', () => {
     assert.equal(m.alignment, undefined, 'tokens round-trip the text');
   });
 
+  it('positions that were not scored are null ("not recorded"): null in new records, 0 on a non-generated token in older ones', () => {
+    // A record as the trainer writes it now: null on the prompt and the retrieved block, numbers on generated tokens.
+    const r = tokenized();
+    const role = r.tokens!.role;
+    r.tokens!.logprob = role.map((x) => (x === 'generated' ? -0.5 : null));
+    r.tokens!.ref_logprob = role.map((x) => (x === 'generated' ? -0.75 : null));
+    const m = replayModel(r, { index: 0, file: 'f', line: 1 });
+    const info = m.entries.find((e) => e.kind === 'information')!;
+    for (const o of ['logprob', 'ref_logprob', 'kl'] as const) {
+      assert.equal(m.tokens.overlays[o]![0], null, `${o}: the prompt is not scored`);
+      assert.ok(m.tokens.overlays[o]!.slice(info.tokenStart, info.tokenEnd).every((v) => v === null), `${o}: retrieved tokens are not scored`);
+    }
+    assert.equal(m.tokens.overlays.kl![1], 0.25);
+    // An older record (v1, no null anywhere): 0 on the prompt and retrieved tokens meant "not scored"; a 0 on a
+    // generated token is a real value (a zero advantage in a zero-variance group).
+    const old = tokenized();
+    old.tokens!.logprob = old.tokens!.role.map((x) => (x === 'generated' ? -0.5 : 0));
+    old.tokens!.advantage = old.tokens!.role.map(() => 0);
+    const o = replayModel(old, { index: 0, file: 'f', line: 1 });
+    assert.equal(o.tokens.overlays.logprob![0], null);
+    assert.ok(o.tokens.overlays.logprob!.slice(info.tokenStart, info.tokenEnd).every((v) => v === null));
+    assert.equal(o.tokens.overlays.logprob![1], -0.5);
+    assert.equal(o.tokens.overlays.advantage![1], 0, 'a generated token keeps its 0');
+    assert.equal(o.tokens.overlays.advantage![info.tokenStart], null);
+    // The schema accepts null in the number arrays (and nothing else).
+    assert.deepEqual(validateRollout(r, 'f', 1), []);
+    assert.match(validateRollout({ ...r, tokens: { ...r.tokens!, logprob: r.tokens!.logprob.map(() => 'x') } }, 'f', 1)[0]!.message, /number|null/);
+  });
+
   it('replays token-less rollouts by segment, or split by a tokenizer with one role per token', () => {
     const r = tokenized();
     delete r.tokens;
@@ -159,6 +190,54 @@ describe('replay model', () => {
     const m = replayModel(r, { index: 0, file: 'f', line: 1 });
     assert.equal(m.tokens.text.length, 5);
     assert.match(m.warnings.join('\n'), /tokens\.loss_mask has 5 entries but tokens\.text has 13/);
+  });
+});
+
+describe('GRPO groups are keyed by split as well as step (the held-out collision)', () => {
+  // As older trainers wrote them: step 20's training group "20:0" (8 samples, rewards vary) and the held-out
+  // evaluation at step 20, whose first question also got group "20:0" — another question, another split.
+  const rec = (i: number, split: string, reward: number): Rollout => ({ v: 1, id: `${split}-${i}`, step: 20, group: '20:0', sample: i, split, question: split === 'train' ? 'q-train' : `q-val-${i}`, prompt: 'p', response: '<answer>x</answer>', golden: ['x'], reward });
+  // Training group "20:1" (4 samples) has all rewards 0: no learning signal.
+  const train = [...Array.from({ length: 8 }, (_, i) => rec(i, 'train', i % 2)), ...Array.from({ length: 4 }, (_, i) => ({ ...rec(i, 'train', 0), id: `train-b${i}`, group: '20:1' }))];
+  // Three held-out rows, each alone in its group, rewarded 1: a reader keyed by step and group alone puts one into
+  // "20:0" (9 members) and one into "20:1" (which then is not zero-variance: the no-signal group is missed).
+  const val = [rec(0, 'val', 1), { ...rec(1, 'val', 1), group: '20:1' }, { ...rec(2, 'val', 1), group: '20:2' }];
+  const all = [...train.slice(0, 4), val[0]!, ...train.slice(4, 10), val[1]!, ...train.slice(10), val[2]!];
+
+  it('the inspector: group size, zero variance, the group\'s rows, and a split column to filter on', () => {
+    const table = new RolloutTable();
+    all.forEach((r, i) => table.add(rowFacts({ index: i, file: 'f', line: i + 1, record: r, errors: [] } as never)));
+    const trainRow = table.rows.find((f) => f.split === 'train')!;
+    const valRow = table.rows.find((f) => f.split === 'val')!;
+    assert.equal(table.group(trainRow)?.size, 8);
+    assert.equal(table.group(trainRow)?.zeroVariance, false);
+    assert.equal(table.group(valRow)?.size, 1);
+    assert.equal(table.group(valRow)?.zeroVariance, false, 'a group of one is not a zero-variance group');
+    assert.deepEqual(table.groupRows(valRow).map((f) => f.id), ['val-0']);
+    assert.equal(table.groupRows(trainRow).length, 8);
+    assert.equal(table.query({ filter: 'split == "val"' })!.length, 3);
+    assert.equal(table.query({ filter: 'group.size == 8' })!.length, 8, 'no held-out row joins the training group');
+    assert.deepEqual([...table.query({ filter: 'group.zero_variance' })!].map((i) => table.rows[i]!.id), ['train-b0', 'train-b1', 'train-b2', 'train-b3']);
+    const sorted = [...table.query({ sort: { column: 'split' } })!].map((i) => table.rows[i]!.split);
+    assert.deepEqual(sorted, [...Array(12).fill('train'), ...Array(3).fill('val')]);
+  });
+
+  it('the run summary (inspect) and the Reward Lab count the training groups alone', async () => {
+    const summary = new SummaryBuilder();
+    for (const r of all) summary.add(r);
+    assert.deepEqual(summary.result().groups, { count: 2, zero_variance: 1, frac_zero_std: 0.5 });
+    const report = new RewardReportBuilder();
+    for (const r of all) report.add({ record: r, where: 'f:1', outcome: { id: r.id, reward: r.reward!, parts: {} } });
+    const res = report.result();
+    assert.equal(res.groups, 2);
+    assert.equal(res.frac_zero_std_groups, 0.5);
+    assert.equal(res.frac_zero_std_groups_recorded, 0.5);
+  });
+
+  it('the trainer now names the split in its group ids; TRL tables key their groups by mode', () => {
+    assert.notEqual(groupKeyOf({ split: 'train', step: 20, group: 'train:20:0' }), groupKeyOf({ split: 'val', step: 20, group: 'val:20:0' }));
+    assert.notEqual(groupKeyOf({ split: 'train', step: 20, group: '20:0' }), groupKeyOf({ split: 'val', step: 20, group: '20:0' }));
+    assert.equal(groupKeyOf({ step: 20 }), undefined);
   });
 });
 

@@ -49,8 +49,28 @@ describe('extension manifest', () => {
     assert.equal(ignore[0], '**');
     assert.ok(ignore.slice(1).every((l) => l.startsWith('!')), 'only re-inclusions after **');
     // TypeScript ships only as the reward API's declarations and the example reward modules (the built-ins).
-    // Of docs/, only the run-config schema ships (the editor validates *.run.json with it).
-    assert.deepEqual(ignore.filter((l) => (/^!(src|test|webview|scripts|bench|docs)\b|fixtures|\.map/.test(l) && l !== '!docs/schema/run-config.schema.json') || (/\.ts$/.test(l) && !/(\.reward\.ts|reward-api\.d\.ts)$/.test(l))), []);
+    // Of docs/, the run-config schema (the editor validates *.run.json with it), the pages and their pictures (the
+    // walkthrough's) ship.
+    const docs = new Set(['!docs/schema/run-config.schema.json', '!docs/*.md', '!docs/images/*.png']);
+    assert.deepEqual(ignore.filter((l) => (/^!(src|test|webview|scripts|bench|docs)\b|fixtures|\.map/.test(l) && !docs.has(l)) || (/\.ts$/.test(l) && !/(\.reward\.ts|reward-api\.d\.ts)$/.test(l))), []);
+  });
+
+  it('contributes the Get Started walkthrough: its pictures exist, its links run contributed commands or open shipped docs', () => {
+    const [w] = pkg.contributes.walkthroughs;
+    assert.equal(w.id, 'searchAgent.gettingStarted');
+    assert.deepEqual(w.steps.map((s: { id: string }) => s.id), ['setup', 'openDemo', 'train', 'inspect', 'replay', 'reward']);
+    const ids = new Set((pkg.contributes.commands as { command: string }[]).map((c) => c.command));
+    for (const step of w.steps as { id: string; description: string; media: { image?: string; markdown?: string }; completionEvents: string[] }[]) {
+      const media = step.media.image ?? step.media.markdown!;
+      assert.ok(existsSync(join(ROOT, media)), `${step.id}: ${media}`);
+      const links = [...step.description.matchAll(/\]\(command:([\w.]+)(\?[^)]*)?\)/g)];
+      assert.ok(links.length > 0, `${step.id} has a command link`);
+      for (const [, id, args] of links) {
+        assert.ok(ids.has(id!), `${step.id}: ${id} is contributed`);
+        if (id === 'searchAgent.openDocs') assert.ok(existsSync(join(ROOT, 'docs', `${JSON.parse(decodeURIComponent(args!.slice(1)))[0]}.md`)), `${step.id}: ${args}`);
+      }
+      for (const e of step.completionEvents) assert.ok(ids.has(e.replace(/^onCommand:/, '')), `${step.id}: ${e}`);
+    }
 });
 
   it('contributes training: the palette commands, the Runs view, *.run.json validation against a shipped schema', () => {

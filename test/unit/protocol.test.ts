@@ -47,7 +47,7 @@ const tick = () => new Promise((r) => setTimeout(r, 0));
 describe('protocol', () => {
   it('queues host messages until the webview says ready, then delivers them in order', async () => {
     const p = pipe();
-    const host = hostEndpoint<TestContract>('welcome', p.host);
+    const host = hostEndpoint<TestContract>('dashboard', p.host);
     host.emit('tick', { n: 1 });
     host.emit('tick', { n: 2 });
     await tick();
@@ -55,20 +55,20 @@ describe('protocol', () => {
     assert.equal(host.ready, false);
 
     const seen: number[] = [];
-    const view = viewEndpoint<TestContract>('welcome', p.view);
+    const view = viewEndpoint<TestContract>('dashboard', p.view);
     view.on('tick', ({ n }) => seen.push(n));
     await tick();
     await tick();
     assert.equal(host.ready, true);
     assert.deepEqual(seen, [1, 2]);
-    assert.deepEqual(p.log[0], { from: 'view', message: { t: 'ready', v: PROTOCOL_VERSION, webview: 'welcome' } });
+    assert.deepEqual(p.log[0], { from: 'view', message: { t: 'ready', v: PROTOCOL_VERSION, webview: 'dashboard' } });
   });
 
   it('resolves requests with the other side’s result, in both directions', async () => {
     const p = pipe();
-    const host = hostEndpoint<TestContract>('welcome', p.host);
+    const host = hostEndpoint<TestContract>('dashboard', p.host);
     host.handle('add', ({ a, b }) => a + b);
-    const view = viewEndpoint<TestContract>('welcome', p.view);
+    const view = viewEndpoint<TestContract>('dashboard', p.view);
     view.handle('ping', () => 'pong');
     assert.equal(await view.request('add', { a: 2, b: 3 }), 5);
     assert.equal(await host.request('ping'), 'pong');
@@ -81,11 +81,11 @@ describe('protocol', () => {
 
   it('rejects with the handler’s error, and with no-handler for unknown methods', async () => {
     const p = pipe();
-    const host = hostEndpoint<TestContract>('welcome', p.host);
+    const host = hostEndpoint<TestContract>('dashboard', p.host);
     host.handle('fail', () => {
       throw Object.assign(new Error('dataset missing: data/train.jsonl'), { code: 'ENOENT' });
     });
-    const view = viewEndpoint<TestContract>('welcome', p.view);
+    const view = viewEndpoint<TestContract>('dashboard', p.view);
     await assert.rejects(view.request('fail'), (e: unknown) => {
       assert.ok(e instanceof RemoteError);
       assert.equal(e.message, 'dataset missing: data/train.jsonl');
@@ -110,10 +110,10 @@ describe('protocol', () => {
         (h as { cleared: boolean }).cleared = true;
       },
     };
-    const host = hostEndpoint<TestContract>('welcome', p.host);
+    const host = hostEndpoint<TestContract>('dashboard', p.host);
     let answer: (s: string) => void = () => {};
     host.handle('slow', () => new Promise<string>((r) => (answer = r)));
-    const view = viewEndpoint<TestContract>('welcome', p.view, { timeoutMs: 250, ...clock });
+    const view = viewEndpoint<TestContract>('dashboard', p.view, { timeoutMs: 250, ...clock });
     const pending = view.request('slow');
     await tick();
     assert.equal(timers.length, 1);
@@ -134,9 +134,9 @@ describe('protocol', () => {
 
   it('rejects pending requests when disposed, and refuses new ones', async () => {
     const p = pipe();
-    const host = hostEndpoint<TestContract>('welcome', p.host);
+    const host = hostEndpoint<TestContract>('dashboard', p.host);
     host.handle('slow', () => new Promise<string>(() => {}));
-    const view = viewEndpoint<TestContract>('welcome', p.view);
+    const view = viewEndpoint<TestContract>('dashboard', p.view);
     const pending = view.request('slow');
     await tick();
     view.dispose();
@@ -146,20 +146,20 @@ describe('protocol', () => {
 
   it('hears ready again when the webview is re-created, so the host can restore state', async () => {
     const p = pipe();
-    const host = hostEndpoint<TestContract>('welcome', p.host);
+    const host = hostEndpoint<TestContract>('dashboard', p.host);
     let readies = 0;
     host.onReady(() => {
       readies++;
       host.emit('tick', { n: readies });
     });
     const first: number[] = [];
-    const v1 = viewEndpoint<TestContract>('welcome', p.view);
+    const v1 = viewEndpoint<TestContract>('dashboard', p.view);
     v1.on('tick', ({ n }) => first.push(n));
     await tick();
     await tick();
     v1.dispose();
     const second: number[] = [];
-    const v2 = viewEndpoint<TestContract>('welcome', p.view);
+    const v2 = viewEndpoint<TestContract>('dashboard', p.view);
     v2.on('tick', ({ n }) => second.push(n));
     await tick();
     await tick();
@@ -175,10 +175,10 @@ describe('protocol', () => {
   it('reports and ignores what is not an envelope, and a ready from another webview or version', async () => {
     const p = pipe();
     const errors: string[] = [];
-    const host = hostEndpoint<TestContract>('welcome', p.host, { onProtocolError: (e) => errors.push(e) });
+    const host = hostEndpoint<TestContract>('dashboard', p.host, { onProtocolError: (e) => errors.push(e) });
     p.inject('host', 'hello');
     p.inject('host', { t: 'req', id: 'x', method: 'add' });
-    p.inject('host', { t: 'ready', v: PROTOCOL_VERSION + 1, webview: 'welcome' });
+    p.inject('host', { t: 'ready', v: PROTOCOL_VERSION + 1, webview: 'dashboard' });
     p.inject('host', { t: 'ready', v: PROTOCOL_VERSION, webview: 'replay' });
     assert.equal(host.ready, false);
     assert.equal(errors.length, 4);
@@ -188,13 +188,13 @@ describe('protocol', () => {
   it('isolates a throwing event listener', async () => {
     const p = pipe();
     const errors: string[] = [];
-    const host = hostEndpoint<TestContract>('welcome', p.host, { onProtocolError: (e) => errors.push(e) });
+    const host = hostEndpoint<TestContract>('dashboard', p.host, { onProtocolError: (e) => errors.push(e) });
     const got: string[] = [];
     host.on('clicked', () => {
       throw new Error('boom');
     });
     host.on('clicked', ({ id }) => got.push(id));
-    const view = viewEndpoint<TestContract>('welcome', p.view);
+    const view = viewEndpoint<TestContract>('dashboard', p.view);
     view.emit('clicked', { id: 'a' });
     await tick();
     assert.deepEqual(got, ['a']);
@@ -204,8 +204,8 @@ describe('protocol', () => {
   it('forwards the webview’s diagnostics to the host log', async () => {
     const p = pipe();
     const logged: string[] = [];
-    hostEndpoint<TestContract>('welcome', p.host, { onLog: (level, message) => logged.push(`${level}: ${message}`) });
-    const view = viewEndpoint<TestContract>('welcome', p.view);
+    hostEndpoint<TestContract>('dashboard', p.host, { onLog: (level, message) => logged.push(`${level}: ${message}`) });
+    const view = viewEndpoint<TestContract>('dashboard', p.view);
     view.log('error', 'CSP blocked script-src-elem');
     await tick();
     assert.deepEqual(logged, ['error: CSP blocked script-src-elem']);
@@ -213,7 +213,7 @@ describe('protocol', () => {
 
   it('validates envelope shapes', () => {
     const good: unknown[] = [
-      { t: 'ready', v: 1, webview: 'welcome' },
+      { t: 'ready', v: 1, webview: 'dashboard' },
       { t: 'req', id: 1, method: 'm' },
       { t: 'res', id: 1, ok: true },
       { t: 'res', id: 1, ok: false, error: { message: 'x' } },

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { checkRunConfig, newRunDir, RunConfigError } from '../../src/core/host/runConfig';
+import { checkRunConfig, newRunDir, resolveConfigPath, RunConfigError } from '../../src/core/host/runConfig';
 import { newRunConfig, type NewRunAnswers } from '../../src/core/host/templates';
 import { RunConfigSchema } from '../../src/core/run/config';
 import { ENGINE_LIMITS } from '../../src/core/run/engines';
@@ -23,7 +23,16 @@ describe('run configs', () => {
     for (const f of files) assert.deepEqual(validate(RunConfigSchema, JSON.parse(readFileSync(f, 'utf8'))), [], f);
   });
 
-  it('the demo configs name files that exist (they run as shipped)', () => {
+  it('no shipped config names a relative $schema (it fails to load in a user\'s workspace and turns validation off; the contributed jsonValidation covers *.run.json)', () => {
+    for (const f of [...examples(join(ROOT, 'examples')), ...examples(join(ROOT, 'test/fixtures'))]) {
+      const c = JSON.parse(readFileSync(f, 'utf8'));
+      assert.ok(c.$schema === undefined || /^https?:/.test(c.$schema), `${f}: $schema ${c.$schema}`);
+    }
+    const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
+    assert.deepEqual(pkg.contributes.jsonValidation, [{ fileMatch: '*.run.json', url: './docs/schema/run-config.schema.json' }]);
+  });
+
+  it('the demo configs name files that exist, by their built-in names (they run as shipped, and copied anywhere)', () => {
     for (const f of ['demo.run.json', 'ablations/demo-no-loss-masking.run.json', 'ablations/demo-no-retrieval.run.json']) {
       const file = join(ROOT, 'examples', f);
       const loaded = checkRunConfig(JSON.parse(readFileSync(file, 'utf8')), file, join(file, '..'));
@@ -91,13 +100,23 @@ describe('run configs', () => {
         for (const d of data)
           for (const retriever of retrievers)
             for (const algorithm of ['grpo', 'ppo'] as const) {
-              const c = newRunConfig({ name: 'x', engine, model, data: d, retriever, algorithm }, 'examples/demo');
+              const c = newRunConfig({ name: 'x', engine, model, data: d, retriever, algorithm });
               assert.deepEqual(validate(RunConfigSchema, c), [], JSON.stringify({ engine, model, d, retriever, algorithm }));
               if (model.kind === 'hf') assert.equal(c.algorithm?.preset, algorithm === 'grpo' || engine === 'trl' ? 'search-r1-grpo' : 'search-r1-ppo');
-              if (engine === 'trl' && model.kind === 'tiny') assert.deepEqual([c.engine, c.model.path, c.model.random_init], ['trl', 'examples/trl-tiny/model', true]);
+              if (engine === 'trl' && model.kind === 'tiny') assert.deepEqual([c.engine, c.model.path, c.model.random_init], ['trl', 'builtin:trl-tiny/model', true]);
               n++;
             }
     assert.equal(n, 120);
+  });
+
+  it('New Training Run… names the demo data builtin:demo/… (no path into the versioned extension), and it resolves', () => {
+    const c = newRunConfig({ name: 'demo', model: { kind: 'tiny' }, data: { kind: 'demo' }, retriever: { kind: 'demo' }, algorithm: 'grpo' });
+    assert.deepEqual([c.data.train, c.data.eval, c.model.tiny?.vocab], ['builtin:demo/train', 'builtin:demo/eval', ['builtin:demo/corpus']]);
+    assert.ok(!JSON.stringify(c).includes('examples/'), 'no path into the package');
+    // Written into a folder far from the package, it loads: the built-in names resolve to the files that ship.
+    const loaded = checkRunConfig(c, '/elsewhere/demo.run.json', '/elsewhere');
+    assert.equal(resolveConfigPath(loaded.config.data.train, loaded.base), join(ROOT, 'examples/demo/train.jsonl'));
+    assert.throws(() => checkRunConfig({ ...c, data: { train: 'builtin:demo/nope' } }, '/x/a.run.json', '/x'), /data\.train: unknown built-in data "builtin:demo\/nope"; the built-ins are builtin:demo\/train/);
   });
 
   it('problems are named by key path, all of them', () => {
@@ -135,6 +154,6 @@ describe('trainer Python candidates', () => {
       else process.env.SAS_PYTHON = saved;
     }
     const msg = noPythonMessage({ tried: [{ executable: '/x/python', ok: false, error: 'not found (ENOENT)' }] });
-    assert.match(msg, /Tried:\n {2}\/x\/python: not found \(ENOENT\)\n.*searchAgent\.pythonPath/s);
+    assert.match(msg, /Tried:\n {2}\/x\/python: not found \(ENOENT\)\n.*search-agent-studio setup/s);
   });
 });

@@ -12,6 +12,7 @@ import {
   searchR1Observation,
   turnsOf,
 } from '../../src/core/tags/searchr1';
+import { TrajectoryDocument } from '../../src/core/tags/document';
 import { detectTemplate, extractQuestion, parseTranscript, splitConversations, splitTranscript } from '../../src/core/tags/transcript';
 
 import { assertTiles, soup } from './tiles';
@@ -228,6 +229,17 @@ describe('transcripts', () => {
     const t = splitConversations(traj);
     assert.deepEqual(t.map((s) => [traj.slice(s.start, s.end), s.label]), [['<answer>a</answer>', '7 (step 3)'], ['<answer>b</answer>', '']]);
     assert.equal(splitConversations('<think>x</think><answer>y</answer>').length, 1);
+  });
+
+  it('a question ends at a chat-template marker on its line (Llama-3: <|eot_id|><|start_header_id|>assistant…)', () => {
+    const llama = '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nAnswer the given question. Question: who founded the varnholt observatory?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n<think>x</think><answer> Ilse Marrow </answer><|eot_id|>';
+    const t = parseTranscript(llama);
+    assert.equal(t.question, 'who founded the varnholt observatory?');
+    assert.equal(extractQuestion('Question: what river runs through quendal?<|im_end|>\n<|im_start|>assistant\n'), 'what river runs through quendal?');
+    assert.equal(extractQuestion('[INST] Question: where is Ossel? [/INST]'), 'where is Ossel?');
+    assert.equal(extractQuestion('Question: <|eot_id|>'), undefined);
+    // The outline names the trajectory by its clean question.
+    assert.equal(new TrajectoryDocument(llama).outline(llama)[0]!.name, 'Trajectory 1: who founded the varnholt observatory?');
   });
 
   it('splits prompt from response for ChatML, Llama-3 and plain prompts', () => {

@@ -19,9 +19,9 @@ describe('webview HTML and CSP', () => {
   it('denies by default and allows scripts only by nonce', () => {
     const { html, nonce } = renderWebviewHtml({
       title: 'Welcome',
-      webview: 'welcome',
+      webview: 'dashboard',
       cspSource: CSP_SOURCE,
-      scripts: ['https://x/dist/webview/welcome.js'],
+      scripts: ['https://x/dist/webview/dashboard.js'],
       styles: [{ href: 'https://x/dist/codicons/codicon.css', id: 'vscode-codicon-stylesheet' }, 'https://x/media/webview.css'],
     });
     const csp = cspOf(html);
@@ -36,7 +36,7 @@ describe('webview HTML and CSP', () => {
     assert.equal(scripts.length, 1);
     for (const [, attrs, body] of scripts) {
       assert.ok(attrs!.includes(`nonce="${nonce}"`));
-      assert.match(attrs!, /src="https:\/\/x\/dist\/webview\/welcome\.js"/);
+      assert.match(attrs!, /src="https:\/\/x\/dist\/webview\/dashboard\.js"/);
       assert.equal(body, '');
     }
     assert.match(html, /<link rel="stylesheet" href="https:\/\/x\/dist\/codicons\/codicon.css" id="vscode-codicon-stylesheet">/);

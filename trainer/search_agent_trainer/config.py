@@ -23,6 +23,23 @@ class Section(dict):
         self[key] = value
 
 
+# Data that ships with the package, by stable name (a run config written by "New Training Run…" says
+# builtin:demo/train, not a path into the versioned extension directory). The same names as src/core/paths.ts; trl-tiny/model is the
+# random Qwen2-style model (config and tokenizer only) of engine "trl" on CPU.
+BUILTIN_DATA = {"demo/train": "demo/train.jsonl", "demo/eval": "demo/eval.jsonl", "demo/corpus": "demo/corpus.jsonl", "trl-tiny/model": "trl-tiny/model"}
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def resolve_path(value: str, base: Path) -> str:
+    """A config path: builtin:NAME (BUILTIN_DATA), absolute, or relative to the config file's directory."""
+    if value.startswith("builtin:"):
+        name = value[len("builtin:") :]
+        if name not in BUILTIN_DATA:
+            raise ConfigError(f"unknown built-in data {value!r}; the built-ins are " + ", ".join(f"builtin:{k}" for k in BUILTIN_DATA))
+        return str(EXAMPLES / BUILTIN_DATA[name])
+    return value if os.path.isabs(value) else str((base / value).resolve())
+
+
 PATH_KEYS = (("data", "train"), ("data", "eval"), ("model", "path"), ("model", "init"), ("retriever", "corpus"), ("retriever", "index"), ("retriever", "model"), ("trl", "accelerate_config"))
 
 
@@ -122,11 +139,11 @@ def config_from_dict(raw: Any, base: Path | None = None, source: str = "config")
     base = base or Path.cwd()
     for section, key in PATH_KEYS:
         sec = cfg.get(section)
-        if isinstance(sec, dict) and isinstance(sec.get(key), str) and not sec[key].startswith("builtin:"):
-            sec[key] = str((base / sec[key]).resolve()) if not os.path.isabs(sec[key]) else sec[key]
+        if isinstance(sec, dict) and isinstance(sec.get(key), str):
+            sec[key] = resolve_path(sec[key], base)
     tiny = cfg["model"].get("tiny")
     if isinstance(tiny, dict) and isinstance(tiny.get("vocab"), list):
-        tiny["vocab"] = [v if os.path.isabs(v) else str((base / v).resolve()) for v in tiny["vocab"]]
+        tiny["vocab"] = [resolve_path(v, base) for v in tiny["vocab"]]
     reward = cfg.get("reward")
     if isinstance(reward, dict) and isinstance(reward.get("module"), str) and not reward["module"].startswith("builtin:") and not os.path.isabs(reward["module"]):
         reward["module"] = str((base / reward["module"]).resolve())

@@ -180,12 +180,13 @@ class RunWriter:
 
 
 def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dict[str, list[Any]] | None) -> dict[str, Any]:
-    """A rollout record (DESIGN §4.3) for one trajectory."""
+    """A rollout record (DESIGN §4.3) for one trajectory. The GRPO group id names the split as well as the step: a
+    held-out evaluation at step k numbers its questions from 0 too, and they are no members of step k's groups."""
     rec: dict[str, Any] = {
         "v": ROLLOUT_RECORD_VERSION,
         "id": f"{run_id}:{split}:{step}:{traj.group}:{traj.sample}",
         "step": step,
-        "group": f"{step}:{traj.group}",
+        "group": f"{split}:{step}:{traj.group}",
         "sample": traj.sample,
         "split": split,
         "question": traj.example.question,

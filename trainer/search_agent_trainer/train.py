@@ -402,17 +402,22 @@ class Trainer:
                 "role": ["prompt"] * P + t.roles,
             }
             if batch is not None:
-                def row(x: torch.Tensor | None) -> list[float] | None:
-                    return None if x is None else [0.0] * P + [round(float(v), 6) for v in x[i, R - r :].tolist()]
+                # null where a position was not scored: log-probs and entropies exist on the loss tokens, advantages
+                # where advantages are defined, values on every response token; never on the prompt.
+                def row(x: torch.Tensor | None, scored: torch.Tensor) -> list[float | None] | None:
+                    if x is None:
+                        return None
+                    return [None] * P + [round(float(v), 6) if s else None for v, s in zip(x[i, R - r :].tolist(), scored[i, R - r :].tolist())]
 
                 tokens["loss_mask"] = [0] * P + [int(v) for v in batch.loss_mask[i, R - r :].tolist()]
-                for key, x in (("rollout_logprob", batch.rollout_logprob), ("logprob", batch.old_logprob), ("ref_logprob", batch.ref_logprob), ("advantage", batch.advantages), ("value", batch.old_values), ("entropy", self._entropy_window)):
-                    v = row(x)
+                for key, x, scored in (("logprob", batch.old_logprob, batch.loss_mask), ("ref_logprob", batch.ref_logprob, batch.loss_mask), ("advantage", batch.advantages, batch.adv_mask), ("value", batch.old_values, batch.response_mask), ("entropy", self._entropy_window, batch.loss_mask)):
+                    v = row(x, scored)
                     if v is not None:
                         tokens[key] = v
             else:
                 tokens["loss_mask"] = [0] * P + [1 if role == "generated" else 0 for role in t.roles]
-                tokens["rollout_logprob"] = [0.0] * P + [0.0 if x is None else round(float(x), 6) for x in t.sample_logprobs]
+            # the sampling-time log-prob exists where the policy sampled a token; null on the prompt and observations
+            tokens["rollout_logprob"] = [None] * P + [None if x is None else round(float(x), 6) for x in t.sample_logprobs]
             out.append(rollout_record(t, run_id=self.writer.run["id"], step=step, split=split, tokens=tokens))
         return out
 

@@ -1,9 +1,12 @@
-"""The run config's cross-field rules and `algorithm.preset` (Search-R1's settings, from its train_ppo.sh /
-train_grpo.sh): what a preset resolves to, that a key the config sets wins, and the GPU examples that use them."""
+"""The run config's cross-field rules, `algorithm.preset` (Search-R1's settings, from its train_ppo.sh /
+train_grpo.sh): what a preset resolves to, that a key the config sets wins, and the GPU examples that use them; and
+the demo data by its stable built-in names (what "New Training Run…" writes), resolved to the files that ship next to
+the trainer, an unknown name being an error naming the known ones."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +58,16 @@ def test_dropout_is_off_by_default_and_lora_dropout_needs_it():
 def test_dual_clip_needs_c_above_1():
     with pytest.raises(ConfigError, match=r"algorithm\.clip_ratio_c: must be greater than 1"):
         config_from_dict(_cfg(algorithm={"clip_ratio_c": 1.0}))
+
+
+def test_builtin_demo_data_resolves_to_the_shipped_files(tmp_path):
+    cfg = config_from_dict({"data": {"train": "builtin:demo/train", "eval": "builtin:demo/eval"}, "model": {"kind": "tiny", "tiny": {"vocab": ["builtin:demo/corpus"]}}}, base=tmp_path)
+    assert cfg.data.train == str(ROOT / "examples" / "demo" / "train.jsonl")
+    assert cfg.data.eval == str(ROOT / "examples" / "demo" / "eval.jsonl")
+    assert cfg.model.tiny.vocab == [str(ROOT / "examples" / "demo" / "corpus.jsonl")]
+    assert all(Path(p).is_file() for p in (cfg.data.train, cfg.data.eval, *cfg.model.tiny.vocab))
+
+
+def test_an_unknown_builtin_name_is_an_error():
+    with pytest.raises(ConfigError, match=r"unknown built-in data 'builtin:demo/nope'; the built-ins are builtin:demo/train"):
+        config_from_dict({"data": {"train": "builtin:demo/nope"}, "model": {"kind": "tiny"}})

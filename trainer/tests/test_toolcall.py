@@ -440,3 +440,25 @@ def expected_turn(d: ToolCall, text: str, ended: bool) -> str:
         messages = [{"role": "user", "content": c} for c in re.findall(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", text, re.DOTALL)]
     turn, _ = d.tool_turn(messages, ["retrieved"] * len(messages))
     return turn if ended else d.eot + turn
+
+
+def test_the_trl_engine_rolls_out_tool_calls_with_the_same_loop(tmp_path, varied_env, taught):
+    """engine "trl" follows `rollout.dialect` (its rollout_func is the builtin trainer's loop): a TRL step on the taught
+    model writes tool-call records whose loss_mask is 1 exactly on generated tokens, with the tool's calls searched."""
+    from test_train import lines, run_trainer
+    from test_trl_engine import trl_tiny
+
+    taught_dir, data = taught
+    four = tmp_path / "four.jsonl"
+    four.write_text(data.read_text(encoding="utf-8") * 4, encoding="utf-8")  # one TRL batch of prompts
+    cfg = trl_tiny(**{"train.steps": 1, "train.eval_every": 0, "train.checkpoint_every": 0, "rollout.max_turns": 2, "rollout.max_turn_tokens": 72, "rollout.max_response_length": 700, "rollout.max_obs_length": 60, "rollout.temperature": 0.5, "rollout.dialect": "toolcall"})
+    cfg["data"] = {"train": str(four)}
+    cfg["model"] = {"kind": "hf", "path": str(taught_dir), "device": "cpu"}
+    proc = run_trainer(tmp_path, cfg, varied_env.url, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = lines(tmp_path / "run" / "rollouts" / "step-000001.jsonl")
+    assert records and all(r["dialect"] == "toolcall" for r in records)
+    for rec in records:
+        t = rec["tokens"]
+        assert [int(m) for m in t["loss_mask"]] == [1 if r == "generated" else 0 for r in t["role"]]
+    assert sum(r["searches"] for r in records) > 0 and any("retrieved" in r["tokens"]["role"] for r in records)

@@ -42,8 +42,14 @@ def audit_rollout(rec: dict, masking: bool = True) -> None:
         assert m == expected, (role, m)
     P = t["role"].index("generated")
     assert set(t["role"][:P]) == {"prompt"} and "prompt" not in t["role"][P:]
-    if "advantage" in t:
-        assert all(a == 0.0 for a in t["advantage"][:P])
+    # Positions that were not scored are null (never a 0 that reads as "certain"): the prompt everywhere; log-probs,
+    # reference log-probs and entropies exist exactly on the loss tokens.
+    for key in ("logprob", "ref_logprob", "advantage", "value", "entropy"):
+        if key in t:
+            assert all(x is None for x in t[key][:P]), key
+    for key in ("logprob", "ref_logprob", "entropy"):
+        if key in t:
+            assert [x is not None for x in t[key]] == [m == 1 for m in t["loss_mask"]], key
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +112,8 @@ def test_rollout_records_pass_the_mask_audit(finished_run):
         t = r["tokens"]
         assert r["v"] == 2
         for role, m, sampled, trained in zip(t["role"], t["loss_mask"], t["rollout_logprob"], t["logprob"]):
-            assert (sampled < 0) == (role == "generated") and (trained != 0.0) == bool(m)
+            # null where not sampled (prompt, observations) and where not scored (outside the loss)
+            assert ((sampled is not None and sampled < 0) if role == "generated" else sampled is None) and (trained is not None) == bool(m)
             if m:
                 assert sampled == pytest.approx(trained, abs=1e-4)
         # Each search's query and its hits' retrieval scores, for the replay panel's document cards.
@@ -116,8 +123,12 @@ def test_rollout_records_pass_the_mask_audit(finished_run):
             assert isinstance(s["query"], str) and all(isinstance(h["score"], float) and h["id"] for h in s["hits"])
     val = lines(run / "rollouts" / "val-step-000000.jsonl")
     assert len(val) == 4 and all(r["split"] == "val" and r["v"] == 2 for r in val)
-    for r in val:  # greedy: the log-prob of the argmax, on generated tokens only
-        assert all((lp < 0) == (role == "generated") for lp, role in zip(r["tokens"]["rollout_logprob"], r["tokens"]["role"]))
+    for r in val:  # greedy: the log-prob of the argmax on generated tokens; null where nothing was sampled
+        assert all((lp is not None and lp < 0) if role == "generated" else lp is None for lp, role in zip(r["tokens"]["rollout_logprob"], r["tokens"]["role"]))
+    # Group ids name the split: the held-out questions of step 1 are no members of step 1's training groups.
+    val1 = lines(run / "rollouts" / "val-step-000001.jsonl")
+    assert {r["group"] for r in recs} == {"train:1:0", "train:1:1"}
+    assert all(r["group"].startswith("val:1:") for r in val1) and not {r["group"] for r in val1} & {r["group"] for r in recs}
     ckpt = run / "checkpoints" / "step-000002"
     assert {p.name for p in ckpt.iterdir()} >= {"trainable.pt", "optimizer.pt", "tokenizer.json", "trainer_state.json"}
 

@@ -39,7 +39,7 @@ def trl_tiny(**overrides) -> dict:
     cfg = json.loads((EXAMPLES / "trl-tiny.run.json").read_text())
     for section, key in (("data", "train"), ("data", "eval"), ("model", "path")):
         cfg[section][key] = str(EXAMPLES / cfg[section][key])
-    cfg.pop("$schema")
+    cfg.pop("$schema", None)
     for path, value in overrides.items():
         node = cfg
         *parents, last = path.split(".")

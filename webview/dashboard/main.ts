@@ -1,31 +1,33 @@
 /**
  * The training dashboard: live charts of metrics.jsonl (uPlot, canvas) for one run or several overlaid. New lines
  * are appended to the charts' data (setData: a canvas redraw, no DOM rebuilt); the cursor is synchronised across
- * charts and the legend shows the values under it; clicking a point opens that step's rollouts. Colours come from
- * the theme's chart variables and follow a theme change.
+ * charts and the legend shows the values under it (for a sparse series such as held-out EM, the nearest recorded
+ * value and its step); clicking a point opens that step's rollouts. Every series has its own colour from the theme's
+ * chart variables (following a theme change); overlaid runs differ by dash; sparse series are drawn with markers.
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
 import uPlot from 'uplot';
 import type { DashboardContract, DashboardRun, MetricsRow } from '../../src/core/protocol';
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
+import { emptyText, fmt, nearest, runStatus, sparseSeries } from './model';
 
 interface ChartSpec {
   key: string;
   title: string;
-  metrics: { key: string; label: string; dash?: number[] }[];
+  metrics: { key: string; label: string }[];
   /** y range from 0 to at least this. */
   min0?: number;
 }
 
 /** The charts, in order (metric names as the trainer writes them, veRL's where it has one). */
 export const CHARTS: ChartSpec[] = [
-  { key: 'reward', title: 'Reward and exact match', min0: 1, metrics: [{ key: 'critic/score/mean', label: 'reward' }, { key: 'reward/em/mean', label: 'EM (train)', dash: [2, 3] }, { key: 'val/em', label: 'EM (held-out)', dash: [8, 4] }] },
-  { key: 'searches', title: 'Searches per trajectory', metrics: [{ key: 'env/number_of_valid_search', label: 'train' }, { key: 'val/searches_mean', label: 'held-out', dash: [8, 4] }] },
+  { key: 'reward', title: 'Reward and exact match', min0: 1, metrics: [{ key: 'critic/score/mean', label: 'reward' }, { key: 'reward/em/mean', label: 'EM (train)' }, { key: 'val/em', label: 'EM (held-out)' }] },
+  { key: 'searches', title: 'Searches per trajectory', metrics: [{ key: 'env/number_of_valid_search', label: 'train' }, { key: 'val/searches_mean', label: 'held-out' }] },
   { key: 'length', title: 'Response length (tokens)', metrics: [{ key: 'response_length/mean', label: 'mean' }] },
   { key: 'valid', title: 'Valid-action ratio', min0: 1, metrics: [{ key: 'env/ratio_of_valid_action', label: 'valid actions' }] },
   { key: 'zero', title: 'Groups with zero reward variance', min0: 1, metrics: [{ key: 'reward/frac_zero_std_groups', label: 'fraction' }] },
-  { key: 'kl', title: 'KL', metrics: [{ key: 'actor/ppo_kl', label: 'policy vs rollout' }, { key: 'actor/kl_loss', label: 'vs reference', dash: [2, 3] }] },
+  { key: 'kl', title: 'KL', metrics: [{ key: 'actor/ppo_kl', label: 'policy vs rollout' }, { key: 'actor/kl_loss', label: 'vs reference' }] },
   { key: 'entropy', title: 'Entropy', metrics: [{ key: 'actor/entropy', label: 'entropy' }] },
   { key: 'clip', title: 'Clip fraction', metrics: [{ key: 'actor/pg_clipfrac', label: 'clipped' }] },
   { key: 'grad', title: 'Gradient norm', metrics: [{ key: 'actor/grad_norm', label: 'grad norm' }] },
@@ -34,6 +36,8 @@ export const CHARTS: ChartSpec[] = [
 
 const PALETTE_VARS = ['--vscode-charts-blue', '--vscode-charts-orange', '--vscode-charts-green', '--vscode-charts-purple', '--vscode-charts-red', '--vscode-charts-yellow'];
 const FALLBACK = ['#3794ff', '#d18616', '#89d185', '#b180d7', '#f14c4c', '#cca700'];
+/** Overlaid runs: the first solid, the others dashed (their series keep the metrics' colours). */
+const RUN_DASH: (number[] | undefined)[] = [undefined, [8, 4], [2, 3], [12, 3, 2, 3]];
 
 const endpoint = connect<DashboardContract>('dashboard');
 const root = document.getElementById('root')!;
@@ -50,11 +54,14 @@ function css(name: string, fallback: string): string {
   return getComputedStyle(document.body).getPropertyValue(name).trim() || fallback;
 }
 
-function runColor(i: number): string {
+function paletteColor(i: number): string {
   return css(PALETTE_VARS[i % PALETTE_VARS.length]!, FALLBACK[i % FALLBACK.length]!);
 }
 
-const fmt = (v: number | null | undefined) => (v === null || v === undefined || !Number.isFinite(v) ? '–' : Math.abs(v) >= 1000 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(3));
+/** A series' colour: metric j of run i, distinct within a chart (one run: its metrics get the palette in order). */
+function seriesColor(run: number, metric: number, metrics: number): string {
+  return paletteColor(run * metrics + metric);
+}
 
 /** Aligned columns for one chart: the union of steps, one column per (run, metric), null where absent. */
 function columns(spec: ChartSpec): uPlot.AlignedData {
@@ -76,12 +83,32 @@ function columns(spec: ChartSpec): uPlot.AlignedData {
   return [xs, ...cols] as uPlot.AlignedData;
 }
 
+/** Which series of each chart are sparse (drawn with markers), by series index; set by update(). */
+const sparse = new Map<string, Set<number>>();
+
 function makeChart(spec: ChartSpec): { spec: ChartSpec; plot: uPlot; box: HTMLElement } {
   const fg = css('--vscode-foreground', '#ccc');
   const gridColor = css('--vscode-editorWidget-border', 'rgba(128,128,128,0.25)');
   const series: uPlot.Series[] = [{ label: 'step', value: (_u, v) => (v === null ? '–' : String(v)) }];
   runs.forEach((r, i) => {
-    for (const m of spec.metrics) series.push({ label: runs.length > 1 ? `${r.id} · ${m.label}` : m.label, stroke: runColor(i), width: 1.5, dash: m.dash, spanGaps: true, points: { show: false }, value: (_u, v) => fmt(v) });
+    spec.metrics.forEach((m, j) => {
+      const color = seriesColor(i, j, spec.metrics.length);
+      series.push({
+        label: runs.length > 1 ? `${r.id} · ${m.label}` : m.label,
+        stroke: color,
+        width: 1.5,
+        dash: RUN_DASH[i % RUN_DASH.length],
+        spanGaps: true,
+        points: { show: (u, si) => sparse.get(spec.key)?.has(si) ?? false, size: 6, fill: color, stroke: color },
+        // Under the cursor: the value at that step, or — for a sparse series — the nearest recorded one, with its step.
+        value: (u, v, si, idx) => {
+          if (v !== null && v !== undefined) return fmt(v);
+          if (idx === null) return '–';
+          const n = nearest(u.data[si] as (number | null)[], idx);
+          return n ? `${fmt(n.value)} (step ${(u.data[0] as number[])[n.at]})` : '–';
+        },
+      });
+    });
   });
   const box = h('div', { class: 'chart', 'data-chart': spec.key }, h('h3', {}, spec.title));
   const axis = { stroke: fg, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 } };
@@ -92,7 +119,8 @@ function makeChart(spec: ChartSpec): { spec: ChartSpec; plot: uPlot; box: HTMLEl
       series,
       cursor: { sync: { key: 'dashboard' }, drag: { x: true, y: false } },
       legend: { live: true },
-      scales: { x: { time: false }, y: { range: (_u, lo, hi) => (spec.min0 !== undefined ? [Math.min(0, lo), Math.max(hi, 0.1 * spec.min0)] : [lo === hi ? lo - 1 : lo, lo === hi ? hi + 1 : hi]) } },
+      // x padded by half a step (at least) so the first and last points — a step-0 evaluation — are not on the edge.
+      scales: { x: { time: false, range: (_u, lo, hi) => { const pad = Math.max(0.5, (hi - lo) * 0.02); return [lo - pad, hi + pad]; } }, y: { range: (_u, lo, hi) => (spec.min0 !== undefined ? [Math.min(0, lo), Math.max(hi, 0.1 * spec.min0)] : [lo === hi ? lo - 1 : lo, lo === hi ? hi + 1 : hi]) } },
       // Steps are integers: only integer tick increments on x.
       axes: [{ ...axis, label: 'step', incrs: [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000] }, { ...axis, size: 56 }],
     },
@@ -128,31 +156,36 @@ function update(): void {
   let points = 0;
   for (const c of charts.values()) {
     const data = columns(c.spec);
+    const steps = (data[0] as number[]).length;
+    const counts = data.slice(1).map((col) => (col as (number | null)[]).filter((v) => v !== null).length);
+    sparse.set(c.spec.key, sparseSeries(counts, steps));
     c.plot.setData(data);
-    const n = data.slice(1).reduce((k, col) => k + (col as (number | null)[]).filter((v) => v !== null).length, 0);
+    const n = counts.reduce((a, b) => a + b, 0);
     points += n;
     c.box.hidden = n === 0;
   }
   empty.hidden = points > 0;
+  empty.textContent = emptyText(runs);
   // For tests and diagnostics (the e2e suite reads these).
   document.body.dataset.points = String(points);
   document.body.dataset.runs = String(runs.length);
   document.body.dataset.steps = String(Math.max(0, ...[...rows.values()].flatMap((list) => list.map((r) => r.step))));
   document.body.dataset.theme = theme;
+  document.body.dataset.markers = [...charts.values()].flatMap((c) => [...(sparse.get(c.spec.key) ?? [])].map((i) => `${c.spec.key}: ${c.plot.series[i]?.label ?? i}`)).join(' | ');
 }
 
 function renderRuns(): void {
   replaceChildren(
     runsBar,
     ...runs.map((r, i) => {
-      const swatch = h('span', { class: 'swatch' });
-      swatch.style.background = runColor(i); // CSSOM, allowed by the CSP
+      // The run's line style (RUN_DASH): solid, dashed, dotted, dash-dot.
+      const swatch = h('span', { class: `swatch dash-${i % RUN_DASH.length}` });
       return h(
         'span',
-        { class: `run ${r.state}`, 'data-run': r.id, title: r.dir },
-        swatch,
+        { class: `run ${r.state}`, 'data-run': r.id, 'data-state': r.state, title: r.dir },
+        runs.length > 1 ? swatch : null,
         h('strong', {}, r.id),
-        ` ${r.state} · step ${r.step}${r.total ? `/${r.total}` : ''}`,
+        h('span', { class: 'run-status', 'data-testid': 'run-status' }, ` ${runStatus(r)}`),
         runs.length > 1 ? h('a', { href: '#', class: 'remove', title: 'Remove from the overlay', onclick: (e: Event) => (e.preventDefault(), void endpoint.request('removeRun', { dir: r.dir })) }, '×') : null,
       );
     }),
@@ -168,7 +201,10 @@ function setRuns(next: DashboardRun[]): void {
   if (changed) rebuild();
 }
 
-endpoint.on('runs', ({ runs: next }) => setRuns(next));
+endpoint.on('runs', ({ runs: next }) => {
+  setRuns(next);
+  update();
+});
 endpoint.on('metrics', ({ dir, rows: added, reset }) => {
   const list = reset ? [] : (rows.get(dir) ?? []);
   list.push(...added);
@@ -181,6 +217,8 @@ endpoint.handle('describe', () => ({
     title: c.spec.title,
     series: c.plot.series.length - 1,
     points: c.plot.data.slice(1).reduce((n, col) => n + (col as (number | null)[]).filter((v) => v !== null).length, 0),
+    colors: c.plot.series.slice(1).map((x) => String(x.stroke)),
+    markers: [...(sparse.get(c.spec.key) ?? [])].map((i) => String(c.plot.series[i]?.label ?? i)),
   })),
   runs: runs.map((r) => r.id),
   theme,

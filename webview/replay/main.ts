@@ -4,8 +4,10 @@
  * (mask disagreeing with role) outlined; overlays colour the chips by a recorded number (log-prob, reference
  * log-prob, KL, advantage, value, entropy) with a legend. Stepping: ←/→ token, ↑/↓ (or [ ]) turn entry, Space
  * play/pause, n / Shift+N next/previous leak, Home/End; a scrubber over the tokens. The position shows in the
- * timeline, the chips, and a text view of the whole trajectory. Two rollouts (compare) show side by side, stepped
- * by entry together. All rollout text is inserted as text nodes.
+ * timeline, the chips, and a text view of the whole trajectory. Two rollouts (compare) show side by side — their
+ * headers, timelines and tokens — stepped by entry together. Positions that were not scored show as "not recorded".
+ * The page opens at its top (the question, golden answer and reward); following the position scrolls only the
+ * panes that hold it. All rollout text is inserted as text nodes.
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
 import type { Overlay, ReplayContract, ReplayEntry, ReplayModel, ReplayPosition, ReplayState } from '../../src/core/protocol';
@@ -34,6 +36,8 @@ let state: ReplayState | null = null;
 let pos: ReplayPosition = { token: 0, entry: 0, overlay: 'none', speed: 8 };
 let playing: ReturnType<typeof setInterval> | undefined;
 let chipWindow = { from: 0, to: 0 };
+/** The timeline entry the compared column marks (its chips are redrawn when the entry changes). */
+let markedEntry = -1;
 
 const visible = (s: string) => s.replace(/ /g, '·').replace(/\t/g, '→').replace(/\n/g, '↵\n');
 const fmt = (v: number | null | undefined, d = 3) => (v === null || v === undefined ? '–' : Number.isInteger(v) ? String(v) : v.toFixed(d));
@@ -106,32 +110,34 @@ function renderHeader(): void {
     );
     return;
   }
-  const m = model()!;
-  const a = m.audit;
   const badge = (cls: string, text: string, title?: string) => h('span', { class: `badge ${cls}`, title }, text);
-  replaceChildren(
-    header,
+  const block = (m: ReplayModel, col: number) =>
     h(
       'div',
-      { class: 'title' },
-      h('h2', {}, m.id),
-      badge(`level ${m.level}`, m.level === 'token' ? 'tokens recorded' : m.level === 'tokenizer' ? `tokenised with ${m.tokenizer}` : 'segment level (no tokens recorded)'),
-      a ? badge(a.leaks.length ? 'leaks bad' : 'leaks good', a.leaks.length ? `${a.leaks.length} mask leak${a.leaks.length === 1 ? '' : 's'}` : 'mask audit: no leaks', leakTitle(m)) : null,
-    ),
-    h(
-      'dl',
-      { class: 'facts' },
-      ...fact('where', `${m.file}:${m.line} (row ${m.index})`),
-      ...fact('step / group / sample', `${m.step ?? '–'} / ${m.group ?? '–'} / ${m.sample ?? '–'}`),
-      ...fact('question', m.question ?? '–'),
-      ...fact('golden', m.golden?.join(' | ') ?? '–'),
-      ...fact('answer', m.answer ?? '∅ (no answer)'),
-      ...fact('reward', `${fmt(m.reward)}${m.rewardParts && Object.keys(m.rewardParts).length ? ` (${Object.entries(m.rewardParts).map(([k, v]) => `${k} ${fmt(v)}`).join(', ')})` : ''}`),
-      ...fact('finish', `${m.finish ?? '–'} · ${m.searches ?? m.entries.filter((e) => e.kind === 'search').length} searches`),
-    ),
-    m.warnings.length || m.alignment ? h('ul', { class: 'warnings', 'data-testid': 'warnings' }, ...m.warnings.map((w) => h('li', {}, w)), m.alignment ? h('li', {}, `the tokens' text differs from the recorded text from character ${m.alignment.mismatchAt}: token spans are matched by position`) : null) : null,
-  );
-  leakButton.hidden = !a || !a.leaks.length;
+      { class: 'model-header', 'data-testid': `header-${col}` },
+      h(
+        'div',
+        { class: 'title' },
+        h('h2', {}, m.id),
+        badge(`level ${m.level}`, m.level === 'token' ? 'tokens recorded' : m.level === 'tokenizer' ? `tokenised with ${m.tokenizer}` : 'segment level (no tokens recorded)'),
+        m.audit ? badge(m.audit.leaks.length ? 'leaks bad' : 'leaks good', m.audit.leaks.length ? `${m.audit.leaks.length} mask leak${m.audit.leaks.length === 1 ? '' : 's'}` : 'mask audit: no leaks', leakTitle(m)) : null,
+      ),
+      h(
+        'dl',
+        { class: 'facts' },
+        ...fact('where', `${m.file}:${m.line} (row ${m.index})`),
+        ...fact('step / group / sample', `${m.step ?? '–'} / ${m.group ?? '–'} / ${m.sample ?? '–'}`),
+        ...fact('question', m.question ?? '–'),
+        ...fact('golden', m.golden?.join(' | ') ?? '–'),
+        ...fact('answer', m.answer ?? '∅ (no answer)'),
+        ...fact('reward', `${fmt(m.reward)}${m.rewardParts && Object.keys(m.rewardParts).length ? ` (${Object.entries(m.rewardParts).map(([k, v]) => `${k} ${fmt(v)}`).join(', ')})` : ''}`),
+        ...fact('finish', `${m.finish ?? '–'} · ${m.searches ?? m.entries.filter((e) => e.kind === 'search').length} searches`),
+      ),
+      m.warnings.length || m.alignment ? h('ul', { class: 'warnings', 'data-testid': 'warnings' }, ...m.warnings.map((w) => h('li', {}, w)), m.alignment ? h('li', {}, `the tokens' text differs from the recorded text from character ${m.alignment.mismatchAt}: token spans are matched by position`) : null) : null,
+    );
+  replaceChildren(header, h('div', { class: `model-headers${state.models.length > 1 ? ' compare' : ''}` }, ...state.models.map(block)));
+  const m = model()!;
+  leakButton.hidden = !m.audit || !m.audit.leaks.length;
   tokenizerButton.hidden = m.level === 'token';
 }
 
@@ -202,23 +208,18 @@ function bucket(v: number, s: { lo: number; hi: number }): number {
   return Math.max(0, Math.min(BUCKETS - 1, Math.floor(((v - s.lo) / (s.hi - s.lo)) * BUCKETS)));
 }
 
-function renderTokens(): void {
-  const m = model();
-  if (!m) {
-    replaceChildren(tokenPane);
-    replaceChildren(legend);
-    return;
-  }
+/** The chips of one model: a window around `around` when it is long; the entry `entry` marked in a compared column. */
+function chipsOf(m: ReplayModel, col: number, o: Overlay | 'none', around: number, entry: number | undefined): { chips: HTMLElement[]; window: { from: number; to: number } } {
   const n = m.tokens.text.length;
-  const o = pos.overlay;
   const vals = values(m, o);
   const diverging = o !== 'none' && DIVERGING.has(o);
   const sc = vals ? scale(vals, diverging) : undefined;
   const leaks = new Set(m.audit?.leaks ?? []);
-  chipWindow = n <= MAX_CHIPS ? { from: 0, to: n } : { from: Math.max(0, Math.min(n - MAX_CHIPS, pos.token - MAX_CHIPS / 2)), to: 0 };
-  if (n > MAX_CHIPS) chipWindow.to = chipWindow.from + MAX_CHIPS;
+  const from = n <= MAX_CHIPS ? 0 : Math.max(0, Math.min(n - MAX_CHIPS, around - MAX_CHIPS / 2));
+  const to = Math.min(n, from + MAX_CHIPS);
+  const e = entry === undefined ? undefined : m.entries[entry];
   const chips: HTMLElement[] = [];
-  for (let i = chipWindow.from; i < chipWindow.to; i++) {
+  for (let i = from; i < to; i++) {
     const role = m.tokens.role[i]!;
     const mask = m.tokens.mask?.[i];
     const v = vals?.[i];
@@ -226,12 +227,38 @@ function renderTokens(): void {
     if (mask === 0) cls += ' masked';
     if (leaks.has(i)) cls += ' leak';
     if (vals && sc) cls += v === null || v === undefined ? ' ov-none' : ` ov ov-${diverging ? 'd' : 's'}${bucket(v, sc)}`;
-    if (i === pos.token) cls += ' current';
+    if (col === 0 && i === pos.token) cls += ' current';
+    if (e && i >= e.tokenStart && i < e.tokenEnd) cls += ' in-entry';
     const text = m.tokens.text[i]!;
-    chips.push(h('span', { class: cls, 'data-i': i }, text === '\n' ? '↵' : text.includes('\n') ? text.replace(/\n/g, '↵') : text));
+    chips.push(h('span', { class: cls, 'data-i': i, 'data-col': col }, text === '\n' ? '↵' : text.includes('\n') ? text.replace(/\n/g, '↵') : text));
   }
-  replaceChildren(tokenPane, n > MAX_CHIPS ? h('div', { class: 'window-note' }, `tokens ${chipWindow.from}–${chipWindow.to - 1} of ${n} around the position`) : null, ...chips);
+  return { chips, window: { from, to } };
+}
+
+function renderTokens(): void {
+  const m = model();
+  if (!m || !state) {
+    replaceChildren(tokenPane);
+    replaceChildren(legend);
+    return;
+  }
+  const o = pos.overlay;
+  const compare = state.models.length > 1;
+  const cols = state.models.map((mm, col) => {
+    // The compared rollout: around and marking the same timeline entry as the first.
+    const entry = col === 0 ? undefined : Math.min(pos.entry, mm.entries.length - 1);
+    const at = col === 0 ? pos.token : (mm.entries[entry ?? 0]?.tokenStart ?? 0);
+    const r = chipsOf(mm, col, o, at, compare ? entry : undefined);
+    if (col === 0) chipWindow = r.window;
+    const n = mm.tokens.text.length;
+    return h('div', { class: 'token-col', 'data-testid': `tokens-${col}` }, compare ? h('div', { class: 'col-head' }, h('strong', {}, `sample ${mm.sample ?? '?'}`), ` reward ${fmt(mm.reward)}`) : null, n > MAX_CHIPS ? h('div', { class: 'window-note' }, `tokens ${r.window.from}–${r.window.to - 1} of ${n} around the position`) : null, ...r.chips);
+  });
+  replaceChildren(tokenPane, ...cols);
+  tokenPane.classList.toggle('compare', compare);
   // Legend: roles and mask, or the overlay's scale.
+  const vals = values(m, o);
+  const diverging = o !== 'none' && DIVERGING.has(o);
+  const sc = vals ? scale(vals, diverging) : undefined;
   if (vals && sc) {
     replaceChildren(
       legend,
@@ -240,7 +267,7 @@ function renderTokens(): void {
       ...Array.from({ length: BUCKETS }, (_, b) => h('span', { class: `swatch ov ov-${diverging ? 'd' : 's'}${b}`, title: fmt(sc.lo + ((b + 0.5) * (sc.hi - sc.lo)) / BUCKETS) })),
       h('span', { class: 'legend-value' }, fmt(sc.hi)),
       h('span', { class: 'swatch ov-none' }),
-      h('span', {}, 'not recorded'),
+      h('span', {}, 'not recorded (not scored: prompt, retrieved or masked tokens)'),
     );
   } else {
     replaceChildren(
@@ -252,21 +279,33 @@ function renderTokens(): void {
   }
 }
 
+/** Scrolls `container` (and only it, never the page) so that `el` is in view. */
+function scrollWithin(container: HTMLElement, el: HTMLElement | null | undefined): void {
+  if (!el) return;
+  const c = container.getBoundingClientRect();
+  const r = el.getBoundingClientRect();
+  if (r.top < c.top) container.scrollTop -= c.top - r.top;
+  else if (r.bottom > c.bottom) container.scrollTop += Math.min(r.bottom - c.bottom, r.top - c.top);
+}
+
 function renderPosition(): void {
   const m = model();
   if (!m) return;
   const n = m.tokens.text.length;
   pos.token = Math.max(0, Math.min(n - 1, pos.token));
   pos.entry = entryOf(m, pos.token);
-  if (pos.token < chipWindow.from || pos.token >= chipWindow.to) renderTokens();
+  const compare = (state?.models.length ?? 0) > 1;
+  if (pos.token < chipWindow.from || pos.token >= chipWindow.to || (compare && pos.entry !== markedEntry)) renderTokens();
+  markedEntry = pos.entry;
   for (const el of tokenPane.querySelectorAll('.chip.current')) el.classList.remove('current');
-  const chip = tokenPane.querySelector<HTMLElement>(`.chip[data-i="${pos.token}"]`);
+  const chip = tokenPane.querySelector<HTMLElement>(`.chip[data-col="0"][data-i="${pos.token}"]`);
   chip?.classList.add('current');
-  chip?.scrollIntoView({ block: 'nearest' });
+  scrollWithin(tokenPane.querySelector<HTMLElement>('[data-testid="tokens-0"]') ?? tokenPane, chip);
+  if (compare) scrollWithin(tokenPane.querySelector<HTMLElement>('[data-testid="tokens-1"]') ?? tokenPane, tokenPane.querySelector<HTMLElement>('[data-col="1"].in-entry'));
   for (const el of columns.querySelectorAll('.entry.current')) el.classList.remove('current');
   for (const el of columns.querySelectorAll<HTMLElement>(`.entry[data-entry="${pos.entry}"]`)) {
     el.classList.add('current');
-    el.scrollIntoView({ block: 'nearest' });
+    scrollWithin(columns, el);
   }
   scrubber.max = String(Math.max(0, n - 1));
   scrubber.value = String(pos.token);
@@ -277,7 +316,7 @@ function renderPosition(): void {
   const full = m.prompt + m.response;
   const span = tokenSpan(m, pos.token);
   replaceChildren(textView, full.slice(0, span[0]), h('mark', { class: 'current-text' }, full.slice(span[0], span[1]) || ' '), full.slice(span[1]));
-  textView.querySelector('mark')?.scrollIntoView({ block: 'nearest' });
+  scrollWithin(textView, textView.querySelector('mark'));
   const d = document.body.dataset;
   d.token = String(pos.token);
   d.entry = String(pos.entry);
@@ -377,7 +416,7 @@ document.addEventListener('keydown', (e) => {
 // Hover card: the token's text with whitespace visible, id, role, mask, numbers.
 tokenPane.addEventListener('mouseover', (ev) => {
   const chip = (ev.target as HTMLElement).closest<HTMLElement>('.chip[data-i]');
-  const m = model();
+  const m = state?.models[Number(chip?.dataset.col ?? 0)];
   if (!chip || !m) return;
   const i = Number(chip.dataset.i);
   const rows: [string, string][] = [
@@ -387,7 +426,7 @@ tokenPane.addEventListener('mouseover', (ev) => {
     ['loss mask', m.tokens.mask ? String(m.tokens.mask[i]) : 'not recorded'],
   ];
   if (m.audit?.leaks.includes(i)) rows.push(['audit', m.tokens.role[i] === 'generated' ? 'LEAK: generated but masked out of the loss' : `LEAK: ${m.tokens.role[i]} token trained on`]);
-  for (const [k, a] of Object.entries(m.tokens.overlays)) rows.push([OVERLAY_LABELS[k as Overlay], fmt(a?.[i], 4)]);
+  for (const [k, a] of Object.entries(m.tokens.overlays)) rows.push([OVERLAY_LABELS[k as Overlay], a?.[i] === null || a?.[i] === undefined ? 'not recorded' : fmt(a[i], 4)]);
   replaceChildren(hover, h('pre', { class: 'hover-text' }, visible(m.tokens.text[i]!)), h('dl', {}, ...rows.flatMap(([k, v]) => fact(k, v))));
   hover.hidden = false;
   const r = chip.getBoundingClientRect();
@@ -397,7 +436,14 @@ tokenPane.addEventListener('mouseover', (ev) => {
 tokenPane.addEventListener('mouseleave', () => (hover.hidden = true));
 tokenPane.addEventListener('click', (ev) => {
   const chip = (ev.target as HTMLElement).closest<HTMLElement>('.chip[data-i]');
-  if (chip) go(Number(chip.dataset.i));
+  if (!chip) return;
+  const col = Number(chip.dataset.col ?? 0);
+  if (col === 0) go(Number(chip.dataset.i));
+  else {
+    // A compared rollout's token: step both to its timeline entry.
+    const mm = state?.models[col];
+    if (mm) setEntry(entryOf(mm, Number(chip.dataset.i)));
+  }
 });
 
 function show(s: ReplayState | null): void {
@@ -417,10 +463,13 @@ function show(s: ReplayState | null): void {
   tokenPane.hidden = !m;
   textView.hidden = !m;
   document.body.dataset.columns = String(s.models.length);
+  markedEntry = -1;
   renderHeader();
   renderTimeline();
   renderTokens();
   renderPosition();
+  // Open at the top: the question, golden answer and reward first (following the position scrolls only its panes).
+  window.scrollTo(0, 0);
 }
 
 endpoint.on('state', show);

@@ -2,11 +2,12 @@
  * The rollout inspector's table: virtualised rows (only those on screen are in the DOM), fetched from the host by
  * page for the current view and cached (a bounded number of pages), so a file of any size costs the webview the
  * same. The filter and search are applied by the host's worker (latest query wins); errors are shown under the
- * filter with the offending span marked. Every value is inserted as text.
+ * filter with the offending span marked. Every value is inserted as text. Columns are sized to their header and
+ * the first rows' content (long texts capped), and resizable by dragging a header's right edge (double-click: fit).
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
 import type { InspectorColumn, InspectorContract, InspectorQuery, InspectorStatus, RowFacts } from '../../src/core/protocol';
-import { connect } from '../shared/bridge';
+import { connect, vscodeApi } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 
 const ROW_H = 24;
@@ -15,6 +16,7 @@ const MAX_PAGES = 40;
 
 const COLUMNS: { key: InspectorColumn; label: string; title: string; cls?: string }[] = [
   { key: 'index', label: '#', title: 'row', cls: 'num' },
+  { key: 'split', label: 'split', title: 'train, or val (held-out evaluation)' },
   { key: 'step', label: 'step', title: 'training step', cls: 'num' },
   { key: 'group', label: 'group', title: 'GRPO group' },
   { key: 'sample', label: 'sample', title: 'sample in the group', cls: 'num' },
@@ -45,6 +47,7 @@ const inflight = new Set<number>();
 let pagesSeq = -1;
 let selected: number[] = [];
 let cursor: number | null = null; // position in the view of the keyboard cursor
+let autoFitted = false;
 
 const filterInput = h('input', { type: 'text', class: 'filter', placeholder: 'filter, e.g. reward == 0 && answer ~ golden · searches > 3 · group.zero_variance · mask.leaks > 0', spellcheck: 'false', 'aria-label': 'Filter expression', 'data-testid': 'filter' });
 const searchInput = h('input', { type: 'search', class: 'search', placeholder: 'search responses', spellcheck: 'false', 'aria-label': 'Search text', 'data-testid': 'search' });
@@ -59,6 +62,78 @@ const scroller = h('div', { class: 'scroller', tabindex: '0', role: 'grid', 'ari
 
 replaceChildren(root, h('div', { class: 'toolbar' }, filterInput, searchInput, openButton, compareButton), filterError, statusLine, scroller);
 
+// --- column widths: fitted to the header and the first rows, capped for long texts, resizable ---------------------
+const MIN_W = 36;
+const MAX_W = { text: 360, other: 220 };
+const PAD = 14; // the cell's horizontal padding plus a little air
+type Widths = Partial<Record<InspectorColumn, number>>;
+const saved = (vscodeApi().getState() as { widths?: Widths } | undefined)?.widths ?? {};
+/** Widths the user set by dragging (kept; never re-fitted), and the fitted ones. */
+const userWidths: Widths = { ...saved };
+let fitted: Widths = {};
+let measure: CanvasRenderingContext2D | null = null;
+
+function textWidth(text: string, bold = false): number {
+  measure ??= document.createElement('canvas').getContext('2d');
+  if (!measure) return text.length * 7;
+  const st = getComputedStyle(document.body);
+  measure.font = `${bold ? '600 ' : ''}${st.fontSize} ${st.fontFamily}`;
+  return measure.measureText(text).width;
+}
+
+/** Fits each column to its header (with room for the sort arrow) and to the given rows' cells. */
+function fitColumns(rows: readonly RowFacts[]): void {
+  fitted = {};
+  for (const c of COLUMNS) {
+    let w = textWidth(`${c.label} ▼`, true);
+    for (const r of rows.slice(0, 200)) if (!r.error) w = Math.max(w, textWidth(cellText(r, c.key)));
+    fitted[c.key] = Math.round(Math.min(c.cls === 'text' ? MAX_W.text : MAX_W.other, Math.max(MIN_W, w + PAD)));
+  }
+  applyWidths();
+}
+
+function widthOf(c: InspectorColumn): number {
+  return userWidths[c] ?? fitted[c] ?? 80;
+}
+
+function applyWidths(): void {
+  const ws = COLUMNS.map((c) => widthOf(c.key));
+  scroller.style.setProperty('--cols', ws.map((w) => `${w}px`).join(' '));
+  scroller.style.setProperty('--row-width', `${ws.reduce((a, b) => a + b, 0)}px`);
+  document.body.dataset.columnWidths = JSON.stringify(Object.fromEntries(COLUMNS.map((c) => [c.key, widthOf(c.key)])));
+}
+
+/** Drag a header's right edge to resize its column; double-click it to fit the column again. */
+function resizer(c: InspectorColumn): HTMLElement {
+  const handle = h('div', { class: 'resizer', title: 'drag to resize, double-click to fit', 'data-resize': c });
+  handle.addEventListener('click', (e) => e.stopPropagation());
+  handle.addEventListener('dblclick', (e) => {
+    e.stopPropagation();
+    delete userWidths[c];
+    vscodeApi().setState({ widths: userWidths });
+    applyWidths();
+  });
+  handle.addEventListener('pointerdown', (e) => {
+    e.preventDefault();
+    e.stopPropagation();
+    const start = e.clientX;
+    const from = widthOf(c);
+    handle.setPointerCapture(e.pointerId);
+    const move = (m: PointerEvent) => {
+      userWidths[c] = Math.max(MIN_W, Math.round(from + m.clientX - start));
+      applyWidths();
+    };
+    const up = () => {
+      handle.removeEventListener('pointermove', move);
+      handle.removeEventListener('pointerup', up);
+      vscodeApi().setState({ widths: userWidths });
+    };
+    handle.addEventListener('pointermove', move);
+    handle.addEventListener('pointerup', up);
+  });
+  return handle;
+}
+
 function renderHead(): void {
   replaceChildren(
     head,
@@ -67,8 +142,8 @@ function renderHead(): void {
       return h(
         'div',
         { class: `cell ${c.cls ?? ''} ${c.key}`, role: 'columnheader', title: `${c.title} — click to sort`, 'aria-sort': sorted ? (query.sort!.desc ? 'descending' : 'ascending') : 'none', 'data-column': c.key, onclick: () => sortBy(c.key) },
-        c.label,
-        sorted ? (query.sort!.desc ? ' ▼' : ' ▲') : '',
+        h('span', { class: 'label' }, c.label, sorted ? (query.sort!.desc ? ' ▼' : ' ▲') : ''),
+        resizer(c.key),
       );
     }),
   );
@@ -185,6 +260,13 @@ function render(): void {
     els.push(h('div', attrs, ...COLUMNS.map((c) => h('div', { class: `cell ${c.cls ?? ''} ${c.key}`, title: c.cls === 'text' ? cellText(r, c.key) : undefined }, cellText(r, c.key)))));
   }
   replaceChildren(body, ...els);
+  if (!autoFitted) {
+    const known = [...(preview ?? []), ...[...pages.values()].flat()];
+    if (known.length) {
+      autoFitted = true;
+      fitColumns(known);
+    }
+  }
   for (const p of missing) void fetchPage(p);
   document.body.dataset.rows = String(n);
   document.body.dataset.firstIndex = String(rowAt(first)?.index ?? '');
@@ -208,7 +290,7 @@ function selectedRows(): RowFacts[] {
 function updateButtons(): void {
   const rows = selectedRows();
   openButton.toggleAttribute('disabled', selected.length !== 1);
-  const sameGroup = rows.length === 2 && rows[0]!.group !== undefined && rows[0]!.group === rows[1]!.group && rows[0]!.step === rows[1]!.step;
+  const sameGroup = rows.length === 2 && rows[0]!.group !== undefined && rows[0]!.group === rows[1]!.group && rows[0]!.step === rows[1]!.step && rows[0]!.split === rows[1]!.split;
   compareButton.toggleAttribute('disabled', !sameGroup);
   compareButton.setAttribute('title', sameGroup ? 'Replay the two rows side by side' : 'Select two rows of the same group (Ctrl+click)');
 }
@@ -306,6 +388,7 @@ endpoint.on('preview', ({ rows }) => {
 endpoint.handle('describe', () => ({ rows: viewCount(), firstIndex: rowAt(Math.floor(scroller.scrollTop / ROW_H))?.index ?? null, filterError: status?.filterError?.message ?? null, rendered: body.children.length }));
 
 new ResizeObserver(() => render()).observe(scroller);
+applyWidths();
 renderHead();
 void endpoint.request('getState', undefined).then((state) => {
   query = state.query;

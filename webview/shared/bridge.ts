@@ -35,7 +35,12 @@ export function connect<C extends Contract>(name: WebviewName): ViewEndpoint<C> 
   document.addEventListener('securitypolicyviolation', (e) =>
     endpoint.log('error', `CSP blocked ${e.effectiveDirective}: ${e.blockedURI || 'inline'} (${e.sourceFile || 'document'}:${e.lineNumber})`),
   );
-  window.addEventListener('error', (e) => endpoint.log('error', `uncaught: ${e.message} (${e.filename}:${e.lineno})`));
+  window.addEventListener('error', (e) => {
+    // Chromium reports a resize that caused another layout within one frame as an error event; it is benign (the
+    // observers run again next frame), so it is logged as information, not as an error.
+    if (/^ResizeObserver loop/.test(e.message)) endpoint.log('info', `benign: ${e.message}`);
+    else endpoint.log('error', `uncaught: ${e.message} (${e.filename}:${e.lineno})`);
+  });
   window.addEventListener('unhandledrejection', (e) => endpoint.log('error', `unhandled rejection: ${String(e.reason)}`));
   return endpoint;
 }

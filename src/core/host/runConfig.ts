@@ -6,7 +6,8 @@
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
-import { demoCorpusPath } from '../paths';
+import { builtinDataPath, demoCorpusPath } from '../paths';
+import { trainerNeeds, type TrainerNeeds } from '../python';
 import { RunConfigSchema, type RunConfig } from '../run/config';
 import { validate } from '../schema/schema';
 
@@ -70,10 +71,17 @@ export function checkRunConfig(value: unknown, file: string, base: string): Load
   const issues = validate(RunConfigSchema, value);
   if (issues.length) throw new RunConfigError(file, issues.map((i) => `${i.path || '(the file)'}: ${i.message}`));
   const config = value as RunConfig;
-  const at = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
   const missing: string[] = [];
   const need = (key: string, p: string | undefined) => {
-    if (p !== undefined && !existsSync(at(p))) missing.push(`${key}: no such file or directory: ${at(p)}`);
+    if (p === undefined) return;
+    let path: string;
+    try {
+      path = resolveConfigPath(p, base);
+    } catch (e) {
+      missing.push(`${key}: ${(e as Error).message}`);
+      return;
+    }
+    if (!existsSync(path)) missing.push(`${key}: no such file or directory: ${path}`);
   };
   need('data.train', config.data.train);
   need('data.eval', config.data.eval);
@@ -83,6 +91,7 @@ export function checkRunConfig(value: unknown, file: string, base: string): Load
   need('retriever.corpus', r?.corpus);
   need('retriever.index', r?.index);
   need('retriever.model', r?.model);
+  (config.model.tiny?.vocab ?? []).forEach((v, i) => need(`model.tiny.vocab[${i}]`, v));
   const module = config.reward?.module;
   if (module && !module.startsWith('builtin:')) need('reward.module', module);
   need('trl.accelerate_config', config.trl?.accelerate_config);
@@ -94,10 +103,16 @@ export function checkRunConfig(value: unknown, file: string, base: string): Load
   return { file, base, config };
 }
 
+/** A path in a run config: `builtin:demo/train` (data that ships with the package), absolute, or relative to `base`. */
+export function resolveConfigPath(p: string, base: string): string {
+  if (p.startsWith('builtin:')) return builtinDataPath(p);
+  return isAbsolute(p) ? p : resolve(base, p);
+}
+
 /** The env server's arguments (`node dist/server.js …`) for a run config. */
 export function envServerArgs(loaded: LoadedRunConfig, options: { port?: number } = {}): string[] {
   const { config, base } = loaded;
-  const at = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
+  const at = (p: string) => resolveConfigPath(p, base);
   const r = config.retriever ?? { kind: 'demo' as const };
   const args = ['--port', String(options.port ?? 0), '--topk', String(r.topk ?? 3)];
   switch (r.kind) {
@@ -132,4 +147,16 @@ export function newRunDir(loaded: LoadedRunConfig, fallbackParent: string, now =
   let dir = join(parent, `${name}-${stamp}`);
   for (let i = 2; existsSync(dir); i++) dir = join(parent, `${name}-${stamp}-${i}`);
   return dir;
+}
+
+/**
+ * What a run needs of the trainer's Python beyond torch (transformers for a Hugging Face model, peft for LoRA), from
+ * its config or, to resume, its run.json; {} when that cannot be read (the host reports why when it starts).
+ */
+export async function runNeeds(what: { config?: string; runDir?: string; resume?: boolean }): Promise<TrainerNeeds> {
+  try {
+    return trainerNeeds((what.resume ? await loadRunDirConfig(what.runDir!) : await loadRunConfig(what.config!)).config);
+  } catch {
+    return {};
+  }
 }

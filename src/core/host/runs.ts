@@ -23,10 +23,35 @@ export interface RunInfo {
   error?: string;
   /** Why a `stopped` run stopped: asked to (`signal`), or its host went away (`host-gone`: a reload, a crash). */
   stopReason?: 'signal' | 'host-gone';
-  /** Last values of a few metrics (from the end of metrics.jsonl). */
-  last?: { reward?: number; valEm?: number; step?: number };
+  /**
+   * Last values of a few metrics (from the end of metrics.jsonl): the last batch's reward (noisy), its mean over the
+   * last {@link SMOOTHING} steps (what the Runs view shows), and the last held-out exact match.
+   */
+  last?: { reward?: number; rewardSmoothed?: number; valEm?: number; step?: number };
+  /** Where the trainer is (the last `progress` event): its phase, and during the warm start its step and loss. */
+  progress?: RunProgress;
   /** Steps with a rollouts file, ascending. */
   rolloutSteps: number[];
+}
+
+export interface RunProgress {
+  phase: string;
+  step?: number;
+  total?: number;
+  warmup?: { step: number; steps: number; loss?: number };
+}
+
+/** Steps the Runs view's reward is averaged over (one batch's reward is noise for a small batch). */
+export const SMOOTHING = 10;
+
+/** A `progress` event as a RunProgress (undefined for anything else). */
+export function progressOf(e: Record<string, unknown>): RunProgress | undefined {
+  if (e.event !== 'progress' || typeof e.phase !== 'string') return undefined;
+  const p: RunProgress = { phase: e.phase };
+  if (typeof e.step === 'number') p.step = e.step;
+  if (typeof e.total === 'number') p.total = e.total;
+  if (e.phase === 'warmup' && typeof e.warmup_step === 'number' && typeof e.warmup_steps === 'number') p.warmup = { step: e.warmup_step, steps: e.warmup_steps, ...(typeof e.loss === 'number' ? { loss: e.loss } : {}) };
+  return p;
 }
 
 /** The last complete lines of a file, reading only its tail. */
@@ -59,18 +84,39 @@ export async function readRun(dir: string): Promise<RunInfo | undefined> {
   const metrics = join(dir, 'metrics.jsonl');
   if (existsSync(metrics)) {
     const last: NonNullable<RunInfo['last']> = {};
-    for (const line of (await lastLines(metrics)).reverse()) {
+    const rewards: number[] = [];
+    for (const line of (await lastLines(metrics, 256 * 1024)).reverse()) {
       try {
         const m = JSON.parse(line) as Record<string, number>;
         last.step ??= m.step;
-        if (last.reward === undefined && typeof m['critic/score/mean'] === 'number') last.reward = m['critic/score/mean'];
+        if (typeof m['critic/score/mean'] === 'number' && rewards.length < SMOOTHING) rewards.push(m['critic/score/mean']);
         if (last.valEm === undefined && typeof m['val/em'] === 'number') last.valEm = m['val/em'];
-        if (last.reward !== undefined && last.valEm !== undefined) break;
+        if (rewards.length >= SMOOTHING && last.valEm !== undefined) break;
       } catch {
         /* a partial line being written */
       }
     }
+    if (rewards.length) {
+      last.reward = rewards[0];
+      last.rewardSmoothed = rewards.reduce((a, b) => a + b, 0) / rewards.length;
+    }
     info.last = last;
+  }
+  if (state === 'running') {
+    const events = join(dir, 'events.jsonl');
+    if (existsSync(events)) {
+      for (const line of (await lastLines(events, 16 * 1024)).reverse()) {
+        try {
+          const p = progressOf(JSON.parse(line));
+          if (p) {
+            info.progress = p;
+            break;
+          }
+        } catch {
+          /* a partial line being written */
+        }
+      }
+    }
   }
   try {
     info.rolloutSteps = (await readdir(join(dir, 'rollouts')))

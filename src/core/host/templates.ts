@@ -4,7 +4,6 @@
  * max_turns 4), trained by the builtin engine or TRL's (engine "trl": GRPO only; its CPU choice is the trl-tiny
  * example's random Qwen2-style model). Pure; the extension asks the questions and writes the file.
  */
-import { posix } from 'node:path';
 import { SEARCH_R1_BASE_TEMPLATE, type RunConfig } from '../run/config';
 
 export interface NewRunAnswers {
@@ -21,23 +20,26 @@ export interface NewRunAnswers {
 
 const DEMO_PROMPT = 'Answer the question. Search with <search> query </search> when you need facts, then answer with <answer> answer </answer>. Question: {question}\n';
 
-/** The config a user's answers describe; `demoDir` is where examples/demo lives, relative to the config. */
-export function newRunConfig(a: NewRunAnswers, demoDir: string): RunConfig {
+/**
+ * The config a user's answers describe. The demo task is named by its stable built-in names (`builtin:demo/train`,
+ * …; src/core/paths.ts), never by a path into the installed extension (which changes with every update).
+ */
+export function newRunConfig(a: NewRunAnswers): RunConfig {
   const rel = a.relativeTo ?? ((p: string) => p);
   const trl = a.engine === 'trl';
   const tiny = a.model.kind === 'tiny' && !trl;
   const hf = a.model.kind === 'hf' ? a.model : undefined;
-  if (trl && a.model.kind === 'tiny') return trlTinyConfig(a, demoDir, rel);
+  if (trl && a.model.kind === 'tiny') return trlTinyConfig(a, rel);
   const config: RunConfig = {
     name: a.name,
     ...(trl ? { engine: 'trl' as const } : {}),
     seed: 1,
     data:
       a.data.kind === 'demo'
-        ? { train: `${demoDir}/train.jsonl`, eval: `${demoDir}/eval.jsonl`, ...(tiny ? { prompt_template: DEMO_PROMPT } : {}) }
+        ? { train: 'builtin:demo/train', eval: 'builtin:demo/eval', ...(tiny ? { prompt_template: DEMO_PROMPT } : {}) }
         : { train: rel(a.data.train), ...(a.data.eval ? { eval: rel(a.data.eval) } : {}), ...(tiny ? { prompt_template: DEMO_PROMPT } : { prompt_template: SEARCH_R1_BASE_TEMPLATE }) },
     model: tiny
-      ? { kind: 'tiny', tiny: { layers: 2, d_model: 128, heads: 4, max_len: 1024, vocab: a.data.kind === 'demo' ? [`${demoDir}/corpus.jsonl`] : [] } }
+      ? { kind: 'tiny', tiny: { layers: 2, d_model: 128, heads: 4, max_len: 1024, vocab: a.data.kind === 'demo' ? ['builtin:demo/corpus'] : [] } }
       : { kind: 'hf', path: rel(hf?.path ?? ''), dtype: 'auto', gradient_checkpointing: true, ...(hf?.lora ? { lora: { r: 16, alpha: 32 } } : {}) },
     retriever:
       a.retriever.kind === 'demo'
@@ -67,16 +69,16 @@ export function newRunConfig(a: NewRunAnswers, demoDir: string): RunConfig {
   return config;
 }
 
-/** engine "trl" on CPU: examples/trl-tiny.run.json's settings (a random Qwen2-style model from a config.json). */
-function trlTinyConfig(a: NewRunAnswers, demoDir: string, rel: (p: string) => string): RunConfig {
-  const data = a.data.kind === 'demo' ? { train: `${demoDir}/train.jsonl`, eval: `${demoDir}/eval.jsonl`, eval_size: 8 } : { train: rel(a.data.train), ...(a.data.eval ? { eval: rel(a.data.eval), eval_size: 8 } : {}) };
-  const base = newRunConfig({ ...a, engine: 'builtin' }, demoDir);
+/** engine "trl" on CPU: examples/trl-tiny.run.json's settings (a random Qwen2-style model from a config.json, shipped as builtin:trl-tiny/model). */
+function trlTinyConfig(a: NewRunAnswers, rel: (p: string) => string): RunConfig {
+  const data = a.data.kind === 'demo' ? { train: 'builtin:demo/train', eval: 'builtin:demo/eval', eval_size: 8 } : { train: rel(a.data.train), ...(a.data.eval ? { eval: rel(a.data.eval), eval_size: 8 } : {}) };
+  const base = newRunConfig({ ...a, engine: 'builtin' });
   return {
     name: a.name,
     engine: 'trl',
     seed: 1,
     data: { ...data, prompt_template: DEMO_PROMPT },
-    model: { kind: 'hf', path: posix.join(demoDir, '..', 'trl-tiny', 'model'), random_init: true, device: 'cpu' },
+    model: { kind: 'hf', path: 'builtin:trl-tiny/model', random_init: true, device: 'cpu' },
     retriever: base.retriever,
     reward: { module: 'builtin:em' },
     rollout: { batch_size: 4, n: 4, max_turns: 1, max_turn_tokens: 16, max_response_length: 400, max_obs_length: 200 },

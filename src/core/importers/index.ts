@@ -3,7 +3,7 @@
  * plus detection of what a path holds (for `inspect`).
  */
 import { createReadStream } from 'node:fs';
-import { readFile, readdir, stat } from 'node:fs/promises';
+import { open, readFile, readdir, stat } from 'node:fs/promises';
 import { basename, extname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { LocatedIssue, ReadOptions, Rollout } from '../run/format';
@@ -82,6 +82,35 @@ async function jsonlKind(file: string): Promise<SourceKind> {
     /* malformed first line: reported when read */
   }
   return 'rollouts';
+}
+
+/**
+ * Whether a JSONL file holds rollouts the Reward Lab can score — by place (`rollouts/step-N.jsonl`,
+ * `rollouts/val-step-N.jsonl` of a run; never a run's metrics.jsonl or events.jsonl) or by content (the first line
+ * is a rollout record or a veRL dump line; a dataset or a corpus is not). Reads at most the first 64 KB.
+ */
+export async function rolloutFileKind(file: string): Promise<'rollouts' | 'verl' | undefined> {
+  const name = basename(file);
+  if (/[\\/]rollouts[\\/](val-)?step-\d+\.jsonl$/.test(file)) return 'rollouts';
+  if (name === 'metrics.jsonl' || name === 'events.jsonl' || !name.endsWith('.jsonl')) return undefined;
+  let head: string;
+  try {
+    const h = await open(file, 'r');
+    try {
+      const buf = Buffer.alloc(64 * 1024);
+      const { bytesRead } = await h.read(buf, 0, buf.length, 0);
+      head = buf.subarray(0, bytesRead).toString('utf8');
+    } finally {
+      await h.close();
+    }
+  } catch {
+    return undefined;
+  }
+  const line = head.split('\n').find((l) => l.trim()) ?? '';
+  const keys = new Set([...line.matchAll(/"([A-Za-z_]+)"\s*:/g)].map((m) => m[1]));
+  if (keys.has('response') && keys.has('prompt')) return 'rollouts';
+  if (keys.has('output') && (keys.has('input') || keys.has('score'))) return 'verl';
+  return undefined;
 }
 
 /**

@@ -1,14 +1,22 @@
 /**
  * TRL completion tables: `completions/completions_{step:05d}.parquet` with columns `step`, `prompt`,
  * `completion`, one column per reward function, and `advantage`. Prompts and completions are strings, or
- * lists of chat messages in TRL's conversational format. The samples of one prompt within a step form a
- * GRPO group; the reward is the sum of the reward columns (TRL's default weights of 1).
+ * lists of chat messages in TRL's conversational format. The samples of one prompt within a step (and split: a
+ * `mode` column of train/eval, as newer TRL writes) form a GRPO group; the reward is the sum of the reward columns
+ * (TRL's default weights of 1).
  */
 import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
+import { extractQuestion } from '../tags/transcript';
 import { derivedFields, jsonSafe, messageText, toNumber } from './common';
 import { parquetRows } from './parquet';
 
-const KNOWN = new Set(['step', 'prompt', 'completion', 'advantage', 'image', 'images']);
+const KNOWN = new Set(['step', 'prompt', 'completion', 'advantage', 'image', 'images', 'mode']);
+
+/** TRL's mode (`train` / `eval`) as our split names it (`train` / `val`). */
+function splitOf(mode: unknown): string | undefined {
+  if (typeof mode !== 'string' || !mode) return undefined;
+  return mode === 'eval' ? 'val' : mode;
+}
 
 export async function* importTrlCompletions(path: string, read: ReadOptions = {}): AsyncGenerator<Rollout> {
   const stepFromName = Number(/completions_(\d+)\.parquet$/.exec(path)?.[1] ?? NaN);
@@ -20,7 +28,8 @@ export async function* importTrlCompletions(path: string, read: ReadOptions = {}
     const prompt = messageText(r.prompt);
     const response = messageText(r.completion);
     const step = toNumber(r.step) ?? (Number.isFinite(stepFromName) ? stepFromName : undefined);
-    const groupKey = `${step}\u0000${prompt}`;
+    const split = splitOf(r.mode);
+    const groupKey = `${split ?? ''}\u0000${step}\u0000${prompt}`;
     if (!groups.has(groupKey)) groups.set(groupKey, groups.size);
     const sample = samples.get(groupKey) ?? 0;
     samples.set(groupKey, sample + 1);
@@ -35,12 +44,15 @@ export async function* importTrlCompletions(path: string, read: ReadOptions = {}
     const advantage = toNumber(r.advantage);
     if (advantage !== undefined) meta.advantage = advantage;
     const rewards = Object.values(parts);
+    const question = extractQuestion(prompt);
     yield {
       v: ROLLOUT_RECORD_VERSION,
       id: `trl-${step ?? 'x'}-${row}`,
       ...(step !== undefined ? { step: Math.max(0, Math.trunc(step)) } : {}),
       group: groups.get(groupKey)!,
       sample,
+      ...(split ? { split } : {}),
+      ...(question ? { question } : {}),
       prompt,
       response,
       ...(rewards.length ? { reward: rewards.reduce((a, b) => a + b, 0), reward_parts: parts } : {}),

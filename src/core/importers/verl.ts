@@ -2,9 +2,11 @@
  * veRL rollout and validation dumps (`trainer.rollout_data_dir` / `validation_data_dir`): `{dir}/{step}.jsonl`,
  * one object per sample with `input` (the decoded prompt), `output` (the decoded response), `gts` (ground
  * truth: a string, a list, or Search-R1's `{target: [...]}`), `score`, `step`, and one field per extra reward
- * output (numbers become `reward_parts`, anything else goes to `meta`).
+ * output (numbers become `reward_parts`, anything else goes to `meta`). The question is read from the prompt
+ * (Search-R1's templates end with `Question: …`).
  */
 import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
+import { extractQuestion } from '../tags/transcript';
 import { derivedFields, goldenList, jsonSafe, toNumber } from './common';
 
 const KNOWN = new Set(['input', 'output', 'gts', 'score', 'step', 'data_source']);
@@ -34,11 +36,13 @@ export function fromVerlDump(obj: Record<string, unknown>, file: string, line: n
     else meta[k] = jsonSafe(v);
   }
   const prompt = typeof obj.input === 'string' ? obj.input : '';
+  const question = extractQuestion(prompt);
   return {
     v: ROLLOUT_RECORD_VERSION,
     id: `verl-${step ?? 'x'}-${line}`,
     ...(step !== undefined ? { step: Math.max(0, Math.trunc(step)) } : {}),
     ...(obj.data_source !== undefined ? { data_source: String(obj.data_source) } : {}),
+    ...(question ? { question } : {}),
     golden: goldenList(obj.gts),
     prompt,
     response: obj.output,

@@ -115,6 +115,19 @@ function spanTokens(entries: ReplayEntry[], tokenText: readonly string[], prompt
   return starts;
 }
 
+/**
+ * A recorded per-token array over the first `m` tokens, null where the position was not scored. Writers now write
+ * null there; an older record (an array with no null at all) held 0 instead, so there a 0 on a token that is not
+ * `generated` (prompt, retrieved, feedback: never scored by default) reads as not scored.
+ */
+export function scoredValues(a: readonly (number | null)[], role: readonly TokenRole[], m: number): (number | null)[] {
+  const legacy = !a.includes(null);
+  return Array.from({ length: m }, (_, i) => {
+    const v = i < a.length ? a[i]! : null;
+    return legacy && v === 0 && role[i] !== 'generated' ? null : v;
+  });
+}
+
 export interface ReplaySource {
   index: number;
   file: string;
@@ -154,7 +167,6 @@ export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?:
     const arrays = { ids: tk.ids, role: tk.role, loss_mask: tk.loss_mask, rollout_logprob: tk.rollout_logprob, logprob: tk.logprob, ref_logprob: tk.ref_logprob, advantage: tk.advantage, value: tk.value, entropy: tk.entropy };
     for (const [k, a] of Object.entries(arrays)) if (a && a.length !== n) warnings.push(`tokens.${k} has ${a.length} entries but tokens.text has ${n}: replayed over the first ${Math.min(n, a.length)}`);
     const m = Math.min(n, tk.role.length, tk.loss_mask.length);
-    const pad = <T>(a: readonly T[] | undefined): (T | null)[] | undefined => (a ? Array.from({ length: m }, (_, i) => (i < a.length ? a[i]! : null)) : undefined);
     model.level = 'token';
     model.tokens = {
       text: tk.text.slice(0, m),
@@ -164,13 +176,14 @@ export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?:
       overlays: {},
     };
     const o = model.tokens.overlays;
-    if (tk.rollout_logprob) o.rollout_logprob = pad(tk.rollout_logprob);
-    if (tk.logprob) o.logprob = pad(tk.logprob);
-    if (tk.ref_logprob) o.ref_logprob = pad(tk.ref_logprob);
+    const role = model.tokens.role;
+    if (tk.rollout_logprob) o.rollout_logprob = scoredValues(tk.rollout_logprob, role, m);
+    if (tk.logprob) o.logprob = scoredValues(tk.logprob, role, m);
+    if (tk.ref_logprob) o.ref_logprob = scoredValues(tk.ref_logprob, role, m);
     if (tk.logprob && tk.ref_logprob) o.kl = o.logprob!.map((lp, i) => (lp === null || o.ref_logprob![i] === null ? null : lp - o.ref_logprob![i]!));
-    if (tk.advantage) o.advantage = pad(tk.advantage);
-    if (tk.value) o.value = pad(tk.value);
-    if (tk.entropy) o.entropy = pad(tk.entropy);
+    if (tk.advantage) o.advantage = scoredValues(tk.advantage, role, m);
+    if (tk.value) o.value = scoredValues(tk.value, role, m);
+    if (tk.entropy) o.entropy = scoredValues(tk.entropy, role, m);
     model.audit = auditMask(model.tokens.role, model.tokens.mask!);
     let firstResponse = model.tokens.role.findIndex((x) => x !== 'prompt');
     if (firstResponse < 0) firstResponse = m;

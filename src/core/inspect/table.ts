@@ -8,7 +8,7 @@
  * question) — a few hundred bytes however long its response and token arrays are.
  */
 import type { InspectorColumn, RowFacts } from '../protocol';
-import { formatIssue, type ReadOptions, type Rollout } from '../run/format';
+import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
 import { trajectoryFacts } from '../run/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
 import { auditMask } from './audit';
@@ -24,10 +24,6 @@ export interface GroupStats {
 export type { RowFacts };
 export type Column = InspectorColumn;
 
-export function groupKey(step: number | undefined, group: string | undefined): string | undefined {
-  return group === undefined ? undefined : `${step ?? ''}/${group}`;
-}
-
 const clip = (s: string | undefined, n: number) => (s === undefined ? undefined : s.length > n ? `${s.slice(0, n)}…` : s);
 
 /** The facts of one row (malformed rows keep what can be read, plus the error), its response read in its dialect. */
@@ -41,6 +37,7 @@ export function rowFacts(row: RolloutRow, read: ReadOptions = {}): RowFacts {
       if (typeof v.id === 'string') f.id = v.id;
       if (typeof v.step === 'number') f.step = v.step;
       if (typeof v.group === 'number' || typeof v.group === 'string') f.group = String(v.group);
+      if (typeof v.split === 'string') f.split = v.split;
       if (typeof v.sample === 'number') f.sample = v.sample;
       if (typeof v.reward === 'number') f.reward = v.reward;
     }
@@ -118,7 +115,7 @@ export class RolloutTable {
   add(f: RowFacts): void {
     this.rows.push(f);
     if (f.error !== undefined) this.malformed++;
-    const key = groupKey(f.step, f.group);
+    const key = groupKeyOf(f);
     if (key === undefined || f.reward === undefined) return;
     const g = this.groups.get(key) ?? { n: 0, sum: 0, sumSq: 0, min: Infinity, max: -Infinity };
     g.n++;
@@ -130,17 +127,18 @@ export class RolloutTable {
   }
 
   group(f: RowFacts): GroupStats | undefined {
-    const key = groupKey(f.step, f.group);
+    const key = groupKeyOf(f);
     const g = key === undefined ? undefined : this.groups.get(key);
     if (!g) return undefined;
     const mean = g.sum / g.n;
     return { size: g.n, mean, std: Math.sqrt(Math.max(0, g.sumSq / g.n - mean * mean)), zeroVariance: g.n >= 2 && g.max - g.min < 1e-9 };
   }
 
-  /** Rows of the same group, by sample. */
+  /** Rows of the same group (same split, step and group id), by sample. */
   groupRows(f: RowFacts): RowFacts[] {
-    if (f.group === undefined) return [];
-    return this.rows.filter((r) => r.group === f.group && r.step === f.step).sort((a, b) => (a.sample ?? 0) - (b.sample ?? 0));
+    const key = groupKeyOf(f);
+    if (key === undefined) return [];
+    return this.rows.filter((r) => groupKeyOf(r) === key).sort((a, b) => (a.sample ?? 0) - (b.sample ?? 0));
   }
 
   /** Reads a filter field from a row's facts in place (no object per row). */

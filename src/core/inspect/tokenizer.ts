@@ -7,6 +7,7 @@
 import { readFile, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
+import { runModelDir } from '../store/rollouts';
 import type { TextTokenizer } from './replay';
 
 /** A model's tokenizer: encode and decode exactly as the model's pipeline would (no special tokens added). */
@@ -42,6 +43,20 @@ export async function loadTokenizerCodec(path: string): Promise<TokenizerCodec> 
     decode: (ids) => (ids.length ? tok.decode([...ids], { skip_special_tokens: false }) : ''),
     ...(typeof template === 'string' ? { chatTemplate: template } : {}),
   };
+}
+
+/**
+ * The tokenizer of the run `path` is or lies in (its model directory's tokenizer.json), for the drift check of the
+ * audit and the inspector; otherwise a note saying why drift is not checked.
+ */
+export async function runTokenizer(path: string): Promise<{ codec?: TokenizerCodec; note?: string }> {
+  const model = await runModelDir(path);
+  if (!model || !(await stat(join(model, 'tokenizer.json')).catch(() => undefined))) return { note: 'drift not checked: no tokenizer (none named, and no run whose model directory has a tokenizer.json)' };
+  try {
+    return { codec: await loadTokenizerCodec(model) };
+  } catch (e) {
+    return { note: `drift not checked: the run's tokenizer cannot be read (${(e as Error).message})` };
+  }
 }
 
 export async function loadTextTokenizer(file: string): Promise<{ name: string; tokenize: TextTokenizer }> {

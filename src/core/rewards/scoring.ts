@@ -4,7 +4,7 @@
  * per data source, zero-variance GRPO groups before and after, what changed, errors).
  */
 import { join } from 'node:path';
-import type { Rollout } from '../run/format';
+import { groupKeyOf, type Rollout } from '../run/format';
 import { readSource } from '../importers';
 import { packageRoot } from '../paths';
 import { compileRewardModule, rewardApiPath, type CompiledReward } from './compile';
@@ -172,8 +172,8 @@ export class RewardReportBuilder {
       e.sc.sum += sc;
     }
     this.sources.set(src, e);
-    if (s.record.group !== undefined) {
-      const key = `${s.record.step ?? ''}\u0000${s.record.group}`;
+    const key = groupKeyOf(s.record);
+    if (key !== undefined) {
       const g = this.groups.get(key) ?? { n: 0, min: Infinity, max: -Infinity, rmin: Infinity, rmax: -Infinity, rn: 0 };
       if (sc !== null) {
         g.n++;

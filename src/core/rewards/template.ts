@@ -1,7 +1,9 @@
-/** The module "Search Agent: New Reward Function" writes (tested: it type-checks against the generated types and scores). */
-export function rewardTemplate(name: string, typesRef: string): string {
-  return `/// <reference path="${typesRef}" />
-// ${name}: a reward for Search-R1-style trajectories. Edit and save: the Reward Lab re-scores the rollouts.
+/**
+ * The module "Search Agent: New Reward Function" writes (tested: it type-checks against the generated types and
+ * scores). Its types come from the extension's TypeScript server plugin (src/ts-plugin), in any workspace.
+ */
+export function rewardTemplate(name: string): string {
+  return `// ${name}: a reward for Search-R1-style trajectories. Edit and save: the Reward Lab re-scores the rollouts.
 // \`traj\`: the parsed trajectory (answer, searches, turns, valid format, diagnostics, prompt, response).
 // \`example\`: golden answers, question, data source. Return a number or { reward, parts }.
 import { defineReward, em, f1 } from 'search-agent-studio/reward';

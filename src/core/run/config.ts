@@ -32,8 +32,8 @@ export const RunConfigSchema = S.object(
     output_dir: S.optional(S.string({ description: 'Where runs made from this config go (<output_dir>/<name>-<time>), relative to this file. Default: runs/ in the workspace folder (the CLI: the current directory).' })),
     data: S.object(
       {
-        train: S.string({ minLength: 1, description: 'Training dataset: JSONL of {id, question, golden, data_source} (relative to this file).' }),
-        eval: S.optional(S.string({ description: 'Held-out dataset, same format.' })),
+        train: S.string({ minLength: 1, description: 'Training dataset: JSONL of {id, question, golden, data_source} (relative to this file), or builtin:demo/train (the demo task that ships with the extension).' }),
+        eval: S.optional(S.string({ description: 'Held-out dataset, same format; or builtin:demo/eval.' })),
         eval_size: S.optional(S.integer({ minimum: 1, description: 'Evaluate on at most this many held-out examples (all by default).' })),
         prompt_template: S.optional(
           S.string({
@@ -58,7 +58,7 @@ export const RunConfigSchema = S.object(
               d_model: S.optional(S.integer({ minimum: 8, default: 128 })),
               heads: S.optional(S.integer({ minimum: 1, default: 4 })),
               max_len: S.optional(S.integer({ minimum: 16, default: 2048, description: 'Positions; at least the longest prompt plus rollout.max_response_length.' })),
-              vocab: S.optional(S.array(S.string(), { description: 'Extra texts whose words join the tiny tokenizer’s vocabulary (corpus files, datasets).' })),
+              vocab: S.optional(S.array(S.string(), { description: 'Extra texts whose words join the tiny tokenizer’s vocabulary (corpus files, datasets; builtin:demo/corpus).' })),
             },
             strict,
           ),

@@ -28,6 +28,13 @@ export const FINISH_REASONS = ['answer', 'max_turns', 'length', 'invalid'] as co
 
 const TOKEN_ARRAYS = ['ids', 'role', 'loss_mask', 'rollout_logprob', 'logprob', 'ref_logprob', 'advantage', 'value', 'entropy'] as const;
 
+/**
+ * A per-token number, or null where that position was not scored. Records written before null was allowed hold 0
+ * there instead: readers treat 0 on a token that is not `generated` as not scored when an array has no null at all
+ * (src/core/inspect/replay.ts: scoredValues).
+ */
+const NUMBER_OR_NULL = S.union(S.number(), S.null());
+
 export const TokensSchema = S.object(
   {
     text: S.array(S.string(), { description: 'Each token decoded on its own (concatenated: the prompt+response as tokenised).' }),
@@ -35,13 +42,15 @@ export const TokensSchema = S.object(
     role: S.array(S.enum(TOKEN_ROLES), { description: 'Who produced each token: the policy (generated), the prompt, the retriever, or the environment (feedback).' }),
     loss_mask: S.array(S.union(S.literal(0), S.literal(1)), { description: '1 where the token was in the policy loss (DESIGN §6: exactly the generated tokens, unless masking is off).' }),
     rollout_logprob: S.optional(
-      S.array(S.number(), { description: 'v2: log-probability of the token at sampling time, from the generation pass (the rollout engine’s), of the temperature-scaled distribution before top-p.' }),
+      S.array(NUMBER_OR_NULL, {
+        description: 'v2: log-probability of the token at sampling time, from the generation pass (the rollout engine’s), of the temperature-scaled distribution before top-p; null where no token was sampled (the prompt, observations).',
+      }),
     ),
-    logprob: S.optional(S.array(S.number(), { description: 'Log-probability of the token under the policy that sampled it, as the trainer computed it (the old log-prob of the update).' })),
-    ref_logprob: S.optional(S.array(S.number(), { description: 'Log-probability under the frozen reference policy.' })),
-    advantage: S.optional(S.array(S.number(), { description: 'Advantage used in the update, per token.' })),
-    value: S.optional(S.array(S.number(), { description: 'Critic value (PPO), per token.' })),
-    entropy: S.optional(S.array(S.number(), { description: 'Policy entropy at the token.' })),
+    logprob: S.optional(S.array(NUMBER_OR_NULL, { description: 'Log-probability of the token under the policy that sampled it, as the trainer computed it (the old log-prob of the update); null where not scored (the prompt, tokens outside the loss).' })),
+    ref_logprob: S.optional(S.array(NUMBER_OR_NULL, { description: 'Log-probability under the frozen reference policy; null where not scored.' })),
+    advantage: S.optional(S.array(NUMBER_OR_NULL, { description: 'Advantage used in the update, per token; null where advantages are not defined (the prompt; tokens outside the advantage mask).' })),
+    value: S.optional(S.array(NUMBER_OR_NULL, { description: 'Critic value (PPO), per token; null on the prompt.' })),
+    entropy: S.optional(S.array(NUMBER_OR_NULL, { description: 'Policy entropy at the token; null where not scored.' })),
   },
   {
     description: 'Per-token provenance and training signals. All arrays have the length of `text`.',
@@ -129,6 +138,15 @@ export const MetricsSchema = S.object(
   },
 );
 export type MetricsLine = Static<typeof MetricsSchema>;
+
+/**
+ * The GRPO group a record belongs to, keyed by its split, step and group id together: a held-out evaluation at step
+ * k numbers its questions from 0 like training does (older trainers wrote the same group ids for both), so split
+ * and step are part of the key in every reader. Undefined for a record without a group.
+ */
+export function groupKeyOf(r: { split?: string; step?: number; group?: string | number }): string | undefined {
+  return r.group === undefined ? undefined : `${r.split ?? ''}\u0000${r.step ?? ''}\u0000${r.group}`;
+}
 
 /**
  * How rollouts are read: a dialect the user forces (`--dialect`, the editor setting), else each record's own

@@ -9,7 +9,7 @@ import { em } from '../rewards/normalize';
 import type { Dialect, ParsedTrajectory } from '../tags/parser';
 import { finalAnswer, turnsOf } from '../tags/searchr1';
 import { invalidActionCount, parseResponse, searchCount } from '../tags/trajectory';
-import { rolloutContext, type LocatedIssue, type ReadOptions, type Rollout } from './format';
+import { groupKeyOf, rolloutContext, type LocatedIssue, type ReadOptions, type Rollout } from './format';
 
 export interface Histogram {
   [value: string]: number;
@@ -32,7 +32,7 @@ export interface RunSummary {
   dialects: Histogram;
   finish: Histogram;
   data_sources: Histogram;
-  /** GRPO groups (same step and group id) with two or more rewarded samples. */
+  /** GRPO groups (same split, step and group id) with two or more rewarded samples. */
   groups: { count: number; zero_variance: number; frac_zero_std: number } | null;
 }
 
@@ -101,8 +101,8 @@ export class SummaryBuilder {
       w.sumSq += r.reward * r.reward;
       w.min = Math.min(w.min, r.reward);
       w.max = Math.max(w.max, r.reward);
-      if (r.group !== undefined) {
-        const key = `${r.step ?? ''}\u0000${r.group}`;
+      const key = groupKeyOf(r);
+      if (key !== undefined) {
         const g = this.groups.get(key) ?? { n: 0, min: Infinity, max: -Infinity };
         g.n++;
         g.min = Math.min(g.min, r.reward);

@@ -96,15 +96,22 @@ function questionLine(text: string): { question: string; lineEnd: number } | und
   return { question: text.slice(start + 'Question:'.length, nl < 0 ? text.length : nl).trim(), lineEnd };
 }
 
+/** A chat-template marker (`<|eot_id|>`, `<|im_end|>`, `<|start_header_id|>`, `</s>`, `[/INST]`…): a question ends there. */
+const TEMPLATE_MARKER = /<\|[^|<>\s]{1,40}\|>|<\/s>|\[\/INST\]|<end_of_turn>/;
+
 /**
- * The question in a prompt (Search-R1's templates: `… Question: {question}\n`), if any; a chat marker closing the
- * message on the same line (`Question: q<|im_end|>`) is not part of it.
+ * The question in a prompt (Search-R1's templates: `… Question: {question}\n`), if any: up to the end of its line
+ * or a chat-template marker, whichever comes first (a Llama-3 prompt has `<|eot_id|><|start_header_id|>assistant…`
+ * right after the question, on the same line).
  */
 export function extractQuestion(prompt: string): string | undefined {
   const at = prompt.lastIndexOf('Question:');
   if (at < 0) return undefined;
   const nl = prompt.indexOf('\n', at);
-  const q = prompt.slice(at + 'Question:'.length, nl < 0 ? prompt.length : nl).replace(/<\|[A-Za-z0-9_]+\|>.*$/, '').trim();
+  let q = prompt.slice(at + 'Question:'.length, nl < 0 ? prompt.length : nl);
+  const marker = TEMPLATE_MARKER.exec(q);
+  if (marker) q = q.slice(0, marker.index);
+  q = q.trim();
   return q || undefined;
 }
 

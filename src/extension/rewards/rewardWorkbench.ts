@@ -4,15 +4,41 @@
  * the run in flight), decorations on the lines that threw, and "New Reward Function". In an untrusted workspace
  * nothing runs and the lens says why. Scoring happens in a separate process (runner.ts).
  */
-import { copyFile, mkdir, writeFile } from 'node:fs/promises';
-import { basename, dirname, join, relative } from 'node:path';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import * as vscode from 'vscode';
 import type { RewardLabContract, RewardLabState } from '../../core/protocol';
+import { rolloutFileKind } from '../../core/importers';
 import { rolloutFiles } from '../../core/store/rollouts';
 import { JsonlFile } from '../../core/store/jsonl';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { rewardTemplate } from '../../core/rewards/template';
 import { RewardRun } from './runner';
+
+type Choice = vscode.QuickPickItem & { path?: string; browse?: boolean };
+
+/**
+ * What "Score against…" offers: run directories (every rollout of the run), then the rollout files of each run and
+ * the workspace's other files that hold rollouts (recognised by place or content: src/core/importers
+ * rolloutFileKind) — not metrics, events, datasets or corpora.
+ */
+async function rolloutChoices(): Promise<Choice[]> {
+  const exclude = '**/{node_modules,.git,.venv,out,dist}/**';
+  const runs = (await vscode.workspace.findFiles('**/run.json', exclude, 200)).map((u) => dirname(u.fsPath)).sort();
+  const files = (await vscode.workspace.findFiles('**/*.jsonl', exclude, 2000)).map((u) => u.fsPath);
+  const kinds = await Promise.all(files.map(async (f) => [f, await rolloutFileKind(f)] as const));
+  const items: Choice[] = runs.map((dir) => ({ label: `$(folder) ${vscode.workspace.asRelativePath(dir)}`, description: 'run directory: all its rollouts', path: dir }));
+  const ofRun = (f: string) => runs.find((r) => f.startsWith(`${r}/rollouts/`) || f.startsWith(`${r}\\rollouts\\`));
+  const step = (f: string) => /(val-)?step-(\d+)\.jsonl$/.exec(f);
+  const found = kinds.filter(([, k]) => k).map(([f, k]) => ({ f, k: k!, run: ofRun(f), m: step(f) }));
+  found.sort((a, b) => (a.run ?? '~').localeCompare(b.run ?? '~') || (a.m && b.m ? Number(a.m[2]) - Number(b.m[2]) || (a.m[1] ? 1 : 0) - (b.m[1] ? 1 : 0) : a.f.localeCompare(b.f)));
+  for (const { f, k, run, m } of found) {
+    const description = run && m ? `${basename(run)} · step ${Number(m[2])}${m[1] ? ' · held-out' : ''}` : k === 'verl' ? 'veRL dump' : 'rollouts';
+    items.push({ label: `$(file) ${vscode.workspace.asRelativePath(f)}`, description, path: f });
+  }
+  items.push({ label: '$(folder-opened) Browse…', description: 'a rollout file, a run directory, a veRL dump folder, TRL completion tables, Search-R1 transcripts', browse: true });
+  return items;
+}
 
 export const REWARD_SELECTOR: vscode.DocumentSelector = [{ pattern: '**/*.reward.{ts,js,mts,mjs}' }];
 const isRewardModule = (uri: vscode.Uri) => /\.reward\.(ts|js|mts|mjs)$/.test(uri.path);
@@ -122,15 +148,8 @@ export class RewardWorkbench implements vscode.Disposable {
   private async choose(uri: vscode.Uri | undefined, thenScore: boolean): Promise<string | undefined> {
     const u = this.target(uri);
     if (!u) return undefined;
-    const files = await vscode.workspace.findFiles('**/*.jsonl', '**/{node_modules,.git,.venv,out,dist}/**', 500);
-    const runs = await vscode.workspace.findFiles('**/run.json', '**/{node_modules,.git,.venv}/**', 200);
-    type Item = vscode.QuickPickItem & { path?: string; browse?: boolean };
-    const items: Item[] = [
-      ...runs.map((r) => ({ label: `$(folder) ${vscode.workspace.asRelativePath(dirname(r.fsPath))}`, description: 'run directory', path: dirname(r.fsPath) })),
-      ...files.filter((f) => !/\/rollouts\/step-\d+\.jsonl$/.test(f.path)).map((f) => ({ label: `$(file) ${vscode.workspace.asRelativePath(f)}`, path: f.fsPath })),
-      { label: '$(folder-opened) Browse…', browse: true },
-    ];
-    const picked = await vscode.window.showQuickPick(items, { title: `Score ${basename(u.fsPath)} against`, placeHolder: 'a rollout JSONL file or a run directory', matchOnDescription: true });
+    const items = await rolloutChoices();
+    const picked = await vscode.window.showQuickPick<Choice>(items, { title: `Score ${basename(u.fsPath)} against`, placeHolder: 'a rollout JSONL file or a run directory', matchOnDescription: true });
     if (!picked) return undefined;
     let path = picked.path;
     if (picked.browse) {
@@ -315,19 +334,15 @@ export class RewardWorkbench implements vscode.Disposable {
       validateInput: (v) => (/^[a-z0-9][a-z0-9-]*$/i.test(v) ? undefined : 'letters, digits and dashes only'),
     });
     if (!name) return;
-    const root = folder.uri.fsPath;
-    const typesDir = join(root, '.search-agent');
-    await mkdir(typesDir, { recursive: true });
-    await copyFile(vscode.Uri.joinPath(this.context.extensionUri, 'dist', 'reward-api.d.ts').fsPath, join(typesDir, 'reward-api.d.ts'));
-    const dir = join(root, 'rewards');
+    // No typings are written: the extension's TypeScript server plugin gives every reward module the API's types.
+    const dir = join(folder.uri.fsPath, 'rewards');
     await mkdir(dir, { recursive: true });
     const file = join(dir, `${name}.reward.ts`);
-    const ref = relative(dir, join(typesDir, 'reward-api.d.ts')).replace(/\\/g, '/');
     const exists = await vscode.workspace.fs.stat(vscode.Uri.file(file)).then(() => true, () => false);
     if (exists) {
       void vscode.window.showWarningMessage(`${vscode.workspace.asRelativePath(file)} already exists.`);
     } else {
-      await writeFile(file, rewardTemplate(name, ref));
+      await writeFile(file, rewardTemplate(name));
     }
     await vscode.window.showTextDocument(vscode.Uri.file(file));
   }

@@ -10,6 +10,7 @@ import { MetricsTail } from '../../core/host/metricsTail';
 import { listRuns, readRun } from '../../core/host/runs';
 import type { DashboardContract, DashboardRun, MetricsRow } from '../../core/protocol';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
+import { runDirOf } from './runsView';
 import type { TrainingController } from './trainingController';
 
 interface Followed {
@@ -30,8 +31,8 @@ export class Dashboard implements vscode.Disposable {
     private readonly log: vscode.LogOutputChannel,
   ) {
     this.disposables.push(
-      vscode.commands.registerCommand('searchAgent.openDashboard', (arg?: { dir: string } | vscode.Uri) => this.open(arg instanceof vscode.Uri ? arg.fsPath : arg?.dir)),
-      vscode.commands.registerCommand('searchAgent.addRunToDashboard', (arg?: { run?: { dir: string }; dir?: string }) => this.add(arg?.run?.dir ?? arg?.dir)),
+      vscode.commands.registerCommand('searchAgent.openDashboard', (arg?: unknown) => this.open(runDirOf(arg))),
+      vscode.commands.registerCommand('searchAgent.addRunToDashboard', (arg?: unknown) => this.add(runDirOf(arg))),
       controller.onDidChange(() => void this.poll()),
     );
   }
@@ -61,6 +62,7 @@ export class Dashboard implements vscode.Disposable {
     web.endpoint.handle('openStep', ({ dir, step }) => this.openStep(dir, step));
     web.panel.onDidDispose(() => {
       this.web = undefined;
+      this.sentRuns = '';
       this.followed = [];
       clearInterval(this.timer);
       this.timer = undefined;
@@ -101,13 +103,20 @@ export class Dashboard implements vscode.Disposable {
     const out: DashboardRun[] = [];
     for (const f of this.followed) {
       const r = await readRun(f.dir);
-      out.push({ id: r?.id ?? f.dir.split(/[\\/]/).pop() ?? f.dir, dir: f.dir, state: r?.state ?? 'interrupted', step: r?.step ?? 0, total: r?.total });
+      const p = r?.progress;
+      out.push({ id: r?.id ?? f.dir.split(/[\\/]/).pop() ?? f.dir, dir: f.dir, state: r?.state ?? 'interrupted', step: r?.step ?? 0, total: r?.total, ...(p ? { phase: p.phase, ...(p.warmup ? { warmup: p.warmup } : {}) } : {}) });
     }
     return out;
   }
 
+  /** The runs' headers (state, step, warm-up), sent when they changed: a run stopping changes its state without a new metrics line. */
+  private sentRuns = '';
   private async sendRuns(): Promise<void> {
-    this.web?.endpoint.emit('runs', { runs: await this.runs() });
+    const runs = await this.runs();
+    const key = JSON.stringify(runs);
+    if (key === this.sentRuns) return;
+    this.sentRuns = key;
+    this.web?.endpoint.emit('runs', { runs });
   }
 
   private polling = false;
@@ -115,17 +124,15 @@ export class Dashboard implements vscode.Disposable {
     if (!this.web || this.polling) return;
     this.polling = true;
     try {
-      let any = false;
       for (const f of this.followed) {
         const r = await f.tail.read();
         if (r.reset) f.rows = [];
         for (const m of r.malformed) this.log.warn(`${f.tail.file}:${m.line}: skipped a malformed line (${m.message})`);
         if (!r.rows.length && !r.reset) continue;
         f.rows.push(...r.rows);
-        any = true;
         this.web.endpoint.emit('metrics', { dir: f.dir, rows: r.reset ? f.rows : r.rows, reset: r.reset });
       }
-      if (any) await this.sendRuns();
+      await this.sendRuns();
     } finally {
       this.polling = false;
     }

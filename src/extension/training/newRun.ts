@@ -22,7 +22,7 @@ async function file(title: string, filters?: Record<string, string[]>): Promise<
   return (await vscode.window.showOpenDialog({ title, canSelectFiles: true, canSelectMany: false, filters }))?.[0]?.fsPath;
 }
 
-export async function newTrainingRun(extensionRoot: string): Promise<vscode.Uri | undefined> {
+export async function newTrainingRun(): Promise<vscode.Uri | undefined> {
   const ws = vscode.workspace.workspaceFolders?.[0];
   if (!ws) {
     void vscode.window.showWarningMessage('Search Agent: open a folder first; the run config and its runs live in it.');
@@ -101,8 +101,7 @@ export async function newTrainingRun(extensionRoot: string): Promise<vscode.Uri 
     const r = relative(base, p);
     return r.startsWith('..') && r.split('/').filter((s) => s === '..').length > 2 ? p : r || '.';
   };
-  const demoDir = rel(join(extensionRoot, 'examples', 'demo'));
-  const config = newRunConfig({ name, engine, model: modelAnswer, data, retriever, algorithm, relativeTo: rel }, demoDir);
+  const config = newRunConfig({ name, engine, model: modelAnswer, data, retriever, algorithm, relativeTo: rel });
   await writeFile(target, `${JSON.stringify(config, null, 2)}\n`);
   const uri = vscode.Uri.file(target);
   await vscode.window.showTextDocument(uri);

@@ -7,8 +7,19 @@ import { createReadStream } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import * as vscode from 'vscode';
-import { listRuns, type RunInfo } from '../../core/host/runs';
+import { listRuns, SMOOTHING, type RunInfo } from '../../core/host/runs';
 import type { TrainingController } from './trainingController';
+
+/**
+ * The run directory a command was invoked on: a Runs view node (inline actions and context menus pass the tree's
+ * node), `{ dir }` (a row's click, a notification's button), or a folder's URI.
+ */
+export function runDirOf(arg: unknown): string | undefined {
+  if (arg instanceof vscode.Uri) return arg.fsPath;
+  const a = arg as { dir?: unknown; run?: { dir?: unknown } } | undefined;
+  if (typeof a?.run?.dir === 'string') return a.run.dir;
+  return typeof a?.dir === 'string' ? a.dir : undefined;
+}
 
 type Node = { kind: 'run'; run: RunInfo } | { kind: 'step'; run: RunInfo; step: number } | { kind: 'rollout'; file: string; line: number; label: string; reward?: number; detail: string } | { kind: 'more'; label: string };
 
@@ -21,6 +32,15 @@ const ICONS: Record<RunInfo['state'], [string, string?]> = {
 };
 
 const fmt = (v: number | undefined) => (v === undefined ? '–' : v.toFixed(3));
+
+/**
+ * A run's row: state, step (or the warm start's progress), held-out EM, and the reward averaged over the last steps
+ * (one small batch's reward swings between 0 and 1 and reads as failure).
+ */
+export function runDescription(r: RunInfo): string {
+  const where = r.progress?.warmup ? `warm-up ${r.progress.warmup.step}/${r.progress.warmup.steps}` : `step ${r.step}${r.total ? `/${r.total}` : ''}`;
+  return `${r.state} · ${where}${r.last?.valEm !== undefined ? ` · held-out EM ${fmt(r.last.valEm)}` : ''}${r.last?.rewardSmoothed !== undefined ? ` · reward ${fmt(r.last.rewardSmoothed)} (avg ${SMOOTHING})` : ''}`;
+}
 const MAX_ROLLOUTS = 200;
 
 /** The first `limit` rollouts of a step file: line number, question, reward (streamed, so a big file is cheap). */
@@ -93,8 +113,10 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
         const item = new vscode.TreeItem(r.id, r.rolloutSteps.length ? vscode.TreeItemCollapsibleState.Collapsed : vscode.TreeItemCollapsibleState.None);
         const [icon, color] = ICONS[r.state];
         item.iconPath = new vscode.ThemeIcon(icon, color ? new vscode.ThemeColor(color) : undefined);
-        item.description = `${r.state} · step ${r.step}${r.total ? `/${r.total}` : ''} · reward ${fmt(r.last?.reward)}${r.last?.valEm !== undefined ? ` · val EM ${fmt(r.last.valEm)}` : ''}`;
-        item.tooltip = new vscode.MarkdownString(`**${r.id}** — ${r.state}${r.error ? `\n\n${r.error}` : ''}\n\n${r.dir}`);
+        item.description = runDescription(r);
+        item.tooltip = new vscode.MarkdownString(
+          `**${r.id}** — ${r.state}${r.error ? `\n\n${r.error}` : ''}\n\nheld-out exact match ${fmt(r.last?.valEm)} · reward ${fmt(r.last?.rewardSmoothed)} (mean of the last ${SMOOTHING} steps; last batch ${fmt(r.last?.reward)})\n\n${r.dir}`,
+        );
         item.contextValue = `run.${r.state}`;
         item.id = `run:${r.dir}`;
         item.resourceUri = vscode.Uri.file(r.dir);

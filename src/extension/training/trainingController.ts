@@ -8,13 +8,14 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import * as vscode from 'vscode';
 import { EnvServerError, startEnvServerProcess, type EnvServerProcess, envServerScript, killTree } from '../../core/host/processes';
-import { envServerArgs, loadRunConfig, RunConfigError } from '../../core/host/runConfig';
+import { envServerArgs, loadRunConfig, RunConfigError, runNeeds } from '../../core/host/runConfig';
 import { RunHost, type RunOutcome } from '../../core/host/runHost';
-import { listRuns, readRun, type RunInfo } from '../../core/host/runs';
-import { noPythonMessage } from '../../core/python';
+import { listRuns, progressOf, readRun, type RunInfo } from '../../core/host/runs';
+import { noPythonMessage, type TrainerNeeds } from '../../core/python';
 import type { RunEvent } from '../../core/run/format';
 import { nodeCommand } from '../node';
-import { findTrainerPython } from './python';
+import { DoctorReport, findTrainerPython, SETUP_COMMAND, setUpTrainerEnvironment } from './python';
+import { runDirOf } from './runsView';
 
 export interface LiveRunState {
   id: string;
@@ -22,6 +23,8 @@ export interface LiveRunState {
   step: number;
   total: number;
   phase?: string;
+  /** During the warm start: its step, steps and loss (from the trainer's progress events). */
+  warmup?: { step: number; steps: number; loss?: number };
   reward?: number;
   valEm?: number;
   /** Attached after a reload: no process handle, only the pid in run.json. */
@@ -31,6 +34,12 @@ export interface LiveRunState {
 type Event = RunEvent & Record<string, unknown>;
 
 const fmt = (v: number | undefined) => (v === undefined ? '–' : v.toFixed(3));
+
+/** "warm-up 150/300 · loss 2.314" during the warm start, else "12/120 · reward 0.250". */
+export function liveSummary(s: LiveRunState): string {
+  if (s.phase === 'warmup') return s.warmup ? `warm-up ${s.warmup.step}/${s.warmup.steps} · loss ${fmt(s.warmup.loss)}` : 'warm-up';
+  return `${s.step}/${s.total || '?'} · reward ${fmt(s.reward)}`;
+}
 
 export class TrainingController implements vscode.Disposable {
   private host: RunHost | undefined;
@@ -55,14 +64,20 @@ export class TrainingController implements vscode.Disposable {
     this.status = vscode.window.createStatusBarItem('searchAgent.training', vscode.StatusBarAlignment.Left, 9);
     this.status.name = 'Search Agent Training';
     this.status.command = 'searchAgent.openDashboard';
+    const envLog = vscode.window.createOutputChannel('Search Agent: Trainer Environment', { log: true });
+    const doctor = new DoctorReport(context);
     this.disposables.push(
+      envLog,
+      vscode.workspace.registerTextDocumentContentProvider(DoctorReport.scheme, doctor),
+      vscode.commands.registerCommand('searchAgent.setUpTrainerEnvironment', () => setUpTrainerEnvironment(context, envLog)),
+      vscode.commands.registerCommand('searchAgent.checkTrainerEnvironment', () => doctor.show()),
       this.trainerLog,
       this.serverLog,
       this.status,
       this.changed,
       vscode.commands.registerCommand('searchAgent.startTraining', (uri?: vscode.Uri) => this.start(uri)),
       vscode.commands.registerCommand('searchAgent.stopTraining', () => this.stop()),
-      vscode.commands.registerCommand('searchAgent.resumeTraining', (arg?: vscode.Uri | { dir: string }) => this.resume(arg)),
+      vscode.commands.registerCommand('searchAgent.resumeTraining', (arg?: unknown) => this.resume(runDirOf(arg))),
       vscode.commands.registerCommand('searchAgent.startRetriever', (uri?: vscode.Uri) => this.startRetriever(uri)),
       vscode.commands.registerCommand('searchAgent.stopRetriever', () => this.stopRetriever()),
       vscode.commands.registerCommand('searchAgent.showTrainingLogs', () => this.trainerLog.show(true)),
@@ -114,13 +129,17 @@ export class TrainingController implements vscode.Disposable {
     return pick?.uri;
   }
 
-  private async python(): Promise<string | undefined> {
+  /** The trainer's Python for a run that needs `needs`; when none is usable, an error that offers to set one up. */
+  private async python(needs: TrainerNeeds): Promise<string | undefined> {
     const search = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: 'Search Agent: looking for a Python with torch' }, () =>
-      findTrainerPython(this.context.extensionUri.fsPath, vscode.workspace.workspaceFolders?.[0]?.uri),
+      findTrainerPython(this.context, vscode.workspace.workspaceFolders?.[0]?.uri, needs),
     );
     for (const p of search.tried) this.log.info(`python candidate ${p.executable}: ${p.ok ? `torch ${p.torch}${p.cuda ? ' (CUDA)' : ''}` : p.error}`);
     if (search.found) return search.found.executable;
-    const b = await vscode.window.showErrorMessage(noPythonMessage(search), { modal: false }, 'Open Settings', 'Show Logs');
+    const message = noPythonMessage(search, needs, 'Set up a trainer environment (a virtual environment with the pinned torch, transformers and peft), or set searchAgent.pythonPath to a Python that has them.');
+    this.log.warn(message);
+    const b = await vscode.window.showErrorMessage(`Search Agent: ${message}`, 'Set Up Trainer Environment', 'Open Settings', 'Show Logs');
+    if (b === 'Set Up Trainer Environment') void vscode.commands.executeCommand(SETUP_COMMAND);
     if (b === 'Open Settings') void vscode.commands.executeCommand('workbench.action.openSettings', 'searchAgent.pythonPath');
     if (b === 'Show Logs') this.log.show(true);
     return undefined;
@@ -138,9 +157,9 @@ export class TrainingController implements vscode.Disposable {
     return this.launch({ config: config.fsPath });
   }
 
-  async resume(arg?: vscode.Uri | { dir: string }): Promise<RunOutcome | undefined> {
+  async resume(runDir?: string): Promise<RunOutcome | undefined> {
     if (!this.trusted('Resume Training') || this.busy()) return undefined;
-    let dir = arg instanceof vscode.Uri ? arg.fsPath : arg?.dir;
+    let dir = runDir;
     if (!dir) {
       const runs = (await listRuns(this.runsParents())).filter((r) => r.state !== 'running' && r.state !== 'finished');
       if (!runs.length) {
@@ -158,7 +177,7 @@ export class TrainingController implements vscode.Disposable {
   }
 
   private async launch(what: { config?: string; runDir?: string; resume?: boolean }): Promise<RunOutcome | undefined> {
-    const python = await this.python();
+    const python = await this.python(await runNeeds(what));
     if (!python) return undefined;
     const parents = this.runsParents();
     let host: RunHost;
@@ -186,7 +205,9 @@ export class TrainingController implements vscode.Disposable {
       token.onCancellationRequested(() => void this.stop());
       let reported = 0;
       const sub = this.onDidChange((s) => {
-        if (!s || !s.total) return;
+        if (!s) return;
+        if (s.phase === 'warmup') return progress.report({ message: `${liveSummary(s)} (supervised warm start, before step 1)` });
+        if (!s.total) return;
         const pct = (100 * s.step) / s.total;
         progress.report({ increment: pct - reported, message: `step ${s.step}/${s.total} ${s.phase ?? ''} · reward ${fmt(s.reward)} · held-out EM ${fmt(s.valEm)}` });
         reported = pct;
@@ -229,10 +250,10 @@ export class TrainingController implements vscode.Disposable {
       const lines = (o.error?.traceback ?? o.error?.message ?? '').trimEnd().split('\n').slice(-4).join(' ⏎ ');
       const b = await vscode.window.showErrorMessage(`Search Agent: run ${id} failed at step ${o.step}: ${o.error?.message ?? ''}${lines && lines !== o.error?.message ? ` — ${lines}` : ''}`, 'Open Log', 'Resume');
       if (b === 'Open Log') await this.openLog(o.runDir);
-      if (b === 'Resume') await this.resume({ dir: o.runDir });
+      if (b === 'Resume') await this.resume(o.runDir);
     } else if (o.status === 'stopped') {
       const b = await vscode.window.showInformationMessage(`Search Agent: run ${id} stopped at step ${o.step} (checkpointed).`, 'Resume', 'Open Dashboard');
-      if (b === 'Resume') await this.resume({ dir: o.runDir });
+      if (b === 'Resume') await this.resume(o.runDir);
       if (b === 'Open Dashboard') void vscode.commands.executeCommand('searchAgent.openDashboard', { dir: o.runDir });
     } else {
       const info = await readRun(o.runDir);
@@ -253,6 +274,7 @@ export class TrainingController implements vscode.Disposable {
     if (typeof e.total === 'number') s.total = e.total;
     if (e.event === 'progress') {
       s.phase = e.phase;
+      s.warmup = progressOf(e)?.warmup ?? (e.phase === 'warmup' ? s.warmup : undefined);
       if (e.phase !== 'warmup' && typeof e.step === 'number') s.step = Math.max(s.step, e.step - 1);
     } else if (e.event === 'metrics') {
       const m = (e.metrics ?? {}) as Record<string, number>;
@@ -275,10 +297,9 @@ export class TrainingController implements vscode.Disposable {
       this.status.hide();
       return;
     }
-    const phase = s.phase === 'warmup' ? 'warm-up' : `${s.step}/${s.total || '?'}`;
-    this.status.text = `$(sync~spin) ${s.id}: ${phase} · reward ${fmt(s.reward)}`;
+    this.status.text = `$(sync~spin) ${s.id}: ${liveSummary(s)}`;
     this.status.tooltip = new vscode.MarkdownString(
-      `**${s.id}**${s.attached ? ' (re-attached after a reload)' : ''}\n\nstep ${s.step} of ${s.total}${s.phase ? `, ${s.phase}` : ''}\n\nreward ${fmt(s.reward)} · held-out EM ${fmt(s.valEm)}\n\n${s.dir}\n\nClick for the dashboard.`,
+      `**${s.id}**${s.attached ? ' (re-attached after a reload)' : ''}\n\n${s.phase === 'warmup' ? `supervised warm start (format only) before step 1: ${s.warmup ? `step ${s.warmup.step} of ${s.warmup.steps}, loss ${fmt(s.warmup.loss)}` : 'starting'}` : `step ${s.step} of ${s.total}${s.phase ? `, ${s.phase}` : ''}`}\n\nreward ${fmt(s.reward)} · held-out EM ${fmt(s.valEm)}\n\n${s.dir}\n\nClick for the dashboard.`,
     );
     this.status.show();
   }
@@ -312,14 +333,15 @@ export class TrainingController implements vscode.Disposable {
       return;
     }
     this.attached = running;
-    this.state = { id: running.id, dir: running.dir, step: running.step, total: running.total ?? 0, reward: running.last?.reward, valEm: running.last?.valEm, attached: true };
+    this.state = { id: running.id, dir: running.dir, step: running.step, total: running.total ?? 0, phase: running.progress?.phase, warmup: running.progress?.warmup, reward: running.last?.reward, valEm: running.last?.valEm, attached: true };
     this.log.info(`re-attached to run ${running.id} (pid ${running.pid})`);
     void vscode.commands.executeCommand('setContext', 'searchAgent.training', true);
     this.render();
+    this.changed.fire(this.state);
     this.attachTimer = setInterval(() => {
       void readRun(running.dir).then((info) => {
         if (!info || !this.state?.attached) return;
-        Object.assign(this.state, { step: info.step, total: info.total ?? this.state.total, reward: info.last?.reward, valEm: info.last?.valEm });
+        Object.assign(this.state, { step: info.step, total: info.total ?? this.state.total, phase: info.progress?.phase, warmup: info.progress?.warmup, reward: info.last?.reward, valEm: info.last?.valEm });
         if (info.state !== 'running') {
           clearInterval(this.attachTimer);
           this.attached = undefined;
@@ -351,7 +373,7 @@ export class TrainingController implements vscode.Disposable {
     const why = run.state === 'interrupted' ? 'was interrupted (its trainer was killed)' : 'stopped when its window went away (checkpointed)';
     this.log.info(`offering to resume ${run.id} (${run.state}${run.stopReason ? `, ${run.stopReason}` : ''}, step ${run.step})`);
     void vscode.window.showInformationMessage(`Search Agent: run ${run.id} ${why} at step ${run.step}.`, 'Resume').then((b) => {
-      if (b) void this.resume({ dir: run.dir });
+      if (b) void this.resume(run.dir);
     });
   }
 
