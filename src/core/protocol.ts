@@ -539,14 +539,22 @@ export interface RowFacts {
   /** Invalid actions (Search-R1: answered turns without an action; tool calls: invalid calls too). */
   invalid?: number;
   tokens: boolean;
+  /** Leaked tokens: loss mask against role, and the engine's mask against ours (src/core/audit). */
   leaks?: number;
   trained?: number;
+  /** First token index where the recorded ids and the re-encoded text differ; null: no drift; absent: not checked (no tokenizer, or no tokens). */
+  drift?: number | null;
+  /** Max |logprob − rollout_logprob| over trained tokens, and how many trained tokens have a ratio outside the band (absent when not both recorded). */
+  logprob?: number;
+  ratioFlags?: number;
+  /** The rollout's reward-hacking alarms (src/core/audit/alarms.ts; search-collapse is a run-level alarm, not here). */
+  alarms?: string[];
   /** The first problem of a malformed row (file:line: field: message), and how many there are. */
   error?: string;
   errorCount?: number;
 }
 
-export type InspectorColumn = 'index' | 'split' | 'step' | 'group' | 'sample' | 'reward' | 'em' | 'searches' | 'turns' | 'finish' | 'length' | 'data_source' | 'answer' | 'golden' | 'leaks' | 'invalid' | 'dialect';
+export type InspectorColumn = 'index' | 'split' | 'step' | 'group' | 'sample' | 'reward' | 'em' | 'searches' | 'turns' | 'finish' | 'length' | 'data_source' | 'answer' | 'golden' | 'leaks' | 'drift' | 'logprob' | 'alarms' | 'invalid' | 'dialect';
 
 export interface InspectorQuery {
   filter: string;
@@ -573,6 +581,8 @@ export interface InspectorStatus {
   filterError?: { message: string; start: number; end: number };
   /** Set when the source cannot be read at all. */
   error?: string;
+  /** With which tokenizer the `drift` column is checked, or why it is not. */
+  drift?: string;
 }
 
 export interface InspectorState {

@@ -11,29 +11,9 @@ import { join } from 'node:path';
 import { Auditor, auditRollout, checkLogprobs, findDrift, isEnumeration, searchCollapseSteps, thinkDegeneracy } from '../../src/core/audit';
 import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/inspect/tokenizer';
 import type { Rollout, TokenRole } from '../../src/core/run/format';
-import { writeTokenizerDir } from './bpe';
+import { recordOf, writeTokenizerDir } from './bpe';
 
 const WORDS = [' Paris', ' capital', ' France', 'is', '<search>', '</search>', '<answer>', '</answer>', '<think>', '</think>', '<information>', '</information>', 'user', 'assistant'];
-
-/** A record whose tokens are the given pieces, each encoded on its own (so pieces may split words non-canonically). */
-function recordOf(codec: TokenizerCodec, prompt: string, pieces: { text: string; role: TokenRole }[], extra: Partial<Rollout> = {}): Rollout {
-  const ids: number[] = [];
-  const role: TokenRole[] = [];
-  for (const p of [{ text: prompt, role: 'prompt' as TokenRole }, ...pieces]) {
-    const e = codec.encode(p.text);
-    ids.push(...e);
-    role.push(...e.map(() => p.role));
-  }
-  const response = pieces.map((p) => p.text).join('');
-  return {
-    v: 2,
-    id: 'r',
-    prompt,
-    response,
-    tokens: { text: ids.map((i) => codec.decode([i])), ids, role, loss_mask: role.map((r) => (r === 'generated' ? 1 : 0)) },
-    ...extra,
-  };
-}
 
 describe('audit: re-tokenisation drift (a real byte-level BPE tokenizer through @huggingface/tokenizers)', () => {
   let dir: string;

@@ -6,6 +6,8 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { TokenizerCodec } from '../../src/core/inspect/tokenizer';
+import type { Rollout, TokenRole } from '../../src/core/run/format';
 
 /** GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 onwards. */
 export function byteAlphabet(): string[] {
@@ -66,4 +68,24 @@ export function writeTokenizerDir(dir: string, words: readonly string[], o: { ch
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(byteLevelBpeJson(words, o.split)));
   writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify({ eos_token: '<|im_end|>', ...(chatTemplate ? { chat_template: chatTemplate } : {}) }));
   return dir;
+}
+
+/** A record whose tokens are the given pieces, each encoded on its own (so pieces may split words non-canonically). */
+export function recordOf(codec: TokenizerCodec, prompt: string, pieces: { text: string; role: TokenRole }[], extra: Partial<Rollout> = {}): Rollout {
+  const ids: number[] = [];
+  const role: TokenRole[] = [];
+  for (const p of [{ text: prompt, role: 'prompt' as TokenRole }, ...pieces]) {
+    const e = codec.encode(p.text);
+    ids.push(...e);
+    role.push(...e.map(() => p.role));
+  }
+  const response = pieces.map((p) => p.text).join('');
+  return {
+    v: 2,
+    id: 'r',
+    prompt,
+    response,
+    tokens: { text: ids.map((i) => codec.decode([i])), ids, role, loss_mask: role.map((r) => (r === 'generated' ? 1 : 0)) },
+    ...extra,
+  };
 }

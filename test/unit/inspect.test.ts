@@ -8,7 +8,8 @@ import { InspectorEngine, type EngineMessage } from '../../src/core/inspect/engi
 import { checkFilter, compileFilter, FilterError, type FilterRow } from '../../src/core/inspect/filter';
 import { replayModel } from '../../src/core/inspect/replay';
 import { RolloutTable, rowFacts } from '../../src/core/inspect/table';
-import { loadTextTokenizer } from '../../src/core/inspect/tokenizer';
+import { loadTextTokenizer, loadTokenizerCodec } from '../../src/core/inspect/tokenizer';
+import { recordOf, writeTokenizerDir } from './bpe';
 import { groupKeyOf, validateRollout, type Rollout } from '../../src/core/run/format';
 import { SummaryBuilder } from '../../src/core/run/summary';
 import { RewardReportBuilder } from '../../src/core/rewards/scoring';
@@ -45,6 +46,11 @@ describe('filter language', () => {
     assert.equal(compileFilter('reward != null')(row({})), false);
     assert.equal(compileFilter('reward != 1')(row({})), true, 'a missing reward is not 1');
     assert.equal(compileFilter('group == 3')(row({ group: '3' })), true, 'group ids compare as text');
+    // A list == a string: the list holds exactly that string.
+    assert.equal(compileFilter('golden == "paris"')(row({ golden: ['Lyon', 'paris'] })), true);
+    assert.equal(compileFilter('"paris" == golden')(row({ golden: ['Paris'] })), false, 'exact, not normalised (that is ~)');
+    assert.equal(compileFilter('golden != "paris"')(row({ golden: ['Lyon'] })), true);
+    assert.equal(compileFilter('golden != "paris"')(row({})), true, 'a missing list holds nothing');
     assert.equal(compileFilter('')(row({})), true);
   });
 
@@ -55,7 +61,7 @@ describe('filter language', () => {
       ['searches > 3 &&', /expected a value/, 15, 15],
       ['reward = 1', /use == to compare/, 7, 8],
       ['(reward == 1', /missing \)/, 0, 12],
-      ['golden == "x"', /compare a list with ~/, 7, 9],
+      ['golden == 3', /compare a list with ~/, 7, 9],
       ['reward ~ "1"', /~ needs text on its left/, 0, 6],
       ['answer ~ /(/', /invalid regular expression/, 9, 12],
       ['answer "x"', /expected && or \|\| here/, 7, 10],
@@ -361,6 +367,73 @@ describe('inspector engine (the worker thread without the thread)', () => {
     const s = msgs.find((m) => m.t === 'status');
     assert.match(s?.t === 'status' ? (s.status.error ?? '') : '', /missing\.jsonl: ENOENT/);
     await engine.close();
+  });
+
+  it("the audit's columns and filters: drift (with a named tokenizer, or the run's model directory's), alarms, leaks, log-prob ratios", async () => {
+    const WORDS = [' Paris', '<answer>', '</answer>', 'user', 'assistant'];
+    const model = writeTokenizerDir(join(dir, 'model'), WORDS);
+    const codec = await loadTokenizerCodec(model);
+    const PROMPT = '<|im_start|>user\nThe capital of France?<|im_end|>\n<|im_start|>assistant\n';
+    const clean = recordOf(codec, PROMPT, [{ text: '<answer> Paris </answer>', role: 'generated' }], { id: 'clean', step: 1 });
+    // " Paris" sampled as " Par" + "is": same text, other ids.
+    const split = recordOf(codec, PROMPT, [{ text: '<answer>', role: 'generated' }, { text: ' Par', role: 'generated' }, { text: 'is', role: 'generated' }, { text: ' </answer>', role: 'generated' }], { id: 'split', step: 1 });
+    const enumerates = recordOf(codec, PROMPT, [{ text: '<answer> Paris or Lyon </answer>', role: 'generated' }], { id: 'enum', step: 1, golden: ['Paris'] });
+    const leaky = recordOf(codec, PROMPT, [{ text: '<answer> Paris </answer>', role: 'generated' }], { id: 'leaky', step: 1 });
+    leaky.tokens!.loss_mask[0] = 1;
+    const gap = recordOf(codec, PROMPT, [{ text: '<answer> Paris </answer>', role: 'generated' }], { id: 'gap', step: 1 });
+    const n = gap.tokens!.ids.length;
+    gap.tokens!.rollout_logprob = gap.tokens!.role.map((r) => (r === 'generated' ? -1 : 0));
+    // The last generated token: trainer −2 vs rollout −1, ratio e^−1 ≈ 0.37, outside [0.5, 2]; the prompt's logprob is garbage (masked, never flagged).
+    gap.tokens!.logprob = gap.tokens!.role.map((r, i) => (r === 'generated' ? (i === n - 1 ? -2 : -1.01) : -50));
+    const f = join(dir, 'rollouts.jsonl');
+    writeFileSync(f, `${[clean, split, enumerates, leaky, gap].map((r) => JSON.stringify(r)).join('\n')}\n`);
+
+    const open = async (tokenizer?: string) => {
+      const msgs: EngineMessage[] = [];
+      const engine = new InspectorEngine((m) => msgs.push(m));
+      const last = () => [...msgs].reverse().find((m) => m.t === 'status') as Extract<EngineMessage, { t: 'status' }> | undefined;
+      await engine.open(f, false, {}, tokenizer);
+      await until(() => last()?.status.analysed === 5 && !last()?.status.busy);
+      const ids = async (filter: string) => {
+        await engine.setQuery(1, { filter, search: '' });
+        assert.equal(last()!.status.filterError, undefined, filter);
+        return (await engine.page(0, 10)).map((r) => r.id);
+      };
+      return { engine, last, ids };
+    };
+
+    const e = await open(model);
+    assert.match(e.last()!.status.drift!, /drift checked with model\/tokenizer.json/);
+    assert.deepEqual(await e.ids('drift'), ['split']);
+    assert.deepEqual(await e.ids('drift.token == ' + codec.encode(PROMPT + '<answer>').length), ['split']);
+    assert.deepEqual(await e.ids('alarm == "answer-enumeration"'), ['enum']);
+    assert.deepEqual(await e.ids('alarm != "answer-enumeration" && !drift'), ['clean', 'leaky', 'gap']);
+    assert.deepEqual(await e.ids('leaks > 0'), ['leaky']);
+    assert.deepEqual(await e.ids('logprob.flagged > 0'), ['gap']);
+    assert.deepEqual(await e.ids('logprob.max_abs_diff > 0.5'), ['gap'], 'the masked prompt tokens (Δ = 50) are not compared');
+    await e.engine.setQuery(2, { filter: '', search: '' });
+    const rows = await e.engine.page(0, 5);
+    assert.deepEqual(rows.map((r) => r.drift), [null, codec.encode(PROMPT + '<answer>').length, null, null, null]);
+    assert.deepEqual(rows[2]!.alarms, ['answer-enumeration']);
+    assert.equal(rows[4]!.ratioFlags, 1);
+    assert.ok(Math.abs(rows[4]!.logprob! - 1) < 1e-9);
+    await e.engine.setQuery(3, { filter: 'alarm == 3', search: '' });
+    assert.match(e.last()!.status.filterError!.message, /compare a list with ~ .* or with == and a string/);
+    await e.engine.close();
+
+    // No tokenizer named, no run: drift is not checked (the column stays empty), and the status says why.
+    const none = await open();
+    assert.match(none.last()!.status.drift!, /drift not checked: no tokenizer/);
+    assert.deepEqual(await none.ids('drift'), []);
+    assert.deepEqual(await none.ids(''), ['clean', 'split', 'enum', 'leaky', 'gap']);
+    assert.equal((await none.engine.page(0, 5))[1]!.drift, undefined);
+    await none.engine.close();
+
+    // Inside a run whose model directory has a tokenizer.json: that one.
+    writeFileSync(join(dir, 'run.json'), JSON.stringify({ config: { model: { path: 'model' } } }));
+    const run = await open();
+    assert.deepEqual(await run.ids('drift'), ['split']);
+    await run.engine.close();
   });
 });
 

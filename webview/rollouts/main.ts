@@ -30,6 +30,9 @@ const COLUMNS: { key: InspectorColumn; label: string; title: string; cls?: strin
   { key: 'answer', label: 'answer', title: 'final answer', cls: 'text' },
   { key: 'golden', label: 'golden', title: 'golden answers', cls: 'text' },
   { key: 'leaks', label: 'leaks', title: 'tokens whose loss mask disagrees with their role (mask audit)', cls: 'num' },
+  { key: 'drift', label: 'drift', title: 're-tokenisation drift: the first token where the recorded ids and the re-encoded text differ (✓: none; empty: not checked, no tokenizer)', cls: 'num' },
+  { key: 'logprob', label: 'max |Δ|', title: 'max |logprob − rollout_logprob| over trained tokens (×n: trained tokens with a ratio outside [0.5, 2])', cls: 'num' },
+  { key: 'alarms', label: 'alarms', title: 'reward-hacking alarms (filter: alarm == "answer-enumeration")', cls: 'text' },
   { key: 'invalid', label: 'invalid', title: 'invalid actions (tool calls: bad JSON, unknown tool, no query)', cls: 'num' },
   { key: 'dialect', label: 'dialect', title: 'searchr1: Search-R1 tags · toolcall: chat-template tool calls · llama-json: Llama JSON tool calls' },
 ];
@@ -189,6 +192,12 @@ function cellText(r: RowFacts, c: InspectorColumn): string {
       return r.length === undefined ? '' : `${r.length}${r.lengthUnit === 'chars' ? ' ch' : ''}`;
     case 'leaks':
       return r.leaks === undefined ? '' : String(r.leaks);
+    case 'drift':
+      return r.drift === undefined ? '' : r.drift === null ? '✓' : `@${r.drift}`;
+    case 'logprob':
+      return r.logprob === undefined ? '' : `${r.logprob.toFixed(3)}${r.ratioFlags ? ` ×${r.ratioFlags}` : ''}`;
+    case 'alarms':
+      return r.alarms?.join(', ') ?? '';
     default:
       return typeof r[c] === 'number' ? fmt(r[c] as number) : String(r[c] ?? '');
   }
@@ -241,7 +250,7 @@ function render(): void {
     }
     const isSel = selected.includes(r.index);
     const attrs = {
-      class: `row${r.error ? ' malformed' : ''}${isSel ? ' selected' : ''}${cursor === k ? ' cursor' : ''}${r.leaks ? ' leaky' : ''}`,
+      class: `row${r.error ? ' malformed' : ''}${isSel ? ' selected' : ''}${cursor === k ? ' cursor' : ''}${r.leaks ? ' leaky' : ''}${typeof r.drift === 'number' ? ' drifted' : ''}${r.ratioFlags ? ' ratio-flagged' : ''}${r.alarms?.length ? ' alarmed' : ''}`,
       role: 'row',
       'aria-selected': isSel ? 'true' : 'false',
       'data-index': r.index,
@@ -361,6 +370,7 @@ function showStatus(s: InspectorStatus): void {
     if (s.following) parts.push('following');
   }
   statusLine.textContent = parts.join(' · ');
+  statusLine.title = s.drift ?? '';
   statusLine.classList.toggle('error', !!s.error);
   document.body.dataset.total = String(s.total);
   document.body.dataset.view = String(s.view);

@@ -5,6 +5,7 @@
  */
 import { rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import type { TokenizerCodec } from '../inspect/tokenizer';
+import type { ParsedTrajectory } from '../tags/parser';
 import { searchCount, parseResponse } from '../tags/trajectory';
 import { searchCollapseSteps, trajectoryAlarms, type Alarm, type AlarmOptions } from './alarms';
 import { findDrift, type Drift, type DriftOptions } from './drift';
@@ -41,8 +42,7 @@ export function flagged(a: RolloutAudit): boolean {
 }
 
 /** The checks of one rollout that need nothing but the rollout (search-collapse is added by {@link Auditor.finish}). */
-export function auditRollout(r: Rollout, o: AuditOptions = {}): RolloutAudit {
-  const parsed = parseResponse(r.response, rolloutContext(r, o.read));
+export function auditRollout(r: Rollout, o: AuditOptions = {}, parsed: ParsedTrajectory = parseResponse(r.response, rolloutContext(r, o.read))): RolloutAudit {
   const tk = r.tokens;
   const masks = tk ? maskLeaks(tk, engineMaskOf(r.meta)) : { leaks: [], mask_mismatch: [] };
   return {

@@ -15,9 +15,10 @@ import { parseRolloutLine, rawPreview, rolloutFiles, runConfigDialect, RolloutSt
 import type { InspectorQuery, InspectorStatus, RowFacts } from '../protocol';
 import { FilterError } from './filter';
 import { RolloutTable, rowFacts } from './table';
+import { loadTokenizerCodec, runTokenizer } from './tokenizer';
 
 export type EngineRequest =
-  | { t: 'open'; path: string; follow: boolean; read?: ReadOptions }
+  | { t: 'open'; path: string; follow: boolean; read?: ReadOptions; tokenizer?: string }
   | { t: 'query'; seq: number; query: InspectorQuery }
   | { t: 'page'; req: number; from: number; count: number }
   | { t: 'row'; req: number; index: number }
@@ -50,13 +51,15 @@ export class InspectorEngine {
   private follow = false;
   /** How rows are read (dialect, search tool), with the run config's dialect once known. */
   private read: ReadOptions = {};
+  /** With which tokenizer drift is checked, or why it is not. */
+  private driftNote: string | undefined;
 
   constructor(private readonly post: (m: EngineMessage) => void) {}
 
   async handle(m: EngineRequest): Promise<void> {
     switch (m.t) {
       case 'open':
-        return this.open(m.path, m.follow, m.read);
+        return this.open(m.path, m.follow, m.read, m.tokenizer);
       case 'query':
         return this.setQuery(m.seq, m.query);
       case 'page':
@@ -86,6 +89,7 @@ export class InspectorEngine {
       malformed: this.table.malformed,
       filterError: this.filterError,
       error: this.error,
+      ...(this.driftNote ? { drift: this.driftNote } : {}),
     };
   }
 
@@ -93,18 +97,25 @@ export class InspectorEngine {
     if (!this.closed) this.post({ t: 'status', status: this.status() });
   }
 
-  async open(path: string, follow: boolean, read: ReadOptions = {}): Promise<void> {
+  /**
+   * Opens a source. `tokenizer` (a model directory or tokenizer.json, the `searchAgent.tokenizer` setting) is the
+   * drift check's tokenizer; without one, the run's model directory's, when it has one.
+   */
+  async open(path: string, follow: boolean, read: ReadOptions = {}, tokenizer?: string): Promise<void> {
     this.path = path;
     this.follow = follow;
     // The first rows of the first file, straight from its start, before the index.
     try {
       const runDialect = read.runDialect ?? (await runConfigDialect(path));
       this.read = { ...read, ...(runDialect ? { runDialect } : {}) };
+      const t = tokenizer ? await loadTokenizerCodec(tokenizer).then((codec) => ({ codec, note: undefined }), (e: Error) => ({ codec: undefined, note: `drift not checked: ${e.message}` })) : await runTokenizer(path);
+      this.table.checks = t.codec ? { tokenizer: t.codec } : {};
+      this.driftNote = t.codec ? `drift checked with ${t.codec.name}` : t.note;
       const first = (await rolloutFiles(path))[0];
       if (first) {
         const rows: RowFacts[] = [];
         for await (const { line, text } of readLines(first)) {
-          rows.push(rowFacts({ index: rows.length, ...parseRolloutLine(text, first, line, this.read) }, this.read));
+          rows.push(rowFacts({ index: rows.length, ...parseRolloutLine(text, first, line, this.read) }, this.read, this.table.checks));
           if (rows.length >= PREVIEW_ROWS) break;
         }
         this.post({ t: 'preview', rows });
@@ -242,7 +253,7 @@ export class InspectorEngine {
     }
     const analysed = this.table.rows.length;
     const out: RowFacts[] = this.table.rows.slice(from, Math.min(to, analysed));
-    if (to > analysed) for (const r of await this.store.rows(Math.max(from, analysed), to)) out.push(rowFacts(r, this.read));
+    if (to > analysed) for (const r of await this.store.rows(Math.max(from, analysed), to)) out.push(rowFacts(r, this.read, this.table.checks));
     return out;
   }
 

@@ -5,6 +5,8 @@
  *     searches > 3 || finish == "length"
  *     group.zero_variance && step >= 10
  *     mask.leaks > 0
+ *     drift || logprob.flagged > 0
+ *     alarm == "answer-enumeration"
  *     !tokens && data_source == "nq"
  *     answer ~ /^\d+$/
  *
@@ -17,6 +19,7 @@
  *     operand := number | "string" | 'string' | /regex/flags | true | false | null | field | "(" expr ")"
  *     field   := name ( "." name )*
  *
+ * `list == "x"` (and `!=`): the list holds exactly "x", e.g. `alarm == "answer-enumeration"`.
  * `a ~ b` ("matches"): a regex literal is tested against `a` as is; otherwise `b` (a string, or any element of a
  * list such as `golden`) is contained in `a` after Search-R1's answer normalisation (lower case, no punctuation or
  * articles, single spaces) — so `answer ~ golden` is Search-R1's sub-EM. A field used on its own is a condition
@@ -71,6 +74,12 @@ export const FILTER_FIELDS: Record<string, FieldSpec> = {
   'group.reward_std': { type: 'number', doc: "standard deviation of the group's rewards" },
   'mask.leaks': { type: 'number', doc: 'tokens whose loss mask disagrees with their role' },
   'mask.trained': { type: 'number', doc: 'tokens in the loss (mask 1)' },
+  leaks: { type: 'number', doc: "leaked tokens: loss mask against role, and the engine's mask against ours (as `audit`)" },
+  drift: { type: 'boolean', doc: 're-encoding prompt + response gives other ids than the recorded ones (needs a tokenizer)' },
+  'drift.token': { type: 'number', doc: 'the first token index where recorded and re-encoded ids differ' },
+  'logprob.max_abs_diff': { type: 'number', doc: 'max |logprob − rollout_logprob| over trained tokens' },
+  'logprob.flagged': { type: 'number', doc: 'trained tokens whose ratio exp(logprob − rollout_logprob) lies outside [0.5, 2]' },
+  alarm: { type: 'strings', doc: 'reward-hacking alarms: answer-enumeration, think-degenerate, length-capped, search-repeat (alarm == "search-repeat")' },
 };
 
 export class FilterError extends Error {
@@ -347,10 +356,24 @@ function compareNode(op: string, a: Node, b: Node, at: { s: number; e: number })
       return { type: 'boolean', ...span, eval: (r) => ((x.eval(r) ?? null) === null) !== neg };
     }
     const types = new Set([a.type, b.type]);
+    // A list == a string: the list holds that exact string (alarm == "answer-enumeration").
+    if (types.has('strings') && types.has('string')) {
+      const [list, item] = a.type === 'strings' ? [a, b] : [b, a];
+      return {
+        type: 'boolean',
+        ...span,
+        eval: (r) => {
+          const l = list.eval(r);
+          const x = item.eval(r);
+          const hit = Array.isArray(l) && x !== undefined && x !== null && l.includes(x as string);
+          return hit !== neg;
+        },
+      };
+    }
     // A group id may be a number or a string: compared as text.
     const asText = types.has('string') && types.has('number') && (a.field === 'group' || b.field === 'group');
     if (a.type !== b.type && !asText) {
-      if (types.has('strings')) throw new FilterError('compare a list with ~ (e.g. answer ~ golden)', at.s, at.e);
+      if (types.has('strings')) throw new FilterError('compare a list with ~ (answer ~ golden) or with == and a string (alarm == "search-repeat")', at.s, at.e);
       throw new FilterError(`cannot compare ${a.type} with ${b.type}`, at.s, at.e);
     }
     return {

@@ -11,6 +11,7 @@ import type { InspectorColumn, RowFacts } from '../protocol';
 import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
 import { trajectoryFacts } from '../run/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
+import { auditRollout, type AuditOptions } from '../audit';
 import { auditMask } from './audit';
 import { compileFilter, type FilterRow } from './filter';
 
@@ -27,7 +28,7 @@ export type Column = InspectorColumn;
 const clip = (s: string | undefined, n: number) => (s === undefined ? undefined : s.length > n ? `${s.slice(0, n)}…` : s);
 
 /** The facts of one row (malformed rows keep what can be read, plus the error), its response read in its dialect. */
-export function rowFacts(row: RolloutRow, read: ReadOptions = {}): RowFacts {
+export function rowFacts(row: RolloutRow, read: ReadOptions = {}, checks: Omit<AuditOptions, 'read'> = {}): RowFacts {
   const f: RowFacts = { index: row.index, file: row.file, line: row.line, tokens: false };
   if (!row.record) {
     f.error = row.errors[0] ? formatIssue(row.errors[0]) : 'malformed';
@@ -64,11 +65,18 @@ export function rowFacts(row: RolloutRow, read: ReadOptions = {}): RowFacts {
     question: clip(r.question, 200),
     valid: facts.formatValid,
   });
+  const audit = auditRollout(r, { ...checks, read }, facts.parsed);
+  if (audit.alarms.length) f.alarms = audit.alarms;
   if (r.tokens) {
     f.tokens = true;
     const a = auditMask(r.tokens.role, r.tokens.loss_mask);
-    f.leaks = a.leaks.length;
+    f.leaks = audit.leaks.length;
     f.trained = a.trained;
+    if (checks.tokenizer) f.drift = audit.drift?.token ?? null;
+    if (audit.logprob) {
+      f.logprob = audit.logprob.max_abs_diff;
+      f.ratioFlags = audit.logprob.flagged.length;
+    }
     f.length = a.generated;
     f.lengthUnit = 'tokens';
   } else {
@@ -89,6 +97,8 @@ export class RolloutTable {
   readonly rows: RowFacts[] = [];
   /** Rows that are malformed (kept as rows are added, not counted on every status). */
   malformed = 0;
+  /** The audit's checks for each row's facts (the drift check's tokenizer, the ratio band). */
+  checks: Omit<AuditOptions, 'read'> = {};
   private groups = new Map<string, { n: number; sum: number; sumSq: number; min: number; max: number }>();
 
   /** Adds the facts of store rows [rows.length, store.count), in batches; stops early when `cancelled()`. */
@@ -98,7 +108,7 @@ export class RolloutTable {
     while (this.rows.length < store.count) {
       if (options.cancelled?.()) break;
       const from = this.rows.length;
-      for (const row of await store.rows(from, Math.min(store.count, from + batch))) this.add(rowFacts(row, store.read));
+      for (const row of await store.rows(from, Math.min(store.count, from + batch))) this.add(rowFacts(row, store.read, this.checks));
       options.onBatch?.(this.rows.length, store.count);
       await options.yieldEvery?.();
     }
@@ -147,7 +157,18 @@ export class RolloutTable {
       case 'error':
         return (f) => f.error !== undefined;
       case 'mask.leaks':
+      case 'leaks':
         return (f) => f.leaks;
+      case 'drift':
+        return (f) => f.drift !== undefined && f.drift !== null;
+      case 'drift.token':
+        return (f) => f.drift;
+      case 'logprob.max_abs_diff':
+        return (f) => f.logprob;
+      case 'logprob.flagged':
+        return (f) => f.ratioFlags;
+      case 'alarm':
+        return (f) => f.alarms ?? [];
       case 'mask.trained':
         return (f) => f.trained;
       case 'group.size':
@@ -218,6 +239,10 @@ function sortValue(f: RowFacts, column: Column): number | string | undefined {
       return f.golden?.join(' | ');
     case 'answer':
       return f.answer ?? undefined;
+    case 'alarms':
+      return f.alarms?.join(', ');
+    case 'drift':
+      return f.drift ?? undefined;
     case 'group': {
       const n = Number(f.group);
       return f.group === undefined ? undefined : Number.isFinite(n) ? n : f.group;

@@ -67,7 +67,8 @@ class InspectorSession implements vscode.Disposable {
     });
     panel.onDidDispose(() => this.dispose());
     setWebviewHtml(panel.webview, extensionUri, 'rollouts', panel.title);
-    this.send({ t: 'open', path, follow: true, read: trajectoryReadOptions(vscode.Uri.file(path), log) });
+    const tokenizer = vscode.workspace.getConfiguration('searchAgent.audit', vscode.Uri.file(path)).get<string>('tokenizer')?.trim();
+    this.send({ t: 'open', path, follow: true, read: trajectoryReadOptions(vscode.Uri.file(path), log), ...(tokenizer ? { tokenizer } : {}) });
   }
 
   private send(m: EngineRequest): void {
