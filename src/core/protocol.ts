@@ -399,7 +399,7 @@ export type MetricsRow = { step: number } & Record<string, number>;
 export interface DashboardContract extends Contract {
   host: {
     /** The runs shown and every metrics line so far (after a re-created view too). */
-    getState(params: void): { runs: DashboardRun[]; metrics: { dir: string; rows: MetricsRow[] }[] };
+    getState(params: void): { runs: DashboardRun[]; metrics: { dir: string; rows: MetricsRow[] }[]; audit: { dir: string; rows: MetricsRow[] }[] };
     /** Adds a run to the overlay (a quick pick of the workspace's runs). */
     addRun(params: void): void;
     removeRun(params: { dir: string }): void;
@@ -414,6 +414,8 @@ export interface DashboardContract extends Contract {
     runs: { runs: DashboardRun[] };
     /** Lines appended to a run's metrics.jsonl since the last message (or all of them with `reset`). */
     metrics: { dir: string; rows: MetricsRow[]; reset?: boolean };
+    /** The audit of the run's rollouts per step (`audit/…` metrics, src/core/audit/series.ts), all of it each time. */
+    audit: { dir: string; rows: MetricsRow[] };
   };
   toHost: Record<string, never>;
 }

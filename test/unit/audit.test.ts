@@ -5,10 +5,11 @@
  * and the run-level summary with its per-step series.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Auditor, auditRollout, checkLogprobs, findDrift, isEnumeration, searchCollapseSteps, thinkDegeneracy } from '../../src/core/audit';
+import { Auditor, auditMetricRows, auditRollout, checkLogprobs, findDrift, isEnumeration, searchCollapseSteps, thinkDegeneracy } from '../../src/core/audit';
+import { RunAudit } from '../../src/core/audit/run';
 import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/inspect/tokenizer';
 import type { Rollout, TokenRole } from '../../src/core/run/format';
 import { recordOf, writeTokenizerDir } from './bpe';
@@ -225,5 +226,35 @@ describe('audit: the run (Auditor)', () => {
     assert.equal(three.alarms['search-collapse'], 3);
     assert.equal(s.steps[0]!.mean_abs_diff, null);
     assert.equal(s.logprob.flagged, 1);
+  });
+
+  it("the dashboard's series of a growing run (RunAudit): each step file audited once, search-collapse over the run, as audit/… metrics", async () => {
+    const searched = '<think>a b</think>\n<search>q</search>\n\n<information>Doc 1(Title: x) y</information>\n\n<answer> Paris </answer>';
+    const direct = '<think>a b</think>\n<answer> Paris or Lyon </answer>';
+    const dir = mkdtempSync(join(tmpdir(), 'sas-runaudit-'));
+    try {
+      mkdirSync(join(dir, 'rollouts'));
+      const write = (step: number, rs: Rollout[]) => writeFileSync(join(dir, 'rollouts', `step-${String(step).padStart(6, '0')}.jsonl`), `${rs.map((r) => JSON.stringify(r)).join('\n')}\n`);
+      write(1, [rollout(searched, { id: 'a', step: 1 }), rollout(searched, { id: 'b', step: 1 })]);
+      const run = new RunAudit(dir);
+      const first = (await run.update())!;
+      assert.deepEqual(first.map((x) => x.step), [1]);
+      assert.equal(await run.update(), undefined, 'nothing changed: nothing audited again');
+      const leaky = { ...rollout(direct, { id: 'd', step: 2 }), tokens: { text: ['a', 'b'], ids: [1, 2], role: ['retrieved', 'generated'] as TokenRole[], loss_mask: [1, 1], rollout_logprob: [0, -1], logprob: [-9, -1.5] } };
+      write(2, [rollout(direct, { id: 'c', step: 2 }), leaky]);
+      const series = (await run.update())!;
+      assert.deepEqual(series.map((x) => x.step), [1, 2]);
+      assert.equal(series[1]!.alarms['search-collapse'], 2, 'step 2 searched none after step 1 searched once per question');
+      const rows = auditMetricRows(series);
+      assert.deepEqual(rows[0], { step: 1, 'audit/leaks': 0 });
+      assert.equal(rows[1]!['audit/leaks'], 1);
+      assert.equal(rows[1]!['audit/alarm/answer-enumeration'], 2);
+      assert.equal(rows[1]!['audit/alarm/search-collapse'], 2);
+      assert.equal(rows[1]!['audit/logprob/mean_abs_diff'], 4.75, 'the leaked retrieved token has mask 1: trained, so compared');
+      assert.equal(rows[1]!['audit/logprob/ratio_outside'], 0.5);
+      assert.equal(rows[1]!['audit/drift_rate'], undefined, 'no tokenizer: drift not charted');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -7,6 +7,7 @@
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
 import uPlot from 'uplot';
+import { ALARMS, AUDIT_METRICS } from '../../src/core/audit/series';
 import type { DashboardContract, DashboardRun, MetricsRow } from '../../src/core/protocol';
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
@@ -31,6 +32,9 @@ export const CHARTS: ChartSpec[] = [
   { key: 'entropy', title: 'Entropy', metrics: [{ key: 'actor/entropy', label: 'entropy' }] },
   { key: 'clip', title: 'Clip fraction', metrics: [{ key: 'actor/pg_clipfrac', label: 'clipped' }] },
   { key: 'grad', title: 'Gradient norm', metrics: [{ key: 'actor/grad_norm', label: 'grad norm' }] },
+  { key: 'drift', title: 'Re-tokenisation drift (rollouts audited)', min0: 1, metrics: [{ key: AUDIT_METRICS.drift, label: 'drift rate' }] },
+  { key: 'logprob', title: 'Rollout vs trainer log-probs (trained tokens)', metrics: [{ key: AUDIT_METRICS.meanAbsDiff, label: 'mean |Δ|' }, { key: AUDIT_METRICS.ratioOutside, label: 'ratio outside [0.5, 2]' }, { key: AUDIT_METRICS.seqRatio, label: 'sequence ratio' }] },
+  { key: 'alarms', title: 'Audit: alarms and leaks per step', metrics: [...ALARMS.map((a) => ({ key: AUDIT_METRICS.alarm(a), label: a })), { key: AUDIT_METRICS.leaks, label: 'leaked tokens' }] },
   { key: 'tps', title: 'Tokens per second', metrics: [{ key: 'perf/throughput', label: 'tokens/s' }] },
 ];
 
@@ -47,6 +51,9 @@ const empty = h('p', { class: 'muted', 'data-testid': 'empty' }, 'No metrics yet
 
 let runs: DashboardRun[] = [];
 const rows = new Map<string, MetricsRow[]>();
+/** The audit's per-step rows of each run (replaced whole on each message). */
+const auditRows = new Map<string, MetricsRow[]>();
+const rowsOf = (dir: string): MetricsRow[] => [...(rows.get(dir) ?? []), ...(auditRows.get(dir) ?? [])];
 const charts = new Map<string, { spec: ChartSpec; plot: uPlot; box: HTMLElement }>();
 let theme = '';
 
@@ -66,14 +73,14 @@ function seriesColor(run: number, metric: number, metrics: number): string {
 /** Aligned columns for one chart: the union of steps, one column per (run, metric), null where absent. */
 function columns(spec: ChartSpec): uPlot.AlignedData {
   const steps = new Set<number>();
-  for (const r of runs) for (const row of rows.get(r.dir) ?? []) if (spec.metrics.some((m) => typeof row[m.key] === 'number')) steps.add(row.step);
+  for (const r of runs) for (const row of rowsOf(r.dir)) if (spec.metrics.some((m) => typeof row[m.key] === 'number')) steps.add(row.step);
   const xs = [...steps].sort((a, b) => a - b);
   const at = new Map(xs.map((s, i) => [s, i]));
   const cols: (number | null)[][] = [];
   for (const r of runs) {
     for (const m of spec.metrics) {
       const col: (number | null)[] = new Array(xs.length).fill(null);
-      for (const row of rows.get(r.dir) ?? []) {
+      for (const row of rowsOf(r.dir)) {
         const v = row[m.key];
         if (typeof v === 'number' && Number.isFinite(v)) col[at.get(row.step)!] = v;
       }
@@ -205,6 +212,10 @@ endpoint.on('runs', ({ runs: next }) => {
   setRuns(next);
   update();
 });
+endpoint.on('audit', ({ dir, rows: list }) => {
+  auditRows.set(dir, list);
+  update();
+});
 endpoint.on('metrics', ({ dir, rows: added, reset }) => {
   const list = reset ? [] : (rows.get(dir) ?? []);
   list.push(...added);
@@ -245,6 +256,7 @@ replaceChildren(root, h('header', {}, h('h1', {}, 'Training dashboard'), runsBar
 theme = themeNow();
 void endpoint.request('getState', undefined).then((state) => {
   for (const m of state.metrics) rows.set(m.dir, [...m.rows]);
+  for (const m of state.audit) auditRows.set(m.dir, [...m.rows]);
   runs = [];
   setRuns(state.runs);
   update();

@@ -20,8 +20,9 @@ import { contentOf, type ParsedTrajectory } from '../tags/parser';
 import { finalAnswer } from '../tags/searchr1';
 import { searchQueries } from '../tags/trajectory';
 
-export const ALARMS = ['answer-enumeration', 'think-degenerate', 'length-capped', 'search-repeat', 'search-collapse'] as const;
-export type Alarm = (typeof ALARMS)[number];
+import { ALARMS, type Alarm } from './series';
+
+export { ALARMS, type Alarm };
 
 export interface AlarmOptions {
   /** think-degenerate: repeated word-trigram fraction at or above which thinking is repetitive. Default 0.5. */

@@ -8,6 +8,7 @@ import type { TokenizerCodec } from '../inspect/tokenizer';
 import type { ParsedTrajectory } from '../tags/parser';
 import { searchCount, parseResponse } from '../tags/trajectory';
 import { searchCollapseSteps, trajectoryAlarms, type Alarm, type AlarmOptions } from './alarms';
+import type { StepAudit } from './series';
 import { findDrift, type Drift, type DriftOptions } from './drift';
 import { checkLogprobs, type LogprobCheck, type LogprobOptions } from './logprob';
 import { engineMaskOf, maskLeaks } from './masks';
@@ -16,6 +17,7 @@ export * from './alarms';
 export * from './drift';
 export * from './logprob';
 export * from './masks';
+export * from './series';
 
 export interface AuditOptions extends LogprobOptions, AlarmOptions, DriftOptions {
   /** The model's tokenizer; without one drift is not checked (`drift` stays null, `summary.drift.checked` false). */
@@ -55,23 +57,6 @@ export function auditRollout(r: Rollout, o: AuditOptions = {}, parsed: ParsedTra
     alarms: trajectoryAlarms(r, parsed, o),
     searches: r.searches ?? searchCount(parsed),
   };
-}
-
-/** Per training step: what the dashboard charts (drift rate, mean |Δ|, ratios outside the band, alarms). */
-export interface StepAudit {
-  step: number;
-  rollouts: number;
-  /** Rollouts with drift / rollouts re-encoded (null when no tokenizer). */
-  drift_rate: number | null;
-  /** Mean |Δ| over the step's compared trained tokens (null when none). */
-  mean_abs_diff: number | null;
-  /** Fraction of the step's compared trained tokens whose ratio lies outside the band (null when none). */
-  ratio_outside: number | null;
-  /** Mean of the rollouts' sequence-level ratios exp(Σ Δ) (null when none compared). */
-  seq_ratio: number | null;
-  leaks: number;
-  mean_searches: number;
-  alarms: Partial<Record<Alarm, number>>;
 }
 
 export interface AuditSummary {
@@ -169,6 +154,7 @@ function stepAudit(step: number, list: readonly RolloutAudit[], checked: boolean
     seq_ratio: seqN ? seq / seqN : null,
     leaks: list.reduce((t, a) => t + a.leaks.length, 0),
     mean_searches: list.reduce((t, a) => t + a.searches, 0) / list.length,
+    no_search: list.filter((a) => a.searches === 0).length,
     alarms,
   };
 }

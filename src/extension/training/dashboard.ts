@@ -6,6 +6,8 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import * as vscode from 'vscode';
+import { auditMetricRows } from '../../core/audit/series';
+import { RunAudit } from '../../core/audit/run';
 import { MetricsTail } from '../../core/host/metricsTail';
 import { listRuns, readRun } from '../../core/host/runs';
 import type { DashboardContract, DashboardRun, MetricsRow } from '../../core/protocol';
@@ -17,6 +19,9 @@ interface Followed {
   dir: string;
   tail: MetricsTail;
   rows: MetricsRow[];
+  /** The audit of its rollouts (drift, log-prob gap, leaks, alarms per step), as metrics rows. */
+  audit: RunAudit;
+  auditRows: MetricsRow[];
 }
 
 export class Dashboard implements vscode.Disposable {
@@ -53,7 +58,7 @@ export class Dashboard implements vscode.Disposable {
   private create(): void {
     const web = openWebviewPanel<DashboardContract>(this.context.extensionUri, { name: 'dashboard', title: 'Search Agent: Training Dashboard', viewColumn: vscode.ViewColumn.Active }, this.log);
     this.web = web;
-    web.endpoint.handle('getState', async () => ({ runs: await this.runs(), metrics: this.followed.map((f) => ({ dir: f.dir, rows: f.rows })) }));
+    web.endpoint.handle('getState', async () => ({ runs: await this.runs(), metrics: this.followed.map((f) => ({ dir: f.dir, rows: f.rows })), audit: this.followed.map((f) => ({ dir: f.dir, rows: f.auditRows })) }));
     web.endpoint.handle('addRun', () => this.add());
     web.endpoint.handle('removeRun', async ({ dir }) => {
       this.followed = this.followed.filter((f) => f.dir !== dir);
@@ -71,12 +76,25 @@ export class Dashboard implements vscode.Disposable {
   }
 
   private async follow(dir: string): Promise<void> {
-    const f: Followed = { dir, tail: new MetricsTail(join(dir, 'metrics.jsonl')), rows: [] };
+    const f: Followed = { dir, tail: new MetricsTail(join(dir, 'metrics.jsonl')), rows: [], audit: new RunAudit(dir), auditRows: [] };
     this.followed.push(f);
     const r = await f.tail.read();
     f.rows.push(...r.rows);
     for (const m of r.malformed) this.log.warn(`${join(dir, 'metrics.jsonl')}:${m.line}: skipped a malformed line (${m.message})`);
     this.web?.endpoint.emit('metrics', { dir, rows: f.rows, reset: true });
+    await this.audit(f);
+  }
+
+  /** Audits the run's new or changed rollouts files and sends the per-step series when it changed. */
+  private async audit(f: Followed): Promise<void> {
+    try {
+      const steps = await f.audit.update();
+      if (!steps) return;
+      f.auditRows = auditMetricRows(steps);
+      this.web?.endpoint.emit('audit', { dir: f.dir, rows: f.auditRows });
+    } catch (e) {
+      this.log.warn(`audit of ${f.dir}'s rollouts: ${(e as Error).message}`);
+    }
   }
 
   private async add(dir?: string): Promise<void> {
@@ -128,6 +146,7 @@ export class Dashboard implements vscode.Disposable {
         const r = await f.tail.read();
         if (r.reset) f.rows = [];
         for (const m of r.malformed) this.log.warn(`${f.tail.file}:${m.line}: skipped a malformed line (${m.message})`);
+        await this.audit(f);
         if (!r.rows.length && !r.reset) continue;
         f.rows.push(...r.rows);
         this.web.endpoint.emit('metrics', { dir: f.dir, rows: r.reset ? f.rows : r.rows, reset: r.reset });

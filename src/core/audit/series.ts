@@ -1,0 +1,51 @@
+/**
+ * The audit's per-step series as dashboard metrics (`summary.steps` → one metrics row per step): the drift rate,
+ * mean |Δ| over trained tokens, the fraction of trained tokens whose ratio lies outside the band, the mean
+ * sequence-level ratio, leaked tokens, and each alarm's count. Types only, so the dashboard's webview bundles it.
+ */
+import type { MetricsRow } from '../protocol';
+
+/** The alarms (rules in alarms.ts; here, without its code, for the dashboard's webview). */
+export const ALARMS = ['answer-enumeration', 'think-degenerate', 'length-capped', 'search-repeat', 'search-collapse'] as const;
+export type Alarm = (typeof ALARMS)[number];
+
+/** Per training step: what the dashboard charts (drift rate, mean |Δ|, ratios outside the band, alarms). */
+export interface StepAudit {
+  step: number;
+  rollouts: number;
+  /** Rollouts with drift / rollouts re-encoded (null when no tokenizer). */
+  drift_rate: number | null;
+  /** Mean |Δ| over the step's compared trained tokens (null when none). */
+  mean_abs_diff: number | null;
+  /** Fraction of the step's compared trained tokens whose ratio lies outside the band (null when none). */
+  ratio_outside: number | null;
+  /** Mean of the rollouts' sequence-level ratios exp(Σ Δ) (null when none compared). */
+  seq_ratio: number | null;
+  leaks: number;
+  mean_searches: number;
+  /** Rollouts that made no search (the ones search-collapse marks when the step has collapsed). */
+  no_search: number;
+  alarms: Partial<Record<Alarm, number>>;
+}
+
+/** The metric names the dashboard charts (`audit/…`, beside the trainer's). */
+export const AUDIT_METRICS = {
+  drift: 'audit/drift_rate',
+  meanAbsDiff: 'audit/logprob/mean_abs_diff',
+  ratioOutside: 'audit/logprob/ratio_outside',
+  seqRatio: 'audit/logprob/seq_ratio',
+  leaks: 'audit/leaks',
+  alarm: (name: string) => `audit/alarm/${name}`,
+} as const;
+
+export function auditMetricRows(steps: readonly StepAudit[]): MetricsRow[] {
+  return steps.map((s) => {
+    const row: MetricsRow = { step: s.step, [AUDIT_METRICS.leaks]: s.leaks };
+    if (s.drift_rate !== null) row[AUDIT_METRICS.drift] = s.drift_rate;
+    if (s.mean_abs_diff !== null) row[AUDIT_METRICS.meanAbsDiff] = s.mean_abs_diff;
+    if (s.ratio_outside !== null) row[AUDIT_METRICS.ratioOutside] = s.ratio_outside;
+    if (s.seq_ratio !== null) row[AUDIT_METRICS.seqRatio] = s.seq_ratio;
+    for (const [k, v] of Object.entries(s.alarms)) if (v) row[AUDIT_METRICS.alarm(k)] = v;
+    return row;
+  });
+}
