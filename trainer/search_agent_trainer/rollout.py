@@ -196,6 +196,63 @@ class RolloutSettings:
     topk: int
 
 
+def turn_budget(t: Trajectory, s: RolloutSettings) -> int:
+    """New tokens the trajectory's next turn may generate: the per-turn budget, within the response budget."""
+    return min(s.max_turn_tokens, s.max_response_length - len(t.ids))
+
+
+def take_turn(t: Trajectory, ids: Sequence[int], logprobs: Sequence[float] | None, text: str, final: bool, s: RolloutSettings) -> tuple[str, str] | None:
+    """Appends a generated turn (its tokens as sampled, `text` their decoding) and applies Search-R1's action rule.
+    Returns what the environment must answer, `("search", query)` or `("invalid", "")`, or None when the trajectory
+    is done (answered, its last turn, or out of response budget)."""
+    t.append(ids, "generated", text, logprobs)
+    t.turns += 1
+    action, content = turn_action(text)
+    if action is not None:
+        t.valid_actions += 1
+    if action == "answer":
+        t.finish = "answer"
+    elif final:
+        t.finish = "max_turns"
+    elif len(t.ids) >= s.max_response_length:
+        t.finish = "length"
+    else:
+        return ("search", content) if action == "search" else ("invalid", "")
+    return None
+
+
+def observe(t: Trajectory, request: tuple[str, str], hits: list[dict[str, Any]] | None, tokenizer: Any, s: RolloutSettings, cut: dict[str, int]) -> None:
+    """Appends the environment's answer to `request` (from take_turn): a search's passages (role `retrieved`; the query
+    and hits go to `t.retrieval`) or Search-R1's invalid-action feedback (role `feedback`), tokenised, cut to
+    `max_obs_length` tokens (counted in `cut`) and to the response budget (then `finish: length`)."""
+    if request[0] == "search":
+        assert hits is not None
+        t.retrieval.append({"query": request[1], "hits": [{"id": str(h.get("document", {}).get("id", "")), "score": h.get("score")} for h in hits]})
+        t.searches += 1
+        text, role = observation(hits), "retrieved"
+    else:
+        text, role = INVALID_ACTION_FEEDBACK, "feedback"
+    ids = tokenizer.encode(text)
+    if len(ids) > s.max_obs_length:
+        cut["truncated"] += 1
+        cut["longest"] = max(cut["longest"], len(ids))
+        ids = ids[: s.max_obs_length]
+        text = tokenizer.decode(ids)
+    room = s.max_response_length - len(t.ids)
+    if len(ids) >= room:
+        ids = ids[:room]
+        text = tokenizer.decode(ids)
+        t.finish = "length"
+    t.append(ids, role, text)
+
+
+def truncation_warning(cut: dict[str, int], max_obs_length: int) -> str | None:
+    """The warning for observations cut to max_obs_length (None when none was)."""
+    if not cut["truncated"]:
+        return None
+    return f"{cut['truncated']} observations were longer than rollout.max_obs_length ({max_obs_length} tokens; the longest had {cut['longest']}) and were cut: raise max_obs_length or lower retriever.topk"
+
+
 def run_rollouts(
     examples: Sequence[Example],
     prompts: Sequence[tuple[str, list[int]]],
@@ -206,56 +263,25 @@ def run_rollouts(
     s: RolloutSettings,
     warn: Callable[[str], None] = lambda _m: None,
 ) -> list[Trajectory]:
-    """n trajectories per example (a GRPO group each); `prompts[i]` is example i's prompt text and token ids."""
+    """n trajectories per example (a GRPO group each); `prompts[i]` is example i's prompt text and token ids. Each
+    turn is one batched generation over the active trajectories and one batched `/retrieve`; take_turn and observe
+    are the protocol, per trajectory (the veRL engine's agent loop calls them one trajectory at a time)."""
     trajs = [Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1])) for g, ex in enumerate(examples) for k in range(n)]
-    truncated = 0
-    longest = 0
+    cut = {"truncated": 0, "longest": 0}
     for turn in range(s.max_turns + 1):
         active = [t for t in trajs if not t.done]
         if not active:
             break
-        final = turn == s.max_turns
-        budgets = [min(s.max_turn_tokens, s.max_response_length - len(t.ids)) for t in active]
-        outs = generator.generate([t.prompt_ids + t.ids for t in active], budgets)
-        searches: list[tuple[Trajectory, str]] = []
-        invalid: list[Trajectory] = []
-        for t, o in zip(active, outs):
-            text = tokenizer.decode(o.ids)
-            t.append(o.ids, "generated", text, o.logprobs)
-            t.turns += 1
-            action, content = turn_action(text)
-            if action is not None:
-                t.valid_actions += 1
-            if action == "answer":
-                t.finish = "answer"
-            elif final:
-                t.finish = "max_turns"
-            elif len(t.ids) >= s.max_response_length:
-                t.finish = "length"
-            elif action == "search":
-                searches.append((t, content))
-            else:
-                invalid.append(t)
-        results = env.retrieve([q for _, q in searches], s.topk) if searches else []
-        pending = [(t, observation(hits), "retrieved") for (t, _), hits in zip(searches, results)]
-        for (t, q), hits in zip(searches, results):
-            t.retrieval.append({"query": q, "hits": [{"id": str(h.get("document", {}).get("id", "")), "score": h.get("score")} for h in hits]})
-        pending += [(t, INVALID_ACTION_FEEDBACK, "feedback") for t in invalid]
-        for t, text, role in pending:
-            if role == "retrieved":
-                t.searches += 1
-            ids = tokenizer.encode(text)
-            if len(ids) > s.max_obs_length:
-                truncated += 1
-                longest = max(longest, len(ids))
-                ids = ids[: s.max_obs_length]
-                text = tokenizer.decode(ids)
-            room = s.max_response_length - len(t.ids)
-            if len(ids) >= room:
-                ids = ids[:room]
-                text = tokenizer.decode(ids)
-                t.finish = "length"
-            t.append(ids, role, text)
-    if truncated:
-        warn(f"{truncated} observations were longer than rollout.max_obs_length ({s.max_obs_length} tokens; the longest had {longest}) and were cut: raise max_obs_length or lower retriever.topk")
+        outs = generator.generate([t.prompt_ids + t.ids for t in active], [turn_budget(t, s) for t in active])
+        requests = [(t, take_turn(t, o.ids, o.logprobs, tokenizer.decode(o.ids), turn == s.max_turns, s)) for t, o in zip(active, outs)]
+        searches = [(t, r) for t, r in requests if r is not None and r[0] == "search"]
+        results = env.retrieve([r[1] for _, r in searches], s.topk) if searches else []
+        for (t, r), hits in zip(searches, results):
+            observe(t, r, hits, tokenizer, s, cut)
+        for t, r in requests:
+            if r is not None and r[0] == "invalid":
+                observe(t, r, None, tokenizer, s, cut)
+    message = truncation_warning(cut, s.max_obs_length)
+    if message:
+        warn(message)
     return trajs
