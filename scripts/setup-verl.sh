@@ -38,6 +38,7 @@ echo "$MAIN_SITE" > "$OWN_SITE/zz-sas-main-venv.pth"
 import sys, importlib.metadata as md
 mode, main_site, own_site = sys.argv[1:]
 import torch, transformers, verl, ray
+import verl.trainer.main_ppo, verl.trainer.main_ppo_v0, verl.experimental.agent_loop  # the entry points we use
 pinned = {l.split("==")[0].lower(): l.split("==")[1].strip() for l in open("trainer/requirements-verl.txt") if "==" in l and not l.startswith("#")}
 assert verl.__version__ == pinned["verl"], f"verl {verl.__version__}, pinned {pinned['verl']}"
 assert transformers.__version__ == pinned["transformers"], f"transformers {transformers.__version__} imported, {pinned['transformers']} pinned"

@@ -196,6 +196,11 @@ class RolloutSettings:
     topk: int
 
 
+def retrieval_entry(query: str, hits: list[dict[str, Any]]) -> dict[str, Any]:
+    """A search as the records keep it (`meta.retrieval`): the query, its hits' ids and retrieval scores."""
+    return {"query": query, "hits": [{"id": str(h.get("document", {}).get("id", "")), "score": h.get("score")} for h in hits]}
+
+
 def turn_budget(t: Trajectory, s: RolloutSettings) -> int:
     """New tokens the trajectory's next turn may generate: the per-turn budget, within the response budget."""
     return min(s.max_turn_tokens, s.max_response_length - len(t.ids))
@@ -227,7 +232,7 @@ def observe(t: Trajectory, request: tuple[str, str], hits: list[dict[str, Any]] 
     `max_obs_length` tokens (counted in `cut`) and to the response budget (then `finish: length`)."""
     if request[0] == "search":
         assert hits is not None
-        t.retrieval.append({"query": request[1], "hits": [{"id": str(h.get("document", {}).get("id", "")), "score": h.get("score")} for h in hits]})
+        t.retrieval.append(retrieval_entry(request[1], hits))
         t.searches += 1
         text, role = observation(hits), "retrieved"
     else:
