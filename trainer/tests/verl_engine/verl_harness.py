@@ -55,7 +55,7 @@ class ScriptedModel:
                 ids = ids[:n]
                 break
         self.live[k] = (context + ids, turns)
-        return ids, [-0.01 * (j + 1) for j in range(len(ids))]
+        return ids, [-(j + 1) / 64 for j in range(len(ids))]  # exact in float32, as veRL stores them
 
 
 class ScriptedLLMServer:
