@@ -99,8 +99,4 @@ def run_config(qwen_dir: Path, **sections: dict[str, Any]) -> Any:
     }
     for name, values in sections.items():
         raw[name] = {**raw.get(name, {}), **values}
-    verl = raw.pop("verl", None)
-    cfg = config_from_dict(raw, base=ROOT)
-    if verl is not None:
-        cfg["verl"] = verl  # the `verl` section (not in the run-config schema until the engines issue adds it)
-    return cfg
+    return config_from_dict(raw, base=ROOT)

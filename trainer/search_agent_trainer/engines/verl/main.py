@@ -3,6 +3,9 @@
   python -m search_agent_trainer.engines.verl.main prepare --config run.json --run-dir runs/<id> --env-url URL
       writes <run-dir>/verl/ (parquet, agent-loop and tool files, the resolved config) and prints one JSON object:
       {"overrides": […], "notes": […], "command": […]} (command: the argument array that trains)
+  python -m search_agent_trainer.engines.verl.main export --config run.json --out DIR
+      the same as files for one's own cluster (export.py); prints {"dir", "files", "overrides", "notes", "checked"}
+      (checked: composed with veRL's config, when veRL is importable)
   python -m search_agent_trainer.engines.verl.main OVERRIDE…
       veRL's main_ppo (0.9.1) with the overrides, its RayPPOTrainer replaced by recorder.RecordingTrainer
 
@@ -187,10 +190,40 @@ def prepare_command(argv: list[str]) -> int:
     return 0
 
 
+def export_command(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m search_agent_trainer.engines.verl.main export")
+    p.add_argument("--config", required=True)
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    import importlib.util
+
+    from ...config import load_config
+    from ...schema import ConfigError
+    from .export import export, expand
+    from .overrides import VerlConfigError
+
+    try:
+        result = export(load_config(args.config), args.out)
+    except (ConfigError, VerlConfigError, ValueError) as e:
+        print(json.dumps({"event": "error", "message": str(e)}), flush=True)
+        return 2
+    result["checked"] = importlib.util.find_spec("verl") is not None
+    if result["checked"]:  # in veRL's environment: every key composed with veRL's own config (Hydra names the bad one)
+        try:
+            compose_config(expand(result["overrides"], result["dir"], "http://127.0.0.1:0"))
+        except Exception as e:  # noqa: BLE001 - a refused override is reported, named
+            print(json.dumps({"event": "error", "message": f"veRL refused the config: {type(e).__name__}: {e}"}), flush=True)
+            return 2
+    print(json.dumps(result))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "prepare":
         return prepare_command(argv[1:])
+    if argv and argv[0] == "export":
+        return export_command(argv[1:])
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2

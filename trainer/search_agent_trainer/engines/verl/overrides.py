@@ -25,6 +25,7 @@ from . import ENV_URL_VAR, SEARCH_R1_AGENT, TOOL_AGENT
 
 # The `verl` section of a run config: what veRL needs that the shared keys do not say.
 VERL_DEFAULTS: dict[str, Any] = {
+    "python": None,  # veRL's Python, for the host (not an override)
     "rollout": "vllm",  # the inference engine of the rollouts: vllm | sglang
     "tensor_parallel": 1,  # rollout tensor-parallel size (GPUs per vLLM/SGLang replica)
     "gpu_memory_utilization": 0.5,  # the rollout engine's share of GPU memory (colocated with FSDP)
@@ -121,9 +122,10 @@ def dialect_of(cfg: Mapping[str, Any]) -> str:
     return d
 
 
-def agent_loop_entries(cfg: Mapping[str, Any], env_url: str) -> list[dict[str, Any]]:
-    """veRL's agent-loop config file (`rollout.agent.agent_loop_config_path`): our loops and their settings."""
-    common = {"env_url": env_url}
+def agent_loop_entries(cfg: Mapping[str, Any], env_url: str | None) -> list[dict[str, Any]]:
+    """veRL's agent-loop config file (`rollout.agent.agent_loop_config_path`): our loops and their settings (no
+    env_url: the loops read $SAS_ENV_URL, which the Ray runtime env sets)."""
+    common = {"env_url": env_url} if env_url else {}
     return [
         {
             "name": SEARCH_R1_AGENT,
@@ -140,13 +142,15 @@ def agent_loop_entries(cfg: Mapping[str, Any], env_url: str) -> list[dict[str, A
     ]
 
 
-def tool_entries(cfg: Mapping[str, Any], env_url: str) -> dict[str, Any]:
+def tool_entries(cfg: Mapping[str, Any], env_url: str | None) -> dict[str, Any]:
     """veRL's tool config file (`rollout.multi_turn.tool_config_path`): our `search` tool."""
-    return {"tools": [{"class_name": TOOL_CLASS, "config": {"type": "native", "env_url": env_url, "topk": int(_get(cfg, "retriever.topk", 3))}}]}
+    url = {"env_url": env_url} if env_url else {}
+    return {"tools": [{"class_name": TOOL_CLASS, "config": {"type": "native", **url, "topk": int(_get(cfg, "retriever.topk", 3))}}]}
 
 
-def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], env_url: str, train_files: str, val_files: str | None, config_file: str, agent_loop_file: str, tool_file: str | None, driver_pid: int | None = None) -> tuple[list[str], list[str]]:
-    """(overrides, notes) for veRL's `ppo_trainer` config from our resolved run config."""
+def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], env_url: str | None, train_files: str, val_files: str | None, config_file: str, agent_loop_file: str, tool_file: str | None, driver_pid: int | None = None, trainer_dir: str = str(TRAINER_DIR)) -> tuple[list[str], list[str]]:
+    """(overrides, notes) for veRL's `ppo_trainer` config from our resolved run config. env_url None: named at
+    launch ($SAS_ENV_URL, export.py's launch script); trainer_dir: where the Ray workers import our package from."""
     s = verl_settings(cfg)
     dialect = dialect_of(cfg)
     problems: list[str] = []
@@ -263,7 +267,7 @@ def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], e
         "+sas.config": config_file,
         "+sas.driver_pid": driver_pid,
         # every Ray worker imports our package and finds the env server
-        "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH": str(TRAINER_DIR),
+        "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH": trainer_dir,
         f"+ray_kwargs.ray_init.runtime_env.env_vars.{ENV_URL_VAR}": env_url,
     }
     if tool_file:
@@ -302,7 +306,7 @@ def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], e
     return out + list(s["overrides"]), notes
 
 
-def prepare(cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], env_url: str, driver_pid: int | None = None) -> VerlPlan:
+def prepare(cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], env_url: str | None, driver_pid: int | None = None, trainer_dir: str = str(TRAINER_DIR)) -> VerlPlan:
     """Everything a veRL run of `cfg` needs, under `<run_dir>/verl/`: the datasets as parquet (written now: they
     need our loader), the resolved config, the agent-loop and tool files (in the plan's `files`), the overrides."""
     from ...data import load_dataset
@@ -314,7 +318,7 @@ def prepare(cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], env_url: st
     dialect = dialect_of(cfg)
     agent = SEARCH_R1_AGENT if dialect == "searchr1" else TOOL_AGENT
     val = d / "val.parquet" if _get(cfg, "data.eval") else None
-    overrides, notes = verl_overrides(cfg, run_dir=run_dir, env_url=env_url, train_files=str(d / "train.parquet"), val_files=str(val) if val else None, config_file=str(d / "run-config.json"), agent_loop_file=str(d / "agent_loops.yaml"), tool_file=str(d / "tools.yaml"), driver_pid=driver_pid)
+    overrides, notes = verl_overrides(cfg, run_dir=run_dir, env_url=env_url, train_files=str(d / "train.parquet"), val_files=str(val) if val else None, config_file=str(d / "run-config.json"), agent_loop_file=str(d / "agent_loops.yaml"), tool_file=str(d / "tools.yaml"), driver_pid=driver_pid, trainer_dir=trainer_dir)
     # refused configs raise above, before anything is written
     write_verl_parquet(load_dataset(_get(cfg, "data.train"), warn=notes.append), template, d / "train.parquet", "train", agent)
     if val:
