@@ -5,6 +5,7 @@
  *   search-agent-studio serve [--port N]           the env server (Search-R1's /retrieve, /reward, /health)
  *   search-agent-studio demo                       the main job on the embedded defaults
  *   search-agent-studio train <config> | --resume   a training run (src/core/host)
+ *   search-agent-studio export verl <config> --out DIR   a veRL run as files for a cluster
  *   search-agent-studio --version | --help
  */
 import { parseArgs } from 'node:util';
@@ -13,6 +14,7 @@ import { packageRoot } from '../core/paths';
 import { probePython, pythonCandidates, type PythonProbe } from '../core/python';
 import { VERSION } from '../core/version';
 import { runServer, UsageError } from '../server/run';
+import { exportCommand } from './export';
 import { importCommand } from './import';
 import { indexCommand } from './index-command';
 import { rewardCommand } from './reward-command';
@@ -37,6 +39,9 @@ Usage:
   search-agent-studio train --resume --run-dir DIR
                                                start the env server and the trainer for a run config (Ctrl-C
                                                stops after a checkpoint; --resume continues a run)
+  search-agent-studio export verl <config.run.json> --out DIR [--python PATH]
+                                               a veRL run as files for your own cluster (Ray job, SLURM): launch
+                                               script, Hydra overrides, our modules, the parquet (docs/engines.md)
   search-agent-studio inspect <file|run-dir> [--json] [--dialect auto|searchr1|toolcall|llama-json] [--search-tool NAME]
                                                summarise trajectories: our rollout JSONL, run directories,
                                                Search-R1 transcripts, veRL dumps, TRL completion tables;
@@ -152,6 +157,8 @@ export async function main(argv: string[]): Promise<number> {
         inspect(positionals[0]!, { json: values.json ?? false, read, out: (s) => process.stdout.write(s), err: (s) => process.stderr.write(s) }),
       );
     }
+    case 'export':
+      return exportCommand(rest, (s) => process.stdout.write(s), (s) => process.stderr.write(s));
     case 'import': {
       const { values, positionals } = parseArgs({ args: rest, options: { out: { type: 'string' }, ...READ_ARGS }, allowPositionals: true, strict: true });
       if (positionals.length !== 2 || !values.out) return usage('import takes a kind, a source and --out <file.jsonl>');
