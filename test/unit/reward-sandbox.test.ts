@@ -108,7 +108,7 @@ describe('reward sandbox', function () {
       const outs = await Promise.all(calls.map((items) => r.sandbox.score(items)));
       outs.forEach((out, c) => {
         assert.deepEqual(
-          out.map((o) => [o.id, o.reward]),
+          out.map((o) => [o.id, 'reward' in o ? o.reward : o.error]),
           calls[c]!.map((it, i) => [it.id, (c + i) % 2 ? 1 : 0]),
         );
       });
