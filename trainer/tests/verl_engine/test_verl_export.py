@@ -96,3 +96,21 @@ def test_the_export_command_refuses_a_config_veRL_cannot_train_naming_the_key(tm
     r = subprocess.run([sys.executable, "-m", "search_agent_trainer.engines.verl.main", "export", "--config", str(cfg), "--out", str(tmp_path / "out")], env=trainer_env(), capture_output=True, text=True)
     assert r.returncode == 2 and "model.kind" in json.loads(r.stdout.strip().splitlines()[-1])["message"]
     assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_the_shipped_verl_example_in_search_r1s_gpu_settings_passes_veRLs_checks(tmp_path):
+    """examples/*verl*.run.json with its data and model swapped for the demo's and the tiny model (the rest as
+    shipped: 8 GPUs, batch 512 × 5, mini-batch 256 prompts, offload): veRL's own batch-size and config checks."""
+    examples = sorted((DEMO.parent).glob("*verl*.run.json"))
+    assert examples
+    qwen = build_tiny_qwen2(tmp_path / "tiny-qwen2", demo_texts(DEMO))
+    for path in examples:
+        raw = json.loads(path.read_text())
+        raw["data"].update(train=str(DEMO / "train.jsonl"), eval=str(DEMO / "eval.jsonl"))
+        raw["model"]["path"] = str(qwen)
+        raw.pop("retriever")
+        cfg = run_config(qwen, **{k: v for k, v in raw.items() if isinstance(v, dict)})
+        result = export(cfg, tmp_path / path.stem)
+        config = compose_config([o.replace(EXPORT_DIR, str(tmp_path / path.stem)) for o in result["overrides"]])
+        check_config(config)
+        assert config.trainer.n_gpus_per_node == raw["verl"]["gpus_per_node"] and config.data.train_batch_size == raw["rollout"]["batch_size"]
