@@ -490,7 +490,7 @@ export interface ReplayEntry {
   docs?: ReplayDoc[];
 }
 
-export type Overlay = 'logprob' | 'ref_logprob' | 'kl' | 'advantage' | 'value' | 'entropy';
+export type Overlay = 'rollout_logprob' | 'logprob' | 'ref_logprob' | 'kl' | 'advantage' | 'value' | 'entropy';
 
 export interface ReplayTokens {
   text: string[];

@@ -1,13 +1,13 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { RolloutSchema, TRAINER_SCHEMA_COPY, formatIssue, renderPublishedSchemas, validateRollout, type Rollout } from '../../src/core/run/format';
+import { ROLLOUT_RECORD_VERSION, RolloutSchema, TRAINER_SCHEMA_COPY, formatIssue, renderPublishedSchemas, validateRollout, type Rollout } from '../../src/core/run/format';
 import { S, toJsonSchema, validate, type Static } from '../../src/core/schema/schema';
 
 const ROOT = join(__dirname, '..', '..');
 
 const GOOD: Rollout = {
-  v: 1,
+  v: 2,
   id: 'step1-g0-s0',
   step: 1,
   group: 0,
@@ -23,7 +23,7 @@ const GOOD: Rollout = {
   finish: 'answer',
   turns: 1,
   searches: 0,
-  tokens: { text: ['<answer>', 'Ilse'], ids: [5, 6], role: ['generated', 'generated'], loss_mask: [1, 1], logprob: [-0.1, -0.2] },
+  tokens: { text: ['<answer>', 'Ilse'], ids: [5, 6], role: ['generated', 'generated'], loss_mask: [1, 1], rollout_logprob: [-0.11, -0.19], logprob: [-0.1, -0.2] },
 };
 
 // Compile-time checks that the types are derived from the schema (tsc runs over tests).
@@ -50,21 +50,29 @@ describe('run format', () => {
       'runs/x/rollouts/step-000001.jsonl:17: finish: expected one of "answer", "max_turns", "length", "invalid", got "done"',
       'runs/x/rollouts/step-000001.jsonl:17: tokens.loss_mask[1]: expected 0 or 1, got number',
     ]);
-    assert.deepEqual(validateRollout({ v: 2, id: '' }, 'f', 3).map((i) => `${i.field}: ${i.message}`), [
+    assert.deepEqual(validateRollout({ v: 3, id: '' }, 'f', 3).map((i) => `${i.field}: ${i.message}`), [
       'prompt: is required',
       'response: is required',
-      'v: expected 1, got 2',
+      'v: expected 1 or 2, got number',
       'id: must not be empty',
     ]);
     assert.deepEqual(validateRollout([1], 'f', 1).map((i) => i.message), ['expected an object, got array']);
   });
 
   it('checks that token arrays have equal lengths', () => {
-    const bad = { ...GOOD, tokens: { ...GOOD.tokens!, role: ['generated'], logprob: [-1, -2, -3] } };
+    const bad = { ...GOOD, tokens: { ...GOOD.tokens!, role: ['generated'], rollout_logprob: [-1], logprob: [-1, -2, -3] } };
     assert.deepEqual(validateRollout(bad, 'f', 2).map((i) => `${i.field}: ${i.message}`), [
       'tokens.role: has 1 entries but tokens.text has 2',
+      'tokens.rollout_logprob: has 1 entries but tokens.text has 2',
       'tokens.logprob: has 3 entries but tokens.text has 2',
     ]);
+  });
+
+  it('reads version 1 records as they are (v2 only added tokens.rollout_logprob); writers write version 2', () => {
+    const { rollout_logprob: _dropped, ...v1Tokens } = GOOD.tokens!;
+    assert.deepEqual(validateRollout({ ...GOOD, v: 1, tokens: v1Tokens }, 'old.jsonl', 1), []);
+    assert.deepEqual(validateRollout({ ...GOOD, v: 2 }, 'new.jsonl', 1), []);
+    assert.equal(ROLLOUT_RECORD_VERSION, 2);
   });
 
   it('publishes JSON Schemas that are generated from the same source (run `npm run schema` if this fails)', () => {

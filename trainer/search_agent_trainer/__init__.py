@@ -6,13 +6,15 @@ masked out of the loss (Search-R1, arXiv 2503.09516). One file per concept:
   policy.py        the policy (tiny or Hugging Face, optional LoRA), tokenizer, value head, reference
   tiny.py          the built-in tiny causal transformer and tokenizer
   env_client.py    /retrieve and /reward on the env server
-  rollout.py       multi-turn generation with per-token roles
+  generation.py    sampling turns from the policy: batched, KV-cached, memory-bounded, stops as a parameter
+  rollout.py       the multi-turn protocol with per-token roles (the one implementation every engine calls)
   batch.py         trajectories as padded tensors; the loss mask
   advantages.py    GRPO, Dr. GRPO, REINFORCE++, GAE
   losses.py        clipped surrogate, KL estimators, entropy, value loss, aggregation modes
   run_writer.py    the run directory and events
   checkpoint.py    checkpoints and resume
   train.py         the loop
+  benchmark.py     throughput on a GPU (and a tiny CPU run): our rollout vs Hugging Face generate, a step's phases
 """
 
 __version__ = "0.1.0"

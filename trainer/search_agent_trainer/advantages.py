@@ -10,6 +10,9 @@ the generated tokens when `algorithm.mask_advantages` is on (veRL), every respon
 - PPO (Schulman et al. 2017) with GAE (Schulman et al. 2016): δ_t = r_t + γ V(s_{t+1}) − V(s_t),
   Â_t = Σ_l (γλ)^l δ_{t+l}, returns = Â + V; advantages whitened. Masked positions are skipped by the recursion
   (their value is not used as a bootstrap), as veRL does for multi-turn.
+Whitening (REINFORCE++, GAE) takes its mean and std over the loss mask — the tokens trained on —, whatever `mask`
+is: over every response token, a trajectory with more searches would weigh more in the statistics (veRL whitens over
+its response mask, which in multi-turn is the loss mask).
 
 `token_rewards` puts each trajectory's score on its last generated token, minus β·KL per token when the KL penalty is
 in the reward (`kl_in_reward`, PPO-style).
@@ -73,22 +76,24 @@ def zero_std_group_fraction(scores: torch.Tensor, groups: Sequence[int | str]) -
     return sum(1 for v in sized if max(v) == min(v)) / len(sized) if sized else 0.0
 
 
-def reinforce_plus_plus_advantage(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def reinforce_plus_plus_advantage(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, whiten_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns), both (B, R). Returns are discounted sums of the token rewards. A position outside the
     mask passes the running return through: veRL's loop resets it there (its mask was meant as the padding after
-    EOS), which in a multi-turn trajectory would zero the return of every turn before a retrieved block."""
+    EOS), which in a multi-turn trajectory would zero the return of every turn before a retrieved block. Whitened
+    with the statistics over `whiten_mask` (the loss mask; default `mask`)."""
     returns = torch.zeros_like(rewards)
     running = torch.zeros(rewards.shape[0], dtype=rewards.dtype, device=rewards.device)
     for t in reversed(range(rewards.shape[1])):
         running = rewards[:, t] + gamma * running
         returns[:, t] = running
-    adv = masked_whiten(returns, mask) * mask
+    adv = masked_whiten(returns, mask if whiten_mask is None else whiten_mask) * mask
     return adv, returns * mask
 
 
-def gae_advantage(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(advantages whitened over the mask, returns = Â + V), both (B, R). Positions with mask 0 are skipped: the
-    recursion carries the next value and the running Â across them unchanged (veRL's multi-turn GAE)."""
+def gae_advantage(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 1.0, whiten_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantages whitened, returns = Â + V), both (B, R), defined over `mask`. Positions with mask 0 are skipped: the
+    recursion carries the next value and the running Â across them unchanged (veRL's multi-turn GAE). Whitened with
+    the statistics over `whiten_mask` (the loss mask; default `mask`)."""
     B, R = rewards.shape
     next_value = torch.zeros(B, dtype=values.dtype, device=values.device)
     last_gae = torch.zeros(B, dtype=values.dtype, device=values.device)
@@ -101,4 +106,4 @@ def gae_advantage(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tenso
         last_gae = gae_t * m + (1 - m) * last_gae
         adv[:, t] = gae_t
     returns = (adv + values) * mask
-    return masked_whiten(adv, mask) * mask, returns
+    return masked_whiten(adv, mask if whiten_mask is None else whiten_mask) * mask, returns

@@ -12,6 +12,7 @@ Masks, over the window:
 - loss_mask: generated_mask (DESIGN §6), or response_mask when `algorithm.loss_masking` is false (the ablation);
 - adv_mask: where advantages and values are defined: generated_mask when `algorithm.mask_advantages` (veRL),
   response_mask otherwise (Search-R1).
+And `rollout_logprob`: the sampler's log-prob of each generated token (0 elsewhere), kept beside the trainer's.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class SequenceBatch:
     loss_mask: torch.Tensor  # (B, R)
     adv_mask: torch.Tensor  # (B, R)
     last_generated: torch.Tensor  # (B,) window column of the last generated token
+    rollout_logprob: torch.Tensor  # (B, R) log-prob at sampling time (generated tokens; 0 elsewhere)
     # Filled in by the train loop:
     old_logprob: torch.Tensor | None = None
     ref_logprob: torch.Tensor | None = None
@@ -95,6 +97,7 @@ def make_batch(trajs: Sequence[Trajectory], pad_id: int, loss_masking: bool = Tr
     response_mask = torch.zeros((B, R))
     generated_mask = torch.zeros((B, R))
     last_generated = torch.zeros(B, dtype=torch.long)
+    rollout_logprob = torch.zeros((B, R))
     for i, t in enumerate(trajs):
         seq = t.prompt_ids + t.ids
         input_ids[i, T - len(seq) :] = torch.tensor(seq, dtype=torch.long)
@@ -106,6 +109,7 @@ def make_batch(trajs: Sequence[Trajectory], pad_id: int, loss_masking: bool = Tr
             generated_mask[i, R - r :] = gen
             nz = gen.nonzero()
             last_generated[i] = R - r + (int(nz[-1]) if len(nz) else r - 1)
+            rollout_logprob[i, R - r :] = torch.tensor([0.0 if x is None else float(x) for x in t.sample_logprobs])
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
     return SequenceBatch(
         input_ids=input_ids,
@@ -117,4 +121,5 @@ def make_batch(trajs: Sequence[Trajectory], pad_id: int, loss_masking: bool = Tr
         loss_mask=generated_mask.clone() if loss_masking else response_mask.clone(),
         adv_mask=generated_mask.clone() if mask_advantages else response_mask.clone(),
         last_generated=last_generated,
+        rollout_logprob=rollout_logprob,
     )

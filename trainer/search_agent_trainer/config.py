@@ -38,12 +38,75 @@ def load_config(path: str | os.PathLike[str]) -> Section:
     return config_from_dict(raw, base=p.parent, source=str(p))
 
 
+# `algorithm.preset`: Search-R1's settings (PeterGriffinJin/Search-R1 train_ppo.sh and train_grpo.sh, over its
+# verl/trainer/config/ppo_trainer.yaml): the values a config gets unless it sets the key itself. Warm-ups are veRL's
+# `lr_warmup_steps_ratio` × train.steps (int, as veRL rounds). Mini-batches: ppo_mini_batch_size 256 prompts (× n
+# sequences). Search-R1 samples with vLLM at top_p 0.95 (the yaml's rollout.top_p, passed to SamplingParams) and adds
+# an entropy bonus of 0.001 (actor.entropy_coeff). The critic is a separate model there with its own optimizer, lr 1e-5,
+# warm-up ratio 0.015 and grad clip 1.0; ours is the value head, with its own lr, warm-up and clip.
+_SEARCH_R1_COMMON = {
+    "rollout.temperature": 1.0,
+    "rollout.top_p": 0.95,
+    "algorithm.gamma": 1.0,
+    "algorithm.clip_ratio_low": 0.2,
+    "algorithm.clip_ratio_high": 0.2,
+    "algorithm.kl_coef": 0.001,
+    "algorithm.entropy_coef": 0.001,
+    "algorithm.loss_agg_mode": "token-mean",
+    "algorithm.loss_masking": True,
+    "algorithm.mask_advantages": False,
+    "optim.lr": 1e-6,
+    "optim.grad_clip": 1.0,
+    "optim.ppo_epochs": 1,
+}
+PRESETS: dict[str, dict[str, Any]] = {
+    "search-r1-ppo": {
+        **_SEARCH_R1_COMMON,
+        "rollout.n": 1,
+        "algorithm.name": "ppo",
+        "algorithm.kl_estimator": "k1",
+        "algorithm.kl_in_reward": True,
+        "algorithm.lam": 1.0,
+        "algorithm.value_clip": 0.5,
+        "optim.critic_lr": 1e-5,
+        "optim.mini_batch_size": 256,
+        "optim.warmup_steps": ("ratio", 0.285),
+        "optim.critic_warmup_steps": ("ratio", 0.015),
+    },
+    "search-r1-grpo": {
+        **_SEARCH_R1_COMMON,
+        "rollout.n": 5,
+        "algorithm.name": "grpo",
+        "algorithm.kl_estimator": "k3",
+        "algorithm.kl_in_reward": False,
+        "algorithm.norm_adv_by_std": True,
+        "optim.mini_batch_size": 256 * 5,
+        "optim.warmup_steps": ("ratio", 0.285),
+    },
+}
+
+
+def apply_preset(raw: dict[str, Any], steps: int) -> dict[str, Any]:
+    """`raw` with its `algorithm.preset`'s values under it (the keys `raw` sets win)."""
+    name = (raw.get("algorithm") or {}).get("preset")
+    if not name:
+        return raw
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
+    for dotted, value in PRESETS[name].items():
+        section, key = dotted.split(".")
+        sec = out.setdefault(section, {})
+        if key not in sec:
+            sec[key] = int(value[1] * steps) if isinstance(value, tuple) else value
+    return out
+
+
 def config_from_dict(raw: Any, base: Path | None = None, source: str = "config") -> Section:
     schema = load_schema()
     errors = validate(schema, raw)
     if errors:
         raise ConfigError(f"{source}: " + "; ".join(errors))
-    cfg = Section(with_defaults(schema, raw))
+    steps = (raw.get("train") or {}).get("steps", schema["properties"]["train"]["properties"]["steps"]["default"])
+    cfg = Section(with_defaults(schema, apply_preset(raw, steps)))
     base = base or Path.cwd()
     for section, key in PATH_KEYS:
         sec = cfg.get(section)
@@ -66,6 +129,10 @@ def _check(cfg: Section, source: str) -> None:
         problems.append("model.path: is required when model.kind is \"hf\"")
     if cfg.model.lora and cfg.model.kind != "hf":
         problems.append("model.lora: LoRA applies to model.kind \"hf\" only")
+    if cfg.model.lora and cfg.model.lora.get("dropout", 0) > 0 and not cfg.model.dropout:
+        problems.append(f"model.lora.dropout: {cfg.model.lora['dropout']} needs model.dropout: true (dropout is off by default, so on-policy log-probs match the sampler's)")
+    if cfg.algorithm.clip_ratio_c is not None and cfg.algorithm.clip_ratio_c <= 1:
+        problems.append(f"algorithm.clip_ratio_c: must be greater than 1 (dual-clip's lower bound on the loss), got {cfg.algorithm.clip_ratio_c}")
     if cfg.optim.micro_batch_size > cfg.optim.mini_batch_size:
         problems.append(f"optim.micro_batch_size ({cfg.optim.micro_batch_size}) is larger than optim.mini_batch_size ({cfg.optim.mini_batch_size})")
     if cfg.algorithm.name == "grpo" and cfg.rollout.n < 2:

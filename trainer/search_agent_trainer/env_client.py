@@ -25,6 +25,7 @@ class EnvClient:
         self.timeout_s = timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
+        self.seconds = {"retrieve": 0.0}  # time spent in /retrieve (the rollout's environment share)
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
@@ -54,7 +55,9 @@ class EnvClient:
         """Per query, the hits `{document: {id, contents}, score}` (Search-R1's request with return_scores)."""
         if not queries:
             return []
+        t0 = time.perf_counter()
         out = self._call("POST", "/retrieve", {"queries": queries, "topk": topk, "return_scores": True})
+        self.seconds["retrieve"] += time.perf_counter() - t0
         result = out.get("result")
         if not isinstance(result, list) or len(result) != len(queries):
             raise EnvError(f"POST {self.url}/retrieve: expected {len(queries)} result lists, got {type(result).__name__}")

@@ -2,10 +2,14 @@
 mask (DESIGN §6: 1 exactly on generated tokens, unless masking is off) and is applied to every term here.
 
 - Clipped surrogate (PPO, Schulman et al. 2017), with DAPO's decoupled clip range (Yu et al. 2025, "clip-higher"):
-  ρ_t = exp(log π_θ − log π_old);  L^CLIP = −min(ρ_t Â_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) Â_t).
+  ρ_t = exp(log π_θ − log π_old);  L^CLIP = −min(ρ_t Â_t, clip(ρ_t, 1 − ε_low, 1 + ε_high) Â_t);
+  with dual-clip (Ye et al. 2020, "Mastering Complex Control in MOBA Games with Deep RL"; veRL's clip_ratio_c) for
+  Â_t < 0 the loss is capped: min(L^CLIP, −c Â_t).
 - KL to the reference (Schulman's estimators, http://joschu.net/blog/kl-approx.html), with
   log r = log π_ref − log π_θ:  k1 = −log r;  k2 = ½ (log r)²;  k3 = r − 1 − log r (veRL's "low_var_kl", clamped to
   [−10, 10] as veRL does).
+- Every log-ratio is clamped to [−20, 20] before it is exponentiated (ρ_t and k3's r, as veRL does): exp of a
+  log-ratio of ~100 overflows and its gradient is NaN.
 - Entropy H = logsumexp(z) − Σ softmax(z) z.
 - Clipped value loss (PPO): ½ max((V − G)², (V_old + clip(V − V_old, −c, c) − G)²).
 - Aggregation (`loss_agg_mode`): token-mean (DAPO: every token counts once), seq-mean-token-mean (GRPO as
@@ -24,6 +28,7 @@ from typing import Any
 import torch
 
 KL_CLAMP = 10.0
+LOG_RATIO_CLAMP = 20.0
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,7 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, estimator: str)
     if estimator == "k2":
         return 0.5 * log_ratio.square()
     if estimator == "k3":
-        neg = -log_ratio  # log r
+        neg = (-log_ratio).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)  # log r
         return (torch.exp(neg) - neg - 1).clamp(min=-KL_CLAMP, max=KL_CLAMP)
     raise ValueError(f"unknown kl_estimator {estimator!r}")
 
@@ -77,23 +82,32 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, estimator: str)
 @dataclass
 class PolicyLoss:
     loss: torch.Tensor
-    clipfrac: torch.Tensor  # fraction of masked tokens where the clipped term was chosen
-    clipfrac_lower: torch.Tensor  # … on the low side (ratio < 1 − ε_low, Â < 0)
+    clipfrac: torch.Tensor  # fraction of masked tokens where the clipped term was chosen (veRL's pg_clipfrac)
+    clipfrac_low: torch.Tensor  # … on the low side: ρ < 1 − ε_low with Â < 0 (TRL's clip_ratio/low_mean)
+    clipfrac_high: torch.Tensor  # … on the high side: ρ > 1 + ε_high with Â > 0 (TRL's clip_ratio/high_mean)
+    clipfrac_dual: torch.Tensor  # where dual-clip capped the loss: Â < 0 and ρ > c (veRL's pg_clipfrac_lower)
     ppo_kl: torch.Tensor  # mean(log π_old − log π_θ): how far the update moved the policy
 
 
-def clipped_surrogate(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_ratio_low: float, clip_ratio_high: float, agg: Aggregation) -> PolicyLoss:
-    log_ratio = logprob - old_logprob
+def clipped_surrogate(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_ratio_low: float, clip_ratio_high: float, agg: Aggregation, clip_ratio_c: float | None = None) -> PolicyLoss:
+    log_ratio = (logprob - old_logprob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     pg_losses1 = -advantages * ratio
     pg_losses2 = -advantages * torch.clamp(ratio, 1.0 - clip_ratio_low, 1.0 + clip_ratio_high)
     pg_losses = torch.maximum(pg_losses1, pg_losses2)
     clipped = (pg_losses2 > pg_losses1).float()
-    lower = ((ratio < 1.0 - clip_ratio_low) & (advantages < 0)).float()
+    dual = torch.zeros_like(clipped)
+    if clip_ratio_c is not None:
+        pg_losses3 = -advantages * clip_ratio_c
+        negative = advantages < 0
+        dual = ((pg_losses > pg_losses3) & negative).float()
+        pg_losses = torch.where(negative, torch.minimum(pg_losses, pg_losses3), pg_losses)
     return PolicyLoss(
         loss=agg_loss(pg_losses, mask, agg),
         clipfrac=masked_mean(clipped, mask).detach(),
-        clipfrac_lower=masked_mean(lower * clipped, mask).detach(),
+        clipfrac_low=masked_mean(((ratio < 1.0 - clip_ratio_low) & (advantages < 0)).float(), mask).detach(),
+        clipfrac_high=masked_mean(((ratio > 1.0 + clip_ratio_high) & (advantages > 0)).float(), mask).detach(),
+        clipfrac_dual=masked_mean(dual, mask).detach(),
         ppo_kl=masked_mean(-log_ratio, mask).detach(),
     )
 
@@ -123,15 +137,18 @@ def objective(logprob: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor
     every term over `mb.loss_mask` (the value loss over `mb.adv_mask`). `mb` carries old_logprob, advantages,
     ref_logprob (or None), old_values and returns (PPO); `a` is the config's algorithm section."""
     mask = mb.loss_mask
-    pl = clipped_surrogate(logprob, mb.old_logprob, mb.advantages, mask, a.clip_ratio_low, a.clip_ratio_high, agg)
+    pl = clipped_surrogate(logprob, mb.old_logprob, mb.advantages, mask, a.clip_ratio_low, a.clip_ratio_high, agg, getattr(a, "clip_ratio_c", None))
     loss = pl.loss
     stats = {
         "actor/pg_loss": float(pl.loss.detach()),
         "actor/pg_clipfrac": float(pl.clipfrac),
-        "actor/pg_clipfrac_lower": float(pl.clipfrac_lower),
+        "actor/pg_clipfrac_low": float(pl.clipfrac_low),
+        "actor/pg_clipfrac_high": float(pl.clipfrac_high),
         "actor/ppo_kl": float(pl.ppo_kl),
         "actor/entropy": float(masked_mean(entropy.detach(), mask)),
     }
+    if getattr(a, "clip_ratio_c", None) is not None:
+        stats["actor/pg_clipfrac_lower"] = float(pl.clipfrac_dual)  # veRL's name for the dual-clip fraction
     if a.entropy_coef > 0:
         loss = loss - a.entropy_coef * agg_loss(entropy, mask, agg)
     if mb.ref_logprob is not None and a.kl_coef > 0 and not a.kl_in_reward:

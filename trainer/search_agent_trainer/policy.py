@@ -1,13 +1,19 @@
 """The policy: a causal LM (the built-in tiny one, or a Hugging Face model from a local directory, optionally with
 LoRA through peft), its tokenizer behind one small interface, a value head for PPO, and the frozen reference
-policy for the KL term. Nothing is downloaded (`local_files_only`)."""
+policy for the KL term. Nothing is downloaded (`local_files_only`).
+
+Precision (`model.dtype`), the standard mixed-precision recipe (FSDP's too): the weights the optimizer updates are
+always fp32 (master weights: an AdamW step at lr 1e-6 is below bf16's resolution for most weights, so bf16 weights
+updated in place barely move); `bf16` — and `auto` on CUDA — compute in bf16 autocast. Under LoRA the frozen base is
+stored in bf16 then (it is never updated) and the adapter stays fp32. `fp32` (and `auto` on CPU): no autocast.
+
+Dropout is off unless `model.dropout` is true (every dropout of the model and of LoRA): with it on, the log-probs of
+the update's forward differ from the sampler's and the old-log-prob pass's, and on-policy ratios are not 1."""
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,40 +102,34 @@ class Policy(nn.Module):
         return out.logits, (out.past_key_values if use_cache else None), (out.hidden_states[-1] if want_hidden else None)
 
     def values(self, hidden: torch.Tensor) -> torch.Tensor:
+        """V(s_t) from the backbone's last hidden state, in fp32 (outside autocast)."""
         assert self.value_head is not None
-        return self.value_head(hidden.float()).squeeze(-1)
-
-    @contextlib.contextmanager
-    def reference(self) -> Iterator[nn.Module | None]:
-        """For LoRA: the base model with the adapter disabled is the reference (no copy needed)."""
-        if self.kind == "hf" and hasattr(self.backbone, "disable_adapter"):
-            with self.backbone.disable_adapter():
-                yield self
-        else:
-            yield None
+        with torch.autocast(hidden.device.type, enabled=False):
+            return self.value_head(hidden.float()).squeeze(-1)
 
 
 class Reference(nn.Module):
-    """The frozen reference policy: the LoRA base (adapter disabled) or a frozen copy of the initial weights."""
+    """The frozen reference policy of the KL term: the policy RL starts from. It is the policy's own backbone run with a
+    frozen copy of the weights the optimizer updates, taken when the reference is made (the initial weights,
+    `model.init`'s or the warm start's) — under LoRA that copy is the starting adapter's few tensors (the base is
+    frozen anyway), so the reference is the starting policy, not the bare base model; without LoRA it is a copy of
+    every weight (as a separate reference model would be)."""
 
     def __init__(self, policy: Policy):
         super().__init__()
-        self.uses_adapter_toggle = policy.kind == "hf" and hasattr(policy.backbone, "disable_adapter")
         self.policy = policy
-        self.copy = None
-        if not self.uses_adapter_toggle:
-            self.copy = copy.deepcopy(policy.backbone).eval()
-            for p in self.copy.parameters():
-                p.requires_grad_(False)
+        self.frozen = {n: p.detach().clone() for n, p in policy.backbone.named_parameters() if p.requires_grad}
+
+    @torch.no_grad()
+    def backbone(self, *args: Any, **kwargs: Any) -> Any:
+        """The backbone's forward with the frozen weights."""
+        return torch.func.functional_call(self.policy.backbone, self.frozen, args, kwargs, strict=False)
 
     @torch.no_grad()
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
-        if self.uses_adapter_toggle:
-            with self.policy.reference():
-                return self.policy(input_ids, attention_mask, position_ids, logits_to_keep=logits_to_keep)[0]
         if self.policy.kind == "tiny":
-            return self.copy(input_ids, attention_mask, position_ids, None, logits_to_keep)[0]
-        return self.copy(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=logits_to_keep).logits
+            return self.backbone(input_ids, attention_mask, position_ids, None, logits_to_keep)[0]
+        return self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=logits_to_keep).logits
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -162,7 +162,7 @@ def window_stats(model: Any, batch: Any, where: torch.Tensor, temperature: float
     policy = model.policy if isinstance(model, Reference) else model
     hidden_w = None
     if policy.kind == "tiny":
-        backbone = model.copy if isinstance(model, Reference) else policy.backbone
+        backbone = model.backbone if isinstance(model, Reference) else policy.backbone
         T = batch.input_ids.shape[1]
         select = torch.zeros(batch.input_ids.shape, dtype=torch.bool, device=where.device)
         select[:, T - R - 1 : T - 1] = where  # the positions whose outputs predict the selected window tokens
@@ -237,6 +237,11 @@ def build_policy(cfg: Any, vocab_texts: Iterable[str], device: torch.device, tok
     return _build_hf(cfg, device, with_value)
 
 
+def compute_dtype(cfg: Any, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype of a run (None: no autocast): bf16 when `model.dtype` is bf16, or auto on CUDA."""
+    return torch.bfloat16 if cfg.model.dtype == "bf16" or (cfg.model.dtype == "auto" and device.type == "cuda") else None
+
+
 def _build_hf(cfg: Any, device: torch.device, with_value: bool) -> tuple[Policy, Tokenizer]:
     try:
         import transformers
@@ -246,10 +251,26 @@ def _build_hf(cfg: Any, device: torch.device, with_value: bool) -> tuple[Policy,
     if not os.path.isdir(path):
         raise RuntimeError(f"model.path: {path} is not a directory (a local Hugging Face model directory; nothing is downloaded)")
     tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
-    # bf16 weights only when asked; "auto" keeps fp32 weights (exact optimizer updates) and computes in bf16 autocast
-    # on CUDA (train.py).
-    dtype = torch.bfloat16 if cfg.model.dtype == "bf16" else torch.float32
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=dtype)
+    config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
+    if not cfg.model.dropout:
+        without_dropout(config)
+    # fp32 master weights; only a LoRA run's frozen base is stored in bf16 when the run computes in bf16
+    dtype = torch.bfloat16 if cfg.model.lora and compute_dtype(cfg, device) is not None else torch.float32
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, config=config, local_files_only=True, dtype=dtype)
+    return hf_policy(model, cfg, with_value).to(device), Tokenizer(tok, "hf")
+
+
+def without_dropout(config: Any) -> None:
+    """Sets every dropout probability of a Hugging Face config to 0 (attention_dropout, hidden_dropout, resid_pdrop, …:
+    some models read them as floats, not through nn.Dropout modules)."""
+    for key, value in list(vars(config).items()):
+        if isinstance(value, float) and ("dropout" in key or "pdrop" in key):
+            setattr(config, key, 0.0)
+
+
+def hf_policy(model: nn.Module, cfg: Any, with_value: bool) -> Policy:
+    """A loaded Hugging Face causal LM as the policy: gradient checkpointing, LoRA (its adapter in fp32 over a base of
+    any dtype) and the value head as the config asks, dropout off unless `model.dropout`."""
     if cfg.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.config.use_cache = False
@@ -260,7 +281,15 @@ def _build_hf(cfg: Any, device: torch.device, with_value: bool) -> tuple[Policy,
             raise RuntimeError("model.lora needs the peft package in the trainer's Python (pip install peft)") from e
         lora = cfg.model.lora
         targets = lora.target_modules or ["q_proj", "k_proj", "v_proj", "o_proj"]
-        model = peft.get_peft_model(model, peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets, task_type="CAUSAL_LM"))
+        for p in model.parameters():
+            p.requires_grad_(False)
+        model = peft.get_peft_model(model, peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets, task_type="CAUSAL_LM"), autocast_adapter_dtype=True)
+        for p in model.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+    if not cfg.model.dropout:
+        for m in model.modules():
+            if isinstance(m, nn.Dropout):
+                m.p = 0.0
     hidden = model.config.hidden_size if hasattr(model.config, "hidden_size") else model.get_input_embeddings().embedding_dim
-    policy = Policy(model, "hf", with_value, hidden)
-    return policy.to(device), Tokenizer(tok, "hf")
+    return Policy(model, "hf", with_value, hidden)

@@ -1,8 +1,13 @@
 """Multi-turn rollouts, as Search-R1's generation loop (`search_r1/llm_agent/generation.py`) does them, with every
 token's role tracked from the start (never reconstructed by re-tokenising text).
 
-One trajectory: the prompt, then turns. A turn is generated (batched over every active trajectory, KV-cached) until
-`</search>`, `</answer>`, an end-of-sequence token, the per-turn token budget or the response budget. The turn's
+This loop is the protocol, and the only implementation of it: every engine and the policy server call `run_rollouts`
+with a `TurnGenerator` (generation.py's `LMGenerator` over the policy, or a stand-in); the generator never sees the
+protocol except through its `Stops`.
+
+One trajectory: the prompt, then turns. A turn is generated (batched over every active trajectory of a wave, see
+`RolloutSettings.wave_size`) until `</search>`, `</answer>`, an end-of-sequence token (`search_r1_stops`), the
+per-turn token budget or the response budget. The turn's
 action is Search-R1's: the first `<(search|answer)>(.*?)</\\1>` of the turn's text.
 - answer: the trajectory is done (`finish: answer`);
 - search: the query goes to `/retrieve` (one batched request for the whole turn) and the observation
@@ -22,12 +27,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
-
-import torch
+from typing import Any
 
 from .data import Example
 from .env_client import EnvClient, passages_to_string
+from .generation import Stops, TurnGenerator
 
 ACTION_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 INVALID_ACTION_FEEDBACK = (
@@ -35,6 +39,11 @@ INVALID_ACTION_FEEDBACK = (
     "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"
 )
 STOP_STRINGS = ("</search>", "</answer>")
+
+
+def search_r1_stops(tokenizer: Any) -> Stops:
+    """The stop condition of a Search-R1 turn: `</search>`, `</answer>` or an end-of-sequence token."""
+    return Stops(tokenizer, STOP_STRINGS)
 
 
 def observation(hits: list[dict[str, Any]]) -> str:
@@ -46,18 +55,6 @@ def turn_action(text: str) -> tuple[str | None, str]:
     """Search-R1's `postprocess_predictions`: (search|answer|None, the stripped content)."""
     m = ACTION_RE.search(text)
     return (m.group(1), m.group(2).strip()) if m else (None, "")
-
-
-@dataclass
-class GeneratedTurn:
-    ids: list[int]
-    logprobs: list[float]  # log-probability of each sampled token under the sampling distribution
-
-
-class TurnGenerator(Protocol):
-    """What produces a turn: the policy (LMGenerator) or, in tests, a scripted stand-in for the model."""
-
-    def generate(self, contexts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[GeneratedTurn]: ...
 
 
 @dataclass
@@ -97,96 +94,6 @@ class Trajectory:
         self.sample_logprobs.extend(logprobs if logprobs is not None else [None] * len(ids))
 
 
-def stops_turn(tokenizer: Any, ids: Sequence[int]) -> bool:
-    """A turn ends at an end-of-sequence token or once its text contains `</search>` or `</answer>`."""
-    if ids and ids[-1] in tokenizer.eos_ids:
-        return True
-    tail = tokenizer.decode(ids[-12:])
-    return any(s in tail for s in STOP_STRINGS)
-
-
-class LMGenerator:
-    """Batched sampling from the policy with a KV cache: the contexts are left-padded and prefilled once, then one
-    token per step for the whole batch until every sequence has stopped."""
-
-    def __init__(self, policy: Any, tokenizer: Any, temperature: float, top_p: float, device: torch.device, generator: torch.Generator | None = None, autocast: Any = None):
-        self.policy = policy
-        self.tokenizer = tokenizer
-        self.temperature = temperature
-        self.top_p = top_p
-        self.device = device
-        self.generator = generator
-        self.autocast = autocast
-
-    def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits = logits.float()
-        if self.temperature == 0:
-            tok = logits.argmax(-1)
-            return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None]).squeeze(-1)
-        logits = logits / self.temperature
-        logp = torch.log_softmax(logits, -1)
-        probs = logp.exp()
-        if self.top_p < 1.0:
-            sorted_p, order = probs.sort(-1, descending=True)
-            keep = (sorted_p.cumsum(-1) - sorted_p) < self.top_p
-            keep[:, 0] = True
-            probs = torch.zeros_like(probs).scatter(-1, order, sorted_p * keep)
-        tok = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
-        return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
-
-    @torch.no_grad()
-    def generate(self, contexts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[GeneratedTurn]:
-        B = len(contexts)
-        T = max(len(c) for c in contexts)
-        pad = self.tokenizer.pad_id
-        ids = torch.full((B, T), pad, dtype=torch.long)
-        attn = torch.zeros((B, T), dtype=torch.long)
-        for i, c in enumerate(contexts):
-            ids[i, T - len(c) :] = torch.tensor(c, dtype=torch.long)
-            attn[i, T - len(c) :] = 1
-        ids, attn = ids.to(self.device), attn.to(self.device)
-        pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = [GeneratedTurn([], []) for _ in range(B)]
-        running = [True] * B
-        with self.autocast() if self.autocast else _null():
-            logits, past, _ = self.policy(ids, attn, pos, use_cache=True, logits_to_keep=1)
-        next_logits = logits[:, -1]
-        last_pos = pos[:, -1]
-        for _ in range(max(budgets)):
-            tok, lp = self._sample(next_logits)
-            toks, lps = tok.tolist(), lp.tolist()
-            feed = []
-            for i in range(B):
-                if running[i]:
-                    out[i].ids.append(toks[i])
-                    out[i].logprobs.append(lps[i])
-                    if len(out[i].ids) >= budgets[i] or stops_turn(self.tokenizer, out[i].ids):
-                        running[i] = False
-                        feed.append(False)
-                        continue
-                    feed.append(True)
-                else:
-                    feed.append(False)
-            if not any(running):
-                break
-            live = torch.tensor(feed, dtype=torch.long, device=self.device)
-            step_ids = torch.where(live.bool(), tok, torch.full_like(tok, pad))[:, None]
-            attn = torch.cat([attn, live[:, None]], dim=1)
-            last_pos = last_pos + 1
-            with self.autocast() if self.autocast else _null():
-                logits, past, _ = self.policy(step_ids, attn, last_pos[:, None], past, use_cache=True)
-            next_logits = logits[:, -1]
-        return out
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
-
-
 @dataclass
 class RolloutSettings:
     max_turns: int
@@ -194,6 +101,9 @@ class RolloutSettings:
     max_response_length: int
     max_obs_length: int
     topk: int
+    # Trajectories taken through all their turns together (a multiple of n; None: all of them). Bounds the KV cache a
+    # generator keeps across turns (LMGenerator.wave_size); each wave makes its own /retrieve request per turn.
+    wave_size: int | None = None
 
 
 def retrieval_entry(query: str, hits: list[dict[str, Any]]) -> dict[str, Any]:
@@ -268,17 +178,32 @@ def run_rollouts(
     s: RolloutSettings,
     warn: Callable[[str], None] = lambda _m: None,
 ) -> list[Trajectory]:
-    """n trajectories per example (a GRPO group each); `prompts[i]` is example i's prompt text and token ids. Each
-    turn is one batched generation over the active trajectories and one batched `/retrieve`; take_turn and observe
-    are the protocol, per trajectory (the veRL engine's agent loop calls them one trajectory at a time)."""
+    """n trajectories per example (a GRPO group each); `prompts[i]` is example i's prompt text and token ids. The
+    trajectories go through their turns in waves of `s.wave_size`; the generator is called once per wave and turn
+    with every active trajectory of the wave (keyed by its index, so it may keep their caches between turns) and
+    released after each wave. take_turn and observe are the protocol, per trajectory (the veRL engine's agent loop
+    calls them one trajectory at a time)."""
     trajs = [Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1])) for g, ex in enumerate(examples) for k in range(n)]
+    size = s.wave_size or len(trajs)
     cut = {"truncated": 0, "longest": 0}
+    for lo in range(0, len(trajs), size):
+        try:
+            _run_wave(trajs, range(lo, min(lo + size, len(trajs))), generator, tokenizer, env, s, cut)
+        finally:
+            generator.release()
+    message = truncation_warning(cut, s.max_obs_length)
+    if message:
+        warn(message)
+    return trajs
+
+
+def _run_wave(trajs: list[Trajectory], wave: range, generator: TurnGenerator, tokenizer: Any, env: EnvClient, s: RolloutSettings, cut: dict[str, int]) -> None:
     for turn in range(s.max_turns + 1):
-        active = [t for t in trajs if not t.done]
+        active = [i for i in wave if not trajs[i].done]
         if not active:
             break
-        outs = generator.generate([t.prompt_ids + t.ids for t in active], [turn_budget(t, s) for t in active])
-        requests = [(t, take_turn(t, o.ids, o.logprobs, tokenizer.decode(o.ids), turn == s.max_turns, s)) for t, o in zip(active, outs)]
+        outs = generator.generate([trajs[i].prompt_ids + trajs[i].ids for i in active], [turn_budget(trajs[i], s) for i in active], active)
+        requests = [(t, take_turn(t, o.ids, o.logprobs, tokenizer.decode(o.ids), turn == s.max_turns, s)) for t, o in zip((trajs[i] for i in active), outs)]
         searches = [(t, r) for t, r in requests if r is not None and r[0] == "search"]
         results = env.retrieve([r[1] for _, r in searches], s.topk) if searches else []
         for (t, r), hits in zip(searches, results):
@@ -286,7 +211,3 @@ def run_rollouts(
         for t, r in requests:
             if r is not None and r[0] == "invalid":
                 observe(t, r, None, tokenizer, s, cut)
-    message = truncation_warning(cut, s.max_obs_length)
-    if message:
-        warn(message)
-    return trajs

@@ -23,7 +23,10 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-RUN_FORMAT_VERSION = 1
+RUN_FORMAT_VERSION = 1  # run.json
+# Rollout records: version 2 added tokens.rollout_logprob (the log-prob at sampling time) beside tokens.logprob (the
+# trainer's old log-prob). Readers accept 1 and 2 (src/core/run/format.ts).
+ROLLOUT_RECORD_VERSION = 2
 
 
 def _now() -> str:
@@ -178,7 +181,7 @@ class RunWriter:
 def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dict[str, list[Any]] | None) -> dict[str, Any]:
     """A rollout record (DESIGN §4.3) for one trajectory."""
     rec: dict[str, Any] = {
-        "v": RUN_FORMAT_VERSION,
+        "v": ROLLOUT_RECORD_VERSION,
         "id": f"{run_id}:{split}:{step}:{traj.group}:{traj.sample}",
         "step": step,
         "group": f"{step}:{traj.group}",

@@ -5,11 +5,14 @@ A step:
 1. rollout: `rollout.batch_size` prompts × `rollout.n` samples, multi-turn against the env server (rollout.py);
 2. reward: the env server's `/reward` scores every trajectory with the user's reward module (the trainer computes
    none itself; it also asks for the built-in EM/F1/format measures, for the metrics only);
-3. old log-probs (and values for PPO, reference log-probs when β > 0) over the response window (batch.py);
+3. old log-probs (and values for PPO, reference log-probs when β > 0) over the response window (batch.py). On an
+   on-policy step (one epoch, one mini-batch) the update's own forward gives them, detached (ρ = 1 exactly, as
+   veRL does), and the separate pass runs only for what is needed before the update (PPO's values, a KL reward);
 4. advantages (advantages.py): GRPO / Dr. GRPO per group, REINFORCE++ over the batch, GAE for PPO;
 5. update: `optim.ppo_epochs` passes over shuffled mini-batches of `optim.mini_batch_size` sequences, each an optimizer
    step accumulated over micro-batches of `optim.micro_batch_size`; loss = policy loss − entropy_coef·H + β·KL
-   (+ vf_coef · value loss); gradient clipping; linear LR warmup;
+   (+ vf_coef · value loss); gradient clipping per parameter group (the policy, and PPO's value head on its own);
+   linear LR warmup;
 6. metrics, rollout records with their token arrays, checkpoint, evaluation.
 Held-out evaluation (greedy, one sample per question) runs before the first update and every `train.eval_every`
 steps; its metrics are `val/*` (val/em is the exact match of the final answer).
@@ -44,8 +47,9 @@ from .config import Section
 from .data import EpochSampler, Example, load_dataset, render_prompt
 from .env_client import EnvClient
 from .losses import Aggregation, kl_penalty, masked_mean, objective
-from .policy import Reference, build_policy, window_stats
-from .rollout import INVALID_ACTION_FEEDBACK, LMGenerator, RolloutSettings, Trajectory, run_rollouts
+from .generation import LMGenerator, auto_max_batch_tokens
+from .policy import Reference, build_policy, compute_dtype, window_stats
+from .rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, Trajectory, run_rollouts, search_r1_stops
 from .run_writer import RunWriter, rollout_record
 from .watchdog import watch_parent
 
@@ -86,9 +90,13 @@ class Trainer:
         return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
 
     def _autocast(self):
-        if self.device.type == "cuda" and self.cfg.model.dtype in ("auto", "bf16"):
-            return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
-        return None
+        """One autocast context factory for the run (None: fp32): bf16 when model.dtype is bf16, or auto on CUDA."""
+        dtype = compute_dtype(self.cfg, self.device)
+        return (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype is not None else None
+
+    def _build_policy(self, vocab_texts: list[str], tokenizer_file: str | None) -> tuple[Any, Any]:
+        """The policy and its tokenizer (the GPU benchmark builds a random model from a config instead)."""
+        return build_policy(self.cfg, vocab_texts, self.device, tokenizer_file=tokenizer_file)
 
     def _ctx(self):
         a = self._autocast()
@@ -116,8 +124,8 @@ class Trainer:
         tok_file = next((str(p / "tokenizer.json") for p in (ckpt, init) if p is not None and (p / "tokenizer.json").exists()), None)
         vocab_texts = [cfg.data.prompt_template, INVALID_ACTION_FEEDBACK, "Doc 1(Title: ) \n<information></information>"]
         vocab_texts += [f"{e.question} {' '.join(e.golden)}" for e in self.train_set + self.eval_set]
-        self.policy, self.tok = build_policy(cfg, vocab_texts, self.device, tokenizer_file=tok_file)
-        if init is not None and ckpt is None:
+        self.policy, self.tok = self._build_policy(vocab_texts, tok_file)
+        if init is not None:  # also on resume: the reference below is model.init's policy
             load_trainable(self.policy, init / "trainable.pt")
             w.log(f"initial weights from {init}")
         # The reference policy of the KL term is the policy RL starts from: the initial weights, or the warm start's
@@ -126,6 +134,8 @@ class Trainer:
         if ckpt is not None and self.warmup_applies() and warm0.exists():
             load_trainable(self.policy, warm0)
         self.reference = Reference(self.policy) if cfg.algorithm.kl_coef > 0 else None
+        self.stops = search_r1_stops(self.tok)
+        self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, compute_dtype(cfg, self.device))
 
         self.train_prompts = self._prompts(self.train_set, "data.train")
         self.eval_prompts = self._prompts(self.eval_set, "data.eval") if self.eval_set else []
@@ -141,10 +151,14 @@ class Trainer:
             if longest > self.policy.backbone.max_len:
                 raise RuntimeError(f"model.tiny.max_len ({self.policy.backbone.max_len}) is shorter than the longest prompt plus rollout.max_response_length ({longest} tokens)")
 
+        # Parameter groups, each with its own lr, warm-up and gradient clip: the policy, and PPO's value head (a shared
+        # backbone's early value-loss gradients would otherwise dominate one global norm and shrink the policy's step).
         params = [p for n, p in self.policy.named_parameters() if p.requires_grad and not n.startswith("value_head.")]
         groups = [{"params": params, "lr": cfg.optim.lr}]
+        self.warmups = [cfg.optim.warmup_steps]
         if self.policy.value_head is not None:
             groups.append({"params": list(self.policy.value_head.parameters()), "lr": cfg.optim.critic_lr if cfg.optim.critic_lr is not None else 10 * cfg.optim.lr})
+            self.warmups.append(cfg.optim.critic_warmup_steps if cfg.optim.critic_warmup_steps is not None else cfg.optim.warmup_steps)
         self.base_lrs = [g["lr"] for g in groups]
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.optim.weight_decay)
         self.sampler = EpochSampler(len(self.train_set), cfg.seed)
@@ -161,8 +175,10 @@ class Trainer:
         self.trainable_params = [p for g in groups for p in g["params"]]
         n_params = sum(p.numel() for p in self.policy.parameters())
         n_train = sum(p.numel() for p in self.trainable_params)
-        w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set))
-        w.log(f"{cfg.model.kind} policy: {n_params:,} parameters ({n_train:,} trained) on {self.device}; {len(self.train_set)} train / {len(self.eval_set)} eval examples")
+        dtype = compute_dtype(cfg, self.device)
+        precision = "fp32" if dtype is None else "bf16 autocast, fp32 master weights"
+        w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set), precision=precision, max_batch_tokens=self.max_batch_tokens)
+        w.log(f"{cfg.model.kind} policy: {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}, dropout {'on' if cfg.model.dropout else 'off'}; {len(self.train_set)} train / {len(self.eval_set)} eval examples")
         return start
 
     def _prompts(self, examples: list[Example], key: str) -> list[tuple[str, list[int]] | None]:
@@ -181,15 +197,25 @@ class Trainer:
         return out
 
     # -- phases -----------------------------------------------------------------------------------------------
-    def _settings(self) -> RolloutSettings:
+    def _settings(self, generator: LMGenerator, prompts: Sequence[tuple[str, list[int]]], n: int) -> RolloutSettings:
         r = self.cfg.rollout
-        return RolloutSettings(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, self.cfg.retriever.topk)
+        wave = generator.wave_size(max(len(p[1]) for p in prompts), r.max_response_length, n)
+        return RolloutSettings(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, self.cfg.retriever.topk, wave)
 
     def _generator(self, step: int, greedy: bool) -> LMGenerator:
         g = torch.Generator(device=self.device)
         g.manual_seed(self.cfg.seed * 1_000_003 + step)
         r = self.cfg.rollout
-        return LMGenerator(self.policy, self.tok, 0.0 if greedy else r.temperature, r.top_p, self.device, g, self._autocast())
+        return LMGenerator(self.policy, self.tok, 0.0 if greedy else r.temperature, r.top_p, self.device, self.stops, g, self._autocast(), self.max_batch_tokens)
+
+    def _rollouts(self, examples: Sequence[Example], prompts: Sequence[tuple[str, list[int]]], n: int, step: int, greedy: bool) -> list[Trajectory]:
+        gen = self._generator(step, greedy)
+        return run_rollouts(examples, prompts, n, gen, self.tok, self.env, self._settings(gen, prompts, n), warn=self.writer.warning)
+
+    def on_policy(self, batch_size: int) -> bool:
+        """One epoch over one mini-batch: the update starts from the policy that sampled, so its own forward (detached)
+        gives the old log-probs (veRL's shortcut; the ratio is exactly 1 and the separate pass is saved)."""
+        return self.cfg.optim.ppo_epochs == 1 and batch_size <= self.cfg.optim.mini_batch_size
 
     def _score(self, trajs: list[Trajectory]) -> int:
         """Rewards from /reward; a failed item is reported, kept with reward 0 for training and its error recorded."""
@@ -211,7 +237,9 @@ class Trainer:
     @torch.no_grad()
     def _old_logprobs(self, batch: SequenceBatch) -> dict[str, float]:
         """Old log-probs and entropies (on the loss tokens), values (PPO, every window position) and reference
-        log-probs, over the response window, in micro-batches."""
+        log-probs, over the response window, in micro-batches. On an on-policy step the policy's pass runs only when
+        something before the update needs it (values for GAE, old log-probs for a KL reward); the update fills in
+        the rest from its own forward."""
         B, R = batch.size, batch.window
         temp = self.cfg.rollout.temperature or 1.0
         old = torch.zeros(B, R)
@@ -219,19 +247,21 @@ class Trainer:
         vals = torch.zeros(B, R) if self.policy.value_head is not None else None
         ref = torch.zeros(B, R) if self.reference is not None else None
         timing = {"old_log_prob": 0.0, "ref": 0.0}
+        policy_pass = not self.on_policy(B) or vals is not None or (self.cfg.algorithm.kl_in_reward and ref is not None)
         self.policy.eval()
         for idx in by_length(batch, range(B), self.cfg.optim.micro_batch_size):
             mb = batch.select(idx).to(self.device)
             r = mb.window
             where = mb.loss_mask.bool()
-            t0 = time.perf_counter()
-            with self._ctx():
-                s = window_stats(self.policy, mb, where, temp, want_entropy=True, want_values=vals is not None)
-            old[idx, R - r :] = s.logprob.cpu()
-            ent[idx, R - r :] = s.entropy.cpu()
-            if vals is not None:
-                vals[idx, R - r :] = s.values.float().cpu()
-            timing["old_log_prob"] += time.perf_counter() - t0
+            if policy_pass:
+                t0 = time.perf_counter()
+                with self._ctx():
+                    s = window_stats(self.policy, mb, where, temp, want_entropy=True, want_values=vals is not None)
+                old[idx, R - r :] = s.logprob.cpu()
+                ent[idx, R - r :] = s.entropy.cpu()
+                if vals is not None:
+                    vals[idx, R - r :] = s.values.float().cpu()
+                timing["old_log_prob"] += time.perf_counter() - t0
             if ref is not None:
                 t0 = time.perf_counter()
                 with self._ctx():
@@ -258,17 +288,18 @@ class Trainer:
             batch.advantages = adv[:, None] * mask
             batch.returns = batch.advantages.clone()
         elif a.name == "reinforce++":
-            batch.advantages, batch.returns = reinforce_plus_plus_advantage(rewards, mask, a.gamma)
+            batch.advantages, batch.returns = reinforce_plus_plus_advantage(rewards, mask, a.gamma, whiten_mask=batch.loss_mask)
         else:
-            batch.advantages, batch.returns = gae_advantage(rewards, batch.old_values, mask, a.gamma, a.lam)
+            batch.advantages, batch.returns = gae_advantage(rewards, batch.old_values, mask, a.gamma, a.lam, whiten_mask=batch.loss_mask)
         return m
 
     def _update(self, batch: SequenceBatch, step: int) -> dict[str, float]:
         cfg, a, o = self.cfg, self.cfg.algorithm, self.cfg.optim
-        lr_scale = lr_multiplier(step, self.total, o.warmup_steps, o.lr_schedule, o.min_lr_ratio)
-        for g, base in zip(self.optimizer.param_groups, self.base_lrs):
-            g["lr"] = base * lr_scale
+        for g, base, warmup in zip(self.optimizer.param_groups, self.base_lrs, self.warmups):
+            g["lr"] = base * lr_multiplier(step, self.total, warmup, o.lr_schedule, o.min_lr_ratio)
         temp = cfg.rollout.temperature or 1.0
+        on_policy = self.on_policy(batch.size)
+        R = batch.window
         gen = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
         sums: dict[str, float] = {}
         counts: dict[str, float] = {}
@@ -277,7 +308,7 @@ class Trainer:
             sums[key] = sums.get(key, 0.0) + value * weight
             counts[key] = counts.get(key, 0.0) + weight
 
-        grad_norms: list[float] = []
+        grad_norms: dict[str, list[float]] = {"actor/grad_norm": [], "critic/grad_norm": []}
         skipped = 0
         tokens = 0
         self.policy.train()
@@ -292,18 +323,25 @@ class Trainer:
                     tokens += int(mb.attention_mask.sum())
                     with self._ctx():
                         st = window_stats(self.policy, mb, mb.loss_mask.bool(), temp, want_entropy=True, want_values=self.policy.value_head is not None, entropy_grad=a.entropy_coef > 0)
+                        if on_policy:  # π_old = π_θ before this (only) optimizer step: ρ = 1 exactly
+                            mb.old_logprob = st.logprob.detach()
+                            r = mb.window
+                            batch.old_logprob[micro, R - r :] = mb.old_logprob.cpu()
+                            self._entropy_window[micro, R - r :] = st.entropy.detach().cpu()
                         loss, stats = objective(st.logprob, st.entropy, st.values, mb, a, agg, vagg)
                     w_tokens, w_values = float(mb.loss_mask.sum()), float(mb.adv_mask.sum())
                     for k, v in stats.items():
                         # losses are micro-batch shares of the mini-batch loss (summed); ratios are token-weighted
                         add(k, v, 1.0 if k in LOSS_KEYS else w_values if k == "critic/vf_clipfrac" else w_tokens)
                     loss.backward()
-                norm = torch.nn.utils.clip_grad_norm_(self.trainable_params, o.grad_clip if o.grad_clip > 0 else float("inf"))
-                grad_norms.append(float(norm))
-                if not math.isfinite(float(norm)):
-                    self.writer.warning(f"step {step}: the gradient norm is {float(norm)}; this optimizer step was skipped")
+                clip = o.grad_clip if o.grad_clip > 0 else float("inf")
+                norms = [float(torch.nn.utils.clip_grad_norm_(g["params"], clip)) for g in self.optimizer.param_groups]
+                for key, norm in zip(grad_norms, norms):
+                    grad_norms[key].append(norm)
+                if not all(math.isfinite(n) for n in norms):
+                    self.writer.warning(f"step {step}: a gradient norm is not finite ({', '.join(f'{n:g}' for n in norms)}); this optimizer step was skipped")
                     skipped += 1
-                elif float(norm) == 0.0:
+                elif all(n == 0.0 for n in norms):
                     # No learning signal (e.g. every GRPO group's rewards equal, no KL/entropy term): no update.
                     # Stepping anyway would let Adam's momentum keep moving the weights on zero gradients.
                     skipped += 1
@@ -316,7 +354,9 @@ class Trainer:
         for k, v in sums.items():
             # losses are summed over micro-batches into one value per mini-batch, then averaged over mini-batches
             out[k] = v / n_minis if k in LOSS_KEYS else v / max(counts[k], 1e-9)
-        out["actor/grad_norm"] = _mean(grad_norms)
+        for key, norms in grad_norms.items():
+            if norms:
+                out[key] = _mean(norms)
         out["actor/skipped_updates"] = float(skipped)
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         if self.reference is not None:
@@ -341,12 +381,13 @@ class Trainer:
                     return None if x is None else [0.0] * P + [round(float(v), 6) for v in x[i, R - r :].tolist()]
 
                 tokens["loss_mask"] = [0] * P + [int(v) for v in batch.loss_mask[i, R - r :].tolist()]
-                for key, x in (("logprob", batch.old_logprob), ("ref_logprob", batch.ref_logprob), ("advantage", batch.advantages), ("value", batch.old_values), ("entropy", self._entropy_window)):
+                for key, x in (("rollout_logprob", batch.rollout_logprob), ("logprob", batch.old_logprob), ("ref_logprob", batch.ref_logprob), ("advantage", batch.advantages), ("value", batch.old_values), ("entropy", self._entropy_window)):
                     v = row(x)
                     if v is not None:
                         tokens[key] = v
             else:
                 tokens["loss_mask"] = [0] * P + [1 if role == "generated" else 0 for role in t.roles]
+                tokens["rollout_logprob"] = [0.0] * P + [0.0 if x is None else round(float(x), 6) for x in t.sample_logprobs]
             out.append(rollout_record(t, run_id=self.writer.run["id"], step=step, split=split, tokens=tokens))
         return out
 
@@ -388,8 +429,10 @@ class Trainer:
         w.progress(step, self.total, "rollout")
         t0 = time.perf_counter()
         self.policy.eval()
-        trajs = run_rollouts(examples, prompts, cfg.rollout.n, self._generator(step, greedy=False), self.tok, self.env, self._settings(), warn=w.warning)
+        retrieve0 = self.env.seconds["retrieve"]
+        trajs = self._rollouts(examples, prompts, cfg.rollout.n, step, greedy=False)
         timing["rollout"] = time.perf_counter() - t0
+        timing["retrieve"] = self.env.seconds["retrieve"] - retrieve0
         if cfg.test and cfg.test.crash_at_step == step:
             raise RuntimeError(f"test.crash_at_step: a crash at step {step}, on purpose")
 
@@ -435,13 +478,9 @@ class Trainer:
             m["critic/returns/mean"] = float(ret.mean())
             m["critic/vf_explained_var"] = float(1 - (ret - v).var() / (ret.var() + 1e-5))
         m.update(self._rollout_metrics(trajs))
-        gen_mask = batch.generated_mask.bool()
+        gen_mask = batch.generated_mask.bool() & batch.loss_mask.bool()  # old log-probs exist on the loss tokens only
         if cfg.rollout.top_p >= 1.0 and gen_mask.any():
-            sample_lp = torch.zeros_like(batch.old_logprob)
-            for i, t in enumerate(trajs):
-                r = len(t.ids)
-                sample_lp[i, batch.window - r :] = torch.tensor([x if x is not None else 0.0 for x in t.sample_logprobs])
-            m["rollout/logprob_diff_max"] = float((sample_lp - batch.old_logprob)[gen_mask].abs().max())
+            m["rollout/logprob_diff_max"] = float((batch.rollout_logprob - batch.old_logprob)[gen_mask].abs().max())
         generated = sum(t.roles.count("generated") for t in trajs)
         timing["step"] = time.perf_counter() - t_step
         for k, v in timing.items():
@@ -464,7 +503,7 @@ class Trainer:
         trajs: list[Trajectory] = []
         size = max(1, cfg.rollout.batch_size * cfg.rollout.n)
         for lo in range(0, len(self.eval_set), size):
-            part = run_rollouts(self.eval_set[lo : lo + size], self.eval_prompts[lo : lo + size], 1, self._generator(step, greedy=True), self.tok, self.env, self._settings(), warn=w.warning)
+            part = self._rollouts(self.eval_set[lo : lo + size], self.eval_prompts[lo : lo + size], 1, step, greedy=True)
             for t in part:
                 t.group += lo
             trajs += part

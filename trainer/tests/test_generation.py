@@ -1,15 +1,19 @@
-"""The policy's batched, KV-cached sampler (rollout.LMGenerator): the same tokens as decoding each sequence alone
-without a cache, stops at `</search>`, `</answer>`, EOS and the budget, and log-probs that match the ones the
-update recomputes."""
+"""The policy's batched, KV-cached sampler (generation.LMGenerator): the same tokens as decoding each sequence alone
+without a cache — with shared prompt prefills, rows parked out of the decode batch, several decode batches under a
+small token budget, and the cache extended across turns —, stops at `</search>`, `</answer>`, EOS and the budget
+(checked by token id first), and log-probs that match the ones the update recomputes."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from search_agent_trainer.generation import LMGenerator, Stops
 from search_agent_trainer.policy import Policy, Tokenizer, token_logprobs
-from search_agent_trainer.rollout import LMGenerator, stops_turn
+from search_agent_trainer.rollout import search_r1_stops
 from search_agent_trainer.tiny import TinyCausalLM, TinyTokenizer
+
+CPU = torch.device("cpu")
 
 TEXT = "Question: where is Paris? <think> it is in France </think> <search> Paris France </search> <answer> France </answer>"
 
@@ -31,7 +35,7 @@ def _greedy_alone(policy, tok, context, budget):
         nxt = int(logits[0, -1].argmax())
         out.append(nxt)
         ids.append(nxt)
-        if stops_turn(tok, out):
+        if search_r1_stops(tok).ended(out):
             break
     return out
 
@@ -40,10 +44,77 @@ def test_batched_kv_cached_greedy_equals_decoding_each_sequence_alone():
     tok, policy = _tiny()
     contexts = [tok.encode("Question: where is Paris?"), tok.encode("France"), tok.encode("<think> it is in France </think> <search> Paris")]
     budgets = [7, 12, 4]
-    got = LMGenerator(policy, tok, temperature=0.0, top_p=1.0, device=torch.device("cpu")).generate(contexts, budgets)
+    got = LMGenerator(policy, tok, 0.0, 1.0, CPU, search_r1_stops(tok)).generate(contexts, budgets)
     for c, b, g in zip(contexts, budgets, got):
         assert g.ids == _greedy_alone(policy, tok, c, b)
         assert len(g.ids) <= b
+
+
+def test_shared_prefills_parked_rows_and_small_token_budgets_give_the_same_tokens():
+    tok, policy = _tiny(3)
+    base = [tok.encode("Question: where is Paris?"), tok.encode("France"), tok.encode("<think> it is in France </think> <search> Paris")]
+    contexts = [base[0]] * 3 + [base[1]] * 2 + [base[2]] * 3  # a group's samples share their prompt
+    budgets = [2, 9, 30, 5, 17, 1, 24, 12]
+    alone = [_greedy_alone(policy, tok, c, b) for c, b in zip(contexts, budgets)]
+    gen = LMGenerator(policy, tok, 0.0, 1.0, CPU, search_r1_stops(tok))
+    assert [g.ids for g in gen.generate(contexts, budgets)] == alone
+    assert gen.stats["prefill_tokens"] == sum(len(c) for c in base)  # each distinct context prefilled once
+    assert gen.stats["rows_parked"] > 0  # rows whose turn stopped left the decode batch
+    small = LMGenerator(policy, tok, 0.0, 1.0, CPU, search_r1_stops(tok), max_batch_tokens=60)
+    assert [g.ids for g in small.generate(contexts, budgets)] == alone  # several decode batches, one after the other
+
+
+def _two_turns(policy, tok, extend: bool, seed: int = 0):
+    """Two sampled turns of three trajectories; between them, an observation is appended to each context."""
+    gen = LMGenerator(policy, tok, 1.0, 1.0, CPU, search_r1_stops(tok), generator=torch.Generator().manual_seed(seed), extend_cache=extend)
+    prompt = tok.encode("Question: where is Paris?")
+    contexts = [prompt, prompt, tok.encode("France")]
+    keys = ["a", "b", "c"]
+    first = gen.generate(contexts, [6, 9, 4], keys)
+    obs = [tok.encode("<information> Paris is in France </information>"), tok.encode(" it is in"), tok.encode("<information> France </information>")]
+    contexts = [c + o.ids + x for c, o, x in zip(contexts, first, obs)]
+    second = gen.generate(contexts[:2] + [contexts[2]], [8, 5, 7], keys)
+    return gen, first, second, contexts
+
+
+def test_extending_the_cache_across_turns_samples_the_same_tokens_as_prefilling_again():
+    tok, policy = _tiny(4)
+    gen, first, second, contexts = _two_turns(policy, tok, extend=True)
+    ref, first_r, second_r, _ = _two_turns(policy, tok, extend=False)
+    assert [o.ids for o in first] == [o.ids for o in first_r]
+    assert [o.ids for o in second] == [o.ids for o in second_r]
+    for o, r in zip(second, second_r):
+        torch.testing.assert_close(torch.tensor(o.logprobs), torch.tensor(r.logprobs), atol=1e-5, rtol=1e-5)
+    assert gen.stats["extend_tokens"] > 0 and ref.stats["extend_tokens"] == 0
+    assert gen.stats["prefill_tokens"] < ref.stats["prefill_tokens"]  # the second turn fed only the new tokens
+    # and the sampled log-probs are those of the full context, recomputed without a cache
+    for c, o in zip(contexts, second):
+        seq = torch.tensor([c + o.ids])
+        logits, _, _ = policy(seq, torch.ones_like(seq), torch.arange(seq.shape[1])[None])
+        torch.testing.assert_close(token_logprobs(logits[:, len(c) - 1 : -1], seq[:, len(c) :])[0], torch.tensor(o.logprobs), atol=1e-5, rtol=1e-5)
+
+
+def test_a_context_that_does_not_extend_the_cached_one_is_prefilled():
+    tok, policy = _tiny(5)
+    gen = LMGenerator(policy, tok, 0.0, 1.0, CPU, search_r1_stops(tok))
+    c = tok.encode("Question: where is Paris?")
+    gen.generate([c], [5], ["k"])
+    edited = tok.encode("Question: where is Lyon? France")  # e.g. a forked rollout with an edited query
+    before = gen.stats["prefill_tokens"]
+    [o] = gen.generate([edited], [6], ["k"])
+    assert gen.stats["prefill_tokens"] == before + len(edited)
+    assert o.ids == _greedy_alone(policy, tok, edited, 6)
+
+
+def test_stop_candidates_are_the_ids_that_can_complete_a_stop_string():
+    tok, _policy = _tiny()
+    stops = Stops(tok, ("</search>", "</answer>"))
+    assert tok.encode("</search>")[0] in stops.candidates and tok.encode("</answer>")[0] in stops.candidates
+    assert tok.encode(" Paris")[0] not in stops.candidates and tok.encode("<search>")[0] not in stops.candidates
+    assert tok.impl.eos_id in stops.eos_ids and stops.mask(CPU, tok.vocab_size)[tok.impl.eos_id]
+    multi = Stops(tok, ("is Paris",))  # a stop string over several tokens: the token that completes it is a candidate
+    assert tok.encode(" Paris")[0] in multi.candidates and tok.encode(" where")[0] not in multi.candidates
+    assert multi.ended(tok.encode("where is Paris")) and not multi.ended(tok.encode("where is"))
 
 
 class Bigram(nn.Module):
@@ -72,7 +143,7 @@ def test_turns_stop_after_the_token_that_closes_search_or_answer_or_at_eos_or_th
     eos_after = e("Question")[0]
     table[eos_after] = raw.eos_id
     table[raw.eos_id] = e(" is")[0]
-    gen = LMGenerator(Bigram(raw.vocab_size, table), tok, temperature=0.0, top_p=1.0, device=torch.device("cpu"))
+    gen = LMGenerator(Bigram(raw.vocab_size, table), tok, 0.0, 1.0, CPU, search_r1_stops(tok))
     out = gen.generate([e("<search>"), e("<answer>"), e("Question"), e("<search>")], [50, 50, 50, 2])
     assert raw.decode(out[0].ids) == " Paris France</search>"
     assert raw.decode(out[1].ids) == " where</answer>"
@@ -84,7 +155,7 @@ def test_sampled_log_probs_match_the_recomputed_ones_at_the_same_temperature():
     tok, policy = _tiny(1)
     contexts = [tok.encode("Question: where is Paris?"), tok.encode("<think>")]
     g = torch.Generator().manual_seed(0)
-    out = LMGenerator(policy, tok, temperature=0.7, top_p=1.0, device=torch.device("cpu"), generator=g).generate(contexts, [10, 10])
+    out = LMGenerator(policy, tok, 0.7, 1.0, CPU, search_r1_stops(tok), generator=g).generate(contexts, [10, 10])
     for c, o in zip(contexts, out):
         seq = torch.tensor([c + o.ids])
         logits, _, _ = policy(seq, torch.ones_like(seq), torch.arange(seq.shape[1])[None])
@@ -94,10 +165,30 @@ def test_sampled_log_probs_match_the_recomputed_ones_at_the_same_temperature():
 
 def test_top_p_keeps_only_the_nucleus():
     tok, policy = _tiny(2)
-    gen = LMGenerator(policy, tok, temperature=1.0, top_p=0.5, device=torch.device("cpu"), generator=torch.Generator().manual_seed(0))
+    gen = LMGenerator(policy, tok, 1.0, 0.5, CPU, search_r1_stops(tok), generator=torch.Generator().manual_seed(0))
     logits = torch.tensor([[5.0, 4.0, 0.0, -1.0]])
     seen = {int(gen._sample(logits)[0]) for _ in range(200)}
     assert seen == {0}  # p(0) ≈ 0.72 ≥ 0.5: the nucleus is token 0 alone
     gen.top_p = 0.9
     seen = {int(gen._sample(logits)[0]) for _ in range(400)}
     assert seen == {0, 1}
+
+
+def test_the_sampler_draws_from_the_temperature_scaled_distribution_and_its_nucleus(monkeypatch):
+    import search_agent_trainer.generation as generation
+
+    tok, policy = _tiny(2)
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0]]).repeat(4000, 1)
+    gen = LMGenerator(policy, tok, 0.8, 1.0, CPU, search_r1_stops(tok), generator=torch.Generator().manual_seed(1))
+    toks, lps = gen._sample(logits)
+    p = torch.softmax(logits[0] / 0.8, -1)
+    freq = torch.bincount(toks, minlength=4).float() / len(toks)
+    torch.testing.assert_close(freq, p, atol=0.03, rtol=0)
+    torch.testing.assert_close(lps, p.log()[toks])  # the log-prob of the full tempered distribution
+    # top-p 0.9: the nucleus is {0, 1, 2} (p ≈ 0.68, 0.19, 0.10, 0.03: 0.87 < 0.9 ≤ 0.97), renormalised
+    gen.top_p = 0.9
+    for candidates in (1024, 2):  # found among the top candidates, or (2 are not enough) by the full sort
+        monkeypatch.setattr(generation, "TOP_P_CANDIDATES", candidates)
+        toks, _ = gen._sample(logits)
+        freq = torch.bincount(toks, minlength=4).float() / len(toks)
+        torch.testing.assert_close(freq, torch.cat([p[:3] / p[:3].sum(), torch.zeros(1)]), atol=0.03, rtol=0)

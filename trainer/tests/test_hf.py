@@ -1,6 +1,8 @@
 """The transformers code path on CPU: a tiny random-initialised Qwen2 model (built from a config, with a byte-level BPE
 tokenizer and a ChatML chat template made by the test) trained for a few GRPO steps end to end against the real env
-server, with and without LoRA through peft; its rollout records pass the same mask audit as the tiny model's."""
+server, with and without LoRA through peft, in fp32 and in bf16 autocast; its rollout records pass the same mask audit
+as the tiny model's. Precision (fp32 master weights under bf16), the LoRA reference (the starting adapter, not the bare
+base), dropout off by default, and the KV cache of a DynamicCache extended across turns."""
 
 from __future__ import annotations
 
@@ -30,8 +32,9 @@ def hf_config(path: Path, **overrides) -> dict:
 
 def test_the_hf_tokenizer_adapter_and_multi_token_stops(qwen_dir):
     from search_agent_trainer.config import config_from_dict
+    from search_agent_trainer.generation import LMGenerator
     from search_agent_trainer.policy import build_policy
-    from search_agent_trainer.rollout import LMGenerator
+    from search_agent_trainer.rollout import search_r1_stops
 
     cfg = config_from_dict(hf_config(qwen_dir))
     policy, tok = build_policy(cfg, [], torch.device("cpu"))
@@ -54,20 +57,25 @@ def test_the_hf_tokenizer_adapter_and_multi_token_stops(qwen_dir):
                     logits[b, t, nxt] = 0.0
             return logits, None, None
 
-    out = LMGenerator(Chain(), tok, 0.0, 1.0, torch.device("cpu")).generate([tok.encode("Q")], [50])
+    stops = search_r1_stops(tok)
+    completes = next(close[k] for k in range(len(close)) if "</search>" in tok.decode(close[: k + 1]))
+    assert completes in stops.candidates  # the BPE token that completes "</search>" is a stop candidate
+    assert len(stops.candidates) < tok.vocab_size / 4  # few rows ever decode their tail
+    out = LMGenerator(Chain(), tok, 0.0, 1.0, torch.device("cpu"), stops).generate([tok.encode("Q")], [50])
     text = tok.decode(out[0].ids)
     assert text.endswith("</search>") and text.count("</search>") == 1
 
 
 def test_kv_cached_generation_matches_full_forward_for_qwen2(qwen_dir):
     from search_agent_trainer.config import config_from_dict
+    from search_agent_trainer.generation import LMGenerator
     from search_agent_trainer.policy import build_policy, token_logprobs
-    from search_agent_trainer.rollout import LMGenerator
+    from search_agent_trainer.rollout import search_r1_stops
 
     policy, tok = build_policy(config_from_dict(hf_config(qwen_dir)), [], torch.device("cpu"))
     policy.eval()
     contexts = [tok.encode("Question: in which town was Fidan born?"), tok.encode("<think>")]
-    out = LMGenerator(policy, tok, 1.0, 1.0, torch.device("cpu"), torch.Generator().manual_seed(0)).generate(contexts, [12, 12])
+    out = LMGenerator(policy, tok, 1.0, 1.0, torch.device("cpu"), search_r1_stops(tok), torch.Generator().manual_seed(0)).generate(contexts, [12, 12])
     for c, o in zip(contexts, out):
         seq = torch.tensor([c + o.ids])
         with torch.no_grad():
@@ -76,9 +84,114 @@ def test_kv_cached_generation_matches_full_forward_for_qwen2(qwen_dir):
         torch.testing.assert_close(lp[0], torch.tensor(o.logprobs), atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("lora", [False, True])
-def test_grpo_steps_end_to_end_with_and_without_lora(tmp_path, varied_env, qwen_dir, lora):
+def test_the_cache_of_a_dynamiccache_is_extended_across_turns_with_the_same_tokens(qwen_dir):
+    from search_agent_trainer.config import config_from_dict
+    from search_agent_trainer.generation import LMGenerator
+    from search_agent_trainer.policy import build_policy
+    from search_agent_trainer.rollout import search_r1_stops
+
+    policy, tok = build_policy(config_from_dict(hf_config(qwen_dir)), [], torch.device("cpu"))
+    policy.eval()
+
+    def two_turns(extend: bool):
+        gen = LMGenerator(policy, tok, 1.0, 1.0, torch.device("cpu"), search_r1_stops(tok), torch.Generator().manual_seed(3), extend_cache=extend)
+        q = tok.encode("Question: in which town was Fidan born?")
+        contexts = [q, q, q, tok.encode("<think>")]  # a group of three shares its prompt's prefill
+        first = gen.generate(contexts, [9, 4, 14, 6], keys=range(4))
+        obs = ["\n\n<information>Doc 1(Title: Fidan) born in Ossel</information>\n\n", "\nMy previous action is invalid.\n", " x", "\n\n<information></information>\n\n"]
+        contexts = [c + o.ids + tok.encode(x) for c, o, x in zip(contexts, first, obs)]
+        return gen, first, gen.generate(contexts, [7, 7, 7, 7], keys=range(4))
+
+    gen, first, second = two_turns(True)
+    ref, first_r, second_r = two_turns(False)
+    assert [o.ids for o in first + second] == [o.ids for o in first_r + second_r]
+    for o, r in zip(second, second_r):
+        torch.testing.assert_close(torch.tensor(o.logprobs), torch.tensor(r.logprobs), atol=1e-4, rtol=1e-4)
+    assert gen.stats["extend_tokens"] > 0 and gen.stats["prefill_tokens"] < ref.stats["prefill_tokens"]
+
+
+def test_bf16_keeps_fp32_master_weights_so_small_updates_are_not_lost(qwen_dir):
+    """At lr 1e-6 an AdamW step changes a weight of magnitude ~0.02 by far less than bf16's resolution (~1e-4 there):
+    bf16 weights updated in place barely move. Under model.dtype bf16 the weights stay fp32 and only the compute is
+    bf16 (autocast, on CPU too)."""
+    from search_agent_trainer.config import config_from_dict
+    from search_agent_trainer.policy import build_policy, compute_dtype
+
+    raw = hf_config(qwen_dir)
+    raw["model"]["dtype"] = "bf16"
+    cfg = config_from_dict(raw)
+    policy, tok = build_policy(cfg, [], torch.device("cpu"))
+    assert compute_dtype(cfg, torch.device("cpu")) == torch.bfloat16
+    params = [p for p in policy.parameters() if p.requires_grad]
+    assert all(p.dtype == torch.float32 for p in params)
+    before = [p.detach().clone() for p in params]
+    opt = torch.optim.AdamW(params, lr=1e-6)
+    ids = torch.tensor([tok.encode("Question: in which town was Fidan born? <answer> Ossel </answer>")])
+    for _ in range(3):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits, _, _ = policy(ids, torch.ones_like(ids), torch.arange(ids.shape[1])[None])
+        assert logits.dtype == torch.bfloat16  # computed in bf16
+        torch.nn.functional.cross_entropy(logits[0, :-1].float(), ids[0, 1:]).backward()
+        opt.step()
+        opt.zero_grad()
+    changed = sum(int((p != b).sum()) for p, b in zip(params, before)) / sum(p.numel() for p in params)
+    assert changed > 0.99, changed
+
+
+def test_lora_under_bf16_stores_the_frozen_base_in_bf16_and_the_adapter_in_fp32(qwen_dir):
+    from search_agent_trainer.config import config_from_dict
+    from search_agent_trainer.policy import build_policy
+
     cfg = hf_config(qwen_dir)
+    cfg["model"] = {"kind": "hf", "path": str(qwen_dir), "dtype": "bf16", "lora": {"r": 4, "alpha": 8}}
+    policy, _tok = build_policy(config_from_dict(cfg), [], torch.device("cpu"))
+    trained = {p.dtype for p in policy.parameters() if p.requires_grad}
+    frozen = {p.dtype for p in policy.parameters() if not p.requires_grad}
+    assert trained == {torch.float32} and frozen == {torch.bfloat16}
+
+
+def test_dropout_is_off_unless_asked(tmp_path, qwen_dir):
+    import shutil
+
+    from search_agent_trainer.config import config_from_dict
+    from search_agent_trainer.policy import build_policy
+
+    d = tmp_path / "dropout-qwen"
+    shutil.copytree(qwen_dir, d)
+    config = json.loads((d / "config.json").read_text())
+    config["attention_dropout"] = 0.1
+    (d / "config.json").write_text(json.dumps(config))
+    off, _ = build_policy(config_from_dict({**hf_config(d), "model": {"kind": "hf", "path": str(d)}}), [], torch.device("cpu"))
+    assert off.backbone.config.attention_dropout == 0.0
+    on, _ = build_policy(config_from_dict({**hf_config(d), "model": {"kind": "hf", "path": str(d), "dropout": True, "lora": {"dropout": 0.2}}}), [], torch.device("cpu"))
+    assert on.backbone.config.attention_dropout == 0.1
+    assert any(isinstance(m, torch.nn.Dropout) and m.p == 0.2 for m in on.backbone.modules())
+
+
+def test_the_lora_reference_is_the_starting_adapter_so_kl_starts_at_0_after_a_warm_start(tmp_path, varied_env, qwen_dir):
+    lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
+    first = hf_config(qwen_dir, **{"train.steps": 1, "train.eval_every": 0, "optim.lr": 5e-2})
+    first["model"]["lora"] = lora
+    proc = run_trainer(tmp_path, first, varied_env.url, name="warm")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    adapter = torch.load(tmp_path / "warm" / "checkpoints" / "step-000001" / "trainable.pt")
+    assert any(float(v.abs().max()) > 0 for k, v in adapter.items() if "lora_B" in k)  # the start is not the bare base
+    second = hf_config(qwen_dir, **{"train.steps": 1, "train.eval_every": 0})
+    second["model"]["lora"] = lora
+    second["model"]["init"] = str(tmp_path / "warm" / "checkpoints" / "step-000001")
+    proc = run_trainer(tmp_path, second, varied_env.url, name="from-warm")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = lines(tmp_path / "from-warm" / "metrics.jsonl")[-1]
+    assert m["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # one on-policy mini-batch: π_θ = π_ref at the step
+    for rec in lines(tmp_path / "from-warm" / "rollouts" / "step-000001.jsonl"):
+        t = rec["tokens"]
+        assert all(lp == pytest.approx(ref, abs=1e-5) for lp, ref, m in zip(t["logprob"], t["ref_logprob"], t["loss_mask"]) if m)
+
+
+@pytest.mark.parametrize("lora,dtype", [(False, "auto"), (True, "auto"), (True, "bf16")], ids=["full-fp32", "lora-fp32", "lora-bf16"])
+def test_grpo_steps_end_to_end_with_and_without_lora(tmp_path, varied_env, qwen_dir, lora, dtype):
+    cfg = hf_config(qwen_dir)
+    cfg["model"]["dtype"] = dtype
     if lora:
         cfg["model"]["lora"] = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
     proc = run_trainer(tmp_path, cfg, varied_env.url)
@@ -94,9 +207,11 @@ def test_grpo_steps_end_to_end_with_and_without_lora(tmp_path, varied_env, qwen_
     metrics = lines(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1, 2]
     assert metrics[1]["actor/grad_norm"] > 0 and "actor/kl_loss" in metrics[1]
-    assert metrics[1]["rollout/logprob_diff_max"] < 1e-3
+    # bf16 on both sides, but different batch shapes: agreement to bf16's precision only
+    assert metrics[1]["rollout/logprob_diff_max"] < (1e-3 if dtype != "bf16" else 0.5)
+    assert started["precision"] == ("bf16 autocast, fp32 master weights" if dtype == "bf16" else "fp32")
     for rec in lines(run / "rollouts" / "step-000001.jsonl") + lines(run / "rollouts" / "step-000002.jsonl"):
         audit_rollout(rec)
         assert rec["prompt"].startswith("<|im_start|>user\n") and rec["prompt"].endswith("<|im_start|>assistant\n")
-    # the LoRA reference is the base model with the adapter off: after an update, KL is no longer zero
+    # the reference is the starting policy: after an update, KL is no longer zero
     assert metrics[2]["actor/kl_loss"] > 0

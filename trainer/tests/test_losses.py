@@ -67,6 +67,22 @@ def test_reinforce_plus_plus_returns_pass_through_retrieved_tokens_then_are_whit
     assert adv[0, [2, 3]].tolist() == [0.0, 0.0]
 
 
+def test_whitening_statistics_come_from_the_loss_mask_only():
+    # advantages defined over the whole response (Search-R1), but the mean and std are over the trained tokens: two
+    # trajectories with the same generated returns get the same advantages however many retrieved tokens they have
+    rewards = T([[0.0, 0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0, 0.5]])
+    response = torch.ones(2, 5)
+    loss = T([[1.0, 0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 1.0, 1.0]])
+    adv, _ = reinforce_plus_plus_advantage(rewards, response, 1.0, whiten_mask=loss)
+    raw = torch.tensor([1.0, 1.0, 0.5, 0.5])
+    expected = (raw - raw.mean()) / torch.sqrt(raw.var() + 1e-8)
+    assert adv[loss.bool()].tolist() == pytest.approx(expected.tolist(), rel=1e-5)
+    assert adv[0, 1:4].tolist() == pytest.approx([float(expected[0])] * 3, rel=1e-5)  # defined on retrieved tokens too
+    values = torch.zeros(2, 5)
+    gadv, _ = gae_advantage(rewards, values, response, 1.0, 1.0, whiten_mask=loss)
+    assert gadv[loss.bool()].tolist() == pytest.approx(expected.tolist(), rel=1e-5)
+
+
 def test_gae_by_hand_and_skipping_masked_positions():
     # γ = 0.9, λ = 0.8; tokens a, b with values 0.5, 0.6; reward 1 at b.
     rewards = T([[0.0, 1.0]])
@@ -119,7 +135,7 @@ def _pg(ratio: float, adv: float, low: float = 0.2, high: float = 0.28):
     lp = torch.tensor([[math.log(ratio)]], requires_grad=True)
     out = clipped_surrogate(lp, torch.zeros(1, 1), T([[adv]]), torch.ones(1, 1), low, high, Aggregation("token-mean", 1, 1))
     out.loss.backward()
-    return float(out.loss.detach()), float(lp.grad), float(out.clipfrac), float(out.clipfrac_lower)
+    return float(out.loss.detach()), float(lp.grad), float(out.clipfrac), float(out.clipfrac_low)
 
 
 @pytest.mark.parametrize(
@@ -140,6 +156,33 @@ def test_clipping_at_the_boundaries(ratio, adv, loss, grad_zero, clipped):
     assert (g == 0.0) == grad_zero
     assert cf == clipped
     assert cf_low == (1.0 if clipped and adv < 0 else 0.0)
+
+
+def test_dual_clip_caps_the_loss_of_negative_advantages_at_c():
+    def dual(ratio: float, adv: float, c: float | None = 3.0):
+        lp = torch.tensor([[math.log(ratio)]], requires_grad=True)
+        out = clipped_surrogate(lp, torch.zeros(1, 1), T([[adv]]), torch.ones(1, 1), 0.2, 0.2, Aggregation("token-mean", 1, 1), c)
+        out.loss.backward()
+        return float(out.loss.detach()), float(lp.grad), float(out.clipfrac_dual)
+
+    assert dual(5.0, -1.0) == (pytest.approx(3.0), 0.0, 1.0)  # −Â·ρ = 5 capped at −Â·c = 3, no gradient
+    assert dual(5.0, -1.0, None)[0] == pytest.approx(5.0)  # without dual-clip: the unclipped term
+    l, g, d = dual(2.0, -1.0)  # under c: untouched
+    assert (l, d) == (pytest.approx(2.0), 0.0) and g != 0.0
+    assert dual(5.0, 1.0)[2] == 0.0 and dual(5.0, 1.0)[0] == pytest.approx(-1.2)  # Â > 0: the ordinary clip
+
+
+def test_huge_log_ratios_are_clamped_before_exp_so_gradients_stay_finite():
+    # a log-ratio of 100 (e.g. a token the old policy gave ~e^-100): exp overflows; clamped at ±20 as veRL does
+    for estimator in ("k1", "k2", "k3"):
+        lp = torch.tensor([[0.0, -0.5]], requires_grad=True)
+        kl = kl_penalty(lp, T([[-100.0, -0.5]]), estimator).sum() + kl_penalty(lp, T([[100.0, -0.5]]), estimator).sum()
+        kl.backward()
+        assert torch.isfinite(kl) and torch.isfinite(lp.grad).all(), estimator
+    lp = torch.tensor([[0.0]], requires_grad=True)
+    out = clipped_surrogate(lp, T([[-100.0]]), T([[-1.0]]), torch.ones(1, 1), 0.2, 0.2, Aggregation("token-mean", 1, 1))
+    out.loss.backward()
+    assert float(out.loss.detach()) == pytest.approx(math.exp(20.0), rel=1e-5) and torch.isfinite(lp.grad).all()
 
 
 # -- aggregation ---------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ import pytest
 from conftest import EnvServer
 from search_agent_trainer.data import Example
 from search_agent_trainer.env_client import EnvClient
-from search_agent_trainer.rollout import INVALID_ACTION_FEEDBACK, GeneratedTurn, RolloutSettings, run_rollouts
+from search_agent_trainer.generation import GeneratedTurn
+from search_agent_trainer.rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, run_rollouts
 from search_agent_trainer.tiny import TinyTokenizer
 
 CORPUS = [
@@ -54,7 +55,7 @@ class ScriptedModel:
         self.calls: dict[str, int] = defaultdict(int)
         self.budgets: list[list[int]] = []
 
-    def generate(self, contexts, budgets):
+    def generate(self, contexts, budgets, keys=None):
         self.budgets.append(list(budgets))
         out = []
         for ctx, budget in zip(contexts, budgets):
@@ -65,6 +66,9 @@ class ScriptedModel:
             ids = self.tok.encode(turn)[:budget]
             out.append(GeneratedTurn(ids, [-1.0] * len(ids)))
         return out
+
+    def release(self):
+        pass
 
 
 def _tok() -> TinyTokenizer:

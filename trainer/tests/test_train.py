@@ -88,6 +88,10 @@ def test_metrics_have_vecrl_names_and_val_em_before_the_first_update(finished_ru
     assert metrics[1]["actor/grad_norm"] > 0 and metrics[1]["reward/frac_zero_std_groups"] < 1
     assert metrics[1]["critic/score/mean"] > 0 and metrics[1]["reward/em/mean"] == 0  # trained on the module's reward; EM only logged
     assert metrics[1]["rollout/logprob_diff_max"] < 1e-3  # the sampler's log-probs agree with the update's
+    # one epoch over one mini-batch is on-policy: the old log-probs are the update's own (ρ = 1 exactly, as veRL), so
+    # the separate old-log-prob pass is skipped, nothing is clipped and the step's policy KL is 0
+    assert metrics[1]["timing_s/old_log_prob"] == 0.0 and metrics[1]["timing_s/ref"] > 0
+    assert metrics[1]["actor/ppo_kl"] == 0.0 and metrics[1]["actor/pg_clipfrac"] == 0.0
 
 
 def test_rollout_records_pass_the_mask_audit(finished_run):
@@ -97,14 +101,23 @@ def test_rollout_records_pass_the_mask_audit(finished_run):
     for r in recs:
         audit_rollout(r)
         assert r["split"] == "train" and r["step"] == 1 and r["finish"] in ("answer", "max_turns", "length")
-        assert set(r["tokens"]) >= {"text", "ids", "role", "loss_mask", "logprob", "ref_logprob", "advantage"}
+        assert set(r["tokens"]) >= {"text", "ids", "role", "loss_mask", "rollout_logprob", "logprob", "ref_logprob", "advantage"}
+        # run format v2: the log-prob at sampling time beside the trainer's, equal here (fp32 on CPU, same weights)
+        t = r["tokens"]
+        assert r["v"] == 2
+        for role, m, sampled, trained in zip(t["role"], t["loss_mask"], t["rollout_logprob"], t["logprob"]):
+            assert (sampled < 0) == (role == "generated") and (trained != 0.0) == bool(m)
+            if m:
+                assert sampled == pytest.approx(trained, abs=1e-4)
         # Each search's query and its hits' retrieval scores, for the replay panel's document cards.
         retrieval = r["meta"].get("retrieval", [])
         assert len(retrieval) == r["searches"]
         for s in retrieval:
             assert isinstance(s["query"], str) and all(isinstance(h["score"], float) and h["id"] for h in s["hits"])
     val = lines(run / "rollouts" / "val-step-000000.jsonl")
-    assert len(val) == 4 and all(r["split"] == "val" for r in val)
+    assert len(val) == 4 and all(r["split"] == "val" and r["v"] == 2 for r in val)
+    for r in val:  # greedy: the log-prob of the argmax, on generated tokens only
+        assert all((lp < 0) == (role == "generated") for lp, role in zip(r["tokens"]["rollout_logprob"], r["tokens"]["role"]))
     ckpt = run / "checkpoints" / "step-000002"
     assert {p.name for p in ckpt.iterdir()} >= {"trainable.pt", "optimizer.pt", "tokenizer.json", "trainer_state.json"}
 
@@ -126,8 +139,10 @@ def test_an_invalid_config_is_an_error_naming_the_key(tmp_path, demo_env):
     [
         {"name": "ppo", "kl_in_reward": True, "gamma": 0.99, "lam": 0.95},
         {"name": "reinforce++", "mask_advantages": True, "kl_estimator": "k2", "loss_agg_mode": "seq-mean-token-sum"},
-        {"name": "grpo", "norm_adv_by_std": False, "loss_agg_mode": "seq-mean-token-sum-norm", "kl_coef": 0, "clip_ratio_high": 0.28, "loss_masking": False},
+        {"name": "grpo", "norm_adv_by_std": False, "loss_agg_mode": "seq-mean-token-sum-norm", "kl_coef": 0, "clip_ratio_high": 0.28, "clip_ratio_c": 3.0, "loss_masking": False},
+        {"preset": "search-r1-ppo"},
     ],
+    ids=["ppo", "reinforce++", "dr-grpo", "preset-search-r1-ppo"],
 )
 def test_each_algorithm_runs_a_step(tmp_path, varied_env, algorithm):
     cfg = tiny_config(**{"train.steps": 1, "data.eval_size": 2, "optim.ppo_epochs": 2, "optim.mini_batch_size": 3, "optim.micro_batch_size": 2})
@@ -139,9 +154,16 @@ def test_each_algorithm_runs_a_step(tmp_path, varied_env, algorithm):
     recs = lines(tmp_path / "run" / "rollouts" / "step-000001.jsonl")
     for r in recs:
         audit_rollout(r, masking=algorithm.get("loss_masking", True))
-    if algorithm["name"] == "ppo":
+    if algorithm.get("name", "ppo") == "ppo":
         assert "critic/vf_loss" in m and "critic/values/mean" in m and "actor/reward_kl_penalty" in m
         assert "value" in recs[0]["tokens"]
+        # the value head's gradient is clipped on its own, and reported apart from the policy's
+        assert m["critic/grad_norm"] > 0 and m["actor/grad_norm"] > 0
+    if "clip_ratio_c" in algorithm:
+        assert 0.0 <= m["actor/pg_clipfrac_lower"] <= 1.0  # veRL's name, veRL's meaning: the dual-clip fraction
+    else:
+        assert "actor/pg_clipfrac_lower" not in m
+    assert "actor/pg_clipfrac_low" in m and "actor/pg_clipfrac_high" in m
     if algorithm.get("kl_coef") == 0:
         assert "ref_logprob" not in recs[0]["tokens"] and "actor/kl_loss" not in m
 

@@ -100,7 +100,9 @@ def test_same_loss_gradient_and_statistics_as_trl(loss_type, mode, beta, eps_low
     assert bool((lp_ours.grad[mask == 0] == 0).all())  # the retrieved tokens get no gradient, in both
     assert 0 < stats["actor/pg_clipfrac"] < 1  # the case exercises clipping
     assert stats["actor/pg_clipfrac"] == pytest.approx(metrics["clip_ratio/region_mean"][0], rel=1e-6)
-    assert stats["actor/pg_clipfrac_lower"] == pytest.approx(metrics["clip_ratio/low_mean"][0], rel=1e-6, abs=1e-9)
+    assert stats["actor/pg_clipfrac_low"] == pytest.approx(metrics["clip_ratio/low_mean"][0], rel=1e-6, abs=1e-9)
+    assert stats["actor/pg_clipfrac_high"] == pytest.approx(metrics["clip_ratio/high_mean"][0], rel=1e-6, abs=1e-9)
+    assert "actor/pg_clipfrac_lower" not in stats  # veRL's dual-clip fraction: only with clip_ratio_c
     if beta and mode == "token-mean":
         assert stats["actor/kl_loss"] == pytest.approx(metrics["kl"][0], rel=1e-5)
 

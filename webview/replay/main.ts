@@ -17,7 +17,8 @@ const root = document.getElementById('root')!;
 
 const OVERLAY_LABELS: Record<Overlay | 'none', string> = {
   none: 'role and mask',
-  logprob: 'log-prob',
+  rollout_logprob: 'log-prob at sampling',
+  logprob: 'log-prob (trainer)',
   ref_logprob: 'reference log-prob',
   kl: 'KL (log π − log π_ref)',
   advantage: 'advantage',
@@ -408,7 +409,7 @@ function show(s: ReplayState | null): void {
   }
   pos = { ...s.position };
   const m = model();
-  const available = (['none', 'logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'] as const).filter((o) => o === 'none' || m?.tokens.overlays[o]);
+  const available = (['none', 'rollout_logprob', 'logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'] as const).filter((o) => o === 'none' || m?.tokens.overlays[o]);
   if (!available.includes(pos.overlay as never)) pos.overlay = 'none';
   replaceChildren(overlaySelect, ...available.map((o) => h('option', { value: o, selected: o === pos.overlay }, OVERLAY_LABELS[o])));
   speedSelect.value = String(pos.speed);

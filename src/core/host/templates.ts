@@ -1,6 +1,7 @@
 /**
  * Run configs from a few answers ("Search Agent: New Training Run…"): the CPU demo, or a local Hugging Face model in
- * Search-R1's settings (GRPO n=5, top-k 3, max_turns 4, KL 0.001, lr 1e-6), with GRPO or PPO. Pure; the extension
+ * Search-R1's settings (`algorithm.preset` search-r1-grpo or search-r1-ppo: GRPO n=5 or PPO, KL 0.001, lr 1e-6; top-k 3,
+ * max_turns 4). Pure; the extension
  * asks the questions and writes the file.
  */
 import { SEARCH_R1_BASE_TEMPLATE, type RunConfig } from '../run/config';
@@ -31,7 +32,7 @@ export function newRunConfig(a: NewRunAnswers, demoDir: string): RunConfig {
         : { train: rel(a.data.train), ...(a.data.eval ? { eval: rel(a.data.eval) } : {}), ...(tiny ? { prompt_template: DEMO_PROMPT } : { prompt_template: SEARCH_R1_BASE_TEMPLATE }) },
     model: tiny
       ? { kind: 'tiny', tiny: { layers: 2, d_model: 128, heads: 4, max_len: 1024, vocab: a.data.kind === 'demo' ? [`${demoDir}/corpus.jsonl`] : [] } }
-      : { kind: 'hf', path: rel(hf?.path ?? ''), dtype: 'auto', gradient_checkpointing: true, ...(hf?.lora ? { lora: { r: 16, alpha: 32, dropout: 0.05 } } : {}) },
+      : { kind: 'hf', path: rel(hf?.path ?? ''), dtype: 'auto', gradient_checkpointing: true, ...(hf?.lora ? { lora: { r: 16, alpha: 32 } } : {}) },
     retriever:
       a.retriever.kind === 'demo'
         ? { kind: 'demo', topk: 3 }
@@ -43,18 +44,16 @@ export function newRunConfig(a: NewRunAnswers, demoDir: string): RunConfig {
     reward: { module: 'builtin:em' },
     rollout: tiny
       ? { batch_size: 8, n: 8, max_turns: 3, max_turn_tokens: 24, max_response_length: 600, max_obs_length: 256 }
-      : { batch_size: 512, n: a.algorithm === 'grpo' ? 5 : 1, max_turns: 4, max_turn_tokens: 500, max_response_length: 4096, max_obs_length: 500, max_prompt_length: 4096, temperature: 1, top_p: 1 },
+      : { batch_size: 512, max_turns: 4, max_turn_tokens: 500, max_response_length: 4096, max_obs_length: 500, max_prompt_length: 4096 },
     algorithm: tiny
       ? a.algorithm === 'grpo'
         ? { name: 'grpo', kl_coef: 0.02 }
         : { name: 'ppo', kl_coef: 0.02, gamma: 1, lam: 1 }
-      : a.algorithm === 'grpo'
-        ? { name: 'grpo', kl_coef: 0.001, kl_estimator: 'k3', loss_masking: true }
-        : { name: 'ppo', kl_coef: 0.001, kl_estimator: 'k3', gamma: 1, lam: 1, loss_masking: true },
+      : { preset: a.algorithm === 'grpo' ? 'search-r1-grpo' : 'search-r1-ppo' },
     optim: tiny
       ? { lr: 3e-4, warmup_steps: 20, ppo_epochs: 2, mini_batch_size: 64, micro_batch_size: 8 }
-      : // Search-R1: lr warm-up ratio 0.285 of 1005 steps; PPO mini-batches of 256 prompts (× n sequences for GRPO).
-        { lr: 1e-6, ...(a.algorithm === 'ppo' ? { critic_lr: 1e-5 } : {}), warmup_steps: 286, mini_batch_size: a.algorithm === 'grpo' ? 1280 : 256, micro_batch_size: 8 },
+      : // the rest (lr 1e-6 warmed up over 28.5 % of the steps, mini-batches of 256 prompts, the critic's) is the preset's
+        { micro_batch_size: 8 },
     train: tiny
       ? { steps: 120, eval_every: 20, checkpoint_every: 40, supervised_warmup: { steps: 300, lr: 1e-3, batch_size: 32 } }
       : { steps: 1005, eval_every: 50, checkpoint_every: 100 },

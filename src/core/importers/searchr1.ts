@@ -4,7 +4,7 @@
  * blocks), or chat transcripts with tool calls (one conversation with its tool turns is one record). Each becomes
  * a record without tokens; golden answers are unknown.
  */
-import type { ReadOptions, Rollout } from '../run/format';
+import { ROLLOUT_RECORD_VERSION, type ReadOptions, type Rollout } from '../run/format';
 import { parseTranscript, splitConversations } from '../tags/transcript';
 import { derivedFields } from './common';
 
@@ -16,7 +16,7 @@ export function importSearchR1Transcripts(text: string, source = 'transcript', r
     const response = conversation.slice(t.responseStart, t.responseEnd);
     const line = text.slice(0, span.start).split('\n').length;
     return {
-      v: 1,
+      v: ROLLOUT_RECORD_VERSION,
       id: `${source}#${k + 1}`,
       ...(t.question ? { question: t.question } : {}),
       golden: [],

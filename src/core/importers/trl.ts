@@ -4,7 +4,7 @@
  * lists of chat messages in TRL's conversational format. The samples of one prompt within a step form a
  * GRPO group; the reward is the sum of the reward columns (TRL's default weights of 1).
  */
-import { rolloutContext, type ReadOptions, type Rollout } from '../run/format';
+import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import { derivedFields, jsonSafe, messageText, toNumber } from './common';
 import { parquetRows } from './parquet';
 
@@ -36,7 +36,7 @@ export async function* importTrlCompletions(path: string, read: ReadOptions = {}
     if (advantage !== undefined) meta.advantage = advantage;
     const rewards = Object.values(parts);
     yield {
-      v: 1,
+      v: ROLLOUT_RECORD_VERSION,
       id: `trl-${step ?? 'x'}-${row}`,
       ...(step !== undefined ? { step: Math.max(0, Math.trunc(step)) } : {}),
       group: groups.get(groupKey)!,

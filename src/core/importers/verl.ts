@@ -4,7 +4,7 @@
  * truth: a string, a list, or Search-R1's `{target: [...]}`), `score`, `step`, and one field per extra reward
  * output (numbers become `reward_parts`, anything else goes to `meta`).
  */
-import { rolloutContext, type ReadOptions, type Rollout } from '../run/format';
+import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import { derivedFields, goldenList, jsonSafe, toNumber } from './common';
 
 const KNOWN = new Set(['input', 'output', 'gts', 'score', 'step', 'data_source']);
@@ -35,7 +35,7 @@ export function fromVerlDump(obj: Record<string, unknown>, file: string, line: n
   }
   const prompt = typeof obj.input === 'string' ? obj.input : '';
   return {
-    v: 1,
+    v: ROLLOUT_RECORD_VERSION,
     id: `verl-${step ?? 'x'}-${line}`,
     ...(step !== undefined ? { step: Math.max(0, Math.trunc(step)) } : {}),
     ...(obj.data_source !== undefined ? { data_source: String(obj.data_source) } : {}),

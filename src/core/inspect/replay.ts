@@ -22,7 +22,7 @@ import { documentsOf, parseResponse } from '../tags/trajectory';
 import { auditMask } from './audit';
 
 export type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens };
-export const OVERLAYS: readonly Overlay[] = ['logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'];
+export const OVERLAYS: readonly Overlay[] = ['rollout_logprob', 'logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'];
 
 /** Splits text into tokens (a tokenizer chosen by the user). */
 export type TextTokenizer = (text: string) => { text: string[]; ids: number[] };
@@ -151,7 +151,7 @@ export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?:
   const tk = r.tokens;
   if (tk) {
     const n = tk.text.length;
-    const arrays = { ids: tk.ids, role: tk.role, loss_mask: tk.loss_mask, logprob: tk.logprob, ref_logprob: tk.ref_logprob, advantage: tk.advantage, value: tk.value, entropy: tk.entropy };
+    const arrays = { ids: tk.ids, role: tk.role, loss_mask: tk.loss_mask, rollout_logprob: tk.rollout_logprob, logprob: tk.logprob, ref_logprob: tk.ref_logprob, advantage: tk.advantage, value: tk.value, entropy: tk.entropy };
     for (const [k, a] of Object.entries(arrays)) if (a && a.length !== n) warnings.push(`tokens.${k} has ${a.length} entries but tokens.text has ${n}: replayed over the first ${Math.min(n, a.length)}`);
     const m = Math.min(n, tk.role.length, tk.loss_mask.length);
     const pad = <T>(a: readonly T[] | undefined): (T | null)[] | undefined => (a ? Array.from({ length: m }, (_, i) => (i < a.length ? a[i]! : null)) : undefined);
@@ -164,6 +164,7 @@ export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?:
       overlays: {},
     };
     const o = model.tokens.overlays;
+    if (tk.rollout_logprob) o.rollout_logprob = pad(tk.rollout_logprob);
     if (tk.logprob) o.logprob = pad(tk.logprob);
     if (tk.ref_logprob) o.ref_logprob = pad(tk.ref_logprob);
     if (tk.logprob && tk.ref_logprob) o.kl = o.logprob!.map((lp, i) => (lp === null || o.ref_logprob![i] === null ? null : lp - o.ref_logprob![i]!));

@@ -53,13 +53,20 @@ export const RunConfigSchema = S.object(
             {
               r: S.optional(S.integer({ minimum: 1, default: 8 })),
               alpha: S.optional(S.number({ minimum: 0, default: 16 })),
-              dropout: S.optional(S.number({ minimum: 0, maximum: 1, default: 0 })),
+              dropout: S.optional(S.number({ minimum: 0, maximum: 1, default: 0, description: 'LoRA dropout; above 0 it needs model.dropout: true.' })),
               target_modules: S.optional(S.array(S.string(), { description: 'Default: the attention projections.' })),
             },
             { ...strict, description: 'hf only, when peft is installed.' },
           ),
         ),
-        dtype: S.optional(S.enum(['auto', 'bf16', 'fp32'] as const, 'auto: bf16 autocast on CUDA, fp32 on CPU.', 'auto')),
+        dtype: S.optional(
+          S.enum(
+            ['auto', 'bf16', 'fp32'] as const,
+            'Compute precision; the weights the optimizer updates are always fp32 (master weights). bf16: bf16 autocast (on CPU too); auto: bf16 autocast on CUDA, fp32 on CPU. Under LoRA with bf16 compute, the frozen base is stored in bf16.',
+            'auto',
+          ),
+        ),
+        dropout: S.optional(S.boolean('Keep the model’s and LoRA’s dropout in training. Off by default: with dropout the update’s log-probs differ from the sampler’s and an on-policy ratio is not 1.', false)),
         gradient_checkpointing: S.optional(S.boolean(undefined, false)),
         device: S.optional(S.enum(['auto', 'cpu', 'cuda'] as const, undefined, 'auto')),
       },
@@ -91,6 +98,13 @@ export const RunConfigSchema = S.object(
           max_prompt_length: S.optional(S.integer({ minimum: 1, default: 1024 })),
           temperature: S.optional(S.number({ minimum: 0, default: 1 })),
           top_p: S.optional(S.number({ minimum: 0, maximum: 1, default: 1 })),
+          max_batch_tokens: S.optional(
+            S.integer({
+              minimum: 1,
+              description:
+                'Generation holds at most this many tokens of KV cache at once (rows × (context + turn budget)); trajectories are rolled out in waves that fit. Default: 65,536 on CPU; on CUDA, half the GPU memory free after loading the model, divided by the cache’s bytes per token.',
+            }),
+          ),
         },
         strict,
       ),
@@ -98,12 +112,21 @@ export const RunConfigSchema = S.object(
     algorithm: S.optional(
       S.object(
         {
+          preset: S.optional(
+            S.enum(
+              ['search-r1-ppo', 'search-r1-grpo'] as const,
+              'Search-R1’s training settings (train_ppo.sh / train_grpo.sh); keys set in this file win. search-r1-ppo: PPO, KL in the reward (k1, 0.001), GAE γ = λ = 1, critic lr 1e-5 with its own warm-up (1.5 %) and clip; search-r1-grpo: GRPO n = 5, KL loss (k3, 0.001). Both: lr 1e-6 warmed up over 28.5 % of the steps, entropy 0.001, clip 0.2, top_p 0.95, mini-batches of 256 prompts.',
+            ),
+          ),
           name: S.optional(S.enum(['grpo', 'ppo', 'reinforce++'] as const, undefined, 'grpo')),
           norm_adv_by_std: S.optional(S.boolean('GRPO: divide by the group’s standard deviation (false: Dr. GRPO).', true)),
           gamma: S.optional(S.number({ minimum: 0, maximum: 1, default: 1 })),
           lam: S.optional(S.number({ minimum: 0, maximum: 1, default: 1, description: 'GAE λ (PPO).' })),
           clip_ratio_low: S.optional(S.number({ minimum: 0, default: 0.2 })),
           clip_ratio_high: S.optional(S.number({ minimum: 0, default: 0.2, description: 'DAPO’s clip-higher uses 0.28.' })),
+          clip_ratio_c: S.optional(
+            S.number({ minimum: 1, description: 'Dual-clip PPO (Ye et al. 2020; veRL’s clip_ratio_c, 3 there by default): for Â < 0 the loss is at most c·|Â|. Off when absent. Must be > 1.' }),
+          ),
           value_clip: S.optional(S.number({ minimum: 0, default: 0.5, description: 'PPO value clipping range.' })),
           vf_coef: S.optional(S.number({ minimum: 0, default: 0.5 })),
           kl_coef: S.optional(S.number({ minimum: 0, default: 0.001, description: 'β; 0 disables the reference model.' })),
@@ -123,10 +146,11 @@ export const RunConfigSchema = S.object(
           lr: S.optional(S.number({ minimum: 0, default: 1e-6 })),
           critic_lr: S.optional(S.number({ minimum: 0, description: 'PPO value head; default: 10 × lr.' })),
           warmup_steps: S.optional(S.integer({ minimum: 0, default: 0 })),
+          critic_warmup_steps: S.optional(S.integer({ minimum: 0, description: 'PPO value head’s linear LR warm-up; default: warmup_steps.' })),
           lr_schedule: S.optional(S.enum(['constant', 'cosine'] as const, 'After the warm-up: constant, or a cosine down to min_lr_ratio × lr at the last step (veRL’s warmup_style).', 'constant')),
           min_lr_ratio: S.optional(S.number({ minimum: 0, maximum: 1, default: 0, description: 'cosine: the final learning rate as a fraction of lr.' })),
           weight_decay: S.optional(S.number({ minimum: 0, default: 0 })),
-          grad_clip: S.optional(S.number({ minimum: 0, default: 1 })),
+          grad_clip: S.optional(S.number({ minimum: 0, default: 1, description: 'Gradient-norm clip, applied to the policy’s parameters and (PPO) to the value head’s separately.' })),
           ppo_epochs: S.optional(S.integer({ minimum: 1, default: 1 })),
           mini_batch_size: S.optional(S.integer({ minimum: 1, default: 64, description: 'Sequences per optimizer step.' })),
           micro_batch_size: S.optional(S.integer({ minimum: 1, default: 8, description: 'Sequences per forward/backward (gradient accumulation).' })),

@@ -1,6 +1,6 @@
 /**
- * The run format (DESIGN §4.2–4.3), version 1: the rollout record, `run.json`, and the lines of
- * `events.jsonl` and `metrics.jsonl`. The TypeScript types below are derived from these schemas, and
+ * The run format (DESIGN §4.2–4.3): the rollout record (version 2; version 1 records are read as they are),
+ * `run.json` (version 1), and the lines of `events.jsonl` and `metrics.jsonl`. The TypeScript types below are derived from these schemas, and
  * docs/schema/*.schema.json is generated from them (`npm run schema`; a unit test fails when it is stale).
  *
  * Readers accept fields they do not know (forward compatibility inside a version); `v` changes when a field
@@ -11,14 +11,21 @@ import { DIALECTS, type Dialect } from '../tags/parser';
 import type { ResponseContext } from '../tags/trajectory';
 import { RunConfigSchema } from './config';
 
+/** run.json's version. */
 export const RUN_FORMAT_VERSION = 1;
+/**
+ * The rollout record's version, what writers (our trainer, the importers) write. 2 added `tokens.rollout_logprob` (the
+ * log-prob at sampling time) beside `tokens.logprob` (the trainer's old log-prob); readers accept 1 and 2.
+ */
+export const ROLLOUT_RECORD_VERSION = 2;
+export const ROLLOUT_RECORD_VERSIONS = [1, 2] as const;
 
 export const TOKEN_ROLES = ['generated', 'prompt', 'retrieved', 'feedback'] as const;
 export type TokenRole = (typeof TOKEN_ROLES)[number];
 
 export const FINISH_REASONS = ['answer', 'max_turns', 'length', 'invalid'] as const;
 
-const TOKEN_ARRAYS = ['ids', 'role', 'loss_mask', 'logprob', 'ref_logprob', 'advantage', 'value', 'entropy'] as const;
+const TOKEN_ARRAYS = ['ids', 'role', 'loss_mask', 'rollout_logprob', 'logprob', 'ref_logprob', 'advantage', 'value', 'entropy'] as const;
 
 export const TokensSchema = S.object(
   {
@@ -26,7 +33,10 @@ export const TokensSchema = S.object(
     ids: S.array(S.integer({ minimum: 0 }), { description: 'Token ids.' }),
     role: S.array(S.enum(TOKEN_ROLES), { description: 'Who produced each token: the policy (generated), the prompt, the retriever, or the environment (feedback).' }),
     loss_mask: S.array(S.union(S.literal(0), S.literal(1)), { description: '1 where the token was in the policy loss (DESIGN §6: exactly the generated tokens, unless masking is off).' }),
-    logprob: S.optional(S.array(S.number(), { description: 'Log-probability of the token under the policy that sampled it (old log-prob).' })),
+    rollout_logprob: S.optional(
+      S.array(S.number(), { description: 'v2: log-probability of the token at sampling time, from the generation pass (the rollout engine’s), of the temperature-scaled distribution before top-p.' }),
+    ),
+    logprob: S.optional(S.array(S.number(), { description: 'Log-probability of the token under the policy that sampled it, as the trainer computed it (the old log-prob of the update).' })),
     ref_logprob: S.optional(S.array(S.number(), { description: 'Log-probability under the frozen reference policy.' })),
     advantage: S.optional(S.array(S.number(), { description: 'Advantage used in the update, per token.' })),
     value: S.optional(S.array(S.number(), { description: 'Critic value (PPO), per token.' })),
@@ -48,7 +58,7 @@ export const TokensSchema = S.object(
 
 export const RolloutSchema = S.object(
   {
-    v: S.literal(1, 'Run-format version.'),
+    v: S.union(S.literal(1, 'Rollout record version 1.'), S.literal(2, 'Rollout record version 2 (adds tokens.rollout_logprob).')),
     id: S.string({ minLength: 1, description: 'Unique within the run.' }),
     step: S.optional(S.integer({ minimum: 0, description: 'Training step that produced it (0: before the first update).' })),
     group: S.optional(S.union(S.string(), S.integer())),
@@ -160,7 +170,7 @@ export function validateRollout(value: unknown, file: string, line: number): Loc
 /** The documents published in docs/schema/, generated from the schemas above. */
 export const PUBLISHED_SCHEMAS = {
   'run-config.schema.json': { schema: RunConfigSchema, title: 'Search Agent Studio run config (*.run.json)' },
-  'rollout.schema.json': { schema: RolloutSchema, title: 'Search Agent Studio rollout record (v1)' },
+  'rollout.schema.json': { schema: RolloutSchema, title: 'Search Agent Studio rollout record (v2; v1 accepted)' },
   'run.schema.json': { schema: RunJsonSchema, title: 'Search Agent Studio run.json (v1)' },
   'event.schema.json': { schema: EventSchema, title: 'Search Agent Studio trainer event / events.jsonl line (v1)' },
   'metrics.schema.json': { schema: MetricsSchema, title: 'Search Agent Studio metrics.jsonl line (v1)' },

@@ -20,6 +20,7 @@ from verl_harness import DEMO, run_config  # noqa: E402
 from conftest import trainer_env  # noqa: E402
 from hf_fixture import build_tiny_qwen2, demo_texts  # noqa: E402
 
+from search_agent_trainer.config import config_from_dict  # noqa: E402
 from search_agent_trainer.engines.verl.export import EXPORT_DIR, export  # noqa: E402
 from search_agent_trainer.engines.verl.main import check_config, compose_config  # noqa: E402
 
@@ -109,8 +110,10 @@ def test_the_shipped_verl_example_in_search_r1s_gpu_settings_passes_veRLs_checks
         raw["data"].update(train=str(DEMO / "train.jsonl"), eval=str(DEMO / "eval.jsonl"))
         raw["model"]["path"] = str(qwen)
         raw.pop("retriever")
-        cfg = run_config(qwen, **{k: v for k, v in raw.items() if isinstance(v, dict)})
+        raw.pop("$schema", None)
+        cfg = config_from_dict(raw, base=path.parent)  # its preset resolved, as the host resolves it
         result = export(cfg, tmp_path / path.stem)
         config = compose_config([o.replace(EXPORT_DIR, str(tmp_path / path.stem)) for o in result["overrides"]])
         check_config(config)
         assert config.trainer.n_gpus_per_node == raw["verl"]["gpus_per_node"] and config.data.train_batch_size == raw["rollout"]["batch_size"]
+        assert config.actor_rollout_ref.rollout.n == cfg.rollout.n and config.actor_rollout_ref.actor.ppo_mini_batch_size * cfg.rollout.n == cfg.optim.mini_batch_size

@@ -1,0 +1,342 @@
+"""The trainer's throughput on a GPU (`npm run bench gpu` calls this; `python -m search_agent_trainer.benchmark`).
+
+A Qwen2-style model built from a config with random weights (`--size 0.5b` and `1.5b`: Qwen2-0.5B's and Qwen2-1.5B's
+shapes, vocabulary 151,936; `tiny` on CPU, so the benchmark runs in CI and cannot rot), the demo's questions in
+Search-R1's prompt, Search-R1's rollout shape (GRPO n = 5, up to 4 turns of 500 tokens, 500-token observations) and
+the trainer's own code for everything measured:
+
+1. rollout: our batched multi-turn rollout (`run_rollouts` with `LMGenerator`) against the peer, a plain Hugging Face
+   `generate` call per turn (left-padded contexts, sampling, a stopping criterion on the stop strings) driven by the
+   same `run_rollouts` over the same prompts, in the same process: generated tokens per second of each, and the ratio;
+2. a training step (`Trainer.train_step`, the real one): its time by phase (rollout, retrieve, reward, old log-probs,
+   reference, advantages, update), the update's tokens per second, and the peak GPU memory;
+both without and with LoRA.
+
+Random weights never write `</search>`; a bias on the output layer makes `<search>`, `</search>` and `</answer>` each
+likely about once per `--turn-mean` tokens, so turns end at varied lengths and some search (the others get the
+invalid-action feedback), as in real rollouts. Tokens: the built-in word-level tokenizer over the demo data, padded
+with filler pieces to the model's vocabulary.
+
+The env server: `--env-url` (`npm run bench gpu` starts the real one over the demo corpus); without it a stand-in in
+this process (word-overlap retrieval over the demo corpus, a pseudo-random 0/1 reward), for a GPU machine without
+Node. It is named as such in the output; what it costs is not what is measured.
+
+Output: human lines on stderr, one JSON object on stdout (the last line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import math
+import os
+import re
+import resource
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .config import config_from_dict
+from .data import Example
+from .generation import GeneratedTurn, Stops
+from .policy import Tokenizer, compute_dtype, hf_policy
+from .rollout import run_rollouts
+from .tiny import TinyTokenizer
+from .train import Trainer
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "examples" / "demo"
+
+# Qwen2's published shapes (config.json of Qwen2-0.5B / Qwen2-1.5B), random weights.
+SIZES: dict[str, dict[str, Any]] = {
+    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
+    "small": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, vocab_size=32768, tie_word_embeddings=True),
+    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+}
+# The rollout's shape: Search-R1's on a GPU (train_grpo.sh: n 5, 500-token turns and observations), small on CPU.
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "gpu": dict(batch_size=32, n=5, max_turns=4, max_turn_tokens=500, max_response_length=4096, max_obs_length=500, max_prompt_length=4096, micro_batch_size=8, turn_mean=120, gradient_checkpointing=True),
+    "cpu": dict(batch_size=4, n=3, max_turns=2, max_turn_tokens=24, max_response_length=320, max_obs_length=240, max_prompt_length=1024, micro_batch_size=4, turn_mean=12, gradient_checkpointing=False),
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class StandInEnv:
+    """A test double for the env server (DESIGN §4.4) when no --env-url is given: /retrieve ranks the demo corpus by
+    word overlap with the query, /reward is a pseudo-random 0/1 per response (GRPO groups get a learning signal)."""
+
+    url = "stand-in"
+
+    def __init__(self, corpus: Path):
+        self.docs = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+        self.index: dict[str, set[int]] = defaultdict(set)
+        for i, d in enumerate(self.docs):
+            for w in re.findall(r"\w+", d["contents"].lower()):
+                self.index[w].add(i)
+        self.seconds = {"retrieve": 0.0}
+
+    def health(self) -> dict[str, Any]:
+        return {"retriever": "stand-in (word overlap over the demo corpus)", "reward": "stand-in (pseudo-random 0/1)"}
+
+    def retrieve(self, queries: list[str], topk: int) -> list[list[dict[str, Any]]]:
+        t0 = time.perf_counter()
+        out = []
+        for q in queries:
+            score: dict[int, int] = defaultdict(int)
+            for w in set(re.findall(r"\w+", q.lower())):
+                for i in self.index.get(w, ()):
+                    score[i] += 1
+            best = sorted(score, key=lambda i: (-score[i], i))[:topk] or list(range(topk))
+            out.append([{"document": self.docs[i], "score": float(score.get(i, 0))} for i in best])
+        self.seconds["retrieve"] += time.perf_counter() - t0
+        return out
+
+    def reward(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"reward": float(hashlib.sha1(it["response"].encode()).digest()[0] % 2), "parts": {}, "metrics": {}} for it in items]
+
+
+class HFGenerateTurns:
+    """The peer: each turn is one plain `model.generate` call over the left-padded contexts (sampling at the same
+    temperature and top-p, top-k off, a stopping criterion per row on the stop strings, EOS and the row's budget), as a training
+    loop without a rollout engine of its own would write it. It returns no log-probs (a cost it does not pay)."""
+
+    def __init__(self, policy: Any, tok: Tokenizer, stops: Stops, temperature: float, top_p: float, device: torch.device, autocast: Any):
+        self.model, self.tok, self.stops, self.temperature, self.top_p, self.device, self.autocast = policy.backbone, tok, stops, temperature, top_p, device, autocast
+
+    def release(self) -> None:
+        pass
+
+    def generate(self, contexts: Any, budgets: Any, keys: Any = None) -> list[GeneratedTurn]:
+        from transformers import StoppingCriteria, StoppingCriteriaList
+
+        B, T = len(contexts), max(len(c) for c in contexts)
+        ids = torch.full((B, T), self.tok.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, T), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, T - len(c) :] = torch.tensor(list(c))
+            attn[i, T - len(c) :] = 1
+        ended = [0] * B  # each row's turn length once it has ended
+        tok, stops = self.tok, self.stops
+
+        class Stop(StoppingCriteria):
+            def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
+                new = input_ids[:, T:].tolist()
+                for i, row in enumerate(new):
+                    if not ended[i] and (len(row) >= budgets[i] or row[-1] in stops.eos_ids or any(s in tok.decode(row[-stops.tail :]) for s in stops.strings)):
+                        ended[i] = len(row)
+                return torch.tensor([e > 0 for e in ended], device=input_ids.device)
+
+        with torch.inference_mode(), (self.autocast() if self.autocast else _Null()):
+            out = self.model.generate(input_ids=ids.to(self.device), attention_mask=attn.to(self.device), max_new_tokens=max(budgets), do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0, stopping_criteria=StoppingCriteriaList([Stop()]), pad_token_id=self.tok.pad_id, use_cache=True)
+        rows = out[:, T:].tolist()
+        return [GeneratedTurn(r[: ended[i] or len(r)], [0.0] * (ended[i] or len(r))) for i, r in enumerate(rows)]
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *a: Any) -> bool:
+        return False
+
+
+def bench_tokenizer(vocab: int | None) -> TinyTokenizer:
+    """The word-level tokenizer over the demo data, padded with filler pieces to `vocab` entries (None: as built)."""
+    texts = [line for name in ("corpus.jsonl", "train.jsonl") for line in (DEMO / name).read_text(encoding="utf-8").splitlines()]
+    base = TinyTokenizer.build(texts)
+    if vocab is None:
+        return TinyTokenizer(base.pieces + [f" ~{i}" for i in range((-len(base.pieces)) % 64)])
+    if vocab < len(base.pieces):
+        raise ValueError(f"the demo vocabulary ({len(base.pieces)} pieces) is larger than the model's ({vocab})")
+    return TinyTokenizer(base.pieces + [f" ~{i}" for i in range(vocab - len(base.pieces))])
+
+
+class BenchTrainer(Trainer):
+    """The trainer with a random Qwen2 from a config instead of a model directory, and optionally a stand-in env."""
+
+    def __init__(self, cfg: Any, run_dir: Path, env: Any, env_url: str | None, size: dict[str, Any], turn_mean: int):
+        super().__init__(cfg, run_dir, env_url or "http://127.0.0.1:9", stdout=open(os.devnull, "w"))
+        if env_url is None:
+            self.env = env
+        self.size, self.turn_mean = size, turn_mean
+
+    def _build_policy(self, vocab_texts: list[str], tokenizer_file: str | None) -> tuple[Any, Any]:
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        tok = bench_tokenizer(self.size.get("vocab_size"))
+        config = Qwen2Config(**{**self.size, "vocab_size": len(tok.pieces)}, max_position_embeddings=32768, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id)
+        torch.manual_seed(self.cfg.seed)
+        lora = bool(self.cfg.model.lora)
+        dtype = torch.bfloat16 if lora and compute_dtype(self.cfg, self.device) is not None else torch.float32
+        with torch.device(self.device):
+            model = Qwen2ForCausalLM(config).to(dtype)
+        # random weights never close a tag: make <search>, </search> and </answer> likely once per turn_mean tokens
+        bias = torch.zeros(config.vocab_size, device=self.device)
+        bias[[tok.index[t] for t in ("<search>", "</search>", "</answer>")]] = math.log(config.vocab_size * 1.2 / (2 * max(1, self.turn_mean - 1)))
+        model.get_output_embeddings().register_forward_hook(lambda _m, _i, out: out + bias.to(out.dtype))
+        policy = hf_policy(model, self.cfg, self.cfg.algorithm.name == "ppo").to(self.device)
+        return policy, Tokenizer(tok, "tiny")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak(device: torch.device) -> int:
+    """Peak GPU memory allocated since the last reset; on CPU the process's maximum resident set (never reset)."""
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _rollout(trainer: BenchTrainer, generator: Any, settings: Any, examples: list[Example], prompts: list[tuple[str, list[int]]], n: int) -> dict[str, Any]:
+    env = trainer.env
+    r0 = env.seconds["retrieve"]
+    _reset_peak(trainer.device)
+    _sync(trainer.device)
+    t0 = time.perf_counter()
+    trajs = run_rollouts(examples, prompts, n, generator, trainer.tok, env, settings)
+    _sync(trainer.device)
+    seconds = time.perf_counter() - t0
+    retrieve = env.seconds["retrieve"] - r0
+    generated = sum(t.roles.count("generated") for t in trajs)
+    return {
+        "trajectories": len(trajs),
+        "generated_tokens": generated,
+        "turns": sum(t.turns for t in trajs),
+        "searches": sum(t.searches for t in trajs),
+        "seconds": seconds,
+        "retrieve_seconds": retrieve,
+        "tokens_per_s": generated / seconds,
+        "generation_tokens_per_s": generated / max(seconds - retrieve, 1e-9),
+        "peak_memory_bytes": _peak(trainer.device),
+        **({"generator": dict(generator.stats)} if hasattr(generator, "stats") else {}),
+    }
+
+
+def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.device, env: Any) -> dict[str, Any]:
+    overrides = (("batch_size", args.batch), ("n", args.n), ("max_turns", args.max_turns), ("max_turn_tokens", args.turn_tokens))
+    work = WORKLOADS["gpu" if device.type == "cuda" else "cpu"] | {k: v for k, v in overrides if v}
+    if args.turn_tokens:
+        work["turn_mean"] = max(2, args.turn_tokens // 2)
+    raw = {
+        "seed": 1,
+        "data": {"train": str(DEMO / "train.jsonl"), "chat_template": False},
+        "model": {"kind": "hf", "path": "(random weights from a Qwen2 config)", "device": device.type, "gradient_checkpointing": work["gradient_checkpointing"], **({"lora": {"r": 16, "alpha": 32}} if lora else {})},
+        "retriever": {"kind": "demo", "topk": 3},
+        "rollout": {k: work[k] for k in ("batch_size", "n", "max_turns", "max_turn_tokens", "max_response_length", "max_obs_length", "max_prompt_length")} | ({"top_p": args.top_p} if args.top_p is not None else {}),
+        "algorithm": {"preset": "search-r1-grpo", "entropy_coef": 0.0},
+        "optim": {"mini_batch_size": work["batch_size"] * work["n"], "micro_batch_size": work["micro_batch_size"], "lr": 1e-6},
+        "train": {"steps": args.steps + 1, "eval_every": 0, "checkpoint_every": 0, "save_rollouts": False},
+    }
+    cfg = config_from_dict(raw)
+    with tempfile.TemporaryDirectory(prefix="sas-bench-") as tmp:
+        trainer = BenchTrainer(cfg, Path(tmp) / "run", env, args.env_url, SIZES[size], work["turn_mean"])
+        trainer.setup()
+        params = sum(p.numel() for p in trainer.policy.parameters())
+        trainable = sum(p.numel() for p in trainer.policy.parameters() if p.requires_grad)
+        log(f"{size}{' + LoRA' if lora else ''} on {device}: {params / 1e6:.1f} M parameters ({trainable / 1e6:.2f} M trained), max_batch_tokens {trainer.max_batch_tokens:,}")
+        examples, prompts = trainer.train_set[: work["batch_size"]], trainer.train_prompts[: work["batch_size"]]
+        n = work["n"]
+
+        def ours() -> Any:
+            return trainer._generator(0, greedy=False)
+
+        def peer() -> Any:
+            return HFGenerateTurns(trainer.policy, trainer.tok, trainer.stops, cfg.rollout.temperature, cfg.rollout.top_p, device, trainer._autocast())
+
+        trainer.policy.eval()
+        result: dict[str, Any] = {"size": size, "lora": lora, "parameters": params, "trainable": trainable, "max_batch_tokens": trainer.max_batch_tokens, "workload": work}
+        # the same waves for both (the peer has no memory budget of its own: it gets ours)
+        settings = trainer._settings(ours(), prompts, n)
+        # warm-up (CUDA kernels, the allocator), then each measured once over the same prompts
+        for make in (ours, peer):
+            run_rollouts(examples[:2], prompts[:2], 2, make(), trainer.tok, trainer.env, settings)
+        # alternating repeats; each side's median run (by generation tokens/s) is reported
+        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "hf_generate": []}
+        for _ in range(args.repeats):
+            runs["ours"].append(_rollout(trainer, ours(), settings, examples, prompts, n))
+            if not args.no_peer:
+                runs["hf_generate"].append(_rollout(trainer, peer(), settings, examples, prompts, n))
+        for name, label in (("ours", "ours:       "), ("hf_generate", "HF generate:")):
+            if runs[name]:
+                r = sorted(runs[name], key=lambda x: x["generation_tokens_per_s"])[len(runs[name]) // 2]
+                result[f"rollout_{name}"] = r | {"repeats": [x["generation_tokens_per_s"] for x in runs[name]]}
+                log(f"  rollout, {label} {r['generation_tokens_per_s']:,.0f} generated tokens/s ({r['generated_tokens']:,} tokens, {r['seconds']:.2f} s, retrieval {r['retrieve_seconds']:.2f} s; median of {len(runs[name])})")
+        if runs["hf_generate"]:
+            result["rollout_speedup"] = result["rollout_ours"]["generation_tokens_per_s"] / result["rollout_hf_generate"]["generation_tokens_per_s"]
+            log(f"  → ours / HF generate: {result['rollout_speedup']:.2f}× (generated tokens per second of generation time)")
+        steps = []
+        for step in range(1, args.steps + 2):
+            _reset_peak(device)
+            m = trainer.train_step(step)
+            _sync(device)
+            m["peak_memory_bytes"] = _peak(device)
+            if step > 1 or args.steps == 0:  # the first step warms up
+                steps.append(m)
+        keys = sorted({k for m in steps for k in m if k.startswith(("timing_s/", "perf/"))})
+        result["step"] = {k: sum(m[k] for m in steps) / len(steps) for k in keys}
+        result["step"]["peak_memory_bytes"] = max(m["peak_memory_bytes"] for m in steps)
+        t = result["step"]
+        log(f"  train step: {t['timing_s/step']:.2f} s = rollout {t['timing_s/rollout']:.2f} (retrieve {t['timing_s/retrieve']:.2f}) + reward {t['timing_s/reward']:.2f} + old log-prob {t['timing_s/old_log_prob']:.2f} + ref {t['timing_s/ref']:.2f} + adv {t['timing_s/adv']:.3f} + update {t['timing_s/update']:.2f}")
+        log(f"  update: {t['perf/update_tokens_per_s']:,.0f} tokens/s; peak memory {t['peak_memory_bytes'] / 2**30:.2f} GiB")
+        trainer.writer.close()
+    del trainer
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m search_agent_trainer.benchmark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", help="comma-separated: tiny, small (4 layers, 256 wide, vocabulary 32k), 0.5b, 1.5b (default: 0.5b,1.5b on CUDA, tiny on CPU)")
+    parser.add_argument("--lora", choices=["both", "on", "off"], default="both")
+    parser.add_argument("--env-url", help="a running env server (default: the stand-in in this process)")
+    parser.add_argument("--steps", type=int, default=1, help="measured train steps (after one warm-up step)")
+    parser.add_argument("--batch", type=int, help="prompts per rollout (default: 32 on CUDA, 4 on CPU)")
+    parser.add_argument("--n", type=int, help="samples per prompt (default: 5 on CUDA, 3 on CPU)")
+    parser.add_argument("--top-p", type=float, help="sampling top-p (default: the search-r1-grpo preset's, 0.95)")
+    parser.add_argument("--max-turns", type=int, help="turns with actions (default: 4 on CUDA, 2 on CPU)")
+    parser.add_argument("--turn-tokens", type=int, help="tokens per turn at most (default: 500 on CUDA, 24 on CPU); turns end after half that on average")
+    parser.add_argument("--no-peer", action="store_true", help="skip the Hugging Face generate peer")
+    parser.add_argument("--repeats", type=int, default=3, help="rollout measurements of each side, alternating (the median is reported)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default on CPU: 1 — on a shared, loaded machine OpenMP's spinning threads made the same rollout 10–20× slower and the numbers meaningless)")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+    if args.threads or device.type == "cpu":
+        torch.set_num_threads(args.threads or 1)
+    sizes = (args.size or ("0.5b,1.5b" if device.type == "cuda" else "tiny")).split(",")
+    env = None if args.env_url else StandInEnv(DEMO / "corpus.jsonl")
+    machine = {"device": device.type, "torch": torch.__version__, "cpu_threads": torch.get_num_threads(), "env": args.env_url or StandInEnv.url}
+    if device.type == "cuda":
+        machine["gpu"] = torch.cuda.get_device_name(device)
+    log(f"benchmark on {machine.get('gpu', 'CPU')} (torch {torch.__version__}), env server: {machine['env']}")
+    results = []
+    for size in sizes:
+        for lora in {"both": (False, True), "on": (True,), "off": (False,)}[args.lora]:
+            results.append(run_size(size.strip(), lora, args, device, env))
+    print(json.dumps({"machine": machine, "results": results}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

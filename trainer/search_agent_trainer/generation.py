@@ -1,0 +1,445 @@
+"""Sampling turns from the policy: batched, KV-cached, bounded in memory, with the stop condition as a parameter.
+
+`LMGenerator.generate(contexts, budgets, keys)` samples one turn for every context: tokens until the turn's `Stops`
+say it has ended (an end-of-sequence id, or a stop string in the turn's text) or its token budget is spent. It is
+the only code that runs the policy to generate; the multi-turn protocol around it (rollout.py `run_rollouts`) never
+sees a tensor. How it keeps a step's generation fast and its memory bounded:
+
+- one autocast region around the whole call (entering and leaving autocast per forward clears torch's cache of
+  weights cast to bf16, so every decode step would re-cast every weight);
+- stop checks by token id: `Stops` precomputes the ids whose text can complete a stop string; only a row that sampled
+  one of them (or EOS) decodes its turn's tail to check;
+- a prompt is prefilled once for all its samples (identical contexts share one prefill, the cache rows are copied);
+- rows whose turn has stopped are parked out of the decode batch once they are half of it (and merged back at the
+  end), so the last long turns do not drag the finished rows through every decode step;
+- across turns, with `keys` (a stable id per trajectory), the cache a trajectory had at the end of its last turn is
+  extended with the new tokens (the observation) instead of prefilling the whole context again: a context is
+  extended only when the tokens cached for its key are a prefix of it, so the result is the same sequence either way
+  (tested: same seed, same ids, log-probs within float tolerance);
+- memory: a decode batch holds at most `max_batch_tokens` tokens of KV cache (rows × (context + turn budget)); more
+  rows are generated in several batches one after the other, and a prefill runs in pieces of at most
+  `min(max_batch_tokens, PREFILL_TOKENS)` tokens.
+
+The cache tricks need a cache made of plain per-layer key/value tensors (the built-in tiny model's, or Hugging Face's
+`DynamicCache` of full-attention layers); for any other cache (sliding-window or recurrent layers) the generator
+prefills every turn and decodes without parking, which gives the same tokens, only slower.
+
+Log-probs are those of the sampled token under the temperature-scaled distribution before top-p (what veRL's
+old-log-prob pass recomputes, so the two can be compared: `rollout_logprob` vs `logprob` in the records).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+# A prefill forward over more tokens than this is cut into pieces (its activations, not the cache, bound it).
+PREFILL_TOKENS = 16384
+DEFAULT_MAX_BATCH_TOKENS = 65536
+# top-p looks for the nucleus among this many most likely tokens first.
+TOP_P_CANDIDATES = 1024
+
+
+@dataclass
+class GeneratedTurn:
+    ids: list[int]
+    logprobs: list[float]  # log-probability of each sampled token under the sampling distribution
+
+
+class TurnGenerator(Protocol):
+    """What produces turns: the policy (LMGenerator) or, in tests, a scripted stand-in for the model. `keys` name the
+    trajectories across calls (a generator may keep state per key, e.g. a KV cache); `release()` drops that state."""
+
+    def generate(self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Sequence[Any] | None = None) -> list[GeneratedTurn]: ...
+
+    def release(self) -> None: ...
+
+
+class Stops:
+    """When a turn ends: at an end-of-sequence id, or once the text of the turn contains one of `strings`.
+
+    `candidates` are the token ids whose text can complete a stop string: a token that contains one, or whose text
+    starts with a proper suffix of one (the rest of it was generated before). A turn can only end on an EOS or a
+    candidate, so only those rows decode their tail. Texts are taken token by token, also with leading whitespace
+    removed (SentencePiece tokenizers drop a token's leading space when it is decoded alone)."""
+
+    def __init__(self, tokenizer: Any, strings: Sequence[str], eos_ids: Iterable[int] | None = None):
+        self.tokenizer = tokenizer
+        self.strings = tuple(s for s in strings if s)
+        self.eos_ids = frozenset(tokenizer.eos_ids if eos_ids is None else eos_ids)
+        # a stop string spans at most one token per character, plus tokens that decode to nothing (specials)
+        self.tail = max((len(s) for s in self.strings), default=0) + 8
+        texts = tokenizer.token_texts(range(tokenizer.vocab_size))
+        self.candidates = frozenset(i for i, t in enumerate(texts) if self._may_complete(t))
+        self._masks: dict[tuple[str, int], torch.Tensor] = {}
+
+    def _may_complete(self, text: str) -> bool:
+        for t in {text, text.lstrip()}:
+            for s in self.strings:
+                if s in t or any(t.startswith(s[-k:]) for k in range(1, len(s))):
+                    return True
+        return False
+
+    def mask(self, device: torch.device, vocab: int) -> torch.Tensor:
+        """(vocab,) bool: True on the ids after which a row must check whether its turn has ended."""
+        key = (str(device), vocab)
+        if key not in self._masks:
+            m = torch.zeros(vocab, dtype=torch.bool)
+            ids = [i for i in self.candidates | self.eos_ids if 0 <= i < vocab]
+            if ids:
+                m[torch.tensor(ids, dtype=torch.long)] = True
+            self._masks[key] = m.to(device)
+        return self._masks[key]
+
+    def ended(self, turn_ids: Sequence[int]) -> bool:
+        """Whether a turn whose tokens so far are `turn_ids` has ended (exact: decodes the tail)."""
+        if not turn_ids:
+            return False
+        if turn_ids[-1] in self.eos_ids:
+            return True
+        if not self.strings:
+            return False
+        tail = self.tokenizer.decode(turn_ids[-self.tail :])
+        return any(s in tail for s in self.strings)
+
+
+def kv_bytes_per_token(policy: Any, dtype: torch.dtype | None) -> int:
+    """Bytes of KV cache one token takes in the policy (keys and values of every layer), computing in `dtype`."""
+    elt = 2 if dtype in (torch.bfloat16, torch.float16) else 4
+    if policy.kind == "tiny":
+        c = policy.backbone.config
+        return (2 * c["layers"] + 1) * c["d_model"] * elt + 8  # + the copy head's keys and the token id
+    cfg = policy.backbone.config
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    heads = cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    return 2 * cfg.num_hidden_layers * (getattr(cfg, "num_key_value_heads", None) or heads) * head_dim * elt
+
+
+def auto_max_batch_tokens(policy: Any, device: torch.device, dtype: torch.dtype | None) -> int:
+    """`rollout.max_batch_tokens` when the config leaves it out: DEFAULT_MAX_BATCH_TOKENS on CPU; on CUDA, half of the
+    GPU memory free now (the model loaded) less what AdamW's two moments will take, in tokens of KV cache."""
+    if device.type != "cuda":
+        return DEFAULT_MAX_BATCH_TOKENS
+    free, _total = torch.cuda.mem_get_info(device)
+    adam = 8 * sum(p.numel() for p in policy.parameters() if p.requires_grad)
+    return max(DEFAULT_MAX_BATCH_TOKENS, int(0.5 * (free - adam) / kv_bytes_per_token(policy, dtype)))
+
+
+# -- the KV cache as plain tensors -------------------------------------------------------------------------------
+
+
+class _Cache:
+    """A batched KV cache as tensors with the batch on dim 0 and time on `dims[i]`, so rows can be selected and caches
+    padded and concatenated. The tiny model's cache is [(k, v) per block] + [(copy keys, ids)]; a Hugging Face
+    DynamicCache of full-attention layers is [(keys, values) per layer], each (B, heads, T, head_dim)."""
+
+    def __init__(self, kind: str, tensors: list[torch.Tensor], dims: list[int]):
+        self.kind, self.tensors, self.dims = kind, tensors, dims
+
+    @staticmethod
+    def of(past: Any) -> _Cache | None:
+        """None for a cache that cannot be cut by rows or padded (sliding windows, recurrent state, …)."""
+        if isinstance(past, list) and past and all(isinstance(p, tuple) and len(p) == 2 for p in past):
+            *blocks, copy = past
+            tensors = [t for kv in blocks for t in kv] + list(copy)
+            return _Cache("tiny", tensors, [2] * (2 * len(blocks)) + [1, 1])
+        layers = getattr(past, "layers", None)
+        if layers is None:
+            return None
+        from transformers.cache_utils import DynamicLayer
+
+        if not layers or any(type(layer) is not DynamicLayer or not layer.is_initialized for layer in layers):
+            return None
+        return _Cache("hf", [t for layer in layers for t in (layer.keys, layer.values)], [2] * (2 * len(layers)))
+
+    @property
+    def width(self) -> int:
+        return int(self.tensors[0].shape[self.dims[0]])
+
+    def past(self) -> Any:
+        """The cache object the model takes."""
+        pairs = [(self.tensors[i], self.tensors[i + 1]) for i in range(0, len(self.tensors), 2)]
+        if self.kind == "tiny":
+            return pairs
+        from transformers import DynamicCache
+
+        return DynamicCache(ddp_cache_data=pairs)
+
+    def select(self, rows: torch.Tensor) -> _Cache:
+        return _Cache(self.kind, [t.index_select(0, rows) for t in self.tensors], self.dims)
+
+    def pad_front(self, n: int) -> _Cache:
+        if n == 0:
+            return self
+        out = []
+        for t, d in zip(self.tensors, self.dims):
+            shape = list(t.shape)
+            shape[d] = n
+            out.append(torch.cat([t.new_zeros(shape), t], dim=d))
+        return _Cache(self.kind, out, self.dims)
+
+    @staticmethod
+    def cat(caches: Sequence[_Cache]) -> _Cache:
+        return _Cache(caches[0].kind, [torch.cat(ts, dim=0) for ts in zip(*(c.tensors for c in caches))], caches[0].dims)
+
+
+@dataclass
+class _Rows:
+    """A decode batch: the model's cache, the attention mask over it (0 on padding), each row's last position, the
+    next-token logits, and which output row each batch row is."""
+
+    past: Any
+    attn: torch.Tensor  # (b, W) long
+    last_pos: torch.Tensor  # (b,)
+    logits: torch.Tensor | None  # (b, V)
+    order: list[int]
+
+    def cache(self) -> _Cache | None:
+        return _Cache.of(self.past)
+
+    def take(self, index: Sequence[int]) -> _Rows:
+        """The rows `index` (copied; `self` itself when they are all of its rows in order)."""
+        if list(index) == list(range(len(self.order))):
+            return _Rows(self.past, self.attn, self.last_pos, self.logits, list(self.order))
+        cache = self.cache()
+        assert cache is not None
+        rows = torch.tensor(list(index), dtype=torch.long, device=self.attn.device)
+        return _Rows(cache.select(rows).past(), self.attn[rows], self.last_pos[rows], None if self.logits is None else self.logits[rows], [self.order[i] for i in index])
+
+    @staticmethod
+    def merge(parts: Sequence[_Rows]) -> _Rows:
+        """One batch from several (left-padded to the widest); their caches must be sliceable."""
+        if len(parts) == 1:
+            return parts[0]
+        W = max(p.attn.shape[1] for p in parts)
+        caches = []
+        for p in parts:
+            c = p.cache()
+            assert c is not None
+            caches.append(c.pad_front(W - c.width))
+        attn = torch.cat([torch.nn.functional.pad(p.attn, (W - p.attn.shape[1], 0)) for p in parts])
+        logits = None if any(p.logits is None for p in parts) else torch.cat([p.logits for p in parts])
+        return _Rows(_Cache.cat(caches).past(), attn, torch.cat([p.last_pos for p in parts]), logits, [i for p in parts for i in p.order])
+
+
+@dataclass
+class _Session:
+    """What the previous call left for the next one: its rows, and per key the batch row and the tokens cached."""
+
+    rows: _Rows
+    row_of: dict[Any, int]
+    cached: dict[Any, list[int]]
+
+
+# -- the generator -----------------------------------------------------------------------------------------------
+
+
+class LMGenerator:
+    """Batched sampling from the policy (see the module's docstring). `policy` is a `Policy` (or anything with its
+    forward signature); `autocast` a callable returning the autocast context (None: none); `generator` the torch RNG
+    of the sampling."""
+
+    def __init__(self, policy: Any, tokenizer: Any, temperature: float, top_p: float, device: torch.device, stops: Stops, generator: torch.Generator | None = None, autocast: Any = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, extend_cache: bool = True):
+        self.policy = policy
+        self.tokenizer = tokenizer
+        self.temperature = temperature
+        self.top_p = top_p
+        self.device = device
+        self.stops = stops
+        self.generator = generator
+        self.autocast = autocast
+        self.max_batch_tokens = max(1, int(max_batch_tokens))
+        self.extend_cache = extend_cache
+        self._session: _Session | None = None
+        # counters (the benchmark reports them): context tokens prefilled, tokens fed after a cached prefix (across
+        # turns), tokens sampled, decode forward passes, rows parked out of the decode batch
+        self.stats = {"prefill_tokens": 0, "extend_tokens": 0, "decode_tokens": 0, "decode_steps": 0, "rows_parked": 0}
+
+    # -- sampling ------------------------------------------------------------------------------------------------
+    def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(token, its log-prob) per row: argmax at temperature 0; else inverse-CDF sampling (one uniform per row) from
+        the temperature-scaled distribution, restricted to the nucleus when top_p < 1 (the smallest set of most likely
+        tokens whose mass reaches top_p). The nucleus is looked for among the TOP_P_CANDIDATES most likely tokens first
+        (a partial sort; a full sort of a 150k vocabulary every step costs more than the model on CPU), and among all
+        when that is not enough for some row."""
+        logits = logits.float()
+        if self.temperature == 0:
+            tok = logits.argmax(-1)
+            return tok, torch.log_softmax(logits, -1).gather(-1, tok[:, None]).squeeze(-1)
+        logp = torch.log_softmax(logits / self.temperature, -1)
+        probs = logp.exp()
+        u = torch.rand((probs.shape[0], 1), generator=self.generator, device=probs.device)
+        if self.top_p < 1.0:
+            top, idx = probs.topk(min(TOP_P_CANDIDATES, probs.shape[-1]), dim=-1)
+            if top.shape[-1] < probs.shape[-1] and bool((top.sum(-1) < self.top_p).any()):
+                top, idx = probs.sort(-1, descending=True)
+            top = top * ((top.cumsum(-1) - top) < self.top_p)  # the most likely token is always kept
+            cdf = top.cumsum(-1)
+            j = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=cdf.shape[-1] - 1)
+            tok = idx.gather(-1, j).squeeze(-1)
+        else:
+            cdf = probs.cumsum(-1)
+            tok = torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=cdf.shape[-1] - 1).squeeze(-1)
+        return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+
+    # -- public --------------------------------------------------------------------------------------------------
+    def release(self) -> None:
+        """Forget the cache kept for the next turn (the end of a rollout, or the policy changed)."""
+        self._session = None
+
+    def wave_size(self, longest_context: int, response_length: int, n: int = 1) -> int:
+        """How many trajectories of at most `longest_context + response_length` tokens fit in one decode batch, a
+        multiple of `n` (a group's samples stay together and share their prompt's prefill)."""
+        rows = max(1, self.max_batch_tokens // max(1, longest_context + response_length))
+        return max(n, rows // n * n)
+
+    def generate(self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Sequence[Any] | None = None) -> list[GeneratedTurn]:
+        out = [GeneratedTurn([], []) for _ in contexts]
+        rows = [i for i, b in enumerate(budgets) if b > 0]
+        chunks = self._chunks(rows, contexts, budgets)
+        session = self._session if keys is not None and self.extend_cache and len(chunks) == 1 else None
+        self._session = None
+        ctx = self.autocast() if self.autocast else contextlib.nullcontext()
+        with torch.inference_mode(), ctx:
+            for chunk in chunks:
+                rows_b = self._start(chunk, contexts, keys, session)
+                final = self._decode(rows_b, budgets, out)
+                if keys is not None and self.extend_cache and len(chunks) == 1 and final.cache() is not None:
+                    by_row = {i: b for b, i in enumerate(final.order)}
+                    self._session = _Session(final, {keys[i]: by_row[i] for i in chunk}, {keys[i]: list(contexts[i]) + out[i].ids[:-1] for i in chunk})
+        return out
+
+    # -- internals -----------------------------------------------------------------------------------------------
+    def _chunks(self, rows: list[int], contexts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[list[int]]:
+        """Consecutive rows in decode batches of at most max_batch_tokens padded tokens."""
+        chunks: list[list[int]] = []
+        cur: list[int] = []
+        widest = 0
+        for i in rows:
+            w = max(widest, len(contexts[i]) + budgets[i])
+            if cur and (len(cur) + 1) * w > self.max_batch_tokens:
+                chunks.append(cur)
+                cur, w = [], len(contexts[i]) + budgets[i]
+            cur.append(i)
+            widest = w
+        if cur:
+            chunks.append(cur)
+        return chunks
+
+    def _forward(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, past: Any = None) -> tuple[torch.Tensor, Any]:
+        logits, past, _ = self.policy(ids, attn, pos, past, use_cache=True, logits_to_keep=1)
+        return logits[:, -1], past
+
+    def _start(self, rows: list[int], contexts: Sequence[Sequence[int]], keys: Sequence[Any] | None, session: _Session | None) -> _Rows:
+        """The decode batch for `rows`, with the next-token logits: the rows whose context extends what the session
+        cached get only their new tokens fed; the others are prefilled."""
+        parts = []
+        fresh = rows
+        if session is not None and keys is not None:
+            ext = []
+            for i in rows:
+                cached = session.cached.get(keys[i])
+                if cached is not None and len(contexts[i]) > len(cached) and list(contexts[i][: len(cached)]) == cached:
+                    ext.append(i)
+            if ext:
+                W = session.rows.attn.shape[1] + max(len(contexts[i]) - len(session.cached[keys[i]]) for i in ext)
+                if len(ext) * W <= self.max_batch_tokens:  # else prefilling anew is more compact
+                    parts.append(self._extend(ext, contexts, keys, session))
+                    done = set(ext)
+                    fresh = [i for i in rows if i not in done]
+        if fresh:
+            parts.append(self._prefill(fresh, contexts))
+        return _Rows.merge(parts)
+
+    def _extend(self, rows: list[int], contexts: Sequence[Sequence[int]], keys: Sequence[Any], s: _Session) -> _Rows:
+        base = s.rows.take([s.row_of[keys[i]] for i in rows])
+        suffixes = [list(contexts[i][len(s.cached[keys[i]]) :]) for i in rows]
+        L = max(len(x) for x in suffixes)
+        ids = torch.full((len(rows), L), self.tokenizer.pad_id, dtype=torch.long)
+        new = torch.zeros((len(rows), L), dtype=torch.long)
+        for r, x in enumerate(suffixes):
+            ids[r, L - len(x) :] = torch.tensor(x, dtype=torch.long)
+            new[r, L - len(x) :] = 1
+        ids, new = ids.to(self.device), new.to(self.device)
+        pos = base.last_pos[:, None] + new.cumsum(-1)
+        attn = torch.cat([base.attn, new], dim=1)
+        logits, past = self._forward(ids, attn, pos, base.past)
+        self.stats["extend_tokens"] += sum(len(x) for x in suffixes)
+        return _Rows(past, attn, pos[:, -1], logits, list(rows))
+
+    def _prefill(self, rows: list[int], contexts: Sequence[Sequence[int]]) -> _Rows:
+        """Left-padded prefill of the distinct contexts, in pieces of at most PREFILL_TOKENS padded tokens, then copied
+        to every row that has them (a prompt's n samples share one prefill)."""
+        first: dict[tuple[int, ...], int] = {}
+        src = [first.setdefault(tuple(contexts[i]), len(first)) for i in rows]
+        uniq = [list(c) for c in first]
+        T = max(len(c) for c in uniq)
+        per_piece = max(1, min(self.max_batch_tokens, PREFILL_TOKENS) // T)
+        parts: list[_Rows] = []
+        for lo in range(0, len(uniq), per_piece):
+            parts.append(self._prefill_padded(uniq[lo : lo + per_piece], T, list(range(lo, lo + per_piece))))
+            if parts[0].cache() is None:  # a cache we cannot slice or concatenate: one prefill of every row
+                if len(uniq) == len(rows) <= per_piece:
+                    parts[0].order = list(rows)
+                    return parts[0]
+                return self._prefill_padded([list(contexts[i]) for i in rows], T, list(rows))
+        unique_rows = _Rows.merge(parts)
+        shared = unique_rows.take(src) if len(uniq) < len(rows) else unique_rows
+        shared.order = list(rows)
+        return shared
+
+    def _prefill_padded(self, contexts: Sequence[list[int]], T: int, order: list[int]) -> _Rows:
+        ids = torch.full((len(contexts), T), self.tokenizer.pad_id, dtype=torch.long)
+        attn = torch.zeros((len(contexts), T), dtype=torch.long)
+        for r, c in enumerate(contexts):
+            ids[r, T - len(c) :] = torch.tensor(c, dtype=torch.long)
+            attn[r, T - len(c) :] = 1
+        ids, attn = ids.to(self.device), attn.to(self.device)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        logits, past = self._forward(ids, attn, pos)
+        self.stats["prefill_tokens"] += sum(len(c) for c in contexts)
+        return _Rows(past, attn, pos[:, -1], logits, order)
+
+    def _decode(self, b: _Rows, budgets: Sequence[int], out: list[GeneratedTurn]) -> _Rows:
+        """Samples until every row's turn has ended; returns all rows (parked ones merged back), whose caches hold
+        each context and its turn but the turn's last token (sampled, never fed)."""
+        parked: list[_Rows] = []
+        pad = self.tokenizer.pad_id
+        running = [True] * len(b.order)
+        sliceable = b.cache() is not None
+        while True:
+            tok, lp = self._sample(b.logits)
+            hit = self.stops.mask(tok.device, b.logits.shape[-1])[tok]
+            toks, lps, hits = torch.stack([tok.double(), lp.double(), hit.double()]).tolist()
+            for r, i in enumerate(b.order):
+                if not running[r]:
+                    continue
+                o = out[i]
+                o.ids.append(int(toks[r]))
+                o.logprobs.append(lps[r])
+                self.stats["decode_tokens"] += 1
+                if len(o.ids) >= budgets[i] or (hits[r] and self.stops.ended(o.ids)):
+                    running[r] = False
+            self.stats["decode_steps"] += 1
+            live_rows = [r for r, x in enumerate(running) if x]
+            if not live_rows:
+                break
+            if sliceable and len(live_rows) * 2 <= len(running) and len(running) >= 4:
+                stopped = [r for r, x in enumerate(running) if not x]
+                parked.append(b.take(stopped))
+                self.stats["rows_parked"] += len(stopped)
+                b = b.take(live_rows)
+                tok = tok[torch.tensor(live_rows, device=tok.device)]
+                running = [True] * len(live_rows)
+            live = torch.tensor(running, dtype=torch.long, device=self.device)
+            feed = torch.where(live.bool(), tok, torch.full_like(tok, pad))[:, None]
+            attn = torch.cat([b.attn, live[:, None]], dim=1)
+            last_pos = b.last_pos + live
+            logits, past = self._forward(feed, attn, last_pos[:, None], b.past)
+            b = _Rows(past, attn, last_pos, logits, b.order)
+        return _Rows.merge(parked + [b]) if parked else b

@@ -1,0 +1,57 @@
+"""The run config's cross-field rules and `algorithm.preset` (Search-R1's settings, from its train_ppo.sh /
+train_grpo.sh): what a preset resolves to, that a key the config sets wins, and the GPU examples that use them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import DEMO, ROOT
+from search_agent_trainer.config import config_from_dict, load_config
+from search_agent_trainer.schema import ConfigError
+
+
+def _cfg(**sections):
+    return {"data": {"train": str(DEMO / "train.jsonl")}, "model": {"kind": "tiny"}, **sections}
+
+
+def test_search_r1_grpo_preset():
+    c = config_from_dict(_cfg(algorithm={"preset": "search-r1-grpo"}, train={"steps": 1005}))
+    a, r, o = c.algorithm, c.rollout, c.optim
+    assert (a.name, a.kl_estimator, a.kl_coef, a.kl_in_reward, a.entropy_coef, a.clip_ratio_low, a.clip_ratio_high) == ("grpo", "k3", 0.001, False, 0.001, 0.2, 0.2)
+    assert (r.n, r.temperature, r.top_p) == (5, 1.0, 0.95)
+    assert (o.lr, o.warmup_steps, o.mini_batch_size, o.grad_clip, o.ppo_epochs) == (1e-6, 286, 1280, 1.0, 1)  # int(0.285 × 1005)
+    assert a.loss_masking is True and a.mask_advantages is False and a.clip_ratio_c is None
+
+
+def test_search_r1_ppo_preset_and_explicit_keys_win():
+    c = config_from_dict(_cfg(algorithm={"preset": "search-r1-ppo", "kl_coef": 0.01}, rollout={"n": 2}, train={"steps": 200}))
+    a, o = c.algorithm, c.optim
+    assert (a.name, a.kl_estimator, a.kl_in_reward, a.gamma, a.lam, a.value_clip) == ("ppo", "k1", True, 1.0, 1.0, 0.5)
+    assert (o.critic_lr, o.warmup_steps, o.critic_warmup_steps, o.mini_batch_size) == (1e-5, 56, 3, 256)  # int(0.285 × 200) is 56 in floating point, as in veRL
+    assert a.kl_coef == 0.01 and c.rollout.n == 2  # set in the file: not the preset's
+
+
+def test_the_gpu_examples_resolve_to_search_r1s_settings():
+    grpo = load_config(ROOT / "examples" / "qwen2.5-3b-grpo.run.json")
+    ppo = load_config(ROOT / "examples" / "qwen2.5-3b-ppo.run.json")
+    assert (grpo.algorithm.name, grpo.rollout.n, grpo.algorithm.kl_estimator, grpo.optim.warmup_steps) == ("grpo", 5, "k3", 286)
+    assert (ppo.algorithm.name, ppo.rollout.n, ppo.algorithm.kl_estimator, ppo.algorithm.kl_in_reward, ppo.optim.critic_lr) == ("ppo", 1, "k1", True, 1e-5)
+    # the resolved config (run.json keeps it) resolves to itself: resuming does not apply the preset twice differently
+    again = config_from_dict(json.loads(json.dumps(dict(grpo))))
+    assert dict(again) == dict(grpo)
+
+
+def test_dropout_is_off_by_default_and_lora_dropout_needs_it():
+    assert config_from_dict(_cfg()).model.dropout is False
+    cfg = _cfg(model={"kind": "hf", "path": "/m", "lora": {"dropout": 0.05}})
+    with pytest.raises(ConfigError, match=r"model\.lora\.dropout: 0\.05 needs model\.dropout: true"):
+        config_from_dict(cfg)
+    cfg["model"]["dropout"] = True
+    assert config_from_dict(cfg).model.lora["dropout"] == 0.05
+
+
+def test_dual_clip_needs_c_above_1():
+    with pytest.raises(ConfigError, match=r"algorithm\.clip_ratio_c: must be greater than 1"):
+        config_from_dict(_cfg(algorithm={"clip_ratio_c": 1.0}))
