@@ -18,6 +18,7 @@ from conftest import trainer_env as python_env  # noqa: E402
 from hf_fixture import build_tiny_qwen2, demo_texts  # noqa: E402
 
 from search_agent_trainer.data import load_dataset  # noqa: E402
+from search_agent_trainer.schema import ConfigError  # noqa: E402
 from search_agent_trainer.engines.verl import SEARCH_R1_AGENT, TOOL_AGENT  # noqa: E402
 from search_agent_trainer.engines.verl.dataset import write_verl_parquet  # noqa: E402
 from search_agent_trainer.engines.verl.main import check_config, compose_config  # noqa: E402
@@ -74,7 +75,7 @@ def test_our_overrides_compose_with_verls_config_and_pass_its_checks(tmp_path, q
         assert config.critic.optim.lr == 1e-5 and config.critic.model.path == str(qwen_dir) and config.algorithm.kl_penalty == "k1"
     if cfg.model.lora:
         assert config.actor_rollout_ref.model.lora_rank == 16 and list(config.actor_rollout_ref.model.target_modules) == ["q_proj", "k_proj", "v_proj", "o_proj"]
-    if (cfg.get("verl") or {}).get("nodes"):
+    if CASES[case].get("verl", {}).get("nodes"):
         assert r.name == "sglang" and r.tensor_model_parallel_size == 2 and config.trainer.n_gpus_per_node == 4 and config.trainer.nnodes == 2
         assert a.strategy == "fsdp2" and a.fsdp_config.param_offload is True and r.agent.num_workers == 4
 
@@ -108,12 +109,12 @@ def test_a_key_veRL_does_not_have_or_a_value_it_refuses_fails(tmp_path, qwen_dir
         ({"model": {"kind": "tiny"}}, "model.kind"),
         ({"optim": {"mini_batch_size": 3, "micro_batch_size": 1}}, "optim.mini_batch_size"),
         ({"train": {"supervised_warmup": {"steps": 5}}}, "train.supervised_warmup"),
-        ({"verl": {"rollout": "hf", "gpus": 2}}, "verl.gpus: unknown key"),
+        ({"verl": {"rollout": "hf", "gpus": 2}}, "verl.gpus: is not a known key"),  # the run-config schema's check
         ({"verl": {"tensor_parallel": 3, "gpus_per_node": 4}}, "verl.tensor_parallel"),
     ],
 )
 def test_what_veRL_cannot_do_is_refused_naming_the_key(tmp_path, qwen_dir, sections, named):
-    with pytest.raises(VerlConfigError, match=named.replace(".", r"\.")):
+    with pytest.raises((VerlConfigError, ConfigError), match=named.replace(".", r"\.")):
         overrides_for(run_config(qwen_dir, **sections), tmp_path)
 
 
@@ -185,3 +186,18 @@ def test_the_veRL_environment_is_the_pinned_one_reusing_the_main_venvs_torch():
     assert ".venv-verl" in transformers.__file__ and ".venv-verl" not in torch.__file__  # torch is .venv's, not a second copy
     p = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout
+
+
+def test_the_search_tool_is_named_by_rollout_search_tool_in_veRLs_tool_registry(tmp_path, qwen_dir):
+    """tools.yaml read by veRL's own registry: our SearchTool under the run config's tool name (default search)."""
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    from search_agent_trainer.engines.verl.overrides import tool_entries
+
+    for name in (None, "wiki_search"):
+        cfg = json.loads(json.dumps(run_config(qwen_dir)))
+        if name:
+            cfg["rollout"]["search_tool"] = name  # the tool-call dialect's key (the trainer's dialect issue)
+        (tmp_path / "tools.yaml").write_text(json.dumps(tool_entries(cfg, ENV_URL)))
+        [tool] = initialize_tools_from_config(str(tmp_path / "tools.yaml"))
+        assert type(tool).__name__ == "SearchTool" and tool.name == (name or "search") and tool.topk == cfg["retriever"]["topk"]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import ENV_URL_VAR, SEARCH_R1_AGENT, TOOL_AGENT
+from . import ENV_URL_VAR, SEARCH_R1_AGENT, TOOL_AGENT, search_tool_schema
 
 # The `verl` section of a run config: what veRL needs that the shared keys do not say.
 VERL_DEFAULTS: dict[str, Any] = {
@@ -143,9 +143,11 @@ def agent_loop_entries(cfg: Mapping[str, Any], env_url: str | None) -> list[dict
 
 
 def tool_entries(cfg: Mapping[str, Any], env_url: str | None) -> dict[str, Any]:
-    """veRL's tool config file (`rollout.multi_turn.tool_config_path`): our `search` tool."""
+    """veRL's tool config file (`rollout.multi_turn.tool_config_path`): our search tool, named by rollout.search_tool
+    (the trainer's tool-call dialect's key; default `search`)."""
     url = {"env_url": env_url} if env_url else {}
-    return {"tools": [{"class_name": TOOL_CLASS, "config": {"type": "native", **url, "topk": int(_get(cfg, "retriever.topk", 3))}}]}
+    schema = search_tool_schema(str(_get(cfg, "rollout.search_tool", "search")))
+    return {"tools": [{"class_name": TOOL_CLASS, "config": {"type": "native", **url, "topk": int(_get(cfg, "retriever.topk", 3))}, "tool_schema": schema}]}
 
 
 def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], env_url: str | None, train_files: str, val_files: str | None, config_file: str, agent_loop_file: str, tool_file: str | None, driver_pid: int | None = None, trainer_dir: str = str(TRAINER_DIR)) -> tuple[list[str], list[str]]:

@@ -19,20 +19,15 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from ...env_client import EnvClient, EnvError, passages_to_string
 from ...rollout import retrieval_entry
+from . import search_tool_schema
 from .agent_loop import env_url_of
 
-SEARCH_TOOL_SCHEMA = {
-    "type": "function",
-    "function": {
-        "name": "search",
-        "description": "Search the knowledge source for passages about a query; returns the top passages.",
-        "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "What to search for."}}, "required": ["query"]},
-    },
-}
+SEARCH_TOOL_SCHEMA = search_tool_schema()
 
 
 class SearchTool(BaseTool):
-    """config: `env_url` (else $SAS_ENV_URL), `topk` (default 3)."""
+    """config: `env_url` (else $SAS_ENV_URL), `topk` (default 3); its name is the tool schema's (tools.yaml: the run
+    config's rollout.search_tool, default search)."""
 
     def __init__(self, config: dict[str, Any], tool_schema: OpenAIFunctionToolSchema | None = None):
         super().__init__(config, tool_schema or OpenAIFunctionToolSchema.model_validate(SEARCH_TOOL_SCHEMA))
@@ -42,7 +37,7 @@ class SearchTool(BaseTool):
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
         query = parameters.get("query")
         if not isinstance(query, str) or not query.strip():
-            return ToolResponse(text="Error: search needs a non-empty string argument `query`."), 0.0, {"error": "no query"}
+            return ToolResponse(text=f"Error: {self.name} needs a non-empty string argument `query`."), 0.0, {"error": "no query"}
         try:
             hits = (await asyncio.get_running_loop().run_in_executor(None, self.env.retrieve, [query.strip()], self.topk))[0]
         except EnvError as e:
