@@ -1,11 +1,11 @@
 /**
  * `search-agent-studio export verl <config.run.json> --out DIR [--python PATH]`: a veRL run as files for one's own
- * cluster (src/core/host/verlExport.ts; docs/engines.md). veRL's Python: --python, the config's verl.python,
+ * cluster (src/core/host/verl.ts; docs/engines.md). veRL's Python: --python, the config's verl.python,
  * SAS_VERL_PYTHON, .venv-verl (the first with veRL 0.9.1).
  */
 import { parseArgs } from 'node:util';
 import { loadRunConfig, RunConfigError } from '../core/host/runConfig';
-import { exportVerl, findVerlPython, noVerlPythonMessage, verlPythonCandidates } from '../core/host/verlExport';
+import { exportVerl, findVerlPython, noVerlPythonMessage, verlPythonCandidates } from '../core/host/verl';
 import { packageRoot } from '../core/paths';
 
 export async function exportCommand(args: string[], out: (s: string) => void, err: (s: string) => void): Promise<number> {

@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { checkRunConfig } from '../../src/core/host/runConfig';
-import { findVerlPython, verlPythonCandidates, VERL_VERSION } from '../../src/core/host/verlExport';
+import { checkRunConfig, loadRunConfig } from '../../src/core/host/runConfig';
+import { findVerlPython, verlLaunch, VerlUnavailableError, verlPythonCandidates, VERL_VERSION } from '../../src/core/host/verl';
 
 const ROOT = join(__dirname, '..', '..');
 const VERL_PYTHON = join(ROOT, '.venv-verl', 'bin', 'python');
@@ -19,7 +19,7 @@ function config(dir: string, extra: Record<string, unknown> = {}): string {
   return file;
 }
 
-describe('export verl', function () {
+describe('engine verl on the host: veRL’s Python, launch, export verl', function () {
   this.timeout(180_000);
 
   it("finds veRL's Python in order: named, the config's verl.python, SAS_VERL_PYTHON, .venv-verl; one without veRL says so", async () => {
@@ -60,5 +60,41 @@ describe('export verl', function () {
     const r = await cli('export', 'trl', 'x.run.json', '--out', 'y');
     assert.equal(r.exitCode, 2);
     assert.match(r.stderr, /usage: export verl <config\.run\.json> --out DIR/);
+  });
+
+  it('launch: the run prepared in its directory and the command that trains it; resume prepares again with the new env URL', async function () {
+    if (!existsSync(VERL_PYTHON)) this.skip();
+    const dir = mkdtempSync(join(tmpdir(), 'sas-verl-'));
+    const loaded = await loadRunConfig(config(dir));
+    const runDir = join(dir, 'runs', 'r1');
+    const base = { loaded, runDir, resume: false, trainerDir: join(ROOT, 'trainer'), root: ROOT };
+    const first = await verlLaunch({ ...base, envUrl: 'http://127.0.0.1:4101' });
+    assert.equal(first.file, VERL_PYTHON);
+    assert.deepEqual(first.args.slice(0, 2), ['-m', 'search_agent_trainer.engines.verl.main']);
+    assert.ok(first.args.includes(`data.train_files=${join(runDir, 'verl', 'train.parquet')}`) && existsSync(join(runDir, 'verl', 'train.parquet')));
+    assert.ok(first.args.includes('+ray_kwargs.ray_init.runtime_env.env_vars.SAS_ENV_URL=http://127.0.0.1:4101'));
+    assert.ok(first.args.includes(`trainer.default_local_dir=${join(runDir, 'checkpoints', 'verl')}`) && first.args.includes('trainer.resume_mode=auto'));
+    assert.equal(first.env.PYTHONPATH.split(':')[0], join(ROOT, 'trainer'));
+    // resuming: the config the run was prepared with (the original file may be gone), the new env server's URL
+    rmSync(loaded.file);
+    const again = await verlLaunch({ ...base, resume: true, envUrl: 'http://127.0.0.1:4202' });
+    assert.ok(again.args.includes('+ray_kwargs.ray_init.runtime_env.env_vars.SAS_ENV_URL=http://127.0.0.1:4202'));
+    assert.deepEqual(again.args.filter((a) => !a.includes('127.0.0.1')), first.args.filter((a) => !a.includes('127.0.0.1')));
+  });
+
+  it('launch without a veRL Python: nothing prepared, each candidate named with what it lacks', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sas-verl-'));
+    const loaded = await loadRunConfig(config(dir));
+    const saved = process.env.SAS_VERL_PYTHON;
+    delete process.env.SAS_VERL_PYTHON;
+    try {
+      await assert.rejects(
+        verlLaunch({ loaded, runDir: join(dir, 'run'), envUrl: 'http://127.0.0.1:1', resume: false, trainerDir: join(ROOT, 'trainer'), root: dir, verlPython: join(ROOT, '.venv', 'bin', 'python') }),
+        (e: Error) => e instanceof VerlUnavailableError && /\.venv\/bin\/python: veRL is not installed/.test(e.message) && /setup-verl\.sh/.test(e.message),
+      );
+    } finally {
+      if (saved !== undefined) process.env.SAS_VERL_PYTHON = saved;
+    }
+    assert.ok(!existsSync(join(dir, 'run')));
   });
 });

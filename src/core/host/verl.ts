@@ -1,9 +1,11 @@
 /**
- * Engine "verl" (docs/engines.md): finding veRL's Python and `export verl`, a veRL run of a run config as files for
- * one's own cluster. The trainer package does the work (search_agent_trainer/engines/verl/export.py: launch script,
- * Hydra overrides, our modules, the parquet; checked against veRL's own config in veRL's environment); this adds the
- * env server's command for the config (env-server.sh), since the host is what knows how to start it.
+ * Engine "verl" on the host side (docs/engines.md): finding veRL's Python (its own environment), launching a run
+ * (`verlLaunch`: the run prepared by the trainer package, then veRL's main_ppo with our recorder, under Ray), and
+ * `export verl`, the same as files for one's own cluster. The trainer package does the work
+ * (search_agent_trainer/engines/verl: overrides.py, export.py, main.py); export adds the env server's command for
+ * the config (env-server.sh), since the host is what knows how to start it.
  */
+import { existsSync } from 'node:fs';
 import { chmod, writeFile } from 'node:fs/promises';
 import { isAbsolute, join, resolve } from 'node:path';
 import { execa } from 'execa';
@@ -93,4 +95,61 @@ export async function exportVerl(loaded: LoadedRunConfig, out: string, python: s
   await writeFile(script, envServerScript(loaded), 'utf8');
   await chmod(script, 0o755);
   return { dir: result.dir, files: [...result.files, 'env-server.sh'].sort(), notes: result.notes, checked: result.checked };
+}
+
+/** What the run host passes an engine (the fields of the engine dispatch's context that veRL needs). */
+export interface VerlLaunchContext {
+  loaded: LoadedRunConfig;
+  runDir: string;
+  envUrl: string;
+  resume: boolean;
+  /** trainer/ (PYTHONPATH of the trainer package). */
+  trainerDir: string;
+  /** The setting searchAgent.verlPythonPath (or --python), tried first. */
+  verlPython?: string;
+  /** The extension's or the CLI's root (.venv-verl). */
+  root: string;
+}
+
+export interface VerlLaunch {
+  file: string;
+  args: string[];
+  env: Record<string, string>;
+  /** Settings veRL handles its own way (the host shows them as warnings). */
+  notes: string[];
+  /** The veRL Python found. */
+  python: PythonProbe;
+}
+
+/** Prepares a veRL run in runDir (parquet, loop and tool files, resolved config under runDir/verl/) and returns the
+ * command that trains it: `python -m search_agent_trainer.engines.verl.main OVERRIDES…` (Ray starts locally unless
+ * RAY_ADDRESS names a cluster). Resuming prepares again from the config the run was prepared with (the env server has
+ * a new URL) and veRL continues from its last checkpoint in the run directory (trainer.resume_mode=auto). No veRL
+ * Python: a message naming each candidate and what it lacks. A config veRL cannot train: RunConfigError naming the
+ * key. Stop: SIGTERM to the process (the step finishes, veRL checkpoints, the run ends `stopped`). */
+export async function verlLaunch(ctx: VerlLaunchContext): Promise<VerlLaunch> {
+  const search = await findVerlPython(verlPythonCandidates(ctx.loaded, [ctx.verlPython], ctx.root));
+  if (!search.found) throw new VerlUnavailableError(noVerlPythonMessage(search));
+  const python = search.found.executable;
+  const prepared = join(ctx.runDir, 'verl', 'run-config.json');
+  const config = ctx.resume && existsSync(prepared) ? prepared : ctx.loaded.file;
+  const env = { PYTHONPATH: [ctx.trainerDir, process.env.PYTHONPATH].filter(Boolean).join(':') };
+  const r = await execa(python, ['-m', 'search_agent_trainer.engines.verl.main', 'prepare', '--config', config, '--run-dir', ctx.runDir, '--env-url', ctx.envUrl, '--python', python], { env: { ...process.env, ...env }, cwd: ctx.trainerDir, reject: false, stdin: 'ignore' });
+  let plan: { command?: string[]; notes?: string[]; event?: string; message?: string } | undefined;
+  try {
+    plan = JSON.parse(r.stdout.trim().split('\n').pop() ?? '');
+  } catch {
+    plan = undefined;
+  }
+  if (plan?.event === 'error') throw new RunConfigError(ctx.loaded.file, [plan.message ?? 'refused']);
+  if (r.exitCode !== 0 || !plan?.command) throw new Error(`${python} -m search_agent_trainer.engines.verl.main prepare failed (exit ${r.exitCode}): ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join('\n')}`);
+  const [file, ...args] = plan.command;
+  return { file: file!, args, env, notes: plan.notes ?? [], python: search.found };
+}
+
+export class VerlUnavailableError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'VerlUnavailableError';
+  }
 }
