@@ -42,6 +42,8 @@ const builds = [
   { ...nodeCommon, entryPoints: { server: 'src/server/main.ts' }, outdir: dist },
   // The rollout inspector's worker thread (indexing, filters, search off the extension host's thread).
   { ...nodeCommon, entryPoints: { 'inspector-worker': 'src/core/inspect/worker.ts' }, outdir: dist },
+  // The env server's BM25 search threads (src/core/retrieval/bm25Pool.ts finds it beside the bundle that spawns it).
+  { ...nodeCommon, entryPoints: { 'bm25-worker': 'src/core/retrieval/bm25Worker.ts' }, outdir: dist },
   // The reward API as an ES module: reward modules are bundled with it at run time (src/core/rewards/compile.ts).
   { ...nodeCommon, platform: 'neutral', format: 'esm', sourcemap: false, entryPoints: { 'reward-api': 'src/core/rewards/api.ts' }, outdir: dist, outExtension: { '.js': '.mjs' } },
   {

@@ -24,13 +24,15 @@ import { demoCommand, trainCommand } from './train';
 const USAGE = `search-agent-studio ${VERSION}
 
 Usage:
-  search-agent-studio doctor [--python PATH]   check Node, the trainer's Python (torch, transformers, peft) and GPUs
+  search-agent-studio doctor [--python PATH]   check Node, the trainer's Python (torch, transformers, peft, trl) and GPUs
   search-agent-studio serve [--port N] [--corpus FILE | --index DIR | --url URL] [--retriever bm25|dense|remote|none]
-                           [--model DIR] [--topk 3]
+                           [--model DIR] [--topk 3] [--workers N]
                                                run the env server on 127.0.0.1 (port 0 = any free port);
-                                               with nothing named: BM25 over the demo corpus
+                                               with nothing named: BM25 over the demo corpus; BM25 searches
+                                               on N threads sharing the index (default: the cores)
   search-agent-studio index <corpus.jsonl> --out DIR [--kind bm25|dense] [--model DIR] [--dtype float16]
                                                build a retrieval index (dense builds resume)
+  search-agent-studio index --migrate DIR      rewrite a BM25 index of an older format version in place
   search-agent-studio demo [--python PATH] [--run-dir DIR]
                                                the main job on the embedded defaults: train a tiny search agent
                                                on the demo corpus (CPU, minutes); prints held-out exact match
@@ -64,6 +66,7 @@ function describe(p: PythonProbe): string {
   return [
     `  ✓ ${p.executable}: Python ${p.python}, torch ${p.torch}, ${gpu}`,
     `    transformers ${p.transformers ?? 'not installed (only the built-in tiny policy)'}, peft ${p.peft ?? 'not installed (no LoRA)'}`,
+    `    trl ${p.trl ?? 'not installed (engine "trl": pip install -r trainer/requirements-trl.txt)'}`,
   ].join('\n');
 }
 

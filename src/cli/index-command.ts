@@ -2,8 +2,12 @@
  * `search-agent-studio index <corpus.jsonl> --out <dir> [--kind bm25|dense] [--model DIR] [--dtype float32|float16]
  * [--batch N] [--k1 0.9 --b 0.4]`: builds a retrieval index with progress on stderr. A dense build that is
  * interrupted resumes when run again with the same arguments.
+ * `search-agent-studio index --migrate <dir>`: rewrites a BM25 index of an older format version in place.
  */
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { INDEX_VERSION, migrateBm25Index } from '../core/retrieval/bm25';
 import { buildBm25Index, type CorpusIssue } from '../core/retrieval/corpus';
 import { buildDenseIndex } from '../core/retrieval/dense';
 import { E5Encoder } from '../core/retrieval/encoder';
@@ -22,8 +26,21 @@ export async function indexCommand(argv: string[], err: (s: string) => void): Pr
       batch: { type: 'string', default: '256' },
       k1: { type: 'string', default: '0.9' },
       b: { type: 'string', default: '0.4' },
+      migrate: { type: 'string' },
     },
   });
+  if (values.migrate !== undefined) {
+    if (positionals.length || values.out) throw new UsageError('index --migrate takes only the index directory');
+    const t0 = Date.now();
+    const before = JSON.parse(await readFile(join(values.migrate, 'meta.json'), 'utf8').catch(() => '{}')) as { version?: number };
+    const meta = await migrateBm25Index(values.migrate);
+    err(
+      before.version === INDEX_VERSION
+        ? `${values.migrate} is already BM25 index format version ${INDEX_VERSION}\n`
+        : `${values.migrate}: BM25 index migrated from format version ${before.version} to ${meta.version} (${meta.blocks.toLocaleString()} blocks with score bounds) in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`,
+    );
+    return 0;
+  }
   if (positionals.length !== 1 || !values.out) throw new UsageError('index takes a corpus (JSONL of {id, contents}) and --out <dir>');
   const corpus = positionals[0]!;
   const issues: CorpusIssue[] = [];

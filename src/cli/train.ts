@@ -6,6 +6,7 @@
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, relative, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
+import { EngineUnavailableError } from '../core/host/engines';
 import { RunConfigError } from '../core/host/runConfig';
 import { RunHost, type RunOutcome } from '../core/host/runHost';
 import { EnvServerError } from '../core/host/processes';
@@ -161,7 +162,7 @@ async function runTraining(req: TrainRequest, log: (s: string) => void): Promise
       },
     });
   } catch (e) {
-    if (e instanceof RunConfigError || e instanceof EnvServerError) {
+    if (e instanceof RunConfigError || e instanceof EnvServerError || e instanceof EngineUnavailableError) {
       process.stderr.write(`search-agent-studio: ${e.message}\n`);
       return { code: e instanceof RunConfigError ? 2 : 1 };
     }

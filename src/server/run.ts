@@ -9,10 +9,12 @@
  *   [--model DIR]                       the E5 encoder (dense)
  *   [--url URL]                         a Search-R1-compatible /retrieve (remote)
  *   [--scan onnx|js]                    dense scan implementation
+ *   [--workers N]                       BM25 search threads sharing the index (default: the cores)
  *   [--reward MODULE|builtin:NAME]      the reward module /reward scores with (default builtin:em)
  * With no --index, --corpus or --url: BM25 over the demo corpus that ships with the project.
  */
 import { readFile } from 'node:fs/promises';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { isAlive } from '../core/host/processes';
@@ -31,6 +33,7 @@ const OPTIONS = {
   model: { type: 'string' },
   url: { type: 'string' },
   scan: { type: 'string', default: 'onnx' },
+  workers: { type: 'string' },
   reward: { type: 'string', default: 'builtin:em' },
   'reward-timeout': { type: 'string', default: '2000' },
 } as const;
@@ -44,7 +47,10 @@ function int(name: string, value: string, min: number, max: number): number {
 }
 
 /** The retriever a command line asks for. */
-export async function retrieverFromArgs(values: { retriever?: string; index?: string; corpus?: string; model?: string; url?: string; scan?: string }, log: (l: string) => void): Promise<Retriever> {
+export async function retrieverFromArgs(
+  values: { retriever?: string; index?: string; corpus?: string; model?: string; url?: string; scan?: string; workers?: string },
+  log: (l: string) => void,
+): Promise<Retriever> {
   let kind = values.retriever;
   if (kind === undefined) {
     if (values.url) kind = 'remote';
@@ -56,9 +62,11 @@ export async function retrieverFromArgs(values: { retriever?: string; index?: st
     } else kind = 'bm25';
   }
   switch (kind) {
-    case 'bm25':
-      if (values.index) return Bm25Retriever.open(values.index);
-      return Bm25Retriever.forCorpus(values.corpus ?? demoCorpusPath(), { log });
+    case 'bm25': {
+      const workers = values.workers === undefined ? availableParallelism() : int('workers', values.workers, 1, 1024);
+      if (values.index) return Bm25Retriever.open(values.index, { workers });
+      return Bm25Retriever.forCorpus(values.corpus ?? demoCorpusPath(), { log, workers });
+    }
     case 'dense':
       if (!values.index || !values.model) throw new UsageError('--retriever dense needs --index DIR (built with `search-agent-studio index --kind dense`) and --model DIR (model.onnx + tokenizer.json)');
       if (values.scan !== 'onnx' && values.scan !== 'js') throw new UsageError(`--scan must be onnx or js, got ${values.scan}`);

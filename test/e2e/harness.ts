@@ -220,6 +220,22 @@ export class CodeServerSession {
     await this.page.locator('.quick-input-list .monaco-list-row').nth(index).click();
   }
 
+  /** Picks the row of the open quick pick whose label contains `label` (a step of a multi-step command). */
+  async pickQuickItem(label: string): Promise<void> {
+    const row = this.page.locator('.quick-input-list .monaco-list-row', { has: this.page.locator('.label-name', { hasText: label }) });
+    await row.first().waitFor({ timeout: 30_000 });
+    await row.first().click();
+  }
+
+  /** Accepts the open input box's value (Enter), after `value` is typed when given. */
+  async answerInputBox(value?: string): Promise<void> {
+    const input = this.page.locator('.quick-input-widget input');
+    await input.waitFor({ timeout: 15_000 });
+    if (value !== undefined) await input.fill(value);
+    await this.page.keyboard.press('Enter');
+    await this.page.locator('.quick-input-widget').waitFor({ state: 'hidden', timeout: 10_000 });
+  }
+
   /**
    * Switches the colour theme the way a user does ("Preferences: Color Theme", then the theme's label, e.g.
    * "Light Modern"); code-server does not pick up edits of settings.json made behind its back.

@@ -1,12 +1,13 @@
 /**
  * Training from the palette in real VS Code (code-server): start a (shortened) demo run, the status bar shows its
  * progress, the dashboard's charts receive points while it runs, Stop Training stops it (checkpointed), the Runs
- * view shows it stopped; no trainer or env server is left running. An untrusted workspace starts nothing.
+ * view shows it stopped; no trainer or env server is left running. The same for a TRL run (engine "trl") written by
+ * New Training Run…. An untrusted workspace starts nothing.
  */
 import assert from 'node:assert/strict';
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { CodeServerSession, ROOT, until } from './harness';
 
 function alive(pid: number): boolean {
@@ -118,6 +119,66 @@ describe('training from the palette (code-server)', function () {
     assert.ok(b2);
     await s.page.mouse.click(b2.x + b2.width * 0.5, b2.y + b2.height / 2);
     await s.page.locator('.tabs-container .tab[data-resource-name^="step-0000"]').first().waitFor({ timeout: 15_000 });
+  });
+});
+
+describe('a TRL run from New Training Run… (code-server)', function () {
+  let s: CodeServerSession;
+  before(async function () {
+    assert.ok(existsSync(python), `the project's .venv is needed (${python}); run scripts/setup.sh`);
+    s = await CodeServerSession.start({ workspace: mkdtempSync(join(tmpdir(), 'sas-trl-ws-')), settings: { 'searchAgent.pythonPath': python } });
+  });
+  afterEach(async function () {
+    if (this.currentTest?.state === 'failed') console.log(`      artifacts: ${await s.saveArtifacts(this.currentTest.fullTitle())}`);
+  });
+  after(async () => {
+    await s?.stop();
+  });
+
+  it('asks for the engine, writes the trl-tiny config, starts it, charts it, stops it; the Runs view shows it stopped', async function () {
+    this.timeout(900_000);
+    // An empty workspace: the palette lists the extension's commands once the extension host has scanned it.
+    await until('the extension’s commands in the palette', async () => (await s.paletteEntries('Search Agent: New Training Run')).includes('Search Agent: New Training Run…'), 60_000);
+    await s.runCommand('Search Agent: New Training Run…');
+    await s.pickQuickItem('TRL (Hugging Face)');
+    await s.pickQuickItem('Tiny random Qwen2-style model');
+    await s.pickQuickItem('The demo task');
+    await s.pickQuickItem('BM25 over the demo corpus');
+    await s.answerInputBox(); // the name: trl-tiny
+    const file = join(s.workspace, 'trl-tiny.run.json');
+    await until('the config written and opened', async () => existsSync(file) && (await s.page.locator('.tabs-container .tab[data-resource-name="trl-tiny.run.json"]').count()) > 0, 30_000);
+    const config = JSON.parse(readFileSync(file, 'utf8'));
+    assert.deepEqual([config.engine, config.model.random_init, config.algorithm.name], ['trl', true, 'grpo']);
+    assert.ok(existsSync(resolve(s.workspace, config.model.path, 'config.json')), `the model config ships with the extension (${config.model.path})`);
+    // Longer and slower than the example, so the test can watch it run and stop it.
+    writeFileSync(file, JSON.stringify({ ...config, train: { steps: 200, eval_every: 0, checkpoint_every: 0 }, test: { step_delay_s: 1 } }, null, 2));
+
+    await s.runCommand('Search Agent: Start Training');
+    const status = s.page.locator('.statusbar-item', { hasText: /trl-tiny-\d{8}-\d{6}/ });
+    const text = await until('the status bar to show a step', async () => {
+      const t = (await status.first().textContent({ timeout: 1000 }))?.trim();
+      return t && /: [1-9]\d*\/200 · reward/.test(t) ? t : undefined;
+    }, 400_000);
+    const runDir = join(s.workspace, 'runs', text.match(/trl-tiny-\d{8}-\d{6}/)![0]);
+    assert.equal(JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8')).engine, 'trl');
+
+    await status.first().click();
+    const dash = await s.webviewFrame('dashboard', 30_000);
+    const steps = async () => Number(await dash.evaluate(() => document.body.dataset.steps ?? '0'));
+    await until('two steps on the charts', async () => (await steps()) >= 2, 300_000);
+    const charts = await dash.evaluate(() => [...document.querySelectorAll('.chart:not([hidden]) h3')].map((e) => e.textContent));
+    for (const title of ['Reward and exact match', 'Searches per trajectory', 'Response length (tokens)', 'Entropy', 'Gradient norm']) assert.ok(charts.includes(title), `chart "${title}" shows (${charts.join(', ')})`);
+
+    await s.runCommand('Search Agent: Stop Training');
+    await s.waitForNotification(/stopped at step \d+ \(checkpointed\)/, 120_000);
+    const run = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8'));
+    assert.deepEqual([run.status, run.engine], ['stopped', 'trl']);
+    assert.ok(existsSync(join(runDir, 'checkpoints', `step-${String(run.step).padStart(6, '0')}`, 'trainer_state.json')), 'TRL checkpointed where it stopped');
+    await until('the trainer process to be gone', async () => !alive(run.pid), 30_000);
+
+    await s.runCommand('Search Agent: Focus on Runs View');
+    const row = s.page.locator('.monaco-list-row', { hasText: /trl-tiny-\d{8}-\d{6}/ });
+    await until('the Runs view to show the run stopped', async () => /stopped · step \d+\/200/.test((await row.first().textContent({ timeout: 1000 })) ?? ''), 30_000);
   });
 });
 

@@ -10,11 +10,11 @@ describe('the VSIX', () => {
     const vsix = readFileSync(join(ROOT, 'out', 'vsix-path.txt'), 'utf8').trim();
     const { stdout } = await execa('unzip', ['-Z1', vsix]);
     const files = stdout.split('\n').map((f) => f.replace(/^extension\//, ''));
-    for (const must of ['examples/demo/corpus.jsonl', 'examples/rewards/em.reward.ts', 'dist/reward-api.mjs', 'dist/reward-api.d.ts', 'node_modules/esbuild/lib/main.js', 'package.json', 'dist/extension.js', 'dist/server.js', 'dist/cli.js', 'dist/webview/welcome.js', 'syntaxes/search-trajectory.tmLanguage.json', 'trainer/search_agent_trainer/__main__.py', 'trainer/search_agent_trainer/train.py', 'trainer/search_agent_trainer/run_config.schema.json', 'examples/demo.run.json', 'docs/schema/run-config.schema.json', 'dist/webview/dashboard.js', 'dist/webview/dashboard.css']) {
+    for (const must of ['examples/demo/corpus.jsonl', 'examples/rewards/em.reward.ts', 'dist/reward-api.mjs', 'dist/reward-api.d.ts', 'node_modules/esbuild/lib/main.js', 'package.json', 'dist/extension.js', 'dist/server.js', 'dist/cli.js', 'dist/bm25-worker.js', 'dist/webview/welcome.js', 'syntaxes/search-trajectory.tmLanguage.json', 'trainer/search_agent_trainer/__main__.py', 'trainer/search_agent_trainer/train.py', 'trainer/search_agent_trainer/run_config.schema.json', 'examples/demo.run.json', 'docs/schema/run-config.schema.json', 'dist/webview/dashboard.js', 'dist/webview/dashboard.css', 'trainer/search_agent_trainer/engines/trl/engine.py', 'trainer/requirements-trl.txt', 'examples/trl-tiny.run.json', 'examples/trl-tiny/model/config.json', 'examples/trl-tiny/model/tokenizer.json', 'examples/accelerate/zero3-8gpu.yaml']) {
       assert.ok(files.includes(must), `${must} ships`);
     }
     const allowed = (f: string) =>
-      /^examples\/demo\/[^/]+\.jsonl$/.test(f) || /^examples\/rewards\/[^/]+\.reward\.ts$/.test(f) || /^examples\/(ablations\/)?[^/]+\.run\.json$/.test(f) || f === 'dist/reward-api.d.ts' || f === 'docs/schema/run-config.schema.json';
+      /^examples\/demo\/[^/]+\.jsonl$/.test(f) || /^examples\/rewards\/[^/]+\.reward\.ts$/.test(f) || /^examples\/(ablations\/)?[^/]+\.run\.json$/.test(f) || /^examples\/trl-tiny\/model\/[^/]+$/.test(f) || /^examples\/accelerate\/[^/]+\.yaml$/.test(f) || f === 'dist/reward-api.d.ts' || f === 'docs/schema/run-config.schema.json';
     const leaks = files.filter((f) => !allowed(f) && (/^(src|test|webview|scripts|bench|docs|examples|\.bench|\.vscode-test|out)\//.test(f) || /\.(ts|map)$/.test(f) || /__pycache__|fixtures/.test(f)));
     assert.deepEqual(leaks, []);
     const platforms = new Set(files.filter((f) => f.includes('onnxruntime-node/bin/')).map((f) => f.split('/').slice(3, 6).join('/')));

@@ -7,6 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
+import { EngineUnavailableError } from '../../src/core/host/engines';
 import { RunConfigError, envServerArgs, loadRunConfig } from '../../src/core/host/runConfig';
 import { EnvServerError, isAlive } from '../../src/core/host/processes';
 import { RunHost, type RunHostOptions } from '../../src/core/host/runHost';
@@ -48,6 +49,34 @@ async function waitGone(pids: number[], ms = 10_000): Promise<number[]> {
     if (!alive.length || Date.now() > until) return alive;
     await new Promise((r) => setTimeout(r, 100));
   }
+}
+
+/** Processes whose command line mentions `text` (a run directory), from /proc. */
+function processesMentioning(text: string): number[] {
+  const out: number[] = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d) || Number(d) === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0').some((a) => a.includes(text))) out.push(Number(d));
+    } catch {
+      /* gone */
+    }
+  }
+  return out;
+}
+
+async function until(ok: () => boolean, ms: number): Promise<void> {
+  const end = Date.now() + ms;
+  while (!ok()) {
+    if (Date.now() > end) throw new Error(`not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function withEngine(file: string, engine: string): Promise<string> {
+  const c = JSON.parse(readFileSync(file, 'utf8'));
+  await writeFile(file, JSON.stringify({ ...c, engine }));
+  return file;
 }
 
 function start(options: Partial<RunHostOptions>, events: Record<string, unknown>[] = []): Promise<RunHost> {
@@ -169,6 +198,38 @@ describe('run host: env server + trainer processes', function () {
     const broken = join(tmp, 'broken.run.json');
     await writeFile(broken, '{\n  "data": {\n    "train": "x",,\n  }\n}\n');
     await assert.rejects(loadRunConfig(broken), (e: Error) => /broken\.run\.json:3:\d+: not valid JSON/.test(e.message));
+  });
+
+  it('engine verl: veRL’s preparation refuses the config naming the key, the env server started for it stops, nothing is left', async function () {
+    if (!existsSync(join(ROOT, '.venv-verl', 'bin', 'python'))) this.skip(); // .venv-verl: bash scripts/setup-verl.sh
+    const before = processesMentioning(tmp).length;
+    const f = await config({ model: { kind: 'hf', path: join(ROOT, 'examples/trl-tiny/model') }, rollout: { n: 2 }, optim: { mini_batch_size: 3, micro_batch_size: 1 } }).then(async (c) => withEngine(c, 'verl'));
+    await assert.rejects(start({ config: f }), (e: Error) => e instanceof RunConfigError && e.message.includes(f) && /optim\.mini_batch_size \(3\) must be a multiple of rollout\.n \(2\)/.test(e.message));
+    assert.equal(processesMentioning(tmp).length, before);
+  });
+
+  it('engine trl on two processes (accelerate launch, gloo): Stop checkpoints, the run is stopped, every process ends', async function () {
+    this.timeout(600_000);
+    const events: Record<string, unknown>[] = [];
+    const c = JSON.parse(readFileSync(join(ROOT, 'examples/trl-tiny.run.json'), 'utf8'));
+    delete c.$schema;
+    for (const k of ['train', 'eval'] as const) c.data[k] = join(ROOT, 'examples', c.data[k]);
+    c.model.path = join(ROOT, 'examples', c.model.path);
+    Object.assign(c, { devices: 2, train: { steps: 30, eval_every: 0, checkpoint_every: 0 }, test: { step_delay_s: 1 } });
+    c.data.eval_size = 2;
+    const file = join(await mkdtemp(join(tmp, 'trl-')), 'trl.run.json');
+    await writeFile(file, JSON.stringify(c));
+    const host = await start({ config: file }, events);
+    await until(() => events.some((e) => e.event === 'metrics' && e.step === 1), 400_000);
+    assert.ok(processesMentioning(host.runDir).length >= 4, 'the supervisor, accelerate launch and two training processes');
+    const outcome = await host.stop();
+    assert.equal(outcome.status, 'stopped', JSON.stringify(outcome.error));
+    const run = JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8'));
+    assert.deepEqual([run.status, run.stop_reason, run.engine], ['stopped', 'signal', 'trl']);
+    assert.ok(existsSync(join(host.runDir, 'checkpoints', `step-${String(run.step).padStart(6, '0')}`, 'trainer_state.json')), 'checkpointed where it stopped');
+    assert.equal(events.filter((e) => e.event === 'started').length, 1, 'events from rank 0 only');
+    assert.deepEqual(await waitGone(processesMentioning(host.runDir), 30_000), [], 'no training process left behind');
+    assert.deepEqual(await waitGone([host.server.child.pid]), []);
   });
 
   it('server arguments follow the retriever section (none = the ablation)', async () => {

@@ -1,7 +1,7 @@
 /** The env server's /retrieve over real HTTP on loopback: Search-R1's API, validation, remote retrievers, load. */
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -18,7 +18,7 @@ async function post(port: number, body: unknown, path = '/retrieve'): Promise<{ 
   return { status: res.status, body: await res.json() };
 }
 
-describe('env server /retrieve (BM25 over the demo corpus)', function () {
+describe('env server /retrieve (BM25 over the demo corpus, 3 search threads)', function () {
   this.timeout(60_000);
   let dir: string;
   let server: EnvServer;
@@ -27,7 +27,7 @@ describe('env server /retrieve (BM25 over the demo corpus)', function () {
     dir = mkdtempSync(join(tmpdir(), 'sas-retrieve-'));
     await buildBm25Index(CORPUS, join(dir, 'index'));
     index = await Bm25Index.load(join(dir, 'index'));
-    server = await startEnvServer({ version: 'test', retriever: await Bm25Retriever.open(join(dir, 'index')) });
+    server = await startEnvServer({ version: 'test', retriever: await Bm25Retriever.open(join(dir, 'index'), { workers: 3 }) });
   });
   after(async () => {
     await server.close();
@@ -82,16 +82,25 @@ describe('env server /retrieve (BM25 over the demo corpus)', function () {
   });
 
   it('health names the retriever and its size', async () => {
-    const h = (await (await fetch(`http://127.0.0.1:${server.port}/health`)).json()) as { retriever: { kind: string; documents: number; default_topk: number } };
+    const h = (await (await fetch(`http://127.0.0.1:${server.port}/health`)).json()) as { retriever: { kind: string; documents: number; default_topk: number; workers: number } };
     assert.equal(h.retriever.kind, 'bm25');
     assert.equal(h.retriever.documents, 2912);
     assert.equal(h.retriever.default_topk, 3);
+    assert.equal(h.retriever.workers, 3);
   });
 
-  it('under load: concurrent clients get no errors and the same results as serial calls', async () => {
+  it('under load: concurrent clients get no errors and, from 3 workers, the results of one thread called serially', async () => {
     const questions = Array.from({ length: 40 }, (_, i) => [`who founded museum ${i}`, `river town ${i % 7}`, `born in the year ${1700 + i}`]);
     const serial = [];
-    for (const qs of questions) serial.push((await post(server.port, { queries: qs, topk: 3, return_scores: true })).body);
+    const one = await startEnvServer({ version: 'test', retriever: await Bm25Retriever.open(join(dir, 'index')) });
+    try {
+      for (const qs of questions) serial.push((await post(one.port, { queries: qs, topk: 3, return_scores: true })).body);
+    } finally {
+      await one.close();
+    }
+    // Whole batches too: one request of 120 queries is cut into chunks across the workers and put back in order.
+    const batch = (await post(server.port, { queries: questions.flat(), topk: 3, return_scores: true })).body;
+    assert.deepEqual(batch.result, serial.flatMap((b) => b.result));
     const clients = 16;
     const rounds = 5;
     const t0 = performance.now();
@@ -221,6 +230,20 @@ describe('retrieval CLI and limits', function () {
     );
   });
 
+
+  it('rebuilds a cached corpus index it cannot read (a file missing), saying so, with the same results', async () => {
+    const cacheDir = join(dir, 'cache');
+    const log: string[] = [];
+    const first = await Bm25Retriever.forCorpus(CORPUS, { cacheDir, workers: 0, log: (l) => log.push(l) });
+    const want = await first.retrieve(['who wrote the odyssey'], 5);
+    await first.close();
+    const [key] = readdirSync(cacheDir);
+    rmSync(join(cacheDir, key!, 'block-skip.bin'));
+    const second = await Bm25Retriever.forCorpus(CORPUS, { cacheDir, workers: 0, log: (l) => log.push(l) });
+    assert.deepEqual(await second.retrieve(['who wrote the odyssey'], 5), want);
+    await second.close();
+    assert.match(log.join('\n'), /cannot be read \(.*block-skip\.bin.*\); rebuilding it/);
+  });
   it('index builds a BM25 index that serve --index serves', async () => {
     const out = join(dir, 'idx');
     const r = await cli('index', CORPUS, '--out', out, '--k1', '1.2', '--b', '0.75');
@@ -253,6 +276,9 @@ describe('retrieval CLI and limits', function () {
     const s = await cli('serve', '--retriever', 'dense', '--port', '0');
     assert.equal(s.exitCode, 2);
     assert.match(s.stderr, /--retriever dense needs --index DIR/);
+    const w = await cli('serve', '--workers', '0', '--port', '0');
+    assert.equal(w.exitCode, 2);
+    assert.match(w.stderr, /--workers must be an integer in 1\.\.1024, got 0/);
     const m = await cli('index', join(dir, 'missing.jsonl'), '--out', join(dir, 'y'));
     assert.equal(m.exitCode, 2);
     assert.match(m.stderr, /missing\.jsonl/);

@@ -6,6 +6,7 @@ import { join, resolve } from 'node:path';
 import { checkRunConfig, newRunDir, RunConfigError } from '../../src/core/host/runConfig';
 import { newRunConfig, type NewRunAnswers } from '../../src/core/host/templates';
 import { RunConfigSchema } from '../../src/core/run/config';
+import { ENGINE_LIMITS } from '../../src/core/run/engines';
 import { validate } from '../../src/core/schema/schema';
 import { noPythonMessage, pythonCandidates } from '../../src/core/python';
 
@@ -37,21 +38,66 @@ describe('run configs', () => {
     assert.deepEqual(p.algorithm, { preset: 'search-r1-ppo' });
   });
 
+  it('the TRL examples run as shipped (trl-tiny: files that exist) and use Search-R1’s settings on a GPU', () => {
+    const tiny = join(ROOT, 'examples/trl-tiny.run.json');
+    const loaded = checkRunConfig(JSON.parse(readFileSync(tiny, 'utf8')), tiny, join(tiny, '..'));
+    assert.deepEqual([loaded.config.engine, loaded.config.model.random_init, loaded.config.model.device], ['trl', true, 'cpu']);
+    const gpu = JSON.parse(readFileSync(join(ROOT, 'examples/qwen2.5-3b-trl.run.json'), 'utf8'));
+    assert.deepEqual([gpu.engine, gpu.algorithm, gpu.retriever.topk, gpu.rollout.max_turns, gpu.trl.use_vllm, gpu.trl.vllm_mode], ['trl', { preset: 'search-r1-grpo' }, 3, 4, true, 'colocate']);
+    assert.ok(existsSync(join(ROOT, 'examples', gpu.trl.accelerate_config)));
+  });
+
+  it('what an engine cannot do is an error naming the key, the value and the engines that can', () => {
+    const base = { data: { train: 'examples/demo/train.jsonl' }, model: { kind: 'hf', path: 'examples/trl-tiny/model' } };
+    const problems = (c: object) => {
+      try {
+        checkRunConfig(c, 'c.run.json', ROOT);
+      } catch (e) {
+        return (e as RunConfigError).problems;
+      }
+      return [];
+    };
+    assert.deepEqual(problems({ ...base, engine: 'trl', algorithm: { name: 'ppo', kl_in_reward: true } }), [
+      'algorithm.name: "ppo" is not supported by engine "trl" (PPO trains a critic, which TRL’s GRPOTrainer has not); engines that can: "builtin", "verl"',
+      'algorithm.kl_in_reward: true is not supported by engine "trl" (TRL puts the KL term in the loss only); engines that can: "builtin", "verl"',
+    ]);
+    assert.match(problems({ ...base, engine: 'trl', model: { kind: 'tiny' } })[0]!, /^model\.kind: "tiny" is not supported by engine "trl".*engines that can: "builtin"$/);
+    assert.match(problems({ ...base, devices: 4 })[0]!, /^devices: 4 is not supported by engine "builtin".*engines that can: "trl", "verl"$/);
+    assert.match(problems({ ...base, trl: { use_vllm: true } })[0]!, /^trl: this section is not supported by engine "builtin".*engines that can: "trl"$/);
+    assert.deepEqual(problems({ ...base, engine: 'trl', devices: 2, trl: { use_vllm: true, some_grpo_option: 1 } }), [], 'the trl section passes other GRPOConfig options (the trainer checks them)');
+    assert.deepEqual(
+      validate(RunConfigSchema, { ...base, engine: 'trl', algorithm: { preset: 'search-r1-ppo' } }).map((i) => i.path),
+      ['algorithm.preset'],
+    );
+  });
+
+  it('docs/engines.md lists every engine limit with the engines that can', () => {
+    const section = readFileSync(join(ROOT, 'docs/engines.md'), 'utf8').split('## What each engine cannot do')[1]!.split('\n## ')[0]!;
+    const rows = section.split('\n').filter((l) => l.startsWith('| `'));
+    for (const limit of ENGINE_LIMITS) {
+      const row = rows.find((l) => l.split('|')[1]!.includes(`\`${limit.key}\``) && (!limit.when.equals || limit.when.equals.some((v) => l.includes(`\`${JSON.stringify(v)}\``))));
+      assert.ok(row, `docs/engines.md has no row for ${limit.key} ${JSON.stringify(limit.when)}`);
+      assert.equal(row.split('|')[2]!.trim(), limit.engines.join(', '), `${limit.key}: the engines that can`);
+    }
+  });
+
   it('New Training Run… templates are valid for every combination of answers', () => {
     const models: NewRunAnswers['model'][] = [{ kind: 'tiny' }, { kind: 'hf', path: '/m' }, { kind: 'hf', path: '/m', lora: true }];
     const data: NewRunAnswers['data'][] = [{ kind: 'demo' }, { kind: 'files', train: '/d/train.jsonl', eval: '/d/eval.jsonl' }];
     const retrievers: NewRunAnswers['retriever'][] = [{ kind: 'demo' }, { kind: 'bm25', index: '/i' }, { kind: 'bm25', corpus: '/c.jsonl' }, { kind: 'dense', index: '/i', model: '/e5' }, { kind: 'remote', url: 'http://127.0.0.1:8000/retrieve' }];
     let n = 0;
-    for (const model of models)
-      for (const d of data)
-        for (const retriever of retrievers)
-          for (const algorithm of ['grpo', 'ppo'] as const) {
-            const c = newRunConfig({ name: 'x', model, data: d, retriever, algorithm }, 'examples/demo');
-            assert.deepEqual(validate(RunConfigSchema, c), [], JSON.stringify({ model, d, retriever, algorithm }));
-            if (model.kind === 'hf') assert.equal(c.algorithm?.preset, algorithm === 'grpo' ? 'search-r1-grpo' : 'search-r1-ppo');
-            n++;
-          }
-    assert.equal(n, 60);
+    for (const engine of ['builtin', 'trl'] as const)
+      for (const model of models)
+        for (const d of data)
+          for (const retriever of retrievers)
+            for (const algorithm of ['grpo', 'ppo'] as const) {
+              const c = newRunConfig({ name: 'x', engine, model, data: d, retriever, algorithm }, 'examples/demo');
+              assert.deepEqual(validate(RunConfigSchema, c), [], JSON.stringify({ engine, model, d, retriever, algorithm }));
+              if (model.kind === 'hf') assert.equal(c.algorithm?.preset, algorithm === 'grpo' || engine === 'trl' ? 'search-r1-grpo' : 'search-r1-ppo');
+              if (engine === 'trl' && model.kind === 'tiny') assert.deepEqual([c.engine, c.model.path, c.model.random_init], ['trl', 'examples/trl-tiny/model', true]);
+              n++;
+            }
+    assert.equal(n, 120);
   });
 
   it('problems are named by key path, all of them', () => {

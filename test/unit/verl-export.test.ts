@@ -14,7 +14,7 @@ const cli = (...args: string[]) => execa(process.execPath, ['-r', join(ROOT, 'te
 function config(dir: string, extra: Record<string, unknown> = {}): string {
   mkdirSync(join(dir, 'model'), { recursive: true }); // a Hugging Face model directory (export does not load it)
   const file = join(dir, 'c.run.json');
-  const cfg = { data: { train: join(DEMO, 'train.jsonl'), eval: join(DEMO, 'eval.jsonl'), eval_size: 4 }, model: { kind: 'hf', path: 'model' }, retriever: { kind: 'demo' }, rollout: { batch_size: 4, n: 2 }, optim: { mini_batch_size: 4, micro_batch_size: 2 }, verl: { gpus_per_node: 8, nodes: 2 }, ...extra };
+  const cfg = { engine: 'verl', data: { train: join(DEMO, 'train.jsonl'), eval: join(DEMO, 'eval.jsonl'), eval_size: 4 }, model: { kind: 'hf', path: 'model' }, retriever: { kind: 'demo' }, rollout: { batch_size: 4, n: 2 }, optim: { mini_batch_size: 4, micro_batch_size: 2 }, verl: { gpus_per_node: 8, nodes: 2 }, ...extra };
   writeFileSync(file, JSON.stringify(cfg));
   return file;
 }
@@ -24,7 +24,7 @@ describe('engine verl on the host: veRL’s Python, launch, export verl', functi
 
   it("finds veRL's Python in order: named, the config's verl.python, SAS_VERL_PYTHON, .venv-verl; one without veRL says so", async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sas-verl-'));
-    const loaded = checkRunConfig({ data: { train: join(DEMO, 'train.jsonl') }, model: { kind: 'hf', path: DEMO }, verl: { python: 'env/bin/python' } }, join(dir, 'c.run.json'), dir);
+    const loaded = checkRunConfig({ engine: 'verl', data: { train: join(DEMO, 'train.jsonl') }, model: { kind: 'hf', path: DEMO }, verl: { python: 'env/bin/python' } }, join(dir, 'c.run.json'), dir);
     assert.deepEqual(verlPythonCandidates(loaded, ['/opt/py', undefined], '/root'), ['/opt/py', join(dir, 'env/bin/python'), ...(process.env.SAS_VERL_PYTHON ? [process.env.SAS_VERL_PYTHON] : []), '/root/.venv-verl/bin/python']);
     const search = await findVerlPython(['/nonexistent/python3', join(ROOT, '.venv', 'bin', 'python')]);
     assert.equal(search.found, undefined);
@@ -74,7 +74,7 @@ describe('engine verl on the host: veRL’s Python, launch, export verl', functi
     assert.ok(first.args.includes(`data.train_files=${join(runDir, 'verl', 'train.parquet')}`) && existsSync(join(runDir, 'verl', 'train.parquet')));
     assert.ok(first.args.includes('+ray_kwargs.ray_init.runtime_env.env_vars.SAS_ENV_URL=http://127.0.0.1:4101'));
     assert.ok(first.args.includes(`trainer.default_local_dir=${join(runDir, 'checkpoints', 'verl')}`) && first.args.includes('trainer.resume_mode=auto'));
-    assert.equal(first.env.PYTHONPATH.split(':')[0], join(ROOT, 'trainer'));
+    assert.equal(first.env.PYTHONPATH?.split(':')[0], join(ROOT, 'trainer'));
     // resuming: the config the run was prepared with (the original file may be gone), the new env server's URL
     rmSync(loaded.file);
     const again = await verlLaunch({ ...base, resume: true, envUrl: 'http://127.0.0.1:4202' });

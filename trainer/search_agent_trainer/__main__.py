@@ -3,7 +3,9 @@
   python -m search_agent_trainer --config run.json --run-dir runs/<id> --env-url http://127.0.0.1:<port> [--resume]
   python -m search_agent_trainer --version | --check
 
-Events go to stdout as JSON lines (DESIGN §4.5), human logs to stderr and <run-dir>/logs/trainer.log.
+The config's `engine` picks what trains: builtin (train.py) or trl (engines/trl/: TRL's GRPOTrainer, several
+processes through accelerate launch). Events go to stdout as JSON lines (DESIGN §4.5), human logs to stderr and
+<run-dir>/logs/trainer.log.
 Exit codes: 0 finished or stopped (SIGTERM), 1 the run failed (traceback in events and run.json), 2 bad usage or an
 invalid config (the message names the key).
 """
@@ -61,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         return _error(str(e))
 
+    engine = cfg.engine or "builtin"
+    if engine == "trl":
+        from .engines.trl import run
+
+        return run(cfg, args)
+    if engine != "builtin":
+        return _error(f"engine: {engine!r} is not available in this trainer (docs/engines.md)")
     from .train import Trainer
 
     return Trainer(cfg, args.run_dir, args.env_url, resume=args.resume).run()

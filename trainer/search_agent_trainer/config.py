@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .schema import ConfigError, load_schema, validate, with_defaults
+from .schema import ConfigError, engine_issues, load_schema, validate, with_defaults
 
 
 class Section(dict):
@@ -23,7 +23,7 @@ class Section(dict):
         self[key] = value
 
 
-PATH_KEYS = (("data", "train"), ("data", "eval"), ("model", "path"), ("model", "init"), ("retriever", "corpus"), ("retriever", "index"), ("retriever", "model"))
+PATH_KEYS = (("data", "train"), ("data", "eval"), ("model", "path"), ("model", "init"), ("retriever", "corpus"), ("retriever", "index"), ("retriever", "model"), ("trl", "accelerate_config"))
 
 
 def load_config(path: str | os.PathLike[str]) -> Section:
@@ -118,13 +118,13 @@ def config_from_dict(raw: Any, base: Path | None = None, source: str = "config")
     reward = cfg.get("reward")
     if isinstance(reward, dict) and isinstance(reward.get("module"), str) and not reward["module"].startswith("builtin:") and not os.path.isabs(reward["module"]):
         reward["module"] = str((base / reward["module"]).resolve())
-    _check(cfg, source)
+    _check(cfg, source, schema)
     return cfg
 
 
-def _check(cfg: Section, source: str) -> None:
-    """Cross-field rules the schema cannot express."""
-    problems = []
+def _check(cfg: Section, source: str, schema: dict[str, Any]) -> None:
+    """Cross-field rules the schema cannot express, and what the config's engine cannot do."""
+    problems = engine_issues(schema, cfg)
     if cfg.model.kind == "hf" and not cfg.model.path:
         problems.append("model.path: is required when model.kind is \"hf\"")
     if cfg.model.lora and cfg.model.kind != "hf":

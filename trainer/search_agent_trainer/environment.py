@@ -1,4 +1,4 @@
-"""What this interpreter can train with: torch, the device, and the optional Hugging Face stack."""
+"""What this interpreter can train with: torch, the device, the optional Hugging Face stack, and the engines."""
 
 from __future__ import annotations
 
@@ -16,7 +16,9 @@ def _version(name: str) -> str | None:
 
 
 def describe() -> dict[str, Any]:
-    """A JSON-able report: python, torch, the device the trainer would use, transformers/peft versions."""
+    """A JSON-able report: python, torch, the device the trainer would use, transformers/peft versions, and what each
+    engine lacks here (None: it can run)."""
+    from .engines.trl import missing
     import torch
 
     cuda = torch.cuda.is_available()
@@ -29,4 +31,7 @@ def describe() -> dict[str, Any]:
         "bf16": bool(cuda and torch.cuda.is_bf16_supported()),
         "transformers": _version("transformers"),
         "peft": _version("peft"),
+        "trl": _version("trl"),
+        "accelerate": _version("accelerate"),
+        "engines": {"builtin": None, "trl": missing()},
     }

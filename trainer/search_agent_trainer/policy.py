@@ -1,6 +1,7 @@
 """The policy: a causal LM (the built-in tiny one, or a Hugging Face model from a local directory, optionally with
 LoRA through peft), its tokenizer behind one small interface, a value head for PPO, and the frozen reference
-policy for the KL term. Nothing is downloaded (`local_files_only`).
+policy for the KL term. Nothing is downloaded (`local_files_only`); `model.random_init` builds the model from the
+directory's config.json with seeded random weights instead of loading any.
 
 Precision (`model.dtype`), the standard mixed-precision recipe (FSDP's too): the weights the optimizer updates are
 always fp32 (master weights: an AdamW step at lr 1e-6 is below bf16's resolution for most weights, so bf16 weights
@@ -256,7 +257,12 @@ def _build_hf(cfg: Any, device: torch.device, with_value: bool) -> tuple[Policy,
         without_dropout(config)
     # fp32 master weights; only a LoRA run's frozen base is stored in bf16 when the run computes in bf16
     dtype = torch.bfloat16 if cfg.model.lora and compute_dtype(cfg, device) is not None else torch.float32
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, config=config, local_files_only=True, dtype=dtype)
+    if cfg.model.random_init:  # the same weights for the same seed, whatever the caller's random state
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(cfg.seed)
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    else:
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, config=config, local_files_only=True, dtype=dtype)
     return hf_policy(model, cfg, with_value).to(device), Tokenizer(tok, "hf")
 
 

@@ -70,6 +70,7 @@ class RunWriter:
             "status": "running",
             "created": prior.get("created", _now()) if prior else _now(),
             "updated": _now(),
+            "engine": config.get("engine") or "builtin",
             "config": config,
             "versions": {k: v for k, v in versions.items() if v is not None},
             "step": prior.get("step", 0) if prior else 0,

@@ -97,13 +97,13 @@ def validate(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
     return errors
 
 
-# Sections that switch a feature on by being present: never created from defaults.
-OPT_IN_SECTIONS = frozenset({"lora", "test"})
+# Sections that switch a feature on by being present: never created from defaults (`trl`, `verl` configure one engine each).
+OPT_IN_SECTIONS = frozenset({"lora", "test", "trl", "verl"})
 
 
 def with_defaults(schema: dict[str, Any], value: Any) -> Any:
     """A copy of `value` with every absent key that has a schema default filled in (objects recursively;
-    absent sections are created with their defaults, except the opt-in ones: `lora`, `test`)."""
+    absent sections are created with their defaults, except the opt-in ones: `lora`, `test`, `trl`, `verl`)."""
     if schema.get("type") != "object":
         return copy.deepcopy(value)
     out = dict(value) if isinstance(value, dict) else {}
@@ -114,4 +114,30 @@ def with_defaults(schema: dict[str, Any], value: Any) -> Any:
             out[k] = copy.deepcopy(sub["default"])
         elif sub.get("type") == "object" and k not in OPT_IN_SECTIONS:
             out[k] = with_defaults(sub, {})
+    return out
+
+
+def engine_issues(schema: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
+    """The limits of the config's engine it runs into (the schema's `x-engine-limits`, written from
+    src/core/run/engines.ts, which the host checks too): `key: value is not supported by engine "trl" (why); engines
+    that can: "builtin", "verl"`."""
+    engine = cfg.get("engine") or "builtin"
+    out = []
+    for limit in schema.get("x-engine-limits", []):
+        value: Any = cfg
+        for k in limit["key"].split("."):
+            value = value.get(k) if isinstance(value, dict) else None
+        when = limit["when"]
+        if engine in limit["engines"] or value is None:
+            continue
+        if when.get("present"):
+            hit = True
+        elif "equals" in when:
+            hit = value in when["equals"]
+        else:
+            hit = isinstance(value, (int, float)) and not isinstance(value, bool) and value > when["above"]
+        if hit:
+            shown = "this section" if when.get("present") and isinstance(value, dict) else json.dumps(value)
+            engines = ", ".join(f'"{e}"' for e in limit["engines"])
+            out.append(f'{limit["key"]}: {shown} is not supported by engine "{engine}" ({limit["why"]}); engines that can: {engines}')
     return out

@@ -71,6 +71,9 @@ def _mean(xs: Sequence[float]) -> float:
 
 
 class Trainer:
+    # This process's rank among the engine's training processes (the builtin engine is one process).
+    rank = 0
+
     def __init__(self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -78,9 +81,15 @@ class Trainer:
         self.stop_requested = False
         self.stop_reason: str | None = None
         self.total = int(cfg.train.steps)
-        versions = {"trainer": __version__, "torch": torch.__version__, "transformers": _version("transformers"), "peft": _version("peft"), "python": ".".join(map(str, sys.version_info[:3]))}
-        self.writer = RunWriter(self.run_dir, dict(cfg), versions, self.total, stdout=stdout)
+        self.writer = self._run_writer(stdout)
         self.env = EnvClient(env_url)
+
+    def versions(self) -> dict[str, str | None]:
+        """What run.json records of the software that trains."""
+        return {"trainer": __version__, "torch": torch.__version__, "transformers": _version("transformers"), "peft": _version("peft"), "python": ".".join(map(str, sys.version_info[:3]))}
+
+    def _run_writer(self, stdout: Any) -> RunWriter:
+        return RunWriter(self.run_dir, dict(self.cfg), self.versions(), self.total, stdout=stdout)
 
     # -- setup ------------------------------------------------------------------------------------------------
     def _device(self) -> torch.device:
@@ -102,11 +111,9 @@ class Trainer:
         a = self._autocast()
         return a() if a else contextlib.nullcontext()
 
-    def setup(self) -> int:
+    def _load_data(self) -> None:
+        """The datasets (malformed lines reported and skipped), and the env server's health."""
         cfg, w = self.cfg, self.writer
-        self.device = self._device()
-        torch.manual_seed(cfg.seed)
-        random.seed(cfg.seed)
         self.train_set = load_dataset(cfg.data.train, warn=w.warning)
         self.eval_set = load_dataset(cfg.data.eval, warn=w.warning) if cfg.data.eval else []
         if cfg.data.eval_size:
@@ -116,10 +123,34 @@ class Trainer:
         if not health.get("reward"):
             raise RuntimeError(f"the env server at {self.env.url} has no reward module (start it with --reward)")
 
+    def _resume_checkpoint(self) -> Path | None:
+        """With --resume, the last complete checkpoint (None, with a warning, when there is none)."""
         ckpt = latest_checkpoint(self.run_dir) if self.resume else None
         if self.resume and ckpt is None:
-            w.warning("--resume: no complete checkpoint in this run directory; starting from step 0")
-            w.truncate_after(-1)
+            self.writer.warning("--resume: no complete checkpoint in this run directory; starting from step 0")
+            self.writer.truncate_after(-1)
+        return ckpt
+
+    def _encode_prompts(self) -> None:
+        """Every example's prompt as fed (text, token ids); examples whose prompt is too long are skipped."""
+        cfg = self.cfg
+        self.train_prompts = self._prompts(self.train_set, "data.train")
+        self.eval_prompts = self._prompts(self.eval_set, "data.eval") if self.eval_set else []
+        self.train_set = [e for e, p in zip(self.train_set, self.train_prompts) if p is not None]
+        self.train_prompts = [p for p in self.train_prompts if p is not None]
+        keep = [i for i, p in enumerate(self.eval_prompts) if p is not None]
+        self.eval_set = [self.eval_set[i] for i in keep]
+        self.eval_prompts = [self.eval_prompts[i] for i in keep]
+        if not self.train_set:
+            raise RuntimeError(f"{cfg.data.train}: every prompt is longer than rollout.max_prompt_length ({cfg.rollout.max_prompt_length} tokens)")
+
+    def setup(self) -> int:
+        cfg, w = self.cfg, self.writer
+        self.device = self._device()
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        self._load_data()
+        ckpt = self._resume_checkpoint()
         init = Path(cfg.model.init) if cfg.model.init else None
         tok_file = next((str(p / "tokenizer.json") for p in (ckpt, init) if p is not None and (p / "tokenizer.json").exists()), None)
         vocab_texts = [cfg.data.prompt_template, INVALID_ACTION_FEEDBACK, "Doc 1(Title: ) \n<information></information>"]
@@ -137,15 +168,7 @@ class Trainer:
         self.stops = search_r1_stops(self.tok)
         self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, compute_dtype(cfg, self.device))
 
-        self.train_prompts = self._prompts(self.train_set, "data.train")
-        self.eval_prompts = self._prompts(self.eval_set, "data.eval") if self.eval_set else []
-        self.train_set = [e for e, p in zip(self.train_set, self.train_prompts) if p is not None]
-        self.train_prompts = [p for p in self.train_prompts if p is not None]
-        keep = [i for i, p in enumerate(self.eval_prompts) if p is not None]
-        self.eval_set = [self.eval_set[i] for i in keep]
-        self.eval_prompts = [self.eval_prompts[i] for i in keep]
-        if not self.train_set:
-            raise RuntimeError(f"{cfg.data.train}: every prompt is longer than rollout.max_prompt_length ({cfg.rollout.max_prompt_length} tokens)")
+        self._encode_prompts()
         if self.policy.kind == "tiny":
             longest = max(len(p[1]) for p in self.train_prompts + self.eval_prompts) + cfg.rollout.max_response_length
             if longest > self.policy.backbone.max_len:
@@ -204,7 +227,7 @@ class Trainer:
 
     def _generator(self, step: int, greedy: bool) -> LMGenerator:
         g = torch.Generator(device=self.device)
-        g.manual_seed(self.cfg.seed * 1_000_003 + step)
+        g.manual_seed(self.cfg.seed * 1_000_003 + step + 7_919 * self.rank)  # each process samples its own
         r = self.cfg.rollout
         return LMGenerator(self.policy, self.tok, 0.0 if greedy else r.temperature, r.top_p, self.device, self.stops, g, self._autocast(), self.max_batch_tokens)
 
@@ -496,18 +519,29 @@ class Trainer:
 
     @torch.no_grad()
     def evaluate(self, step: int) -> dict[str, float]:
-        cfg, w = self.cfg, self.writer
-        w.progress(step, self.total, "eval")
+        self.writer.progress(step, self.total, "eval")
         t0 = time.perf_counter()
+        trajs = self._eval_trajectories(step, range(len(self.eval_set)))
+        return self._eval_report(trajs, step, t0) if trajs else {}
+
+    def _eval_trajectories(self, step: int, which: range) -> list[Trajectory]:
+        """Greedy rollouts of the held-out examples `which` (one each, `group` = the example's index), scored."""
+        cfg = self.cfg
         self.policy.eval()
         trajs: list[Trajectory] = []
         size = max(1, cfg.rollout.batch_size * cfg.rollout.n)
-        for lo in range(0, len(self.eval_set), size):
-            part = self._rollouts(self.eval_set[lo : lo + size], self.eval_prompts[lo : lo + size], 1, step, greedy=True)
+        for lo in range(which.start, which.stop, size):
+            hi = min(lo + size, which.stop)
+            part = self._rollouts(self.eval_set[lo:hi], self.eval_prompts[lo:hi], 1, step, greedy=True)
             for t in part:
                 t.group += lo
             trajs += part
         self._score(trajs)
+        return trajs
+
+    def _eval_report(self, trajs: list[Trajectory], step: int, t0: float) -> dict[str, float]:
+        """The held-out metrics (`val/*`), records and `eval` event of an evaluation."""
+        w = self.writer
         m = self._rollout_metrics(trajs, prefix="val/")
         m["val/em"] = _mean([t.metrics.get("em", 0.0) for t in trajs])
         m["val/score"] = _mean([t.reward or 0.0 for t in trajs])
@@ -542,38 +576,12 @@ class Trainer:
         self.stop_reason = "host-gone"
 
     def run(self) -> int:
+        """The run's lifecycle around `train()`: signals, the parent watchdog, the final status, failures."""
         w = self.writer
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-        watch_parent(self._on_parent_gone)
+        watch_parent(self._on_parent_gone, self._parent_to_watch())
         try:
-            start = self.setup()
-            if start == 0:
-                m0: dict[str, float] = {}
-                if self.warmup_applies() and not self.resumed:
-                    from .warmup import run_warmup
-
-                    m0.update(run_warmup(self, w.log))
-                    if self.reference is not None:
-                        self.reference = Reference(self.policy)  # KL towards the warm-started policy, not the random init
-                    if not self.stop_requested:
-                        self._checkpoint(0)
-                if self.eval_set and not self.stop_requested:
-                    m0.update(self.evaluate(0))
-                if m0:
-                    w.metrics(0, m0)
-            step = start
-            while step < self.total and not self.stop_requested:
-                step += 1
-                m = self.train_step(step)
-                cfg = self.cfg.train
-                last = step == self.total
-                if self.eval_set and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
-                    m.update(self.evaluate(step))
-                w.metrics(step, m)
-                w.event("metrics", step=step, metrics={k: m[k] for k in SUMMARY_KEYS if k in m})
-                w.set_step(step)
-                if last or self.stop_requested or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                    self._checkpoint(step)
+            step = self.train()
             status = "stopped" if self.stop_requested and step < self.total else "finished"
             w.finish(status, stop_reason=self.stop_reason if status == "stopped" else None)
             w.event("finished", status=status, step=step)
@@ -590,6 +598,43 @@ class Trainer:
             for s, h in previous.items():
                 signal.signal(s, h)
             w.close()
+
+    def _parent_to_watch(self) -> int | None:
+        """The process whose end stops the run (None: the host's, SAS_PARENT_PID)."""
+        return None
+
+    def train(self) -> int:
+        """Setup, then steps until train.steps or a stop; returns the last completed step."""
+        w = self.writer
+        start = self.setup()
+        if start == 0:
+            m0: dict[str, float] = {}
+            if self.warmup_applies() and not self.resumed:
+                from .warmup import run_warmup
+
+                m0.update(run_warmup(self, w.log))
+                if self.reference is not None:
+                    self.reference = Reference(self.policy)  # KL towards the warm-started policy, not the random init
+                if not self.stop_requested:
+                    self._checkpoint(0)
+            if self.eval_set and not self.stop_requested:
+                m0.update(self.evaluate(0))
+            if m0:
+                w.metrics(0, m0)
+        step = start
+        while step < self.total and not self.stop_requested:
+            step += 1
+            m = self.train_step(step)
+            cfg = self.cfg.train
+            last = step == self.total
+            if self.eval_set and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
+                m.update(self.evaluate(step))
+            w.metrics(step, m)
+            w.event("metrics", step=step, metrics={k: m[k] for k in SUMMARY_KEYS if k in m})
+            w.set_step(step)
+            if last or self.stop_requested or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                self._checkpoint(step)
+        return step
 
 
 def lr_multiplier(step: int, total: int, warmup: int, schedule: str, min_ratio: float) -> float:

@@ -1,6 +1,8 @@
 """A tiny random-initialised Qwen2-style model and its tokenizer, built here (nothing can be downloaded): a byte-level
 BPE tokenizer trained on the demo data with Qwen's ChatML special tokens and chat template, and a 2-layer Qwen2
-config. The trainer loads it through the same code path as a real model directory."""
+config. The trainer loads it through the same code path as a real model directory.
+
+    python trainer/tests/hf_fixture.py examples/trl-tiny/model   (re)writes the trl-tiny example's model directory."""
 
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ CHATML = (
 )
 
 
-def build_tiny_qwen2(out: Path, texts: list[str], vocab_size: int = 800, seed: int = 0) -> Path:
+def build_tiny_qwen2(out: Path, texts: list[str], vocab_size: int = 800, seed: int = 0, weights: bool = True) -> Path:
+    """The model directory; without `weights`, config.json and the tokenizer only (examples/trl-tiny/model is made so,
+    for `model.random_init`)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -40,7 +44,10 @@ def build_tiny_qwen2(out: Path, texts: list[str], vocab_size: int = 800, seed: i
         eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id,
     )
-    Qwen2ForCausalLM(config).save_pretrained(str(out))
+    if weights:
+        Qwen2ForCausalLM(config).save_pretrained(str(out))
+    else:
+        config.save_pretrained(str(out))
     return out
 
 
@@ -52,3 +59,10 @@ def demo_texts(demo: Path) -> list[str]:
             texts.append(o.get("contents") or o.get("question", "") + " " + " ".join(o.get("golden", [])))
     texts.append("<think> </think> <search> </search> <information> </information> <answer> </answer> Doc 1(Title: )")
     return texts
+
+
+if __name__ == "__main__":
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    build_tiny_qwen2(Path(sys.argv[1]), demo_texts(root / "examples" / "demo"), weights=False)

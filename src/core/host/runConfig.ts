@@ -85,6 +85,7 @@ export function checkRunConfig(value: unknown, file: string, base: string): Load
   need('retriever.model', r?.model);
   const module = config.reward?.module;
   if (module && !module.startsWith('builtin:')) need('reward.module', module);
+  need('trl.accelerate_config', config.trl?.accelerate_config);
   if (config.model.kind === 'hf' && !config.model.path) missing.push('model.path: is required when model.kind is "hf"');
   if (r?.kind === 'bm25' && !r.index && !r.corpus) missing.push('retriever: kind "bm25" needs index (a built index) or corpus (a JSONL corpus)');
   if (r?.kind === 'dense' && (!r.index || !r.model)) missing.push('retriever: kind "dense" needs index and model');

@@ -1,6 +1,6 @@
 /**
- * The process host of a training run, shared by the extension and the CLI (DESIGN §2): validate the config, start
- * the env server and wait for it to listen, start the trainer against it, pass on the trainer's events and logs,
+ * The process host of a training run, shared by the extension and the CLI (DESIGN §2): validate the config, check
+ * the engine (engines.ts), start the env server and wait for it to listen, start the engine's trainer against it, pass on the trainer's events and logs,
  * and end both cleanly. Stopping is SIGTERM → the trainer finishes its step, checkpoints and exits with status
  * `stopped` → after a grace period the whole process tree is killed. The run directory is the record: whatever
  * happens here, it stays readable and resumable.
@@ -9,6 +9,7 @@ import { readFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import { packageRoot } from '../paths';
 import type { RunEvent, RunJson } from '../run/format';
+import { engineHost } from './engines';
 import { envServerArgs, loadRunConfig, loadRunDirConfig, newRunDir, type LoadedRunConfig } from './runConfig';
 import { spawnChild, startEnvServerProcess, type Child, type EnvServerProcess, type Exit, type LogSink, type ServerLauncher } from './processes';
 
@@ -33,6 +34,8 @@ export interface RunHostOptions {
   resume?: boolean;
   /** A Python that imports torch (see findPython). */
   python: string;
+  /** veRL's Python (engine verl; the setting searchAgent.verlPythonPath), tried before the config's verl.python. */
+  verlPython?: string;
   /** The env server's port (0: any free one). */
   port?: number;
   onEvent?: (event: RunEvent & Record<string, unknown>) => void;
@@ -66,7 +69,10 @@ export class RunHost {
     return basename(this.runDir);
   }
 
-  /** Starts a run; rejects (with nothing left running) when the config is invalid or the env server cannot start. */
+  /**
+   * Starts a run; rejects (with nothing left running) when the config is invalid, the engine cannot run in this Python
+   * (EngineUnavailableError, saying how to install what it lacks) or the env server cannot start.
+   */
   static async start(options: RunHostOptions): Promise<RunHost> {
     let loaded: LoadedRunConfig;
     let runDir: string;
@@ -79,14 +85,15 @@ export class RunHost {
       loaded = await loadRunConfig(options.config);
       runDir = options.runDir ? resolve(options.runDir) : newRunDir(loaded, options.runsParent ?? resolve('runs'));
     }
-    const server = await startEnvServerProcess(envServerArgs(loaded, { port: options.port }), { onLog: options.onServerLog, launcher: options.serverLauncher });
-    const args = ['-m', 'search_agent_trainer', '--run-dir', runDir, '--env-url', server.url, ...(options.resume ? ['--resume'] : ['--config', loaded.file])];
     const dir = trainerDir();
+    const engine = await engineHost(loaded.config.engine ?? 'builtin', options.python, dir);
+    const server = await startEnvServerProcess(envServerArgs(loaded, { port: options.port }), { onLog: options.onServerLog, launcher: options.serverLauncher });
     let trainer: Child;
     try {
-      trainer = spawnChild('trainer', options.python, args, {
+      const launch = await engine.launch({ python: options.python, trainerDir: dir, runDir, envUrl: server.url, resume: !!options.resume, loaded, verlPython: options.verlPython });
+      trainer = spawnChild('trainer', launch.file, launch.args, {
         cwd: dir,
-        env: { PYTHONPATH: [dir, process.env.PYTHONPATH].filter(Boolean).join(':'), PYTHONUNBUFFERED: '1' },
+        env: { PYTHONPATH: [dir, process.env.PYTHONPATH].filter(Boolean).join(':'), PYTHONUNBUFFERED: '1', ...launch.env },
         onStdout: (line) => {
           let event: (RunEvent & Record<string, unknown>) | undefined;
           try {

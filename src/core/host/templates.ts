@@ -1,13 +1,16 @@
 /**
  * Run configs from a few answers ("Search Agent: New Training Run…"): the CPU demo, or a local Hugging Face model in
  * Search-R1's settings (`algorithm.preset` search-r1-grpo or search-r1-ppo: GRPO n=5 or PPO, KL 0.001, lr 1e-6; top-k 3,
- * max_turns 4). Pure; the extension
- * asks the questions and writes the file.
+ * max_turns 4), trained by the builtin engine or TRL's (engine "trl": GRPO only; its CPU choice is the trl-tiny
+ * example's random Qwen2-style model). Pure; the extension asks the questions and writes the file.
  */
+import { posix } from 'node:path';
 import { SEARCH_R1_BASE_TEMPLATE, type RunConfig } from '../run/config';
 
 export interface NewRunAnswers {
   name: string;
+  /** What trains (default builtin). trl: GRPO only. */
+  engine?: 'builtin' | 'trl';
   model: { kind: 'tiny' } | { kind: 'hf'; path: string; lora?: boolean };
   data: { kind: 'demo' } | { kind: 'files'; train: string; eval?: string };
   retriever: { kind: 'demo' } | { kind: 'bm25'; index?: string; corpus?: string } | { kind: 'dense'; index: string; model: string } | { kind: 'remote'; url: string };
@@ -21,10 +24,13 @@ const DEMO_PROMPT = 'Answer the question. Search with <search> query </search> w
 /** The config a user's answers describe; `demoDir` is where examples/demo lives, relative to the config. */
 export function newRunConfig(a: NewRunAnswers, demoDir: string): RunConfig {
   const rel = a.relativeTo ?? ((p: string) => p);
-  const tiny = a.model.kind === 'tiny';
+  const trl = a.engine === 'trl';
+  const tiny = a.model.kind === 'tiny' && !trl;
   const hf = a.model.kind === 'hf' ? a.model : undefined;
+  if (trl && a.model.kind === 'tiny') return trlTinyConfig(a, demoDir, rel);
   const config: RunConfig = {
     name: a.name,
+    ...(trl ? { engine: 'trl' as const } : {}),
     seed: 1,
     data:
       a.data.kind === 'demo'
@@ -49,7 +55,7 @@ export function newRunConfig(a: NewRunAnswers, demoDir: string): RunConfig {
       ? a.algorithm === 'grpo'
         ? { name: 'grpo', kl_coef: 0.02 }
         : { name: 'ppo', kl_coef: 0.02, gamma: 1, lam: 1 }
-      : { preset: a.algorithm === 'grpo' ? 'search-r1-grpo' : 'search-r1-ppo' },
+      : { preset: a.algorithm === 'grpo' || trl ? 'search-r1-grpo' : 'search-r1-ppo' },
     optim: tiny
       ? { lr: 3e-4, warmup_steps: 20, ppo_epochs: 2, mini_batch_size: 64, micro_batch_size: 8 }
       : // the rest (lr 1e-6 warmed up over 28.5 % of the steps, mini-batches of 256 prompts, the critic's) is the preset's
@@ -59,4 +65,23 @@ export function newRunConfig(a: NewRunAnswers, demoDir: string): RunConfig {
       : { steps: 1005, eval_every: 50, checkpoint_every: 100 },
   };
   return config;
+}
+
+/** engine "trl" on CPU: examples/trl-tiny.run.json's settings (a random Qwen2-style model from a config.json). */
+function trlTinyConfig(a: NewRunAnswers, demoDir: string, rel: (p: string) => string): RunConfig {
+  const data = a.data.kind === 'demo' ? { train: `${demoDir}/train.jsonl`, eval: `${demoDir}/eval.jsonl`, eval_size: 8 } : { train: rel(a.data.train), ...(a.data.eval ? { eval: rel(a.data.eval), eval_size: 8 } : {}) };
+  const base = newRunConfig({ ...a, engine: 'builtin' }, demoDir);
+  return {
+    name: a.name,
+    engine: 'trl',
+    seed: 1,
+    data: { ...data, prompt_template: DEMO_PROMPT },
+    model: { kind: 'hf', path: posix.join(demoDir, '..', 'trl-tiny', 'model'), random_init: true, device: 'cpu' },
+    retriever: base.retriever,
+    reward: { module: 'builtin:em' },
+    rollout: { batch_size: 4, n: 4, max_turns: 1, max_turn_tokens: 16, max_response_length: 400, max_obs_length: 200 },
+    algorithm: { name: 'grpo', kl_coef: 0.02 },
+    optim: { lr: 1e-3, mini_batch_size: 16, micro_batch_size: 8 },
+    train: { steps: 10, eval_every: 5, checkpoint_every: 5 },
+  };
 }

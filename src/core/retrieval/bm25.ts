@@ -5,23 +5,34 @@
  *   s(t, d)  = idf · tf / (tf + k1 · (1 − b + b · dl/avgdl))              (Lucene's form: no (k1+1) factor)
  * with dl the document length *as Lucene stores it* (one SmallFloat byte: exact to 40, then 4 significant
  * bits), avgdl = total tokens / N exactly, k1 = 0.9 and b = 0.4 by default, a query term repeated k times
- * weighing k, and ties broken by document id ascending. The arithmetic follows Lucene's float32 steps
+ * weighing k (as Lucene's BooleanQuery rewrite merges duplicate clauses: one clause, weight = float(k · idf)),
+ * and ties broken by document id ascending. The arithmetic follows Lucene's float32 steps
  * (BM25Scorer: weight − weight / (1 + tf · normInverse)), summed in double as Lucene's disjunctions do.
+ * Top k is exact and pruned: block-max MaxScore over block postings with per-block score bounds
+ * (bm25Search.ts, postings.ts); `searchExhaustive` scores every posting and is the reference it is tested on.
  *
- * The index is a directory of versioned binary files (typed arrays, never one giant JSON string):
- *   meta.json          format, version, analyzer, k1/b, N, terms, total tokens, sizes
- *   terms.bin/.idx     the sorted term dictionary (UTF-8) and its offsets
- *   postings.bin/.idx  per term, VByte (doc-id delta, tf) pairs; offsets and document frequencies
+ * The index is a directory of versioned binary files (typed arrays, never one giant JSON string), version 2:
+ *   meta.json          format, version, analyzer, k1/b, N, terms, total tokens, blocks, sizes
+ *   terms.bin/.idx     the sorted term dictionary (UTF-8) and its offsets;  df.bin  document frequencies
+ *   postings.bin       block postings (32-bit words, see postings.ts)
+ *   blocks.idx         per term, its first block;  term-max.bin  per term, its max score (float32)
+ *   block-last.bin, block-offset.bin, block-max.bin, block-skip.bin   per block: last doc id, word offset, max
+ *                      score, and the doc ids ending its first three 32-posting runs
  *   norms.bin          one SmallFloat length byte per document
  *   docids.bin/.idx    document ids;  contents.bin/.idx   stored contents (for /retrieve)
- * It is built in one analysis pass over the corpus (postings sized exactly, then filled), loaded by reading
- * the files into typed arrays (contents stay on disk and are read per hit).
+ * Version 1 (VByte postings without blocks) is migrated in place by {@link migrateBm25Index}
+ * (`search-agent-studio index --migrate DIR`); loading one says so. It is built in one analysis pass over the
+ * corpus (postings sized exactly, then filled, then cut into blocks), loaded by reading the files into typed
+ * arrays — in SharedArrayBuffers when worker threads are to share them (bm25Pool.ts) — while contents stay
+ * on disk and are read per hit.
  */
-import { closeSync, mkdirSync, openSync, readSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, mkdirSync, openSync, readSync, rmSync } from 'node:fs';
 import { readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { freemem, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { DefaultEnglishAnalyzer, type Analyzer } from './analyzer';
+import { Bm25Searcher, type PostingArrays, type QueryTerm, type SearchStats } from './bm25Search';
+import { BinaryFile, BLOCK, BlockWriter, SKIPS, type BlockTables } from './postings';
 import { LENGTH_TABLE, intToByte4 } from './smallfloat';
 
 export interface Bm25Params {
@@ -32,7 +43,7 @@ export interface Bm25Params {
 export const PYSERINI_BM25: Bm25Params = { k1: 0.9, b: 0.4 };
 
 export const INDEX_FORMAT = 'sas-bm25';
-export const INDEX_VERSION = 1;
+export const INDEX_VERSION = 2;
 
 export interface IndexMeta {
   format: typeof INDEX_FORMAT;
@@ -43,9 +54,41 @@ export interface IndexMeta {
   docs: number;
   terms: number;
   totalTokens: number;
+  /** Size of postings.bin. */
   postingsBytes: number;
+  /** Postings per block, and blocks in all (version 2). */
+  blockSize: number;
+  blocks: number;
   created: string;
+  /** When a version-1 index was migrated to this version. */
+  migrated?: string;
   source?: string;
+}
+
+/** Thrown when an index directory holds an older format version; the message says how to migrate it. */
+export class IndexVersionError extends Error {
+  constructor(
+    readonly dir: string,
+    readonly version: number,
+  ) {
+    super(
+      version < INDEX_VERSION
+        ? `${dir}: BM25 index format version ${version}, from before block-max pruning; this build reads version ${INDEX_VERSION}. ` +
+            `Migrate it in place (no corpus needed): search-agent-studio index --migrate ${dir}  — or rebuild it from its corpus.`
+        : `${dir}: BM25 index format version ${version} is newer than this build reads (${INDEX_VERSION}); update Search Agent Studio or rebuild the index.`,
+    );
+    this.name = 'IndexVersionError';
+  }
+}
+
+/** Per norm byte, 1 / (k1 · (1 − b + b · L / avgdl)) in Lucene's float steps (BM25Similarity.scorer's cache). */
+export function normInverseTable(meta: Pick<IndexMeta, 'k1' | 'b' | 'totalTokens' | 'docs'>): Float32Array {
+  const avgdl = f(meta.totalTokens / meta.docs);
+  const k1 = f(meta.k1);
+  const b = f(meta.b);
+  const cache = new Float32Array(256);
+  for (let i = 0; i < 256; i++) cache[i] = f(1 / f(k1 * f(f(1 - b) + f(f(b * LENGTH_TABLE[i]!) / avgdl))));
+  return cache;
 }
 
 export interface Hit {
@@ -77,6 +120,52 @@ function writeVByte(buf: Uint8Array, pos: number, v: number): number {
   buf[pos++] = v;
   return pos;
 }
+
+/**
+ * Feeds version-1 postings (per term, VByte (doc gap, tf) pairs at `idx[t]..idx[t+1]`) to a block writer,
+ * term by term: the last step of building, and the whole of migrating a version-1 index.
+ */
+function vbyteToBlocks(postings: Uint8Array, idx: Float64Array, terms: number, writer: BlockWriter): void {
+  for (let t = 0; t < terms; t++) {
+    let pos = idx[t]!;
+    const end = idx[t + 1]!;
+    let doc = 0;
+    let first = true;
+    while (pos < end) {
+      let v = 0;
+      let mul = 1;
+      let byte: number;
+      do {
+        byte = postings[pos++]!;
+        v += (byte & 0x7f) * mul;
+        mul *= 128;
+      } while (byte >= 0x80);
+      doc = first ? v : doc + v;
+      first = false;
+      let tf = 0;
+      mul = 1;
+      do {
+        byte = postings[pos++]!;
+        tf += (byte & 0x7f) * mul;
+        mul *= 128;
+      } while (byte >= 0x80);
+      writer.add(doc, tf);
+    }
+    writer.endTerm();
+  }
+}
+
+/** Writes the block tables beside postings.bin. */
+async function writeBlockTables(dir: string, tables: BlockTables): Promise<void> {
+  await writeFile(join(dir, 'blocks.idx'), bytes(tables.blocksIdx));
+  await writeFile(join(dir, 'term-max.bin'), bytes(tables.termMax));
+  await writeFile(join(dir, 'block-last.bin'), bytes(tables.blockLast));
+  await writeFile(join(dir, 'block-offset.bin'), bytes(tables.blockOffset));
+  await writeFile(join(dir, 'block-max.bin'), bytes(tables.blockMax));
+  await writeFile(join(dir, 'block-skip.bin'), bytes(tables.blockSkip));
+}
+
+const bytes = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
 
 /** A growable byte buffer in 32 MB chunks (no copying as it grows). */
 class ChunkedBytes {
@@ -127,7 +216,7 @@ class ChunkReader {
 // Building.
 
 export interface BuildProgress {
-  phase: 'analyze' | 'postings' | 'write';
+  phase: 'analyze' | 'postings' | 'blocks' | 'write';
   docs: number;
   tokens: number;
   terms: number;
@@ -190,12 +279,12 @@ export class Bm25Builder {
   private df: Uint32Array = new Uint32Array(1 << 16);
   private lastDoc: Uint32Array = new Uint32Array(1 << 16);
   private postingBytes = new Float64Array(1 << 16);
-  private readonly docTerms = new ChunkedBytes();
+  private docTerms = new ChunkedBytes();
   private norms = new Uint8Array(1 << 16);
   private docs = 0;
   /** Ids and contents go to disk as they come (a large corpus's text must not stay in memory). */
-  private readonly idsOut: BufferedFile;
-  private readonly contentsOut: BufferedFile;
+  private readonly idsOut: BinaryFile;
+  private readonly contentsOut: BinaryFile;
   private idsIdx = new Float64Array(1 << 16);
   private contentsIdx = new Float64Array(1 << 16);
   private totalTokens = 0;
@@ -214,8 +303,8 @@ export class Bm25Builder {
     this.tmp = `${dir}.tmp-${process.pid}`;
     rmSync(this.tmp, { recursive: true, force: true });
     mkdirSync(this.tmp, { recursive: true });
-    this.idsOut = new BufferedFile(join(this.tmp, 'docids.bin'));
-    this.contentsOut = new BufferedFile(join(this.tmp, 'contents.bin'));
+    this.idsOut = new BinaryFile(join(this.tmp, 'docids.bin'));
+    this.contentsOut = new BinaryFile(join(this.tmp, 'contents.bin'));
   }
 
   get docCount(): number {
@@ -234,8 +323,8 @@ export class Bm25Builder {
       this.idsIdx = grow(this.idsIdx);
       this.contentsIdx = grow(this.contentsIdx);
     }
-    this.idsIdx[doc + 1] = this.idsIdx[doc]! + this.idsOut.write(id);
-    this.contentsIdx[doc + 1] = this.contentsIdx[doc]! + this.contentsOut.write(contents);
+    this.idsIdx[doc + 1] = this.idsIdx[doc]! + this.idsOut.writeText(id);
+    this.contentsIdx[doc + 1] = this.contentsIdx[doc]! + this.contentsOut.writeText(contents);
     const freq = this.freq;
     freq.clear();
     let length = 0;
@@ -293,6 +382,27 @@ export class Bm25Builder {
     rmSync(this.tmp, { recursive: true, force: true });
   }
 
+  /** Pass 2: each document's (term, tf) pairs into per-term VByte postings at exact offsets. */
+  private fillPostings(totalPostings: number, postingsIdx: Float64Array, rank: Uint32Array): Uint8Array {
+    const T = postingsIdx.length - 1;
+    const postings = new Uint8Array(totalPostings);
+    const cursor = postingsIdx.slice(0, T);
+    const last = new Int32Array(T).fill(-1);
+    const reader = new ChunkReader(this.docTerms.finish());
+    for (let doc = 0; doc < this.docs; doc++) {
+      const n = reader.next();
+      for (let j = 0; j < n; j++) {
+        const s = rank[reader.next()]!;
+        const tf = reader.next();
+        const delta = last[s]! < 0 ? doc : doc - last[s]!;
+        last[s] = doc;
+        cursor[s] = writeVByte(postings, writeVByte(postings, cursor[s]!, delta), tf);
+      }
+      if ((doc & 0xffff) === 0) this.options.onProgress?.({ phase: 'postings', docs: doc, tokens: this.totalTokens, terms: T });
+    }
+    return postings;
+  }
+
   /** Writes the index into its directory (atomically: the temporary directory is renamed at the end). */
   async write(): Promise<IndexMeta> {
     const dir = this.dir;
@@ -324,24 +434,13 @@ export class Bm25Builder {
       dfs[k] = this.df[order[k]!]!;
     }
     if (totalPostings > 2 ** 32 - 1) throw new IndexTooLargeError(`postings of ${(totalPostings / 2 ** 30).toFixed(1)} GiB exceed this format's 4 GiB single-file limit`);
-    const postings = new Uint8Array(totalPostings);
-    const cursor = new Float64Array(T);
-    const last = new Int32Array(T).fill(-1);
-    for (let k = 0; k < T; k++) cursor[k] = postingsIdx[k]!;
-    const reader = new ChunkReader(this.docTerms.finish());
-    for (let doc = 0; doc < N; doc++) {
-      const n = reader.next();
-      for (let j = 0; j < n; j++) {
-        const s = rank[reader.next()]!;
-        const tf = reader.next();
-        const delta = last[s]! < 0 ? doc : doc - last[s]!;
-        last[s] = doc;
-        let pos = cursor[s]!;
-        pos = writeVByte(postings, pos, delta);
-        cursor[s] = writeVByte(postings, pos, tf);
-      }
-      if ((doc & 0xffff) === 0) this.options.onProgress?.({ phase: 'postings', docs: doc, tokens: this.totalTokens, terms: T });
-    }
+    const postings = this.fillPostings(totalPostings, postingsIdx, rank);
+    this.docTerms = new ChunkedBytes(); // the pass-1 pairs are no longer needed
+    // Pass 3: cut each term's postings into blocks with their score bounds.
+    this.options.onProgress?.({ phase: 'blocks', docs: N, tokens: this.totalTokens, terms: T });
+    const writer = new BlockWriter(join(this.tmp, 'postings.bin'), dfs, N, this.norms, normInverseTable({ k1: this.params.k1, b: this.params.b, totalTokens: this.totalTokens, docs: N }));
+    vbyteToBlocks(postings, postingsIdx, T, writer);
+    const tables = writer.finish();
     this.options.onProgress?.({ phase: 'write', docs: N, tokens: this.totalTokens, terms: T });
 
     const termBytes = entries.map(([t]) => t);
@@ -359,16 +458,16 @@ export class Bm25Builder {
       docs: N,
       terms: T,
       totalTokens: this.totalTokens,
-      postingsBytes: totalPostings,
+      postingsBytes: (tables.words + 1) * 4,
+      blockSize: BLOCK,
+      blocks: tables.blockLast.length,
       created: new Date().toISOString(),
       ...(this.options.source ? { source: this.options.source } : {}),
     };
     const tmp = this.tmp;
-    const bytes = (a: ArrayBufferView) => new Uint8Array(a.buffer, a.byteOffset, a.byteLength);
     await writeFile(join(tmp, 'terms.bin'), Buffer.concat(termBytes));
     await writeFile(join(tmp, 'terms.idx'), bytes(termsIdx));
-    await writeFile(join(tmp, 'postings.bin'), postings);
-    await writeFile(join(tmp, 'postings.idx'), bytes(postingsIdx));
+    await writeBlockTables(tmp, tables);
     await writeFile(join(tmp, 'df.bin'), bytes(dfs));
     await writeFile(join(tmp, 'norms.bin'), this.norms.subarray(0, N));
     await writeFile(join(tmp, 'docids.idx'), bytes(this.idsIdx.subarray(0, N + 1)));
@@ -380,38 +479,44 @@ export class Bm25Builder {
   }
 }
 
-/** Appends UTF-8 text to a file through a 4 MB buffer (synchronous writes: the builder's add() is sync). */
-class BufferedFile {
-  private readonly fd: number;
-  private readonly buf = Buffer.allocUnsafe(4 << 20);
-  private used = 0;
-  private closed = false;
-  constructor(path: string) {
-    this.fd = openSync(path, 'w');
+// ---------------------------------------------------------------------------------------------------------
+// Migrating a version-1 index.
+
+/**
+ * Rewrites a version-1 index (VByte postings, no blocks) as version 2 in place: postings cut into blocks
+ * with their score bounds; dictionary, norms, ids and contents are kept. Idempotent; returns the new meta.
+ */
+export async function migrateBm25Index(dir: string): Promise<IndexMeta> {
+  const meta = await readMeta(dir);
+  if (meta.version === INDEX_VERSION) return meta;
+  if (meta.version !== 1) throw new IndexVersionError(dir, meta.version);
+  const [postings, idx, dfBuf, norms] = await Promise.all(['postings.bin', 'postings.idx', 'df.bin', 'norms.bin'].map((n) => readFile(join(dir, n))));
+  if (postings!.length !== meta.postingsBytes) throw new Error(`${dir}/postings.bin: ${postings!.length} bytes, meta.json says ${meta.postingsBytes} (incomplete or corrupt index)`);
+  const aligned = (b: Buffer) => new Uint8Array(b).buffer; // a copy at offset 0
+  const postingsIdx = new Float64Array(aligned(idx!));
+  const dfs = new Uint32Array(aligned(dfBuf!));
+  const tmp = join(dir, `postings.bin.tmp-${process.pid}`);
+  const writer = new BlockWriter(tmp, dfs, meta.docs, norms!, normInverseTable(meta));
+  vbyteToBlocks(postings!, postingsIdx, meta.terms, writer);
+  const tables = writer.finish();
+  await writeBlockTables(dir, tables);
+  await rename(tmp, join(dir, 'postings.bin'));
+  const next: IndexMeta = { ...meta, version: INDEX_VERSION, postingsBytes: (tables.words + 1) * 4, blockSize: BLOCK, blocks: tables.blockLast.length, migrated: new Date().toISOString() };
+  await writeFile(join(dir, 'meta.json.tmp'), `${JSON.stringify(next, null, 2)}\n`);
+  await rename(join(dir, 'meta.json.tmp'), join(dir, 'meta.json'));
+  await rm(join(dir, 'postings.idx'), { force: true });
+  return next;
+}
+
+async function readMeta(dir: string): Promise<IndexMeta> {
+  let meta: IndexMeta;
+  try {
+    meta = JSON.parse(await readFile(join(dir, 'meta.json'), 'utf8'));
+  } catch (e) {
+    throw new Error(`${dir}: not a BM25 index (meta.json: ${(e as Error).message})`);
   }
-  /** Writes `text`; returns its length in bytes. */
-  write(text: string): number {
-    const n = Buffer.byteLength(text, 'utf8');
-    if (this.used + n > this.buf.length) this.flush();
-    if (n > this.buf.length) {
-      writeSync(this.fd, Buffer.from(text, 'utf8'));
-      return n;
-    }
-    this.buf.write(text, this.used, 'utf8');
-    this.used += n;
-    return n;
-  }
-  private flush(): void {
-    let off = 0;
-    while (off < this.used) off += writeSync(this.fd, this.buf, off, this.used - off);
-    this.used = 0;
-  }
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.flush();
-    closeSync(this.fd);
-  }
+  if (meta.format !== INDEX_FORMAT) throw new Error(`${dir}/meta.json: format "${meta.format}" is not ${INDEX_FORMAT}`);
+  return meta;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -421,102 +526,125 @@ export interface SearchOptions {
   k?: number;
 }
 
+/** A loaded index's arrays: what worker threads share (SharedArrayBuffer-backed when loaded with `shared`). */
+export interface IndexArrays extends PostingArrays {
+  termsBin: Uint8Array;
+  termsIdx: Float64Array;
+  idsBin: Uint8Array;
+  idsIdx: Float64Array;
+  contentsIdx: Float64Array;
+}
+
+/** What a worker thread needs to open the same index over the same memory (structured-cloned: the buffers are shared, not copied). */
+export interface SharedIndex {
+  dir: string;
+  meta: IndexMeta;
+  arrays: IndexArrays;
+}
+
+/** Reads a whole file into a fresh (Shared)ArrayBuffer, plus `pad` zero bytes. */
+function readInto(path: string, shared: boolean, pad = 0): ArrayBuffer | SharedArrayBuffer {
+  const fd = openSync(path, 'r');
+  try {
+    const size = fstatSync(fd).size;
+    const buf = shared ? new SharedArrayBuffer(size + pad) : new ArrayBuffer(size + pad);
+    const view = new Uint8Array(buf);
+    let off = 0;
+    while (off < size) {
+      const n = readSync(fd, view, off, Math.min(size - off, 1 << 30), off);
+      if (n === 0) throw new Error(`${path}: truncated while reading`);
+      off += n;
+    }
+    return buf;
+  } finally {
+    closeSync(fd);
+  }
+}
+
 export class Bm25Index {
   readonly analyzer: Analyzer;
-  private readonly cache = new Float32Array(256);
-  private readonly avgdl: number;
-  /** Per-search accumulator, reused (scores as doubles, and which documents were touched). */
-  private readonly acc: Float64Array;
-  private readonly touched: Uint32Array;
-  private readonly seen: Uint8Array;
   private readonly encoder = new TextEncoder();
   private readonly contentsFd: number;
+  private readonly idsText: Buffer;
+  private readonly searcher: Bm25Searcher;
 
   private constructor(
     readonly dir: string,
     readonly meta: IndexMeta,
-    private readonly termsBin: Buffer,
-    private readonly termsIdx: Float64Array,
-    private readonly postings: Buffer,
-    private readonly postingsIdx: Float64Array,
-    private readonly dfs: Uint32Array,
-    private readonly norms: Uint8Array,
-    private readonly idsBin: Buffer,
-    private readonly idsIdx: Float64Array,
-    private readonly contentsIdx: Float64Array,
+    readonly arrays: IndexArrays,
   ) {
     if (meta.analyzer !== new DefaultEnglishAnalyzer().id) throw new Error(`${dir}: built with analyzer "${meta.analyzer}", which this version does not have`);
     this.analyzer = new DefaultEnglishAnalyzer();
-    // avgdl and the per-norm cache exactly as Lucene's BM25Similarity.scorer computes them (floats).
-    this.avgdl = f(meta.totalTokens / meta.docs);
-    const k1 = f(meta.k1);
-    const b = f(meta.b);
-    for (let i = 0; i < 256; i++) this.cache[i] = f(1 / f(k1 * f(f(1 - b) + f(f(b * LENGTH_TABLE[i]!) / this.avgdl))));
-    this.acc = new Float64Array(meta.docs);
-    this.touched = new Uint32Array(meta.docs);
-    this.seen = new Uint8Array(meta.docs);
+    const ids = arrays.idsBin;
+    this.idsText = Buffer.from(ids.buffer, ids.byteOffset, ids.byteLength);
+    this.searcher = new Bm25Searcher(arrays, meta.docs, normInverseTable(meta), (doc) => this.docId(doc));
     this.contentsFd = openSync(join(dir, 'contents.bin'), 'r');
   }
 
-  static async load(dir: string): Promise<Bm25Index> {
-    let meta: IndexMeta;
-    try {
-      meta = JSON.parse(await readFile(join(dir, 'meta.json'), 'utf8'));
-    } catch (e) {
-      throw new Error(`${dir}: not a BM25 index (meta.json: ${(e as Error).message})`);
-    }
-    if (meta.format !== INDEX_FORMAT) throw new Error(`${dir}/meta.json: format "${meta.format}" is not ${INDEX_FORMAT}`);
-    if (meta.version !== INDEX_VERSION) throw new Error(`${dir}/meta.json: index version ${meta.version}; this build reads version ${INDEX_VERSION} (rebuild the index)`);
+  /**
+   * Loads an index directory. With `shared`, every array lives in a SharedArrayBuffer, so {@link shared}
+   * can hand the same memory to worker threads. A version-1 index throws {@link IndexVersionError}.
+   */
+  static async load(dir: string, options: { shared?: boolean } = {}): Promise<Bm25Index> {
+    const meta = await readMeta(dir);
+    if (meta.version !== INDEX_VERSION) throw new IndexVersionError(dir, meta.version);
     const size = (await stat(join(dir, 'postings.bin'))).size;
     if (size !== meta.postingsBytes) throw new Error(`${dir}/postings.bin: ${size} bytes, meta.json says ${meta.postingsBytes} (incomplete or corrupt index)`);
-    const read = (name: string) => readFile(join(dir, name));
-    const f64 = (b: Buffer) => new Float64Array(b.buffer, b.byteOffset, b.byteLength / 8);
-    const u32 = (b: Buffer) => new Uint32Array(b.buffer, b.byteOffset, b.byteLength / 4);
-    const aligned = async (name: string) => {
-      const b = await read(name);
-      // typed views need aligned offsets; readFile's Buffer may come from a pool
-      return b.byteOffset % 8 === 0 ? b : Buffer.from(b);
+    const sh = options.shared ?? false;
+    const read = (name: string) => readInto(join(dir, name), sh);
+    const arrays: IndexArrays = {
+      termsBin: new Uint8Array(read('terms.bin')),
+      termsIdx: new Float64Array(read('terms.idx')),
+      dfs: new Uint32Array(read('df.bin')),
+      postings: new Int32Array(read('postings.bin')),
+      blocksIdx: new Uint32Array(read('blocks.idx')),
+      termMax: new Float32Array(read('term-max.bin')),
+      blockLast: new Int32Array(read('block-last.bin')),
+      blockOffset: new Uint32Array(read('block-offset.bin')),
+      blockMax: new Float32Array(read('block-max.bin')),
+      blockSkip: new Int32Array(read('block-skip.bin')),
+      norms: new Uint8Array(read('norms.bin')),
+      idsBin: new Uint8Array(read('docids.bin')),
+      idsIdx: new Float64Array(read('docids.idx')),
+      contentsIdx: new Float64Array(read('contents.idx')),
     };
-    const [termsBin, termsIdx, postings, postingsIdx, dfs, norms, idsBin, idsIdx, contentsIdx] = await Promise.all([
-      read('terms.bin'),
-      aligned('terms.idx'),
-      read('postings.bin'),
-      aligned('postings.idx'),
-      aligned('df.bin'),
-      read('norms.bin'),
-      read('docids.bin'),
-      aligned('docids.idx'),
-      aligned('contents.idx'),
-    ]);
-    return new Bm25Index(dir, meta, termsBin, f64(termsIdx), postings, f64(postingsIdx), u32(dfs), norms, idsBin, f64(idsIdx), f64(contentsIdx));
+    const check = (name: string, length: number, want: number) => {
+      if (length !== want) throw new Error(`${dir}/${name}: ${length} entries, meta.json implies ${want} (incomplete or corrupt index)`);
+    };
+    check('df.bin', arrays.dfs.length, meta.terms);
+    check('blocks.idx', arrays.blocksIdx.length, meta.terms + 1);
+    check('block-max.bin', arrays.blockMax.length, meta.blocks);
+    check('block-skip.bin', arrays.blockSkip.length, meta.blocks * SKIPS);
+    check('norms.bin', arrays.norms.length, meta.docs);
+    check('docids.idx', arrays.idsIdx.length, meta.docs + 1);
+    return new Bm25Index(dir, meta, arrays);
+  }
+
+  /** The same index over the same memory, in another thread (see {@link shared}). */
+  static fromShared(s: SharedIndex): Bm25Index {
+    return new Bm25Index(s.dir, s.meta, s.arrays);
+  }
+
+  /** What {@link fromShared} needs; the arrays must have been loaded with `shared: true` to be shared rather than copied. */
+  get shared(): SharedIndex {
+    if (!(this.arrays.postings.buffer instanceof SharedArrayBuffer)) throw new Error(`${this.dir}: loaded without shared: true; its arrays would be copied into every worker`);
+    return { dir: this.dir, meta: this.meta, arrays: this.arrays };
   }
 
   /** Bytes held in memory by the loaded index (contents stay on disk). */
   get memoryBytes(): number {
-    return (
-      this.termsBin.byteLength +
-      this.termsIdx.byteLength +
-      this.postings.byteLength +
-      this.postingsIdx.byteLength +
-      this.dfs.byteLength +
-      this.norms.byteLength +
-      this.idsBin.byteLength +
-      this.idsIdx.byteLength +
-      this.contentsIdx.byteLength +
-      this.acc.byteLength +
-      this.touched.byteLength +
-      this.seen.byteLength
-    );
+    return Object.values(this.arrays).reduce((sum: number, a: ArrayBufferView) => sum + a.byteLength, 0);
   }
 
   /** The sorted position of a term, or -1 (binary search over UTF-8 bytes). */
   termOrdinal(term: string): number {
     const q = this.encoder.encode(term);
+    const { termsBin, termsIdx } = this.arrays;
     let lo = 0;
     let hi = this.meta.terms - 1;
     while (lo <= hi) {
       const mid = (lo + hi) >>> 1;
-      const c = compareBytes(this.termsBin, this.termsIdx[mid]!, this.termsIdx[mid + 1]!, q);
+      const c = compareBytes(termsBin, termsIdx[mid]!, termsIdx[mid + 1]!, q);
       if (c === 0) return mid;
       if (c < 0) lo = mid + 1;
       else hi = mid - 1;
@@ -525,12 +653,12 @@ export class Bm25Index {
   }
 
   docId(doc: number): string {
-    return this.idsBin.toString('utf8', this.idsIdx[doc]!, this.idsIdx[doc + 1]!);
+    return this.idsText.toString('utf8', this.arrays.idsIdx[doc]!, this.arrays.idsIdx[doc + 1]!);
   }
 
   contents(doc: number): string {
-    const start = this.contentsIdx[doc]!;
-    const buf = Buffer.allocUnsafe(this.contentsIdx[doc + 1]! - start);
+    const start = this.arrays.contentsIdx[doc]!;
+    const buf = Buffer.allocUnsafe(this.arrays.contentsIdx[doc + 1]! - start);
     let off = 0;
     while (off < buf.length) {
       const n = readSync(this.contentsFd, buf, off, buf.length - off, start + off);
@@ -543,78 +671,44 @@ export class Bm25Index {
   /** Document frequency of an analysed term. */
   df(term: string): number {
     const o = this.termOrdinal(term);
-    return o < 0 ? 0 : this.dfs[o]!;
+    return o < 0 ? 0 : this.arrays.dfs[o]!;
   }
 
-  /** The top `k` documents for a query (analysed like the documents), by score then id. */
-  search(query: string, options: SearchOptions = {}): Hit[] {
-    const k = options.k ?? 10;
+  /** An analysed term's postings (document numbers ascending, with term frequencies), decoded. */
+  postings(term: string): { docs: Int32Array; tfs: Int32Array } {
+    const o = this.termOrdinal(term);
+    return o < 0 ? { docs: new Int32Array(0), tfs: new Int32Array(0) } : this.searcher.postings(o);
+  }
+
+  /** The query's terms in the index, each with its count in the query (analysed like the documents). */
+  queryTerms(query: string): QueryTerm[] {
     const counts = new Map<string, number>();
     this.analyzer.analyze(query, (t) => counts.set(t, (counts.get(t) ?? 0) + 1));
-    const N = this.meta.docs;
-    const { acc, touched, seen, cache, norms, postings } = this;
-    let nTouched = 0;
+    const terms: QueryTerm[] = [];
     for (const [term, count] of counts) {
-      const o = this.termOrdinal(term);
-      if (o < 0) continue;
-      const df = this.dfs[o]!;
-      const idf = f(Math.log(1 + (N - df + 0.5) / (df + 0.5)));
-      const weight = f(1 * idf); // boost 1 per clause; `count` clauses
-      let pos = this.postingsIdx[o]!;
-      const end = this.postingsIdx[o + 1]!;
-      let doc = 0;
-      let first = true;
-      while (pos < end) {
-        // VByte doc delta
-        let v = 0;
-        let shift = 1;
-        let byte: number;
-        do {
-          byte = postings[pos++]!;
-          v += (byte & 0x7f) * shift;
-          shift *= 128;
-        } while (byte >= 0x80);
-        doc = first ? v : doc + v;
-        first = false;
-        let tf = 0;
-        shift = 1;
-        do {
-          byte = postings[pos++]!;
-          tf += (byte & 0x7f) * shift;
-          shift *= 128;
-        } while (byte >= 0x80);
-        const normInverse = cache[norms[doc]!]!;
-        const s = f(weight - f(weight / f(1 + f(tf * normInverse))));
-        if (seen[doc] === 0) {
-          seen[doc] = 1;
-          touched[nTouched++] = doc;
-          acc[doc] = 0;
-        }
-        acc[doc]! += count * s;
-      }
+      const ordinal = this.termOrdinal(term);
+      if (ordinal >= 0) terms.push({ ordinal, count });
     }
-    // Top k by (score desc, id asc): a bounded min-heap on "worse" order.
-    const heap: Hit[] = [];
-    const worse = (a: Hit, b: Hit) => a.score < b.score || (a.score === b.score && a.id > b.id);
-    for (let j = 0; j < nTouched; j++) {
-      const doc = touched[j]!;
-      seen[doc] = 0;
-      const score = f(acc[doc]!);
-      if (heap.length === k && score < heap[0]!.score) continue;
-      const hit = { doc, id: '', score };
-      if (heap.length < k) {
-        hit.id = this.docId(doc);
-        heap.push(hit);
-        siftUp(heap, heap.length - 1, worse);
-      } else {
-        hit.id = this.docId(doc);
-        if (worse(heap[0]!, hit)) {
-          heap[0] = hit;
-          siftDown(heap, 0, worse);
-        }
-      }
-    }
-    return heap.sort((a, b) => (worse(a, b) ? 1 : worse(b, a) ? -1 : 0));
+    return terms;
+  }
+
+  /** The top `k` documents for a query, by score then id: exact, with block-max MaxScore pruning. */
+  search(query: string, options: SearchOptions = {}): Hit[] {
+    return this.hits(this.searcher.search(this.queryTerms(query), options.k ?? 10));
+  }
+
+  /** The same top `k` by scoring every posting of every query term (the reference the pruned search is tested against). */
+  searchExhaustive(query: string, options: SearchOptions = {}): Hit[] {
+    return this.hits(this.searcher.exhaustive(this.queryTerms(query), options.k ?? 10));
+  }
+
+  /** Counters of the last pruned search. */
+  get lastSearchStats(): SearchStats {
+    return { ...this.searcher.stats };
+  }
+
+  private hits(docs: { doc: number; score: number }[]): Hit[] {
+    return docs.map(({ doc, score }) => ({ doc, id: this.docId(doc), score }));
   }
 
   close(): void {
@@ -622,7 +716,7 @@ export class Bm25Index {
   }
 }
 
-function compareBytes(bin: Buffer, start: number, end: number, q: Uint8Array): number {
+function compareBytes(bin: Uint8Array, start: number, end: number, q: Uint8Array): number {
   const len = end - start;
   const n = Math.min(len, q.length);
   for (let i = 0; i < n; i++) {
@@ -630,26 +724,4 @@ function compareBytes(bin: Buffer, start: number, end: number, q: Uint8Array): n
     if (d !== 0) return d;
   }
   return len - q.length;
-}
-
-function siftUp<T>(h: T[], i: number, worse: (a: T, b: T) => boolean): void {
-  while (i > 0) {
-    const p = (i - 1) >> 1;
-    if (!worse(h[i]!, h[p]!)) break;
-    [h[i], h[p]] = [h[p]!, h[i]!];
-    i = p;
-  }
-}
-
-function siftDown<T>(h: T[], i: number, worse: (a: T, b: T) => boolean): void {
-  for (;;) {
-    const l = 2 * i + 1;
-    const r = l + 1;
-    let m = i;
-    if (l < h.length && worse(h[l]!, h[m]!)) m = l;
-    if (r < h.length && worse(h[r]!, h[m]!)) m = r;
-    if (m === i) return;
-    [h[i], h[m]] = [h[m]!, h[i]!];
-    i = m;
-  }
 }

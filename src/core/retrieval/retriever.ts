@@ -5,10 +5,11 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, stat } from 'node:fs/promises';
+import { mkdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { Bm25Index } from './bm25';
+import { Bm25Index, INDEX_VERSION, IndexVersionError, migrateBm25Index } from './bm25';
+import { Bm25Pool } from './bm25Pool';
 import { buildBm25Index } from './corpus';
 import { DenseIndex, type ScanMethod } from './dense';
 import { E5Encoder } from './encoder';
@@ -32,46 +33,85 @@ export interface Retriever {
   close(): Promise<void>;
 }
 
+export interface Bm25RetrieverOptions {
+  /**
+   * Worker threads sharing the index in memory (bm25Pool.ts); 0 (the default here) searches in the calling
+   * thread. The env server defaults to the machine's cores.
+   */
+  workers?: number;
+}
+
 export class Bm25Retriever implements Retriever {
   readonly kind = 'bm25';
-  constructor(readonly index: Bm25Index) {}
+  private constructor(
+    readonly index: Bm25Index,
+    private readonly pool: Bm25Pool | undefined,
+  ) {}
 
-  static async open(dir: string): Promise<Bm25Retriever> {
-    return new Bm25Retriever(await Bm25Index.load(dir));
+  static async open(dir: string, options: Bm25RetrieverOptions = {}): Promise<Bm25Retriever> {
+    const workers = options.workers ?? 0;
+    if (workers === 0) return new Bm25Retriever(await Bm25Index.load(dir), undefined);
+    const pool = await Bm25Pool.open(dir, { workers });
+    return new Bm25Retriever(pool.index, pool);
   }
 
   /**
    * A BM25 retriever over a corpus file, building its index once into a cache directory keyed by the
-   * corpus's path, size and modification time.
+   * corpus's path, size and modification time (a cached index of an older format version is migrated).
    */
-  static async forCorpus(corpus: string, options: { cacheDir?: string; log?: (l: string) => void } = {}): Promise<Bm25Retriever> {
+  static async forCorpus(corpus: string, options: Bm25RetrieverOptions & { cacheDir?: string; log?: (l: string) => void } = {}): Promise<Bm25Retriever> {
     const st = await stat(corpus);
     const key = createHash('sha256').update(`${resolve(corpus)}\0${st.size}\0${st.mtimeMs}`).digest('hex').slice(0, 16);
     const dir = join(options.cacheDir ?? join(tmpdir(), 'search-agent-studio', 'bm25'), key);
-    if (!existsSync(join(dir, 'meta.json'))) {
+    const build = async () => {
       await mkdir(join(dir, '..'), { recursive: true });
       const t0 = Date.now();
       const meta = await buildBm25Index(corpus, dir);
       options.log?.(`indexed ${corpus}: ${meta.docs} documents, ${meta.terms} terms in ${Date.now() - t0} ms → ${dir}`);
+    };
+    if (!existsSync(join(dir, 'meta.json'))) await build();
+    else {
+      const version = (JSON.parse(await readFile(join(dir, 'meta.json'), 'utf8')) as { version?: number }).version;
+      if (version !== INDEX_VERSION) {
+        const t0 = Date.now();
+        await migrateBm25Index(dir);
+        options.log?.(`migrated the cached index ${dir} from format version ${version} to ${INDEX_VERSION} in ${Date.now() - t0} ms`);
+      }
     }
-    return Bm25Retriever.open(dir);
+    try {
+      return await Bm25Retriever.open(dir, options);
+    } catch (e) {
+      // A cache, so an unreadable one (a file missing or cut short) is rebuilt from its corpus; a newer format is not ours to overwrite.
+      if (e instanceof IndexVersionError) throw e;
+      options.log?.(`the cached index ${dir} cannot be read (${(e as Error).message}); rebuilding it`);
+      await rm(dir, { recursive: true, force: true });
+      await build();
+      return Bm25Retriever.open(dir, options);
+    }
   }
 
   get size(): number {
     return this.index.meta.docs;
   }
 
+  /** Worker threads searching (0: the calling thread). */
+  get workers(): number {
+    return this.pool?.workers ?? 0;
+  }
+
   describe(): Record<string, unknown> {
     const m = this.index.meta;
-    return { kind: this.kind, documents: m.docs, terms: m.terms, k1: m.k1, b: m.b, analyzer: m.analyzer, index: this.index.dir };
+    return { kind: this.kind, documents: m.docs, terms: m.terms, k1: m.k1, b: m.b, analyzer: m.analyzer, index: this.index.dir, workers: this.workers };
   }
 
   async retrieve(queries: string[], topk: number): Promise<RetrievedHit[][]> {
+    if (this.pool) return (await this.pool.search(queries, topk)).map((list) => list.map((h) => ({ document: { id: h.id, contents: h.contents }, score: h.score })));
     return queries.map((q) => this.index.search(q, { k: topk }).map((h) => ({ document: { id: h.id, contents: this.index.contents(h.doc) }, score: h.score })));
   }
 
   async close(): Promise<void> {
-    this.index.close();
+    if (this.pool) await this.pool.close();
+    else this.index.close();
   }
 }
 

@@ -6,6 +6,7 @@
  * Names follow veRL / Search-R1 where they have one.
  */
 import { S, type Static } from '../schema/schema';
+import { ENGINES, engineIssues } from './engines';
 
 const strict = { additional: false } as const;
 
@@ -19,6 +20,14 @@ export const RunConfigSchema = S.object(
   {
     $schema: S.optional(S.string({ description: 'The JSON Schema of this file (editors use it).' })),
     name: S.optional(S.string({ description: 'A name for runs made from this config.' })),
+    engine: S.optional(
+      S.enum(
+        ENGINES,
+        'What trains (docs/engines.md): builtin, our single-process PyTorch trainer; trl, Hugging Face TRL’s GRPOTrainer through accelerate (multi-GPU, multi-node); verl, veRL on Ray. The run directory is the same for all three.',
+        'builtin',
+      ),
+    ),
+    devices: S.optional(S.integer({ minimum: 1, default: 1, description: 'Training processes, one per GPU (> 1: engine trl or verl). trl: accelerate launch --num_processes (trl.num_processes or trl.accelerate_config override it).' })),
     seed: S.optional(S.integer({ minimum: 0, default: 1, description: 'Seeds Python, torch and the data order.' })),
     output_dir: S.optional(S.string({ description: 'Where runs made from this config go (<output_dir>/<name>-<time>), relative to this file. Default: runs/ in the workspace folder (the CLI: the current directory).' })),
     data: S.object(
@@ -36,6 +45,7 @@ export const RunConfigSchema = S.object(
         kind: S.enum(['tiny', 'hf'] as const, 'tiny: the built-in tiny causal transformer (CPU tests, the demo); hf: a Hugging Face causal LM from a local directory.', 'tiny'),
         path: S.optional(S.string({ description: 'hf: the model directory (config.json, weights, tokenizer). Nothing is downloaded.' })),
         init: S.optional(S.string({ description: 'A checkpoint directory to start from (e.g. a warm start), instead of the model’s initial weights.' })),
+        random_init: S.optional(S.boolean('hf: build the model from model.path’s config.json with random weights (seeded) instead of loading weights; the directory needs config.json and the tokenizer only (tests, examples, benchmarks).', false)),
         tiny: S.optional(
           S.object(
             {
@@ -179,6 +189,22 @@ export const RunConfigSchema = S.object(
         strict,
       ),
     ),
+    trl: S.optional(
+      S.object(
+        {
+          num_processes: S.optional(S.integer({ minimum: 1, description: 'Processes accelerate launches (one per GPU; on CPU, gloo). Default: devices, or the accelerate config’s.' })),
+          accelerate_config: S.optional(S.string({ description: 'An accelerate config file (`accelerate config`) for multi-GPU, DeepSpeed/FSDP or multi-node launches (relative to this file); docs/engines.md has a two-node example.' })),
+          use_vllm: S.optional(S.boolean('Generate the rollout’s turns with TRL’s colocated vLLM (weights synced every step); its sampling log-probs become the records’ rollout_logprob. Needs a GPU and vllm.', false)),
+          vllm_mode: S.optional(S.enum(['colocate', 'server'] as const, 'colocate only: every process calls its own vLLM once per turn (server mode would need the same number of calls on every process).', 'colocate')),
+          vllm_gpu_memory_utilization: S.optional(S.number({ minimum: 0, maximum: 1, description: 'The GPU memory share of the colocated vLLM (TRL’s default 0.3).' })),
+        },
+        {
+          additional: true,
+          description:
+            'engine "trl": options of TRL’s GRPOConfig that no shared key sets, passed through and checked against the installed TRL (an unknown name, or one a shared key sets, is an error naming it), plus the launch (num_processes, accelerate_config).',
+        },
+      ),
+    ),
     verl: S.optional(
       S.object(
         {
@@ -208,6 +234,6 @@ export const RunConfigSchema = S.object(
       ),
     ),
   },
-  { ...strict, description: 'A Search Agent Studio run config (*.run.json).' },
+  { ...strict, description: 'A Search Agent Studio run config (*.run.json).', refine: (v) => engineIssues(v) },
 );
 export type RunConfig = Static<typeof RunConfigSchema>;

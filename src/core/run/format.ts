@@ -10,6 +10,7 @@ import { S, toJsonSchema, validate, type Issue, type Static } from '../schema/sc
 import { DIALECTS, type Dialect } from '../tags/parser';
 import type { ResponseContext } from '../tags/trajectory';
 import { RunConfigSchema } from './config';
+import { ENGINE_LIMITS, ENGINES } from './engines';
 
 /** run.json's version. */
 export const RUN_FORMAT_VERSION = 1;
@@ -92,6 +93,7 @@ export const RunJsonSchema = S.object(
     status: S.enum(RUN_STATUSES),
     created: S.string({ description: 'ISO 8601 time the run was created.' }),
     updated: S.optional(S.string({ description: 'ISO 8601 time of the last write.' })),
+    engine: S.optional(S.enum(ENGINES, 'The engine that trains the run (the config’s `engine`).')),
     config: S.record(S.any(), 'The resolved run config.'),
     versions: S.optional(S.record(S.string(), 'Versions of the trainer, torch, transformers, peft, the studio, …')),
     step: S.optional(S.integer({ minimum: 0, description: 'Last completed step.' })),
@@ -169,7 +171,8 @@ export function validateRollout(value: unknown, file: string, line: number): Loc
 
 /** The documents published in docs/schema/, generated from the schemas above. */
 export const PUBLISHED_SCHEMAS = {
-  'run-config.schema.json': { schema: RunConfigSchema, title: 'Search Agent Studio run config (*.run.json)' },
+  // x-engine-limits: what each engine cannot do (src/core/run/engines.ts), for the trainer's validator
+  'run-config.schema.json': { schema: RunConfigSchema, title: 'Search Agent Studio run config (*.run.json)', extra: { 'x-engine-limits': ENGINE_LIMITS } },
   'rollout.schema.json': { schema: RolloutSchema, title: 'Search Agent Studio rollout record (v2; v1 accepted)' },
   'run.schema.json': { schema: RunJsonSchema, title: 'Search Agent Studio run.json (v1)' },
   'event.schema.json': { schema: EventSchema, title: 'Search Agent Studio trainer event / events.jsonl line (v1)' },
@@ -179,7 +182,7 @@ export const PUBLISHED_SCHEMAS = {
 /** The JSON text of each published schema, keyed by file name (docs/schema/<name>). */
 export function renderPublishedSchemas(): Record<string, string> {
   return Object.fromEntries(
-    Object.entries(PUBLISHED_SCHEMAS).map(([name, { schema, title }]) => [name, `${JSON.stringify(toJsonSchema(schema, { title }), null, 2)}\n`]),
+    Object.entries(PUBLISHED_SCHEMAS).map(([name, p]) => [name, `${JSON.stringify({ ...toJsonSchema(p.schema, { title: p.title }), ...('extra' in p ? p.extra : {}) }, null, 2)}\n`]),
   );
 }
 

@@ -29,8 +29,15 @@ export async function newTrainingRun(extensionRoot: string): Promise<vscode.Uri 
     return undefined;
   }
   const title = 'New Training Run';
-  const model = await pick<'tiny' | 'hf' | 'hf-lora'>(`${title} (1/4): the policy`, [
-    { label: 'Tiny built-in policy (CPU, minutes)', description: 'the demo: learns to search on a laptop', value: 'tiny' },
+  const engine = await pick<'builtin' | 'trl'>(`${title} (1/5): the engine`, [
+    { label: 'Built-in trainer', description: 'one process; GRPO, PPO, REINFORCE++; every formula in one file', value: 'builtin' },
+    { label: 'TRL (Hugging Face)', description: 'TRL’s GRPOTrainer through accelerate: several GPUs or machines; GRPO', value: 'trl' },
+  ]);
+  if (!engine) return undefined;
+  const model = await pick<'tiny' | 'hf' | 'hf-lora'>(`${title} (2/5): the policy`, [
+    engine === 'trl'
+      ? { label: 'Tiny random Qwen2-style model (CPU, minutes)', description: 'the trl-tiny example: shows the machinery, does not learn', value: 'tiny' }
+      : { label: 'Tiny built-in policy (CPU, minutes)', description: 'the demo: learns to search on a laptop', value: 'tiny' },
     { label: 'A local Hugging Face model directory', description: 'e.g. Qwen2.5-3B, full fine-tuning on GPU', value: 'hf' },
     { label: 'A local Hugging Face model directory, LoRA', description: 'needs peft', value: 'hf-lora' },
   ]);
@@ -41,7 +48,7 @@ export async function newTrainingRun(extensionRoot: string): Promise<vscode.Uri 
     if (!path) return undefined;
     modelAnswer = { kind: 'hf', path, lora: model === 'hf-lora' };
   }
-  const dataKind = await pick<'demo' | 'files'>(`${title} (2/4): the questions`, [
+  const dataKind = await pick<'demo' | 'files'>(`${title} (3/5): the questions`, [
     { label: 'The demo task', description: 'invented facts, one- and two-hop questions, a held-out split', value: 'demo' },
     { label: 'My dataset (JSONL: id, question, golden)', description: 'convert Search-R1 parquet with `search-agent-studio import searchr1-dataset`', value: 'files' },
   ]);
@@ -53,7 +60,7 @@ export async function newTrainingRun(extensionRoot: string): Promise<vscode.Uri 
     const evalFile = await file('Held-out questions (JSONL) — cancel for none', { JSONL: ['jsonl'] });
     data = { kind: 'files', train, eval: evalFile };
   }
-  const retrieverKind = await pick<'demo' | 'bm25-index' | 'bm25-corpus' | 'dense' | 'remote'>(`${title} (3/4): the retriever`, [
+  const retrieverKind = await pick<'demo' | 'bm25-index' | 'bm25-corpus' | 'dense' | 'remote'>(`${title} (4/5): the retriever`, [
     { label: 'BM25 over the demo corpus', value: 'demo' },
     { label: 'A BM25 index', description: 'built with `search-agent-studio index`', value: 'bm25-index' },
     { label: 'BM25 over a corpus file (JSONL: id, contents)', description: 'indexed once, cached', value: 'bm25-corpus' },
@@ -80,12 +87,12 @@ export async function newTrainingRun(extensionRoot: string): Promise<vscode.Uri 
     if (!url) return undefined;
     retriever = { kind: 'remote', url };
   }
-  const algorithm = await pick<'grpo' | 'ppo'>(`${title} (4/4): the algorithm`, [
+  const algorithm = engine === 'trl' ? 'grpo' : await pick<'grpo' | 'ppo'>(`${title} (5/5): the algorithm`, [
     { label: 'GRPO', description: 'group-relative advantages, no critic (Search-R1’s GRPO runs)', value: 'grpo' },
     { label: 'PPO', description: 'GAE with a value head', value: 'ppo' },
   ]);
   if (!algorithm) return undefined;
-  const name = await vscode.window.showInputBox({ title: 'Run name', value: modelAnswer.kind === 'tiny' ? 'demo' : `search-agent-${algorithm}`, ignoreFocusOut: true, validateInput: (v) => (/^[\w.-]+$/.test(v) ? undefined : 'letters, digits, . _ -') });
+  const name = await vscode.window.showInputBox({ title: 'Run name', value: modelAnswer.kind === 'tiny' ? (engine === 'trl' ? 'trl-tiny' : 'demo') : `search-agent-${engine === 'trl' ? 'trl-' : ''}${algorithm}`, ignoreFocusOut: true, validateInput: (v) => (/^[\w.-]+$/.test(v) ? undefined : 'letters, digits, . _ -') });
   if (!name) return undefined;
   let target = join(ws.uri.fsPath, `${name}.run.json`);
   for (let i = 2; existsSync(target); i++) target = join(ws.uri.fsPath, `${name}-${i}.run.json`);
@@ -95,7 +102,7 @@ export async function newTrainingRun(extensionRoot: string): Promise<vscode.Uri 
     return r.startsWith('..') && r.split('/').filter((s) => s === '..').length > 2 ? p : r || '.';
   };
   const demoDir = rel(join(extensionRoot, 'examples', 'demo'));
-  const config = newRunConfig({ name, model: modelAnswer, data, retriever, algorithm, relativeTo: rel }, demoDir);
+  const config = newRunConfig({ name, engine, model: modelAnswer, data, retriever, algorithm, relativeTo: rel }, demoDir);
   await writeFile(target, `${JSON.stringify(config, null, 2)}\n`);
   const uri = vscode.Uri.file(target);
   await vscode.window.showTextDocument(uri);

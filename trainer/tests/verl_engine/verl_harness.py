@@ -90,6 +90,7 @@ class ScriptedTurnGenerator:
 def run_config(qwen_dir: Path, **sections: dict[str, Any]) -> Any:
     """A resolved run config for the tiny Qwen2 model over the demo data (sections merged over the base)."""
     raw: dict[str, Any] = {
+        "engine": "verl",
         "seed": 3,
         "data": {"train": str(DEMO / "train.jsonl"), "eval": str(DEMO / "eval.jsonl"), "eval_size": 4},
         "model": {"kind": "hf", "path": str(qwen_dir)},

@@ -1,0 +1,537 @@
+"""engine "trl": TRL's GRPOTrainer trains; everything around it is ours, the same as the builtin engine's.
+
+- The rollout is TRL's `rollout_func`: our multi-turn protocol (rollout.py `run_rollouts`, through the builtin
+  trainer's `_rollouts`, so the two engines share every setting) with our generator (generation.py) over the model
+  TRL trains, or TRL's colocated vLLM (`trl.use_vllm`, vllm.py). It returns the token ids as generated (prompt and
+  response, never re-tokenised), the sampling log-probs (0 on environment tokens), `env_mask` (1 on generated tokens,
+  0 on retrieved and feedback ones; all 1 with `algorithm.loss_masking: false`), and extra fields TRL passes on to
+  reward functions: `searches`, `turns`, `finish`, `retrieval`.
+- The reward is one TRL reward function that scores the step's trajectories with our `/reward` (the user's module).
+- The hook: `_generate_and_score_completions` keeps the tensors TRL trains on (ids, masks, advantages, old,
+  sampling and reference log-probs), `_get_per_token_logps_and_entropies` the log-probs of the update's own forward
+  (the old ones when TRL skips the old-log-prob pass: on-policy, ρ = 1). The records are made from those tensors.
+- At the end of each of our steps (a TrainerCallback) every process's records go to rank 0, which writes
+  `rollouts/step-NNNNNN.jsonl`, then `metrics.jsonl` in our/veRL names with TRL's own logs kept under `trl/…`.
+- Checkpoints are TRL's (Trainer's) own, written as `checkpoints/step-NNNNNN/`; `--resume` continues from the last.
+- SIGTERM (SIGINT; SIGHUP = host-gone) finishes the step; the processes agree on it, checkpoint and stop.
+- Held-out evaluation is ours, greedy, before the first update and every `train.eval_every` steps, split over the
+  processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ...config import Section
+from ...data import Example
+from ...generation import TurnGenerator
+from ...policy import build_policy, compute_dtype
+from ...rollout import Trajectory, search_r1_stops
+from ...run_writer import rollout_record
+from ...train import SUMMARY_KEYS, Trainer, _mean, _version
+from ...advantages import zero_std_group_fraction
+from . import options
+from .launch import launched
+
+# TRL's log names that have a veRL/our name (TRL's own are kept too, as trl/<name>).
+TRL_NAMES = {
+    "entropy": "actor/entropy",
+    "kl": "actor/kl_loss",
+    "clip_ratio/region_mean": "actor/pg_clipfrac",
+    "clip_ratio/low_mean": "actor/pg_clipfrac_low",
+    "clip_ratio/high_mean": "actor/pg_clipfrac_high",
+    "grad_norm": "actor/grad_norm",
+    "learning_rate": "actor/lr",
+    "policy_loss": "actor/pg_loss",
+}
+
+
+class FollowerWriter:
+    """The run writer of the processes other than rank 0: rank 0 writes the run directory and the events; the others
+    only log, to stderr."""
+
+    def __init__(self, run_dir: Path, rank: int):
+        self.dir = run_dir
+        self.rank = rank
+        self.run: dict[str, Any] = {"id": run_dir.name, "step": 0}
+
+    def log(self, message: str) -> None:
+        print(f"{time.strftime('%H:%M:%S')} [rank {self.rank}] {message}", file=sys.stderr, flush=True)
+
+    def warning(self, message: str, **_fields: Any) -> None:
+        self.log(f"warning: {message}")
+
+    def event(self, *_a: Any, **_k: Any) -> None:
+        pass
+
+    progress = metrics = set_step = finish = truncate_after = event
+
+    def rollouts(self, *_a: Any, **_k: Any) -> None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class TRLEngine(Trainer):
+    """The run (lifecycle, data, prompts, rollouts, scoring, evaluation: the builtin Trainer's) with TRL training."""
+
+    def __init__(self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None):
+        self.rank = int(os.environ.get("RANK", "0"))
+        super().__init__(cfg, run_dir, env_url, resume=resume, stdout=stdout)
+        self.trl: Any = None
+        self.batch: dict[str, Any] = {}  # this process's share of the current step (see _keep)
+        self.pending: tuple[int, dict[str, float]] | None = None  # a step's metrics, waiting for TRL's logs
+        self.step = 0
+
+    def versions(self) -> dict[str, str | None]:
+        return {**super().versions(), "trl": _version("trl"), "accelerate": _version("accelerate"), "datasets": _version("datasets"), "vllm": _version("vllm") if (self.cfg.trl or {}).get("use_vllm") else None}
+
+    def _run_writer(self, stdout: Any) -> Any:
+        return super()._run_writer(stdout) if self.rank == 0 else FollowerWriter(Path(self.run_dir), self.rank)
+
+    def _parent_to_watch(self) -> int | None:
+        return os.getppid() if launched() else None  # the launcher (launch.py)
+
+    # -- setup ----------------------------------------------------------------------------------------------------
+    def setup(self) -> int:
+        from datasets import Dataset
+        from transformers import PrinterCallback, ProgressCallback
+        from trl import GRPOConfig
+
+        cfg, w = self.cfg, self.writer
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.plan, problems = options.plan(cfg, world)
+        if problems:  # checked before the run started (engines/trl/__init__.py); a launch's world may differ
+            raise ValueError("; ".join(problems))
+        want = cfg.model.device
+        cuda = torch.cuda.is_available() and want != "cpu"
+        if want == "cuda" and not cuda:
+            raise RuntimeError("model.device is \"cuda\" but torch sees no CUDA device (torch.cuda.is_available() is False)")
+        bf16 = compute_dtype(cfg, torch.device("cuda" if cuda else "cpu")) is not None
+        try:
+            self.args = GRPOConfig(**options.grpo_kwargs(cfg, self.run_dir, self.plan, bf16=bf16, cpu=not cuda))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"TRL's GRPOConfig refused the options this config maps to: {e}") from None
+        self.device = self.args.device
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        self._load_data()
+        ckpt = self._resume_checkpoint()
+        self.policy, self.tok = self._build_model()
+        self.reference = None  # TRL's (a reference model, or the starting adapter under LoRA)
+        self.stops = search_r1_stops(self.tok)
+        from ...generation import auto_max_batch_tokens
+
+        self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, compute_dtype(cfg, self.device))
+        self._encode_prompts()
+        dataset = Dataset.from_dict({"prompt": [p[0] for p in self.train_prompts], "sas_example": list(range(len(self.train_set)))})
+
+        def env_reward(prompts: list[Any], completions: list[Any], completion_ids: list[Any], **_kw: Any) -> list[float]:
+            """The user's reward module, through the env server's /reward."""
+            return self._reward()
+
+        self.trl = SearchAgentGRPOTrainer(
+            engine=self,
+            model=self.policy.backbone,
+            reward_funcs=[env_reward],
+            args=self.args,
+            train_dataset=dataset,
+            processing_class=self.tok.impl,
+            rollout_func=self._rollout_func,
+            callbacks=[StepCallback(self)],
+        )
+        for cb in (PrinterCallback, ProgressCallback):  # they print TRL's logs on stdout, our events' channel
+            self.trl.remove_callback(cb)
+        self.resumed = ckpt is not None
+        start = 0
+        self.checkpoint = ckpt
+        if ckpt is not None:
+            import json
+
+            start = int(json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]) // self.plan.trl_steps
+            w.truncate_after(start)
+            w.log(f"resuming from {ckpt}")
+        n_params = sum(p.numel() for p in self.policy.parameters())
+        n_train = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
+        precision = "bf16 autocast, fp32 master weights" if bf16 else "fp32"
+        w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set), precision=precision, max_batch_tokens=self.max_batch_tokens, engine="trl", processes=world, trl_steps_per_step=self.plan.trl_steps)
+        w.log(f"trl engine: TRL {_version('trl')}, {world} process(es), {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}; one step = {self.plan.trl_steps} TRL optimizer step(s) of {self.plan.mini} sequences, micro-batches of {self.plan.micro} per process")
+        return start
+
+    def _build_model(self) -> tuple[Any, Any]:
+        """The policy (hf_policy: LoRA, dropout, gradient checkpointing as configured) and tokenizer. A random model
+        (`model.random_init`) is made once and written to <run>/initial-model, so TRL's reference model, every process
+        and a resumed run start from the same weights."""
+        cfg = self.cfg
+        if not cfg.model.random_init:
+            return build_policy(cfg, [], self.device)
+        init = self.run_dir / "initial-model"
+        with self.args.main_process_first(local=False, desc="the initial random model"):
+            if self.rank == 0 and not (init / "config.json").exists():
+                base = Section({**cfg, "model": {**cfg.model, "lora": None}})
+                policy, tok = build_policy(base, [], torch.device("cpu"))
+                policy.backbone.save_pretrained(str(init))
+                tok.impl.save_pretrained(str(init))
+        loaded = Section({**cfg, "model": {**cfg.model, "path": str(init), "random_init": False}})
+        return build_policy(loaded, [], self.device)
+
+    # -- generation -------------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _generating(self) -> Iterator[None]:
+        """The model TRL trains, ready to generate: unwrapped (DDP; DeepSpeed ZeRO-3's parameters gathered, FSDP's
+        summoned), gradient checkpointing off, eval mode, no autograd."""
+        from trl.models.utils import unwrap_model_for_generation
+
+        t = self.trl
+        with unwrap_model_for_generation(t.model_wrapped, t.accelerator, gather_deepspeed3_params=t.args.ds3_gather_for_generation, gradient_checkpointing_kwargs=t.args.gradient_checkpointing_kwargs) as model, torch.no_grad(), t._dist.summon_full_params(t.model_wrapped, recurse=False):
+            if model is not self.policy.backbone:
+                raise RuntimeError(f"the model TRL trains ({type(model).__name__}) is not the policy's backbone: the rollout would sample from another model")
+            was_training = model.training
+            model.eval()
+            try:
+                yield
+            finally:
+                model.train(was_training)
+
+    def _generator(self, step: int, greedy: bool) -> TurnGenerator:
+        if greedy or not (self.cfg.trl or {}).get("use_vllm"):
+            return super()._generator(step, greedy)
+        from .vllm import VLLMTurnGenerator
+
+        r = self.cfg.rollout
+        return VLLMTurnGenerator(self.trl.vllm_generation.llm, self.stops, r.temperature, r.top_p, seed=self.cfg.seed * 1_000_003 + step + 7_919 * self.rank)
+
+    def _settings(self, generator: Any, prompts: Any, n: int) -> Any:
+        if hasattr(generator, "wave_size"):
+            return super()._settings(generator, prompts, n)
+        from ...rollout import RolloutSettings
+
+        r = self.cfg.rollout  # vLLM schedules its own batches: one wave
+        return RolloutSettings(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, self.cfg.retriever.topk, None)
+
+    # -- TRL's hooks ----------------------------------------------------------------------------------------------
+    def _rollout_func(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+        """TRL's rollout_func: this process's rows of the generation batch, one trajectory each. Row r of the whole
+        batch (over every process) is sample r mod n of group r div n (TRL's RepeatSampler puts a prompt's n
+        copies next to each other)."""
+        cfg, w = self.cfg, self.writer
+        step = trainer.state.global_step // self.plan.trl_steps + 1
+        inputs = self.batch["inputs"]
+        examples: list[Example] = [self.train_set[x["sas_example"]] for x in inputs]
+        encoded = [self.train_prompts[x["sas_example"]] for x in inputs]
+        if [p[0] for p in encoded] != list(prompts):
+            raise RuntimeError("rollout_func: the prompts TRL passed are not the batch's rows")
+        w.progress(step, self.total, "rollout")
+        if cfg.test and cfg.test.crash_at_step == step:
+            raise RuntimeError(f"test.crash_at_step: a crash at step {step}, on purpose")
+        t0 = time.perf_counter()
+        retrieve0 = self.env.seconds["retrieve"]
+        with self._generating():
+            trajs = self._rollouts(examples, encoded, 1, step, greedy=False)
+        first = trainer.accelerator.process_index * len(inputs)
+        for i, t in enumerate(trajs):
+            t.group, t.sample = divmod(first + i, cfg.rollout.n)
+        self.batch.update(step=step, trajs=trajs, timing={"rollout": time.perf_counter() - t0, "retrieve": self.env.seconds["retrieve"] - retrieve0})
+        masking = cfg.algorithm.loss_masking
+        return {
+            "prompt_ids": [list(t.prompt_ids) for t in trajs],
+            "completion_ids": [list(t.ids) for t in trajs],
+            "logprobs": [[0.0 if x is None else float(x) for x in t.sample_logprobs] for t in trajs],
+            "env_mask": [[1 if role == "generated" or not masking else 0 for role in t.roles] for t in trajs],
+            "searches": [t.searches for t in trajs],
+            "turns": [t.turns for t in trajs],
+            "finish": [t.finish for t in trajs],
+            "retrieval": [t.retrieval for t in trajs],
+        }
+
+    def _reward(self) -> list[float]:
+        trajs = self.batch["trajs"]
+        self.writer.progress(self.batch["step"], self.total, "reward")
+        t0 = time.perf_counter()
+        self.batch["failed"] = self._score(trajs)
+        self.batch["timing"]["reward"] = time.perf_counter() - t0
+        return [float(t.reward or 0.0) for t in trajs]
+
+    def _keep(self, inputs: list[dict[str, Any]], out: dict[str, Any]) -> None:
+        """The tensors TRL will train this batch with (on the CPU), and a row index that follows TRL's shuffle."""
+        keep = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask", "advantages", "old_per_token_logps", "sampling_per_token_logps", "ref_per_token_logps")
+        self.batch["tensors"] = {k: out[k].detach().cpu() for k in keep if isinstance(out.get(k), torch.Tensor)}
+        B, C = out["completion_ids"].shape
+        self.batch["current"] = torch.zeros(B, C)
+        self.batch["entropy"] = torch.zeros(B, C)
+        self.batch["seen"] = torch.zeros(B, dtype=torch.bool)
+        self.batch["ppo_kl"] = [0.0, 0.0]
+        out["sas_row"] = torch.arange(B, device=out["completion_ids"].device)
+        self.writer.progress(self.batch["step"], self.total, "update")
+
+    def _forward_seen(self, rows: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor | None, mask: torch.Tensor, old: torch.Tensor | None) -> None:
+        """The update's forward over `rows`: their first log-probs (and entropies) are kept; the policy KL against the
+        sampling policy (veRL's ppo_kl, mean of old − current over the loss tokens) is summed."""
+        rows = rows.cpu()
+        b = self.batch
+        first = ~b["seen"][rows]
+        if first.any():
+            r = rows[first]
+            b["current"][r, : logps.shape[1]] = logps.detach().float().cpu()[first]
+            if entropies is not None:
+                b["entropy"][r, : entropies.shape[1]] = entropies.detach().float().cpu()[first]
+            b["seen"][r] = True
+        if old is not None:
+            m = mask.float()
+            b["ppo_kl"][0] += float(((old - logps.detach()) * m).sum())
+            b["ppo_kl"][1] += float(m.sum())
+
+    # -- the end of a step ----------------------------------------------------------------------------------------
+    def _local_records(self, step: int) -> list[tuple[int, dict[str, Any], Trajectory]]:
+        """(global row, record, trajectory) for this process's rows, the token arrays from TRL's tensors."""
+        b = self.batch
+        T = b["tensors"]
+        loss = T["completion_mask"] * T["tool_mask"] if "tool_mask" in T else T["completion_mask"]
+        old = T.get("old_per_token_logps")
+        trained = old if old is not None else b["current"]  # on-policy: TRL's old log-probs are the update's own
+        first = self.trl.accelerator.process_index * len(b["trajs"])
+        out = []
+        for i, t in enumerate(b["trajs"]):
+            prompt = T["prompt_ids"][i][T["prompt_mask"][i].bool()].tolist()
+            L = int(T["completion_mask"][i].sum())
+            ids = prompt + T["completion_ids"][i][:L].tolist()
+            if ids != t.prompt_ids + t.ids:
+                raise RuntimeError(f"step {step}: TRL's token ids for trajectory {t.group}:{t.sample} are not the rollout's")
+            P = len(prompt)
+            m = loss[i][:L]
+
+            def row(x: torch.Tensor | None, on_loss: bool = True) -> list[float] | None:
+                if x is None:
+                    return None
+                v = x[i][:L].float() * (m if on_loss else 1)
+                return [0.0] * P + [round(float(y), 6) for y in v.tolist()]
+
+            tokens: dict[str, list[Any]] = {"text": self.tok.token_texts(ids), "ids": ids, "role": ["prompt"] * P + t.roles, "loss_mask": [0] * P + [int(y) for y in m.tolist()]}
+            for key, x, on_loss in (("rollout_logprob", T.get("sampling_per_token_logps"), False), ("logprob", trained, True), ("ref_logprob", T.get("ref_per_token_logps"), True), ("entropy", b["entropy"], True)):
+                v = row(x, on_loss)
+                if v is not None:
+                    tokens[key] = v
+            tokens["advantage"] = [0.0] * P + [round(float(T["advantages"][i]), 6)] * L
+            out.append((first + i, rollout_record(t, run_id=self.writer.run["id"], step=step, split="train", tokens=tokens), t))
+        return out
+
+    def end_step(self, step: int, control: Any) -> None:
+        """Every process, after the last optimizer step of our step `step`: records to rank 0 (written there), the
+        step's metrics (waiting for TRL's logs), evaluation, the stop decision, the checkpoint decision."""
+        from accelerate.utils import gather_object
+
+        cfg, b = self.cfg, self.batch
+        local = self._local_records(step)
+        stats = {"failed": b.get("failed", 0), "ppo_kl": b["ppo_kl"], "timing": b["timing"]}
+        gathered = gather_object([(local, stats)])
+        self.step = step
+        m: dict[str, float] = {}
+        if self.rank == 0:
+            rows = sorted((r for part, _ in gathered for r in part), key=lambda x: x[0])
+            if cfg.train.save_rollouts:
+                self.writer.rollouts(f"step-{step:06d}", [rec for _, rec, _ in rows])
+            m = self._step_metrics([rec for _, rec, _ in rows], [t for _, _, t in rows], [s for _, s in gathered])
+        last = step == self.total
+        if self.eval_set and ((cfg.train.eval_every and step % cfg.train.eval_every == 0) or last):
+            m.update(self.evaluate(step))
+        if self.rank == 0:
+            m["timing_s/step"] = time.perf_counter() - b.get("t_step", time.perf_counter())
+            m["perf/throughput"] = m.pop("_tokens", 0.0) / max(m["timing_s/step"], 1e-9)
+            self.pending = (step, m)
+        if cfg.test and cfg.test.step_delay_s:
+            time.sleep(cfg.test.step_delay_s)
+        stop = self._agree_stop()
+        if last or stop or (cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0):
+            control.should_save = True
+        if stop:
+            control.should_training_stop = True
+
+    def _step_metrics(self, records: list[dict[str, Any]], trajs: list[Trajectory], stats: list[dict[str, Any]]) -> dict[str, float]:
+        """The step's metrics in our/veRL names, from every process's records (the tensors TRL trained on)."""
+        m = self._rollout_metrics(trajs)
+        scores = torch.tensor([t.reward or 0.0 for t in trajs])
+        adv = torch.tensor([r["tokens"]["advantage"][-1] for r in records])
+        loss_tokens = sum(sum(r["tokens"]["loss_mask"]) for r in records)
+        response_tokens = sum(len(t.ids) for t in trajs)
+        m.update(
+            {
+                "critic/score/mean": float(scores.mean()),
+                "critic/score/max": float(scores.max()),
+                "critic/score/min": float(scores.min()),
+                "critic/rewards/mean": float(scores.mean()),
+                "critic/advantages/mean": float(adv.mean()),
+                "critic/advantages/max": float(adv.max()),
+                "critic/advantages/min": float(adv.min()),
+                "reward/frac_zero_std_groups": zero_std_group_fraction(scores, [t.group for t in trajs]),
+                "reward/errors": float(sum(s["failed"] for s in stats)),
+                "mask/loss_tokens": loss_tokens / len(records),
+                "mask/loss_fraction": loss_tokens / max(response_tokens, 1),
+            }
+        )
+        kl_sum, kl_n = (sum(s["ppo_kl"][k] for s in stats) for k in (0, 1))
+        m["actor/ppo_kl"] = kl_sum / kl_n if kl_n else 0.0  # on-policy: the old log-probs are the update's own
+        parts = sorted({k for t in trajs for k in t.reward_parts})
+        for k in parts:
+            m[f"reward/parts/{k}/mean"] = _mean([t.reward_parts[k] for t in trajs if k in t.reward_parts])
+        if self.cfg.rollout.top_p >= 1.0:
+            gaps = [abs(a - b) for r in records for a, b, mk in zip(r["tokens"]["rollout_logprob"], r["tokens"]["logprob"], r["tokens"]["loss_mask"]) if mk]
+            if gaps:
+                m["rollout/logprob_diff_max"] = max(gaps)
+        for key in ("rollout", "reward", "retrieve"):
+            m[f"timing_s/{key}"] = max(s["timing"].get(key, 0.0) for s in stats)  # the processes run side by side
+        generated = sum(t.roles.count("generated") for t in trajs)
+        m["perf/rollout_tokens_per_s"] = generated / max(m["timing_s/rollout"], 1e-9)
+        m["_tokens"] = float(sum(len(r["tokens"]["ids"]) for r in records))
+        return m
+
+    def log_trl(self, logs: dict[str, Any]) -> None:
+        """Rank 0, TRL's logs of the step just ended: kept under trl/…, the ones veRL names under those too; the
+        step's metrics line and event are written."""
+        if self.pending is None:
+            return
+        step, m = self.pending
+        for k, v in logs.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)):
+                m[f"trl/{k}"] = float(v)
+                if k in TRL_NAMES:
+                    m[TRL_NAMES[k]] = float(v)
+        self.flush_metrics()
+
+    def flush_metrics(self) -> None:
+        if self.pending is None:
+            return
+        step, m = self.pending
+        self.pending = None
+        self.writer.metrics(step, m)
+        self.writer.event("metrics", step=step, metrics={k: m[k] for k in SUMMARY_KEYS if k in m})
+        self.writer.set_step(step)
+
+    def _agree_stop(self) -> bool:
+        """The processes stop together: a stop asked of any is a stop for all."""
+        acc = self.trl.accelerator
+        if acc.num_processes > 1:
+            flag = acc.reduce(torch.tensor([1.0 if self.stop_requested else 0.0], device=acc.device), reduction="sum")
+            if float(flag.item()) > 0 and not self.stop_requested:
+                self.stop_requested, self.stop_reason = True, self.stop_reason or "signal"
+        return self.stop_requested
+
+    # -- evaluation, split over the processes --------------------------------------------------------------------
+    def _eval_trajectories(self, step: int, which: range) -> list[Trajectory]:
+        from accelerate.utils import gather_object
+
+        acc = self.trl.accelerator
+        n, k = len(which), acc.num_processes
+        lo, hi = which.start + n * acc.process_index // k, which.start + n * (acc.process_index + 1) // k
+        with self._generating():
+            mine = super()._eval_trajectories(step, range(lo, hi)) if hi > lo else []
+        everyone = gather_object([mine])  # a collective: every process calls it
+        return [t for part in everyone for t in part] if self.rank == 0 else []
+
+    # -- the run ----------------------------------------------------------------------------------------------------
+    def train(self) -> int:
+        start = self.setup()
+        if start == 0 and self.eval_set and not self.stop_requested:
+            m0 = self.evaluate(0)
+            if m0:
+                self.writer.metrics(0, m0)
+        self.step = start
+        if start < self.total and not self.stop_requested:
+            self.trl.train(resume_from_checkpoint=str(self.checkpoint) if self.checkpoint is not None else None)
+        self.flush_metrics()
+        return self.step
+
+    def on_checkpoint(self, global_step: int) -> None:
+        """After TRL wrote checkpoints/checkpoint-<global step>: every process has written its share; rank 0 renames it
+        checkpoints/step-NNNNNN (our run directory's name) and says so."""
+        acc = self.trl.accelerator
+        acc.wait_for_everyone()
+        step = global_step // self.plan.trl_steps
+        final = self.run_dir / "checkpoints" / f"step-{step:06d}"
+        if self.rank == 0:
+            import shutil
+
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(self.run_dir / "checkpoints" / f"checkpoint-{global_step}", final)
+            self.writer.event("checkpoint", step=step, path=str(final))
+        acc.wait_for_everyone()
+
+
+def _grpo_trainer() -> type:
+    from trl import GRPOTrainer
+
+    class SearchAgentGRPOTrainer(GRPOTrainer):
+        """TRL's GRPOTrainer with the hooks the recording needs (see the module's docstring)."""
+
+        def __init__(self, *args: Any, engine: TRLEngine, **kwargs: Any):
+            self.engine = engine
+            self._rows: torch.Tensor | None = None
+            super().__init__(*args, **kwargs)
+
+        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+            training = self.model.training
+            if training:
+                self.engine.batch["inputs"] = inputs
+            out = super()._generate_and_score_completions(inputs)
+            if training:
+                self.engine._keep(inputs, out)
+            return out
+
+        def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+            self._rows = inputs.get("sas_row")
+            self._inputs = inputs
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self._rows = None
+
+        def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+            logps, entropies, aux = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+            rows, self._rows = self._rows, None  # the first call of a _compute_loss is the policy's forward
+            if rows is not None:
+                i = self._inputs
+                mask = i["completion_mask"] * i["tool_mask"] if "tool_mask" in i else i["completion_mask"]
+                self.engine._forward_seen(rows, logps, entropies, mask, i.get("old_per_token_logps"))
+            return logps, entropies, aux
+
+        def _save_checkpoint(self, model: Any, trial: Any) -> None:
+            super()._save_checkpoint(model, trial)
+            self.engine.on_checkpoint(self.state.global_step)
+
+    return SearchAgentGRPOTrainer
+
+
+def SearchAgentGRPOTrainer(**kwargs: Any) -> Any:  # noqa: N802 - builds the subclass once TRL is imported
+    return _grpo_trainer()(**kwargs)
+
+
+def StepCallback(engine: TRLEngine) -> Any:  # noqa: N802
+    from transformers import TrainerCallback
+
+    class _StepCallback(TrainerCallback):
+        """Our step's boundaries in TRL's loop (K optimizer steps each)."""
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if state.global_step % engine.plan.trl_steps == 0:
+                engine.batch["t_step"] = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            if state.global_step % engine.plan.trl_steps == 0:
+                engine.flush_metrics()  # a step whose TRL log never came
+                engine.end_step(state.global_step // engine.plan.trl_steps, control)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+            if engine.rank == 0 and logs:
+                engine.log_trl(logs)
+
+    return _StepCallback()
