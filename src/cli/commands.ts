@@ -4,6 +4,7 @@
  */
 import type { CliCommand } from './command';
 import { doctorCommand, setupCommand } from './environment';
+import { exportCommandDef } from './export';
 import { importCommandDef } from './import';
 import { indexCommandDef } from './index-command';
 import { inspectCommand } from './inspect';
@@ -11,4 +12,4 @@ import { rewardCommandDef } from './reward-command';
 import { serveCommand } from './serve';
 import { demoCommand, trainCommand } from './train';
 
-export const COMMANDS = [doctorCommand, setupCommand, demoCommand, trainCommand, serveCommand, indexCommandDef, inspectCommand, importCommandDef, rewardCommandDef] as CliCommand<any>[];
+export const COMMANDS = [doctorCommand, setupCommand, demoCommand, trainCommand, serveCommand, indexCommandDef, inspectCommand, importCommandDef, rewardCommandDef, exportCommandDef] as CliCommand<any>[];
