@@ -93,7 +93,16 @@ def rollout(setup):
         worker = AgentLoopWorker(setup.config, setup.server, reward_loop_worker_handles=[handle])
         return await worker.generate_sequences(gen_batch(setup))
 
-    return asyncio.run(run())
+    out = asyncio.run(run())
+    # veRL plays a group's samples concurrently, so which sample got which of its question's scripts depends on the
+    # order their first calls reached the scripted server: put each group's rows in the order of their scripts.
+    live = [c for c, _ in setup.model.live]
+    rows = [row(out, i) for i in range(len(out))]
+    first = {}
+    group = [first.setdefault(tuple(r["prompt"]), i) for i, r in enumerate(rows)]
+    played = [next(k for k, c in enumerate(live) if (r["prompt"] + r["ids"])[: len(c)] == c or c[: len(r["prompt"]) + len(r["ids"])] == r["prompt"] + r["ids"]) for r in rows]
+    out.reorder(torch.tensor(sorted(range(len(out)), key=lambda i: (group[i], played[i]))))
+    return out
 
 
 def row(out, i: int):
@@ -214,15 +223,15 @@ def test_the_recorder_writes_records_that_validate_and_pass_the_mask_audit(setup
     batch = training_batch(setup, rollout)
     rec = StepRecorder(tmp_path / "run", dict(setup.cfg), total_steps=3, tokenizer=setup.tokenizer)
     records = rec.rollouts(batch, 1)
-    assert [(r["group"], r["sample"]) for r in records] == [("1:0", 0), ("1:0", 1), ("1:1", 0), ("1:1", 1)]
+    assert [(r["group"], r["sample"]) for r in records] == [("train:1:0", 0), ("train:1:0", 1), ("train:1:1", 0), ("train:1:1", 1)]
     for i, r in enumerate(records):
         audit_rollout(r)  # schema, lengths, loss_mask 1 exactly on generated tokens, prompt first
         t, x = r["tokens"], row(rollout, i)
         P = len(x["prompt"])
         assert t["ids"] == x["prompt"] + x["ids"] and t["loss_mask"][P:] == x["mask"] and t["role"][P:] == x["sas"]["roles"]
-        assert t["rollout_logprob"][P:] == [round(v, 6) for v in x["lp"]]
+        assert t["rollout_logprob"][P:] == [round(v, 6) if role == "generated" else None for v, role in zip(x["lp"], x["sas"]["roles"])]
         for ours, theirs in (("logprob", "old_log_probs"), ("ref_logprob", "ref_log_prob"), ("value", "values"), ("advantage", "advantages")):
-            assert t[ours] == [0.0] * P + [round(float(v), 6) for v in batch.batch[theirs][i, : len(x["ids"])]]
+            assert t[ours] == [None] * P + [round(float(v), 6) if m else None for v, m in zip(batch.batch[theirs][i, : len(x["ids"])], x["mask"])]
         assert r["reward"] == float(batch.batch["token_level_scores"][i].sum()) and r["question"] == EXAMPLES[i // 2].question
         assert r["dialect"] == "searchr1" and r["finish"] == x["sas"]["finish"] and r["meta"].get("retrieval", []) == x["sas"]["retrieval"]
     assert lines(tmp_path / "run" / "rollouts" / "step-000001.jsonl") == json.loads(json.dumps(records))

@@ -100,9 +100,12 @@ def records_from_batch(batch: Any, tokenizer: Any, *, run_id: str, step: int, sp
         t.reward = float(scores[i].sum()) if scores is not None else detail.get("reward")
         t.reward_parts, t.metrics, t.reward_error = dict(detail.get("parts") or {}), dict(detail.get("metrics") or {}), detail.get("error")
         tokens: dict[str, list[Any]] = {"text": tok.token_texts(prompt_ids + ids), "ids": prompt_ids + ids, "role": ["prompt"] * len(prompt_ids) + roles, "loss_mask": [0] * len(prompt_ids) + mask}
+        # Unscored positions are null (docs/run-format.md): the prompt; the sampler's log-probs off the generated
+        # tokens; veRL's log-probs, values and advantages off the tokens it trained on (its response_mask).
         for ours, theirs in TOKEN_ARRAYS:
             if theirs in td.keys():
-                tokens[ours] = [0.0] * len(prompt_ids) + [round(float(x), 6) for x in td[theirs][i, :L].tolist()]
+                scored = [r == "generated" for r in roles] if ours == "rollout_logprob" else [m == 1 for m in mask]
+                tokens[ours] = [None] * len(prompt_ids) + [round(float(x), 6) if s else None for x, s in zip(td[theirs][i, :L].tolist(), scored)]
         rec = rollout_record(t, run_id=run_id, step=step, split=split, tokens=tokens)
         rec["dialect"] = sas.get("dialect", "searchr1")
         if sas.get("obs_truncated"):
