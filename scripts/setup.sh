@@ -2,7 +2,8 @@
 # Sets up Search Agent Studio on this machine. Idempotent: steps whose inputs did not change are skipped.
 #   bash scripts/setup.sh          what the main job needs: the trainer's Python venv (.venv), npm ci, the build
 #   bash scripts/setup.sh --test   also what the tests need: system packages (apt, when root on Debian; otherwise
-#                                  it says exactly what is missing), pytest in the venv, code-server for e2e
+#                                  it says exactly what is missing), pytest in the venv, code-server for e2e, and
+#                                  veRL's own venv (.venv-verl, scripts/setup-verl.sh) for the veRL engine's tests
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -64,16 +65,22 @@ fi
 # ---- 2. the trainer's Python virtual environment (.venv), pinned
 REQ=trainer/requirements.txt
 [[ $MODE == test ]] && REQ=trainer/requirements-dev.txt
-want="$(sha trainer/requirements*.txt)-$MODE"
+MAIN_REQS=(trainer/requirements-dev.txt trainer/requirements.txt)   # the order the old glob had; not requirements-verl*.txt
+want="$(sha "${MAIN_REQS[@]}")-$MODE"
 if [[ -x .venv/bin/python && "$(cat .venv/.sas-stamp 2>/dev/null)" == "$want" ]]; then
   step "Python venv .venv is up to date"
-elif [[ -x .venv/bin/python && $MODE == main && "$(cat .venv/.sas-stamp 2>/dev/null)" == "$(sha trainer/requirements*.txt)-test" ]]; then
+elif [[ -x .venv/bin/python && $MODE == main && "$(cat .venv/.sas-stamp 2>/dev/null)" == "$(sha "${MAIN_REQS[@]}")-test" ]]; then
   step "Python venv .venv is up to date (has the test extras too)"
 else
   step "Python venv .venv: pip install -r $REQ (torch, transformers, peft; several GB on first install)"
   [[ -x .venv/bin/python ]] || "$PYTHON" -m venv .venv
   timed .venv/bin/python -m pip install -q --disable-pip-version-check -r "$REQ"
   echo "$want" > .venv/.sas-stamp
+fi
+
+# ---- 2b. veRL's own venv (.venv-verl) for the veRL engine's tests: veRL pins an older transformers than .venv
+if [[ $MODE == test ]]; then
+  bash scripts/setup-verl.sh
 fi
 
 # ---- 3. npm packages and the build

@@ -8,6 +8,7 @@ const suites = [
   { name: 'typecheck', cmd: ['npm', 'run', '-s', 'typecheck'] },
   { name: 'unit', cmd: ['npm', 'run', '-s', 'test:unit'] },
   { name: 'python', cmd: ['npm', 'run', '-s', 'test:python'] },
+  { name: 'verl', cmd: ['npm', 'run', '-s', 'test:verl'] },
   { name: 'e2e', cmd: ['npm', 'run', '-s', 'test:e2e'] },
 ];
 const only = process.env.SAS_SUITES?.split(',').map((s) => s.trim());

@@ -5,6 +5,7 @@
 import { auditCommand } from './audit';
 import type { CliCommand } from './command';
 import { doctorCommand, setupCommand } from './environment';
+import { exportCommandDef } from './export';
 import { importCommandDef } from './import';
 import { indexCommandDef } from './index-command';
 import { inspectCommand } from './inspect';
@@ -12,4 +13,4 @@ import { rewardCommandDef } from './reward-command';
 import { serveCommand } from './serve';
 import { demoCommand, trainCommand } from './train';
 
-export const COMMANDS = [doctorCommand, setupCommand, demoCommand, trainCommand, serveCommand, indexCommandDef, inspectCommand, auditCommand, importCommandDef, rewardCommandDef] as CliCommand<any>[];
+export const COMMANDS = [doctorCommand, setupCommand, demoCommand, trainCommand, serveCommand, indexCommandDef, inspectCommand, auditCommand, importCommandDef, rewardCommandDef, exportCommandDef] as CliCommand<any>[];

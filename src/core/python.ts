@@ -80,6 +80,8 @@ export interface PythonProbe {
   peft?: string | null;
   /** TRL, for engine "trl" (trainer/requirements-trl.txt). */
   trl?: string | null;
+  /** veRL's version (engine "verl": its own environment, .venv-verl), or null when absent. */
+  verl?: string | null;
   /** Why it is not usable (not found, no torch, torch too old, timed out, …). */
   error?: string;
 }
@@ -95,7 +97,7 @@ try:
 except Exception as e:
     out["error"] = "cannot import torch: %s: %s" % (type(e).__name__, e)
 from importlib import metadata
-for name in ("transformers", "peft", "trl"):
+for name in ("transformers", "peft", "trl", "verl"):
     try:
         out[name] = metadata.version(name)
     except metadata.PackageNotFoundError:

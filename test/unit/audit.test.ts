@@ -240,7 +240,7 @@ describe('audit: the run (Auditor)', () => {
       const first = (await run.update())!;
       assert.deepEqual(first.map((x) => x.step), [1]);
       assert.equal(await run.update(), undefined, 'nothing changed: nothing audited again');
-      const leaky = { ...rollout(direct, { id: 'd', step: 2 }), tokens: { text: ['a', 'b'], ids: [1, 2], role: ['retrieved', 'generated'] as TokenRole[], loss_mask: [1, 1], rollout_logprob: [0, -1], logprob: [-9, -1.5] } };
+      const leaky = { ...rollout(direct, { id: 'd', step: 2 }), tokens: { text: ['a', 'b'], ids: [1, 2], role: ['retrieved', 'generated'] as TokenRole[], loss_mask: [1, 1] as (0 | 1)[], rollout_logprob: [0, -1], logprob: [-9, -1.5] } };
       write(2, [rollout(direct, { id: 'c', step: 2 }), leaky]);
       const series = (await run.update())!;
       assert.deepEqual(series.map((x) => x.step), [1, 2]);

@@ -13,21 +13,11 @@ import { Bm25Index, IndexVersionError, migrateBm25Index, normInverseTable } from
 import { Bm25Pool } from '../../src/core/retrieval/bm25Pool';
 import { buildBm25Index } from '../../src/core/retrieval/corpus';
 import { BLOCK, RUN, SKIPS, bm25Idf, bm25Score } from '../../src/core/retrieval/postings';
+import { rng } from '../../bench/util'; // mulberry32: the same inputs in every run
 
 const ROOT = join(__dirname, '..', '..');
 const FIX = join(ROOT, 'test', 'fixtures', 'bm25');
 
-/** mulberry32: the same inputs in every run. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const DOCS = 20_000;
 const VOCAB = Array.from({ length: 3000 }, (_, i) => `w${i.toString(36)}x`);

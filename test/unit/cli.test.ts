@@ -28,7 +28,7 @@ describe('CLI', () => {
     const top = await cli('--help');
     assert.equal(top.exitCode, 0);
     const names = [...top.stdout.matchAll(/^ {2}search-agent-studio (\w+)/gm)].map((m) => m[1]!);
-    for (const c of ['doctor', 'setup', 'demo', 'train', 'serve', 'index', 'inspect', 'audit', 'import', 'reward']) assert.ok(names.includes(c), `${c} is listed (${names.join(', ')})`);
+    for (const c of ['doctor', 'setup', 'demo', 'train', 'serve', 'index', 'inspect', 'audit', 'import', 'reward', 'export']) assert.ok(names.includes(c), `${c} is listed (${names.join(', ')})`);
     for (const name of names.filter((n) => n !== 'completion')) {
       const r = await cli(name, '--help');
       assert.equal(r.exitCode, 0, `${name} --help: ${r.stderr}`);

@@ -200,9 +200,11 @@ describe('run host: env server + trainer processes', function () {
     await assert.rejects(loadRunConfig(broken), (e: Error) => /broken\.run\.json:3:\d+: not valid JSON/.test(e.message));
   });
 
-  it('an engine this version cannot run: EngineUnavailableError, before anything is spawned', async () => {
+  it('engine verl: veRL’s preparation refuses the config naming the key, the env server started for it stops, nothing is left', async function () {
+    if (!existsSync(join(ROOT, '.venv-verl', 'bin', 'python'))) this.skip(); // .venv-verl: bash scripts/setup-verl.sh
     const before = processesMentioning(tmp).length;
-    await assert.rejects(start({ config: await config({ model: { kind: 'hf', path: join(ROOT, 'examples/trl-tiny/model') } }).then(async (f) => withEngine(f, 'verl')) }), (e: Error) => e instanceof EngineUnavailableError && /engine "verl" is not available/.test(e.message));
+    const f = await config({ model: { kind: 'hf', path: join(ROOT, 'examples/trl-tiny/model') }, rollout: { n: 2 }, optim: { mini_batch_size: 3, micro_batch_size: 1 } }).then(async (c) => withEngine(c, 'verl'));
+    await assert.rejects(start({ config: f }), (e: Error) => e instanceof RunConfigError && e.message.includes(f) && /optim\.mini_batch_size \(3\) must be a multiple of rollout\.n \(2\)/.test(e.message));
     assert.equal(processesMentioning(tmp).length, before);
   });
 

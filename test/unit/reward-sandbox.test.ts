@@ -112,6 +112,22 @@ describe('reward sandbox', function () {
     }
   });
 
+  it('scores concurrent calls each with its own results (the env server answers /reward requests concurrently)', async () => {
+    const r = await openReward('builtin:em', { workers: 2, chunk: 2 });
+    try {
+      const calls = [1, 3, 2, 5, 1].map((n, c) => Array.from({ length: n }, (_, i) => item(`c${c}-${i}`, 'ok', (c + i) % 2 ? 'Ilse Marrow' : 'nobody')));
+      const outs = await Promise.all(calls.map((items) => r.sandbox.score(items)));
+      outs.forEach((out, c) => {
+        assert.deepEqual(
+          out.map((o) => [o.id, 'reward' in o ? o.reward : o.error]),
+          calls[c]!.map((it, i) => [it.id, (c + i) % 2 ? 1 : 0]),
+        );
+      });
+    } finally {
+      await r.sandbox.close();
+    }
+  });
+
   it('spreads a large batch over the workers and keeps the order', async () => {
     const r = await openReward('builtin:f1', { workers: 2, chunk: 500 });
     try {

@@ -10,7 +10,9 @@
  */
 import { execa } from 'execa';
 import type { Engine } from '../run/engines';
+import { packageRoot } from '../paths';
 import type { LoadedRunConfig } from './runConfig';
+import { verlLaunch, VerlUnavailableError } from './verl';
 
 export interface EngineContext {
   /** The trainer's Python (findPython's). */
@@ -21,6 +23,8 @@ export interface EngineContext {
   envUrl: string;
   resume: boolean;
   loaded: LoadedRunConfig;
+  /** veRL's Python as the user named it (the setting searchAgent.verlPythonPath), tried first (engine verl). */
+  verlPython?: string;
 }
 
 export interface TrainerLaunch {
@@ -66,9 +70,20 @@ export async function trainerEngineCheck(python: string, trainerDir: string, eng
 export const ENGINE_HOSTS: Record<Engine, EngineHost | undefined> = {
   builtin: { launch: trainerModuleLaunch },
   trl: { check: (python, dir) => trainerEngineCheck(python, dir, 'trl'), launch: trainerModuleLaunch },
-  // The veRL engine (its own Python environment) plugs in here.
-  verl: undefined,
+  verl: { launch: verlEngineLaunch },
 };
+
+/** veRL: its own Python (found and checked by verl.ts: the setting, the config's verl.python, SAS_VERL_PYTHON,
+ * .venv-verl), the run prepared in its directory, then veRL's main_ppo with our recorder under Ray. */
+async function verlEngineLaunch(ctx: EngineContext): Promise<TrainerLaunch> {
+  try {
+    const l = await verlLaunch({ loaded: ctx.loaded, runDir: ctx.runDir, envUrl: ctx.envUrl, resume: ctx.resume, trainerDir: ctx.trainerDir, verlPython: ctx.verlPython, root: packageRoot() });
+    return { file: l.file, args: l.args, env: l.env };
+  } catch (e) {
+    if (e instanceof VerlUnavailableError) throw new EngineUnavailableError(e.message);
+    throw e;
+  }
+}
 
 /** The engine's host; throws EngineUnavailableError when there is none or its Python lacks what it needs. */
 export async function engineHost(engine: Engine, python: string, trainerDir: string): Promise<EngineHost> {

@@ -34,6 +34,8 @@ export interface RunHostOptions {
   resume?: boolean;
   /** A Python that imports torch (see findPython). */
   python: string;
+  /** veRL's Python (engine verl; the setting searchAgent.verlPythonPath), tried before the config's verl.python. */
+  verlPython?: string;
   /** The env server's port (0: any free one). */
   port?: number;
   onEvent?: (event: RunEvent & Record<string, unknown>) => void;
@@ -88,7 +90,7 @@ export class RunHost {
     const server = await startEnvServerProcess(envServerArgs(loaded, { port: options.port }), { onLog: options.onServerLog, launcher: options.serverLauncher });
     let trainer: Child;
     try {
-      const launch = await engine.launch({ python: options.python, trainerDir: dir, runDir, envUrl: server.url, resume: !!options.resume, loaded });
+      const launch = await engine.launch({ python: options.python, trainerDir: dir, runDir, envUrl: server.url, resume: !!options.resume, loaded, verlPython: options.verlPython });
       trainer = spawnChild('trainer', launch.file, launch.args, {
         cwd: dir,
         env: { PYTHONPATH: [dir, process.env.PYTHONPATH].filter(Boolean).join(':'), PYTHONUNBUFFERED: '1', ...launch.env },

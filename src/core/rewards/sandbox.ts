@@ -245,6 +245,8 @@ export class RewardSandbox {
   private readonly map: SourceMap;
   private readonly opts: Required<Omit<SandboxOptions, 'onLog'>> & Pick<SandboxOptions, 'onLog'>;
   private closed = false;
+  /** The last scoring call: calls run one after another (they share the workers; see `score`). */
+  private tail: Promise<unknown> = Promise.resolve();
 
   constructor(
     readonly compiled: CompiledReward,
@@ -274,8 +276,16 @@ export class RewardSandbox {
     return worker;
   }
 
-  /** Scores items; never rejects for a module's failure (each failing item carries its error). */
-  async score(items: RewardItem[], onProgress?: (done: number, total: number) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
+  /** Scores items; never rejects for a module's failure (each failing item carries its error). Concurrent calls (the
+   * env server's concurrent /reward requests) are queued: a call drives every worker with its own listeners, so two
+   * at once would read each other's results. */
+  score(items: RewardItem[], onProgress?: (done: number, total: number) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
+    const run = this.tail.then(() => this.scoreNow(items, onProgress, signal));
+    this.tail = run.catch(() => undefined);
+    return run;
+  }
+
+  private async scoreNow(items: RewardItem[], onProgress?: (done: number, total: number) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
     if (this.closed) throw new Error('the reward sandbox is closed');
     const results: (RewardOutcome | undefined)[] = new Array(items.length);
     let done = 0;

@@ -218,6 +218,25 @@ export const RunConfigSchema = S.object(
         },
       ),
     ),
+    verl: S.optional(
+      S.object(
+        {
+          python: S.optional(S.string({ description: 'veRL’s Python (its own environment: scripts/setup-verl.sh makes .venv-verl), relative to this file. Default: the setting searchAgent.verlPythonPath, then .venv-verl.' })),
+          rollout: S.optional(S.enum(['vllm', 'sglang'] as const, 'The inference engine of the rollouts (actor_rollout_ref.rollout.name).', 'vllm')),
+          tensor_parallel: S.optional(S.integer({ minimum: 1, default: 1, description: 'GPUs per vLLM/SGLang replica (rollout.tensor_model_parallel_size); divides gpus_per_node.' })),
+          gpu_memory_utilization: S.optional(S.number({ minimum: 0, maximum: 1, default: 0.5, description: 'The rollout engine’s share of GPU memory (colocated with FSDP).' })),
+          gpus_per_node: S.optional(S.integer({ minimum: 1, default: 1, description: 'trainer.n_gpus_per_node.' })),
+          nodes: S.optional(S.integer({ minimum: 1, default: 1, description: 'trainer.nnodes (a Ray cluster: RAY_ADDRESS, docs/engines.md).' })),
+          strategy: S.optional(S.enum(['fsdp', 'fsdp2'] as const, 'veRL’s FSDP version for actor, reference and critic.', 'fsdp')),
+          param_offload: S.optional(S.boolean('FSDP parameter offload to CPU (actor, reference, critic).', false)),
+          optimizer_offload: S.optional(S.boolean('FSDP optimizer-state offload to CPU (actor, critic).', false)),
+          agent_workers: S.optional(S.integer({ minimum: 1, default: 8, description: 'veRL’s agent-loop workers (Ray actors running the trajectories).' })),
+          reward_workers: S.optional(S.integer({ minimum: 1, default: 8, description: 'veRL’s reward-loop workers (calling our /reward).' })),
+          overrides: S.optional(S.array(S.string(), { description: 'Raw Hydra overrides of veRL’s ppo_trainer config, applied last (checked by veRL’s config like ours), e.g. "actor_rollout_ref.rollout.max_num_batched_tokens=8192".' })),
+        },
+        { ...strict, description: 'engine "verl": what veRL 0.9.1 needs that the shared keys do not say (docs/engines.md has the whole mapping).' },
+      ),
+    ),
     test: S.optional(
       S.object(
         {

@@ -35,6 +35,7 @@ export const ENGINE_LIMITS: readonly EngineLimit[] = [
   { key: 'algorithm.loss_agg_mode', when: { equals: ['seq-mean-token-sum'] }, engines: ['builtin', 'verl'], why: 'TRL’s loss types are token-mean (dapo), seq-mean-token-mean (grpo) and seq-mean-token-sum-norm (dr_grpo)' },
   { key: 'devices', when: { above: 1 }, engines: ['trl', 'verl'], why: 'the builtin engine is one process on one device' },
   { key: 'trl', when: { present: true }, engines: ['trl'], why: 'the trl section configures the trl engine' },
+  { key: 'verl', when: { present: true }, engines: ['verl'], why: 'the verl section configures the verl engine' },
 ];
 
 function at(config: unknown, key: string): unknown {

@@ -185,6 +185,7 @@ export class TrainingController implements vscode.Disposable {
       host = await RunHost.start({
         ...what,
         python,
+        verlPython: vscode.workspace.getConfiguration('searchAgent').get<string>('verlPythonPath') || undefined,
         runsParent: parents[0],
         port: vscode.workspace.getConfiguration('searchAgent').get<number>('serverPort') ?? 0,
         serverLauncher: this.serverLauncher(),

@@ -1,0 +1,52 @@
+/**
+ * `search-agent-studio export verl <config.run.json> --out DIR [--python PATH]`: a veRL run as files for one's own
+ * cluster (src/core/host/verl.ts; docs/engines.md). veRL's Python: --python, the config's verl.python,
+ * SAS_VERL_PYTHON, .venv-verl (the first with veRL 0.9.1).
+ */
+import { loadRunConfig, RunConfigError } from '../core/host/runConfig';
+import { exportVerl, findVerlPython, noVerlPythonMessage, verlPythonCandidates } from '../core/host/verl';
+import { packageRoot } from '../core/paths';
+import { defineCommand, type CliIo } from './command';
+
+export interface ExportArgs {
+  engine: string;
+  config: string;
+  out: string;
+  python?: string;
+}
+
+export const exportCommandDef = defineCommand({
+  command: 'export <engine> <config>',
+  describe: 'a run config as files for your own cluster (engine verl: launch script, Hydra overrides, our modules, the parquet)',
+  builder: (y) =>
+    y
+      .positional('engine', { type: 'string', choices: ['verl'], demandOption: true, describe: 'the engine to export for' })
+      .positional('config', { type: 'string', demandOption: true, describe: 'the run config (*.run.json)' })
+      .option('out', { type: 'string', demandOption: true, describe: 'the directory to write' })
+      .option('python', { type: 'string', describe: "veRL's Python (default: the config's verl.python, SAS_VERL_PYTHON, .venv-verl)" })
+      .example('$0 export verl examples/qwen2.5-3b-grpo-verl.run.json --out verl-run', 'write a veRL launch for a Ray cluster or SLURM'),
+  run: (a, io) => exportCommand(a, io),
+});
+
+export async function exportCommand(a: ExportArgs, io: CliIo): Promise<number> {
+  try {
+    const loaded = await loadRunConfig(a.config);
+    const search = await findVerlPython(verlPythonCandidates(loaded, [a.python], packageRoot()));
+    if (!search.found) {
+      io.err(`${noVerlPythonMessage(search)}\n`);
+      return 1;
+    }
+    const result = await exportVerl(loaded, a.out, search.found.executable);
+    io.out(`exported a veRL ${search.found.verl} run to ${result.dir}:\n${result.files.map((f) => `  ${f}\n`).join('')}  trainer/search_agent_trainer/ (our agent loops, tool, reward bridge, recorder)\n`);
+    for (const note of result.notes) io.out(`note: ${note}\n`);
+    io.out(`${result.checked ? 'checked: every override composed with veRL’s own config' : 'not checked against veRL’s config (this Python has no veRL)'}\n`);
+    io.out(`launch: ${result.dir}/env-server.sh on every node, then SAS_ENV_URL=http://127.0.0.1:8790 PYTHON=<veRL's python> ${result.dir}/launch.sh (RAY_ADDRESS joins a Ray cluster; docs/engines.md)\n`);
+    return 0;
+  } catch (e) {
+    if (e instanceof RunConfigError) {
+      io.err(`search-agent-studio export: ${e.message}\n`);
+      return 2;
+    }
+    throw e;
+  }
+}

@@ -1,0 +1,338 @@
+"""Our resolved run config → a veRL 0.9.1 run: Hydra overrides of `verl/trainer/config/ppo_trainer.yaml` and the files
+they name (the datasets as parquet, our agent loop's and tool's config files, the resolved run config).
+
+The shared keys map onto veRL's (docs/engines.md has the table); what veRL has and our config does not (the rollout
+engine, parallelism, GPUs, nodes, FSDP) is the `verl` section, `VERL_DEFAULTS` below; what cannot be carried over is
+refused (`VerlConfigError`, naming the key) or, when veRL simply does it its own way, reported in `notes`.
+Every override names a key veRL's config has (Hydra refuses others) except the `+`-prefixed ones, which add ours:
+`+sas.*` (read by recorder.py), `+reward.custom_reward_function.reward_kwargs.env_url`, and the Ray workers' env.
+
+No veRL import here: the plan can be made (and exported) without veRL's environment; main.py composes it with
+veRL's config, and the tests check every override against veRL's own config classes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import ENV_URL_VAR, SEARCH_R1_AGENT, TOOL_AGENT, search_tool_schema
+
+# The `verl` section of a run config: what veRL needs that the shared keys do not say.
+VERL_DEFAULTS: dict[str, Any] = {
+    "python": None,  # veRL's Python, for the host (not an override)
+    "rollout": "vllm",  # the inference engine of the rollouts: vllm | sglang
+    "tensor_parallel": 1,  # rollout tensor-parallel size (GPUs per vLLM/SGLang replica)
+    "gpu_memory_utilization": 0.5,  # the rollout engine's share of GPU memory (colocated with FSDP)
+    "gpus_per_node": 1,
+    "nodes": 1,
+    "strategy": "fsdp",  # veRL's FSDP version for actor, reference and critic: fsdp | fsdp2
+    "param_offload": False,  # FSDP parameter offload to CPU (actor, reference, critic)
+    "optimizer_offload": False,  # FSDP optimizer-state offload (actor, critic)
+    "agent_workers": 8,  # veRL's agent-loop workers (Ray actors running the trajectories' coroutines)
+    "reward_workers": 8,  # veRL's reward-loop workers (calling our /reward)
+    "overrides": [],  # raw Hydra overrides, applied last (checked by veRL's config like ours)
+}
+ROLLOUT_ENGINES = ("vllm", "sglang")
+STRATEGIES = ("fsdp", "fsdp2")
+ADV_ESTIMATOR = {"grpo": "grpo", "ppo": "gae", "reinforce++": "reinforce_plus_plus"}
+TRAINER_DIR = Path(__file__).resolve().parents[3]  # the directory holding search_agent_trainer (PYTHONPATH)
+REWARD_FN = "pkg://search_agent_trainer.engines.verl.reward"
+TOOL_CLASS = "search_agent_trainer.engines.verl.tool.SearchTool"
+AGENT_LOOP_CLASSES = {SEARCH_R1_AGENT: "search_agent_trainer.engines.verl.agent_loop.SearchR1AgentLoop", TOOL_AGENT: "search_agent_trainer.engines.verl.agent_loop.SearchToolAgentLoop"}
+
+
+class VerlConfigError(ValueError):
+    pass
+
+
+@dataclass
+class VerlPlan:
+    overrides: list[str]
+    files: dict[str, str] = field(default_factory=dict)  # path → content (write_files writes them)
+    notes: list[str] = field(default_factory=list)  # settings veRL handles its own way (warnings for the user)
+
+    def write_files(self) -> None:
+        for path, text in self.files.items():
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text, encoding="utf-8")
+
+
+def _get(cfg: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
+    node: Any = cfg
+    for k in dotted.split("."):
+        if not isinstance(node, Mapping) or k not in node or node[k] is None:
+            return default
+        node = node[k]
+    return node
+
+
+def verl_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The `verl` section with its defaults; unknown keys and bad values are named."""
+    given = dict(_get(cfg, "verl", {}) or {})
+    problems = [f"verl.{k}: unknown key (known: {', '.join(VERL_DEFAULTS)})" for k in given if k not in VERL_DEFAULTS]
+    s = {**VERL_DEFAULTS, **{k: v for k, v in given.items() if k in VERL_DEFAULTS}}
+    if s["rollout"] not in ROLLOUT_ENGINES:
+        problems.append(f"verl.rollout: {s['rollout']!r} is not one of {', '.join(ROLLOUT_ENGINES)}")
+    if s["strategy"] not in STRATEGIES:
+        problems.append(f"verl.strategy: {s['strategy']!r} is not one of {', '.join(STRATEGIES)}")
+    for k in ("tensor_parallel", "gpus_per_node", "nodes", "agent_workers", "reward_workers"):
+        if not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 1:
+            problems.append(f"verl.{k}: expected an integer ≥ 1, got {s[k]!r}")
+    if not isinstance(s["gpu_memory_utilization"], (int, float)) or not 0 < s["gpu_memory_utilization"] <= 1:
+        problems.append(f"verl.gpu_memory_utilization: expected a number in (0, 1], got {s['gpu_memory_utilization']!r}")
+    if not isinstance(s["overrides"], list) or not all(isinstance(o, str) for o in s["overrides"]):
+        problems.append("verl.overrides: expected a list of Hydra override strings")
+    if not problems and s["gpus_per_node"] % s["tensor_parallel"]:
+        problems.append(f"verl.tensor_parallel ({s['tensor_parallel']}) must divide verl.gpus_per_node ({s['gpus_per_node']})")
+    if problems:
+        raise VerlConfigError("; ".join(problems))
+    return s
+
+
+_BARE = re.compile(r"^[A-Za-z_/.~][A-Za-z0-9_./:@~+-]*$")
+
+
+def hydra_value(v: Any) -> str:
+    """A value in Hydra's override grammar: strings quoted unless plainly safe, lists in brackets."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(hydra_value(x) for x in v) + "]"
+    s = str(v)
+    if _BARE.match(s) and s.lower() not in ("true", "false", "null", "nan", "inf"):
+        return s
+    return "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def dialect_of(cfg: Mapping[str, Any]) -> str:
+    """searchr1 (tags) or toolcall; the run config's `rollout.dialect` when it has one."""
+    d = _get(cfg, "rollout.dialect", "searchr1")
+    if d not in ("searchr1", "toolcall"):
+        raise VerlConfigError(f"rollout.dialect: {d!r}: the veRL engine plays searchr1 (tags) or toolcall")
+    return d
+
+
+def agent_loop_entries(cfg: Mapping[str, Any], env_url: str | None) -> list[dict[str, Any]]:
+    """veRL's agent-loop config file (`rollout.agent.agent_loop_config_path`): our loops and their settings (no
+    env_url: the loops read $SAS_ENV_URL, which the Ray runtime env sets)."""
+    common = {"env_url": env_url} if env_url else {}
+    return [
+        {
+            "name": SEARCH_R1_AGENT,
+            "_target_": AGENT_LOOP_CLASSES[SEARCH_R1_AGENT],
+            **common,
+            "max_turns": int(_get(cfg, "rollout.max_turns", 4)),
+            "max_turn_tokens": int(_get(cfg, "rollout.max_turn_tokens", 500)),
+            "max_obs_length": int(_get(cfg, "rollout.max_obs_length", 500)),
+            "topk": int(_get(cfg, "retriever.topk", 3)),
+            "chat_template": bool(_get(cfg, "data.chat_template", True)),
+            "loss_masking": bool(_get(cfg, "algorithm.loss_masking", True)),
+        },
+        {"name": TOOL_AGENT, "_target_": AGENT_LOOP_CLASSES[TOOL_AGENT]},
+    ]
+
+
+def tool_entries(cfg: Mapping[str, Any], env_url: str | None) -> dict[str, Any]:
+    """veRL's tool config file (`rollout.multi_turn.tool_config_path`): our search tool, named by rollout.search_tool
+    (the trainer's tool-call dialect's key; default `search`)."""
+    url = {"env_url": env_url} if env_url else {}
+    schema = search_tool_schema(str(_get(cfg, "rollout.search_tool", "search")))
+    return {"tools": [{"class_name": TOOL_CLASS, "config": {"type": "native", **url, "topk": int(_get(cfg, "retriever.topk", 3))}, "tool_schema": schema}]}
+
+
+def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], env_url: str | None, train_files: str, val_files: str | None, config_file: str, agent_loop_file: str, tool_file: str | None, driver_pid: int | None = None, trainer_dir: str = str(TRAINER_DIR)) -> tuple[list[str], list[str]]:
+    """(overrides, notes) for veRL's `ppo_trainer` config from our resolved run config. env_url None: named at
+    launch ($SAS_ENV_URL, export.py's launch script); trainer_dir: where the Ray workers import our package from."""
+    s = verl_settings(cfg)
+    dialect = dialect_of(cfg)
+    problems: list[str] = []
+    notes: list[str] = []
+    algo = _get(cfg, "algorithm.name", "grpo")
+    n = int(_get(cfg, "rollout.n", 5))
+    batch = int(_get(cfg, "rollout.batch_size", 8))
+    mini = int(_get(cfg, "optim.mini_batch_size", 64))
+    micro = int(_get(cfg, "optim.micro_batch_size", 8))
+    steps = int(_get(cfg, "train.steps", 100))
+    if _get(cfg, "model.kind", "tiny") != "hf" or not _get(cfg, "model.path"):
+        problems.append('model.kind: veRL trains Hugging Face models: set model.kind "hf" and model.path (a model directory)')
+    if _get(cfg, "model.init"):
+        problems.append("model.init: a checkpoint of the builtin trainer cannot start a veRL run; point model.path at a Hugging Face model directory")
+    if int(_get(cfg, "train.supervised_warmup.steps", 0) or 0) > 0:
+        problems.append("train.supervised_warmup: the builtin trainer's format warm-up has no veRL counterpart (engine builtin has it)")
+    if algo not in ADV_ESTIMATOR:
+        problems.append(f"algorithm.name: {algo!r} has no veRL estimator here")
+    if mini % n:
+        problems.append(f"optim.mini_batch_size ({mini}) must be a multiple of rollout.n ({n}): veRL counts mini-batches in prompts")
+    elif mini // n > batch:
+        problems.append(f"optim.mini_batch_size ({mini}) is more than a step's {batch * n} sequences (rollout.batch_size × rollout.n)")
+    if problems:
+        raise VerlConfigError("; ".join(problems))
+
+    ar = "actor_rollout_ref"
+    lr = float(_get(cfg, "optim.lr", 1e-6))
+    kl = float(_get(cfg, "algorithm.kl_coef", 0.0))
+    kl_in_reward = bool(_get(cfg, "algorithm.kl_in_reward", False)) and kl > 0
+    kl_type = _get(cfg, "algorithm.kl_estimator", "k3")  # veRL accepts the k1/k2/k3 names (core_algos.kl_penalty)
+    eval_every = int(_get(cfg, "train.eval_every", 10))
+    ckpt_every = int(_get(cfg, "train.checkpoint_every", 10))
+    o: dict[str, Any] = {
+        # algorithm
+        "algorithm.adv_estimator": ADV_ESTIMATOR[algo],
+        "algorithm.norm_adv_by_std_in_grpo": bool(_get(cfg, "algorithm.norm_adv_by_std", True)),
+        "algorithm.gamma": float(_get(cfg, "algorithm.gamma", 1.0)),
+        "algorithm.lam": float(_get(cfg, "algorithm.lam", 1.0)),
+        "algorithm.use_kl_in_reward": kl_in_reward,
+        "algorithm.kl_penalty": kl_type,
+        "algorithm.kl_ctrl.kl_coef": kl,
+        f"{ar}.actor.use_kl_loss": kl > 0 and not kl_in_reward,
+        f"{ar}.actor.kl_loss_coef": kl,
+        f"{ar}.actor.kl_loss_type": kl_type,
+        f"{ar}.actor.clip_ratio_low": float(_get(cfg, "algorithm.clip_ratio_low", 0.2)),
+        f"{ar}.actor.clip_ratio_high": float(_get(cfg, "algorithm.clip_ratio_high", 0.2)),
+        f"{ar}.actor.entropy_coeff": float(_get(cfg, "algorithm.entropy_coef", 0.0)),
+        f"{ar}.actor.loss_agg_mode": _get(cfg, "algorithm.loss_agg_mode", "token-mean"),
+        # optimisation
+        f"{ar}.actor.optim.lr": lr,
+        f"{ar}.actor.optim.lr_warmup_steps": int(_get(cfg, "optim.warmup_steps", 0)) or -1,
+        f"{ar}.actor.optim.lr_scheduler_type": _get(cfg, "optim.lr_schedule", "constant"),
+        f"{ar}.actor.optim.min_lr_ratio": float(_get(cfg, "optim.min_lr_ratio", 0.0)),
+        f"{ar}.actor.optim.weight_decay": float(_get(cfg, "optim.weight_decay", 0.0)),
+        f"{ar}.actor.optim.clip_grad": float(_get(cfg, "optim.grad_clip", 1.0)),
+        f"{ar}.actor.ppo_epochs": int(_get(cfg, "optim.ppo_epochs", 1)),
+        f"{ar}.actor.ppo_mini_batch_size": mini // n,
+        f"{ar}.actor.ppo_micro_batch_size_per_gpu": micro,
+        f"{ar}.actor.strategy": s["strategy"],
+        f"{ar}.actor.fsdp_config.param_offload": s["param_offload"],
+        f"{ar}.actor.fsdp_config.optimizer_offload": s["optimizer_offload"],
+        f"{ar}.ref.log_prob_micro_batch_size_per_gpu": micro,
+        f"{ar}.ref.fsdp_config.param_offload": s["param_offload"],
+        "critic.enable": algo == "ppo",
+        # the model
+        f"{ar}.model.path": _get(cfg, "model.path"),
+        f"{ar}.model.enable_gradient_checkpointing": bool(_get(cfg, "model.gradient_checkpointing", False)),
+        # rollouts
+        f"{ar}.rollout.name": s["rollout"],
+        f"{ar}.rollout.n": n,
+        f"{ar}.rollout.temperature": float(_get(cfg, "rollout.temperature", 1.0)),
+        f"{ar}.rollout.top_p": float(_get(cfg, "rollout.top_p", 1.0)),
+        f"{ar}.rollout.tensor_model_parallel_size": s["tensor_parallel"],
+        f"{ar}.rollout.gpu_memory_utilization": float(s["gpu_memory_utilization"]),
+        f"{ar}.rollout.log_prob_micro_batch_size_per_gpu": micro,
+        f"{ar}.rollout.calculate_log_probs": True,  # the records' rollout_logprob
+        f"{ar}.rollout.skip_tokenizer_init": False,  # stop strings (`</search>`) need the engine's tokenizer
+        f"{ar}.rollout.agent.default_agent_loop": SEARCH_R1_AGENT if dialect == "searchr1" else TOOL_AGENT,
+        f"{ar}.rollout.agent.agent_loop_config_path": agent_loop_file,
+        f"{ar}.rollout.agent.num_workers": s["agent_workers"],
+        f"{ar}.rollout.multi_turn.max_assistant_turns": int(_get(cfg, "rollout.max_turns", 4)) + 1,
+        f"{ar}.rollout.multi_turn.max_tool_response_length": 100_000,  # characters; our max_obs_length is in tokens
+        # data
+        "data.train_files": train_files,
+        "data.val_files": val_files or train_files,
+        "data.val_max_samples": int(_get(cfg, "data.eval_size", -1) or -1) if val_files else 0,
+        "data.train_batch_size": batch,
+        "data.max_prompt_length": int(_get(cfg, "rollout.max_prompt_length", 1024)),
+        "data.max_response_length": int(_get(cfg, "rollout.max_response_length", 1024)),
+        "data.filter_overlong_prompts": True,  # the builtin trainer skips them too
+        "data.seed": int(_get(cfg, "seed", 1)),
+        # reward: our /reward
+        "reward.custom_reward_function.path": REWARD_FN,
+        "reward.custom_reward_function.name": "compute_score",
+        "+reward.custom_reward_function.reward_kwargs.env_url": env_url,
+        "reward.num_workers": s["reward_workers"],
+        # the trainer
+        "trainer.use_v1": False,  # RayPPOTrainer, the trainer recorder.py extends (0.9.1's default V1 needs TransferQueue)
+        "trainer.total_training_steps": steps,
+        "trainer.total_epochs": 1_000_000,  # steps decide
+        "trainer.test_freq": (eval_every if eval_every > 0 else steps) if val_files else -1,
+        "trainer.val_before_train": bool(val_files),
+        "trainer.save_freq": ckpt_every if ckpt_every > 0 else steps,
+        "trainer.resume_mode": "auto",  # a resumed run directory continues from its last veRL checkpoint
+        "trainer.default_local_dir": str(Path(run_dir) / "checkpoints" / "verl"),
+        "trainer.rollout_data_dir": str(Path(run_dir) / "rollouts"),  # turns on the hook recorder.py records in
+        "trainer.project_name": "search-agent-studio",
+        "trainer.experiment_name": Path(run_dir).name,
+        "trainer.logger": ["console"],
+        "trainer.n_gpus_per_node": s["gpus_per_node"],
+        "trainer.nnodes": s["nodes"],
+        # ours, read by recorder.py in the TaskRunner
+        "+sas.run_dir": str(run_dir),
+        "+sas.config": config_file,
+        "+sas.driver_pid": driver_pid,
+        # every Ray worker imports our package and finds the env server
+        "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH": trainer_dir,
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{ENV_URL_VAR}": env_url,
+    }
+    if tool_file:
+        o[f"{ar}.rollout.multi_turn.tool_config_path"] = tool_file
+    if _get(cfg, "algorithm.clip_ratio_c") is not None:
+        o[f"{ar}.actor.clip_ratio_c"] = float(_get(cfg, "algorithm.clip_ratio_c"))
+    lora = _get(cfg, "model.lora")
+    if lora:
+        o[f"{ar}.model.lora_rank"] = int(lora.get("r", 8))
+        o[f"{ar}.model.lora_alpha"] = float(lora.get("alpha", 16))
+        o[f"{ar}.model.target_modules"] = list(lora.get("target_modules") or ["q_proj", "k_proj", "v_proj", "o_proj"])
+        if float(lora.get("dropout", 0) or 0) > 0:
+            notes.append("model.lora.dropout: veRL's FSDP LoRA has no dropout setting; trained without")
+    if algo == "ppo":
+        o.update({
+            "critic.model.path": _get(cfg, "model.path"),
+            "critic.strategy": s["strategy"],
+            "critic.optim.lr": float(_get(cfg, "optim.critic_lr") or 10 * lr),
+            "critic.optim.weight_decay": float(_get(cfg, "optim.weight_decay", 0.0)),
+            "critic.optim.clip_grad": float(_get(cfg, "optim.grad_clip", 1.0)),
+            "critic.optim.lr_warmup_steps": int(_get(cfg, "optim.critic_warmup_steps", _get(cfg, "optim.warmup_steps", 0)) or 0) or -1,
+            "critic.ppo_micro_batch_size_per_gpu": micro,
+            "critic.cliprange_value": float(_get(cfg, "algorithm.value_clip", 0.5)),
+            "critic.model.enable_gradient_checkpointing": bool(_get(cfg, "model.gradient_checkpointing", False)),
+            "critic.fsdp.param_offload": s["param_offload"],
+            "critic.fsdp.optimizer_offload": s["optimizer_offload"],
+        })
+        notes.append("algorithm.vf_coef: veRL's critic is a separate model with its own optimizer (critic.optim); vf_coef has no counterpart")
+        if not _get(cfg, "algorithm.mask_advantages", False):
+            notes.append("algorithm.mask_advantages: veRL computes GAE over the response mask (as mask_advantages: true); Search-R1's unmasked GAE is the builtin engine's")
+    if _get(cfg, "model.dtype", "auto") == "fp32":
+        notes.append("model.dtype fp32: veRL's FSDP keeps fp32 master weights and computes in bf16 (its mixed precision); not mapped")
+    if _get(cfg, "train.save_rollouts", True) is False:
+        notes.append("train.save_rollouts false: the veRL engine always records rollouts (they are what the recorder is for)")
+    out = [f"{k}={hydra_value(v)}" for k, v in o.items() if not (k.startswith("+") and v is None)]
+    return out + list(s["overrides"]), notes
+
+
+def prepare(cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], env_url: str | None, driver_pid: int | None = None, trainer_dir: str = str(TRAINER_DIR)) -> VerlPlan:
+    """Everything a veRL run of `cfg` needs, under `<run_dir>/verl/`: the datasets as parquet (written now: they
+    need our loader), the resolved config, the agent-loop and tool files (in the plan's `files`), the overrides."""
+    from ...data import load_dataset
+    from .dataset import write_verl_parquet
+
+    run_dir = Path(run_dir).resolve()
+    d = run_dir / "verl"
+    template = _get(cfg, "data.prompt_template", "{question}")
+    dialect = dialect_of(cfg)
+    agent = SEARCH_R1_AGENT if dialect == "searchr1" else TOOL_AGENT
+    val = d / "val.parquet" if _get(cfg, "data.eval") else None
+    overrides, notes = verl_overrides(cfg, run_dir=run_dir, env_url=env_url, train_files=str(d / "train.parquet"), val_files=str(val) if val else None, config_file=str(d / "run-config.json"), agent_loop_file=str(d / "agent_loops.yaml"), tool_file=str(d / "tools.yaml"), driver_pid=driver_pid, trainer_dir=trainer_dir)
+    # refused configs raise above, before anything is written
+    write_verl_parquet(load_dataset(_get(cfg, "data.train"), warn=notes.append), template, d / "train.parquet", "train", agent)
+    if val:
+        write_verl_parquet(load_dataset(_get(cfg, "data.eval"), warn=notes.append), template, val, "val", agent)
+    files = {
+        str(d / "run-config.json"): json.dumps(cfg, indent=2, ensure_ascii=False) + "\n",
+        str(d / "agent_loops.yaml"): json.dumps(agent_loop_entries(cfg, env_url), indent=2) + "\n",  # JSON is YAML
+        str(d / "tools.yaml"): json.dumps(tool_entries(cfg, env_url), indent=2) + "\n",
+    }
+    return VerlPlan(overrides, files, notes)
+
+
+def launch_command(python: str, overrides: list[str]) -> list[str]:
+    """The argument array that runs a prepared veRL run (Ray starts locally unless RAY_ADDRESS names a cluster)."""
+    return [python, "-m", "search_agent_trainer.engines.verl.main", *overrides]

@@ -1,0 +1,309 @@
+"""Recording a veRL run into our run directory (DESIGN §4.2–4.5), from veRL's own batch, each step.
+
+Where veRL 0.9.1's trainer (`RayPPOTrainer.fit`, verl/trainer/ppo/ray_trainer.py; the "legacy" trainer that
+`trainer.use_v1=false` selects) lets us see things, and what `RecordingTrainer` does there:
+- `_log_rollout_data(batch, …)`: called once per step after the actor update when `trainer.rollout_data_dir` is set,
+  with the whole step's DataProto: `prompts` (left-padded), `responses` (right-padded), `attention_mask`,
+  `response_mask` (what the losses were masked with), `rollout_log_probs` (vLLM/SGLang's), `old_log_probs`,
+  `ref_log_prob` (with a reference), `values` (PPO), `advantages`, `token_level_scores`/`token_level_rewards`, and
+  per row `uid` (the GRPO group), `index`, `data_source`, `reward_model`, `extra_info`, our agent loop's `sas`
+  fields and the reward function's extra keys (our `sas_reward`). → rollouts/step-N.jsonl, one record per
+  trajectory, token arrays over prompt + response (replacing veRL's own text dump).
+- `Tracking.log(metrics, step)`: veRL's metrics, already in the names our dashboard uses (critic/score/mean,
+  actor/pg_clipfrac, response_length/mean, …) → metrics.jsonl with ours added (mask/…, env/…, val/em), a `metrics`
+  event, run.json's step.
+- `_load_checkpoint` (resume: later records are dropped), `_save_checkpoint` (a `checkpoint` event),
+  `_validate` and the rollout manager's validation batches (val-step-N.jsonl, an `eval` event), `_get_gen_batch` /
+  `_compute_old_log_prob` (`progress` events).
+Events go to events.jsonl only: this code runs in Ray's TaskRunner actor, whose stdout Ray prefixes; main.py (the
+process the host started) relays events.jsonl to its stdout. A stop is asked for with the file `STOP_FILE` in the
+run directory (main.py writes it on SIGTERM): the step finishes, a checkpoint is saved, the run ends `stopped`.
+
+`records_from_batch` and `StepRecorder` need no Ray cluster (the tests drive them with a DataProto built from tensors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import traceback
+from collections import defaultdict
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+
+from ... import __version__
+from ...rollout import Trajectory, truncation_warning
+from ...run_writer import RunWriter, rollout_record
+from ...train import SUMMARY_KEYS, Trainer
+from . import STOP_FILE
+from .agent_loop import our_tokenizer
+from .dataset import example_of
+
+TOKEN_ARRAYS = (("rollout_logprob", "rollout_log_probs"), ("logprob", "old_log_probs"), ("ref_logprob", "ref_log_prob"), ("advantage", "advantages"), ("value", "values"))
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def versions() -> dict[str, str | None]:
+    return {"trainer": __version__, "verl": _version("verl"), "torch": _version("torch"), "transformers": _version("transformers"), "ray": _version("ray"), "vllm": _version("vllm"), "sglang": _version("sglang"), "python": platform.python_version()}
+
+
+def expected_mask(role: str, loss_masking: bool = True) -> int:
+    """DESIGN §6: 1 exactly on generated tokens (with masking off, on every response token)."""
+    return 1 if role == "generated" or (not loss_masking and role != "prompt") else 0
+
+
+def records_from_batch(batch: Any, tokenizer: Any, *, run_id: str, step: int, split: str, inputs: dict[str, Any] | None = None, max_per_group: int | None = None) -> tuple[list[dict[str, Any]], list[Trajectory]]:
+    """Rollout records (and their trajectories, for metrics) from a veRL DataProto. `inputs`: non-tensor columns of
+    the batch that was generated from, when `batch` lacks them (validation outputs); `max_per_group`: keep at most
+    this many rows per uid (drops the copies veRL pads a validation batch with)."""
+    tok = our_tokenizer(tokenizer)
+    td, nt = batch.batch, dict(inputs or {}) | dict(batch.non_tensor_batch)
+    P = td["prompts"].shape[1]
+    attn = td["attention_mask"]
+    uids = nt.get("uid", nt.get("index"))
+    groups: dict[str, int] = {}
+    seen: dict[str, int] = defaultdict(int)
+    rows = []
+    for i in range(len(batch)):
+        uid = str(uids[i]) if uids is not None else str(i)
+        if max_per_group is not None and seen[uid] >= max_per_group:
+            continue
+        rows.append((groups.setdefault(uid, len(groups)), seen[uid], uid, i))
+        seen[uid] += 1
+    records, trajs = [], []
+    for group, sample, uid, i in sorted(rows):
+        prompt_ids = td["prompts"][i][attn[i, :P].bool()].tolist()
+        L = int(attn[i, P:].sum())
+        ids = td["responses"][i, :L].tolist()
+        mask = [int(m) for m in td["response_mask"][i, :L].tolist()]
+        row = {k: v[i] for k, v in nt.items()}
+        sas = row.get("sas") or {}
+        roles = list(sas.get("roles") or [])[:L]
+        if len(roles) != L:  # not one of our agent loops: the mask is all there is
+            roles = ["generated" if m else "retrieved" for m in mask]
+        t = Trajectory(example_of(row), group, sample, sas.get("prompt") or tokenizer.decode(prompt_ids, skip_special_tokens=False), prompt_ids, ids=ids, roles=roles)
+        t.pieces = [sas.get("response") if sas.get("response") is not None else tokenizer.decode(ids, skip_special_tokens=True)]
+        t.finish, t.turns, t.searches, t.valid_actions = sas.get("finish"), int(sas.get("turns", 0)), int(sas.get("searches", 0)), int(sas.get("valid_actions", 0))
+        t.retrieval = list(sas.get("retrieval") or [])
+        detail = json.loads(row["sas_reward"]) if isinstance(row.get("sas_reward"), str) else {}
+        scores = td.get("token_level_scores", td.get("rm_scores")) if hasattr(td, "get") else None
+        t.reward = float(scores[i].sum()) if scores is not None else detail.get("reward")
+        t.reward_parts, t.metrics, t.reward_error = dict(detail.get("parts") or {}), dict(detail.get("metrics") or {}), detail.get("error")
+        tokens: dict[str, list[Any]] = {"text": tok.token_texts(prompt_ids + ids), "ids": prompt_ids + ids, "role": ["prompt"] * len(prompt_ids) + roles, "loss_mask": [0] * len(prompt_ids) + mask}
+        # Unscored positions are null (docs/run-format.md): the prompt; the sampler's log-probs off the generated
+        # tokens; veRL's log-probs, values and advantages off the tokens it trained on (its response_mask).
+        for ours, theirs in TOKEN_ARRAYS:
+            if theirs in td.keys():
+                scored = [r == "generated" for r in roles] if ours == "rollout_logprob" else [m == 1 for m in mask]
+                tokens[ours] = [None] * len(prompt_ids) + [round(float(x), 6) if s else None for x, s in zip(td[theirs][i, :L].tolist(), scored)]
+        rec = rollout_record(t, run_id=run_id, step=step, split=split, tokens=tokens)
+        rec["dialect"] = sas.get("dialect", "searchr1")
+        if sas.get("obs_truncated"):
+            rec["meta"]["obs_truncated"], rec["meta"]["obs_longest"] = int(sas["obs_truncated"]), int(sas.get("obs_longest", 0))
+        rec["meta"]["verl"] = {"uid": uid, "index": str(row.get("index", "")), "roles": "agent loop" if sas.get("roles") is not None else "from response_mask"}
+        records.append(rec)
+        trajs.append(t)
+    return records, trajs
+
+
+def mask_leaks(records: list[dict[str, Any]], loss_masking: bool = True) -> tuple[int, list[str]]:
+    """Tokens whose loss mask disagrees with their role (the audit's leaks), and the records that have some."""
+    total, where = 0, []
+    for r in records:
+        t = r["tokens"]
+        n = sum(1 for role, m in zip(t["role"], t["loss_mask"]) if m != expected_mask(role, loss_masking))
+        if n:
+            total += n
+            where.append(r["id"])
+    return total, where
+
+
+def _number(v: Any) -> float | None:
+    try:
+        x = float(v)  # python and numpy numbers, 0-d tensors
+    except (TypeError, ValueError):
+        return None
+    return x
+
+
+class StepRecorder:
+    """The run directory of a veRL run: records, metrics, events, run.json."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any], total_steps: int, tokenizer: Any, stdout: Any = None, pid: int | None = None):
+        self.writer = RunWriter(run_dir, config, versions(), total_steps, stdout=stdout if stdout is not None else open(os.devnull, "w"))
+        self.writer.run["engine"] = "verl"
+        if pid:
+            self.writer.run["pid"] = pid
+        self.writer._write_run()
+        self.tokenizer = tokenizer
+        self.loss_masking = bool((config.get("algorithm") or {}).get("loss_masking", True))
+        self.max_obs_length = int((config.get("rollout") or {}).get("max_obs_length", 0))
+        self.pending: dict[int, dict[str, float]] = defaultdict(dict)
+
+    @property
+    def run_id(self) -> str:
+        return self.writer.run["id"]
+
+    def rollouts(self, batch: Any, step: int, split: str = "train", inputs: dict[str, Any] | None = None, max_per_group: int | None = None) -> list[dict[str, Any]]:
+        """Writes the step's records; our metrics for the step wait for veRL's (`metrics`)."""
+        records, trajs = records_from_batch(batch, self.tokenizer, run_id=self.run_id, step=step, split=split, inputs=inputs, max_per_group=max_per_group)
+        prefix = "val/" if split == "val" else ""
+        self.writer.rollouts(f"{'val-' if split == 'val' else ''}step-{step:06d}", records)
+        m = Trainer._rollout_metrics(trajs, prefix=prefix) if trajs else {}
+        leaks, where = mask_leaks(records, self.loss_masking)
+        m[f"{prefix}mask/leaked_tokens"] = float(leaks)
+        if split == "val" and trajs:
+            m["val/em"] = sum(t.metrics.get("em", 0.0) for t in trajs) / len(trajs)
+            m["val/score"] = sum(t.reward or 0.0 for t in trajs) / len(trajs)
+        if leaks:
+            self.writer.warning(f"step {step} ({split}): {leaks} tokens in {len(where)} trajectories have a loss mask that disagrees with their role (first: {where[0]}); the mask veRL trained with is recorded as is", step=step, leaks=leaks)
+        cut = {"truncated": sum(r["meta"].get("obs_truncated", 0) for r in records), "longest": max((r["meta"].get("obs_longest", 0) for r in records), default=0)}
+        message = truncation_warning(cut, self.max_obs_length)
+        if message:
+            self.writer.warning(f"step {step} ({split}): {message}", step=step)
+        failed = [t for t in trajs if t.reward_error]
+        if failed:
+            self.writer.warning(f"step {step}: the reward module failed on {len(failed)} of {len(trajs)} trajectories (scored 0 for training): {failed[0].reward_error}", failed=len(failed))
+        self.pending[step].update(m)
+        if split == "val":
+            self.writer.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})
+        return records
+
+    def metrics(self, step: int, data: dict[str, Any]) -> None:
+        """veRL's metrics for a step (its Tracking.log), with ours: metrics.jsonl, a `metrics` event, run.json's step."""
+        row = {k: x for k, v in data.items() if (x := _number(v)) is not None}
+        row.update(self.pending.pop(step, {}))
+        self.writer.metrics(step, row)
+        if step > 0:
+            self.writer.event("metrics", step=step, metrics={k: row[k] for k in SUMMARY_KEYS if k in row})
+            self.writer.set_step(step)
+
+
+# -- the trainer -------------------------------------------------------------------------------------------------
+class StopRequested(Exception):
+    pass
+
+
+class _ValidationTap:
+    """The rollout manager, forwarding everything; validation batches are also recorded."""
+
+    def __init__(self, inner: Any, on_validation: Any):
+        self._inner = inner
+        self._on_validation = on_validation
+
+    def generate_sequences(self, batch: Any) -> Any:
+        out = self._inner.generate_sequences(batch)
+        if batch.meta_info.get("validate"):
+            self._on_validation(batch, out)
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class RecordingTrainer(RayPPOTrainer):
+    """veRL's PPO trainer, unchanged, writing our run directory (config: `sas.run_dir`, `sas.config` — the resolved
+    run config's JSON file —, `sas.driver_pid`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        sas = self.config.get("sas") or {}
+        if not sas.get("run_dir"):
+            raise ValueError("RecordingTrainer needs +sas.run_dir=<run directory> in the veRL config (overrides.py writes it)")
+        config = json.loads(Path(sas["config"]).read_text(encoding="utf-8")) if sas.get("config") else {}
+        self.run_dir = Path(sas["run_dir"])
+        self.recorder = StepRecorder(self.run_dir, config, self.total_training_steps, self.tokenizer, pid=sas.get("driver_pid"))
+        self._validating = False
+        self._saved_step = -1
+
+    @property
+    def writer(self) -> RunWriter:
+        return self.recorder.writer
+
+    def init_workers(self) -> None:
+        super().init_workers()
+        self.async_rollout_manager = _ValidationTap(self.async_rollout_manager, self._record_validation)
+
+    def _record_validation(self, batch: Any, out: Any) -> None:
+        n = self.config.actor_rollout_ref.rollout.val_kwargs.n
+        self.recorder.rollouts(out, self.global_steps, "val", inputs=batch.non_tensor_batch, max_per_group=n)
+
+    def _load_checkpoint(self) -> Any:
+        out = super()._load_checkpoint()
+        if self.global_steps:
+            self.writer.truncate_after(self.global_steps)
+            self.writer.log(f"resumed from veRL's checkpoint at step {self.global_steps}")
+        self.writer.event("started", step=self.global_steps, total=self.total_training_steps, resumed=bool(self.global_steps), engine="verl", model=self.config.actor_rollout_ref.model.path, train_examples=len(self.train_dataset), eval_examples=len(self.val_dataset) if self.val_dataset is not None else 0)
+        return out
+
+    def _get_gen_batch(self, batch: Any) -> Any:
+        if not self._validating:
+            self.writer.progress(self.global_steps, self.total_training_steps, "rollout")
+        return super()._get_gen_batch(batch)
+
+    def _validate(self, merged: bool = False) -> Any:
+        self.writer.progress(self.global_steps, self.total_training_steps, "eval")
+        self._validating = True
+        try:
+            return super()._validate(merged)
+        finally:
+            self._validating = False
+
+    def _compute_old_log_prob(self, batch: Any) -> Any:
+        self.writer.progress(self.global_steps, self.total_training_steps, "update")
+        return super()._compute_old_log_prob(batch)
+
+    def _save_checkpoint(self) -> None:
+        super()._save_checkpoint()
+        self._saved_step = self.global_steps
+        self.writer.event("checkpoint", step=self.global_steps, path=os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"))
+
+    def _log_rollout_data(self, batch: Any, reward_extra_infos_dict: dict, timing_raw: dict, rollout_data_dir: str) -> None:
+        self.recorder.rollouts(batch, self.global_steps, "train")
+        if (self.run_dir / STOP_FILE).exists() and self.global_steps < self.total_training_steps:
+            if self._saved_step != self.global_steps:
+                self._save_checkpoint()
+            raise StopRequested()
+
+    def fit(self) -> None:
+        import verl.utils.tracking as tracking
+
+        original = tracking.Tracking
+        recorder = self.recorder
+
+        class RecordingTracking(original):  # type: ignore[misc, valid-type]
+            def log(self, data: dict[str, Any], step: int, backend: Any = None) -> None:
+                super().log(data=data, step=step, backend=backend)
+                recorder.metrics(step, data)
+
+        tracking.Tracking = RecordingTracking
+        w = self.writer
+        try:
+            super().fit()
+            w.finish("finished")
+            w.event("finished", status="finished", step=int(w.run.get("step", 0)))
+        except StopRequested:
+            recorder.metrics(self.global_steps, {})  # the stopped step's own metrics never reach Tracking.log
+            reason = (self.run_dir / STOP_FILE).read_text(encoding="utf-8").strip() if (self.run_dir / STOP_FILE).exists() else ""
+            w.finish("stopped", stop_reason=reason if reason in ("signal", "host-gone") else "signal")
+            w.event("finished", status="stopped", step=self.global_steps)
+        except BaseException as e:
+            tb = traceback.format_exc()
+            w.log(tb)
+            w.event("error", message=f"{type(e).__name__}: {e}", traceback=tb)
+            w.finish("failed", {"message": f"{type(e).__name__}: {e}", "traceback": tb})
+            w.event("finished", status="failed", step=int(w.run.get("step", 0)))
+            raise
+        finally:
+            tracking.Tracking = original
+            w.close()

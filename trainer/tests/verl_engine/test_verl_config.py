@@ -1,0 +1,203 @@
+"""The veRL engine's configuration, checked by veRL's own code (in .venv-verl; skipped elsewhere): our overrides
+composed with veRL 0.9.1's Hydra config and validated by its validate_config and config classes, what we refuse,
+the datasets read by veRL's RLHFDataset, the `prepare` command, and the environment setup-verl.sh promises."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl", reason="the veRL engine's tests run in .venv-verl (npm run test:verl)")
+
+from verl_harness import DEMO, ROOT, run_config  # noqa: E402
+from conftest import trainer_env as python_env  # noqa: E402
+from hf_fixture import build_tiny_qwen2, demo_texts  # noqa: E402
+
+from search_agent_trainer.data import load_dataset  # noqa: E402
+from search_agent_trainer.schema import ConfigError  # noqa: E402
+from search_agent_trainer.engines.verl import SEARCH_R1_AGENT, TOOL_AGENT  # noqa: E402
+from search_agent_trainer.engines.verl.dataset import write_verl_parquet  # noqa: E402
+from search_agent_trainer.engines.verl.main import check_config, compose_config  # noqa: E402
+from search_agent_trainer.engines.verl.overrides import VerlConfigError, hydra_value, prepare, verl_overrides  # noqa: E402
+
+ENV_URL = "http://127.0.0.1:8123"
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory) -> Path:
+    return build_tiny_qwen2(tmp_path_factory.mktemp("hf") / "tiny-qwen2", demo_texts(DEMO))
+
+
+def overrides_for(cfg, tmp: Path, **kw) -> list[str]:
+    args = dict(run_dir=tmp / "run", env_url=ENV_URL, train_files=str(tmp / "train.parquet"), val_files=str(tmp / "val.parquet"), config_file=str(tmp / "cfg.json"), agent_loop_file=str(tmp / "loops.yaml"), tool_file=str(tmp / "tools.yaml"))
+    args.update(kw)
+    return verl_overrides(cfg, **args)[0]
+
+
+CASES = {
+    "grpo": {},
+    "ppo": {"algorithm": {"name": "ppo", "kl_coef": 0.001, "kl_in_reward": True, "kl_estimator": "k1"}, "optim": {"mini_batch_size": 4, "micro_batch_size": 2, "critic_lr": 1e-5}},
+    "reinforce++": {"algorithm": {"name": "reinforce++", "kl_coef": 0.0}},
+    "dr-grpo-lora-cosine": {"algorithm": {"norm_adv_by_std": False, "clip_ratio_high": 0.28, "loss_agg_mode": "seq-mean-token-sum-norm", "entropy_coef": 0.001}, "model": {"lora": {"r": 16, "alpha": 32}}, "optim": {"mini_batch_size": 8, "micro_batch_size": 2, "warmup_steps": 2, "lr_schedule": "cosine", "min_lr_ratio": 0.1}, "verl": {"rollout": "sglang"}},  # with vLLM, veRL checks the LoRA rank against vLLM's (needs vLLM: GPU env)
+    "multi-node sglang fsdp2": {"verl": {"rollout": "sglang", "tensor_parallel": 2, "gpus_per_node": 4, "nodes": 2, "strategy": "fsdp2", "param_offload": True, "agent_workers": 4}},
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_our_overrides_compose_with_verls_config_and_pass_its_checks(tmp_path, qwen_dir, case):
+    cfg = run_config(qwen_dir, **CASES[case])
+    config = compose_config(overrides_for(cfg, tmp_path))
+    check_config(config)  # veRL's validate_config + its config dataclasses (the model directory is loaded too)
+    a, r = config.actor_rollout_ref.actor, config.actor_rollout_ref.rollout
+    n, algo = cfg.rollout.n, cfg.algorithm
+    assert config.trainer.use_v1 is False and config.trainer.total_training_steps == cfg.train.steps
+    assert config.data.train_batch_size == cfg.rollout.batch_size and r.n == n
+    assert a.ppo_mini_batch_size * n == cfg.optim.mini_batch_size and a.ppo_micro_batch_size_per_gpu == cfg.optim.micro_batch_size
+    assert config.algorithm.adv_estimator == {"grpo": "grpo", "ppo": "gae", "reinforce++": "reinforce_plus_plus"}[algo.name]
+    assert config.algorithm.norm_adv_by_std_in_grpo == algo.norm_adv_by_std
+    assert (a.clip_ratio_low, a.clip_ratio_high) == (algo.clip_ratio_low, algo.clip_ratio_high)
+    assert a.use_kl_loss == (algo.kl_coef > 0 and not algo.kl_in_reward) and config.algorithm.use_kl_in_reward == (algo.kl_coef > 0 and algo.kl_in_reward)
+    assert a.kl_loss_coef == algo.kl_coef == config.algorithm.kl_ctrl.kl_coef and a.kl_loss_type == algo.kl_estimator
+    assert a.optim.lr == cfg.optim.lr and a.optim.lr_scheduler_type == cfg.optim.lr_schedule and a.optim.weight_decay == cfg.optim.weight_decay
+    assert a.entropy_coeff == algo.entropy_coef and a.loss_agg_mode == algo.loss_agg_mode
+    assert config.data.max_response_length == cfg.rollout.max_response_length and r.response_length == cfg.rollout.max_response_length
+    assert r.agent.default_agent_loop == SEARCH_R1_AGENT and r.skip_tokenizer_init is False and r.calculate_log_probs is True
+    assert config.reward.custom_reward_function.path == "pkg://search_agent_trainer.engines.verl.reward"
+    assert config.reward.custom_reward_function.reward_kwargs.env_url == ENV_URL
+    assert config.ray_kwargs.ray_init.runtime_env.env_vars.SAS_ENV_URL == ENV_URL
+    assert config.sas.run_dir == str(tmp_path / "run")
+    assert config.trainer.default_local_dir == str(tmp_path / "run" / "checkpoints" / "verl")
+    if algo.name == "ppo":
+        assert config.critic.optim.lr == 1e-5 and config.critic.model.path == str(qwen_dir) and config.algorithm.kl_penalty == "k1"
+    if cfg.model.lora:
+        assert config.actor_rollout_ref.model.lora_rank == 16 and list(config.actor_rollout_ref.model.target_modules) == ["q_proj", "k_proj", "v_proj", "o_proj"]
+    if CASES[case].get("verl", {}).get("nodes"):
+        assert r.name == "sglang" and r.tensor_model_parallel_size == 2 and config.trainer.n_gpus_per_node == 4 and config.trainer.nnodes == 2
+        assert a.strategy == "fsdp2" and a.fsdp_config.param_offload is True and r.agent.num_workers == 4
+
+
+def test_the_tool_call_dialect_selects_our_tool_agent_loop_and_search_tool(tmp_path, qwen_dir):
+    cfg = run_config(qwen_dir)
+    cfg["rollout"]["dialect"] = "toolcall"
+    config = compose_config(overrides_for(cfg, tmp_path))
+    check_config(config)
+    r = config.actor_rollout_ref.rollout
+    assert r.agent.default_agent_loop == TOOL_AGENT and r.multi_turn.tool_config_path == str(tmp_path / "tools.yaml")
+    assert r.multi_turn.max_assistant_turns == cfg.rollout.max_turns + 1
+
+
+def test_a_key_veRL_does_not_have_or_a_value_it_refuses_fails(tmp_path, qwen_dir):
+    """The guard the tests above rely on: Hydra refuses a key veRL's config lacks, veRL's checks refuse bad values."""
+    overrides = overrides_for(run_config(qwen_dir), tmp_path)
+    with pytest.raises(Exception, match="no_such_key"):
+        compose_config(overrides + ["actor_rollout_ref.actor.no_such_key=1"])
+    config = compose_config(overrides + ["actor_rollout_ref.actor.ppo_mini_batch_size=64"])
+    with pytest.raises(Exception, match="ppo_mini_batch_size"):
+        check_config(config)
+    # the user's raw overrides (verl.overrides) go through the same composition
+    with pytest.raises(Exception, match="no_such_key"):
+        compose_config(overrides_for(run_config(qwen_dir, verl={"overrides": ["trainer.no_such_key=1"]}), tmp_path))
+
+
+@pytest.mark.parametrize(
+    "sections, named",
+    [
+        ({"model": {"kind": "tiny"}}, "model.kind"),
+        ({"optim": {"mini_batch_size": 3, "micro_batch_size": 1}}, "optim.mini_batch_size"),
+        ({"train": {"supervised_warmup": {"steps": 5}}}, "train.supervised_warmup"),
+        ({"verl": {"rollout": "hf", "gpus": 2}}, "verl.gpus: is not a known key"),  # the run-config schema's check
+        ({"verl": {"tensor_parallel": 3, "gpus_per_node": 4}}, "verl.tensor_parallel"),
+    ],
+)
+def test_what_veRL_cannot_do_is_refused_naming_the_key(tmp_path, qwen_dir, sections, named):
+    with pytest.raises((VerlConfigError, ConfigError), match=named.replace(".", r"\.")):
+        overrides_for(run_config(qwen_dir, **sections), tmp_path)
+
+
+def test_notes_say_what_veRL_does_its_own_way(tmp_path, qwen_dir):
+    cfg = run_config(qwen_dir, algorithm={"name": "ppo"}, model={"dtype": "fp32"})
+    _, notes = verl_overrides(cfg, run_dir=tmp_path, env_url=ENV_URL, train_files="t.parquet", val_files=None, config_file="c.json", agent_loop_file="a.yaml", tool_file=None)
+    assert any(n.startswith("algorithm.vf_coef") for n in notes) and any(n.startswith("algorithm.mask_advantages") for n in notes) and any(n.startswith("model.dtype") for n in notes)
+
+
+def test_values_that_need_quoting_survive_hydra(tmp_path, qwen_dir):
+    odd = str(tmp_path / "a b, it's=[x].parquet")
+    assert hydra_value(odd).startswith("'")
+    config = compose_config(overrides_for(run_config(qwen_dir), tmp_path, train_files=odd))
+    assert config.data.train_files == odd
+
+
+def test_the_datasets_are_read_by_veRLs_RLHFDataset(tmp_path, qwen_dir):
+    from transformers import AutoTokenizer
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    examples = load_dataset(str(DEMO / "train.jsonl"))[:5]
+    path = write_verl_parquet(examples, "Q: {question}\n", tmp_path / "train.parquet", "train", SEARCH_R1_AGENT)
+    config = compose_config(overrides_for(run_config(qwen_dir), tmp_path, train_files=str(path)))
+    ds = RLHFDataset(str(path), AutoTokenizer.from_pretrained(str(qwen_dir)), config.data)
+    assert len(ds) == 5
+    row = ds[1]
+    assert row["raw_prompt"] == [{"role": "user", "content": f"Q: {examples[1].question}\n"}]
+    assert row["agent_name"] == SEARCH_R1_AGENT and row["index"] == 1 and row["data_source"] == examples[1].data_source
+    assert list(row["reward_model"]["ground_truth"]["target"]) == list(examples[1].golden)
+    assert row["extra_info"]["id"] == examples[1].id and row["extra_info"]["question"] == examples[1].question
+
+
+def test_prepare_writes_the_files_and_prints_the_command(tmp_path, qwen_dir):
+    cfg_path = tmp_path / "x.run.json"
+    raw = json.loads(json.dumps(run_config(qwen_dir)))
+    cfg_path.write_text(json.dumps(raw), encoding="utf-8")
+    env = python_env()
+    p = subprocess.run([sys.executable, "-m", "search_agent_trainer.engines.verl.main", "prepare", "--config", str(cfg_path), "--run-dir", str(tmp_path / "run"), "--env-url", ENV_URL], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["command"][:3] == [sys.executable, "-m", "search_agent_trainer.engines.verl.main"] and out["command"][3:] == out["overrides"]
+    d = tmp_path / "run" / "verl"
+    assert {f.name for f in d.iterdir()} == {"train.parquet", "val.parquet", "run-config.json", "agent_loops.yaml", "tools.yaml"}
+    loops = json.loads((d / "agent_loops.yaml").read_text())
+    assert loops[0]["name"] == SEARCH_R1_AGENT and loops[0]["env_url"] == ENV_URL and loops[0]["max_turns"] == 2
+    check_config(compose_config(out["overrides"]))
+    # a config the engine cannot run is refused before anything is written, naming the key
+    raw["model"] = {"kind": "tiny"}
+    cfg_path.write_text(json.dumps(raw), encoding="utf-8")
+    p = subprocess.run([sys.executable, "-m", "search_agent_trainer.engines.verl.main", "prepare", "--config", str(cfg_path), "--run-dir", str(tmp_path / "run2"), "--env-url", ENV_URL], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 2 and "model.kind" in json.loads(p.stdout)["message"] and not (tmp_path / "run2").exists()
+
+
+def test_training_with_a_config_veRL_refuses_exits_2_with_an_error_event(tmp_path, qwen_dir):
+    overrides = overrides_for(run_config(qwen_dir), tmp_path) + ["actor_rollout_ref.actor.ppo_mini_batch_size=64"]
+    p = subprocess.run([sys.executable, "-m", "search_agent_trainer.engines.verl.main", *overrides], capture_output=True, text=True, env=python_env(), timeout=300)
+    assert p.returncode == 2
+    events = [json.loads(line) for line in p.stdout.splitlines()]  # stdout holds events only
+    assert events and events[0]["event"] == "error" and "ppo_mini_batch_size" in events[0]["message"]
+
+
+def test_the_veRL_environment_is_the_pinned_one_reusing_the_main_venvs_torch():
+    import torch
+    import transformers
+    import verl
+
+    pins = dict(line.strip().split("==") for line in (ROOT / "trainer" / "requirements-verl.txt").read_text().splitlines() if "==" in line and not line.startswith("#"))
+    assert verl.__version__ == pins["verl"] and transformers.__version__ == pins["transformers"]
+    assert ".venv-verl" in transformers.__file__ and ".venv-verl" not in torch.__file__  # torch is .venv's, not a second copy
+    p = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stdout
+
+
+def test_the_search_tool_is_named_by_rollout_search_tool_in_veRLs_tool_registry(tmp_path, qwen_dir):
+    """tools.yaml read by veRL's own registry: our SearchTool under the run config's tool name (default search)."""
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    from search_agent_trainer.engines.verl.overrides import tool_entries
+
+    for name in (None, "wiki_search"):
+        cfg = json.loads(json.dumps(run_config(qwen_dir)))
+        if name:
+            cfg["rollout"]["search_tool"] = name  # the tool-call dialect's key (the trainer's dialect issue)
+        (tmp_path / "tools.yaml").write_text(json.dumps(tool_entries(cfg, ENV_URL)))
+        [tool] = initialize_tools_from_config(str(tmp_path / "tools.yaml"))
+        assert type(tool).__name__ == "SearchTool" and tool.name == (name or "search") and tool.topk == cfg["retriever"]["topk"]
