@@ -381,6 +381,20 @@ export interface RewardLabContract extends Contract {
   toHost: Record<string, never>;
 }
 
+/** The alarms (rules in src/core/audit/alarms.ts; named here, the dashboard charts them). */
+export const ALARMS = ['answer-enumeration', 'think-degenerate', 'length-capped', 'search-repeat', 'search-collapse'] as const;
+export type Alarm = (typeof ALARMS)[number];
+
+/** The metric names the dashboard charts the audit's per-step series is sent as (`audit/…`, beside the trainer's; src/core/audit/series.ts). */
+export const AUDIT_METRICS = {
+  drift: 'audit/drift_rate',
+  meanAbsDiff: 'audit/logprob/mean_abs_diff',
+  ratioOutside: 'audit/logprob/ratio_outside',
+  seqRatio: 'audit/logprob/seq_ratio',
+  leaks: 'audit/leaks',
+  alarm: (name: string) => `audit/alarm/${name}`,
+} as const;
+
 /** A run shown in the dashboard (several are overlaid). */
 export interface DashboardRun {
   id: string;

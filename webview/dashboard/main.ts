@@ -7,8 +7,7 @@
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
 import uPlot from 'uplot';
-import { ALARMS, AUDIT_METRICS } from '../../src/core/audit/series';
-import type { DashboardContract, DashboardRun, MetricsRow } from '../../src/core/protocol';
+import { ALARMS, AUDIT_METRICS, type DashboardContract, type DashboardRun, type MetricsRow } from '../../src/core/protocol';
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 import { emptyText, fmt, nearest, runStatus, sparseSeries } from './model';

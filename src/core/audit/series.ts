@@ -1,13 +1,11 @@
 /**
  * The audit's per-step series as dashboard metrics (`summary.steps` → one metrics row per step): the drift rate,
  * mean |Δ| over trained tokens, the fraction of trained tokens whose ratio lies outside the band, the mean
- * sequence-level ratio, leaked tokens, and each alarm's count. Types only, so the dashboard's webview bundles it.
+ * sequence-level ratio, leaked tokens, and each alarm's count. The names (ALARMS, AUDIT_METRICS) are the protocol's: the dashboard's webview charts them.
  */
-import type { MetricsRow } from '../protocol';
+import { ALARMS, AUDIT_METRICS, type Alarm, type MetricsRow } from '../protocol';
 
-/** The alarms (rules in alarms.ts; here, without its code, for the dashboard's webview). */
-export const ALARMS = ['answer-enumeration', 'think-degenerate', 'length-capped', 'search-repeat', 'search-collapse'] as const;
-export type Alarm = (typeof ALARMS)[number];
+export { ALARMS, AUDIT_METRICS, type Alarm };
 
 /** Per training step: what the dashboard charts (drift rate, mean |Δ|, ratios outside the band, alarms). */
 export interface StepAudit {
@@ -27,16 +25,6 @@ export interface StepAudit {
   no_search: number;
   alarms: Partial<Record<Alarm, number>>;
 }
-
-/** The metric names the dashboard charts (`audit/…`, beside the trainer's). */
-export const AUDIT_METRICS = {
-  drift: 'audit/drift_rate',
-  meanAbsDiff: 'audit/logprob/mean_abs_diff',
-  ratioOutside: 'audit/logprob/ratio_outside',
-  seqRatio: 'audit/logprob/seq_ratio',
-  leaks: 'audit/leaks',
-  alarm: (name: string) => `audit/alarm/${name}`,
-} as const;
 
 export function auditMetricRows(steps: readonly StepAudit[]): MetricsRow[] {
   return steps.map((s) => {
