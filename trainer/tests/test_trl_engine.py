@@ -117,20 +117,21 @@ def test_trl_records_pass_the_mask_audit_and_carry_rollout_logprob(trl_run):
     for step in (1, 2, 3):
         recs = records(run, f"step-{step:06d}")
         assert len(recs) == n * batch and len({r["id"] for r in recs}) == n * batch
-        assert sorted((r["group"], r["sample"]) for r in recs) == [(f"{step}:{g}", k) for g in range(batch) for k in range(n)]
+        assert sorted((r["group"], r["sample"]) for r in recs) == [(f"train:{step}:{g}", k) for g in range(batch) for k in range(n)]
         for r in recs:
             audit_rollout(r)
             t = r["tokens"]
             assert r["v"] == 2 and {"text", "ids", "role", "loss_mask", "rollout_logprob", "logprob", "ref_logprob", "advantage", "entropy"} <= set(t)
             assert "feedback" in t["role"]  # a random model's turns are invalid actions: environment tokens to mask
             P = t["role"].index("generated")
-            assert len(set(t["advantage"][P:])) == 1  # TRL's advantage: one per sequence, over the completion
+            assert len({a for a in t["advantage"][P:] if a is not None}) == 1  # TRL's advantage: one per sequence, on its loss tokens
+            assert [a is not None for a in t["advantage"]] == [bool(m) for m in t["loss_mask"]]
             for role, m, sampled, trained in zip(t["role"], t["loss_mask"], t["rollout_logprob"], t["logprob"]):
-                assert (sampled < 0) == (role == "generated") and (trained != 0.0) == bool(m)
+                assert (sampled is not None and sampled < 0) == (role == "generated") and (trained is not None) == bool(m)
                 if m:
                     assert sampled == pytest.approx(trained, abs=1e-4)
     val = records(run, "val-step-000000")
-    assert len(val) == 4 and sorted(r["group"] for r in val) == [f"0:{g}" for g in range(4)]
+    assert len(val) == 4 and sorted(r["group"] for r in val) == [f"val:0:{g}" for g in range(4)]
 
 
 # -- TRL's loss: env-masked positions get exactly zero gradient ---------------------------------------------------
@@ -259,11 +260,11 @@ def test_two_processes_through_accelerate_launch_record_every_rollout_once(tmp_p
     assert [m["step"] for m in lines(run / "metrics.jsonl")] == [0, 1, 2]
     for step in (1, 2):
         recs = records(run, f"step-{step:06d}")
-        assert sorted((r["group"], r["sample"]) for r in recs) == [(f"{step}:{g}", k) for g in range(3) for k in range(4)]
+        assert sorted((r["group"], r["sample"]) for r in recs) == [(f"train:{step}:{g}", k) for g in range(3) for k in range(4)]
         for r in recs:
             audit_rollout(r)
     val = records(run, "val-step-000002")
-    assert sorted(r["group"] for r in val) == [f"2:{g}" for g in range(5)]
+    assert sorted(r["group"] for r in val) == [f"val:2:{g}" for g in range(5)]
     assert (run / "checkpoints" / "step-000002" / "trainer_state.json").exists()
 
 

@@ -312,18 +312,22 @@ class TRLEngine(Trainer):
             P = len(prompt)
             m = loss[i][:L]
 
-            def row(x: torch.Tensor | None, on_loss: bool = True) -> list[float] | None:
+            # Unscored positions are null (docs/run-format.md): the prompt; the sampler's log-probs off the generated
+            # tokens; TRL's log-probs, entropies and advantages off the tokens its loss counts.
+            scored_loss = [bool(y) for y in m.tolist()]
+            generated = [r == "generated" for r in t.roles]
+
+            def row(x: torch.Tensor | None, on_loss: bool = True) -> list[float | None] | None:
                 if x is None:
                     return None
-                v = x[i][:L].float() * (m if on_loss else 1)
-                return [0.0] * P + [round(float(y), 6) for y in v.tolist()]
+                return [None] * P + [round(float(y), 6) if s else None for y, s in zip(x[i][:L].float().tolist(), scored_loss if on_loss else generated)]
 
             tokens: dict[str, list[Any]] = {"text": self.tok.token_texts(ids), "ids": ids, "role": ["prompt"] * P + t.roles, "loss_mask": [0] * P + [int(y) for y in m.tolist()]}
             for key, x, on_loss in (("rollout_logprob", T.get("sampling_per_token_logps"), False), ("logprob", trained, True), ("ref_logprob", T.get("ref_per_token_logps"), True), ("entropy", b["entropy"], True)):
                 v = row(x, on_loss)
                 if v is not None:
                     tokens[key] = v
-            tokens["advantage"] = [0.0] * P + [round(float(T["advantages"][i]), 6)] * L
+            tokens["advantage"] = [None] * P + [round(float(T["advantages"][i]), 6) if s else None for s in scored_loss]
             out.append((first + i, rollout_record(t, run_id=self.writer.run["id"], step=step, split="train", tokens=tokens), t))
         return out
 
@@ -362,7 +366,7 @@ class TRLEngine(Trainer):
         """The step's metrics in our/veRL names, from every process's records (the tensors TRL trained on)."""
         m = self._rollout_metrics(trajs)
         scores = torch.tensor([t.reward or 0.0 for t in trajs])
-        adv = torch.tensor([r["tokens"]["advantage"][-1] for r in records])
+        adv = torch.tensor([next((a for a in r["tokens"]["advantage"] if a is not None), 0.0) for r in records])  # one per sequence
         loss_tokens = sum(sum(r["tokens"]["loss_mask"]) for r in records)
         response_tokens = sum(len(t.ids) for t in trajs)
         m.update(
@@ -386,7 +390,7 @@ class TRLEngine(Trainer):
         for k in parts:
             m[f"reward/parts/{k}/mean"] = _mean([t.reward_parts[k] for t in trajs if k in t.reward_parts])
         if self.cfg.rollout.top_p >= 1.0:
-            gaps = [abs(a - b) for r in records for a, b, mk in zip(r["tokens"]["rollout_logprob"], r["tokens"]["logprob"], r["tokens"]["loss_mask"]) if mk]
+            gaps = [abs(a - b) for r in records for a, b, mk in zip(r["tokens"]["rollout_logprob"], r["tokens"]["logprob"], r["tokens"]["loss_mask"]) if mk and a is not None and b is not None]
             if gaps:
                 m["rollout/logprob_diff_max"] = max(gaps)
         for key in ("rollout", "reward", "retrieve"):
