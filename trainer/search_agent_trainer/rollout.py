@@ -31,7 +31,7 @@ end-of-sequence token stays in the response (it was generated, so it is trained 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -299,7 +299,8 @@ def run_rollouts(
     """n trajectories per example (a GRPO group each); `prompts[i]` is example i's prompt text and token ids (rendered
     by `dialect.prompt`). The generator must stop turns at `dialect.stops(tokenizer)`. The trajectories go through
     their turns in waves of `s.wave_size`; the generator is called once per wave and turn with every active trajectory
-    of the wave (keyed by its index, so it may keep their caches between turns) and released after each wave."""
+    of the wave (keyed by its index, so it may keep their caches between turns) and released after each wave. The
+    protocol itself is `play`, per trajectory."""
     trajs = [Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1]), dialect=dialect.name) for g, ex in enumerate(examples) for k in range(n)]
     size = s.wave_size or len(trajs)
     cut = {"truncated": 0, "longest": 0}
@@ -314,18 +315,60 @@ def run_rollouts(
     return trajs
 
 
-def _run_wave(trajs: list[Trajectory], wave: range, generator: TurnGenerator, tokenizer: Any, env: EnvClient, s: RolloutSettings, cut: dict[str, int], dialect: Dialect) -> None:
+@dataclass
+class Generate:
+    """The protocol asks for a turn: generate at most `budget` tokens after `context` (prompt + response so far);
+    it is sent back (token ids as sampled, their log-probs or None)."""
+
+    context: list[int]
+    budget: int
+    turn: int
+
+
+@dataclass
+class Retrieve:
+    """The protocol asks for the hits of `queries` (one list per query, in order); they are sent back."""
+
+    queries: list[str]
+
+
+def play(t: Trajectory, tokenizer: Any, s: RolloutSettings, cut: dict[str, int], dialect: Dialect = SEARCH_R1) -> Generator[Generate | Retrieve, Any, None]:
+    """The multi-turn protocol of one trajectory, as a coroutine its driver feeds: it yields a Generate or a Retrieve
+    request and is sent the answer, until the trajectory is done. run_rollouts drives many in lockstep (one batched
+    generation and one /retrieve a turn); an engine that rolls out one trajectory at a time (veRL's agent loop) drives
+    one with its own server calls. Turns 0..max_turns; the last is the forced final turn."""
     for turn in range(s.max_turns + 1):
-        active = [i for i in wave if not trajs[i].done]
+        if t.done:
+            return
+        ids, logprobs = yield Generate(t.prompt_ids + t.ids, turn_budget(t, s), turn)
+        action = take_turn(t, ids, logprobs, turn == s.max_turns, tokenizer, s, dialect)
+        if action is None:
+            return
+        hits = (yield Retrieve(action.queries)) if action.queries else []
+        observe(t, action, hits, tokenizer, s, cut, dialect)
+
+
+def _send(p: Generator[Generate | Retrieve, Any, None], value: Any) -> Generate | Retrieve | None:
+    """The protocol's next request after `value`, or None when its trajectory is done."""
+    try:
+        return p.send(value)
+    except StopIteration:
+        return None
+
+
+def _run_wave(trajs: list[Trajectory], wave: range, generator: TurnGenerator, tokenizer: Any, env: EnvClient, s: RolloutSettings, cut: dict[str, int], dialect: Dialect) -> None:
+    """The wave's trajectories in lockstep: each turn one generator call for every active one, then one /retrieve
+    for every query they made, in trajectory order."""
+    plays = {i: play(trajs[i], tokenizer, s, cut, dialect) for i in wave}
+    requests: dict[int, Generate | Retrieve | None] = {i: _send(p, None) for i, p in plays.items()}
+    while True:
+        active = [i for i, r in requests.items() if isinstance(r, Generate)]
         if not active:
             break
-        outs = generator.generate([trajs[i].prompt_ids + trajs[i].ids for i in active], [turn_budget(trajs[i], s) for i in active], active)
-        pending: list[tuple[Trajectory, Action]] = []
-        for i, o in zip(active, outs):
-            action = take_turn(trajs[i], o.ids, o.logprobs, turn == s.max_turns, tokenizer, s, dialect)
-            if action is not None:
-                pending.append((trajs[i], action))
-        queries = [q for _, a in pending for q in a.queries]
+        outs = generator.generate([requests[i].context for i in active], [requests[i].budget for i in active], active)  # type: ignore[union-attr]
+        requests = {i: _send(plays[i], (o.ids, o.logprobs)) for i, o in zip(active, outs)}
+        searching = [i for i, r in requests.items() if isinstance(r, Retrieve)]
+        queries = [q for i in searching for q in requests[i].queries]  # type: ignore[union-attr]
         results = iter(env.retrieve(queries, s.topk) if queries else [])
-        for t, a in pending:
-            observe(t, a, [next(results) for _ in a.queries], tokenizer, s, cut, dialect)
+        for i in searching:
+            requests[i] = _send(plays[i], [next(results) for _ in requests[i].queries])  # type: ignore[union-attr]

@@ -2,7 +2,7 @@
 Importable only in veRL's own environment (.venv-verl, scripts/setup-verl.sh); docs/engines.md has the whole map.
 
   dataset.py      our JSONL datasets as veRL's RL parquet (Search-R1's columns), and a row back as our Example
-  agent_loop.py   `search_r1_agent`: Search-R1's tags protocol (rollout.take_turn / observe) on veRL's LLM server,
+  agent_loop.py   `search_r1_agent`: Search-R1's tags protocol (rollout.play) on veRL's LLM server,
                   ids as generated, per-token roles; `sas_tool_agent`: veRL's tool agent loop with roles
   tool.py         `SearchTool`, the `search(query)` BaseTool on our /retrieve (the tool-call dialect)
   reward.py       `compute_score` for reward.custom_reward_function: our /reward, concurrent calls batched

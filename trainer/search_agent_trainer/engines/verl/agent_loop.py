@@ -9,8 +9,8 @@ reward function as `extra_info` entries. The worker pads everything to `rollout.
 `rollout.response_length`.
 
 - `search_r1_agent` (SearchR1AgentLoop): Search-R1's protocol — tags, `</search>`/`</answer>` stops, the observation
-  format, the invalid-action feedback, max turns and the forced final turn — played by rollout.py's `take_turn` and
-  `observe` (the builtin trainer's code, one trajectory at a time here). Token ids are kept as the server generated
+  format, the invalid-action feedback, max turns and the forced final turn — played by rollout.py's `play` (the
+  builtin trainer's protocol coroutine, fed one trajectory at a time here). Token ids are kept as the server generated
   them; observations are tokenised once and appended. Roles per response token go to `extra_fields["sas"]`.
 - `sas_tool_agent` (SearchToolAgentLoop): veRL's own ToolAgentLoop (the tool-call dialect, with tool.py's
   `SearchTool`), plus the per-token roles it does not keep: generated (mask 1), the tool turns' template tokens
@@ -33,7 +33,7 @@ from verl.utils.rollout_trace import rollout_trace_op
 
 from ...env_client import EnvClient
 from ...policy import Tokenizer
-from ...rollout import STOP_STRINGS, RolloutSettings, Trajectory, observe, take_turn, turn_budget, turn_action
+from ...rollout import STOP_STRINGS, Generate, RolloutSettings, Trajectory, play, turn_action
 from . import ENV_URL_VAR, SEARCH_R1_AGENT, TOOL_AGENT
 from .dataset import example_of
 
@@ -86,25 +86,23 @@ class SearchR1AgentLoop(AgentLoopBase):
         request_id = uuid4().hex  # one id per trajectory: its turns go to the same server (prefix cache)
         metrics: dict[str, float] = {"generate_sequences": 0.0, "tool_calls": 0.0}
         cut = {"truncated": 0, "longest": 0}
-        for turn in range(s.max_turns + 1):
-            budget = turn_budget(t, s)
+        protocol = play(t, self.tok, s, cut)  # rollout.py's protocol, one trajectory, fed by veRL's server calls
+        request = next(protocol)
+        while True:
             t0 = time.perf_counter()
-            out = await self.server_manager.generate(request_id, prompt_ids=t.prompt_ids + t.ids, sampling_params={**params, "max_tokens": budget}, priority=int(priority))
-            metrics["generate_sequences"] += time.perf_counter() - t0
-            if out.stop_reason == "aborted":
-                raise RuntimeError(f"the rollout server aborted the generation of turn {turn + 1} (trajectory {t.example.id})")
-            ids = list(out.token_ids[:budget])
-            logprobs = list(out.log_probs[: len(ids)]) if out.log_probs else None
-            action = take_turn(t, ids, logprobs, turn == s.max_turns, self.tok, s)
-            if action is None:
-                break
-            hits: list[list[dict[str, Any]]] = []
-            if action.queries:
-                t0 = time.perf_counter()
-                hits = await self.loop.run_in_executor(None, self.env.retrieve, action.queries, s.topk)
+            if isinstance(request, Generate):
+                out = await self.server_manager.generate(request_id, prompt_ids=request.context, sampling_params={**params, "max_tokens": request.budget}, priority=int(priority))
+                metrics["generate_sequences"] += time.perf_counter() - t0
+                if out.stop_reason == "aborted":
+                    raise RuntimeError(f"the rollout server aborted the generation of turn {request.turn + 1} (trajectory {t.example.id})")
+                ids = list(out.token_ids[: request.budget])
+                reply: Any = (ids, list(out.log_probs[: len(ids)]) if out.log_probs else None)
+            else:
+                reply = await self.loop.run_in_executor(None, self.env.retrieve, request.queries, s.topk)
                 metrics["tool_calls"] += time.perf_counter() - t0
-            observe(t, action, hits, self.tok, s, cut)
-            if t.done:
+            try:
+                request = protocol.send(reply)
+            except StopIteration:
                 break
         mask = [1 if role == "generated" or not self.loss_masking else 0 for role in t.roles]
         return AgentLoopOutput(
