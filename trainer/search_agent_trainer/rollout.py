@@ -302,6 +302,12 @@ def run_rollouts(
     of the wave (keyed by its index, so it may keep their caches between turns) and released after each wave. The
     protocol itself is `play`, per trajectory."""
     trajs = [Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1]), dialect=dialect.name) for g, ex in enumerate(examples) for k in range(n)]
+    return play_all(trajs, generator, tokenizer, env, s, warn, dialect)
+
+
+def play_all(trajs: list[Trajectory], generator: TurnGenerator, tokenizer: Any, env: EnvClient, s: RolloutSettings, warn: Callable[[str], None] = lambda _m: None, dialect: Dialect = SEARCH_R1) -> list[Trajectory]:
+    """Plays `trajs` to their end, in waves of `s.wave_size`: fresh ones (run_rollouts) or ones started from a
+    recorded prefix (fork.py: the prompt and the turns before the fork, `turns` set to their number)."""
     size = s.wave_size or len(trajs)
     cut = {"truncated": 0, "longest": 0}
     for lo in range(0, len(trajs), size):
@@ -336,8 +342,9 @@ def play(t: Trajectory, tokenizer: Any, s: RolloutSettings, cut: dict[str, int],
     """The multi-turn protocol of one trajectory, as a coroutine its driver feeds: it yields a Generate or a Retrieve
     request and is sent the answer, until the trajectory is done. run_rollouts drives many in lockstep (one batched
     generation and one /retrieve a turn); an engine that rolls out one trajectory at a time (veRL's agent loop) drives
-    one with its own server calls. Turns 0..max_turns; the last is the forced final turn."""
-    for turn in range(s.max_turns + 1):
+    one with its own server calls. Turns 0..max_turns; the last is the forced final turn. A trajectory that already
+    has turns (a recorded prefix, fork.py) goes on from its next one."""
+    for turn in range(t.turns, s.max_turns + 1):
         if t.done:
             return
         ids, logprobs = yield Generate(t.prompt_ids + t.ids, turn_budget(t, s), turn)

@@ -243,8 +243,7 @@ class Trainer:
 
     def _score(self, trajs: list[Trajectory]) -> int:
         """Rewards from /reward; a failed item is reported, kept with reward 0 for training and its error recorded."""
-        tool = {"search_tool": self.cfg.rollout.search_tool} if self.dialect.name == "toolcall" else {}
-        items = [{"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool} for t in trajs]
+        items = [reward_item(t, self.cfg.rollout.search_tool) for t in trajs]
         failed = 0
         first = None
         for t, res in zip(trajs, self.env.reward(items)):
@@ -395,12 +394,7 @@ class Trainer:
         R = batch.window if batch is not None else 0
         for i, t in enumerate(trajs):
             P, r = len(t.prompt_ids), len(t.ids)
-            ids = t.prompt_ids + t.ids
-            tokens: dict[str, list[Any]] = {
-                "text": self.tok.token_texts(ids),
-                "ids": ids,
-                "role": ["prompt"] * P + t.roles,
-            }
+            tokens = token_arrays(self.tok, t)
             if batch is not None:
                 # null where a position was not scored: log-probs and entropies exist on the loss tokens, advantages
                 # where advantages are defined, values on every response token; never on the prompt.
@@ -414,10 +408,6 @@ class Trainer:
                     v = row(x, scored)
                     if v is not None:
                         tokens[key] = v
-            else:
-                tokens["loss_mask"] = [0] * P + [1 if role == "generated" else 0 for role in t.roles]
-            # the sampling-time log-prob exists where the policy sampled a token; null on the prompt and observations
-            tokens["rollout_logprob"] = [None] * P + [None if x is None else round(float(x), 6) for x in t.sample_logprobs]
             out.append(rollout_record(t, run_id=self.writer.run["id"], step=step, split=split, tokens=tokens))
         return out
 
@@ -642,6 +632,27 @@ class Trainer:
             if last or self.stop_requested or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                 self._checkpoint(step)
         return step
+
+
+def reward_item(t: Trajectory, search_tool: str) -> dict[str, Any]:
+    """A trajectory as `/reward` scores it (the tool-call dialect names its search tool)."""
+    tool = {"search_tool": search_tool} if t.dialect == "toolcall" else {}
+    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool}
+
+
+def token_arrays(tok: Any, t: Trajectory) -> dict[str, list[Any]]:
+    """A trajectory's token arrays before any training pass: text, ids, roles, the loss mask of its roles (1 exactly on
+    generated tokens) and the sampling-time log-prob where the policy sampled a token (null on the prompt and the
+    observations). The update's records replace the loss mask with the one it used and add its own arrays."""
+    P = len(t.prompt_ids)
+    ids = t.prompt_ids + t.ids
+    return {
+        "text": tok.token_texts(ids),
+        "ids": ids,
+        "role": ["prompt"] * P + t.roles,
+        "loss_mask": [0] * P + [1 if role == "generated" else 0 for role in t.roles],
+        "rollout_logprob": [None] * P + [None if x is None else round(float(x), 6) for x in t.sample_logprobs],
+    }
 
 
 def lr_multiplier(step: int, total: int, warmup: int, schedule: str, min_ratio: float) -> float:
