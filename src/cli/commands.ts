@@ -6,6 +6,7 @@ import { auditCommand } from './audit';
 import type { CliCommand } from './command';
 import { doctorCommand, setupCommand } from './environment';
 import { exportCommandDef } from './export';
+import { forkCommand, whatifCommand } from './fork';
 import { importCommandDef } from './import';
 import { indexCommandDef } from './index-command';
 import { inspectCommand } from './inspect';
@@ -13,4 +14,4 @@ import { rewardCommandDef } from './reward-command';
 import { serveCommand } from './serve';
 import { demoCommand, trainCommand } from './train';
 
-export const COMMANDS = [doctorCommand, setupCommand, demoCommand, trainCommand, serveCommand, indexCommandDef, inspectCommand, auditCommand, importCommandDef, rewardCommandDef, exportCommandDef] as CliCommand<any>[];
+export const COMMANDS = [doctorCommand, setupCommand, demoCommand, trainCommand, serveCommand, indexCommandDef, inspectCommand, auditCommand, importCommandDef, rewardCommandDef, exportCommandDef, forkCommand, whatifCommand] as CliCommand<any>[];

@@ -647,9 +647,66 @@ export interface ReplayState {
   error?: { file: string; line: number; messages: string[]; raw?: string };
 }
 
+// --- counterfactual replay (fork; the host side is src/core/host/fork.ts, the trainer side fork.py) -------------
+
+/** A document the user wrote for a fork: `Title\ntext` (as a corpus' `contents`), or its parts. */
+export type ForkDocument = string | { contents: string; id?: string } | { title?: string; text: string; id?: string };
+
+/** What a fork asks: turns count the generation turns from 1; an edit replaces the observation before turn `turn`. */
+export interface ForkOptions {
+  turn: number;
+  /** A checkpoint name (`step-NNNNNN`); default: the one that produced the rollout (defaultCheckpoint). */
+  checkpoint?: string;
+  /** Re-runs the search before turn `turn` with this query. */
+  query?: string;
+  /** Replaces that search's documents. */
+  documents?: ForkDocument[];
+  /** Sampled continuations at the run's temperature (default: one greedy). */
+  samples?: number;
+  greedy?: boolean;
+  /** Another Search-R1-compatible retriever for the fork's searches (the reward stays the run's). */
+  retrieverUrl?: string;
+}
+
+/** One continuation of a fork, as the policy server returns it (`tokens` cover prompt + response). */
+export interface Continuation {
+  response: string;
+  answer: string | null;
+  reward: number | null;
+  /** The first token index (prompt included) where it differs from the recorded rollout; null when identical. */
+  diverges_at: number | null;
+  tokens: { text: string[]; ids: number[]; role: TokenRoleName[]; loss_mask: (0 | 1)[]; rollout_logprob: (number | null)[] };
+  finish: string | null;
+  turns: number;
+  searches: number;
+  reward_parts: Record<string, number>;
+  retrieval: { query: string; hits: { id: string; score: number | null }[] }[];
+  reward_error?: string;
+}
+
+export interface ForkResult {
+  /** The checkpoint the continuations come from. */
+  checkpoint: string;
+  continuations: Continuation[];
+}
+
+/** The fork panel's choices: the run's checkpoints and the default one for the shown rollout. */
+export interface ForkChoices {
+  /** Why forking is not possible here (no run directory, no tokens, untrusted workspace, no checkpoint…). */
+  unavailable?: string;
+  checkpoints: string[];
+  defaultCheckpoint?: string;
+  /** Generation turns of the rollout (1..turns). */
+  turns: number;
+}
+
 export interface ReplayContract extends Contract {
   host: {
     getState(params: void): ReplayState | null;
+    /** What the fork form offers for the shown rollout (`model` indexes ReplayState.models). */
+    forkChoices(params: { model: number }): ForkChoices;
+    /** Forks the shown rollout (the policy server is started once per run and checkpoint, and reused). */
+    fork(params: ForkOptions & { model: number }): ForkResult;
     /** The webview reports where it is, so a re-created view restores it. */
     position(params: ReplayPosition): void;
     /** Opens a tokenizer.json to split a token-less rollout into tokens. */

@@ -166,9 +166,10 @@ def diverges_at(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def final_answer(response: str) -> str | None:
-    """The last `<answer>…</answer>` of a response, stripped (None when it gives none)."""
-    found = ANSWER_RE.findall(response)
+def final_answer(t: Trajectory, tok: Any, dialect: Dialect) -> str | None:
+    """The last `<answer>…</answer>` the policy wrote, stripped (None when it gave none): generated turns only (the
+    invalid-action message quotes the tags)."""
+    found = [m for s, e, gen in turn_runs(t.roles, 0) if gen for m in ANSWER_RE.findall(dialect.text(tok, t.ids[s:e]))]
     return found[-1].strip() if found else None
 
 
@@ -251,7 +252,7 @@ class PolicyServer:
             out.append(
                 {
                     "response": t.response,
-                    "answer": final_answer(t.response),
+                    "answer": final_answer(t, self.tok, self.dialect),
                     "reward": res.get("reward"),
                     "diverges_at": diverges_at(tokens["ids"], recorded),
                     "tokens": tokens,

@@ -116,6 +116,8 @@ export interface SpawnOptions {
   env?: Record<string, string>;
   onStdout?: (line: string) => void;
   onStderr?: LogSink;
+  /** `pipe`: the child reads requests from its stdin (`child.proc.stdin`); default `ignore`. */
+  stdin?: 'pipe' | 'ignore';
 }
 
 export function spawnChild(name: string, file: string, args: string[], options: SpawnOptions = {}): Child {
@@ -124,7 +126,7 @@ export function spawnChild(name: string, file: string, args: string[], options: 
     env: { ...options.env, SAS_PARENT_PID: String(process.pid) },
     extendEnv: true,
     detached: true,
-    stdin: 'ignore',
+    stdin: options.stdin ?? 'ignore',
     buffer: false,
     reject: false,
     cleanup: true,

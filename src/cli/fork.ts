@@ -1,0 +1,233 @@
+/**
+ * Counterfactual replay on the command line (docs/fork.md), on the same host as the replay panel's "Fork here"
+ * (src/core/host/fork.ts):
+ *
+ *   search-agent-studio fork <run-dir> <rollout-id> --turn K [--checkpoint step-NNNNNN] [--query TEXT | --documents FILE]
+ *                            [--samples N | --greedy] [--retriever-url URL] [--json]
+ *   search-agent-studio whatif <run-dir> [--step N] [--filter EXPR] --retriever-url URL [--json]
+ *
+ * `fork` continues one rollout from generation turn K (from 1) with the run's policy; `--json` prints
+ * `{"continuations": [{"response", "answer", "reward", "diverges_at", "tokens"}]}`. `whatif` forks every rollout
+ * the inspector's filter selects at turn 1 with another retriever, and prints the reward before and after.
+ * Exit 0, 1 when the fork failed (the policy server's message), 2 on bad usage or input.
+ */
+import { readFile } from 'node:fs/promises';
+import { ForkError, ForkHost, findRollout } from '../core/host/fork';
+import { RunConfigError, runNeeds } from '../core/host/runConfig';
+import { EnvServerError } from '../core/host/processes';
+import { RolloutTable } from '../core/inspect/table';
+import { FilterError } from '../core/inspect/filter';
+import type { Continuation, ForkDocument, ForkOptions } from '../core/protocol';
+import type { Rollout } from '../core/run/format';
+import { findPython, noPythonMessage } from '../core/python';
+import { trajectoryFacts } from '../core/run/summary';
+import { RolloutStore } from '../core/store/rollouts';
+import { UsageError } from '../server/run';
+import { defineCommand, type CliIo } from './command';
+import { withInputErrors } from './inputErrors';
+import { cliPythonCandidates } from './train';
+
+/**
+ * The documents of `--documents FILE`: a JSON array, JSON lines (one document per line), or a text file that is one
+ * document (its first line the title). A document is a string (`Title\ntext`), `{contents}` or `{title, text}`.
+ */
+export async function readDocuments(file: string): Promise<ForkDocument[]> {
+  const text = await readFile(file, 'utf8');
+  const check = (d: unknown, where: string): ForkDocument => {
+    if (typeof d === 'string' || (d && typeof d === 'object' && (typeof (d as { contents?: unknown }).contents === 'string' || typeof (d as { text?: unknown }).text === 'string'))) return d as ForkDocument;
+    throw new UsageError(`${where}: expected a document: a string, {"contents": …} or {"title": …, "text": …}`);
+  };
+  const parse = (s: string, where: string): unknown => {
+    try {
+      return JSON.parse(s);
+    } catch (e) {
+      throw new UsageError(`${where}: not valid JSON (${(e as Error).message})`);
+    }
+  };
+  if (file.endsWith('.json')) {
+    const v = parse(text, file);
+    if (!Array.isArray(v)) throw new UsageError(`${file}: expected a JSON array of documents`);
+    return v.map((d, i) => check(d, `${file}: [${i}]`));
+  }
+  if (file.endsWith('.jsonl')) {
+    return text
+      .split('\n')
+      .map((l, i) => [l, i + 1] as const)
+      .filter(([l]) => l.trim())
+      .map(([l, n]) => check(parse(l, `${file}:${n}`), `${file}:${n}`));
+  }
+  if (!text.trim()) throw new UsageError(`${file}: empty (a document's first line is its title, the rest its text)`);
+  return [text.replace(/\n+$/, '')];
+}
+
+async function forkHost(runDir: string, python?: string, io?: CliIo): Promise<ForkHost | undefined> {
+  const needs = await runNeeds({ runDir, resume: true });
+  const search = await findPython(cliPythonCandidates(python), needs);
+  if (!search.found) {
+    io?.err(`${noPythonMessage(search, needs)}\n`);
+    return undefined;
+  }
+  return new ForkHost({ python: search.found.executable });
+}
+
+/** Runs `fn` with a fork host, stopping every process it started however `fn` ends (Ctrl-C included). */
+async function withForkHost(a: { 'run-dir': string; python?: string }, io: CliIo, fn: (host: ForkHost) => Promise<number>): Promise<number> {
+  const host = await forkHost(a['run-dir'], a.python, io);
+  if (!host) return 1;
+  const onSignal = () => void host.stop().then(() => process.exit(130));
+  process.once('SIGINT', onSignal);
+  try {
+    return await fn(host);
+  } catch (e) {
+    if (e instanceof ForkError || e instanceof EnvServerError || e instanceof RunConfigError) {
+      io.err(`search-agent-studio: ${e.message}\n`);
+      return e instanceof RunConfigError ? 2 : 1;
+    }
+    throw e;
+  } finally {
+    process.off('SIGINT', onSignal);
+    await host.stop();
+  }
+}
+
+const num = (x: number | null | undefined) => (typeof x === 'number' ? x.toFixed(3) : '–');
+
+function samplingOf(a: { samples?: number; greedy?: boolean }): Pick<ForkOptions, 'samples' | 'greedy'> {
+  if (a.samples !== undefined && (!Number.isInteger(a.samples) || a.samples < 1)) throw new UsageError(`--samples must be a positive integer, got ${a.samples}`);
+  if (a.samples !== undefined && a.greedy) throw new UsageError('--samples and --greedy exclude each other');
+  return a.samples !== undefined ? { samples: a.samples, greedy: false } : { greedy: true };
+}
+
+/** What `fork --json` prints of a continuation: exactly the issue's shape. */
+const jsonOf = (c: Continuation) => ({ response: c.response, answer: c.answer, reward: c.reward, diverges_at: c.diverges_at, tokens: c.tokens });
+
+export const forkCommand = defineCommand({
+  command: 'fork <run-dir> <rollout-id>',
+  describe: "continue a recorded rollout from generation turn K with the run's policy, the observation before it as it was or edited (docs/fork.md)",
+  builder: (y) =>
+    y
+      .positional('run-dir', { type: 'string', demandOption: true, describe: 'the run directory' })
+      .positional('rollout-id', { type: 'string', demandOption: true, describe: "the rollout's id (the inspector's id column)" })
+      .option('turn', { type: 'number', demandOption: true, describe: 'the generation turn to fork at (from 1); an edit replaces the observation before it' })
+      .option('checkpoint', { type: 'string', describe: 'step-NNNNNN (default: the checkpoint that produced the rollout)' })
+      .option('query', { type: 'string', describe: 're-run the search before turn K with this query' })
+      .option('documents', { type: 'string', describe: "replace that search's documents: a .json array, .jsonl lines, or a text file (one document, first line its title)" })
+      .option('samples', { type: 'number', describe: "N sampled continuations at the run's temperature" })
+      .option('greedy', { type: 'boolean', describe: 'one greedy continuation (the default)' })
+      .option('retriever-url', { type: 'string', describe: "another Search-R1-compatible retriever for the fork's searches (the reward stays the run's)" })
+      .option('python', { type: 'string', describe: "the trainer's Python (the only one tried)" })
+      .option('json', { type: 'boolean', default: false, describe: 'print {"continuations": [{response, answer, reward, diverges_at, tokens}]}' })
+      .conflicts('query', 'documents')
+      .example('$0 fork runs/demo-1 run:val:2:0:0 --turn 2 --documents better.txt', 'what if the first search had returned better.txt?'),
+  run: async (a, io) =>
+    withInputErrors(io, async () => {
+      if (!Number.isInteger(a.turn) || a.turn < 1) throw new UsageError(`--turn must be an integer ≥ 1 (generation turns count from 1), got ${a.turn}`);
+      const sampling = samplingOf(a);
+      const documents = a.documents !== undefined ? await readDocuments(a.documents) : undefined;
+      const runDir = a['run-dir'];
+      const record = await findRollout(runDir, a['rollout-id']).catch((e) => {
+        throw e instanceof ForkError ? new UsageError(e.message) : e;
+      });
+      return withForkHost({ 'run-dir': runDir, python: a.python }, io, async (host) => {
+        const r = await host.fork(runDir, record, { turn: a.turn, checkpoint: a.checkpoint, query: a.query, documents, retrieverUrl: a['retriever-url'], ...sampling });
+        if (a.json) {
+          io.out(`${JSON.stringify({ continuations: r.continuations.map(jsonOf) })}\n`);
+          return 0;
+        }
+        io.out(`${record.id} forked at turn ${a.turn} from ${r.checkpoint}${a.query !== undefined ? ' (query edited)' : documents ? ' (documents edited)' : ''}\n`);
+        io.out(`  recorded        reward ${num(record.reward)}  answer ${JSON.stringify(trajectoryFacts(record).answer)}\n`);
+        r.continuations.forEach((c, k) => {
+          const where = c.diverges_at === null ? 'identical to the recorded rollout' : `diverges at token ${c.diverges_at}`;
+          io.out(`  continuation ${k + 1}  reward ${num(c.reward)}  answer ${JSON.stringify(c.answer)}  finish ${c.finish}  ${where}\n`);
+          if (c.diverges_at !== null) io.out(`    … ${c.tokens.text.slice(c.diverges_at).join('').slice(0, 400).replace(/\n/g, '⏎')}\n`);
+        });
+        return 0;
+      });
+    }),
+});
+
+export interface WhatIfRow {
+  id: string;
+  step: number | null;
+  reward_before: number | null;
+  reward_after: number | null;
+  answer_before: string | null;
+  answer_after: string | null;
+  diverges_at: number | null;
+  error?: string;
+}
+
+export const whatifCommand = defineCommand({
+  command: 'whatif <run-dir>',
+  describe: "fork every rollout an inspector filter selects at turn 1 with another retriever: reward before and after (how many failures would a better retriever fix?)",
+  builder: (y) =>
+    y
+      .positional('run-dir', { type: 'string', demandOption: true, describe: 'the run directory' })
+      .option('retriever-url', { type: 'string', demandOption: true, describe: 'the other Search-R1-compatible retriever (POST /retrieve)' })
+      .option('step', { type: 'number', describe: 'only rollouts of this step' })
+      .option('filter', { type: 'string', default: 'reward == 0 && searches >= 1', describe: "the inspector's filter language (docs/inspector.md)" })
+      .option('limit', { type: 'number', default: 50, describe: 'fork at most this many rollouts' })
+      .option('checkpoint', { type: 'string', describe: 'step-NNNNNN (default: each rollout\'s own)' })
+      .option('python', { type: 'string', describe: "the trainer's Python (the only one tried)" })
+      .option('json', { type: 'boolean', default: false, describe: 'print {"rows": [{id, step, reward_before, reward_after, answer_before, answer_after, diverges_at}], "summary": {…}}' }),
+  run: async (a, io) =>
+    withInputErrors(io, async () => {
+      const filter = [a.step !== undefined ? `step == ${Number(a.step)}` : '', a.filter ? `(${a.filter})` : ''].filter(Boolean).join(' && ');
+      const store = await RolloutStore.open(a['run-dir']);
+      let records: Rollout[] = [];
+      try {
+        const table = new RolloutTable();
+        await table.extend(store);
+        let view: Int32Array | undefined;
+        try {
+          view = table.query({ filter });
+        } catch (e) {
+          if (e instanceof FilterError) throw new UsageError(`--filter: ${e.message} (at ${e.start}..${e.end} of ${JSON.stringify(filter)})`);
+          throw e;
+        }
+        const picked = Array.from(view ?? []).slice(0, a.limit);
+        records = (await Promise.all(picked.map((i) => store.row(i)))).map((r) => r?.record).filter((r): r is Rollout => r !== undefined);
+      } finally {
+        await store.close();
+      }
+      const rows: WhatIfRow[] = [];
+      const code = await withForkHost({ 'run-dir': a['run-dir'], python: a.python }, io, async (host) => {
+        for (const record of records) {
+          const row: WhatIfRow = { id: record.id, step: record.step ?? null, reward_before: record.reward ?? null, reward_after: null, answer_before: trajectoryFacts(record).answer, answer_after: null, diverges_at: null };
+          try {
+            const { continuations } = await host.fork(a['run-dir'], record, { turn: 1, checkpoint: a.checkpoint, retrieverUrl: a['retriever-url'], greedy: true });
+            Object.assign(row, { reward_after: continuations[0]!.reward, answer_after: continuations[0]!.answer, diverges_at: continuations[0]!.diverges_at });
+          } catch (e) {
+            if (!(e instanceof ForkError)) throw e;
+            row.error = e.message;
+          }
+          rows.push(row);
+          if (!a.json) io.err(`forked ${rows.length}/${records.length}\r`);
+        }
+        return 0;
+      });
+      if (code) return code;
+      const done = rows.filter((r) => r.error === undefined);
+      const delta = (r: WhatIfRow) => (r.reward_after ?? 0) - (r.reward_before ?? 0);
+      const mean = (xs: number[]) => (xs.length ? xs.reduce((s, x) => s + x, 0) / xs.length : null);
+      const summary = {
+        filter,
+        rollouts: rows.length,
+        failed: rows.length - done.length,
+        improved: done.filter((r) => delta(r) > 1e-9).length,
+        worsened: done.filter((r) => delta(r) < -1e-9).length,
+        unchanged: done.filter((r) => Math.abs(delta(r)) <= 1e-9).length,
+        mean_before: mean(done.map((r) => r.reward_before ?? 0)),
+        mean_after: mean(done.map((r) => r.reward_after ?? 0)),
+      };
+      if (a.json) {
+        io.out(`${JSON.stringify({ rows, summary })}\n`);
+        return 0;
+      }
+      io.out(`${rows.length} rollouts of ${a['run-dir']} where ${filter}, forked at turn 1 with ${a['retriever-url']}\n`);
+      io.out(`  ${'id'.padEnd(28)} ${'before'.padStart(7)} ${'after'.padStart(7)}  answer before → after\n`);
+      for (const r of rows) io.out(`  ${r.id.padEnd(28)} ${num(r.reward_before).padStart(7)} ${(r.error ? 'error' : num(r.reward_after)).padStart(7)}  ${JSON.stringify(r.answer_before)} → ${r.error ?? JSON.stringify(r.answer_after)}\n`);
+      io.out(`improved ${summary.improved}, worsened ${summary.worsened}, unchanged ${summary.unchanged}${summary.failed ? `, failed ${summary.failed}` : ''}; mean reward ${num(summary.mean_before)} → ${num(summary.mean_after)}\n`);
+      return 0;
+    }),
+});
