@@ -60,19 +60,19 @@ export async function readDocuments(file: string): Promise<ForkDocument[]> {
   return [text.replace(/\n+$/, '')];
 }
 
-async function forkHost(runDir: string, python?: string, io?: CliIo): Promise<ForkHost | undefined> {
+async function forkHost(runDir: string, python?: string, io?: CliIo, envUrl?: string): Promise<ForkHost | undefined> {
   const needs = await runNeeds({ runDir, resume: true });
   const search = await findPython(cliPythonCandidates(python), needs);
   if (!search.found) {
     io?.err(`${noPythonMessage(search, needs)}\n`);
     return undefined;
   }
-  return new ForkHost({ python: search.found.executable });
+  return new ForkHost({ python: search.found.executable, envUrl });
 }
 
 /** Runs `fn` with a fork host, stopping every process it started however `fn` ends (Ctrl-C included). */
-async function withForkHost(a: { 'run-dir': string; python?: string }, io: CliIo, fn: (host: ForkHost) => Promise<number>): Promise<number> {
-  const host = await forkHost(a['run-dir'], a.python, io);
+async function withForkHost(a: { 'run-dir': string; python?: string; 'env-url'?: string }, io: CliIo, fn: (host: ForkHost) => Promise<number>): Promise<number> {
+  const host = await forkHost(a['run-dir'], a.python, io, a['env-url']);
   if (!host) return 1;
   const onSignal = () => void host.stop().then(() => process.exit(130));
   process.once('SIGINT', onSignal);
@@ -115,6 +115,7 @@ export const forkCommand = defineCommand({
       .option('samples', { type: 'number', describe: "N sampled continuations at the run's temperature" })
       .option('greedy', { type: 'boolean', describe: 'one greedy continuation (the default)' })
       .option('retriever-url', { type: 'string', describe: "another Search-R1-compatible retriever for the fork's searches (the reward stays the run's)" })
+      .option('env-url', { type: 'string', describe: "an env server already serving the run's reward module (default: one started from the run's config)" })
       .option('python', { type: 'string', describe: "the trainer's Python (the only one tried)" })
       .option('json', { type: 'boolean', default: false, describe: 'print {"continuations": [{response, answer, reward, diverges_at, tokens}]}' })
       .conflicts('query', 'documents')
@@ -128,7 +129,7 @@ export const forkCommand = defineCommand({
       const record = await findRollout(runDir, a['rollout-id']).catch((e) => {
         throw e instanceof ForkError ? new UsageError(e.message) : e;
       });
-      return withForkHost({ 'run-dir': runDir, python: a.python }, io, async (host) => {
+      return withForkHost({ 'run-dir': runDir, python: a.python, 'env-url': a['env-url'] }, io, async (host) => {
         const r = await host.fork(runDir, record, { turn: a.turn, checkpoint: a.checkpoint, query: a.query, documents, retrieverUrl: a['retriever-url'], ...sampling });
         if (a.json) {
           io.out(`${JSON.stringify({ continuations: r.continuations.map(jsonOf) })}\n`);
@@ -168,6 +169,7 @@ export const whatifCommand = defineCommand({
       .option('filter', { type: 'string', default: 'reward == 0 && searches >= 1', describe: "the inspector's filter language (docs/inspector.md)" })
       .option('limit', { type: 'number', default: 50, describe: 'fork at most this many rollouts' })
       .option('checkpoint', { type: 'string', describe: 'step-NNNNNN (default: each rollout\'s own)' })
+      .option('env-url', { type: 'string', describe: "an env server already serving the run's reward module (default: one started from the run's config)" })
       .option('python', { type: 'string', describe: "the trainer's Python (the only one tried)" })
       .option('json', { type: 'boolean', default: false, describe: 'print {"rows": [{id, step, reward_before, reward_after, answer_before, answer_after, diverges_at}], "summary": {…}}' }),
   run: async (a, io) =>
@@ -191,7 +193,7 @@ export const whatifCommand = defineCommand({
         await store.close();
       }
       const rows: WhatIfRow[] = [];
-      const code = await withForkHost({ 'run-dir': a['run-dir'], python: a.python }, io, async (host) => {
+      const code = await withForkHost({ 'run-dir': a['run-dir'], python: a.python, 'env-url': a['env-url'] }, io, async (host) => {
         for (const record of records) {
           const row: WhatIfRow = { id: record.id, step: record.step ?? null, reward_before: record.reward ?? null, reward_after: null, answer_before: trajectoryFacts(record).answer, answer_after: null, diverges_at: null };
           try {

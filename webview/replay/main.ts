@@ -13,6 +13,7 @@ import '@vscode-elements/elements/dist/vscode-button/index.js';
 import type { Overlay, ReplayContract, ReplayEntry, ReplayModel, ReplayPosition, ReplayState } from '../../src/core/protocol';
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
+import { forkPane } from './fork';
 
 const endpoint = connect<ReplayContract>('replay');
 const root = document.getElementById('root')!;
@@ -59,7 +60,9 @@ const tokenPane = h('div', { class: 'tokens', 'data-testid': 'tokens', tabindex:
 const legend = h('div', { class: 'legend', 'data-testid': 'legend' });
 const hover = h('div', { class: 'hovercard', role: 'tooltip', hidden: true, 'data-testid': 'hovercard' });
 const textView = h('pre', { class: 'textview', 'data-testid': 'textview' });
-replaceChildren(root, header, controls, columns, legend, tokenPane, h('h3', {}, 'Trajectory text'), textView, hover);
+const fork = forkPane(endpoint);
+const forkHere = h('vscode-button', { secondary: true, 'data-testid': 'fork-here', title: 'Fork the rollout at the turn of the current entry (docs/fork.md)', onclick: () => fork.at((model()?.entries[pos.entry]?.turn ?? 0) + 1) }, 'Fork here');
+replaceChildren(root, header, controls, columns, legend, tokenPane, fork.element, h('h3', {}, 'Trajectory text'), textView, hover);
 
 const scrubber = h('input', { type: 'range', min: '0', max: '0', value: '0', class: 'scrubber', 'aria-label': 'Token position', 'data-testid': 'scrubber' });
 scrubber.addEventListener('input', () => go(Number(scrubber.value)));
@@ -97,6 +100,7 @@ replaceChildren(
   h('label', {}, 'Overlay ', overlaySelect),
   leakButton,
   tokenizerButton,
+  forkHere,
 );
 
 function renderHeader(): void {
@@ -468,6 +472,7 @@ function show(s: ReplayState | null): void {
   renderTimeline();
   renderTokens();
   renderPosition();
+  fork.show(s.models.length === 1 ? m : undefined);
   // Open at the top: the question, golden answer and reward first (following the position scrolls only its panes).
   window.scrollTo(0, 0);
 }

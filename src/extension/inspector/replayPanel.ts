@@ -3,14 +3,19 @@
  * models and the position, so hiding and showing the panel (which re-creates the webview: no
  * retainContextWhenHidden) restores where the user was.
  */
+import { join } from 'node:path';
 import * as vscode from 'vscode';
+import { ForkHost, defaultCheckpoint, generationTurns, listCheckpoints } from '../../core/host/fork';
 import { replayModel, type TextTokenizer } from '../../core/inspect/replay';
 import { loadTextTokenizer } from '../../core/inspect/tokenizer';
-import type { ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol';
+import type { ForkChoices, ForkOptions, ForkResult, ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol';
+import type { Rollout } from '../../core/run/format';
 import { formatIssue } from '../../core/run/format';
 import { readLines } from '../../core/store/jsonl';
-import { parseRolloutLine, rawPreview, runConfigDialect, type RolloutRow } from '../../core/store/rollouts';
+import { parseRolloutLine, rawPreview, runConfigDialect, runConfigNear, type RolloutRow } from '../../core/store/rollouts';
 import type { Dialect } from '../../core/tags/parser';
+import { nodeCommand } from '../node';
+import { findTrainerPython } from '../training/python';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
 
@@ -32,6 +37,9 @@ export class ReplayPanel implements vscode.Disposable {
   private inputs: ReplayInput[] = [];
   private tokenizer: { name: string; tokenize: TextTokenizer } | undefined;
   private readonly disposables: vscode.Disposable[] = [];
+  /** The processes behind "Fork here" (policy servers, one per run and checkpoint; the run's env server): started on
+   * the first fork, reused, stopped when the panel closes and when the extension deactivates (a window reload). */
+  private forks: ForkHost | undefined;
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -85,9 +93,59 @@ export class ReplayPanel implements vscode.Disposable {
       if (this.state) this.state.position = p;
     });
     web.endpoint.handle('chooseTokenizer', () => this.chooseTokenizer());
+    web.endpoint.handle('forkChoices', (p) => this.forkChoices(p.model));
+    web.endpoint.handle('fork', (p) => this.fork(p));
     web.panel.onDidDispose(() => {
       this.web = undefined;
+      void this.stopForks();
     });
+  }
+
+  /** The shown rollout's record and run directory (undefined run: not in a run directory). */
+  private async forkTarget(k: number): Promise<{ record?: Rollout; runDir?: string }> {
+    const row = this.inputs[k]?.row;
+    if (!row?.record) return {};
+    return { record: row.record, runDir: (await runConfigNear(row.file))?.dir };
+  }
+
+  private async forkChoices(k: number): Promise<ForkChoices> {
+    const { record, runDir } = await this.forkTarget(k);
+    const none = (unavailable: string): ForkChoices => ({ unavailable, checkpoints: [], turns: 0 });
+    if (!vscode.workspace.isTrusted) return none('Forking runs the trainer: trust this workspace first.');
+    if (!record || !runDir) return none('Forking needs a rollout of a run directory (its run.json and checkpoints).');
+    if (!record.tokens?.ids) return none('This rollout has no token ids recorded: it cannot be forked.');
+    const checkpoints = await listCheckpoints(runDir);
+    if (!checkpoints.length) return none(`${runDir} has no checkpoint to fork from.`);
+    return { checkpoints, defaultCheckpoint: defaultCheckpoint(checkpoints, record), turns: generationTurns(record) };
+  }
+
+  private async fork(p: ForkOptions & { model: number }): Promise<ForkResult> {
+    if (!vscode.workspace.isTrusted) throw new Error('Forking runs the trainer: trust this workspace first.');
+    const { record, runDir } = await this.forkTarget(p.model);
+    if (!record || !runDir) throw new Error('Forking needs a rollout of a run directory.');
+    if (!this.forks) {
+      const search = await findTrainerPython(this.context, vscode.Uri.file(runDir));
+      if (!search.found) throw new Error('No Python with torch for the trainer: run "Search Agent: Set Up Trainer Environment" or set searchAgent.pythonPath.');
+      const { file, env } = nodeCommand();
+      const launcher = { node: file, args: [join(this.context.extensionUri.fsPath, 'dist', 'server.js')], env: env.ELECTRON_RUN_AS_NODE ? { ELECTRON_RUN_AS_NODE: '1' } : undefined };
+      this.forks = new ForkHost({ python: search.found.executable, serverLauncher: launcher, onLog: (l) => this.log.info(`[fork] ${l}`) });
+    }
+    const { model: _m, ...options } = p;
+    const result = await this.forks.fork(runDir, record, options);
+    this.log.info(`fork: ${record.id} at turn ${p.turn} from ${result.checkpoint}: ${result.continuations.length} continuations (policy server pids ${(await this.forks.pids()).join(', ')})`);
+    return result;
+  }
+
+  /** Stops the policy servers (and the env servers they used); a later fork starts new ones. */
+  async stopForks(): Promise<void> {
+    const f = this.forks;
+    this.forks = undefined;
+    await f?.stop();
+  }
+
+  /** Policy server pids (tests check none is left after the panel closes). */
+  async forkPids(): Promise<number[]> {
+    return (await this.forks?.pids()) ?? [];
   }
 
   private async chooseTokenizer(): Promise<void> {
@@ -105,6 +163,7 @@ export class ReplayPanel implements vscode.Disposable {
   }
 
   dispose(): void {
+    void this.stopForks();
     this.web?.panel.dispose();
     for (const d of this.disposables) d.dispose();
   }
