@@ -24,13 +24,21 @@ describe('CLI', () => {
   });
 
   it('every subcommand prints its own usage with --help and exits 0', async function () {
-    this.timeout(60_000);
+    // One Node process (TypeScript transpiled at start) per subcommand: run a few at a time, with room for a loaded
+    // machine (no timing is asserted).
+    this.timeout(240_000);
     const top = await cli('--help');
     assert.equal(top.exitCode, 0);
     const names = [...top.stdout.matchAll(/^ {2}search-agent-studio (\w+)/gm)].map((m) => m[1]!);
-    for (const c of ['doctor', 'setup', 'demo', 'train', 'serve', 'index', 'inspect', 'audit', 'import', 'reward', 'export']) assert.ok(names.includes(c), `${c} is listed (${names.join(', ')})`);
-    for (const name of names.filter((n) => n !== 'completion')) {
-      const r = await cli(name, '--help');
+    for (const c of ['doctor', 'setup', 'demo', 'train', 'serve', 'index', 'inspect', 'audit', 'import', 'reward', 'export', 'fork', 'whatif']) assert.ok(names.includes(c), `${c} is listed (${names.join(', ')})`);
+    const subcommands = names.filter((n) => n !== 'completion');
+    const results = new Map<string, Awaited<ReturnType<typeof cli>>>();
+    const queue = [...subcommands];
+    await Promise.all(Array.from({ length: 4 }, async () => {
+      for (let name = queue.shift(); name !== undefined; name = queue.shift()) results.set(name, await cli(name, '--help'));
+    }));
+    for (const name of subcommands) {
+      const r = results.get(name)!;
       assert.equal(r.exitCode, 0, `${name} --help: ${r.stderr}`);
       assert.match(r.stdout, new RegExp(`^search-agent-studio ${name}\\b`, 'm'), `${name} --help shows its own usage`);
       assert.equal(r.stderr, '');
