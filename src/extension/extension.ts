@@ -13,6 +13,9 @@ import { liveSummary, TrainingController } from './training/trainingController';
 import { TrajectoryLanguage } from './trajectoryLanguage';
 import { registerWalkthrough } from './walkthrough';
 
+/** The replay panel, whose policy servers deactivate() stops (a window reload deactivates the extension). */
+let replayPanel: ReplayPanel | undefined;
+
 export function activate(context: vscode.ExtensionContext): void {
   const log = vscode.window.createOutputChannel('Search Agent Studio', { log: true });
   context.subscriptions.push(log);
@@ -37,6 +40,7 @@ export function activate(context: vscode.ExtensionContext): void {
   context.subscriptions.push(training.onDidChange(describe));
   describe();
   const replay = new ReplayPanel(context, log);
+  replayPanel = replay;
   context.subscriptions.push(replay, new Inspector(context, replay, log, () => training.runsParents()));
 
   context.subscriptions.push(
@@ -46,4 +50,9 @@ export function activate(context: vscode.ExtensionContext): void {
   );
 }
 
-export function deactivate(): void {}
+/** VS Code awaits this (a few seconds) before the extension host goes: the policy servers are stopped and waited for
+ * here, not left to the dispose of the subscriptions, which is not awaited (they also exit when their parent dies). */
+export async function deactivate(): Promise<void> {
+  await replayPanel?.stopForks();
+  replayPanel = undefined;
+}

@@ -311,12 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from .watchdog import watch_parent
 
+    watch_parent(lambda _pid: os._exit(0))  # the host has gone (even while the model loads): nothing is left to answer
     try:
         server = PolicyServer(args.run_dir, args.checkpoint, args.env_url, args.device)
     except Exception as e:  # noqa: BLE001 - reported as the protocol's error event
         print(json.dumps({"event": "error", "message": f"{type(e).__name__}: {e}" if not isinstance(e, ForkError) else str(e)}), flush=True)
         return 2
-    watch_parent(lambda _pid: os._exit(0))  # the host has gone: nothing is left to answer
     print(json.dumps({"event": "ready", "checkpoint": str(server.checkpoint), "step": server.step, "model": server.cfg.model.kind, "device": str(server.device)}), flush=True)
     serve(server, sys.stdin, sys.stdout)
     return 0

@@ -140,7 +140,10 @@ export class ReplayPanel implements vscode.Disposable {
   async stopForks(): Promise<void> {
     const f = this.forks;
     this.forks = undefined;
-    await f?.stop();
+    if (!f) return;
+    const pids = await f.pids();
+    await f.stop();
+    this.log.info(`fork: policy servers stopped (pids ${pids.join(', ') || 'none'})`);
   }
 
   /** Policy server pids (tests check none is left after the panel closes). */
