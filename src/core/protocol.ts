@@ -563,6 +563,9 @@ export interface RowFacts {
   /** Max |logprob − rollout_logprob| over trained tokens, and how many trained tokens have a ratio outside the band (absent when not both recorded). */
   logprob?: number;
   ratioFlags?: number;
+  /** Trained tokens a truncated (TIS) / masked (MIS) importance-sampling correction would clip / drop at the configured level and cap (src/core/audit/importance.ts). */
+  isClipped?: number;
+  isDropped?: number;
   /** The rollout's reward-hacking alarms (src/core/audit/alarms.ts; search-collapse is a run-level alarm, not here). */
   alarms?: string[];
   /** The first problem of a malformed row (file:line: field: message), and how many there are. */

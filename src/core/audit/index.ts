@@ -10,16 +10,18 @@ import { searchCount, parseResponse } from '../tags/trajectory';
 import { searchCollapseSteps, trajectoryAlarms, type Alarm, type AlarmOptions } from './alarms';
 import type { StepAudit } from './series';
 import { findDrift, type Drift, type DriftOptions } from './drift';
+import type { ImportanceOptions } from './importance';
 import { checkLogprobs, type LogprobCheck, type LogprobOptions } from './logprob';
 import { engineMaskOf, maskLeaks } from './masks';
 
 export * from './alarms';
 export * from './drift';
+export * from './importance';
 export * from './logprob';
 export * from './masks';
 export * from './series';
 
-export interface AuditOptions extends LogprobOptions, AlarmOptions, DriftOptions {
+export interface AuditOptions extends LogprobOptions, AlarmOptions, DriftOptions, ImportanceOptions {
   /** The model's tokenizer; without one drift is not checked (`drift` stays null, `summary.drift.checked` false). */
   tokenizer?: Pick<TokenizerCodec, 'encode' | 'decode'>;
   read?: ReadOptions;
