@@ -482,7 +482,45 @@ export interface ReplayEntry {
   docs?: ReplayDoc[];
 }
 
-export type Overlay = 'rollout_logprob' | 'logprob' | 'ref_logprob' | 'kl' | 'advantage' | 'value' | 'entropy';
+/** Token colourings: a recorded number, or the log-prob microscope's Δ = logprob − rollout_logprob and ratio exp(Δ) (trained tokens only). */
+export type Overlay = 'rollout_logprob' | 'logprob' | 'ref_logprob' | 'kl' | 'advantage' | 'value' | 'entropy' | 'delta' | 'ratio';
+
+export type ImportanceLevel = 'token' | 'sequence';
+
+/** What a truncated (TIS) or masked (MIS) importance-sampling correction with cap C would do (src/core/audit/importance.ts). */
+export interface ImportancePreview {
+  level: ImportanceLevel;
+  cap: number;
+  /** Trained-token indices TIS would clip (ρ > C: weight C instead of ρ), ascending; at sequence level all of a clipped sequence's. */
+  clipped: number[];
+  /** Trained-token indices MIS would drop (ρ outside [1/C, C]: weight 0), ascending; at sequence level all of a dropped sequence's. */
+  dropped: number[];
+  /** The sequence-level ratio ρ_seq = exp(Σ Δ) over the scored trained tokens (1 when none). */
+  seq_ratio: number;
+  /** Trained tokens with both log-probs. */
+  scored: number;
+}
+
+/** One side of a drift: ids from the window's start, each with its decoded text. */
+export interface DriftPiece {
+  id: number;
+  text: string;
+}
+
+/** The replay's audit of one rollout (src/core/audit/microscope.ts). */
+export interface ReplayMicroscope {
+  /** Trained tokens whose ratio exp(Δ) lies outside the audit's band. */
+  flagged: number[];
+  /** The importance-sampling preview at the panel's level and cap; null without both log-prob arrays. */
+  importance: ImportancePreview | null;
+  /** The first re-tokenisation drift, its window decoded on both sides; null: none, or not checked (see driftNote). */
+  drift: { token: number; from: number; kind: 'text' | 'split'; recorded: DriftPiece[]; reencoded: DriftPiece[] } | null;
+  /** With which tokenizer drift was checked, or why it was not. */
+  driftNote: string;
+  /** The mask the engine trained with (`meta.engine_loss_mask`), when the record carries one; where it disagrees with loss_mask. */
+  engineMask?: (0 | 1)[];
+  maskMismatch: number[];
+}
 
 export interface ReplayTokens {
   text: string[];
@@ -521,6 +559,8 @@ export interface ReplayModel {
   entries: ReplayEntry[];
   tokens: ReplayTokens;
   audit?: MaskAudit;
+  /** Drift, the log-prob microscope's flags, the importance-sampling preview, the engine's mask (token level only). */
+  microscope?: ReplayMicroscope;
   /** Where token text and recorded text disagree (first differing character in prompt + response), if anywhere. */
   alignment?: { mismatchAt: number };
   /** Problems with the record that do not stop the replay (token arrays of different lengths, …). */
@@ -646,6 +686,8 @@ export interface ReplayPosition {
 export interface ReplayState {
   models: ReplayModel[];
   position: ReplayPosition;
+  /** The importance-sampling preview's level and cap (the microscopes' `importance` are computed with them). */
+  importance: { level: ImportanceLevel; cap: number };
   /** Set when the row cannot be replayed (malformed): its errors, with file and line. */
   error?: { file: string; line: number; messages: string[]; raw?: string };
 }
@@ -657,9 +699,11 @@ export interface ReplayContract extends Contract {
     position(params: ReplayPosition): void;
     /** Opens a tokenizer.json to split a token-less rollout into tokens. */
     chooseTokenizer(params: void): void;
+    /** Recomputes the importance-sampling preview of the rollouts shown at another level or cap (one per model). */
+    importance(params: { level: ImportanceLevel; cap: number }): (ImportancePreview | null)[];
   };
   view: {
-    describe(params: void): { entry: number; token: number; tokenText: string | null; entryKind: string | null; leaks: number; overlay: string; level: string; columns: number };
+    describe(params: void): { entry: number; token: number; tokenText: string | null; entryKind: string | null; leaks: number; overlay: string; level: string; columns: number; drift: number | null; driftShown: boolean; clipped: number; dropped: number; excluded: number };
   };
   toView: { state: ReplayState };
   toHost: Record<string, never>;

@@ -15,9 +15,10 @@
  * Tokens with loss_mask 0, and trained tokens missing either log-prob, are never clipped or dropped: they are not
  * in the loss, or there is no ratio to correct.
  */
+import type { ImportanceLevel, ImportancePreview } from '../protocol';
 import { logprobDeltas } from './logprob';
 
-export type ImportanceLevel = 'token' | 'sequence';
+export type { ImportanceLevel, ImportancePreview };
 
 export interface ImportanceOptions {
   /** Token-level ratios ρ_t, or the sequence-level ratio ρ_seq. Default token. */
@@ -27,19 +28,6 @@ export interface ImportanceOptions {
 }
 
 export const IMPORTANCE_DEFAULTS: Required<ImportanceOptions> = { isLevel: 'token', isCap: 2 };
-
-export interface ImportancePreview {
-  level: ImportanceLevel;
-  cap: number;
-  /** Trained-token indices TIS would clip (weight C instead of ρ), ascending; at sequence level all of a clipped sequence's. */
-  clipped: number[];
-  /** Trained-token indices MIS would drop (weight 0), ascending; at sequence level all of a dropped sequence's. */
-  dropped: number[];
-  /** The sequence-level ratio ρ_seq = exp(Σ Δ) over the scored trained tokens (1 when none). */
-  seq_ratio: number;
-  /** Trained tokens with both log-probs (the tokens a correction weighs). */
-  scored: number;
-}
 
 type Numbers = readonly (number | null)[] | undefined;
 

@@ -18,6 +18,7 @@ export * from './alarms';
 export * from './drift';
 export * from './importance';
 export * from './logprob';
+export * from './microscope';
 export * from './masks';
 export * from './series';
 

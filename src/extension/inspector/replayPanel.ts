@@ -4,8 +4,9 @@
  * retainContextWhenHidden) restores where the user was.
  */
 import * as vscode from 'vscode';
+import { addMicroscope, importancePreview, IMPORTANCE_DEFAULTS } from '../../core/audit';
 import { replayModel, type TextTokenizer } from '../../core/inspect/replay';
-import { loadTextTokenizer } from '../../core/inspect/tokenizer';
+import { loadTextTokenizer, loadTokenizerCodec, runTokenizer, type TokenizerCodec } from '../../core/inspect/tokenizer';
 import type { ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol';
 import { formatIssue } from '../../core/run/format';
 import { readLines } from '../../core/store/jsonl';
@@ -13,6 +14,7 @@ import { parseRolloutLine, rawPreview, runConfigDialect, type RolloutRow } from 
 import type { Dialect } from '../../core/tags/parser';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
+import { auditTokenizerSetting, importanceSettings } from '../auditSettings';
 
 export interface ReplayInput {
   index: number;
@@ -31,6 +33,9 @@ export class ReplayPanel implements vscode.Disposable {
   private state: ReplayState | null = null;
   private inputs: ReplayInput[] = [];
   private tokenizer: { name: string; tokenize: TextTokenizer } | undefined;
+  /** The drift check's tokenizer for the rollouts shown (the setting, else their run's model directory's), or why none. */
+  private driftCodec: { codec?: TokenizerCodec; note?: string } = {};
+  private importance: ReplayState['importance'] = { level: IMPORTANCE_DEFAULTS.isLevel, cap: IMPORTANCE_DEFAULTS.isCap };
   private readonly disposables: vscode.Disposable[] = [];
 
   constructor(
@@ -52,6 +57,7 @@ export class ReplayPanel implements vscode.Disposable {
 
   async show(source: string, inputs: ReplayInput[]): Promise<void> {
     this.inputs = inputs;
+    await this.loadAuditSettings(inputs.find((i) => i.row)?.row?.file);
     this.state = this.build({ token: 0, entry: 0, overlay: 'none', speed: 8 });
     this.log.info(`replay: ${source} rows ${inputs.map((i) => i.index).join(', ')}`);
     if (!this.web) this.create();
@@ -61,7 +67,7 @@ export class ReplayPanel implements vscode.Disposable {
   }
 
   private build(position: ReplayPosition): ReplayState {
-    const state: ReplayState = { models: [], position };
+    const state: ReplayState = { models: [], position, importance: this.importance };
     for (const { index, row, raw } of this.inputs) {
       if (!row) {
         state.error = { file: '', line: 0, messages: [`row ${index} is not in the source any more`] };
@@ -72,9 +78,33 @@ export class ReplayPanel implements vscode.Disposable {
         continue;
       }
       const read = trajectoryReadOptions(vscode.Uri.file(row.file), this.log);
-      state.models.push(replayModel(row.record, { index, file: row.file, line: row.line }, { read, ...(this.tokenizer ? { tokenizer: this.tokenizer.tokenize, tokenizerName: this.tokenizer.name } : {}) }));
+      const model = replayModel(row.record, { index, file: row.file, line: row.line }, { read, ...(this.tokenizer ? { tokenizer: this.tokenizer.tokenize, tokenizerName: this.tokenizer.name } : {}) });
+      state.models.push(addMicroscope(model, row.record, { codec: this.driftCodec.codec, noCodec: this.driftCodec.note, isLevel: this.importance.level, isCap: this.importance.cap }));
     }
     return state;
+  }
+
+  /** The drift tokenizer and the importance preview's level and cap for a rollout file (searchAgent.audit.*). */
+  private async loadAuditSettings(file: string | undefined): Promise<void> {
+    if (!file) return;
+    const named = auditTokenizerSetting(file);
+    this.driftCodec = named ? await loadTokenizerCodec(named).then((codec) => ({ codec }), (e: Error) => ({ note: `drift not checked: ${e.message}` })) : await runTokenizer(file);
+    const is = importanceSettings(file);
+    this.importance = { level: is.isLevel ?? IMPORTANCE_DEFAULTS.isLevel, cap: is.isCap ?? IMPORTANCE_DEFAULTS.isCap };
+  }
+
+  /** The importance-sampling preview of the rollouts shown, at another level or cap (kept for a re-created view). */
+  private previewImportance(level: ReplayState['importance']['level'], cap: number): ReturnType<typeof importancePreview>[] {
+    if (!(cap > 1)) throw new Error(`the cap must be > 1 (got ${cap})`);
+    this.importance = { level, cap };
+    if (!this.state) return [];
+    this.state.importance = this.importance;
+    return this.state.models.map((m) => {
+      const tk = this.inputs.find((i) => i.index === m.index)?.row?.record?.tokens;
+      const preview = tk ? importancePreview(tk as Parameters<typeof importancePreview>[0], { isLevel: level, isCap: cap }) : null;
+      if (m.microscope) m.microscope.importance = preview;
+      return preview;
+    });
   }
 
   private create(): void {
@@ -85,6 +115,7 @@ export class ReplayPanel implements vscode.Disposable {
       if (this.state) this.state.position = p;
     });
     web.endpoint.handle('chooseTokenizer', () => this.chooseTokenizer());
+    web.endpoint.handle('importance', ({ level, cap }) => this.previewImportance(level, cap));
     web.panel.onDidDispose(() => {
       this.web = undefined;
     });
