@@ -16,7 +16,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** The names of our webviews; one folder under `webview/` each. */
-export type WebviewName = 'reward-lab' | 'dashboard' | 'rollouts' | 'replay';
+export type WebviewName = 'reward-lab' | 'dashboard' | 'rollouts' | 'replay' | 'groups';
 
 export type Envelope =
   | { t: 'ready'; v: number; webview: string }
@@ -419,6 +419,8 @@ export interface DashboardContract extends Contract {
     removeRun(params: { dir: string }): void;
     /** Opens the rollouts of a step (the nearest step with rollouts at or before it). */
     openStep(params: { dir: string; step: number }): void;
+    /** Opens the GRPO groups of a step (the nearest step with rollouts at or before it): the zero-variance chart's click. */
+    openGroups(params: { dir: string; step: number }): void;
   };
   view: {
     /** What the charts hold, for tests and diagnostics. */
@@ -706,5 +708,68 @@ export interface ReplayContract extends Contract {
     describe(params: void): { entry: number; token: number; tokenText: string | null; entryKind: string | null; leaks: number; overlay: string; level: string; columns: number; drift: number | null; driftShown: boolean; clipped: number; dropped: number; excluded: number };
   };
   toView: { state: ReplayState };
+  toHost: Record<string, never>;
+}
+
+// --- the GRPO group view (the models are built in src/core/audit/groups.ts) --------------------------------------
+
+/** Why a group's rewards are all equal (GRPO's advantage is 0 for every sample: no signal). */
+export type ZeroVarianceReason = 'all-truncated' | 'all-invalid-format' | 'all-correct' | 'all-wrong' | 'equal-rewards';
+
+export interface GroupSample {
+  id: string;
+  file: string;
+  line: number;
+  sample?: number;
+  reward?: number;
+  /** The sample's advantage (GRPO broadcasts one per sequence: read from its first scored trained token). */
+  advantage: number | null;
+  answer: string | null;
+  /** Exact match of the answer against the golden answers (recorded `reward_parts.em`, else computed); null without golden answers. */
+  em: number | null;
+  formatValid: boolean;
+  searches: number;
+  finish?: string;
+  /** Where this sample's stream first differs from the group's first sample (tokens.ids, or characters of the response without tokens); null for the first sample or an identical one. */
+  divergesAt: number | null;
+  length: number;
+}
+
+export interface GroupView {
+  key: string;
+  group: string;
+  step?: number;
+  split?: string;
+  question?: string;
+  golden?: string[];
+  samples: GroupSample[];
+  rewardMean: number | null;
+  rewardStd: number | null;
+  /** Every reward recorded and equal. */
+  zeroVariance: boolean;
+  reason?: ZeroVarianceReason;
+  /** Where the samples' streams first stop agreeing (the shared prompt's end, or later); null with one sample. */
+  divergeAt: number | null;
+  unit: 'tokens' | 'chars';
+}
+
+export interface GroupsState {
+  source: string;
+  step?: number;
+  groups: GroupView[];
+  /** Lines that could not be read (file:line: message), shown above the groups. */
+  errors: string[];
+}
+
+export interface GroupsContract extends Contract {
+  host: {
+    getState(params: void): GroupsState | null;
+    /** Replays one sample (the replay panel). */
+    openSample(params: { file: string; line: number }): void;
+  };
+  view: {
+    describe(params: void): { groups: number; zeroVariance: number; shown: number; reasons: string[]; step: number | null };
+  };
+  toView: { state: GroupsState };
   toHost: Record<string, never>;
 }

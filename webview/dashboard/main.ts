@@ -139,7 +139,8 @@ function makeChart(spec: ChartSpec): { spec: ChartSpec; plot: uPlot; box: HTMLEl
     const step = (plot.data[0] as number[])[idx];
     if (step === undefined) return;
     const run = runs.find((r) => (rows.get(r.dir) ?? []).some((row) => row.step === step)) ?? runs[0];
-    if (run) void endpoint.request('openStep', { dir: run.dir, step });
+    // The zero-variance chart opens that step's GRPO groups; the others its rollouts in the inspector.
+    if (run) void endpoint.request(spec.key === 'zero' ? 'openGroups' : 'openStep', { dir: run.dir, step });
   });
   return { spec, plot, box };
 }

@@ -16,6 +16,7 @@ import { engineMaskOf, maskLeaks } from './masks';
 
 export * from './alarms';
 export * from './drift';
+export * from './groups';
 export * from './importance';
 export * from './logprob';
 export * from './microscope';
