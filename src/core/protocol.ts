@@ -516,7 +516,7 @@ export interface ReplayMicroscope {
   /** The importance-sampling preview at the panel's level and cap; null without both log-prob arrays. */
   importance: ImportancePreview | null;
   /** The first re-tokenisation drift, its window decoded on both sides; null: none, or not checked (see driftNote). */
-  drift: { token: number; from: number; kind: 'text' | 'split'; recorded: DriftPiece[]; reencoded: DriftPiece[] } | null;
+  drift: { token: number; from: number; kind: 'text' | 'split' | 'template'; recorded: DriftPiece[]; reencoded: DriftPiece[] } | null;
   /** With which tokenizer drift was checked, or why it was not. */
   driftNote: string;
   /** The mask the engine trained with (`meta.engine_loss_mask`), when the record carries one; where it disagrees with loss_mask. */

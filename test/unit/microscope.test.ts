@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { addMicroscope } from '../../src/core/audit';
+import { addMicroscope, auditRollout, recordDrift, renderChat } from '../../src/core/audit';
 import { replayModel } from '../../src/core/inspect/replay';
 import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/inspect/tokenizer';
 import { recordOf, writeTokenizerDir } from './bpe';
@@ -60,5 +60,53 @@ describe('audit: the replay microscope', () => {
     assert.deepEqual(m.audit!.leaks, [1], '"next leak" visits the disagreement');
     assert.equal(m.microscope!.importance, null, 'no log-probs recorded: no preview');
     assert.equal(m.tokens.overlays.delta, undefined);
+  });
+});
+
+/** A ChatML template as Qwen2.5's lays out plain messages (system, user, assistant turns; no tools). */
+const CHATML = "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+describe('audit: chat-template drift (@huggingface/jinja renders the model\'s chat_template)', () => {
+  let dir: string;
+  let codec: TokenizerCodec;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'sas-template-'));
+    codec = await loadTokenizerCodec(writeTokenizerDir(join(dir, 'model'), [' Paris', 'is', '<answer>', '</answer>', 'user', 'assistant', 'system'], { chatTemplate: CHATML }));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  const messages = [
+    { role: 'user', content: 'The capital of France?' },
+    { role: 'assistant', content: '<answer> Paris </answer>' },
+  ];
+  const PROMPT = '<|im_start|>user\nThe capital of France?<|im_end|>\n<|im_start|>assistant\n';
+  const asRecorded = (pieces: { text: string; role: 'generated' | 'prompt' }[], meta: Record<string, unknown>) => recordOf(codec, PROMPT, pieces, { meta });
+
+  it('renders ChatML as the model would; a record laid out as its template does has no drift (the trailing newline is not drift)', () => {
+    assert.equal(renderChat(codec.chatTemplate!, messages), `${PROMPT}<answer> Paris </answer><|im_end|>\n`);
+    const r = asRecorded([{ text: '<answer> Paris </answer><|im_end|>', role: 'generated' }], { messages });
+    assert.equal(auditRollout(r, { tokenizer: codec }).drift, null);
+  });
+
+  it('a rollout laid out otherwise than the template (no newline after <|im_end|> between turns): drift of kind "template"', () => {
+    const r = recordOf(codec, PROMPT.replace('<|im_end|>\n', '<|im_end|>'), [{ text: '<answer> Paris </answer><|im_end|>', role: 'generated' }], { meta: { messages } });
+    const d = auditRollout(r, { tokenizer: codec }).drift!;
+    assert.equal(d.kind, 'template');
+    assert.equal(d.token, codec.encode('<|im_start|>user\nThe capital of France?<|im_end|>').length);
+    assert.equal(codec.decode([d.reencoded[d.token - d.from]!]), '\n');
+  });
+
+  it('the same text sampled as a non-canonical split: kind "split", found through the template too', () => {
+    const r = asRecorded([{ text: '<answer>', role: 'generated' }, { text: ' Par', role: 'generated' }, { text: 'is', role: 'generated' }, { text: ' </answer><|im_end|>', role: 'generated' }], { messages });
+    const d = auditRollout(r, { tokenizer: codec }).drift!;
+    assert.equal(d.kind, 'split');
+    assert.equal(d.token, codec.encode(PROMPT + '<answer>').length);
+  });
+
+  it('a template that does not render falls back to the text check and says why', () => {
+    const r = asRecorded([{ text: '<answer> Paris </answer><|im_end|>', role: 'generated' }], { messages });
+    const out = recordDrift(r, { ...codec, chatTemplate: '{% for m in messages %}{{ m.role ' });
+    assert.match(out.templateError!, /^chat_template: /);
+    assert.equal(out.drift, null);
   });
 });

@@ -165,7 +165,7 @@ export class Microscope {
       );
     replaceChildren(
       this.driftPane,
-      h('div', { class: 'drift-title' }, `Re-tokenisation drift (${d.kind === 'split' ? 'same text, other split' : 'the ids do not spell the text'}) at token ${d.token}`),
+      h('div', { class: 'drift-title' }, `Re-tokenisation drift (${d.kind === 'split' ? 'same text, other split' : d.kind === 'template' ? 'the chat template renders the messages otherwise' : 'the ids do not spell the text'}) at token ${d.token}`),
       h('div', { class: 'drift-sides' }, side('recorded (sampled) ids', d.recorded, 'drift-recorded'), side('re-encoded by the tokenizer', d.reencoded, 'drift-reencoded')),
     );
     this.driftPane.hidden = false;

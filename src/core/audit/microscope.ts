@@ -7,14 +7,15 @@
 import type { ReplayMicroscope, ReplayModel } from '../protocol';
 import type { Rollout } from '../run/format';
 import type { TokenizerCodec } from '../inspect/tokenizer';
-import { findDrift, type DriftOptions } from './drift';
+import type { DriftOptions } from './drift';
+import { recordDrift } from './template';
 import { importancePreview, type ImportanceOptions } from './importance';
 import { checkLogprobs, logprobDeltas, type LogprobOptions } from './logprob';
 import { engineMaskOf, maskLeaks } from './masks';
 
 export interface MicroscopeOptions extends LogprobOptions, ImportanceOptions, DriftOptions {
   /** The drift check's tokenizer; without one drift is not checked and `driftNote` says why. */
-  codec?: Pick<TokenizerCodec, 'encode' | 'decode' | 'name'>;
+  codec?: Pick<TokenizerCodec, 'encode' | 'decode' | 'name' | 'chatTemplate'>;
   /** Why there is no codec (shown in place of the drift). */
   noCodec?: string;
 }
@@ -41,7 +42,7 @@ export function addMicroscope(model: ReplayModel, r: Rollout, o: MicroscopeOptio
   if (model.audit && masks.mask_mismatch.length) model.audit.leaks = masks.leaks;
   let drift: ReplayMicroscope['drift'] = null;
   if (o.codec) {
-    const d = findDrift(tk.ids, r.prompt + r.response, o.codec, { ...o, role: tk.role });
+    const d = recordDrift(r, o.codec, o).drift;
     const pieces = (ids: readonly number[]) => ids.map((id) => ({ id, text: o.codec!.decode([id]) }));
     if (d) drift = { token: d.token, from: d.from, kind: d.kind, recorded: pieces(d.recorded), reencoded: pieces(d.reencoded) };
   }
