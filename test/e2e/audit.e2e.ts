@@ -57,6 +57,9 @@ describe('audit instruments: replay microscope, dashboard, GRPO groups (code-ser
   after(async () => {
     await s?.stop();
   });
+  afterEach(async function () {
+    if (this.currentTest?.state === 'failed' && s) console.log(`      artifacts: ${await s.saveArtifacts(this.currentTest.fullTitle())}`);
+  });
 
   it("the inspector filters drift and is.dropped; the replay shows the drift marker with both sides, the Δ overlay and the IS preview", async () => {
     const insp = await s.openRunInInspector('audit-run');
@@ -70,6 +73,7 @@ describe('audit instruments: replay microscope, dashboard, GRPO groups (code-ser
     }
     await insp.locator('.rows .row[data-index="0"]').dblclick();
     const r = await s.webviewFrame('replay', 30_000);
+    // (chips are the tokens' [data-i]; the legend's sample chips carry the same classes)
     await until('the replay of the drifting rollout', async () => (await r.locator('[data-testid="header"] h2').textContent()) === 'drifting', 15_000);
     assert.match((await r.locator('[data-testid="header"]').textContent()) ?? '', new RegExp(`drift at token ${fx.drift}`));
     // "Next drift": the position jumps to the drift, and the recorded and re-encoded pieces show side by side, as text.
@@ -78,25 +82,25 @@ describe('audit instruments: replay microscope, dashboard, GRPO groups (code-ser
     assert.ok(await r.locator('[data-testid="drift-pane"]').isVisible());
     assert.equal(await r.locator('[data-testid="drift-recorded"] li.drift-first code').textContent(), '" Par"');
     assert.equal(await r.locator('[data-testid="drift-reencoded"] li.drift-first code').textContent(), '" Paris"');
-    assert.equal(await r.locator('.chip.current.drift-at').count(), 1, 'the drifting chip is marked');
+    assert.equal(await r.locator('.chip[data-i].current.drift-at').count(), 1, 'the drifting chip is marked');
     // The Δ overlay: trained tokens coloured, masked ones excluded, the two off-band ratios flagged.
     await r.locator('[data-testid="overlay"]').selectOption('delta');
     await until('the Δ overlay', async () => (await data(r, 'overlay')) === 'delta', 5_000);
     assert.match((await r.locator('[data-testid="legend"]').textContent()) ?? '', /Δ = logprob − rollout_logprob:.*excluded \(loss mask 0\)/);
-    assert.equal(await r.locator('.chip.excluded').count(), await r.locator('.chip.role-prompt').count(), 'every prompt token is excluded');
-    assert.equal(await r.locator('.chip.excluded:not(.role-prompt)').count(), 0);
-    assert.deepEqual(await r.locator('.chip.ratio-flag').evaluateAll((els) => els.map((e) => Number((e as HTMLElement).dataset.i))), fx.flagged);
-    await r.locator('.chip.role-prompt').first().hover();
+    assert.equal(await r.locator('.chip[data-i].excluded').count(), await r.locator('.chip[data-i].role-prompt').count(), 'every prompt token is excluded');
+    assert.equal(await r.locator('.chip[data-i].excluded:not(.role-prompt)').count(), 0);
+    assert.deepEqual(await r.locator('.chip[data-i].ratio-flag').evaluateAll((els) => els.map((e) => Number((e as HTMLElement).dataset.i))), fx.flagged);
+    await r.locator('.chip[data-i].role-prompt').first().hover();
     assert.match((await r.locator('[data-testid="hovercard"]').textContent()) ?? '', /excluded \(loss mask 0: never compared\)/);
     // The ratio colouring and the importance-sampling preview (cap 2: TIS clips ρ 4.5; MIS drops both).
     await r.locator('[data-testid="overlay"]').selectOption('ratio');
     await r.locator('[data-testid="is-toggle"]').check();
-    await until('the IS preview', async () => (await r.locator('.chip.is-dropped').count()) === 2, 5_000);
+    await until('the IS preview', async () => (await r.locator('.chip[data-i].is-dropped').count()) === 2, 5_000);
     assert.match((await r.locator('[data-testid="is-summary"]').textContent()) ?? '', /1 clipped \(TIS\) · 2 dropped \(MIS\)/);
     await r.locator('[data-testid="is-cap"]').fill('5');
     await r.locator('[data-testid="is-cap"]').press('Enter');
     await until('cap 5 recomputed by the host', async () => /0 clipped \(TIS\) · 1 dropped \(MIS\)/.test((await r.locator('[data-testid="is-summary"]').textContent()) ?? ''), 10_000);
-    assert.equal(await r.locator('.chip.is-dropped').count(), 1);
+    assert.equal(await r.locator('.chip[data-i].is-dropped').count(), 1);
   });
 
   it('the dashboard charts the log-prob mismatch, marks the alarm on the other charts, and opens the GRPO groups from the zero-variance chart', async () => {

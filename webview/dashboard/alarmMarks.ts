@@ -27,7 +27,8 @@ export function drawAlarmMarks(u: uPlot, steps: Map<number, string[]>): void {
   const [lo, hi] = [u.scales.x!.min ?? -Infinity, u.scales.x!.max ?? Infinity];
   for (const [step, alarms] of steps) {
     if (step < lo || step > hi) continue;
-    const mark = h('div', { class: 'alarm-mark', title: `step ${step}: ${alarms.join(', ')}`, 'data-step': step });
+    const title = `step ${step}: ${alarms.join(', ')}`;
+    const mark = h('div', { class: 'alarm-mark', title, 'data-step': step }, h('span', { class: 'alarm-flag', title }));
     mark.style.left = `${u.valToPos(step, 'x')}px`;
     u.over.append(mark);
   }

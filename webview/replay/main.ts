@@ -18,6 +18,11 @@ import { colourValues, legendValue, Microscope, MICROSCOPE_LABELS } from './micr
 
 const endpoint = connect<ReplayContract>('replay');
 const root = document.getElementById('root')!;
+/** The instruments: Δ / ratio colourings, the IS preview, next drift, the engine's mask (microscope.ts). */
+const microscope = new Microscope(endpoint, () => {
+  renderTokens();
+  renderPosition();
+}, (t) => go(t));
 
 const OVERLAY_LABELS: Record<Overlay | 'none', string> = {
   none: 'role and mask',
@@ -62,7 +67,7 @@ const tokenPane = h('div', { class: 'tokens', 'data-testid': 'tokens', tabindex:
 const legend = h('div', { class: 'legend', 'data-testid': 'legend' });
 const hover = h('div', { class: 'hovercard', role: 'tooltip', hidden: true, 'data-testid': 'hovercard' });
 const textView = h('pre', { class: 'textview', 'data-testid': 'textview' });
-replaceChildren(root, header, controls, columns, legend, microscopePane(), tokenPane, h('h3', {}, 'Trajectory text'), textView, hover);
+replaceChildren(root, header, controls, columns, legend, microscope.driftPane, tokenPane, h('h3', {}, 'Trajectory text'), textView, hover);
 
 const scrubber = h('input', { type: 'range', min: '0', max: '0', value: '0', class: 'scrubber', 'aria-label': 'Token position', 'data-testid': 'scrubber' });
 scrubber.addEventListener('input', () => go(Number(scrubber.value)));
@@ -85,10 +90,6 @@ speedSelect.addEventListener('change', () => {
 const playButton = h('vscode-button', { 'data-testid': 'play', title: 'Play / pause (Space)', onclick: () => (playing ? pause() : play()) }, 'Play');
 const leakButton = h('vscode-button', { secondary: true, 'data-testid': 'next-leak', title: 'Next mask leak (n)', onclick: () => leak(1) }, 'Next leak');
 const tokenizerButton = h('vscode-button', { secondary: true, 'data-testid': 'tokenizer', title: "Split a token-less rollout with a model's tokenizer.json", onclick: () => void endpoint.request('chooseTokenizer', undefined) }, 'Tokenize with…');
-const microscope = new Microscope(endpoint, () => {
-  renderTokens();
-  renderPosition();
-}, (t) => go(t));
 const positionLabel = h('span', { class: 'position', 'data-testid': 'position' });
 
 replaceChildren(
@@ -198,10 +199,6 @@ function values(m: ReplayModel, o: Overlay | 'none'): (number | null)[] | undefi
   return colourValues(m, o);
 }
 
-/** The drift pane (filled by "next drift"), between the legend and the tokens. */
-function microscopePane(): HTMLElement {
-  return microscope.driftPane;
-}
 
 function scale(vals: (number | null)[], diverging: boolean): { lo: number; hi: number } {
   let lo = Infinity;

@@ -67,6 +67,7 @@ export class Dashboard implements vscode.Disposable {
     web.endpoint.handle('openStep', ({ dir, step }) => this.openStep(dir, step));
     web.endpoint.handle('openGroups', async ({ dir, step }) => {
       const at = await this.stepFile(dir, step);
+      this.log.info(`dashboard: the groups of step ${step} of ${dir}: ${at ? at.file : 'no rollouts'}`);
       if (at) await vscode.commands.executeCommand('searchAgent.openGroups', at.file, at.step);
     });
     web.panel.onDidDispose(() => {
