@@ -16,7 +16,7 @@
 export const PROTOCOL_VERSION = 1;
 
 /** The names of our webviews; one folder under `webview/` each. */
-export type WebviewName = 'reward-lab' | 'dashboard' | 'rollouts' | 'replay';
+export type WebviewName = 'reward-lab' | 'dashboard' | 'rollouts' | 'replay' | 'groups';
 
 export type Envelope =
   | { t: 'ready'; v: number; webview: string }
@@ -419,6 +419,8 @@ export interface DashboardContract extends Contract {
     removeRun(params: { dir: string }): void;
     /** Opens the rollouts of a step (the nearest step with rollouts at or before it). */
     openStep(params: { dir: string; step: number }): void;
+    /** Opens the GRPO groups of a step (the nearest step with rollouts at or before it): the zero-variance chart's click. */
+    openGroups(params: { dir: string; step: number }): void;
   };
   view: {
     /** What the charts hold, for tests and diagnostics. */
@@ -482,7 +484,45 @@ export interface ReplayEntry {
   docs?: ReplayDoc[];
 }
 
-export type Overlay = 'rollout_logprob' | 'logprob' | 'ref_logprob' | 'kl' | 'advantage' | 'value' | 'entropy';
+/** Token colourings: a recorded number, or the log-prob microscope's Δ = logprob − rollout_logprob and ratio exp(Δ) (trained tokens only). */
+export type Overlay = 'rollout_logprob' | 'logprob' | 'ref_logprob' | 'kl' | 'advantage' | 'value' | 'entropy' | 'delta' | 'ratio';
+
+export type ImportanceLevel = 'token' | 'sequence';
+
+/** What a truncated (TIS) or masked (MIS) importance-sampling correction with cap C would do (src/core/audit/importance.ts). */
+export interface ImportancePreview {
+  level: ImportanceLevel;
+  cap: number;
+  /** Trained-token indices TIS would clip (ρ > C: weight C instead of ρ), ascending; at sequence level all of a clipped sequence's. */
+  clipped: number[];
+  /** Trained-token indices MIS would drop (ρ outside [1/C, C]: weight 0), ascending; at sequence level all of a dropped sequence's. */
+  dropped: number[];
+  /** The sequence-level ratio ρ_seq = exp(Σ Δ) over the scored trained tokens (1 when none). */
+  seq_ratio: number;
+  /** Trained tokens with both log-probs. */
+  scored: number;
+}
+
+/** One side of a drift: ids from the window's start, each with its decoded text. */
+export interface DriftPiece {
+  id: number;
+  text: string;
+}
+
+/** The replay's audit of one rollout (src/core/audit/microscope.ts). */
+export interface ReplayMicroscope {
+  /** Trained tokens whose ratio exp(Δ) lies outside the audit's band. */
+  flagged: number[];
+  /** The importance-sampling preview at the panel's level and cap; null without both log-prob arrays. */
+  importance: ImportancePreview | null;
+  /** The first re-tokenisation drift, its window decoded on both sides; null: none, or not checked (see driftNote). */
+  drift: { token: number; from: number; kind: 'text' | 'split' | 'template'; recorded: DriftPiece[]; reencoded: DriftPiece[] } | null;
+  /** With which tokenizer drift was checked, or why it was not. */
+  driftNote: string;
+  /** The mask the engine trained with (`meta.engine_loss_mask`), when the record carries one; where it disagrees with loss_mask. */
+  engineMask?: (0 | 1)[];
+  maskMismatch: number[];
+}
 
 export interface ReplayTokens {
   text: string[];
@@ -521,6 +561,8 @@ export interface ReplayModel {
   entries: ReplayEntry[];
   tokens: ReplayTokens;
   audit?: MaskAudit;
+  /** Drift, the log-prob microscope's flags, the importance-sampling preview, the engine's mask (token level only). */
+  microscope?: ReplayMicroscope;
   /** Where token text and recorded text disagree (first differing character in prompt + response), if anywhere. */
   alignment?: { mismatchAt: number };
   /** Problems with the record that do not stop the replay (token arrays of different lengths, …). */
@@ -563,6 +605,9 @@ export interface RowFacts {
   /** Max |logprob − rollout_logprob| over trained tokens, and how many trained tokens have a ratio outside the band (absent when not both recorded). */
   logprob?: number;
   ratioFlags?: number;
+  /** Trained tokens a truncated (TIS) / masked (MIS) importance-sampling correction would clip / drop at the configured level and cap (src/core/audit/importance.ts). */
+  isClipped?: number;
+  isDropped?: number;
   /** The rollout's reward-hacking alarms (src/core/audit/alarms.ts; search-collapse is a run-level alarm, not here). */
   alarms?: string[];
   /** The first problem of a malformed row (file:line: field: message), and how many there are. */
@@ -643,6 +688,8 @@ export interface ReplayPosition {
 export interface ReplayState {
   models: ReplayModel[];
   position: ReplayPosition;
+  /** The importance-sampling preview's level and cap (the microscopes' `importance` are computed with them). */
+  importance: { level: ImportanceLevel; cap: number };
   /** Set when the row cannot be replayed (malformed): its errors, with file and line. */
   error?: { file: string; line: number; messages: string[]; raw?: string };
 }
@@ -711,10 +758,75 @@ export interface ReplayContract extends Contract {
     position(params: ReplayPosition): void;
     /** Opens a tokenizer.json to split a token-less rollout into tokens. */
     chooseTokenizer(params: void): void;
+    /** Recomputes the importance-sampling preview of the rollouts shown at another level or cap (one per model). */
+    importance(params: { level: ImportanceLevel; cap: number }): (ImportancePreview | null)[];
   };
   view: {
-    describe(params: void): { entry: number; token: number; tokenText: string | null; entryKind: string | null; leaks: number; overlay: string; level: string; columns: number };
+    describe(params: void): { entry: number; token: number; tokenText: string | null; entryKind: string | null; leaks: number; overlay: string; level: string; columns: number; drift: number | null; driftShown: boolean; clipped: number; dropped: number; excluded: number };
   };
   toView: { state: ReplayState };
+  toHost: Record<string, never>;
+}
+
+// --- the GRPO group view (the models are built in src/core/audit/groups.ts) --------------------------------------
+
+/** Why a group's rewards are all equal (GRPO's advantage is 0 for every sample: no signal). */
+export type ZeroVarianceReason = 'all-truncated' | 'all-invalid-format' | 'all-correct' | 'all-wrong' | 'equal-rewards';
+
+export interface GroupSample {
+  id: string;
+  file: string;
+  line: number;
+  sample?: number;
+  reward?: number;
+  /** The sample's advantage (GRPO broadcasts one per sequence: read from its first scored trained token). */
+  advantage: number | null;
+  answer: string | null;
+  /** Exact match of the answer against the golden answers (recorded `reward_parts.em`, else computed); null without golden answers. */
+  em: number | null;
+  formatValid: boolean;
+  searches: number;
+  finish?: string;
+  /** Where this sample's stream first differs from the group's first sample (tokens.ids, or characters of the response without tokens); null for the first sample or an identical one. */
+  divergesAt: number | null;
+  length: number;
+}
+
+export interface GroupView {
+  key: string;
+  group: string;
+  step?: number;
+  split?: string;
+  question?: string;
+  golden?: string[];
+  samples: GroupSample[];
+  rewardMean: number | null;
+  rewardStd: number | null;
+  /** Every reward recorded and equal. */
+  zeroVariance: boolean;
+  reason?: ZeroVarianceReason;
+  /** Where the samples' streams first stop agreeing (the shared prompt's end, or later); null with one sample. */
+  divergeAt: number | null;
+  unit: 'tokens' | 'chars';
+}
+
+export interface GroupsState {
+  source: string;
+  step?: number;
+  groups: GroupView[];
+  /** Lines that could not be read (file:line: message), shown above the groups. */
+  errors: string[];
+}
+
+export interface GroupsContract extends Contract {
+  host: {
+    getState(params: void): GroupsState | null;
+    /** Replays one sample (the replay panel). */
+    openSample(params: { file: string; line: number }): void;
+  };
+  view: {
+    describe(params: void): { groups: number; zeroVariance: number; shown: number; reasons: string[]; step: number | null };
+  };
+  toView: { state: GroupsState };
   toHost: Record<string, never>;
 }

@@ -7,6 +7,7 @@ import { Inspector } from './inspector/inspector';
 import { ReplayPanel } from './inspector/replayPanel';
 import { RewardWorkbench } from './rewards/rewardWorkbench';
 import { Dashboard } from './training/dashboard';
+import { GroupsPanel } from './training/groupsPanel';
 import { newTrainingRun } from './training/newRun';
 import { RunsView } from './training/runsView';
 import { liveSummary, TrainingController } from './training/trainingController';
@@ -41,7 +42,7 @@ export function activate(context: vscode.ExtensionContext): void {
   describe();
   const replay = new ReplayPanel(context, log);
   replayPanel = replay;
-  context.subscriptions.push(replay, new Inspector(context, replay, log, () => training.runsParents()));
+  context.subscriptions.push(replay, new Inspector(context, replay, log, () => training.runsParents()), new GroupsPanel(context, log));
 
   context.subscriptions.push(
     ...registerWalkthrough(context),

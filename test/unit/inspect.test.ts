@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import type { ImportanceOptions } from '../../src/core/audit/importance';
 import { auditMask, nextLeak } from '../../src/core/inspect/audit';
 import { InspectorEngine, type EngineMessage } from '../../src/core/inspect/engine';
 import { checkFilter, compileFilter, FilterError, type FilterRow } from '../../src/core/inspect/filter';
@@ -388,11 +389,11 @@ describe('inspector engine (the worker thread without the thread)', () => {
     const f = join(dir, 'rollouts.jsonl');
     writeFileSync(f, `${[clean, split, enumerates, leaky, gap].map((r) => JSON.stringify(r)).join('\n')}\n`);
 
-    const open = async (tokenizer?: string) => {
+    const open = async (tokenizer?: string, importance?: ImportanceOptions) => {
       const msgs: EngineMessage[] = [];
       const engine = new InspectorEngine((m) => msgs.push(m));
       const last = () => [...msgs].reverse().find((m) => m.t === 'status') as Extract<EngineMessage, { t: 'status' }> | undefined;
-      await engine.open(f, false, {}, tokenizer);
+      await engine.open(f, false, {}, tokenizer, importance);
       await until(() => last()?.status.analysed === 5 && !last()?.status.busy);
       const ids = async (filter: string) => {
         await engine.setQuery(1, { filter, search: '' });
@@ -411,6 +412,9 @@ describe('inspector engine (the worker thread without the thread)', () => {
     assert.deepEqual(await e.ids('leaks > 0'), ['leaky']);
     assert.deepEqual(await e.ids('logprob.flagged > 0'), ['gap']);
     assert.deepEqual(await e.ids('logprob.max_abs_diff > 0.5'), ['gap'], 'the masked prompt tokens (Δ = 50) are not compared');
+    // the importance-sampling preview (cap 2, token level): MIS drops the ratio-0.37 token, TIS clips nothing (no ratio > 2)
+    assert.deepEqual(await e.ids('is.dropped == 1'), ['gap']);
+    assert.deepEqual(await e.ids('is.clipped > 0'), []);
     await e.engine.setQuery(2, { filter: '', search: '' });
     const rows = await e.engine.page(0, 5);
     assert.deepEqual(rows.map((r) => r.drift), [null, codec.encode(PROMPT + '<answer>').length, null, null, null]);
@@ -420,6 +424,11 @@ describe('inspector engine (the worker thread without the thread)', () => {
     await e.engine.setQuery(3, { filter: 'alarm == 3', search: '' });
     assert.match(e.last()!.status.filterError!.message, /compare a list with ~ .* or with == and a string/);
     await e.engine.close();
+
+    // Sequence level, cap 1.5: ρ_seq = exp(−1 − 0.01·k) < 1/1.5, so MIS drops every trained token of 'gap'.
+    const seq = await open(undefined, { isLevel: 'sequence', isCap: 1.5 });
+    assert.deepEqual(await seq.ids('is.dropped > 1 && is.clipped == 0'), ['gap']);
+    await seq.engine.close();
 
     // No tokenizer named, no run: drift is not checked (the column stays empty), and the status says why.
     const none = await open();

@@ -11,6 +11,7 @@ import { ALARMS, AUDIT_METRICS, type DashboardContract, type DashboardRun, type 
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 import { emptyText, fmt, nearest, runStatus, sparseSeries } from './model';
+import { alarmSteps, drawAlarmMarks } from './alarmMarks';
 
 interface ChartSpec {
   key: string;
@@ -54,6 +55,8 @@ const rows = new Map<string, MetricsRow[]>();
 const auditRows = new Map<string, MetricsRow[]>();
 const rowsOf = (dir: string): MetricsRow[] => [...(rows.get(dir) ?? []), ...(auditRows.get(dir) ?? [])];
 const charts = new Map<string, { spec: ChartSpec; plot: uPlot; box: HTMLElement }>();
+/** The audit's alarms by step (all runs shown), marked on every chart but the alarms' own (alarmMarks.ts). */
+let alarmsByStep = new Map<number, string[]>();
 let theme = '';
 
 function css(name: string, fallback: string): string {
@@ -128,6 +131,7 @@ function makeChart(spec: ChartSpec): { spec: ChartSpec; plot: uPlot; box: HTMLEl
       // x padded by half a step (at least) so the first and last points — a step-0 evaluation — are not on the edge.
       scales: { x: { time: false, range: (_u, lo, hi) => { const pad = Math.max(0.5, (hi - lo) * 0.02); return [lo - pad, hi + pad]; } }, y: { range: (_u, lo, hi) => (spec.min0 !== undefined ? [Math.min(0, lo), Math.max(hi, 0.1 * spec.min0)] : [lo === hi ? lo - 1 : lo, lo === hi ? hi + 1 : hi]) } },
       // Steps are integers: only integer tick increments on x.
+      hooks: spec.key === 'alarms' ? {} : { draw: [(u) => drawAlarmMarks(u, alarmsByStep)] },
       axes: [{ ...axis, label: 'step', incrs: [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000] }, { ...axis, size: 56 }],
     },
     columns(spec),
@@ -139,7 +143,8 @@ function makeChart(spec: ChartSpec): { spec: ChartSpec; plot: uPlot; box: HTMLEl
     const step = (plot.data[0] as number[])[idx];
     if (step === undefined) return;
     const run = runs.find((r) => (rows.get(r.dir) ?? []).some((row) => row.step === step)) ?? runs[0];
-    if (run) void endpoint.request('openStep', { dir: run.dir, step });
+    // The zero-variance chart opens that step's GRPO groups; the others its rollouts in the inspector.
+    if (run) void endpoint.request(spec.key === 'zero' ? 'openGroups' : 'openStep', { dir: run.dir, step });
   });
   return { spec, plot, box };
 }
@@ -160,6 +165,7 @@ function rebuild(): void {
 
 function update(): void {
   let points = 0;
+  alarmsByStep = alarmSteps(runs.flatMap((r) => auditRows.get(r.dir) ?? []));
   for (const c of charts.values()) {
     const data = columns(c.spec);
     const steps = (data[0] as number[]).length;
@@ -177,6 +183,7 @@ function update(): void {
   document.body.dataset.runs = String(runs.length);
   document.body.dataset.steps = String(Math.max(0, ...[...rows.values()].flatMap((list) => list.map((r) => r.step))));
   document.body.dataset.theme = theme;
+  document.body.dataset.alarmSteps = [...alarmsByStep.keys()].join(',');
   document.body.dataset.markers = [...charts.values()].flatMap((c) => [...(sparse.get(c.spec.key) ?? [])].map((i) => `${c.spec.key}: ${c.plot.series[i]?.label ?? i}`)).join(' | ');
 }
 

@@ -3,7 +3,8 @@
  * → … → answer) and as token chips coloured by role, with the loss mask shown (masked tokens hatched) and leaks
  * (mask disagreeing with role) outlined; overlays colour the chips by a recorded number (log-prob, reference
  * log-prob, KL, advantage, value, entropy) with a legend. Stepping: ←/→ token, ↑/↓ (or [ ]) turn entry, Space
- * play/pause, n / Shift+N next/previous leak, Home/End; a scrubber over the tokens. The position shows in the
+ * play/pause, n / Shift+N next/previous leak, d next drift, Home/End; a scrubber over the tokens. The log-prob
+ * microscope, the importance-sampling preview and the drift marker live in microscope.ts. The position shows in the
  * timeline, the chips, and a text view of the whole trajectory. Two rollouts (compare) show side by side — their
  * headers, timelines and tokens — stepped by entry together. Positions that were not scored show as "not recorded".
  * The page opens at its top (the question, golden answer and reward); following the position scrolls only the
@@ -14,9 +15,15 @@ import type { Overlay, ReplayContract, ReplayEntry, ReplayModel, ReplayPosition,
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 import { forkPane } from './fork';
+import { colourValues, legendValue, Microscope, MICROSCOPE_LABELS } from './microscope';
 
 const endpoint = connect<ReplayContract>('replay');
 const root = document.getElementById('root')!;
+/** The instruments: Δ / ratio colourings, the IS preview, next drift, the engine's mask (microscope.ts). */
+const microscope = new Microscope(endpoint, () => {
+  renderTokens();
+  renderPosition();
+}, (t) => go(t));
 
 const OVERLAY_LABELS: Record<Overlay | 'none', string> = {
   none: 'role and mask',
@@ -27,8 +34,9 @@ const OVERLAY_LABELS: Record<Overlay | 'none', string> = {
   advantage: 'advantage',
   value: 'value',
   entropy: 'entropy',
+  ...MICROSCOPE_LABELS,
 };
-const DIVERGING = new Set<Overlay>(['kl', 'advantage']);
+const DIVERGING = new Set<Overlay>(['kl', 'advantage', 'delta', 'ratio']);
 const BUCKETS = 9;
 /** Chips rendered at most (a longer rollout shows a window around the position). */
 const MAX_CHIPS = 4000;
@@ -62,7 +70,7 @@ const hover = h('div', { class: 'hovercard', role: 'tooltip', hidden: true, 'dat
 const textView = h('pre', { class: 'textview', 'data-testid': 'textview' });
 const fork = forkPane(endpoint);
 const forkHere = h('vscode-button', { secondary: true, 'data-testid': 'fork-here', title: 'Fork the rollout at the turn of the current entry (docs/fork.md)', onclick: () => fork.at((model()?.entries[pos.entry]?.turn ?? 0) + 1) }, 'Fork here');
-replaceChildren(root, header, controls, columns, legend, tokenPane, fork.element, h('h3', {}, 'Trajectory text'), textView, hover);
+replaceChildren(root, header, controls, columns, legend, microscope.driftPane, tokenPane, fork.element, h('h3', {}, 'Trajectory text'), textView, hover);
 
 const scrubber = h('input', { type: 'range', min: '0', max: '0', value: '0', class: 'scrubber', 'aria-label': 'Token position', 'data-testid': 'scrubber' });
 scrubber.addEventListener('input', () => go(Number(scrubber.value)));
@@ -99,6 +107,8 @@ replaceChildren(
   positionLabel,
   h('label', {}, 'Overlay ', overlaySelect),
   leakButton,
+  microscope.driftButton,
+  microscope.controls,
   tokenizerButton,
   forkHere,
 );
@@ -125,6 +135,7 @@ function renderHeader(): void {
         h('h2', {}, m.id),
         badge(`level ${m.level}`, m.level === 'token' ? 'tokens recorded' : m.level === 'tokenizer' ? `tokenised with ${m.tokenizer}` : 'segment level (no tokens recorded)'),
         m.audit ? badge(m.audit.leaks.length ? 'leaks bad' : 'leaks good', m.audit.leaks.length ? `${m.audit.leaks.length} mask leak${m.audit.leaks.length === 1 ? '' : 's'}` : 'mask audit: no leaks', leakTitle(m)) : null,
+        m.microscope ? badge(m.microscope.drift ? 'drift bad' : 'drift', m.microscope.drift ? `drift at token ${m.microscope.drift.token}` : m.microscope.driftNote, m.microscope.driftNote) : null,
       ),
       h(
         'dl',
@@ -189,8 +200,9 @@ function entryCard(m: ReplayModel, e: ReplayEntry, k: number, col: number): HTML
 }
 
 function values(m: ReplayModel, o: Overlay | 'none'): (number | null)[] | undefined {
-  return o === 'none' ? undefined : m.tokens.overlays[o];
+  return colourValues(m, o);
 }
+
 
 function scale(vals: (number | null)[], diverging: boolean): { lo: number; hi: number } {
   let lo = Infinity;
@@ -233,6 +245,7 @@ function chipsOf(m: ReplayModel, col: number, o: Overlay | 'none', around: numbe
     if (vals && sc) cls += v === null || v === undefined ? ' ov-none' : ` ov ov-${diverging ? 'd' : 's'}${bucket(v, sc)}`;
     if (col === 0 && i === pos.token) cls += ' current';
     if (e && i >= e.tokenStart && i < e.tokenEnd) cls += ' in-entry';
+    cls += microscope.chipClasses(col, i, o);
     const text = m.tokens.text[i]!;
     chips.push(h('span', { class: cls, 'data-i': i, 'data-col': col }, text === '\n' ? '↵' : text.includes('\n') ? text.replace(/\n/g, '↵') : text));
   }
@@ -267,11 +280,12 @@ function renderTokens(): void {
     replaceChildren(
       legend,
       h('span', { class: 'legend-title' }, `${OVERLAY_LABELS[o]}:`),
-      h('span', { class: 'legend-value' }, fmt(sc.lo)),
-      ...Array.from({ length: BUCKETS }, (_, b) => h('span', { class: `swatch ov ov-${diverging ? 'd' : 's'}${b}`, title: fmt(sc.lo + ((b + 0.5) * (sc.hi - sc.lo)) / BUCKETS) })),
-      h('span', { class: 'legend-value' }, fmt(sc.hi)),
+      h('span', { class: 'legend-value' }, fmt(legendValue(o, sc.lo))),
+      ...Array.from({ length: BUCKETS }, (_, b) => h('span', { class: `swatch ov ov-${diverging ? 'd' : 's'}${b}`, title: fmt(legendValue(o, sc.lo + ((b + 0.5) * (sc.hi - sc.lo)) / BUCKETS)) })),
+      h('span', { class: 'legend-value' }, fmt(legendValue(o, sc.hi))),
       h('span', { class: 'swatch ov-none' }),
       h('span', {}, 'not recorded (not scored: prompt, retrieved or masked tokens)'),
+      ...microscope.legendItems(o),
     );
   } else {
     replaceChildren(
@@ -279,6 +293,7 @@ function renderTokens(): void {
       ...(['generated', 'prompt', 'retrieved', 'feedback'] as const).map((r) => h('span', { class: 'legend-item' }, h('span', { class: `chip role-${r}` }, r))),
       m.tokens.mask ? h('span', { class: 'legend-item' }, h('span', { class: 'chip role-retrieved masked' }, 'masked'), ' not in the loss') : h('span', { class: 'legend-item' }, 'loss mask not recorded'),
       m.audit ? h('span', { class: 'legend-item' }, h('span', { class: 'chip role-retrieved leak' }, 'leak'), ' mask disagrees with role') : null,
+      ...microscope.legendItems(o),
     );
   }
 }
@@ -407,6 +422,7 @@ document.addEventListener('keydown', (e) => {
     '[': () => stepEntry(-1),
     ' ': () => (playing ? pause() : play()),
     n: () => leak(1),
+    d: () => microscope.nextDrift(),
     N: () => leak(-1),
     Home: () => go(0),
     End: () => go(Number.MAX_SAFE_INTEGER),
@@ -431,6 +447,7 @@ tokenPane.addEventListener('mouseover', (ev) => {
   ];
   if (m.audit?.leaks.includes(i)) rows.push(['audit', m.tokens.role[i] === 'generated' ? 'LEAK: generated but masked out of the loss' : `LEAK: ${m.tokens.role[i]} token trained on`]);
   for (const [k, a] of Object.entries(m.tokens.overlays)) rows.push([OVERLAY_LABELS[k as Overlay], a?.[i] === null || a?.[i] === undefined ? 'not recorded' : fmt(a[i], 4)]);
+  rows.push(...microscope.hoverRows(Number(chip.dataset.col ?? 0), i));
   replaceChildren(hover, h('pre', { class: 'hover-text' }, visible(m.tokens.text[i]!)), h('dl', {}, ...rows.flatMap(([k, v]) => fact(k, v))));
   hover.hidden = false;
   const r = chip.getBoundingClientRect();
@@ -459,7 +476,8 @@ function show(s: ReplayState | null): void {
   }
   pos = { ...s.position };
   const m = model();
-  const available = (['none', 'rollout_logprob', 'logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'] as const).filter((o) => o === 'none' || m?.tokens.overlays[o]);
+  microscope.show(s.models, s.importance);
+  const available = (['none', 'delta', 'ratio', 'rollout_logprob', 'logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'] as const).filter((o) => o === 'none' || m?.tokens.overlays[o]);
   if (!available.includes(pos.overlay as never)) pos.overlay = 'none';
   replaceChildren(overlaySelect, ...available.map((o) => h('option', { value: o, selected: o === pos.overlay }, OVERLAY_LABELS[o])));
   speedSelect.value = String(pos.speed);
@@ -478,5 +496,5 @@ function show(s: ReplayState | null): void {
 }
 
 endpoint.on('state', show);
-endpoint.handle('describe', () => ({ entry: pos.entry, token: pos.token, tokenText: model()?.tokens.text[pos.token] ?? null, entryKind: model()?.entries[pos.entry]?.kind ?? null, leaks: model()?.audit?.leaks.length ?? 0, overlay: pos.overlay, level: model()?.level ?? '', columns: state?.models.length ?? 0 }));
+endpoint.handle('describe', () => ({ entry: pos.entry, token: pos.token, tokenText: model()?.tokens.text[pos.token] ?? null, entryKind: model()?.entries[pos.entry]?.kind ?? null, leaks: model()?.audit?.leaks.length ?? 0, overlay: pos.overlay, level: model()?.level ?? '', columns: state?.models.length ?? 0, ...microscope.describe() }));
 void endpoint.request('getState', undefined).then(show);

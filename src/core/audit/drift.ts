@@ -24,7 +24,8 @@ export interface Drift {
   reencoded: number[];
   /** Where the window starts (an index into both). */
   from: number;
-  kind: 'text' | 'split';
+  /** `template`: the messages rendered with the chat template are not the record's text (template.ts). */
+  kind: 'text' | 'split' | 'template';
 }
 
 export type DriftScope = 'segments' | 'whole';
@@ -45,7 +46,8 @@ export function firstDifference(a: readonly number[], b: readonly number[]): num
   return a.length === b.length ? -1 : n;
 }
 
-function drift(ids: readonly number[], reencoded: readonly number[], at: number, kind: Drift['kind'], context: number): Drift {
+/** A drift at `at`, with `context` ids each side from both sequences. */
+export function driftAt(ids: readonly number[], reencoded: readonly number[], at: number, kind: Drift['kind'], context: number): Drift {
   const from = Math.max(0, at - context);
   return { token: at, recorded: ids.slice(from, at + context + 1), reencoded: reencoded.slice(from, at + context + 1), from, kind };
 }
@@ -74,7 +76,7 @@ export function findDrift(ids: readonly number[], text: string, codec: Codec, op
   if (options.driftScope === 'whole' || !options.role) {
     const reencoded = codec.encode(text);
     const at = firstDifference(ids, reencoded);
-    return at < 0 ? null : drift(ids, reencoded, at, textAt >= 0 ? 'text' : 'split', context);
+    return at < 0 ? null : driftAt(ids, reencoded, at, textAt >= 0 ? 'text' : 'split', context);
   }
   const role = options.role;
   for (let start = 0; start < ids.length; ) {
@@ -85,10 +87,10 @@ export function findDrift(ids: readonly number[], text: string, codec: Codec, op
     const d = firstDifference(run, again);
     if (d >= 0) {
       const at = textAt >= 0 && textAt < start + d ? textAt : start + d;
-      return drift(ids, [...ids.slice(0, start), ...again, ...codec.encode(codec.decode(ids.slice(end)))], at, textAt >= 0 ? 'text' : 'split', context);
+      return driftAt(ids, [...ids.slice(0, start), ...again, ...codec.encode(codec.decode(ids.slice(end)))], at, textAt >= 0 ? 'text' : 'split', context);
     }
-    if (textAt >= 0 && textAt < end) return drift(ids, codec.encode(text), textAt, 'text', context);
+    if (textAt >= 0 && textAt < end) return driftAt(ids, codec.encode(text), textAt, 'text', context);
     start = end;
   }
-  return textAt >= 0 ? drift(ids, codec.encode(text), textAt, 'text', context) : null;
+  return textAt >= 0 ? driftAt(ids, codec.encode(text), textAt, 'text', context) : null;
 }

@@ -9,19 +9,25 @@ import type { ParsedTrajectory } from '../tags/parser';
 import { searchCount, parseResponse } from '../tags/trajectory';
 import { searchCollapseSteps, trajectoryAlarms, type Alarm, type AlarmOptions } from './alarms';
 import type { StepAudit } from './series';
-import { findDrift, type Drift, type DriftOptions } from './drift';
+import type { Drift, DriftOptions } from './drift';
+import { recordDrift } from './template';
+import type { ImportanceOptions } from './importance';
 import { checkLogprobs, type LogprobCheck, type LogprobOptions } from './logprob';
 import { engineMaskOf, maskLeaks } from './masks';
 
 export * from './alarms';
 export * from './drift';
+export * from './groups';
+export * from './importance';
 export * from './logprob';
+export * from './microscope';
 export * from './masks';
 export * from './series';
+export * from './template';
 
-export interface AuditOptions extends LogprobOptions, AlarmOptions, DriftOptions {
+export interface AuditOptions extends LogprobOptions, AlarmOptions, DriftOptions, ImportanceOptions {
   /** The model's tokenizer; without one drift is not checked (`drift` stays null, `summary.drift.checked` false). */
-  tokenizer?: Pick<TokenizerCodec, 'encode' | 'decode'>;
+  tokenizer?: Pick<TokenizerCodec, 'encode' | 'decode' | 'chatTemplate'>;
   read?: ReadOptions;
 }
 
@@ -52,7 +58,7 @@ export function auditRollout(r: Rollout, o: AuditOptions = {}, parsed: ParsedTra
     step: r.step ?? null,
     leaks: masks.leaks,
     mask_mismatch: masks.mask_mismatch,
-    drift: tk && o.tokenizer ? findDrift(tk.ids, r.prompt + r.response, o.tokenizer, { ...o, role: tk.role }) : null,
+    drift: tk && o.tokenizer ? recordDrift(r, o.tokenizer, o).drift : null,
     logprob: tk ? checkLogprobs(tk as Parameters<typeof checkLogprobs>[0], o) : null,
     alarms: trajectoryAlarms(r, parsed, o),
     searches: r.searches ?? searchCount(parsed),
@@ -63,7 +69,7 @@ export interface AuditSummary {
   rollouts: number;
   flagged: number;
   leaks: { rollouts: number; tokens: number; mask_mismatch: number };
-  drift: { checked: boolean; rollouts: number; text: number; split: number };
+  drift: { checked: boolean; rollouts: number; text: number; split: number; template: number };
   logprob: { rollouts: number; compared: number; flagged: number; max_abs_diff: number; mean_abs_diff: number };
   alarms: Partial<Record<Alarm, number>>;
   search_collapse_steps: number[];
@@ -97,7 +103,7 @@ export class Auditor {
       rollouts: this.rollouts.length,
       flagged: 0,
       leaks: { rollouts: 0, tokens: 0, mask_mismatch: 0 },
-      drift: { checked, rollouts: 0, text: 0, split: 0 },
+      drift: { checked, rollouts: 0, text: 0, split: 0, template: 0 },
       logprob: { rollouts: 0, compared: 0, flagged: 0, max_abs_diff: 0, mean_abs_diff: 0 },
       alarms: {},
       search_collapse_steps: collapsed,

@@ -9,6 +9,7 @@
  * queries served between batches. A query made before the facts are complete is answered over the rows analysed so
  * far and answered again when they are.
  */
+import type { ImportanceOptions } from '../audit/importance';
 import type { ReadOptions } from '../run/format';
 import { readLines } from '../store/jsonl';
 import { parseRolloutLine, rawPreview, rolloutFiles, runConfigDialect, RolloutStore, type RolloutRow } from '../store/rollouts';
@@ -18,7 +19,7 @@ import { RolloutTable, rowFacts } from './table';
 import { loadTokenizerCodec, runTokenizer } from './tokenizer';
 
 export type EngineRequest =
-  | { t: 'open'; path: string; follow: boolean; read?: ReadOptions; tokenizer?: string }
+  | { t: 'open'; path: string; follow: boolean; read?: ReadOptions; tokenizer?: string; importance?: ImportanceOptions }
   | { t: 'query'; seq: number; query: InspectorQuery }
   | { t: 'page'; req: number; from: number; count: number }
   | { t: 'row'; req: number; index: number }
@@ -59,7 +60,7 @@ export class InspectorEngine {
   async handle(m: EngineRequest): Promise<void> {
     switch (m.t) {
       case 'open':
-        return this.open(m.path, m.follow, m.read, m.tokenizer);
+        return this.open(m.path, m.follow, m.read, m.tokenizer, m.importance);
       case 'query':
         return this.setQuery(m.seq, m.query);
       case 'page':
@@ -99,9 +100,10 @@ export class InspectorEngine {
 
   /**
    * Opens a source. `tokenizer` (a model directory or tokenizer.json, the `searchAgent.tokenizer` setting) is the
-   * drift check's tokenizer; without one, the run's model directory's, when it has one.
+   * drift check's tokenizer; without one, the run's model directory's, when it has one. `importance`: the level and
+   * cap of the importance-sampling preview (`is.clipped`, `is.dropped`).
    */
-  async open(path: string, follow: boolean, read: ReadOptions = {}, tokenizer?: string): Promise<void> {
+  async open(path: string, follow: boolean, read: ReadOptions = {}, tokenizer?: string, importance: ImportanceOptions = {}): Promise<void> {
     this.path = path;
     this.follow = follow;
     // The first rows of the first file, straight from its start, before the index.
@@ -109,7 +111,7 @@ export class InspectorEngine {
       const runDialect = read.runDialect ?? (await runConfigDialect(path));
       this.read = { ...read, ...(runDialect ? { runDialect } : {}) };
       const t = tokenizer ? await loadTokenizerCodec(tokenizer).then((codec) => ({ codec, note: undefined }), (e: Error) => ({ codec: undefined, note: `drift not checked: ${e.message}` })) : await runTokenizer(path);
-      this.table.checks = t.codec ? { tokenizer: t.codec } : {};
+      this.table.checks = { ...importance, ...(t.codec ? { tokenizer: t.codec } : {}) };
       this.driftNote = t.codec ? `drift checked with ${t.codec.name}` : t.note;
       const first = (await rolloutFiles(path))[0];
       if (first) {

@@ -11,7 +11,7 @@ import type { InspectorColumn, RowFacts } from '../protocol';
 import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
 import { trajectoryFacts } from '../run/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
-import { auditRollout, type AuditOptions } from '../audit';
+import { auditRollout, importancePreview, type AuditOptions } from '../audit';
 import { auditMask } from './audit';
 import { compileFilter, type FilterRow } from './filter';
 
@@ -76,6 +76,12 @@ export function rowFacts(row: RolloutRow, read: ReadOptions = {}, checks: Omit<A
     if (audit.logprob) {
       f.logprob = audit.logprob.max_abs_diff;
       f.ratioFlags = audit.logprob.flagged.length;
+      // what a TIS / MIS correction with the configured level and cap would clip / drop (src/core/audit/importance.ts)
+      const is = importancePreview(r.tokens as Parameters<typeof importancePreview>[0], checks);
+      if (is) {
+        f.isClipped = is.clipped.length;
+        f.isDropped = is.dropped.length;
+      }
     }
     f.length = a.generated;
     f.lengthUnit = 'tokens';
@@ -169,6 +175,10 @@ export class RolloutTable {
         return (f) => f.ratioFlags;
       case 'alarm':
         return (f) => f.alarms ?? [];
+      case 'is.clipped':
+        return (f) => f.isClipped;
+      case 'is.dropped':
+        return (f) => f.isDropped;
       case 'mask.trained':
         return (f) => f.trained;
       case 'group.size':

@@ -14,6 +14,7 @@ import type { RolloutRow } from '../../core/store/rollouts';
 import { connectWebview, setWebviewHtml, webviewOptions } from '../webviewPanel';
 import type { ReplayPanel } from './replayPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
+import { auditTokenizerSetting, importanceSettings } from '../auditSettings';
 
 export const INSPECTOR_VIEW_TYPE = 'searchAgent.rolloutInspector';
 
@@ -67,8 +68,8 @@ class InspectorSession implements vscode.Disposable {
     });
     panel.onDidDispose(() => this.dispose());
     setWebviewHtml(panel.webview, extensionUri, 'rollouts', panel.title);
-    const tokenizer = vscode.workspace.getConfiguration('searchAgent.audit', vscode.Uri.file(path)).get<string>('tokenizer')?.trim();
-    this.send({ t: 'open', path, follow: true, read: trajectoryReadOptions(vscode.Uri.file(path), log), ...(tokenizer ? { tokenizer } : {}) });
+    const tokenizer = auditTokenizerSetting(path);
+    this.send({ t: 'open', path, follow: true, read: trajectoryReadOptions(vscode.Uri.file(path), log), importance: importanceSettings(path), ...(tokenizer ? { tokenizer } : {}) });
   }
 
   private send(m: EngineRequest): void {

@@ -6,8 +6,9 @@
 import { join } from 'node:path';
 import * as vscode from 'vscode';
 import { ForkHost, defaultCheckpoint, generationTurns, listCheckpoints } from '../../core/host/fork';
+import { addMicroscope, importancePreview, IMPORTANCE_DEFAULTS } from '../../core/audit';
 import { replayModel, type TextTokenizer } from '../../core/inspect/replay';
-import { loadTextTokenizer } from '../../core/inspect/tokenizer';
+import { loadTextTokenizer, loadTokenizerCodec, runTokenizer, type TokenizerCodec } from '../../core/inspect/tokenizer';
 import type { ForkChoices, ForkOptions, ForkResult, ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol';
 import type { Rollout } from '../../core/run/format';
 import { formatIssue } from '../../core/run/format';
@@ -18,6 +19,7 @@ import { nodeCommand } from '../node';
 import { findTrainerPython } from '../training/python';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
+import { auditTokenizerSetting, importanceSettings } from '../auditSettings';
 
 export interface ReplayInput {
   index: number;
@@ -36,6 +38,9 @@ export class ReplayPanel implements vscode.Disposable {
   private state: ReplayState | null = null;
   private inputs: ReplayInput[] = [];
   private tokenizer: { name: string; tokenize: TextTokenizer } | undefined;
+  /** The drift check's tokenizer for the rollouts shown (the setting, else their run's model directory's), or why none. */
+  private driftCodec: { codec?: TokenizerCodec; note?: string } = {};
+  private importance: ReplayState['importance'] = { level: IMPORTANCE_DEFAULTS.isLevel, cap: IMPORTANCE_DEFAULTS.isCap };
   private readonly disposables: vscode.Disposable[] = [];
   /** The processes behind "Fork here" (policy servers, one per run and checkpoint; the run's env server): started on
    * the first fork, reused, stopped when the panel closes and when the extension deactivates (a window reload). */
@@ -60,6 +65,7 @@ export class ReplayPanel implements vscode.Disposable {
 
   async show(source: string, inputs: ReplayInput[]): Promise<void> {
     this.inputs = inputs;
+    await this.loadAuditSettings(inputs.find((i) => i.row)?.row?.file);
     this.state = this.build({ token: 0, entry: 0, overlay: 'none', speed: 8 });
     this.log.info(`replay: ${source} rows ${inputs.map((i) => i.index).join(', ')}`);
     if (!this.web) this.create();
@@ -69,7 +75,7 @@ export class ReplayPanel implements vscode.Disposable {
   }
 
   private build(position: ReplayPosition): ReplayState {
-    const state: ReplayState = { models: [], position };
+    const state: ReplayState = { models: [], position, importance: this.importance };
     for (const { index, row, raw } of this.inputs) {
       if (!row) {
         state.error = { file: '', line: 0, messages: [`row ${index} is not in the source any more`] };
@@ -80,9 +86,33 @@ export class ReplayPanel implements vscode.Disposable {
         continue;
       }
       const read = trajectoryReadOptions(vscode.Uri.file(row.file), this.log);
-      state.models.push(replayModel(row.record, { index, file: row.file, line: row.line }, { read, ...(this.tokenizer ? { tokenizer: this.tokenizer.tokenize, tokenizerName: this.tokenizer.name } : {}) }));
+      const model = replayModel(row.record, { index, file: row.file, line: row.line }, { read, ...(this.tokenizer ? { tokenizer: this.tokenizer.tokenize, tokenizerName: this.tokenizer.name } : {}) });
+      state.models.push(addMicroscope(model, row.record, { codec: this.driftCodec.codec, noCodec: this.driftCodec.note, isLevel: this.importance.level, isCap: this.importance.cap }));
     }
     return state;
+  }
+
+  /** The drift tokenizer and the importance preview's level and cap for a rollout file (searchAgent.audit.*). */
+  private async loadAuditSettings(file: string | undefined): Promise<void> {
+    if (!file) return;
+    const named = auditTokenizerSetting(file);
+    this.driftCodec = named ? await loadTokenizerCodec(named).then((codec) => ({ codec }), (e: Error) => ({ note: `drift not checked: ${e.message}` })) : await runTokenizer(file);
+    const is = importanceSettings(file);
+    this.importance = { level: is.isLevel ?? IMPORTANCE_DEFAULTS.isLevel, cap: is.isCap ?? IMPORTANCE_DEFAULTS.isCap };
+  }
+
+  /** The importance-sampling preview of the rollouts shown, at another level or cap (kept for a re-created view). */
+  private previewImportance(level: ReplayState['importance']['level'], cap: number): ReturnType<typeof importancePreview>[] {
+    if (!(cap > 1)) throw new Error(`the cap must be > 1 (got ${cap})`);
+    this.importance = { level, cap };
+    if (!this.state) return [];
+    this.state.importance = this.importance;
+    return this.state.models.map((m) => {
+      const tk = this.inputs.find((i) => i.index === m.index)?.row?.record?.tokens;
+      const preview = tk ? importancePreview(tk as Parameters<typeof importancePreview>[0], { isLevel: level, isCap: cap }) : null;
+      if (m.microscope) m.microscope.importance = preview;
+      return preview;
+    });
   }
 
   private create(): void {
@@ -95,6 +125,7 @@ export class ReplayPanel implements vscode.Disposable {
     web.endpoint.handle('chooseTokenizer', () => this.chooseTokenizer());
     web.endpoint.handle('forkChoices', (p) => this.forkChoices(p.model));
     web.endpoint.handle('fork', (p) => this.fork(p));
+    web.endpoint.handle('importance', ({ level, cap }) => this.previewImportance(level, cap));
     web.panel.onDidDispose(() => {
       this.web = undefined;
       void this.stopForks();

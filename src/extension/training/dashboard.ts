@@ -65,6 +65,11 @@ export class Dashboard implements vscode.Disposable {
       await this.sendRuns();
     });
     web.endpoint.handle('openStep', ({ dir, step }) => this.openStep(dir, step));
+    web.endpoint.handle('openGroups', async ({ dir, step }) => {
+      const at = await this.stepFile(dir, step);
+      this.log.info(`dashboard: the groups of step ${step} of ${dir}: ${at ? at.file : 'no rollouts'}`);
+      if (at) await vscode.commands.executeCommand('searchAgent.openGroups', at.file, at.step);
+    });
     web.panel.onDidDispose(() => {
       this.web = undefined;
       this.sentRuns = '';
@@ -159,18 +164,25 @@ export class Dashboard implements vscode.Disposable {
 
   /** The rollouts of a step: the nearest step with a rollouts file at or before it (the inspector, when present). */
   private async openStep(dir: string, step: number): Promise<void> {
+    const at = await this.stepFile(dir, step);
+    if (!at) return;
+    const { file } = at;
+    const commands = await vscode.commands.getCommands(true);
+    if (commands.includes('searchAgent.openInspector')) await vscode.commands.executeCommand('searchAgent.openInspector', vscode.Uri.file(file));
+    else await vscode.window.showTextDocument(vscode.Uri.file(file), { viewColumn: vscode.ViewColumn.Beside, preview: true });
+  }
+
+  /** The rollouts file of the nearest step with one at or before `step` (else the first); undefined (and said) when none. */
+  private async stepFile(dir: string, step: number): Promise<{ file: string; step: number } | undefined> {
     const run = await readRun(dir);
     const steps = run?.rolloutSteps ?? [];
     const best = steps.filter((s) => s <= step).pop() ?? steps[0];
     if (best === undefined) {
       void vscode.window.showInformationMessage(`Search Agent: no rollouts saved in ${dir} yet.`);
-      return;
+      return undefined;
     }
     const file = join(dir, 'rollouts', `step-${String(best).padStart(6, '0')}.jsonl`);
-    if (!existsSync(file)) return;
-    const commands = await vscode.commands.getCommands(true);
-    if (commands.includes('searchAgent.openInspector')) await vscode.commands.executeCommand('searchAgent.openInspector', vscode.Uri.file(file));
-    else await vscode.window.showTextDocument(vscode.Uri.file(file), { viewColumn: vscode.ViewColumn.Beside, preview: true });
+    return existsSync(file) ? { file, step: best } : undefined;
   }
 
   dispose(): void {

@@ -1,0 +1,134 @@
+/**
+ * The instruments of issue 18 in real VS Code (code-server), on a fixture run whose model directory holds a real
+ * byte-level BPE tokenizer.json the test writes: the inspector's `drift` and `is.dropped` filters; the replay's drift
+ * marker with both sides, the Δ overlay (masked tokens excluded, ratio flags) and the importance-sampling preview;
+ * the dashboard's mismatch chart, an alarm's marks on the other charts, and the GRPO group view opened from the
+ * zero-variance chart.
+ */
+import assert from 'node:assert/strict';
+import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Frame } from 'playwright-core';
+import { loadTokenizerCodec } from '../../src/core/inspect/tokenizer';
+import type { Rollout } from '../../src/core/run/format';
+import { recordOf, writeTokenizerDir } from '../unit/bpe';
+import { CodeServerSession, ROOT, until } from './harness';
+
+const WORDS = [' Paris', ' Lyon', 'is', '<answer>', '</answer>', 'user', 'assistant', ' capital', ' France'];
+const PROMPT = '<|im_start|>user\nThe capital of France?<|im_end|>\n<|im_start|>assistant\n';
+
+/** The workspace: runs/audit-run with step 2's rollouts (a drifting, off-policy sample; an all-wrong group) and metrics for steps 1–3. */
+async function workspace(): Promise<{ dir: string; drift: number; flagged: number[] }> {
+  const dir = mkdtempSync(join(tmpdir(), 'sas-audit-ws-'));
+  cpSync(join(ROOT, 'test', 'e2e', 'fixtures', 'workspace'), dir, { recursive: true });
+  const model = writeTokenizerDir(join(dir, 'models', 'bpe'), WORDS);
+  const codec = await loadTokenizerCodec(model);
+  const run = join(dir, 'runs', 'audit-run');
+  mkdirSync(join(run, 'rollouts'), { recursive: true });
+  writeFileSync(join(run, 'run.json'), JSON.stringify({ v: 1, id: 'audit-run', status: 'finished', created: '2026-11-01T00:00:00Z', config: { model: { path: model } }, step: 3, total_steps: 3 }));
+  const base: Partial<Rollout> = { step: 2, split: 'train', question: 'The capital of France?', golden: ['Paris'], finish: 'answer' };
+  // " Paris" sampled as " Par" + "is" (drift), and a trainer that disagrees with the sampler on two trained tokens.
+  const drifting = recordOf(codec, PROMPT, [{ text: '<answer>', role: 'generated' }, { text: ' Par', role: 'generated' }, { text: 'is', role: 'generated' }, { text: ' </answer>', role: 'generated' }], { ...base, id: 'drifting', group: 1, sample: 0, reward: 1 });
+  const tk = drifting.tokens!;
+  const first = tk.role.indexOf('generated');
+  tk.rollout_logprob = tk.role.map((r) => (r === 'generated' ? -1 : null));
+  // Δ = −2 at the first generated token (ratio 0.14), +1.5 at the last (ratio 4.5); the prompt's values are garbage (masked)
+  tk.logprob = tk.role.map((r, i) => (r !== 'generated' ? -60 : i === first ? -3 : i === tk.ids.length - 1 ? 0.5 : -1));
+  const clean = (id: string, group: number, sample: number, answer: string, reward: number, extra: Partial<Rollout> = {}) =>
+    recordOf(codec, PROMPT, [{ text: `<think>ok</think>\n<answer> ${answer} </answer>`, role: 'generated' }], { ...base, id, group, sample, reward, ...extra });
+  const rows = [drifting, clean('lyon', 1, 1, 'Lyon', 0), clean('wrong-a', 0, 0, 'Lyon', 0), clean('wrong-b', 0, 1, 'Lyon or Paris', 0)];
+  writeFileSync(join(run, 'rollouts', 'step-000002.jsonl'), `${rows.map((r) => JSON.stringify(r)).join('\n')}\n`);
+  const metric = (step: number, zero: number) => JSON.stringify({ step, 'critic/score/mean': 0.25 * step, 'reward/frac_zero_std_groups': zero, 'response_length/mean': 10 + step, 'actor/entropy': 1 / step });
+  writeFileSync(join(run, 'metrics.jsonl'), `${[metric(1, 0), metric(2, 0.5), metric(3, 0.25)].join('\n')}\n`);
+  return { dir, drift: codec.encode(PROMPT + '<answer>').length, flagged: [first, tk.ids.length - 1] };
+}
+
+describe('audit instruments: replay microscope, dashboard, GRPO groups (code-server)', function () {
+  let s: CodeServerSession;
+  let fx: Awaited<ReturnType<typeof workspace>>;
+  const data = (f: Frame, key: string) => f.evaluate((k) => document.body.dataset[k] ?? '', key);
+
+  before(async () => {
+    fx = await workspace();
+    s = await CodeServerSession.start({ workspace: fx.dir });
+    await s.waitForLog('extension', /activated/, 60_000);
+  });
+  after(async () => {
+    await s?.stop();
+  });
+  afterEach(async function () {
+    if (this.currentTest?.state === 'failed' && s) console.log(`      artifacts: ${await s.saveArtifacts(this.currentTest.fullTitle())}`);
+  });
+
+  it("the inspector filters drift and is.dropped; the replay shows the drift marker with both sides, the Δ overlay and the IS preview", async () => {
+    const insp = await s.openRunInInspector('audit-run');
+    await until('all rows analysed', async () => (await data(insp, 'total')) === '4' && (await data(insp, 'busy')) === 'false', 30_000);
+    for (const expr of ['drift', 'is.dropped > 0']) {
+      const before = await data(insp, 'seq');
+      await insp.locator('[data-testid="filter"]').fill(expr);
+      await insp.locator('[data-testid="filter"]').press('Enter');
+      await until(`the filter ${expr}`, async () => (await data(insp, 'seq')) !== before && (await data(insp, 'appliedSeq')) === (await data(insp, 'seq')) && (await data(insp, 'busy')) === 'false', 15_000);
+      assert.equal(await data(insp, 'view'), '1', expr);
+    }
+    await insp.locator('.rows .row[data-index="0"]').dblclick();
+    const r = await s.webviewFrame('replay', 30_000);
+    // (chips are the tokens' [data-i]; the legend's sample chips carry the same classes)
+    await until('the replay of the drifting rollout', async () => (await r.locator('[data-testid="header"] h2').textContent()) === 'drifting', 15_000);
+    assert.match((await r.locator('[data-testid="header"]').textContent()) ?? '', new RegExp(`drift at token ${fx.drift}`));
+    // "Next drift": the position jumps to the drift, and the recorded and re-encoded pieces show side by side, as text.
+    await r.locator('[data-testid="next-drift"]').click();
+    await until('at the drift', async () => (await data(r, 'token')) === String(fx.drift), 5_000);
+    assert.ok(await r.locator('[data-testid="drift-pane"]').isVisible());
+    assert.equal(await r.locator('[data-testid="drift-recorded"] li.drift-first code').textContent(), '" Par"');
+    assert.equal(await r.locator('[data-testid="drift-reencoded"] li.drift-first code').textContent(), '" Paris"');
+    assert.equal(await r.locator('.chip[data-i].current.drift-at').count(), 1, 'the drifting chip is marked');
+    // The Δ overlay: trained tokens coloured, masked ones excluded, the two off-band ratios flagged.
+    await r.locator('[data-testid="overlay"]').selectOption('delta');
+    await until('the Δ overlay', async () => (await data(r, 'overlay')) === 'delta', 5_000);
+    assert.match((await r.locator('[data-testid="legend"]').textContent()) ?? '', /Δ = logprob − rollout_logprob:.*excluded \(loss mask 0\)/);
+    assert.equal(await r.locator('.chip[data-i].excluded').count(), await r.locator('.chip[data-i].role-prompt').count(), 'every prompt token is excluded');
+    assert.equal(await r.locator('.chip[data-i].excluded:not(.role-prompt)').count(), 0);
+    assert.deepEqual(await r.locator('.chip[data-i].ratio-flag').evaluateAll((els) => els.map((e) => Number((e as HTMLElement).dataset.i))), fx.flagged);
+    await r.locator('.chip[data-i].role-prompt').first().hover();
+    assert.match((await r.locator('[data-testid="hovercard"]').textContent()) ?? '', /excluded \(loss mask 0: never compared\)/);
+    // The ratio colouring and the importance-sampling preview (cap 2: TIS clips ρ 4.5; MIS drops both).
+    await r.locator('[data-testid="overlay"]').selectOption('ratio');
+    await r.locator('[data-testid="is-toggle"]').check();
+    await until('the IS preview', async () => (await r.locator('.chip[data-i].is-dropped').count()) === 2, 5_000);
+    assert.match((await r.locator('[data-testid="is-summary"]').textContent()) ?? '', /1 clipped \(TIS\) · 2 dropped \(MIS\)/);
+    await r.locator('[data-testid="is-cap"]').fill('5');
+    await r.locator('[data-testid="is-cap"]').press('Enter');
+    await until('cap 5 recomputed by the host', async () => /0 clipped \(TIS\) · 1 dropped \(MIS\)/.test((await r.locator('[data-testid="is-summary"]').textContent()) ?? ''), 10_000);
+    assert.equal(await r.locator('.chip[data-i].is-dropped').count(), 1);
+  });
+
+  it('the dashboard charts the log-prob mismatch, marks the alarm on the other charts, and opens the GRPO groups from the zero-variance chart', async () => {
+    await s.runCommand('Search Agent: Open Training Dashboard');
+    const dash = await s.webviewFrame('dashboard', 30_000);
+    await until('the mismatch chart', async () => dash.locator('.chart[data-chart="logprob"]').isVisible(), 30_000);
+    // the audit's series are points at step 2 (the one step with rollouts)
+    assert.ok(await dash.locator('.chart[data-chart="drift"]').isVisible());
+    await until('alarm marks on the reward chart', async () => (await dash.locator('.chart[data-chart="reward"] .alarm-mark').count()) > 0, 15_000);
+    assert.match((await dash.locator('.chart[data-chart="reward"] .alarm-mark').first().getAttribute('title')) ?? '', /step 2: answer-enumeration/);
+    // Click step 2 on the zero-variance chart.
+    const over = dash.locator('.chart[data-chart="zero"] .u-over');
+    const box = (await over.boundingBox())!;
+    await over.hover({ position: { x: box.width / 2, y: box.height / 2 } });
+    await over.click({ position: { x: box.width / 2, y: box.height / 2 } });
+    const g = await s.webviewFrame('groups', 30_000);
+    await until('the groups of step 2', async () => (await data(g, 'groups')) === '2', 15_000);
+    assert.match((await g.locator('h2').textContent()) ?? '', /step 2/);
+    const zero = g.locator('section.group[data-zero="true"]');
+    assert.equal(await zero.count(), 1);
+    assert.equal(await zero.getAttribute('data-reason'), 'all-wrong');
+    assert.match((await zero.locator('[data-testid="reason"]').textContent()) ?? '', /all wrong/);
+    const other = g.locator('section.group[data-group="1"] tbody tr');
+    assert.equal(await other.count(), 2);
+    assert.deepEqual((await other.nth(1).locator('td').allTextContents()).slice(0, 4), ['1', '0', '–', 'Lyon']);
+    // A sample replays on click.
+    await other.nth(1).click();
+    const r = await s.webviewFrame('replay', 30_000);
+    await until('the replay of the clicked sample', async () => (await r.locator('[data-testid="header"] h2').textContent()) === 'lyon', 15_000);
+  });
+});

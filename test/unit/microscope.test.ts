@@ -1,0 +1,112 @@
+/**
+ * The replay's audit (src/core/audit/microscope.ts) on records built with a real byte-level BPE tokenizer: Δ and
+ * ratio overlays on trained tokens only, the first drift decoded on both sides, the importance preview, and the
+ * engine's mask against ours as leaks.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { addMicroscope, auditRollout, recordDrift, renderChat } from '../../src/core/audit';
+import { replayModel } from '../../src/core/inspect/replay';
+import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/inspect/tokenizer';
+import { recordOf, writeTokenizerDir } from './bpe';
+
+describe('audit: the replay microscope', () => {
+  let dir: string;
+  let codec: TokenizerCodec;
+  const PROMPT = '<|im_start|>user\nThe capital of France?<|im_end|>\n<|im_start|>assistant\n';
+  const at = { index: 0, file: 'f.jsonl', line: 1 };
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'sas-microscope-'));
+    codec = await loadTokenizerCodec(writeTokenizerDir(join(dir, 'model'), [' Paris', 'is', '<answer>', '</answer>', 'user', 'assistant']));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('Δ and ratio on trained tokens only, flags, the importance preview; a split word as drift, both sides decoded', () => {
+    const r = recordOf(codec, PROMPT, [{ text: '<answer>', role: 'generated' }, { text: ' Par', role: 'generated' }, { text: 'is', role: 'generated' }, { text: ' </answer>', role: 'generated' }]);
+    const tk = r.tokens!;
+    const first = tk.role.indexOf('generated');
+    tk.rollout_logprob = tk.role.map((x) => (x === 'generated' ? -1 : null));
+    // the first generated token: trainer −3 vs rollout −1 (ρ = e^−2); the prompt's values are garbage (masked)
+    tk.logprob = tk.role.map((x, i) => (x === 'generated' ? (i === first ? -3 : -1) : -60));
+    const m = addMicroscope(replayModel(r, at), r, { codec });
+    const delta = m.tokens.overlays.delta!;
+    assert.equal(delta.length, tk.ids.length);
+    assert.ok(delta.every((d, i) => (tk.loss_mask[i] === 1) === (d !== null)), 'Δ exactly on trained tokens');
+    assert.equal(delta[first], -2);
+    assert.ok(Math.abs(m.tokens.overlays.ratio![first]! - Math.exp(-2)) < 1e-12);
+    const ms = m.microscope!;
+    assert.deepEqual(ms.flagged, [first]);
+    assert.deepEqual([ms.importance!.clipped, ms.importance!.dropped], [[], [first]]);
+    const d = ms.drift!;
+    assert.equal(d.kind, 'split');
+    assert.equal(d.token, codec.encode(PROMPT + '<answer>').length);
+    assert.deepEqual(d.recorded.slice(d.token - d.from, d.token - d.from + 2).map((p) => p.text), [' Par', 'is']);
+    assert.equal(d.reencoded[d.token - d.from]!.text, ' Paris');
+    assert.match(ms.driftNote, /drift checked with model\/tokenizer.json/);
+    assert.deepEqual(ms.maskMismatch, []);
+  });
+
+  it("without a tokenizer drift is not checked and says why; the engine's mask against ours adds leaks", () => {
+    const r = recordOf(codec, PROMPT, [{ text: '<answer> Paris </answer>', role: 'generated' }]);
+    const engine = r.tokens!.loss_mask.map((x) => x);
+    engine[1] = 1; // the engine trained on a prompt token our roles mask out
+    r.meta = { engine_loss_mask: engine };
+    const m = addMicroscope(replayModel(r, at), r, { noCodec: 'drift not checked: no tokenizer here' });
+    assert.equal(m.microscope!.drift, null);
+    assert.equal(m.microscope!.driftNote, 'drift not checked: no tokenizer here');
+    assert.deepEqual(m.microscope!.maskMismatch, [1]);
+    assert.deepEqual(m.audit!.leaks, [1], '"next leak" visits the disagreement');
+    assert.equal(m.microscope!.importance, null, 'no log-probs recorded: no preview');
+    assert.equal(m.tokens.overlays.delta, undefined);
+  });
+});
+
+/** A ChatML template as Qwen2.5's lays out plain messages (system, user, assistant turns; no tools). */
+const CHATML = "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+
+describe('audit: chat-template drift (@huggingface/jinja renders the model\'s chat_template)', () => {
+  let dir: string;
+  let codec: TokenizerCodec;
+  before(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'sas-template-'));
+    codec = await loadTokenizerCodec(writeTokenizerDir(join(dir, 'model'), [' Paris', 'is', '<answer>', '</answer>', 'user', 'assistant', 'system'], { chatTemplate: CHATML }));
+  });
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  const messages = [
+    { role: 'user', content: 'The capital of France?' },
+    { role: 'assistant', content: '<answer> Paris </answer>' },
+  ];
+  const PROMPT = '<|im_start|>user\nThe capital of France?<|im_end|>\n<|im_start|>assistant\n';
+  const asRecorded = (pieces: { text: string; role: 'generated' | 'prompt' }[], meta: Record<string, unknown>) => recordOf(codec, PROMPT, pieces, { meta });
+
+  it('renders ChatML as the model would; a record laid out as its template does has no drift (the trailing newline is not drift)', () => {
+    assert.equal(renderChat(codec.chatTemplate!, messages), `${PROMPT}<answer> Paris </answer><|im_end|>\n`);
+    const r = asRecorded([{ text: '<answer> Paris </answer><|im_end|>', role: 'generated' }], { messages });
+    assert.equal(auditRollout(r, { tokenizer: codec }).drift, null);
+  });
+
+  it('a rollout laid out otherwise than the template (no newline after <|im_end|> between turns): drift of kind "template"', () => {
+    const r = recordOf(codec, PROMPT.replace('<|im_end|>\n', '<|im_end|>'), [{ text: '<answer> Paris </answer><|im_end|>', role: 'generated' }], { meta: { messages } });
+    const d = auditRollout(r, { tokenizer: codec }).drift!;
+    assert.equal(d.kind, 'template');
+    assert.equal(d.token, codec.encode('<|im_start|>user\nThe capital of France?<|im_end|>').length);
+    assert.equal(codec.decode([d.reencoded[d.token - d.from]!]), '\n');
+  });
+
+  it('the same text sampled as a non-canonical split: kind "split", found through the template too', () => {
+    const r = asRecorded([{ text: '<answer>', role: 'generated' }, { text: ' Par', role: 'generated' }, { text: 'is', role: 'generated' }, { text: ' </answer><|im_end|>', role: 'generated' }], { messages });
+    const d = auditRollout(r, { tokenizer: codec }).drift!;
+    assert.equal(d.kind, 'split');
+    assert.equal(d.token, codec.encode(PROMPT + '<answer>').length);
+  });
+
+  it('a template that does not render falls back to the text check and says why', () => {
+    const r = asRecorded([{ text: '<answer> Paris </answer><|im_end|>', role: 'generated' }], { messages });
+    const out = recordDrift(r, { ...codec, chatTemplate: '{% for m in messages %}{{ m.role ' });
+    assert.match(out.templateError!, /^chat_template: /);
+    assert.equal(out.drift, null);
+  });
+});
