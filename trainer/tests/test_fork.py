@@ -7,6 +7,7 @@ with a LoRA adapter). An edit (the user's documents) changes the continuation an
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,25 @@ def test_edited_documents_change_the_continuation_and_reward_and_are_retrieved_t
     # a new query re-runs the search (the same retriever), and n samples come back as n continuations
     two = srv.fork(rec, 2, query="capital", samples=2, greedy=False)
     assert len(two) == 2 and all(x["retrieval"][0]["query"] == "capital" for x in two)
+
+
+def test_a_checkpoint_that_is_a_plain_hugging_face_model_directory_forks(hf_run, varied_env, tmp_path):
+    """A run whose checkpoints are Hugging Face model directories (as TRL saves them): the held-out rollouts of step 0
+    were generated before any update, by the base model (a LoRA adapter starts at zero), so a copy of the run whose
+    step-0 checkpoint is the base model's own directory reproduces them token for token."""
+    run = tmp_path / "run"
+    shutil.copytree(hf_run, run, ignore=shutil.ignore_patterns("checkpoints"))
+    base = Path(json.loads((hf_run / "run.json").read_text())["config"]["model"]["path"])
+    shutil.copytree(base, run / "checkpoints" / "step-000000")
+    assert not (run / "checkpoints" / "step-000000" / "trainable.pt").exists() and (run / "checkpoints" / "step-000000" / "config.json").exists()
+    srv = server(run, varied_env.url, step=0)
+    assert srv.step is None  # no trainer_state.json: a plain model directory
+    recs = [r for r in held_out(run, step=0) if r["turns"] >= 2]
+    assert recs, "no held-out rollout of step 0 has two turns"
+    for rec in recs:
+        (c,) = srv.fork(rec, 2)
+        assert c["diverges_at"] is None, rec["id"]
+        assert c["tokens"]["ids"] == rec["tokens"]["ids"] and c["response"] == rec["response"]
 
 
 def test_bad_requests_name_what_is_wrong(tiny_run, varied_env):
