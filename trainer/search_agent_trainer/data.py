@@ -1,13 +1,15 @@
 """The data: our JSONL question-answering datasets, the prompt, and a seeded, resumable sampler.
 
-A dataset line is `{"id", "question", "golden": [..], "data_source"}` (Search-R1's `golden_answers` is accepted for
-`golden`). A malformed line is reported (file, line, field) and skipped; a file with no usable line is an error.
+A dataset line is `{"id", "question", "golden": [..], "data_source", "meta"?}` (Search-R1's `golden_answers` is
+accepted for `golden`; of `meta`, `hops` — the searches a question needs — is read, for the `val/*_by_hops/*`
+metrics). A malformed line is reported (file, line, field) and skipped; a file with no usable line is an error.
 The prompt is the configured template with `{question}` replaced (Search-R1's base template by default), with the
 tokenizer's chat template applied when it has one (policy.Tokenizer.prompt).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ class Example:
     question: str
     golden: tuple[str, ...]
     data_source: str
+    hops: int | None = None  # `meta.hops`: the searches a question needs (1, 2, …), where the dataset says it
 
 
 class DatasetError(ValueError):
@@ -42,7 +45,11 @@ def _example(obj: Any) -> tuple[Example | None, str | None]:
     ds = obj.get("data_source", "")
     if not isinstance(ds, str):
         return None, "data_source: expected a string"
-    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds), None
+    meta = obj.get("meta")
+    hops = meta.get("hops") if isinstance(meta, dict) else None
+    if hops is not None and (not isinstance(hops, int) or isinstance(hops, bool) or hops < 1):
+        return None, "meta.hops: expected a positive integer"
+    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds, hops=hops), None
 
 
 def load_dataset(path: str, warn: Callable[[str], None] = lambda _m: None) -> list[Example]:
@@ -68,7 +75,7 @@ def load_dataset(path: str, warn: Callable[[str], None] = lambda _m: None) -> li
                 bad += 1
                 warn(f"{path}:{n}: {problem}; line skipped")
                 continue
-            out.append(ex if ex.id else Example(f"{n}", ex.question, ex.golden, ex.data_source))
+            out.append(ex if ex.id else dataclasses.replace(ex, id=f"{n}"))
     if not out:
         raise DatasetError(f"{path}: no usable example ({bad} malformed lines)")
     return out

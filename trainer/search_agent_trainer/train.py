@@ -557,6 +557,12 @@ class Trainer:
         if len(sources) > 1:
             for s in sources:
                 m[f"val/em/{s}"] = _mean([t.metrics.get("em", 0.0) for t in trajs if t.example.data_source == s])
+        # By the searches a question needs (the dataset's `meta.hops`; questions without it are left out): does the
+        # policy search again where one search cannot answer?
+        for h in sorted({t.example.hops for t in trajs if t.example.hops is not None}):
+            part = [t for t in trajs if t.example.hops == h]
+            m[f"val/em_by_hops/{h}"] = _mean([t.metrics.get("em", 0.0) for t in part])
+            m[f"val/searches_by_hops/{h}"] = _mean([t.searches for t in part])
         m["timing_s/eval"] = time.perf_counter() - t0
         w.rollouts(f"val-step-{step:06d}", self._records(trajs, step, "val", None))
         w.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})
