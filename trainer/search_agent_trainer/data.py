@@ -13,6 +13,7 @@ import dataclasses
 import json
 import random
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Callable
 
 
@@ -123,3 +124,45 @@ class EpochSampler:
             raise DatasetError(f"the checkpoint's dataset had {s.get('size')} examples, this one has {self.size}: resume with the same data")
         self.seed, self.epoch, self.pos = s["seed"], s["epoch"], s["pos"]
         self._order = self._permutation(self.epoch)
+
+
+class MixSampler:
+    """Batches with a fixed share of each kind of question (`data.hops_mix`: hops → weight): each kind has its own
+    seeded epoch permutation (an EpochSampler over its examples), and a batch of k takes round(k × share) of each, the
+    rounding remainders going to the largest fractions (ties: fewer hops first). A kind with weight 0 is never
+    sampled."""
+
+    def __init__(self, hops: Sequence[int | None], mix: dict[int, float], seed: int):
+        missing = sorted({i for i, h in enumerate(hops) if h is None})
+        if missing:
+            raise DatasetError(f"data.hops_mix needs meta.hops on every training example; example {missing[0] + 1} has none")
+        total = sum(mix.values())
+        if total <= 0:
+            raise DatasetError("data.hops_mix: the weights sum to 0")
+        self.shares = {h: w / total for h, w in sorted(mix.items()) if w > 0}
+        self.members = {h: [i for i, x in enumerate(hops) if x == h] for h in self.shares}
+        empty = [h for h, m in self.members.items() if not m]
+        if empty:
+            raise DatasetError(f"data.hops_mix: no training example has meta.hops {empty[0]}")
+        self.samplers = {h: EpochSampler(len(m), seed * 101 + h) for h, m in self.members.items()}
+
+    def counts(self, k: int) -> dict[int, int]:
+        exact = {h: k * s for h, s in self.shares.items()}
+        out = {h: int(x) for h, x in exact.items()}
+        for h in sorted(exact, key=lambda h: (-(exact[h] - out[h]), h))[: k - sum(out.values())]:
+            out[h] += 1
+        return out
+
+    def next_batch(self, k: int) -> list[int]:
+        return [self.members[h][j] for h, n in self.counts(k).items() for j in self.samplers[h].next_batch(n)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"hops_mix": {str(h): s.state_dict() for h, s in self.samplers.items()}}
+
+    def load_state_dict(self, s: dict[str, Any]) -> None:
+        saved = s.get("hops_mix")
+        if not isinstance(saved, dict) or set(saved) != {str(h) for h in self.samplers}:
+            raise DatasetError("the checkpoint was made with another data.hops_mix (or none): resume with the same config")
+        for h, sub in self.samplers.items():
+            sub.load_state_dict(saved[str(h)])
+
