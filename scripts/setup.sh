@@ -62,6 +62,45 @@ if ((${#missing[@]})); then
   fi
 fi
 
+# ---- 3 and 4 (a function: with --test they run beside the Python steps, which mostly wait on downloads)
+node_side() {
+  # ---- 3. npm packages and the build
+  export ONNXRUNTIME_NODE_INSTALL=skip   # its install script would download CUDA binaries; the bundled CPU ones work
+  lock="$(sha package-lock.json)"
+  if [[ -d node_modules && "$(cat node_modules/.sas-stamp 2>/dev/null)" == "$lock" ]]; then
+    step "node_modules is up to date"
+  else
+    step "npm ci"
+    timed npm ci --no-audit --no-fund --loglevel=error
+    echo "$lock" > node_modules/.sas-stamp
+  fi
+  step "npm run build"
+  timed npm run --silent build >/dev/null
+
+  # ---- 4. real VS Code for the e2e tests, and the Lucene oracle for the BM25 tests
+  if [[ $MODE == test ]]; then
+    step "code-server for the e2e tests"
+    timed bash scripts/install-code-server.sh
+    oracle=test/oracle/lucene
+    want_oracle="$(sha $oracle/pom.xml $oracle/src/main/java/oracle/*.java)"
+    if [[ -f $oracle/target/classes/oracle/Oracle.class && "$(cat $oracle/target/.sas-stamp 2>/dev/null)" == "$want_oracle" ]]; then
+      step "Lucene oracle is up to date"
+    else
+      step "Lucene oracle (Maven, Apache Lucene from Maven Central)"
+      timed mvn -q -B -f $oracle/pom.xml package -DskipTests
+      echo "$want_oracle" > $oracle/target/.sas-stamp
+    fi
+  fi
+}
+
+if [[ $MODE == test ]]; then
+  node_log="$(mktemp)"
+  step "npm ci, the build, code-server and the Lucene oracle: beside the Python steps (output at the end)"
+  node_side >"$node_log" 2>&1 &
+  node_pid=$!
+  trap '[[ -n "${node_pid:-}" ]] && { pkill -P "$node_pid" 2>/dev/null; kill "$node_pid" 2>/dev/null; }; true' EXIT  # a failing Python step leaves nothing running
+fi
+
 # ---- 2. the trainer's Python virtual environment (.venv), pinned
 REQ=trainer/requirements.txt
 [[ $MODE == test ]] && REQ=trainer/requirements-dev.txt
@@ -83,31 +122,12 @@ if [[ $MODE == test ]]; then
   bash scripts/setup-verl.sh
 fi
 
-# ---- 3. npm packages and the build
-export ONNXRUNTIME_NODE_INSTALL=skip   # its install script would download CUDA binaries; the bundled CPU ones work
-lock="$(sha package-lock.json)"
-if [[ -d node_modules && "$(cat node_modules/.sas-stamp 2>/dev/null)" == "$lock" ]]; then
-  step "node_modules is up to date"
-else
-  step "npm ci"
-  timed npm ci --no-audit --no-fund --loglevel=error
-  echo "$lock" > node_modules/.sas-stamp
-fi
-step "npm run build"
-timed npm run --silent build >/dev/null
-
-# ---- 4. real VS Code for the e2e tests, and the Lucene oracle for the BM25 tests
 if [[ $MODE == test ]]; then
-  step "code-server for the e2e tests"
-  timed bash scripts/install-code-server.sh
-  oracle=test/oracle/lucene
-  want_oracle="$(sha $oracle/pom.xml $oracle/src/main/java/oracle/*.java)"
-  if [[ -f $oracle/target/classes/oracle/Oracle.class && "$(cat $oracle/target/.sas-stamp 2>/dev/null)" == "$want_oracle" ]]; then
-    step "Lucene oracle is up to date"
-  else
-    step "Lucene oracle (Maven, Apache Lucene from Maven Central)"
-    timed mvn -q -B -f $oracle/pom.xml package -DskipTests
-    echo "$want_oracle" > $oracle/target/.sas-stamp
-  fi
+  node_ok=0; wait "$node_pid" || node_ok=$?
+  node_pid=
+  cat "$node_log"; rm -f "$node_log"
+  ((node_ok == 0)) || die "the npm / build / code-server / Lucene oracle steps failed (their output is above)"
+else
+  node_side
 fi
 step "setup done ($MODE) in $SECONDS s"

@@ -147,6 +147,7 @@ interface TrainRequest {
   runDir?: string;
   resume: boolean;
   python?: string;
+  verlPython?: string;
   port: number;
   quiet: boolean;
 }
@@ -165,9 +166,11 @@ async function runTraining(req: TrainRequest, log: (s: string) => void): Promise
       runDir: req.runDir,
       resume: req.resume,
       python: search.found.executable,
+      verlPython: req.verlPython,
       port: req.port,
       runsParent: resolve('runs'),
       onEvent: (e) => printer.event(e as Event),
+      onNote: (note) => process.stderr.write(`warning: ${note}\n`),
       onTrainerLog: (l) => {
         if (!req.quiet && /warning|error|Traceback/i.test(l) && !/^\d\d:\d\d:\d\d (?:step|eval)/.test(l)) process.stderr.write(`[trainer] ${l}\n`);
       },
@@ -237,6 +240,7 @@ export const trainCommand = defineCommand({
       .option('run-dir', { type: 'string', describe: 'the run directory (default: a new one under the config\'s output_dir or ./runs)' })
       .option('resume', { type: 'boolean', default: false, describe: 'continue the run in --run-dir from its last checkpoint' })
       .option('python', { type: 'string', describe: 'the trainer\'s Python (the only one tried)' })
+      .option('verl-python', { type: 'string', describe: "engine verl: veRL's Python, tried first (else the config's verl.python, SAS_VERL_PYTHON, .venv-verl)" })
       .option('port', { type: 'number', default: 0, describe: 'env server port on 127.0.0.1 (0: any free port)' })
       .option('quiet', { type: 'boolean', default: false, describe: 'print only warnings, errors and the result' })
       .example('$0 train examples/demo.run.json', 'train the demo config')
@@ -245,7 +249,7 @@ export const trainCommand = defineCommand({
     if (a.resume ? !a['run-dir'] || a.config : !a.config) throw new UsageError(a.resume ? '--resume needs --run-dir and no config' : 'name one run config');
     if (!Number.isInteger(a.port) || a.port < 0 || a.port > 65535) throw new UsageError(`--port must be an integer in 0..65535, got ${a.port}`);
     const needs = await runNeeds({ config: a.config, runDir: a['run-dir'], resume: a.resume });
-    const { code, outcome } = await runTraining({ config: a.config, needs, runDir: a['run-dir'], resume: a.resume, python: a.python, port: a.port, quiet: a.quiet }, (s) => console.log(s));
+    const { code, outcome } = await runTraining({ config: a.config, needs, runDir: a['run-dir'], resume: a.resume, python: a.python, verlPython: a['verl-python'], port: a.port, quiet: a.quiet }, (s) => console.log(s));
     if (outcome && outcome.status !== 'failed') {
       const em = await heldOutEm(outcome.runDir);
       if (em.before || em.after) console.log(`held-out exact match: ${fmt(em.before?.em)} before → ${fmt(em.after?.em)} after (step ${em.after?.step ?? em.before?.step})`);

@@ -7,7 +7,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
-import { EngineUnavailableError } from '../../src/core/host/engines';
+import { ENGINE_HOSTS, EngineUnavailableError } from '../../src/core/host/engines';
 import { RunConfigError, envServerArgs, loadRunConfig } from '../../src/core/host/runConfig';
 import { EnvServerError, isAlive } from '../../src/core/host/processes';
 import { RunHost, type RunHostOptions } from '../../src/core/host/runHost';
@@ -206,6 +206,16 @@ describe('run host: env server + trainer processes', function () {
     const f = await config({ model: { kind: 'hf', path: join(ROOT, 'examples/trl-tiny/model') }, rollout: { n: 2 }, optim: { mini_batch_size: 3, micro_batch_size: 1 } }).then(async (c) => withEngine(c, 'verl'));
     await assert.rejects(start({ config: f }), (e: Error) => e instanceof RunConfigError && e.message.includes(f) && /optim\.mini_batch_size \(3\) must be a multiple of rollout\.n \(2\)/.test(e.message));
     assert.equal(processesMentioning(tmp).length, before);
+  });
+
+  it('engine verl: what veRL does its own way reaches the host as notes (the CLI and the editor show them as warnings)', async function () {
+    if (!existsSync(join(ROOT, '.venv-verl', 'bin', 'python'))) this.skip();
+    this.timeout(180_000);
+    const f = await config({ model: { kind: 'hf', path: join(ROOT, 'examples/trl-tiny/model'), dtype: 'fp32' }, rollout: { n: 2 }, optim: { mini_batch_size: 4, micro_batch_size: 2 } }).then(async (c) => withEngine(c, 'verl'));
+    const runDir = await mkdtemp(join(tmp, 'verl-notes-'));
+    const launch = await ENGINE_HOSTS.verl!.launch({ python: process.execPath, trainerDir: join(ROOT, 'trainer'), runDir, envUrl: 'http://127.0.0.1:9', resume: false, loaded: await loadRunConfig(f) });
+    assert.ok(launch.notes?.some((n) => n.startsWith('model.dtype fp32')), JSON.stringify(launch.notes));
+    assert.ok(launch.args.includes('search_agent_trainer.engines.verl.main'), launch.args.join(' '));
   });
 
   it('engine trl on two processes (accelerate launch, gloo): Stop checkpoints, the run is stopped, every process ends', async function () {

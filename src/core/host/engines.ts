@@ -31,6 +31,8 @@ export interface TrainerLaunch {
   file: string;
   args: string[];
   env?: Record<string, string>;
+  /** What the engine does its own way with this config (veRL's prepare notes): shown to the user as warnings. */
+  notes?: string[];
 }
 
 export interface EngineHost {
@@ -78,7 +80,7 @@ export const ENGINE_HOSTS: Record<Engine, EngineHost | undefined> = {
 async function verlEngineLaunch(ctx: EngineContext): Promise<TrainerLaunch> {
   try {
     const l = await verlLaunch({ loaded: ctx.loaded, runDir: ctx.runDir, envUrl: ctx.envUrl, resume: ctx.resume, trainerDir: ctx.trainerDir, verlPython: ctx.verlPython, root: packageRoot() });
-    return { file: l.file, args: l.args, env: l.env };
+    return { file: l.file, args: l.args, env: l.env, notes: l.notes };
   } catch (e) {
     if (e instanceof VerlUnavailableError) throw new EngineUnavailableError(e.message);
     throw e;

@@ -41,6 +41,8 @@ export interface RunHostOptions {
   onEvent?: (event: RunEvent & Record<string, unknown>) => void;
   onTrainerLog?: LogSink;
   onServerLog?: LogSink;
+  /** A setting the engine handles its own way (veRL's notes, e.g. "model.dtype fp32: … not mapped"): a warning. */
+  onNote?: (note: string) => void;
   /** How to run the env server (tests run it from source); default: this Node with dist/server.js. */
   serverLauncher?: ServerLauncher;
   /** Time the trainer gets to finish its step and checkpoint after SIGTERM. */
@@ -106,6 +108,7 @@ export class RunHost {
         },
         onStderr: options.onTrainerLog,
       });
+      for (const note of launch.notes ?? []) options.onNote?.(note);
     } catch (e) {
       await server.child.stop(3_000);
       throw e;

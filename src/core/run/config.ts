@@ -27,7 +27,7 @@ export const RunConfigSchema = S.object(
         'builtin',
       ),
     ),
-    devices: S.optional(S.integer({ minimum: 1, default: 1, description: 'Training processes, one per GPU (> 1: engine trl or verl). trl: accelerate launch --num_processes (trl.num_processes or trl.accelerate_config override it).' })),
+    devices: S.optional(S.integer({ minimum: 1, default: 1, description: 'Training processes, one per GPU (> 1: engine trl or verl). trl: accelerate launch --num_processes (trl.num_processes or trl.accelerate_config override it). verl: verl.gpus_per_node × verl.nodes (gpus_per_node defaults to devices ÷ nodes; given both, they must agree).' })),
     seed: S.optional(S.integer({ minimum: 0, default: 1, description: 'Seeds Python, torch and the data order.' })),
     output_dir: S.optional(S.string({ description: 'Where runs made from this config go (<output_dir>/<name>-<time>), relative to this file. Default: runs/ in the workspace folder (the CLI: the current directory).' })),
     data: S.object(
@@ -234,7 +234,7 @@ export const RunConfigSchema = S.object(
           rollout: S.optional(S.enum(['vllm', 'sglang'] as const, 'The inference engine of the rollouts (actor_rollout_ref.rollout.name).', 'vllm')),
           tensor_parallel: S.optional(S.integer({ minimum: 1, default: 1, description: 'GPUs per vLLM/SGLang replica (rollout.tensor_model_parallel_size); divides gpus_per_node.' })),
           gpu_memory_utilization: S.optional(S.number({ minimum: 0, maximum: 1, default: 0.5, description: 'The rollout engine’s share of GPU memory (colocated with FSDP).' })),
-          gpus_per_node: S.optional(S.integer({ minimum: 1, default: 1, description: 'trainer.n_gpus_per_node.' })),
+          gpus_per_node: S.optional(S.integer({ minimum: 1, description: 'trainer.n_gpus_per_node. Default: devices ÷ nodes (devices, the shared key, is veRL\'s world size).' })),
           nodes: S.optional(S.integer({ minimum: 1, default: 1, description: 'trainer.nnodes (a Ray cluster: RAY_ADDRESS, docs/engines.md).' })),
           strategy: S.optional(S.enum(['fsdp', 'fsdp2'] as const, 'veRL’s FSDP version for actor, reference and critic.', 'fsdp')),
           param_offload: S.optional(S.boolean('FSDP parameter offload to CPU (actor, reference, critic).', false)),

@@ -192,6 +192,10 @@ export class TrainingController implements vscode.Disposable {
         onEvent: (e) => this.onEvent(e as Event),
         onTrainerLog: (l) => this.trainerLog.info(l),
         onServerLog: (l) => this.serverLog.info(l),
+        onNote: (note) => {
+          this.trainerLog.warn(note);
+          void vscode.window.showWarningMessage(`Training run: ${note}`);
+        },
       });
     } catch (e) {
       return this.startFailed(e as Error, what.config);

@@ -118,6 +118,21 @@ def test_what_veRL_cannot_do_is_refused_naming_the_key(tmp_path, qwen_dir, secti
         overrides_for(run_config(qwen_dir, **sections), tmp_path)
 
 
+@pytest.mark.parametrize(
+    "sections, per_node, nodes",
+    [({}, 1, 1), ({"devices": 4}, 4, 1), ({"devices": 4, "verl": {"nodes": 2}}, 2, 2), ({"devices": 8, "verl": {"gpus_per_node": 4, "nodes": 2}}, 4, 2), ({"verl": {"gpus_per_node": 2}}, 2, 1)],
+)
+def test_the_shared_devices_key_is_veRLs_world_size(tmp_path, qwen_dir, sections, per_node, nodes):
+    o = overrides_for(run_config(qwen_dir, **sections), tmp_path)
+    assert f"trainer.n_gpus_per_node={per_node}" in o and f"trainer.nnodes={nodes}" in o
+
+
+@pytest.mark.parametrize("sections", [{"devices": 4, "verl": {"gpus_per_node": 2}}, {"devices": 3, "verl": {"nodes": 2}}])
+def test_devices_that_disagree_with_veRLs_nodes_are_refused(tmp_path, qwen_dir, sections):
+    with pytest.raises(VerlConfigError, match=r"devices \("):
+        overrides_for(run_config(qwen_dir, **sections), tmp_path)
+
+
 def test_notes_say_what_veRL_does_its_own_way(tmp_path, qwen_dir):
     cfg = run_config(qwen_dir, algorithm={"name": "ppo"}, model={"dtype": "fp32"})
     _, notes = verl_overrides(cfg, run_dir=tmp_path, env_url=ENV_URL, train_files="t.parquet", val_files=None, config_file="c.json", agent_loop_file="a.yaml", tool_file=None)

@@ -87,8 +87,9 @@ class ScriptedTurnGenerator:
         pass
 
 
-def run_config(qwen_dir: Path, **sections: dict[str, Any]) -> Any:
-    """A resolved run config for the tiny Qwen2 model over the demo data (sections merged over the base)."""
+def run_config(qwen_dir: Path, **sections: Any) -> Any:
+    """A resolved run config for the tiny Qwen2 model over the demo data (sections merged over the base; a scalar
+    such as devices=4 replaces the key)."""
     raw: dict[str, Any] = {
         "engine": "verl",
         "seed": 3,
@@ -99,5 +100,5 @@ def run_config(qwen_dir: Path, **sections: dict[str, Any]) -> Any:
         "train": {"steps": 3, "eval_every": 2, "checkpoint_every": 2},
     }
     for name, values in sections.items():
-        raw[name] = {**raw.get(name, {}), **values}
+        raw[name] = {**raw.get(name, {}), **values} if isinstance(values, dict) else values
     return config_from_dict(raw, base=ROOT)

@@ -88,6 +88,17 @@ def verl_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
         problems.append(f"verl.gpu_memory_utilization: expected a number in (0, 1], got {s['gpu_memory_utilization']!r}")
     if not isinstance(s["overrides"], list) or not all(isinstance(o, str) for o in s["overrides"]):
         problems.append("verl.overrides: expected a list of Hydra override strings")
+    devices = _get(cfg, "devices", 1)
+    if not problems and isinstance(devices, int) and devices > 1:
+        # the shared `devices` (training processes, one per GPU) is veRL's world size: gpus_per_node × nodes.
+        # Without verl.gpus_per_node it fills the nodes evenly; with it, the two must agree.
+        if "gpus_per_node" not in given:
+            if devices % s["nodes"]:
+                problems.append(f"devices ({devices}) must be a multiple of verl.nodes ({s['nodes']})")
+            else:
+                s["gpus_per_node"] = devices // s["nodes"]
+        elif s["gpus_per_node"] * s["nodes"] != devices:
+            problems.append(f"devices ({devices}) disagrees with verl.gpus_per_node × verl.nodes ({s['gpus_per_node']} × {s['nodes']}); set one of them")
     if not problems and s["gpus_per_node"] % s["tensor_parallel"]:
         problems.append(f"verl.tensor_parallel ({s['tensor_parallel']}) must divide verl.gpus_per_node ({s['gpus_per_node']})")
     if problems:
