@@ -2,7 +2,7 @@
 
 A dataset line is `{"id", "question", "golden": [..], "data_source", "meta"?}` (Search-R1's `golden_answers` is
 accepted for `golden`; of `meta`, `hops` — the searches a question needs — is read, for the `val/*_by_hops/*`
-metrics). A malformed line is reported (file, line, field) and skipped; a file with no usable line is an error.
+metrics and `data.hops_mix`). A malformed line is reported (file, line, field) and skipped; a file with no usable line is an error.
 The prompt is the configured template with `{question}` replaced (Search-R1's base template by default), with the
 tokenizer's chat template applied when it has one (policy.Tokenizer.prompt).
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Callable
 
 
@@ -165,4 +165,3 @@ class MixSampler:
             raise DatasetError("the checkpoint was made with another data.hops_mix (or none): resume with the same config")
         for h, sub in self.samplers.items():
             sub.load_state_dict(saved[str(h)])
-
