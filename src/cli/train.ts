@@ -109,7 +109,6 @@ export class ProgressPrinter {
   }
 }
 
-/** Held-out exact match at the first and last evaluation of a run (from metrics.jsonl). */
 /** An evaluation's headline numbers; `byHops`: exact match and searches per question by the hops a question needs
  * (`val/em_by_hops/<h>`, `val/searches_by_hops/<h>`), where the data has them. */
 export interface HeldOut {
@@ -119,6 +118,7 @@ export interface HeldOut {
   byHops: { hops: number; em: number; searches?: number }[];
 }
 
+/** Held-out exact match at the first and last evaluation of a run (from metrics.jsonl). */
 export async function heldOutEm(runDir: string): Promise<{ before?: HeldOut; after?: HeldOut }> {
   let text = '';
   try {
