@@ -25,7 +25,6 @@ export const ENGINE_LIMITS: readonly EngineLimit[] = [
   { key: 'model.init', when: { present: true }, engines: ['builtin'], why: 'model.init is a checkpoint of the builtin engine' },
   { key: 'model.random_init', when: { equals: [true] }, engines: ['builtin', 'trl'], why: 'a model built from config.json with random weights' },
   { key: 'train.supervised_warmup.steps', when: { above: 0 }, engines: ['builtin'], why: 'the supervised warm start is the builtin engine’s (for the tiny model)' },
-  { key: 'data.hops_mix', when: { present: true }, engines: ['builtin'], why: 'the batches by hops are drawn by the builtin engine’s sampler (TRL and veRL sample their own)' },
   { key: 'algorithm.name', when: { equals: ['ppo'] }, engines: ['builtin', 'verl'], why: 'PPO trains a critic, which TRL’s GRPOTrainer has not' },
   { key: 'algorithm.name', when: { equals: ['reinforce++'] }, engines: ['builtin', 'verl'], why: 'TRL 1.16’s GRPOTrainer has no REINFORCE++ advantage' },
   { key: 'algorithm.preset', when: { equals: ['search-r1-ppo'] }, engines: ['builtin', 'verl'], why: 'PPO trains a critic, which TRL’s GRPOTrainer has not' },
