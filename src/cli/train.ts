@@ -10,6 +10,7 @@ import { RunConfigError, runNeeds } from '../core/host/runConfig';
 import { RunHost, type RunOutcome } from '../core/host/runHost';
 import { EnvServerError } from '../core/host/processes';
 import { packageRoot } from '../core/paths';
+import { HOPS_METRICS } from '../core/protocol';
 import { findPython, noPythonMessage, pythonCandidates, type TrainerNeeds } from '../core/python';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
@@ -108,19 +109,31 @@ export class ProgressPrinter {
   }
 }
 
+/** An evaluation's headline numbers; `byHops`: exact match and searches per question by the hops a question needs
+ * (`val/em_by_hops/<h>`, `val/searches_by_hops/<h>`), where the data has them. */
+export interface HeldOut {
+  step: number;
+  em: number;
+  searches?: number;
+  byHops: { hops: number; em: number; searches?: number }[];
+}
+
 /** Held-out exact match at the first and last evaluation of a run (from metrics.jsonl). */
-export async function heldOutEm(runDir: string): Promise<{ before?: { step: number; em: number; searches?: number }; after?: { step: number; em: number; searches?: number } }> {
+export async function heldOutEm(runDir: string): Promise<{ before?: HeldOut; after?: HeldOut }> {
   let text = '';
   try {
     text = await readFile(join(runDir, 'metrics.jsonl'), 'utf8');
   } catch {
     return {};
   }
-  const evals: { step: number; em: number; searches?: number }[] = [];
+  const evals: HeldOut[] = [];
   for (const line of text.split('\n')) {
     try {
       const m = JSON.parse(line);
-      if (typeof m['val/em'] === 'number') evals.push({ step: m.step, em: m['val/em'], searches: m['val/searches_mean'] });
+      if (typeof m['val/em'] !== 'number') continue;
+      const hops = Object.keys(m).flatMap((k) => HOPS_METRICS.hopsOf(k) ?? []).sort((a, b) => a - b);
+      const byHops = hops.map((h) => ({ hops: h, em: m[HOPS_METRICS.em(h)] as number, searches: m[HOPS_METRICS.searches(h)] as number | undefined }));
+      evals.push({ step: m.step, em: m['val/em'], searches: m['val/searches_mean'], byHops });
     } catch {
       /* a partial last line */
     }
@@ -275,7 +288,8 @@ export const demoCommand = defineCommand({
     }
     console.log(
       `held-out exact match: ${fmt(em.before?.em)} before training (after the warm start) → ${fmt(em.after?.em)} after ${em.after?.step ?? 0} steps ` +
-        `(${duration((trained - t0) / 1000)}); searches per question ${fmt(em.after?.searches, 2)}; with retrieval disabled ${fmt(blind)}`,
+        `(${duration((trained - t0) / 1000)}); searches per question ${fmt(em.after?.searches, 2)}; with retrieval disabled ${fmt(blind)}` +
+        (em.after?.byHops.length ? `; by hops: ${em.after.byHops.map((b) => `${b.hops}-hop ${fmt(b.em)} (${fmt(b.searches, 2)} searches)`).join(', ')}` : ''),
     );
     return code;
   },

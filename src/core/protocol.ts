@@ -395,6 +395,18 @@ export const AUDIT_METRICS = {
   alarm: (name: string) => `audit/alarm/${name}`,
 } as const;
 
+/** The trainer's held-out metrics by the searches a question needs (its dataset line's `meta.hops`; train.py
+ * `_eval_report`): exact match and searches per question. The dashboard charts hops 1 and 2, the demo prints them. */
+export const HOPS_METRICS = {
+  em: (hops: number) => `val/em_by_hops/${hops}`,
+  searches: (hops: number) => `val/searches_by_hops/${hops}`,
+  /** The hops an `em` key is about (`val/em_by_hops/2` → 2); undefined for any other key. */
+  hopsOf: (key: string): number | undefined => {
+    const m = /^val\/em_by_hops\/(\d+)$/.exec(key);
+    return m ? Number(m[1]) : undefined;
+  },
+} as const;
+
 /** A run shown in the dashboard (several are overlaid). */
 export interface DashboardRun {
   id: string;

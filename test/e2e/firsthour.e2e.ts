@@ -154,6 +154,9 @@ describe("a user's first hour (code-server)", function () {
     assert.equal(new Set(reward.map((r) => r.marker)).size, 3, `distinct colours: ${JSON.stringify(reward)}`);
     const kl = await dash.evaluate(() => [...document.querySelectorAll('.chart[data-chart="kl"] .u-legend .u-series')].slice(1).map((e) => getComputedStyle(e.querySelector('.u-marker')!).borderColor));
     assert.equal(new Set(kl).size, kl.length, `KL series in distinct colours: ${JSON.stringify(kl)}`);
+    // Held-out EM and searches by hops (the demo questions' meta.hops; 4 held-out questions: 1- and 2-hop).
+    const hops = await dash.evaluate(() => { const c = document.querySelector<HTMLElement>('.chart[data-chart="hops"]')!; return { hidden: c.hidden, labels: [...c.querySelectorAll('.u-legend .u-series')].slice(1).map((e) => e.querySelector('.u-label')?.textContent) }; });
+    assert.deepEqual(hops, { hidden: false, labels: ['EM 1-hop', 'searches 1-hop', 'EM 2-hop', 'searches 2-hop'] });
     const markers = await dash.evaluate(() => document.body.dataset.markers ?? '');
     assert.match(markers, /reward: EM \(held-out\)/, 'held-out EM (every 8 steps) is drawn with markers');
     assert.doesNotMatch(markers, /reward: reward\b/, 'the per-step reward is a line');

@@ -3,6 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
+import { heldOutEm } from '../../src/cli/train';
 import { probePython } from '../../src/core/python';
 
 const ROOT = join(__dirname, '..', '..');
@@ -122,5 +123,22 @@ describe('CLI', () => {
       assert.match(r.stdout.trim().split('\n').pop()!, /^held-out exact match: \d\.\d{3} before → \d\.\d{3} after \(step 2\)$/);
       assert.ok(!r.stdout.includes('\x1b['), 'no terminal control codes when not a TTY');
     });
+  });
+});
+
+describe('heldOutEm (the demo\'s last line)', () => {
+  it('reads the first and last evaluation of metrics.jsonl with exact match and searches by hops, in hops order; a partial last line is ignored', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sas-heldout-'));
+    const lines = [
+      { step: 0, 'val/em': 0.02, 'val/searches_mean': 1.1, 'val/em_by_hops/2': 0, 'val/searches_by_hops/2': 1.5, 'val/em_by_hops/1': 0.04, 'val/searches_by_hops/1': 1.0 },
+      { step: 1, 'critic/score/mean': 0.1 },
+      { step: 2, 'val/em': 0.4, 'val/searches_mean': 1.4, 'val/em_by_hops/1': 0.7, 'val/searches_by_hops/1': 1.0, 'val/em_by_hops/2': 0.25, 'val/searches_by_hops/2': 1.9, 'val/em/demo': 0.4 },
+    ];
+    writeFileSync(join(dir, 'metrics.jsonl'), lines.map((l) => JSON.stringify(l)).join('\n') + '\n{"step": 3, "val/em');
+    const { before, after } = await heldOutEm(dir);
+    assert.deepEqual(before?.byHops, [{ hops: 1, em: 0.04, searches: 1.0 }, { hops: 2, em: 0, searches: 1.5 }]);
+    assert.deepEqual(after, { step: 2, em: 0.4, searches: 1.4, byHops: [{ hops: 1, em: 0.7, searches: 1.0 }, { hops: 2, em: 0.25, searches: 1.9 }] });
+    writeFileSync(join(dir, 'metrics.jsonl'), JSON.stringify({ step: 0, 'val/em': 0.1 }) + '\n');
+    assert.deepEqual((await heldOutEm(dir)).before?.byHops, [], 'data without meta.hops: no by-hops numbers');
   });
 });

@@ -166,6 +166,9 @@ def _check(cfg: Section, source: str, schema: dict[str, Any]) -> None:
         problems.append(f"optim.micro_batch_size ({cfg.optim.micro_batch_size}) is larger than optim.mini_batch_size ({cfg.optim.mini_batch_size})")
     if cfg.algorithm.name == "grpo" and cfg.rollout.n < 2:
         problems.append("rollout.n: GRPO needs at least 2 samples per prompt (a group)")
+    bad_hops = [k for k in (cfg.data.hops_mix or {}) if not k.isdigit() or int(k) < 1]
+    if bad_hops:
+        problems.append(f"data.hops_mix: keys are the hops of a question (1, 2, …), got {bad_hops[0]!r}")
     if cfg.rollout.dialect == "toolcall":
         if cfg.model.kind == "tiny":
             problems.append('rollout.dialect: "toolcall" needs model.kind "hf": tool calls are written with the model\'s chat template, and the built-in tiny policy has none (it speaks "searchr1" only)')

@@ -1,15 +1,18 @@
 """The data: our JSONL question-answering datasets, the prompt, and a seeded, resumable sampler.
 
-A dataset line is `{"id", "question", "golden": [..], "data_source"}` (Search-R1's `golden_answers` is accepted for
-`golden`). A malformed line is reported (file, line, field) and skipped; a file with no usable line is an error.
+A dataset line is `{"id", "question", "golden": [..], "data_source", "meta"?}` (Search-R1's `golden_answers` is
+accepted for `golden`; of `meta`, `hops` — the searches a question needs — is read, for the `val/*_by_hops/*`
+metrics and `data.hops_mix`). A malformed line is reported (file, line, field) and skipped; a file with no usable line is an error.
 The prompt is the configured template with `{question}` replaced (Search-R1's base template by default), with the
 tokenizer's chat template applied when it has one (policy.Tokenizer.prompt).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,6 +23,7 @@ class Example:
     question: str
     golden: tuple[str, ...]
     data_source: str
+    hops: int | None = None  # `meta.hops`: the searches a question needs (1, 2, …), where the dataset says it
 
 
 class DatasetError(ValueError):
@@ -42,7 +46,11 @@ def _example(obj: Any) -> tuple[Example | None, str | None]:
     ds = obj.get("data_source", "")
     if not isinstance(ds, str):
         return None, "data_source: expected a string"
-    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds), None
+    meta = obj.get("meta")
+    hops = meta.get("hops") if isinstance(meta, dict) else None
+    if hops is not None and (not isinstance(hops, int) or isinstance(hops, bool) or hops < 1):
+        return None, "meta.hops: expected a positive integer"
+    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds, hops=hops), None
 
 
 def load_dataset(path: str, warn: Callable[[str], None] = lambda _m: None) -> list[Example]:
@@ -68,7 +76,7 @@ def load_dataset(path: str, warn: Callable[[str], None] = lambda _m: None) -> li
                 bad += 1
                 warn(f"{path}:{n}: {problem}; line skipped")
                 continue
-            out.append(ex if ex.id else Example(f"{n}", ex.question, ex.golden, ex.data_source))
+            out.append(ex if ex.id else dataclasses.replace(ex, id=f"{n}"))
     if not out:
         raise DatasetError(f"{path}: no usable example ({bad} malformed lines)")
     return out
@@ -116,3 +124,44 @@ class EpochSampler:
             raise DatasetError(f"the checkpoint's dataset had {s.get('size')} examples, this one has {self.size}: resume with the same data")
         self.seed, self.epoch, self.pos = s["seed"], s["epoch"], s["pos"]
         self._order = self._permutation(self.epoch)
+
+
+class MixSampler:
+    """Batches with a fixed share of each kind of question (`data.hops_mix`: hops → weight): each kind has its own
+    seeded epoch permutation (an EpochSampler over its examples), and a batch of k takes round(k × share) of each, the
+    rounding remainders going to the largest fractions (ties: fewer hops first). A kind with weight 0 is never
+    sampled."""
+
+    def __init__(self, hops: Sequence[int | None], mix: dict[int, float], seed: int):
+        missing = sorted({i for i, h in enumerate(hops) if h is None})
+        if missing:
+            raise DatasetError(f"data.hops_mix needs meta.hops on every training example; example {missing[0] + 1} has none")
+        total = sum(mix.values())
+        if total <= 0:
+            raise DatasetError("data.hops_mix: the weights sum to 0")
+        self.shares = {h: w / total for h, w in sorted(mix.items()) if w > 0}
+        self.members = {h: [i for i, x in enumerate(hops) if x == h] for h in self.shares}
+        empty = [h for h, m in self.members.items() if not m]
+        if empty:
+            raise DatasetError(f"data.hops_mix: no training example has meta.hops {empty[0]}")
+        self.samplers = {h: EpochSampler(len(m), seed * 101 + h) for h, m in self.members.items()}
+
+    def counts(self, k: int) -> dict[int, int]:
+        exact = {h: k * s for h, s in self.shares.items()}
+        out = {h: int(x) for h, x in exact.items()}
+        for h in sorted(exact, key=lambda h: (-(exact[h] - out[h]), h))[: k - sum(out.values())]:
+            out[h] += 1
+        return out
+
+    def next_batch(self, k: int) -> list[int]:
+        return [self.members[h][j] for h, n in self.counts(k).items() for j in self.samplers[h].next_batch(n)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"hops_mix": {str(h): s.state_dict() for h, s in self.samplers.items()}}
+
+    def load_state_dict(self, s: dict[str, Any]) -> None:
+        saved = s.get("hops_mix")
+        if not isinstance(saved, dict) or set(saved) != {str(h) for h in self.samplers}:
+            raise DatasetError("the checkpoint was made with another data.hops_mix (or none): resume with the same config")
+        for h, sub in self.samplers.items():
+            sub.load_state_dict(saved[str(h)])

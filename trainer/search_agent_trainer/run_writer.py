@@ -203,6 +203,8 @@ def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dic
         rec["reward"] = traj.reward
     rec["reward_parts"] = dict(traj.reward_parts)
     meta: dict[str, Any] = {"example_id": traj.example.id, "metrics": dict(traj.metrics)}
+    if getattr(traj.example, "hops", None) is not None:
+        meta["hops"] = traj.example.hops
     if traj.reward_error:
         meta["reward_error"] = traj.reward_error
     if getattr(traj, "retrieval", None):

@@ -44,7 +44,7 @@ from .advantages import gae_advantage, grpo_outcome_advantage, reinforce_plus_pl
 from .batch import SequenceBatch, by_length, make_batch
 from .checkpoint import latest_checkpoint, load_trainable, read_state, save_checkpoint
 from .config import Section
-from .data import EpochSampler, Example, load_dataset, render_prompt
+from .data import EpochSampler, Example, MixSampler, load_dataset, render_prompt
 from .env_client import EnvClient
 from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .generation import LMGenerator, auto_max_batch_tokens
@@ -185,7 +185,8 @@ class Trainer:
             self.warmups.append(cfg.optim.critic_warmup_steps if cfg.optim.critic_warmup_steps is not None else cfg.optim.warmup_steps)
         self.base_lrs = [g["lr"] for g in groups]
         self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.optim.weight_decay)
-        self.sampler = EpochSampler(len(self.train_set), cfg.seed)
+        mix = cfg.data.hops_mix
+        self.sampler = MixSampler([e.hops for e in self.train_set], {int(h): float(x) for h, x in mix.items()}, cfg.seed) if mix else EpochSampler(len(self.train_set), cfg.seed)
         start = 0
         self.resumed = ckpt is not None
         if ckpt is not None:
@@ -547,6 +548,12 @@ class Trainer:
         if len(sources) > 1:
             for s in sources:
                 m[f"val/em/{s}"] = _mean([t.metrics.get("em", 0.0) for t in trajs if t.example.data_source == s])
+        # By the searches a question needs (the dataset's `meta.hops`; questions without it are left out): does the
+        # policy search again where one search cannot answer?
+        for h in sorted({t.example.hops for t in trajs if t.example.hops is not None}):
+            part = [t for t in trajs if t.example.hops == h]
+            m[f"val/em_by_hops/{h}"] = _mean([t.metrics.get("em", 0.0) for t in part])
+            m[f"val/searches_by_hops/{h}"] = _mean([t.searches for t in part])
         m["timing_s/eval"] = time.perf_counter() - t0
         w.rollouts(f"val-step-{step:06d}", self._records(trajs, step, "val", None))
         w.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})

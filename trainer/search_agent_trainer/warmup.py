@@ -12,7 +12,10 @@ A synthetic trajectory, for a training question:
 - one or two searches (at random);
 - Q1: a random span of 1–2 consecutive names in the question (e.g. "Quorhil", "Botanical" or "Quorhil Botanical"
   for "who founded the Quorhil Botanical Garden?"); Q2: a random span of 1–2 consecutive names in the first
-  observation (what a second hop would look like, but chosen at random);
+  observation (`second_query: "any_name"`, the default — often Q1's own name again, since the passages found are
+  about it), or one sharing no word with Q1 (`"new_name"`: what a second hop looks like, a new name found by the
+  first search; which one is uniformly random among the observation's other names, so it is the second-hop entity
+  only by chance);
 - A: a random span of 1–2 consecutive names in the last observation (a "name": a capitalised word not seen in lower
   case, so not "The" or "Part"; which one is uniformly random, so it is the golden answer only by chance);
 - the observations are the env server's real `/retrieve` results for those random queries, in Search-R1's format,
@@ -65,7 +68,8 @@ class NameSpans:
     def see(self, text: str) -> None:
         self.lower.update(w for w in re.findall(r"[a-z][a-z']*", text))
 
-    def span(self, text: str, rng: random.Random) -> str | None:
+    def span(self, text: str, rng: random.Random, avoid: str = "") -> str | None:
+        """A random name span of `text`; with `avoid`, one sharing no word with it where there is one."""
         words = re.findall(r"[A-Za-z][A-Za-z']*|[^A-Za-z\s]", text)
         runs: list[list[str]] = [[]]
         for w in words:
@@ -74,10 +78,11 @@ class NameSpans:
             elif runs[-1]:
                 runs.append([])
         spans = [" ".join(run[i : i + n]) for run in runs for n in (1, 2) for i in range(len(run) - n + 1)]
-        return rng.choice(spans) if spans else None
+        other = [sp for sp in spans if not set(sp.split()) & set(avoid.split())]
+        return rng.choice(other or spans) if spans else None
 
 
-def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: Sequence[str], tokenizer: Any, env: EnvClient, topk: int, rng: random.Random, names: NameSpans | None = None) -> list[Trajectory]:
+def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: Sequence[str], tokenizer: Any, env: EnvClient, topk: int, rng: random.Random, names: NameSpans | None = None, new_name: bool = False) -> list[Trajectory]:
     """One synthetic trajectory per prompt (roles as in a rollout: generated, retrieved)."""
     from .data import Example
 
@@ -91,7 +96,7 @@ def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: 
     for o in obs1:
         names.see(o)
     second_idx = [i for i, h in enumerate(hops) if h == 2]
-    q2 = {i: names.span(obs1[i], rng) or q1[i] for i in second_idx}
+    q2 = {i: names.span(obs1[i], rng, avoid=q1[i] if new_name else "") or q1[i] for i in second_idx}
     second = dict(zip(second_idx, env.retrieve([q2[i] for i in second_idx], topk))) if second_idx else {}
     out = []
     for i, (text, ids) in enumerate(prompts):
@@ -135,7 +140,7 @@ def run_warmup(trainer: Any, log: Callable[[str], None]) -> dict[str, float]:
             log(f"warm start stopped at step {step - 1}/{w.steps}")
             break
         idx = [rng.randrange(len(trainer.train_set)) for _ in range(w.batch_size)]
-        trajs = synthetic_trajectories([trainer.train_prompts[i] for i in idx], [trainer.train_set[i].question for i in idx], trainer.tok, trainer.env, cfg.retriever.topk, rng, names)
+        trajs = synthetic_trajectories([trainer.train_prompts[i] for i in idx], [trainer.train_set[i].question for i in idx], trainer.tok, trainer.env, cfg.retriever.topk, rng, names, new_name=w.second_query == "new_name")
         batch = make_batch(trajs, trainer.tok.pad_id, loss_masking=True)
         agg = Aggregation.of("token-mean", batch.loss_mask)
         opt.zero_grad(set_to_none=True)

@@ -71,3 +71,11 @@ def test_builtin_demo_data_resolves_to_the_shipped_files(tmp_path):
 def test_an_unknown_builtin_name_is_an_error():
     with pytest.raises(ConfigError, match=r"unknown built-in data 'builtin:demo/nope'; the built-ins are builtin:demo/train"):
         config_from_dict({"data": {"train": "builtin:demo/nope"}, "model": {"kind": "tiny"}})
+
+
+def test_hops_mix_keys_are_hops_and_its_weights_numbers():
+    assert config_from_dict(_cfg(data={"train": str(DEMO / "train.jsonl"), "hops_mix": {"1": 1, "2": 3}})).data.hops_mix == {"1": 1, "2": 3}
+    with pytest.raises(ConfigError, match=r"data.hops_mix: keys are the hops of a question \(1, 2, …\), got 'two'"):
+        config_from_dict(_cfg(data={"train": str(DEMO / "train.jsonl"), "hops_mix": {"two": 1}}))
+    with pytest.raises(ConfigError, match=r"data.hops_mix"):
+        config_from_dict(_cfg(data={"train": str(DEMO / "train.jsonl"), "hops_mix": {"1": -1}}))

@@ -100,6 +100,22 @@ def test_metrics_have_vecrl_names_and_val_em_before_the_first_update(finished_ru
     assert metrics[1]["actor/ppo_kl"] == 0.0 and metrics[1]["actor/pg_clipfrac"] == 0.0
 
 
+def test_held_out_exact_match_and_searches_by_hops_at_every_evaluation(finished_run):
+    """`val/em_by_hops/<h>` and `val/searches_by_hops/<h>` group the held-out questions by their dataset line's
+    `meta.hops` (the first 4 demo questions: three one-hop, one two-hop), recomputed here from the val records."""
+    run, _ = finished_run
+    eval_hops = [json.loads(l)["meta"]["hops"] for l in (ROOT / "examples" / "demo" / "eval.jsonl").read_text().splitlines()[:4]]
+    assert sorted(set(eval_hops)) == [1, 2]
+    for m in lines(run / "metrics.jsonl"):
+        recs = lines(run / "rollouts" / f"val-step-{m['step']:06d}.jsonl")
+        assert [r["meta"]["hops"] for r in sorted(recs, key=lambda r: r["group"])] == eval_hops
+        for h in (1, 2):
+            part = [r for r in recs if r["meta"]["hops"] == h]
+            assert m[f"val/em_by_hops/{h}"] == pytest.approx(sum(r["meta"]["metrics"]["em"] for r in part) / len(part))
+            assert m[f"val/searches_by_hops/{h}"] == pytest.approx(sum(r["searches"] for r in part) / len(part))
+        assert not [k for k in m if k.startswith("val/") and "_by_hops/" in k and k[-1] not in "12"]
+
+
 def test_rollout_records_pass_the_mask_audit(finished_run):
     run, _ = finished_run
     recs = lines(run / "rollouts" / "step-000001.jsonl")

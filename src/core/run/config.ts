@@ -35,6 +35,12 @@ export const RunConfigSchema = S.object(
         train: S.string({ minLength: 1, description: 'Training dataset: JSONL of {id, question, golden, data_source} (relative to this file), or builtin:demo/train (the demo task that ships with the extension).' }),
         eval: S.optional(S.string({ description: 'Held-out dataset, same format; or builtin:demo/eval.' })),
         eval_size: S.optional(S.integer({ minimum: 1, description: 'Evaluate on at most this many held-out examples (all by default).' })),
+        hops_mix: S.optional(
+          S.record(
+            S.number({ minimum: 0 }),
+            'Each training batch\'s share of questions by the searches they need (the dataset\'s meta.hops), e.g. {"1": 1, "2": 3}: a quarter one-hop, three quarters two-hop; a kind left out or at 0 is not trained on. Default: the data\'s own mix (batches drawn from one shuffled epoch).',
+          ),
+        ),
         prompt_template: S.optional(
           S.string({
             default: SEARCH_R1_BASE_TEMPLATE,
@@ -194,6 +200,9 @@ export const RunConfigSchema = S.object(
                 steps: S.optional(S.integer({ minimum: 0, default: 0 })),
                 lr: S.optional(S.number({ minimum: 0, default: 1e-3 })),
                 batch_size: S.optional(S.integer({ minimum: 1, default: 16 })),
+                second_query: S.optional(
+                  S.enum(['any_name', 'new_name'] as const, 'The second search of a two-search synthetic trajectory: a random name of the first search\'s results (any_name), or one sharing no word with the first query (new_name: what a second hop looks like; still uniformly random, so the second-hop entity only by chance).', 'any_name'),
+                ),
               },
               { ...strict, description: 'A short supervised phase on format only (random queries and answers) before RL, so a tiny model can emit the tags.' },
             ),
