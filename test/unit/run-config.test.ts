@@ -71,6 +71,7 @@ describe('run configs', () => {
       'algorithm.kl_in_reward: true is not supported by engine "trl" (TRL puts the KL term in the loss only); engines that can: "builtin", "verl"',
     ]);
     assert.match(problems({ ...base, engine: 'trl', model: { kind: 'tiny' } })[0]!, /^model\.kind: "tiny" is not supported by engine "trl".*engines that can: "builtin"$/);
+    assert.match(problems({ ...base, engine: 'verl', data: { ...base.data, hops_mix: { 1: 1, 2: 3 } } })[0]!, /^data\.hops_mix: this section is not supported by engine "verl".*engines that can: "builtin"$/);
     assert.match(problems({ ...base, devices: 4 })[0]!, /^devices: 4 is not supported by engine "builtin".*engines that can: "trl", "verl"$/);
     assert.match(problems({ ...base, trl: { use_vllm: true } })[0]!, /^trl: this section is not supported by engine "builtin".*engines that can: "trl"$/);
     assert.deepEqual(problems({ ...base, engine: 'trl', devices: 2, trl: { use_vllm: true, some_grpo_option: 1 } }), [], 'the trl section passes other GRPOConfig options (the trainer checks them)');

@@ -314,6 +314,8 @@ def test_what_trl_cannot_do_is_refused_naming_the_key_and_the_engines_that_can()
     assert "algorithm.mask_advantages: true" in problems(**{"algorithm.mask_advantages": True})
     assert "algorithm.clip_ratio_c: 3.0" in problems(**{"algorithm.clip_ratio_c": 3.0})
     assert 'model.kind: "tiny" is not supported by engine "trl"' in problems(**{"model.kind": "tiny"})
+    assert 'data.hops_mix: this section is not supported by engine "trl"' in problems(**{"data.hops_mix": {"1": 1, "2": 3}})
+    assert "hops_mix" not in config_from_dict(trl_tiny()).data, "absent, it stays absent (no defaulted empty mix to refuse)"
     cfg = trl_tiny(**{"trl": {"use_vllm": False}})
     cfg["engine"] = "builtin"
     with pytest.raises(ConfigError, match='trl: this section is not supported by engine "builtin".*engines that can: "trl"'):
