@@ -4,13 +4,14 @@
  * the trainer (tiny policy, GRPO, masking on) audited clean.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { loadTokenizerCodec } from '../../src/core/inspect/tokenizer';
 import type { Rollout, TokenRole } from '../../src/core/run/format';
 import { writeTokenizerDir } from './bpe';
+import { trainTinyWithCli } from '../support/tinyRun';
 
 const ROOT = join(__dirname, '..', '..');
 const cli = (args: string[], cwd?: string) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'audit', ...args], { reject: false, ...(cwd ? { cwd } : {}) });
@@ -103,12 +104,7 @@ describe('CLI audit', function () {
   });
 
   it("a real run of the trainer (tiny policy, GRPO, masking on) audits clean: no leak, no log-prob flag, no alarm", async () => {
-    const c = JSON.parse(readFileSync(join(ROOT, 'test/fixtures/runs/tiny.run.json'), 'utf8'));
-    delete c.$schema;
-    c.data.train = join(ROOT, 'examples/demo/train.jsonl');
-    c.data.eval = join(ROOT, 'examples/demo/eval.jsonl');
-    writeFileSync(join(dir, 'tiny.run.json'), JSON.stringify(c));
-    const train = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'train', 'tiny.run.json'], { reject: false, cwd: dir });
+    const train = await trainTinyWithCli(dir);
     assert.equal(train.exitCode, 0, train.stderr);
     const run = join(dir, 'runs', readdirSync(join(dir, 'runs'))[0]!);
     const r = await cli([run, '--json']);

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { heldOutEm } from '../../src/cli/train';
 import { probePython } from '../../src/core/python';
+import { trainTinyWithCli } from '../support/tinyRun';
 
 const ROOT = join(__dirname, '..', '..');
 const cli = (...args: string[]) =>
@@ -110,12 +111,7 @@ describe('CLI', () => {
 
     it('runs a config end to end (plain lines when not a TTY) and ends with held-out EM before → after', async () => {
       const dir = mkdtempSync(join(tmpdir(), 'sas-cli-train-'));
-      const c = JSON.parse(readFileSync(fixture, 'utf8'));
-      delete c.$schema;
-      c.data.train = join(ROOT, 'examples/demo/train.jsonl');
-      c.data.eval = join(ROOT, 'examples/demo/eval.jsonl');
-      writeFileSync(join(dir, 'tiny.run.json'), JSON.stringify(c));
-      const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'train', 'tiny.run.json'], { reject: false, cwd: dir });
+      const r = await trainTinyWithCli(dir);
       assert.equal(r.exitCode, 0, r.stderr);
       assert.match(r.stdout, /^run directory: runs\/tiny-\d{8}-\d{6} /m);
       assert.match(r.stdout, /^step 0: held-out exact match \d\.\d{3}, searches per question/m);

@@ -28,6 +28,7 @@ observation is written exactly as the protocol writes one (`rollout.observe`): r
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import re
@@ -43,7 +44,7 @@ from .data import Example
 from .env_client import EnvClient
 from .generation import LMGenerator, auto_max_batch_tokens
 from .policy import build_policy, compute_dtype
-from .rollout import Dialect, RolloutSettings, Trajectory, make_dialect, observe, play_all
+from .rollout import Dialect, RolloutSettings, Trajectory, make_dialect, observe, play_all, take_turn
 from .train import reward_item, token_arrays
 
 ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
@@ -85,11 +86,12 @@ def documents_as_hits(documents: list[Any]) -> list[dict[str, Any]]:
     return hits
 
 
-def recorded_prefix(record: dict[str, Any], turn: int, tok: Any, dialect: Dialect) -> tuple[Trajectory, int, tuple[int, int] | None]:
+def recorded_prefix(record: dict[str, Any], turn: int, tok: Any, settings: RolloutSettings, dialect: Dialect) -> tuple[Trajectory, int, tuple[int, int] | None]:
     """The trajectory as it stood before generation turn `turn` (from 1) of a recorded rollout: the prompt and the
     response tokens before that turn, with their roles and sampling log-probs, `turns`, `searches`, `valid_actions`
-    and `retrieval` as the protocol had counted them. Also the token index where turn `turn` starts and the (start,
-    end) of the observation just before it (None for turn 1)."""
+    and `retrieval` as the protocol had counted them (each recorded generated turn goes through the protocol's own
+    `take_turn`; the observations after it are the recorded tokens). Also the token index where turn `turn` starts
+    and the (start, end) of the observation just before it (None for turn 1)."""
     t = record.get("tokens") or {}
     ids, roles = t.get("ids"), t.get("role")
     if not isinstance(ids, list) or not isinstance(roles, list) or len(ids) != len(roles) or not ids:
@@ -119,13 +121,12 @@ def recorded_prefix(record: dict[str, Any], turn: int, tok: Any, dialect: Dialec
             if at < 0:
                 raise ForkError(f"rollout {record.get('id')}: its response text does not match its tokens at token {s} (was it recorded with another tokenizer?)")
             piece = response[pos:at]
-        traj.append(ids[s:e], roles[s], piece, logprobs[s:e] if gen else None)
         pos += len(piece)
         if gen:
-            action = dialect.parse(piece)
-            traj.turns += 1
-            traj.valid_actions += int(action.valid)
-            traj.searches += len(action.queries)
+            action = take_turn(traj, ids[s:e], logprobs[s:e], False, tok, settings, dialect)
+            traj.searches += len(action.queries) if action else 0  # observe's count: the observation is the recorded one
+        else:
+            traj.append(ids[s:e], roles[s], piece)
     traj.retrieval = list(((record.get("meta") or {}).get("retrieval") or [])[: traj.searches])
     return traj, cut, obs
 
@@ -232,13 +233,15 @@ class PolicyServer:
         n = 1 if greedy else max(1, int(samples))
         retriever = EnvClient(retriever_url) if retriever_url else self.env
         gen = self._generator(greedy, seed)
-        prefix, _cut, obs = recorded_prefix(record, turn, self.tok, self.dialect)
-        s = self._settings(gen, len(prefix.prompt_ids), n)
+        roles = (record.get("tokens") or {}).get("role") or []
+        s = self._settings(gen, roles.index("generated") if "generated" in roles else len(roles), n)  # the prompt's length
+        prefix, _cut, obs = recorded_prefix(record, turn, self.tok, s, self.dialect)
         if query is not None or documents is not None:
             with_edited_observation(prefix, obs, query, documents, retriever, self.tok, s, self.dialect)
         trajs = []
         for k in range(n):
-            t = Trajectory(prefix.example, 0, k, prefix.prompt, list(prefix.prompt_ids), list(prefix.ids), list(prefix.roles), list(prefix.pieces), list(prefix.sample_logprobs), prefix.turns, prefix.searches, prefix.valid_actions, retrieval=[dict(r) for r in prefix.retrieval], dialect=prefix.dialect)
+            t = copy.deepcopy(prefix)
+            t.sample = k
             if len(t.ids) >= s.max_response_length:
                 t.finish = "length"
             trajs.append(t)
