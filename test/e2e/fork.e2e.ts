@@ -60,6 +60,10 @@ describe('counterfactual replay: Fork here in the replay panel (code-server)', f
   const loggedPids = () => [...s.logs().extension.matchAll(/fork: .* \(policy server pids (\d+)\)/g)].map((m) => Number(m[1]));
 
   async function openReplay(): Promise<Frame> {
+    // A fresh inspector each time: one left open from an earlier test is re-rendered when the replay that hid it
+    // closes, and a frame found before that re-render is detached under the test (CI, stop 25).
+    await s.runCommand('View: Close All Editors');
+    await until('no webview left', async () => !(await s.hasWebview('rollouts')) && !(await s.hasWebview('replay')), 15_000);
     const insp = await s.openRunInInspector('fork-tiny');
     await until('the rows analysed', async () => Number(await data(insp, 'total')) > 0 && (await data(insp, 'busy')) === 'false', 30_000);
     const filter = insp.locator('[data-testid="filter"]');

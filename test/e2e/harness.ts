@@ -341,6 +341,15 @@ export class CodeServerSession {
     }, timeoutMs);
   }
 
+  /** Whether a live (attached) webview of this name is now in the page. */
+  async hasWebview(name: string): Promise<boolean> {
+    for (const frame of this.page.frames()) {
+      if (frame === this.page.mainFrame() || frame.isDetached()) continue;
+      if ((await frame.evaluate(() => document.body?.dataset.webview ?? null).catch(() => null)) === name) return true;
+    }
+    return false;
+  }
+
   /** Opens a run of the Runs view in the rollout inspector (its row's inline action); returns the inspector's frame. */
   async openRunInInspector(run: string): Promise<Frame> {
     await this.runCommand('Search Agent: Focus on Runs View');
