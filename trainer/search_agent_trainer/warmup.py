@@ -82,14 +82,15 @@ class NameSpans:
         return rng.choice(other or spans) if spans else None
 
 
-def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: Sequence[str], tokenizer: Any, env: EnvClient, topk: int, rng: random.Random, names: NameSpans | None = None, new_name: bool = False) -> list[Trajectory]:
+def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: Sequence[str], tokenizer: Any, env: EnvClient, topk: int, rng: random.Random, names: NameSpans | None = None, new_name: bool = False, two_searches: float = 0.5, answer_from: str = "last") -> list[Trajectory]:
     """One synthetic trajectory per prompt (roles as in a rollout: generated, retrieved)."""
     from .data import Example
 
     names = names or NameSpans()
     for q in questions:
         names.see(q)
-    hops = [rng.choice((1, 2)) for _ in prompts]
+    # An even share draws as it always did (the demo's documented numbers are reproduced bit for bit).
+    hops = [rng.choice((1, 2)) for _ in prompts] if two_searches == 0.5 else [2 if rng.random() < two_searches else 1 for _ in prompts]
     q1 = [names.span(q, rng) or _span(re.findall(r"[\w']+", q), rng, 3) for q in questions]
     first = env.retrieve(q1, topk)
     obs1 = [observation(h) for h in first]
@@ -110,12 +111,12 @@ def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: 
 
         gen(f"{THINK_SEARCH} <search> {q1[i]} </search>")
         obs(obs1[i])
-        last = obs1[i]
+        seen = [obs1[i]]
         if i in second:
             gen(f"{THINK_AGAIN} <search> {q2[i]} </search>")
-            last = observation(second[i])
-            obs(last)
-        answer = names.span(last, rng) or q1[i]
+            seen.append(observation(second[i]))
+            obs(seen[-1])
+        answer = names.span(seen[-1] if answer_from == "last" else rng.choice(seen), rng) or q1[i]
         gen(f"{THINK_ANSWER} <answer> {answer} </answer>")
         out.append(t)
     return out
@@ -140,7 +141,7 @@ def run_warmup(trainer: Any, log: Callable[[str], None]) -> dict[str, float]:
             log(f"warm start stopped at step {step - 1}/{w.steps}")
             break
         idx = [rng.randrange(len(trainer.train_set)) for _ in range(w.batch_size)]
-        trajs = synthetic_trajectories([trainer.train_prompts[i] for i in idx], [trainer.train_set[i].question for i in idx], trainer.tok, trainer.env, cfg.retriever.topk, rng, names, new_name=w.second_query == "new_name")
+        trajs = synthetic_trajectories([trainer.train_prompts[i] for i in idx], [trainer.train_set[i].question for i in idx], trainer.tok, trainer.env, cfg.retriever.topk, rng, names, new_name=w.second_query == "new_name", two_searches=w.two_searches, answer_from=w.answer_from)
         batch = make_batch(trajs, trainer.tok.pad_id, loss_masking=True)
         agg = Aggregation.of("token-mean", batch.loss_mask)
         opt.zero_grad(set_to_none=True)

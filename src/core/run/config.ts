@@ -203,6 +203,12 @@ export const RunConfigSchema = S.object(
                 second_query: S.optional(
                   S.enum(['any_name', 'new_name'] as const, 'The second search of a two-search synthetic trajectory: a random name of the first search\'s results (any_name), or one sharing no word with the first query (new_name: what a second hop looks like; still uniformly random, so the second-hop entity only by chance).', 'any_name'),
                 ),
+                two_searches: S.optional(
+                  S.number({ minimum: 0, maximum: 1, default: 0.5, description: 'The share of synthetic trajectories that search twice (the others search once).' }),
+                ),
+                answer_from: S.optional(
+                  S.enum(['last', 'any'] as const, 'Where a synthetic trajectory\'s random answer is copied from: a name of the last search\'s results (last), or of any search\'s results (any: so a second search does not move where the answer is read).', 'last'),
+                ),
               },
               { ...strict, description: 'A short supervised phase on format only (random queries and answers) before RL, so a tiny model can emit the tags.' },
             ),
