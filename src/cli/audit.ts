@@ -1,12 +1,14 @@
 /**
  * `search-agent-studio audit <rollouts.jsonl | run-dir | dump> [--tokenizer DIR] [--json]`: every check of
- * src/core/audit on every rollout (leaks, drift, log-probs, alarms). Exit 0 when nothing is flagged, 1 when
- * something is (a CI job or a training launch can gate on it), 2 on bad input (unreadable, a bad option, or a
- * malformed item: reported and skipped, the rest still audited). With `--json`, one object on stdout:
- * `rollouts` (per rollout: id, leaks, drift, logprob, alarms — issue 18's shape, plus step and mask_mismatch),
- * `issues` (malformed items, each with file, line and field) and `summary` (counts and per-step series).
+ * src/core/audit on every rollout (leaks, drift, log-probs, alarms), and the importance-sampling preview at
+ * `--is-level` / `--is-cap`. Exit 0 when nothing is flagged, 1 when something is (a CI job or a training launch can
+ * gate on it), 2 on bad input (unreadable, a bad option, or a malformed item: reported and skipped, the rest still
+ * audited). The IS preview is never a flag: what a correction would clip or drop is not a fault of the rollouts
+ * (the ratios behind it are flagged by the log-prob band). With `--json`, one object on stdout: `rollouts` (per
+ * rollout: id, leaks, drift, logprob, alarms — issue 18's shape, plus step, mask_mismatch and is), `issues`
+ * (malformed items, each with file, line and field) and `summary` (counts and per-step series).
  */
-import { Auditor, flagged, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
+import { Auditor, flagged, IMPORTANCE_DEFAULTS, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
 import { detectSource, readSource } from '../core/importers';
 import { loadTokenizerCodec, runTokenizer, type TokenizerCodec } from '../core/inspect/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
@@ -24,9 +26,9 @@ export interface AuditCommandOptions extends Omit<AuditOptions, 'tokenizer' | 'r
   err: (s: string) => void;
 }
 
-/** `--drift-scope`, `--ratio-low`, `--ratio-high` → options (a UsageError names the bad one). */
-export function auditOptionsFromArgs(v: { 'drift-scope'?: string; 'ratio-low'?: string; 'ratio-high'?: string }): Pick<AuditOptions, 'driftScope' | 'ratioLow' | 'ratioHigh'> {
-  const o: Pick<AuditOptions, 'driftScope' | 'ratioLow' | 'ratioHigh'> = {};
+/** `--drift-scope`, `--ratio-low`, `--ratio-high`, `--is-level`, `--is-cap` → options (a UsageError names the bad one). */
+export function auditOptionsFromArgs(v: { 'drift-scope'?: string; 'ratio-low'?: string; 'ratio-high'?: string; 'is-level'?: string; 'is-cap'?: string }): Pick<AuditOptions, 'driftScope' | 'ratioLow' | 'ratioHigh' | 'isLevel' | 'isCap'> {
+  const o: Pick<AuditOptions, 'driftScope' | 'ratioLow' | 'ratioHigh' | 'isLevel' | 'isCap'> = {};
   if (v['drift-scope'] !== undefined) {
     if (v['drift-scope'] !== 'segments' && v['drift-scope'] !== 'whole') throw new UsageError(`--drift-scope: expected segments or whole, got ${JSON.stringify(v['drift-scope'])}`);
     o.driftScope = v['drift-scope'] as DriftScope;
@@ -39,6 +41,15 @@ export function auditOptionsFromArgs(v: { 'drift-scope'?: string; 'ratio-low'?: 
     o[key] = x;
   }
   if ((o.ratioLow ?? 0.5) >= (o.ratioHigh ?? 2)) throw new UsageError('--ratio-low must be below --ratio-high');
+  if (v['is-level'] !== undefined) {
+    if (v['is-level'] !== 'token' && v['is-level'] !== 'sequence') throw new UsageError(`--is-level: expected token or sequence, got ${JSON.stringify(v['is-level'])}`);
+    o.isLevel = v['is-level'];
+  }
+  if (v['is-cap'] !== undefined) {
+    const c = Number(v['is-cap']);
+    if (!(c > 1) || !Number.isFinite(c)) throw new UsageError(`--is-cap: expected a number > 1, got ${JSON.stringify(v['is-cap'])}`);
+    o.isCap = c;
+  }
   return o;
 }
 
@@ -79,6 +90,15 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
         ? `  log-probs     ${summary.logprob.compared} trained tokens compared, ${summary.logprob.flagged} with a ratio outside [${o.ratioLow ?? 0.5}, ${o.ratioHigh ?? 2}]; |Δ| mean ${summary.logprob.mean_abs_diff.toFixed(4)}, max ${summary.logprob.max_abs_diff.toFixed(4)}`
         : '  log-probs     not compared (no rollout_logprob and logprob recorded)',
     );
+    const is = summary.is;
+    const seq = is.level === 'sequence';
+    lines.push(
+      !is.rollouts
+        ? '  IS preview    none (no rollout_logprob and logprob recorded)'
+        : seq
+          ? `  IS preview    sequence level, cap ${is.cap}: ${is.clipped_rollouts} of ${is.rollouts} sequences clipped (TIS), ${is.dropped_rollouts} dropped (MIS)`
+          : `  IS preview    token level, cap ${is.cap}: ${is.clipped} of ${is.scored} trained tokens clipped (TIS, in ${is.clipped_rollouts} rollouts), ${is.dropped} dropped (MIS, in ${is.dropped_rollouts} rollouts)`,
+    );
     const alarms = Object.entries(summary.alarms);
     lines.push(`  alarms        ${alarms.length ? alarms.map(([k, v]) => `${k}: ${v}`).join(', ') : 'none'}`);
     o.out(`${lines.join('\n')}\n`);
@@ -89,7 +109,7 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
 }
 
 function jsonOf(a: RolloutAudit) {
-  return { id: a.id, step: a.step, leaks: a.leaks, mask_mismatch: a.mask_mismatch, drift: a.drift, logprob: a.logprob, alarms: a.alarms };
+  return { id: a.id, step: a.step, leaks: a.leaks, mask_mismatch: a.mask_mismatch, drift: a.drift, logprob: a.logprob, is: a.is, alarms: a.alarms };
 }
 
 function findings(a: RolloutAudit): string[] {
@@ -109,10 +129,12 @@ export const auditCommand = defineCommand({
       y
         .positional('path', { type: 'string', demandOption: true, describe: 'our rollout JSONL, a run directory, or a dump we import (veRL, TRL, Search-R1)' })
         .option('tokenizer', { type: 'string', describe: "a model directory (or tokenizer.json) for the drift check (default: the run's model directory)" })
-        .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout: rollouts (leaks, drift, logprob, alarms), issues, summary' })
+        .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout: rollouts (leaks, drift, logprob, is, alarms), issues, summary' })
         .option('drift-scope', { type: 'string', describe: 're-encode each role segment (segments, the default) or the whole text (whole)' })
         .option('ratio-low', { type: 'string', describe: 'flag trained tokens whose ratio exp(logprob − rollout_logprob) is below this (default 0.5)' })
-        .option('ratio-high', { type: 'string', describe: 'flag trained tokens whose ratio is above this (default 2)' }),
+        .option('ratio-high', { type: 'string', describe: 'flag trained tokens whose ratio is above this (default 2)' })
+        .option('is-level', { type: 'string', describe: `the importance-sampling preview's level: token ratios or the sequence ratio (token or sequence; default ${IMPORTANCE_DEFAULTS.isLevel}, as the editor's searchAgent.audit.isLevel)` })
+        .option('is-cap', { type: 'string', describe: `the preview's cap C > 1: truncated IS clips ratios above C, masked IS drops ratios outside [1/C, C] (default ${IMPORTANCE_DEFAULTS.isCap}, as searchAgent.audit.isCap); a preview, never a flag` }),
     ),
   run: async (a, io) => {
     const read = readOptionsFromArgs(a);

@@ -1,13 +1,14 @@
 /**
  * `search-agent-studio audit` end to end (the real CLI in a child process): exit 0 clean, 1 flagged, 2 bad input;
- * the `--json` shape; drift with a tokenizer given by `--tokenizer`; and a real run directory from a short run of
- * the trainer (tiny policy, GRPO, masking on) audited clean.
+ * the `--json` shape; the importance-sampling preview at `--is-level` / `--is-cap`; drift with a tokenizer given by
+ * `--tokenizer`; and a real run directory from a short run of the trainer (tiny policy, GRPO, masking on) audited clean.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
+import { IMPORTANCE_DEFAULTS } from '../../src/core/audit';
 import { loadTokenizerCodec } from '../../src/core/inspect/tokenizer';
 import type { Rollout, TokenRole } from '../../src/core/run/format';
 import { writeTokenizerDir } from './bpe';
@@ -16,6 +17,11 @@ import { trainTinyWithCli } from '../support/tinyRun';
 const ROOT = join(__dirname, '..', '..');
 const cli = (args: string[], cwd?: string) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'audit', ...args], { reject: false, ...(cwd ? { cwd } : {}) });
 const jsonl = (records: object[]) => records.map((r) => JSON.stringify(r)).join('\n') + '\n';
+/** The defaults of the editor settings searchAgent.audit.isLevel / isCap (package.json). */
+const defaultsOfSettings = () => {
+  const props = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).contributes.configuration.properties;
+  return { isLevel: props['searchAgent.audit.isLevel'].default, isCap: props['searchAgent.audit.isCap'].default };
+};
 
 describe('CLI audit', function () {
   this.timeout(240_000);
@@ -37,7 +43,7 @@ describe('CLI audit', function () {
     const r = await cli([join(dir, 'clean.jsonl'), '--json']);
     assert.equal(r.exitCode, 0, r.stderr);
     const o = JSON.parse(r.stdout);
-    assert.deepEqual(Object.keys(o.rollouts[0]).sort(), ['alarms', 'drift', 'id', 'leaks', 'logprob', 'mask_mismatch', 'step'].sort());
+    assert.deepEqual(Object.keys(o.rollouts[0]).sort(), ['alarms', 'drift', 'id', 'is', 'leaks', 'logprob', 'mask_mismatch', 'step'].sort());
     assert.deepEqual(o.rollouts[0].leaks, []);
     assert.equal(o.rollouts[0].drift, null);
     assert.deepEqual(o.rollouts[0].logprob.flagged, []);
@@ -70,6 +76,41 @@ describe('CLI audit', function () {
     assert.match(bad.stderr, /malformed\.jsonl:3/);
     const loose = await cli([join(dir, 'flagged.jsonl'), '--ratio-low', '0.01', '--ratio-high', '100', '--json']);
     assert.deepEqual(JSON.parse(loose.stdout).rollouts[2].logprob.flagged, [], 'the band is an option');
+  });
+
+  it('the IS preview: clipped at token level, dropped under masked IS, aggregated at sequence level; a preview, never a flag', async () => {
+    // Δ on trained tokens: high +1 (ρ 2.72), 0, −0.2 → Σ 0.8 (ρ_seq 2.23); low −1 (ρ 0.37), 0 → Σ −1 (ρ_seq 0.37). The
+    // prompt's −50 is masked: never clipped or dropped. `none` records no log-probs: no preview.
+    const high = { ...clean, id: 'high', tokens: tokens(['prompt', 'generated', 'generated', 'generated'], [0, 1, 1, 1], { rollout: [null, -1, -1, -1], trainer: [-50, 0, -1, -1.2] }) };
+    const low = { ...clean, id: 'low', tokens: tokens(['prompt', 'generated', 'generated'], [0, 1, 1], { rollout: [-1, -2, -1], trainer: [-60, -3, -1] }) };
+    const none = { ...clean, id: 'none', tokens: tokens(['prompt', 'generated'], [0, 1]) };
+    writeFileSync(join(dir, 'is.jsonl'), jsonl([high, low, none]));
+    const loose = ['--ratio-low', '0.01', '--ratio-high', '100', '--json'];
+    const tok = await cli([join(dir, 'is.jsonl'), ...loose]);
+    assert.equal(tok.exitCode, 0, `clipping and dropping alone flag nothing: ${tok.stdout}`);
+    const t = JSON.parse(tok.stdout);
+    const by = Object.fromEntries(t.rollouts.map((x: { id: string }) => [x.id, x.is]));
+    assert.deepEqual(defaultsOfSettings(), IMPORTANCE_DEFAULTS, "the CLI's defaults are the editor settings' defaults");
+    assert.deepEqual([by.high.level, by.high.cap], [IMPORTANCE_DEFAULTS.isLevel, IMPORTANCE_DEFAULTS.isCap]);
+    assert.deepEqual([by.high.clipped, by.high.dropped], [[1], [1]], 'token level, cap 2: ρ 2.72 clipped by TIS and dropped by MIS');
+    assert.deepEqual([by.low.clipped, by.low.dropped], [[], [1]], 'ρ 0.37 < 1/2: dropped, not clipped');
+    assert.equal(by.none, null);
+    assert.deepEqual(t.summary.is, { level: 'token', cap: 2, rollouts: 2, scored: 5, clipped: 1, dropped: 2, clipped_rollouts: 1, dropped_rollouts: 2 });
+    const seq = JSON.parse((await cli([join(dir, 'is.jsonl'), ...loose, '--is-level', 'sequence'])).stdout);
+    const bySeq = Object.fromEntries(seq.rollouts.map((x: { id: string }) => [x.id, x.is]));
+    assert.deepEqual([bySeq.high.clipped, bySeq.high.dropped], [[1, 2, 3], [1, 2, 3]], 'ρ_seq 2.23 > 2: every trained token of the sequence');
+    assert.deepEqual([bySeq.low.clipped, bySeq.low.dropped], [[], [1, 2]]);
+    assert.deepEqual(seq.summary.is, { level: 'sequence', cap: 2, rollouts: 2, scored: 5, clipped: 3, dropped: 5, clipped_rollouts: 1, dropped_rollouts: 2 });
+    const wide = JSON.parse((await cli([join(dir, 'is.jsonl'), ...loose, '--is-level', 'sequence', '--is-cap', '3'])).stdout);
+    assert.deepEqual([wide.summary.is.clipped, wide.summary.is.dropped], [0, 0], 'cap 3 holds ρ_seq 2.23 and 0.37');
+    const text = await cli([join(dir, 'is.jsonl')]);
+    assert.equal(text.exitCode, 1, 'the log-prob band (default [0.5, 2]) still flags the ratios behind them');
+    assert.match(text.stdout, /IS preview +token level, cap 2: 1 of 5 trained tokens clipped \(TIS, in 1 rollouts\), 2 dropped \(MIS, in 2 rollouts\)/);
+    for (const [args, named] of [[['--is-level', 'tokens'], /--is-level: expected token or sequence, got "tokens"/], [['--is-cap', '1'], /--is-cap: expected a number > 1, got "1"/], [['--is-cap', 'x'], /--is-cap/]] as const) {
+      const bad = await cli([join(dir, 'is.jsonl'), ...args]);
+      assert.equal(bad.exitCode, 2, args.join(' '));
+      assert.match(bad.stderr, named);
+    }
   });
 
   it('exit 2 on bad input: a missing file, an unreadable --tokenizer, a bad option', async () => {

@@ -11,7 +11,7 @@ import { searchCollapseSteps, trajectoryAlarms, type Alarm, type AlarmOptions } 
 import type { StepAudit } from './series';
 import type { Drift, DriftOptions } from './drift';
 import { recordDrift } from './template';
-import type { ImportanceOptions } from './importance';
+import { IMPORTANCE_DEFAULTS, importancePreview, type ImportanceLevel, type ImportanceOptions, type ImportancePreview } from './importance';
 import { checkLogprobs, type LogprobCheck, type LogprobOptions } from './logprob';
 import { engineMaskOf, maskLeaks } from './masks';
 
@@ -40,6 +40,11 @@ export interface RolloutAudit {
   mask_mismatch: number[];
   drift: Drift | null;
   logprob: LogprobCheck | null;
+  /**
+   * The importance-sampling preview at the options' level and cap (src/core/audit/importance.ts: which trained tokens
+   * TIS would clip, MIS would drop); null when the record lacks either log-prob array. A preview, not a flag.
+   */
+  is: ImportancePreview | null;
   alarms: Alarm[];
   /** Searches made (for search-collapse). */
   searches: number;
@@ -60,6 +65,7 @@ export function auditRollout(r: Rollout, o: AuditOptions = {}, parsed: ParsedTra
     mask_mismatch: masks.mask_mismatch,
     drift: tk && o.tokenizer ? recordDrift(r, o.tokenizer, o).drift : null,
     logprob: tk ? checkLogprobs(tk as Parameters<typeof checkLogprobs>[0], o) : null,
+    is: tk ? importancePreview(tk as Parameters<typeof importancePreview>[0], o) : null,
     alarms: trajectoryAlarms(r, parsed, o),
     searches: r.searches ?? searchCount(parsed),
   };
@@ -71,6 +77,12 @@ export interface AuditSummary {
   leaks: { rollouts: number; tokens: number; mask_mismatch: number };
   drift: { checked: boolean; rollouts: number; text: number; split: number; template: number };
   logprob: { rollouts: number; compared: number; flagged: number; max_abs_diff: number; mean_abs_diff: number };
+  /**
+   * The importance-sampling preview summed: `rollouts` with a preview, their `scored` trained tokens, the tokens TIS
+   * would clip / MIS would drop (at sequence level every trained token of a clipped / dropped sequence), and the
+   * rollouts with any clipped / dropped token (at sequence level: the sequences clipped / dropped).
+   */
+  is: { level: ImportanceLevel; cap: number; rollouts: number; scored: number; clipped: number; dropped: number; clipped_rollouts: number; dropped_rollouts: number };
   alarms: Partial<Record<Alarm, number>>;
   search_collapse_steps: number[];
   steps: StepAudit[];
@@ -105,6 +117,7 @@ export class Auditor {
       leaks: { rollouts: 0, tokens: 0, mask_mismatch: 0 },
       drift: { checked, rollouts: 0, text: 0, split: 0, template: 0 },
       logprob: { rollouts: 0, compared: 0, flagged: 0, max_abs_diff: 0, mean_abs_diff: 0 },
+      is: { level: this.options.isLevel ?? IMPORTANCE_DEFAULTS.isLevel, cap: this.options.isCap ?? IMPORTANCE_DEFAULTS.isCap, rollouts: 0, scored: 0, clipped: 0, dropped: 0, clipped_rollouts: 0, dropped_rollouts: 0 },
       alarms: {},
       search_collapse_steps: collapsed,
       steps: [],
@@ -125,6 +138,14 @@ export class Auditor {
         sum.logprob.flagged += a.logprob.flagged.length;
         sum.logprob.max_abs_diff = Math.max(sum.logprob.max_abs_diff, a.logprob.max_abs_diff);
         absSum += a.logprob.mean_abs_diff * a.logprob.compared;
+      }
+      if (a.is) {
+        sum.is.rollouts++;
+        sum.is.scored += a.is.scored;
+        sum.is.clipped += a.is.clipped.length;
+        sum.is.dropped += a.is.dropped.length;
+        if (a.is.clipped.length) sum.is.clipped_rollouts++;
+        if (a.is.dropped.length) sum.is.dropped_rollouts++;
       }
       for (const k of a.alarms) sum.alarms[k] = (sum.alarms[k] ?? 0) + 1;
     }

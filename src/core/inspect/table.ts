@@ -11,7 +11,7 @@ import type { InspectorColumn, RowFacts } from '../protocol';
 import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
 import { trajectoryFacts } from '../run/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
-import { auditRollout, importancePreview, type AuditOptions } from '../audit';
+import { auditRollout, type AuditOptions } from '../audit';
 import { auditMask } from './audit';
 import { compileFilter, type FilterRow } from './filter';
 
@@ -77,10 +77,9 @@ export function rowFacts(row: RolloutRow, read: ReadOptions = {}, checks: Omit<A
       f.logprob = audit.logprob.max_abs_diff;
       f.ratioFlags = audit.logprob.flagged.length;
       // what a TIS / MIS correction with the configured level and cap would clip / drop (src/core/audit/importance.ts)
-      const is = importancePreview(r.tokens as Parameters<typeof importancePreview>[0], checks);
-      if (is) {
-        f.isClipped = is.clipped.length;
-        f.isDropped = is.dropped.length;
+      if (audit.is) {
+        f.isClipped = audit.is.clipped.length;
+        f.isDropped = audit.is.dropped.length;
       }
     }
     f.length = a.generated;
