@@ -42,7 +42,7 @@ export function activate(context: vscode.ExtensionContext): void {
   describe();
   const replay = new ReplayPanel(context, log);
   replayPanel = replay;
-  context.subscriptions.push(replay, new Inspector(context, replay, log, () => training.runsParents()), new GroupsPanel(context, log));
+  context.subscriptions.push(replay, new Inspector(context, replay, log, () => training.runsParents()), new GroupsPanel(context, log, () => training.runsParents()));
 
   context.subscriptions.push(
     ...registerWalkthrough(context),

@@ -89,7 +89,7 @@ describe('CLI audit', function () {
     const tok = await cli([join(dir, 'is.jsonl'), ...loose]);
     assert.equal(tok.exitCode, 0, `clipping and dropping alone flag nothing: ${tok.stdout}`);
     const t = JSON.parse(tok.stdout);
-    const by = Object.fromEntries(t.rollouts.map((x: { id: string }) => [x.id, x.is]));
+    const by = Object.fromEntries(t.rollouts.map((x: { id: string; is: unknown }) => [x.id, x.is]));
     assert.deepEqual(defaultsOfSettings(), IMPORTANCE_DEFAULTS, "the CLI's defaults are the editor settings' defaults");
     assert.deepEqual([by.high.level, by.high.cap], [IMPORTANCE_DEFAULTS.isLevel, IMPORTANCE_DEFAULTS.isCap]);
     assert.deepEqual([by.high.clipped, by.high.dropped], [[1], [1]], 'token level, cap 2: ρ 2.72 clipped by TIS and dropped by MIS');
@@ -97,7 +97,7 @@ describe('CLI audit', function () {
     assert.equal(by.none, null);
     assert.deepEqual(t.summary.is, { level: 'token', cap: 2, rollouts: 2, scored: 5, clipped: 1, dropped: 2, clipped_rollouts: 1, dropped_rollouts: 2 });
     const seq = JSON.parse((await cli([join(dir, 'is.jsonl'), ...loose, '--is-level', 'sequence'])).stdout);
-    const bySeq = Object.fromEntries(seq.rollouts.map((x: { id: string }) => [x.id, x.is]));
+    const bySeq = Object.fromEntries(seq.rollouts.map((x: { id: string; is: unknown }) => [x.id, x.is]));
     assert.deepEqual([bySeq.high.clipped, bySeq.high.dropped], [[1, 2, 3], [1, 2, 3]], 'ρ_seq 2.23 > 2: every trained token of the sequence');
     assert.deepEqual([bySeq.low.clipped, bySeq.low.dropped], [[], [1, 2]]);
     assert.deepEqual(seq.summary.is, { level: 'sequence', cap: 2, rollouts: 2, scored: 5, clipped: 3, dropped: 5, clipped_rollouts: 1, dropped_rollouts: 2 });

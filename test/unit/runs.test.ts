@@ -1,12 +1,13 @@
 /**
  * The runs on disk as the Runs view, the status bar and the dashboard read them: the reward averaged over the last
- * steps (one batch's reward is noise), the last held-out EM, and a running run's warm-up progress and loss.
+ * steps (one batch's reward is noise), the last held-out EM, and a running run's warm-up progress and loss; and what
+ * "Show GRPO Groups…" offers per step (the share, or number, of zero-variance groups, from metrics and run.json).
  */
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { progressOf, readRun, SMOOTHING } from '../../src/core/host/runs';
+import { progressOf, readRun, rolloutFile, SMOOTHING, zeroVarianceSteps } from '../../src/core/host/runs';
 
 describe('reading a run directory', () => {
   let dir: string;
@@ -38,5 +39,14 @@ describe('reading a run directory', () => {
     assert.deepEqual(info.progress, { phase: 'warmup', step: 0, total: 120, warmup: { step: 150, steps: 300, loss: 2.314 } });
     assert.deepEqual(progressOf({ event: 'progress', step: 3, total: 120, phase: 'update' }), { phase: 'update', step: 3, total: 120 });
     assert.equal(progressOf({ event: 'metrics', step: 3 }), undefined);
+  });
+
+  it('zero-variance groups per step: counted from run.json\'s rollout.batch_size, else a fraction; malformed lines skipped', async () => {
+    writeFileSync(join(dir, 'run.json'), JSON.stringify({ v: 1, id: 'demo-1', status: 'finished', config: { rollout: { batch_size: 8, n: 8 } }, step: 3 }));
+    writeFileSync(join(dir, 'metrics.jsonl'), `${JSON.stringify({ step: 0, 'val/em': 0 })}\n${JSON.stringify({ step: 1, 'reward/frac_zero_std_groups': 0.375 })}\n{"step": 2, \n${JSON.stringify({ step: 3, 'reward/frac_zero_std_groups': 0 })}\n`);
+    assert.deepEqual([...(await zeroVarianceSteps(dir))], [[1, { frac: 0.375, groups: 8 }], [3, { frac: 0, groups: 8 }]]);
+    writeFileSync(join(dir, 'run.json'), JSON.stringify({ v: 1, id: 'demo-1', status: 'finished', config: {}, step: 3 }));
+    assert.deepEqual((await zeroVarianceSteps(dir)).get(1), { frac: 0.375 }, 'an imported run without the config: the fraction only');
+    assert.equal(rolloutFile(dir, 42), join(dir, 'rollouts', 'step-000042.jsonl'));
   });
 });

@@ -7,6 +7,7 @@ import { existsSync } from 'node:fs';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import type { RunJson } from '../run/format';
+import { MetricsTail } from './metricsTail';
 import { isAlive } from './processes';
 
 export type RunState = 'running' | 'finished' | 'failed' | 'stopped' | 'interrupted';
@@ -150,4 +151,35 @@ export async function listRuns(parents: string[]): Promise<RunInfo[]> {
   const time = async (r: RunInfo) => r.created ?? (await stat(r.dir)).mtime.toISOString();
   const keyed = await Promise.all(out.map(async (r) => [await time(r), r] as const));
   return keyed.sort((a, b) => (a[0] < b[0] ? 1 : a[0] > b[0] ? -1 : 0)).map(([, r]) => r);
+}
+
+/** A run's rollouts file of one training step (`rollouts/step-000042.jsonl`; the trainer's run_writer names them so). */
+export function rolloutFile(dir: string, step: number): string {
+  return join(dir, 'rollouts', `step-${String(step).padStart(6, '0')}.jsonl`);
+}
+
+/**
+ * Per step, what is cheaply known of its GRPO groups without reading its rollouts: the trainer's fraction of groups
+ * whose rewards are all equal (`reward/frac_zero_std_groups` in metrics.jsonl) and, when run.json's resolved config
+ * says how many prompts a step samples (`rollout.batch_size`, one group each), the number of groups. Steps without
+ * the metric are absent; malformed metrics lines are skipped.
+ */
+export async function zeroVarianceSteps(dir: string): Promise<Map<number, { frac: number; groups?: number }>> {
+  let groups: number | undefined;
+  try {
+    const run = JSON.parse(await readFile(join(dir, 'run.json'), 'utf8')) as Partial<RunJson>;
+    const b = (run.config?.rollout as { batch_size?: unknown } | undefined)?.batch_size;
+    if (typeof b === 'number' && Number.isInteger(b) && b > 0) groups = b;
+  } catch {
+    /* no run.json: fractions only */
+  }
+  const out = new Map<number, { frac: number; groups?: number }>();
+  const tail = new MetricsTail(join(dir, 'metrics.jsonl'));
+  for (let r = await tail.read(); r.rows.length || r.malformed.length; r = await tail.read()) {
+    for (const row of r.rows) {
+      const frac = row['reward/frac_zero_std_groups'];
+      if (typeof frac === 'number' && Number.isFinite(frac)) out.set(row.step, { frac, ...(groups ? { groups } : {}) });
+    }
+  }
+  return out;
 }

@@ -8,6 +8,7 @@ import { statSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import * as vscode from 'vscode';
+import { rolloutFile } from '../../core/host/runs';
 import type { EngineMessage, EngineRequest } from '../../core/inspect/engine';
 import type { InspectorContract, InspectorQuery, InspectorState, InspectorStatus, RowFacts } from '../../core/protocol';
 import type { RolloutRow } from '../../core/store/rollouts';
@@ -163,7 +164,7 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
   async open(arg?: vscode.Uri | { dir?: string; run?: { dir: string }; step?: number }): Promise<void> {
     let path = arg instanceof vscode.Uri ? arg.fsPath : (arg?.run?.dir ?? arg?.dir);
     // A step of the Runs view: its rollouts file.
-    if (!(arg instanceof vscode.Uri) && arg?.run && typeof arg.step === 'number') path = join(arg.run.dir, 'rollouts', `step-${String(arg.step).padStart(6, '0')}.jsonl`);
+    if (!(arg instanceof vscode.Uri) && arg?.run && typeof arg.step === 'number') path = rolloutFile(arg.run.dir, arg.step);
     if (!path) {
       const active = vscode.window.activeTextEditor?.document.uri;
       if (active?.fsPath.endsWith('.jsonl')) path = active.fsPath;

@@ -9,10 +9,10 @@ import * as vscode from 'vscode';
 import { auditMetricRows } from '../../core/audit/series';
 import { RunAudit } from '../../core/audit/run';
 import { MetricsTail } from '../../core/host/metricsTail';
-import { listRuns, readRun } from '../../core/host/runs';
+import { listRuns, readRun, rolloutFile } from '../../core/host/runs';
 import type { DashboardContract, DashboardRun, MetricsRow } from '../../core/protocol';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
-import { runDirOf } from './runsView';
+import { pickRun, runDirOf } from './runsView';
 import type { TrainingController } from './trainingController';
 
 interface Followed {
@@ -110,11 +110,7 @@ export class Dashboard implements vscode.Disposable {
         void vscode.window.showInformationMessage('Search Agent: no other run to overlay.');
         return;
       }
-      const pick = await vscode.window.showQuickPick(
-        runs.map((r) => ({ label: r.id, description: `${r.state} · step ${r.step}${r.total ? `/${r.total}` : ''}`, dir: r.dir })),
-        { title: 'Overlay which run?' },
-      );
-      dir = pick?.dir;
+      dir = (await pickRun(runs, 'Overlay which run?'))?.dir;
     }
     if (!dir) return;
     if (!this.web) return this.open(dir);
@@ -181,7 +177,7 @@ export class Dashboard implements vscode.Disposable {
       void vscode.window.showInformationMessage(`Search Agent: no rollouts saved in ${dir} yet.`);
       return undefined;
     }
-    const file = join(dir, 'rollouts', `step-${String(best).padStart(6, '0')}.jsonl`);
+    const file = rolloutFile(dir, best);
     return existsSync(file) ? { file, step: best } : undefined;
   }
 

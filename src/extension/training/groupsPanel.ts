@@ -1,15 +1,19 @@
 /**
  * The GRPO group view's panel: the groups of one step's rollouts file side by side (src/core/audit/groups.ts builds
- * them), opened from the dashboard's zero-variance chart (`searchAgent.openGroups`); a sample opens in the replay.
+ * them), opened from the dashboard's zero-variance chart (`searchAgent.openGroups`), or from the palette's
+ * "Show GRPO Groups…" (`searchAgent.showGroups`: a run, then one of its steps with rollouts; on a Runs view step,
+ * that step); a sample opens in the replay. Only views files: allowed in untrusted workspaces, as the other viewers.
  */
 import * as vscode from 'vscode';
 import { groupViews, type LocatedRollout } from '../../core/audit/groups';
 import type { GroupsContract, GroupsState } from '../../core/protocol';
+import { listRuns, readRun, rolloutFile, zeroVarianceSteps } from '../../core/host/runs';
 import { formatIssue } from '../../core/run/format';
 import { readLines } from '../../core/store/jsonl';
 import { parseRolloutLine, runConfigDialect } from '../../core/store/rollouts';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
+import { pickRun, runDirOf } from './runsView';
 
 export class GroupsPanel implements vscode.Disposable {
   private web: OpenedWebview<GroupsContract> | undefined;
@@ -19,8 +23,43 @@ export class GroupsPanel implements vscode.Disposable {
   constructor(
     private readonly context: vscode.ExtensionContext,
     private readonly log: vscode.LogOutputChannel,
+    private readonly runsParents: () => string[],
   ) {
-    this.disposables.push(vscode.commands.registerCommand('searchAgent.openGroups', (file: string, step?: number) => this.show(file, step)));
+    this.disposables.push(
+      vscode.commands.registerCommand('searchAgent.openGroups', (file: string, step?: number) => this.show(file, step)),
+      vscode.commands.registerCommand('searchAgent.showGroups', (arg?: unknown) => this.pick(arg)),
+    );
+  }
+
+  /** Asks for a run with rollouts and one of its steps (each with its share of zero-variance groups when the metrics say it), and shows that step's groups. */
+  async pick(arg?: unknown): Promise<void> {
+    const dir = runDirOf(arg);
+    const given = (arg as { step?: unknown } | undefined)?.step;
+    if (dir && typeof given === 'number') return this.show(rolloutFile(dir, given), given);
+    let run;
+    if (dir) {
+      run = await readRun(dir);
+      if (!run?.rolloutSteps.length) {
+        void vscode.window.showInformationMessage(`Search Agent: no rollouts saved in ${dir}${run ? ' yet' : ' (not a run directory)'}.`);
+        return;
+      }
+    } else {
+      const runs = (await listRuns(this.runsParents())).filter((r) => r.rolloutSteps.length);
+      if (!runs.length) {
+        void vscode.window.showInformationMessage('Search Agent: no run with saved rollouts in this workspace.');
+        return;
+      }
+      run = await pickRun(runs, 'Show GRPO Groups (1/2): which run?');
+      if (!run) return;
+    }
+    const zero = await zeroVarianceSteps(run.dir);
+    const items = [...run.rolloutSteps].reverse().map((step) => {
+      const z = zero.get(step);
+      const description = !z ? undefined : z.groups ? `${Math.round(z.frac * z.groups)} of ${z.groups} groups zero-variance` : `${Math.round(z.frac * 100)}% of groups zero-variance`;
+      return { label: `step ${step}`, ...(description ? { description } : {}), step };
+    });
+    const step = (await vscode.window.showQuickPick(items, { title: `Show GRPO Groups (2/2): which step of ${run.id}?`, placeHolder: 'steps with rollouts, newest first', matchOnDescription: true }))?.step;
+    if (step !== undefined) await this.show(rolloutFile(run.dir, step), step);
   }
 
   /** Shows the groups of a rollouts file (one step's). */

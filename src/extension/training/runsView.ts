@@ -7,7 +7,7 @@ import { createReadStream } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import * as vscode from 'vscode';
-import { listRuns, SMOOTHING, type RunInfo } from '../../core/host/runs';
+import { listRuns, rolloutFile, SMOOTHING, type RunInfo } from '../../core/host/runs';
 import type { TrainingController } from './trainingController';
 
 /**
@@ -40,6 +40,11 @@ const fmt = (v: number | undefined) => (v === undefined ? '–' : v.toFixed(3));
 export function runDescription(r: RunInfo): string {
   const where = r.progress?.warmup ? `warm-up ${r.progress.warmup.step}/${r.progress.warmup.steps}` : `step ${r.step}${r.total ? `/${r.total}` : ''}`;
   return `${r.state} · ${where}${r.last?.valEm !== undefined ? ` · held-out EM ${fmt(r.last.valEm)}` : ''}${r.last?.rewardSmoothed !== undefined ? ` · reward ${fmt(r.last.rewardSmoothed)} (avg ${SMOOTHING})` : ''}`;
+}
+
+/** A quick pick of runs (label: the id; description: as the Runs view shows it); the picked run, or undefined. */
+export async function pickRun(runs: readonly RunInfo[], title: string): Promise<RunInfo | undefined> {
+  return (await vscode.window.showQuickPick(runs.map((run) => ({ label: run.id, description: runDescription(run), run })), { title, matchOnDescription: true }))?.run;
 }
 const MAX_ROLLOUTS = 200;
 
@@ -128,7 +133,7 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
         item.iconPath = new vscode.ThemeIcon('list-ordered');
         item.id = `step:${n.run.dir}:${n.step}`;
         item.contextValue = 'step';
-        item.resourceUri = vscode.Uri.file(join(n.run.dir, 'rollouts', `step-${String(n.step).padStart(6, '0')}.jsonl`));
+        item.resourceUri = vscode.Uri.file(rolloutFile(n.run.dir, n.step));
         return item;
       }
       case 'rollout': {
@@ -148,7 +153,7 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
     if (!n) return (await listRuns(this.controller.runsParents())).map((run) => ({ kind: 'run', run }));
     if (n.kind === 'run') return [...n.run.rolloutSteps].reverse().map((step) => ({ kind: 'step', run: n.run, step }));
     if (n.kind === 'step') {
-      const { nodes, more } = await rolloutsOf(join(n.run.dir, 'rollouts', `step-${String(n.step).padStart(6, '0')}.jsonl`), MAX_ROLLOUTS);
+      const { nodes, more } = await rolloutsOf(rolloutFile(n.run.dir, n.step), MAX_ROLLOUTS);
       return more ? [...nodes, { kind: 'more', label: `… first ${MAX_ROLLOUTS} shown` }] : nodes;
     }
     return [];
