@@ -3,7 +3,7 @@
  * byte-level BPE tokenizer.json the test writes: the inspector's `drift` and `is.dropped` filters; the replay's drift
  * marker with both sides, the Δ overlay (masked tokens excluded, ratio flags) and the importance-sampling preview;
  * the dashboard's mismatch chart, an alarm's marks on the other charts, and the GRPO group view opened from the
- * zero-variance chart.
+ * zero-variance chart and from the palette (Show GRPO Groups…: the run, then the step).
  */
 import assert from 'node:assert/strict';
 import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
@@ -130,5 +130,22 @@ describe('audit instruments: replay microscope, dashboard, GRPO groups (code-ser
     await other.nth(1).click();
     const r = await s.webviewFrame('replay', 30_000);
     await until('the replay of the clicked sample', async () => (await r.locator('[data-testid="header"] h2').textContent()) === 'lyon', 15_000);
+  });
+
+  it("the palette's Show GRPO Groups… asks for the run, then the step (with its share of zero-variance groups), and opens that step's groups", async () => {
+    await s.runCommand('View: Close All Editors');
+    await until('no groups view left', async () => !(await s.hasWebview('groups')), 15_000);
+    await s.runCommand('Search Agent: Show GRPO Groups…');
+    await s.pickQuickItem('audit-run');
+    // the step pick: steps with rollouts (only step 2), described from metrics.jsonl (no rollout.batch_size in run.json: a share)
+    const row = s.page.locator('.quick-input-list .monaco-list-row', { has: s.page.locator('.label-name', { hasText: 'step 2' }) });
+    await row.first().waitFor({ timeout: 15_000 });
+    assert.equal(await s.page.locator('.quick-input-list .monaco-list-row').count(), 1, 'only the steps with rollouts');
+    assert.match((await row.first().locator('.label-description').textContent()) ?? '', /50% of groups zero-variance/);
+    await row.first().click();
+    const g = await s.webviewFrame('groups', 30_000);
+    await until('the groups of step 2', async () => (await data(g, 'groups')) === '2', 15_000);
+    assert.match((await g.locator('h2').textContent()) ?? '', /step 2/);
+    assert.equal(await g.locator('section.group[data-zero="true"]').getAttribute('data-reason'), 'all-wrong');
   });
 });
