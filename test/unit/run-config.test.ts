@@ -40,6 +40,17 @@ describe('run configs', () => {
     }
   });
 
+  it('the two-hop curriculum (examples/multihop, issue 20): phase 1 runs as shipped; phase 2 starts from phase 1\'s last checkpoint, and before phase 1 has run says so naming model.init', () => {
+    const one = join(ROOT, 'examples/multihop/phase1.run.json');
+    const p1 = checkRunConfig(JSON.parse(readFileSync(one, 'utf8')), one, join(one, '..')).config;
+    assert.deepEqual([p1.train?.steps, p1.train?.supervised_warmup?.two_searches, p1.train?.supervised_warmup?.answer_from], [200, 1, 'any']);
+    const two = join(ROOT, 'examples/multihop/phase2.run.json');
+    const raw = JSON.parse(readFileSync(two, 'utf8'));
+    assert.equal(resolveConfigPath(raw.model.init, join(two, '..')), join(ROOT, 'runs/multihop-phase1/checkpoints', `step-${String(p1.train?.steps).padStart(6, '0')}`));
+    if (!existsSync(join(ROOT, 'runs/multihop-phase1'))) assert.throws(() => checkRunConfig(raw, two, join(two, '..')), /model\.init: no such file or directory/);
+    assert.deepEqual(raw.data.hops_mix, { '1': 1, '2': 3 });
+  });
+
   it('the GPU examples use Search-R1’s settings (the presets; top-k 3, max_turns 4)', () => {
     const c = JSON.parse(readFileSync(join(ROOT, 'examples/qwen2.5-3b-grpo.run.json'), 'utf8'));
     assert.deepEqual([c.algorithm, c.retriever.topk, c.rollout.max_turns], [{ preset: 'search-r1-grpo' }, 3, 4]);
