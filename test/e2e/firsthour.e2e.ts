@@ -195,7 +195,8 @@ describe("a user's first hour (code-server)", function () {
     const input = insp.locator('[data-testid="filter"]');
     await input.fill('split == "val"');
     await input.press('Enter');
-    await until('the held-out rows', async () => (await data(insp, 'view')) === '16' && (await data(insp, 'busy')) === 'false', 15_000);
+    // The count is set before the rows are drawn: wait for the rows themselves (a loaded machine drew none yet).
+    await until('the held-out rows', async () => (await data(insp, 'view')) === '16' && (await data(insp, 'busy')) === 'false' && (await insp.locator('.rows .row[data-index]').count()) > 0, 15_000);
     assert.deepEqual([...new Set(await insp.locator('.rows .row[data-index] .cell.split').allTextContents())], ['val']);
     await input.fill('split == "val" && group.size > 1');
     await input.press('Enter');
