@@ -53,9 +53,14 @@ def search_r1_stops(tokenizer: Any) -> Stops:
     return Stops(tokenizer, STOP_STRINGS)
 
 
+def information(passages: str) -> str:
+    """Search-R1's observation: the passages' text between <information> tags, set apart by blank lines."""
+    return f"\n\n<information>{passages.strip()}</information>\n\n"
+
+
 def observation(hits: list[dict[str, Any]]) -> str:
-    """Search-R1's observation for a search: the passages between <information> tags, set apart by blank lines."""
-    return f"\n\n<information>{passages_to_string(hits).strip()}</information>\n\n"
+    """Search-R1's observation for a search's hits (what the dialect writes, and the warm start copies)."""
+    return information(passages_to_string(hits))
 
 
 def turn_action(text: str) -> tuple[str | None, str]:
@@ -144,7 +149,7 @@ class SearchR1:
     def observation(self, tokenizer: Any, response_ids: Sequence[int], replies: list[tuple[str, str]], feedback: str | None, max_obs_length: int, cut: dict[str, int]) -> Spans:
         role, text = replies[0] if replies else ("feedback", feedback or "")
         if role == "retrieved":
-            text = f"\n\n<information>{text.strip()}</information>\n\n"
+            text = information(text)
         ids = tokenizer.encode(text)
         if len(ids) > max_obs_length:
             cut["truncated"] += 1
