@@ -40,15 +40,27 @@ describe('run configs', () => {
     }
   });
 
-  it('the two-hop curriculum (examples/multihop, issue 20): phase 1 runs as shipped; phase 2 starts from phase 1\'s last checkpoint, and before phase 1 has run says so naming model.init', () => {
-    const one = join(ROOT, 'examples/multihop/phase1.run.json');
-    const p1 = checkRunConfig(JSON.parse(readFileSync(one, 'utf8')), one, join(one, '..')).config;
-    assert.deepEqual([p1.train?.steps, p1.train?.supervised_warmup?.two_searches, p1.train?.supervised_warmup?.answer_from], [200, 1, 'any']);
-    const two = join(ROOT, 'examples/multihop/phase2.run.json');
-    const raw = JSON.parse(readFileSync(two, 'utf8'));
-    assert.equal(resolveConfigPath(raw.model.init, join(two, '..')), join(ROOT, 'runs/multihop-phase1/checkpoints', `step-${String(p1.train?.steps).padStart(6, '0')}`));
-    if (!existsSync(join(ROOT, 'runs/multihop-phase1'))) assert.throws(() => checkRunConfig(raw, two, join(two, '..')), /model\.init: no such file or directory/);
-    assert.deepEqual(raw.data.hops_mix, { '1': 1, '2': 3 });
+  it('the two-hop recipe (examples/demo-multihop.run.json, issue 20) runs as shipped: one config, a 200-step stage on the data\'s mix, then 320 steps three quarters two-hop', () => {
+    const file = join(ROOT, 'examples/demo-multihop.run.json');
+    const c = checkRunConfig(JSON.parse(readFileSync(file, 'utf8')), file, join(file, '..')).config;
+    assert.deepEqual(c.train?.stages, [{ steps: 200 }, { steps: 320, hops_mix: { '1': 1, '2': 3 } }]);
+    assert.equal(c.train?.steps, undefined, 'the steps are the stages\' sum');
+    assert.deepEqual([c.train?.supervised_warmup?.two_searches, c.train?.supervised_warmup?.answer_from, c.train?.supervised_warmup?.second_query], [1, 'any', 'new_name']);
+    assert.equal(c.data.hops_mix, undefined);
+  });
+
+  it('train.stages: train.steps beside them must be their sum; other engines refuse them', () => {
+    const base = { data: { train: 'examples/demo/train.jsonl' }, model: { kind: 'tiny' }, train: { stages: [{ steps: 2 }, { steps: 3, hops_mix: null }] } };
+    assert.deepEqual(validate(RunConfigSchema, base), []);
+    assert.deepEqual(validate(RunConfigSchema, { ...base, train: { ...base.train, steps: 5 } }), []);
+    assert.deepEqual(
+      validate(RunConfigSchema, { ...base, train: { ...base.train, steps: 4 } }).map((i) => `${i.path}: ${i.message}`),
+      ["train.steps: 4 is not the sum of train.stages' steps (5): leave train.steps out, or make it 5"],
+    );
+    assert.deepEqual(validate(RunConfigSchema, { ...base, train: { stages: [{ steps: 0 }] } }).map((i) => i.path), ['train.stages[0].steps']);
+    assert.deepEqual(validate(RunConfigSchema, { ...base, train: { stages: [{ steps: 1, lr: 1 }] } }).map((i) => i.path), ['train.stages[0].lr']);
+    const verl = validate(RunConfigSchema, { ...base, engine: 'verl', model: { kind: 'hf', path: 'm' } });
+    assert.match(verl.map((i) => `${i.path}: ${i.message}`).join('\n'), /^train\.stages: this section is not supported by engine "verl".*engines that can: "builtin"$/m);
   });
 
   it('the GPU examples use Search-R1’s settings (the presets; top-k 3, max_turns 4)', () => {

@@ -132,7 +132,15 @@ def config_from_dict(raw: Any, base: Path | None = None, source: str = "config")
     errors = validate(schema, raw)
     if errors:
         raise ConfigError(f"{source}: " + "; ".join(errors))
-    steps = (raw.get("train") or {}).get("steps", schema["properties"]["train"]["properties"]["steps"]["default"])
+    train = raw.get("train") or {}
+    steps = train.get("steps", schema["properties"]["train"]["properties"]["steps"]["default"])
+    if train.get("stages"):
+        # A curriculum's steps are its stages' sum; train.steps, if given, must say the same.
+        total = sum(int(s["steps"]) for s in train["stages"])
+        if "steps" in train and train["steps"] != total:
+            raise ConfigError(f"{source}: train.steps: {train['steps']} is not the sum of train.stages' steps ({total}): leave train.steps out, or make it {total}")
+        raw = {**raw, "train": {**train, "steps": total}}
+        steps = total
     cfg = Section(with_defaults(schema, apply_preset(raw, steps)))
     if cfg["rollout"]["dialect"] == "toolcall" and "prompt_template" not in (raw.get("data") or {}):
         cfg["data"]["prompt_template"] = TOOLCALL_BASE_TEMPLATE
@@ -166,9 +174,11 @@ def _check(cfg: Section, source: str, schema: dict[str, Any]) -> None:
         problems.append(f"optim.micro_batch_size ({cfg.optim.micro_batch_size}) is larger than optim.mini_batch_size ({cfg.optim.mini_batch_size})")
     if cfg.algorithm.name == "grpo" and cfg.rollout.n < 2:
         problems.append("rollout.n: GRPO needs at least 2 samples per prompt (a group)")
-    bad_hops = [k for k in (cfg.data.hops_mix or {}) if not k.isdigit() or int(k) < 1]
-    if bad_hops:
-        problems.append(f"data.hops_mix: keys are the hops of a question (1, 2, …), got {bad_hops[0]!r}")
+    mixes = [("data.hops_mix", cfg.data.hops_mix)] + [(f"train.stages[{i}].hops_mix", st.get("hops_mix")) for i, st in enumerate(cfg.train.stages or [])]
+    for where, mix in mixes:
+        bad_hops = [k for k in (mix or {}) if not k.isdigit() or int(k) < 1]
+        if bad_hops:
+            problems.append(f"{where}: keys are the hops of a question (1, 2, …), got {bad_hops[0]!r}")
     if cfg.rollout.dialect == "toolcall":
         if cfg.model.kind == "tiny":
             problems.append('rollout.dialect: "toolcall" needs model.kind "hf": tool calls are written with the model\'s chat template, and the built-in tiny policy has none (it speaks "searchr1" only)')

@@ -44,6 +44,7 @@ from .advantages import gae_advantage, grpo_outcome_advantage, reinforce_plus_pl
 from .batch import SequenceBatch, by_length, make_batch
 from .checkpoint import latest_checkpoint, load_trainable, read_state, save_checkpoint
 from .config import Section
+from .curriculum import Stage, describe, stage_of, stages
 from .data import EpochSampler, Example, MixSampler, load_dataset, render_prompt
 from .env_client import EnvClient
 from .losses import Aggregation, kl_penalty, masked_mean, objective
@@ -81,6 +82,8 @@ class Trainer:
         self.stop_requested = False
         self.stop_reason: str | None = None
         self.total = int(cfg.train.steps)
+        self.stages = stages(cfg)
+        self.stage = self.stages[0]
         self.writer = self._run_writer(stdout)
         self.env = EnvClient(env_url)
 
@@ -151,6 +154,8 @@ class Trainer:
         random.seed(cfg.seed)
         self._load_data()
         ckpt = self._resume_checkpoint()
+        start = int(read_state(ckpt)["step"]) if ckpt is not None else 0
+        self.stage = stage_of(self.stages, start + 1)
         init = Path(cfg.model.init) if cfg.model.init else None
         tok_file = next((str(p / "tokenizer.json") for p in (ckpt, init) if p is not None and (p / "tokenizer.json").exists()), None)
         vocab_texts = [cfg.data.prompt_template, INVALID_ACTION_FEEDBACK, "Doc 1(Title: ) \n<information></information>"]
@@ -160,9 +165,15 @@ class Trainer:
             load_trainable(self.policy, init / "trainable.pt")
             w.log(f"initial weights from {init}")
         # The reference policy of the KL term is the policy RL starts from: the initial weights, or the warm start's
-        # (step-000000, on resume; run() re-takes it right after a fresh warm start).
+        # (step-000000, on resume; run() re-takes it right after a fresh warm start); in a later stage of a
+        # curriculum, the policy its stage started from (the checkpoint of the previous stage's last step).
         warm0 = self.run_dir / "checkpoints" / "step-000000" / "trainable.pt"
-        if ckpt is not None and self.warmup_applies() and warm0.exists():
+        if self.stage.index > 0:
+            first = self.run_dir / "checkpoints" / f"step-{self.stage.start:06d}" / "trainable.pt"
+            if not first.exists():
+                raise RuntimeError(f"{first}: the policy stage {self.stage.index + 1} started from (its KL reference) is missing; a stage's last step is always checkpointed, so this run directory was changed by hand")
+            load_trainable(self.policy, first)
+        elif ckpt is not None and self.warmup_applies() and warm0.exists():
             load_trainable(self.policy, warm0)
         self.reference = Reference(self.policy) if cfg.algorithm.kl_coef > 0 else None
         self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool)
@@ -184,19 +195,21 @@ class Trainer:
             groups.append({"params": list(self.policy.value_head.parameters()), "lr": cfg.optim.critic_lr if cfg.optim.critic_lr is not None else 10 * cfg.optim.lr})
             self.warmups.append(cfg.optim.critic_warmup_steps if cfg.optim.critic_warmup_steps is not None else cfg.optim.warmup_steps)
         self.base_lrs = [g["lr"] for g in groups]
-        self.optimizer = torch.optim.AdamW(groups, weight_decay=cfg.optim.weight_decay)
-        mix = cfg.data.hops_mix
-        self.sampler = MixSampler([e.hops for e in self.train_set], {int(h): float(x) for h, x in mix.items()}, cfg.seed) if mix else EpochSampler(len(self.train_set), cfg.seed)
-        start = 0
+        self.param_groups = [g["params"] for g in groups]
+        self.optimizer = self._new_optimizer()
+        self.sampler = self._sampler(self.stage)
         self.resumed = ckpt is not None
         if ckpt is not None:
             state = read_state(ckpt)
             load_trainable(self.policy, ckpt / "trainable.pt")
-            self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True))
-            self.sampler.load_state_dict(state["sampler"])
-            start = int(state["step"])
+            if start > self.stage.start or self.stage.index == 0:
+                self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True))
+                self.sampler.load_state_dict(state["sampler"])
+            # else: the checkpoint is the previous stage's last step, and this stage starts with a fresh optimizer and sampler
             w.truncate_after(start)
             w.log(f"resumed from {ckpt}")
+        if len(self.stages) > 1:
+            w.log(describe(self.stage, len(self.stages)) + ("" if start == self.stage.start else f" (resumed at step {start})"))
         self.trainable_params = [p for g in groups for p in g["params"]]
         n_params = sum(p.numel() for p in self.policy.parameters())
         n_train = sum(p.numel() for p in self.trainable_params)
@@ -205,6 +218,25 @@ class Trainer:
         w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set), precision=precision, max_batch_tokens=self.max_batch_tokens)
         w.log(f"{cfg.model.kind} policy: {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}, dropout {'on' if cfg.model.dropout else 'off'}; {len(self.train_set)} train / {len(self.eval_set)} eval examples")
         return start
+
+    def _new_optimizer(self) -> torch.optim.Optimizer:
+        groups = [{"params": ps, "lr": lr} for ps, lr in zip(self.param_groups, self.base_lrs)]
+        return torch.optim.AdamW(groups, weight_decay=self.cfg.optim.weight_decay)
+
+    def _sampler(self, stage: Stage) -> EpochSampler | MixSampler:
+        """The batch sampler of a stage: its hops_mix, or one shuffled epoch after another (seeded by the run's seed,
+        restarting with each stage, as a new run's would)."""
+        mix = stage.hops_mix
+        return MixSampler([e.hops for e in self.train_set], {int(h): float(x) for h, x in mix.items()}, self.cfg.seed) if mix else EpochSampler(len(self.train_set), self.cfg.seed)
+
+    def _begin_stage(self, stage: Stage) -> None:
+        """The next stage of a curriculum starts as a new run from the current policy would (curriculum.py)."""
+        self.stage = stage
+        if self.reference is not None:
+            self.reference = Reference(self.policy)
+        self.optimizer = self._new_optimizer()
+        self.sampler = self._sampler(stage)
+        self.writer.log(describe(stage, len(self.stages)) + f": the KL reference is now the step-{stage.start} policy; the optimizer, LR schedule, sampler and seeds restart")
 
     def _prompts(self, examples: list[Example], key: str) -> list[tuple[str, list[int]] | None]:
         out: list[tuple[str, list[int]] | None] = []
@@ -321,11 +353,11 @@ class Trainer:
     def _update(self, batch: SequenceBatch, step: int) -> dict[str, float]:
         cfg, a, o = self.cfg, self.cfg.algorithm, self.cfg.optim
         for g, base, warmup in zip(self.optimizer.param_groups, self.base_lrs, self.warmups):
-            g["lr"] = base * lr_multiplier(step, self.total, warmup, o.lr_schedule, o.min_lr_ratio)
+            g["lr"] = base * lr_multiplier(self.stage.local(step), self.stage.steps, warmup, o.lr_schedule, o.min_lr_ratio)
         temp = cfg.rollout.temperature or 1.0
         on_policy = self.on_policy(batch.size)
         R = batch.window
-        gen = torch.Generator().manual_seed(cfg.seed * 7_919 + step)
+        gen = torch.Generator().manual_seed(cfg.seed * 7_919 + self.stage.local(step))
         sums: dict[str, float] = {}
         counts: dict[str, float] = {}
 
@@ -440,7 +472,8 @@ class Trainer:
     # -- the loop ---------------------------------------------------------------------------------------------
     def train_step(self, step: int) -> dict[str, float]:
         cfg, w = self.cfg, self.writer
-        torch.manual_seed(cfg.seed * 1_000_003 + step)
+        local = self.stage.local(step)  # seeds are keyed by the step within the curriculum's stage (curriculum.py)
+        torch.manual_seed(cfg.seed * 1_000_003 + local)
         t_step = time.perf_counter()
         timing: dict[str, float] = {}
         idx = self.sampler.next_batch(cfg.rollout.batch_size)
@@ -451,7 +484,7 @@ class Trainer:
         t0 = time.perf_counter()
         self.policy.eval()
         retrieve0 = self.env.seconds["retrieve"]
-        trajs = self._rollouts(examples, prompts, cfg.rollout.n, step, greedy=False)
+        trajs = self._rollouts(examples, prompts, cfg.rollout.n, local, greedy=False)
         timing["rollout"] = time.perf_counter() - t0
         timing["retrieve"] = self.env.seconds["retrieve"] - retrieve0
         if cfg.test and cfg.test.crash_at_step == step:
@@ -631,13 +664,16 @@ class Trainer:
             m = self.train_step(step)
             cfg = self.cfg.train
             last = step == self.total
-            if self.eval_set and ((cfg.eval_every and step % cfg.eval_every == 0) or last):
+            stage_ends = step == self.stage.end  # evaluated and checkpointed, as the last step of a run would be
+            if self.eval_set and ((cfg.eval_every and step % cfg.eval_every == 0) or stage_ends):
                 m.update(self.evaluate(step))
             w.metrics(step, m)
             w.event("metrics", step=step, metrics={k: m[k] for k in SUMMARY_KEYS if k in m})
             w.set_step(step)
-            if last or self.stop_requested or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+            if last or self.stop_requested or stage_ends or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                 self._checkpoint(step)
+            if stage_ends and not last and not self.stop_requested:
+                self._begin_stage(stage_of(self.stages, step + 1))
         return step
 
 

@@ -190,7 +190,28 @@ export const RunConfigSchema = S.object(
     train: S.optional(
       S.object(
         {
-          steps: S.optional(S.integer({ minimum: 0, default: 100 })),
+          steps: S.optional(S.integer({ minimum: 0, default: 100, description: 'RL steps. With train.stages: their sum (leave it out, or give the same number).' })),
+          stages: S.optional(
+            S.array(
+              S.object(
+                {
+                  steps: S.integer({ minimum: 1, description: 'This stage\'s RL steps.' }),
+                  hops_mix: S.optional(
+                    S.union(
+                      S.record(S.number({ minimum: 0 })),
+                      S.null(),
+                    ),
+                  ),
+                },
+                { ...strict, description: 'A stage: its steps, and its batches\' mix of one- and multi-hop questions (hops_mix, as data.hops_mix; null: the data\'s own mix; left out: data.hops_mix).' },
+              ),
+              {
+                minItems: 1,
+                description:
+                  'A curriculum in one run (builtin engine). The stages run one after another; each after the first starts as a new run with model.init at the previous stage\'s last policy would: the KL reference becomes that policy, and the optimizer (AdamW state), the LR schedule (optim.warmup_steps, then the decay over the stage\'s steps), the batch sampler and the step-keyed seeds restart. Steps, metrics and checkpoints keep counting over the whole run; a stage\'s last step is always checkpointed. E.g. [{"steps": 200}, {"steps": 320, "hops_mix": {"1": 1, "2": 3}}].',
+              },
+            ),
+          ),
           eval_every: S.optional(S.integer({ minimum: 0, default: 10, description: '0: only before the first update and at the end.' })),
           checkpoint_every: S.optional(S.integer({ minimum: 0, default: 10 })),
           save_rollouts: S.optional(S.boolean(undefined, true)),
@@ -262,6 +283,14 @@ export const RunConfigSchema = S.object(
       ),
     ),
   },
-  { ...strict, description: 'A Search Agent Studio run config (*.run.json).', refine: (v) => engineIssues(v) },
+  { ...strict, description: 'A Search Agent Studio run config (*.run.json).', refine: (v) => [...engineIssues(v), ...stageIssues(v)] },
 );
 export type RunConfig = Static<typeof RunConfigSchema>;
+
+/** train.steps, when given beside train.stages, must be their sum (the trainer checks the same). */
+function stageIssues(config: unknown): { path: string; message: string }[] {
+  const train = (config as { train?: { steps?: unknown; stages?: unknown } } | null)?.train;
+  if (!train || !Array.isArray(train.stages) || typeof train.steps !== 'number') return [];
+  const sum = train.stages.reduce((a: number, s: { steps?: unknown }) => a + (typeof s?.steps === 'number' ? s.steps : 0), 0);
+  return train.steps === sum ? [] : [{ path: 'train.steps', message: `${train.steps} is not the sum of train.stages' steps (${sum}): leave train.steps out, or make it ${sum}` }];
+}

@@ -34,6 +34,7 @@ export const ENGINE_LIMITS: readonly EngineLimit[] = [
   { key: 'algorithm.kl_estimator', when: { equals: ['k1', 'k2'] }, engines: ['builtin', 'verl'], why: 'TRL’s KL term is k3 (veRL’s low_var_kl)' },
   { key: 'algorithm.loss_agg_mode', when: { equals: ['seq-mean-token-sum'] }, engines: ['builtin', 'verl'], why: 'TRL’s loss types are token-mean (dapo), seq-mean-token-mean (grpo) and seq-mean-token-sum-norm (dr_grpo)' },
   { key: 'data.hops_mix', when: { present: true }, engines: ['builtin'], why: 'the per-hops batch mix is the builtin engine’s data sampler' },
+  { key: 'train.stages', when: { present: true }, engines: ['builtin'], why: 'a curriculum restarts the builtin engine’s reference, optimizer and sampler between stages' },
   { key: 'devices', when: { above: 1 }, engines: ['trl', 'verl'], why: 'the builtin engine is one process on one device' },
   { key: 'trl', when: { present: true }, engines: ['trl'], why: 'the trl section configures the trl engine' },
   { key: 'verl', when: { present: true }, engines: ['verl'], why: 'the verl section configures the verl engine' },
