@@ -13,6 +13,8 @@
  * against the same declaration. This file is pure TypeScript: no `vscode`, no DOM, no Node APIs.
  */
 
+import type { RunStage } from './run/config';
+
 export const PROTOCOL_VERSION = 1;
 
 /** The names of our webviews; one folder under `webview/` each. */
@@ -417,6 +419,8 @@ export interface DashboardRun {
   /** A running run's phase (`warmup`, `rollout`, `update`, `eval`, …), and the warm start's progress and loss. */
   phase?: string;
   warmup?: { step: number; steps: number; loss?: number };
+  /** A curriculum run's stages (train.stages), marked on the charts where each after the first starts. */
+  stages?: RunStage[];
 }
 
 /** One metrics.jsonl line: `step` and named numbers (DESIGN §4.3). */

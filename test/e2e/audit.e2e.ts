@@ -26,7 +26,7 @@ async function workspace(): Promise<{ dir: string; drift: number; flagged: numbe
   const codec = await loadTokenizerCodec(model);
   const run = join(dir, 'runs', 'audit-run');
   mkdirSync(join(run, 'rollouts'), { recursive: true });
-  writeFileSync(join(run, 'run.json'), JSON.stringify({ v: 1, id: 'audit-run', status: 'finished', created: '2026-11-01T00:00:00Z', config: { model: { path: model } }, step: 3, total_steps: 3 }));
+  writeFileSync(join(run, 'run.json'), JSON.stringify({ v: 1, id: 'audit-run', status: 'finished', created: '2026-11-01T00:00:00Z', config: { model: { path: model }, train: { stages: [{ steps: 1 }, { steps: 2, hops_mix: { '2': 1 } }] } }, step: 3, total_steps: 3 }));
   const base: Partial<Rollout> = { step: 2, split: 'train', question: 'The capital of France?', golden: ['Paris'], finish: 'answer' };
   // " Paris" sampled as " Par" + "is" (drift), and a trainer that disagrees with the sampler on two trained tokens.
   const drifting = recordOf(codec, PROMPT, [{ text: '<answer>', role: 'generated' }, { text: ' Par', role: 'generated' }, { text: 'is', role: 'generated' }, { text: ' </answer>', role: 'generated' }], { ...base, id: 'drifting', group: 1, sample: 0, reward: 1 });
@@ -111,6 +111,10 @@ describe('audit instruments: replay microscope, dashboard, GRPO groups (code-ser
     assert.ok(await dash.locator('.chart[data-chart="drift"]').isVisible());
     await until('alarm marks on the reward chart', async () => (await dash.locator('.chart[data-chart="reward"] .alarm-mark').count()) > 0, 15_000);
     assert.match((await dash.locator('.chart[data-chart="reward"] .alarm-mark').first().getAttribute('title')) ?? '', /step 2: answer-enumeration/);
+    // The fixture is a two-stage curriculum (train.stages): its second stage is marked where it starts, on every chart.
+    await until('the stage mark', async () => (await dash.locator('body').getAttribute('data-stage-steps')) === '1', 15_000);
+    assert.match((await dash.locator('.chart[data-chart="reward"] .stage-mark').first().getAttribute('title')) ?? '', /^stage 2 of 2 starts after step 1 \(hops_mix 2: 1; the KL reference, optimizer and LR schedule restart\)$/);
+    assert.match((await dash.locator('[data-run="audit-run"]').textContent()) ?? '', /step 3\/3 · stage 2\/2/);
     // Click step 2 on the zero-variance chart.
     const over = dash.locator('.chart[data-chart="zero"] .u-over');
     const box = (await over.boundingBox())!;

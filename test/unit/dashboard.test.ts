@@ -1,6 +1,7 @@
 /** The dashboard's pure parts: sparse series get markers, the legend's nearest recorded value, a run's header. */
 import assert from 'node:assert/strict';
-import { emptyText, nearest, runStatus, sparseSeries } from '../../webview/dashboard/model';
+import { runStages } from '../../src/core/run/config';
+import { emptyText, nearest, runStatus, sparseSeries, stageMarks } from '../../webview/dashboard/model';
 
 describe('dashboard model', () => {
   it('held-out EM logged every 20 steps is sparse (markers); a per-step series is not', () => {
@@ -24,5 +25,26 @@ describe('dashboard model', () => {
     assert.equal(runStatus(warming), 'running · warm-up 150/300 · loss 2.314');
     assert.match(emptyText([warming]), /^Warm start .*: step 150 of 300, loss 2\.314\./);
     assert.match(emptyText([]), /^No metrics yet/);
+  });
+
+  it('a curriculum run (train.stages) is marked where each later stage starts, and its header names the stage', () => {
+    const config = { data: { hops_mix: { '1': 1 } }, train: { stages: [{ steps: 200 }, { steps: 320, hops_mix: { '1': 1, '2': 3 } }, { steps: 10, hops_mix: null }] } };
+    const stages = runStages(config);
+    assert.deepEqual(stages, [
+      { start: 0, steps: 200, hopsMix: { '1': 1 } },
+      { start: 200, steps: 320, hopsMix: { '1': 1, '2': 3 } },
+      { start: 520, steps: 10, hopsMix: null },
+    ]);
+    assert.deepEqual(runStages({ train: { steps: 5 } }), []);
+    const run = { id: 'r', dir: '/r', state: 'running' as const, step: 200, total: 530, stages };
+    assert.equal(runStatus(run), 'running · step 200/530 · stage 1/3');
+    assert.equal(runStatus({ ...run, step: 201 }), 'running · step 201/530 · stage 2/3');
+    assert.equal(runStatus({ ...run, state: 'finished', step: 530 }), 'finished · step 530/530 · stage 3/3');
+    const marks = stageMarks([run]);
+    assert.deepEqual([...marks.keys()], [200, 520]);
+    assert.deepEqual(marks.get(200), ['stage 2 of 3 starts after step 200 (hops_mix 1: 1, 2: 3; the KL reference, optimizer and LR schedule restart)']);
+    assert.match(marks.get(520)![0]!, /^stage 3 of 3 .*the data's own mix/);
+    assert.match(stageMarks([run, { ...run, id: 'other' }]).get(200)![1]!, /^other: stage 2 of 3/, 'overlaid runs name theirs');
+    assert.equal(stageMarks([{ id: 'r', dir: '/r', state: 'finished', step: 3 }]).size, 0);
   });
 });

@@ -21,14 +21,15 @@ export function alarmSteps(rows: readonly MetricsRow[]): Map<number, string[]> {
   return new Map([...out].sort((x, y) => x[0] - y[0]).map(([step, m]) => [step, [...m].map(([a, n]) => `${a} ×${n}`)]));
 }
 
-/** Redraws the marks of one chart (a uPlot draw hook): thin vertical marks in the plot area, titled. */
-export function drawAlarmMarks(u: uPlot, steps: Map<number, string[]>): void {
-  for (const el of u.over.querySelectorAll('.alarm-mark')) el.remove();
+/** Redraws the marks of one chart (a uPlot draw hook): thin vertical marks in the plot area, titled — the audit's
+ * alarms (`alarm`), and where a curriculum's stage starts (`stage`, model.ts's stageMarks). */
+export function drawMarks(u: uPlot, steps: Map<number, string[]>, kind: 'alarm' | 'stage'): void {
+  for (const el of u.over.querySelectorAll(`.${kind}-mark`)) el.remove();
   const [lo, hi] = [u.scales.x!.min ?? -Infinity, u.scales.x!.max ?? Infinity];
-  for (const [step, alarms] of steps) {
+  for (const [step, texts] of steps) {
     if (step < lo || step > hi) continue;
-    const title = `step ${step}: ${alarms.join(', ')}`;
-    const mark = h('div', { class: 'alarm-mark', title, 'data-step': step }, h('span', { class: 'alarm-flag', title }));
+    const title = kind === 'alarm' ? `step ${step}: ${texts.join(', ')}` : texts.join('\n');
+    const mark = h('div', { class: `${kind}-mark`, title, 'data-step': step }, h('span', { class: `${kind}-flag`, title }));
     mark.style.left = `${u.valToPos(step, 'x')}px`;
     u.over.append(mark);
   }

@@ -10,8 +10,8 @@ import uPlot from 'uplot';
 import { ALARMS, AUDIT_METRICS, HOPS_METRICS, type DashboardContract, type DashboardRun, type MetricsRow } from '../../src/core/protocol';
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
-import { emptyText, fmt, nearest, runStatus, sparseSeries } from './model';
-import { alarmSteps, drawAlarmMarks } from './alarmMarks';
+import { emptyText, fmt, nearest, runStatus, sparseSeries, stageMarks } from './model';
+import { alarmSteps, drawMarks } from './alarmMarks';
 
 interface ChartSpec {
   key: string;
@@ -58,6 +58,8 @@ const rowsOf = (dir: string): MetricsRow[] => [...(rows.get(dir) ?? []), ...(aud
 const charts = new Map<string, { spec: ChartSpec; plot: uPlot; box: HTMLElement }>();
 /** The audit's alarms by step (all runs shown), marked on every chart but the alarms' own (alarmMarks.ts). */
 let alarmsByStep = new Map<number, string[]>();
+/** Where a curriculum run's later stages start (train.stages), marked on every chart. */
+let stagesByStep = new Map<number, string[]>();
 let theme = '';
 
 function css(name: string, fallback: string): string {
@@ -132,7 +134,7 @@ function makeChart(spec: ChartSpec): { spec: ChartSpec; plot: uPlot; box: HTMLEl
       // x padded by half a step (at least) so the first and last points — a step-0 evaluation — are not on the edge.
       scales: { x: { time: false, range: (_u, lo, hi) => { const pad = Math.max(0.5, (hi - lo) * 0.02); return [lo - pad, hi + pad]; } }, y: { range: (_u, lo, hi) => (spec.min0 !== undefined ? [Math.min(0, lo), Math.max(hi, 0.1 * spec.min0)] : [lo === hi ? lo - 1 : lo, lo === hi ? hi + 1 : hi]) } },
       // Steps are integers: only integer tick increments on x.
-      hooks: spec.key === 'alarms' ? {} : { draw: [(u) => drawAlarmMarks(u, alarmsByStep)] },
+      hooks: { draw: [(u) => (spec.key === 'alarms' ? undefined : drawMarks(u, alarmsByStep, 'alarm')), (u) => drawMarks(u, stagesByStep, 'stage')] },
       axes: [{ ...axis, label: 'step', incrs: [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000] }, { ...axis, size: 56 }],
     },
     columns(spec),
@@ -167,6 +169,7 @@ function rebuild(): void {
 function update(): void {
   let points = 0;
   alarmsByStep = alarmSteps(runs.flatMap((r) => auditRows.get(r.dir) ?? []));
+  stagesByStep = stageMarks(runs);
   for (const c of charts.values()) {
     const data = columns(c.spec);
     const steps = (data[0] as number[]).length;
@@ -185,6 +188,7 @@ function update(): void {
   document.body.dataset.steps = String(Math.max(0, ...[...rows.values()].flatMap((list) => list.map((r) => r.step))));
   document.body.dataset.theme = theme;
   document.body.dataset.alarmSteps = [...alarmsByStep.keys()].join(',');
+  document.body.dataset.stageSteps = [...stagesByStep.keys()].join(',');
   document.body.dataset.markers = [...charts.values()].flatMap((c) => [...(sparse.get(c.spec.key) ?? [])].map((i) => `${c.spec.key}: ${c.plot.series[i]?.label ?? i}`)).join(' | ');
 }
 

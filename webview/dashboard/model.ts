@@ -22,10 +22,31 @@ export function nearest(col: readonly (number | null | undefined)[], idx: number
   return undefined;
 }
 
-/** A run's header: its state and step, or the warm start's progress and loss while it runs. */
+/** A run's header: its state and step (and a curriculum's stage), or the warm start's progress and loss while it runs. */
 export function runStatus(r: DashboardRun): string {
   if (r.state === 'running' && r.phase === 'warmup') return `running · warm-up${r.warmup ? ` ${r.warmup.step}/${r.warmup.steps} · loss ${fmt(r.warmup.loss)}` : ''}`;
-  return `${r.state} · step ${r.step}${r.total ? `/${r.total}` : ''}`;
+  const stages = r.stages ?? [];
+  const at = stages.findIndex((s) => r.step <= s.start + s.steps);
+  const stage = stages.length > 1 ? ` · stage ${(at < 0 ? stages.length - 1 : at) + 1}/${stages.length}` : '';
+  return `${r.state} · step ${r.step}${r.total ? `/${r.total}` : ''}${stage}`;
+}
+
+const mixText = (mix: Record<string, number> | null) =>
+  mix ? `hops_mix ${Object.entries(mix).map(([h, w]) => `${h}: ${w}`).join(', ')}` : "the data's own mix";
+
+/** Where a curriculum run's stages after the first start (the step of the policy they start from), each with what
+ * the mark says: the stage, its mix, and what restarts there — so the dip after a stage starts reads as what it is. */
+export function stageMarks(runs: readonly DashboardRun[]): Map<number, string[]> {
+  const out = new Map<number, string[]>();
+  for (const r of runs) {
+    const stages = r.stages ?? [];
+    stages.forEach((s, i) => {
+      if (i === 0) return;
+      const text = `${runs.length > 1 ? `${r.id}: ` : ''}stage ${i + 1} of ${stages.length} starts after step ${s.start} (${mixText(s.hopsMix)}; the KL reference, optimizer and LR schedule restart)`;
+      out.set(s.start, [...(out.get(s.start) ?? []), text]);
+    });
+  }
+  return new Map([...out].sort((a, b) => a[0] - b[0]));
 }
 
 /** What the empty dashboard says: the warm start's progress while one runs, else why there is nothing yet. */

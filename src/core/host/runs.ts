@@ -6,6 +6,7 @@
 import { existsSync } from 'node:fs';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
+import { runStages, type RunStage } from '../run/config';
 import type { RunJson } from '../run/format';
 import { MetricsTail } from './metricsTail';
 import { isAlive } from './processes';
@@ -33,6 +34,8 @@ export interface RunInfo {
   progress?: RunProgress;
   /** Steps with a rollouts file, ascending. */
   rolloutSteps: number[];
+  /** A curriculum run's stages (`train.stages` of its config); absent for a one-stage run. */
+  stages?: RunStage[];
 }
 
 export interface RunProgress {
@@ -82,6 +85,8 @@ export async function readRun(dir: string): Promise<RunInfo | undefined> {
   let state: RunState = (run.status as RunState) ?? 'interrupted';
   if (state === 'running' && !(run.pid && isAlive(run.pid))) state = 'interrupted';
   const info: RunInfo = { dir, id: run.id ?? basename(dir), state, step: run.step ?? 0, total: run.total_steps, pid: run.pid, created: run.created, updated: run.updated, error: run.error?.message, stopReason: run.stop_reason, rolloutSteps: [] };
+  const stages = runStages(run.config);
+  if (stages.length > 1) info.stages = stages;
   const metrics = join(dir, 'metrics.jsonl');
   if (existsSync(metrics)) {
     const last: NonNullable<RunInfo['last']> = {};

@@ -287,6 +287,30 @@ export const RunConfigSchema = S.object(
 );
 export type RunConfig = Static<typeof RunConfigSchema>;
 
+/** A stage of a curriculum run (`train.stages`): the run's step before its first step (the policy it starts from),
+ * its steps, and its batches' hops mix (null: the data's own). */
+export interface RunStage {
+  start: number;
+  steps: number;
+  hopsMix: Record<string, number> | null;
+}
+
+/** The stages of a run config (run.json's `config`, or a *.run.json); [] without train.stages. A stage without its
+ * own hops_mix takes data.hops_mix (as the trainer's curriculum.py). */
+export function runStages(config: unknown): RunStage[] {
+  const c = config as { data?: { hops_mix?: unknown }; train?: { stages?: unknown } } | null | undefined;
+  if (!c || !Array.isArray(c.train?.stages)) return [];
+  const mixOf = (v: unknown) => (v && typeof v === 'object' ? (v as Record<string, number>) : null);
+  let start = 0;
+  const out: RunStage[] = [];
+  for (const s of c.train.stages as { steps?: unknown; hops_mix?: unknown }[]) {
+    const steps = typeof s?.steps === 'number' ? s.steps : 0;
+    out.push({ start, steps, hopsMix: mixOf(s && 'hops_mix' in s ? s.hops_mix : c.data?.hops_mix) });
+    start += steps;
+  }
+  return out;
+}
+
 /** train.steps, when given beside train.stages, must be their sum (the trainer checks the same). */
 function stageIssues(config: unknown): { path: string; message: string }[] {
   const train = (config as { train?: { steps?: unknown; stages?: unknown } } | null)?.train;

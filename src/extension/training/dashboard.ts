@@ -123,7 +123,7 @@ export class Dashboard implements vscode.Disposable {
     for (const f of this.followed) {
       const r = await readRun(f.dir);
       const p = r?.progress;
-      out.push({ id: r?.id ?? f.dir.split(/[\\/]/).pop() ?? f.dir, dir: f.dir, state: r?.state ?? 'interrupted', step: r?.step ?? 0, total: r?.total, ...(p ? { phase: p.phase, ...(p.warmup ? { warmup: p.warmup } : {}) } : {}) });
+      out.push({ id: r?.id ?? f.dir.split(/[\\/]/).pop() ?? f.dir, dir: f.dir, state: r?.state ?? 'interrupted', step: r?.step ?? 0, total: r?.total, ...(r?.stages ? { stages: r.stages } : {}), ...(p ? { phase: p.phase, ...(p.warmup ? { warmup: p.warmup } : {}) } : {}) });
     }
     return out;
   }
