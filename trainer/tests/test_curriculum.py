@@ -39,10 +39,18 @@ def same(a: dict, b: dict, skip: tuple[str, ...] = ()) -> None:
         assert b[k] == pytest.approx(a[k], rel=1e-5, abs=1e-7), (a["step"], b["step"], k)
 
 
-def test_a_staged_run_equals_the_chain_of_runs_it_replaces(tmp_path, varied_env):
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, varied_env):
+    """The staged run, uninterrupted (shared by the tests below)."""
+    tmp = tmp_path_factory.mktemp("staged")
+    proc = run_trainer(tmp, staged(), varied_env.url, name="staged")
+    assert proc.returncode == 0, proc.stderr
+    return tmp / "staged", proc
+
+
+def test_a_staged_run_equals_the_chain_of_runs_it_replaces(tmp_path, varied_env, straight):
     url = varied_env.url
-    one = run_trainer(tmp_path, staged(), url, name="staged")
-    assert one.returncode == 0, one.stderr
+    staged_dir, one = straight
     first = base(**{"train.steps": 2})
     p1 = run_trainer(tmp_path, first, url, name="phase1")
     assert p1.returncode == 0, p1.stderr
@@ -50,7 +58,7 @@ def test_a_staged_run_equals_the_chain_of_runs_it_replaces(tmp_path, varied_env)
     p2 = run_trainer(tmp_path, second, url, name="phase2")
     assert p2.returncode == 0, p2.stderr
 
-    m = lines(tmp_path / "staged" / "metrics.jsonl")
+    m = lines(staged_dir / "metrics.jsonl")
     a, b = lines(tmp_path / "phase1" / "metrics.jsonl"), lines(tmp_path / "phase2" / "metrics.jsonl")
     assert [x["step"] for x in m] == [0, 1, 2, 3, 4]
     assert [x["step"] for x in b] == [0, 1, 2]
@@ -63,19 +71,17 @@ def test_a_staged_run_equals_the_chain_of_runs_it_replaces(tmp_path, varied_env)
     # (Equal KL losses at steps 3–4 say the reference restarted at the stage's first policy; equal losses over two
     # PPO epochs say AdamW's moments restarted too.)
     ra = [r["response"] for r in lines(tmp_path / "phase2" / "rollouts" / "step-000002.jsonl")]
-    rb = [r["response"] for r in lines(tmp_path / "staged" / "rollouts" / "step-000004.jsonl")]
+    rb = [r["response"] for r in lines(staged_dir / "rollouts" / "step-000004.jsonl")]
     assert ra == rb
-    hops = [r["meta"]["hops"] for r in lines(tmp_path / "staged" / "rollouts" / "step-000003.jsonl") if r.get("meta")]
+    hops = [r["meta"]["hops"] for r in lines(staged_dir / "rollouts" / "step-000003.jsonl") if r.get("meta")]
     assert hops and set(hops) == {2}
     assert "stage 2 of 2: steps 3–4, hops_mix 2: 1: the KL reference is now the step-2 policy" in one.stderr
-    assert (tmp_path / "staged" / "checkpoints" / "step-000002").exists()  # a stage's last step is checkpointed
+    assert (staged_dir / "checkpoints" / "step-000002").exists()  # a stage's last step is checkpointed
 
 
 @pytest.mark.parametrize("crash_at", [3, 4], ids=["at-the-boundary", "inside-stage-2"])
-def test_a_crash_on_either_side_of_a_stage_boundary_resumes_to_the_same_numbers(tmp_path, varied_env, crash_at):
+def test_a_crash_on_either_side_of_a_stage_boundary_resumes_to_the_same_numbers(tmp_path, varied_env, straight, crash_at):
     url = varied_env.url
-    straight = run_trainer(tmp_path, staged(), url, name="straight")
-    assert straight.returncode == 0, straight.stderr
     crashing = staged(**{"train.checkpoint_every": 3})  # checkpoints: 2 (the stage's end), 3
     crashing["test"] = {"crash_at_step": crash_at}
     assert run_trainer(tmp_path, crashing, url, name="resumed").returncode == 1
@@ -83,7 +89,7 @@ def test_a_crash_on_either_side_of_a_stage_boundary_resumes_to_the_same_numbers(
     assert resumed.returncode == 0, resumed.stderr
     started = [e for e in lines(tmp_path / "resumed" / "events.jsonl") if e["event"] == "started"]
     assert started[-1]["step"] == crash_at - 1
-    a, b = lines(tmp_path / "straight" / "metrics.jsonl"), lines(tmp_path / "resumed" / "metrics.jsonl")
+    a, b = lines(straight[0] / "metrics.jsonl"), lines(tmp_path / "resumed" / "metrics.jsonl")
     assert [x["step"] for x in b] == [0, 1, 2, 3, 4]
     for x, y in zip(a, b):
         same(x, y)
