@@ -18,6 +18,10 @@ const TITLES: Record<string, string> = {
   'reward/frac_zero_std_groups': 'groups with zero reward variance',
   'response_length/mean': 'response length (tokens)',
   'actor/entropy': 'entropy of generated tokens',
+  'val/em_by_hops/1': 'held-out exact match, one-hop questions',
+  'val/em_by_hops/2': 'held-out exact match, two-hop questions',
+  'val/searches_by_hops/1': 'searches per one-hop question (held-out)',
+  'val/searches_by_hops/2': 'searches per two-hop question (held-out)',
 };
 
 function metrics(runDir: string): Record<string, number>[] {
@@ -51,13 +55,13 @@ async function main(): Promise<void> {
     title: TITLES[key] ?? key,
     xLabel: 'step',
     yMin: key.includes('em') || key.includes('score') || key.includes('frac') ? 0 : undefined,
-    yMax: key === 'val/em' || key === 'critic/score/mean' ? 1 : undefined,
+    yMax: key === 'val/em' || key.startsWith('val/em_by_hops/') || key === 'critic/score/mean' ? 1 : undefined,
     series: data.map((d) => {
       const pts = d.rows.filter((m) => typeof m[key] === 'number').map((m) => [m.step as number, m[key] as number] as [number, number]);
       return { name: d.label, points: key.startsWith('val/') ? pts : smooth(pts, k) };
     }),
   }));
-  const svg = lineChartsSvg(panels, { title: values.title, subtitle: values.subtitle, columns: Math.min(3, panels.length) });
+  const svg = lineChartsSvg(panels, { title: values.title, subtitle: values.subtitle, columns: panels.length === 4 ? 2 : Math.min(3, panels.length) });
   writeFileSync(`${values.out}.svg`, svg);
   const browser = await chromium.launch({ executablePath: process.env.SAS_CHROMIUM ?? '/usr/bin/chromium', headless: true, args: ['--no-sandbox', '--disable-gpu'] });
   try {
