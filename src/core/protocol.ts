@@ -13,8 +13,6 @@
  * against the same declaration. This file is pure TypeScript: no `vscode`, no DOM, no Node APIs.
  */
 
-import type { RunStage } from './run/config';
-
 export const PROTOCOL_VERSION = 1;
 
 /** The names of our webviews; one folder under `webview/` each. */
@@ -408,6 +406,14 @@ export const HOPS_METRICS = {
     return m ? Number(m[1]) : undefined;
   },
 } as const;
+
+/** A stage of a curriculum run (`train.stages`; src/core/run/config.ts's runStages): the run's step before its
+ * first step (the policy it starts from), its steps, and its batches' hops mix (null: the data's own). */
+export interface RunStage {
+  start: number;
+  steps: number;
+  hopsMix: Record<string, number> | null;
+}
 
 /** A run shown in the dashboard (several are overlaid). */
 export interface DashboardRun {

@@ -6,7 +6,8 @@
 import { existsSync } from 'node:fs';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { runStages, type RunStage } from '../run/config';
+import type { RunStage } from '../protocol';
+import { runStages } from '../run/config';
 import type { RunJson } from '../run/format';
 import { MetricsTail } from './metricsTail';
 import { isAlive } from './processes';

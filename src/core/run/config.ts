@@ -6,6 +6,7 @@
  * Names follow veRL / Search-R1 where they have one.
  */
 import { S, type Static } from '../schema/schema';
+import type { RunStage } from '../protocol';
 import { ENGINES, engineIssues } from './engines';
 
 const strict = { additional: false } as const;
@@ -286,14 +287,6 @@ export const RunConfigSchema = S.object(
   { ...strict, description: 'A Search Agent Studio run config (*.run.json).', refine: (v) => [...engineIssues(v), ...stageIssues(v)] },
 );
 export type RunConfig = Static<typeof RunConfigSchema>;
-
-/** A stage of a curriculum run (`train.stages`): the run's step before its first step (the policy it starts from),
- * its steps, and its batches' hops mix (null: the data's own). */
-export interface RunStage {
-  start: number;
-  steps: number;
-  hopsMix: Record<string, number> | null;
-}
 
 /** The stages of a run config (run.json's `config`, or a *.run.json); [] without train.stages. A stage without its
  * own hops_mix takes data.hops_mix (as the trainer's curriculum.py). */
