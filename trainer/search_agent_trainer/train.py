@@ -154,7 +154,8 @@ class Trainer:
         random.seed(cfg.seed)
         self._load_data()
         ckpt = self._resume_checkpoint()
-        start = int(read_state(ckpt)["step"]) if ckpt is not None else 0
+        state = read_state(ckpt) if ckpt is not None else {}
+        start = int(state.get("step", 0))
         self.stage = stage_of(self.stages, start + 1)
         init = Path(cfg.model.init) if cfg.model.init else None
         tok_file = next((str(p / "tokenizer.json") for p in (ckpt, init) if p is not None and (p / "tokenizer.json").exists()), None)
@@ -200,7 +201,6 @@ class Trainer:
         self.sampler = self._sampler(self.stage)
         self.resumed = ckpt is not None
         if ckpt is not None:
-            state = read_state(ckpt)
             load_trainable(self.policy, ckpt / "trainable.pt")
             if start > self.stage.start or self.stage.index == 0:
                 self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True))
