@@ -317,12 +317,21 @@ export class CodeServerSession {
     return labels;
   }
 
+  /** Opens the command palette with `text`; again if it closed before the text was in (a page that takes focus as it
+   * finishes loading, such as the walkthrough, closes the palette: a CI run once lost a test to it). */
   private async openPalette(text: string): Promise<void> {
-    await this.page.locator('.monaco-workbench').click({ position: { x: 700, y: 10 }, force: true }).catch(() => {});
-    await this.page.keyboard.press('F1');
     const input = this.page.locator('.quick-input-widget input');
-    await input.waitFor({ timeout: 15_000 });
-    await input.fill(`>${text}`);
+    for (let attempt = 1; ; attempt++) {
+      await this.page.locator('.monaco-workbench').click({ position: { x: 700, y: 10 }, force: true }).catch(() => {});
+      await this.page.keyboard.press('F1');
+      await input.waitFor({ timeout: 15_000 });
+      try {
+        await input.fill(`>${text}`, { timeout: 5_000 });
+        return;
+      } catch (e) {
+        if (attempt >= 3) throw e;
+      }
+    }
   }
 
   private async visiblePaletteLabels(): Promise<string[]> {
