@@ -109,13 +109,14 @@ export class ProgressPrinter {
   }
 }
 
-/** An evaluation's headline numbers; `byHops`: exact match and searches per question by the hops a question needs
- * (`val/em_by_hops/<h>`, `val/searches_by_hops/<h>`), where the data has them. */
+/** An evaluation's headline numbers; `byHops`: exact match, searches per question and the share with a golden answer
+ * in what the searches returned, by the hops a question needs (`val/em_by_hops/<h>`, `val/searches_by_hops/<h>`,
+ * `val/answer_retrieved_by_hops/<h>`), where the data has them. */
 export interface HeldOut {
   step: number;
   em: number;
   searches?: number;
-  byHops: { hops: number; em: number; searches?: number }[];
+  byHops: { hops: number; em: number; searches?: number; retrieved?: number }[];
 }
 
 /** Held-out exact match at the first and last evaluation of a run (from metrics.jsonl). */
@@ -132,7 +133,12 @@ export async function heldOutEm(runDir: string): Promise<{ before?: HeldOut; aft
       const m = JSON.parse(line);
       if (typeof m['val/em'] !== 'number') continue;
       const hops = Object.keys(m).flatMap((k) => HOPS_METRICS.hopsOf(k) ?? []).sort((a, b) => a - b);
-      const byHops = hops.map((h) => ({ hops: h, em: m[HOPS_METRICS.em(h)] as number, searches: m[HOPS_METRICS.searches(h)] as number | undefined }));
+      const byHops = hops.map((h) => ({
+        hops: h,
+        em: m[HOPS_METRICS.em(h)] as number,
+        searches: m[HOPS_METRICS.searches(h)] as number | undefined,
+        ...(typeof m[HOPS_METRICS.retrieved(h)] === 'number' ? { retrieved: m[HOPS_METRICS.retrieved(h)] as number } : {}),
+      }));
       evals.push({ step: m.step, em: m['val/em'], searches: m['val/searches_mean'], byHops });
     } catch {
       /* a partial last line */
@@ -289,7 +295,7 @@ export const demoCommand = defineCommand({
     console.log(
       `held-out exact match: ${fmt(em.before?.em)} before training (after the warm start) → ${fmt(em.after?.em)} after ${em.after?.step ?? 0} steps ` +
         `(${duration((trained - t0) / 1000)}); searches per question ${fmt(em.after?.searches, 2)}; with retrieval disabled ${fmt(blind)}` +
-        (em.after?.byHops.length ? `; by hops: ${em.after.byHops.map((b) => `${b.hops}-hop ${fmt(b.em)} (${fmt(b.searches, 2)} searches)`).join(', ')}` : ''),
+        (em.after?.byHops.length ? `; by hops: ${em.after.byHops.map((b) => `${b.hops}-hop ${fmt(b.em)} (${fmt(b.searches, 2)} searches${b.retrieved === undefined ? '' : `, answer retrieved ${fmt(b.retrieved)}`})`).join(', ')}` : ''),
     );
     return code;
   },

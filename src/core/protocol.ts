@@ -396,10 +396,13 @@ export const AUDIT_METRICS = {
 } as const;
 
 /** The trainer's held-out metrics by the searches a question needs (its dataset line's `meta.hops`; train.py
- * `_eval_report`): exact match and searches per question. The dashboard charts hops 1 and 2, the demo prints them. */
+ * `_eval_report`): exact match, searches per question, and the share whose searches returned a golden answer (the
+ * env server's `answer_retrieved`: low EM with a high share is a reading failure). The dashboard charts hops 1 and 2,
+ * the demo prints them. */
 export const HOPS_METRICS = {
   em: (hops: number) => `val/em_by_hops/${hops}`,
   searches: (hops: number) => `val/searches_by_hops/${hops}`,
+  retrieved: (hops: number) => `val/answer_retrieved_by_hops/${hops}`,
   /** The hops an `em` key is about (`val/em_by_hops/2` → 2); undefined for any other key. */
   hopsOf: (key: string): number | undefined => {
     const m = /^val\/em_by_hops\/(\d+)$/.exec(key);

@@ -8,7 +8,7 @@ import { RemoteRetrieverError, type Retriever } from '../core/retrieval/retrieve
 import { makeTrajectory } from '../core/rewards/api';
 import type { Dialect } from '../core/tags/parser';
 import { parseDialectName } from '../core/tags/trajectory';
-import { em, f1 } from '../core/rewards/normalize';
+import { answerIn, em, f1 } from '../core/rewards/normalize';
 import type { RewardItem, RewardSandbox } from '../core/rewards/sandbox';
 import { HttpError, readJson, sendJson } from './http';
 
@@ -69,7 +69,10 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
 /**
  * The built-in measures a trainer logs beside the reward, whatever the reward module is (`/reward` with
  * `metrics: true`): `em` and `f1` of the response's final answer against the golden answers (Search-R1's
- * normalisation), `format` (1 when the response follows Search-R1's is_valid_sequence), `answered`, `searches`.
+ * normalisation), `format` (1 when the response follows Search-R1's is_valid_sequence), `answered`, `searches`, and
+ * `answer_retrieved`: 1 when a golden answer occurs, as whole normalised words, in what the searches returned (the
+ * `<information>` blocks, or the search tool's responses) — whether the policy had the answer in front of it, so
+ * that a wrong answer reads as a reading failure and a missing one as a search failure.
  * They never feed the reward: the trainer trains on the module's reward only.
  */
 export function builtinMetrics(item: RewardItem): Record<string, number> {
@@ -81,6 +84,7 @@ export function builtinMetrics(item: RewardItem): Record<string, number> {
     format: traj.valid ? 1 : 0,
     answered: answer === null ? 0 : 1,
     searches: traj.searches.length,
+    answer_retrieved: traj.segments.some((seg) => seg.kind === 'information' && answerIn(item.response.slice(seg.contentStart, seg.contentEnd), item.golden) === 1) ? 1 : 0,
   };
 }
 

@@ -156,7 +156,7 @@ describe("a user's first hour (code-server)", function () {
     assert.equal(new Set(kl).size, kl.length, `KL series in distinct colours: ${JSON.stringify(kl)}`);
     // Held-out EM and searches by hops (the demo questions' meta.hops; 4 held-out questions: 1- and 2-hop).
     const hops = await dash.evaluate(() => { const c = document.querySelector<HTMLElement>('.chart[data-chart="hops"]')!; return { hidden: c.hidden, labels: [...c.querySelectorAll('.u-legend .u-series')].slice(1).map((e) => e.querySelector('.u-label')?.textContent) }; });
-    assert.deepEqual(hops, { hidden: false, labels: ['EM 1-hop', 'searches 1-hop', 'EM 2-hop', 'searches 2-hop'] });
+    assert.deepEqual(hops, { hidden: false, labels: ['EM 1-hop', 'searches 1-hop', 'answer retrieved 1-hop', 'EM 2-hop', 'searches 2-hop', 'answer retrieved 2-hop'] });
     const markers = await dash.evaluate(() => document.body.dataset.markers ?? '');
     assert.match(markers, /reward: EM \(held-out\)/, 'held-out EM (every 8 steps) is drawn with markers');
     assert.doesNotMatch(markers, /reward: reward\b/, 'the per-step reward is a line');

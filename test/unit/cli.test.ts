@@ -128,12 +128,12 @@ describe('heldOutEm (the demo\'s last line)', () => {
     const lines = [
       { step: 0, 'val/em': 0.02, 'val/searches_mean': 1.1, 'val/em_by_hops/2': 0, 'val/searches_by_hops/2': 1.5, 'val/em_by_hops/1': 0.04, 'val/searches_by_hops/1': 1.0 },
       { step: 1, 'critic/score/mean': 0.1 },
-      { step: 2, 'val/em': 0.4, 'val/searches_mean': 1.4, 'val/em_by_hops/1': 0.7, 'val/searches_by_hops/1': 1.0, 'val/em_by_hops/2': 0.25, 'val/searches_by_hops/2': 1.9, 'val/em/demo': 0.4 },
+      { step: 2, 'val/em': 0.4, 'val/searches_mean': 1.4, 'val/em_by_hops/1': 0.7, 'val/searches_by_hops/1': 1.0, 'val/answer_retrieved_by_hops/1': 0.9, 'val/em_by_hops/2': 0.25, 'val/searches_by_hops/2': 1.9, 'val/answer_retrieved_by_hops/2': 0.6, 'val/em/demo': 0.4 },
     ];
     writeFileSync(join(dir, 'metrics.jsonl'), lines.map((l) => JSON.stringify(l)).join('\n') + '\n{"step": 3, "val/em');
     const { before, after } = await heldOutEm(dir);
     assert.deepEqual(before?.byHops, [{ hops: 1, em: 0.04, searches: 1.0 }, { hops: 2, em: 0, searches: 1.5 }]);
-    assert.deepEqual(after, { step: 2, em: 0.4, searches: 1.4, byHops: [{ hops: 1, em: 0.7, searches: 1.0 }, { hops: 2, em: 0.25, searches: 1.9 }] });
+    assert.deepEqual(after, { step: 2, em: 0.4, searches: 1.4, byHops: [{ hops: 1, em: 0.7, searches: 1.0, retrieved: 0.9 }, { hops: 2, em: 0.25, searches: 1.9, retrieved: 0.6 }] });
     writeFileSync(join(dir, 'metrics.jsonl'), JSON.stringify({ step: 0, 'val/em': 0.1 }) + '\n');
     assert.deepEqual((await heldOutEm(dir)).before?.byHops, [], 'data without meta.hops: no by-hops numbers');
   });

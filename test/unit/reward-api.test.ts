@@ -51,14 +51,27 @@ describe('env server /reward', function () {
       ],
     });
     assert.equal(r.status, 200);
-    assert.deepEqual(r.body.results[0], { reward: 1, parts: { answered: 1 }, metrics: { em: 1, f1: 1, format: 1, answered: 1, searches: 1 } });
+    assert.deepEqual(r.body.results[0], { reward: 1, parts: { answered: 1 }, metrics: { em: 1, f1: 1, format: 1, answered: 1, searches: 1, answer_retrieved: 0 } });
     assert.equal(r.body.results[1].reward, null);
-    assert.deepEqual(r.body.results[1].metrics, { em: 0, f1: 0, format: 0, answered: 0, searches: 0 });
+    assert.deepEqual(r.body.results[1].metrics, { em: 0, f1: 0, format: 0, answered: 0, searches: 0, answer_retrieved: 0 });
     const plain = await post(server.port, { items: [{ response, golden: ['paris'] }] });
     assert.equal(plain.body.results[0].metrics, undefined);
     const bad = await post(server.port, { metrics: 'yes', items: [] });
     assert.equal(bad.status, 400);
     assert.match(bad.body.error, /metrics: expected a boolean/);
+  });
+
+  it('answer_retrieved: a golden answer in what a search returned, as whole words; not in the policy\'s own text', async () => {
+    const turn = (info: string) => `<think>t</think><search> q </search><information>${info}</information>`;
+    const cases: [string, string[], number][] = [
+      [`${turn('Doc 1(Title: "Zemor Dogrand") born in Grethoubil.')}${turn('Doc 1(Title: "Grethoubil") The Zilthen runs through it.')}<answer> Grethoubil </answer>`, ['the Zilthen'], 1],
+      [`${turn('Doc 1(Title: "Zemor Dogrand") born in Grethoubil.')}<think>the Zilthen?</think><answer> the Zilthen </answer>`, ['Zilthen'], 0],
+      [`${turn('Doc 1(Title: x) a Parisian café')}<answer> Paris </answer>`, ['Paris'], 0],
+      [`${turn('Doc 1(Title: x) ... in PARIS, France')}<answer> Lyon </answer>`, ['paris'], 1],
+      [`${turn('Doc 1(Title: x) the end')}<answer> the </answer>`, ['The'], 0],
+    ];
+    const r = await post(server.port, { metrics: true, items: cases.map(([response, golden]) => ({ response, golden })) });
+    assert.deepEqual(r.body.results.map((x: { metrics: { answer_retrieved: number } }) => x.metrics.answer_retrieved), cases.map((c) => c[2]));
   });
 
   it('dialect and search_tool say how a response acts: a tool call of the configured search tool is a search', async () => {
@@ -68,6 +81,7 @@ describe('env server /reward', function () {
     const r = await post(server.port, { metrics: true, items: [{ ...item, search_tool: 'wiki' }, item] });
     assert.equal(r.status, 200);
     assert.deepEqual([r.body.results[0].reward, r.body.results[0].metrics.searches], [1, 1], 'the module and the built-in measures both see the search');
+    assert.equal(r.body.results[0].metrics.answer_retrieved, 1, 'the tool response holds the answer');
     assert.deepEqual([r.body.results[1].reward, r.body.results[1].metrics.searches], [0, 0], 'a declared tool that is not the search tool: a valid action, not a search');
     const bad = await post(server.port, { items: [{ ...item, search_tool: ' ' }] });
     assert.equal(bad.status, 400);

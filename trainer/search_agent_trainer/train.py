@@ -463,7 +463,7 @@ class Trainer:
             f"{prefix}mask/retrieved_tokens": _mean([t.roles.count("retrieved") for t in trajs]),
             f"{prefix}mask/feedback_tokens": _mean([t.roles.count("feedback") for t in trajs]),
         }
-        for key in ("em", "f1", "format"):
+        for key in ("em", "f1", "format", "answer_retrieved"):
             vals = [t.metrics[key] for t in trajs if key in t.metrics]
             if vals:
                 m[f"{prefix}reward/{key}/mean"] = _mean(vals)
@@ -587,6 +587,11 @@ class Trainer:
             part = [t for t in trajs if t.example.hops == h]
             m[f"val/em_by_hops/{h}"] = _mean([t.metrics.get("em", 0.0) for t in part])
             m[f"val/searches_by_hops/{h}"] = _mean([t.searches for t in part])
+            # Had a search put a golden answer in front of the policy? (the env server's `answer_retrieved`): a low
+            # EM with a high value here is a reading failure, with a low one a search failure.
+            found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]
+            if found:
+                m[f"val/answer_retrieved_by_hops/{h}"] = _mean(found)
         m["timing_s/eval"] = time.perf_counter() - t0
         w.rollouts(f"val-step-{step:06d}", self._records(trajs, step, "val", None))
         w.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})

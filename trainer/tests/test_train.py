@@ -101,8 +101,9 @@ def test_metrics_have_vecrl_names_and_val_em_before_the_first_update(finished_ru
 
 
 def test_held_out_exact_match_and_searches_by_hops_at_every_evaluation(finished_run):
-    """`val/em_by_hops/<h>` and `val/searches_by_hops/<h>` group the held-out questions by their dataset line's
-    `meta.hops` (the first 4 demo questions: three one-hop, one two-hop), recomputed here from the val records."""
+    """`val/em_by_hops/<h>`, `val/searches_by_hops/<h>` and `val/answer_retrieved_by_hops/<h>` group the held-out
+    questions by their dataset line's `meta.hops` (the first 4 demo questions: three one-hop, one two-hop),
+    recomputed here from the val records."""
     run, _ = finished_run
     eval_hops = [json.loads(l)["meta"]["hops"] for l in (ROOT / "examples" / "demo" / "eval.jsonl").read_text().splitlines()[:4]]
     assert sorted(set(eval_hops)) == [1, 2]
@@ -113,6 +114,8 @@ def test_held_out_exact_match_and_searches_by_hops_at_every_evaluation(finished_
             part = [r for r in recs if r["meta"]["hops"] == h]
             assert m[f"val/em_by_hops/{h}"] == pytest.approx(sum(r["meta"]["metrics"]["em"] for r in part) / len(part))
             assert m[f"val/searches_by_hops/{h}"] == pytest.approx(sum(r["searches"] for r in part) / len(part))
+            assert m[f"val/answer_retrieved_by_hops/{h}"] == pytest.approx(sum(r["meta"]["metrics"]["answer_retrieved"] for r in part) / len(part))
+        assert m["val/reward/answer_retrieved/mean"] == pytest.approx(sum(r["meta"]["metrics"]["answer_retrieved"] for r in recs) / len(recs))
         assert not [k for k in m if k.startswith("val/") and "_by_hops/" in k and k[-1] not in "12"]
 
 

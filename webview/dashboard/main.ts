@@ -25,7 +25,7 @@ interface ChartSpec {
 export const CHARTS: ChartSpec[] = [
   { key: 'reward', title: 'Reward and exact match', min0: 1, metrics: [{ key: 'critic/score/mean', label: 'reward' }, { key: 'reward/em/mean', label: 'EM (train)' }, { key: 'val/em', label: 'EM (held-out)' }] },
   { key: 'searches', title: 'Searches per trajectory', metrics: [{ key: 'env/number_of_valid_search', label: 'train' }, { key: 'val/searches_mean', label: 'held-out' }] },
-  { key: 'hops', title: 'Held-out by hops: exact match and searches per question', min0: 1, metrics: [1, 2].flatMap((n) => [{ key: HOPS_METRICS.em(n), label: `EM ${n}-hop` }, { key: HOPS_METRICS.searches(n), label: `searches ${n}-hop` }]) },
+  { key: 'hops', title: 'Held-out by hops: exact match, searches per question, answer retrieved', min0: 1, metrics: [1, 2].flatMap((n) => [{ key: HOPS_METRICS.em(n), label: `EM ${n}-hop` }, { key: HOPS_METRICS.searches(n), label: `searches ${n}-hop` }, { key: HOPS_METRICS.retrieved(n), label: `answer retrieved ${n}-hop` }]) },
   { key: 'length', title: 'Response length (tokens)', metrics: [{ key: 'response_length/mean', label: 'mean' }] },
   { key: 'valid', title: 'Valid-action ratio', min0: 1, metrics: [{ key: 'env/ratio_of_valid_action', label: 'valid actions' }] },
   { key: 'zero', title: 'Groups with zero reward variance', min0: 1, metrics: [{ key: 'reward/frac_zero_std_groups', label: 'fraction' }] },

@@ -37,6 +37,19 @@ export function subem(prediction: string, golden: readonly string[] | string): n
   return golds.some((g) => p.includes(normalizeAnswer(g))) ? 1 : 0;
 }
 
+/** Whether a normalised golden answer occurs in the normalised `text` as whole words (" paris " in " in paris
+ * france ", not in " parisian "): what `answer_retrieved` asks of the retrieved passages. 1 or 0. */
+export function answerIn(text: string, golden: readonly string[] | string): number {
+  const golds = typeof golden === 'string' ? [golden] : golden;
+  const t = ` ${normalizeAnswer(text)} `;
+  return golds.some((g) => {
+    const n = normalizeAnswer(g);
+    return n !== '' && t.includes(` ${n} `);
+  })
+    ? 1
+    : 0;
+}
+
 /** SQuAD token F1, the max over golden answers. */
 export function f1(prediction: string, golden: readonly string[] | string): number {
   const golds = typeof golden === 'string' ? [golden] : golden;
