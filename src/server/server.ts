@@ -71,8 +71,8 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
  * `metrics: true`): `em` and `f1` of the response's final answer against the golden answers (Search-R1's
  * normalisation), `format` (1 when the response follows Search-R1's is_valid_sequence), `answered`, `searches`, and
  * `answer_retrieved`: 1 when a golden answer occurs, as whole normalised words, in what the searches returned (the
- * `<information>` blocks, or the search tool's responses) — whether the policy had the answer in front of it, so
- * that a wrong answer reads as a reading failure and a missing one as a search failure.
+ * `<information>` blocks, or the tool responses in the tool-call dialects) — whether the policy had the answer in
+ * front of it, so that a wrong answer reads as a reading failure and a missing one as a search failure.
  * They never feed the reward: the trainer trains on the module's reward only.
  */
 export function builtinMetrics(item: RewardItem): Record<string, number> {
