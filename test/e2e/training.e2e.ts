@@ -115,6 +115,7 @@ describe('training from the palette (code-server)', function () {
 
     // Clicking a point opens that step's rollouts.
     const over2 = dash2.locator('.chart[data-chart="length"] .u-over');
+    await over2.scrollIntoViewIfNeeded(); // the charts above it (by hops, with its legend) can push it below the fold
     const b2 = await over2.boundingBox();
     assert.ok(b2);
     await s.page.mouse.click(b2.x + b2.width * 0.5, b2.y + b2.height / 2);
