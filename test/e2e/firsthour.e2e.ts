@@ -140,10 +140,20 @@ describe("a user's first hour (code-server)", function () {
     const row = s.page.locator('.monaco-list-row', { hasText: runId });
     await row.first().waitFor({ timeout: 30_000 });
     assert.match((await row.first().textContent()) ?? '', /finished · step 24\/24 · held-out EM \d\.\d{3} · reward \d\.\d{3} \(avg 10\)/);
-    await row.first().hover();
-    await row.first().locator('.action-label[aria-label="Open Training Dashboard"]').click();
-    const dash = await s.webviewFrame('dashboard');
-    await until(`the dashboard on ${runId}`, async () => JSON.stringify(await dash.evaluate(() => [...document.querySelectorAll('.run')].map((e) => (e as HTMLElement).dataset.run))) === JSON.stringify([runId]), 15_000);
+    // The view re-renders its rows when a run's status changes (the previous test's run just stopped): a click on a row
+    // re-rendered under the pointer reaches the command without its row, which opens the newest run. Click again then.
+    let dash!: Awaited<ReturnType<typeof s.webviewFrame>>;
+    for (let attempt = 1; ; attempt++) {
+      await row.first().hover();
+      await row.first().locator('.action-label[aria-label="Open Training Dashboard"]').click();
+      dash = await s.webviewFrame('dashboard');
+      try {
+        await until(`the dashboard on ${runId}`, async () => JSON.stringify(await dash.evaluate(() => [...document.querySelectorAll('.run')].map((e) => (e as HTMLElement).dataset.run))) === JSON.stringify([runId]), 7_500);
+        break;
+      } catch (e) {
+        if (attempt >= 3) throw e;
+      }
+    }
     await until('points', async () => Number(await data(dash, 'points')) > 50, 15_000);
     // The legend: one entry per series, each with its own colour.
     const reward = await dash.evaluate(() => {
