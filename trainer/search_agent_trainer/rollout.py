@@ -63,6 +63,16 @@ def observation(hits: list[dict[str, Any]]) -> str:
     return information(passages_to_string(hits))
 
 
+def search_action(query: str) -> str:
+    """A Search-R1 search as the policy writes it (what `turn_action` reads back as ("search", query))."""
+    return f"<search> {query} </search>"
+
+
+def answer_action(answer: str) -> str:
+    """A Search-R1 final answer as the policy writes it (what `turn_action` reads back as ("answer", answer))."""
+    return f"<answer> {answer} </answer>"
+
+
 def turn_action(text: str) -> tuple[str | None, str]:
     """Search-R1's `postprocess_predictions`: (search|answer|None, the stripped content)."""
     m = ACTION_RE.search(text)

@@ -40,7 +40,7 @@ from .batch import by_length, make_batch
 from .env_client import EnvClient
 from .losses import Aggregation, agg_loss
 from .policy import window_stats
-from .rollout import Trajectory, observation
+from .rollout import Trajectory, answer_action, observation, search_action
 
 THINK_SEARCH = "<think> let me search </think>"
 THINK_AGAIN = "<think> let me search again </think>"
@@ -109,15 +109,15 @@ def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: 
         def obs(s: str) -> None:
             t.append(tokenizer.encode(s), "retrieved", s)
 
-        gen(f"{THINK_SEARCH} <search> {q1[i]} </search>")
+        gen(f"{THINK_SEARCH} {search_action(q1[i])}")
         obs(obs1[i])
         seen = [obs1[i]]
         if i in second:
-            gen(f"{THINK_AGAIN} <search> {q2[i]} </search>")
+            gen(f"{THINK_AGAIN} {search_action(q2[i])}")
             seen.append(observation(second[i]))
             obs(seen[-1])
         answer = names.span(seen[-1] if answer_from == "last" else rng.choice(seen), rng) or q1[i]
-        gen(f"{THINK_ANSWER} <answer> {answer} </answer>")
+        gen(f"{THINK_ANSWER} {answer_action(answer)}")
         out.append(t)
     return out
 

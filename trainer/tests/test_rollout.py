@@ -13,7 +13,7 @@ from conftest import EnvServer
 from search_agent_trainer.data import Example
 from search_agent_trainer.env_client import EnvClient
 from search_agent_trainer.generation import GeneratedTurn
-from search_agent_trainer.rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, run_rollouts
+from search_agent_trainer.rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, answer_action, run_rollouts, search_action, turn_action
 from search_agent_trainer.tiny import TinyTokenizer
 
 CORPUS = [
@@ -180,3 +180,10 @@ def test_a_turn_cut_by_its_token_budget_is_an_invalid_action(env):
     tok, [t], _c, _w, model = _run(env, {"q6?": ["<think> a b c d e f g h </think> <answer> Paris </answer>", "<answer> Paris </answer>"]}, max_turn_tokens=5)
     assert t.turns == 2 and t.finish == "answer"
     assert INVALID_ACTION_FEEDBACK in t.response
+
+
+def test_the_warm_starts_actions_are_what_the_parser_reads_back():
+    """warmup.py writes its demonstrations' actions with the dialect's writers; `turn_action` reads them back."""
+    assert search_action("Zemor Dogrand") == "<search> Zemor Dogrand </search>"
+    assert turn_action(f"<think> x </think> {search_action('Zemor Dogrand')}") == ("search", "Zemor Dogrand")
+    assert turn_action(f"<think> x </think> {answer_action('the Zilthen')}") == ("answer", "the Zilthen")
