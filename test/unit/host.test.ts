@@ -2,16 +2,18 @@
 // cancellation mid-step, a crash, a port in use, bad configs, and no orphan processes after any of them.
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { mkdtemp, writeFile } from 'node:fs/promises';
+import { copyFile, mkdir, mkdtemp, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { ENGINE_HOSTS, EngineUnavailableError } from '../../src/core/host/engines';
-import { RunConfigError, envServerArgs, loadRunConfig } from '../../src/core/host/runConfig';
+import { RunConfigError, envServerArgs, loadRunConfig, loadRunDirConfig } from '../../src/core/host/runConfig';
 import { EnvServerError, isAlive } from '../../src/core/host/processes';
 import { RunHost, type RunHostOptions } from '../../src/core/host/runHost';
+import { formerBuiltinName } from '../../src/core/paths';
 import { findPython, pythonCandidates } from '../../src/core/python';
+import { runModelDir } from '../../src/core/store/rollouts';
 import { MetricsSchema, RunJsonSchema, EventSchema } from '../../src/core/run/format';
 import { validate } from '../../src/core/schema/schema';
 
@@ -159,6 +161,69 @@ describe('run host: env server + trainer processes', function () {
     assert.equal(second.status, 'stopped');
     assert.ok(second.step > outcome.step, `resumed past ${outcome.step} (now ${second.step})`);
     assert.deepEqual(await waitGone([resumed.server.child.pid, resumed.trainer.pid]), []);
+  });
+
+  it('run.json keeps builtin: names as the config wrote them (relative paths absolute); a resume resolves them in the install that resumes', async () => {
+    const c = JSON.parse(readFileSync(FIXTURE, 'utf8'));
+    delete c.$schema;
+    const dir = await mkdtemp(join(tmp, 'builtin-'));
+    await copyFile(join(ROOT, 'examples/demo/eval.jsonl'), join(dir, 'mine.jsonl'));
+    c.data = { ...c.data, train: 'builtin:demo/train', eval: 'mine.jsonl' };
+    c.retriever = { kind: 'demo', topk: 2, corpus: 'builtin:demo/corpus' };
+    c.train = { steps: 1, eval_every: 0, checkpoint_every: 1 };
+    const file = join(dir, 'builtin.run.json');
+    await writeFile(file, JSON.stringify(c));
+    const host = await start({ config: file });
+    assert.equal((await host.done).status, 'finished');
+    const stored = JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8')).config;
+    assert.deepEqual([stored.data.train, stored.retriever.corpus], ['builtin:demo/train', 'builtin:demo/corpus'], 'not a path into the install that started the run');
+    assert.equal(stored.data.eval, join(dir, 'mine.jsonl'), 'a relative path is kept absolute: the run directory is elsewhere');
+    // Resuming reads the names from run.json and resolves them in the package running now.
+    const loaded = await loadRunDirConfig(host.runDir);
+    assert.equal(loaded.config.data.train, 'builtin:demo/train');
+    assert.deepEqual(envServerArgs(loaded).slice(4, 6), ['--corpus', join(ROOT, 'examples/demo/corpus.jsonl')]);
+    const resumed = await start({ runDir: host.runDir, resume: true });
+    assert.equal((await resumed.done).status, 'finished');
+    assert.deepEqual(JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8')).config, stored, 'the resume writes the names back, not paths');
+  });
+
+  it('a run.json of an older version (built-in data as paths into an install that is gone) resumes in this one; other missing paths stay an error naming the key', async () => {
+    const gone = '/gone/search-agent-studio-0.0.9/examples/';
+    const c = JSON.parse(readFileSync(FIXTURE, 'utf8'));
+    delete c.$schema;
+    c.data = { ...c.data, train: `${gone}demo/train.jsonl`, eval: `${gone}demo/eval.jsonl` };
+    c.retriever = { kind: 'demo', topk: 2, corpus: `${gone}demo/corpus.jsonl` };
+    c.train = { steps: 1, eval_every: 0, checkpoint_every: 1 };
+    const runDir = join(await mkdtemp(join(tmp, 'old-')), 'run');
+    await mkdir(runDir);
+    const runJson = join(runDir, 'run.json');
+    await writeFile(runJson, JSON.stringify({ v: 1, id: 'run', status: 'stopped', created: '2025-01-01T00:00:00.000Z', updated: '2025-01-01T00:00:00.000Z', config: c, versions: {}, step: 0, total_steps: 1 }));
+    const loaded = await loadRunDirConfig(runDir);
+    assert.deepEqual([loaded.config.data.train, loaded.config.data.eval, loaded.config.retriever?.corpus], ['builtin:demo/train', 'builtin:demo/eval', 'builtin:demo/corpus']);
+    assert.deepEqual(envServerArgs(loaded).slice(4, 6), ['--corpus', join(ROOT, 'examples/demo/corpus.jsonl')]);
+    const resumed = await start({ runDir, resume: true });
+    assert.equal((await resumed.done).status, 'finished');
+    const stored = JSON.parse(readFileSync(runJson, 'utf8')).config;
+    assert.deepEqual([stored.data.train, stored.data.eval, stored.retriever.corpus], ['builtin:demo/train', 'builtin:demo/eval', 'builtin:demo/corpus'], 'written back with the names');
+    // A missing path that is no built-in data: the resume is refused naming run.json, the key and the path.
+    await writeFile(runJson, JSON.stringify({ ...JSON.parse(readFileSync(runJson, 'utf8')), config: { ...c, data: { ...c.data, train: '/gone/data/train.jsonl' } } }));
+    await assert.rejects(start({ runDir, resume: true }), (e: Error) => e instanceof RunConfigError && e.message.startsWith(`${runJson}: data.train: no such file or directory: /gone/data/train.jsonl`));
+    // The step itself: only a missing path ending in examples/<a built-in file> is mapped, to a name this install has.
+    assert.equal(formerBuiltinName(`${gone}trl-tiny/model/`), 'builtin:trl-tiny/model');
+    assert.equal(formerBuiltinName(`${gone}demo/mine.jsonl`), undefined);
+    assert.equal(formerBuiltinName('/gone/data/train.jsonl'), undefined);
+    assert.equal(formerBuiltinName(join(ROOT, 'examples/demo/train.jsonl')), undefined, 'a path that exists is left alone');
+    assert.equal(formerBuiltinName('examples/demo/train.jsonl'), undefined, 'a relative path is the config’s own');
+  });
+
+  it('the model directory of a run (run.json model.path, for its tokenizer): builtin: names and an older run.json’s paths resolve here', async () => {
+    const dir = await mkdtemp(join(tmp, 'model-'));
+    for (const path of ['builtin:trl-tiny/model', '/gone/search-agent-studio-0.0.9/examples/trl-tiny/model']) {
+      await writeFile(join(dir, 'run.json'), JSON.stringify({ config: { model: { kind: 'hf', path } } }));
+      assert.equal(await runModelDir(dir), join(ROOT, 'examples/trl-tiny/model'), path);
+    }
+    await writeFile(join(dir, 'run.json'), JSON.stringify({ config: { model: { kind: 'hf', path: 'model' } } }));
+    assert.equal(await runModelDir(dir), join(dir, 'model'));
   });
 
   it('a trainer crash: status failed with the traceback; the server is stopped too', async () => {

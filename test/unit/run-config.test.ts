@@ -1,7 +1,9 @@
 // Run configs: every example in examples/ is valid against the one schema; "New Training Run…" templates are valid
 // for every combination of answers; errors name the key.
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { checkRunConfig, newRunDir, resolveConfigPath, RunConfigError } from '../../src/core/host/runConfig';
 import { newRunConfig, type NewRunAnswers } from '../../src/core/host/templates';
@@ -40,13 +42,35 @@ describe('run configs', () => {
     }
   });
 
-  it('the two-hop recipe (examples/demo-multihop.run.json, issue 20) runs as shipped: one config, a 200-step stage on the data\'s mix, then 320 steps three quarters two-hop', () => {
+  it('the two-hop recipe (examples/demo-multihop.run.json, issue 20) runs as shipped: one config on the two-hop world, a 200-step stage on the data\'s mix, then 320 steps three quarters two-hop', () => {
     const file = join(ROOT, 'examples/demo-multihop.run.json');
     const c = checkRunConfig(JSON.parse(readFileSync(file, 'utf8')), file, join(file, '..')).config;
     assert.deepEqual(c.train?.stages, [{ steps: 200 }, { steps: 320, hops_mix: { '1': 1, '2': 3 } }]);
     assert.equal(c.train?.steps, undefined, 'the steps are the stages\' sum');
     assert.deepEqual([c.train?.supervised_warmup?.two_searches, c.train?.supervised_warmup?.answer_from, c.train?.supervised_warmup?.second_query], [1, 'any', 'new_name']);
     assert.equal(c.data.hops_mix, undefined);
+    // the two-hop world (as many rivers as towns): its data, vocabulary and corpus, by their built-in names
+    const raw = JSON.parse(readFileSync(file, 'utf8'));
+    assert.deepEqual([raw.data.train, raw.data.eval, raw.model.tiny.vocab, raw.retriever.corpus], ['builtin:demo-multihop/train', 'builtin:demo-multihop/eval', ['builtin:demo-multihop/corpus'], 'builtin:demo-multihop/corpus']);
+  });
+
+  it('the demo worlds are what scripts/make-demo-corpus.ts writes (seeded), and the two-hop world has many river answers, none shared by the splits', function () {
+    this.timeout(60000);
+    const rows = (dir: string, f: string) => readFileSync(join(dir, f), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l));
+    for (const [world, args] of [['demo', []], ['demo-multihop', ['--rivers', '180']]] as const) {
+      const out = mkdtempSync(join(tmpdir(), 'sas-world-'));
+      execFileSync(process.execPath, ['-r', './test/register.cjs', 'scripts/make-demo-corpus.ts', ...args, '--out', out], { cwd: ROOT, stdio: 'pipe' });
+      for (const f of ['corpus.jsonl', 'train.jsonl', 'eval.jsonl']) assert.ok(readFileSync(join(out, f)).equals(readFileSync(join(ROOT, 'examples', world, f))), `examples/${world}/${f} is not what the generator writes`);
+      rmSync(out, { recursive: true, force: true });
+      const train = rows(join(ROOT, 'examples', world), 'train.jsonl');
+      const held = rows(join(ROOT, 'examples', world), 'eval.jsonl');
+      const answers = (xs: { golden: string[] }[]) => new Set(xs.map((q) => q.golden[0]));
+      const heldAnswers = answers(held);
+      assert.deepEqual([...answers(train)].filter((a) => heldAnswers.has(a)), [], `${world}: the splits share an answer entity`);
+      const rivers = answers(train.filter((q) => /river/.test(q.meta.kind)));
+      if (world === 'demo') assert.equal(rivers.size, 40);
+      else assert.ok(rivers.size >= 90, `${world}: ${rivers.size} distinct river answers in training`);
+    }
   });
 
   it('train.stages: train.steps beside them must be their sum; other engines refuse them', () => {

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from pathlib import Path
 
-    from .config import config_from_dict, load_config
+    from .config import config_from_run_json, load_config
     from .schema import ConfigError
 
     try:
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                 saved = json.loads(run_json.read_text(encoding="utf-8"))["config"]
             except (FileNotFoundError, KeyError, json.JSONDecodeError) as e:
                 return _error(f"{run_json}: cannot read the run's config to resume ({e}); pass --config")
-            cfg = config_from_dict(saved, base=Path(args.run_dir), source=str(run_json))
+            cfg = config_from_run_json(saved, Path(args.run_dir), source=str(run_json))
     except ConfigError as e:
         return _error(str(e))
 

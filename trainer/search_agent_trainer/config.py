@@ -26,7 +26,15 @@ class Section(dict):
 # Data that ships with the package, by stable name (a run config written by "New Training Run…" says
 # builtin:demo/train, not a path into the versioned extension directory). The same names as src/core/paths.ts; trl-tiny/model is the
 # random Qwen2-style model (config and tokenizer only) of engine "trl" on CPU.
-BUILTIN_DATA = {"demo/train": "demo/train.jsonl", "demo/eval": "demo/eval.jsonl", "demo/corpus": "demo/corpus.jsonl", "trl-tiny/model": "trl-tiny/model"}
+BUILTIN_DATA = {
+    "demo/train": "demo/train.jsonl",
+    "demo/eval": "demo/eval.jsonl",
+    "demo/corpus": "demo/corpus.jsonl",
+    "demo-multihop/train": "demo-multihop/train.jsonl",
+    "demo-multihop/eval": "demo-multihop/eval.jsonl",
+    "demo-multihop/corpus": "demo-multihop/corpus.jsonl",
+    "trl-tiny/model": "trl-tiny/model",
+}
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
@@ -41,6 +49,78 @@ def resolve_path(value: str, base: Path) -> str:
 
 
 PATH_KEYS = (("data", "train"), ("data", "eval"), ("model", "path"), ("model", "init"), ("retriever", "corpus"), ("retriever", "index"), ("retriever", "model"), ("trl", "accelerate_config"))
+
+
+def former_builtin_name(value: str) -> str | None:
+    """Compatibility with run.json written before it kept builtin:NAME (it held such names resolved: absolute paths
+    into the install that started the run, which an update of the extension moves): a path that no longer exists but
+    ends in examples/<a BUILTIN_DATA file> is that built-in data, returned as its builtin:NAME when this install has
+    it. Anything else: None (the path stays as it is, and a missing one is reported as missing). The host does the same
+    (src/core/paths.ts: formerBuiltinName)."""
+    if not os.path.isabs(value) or os.path.exists(value):
+        return None
+    tail = value.replace("\\", "/").rstrip("/")
+    for name, file in BUILTIN_DATA.items():
+        if tail.endswith("/examples/" + file):
+            return f"builtin:{name}" if (EXAMPLES / file).exists() else None
+    return None
+
+
+def _plain(value: Any) -> Any:
+    """A copy of a config (dicts and lists all the way down)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _path_places(raw: Any) -> list[tuple[Any, ...]]:
+    """Where a config (as written) names files resolve_path resolves: PATH_KEYS and model.tiny.vocab's entries."""
+    places: list[tuple[Any, ...]] = []
+    if not isinstance(raw, dict):
+        return places
+    for section, key in PATH_KEYS:
+        sec = raw.get(section)
+        if isinstance(sec, dict) and isinstance(sec.get(key), str):
+            places.append((section, key))
+    model = raw.get("model")
+    tiny = model.get("tiny") if isinstance(model, dict) else None
+    if isinstance(tiny, dict) and isinstance(tiny.get("vocab"), list):
+        places += [("model", "tiny", "vocab", i) for i, v in enumerate(tiny["vocab"]) if isinstance(v, str)]
+    return places
+
+
+def _get(tree: Any, place: tuple[Any, ...]) -> Any:
+    for k in place:
+        tree = tree[k]
+    return tree
+
+
+def _set(tree: Any, place: tuple[Any, ...], value: Any) -> None:
+    _get(tree, place[:-1])[place[-1]] = value
+
+
+def stored_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The config as run.json keeps it: `cfg` as config_from_dict completed it (defaults filled in, relative paths made
+    absolute against the config file, since the run directory may be anywhere), except that each path the config named
+    builtin:NAME stays that name, so whoever resumes the run resolves it in the install that resumes (the resolved
+    path lies inside the install that started the run, which an extension update moves)."""
+    out = _plain(cfg)
+    for place, name in (getattr(cfg, "builtin_names", None) or {}).items():
+        _set(out, place, name)
+    return out
+
+
+def config_from_run_json(saved: Any, run_dir: Path, source: str) -> Section:
+    """The config a run was started with (run.json's `config`, stored_config's form), for a resume or a fork: its
+    builtin:NAME paths resolve in this install; a run.json of an older version gets former_builtin_name's step first."""
+    saved = _plain(saved)
+    for place in _path_places(saved):
+        name = former_builtin_name(_get(saved, place))
+        if name:
+            _set(saved, place, name)
+    return config_from_dict(saved, base=run_dir, source=source)
 
 
 def load_config(path: str | os.PathLike[str]) -> Section:
@@ -145,13 +225,14 @@ def config_from_dict(raw: Any, base: Path | None = None, source: str = "config")
     if cfg["rollout"]["dialect"] == "toolcall" and "prompt_template" not in (raw.get("data") or {}):
         cfg["data"]["prompt_template"] = TOOLCALL_BASE_TEMPLATE
     base = base or Path.cwd()
-    for section, key in PATH_KEYS:
-        sec = cfg.get(section)
-        if isinstance(sec, dict) and isinstance(sec.get(key), str):
-            sec[key] = resolve_path(sec[key], base)
-    tiny = cfg["model"].get("tiny")
-    if isinstance(tiny, dict) and isinstance(tiny.get("vocab"), list):
-        tiny["vocab"] = [resolve_path(v, base) for v in tiny["vocab"]]
+    builtin_names: dict[tuple[Any, ...], str] = {}
+    for place in _path_places(cfg):
+        value = _get(cfg, place)
+        if value.startswith("builtin:"):
+            builtin_names[place] = value
+        _set(cfg, place, resolve_path(value, base))
+    # What stored_config writes back: the paths named builtin:NAME (an attribute, not a key: the config stays the schema's).
+    object.__setattr__(cfg, "builtin_names", builtin_names)
     reward = cfg.get("reward")
     if isinstance(reward, dict) and isinstance(reward.get("module"), str) and not reward["module"].startswith("builtin:") and not os.path.isabs(reward["module"]):
         reward["module"] = str((base / reward["module"]).resolve())

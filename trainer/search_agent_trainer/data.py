@@ -2,7 +2,7 @@
 
 A dataset line is `{"id", "question", "golden": [..], "data_source", "meta"?}` (Search-R1's `golden_answers` is
 accepted for `golden`; of `meta`, `hops` — the searches a question needs — is read, for the `val/*_by_hops/*`
-metrics and `data.hops_mix`). A malformed line is reported (file, line, field) and skipped; a file with no usable line is an error.
+metrics and `data.hops_mix`, and `kind` — the question's type, e.g. HotpotQA's bridge/comparison — for `val/*_by_kind/*`). A malformed line is reported (file, line, field) and skipped; a file with no usable line is an error.
 The prompt is the configured template with `{question}` replaced (Search-R1's base template by default), with the
 tokenizer's chat template applied when it has one (policy.Tokenizer.prompt).
 """
@@ -24,6 +24,7 @@ class Example:
     golden: tuple[str, ...]
     data_source: str
     hops: int | None = None  # `meta.hops`: the searches a question needs (1, 2, …), where the dataset says it
+    kind: str | None = None  # `meta.kind`: the question's type (a short name), where the dataset says it
 
 
 class DatasetError(ValueError):
@@ -50,7 +51,10 @@ def _example(obj: Any) -> tuple[Example | None, str | None]:
     hops = meta.get("hops") if isinstance(meta, dict) else None
     if hops is not None and (not isinstance(hops, int) or isinstance(hops, bool) or hops < 1):
         return None, "meta.hops: expected a positive integer"
-    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds, hops=hops), None
+    kind = meta.get("kind") if isinstance(meta, dict) else None
+    if kind is not None and (not isinstance(kind, str) or not kind.strip()):
+        return None, "meta.kind: expected a non-empty string"
+    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds, hops=hops, kind=kind.strip() if kind else None), None
 
 
 def load_dataset(path: str, warn: Callable[[str], None] = lambda _m: None) -> list[Example]:

@@ -31,7 +31,6 @@ import argparse
 import copy
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -39,15 +38,13 @@ from typing import Any, TextIO
 import torch
 
 from .checkpoint import STATE, load_trainable
-from .config import Section, config_from_dict
+from .config import Section, config_from_run_json
 from .data import Example
 from .env_client import EnvClient
 from .generation import LMGenerator, auto_max_batch_tokens
 from .policy import build_policy, compute_dtype
-from .rollout import Dialect, RolloutSettings, Trajectory, make_dialect, observe, play_all, take_turn
+from .rollout import ANSWER_RE, Dialect, RolloutSettings, Trajectory, make_dialect, observe, play_all, take_turn
 from .train import reward_item, token_arrays
-
-ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 
 class ForkError(ValueError):
@@ -184,7 +181,7 @@ class PolicyServer:
             saved = json.loads(run_json.read_text(encoding="utf-8"))["config"]
         except (FileNotFoundError, KeyError, json.JSONDecodeError) as e:
             raise ForkError(f"{run_json}: cannot read the run's config ({e})") from None
-        self.cfg: Section = config_from_dict(saved, base=self.run_dir, source=str(run_json))
+        self.cfg: Section = config_from_run_json(saved, self.run_dir, source=str(run_json))
         ckpt = Path(checkpoint)
         if not ckpt.is_absolute() and not ckpt.exists():
             ckpt = self.run_dir / "checkpoints" / str(checkpoint)

@@ -40,6 +40,8 @@ from .env_client import EnvClient, passages_to_string
 from .generation import Stops, TurnGenerator
 
 ACTION_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
+# A final answer in either dialect (its content: group 1); the tool-call dialect answers with the same tags.
+ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 INVALID_ACTION_FEEDBACK = (
     "\nMy previous action is invalid. If I want to search, I should put the query between <search> and </search>. "
     "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"

@@ -1,7 +1,8 @@
 """The run directory (DESIGN §4.2) and the trainer's events (§4.5).
 
-- run.json: resolved config, versions, status (running|finished|failed|stopped), written atomically (temporary file
-  + rename), so a reader never sees half of it.
+- run.json: the config (config.stored_config: defaults filled in, paths absolute but builtin:NAME kept, so a resume
+  resolves it in its own install), versions, status (running|finished|failed|stopped), written atomically (temporary
+  file + rename), so a reader never sees half of it.
 - events.jsonl and stdout: one JSON object per line per event (started, progress, metrics, eval, checkpoint,
   warning, error, finished). Human logs go to stderr and logs/trainer.log.
 - metrics.jsonl: one object per step, veRL's names where veRL has one.
@@ -205,6 +206,8 @@ def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dic
     meta: dict[str, Any] = {"example_id": traj.example.id, "metrics": dict(traj.metrics)}
     if getattr(traj.example, "hops", None) is not None:
         meta["hops"] = traj.example.hops
+    if getattr(traj.example, "kind", None) is not None:
+        meta["kind"] = traj.example.kind
     if traj.reward_error:
         meta["reward_error"] = traj.reward_error
     if getattr(traj, "retrieval", None):

@@ -36,10 +36,9 @@ from typing import Any
 
 from .generation import Stops
 from .policy import END_OF_TURN
-from .rollout import Action, Call, Spans
+from .rollout import ANSWER_RE, Action, Call, Spans
 
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-ANSWER_RE = re.compile(r"<answer>.*?</answer>", re.DOTALL)
 # What the template checks render as a tool response (found verbatim in the rendered turn, or the template is refused).
 PROBE = "Doc 1(Title: probe) probe text"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DEMO, ROOT
-from search_agent_trainer.config import config_from_dict, load_config
+from search_agent_trainer.config import config_from_dict, config_from_run_json, former_builtin_name, load_config, stored_config
 from search_agent_trainer.schema import ConfigError
 
 
@@ -71,6 +71,43 @@ def test_builtin_demo_data_resolves_to_the_shipped_files(tmp_path):
 def test_an_unknown_builtin_name_is_an_error():
     with pytest.raises(ConfigError, match=r"unknown built-in data 'builtin:demo/nope'; the built-ins are builtin:demo/train"):
         config_from_dict({"data": {"train": "builtin:demo/nope"}, "model": {"kind": "tiny"}})
+
+
+def test_stored_config_keeps_builtin_names_and_config_from_run_json_resolves_them_here(tmp_path):
+    """run.json's config (stored_config): the completed config, relative paths absolute, but builtin:NAME as written
+    (resolved, it would be a path into the install that started the run); read back for a resume, the names resolve
+    in this install."""
+    raw = {"data": {"train": "builtin:demo/train", "eval": "mine.jsonl"}, "model": {"kind": "tiny", "tiny": {"vocab": ["builtin:demo/corpus", "more.jsonl"]}}}
+    cfg = config_from_dict(raw, base=tmp_path)
+    assert cfg.data.train == str(ROOT / "examples" / "demo" / "train.jsonl")  # the trainer sees paths
+    stored = json.loads(json.dumps(stored_config(cfg)))
+    assert stored["data"] == {**cfg["data"], "train": "builtin:demo/train", "eval": str(tmp_path / "mine.jsonl")}
+    assert stored["model"]["tiny"]["vocab"] == ["builtin:demo/corpus", str(tmp_path / "more.jsonl")]
+    assert stored["algorithm"] == cfg["algorithm"] and stored["rollout"] == cfg["rollout"]  # defaults filled in
+    assert cfg.data.train == str(ROOT / "examples" / "demo" / "train.jsonl"), "stored_config copies"
+    again = config_from_run_json(stored, tmp_path / "run", source="run.json")
+    assert again == cfg and stored_config(again) == stored
+
+
+def test_an_older_run_json_with_paths_into_a_former_install_resolves_in_this_one(tmp_path):
+    """Compatibility: run.json written before it kept builtin:NAME holds absolute paths into the install that started
+    the run; one that no longer exists and ends in examples/<a built-in file> is read as that name (and written back
+    so). Other paths are left as they are, a missing one to be reported as missing."""
+    gone = "/gone/search-agent-studio-0.0.9/examples/"
+    assert former_builtin_name(gone + "demo/train.jsonl") == "builtin:demo/train"
+    assert former_builtin_name(gone + "trl-tiny/model/") == "builtin:trl-tiny/model"
+    assert former_builtin_name(gone + "demo-multihop/eval.jsonl") == "builtin:demo-multihop/eval"
+    assert former_builtin_name("/gone/data/train.jsonl") is None  # not built-in data: stays, reported missing
+    assert former_builtin_name(gone + "demo/mine.jsonl") is None
+    assert former_builtin_name("examples/demo/train.jsonl") is None  # relative: the config's own
+    assert former_builtin_name(str(DEMO / "train.jsonl")) is None  # exists: left alone
+    saved = {"data": {"train": gone + "demo/train.jsonl", "eval": "/gone/data/eval.jsonl"}, "model": {"kind": "tiny", "tiny": {"vocab": [gone + "demo/corpus.jsonl"]}}}
+    cfg = config_from_run_json(saved, tmp_path, source="run.json")
+    assert cfg.data.train == str(DEMO / "train.jsonl") and cfg.model.tiny.vocab == [str(DEMO / "corpus.jsonl")]
+    assert cfg.data.eval == "/gone/data/eval.jsonl"
+    assert saved["data"]["train"] == gone + "demo/train.jsonl", "the caller's dict is not changed"
+    stored = stored_config(cfg)
+    assert (stored["data"]["train"], stored["data"]["eval"], stored["model"]["tiny"]["vocab"]) == ("builtin:demo/train", "/gone/data/eval.jsonl", ["builtin:demo/corpus"])
 
 
 def test_hops_mix_keys_are_hops_and_its_weights_numbers():

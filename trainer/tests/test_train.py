@@ -4,6 +4,7 @@ the run directory and events, the mask audit on its rollout records, failures, S
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, tiny_config, trainer_env
+from conftest import DEMO, ROOT, tiny_config, trainer_env
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMAS = {n: json.loads((ROOT / "docs" / "schema" / f"{n}.schema.json").read_text()) for n in ("run", "event", "metrics", "rollout")}
@@ -117,6 +118,36 @@ def test_held_out_exact_match_and_searches_by_hops_at_every_evaluation(finished_
             assert m[f"val/answer_retrieved_by_hops/{h}"] == pytest.approx(sum(r["meta"]["metrics"]["answer_retrieved"] for r in part) / len(part))
         assert m["val/reward/answer_retrieved/mean"] == pytest.approx(sum(r["meta"]["metrics"]["answer_retrieved"] for r in recs) / len(recs))
         assert not [k for k in m if k.startswith("val/") and "_by_hops/" in k and k[-1] not in "12"]
+
+
+def test_held_out_metrics_by_question_kind(finished_run):
+    """`val/em_by_kind/<kind>`, `val/searches_by_kind/<kind>` and `val/answer_retrieved_by_kind/<kind>` group the
+    held-out questions by their dataset line's `meta.kind` (recorded in each val record's meta), recomputed here."""
+    run, _ = finished_run
+    eval_kinds = [json.loads(l)["meta"]["kind"] for l in (ROOT / "examples" / "demo" / "eval.jsonl").read_text().splitlines()[:4]]
+    assert len(set(eval_kinds)) >= 2
+    for m in lines(run / "metrics.jsonl"):
+        recs = lines(run / "rollouts" / f"val-step-{m['step']:06d}.jsonl")
+        assert [r["meta"]["kind"] for r in sorted(recs, key=lambda r: r["group"])] == eval_kinds
+        for k in set(eval_kinds):
+            part = [r for r in recs if r["meta"]["kind"] == k]
+            assert m[f"val/em_by_kind/{k}"] == pytest.approx(sum(r["meta"]["metrics"]["em"] for r in part) / len(part))
+            assert m[f"val/searches_by_kind/{k}"] == pytest.approx(sum(r["searches"] for r in part) / len(part))
+            assert m[f"val/answer_retrieved_by_kind/{k}"] == pytest.approx(sum(r["meta"]["metrics"]["answer_retrieved"] for r in part) / len(part))
+        assert sorted(k.rsplit("/", 1)[1] for k in m if k.startswith("val/em_by_kind/")) == sorted(set(eval_kinds))
+
+
+def test_meta_kind_is_read_checked_and_made_a_metric_name(tmp_path):
+    from search_agent_trainer.data import load_dataset
+    from search_agent_trainer.train import metric_name
+
+    f = tmp_path / "d.jsonl"
+    f.write_text(json.dumps({"question": "q?", "golden": ["a"], "meta": {"kind": " bridge "}}) + "\n" + json.dumps({"question": "q2?", "golden": ["a"], "meta": {"kind": 3}}) + "\n")
+    warnings: list[str] = []
+    [ex] = load_dataset(str(f), warn=warnings.append)
+    assert ex.kind == "bridge"
+    assert len(warnings) == 1 and "d.jsonl:2" in warnings[0] and "meta.kind" in warnings[0]
+    assert metric_name("birthplace-river") == "birthplace-river" and metric_name("yes/no question") == "yes_no_question" and metric_name("//") == "_"
 
 
 def test_rollout_records_pass_the_mask_audit(finished_run):
@@ -267,3 +298,39 @@ def test_sigterm_finishes_the_step_checkpoints_and_exits_0(tmp_path, demo_env, s
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["status"] == "stopped" and run["stop_reason"] == reason
     assert [m["step"] for m in lines(tmp_path / "run" / "metrics.jsonl")] == [0, 1, 2]
+
+
+def test_run_json_keeps_builtin_names_and_a_resume_resolves_them_in_the_install_that_resumes(tmp_path, demo_env):
+    """run.json keeps the data a config names builtin:NAME as that name (resolved, it is a path into the install that
+    started the run, which an extension update moves); a relative path is kept absolute (the run directory may be
+    anywhere). A resume from the run directory alone resolves the names in this install. A run.json of an older
+    version, holding them as paths into an install that is gone, resumes too (config.former_builtin_name), and is
+    written back with the names."""
+    shutil.copy(DEMO / "eval.jsonl", tmp_path / "mine.jsonl")
+    cfg = tiny_config(**{"train.steps": 1, "train.eval_every": 0, "data.eval_size": 1})
+    cfg["data"].update(train="builtin:demo/train", eval="mine.jsonl")
+    cfg["model"]["tiny"]["vocab"] = ["builtin:demo/corpus"]
+    first = run_trainer(tmp_path, cfg, demo_env.url)
+    assert first.returncode == 0, first.stderr
+    run_json = tmp_path / "run" / "run.json"
+    stored = json.loads(run_json.read_text())["config"]
+    assert stored["data"]["train"] == "builtin:demo/train" and stored["model"]["tiny"]["vocab"] == ["builtin:demo/corpus"]
+    assert stored["data"]["eval"] == str(tmp_path / "mine.jsonl")
+    assert stored["algorithm"]["clip_ratio_high"] == 0.2  # still the completed config, defaults filled in
+
+    def resume() -> dict:
+        p = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--resume", "--run-dir", str(tmp_path / "run"), "--env-url", demo_env.url], capture_output=True, text=True, env=trainer_env(), timeout=300)
+        assert p.returncode == 0, p.stderr
+        assert f"resumed from {tmp_path / 'run' / 'checkpoints' / 'step-000001'}" in p.stderr
+        return json.loads(run_json.read_text())
+
+    run = resume()
+    assert run["status"] == "finished" and run["config"] == stored
+
+    # An older version's run.json: the built-in data as absolute paths into an install that no longer exists.
+    old = json.loads(run_json.read_text())
+    old["config"]["data"]["train"] = "/gone/search-agent-studio-0.0.9/examples/demo/train.jsonl"
+    old["config"]["model"]["tiny"]["vocab"] = ["/gone/search-agent-studio-0.0.9/examples/demo/corpus.jsonl"]
+    run_json.write_text(json.dumps(old))
+    run = resume()
+    assert run["status"] == "finished" and run["config"] == stored, "resumed in this install, the names written back"

@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
-import { builtinDataPath, demoCorpusPath } from '../paths';
+import { demoCorpusPath, formerBuiltinName, resolveConfigPath } from '../paths';
 import { trainerNeeds, type TrainerNeeds } from '../python';
 import { RunConfigSchema, type RunConfig } from '../run/config';
 import { validate } from '../schema/schema';
@@ -55,7 +55,12 @@ export async function loadRunConfig(file: string): Promise<LoadedRunConfig> {
   return checkRunConfig(value, abs, dirname(abs));
 }
 
-/** The config a run directory was started with (run.json keeps it resolved: absolute paths), for resuming. */
+/**
+ * The config a run directory was started with, for resuming (or forking): run.json keeps it completed by the trainer,
+ * its relative paths made absolute but its `builtin:NAME` data as named, so that the names resolve in this install,
+ * not the one that started the run. A run.json of an older version, which held them as paths into that install, gets
+ * the compatibility step of `formerBuiltinName` (the trainer, reading run.json itself on --resume, does the same).
+ */
 export async function loadRunDirConfig(runDir: string): Promise<LoadedRunConfig> {
   const file = resolve(runDir, 'run.json');
   let run: { config?: unknown };
@@ -64,7 +69,39 @@ export async function loadRunDirConfig(runDir: string): Promise<LoadedRunConfig>
   } catch (e) {
     throw new RunConfigError(file, [`cannot read the run's config to resume (${(e as Error).message})`]);
   }
-  return checkRunConfig(run.config, file, resolve(runDir));
+  const config = structuredClone(run.config);
+  for (const place of pathPlaces(config)) {
+    const name = formerBuiltinName(place.value);
+    if (name) place.set(name);
+  }
+  return checkRunConfig(config, file, resolve(runDir));
+}
+
+/** The keys of a run config that name files (and model.tiny.vocab's entries), as the trainer's PATH_KEYS (config.py). */
+const PATH_KEYS = [
+  ['data', 'train'],
+  ['data', 'eval'],
+  ['model', 'path'],
+  ['model', 'init'],
+  ['retriever', 'corpus'],
+  ['retriever', 'index'],
+  ['retriever', 'model'],
+  ['trl', 'accelerate_config'],
+] as const;
+
+/** The paths a config (not yet validated) names, by key: PATH_KEYS' and model.tiny.vocab's string entries. */
+function pathPlaces(config: unknown): { key: string; value: string; set(value: string): void }[] {
+  const out: { key: string; value: string; set(value: string): void }[] = [];
+  const obj = (v: unknown): Record<string, unknown> | undefined => (v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined);
+  const c = obj(config);
+  for (const [section, key] of PATH_KEYS) {
+    const sec = obj(c?.[section]);
+    const value = sec?.[key];
+    if (typeof value === 'string') out.push({ key: `${section}.${key}`, value, set: (v) => (sec![key] = v) });
+  }
+  const vocab = obj(obj(c?.model)?.tiny)?.vocab;
+  if (Array.isArray(vocab)) vocab.forEach((value, i) => typeof value === 'string' && out.push({ key: `model.tiny.vocab[${i}]`, value, set: (v) => (vocab[i] = v) }));
+  return out;
 }
 
 export function checkRunConfig(value: unknown, file: string, base: string): LoadedRunConfig {
@@ -83,18 +120,10 @@ export function checkRunConfig(value: unknown, file: string, base: string): Load
     }
     if (!existsSync(path)) missing.push(`${key}: no such file or directory: ${path}`);
   };
-  need('data.train', config.data.train);
-  need('data.eval', config.data.eval);
-  need('model.path', config.model.path);
-  need('model.init', config.model.init);
-  const r = config.retriever;
-  need('retriever.corpus', r?.corpus);
-  need('retriever.index', r?.index);
-  need('retriever.model', r?.model);
-  (config.model.tiny?.vocab ?? []).forEach((v, i) => need(`model.tiny.vocab[${i}]`, v));
+  for (const { key, value } of pathPlaces(config)) need(key, value);
   const module = config.reward?.module;
   if (module && !module.startsWith('builtin:')) need('reward.module', module);
-  need('trl.accelerate_config', config.trl?.accelerate_config);
+  const r = config.retriever;
   if (config.model.kind === 'hf' && !config.model.path) missing.push('model.path: is required when model.kind is "hf"');
   if (r?.kind === 'bm25' && !r.index && !r.corpus) missing.push('retriever: kind "bm25" needs index (a built index) or corpus (a JSONL corpus)');
   if (r?.kind === 'dense' && (!r.index || !r.model)) missing.push('retriever: kind "dense" needs index and model');
@@ -103,11 +132,7 @@ export function checkRunConfig(value: unknown, file: string, base: string): Load
   return { file, base, config };
 }
 
-/** A path in a run config: `builtin:demo/train` (data that ships with the package), absolute, or relative to `base`. */
-export function resolveConfigPath(p: string, base: string): string {
-  if (p.startsWith('builtin:')) return builtinDataPath(p);
-  return isAbsolute(p) ? p : resolve(base, p);
-}
+export { resolveConfigPath };
 
 /** The env server's arguments (`node dist/server.js …`) for a run config. */
 export function envServerArgs(loaded: LoadedRunConfig, options: { port?: number } = {}): string[] {

@@ -103,7 +103,7 @@ export const RunJsonSchema = S.object(
     created: S.string({ description: 'ISO 8601 time the run was created.' }),
     updated: S.optional(S.string({ description: 'ISO 8601 time of the last write.' })),
     engine: S.optional(S.enum(ENGINES, 'The engine that trains the run (the config’s `engine`).')),
-    config: S.record(S.any(), 'The resolved run config.'),
+    config: S.record(S.any(), 'The run config as the trainer completed it (defaults filled in, relative paths absolute), its `builtin:` data names kept as written: a resume resolves them in its own install.'),
     versions: S.optional(S.record(S.string(), 'Versions of the trainer, torch, transformers, peft, the studio, …')),
     step: S.optional(S.integer({ minimum: 0, description: 'Last completed step.' })),
     total_steps: S.optional(S.integer({ minimum: 0 })),

@@ -6,8 +6,9 @@
  */
 import { watch, type FSWatcher } from 'node:fs';
 import { readFile, readdir, stat } from 'node:fs/promises';
-import { basename, dirname, join, resolve } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { FieldError, fromVerlDump } from '../importers/verl';
+import { formerBuiltinName, resolveConfigPath } from '../paths';
 import { applyDialect, validateRollout, type LocatedIssue, type ReadOptions, type Rollout } from '../run/format';
 import { DIALECTS, type Dialect } from '../tags/parser';
 import { JsonlFile, readLines, type IndexProgress } from './jsonl';
@@ -68,11 +69,19 @@ export async function runConfigNear(path: string): Promise<{ dir: string; config
   return undefined;
 }
 
-/** The model directory a run names (run.json's config.model.path, relative to the run), for a run dir or a file in one. */
+/**
+ * The model directory a run names (run.json's config.model.path: `builtin:NAME` in this install, or a path, relative
+ * to the run), for a run dir or a file in one. An older run.json's path into a former install: formerBuiltinName.
+ */
 export async function runModelDir(path: string): Promise<string | undefined> {
   const run = await runConfigNear(path);
   const p = (run?.config.model as { path?: unknown } | undefined)?.path;
-  return run && typeof p === 'string' ? resolve(run.dir, p) : undefined;
+  if (!run || typeof p !== 'string') return undefined;
+  try {
+    return resolveConfigPath(formerBuiltinName(p) ?? p, run.dir);
+  } catch {
+    return undefined; // an unknown builtin: name
+  }
 }
 
 /**

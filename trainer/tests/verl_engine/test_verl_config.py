@@ -165,6 +165,7 @@ def test_the_datasets_are_read_by_veRLs_RLHFDataset(tmp_path, qwen_dir):
 def test_prepare_writes_the_files_and_prints_the_command(tmp_path, qwen_dir):
     cfg_path = tmp_path / "x.run.json"
     raw = json.loads(json.dumps(run_config(qwen_dir)))
+    raw["data"]["train"] = "builtin:demo/train"  # kept as named in run-config.json (a resume prepares again from it)
     cfg_path.write_text(json.dumps(raw), encoding="utf-8")
     env = python_env()
     p = subprocess.run([sys.executable, "-m", "search_agent_trainer.engines.verl.main", "prepare", "--config", str(cfg_path), "--run-dir", str(tmp_path / "run"), "--env-url", ENV_URL], capture_output=True, text=True, env=env, timeout=300)
@@ -173,6 +174,8 @@ def test_prepare_writes_the_files_and_prints_the_command(tmp_path, qwen_dir):
     assert out["command"][:3] == [sys.executable, "-m", "search_agent_trainer.engines.verl.main"] and out["command"][3:] == out["overrides"]
     d = tmp_path / "run" / "verl"
     assert {f.name for f in d.iterdir()} == {"train.parquet", "val.parquet", "run-config.json", "agent_loops.yaml", "tools.yaml"}
+    prepared = json.loads((d / "run-config.json").read_text())
+    assert prepared["data"]["train"] == "builtin:demo/train" and prepared["data"]["eval"] == str(DEMO / "eval.jsonl")
     loops = json.loads((d / "agent_loops.yaml").read_text())
     assert loops[0]["name"] == SEARCH_R1_AGENT and loops[0]["env_url"] == ENV_URL and loops[0]["max_turns"] == 2
     check_config(compose_config(out["overrides"]))

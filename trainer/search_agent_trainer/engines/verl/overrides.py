@@ -321,7 +321,8 @@ def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], e
 
 def prepare(cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], env_url: str | None, driver_pid: int | None = None, trainer_dir: str = str(TRAINER_DIR)) -> VerlPlan:
     """Everything a veRL run of `cfg` needs, under `<run_dir>/verl/`: the datasets as parquet (written now: they
-    need our loader), the resolved config, the agent-loop and tool files (in the plan's `files`), the overrides."""
+    need our loader), the config (config.stored_config's form: builtin:NAME data named), the agent-loop and tool files (in the plan's `files`), the overrides."""
+    from ...config import stored_config
     from ...data import load_dataset
     from .dataset import write_verl_parquet
 
@@ -337,7 +338,8 @@ def prepare(cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], env_url: st
     if val:
         write_verl_parquet(load_dataset(_get(cfg, "data.eval"), warn=notes.append), template, val, "val", agent)
     files = {
-        str(d / "run-config.json"): json.dumps(cfg, indent=2, ensure_ascii=False) + "\n",
+        # builtin:NAME data stays named (as run.json keeps it): a resume prepares again from this file, maybe in another install
+        str(d / "run-config.json"): json.dumps(stored_config(cfg), indent=2, ensure_ascii=False) + "\n",
         str(d / "agent_loops.yaml"): json.dumps(agent_loop_entries(cfg, env_url), indent=2) + "\n",  # JSON is YAML
         str(d / "tools.yaml"): json.dumps(tool_entries(cfg, env_url), indent=2) + "\n",
     }

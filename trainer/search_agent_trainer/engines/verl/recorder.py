@@ -212,8 +212,8 @@ class _ValidationTap:
 
 
 class RecordingTrainer(RayPPOTrainer):
-    """veRL's PPO trainer, unchanged, writing our run directory (config: `sas.run_dir`, `sas.config` — the resolved
-    run config's JSON file —, `sas.driver_pid`)."""
+    """veRL's PPO trainer, unchanged, writing our run directory (config: `sas.run_dir`, `sas.config` — the prepared
+    run config's JSON file, kept as run.json's config: paths absolute, builtin:NAME data named —, `sas.driver_pid`)."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
