@@ -1,0 +1,102 @@
+"""The two-hop demo, shortened (issue 20): `examples/demo-multihop.run.json` itself (the two-hop world, the two-search
+warm start, GRPO, masking on, seed 1), stopped with SIGTERM once its step-100 evaluation is written — the first 100 of
+its 520 RL steps, with the recipe's own learning-rate schedule. It must learn the second hop's *search*:
+
+- held-out two-hop questions whose answer came back in a passage (`val/answer_retrieved_by_hops/2`: the second query
+  named the entity the first search found): up by at least TWO_HOP_RETRIEVED_MIN_GAIN over the warm start;
+- at least TWO_HOP_MIN_SEARCHES searches per held-out two-hop question;
+- held-out one-hop exact match up by at least ONE_HOP_MIN_GAIN.
+
+Two-hop *exact match* stays at 0.000–0.029 at step 100 in the recipe's three seeds (≤ 0.086 through step 120) and
+first reaches 0.25 at steps 240–440 (docs/demo.md, "The two-hop world"): beyond any test's budget here. What moves by step 100 is the second search finding the answer. The three seeds of the
+recipe at step 100 (two-hop answer retrieved, from 0.04–0.06 at step 0 / one-hop EM, from 0.00–0.01 / searches per
+two-hop question): 0.600 / 0.539 / 1.86, 0.400 / 0.494 / 1.93, 0.600 / 0.551 / 1.89 (one torch thread each). This
+test's own run (seed 1, two threads: another trajectory) measured 0.071 -> 0.300, 0.000 -> 0.494, 1.73 in 13m24s; the
+thresholds are about half of its gains.
+
+It takes ~13 minutes on 2 cores (a 300-step warm start, 100 RL steps of 64 two-search trajectories), which CI's
+40-minute budget cannot hold beside the rest, so it runs when asked: `npm run test:demo-multihop`
+(SAS_DEMO_MULTIHOP=1). The suite's shortened demo (test_demo.py) runs in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, EnvServer, trainer_env
+
+STOP_AT = 100
+TWO_HOP_RETRIEVED_MIN_GAIN = 0.15
+TWO_HOP_MIN_SEARCHES = 1.5
+ONE_HOP_MIN_GAIN = 0.25
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("SAS_DEMO_MULTIHOP") != "1",
+    reason="the two-hop demo takes ~13 minutes on 2 cores: npm run test:demo-multihop (SAS_DEMO_MULTIHOP=1) runs it",
+)
+
+
+def evaluations(run_dir: Path) -> list[dict]:
+    f = run_dir / "metrics.jsonl"
+    if not f.exists():
+        return []
+    out = []
+    for line in f.read_text(encoding="utf-8").splitlines():
+        try:
+            m = json.loads(line)
+        except json.JSONDecodeError:  # a line being written
+            continue
+        if "val/em" in m:
+            out.append(m)
+    return out
+
+
+def test_the_shortened_two_hop_demo_learns_the_second_search(tmp_path):
+    env = EnvServer("--corpus", str(ROOT / "examples" / "demo-multihop" / "corpus.jsonl"), "--reward", "builtin:em")
+    try:
+        cfg = json.loads((ROOT / "examples" / "demo-multihop.run.json").read_text(encoding="utf-8"))
+        config = tmp_path / "demo-multihop.run.json"
+        config.write_text(json.dumps(cfg), encoding="utf-8")
+        run_dir = tmp_path / "run"
+        log = (tmp_path / "trainer.log").open("w", encoding="utf-8")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "search_agent_trainer", "--config", str(config), "--run-dir", str(run_dir), "--env-url", env.url],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=trainer_env(),
+        )
+        deadline = time.monotonic() + 3600
+        try:
+            while not any(m["step"] >= STOP_AT for m in evaluations(run_dir)):
+                assert proc.poll() is None, f"the trainer exited early ({proc.returncode}): {(tmp_path / 'trainer.log').read_text()[-3000:]}"
+                assert time.monotonic() < deadline, "no step-100 evaluation within an hour"
+                time.sleep(2)
+            proc.send_signal(signal.SIGTERM)  # the recipe's own stop: finish the step, checkpoint, status stopped
+            assert proc.wait(timeout=300) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            log.close()
+    finally:
+        env.close()
+
+    evals = {m["step"]: m for m in evaluations(run_dir)}
+    before, after = evals[0], evals[STOP_AT]
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
+    gains = {k: after[k] - before[k] for k in ("val/answer_retrieved_by_hops/2", "val/em_by_hops/1", "val/em_by_hops/2")}
+    print(
+        f"step 0 -> {STOP_AT}: two-hop answer retrieved {before['val/answer_retrieved_by_hops/2']:.3f} -> {after['val/answer_retrieved_by_hops/2']:.3f}, "
+        f"one-hop EM {before['val/em_by_hops/1']:.3f} -> {after['val/em_by_hops/1']:.3f}, two-hop EM {before['val/em_by_hops/2']:.3f} -> "
+        f"{after['val/em_by_hops/2']:.3f}, searches per two-hop question {after['val/searches_by_hops/2']:.2f}"
+    )
+    assert gains["val/answer_retrieved_by_hops/2"] >= TWO_HOP_RETRIEVED_MIN_GAIN, (before, after)
+    assert after["val/searches_by_hops/2"] >= TWO_HOP_MIN_SEARCHES, after
+    assert gains["val/em_by_hops/1"] >= ONE_HOP_MIN_GAIN, (before, after)
