@@ -57,9 +57,6 @@ describe('audit instruments: replay microscope, dashboard, GRPO groups (code-ser
   after(async () => {
     await s?.stop();
   });
-  afterEach(async function () {
-    if (this.currentTest?.state === 'failed' && s) console.log(`      artifacts: ${await s.saveArtifacts(this.currentTest.fullTitle())}`);
-  });
 
   it("the inspector filters drift and is.dropped; the replay shows the drift marker with both sides, the Δ overlay and the IS preview", async () => {
     const insp = await s.openRunInInspector('audit-run');

@@ -85,9 +85,6 @@ describe("a user's first hour (code-server)", function () {
     });
     await s.waitForLog('extension', /activated/, 60_000);
   });
-  afterEach(async function () {
-    if (this.currentTest?.state === 'failed' && s) console.log(`      artifacts: ${await s.saveArtifacts(`first-hour ${this.currentTest.title}`)}`);
-  });
   after(async () => {
     sleeper?.kill();
     await s?.stop();

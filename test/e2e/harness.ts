@@ -101,6 +101,8 @@ export async function until<T>(what: string, fn: () => Promise<T | undefined | f
 }
 
 export class CodeServerSession {
+  /** The sessions started and not yet stopped: the root hook saves each one's artifacts when a test fails. */
+  static readonly live = new Set<CodeServerSession>();
   readonly dir: string;
   readonly userDataDir: string;
   readonly extensionsDir: string;
@@ -121,6 +123,7 @@ export class CodeServerSession {
 
   static async start(options: SessionOptions = {}): Promise<CodeServerSession> {
     const s = new CodeServerSession(options);
+    CodeServerSession.live.add(s);
     try {
       await s.boot();
     } catch (e) {
@@ -210,16 +213,27 @@ export class CodeServerSession {
     writeFileSync(file, JSON.stringify({ ...current, ...settings }, null, 2));
   }
 
-  /** Runs a command by its palette title ("Search Agent: Show Welcome"). */
+  /**
+   * Runs a command by its palette title ("Search Agent: Show Welcome"). A page that takes focus as it loads (the
+   * walkthrough) can close the palette between the typing and the click: the palette is opened again then (a click
+   * that never happened, not one that did: Playwright fails it before clicking when the row is hidden).
+   */
   async runCommand(title: string): Promise<void> {
-    await this.openPalette(title);
-    const row = this.page.locator('.quick-input-list .monaco-list-row', { has: this.page.locator('.label-name', { hasText: title }) });
-    await row.first().waitFor({ timeout: 15_000 });
-    // Pick the exact title (the filter also shows fuzzy matches).
-    const labels = await this.visiblePaletteLabels();
-    const index = labels.indexOf(title);
-    if (index < 0) throw new Error(`"${title}" not in the palette; it shows: ${labels.join(' | ')}`);
-    await this.page.locator('.quick-input-list .monaco-list-row').nth(index).click();
+    for (let attempt = 1; ; attempt++) {
+      await this.openPalette(title);
+      const row = this.page.locator('.quick-input-list .monaco-list-row', { has: this.page.locator('.label-name', { hasText: title }) });
+      await row.first().waitFor({ timeout: 15_000 });
+      // Pick the exact title (the filter also shows fuzzy matches).
+      const labels = await this.visiblePaletteLabels();
+      const index = labels.indexOf(title);
+      if (index < 0) throw new Error(`"${title}" not in the palette; it shows: ${labels.join(' | ')}`);
+      try {
+        await this.page.locator('.quick-input-list .monaco-list-row').nth(index).click({ timeout: attempt < 3 ? 5_000 : 30_000 });
+        return;
+      } catch (e) {
+        if (attempt >= 3) throw e;
+      }
+    }
   }
 
   /** Picks the row of the open quick pick whose label contains `label` (a step of a multi-step command). */
@@ -391,11 +405,38 @@ export class CodeServerSession {
 
   /** The extension host's log, and our output channel's log ("Search Agent Studio"). */
   logs(): { exthost: string; extension: string } {
-    const read = (files: string[]) => files.map((f) => readFileSync(f, 'utf8')).join('\n');
-    return {
-      exthost: read(filesUnder(join(this.userDataDir, 'logs'), (n) => n === 'exthost.log' || n === 'remoteexthost.log')),
-      extension: read(filesUnder(join(this.userDataDir, 'logs'), (n) => n === 'Search Agent Studio.log')),
-    };
+    return { exthost: this.logText((n) => n === 'exthost.log' || n === 'remoteexthost.log'), extension: this.channelLog('Search Agent Studio') };
+  }
+
+  /** An output channel's log over every extension host of the session (its file: the name without colons). */
+  channelLog(name: string): string {
+    return this.logText((n) => n === `${name.replace(/:/g, '')}.log`);
+  }
+
+  private logText(name: (n: string) => boolean): string {
+    return filesUnder(join(this.userDataDir, 'logs'), name)
+      .map((f) => readFileSync(f, 'utf8'))
+      .join('\n');
+  }
+
+  /**
+   * What a failing test's output should carry when its artifacts cannot be read (CI keeps only the output): the
+   * toasts now showing, the last lines of our output channels (the extension, the trainer, the env server) and the
+   * extension host's last errors and warnings.
+   */
+  async digest(lines = 25): Promise<string> {
+    const toasts = await this.notifications().catch(() => [] as string[]);
+    const channels = ['Search Agent Studio', 'Search Agent: Trainer', 'Search Agent: Env Server'].map((name) => {
+      const text = this.channelLog(name).trimEnd();
+      const tail = text ? text.split('\n').slice(-lines).map((l) => `        | ${l}`).join('\n') : '        | (no log)';
+      return `      ${name} (last ${lines} lines):\n${tail}`;
+    });
+    const errors = this.logs()
+      .exthost.split('\n')
+      .filter((l) => /\[(error|warning)\]/.test(l))
+      .slice(-10)
+      .map((l) => `        | ${l.slice(0, 300)}`);
+    return [`      toasts: ${JSON.stringify(toasts)}`, ...channels, `      extension host errors and warnings (last ${errors.length}):`, ...errors].join('\n');
   }
 
   async waitForLog(which: 'exthost' | 'extension', match: RegExp, timeoutMs = 30_000): Promise<string> {
@@ -415,6 +456,7 @@ export class CodeServerSession {
   }
 
   async stop(): Promise<void> {
+    CodeServerSession.live.delete(this);
     await this.browser?.close().catch(() => {});
     this.browser = undefined;
     const server = this.server;

@@ -1,6 +1,7 @@
 /**
- * Root hooks for the e2e suite: one code-server session for all tests (starting one takes ~10 s), a
- * screenshot plus the extension host's log saved for every failing test, and everything stopped at the end.
+ * Root hooks for the e2e suite: one code-server session for all tests (starting one takes ~10 s); for every failing
+ * test, each live session's screenshot and logs saved under .e2e-artifacts/ and a digest of them printed (CI keeps
+ * only the output); everything stopped at the end.
  * Tests that need another session (untrusted workspace, …) start their own with CodeServerSession.start.
  */
 import type { Context } from 'mocha';
@@ -16,9 +17,12 @@ export async function session(): Promise<CodeServerSession> {
 export const mochaHooks = {
   async afterEach(this: Context) {
     const test = this.currentTest;
-    if (test?.state === 'failed' && shared) {
-      const dir = await shared.saveArtifacts(test.fullTitle());
+    if (test?.state !== 'failed') return;
+    const sessions = [...CodeServerSession.live];
+    for (const [i, s] of sessions.entries()) {
+      const dir = await s.saveArtifacts(`${sessions.length > 1 ? `${i + 1} ` : ''}${test.fullTitle()}`);
       console.log(`      artifacts: ${dir}`);
+      console.log(await s.digest());
     }
   },
   async afterAll() {

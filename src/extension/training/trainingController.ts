@@ -131,8 +131,12 @@ export class TrainingController implements vscode.Disposable {
 
   /** The trainer's Python for a run that needs `needs`; when none is usable, an error that offers to set one up. */
   private async python(needs: TrainerNeeds): Promise<string | undefined> {
+    const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
+    const set = vscode.workspace.getConfiguration('searchAgent', folder).inspect<string>('pythonPath');
+    const scopes = { user: set?.globalValue, workspace: set?.workspaceValue, folder: set?.workspaceFolderValue };
+    this.log.info(`searchAgent.pythonPath: ${Object.entries(scopes).filter(([, v]) => v).map(([k, v]) => `${k} ${v}`).join(', ') || 'not set'}`);
     const search = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: 'Search Agent: looking for a Python with torch' }, () =>
-      findTrainerPython(this.context, vscode.workspace.workspaceFolders?.[0]?.uri, needs),
+      findTrainerPython(this.context, folder, needs),
     );
     for (const p of search.tried) this.log.info(`python candidate ${p.executable}: ${p.ok ? `torch ${p.torch}${p.cuda ? ' (CUDA)' : ''}` : p.error}`);
     if (search.found) return search.found.executable;
