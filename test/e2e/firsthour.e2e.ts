@@ -137,8 +137,9 @@ describe("a user's first hour (code-server)", function () {
     const row = s.page.locator('.monaco-list-row', { hasText: runId });
     await row.first().waitFor({ timeout: 30_000 });
     assert.match((await row.first().textContent()) ?? '', /finished · step 24\/24 · held-out EM \d\.\d{3} · reward \d\.\d{3} \(avg 10\)/);
-    // The view re-renders its rows when a run's status changes (the previous test's run just stopped): a click on a row
-    // re-rendered under the pointer reaches the command without its row, which opens the newest run. Click again then.
+    // A refresh of the whole tree makes VS Code forget every row until it has the children again, and a click on an
+    // inline action then reaches the command without its row (it opens the newest run). The view refreshes only the rows
+    // that changed (the previous test's run just stopped), and the whole tree only when runs come or go: click again then.
     let dash!: Awaited<ReturnType<typeof s.webviewFrame>>;
     for (let attempt = 1; ; attempt++) {
       await row.first().hover();

@@ -165,15 +165,19 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
     let path = arg instanceof vscode.Uri ? arg.fsPath : (arg?.run?.dir ?? arg?.dir);
     // A step of the Runs view: its rollouts file.
     if (!(arg instanceof vscode.Uri) && arg?.run && typeof arg.step === 'number') path = rolloutFile(arg.run.dir, arg.step);
+    let how = 'asked for';
     if (!path) {
       const active = vscode.window.activeTextEditor?.document.uri;
-      if (active?.fsPath.endsWith('.jsonl')) path = active.fsPath;
+      if (active?.fsPath.endsWith('.jsonl')) [path, how] = [active.fsPath, 'none asked for: the active editor'];
     }
     if (!path) {
+      this.log.info('inspector: no rollouts asked for: asking the user to pick a file or run directory');
+      how = 'picked';
       const picked = await vscode.window.showOpenDialog({ canSelectFiles: true, canSelectFolders: true, canSelectMany: false, title: 'Open rollouts (a JSONL file or a run directory)', filters: { 'Rollouts (JSONL)': ['jsonl'] }, defaultUri: this.runsParents()[0] ? vscode.Uri.file(this.runsParents()[0]!) : undefined });
       path = picked?.[0]?.fsPath;
     }
     if (!path) return;
+    this.log.info(`inspector: ${path} (${how})`);
     let dir = false;
     try {
       dir = statSync(path).isDirectory();

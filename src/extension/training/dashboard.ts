@@ -43,8 +43,10 @@ export class Dashboard implements vscode.Disposable {
   }
 
   /** Opens the dashboard on a run (default: the live run, else the newest). */
-  async open(dir?: string): Promise<void> {
-    dir ??= this.controller.live?.dir ?? (await listRuns(this.controller.runsParents()))[0]?.dir;
+  async open(asked?: string): Promise<void> {
+    const live = this.controller.live?.dir;
+    const dir = asked ?? live ?? (await listRuns(this.controller.runsParents()))[0]?.dir;
+    this.log.info(`dashboard: ${dir ?? 'no run'} (${asked ? 'the run asked for' : live ? 'no run asked for: the live run' : 'no run asked for: the newest run'})`);
     if (!this.web) this.create();
     else this.web.panel.reveal(undefined, true);
     if (dir && !this.followed.some((f) => f.dir === dir)) {

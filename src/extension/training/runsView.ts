@@ -1,7 +1,7 @@
 /**
  * The Runs view (activity bar → Search Agent → Runs): run directories with their state, step and reward; under a
  * run its steps with rollouts; under a step its rollouts with a reward icon. Refreshed by file-system watchers while
- * a run writes (debounced), and by the live run's events.
+ * a run writes (debounced), and by the live run's events: only the rows whose look changed are re-rendered.
  */
 import { createReadStream } from 'node:fs';
 import { join } from 'node:path';
@@ -77,6 +77,14 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
   readonly onDidChangeTreeData = this.changed.event;
   private readonly disposables: vscode.Disposable[] = [];
   private timer: NodeJS.Timeout | undefined;
+  /**
+   * The run rows as last shown, one node object per run directory kept across refreshes, with what its row showed.
+   * A refresh re-renders only the rows that changed: refreshing the whole tree makes VS Code forget every row's
+   * handle until it has asked for the children again, and a click on a row's inline action in that window reaches
+   * the command without its run (it then opens the newest run).
+   */
+  private readonly shown = new Map<string, { node: Node & { kind: 'run' }; look: string }>();
+  private order: string[] = [];
   readonly view: vscode.TreeView<Node>;
 
   constructor(private readonly controller: TrainingController) {
@@ -91,7 +99,10 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
       watcher.onDidCreate(poke),
       watcher.onDidDelete(poke),
       controller.onDidChange(poke),
-      vscode.commands.registerCommand('searchAgent.refreshRuns', () => this.changed.fire(undefined)),
+      vscode.commands.registerCommand('searchAgent.refreshRuns', () => {
+        this.order = [];
+        this.changed.fire(undefined);
+      }),
       vscode.commands.registerCommand('searchAgent.openRollout', (file: string, line: number) => this.openRollout(file, line)),
     );
   }
@@ -100,8 +111,30 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
     if (this.timer) return;
     this.timer = setTimeout(() => {
       this.timer = undefined;
-      this.changed.fire(undefined);
+      void this.update();
     }, 500);
+  }
+
+  /** What a run's row shows (its item and its steps): a row whose look did not change is not re-rendered. */
+  private static look(r: RunInfo): string {
+    return JSON.stringify([r.state, runDescription(r), r.error, r.last, r.rolloutSteps]);
+  }
+
+  /** Re-reads the runs; the whole tree is refreshed only when runs came, went or moved, otherwise just changed rows. */
+  private async update(): Promise<void> {
+    const runs = await listRuns(this.controller.runsParents());
+    if (runs.map((r) => r.dir).join('\0') !== this.order.join('\0')) {
+      this.changed.fire(undefined);
+      return;
+    }
+    for (const run of runs) {
+      const row = this.shown.get(run.dir);
+      const look = RunsView.look(run);
+      if (!row || row.look === look) continue;
+      row.node.run = run;
+      row.look = look;
+      this.changed.fire(row.node);
+    }
   }
 
   private async openRollout(file: string, line: number): Promise<void> {
@@ -150,7 +183,19 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
   }
 
   async getChildren(n?: Node): Promise<Node[]> {
-    if (!n) return (await listRuns(this.controller.runsParents())).map((run) => ({ kind: 'run', run }));
+    if (!n) {
+      const runs = await listRuns(this.controller.runsParents());
+      const nodes = runs.map((run) => {
+        const row = this.shown.get(run.dir) ?? { node: { kind: 'run' as const, run }, look: '' };
+        row.node.run = run;
+        row.look = RunsView.look(run);
+        return [run.dir, row] as const;
+      });
+      this.shown.clear();
+      for (const [dir, row] of nodes) this.shown.set(dir, row);
+      this.order = runs.map((r) => r.dir);
+      return nodes.map(([, row]) => row.node);
+    }
     if (n.kind === 'run') return [...n.run.rolloutSteps].reverse().map((step) => ({ kind: 'step', run: n.run, step }));
     if (n.kind === 'step') {
       const { nodes, more } = await rolloutsOf(rolloutFile(n.run.dir, n.step), MAX_ROLLOUTS);
