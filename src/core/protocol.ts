@@ -410,6 +410,17 @@ export const HOPS_METRICS = {
   },
 } as const;
 
+/** The trainer's held-out metrics by the question's type (its dataset line's `meta.kind`, when the eval set names 2–16
+ * kinds; train.py `_eval_report`, kind names made metric-safe): exact match, searches, answer retrieved. The dashboard
+ * charts EM and answer retrieved by kind: a mean over mixed types hides the one the policy fails. */
+export const KIND_METRICS = {
+  em: (kind: string) => `val/em_by_kind/${kind}`,
+  searches: (kind: string) => `val/searches_by_kind/${kind}`,
+  retrieved: (kind: string) => `val/answer_retrieved_by_kind/${kind}`,
+  /** The kind an `em` key is about (`val/em_by_kind/river` → river); undefined for any other key. */
+  kindOf: (key: string): string | undefined => /^val\/em_by_kind\/(.+)$/.exec(key)?.[1],
+} as const;
+
 /** A stage of a curriculum run (`train.stages`; src/core/run/config.ts's runStages): the run's step before its
  * first step (the policy it starts from), its steps, and its batches' hops mix (null: the data's own). */
 export interface RunStage {

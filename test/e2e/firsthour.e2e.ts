@@ -165,6 +165,15 @@ describe("a user's first hour (code-server)", function () {
     // Held-out EM and searches by hops (the demo questions' meta.hops; 4 held-out questions: 1- and 2-hop).
     const hops = await dash.evaluate(() => { const c = document.querySelector<HTMLElement>('.chart[data-chart="hops"]')!; return { hidden: c.hidden, labels: [...c.querySelectorAll('.u-legend .u-series')].slice(1).map((e) => e.querySelector('.u-label')?.textContent) }; });
     assert.deepEqual(hops, { hidden: false, labels: ['EM 1-hop', 'searches 1-hop', 'answer retrieved 1-hop', 'EM 2-hop', 'searches 2-hop', 'answer retrieved 2-hop'] });
+    // By question kind (the demo questions' meta.kind): one series per kind the run's metrics name, each its own colour.
+    const metricsFile = readFileSync(join(s.workspace, 'runs', runId, 'metrics.jsonl'), 'utf8');
+    const runKinds = [...new Set([...metricsFile.matchAll(/"val\/em_by_kind\/([^"]+)"/g)].map((m) => m[1]!))].sort();
+    assert.ok(runKinds.length >= 2, `the run's held-out questions are of several kinds: ${runKinds.join(', ')}`);
+    for (const chart of ['kinds-em', 'kinds-retrieved']) {
+      const kinds = await dash.evaluate((key) => { const c = document.querySelector<HTMLElement>(`.chart[data-chart="${key}"]`); return c && { hidden: c.hidden, series: [...c.querySelectorAll('.u-legend .u-series')].slice(1).map((e) => ({ label: e.querySelector('.u-label')?.textContent, marker: getComputedStyle(e.querySelector('.u-marker')!).borderColor })) }; }, chart);
+      assert.deepEqual({ hidden: kinds?.hidden, labels: kinds?.series.map((k) => k.label) }, { hidden: false, labels: runKinds }, chart);
+      assert.equal(new Set(kinds!.series.map((k) => k.marker)).size, runKinds.length, `${chart}: distinct colours ${JSON.stringify(kinds!.series)}`);
+    }
     const markers = await dash.evaluate(() => document.body.dataset.markers ?? '');
     assert.match(markers, /reward: EM \(held-out\)/, 'held-out EM (every 8 steps) is drawn with markers');
     assert.doesNotMatch(markers, /reward: reward\b/, 'the per-step reward is a line');

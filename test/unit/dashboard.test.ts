@@ -1,12 +1,23 @@
 /** The dashboard's pure parts: sparse series get markers, the legend's nearest recorded value, a run's header. */
 import assert from 'node:assert/strict';
+import type { MetricsRow } from '../../src/core/protocol';
 import { runStages } from '../../src/core/run/config';
-import { emptyText, nearest, runStatus, sparseSeries, stageMarks } from '../../webview/dashboard/model';
+import { emptyText, nearest, questionKinds, runStatus, sparseSeries, stageMarks } from '../../webview/dashboard/model';
 
 describe('dashboard model', () => {
   it('held-out EM logged every 20 steps is sparse (markers); a per-step series is not', () => {
     // 41 steps; series 1 recorded at every step, series 2 at steps 0, 20, 40, series 3 nowhere.
     assert.deepEqual([...sparseSeries([41, 3, 0], 41)], [2]);
+  });
+
+  it('the by-kind charts have one series per question kind with held-out EM in any row (sorted), none without', () => {
+    const rows: MetricsRow[] = [
+      { step: 1, 'critic/score/mean': 0.2 },
+      { step: 20, 'val/em': 0.3, 'val/em_by_kind/river': 0.1, 'val/em_by_kind/birthplace': 0.5, 'val/searches_by_kind/river': 2, 'val/answer_retrieved_by_kind/founder': 1 },
+      { step: 40, 'val/em_by_kind/author-birthplace': 0.25, 'val/em_by_kind/river': 0.2 },
+    ];
+    assert.deepEqual(questionKinds(rows), ['author-birthplace', 'birthplace', 'river']);
+    assert.deepEqual(questionKinds(rows.slice(0, 1)), []);
   });
 
   it('hovering between evaluations shows the nearest recorded value (ties: the earlier step)', () => {

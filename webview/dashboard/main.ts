@@ -7,10 +7,10 @@
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
 import uPlot from 'uplot';
-import { ALARMS, AUDIT_METRICS, HOPS_METRICS, type DashboardContract, type DashboardRun, type MetricsRow } from '../../src/core/protocol';
+import { ALARMS, AUDIT_METRICS, HOPS_METRICS, KIND_METRICS, type DashboardContract, type DashboardRun, type MetricsRow } from '../../src/core/protocol';
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
-import { emptyText, fmt, nearest, runStatus, sparseSeries, stageMarks } from './model';
+import { emptyText, fmt, nearest, questionKinds, runStatus, sparseSeries, stageMarks } from './model';
 import { alarmSteps, drawMarks } from './alarmMarks';
 
 interface ChartSpec {
@@ -39,6 +39,28 @@ export const CHARTS: ChartSpec[] = [
   { key: 'tps', title: 'Tokens per second', metrics: [{ key: 'perf/throughput', label: 'tokens/s' }] },
 ];
 
+/**
+ * The by-kind charts, after the by-hops one: one series per question kind (`meta.kind`) the runs' metrics name; none
+ * before the first evaluation or when the eval set names fewer than two kinds. EM beside answer retrieved tells a
+ * kind the policy cannot find from one it finds and misreads.
+ */
+function kindCharts(kinds: readonly string[]): ChartSpec[] {
+  if (!kinds.length) return [];
+  return [
+    { key: 'kinds-em', title: 'Held-out exact match by question kind', min0: 1, metrics: kinds.map((k) => ({ key: KIND_METRICS.em(k), label: k })) },
+    { key: 'kinds-retrieved', title: 'Held-out answer retrieved by question kind (high with low EM: misread)', min0: 1, metrics: kinds.map((k) => ({ key: KIND_METRICS.retrieved(k), label: k })) },
+  ];
+}
+
+/** The question kinds the charts now have series for. */
+let kinds: string[] = [];
+
+/** The charts, in order: CHARTS with the by-kind charts after the by-hops chart. */
+function chartSpecs(): ChartSpec[] {
+  const at = CHARTS.findIndex((c) => c.key === 'hops') + 1;
+  return [...CHARTS.slice(0, at), ...kindCharts(kinds), ...CHARTS.slice(at)];
+}
+
 const PALETTE_VARS = ['--vscode-charts-blue', '--vscode-charts-orange', '--vscode-charts-green', '--vscode-charts-purple', '--vscode-charts-red', '--vscode-charts-yellow'];
 const FALLBACK = ['#3794ff', '#d18616', '#89d185', '#b180d7', '#f14c4c', '#cca700'];
 /** Overlaid runs: the first solid, the others dashed (their series keep the metrics' colours). */
@@ -66,8 +88,10 @@ function css(name: string, fallback: string): string {
   return getComputedStyle(document.body).getPropertyValue(name).trim() || fallback;
 }
 
+/** The theme's six chart colours, then hues spread by the golden angle (a chart of seven question kinds stays distinct). */
 function paletteColor(i: number): string {
-  return css(PALETTE_VARS[i % PALETTE_VARS.length]!, FALLBACK[i % FALLBACK.length]!);
+  if (i < PALETTE_VARS.length) return css(PALETTE_VARS[i]!, FALLBACK[i]!);
+  return `hsl(${Math.round((i * 137.508) % 360)} 65% 58%)`;
 }
 
 /** A series' colour: metric j of run i, distinct within a chart (one run: its metrics get the palette in order). */
@@ -157,7 +181,7 @@ function rebuild(): void {
   for (const c of charts.values()) c.plot.destroy();
   charts.clear();
   const boxes: HTMLElement[] = [];
-  for (const spec of CHARTS) {
+  for (const spec of chartSpecs()) {
     const c = makeChart(spec);
     charts.set(spec.key, c);
     boxes.push(c.box);
@@ -167,6 +191,13 @@ function rebuild(): void {
 }
 
 function update(): void {
+  // A kind seen for the first time (the first evaluation, an overlaid run) adds a series: the charts are rebuilt.
+  const now = questionKinds(runs.flatMap((r) => rows.get(r.dir) ?? []));
+  if (now.join('\n') !== kinds.join('\n')) {
+    kinds = now;
+    rebuild(); // calls update() again, with the kinds now charted
+    return;
+  }
   let points = 0;
   alarmsByStep = alarmSteps(runs.flatMap((r) => auditRows.get(r.dir) ?? []));
   stagesByStep = stageMarks(runs);

@@ -1,5 +1,6 @@
-/** The dashboard's pure parts (no DOM): number format, a run's header, sparse series, the nearest recorded value. */
-import type { DashboardRun } from '../../src/core/protocol';
+/** The dashboard's pure parts (no DOM): number format, a run's header, sparse series, the nearest recorded value,
+ * the question kinds a run's metrics name. */
+import { KIND_METRICS, type DashboardRun, type MetricsRow } from '../../src/core/protocol';
 
 export const fmt = (v: number | null | undefined) => (v === null || v === undefined || !Number.isFinite(v) ? '–' : Math.abs(v) >= 1000 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(3));
 
@@ -54,4 +55,14 @@ export function emptyText(runs: readonly DashboardRun[]): string {
   const w = runs.find((r) => r.state === 'running' && r.phase === 'warmup');
   if (!w) return 'No metrics yet: the first line comes after the first evaluation or step.';
   return `Warm start (supervised, on the format only) before step 1: ${w.warmup ? `step ${w.warmup.step} of ${w.warmup.steps}, loss ${fmt(w.warmup.loss)}` : 'starting'}. The charts begin after it.`;
+}
+
+/** The question kinds (`meta.kind`) the rows have held-out EM for, sorted: the by-kind charts' series, one per kind. */
+export function questionKinds(rows: Iterable<MetricsRow>): string[] {
+  const kinds = new Set<string>();
+  for (const row of rows) for (const key of Object.keys(row)) {
+    const k = KIND_METRICS.kindOf(key);
+    if (k !== undefined) kinds.add(k);
+  }
+  return [...kinds].sort();
 }
