@@ -8,6 +8,7 @@ import { join, relative, resolve } from 'node:path';
 import { EngineUnavailableError } from '../core/host/engines';
 import { RunConfigError, runNeeds } from '../core/host/runConfig';
 import { RunHost, type RunOutcome } from '../core/host/runHost';
+import { readRun } from '../core/host/runs';
 import { EnvServerError } from '../core/host/processes';
 import { packageRoot } from '../core/paths';
 import { HOPS_METRICS } from '../core/protocol';
@@ -15,9 +16,13 @@ import { findPython, noPythonMessage, pythonCandidates, type TrainerNeeds } from
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 
-/** The CLI's Python candidates: --python alone when given (a typo must not silently train with another interpreter), else the usual ones with the `.venv` of the current directory (`search-agent-studio setup`'s default) and of the package. */
-export function cliPythonCandidates(python?: string): string[] {
-  return python ? [python] : pythonCandidates([], [process.cwd(), packageRoot()]);
+/**
+ * The CLI's Python candidates: --python alone when given (a typo must not silently train with another interpreter),
+ * else — first for a resume — the Python the run started in (run.json `python`: the same torch and transformers), then
+ * the usual ones with the `.venv` of the current directory (`search-agent-studio setup`'s default) and of the package.
+ */
+export function cliPythonCandidates(python?: string, runPython?: string): string[] {
+  return python ? [python] : pythonCandidates([runPython], [process.cwd(), packageRoot()]);
 }
 
 type Event = { event: string; step?: number; total?: number; phase?: string; metrics?: Record<string, number>; message?: string; [k: string]: unknown };
@@ -159,7 +164,12 @@ interface TrainRequest {
 }
 
 async function runTraining(req: TrainRequest, log: (s: string) => void): Promise<{ code: number; outcome?: RunOutcome; python?: string }> {
-  const search = await findPython(cliPythonCandidates(req.python), req.needs);
+  const runPython = req.resume && req.runDir ? (await readRun(resolve(req.runDir)))?.python : undefined;
+  const search = await findPython(cliPythonCandidates(req.python, runPython), req.needs);
+  if (runPython && !req.python && search.found) {
+    const own = search.tried.find((p) => p.executable === runPython);
+    log(own?.ok ? `resuming in the Python the run started in: ${runPython}` : `the Python the run started in (${runPython}) is not usable (${own?.error ?? 'not found'}); resuming in ${search.found.executable}`);
+  }
   if (!search.found) {
     process.stderr.write(`${noPythonMessage(search, req.needs)}\n`);
     return { code: 1 };

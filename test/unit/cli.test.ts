@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { heldOutEm } from '../../src/cli/train';
+import { cliPythonCandidates, heldOutEm } from '../../src/cli/train';
 import { probePython } from '../../src/core/python';
 import { trainTinyWithCli } from '../support/tinyRun';
 
@@ -100,6 +100,14 @@ describe('CLI', () => {
       assert.equal(r.exitCode, 2, r.stderr);
       assert.match(r.stderr, /bad\.run\.json: .*rollout\.n.*rollout\.temprature/);
       assert.equal(existsSync(join(dir, 'runs')), false);
+    });
+
+    it("a resume tries the run's own Python first (run.json python), --python alone when given", () => {
+      const own = '/elsewhere/venv/bin/python';
+      assert.equal(cliPythonCandidates(undefined, own)[0], own, 'kept first even where it is gone: the probe says why');
+      assert.ok(cliPythonCandidates(undefined, own).length > 1, 'then the usual candidates');
+      assert.ok(!cliPythonCandidates(undefined).includes(own));
+      assert.deepEqual(cliPythonCandidates('/my/python', own), ['/my/python']);
     });
 
     it('no Python with torch: exit 1 and what was tried', async () => {

@@ -1,8 +1,8 @@
 """The run directory (DESIGN §4.2) and the trainer's events (§4.5).
 
 - run.json: the config (config.stored_config: defaults filled in, paths absolute but builtin:NAME kept, so a resume
-  resolves it in its own install), versions, status (running|finished|failed|stopped), written atomically (temporary
-  file + rename), so a reader never sees half of it.
+  resolves it in its own install), versions, the trainer's Python (which a resume tries first), status
+  (running|finished|failed|stopped), written atomically (temporary file + rename), so a reader never sees half of it.
 - events.jsonl and stdout: one JSON object per line per event (started, progress, metrics, eval, checkpoint,
   warning, error, finished). Human logs go to stderr and logs/trainer.log.
 - metrics.jsonl: one object per step, veRL's names where veRL has one.
@@ -59,7 +59,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 class RunWriter:
-    def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any], versions: dict[str, str | None], total_steps: int, stdout: TextIO | None = None):
+    def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any], versions: dict[str, str | None], total_steps: int, stdout: TextIO | None = None, python: str | None = None):
         self.dir = Path(run_dir)
         self.stdout = stdout if stdout is not None else sys.stdout
         for sub in ("rollouts", "checkpoints", "logs"):
@@ -78,6 +78,9 @@ class RunWriter:
             "total_steps": total_steps,
             "pid": os.getpid(),
         }
+        if python:
+            # The interpreter the trainer runs in: a resume tries it first (the same torch and transformers).
+            self.run["python"] = python
         self._write_run()
         self._events = open(self.dir / "events.jsonl", "a", encoding="utf-8")
         self._log = open(self.dir / "logs" / "trainer.log", "a", encoding="utf-8")

@@ -102,7 +102,7 @@ class Trainer:
         return {"trainer": __version__, "torch": torch.__version__, "transformers": _version("transformers"), "peft": _version("peft"), "python": ".".join(map(str, sys.version_info[:3]))}
 
     def _run_writer(self, stdout: Any) -> RunWriter:
-        return RunWriter(self.run_dir, stored_config(self.cfg), self.versions(), self.total, stdout=stdout)
+        return RunWriter(self.run_dir, stored_config(self.cfg), self.versions(), self.total, stdout=stdout, python=sys.executable)
 
     # -- setup ------------------------------------------------------------------------------------------------
     def _device(self) -> torch.device:

@@ -67,6 +67,7 @@ def test_a_run_writes_the_run_directory_and_events(finished_run):
     jsonschema.validate(run_json, SCHEMAS["run"])
     assert run_json["status"] == "finished" and run_json["step"] == 2 and run_json["total_steps"] == 2
     assert run_json["config"]["algorithm"]["clip_ratio_high"] == 0.2  # the resolved config, defaults filled in
+    assert run_json["python"] == sys.executable  # a resume tries this Python first
     stdout_events = [json.loads(l) for l in proc.stdout.splitlines()]
     assert stdout_events == lines(run / "events.jsonl")
     for e in stdout_events:

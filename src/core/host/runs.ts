@@ -21,6 +21,8 @@ export interface RunInfo {
   step: number;
   total?: number;
   pid?: number;
+  /** The Python the trainer ran in (run.json `python`): a resume tries it first. */
+  python?: string;
   created?: string;
   updated?: string;
   error?: string;
@@ -85,7 +87,7 @@ export async function readRun(dir: string): Promise<RunInfo | undefined> {
   }
   let state: RunState = (run.status as RunState) ?? 'interrupted';
   if (state === 'running' && !(run.pid && isAlive(run.pid))) state = 'interrupted';
-  const info: RunInfo = { dir, id: run.id ?? basename(dir), state, step: run.step ?? 0, total: run.total_steps, pid: run.pid, created: run.created, updated: run.updated, error: run.error?.message, stopReason: run.stop_reason, rolloutSteps: [] };
+  const info: RunInfo = { dir, id: run.id ?? basename(dir), state, step: run.step ?? 0, total: run.total_steps, pid: run.pid, python: typeof run.python === 'string' ? run.python : undefined, created: run.created, updated: run.updated, error: run.error?.message, stopReason: run.stop_reason, rolloutSteps: [] };
   const stages = runStages(run.config);
   if (stages.length > 1) info.stages = stages;
   const metrics = join(dir, 'metrics.jsonl');

@@ -108,6 +108,7 @@ export const RunJsonSchema = S.object(
     step: S.optional(S.integer({ minimum: 0, description: 'Last completed step.' })),
     total_steps: S.optional(S.integer({ minimum: 0 })),
     pid: S.optional(S.integer({ minimum: 0 })),
+    python: S.optional(S.string({ description: 'The Python the trainer runs in (its sys.executable; engines builtin and trl): a resume tries it first, so a run continues with the versions it started with.' })),
     error: S.optional(S.object({ message: S.string(), traceback: S.optional(S.string()) })),
     stop_reason: S.optional(S.enum(['signal', 'host-gone'] as const, 'Why a `stopped` run stopped: asked to (SIGTERM/SIGINT), or its host went away (SIGHUP, or the process that started it died: a window reload, a crash); a new window offers to resume the second.')),
   },

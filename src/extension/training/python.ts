@@ -1,5 +1,5 @@
 /**
- * The trainer's Python, found the way issue 8 asks: `searchAgent.pythonPath`, then the Python extension's active
+ * The trainer's Python, found the way issue 8 asks (for a resume, the Python the run started in first): `searchAgent.pythonPath`, then the Python extension's active
  * interpreter (when that extension is installed), then the usual candidates — the environment "Set Up Trainer
  * Environment" made (the extension's global storage, or the workspace's `.venv`), the extension's own `.venv`,
  * python3 on PATH, /usr/bin/python3 — each checked for the trainer's minimum versions (src/core/python.ts).
@@ -39,13 +39,14 @@ function venvRoots(context: vscode.ExtensionContext, resource?: vscode.Uri): str
   return [context.globalStorageUri.fsPath, ...(folder ? [folder.uri.fsPath] : []), context.extensionUri.fsPath];
 }
 
-async function candidates(context: vscode.ExtensionContext, resource?: vscode.Uri): Promise<string[]> {
+/** The candidates in order; a resumed run's own Python (run.json `python`) before all: the versions it started with. */
+async function candidates(context: vscode.ExtensionContext, resource?: vscode.Uri, runPython?: string): Promise<string[]> {
   const configured = vscode.workspace.getConfiguration('searchAgent', resource).get<string>('pythonPath') || undefined;
-  return pythonCandidates([configured, await pythonExtensionInterpreter(resource)], venvRoots(context, resource));
+  return pythonCandidates([runPython, configured, await pythonExtensionInterpreter(resource)], venvRoots(context, resource));
 }
 
-export async function findTrainerPython(context: vscode.ExtensionContext, resource?: vscode.Uri, needs: TrainerNeeds = {}): Promise<PythonSearch> {
-  return findPython(await candidates(context, resource), needs);
+export async function findTrainerPython(context: vscode.ExtensionContext, resource?: vscode.Uri, needs: TrainerNeeds = {}, runPython?: string): Promise<PythonSearch> {
+  return findPython(await candidates(context, resource, runPython), needs);
 }
 
 /** Whether this machine shows an NVIDIA driver (else a CPU-only torch is the sensible download). */

@@ -129,17 +129,23 @@ export class TrainingController implements vscode.Disposable {
     return pick?.uri;
   }
 
-  /** The trainer's Python for a run that needs `needs`; when none is usable, an error that offers to set one up. */
-  private async python(needs: TrainerNeeds): Promise<string | undefined> {
+  /**
+   * The trainer's Python for a run that needs `needs` (a resumed run's own Python first: `runPython`, run.json's
+   * `python`); when none is usable, an error that offers to set one up.
+   */
+  private async python(needs: TrainerNeeds, runPython?: string): Promise<string | undefined> {
     const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
     const set = vscode.workspace.getConfiguration('searchAgent', folder).inspect<string>('pythonPath');
     const scopes = { user: set?.globalValue, workspace: set?.workspaceValue, folder: set?.workspaceFolderValue };
     this.log.info(`searchAgent.pythonPath: ${Object.entries(scopes).filter(([, v]) => v).map(([k, v]) => `${k} ${v}`).join(', ') || 'not set'}`);
     const search = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: 'Search Agent: looking for a Python with torch' }, () =>
-      findTrainerPython(this.context, folder, needs),
+      findTrainerPython(this.context, folder, needs, runPython),
     );
     for (const p of search.tried) this.log.info(`python candidate ${p.executable}: ${p.ok ? `torch ${p.torch}${p.cuda ? ' (CUDA)' : ''}` : p.error}`);
-    if (search.found) return search.found.executable;
+    if (search.found) {
+      if (runPython) this.log.info(search.found.executable === runPython ? `resuming in the Python the run started in: ${runPython}` : `the Python the run started in (${runPython}) is not usable; resuming in ${search.found.executable}`);
+      return search.found.executable;
+    }
     const message = noPythonMessage(search, needs, 'Set up a trainer environment (a virtual environment with the pinned torch, transformers and peft), or set searchAgent.pythonPath to a Python that has them.');
     this.log.warn(message);
     const b = await vscode.window.showErrorMessage(`Search Agent: ${message}`, 'Set Up Trainer Environment', 'Open Settings', 'Show Logs');
@@ -181,7 +187,8 @@ export class TrainingController implements vscode.Disposable {
   }
 
   private async launch(what: { config?: string; runDir?: string; resume?: boolean }): Promise<RunOutcome | undefined> {
-    const python = await this.python(await runNeeds(what));
+    const runPython = what.resume && what.runDir ? (await readRun(what.runDir))?.python : undefined;
+    const python = await this.python(await runNeeds(what), runPython);
     if (!python) return undefined;
     const parents = this.runsParents();
     let host: RunHost;
