@@ -35,7 +35,7 @@ describe('run configs', () => {
   });
 
   it('the demo configs name files that exist, by their built-in names (they run as shipped, and copied anywhere)', () => {
-    for (const f of ['demo.run.json', 'ablations/demo-no-loss-masking.run.json', 'ablations/demo-no-retrieval.run.json']) {
+    for (const f of ['demo.run.json', 'ablations/demo-no-loss-masking.run.json', 'ablations/demo-no-retrieval.run.json', 'ablations/demo-multihop-no-loss-masking.run.json']) {
       const file = join(ROOT, 'examples', f);
       const loaded = checkRunConfig(JSON.parse(readFileSync(file, 'utf8')), file, join(file, '..'));
       assert.equal(loaded.config.model.kind, 'tiny');
@@ -52,6 +52,13 @@ describe('run configs', () => {
     // the two-hop world (as many rivers as towns): its data, vocabulary and corpus, by their built-in names
     const raw = JSON.parse(readFileSync(file, 'utf8'));
     assert.deepEqual([raw.data.train, raw.data.eval, raw.model.tiny.vocab, raw.retriever.corpus], ['builtin:demo-multihop/train', 'builtin:demo-multihop/eval', ['builtin:demo-multihop/corpus'], 'builtin:demo-multihop/corpus']);
+  });
+
+  it('the two-hop recipe\'s masking ablation is the recipe with loss_masking off (and its own name), nothing else', () => {
+    const recipe = JSON.parse(readFileSync(join(ROOT, 'examples/demo-multihop.run.json'), 'utf8'));
+    const ablation = JSON.parse(readFileSync(join(ROOT, 'examples/ablations/demo-multihop-no-loss-masking.run.json'), 'utf8'));
+    assert.equal(ablation.algorithm.loss_masking, false);
+    assert.deepEqual({ ...ablation, name: recipe.name, algorithm: { ...ablation.algorithm, loss_masking: undefined } }, { ...recipe, algorithm: { ...recipe.algorithm, loss_masking: undefined } });
   });
 
   it('the demo worlds are what scripts/make-demo-corpus.ts writes (seeded), and the two-hop world has many river answers, none shared by the splits', function () {
