@@ -42,6 +42,8 @@ const builds = [
   { ...nodeCommon, entryPoints: { server: 'src/server/main.ts' }, outdir: dist },
   // The rollout inspector's worker thread (indexing, filters, search off the extension host's thread).
   { ...nodeCommon, entryPoints: { 'inspector-worker': 'src/core/inspect/worker.ts' }, outdir: dist },
+  // The dashboard's audit thread (re-tokenising and checking a run's rollouts off the extension host's thread).
+  { ...nodeCommon, entryPoints: { 'audit-worker': 'src/core/audit/worker.ts' }, outdir: dist },
   // The env server's BM25 search threads (src/core/retrieval/bm25Pool.ts finds it beside the bundle that spawns it).
   { ...nodeCommon, entryPoints: { 'bm25-worker': 'src/core/retrieval/bm25Worker.ts' }, outdir: dist },
   // The TypeScript server plugin that gives reward modules the reward API's types in any workspace; the VSIX ships it

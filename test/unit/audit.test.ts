@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Auditor, auditMetricRows, auditRollout, checkLogprobs, findDrift, isEnumeration, searchCollapseSteps, thinkDegeneracy } from '../../src/core/audit';
 import { RunAudit } from '../../src/core/audit/run';
+import { AuditThread } from '../../src/core/audit/thread';
 import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/inspect/tokenizer';
 import type { Rollout, TokenRole } from '../../src/core/run/format';
 import { recordOf, writeTokenizerDir } from './bpe';
@@ -254,6 +255,30 @@ describe('audit: the run (Auditor)', () => {
       assert.equal(rows[1]!['audit/logprob/ratio_outside'], 0.5);
       assert.equal(rows[1]!['audit/drift_rate'], undefined, 'no tokenizer: drift not charted');
     } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("the dashboard's audit thread (AuditThread, a worker thread) gives RunAudit's series; unchanged: none; forgotten: the whole series again", async function () {
+    this.timeout(60_000);
+    const searched = '<think>a b</think>\n<search>q</search>\n\n<information>Doc 1(Title: x) y</information>\n\n<answer> Paris </answer>';
+    const dir = mkdtempSync(join(tmpdir(), 'sas-auditthread-'));
+    const thread = new AuditThread();
+    try {
+      mkdirSync(join(dir, 'rollouts'));
+      const write = (step: number, rs: Rollout[]) => writeFileSync(join(dir, 'rollouts', `step-${String(step).padStart(6, '0')}.jsonl`), `${rs.map((r) => JSON.stringify(r)).join('\n')}\n`);
+      write(1, [rollout(searched, { id: 'a', step: 1 }), rollout(searched, { id: 'b', step: 1 })]);
+      write(2, [rollout('<think>a</think>\n<answer> Paris or Lyon </answer>', { id: 'c', step: 2 })]);
+      const local = await new RunAudit(dir).update();
+      const [a, b] = await Promise.all([thread.update(dir), thread.update(dir)]);
+      assert.deepEqual(a, local, 'the same series as on this thread');
+      assert.equal(b, undefined, 'asked again while nothing changed: none (answered in order)');
+      thread.forget(dir);
+      assert.deepEqual(await thread.update(dir), local, 'forgotten: audited afresh');
+      await thread.dispose();
+      assert.deepEqual(await thread.update(dir), local, 'a disposed thread starts again on the next update');
+    } finally {
+      await thread.dispose();
       rmSync(dir, { recursive: true, force: true });
     }
   });

@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import * as vscode from 'vscode';
 import { auditMetricRows } from '../../core/audit/series';
-import { RunAudit } from '../../core/audit/run';
+import { AuditThread } from '../../core/audit/thread';
 import { MetricsTail } from '../../core/host/metricsTail';
 import { listRuns, readRun, rolloutFile } from '../../core/host/runs';
 import type { DashboardContract, DashboardRun, MetricsRow } from '../../core/protocol';
@@ -20,7 +20,6 @@ interface Followed {
   tail: MetricsTail;
   rows: MetricsRow[];
   /** The audit of its rollouts (drift, log-prob gap, leaks, alarms per step), as metrics rows. */
-  audit: RunAudit;
   auditRows: MetricsRow[];
 }
 
@@ -29,6 +28,8 @@ export class Dashboard implements vscode.Disposable {
   private followed: Followed[] = [];
   private timer: NodeJS.Timeout | undefined;
   private readonly disposables: vscode.Disposable[] = [];
+  /** The audits of the followed runs' rollouts, on a worker thread (a big run's audit is seconds of CPU). */
+  private readonly audits = new AuditThread();
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -51,7 +52,7 @@ export class Dashboard implements vscode.Disposable {
     else this.web.panel.reveal(undefined, true);
     if (dir && !this.followed.some((f) => f.dir === dir)) {
       // Opening on a run shows that run; "Add Run" overlays others.
-      this.followed = [];
+      this.unfollow(() => false);
       await this.follow(dir);
     }
     await this.sendRuns();
@@ -63,7 +64,7 @@ export class Dashboard implements vscode.Disposable {
     web.endpoint.handle('getState', async () => ({ runs: await this.runs(), metrics: this.followed.map((f) => ({ dir: f.dir, rows: f.rows })), audit: this.followed.map((f) => ({ dir: f.dir, rows: f.auditRows })) }));
     web.endpoint.handle('addRun', () => this.add());
     web.endpoint.handle('removeRun', async ({ dir }) => {
-      this.followed = this.followed.filter((f) => f.dir !== dir);
+      this.unfollow((f) => f.dir !== dir);
       await this.sendRuns();
     });
     web.endpoint.handle('openStep', ({ dir, step }) => this.openStep(dir, step));
@@ -75,7 +76,7 @@ export class Dashboard implements vscode.Disposable {
     web.panel.onDidDispose(() => {
       this.web = undefined;
       this.sentRuns = '';
-      this.followed = [];
+      this.unfollow(() => false);
       clearInterval(this.timer);
       this.timer = undefined;
     });
@@ -83,20 +84,27 @@ export class Dashboard implements vscode.Disposable {
   }
 
   private async follow(dir: string): Promise<void> {
-    const f: Followed = { dir, tail: new MetricsTail(join(dir, 'metrics.jsonl')), rows: [], audit: new RunAudit(dir), auditRows: [] };
+    const f: Followed = { dir, tail: new MetricsTail(join(dir, 'metrics.jsonl')), rows: [], auditRows: [] };
     this.followed.push(f);
     const r = await f.tail.read();
     f.rows.push(...r.rows);
     for (const m of r.malformed) this.log.warn(`${join(dir, 'metrics.jsonl')}:${m.line}: skipped a malformed line (${m.message})`);
     this.web?.endpoint.emit('metrics', { dir, rows: f.rows, reset: true });
-    await this.audit(f);
+    // The audit's series follow when the thread has them (a big run's first audit takes a while): not awaited.
+    void this.audit(f);
+  }
+
+  /** Keeps the followed runs that `keep` says; the audit thread forgets the others (a run followed again is audited afresh). */
+  private unfollow(keep: (f: Followed) => boolean): void {
+    for (const f of this.followed) if (!keep(f)) this.audits.forget(f.dir);
+    this.followed = this.followed.filter(keep);
   }
 
   /** Audits the run's new or changed rollouts files and sends the per-step series when it changed. */
   private async audit(f: Followed): Promise<void> {
     try {
-      const steps = await f.audit.update();
-      if (!steps) return;
+      const steps = await this.audits.update(f.dir);
+      if (!steps || !this.followed.includes(f)) return;
       f.auditRows = auditMetricRows(steps);
       this.web?.endpoint.emit('audit', { dir: f.dir, rows: f.auditRows });
     } catch (e) {
@@ -186,6 +194,7 @@ export class Dashboard implements vscode.Disposable {
   dispose(): void {
     clearInterval(this.timer);
     this.web?.panel.dispose();
+    void this.audits.dispose();
     for (const d of this.disposables) d.dispose();
   }
 }
