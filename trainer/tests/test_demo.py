@@ -9,26 +9,18 @@ This is the slowest test in the suite (a few minutes on 2 cores); it is the proo
 from __future__ import annotations
 
 import json
-import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, EnvServer, trainer_env
+from conftest import PINNED_NUMERICS, ROOT, EnvServer, trainer_env
 
 DEMO_MIN_GAIN = 0.12
 WARMUP_STEPS = 200
 RL_STEPS = 60
 
-# One seeded RL run is one trajectory of a chaotic process, and its float arithmetic depends on the CPU's instruction
-# set and the thread count: on an AVX-512 machine (Xeon with avx512_fp16) this test's run never found a reward in 60
-# steps (held-out EM 0.026 -> 0.069) where other machines' runs had passed. Pinned to AVX2 kernels (torch's ATen and
-# MKL's conditional numerical reproducibility) and two threads, it learns here (0.016 -> 0.217; ~25 % slower than
-# AVX-512 kernels) and should be the same trajectory on any x86 CPU with AVX2 (MKL promises it for a fixed thread
-# count; ATen's AVX2 kernels are one code path) — not verified across machines.
-PINNED_NUMERICS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"} if platform.machine() in ("x86_64", "AMD64") else {}
 
 
 def run(tmp: Path, name: str, cfg: dict, env_url: str) -> list[dict]:

@@ -14,6 +14,14 @@ two-hop question): 0.600 / 0.539 / 1.86, 0.400 / 0.494 / 1.93, 0.600 / 0.551 / 1
 test's own run (seed 1, two threads: another trajectory) measured 0.071 -> 0.300, 0.000 -> 0.494, 1.73 in 13m24s; the
 thresholds are about half of its gains.
 
+On stop 31's machine (a 2-core Xeon with AVX-512) it FAILS, in both numerics: pinned to AVX2 (conftest's
+PINNED_NUMERICS, as the learning tests now run) 0.071 -> 0.071 answer retrieved, one-hop 0.000 -> 0.506, 1.04
+searches per two-hop question (7m44s); with the machine's AVX-512 kernels 0.043 -> 0.114, 0.000 -> 0.438, 1.36
+(6m41s). Both trajectories lost most of the second search by step 100, which the earlier machines' five trajectories
+kept: the race between the second search and the one-search shortcut (docs/demo.md) is lost more often than those
+runs showed, and step 100 sits where surviving runs dipped too. The thresholds are unchanged: lowering them to pass
+here would assert nothing.
+
 It takes ~13 minutes on 2 cores (a 300-step warm start, 100 RL steps of 64 two-search trajectories), which CI's
 40-minute budget cannot hold beside the rest, so it runs when asked: `npm run test:demo-multihop`
 (SAS_DEMO_MULTIHOP=1). The suite's shortened demo (test_demo.py) runs in CI.
@@ -31,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, EnvServer, trainer_env
+from conftest import PINNED_NUMERICS, ROOT, EnvServer, trainer_env
 
 STOP_AT = 100
 TWO_HOP_RETRIEVED_MIN_GAIN = 0.15
@@ -71,7 +79,7 @@ def test_the_shortened_two_hop_demo_learns_the_second_search(tmp_path):
             [sys.executable, "-m", "search_agent_trainer", "--config", str(config), "--run-dir", str(run_dir), "--env-url", env.url],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env=trainer_env(),
+            env={**trainer_env(), **PINNED_NUMERICS},
         )
         deadline = time.monotonic() + 3600
         try:
