@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { cliPythonCandidates, heldOutEm } from '../../src/cli/train';
+import { interpreterPath } from '../../src/core/host/runs';
 import { probePython } from '../../src/core/python';
 import { trainTinyWithCli } from '../support/tinyRun';
 
@@ -108,6 +109,9 @@ describe('CLI', () => {
       assert.ok(cliPythonCandidates(undefined, own).length > 1, 'then the usual candidates');
       assert.ok(!cliPythonCandidates(undefined).includes(own));
       assert.deepEqual(cliPythonCandidates('/my/python', own), ['/my/python']);
+      // run.json names it; a run directory from elsewhere cannot make a resume run just any program
+      assert.equal(interpreterPath('/opt/venv/bin/python3.11'), '/opt/venv/bin/python3.11');
+      for (const bad of ['/tmp/evil', 'python3', '/usr/bin/python3; rm -rf ~', 42, undefined]) assert.equal(interpreterPath(bad), undefined, String(bad));
     });
 
     it('no Python with torch: exit 1 and what was tried', async () => {

@@ -5,7 +5,7 @@
  */
 import { existsSync } from 'node:fs';
 import { readdir, readFile, stat } from 'node:fs/promises';
-import { basename, join } from 'node:path';
+import { basename, isAbsolute, join } from 'node:path';
 import type { RunStage } from '../protocol';
 import { runStages } from '../run/config';
 import type { RunJson } from '../run/format';
@@ -78,6 +78,15 @@ export async function lastLines(file: string, maxBytes = 64 * 1024): Promise<str
   }
 }
 
+/**
+ * run.json's `python`, when it looks like a Python interpreter: an absolute path whose file is named python, python3 or
+ * python3.N. A resume runs it (to probe it, then to train), so a run directory from elsewhere must not be able to name
+ * just any program; the workspace's trust (the editor) and the user's own `--run-dir` (the CLI) cover the rest.
+ */
+export function interpreterPath(p: unknown): string | undefined {
+  return typeof p === 'string' && isAbsolute(p) && /^python(3(\.\d+)?)?(\.exe)?$/.test(basename(p)) ? p : undefined;
+}
+
 export async function readRun(dir: string): Promise<RunInfo | undefined> {
   let run: Partial<RunJson>;
   try {
@@ -87,7 +96,7 @@ export async function readRun(dir: string): Promise<RunInfo | undefined> {
   }
   let state: RunState = (run.status as RunState) ?? 'interrupted';
   if (state === 'running' && !(run.pid && isAlive(run.pid))) state = 'interrupted';
-  const info: RunInfo = { dir, id: run.id ?? basename(dir), state, step: run.step ?? 0, total: run.total_steps, pid: run.pid, python: typeof run.python === 'string' ? run.python : undefined, created: run.created, updated: run.updated, error: run.error?.message, stopReason: run.stop_reason, rolloutSteps: [] };
+  const info: RunInfo = { dir, id: run.id ?? basename(dir), state, step: run.step ?? 0, total: run.total_steps, pid: run.pid, python: interpreterPath(run.python), created: run.created, updated: run.updated, error: run.error?.message, stopReason: run.stop_reason, rolloutSteps: [] };
   const stages = runStages(run.config);
   if (stages.length > 1) info.stages = stages;
   const metrics = join(dir, 'metrics.jsonl');
