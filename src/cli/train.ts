@@ -12,7 +12,7 @@ import { readRun } from '../core/host/runs';
 import { EnvServerError } from '../core/host/processes';
 import { packageRoot } from '../core/paths';
 import { HOPS_METRICS } from '../core/protocol';
-import { findPython, noPythonMessage, pythonCandidates, type TrainerNeeds } from '../core/python';
+import { findPython, noPythonMessage, pythonCandidates, runPythonNote, type TrainerNeeds } from '../core/python';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 
@@ -166,10 +166,8 @@ interface TrainRequest {
 async function runTraining(req: TrainRequest, log: (s: string) => void): Promise<{ code: number; outcome?: RunOutcome; python?: string }> {
   const runPython = req.resume && req.runDir ? (await readRun(resolve(req.runDir)))?.python : undefined;
   const search = await findPython(cliPythonCandidates(req.python, runPython), req.needs);
-  if (runPython && !req.python && search.found) {
-    const own = search.tried.find((p) => p.executable === runPython);
-    log(own?.ok ? `resuming in the Python the run started in: ${runPython}` : `the Python the run started in (${runPython}) is not usable (${own?.error ?? 'not found'}); resuming in ${search.found.executable}`);
-  }
+  const note = req.python ? undefined : runPythonNote(search, runPython);
+  if (note) log(note);
   if (!search.found) {
     process.stderr.write(`${noPythonMessage(search, req.needs)}\n`);
     return { code: 1 };

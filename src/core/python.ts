@@ -170,6 +170,13 @@ export async function findPython(candidates: string[], needs: TrainerNeeds = {})
   return { tried };
 }
 
+/** What a resume says about the Python the run started in (run.json `python`), once a Python was found; undefined without one. */
+export function runPythonNote(search: PythonSearch, runPython: string | undefined): string | undefined {
+  if (!runPython || !search.found) return undefined;
+  const own = search.tried.find((p) => p.executable === runPython);
+  return own?.ok ? `resuming in the Python the run started in: ${runPython}` : `the Python the run started in (${runPython}) is not usable (${own?.error ?? 'not tried'}); resuming in ${search.found.executable}`;
+}
+
 /** What the trainer needs, in words: "torch ≥ 2.0, transformers ≥ 4.56". */
 export function needsText(needs: TrainerNeeds = {}): string {
   return [`torch ≥ ${TRAINER_MINIMUM.torch}`, ...(needs.transformers ? [`transformers ≥ ${TRAINER_MINIMUM.transformers}`] : []), ...(needs.peft ? [`peft ≥ ${TRAINER_MINIMUM.peft}`] : [])].join(', ');

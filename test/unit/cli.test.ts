@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { cliPythonCandidates, heldOutEm } from '../../src/cli/train';
 import { interpreterPath } from '../../src/core/host/runs';
-import { probePython } from '../../src/core/python';
+import { probePython, runPythonNote } from '../../src/core/python';
 import { trainTinyWithCli } from '../support/tinyRun';
 
 const ROOT = join(__dirname, '..', '..');
@@ -109,6 +109,11 @@ describe('CLI', () => {
       assert.ok(cliPythonCandidates(undefined, own).length > 1, 'then the usual candidates');
       assert.ok(!cliPythonCandidates(undefined).includes(own));
       assert.deepEqual(cliPythonCandidates('/my/python', own), ['/my/python']);
+      // what the resume says: its own Python, or why another one resumed it
+      const probe = (executable: string, ok: boolean, error?: string) => ({ executable, ok, ...(error ? { error } : {}) }) as never;
+      assert.equal(runPythonNote({ found: probe(own, true), tried: [probe(own, true)] }, own), `resuming in the Python the run started in: ${own}`);
+      assert.equal(runPythonNote({ found: probe('/v/python', true), tried: [probe(own, false, 'not found'), probe('/v/python', true)] }, own), `the Python the run started in (${own}) is not usable (not found); resuming in /v/python`);
+      assert.equal(runPythonNote({ tried: [] }, own), undefined);
       // run.json names it; a run directory from elsewhere cannot make a resume run just any program
       assert.equal(interpreterPath('/opt/venv/bin/python3.11'), '/opt/venv/bin/python3.11');
       for (const bad of ['/tmp/evil', 'python3', '/usr/bin/python3; rm -rf ~', 42, undefined]) assert.equal(interpreterPath(bad), undefined, String(bad));

@@ -3,22 +3,12 @@
  * {@link RunAudit.update} for that run, run on a worker thread. The thread is started on first use; if it dies,
  * the pending updates fail with its error and the next update starts a new one (the run is audited afresh).
  */
-import { existsSync } from 'node:fs';
-import { join } from 'node:path';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
+import { spawnWorker } from '../workers';
 import type { StepAudit } from './series';
 
 export type AuditRequest = { t: 'update'; req: number; dir: string } | { t: 'forget'; dir: string };
 export type AuditReply = { t: 'steps'; req: number; steps: StepAudit[] | undefined } | { t: 'error'; req: number; message: string };
-
-/** The worker program: the bundle beside this file (dist/audit-worker.js), or (running from source) the TypeScript through the test register. */
-function spawn(): Worker {
-  const bundled = join(__dirname, 'audit-worker.js');
-  if (existsSync(bundled)) return new Worker(bundled);
-  const register = join(__dirname, '..', '..', '..', 'test', 'register.cjs');
-  const source = join(__dirname, 'worker.ts');
-  return new Worker(`require(${JSON.stringify(register)}); require(${JSON.stringify(source)});`, { eval: true });
-}
 
 export class AuditThread {
   private worker: Worker | undefined;
@@ -26,7 +16,7 @@ export class AuditThread {
   private readonly pending = new Map<number, { worker: Worker; resolve(s: StepAudit[] | undefined): void; reject(e: Error): void }>();
 
   private start(): Worker {
-    const w = spawn();
+    const w = spawnWorker(__dirname, 'audit-worker.js', 'worker.ts');
     w.unref();
     w.on('message', (m: AuditReply) => {
       const p = this.pending.get(m.req);

@@ -5,11 +5,11 @@
  * into chunks handed to whichever worker is free (several requests share the queue), and put back in order:
  * the results are those of one thread, query for query.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { join } from 'node:path';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { Bm25Index } from './bm25';
+import { spawnWorker } from '../workers';
 
 export interface PoolHit {
   id: string;
@@ -53,11 +53,7 @@ export function threadCpuSeconds(): number | null {
 
 /** The worker program: the bundle beside this file, or (running from source) the TypeScript through the test register. */
 function spawn(workerData: unknown): Worker {
-  const bundled = join(__dirname, 'bm25-worker.js');
-  if (existsSync(bundled)) return new Worker(bundled, { workerData });
-  const register = join(__dirname, '..', '..', '..', 'test', 'register.cjs');
-  const source = join(__dirname, 'bm25Worker.ts');
-  return new Worker(`require(${JSON.stringify(register)}); require(${JSON.stringify(source)});`, { eval: true, workerData });
+  return spawnWorker(__dirname, 'bm25-worker.js', 'bm25Worker.ts', { workerData });
 }
 
 export class Bm25Pool {

@@ -11,7 +11,7 @@ import { EnvServerError, startEnvServerProcess, type EnvServerProcess, envServer
 import { envServerArgs, loadRunConfig, RunConfigError, runNeeds } from '../../core/host/runConfig';
 import { RunHost, type RunOutcome } from '../../core/host/runHost';
 import { listRuns, progressOf, readRun, type RunInfo } from '../../core/host/runs';
-import { noPythonMessage, type TrainerNeeds } from '../../core/python';
+import { noPythonMessage, runPythonNote, type TrainerNeeds } from '../../core/python';
 import type { RunEvent } from '../../core/run/format';
 import { nodeCommand } from '../node';
 import { DoctorReport, findTrainerPython, SETUP_COMMAND, setUpTrainerEnvironment } from './python';
@@ -143,7 +143,8 @@ export class TrainingController implements vscode.Disposable {
     );
     for (const p of search.tried) this.log.info(`python candidate ${p.executable}: ${p.ok ? `torch ${p.torch}${p.cuda ? ' (CUDA)' : ''}` : p.error}`);
     if (search.found) {
-      if (runPython) this.log.info(search.found.executable === runPython ? `resuming in the Python the run started in: ${runPython}` : `the Python the run started in (${runPython}) is not usable; resuming in ${search.found.executable}`);
+      const note = runPythonNote(search, runPython);
+      if (note) this.log.info(note);
       return search.found.executable;
     }
     const message = noPythonMessage(search, needs, 'Set up a trainer environment (a virtual environment with the pinned torch, transformers and peft), or set searchAgent.pythonPath to a Python that has them.');
