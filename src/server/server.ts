@@ -41,7 +41,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
   if (items.length > maxItems) throw new HttpError(400, `items: ${items.length} items; at most ${maxItems} per request`);
   return items.map((raw, i) => {
     const at = `items[${i}]`;
-    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?, dialect?, search_tool?}`);
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?, dialect?, search_tool?, strict_actions?}`);
     const it = raw as Record<string, unknown>;
     if (typeof it.response !== 'string') throw new HttpError(400, `${at}.response: expected a string, got ${it.response === undefined ? 'nothing' : typeof it.response}`);
     if (it.prompt !== undefined && typeof it.prompt !== 'string') throw new HttpError(400, `${at}.prompt: expected a string`);
@@ -52,6 +52,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
     const dialect = parseDialectName(it.dialect);
     if (typeof dialect === 'object') throw new HttpError(400, `${at}.dialect: ${dialect.error}`);
     if (it.search_tool !== undefined && (typeof it.search_tool !== 'string' || !it.search_tool.trim())) throw new HttpError(400, `${at}.search_tool: expected a tool name`);
+    if (it.strict_actions !== undefined && typeof it.strict_actions !== 'boolean') throw new HttpError(400, `${at}.strict_actions: expected a boolean, got ${JSON.stringify(it.strict_actions)}`);
     return {
       id: typeof it.id === 'string' || typeof it.id === 'number' ? String(it.id) : `items[${i}]`,
       prompt: (it.prompt as string | undefined) ?? '',
@@ -62,6 +63,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
       ...(it.meta !== undefined ? { meta: it.meta as Record<string, unknown> } : {}),
       ...(dialect !== 'auto' ? { dialect } : {}),
       ...(it.search_tool !== undefined ? { searchTool: it.search_tool as string } : {}),
+      ...(it.strict_actions === true ? { strictActions: true } : {}),
     };
   });
 }
@@ -76,7 +78,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
  * They never feed the reward: the trainer trains on the module's reward only.
  */
 export function builtinMetrics(item: RewardItem): Record<string, number> {
-  const traj = makeTrajectory(item.prompt, item.response, { dialect: item.dialect as Dialect | undefined, searchTool: item.searchTool });
+  const traj = makeTrajectory(item.prompt, item.response, { dialect: item.dialect as Dialect | undefined, searchTool: item.searchTool, strictActions: item.strictActions });
   const answer = traj.answer;
   return {
     em: answer === null ? 0 : em(answer, item.golden),

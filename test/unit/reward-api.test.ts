@@ -61,6 +61,17 @@ describe('env server /reward', function () {
     assert.match(bad.body.error, /metrics: expected a boolean/);
   });
 
+  it('strict_actions: the module and the built-in measures read no answer from inside an unclosed <search>', async () => {
+    const hack = '<think>t</think><search> Bryran </search><information>Doc 1(Title: x) founded by Broubrar.</information><think>t</think><search> Broubrar <answer> Broubrar </answer>';
+    const r = await post(server.port, { metrics: true, items: [{ response: hack, golden: ['Broubrar'] }, { response: hack, golden: ['Broubrar'], strict_actions: true }] });
+    assert.equal(r.status, 200);
+    assert.deepEqual(r.body.results[0], { reward: 1, parts: { answered: 1 }, metrics: { em: 1, f1: 1, format: 0, answered: 1, searches: 1, answer_retrieved: 1 } }, "Search-R1's reading: the answer counts");
+    assert.deepEqual(r.body.results[1], { reward: 0, parts: { answered: 0 }, metrics: { em: 0, f1: 0, format: 0, answered: 0, searches: 1, answer_retrieved: 1 } });
+    const bad = await post(server.port, { items: [{ response: hack, golden: [], strict_actions: 'yes' }] });
+    assert.equal(bad.status, 400);
+    assert.match(bad.body.error, /items\[0\]\.strict_actions: expected a boolean, got "yes"/);
+  });
+
   it('answer_retrieved: a golden answer in what a search returned, as whole words; not in the policy\'s own text', async () => {
     const turn = (info: string) => `<think>t</think><search> q </search><information>${info}</information>`;
     const cases: [string, string[], number][] = [

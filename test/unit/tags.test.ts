@@ -10,8 +10,10 @@ import {
   searchR1Action,
   searchR1ExtractSolution,
   searchR1Observation,
+  strictAction,
   turnsOf,
 } from '../../src/core/tags/searchr1';
+import { makeTrajectory } from '../../src/core/rewards/api';
 import { TrajectoryDocument } from '../../src/core/tags/document';
 import { detectTemplate, extractQuestion, parseTranscript, splitConversations, splitTranscript } from '../../src/core/tags/transcript';
 
@@ -163,6 +165,31 @@ describe('Search-R1 semantics', () => {
     assert.deepEqual(searchR1Action('<answer>a</answer><search>q</search>'), { action: 'answer', content: 'a' });
     assert.deepEqual(searchR1Action('<search>q</answer>'), { action: null, content: '' }, 'the closing tag must match');
     assert.deepEqual(searchR1Action('no action'), { action: null, content: '' });
+  });
+
+  it('reads every turn of the shared fixture as the trainer does, in both readings (test/fixtures/tags/strict-actions.json)', () => {
+    const { cases } = JSON.parse(readFileSync(join(FIXTURES, 'tags', 'strict-actions.json'), 'utf8')) as { cases: { why: string; text: string; searchr1: [string | null, string]; strict: [string | null, string] }[] };
+    assert.ok(cases.length >= 10);
+    for (const c of cases) {
+      assert.deepEqual(searchR1Action(c.text), { action: c.searchr1[0], content: c.searchr1[1] }, `searchr1: ${c.why}`);
+      assert.deepEqual(strictAction(c.text), { action: c.strict[0], content: c.strict[1] }, `strict: ${c.why}`);
+    }
+  });
+
+  it('strict actions: a reward reads no answer from inside an unclosed <search>, and a later valid answer still counts', () => {
+    const obs = '\n\n<information>Doc 1(Title: "Bryran Printing House") Founded by Broubrar.</information>\n\n';
+    const hack = '<think> let me search </think> <search> Bryran </search>' + obs + '<think> let me search again </think> <search> Broubrar <answer> Broubrar </answer>';
+    assert.equal(makeTrajectory('', hack).answer, 'Broubrar', 'Search-R1 reads the answer');
+    const strict = makeTrajectory('', hack, { strictActions: true });
+    assert.equal(strict.answer, null);
+    assert.deepEqual(strict.turns.map((t) => t.action), ['search', null]);
+    const fb = '\nMy previous action is invalid. If I want to search, I should put the query between <search> and </search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n';
+    const recovered = hack + fb + '<answer> Doubrebyst </answer>';
+    assert.equal(makeTrajectory('', recovered, { strictActions: true }).answer, 'Doubrebyst');
+    assert.equal(makeTrajectory('', recovered, { strictActions: true }).invalidActions, 1, 'the feedback answered an invalid turn');
+    assert.equal(makeTrajectory('', recovered).answer, 'Doubrebyst');
+    const toolcall = makeTrajectory('', '<tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call>', { dialect: 'toolcall', strictActions: true });
+    assert.equal(toolcall.turns[0]!.action, 'search', 'strict actions read Search-R1 tags only');
   });
 
   it('extract_solution needs two or more answers in prompt + response (the quirk)', () => {

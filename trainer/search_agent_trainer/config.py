@@ -267,5 +267,7 @@ def _check(cfg: Section, source: str, schema: dict[str, Any]) -> None:
             problems.append('data.chat_template: rollout.dialect "toolcall" renders the prompt and the tool turns with the chat template; it cannot be false')
         if cfg.train.supervised_warmup.steps:
             problems.append('train.supervised_warmup: the warm start writes Search-R1\'s tags only; it cannot be used with rollout.dialect "toolcall"')
+        if cfg.rollout.strict_actions:
+            problems.append('rollout.strict_actions: reads Search-R1\'s <search>/<answer> tags; the tool-call dialect parses its calls as JSON already (an invalid call is answered as one)')
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))

@@ -105,7 +105,7 @@ def recorded_prefix(record: dict[str, Any], turn: int, tok: Any, settings: Rollo
     response = record.get("response") or ""
     logprobs = t.get("rollout_logprob") or [None] * len(ids)
     ex = Example(str((record.get("meta") or {}).get("example_id", record.get("id", ""))), record.get("question") or "", tuple(record.get("golden") or []), record.get("data_source") or "")
-    traj = Trajectory(ex, 0, 0, record.get("prompt") or "", list(ids[:P]), dialect=dialect.name)
+    traj = Trajectory(ex, 0, 0, record.get("prompt") or "", list(ids[:P]), dialect=dialect.name, strict_actions=bool(getattr(dialect, "strict", False)))
     pos = 0
     for k, (s, e, gen) in enumerate(runs):
         if s >= cut:
@@ -190,7 +190,7 @@ class PolicyServer:
         self.device = torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
         self.policy, self.tok = self._load(ckpt)
         self.policy.eval()
-        self.dialect = make_dialect(self.cfg.rollout.dialect, self.tok, self.cfg.rollout.search_tool)
+        self.dialect = make_dialect(self.cfg.rollout.dialect, self.tok, self.cfg.rollout.search_tool, self.cfg.rollout.strict_actions)
         self.stops = self.dialect.stops(self.tok)
         self.dtype = compute_dtype(self.cfg, self.device)
         self.max_batch_tokens = self.cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, self.dtype)

@@ -81,6 +81,26 @@ def turn_action(text: str) -> tuple[str | None, str]:
     return (m.group(1), m.group(2).strip()) if m else (None, "")
 
 
+ACTION_OPEN_RE = re.compile(r"<(search|answer)>")
+
+
+def strict_turn_action(text: str) -> tuple[str | None, str]:
+    """`rollout.strict_actions`: the first `<search>` or `<answer>` the turn opens is its action, and it must close
+    before another of the two opens; else (None, ""). `turn_action` reads `<search> X <answer> Y </answer>` as the
+    answer Y (its regex skips the unclosed search); this reads a search that never closed. The reward reads answers
+    the same way (src/core/tags/searchr1.ts, `strictAction`; test/fixtures/strict-actions.json holds both)."""
+    m = ACTION_OPEN_RE.search(text)
+    if not m:
+        return None, ""
+    close = text.find(f"</{m.group(1)}>", m.end())
+    if close < 0:
+        return None, ""
+    body = text[m.end() : close]
+    if ACTION_OPEN_RE.search(body):
+        return None, ""
+    return m.group(1), body.strip()
+
+
 @dataclass
 class Call:
     """One call of a turn, answered by the environment: a search (`query`) or an invalid call (`error`, the
@@ -137,9 +157,13 @@ class Dialect(Protocol):
 
 class SearchR1:
     """Search-R1's dialect: the first `<search>`/`<answer>` of a turn acts; the observation is an `<information>`
-    block (or the invalid-action message), tokenised as one piece after the generated tokens."""
+    block (or the invalid-action message), tokenised as one piece after the generated tokens. `strict`
+    (`rollout.strict_actions`): actions read by `strict_turn_action` instead of Search-R1's regex."""
 
     name = "searchr1"
+
+    def __init__(self, strict: bool = False):
+        self.strict = strict
 
     def stops(self, tokenizer: Any) -> Stops:
         return search_r1_stops(tokenizer)
@@ -151,7 +175,7 @@ class SearchR1:
         return tokenizer.decode(ids)
 
     def parse(self, text: str) -> Action:
-        action, content = turn_action(text)
+        action, content = (strict_turn_action if self.strict else turn_action)(text)
         if action == "answer":
             return Action(answer=True, valid=True)
         if action == "search":
@@ -174,10 +198,11 @@ class SearchR1:
 SEARCH_R1 = SearchR1()
 
 
-def make_dialect(name: str, tokenizer: Any, search_tool: str = "search") -> Dialect:
-    """The dialect `rollout.dialect` names, for this tokenizer (`toolcall` checks the tokenizer's chat template)."""
+def make_dialect(name: str, tokenizer: Any, search_tool: str = "search", strict_actions: bool = False) -> Dialect:
+    """The dialect `rollout.dialect` names, for this tokenizer (`toolcall` checks the tokenizer's chat template;
+    `strict_actions`: Search-R1's tags read strictly)."""
     if name == "searchr1":
-        return SEARCH_R1
+        return SearchR1(strict=True) if strict_actions else SEARCH_R1
     if name == "toolcall":
         from .toolcall import ToolCall
 
@@ -207,6 +232,7 @@ class Trajectory:
     # Per search: the query and its hits' ids and retrieval scores (the replay panel shows them on the documents).
     retrieval: list[dict[str, Any]] = field(default_factory=list)
     dialect: str = "searchr1"
+    strict_actions: bool = False  # its actions were read strictly (rollout.strict_actions): its reward reads them so
 
     @property
     def done(self) -> bool:
@@ -318,7 +344,8 @@ def run_rollouts(
     their turns in waves of `s.wave_size`; the generator is called once per wave and turn with every active trajectory
     of the wave (keyed by its index, so it may keep their caches between turns) and released after each wave. The
     protocol itself is `play`, per trajectory."""
-    trajs = [Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1]), dialect=dialect.name) for g, ex in enumerate(examples) for k in range(n)]
+    strict = bool(getattr(dialect, "strict", False))
+    trajs = [Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1]), dialect=dialect.name, strict_actions=strict) for g, ex in enumerate(examples) for k in range(n)]
     return play_all(trajs, generator, tokenizer, env, s, warn, dialect)
 
 

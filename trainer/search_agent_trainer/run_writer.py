@@ -203,6 +203,8 @@ def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dic
         "searches": traj.searches,
         "dialect": getattr(traj, "dialect", "searchr1"),
     }
+    if getattr(traj, "strict_actions", False):
+        rec["strict_actions"] = True
     if traj.reward is not None:
         rec["reward"] = traj.reward
     rec["reward_parts"] = dict(traj.reward_parts)

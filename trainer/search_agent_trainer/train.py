@@ -187,7 +187,7 @@ class Trainer:
         elif ckpt is not None and self.warmup_applies() and warm0.exists():
             load_trainable(self.policy, warm0)
         self.reference = Reference(self.policy) if cfg.algorithm.kl_coef > 0 else None
-        self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool)
+        self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool, cfg.rollout.strict_actions)
         self.stops = self.dialect.stops(self.tok)
         self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, compute_dtype(cfg, self.device))
 
@@ -708,7 +708,8 @@ class Trainer:
 def reward_item(t: Trajectory, search_tool: str) -> dict[str, Any]:
     """A trajectory as `/reward` scores it (the tool-call dialect names its search tool)."""
     tool = {"search_tool": search_tool} if t.dialect == "toolcall" else {}
-    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool}
+    strict = {"strict_actions": True} if t.strict_actions else {}
+    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool, **strict}
 
 
 def token_arrays(tok: Any, t: Trajectory) -> dict[str, list[Any]]:

@@ -4,6 +4,7 @@ and its /retrieve API are real): observation text, roles and masks token by toke
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import re
 from collections import defaultdict
 
@@ -13,7 +14,9 @@ from conftest import EnvServer
 from search_agent_trainer.data import Example
 from search_agent_trainer.env_client import EnvClient
 from search_agent_trainer.generation import GeneratedTurn
-from search_agent_trainer.rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, answer_action, run_rollouts, search_action, turn_action
+from search_agent_trainer.rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, SearchR1, answer_action, make_dialect, run_rollouts, search_action, strict_turn_action, turn_action
+from search_agent_trainer.run_writer import rollout_record
+from search_agent_trainer.train import reward_item
 from search_agent_trainer.tiny import TinyTokenizer
 
 CORPUS = [
@@ -76,7 +79,7 @@ def _tok() -> TinyTokenizer:
     return TinyTokenizer.build(texts)
 
 
-def _run(env, scripts, **settings):
+def _run(env, scripts, dialect=None, **settings):
     tok = _tok()
     s = dict(max_turns=3, max_turn_tokens=64, max_response_length=1000, max_obs_length=500, topk=2)
     s.update(settings)
@@ -88,7 +91,7 @@ def _run(env, scripts, **settings):
     warnings: list[str] = []
     client = CountingClient(env.url)
     model = ScriptedModel(tok, scripts)
-    trajs = run_rollouts(examples, prompts, 1, model, tok, client, RolloutSettings(**s), warn=warnings.append)
+    trajs = run_rollouts(examples, prompts, 1, model, tok, client, RolloutSettings(**s), warn=warnings.append, **({"dialect": dialect} if dialect else {}))
     return tok, trajs, client, warnings, model
 
 
@@ -187,3 +190,45 @@ def test_the_warm_starts_actions_are_what_the_parser_reads_back():
     assert search_action("Zemor Dogrand") == "<search> Zemor Dogrand </search>"
     assert turn_action(f"<think> x </think> {search_action('Zemor Dogrand')}") == ("search", "Zemor Dogrand")
     assert turn_action(f"<think> x </think> {answer_action('the Zilthen')}") == ("answer", "the Zilthen")
+
+
+FIXTURES = Path(__file__).resolve().parents[2] / "test" / "fixtures"
+
+
+def test_both_readings_of_a_turn_match_the_shared_fixture():
+    """test/fixtures/tags/strict-actions.json: the reward's reading (TypeScript) and the protocol's agree, case by case."""
+    cases = json.loads((FIXTURES / "tags" / "strict-actions.json").read_text(encoding="utf-8"))["cases"]
+    assert len(cases) >= 10
+    for c in cases:
+        assert turn_action(c["text"]) == tuple(c["searchr1"]), c["why"]
+        assert strict_turn_action(c["text"]) == tuple(c["strict"]), c["why"]
+
+
+HACK = "<think> b </think> <search> Paris <answer> Paris </answer>"
+
+
+def test_search_r1s_reading_answers_from_inside_an_unclosed_search(env):
+    """The default, as Search-R1: `<search> X <answer> Y </answer>` is the answer Y, and /reward scores it."""
+    tok, [t], client, _w, _m = _run(env, {"capital of France?": ["<search> capital of France </search>", HACK]})
+    assert (t.finish, t.turns, t.searches, t.strict_actions) == ("answer", 2, 1, False)
+    [r] = client.reward([reward_item(t, "search")])
+    assert (r["reward"], r["metrics"]["em"], r["metrics"]["format"]) == (1, 1, 0)
+
+
+def test_strict_actions_make_it_an_invalid_turn_and_the_reward_agrees(env):
+    strict = make_dialect("searchr1", _tok(), strict_actions=True)
+    assert isinstance(strict, SearchR1) and strict.strict
+    scripts = {"capital of France?": ["<search> capital of France </search>", HACK, "<think> h </think>"], "which river?": ["<search> Seine river </search>", HACK, "<answer> Seine </answer>"]}
+    tok, [lost, recovered], client, _w, _m = _run(env, scripts, dialect=strict, max_turns=2)
+    assert lost.response.endswith(HACK + INVALID_ACTION_FEEDBACK + "<think> h </think>")
+    assert (lost.finish, lost.turns, lost.searches, lost.valid_actions, lost.strict_actions) == ("max_turns", 3, 1, 1, True)
+    n = len(tok.encode(INVALID_ACTION_FEEDBACK))
+    assert lost.roles.count("feedback") == n
+    assert (recovered.finish, recovered.valid_actions) == ("answer", 2)
+    item = reward_item(lost, "search")
+    assert item["strict_actions"] is True
+    [r_lost, r_recovered] = client.reward([item, reward_item(recovered, "search")])
+    assert (r_lost["reward"], r_lost["metrics"]["answered"]) == (0, 0), "the reward reads no answer where the protocol read none"
+    assert r_recovered["reward"] == 0 and r_recovered["metrics"]["answered"] == 1  # Seine is not Paris: the later answer is read
+    lost.reward = 0.0
+    assert rollout_record(lost, run_id="r", step=1, split="train", tokens=None)["strict_actions"] is True

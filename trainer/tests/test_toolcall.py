@@ -123,6 +123,8 @@ def test_what_cannot_speak_tool_calls_is_refused_with_the_reason(tool_dir):
     assert cfg.data.prompt_template == TOOLCALL_BASE_TEMPLATE and cfg.rollout.search_tool == "search"
     with pytest.raises(ConfigError, match="data.chat_template"):
         config_from_dict({"data": {"train": "t.jsonl", "chat_template": False}, "model": {"kind": "hf", "path": "/m"}, "rollout": {"dialect": "toolcall"}})
+    with pytest.raises(ConfigError, match="rollout.strict_actions: reads Search-R1's <search>/<answer> tags"):
+        config_from_dict({"data": {"train": "t.jsonl"}, "model": {"kind": "hf", "path": "/m"}, "rollout": {"dialect": "toolcall", "strict_actions": True}})
 
 
 # -- scripted rollouts --------------------------------------------------------------------------------------------

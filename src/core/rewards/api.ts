@@ -33,7 +33,11 @@ export interface Trajectory {
   response: string;
   /** How the response acts: `searchr1`, `toolcall` or `llama-json` (docs/trajectory-format.md). */
   dialect: Dialect;
-  /** The final answer: the content of the response's last complete `<answer>` (null if none). */
+  /**
+   * The final answer: the content of the response's last complete `<answer>` (null if none). With strict actions
+   * (`rollout.strict_actions`, Search-R1 tags): the content of the last turn whose action is an answer, so an
+   * `<answer>` opened inside an unclosed `<search>` is none.
+   */
   answer: string | null;
   /** Search queries, in order (stripped): `<search>` contents, or the `query` of each valid search tool call. */
   searches: string[];
@@ -76,7 +80,7 @@ export function defineReward(def: RewardDefinition): RewardDefinition {
  * one detected). The response is parsed once; searches, turns and the format check are computed when first read
  * (an EM reward reads only the answer).
  */
-export function makeTrajectory(prompt: string, response: string, options: { dialect?: Dialect | 'auto'; searchTool?: string } = {}): Trajectory {
+export function makeTrajectory(prompt: string, response: string, options: { dialect?: Dialect | 'auto'; searchTool?: string; strictActions?: boolean } = {}): Trajectory {
   const parsed = parseResponse(response, { prompt, dialect: options.dialect, searchTool: options.searchTool }, { expectAnswer: false });
   const lazy = <T>(fn: () => T) => {
     let value: T | undefined;
@@ -90,13 +94,18 @@ export function makeTrajectory(prompt: string, response: string, options: { dial
     };
   };
   const searches = lazy(() => searchQueries(parsed));
-  const turns = lazy(() => turnsOf(parsed));
+  const strict = options.strictActions === true && parsed.dialect === 'searchr1';
+  const turns = lazy(() => turnsOf(parsed, { strictActions: strict }));
+  const strictAnswer = () => {
+    const last = turns().filter((t) => t.action === 'answer').pop();
+    return last ? last.content : null;
+  };
   const valid = lazy(() => (parsed.dialect === 'searchr1' ? formatValidResponse(response, { dialect: 'searchr1' }) : formatValidParsed(parsed)).valid);
   return {
     prompt,
     response,
     dialect: parsed.dialect,
-    answer: finalAnswer(parsed) ?? null,
+    answer: strict ? strictAnswer() : (finalAnswer(parsed) ?? null),
     get searches() {
       return searches();
     },

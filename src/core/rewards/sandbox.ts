@@ -28,6 +28,8 @@ export interface RewardItem {
   dialect?: string;
   /** The search tool's name (tool-call dialects); absent: `search`. */
   searchTool?: string;
+  /** The run's `rollout.strict_actions`: the answer is read as the environment read it (`strictAction`). */
+  strictActions?: boolean;
   /** Where the rollout came from, for messages (e.g. `rollouts.jsonl:17`). */
   where?: string;
 }
@@ -77,7 +79,7 @@ try {
       const def = mod && mod.default;
       const call = (item) => {
         if (!def || typeof def.score !== 'function') throw new TypeError('the module has no default export made with defineReward({ name, score })');
-        const traj = mod.makeTrajectory(item.prompt, item.response, { dialect: item.dialect, searchTool: item.searchTool });
+        const traj = mod.makeTrajectory(item.prompt, item.response, { dialect: item.dialect, searchTool: item.searchTool, strictActions: item.strictActions });
         const example = { golden: item.golden, question: item.question, data_source: item.data_source, meta: item.meta };
         return def.score(traj, example);
       };

@@ -43,6 +43,7 @@ export function itemFromRollout(r: Rollout, where?: string): RewardItem {
     ...(r.data_source !== undefined ? { data_source: r.data_source } : {}),
     ...(r.meta !== undefined ? { meta: r.meta } : {}),
     ...(r.dialect !== undefined ? { dialect: r.dialect } : {}),
+    ...(r.strict_actions === true ? { strictActions: true } : {}),
     ...(where ? { where } : {}),
   };
 }

@@ -127,6 +127,12 @@ export const RunConfigSchema = S.object(
               'searchr1',
             ),
           ),
+          strict_actions: S.optional(
+            S.boolean(
+              'searchr1: a turn acts with the first <search> or <answer> it opens, which must close before another opens; otherwise the turn is an invalid action (Search-R1’s message answers it) and an answer inside it does not count. Default false: Search-R1’s postprocess_predictions, the first complete <search>…</search> or <answer>…</answer> anywhere in the turn, so `<search> X <answer> Y </answer>` answers Y — a policy can learn to write that instead of a second search (docs/demo.md). The reward reads the answer the same way (/reward’s strict_actions).',
+              false,
+            ),
+          ),
           search_tool: S.optional(S.string({ minLength: 1, default: 'search', description: 'toolcall: the search tool’s name (its one argument is the string `query`); the inspector’s --search-tool.' })),
           max_batch_tokens: S.optional(
             S.integer({

@@ -80,6 +80,7 @@ export const RolloutSchema = S.object(
     prompt: S.string({ description: 'The prompt as fed to the policy (chat template applied).' }),
     response: S.string({ description: 'Everything after the prompt: generated text, information blocks, feedback.' }),
     dialect: S.optional(S.enum(DIALECTS, 'How the response acts (docs/trajectory-format.md): Search-R1 tags, chat-template tool calls, or Llama JSON tool calls. Absent: detected from the prompt and response.')),
+    strict_actions: S.optional(S.boolean('The run read actions strictly (rollout.strict_actions): a turn acts with its first <search> or <answer>, which must close before another opens. A reward re-scored from the record reads the answer the same way.')),
     reward: S.optional(S.number()),
     reward_parts: S.optional(S.record(S.number(), 'Named components of the reward (e.g. em, format).')),
     finish: S.optional(S.enum(FINISH_REASONS, 'Why the trajectory ended.')),

@@ -28,6 +28,24 @@ export function searchR1Action(turnText: string): { action: 'search' | 'answer' 
 }
 
 /**
+ * A turn's action under strict actions (`rollout.strict_actions`): the first `<search>` or `<answer>` opened in the
+ * turn is its action, and it must close before another of those two opens; otherwise the turn is invalid
+ * (`{ action: null }`). Where {@link searchR1Action} reads `<search> X <answer> Y </answer>` as the answer Y (the
+ * regex skips the unclosed search), this reads it as a search that never closed. The trainer's rollout protocol
+ * (rollout.py, `strict_turn_action`) applies the same rule; test/fixtures/strict-actions.json holds both to it.
+ */
+export function strictAction(turnText: string): { action: 'search' | 'answer' | null; content: string } {
+  const open = /<(search|answer)>/.exec(turnText);
+  if (!open) return { action: null, content: '' };
+  const from = open.index + open[0].length;
+  const close = turnText.indexOf(`</${open[1]}>`, from);
+  if (close < 0) return { action: null, content: '' };
+  const body = turnText.slice(from, close);
+  if (/<(?:search|answer)>/.test(body)) return { action: null, content: '' };
+  return { action: open[1] as 'search' | 'answer', content: pythonStrip(body) };
+}
+
+/**
  * `extract_solution` of qa_em.py: over prompt + response, the last `<answer>(.*?)</answer>` stripped, but only
  * when there are two or more matches (the prompt's instructions contain an example answer, `<answer> Beijing
  * </answer>`, which the first match is assumed to be); null otherwise.
@@ -148,8 +166,11 @@ export interface Turn {
   observations: number[];
 }
 
-/** The turns of a parsed response: its segments grouped by `turn`, with the action of each. */
-export function turnsOf(parsed: ParsedTrajectory): Turn[] {
+/**
+ * The turns of a parsed response: its segments grouped by `turn`, with the action of each (`strictActions`: Search-R1
+ * tags read by {@link strictAction}).
+ */
+export function turnsOf(parsed: ParsedTrajectory, options: { strictActions?: boolean } = {}): Turn[] {
   const offset = parsed.offset;
   const segs = parsed.segments;
   const turns: Turn[] = [];
@@ -176,7 +197,7 @@ export function turnsOf(parsed: ParsedTrajectory): Turn[] {
   }
   for (const t of turns) {
     if (parsed.dialect === 'searchr1') {
-      const a = searchR1Action(parsed.text.slice(t.start - offset, t.end - offset));
+      const a = (options.strictActions ? strictAction : searchR1Action)(parsed.text.slice(t.start - offset, t.end - offset));
       t.action = a.action;
       t.content = a.content;
       continue;

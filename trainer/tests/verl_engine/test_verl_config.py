@@ -178,6 +178,7 @@ def test_prepare_writes_the_files_and_prints_the_command(tmp_path, qwen_dir):
     assert prepared["data"]["train"] == "builtin:demo/train" and prepared["data"]["eval"] == str(DEMO / "eval.jsonl")
     loops = json.loads((d / "agent_loops.yaml").read_text())
     assert loops[0]["name"] == SEARCH_R1_AGENT and loops[0]["env_url"] == ENV_URL and loops[0]["max_turns"] == 2
+    assert loops[0]["strict_actions"] is False  # Search-R1's reading unless rollout.strict_actions
     check_config(compose_config(out["overrides"]))
     # a config the engine cannot run is refused before anything is written, naming the key
     raw["model"] = {"kind": "tiny"}
@@ -219,3 +220,20 @@ def test_the_search_tool_is_named_by_rollout_search_tool_in_veRLs_tool_registry(
         (tmp_path / "tools.yaml").write_text(json.dumps(tool_entries(cfg, ENV_URL)))
         [tool] = initialize_tools_from_config(str(tmp_path / "tools.yaml"))
         assert type(tool).__name__ == "SearchTool" and tool.name == (name or "search") and tool.topk == cfg["retriever"]["topk"]
+
+
+def test_strict_actions_reach_the_agent_loop_its_records_and_the_reward(tmp_path):
+    """rollout.strict_actions: the agent loop reads turns with strict_turn_action, and what it hands veRL's batch
+    (extra_fields["sas"]) makes the reward item and the record say so."""
+    from search_agent_trainer.data import Example
+    from search_agent_trainer.engines.verl.agent_loop import rollout_fields
+    from search_agent_trainer.engines.verl.overrides import agent_loop_entries
+    from search_agent_trainer.engines.verl.reward import reward_item
+    from search_agent_trainer.rollout import Trajectory
+
+    assert agent_loop_entries({"rollout": {"strict_actions": True}}, None)[0]["strict_actions"] is True
+    t = Trajectory(Example("e", "q?", ("x",), "demo"), 0, 0, "Q", [1], strict_actions=True)
+    sas = rollout_fields(t, "searchr1")
+    assert sas["strict_actions"] is True and "strict_actions" not in rollout_fields(Trajectory(Example("e", "q?", ("x",), "demo"), 0, 0, "Q", [1]), "searchr1")
+    assert reward_item("demo", "r", {"target": ["x"]}, {"sas": sas})["strict_actions"] is True
+    assert "strict_actions" not in reward_item("demo", "r", {"target": ["x"]}, {"sas": {}})

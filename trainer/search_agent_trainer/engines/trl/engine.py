@@ -130,7 +130,7 @@ class TRLEngine(Trainer):
         ckpt = self._resume_checkpoint()
         self.policy, self.tok = self._build_model()
         self.reference = None  # TRL's (a reference model, or the starting adapter under LoRA)
-        self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool)
+        self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool, cfg.rollout.strict_actions)
         self.stops = self.dialect.stops(self.tok)
         from ...generation import auto_max_batch_tokens
 

@@ -33,7 +33,7 @@ from verl.utils.rollout_trace import rollout_trace_op
 
 from ...env_client import EnvClient
 from ...policy import Tokenizer
-from ...rollout import STOP_STRINGS, Generate, RolloutSettings, Trajectory, play, turn_action
+from ...rollout import STOP_STRINGS, Generate, RolloutSettings, Trajectory, make_dialect, play, turn_action
 from . import ENV_URL_VAR, SEARCH_R1_AGENT, TOOL_AGENT
 from .dataset import example_of
 
@@ -60,13 +60,14 @@ def env_url_of(env_url: str | None) -> str:
 class SearchR1AgentLoop(AgentLoopBase):
     """Search-R1's multi-turn protocol on veRL's LLM servers, with rollout.py's per-trajectory steps."""
 
-    def __init__(self, *args: Any, env_url: str | None = None, max_turns: int = 4, max_turn_tokens: int = 500, max_obs_length: int = 500, topk: int = 3, chat_template: bool = True, loss_masking: bool = True, **kwargs: Any):
+    def __init__(self, *args: Any, env_url: str | None = None, max_turns: int = 4, max_turn_tokens: int = 500, max_obs_length: int = 500, topk: int = 3, chat_template: bool = True, loss_masking: bool = True, strict_actions: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.env = EnvClient(env_url_of(env_url))
         self.tok = our_tokenizer(self.tokenizer)
         self.settings = RolloutSettings(int(max_turns), int(max_turn_tokens), int(self.rollout_config.response_length), int(max_obs_length), int(topk))
         self.chat_template = bool(chat_template)
         self.loss_masking = bool(loss_masking)
+        self.dialect = make_dialect("searchr1", self.tok, strict_actions=bool(strict_actions))
 
     async def _prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
         """The prompt as the builtin trainer feeds it: the chat template applied by veRL's own builder (so ids match
@@ -79,14 +80,14 @@ class SearchR1AgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
         s = self.settings
         prompt_ids = await self._prompt_ids(list(kwargs["raw_prompt"]))
-        t = Trajectory(example_of(kwargs), 0, 0, self.tokenizer.decode(prompt_ids, skip_special_tokens=False), list(prompt_ids))
+        t = Trajectory(example_of(kwargs), 0, 0, self.tokenizer.decode(prompt_ids, skip_special_tokens=False), list(prompt_ids), strict_actions=self.dialect.strict)
         # Stop where the builtin trainer's generator stops: `</search>`, `</answer>` (strings: vLLM forces a tokenizer
         # on, SGLang needs rollout.skip_tokenizer_init false) or an end-of-turn token.
         params = {**sampling_params, "stop": list(STOP_STRINGS), "stop_token_ids": sorted(self.tok.eos_ids)}
         request_id = uuid4().hex  # one id per trajectory: its turns go to the same server (prefix cache)
         metrics: dict[str, float] = {"generate_sequences": 0.0, "tool_calls": 0.0}
         cut = {"truncated": 0, "longest": 0}
-        protocol = play(t, self.tok, s, cut)  # rollout.py's protocol, one trajectory, fed by veRL's server calls
+        protocol = play(t, self.tok, s, cut, self.dialect)  # rollout.py's protocol, one trajectory, fed by veRL's server calls
         request = next(protocol)
         while True:
             t0 = time.perf_counter()
@@ -120,6 +121,7 @@ def rollout_fields(t: Trajectory, dialect: str, cut: dict[str, int] | None = Non
     """What our records need that veRL's batch does not carry (`extra_fields["sas"]`, one per trajectory)."""
     return {
         "dialect": dialect,
+        **({"strict_actions": True} if t.strict_actions else {}),
         "roles": list(t.roles),
         "prompt": t.prompt,
         "response": t.response,

@@ -148,6 +148,7 @@ def agent_loop_entries(cfg: Mapping[str, Any], env_url: str | None) -> list[dict
             "topk": int(_get(cfg, "retriever.topk", 3)),
             "chat_template": bool(_get(cfg, "data.chat_template", True)),
             "loss_masking": bool(_get(cfg, "algorithm.loss_masking", True)),
+            "strict_actions": bool(_get(cfg, "rollout.strict_actions", False)),
         },
         {"name": TOOL_AGENT, "_target_": AGENT_LOOP_CLASSES[TOOL_AGENT]},
     ]

@@ -108,6 +108,8 @@ def records_from_batch(batch: Any, tokenizer: Any, *, run_id: str, step: int, sp
                 tokens[ours] = [None] * len(prompt_ids) + [round(float(x), 6) if s else None for x, s in zip(td[theirs][i, :L].tolist(), scored)]
         rec = rollout_record(t, run_id=run_id, step=step, split=split, tokens=tokens)
         rec["dialect"] = sas.get("dialect", "searchr1")
+        if sas.get("strict_actions"):
+            rec["strict_actions"] = True
         if sas.get("obs_truncated"):
             rec["meta"]["obs_truncated"], rec["meta"]["obs_longest"] = int(sas["obs_truncated"]), int(sas.get("obs_longest", 0))
         rec["meta"]["verl"] = {"uid": uid, "index": str(row.get("index", "")), "roles": "agent loop" if sas.get("roles") is not None else "from response_mask"}

@@ -92,6 +92,8 @@ def reward_item(data_source: str, solution_str: str, ground_truth: Any, extra_in
     }
     if sas.get("prompt") is not None:
         item["prompt"] = sas["prompt"]
+    if sas.get("strict_actions"):
+        item["strict_actions"] = True
     return item
 
 
