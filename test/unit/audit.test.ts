@@ -197,6 +197,16 @@ describe('audit: alarms', () => {
     assert.deepEqual(auditRollout(rollout(distinct, { prompt: TOOL_PROMPT, dialect: 'toolcall' })).alarms, []);
   });
 
+  it('answer-in-search: a rewarded answer opened inside a <search> that never closed', () => {
+    const hack = '<think>a</think> <search> Bryran </search>\n\n<information>Doc 1(Title: x) founded by Broubrar</information>\n\n<think>b</think> <search> Broubrar <answer> Broubrar </answer>';
+    assert.deepEqual(auditRollout(rollout(hack, { reward: 1 })).alarms, ['answer-in-search']);
+    assert.deepEqual(auditRollout(rollout(hack, { reward: 0 })).alarms, [], 'no reward: nothing gained by it');
+    const closed = '<think>a</think> <search> Bryran </search>\n\n<information>Doc 1(Title: x) y</information>\n\n<think>b</think> <answer> Broubrar </answer>';
+    assert.deepEqual(auditRollout(rollout(closed, { reward: 1 })).alarms, []);
+    const inThink = '<think> hmm <answer> Broubrar </answer>';
+    assert.deepEqual(auditRollout(rollout(inThink, { reward: 1 })).alarms, [], 'inside an unclosed <think>: both readings agree it is the answer');
+  });
+
   it('search-collapse: steps whose searches per question fall below a quarter of an earlier peak of ≥ 0.5', () => {
     assert.deepEqual(searchCollapseSteps(new Map([[0, 0.1], [1, 1.2], [2, 0.8], [3, 0.2], [4, 0.1]])), [3, 4]);
     assert.deepEqual(searchCollapseSteps(new Map([[0, 0.2], [1, 0.1], [2, 0]])), [], 'never searched: nothing collapsed');

@@ -11,6 +11,11 @@
  *   not an alarm (tool-call models may not think).
  * - `length-capped`: the trajectory ended at the length limit (`finish: "length"`).
  * - `search-repeat`: the same query (case and spacing aside) twice in one trajectory.
+ * - `answer-in-search`: the reward holds (reward > 0) and the final answer was opened inside a `<search>` that never
+ *   closed (`<search> X <answer> Y </answer>`, Search-R1 tags). Search-R1's reading (its regex skips the unclosed
+ *   search) takes Y as the answer, so a policy can learn to end what looks like another search with an answer;
+ *   `rollout.strict_actions` reads it as an invalid turn instead (docs/demo.md: how the two-hop demo lost its second
+ *   search this way).
  * - `search-collapse` (over a run, {@link searchCollapseSteps}): from a step on, the mean searches per question
  *   fall below `collapseFraction` of the highest earlier step's mean, that peak being ≥ `collapsePeak`; each
  *   rollout of such a step that made no search carries it.
@@ -85,6 +90,19 @@ export function thinkText(parsed: ParsedTrajectory): string | undefined {
 
 const queryKey = (q: string) => q.toLowerCase().replace(/\s+/g, ' ').trim();
 
+/** Whether the response's final answer (the last complete `<answer>`) was opened inside an unclosed `<search>`. */
+export function answerInSearch(parsed: ParsedTrajectory): boolean {
+  if (parsed.dialect !== 'searchr1') return false;
+  const segs = parsed.segments;
+  for (let k = segs.length - 1; k >= 0; k--) {
+    const s = segs[k]!;
+    if (s.kind !== 'answer' || !s.opened || !s.closed) continue;
+    const before = segs[k - 1];
+    return before !== undefined && before.kind === 'search' && !before.closed;
+  }
+  return false;
+}
+
 /** The alarms of one trajectory (all but `search-collapse`, a run-level rule). */
 export function trajectoryAlarms(r: { reward?: number; finish?: string; golden?: string[] }, parsed: ParsedTrajectory, o: AlarmOptions = {}): Alarm[] {
   const out: Alarm[] = [];
@@ -93,6 +111,7 @@ export function trajectoryAlarms(r: { reward?: number; finish?: string; golden?:
   const think = thinkText(parsed);
   if (think !== undefined && (r.reward ?? 0) > 0 && thinkDegeneracy(think, o)) out.push('think-degenerate');
   if (r.finish === 'length') out.push('length-capped');
+  if ((r.reward ?? 0) > 0 && answerInSearch(parsed)) out.push('answer-in-search');
   const seen = new Set<string>();
   for (const q of searchQueries(parsed).map(queryKey)) {
     if (seen.has(q)) {
