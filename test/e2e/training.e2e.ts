@@ -66,7 +66,7 @@ describe('training from the palette (code-server)', function () {
     await until('more points as the run writes (live update)', async () => (await points()) > first + 5, 60_000);
     await until('eight steps on the charts', async () => Number(await dash.evaluate(() => document.body.dataset.steps ?? '0')) >= 8, 90_000);
     const charts = await dash.evaluate(() => [...document.querySelectorAll('.chart:not([hidden]) h3')].map((e) => e.textContent));
-    for (const title of ['Reward and exact match', 'Searches per trajectory', 'Response length (tokens)', 'Valid-action ratio', 'Groups with zero reward variance', 'Entropy', 'Gradient norm', 'Tokens per second']) assert.ok(charts.includes(title), `chart "${title}" shows (${charts.join(', ')})`);
+    for (const title of ['Reward and exact match', 'Searches per trajectory', 'Response length (tokens)', 'Valid-action ratio and format (is_valid_sequence)', 'Groups with zero reward variance', 'Entropy', 'Gradient norm', 'Tokens per second']) assert.ok(charts.includes(title), `chart "${title}" shows (${charts.join(', ')})`);
     assert.equal(await dash.evaluate(() => document.querySelectorAll('canvas').length > 0), true);
     // The legend shows values under the cursor (hover).
     const over = dash.locator('.chart[data-chart="reward"] .u-over');

@@ -27,7 +27,8 @@ export const CHARTS: ChartSpec[] = [
   { key: 'searches', title: 'Searches per trajectory', metrics: [{ key: 'env/number_of_valid_search', label: 'train' }, { key: 'val/searches_mean', label: 'held-out' }] },
   { key: 'hops', title: 'Held-out by hops: exact match, searches per question, answer retrieved', min0: 1, metrics: [1, 2].flatMap((n) => [{ key: HOPS_METRICS.em(n), label: `EM ${n}-hop` }, { key: HOPS_METRICS.searches(n), label: `searches ${n}-hop` }, { key: HOPS_METRICS.retrieved(n), label: `answer retrieved ${n}-hop` }]) },
   { key: 'length', title: 'Response length (tokens)', metrics: [{ key: 'response_length/mean', label: 'mean' }] },
-  { key: 'valid', title: 'Valid-action ratio', min0: 1, metrics: [{ key: 'env/ratio_of_valid_action', label: 'valid actions' }] },
+  // Valid actions high with format low: the parser accepts what the format check refuses (an <answer> inside an unclosed <search>: the audit's answer-in-search).
+  { key: 'valid', title: 'Valid-action ratio and format (is_valid_sequence)', min0: 1, metrics: [{ key: 'env/ratio_of_valid_action', label: 'valid actions' }, { key: 'reward/format/mean', label: 'format (train)' }, { key: 'val/reward/format/mean', label: 'format (held-out)' }] },
   { key: 'zero', title: 'Groups with zero reward variance', min0: 1, metrics: [{ key: 'reward/frac_zero_std_groups', label: 'fraction' }] },
   { key: 'kl', title: 'KL', metrics: [{ key: 'actor/ppo_kl', label: 'policy vs rollout' }, { key: 'actor/kl_loss', label: 'vs reference' }] },
   { key: 'entropy', title: 'Entropy', metrics: [{ key: 'actor/entropy', label: 'entropy' }] },
