@@ -42,13 +42,14 @@ describe('run configs', () => {
     }
   });
 
-  it('the two-hop recipe (examples/demo-multihop.run.json, issue 20) runs as shipped: one config on the two-hop world, a 200-step stage on the data\'s mix, then 320 steps three quarters two-hop', () => {
+  it('the two-hop recipe (examples/demo-multihop.run.json, issue 20) runs as shipped: one config on the two-hop world, strict actions, a 200-step stage on the data\'s mix, then 320 steps three quarters two-hop', () => {
     const file = join(ROOT, 'examples/demo-multihop.run.json');
     const c = checkRunConfig(JSON.parse(readFileSync(file, 'utf8')), file, join(file, '..')).config;
     assert.deepEqual(c.train?.stages, [{ steps: 200 }, { steps: 320, hops_mix: { '1': 1, '2': 3 } }]);
     assert.equal(c.train?.steps, undefined, 'the steps are the stages\' sum');
     assert.deepEqual([c.train?.supervised_warmup?.two_searches, c.train?.supervised_warmup?.answer_from, c.train?.supervised_warmup?.second_query], [1, 'any', 'new_name']);
     assert.equal(c.data.hops_mix, undefined);
+    assert.equal(c.rollout?.strict_actions, true, 'an answer inside an unclosed <search> is no answer (docs/demo.md: the tag the policy dropped)');
     // the two-hop world (as many rivers as towns): its data, vocabulary and corpus, by their built-in names
     const raw = JSON.parse(readFileSync(file, 'utf8'));
     assert.deepEqual([raw.data.train, raw.data.eval, raw.model.tiny.vocab, raw.retriever.corpus], ['builtin:demo-multihop/train', 'builtin:demo-multihop/eval', ['builtin:demo-multihop/corpus'], 'builtin:demo-multihop/corpus']);
