@@ -14,6 +14,8 @@ import {
   turnsOf,
 } from '../../src/core/tags/searchr1';
 import { makeTrajectory } from '../../src/core/rewards/api';
+import { replayModel } from '../../src/core/inspect/replay';
+import { trajectoryFacts } from '../../src/core/run/summary';
 import { TrajectoryDocument } from '../../src/core/tags/document';
 import { detectTemplate, extractQuestion, parseTranscript, splitConversations, splitTranscript } from '../../src/core/tags/transcript';
 
@@ -188,6 +190,12 @@ describe('Search-R1 semantics', () => {
     assert.equal(makeTrajectory('', recovered, { strictActions: true }).answer, 'Doubrebyst');
     assert.equal(makeTrajectory('', recovered, { strictActions: true }).invalidActions, 1, 'the feedback answered an invalid turn');
     assert.equal(makeTrajectory('', recovered).answer, 'Doubrebyst');
+    // the inspector's summary and replay read a record as its run did
+    const record = { v: 2 as const, id: 'r', prompt: '', response: hack, golden: ['Broubrar'] };
+    assert.equal(trajectoryFacts(record).answer, 'Broubrar');
+    assert.deepEqual([trajectoryFacts({ ...record, strict_actions: true }).answer, trajectoryFacts({ ...record, strict_actions: true }).em], [null, 0]);
+    assert.equal(replayModel({ ...record, strict_actions: true }, { index: 0, file: 'x.jsonl', line: 1 }).answer, null);
+    assert.equal(replayModel(record, { index: 0, file: 'x.jsonl', line: 1 }).answer, 'Broubrar');
     const toolcall = makeTrajectory('', '<tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call>', { dialect: 'toolcall', strictActions: true });
     assert.equal(toolcall.turns[0]!.action, 'search', 'strict actions read Search-R1 tags only');
   });

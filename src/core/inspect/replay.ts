@@ -17,7 +17,7 @@
 import type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens } from '../protocol';
 import { rolloutContext, type ReadOptions, type Rollout, type TokenRole } from '../run/format';
 import type { ParsedTrajectory } from '../tags/parser';
-import { finalAnswer, pythonStrip } from '../tags/searchr1';
+import { pythonStrip, responseAnswer } from '../tags/searchr1';
 import { documentsOf, parseResponse } from '../tags/trajectory';
 import { auditMask } from './audit';
 
@@ -149,7 +149,7 @@ export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?:
     sample: r.sample,
     question: r.question,
     golden: r.golden,
-    answer: finalAnswer(parsed) ?? null,
+    answer: responseAnswer(parsed, { strictActions: r.strict_actions === true }) ?? null,
     reward: r.reward,
     rewardParts: r.reward_parts,
     finish: r.finish,

@@ -14,7 +14,7 @@
  * file system; a time and a memory limit per item. Types: reward-api.d.ts (kept in step by a test).
  */
 import type { Dialect, Segment, TagDiagnostic } from '../tags/parser';
-import { finalAnswer, turnsOf, type Turn } from '../tags/searchr1';
+import { finalAnswer, responseAnswer, turnsOf, type Turn } from '../tags/searchr1';
 import { invalidActionCount, parseResponse, searchQueries } from '../tags/trajectory';
 import { formatValidParsed, formatValidResponse } from './format';
 import { em, f1, normalizeAnswer, subem } from './normalize';
@@ -96,16 +96,13 @@ export function makeTrajectory(prompt: string, response: string, options: { dial
   const searches = lazy(() => searchQueries(parsed));
   const strict = options.strictActions === true && parsed.dialect === 'searchr1';
   const turns = lazy(() => turnsOf(parsed, { strictActions: strict }));
-  const strictAnswer = () => {
-    const last = turns().filter((t) => t.action === 'answer').pop();
-    return last ? last.content : null;
-  };
+
   const valid = lazy(() => (parsed.dialect === 'searchr1' ? formatValidResponse(response, { dialect: 'searchr1' }) : formatValidParsed(parsed)).valid);
   return {
     prompt,
     response,
     dialect: parsed.dialect,
-    answer: strict ? strictAnswer() : (finalAnswer(parsed) ?? null),
+    answer: (strict ? responseAnswer(parsed, { strictActions: true }, turns()) : finalAnswer(parsed)) ?? null,
     get searches() {
       return searches();
     },

@@ -7,7 +7,7 @@
 import { formatValidParsed, formatValidResponse } from '../rewards/format';
 import { em } from '../rewards/normalize';
 import type { Dialect, ParsedTrajectory } from '../tags/parser';
-import { finalAnswer, turnsOf } from '../tags/searchr1';
+import { responseAnswer, turnsOf } from '../tags/searchr1';
 import { invalidActionCount, parseResponse, searchCount } from '../tags/trajectory';
 import { groupKeyOf, rolloutContext, type LocatedIssue, type ReadOptions, type Rollout } from './format';
 
@@ -51,8 +51,9 @@ export interface TrajectoryFacts {
 
 export function trajectoryFacts(r: Rollout, read: ReadOptions = {}): TrajectoryFacts {
   const parsed = parseResponse(r.response, rolloutContext(r, read));
-  const answer = finalAnswer(parsed) ?? null;
-  const turns = turnsOf(parsed);
+  const strict = { strictActions: r.strict_actions === true };
+  const turns = turnsOf(parsed, strict);
+  const answer = responseAnswer(parsed, strict, turns) ?? null;
   const searches = r.searches ?? searchCount(parsed);
   const recordedEm = r.reward_parts?.em;
   const emValue = typeof recordedEm === 'number' ? recordedEm : r.golden && r.golden.length > 0 ? (answer === null ? 0 : em(answer, r.golden)) : null;

@@ -65,6 +65,17 @@ export function finalAnswer(parsed: ParsedTrajectory): string | undefined {
   return undefined;
 }
 
+/**
+ * The answer a run read from a response: {@link finalAnswer}, or under strict actions (`rollout.strict_actions`, Search-R1
+ * tags) the answer of the last turn whose action {@link strictAction} reads as one — none from inside an unclosed
+ * `<search>`. `turns`: the response's turns read strictly, when the caller has them.
+ */
+export function responseAnswer(parsed: ParsedTrajectory, options: { strictActions?: boolean } = {}, turns?: readonly Turn[]): string | undefined {
+  if (!options.strictActions || parsed.dialect !== 'searchr1') return finalAnswer(parsed);
+  const last = (turns ?? turnsOf(parsed, { strictActions: true })).filter((t) => t.action === 'answer').pop();
+  return last?.content;
+}
+
 export type AnswerMode = 'last-answer' | 'searchr1-quirk';
 
 export interface ExtractedAnswer {
