@@ -24,6 +24,7 @@ const TITLES: Record<string, string> = {
   'val/searches_by_hops/2': 'searches per two-hop question (held-out)',
   'val/answer_retrieved_by_hops/1': 'held-out one-hop questions whose searches returned the answer',
   'val/answer_retrieved_by_hops/2': 'held-out two-hop questions whose searches returned the answer',
+  'reward/format/mean': 'training responses in Search-R1 format',
 };
 
 function metrics(runDir: string): Record<string, number>[] {
