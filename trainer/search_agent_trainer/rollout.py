@@ -88,7 +88,7 @@ def strict_turn_action(text: str) -> tuple[str | None, str]:
     """`rollout.strict_actions`: the first `<search>` or `<answer>` the turn opens is its action, and it must close
     before another of the two opens; else (None, ""). `turn_action` reads `<search> X <answer> Y </answer>` as the
     answer Y (its regex skips the unclosed search); this reads a search that never closed. The reward reads answers
-    the same way (src/core/tags/searchr1.ts, `strictAction`; test/fixtures/strict-actions.json holds both)."""
+    the same way (src/core/tags/searchr1.ts, `strictAction`; test/fixtures/tags/strict-actions.json holds both)."""
     m = ACTION_OPEN_RE.search(text)
     if not m:
         return None, ""

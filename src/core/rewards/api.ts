@@ -96,7 +96,6 @@ export function makeTrajectory(prompt: string, response: string, options: { dial
   const searches = lazy(() => searchQueries(parsed));
   const strict = options.strictActions === true && parsed.dialect === 'searchr1';
   const turns = lazy(() => turnsOf(parsed, { strictActions: strict }));
-
   const valid = lazy(() => (parsed.dialect === 'searchr1' ? formatValidResponse(response, { dialect: 'searchr1' }) : formatValidParsed(parsed)).valid);
   return {
     prompt,

@@ -32,7 +32,7 @@ export function searchR1Action(turnText: string): { action: 'search' | 'answer' 
  * turn is its action, and it must close before another of those two opens; otherwise the turn is invalid
  * (`{ action: null }`). Where {@link searchR1Action} reads `<search> X <answer> Y </answer>` as the answer Y (the
  * regex skips the unclosed search), this reads it as a search that never closed. The trainer's rollout protocol
- * (rollout.py, `strict_turn_action`) applies the same rule; test/fixtures/strict-actions.json holds both to it.
+ * (rollout.py, `strict_turn_action`) applies the same rule; test/fixtures/tags/strict-actions.json holds both to it.
  */
 export function strictAction(turnText: string): { action: 'search' | 'answer' | null; content: string } {
   const open = /<(search|answer)>/.exec(turnText);
