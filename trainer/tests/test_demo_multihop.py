@@ -19,8 +19,10 @@ retrieved, 1.04 searches per two-hop question; AVX-512: 0.043 -> 0.114, 1.36): t
 second `<search>` with an `<answer>` before closing it, which Search-R1's reading takes as the answer (docs/demo.md,
 "The tag the policy dropped"). The recipe now reads actions strictly (`rollout.strict_actions`), and the same seed on
 that machine at step 100, one torch thread per run: AVX-512 0.057 -> 0.414 answer retrieved, one-hop 0.000 -> 0.393,
-1.93 searches; pinned to AVX2 0.057 -> 0.457, 0.000 -> 0.326, 1.93 — both over every threshold (this test's own
-two-thread trajectory is a third one). Thresholds unchanged.
+1.93 searches; pinned to AVX2 0.057 -> 0.457, 0.000 -> 0.326, 1.93 — both over every threshold. This test's own
+two-thread trajectory (a third one) still FAILS there with the strict recipe (stop 32, 8m21s): 0.071 -> 0.043 answer
+retrieved, one-hop 0.000 -> 0.371, 0.99 searches — its second search died for real by step 41 (one well-formed search,
+then the answer). Thresholds unchanged: the race is narrower, not won.
 
 It takes ~13 minutes on 2 cores (a 300-step warm start, 100 RL steps of 64 two-search trajectories), which CI's
 40-minute budget cannot hold beside the rest, so it runs when asked: `npm run test:demo-multihop`
