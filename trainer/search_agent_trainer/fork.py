@@ -105,7 +105,7 @@ def recorded_prefix(record: dict[str, Any], turn: int, tok: Any, settings: Rollo
     response = record.get("response") or ""
     logprobs = t.get("rollout_logprob") or [None] * len(ids)
     ex = Example(str((record.get("meta") or {}).get("example_id", record.get("id", ""))), record.get("question") or "", tuple(record.get("golden") or []), record.get("data_source") or "")
-    traj = Trajectory(ex, 0, 0, record.get("prompt") or "", list(ids[:P]), dialect=dialect.name, strict_actions=bool(getattr(dialect, "strict", False)))
+    traj = Trajectory(ex, 0, 0, record.get("prompt") or "", list(ids[:P]), dialect=dialect.name, strict_actions=dialect.strict)
     pos = 0
     for k, (s, e, gen) in enumerate(runs):
         if s >= cut:

@@ -132,6 +132,7 @@ class Dialect(Protocol):
     """How the model acts and how the environment answers (Search-R1's tags, or tool calls)."""
 
     name: str
+    strict: bool  # actions read strictly (rollout.strict_actions; Search-R1 tags only): trajectories carry it to /reward
 
     def stops(self, tokenizer: Any) -> Stops: ...
 
@@ -344,8 +345,7 @@ def run_rollouts(
     their turns in waves of `s.wave_size`; the generator is called once per wave and turn with every active trajectory
     of the wave (keyed by its index, so it may keep their caches between turns) and released after each wave. The
     protocol itself is `play`, per trajectory."""
-    strict = bool(getattr(dialect, "strict", False))
-    trajs = [Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1]), dialect=dialect.name, strict_actions=strict) for g, ex in enumerate(examples) for k in range(n)]
+    trajs = [Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1]), dialect=dialect.name, strict_actions=dialect.strict) for g, ex in enumerate(examples) for k in range(n)]
     return play_all(trajs, generator, tokenizer, env, s, warn, dialect)
 
 

@@ -92,6 +92,7 @@ class ToolCall:
     end-of-turn token, and write a tool response's text as it is."""
 
     name = "toolcall"
+    strict = False  # rollout.strict_actions reads Search-R1 tags; calls are JSON here
 
     def __init__(self, tokenizer: Any, search_tool: str = "search"):
         if getattr(tokenizer, "kind", None) != "hf":

@@ -14,7 +14,7 @@
  * file system; a time and a memory limit per item. Types: reward-api.d.ts (kept in step by a test).
  */
 import type { Dialect, Segment, TagDiagnostic } from '../tags/parser';
-import { finalAnswer, responseAnswer, turnsOf, type Turn } from '../tags/searchr1';
+import { responseAnswer, turnsOf, type Turn } from '../tags/searchr1';
 import { invalidActionCount, parseResponse, searchQueries } from '../tags/trajectory';
 import { formatValidParsed, formatValidResponse } from './format';
 import { em, f1, normalizeAnswer, subem } from './normalize';
@@ -101,7 +101,7 @@ export function makeTrajectory(prompt: string, response: string, options: { dial
     prompt,
     response,
     dialect: parsed.dialect,
-    answer: (strict ? responseAnswer(parsed, { strictActions: true }, turns()) : finalAnswer(parsed)) ?? null,
+    answer: responseAnswer(parsed, { strictActions: strict }, strict ? turns() : undefined) ?? null,
     get searches() {
       return searches();
     },
