@@ -42,10 +42,10 @@ describe('run configs', () => {
     }
   });
 
-  it('the two-hop recipe (examples/demo-multihop.run.json, issue 20) runs as shipped: one config on the two-hop world, strict actions, a 200-step stage on the data\'s mix, then 320 steps three quarters two-hop', () => {
+  it('the two-hop recipe (examples/demo-multihop.run.json, issue 20) runs as shipped: one config on the two-hop world, strict actions, a 200-step stage three quarters two-hop, then 320 steps on the data\'s own mix', () => {
     const file = join(ROOT, 'examples/demo-multihop.run.json');
     const c = checkRunConfig(JSON.parse(readFileSync(file, 'utf8')), file, join(file, '..')).config;
-    assert.deepEqual(c.train?.stages, [{ steps: 200 }, { steps: 320, hops_mix: { '1': 1, '2': 3 } }]);
+    assert.deepEqual(c.train?.stages, [{ steps: 200, hops_mix: { '1': 1, '2': 3 } }, { steps: 320, hops_mix: null }]);
     assert.equal(c.train?.steps, undefined, 'the steps are the stages\' sum');
     assert.deepEqual([c.train?.supervised_warmup?.two_searches, c.train?.supervised_warmup?.answer_from, c.train?.supervised_warmup?.second_query], [1, 'any', 'new_name']);
     assert.equal(c.data.hops_mix, undefined);
