@@ -47,6 +47,10 @@ INVALID_ACTION_FEEDBACK = (
     "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"
 )
 STOP_STRINGS = ("</search>", "</answer>")
+# The protocol's own texts for the built-in tiny tokenizer's vocabulary (beside the data's): the invalid-action
+# message and the pieces of an observation. Kept byte for byte as first written — the vocabulary's order, and with it
+# every seeded tiny run and documented demo number, depends on this text, not on `information()`'s whitespace.
+VOCABULARY_TEXTS = (INVALID_ACTION_FEEDBACK, "Doc 1(Title: ) \n<information></information>")
 DIALECTS = ("searchr1", "toolcall")
 
 

@@ -51,7 +51,7 @@ from .env_client import EnvClient
 from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .generation import LMGenerator, auto_max_batch_tokens
 from .policy import Reference, build_policy, compute_dtype, window_stats
-from .rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, Trajectory, make_dialect, run_rollouts
+from .rollout import VOCABULARY_TEXTS, RolloutSettings, Trajectory, make_dialect, run_rollouts
 from .run_writer import RunWriter, rollout_record
 from .watchdog import watch_parent
 
@@ -169,7 +169,7 @@ class Trainer:
         self.stage = stage_of(self.stages, start + 1)
         init = Path(cfg.model.init) if cfg.model.init else None
         tok_file = next((str(p / "tokenizer.json") for p in (ckpt, init) if p is not None and (p / "tokenizer.json").exists()), None)
-        vocab_texts = [cfg.data.prompt_template, INVALID_ACTION_FEEDBACK, "Doc 1(Title: ) \n<information></information>"]
+        vocab_texts = [cfg.data.prompt_template, *VOCABULARY_TEXTS]
         vocab_texts += [f"{e.question} {' '.join(e.golden)}" for e in self.train_set + self.eval_set]
         self.policy, self.tok = self._build_policy(vocab_texts, tok_file)
         if init is not None:  # also on resume: the reference below is model.init's policy
