@@ -162,10 +162,12 @@ class WindowStats:
     values: torch.Tensor | None
 
 
-def window_stats(model: Any, batch: Any, where: torch.Tensor, temperature: float = 1.0, want_entropy: bool = False, want_values: bool = False, entropy_grad: bool = False) -> WindowStats:
+def window_stats(model: Any, batch: Any, where: torch.Tensor, temperature: float = 1.0, want_entropy: bool = False, want_values: bool = False, entropy_grad: bool = False, whole_distribution: bool = False) -> WindowStats:
     """log π(token | context) (and the entropy, and PPO's values) at the window positions `where` (B, R) bool, from
     the logits of the temperature-scaled distribution the tokens were sampled from (veRL divides by the sampling
-    temperature too). `model` is the Policy or the Reference."""
+    temperature too). `model` is the Policy or the Reference. The tiny model gives the target tokens' log-probs
+    without the whole output distribution where that is the same computation (temperature 1, no entropy gradient);
+    `whole_distribution` forces the general path (what the tests and the benchmark compare the fast one with)."""
     from .losses import entropy_from_logits
 
     R = batch.window
@@ -176,6 +178,19 @@ def window_stats(model: Any, batch: Any, where: torch.Tensor, temperature: float
         T = batch.input_ids.shape[1]
         select = torch.zeros(batch.input_ids.shape, dtype=torch.bool, device=where.device)
         select[:, T - R - 1 : T - 1] = where  # the positions whose outputs predict the selected window tokens
+        if not whole_distribution and (not temperature or temperature == 1.0) and not (want_entropy and entropy_grad and torch.is_grad_enabled()):
+            # the target tokens' log-probs without the whole distribution (tiny.py; the same numbers, a fraction of
+            # the cost); an entropy in the loss needs the whole distribution with its gradient: the path below
+            (logp_t, ent_t), _, h = backbone(batch.input_ids, batch.attention_mask, batch.position_ids, None, 0, select, batch.targets[where], want_entropy)
+            logp = torch.zeros(where.shape, dtype=torch.float32, device=logp_t.device)
+            logp[where] = logp_t
+            entropy = None
+            if want_entropy:
+                entropy = torch.zeros(where.shape, dtype=torch.float32, device=logp_t.device)
+                entropy[where] = ent_t
+            hidden_w = h[:, -(R + 1) : -1]
+            values = policy.values(hidden_w) if want_values and policy.value_head is not None else None
+            return WindowStats(logp, entropy, values)
         selected, _, h = backbone(batch.input_ids, batch.attention_mask, batch.position_ids, None, 0, select)
         hidden_w = h[:, -(R + 1) : -1]
     elif isinstance(model, Reference):

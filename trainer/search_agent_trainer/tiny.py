@@ -125,6 +125,45 @@ def piece_shape(piece: str) -> int:
     return SHAPES.index(kind) * 2 + (1 if spaced else 0)
 
 
+# Room left after the cached tokens when a cache grows: decoding appends one token per step, and copying the whole
+# cache every step (torch.cat) was most of a rollout's time on CPU.
+CACHE_SLACK = 256
+
+
+def append(cache: torch.Tensor, new: torch.Tensor, dim: int) -> torch.Tensor:
+    """`cache` followed by `new` along `dim` (dim ≥ 1), as torch.cat gives it. Without autograd (generation), the
+    result is the first part of a larger buffer along `dim`, and when `cache` is such a part with room for `new`,
+    `new` is written into the room instead of copying the cache: O(new) per decode step rather than O(cache). (Read
+    from the strides: inference-mode views do not record their base.)
+
+    A cache is extended once (the generator replaces it by the result); the rows a generator selects or pads are
+    copies (index_select, cat), which grow into buffers of their own."""
+    if torch.is_grad_enabled() and (cache.requires_grad or new.requires_grad):
+        return torch.cat([cache, new], dim=dim)
+    n, m = cache.shape[dim], new.shape[dim]
+    room = list(cache.shape)
+    room[dim] = cache.stride(dim - 1) // max(cache.stride(dim), 1) if cache.numel() else n
+    contiguous_strides = [1] * len(room)
+    for d in range(len(room) - 2, -1, -1):
+        contiguous_strides[d] = contiguous_strides[d + 1] * room[d + 1]
+    if (
+        room[dim] >= n + m
+        and cache.storage_offset() == 0
+        and list(cache.stride()) == contiguous_strides
+        and cache.untyped_storage().nbytes() >= math.prod(room) * cache.element_size()
+        and cache.dtype == new.dtype
+    ):
+        out = cache.as_strided([n + m if d == dim else x for d, x in enumerate(cache.shape)], cache.stride())
+        out.narrow(dim, n, m).copy_(new)
+        return out
+    shape = list(cache.shape)
+    shape[dim] = n + m + CACHE_SLACK
+    buf = cache.new_empty(shape)
+    buf.narrow(dim, 0, n).copy_(cache)
+    buf.narrow(dim, n, m).copy_(new)
+    return buf.narrow(dim, 0, n + m)
+
+
 class Block(nn.Module):
     def __init__(self, d_model: int, heads: int):
         super().__init__()
@@ -140,8 +179,8 @@ class Block(nn.Module):
         q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
         q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
         if cache is not None:
-            k = torch.cat([cache[0], k], dim=2)
-            v = torch.cat([cache[1], v], dim=2)
+            k = append(cache[0], k, dim=2)
+            v = append(cache[1], v, dim=2)
         # mask: (b, 1, t, total) booleans, True where attention is allowed
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         y = y.transpose(1, 2).reshape(b, t, d)
@@ -194,11 +233,18 @@ class TinyCausalLM(nn.Module):
     def max_len(self) -> int:
         return self.config["max_len"]
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, past=None, logits_to_keep: int = 0, select: torch.Tensor | None = None):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, past=None, logits_to_keep: int = 0, select: torch.Tensor | None = None, targets: torch.Tensor | None = None, want_entropy: bool = False):
         """input_ids (b, t); attention_mask (b, past_len + t) with 0 on padding; position_ids (b, t).
         Returns (logits, cache, hidden): logits are log p(next token) — (b, t, vocab), or only the last
         `logits_to_keep` positions when > 0, or (n, vocab) for the positions where `select` (b, t) is true, in row-major
-        order —, the cache for the next call, and the final hidden states (b, t, d)."""
+        order —, the cache for the next call, and the final hidden states (b, t, d).
+
+        With `targets` (n,) (one token per selected position), `logits` is instead the pair (log p(target) (n,),
+        entropy (n,) or None): the same numbers as gathering from the whole distribution, without building it —
+        log p(w) needs only the vocabulary head's logit of w and its log-normaliser, and the pointer's mass on w (the
+        attention on the context positions holding w); the whole (n, vocab) distribution and its backward are most of
+        a training forward's cost otherwise. `want_entropy`: the entropy too, from the whole distribution, without
+        gradient (a statistic)."""
         b, t = input_ids.shape
         past_len = 0 if past is None else past[0][0].shape[2]
         x = self.tok(input_ids) + self.shape_emb(self.shape[input_ids]) + self.pos(position_ids.clamp(min=0, max=self.max_len - 1))
@@ -217,8 +263,8 @@ class TinyCausalLM(nn.Module):
         k = self.copy_k(h)
         ids = input_ids
         if past is not None:
-            k = torch.cat([past[-1][0], k], dim=1)
-            ids = torch.cat([past[-1][1], ids], dim=1)
+            k = append(past[-1][0], k, dim=1)
+            ids = append(past[-1][1], ids, dim=1)
         new_past.append((k, ids))
         if select is not None:
             rows, cols = select.nonzero(as_tuple=True)
@@ -229,13 +275,28 @@ class TinyCausalLM(nn.Module):
             rows = torch.arange(b, device=h.device).repeat_interleave(t)
             cols = torch.arange(t, device=h.device).repeat(b)
         hq = h[rows, cols]  # (n, d)
-        vocab_logp = torch.log_softmax((hq @ self.tok.weight.T).float(), dim=-1)
+        vocab_logits = (hq @ self.tok.weight.T).float()
         scores = (self.copy_q(h) @ k.transpose(1, 2))[rows, cols].float() / math.sqrt(k.shape[-1])  # (n, total)
         allowed = mask[rows, 0, cols]  # (n, total)
         alpha = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
-        copy_p = torch.zeros_like(vocab_logp).scatter_add_(1, ids[rows], alpha)
         g = torch.sigmoid(self.copy_gate(hq).float())
-        logp = torch.logaddexp(torch.log1p(-g) + vocab_logp, torch.log(g) + torch.log(copy_p.clamp_min(1e-30)))
-        if select is None:
-            logp = logp.view(b, -1, logp.shape[-1])
-        return logp, new_past, h
+
+        def mixture(vocab_logits: torch.Tensor, alpha: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+            copy_p = torch.zeros_like(vocab_logits).scatter_add_(1, ids[rows], alpha)
+            return torch.logaddexp(torch.log1p(-g) + torch.log_softmax(vocab_logits, dim=-1), torch.log(g) + torch.log(copy_p.clamp_min(1e-30)))
+
+        if targets is None:
+            logp = mixture(vocab_logits, alpha, g)
+            if select is None:
+                logp = logp.view(b, -1, logp.shape[-1])
+            return logp, new_past, h
+        g1 = g.squeeze(-1)
+        vocab_t = vocab_logits.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(vocab_logits, dim=-1)
+        copy_t = (alpha * (ids[rows] == targets[:, None])).sum(-1)
+        logp_t = torch.logaddexp(torch.log1p(-g1) + vocab_t, torch.log(g1) + torch.log(copy_t.clamp_min(1e-30)))
+        entropy = None
+        if want_entropy:
+            with torch.no_grad():
+                full = mixture(vocab_logits.detach(), alpha.detach(), g.detach())
+                entropy = -(full.exp() * full).sum(-1)
+        return (logp_t, entropy), new_past, h
