@@ -128,13 +128,14 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
     return loss, masked_mean((l2 > l1).float(), mask).detach()
 
 
-def objective(logprob: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor | None, mb: Any, a: Any, agg: Aggregation, vagg: Aggregation) -> tuple[torch.Tensor, dict[str, float]]:
+def objective(logprob: torch.Tensor, entropy: torch.Tensor | None, values: torch.Tensor | None, mb: Any, a: Any, agg: Aggregation, vagg: Aggregation) -> tuple[torch.Tensor, dict[str, float]]:
     """One micro-batch's share of the mini-batch loss, and its statistics:
 
         L = L^CLIP(θ) − c_H · H  + β · KL(π_θ ‖ π_ref)  + c_V · L^V
                         (entropy_coef)  (kl_coef; unless kl_in_reward)  (vf_coef; PPO)
 
-    every term over `mb.loss_mask` (the value loss over `mb.adv_mask`). `mb` carries old_logprob, advantages,
+    every term over `mb.loss_mask` (the value loss over `mb.adv_mask`). `entropy` may be None when c_H = 0 (the
+    statistic is then left out). `mb` carries old_logprob, advantages,
     ref_logprob (or None), old_values and returns (PPO); `a` is the config's algorithm section."""
     mask = mb.loss_mask
     pl = clipped_surrogate(logprob, mb.old_logprob, mb.advantages, mask, a.clip_ratio_low, a.clip_ratio_high, agg, getattr(a, "clip_ratio_c", None))
@@ -145,8 +146,9 @@ def objective(logprob: torch.Tensor, entropy: torch.Tensor, values: torch.Tensor
         "actor/pg_clipfrac_low": float(pl.clipfrac_low),
         "actor/pg_clipfrac_high": float(pl.clipfrac_high),
         "actor/ppo_kl": float(pl.ppo_kl),
-        "actor/entropy": float(masked_mean(entropy.detach(), mask)),
     }
+    if entropy is not None:
+        stats["actor/entropy"] = float(masked_mean(entropy.detach(), mask))
     if getattr(a, "clip_ratio_c", None) is not None:
         stats["actor/pg_clipfrac_lower"] = float(pl.clipfrac_dual)  # veRL's name for the dual-clip fraction
     if a.entropy_coef > 0:

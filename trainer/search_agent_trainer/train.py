@@ -280,9 +280,10 @@ class Trainer:
         return run_rollouts(examples, prompts, n, gen, self.tok, self.env, self._settings(gen, prompts, n), warn=self.writer.warning, dialect=self.dialect)
 
     def on_policy(self, batch_size: int) -> bool:
-        """One epoch over one mini-batch: the update starts from the policy that sampled, so its own forward (detached)
-        gives the old log-probs (veRL's shortcut; the ratio is exactly 1 and the separate pass is saved)."""
-        return self.cfg.optim.ppo_epochs == 1 and batch_size <= self.cfg.optim.mini_batch_size
+        """One mini-batch per epoch: the first epoch's forward runs before any optimizer step, on the policy that
+        sampled, so its own forward (detached) gives the old log-probs (veRL's shortcut for one epoch; the first epoch's
+        ratio is exactly 1 and the separate pass is saved). Later epochs read them from the batch, as from the pass."""
+        return batch_size <= self.cfg.optim.mini_batch_size
 
     def _score(self, trajs: list[Trajectory]) -> int:
         """Rewards from /reward; a failed item is reported, kept with reward 0 for training and its error recorded."""
@@ -379,7 +380,7 @@ class Trainer:
         skipped = 0
         tokens = 0
         self.policy.train()
-        for _epoch in range(o.ppo_epochs):
+        for epoch in range(o.ppo_epochs):
             order = torch.randperm(batch.size, generator=gen).tolist()
             for mini in chunks(order, o.mini_batch_size):
                 agg = Aggregation.of(a.loss_agg_mode, batch.loss_mask[mini], cfg.rollout.max_response_length)
@@ -388,9 +389,11 @@ class Trainer:
                 for micro in by_length(batch, mini, o.micro_batch_size):
                     mb = batch.select(micro).to(self.device)
                     tokens += int(mb.attention_mask.sum())
+                    # the entropy is the sampling policy's (the first epoch's) unless it is in the loss
+                    want_entropy = epoch == 0 or a.entropy_coef > 0
                     with self._ctx():
-                        st = window_stats(self.policy, mb, mb.loss_mask.bool(), temp, want_entropy=True, want_values=self.policy.value_head is not None, entropy_grad=a.entropy_coef > 0)
-                        if on_policy:  # π_old = π_θ before this (only) optimizer step: ρ = 1 exactly
+                        st = window_stats(self.policy, mb, mb.loss_mask.bool(), temp, want_entropy=want_entropy, want_values=self.policy.value_head is not None, entropy_grad=a.entropy_coef > 0)
+                        if on_policy and epoch == 0:  # π_old = π_θ before this step, the first: ρ = 1 exactly
                             mb.old_logprob = st.logprob.detach()
                             r = mb.window
                             batch.old_logprob[micro, R - r :] = mb.old_logprob.cpu()

@@ -102,6 +102,21 @@ def test_metrics_have_vecrl_names_and_val_em_before_the_first_update(finished_ru
     assert metrics[1]["actor/ppo_kl"] == 0.0 and metrics[1]["actor/pg_clipfrac"] == 0.0
 
 
+def test_two_epochs_over_one_mini_batch_take_the_old_log_probs_from_the_first_epochs_forward(tmp_path, varied_env):
+    """More than one epoch over one mini-batch: the first epoch's forward still runs before any optimizer step, so it
+    gives the old log-probs (no separate pass); the second epoch reads them, after the first step moved the policy."""
+    cfg = tiny_config(**{"train.steps": 1, "train.eval_every": 0, "data.eval_size": 2, "optim.ppo_epochs": 2, "optim.lr": 0.05})
+    proc = run_trainer(tmp_path, cfg, varied_env.url)
+    assert proc.returncode == 0, proc.stderr
+    m = lines(tmp_path / "run" / "metrics.jsonl")[-1]
+    assert m["timing_s/old_log_prob"] == 0.0
+    # the sampler's log-probs: taken before the first step (after it, lr 0.05 moves them by far more)
+    assert m["rollout/logprob_diff_max"] < 1e-4
+    assert m["actor/ppo_kl"] != 0.0 and m["actor/grad_norm"] > 0  # the second epoch's ratios are not 1
+    for rec in lines(tmp_path / "run" / "rollouts" / "step-000001.jsonl"):
+        audit_rollout(rec)  # log-probs and entropies on every loss token, from the first epoch
+
+
 def test_held_out_exact_match_and_searches_by_hops_at_every_evaluation(finished_run):
     """`val/em_by_hops/<h>`, `val/searches_by_hops/<h>` and `val/answer_retrieved_by_hops/<h>` group the held-out
     questions by their dataset line's `meta.hops` (the first 4 demo questions: three one-hop, one two-hop),
