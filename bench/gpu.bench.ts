@@ -6,8 +6,8 @@
  * the same process (the ratio is what to compare), a real training step's time by phase, the update's tokens/s and
  * the peak memory. `SAS_BENCH_GPU_SIZES=0.5b` picks sizes; `SAS_PYTHON` the interpreter.
  */
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
+import { envServer, lastJson, trainerModule } from './trainer';
 import { fmt, report } from './util';
 
 interface Rollout {
@@ -26,39 +26,14 @@ interface Result {
   step: Record<string, number>;
 }
 
-async function envServer(root: string): Promise<{ url: string; stop: () => void }> {
-  const reward = join(root, 'test', 'fixtures', 'rewards', 'modules', 'varied.reward.ts');
-  const child = spawn(process.execPath, ['-r', join(root, 'test', 'register.cjs'), join(root, 'src', 'server', 'main.ts'), '--port', '0', '--reward', reward], { stdio: ['ignore', 'pipe', 'ignore'] });
-  const port = await new Promise<number>((resolve, reject) => {
-    let buf = '';
-    child.stdout!.on('data', (d: Buffer) => {
-      buf += d;
-      if (buf.includes('\n')) resolve(JSON.parse(buf.split('\n')[0]!).port);
-    });
-    child.once('exit', () => reject(new Error('the env server exited before listening')));
-  });
-  return { url: `http://127.0.0.1:${port}`, stop: () => child.kill() };
-}
-
-function python(root: string, args: string[]): Promise<string> {
-  const exe = process.env.SAS_PYTHON ?? join(root, '.venv', 'bin', 'python');
-  const child = spawn(exe, ['-m', 'search_agent_trainer.benchmark', ...args], { cwd: root, env: { ...process.env, PYTHONPATH: join(root, 'trainer') }, stdio: ['ignore', 'pipe', 'inherit'] });
-  let out = '';
-  child.stdout.on('data', (d: Buffer) => (out += d));
-  return new Promise((resolve, reject) => {
-    child.once('error', reject);
-    child.once('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${exe} -m search_agent_trainer.benchmark exited with ${code}`))));
-  });
-}
-
 export async function run(): Promise<string[]> {
   const lines: string[] = [];
   const root = join(__dirname, '..');
-  const env = await envServer(root);
+  const env = await envServer(root, ['--reward', join(root, 'test', 'fixtures', 'rewards', 'modules', 'varied.reward.ts')]);
   try {
     const sizes = process.env.SAS_BENCH_GPU_SIZES;
-    const out = await python(root, ['--env-url', env.url, ...(sizes ? ['--size', sizes] : [])]);
-    const { machine, results } = JSON.parse(out.trim().split('\n').pop()!) as { machine: Record<string, string>; results: Result[] };
+    const out = await trainerModule(root, 'benchmark', ['--env-url', env.url, ...(sizes ? ['--size', sizes] : [])]);
+    const { machine, results } = lastJson<{ machine: Record<string, string>; results: Result[] }>(out);
     const where = machine.gpu ?? `CPU (${machine.cpu_threads} torch thread)`;
     for (const r of results) {
       const s = r.step;
