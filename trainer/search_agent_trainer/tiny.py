@@ -150,7 +150,7 @@ def append(cache: torch.Tensor, new: torch.Tensor, dim: int) -> torch.Tensor:
         room[dim] >= n + m
         and cache.storage_offset() == 0
         and list(cache.stride()) == contiguous_strides
-        and cache.untyped_storage().nbytes() >= math.prod(room) * cache.element_size()
+        and cache.untyped_storage().nbytes() == math.prod(room) * cache.element_size()  # the whole buffer: not a slice of rows
         and cache.dtype == new.dtype
     ):
         out = cache.as_strided([n + m if d == dim else x for d, x in enumerate(cache.shape)], cache.stride())

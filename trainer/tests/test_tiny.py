@@ -113,6 +113,9 @@ def test_a_generation_cache_grows_into_its_room_and_reads_as_torch_cat():
         before = grown.clone()
         rows = append(rows, torch.full((1, 4, 1, 8), 7.0), dim=2)
         assert torch.equal(grown, before) and rows.data_ptr() != ptr and float(rows[0, 0, -1, 0]) == 7.0
+        # a slice of rows shares the buffer: it is copied too, never grown into the others' room
+        first_row = grown[:1]
+        assert append(first_row, torch.zeros(1, 4, 1, 8), dim=2).data_ptr() != ptr and torch.equal(grown, before)
         # the copy head's (b, time, d) keys and (b, time) ids grow along dim 1
         ids = append(torch.tensor([[1, 2], [3, 4]]), torch.tensor([[5], [6]]), dim=1)
         ids = append(ids, torch.tensor([[7], [8]]), dim=1)
