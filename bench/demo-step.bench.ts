@@ -7,7 +7,7 @@
  * `SAS_PYTHON` picks the interpreter.
  */
 import { join } from 'node:path';
-import { envServer, lastJson, trainerModule } from './trainer';
+import { envServer, lastJson, trainerModule } from './processes';
 import { fmt, report } from './util';
 
 interface Result {

@@ -7,7 +7,7 @@
  * the peak memory. `SAS_BENCH_GPU_SIZES=0.5b` picks sizes; `SAS_PYTHON` the interpreter.
  */
 import { join } from 'node:path';
-import { envServer, lastJson, trainerModule } from './trainer';
+import { envServer, lastJson, trainerModule } from './processes';
 import { fmt, report } from './util';
 
 interface Rollout {

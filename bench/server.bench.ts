@@ -4,27 +4,19 @@
  * (per-request overhead-heavy), with the latency of the concurrent run; and for Search-R1-sized requests of 512
  * queries (one turn of a training step is batch × n = 512 × 5 of them), 4 clients.
  */
-import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { envServer } from './processes';
 import { fmt, median, quantile, report } from './util';
 
 async function measure(workers: number): Promise<{ serial: number; concurrent: number; p50: number; p99: number; batched: number }> {
   const root = join(__dirname, '..');
-  const child = spawn(process.execPath, ['-r', join(root, 'test', 'register.cjs'), join(root, 'src', 'server', 'main.ts'), '--port', '0', '--workers', String(workers)], { stdio: ['ignore', 'pipe', 'ignore'] });
-  const port = await new Promise<number>((resolve, reject) => {
-    let buf = '';
-    child.stdout!.on('data', (d: Buffer) => {
-      buf += d;
-      if (buf.includes('\n')) resolve(JSON.parse(buf.split('\n')[0]!).port);
-    });
-    child.once('exit', () => reject(new Error('server exited')));
-  });
+  const env = await envServer(root, ['--workers', String(workers)]);
   try {
     const words = 'who founded the observatory museum river town born province author wrote library academy guild'.split(' ');
     const question = (i: number, j: number) => `${words[(i + j) % words.length]} ${words[(i * 7 + j) % words.length]} ${words[(i * 3) % words.length]}`;
     const call = async (queries: string[]) => {
-      const res = await fetch(`http://127.0.0.1:${port}/retrieve`, { method: 'POST', body: JSON.stringify({ queries, topk: 3, return_scores: true }) });
+      const res = await fetch(`${env.url}/retrieve`, { method: 'POST', body: JSON.stringify({ queries, topk: 3, return_scores: true }) });
       if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
       await res.json();
     };
@@ -57,7 +49,7 @@ async function measure(workers: number): Promise<{ serial: number; concurrent: n
     const batched = (4 * 5 * 512) / ((performance.now() - t) / 1000);
     return { serial, concurrent, p50: median(lat), p99: quantile(lat, 0.99), batched };
   } finally {
-    child.kill('SIGTERM');
+    env.stop();
   }
 }
 

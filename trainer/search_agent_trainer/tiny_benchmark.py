@@ -20,6 +20,7 @@ import argparse
 import copy
 import functools
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -34,6 +35,7 @@ from . import train as train_module
 from .batch import make_batch
 from .config import load_config
 from .policy import Reference, window_stats
+from .rollout import Trajectory
 from .train import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +50,7 @@ def _trainer(env_url: str, run_dir: str, warmup_steps: int) -> Trainer:
     cfg = load_config(str(RECIPE))
     cfg["train"]["supervised_warmup"]["steps"] = warmup_steps
     cfg["train"]["save_rollouts"] = False
-    trainer = Trainer(cfg, run_dir, env_url, stdout=open("/dev/null", "w"))  # noqa: SIM115 - lives as long as the process
+    trainer = Trainer(cfg, run_dir, env_url, stdout=open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
     trainer.setup()
     from .warmup import run_warmup
 
@@ -58,7 +60,7 @@ def _trainer(env_url: str, run_dir: str, warmup_steps: int) -> Trainer:
     return trainer
 
 
-def _rollout(trainer: Trainer, seed: int, slack: int) -> tuple[float, list[list[int]]]:
+def _rollout(trainer: Trainer, seed: int, slack: int) -> tuple[float, list[Trajectory]]:
     cfg = trainer.cfg
     saved = tiny.CACHE_SLACK
     tiny.CACHE_SLACK = slack

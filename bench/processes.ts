@@ -1,5 +1,5 @@
-/** What the trainer's benchmarks share: the real env server on a free loopback port, and a trainer module run with
- * the project's Python (`SAS_PYTHON` picks another), its last stdout line being the result. */
+/** The processes benchmarks start: the real env server on a free loopback port, and a trainer module run with the
+ * project's Python (`SAS_PYTHON` picks another), its last stdout line being the result. */
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 
