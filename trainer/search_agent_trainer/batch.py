@@ -45,6 +45,14 @@ class SequenceBatch:
     token_rewards: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+    # (B,) bool: the rows the trainer scored and trained (its log-prob passes, the update); None: every row.
+    # `algorithm.skip_zero_std_groups` leaves out most rows whose advantages are all 0 …
+    trained: torch.Tensor | None = None
+    # … and (B,) the weight of each row in the KL and entropy terms: the flat rows kept stand for those left out.
+    reg_weight: torch.Tensor | None = None
+
+    def trained_rows(self) -> list[int]:
+        return list(range(self.size)) if self.trained is None else self.trained.nonzero().flatten().tolist()
 
     @property
     def size(self) -> int:

@@ -255,6 +255,11 @@ def _check(cfg: Section, source: str, schema: dict[str, Any]) -> None:
         problems.append(f"optim.micro_batch_size ({cfg.optim.micro_batch_size}) is larger than optim.mini_batch_size ({cfg.optim.mini_batch_size})")
     if cfg.algorithm.name == "grpo" and cfg.rollout.n < 2:
         problems.append("rollout.n: GRPO needs at least 2 samples per prompt (a group)")
+    if cfg.algorithm.skip_zero_std_groups:
+        if cfg.algorithm.name != "grpo":
+            problems.append(f"algorithm.skip_zero_std_groups: applies to GRPO only (a group whose rewards are all equal has advantage 0 there); algorithm.name is \"{cfg.algorithm.name}\"")
+        elif cfg.algorithm.kl_in_reward:
+            problems.append("algorithm.skip_zero_std_groups: cannot be used with algorithm.kl_in_reward (the KL in the reward gives every group a signal)")
     mixes = [("data.hops_mix", cfg.data.hops_mix)] + [(f"train.stages[{i}].hops_mix", st.get("hops_mix")) for i, st in enumerate(cfg.train.stages or [])]
     for where, mix in mixes:
         bad_hops = [k for k in (mix or {}) if not k.isdigit() or int(k) < 1]

@@ -128,6 +128,12 @@ def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: 
     return loss, masked_mean((l2 > l1).float(), mask).detach()
 
 
+def weighted(x: torch.Tensor, mb: Any) -> torch.Tensor:
+    """x (B, R) with each sequence's `mb.reg_weight`, if the mini-batch carries one."""
+    w = getattr(mb, "reg_weight", None)
+    return x if w is None else x * w[:, None].to(x.dtype)
+
+
 def objective(logprob: torch.Tensor, entropy: torch.Tensor | None, values: torch.Tensor | None, mb: Any, a: Any, agg: Aggregation, vagg: Aggregation) -> tuple[torch.Tensor, dict[str, float]]:
     """One micro-batch's share of the mini-batch loss, and its statistics:
 
@@ -135,7 +141,10 @@ def objective(logprob: torch.Tensor, entropy: torch.Tensor | None, values: torch
                         (entropy_coef)  (kl_coef; unless kl_in_reward)  (vf_coef; PPO)
 
     every term over `mb.loss_mask` (the value loss over `mb.adv_mask`). `entropy` may be None when c_H = 0 (the
-    statistic is then left out). `mb` carries old_logprob, advantages,
+    statistic is then left out). `mb.reg_weight` (B,), when present, weighs each sequence in the entropy and KL
+    terms (`algorithm.skip_zero_std_groups`: a random few of the sequences with Â = 0 are kept, weighted to stand for
+    all of them — an unbiased estimate of the whole mini-batch's terms; the surrogate needs no weight, the sequences
+    left out add exactly 0 to it). `mb` carries old_logprob, advantages,
     ref_logprob (or None), old_values and returns (PPO); `a` is the config's algorithm section."""
     mask = mb.loss_mask
     pl = clipped_surrogate(logprob, mb.old_logprob, mb.advantages, mask, a.clip_ratio_low, a.clip_ratio_high, agg, getattr(a, "clip_ratio_c", None))
@@ -152,9 +161,9 @@ def objective(logprob: torch.Tensor, entropy: torch.Tensor | None, values: torch
     if getattr(a, "clip_ratio_c", None) is not None:
         stats["actor/pg_clipfrac_lower"] = float(pl.clipfrac_dual)  # veRL's name for the dual-clip fraction
     if a.entropy_coef > 0:
-        loss = loss - a.entropy_coef * agg_loss(entropy, mask, agg)
+        loss = loss - a.entropy_coef * agg_loss(weighted(entropy, mb), mask, agg)
     if mb.ref_logprob is not None and a.kl_coef > 0 and not a.kl_in_reward:
-        kl_loss = agg_loss(kl_penalty(logprob, mb.ref_logprob, a.kl_estimator), mask, agg)
+        kl_loss = agg_loss(weighted(kl_penalty(logprob, mb.ref_logprob, a.kl_estimator), mb), mask, agg)
         loss = loss + a.kl_coef * kl_loss
         stats["actor/kl_loss"] = float(kl_loss.detach())
     if values is not None:

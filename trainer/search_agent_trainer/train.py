@@ -305,9 +305,10 @@ class Trainer:
     @torch.no_grad()
     def _old_logprobs(self, batch: SequenceBatch) -> dict[str, float]:
         """Old log-probs and entropies (on the loss tokens), values (PPO, every window position) and reference
-        log-probs, over the response window, in micro-batches. On an on-policy step the policy's pass runs only when
-        something before the update needs it (values for GAE, old log-probs for a KL reward); the update fills in
-        the rest from its own forward."""
+        log-probs, over the response window, in micro-batches, for the batch's trained rows (all of them unless
+        `algorithm.skip_zero_std_groups`; the others stay 0 and their records null). On an on-policy step the
+        policy's pass runs only when something before the update needs it (values for GAE, old log-probs for a KL
+        reward); the update fills in the rest from its own forward."""
         B, R = batch.size, batch.window
         temp = self.cfg.rollout.temperature or 1.0
         old = torch.zeros(B, R)
@@ -317,7 +318,7 @@ class Trainer:
         timing = {"old_log_prob": 0.0, "ref": 0.0}
         policy_pass = not self.on_policy(B) or vals is not None or (self.cfg.algorithm.kl_in_reward and ref is not None)
         self.policy.eval()
-        for idx in by_length(batch, range(B), self.cfg.optim.micro_batch_size):
+        for idx in by_length(batch, batch.trained_rows(), self.cfg.optim.micro_batch_size):
             mb = batch.select(idx).to(self.device)
             r = mb.window
             where = mb.loss_mask.bool()
@@ -361,7 +362,29 @@ class Trainer:
             batch.advantages, batch.returns = gae_advantage(rewards, batch.old_values, mask, a.gamma, a.lam, whiten_mask=batch.loss_mask)
         return m
 
+    def _skip_zero_advantage(self, batch: SequenceBatch, step: int) -> None:
+        """`algorithm.skip_zero_std_groups`: the rows whose advantages are 0 on every token (GRPO: a group whose
+        rewards are all equal) add exactly 0 to the surrogate's gradient; all they add is their KL (and entropy)
+        term. Keep every row with a signal and `rollout.n` of the F flat rows, drawn uniformly (seeded by the
+        step), weighted F / k in those terms: each flat row is kept with probability k / F, so the weighted terms are
+        an unbiased estimate of the whole batch's, and every step keeps an anchor to the reference even when no
+        group has a signal. The rest are marked untrained: no log-prob pass, no forward or backward."""
+        signal = batch.advantages.ne(0).any(-1)
+        flat = (~signal).nonzero().flatten()
+        k = min(len(flat), self.cfg.rollout.n)
+        gen = torch.Generator().manual_seed(self.cfg.seed * 104_729 + self.stage.local(step))
+        pick = flat[torch.randperm(len(flat), generator=gen)[:k]]
+        batch.trained = signal.clone()
+        batch.trained[pick] = True
+        batch.reg_weight = torch.ones(batch.size)
+        if k:
+            batch.reg_weight[pick] = len(flat) / k
+
     def _update(self, batch: SequenceBatch, step: int) -> dict[str, float]:
+        """PPO epochs over shuffled mini-batches of the whole batch, each an optimizer step over its micro-batches.
+        Rows the batch marks untrained (skip_zero_std_groups) are left out of the micro-batches; every term keeps the
+        whole mini-batch's denominators (the surrogate loses nothing, the KL and entropy terms are weighted by
+        `batch.reg_weight`). A mini-batch with no trained row is no optimizer step."""
         cfg, a, o = self.cfg, self.cfg.algorithm, self.cfg.optim
         for g, base, warmup in zip(self.optimizer.param_groups, self.base_lrs, self.warmups):
             g["lr"] = base * lr_multiplier(self.stage.local(step), self.stage.steps, warmup, o.lr_schedule, o.min_lr_ratio)
@@ -378,6 +401,7 @@ class Trainer:
 
         grad_norms: dict[str, list[float]] = {"actor/grad_norm": [], "critic/grad_norm": []}
         skipped = 0
+        empty = 0  # mini-batches with no trained row
         tokens = 0
         self.policy.train()
         for epoch in range(o.ppo_epochs):
@@ -385,6 +409,12 @@ class Trainer:
             for mini in chunks(order, o.mini_batch_size):
                 agg = Aggregation.of(a.loss_agg_mode, batch.loss_mask[mini], cfg.rollout.max_response_length)
                 vagg = Aggregation.of(a.loss_agg_mode, batch.adv_mask[mini], cfg.rollout.max_response_length)
+                if batch.trained is not None:
+                    mini = [i for i in mini if batch.trained[i]]
+                    if not mini:
+                        skipped += 1
+                        empty += 1
+                        continue
                 self.optimizer.zero_grad(set_to_none=True)
                 for micro in by_length(batch, mini, o.micro_batch_size):
                     mb = batch.select(micro).to(self.device)
@@ -419,11 +449,11 @@ class Trainer:
                     self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
         self.policy.eval()
-        n_minis = o.ppo_epochs * math.ceil(batch.size / o.mini_batch_size)
+        n_minis = o.ppo_epochs * math.ceil(batch.size / o.mini_batch_size) - empty
         out = {}
         for k, v in sums.items():
             # losses are summed over micro-batches into one value per mini-batch, then averaged over mini-batches
-            out[k] = v / n_minis if k in LOSS_KEYS else v / max(counts[k], 1e-9)
+            out[k] = v / max(n_minis, 1) if k in LOSS_KEYS else v / max(counts[k], 1e-9)
         for key, norms in grad_norms.items():
             if norms:
                 out[key] = _mean(norms)
@@ -450,7 +480,9 @@ class Trainer:
                     return [None] * P + [round(float(v), 6) if s else None for v, s in zip(x[i, R - r :].tolist(), scored[i, R - r :].tolist())]
 
                 tokens["loss_mask"] = [0] * P + [int(v) for v in batch.loss_mask[i, R - r :].tolist()]
-                for key, x, scored in (("logprob", batch.old_logprob, batch.loss_mask), ("ref_logprob", batch.ref_logprob, batch.loss_mask), ("advantage", batch.advantages, batch.adv_mask), ("value", batch.old_values, batch.response_mask), ("entropy", self._entropy_window, batch.loss_mask)):
+                # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies: null
+                passes = batch.trained is None or bool(batch.trained[i])
+                for key, x, scored in (("logprob", batch.old_logprob if passes else None, batch.loss_mask), ("ref_logprob", batch.ref_logprob if passes else None, batch.loss_mask), ("advantage", batch.advantages, batch.adv_mask), ("value", batch.old_values, batch.response_mask), ("entropy", self._entropy_window if passes else None, batch.loss_mask)):
                     v = row(x, scored)
                     if v is not None:
                         tokens[key] = v
@@ -511,10 +543,19 @@ class Trainer:
         w.progress(step, self.total, "update")
         a = cfg.algorithm
         batch = make_batch(trajs, self.tok.pad_id, a.loss_masking, a.mask_advantages)
-        timing.update(self._old_logprobs(batch))
-        t0 = time.perf_counter()
-        m = self._advantages(batch, trajs)
-        timing["adv"] = time.perf_counter() - t0
+        if a.skip_zero_std_groups:
+            # GRPO's advantages need no log-probs (the config refuses a KL in the reward): the rows they leave at 0
+            # skip the log-prob passes too
+            t0 = time.perf_counter()
+            m = self._advantages(batch, trajs)
+            self._skip_zero_advantage(batch, step)
+            timing["adv"] = time.perf_counter() - t0
+            timing.update(self._old_logprobs(batch))
+        else:
+            timing.update(self._old_logprobs(batch))
+            t0 = time.perf_counter()
+            m = self._advantages(batch, trajs)
+            timing["adv"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         upd = self._update(batch, step)
         timing["update"] = time.perf_counter() - t0
@@ -546,6 +587,9 @@ class Trainer:
             m["critic/vf_explained_var"] = float(1 - (ret - v).var() / (ret.var() + 1e-5))
         m.update(self._rollout_metrics(trajs))
         gen_mask = batch.generated_mask.bool() & batch.loss_mask.bool()  # old log-probs exist on the loss tokens only
+        if batch.trained is not None:  # … of the trained rows
+            gen_mask &= batch.trained[:, None]
+            m["actor/trained_fraction"] = float(batch.trained.float().mean())
         if cfg.rollout.top_p >= 1.0 and gen_mask.any():
             m["rollout/logprob_diff_max"] = float((batch.rollout_logprob - batch.old_logprob)[gen_mask].abs().max())
         generated = sum(t.roles.count("generated") for t in trajs)

@@ -60,6 +60,16 @@ def test_dual_clip_needs_c_above_1():
         config_from_dict(_cfg(algorithm={"clip_ratio_c": 1.0}))
 
 
+def test_skip_zero_std_groups_is_grpos_without_a_kl_reward_and_the_builtin_engines():
+    assert config_from_dict(_cfg(algorithm={"name": "grpo", "skip_zero_std_groups": True})).algorithm.skip_zero_std_groups is True
+    with pytest.raises(ConfigError, match=r'algorithm\.skip_zero_std_groups: applies to GRPO only .*algorithm\.name is "ppo"'):
+        config_from_dict(_cfg(algorithm={"name": "ppo", "skip_zero_std_groups": True}))
+    with pytest.raises(ConfigError, match=r"algorithm\.skip_zero_std_groups: cannot be used with algorithm\.kl_in_reward"):
+        config_from_dict(_cfg(algorithm={"name": "grpo", "kl_in_reward": True, "skip_zero_std_groups": True}))
+    with pytest.raises(ConfigError, match=r'algorithm\.skip_zero_std_groups: true is not supported by engine "verl"'):
+        config_from_dict(_cfg(engine="verl", algorithm={"skip_zero_std_groups": True}))
+
+
 def test_builtin_demo_data_resolves_to_the_shipped_files(tmp_path):
     cfg = config_from_dict({"data": {"train": "builtin:demo/train", "eval": "builtin:demo/eval"}, "model": {"kind": "tiny", "tiny": {"vocab": ["builtin:demo/corpus"]}}}, base=tmp_path)
     assert cfg.data.train == str(ROOT / "examples" / "demo" / "train.jsonl")

@@ -217,6 +217,46 @@ def test_value_loss_is_clipped_around_the_old_value():
     assert float(v.grad) == 0.0
 
 
+def test_objective_with_flat_rows_left_out_keeps_the_surrogate_and_an_unbiased_kl():
+    """skip_zero_std_groups' loss: rows with Â = 0 leave the micro-batches, every term keeps the whole mini-batch's
+    denominators. The surrogate (and its gradient) is then exactly the whole batch's; the KL term, with the k flat
+    rows kept weighted F / k, averages to the whole batch's over every choice of k rows (enumerated here)."""
+    from itertools import combinations
+
+    a = SimpleNamespace(clip_ratio_low=0.2, clip_ratio_high=0.2, entropy_coef=0.0, kl_coef=0.2, kl_estimator="k1", kl_in_reward=False)
+    mask = T([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    adv = T([[0.5, 0.5, 0.5], [0.0, 0.0, 0.0], [-1.0, -1.0, -1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])  # rows 1, 3, 4 flat
+    old = T([[-1.0, -2.0, -1.0], [-0.5, -1.5, -2.5], [-2.0, -1.0, -0.5], [-0.7, -0.1, -0.2], [-3.0, -0.2, -1.0]])
+    ref = old - T([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6], [0.7, 0.8, 0.9], [1.0, 1.1, 1.2], [1.3, 1.4, 1.5]])
+    for mode in ("token-mean", "seq-mean-token-mean"):
+        agg = Aggregation.of(mode, mask)
+        beta0 = SimpleNamespace(**{**vars(a), "kl_coef": 0.0})
+        whole_lp = old.clone().requires_grad_(True)
+        mb = SimpleNamespace(loss_mask=mask, adv_mask=mask, old_logprob=old, advantages=adv, ref_logprob=ref)
+        whole, _ = objective(whole_lp * 1.1, None, None, mb, beta0, agg, agg)
+        whole.backward()
+        kept = [0, 2]
+        lp = old[kept].clone().requires_grad_(True)
+        mb = SimpleNamespace(loss_mask=mask[kept], adv_mask=mask[kept], old_logprob=old[kept], advantages=adv[kept], ref_logprob=ref[kept])
+        part, _ = objective(lp * 1.1, None, None, mb, beta0, agg, agg)
+        part.backward()
+        assert float(part.detach()) == pytest.approx(float(whole.detach()))
+        assert torch.allclose(lp.grad, whole_lp.grad[kept]) and float(whole_lp.grad[[1, 3, 4]].abs().sum()) == 0.0
+        # the KL term: the flat rows' share estimated from k of F = 3, weighted 3 / k
+        mb = SimpleNamespace(loss_mask=mask, adv_mask=mask, old_logprob=old, advantages=adv, ref_logprob=ref)
+        _, full = objective(old, None, None, mb, a, agg, agg)
+        for k in (1, 2, 3):
+            estimates = []
+            for pick in combinations([1, 3, 4], k):
+                rows = [0, 2, *pick]
+                w = T([1.0, 1.0] + [3 / k] * k)
+                mb = SimpleNamespace(loss_mask=mask[rows], adv_mask=mask[rows], old_logprob=old[rows], advantages=adv[rows], ref_logprob=ref[rows], reg_weight=w)
+                estimates.append(objective(old[rows], None, None, mb, a, agg, agg)[1]["actor/kl_loss"])
+            assert sum(estimates) / len(estimates) == pytest.approx(full["actor/kl_loss"]), (mode, k)
+            assert k < 3 or estimates[0] == pytest.approx(full["actor/kl_loss"])  # all of them: the whole batch's
+            assert k == 3 or len(set(round(e, 9) for e in estimates)) > 1  # an estimate, not the same number
+
+
 def test_objective_adds_entropy_kl_and_value_terms_with_their_coefficients():
     lp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     ent = T([[0.5, 1.5]])

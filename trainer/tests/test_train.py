@@ -117,6 +117,76 @@ def test_two_epochs_over_one_mini_batch_take_the_old_log_probs_from_the_first_ep
         audit_rollout(rec)  # log-probs and entropies on every loss token, from the first epoch
 
 
+@pytest.fixture(scope="module")
+def sparse_env():
+    """The env server with a reward that is 1 for a third of responses: a random tiny policy's groups are a mix of
+    groups with a signal and groups whose rewards are all equal."""
+    from conftest import EnvServer
+
+    s = EnvServer("--corpus", str(DEMO / "corpus.jsonl"), "--reward", str(ROOT / "test" / "fixtures" / "rewards" / "modules" / "sparse.reward.ts"))
+    yield s
+    s.close()
+
+
+SKIP_CFG = {"train.steps": 3, "train.eval_every": 0, "data.eval_size": 2, "rollout.batch_size": 4, "optim.mini_batch_size": 12, "optim.micro_batch_size": 3}
+
+
+def test_skip_zero_std_groups_leaves_the_flat_groups_out_of_the_passes_and_the_update(tmp_path, sparse_env):
+    """algorithm.skip_zero_std_groups: of the groups whose rewards are all equal (GRPO advantage 0), only rollout.n
+    sequences, drawn at random, get the reference pass and the update (they carry the KL term for all of them); the
+    others keep their advantages (0) and have no trainer log-probs in their records. The trained ones pass the mask
+    audit as always, and the log-prob agreement is measured on them."""
+    n = 3
+    proc = run_trainer(tmp_path, tiny_config(**SKIP_CFG, **{"algorithm.skip_zero_std_groups": True}), sparse_env.url)
+    assert proc.returncode == 0, proc.stderr
+    metrics = lines(tmp_path / "run" / "metrics.jsonl")[1:]
+    mixed = 0
+    for m in metrics:
+        recs = lines(tmp_path / "run" / "rollouts" / f"step-{m['step']:06d}.jsonl")
+        rewards: dict[str, set] = {}
+        for r in recs:
+            rewards.setdefault(r["group"], set()).add(r["reward"])
+        flat = {g for g, v in rewards.items() if len(v) == 1}
+        assert m["reward/frac_zero_std_groups"] == pytest.approx(len(flat) / len(rewards))
+        flat_recs = [r for r in recs if r["group"] in flat]
+        flat_trained = [r for r in flat_recs if "logprob" in r["tokens"]]
+        assert len(flat_trained) == min(len(flat_recs), n)
+        assert m["actor/trained_fraction"] == pytest.approx((len(recs) - len(flat_recs) + len(flat_trained)) / len(recs))
+        for r in recs:
+            t = r["tokens"]
+            if r["group"] in flat:
+                assert all(x in (None, 0.0) for x in t["advantage"])
+            if "logprob" in t:
+                audit_rollout(r)
+                assert "ref_logprob" in t and "entropy" in t
+            else:
+                assert r["group"] in flat and "ref_logprob" not in t and "entropy" not in t
+        assert m["rollout/logprob_diff_max"] < 1e-3 and m["actor/grad_norm"] > 0  # a KL-only step has a gradient too
+        if len(flat_recs) > n and len(flat) < len(rewards):
+            mixed += 1
+    assert mixed, "no step mixed groups with a signal and more flat sequences than it keeps: the test saw nothing"
+
+
+def test_skip_zero_std_groups_leaves_the_policy_gradient_as_it_was(tmp_path, sparse_env):
+    """Without a KL or entropy term, the update with the flat groups skipped is the whole batch's: the same seed's
+    first step (same rollouts) has the same surrogate loss and gradient norm either way, while fewer tokens go
+    through the update."""
+    base = {**SKIP_CFG, "train.steps": 1, "algorithm.kl_coef": 0.0}
+    steps = {}
+    for name, skip in (("whole", False), ("skip", True)):
+        proc = run_trainer(tmp_path, tiny_config(**base, **{"algorithm.skip_zero_std_groups": skip}), sparse_env.url, name=name)
+        assert proc.returncode == 0, proc.stderr
+        steps[name] = lines(tmp_path / name / "metrics.jsonl")[-1]
+    whole, skip = steps["whole"], steps["skip"]
+    assert 0 < whole["reward/frac_zero_std_groups"] < 1, "seed 7's first batch should mix flat groups and groups with a signal"
+    assert skip["reward/frac_zero_std_groups"] == whole["reward/frac_zero_std_groups"]  # the same rollouts
+    assert skip["actor/trained_fraction"] < 1 and "actor/trained_fraction" not in whole
+    assert skip["actor/pg_loss"] == pytest.approx(whole["actor/pg_loss"], rel=1e-5, abs=1e-7)
+    assert skip["actor/grad_norm"] == pytest.approx(whole["actor/grad_norm"], rel=1e-5)
+    tokens = lambda m: m["perf/update_tokens_per_s"] * m["timing_s/update"]
+    assert tokens(skip) < tokens(whole)
+
+
 def test_held_out_exact_match_and_searches_by_hops_at_every_evaluation(finished_run):
     """`val/em_by_hops/<h>`, `val/searches_by_hops/<h>` and `val/answer_retrieved_by_hops/<h>` group the held-out
     questions by their dataset line's `meta.hops` (the first 4 demo questions: three one-hop, one two-hop),

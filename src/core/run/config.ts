@@ -172,6 +172,12 @@ export const RunConfigSchema = S.object(
           loss_agg_mode: S.optional(S.enum(['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'] as const, undefined, 'token-mean')),
           loss_masking: S.optional(S.boolean('Mask prompt, retrieved and feedback tokens out of the loss (DESIGN §6). false: the ablation.', true)),
           mask_advantages: S.optional(S.boolean('Compute advantages/values only over generated tokens (veRL) instead of the whole response (Search-R1).', false)),
+          skip_zero_std_groups: S.optional(
+            S.boolean(
+              'GRPO: the groups whose rewards are all equal (advantage 0 on every token; reward/frac_zero_std_groups) skip the reference pass and the update, but for rollout.n of their sequences drawn at random, which carry the KL and entropy terms for all of them (weighted: an unbiased estimate). The policy-gradient term is exactly the whole batch’s. The skipped sequences’ records carry no trainer log-probs. Not DAPO’s dynamic sampling: nothing is resampled.',
+              false,
+            ),
+          ),
         },
         strict,
       ),

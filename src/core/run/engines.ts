@@ -29,6 +29,12 @@ export const ENGINE_LIMITS: readonly EngineLimit[] = [
   { key: 'algorithm.name', when: { equals: ['reinforce++'] }, engines: ['builtin', 'verl'], why: 'TRL 1.16’s GRPOTrainer has no REINFORCE++ advantage' },
   { key: 'algorithm.preset', when: { equals: ['search-r1-ppo'] }, engines: ['builtin', 'verl'], why: 'PPO trains a critic, which TRL’s GRPOTrainer has not' },
   { key: 'algorithm.kl_in_reward', when: { equals: [true] }, engines: ['builtin', 'verl'], why: 'TRL puts the KL term in the loss only' },
+  {
+    key: 'algorithm.skip_zero_std_groups',
+    when: { equals: [true] },
+    engines: ['builtin'],
+    why: 'the builtin trainer’s update; veRL’s algorithm.filter_groups (DAPO) resamples instead',
+  },
   { key: 'algorithm.mask_advantages', when: { equals: [true] }, engines: ['builtin', 'verl'], why: 'TRL’s advantage is one number per sequence, over the whole completion' },
   { key: 'algorithm.clip_ratio_c', when: { present: true }, engines: ['builtin', 'verl'], why: 'TRL’s loss has no dual clip' },
   { key: 'algorithm.kl_estimator', when: { equals: ['k1', 'k2'] }, engines: ['builtin', 'verl'], why: 'TRL’s KL term is k3 (veRL’s low_var_kl)' },
