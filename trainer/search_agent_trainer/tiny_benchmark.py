@@ -9,7 +9,10 @@ and answer as in training, ~300 tokens each), against the env server at `--env-u
 2. the log-prob passes and the update (Trainer._old_logprobs + _update, from the same weights and optimizer state),
    ours: the target tokens' log-probs without the whole output distribution, and the old log-probs from the first
    epoch's forward (one mini-batch per epoch) — peer: the whole distribution everywhere and a separate old-log-prob
-   pass. The largest difference between the two paths' old log-probs and their reference log-probs is reported.
+   pass. The largest difference between the two paths' old log-probs and their reference log-probs is reported;
+3. the log-prob passes and the update with half the groups flat (rewards all equal; the recipe's training runs
+   have 0.4–0.6 of them from step ~150, 0.9 before), ours with `algorithm.skip_zero_std_groups` — peer: the same
+   batch and rewards trained whole. Rewards are set, not scored: groups 0…B/2−1 all 0, the others alternating 1/0.
 
 Output: human lines on stderr, one JSON object on stdout (the last line).
 """
@@ -77,8 +80,9 @@ def _rollout(trainer: Trainer, seed: int, slack: int) -> tuple[float, list[Traje
         tiny.CACHE_SLACK = saved
 
 
-def _update(trainer: Trainer, trajs: list[Any], state: dict[str, Any], peer: bool) -> tuple[dict[str, float], Any]:
-    """Old/ref log-probs and the update from `state`; the peer with the general paths. Returns timings and the batch."""
+def _update(trainer: Trainer, trajs: list[Any], state: dict[str, Any], peer: bool, skip: bool = False) -> tuple[dict[str, float], Any]:
+    """Old/ref log-probs and the update from `state`; the peer with the general paths; `skip`: the rows with no
+    advantage left out (skip_zero_std_groups). Returns timings and the batch."""
     a = trainer.cfg.algorithm
     trainer.policy.load_state_dict(state["policy"])
     trainer.optimizer.load_state_dict(state["optimizer"])
@@ -89,10 +93,14 @@ def _update(trainer: Trainer, trajs: list[Any], state: dict[str, Any], peer: boo
     try:
         batch = make_batch(trajs, trainer.tok.pad_id, a.loss_masking, a.mask_advantages)
         t0 = time.perf_counter()
+        if skip:
+            trainer._advantages(batch, trajs)
+            trainer._skip_zero_advantage(batch, 1)
         timing = trainer._old_logprobs(batch)
         passes = time.perf_counter() - t0
         ref = batch.ref_logprob.clone()
-        trainer._advantages(batch, trajs)
+        if not skip:
+            trainer._advantages(batch, trajs)
         t0 = time.perf_counter()
         trainer._update(batch, 1)
         timing.update({"passes": passes, "update": time.perf_counter() - t0})
@@ -111,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         trainer = _trainer(args.env_url, str(Path(tmp) / "run"), args.warmup_steps)
         state = {"policy": copy.deepcopy(trainer.policy.state_dict()), "optimizer": copy.deepcopy(trainer.optimizer.state_dict())}
-        rounds: dict[str, list[float]] = {k: [] for k in ("rollout_ours", "rollout_peer", "step_ours", "step_peer", "passes_ours", "passes_peer", "update_ours", "update_peer")}
+        rounds: dict[str, list[float]] = {k: [] for k in ("rollout_ours", "rollout_peer", "step_ours", "step_peer", "passes_ours", "passes_peer", "update_ours", "update_peer", "flat_skip", "flat_whole")}
         diffs = {"old_logprob": 0.0, "ref_logprob": 0.0}
         tokens = []
         for r in range(args.rounds + 1):  # round 0 warms up both
@@ -121,6 +129,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise RuntimeError("the growing cache sampled other tokens than the copying one")
             u_ours, (old_o, ref_o, mask) = _update(trainer, ours, state, peer=False)
             u_peer, (old_p, ref_p, _) = _update(trainer, ours, state, peer=True)
+            n = trainer.cfg.rollout.n
+            for t in ours:  # half the groups flat, the others alternating (the same rewards both ways)
+                t.reward = 0.0 if t.group < trainer.cfg.rollout.batch_size // 2 else float(t.sample % 2)
+            u_skip, _ = _update(trainer, ours, state, peer=False, skip=True)
+            u_whole, _ = _update(trainer, ours, state, peer=False)
             trainer.policy.load_state_dict(state["policy"])
             diffs["old_logprob"] = max(diffs["old_logprob"], float((old_o - old_p)[mask].abs().max()))
             diffs["ref_logprob"] = max(diffs["ref_logprob"], float((ref_o - ref_p)[mask].abs().max()))
@@ -134,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
                 rounds[f"update_{name}"].append(u["update"])
                 rounds[f"step_{name}"].append(t_ours if name == "ours" else t_peer)
                 rounds[f"step_{name}"][-1] += u["total"]
+            rounds["flat_skip"].append(u_skip["total"])
+            rounds["flat_whole"].append(u_whole["total"])
+            _log(f"round {r}: half the groups flat: passes + update {u_skip['total']:.2f} s skipping them vs {u_whole['total']:.2f} s whole ({n} samples a group)")
             _log(f"round {r}: rollout {t_ours:.2f} s vs {t_peer:.2f} s; log-prob passes + update {u_ours['total']:.2f} s vs {u_peer['total']:.2f} s")
         med = {k: statistics.median(v) for k, v in rounds.items()}
         result = {
@@ -141,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             "warmup_steps": args.warmup_steps,
             "response_tokens_mean": statistics.mean(tokens),
             "seconds": med,
-            "speedup": {"rollout": med["rollout_peer"] / med["rollout_ours"], "passes": med["passes_peer"] / med["passes_ours"], "update": med["update_peer"] / med["update_ours"], "step": med["step_peer"] / med["step_ours"]},
+            "speedup": {"rollout": med["rollout_peer"] / med["rollout_ours"], "passes": med["passes_peer"] / med["passes_ours"], "update": med["update_peer"] / med["update_ours"], "step": med["step_peer"] / med["step_ours"], "flat_groups": med["flat_whole"] / med["flat_skip"]},
             "max_abs_diff": diffs,
         }
         print(json.dumps(result), flush=True)
