@@ -543,19 +543,18 @@ class Trainer:
         w.progress(step, self.total, "update")
         a = cfg.algorithm
         batch = make_batch(trajs, self.tok.pad_id, a.loss_masking, a.mask_advantages)
-        if a.skip_zero_std_groups:
-            # GRPO's advantages need no log-probs (the config refuses a KL in the reward): the rows they leave at 0
-            # skip the log-prob passes too
-            t0 = time.perf_counter()
-            m = self._advantages(batch, trajs)
+        # With skip_zero_std_groups the advantages come first (GRPO's need no log-probs; the config refuses a KL in the
+        # reward), so the rows they leave at 0 skip the log-prob passes too.
+        skip = a.skip_zero_std_groups
+        if not skip:
+            timing.update(self._old_logprobs(batch))
+        t0 = time.perf_counter()
+        m = self._advantages(batch, trajs)
+        if skip:
             self._skip_zero_advantage(batch, step)
-            timing["adv"] = time.perf_counter() - t0
+        timing["adv"] = time.perf_counter() - t0
+        if skip:
             timing.update(self._old_logprobs(batch))
-        else:
-            timing.update(self._old_logprobs(batch))
-            t0 = time.perf_counter()
-            m = self._advantages(batch, trajs)
-            timing["adv"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         upd = self._update(batch, step)
         timing["update"] = time.perf_counter() - t0
