@@ -260,6 +260,8 @@ def _check(cfg: Section, source: str, schema: dict[str, Any]) -> None:
             problems.append(f"algorithm.skip_zero_std_groups: applies to GRPO only (a group whose rewards are all equal has advantage 0 there); algorithm.name is \"{cfg.algorithm.name}\"")
         elif cfg.algorithm.kl_in_reward:
             problems.append("algorithm.skip_zero_std_groups: cannot be used with algorithm.kl_in_reward (the KL in the reward gives every group a signal)")
+    elif cfg.algorithm.zero_std_keep:
+        problems.append(f"algorithm.zero_std_keep: {cfg.algorithm.zero_std_keep} has no effect without algorithm.skip_zero_std_groups: true (it is the share of the flat groups' sequences that skipping keeps)")
     mixes = [("data.hops_mix", cfg.data.hops_mix)] + [(f"train.stages[{i}].hops_mix", st.get("hops_mix")) for i, st in enumerate(cfg.train.stages or [])]
     for where, mix in mixes:
         bad_hops = [k for k in (mix or {}) if not k.isdigit() or int(k) < 1]

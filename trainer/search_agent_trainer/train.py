@@ -365,13 +365,14 @@ class Trainer:
     def _skip_zero_advantage(self, batch: SequenceBatch, step: int) -> None:
         """`algorithm.skip_zero_std_groups`: the rows whose advantages are 0 on every token (GRPO: a group whose
         rewards are all equal) add exactly 0 to the surrogate's gradient; all they add is their KL (and entropy)
-        term. Keep every row with a signal and `rollout.n` of the F flat rows, drawn uniformly (seeded by the
-        step), weighted F / k in those terms: each flat row is kept with probability k / F, so the weighted terms are
-        an unbiased estimate of the whole batch's, and every step keeps an anchor to the reference even when no
-        group has a signal. The rest are marked untrained: no log-prob pass, no forward or backward."""
+        term. Keep every row with a signal and k of the F flat rows — k = max(`rollout.n`, ⌈`zero_std_keep` · F⌉),
+        at most F —, drawn uniformly (seeded by the step), weighted F / k in those terms: each flat row is kept with
+        probability k / F, so the weighted terms are an unbiased estimate of the whole batch's, and every step keeps
+        an anchor to the reference even when no group has a signal. The rest are marked untrained: no log-prob pass,
+        no forward or backward."""
         signal = batch.advantages.ne(0).any(-1)
         flat = (~signal).nonzero().flatten()
-        k = min(len(flat), self.cfg.rollout.n)
+        k = min(len(flat), max(self.cfg.rollout.n, math.ceil(self.cfg.algorithm.zero_std_keep * len(flat))))
         gen = torch.Generator().manual_seed(self.cfg.seed * 104_729 + self.stage.local(step))
         pick = flat[torch.randperm(len(flat), generator=gen)[:k]]
         batch.trained = signal.clone()

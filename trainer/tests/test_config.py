@@ -68,6 +68,9 @@ def test_skip_zero_std_groups_is_grpos_without_a_kl_reward_and_the_builtin_engin
         config_from_dict(_cfg(algorithm={"name": "grpo", "kl_in_reward": True, "skip_zero_std_groups": True}))
     with pytest.raises(ConfigError, match=r'algorithm\.skip_zero_std_groups: true is not supported by engine "verl"'):
         config_from_dict(_cfg(engine="verl", algorithm={"skip_zero_std_groups": True}))
+    assert config_from_dict(_cfg(algorithm={"skip_zero_std_groups": True, "zero_std_keep": 0.5})).algorithm.zero_std_keep == 0.5
+    with pytest.raises(ConfigError, match=r"algorithm\.zero_std_keep: 0\.5 has no effect without algorithm\.skip_zero_std_groups: true"):
+        config_from_dict(_cfg(algorithm={"zero_std_keep": 0.5}))
 
 
 def test_builtin_demo_data_resolves_to_the_shipped_files(tmp_path):

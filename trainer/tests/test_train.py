@@ -4,6 +4,7 @@ the run directory and events, the mask audit on its rollout records, failures, S
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import signal
 import subprocess
@@ -131,13 +132,15 @@ def sparse_env():
 SKIP_CFG = {"train.steps": 3, "train.eval_every": 0, "data.eval_size": 2, "rollout.batch_size": 4, "optim.mini_batch_size": 12, "optim.micro_batch_size": 3}
 
 
-def test_skip_zero_std_groups_leaves_the_flat_groups_out_of_the_passes_and_the_update(tmp_path, sparse_env):
-    """algorithm.skip_zero_std_groups: of the groups whose rewards are all equal (GRPO advantage 0), only rollout.n
-    sequences, drawn at random, get the reference pass and the update (they carry the KL term for all of them); the
-    others keep their advantages (0) and have no trainer log-probs in their records. The trained ones pass the mask
-    audit as always, and the log-prob agreement is measured on them."""
+@pytest.mark.parametrize("keep", [0.0, 0.5])
+def test_skip_zero_std_groups_leaves_the_flat_groups_out_of_the_passes_and_the_update(tmp_path, sparse_env, keep):
+    """algorithm.skip_zero_std_groups: of the groups whose rewards are all equal (GRPO advantage 0), only
+    max(rollout.n, ⌈zero_std_keep · F⌉) of their F sequences, drawn at random, get the reference pass and the update
+    (they carry the KL term for all of them); the others keep their advantages (0) and have no trainer log-probs in
+    their records. The trained ones pass the mask audit as always, and the log-prob agreement is measured on them."""
     n = 3
-    proc = run_trainer(tmp_path, tiny_config(**SKIP_CFG, **{"algorithm.skip_zero_std_groups": True}), sparse_env.url)
+    cfg = tiny_config(**SKIP_CFG, **{"algorithm.skip_zero_std_groups": True, "algorithm.zero_std_keep": keep})
+    proc = run_trainer(tmp_path, cfg, sparse_env.url)
     assert proc.returncode == 0, proc.stderr
     metrics = lines(tmp_path / "run" / "metrics.jsonl")[1:]
     mixed = 0
@@ -150,7 +153,8 @@ def test_skip_zero_std_groups_leaves_the_flat_groups_out_of_the_passes_and_the_u
         assert m["reward/frac_zero_std_groups"] == pytest.approx(len(flat) / len(rewards))
         flat_recs = [r for r in recs if r["group"] in flat]
         flat_trained = [r for r in flat_recs if "logprob" in r["tokens"]]
-        assert len(flat_trained) == min(len(flat_recs), n)
+        kept = min(len(flat_recs), max(n, math.ceil(keep * len(flat_recs))))
+        assert len(flat_trained) == kept
         assert m["actor/trained_fraction"] == pytest.approx((len(recs) - len(flat_recs) + len(flat_trained)) / len(recs))
         for r in recs:
             t = r["tokens"]
@@ -162,7 +166,7 @@ def test_skip_zero_std_groups_leaves_the_flat_groups_out_of_the_passes_and_the_u
             else:
                 assert r["group"] in flat and "ref_logprob" not in t and "entropy" not in t
         assert m["rollout/logprob_diff_max"] < 1e-3 and m["actor/grad_norm"] > 0  # a KL-only step has a gradient too
-        if len(flat_recs) > n and len(flat) < len(rewards):
+        if len(flat_recs) > kept and len(flat) < len(rewards):
             mixed += 1
     assert mixed, "no step mixed groups with a signal and more flat sequences than it keeps: the test saw nothing"
 

@@ -178,6 +178,15 @@ export const RunConfigSchema = S.object(
               false,
             ),
           ),
+          zero_std_keep: S.optional(
+            S.number({
+              minimum: 0,
+              maximum: 1,
+              default: 0,
+              description:
+                'With skip_zero_std_groups: the share of the sequences with advantage 0 kept for the KL and entropy terms (at least rollout.n of them), each weighted by how many it stands for. 0: rollout.n; 1: all (nothing skipped but the reference pass of none). A larger share is a less noisy anchor and a dearer step.',
+            }),
+          ),
         },
         strict,
       ),
