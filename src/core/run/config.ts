@@ -184,7 +184,7 @@ export const RunConfigSchema = S.object(
               maximum: 1,
               default: 0,
               description:
-                'With skip_zero_std_groups: the share of the sequences with advantage 0 kept for the KL and entropy terms (at least rollout.n of them), each weighted by how many it stands for. 0: rollout.n; 1: all (nothing skipped but the reference pass of none). A larger share is a less noisy anchor and a dearer step.',
+                'With skip_zero_std_groups: the share of the sequences with advantage 0 kept for the KL and entropy terms (at least rollout.n of them), each weighted by how many it stands for. 0: rollout.n of them; 1: all of them (nothing is skipped). A larger share is a less noisy anchor and a dearer step.',
             }),
           ),
         },
