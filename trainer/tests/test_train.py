@@ -144,6 +144,7 @@ def test_skip_zero_std_groups_leaves_the_flat_groups_out_of_the_passes_and_the_u
     assert proc.returncode == 0, proc.stderr
     metrics = lines(tmp_path / "run" / "metrics.jsonl")[1:]
     mixed = 0
+    widened = 0  # steps where zero_std_keep kept more than rollout.n
     for m in metrics:
         recs = lines(tmp_path / "run" / "rollouts" / f"step-{m['step']:06d}.jsonl")
         rewards: dict[str, set] = {}
@@ -155,6 +156,7 @@ def test_skip_zero_std_groups_leaves_the_flat_groups_out_of_the_passes_and_the_u
         flat_trained = [r for r in flat_recs if "logprob" in r["tokens"]]
         kept = min(len(flat_recs), max(n, math.ceil(keep * len(flat_recs))))
         assert len(flat_trained) == kept
+        widened += kept > min(len(flat_recs), n)
         assert m["actor/trained_fraction"] == pytest.approx((len(recs) - len(flat_recs) + len(flat_trained)) / len(recs))
         for r in recs:
             t = r["tokens"]
@@ -169,6 +171,7 @@ def test_skip_zero_std_groups_leaves_the_flat_groups_out_of_the_passes_and_the_u
         if len(flat_recs) > kept and len(flat) < len(rewards):
             mixed += 1
     assert mixed, "no step mixed groups with a signal and more flat sequences than it keeps: the test saw nothing"
+    assert bool(widened) == (keep > 0), "zero_std_keep 0.5 should keep more than rollout.n flat sequences on some step"
 
 
 def test_skip_zero_std_groups_leaves_the_policy_gradient_as_it_was(tmp_path, sparse_env):
