@@ -6,7 +6,7 @@ and answer as in training, ~300 tokens each), against the env server at `--env-u
 
 1. rollout, ours: the KV cache grows into spare room (tiny.append) — peer: a new buffer every decode step (room 0,
    what torch.cat does). Same seed: the same tokens (checked);
-2. the log-prob passes and the update (Trainer._old_logprobs + _update, from the same weights and optimizer state),
+2. the log-prob passes and the update (Trainer._passes_and_advantages + _update, from the same weights and optimizer state),
    ours: the target tokens' log-probs without the whole output distribution, and the old log-probs from the first
    epoch's forward (one mini-batch per epoch) — peer: the whole distribution everywhere and a separate old-log-prob
    pass. The largest difference between the two paths' old log-probs and their reference log-probs is reported;
@@ -93,14 +93,9 @@ def _update(trainer: Trainer, trajs: list[Any], state: dict[str, Any], peer: boo
     try:
         batch = make_batch(trajs, trainer.tok.pad_id, a.loss_masking, a.mask_advantages)
         t0 = time.perf_counter()
-        if skip:
-            trainer._advantages(batch, trajs)
-            trainer._skip_zero_advantage(batch, 1)
-        timing = trainer._old_logprobs(batch)
+        _, timing = trainer._passes_and_advantages(batch, trajs, 1, skip=skip)
         passes = time.perf_counter() - t0
         ref = batch.ref_logprob.clone()
-        if not skip:
-            trainer._advantages(batch, trajs)
         t0 = time.perf_counter()
         trainer._update(batch, 1)
         timing.update({"passes": passes, "update": time.perf_counter() - t0})

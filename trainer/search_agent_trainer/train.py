@@ -362,6 +362,24 @@ class Trainer:
             batch.advantages, batch.returns = gae_advantage(rewards, batch.old_values, mask, a.gamma, a.lam, whiten_mask=batch.loss_mask)
         return m
 
+    def _passes_and_advantages(self, batch: SequenceBatch, trajs: list[Trajectory], step: int, skip: bool | None = None) -> tuple[dict[str, float], dict[str, float]]:
+        """The log-prob passes and the advantages, in the order the step needs: the passes first (GAE's values and a
+        KL reward need them), unless `skip` (default: `algorithm.skip_zero_std_groups`) — then the advantages come
+        first (GRPO's need no log-probs; the config refuses a KL in the reward), so the rows they leave at 0 skip the
+        passes too. Returns the advantage metrics and the timings."""
+        skip = self.cfg.algorithm.skip_zero_std_groups if skip is None else skip
+        timing: dict[str, float] = {}
+        if not skip:
+            timing.update(self._old_logprobs(batch))
+        t0 = time.perf_counter()
+        m = self._advantages(batch, trajs)
+        if skip:
+            self._skip_zero_advantage(batch, step)
+        timing["adv"] = time.perf_counter() - t0
+        if skip:
+            timing.update(self._old_logprobs(batch))
+        return m, timing
+
     def _skip_zero_advantage(self, batch: SequenceBatch, step: int) -> None:
         """`algorithm.skip_zero_std_groups`: the rows whose advantages are 0 on every token (GRPO: a group whose
         rewards are all equal) add exactly 0 to the surrogate's gradient; all they add is their KL (and entropy)
@@ -544,18 +562,8 @@ class Trainer:
         w.progress(step, self.total, "update")
         a = cfg.algorithm
         batch = make_batch(trajs, self.tok.pad_id, a.loss_masking, a.mask_advantages)
-        # With skip_zero_std_groups the advantages come first (GRPO's need no log-probs; the config refuses a KL in the
-        # reward), so the rows they leave at 0 skip the log-prob passes too.
-        skip = a.skip_zero_std_groups
-        if not skip:
-            timing.update(self._old_logprobs(batch))
-        t0 = time.perf_counter()
-        m = self._advantages(batch, trajs)
-        if skip:
-            self._skip_zero_advantage(batch, step)
-        timing["adv"] = time.perf_counter() - t0
-        if skip:
-            timing.update(self._old_logprobs(batch))
+        m, t = self._passes_and_advantages(batch, trajs, step)
+        timing.update(t)
         t0 = time.perf_counter()
         upd = self._update(batch, step)
         timing["update"] = time.perf_counter() - t0
