@@ -31,8 +31,9 @@ const fmt = (v: unknown, digits = 3) => (typeof v === 'number' && Number.isFinit
 
 function duration(s: number): string {
   if (!Number.isFinite(s) || s < 0) return '–';
-  const m = Math.floor(s / 60);
-  return m ? `${m}m${String(Math.round(s % 60)).padStart(2, '0')}s` : `${Math.round(s)}s`;
+  const whole = Math.round(s);
+  const m = Math.floor(whole / 60);
+  return m ? `${m}m${String(whole % 60).padStart(2, '0')}s` : `${whole}s`;
 }
 
 /** Renders the trainer's events: one redrawn line on a TTY, one line per step or evaluation otherwise. */
@@ -226,23 +227,44 @@ async function runTraining(req: TrainRequest, log: (s: string) => void): Promise
 
 /**
  * Held-out exact match of a run's last checkpoint with /retrieve returning nothing (an evaluation-only run in
- * <runDir>/eval-no-retrieval): the answers are invented, so a policy that learned to use retrieval scores ~0.
+ * <runDir>/eval-no-retrieval): the answers are invented, so a policy that learned to use retrieval scores ~0. The
+ * evaluation-only config drops what would train: the curriculum's stages (their steps would contradict `steps: 0`)
+ * and the warm start (model.init skips it anyway).
  */
-async function evalWithoutRetrieval(runDir: string, step: number, python: string): Promise<number | undefined> {
-  const run = JSON.parse(await readFile(join(runDir, 'run.json'), 'utf8')) as { config: Record<string, any> };
-  const cfg = structuredClone(run.config);
-  cfg.model = { ...cfg.model, init: join(runDir, 'checkpoints', `step-${String(step).padStart(6, '0')}`) };
+export function noRetrievalConfig(config: Record<string, any>, checkpoint: string): Record<string, any> {
+  const cfg = structuredClone(config);
+  cfg.model = { ...cfg.model, init: checkpoint };
   cfg.retriever = { kind: 'none', topk: cfg.retriever?.topk ?? 3 };
-  cfg.train = { ...cfg.train, steps: 0 };
+  const { stages: _stages, supervised_warmup: _warmup, ...train } = cfg.train ?? {};
+  cfg.train = { ...train, steps: 0 };
   cfg.name = `${cfg.name ?? 'run'}-no-retrieval`;
+  return cfg;
+}
+
+async function evalWithoutRetrieval(runDir: string, step: number, python: string): Promise<HeldOut | undefined> {
+  const run = JSON.parse(await readFile(join(runDir, 'run.json'), 'utf8')) as { config: Record<string, any> };
+  const cfg = noRetrievalConfig(run.config, join(runDir, 'checkpoints', `step-${String(step).padStart(6, '0')}`));
   const dir = join(runDir, 'eval-no-retrieval');
   await mkdir(dir, { recursive: true });
   const file = join(dir, 'config.run.json');
   await writeFile(file, JSON.stringify(cfg, null, 2));
   const host = await RunHost.start({ config: file, runDir: dir, python });
   const outcome = await host.done;
-  if (outcome.status !== 'finished') return undefined;
-  return (await heldOutEm(dir)).before?.em;
+  if (outcome.status !== 'finished') throw new Error(`the evaluation ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ''} (${join(dir, 'logs', 'trainer.log')})`);
+  return (await heldOutEm(dir)).before;
+}
+
+/** The demo's last line: held-out exact match before and after, by hops, and with retrieval disabled. */
+export function demoSummary(em: { before?: HeldOut; after?: HeldOut }, seconds: number, blind?: HeldOut): string {
+  const hops = (h: HeldOut, detail: boolean) =>
+    h.byHops.map((b) => `${b.hops}-hop ${fmt(b.em)}${detail ? ` (${fmt(b.searches, 2)} searches${b.retrieved === undefined ? '' : `, answer retrieved ${fmt(b.retrieved)}`})` : ''}`).join(', ');
+  return (
+    `held-out exact match: ${fmt(em.before?.em)} before training (after the warm start) → ${fmt(em.after?.em)} after ${em.after?.step ?? 0} steps ` +
+    `(${duration(seconds)}); searches per question ${fmt(em.after?.searches, 2)}` +
+    (em.after?.byHops.length ? `; by hops: ${hops(em.after, true)}` : '') +
+    `; with retrieval disabled ${fmt(blind?.em)}` +
+    (blind?.byHops.length ? ` (${hops(blind, false)})` : '')
+  );
 }
 
 export const trainCommand = defineCommand({
@@ -292,7 +314,7 @@ export const demoCommand = defineCommand({
     if (!outcome || outcome.status === 'failed' || !python) return code || 1;
     const trained = Date.now();
     const em = await heldOutEm(outcome.runDir);
-    let blind: number | undefined;
+    let blind: HeldOut | undefined;
     if (outcome.status === 'finished') {
       console.log('checking the trained policy with /retrieve returning nothing (it should not know the invented answers)…');
       blind = await evalWithoutRetrieval(outcome.runDir, outcome.step, python).catch((e: Error) => {
@@ -300,11 +322,7 @@ export const demoCommand = defineCommand({
         return undefined;
       });
     }
-    console.log(
-      `held-out exact match: ${fmt(em.before?.em)} before training (after the warm start) → ${fmt(em.after?.em)} after ${em.after?.step ?? 0} steps ` +
-        `(${duration((trained - t0) / 1000)}); searches per question ${fmt(em.after?.searches, 2)}; with retrieval disabled ${fmt(blind)}` +
-        (em.after?.byHops.length ? `; by hops: ${em.after.byHops.map((b) => `${b.hops}-hop ${fmt(b.em)} (${fmt(b.searches, 2)} searches${b.retrieved === undefined ? '' : `, answer retrieved ${fmt(b.retrieved)}`})`).join(', ')}` : ''),
-    );
+    console.log(demoSummary(em, (trained - t0) / 1000, blind));
     return code;
   },
 });

@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { cliPythonCandidates, heldOutEm } from '../../src/cli/train';
+import { cliPythonCandidates, demoSummary, heldOutEm, noRetrievalConfig } from '../../src/cli/train';
 import { interpreterPath } from '../../src/core/host/runs';
 import { probePython, runPythonNote } from '../../src/core/python';
 import { trainTinyWithCli } from '../support/tinyRun';
@@ -136,6 +136,64 @@ describe('CLI', () => {
       assert.match(r.stdout.trim().split('\n').pop()!, /^held-out exact match: \d\.\d{3} before → \d\.\d{3} after \(step 2\)$/);
       assert.ok(!r.stdout.includes('\x1b['), 'no terminal control codes when not a TTY');
     });
+  });
+
+  describe('demo', function () {
+    this.timeout(240_000);
+
+    it('runs the two-hop recipe (shrunk: a curriculum of two 1-step stages) end to end, then its last checkpoint with retrieval disabled, and prints both by hops', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'sas-cli-demo-'));
+      const c = JSON.parse(readFileSync(join(ROOT, 'examples/demo-multihop.run.json'), 'utf8'));
+      c.data.eval_size = 12;
+      c.rollout = { ...c.rollout, batch_size: 2, n: 2 };
+      c.optim = { ...c.optim, mini_batch_size: 4, micro_batch_size: 4, warmup_steps: 0 };
+      c.train.stages = [{ steps: 1, hops_mix: { '1': 1, '2': 3 } }, { steps: 1, hops_mix: null }];
+      c.train.supervised_warmup.steps = 2;
+      c.train.checkpoint_every = 0;
+      writeFileSync(join(dir, 'small.run.json'), JSON.stringify(c));
+      const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'demo', '--config', 'small.run.json', '--run-dir', 'run'], { reject: false, cwd: dir });
+      assert.equal(r.exitCode, 0, r.stderr);
+      assert.doesNotMatch(r.stderr, /no-retrieval check failed/);
+      const last = r.stdout.trim().split('\n').pop()!;
+      assert.match(last, /^held-out exact match: \d\.\d{3} before training \(after the warm start\) → \d\.\d{3} after 2 steps \((?:\d+m\d\d|\d+)s\); searches per question \d\.\d\d; by hops: 1-hop \d\.\d{3} \(\d\.\d\d searches, answer retrieved \d\.\d{3}\), 2-hop \d\.\d{3} \(\d\.\d\d searches, answer retrieved \d\.\d{3}\); with retrieval disabled \d\.\d{3} \(1-hop \d\.\d{3}, 2-hop \d\.\d{3}\)$/);
+      // the evaluation-only run: the last checkpoint, no retriever, no training, its own run directory
+      const blind = JSON.parse(readFileSync(join(dir, 'run', 'eval-no-retrieval', 'run.json'), 'utf8'));
+      assert.equal(blind.status, 'finished');
+      assert.equal(blind.config.retriever.kind, 'none');
+      assert.equal(blind.config.model.init, join(dir, 'run', 'checkpoints', 'step-000002'));
+      const m = readFileSync(join(dir, 'run', 'eval-no-retrieval', 'metrics.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l));
+      assert.deepEqual([...new Set(m.map((x) => x.step))], [0], 'evaluated, not trained');
+      assert.equal(m.find((x) => 'val/em' in x)['val/env/number_of_valid_search'] >= 0, true);
+    });
+  });
+});
+
+describe("the demo's no-retrieval evaluation and last line", () => {
+  it('the evaluation-only config keeps the run\'s data, model and rollout, starts from the checkpoint, retrieves nothing and trains nothing (no stages, no warm start)', () => {
+    const run = JSON.parse(readFileSync(join(ROOT, 'examples/demo-multihop.run.json'), 'utf8'));
+    const cfg = noRetrievalConfig(run, '/runs/x/checkpoints/step-000440');
+    assert.deepEqual(cfg.train, { steps: 0, eval_every: run.train.eval_every, checkpoint_every: run.train.checkpoint_every });
+    assert.deepEqual(cfg.retriever, { kind: 'none', topk: 3 });
+    assert.equal(cfg.model.init, '/runs/x/checkpoints/step-000440');
+    assert.deepEqual(cfg.model.tiny, run.model.tiny);
+    assert.deepEqual([cfg.data, cfg.rollout, cfg.reward, cfg.name], [run.data, run.rollout, run.reward, 'demo-multihop-no-retrieval']);
+    assert.ok(run.train.stages && run.train.supervised_warmup, 'the recipe itself is unchanged');
+  });
+
+  it('prints before → after, by hops with searches and answer retrieved, and the no-retrieval numbers by hops; – where a number is missing', () => {
+    const before = { step: 0, em: 0.02, searches: 1.5, byHops: [{ hops: 1, em: 0.04, searches: 1.0 }, { hops: 2, em: 0, searches: 2.0 }] };
+    const after = { step: 440, em: 0.52, searches: 1.52, byHops: [{ hops: 1, em: 0.7, searches: 1.07, retrieved: 0.9 }, { hops: 2, em: 0.3, searches: 1.9, retrieved: 0.6 }] };
+    const blind = { step: 0, em: 0.006, searches: 1.5, byHops: [{ hops: 1, em: 0.011, searches: 1.0 }, { hops: 2, em: 0, searches: 2.0 }] };
+    assert.equal(
+      demoSummary({ before, after }, 845, blind),
+      'held-out exact match: 0.020 before training (after the warm start) → 0.520 after 440 steps (14m05s); searches per question 1.52; ' +
+        'by hops: 1-hop 0.700 (1.07 searches, answer retrieved 0.900), 2-hop 0.300 (1.90 searches, answer retrieved 0.600); with retrieval disabled 0.006 (1-hop 0.011, 2-hop 0.000)',
+    );
+    assert.match(demoSummary({ before, after }, 119.6, blind), /after 440 steps \(2m00s\)/, 'not 1m60s');
+    assert.equal(
+      demoSummary({ before: { step: 0, em: 0.1, byHops: [] } }, 5, undefined),
+      'held-out exact match: 0.100 before training (after the warm start) → – after 0 steps (5s); searches per question –; with retrieval disabled –',
+    );
   });
 });
 
