@@ -1,7 +1,8 @@
 """The two-hop demo, shortened (issue 20): `examples/demo-multihop.run.json` itself (the two-hop world, a warm start
 that searches twice on three trajectories in four, strict actions, GRPO skipping half the groups with no signal,
 masking on, seed 1), stopped with SIGTERM once its step-200 evaluation is written — the whole first stage (three
-quarters of each batch two-hop) of its 520 RL steps, with the recipe's own learning-rate schedule. It must learn the
+quarters of each batch two-hop) of its 520 RL steps, with the recipe's own learning-rate schedule (a warm-up and cosine per
+stage, so the first stage is the same whatever the second's length). It must learn the
 second hop's *search* and begin to read it:
 
 - held-out two-hop questions whose answer came back in a passage (`val/answer_retrieved_by_hops/2`: the second query
@@ -9,6 +10,8 @@ second hop's *search* and begin to read it:
 - at least TWO_HOP_MIN_SEARCHES searches per held-out two-hop question (the second search kept);
 - held-out one-hop exact match up by at least ONE_HOP_MIN_GAIN;
 - held-out two-hop exact match up by at least TWO_HOP_EM_MIN_GAIN (4 of its 70 questions: small, stated).
+- with `/retrieve` returning nothing, the step-200 policy's one-hop and two-hop exact match at most NO_RETRIEVAL_MAX
+  (the demo's last check: the answers are invented; stop 38).
 
 Stop 37 (the recipe's warm start searches twice three times in four, and it skips half the flat groups): in the
 first 100 steps the second search comes and goes in every trajectory measured (1.07, 1.83, 1.44, 0.87 searches per
@@ -41,6 +44,7 @@ TWO_HOP_RETRIEVED_MIN_GAIN = 0.15
 TWO_HOP_MIN_SEARCHES = 1.5
 ONE_HOP_MIN_GAIN = 0.15
 TWO_HOP_EM_MIN_GAIN = 0.05
+NO_RETRIEVAL_MAX = 0.03
 
 def evaluations(run_dir: Path) -> list[dict]:
     f = run_dir / "metrics.jsonl"
@@ -99,3 +103,25 @@ def test_the_shortened_two_hop_demo_learns_the_second_search(tmp_path):
     assert after["val/searches_by_hops/2"] >= TWO_HOP_MIN_SEARCHES, after
     assert gains["val/em_by_hops/1"] >= ONE_HOP_MIN_GAIN, (before, after)
     assert gains["val/em_by_hops/2"] >= TWO_HOP_EM_MIN_GAIN, (before, after)
+
+    # The same policy with /retrieve returning nothing (the demo's last check): the answers are invented, so it can
+    # know none of them, one-hop or two-hop. Evaluation only: the checkpoint, no stages, no warm start.
+    final = run_dir / "checkpoints" / f"step-{STOP_AT:06d}"
+    assert final.is_dir()
+    blind = json.loads((ROOT / "examples" / "demo-multihop.run.json").read_text(encoding="utf-8"))
+    blind["model"]["init"] = str(final)
+    blind["retriever"] = {"kind": "none", "topk": 3}
+    blind["train"] = {"steps": 0}
+    (tmp_path / "no-retrieval.run.json").write_text(json.dumps(blind), encoding="utf-8")
+    none = EnvServer("--retriever", "none", "--reward", "builtin:em")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "search_agent_trainer", "--config", str(tmp_path / "no-retrieval.run.json"), "--run-dir", str(tmp_path / "no-retrieval"), "--env-url", none.url],
+            capture_output=True, text=True, env={**trainer_env(), **PINNED_NUMERICS}, timeout=900,
+        )
+    finally:
+        none.close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m0 = evaluations(tmp_path / "no-retrieval")[0]
+    print(f"with retrieval disabled: one-hop EM {m0['val/em_by_hops/1']:.3f}, two-hop EM {m0['val/em_by_hops/2']:.3f}")
+    assert m0["val/em_by_hops/1"] <= NO_RETRIEVAL_MAX and m0["val/em_by_hops/2"] <= NO_RETRIEVAL_MAX, m0
