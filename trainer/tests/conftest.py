@@ -80,6 +80,29 @@ def trainer_env() -> dict[str, str]:
     return env
 
 
+def evaluate_without_retrieval(cfg: dict, checkpoint: Path, run_dir: Path) -> dict:
+    """The demos' last check: `checkpoint` evaluated on `cfg`'s held-out data, with its model and rollout settings and
+    `/retrieve` returning nothing (a real env server with `--retriever none`). Evaluation only: no stages, no warm
+    start, no RL step. Returns the step-0 evaluation's metrics."""
+    blind = json.loads(json.dumps(cfg))
+    blind["model"]["init"] = str(checkpoint)
+    blind["retriever"] = {"kind": "none", "topk": 3}
+    blind["train"] = {"steps": 0}
+    config = run_dir.parent / f"{run_dir.name}.run.json"
+    config.write_text(json.dumps(blind), encoding="utf-8")
+    server = EnvServer("--retriever", "none", "--reward", "builtin:em")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "search_agent_trainer", "--config", str(config), "--run-dir", str(run_dir), "--env-url", server.url],
+            capture_output=True, text=True, env={**trainer_env(), **PINNED_NUMERICS}, timeout=900,
+        )
+    finally:
+        server.close()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if l.strip()]
+    return next(m for m in metrics if "val/em" in m)
+
+
 def tiny_config(**overrides) -> dict:
     """A small, fast run config over the demo data (the built-in tiny model)."""
     cfg = {

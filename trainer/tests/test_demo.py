@@ -13,9 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
-from conftest import PINNED_NUMERICS, ROOT, EnvServer, trainer_env
+from conftest import PINNED_NUMERICS, ROOT, evaluate_without_retrieval, trainer_env
 
 DEMO_MIN_GAIN = 0.12
 WARMUP_STEPS = 200
@@ -31,19 +30,12 @@ def run(tmp: Path, name: str, cfg: dict, env_url: str) -> list[dict]:
     return [json.loads(l) for l in (tmp / name / "metrics.jsonl").read_text().splitlines() if l.strip()]
 
 
-@pytest.fixture(scope="module")
-def no_retrieval_env():
-    s = EnvServer("--retriever", "none", "--reward", "builtin:em")
-    yield s
-    s.close()
-
-
 def demo_config() -> dict:
     # The demo data is named builtin:demo/…, which the trainer resolves wherever the config is written.
     return json.loads((ROOT / "examples" / "demo.run.json").read_text())
 
 
-def test_the_shortened_demo_learns_to_search_and_answer(tmp_path, demo_env, no_retrieval_env):
+def test_the_shortened_demo_learns_to_search_and_answer(tmp_path, demo_env):
     cfg = demo_config()
     cfg["train"].update(steps=RL_STEPS, eval_every=0, checkpoint_every=0)
     cfg["train"]["supervised_warmup"]["steps"] = WARMUP_STEPS
@@ -59,10 +51,6 @@ def test_the_shortened_demo_learns_to_search_and_answer(tmp_path, demo_env, no_r
     # The same policy with /retrieve returning nothing: it cannot know the invented answers.
     final = tmp_path / "demo" / "checkpoints" / f"step-{RL_STEPS:06d}"
     assert final.is_dir()
-    ablate = demo_config()
-    ablate["model"]["init"] = str(final)
-    ablate["retriever"] = {"kind": "none", "topk": 3}
-    ablate["train"].update(steps=0)
-    m0 = [m for m in run(tmp_path, "no-retrieval", ablate, no_retrieval_env.url) if "val/em" in m][0]
+    m0 = evaluate_without_retrieval(demo_config(), final, tmp_path / "no-retrieval")
     print(f"with retrieval disabled: held-out EM {m0['val/em']:.3f}")
     assert m0["val/em"] <= 0.03, m0

@@ -37,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import PINNED_NUMERICS, ROOT, EnvServer, trainer_env
+from conftest import PINNED_NUMERICS, ROOT, EnvServer, evaluate_without_retrieval, trainer_env
 
 STOP_AT = 200
 TWO_HOP_RETRIEVED_MIN_GAIN = 0.15
@@ -108,20 +108,6 @@ def test_the_shortened_two_hop_demo_learns_the_second_search(tmp_path):
     # know none of them, one-hop or two-hop. Evaluation only: the checkpoint, no stages, no warm start.
     final = run_dir / "checkpoints" / f"step-{STOP_AT:06d}"
     assert final.is_dir()
-    blind = json.loads((ROOT / "examples" / "demo-multihop.run.json").read_text(encoding="utf-8"))
-    blind["model"]["init"] = str(final)
-    blind["retriever"] = {"kind": "none", "topk": 3}
-    blind["train"] = {"steps": 0}
-    (tmp_path / "no-retrieval.run.json").write_text(json.dumps(blind), encoding="utf-8")
-    none = EnvServer("--retriever", "none", "--reward", "builtin:em")
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "search_agent_trainer", "--config", str(tmp_path / "no-retrieval.run.json"), "--run-dir", str(tmp_path / "no-retrieval"), "--env-url", none.url],
-            capture_output=True, text=True, env={**trainer_env(), **PINNED_NUMERICS}, timeout=900,
-        )
-    finally:
-        none.close()
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    m0 = evaluations(tmp_path / "no-retrieval")[0]
+    m0 = evaluate_without_retrieval(cfg, final, tmp_path / "no-retrieval")
     print(f"with retrieval disabled: one-hop EM {m0['val/em_by_hops/1']:.3f}, two-hop EM {m0['val/em_by_hops/2']:.3f}")
     assert m0["val/em_by_hops/1"] <= NO_RETRIEVAL_MAX and m0["val/em_by_hops/2"] <= NO_RETRIEVAL_MAX, m0
