@@ -66,6 +66,34 @@ def test_target_log_probs_have_the_same_gradients():
             assert torch.allclose(fast[n], p.grad, atol=1e-5, rtol=1e-4), n
 
 
+def test_selected_positions_read_what_the_whole_forward_gives_there():
+    """`select` computes the pointer's scores for the selected positions only (each row's in slots, rows with
+    different counts, one with none): the same log-probabilities and gradients as the forward over every position,
+    read at those positions."""
+    m = _model()
+    ids, attn, pos, _, _ = _inputs()
+    select = torch.zeros(ids.shape, dtype=torch.bool)
+    select[0, [6, 11, 20]] = True  # row 0: three positions (its first five are padding)
+    select[2, 3:] = True  # row 2: most of it; row 1: none
+    weights = torch.linspace(-1, 1, int(select.sum()))[:, None]
+    part, _, _ = m(ids, attn, pos, None, 0, select)
+    (part * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in m.named_parameters() if p.grad is not None}
+    m.zero_grad()
+    whole, _, _ = m(ids, attn, pos)
+    assert whole.shape == (*ids.shape, 300)
+    (whole[select] * weights).sum().backward()
+    assert torch.allclose(part, whole[select].detach(), atol=1e-5, rtol=0)
+    assert {"copy_q.weight", "copy_k.weight"} <= grads.keys()
+    scale = max(float(g.abs().max()) for g in grads.values())  # float error grows with the sums, ~1e-7 of it here
+    for n, p in m.named_parameters():
+        if p.grad is not None:
+            assert torch.allclose(grads[n], p.grad, atol=1e-6 * scale, rtol=0), n
+    # and the last position of each row alone (what a decode step asks for)
+    last, _, _ = m(ids, attn, pos, None, 1)
+    assert torch.allclose(last[:, -1], whole[:, -1].detach(), atol=1e-5, rtol=0)
+
+
 def test_window_stats_takes_the_fast_path_only_where_it_gives_the_same_numbers():
     """Temperature 1 without an entropy gradient: the targets' log-probs; a temperature or an entropy bonus in the
     loss: the whole distribution. Both give the same log-probs and entropies."""
