@@ -4,9 +4,7 @@
  * ones they replace, on the same batches in the same process: the rollout with a KV cache that grows into spare room
  * vs one copied every decode step (same tokens, checked), and the log-prob passes + update with the target tokens'
  * log-probs and the first epoch's old log-probs vs the whole output distribution and a separate old-log-prob pass;
- * the pointer scored only at the positions whose distribution is read vs at every position (rollout, and passes +
- * update); and, with half the groups' rewards all equal, the passes + update skipping those groups vs training the
- * whole batch.
+ * and, with half the groups' rewards all equal, the passes + update skipping those groups vs training the whole batch.
  * `SAS_PYTHON` picks the interpreter.
  */
 import { join } from 'node:path';
@@ -17,8 +15,8 @@ interface Result {
   machine: { torch: string; cpu_threads: number };
   response_tokens_mean: number;
   seconds: Record<string, number>;
-  speedup: { rollout: number; passes: number; update: number; step: number; flat_groups: number; pointer_rollout: number; pointer_update: number };
-  max_abs_diff: { old_logprob: number; ref_logprob: number; pointer_logprob: number };
+  speedup: { rollout: number; passes: number; update: number; step: number; flat_groups: number };
+  max_abs_diff: { old_logprob: number; ref_logprob: number };
 }
 
 export async function run(): Promise<string[]> {
@@ -33,10 +31,6 @@ export async function run(): Promise<string[]> {
     report(
       lines,
       `two-hop demo step: log-prob passes ${s.passes_ours!.toFixed(2)} s + update ${s.update_ours!.toFixed(2)} s, target log-probs and the first epoch's old log-probs, vs whole distribution and a separate pass ${s.passes_peer!.toFixed(2)} s + ${s.update_peer!.toFixed(2)} s → ${fmt.ratio(r.speedup.passes)} / ${fmt.ratio(r.speedup.update)} (old log-probs differ by ≤ ${r.max_abs_diff.old_logprob.toExponential(1)}, reference ≤ ${r.max_abs_diff.ref_logprob.toExponential(1)})`,
-    );
-    report(
-      lines,
-      `two-hop demo step: the pointer scored only where a distribution is read vs at every position (tiny.POINTER_SCORES): rollout ${s.rollout_ours!.toFixed(2)} s vs ${s.pointer_rollout_all!.toFixed(2)} s → ${fmt.ratio(r.speedup.pointer_rollout)} (the same tokens), passes + update ${s.pointer_update_read!.toFixed(2)} s vs ${s.pointer_update_all!.toFixed(2)} s → ${fmt.ratio(r.speedup.pointer_update)} (log-probs differ by ≤ ${r.max_abs_diff.pointer_logprob.toExponential(1)})`,
     );
     report(lines, `two-hop demo step: whole step (rollout + passes + update) ${s.step_ours!.toFixed(2)} s vs ${s.step_peer!.toFixed(2)} s → ${fmt.ratio(r.speedup.step)}`);
     report(

@@ -125,11 +125,6 @@ def piece_shape(piece: str) -> int:
     return SHAPES.index(kind) * 2 + (1 if spaced else 0)
 
 
-# Which positions the pointer scores: "read" — only those whose output distribution is asked for (a training forward
-# reads ~1 position in 6, a prefill or an observation's extension 1 per row); "all" — every position, then the asked
-# ones are read (the same numbers; the benchmark's peer).
-POINTER_SCORES = "read"
-
 # Room left after the cached tokens when a cache grows: decoding appends one token per step, and copying the whole
 # cache every step (torch.cat) was most of a rollout's time on CPU.
 CACHE_SLACK = 256
@@ -281,16 +276,7 @@ class TinyCausalLM(nn.Module):
             cols = torch.arange(t, device=h.device).repeat(b)
         hq = h[rows, cols]  # (n, d)
         vocab_logits = (hq @ self.tok.weight.T).float()
-        if POINTER_SCORES == "all":
-            scores = (self.copy_q(h) @ k.transpose(1, 2))[rows, cols]
-        else:
-            # the n read positions' scores only: each row's queries in slots (b, m, d), m = the most any row has (rows
-            # come in ascending order), against that row's keys
-            counts = torch.bincount(rows, minlength=b)
-            slot = torch.arange(len(rows), device=h.device) - (counts.cumsum(0) - counts)[rows]
-            queries = h.new_zeros(b, int(counts.max()) if len(rows) else 0, h.shape[-1]).index_put((rows, slot), self.copy_q(hq))
-            scores = (queries @ k.transpose(1, 2))[rows, slot]
-        scores = scores.float() / math.sqrt(k.shape[-1])  # (n, total)
+        scores = (self.copy_q(h) @ k.transpose(1, 2))[rows, cols].float() / math.sqrt(k.shape[-1])  # (n, total)
         allowed = mask[rows, 0, cols]  # (n, total)
         alpha = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
         g = torch.sigmoid(self.copy_gate(hq).float())

@@ -10,10 +10,7 @@ and answer as in training, ~300 tokens each), against the env server at `--env-u
    ours: the target tokens' log-probs without the whole output distribution, and the old log-probs from the first
    epoch's forward (one mini-batch per epoch) — peer: the whole distribution everywhere and a separate old-log-prob
    pass. The largest difference between the two paths' old log-probs and their reference log-probs is reported;
-3. the pointer's scores (tiny.POINTER_SCORES), ours: only at the positions whose distribution is read — peer: at
-   every position, then read (what a prefill, an observation's extension and a training forward did before). The
-   rollout (same seed: the same tokens, checked) and the passes + update (the same log-probs, checked);
-4. the log-prob passes and the update with half the groups flat (rewards all equal; the recipe's training runs
+3. the log-prob passes and the update with half the groups flat (rewards all equal; the recipe's training runs
    have 0.4–0.6 of them from step ~150, 0.9 before), ours with `algorithm.skip_zero_std_groups` — peer: the same
    batch and rewards trained whole. Rewards are set, not scored: groups 0…B/2−1 all 0, the others alternating 1/0.
 
@@ -83,19 +80,6 @@ def _rollout(trainer: Trainer, seed: int, slack: int) -> tuple[float, list[Traje
         tiny.CACHE_SLACK = saved
 
 
-class _pointer_scores:
-    """tiny.POINTER_SCORES set to `mode` inside the block."""
-
-    def __init__(self, mode: str):
-        self.mode = mode
-
-    def __enter__(self) -> None:
-        self.saved, tiny.POINTER_SCORES = tiny.POINTER_SCORES, self.mode
-
-    def __exit__(self, *exc: Any) -> None:
-        tiny.POINTER_SCORES = self.saved
-
-
 def _update(trainer: Trainer, trajs: list[Any], state: dict[str, Any], peer: bool, skip: bool = False) -> tuple[dict[str, float], Any]:
     """Old/ref log-probs and the update from `state`; the peer with the general paths; `skip`: the rows with no
     advantage left out (skip_zero_std_groups). Returns timings and the batch."""
@@ -130,21 +114,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         trainer = _trainer(args.env_url, str(Path(tmp) / "run"), args.warmup_steps)
         state = {"policy": copy.deepcopy(trainer.policy.state_dict()), "optimizer": copy.deepcopy(trainer.optimizer.state_dict())}
-        rounds: dict[str, list[float]] = {k: [] for k in ("rollout_ours", "rollout_peer", "step_ours", "step_peer", "passes_ours", "passes_peer", "update_ours", "update_peer", "flat_skip", "flat_whole", "pointer_rollout_all", "pointer_update_all", "pointer_update_read")}
-        diffs = {"old_logprob": 0.0, "ref_logprob": 0.0, "pointer_logprob": 0.0}
+        rounds: dict[str, list[float]] = {k: [] for k in ("rollout_ours", "rollout_peer", "step_ours", "step_peer", "passes_ours", "passes_peer", "update_ours", "update_peer", "flat_skip", "flat_whole")}
+        diffs = {"old_logprob": 0.0, "ref_logprob": 0.0}
         tokens = []
         for r in range(args.rounds + 1):  # round 0 warms up both
             t_ours, ours = _rollout(trainer, r + 1, tiny.CACHE_SLACK)
             t_peer, peer = _rollout(trainer, r + 1, 0)
             if [t.ids for t in ours] != [t.ids for t in peer]:
                 raise RuntimeError("the growing cache sampled other tokens than the copying one")
-            with _pointer_scores("all"):
-                t_all, every = _rollout(trainer, r + 1, tiny.CACHE_SLACK)
-            if [t.ids for t in ours] != [t.ids for t in every]:
-                raise RuntimeError("the pointer scored at every position sampled other tokens than scored where read")
             u_ours, (old_o, ref_o, mask) = _update(trainer, ours, state, peer=False)
-            with _pointer_scores("all"):
-                u_all, (old_a, _, _) = _update(trainer, ours, state, peer=False)
             u_peer, (old_p, ref_p, _) = _update(trainer, ours, state, peer=True)
             n = trainer.cfg.rollout.n
             for t in ours:  # half the groups flat, the others alternating (the same rewards both ways)
@@ -154,7 +132,6 @@ def main(argv: list[str] | None = None) -> int:
             trainer.policy.load_state_dict(state["policy"])
             diffs["old_logprob"] = max(diffs["old_logprob"], float((old_o - old_p)[mask].abs().max()))
             diffs["ref_logprob"] = max(diffs["ref_logprob"], float((ref_o - ref_p)[mask].abs().max()))
-            diffs["pointer_logprob"] = max(diffs["pointer_logprob"], float((old_o - old_a)[mask].abs().max()))
             if r == 0:
                 continue
             tokens.append(sum(len(t.ids) for t in ours) / len(ours))
@@ -165,21 +142,17 @@ def main(argv: list[str] | None = None) -> int:
                 rounds[f"update_{name}"].append(u["update"])
                 rounds[f"step_{name}"].append(t_ours if name == "ours" else t_peer)
                 rounds[f"step_{name}"][-1] += u["total"]
-            rounds["pointer_rollout_all"].append(t_all)
-            rounds["pointer_update_all"].append(u_all["total"])
-            rounds["pointer_update_read"].append(u_ours["total"])
             rounds["flat_skip"].append(u_skip["total"])
             rounds["flat_whole"].append(u_whole["total"])
             _log(f"round {r}: half the groups flat: passes + update {u_skip['total']:.2f} s skipping them vs {u_whole['total']:.2f} s whole ({n} samples a group)")
             _log(f"round {r}: rollout {t_ours:.2f} s vs {t_peer:.2f} s; log-prob passes + update {u_ours['total']:.2f} s vs {u_peer['total']:.2f} s")
-            _log(f"round {r}: the pointer scored where read vs everywhere: rollout {t_ours:.2f} s vs {t_all:.2f} s; passes + update {u_ours['total']:.2f} s vs {u_all['total']:.2f} s")
         med = {k: statistics.median(v) for k, v in rounds.items()}
         result = {
             "machine": {"torch": torch.__version__, "cpu_threads": torch.get_num_threads()},
             "warmup_steps": args.warmup_steps,
             "response_tokens_mean": statistics.mean(tokens),
             "seconds": med,
-            "speedup": {"rollout": med["rollout_peer"] / med["rollout_ours"], "passes": med["passes_peer"] / med["passes_ours"], "update": med["update_peer"] / med["update_ours"], "step": med["step_peer"] / med["step_ours"], "flat_groups": med["flat_whole"] / med["flat_skip"], "pointer_rollout": med["pointer_rollout_all"] / med["rollout_ours"], "pointer_update": med["pointer_update_all"] / med["pointer_update_read"]},
+            "speedup": {"rollout": med["rollout_peer"] / med["rollout_ours"], "passes": med["passes_peer"] / med["passes_ours"], "update": med["update_peer"] / med["update_ours"], "step": med["step_peer"] / med["step_ours"], "flat_groups": med["flat_whole"] / med["flat_skip"]},
             "max_abs_diff": diffs,
         }
         print(json.dumps(result), flush=True)
