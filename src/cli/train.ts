@@ -302,7 +302,7 @@ export const demoCommand = defineCommand({
     y
       .option('run-dir', { type: 'string', describe: 'the run directory (default: a new one under ./runs)' })
       .option('python', { type: 'string', describe: 'the trainer\'s Python (the only one tried)' })
-      .option('config', { type: 'string', describe: 'another run config instead of examples/demo.run.json (examples/demo-multihop.run.json: the two-hop recipe, about 16 minutes on 2 cores)' })
+      .option('config', { type: 'string', describe: 'another run config instead of examples/demo.run.json (examples/demo-multihop.run.json: the two-hop recipe, 16 to 18 minutes on 2 cores)' })
       .option('quiet', { type: 'boolean', default: false, describe: 'print only warnings, errors and the result' }),
   run: async (a) => {
     const config = a.config ?? join(packageRoot(), 'examples', 'demo.run.json');

@@ -4,6 +4,8 @@ match over the warm start by at least DEMO_MIN_GAIN (smaller than the full demo'
 score near zero when /retrieve returns nothing.
 
 This is the slowest test in the suite (a few minutes on 2 cores); it is the proof that the trainer learns at all.
+Its numerics are pinned (conftest.PINNED_NUMERICS), which gives one trajectory on the Xeons measured (0.016 -> 0.217),
+not on an AMD EPYC (stop 39: 0.016 -> 0.079, gain 0.063: it fails there; docs/demo.md, "The CPU's instruction set").
 """
 
 from __future__ import annotations

@@ -21,7 +21,9 @@ two-hop question at step 200), 2-core Xeon with AVX-512 (torch 2.15): this test'
 two threads) 0.057 -> 0.486 / 0.000 -> 0.539 / 0.000 -> 0.143 / 1.93, in 10m07s alone; seeds 1-4 with one torch
 thread each 0.057 -> 0.586 / 0.000 -> 0.573 / 0.000 -> 0.200 / 1.97, 0.086 -> 0.371 / 0.000 -> 0.337 / 0.114 / 1.86,
 0.057 -> 0.543 / 0.022 -> 0.382 / 0.171 / 1.99, 0.100 -> 0.629 / 0.000 -> 0.719 / 0.329 / 1.84. The thresholds sit
-at about half of the smallest gains (+0.285 answer retrieved, +0.337 one-hop, +0.114 two-hop EM).
+at about half of the smallest gains (+0.285 answer retrieved, +0.337 one-hop, +0.114 two-hop EM). Stop 39, an AMD EPYC
+(AVX-512; the same pinned settings give another trajectory there): 0.043 -> 0.657 / 0.000 -> 0.393 / 0.000 -> 0.200 /
+1.81, in 8m40s alone; it passes.
 
 Before stop 37 the test stopped at step 100 with a one-hop threshold of 0.05 (the recipe then warmed up on two
 searches every time and learned one-hop later); its history is in docs/demo.md, "The test of the two-hop recipe".

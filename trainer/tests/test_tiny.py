@@ -67,9 +67,9 @@ def test_target_log_probs_have_the_same_gradients():
 
 
 def test_selected_positions_read_what_the_whole_forward_gives_there():
-    """`select` computes the pointer's scores for the selected positions only (each row's in slots, rows with
-    different counts, one with none): the same log-probabilities and gradients as the forward over every position,
-    read at those positions."""
+    """A forward that asks for some positions' distributions (`select`: rows with different counts, one with none;
+    or the last position of each row) gives what the forward over every position gives there, values and gradients —
+    the invariant any shortcut through the copy head's scores must keep (stop 39 measured one: docs/demo.md)."""
     m = _model()
     ids, attn, pos, _, _ = _inputs()
     select = torch.zeros(ids.shape, dtype=torch.bool)
