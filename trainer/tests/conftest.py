@@ -80,6 +80,19 @@ def trainer_env() -> dict[str, str]:
     return env
 
 
+def run_pinned(cfg: dict, run_dir: Path, env_url: str, timeout: int = 1800) -> list[dict]:
+    """`cfg` written beside `run_dir` (as `<run_dir>.run.json`), run by the trainer with PINNED_NUMERICS to its end;
+    returns the run's metrics lines."""
+    config = run_dir.parent / f"{run_dir.name}.run.json"
+    config.write_text(json.dumps(cfg), encoding="utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "search_agent_trainer", "--config", str(config), "--run-dir", str(run_dir), "--env-url", env_url],
+        capture_output=True, text=True, env={**trainer_env(), **PINNED_NUMERICS}, timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if l.strip()]
+
+
 def evaluate_without_retrieval(cfg: dict, checkpoint: Path, run_dir: Path) -> dict:
     """The demos' last check: `checkpoint` evaluated on `cfg`'s held-out data, with its model and rollout settings and
     `/retrieve` returning nothing (a real env server with `--retriever none`). Evaluation only: no stages, no warm
@@ -88,18 +101,11 @@ def evaluate_without_retrieval(cfg: dict, checkpoint: Path, run_dir: Path) -> di
     blind["model"]["init"] = str(checkpoint)
     blind["retriever"] = {"kind": "none", "topk": 3}
     blind["train"] = {"steps": 0}
-    config = run_dir.parent / f"{run_dir.name}.run.json"
-    config.write_text(json.dumps(blind), encoding="utf-8")
     server = EnvServer("--retriever", "none", "--reward", "builtin:em")
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "search_agent_trainer", "--config", str(config), "--run-dir", str(run_dir), "--env-url", server.url],
-            capture_output=True, text=True, env={**trainer_env(), **PINNED_NUMERICS}, timeout=900,
-        )
+        metrics = run_pinned(blind, run_dir, server.url, timeout=900)
     finally:
         server.close()
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    metrics = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if l.strip()]
     return next(m for m in metrics if "val/em" in m)
 
 

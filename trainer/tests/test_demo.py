@@ -11,25 +11,12 @@ not on an AMD EPYC (stop 39: 0.016 -> 0.079, gain 0.063: it fails there; docs/de
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
-
-from conftest import PINNED_NUMERICS, ROOT, evaluate_without_retrieval, trainer_env
+from conftest import ROOT, evaluate_without_retrieval, run_pinned
 
 DEMO_MIN_GAIN = 0.12
 WARMUP_STEPS = 200
 RL_STEPS = 60
-
-
-
-def run(tmp: Path, name: str, cfg: dict, env_url: str) -> list[dict]:
-    path = tmp / f"{name}.run.json"
-    path.write_text(json.dumps(cfg), encoding="utf-8")
-    proc = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", str(path), "--run-dir", str(tmp / name), "--env-url", env_url], capture_output=True, text=True, env={**trainer_env(), **PINNED_NUMERICS}, timeout=1800)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(l) for l in (tmp / name / "metrics.jsonl").read_text().splitlines() if l.strip()]
 
 
 def demo_config() -> dict:
@@ -41,7 +28,7 @@ def test_the_shortened_demo_learns_to_search_and_answer(tmp_path, demo_env):
     cfg = demo_config()
     cfg["train"].update(steps=RL_STEPS, eval_every=0, checkpoint_every=0)
     cfg["train"]["supervised_warmup"]["steps"] = WARMUP_STEPS
-    metrics = run(tmp_path, "demo", cfg, demo_env.url)
+    metrics = run_pinned(cfg, tmp_path / "demo", demo_env.url)
     evals = [m for m in metrics if "val/em" in m]
     before, after = evals[0], evals[-1]
     assert before["step"] == 0 and after["step"] == RL_STEPS
