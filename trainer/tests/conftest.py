@@ -64,14 +64,51 @@ def varied_env():
     s.close()
 
 
-# One seeded RL run is one trajectory of a chaotic process, and its float arithmetic depends on the CPU's instruction
-# set and the thread count: on an AVX-512 machine (Xeon with avx512_fp16) the shortened demo's run (test_demo.py)
-# never found a reward in 60 steps (held-out EM 0.026 -> 0.069) where other machines' runs had passed. Pinned to AVX2
-# kernels (torch's ATen and MKL's conditional numerical reproducibility) and two threads, it learns there (0.016 ->
-# 0.217; ~25 % slower than AVX-512 kernels) and should be one trajectory on any x86 CPU with AVX2 (MKL promises it for
-# a fixed thread count; ATen's AVX2 kernels are one code path) — not verified across machines. The learning tests run
-# their trainers with it.
-PINNED_NUMERICS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"} if platform.machine() in ("x86_64", "AMD64") else {}
+# One seeded RL run is one trajectory of a chaotic process, and its float arithmetic depends on the CPU and the thread
+# count: the last bit of a matrix product or a GELU decides which tokens are sampled a few steps later. The learning
+# tests (test_demo.py, test_demo_multihop.py) run their trainers pinned to one code path on any x86-64 CPU with AVX2:
+# - ATEN_CPU_CAPABILITY=avx2: torch's own vectorised kernels (softmax, attention, reductions) at AVX2;
+# - MKL_CBWR=COMPATIBLE: MKL's matrix products on its conditional-numerical-reproducibility branch that every x86
+#   vendor runs. The AVX2 branch (stops 31-39) is honoured on Intel only: on an AMD EPYC MKL_VERBOSE reports
+#   `CNR:AUTO` for MKL_CBWR=AVX2, AVX512, AVX or SSE4_2 alike, which is why the shortened demo learned on the Xeons
+#   (0.016 -> 0.217) and not on the EPYC (0.016 -> 0.079) under the old pin. COMPATIBLE costs: sgemm 2.3x slower, the
+#   tests ~1.6x;
+# - ONEDNN_MAX_CPU_ISA=AVX2: oneDNN's JIT GELU (torch sends nn.GELU there, whatever ATEN_CPU_CAPABILITY says) gives
+#   other bits at AVX-512 than at AVX2;
+# - two threads (MKL's promise holds for a fixed thread count).
+# Measured on one machine (stop 40, an AMD EPYC): each setting above changes the bits it names; identity across
+# vendors rests on MKL's and oneDNN's documented code paths, not on a second machine.
+PINNED_NUMERICS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"} if platform.machine() in ("x86_64", "AMD64") else {}
+
+
+# The bits PINNED_NUMERICS gives: a matrix product, nn.GELU forward and backward, softmax and log-softmax at the tiny
+# policy's sizes, hashed. Measured on stop 40's AMD EPYC; the learning tests print it and name it in their failures,
+# so a trajectory that differs on another CPU says whether that CPU ran other bits (the pin does not hold there) or
+# the same bits (the code changed).
+NUMERICS_FINGERPRINT_MEASURED = "975be1095c"
+_FINGERPRINT = """
+import hashlib, torch
+g = torch.Generator().manual_seed(0)
+x = torch.randn(8, 210, 128, generator=g, requires_grad=True)
+w = torch.randn(128, 512, generator=g) / 11.3
+h = torch.nn.functional.gelu(x @ w)
+(h.square().mean()).backward()
+s = torch.randn(8, 4, 210, 210, generator=g)
+parts = [h, x.grad, torch.softmax(s, -1), torch.log_softmax(h @ w.T, -1)]
+print(hashlib.sha1(b"".join(t.detach().numpy().tobytes() for t in parts)).hexdigest()[:10])
+"""
+
+
+def numerics_fingerprint() -> str:
+    """NUMERICS_FINGERPRINT_MEASURED's computation run here, in a trainer's environment with PINNED_NUMERICS."""
+    proc = subprocess.run([sys.executable, "-c", _FINGERPRINT], capture_output=True, text=True, env={**trainer_env(), **PINNED_NUMERICS}, timeout=120)
+    return proc.stdout.strip() if proc.returncode == 0 else f"(failed: {proc.stderr.strip()[-200:]})"
+
+
+def pin_report() -> str:
+    fp = numerics_fingerprint()
+    same = "the same bits" if fp == NUMERICS_FINGERPRINT_MEASURED else "OTHER bits: the pin does not hold on this CPU, so the trajectory is not the measured one"
+    return f"numerics fingerprint {fp} ({same}; measured {NUMERICS_FINGERPRINT_MEASURED})"
 
 
 def trainer_env() -> dict[str, str]:

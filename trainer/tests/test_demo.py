@@ -1,21 +1,27 @@
 """The demo that learns, shortened (issue 7): the example config (examples/demo.run.json: tiny policy, BM25 over the
-demo corpus, GRPO, masking on) with a shorter warm start and fewer RL steps, seeded. It must raise held-out exact
+demo corpus, GRPO, masking on, its 300-step warm start) with half its RL steps, seeded. It must raise held-out exact
 match over the warm start by at least DEMO_MIN_GAIN (smaller than the full demo's 0.3, stated here), search, and
 score near zero when /retrieve returns nothing.
 
-This is the slowest test in the suite (a few minutes on 2 cores); it is the proof that the trainer learns at all.
-Its numerics are pinned (conftest.PINNED_NUMERICS), which gives one trajectory on the Xeons measured (0.016 -> 0.217),
-not on an AMD EPYC (stop 39: 0.016 -> 0.079, gain 0.063: it fails there; docs/demo.md, "The CPU's instruction set").
+This is the slowest one-hop test in the suite (about six minutes on 2 cores); it is the proof that the trainer learns
+at all. Its numerics are pinned (conftest.PINNED_NUMERICS: one code path on any x86-64 CPU with AVX2; the failure
+message names the bits this CPU gave). Stop 40 measured the trajectories around it (pinned, two threads, an AMD
+EPYC; held-out EM after the warm start -> after 60 RL steps):
+- with a 200-step warm start (this test until stop 40): seeds 1-5 0.016 -> 0.143, 0.011 -> 0.116, 0.005 -> 0.021,
+  0.011 -> 0.026, 0.016 -> 0.053 — three of five found no reward in 60 steps, so a passing run was a lucky draw;
+- with the demo's own 300 steps (this test now): seed 1 (this test's trajectory) 0.021 -> 0.333, searches 1.00,
+  0.000 with retrieval off, 6m50s in the suite; seeds 3 and 4 0.005 -> 0.180 and 0.005 -> 0.333. The threshold sits
+  at about two thirds of the smallest gain.
 """
 
 from __future__ import annotations
 
 import json
 
-from conftest import ROOT, evaluate_without_retrieval, run_pinned
+from conftest import ROOT, evaluate_without_retrieval, pin_report, run_pinned
 
 DEMO_MIN_GAIN = 0.12
-WARMUP_STEPS = 200
+WARMUP_STEPS = 300
 RL_STEPS = 60
 
 
@@ -33,9 +39,11 @@ def test_the_shortened_demo_learns_to_search_and_answer(tmp_path, demo_env):
     before, after = evals[0], evals[-1]
     assert before["step"] == 0 and after["step"] == RL_STEPS
     gain = after["val/em"] - before["val/em"]
+    pin = pin_report()
+    print(pin)
     print(f"held-out EM {before['val/em']:.3f} -> {after['val/em']:.3f} (gain {gain:.3f}); searches {after['val/searches_mean']:.2f}")
-    assert gain >= DEMO_MIN_GAIN, (before, after)
-    assert after["val/searches_mean"] >= 1.0 - 0.05, "the trained policy searches"
+    assert gain >= DEMO_MIN_GAIN, (pin, before, after)
+    assert after["val/searches_mean"] >= 1.0 - 0.05, f"the trained policy searches ({pin})"
 
     # The same policy with /retrieve returning nothing: it cannot know the invented answers.
     final = tmp_path / "demo" / "checkpoints" / f"step-{RL_STEPS:06d}"
