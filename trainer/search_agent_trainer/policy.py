@@ -13,6 +13,7 @@ the update's forward differ from the sampler's and the old-log-prob pass's, and 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -263,8 +264,42 @@ def build_policy(cfg: Any, vocab_texts: Iterable[str], device: torch.device, tok
 
 
 def compute_dtype(cfg: Any, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype of a run (None: no autocast): bf16 when `model.dtype` is bf16, or auto on CUDA."""
-    return torch.bfloat16 if cfg.model.dtype == "bf16" or (cfg.model.dtype == "auto" and device.type == "cuda") else None
+    """The autocast dtype of a run (None: no autocast): bf16 when `model.dtype` is bf16, auto on CUDA, or
+    bf16_where_native on a device that multiplies bf16 natively (`native_bf16`)."""
+    want = cfg.model.dtype
+    if want == "bf16" or (want == "auto" and device.type == "cuda") or (want == "bf16_where_native" and native_bf16(device)):
+        return torch.bfloat16
+    return None
+
+
+def native_bf16(device: torch.device) -> bool:
+    """Whether `device` multiplies bf16 natively: a CUDA GPU with bf16 (Ampere and later), or a CPU with AVX512-BF16,
+    AMX or arm64's BF16 (`cpu_has_native_bf16`; a CPU that cannot be probed counts as without)."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    return device.type == "cpu" and cpu_has_native_bf16() is True
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_native_bf16() -> bool | None:
+    """Whether this CPU multiplies bf16 natively (x86: AVX512-BF16 or AMX; arm64: the BF16 extension), as torch's
+    cpuinfo reports it; None where it cannot tell. Without it torch's CPU bf16 autocast still works, through
+    conversions to fp32 and back, and a step is slower than in fp32 (docs/demo.md, "bf16 on CPU")."""
+    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):  # torch's cpuinfo (x86)
+        probe = getattr(torch.cpu, name, None)
+        try:
+            if probe is not None and probe():
+                return True
+        except RuntimeError:
+            pass
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            words = set(f.read().split())
+    except OSError:
+        return None
+    if "avx512_bf16" in words or "amx_bf16" in words or "bf16" in words:
+        return True
+    return False if words else None
 
 
 def _build_hf(cfg: Any, device: torch.device, with_value: bool) -> tuple[Policy, Tokenizer]:

@@ -50,7 +50,7 @@ from .data import EpochSampler, Example, MixSampler, load_dataset, render_prompt
 from .env_client import EnvClient
 from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .generation import LMGenerator, auto_max_batch_tokens
-from .policy import Reference, build_policy, compute_dtype, window_stats
+from .policy import Reference, build_policy, compute_dtype, cpu_has_native_bf16, window_stats
 from .rollout import VOCABULARY_TEXTS, RolloutSettings, Trajectory, make_dialect, run_rollouts
 from .run_writer import RunWriter, rollout_record
 from .watchdog import watch_parent
@@ -225,7 +225,11 @@ class Trainer:
         n_train = sum(p.numel() for p in self.trainable_params)
         dtype = compute_dtype(cfg, self.device)
         precision = "fp32" if dtype is None else "bf16 autocast, fp32 master weights"
+        if cfg.model.dtype == "bf16_where_native":
+            precision += f" (model.dtype bf16_where_native: {'native' if dtype is not None else 'no native'} bf16 on this {self.device.type})"
         w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set), precision=precision, max_batch_tokens=self.max_batch_tokens)
+        if cfg.model.dtype == "bf16" and self.device.type == "cpu" and cpu_has_native_bf16() is False:
+            w.warning("model.dtype is bf16 but this CPU has no native bf16 arithmetic (no AVX512-BF16, AMX or arm64 BF16): torch converts to fp32 and back, and a step is several times slower than in fp32; set model.dtype to fp32 or bf16_where_native (docs/trainer.md, \"Devices and precision\")")
         w.log(f"{cfg.model.kind} policy: {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}, dropout {'on' if cfg.model.dropout else 'off'}; {len(self.train_set)} train / {len(self.eval_set)} eval examples")
         return start
 

@@ -427,3 +427,74 @@ def test_run_json_keeps_builtin_names_and_a_resume_resolves_them_in_the_install_
     run_json.write_text(json.dumps(old))
     run = resume()
     assert run["status"] == "finished" and run["config"] == stored, "resumed in this install, the names written back"
+
+
+def test_bf16_on_a_cpu_without_native_bf16_warns_and_bf16_where_native_falls_back_to_fp32(tmp_path, demo_env, monkeypatch):
+    """model.dtype bf16 on CPU runs anywhere (torch converts to fp32 and back where the CPU has no bf16 arithmetic), but
+    there a step is several times slower than in fp32: the run says so in a warning event and its log. bf16_where_native
+    (the two-hop demo's) computes in bf16 where the CPU has it natively and in fp32 elsewhere, and says which."""
+    import io
+
+    from search_agent_trainer import policy as policy_mod
+    from search_agent_trainer import train as train_mod
+    from search_agent_trainer.config import config_from_dict
+
+    def started(name: str, dtype: str, native: bool | None) -> tuple[dict, list[str]]:
+        monkeypatch.setattr(train_mod, "cpu_has_native_bf16", lambda: native)
+        monkeypatch.setattr(policy_mod, "cpu_has_native_bf16", lambda: native)
+        t = train_mod.Trainer(config_from_dict(tiny_config(**{"model.dtype": dtype})), tmp_path / name, demo_env.url, stdout=io.StringIO())
+        t.setup()
+        t.writer.close()
+        events = lines(tmp_path / name / "events.jsonl")
+        return next(e for e in events if e["event"] == "started"), [e["message"] for e in events if e["event"] == "warning"]
+
+    ev, warned = started("emulated", "bf16", False)
+    assert ev["precision"] == "bf16 autocast, fp32 master weights"
+    assert len(warned) == 1 and "no native bf16" in warned[0] and "model.dtype to fp32 or bf16_where_native" in warned[0]
+    assert "no native bf16" in (tmp_path / "emulated" / "logs" / "trainer.log").read_text(encoding="utf-8")
+    assert started("native", "bf16", True)[1] == [] and started("unknown", "bf16", None)[1] == []
+
+    ev, warned = started("fallback", "bf16_where_native", False)
+    assert warned == [] and ev["precision"] == "fp32 (model.dtype bf16_where_native: no native bf16 on this cpu)"
+    ev, warned = started("where-native", "bf16_where_native", True)
+    assert warned == [] and ev["precision"] == "bf16 autocast, fp32 master weights (model.dtype bf16_where_native: native bf16 on this cpu)"
+    assert started("cannot-tell", "bf16_where_native", None)[0]["precision"].startswith("fp32 ")
+
+
+def test_native_bf16_is_read_from_torch_then_from_the_cpu_flags(monkeypatch, tmp_path):
+    import builtins
+
+    import torch
+
+    from search_agent_trainer.policy import cpu_has_native_bf16
+
+    real_open = builtins.open
+    cpuinfo = tmp_path / "cpuinfo"
+
+    def fake_open(path, *a, **k):
+        if path == "/proc/cpuinfo":
+            if not cpuinfo.exists():
+                raise FileNotFoundError(path)
+            path = cpuinfo
+        return real_open(path, *a, **k)
+
+    def probe() -> bool | None:
+        cpu_has_native_bf16.cache_clear()  # cached for the process: a CPU does not change under a run
+        return cpu_has_native_bf16()
+
+    monkeypatch.setattr(builtins, "open", fake_open)
+    for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, name, lambda: False, raising=False)
+    try:
+        assert probe() is None  # no probe says yes, no /proc/cpuinfo (macOS): cannot tell
+        cpuinfo.write_text("flags\t\t: fpu sse2 avx2 fma\n", encoding="utf-8")
+        assert probe() is False  # AVX2 only
+        cpuinfo.write_text("Features\t: fp asimd bf16 i8mm\n", encoding="utf-8")
+        assert probe() is True  # arm64 with the BF16 extension
+        cpuinfo.write_text("flags\t\t: avx2 avx512f avx512_bf16\n", encoding="utf-8")
+        assert probe() is True
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: True, raising=False)
+        cpuinfo.unlink()
+        assert probe() is True  # torch's cpuinfo first
+    finally:
+        cpu_has_native_bf16.cache_clear()

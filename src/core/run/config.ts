@@ -83,8 +83,8 @@ export const RunConfigSchema = S.object(
         ),
         dtype: S.optional(
           S.enum(
-            ['auto', 'bf16', 'fp32'] as const,
-            'Compute precision; the weights the optimizer updates are always fp32 (master weights). bf16: bf16 autocast (on CPU too); auto: bf16 autocast on CUDA, fp32 on CPU. Under LoRA with bf16 compute, the frozen base is stored in bf16.',
+            ['auto', 'bf16', 'bf16_where_native', 'fp32'] as const,
+            'Compute precision; the weights the optimizer updates are always fp32 (master weights). bf16: bf16 autocast (on CPU too, where a CPU without native bf16 is several times slower than fp32: the run warns); bf16_where_native: bf16 autocast where the device multiplies bf16 natively (a CUDA GPU with bf16; a CPU with AVX512-BF16, AMX or arm64 BF16), fp32 elsewhere; auto: bf16 autocast on CUDA, fp32 on CPU. Under LoRA with bf16 compute, the frozen base is stored in bf16.',
             'auto',
           ),
         ),
