@@ -294,18 +294,22 @@ export const trainCommand = defineCommand({
   },
 });
 
-/** The main job on the embedded defaults: examples/demo.run.json (tiny policy, BM25 over the demo corpus, GRPO, CPU). */
+/**
+ * The main job on the embedded defaults: examples/demo-multihop.run.json, the two-hop recipe (tiny policy, BM25 over the
+ * two-hop world, GRPO on exact match, bf16 on CPU; about 14 minutes on 2 cores). `--config examples/demo.run.json` is
+ * the one-hop demo (one search per question; minutes).
+ */
 export const demoCommand = defineCommand({
   command: 'demo',
-  describe: 'the main job on the embedded defaults: train a tiny search agent on the demo corpus (CPU, minutes); prints held-out exact match before and after',
+  describe: 'the main job on the embedded defaults: train a tiny search agent on the two-hop demo world (CPU, about 14 minutes on 2 cores); prints held-out exact match before and after, by hops, and with retrieval off',
   builder: (y) =>
     y
       .option('run-dir', { type: 'string', describe: 'the run directory (default: a new one under ./runs)' })
       .option('python', { type: 'string', describe: 'the trainer\'s Python (the only one tried)' })
-      .option('config', { type: 'string', describe: 'another run config instead of examples/demo.run.json (examples/demo-multihop.run.json: the two-hop recipe, 16 to 18 minutes on 2 cores)' })
+      .option('config', { type: 'string', describe: 'another run config instead of examples/demo-multihop.run.json (examples/demo.run.json: the one-hop demo, under 10 minutes on 2 cores)' })
       .option('quiet', { type: 'boolean', default: false, describe: 'print only warnings, errors and the result' }),
   run: async (a) => {
-    const config = a.config ?? join(packageRoot(), 'examples', 'demo.run.json');
+    const config = a.config ?? join(packageRoot(), 'examples', 'demo-multihop.run.json');
     console.log('The demo: a tiny policy learns, on CPU, to search a corpus of invented facts (BM25) and answer from what it finds;');
     console.log('a short supervised warm start teaches it the tags only (random queries and answers), then GRPO on exact match.');
     const t0 = Date.now();

@@ -1,7 +1,7 @@
 """The demo's training step on CPU (`npm run bench demo-step`; `python -m search_agent_trainer.tiny_benchmark`): the
 built-in tiny model's fast paths against the general ones they replace, in the same process, on the same batches.
 
-The run is the two-hop recipe (examples/demo-multihop.run.json) after a short warm start (so rollouts search, read
+The run is the two-hop recipe (examples/demo-multihop.run.json; in fp32 unless `--dtype bf16`) after a short warm start (so rollouts search, read
 and answer as in training, ~300 tokens each), against the env server at `--env-url`. Each round, interleaved:
 
 1. rollout, ours: the KV cache grows into spare room (tiny.append) — peer: a new buffer every decode step (room 0,
@@ -49,8 +49,9 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _trainer(env_url: str, run_dir: str, warmup_steps: int) -> Trainer:
+def _trainer(env_url: str, run_dir: str, warmup_steps: int, dtype: str) -> Trainer:
     cfg = load_config(str(RECIPE))
+    cfg["model"]["dtype"] = dtype
     cfg["train"]["supervised_warmup"]["steps"] = warmup_steps
     cfg["train"]["save_rollouts"] = False
     trainer = Trainer(cfg, run_dir, env_url, stdout=open(os.devnull, "w"))  # noqa: SIM115 - lives as long as the process
@@ -110,9 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env-url", required=True, help="the env server over the two-hop demo corpus")
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--warmup-steps", type=int, default=60, help="warm-start steps before measuring (rollouts that search)")
+    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="model.dtype (default fp32, the numerics this benchmark's history was measured in; the recipe itself computes in bf16 since stop 41)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = _trainer(args.env_url, str(Path(tmp) / "run"), args.warmup_steps)
+        trainer = _trainer(args.env_url, str(Path(tmp) / "run"), args.warmup_steps, args.dtype)
         state = {"policy": copy.deepcopy(trainer.policy.state_dict()), "optimizer": copy.deepcopy(trainer.optimizer.state_dict())}
         rounds: dict[str, list[float]] = {k: [] for k in ("rollout_ours", "rollout_peer", "step_ours", "step_peer", "passes_ours", "passes_peer", "update_ours", "update_peer", "flat_skip", "flat_whole")}
         diffs = {"old_logprob": 0.0, "ref_logprob": 0.0}
