@@ -276,7 +276,12 @@ def native_bf16(device: torch.device) -> bool:
     """Whether `device` multiplies bf16 natively: a CUDA GPU with bf16 (Ampere and later), or a CPU with AVX512-BF16,
     AMX or arm64's BF16 (`cpu_has_native_bf16`; a CPU that cannot be probed counts as without)."""
     if device.type == "cuda":
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+        if not torch.cuda.is_available():
+            return False
+        try:  # torch >= 2.3 counts an emulating GPU (pre-Ampere) as supporting bf16 unless told not to
+            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+        except TypeError:
+            return bool(torch.cuda.is_bf16_supported())
     return device.type == "cpu" and cpu_has_native_bf16() is True
 
 
@@ -284,7 +289,8 @@ def native_bf16(device: torch.device) -> bool:
 def cpu_has_native_bf16() -> bool | None:
     """Whether this CPU multiplies bf16 natively (x86: AVX512-BF16 or AMX; arm64: the BF16 extension), as torch's
     cpuinfo reports it; None where it cannot tell. Without it torch's CPU bf16 autocast still works, through
-    conversions to fp32 and back, and a step is slower than in fp32 (docs/demo.md, "bf16 on CPU")."""
+    conversions to fp32 and back, and a step is several times slower than in fp32 (docs/trainer.md, "Devices and
+    precision"). It reads the hardware: kernels held below it (ONEDNN_MAX_CPU_ISA=AVX2, as the pinned tests run) convert."""
     for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"):  # torch's cpuinfo (x86)
         probe = getattr(torch.cpu, name, None)
         try:
