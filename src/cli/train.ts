@@ -296,7 +296,7 @@ export const trainCommand = defineCommand({
 
 /**
  * The main job on the embedded defaults: examples/demo-multihop.run.json, the two-hop recipe (tiny policy, BM25 over the
- * two-hop world, GRPO on exact match, bf16 on CPU; about 14 minutes on 2 cores). `--config examples/demo.run.json` is
+ * two-hop world, GRPO on exact match, bf16 where the CPU has it natively; 14 minutes on 2 cores). `--config examples/demo.run.json` is
  * the one-hop demo (one search per question; minutes).
  */
 export const demoCommand = defineCommand({
