@@ -6,7 +6,7 @@
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, relative, resolve } from 'node:path';
 import { EngineUnavailableError } from '../core/host/engines';
-import { RunConfigError, runNeeds } from '../core/host/runConfig';
+import { loadRunConfig, newRunDir, RunConfigError, runNeeds, standaloneConfig } from '../core/host/runConfig';
 import { RunHost, type RunOutcome } from '../core/host/runHost';
 import { readRun } from '../core/host/runs';
 import { EnvServerError } from '../core/host/processes';
@@ -254,6 +254,26 @@ async function evalWithoutRetrieval(runDir: string, step: number, python: string
   return (await heldOutEm(dir)).before;
 }
 
+/**
+ * The demo's `--seed`: the config with another seed, written (paths made absolute) into the run directory — made here,
+ * a fresh one under ./runs unless named — as demo.run.json, which the run then starts from (run.json records it too).
+ */
+async function seededConfig(config: string, seed: number, runDir: string | undefined): Promise<{ config: string; runDir: string } | { code: number }> {
+  let loaded;
+  try {
+    loaded = await loadRunConfig(config);
+  } catch (e) {
+    if (!(e instanceof RunConfigError)) throw e;
+    process.stderr.write(`search-agent-studio: ${e.message}\n`);
+    return { code: 2 };
+  }
+  const dir = runDir ? resolve(runDir) : newRunDir(loaded, resolve('runs'));
+  await mkdir(dir, { recursive: true });
+  const file = join(dir, 'demo.run.json');
+  await writeFile(file, `${JSON.stringify({ ...standaloneConfig(loaded), seed }, null, 2)}\n`);
+  return { config: file, runDir: dir };
+}
+
 /** The demo's last line: held-out exact match before and after, by hops, and with retrieval disabled. */
 export function demoSummary(em: { before?: HeldOut; after?: HeldOut }, seconds: number, blind?: HeldOut): string {
   const hops = (h: HeldOut, detail: boolean) =>
@@ -307,14 +327,25 @@ export const demoCommand = defineCommand({
       .option('run-dir', { type: 'string', describe: 'the run directory (default: a new one under ./runs)' })
       .option('python', { type: 'string', describe: 'the trainer\'s Python (the only one tried)' })
       .option('config', { type: 'string', describe: 'another run config instead of examples/demo-multihop.run.json (examples/demo.run.json: the one-hop demo, under 10 minutes on 2 cores)' })
-      .option('quiet', { type: 'boolean', default: false, describe: 'print only warnings, errors and the result' }),
+      .option('seed', { type: 'number', describe: "the run's seed instead of the config's (the config with it is written to the run directory as demo.run.json)" })
+      .option('quiet', { type: 'boolean', default: false, describe: 'print only warnings, errors and the result' })
+      .example('$0 demo', 'the two-hop recipe, seed 1')
+      .example('$0 demo --seed 2', 'the same recipe with another seed')
+      .example('$0 demo --config examples/demo.run.json', 'the one-hop demo'),
   run: async (a) => {
-    const config = a.config ?? join(packageRoot(), 'examples', 'demo-multihop.run.json');
+    if (a.seed !== undefined && (!Number.isSafeInteger(a.seed) || a.seed < 0)) throw new UsageError(`--seed must be a non-negative integer, got ${a.seed}`);
+    let config = a.config ?? join(packageRoot(), 'examples', 'demo-multihop.run.json');
+    let runDir = a['run-dir'];
+    if (a.seed !== undefined) {
+      const derived = await seededConfig(config, a.seed, runDir);
+      if ('code' in derived) return derived.code;
+      ({ config, runDir } = derived);
+    }
     console.log('The demo: a tiny policy learns, on CPU, to search a corpus of invented facts (BM25) and answer from what it finds;');
     console.log('a short supervised warm start teaches it the tags only (random queries and answers), then GRPO on exact match.');
     const t0 = Date.now();
     const needs = await runNeeds({ config });
-    const { code, outcome, python } = await runTraining({ config, needs, runDir: a['run-dir'], resume: false, python: a.python, port: 0, quiet: a.quiet }, (s) => console.log(s));
+    const { code, outcome, python } = await runTraining({ config, needs, runDir, resume: false, python: a.python, port: 0, quiet: a.quiet }, (s) => console.log(s));
     if (!outcome || outcome.status === 'failed' || !python) return code || 1;
     const trained = Date.now();
     const em = await heldOutEm(outcome.runDir);

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { cliPythonCandidates, demoSummary, heldOutEm, noRetrievalConfig } from '../../src/cli/train';
+import { checkRunConfig, standaloneConfig } from '../../src/core/host/runConfig';
 import { interpreterPath } from '../../src/core/host/runs';
 import { probePython, runPythonNote } from '../../src/core/python';
 import { trainTinyWithCli } from '../support/tinyRun';
@@ -141,7 +142,7 @@ describe('CLI', () => {
   describe('demo', function () {
     this.timeout(240_000);
 
-    it('runs the two-hop recipe (shrunk: a curriculum of two 1-step stages) end to end, then its last checkpoint with retrieval disabled, and prints both by hops', async () => {
+    it('runs the two-hop recipe (shrunk: a curriculum of two 1-step stages) end to end with --seed, then its last checkpoint with retrieval disabled, and prints both by hops', async () => {
       const dir = mkdtempSync(join(tmpdir(), 'sas-cli-demo-'));
       const c = JSON.parse(readFileSync(join(ROOT, 'examples/demo-multihop.run.json'), 'utf8'));
       c.data.eval_size = 12;
@@ -151,8 +152,12 @@ describe('CLI', () => {
       c.train.supervised_warmup.steps = 2;
       c.train.checkpoint_every = 0;
       writeFileSync(join(dir, 'small.run.json'), JSON.stringify(c));
-      const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'demo', '--config', 'small.run.json', '--run-dir', 'run'], { reject: false, cwd: dir });
+      const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'demo', '--config', 'small.run.json', '--run-dir', 'run', '--seed', '7'], { reject: false, cwd: dir });
       assert.equal(r.exitCode, 0, r.stderr);
+      // --seed: the config with the seed, written into the run directory, is what the trainer ran
+      const seeded = JSON.parse(readFileSync(join(dir, 'run', 'demo.run.json'), 'utf8'));
+      assert.deepEqual([seeded.seed, seeded.train, seeded.data.train], [7, c.train, c.data.train]);
+      assert.equal(JSON.parse(readFileSync(join(dir, 'run', 'run.json'), 'utf8')).config.seed, 7);
       assert.doesNotMatch(r.stderr, /no-retrieval check failed/);
       const last = r.stdout.trim().split('\n').pop()!;
       assert.match(last, /^held-out exact match: \d\.\d{3} before training \(after the warm start\) → \d\.\d{3} after 2 steps \((?:\d+m\d\d|\d+)s\); searches per question \d\.\d\d; by hops: 1-hop \d\.\d{3} \(\d\.\d\d searches, answer retrieved \d\.\d{3}\), 2-hop \d\.\d{3} \(\d\.\d\d searches, answer retrieved \d\.\d{3}\); with retrieval disabled \d\.\d{3} \(1-hop \d\.\d{3}, 2-hop \d\.\d{3}\)$/);
@@ -165,6 +170,35 @@ describe('CLI', () => {
       assert.deepEqual([...new Set(m.map((x) => x.step))], [0], 'evaluated, not trained');
       assert.equal(m.find((x) => 'val/em' in x)['val/env/number_of_valid_search'] >= 0, true);
     });
+  });
+});
+
+describe("the demo's --seed", () => {
+  it('refuses a seed that is not a non-negative integer before starting anything', async () => {
+    for (const seed of ['-1', '1.5', 'x']) {
+      const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'demo', '--seed', seed, '--run-dir', join(tmpdir(), 'sas-never')], { reject: false });
+      assert.notEqual(r.exitCode, 0, seed);
+      assert.match(r.stderr, /--seed must be a non-negative integer/, seed);
+    }
+    assert.equal(existsSync(join(tmpdir(), 'sas-never')), false);
+  });
+
+  it('standaloneConfig: relative paths absolute against the config\'s directory, builtin: names kept', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sas-standalone-'));
+    writeFileSync(join(dir, 'train.jsonl'), '');
+    writeFileSync(join(dir, 'corpus.jsonl'), '');
+    writeFileSync(join(dir, 'r.ts'), '');
+    const loaded = checkRunConfig(
+      { seed: 1, output_dir: 'out', data: { train: 'train.jsonl', eval: 'builtin:demo-multihop/eval' }, model: { kind: 'tiny', tiny: { vocab: ['corpus.jsonl', 'builtin:demo-multihop/corpus'] } }, retriever: { kind: 'bm25', corpus: 'corpus.jsonl' }, reward: { module: 'r.ts' } },
+      join(dir, 'x.run.json'),
+      dir,
+    );
+    const c = standaloneConfig(loaded);
+    assert.deepEqual(
+      [c.data.train, c.data.eval, c.model.tiny.vocab, c.retriever.corpus, c.reward.module, c.output_dir],
+      [join(dir, 'train.jsonl'), 'builtin:demo-multihop/eval', [join(dir, 'corpus.jsonl'), 'builtin:demo-multihop/corpus'], join(dir, 'corpus.jsonl'), join(dir, 'r.ts'), join(dir, 'out')],
+    );
+    assert.equal((loaded.config as any).data.train, 'train.jsonl', 'the loaded config is left as it was');
   });
 });
 

@@ -104,6 +104,20 @@ function pathPlaces(config: unknown): { key: string; value: string; set(value: s
   return out;
 }
 
+/**
+ * A loaded config as the content of a file that may live anywhere (the demo's `--seed` writes one into the run
+ * directory): its relative paths (PATH_KEYS', model.tiny.vocab's, reward.module's, output_dir) made absolute against
+ * the config's own directory; `builtin:` names kept as names.
+ */
+export function standaloneConfig(loaded: LoadedRunConfig): Record<string, any> {
+  const config = structuredClone(loaded.config) as Record<string, any>;
+  const abs = (p: string) => (p.startsWith('builtin:') ? p : resolveConfigPath(p, loaded.base));
+  for (const place of pathPlaces(config)) place.set(abs(place.value));
+  if (typeof config.reward?.module === 'string') config.reward.module = abs(config.reward.module);
+  if (typeof config.output_dir === 'string') config.output_dir = abs(config.output_dir);
+  return config;
+}
+
 export function checkRunConfig(value: unknown, file: string, base: string): LoadedRunConfig {
   const issues = validate(RunConfigSchema, value);
   if (issues.length) throw new RunConfigError(file, issues.map((i) => `${i.path || '(the file)'}: ${i.message}`));
