@@ -21,9 +21,10 @@ export function registerWalkthrough(context: vscode.ExtensionContext): vscode.Di
 }
 
 /**
- * Writes the demo config (examples/demo.run.json: the tiny policy, BM25 over the demo corpus, GRPO; its data named
- * `builtin:demo/…`, so the copy runs wherever it is) into the workspace as demo.run.json, unless one is there, and
- * opens it.
+ * Writes the demo config — the README's first command's, examples/demo-multihop.run.json: the tiny policy, BM25 over
+ * the two-hop world, the format-only warm start, GRPO on exact match; its data named `builtin:demo-multihop/…`, so the
+ * copy runs wherever it is — into the workspace as demo.run.json, unless one is there, and opens it. (The one-hop demo,
+ * examples/demo.run.json, is in the docs: shorter, and it never searches twice.)
  */
 async function openDemo(context: vscode.ExtensionContext): Promise<vscode.Uri | undefined> {
   const folder = vscode.workspace.workspaceFolders?.[0];
@@ -32,7 +33,7 @@ async function openDemo(context: vscode.ExtensionContext): Promise<vscode.Uri | 
     return undefined;
   }
   const target = join(folder.uri.fsPath, 'demo.run.json');
-  if (!existsSync(target)) await copyFile(join(context.extensionUri.fsPath, 'examples', 'demo.run.json'), target);
+  if (!existsSync(target)) await copyFile(join(context.extensionUri.fsPath, 'examples', 'demo-multihop.run.json'), target);
   const uri = vscode.Uri.file(target);
   await vscode.window.showTextDocument(uri);
   return uri;
