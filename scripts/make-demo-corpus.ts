@@ -1,13 +1,13 @@
 // The demo world (`npm run demo-corpus`): an invented world of people, towns, rivers, provinces, institutions and
 // works, written as a Search-R1-style corpus (examples/demo/corpus.jsonl: {id, contents = "Title"\ntext}) and
 // as question datasets (examples/demo/train.jsonl, eval.jsonl) whose answers are only in the corpus. Two-hop
-// questions need an entity found by the first search. The held-out split shares no question and no answer
+// questions need an entity found by the first search (`meta.bridge`). The held-out split shares no question and no answer
 // entity with the training split. Seeded: the same files every time.
 //
 // `--rivers N --out DIR` writes a variant of the same world with N rivers instead of 48 (`npm run demo-corpus --
 // --rivers 180 --out examples/demo-multihop`: the two-hop recipe's world, docs/demo.md). With 48, the training river
 // questions have only 36 distinct answers and a tiny policy learns them as a closed class: it answers held-out river
-// questions with a town. The default (no options) writes examples/demo, byte for byte as it always has.
+// questions with a town. The default (no options) writes examples/demo (as it always has, plus `meta.bridge` since stop 42).
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -152,20 +152,22 @@ for (let k = 0; k < 1900; k++) {
 // ---------------------------------------------------------------------------------------------------------
 // Questions. Each has its answer entity; the held-out split takes every question whose answer entity is in the
 // held-out entity set (so the splits share no answer entity), and the two splits share no question text.
-type Q = { question: string; golden: string[]; answer: string; hops: 1 | 2; kind: string };
+// A two-hop question's `bridge` is the entity its first search finds and its second query must name (the founder, the
+// birthplace, the author): the dataset line's `meta.bridge`, for the trainer's `val/bridge_searched_by_hops/2`.
+type Q = { question: string; golden: string[]; answer: string; hops: 1 | 2; kind: string; bridge?: string };
 const questions: Q[] = [];
 for (const i of institutions) {
   questions.push({ question: `who founded the ${i.name}?`, golden: [i.founder.name], answer: i.founder.name, hops: 1, kind: 'founder' });
-  questions.push({ question: `in which town was the founder of the ${i.name} born?`, golden: [i.founder.born.name], answer: i.founder.born.name, hops: 2, kind: 'founder-birthplace' });
+  questions.push({ question: `in which town was the founder of the ${i.name} born?`, golden: [i.founder.born.name], answer: i.founder.born.name, hops: 2, kind: 'founder-birthplace', bridge: i.founder.name });
 }
 for (const p of people) {
   questions.push({ question: `in which town was ${p.name} born?`, golden: [p.born.name], answer: p.born.name, hops: 1, kind: 'birthplace' });
-  questions.push({ question: `what river runs through the birthplace of ${p.name}?`, golden: [p.born.river.name, `the ${p.born.river.name}`], answer: p.born.river.name, hops: 2, kind: 'birthplace-river' });
+  questions.push({ question: `what river runs through the birthplace of ${p.name}?`, golden: [p.born.river.name, `the ${p.born.river.name}`], answer: p.born.river.name, hops: 2, kind: 'birthplace-river', bridge: p.born.name });
 }
 for (const t of towns) questions.push({ question: `what river runs through ${t.name}?`, golden: [t.river.name, `the ${t.river.name}`], answer: t.river.name, hops: 1, kind: 'river' });
 for (const w of works) {
   questions.push({ question: `who wrote ${w.title}?`, golden: [w.author.name], answer: w.author.name, hops: 1, kind: 'author' });
-  questions.push({ question: `in which town was the author of ${w.title} born?`, golden: [w.author.born.name], answer: w.author.born.name, hops: 2, kind: 'author-birthplace' });
+  questions.push({ question: `in which town was the author of ${w.title} born?`, golden: [w.author.born.name], answer: w.author.born.name, hops: 2, kind: 'author-birthplace', bridge: w.author.name });
 }
 const answers = shuffle([...new Set(questions.map((q) => q.answer))]);
 const heldOut = new Set(answers.slice(0, Math.round(answers.length * 0.12)));
@@ -176,7 +178,7 @@ for (const q of shuffle(questions)) {
   if (seen.has(q.question)) continue;
   seen.add(q.question);
   const split = heldOut.has(q.answer) ? 'eval' : 'train';
-  const row = { id: `demo-${split}-${(split === 'eval' ? evalSet : train).length}`, question: q.question, golden: q.golden, data_source: 'demo', split, meta: { hops: q.hops, kind: q.kind } };
+  const row = { id: `demo-${split}-${(split === 'eval' ? evalSet : train).length}`, question: q.question, golden: q.golden, data_source: 'demo', split, meta: { hops: q.hops, kind: q.kind, ...(q.bridge ? { bridge: q.bridge } : {}) } };
   (split === 'eval' ? evalSet : train).push(row);
 }
 

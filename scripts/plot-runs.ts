@@ -24,6 +24,7 @@ const TITLES: Record<string, string> = {
   'val/searches_by_hops/2': 'searches per two-hop question (held-out)',
   'val/answer_retrieved_by_hops/1': 'held-out one-hop questions whose searches returned the answer',
   'val/answer_retrieved_by_hops/2': 'held-out two-hop questions whose searches returned the answer',
+  'val/bridge_searched_by_hops/2': 'held-out two-hop questions whose later search named the bridge entity',
   'reward/format/mean': 'training responses in Search-R1 format',
 };
 
@@ -58,7 +59,7 @@ async function main(): Promise<void> {
     title: TITLES[key] ?? key,
     xLabel: 'step',
     yMin: key.includes('em') || key.includes('score') || key.includes('frac') ? 0 : undefined,
-    yMax: key === 'val/em' || key.startsWith('val/em_by_hops/') || key.startsWith('val/answer_retrieved_by_hops/') || key === 'critic/score/mean' ? 1 : undefined,
+    yMax: key === 'val/em' || key.startsWith('val/em_by_hops/') || key.startsWith('val/answer_retrieved_by_hops/') || key.startsWith('val/bridge_searched_by_hops/') || key === 'critic/score/mean' ? 1 : undefined,
     series: data.map((d) => {
       const pts = d.rows.filter((m) => typeof m[key] === 'number').map((m) => [m.step as number, m[key] as number] as [number, number]);
       return { name: d.label, points: key.startsWith('val/') ? pts : smooth(pts, k) };

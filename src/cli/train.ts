@@ -115,14 +115,15 @@ export class ProgressPrinter {
   }
 }
 
-/** An evaluation's headline numbers; `byHops`: exact match, searches per question and the share with a golden answer
- * in what the searches returned, by the hops a question needs (`val/em_by_hops/<h>`, `val/searches_by_hops/<h>`,
- * `val/answer_retrieved_by_hops/<h>`), where the data has them. */
+/** An evaluation's headline numbers; `byHops`: exact match, searches per question, the share with a golden answer
+ * in what the searches returned and the share whose later search named the bridge entity, by the hops a question needs
+ * (`val/em_by_hops/<h>`, `val/searches_by_hops/<h>`, `val/answer_retrieved_by_hops/<h>`,
+ * `val/bridge_searched_by_hops/<h>`), where the data has them. */
 export interface HeldOut {
   step: number;
   em: number;
   searches?: number;
-  byHops: { hops: number; em: number; searches?: number; retrieved?: number }[];
+  byHops: { hops: number; em: number; searches?: number; retrieved?: number; bridge?: number }[];
 }
 
 /** Held-out exact match at the first and last evaluation of a run (from metrics.jsonl). */
@@ -144,6 +145,7 @@ export async function heldOutEm(runDir: string): Promise<{ before?: HeldOut; aft
         em: m[HOPS_METRICS.em(h)] as number,
         searches: m[HOPS_METRICS.searches(h)] as number | undefined,
         ...(typeof m[HOPS_METRICS.retrieved(h)] === 'number' ? { retrieved: m[HOPS_METRICS.retrieved(h)] as number } : {}),
+        ...(typeof m[HOPS_METRICS.bridge(h)] === 'number' ? { bridge: m[HOPS_METRICS.bridge(h)] as number } : {}),
       }));
       evals.push({ step: m.step, em: m['val/em'], searches: m['val/searches_mean'], byHops });
     } catch {
@@ -277,7 +279,12 @@ async function seededConfig(config: string, seed: number, runDir: string | undef
 /** The demo's last line: held-out exact match before and after, by hops, and with retrieval disabled. */
 export function demoSummary(em: { before?: HeldOut; after?: HeldOut }, seconds: number, blind?: HeldOut): string {
   const hops = (h: HeldOut, detail: boolean) =>
-    h.byHops.map((b) => `${b.hops}-hop ${fmt(b.em)}${detail ? ` (${fmt(b.searches, 2)} searches${b.retrieved === undefined ? '' : `, answer retrieved ${fmt(b.retrieved)}`})` : ''}`).join(', ');
+    h.byHops
+      .map((b) => {
+        const parts = [`${fmt(b.searches, 2)} searches`, ...(b.bridge === undefined ? [] : [`bridge entity searched ${fmt(b.bridge)}`]), ...(b.retrieved === undefined ? [] : [`answer retrieved ${fmt(b.retrieved)}`])];
+        return `${b.hops}-hop ${fmt(b.em)}${detail ? ` (${parts.join(', ')})` : ''}`;
+      })
+      .join(', ');
   return (
     `held-out exact match: ${fmt(em.before?.em)} before training (after the warm start) → ${fmt(em.after?.em)} after ${em.after?.step ?? 0} steps ` +
     `(${duration(seconds)}); searches per question ${fmt(em.after?.searches, 2)}` +

@@ -403,6 +403,9 @@ export const HOPS_METRICS = {
   em: (hops: number) => `val/em_by_hops/${hops}`,
   searches: (hops: number) => `val/searches_by_hops/${hops}`,
   retrieved: (hops: number) => `val/answer_retrieved_by_hops/${hops}`,
+  /** A search after the first named the question's bridge entity (its dataset line's `meta.bridge`; data.py
+   * `bridge_searched`): what the second search of a multi-hop question is for. */
+  bridge: (hops: number) => `val/bridge_searched_by_hops/${hops}`,
   /** The hops an `em` key is about (`val/em_by_hops/2` → 2); undefined for any other key. */
   hopsOf: (key: string): number | undefined => {
     const m = /^val\/em_by_hops\/(\d+)$/.exec(key);

@@ -162,9 +162,10 @@ describe("a user's first hour (code-server)", function () {
     assert.equal(new Set(reward.map((r) => r.marker)).size, 3, `distinct colours: ${JSON.stringify(reward)}`);
     const kl = await dash.evaluate(() => [...document.querySelectorAll('.chart[data-chart="kl"] .u-legend .u-series')].slice(1).map((e) => getComputedStyle(e.querySelector('.u-marker')!).borderColor));
     assert.equal(new Set(kl).size, kl.length, `KL series in distinct colours: ${JSON.stringify(kl)}`);
-    // Held-out EM and searches by hops (the demo questions' meta.hops; 4 held-out questions: 1- and 2-hop).
+    // Held-out EM and searches by hops (the demo questions' meta.hops; 4 held-out questions: 1- and 2-hop), and for the
+    // two-hop ones whether a later search named the bridge entity (meta.bridge).
     const hops = await dash.evaluate(() => { const c = document.querySelector<HTMLElement>('.chart[data-chart="hops"]')!; return { hidden: c.hidden, labels: [...c.querySelectorAll('.u-legend .u-series')].slice(1).map((e) => e.querySelector('.u-label')?.textContent) }; });
-    assert.deepEqual(hops, { hidden: false, labels: ['EM 1-hop', 'searches 1-hop', 'answer retrieved 1-hop', 'EM 2-hop', 'searches 2-hop', 'answer retrieved 2-hop'] });
+    assert.deepEqual(hops, { hidden: false, labels: ['EM 1-hop', 'searches 1-hop', 'answer retrieved 1-hop', 'EM 2-hop', 'searches 2-hop', 'bridge entity searched 2-hop', 'answer retrieved 2-hop'] });
     // By question kind (the demo questions' meta.kind): one series per kind the run's metrics name, each its own colour.
     const metricsFile = readFileSync(join(s.workspace, 'runs', runId, 'metrics.jsonl'), 'utf8');
     const runKinds = [...new Set([...metricsFile.matchAll(/"val\/em_by_kind\/([^"]+)"/g)].map((m) => m[1]!))].sort();

@@ -160,7 +160,7 @@ describe('CLI', () => {
       assert.equal(JSON.parse(readFileSync(join(dir, 'run', 'run.json'), 'utf8')).config.seed, 7);
       assert.doesNotMatch(r.stderr, /no-retrieval check failed/);
       const last = r.stdout.trim().split('\n').pop()!;
-      assert.match(last, /^held-out exact match: \d\.\d{3} before training \(after the warm start\) → \d\.\d{3} after 2 steps \((?:\d+m\d\d|\d+)s\); searches per question \d\.\d\d; by hops: 1-hop \d\.\d{3} \(\d\.\d\d searches, answer retrieved \d\.\d{3}\), 2-hop \d\.\d{3} \(\d\.\d\d searches, answer retrieved \d\.\d{3}\); with retrieval disabled \d\.\d{3} \(1-hop \d\.\d{3}, 2-hop \d\.\d{3}\)$/);
+      assert.match(last, /^held-out exact match: \d\.\d{3} before training \(after the warm start\) → \d\.\d{3} after 2 steps \((?:\d+m\d\d|\d+)s\); searches per question \d\.\d\d; by hops: 1-hop \d\.\d{3} \(\d\.\d\d searches, answer retrieved \d\.\d{3}\), 2-hop \d\.\d{3} \(\d\.\d\d searches, bridge entity searched \d\.\d{3}, answer retrieved \d\.\d{3}\); with retrieval disabled \d\.\d{3} \(1-hop \d\.\d{3}, 2-hop \d\.\d{3}\)$/);
       // the evaluation-only run: the last checkpoint, no retriever, no training, its own run directory
       const blind = JSON.parse(readFileSync(join(dir, 'run', 'eval-no-retrieval', 'run.json'), 'utf8'));
       assert.equal(blind.status, 'finished');
@@ -214,14 +214,14 @@ describe("the demo's no-retrieval evaluation and last line", () => {
     assert.ok(run.train.stages && run.train.supervised_warmup, 'the recipe itself is unchanged');
   });
 
-  it('prints before → after, by hops with searches and answer retrieved, and the no-retrieval numbers by hops; – where a number is missing', () => {
+  it('prints before → after, by hops with searches, bridge entity searched and answer retrieved, and the no-retrieval numbers by hops; – where a number is missing', () => {
     const before = { step: 0, em: 0.02, searches: 1.5, byHops: [{ hops: 1, em: 0.04, searches: 1.0 }, { hops: 2, em: 0, searches: 2.0 }] };
-    const after = { step: 440, em: 0.52, searches: 1.52, byHops: [{ hops: 1, em: 0.7, searches: 1.07, retrieved: 0.9 }, { hops: 2, em: 0.3, searches: 1.9, retrieved: 0.6 }] };
+    const after = { step: 440, em: 0.52, searches: 1.52, byHops: [{ hops: 1, em: 0.7, searches: 1.07, retrieved: 0.9 }, { hops: 2, em: 0.3, searches: 1.9, retrieved: 0.6, bridge: 0.75 }] };
     const blind = { step: 0, em: 0.006, searches: 1.5, byHops: [{ hops: 1, em: 0.011, searches: 1.0 }, { hops: 2, em: 0, searches: 2.0 }] };
     assert.equal(
       demoSummary({ before, after }, 845, blind),
       'held-out exact match: 0.020 before training (after the warm start) → 0.520 after 440 steps (14m05s); searches per question 1.52; ' +
-        'by hops: 1-hop 0.700 (1.07 searches, answer retrieved 0.900), 2-hop 0.300 (1.90 searches, answer retrieved 0.600); with retrieval disabled 0.006 (1-hop 0.011, 2-hop 0.000)',
+        'by hops: 1-hop 0.700 (1.07 searches, answer retrieved 0.900), 2-hop 0.300 (1.90 searches, bridge entity searched 0.750, answer retrieved 0.600); with retrieval disabled 0.006 (1-hop 0.011, 2-hop 0.000)',
     );
     assert.match(demoSummary({ before, after }, 119.6, blind), /after 440 steps \(2m00s\)/, 'not 1m60s');
     assert.equal(
@@ -237,12 +237,12 @@ describe('heldOutEm (the demo\'s last line)', () => {
     const lines = [
       { step: 0, 'val/em': 0.02, 'val/searches_mean': 1.1, 'val/em_by_hops/2': 0, 'val/searches_by_hops/2': 1.5, 'val/em_by_hops/1': 0.04, 'val/searches_by_hops/1': 1.0 },
       { step: 1, 'critic/score/mean': 0.1 },
-      { step: 2, 'val/em': 0.4, 'val/searches_mean': 1.4, 'val/em_by_hops/1': 0.7, 'val/searches_by_hops/1': 1.0, 'val/answer_retrieved_by_hops/1': 0.9, 'val/em_by_hops/2': 0.25, 'val/searches_by_hops/2': 1.9, 'val/answer_retrieved_by_hops/2': 0.6, 'val/em/demo': 0.4 },
+      { step: 2, 'val/em': 0.4, 'val/searches_mean': 1.4, 'val/em_by_hops/1': 0.7, 'val/searches_by_hops/1': 1.0, 'val/answer_retrieved_by_hops/1': 0.9, 'val/em_by_hops/2': 0.25, 'val/searches_by_hops/2': 1.9, 'val/answer_retrieved_by_hops/2': 0.6, 'val/bridge_searched_by_hops/2': 0.75, 'val/em/demo': 0.4 },
     ];
     writeFileSync(join(dir, 'metrics.jsonl'), lines.map((l) => JSON.stringify(l)).join('\n') + '\n{"step": 3, "val/em');
     const { before, after } = await heldOutEm(dir);
     assert.deepEqual(before?.byHops, [{ hops: 1, em: 0.04, searches: 1.0 }, { hops: 2, em: 0, searches: 1.5 }]);
-    assert.deepEqual(after, { step: 2, em: 0.4, searches: 1.4, byHops: [{ hops: 1, em: 0.7, searches: 1.0, retrieved: 0.9 }, { hops: 2, em: 0.25, searches: 1.9, retrieved: 0.6 }] });
+    assert.deepEqual(after, { step: 2, em: 0.4, searches: 1.4, byHops: [{ hops: 1, em: 0.7, searches: 1.0, retrieved: 0.9 }, { hops: 2, em: 0.25, searches: 1.9, retrieved: 0.6, bridge: 0.75 }] });
     writeFileSync(join(dir, 'metrics.jsonl'), JSON.stringify({ step: 0, 'val/em': 0.1 }) + '\n');
     assert.deepEqual((await heldOutEm(dir)).before?.byHops, [], 'data without meta.hops: no by-hops numbers');
   });

@@ -2,7 +2,10 @@
 
 A dataset line is `{"id", "question", "golden": [..], "data_source", "meta"?}` (Search-R1's `golden_answers` is
 accepted for `golden`; of `meta`, `hops` — the searches a question needs — is read, for the `val/*_by_hops/*`
-metrics and `data.hops_mix`, and `kind` — the question's type, e.g. HotpotQA's bridge/comparison — for `val/*_by_kind/*`). A malformed line is reported (file, line, field) and skipped; a file with no usable line is an error.
+metrics and `data.hops_mix`, `kind` — the question's type, e.g. HotpotQA's bridge/comparison — for `val/*_by_kind/*`,
+and `bridge` — the entity (a string, or an array of its names) a multi-hop question's first search finds and a later
+query must name, MuSiQue's intermediate answer — for `val/bridge_searched_by_hops/*`). A malformed line is reported
+(file, line, field) and skipped; a file with no usable line is an error.
 The prompt is the configured template with `{question}` replaced (Search-R1's base template by default), with the
 tokenizer's chat template applied when it has one (policy.Tokenizer.prompt).
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import re
+import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -25,6 +30,7 @@ class Example:
     data_source: str
     hops: int | None = None  # `meta.hops`: the searches a question needs (1, 2, …), where the dataset says it
     kind: str | None = None  # `meta.kind`: the question's type (a short name), where the dataset says it
+    bridge: tuple[str, ...] | None = None  # `meta.bridge`: the entity a later search must name (its names), where said
 
 
 class DatasetError(ValueError):
@@ -54,7 +60,31 @@ def _example(obj: Any) -> tuple[Example | None, str | None]:
     kind = meta.get("kind") if isinstance(meta, dict) else None
     if kind is not None and (not isinstance(kind, str) or not kind.strip()):
         return None, "meta.kind: expected a non-empty string"
-    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds, hops=hops, kind=kind.strip() if kind else None), None
+    bridge = meta.get("bridge") if isinstance(meta, dict) else None
+    if isinstance(bridge, str):
+        bridge = [bridge]
+    if bridge is not None and (not isinstance(bridge, list) or not bridge or not all(isinstance(b, str) and normalize(b) for b in bridge)):
+        return None, "meta.bridge: expected a name or a non-empty array of names (strings with a letter or digit)"
+    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds, hops=hops, kind=kind.strip() if kind else None, bridge=tuple(b.strip() for b in bridge) if bridge else None), None
+
+
+def normalize(text: str) -> str:
+    """SQuAD's answer normalisation as Search-R1's exact match does it (veRL's qa_em `normalize_answer`; ours in
+    src/core/rewards/normalize.ts): lower case, ASCII punctuation removed, the words a/an/the removed, whitespace
+    collapsed."""
+    text = "".join(c for c in text.lower() if c not in string.punctuation)
+    return " ".join(re.sub(r"\b(a|an|the)\b", " ", text).split())
+
+
+def bridge_searched(example: Example, queries: Sequence[str]) -> float | None:
+    """1.0 when a search after the first names the question's bridge entity (`meta.bridge`: any of its names, as whole
+    normalised words of the query), else 0.0; None for a question without one. The behaviour a multi-hop question
+    asks for: the second query names what the first search found (a policy that searches again with the question's
+    words, or the first query again, scores 0)."""
+    if not example.bridge:
+        return None
+    names = [f" {normalize(b)} " for b in example.bridge]
+    return 1.0 if any(n in f" {normalize(q)} " for q in queries[1:] for n in names) else 0.0
 
 
 def load_dataset(path: str, warn: Callable[[str], None] = lambda _m: None) -> list[Example]:

@@ -213,6 +213,8 @@ def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dic
         meta["hops"] = traj.example.hops
     if getattr(traj.example, "kind", None) is not None:
         meta["kind"] = traj.example.kind
+    if getattr(traj.example, "bridge", None):
+        meta["bridge"] = list(traj.example.bridge)
     if traj.reward_error:
         meta["reward_error"] = traj.reward_error
     if getattr(traj, "retrieval", None):

@@ -46,7 +46,7 @@ from .batch import SequenceBatch, by_length, make_batch
 from .checkpoint import latest_checkpoint, load_trainable, read_state, save_checkpoint
 from .config import Section, stored_config
 from .curriculum import Stage, describe, stage_of, stages
-from .data import EpochSampler, Example, MixSampler, load_dataset, render_prompt
+from .data import EpochSampler, Example, MixSampler, bridge_searched, load_dataset, render_prompt
 from .env_client import EnvClient
 from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .generation import LMGenerator, auto_max_batch_tokens
@@ -661,6 +661,11 @@ class Trainer:
             found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]
             if found:
                 m[f"val/answer_retrieved_by_hops/{h}"] = _mean(found)
+            # Did a search after the first name the entity the first found (the dataset's `meta.bridge`)? What the
+            # second search is for: searches per question say that it searched again, this says what it searched.
+            named = [b for b in (bridge_searched(t.example, [r["query"] for r in t.retrieval]) for t in part) if b is not None]
+            if named:
+                m[f"val/bridge_searched_by_hops/{h}"] = _mean(named)
         # By the question's type (the dataset's `meta.kind`), when it names 2–MAX_KINDS of them: a mean over mixed
         # types hides the one the policy fails (the demo's two-hop policies answered held-out river questions with the
         # town found on the way while the two town kinds generalised; docs/demo.md).

@@ -1,5 +1,6 @@
 """The dataset reader: `meta.hops` is kept (for the `val/*_by_hops/*` metrics and `data.hops_mix`), absent is fine,
-malformed is a reported, skipped line; the hops-mix sampler."""
+malformed is a reported, skipped line; `meta.bridge` and what `bridge_searched` asks of the queries; the hops-mix
+sampler."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 import pytest
 
-from search_agent_trainer.data import DatasetError, MixSampler, load_dataset
+from search_agent_trainer.data import DatasetError, Example, MixSampler, bridge_searched, load_dataset, normalize
 
 
 def test_meta_hops_is_read_absent_is_none_and_a_bad_value_is_a_skipped_line_naming_the_field(tmp_path):
@@ -23,6 +24,49 @@ def test_meta_hops_is_read_absent_is_none_and_a_bad_value_is_a_skipped_line_nami
     out = load_dataset(str(path), warnings.append)
     assert [(e.id, e.hops) for e in out] == [("a", 2), ("b", None)]
     assert warnings == [f"{path}:3: meta.hops: expected a positive integer; line skipped", f"{path}:4: meta.hops: expected a positive integer; line skipped"]
+
+
+def test_meta_bridge_is_read_as_names_and_a_bad_value_is_a_skipped_line_naming_the_field(tmp_path):
+    rows = [
+        {"id": "a", "question": "where was the author of X born?", "golden": ["Ulm"], "meta": {"hops": 2, "bridge": "Bo Dane"}},
+        {"id": "b", "question": "where was the author of Y born?", "golden": ["Ulm"], "meta": {"hops": 2, "bridge": ["Cy Fell", "C. Fell"]}},
+        {"id": "c", "question": "who wrote Z?", "golden": ["Di"], "meta": {"hops": 1}},
+        {"id": "d", "question": "where was the author of W born?", "golden": ["Ulm"], "meta": {"bridge": []}},
+        {"id": "e", "question": "where was the author of V born?", "golden": ["Ulm"], "meta": {"bridge": ["..."]}},
+        {"id": "f", "question": "where was the author of U born?", "golden": ["Ulm"], "meta": {"bridge": 7}},
+    ]
+    path = tmp_path / "d.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    warnings: list[str] = []
+    out = load_dataset(str(path), warnings.append)
+    assert [(e.id, e.bridge) for e in out] == [("a", ("Bo Dane",)), ("b", ("Cy Fell", "C. Fell")), ("c", None)]
+    assert warnings == [f"{path}:{n}: meta.bridge: expected a name or a non-empty array of names (strings with a letter or digit); line skipped" for n in (4, 5, 6)]
+
+
+def test_bridge_searched_asks_a_later_query_to_name_the_bridge_as_whole_normalised_words():
+    ex = Example("a", "in which town was the author of The Quiet Ford born?", ("Ulm",), "demo", hops=2, bridge=("Bo Dane", "B. Dane"))
+    assert bridge_searched(ex, ["The Quiet Ford", "Bo Dane"]) == 1.0
+    assert bridge_searched(ex, ["The Quiet Ford", "born: bo  DANE, the writer"]) == 1.0  # normalised: case, punctuation, spaces
+    assert bridge_searched(ex, ["The Quiet Ford", "b dane"]) == 1.0  # another of its names ("B. Dane" normalises so)
+    assert bridge_searched(ex, ["Bo Dane", "The Quiet Ford"]) == 0.0  # named first, not after what the first search found
+    assert bridge_searched(ex, ["The Quiet Ford"]) == 0.0  # searched once
+    assert bridge_searched(ex, []) == 0.0
+    assert bridge_searched(ex, ["The Quiet Ford", "Dane"]) == 0.0  # part of the name is not the name
+    assert bridge_searched(ex, ["The Quiet Ford", "Bo Danes"]) == 0.0  # whole words
+    assert bridge_searched(Example("b", "who wrote X?", ("Bo",), "demo", hops=1), ["X", "Bo"]) is None  # no bridge: not counted
+    assert normalize("The  Rhône, an old river!") == "rhône old river"
+
+
+def test_the_demo_worlds_name_the_bridge_of_every_two_hop_question_and_only_theirs():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "examples"
+    for world in ("demo", "demo-multihop"):
+        for split in ("train", "eval"):
+            for e in load_dataset(str(root / world / f"{split}.jsonl")):
+                assert (e.bridge is not None) == (e.hops == 2), e
+                if e.bridge:
+                    assert normalize(e.bridge[0]) not in normalize(e.question), e  # a question never names its bridge
 
 
 def test_hops_mix_gives_each_batch_its_share_of_each_kind_and_resumes_where_it_stopped():

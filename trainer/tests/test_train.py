@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DEMO, ROOT, tiny_config, trainer_env
+from search_agent_trainer.data import normalize
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMAS = {n: json.loads((ROOT / "docs" / "schema" / f"{n}.schema.json").read_text()) for n in ("run", "event", "metrics", "rollout")}
@@ -196,7 +197,8 @@ def test_skip_zero_std_groups_leaves_the_policy_gradient_as_it_was(tmp_path, spa
 
 def test_held_out_exact_match_and_searches_by_hops_at_every_evaluation(finished_run):
     """`val/em_by_hops/<h>`, `val/searches_by_hops/<h>` and `val/answer_retrieved_by_hops/<h>` group the held-out
-    questions by their dataset line's `meta.hops` (the first 4 demo questions: three one-hop, one two-hop),
+    questions by their dataset line's `meta.hops` (the first 4 demo questions: three one-hop, one two-hop), and
+    `val/bridge_searched_by_hops/2` asks whether a later query named the two-hop question's `meta.bridge`; all
     recomputed here from the val records."""
     run, _ = finished_run
     eval_hops = [json.loads(l)["meta"]["hops"] for l in (ROOT / "examples" / "demo" / "eval.jsonl").read_text().splitlines()[:4]]
@@ -209,6 +211,12 @@ def test_held_out_exact_match_and_searches_by_hops_at_every_evaluation(finished_
             assert m[f"val/em_by_hops/{h}"] == pytest.approx(sum(r["meta"]["metrics"]["em"] for r in part) / len(part))
             assert m[f"val/searches_by_hops/{h}"] == pytest.approx(sum(r["searches"] for r in part) / len(part))
             assert m[f"val/answer_retrieved_by_hops/{h}"] == pytest.approx(sum(r["meta"]["metrics"]["answer_retrieved"] for r in part) / len(part))
+        # the two-hop questions' bridge entity (meta.bridge, kept in the records): named by a search after the first?
+        two = [r for r in recs if r["meta"]["hops"] == 2]
+        assert all(r["meta"]["bridge"] for r in two) and not any("bridge" in r["meta"] for r in recs if r["meta"]["hops"] == 1)
+        named = [any(f" {normalize(b)} " in f" {normalize(q['query'])} " for q in r["meta"].get("retrieval", [])[1:] for b in r["meta"]["bridge"]) for r in two]
+        assert m["val/bridge_searched_by_hops/2"] == pytest.approx(sum(named) / len(two))
+        assert "val/bridge_searched_by_hops/1" not in m
         assert m["val/reward/answer_retrieved/mean"] == pytest.approx(sum(r["meta"]["metrics"]["answer_retrieved"] for r in recs) / len(recs))
         assert not [k for k in m if k.startswith("val/") and "_by_hops/" in k and k[-1] not in "12"]
 
