@@ -7,8 +7,11 @@ CPU with native bf16 (stop 41: under the pinned AVX2 code path bf16 is converted
 than fp32 there, and no user's run follows that path; docs/testing.md). It must learn the second hop's *search* and
 begin to read it:
 
-- held-out two-hop questions whose answer came back in a passage (`val/answer_retrieved_by_hops/2`: the second query
-  named the entity the first search found): up by at least TWO_HOP_RETRIEVED_MIN_GAIN over the warm start;
+- held-out two-hop questions where a search after the first named the entity the first search found
+  (`val/bridge_searched_by_hops/2`, the dataset's `meta.bridge`; stop 42): up by at least BRIDGE_SEARCHED_MIN_GAIN
+  over the warm start;
+- held-out two-hop questions whose answer came back in a passage (`val/answer_retrieved_by_hops/2`): up by at least
+  TWO_HOP_RETRIEVED_MIN_GAIN over the warm start;
 - at least TWO_HOP_MIN_SEARCHES searches per held-out two-hop question (the second search kept);
 - held-out one-hop exact match up by at least ONE_HOP_MIN_GAIN;
 - held-out two-hop exact match up by at least TWO_HOP_EM_MIN_GAIN (4 of its 70 questions: small, stated).
@@ -47,6 +50,7 @@ from conftest import PINNED_NUMERICS, ROOT, EnvServer, evaluate_without_retrieva
 
 STOP_AT = 200
 TWO_HOP_RETRIEVED_MIN_GAIN = 0.15
+BRIDGE_SEARCHED_MIN_GAIN = 0.15
 TWO_HOP_MIN_SEARCHES = 1.5
 ONE_HOP_MIN_GAIN = 0.15
 TWO_HOP_EM_MIN_GAIN = 0.05
@@ -100,14 +104,16 @@ def test_the_shortened_two_hop_demo_learns_the_second_search(tmp_path):
     evals = {m["step"]: m for m in evaluations(run_dir)}
     before, after = evals[0], evals[STOP_AT]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
-    gains = {k: after[k] - before[k] for k in ("val/answer_retrieved_by_hops/2", "val/em_by_hops/1", "val/em_by_hops/2")}
+    gains = {k: after[k] - before[k] for k in ("val/answer_retrieved_by_hops/2", "val/bridge_searched_by_hops/2", "val/em_by_hops/1", "val/em_by_hops/2")}
     pin = pin_report()
     print(pin)
     print(
-        f"step 0 -> {STOP_AT}: two-hop answer retrieved {before['val/answer_retrieved_by_hops/2']:.3f} -> {after['val/answer_retrieved_by_hops/2']:.3f}, "
+        f"step 0 -> {STOP_AT}: two-hop bridge entity searched {before['val/bridge_searched_by_hops/2']:.3f} -> {after['val/bridge_searched_by_hops/2']:.3f}, "
+        f"two-hop answer retrieved {before['val/answer_retrieved_by_hops/2']:.3f} -> {after['val/answer_retrieved_by_hops/2']:.3f}, "
         f"one-hop EM {before['val/em_by_hops/1']:.3f} -> {after['val/em_by_hops/1']:.3f}, two-hop EM {before['val/em_by_hops/2']:.3f} -> "
         f"{after['val/em_by_hops/2']:.3f}, searches per two-hop question {after['val/searches_by_hops/2']:.2f}"
     )
+    assert gains["val/bridge_searched_by_hops/2"] >= BRIDGE_SEARCHED_MIN_GAIN, (pin, before, after)
     assert gains["val/answer_retrieved_by_hops/2"] >= TWO_HOP_RETRIEVED_MIN_GAIN, (pin, before, after)
     assert after["val/searches_by_hops/2"] >= TWO_HOP_MIN_SEARCHES, (pin, after)
     assert gains["val/em_by_hops/1"] >= ONE_HOP_MIN_GAIN, (pin, before, after)
