@@ -112,21 +112,30 @@ describe('reward sandbox', function () {
     }
   });
 
-  it('scores concurrent calls each with its own results (the env server answers /reward requests concurrently)', async () => {
-    const r = await openReward('builtin:em', { workers: 2, chunk: 2 });
-    try {
-      const calls = [1, 3, 2, 5, 1].map((n, c) => Array.from({ length: n }, (_, i) => item(`c${c}-${i}`, 'ok', (c + i) % 2 ? 'Ilse Marrow' : 'nobody')));
-      const outs = await Promise.all(calls.map((items) => r.sandbox.score(items)));
-      outs.forEach((out, c) => {
-        assert.deepEqual(
-          out.map((o) => [o.id, 'reward' in o ? o.reward : o.error]),
-          calls[c]!.map((it, i) => [it.id, (c + i) % 2 ? 1 : 0]),
-        );
-      });
-    } finally {
-      await r.sandbox.close();
-    }
-  });
+  for (const chunk of [2, 1]) {
+    it(`scores concurrent calls each with its own results, round after round (the env server answers /reward requests concurrently; chunk ${chunk})`, async () => {
+      // A call once resolved when its last result came in, before the other worker's 'done': the next call then sent
+      // to a worker whose old listener took the new request's messages, and hung (stop 42's CI). One item per
+      // chunk spreads every call over both workers; a hundred rounds hung the old code within a few.
+      // A hang fails as the batch's own timeout, in seconds, and leaves no timer keeping the test process alive.
+      const r = await openReward('builtin:em', { workers: 2, chunk, batchTimeoutMs: 10_000 });
+      try {
+        for (let round = 0; round < 100; round++) {
+          const calls = [1, 3, 2, 5, 1].map((n, c) => Array.from({ length: n }, (_, i) => item(`c${c}-${i}-${round}`, 'ok', (c + i + round) % 2 ? 'Ilse Marrow' : 'nobody')));
+          const outs = await Promise.all(calls.map((items) => r.sandbox.score(items)));
+          outs.forEach((out, c) => {
+            assert.deepEqual(
+              out.map((o) => [o.id, 'reward' in o ? o.reward : o.error]),
+              calls[c]!.map((it, i) => [it.id, (c + i + round) % 2 ? 1 : 0]),
+              `round ${round}, call ${c}`,
+            );
+          });
+        }
+      } finally {
+        await r.sandbox.close();
+      }
+    });
+  }
 
   it('spreads a large batch over the workers and keeps the order', async () => {
     const r = await openReward('builtin:f1', { workers: 2, chunk: 500 });

@@ -67,7 +67,9 @@ const { parentPort, workerData } = require('node:worker_threads');
 const vm = require('node:vm');
 const { code, itemTimeoutMs, globalName } = workerData;
 const fmt = (args) => args.map((a) => (typeof a === 'string' ? a : (() => { try { return JSON.stringify(a); } catch { return String(a); } })())).join(' ');
-const consoleShim = { log: (...a) => parentPort.postMessage({ type: 'log', line: fmt(a) }) };
+// Every message back names the request it answers (seq): a listener never takes another request's messages.
+let seq = 0;
+const consoleShim = { log: (...a) => parentPort.postMessage({ type: 'log', seq, line: fmt(a) }) };
 consoleShim.info = consoleShim.warn = consoleShim.error = consoleShim.debug = consoleShim.log;
 const context = vm.createContext({ console: consoleShim }, { microtaskMode: 'afterEvaluate', codeGeneration: { strings: false, wasm: false } });
 let loadError = null;
@@ -165,25 +167,26 @@ function single(item) {
   }
 }
 parentPort.on('message', (msg) => {
-  const post = (k, outcome) => parentPort.postMessage({ type: 'result', index: msg.start + k, outcome });
+  seq = msg.seq;
+  const post = (k, outcome) => parentPort.postMessage({ type: 'result', seq, index: msg.start + k, outcome });
   if (loadError) {
     msg.items.forEach((_, k) => post(k, { error: { kind: 'throw', ...describe(loadError) } }));
-    parentPort.postMessage({ type: 'done' });
+    parentPort.postMessage({ type: 'done', seq });
     return;
   }
   if (msg.single) {
     // After a crash: one item per call, so a culprit that kills the worker is pinned down exactly.
     msg.items.forEach((item, k) => {
-      parentPort.postMessage({ type: 'start', index: msg.start + k });
+      parentPort.postMessage({ type: 'start', seq, index: msg.start + k });
       post(k, single(item));
     });
-    parentPort.postMessage({ type: 'done' });
+    parentPort.postMessage({ type: 'done', seq });
     return;
   }
   context.__items = msg.items;
   let pos = 0;
   while (pos < msg.items.length) {
-    parentPort.postMessage({ type: 'start', index: msg.start + pos });
+    parentPort.postMessage({ type: 'start', seq, index: msg.start + pos });
     context.__from = pos;
     try {
       const next = vm.runInContext('__sasBatch(__items, __from, ' + itemTimeoutMs + ')', context, { timeout: 2 * itemTimeoutMs });
@@ -196,13 +199,13 @@ parentPort.on('message', (msg) => {
       // tell, so every item started in this call is re-run alone.
       const upTo = context.__sasPhase === 'sync' ? context.__sasCurrent : (context.__sasLast ? context.__sasLast.next : msg.items.length) - 1;
       for (let k = pos; k <= upTo; k++) {
-        parentPort.postMessage({ type: 'start', index: msg.start + k });
+        parentPort.postMessage({ type: 'start', seq, index: msg.start + k });
         post(k, k === upTo && context.__sasPhase === 'sync' ? timeoutOutcome : single(msg.items[k]));
       }
       pos = upTo + 1;
     }
   }
-  parentPort.postMessage({ type: 'done' });
+  parentPort.postMessage({ type: 'done', seq });
 });
 `;
 
@@ -249,6 +252,8 @@ export class RewardSandbox {
   private closed = false;
   /** The last scoring call: calls run one after another (they share the workers; see `score`). */
   private tail: Promise<unknown> = Promise.resolve();
+  /** Numbers the requests to the workers. */
+  private seq = 0;
 
   constructor(
     readonly compiled: CompiledReward,
@@ -315,8 +320,10 @@ export class RewardSandbox {
       };
       const batchTimer = setTimeout(() => stopAll('batch-timeout', `the batch did not finish within ${this.opts.batchTimeoutMs} ms`), Math.max(0, deadline - Date.now()));
       signal?.addEventListener('abort', () => stopAll('batch-timeout', 'cancelled'), { once: true });
+      // Done when every item has its outcome and every slot has finished its request: a slot's last result comes
+      // before its 'done', and the next call must not send to a slot still listening for it (stop 42's CI hang).
       const maybeDone = () => {
-        if (!stopped && done === items.length) {
+        if (!stopped && done === items.length && !this.slots.some((s) => s.busy)) {
           stopped = true;
           clearTimeout(batchTimer);
           resolveAll();
@@ -352,6 +359,7 @@ export class RewardSandbox {
     next: (requeue?: Chunk) => void,
   ): void {
     const w = slot.worker;
+    const seq = ++this.seq;
     const end = chunk.start + chunk.items.length;
     let settled = false;
     const cleanup = () => {
@@ -381,7 +389,10 @@ export class RewardSandbox {
       const from = at + 1;
       next(from < end ? { start: from, items: chunk.items.slice(from - chunk.start) } : undefined);
     };
-    const onMessage = (m: { type: string; index?: number; outcome?: { reward?: number; parts?: Record<string, number>; error?: RewardError & { name?: string } }; line?: string }) => {
+    const onMessage = (m: { type: string; seq: number; index?: number; outcome?: { reward?: number; parts?: Record<string, number>; error?: RewardError & { name?: string } }; line?: string }) => {
+      // Another request's message (a defence: a slot runs one request at a time); the module's console output
+      // while it loads (seq 0) goes to whichever request is listening.
+      if (m.seq !== seq && !(m.type === 'log' && m.seq === 0)) return;
       if (m.type === 'start') {
         slot.current = m.index!;
         arm();
@@ -409,7 +420,7 @@ export class RewardSandbox {
     w.on('exit', onExit);
     slot.current = undefined;
     arm();
-    w.postMessage({ start: chunk.start, items: chunk.items, single: chunk.single === true });
+    w.postMessage({ seq, start: chunk.start, items: chunk.items, single: chunk.single === true });
   }
 
   /** Replaces a slot's worker with a fresh one (the old one is terminated). */
