@@ -642,43 +642,7 @@ class Trainer:
     def _eval_report(self, trajs: list[Trajectory], step: int, t0: float) -> dict[str, float]:
         """The held-out metrics (`val/*`), records and `eval` event of an evaluation."""
         w = self.writer
-        m = self._rollout_metrics(trajs, prefix="val/")
-        m["val/em"] = _mean([t.metrics.get("em", 0.0) for t in trajs])
-        m["val/score"] = _mean([t.reward or 0.0 for t in trajs])
-        m["val/searches_mean"] = _mean([t.searches for t in trajs])
-        sources = sorted({t.example.data_source for t in trajs})
-        if len(sources) > 1:
-            for s in sources:
-                m[f"val/em/{s}"] = _mean([t.metrics.get("em", 0.0) for t in trajs if t.example.data_source == s])
-        # By the searches a question needs (the dataset's `meta.hops`; questions without it are left out): does the
-        # policy search again where one search cannot answer?
-        for h in sorted({t.example.hops for t in trajs if t.example.hops is not None}):
-            part = [t for t in trajs if t.example.hops == h]
-            m[f"val/em_by_hops/{h}"] = _mean([t.metrics.get("em", 0.0) for t in part])
-            m[f"val/searches_by_hops/{h}"] = _mean([t.searches for t in part])
-            # Had a search put a golden answer in front of the policy? (the env server's `answer_retrieved`): a low
-            # EM with a high value here is a reading failure, with a low one a search failure.
-            found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]
-            if found:
-                m[f"val/answer_retrieved_by_hops/{h}"] = _mean(found)
-            # Did a search after the first name the entity the first found (the dataset's `meta.bridge`)? What the
-            # second search is for: searches per question say that it searched again, this says what it searched.
-            named = [b for b in (bridge_searched(t.example, [r["query"] for r in t.retrieval]) for t in part) if b is not None]
-            if named:
-                m[f"val/bridge_searched_by_hops/{h}"] = _mean(named)
-        # By the question's type (the dataset's `meta.kind`), when it names 2–MAX_KINDS of them: a mean over mixed
-        # types hides the one the policy fails (the demo's two-hop policies answered held-out river questions with the
-        # town found on the way while the two town kinds generalised; docs/demo.md).
-        kinds = sorted({t.example.kind for t in trajs if t.example.kind is not None})
-        if 2 <= len(kinds) <= MAX_KINDS:
-            for k in kinds:
-                part = [t for t in trajs if t.example.kind == k]
-                name = metric_name(k)
-                m[f"val/em_by_kind/{name}"] = _mean([t.metrics.get("em", 0.0) for t in part])
-                m[f"val/searches_by_kind/{name}"] = _mean([t.searches for t in part])
-                found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]
-                if found:
-                    m[f"val/answer_retrieved_by_kind/{name}"] = _mean(found)
+        m = held_out_metrics(trajs)
         m["timing_s/eval"] = time.perf_counter() - t0
         w.rollouts(f"val-step-{step:06d}", self._records(trajs, step, "val", None))
         w.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})
@@ -767,6 +731,50 @@ class Trainer:
             if stage_ends and not last and not self.stop_requested:
                 self._begin_stage(stage_of(self.stages, step + 1))
         return step
+
+
+def held_out_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """The held-out metrics (`val/*`) of an evaluation's trajectories: every engine's (the builtin and TRL trainers'
+    evaluation, veRL's validation batches through its recorder), so a run reads the same whatever trained it."""
+    trajs = list(trajs)
+    m = Trainer._rollout_metrics(trajs, prefix="val/")
+    m["val/em"] = _mean([t.metrics.get("em", 0.0) for t in trajs])
+    m["val/score"] = _mean([t.reward or 0.0 for t in trajs])
+    m["val/searches_mean"] = _mean([t.searches for t in trajs])
+    sources = sorted({t.example.data_source for t in trajs})
+    if len(sources) > 1:
+        for s in sources:
+            m[f"val/em/{s}"] = _mean([t.metrics.get("em", 0.0) for t in trajs if t.example.data_source == s])
+    # By the searches a question needs (the dataset's `meta.hops`; questions without it are left out): does the
+    # policy search again where one search cannot answer?
+    for h in sorted({t.example.hops for t in trajs if t.example.hops is not None}):
+        part = [t for t in trajs if t.example.hops == h]
+        m[f"val/em_by_hops/{h}"] = _mean([t.metrics.get("em", 0.0) for t in part])
+        m[f"val/searches_by_hops/{h}"] = _mean([t.searches for t in part])
+        # Had a search put a golden answer in front of the policy? (the env server's `answer_retrieved`): a low
+        # EM with a high value here is a reading failure, with a low one a search failure.
+        found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]
+        if found:
+            m[f"val/answer_retrieved_by_hops/{h}"] = _mean(found)
+        # Did a search after the first name the entity the first found (the dataset's `meta.bridge`)? What the
+        # second search is for: searches per question say that it searched again, this says what it searched.
+        named = [b for b in (bridge_searched(t.example, [r["query"] for r in t.retrieval]) for t in part) if b is not None]
+        if named:
+            m[f"val/bridge_searched_by_hops/{h}"] = _mean(named)
+    # By the question's type (the dataset's `meta.kind`), when it names 2–MAX_KINDS of them: a mean over mixed
+    # types hides the one the policy fails (the demo's two-hop policies answered held-out river questions with the
+    # town found on the way while the two town kinds generalised; docs/demo.md).
+    kinds = sorted({t.example.kind for t in trajs if t.example.kind is not None})
+    if 2 <= len(kinds) <= MAX_KINDS:
+        for k in kinds:
+            part = [t for t in trajs if t.example.kind == k]
+            name = metric_name(k)
+            m[f"val/em_by_kind/{name}"] = _mean([t.metrics.get("em", 0.0) for t in part])
+            m[f"val/searches_by_kind/{name}"] = _mean([t.searches for t in part])
+            found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]
+            if found:
+                m[f"val/answer_retrieved_by_kind/{name}"] = _mean(found)
+    return m
 
 
 def reward_item(t: Trajectory, search_tool: str) -> dict[str, Any]:

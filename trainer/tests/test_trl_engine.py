@@ -95,6 +95,9 @@ def test_trl_metrics_have_our_names_and_trls_own_under_trl(trl_run):
         jsonschema.validate(m, SCHEMAS["metrics"])
     assert [m["step"] for m in metrics] == [0, 1, 2, 3]
     assert "val/em" in metrics[0] and "actor/entropy" not in metrics[0]
+    # The held-out metrics are the builtin trainer's (the demo data says each question's hops)
+    hops = {k.rsplit("/", 1)[1] for k in metrics[0] if k.startswith("val/em_by_hops/")}
+    assert hops and all(f"val/searches_by_hops/{h}" in metrics[0] and f"val/em_by_hops/{h}" in metrics[-1] for h in hops)
     for key in (
         "critic/score/mean", "reward/frac_zero_std_groups", "response_length/mean", "env/number_of_valid_search", "env/ratio_of_valid_action",
         "mask/generated_tokens", "mask/feedback_tokens", "mask/loss_fraction", "actor/entropy", "actor/kl_loss", "actor/grad_norm",

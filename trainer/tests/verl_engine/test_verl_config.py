@@ -4,6 +4,7 @@ the datasets read by veRL's RLHFDataset, the `prepare` command, and the environm
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from hf_fixture import build_tiny_qwen2, demo_texts  # noqa: E402
 from search_agent_trainer.data import load_dataset  # noqa: E402
 from search_agent_trainer.schema import ConfigError  # noqa: E402
 from search_agent_trainer.engines.verl import SEARCH_R1_AGENT, TOOL_AGENT  # noqa: E402
-from search_agent_trainer.engines.verl.dataset import write_verl_parquet  # noqa: E402
+from search_agent_trainer.engines.verl.dataset import example_of, write_verl_parquet  # noqa: E402
 from search_agent_trainer.engines.verl.main import check_config, compose_config  # noqa: E402
 from search_agent_trainer.engines.verl.overrides import VerlConfigError, hydra_value, prepare, verl_overrides  # noqa: E402
 
@@ -160,6 +161,13 @@ def test_the_datasets_are_read_by_veRLs_RLHFDataset(tmp_path, qwen_dir):
     assert row["agent_name"] == SEARCH_R1_AGENT and row["index"] == 1 and row["data_source"] == examples[1].data_source
     assert list(row["reward_model"]["ground_truth"]["target"]) == list(examples[1].golden)
     assert row["extra_info"]["id"] == examples[1].id and row["extra_info"]["question"] == examples[1].question
+    # The dataset's meta comes back as our Example (the held-out metrics by hops, kind and bridge entity), also
+    # beside an example that says none of it (the parquet's columns are typed: nulls there).
+    plain = dataclasses.replace(examples[0], hops=None, kind=None, bridge=None)
+    path = write_verl_parquet([plain, *examples], "Q: {question}\n", tmp_path / "mixed.parquet", "train", SEARCH_R1_AGENT)
+    ds = RLHFDataset(str(path), AutoTokenizer.from_pretrained(str(qwen_dir)), config.data)
+    assert [example_of(ds[i]) for i in range(len(ds))] == [plain, *examples]
+    assert examples[0].hops == 2 and examples[0].bridge == ("Krotous",) and examples[1].hops == 1 and examples[1].bridge is None
 
 
 def test_prepare_writes_the_files_and_prints_the_command(tmp_path, qwen_dir):

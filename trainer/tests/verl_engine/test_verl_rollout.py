@@ -276,7 +276,17 @@ def test_validation_batches_padded_by_veRL_are_recorded_once_per_sample(setup, r
     records = rec.rollouts(padded, 0, "val", inputs=padded_inputs.non_tensor_batch, max_per_group=2)
     assert len(records) == 4 and all(r["split"] == "val" for r in records)
     assert (tmp_path / "run" / "rollouts" / "val-step-000000.jsonl").exists()
-    assert [e for e in lines(tmp_path / "run" / "events.jsonl") if e["event"] == "eval"][0]["metrics"]["val/em"] == 0.5
+    evaluation = [e for e in lines(tmp_path / "run" / "events.jsonl") if e["event"] == "eval"][0]["metrics"]
+    assert evaluation["val/em"] == 0.5
+    # The dataset's meta (hops, kind, bridge) went through veRL's parquet and back: the held-out metrics by hops that
+    # the builtin trainer writes. Q0 (two hops, bridge Krotous): searched Kriltre Fehan then Torneind river and
+    # answered (the second query names the river, not the town), or answered wrong without searching; Q1 (one hop):
+    # searched twice and ran out of turns, or answered right without searching.
+    assert [r["meta"].get("hops") for r in records] == [2, 2, 1, 1] and records[0]["meta"]["bridge"] == ["Krotous"]
+    assert evaluation["val/em_by_hops/2"] == 0.5 and evaluation["val/searches_by_hops/2"] == 1.0
+    assert evaluation["val/bridge_searched_by_hops/2"] == 0.0 and "val/bridge_searched_by_hops/1" not in evaluation
+    assert evaluation["val/em_by_hops/1"] == 0.5 and evaluation["val/searches_by_hops/1"] == 1.0
+    assert {k for k in evaluation if k.startswith("val/em_by_kind/")} == {"val/em_by_kind/birthplace", "val/em_by_kind/birthplace-river"}
 
 
 TOOL_SCRIPTS = {

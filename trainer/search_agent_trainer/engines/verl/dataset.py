@@ -9,7 +9,8 @@ reaches the agent loop's `run(**kwargs)` and the reward manager.
 
 We write Search-R1's layout (`scripts/data_process/nq_search.py`): one user message holding the prompt template with
 the question in it, `ability: fact-reasoning`, `reward_model: {style: rule, ground_truth: {target: [golden…]}}`,
-and in `extra_info` what our records need back: the example's id, question, golden answers and data source.
+and in `extra_info` what our records need back: the example's id, question, golden answers and data source, and
+the dataset's `meta.hops`, `meta.kind` and `meta.bridge` where it says them (the held-out metrics by hops and kind).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def verl_rows(examples: Sequence[Example], prompt_template: str, split: str, age
             "reward_model": {"style": "rule", "ground_truth": {"target": list(ex.golden)}},
             "extra_info": {"split": split, "index": i, "id": ex.id, "question": ex.question, "golden": list(ex.golden), "data_source": ex.data_source},
         }
+        # Nullable, so every row has the same struct whatever the example says (parquet's columns are typed).
+        row["extra_info"].update(hops=ex.hops, kind=ex.kind, bridge=list(ex.bridge) if ex.bridge else None)
         if agent_name:
             row["agent_name"] = agent_name
         rows.append(row)
@@ -81,4 +84,13 @@ def example_of(row: Mapping[str, Any]) -> Example:
         question = str(prompt[-1].get("content", "")) if prompt and isinstance(prompt[-1], Mapping) else ""
     data_source = info.get("data_source", row.get("data_source", ""))
     ident = info.get("id", info.get("index", row.get("index", "")))
-    return Example(id=str(_plain(ident)), question=str(question), golden=tuple(str(g) for g in _plain(golden)), data_source=str(_plain(data_source) or ""))
+    hops, kind, bridge = _plain(info.get("hops")), _plain(info.get("kind")), _plain(info.get("bridge"))
+    return Example(
+        id=str(_plain(ident)),
+        question=str(question),
+        golden=tuple(str(g) for g in _plain(golden)),
+        data_source=str(_plain(data_source) or ""),
+        hops=int(hops) if hops is not None else None,
+        kind=str(kind) if kind else None,
+        bridge=tuple(str(b) for b in bridge) if bridge else None,
+    )

@@ -10,8 +10,9 @@ Where veRL 0.9.1's trainer (`RayPPOTrainer.fit`, verl/trainer/ppo/ray_trainer.py
   fields and the reward function's extra keys (our `sas_reward`). → rollouts/step-N.jsonl, one record per
   trajectory, token arrays over prompt + response (replacing veRL's own text dump).
 - `Tracking.log(metrics, step)`: veRL's metrics, already in the names our dashboard uses (critic/score/mean,
-  actor/pg_clipfrac, response_length/mean, …) → metrics.jsonl with ours added (mask/…, env/…, val/em), a `metrics`
-  event, run.json's step.
+  actor/pg_clipfrac, response_length/mean, …) → metrics.jsonl with ours added (mask/…, env/…, and the held-out
+  val/em, val/em_by_hops/…, val/bridge_searched_by_hops/… as every engine writes them), a `metrics` event, run.json's
+  step.
 - `_load_checkpoint` (resume: later records are dropped), `_save_checkpoint` (a `checkpoint` event),
   `_validate` and the rollout manager's validation batches (val-step-N.jsonl, an `eval` event), `_get_gen_batch` /
   `_compute_old_log_prob` (`progress` events).
@@ -38,7 +39,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from ... import __version__
 from ...rollout import Trajectory, truncation_warning
 from ...run_writer import RunWriter, rollout_record
-from ...train import SUMMARY_KEYS, Trainer
+from ...train import SUMMARY_KEYS, Trainer, held_out_metrics
 from . import STOP_FILE
 from .agent_loop import our_tokenizer
 from .dataset import example_of
@@ -161,12 +162,10 @@ class StepRecorder:
         records, trajs = records_from_batch(batch, self.tokenizer, run_id=self.run_id, step=step, split=split, inputs=inputs, max_per_group=max_per_group)
         prefix = "val/" if split == "val" else ""
         self.writer.rollouts(f"{'val-' if split == 'val' else ''}step-{step:06d}", records)
-        m = Trainer._rollout_metrics(trajs, prefix=prefix) if trajs else {}
+        # Validation: the held-out metrics every engine writes (EM, by hops, by kind, …); training: the rollouts'.
+        m = (held_out_metrics(trajs) if split == "val" else Trainer._rollout_metrics(trajs, prefix=prefix)) if trajs else {}
         leaks, where = mask_leaks(records, self.loss_masking)
         m[f"{prefix}mask/leaked_tokens"] = float(leaks)
-        if split == "val" and trajs:
-            m["val/em"] = sum(t.metrics.get("em", 0.0) for t in trajs) / len(trajs)
-            m["val/score"] = sum(t.reward or 0.0 for t in trajs) / len(trajs)
         if leaks:
             self.writer.warning(f"step {step} ({split}): {leaks} tokens in {len(where)} trajectories have a loss mask that disagrees with their role (first: {where[0]}); the mask veRL trained with is recorded as is", step=step, leaks=leaks)
         cut = {"truncated": sum(r["meta"].get("obs_truncated", 0) for r in records), "longest": max((r["meta"].get("obs_longest", 0) for r in records), default=0)}
