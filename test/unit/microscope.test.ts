@@ -103,6 +103,40 @@ describe('audit: chat-template drift (@huggingface/jinja renders the model\'s ch
     assert.equal(d.token, codec.encode(PROMPT + '<answer>').length);
   });
 
+  it('a tool-call conversation: the tools its prompt declared (meta.tools) are rendered too; without them the prompt is not the template\'s', async () => {
+    // Qwen2.5's layout, shortened: the tools in a system turn, a call in the assistant turn, the response in a user turn.
+    const TOOLS_TEMPLATE =
+      "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n<tools>' }}{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}{{- '\\n</tools><|im_end|>\\n' }}{%- endif %}" +
+      "{%- for message in messages %}{%- if message.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}" +
+      "{%- elif message.tool_calls %}{{- '<|im_start|>assistant\\n' + message.content }}{%- for tc in message.tool_calls %}{{- '<tool_call>\\n{\"name\": \"' + tc.function.name + '\", \"arguments\": ' + (tc.function.arguments | tojson) + '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}" +
+      "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}";
+    const tools = [{ type: 'function', function: { name: 'search', description: 'Searches the documents.', parameters: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] } } }];
+    const conversation = [
+      { role: 'user', content: 'The capital of France?' },
+      { role: 'assistant', content: '', tool_calls: [{ type: 'function', function: { name: 'search', arguments: { query: 'France capital' } } }] },
+      { role: 'tool', content: 'Paris is the capital.' },
+      { role: 'assistant', content: '<answer> Paris </answer>' },
+    ];
+    const full = renderChat(TOOLS_TEMPLATE, conversation, { tools });
+    const prompt = `${renderChat(TOOLS_TEMPLATE, conversation.slice(0, 1), { tools })}<|im_start|>assistant\n`;
+    const call = '<tool_call>\n{"name": "search", "arguments": {"query": "France capital"}}\n</tool_call><|im_end|>';
+    const pieces = [
+      { text: call, role: 'generated' as const },
+      { text: '\n<|im_start|>user\n<tool_response>\n', role: 'prompt' as const },
+      { text: 'Paris is the capital.', role: 'retrieved' as const },
+      { text: '\n</tool_response><|im_end|>\n<|im_start|>assistant\n', role: 'prompt' as const },
+      { text: '<answer> Paris </answer><|im_end|>', role: 'generated' as const },
+    ];
+    assert.equal(`${prompt}${pieces.map((p) => p.text).join('')}\n`, full, 'the record is laid out as the template lays it out');
+    const tokenizer = await loadTokenizerCodec(writeTokenizerDir(join(dir, 'tools-model'), ['search', 'query', 'France', ' capital', ' Paris'], { chatTemplate: TOOLS_TEMPLATE }));
+    const r = recordOf(tokenizer, prompt, pieces, { meta: { messages: conversation, tools } });
+    assert.equal(auditRollout(r, { tokenizer }).drift, null);
+    const without = recordOf(tokenizer, prompt, pieces, { meta: { messages: conversation } });
+    const d = auditRollout(without, { tokenizer }).drift!;
+    assert.equal(d.kind, 'template');
+    assert.equal(d.token, 1, 'the first difference: the system turn the tools are declared in');
+  });
+
   it('a template that does not render falls back to the text check and says why', () => {
     const r = asRecorded([{ text: '<answer> Paris </answer><|im_end|>', role: 'generated' }], { messages });
     const out = recordDrift(r, { ...codec, chatTemplate: '{% for m in messages %}{{ m.role ' });
