@@ -116,6 +116,35 @@ describe('env server /reward', function () {
   });
 });
 
+describe('env server /reward, concurrent requests', function () {
+  this.timeout(60_000);
+  it('answers each of many concurrent requests with its own items\' rewards (two workers, several chunks a request)', async () => {
+    // veRL's reward loop and the TRL engine post /reward concurrently. (The sandbox's hang on back-to-back calls is
+    // pinned down in reward-sandbox.test.ts; over HTTP the calls rarely queue that tightly.) A hang would fail here
+    // as the batch's timeout, not the test's.
+    const r = await openReward('builtin:em', { workers: 2, chunk: 3, batchTimeoutMs: 10_000 });
+    const server = await startEnvServer({ version: 'test', reward: { name: 'em', file: r.compiled.file, sandbox: r.sandbox } });
+    try {
+      for (let round = 0; round < 10; round++) {
+        const requests = Array.from({ length: 12 }, (_, q) =>
+          Array.from({ length: 1 + ((q * 5 + round) % 9) }, (_, i) => ({ id: `q${q}-${i}`, response: `<answer> ${(q + i + round) % 3 ? 'Paris' : 'Lyon'} </answer>`, golden: ['Paris'] })),
+        );
+        const answers = await Promise.all(requests.map((items) => post(server.port, { items })));
+        answers.forEach((a, q) => {
+          assert.equal(a.status, 200);
+          assert.deepEqual(
+            a.body.results.map((x: { reward: number }) => x.reward),
+            requests[q]!.map((_, i) => ((q + i + round) % 3 ? 1 : 0)),
+            `round ${round}, request ${q}`,
+          );
+        });
+      }
+    } finally {
+      await server.close(); // closes the sandbox too
+    }
+  });
+});
+
 describe('CLI reward', function () {
   this.timeout(60_000);
   let dir: string;
