@@ -168,6 +168,10 @@ def test_the_datasets_are_read_by_veRLs_RLHFDataset(tmp_path, qwen_dir):
     ds = RLHFDataset(str(path), AutoTokenizer.from_pretrained(str(qwen_dir)), config.data)
     assert [example_of(ds[i]) for i in range(len(ds))] == [plain, *examples]
     assert examples[0].hops == 2 and examples[0].bridge == ("Krotous",) and examples[1].hops == 1 and examples[1].bridge is None
+    # A user's own parquet saying them otherwise: read where they make sense, else left out (the run goes on)
+    odd = {"extra_info": {"id": "u1", "question": "q?", "golden": ["a"], "hops": "two", "kind": 3, "bridge": "Krotous"}}
+    assert (example_of(odd).hops, example_of(odd).kind, example_of(odd).bridge) == (None, None, ("Krotous",))
+    assert example_of({"extra_info": {"id": "u2", "question": "q?", "golden": ["a"], "hops": 2.0}}).hops == 2
 
 
 def test_prepare_writes_the_files_and_prints_the_command(tmp_path, qwen_dir):
