@@ -53,19 +53,32 @@ def _example(obj: Any) -> tuple[Example | None, str | None]:
     ds = obj.get("data_source", "")
     if not isinstance(ds, str):
         return None, "data_source: expected a string"
-    meta = obj.get("meta")
-    hops = meta.get("hops") if isinstance(meta, dict) else None
+    hops, kind, bridge, problems = meta_fields(obj.get("meta"))
+    if problems:
+        return None, problems[0]
+    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds, hops=hops, kind=kind, bridge=bridge), None
+
+
+def meta_fields(meta: Any) -> tuple[int | None, str | None, tuple[str, ...] | None, list[str]]:
+    """A dataset line's `meta.hops`, `meta.kind` and `meta.bridge` (stripped; a single bridge name as a one-name
+    tuple), each None where absent or malformed, and the problems, naming the field: a JSONL line with one is skipped
+    (`load_dataset`); a row of a user's own veRL parquet keeps the rest (`engines/verl/dataset.example_of`)."""
+    if not isinstance(meta, dict):
+        return None, None, None, []
+    problems: list[str] = []
+    hops, kind, bridge = meta.get("hops"), meta.get("kind"), meta.get("bridge")
     if hops is not None and (not isinstance(hops, int) or isinstance(hops, bool) or hops < 1):
-        return None, "meta.hops: expected a positive integer"
-    kind = meta.get("kind") if isinstance(meta, dict) else None
+        problems.append("meta.hops: expected a positive integer")
+        hops = None
     if kind is not None and (not isinstance(kind, str) or not kind.strip()):
-        return None, "meta.kind: expected a non-empty string"
-    bridge = meta.get("bridge") if isinstance(meta, dict) else None
+        problems.append("meta.kind: expected a non-empty string")
+        kind = None
     if isinstance(bridge, str):
         bridge = [bridge]
-    if bridge is not None and (not isinstance(bridge, list) or not bridge or not all(isinstance(b, str) and normalize(b) for b in bridge)):
-        return None, "meta.bridge: expected a name or a non-empty array of names (strings with a letter or digit)"
-    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds, hops=hops, kind=kind.strip() if kind else None, bridge=tuple(b.strip() for b in bridge) if bridge else None), None
+    if bridge is not None and (not isinstance(bridge, (list, tuple)) or not bridge or not all(isinstance(b, str) and normalize(b) for b in bridge)):
+        problems.append("meta.bridge: expected a name or a non-empty array of names (strings with a letter or digit)")
+        bridge = None
+    return hops, kind.strip() if kind else None, tuple(b.strip() for b in bridge) if bridge else None, problems
 
 
 def normalize(text: str) -> str:

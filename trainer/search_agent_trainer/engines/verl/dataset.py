@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...data import Example, render_prompt
+from ...data import Example, meta_fields, render_prompt
 
 ABILITY = "fact-reasoning"
 
@@ -84,16 +84,18 @@ def example_of(row: Mapping[str, Any]) -> Example:
         question = str(prompt[-1].get("content", "")) if prompt and isinstance(prompt[-1], Mapping) else ""
     data_source = info.get("data_source", row.get("data_source", ""))
     ident = info.get("id", info.get("index", row.get("index", "")))
-    # A user's own parquet may say these otherwise (or not at all): what is not ours is left out, never fatal.
-    hops, kind, bridge = _plain(info.get("hops")), _plain(info.get("kind")), _plain(info.get("bridge"))
-    hops = int(hops) if isinstance(hops, (int, float)) and not isinstance(hops, bool) and hops >= 1 and int(hops) == hops else None
-    bridge = [bridge] if isinstance(bridge, str) else bridge if isinstance(bridge, (list, tuple)) else None
+    # The dataset's meta as load_dataset reads it; a user's own parquet saying a field otherwise loses that field only
+    # (never fatal). Parquet read back through pandas may give a whole number as a float.
+    hops = _plain(info.get("hops"))
+    if isinstance(hops, float) and hops.is_integer():
+        hops = int(hops)
+    hops, kind, bridge, _problems = meta_fields({"hops": hops, "kind": _plain(info.get("kind")), "bridge": _plain(info.get("bridge"))})
     return Example(
         id=str(_plain(ident)),
         question=str(question),
         golden=tuple(str(g) for g in _plain(golden)),
         data_source=str(_plain(data_source) or ""),
         hops=hops,
-        kind=str(kind) if isinstance(kind, str) and kind.strip() else None,
-        bridge=tuple(str(b) for b in bridge) if bridge else None,
+        kind=kind,
+        bridge=bridge,
     )
