@@ -6,21 +6,21 @@
  * zero-variance chart and from the palette (Show GRPO Groups…: the run, then the step).
  */
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Frame } from 'playwright-core';
 import { loadTokenizerCodec } from '../../src/core/inspect/tokenizer';
 import type { Rollout } from '../../src/core/run/format';
 import { recordOf, writeTokenizerDir } from '../unit/bpe';
 import { CodeServerSession, ROOT, until } from './harness';
+import { scratchDir } from '../support/scratch';
 
 const WORDS = [' Paris', ' Lyon', 'is', '<answer>', '</answer>', 'user', 'assistant', ' capital', ' France'];
 const PROMPT = '<|im_start|>user\nThe capital of France?<|im_end|>\n<|im_start|>assistant\n';
 
 /** The workspace: runs/audit-run with step 2's rollouts (a drifting, off-policy sample; an all-wrong group) and metrics for steps 1–3. */
 async function workspace(): Promise<{ dir: string; drift: number; flagged: number[] }> {
-  const dir = mkdtempSync(join(tmpdir(), 'sas-audit-ws-'));
+  const dir = scratchDir('sas-audit-ws-');
   cpSync(join(ROOT, 'test', 'e2e', 'fixtures', 'workspace'), dir, { recursive: true });
   const model = writeTokenizerDir(join(dir, 'models', 'bpe'), WORDS);
   const codec = await loadTokenizerCodec(model);

@@ -8,13 +8,13 @@
  * makes a venv (real Python and pip, a FAKE torch from a fake requirements file) and selects it, and the Doctor report.
  */
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import type { Frame } from 'playwright-core';
 import { fakeTorchWheel } from '../support/fakeTorch';
 import { CodeServerSession, ROOT, until } from './harness';
+import { scratchDir } from '../support/scratch';
 
 const python = join(ROOT, '.venv', 'bin', 'python');
 const shots = process.env.SAS_SCREENSHOTS_DIR ?? join(ROOT, '.e2e-artifacts', 'screenshots');
@@ -49,7 +49,7 @@ describe("a user's first hour (code-server)", function () {
   before(async function () {
     this.timeout(900_000);
     assert.ok(readdirSync(join(ROOT, '.venv', 'bin')).includes('python'), "the project's .venv is needed; run scripts/setup.sh");
-    const ws = mkdtempSync(join(tmpdir(), 'sas-first-hour-'));
+    const ws = scratchDir('sas-first-hour-');
     cpSync(join(ROOT, 'test', 'e2e', 'fixtures', 'workspace'), ws, { recursive: true });
     runId = await trainRun(ws);
     // The same run again, newer (so "the newest run" is not the one the Runs view's inline action names).
@@ -73,7 +73,7 @@ describe("a user's first hour (code-server)", function () {
     writeFileSync(join(ws, 'rewards', 'mistake.reward.ts'), "import { defineReward } from 'search-agent-studio/reward';\n\nexport default defineReward({\n  name: 'mistake',\n  score(traj) {\n    return traj.searches > 1 ? 1 : 0;\n  },\n});\n");
     writeFileSync(join(ws, 'bogus.run.json'), `${JSON.stringify({ name: 'bogus', data: { train: 'builtin:demo/train' }, model: { kind: 'tiny' }, bogus_key: 1 }, null, 2)}\n`);
     // The Set Up command's downloads, replaced by a FAKE torch wheel and a fake requirements file (named as such).
-    wheels = mkdtempSync(join(tmpdir(), 'sas-fake-wheels-'));
+    wheels = scratchDir('sas-fake-wheels-');
     await fakeTorchWheel(wheels, '2.3.0');
     writeFileSync(join(wheels, 'fake-requirements.txt'), '# FAKE requirements for the e2e test (the real file is trainer/requirements.txt)\ntorch==2.3.0\n');
     mkdirSync(shots, { recursive: true });

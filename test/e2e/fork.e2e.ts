@@ -7,14 +7,14 @@
  * (its pid read from the extension's log) is gone after the panel closes, and after a window reload.
  */
 import assert from 'node:assert/strict';
-import { cpSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import type { Frame } from 'playwright-core';
 import { isAlive, startEnvServerProcess, type EnvServerProcess } from '../../src/core/host/processes';
 import { RunHost } from '../../src/core/host/runHost';
 import { CodeServerSession, ROOT, until } from './harness';
+import { scratchDir } from '../support/scratch';
 
 const python = join(ROOT, '.venv', 'bin', 'python');
 const launcher = { node: process.execPath, args: ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts')] };
@@ -30,7 +30,7 @@ describe('counterfactual replay: Fork here in the replay panel (code-server)', f
   let expected: { response: string; answer: string | null; reward: number | null; diverges_at: number | null };
 
   before(async () => {
-    const ws = mkdtempSync(join(tmpdir(), 'sas-fork-ws-'));
+    const ws = scratchDir('sas-fork-ws-');
     cpSync(join(ROOT, 'test', 'e2e', 'fixtures', 'workspace'), ws, { recursive: true });
     const host = await RunHost.start({ python, config: join(ROOT, 'test/fixtures/runs/tiny.run.json'), runDir: join(ws, 'runs', 'fork-tiny'), serverLauncher: launcher });
     const outcome = await host.done;

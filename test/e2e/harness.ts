@@ -170,6 +170,10 @@ export class CodeServerSession {
       throw new Error(`installing ${vsix} failed (exit ${install.exitCode}):\n${install.stdout}\n${install.stderr}`);
     }
 
+    // code-server, its extension host and what they spawn (our trainer, env server) put their temp files (VS Code's
+    // IPC sockets among them) in the session's own dir, removed by stop(), not in /tmp.
+    const sessionTmp = join(this.dir, 'tmp');
+    mkdirSync(sessionTmp);
     this.port = await freePort();
     this.server = execa(
       process.execPath,
@@ -183,7 +187,7 @@ export class CodeServerSession {
         '--disable-getting-started-override',
         this.workspace,
       ],
-      { detached: true, reject: false, buffer: false, stdin: 'ignore', env: { ...process.env, SERVICE_URL: '', ITEM_URL: '', ...this.options.env } },
+      { detached: true, reject: false, buffer: false, stdin: 'ignore', env: { ...process.env, SERVICE_URL: '', ITEM_URL: '', TMPDIR: sessionTmp, ...this.options.env } },
     );
     const collect = (d: Buffer) => this.serverOutput.push(d.toString());
     this.server.stdout?.on('data', collect);

@@ -6,11 +6,11 @@
  * group; the hostile row executes nothing, shows literally and keeps the layout.
  */
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Frame } from 'playwright-core';
 import { CodeServerSession, ROOT, tokenPieces, until } from './harness';
+import { scratchDir } from '../support/scratch';
 
 type Role = 'prompt' | 'generated' | 'retrieved' | 'feedback';
 
@@ -45,7 +45,7 @@ const hostile: [string, Role][] = [
 ];
 
 function workspace(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'sas-insp-ws-'));
+  const dir = scratchDir('sas-insp-ws-');
   cpSync(join(ROOT, 'test', 'e2e', 'fixtures', 'workspace'), dir, { recursive: true });
   const run = join(dir, 'runs', 'fixture-run');
   mkdirSync(join(run, 'rollouts'), { recursive: true });

@@ -6,11 +6,11 @@
  * document cards per tool response, the response's tokens retrieved.
  */
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Frame } from 'playwright-core';
 import { CodeServerSession, ROOT, tokenPieces, until } from './harness';
+import { scratchDir } from '../support/scratch';
 
 type Role = 'prompt' | 'generated' | 'retrieved';
 
@@ -37,7 +37,7 @@ function toolCallRecord(): string {
 }
 
 function workspace(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'sas-toolcall-ws-'));
+  const dir = scratchDir('sas-toolcall-ws-');
   cpSync(join(ROOT, 'test', 'e2e', 'fixtures', 'workspace'), dir, { recursive: true });
   cpSync(join(ROOT, 'test', 'fixtures', 'toolcall', 'conversations.traj'), join(dir, 'toolcall.traj'));
   const run = join(dir, 'runs', 'toolcall-run');

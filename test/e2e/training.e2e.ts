@@ -5,10 +5,10 @@
  * New Training Run…. An untrusted workspace starts nothing.
  */
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CodeServerSession, ROOT, until } from './harness';
+import { scratchDir } from '../support/scratch';
 
 function alive(pid: number): boolean {
   try {
@@ -21,7 +21,7 @@ function alive(pid: number): boolean {
 
 /** A workspace with a shortened demo config (tiny model, a short warm start, slow steps so a test can watch). */
 function workspace(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'sas-train-ws-'));
+  const dir = scratchDir('sas-train-ws-');
   const demo = JSON.parse(readFileSync(join(ROOT, 'examples/demo.run.json'), 'utf8'));
   demo.data = { ...demo.data, train: join(ROOT, 'examples/demo/train.jsonl'), eval: join(ROOT, 'examples/demo/eval.jsonl'), eval_size: 8 };
   demo.model.tiny = { layers: 1, d_model: 32, heads: 2, max_len: 1024, vocab: [join(ROOT, 'examples/demo/corpus.jsonl')] };
@@ -127,7 +127,7 @@ describe('a TRL run from New Training Run… (code-server)', function () {
   let s: CodeServerSession;
   before(async function () {
     assert.ok(existsSync(python), `the project's .venv is needed (${python}); run scripts/setup.sh`);
-    s = await CodeServerSession.start({ workspace: mkdtempSync(join(tmpdir(), 'sas-trl-ws-')), settings: { 'searchAgent.pythonPath': python } });
+    s = await CodeServerSession.start({ workspace: scratchDir('sas-trl-ws-'), settings: { 'searchAgent.pythonPath': python } });
   });
   after(async () => {
     await s?.stop();

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -8,6 +8,7 @@ import { checkRunConfig, standaloneConfig } from '../../src/core/host/runConfig'
 import { interpreterPath } from '../../src/core/host/runs';
 import { probePython, runPythonNote } from '../../src/core/python';
 import { trainTinyWithCli } from '../support/tinyRun';
+import { scratchDir } from '../support/scratch';
 
 const ROOT = join(__dirname, '..', '..');
 const cli = (...args: string[]) =>
@@ -95,7 +96,7 @@ describe('CLI', () => {
     });
 
     it('an invalid config: exit 2, the file and every bad key named, nothing started', async () => {
-      const dir = mkdtempSync(join(tmpdir(), 'sas-cli-train-'));
+      const dir = scratchDir('sas-cli-train-');
       const bad = join(dir, 'bad.run.json');
       writeFileSync(bad, JSON.stringify({ data: { train: join(ROOT, 'examples/demo/train.jsonl') }, model: { kind: 'tiny' }, rollout: { n: 0, temprature: 1 } }));
       const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'train', bad], { reject: false, cwd: dir });
@@ -128,7 +129,7 @@ describe('CLI', () => {
     });
 
     it('runs a config end to end (plain lines when not a TTY) and ends with held-out EM before → after', async () => {
-      const dir = mkdtempSync(join(tmpdir(), 'sas-cli-train-'));
+      const dir = scratchDir('sas-cli-train-');
       const r = await trainTinyWithCli(dir);
       assert.equal(r.exitCode, 0, r.stderr);
       assert.match(r.stdout, /^run directory: runs\/tiny-\d{8}-\d{6} /m);
@@ -143,7 +144,7 @@ describe('CLI', () => {
     this.timeout(240_000);
 
     it('runs the two-hop recipe (shrunk: a curriculum of two 1-step stages) end to end with --seed, then its last checkpoint with retrieval disabled, and prints both by hops', async () => {
-      const dir = mkdtempSync(join(tmpdir(), 'sas-cli-demo-'));
+      const dir = scratchDir('sas-cli-demo-');
       const c = JSON.parse(readFileSync(join(ROOT, 'examples/demo-multihop.run.json'), 'utf8'));
       c.data.eval_size = 12;
       c.rollout = { ...c.rollout, batch_size: 2, n: 2 };
@@ -184,7 +185,7 @@ describe("the demo's --seed", () => {
   });
 
   it('standaloneConfig: relative paths absolute against the config\'s directory, builtin: names kept', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sas-standalone-'));
+    const dir = scratchDir('sas-standalone-');
     writeFileSync(join(dir, 'train.jsonl'), '');
     writeFileSync(join(dir, 'corpus.jsonl'), '');
     writeFileSync(join(dir, 'r.ts'), '');
@@ -233,7 +234,7 @@ describe("the demo's no-retrieval evaluation and last line", () => {
 
 describe('heldOutEm (the demo\'s last line)', () => {
   it('reads the first and last evaluation of metrics.jsonl with exact match and searches by hops, in hops order; a partial last line is ignored', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sas-heldout-'));
+    const dir = scratchDir('sas-heldout-');
     const lines = [
       { step: 0, 'val/em': 0.02, 'val/searches_mean': 1.1, 'val/em_by_hops/2': 0, 'val/searches_by_hops/2': 1.5, 'val/em_by_hops/1': 0.04, 'val/searches_by_hops/1': 1.0 },
       { step: 1, 'critic/score/mean': 0.1 },

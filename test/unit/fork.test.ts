@@ -2,14 +2,13 @@
 // the real policy server (the trainer's fork.py) over a 2-step tiny run: a greedy held-out rollout forked at turn 2
 // with nothing edited comes back unchanged, the policy server is reused across forks and gone after stop().
 import assert from 'node:assert/strict';
-import { mkdtemp } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { ForkHost, defaultCheckpoint, findRollout, generationTurns, listCheckpoints } from '../../src/core/host/fork';
 import { isAlive, startEnvServerProcess, type EnvServerProcess } from '../../src/core/host/processes';
 import { RunHost } from '../../src/core/host/runHost';
 import { findPython, pythonCandidates } from '../../src/core/python';
+import { scratchDir } from '../support/scratch';
 
 const ROOT = resolve(__dirname, '../..');
 const launcher = { node: process.execPath, args: ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts')] };
@@ -26,7 +25,7 @@ describe('fork: the policy server behind counterfactual replay', function () {
     const found = await findPython(pythonCandidates([], ROOT));
     assert.ok(found.found, 'a Python with torch is needed (run scripts/setup.sh)');
     python = found.found.executable;
-    const tmp = await mkdtemp(join(tmpdir(), 'sas-fork-'));
+    const tmp = scratchDir('sas-fork-');
     const host = await RunHost.start({ python, config: join(ROOT, 'test/fixtures/runs/tiny.run.json'), runDir: join(tmp, 'run'), serverLauncher: launcher });
     const outcome = await host.done;
     assert.equal(outcome.status, 'finished', outcome.error?.message);

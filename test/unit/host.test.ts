@@ -4,7 +4,6 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { copyFile, mkdir, mkdtemp, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { ENGINE_HOSTS, EngineUnavailableError } from '../../src/core/host/engines';
@@ -16,6 +15,7 @@ import { findPython, pythonCandidates } from '../../src/core/python';
 import { runModelDir } from '../../src/core/store/rollouts';
 import { MetricsSchema, RunJsonSchema, EventSchema } from '../../src/core/run/format';
 import { validate } from '../../src/core/schema/schema';
+import { scratchDir } from '../support/scratch';
 
 const ROOT = resolve(__dirname, '../..');
 const FIXTURE = join(ROOT, 'test/fixtures/runs/tiny.run.json');
@@ -92,7 +92,7 @@ describe('run host: env server + trainer processes', function () {
     const found = await findPython(pythonCandidates([], ROOT));
     assert.ok(found.found, `a Python with torch is needed (run scripts/setup.sh): ${found.tried.map((t) => `${t.executable}: ${t.error}`).join('; ')}`);
     python = found.found.executable;
-    tmp = await mkdtemp(join(tmpdir(), 'sas-host-'));
+    tmp = scratchDir('sas-host-');
   });
 
   it('runs a config to the end: run directory complete and valid, both processes gone', async () => {

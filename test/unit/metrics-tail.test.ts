@@ -1,12 +1,12 @@
 import assert from 'node:assert/strict';
-import { appendFileSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { appendFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MetricsTail } from '../../src/core/host/metricsTail';
+import { scratchDir } from '../support/scratch';
 
 describe('metrics tail', () => {
   it('returns only complete new lines, keeps a partial line for later, reports malformed lines by number, restarts when the file shrinks', async () => {
-    const file = join(mkdtempSync(join(tmpdir(), 'sas-tail-')), 'metrics.jsonl');
+    const file = join(scratchDir('sas-tail-'), 'metrics.jsonl');
     const tail = new MetricsTail(file);
     assert.deepEqual((await tail.read()).rows, [], 'a missing file is not an error');
     writeFileSync(file, '{"step":0,"val/em":0.1}\n{"step":1,"critic/score/mean":0.2}\n{"step":2,');

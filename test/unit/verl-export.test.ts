@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { checkRunConfig, loadRunConfig } from '../../src/core/host/runConfig';
 import { findVerlPython, verlLaunch, VerlUnavailableError, verlPythonCandidates, VERL_VERSION } from '../../src/core/host/verl';
+import { scratchDir } from '../support/scratch';
 
 const ROOT = join(__dirname, '..', '..');
 const VERL_PYTHON = join(ROOT, '.venv-verl', 'bin', 'python');
@@ -23,7 +23,7 @@ describe('engine verl on the host: veRL’s Python, launch, export verl', functi
   this.timeout(180_000);
 
   it("finds veRL's Python in order: named, the config's verl.python, SAS_VERL_PYTHON, .venv-verl; one without veRL says so", async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sas-verl-'));
+    const dir = scratchDir('sas-verl-');
     const loaded = checkRunConfig({ engine: 'verl', data: { train: join(DEMO, 'train.jsonl') }, model: { kind: 'hf', path: DEMO }, verl: { python: 'env/bin/python' } }, join(dir, 'c.run.json'), dir);
     assert.deepEqual(verlPythonCandidates(loaded, ['/opt/py', undefined], '/root'), ['/opt/py', join(dir, 'env/bin/python'), ...(process.env.SAS_VERL_PYTHON ? [process.env.SAS_VERL_PYTHON] : []), '/root/.venv-verl/bin/python']);
     const search = await findVerlPython(['/nonexistent/python3', join(ROOT, '.venv', 'bin', 'python')]);
@@ -34,7 +34,7 @@ describe('engine verl on the host: veRL’s Python, launch, export verl', functi
 
   it('writes the launch script, overrides, our modules, the parquet and the env server command, checked by veRL', async function () {
     if (!existsSync(VERL_PYTHON)) this.skip(); // .venv-verl: bash scripts/setup-verl.sh (setup.sh --test makes it)
-    const dir = mkdtempSync(join(tmpdir(), 'sas-verl-'));
+    const dir = scratchDir('sas-verl-');
     const r = await cli('export', 'verl', config(dir), '--out', join(dir, 'out'), '--python', VERL_PYTHON);
     assert.equal(r.exitCode, 0, r.stderr);
     assert.match(r.stdout, new RegExp(`exported a veRL ${VERL_VERSION.replace(/\./g, '\\.')} run`));
@@ -49,7 +49,7 @@ describe('engine verl on the host: veRL’s Python, launch, export verl', functi
 
   it('a config veRL cannot train: exit 2 naming the file and the key, nothing written', async function () {
     if (!existsSync(VERL_PYTHON)) this.skip();
-    const dir = mkdtempSync(join(tmpdir(), 'sas-verl-'));
+    const dir = scratchDir('sas-verl-');
     const r = await cli('export', 'verl', config(dir, { optim: { mini_batch_size: 3, micro_batch_size: 1 } }), '--out', join(dir, 'out'), '--python', VERL_PYTHON);
     assert.equal(r.exitCode, 2);
     assert.match(r.stderr, /c\.run\.json: optim\.mini_batch_size \(3\) must be a multiple of rollout\.n \(2\)/);
@@ -65,7 +65,7 @@ describe('engine verl on the host: veRL’s Python, launch, export verl', functi
 
   it('launch: the run prepared in its directory and the command that trains it; resume prepares again with the new env URL', async function () {
     if (!existsSync(VERL_PYTHON)) this.skip();
-    const dir = mkdtempSync(join(tmpdir(), 'sas-verl-'));
+    const dir = scratchDir('sas-verl-');
     const loaded = await loadRunConfig(config(dir));
     const runDir = join(dir, 'runs', 'r1');
     const base = { loaded, runDir, resume: false, trainerDir: join(ROOT, 'trainer'), root: ROOT };
@@ -84,7 +84,7 @@ describe('engine verl on the host: veRL’s Python, launch, export verl', functi
   });
 
   it('launch without a veRL Python: nothing prepared, each candidate named with what it lacks', async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'sas-verl-'));
+    const dir = scratchDir('sas-verl-');
     const loaded = await loadRunConfig(config(dir));
     const saved = process.env.SAS_VERL_PYTHON;
     delete process.env.SAS_VERL_PYTHON;
