@@ -154,11 +154,18 @@ for (let k = 0; k < 1900; k++) {
 // held-out entity set (so the splits share no answer entity), and the two splits share no question text.
 // A two-hop question's `bridge` is the entity its first search finds and its second query must name (the founder, the
 // birthplace, the author): the dataset line's `meta.bridge`, for the trainer's `val/bridge_searched_by_hops/2`.
-type Q = { question: string; golden: string[]; answer: string; hops: 1 | 2; kind: string; bridge?: string };
+// A person is named by the whole name or by the surname alone (`bridge: [name, surname]`): every invented word is new
+// to the world, so a surname names one person as surely as the whole name does (first names come from a pool of 60
+// and are shared) — except where an institution is named after its founder and the question itself says the
+// surname, where a query could copy it from the question without having found anyone: there the whole name only.
+type Q = { question: string; golden: string[]; answer: string; hops: 1 | 2; kind: string; bridge?: string | string[] };
 const questions: Q[] = [];
+const personBridge = (p: Person, question: string): string | string[] =>
+  new RegExp(`\\b${p.last}\\b`, 'i').test(question) ? p.name : [p.name, p.last];
 for (const i of institutions) {
   questions.push({ question: `who founded the ${i.name}?`, golden: [i.founder.name], answer: i.founder.name, hops: 1, kind: 'founder' });
-  questions.push({ question: `in which town was the founder of the ${i.name} born?`, golden: [i.founder.born.name], answer: i.founder.born.name, hops: 2, kind: 'founder-birthplace', bridge: i.founder.name });
+  const q2 = `in which town was the founder of the ${i.name} born?`;
+  questions.push({ question: q2, golden: [i.founder.born.name], answer: i.founder.born.name, hops: 2, kind: 'founder-birthplace', bridge: personBridge(i.founder, q2) });
 }
 for (const p of people) {
   questions.push({ question: `in which town was ${p.name} born?`, golden: [p.born.name], answer: p.born.name, hops: 1, kind: 'birthplace' });
@@ -167,7 +174,8 @@ for (const p of people) {
 for (const t of towns) questions.push({ question: `what river runs through ${t.name}?`, golden: [t.river.name, `the ${t.river.name}`], answer: t.river.name, hops: 1, kind: 'river' });
 for (const w of works) {
   questions.push({ question: `who wrote ${w.title}?`, golden: [w.author.name], answer: w.author.name, hops: 1, kind: 'author' });
-  questions.push({ question: `in which town was the author of ${w.title} born?`, golden: [w.author.born.name], answer: w.author.born.name, hops: 2, kind: 'author-birthplace', bridge: w.author.name });
+  const q2 = `in which town was the author of ${w.title} born?`;
+  questions.push({ question: q2, golden: [w.author.born.name], answer: w.author.born.name, hops: 2, kind: 'author-birthplace', bridge: personBridge(w.author, q2) });
 }
 const answers = shuffle([...new Set(questions.map((q) => q.answer))]);
 const heldOut = new Set(answers.slice(0, Math.round(answers.length * 0.12)));

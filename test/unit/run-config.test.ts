@@ -80,6 +80,25 @@ describe('run configs', () => {
       const rivers = answers(train.filter((q) => /river/.test(q.meta.kind)));
       if (world === 'demo') assert.equal(rivers.size, 40);
       else assert.ok(rivers.size >= 90, `${world}: ${rivers.size} distinct river answers in training`);
+      // meta.bridge: a person is [whole name, surname]; the surname is no other person's (a word of the world no one
+      // else bears) and never said by the question, which could hand it to a query that found no one.
+      const titles = readFileSync(join(ROOT, 'examples', world, 'corpus.jsonl'), 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse((JSON.parse(l).contents as string).split('\n')[0]!) as string);
+      const rowsOf = [...train, ...held] as { question: string; meta: { hops: number; kind: string; bridge?: string | string[] } }[];
+      const people = new Set(rowsOf.flatMap((q) => (q.meta.kind === 'birthplace-river' || !q.meta.bridge ? [] : [[q.meta.bridge].flat()[0]!])));
+      let aliased = 0;
+      for (const q of rowsOf) {
+        assert.equal(q.meta.hops === 2, q.meta.bridge !== undefined, q.question);
+        if (!Array.isArray(q.meta.bridge)) continue;
+        aliased++;
+        const [name, surname, ...more] = q.meta.bridge;
+        assert.deepEqual(more, [], q.question);
+        assert.equal(name!.split(' ').at(-1), surname, q.question);
+        assert.ok(!new RegExp(`\\b${surname}\\b`, 'i').test(q.question), `${q.question}: says the surname ${surname}`);
+        assert.ok(titles.includes(name!), `${name}: no passage titled so`);
+        const namesakes = [...people].filter((p) => p !== name && p.split(' ').includes(surname!));
+        assert.deepEqual(namesakes, [], `${surname} is another person's too`);
+      }
+      assert.ok(aliased > 100, `${world}: ${aliased} two-hop questions with a surname alias`);
     }
   });
 

@@ -31,7 +31,8 @@ at about half of the smallest gains (+0.285 answer retrieved, +0.337 one-hop, +0
 1.81, in 8m40s alone; it passes. Stop 40 pinned the numerics to one code path on every x86 vendor (MKL's COMPATIBLE
 branch, oneDNN at AVX2; conftest.PINNED_NUMERICS): on the same EPYC 0.057 -> 0.557 / 0.011 -> 0.539 / 0.000 -> 0.129 /
 1.86, 0.000 / 0.000 with retrieval off, in 14m35s alone (MKL's portable branch is slower). Stop 42 (the bridge
-entity, asserted since): the same trajectory, bridge entity searched 0.000 -> 0.471 at step 200.
+entity, asserted since): the same trajectory, bridge entity searched 0.000 -> 0.471 at step 200;
+stop 44, a person's surname alone naming them too (the data's `meta.bridge`), 0.000 -> 0.586 on the same trajectory.
 
 Before stop 37 the test stopped at step 100 with a one-hop threshold of 0.05 (the recipe then warmed up on two
 searches every time and learned one-hop later); its history is in docs/demo.md, "The test of the two-hop recipe".
