@@ -37,8 +37,3 @@ export function scratchDir(prefix: string): string {
   made.push(dir);
   return dir;
 }
-
-/** The directories made so far and not yet removed (for the helper's own test). */
-export function scratchDirs(): readonly string[] {
-  return made;
-}
