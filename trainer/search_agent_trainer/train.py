@@ -269,9 +269,7 @@ class Trainer:
 
     # -- phases -----------------------------------------------------------------------------------------------
     def _settings(self, generator: LMGenerator, prompts: Sequence[tuple[str, list[int]]], n: int) -> RolloutSettings:
-        r = self.cfg.rollout
-        wave = generator.wave_size(max(len(p[1]) for p in prompts), r.max_response_length, n)
-        return RolloutSettings(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, self.cfg.retriever.topk, wave)
+        return RolloutSettings.of(self.cfg, generator.wave_size(max(len(p[1]) for p in prompts), self.cfg.rollout.max_response_length, n))
 
     def _generator(self, step: int, greedy: bool) -> LMGenerator:
         g = torch.Generator(device=self.device)
@@ -749,13 +747,7 @@ def held_out_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     # policy search again where one search cannot answer?
     for h in sorted({t.example.hops for t in trajs if t.example.hops is not None}):
         part = [t for t in trajs if t.example.hops == h]
-        m[f"val/em_by_hops/{h}"] = _mean([t.metrics.get("em", 0.0) for t in part])
-        m[f"val/searches_by_hops/{h}"] = _mean([t.searches for t in part])
-        # Had a search put a golden answer in front of the policy? (the env server's `answer_retrieved`): a low
-        # EM with a high value here is a reading failure, with a low one a search failure.
-        found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]
-        if found:
-            m[f"val/answer_retrieved_by_hops/{h}"] = _mean(found)
+        m.update(_part_metrics(part, f"by_hops/{h}"))
         # Did a search after the first name the entity the first found (the dataset's `meta.bridge`)? What the
         # second search is for: searches per question say that it searched again, this says what it searched.
         named = [b for b in (bridge_searched(t.example, [r["query"] for r in t.retrieval]) for t in part) if b is not None]
@@ -767,13 +759,19 @@ def held_out_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     kinds = sorted({t.example.kind for t in trajs if t.example.kind is not None})
     if 2 <= len(kinds) <= MAX_KINDS:
         for k in kinds:
-            part = [t for t in trajs if t.example.kind == k]
-            name = metric_name(k)
-            m[f"val/em_by_kind/{name}"] = _mean([t.metrics.get("em", 0.0) for t in part])
-            m[f"val/searches_by_kind/{name}"] = _mean([t.searches for t in part])
-            found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]
-            if found:
-                m[f"val/answer_retrieved_by_kind/{name}"] = _mean(found)
+            m.update(_part_metrics([t for t in trajs if t.example.kind == k], f"by_kind/{metric_name(k)}"))
+    return m
+
+
+def _part_metrics(part: Sequence[Trajectory], group: str) -> dict[str, float]:
+    """Exact match, searches per question and answer retrieved of one group of held-out questions (`group`:
+    `by_hops/2`, `by_kind/river`, …)."""
+    m = {f"val/em_{group}": _mean([t.metrics.get("em", 0.0) for t in part]), f"val/searches_{group}": _mean([t.searches for t in part])}
+    # Had a search put a golden answer in front of the policy? (the env server's `answer_retrieved`): a low EM with a
+    # high value here is a reading failure, with a low one a search failure.
+    found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]
+    if found:
+        m[f"val/answer_retrieved_{group}"] = _mean(found)
     return m
 
 
