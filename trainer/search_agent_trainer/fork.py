@@ -220,8 +220,7 @@ class PolicyServer:
         return LMGenerator(self.policy, self.tok, 0.0 if greedy else r.temperature, r.top_p, self.device, self.stops, g, autocast, self.max_batch_tokens)
 
     def _settings(self, generator: LMGenerator, context: int, n: int) -> RolloutSettings:
-        r = self.cfg.rollout
-        return RolloutSettings(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, self.cfg.retriever.topk, generator.wave_size(context, r.max_response_length, n))
+        return RolloutSettings.of(self.cfg, generator.wave_size(context, self.cfg.rollout.max_response_length, n))
 
     @torch.no_grad()
     def fork(self, record: dict[str, Any], turn: int, query: str | None = None, documents: list[Any] | None = None, samples: int = 1, greedy: bool = True, retriever_url: str | None = None, seed: int = 0) -> list[dict[str, Any]]:

@@ -265,6 +265,12 @@ class RolloutSettings:
     # generator keeps across turns (LMGenerator.wave_size); each wave makes its own /retrieve request per turn.
     wave_size: int | None = None
 
+    @classmethod
+    def of(cls, cfg: Any, wave_size: int | None = None) -> RolloutSettings:
+        """A run config's settings (`rollout.*`, `retriever.topk`): the one mapping every trainer uses."""
+        r = cfg.rollout
+        return cls(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, cfg.retriever.topk, wave_size)
+
 
 def retrieval_entry(query: str, hits: list[dict[str, Any]]) -> dict[str, Any]:
     """A search as the records keep it (`meta.retrieval`): the query, its hits' ids and retrieval scores."""

@@ -218,8 +218,7 @@ class TRLEngine(Trainer):
             return super()._settings(generator, prompts, n)
         from ...rollout import RolloutSettings
 
-        r = self.cfg.rollout  # vLLM schedules its own batches: one wave
-        return RolloutSettings(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, self.cfg.retriever.topk, None)
+        return RolloutSettings.of(self.cfg)  # vLLM schedules its own batches: one wave
 
     # -- TRL's hooks ----------------------------------------------------------------------------------------------
     def _rollout_func(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
