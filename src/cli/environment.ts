@@ -2,6 +2,7 @@
  * `doctor` (what this machine has for training) and `setup` (a virtual environment with the trainer's pinned
  * requirements), on the same core as the editor's "Doctor" report and "Set Up Trainer Environment".
  */
+import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { doctorReport } from '../core/doctor';
 import { loadRunConfig } from '../core/host/runConfig';
@@ -29,7 +30,8 @@ export const doctorCommand = defineCommand({
         throw new UsageError((e as Error).message);
       }
     }
-    const report = await doctorReport(cliPythonCandidates(a.python), [`search-agent-studio ${VERSION}`, `Node ${process.versions.node} on ${process.platform}-${process.arch}`], needs, (l) => io.out(`${l}\n`));
+    const verl = a.python ? [] : [process.env.SAS_VERL_PYTHON, join(process.cwd(), '.venv-verl', 'bin', 'python'), join(packageRoot(), '.venv-verl', 'bin', 'python')].filter((p, i, all): p is string => !!p && existsSync(p) && all.indexOf(p) === i);
+    const report = await doctorReport(cliPythonCandidates(a.python), [`search-agent-studio ${VERSION}`, `Node ${process.versions.node} on ${process.platform}-${process.arch}`], needs, (l) => io.out(`${l}\n`), verl);
     if (!report.found) io.out('  Make one with `search-agent-studio setup` (a .venv with the pinned torch, transformers and peft), or pass --python.\n');
     return report.found ? 0 : 1;
   },

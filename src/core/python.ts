@@ -82,6 +82,11 @@ export interface PythonProbe {
   trl?: string | null;
   /** veRL's version (engine "verl": its own environment, .venv-verl), or null when absent. */
   verl?: string | null;
+  /** vLLM (veRL's rollouts, TRL's use_vllm), flash-attn (veRL's attention: flash_attention_2 with it, SDPA without) and
+   * DeepSpeed (TRL with ZeRO), or null when absent. */
+  vllm?: string | null;
+  flashAttn?: string | null;
+  deepspeed?: string | null;
   /** Why it is not usable (not found, no torch, torch too old, timed out, …). */
   error?: string;
 }
@@ -97,11 +102,11 @@ try:
 except Exception as e:
     out["error"] = "cannot import torch: %s: %s" % (type(e).__name__, e)
 from importlib import metadata
-for name in ("transformers", "peft", "trl", "verl"):
+for key, name in (("transformers", "transformers"), ("peft", "peft"), ("trl", "trl"), ("verl", "verl"), ("vllm", "vllm"), ("flashAttn", "flash-attn"), ("deepspeed", "deepspeed")):
     try:
-        out[name] = metadata.version(name)
+        out[key] = metadata.version(name)
     except metadata.PackageNotFoundError:
-        out[name] = None
+        out[key] = None
 print(json.dumps(out))
 `;
 

@@ -64,7 +64,7 @@ export function auditRollout(r: Rollout, o: AuditOptions = {}, parsed: ParsedTra
     leaks: masks.leaks,
     mask_mismatch: masks.mask_mismatch,
     drift: tk && o.tokenizer ? recordDrift(r, o.tokenizer, o).drift : null,
-    logprob: tk ? checkLogprobs(tk as Parameters<typeof checkLogprobs>[0], o) : null,
+    logprob: tk ? checkLogprobs(tk as Parameters<typeof checkLogprobs>[0], o, r.meta) : null,
     is: tk ? importancePreview(tk as Parameters<typeof importancePreview>[0], o) : null,
     alarms: trajectoryAlarms(r, parsed, o),
     searches: r.searches ?? searchCount(parsed),

@@ -27,6 +27,7 @@ from search_agent_trainer.engines.verl.main import compose_config  # noqa: E402
 from search_agent_trainer.engines.verl.overrides import prepare  # noqa: E402
 from search_agent_trainer.engines.verl.recorder import StepRecorder  # noqa: E402
 from search_agent_trainer.engines.verl.reward import batcher, compute_score  # noqa: E402
+from search_agent_trainer.engines.verl.batching import env_batchers  # noqa: E402
 from search_agent_trainer.env_client import EnvClient  # noqa: E402
 from search_agent_trainer.rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, observation, run_rollouts  # noqa: E402
 
@@ -91,7 +92,10 @@ def rollout(setup):
         # TEST DOUBLE for a Ray actor handle: `.compute_score.remote(data)` on the real worker, in this process
         handle = types.SimpleNamespace(compute_score=types.SimpleNamespace(remote=reward_worker.compute_score))
         worker = AgentLoopWorker(setup.config, setup.server, reward_loop_worker_handles=[handle])
-        return await worker.generate_sequences(gen_batch(setup))
+        out = await worker.generate_sequences(gen_batch(setup))
+        searches = env_batchers(setup.env.url).retriever(setup.cfg.retriever.topk)
+        setup.searched = (searches.items, searches.requests)  # what went through the worker's /retrieve coalescer
+        return out
 
     out = asyncio.run(run())
     # veRL plays a group's samples concurrently, so which sample got which of its question's scripts depends on the
@@ -202,6 +206,25 @@ def test_compute_score_batches_concurrent_calls_into_one_request(setup):
     out, requests = asyncio.run(score_all())
     assert requests == 1
     assert [o["score"] for o in out] == [0.0 if i % 3 == 0 else 1.0 for i in range(6)]  # each item its own result
+
+
+def test_a_workers_concurrent_searches_go_out_as_one_retrieve_request(setup):
+    queries = ["Kriltre Fehan", "Torneind river", "Zekrouv", "Fidan Brovofei", "Kriltre Fehan"]
+
+    async def search_all():
+        b = env_batchers(setup.env.url)
+        out = await asyncio.gather(*[b.retrieve([q], 2) for q in queries])
+        return out, b.retriever(2).requests
+
+    out, requests = asyncio.run(search_all())
+    assert requests == 1
+    assert [o[0] for o in out] == setup.env.retrieve(queries, 2)  # each query its own hits, in its caller's order
+
+
+def test_the_agent_loops_searches_went_through_the_coalescer(setup, rollout):
+    searched, requests = setup.searched
+    assert searched == sum(int(s["searches"]) for s in rollout.non_tensor_batch["sas"]) == 4
+    assert 1 <= requests <= searched
 
 
 def training_batch(setup, rollout):

@@ -132,9 +132,6 @@ class TRLEngine(Trainer):
         self.reference = None  # TRL's (a reference model, or the starting adapter under LoRA)
         self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool, cfg.rollout.strict_actions)
         self.stops = self.dialect.stops(self.tok)
-        from ...generation import auto_max_batch_tokens
-
-        self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, compute_dtype(cfg, self.device))
         self._encode_prompts()
         dataset = Dataset.from_dict({"prompt": [p[0] for p in self.train_prompts], "sas_example": list(range(len(self.train_set)))})
 
@@ -142,6 +139,10 @@ class TRLEngine(Trainer):
             """The user's reward module, through the env server's /reward."""
             return self._reward()
 
+        if self.args.model_init_kwargs:  # ours name the reference's dtype: TRL's warning that they are ignored is the policy's
+            import logging
+
+            logging.getLogger("trl.trainer.grpo_trainer").addFilter(lambda r: "model_init_kwargs" not in r.getMessage())
         self.trl = SearchAgentGRPOTrainer(
             engine=self,
             model=self.policy.backbone,
@@ -154,6 +155,11 @@ class TRLEngine(Trainer):
         )
         for cb in (PrinterCallback, ProgressCallback):  # they print TRL's logs on stdout, our events' channel
             self.trl.remove_callback(cb)
+        from ...generation import auto_max_batch_tokens
+
+        # The generation's KV budget from the memory free now: TRL has built the reference (and put it on the device)
+        # and vLLM; AdamW's moments, made at the first optimizer step, are set aside by auto_max_batch_tokens.
+        self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, compute_dtype(cfg, self.device))
         self.resumed = ckpt is not None
         start = 0
         self.checkpoint = ckpt
@@ -166,8 +172,17 @@ class TRLEngine(Trainer):
         n_params = sum(p.numel() for p in self.policy.parameters())
         n_train = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
         precision = "bf16 autocast, fp32 master weights" if bf16 else "fp32"
-        w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set), precision=precision, max_batch_tokens=self.max_batch_tokens, engine="trl", processes=world, trl_steps_per_step=self.plan.trl_steps)
-        w.log(f"trl engine: TRL {_version('trl')}, {world} process(es), {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}; one step = {self.plan.trl_steps} TRL optimizer step(s) of {self.plan.mini} sequences, micro-batches of {self.plan.micro} per process")
+        ref = getattr(self.trl, "ref_model", None)
+        self.settings = {
+            "reference_dtype": str(next(ref.parameters()).dtype).removeprefix("torch.") if ref is not None else None,
+            "rollout_logprob_kind": options.rollout_logprob_kind(cfg),
+            "gradient_checkpointing": bool(self.args.gradient_checkpointing),
+            **({"vllm_importance_sampling": self.args.vllm_importance_sampling_mode if self.args.vllm_importance_sampling_correction else "off", "vllm_sleep_mode": bool(self.args.vllm_enable_sleep_mode)} if options.use_vllm(cfg) else {}),
+        }
+        if self.rank == 0:
+            w.run["trl"] = self.settings  # run.json (written with the next status change)
+        w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set), precision=precision, max_batch_tokens=self.max_batch_tokens, engine="trl", processes=world, trl_steps_per_step=self.plan.trl_steps, **self.settings)
+        w.log(f"trl engine: TRL {_version('trl')}, {world} process(es), {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}; one step = {self.plan.trl_steps} TRL optimizer step(s) of {self.plan.mini} sequences, micro-batches of {self.plan.micro} per process; {', '.join(f'{k} {v}' for k, v in self.settings.items())}")
         return start
 
     def _build_model(self) -> tuple[Any, Any]:
@@ -205,6 +220,25 @@ class TRLEngine(Trainer):
             finally:
                 model.train(was_training)
 
+    @contextlib.contextmanager
+    def _vllm_awake(self) -> Iterator[None]:
+        """TRL's colocated vLLM in sleep mode (`trl.vllm_enable_sleep_mode`), awake for the rollout's turns: TRL wakes
+        its weights when it syncs them before calling the rollout (re-pushing them when a level-2 sleep discarded
+        them), our turns call the LLM directly, so its KV cache is woken here, and both are put back to sleep after
+        (level 2, as TRL's own generation does), leaving the memory to the update."""
+        vg = getattr(self.trl, "vllm_generation", None) if getattr(self.trl, "use_vllm", False) else None
+        if vg is None or not getattr(vg, "enable_sleep_mode", False):
+            yield
+            return
+        if getattr(vg, "_llm_weights_sleeping", False):
+            vg.sync_weights()
+        vg.llm.wake_up(tags=["kv_cache"])
+        try:
+            yield
+        finally:
+            vg.llm.sleep(level=2)
+            vg._llm_weights_sleeping = True
+
     def _generator(self, step: int, greedy: bool) -> TurnGenerator:
         if greedy or not (self.cfg.trl or {}).get("use_vllm"):
             return super()._generator(step, greedy)
@@ -237,7 +271,7 @@ class TRLEngine(Trainer):
             raise RuntimeError(f"test.crash_at_step: a crash at step {step}, on purpose")
         t0 = time.perf_counter()
         retrieve0 = self.env.seconds["retrieve"]
-        with self._generating():
+        with self._generating(), self._vllm_awake():
             trajs = self._rollouts(examples, encoded, 1, step, greedy=False)
         first = trainer.accelerator.process_index * len(inputs)
         for i, t in enumerate(trajs):
@@ -327,7 +361,11 @@ class TRLEngine(Trainer):
                 if v is not None:
                     tokens[key] = v
             tokens["advantage"] = [None] * P + [round(float(T["advantages"][i]), 6) if s else None for s in scored_loss]
-            out.append((first + i, rollout_record(t, run_id=self.writer.run["id"], step=step, split="train", tokens=tokens), t))
+            rec = rollout_record(t, run_id=self.writer.run["id"], step=step, split="train", tokens=tokens)
+            rec["meta"]["rollout_logprob_kind"] = self.settings["rollout_logprob_kind"]  # the audit's microscope reads it
+            if self.settings["rollout_logprob_kind"] == "processed":
+                rec["meta"]["rollout_top_p"] = self.cfg.rollout.top_p
+            out.append((first + i, rec, t))
         return out
 
     def end_step(self, step: int, control: Any) -> None:

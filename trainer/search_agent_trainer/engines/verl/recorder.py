@@ -43,6 +43,7 @@ from ...train import SUMMARY_KEYS, Trainer, held_out_metrics
 from . import STOP_FILE
 from .agent_loop import our_tokenizer
 from .dataset import example_of
+from .overrides import rollout_logprob_kind
 
 TOKEN_ARRAYS = (("rollout_logprob", "rollout_log_probs"), ("logprob", "old_log_probs"), ("ref_logprob", "ref_log_prob"), ("advantage", "advantages"), ("value", "values"))
 
@@ -142,9 +143,15 @@ def _number(v: Any) -> float | None:
 class StepRecorder:
     """The run directory of a veRL run: records, metrics, events, run.json."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any], total_steps: int, tokenizer: Any, stdout: Any = None, pid: int | None = None):
+    def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any], total_steps: int, tokenizer: Any, stdout: Any = None, pid: int | None = None, settings: dict[str, Any] | None = None):
         self.writer = RunWriter(run_dir, config, versions(), total_steps, stdout=stdout if stdout is not None else open(os.devnull, "w"))
         self.writer.run["engine"] = "verl"
+        # what the training records' rollout_logprob are (overrides.rollout_logprob_kind; the audit reads it), and
+        # run.json's `verl`: those and the settings prepare chose (the attention and why)
+        kind, _mode = rollout_logprob_kind(config) if config else (None, None)
+        top_p = float((config.get("rollout") or {}).get("top_p", 1.0)) if config else 1.0
+        self.logprob_meta = {"rollout_logprob_kind": kind, **({"rollout_top_p": top_p} if kind == "processed" else {})} if kind else {}
+        self.writer.run["verl"] = {**(settings or {}), **self.logprob_meta}
         if pid:
             self.writer.run["pid"] = pid
         self.writer._write_run()
@@ -160,6 +167,9 @@ class StepRecorder:
     def rollouts(self, batch: Any, step: int, split: str = "train", inputs: dict[str, Any] | None = None, max_per_group: int | None = None) -> list[dict[str, Any]]:
         """Writes the step's records; our metrics for the step wait for veRL's (`metrics`)."""
         records, trajs = records_from_batch(batch, self.tokenizer, run_id=self.run_id, step=step, split=split, inputs=inputs, max_per_group=max_per_group)
+        if split == "train":
+            for r in records:
+                r["meta"].update(self.logprob_meta)
         prefix = "val/" if split == "val" else ""
         self.writer.rollouts(f"{'val-' if split == 'val' else ''}step-{step:06d}", records)
         # Validation: the held-out metrics every engine writes (EM, by hops, by kind, …); training: the rollouts'.
@@ -223,7 +233,8 @@ class RecordingTrainer(RayPPOTrainer):
             raise ValueError("RecordingTrainer needs +sas.run_dir=<run directory> in the veRL config (overrides.py writes it)")
         config = json.loads(Path(sas["config"]).read_text(encoding="utf-8")) if sas.get("config") else {}
         self.run_dir = Path(sas["run_dir"])
-        self.recorder = StepRecorder(self.run_dir, config, self.total_training_steps, self.tokenizer, pid=sas.get("driver_pid"))
+        settings = {k: sas[k] for k in ("attention", "attention_why") if sas.get(k)}
+        self.recorder = StepRecorder(self.run_dir, config, self.total_training_steps, self.tokenizer, pid=sas.get("driver_pid"), settings=settings)
         self._validating = False
         self._saved_step = -1
 
