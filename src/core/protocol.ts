@@ -683,6 +683,20 @@ export interface InspectorStatus {
   error?: string;
   /** With which tokenizer the `drift` column is checked, or why it is not. */
   drift?: string;
+  /** Another engine's dump, read through our importers (docs/engines.md, "Your own run"). */
+  imported?: {
+    engine: string;
+    rollouts: number;
+    steps: number;
+    /** Samples that could not be read (each in `issues`: file:line: field: message). */
+    skipped: number;
+    /** Files not complete yet (a run still writing). */
+    pending: number;
+    /** Our token arrays the records carry. */
+    arrays: string[];
+    notes: string[];
+    issues: string[];
+  };
 }
 
 export interface InspectorState {

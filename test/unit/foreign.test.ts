@@ -15,6 +15,8 @@ import { detectSource, readSource, type SourceItem } from '../../src/core/import
 import { templateMarkers, inferRoles } from '../../src/core/importers/foreign/roles';
 import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/inspect/tokenizer';
 import { replayModel } from '../../src/core/inspect/replay';
+import { InspectorEngine, type EngineMessage } from '../../src/core/inspect/engine';
+import type { RolloutRow } from '../../src/core/store/rollouts';
 import type { ForeignOptions } from '../../src/core/importers/foreign';
 import type { Rollout } from '../../src/core/run/format';
 import { scratchDir } from '../support/scratch';
@@ -275,5 +277,69 @@ describe('CLI on other engines’ dumps', function () {
       assert.equal(JSON.parse(again.stdout).summary.leaks.tokens, 12, 'the imported records keep roles and mask');
     }
     assert.equal(readdirSync(out).length, 2);
+  });
+});
+
+describe('the inspector on other engines’ dumps (its engine, as the worker runs it)', function () {
+  this.timeout(300_000);
+
+  async function until<T>(fn: () => T | undefined | false, ms = 120_000): Promise<T> {
+    const end = Date.now() + ms;
+    for (;;) {
+      const v = fn();
+      if (v !== undefined && v !== false) return v;
+      if (Date.now() > end) throw new Error('timed out');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  it('opens a prime-rl run still writing: converted steps are rows, a new step appears once STABLE, rows replay with roles', async () => {
+    const dir = scratchDir('sas-insp-prime-');
+    const run = join(dir, 'outputs');
+    mkdirSync(join(run, 'token_exports'), { recursive: true });
+    cpSync(join(SOURCES['prime-rl'], 'token_exports', 'step_1'), join(run, 'token_exports', 'step_1'), { recursive: true });
+    const msgs: EngineMessage[] = [];
+    const engine = new InspectorEngine((m) => msgs.push(m));
+    const last = () => [...msgs].reverse().find((m) => m.t === 'status') as Extract<(typeof msgs)[number], { t: 'status' }> | undefined;
+    await engine.open(run, true, {}, QWEN, {}, { cacheDir: join(dir, 'cache'), pollMs: 200 });
+    await until(() => last()?.status.analysed === 4 && !last()!.status.busy);
+    const s = last()!.status;
+    assert.equal(s.imported?.engine, 'prime-rl');
+    assert.deepEqual([s.imported?.rollouts, s.imported?.steps, s.imported?.skipped], [4, 1, 0]);
+    assert.ok(s.imported!.arrays.includes('rollout_logprob') && s.imported!.arrays.includes('advantage'));
+    const page = await engine.page(0, 10);
+    assert.equal(page.filter((r) => r.leaks).length, 2, 'the planted leaks, as the inspector’s leak column shows them');
+    // step 2 is written: a rank file first (not complete), then STABLE
+    mkdirSync(join(run, 'token_exports', 'step_2'));
+    cpSync(join(SOURCES['prime-rl'], 'token_exports', 'step_2', 'rank_0.jsonl'), join(run, 'token_exports', 'step_2', 'rank_0.jsonl'));
+    await new Promise((r) => setTimeout(r, 800));
+    assert.equal(last()!.status.total, 4, 'a step without STABLE is still being written');
+    writeFileSync(join(run, 'token_exports', 'step_2', 'STABLE'), '');
+    await until(() => last()?.status.total === 8 && last()!.status.analysed === 8);
+    const row = await new Promise<RolloutRow>((resolve) => {
+      const before = msgs.length;
+      void engine.handle({ t: 'row', req: 7, index: 5 }).then(() => resolve((msgs.slice(before).find((m) => m.t === 'row') as { row: RolloutRow }).row));
+    });
+    assert.equal(row.record?.step, 2);
+    assert.ok(row.record?.tokens?.role.includes('retrieved'));
+    await engine.close();
+  });
+
+  it('opens a SkyRL dump through the trainer’s Python; an untrusted workspace refuses it', async () => {
+    const dir = scratchDir('sas-insp-skyrl-');
+    const msgs: EngineMessage[] = [];
+    const engine = new InspectorEngine((m) => msgs.push(m));
+    const last = () => [...msgs].reverse().find((m) => m.t === 'status') as Extract<(typeof msgs)[number], { t: 'status' }> | undefined;
+    await engine.open(SOURCES.skyrl, false, {}, QWEN, {}, { cacheDir: join(dir, 'cache'), python: PYTHON, allowPython: true });
+    await until(() => last()?.status.analysed === 8 && !last()!.status.busy);
+    assert.equal(last()!.status.imported?.engine, 'skyrl');
+    await engine.close();
+
+    const refused: EngineMessage[] = [];
+    const untrusted = new InspectorEngine((m) => refused.push(m));
+    await untrusted.open(SOURCES.skyrl, false, {}, QWEN, {}, { cacheDir: join(dir, 'cache2'), python: PYTHON, allowPython: false });
+    const err = [...refused].reverse().find((m) => m.t === 'status') as Extract<(typeof refused)[number], { t: 'status' }>;
+    assert.match(err.status.error!, /untrusted workspace/);
+    await untrusted.close();
   });
 });
