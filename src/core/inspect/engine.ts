@@ -77,6 +77,8 @@ export class InspectorEngine {
   /** Another engine's dump, converted into our records as it grows. */
   private mirror: ForeignMirror | undefined;
   private mirrorPoll: ReturnType<typeof setInterval> | undefined;
+  /** The dump's files present at opening are converted and the store is open. */
+  private mirrorReady = false;
 
   constructor(private readonly post: (m: EngineMessage) => void) {}
 
@@ -121,7 +123,7 @@ export class InspectorEngine {
   private importedStatus(): NonNullable<InspectorStatus['imported']> {
     const m = this.mirror!;
     const s = m.summary();
-    return { engine: s.engine, rollouts: s.rollouts, steps: s.steps.length, skipped: s.skipped, pending: s.pending, arrays: Object.keys(s.arrays), notes: m.notes.slice(0, 10), issues: m.issues.slice(0, 20).map(formatIssue) };
+    return { ready: this.mirrorReady, engine: s.engine, rollouts: s.rollouts, steps: s.steps.length, skipped: s.skipped, pending: s.pending, arrays: Object.keys(s.arrays), engineArrays: s.engineArrays, roles: Object.keys(s.roles), perStep: s.perStep.slice(0, 200), notes: m.notes.slice(0, 10), issues: m.issues.slice(0, 20).map(formatIssue) };
   }
 
   private sendStatus(): void {
@@ -194,6 +196,7 @@ export class InspectorEngine {
       return;
     }
     this.indexing = undefined;
+    this.mirrorReady = true;
     this.sendStatus();
     if (follow)
       this.store.watch((e) => {

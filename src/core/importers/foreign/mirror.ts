@@ -25,6 +25,10 @@ export interface ForeignSurvey {
   /** Per array (ours, then the engine's own), how many records carry it. */
   arrays: Record<string, number>;
   engineArrays: string[];
+  /** How the records' roles were found (`chat template (…)`, `text blocks (…)`, `loss mask (no tokenizer)`), with counts. */
+  roles: Record<string, number>;
+  /** Per step: its rollouts and which of our arrays they carry. */
+  perStep: { step: number; rollouts: number; arrays: string[] }[];
   /** Files not complete yet (a run still writing). */
   pending: number;
   skipped: number;
@@ -62,6 +66,17 @@ async function signature(file: string, kind: ForeignKind): Promise<{ sig: string
   return { sig: parts.join('|'), newest };
 }
 
+interface FileStats {
+  rollouts: number;
+  skipped: number;
+  steps: Set<number>;
+  arrays: Record<string, number>;
+  engineArrays: Set<string>;
+  roles: Record<string, number>;
+  perStep: Map<number, { rollouts: number; arrays: Set<string> }>;
+  issues: LocatedIssue[];
+}
+
 export class ForeignMirror {
   readonly issues: LocatedIssue[] = [];
   readonly notes: string[] = [];
@@ -71,7 +86,7 @@ export class ForeignMirror {
   private readonly groups = new GroupKeeper();
   private order: string[] = [];
   private readonly survey: ForeignSurvey;
-  private readonly stats = new Map<string, { rollouts: number; skipped: number; steps: Set<number>; arrays: Record<string, number>; engineArrays: Set<string>; issues: LocatedIssue[] }>();
+  private readonly stats = new Map<string, FileStats>();
   private running: Promise<boolean> | undefined;
 
   constructor(
@@ -81,7 +96,7 @@ export class ForeignMirror {
     readonly dir: string,
     private readonly options: ForeignOptions = {},
   ) {
-    this.survey = { engine: kind, files: 0, steps: [], rollouts: 0, arrays: {}, engineArrays: [], pending: 0, skipped: 0 };
+    this.survey = { engine: kind, files: 0, steps: [], rollouts: 0, arrays: {}, engineArrays: [], roles: {}, perStep: [], pending: 0, skipped: 0 };
   }
 
   static async open(source: string, kind: ForeignKind, dir: string, options: ForeignOptions = {}): Promise<ForeignMirror> {
@@ -97,6 +112,8 @@ export class ForeignMirror {
     const steps = new Set<number>();
     const arrays: Record<string, number> = {};
     const engineArrays = new Set<string>();
+    const roles: Record<string, number> = {};
+    const perStep = new Map<number, { rollouts: number; arrays: Set<string> }>();
     let rollouts = 0;
     let skipped = 0;
     for (const s of this.stats.values()) {
@@ -104,9 +121,26 @@ export class ForeignMirror {
       skipped += s.skipped;
       s.steps.forEach((x) => steps.add(x));
       for (const [k, v] of Object.entries(s.arrays)) arrays[k] = (arrays[k] ?? 0) + v;
+      for (const [k, v] of Object.entries(s.roles)) roles[k] = (roles[k] ?? 0) + v;
       s.engineArrays.forEach((x) => engineArrays.add(x));
+      for (const [step, p] of s.perStep) {
+        const q = perStep.get(step) ?? { rollouts: 0, arrays: new Set<string>() };
+        q.rollouts += p.rollouts;
+        p.arrays.forEach((a) => q.arrays.add(a));
+        perStep.set(step, q);
+      }
     }
-    return { ...this.survey, files: this.stats.size, steps: [...steps].sort((a, b) => a - b), rollouts, arrays, engineArrays: [...engineArrays].sort(), skipped };
+    return {
+      ...this.survey,
+      files: this.stats.size,
+      steps: [...steps].sort((a, b) => a - b),
+      rollouts,
+      arrays,
+      engineArrays: [...engineArrays].sort(),
+      roles,
+      perStep: [...perStep].sort((a, b) => a[0] - b[0]).map(([step, p]) => ({ step, rollouts: p.rollouts, arrays: [...p.arrays] })),
+      skipped,
+    };
   }
 
   /**
@@ -149,7 +183,7 @@ export class ForeignMirror {
     const k = this.order.indexOf(file);
     const out = join(this.dir, 'rollouts', `step-${String(k + 1).padStart(6, '0')}.jsonl`);
     const lines: string[] = [];
-    const st = { rollouts: 0, skipped: 0, steps: new Set<number>(), arrays: {} as Record<string, number>, engineArrays: new Set<string>(), issues: [] as LocatedIssue[] };
+    const st: FileStats = { rollouts: 0, skipped: 0, steps: new Set(), arrays: {}, engineArrays: new Set(), roles: {}, perStep: new Map(), issues: [] };
     const notes = (n: string) => {
       if (!this.notes.includes(n)) this.notes.push(n);
       this.options.onNote?.(n);
@@ -163,7 +197,14 @@ export class ForeignMirror {
       const r = item.record;
       st.rollouts++;
       if (r.step !== undefined) st.steps.add(r.step);
-      for (const a of Object.keys(r.tokens ?? {})) if (a !== 'text' && a !== 'ids') st.arrays[a] = (st.arrays[a] ?? 0) + 1;
+      const arrays = Object.keys(r.tokens ?? {}).filter((a) => a !== 'text' && a !== 'ids');
+      for (const a of arrays) st.arrays[a] = (st.arrays[a] ?? 0) + 1;
+      const how = String(r.meta?.roles ?? 'recorded');
+      st.roles[how] = (st.roles[how] ?? 0) + 1;
+      const ps = st.perStep.get(r.step ?? -1) ?? { rollouts: 0, arrays: new Set<string>() };
+      ps.rollouts++;
+      arrays.forEach((a) => ps.arrays.add(a));
+      st.perStep.set(r.step ?? -1, ps);
       for (const a of (r.meta?.engine_arrays as string[] | undefined) ?? []) st.engineArrays.add(a);
       lines.push(JSON.stringify(r));
     }
