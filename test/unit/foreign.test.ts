@@ -252,6 +252,26 @@ describe('other engines’ dumps', function () {
   });
 });
 
+describe('records of the drop-in recorders, read with a tokenizer', () => {
+  it('roles that restate the engine’s mask are read from the chat template instead, so a planted leak shows', async () => {
+    const { records } = await read(SOURCES['prime-rl'], { tokenizer: qwen });
+    const leaky = records.find((r) => auditMask(r.tokens!.role, r.tokens!.loss_mask).leaks.length)!;
+    const P = leaky.tokens!.role.findIndex((x) => x !== 'prompt');
+    // as record/trl.py writes it: generated where trained, retrieved elsewhere after the prompt
+    const asRecorded = { ...leaky, tokens: { ...leaky.tokens!, role: leaky.tokens!.loss_mask.map((m, i) => (i < P ? 'prompt' : m ? 'generated' : 'retrieved')) }, meta: { roles: 'engine loss mask (TRL completion_mask × tool_mask)' } } as Rollout;
+    const dir = scratchDir('sas-reinfer-');
+    mkdirSync(join(dir, 'rollouts'));
+    writeFileSync(join(dir, 'rollouts', 'step-000001.jsonl'), `${JSON.stringify(asRecorded)}\n`);
+    const plain = await read(dir);
+    assert.deepEqual(auditMask(plain.records[0]!.tokens!.role, plain.records[0]!.tokens!.loss_mask).leaks, [], 'the mask restated: nothing to see');
+    const withTok = await read(dir, { tokenizer: qwen });
+    const r = withTok.records[0]!;
+    assert.equal(r.meta?.roles, 'chat template (models/tokenizer.json)');
+    assert.equal(r.meta?.roles_recorded, 'engine loss mask (TRL completion_mask × tool_mask)');
+    assert.equal(auditMask(r.tokens!.role, r.tokens!.loss_mask).byKind['trained-on-retrieved'], 3);
+  });
+});
+
 describe('CLI on other engines’ dumps', function () {
   this.timeout(600_000);
 

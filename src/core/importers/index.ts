@@ -14,7 +14,8 @@ import { importSearchR1Dataset, type DatasetExample, type DatasetImportIssue } f
 import { importSearchR1Transcripts } from './searchr1';
 import { importTrlCompletions } from './trl';
 import { FieldError, fromVerlDump } from './verl';
-import { detectForeign, FOREIGN_KINDS, isForeignKind, jsonlForeignKind, readForeign, type ForeignKind, type ForeignOptions } from './foreign';
+import { detectForeign, FOREIGN_KINDS, isForeignKind, jsonlForeignKind, readForeign, sampleCodec, type ForeignKind, type ForeignOptions } from './foreign';
+import { PieceCache, withInferredRoles } from './foreign/sample';
 
 export type SourceKind = 'rollouts' | 'searchr1' | 'verl' | 'trl' | ForeignKind;
 /** What `import <kind>` converts; `auto` detects it as `inspect` does. */
@@ -137,10 +138,13 @@ export async function* readSource(path: string, kind?: SourceKind, read: ReadOpt
     case 'rollouts': {
       const runDialect = read.runDialect ?? (await runConfigDialect(path));
       const options = { ...read, ...(runDialect ? { runDialect } : {}) };
+      // records whose roles restate their engine's mask (the drop-in recorders'): roles from the chat template instead
+      const codec = foreign.tokenizer ? sampleCodec(foreign.tokenizer) : undefined;
+      const pieces = codec ? new PieceCache(codec) : undefined;
       for (const file of await rolloutFiles(path)) {
         for await (const { line, text } of readLines(file)) {
           const row = parseRolloutLine(text, file, line, options);
-          yield row.record ? { record: row.record, issues: [], where: `${file}:${line}` } : { issues: row.errors, where: `${file}:${line}` };
+          yield row.record ? { record: codec ? withInferredRoles(row.record, codec, pieces) : row.record, issues: [], where: `${file}:${line}` } : { issues: row.errors, where: `${file}:${line}` };
         }
       }
       return;

@@ -215,3 +215,20 @@ export function recordOfSample(s: TokenSample, groups: GroupKeeper, o: ConvertOp
   };
   return rec;
 }
+
+/**
+ * A record whose roles restate its engine's mask (the drop-in recorders' records of a loop of the user's own:
+ * `meta.roles` "engine loss mask (…)") with roles read from the text instead (roles.ts), when a tokenizer is given;
+ * other records are returned as they are.
+ */
+export function withInferredRoles(r: Rollout, codec: SampleCodec, pieces?: PieceCache): Rollout {
+  const how = r.meta?.roles;
+  const tk = r.tokens;
+  if (!tk || typeof how !== 'string' || !how.startsWith('engine loss mask')) return r;
+  const cache = pieces ?? new PieceCache(codec);
+  const text = tk.ids.map((id) => cache.piece(id));
+  let promptEnd = tk.role.findIndex((x) => x !== 'prompt');
+  if (promptEnd < 0) promptEnd = tk.ids.length;
+  const inferred = inferRoles(text, codec.markers, promptEnd);
+  return { ...r, tokens: { ...tk, role: inferred.roles }, meta: { ...r.meta, roles: `${inferred.how} (${codec.name})`, roles_recorded: how } };
+}
