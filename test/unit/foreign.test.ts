@@ -193,6 +193,12 @@ describe('other engines’ dumps', function () {
     assert.equal(records.length, 4);
     assert.deepEqual(records.map((r) => r.meta?.part), [0, 1, undefined, undefined]);
     assert.ok(records.every((r) => r.tokens!.rollout_logprob === undefined && r.tokens!.logprob));
+
+    // the multi-run layout: <output>/<run_id>/token_exports/step_N/
+    const multi = scratchDir('sas-prime-multi-');
+    cpSync(join(SOURCES['prime-rl'], 'token_exports'), join(multi, 'run-a', 'token_exports'), { recursive: true });
+    assert.equal(await detectSource(multi), 'prime-rl');
+    assert.equal((await read(multi, { tokenizer: qwen })).records.length, 8);
   });
 
   it('NeMo-RL variants: lists without the one-row wrapping, padding cut at input_lengths', async () => {
@@ -208,6 +214,17 @@ describe('other engines’ dumps', function () {
     assert.equal(records.length, 4);
     assert.ok(records.every((r) => r.step === 7 && r.tokens!.ids.length < (JSON.parse(flat[0]!) as { token_ids: number[] }).token_ids.length + 1));
     assert.ok(records.every((r) => !r.tokens!.ids.includes(151643) || r.tokens!.ids.indexOf(151643) < 0), 'no padding id');
+
+    // lines without token ids (val_data's message logs; distillation's and grpo_sync's train lines): their texts
+    const val = { content: [[{ role: 'user', content: 'Question: Who wrote Ossel?' }, { role: 'assistant', content: '<answer> Ilse Marrow </answer>' }]], rewards: [1.0], idx: 0 };
+    writeFileSync(join(dir, 'val_data_step7.jsonl'), `${JSON.stringify(val)}\n`);
+    writeFileSync(join(dir, 'train_data_step8.jsonl'), `${JSON.stringify({ content: [['Question: Who wrote Ossel?', '<answer> x </answer>']], input_lengths: [12] })}\n`);
+    const texts = await read(dir, { tokenizer: qwen });
+    assert.deepEqual(texts.issues, []);
+    const v = texts.records.find((r) => r.split === 'val')!;
+    assert.deepEqual([v.step, v.question, v.reward, v.finish, v.tokens], [7, 'Who wrote Ossel?', 1, 'answer', undefined]);
+    const t = texts.records.find((r) => r.step === 8)!;
+    assert.deepEqual([t.split, t.prompt, t.response], ['train', 'Question: Who wrote Ossel?', '<answer> x </answer>']);
   });
 
   it('names file, line and field of what cannot be read, and reads the rest', async () => {

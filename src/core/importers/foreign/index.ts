@@ -31,6 +31,9 @@ import { extractQuestion } from '../../tags/transcript';
 
 export { FOREIGN_KINDS, type ForeignKind } from './sample';
 
+/** A dump file named by its rollout id (slime's `{rollout_id}`: `3.pt`, `rollout_3.pt`, `eval_3.pt`). */
+const SLIME_FILE = /(^|[_-])(eval_)?\d+\.pt$/;
+
 export function isForeignKind(k: string): k is ForeignKind {
   return (FOREIGN_KINDS as readonly string[]).includes(k);
 }
@@ -110,7 +113,7 @@ export async function detectForeign(path: string): Promise<ForeignKind | undefin
     return undefined;
   }
   const here = await names(path);
-  if (here.includes('token_exports') || /^token_exports$|^step_\d+$/.test(basename(path))) {
+  if (here.includes('token_exports') || /^token_exports$|^step_\d+$/.test(basename(path)) || (await Promise.all(here.map((n) => isDir(join(path, n, 'token_exports'))))).some(Boolean)) {
     if ((await primeRlFiles(path)).length) return 'prime-rl';
   }
   if (here.includes('rollout_data') && (await names(join(path, 'rollout_data'))).some((n) => n.endsWith('.pt'))) {
@@ -118,7 +121,8 @@ export async function detectForeign(path: string): Promise<ForeignKind | undefin
   }
   if (here.includes('dumped_data') && (await names(join(path, 'dumped_data'))).some((n) => n.endsWith('.pkl'))) return 'skyrl';
   if (here.some((n) => /^global_step_\d+.*\.pkl$/.test(n))) return 'skyrl';
-  if (here.some((n) => n.endsWith('.pt'))) return 'slime';
+  // slime's --save-debug-rollout-data path template names files by rollout id (`rollout_{rollout_id}.pt`)
+  if (here.some((n) => SLIME_FILE.test(n))) return 'slime';
   if ((await nemoRlFiles(path)).length) return 'nemo-rl';
   return undefined;
 }
@@ -148,7 +152,7 @@ export async function foreignFiles(path: string, kind: ForeignKind, stableOnly =
     }
     default: {
       const dir = (await isDir(join(path, 'rollout_data'))) ? join(path, 'rollout_data') : path;
-      return byNumber(dir, (n) => n.endsWith('.pt'));
+      return byNumber(dir, (n) => SLIME_FILE.test(n));
     }
   }
 }
@@ -226,9 +230,9 @@ export async function* foreignSamples(path: string, kind: ForeignKind, o: Foreig
           const t = item.text;
           const rec: Rollout = {
             v: ROLLOUT_RECORD_VERSION,
-            id: `nemo-rl:val:${t.step ?? 'x'}:0:${t.line}`,
+            id: `nemo-rl:${t.split}:${t.step ?? 'x'}:0:${t.line}`,
             ...(t.step !== undefined ? { step: t.step } : {}),
-            split: 'val',
+            split: t.split,
             ...(extractQuestion(t.prompt) ? { question: extractQuestion(t.prompt)! } : {}),
             prompt: t.prompt,
             response: t.response,

@@ -7,7 +7,8 @@
  * its longest), `token_ids`, `token_loss_mask`, `sample_loss_mask` (0: the whole sample excluded), `advantages`,
  * `generation_logprobs` (the sampler's), `prev_logprobs` (the trainer's old log-probs), `agent_ref`, and `idx`
  * (the line's number). Log-probs are aligned with the ids (position 0 holds 0). `val_data_step<N>.jsonl` holds
- * the held-out `content` (message logs) and `rewards`, without tokens.
+ * the held-out `content` (message logs) and `rewards`, without tokens; distillation and grpo_sync may write train
+ * lines without `token_ids` too: those are read as texts.
  */
 import { readdir, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
@@ -103,17 +104,23 @@ export function nemoRlSample(o: Record<string, unknown>, file: string, line: num
   };
 }
 
-/** A val_data line (message logs and a reward, no tokens): prompt and response texts only. */
-function nemoRlValRecord(o: Record<string, unknown>, file: string, line: number): TokenSample | { prompt: string; response: string; reward?: number; step?: number } {
+/**
+ * A line without token ids — val_data (message logs), distillation's train data (`content`, `input_lengths`),
+ * grpo_sync's when it did not keep the ids —: its texts only. Message dicts split at the first assistant message; a
+ * list of message texts (no roles) at its first entry.
+ */
+function nemoRlTextRecord(o: Record<string, unknown>, file: string): { prompt: string; response: string; reward?: number; step?: number } {
   const m = NEMO_FILE.exec(basename(file));
   const log = unwrap(o.content);
-  if (!Array.isArray(log)) throw new SampleError('content', 'expected the message log (a list of messages)');
-  const firstAssistant = log.findIndex((x) => x && typeof x === 'object' && (x as { role?: unknown }).role === 'assistant');
+  if (!Array.isArray(log)) throw new SampleError('content', 'expected the conversation (a list of messages or message texts), and there are no token_ids');
+  const roles = log.every((x) => x && typeof x === 'object' && typeof (x as { role?: unknown }).role === 'string');
+  const firstAssistant = roles ? log.findIndex((x) => (x as { role: string }).role === 'assistant') : Math.min(1, log.length);
   const cutAt = firstAssistant < 0 ? log.length : firstAssistant;
-  return { prompt: messageText(log.slice(0, cutAt)), response: messageText(log.slice(cutAt)), ...(num(o.rewards) !== undefined ? { reward: num(o.rewards) } : {}), ...(m ? { step: Number(m[2]) } : {}) };
+  const text = (xs: unknown[]) => (roles ? messageText(xs) : xs.map((x) => String(x ?? '')).join(''));
+  return { prompt: text(log.slice(0, cutAt)), response: text(log.slice(cutAt)), ...(num(o.rewards) !== undefined ? { reward: num(o.rewards) } : {}), ...(m ? { step: Number(m[2]) } : {}) };
 }
 
-export type NemoItem = SampleItem | { text: { prompt: string; response: string; reward?: number; step?: number; file: string; line: number } };
+export type NemoItem = SampleItem | { text: { prompt: string; response: string; reward?: number; step?: number; split: string; file: string; line: number } };
 
 /** Token samples of NeMo-RL's train data (and the texts of its val data), in order; malformed lines are issues. */
 export async function* readNemoRl(path: string, files?: string[]): AsyncGenerator<NemoItem> {
@@ -132,10 +139,8 @@ export async function* readNemoRl(path: string, files?: string[]): AsyncGenerato
       }
       const obj = o as Record<string, unknown>;
       try {
-        if (obj.token_ids === undefined && basename(file).startsWith('val_')) {
-          const v = nemoRlValRecord(obj, file, line) as { prompt: string; response: string; reward?: number; step?: number };
-          yield { text: { ...v, file, line } };
-        } else yield { sample: nemoRlSample(obj, file, line) };
+        if (obj.token_ids === undefined || obj.token_ids === null) yield { text: { ...nemoRlTextRecord(obj, file), split: basename(file).startsWith('val_') ? 'val' : 'train', file, line } };
+        else yield { sample: nemoRlSample(obj, file, line) };
       } catch (e) {
         if (!(e instanceof SampleError)) throw e;
         yield { issues: [{ file, line, field: e.field, message: e.message }] };

@@ -25,11 +25,17 @@ async function isDir(p: string): Promise<boolean> {
   return stat(p).then((s) => s.isDirectory(), () => false);
 }
 
-/** The export directory a path stands for: itself, or its `token_exports/`. */
-async function exportDir(path: string): Promise<string | undefined> {
-  if (!(await isDir(path))) return undefined;
-  if (await isDir(join(path, 'token_exports'))) return join(path, 'token_exports');
-  return path;
+/**
+ * The export directories a path stands for: itself (a `token_exports/` or a `step_N/`), its `token_exports/`, or
+ * the `<run_id>/token_exports/` of each run under it (prime-rl's multi-run layout).
+ */
+async function exportDirs(path: string): Promise<string[]> {
+  if (!(await isDir(path))) return [];
+  if (await isDir(join(path, 'token_exports'))) return [join(path, 'token_exports')];
+  if (/^(token_exports|step_\d+)$/.test(basename(path))) return [path];
+  const runs: string[] = [];
+  for (const n of (await readdir(path).catch(() => [] as string[])).sort()) if (await isDir(join(path, n, 'token_exports'))) runs.push(join(path, n, 'token_exports'));
+  return runs.length ? runs : [path];
 }
 
 /** The step of a file (`step_<N>/rank_R.jsonl`), if its path says it. */
@@ -41,18 +47,18 @@ export function primeRlStepOf(file: string): number | undefined {
 /** The export files of a path, by step then rank; with `stableOnly`, only steps every rank has flushed (a live run). */
 export async function primeRlFiles(path: string, stableOnly = false): Promise<string[]> {
   if (!(await isDir(path))) return [path];
-  const dir = await exportDir(path);
-  if (!dir) return [];
-  const names = await readdir(dir).catch(() => [] as string[]);
   const rank = (n: string) => Number(/rank_(\d+)\.jsonl$/.exec(n)?.[1] ?? 0);
-  const out: string[] = names.filter((n) => /^rank_\d+\.jsonl$/.test(n)).sort((a, b) => rank(a) - rank(b)).map((n) => join(dir, n));
-  // A step directory itself.
-  if (/^step_\d+$/.test(basename(dir))) return out;
-  const steps = names.filter((n) => /^step_\d+$/.test(n)).sort((a, b) => Number(a.slice(5)) - Number(b.slice(5)));
-  for (const s of steps) {
-    const files = await readdir(join(dir, s)).catch(() => [] as string[]);
-    if (stableOnly && !files.includes('STABLE')) continue;
-    out.push(...files.filter((n) => /^rank_\d+\.jsonl$/.test(n)).sort((a, b) => rank(a) - rank(b)).map((n) => join(dir, s, n)));
+  const out: string[] = [];
+  for (const dir of await exportDirs(path)) {
+    const names = await readdir(dir).catch(() => [] as string[]);
+    out.push(...names.filter((n) => /^rank_\d+\.jsonl$/.test(n)).sort((a, b) => rank(a) - rank(b)).map((n) => join(dir, n)));
+    if (/^step_\d+$/.test(basename(dir))) continue; // a step directory itself
+    const steps = names.filter((n) => /^step_\d+$/.test(n)).sort((a, b) => Number(a.slice(5)) - Number(b.slice(5)));
+    for (const s of steps) {
+      const files = await readdir(join(dir, s)).catch(() => [] as string[]);
+      if (stableOnly && !files.includes('STABLE')) continue;
+      out.push(...files.filter((n) => /^rank_\d+\.jsonl$/.test(n)).sort((a, b) => rank(a) - rank(b)).map((n) => join(dir, s, n)));
+    }
   }
   return out;
 }
