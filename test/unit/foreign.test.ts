@@ -7,7 +7,7 @@
  * restricted unpickling; and the CLI's inspect, audit and import on each format.
  */
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { auditMask } from '../../src/core/inspect/audit';
@@ -258,6 +258,14 @@ describe('other engines’ dumps', function () {
     assert.match(trusted.issues[0]!.message, /expected SkyRL's TrainingInputBatch/, 'loaded (then found not to be a batch)');
     assert.ok(trusted.notes.some((n) => /loaded with pickle\.load \(--trust-pickle\)/.test(n)));
 
+    // a pickle that would run a command when loaded: refused by name, and nothing ran
+    const evil = scratchDir('sas-evil-');
+    const marker = join(evil, 'RAN');
+    writeFileSync(join(evil, 'global_step_1_training_input.pkl'), Buffer.from(`cposix\nsystem\n(S'touch ${marker}'\ntR.`, 'latin1'));
+    const blocked = await read(evil);
+    assert.match(blocked.issues[0]!.message, /GLOBAL posix\.system is not one this reader resolves/);
+    assert.equal(existsSync(marker), false, 'the command did not run');
+
     const slime = scratchDir('sas-pt-');
     writeFileSync(join(slime, 'rollout_3.pt'), 'not a torch file');
     cpSync(join(SOURCES.slime, 'rollout_1.pt'), join(slime, 'rollout_1.pt'));
@@ -361,6 +369,25 @@ describe('the inspector on other engines’ dumps (its engine, as the worker run
     assert.ok(row.record?.tokens?.role.includes('retrieved'));
     await engine.close();
   });
+
+  for (const [engine, path] of Object.entries(SOURCES)) {
+    it(`${engine}: every row in the table, the planted leaks in its leak column, a row whole for the replay`, async () => {
+      const dir = scratchDir(`sas-insp-${engine}-`);
+      const msgs: EngineMessage[] = [];
+      const engineUnderTest = new InspectorEngine((m) => msgs.push(m));
+      const last = () => [...msgs].reverse().find((m) => m.t === 'status') as Extract<(typeof msgs)[number], { t: 'status' }> | undefined;
+      await engineUnderTest.open(path, false, {}, QWEN, {}, { cacheDir: join(dir, 'cache'), python: PYTHON, allowPython: true });
+      await until(() => last()?.status.analysed === 8 && !last()!.status.busy);
+      assert.deepEqual([last()!.status.imported?.engine, last()!.status.imported?.steps, last()!.status.error], [engine, 2, undefined]);
+      const page = await engineUnderTest.page(0, 10);
+      assert.equal(page.filter((r) => r.leaks).length, 4);
+      const row = (await (engineUnderTest as unknown as { store: { row(i: number): Promise<RolloutRow> } }).store.row(page.findIndex((r) => r.leaks)))!;
+      const model = replayModel(row.record!, { index: row.index, file: row.file, line: row.line });
+      assert.equal(model.level, 'token');
+      assert.equal(model.audit!.byKind['trained-on-retrieved'], 3);
+      await engineUnderTest.close();
+    });
+  }
 
   it('opens a SkyRL dump through the trainer’s Python; an untrusted workspace refuses it', async () => {
     const dir = scratchDir('sas-insp-skyrl-');
