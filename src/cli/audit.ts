@@ -10,18 +10,21 @@
  */
 import { Auditor, flagged, IMPORTANCE_DEFAULTS, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
 import { detectSource, readSource } from '../core/importers';
-import { loadTokenizerCodec, runTokenizer, type TokenizerCodec } from '../core/inspect/tokenizer';
+import { runTokenizer, type TokenizerCodec } from '../core/inspect/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
-import { readOptionsFromArgs, withReadOptions } from './inspect';
+import { foreignOptionsFromArgs, readOptionsFromArgs, tokenizerFromArg, withForeignOptions, withReadOptions } from './inspect';
+import type { ForeignOptions } from '../core/importers/foreign';
 
 export interface AuditCommandOptions extends Omit<AuditOptions, 'tokenizer' | 'read'> {
   json: boolean;
   /** A model directory (or tokenizer.json) given by the user; its failure to load is bad input. */
   tokenizer?: string;
   read?: ReadOptions;
+  /** How other engines' dumps are read (their tokenizer is `tokenizer`'s). */
+  foreign?: Omit<ForeignOptions, 'tokenizer'>;
   out: (s: string) => void;
   err: (s: string) => void;
 }
@@ -54,23 +57,17 @@ export function auditOptionsFromArgs(v: { 'drift-scope'?: string; 'ratio-low'?: 
 }
 
 async function tokenizerFor(path: string, o: AuditCommandOptions): Promise<{ codec?: TokenizerCodec; note?: string }> {
-  if (o.tokenizer) {
-    try {
-      return { codec: await loadTokenizerCodec(o.tokenizer) };
-    } catch (e) {
-      throw new UsageError(`--tokenizer: ${(e as Error).message}`);
-    }
-  }
+  if (o.tokenizer) return { codec: await tokenizerFromArg(o.tokenizer) };
   return runTokenizer(path);
 }
 
 export async function audit(path: string, o: AuditCommandOptions): Promise<number> {
   const kind = await detectSource(path);
   const { codec, note } = await tokenizerFor(path, o);
-  const { tokenizer: _dir, json: _json, out: _out, err: _err, ...checks } = o;
+  const { tokenizer: _dir, json: _json, out: _out, err: _err, foreign, ...checks } = o;
   const auditor = new Auditor({ ...checks, ...(codec ? { tokenizer: codec } : {}) });
   const issues: LocatedIssue[] = [];
-  for await (const item of readSource(path, kind, o.read)) {
+  for await (const item of readSource(path, kind, o.read, { ...foreign, ...(codec ? { tokenizer: codec } : {}) })) {
     if (item.record) auditor.add(item.record);
     else issues.push(...item.issues);
   }
@@ -125,20 +122,21 @@ export const auditCommand = defineCommand({
   command: 'audit <path>',
   describe: 'check every rollout: mask leaks, re-tokenisation drift, rollout vs trainer log-probs on trained tokens, reward-hacking alarms; exit 1 when anything is flagged (docs/instruments.md)',
   builder: (y) =>
-    withReadOptions(
+    withForeignOptions(withReadOptions(
       y
-        .positional('path', { type: 'string', demandOption: true, describe: 'our rollout JSONL, a run directory, or a dump we import (veRL, TRL, Search-R1)' })
-        .option('tokenizer', { type: 'string', describe: "a model directory (or tokenizer.json) for the drift check (default: the run's model directory)" })
+        .positional('path', { type: 'string', demandOption: true, describe: "our rollout JSONL, a run directory, or a dump we import (veRL, TRL, Search-R1; prime-rl, NeMo-RL, miles, slime, SkyRL)" })
+        .option('tokenizer', { type: 'string', describe: "a model directory, tokenizer.json, or model id in the Hugging Face cache: the drift check's tokenizer, and the token text and roles of dumps that hold only ids (default: the run's model directory)" })
         .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout: rollouts (leaks, drift, logprob, is, alarms), issues, summary' })
         .option('drift-scope', { type: 'string', describe: 're-encode each role segment (segments, the default) or the whole text (whole)' })
         .option('ratio-low', { type: 'string', describe: 'flag trained tokens whose ratio exp(logprob − rollout_logprob) is below this (default 0.5)' })
         .option('ratio-high', { type: 'string', describe: 'flag trained tokens whose ratio is above this (default 2)' })
         .option('is-level', { type: 'string', describe: `the importance-sampling preview's level: token ratios or the sequence ratio (token or sequence; default ${IMPORTANCE_DEFAULTS.isLevel}, as the editor's searchAgent.audit.isLevel)` })
         .option('is-cap', { type: 'string', describe: `the preview's cap C > 1: truncated IS clips ratios above C, masked IS drops ratios outside [1/C, C] (default ${IMPORTANCE_DEFAULTS.isCap}, as searchAgent.audit.isCap); a preview, never a flag` }),
-    ),
+    )),
   run: async (a, io) => {
     const read = readOptionsFromArgs(a);
     const o = auditOptionsFromArgs(a);
-    return withInputErrors(io, () => audit(a.path, { ...o, json: a.json, read, ...(a.tokenizer ? { tokenizer: a.tokenizer } : {}), out: io.out, err: io.err }));
+    const { tokenizer: _t, ...foreign } = foreignOptionsFromArgs(a, undefined, io.err);
+    return withInputErrors(io, () => audit(a.path, { ...o, json: a.json, read, foreign, ...(a.tokenizer ? { tokenizer: a.tokenizer } : {}), out: io.out, err: io.err }));
   },
 });

@@ -683,6 +683,28 @@ export interface InspectorStatus {
   error?: string;
   /** With which tokenizer the `drift` column is checked, or why it is not. */
   drift?: string;
+  /** Another engine's dump, read through our importers (docs/engines.md, "Your own run"). */
+  imported?: {
+    /** The files present when it was opened are converted (what follows comes from a run still writing). */
+    ready: boolean;
+    engine: string;
+    rollouts: number;
+    steps: number;
+    /** Samples that could not be read (each in `issues`: file:line: field: message). */
+    skipped: number;
+    /** Files not complete yet (a run still writing). */
+    pending: number;
+    /** Our token arrays the records carry. */
+    arrays: string[];
+    /** The engine's own per-token arrays its dump holds. */
+    engineArrays: string[];
+    /** How roles were found (`chat template (…)`, `loss mask (no tokenizer)`, …). */
+    roles: string[];
+    /** Per step: rollouts and arrays. */
+    perStep: { step: number; rollouts: number; arrays: string[] }[];
+    notes: string[];
+    issues: string[];
+  };
 }
 
 export interface InspectorState {

@@ -361,7 +361,10 @@ function showStatus(s: InspectorStatus): void {
   const parts: string[] = [];
   if (s.error) parts.push(s.error);
   else {
+    if (s.imported) parts.push(`${s.imported.engine} dump: ${s.imported.steps} step${s.imported.steps === 1 ? '' : 's'}`);
     parts.push(`${s.total.toLocaleString()} rows in ${s.files} file${s.files === 1 ? '' : 's'}`);
+    if (s.imported?.skipped) parts.push(`${s.imported.skipped} skipped`);
+    if (s.imported?.pending) parts.push(`${s.imported.pending} file${s.imported.pending === 1 ? '' : 's'} still being written`);
     if (query.filter.trim() || query.search) parts.push(`${s.view.toLocaleString()} match`);
     if (s.indexing) parts.push(`indexing ${s.indexing.totalBytes ? Math.round((100 * s.indexing.bytes) / s.indexing.totalBytes) : 0}%`);
     else if (s.analysed < s.total) parts.push(`analysed ${Math.round((100 * s.analysed) / Math.max(1, s.total))}% (filters cover the analysed rows)`);
@@ -370,7 +373,8 @@ function showStatus(s: InspectorStatus): void {
     if (s.following) parts.push('following');
   }
   statusLine.textContent = parts.join(' · ');
-  statusLine.title = s.drift ?? '';
+  statusLine.title = [s.drift ?? '', ...(s.imported ? [`arrays: ${s.imported.arrays.join(', ')}`, ...s.imported.notes, ...s.imported.issues] : [])].filter(Boolean).join('\n');
+  document.body.dataset.imported = s.imported ? `${s.imported.engine}:${s.imported.rollouts}` : '';
   statusLine.classList.toggle('error', !!s.error);
   document.body.dataset.total = String(s.total);
   document.body.dataset.view = String(s.view);

@@ -14,9 +14,12 @@ import { importSearchR1Dataset, type DatasetExample, type DatasetImportIssue } f
 import { importSearchR1Transcripts } from './searchr1';
 import { importTrlCompletions } from './trl';
 import { FieldError, fromVerlDump } from './verl';
+import { detectForeign, FOREIGN_KINDS, isForeignKind, jsonlForeignKind, readForeign, sampleCodec, type ForeignKind, type ForeignOptions } from './foreign';
+import { PieceCache, withInferredRoles } from './foreign/sample';
 
-export type SourceKind = 'rollouts' | 'searchr1' | 'verl' | 'trl';
-export const IMPORT_KINDS = ['searchr1', 'verl', 'trl', 'searchr1-dataset'] as const;
+export type SourceKind = 'rollouts' | 'searchr1' | 'verl' | 'trl' | ForeignKind;
+/** What `import <kind>` converts; `auto` detects it as `inspect` does. */
+export const IMPORT_KINDS = ['auto', 'searchr1', 'verl', 'trl', ...FOREIGN_KINDS, 'searchr1-dataset'] as const;
 export type ImportKind = (typeof IMPORT_KINDS)[number];
 
 export interface SourceItem {
@@ -56,19 +59,25 @@ async function statOrThrow(path: string) {
   }
 }
 
-/** What a path holds: our rollouts (file or run directory), veRL dumps, TRL completion tables, or transcripts. */
+/**
+ * What a path holds: our rollouts (file or run directory), veRL dumps, TRL completion tables, transcripts, or another
+ * engine's per-token dump (prime-rl, NeMo-RL, miles, slime, SkyRL: src/core/importers/foreign).
+ */
 export async function detectSource(path: string): Promise<SourceKind> {
   const st = await statOrThrow(path);
   if (st.isDirectory()) {
     const names = await readdir(path);
     if (names.includes('completions') || names.some((n) => /^completions_\d+\.parquet$/.test(n))) return 'trl';
     if (names.includes('run.json') || names.includes('rollouts')) return 'rollouts';
+    const foreign = await detectForeign(path);
+    if (foreign) return foreign;
     const jsonl = (await rolloutFiles(path)).filter((f) => f.endsWith('.jsonl'));
     if (jsonl.length === 0) throw new UnreadableInput(path, 'a directory with no run.json, rollouts/, *.jsonl or completions_*.parquet');
     return jsonlKind(jsonl[0]!);
   }
   if (extname(path) === '.parquet') return 'trl';
-  if (extname(path) === '.jsonl' || extname(path) === '.json') return jsonlKind(path);
+  if (extname(path) === '.pt' || extname(path) === '.pkl') return (await detectForeign(path))!;
+  if (extname(path) === '.jsonl' || extname(path) === '.json') return (await jsonlForeignKind(path)) ?? jsonlKind(path);
   return 'searchr1';
 }
 
@@ -115,19 +124,27 @@ export async function rolloutFileKind(file: string): Promise<'rollouts' | 'verl'
 
 /**
  * The records of a source, in order; malformed items come with their issues and no record. `read` says how
- * responses are read (a dialect to force, the search tool); a run's config gives the dialect otherwise.
+ * responses are read (a dialect to force, the search tool); a run's config gives the dialect otherwise. `foreign`:
+ * how other engines' dumps are read (their tokenizer, the Python that reads pickles and `.pt` files).
  */
-export async function* readSource(path: string, kind?: SourceKind, read: ReadOptions = {}): AsyncGenerator<SourceItem> {
+export async function* readSource(path: string, kind?: SourceKind, read: ReadOptions = {}, foreign: ForeignOptions = {}): AsyncGenerator<SourceItem> {
   const k = kind ?? (await detectSource(path));
   await statOrThrow(path);
+  if (isForeignKind(k)) {
+    yield* readForeign(path, k, { ...foreign, read });
+    return;
+  }
   switch (k) {
     case 'rollouts': {
       const runDialect = read.runDialect ?? (await runConfigDialect(path));
       const options = { ...read, ...(runDialect ? { runDialect } : {}) };
+      // records whose roles restate their engine's mask (the drop-in recorders'): roles from the chat template instead
+      const codec = foreign.tokenizer ? sampleCodec(foreign.tokenizer) : undefined;
+      const pieces = codec ? new PieceCache(codec) : undefined;
       for (const file of await rolloutFiles(path)) {
         for await (const { line, text } of readLines(file)) {
           const row = parseRolloutLine(text, file, line, options);
-          yield row.record ? { record: row.record, issues: [], where: `${file}:${line}` } : { issues: row.errors, where: `${file}:${line}` };
+          yield row.record ? { record: codec ? withInferredRoles(row.record, codec, pieces) : row.record, issues: [], where: `${file}:${line}` } : { issues: row.errors, where: `${file}:${line}` };
         }
       }
       return;
@@ -197,6 +214,6 @@ export async function* importDataset(path: string, issues: DatasetImportIssue[])
   yield* importSearchR1Dataset(path, issues);
 }
 
-export function importKindToSource(kind: ImportKind): SourceKind | 'dataset' {
+export function importKindToSource(kind: Exclude<ImportKind, 'auto'>): SourceKind | 'dataset' {
   return kind === 'searchr1-dataset' ? 'dataset' : kind;
 }

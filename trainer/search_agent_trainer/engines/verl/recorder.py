@@ -38,7 +38,8 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from ... import __version__
 from ...rollout import Trajectory, truncation_warning
-from ...run_writer import RunWriter, rollout_record
+from ...run_writer import RunWriter
+from ...record.tokens import token_record, trajectory_of
 from ...train import SUMMARY_KEYS, Trainer, held_out_metrics
 from . import STOP_FILE
 from .agent_loop import our_tokenizer
@@ -93,23 +94,24 @@ def records_from_batch(batch: Any, tokenizer: Any, *, run_id: str, step: int, sp
         roles = list(sas.get("roles") or [])[:L]
         if len(roles) != L:  # not one of our agent loops: the mask is all there is
             roles = ["generated" if m else "retrieved" for m in mask]
-        t = Trajectory(example_of(row), group, sample, sas.get("prompt") or tokenizer.decode(prompt_ids, skip_special_tokens=False), prompt_ids, ids=ids, roles=roles)
-        t.pieces = [sas.get("response") if sas.get("response") is not None else tokenizer.decode(ids, skip_special_tokens=True)]
-        t.finish, t.turns, t.searches, t.valid_actions = sas.get("finish"), int(sas.get("turns", 0)), int(sas.get("searches", 0)), int(sas.get("valid_actions", 0))
-        t.retrieval = list(sas.get("retrieval") or [])
         detail = json.loads(row["sas_reward"]) if isinstance(row.get("sas_reward"), str) else {}
         scores = td.get("token_level_scores", td.get("rm_scores")) if hasattr(td, "get") else None
-        t.reward = float(scores[i].sum()) if scores is not None else detail.get("reward")
-        t.reward_parts, t.metrics, t.reward_error = dict(detail.get("parts") or {}), dict(detail.get("metrics") or {}), detail.get("error")
-        tokens: dict[str, list[Any]] = {"text": tok.token_texts(prompt_ids + ids), "ids": prompt_ids + ids, "role": ["prompt"] * len(prompt_ids) + roles, "loss_mask": [0] * len(prompt_ids) + mask}
+        t = trajectory_of(
+            example_of(row), group, sample, sas.get("prompt") or tokenizer.decode(prompt_ids, skip_special_tokens=False), prompt_ids, ids, roles,
+            sas.get("response") if sas.get("response") is not None else tokenizer.decode(ids, skip_special_tokens=True),
+            finish=sas.get("finish"), turns=int(sas.get("turns", 0)), searches=int(sas.get("searches", 0)), valid_actions=int(sas.get("valid_actions", 0)),
+            retrieval=list(sas.get("retrieval") or []), reward=float(scores[i].sum()) if scores is not None else detail.get("reward"),
+            reward_parts=dict(detail.get("parts") or {}), metrics=dict(detail.get("metrics") or {}), reward_error=detail.get("error"),
+        )
         # Unscored positions are null (docs/run-format.md): the prompt; the sampler's log-probs off the generated
         # tokens; veRL's log-probs, values and advantages off the tokens it trained on (its response_mask).
-        for ours, theirs in TOKEN_ARRAYS:
-            if theirs in td.keys():
-                scored = [r == "generated" for r in roles] if ours == "rollout_logprob" else [m == 1 for m in mask]
-                tokens[ours] = [None] * len(prompt_ids) + [round(float(x), 6) if s else None for x, s in zip(td[theirs][i, :L].tolist(), scored)]
-        rec = rollout_record(t, run_id=run_id, step=step, split=split, tokens=tokens)
-        rec["dialect"] = sas.get("dialect", "searchr1")
+        arrays = {ours: td[theirs][i, :L].tolist() for ours, theirs in TOKEN_ARRAYS if theirs in td.keys()}
+        rec = token_record(t, tok.token_texts, run_id=run_id, step=step, split=split, mask=mask, arrays=arrays, known=sas.get("roles") is not None)
+        if sas:
+            rec["dialect"] = sas.get("dialect", "searchr1")
+        else:  # a loop of the user's own: its dialect is read from the text; its roles restate veRL's mask
+            rec.pop("dialect", None)
+            rec["meta"]["roles"] = "engine loss mask (response_mask)"
         if sas.get("strict_actions"):
             rec["strict_actions"] = True
         if sas.get("obs_truncated"):
@@ -281,6 +283,8 @@ class RecordingTrainer(RayPPOTrainer):
         self.writer.event("checkpoint", step=self.global_steps, path=os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"))
 
     def _log_rollout_data(self, batch: Any, reward_extra_infos_dict: dict, timing_raw: dict, rollout_data_dir: str) -> None:
+        if (self.config.get("sas") or {}).get("keep_rollout_data_dir"):  # a user's own job asked for veRL's text dump too
+            super()._log_rollout_data(batch, reward_extra_infos_dict, timing_raw, rollout_data_dir)
         self.recorder.rollouts(batch, self.global_steps, "train")
         if (self.run_dir / STOP_FILE).exists() and self.global_steps < self.total_training_steps:
             if self._saved_step != self.global_steps:
