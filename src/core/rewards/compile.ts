@@ -1,23 +1,36 @@
 /**
  * Compiling a reward module on the fly with esbuild: the user's `.reward.ts` / `.js` bundled with our reward API
  * (`search-agent-studio/reward`) into one script that defines a global, plus a source map back to the user's
- * TypeScript. Node built-ins cannot be imported: modules run sandboxed (sandbox.ts).
+ * TypeScript. The module runs in the sandbox (sandbox.ts), where nothing outside the script exists, so whatever it
+ * imports is read here, at compile time: only files inside the module's own folder tree (symbolic links followed to
+ * where they lead) and the reward API may be imported; anything else — `../secret.json`, `/etc/passwd` as text, a
+ * package outside the folder, a Node built-in — is a compile error naming the import and where it is.
  */
-import { existsSync } from 'node:fs';
-import { builtinModules } from 'node:module';
-import { basename, dirname, join, resolve } from 'node:path';
+import { existsSync, realpathSync } from 'node:fs';
+import { builtinModules, SourceMap } from 'node:module';
+import { basename, dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
+import { parse as parseJs } from 'acorn';
 import { packageRoot } from '../paths';
 
 export const REWARD_API_MODULE = 'search-agent-studio/reward';
 /** The global the compiled script assigns: `{ default: RewardDefinition, makeTrajectory }`. */
 export const REWARD_GLOBAL = '__sasRewardModule';
+/** The file name the script's stack frames carry. */
+export const BUNDLE_NAME = 'reward-bundle.js';
 
 export interface CompiledReward {
   /** The module's path (or `builtin:…`). */
   file: string;
   code: string;
-  /** The source map (v3 JSON), mapping the script to the user's files. */
+  /** The source map (v3 JSON), mapping the script (before `shifts`) to the user's files. */
   map: string;
+  /**
+   * Where each `throw` statement of the script is in the user's files: the script reports a thrown non-Error value
+   * (`throw 'x'`) with its site's number (instrumentThrows).
+   */
+  throwSites?: { file: string; line: number; column: number }[];
+  /** Text inserted into the script, per 0-based line: [column in the script as run, length] (for stack columns). */
+  shifts?: Record<number, [number, number][]>;
 }
 
 /** A compile error, located: `file:line:column: message`. */
@@ -51,10 +64,25 @@ function esbuild(): Esbuild {
   return (esbuildModule ??= require('esbuild') as Esbuild);
 }
 
+const realpath = (p: string) => {
+  try {
+    return realpathSync(p);
+  } catch {
+    return resolve(p);
+  }
+};
+const inside = (dir: string, p: string) => {
+  const r = relative(dir, p);
+  return r === '' || (!r.startsWith('..') && !isAbsolute(r) && !r.startsWith(`..${sep}`));
+};
+
 /** Compiles a reward module file (or an in-memory source for it) into a sandbox script. */
 export async function compileRewardModule(file: string, contents?: string): Promise<CompiledReward> {
   const abs = resolve(file);
   const api = rewardApiPath();
+  // What may be imported: the module's folder tree (where the module really is), and the reward API's own sources.
+  const root = dirname(realpath(abs));
+  const apiRoot = dirname(dirname(realpath(api)));
   const nodeBuiltins = new Set([...builtinModules, ...builtinModules.map((m) => `node:${m}`)]);
   // A synthetic entry: the user's default export, and our trajectory builder for the worker.
   const entry = `import def from ${JSON.stringify(`./${basename(abs)}`)};\nexport { makeTrajectory } from ${JSON.stringify(REWARD_API_MODULE)};\nexport default def;\n`;
@@ -78,11 +106,21 @@ export async function compileRewardModule(file: string, contents?: string): Prom
           name: 'sas-reward',
           setup(b) {
             b.onResolve({ filter: /^search-agent-studio\/reward$/ }, () => ({ path: api }));
-            b.onResolve({ filter: /.*/ }, (args) => {
-              if (nodeBuiltins.has(args.path)) {
+            b.onResolve({ filter: /.*/ }, async (args) => {
+              if ((args.pluginData as { sas?: boolean } | undefined)?.sas) return undefined;
+              if (nodeBuiltins.has(args.path) || args.path.startsWith('node:')) {
                 return { errors: [{ text: `"${args.path}" cannot be imported: reward modules run sandboxed, without Node built-ins (compute from the trajectory and example they receive)` }] };
               }
-              return undefined;
+              // The entry's own import of the module.
+              if (args.kind === 'entry-point') return undefined;
+              const fromApi = args.importer !== '' && inside(apiRoot, realpath(args.importer)) && !inside(root, realpath(args.importer));
+              const r = await b.resolve(args.path, { kind: args.kind, importer: args.importer, resolveDir: args.resolveDir, namespace: args.namespace, pluginData: { sas: true }, with: args.with });
+              if (r.errors.length) return { errors: r.errors };
+              const refuse = (why: string) => ({ errors: [{ text: `"${args.path}" cannot be imported: ${why}; a reward module may import only files in its own folder (${root}) and below, and ${REWARD_API_MODULE}` }] });
+              if (r.external || r.namespace !== 'file' || !r.path) return refuse('it is not a file of the module’s folder');
+              const real = realpath(r.path);
+              if (fromApi ? !inside(apiRoot, real) : !inside(root, real)) return refuse(real === r.path ? `${real} is outside the module's folder` : `it leads to ${real}, outside the module's folder`);
+              return { path: r.path, namespace: 'file', ...(r.sideEffects === false ? { sideEffects: false } : {}), pluginData: r.pluginData };
             });
             if (contents !== undefined) {
               b.onLoad({ filter: new RegExp(`^${abs.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`) }, () => ({ contents, loader: abs.endsWith('.js') ? 'js' : 'ts', resolveDir: dirname(abs) }));
@@ -106,5 +144,78 @@ export async function compileRewardModule(file: string, contents?: string): Prom
   }
   const code = result.outputFiles.find((f) => f.path.endsWith('.js'))!.text;
   const map = result.outputFiles.find((f) => f.path.endsWith('.map'))!.text;
-  return { file: abs, code, map };
+  return { file: abs, map, ...instrumentThrows(code, map, abs) };
+}
+
+interface AstNode {
+  type: string;
+  start: number;
+  end: number;
+  loc?: { start: { line: number; column: number } };
+  argument?: AstNode;
+}
+
+/**
+ * Rewrites each `throw x` of the script as `throw __sasThrow(site, x)` (the harness records which site threw what), so
+ * a thrown non-Error value — `throw 'x'`, `throw {}`, which carry no stack — is reported with its file and line. The
+ * value thrown is the same. Parsing the script (acorn) finds the statements exactly, whatever strings or regular
+ * expressions hold.
+ */
+export function instrumentThrows(code: string, map: string, moduleFile: string): Pick<CompiledReward, 'code' | 'throwSites' | 'shifts'> {
+  let ast: AstNode;
+  try {
+    ast = parseJs(code, { ecmaVersion: 'latest', sourceType: 'script', locations: true }) as unknown as AstNode;
+  } catch {
+    return { code };
+  }
+  const throws: AstNode[] = [];
+  const walk = (n: unknown) => {
+    if (!n || typeof n !== 'object') return;
+    if (Array.isArray(n)) {
+      for (const c of n) walk(c);
+      return;
+    }
+    const node = n as AstNode & Record<string, unknown>;
+    if (node.type === 'ThrowStatement' && node.argument) throws.push(node);
+    for (const key of Object.keys(node)) if (key !== 'loc' && typeof node[key] === 'object') walk(node[key]);
+  };
+  walk(ast);
+  if (!throws.length) return { code };
+  const sm = new SourceMap(JSON.parse(map));
+  const throwSites: NonNullable<CompiledReward['throwSites']> = [];
+  const inserts: { at: number; text: string }[] = [];
+  for (const t of throws) {
+    const { line, column } = t.loc!.start;
+    const e = sm.findEntry(line - 1, column) as { originalSource?: string; originalLine?: number; originalColumn?: number };
+    const site = throwSites.length;
+    throwSites.push(e.originalSource ? { file: resolve(dirname(moduleFile), e.originalSource), line: (e.originalLine ?? 0) + 1, column: (e.originalColumn ?? 0) + 1 } : { file: moduleFile, line: 0, column: 0 });
+    inserts.push({ at: t.argument!.start, text: `__sasThrow(${site}, ` }, { at: t.argument!.end, text: ')' });
+  }
+  inserts.sort((a, b) => a.at - b.at);
+  // Line starts of the script, to record each insertion's line and column.
+  const lineStarts = [0];
+  for (let i = 0; i < code.length; i++) if (code.charCodeAt(i) === 10) lineStarts.push(i + 1);
+  const lineOf = (pos: number) => {
+    let lo = 0;
+    let hi = lineStarts.length - 1;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (lineStarts[mid]! <= pos) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  };
+  const shifts: NonNullable<CompiledReward['shifts']> = {};
+  let out = '';
+  let last = 0;
+  for (const ins of inserts) {
+    out += code.slice(last, ins.at) + ins.text;
+    last = ins.at;
+    const line = lineOf(ins.at);
+    const list = (shifts[line] ??= []);
+    const before = list.reduce((s, [, len]) => s + len, 0);
+    list.push([ins.at - lineStarts[line]! + before, ins.text.length]);
+  }
+  out += code.slice(last);
+  return { code: out, throwSites, shifts };
 }
