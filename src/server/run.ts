@@ -98,11 +98,13 @@ export async function serve(values: ServeValues): Promise<void> {
   const log = (line: string) => process.stderr.write(`[env-server] ${line}\n`);
   // A host that died took the read ends of our pipes with it: EPIPE must not kill a server still serving a trainer.
   for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined);
-  const retriever = await retrieverFromArgs(values, log);
-  log(`retriever: ${JSON.stringify(retriever.describe())}`);
+  // The reward module first: one that does not compile is refused before the retriever's threads start (which would
+  // keep the process alive after the error).
   const opened = await openReward(values.reward, { itemTimeoutMs: int('reward-timeout', values['reward-timeout'], 1, 600_000), onLog: (l) => log(`[reward] ${l}`) }).catch((e: Error) => {
     throw new UsageError(`--reward ${values.reward}: ${e.message}`);
   });
+  const retriever = await retrieverFromArgs(values, log);
+  log(`retriever: ${JSON.stringify(retriever.describe())}`);
   log(`reward: ${values.reward} (${opened.compiled.file})`);
   const server = await startEnvServer({ port, version: VERSION, log, retriever, defaultTopk, reward: { name: values.reward, file: opened.compiled.file, sandbox: opened.sandbox } });
   process.stdout.write(`${JSON.stringify({ event: 'listening', port: server.port })}\n`);

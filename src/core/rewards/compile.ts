@@ -29,6 +29,8 @@ export interface CompiledReward {
    * (`throw 'x'`) with its site's number (instrumentThrows).
    */
   throwSites?: { file: string; line: number; column: number }[];
+  /** Where each loop of the user's files is: a time limit that stops one reports it (instrumentThrows). */
+  loopSites?: { file: string; line: number; column: number }[];
   /** Text inserted into the script, per 0-based line: [column in the script as run, length] (for stack columns). */
   shifts?: Record<number, [number, number][]>;
 }
@@ -153,46 +155,80 @@ interface AstNode {
   end: number;
   loc?: { start: { line: number; column: number } };
   argument?: AstNode;
+  body?: AstNode | AstNode[];
 }
 
+type Site = { file: string; line: number; column: number };
+const LOOPS = new Set(['ForStatement', 'ForInStatement', 'ForOfStatement', 'WhileStatement', 'DoWhileStatement']);
+
 /**
- * Rewrites each `throw x` of the script as `throw __sasThrow(site, x)` (the harness records which site threw what), so
- * a thrown non-Error value — `throw 'x'`, `throw {}`, which carry no stack — is reported with its file and line. The
- * value thrown is the same. Parsing the script (acorn) finds the statements exactly, whatever strings or regular
- * expressions hold.
+ * Instruments the script so that failures without a usable stack still name the user's file and line, parsing it
+ * (acorn) so the statements are found exactly, whatever strings or regular expressions hold:
+ *  - each `throw x` becomes `throw __sasThrow(site, x)` (the same value thrown; the harness records the site), so a
+ *    thrown non-Error — `throw 'x'`, `throw {}`, which carry no stack — is reported at its `throw`;
+ *  - each loop in the user's own files (not the reward API's) sets `__sasLoop = site` as its body starts, and resets it
+ *    when the loop is left normally, so a time limit that stops a loop names that loop (QuickJS's own stack frames only
+ *    name the enclosing function).
+ * The source map describes the script before these insertions; `shifts` lets stack columns be mapped back.
  */
-export function instrumentThrows(code: string, map: string, moduleFile: string): Pick<CompiledReward, 'code' | 'throwSites' | 'shifts'> {
+export function instrumentThrows(code: string, map: string, moduleFile: string): Pick<CompiledReward, 'code' | 'throwSites' | 'loopSites' | 'shifts'> {
   let ast: AstNode;
   try {
     ast = parseJs(code, { ecmaVersion: 'latest', sourceType: 'script', locations: true }) as unknown as AstNode;
   } catch {
     return { code };
   }
-  const throws: AstNode[] = [];
-  const walk = (n: unknown) => {
+  const sm = new SourceMap(JSON.parse(map));
+  const root = dirname(moduleFile);
+  const siteOf = (n: AstNode): Site | undefined => {
+    const { line, column } = n.loc!.start;
+    const e = sm.findEntry(line - 1, column) as { originalSource?: string; originalLine?: number; originalColumn?: number };
+    return e.originalSource ? { file: resolve(root, e.originalSource), line: (e.originalLine ?? 0) + 1, column: (e.originalColumn ?? 0) + 1 } : undefined;
+  };
+  const throwSites: Site[] = [];
+  const loopSites: Site[] = [];
+  const inserts: { at: number; text: string; order: number }[] = [];
+  let order = 0;
+  const insert = (at: number, text: string) => inserts.push({ at, text, order: order++ });
+  const walk = (n: unknown, parent?: AstNode) => {
     if (!n || typeof n !== 'object') return;
     if (Array.isArray(n)) {
-      for (const c of n) walk(c);
+      for (const c of n) walk(c, parent);
       return;
     }
     const node = n as AstNode & Record<string, unknown>;
-    if (node.type === 'ThrowStatement' && node.argument) throws.push(node);
-    for (const key of Object.keys(node)) if (key !== 'loc' && typeof node[key] === 'object') walk(node[key]);
+    if (node.type === 'ThrowStatement' && node.argument) {
+      const site = throwSites.length;
+      throwSites.push(siteOf(node) ?? { file: moduleFile, line: 0, column: 0 });
+      insert(node.argument.start, `__sasThrow(${site}, `);
+    }
+    const loop = LOOPS.has(node.type) && node.body && !Array.isArray(node.body) ? siteOf(node) : undefined;
+    const user = loop && inside(root, loop.file) && !loop.file.includes(`${sep}node_modules${sep}`);
+    // A labelled loop is wrapped with its label (a label cannot be moved inside a block).
+    const outer = parent?.type === 'LabeledStatement' ? parent : node;
+    if (user) {
+      const body = node.body as AstNode;
+      const id = loopSites.length;
+      loopSites.push(loop!);
+      insert(outer.start, '{');
+      if (body.type === 'BlockStatement') insert(body.start + 1, `__sasLoop = ${id};`);
+      else {
+        insert(body.start, `{ __sasLoop = ${id}; `);
+      }
+    }
+    for (const key of Object.keys(node)) if (key !== 'loc' && typeof node[key] === 'object') walk(node[key], node);
+    if (node.type === 'ThrowStatement' && node.argument) insert(node.argument.end, ')');
+    if (user) {
+      const body = node.body as AstNode;
+      if (body.type !== 'BlockStatement') insert(body.end, ' }');
+      insert(outer.end, ' __sasLoop = -1; }');
+    }
   };
   walk(ast);
-  if (!throws.length) return { code };
-  const sm = new SourceMap(JSON.parse(map));
-  const throwSites: NonNullable<CompiledReward['throwSites']> = [];
-  const inserts: { at: number; text: string }[] = [];
-  for (const t of throws) {
-    const { line, column } = t.loc!.start;
-    const e = sm.findEntry(line - 1, column) as { originalSource?: string; originalLine?: number; originalColumn?: number };
-    const site = throwSites.length;
-    throwSites.push(e.originalSource ? { file: resolve(dirname(moduleFile), e.originalSource), line: (e.originalLine ?? 0) + 1, column: (e.originalColumn ?? 0) + 1 } : { file: moduleFile, line: 0, column: 0 });
-    inserts.push({ at: t.argument!.start, text: `__sasThrow(${site}, ` }, { at: t.argument!.end, text: ')' });
-  }
-  inserts.sort((a, b) => a.at - b.at);
-  // Line starts of the script, to record each insertion's line and column.
+  if (!inserts.length) return { code };
+  // In text order; at one position, in the order the walk made them (an outer insertion before an inner one opens,
+  // after an inner one closes: the walk emits them nested).
+  inserts.sort((a, b) => a.at - b.at || a.order - b.order);
   const lineStarts = [0];
   for (let i = 0; i < code.length; i++) if (code.charCodeAt(i) === 10) lineStarts.push(i + 1);
   const lineOf = (pos: number) => {
@@ -213,9 +249,9 @@ export function instrumentThrows(code: string, map: string, moduleFile: string):
     last = ins.at;
     const line = lineOf(ins.at);
     const list = (shifts[line] ??= []);
-    const before = list.reduce((s, [, len]) => s + len, 0);
+    const before = list.reduce((sum, [, len]) => sum + len, 0);
     list.push([ins.at - lineStarts[line]! + before, ins.text.length]);
   }
   out += code.slice(last);
-  return { code: out, throwSites, shifts };
+  return { code: out, throwSites, loopSites, shifts };
 }

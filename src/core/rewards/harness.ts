@@ -70,6 +70,8 @@ export function harnessSource(moduleGlobal: string): string {
   // \`throw x\` as \`throw __sasThrow(site, x)\`), so that \`throw 'x'\` can be reported with its file and line.
   let lastThrown;
   let lastSite = -1;
+  // The loop of the module's own code that runs now (compile.ts sets it as a loop's body starts): a time limit names it.
+  Object.defineProperty(G, '__sasLoop', { value: -1, writable: true, enumerable: false, configurable: false });
   Object.defineProperty(G, '__sasThrow', {
     value: (site, v) => { lastThrown = v; lastSite = site; return v; },
     writable: false, enumerable: false, configurable: false,
@@ -129,6 +131,7 @@ export function harnessSource(moduleGlobal: string): string {
   const run = (seq, json) => {
     lastThrown = undefined;
     lastSite = -1;
+    G.__sasLoop = -1;
     let out;
     try {
       mod = mod || G[${JSON.stringify(moduleGlobal)}];
@@ -154,8 +157,8 @@ export function harnessSource(moduleGlobal: string): string {
     settled.delete(seq);
     return finish(o || { k: 'p' });
   };
-  // What the module printed before the host stopped it (a timeout).
-  const drain = () => finish({ k: 'l' });
+  // What the module printed before the host stopped it (a timeout), and the loop it was in.
+  const drain = () => finish({ k: 'l', loop: typeof G.__sasLoop === 'number' ? G.__sasLoop : -1, site: lastSite });
   return [run, take, drain];
 })()`;
 }

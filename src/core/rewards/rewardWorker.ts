@@ -44,7 +44,7 @@ export interface ScoreRequest {
 }
 
 /** What the worker says about one rollout: the harness's outcome, or a failure the engine itself reported. */
-export type WorkerOutcome = (RawOutcome | { k: 'x'; kind: 'timeout' | 'memory' | 'crash'; message: string; stack?: string; logs?: string[]; dropped?: number }) & {
+export type WorkerOutcome = (RawOutcome | { k: 'x'; kind: 'timeout' | 'memory' | 'crash'; message: string; stack?: string; logs?: string[]; dropped?: number; loop?: number }) & {
   /** The module's top-level code failed (every rollout gets this outcome). */
   load?: boolean;
 };
@@ -99,8 +99,9 @@ async function newEngine(): Promise<Engine> {
     e.loadError = { ...engineFailure(err), load: true };
   }
   if (e.loadError) {
-    // Keep the error, not the engine (its memory may be full).
-    e.loadError = { ...e.loadError, ...logsBefore(e) };
+    // Keep the error, not the engine (its memory may be full). A thrown non-Error takes the site of the last throw.
+    const { site, ...before } = logsBefore(e);
+    e.loadError = { ...e.loadError, ...before, ...(e.loadError.k === 'e' && e.loadError.nonError && site !== undefined ? { site } : {}) };
     dispose(e);
   }
   return e;
@@ -133,7 +134,12 @@ function failure(e: Engine, err: QuickJSHandle, when: 'load' | 'run'): WorkerOut
       name = read('name') ?? '';
       message = read('message') ?? '';
       stack = read('stack');
-    } else message = stringOf(context, err) ?? `a ${context.typeof(err)} was thrown`;
+    } else {
+      // A thrown non-Error (only the module's top-level code gets here with one: the harness catches the rest).
+      const type = context.typeof(err);
+      const text = type === 'string' ? stringOf(context, err) : undefined;
+      return { k: 'e', nonError: type, message: (text ?? type).slice(0, 2_000) };
+    }
   } catch {
     /* unreadable */
   }
@@ -141,9 +147,17 @@ function failure(e: Engine, err: QuickJSHandle, when: 'load' | 'run'): WorkerOut
   stack = stack?.slice(0, 8_000);
   if (name === 'InternalError' && /^interrupted$/.test(message)) return { k: 'x', kind: 'timeout', message: 'interrupted', ...(stack ? { stack } : {}) };
   if (name === 'InternalError' && /out of memory/.test(message)) return { k: 'x', kind: 'memory', message, ...(stack ? { stack } : {}) };
+  // Out of memory while making the error itself: QuickJS throws what it could (null).
+  if (!name && !message && memoryFull(e)) return { k: 'x', kind: 'memory', message: 'out of memory' };
   // The top-level code threw: the module's own error, reported as a throw.
   if (when === 'load') return { k: 'e', name, message, ...(stack ? { stack } : {}) };
   return { k: 'x', kind: 'crash', message: `${name ? `${name}: ` : ''}${message}`, ...(stack ? { stack } : {}) };
+}
+
+/** Whether the engine's memory has grown to its limit. */
+function memoryFull(e: Engine): boolean {
+  const bytes = (e.memory as { buffer: ArrayBuffer }).buffer.byteLength;
+  return bytes >= data.memoryMb * 1024 * 1024 - 2 * 1024 * 1024;
 }
 
 /** The engine itself failed (a WebAssembly trap, the native stack): it cannot be trusted any more. */
@@ -192,13 +206,18 @@ function parseOutcome(s: string): WorkerOutcome {
 }
 
 /** What the module printed before it was stopped (a fresh deadline; the engine is about to be thrown away). */
-function logsBefore(e: Engine): { logs?: string[]; dropped?: number } {
+function logsBefore(e: Engine): { logs?: string[]; dropped?: number; loop?: number; site?: number } {
   deadline = Date.now() + 200;
   try {
     const r = call(e, e.drain, []);
     if (r.s === undefined) return {};
-    const o = parseOutcome(r.s) as { logs?: string[]; dropped?: number };
-    return { ...(o.logs ? { logs: o.logs } : {}), ...(o.dropped ? { dropped: o.dropped } : {}) };
+    const o = parseOutcome(r.s) as { logs?: string[]; dropped?: number; loop?: number; site?: number };
+    return {
+      ...(o.logs ? { logs: o.logs } : {}),
+      ...(o.dropped ? { dropped: o.dropped } : {}),
+      ...(typeof o.loop === 'number' && o.loop >= 0 ? { loop: o.loop } : {}),
+      ...(typeof o.site === 'number' && o.site >= 0 ? { site: o.site } : {}),
+    };
   } catch {
     return {};
   }
@@ -225,6 +244,8 @@ async function scoreOne(seq: number, json: string, batchDeadline: number): Promi
       } else {
         const r = call(e, e.take, [seq]);
         outcome = r.fail ?? parseOutcome(r.s!);
+        // Still pending once the deadline passed: the jobs were stopped (a promise chain that never ends), not idle.
+        if (outcome.k === 'p' && Date.now() >= deadline) outcome = { k: 'x', kind: 'timeout', message: 'interrupted', ...(outcome.logs ? { logs: outcome.logs } : {}) };
       }
     }
     // The engine's own stops, when they reached the module as a rejected promise (an async score function).
@@ -234,7 +255,8 @@ async function scoreOne(seq: number, json: string, batchDeadline: number): Promi
     }
     if (outcome.k === 'x') {
       broken = true;
-      outcome = { ...outcome, ...logsBefore(e) };
+      const { site: _site, ...before } = logsBefore(e);
+      outcome = { ...outcome, ...before };
     }
   } catch (err) {
     broken = true;

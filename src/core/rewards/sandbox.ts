@@ -14,7 +14,8 @@
  *  - per batch (`batchTimeoutMs`, 2 min: one `score` call — a /reward request, a slice of the CLI's stream): every
  *    item still waiting then fails;
  *  - a runaway streak (`timeoutStreak`, 8): after that many items in a row time out or run out of memory, the rest of
- *    the batch is not run (kind `skipped`) — a module that loops on every rollout is reported in seconds, not hours;
+ *    the batch is not run (kind `skipped`), and later batches stop at their first such item until one scores — a
+ *    module that loops on every rollout is reported in seconds, not hours;
  *  - memory (`memoryMb`, 256 MB per thread): the engine's whole address space; an item past it fails with `memory`;
  *  - console output: bounded per item and per batch (harness.ts LOG_LIMITS).
  * A failing item gets an error naming the user's file and line — source-mapped to their TypeScript — and the rollout;
@@ -23,7 +24,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { SourceMap } from 'node:module';
-import { dirname, join, resolve } from 'node:path';
+import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import { spawnWorker } from '../workers';
 import { BUNDLE_NAME, REWARD_GLOBAL, type CompiledReward } from './compile';
@@ -137,10 +138,16 @@ export function locate(stack: string | undefined, compiled: CompiledReward, map:
     const file = resolve(dirname(compiled.file), entry.originalSource);
     const where = `${file}:${(entry.originalLine ?? 0) + 1}:${(entry.originalColumn ?? 0) + 1}`;
     frames.push(line.replace(new RegExp(`\\(?[^ (]*${BUNDLE_NAME.replace('.', '\\.')}:\\d+(?::\\d+)?\\)?`), `(${where})`));
-    if (!first && (!apiPath || !file.startsWith(dirname(apiPath)))) first = { file, line: (entry.originalLine ?? 0) + 1, column: (entry.originalColumn ?? 0) + 1 };
+    // The location is the first frame in the module's own folder (never the reward API's code).
+    if (!first && inside(dirname(compiled.file), file) && !(apiPath && file === apiPath)) first = { file, line: (entry.originalLine ?? 0) + 1, column: (entry.originalColumn ?? 0) + 1 };
   }
   return { ...first, stack: frames.join('\n') };
 }
+
+const inside = (dir: string, p: string) => {
+  const r = relative(dir, p);
+  return r === '' || (!r.startsWith('..') && !isAbsolute(r));
+};
 
 /** A column of the instrumented bundle as a column of the bundle the source map describes (compile.ts `shifts`). */
 function unshift(compiled: CompiledReward, line: number, col: number): number {
@@ -187,6 +194,11 @@ export class RewardSandbox {
   private tail: Promise<unknown> = Promise.resolve();
   /** Numbers the requests to the workers. */
   private seq = 0;
+  /**
+   * Rollouts in a row that ran into a limit (time, memory) or crashed, across batches: once it reaches
+   * `timeoutStreak`, a batch stops at its next such failure (one probe a batch), until a rollout scores again.
+   */
+  private streak = 0;
 
   constructor(
     readonly compiled: CompiledReward,
@@ -248,7 +260,6 @@ export class RewardSandbox {
     const results: (RewardOutcome | undefined)[] = new Array(items.length);
     const errors: Partial<Record<RewardErrorKind, number>> = {};
     let done = 0;
-    let streak = 0;
     let lastProgress = 0;
     let stopAll: (kind: RewardErrorKind, message: string) => void = () => {};
     const progress = (force = false) => {
@@ -258,7 +269,8 @@ export class RewardSandbox {
       lastProgress = now;
       onProgress({ done, total: items.length, errors: { ...errors } });
     };
-    const finish = (index: number, body: OutcomeBody, load = false) => {
+    /** `costly`: the item ran into a limit (time, memory) or crashed its thread; `load`: the module's top-level code did. */
+    const finish = (index: number, body: OutcomeBody, flags: { load?: boolean; costly?: boolean } = {}) => {
       if (results[index]) return;
       const outcome = { id: items[index]!.id, ...body } as RewardOutcome;
       results[index] = outcome;
@@ -266,16 +278,16 @@ export class RewardSandbox {
       if ('error' in outcome) {
         errors[outcome.error.kind] = (errors[outcome.error.kind] ?? 0) + 1;
         // A module whose top-level code fails fails every item at once: that is no streak of runaway items.
-        if ((outcome.error.kind === 'timeout' || outcome.error.kind === 'memory' || outcome.error.kind === 'crash') && !load) streak++;
-        else streak = 0;
-      } else streak = 0;
+        if (flags.costly && !flags.load) this.streak++;
+        else if (outcome.error.kind !== 'skipped' && outcome.error.kind !== 'batch-timeout' && outcome.error.kind !== 'cancelled') this.streak = 0;
+      } else this.streak = 0;
       progress(done === items.length);
-      if (timeoutStreak > 0 && streak >= timeoutStreak) {
+      if (timeoutStreak > 0 && this.streak >= timeoutStreak && 'error' in outcome && outcome.error.kind !== 'skipped') {
         const last = outcome as { error: RewardError };
-        stopAll('skipped', `not run: ${streak} rollouts in a row failed with ${last.error.kind === 'crash' ? `a crash of the sandbox (${last.error.message})` : 'a time or memory limit (a loop, or memory that only grows?)'}; fix it and score again`);
+        stopAll('skipped', `not run: ${this.streak} rollouts in a row failed with ${last.error.kind === 'crash' ? `a crash of the sandbox (${last.error.message})` : 'a time or memory limit (a loop, or memory that only grows?)'}; fix it and score again`);
       }
     };
-    const fail = (index: number, error: RewardError) => finish(index, { error });
+    const fail = (index: number, error: RewardError, costly = false) => finish(index, { error }, { costly });
 
     // Logs: bounded per batch (each rollout's own bound is the harness's).
     let logChars = 0;
@@ -374,8 +386,8 @@ export class RewardSandbox {
     slot: Slot,
     chunk: Chunk,
     batchDeadline: number,
-    finish: (i: number, o: OutcomeBody, load?: boolean) => void,
-    fail: (i: number, e: RewardError) => void,
+    finish: (i: number, o: OutcomeBody, flags?: { load?: boolean; costly?: boolean }) => void,
+    fail: (i: number, e: RewardError, costly?: boolean) => void,
     onLog: (lines: unknown, dropped: unknown) => void,
     next: (requeue?: Chunk) => void,
   ): void {
@@ -401,7 +413,7 @@ export class RewardSandbox {
       cleanup();
       this.replace(slot);
       const at = received;
-      if (at < chunk.indices.length) fail(chunk.indices[at]!, { kind, message });
+      if (at < chunk.indices.length) fail(chunk.indices[at]!, { kind, message }, true);
       const rest = { indices: chunk.indices.slice(at + 1), items: chunk.items.slice(at + 1) };
       next(rest.items.length ? rest : undefined);
     };
@@ -415,7 +427,7 @@ export class RewardSandbox {
         arm();
         const o = (m.outcome && typeof m.outcome === 'object' ? m.outcome : { k: 'x', kind: 'crash', message: 'no result' }) as Record<string, unknown>;
         onLog(o.logs, o.dropped);
-        finish(index, this.decode(o, batchDeadline), o.load === true);
+        finish(index, this.decode(o, batchDeadline), { load: o.load === true, costly: o.k === 'x' });
       } else if (m.type === 'done') {
         cleanup();
         next();
@@ -435,10 +447,11 @@ export class RewardSandbox {
 
   /** The worker's account of one item, checked field by field (what the module returned is data it chose). */
   private decode(o: Record<string, unknown>, batchDeadline: number): OutcomeBody {
-    const err = (kind: RewardErrorKind, message: string, stack?: unknown): { error: RewardError } => {
+    const errAt = (kind: RewardErrorKind, message: string, stack?: unknown): { error: RewardError } => {
       const located = locate(typeof stack === 'string' ? printable(stack.slice(0, RESULT_LIMITS.stackChars)) : undefined, this.compiled, this.map, this.apiPath);
       return { error: { kind, message, ...located } };
     };
+    const err = errAt;
     switch (o.k) {
       case 'v': {
         const r = numberOf(o.r);
@@ -473,6 +486,12 @@ export class RewardSandbox {
         return err('timeout', 'returned a promise that never settled (nothing in the sandbox — no timers, no I/O — could ever settle it)');
       case 'x': {
         const message = str(o.message, RESULT_LIMITS.messageChars) ?? '';
+        // A limit that stopped a loop of the module's own code names that loop (QuickJS's frames name only the function).
+        const loop = typeof o.loop === 'number' ? this.compiled.loopSites?.[o.loop] : undefined;
+        const err = (kind: RewardErrorKind, text: string, stack?: unknown): { error: RewardError } => {
+          const e = errAt(kind, text, stack);
+          return loop ? { error: { ...e.error, file: loop.file, line: loop.line, column: loop.column } } : e;
+        };
         if (o.kind === 'timeout') {
           if (Date.now() >= batchDeadline - 50 || message === 'batch') return err('batch-timeout', `the batch did not finish within ${this.opts.batchTimeoutMs} ms`, o.stack);
           return err('timeout', o.load ? `the module's top-level code did not finish within ${this.opts.itemTimeoutMs} ms` : `did not finish within ${this.opts.itemTimeoutMs} ms`, o.stack);
