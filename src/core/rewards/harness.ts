@@ -1,7 +1,8 @@
 /**
  * The code that runs inside the reward sandbox's QuickJS realm before the user's module (sandbox.ts, rewardWorker.ts):
  * a `console` that buffers bounded lines, and the two functions the host calls per rollout. Everything the module
- * touches is made here, in the sandbox's own realm: the rollout arrives as a JSON string and is parsed inside; the
+ * touches is made here, in the sandbox's own realm: the rollout arrives as strings (its prompt, its response, the rest
+ * as JSON parsed inside); the
  * trajectory is built inside by the bundled reward API; what the module returns is read inside (its getters and
  * proxies run under the sandbox's time limit) and leaves as one JSON string of plain data, which the host parses and
  * validates (`decodeOutcome`). No host function exists in the realm.
@@ -128,7 +129,7 @@ export function harnessSource(moduleGlobal: string): string {
     return stringify(o);
   };
   let mod;
-  const run = (seq, json) => {
+  const run = (seq, prompt, response, json) => {
     lastThrown = undefined;
     lastSite = -1;
     G.__sasLoop = -1;
@@ -138,7 +139,7 @@ export function harnessSource(moduleGlobal: string): string {
       const def = mod && mod.default;
       if (!def || typeof def.score !== 'function') throw new TypeError('the module has no default export made with defineReward({ name, score })');
       const item = parse(json);
-      const traj = mod.makeTrajectory(item.prompt, item.response, { dialect: item.dialect, searchTool: item.searchTool, strictActions: item.strictActions });
+      const traj = mod.makeTrajectory(prompt, response, { dialect: item.dialect, searchTool: item.searchTool, strictActions: item.strictActions });
       const example = { golden: item.golden, question: item.question, data_source: item.data_source, meta: item.meta };
       out = def.score(traj, example);
       if (out !== null && (typeof out === 'object' || typeof out === 'function') && typeof out.then === 'function') {

@@ -12,7 +12,7 @@
  * - After a timeout, an out-of-memory or any failure of the engine itself, the whole engine (memory included) is
  *   thrown away and rebuilt before the next rollout: nothing a runaway item left behind reaches the next one.
  *
- * Messages: in { seq, start, items: JSON strings, batchDeadline } → out { type: 'result', seq, index, outcome } per
+ * Messages: in { seq, start, items: [prompt, response, JSON of the rest], batchDeadline } → out { type: 'result', seq, index, outcome } per
  * rollout, then { type: 'done', seq }.
  */
 import { parentPort, workerData } from 'node:worker_threads';
@@ -37,8 +37,8 @@ export interface RewardWorkerData {
 export interface ScoreRequest {
   seq: number;
   start: number;
-  /** Each rollout as a JSON string (sandbox.ts). */
-  items: string[];
+  /** Each rollout as strings: its prompt, its response, and the rest as JSON (sandbox.ts). */
+  items: [string, string, string][];
   /** Epoch ms: no rollout runs past it. */
   batchDeadline: number;
 }
@@ -223,7 +223,7 @@ function logsBefore(e: Engine): { logs?: string[]; dropped?: number; loop?: numb
   }
 }
 
-async function scoreOne(seq: number, json: string, batchDeadline: number): Promise<WorkerOutcome> {
+async function scoreOne(seq: number, item: [string, string, string], batchDeadline: number): Promise<WorkerOutcome> {
   engine ??= await newEngine();
   const e = engine;
   if (e.loadError) return e.loadError;
@@ -231,7 +231,7 @@ async function scoreOne(seq: number, json: string, batchDeadline: number): Promi
   let broken = false;
   try {
     deadline = Math.min(Date.now() + data.itemTimeoutMs, batchDeadline);
-    const first = call(e, e.run, [seq, json]);
+    const first = call(e, e.run, [seq, ...item]);
     if (first.fail) outcome = first.fail;
     else if (first.s !== 'P') outcome = parseOutcome(first.s!);
     else {

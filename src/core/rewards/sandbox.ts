@@ -3,8 +3,8 @@
  * on worker threads for parallelism and as a hard stop: the boundary is the WebAssembly engine — a JavaScript engine
  * with no host object in it (no `process`, `require`, file system, network, timers, workers, WebAssembly), whose whole
  * memory is one capped WebAssembly.Memory — not a `vm` context (Node's own documentation says `vm` is not a security
- * boundary). What crosses: each rollout goes in as a JSON string and is parsed inside; the trajectory, the example and
- * `console` are made inside (harness.ts); the result comes out as a JSON string of plain data that `decodeOutcome`
+ * boundary). What crosses: each rollout goes in as strings (prompt, response, the rest as JSON parsed inside); the trajectory, the example and
+ * `console` are made inside (harness.ts); the result comes out as a JSON string of plain data that `decode`
  * checks field by field.
  *
  * Limits, on every path (the `reward` CLI and the Reward Lab through it, the env server's /reward):
@@ -109,7 +109,8 @@ function quickjsWasm(): object {
 /** Items [start…] of a batch by their index in it. */
 interface Chunk {
   indices: number[];
-  items: string[];
+  /** Each rollout as strings: prompt, response, and the rest as JSON (long texts are not escaped into JSON). */
+  items: [string, string, string][];
 }
 
 interface Slot {
@@ -306,26 +307,31 @@ export class RewardSandbox {
       }
     };
 
-    // Each rollout as one JSON string: the only form a rollout crosses into the sandbox in.
+    // Each rollout as strings: the only form a rollout crosses into the sandbox in. Chunks small enough that
+    // a small batch still spreads over every thread.
     const maxItemChars = Math.floor((memoryMb * 1024 * 1024) / 8);
+    const chunkSize = Math.max(1, Math.min(this.opts.chunk, Math.ceil(items.length / this.opts.workers)));
     const queue: Chunk[] = [];
     let chunk: Chunk = { indices: [], items: [] };
     for (let i = 0; i < items.length; i++) {
       const it = items[i]!;
       let json: string;
       try {
-        json = JSON.stringify({ prompt: it.prompt, response: it.response, golden: it.golden, question: it.question, data_source: it.data_source, meta: it.meta, dialect: it.dialect, searchTool: it.searchTool, strictActions: it.strictActions });
+        json = JSON.stringify({ golden: it.golden, question: it.question, data_source: it.data_source, meta: it.meta, dialect: it.dialect, searchTool: it.searchTool, strictActions: it.strictActions });
       } catch (e) {
         fail(i, { kind: 'input', message: `the rollout cannot be passed to the reward module: ${(e as Error).message}` });
         continue;
       }
-      if (json.length > maxItemChars) {
-        fail(i, { kind: 'input', message: `the rollout is ${(json.length / 1e6).toFixed(1)} MB as JSON, more than the sandbox takes (${(maxItemChars / 1e6).toFixed(1)} MB: an eighth of its ${memoryMb} MB)` });
+      const prompt = typeof it.prompt === 'string' ? it.prompt : '';
+      const response = typeof it.response === 'string' ? it.response : '';
+      const chars = json.length + prompt.length + response.length;
+      if (chars > maxItemChars) {
+        fail(i, { kind: 'input', message: `the rollout is ${(chars / 1e6).toFixed(1)} M characters, more than the sandbox takes (${(maxItemChars / 1e6).toFixed(1)} M: an eighth of its ${memoryMb} MB)` });
         continue;
       }
       chunk.indices.push(i);
-      chunk.items.push(json);
-      if (chunk.items.length >= this.opts.chunk) {
+      chunk.items.push([prompt, response, json]);
+      if (chunk.items.length >= chunkSize) {
         queue.push(chunk);
         chunk = { indices: [], items: [] };
       }
