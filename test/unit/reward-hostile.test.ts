@@ -193,6 +193,27 @@ describe('hostile reward modules', function () {
     assertHostUntouched(Object.keys(CASES).map((c) => marker(c, 'server')));
   });
 
+  it('a rollout nested 10,000 or 1,000,000 deep (its meta) fails alone; the process and the other rollouts are fine', async () => {
+    // Rollouts cross into the sandbox as strings: nothing deep is ever structured-cloned (issue 40.4's crash at
+    // Worker.postMessage). Too deep for JSON.stringify: `input`; too deep for the sandbox's JSON.parse: its stack limit.
+    const deep = (n: number) => {
+      let o: Record<string, unknown> = {};
+      for (let i = 0; i < n; i++) o = { o };
+      return o;
+    };
+    const r = await openReward(HOSTILE, { workers: 1, itemTimeoutMs: 2000 });
+    try {
+      const out = await r.sandbox.score([item('ok', 0, 'deep'), { ...item('ok', 1, 'deep'), meta: { case: 'ok', d: deep(10_000) } }, { ...item('ok', 2, 'deep'), meta: { case: 'ok', d: deep(1_000_000) } }, item('ok', 3, 'deep')]);
+      assert.deepEqual([out[0], out[3]].map((o) => o && 'reward' in o && o.reward), [1, 1]);
+      for (const o of [out[1]!, out[2]!]) {
+        assert.ok('error' in o, JSON.stringify(o).slice(0, 200));
+        assert.match(`${o.error.kind}: ${o.error.message}`, /^(input: the rollout cannot be passed to the reward module: .*call stack|throw: .*stack overflow)/);
+      }
+    } finally {
+      await r.sandbox.close();
+    }
+  });
+
   it('a module whose top-level code loops, eats memory or throws: every rollout fails at once with that error and its line', async () => {
     const cases: [string, RegExp, string][] = [
       ['toplevel-loop.reward.ts', /the module's top-level code did not finish within 1000 ms/, 'for (;;) n++;'],

@@ -32,7 +32,7 @@ export class RewardRun {
     options: { set?: Record<string, number>; itemTimeoutMs?: number } = {},
   ) {
     const { file, env } = nodeCommand();
-    const args = [cli, 'reward', module, rollouts, '--report', ...(options.itemTimeoutMs ? ['--timeout', String(options.itemTimeoutMs)] : []), ...(options.set ? ['--set', '-'] : [])];
+    const args = [cli, 'reward', module, rollouts, '--report', ...(options.itemTimeoutMs ? ['--timeout', String(options.itemTimeoutMs)] : []), ...(options.set ? ['--set=-'] : [])];
     // The rollout set goes in on standard input (it can be long: a file per step of a run).
     this.child = execa(file, args, { env, reject: false, buffer: { stdout: true, stderr: false }, ...(options.set ? { input: JSON.stringify(options.set) } : { stdin: 'ignore' as const }), forceKillAfterDelay: 2_000 });
     const malformed: string[] = [];
