@@ -433,7 +433,9 @@ export class RewardSandbox {
         arm();
         const o = (m.outcome && typeof m.outcome === 'object' ? m.outcome : { k: 'x', kind: 'crash', message: 'no result' }) as Record<string, unknown>;
         onLog(o.logs, o.dropped);
-        finish(index, this.decode(o, batchDeadline), { load: o.load === true, costly: o.k === 'x' });
+        const body = this.decode(o, batchDeadline);
+        // The batch's own deadline is no runaway of the module's.
+        finish(index, body, { load: o.load === true, costly: o.k === 'x' && !('error' in body && body.error.kind === 'batch-timeout') });
       } else if (m.type === 'done') {
         cleanup();
         next();
