@@ -42,8 +42,21 @@ describe('reward editor (code-server)', function () {
         return { text: th.textContent, cut: th.scrollWidth > th.clientWidth + 1, tall: th.getBoundingClientRect().height > 1.8 * line + 6 };
       }),
     );
+    // Numbers (a reward such as 0.430) stay on one line too (issue 44.8: "0.43/3" wrapped).
+    const numbers = await lab.locator('[data-testid="changed"] td.num, [data-testid="by-source"] td.num, .card .value').evaluateAll((els) =>
+      els.map((el) => {
+        const cs = getComputedStyle(el);
+        const line = Number.isFinite(parseFloat(cs.lineHeight)) ? parseFloat(cs.lineHeight) : 1.4 * parseFloat(cs.fontSize);
+        // The text's own height (a cell is as tall as its row, which a long path beside it may wrap).
+        const range = document.createRange();
+        range.selectNodeContents(el);
+        return { text: el.textContent, tall: range.getBoundingClientRect().height > 1.8 * line + 6 };
+      }),
+    );
     await lab.evaluate(() => (document.body.style.width = ''));
     assert.deepEqual(heads.filter((h) => h.cut || h.tall), [], JSON.stringify(heads));
+    assert.ok(numbers.length >= 8, JSON.stringify(numbers));
+    assert.deepEqual(numbers.filter((n) => n.tall), [], JSON.stringify(numbers));
     // Chromium's benign "ResizeObserver loop" error event is logged as information, not as an uncaught error.
     await lab.evaluate(() => window.dispatchEvent(new ErrorEvent('error', { message: 'ResizeObserver loop completed with undelivered notifications.' })));
     await s.waitForLog('extension', /\[webview reward-lab\] benign: ResizeObserver loop/, 15_000);
