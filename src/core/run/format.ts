@@ -6,6 +6,7 @@
  * Readers accept fields they do not know (forward compatibility inside a version); `v` changes when a field
  * changes meaning.
  */
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../schema/bounds';
 import { S, toJsonSchema, validate, type Issue, type Static } from '../schema/schema';
 import { DIALECTS, type Dialect } from '../tags/parser';
 import type { ResponseContext } from '../tags/trajectory';
@@ -89,7 +90,15 @@ export const RolloutSchema = S.object(
     tokens: S.optional(TokensSchema),
     meta: S.optional(S.record(S.any(), 'Anything else an importer or user keeps (source file, line, extra fields).')),
   },
-  { description: 'One trajectory: a line of rollouts/step-NNNNNN.jsonl.' },
+  {
+    description: `One trajectory: a line of rollouts/step-NNNNNN.jsonl. No field but \`tokens\` may nest deeper than ${MAX_JSON_DEPTH} levels.`,
+    // Records go on to workers and webviews by structured clone, which recurses: a deep \`meta\` would kill them.
+    refine: (r: Record<string, unknown>, path) => {
+      const issues: Issue[] = [];
+      for (const [k, v] of Object.entries(r)) if (k !== 'tokens' && nestsDeeperThan(v, MAX_JSON_DEPTH)) issues.push({ path: path ? `${path}.${k}` : k, message: `nested deeper than ${MAX_JSON_DEPTH} levels` });
+      return issues;
+    },
+  },
 );
 export type Rollout = Static<typeof RolloutSchema>;
 export type Tokens = Static<typeof TokensSchema>;

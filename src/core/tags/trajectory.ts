@@ -3,6 +3,7 @@
  * its searches, its invalid actions, the documents of an observation — so that summaries, the inspector, the
  * replay, the editor and rewards read both dialects through the same few functions.
  */
+import { describeValue } from '../schema/bounds';
 import { contentOf, detectDialect, DIALECTS, parseTrajectory, type Dialect, type ParsedTrajectory, type ParseOptions, type Segment } from './parser';
 import { parseDocuments, pythonStrip, type RetrievedDoc, type Turn } from './searchr1';
 import { declaredTools, promptOpensThink, toolResponseText } from './toolcall';
@@ -81,7 +82,7 @@ export function observationText(parsed: ParsedTrajectory, s: Segment): string {
 export function parseDialectName(value: unknown): Dialect | 'auto' | { error: string } {
   if (value === undefined || value === null || value === '' || value === 'auto') return 'auto';
   if (typeof value === 'string' && (DIALECTS as readonly string[]).includes(value)) return value as Dialect;
-  return { error: `unknown dialect ${JSON.stringify(value)}: expected auto, ${DIALECTS.join(', ')}` };
+  return { error: `unknown dialect ${describeValue(value)}: expected auto, ${DIALECTS.join(', ')}` };
 }
 
 export { DIALECTS, detectDialect, type Dialect };
