@@ -7,6 +7,7 @@ import type { AddressInfo } from 'node:net';
 import { RemoteRetrieverError, type Retriever } from '../core/retrieval/retriever';
 import { makeTrajectory } from '../core/rewards/api';
 import type { Dialect } from '../core/tags/parser';
+import { spansFromWire, type ResponseSpan } from '../core/tags/spans';
 import { parseDialectName } from '../core/tags/trajectory';
 import { answerIn, em, f1 } from '../core/rewards/normalize';
 import type { RewardItem, RewardSandbox } from '../core/rewards/sandbox';
@@ -48,7 +49,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
   if (items.length > maxItems) throw new HttpError(400, `items: ${items.length} items; at most ${maxItems} per request`);
   return items.map((raw, i) => {
     const at = `items[${i}]`;
-    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?, dialect?, search_tool?, strict_actions?}`);
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?, dialect?, search_tool?, strict_actions?, spans?}`);
     const it = raw as Record<string, unknown>;
     if (typeof it.response !== 'string') throw new HttpError(400, `${at}.response: expected a string, got ${it.response === undefined ? 'nothing' : typeof it.response}`);
     if (it.prompt !== undefined && typeof it.prompt !== 'string') throw new HttpError(400, `${at}.prompt: expected a string`);
@@ -61,6 +62,12 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
     const dialect = parseDialectName(it.dialect);
     if (typeof dialect === 'object') throw new HttpError(400, `${at}.dialect: ${dialect.error}`);
     if (it.search_tool !== undefined && (typeof it.search_tool !== 'string' || !it.search_tool.trim())) throw new HttpError(400, `${at}.search_tool: expected a tool name`);
+    let spans: ResponseSpan[] | undefined;
+    if (it.spans !== undefined && it.spans !== null) {
+      const read = spansFromWire(it.spans, it.response, `${at}.spans`);
+      if ('error' in read) throw new HttpError(400, read.error);
+      spans = read;
+    }
     if (it.strict_actions !== undefined && typeof it.strict_actions !== 'boolean') throw new HttpError(400, `${at}.strict_actions: expected a boolean, got ${describeValue(it.strict_actions)}`);
     return {
       id: typeof it.id === 'string' || typeof it.id === 'number' ? String(it.id) : `items[${i}]`,
@@ -73,6 +80,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
       ...(dialect !== 'auto' ? { dialect } : {}),
       ...(it.search_tool !== undefined ? { searchTool: it.search_tool as string } : {}),
       ...(it.strict_actions === true ? { strictActions: true } : {}),
+      ...(spans ? { spans } : {}),
     };
   });
 }
@@ -87,7 +95,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
  * They never feed the reward: the trainer trains on the module's reward only.
  */
 export function builtinMetrics(item: RewardItem): Record<string, number> {
-  const traj = makeTrajectory(item.prompt, item.response, { dialect: item.dialect as Dialect | undefined, searchTool: item.searchTool, strictActions: item.strictActions });
+  const traj = makeTrajectory(item.prompt, item.response, { dialect: item.dialect as Dialect | undefined, searchTool: item.searchTool, strictActions: item.strictActions, ...(item.spans ? { spans: item.spans } : {}) });
   const answer = traj.answer;
   return {
     em: answer === null ? 0 : em(answer, item.golden),

@@ -205,6 +205,9 @@ def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dic
     }
     if getattr(traj, "strict_actions", False):
         rec["strict_actions"] = True
+    spans = getattr(traj, "spans", None)
+    if spans:
+        rec["spans"] = spans
     if traj.reward is not None:
         rec["reward"] = traj.reward
     rec["reward_parts"] = dict(traj.reward_parts)

@@ -779,7 +779,9 @@ def reward_item(t: Trajectory, search_tool: str) -> dict[str, Any]:
     """A trajectory as `/reward` scores it (the tool-call dialect names its search tool)."""
     tool = {"search_tool": search_tool} if t.dialect == "toolcall" else {}
     strict = {"strict_actions": True} if t.strict_actions else {}
-    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool, **strict}
+    # Who wrote what: the reward reads the answer from the policy's text only, never from tags in a document.
+    spans = t.spans
+    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool, **strict, **({"spans": spans} if spans else {})}
 
 
 def token_arrays(tok: Any, t: Trajectory) -> dict[str, list[Any]]:

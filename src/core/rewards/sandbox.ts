@@ -13,6 +13,7 @@ import { availableParallelism } from 'node:os';
 import { SourceMap } from 'node:module';
 import { dirname, resolve } from 'node:path';
 import { Worker } from 'node:worker_threads';
+import type { ResponseSpan } from '../tags/spans';
 import { REWARD_GLOBAL, type CompiledReward } from './compile';
 
 export interface RewardItem {
@@ -30,6 +31,8 @@ export interface RewardItem {
   searchTool?: string;
   /** The run's `rollout.strict_actions`: the answer is read as the environment read it (`strictAction`). */
   strictActions?: boolean;
+  /** Who wrote each part of the response (tags/spans.ts, UTF-16 offsets): the answer is read from the policy's text only. */
+  spans?: ResponseSpan[];
   /** Where the rollout came from, for messages (e.g. `rollouts.jsonl:17`). */
   where?: string;
 }
@@ -81,7 +84,7 @@ try {
       const def = mod && mod.default;
       const call = (item) => {
         if (!def || typeof def.score !== 'function') throw new TypeError('the module has no default export made with defineReward({ name, score })');
-        const traj = mod.makeTrajectory(item.prompt, item.response, { dialect: item.dialect, searchTool: item.searchTool, strictActions: item.strictActions });
+        const traj = mod.makeTrajectory(item.prompt, item.response, { dialect: item.dialect, searchTool: item.searchTool, strictActions: item.strictActions, spans: item.spans });
         const example = { golden: item.golden, question: item.question, data_source: item.data_source, meta: item.meta };
         return def.score(traj, example);
       };

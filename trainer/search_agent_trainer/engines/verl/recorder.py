@@ -94,6 +94,7 @@ def records_from_batch(batch: Any, tokenizer: Any, *, run_id: str, step: int, sp
             roles = ["generated" if m else "retrieved" for m in mask]
         t = Trajectory(example_of(row), group, sample, sas.get("prompt") or tokenizer.decode(prompt_ids, skip_special_tokens=False), prompt_ids, ids=ids, roles=roles)
         t.pieces = [sas.get("response") if sas.get("response") is not None else tokenizer.decode(ids, skip_special_tokens=True)]
+        t.piece_roles = []  # one text: its spans (if any) are the agent loop's, below
         t.finish, t.turns, t.searches, t.valid_actions = sas.get("finish"), int(sas.get("turns", 0)), int(sas.get("searches", 0)), int(sas.get("valid_actions", 0))
         t.retrieval = list(sas.get("retrieval") or [])
         detail = json.loads(row["sas_reward"]) if isinstance(row.get("sas_reward"), str) else {}
@@ -111,6 +112,8 @@ def records_from_batch(batch: Any, tokenizer: Any, *, run_id: str, step: int, sp
         rec["dialect"] = sas.get("dialect", "searchr1")
         if sas.get("strict_actions"):
             rec["strict_actions"] = True
+        if sas.get("spans") and sas.get("response") is not None:
+            rec["spans"] = sas["spans"]
         if sas.get("obs_truncated"):
             rec["meta"]["obs_truncated"], rec["meta"]["obs_longest"] = int(sas["obs_truncated"]), int(sas.get("obs_longest", 0))
         rec["meta"]["verl"] = {"uid": uid, "index": str(row.get("index", "")), "roles": "agent loop" if sas.get("roles") is not None else "from response_mask"}
