@@ -8,7 +8,7 @@ import { basename, extname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { LocatedIssue, ReadOptions, Rollout } from '../run/format';
 import { validateRollout } from '../run/format';
-import { readLines } from '../store/jsonl';
+import { readLines, tooLongMessage } from '../store/jsonl';
 import { parseRolloutLine, rolloutFiles, runConfigDialect } from '../store/rollouts';
 import { importSearchR1Dataset, type DatasetExample, type DatasetImportIssue } from './dataset';
 import { importSearchR1Transcripts } from './searchr1';
@@ -125,7 +125,11 @@ export async function* readSource(path: string, kind?: SourceKind, read: ReadOpt
       const runDialect = read.runDialect ?? (await runConfigDialect(path));
       const options = { ...read, ...(runDialect ? { runDialect } : {}) };
       for (const file of await rolloutFiles(path)) {
-        for await (const { line, text } of readLines(file)) {
+        for await (const { line, text, tooLong } of readLines(file)) {
+          if (tooLong !== undefined) {
+            yield { issues: [{ file, line, field: '', message: tooLongMessage(tooLong) }], where: `${file}:${line}` };
+            continue;
+          }
           const row = parseRolloutLine(text, file, line, options);
           yield row.record ? { record: row.record, issues: [], where: `${file}:${line}` } : { issues: row.errors, where: `${file}:${line}` };
         }
@@ -135,7 +139,11 @@ export async function* readSource(path: string, kind?: SourceKind, read: ReadOpt
     case 'verl':
       for (const file of await rolloutFiles(path)) {
         const stepFromName = Number(/(\d+)\.jsonl$/.exec(basename(file))?.[1] ?? NaN);
-        for await (const { line, text } of readLines(file)) {
+        for await (const { line, text, tooLong } of readLines(file)) {
+          if (tooLong !== undefined) {
+            yield { issues: [{ file, line, field: '', message: tooLongMessage(tooLong) }] };
+            continue;
+          }
           let obj: unknown;
           try {
             obj = JSON.parse(text);
