@@ -2,33 +2,22 @@
  * `search-agent-studio import <searchr1|verl|trl|searchr1-dataset> <src> --out <file.jsonl>`: converts a
  * source into our rollout JSONL (or, for a Search-R1 dataset, our JSONL dataset), streaming.
  */
-import { createWriteStream } from 'node:fs';
-import { IMPORT_KINDS, importDataset, readSource, type ImportKind } from '../core/importers';
+import { IMPORT_KINDS, importDataset, readSource, sourceFiles, type ImportKind, type SourceKind } from '../core/importers';
 import type { DatasetImportIssue } from '../core/importers/dataset';
 import { formatIssue, type ReadOptions } from '../core/run/format';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
 import { readOptionsFromArgs, withReadOptions } from './inspect';
+import { OutputFile } from './output';
 
 export async function importCommand(kind: string, src: string, outPath: string, err: (s: string) => void, read: ReadOptions = {}): Promise<number> {
   if (!(IMPORT_KINDS as readonly string[]).includes(kind)) {
     err(`unknown import kind "${kind}"; expected one of ${IMPORT_KINDS.join(', ')}\n`);
     return 2;
   }
-  const out = createWriteStream(outPath);
-  const opened = new Promise<void>((resolve, reject) => {
-    out.once('open', () => resolve());
-    out.once('error', reject);
-  });
-  try {
-    await opened;
-  } catch (e) {
-    err(`${outPath}: cannot write: ${(e as Error).message}\n`);
-    return 2;
-  }
-  const write = async (line: string) => {
-    if (!out.write(`${line}\n`)) await new Promise<void>((r) => out.once('drain', () => r()));
-  };
+  // The output is refused when it is one of the files read, and put in place only when the whole source was read.
+  const out = await OutputFile.create(outPath, await sourceFiles(src, (kind as ImportKind) === 'searchr1-dataset' ? 'dataset' : (kind as SourceKind)));
+  const write = (line: string) => out.write(`${line}\n`);
   let written = 0;
   let skipped = 0;
   try {
@@ -51,8 +40,9 @@ export async function importCommand(kind: string, src: string, outPath: string, 
         written++;
       }
     }
+    await out.commit();
   } finally {
-    await new Promise<void>((resolve) => out.end(() => resolve()));
+    await out.abort();
   }
   err(`${src} → ${outPath}: ${written} ${kind === 'searchr1-dataset' ? 'examples' : 'trajectories'}${skipped ? `, ${skipped} skipped` : ''}\n`);
   return 0;

@@ -7,12 +7,13 @@
  * Exit 0 when every item scored, 1 when some failed (each reported on stderr), 2 for bad usage, unreadable
  * input or a module that does not compile.
  */
-import { createWriteStream } from 'node:fs';
+import { sourceFiles } from '../core/importers';
 import { RewardCompileError } from '../core/rewards/compile';
 import { BUILTIN_REWARDS, openReward, RewardReportBuilder, scoreRollouts } from '../core/rewards/scoring';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
+import { OutputFile } from './output';
 
 export interface RewardArgs {
   module: string;
@@ -41,8 +42,18 @@ export const rewardCommandDef = defineCommand({
 });
 
 export async function rewardCommand(values: RewardArgs, out: (s: string) => void, err: (s: string) => void): Promise<number> {
-  const { module: spec, rollouts } = values;
   if (values.report && (values.json || values.out)) throw new UsageError('--report cannot be combined with --json or --out');
+  // The output is refused when it is one of the files read, and put in place only when every rollout was read.
+  const file = values.out ? await OutputFile.create(values.out, await sourceFiles(values.rollouts)) : undefined;
+  try {
+    return await scoreAll(values, out, err, file);
+  } finally {
+    await file?.abort();
+  }
+}
+
+async function scoreAll(values: RewardArgs, out: (s: string) => void, err: (s: string) => void, file: OutputFile | undefined): Promise<number> {
+  const { module: spec, rollouts } = values;
   let opened;
   try {
     opened = await openReward(spec, { itemTimeoutMs: Number(values.timeout) || 2000, ...(values.workers ? { workers: Number(values.workers) } : {}), onLog: (l) => err(`[reward] ${l}\n`) });
@@ -55,10 +66,7 @@ export async function rewardCommand(values: RewardArgs, out: (s: string) => void
     throw e;
   }
   const report = new RewardReportBuilder();
-  const file = values.out ? createWriteStream(values.out) : undefined;
-  const write = async (line: string) => {
-    if (file && !file.write(`${line}\n`)) await new Promise<void>((r) => file.once('drain', () => r()));
-  };
+  const write = async (line: string) => file?.write(`${line}\n`);
   let first = true;
   if (values.json) out(`{"module":${JSON.stringify(opened.compiled.file)},"items":[`);
   const isTty = Boolean(process.stderr.isTTY);
@@ -85,8 +93,9 @@ export async function rewardCommand(values: RewardArgs, out: (s: string) => void
   } finally {
     if (isTty) err('\n');
     await opened.sandbox.close();
-    if (file) await new Promise<void>((r) => file.end(() => r()));
   }
+  // Every rollout is in it (a failed item with its error): put in place before the summary says it was written.
+  await file?.commit();
   const r = report.result();
   if (values.report) {
     out(`${JSON.stringify({ report: r, module: opened.compiled.file, rollouts })}\n`);

@@ -48,12 +48,16 @@ async function firstLine(path: string): Promise<string | undefined> {
 }
 
 async function statOrThrow(path: string) {
+  let st;
   try {
-    return await stat(path);
+    st = await stat(path);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     throw new UnreadableInput(path, code === 'ENOENT' ? 'no such file or directory' : code === 'EACCES' ? 'permission denied' : (e as Error).message);
   }
+  // A FIFO, socket or device would block the reader (or never end): only files and directories are read.
+  if (!st.isFile() && !st.isDirectory()) throw new UnreadableInput(path, `not a regular file or directory (${st.isFIFO() ? 'a FIFO' : st.isSocket() ? 'a socket' : 'a device'}); name a file`);
+  return st;
 }
 
 /** What a path holds: our rollouts (file or run directory), veRL dumps, TRL completion tables, or transcripts. */
@@ -201,8 +205,22 @@ async function trlFiles(path: string): Promise<string[]> {
 }
 
 export async function* importDataset(path: string, issues: DatasetImportIssue[]): AsyncGenerator<DatasetExample> {
-  await statOrThrow(path);
+  if ((await statOrThrow(path)).isDirectory()) throw new UnreadableInput(path, 'is a directory; expected a Search-R1 dataset parquet file (train.parquet or test.parquet)');
   yield* importSearchR1Dataset(path, issues);
+}
+
+/**
+ * The files reading `path` as `kind` takes (detected when absent): what a command that writes a file must not
+ * overwrite. Empty when `path` does not exist.
+ */
+export async function sourceFiles(path: string, kind?: SourceKind | 'dataset'): Promise<string[]> {
+  const st = await stat(path).catch(() => undefined);
+  if (!st) return [];
+  if (!st.isDirectory()) return [path];
+  const k = kind ?? (await detectSource(path).catch(() => undefined));
+  if (k === 'trl') return trlFiles(path).catch(() => []);
+  if (k === 'rollouts' || k === 'verl') return rolloutFiles(path).catch(() => []);
+  return (await readdir(path, { withFileTypes: true })).filter((d) => d.isFile()).map((d) => join(path, d.name));
 }
 
 export function importKindToSource(kind: ImportKind): SourceKind | 'dataset' {
