@@ -38,7 +38,7 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from ... import __version__
 from ...rollout import Trajectory, truncation_warning
-from ...run_writer import RunWriter, rollout_record
+from ...run_writer import RunWriter, disk_full_message, rollout_record
 from ...train import SUMMARY_KEYS, Trainer, held_out_metrics
 from . import STOP_FILE
 from .agent_loop import our_tokenizer
@@ -303,10 +303,15 @@ class RecordingTrainer(RayPPOTrainer):
             w.event("finished", status="stopped", step=self.global_steps)
         except BaseException as e:
             tb = traceback.format_exc()
-            w.log(tb)
-            w.event("error", message=f"{type(e).__name__}: {e}", traceback=tb)
-            w.finish("failed", {"message": f"{type(e).__name__}: {e}", "traceback": tb})
-            w.event("finished", status="failed", step=int(w.run.get("step", 0)))
+            full = disk_full_message(e)  # a full disk is said first, naming the file (as the builtin trainer does)
+            message = full or f"{type(e).__name__}: {e}"
+            w.log(f"error: {full}" if full else tb)
+            w.event("error", best_effort=True, message=message, traceback=tb)
+            try:
+                w.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
+            except OSError:
+                pass
+            w.event("finished", best_effort=True, status="failed", step=int(w.run.get("step", 0)))
             raise
         finally:
             tracking.Tracking = original
