@@ -165,3 +165,11 @@ def test_on_a_real_full_file_system(tmp_path, demo_env):
         assert [m["step"] for m in whole_lines(run / "metrics.jsonl")] == list(range(21))
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_the_fault_is_opt_in_a_runs_stored_config_has_none_unless_asked():
+    """run.json keeps the completed config, which a resume validates again: an empty test.disk_full would be invalid."""
+    from search_agent_trainer.config import config_from_dict, stored_config
+
+    stored = stored_config(config_from_dict(tiny_config(test={"step_delay_s": 1})))
+    assert stored["test"] == {"step_delay_s": 1}
