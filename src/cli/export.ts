@@ -3,10 +3,20 @@
  * cluster (src/core/host/verl.ts; docs/engines.md). veRL's Python: --python, the config's verl.python,
  * SAS_VERL_PYTHON, .venv-verl (the first with veRL 0.9.1).
  */
+import { readFile, rename, rm, rmdir } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import { loadRunConfig, RunConfigError } from '../core/host/runConfig';
 import { exportVerl, findVerlPython, noVerlPythonMessage, verlPythonCandidates } from '../core/host/verl';
 import { packageRoot } from '../core/paths';
 import { defineCommand, type CliIo } from './command';
+import { withInputErrors } from './inputErrors';
+import { checkOutputDir, tempSibling } from './output';
+
+/** Whether a directory is an earlier `export verl` (its overrides.txt says so). */
+async function isVerlExport(dir: string): Promise<boolean> {
+  const head = await readFile(join(dir, 'overrides.txt'), 'utf8').catch(() => '');
+  return head.startsWith('# Hydra overrides of veRL') && head.includes('search-agent-studio export verl');
+}
 
 export interface ExportArgs {
   engine: string;
@@ -25,18 +35,35 @@ export const exportCommandDef = defineCommand({
       .option('out', { type: 'string', demandOption: true, describe: 'the directory to write' })
       .option('python', { type: 'string', describe: "veRL's Python (default: the config's verl.python, SAS_VERL_PYTHON, .venv-verl)" })
       .example('$0 export verl examples/qwen2.5-3b-grpo-verl.run.json --out verl-run', 'write a veRL launch for a Ray cluster or SLURM'),
-  run: (a, io) => exportCommand(a, io),
+  run: (a, io) => withInputErrors(io, () => exportCommand(a, io)),
 });
 
 export async function exportCommand(a: ExportArgs, io: CliIo): Promise<number> {
   try {
     const loaded = await loadRunConfig(a.config);
+    // Written into a new directory (built beside it and renamed into place: a failed export leaves nothing), or over
+    // an earlier export of ours (its run/ kept); never into a folder of the user's, never one holding the config.
+    const data = [loaded.config.data?.train, loaded.config.data?.eval].filter((p): p is string => typeof p === 'string' && !p.startsWith('builtin:')).map((p) => resolve(loaded.base, p));
+    const { exists } = await checkOutputDir(a.out, { inputs: [loaded.file, ...data], ours: isVerlExport, what: 'a veRL export' });
     const search = await findVerlPython(verlPythonCandidates(loaded, [a.python], packageRoot()));
     if (!search.found) {
       io.err(`${noVerlPythonMessage(search)}\n`);
       return 1;
     }
-    const result = await exportVerl(loaded, a.out, search.found.executable);
+    let result;
+    if (exists) result = await exportVerl(loaded, a.out, search.found.executable);
+    else {
+      const temp = tempSibling(a.out);
+      try {
+        const built = await exportVerl(loaded, temp, search.found.executable);
+        await rmdir(a.out).catch(() => undefined); // an empty directory the user made for it
+        await rename(temp, a.out);
+        result = { ...built, dir: resolve(a.out) };
+      } catch (e) {
+        await rm(temp, { recursive: true, force: true });
+        throw e;
+      }
+    }
     io.out(`exported a veRL ${search.found.verl} run to ${result.dir}:\n${result.files.map((f) => `  ${f}\n`).join('')}  trainer/search_agent_trainer/ (our agent loops, tool, reward bridge, recorder)\n`);
     for (const note of result.notes) io.out(`note: ${note}\n`);
     io.out(`${result.checked ? 'checked: every override composed with veRL’s own config' : 'not checked against veRL’s config (this Python has no veRL)'}\n`);

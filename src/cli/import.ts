@@ -3,34 +3,23 @@
  * --out <file.jsonl>`: converts a source into our rollout JSONL (or, for a Search-R1 dataset, our JSONL dataset),
  * streaming.
  */
-import { createWriteStream } from 'node:fs';
-import { detectSource, IMPORT_KINDS, importDataset, readSource, type ImportKind, type SourceKind } from '../core/importers';
+import { detectSource, IMPORT_KINDS, importDataset, importKindToSource, readSource, sourceFiles, type ImportKind, type SourceKind } from '../core/importers';
 import type { ForeignOptions } from '../core/importers/foreign';
 import type { DatasetImportIssue } from '../core/importers/dataset';
 import { formatIssue, type ReadOptions } from '../core/run/format';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
 import { foreignOptionsFromArgs, readOptionsFromArgs, tokenizerFromArg, withForeignOptions, withReadOptions } from './inspect';
+import { OutputFile } from './output';
 
 export async function importCommand(kind: string, src: string, outPath: string, err: (s: string) => void, read: ReadOptions = {}, foreign: ForeignOptions = {}): Promise<number> {
   if (!(IMPORT_KINDS as readonly string[]).includes(kind)) {
     err(`unknown import kind "${kind}"; expected one of ${IMPORT_KINDS.join(', ')}\n`);
     return 2;
   }
-  const out = createWriteStream(outPath);
-  const opened = new Promise<void>((resolve, reject) => {
-    out.once('open', () => resolve());
-    out.once('error', reject);
-  });
-  try {
-    await opened;
-  } catch (e) {
-    err(`${outPath}: cannot write: ${(e as Error).message}\n`);
-    return 2;
-  }
-  const write = async (line: string) => {
-    if (!out.write(`${line}\n`)) await new Promise<void>((r) => out.once('drain', () => r()));
-  };
+  // The output is refused when it is one of the files read, and put in place only when the whole source was read.
+  const out = await OutputFile.create(outPath, await sourceFiles(src, kind === 'auto' ? undefined : importKindToSource(kind as Exclude<ImportKind, 'auto'>)));
+  const write = (line: string) => out.write(`${line}\n`);
   let written = 0;
   let skipped = 0;
   try {
@@ -54,8 +43,9 @@ export async function importCommand(kind: string, src: string, outPath: string, 
         written++;
       }
     }
+    await out.commit();
   } finally {
-    await new Promise<void>((resolve) => out.end(() => resolve()));
+    await out.abort();
   }
   err(`${src} → ${outPath}: ${written} ${kind === 'searchr1-dataset' ? 'examples' : 'trajectories'}${skipped ? `, ${skipped} skipped` : ''}\n`);
   return 0;

@@ -7,13 +7,14 @@
  * Exit 0 when every item scored, 1 when some failed (each reported on stderr), 2 for bad usage, unreadable
  * input or a module that does not compile.
  */
-import { createWriteStream } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { sourceFiles } from '../core/importers';
 import { RewardCompileError } from '../core/rewards/compile';
 import { BUILTIN_REWARDS, openReward, RewardReportBuilder, scoreRollouts, type RolloutSet } from '../core/rewards/scoring';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
+import { OutputFile } from './output';
 
 export interface RewardArgs {
   module: string;
@@ -49,7 +50,6 @@ export const rewardCommandDef = defineCommand({
 });
 
 export async function rewardCommand(values: RewardArgs, out: (s: string) => void, err: (s: string) => void): Promise<number> {
-  const { module: spec, rollouts } = values;
   if (values.report && (values.json || values.out)) throw new UsageError('--report cannot be combined with --json or --out');
   const positive = (name: string, v: unknown, min: number) => {
     const n = Number(v);
@@ -63,6 +63,19 @@ export async function rewardCommand(values: RewardArgs, out: (s: string) => void
     ...(values.workers ? { workers: positive('workers', values.workers, 1) } : {}),
   };
   const only = values.set ? await readSet(values.set) : undefined;
+  // The output is refused when it is one of the files read, and put in place only when every rollout was read.
+  const file = values.out ? await OutputFile.create(values.out, await sourceFiles(values.rollouts)) : undefined;
+  try {
+    return await scoreAll(values, out, err, file, limits, only);
+  } finally {
+    await file?.abort();
+  }
+}
+
+type Limits = { itemTimeoutMs: number; batchTimeoutMs: number; memoryMb: number; workers?: number };
+
+async function scoreAll(values: RewardArgs, out: (s: string) => void, err: (s: string) => void, file: OutputFile | undefined, limits: Limits, only: RolloutSet | undefined): Promise<number> {
+  const { module: spec, rollouts } = values;
   let opened;
   try {
     opened = await openReward(spec, { ...limits, onLog: (l) => err(`[reward] ${l}\n`) });
@@ -75,10 +88,7 @@ export async function rewardCommand(values: RewardArgs, out: (s: string) => void
     throw e;
   }
   const report = new RewardReportBuilder();
-  const file = values.out ? createWriteStream(values.out) : undefined;
-  const write = async (line: string) => {
-    if (file && !file.write(`${line}\n`)) await new Promise<void>((r) => file.once('drain', () => r()));
-  };
+  const write = async (line: string) => file?.write(`${line}\n`);
   let first = true;
   if (values.json) out(`{"module":${JSON.stringify(opened.compiled.file)},"items":[`);
   const isTty = Boolean(process.stderr.isTTY);
@@ -119,8 +129,9 @@ export async function rewardCommand(values: RewardArgs, out: (s: string) => void
   } finally {
     if (isTty) err('\n');
     await opened.sandbox.close();
-    if (file) await new Promise<void>((r) => file.end(() => r()));
   }
+  // Every rollout is in it (a failed item with its error): put in place before the summary says it was written.
+  await file?.commit();
   const r = report.result();
   if (values.report) {
     out(`${JSON.stringify({ report: r, module: opened.compiled.file, rollouts, set: read })}\n`);

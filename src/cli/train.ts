@@ -166,6 +166,19 @@ interface TrainRequest {
   quiet: boolean;
 }
 
+/**
+ * A word as a POSIX shell reads it back unchanged: as it is when it holds only characters no shell treats specially,
+ * else in single quotes (inside which nothing is special; a single quote itself is closed, escaped and reopened).
+ */
+export function shellQuote(word: string): string {
+  return /^[A-Za-z0-9_@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
+
+/** The command that resumes a run, safe to paste into a shell whatever the run directory is called. */
+export function resumeCommand(runDir: string): string {
+  return `search-agent-studio train --resume --run-dir ${shellQuote(runDir)}`;
+}
+
 async function runTraining(req: TrainRequest, log: (s: string) => void): Promise<{ code: number; outcome?: RunOutcome; python?: string }> {
   const runPython = req.resume && req.runDir ? (await readRun(resolve(req.runDir)))?.python : undefined;
   const search = await findPython(cliPythonCandidates(req.python, runPython), req.needs);
@@ -220,10 +233,10 @@ async function runTraining(req: TrainRequest, log: (s: string) => void): Promise
   if (outcome.status === 'failed') {
     process.stderr.write(`\nthe run failed at step ${outcome.step}: ${outcome.error?.message ?? ''}\n`);
     if (outcome.error?.traceback) process.stderr.write(`${outcome.error.traceback.trimEnd().split('\n').slice(-12).join('\n')}\n`);
-    process.stderr.write(`log: ${join(where, 'logs', 'trainer.log')}\nresume: search-agent-studio train --resume --run-dir ${where}\n`);
+    process.stderr.write(`log: ${join(where, 'logs', 'trainer.log')}\nresume: ${resumeCommand(where)}\n`);
     return { code: 1, outcome };
   }
-  if (outcome.status === 'stopped') log(`stopped at step ${outcome.step} (checkpointed); resume: search-agent-studio train --resume --run-dir ${where}`);
+  if (outcome.status === 'stopped') log(`stopped at step ${outcome.step} (checkpointed); resume: ${resumeCommand(where)}`);
   return { code: 0, outcome, python: search.found.executable };
 }
 

@@ -415,7 +415,7 @@ export interface RewardLabContract extends Contract {
 }
 
 /** The alarms (rules in src/core/audit/alarms.ts; named here, the dashboard charts them). */
-export const ALARMS = ['answer-enumeration', 'think-degenerate', 'length-capped', 'search-repeat', 'answer-in-search', 'search-collapse'] as const;
+export const ALARMS = ['answer-enumeration', 'think-degenerate', 'length-capped', 'search-repeat', 'answer-in-search', 'search-collapse', 'tags-in-document'] as const;
 export type Alarm = (typeof ALARMS)[number];
 
 /** The metric names the dashboard charts the audit's per-step series is sent as (`audit/…`, beside the trainer's; src/core/audit/series.ts). */

@@ -153,7 +153,7 @@ describe('hostile reward modules', function () {
       const c = SEQUENCE[i]!;
       const want = CASES[c] ?? { reward: 1 };
       if ('reward' in want) assert.equal(it.reward, want.reward, `cli ${c}: ${JSON.stringify(it)}`);
-      else assert.match(it.error ?? '', want.message, `cli ${c}`);
+      else assert.match(it.error ?? '', want.message, `cli ${c}: ${JSON.stringify(it)}`);
     });
     assert.ok(json.stderr.length < 200_000, `stderr bounded (${json.stderr.length} characters)`);
     assert.doesNotMatch(json.stderr, /\u001b/, 'no terminal control sequence from the module reaches the terminal');
@@ -182,7 +182,7 @@ describe('hostile reward modules', function () {
         if ('reward' in want) assert.equal(it.reward, want.reward, `server ${c}: ${JSON.stringify(it)}`);
         else {
           assert.equal(it.reward, null);
-          assert.match(it.error ?? '', want.message, `server ${c}`);
+          assert.match(it.error ?? '', want.message, `server ${c}: ${JSON.stringify(it)}`);
         }
       });
       const health = await fetch(`http://127.0.0.1:${server.port}/health`);

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from .run_writer import remove_freeing, write_bytes
+
 STATE = "trainer_state.json"
 
 
@@ -41,19 +43,53 @@ def load_trainable(policy: torch.nn.Module, path: Path) -> None:
             params[n].copy_(v.to(params[n].device, params[n].dtype))
 
 
+class _Writer:
+    """A binary file as torch.save writes to it, through run_writer.write_bytes (errors name the file; a simulated
+    full disk reaches it)."""
+
+    def __init__(self, f: Any, path: Path):
+        self.f, self.path = f, path
+
+    def write(self, data: Any) -> int:
+        write_bytes(self.f, data, self.path)
+        return len(memoryview(data).cast("B"))
+
+    def flush(self) -> None:
+        pass
+
+
+def _save(obj: Any, path: Path) -> None:
+    with open(path, "wb", buffering=0) as f:
+        torch.save(obj, _Writer(f, path))
+
+
 def save_checkpoint(run_dir: Path, step: int, policy: Any, tokenizer: Any, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Path:
+    """Writes the checkpoint under a temporary name and renames it into place. A write that fails (a full disk)
+    removes the temporary directory, so nothing half written is left, and the error names the file."""
     final = run_dir / "checkpoints" / f"step-{step:06d}"
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    torch.save(trainable_state(policy), tmp / "trainable.pt")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    if tokenizer.kind == "tiny":
-        tokenizer.impl.save(str(tmp / "tokenizer.json"))
-        (tmp / "tiny_config.json").write_text(json.dumps(policy.backbone.config), encoding="utf-8")
-    elif hasattr(policy.backbone, "peft_config"):
-        policy.backbone.save_pretrained(str(tmp / "model"))
-    (tmp / STATE).write_text(json.dumps({"step": step, **state}), encoding="utf-8")
+    at = tmp
+    try:
+        _save(trainable_state(policy), at := tmp / "trainable.pt")
+        _save(optimizer.state_dict(), at := tmp / "optimizer.pt")
+        if tokenizer.kind == "tiny":
+            tokenizer.impl.save(str(at := tmp / "tokenizer.json"))
+            (at := tmp / "tiny_config.json").write_text(json.dumps(policy.backbone.config), encoding="utf-8")
+        elif hasattr(policy.backbone, "peft_config"):
+            policy.backbone.save_pretrained(str(at := tmp / "model"))
+        with open(at := tmp / STATE, "wb", buffering=0) as f:
+            write_bytes(f, json.dumps({"step": step, **state}).encode("utf-8"), at)
+    except BaseException as e:
+        remove_freeing(tmp)
+        # The write's own error (torch.save's cleanup raises a RuntimeError over it), naming the file.
+        cause: BaseException | None = e
+        while cause is not None and not isinstance(cause, OSError):
+            cause = cause.__cause__ or cause.__context__
+        if isinstance(cause, OSError):
+            raise (cause if cause.filename else OSError(cause.errno, cause.strerror or str(cause), str(at))) from e
+        raise
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     return final

@@ -132,7 +132,34 @@ def load_config(path: str | os.PathLike[str]) -> Section:
         raise ConfigError(f"{p}: no such file") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{p}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
-    return config_from_dict(raw, base=p.parent, source=str(p))
+    cfg = config_from_dict(raw, base=p.parent, source=str(p))
+    check_vocab_places(cfg, p.parent, str(p))
+    return cfg
+
+
+def check_vocab_places(cfg: Section, base: Path, source: str) -> None:
+    """`model.tiny.vocab` files are read word by word into the tiny tokenizer, which every checkpoint carries
+    (tokenizer.json): so they must be the run's own texts — inside the config's folder, beside the run's data
+    (data.train, data.eval, retriever.corpus), or the install's built-in data — never any file a path can name
+    (`/etc/passwd` would be copied into the checkpoint). Checked where a new run starts from a config file; a resume
+    reads its tokenizer from the checkpoint."""
+    if cfg.model.kind != "tiny" or not cfg.model.tiny or not cfg.model.tiny.vocab:
+        return
+    roots = {Path(base).resolve(), EXAMPLES.resolve()}
+    for place in (("data", "train"), ("data", "eval"), ("retriever", "corpus")):
+        value = _get(cfg, place[:-1]).get(place[-1])
+        if isinstance(value, str) and value:
+            roots.add(Path(value).resolve().parent)
+    problems = []
+    for i, value in enumerate(cfg.model.tiny.vocab):
+        real = Path(value).resolve()
+        if not any(real == r or r in real.parents for r in roots):
+            problems.append(
+                f"model.tiny.vocab[{i}]: {value} is outside the config's folder ({Path(base).resolve()}) and the folders of the run's data; "
+                "a vocabulary file must be the run's own text (its words go into every checkpoint's tokenizer): put it beside the config or the data"
+            )
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
 
 
 # `algorithm.preset`: Search-R1's settings (PeterGriffinJin/Search-R1 train_ppo.sh and train_grpo.sh, over its

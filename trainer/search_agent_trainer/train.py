@@ -52,7 +52,7 @@ from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .generation import LMGenerator, auto_max_batch_tokens
 from .policy import Reference, build_policy, compute_dtype, cpu_has_native_bf16, window_stats
 from .rollout import VOCABULARY_TEXTS, RolloutSettings, Trajectory, make_dialect, run_rollouts
-from .run_writer import RunWriter, rollout_record
+from .run_writer import RunWriter, disk_full_message, rollout_record, set_disk_fault
 from .watchdog import watch_parent
 
 
@@ -95,6 +95,8 @@ class Trainer:
         self.stages = stages(cfg)
         self.stage = self.stages[0]
         self.writer = self._run_writer(stdout)
+        if cfg.test and cfg.test.disk_full:  # tests: a full disk from a given write on (run_writer.set_disk_fault)
+            set_disk_fault(cfg.test.disk_full.at, int(cfg.test.disk_full.after_bytes))
         self.env = EnvClient(env_url)
 
     def versions(self) -> dict[str, str | None]:
@@ -679,11 +681,18 @@ class Trainer:
             return 0
         except Exception as e:  # noqa: BLE001 - every failure is reported, with its traceback
             tb = traceback.format_exc()
-            message = f"{type(e).__name__}: {e}"
-            w.log(tb)
-            w.event("error", message=message, traceback=tb)
-            w.finish("failed", {"message": message, "traceback": tb})
-            w.event("finished", status="failed", step=int(w.run.get("step", 0)))
+            # A full disk says so first, naming the file (its traceback would end in ENOSPC, which is all it says).
+            full = disk_full_message(e)
+            message = full or f"{type(e).__name__}: {e}"
+            w.log(f"error: {full}" if full else tb)
+            # The host reads stdout: it gets these even when the run directory cannot take them.
+            w.event("error", best_effort=True, message=message, traceback=tb)
+            try:
+                # On a full disk, a short run.json: its old blocks may be all the room there is.
+                w.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
+            except OSError as e2:
+                w.log(f"could not record the failure in run.json: {disk_full_message(e2) or e2}")
+            w.event("finished", best_effort=True, status="failed", step=int(w.run.get("step", 0)))
             return 1
         finally:
             for s, h in previous.items():
@@ -779,7 +788,9 @@ def reward_item(t: Trajectory, search_tool: str) -> dict[str, Any]:
     """A trajectory as `/reward` scores it (the tool-call dialect names its search tool)."""
     tool = {"search_tool": search_tool} if t.dialect == "toolcall" else {}
     strict = {"strict_actions": True} if t.strict_actions else {}
-    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool, **strict}
+    # Who wrote what: the reward reads the answer from the policy's text only, never from tags in a document.
+    spans = t.spans
+    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool, **strict, **({"spans": spans} if spans else {})}
 
 
 def token_arrays(tok: Any, t: Trajectory) -> dict[str, list[Any]]:

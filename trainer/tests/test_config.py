@@ -129,3 +129,21 @@ def test_hops_mix_keys_are_hops_and_its_weights_numbers():
         config_from_dict(_cfg(data={"train": str(DEMO / "train.jsonl"), "hops_mix": {"two": 1}}))
     with pytest.raises(ConfigError, match=r"data.hops_mix"):
         config_from_dict(_cfg(data={"train": str(DEMO / "train.jsonl"), "hops_mix": {"1": -1}}))
+
+
+def test_a_vocabulary_file_must_be_the_runs_own_text(tmp_path):
+    """model.tiny.vocab is read into the tokenizer every checkpoint carries: /etc/passwd (or a link to it beside the
+    config) is refused naming the field; files beside the config or the data, and built-in data, are read."""
+    from search_agent_trainer.config import load_config
+    from search_agent_trainer.schema import ConfigError
+
+    (tmp_path / "words.txt").write_text("alpha beta\n")
+    (tmp_path / "passwd-link").symlink_to("/etc/passwd")
+    for vocab, ok in [(["/etc/passwd"], False), (["passwd-link"], False), (["words.txt", "builtin:demo/corpus"], True), ([str(DEMO / "corpus.jsonl")], True)]:
+        path = tmp_path / "c.run.json"
+        path.write_text(json.dumps({"data": {"train": "builtin:demo/train"}, "model": {"kind": "tiny", "tiny": {"vocab": vocab}}}))
+        if ok:
+            assert load_config(path).model.tiny.vocab
+        else:
+            with pytest.raises(ConfigError, match=r"model\.tiny\.vocab\[0\]: .* is outside the config's folder"):
+                load_config(path)

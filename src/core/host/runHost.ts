@@ -5,6 +5,7 @@
  * `stopped` → after a grace period the whole process tree is killed. The run directory is the record: whatever
  * happens here, it stays readable and resumable.
  */
+import { constants as osConstants } from 'node:os';
 import { readFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import { packageRoot } from '../paths';
@@ -143,7 +144,17 @@ export class RunHost {
     const tail = this.trainer.stderr.text(12);
     // Killed after the grace period, or by someone else: the run did not end cleanly, but a stop was asked.
     if (this.stopping && exit.code !== 1) return { status: 'stopped', runDir: this.runDir, step, exit, error: { message: `the trainer did not stop within the grace period and was killed (${exit.signal ?? exit.code})` } };
-    const error = run.error ?? { message: tail ? tail : `the trainer exited with ${exit.signal ?? `code ${exit.code}`}` };
+    const error = run.error ?? (exit.signal ? { message: killedMessage(exit.signal), ...(tail ? { traceback: tail } : {}) } : { message: tail ? tail : `the trainer exited with code ${exit.code}` });
     return { status: 'failed', runDir: this.runDir, step, exit, error };
   }
+}
+
+/**
+ * What a trainer ended by a signal it did not handle means (`kill -9`, the kernel's out-of-memory killer, a crash):
+ * the signal and the exit status a shell would show (128 + its number). Its last log lines go beside it.
+ */
+export function killedMessage(signal: string): string {
+  const number = (osConstants.signals as Record<string, number | undefined>)[signal];
+  const why = signal === 'SIGKILL' ? ': another process or the kernel (out of memory?) ended it; it could not checkpoint' : signal === 'SIGSEGV' || signal === 'SIGBUS' || signal === 'SIGABRT' ? ': it crashed' : '';
+  return `the trainer was killed by ${signal}${number !== undefined ? ` (exit status ${128 + number})` : ''}${why}; resume from its last checkpoint`;
 }

@@ -8,7 +8,7 @@ import { basename, extname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { LocatedIssue, ReadOptions, Rollout } from '../run/format';
 import { validateRollout } from '../run/format';
-import { readLines } from '../store/jsonl';
+import { readLines, tooLongMessage } from '../store/jsonl';
 import { parseRolloutLine, rolloutFiles, runConfigDialect } from '../store/rollouts';
 import { importSearchR1Dataset, type DatasetExample, type DatasetImportIssue } from './dataset';
 import { importSearchR1Transcripts } from './searchr1';
@@ -51,12 +51,16 @@ async function firstLine(path: string): Promise<string | undefined> {
 }
 
 async function statOrThrow(path: string) {
+  let st;
   try {
-    return await stat(path);
+    st = await stat(path);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     throw new UnreadableInput(path, code === 'ENOENT' ? 'no such file or directory' : code === 'EACCES' ? 'permission denied' : (e as Error).message);
   }
+  // A FIFO, socket or device would block the reader (or never end): only files and directories are read.
+  if (!st.isFile() && !st.isDirectory()) throw new UnreadableInput(path, `not a regular file or directory (${st.isFIFO() ? 'a FIFO' : st.isSocket() ? 'a socket' : 'a device'}); name a file`);
+  return st;
 }
 
 /**
@@ -142,7 +146,11 @@ export async function* readSource(path: string, kind?: SourceKind, read: ReadOpt
       const codec = foreign.tokenizer ? sampleCodec(foreign.tokenizer) : undefined;
       const pieces = codec ? new PieceCache(codec) : undefined;
       for (const file of await rolloutFiles(path)) {
-        for await (const { line, text } of readLines(file)) {
+        for await (const { line, text, tooLong } of readLines(file)) {
+          if (tooLong !== undefined) {
+            yield { issues: [{ file, line, field: '', message: tooLongMessage(tooLong) }], where: `${file}:${line}` };
+            continue;
+          }
           const row = parseRolloutLine(text, file, line, options);
           yield row.record ? { record: codec ? withInferredRoles(row.record, codec, pieces) : row.record, issues: [], where: `${file}:${line}` } : { issues: row.errors, where: `${file}:${line}` };
         }
@@ -152,7 +160,11 @@ export async function* readSource(path: string, kind?: SourceKind, read: ReadOpt
     case 'verl':
       for (const file of await rolloutFiles(path)) {
         const stepFromName = Number(/(\d+)\.jsonl$/.exec(basename(file))?.[1] ?? NaN);
-        for await (const { line, text } of readLines(file)) {
+        for await (const { line, text, tooLong } of readLines(file)) {
+          if (tooLong !== undefined) {
+            yield { issues: [{ file, line, field: '', message: tooLongMessage(tooLong) }] };
+            continue;
+          }
           let obj: unknown;
           try {
             obj = JSON.parse(text);
@@ -210,8 +222,22 @@ async function trlFiles(path: string): Promise<string[]> {
 }
 
 export async function* importDataset(path: string, issues: DatasetImportIssue[]): AsyncGenerator<DatasetExample> {
-  await statOrThrow(path);
+  if ((await statOrThrow(path)).isDirectory()) throw new UnreadableInput(path, 'is a directory; expected a Search-R1 dataset parquet file (train.parquet or test.parquet)');
   yield* importSearchR1Dataset(path, issues);
+}
+
+/**
+ * The files reading `path` as `kind` takes (detected when absent): what a command that writes a file must not
+ * overwrite. Empty when `path` does not exist.
+ */
+export async function sourceFiles(path: string, kind?: SourceKind | 'dataset'): Promise<string[]> {
+  const st = await stat(path).catch(() => undefined);
+  if (!st) return [];
+  if (!st.isDirectory()) return [path];
+  const k = kind ?? (await detectSource(path).catch(() => undefined));
+  if (k === 'trl') return trlFiles(path).catch(() => []);
+  if (k === 'rollouts' || k === 'verl') return rolloutFiles(path).catch(() => []);
+  return (await readdir(path, { withFileTypes: true })).filter((d) => d.isFile()).map((d) => join(path, d.name));
 }
 
 export function importKindToSource(kind: Exclude<ImportKind, 'auto'>): SourceKind | 'dataset' {

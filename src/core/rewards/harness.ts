@@ -139,7 +139,7 @@ export function harnessSource(moduleGlobal: string): string {
       const def = mod && mod.default;
       if (!def || typeof def.score !== 'function') throw new TypeError('the module has no default export made with defineReward({ name, score })');
       const item = parse(json);
-      const traj = mod.makeTrajectory(prompt, response, { dialect: item.dialect, searchTool: item.searchTool, strictActions: item.strictActions });
+      const traj = mod.makeTrajectory(prompt, response, { dialect: item.dialect, searchTool: item.searchTool, strictActions: item.strictActions, spans: item.spans });
       const example = { golden: item.golden, question: item.question, data_source: item.data_source, meta: item.meta };
       out = def.score(traj, example);
       if (out !== null && (typeof out === 'object' || typeof out === 'function') && typeof out.then === 'function') {

@@ -26,6 +26,7 @@ import { availableParallelism } from 'node:os';
 import { SourceMap } from 'node:module';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import type { Worker } from 'node:worker_threads';
+import type { ResponseSpan } from '../tags/spans';
 import { spawnWorker } from '../workers';
 import { BUNDLE_NAME, REWARD_GLOBAL, type CompiledReward } from './compile';
 import { LOG_LIMITS, RESULT_LIMITS } from './harness';
@@ -46,6 +47,8 @@ export interface RewardItem {
   searchTool?: string;
   /** The run's `rollout.strict_actions`: the answer is read as the environment read it (`strictAction`). */
   strictActions?: boolean;
+  /** Who wrote each part of the response (tags/spans.ts, UTF-16 offsets): the answer is read from the policy's text only. */
+  spans?: ResponseSpan[];
   /** Where the rollout came from, for messages (e.g. `rollouts.jsonl:17`). */
   where?: string;
 }
@@ -317,7 +320,7 @@ export class RewardSandbox {
       const it = items[i]!;
       let json: string;
       try {
-        json = JSON.stringify({ golden: it.golden, question: it.question, data_source: it.data_source, meta: it.meta, dialect: it.dialect, searchTool: it.searchTool, strictActions: it.strictActions });
+        json = JSON.stringify({ golden: it.golden, question: it.question, data_source: it.data_source, meta: it.meta, dialect: it.dialect, searchTool: it.searchTool, strictActions: it.strictActions, spans: it.spans });
       } catch (e) {
         fail(i, { kind: 'input', message: `the rollout cannot be passed to the reward module: ${(e as Error).message}` });
         continue;

@@ -4,7 +4,7 @@
  * per data source, zero-variance GRPO groups before and after, what changed, errors).
  */
 import { join } from 'node:path';
-import { groupKeyOf, type Rollout } from '../run/format';
+import { groupKeyOf, rolloutSpans, type Rollout } from '../run/format';
 import { readSource } from '../importers';
 import { packageRoot } from '../paths';
 import { compileRewardModule, rewardApiPath, type CompiledReward } from './compile';
@@ -33,6 +33,8 @@ export async function openReward(spec: string, options: SandboxOptions = {}, con
   return { spec, compiled, sandbox: new RewardSandbox(compiled, options, rewardApiPath()) };
 }
 
+const withSpans = (spans: RewardItem['spans']) => (spans ? { spans } : {});
+
 export function itemFromRollout(r: Rollout, where?: string): RewardItem {
   return {
     id: r.id,
@@ -44,6 +46,7 @@ export function itemFromRollout(r: Rollout, where?: string): RewardItem {
     ...(r.meta !== undefined ? { meta: r.meta } : {}),
     ...(r.dialect !== undefined ? { dialect: r.dialect } : {}),
     ...(r.strict_actions === true ? { strictActions: true } : {}),
+    ...withSpans(rolloutSpans(r)),
     ...(where ? { where } : {}),
   };
 }

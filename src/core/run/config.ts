@@ -307,6 +307,15 @@ export const RunConfigSchema = S.object(
         {
           crash_at_step: S.optional(S.integer({ minimum: 0, description: 'Raise an error at this step (tests of crash handling).' })),
           step_delay_s: S.optional(S.number({ minimum: 0, description: 'Sleep this long each step (tests of cancellation).' })),
+          disk_full: S.optional(
+            S.object(
+              {
+                at: S.string({ minLength: 1, description: 'The disk fills while a file whose path contains this is written (e.g. `checkpoints/step-000002`, `events.jsonl`).' }),
+                after_bytes: S.integer({ minimum: 0, description: 'How many bytes of those writes fit first.' }),
+              },
+              { ...strict, description: 'Simulate a full disk (tests of ENOSPC handling): from then on every write that needs a new block fails, as on a real file system.' },
+            ),
+          ),
         },
         { ...strict, description: 'For tests only.' },
       ),

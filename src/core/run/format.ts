@@ -6,8 +6,10 @@
  * Readers accept fields they do not know (forward compatibility inside a version); `v` changes when a field
  * changes meaning.
  */
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../schema/bounds';
 import { S, toJsonSchema, validate, type Issue, type Static } from '../schema/schema';
 import { DIALECTS, type Dialect } from '../tags/parser';
+import { SPAN_ROLES, spansFromTokens, spansFromWire, type ResponseSpan } from '../tags/spans';
 import type { ResponseContext } from '../tags/trajectory';
 import { RunConfigSchema } from './config';
 import { ENGINE_LIMITS, ENGINES } from './engines';
@@ -87,9 +89,36 @@ export const RolloutSchema = S.object(
     turns: S.optional(S.integer({ minimum: 0 })),
     searches: S.optional(S.integer({ minimum: 0 })),
     tokens: S.optional(TokensSchema),
+    spans: S.optional(
+      S.object(
+        {
+          v: S.literal(1, 'Spans version 1.'),
+          runs: S.array(S.array(S.union(S.enum(SPAN_ROLES), S.integer({ minimum: 0 }))), { description: '[role, length] pairs in order; lengths in Unicode code points; they tile `response` exactly.' }),
+        },
+        {
+          description:
+            'Who wrote each part of `response` (the environment that built it says so): runs of `generated` (the policy), `retrieved` (documents), `feedback` (the environment’s messages) and `prompt` (chat-template text). Rewards, the parser and every instrument read actions and the answer from `generated` text only, so tags inside a document are document text (docs/rewards.md, “Who wrote what”). Without it, token roles are used when the tokens’ texts concatenate to the response; else the tags.',
+        },
+      ),
+    ),
     meta: S.optional(S.record(S.any(), 'Anything else an importer or user keeps (source file, line, extra fields).')),
   },
-  { description: 'One trajectory: a line of rollouts/step-NNNNNN.jsonl.' },
+  {
+    description: `One trajectory: a line of rollouts/step-NNNNNN.jsonl. No field but \`tokens\` may nest deeper than ${MAX_JSON_DEPTH} levels.`,
+    // Records go on to workers and webviews by structured clone, which recurses: a deep \`meta\` would kill them.
+    refine: (r: Record<string, unknown>, path) => {
+      const issues: Issue[] = [];
+      for (const [k, v] of Object.entries(r)) if (k !== 'tokens' && nestsDeeperThan(v, MAX_JSON_DEPTH)) issues.push({ path: path ? `${path}.${k}` : k, message: `nested deeper than ${MAX_JSON_DEPTH} levels` });
+      if (r.spans !== undefined && typeof r.response === 'string') {
+        const read = spansFromWire(r.spans, r.response, path ? `${path}.spans` : 'spans');
+        if ('error' in read) {
+          const [field, ...rest] = read.error.split(': ');
+          issues.push({ path: field!, message: rest.join(': ') });
+        }
+      }
+      return issues;
+    },
+  },
 );
 export type Rollout = Static<typeof RolloutSchema>;
 export type Tokens = Static<typeof TokensSchema>;
@@ -169,7 +198,20 @@ export function applyDialect(r: Rollout, o: ReadOptions): Rollout {
 
 /** What the parser needs to read a record's response in its dialect. */
 export function rolloutContext(r: Rollout, o: ReadOptions = {}): ResponseContext {
-  return { prompt: r.prompt, dialect: o.dialect && o.dialect !== 'auto' ? o.dialect : (r.dialect ?? o.runDialect ?? 'auto'), ...(o.searchTool ? { searchTool: o.searchTool } : {}) };
+  const spans = rolloutSpans(r);
+  return { prompt: r.prompt, dialect: o.dialect && o.dialect !== 'auto' ? o.dialect : (r.dialect ?? o.runDialect ?? 'auto'), ...(o.searchTool ? { searchTool: o.searchTool } : {}), ...(spans ? { spans } : {}) };
+}
+
+/**
+ * Who wrote each part of a record's response: its `spans` (written by the environment), else its token roles when the
+ * response tokens' texts concatenate to the response; undefined for plain text (read by its tags).
+ */
+export function rolloutSpans(r: Pick<Rollout, 'response' | 'spans' | 'tokens'>): ResponseSpan[] | undefined {
+  if (r.spans !== undefined) {
+    const read = spansFromWire(r.spans, r.response);
+    if (!('error' in read)) return read;
+  }
+  return r.tokens ? spansFromTokens(r.response, r.tokens.text, r.tokens.role) : undefined;
 }
 
 /** A located problem in a file: `file:line: field: message`. */

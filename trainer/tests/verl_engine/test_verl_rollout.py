@@ -185,6 +185,7 @@ def test_the_same_scripts_through_the_builtin_rollout_give_the_same_tokens(setup
     trajs = run_rollouts(EXAMPLES, [(tok.decode(rows[0]["prompt"]), rows[0]["prompt"]), (tok.decode(rows[2]["prompt"]), rows[2]["prompt"])], 2, ScriptedTurnGenerator(model), tok, EnvClient(demo_env.url), RolloutSettings(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, 2))
     for t, x in zip(trajs, rows):
         assert t.ids == x["ids"] and t.roles == x["sas"]["roles"] and t.finish == x["sas"]["finish"] and t.response == x["sas"]["response"]
+        assert t.spans == x["sas"]["spans"]  # who wrote what, for the reward (issue 40)
 
 
 def test_the_reward_goes_through_veRLs_reward_loop_to_our_reward_module(setup, rollout):
@@ -357,10 +358,15 @@ def test_the_tool_call_dialect_runs_veRLs_tool_agent_loop_with_our_search_tool_a
     assert [r for r, _, _ in spans(b["sas"]["roles"])] == ["generated", "prompt", "feedback", "prompt", "generated"]
     fb = spans(b["sas"]["roles"])[2]
     assert tok.decode(b["ids"][fb[1] : fb[2]]).strip().startswith("Unknown function 'lookup'") and b["sas"]["searches"] == 0
+    # Who wrote what (issue 40): the response piece by piece, one per run of one role, tiles the text.
+    for x in (a, b):
+        assert [r for r, _n in x["sas"]["spans"]["runs"]] == [r for r, _, _ in spans(x["sas"]["roles"])]
+        assert sum(n for _r, n in x["sas"]["spans"]["runs"]) == len(x["sas"]["response"])
     records, _ = records_from_batch(out, tok, run_id="t", step=1, split="train")
     for rec in records:
         jsonschema.validate(rec, SCHEMAS["rollout"])
         assert rec["dialect"] == "toolcall"
+        assert rec["spans"]["v"] == 1 and sum(n for _r, n in rec["spans"]["runs"]) == len(rec["response"])
     assert mask_leaks(records) == (0, [])
 
 

@@ -34,7 +34,7 @@ from verl.experimental.agent_loop.tool_agent_loop import AgentState, ToolAgentLo
 from verl.utils.rollout_trace import rollout_trace_op
 
 from ...policy import Tokenizer
-from ...rollout import STOP_STRINGS, Generate, RolloutSettings, Trajectory, make_dialect, play, turn_action
+from ...rollout import STOP_STRINGS, Generate, RolloutSettings, Trajectory, make_dialect, play, role_runs, turn_action
 from . import ENV_URL_VAR, SEARCH_R1_AGENT, TOOL_AGENT
 from .batching import env_batchers
 from .dataset import example_of
@@ -127,6 +127,7 @@ def rollout_fields(t: Trajectory, dialect: str, cut: dict[str, int] | None = Non
         "roles": list(t.roles),
         "prompt": t.prompt,
         "response": t.response,
+        **({"spans": t.spans} if t.spans else {}),
         "finish": t.finish,
         "turns": t.turns,
         "searches": t.searches,
@@ -185,7 +186,9 @@ class SearchToolAgentLoop(ToolAgentLoop):
                 roles[lo:hi] = segment_roles(self.tokenizer, list(output.response_ids[lo:hi]), replies)
         t = Trajectory(example_of(kwargs), 0, 0, self.tokenizer.decode(output.prompt_ids, skip_special_tokens=False), list(output.prompt_ids))
         t.ids, t.roles, t.turns, t.finish = list(output.response_ids), roles, self._turns, self._finish
-        t.pieces = [self.tokenizer.decode(output.response_ids, skip_special_tokens=False)]
+        # The response piece by piece, one per run of one role, so its spans say which text the environment wrote.
+        for a, b in role_runs(roles):
+            t.append([], roles[a], self.tokenizer.decode(output.response_ids[a:b], skip_special_tokens=False))
         t.retrieval = list(output.extra_fields.pop("sas_retrieval", None) or [])
         t.searches = len(t.retrieval)
         t.valid_actions = t.searches + (t.finish == "answer")

@@ -38,8 +38,8 @@ from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from ... import __version__
 from ...rollout import Trajectory, truncation_warning
-from ...run_writer import RunWriter
 from ...record.tokens import token_record, trajectory_of
+from ...run_writer import RunWriter, disk_full_message
 from ...train import SUMMARY_KEYS, Trainer, held_out_metrics
 from . import STOP_FILE
 from .agent_loop import our_tokenizer
@@ -114,6 +114,8 @@ def records_from_batch(batch: Any, tokenizer: Any, *, run_id: str, step: int, sp
             rec["meta"]["roles"] = "engine loss mask (response_mask)"
         if sas.get("strict_actions"):
             rec["strict_actions"] = True
+        if sas.get("spans") and sas.get("response") is not None:
+            rec["spans"] = sas["spans"]
         if sas.get("obs_truncated"):
             rec["meta"]["obs_truncated"], rec["meta"]["obs_longest"] = int(sas["obs_truncated"]), int(sas.get("obs_longest", 0))
         rec["meta"]["verl"] = {"uid": uid, "index": str(row.get("index", "")), "roles": "agent loop" if sas.get("roles") is not None else "from response_mask"}
@@ -315,10 +317,15 @@ class RecordingTrainer(RayPPOTrainer):
             w.event("finished", status="stopped", step=self.global_steps)
         except BaseException as e:
             tb = traceback.format_exc()
-            w.log(tb)
-            w.event("error", message=f"{type(e).__name__}: {e}", traceback=tb)
-            w.finish("failed", {"message": f"{type(e).__name__}: {e}", "traceback": tb})
-            w.event("finished", status="failed", step=int(w.run.get("step", 0)))
+            full = disk_full_message(e)  # a full disk is said first, naming the file (as the builtin trainer does)
+            message = full or f"{type(e).__name__}: {e}"
+            w.log(f"error: {full}" if full else tb)
+            w.event("error", best_effort=True, message=message, traceback=tb)
+            try:
+                w.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
+            except OSError:
+                pass
+            w.event("finished", best_effort=True, status="failed", step=int(w.run.get("step", 0)))
             raise
         finally:
             tracking.Tracking = original

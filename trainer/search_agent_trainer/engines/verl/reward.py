@@ -43,6 +43,8 @@ def reward_item(data_source: str, solution_str: str, ground_truth: Any, extra_in
         item["prompt"] = sas["prompt"]
     if sas.get("strict_actions"):
         item["strict_actions"] = True
+    if sas.get("spans") and "response" in sas:  # who wrote what, over our agent loop's response text
+        item["spans"] = sas["spans"]
     return item
 
 
