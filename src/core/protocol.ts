@@ -683,6 +683,9 @@ export interface InspectorStatus {
   error?: string;
   /** With which tokenizer the `drift` column is checked, or why it is not. */
   drift?: string;
+  /** Set when the query uses drift (a `drift` term, or the sort) and drift is not checked: why (the view's count
+   * then says "not checked", not "0 match"). */
+  notChecked?: string;
 }
 
 export interface InspectorState {

@@ -362,7 +362,9 @@ function showStatus(s: InspectorStatus): void {
   if (s.error) parts.push(s.error);
   else {
     parts.push(`${s.total.toLocaleString()} rows in ${s.files} file${s.files === 1 ? '' : 's'}`);
-    if (query.filter.trim() || query.search) parts.push(`${s.view.toLocaleString()} match`);
+    // A filter on drift when drift is not checked matches nothing for that reason: say so, not "0 match".
+    if (s.notChecked) parts.push(s.view ? `${s.view.toLocaleString()} match (${s.notChecked})` : s.notChecked);
+    else if (query.filter.trim() || query.search) parts.push(`${s.view.toLocaleString()} match`);
     if (s.indexing) parts.push(`indexing ${s.indexing.totalBytes ? Math.round((100 * s.indexing.bytes) / s.indexing.totalBytes) : 0}%`);
     else if (s.analysed < s.total) parts.push(`analysed ${Math.round((100 * s.analysed) / Math.max(1, s.total))}% (filters cover the analysed rows)`);
     if (s.malformed) parts.push(`${s.malformed} malformed`);
@@ -372,6 +374,8 @@ function showStatus(s: InspectorStatus): void {
   statusLine.textContent = parts.join(' · ');
   statusLine.title = s.drift ?? '';
   statusLine.classList.toggle('error', !!s.error);
+  statusLine.classList.toggle('warning', !!s.notChecked);
+  document.body.dataset.notChecked = s.notChecked ?? '';
   document.body.dataset.total = String(s.total);
   document.body.dataset.view = String(s.view);
   document.body.dataset.appliedSeq = String(s.seq);

@@ -6,9 +6,9 @@
 import { join } from 'node:path';
 import * as vscode from 'vscode';
 import { ForkHost, defaultCheckpoint, generationTurns, listCheckpoints } from '../../core/host/fork';
-import { addMicroscope, importancePreview, IMPORTANCE_DEFAULTS } from '../../core/audit';
+import { addMicroscope, importancePreview, IMPORTANCE_DEFAULTS, mismatchNote, tokenizerMismatch } from '../../core/audit';
 import { replayModel, type TextTokenizer } from '../../core/inspect/replay';
-import { loadTextTokenizer, loadTokenizerCodec, runTokenizer, type TokenizerCodec } from '../../core/inspect/tokenizer';
+import { loadTextTokenizer, runTokenizer, runVocabSize, type TokenizerCodec } from '../../core/inspect/tokenizer';
 import type { ForkChoices, ForkOptions, ForkResult, ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol';
 import type { Rollout } from '../../core/run/format';
 import { formatIssue } from '../../core/run/format';
@@ -38,8 +38,9 @@ export class ReplayPanel implements vscode.Disposable {
   private state: ReplayState | null = null;
   private inputs: ReplayInput[] = [];
   private tokenizer: { name: string; tokenize: TextTokenizer } | undefined;
-  /** The drift check's tokenizer for the rollouts shown (the setting, else their run's model directory's), or why none. */
-  private driftCodec: { codec?: TokenizerCodec; note?: string } = {};
+  /** The drift check's tokenizer for the rollouts shown (their run's own, else the setting's), or why none; the run's
+   * vocabulary size when known (a tokenizer with more ids is not the run's). */
+  private driftCodec: { codec?: TokenizerCodec; note?: string; runVocab?: number } = {};
   private importance: ReplayState['importance'] = { level: IMPORTANCE_DEFAULTS.isLevel, cap: IMPORTANCE_DEFAULTS.isCap };
   private readonly disposables: vscode.Disposable[] = [];
   /** The processes behind "Fork here" (policy servers, one per run and checkpoint; the run's env server): started on
@@ -87,7 +88,10 @@ export class ReplayPanel implements vscode.Disposable {
       }
       const read = trajectoryReadOptions(vscode.Uri.file(row.file), this.log);
       const model = replayModel(row.record, { index, file: row.file, line: row.line }, { read, ...(this.tokenizer ? { tokenizer: this.tokenizer.tokenize, tokenizerName: this.tokenizer.name } : {}) });
-      state.models.push(addMicroscope(model, row.record, { codec: this.driftCodec.codec, noCodec: this.driftCodec.note, isLevel: this.importance.level, isCap: this.importance.cap }));
+      // A tokenizer that cannot have tokenised this record (tokenizerMatch.ts) is not used: "does not match", not drift.
+      const { codec, note, runVocab } = this.driftCodec;
+      const why = codec ? tokenizerMismatch(codec, row.record, runVocab) : undefined;
+      state.models.push(addMicroscope(model, row.record, { codec: why ? undefined : codec, noCodec: why ? mismatchNote(codec!, why) : note, isLevel: this.importance.level, isCap: this.importance.cap }));
     }
     return state;
   }
@@ -95,8 +99,9 @@ export class ReplayPanel implements vscode.Disposable {
   /** The drift tokenizer and the importance preview's level and cap for a rollout file (searchAgent.audit.*). */
   private async loadAuditSettings(file: string | undefined): Promise<void> {
     if (!file) return;
-    const named = auditTokenizerSetting(file);
-    this.driftCodec = named ? await loadTokenizerCodec(named).then((codec) => ({ codec }), (e: Error) => ({ note: `drift not checked: ${e.message}` })) : await runTokenizer(file);
+    // The run's own tokenizer first; the folder's setting for rollouts of no run, or whose run names none.
+    const t = await runTokenizer(file, auditTokenizerSetting(file));
+    this.driftCodec = { ...t, ...(t.codec ? { runVocab: await runVocabSize(file) } : {}) };
     const is = importanceSettings(file);
     this.importance = { level: is.isLevel ?? IMPORTANCE_DEFAULTS.isLevel, cap: is.isCap ?? IMPORTANCE_DEFAULTS.isCap };
   }
