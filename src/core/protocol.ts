@@ -818,7 +818,12 @@ export interface ForkChoices {
   defaultCheckpoint?: string;
   /** Generation turns of the rollout (1..turns). */
   turns: number;
+  /** The checkpoints whose policy server this panel has started already (a fork from another starts one first). */
+  started?: string[];
 }
+
+/** How a fork's failure begins when no Python can run the trainer (the replay offers Set Up Trainer Environment). */
+export const NO_TRAINER_PYTHON = 'No usable Python for the trainer';
 
 export interface ReplayContract extends Contract {
   host: {
@@ -833,6 +838,8 @@ export interface ReplayContract extends Contract {
     chooseTokenizer(params: void): void;
     /** Recomputes the importance-sampling preview of the rollouts shown at another level or cap (one per model). */
     importance(params: { level: ImportanceLevel; cap: number }): (ImportancePreview | null)[];
+    /** Runs "Search Agent: Set Up Trainer Environment" (offered where a fork failed for want of a Python). */
+    setUpTrainerEnvironment(params: void): void;
   };
   view: {
     describe(params: void): { entry: number; token: number; tokenText: string | null; entryKind: string | null; leaks: number; overlay: string; level: string; columns: number; drift: number | null; driftShown: boolean; clipped: number; dropped: number; excluded: number };

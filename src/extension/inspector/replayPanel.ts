@@ -16,7 +16,10 @@ import { readLines } from '../../core/store/jsonl';
 import { parseRolloutLine, rawPreview, runConfigDialect, runConfigNear, type RolloutRow } from '../../core/store/rollouts';
 import type { Dialect } from '../../core/tags/parser';
 import { nodeCommand } from '../node';
-import { findTrainerPython } from '../training/python';
+import { findTrainerPython, SETUP_COMMAND } from '../training/python';
+import { runNeeds } from '../../core/host/runConfig';
+import { readRun } from '../../core/host/runs';
+import { noPythonMessage, runPythonNote } from '../../core/python';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
 import { auditTokenizerSetting, importanceSettings } from '../auditSettings';
@@ -131,6 +134,7 @@ export class ReplayPanel implements vscode.Disposable {
     web.endpoint.handle('forkChoices', (p) => this.forkChoices(p.model));
     web.endpoint.handle('fork', (p) => this.fork(p));
     web.endpoint.handle('importance', ({ level, cap }) => this.previewImportance(level, cap));
+    web.endpoint.handle('setUpTrainerEnvironment', () => void vscode.commands.executeCommand(SETUP_COMMAND));
     web.panel.onDidDispose(() => {
       this.web = undefined;
       void this.stopForks();
@@ -152,7 +156,7 @@ export class ReplayPanel implements vscode.Disposable {
     if (!record.tokens?.ids) return none('This rollout has no token ids recorded: it cannot be forked.');
     const checkpoints = await listCheckpoints(runDir);
     if (!checkpoints.length) return none(`${runDir} has no checkpoint to fork from.`);
-    return { checkpoints, defaultCheckpoint: defaultCheckpoint(checkpoints, record), turns: generationTurns(record) };
+    return { checkpoints, defaultCheckpoint: defaultCheckpoint(checkpoints, record), turns: generationTurns(record), started: this.forks?.started(runDir) ?? [] };
   }
 
   private async fork(p: ForkOptions & { model: number }): Promise<ForkResult> {
@@ -160,8 +164,22 @@ export class ReplayPanel implements vscode.Disposable {
     const { record, runDir } = await this.forkTarget(p.model);
     if (!record || !runDir) throw new Error('Forking needs a rollout of a run directory.');
     if (!this.forks) {
-      const search = await findTrainerPython(this.context, vscode.Uri.file(runDir));
-      if (!search.found) throw new Error('No Python with torch for the trainer: run "Search Agent: Set Up Trainer Environment" or set searchAgent.pythonPath.');
+      // The run's own Python first (run.json `python`, as Resume Training tries it), with what its config needs.
+      const runPython = (await readRun(runDir))?.python;
+      const needs = await runNeeds({ runDir, resume: true }).catch(() => ({}));
+      const search = await findTrainerPython(this.context, vscode.Uri.file(runDir), needs, runPython);
+      for (const t of search.tried) this.log.info(`fork: python candidate ${t.executable}: ${t.ok ? `torch ${t.torch}` : t.error}`);
+      if (!search.found) {
+        const message = noPythonMessage(search, needs, 'Set up a trainer environment (Search Agent: Set Up Trainer Environment), or set searchAgent.pythonPath to a Python that has them.');
+        this.log.warn(`fork: ${message}`);
+        void vscode.window.showErrorMessage(`Search Agent: cannot fork — ${message}`, 'Set Up Trainer Environment', 'Open Settings').then((b) => {
+          if (b === 'Set Up Trainer Environment') void vscode.commands.executeCommand(SETUP_COMMAND);
+          if (b === 'Open Settings') void vscode.commands.executeCommand('workbench.action.openSettings', 'searchAgent.pythonPath');
+        });
+        throw new Error(message);
+      }
+      const note = runPythonNote(search, runPython);
+      if (note) this.log.info(`fork: ${note.replace(/^resuming/, 'forking')}`);
       const { file, env } = nodeCommand();
       const launcher = { node: file, args: [join(this.context.extensionUri.fsPath, 'dist', 'server.js')], env: env.ELECTRON_RUN_AS_NODE ? { ELECTRON_RUN_AS_NODE: '1' } : undefined };
       this.forks = new ForkHost({ python: search.found.executable, serverLauncher: launcher, onLog: (l) => this.log.info(`[fork] ${l}`) });
