@@ -3,7 +3,8 @@
  * page for the current view and cached (a bounded number of pages), so a file of any size costs the webview the
  * same. The filter and search are applied by the host's worker (latest query wins); errors are shown under the
  * filter with the offending span marked. Every value is inserted as text. Columns are sized to their header and
- * the first rows' content (long texts capped), and resizable by dragging a header's right edge (double-click: fit).
+ * the first rows' content (long texts capped), widen when a row drawn later needs more (a filter that shows other
+ * rows: issue 44), and are resizable by dragging a header's right edge (double-click: fit).
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
 import type { InspectorColumn, InspectorContract, InspectorQuery, InspectorStatus, RowFacts } from '../../src/core/protocol';
@@ -76,12 +77,38 @@ const userWidths: Widths = { ...saved };
 let fitted: Widths = {};
 let measure: CanvasRenderingContext2D | null = null;
 
+let font: string | undefined;
 function textWidth(text: string, bold = false): number {
   measure ??= document.createElement('canvas').getContext('2d');
   if (!measure) return text.length * 7;
-  const st = getComputedStyle(document.body);
-  measure.font = `${bold ? '600 ' : ''}${st.fontSize} ${st.fontFamily}`;
+  if (!font) {
+    const st = getComputedStyle(document.body);
+    font = `${st.fontSize} ${st.fontFamily}`;
+  }
+  const f = `${bold ? '600 ' : ''}${font}`;
+  if (measure.font !== f) measure.font = f;
   return measure.measureText(text).width;
+}
+
+/** Widens the fitted columns that the given (drawn) rows need wider, up to the caps; never narrows one. */
+function growColumns(rows: readonly RowFacts[]): void {
+  let grew = false;
+  for (const c of COLUMNS) {
+    if (userWidths[c.key] !== undefined) continue;
+    const cap = c.cls === 'text' ? MAX_W.text : MAX_W.other;
+    let w = fitted[c.key] ?? MIN_W;
+    if (w >= cap) continue;
+    for (const r of rows) {
+      if (r.error) continue;
+      const need = Math.round(Math.min(cap, textWidth(cellText(r, c.key)) + PAD));
+      if (need > w) {
+        w = need;
+        grew = true;
+      }
+    }
+    fitted[c.key] = w;
+  }
+  if (grew) applyWidths();
 }
 
 /** Fits each column to its header (with room for the sort arrow) and to the given rows' cells. */
@@ -275,6 +302,13 @@ function render(): void {
       autoFitted = true;
       fitColumns(known);
     }
+  } else {
+    const drawn: RowFacts[] = [];
+    for (let k = first; k < last; k++) {
+      const r = rowAt(k);
+      if (r) drawn.push(r);
+    }
+    growColumns(drawn);
   }
   for (const p of missing) void fetchPage(p);
   document.body.dataset.rows = String(n);
