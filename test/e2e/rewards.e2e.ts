@@ -71,6 +71,10 @@ describe('reward editor (code-server)', function () {
     const out = process.env.SAS_SCREENSHOTS_DIR ?? join(ROOT, '.e2e-artifacts', 'screenshots');
     mkdirSync(out, { recursive: true });
     await s.page.screenshot({ path: join(out, 'reward-lab.png') });
+    // The walkthrough's "Edit the reward" picture: the Lab's panel alone, its top (readable at the walkthrough's width).
+    const group = s.page.locator('.editor-group-container', { has: s.page.locator('.tab', { hasText: 'Reward Lab' }) });
+    const box = (await group.first().boundingBox())!;
+    await s.page.screenshot({ path: join(out, 'walkthrough-reward.png'), clip: { x: box.x, y: box.y, width: Math.min(box.width, 620), height: Math.min(box.height, 560) } });
   });
 });
 
