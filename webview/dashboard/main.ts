@@ -151,9 +151,10 @@ interface Columns {
  */
 function columns(spec: ChartSpec, log: boolean): Columns {
   const times = runs.map((r) => stepTimes(rows.get(r.dir) ?? []));
+  const all = runs.map((r) => rowsOf(r.dir));
   const at = new Map<number, { run: number; step: number }>();
   runs.forEach((r, i) => {
-    for (const row of rowsOf(r.dir)) {
+    for (const row of all[i]!) {
       if (!spec.metrics.some((m) => typeof row[m.key] === 'number')) continue;
       const x = xOf(times[i]!, row.step);
       if (x !== undefined && !at.has(x)) at.set(x, { run: i, step: row.step });
@@ -164,10 +165,10 @@ function columns(spec: ChartSpec, log: boolean): Columns {
   const main: (number | null)[][] = [];
   const raw: (number | null)[][] = [];
   let nonPositive = 0;
-  runs.forEach((r, i) => {
+  runs.forEach((_r, i) => {
     for (const m of spec.metrics) {
       const col: (number | null)[] = new Array(xs.length).fill(null);
-      for (const row of rowsOf(r.dir)) {
+      for (const row of all[i]!) {
         const v = row[m.key];
         const x = xOf(times[i]!, row.step);
         if (typeof v !== 'number' || !Number.isFinite(v) || x === undefined) continue;
