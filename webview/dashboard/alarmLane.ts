@@ -50,7 +50,7 @@ export function renderLane(c: LaneChart, u: uPlot, on: boolean, thresholds: Read
       });
     const label = h('span', { class: 'lane-label', title: `${l.run.id}: alarms (the audit of its rollouts)` }, several ? `⚑ ${l.run.id}` : '⚑ alarms');
     label.style.width = `${Math.max(0, left - 4)}px`;
-    return h('div', { class: 'lane-row', 'data-run': l.run.id }, label, ...ticks);
+    return h('div', { class: 'lane-row', 'data-lane-run': l.run.id }, label, ...ticks);
   });
   replaceChildren(c.lane, ...rows);
 }
