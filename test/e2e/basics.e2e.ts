@@ -204,6 +204,12 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
     });
     for (const key of ['hops', 'reward', 'alarms']) assert.equal(new Set(colours[key]).size, colours[key]!.length, `${key}: ${JSON.stringify(colours[key])}`);
     assert.equal(colours.hops!.length, 14);
+    // A click on a point opens that step's rollouts (lane-run's nearest saved step at or before it), overlaid too.
+    const over = one.locator('.chart[data-chart="entropy"] .u-over');
+    await over.scrollIntoViewIfNeeded();
+    const b = (await over.boundingBox())!;
+    await s.page.mouse.click(b.x + b.width * 0.6, b.y + b.height / 2);
+    await s.page.locator('.tabs-container .tab[data-resource-name="step-000007.jsonl"]').first().waitFor({ timeout: 15_000 });
   });
 
   it('the inspector widens a column for the rows a filter shows, and its drift filter says "not checked" (no tokenizer), not "0 match"', async () => {

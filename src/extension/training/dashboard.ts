@@ -185,6 +185,7 @@ export class Dashboard implements vscode.Disposable {
   /** The rollouts of a step: the nearest step with a rollouts file at or before it (the inspector, when present). */
   private async openStep(dir: string, step: number): Promise<void> {
     const at = await this.stepFile(dir, step);
+    this.log.info(`dashboard: the rollouts of step ${step} of ${dir}: ${at ? at.file : 'none'}`);
     if (!at) return;
     const { file } = at;
     const commands = await vscode.commands.getCommands(true);
