@@ -8,9 +8,9 @@
  * rollout: id, leaks, drift, logprob, alarms — issue 18's shape, plus step, mask_mismatch and is), `issues`
  * (malformed items, each with file, line and field) and `summary` (counts and per-step series).
  */
-import { Auditor, flagged, IMPORTANCE_DEFAULTS, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
+import { Auditor, flagged, IMPORTANCE_DEFAULTS, mismatchNote, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
 import { detectSource, readSource } from '../core/importers';
-import { runTokenizer, type TokenizerCodec } from '../core/inspect/tokenizer';
+import { loadTokenizerCodec, runTokenizer, runVocabSize, type TokenizerCodec } from '../core/inspect/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
@@ -65,7 +65,8 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
   const kind = await detectSource(path);
   const { codec, note } = await tokenizerFor(path, o);
   const { tokenizer: _dir, json: _json, out: _out, err: _err, foreign, ...checks } = o;
-  const auditor = new Auditor({ ...checks, ...(codec ? { tokenizer: codec } : {}) });
+  const runVocab = codec ? await runVocabSize(path) : undefined;
+  const auditor = new Auditor({ ...checks, ...(codec ? { tokenizer: codec } : {}), ...(runVocab !== undefined ? { runVocab } : {}) });
   const issues: LocatedIssue[] = [];
   for await (const item of readSource(path, kind, o.read, { ...foreign, ...(codec ? { tokenizer: codec } : {}) })) {
     if (item.record) auditor.add(item.record);
@@ -81,7 +82,7 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
     for (const a of auditor.rollouts.filter(flagged).slice(0, 50)) lines.push(`  ${a.id}${a.step !== null ? ` (step ${a.step})` : ''}: ${findings(a).join('; ')}`);
     if (summary.flagged > 50) lines.push(`  … and ${summary.flagged - 50} more`);
     lines.push(`  leaks         ${summary.leaks.tokens} tokens in ${summary.leaks.rollouts} rollouts${summary.leaks.mask_mismatch ? ` (${summary.leaks.mask_mismatch} where the engine's mask disagrees)` : ''}`);
-    lines.push(summary.drift.checked ? `  drift         ${summary.drift.rollouts} rollouts (${summary.drift.text} text, ${summary.drift.split} split, ${summary.drift.template} template) with ${codec!.name}` : `  drift         ${note}`);
+    lines.push(summary.drift.checked ? `  drift         ${summary.drift.rollouts} rollouts (${summary.drift.text} text, ${summary.drift.split} split, ${summary.drift.template} template) with ${codec!.name}` : `  drift         ${summary.drift.mismatch ? mismatchNote(codec!, summary.drift.mismatch) : note}`);
     lines.push(
       summary.logprob.rollouts
         ? `  log-probs     ${summary.logprob.compared} trained tokens compared, ${summary.logprob.flagged} with a ratio outside [${o.ratioLow ?? 0.5}, ${o.ratioHigh ?? 2}]; |Δ| mean ${summary.logprob.mean_abs_diff.toFixed(4)}, max ${summary.logprob.max_abs_diff.toFixed(4)}`
@@ -102,7 +103,9 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
   }
   for (const i of issues.slice(0, 50)) o.err(`${formatIssue(i)}\n`);
   if (issues.length > 50) o.err(`… and ${issues.length - 50} more malformed items\n`);
-  return issues.length ? 2 : summary.flagged > 0 ? 1 : 0;
+  // A tokenizer named on the command line that is not the run's is a bad option (the rest is still audited and printed).
+  if (summary.drift.mismatch && o.tokenizer) o.err(`search-agent-studio: --tokenizer ${o.tokenizer}: tokenizer does not match this run: ${summary.drift.mismatch}\n`);
+  return issues.length || (summary.drift.mismatch && o.tokenizer) ? 2 : summary.flagged > 0 ? 1 : 0;
 }
 
 function jsonOf(a: RolloutAudit) {

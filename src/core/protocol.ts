@@ -425,7 +425,12 @@ export const AUDIT_METRICS = {
   ratioOutside: 'audit/logprob/ratio_outside',
   seqRatio: 'audit/logprob/seq_ratio',
   leaks: 'audit/leaks',
+  /** Rollouts audited at the step (what an alarm's count is a share of). */
+  rollouts: 'audit/rollouts',
   alarm: (name: string) => `audit/alarm/${name}`,
+  /** The alarm an `alarm` key counts (`audit/alarm/search-repeat` → search-repeat); undefined for any other key. Generic
+   * over names: the dashboard charts and lanes every alarm the audit counts, whatever its name. */
+  alarmOf: (key: string): string | undefined => /^audit\/alarm\/(.+)$/.exec(key)?.[1],
 } as const;
 
 /** The trainer's held-out metrics by the searches a question needs (its dataset line's `meta.hops`; train.py
@@ -479,13 +484,33 @@ export interface DashboardRun {
   stages?: RunStage[];
 }
 
-/** One metrics.jsonl line: `step` and named numbers (DESIGN §4.3). */
+/** One metrics.jsonl line: `step` and named numbers (DESIGN §4.3); the trainer adds `time` (Unix seconds). */
 export type MetricsRow = { step: number } & Record<string, number>;
+
+/**
+ * The dashboard's settings (`searchAgent.dashboard.*`), sent by the host at start and when they change.
+ * `alarmThresholds`: per alarm name, the share of a step's audited rollouts (0–1) at or above which the alarm lane marks
+ * the step (0: any rollout); `*` is the share for alarms it does not name.
+ */
+export interface DashboardSettings {
+  alarmThresholds: Record<string, number>;
+}
+
+/** What the user set in the dashboard (kept in the webview's state): smoothing (TensorBoard's debiased EMA weight,
+ * 0 = none), the x-axis, the alarm lane shown or not, the charts on a log scale and pinned (keys), the chart search. */
+export interface DashboardView {
+  smoothing: number;
+  xAxis: 'step' | 'time';
+  alarms: boolean;
+  log: string[];
+  pinned: string[];
+  search: string;
+}
 
 export interface DashboardContract extends Contract {
   host: {
     /** The runs shown and every metrics line so far (after a re-created view too). */
-    getState(params: void): { runs: DashboardRun[]; metrics: { dir: string; rows: MetricsRow[] }[]; audit: { dir: string; rows: MetricsRow[] }[] };
+    getState(params: void): { runs: DashboardRun[]; metrics: { dir: string; rows: MetricsRow[] }[]; audit: { dir: string; rows: MetricsRow[] }[]; settings: DashboardSettings };
     /** Adds a run to the overlay (a quick pick of the workspace's runs). */
     addRun(params: void): void;
     removeRun(params: { dir: string }): void;
@@ -496,10 +521,16 @@ export interface DashboardContract extends Contract {
   };
   view: {
     /** What the charts hold, for tests and diagnostics. */
-    describe(params: void): { charts: { key: string; title: string; series: number; points: number; colors: string[]; markers: string[] }[]; runs: string[]; theme: string };
+    describe(params: void): {
+      charts: { key: string; title: string; series: number; points: number; colors: string[]; markers: string[]; log: boolean; pinned: boolean; hidden: boolean; lane: { run: string; steps: number[] }[] }[];
+      runs: string[];
+      theme: string;
+      view: DashboardView;
+    };
   };
   toView: {
     runs: { runs: DashboardRun[] };
+    settings: DashboardSettings;
     /** Lines appended to a run's metrics.jsonl since the last message (or all of them with `reset`). */
     metrics: { dir: string; rows: MetricsRow[]; reset?: boolean };
     /** The audit of the run's rollouts per step (`audit/…` metrics, src/core/audit/series.ts), all of it each time. */
@@ -738,6 +769,9 @@ export interface InspectorStatus {
     notes: string[];
     issues: string[];
   };
+  /** Set when the query uses drift (a `drift` term, or the sort) and drift is not checked: why (the view's count
+   * then says "not checked", not "0 match"). */
+  notChecked?: string;
 }
 
 export interface InspectorState {
@@ -839,7 +873,12 @@ export interface ForkChoices {
   defaultCheckpoint?: string;
   /** Generation turns of the rollout (1..turns). */
   turns: number;
+  /** The checkpoints whose policy server this panel has started already (a fork from another starts one first). */
+  started?: string[];
 }
+
+/** How a fork's failure begins when no Python can run the trainer (the replay offers Set Up Trainer Environment). */
+export const NO_TRAINER_PYTHON = 'No usable Python for the trainer';
 
 export interface ReplayContract extends Contract {
   host: {
@@ -854,6 +893,8 @@ export interface ReplayContract extends Contract {
     chooseTokenizer(params: void): void;
     /** Recomputes the importance-sampling preview of the rollouts shown at another level or cap (one per model). */
     importance(params: { level: ImportanceLevel; cap: number }): (ImportancePreview | null)[];
+    /** Runs "Search Agent: Set Up Trainer Environment" (offered where a fork failed for want of a Python). */
+    setUpTrainerEnvironment(params: void): void;
   };
   view: {
     describe(params: void): { entry: number; token: number; tokenText: string | null; entryKind: string | null; leaks: number; overlay: string; level: string; columns: number; drift: number | null; driftShown: boolean; clipped: number; dropped: number; excluded: number };

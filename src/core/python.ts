@@ -7,6 +7,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
+import { NO_TRAINER_PYTHON } from './protocol';
 
 /**
  * The oldest versions the trainer runs with, from what it uses: `F.scaled_dot_product_attention` (the tiny
@@ -189,5 +190,5 @@ export function needsText(needs: TrainerNeeds = {}): string {
 
 /** The message when no Python works: what was tried, why each was refused, and `remedy` (what to do). */
 export function noPythonMessage(search: PythonSearch, needs: TrainerNeeds = {}, remedy = 'Run `search-agent-studio setup` (it makes a virtual environment with the pinned torch, transformers and peft), or pass --python to a Python that has them.'): string {
-  return [`No usable Python for the trainer (${needsText(needs)}) was found. Tried:`, ...search.tried.map((p) => `  ${p.executable}: ${p.error ?? 'unusable'}`), remedy].join('\n');
+  return [`${NO_TRAINER_PYTHON} (${needsText(needs)}) was found. Tried:`, ...search.tried.map((p) => `  ${p.executable}: ${p.error ?? 'unusable'}`), remedy].join('\n');
 }

@@ -85,6 +85,12 @@ describe('reward editor (code-server)', function () {
     assert.equal(await labAfter.textContent('[data-testid="mean"]').then((t) => t?.trim()), '0.250');
     assert.match((await labAfter.textContent('.cards')) ?? '', /before the edit 0\.500/);
     assert.equal(await labAfter.textContent('[data-testid="zero-variance"]').then((t) => t?.trim()), '100.0%', 'a constant reward gives GRPO no signal');
+    // The walkthrough's "Edit the reward" picture: the Lab's panel alone, its top (readable at the walkthrough's width).
+    const out = process.env.SAS_SCREENSHOTS_DIR ?? join(ROOT, '.e2e-artifacts', 'screenshots');
+    mkdirSync(out, { recursive: true });
+    const group = s.page.locator('.editor-group-container', { has: s.page.locator('.tab', { hasText: 'Reward Lab' }) });
+    const box = (await group.first().boundingBox())!;
+    await s.page.screenshot({ path: join(out, 'walkthrough-reward.png'), clip: { x: box.x, y: box.y, width: Math.min(box.width, 620), height: Math.min(box.height, 560) } });
   });
 
   /** Replaces line `line` of em.reward.ts (its indentation kept) with `text`, and saves. */

@@ -223,13 +223,17 @@ describe('audit: alarms', () => {
     assert.deepEqual(auditRollout(rollout('<think> the capital of France is asked', { finish: 'length' })).alarms, ['length-capped']);
   });
 
-  it('search-repeat: the same query twice (case and spacing aside), in both dialects', () => {
+  it('search-repeat: the same query twice (case and spacing aside) in a rewarded trajectory, in both dialects', () => {
     const tags = '<think>a b</think>\n<search> Capital of  France </search>\n\n<information>Doc 1(Title: x) y</information>\n\n<think>c d</think>\n<search>capital of france</search>\n\n<information>Doc 1(Title: x) y</information>\n\n<answer> Paris </answer>';
-    assert.deepEqual(auditRollout(rollout(tags)).alarms, ['search-repeat']);
+    assert.deepEqual(auditRollout(rollout(tags, { reward: 1 })).alarms, ['search-repeat']);
     const tool = `${call('capital of France')}${call('Capital of France')}<answer> Paris </answer>`;
-    assert.deepEqual(auditRollout(rollout(tool, { prompt: TOOL_PROMPT, dialect: 'toolcall' })).alarms, ['search-repeat']);
+    assert.deepEqual(auditRollout(rollout(tool, { prompt: TOOL_PROMPT, dialect: 'toolcall', reward: 1 })).alarms, ['search-repeat']);
     const distinct = `${call('capital of France')}${call('population of Paris')}<answer> Paris </answer>`;
-    assert.deepEqual(auditRollout(rollout(distinct, { prompt: TOOL_PROMPT, dialect: 'toolcall' })).alarms, []);
+    assert.deepEqual(auditRollout(rollout(distinct, { prompt: TOOL_PROMPT, dialect: 'toolcall', reward: 1 })).alarms, []);
+    // Unrewarded (or no reward recorded): the optimizer does not reinforce the repeat — a skill the policy lacks (the
+    // demo's tiny policy searching the same entity again, then answering wrong), not what the reward pays for.
+    assert.deepEqual(auditRollout(rollout(tags, { reward: 0 })).alarms, []);
+    assert.deepEqual(auditRollout(rollout(tags)).alarms, []);
   });
 
   it('answer-in-search: a rewarded answer opened inside a <search> that never closed', () => {
@@ -292,7 +296,7 @@ describe('audit: the run (Auditor)', () => {
       assert.deepEqual(series.map((x) => x.step), [1, 2]);
       assert.equal(series[1]!.alarms['search-collapse'], 2, 'step 2 searched none after step 1 searched once per question');
       const rows = auditMetricRows(series);
-      assert.deepEqual(rows[0], { step: 1, 'audit/leaks': 0 });
+      assert.deepEqual(rows[0], { step: 1, 'audit/rollouts': 2, 'audit/leaks': 0 });
       assert.equal(rows[1]!['audit/leaks'], 1);
       assert.equal(rows[1]!['audit/alarm/answer-enumeration'], 2);
       assert.equal(rows[1]!['audit/alarm/search-collapse'], 2);

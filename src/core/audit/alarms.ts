@@ -10,7 +10,10 @@
  *   or not words (letters are < `wordFraction` of its non-space characters). Needs a `<think>` block; none is
  *   not an alarm (tool-call models may not think).
  * - `length-capped`: the trajectory ended at the length limit (`finish: "length"`).
- * - `search-repeat`: the same query (case and spacing aside) twice in one trajectory.
+ * - `search-repeat`: the reward holds (reward > 0) and the same query (case and spacing aside) was searched twice in the
+ *   trajectory: the optimizer reinforces a wasted search. Without the reward it was not an alarm of what the reward
+ *   pays for but a skill the policy lacks (the demo's tiny policy searches the question's entity again when the first
+ *   results miss the answer, then answers wrong: a few such rollouts at nearly every step; issue 44).
  * - `answer-in-search`: the reward holds (reward > 0) and the final answer was opened inside a `<search>` that never
  *   closed (`<search> X <answer> Y </answer>`, Search-R1 tags). Search-R1's reading (its regex skips the unclosed
  *   search) takes Y as the answer, so a policy can learn to end what looks like another search with an answer;
@@ -132,13 +135,14 @@ export function trajectoryAlarms(r: { reward?: number; finish?: string; golden?:
   if ((r.reward ?? 0) > 0 && answerInSearch(parsed)) out.push('answer-in-search');
   if (documentHoldsTags(parsed)) out.push('tags-in-document');
   const seen = new Set<string>();
-  for (const q of searchQueries(parsed).map(queryKey)) {
-    if (seen.has(q)) {
-      out.push('search-repeat');
-      break;
+  if ((r.reward ?? 0) > 0)
+    for (const q of searchQueries(parsed).map(queryKey)) {
+      if (seen.has(q)) {
+        out.push('search-repeat');
+        break;
+      }
+      seen.add(q);
     }
-    seen.add(q);
-  }
   return out;
 }
 

@@ -14,6 +14,7 @@ import { recordDrift } from './template';
 import { IMPORTANCE_DEFAULTS, importancePreview, type ImportanceLevel, type ImportanceOptions, type ImportancePreview } from './importance';
 import { checkLogprobs, type LogprobCheck, type LogprobOptions } from './logprob';
 import { engineMaskOf, maskLeaks } from './masks';
+import { tokenizerMismatch } from './tokenizerMatch';
 
 export * from './alarms';
 export * from './drift';
@@ -24,10 +25,14 @@ export * from './microscope';
 export * from './masks';
 export * from './series';
 export * from './template';
+export * from './tokenizerMatch';
 
 export interface AuditOptions extends LogprobOptions, AlarmOptions, DriftOptions, ImportanceOptions {
-  /** The model's tokenizer; without one drift is not checked (`drift` stays null, `summary.drift.checked` false). */
-  tokenizer?: Pick<TokenizerCodec, 'encode' | 'decode' | 'chatTemplate'>;
+  /** The model's tokenizer; without one drift is not checked (`drift` stays null, `summary.drift.checked` false). The
+   * {@link Auditor} checks that it can be the run's first (tokenizerMatch.ts): one that cannot is not used. */
+  tokenizer?: Pick<TokenizerCodec, 'name' | 'encode' | 'decode' | 'chatTemplate' | 'vocabSize' | 'specials' | 'tokenText'>;
+  /** The run's model's vocabulary size, when known (a tokenizer with more ids is not the run's). */
+  runVocab?: number;
   read?: ReadOptions;
 }
 
@@ -75,7 +80,8 @@ export interface AuditSummary {
   rollouts: number;
   flagged: number;
   leaks: { rollouts: number; tokens: number; mask_mismatch: number };
-  drift: { checked: boolean; rollouts: number; text: number; split: number; template: number };
+  /** `mismatch`: why the tokenizer given is not the run's (then drift is not checked). */
+  drift: { checked: boolean; rollouts: number; text: number; split: number; template: number; mismatch?: string };
   logprob: { rollouts: number; compared: number; flagged: number; max_abs_diff: number; mean_abs_diff: number };
   /**
    * The importance-sampling preview summed: `rollouts` with a preview, their `scored` trained tokens, the tokens TIS
@@ -91,10 +97,25 @@ export interface AuditSummary {
 /** Accumulates rollout audits; {@link finish} applies the run-level rules and summarises. */
 export class Auditor {
   readonly rollouts: RolloutAudit[] = [];
-  constructor(readonly options: AuditOptions = {}) {}
+  /** Why the tokenizer is not the run's (decided on the first record with token ids); null: it may be. */
+  mismatch: string | null | undefined;
+  private checks: AuditOptions;
+  constructor(readonly options: AuditOptions = {}) {
+    this.checks = options;
+    const t = options.tokenizer;
+    const why = t && options.runVocab !== undefined ? tokenizerMismatch(t, {}, options.runVocab) : undefined;
+    if (why) this.decide(why);
+  }
+
+  private decide(why: string | undefined): void {
+    this.mismatch = why ?? null;
+    if (why) this.checks = { ...this.options, tokenizer: undefined };
+  }
 
   add(r: Rollout): RolloutAudit {
-    const a = auditRollout(r, this.options);
+    const t = this.options.tokenizer;
+    if (t && this.mismatch === undefined && r.tokens?.ids?.length) this.decide(tokenizerMismatch(t, r, this.options.runVocab));
+    const a = auditRollout(r, this.checks);
     this.rollouts.push(a);
     return a;
   }
@@ -110,12 +131,12 @@ export class Auditor {
     const collapsed = searchCollapseSteps(meanSearches, this.options);
     for (const s of collapsed) for (const a of bySteps.get(s)!) if (a.searches === 0) a.alarms.push('search-collapse');
 
-    const checked = this.options.tokenizer !== undefined;
+    const checked = this.options.tokenizer !== undefined && !this.mismatch;
     const sum: AuditSummary = {
       rollouts: this.rollouts.length,
       flagged: 0,
       leaks: { rollouts: 0, tokens: 0, mask_mismatch: 0 },
-      drift: { checked, rollouts: 0, text: 0, split: 0, template: 0 },
+      drift: { checked, rollouts: 0, text: 0, split: 0, template: 0, ...(this.mismatch ? { mismatch: this.mismatch } : {}) },
       logprob: { rollouts: 0, compared: 0, flagged: 0, max_abs_diff: 0, mean_abs_diff: 0 },
       is: { level: this.options.isLevel ?? IMPORTANCE_DEFAULTS.isLevel, cap: this.options.isCap ?? IMPORTANCE_DEFAULTS.isCap, rollouts: 0, scored: 0, clipped: 0, dropped: 0, clipped_rollouts: 0, dropped_rollouts: 0 },
       alarms: {},

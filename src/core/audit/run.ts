@@ -5,13 +5,15 @@
 import { stat } from 'node:fs/promises';
 import { readLines } from '../store/jsonl';
 import { parseRolloutLine, rolloutFiles, runConfigDialect } from '../store/rollouts';
-import { runTokenizer } from '../inspect/tokenizer';
+import { runTokenizer, runVocabSize } from '../inspect/tokenizer';
 import { searchCollapseSteps } from './alarms';
 import { Auditor, type AuditOptions, type StepAudit } from './index';
 
 export class RunAudit {
   private readonly files = new Map<string, { size: number; steps: StepAudit[] }>();
   private options: AuditOptions | undefined;
+  /** The run's tokenizer is still to come (a tiny-policy run before its first checkpoint). */
+  private pending = false;
 
   constructor(
     readonly dir: string,
@@ -20,10 +22,21 @@ export class RunAudit {
 
   /** The run's per-step series when a rollouts file is new or changed since the last call; undefined otherwise. */
   async update(): Promise<StepAudit[] | undefined> {
+    // A live tiny-policy run saves its tokenizer with its first checkpoint: until then drift is not checked; once it
+    // is there, every file is audited again with it.
+    if (this.options && this.pending && (await runTokenizer(this.dir)).codec) {
+      this.options = undefined;
+      this.files.clear();
+    }
     if (!this.options) {
       const runDialect = await runConfigDialect(this.dir);
-      const tokenizer = this.given.tokenizer ?? (await runTokenizer(this.dir)).codec;
-      this.options = { ...this.given, ...(tokenizer ? { tokenizer } : {}), read: { ...this.given.read, ...(runDialect ? { runDialect } : {}) } };
+      // The run's own tokenizer (its model's, or the tiny policy's from a checkpoint): each file's Auditor checks it
+      // can be the run's before it checks drift with it.
+      const own = this.given.tokenizer ? undefined : await runTokenizer(this.dir);
+      this.pending = !!own?.pending;
+      const tokenizer = this.given.tokenizer ?? own?.codec;
+      const runVocab = tokenizer ? await runVocabSize(this.dir) : undefined;
+      this.options = { ...this.given, ...(tokenizer ? { tokenizer } : {}), ...(runVocab !== undefined ? { runVocab } : {}), read: { ...this.given.read, ...(runDialect ? { runDialect } : {}) } };
     }
     let files: string[];
     try {

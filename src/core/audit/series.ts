@@ -1,7 +1,7 @@
 /**
  * The audit's per-step series as dashboard metrics (`summary.steps` → one metrics row per step): the drift rate,
  * mean |Δ| over trained tokens, the fraction of trained tokens whose ratio lies outside the band, the mean
- * sequence-level ratio, leaked tokens, and each alarm's count. The names (ALARMS, AUDIT_METRICS) are the protocol's: the dashboard's webview charts them.
+ * sequence-level ratio, leaked tokens, the rollouts audited, and each alarm's count (of rollouts). The names (ALARMS, AUDIT_METRICS) are the protocol's: the dashboard's webview charts them.
  */
 import { ALARMS, AUDIT_METRICS, type Alarm, type MetricsRow } from '../protocol';
 
@@ -28,7 +28,7 @@ export interface StepAudit {
 
 export function auditMetricRows(steps: readonly StepAudit[]): MetricsRow[] {
   return steps.map((s) => {
-    const row: MetricsRow = { step: s.step, [AUDIT_METRICS.leaks]: s.leaks };
+    const row: MetricsRow = { step: s.step, [AUDIT_METRICS.rollouts]: s.rollouts, [AUDIT_METRICS.leaks]: s.leaks };
     if (s.drift_rate !== null) row[AUDIT_METRICS.drift] = s.drift_rate;
     if (s.mean_abs_diff !== null) row[AUDIT_METRICS.meanAbsDiff] = s.mean_abs_diff;
     if (s.ratio_outside !== null) row[AUDIT_METRICS.ratioOutside] = s.ratio_outside;

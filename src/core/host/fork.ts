@@ -208,6 +208,12 @@ export class ForkHost {
     return { checkpoint, continuations: await policy.fork(record, o) };
   }
 
+  /** The checkpoints of `runDir` whose policy server has been started (a fork from one of them starts nothing). */
+  started(runDir: string): string[] {
+    const prefix = `${resolve(runDir)}\n`;
+    return [...this.policies.keys()].filter((k) => k.startsWith(prefix)).map((k) => k.slice(prefix.length));
+  }
+
   /** Process ids of the policy servers running now (tests check that none is left). */
   async pids(): Promise<number[]> {
     const all = await Promise.all([...this.policies.values()].map((p) => p.catch(() => undefined)));

@@ -21,9 +21,10 @@ import type { ReadOptions } from '../run/format';
 import { readLines } from '../store/jsonl';
 import { parseRolloutLine, rawPreview, rolloutFiles, runConfigDialect, RolloutStore, type RolloutRow } from '../store/rollouts';
 import type { InspectorQuery, InspectorStatus, RowFacts } from '../protocol';
-import { FilterError } from './filter';
+import { FilterError, tokenize } from './filter';
 import { RolloutTable, rowFacts } from './table';
-import { loadTokenizerCodec, runTokenizer } from './tokenizer';
+import { mismatchNote, tokenizerMismatch } from '../audit/tokenizerMatch';
+import { runTokenizer, runVocabSize } from './tokenizer';
 
 /** How another engine's dump is opened (src/core/importers/foreign): converted into `cacheDir`, followed. */
 export interface ForeignOpenOptions {
@@ -117,6 +118,7 @@ export class InspectorEngine {
       error: this.error,
       ...(this.driftNote ? { drift: this.driftNote } : {}),
       ...(this.mirror ? { imported: this.importedStatus() } : {}),
+      ...(!this.table.checks.tokenizer && usesDrift(this.query) ? { notChecked: this.driftNote ?? 'drift not checked: no tokenizer' } : {}),
     };
   }
 
@@ -131,8 +133,9 @@ export class InspectorEngine {
   }
 
   /**
-   * Opens a source. `tokenizer` (a model directory or tokenizer.json, the `searchAgent.tokenizer` setting) is the
-   * drift check's tokenizer; without one, the run's model directory's, when it has one. `importance`: the level and
+   * Opens a source. The drift check's tokenizer is the run's own (tokenizer.ts runTokenizer), else `tokenizer` (a model
+   * directory or tokenizer.json: the `searchAgent.audit.tokenizer` setting of the files' folder); one that cannot be the
+   * run's is not used, and the status says so. `importance`: the level and
    * cap of the importance-sampling preview (`is.clipped`, `is.dropped`).
    */
   async open(path: string, follow: boolean, read: ReadOptions = {}, tokenizer?: string, importance: ImportanceOptions = {}, foreign: ForeignOpenOptions = {}): Promise<void> {
@@ -143,9 +146,8 @@ export class InspectorEngine {
     try {
       const runDialect = read.runDialect ?? (await runConfigDialect(path));
       this.read = { ...read, ...(runDialect ? { runDialect } : {}) };
-      const t = tokenizer ? await loadTokenizerCodec(tokenizer).then((codec) => ({ codec, note: undefined }), (e: Error) => ({ codec: undefined, note: `drift not checked: ${e.message}` })) : await runTokenizer(path);
-      this.table.checks = { ...importance, ...(t.codec ? { tokenizer: t.codec } : {}) };
-      this.driftNote = t.codec ? `drift checked with ${t.codec.name}` : t.note;
+      // The run's own tokenizer first; the setting's (`tokenizer`) for rollouts of no run, or whose run names none.
+      const t = await runTokenizer(path, tokenizer);
       const kind = await detectSource(path).catch(() => undefined);
       if (kind && isForeignKind(kind)) {
         if (PYTHON_KINDS.includes(kind) && foreign.allowPython === false) throw new Error(`a ${kind} dump is read by the trainer's Python (pickles and .pt files), which an untrusted workspace does not run: trust the workspace to open it`);
@@ -161,12 +163,20 @@ export class InspectorEngine {
         }
       }
       const first = (await rolloutFiles(storePath))[0];
-      if (first) {
-        const rows: RowFacts[] = [];
+      const parsed: ReturnType<typeof parseRolloutLine>[] = [];
+      if (first)
         for await (const { line, text } of readLines(first)) {
-          rows.push(rowFacts({ index: rows.length, ...parseRolloutLine(text, first, line, this.read) }, this.read, this.table.checks));
-          if (rows.length >= PREVIEW_ROWS) break;
+          parsed.push(parseRolloutLine(text, first, line, this.read));
+          if (parsed.length >= PREVIEW_ROWS) break;
         }
+      // A tokenizer that cannot be the run's (checked on the first record with token ids) is not used: not drift.
+      const sample = parsed.find((p) => p.record?.tokens?.ids?.length)?.record;
+      const why = t.codec ? tokenizerMismatch(t.codec, sample ?? {}, await runVocabSize(path)) : undefined;
+      const codec = why ? undefined : t.codec;
+      this.table.checks = { ...importance, ...(codec ? { tokenizer: codec } : {}) };
+      this.driftNote = codec ? `drift checked with ${codec.name}` : why ? mismatchNote(t.codec!, why) : t.note;
+      if (first) {
+        const rows = parsed.map((p, index) => rowFacts({ index, ...p }, this.read, this.table.checks));
         this.post({ t: 'preview', rows });
       }
     } catch (e) {
@@ -311,5 +321,15 @@ export class InspectorEngine {
     this.closed = true;
     if (this.mirrorPoll) clearInterval(this.mirrorPoll);
     await this.store?.close();
+  }
+}
+
+/** Whether a query asks about drift: a `drift` or `drift.…` field in its filter, or the drift column's sort. */
+export function usesDrift(q: InspectorQuery): boolean {
+  if (q.sort?.column === 'drift') return true;
+  try {
+    return tokenize(q.filter).some((t) => t.k === 'id' && (t.v === 'drift' || t.v.startsWith('drift.')));
+  } catch {
+    return /\bdrift\b/.test(q.filter);
   }
 }
