@@ -38,10 +38,12 @@ pytestmark = pytest.mark.skipif(NODE is None, reason="the planner runs in Node")
 
 class LiveBytes(TorchDispatchMode):
     """The bytes of tensor storages allocated while it is active, live now and at the peak (a storage counted once,
-    until it is freed)."""
+    until it is freed). `before`: the storages that were there already (weights, moments, reference), whose views
+    (a transposed weight) are no new bytes."""
 
-    def __init__(self) -> None:
+    def __init__(self, before: set[int] = frozenset()) -> None:
         super().__init__()
+        self.before = set(before)
         self.live: dict[int, tuple[StorageWeakRef, int]] = {}
         self.now = 0
         self.peak = 0
@@ -57,7 +59,7 @@ class LiveBytes(TorchDispatchMode):
             if isinstance(t, torch.Tensor) and t.device.type == "cpu":
                 st = t.untyped_storage()
                 key = st.data_ptr()
-                if st.nbytes() and key not in self.live:
+                if st.nbytes() and key not in self.live and key not in self.before:
                     self.live[key] = (StorageWeakRef(st), st.nbytes())
                     self.now += st.nbytes()
         self.peak = max(self.peak, self.now)
@@ -131,7 +133,8 @@ def measure(tmp: Path, raw: dict) -> dict[str, int]:
         "reference": _storage_bytes(t.reference.frozen.values()) if t.reference is not None else 0,
     }
     grads_bytes = sum(4 * p.numel() for p in params if p.requires_grad)
-    tracker = LiveBytes()
+    existing = [*params, *t.policy.buffers(), *(v for s in t.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)), *(t.reference.frozen.values() if t.reference is not None else [])]
+    tracker = LiveBytes({x.untyped_storage().data_ptr() for x in existing})
     with tracker:
         t._update(batch, 2)
     t.writer.close()
