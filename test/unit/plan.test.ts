@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { RunHost } from '../../src/core/host/runHost';
 import { checkRunMemory, MemoryPlanError } from '../../src/core/plan/check';
+import { GPU_PLANS_FILE, gpuCheckPlans } from '../../src/core/plan/gpuCheck';
 import { modelShape, paramCounts, readModelShape } from '../../src/core/plan/model';
 import { parseBytes, planRun } from '../../src/core/plan/plan';
 import { resolveRunConfig } from '../../src/core/run/presets';
@@ -99,6 +100,12 @@ describe('memory plan', () => {
     // a key the config sets wins; defaults fill what neither says
     const p = resolveRunConfig({ data: { train: 't' }, model: { kind: 'hf', path: 'm' }, algorithm: { preset: 'search-r1-ppo', kl_coef: 0.01 }, rollout: { n: 2 }, train: { steps: 200 } } as any);
     assert.deepEqual([p.algorithm!.kl_coef, p.rollout!.n, p.optim!.warmup_steps, p.optim!.critic_warmup_steps, p.optim!.micro_batch_size], [0.01, 2, 56, 3, 8]);
+  });
+
+  it('bench/gpu/plans.json (what the GPU check prints beside CUDA’s numbers) is current: npm run -s gpu-plans', () => {
+    assert.equal(readFileSync(GPU_PLANS_FILE, 'utf8'), gpuCheckPlans());
+    const plans = JSON.parse(readFileSync(GPU_PLANS_FILE, 'utf8'));
+    assert.equal(plans['qwen2.5-3b-step'].fits, true);
   });
 
   it('parses memory sizes and refuses nonsense', async () => {
