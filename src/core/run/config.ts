@@ -138,7 +138,7 @@ export const RunConfigSchema = S.object(
             S.integer({
               minimum: 1,
               description:
-                'Generation holds at most this many tokens of KV cache at once (rows × (context + turn budget)); trajectories are rolled out in waves that fit. Default: 65,536 on CPU; on CUDA, half the GPU memory free after loading the model, divided by the cache’s bytes per token.',
+                'A decode batch holds at most this many tokens of KV cache (rows × (the widest context + the turn budget), as the rows hold them); rows that do not fit are admitted as others finish. Default: 65,536 on CPU; on CUDA, half of what the GPU has free after loading the model, less AdamW’s moments, the bf16 weight copies generation caches and 15 % of the GPU, divided by the cache’s bytes per token (search-agent-studio plan shows it).',
             }),
           ),
         },
