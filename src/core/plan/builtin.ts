@@ -111,11 +111,14 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
   const positions = Math.min(chunkPositions(s.vocab), mb * r.max_response_length!);
   const logits = logitsChunkBytes(s, recipe, positions);
   const backward = tokens * layerBackwardBytesPerToken(s, recipe);
+  const gibs = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
+  const withCkpt = tokens * checkpointBytesPerToken(s, recipe) * s.layers + Math.max(layer + backward, logits + head);
+  const withoutCkpt = s.layers * layer + head + Math.max(backward, logits);
   if (recipe.checkpointing) {
-    add('activations', tokens * checkpointBytesPerToken(s, recipe) * s.layers, 'update', `micro-batch ${mb} × ${T} tokens: each layer's input (checkpointed)`);
+    add('activations', tokens * checkpointBytesPerToken(s, recipe) * s.layers, 'update', `micro-batch ${mb} × ${T} tokens: each layer's input (checkpointed; with the backward peak ${gibs(withCkpt)}, without checkpointing ${gibs(withoutCkpt)})`);
     add('backward_peak', Math.max(layer + backward, logits + head), 'update', `the larger of one layer recomputed with its gradients (${((layer + backward) / 2 ** 30).toFixed(2)} GiB) and one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with the final norm's activations (${((logits + head) / 2 ** 30).toFixed(2)} GiB)`);
   } else {
-    add('activations', s.layers * layer + head, 'update', `micro-batch ${mb} × ${T} tokens: every layer's (${s.layers}) kept for the backward pass, and the final norm's`);
+    add('activations', s.layers * layer + head, 'update', `micro-batch ${mb} × ${T} tokens: every layer's (${s.layers}) kept for the backward pass, and the final norm's (with the backward peak ${gibs(withoutCkpt)}; with checkpointing ${gibs(withCkpt)})`);
     add('backward_peak', Math.max(backward, logits), 'update', `one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with its gradients (never the whole window)`);
   }
   // the rollout: the KV cache and its transients
