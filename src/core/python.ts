@@ -76,6 +76,8 @@ export interface PythonProbe {
   torch?: string;
   cuda?: boolean;
   cudaDevices?: string[];
+  /** Each CUDA device's memory in bytes (torch's total_memory). */
+  cudaMemory?: number[];
   /** Versions of the optional packages, or null when absent. */
   transformers?: string | null;
   peft?: string | null;
@@ -100,6 +102,7 @@ try:
     out["torch"] = torch.__version__
     out["cuda"] = bool(torch.cuda.is_available())
     out["cudaDevices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if out["cuda"] else []
+    out["cudaMemory"] = [torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())] if out["cuda"] else []
 except Exception as e:
     out["error"] = "cannot import torch: %s: %s" % (type(e).__name__, e)
 from importlib import metadata

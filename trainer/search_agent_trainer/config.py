@@ -162,52 +162,11 @@ def check_vocab_places(cfg: Section, base: Path, source: str) -> None:
         raise ConfigError(f"{source}: " + "; ".join(problems))
 
 
-# `algorithm.preset`: Search-R1's settings (PeterGriffinJin/Search-R1 train_ppo.sh and train_grpo.sh, over its
-# verl/trainer/config/ppo_trainer.yaml): the values a config gets unless it sets the key itself. Warm-ups are veRL's
-# `lr_warmup_steps_ratio` × train.steps (int, as veRL rounds). Mini-batches: ppo_mini_batch_size 256 prompts (× n
-# sequences). Search-R1 samples with vLLM at top_p 0.95 (the yaml's rollout.top_p, passed to SamplingParams) and adds
-# an entropy bonus of 0.001 (actor.entropy_coeff). The critic is a separate model there with its own optimizer, lr 1e-5,
-# warm-up ratio 0.015 and grad clip 1.0; ours is the value head, with its own lr, warm-up and clip.
-_SEARCH_R1_COMMON = {
-    "rollout.temperature": 1.0,
-    "rollout.top_p": 0.95,
-    "algorithm.gamma": 1.0,
-    "algorithm.clip_ratio_low": 0.2,
-    "algorithm.clip_ratio_high": 0.2,
-    "algorithm.kl_coef": 0.001,
-    "algorithm.entropy_coef": 0.001,
-    "algorithm.loss_agg_mode": "token-mean",
-    "algorithm.loss_masking": True,
-    "algorithm.mask_advantages": False,
-    "optim.lr": 1e-6,
-    "optim.grad_clip": 1.0,
-    "optim.ppo_epochs": 1,
-}
-PRESETS: dict[str, dict[str, Any]] = {
-    "search-r1-ppo": {
-        **_SEARCH_R1_COMMON,
-        "rollout.n": 1,
-        "algorithm.name": "ppo",
-        "algorithm.kl_estimator": "k1",
-        "algorithm.kl_in_reward": True,
-        "algorithm.lam": 1.0,
-        "algorithm.value_clip": 0.5,
-        "optim.critic_lr": 1e-5,
-        "optim.mini_batch_size": 256,
-        "optim.warmup_steps": ("ratio", 0.285),
-        "optim.critic_warmup_steps": ("ratio", 0.015),
-    },
-    "search-r1-grpo": {
-        **_SEARCH_R1_COMMON,
-        "rollout.n": 5,
-        "algorithm.name": "grpo",
-        "algorithm.kl_estimator": "k3",
-        "algorithm.kl_in_reward": False,
-        "algorithm.norm_adv_by_std": True,
-        "optim.mini_batch_size": 256 * 5,
-        "optim.warmup_steps": ("ratio", 0.285),
-    },
-}
+# `algorithm.preset`: Search-R1's settings, declared once in src/core/run/presets.ts (where each value's source in
+# PeterGriffinJin/Search-R1 is named; docs/trainer.md, "Presets") and read here from the schema copy's `x-presets`:
+# the values a config gets unless it sets the key itself. A warm-up given as {"ratio": r} is int(r × train.steps), as
+# veRL rounds its lr_warmup_steps_ratio. GRPO's mini-batches are 256 sequences: 2,560 a step make 10 optimizer steps.
+PRESETS: dict[str, dict[str, Any]] = load_schema()["x-presets"]
 
 
 # `data.prompt_template` when `rollout.dialect` is "toolcall" and the config sets none: Search-R1's base template's
@@ -230,7 +189,7 @@ def apply_preset(raw: dict[str, Any], steps: int) -> dict[str, Any]:
         section, key = dotted.split(".")
         sec = out.setdefault(section, {})
         if key not in sec:
-            sec[key] = int(value[1] * steps) if isinstance(value, tuple) else value
+            sec[key] = int(value["ratio"] * steps) if isinstance(value, dict) else value
     return out
 
 

@@ -40,10 +40,10 @@ from typing import Any
 
 import torch
 
-from . import __version__
+from . import __version__, precision
 from .advantages import gae_advantage, grpo_outcome_advantage, reinforce_plus_plus_advantage, token_rewards, zero_std_group_fraction
 from .batch import SequenceBatch, by_length, make_batch
-from .checkpoint import latest_checkpoint, load_trainable, read_state, save_checkpoint
+from .checkpoint import checkpoint_keep, export_model, latest_checkpoint, load_trainable, prune_checkpoints, read_state, save_checkpoint
 from .config import Section, stored_config
 from .curriculum import Stage, describe, stage_of, stages
 from .data import EpochSampler, Example, MixSampler, bridge_searched, load_dataset, render_prompt
@@ -123,8 +123,14 @@ class Trainer:
         return build_policy(self.cfg, vocab_texts, self.device, tokenizer_file=tokenizer_file)
 
     def _ctx(self):
-        a = self._autocast()
-        return a() if a else contextlib.nullcontext()
+        """The autocast region of a log-prob pass or an update's forward. For a Hugging Face policy without autocast's
+        cache of bf16 weight copies: with checkpointing only the layer being run needs its copy, and the cache would
+        keep every layer's until the region ends (2 B/param; precision.py). Generation keeps the cache (the same
+        weights at every decode step)."""
+        dtype = compute_dtype(self.cfg, self.device)
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=dtype, cache_enabled=self.policy.kind != "hf")
 
     def _load_data(self) -> None:
         """The datasets (malformed lines reported and skipped), and the env server's health."""
@@ -188,7 +194,7 @@ class Trainer:
             load_trainable(self.policy, first)
         elif ckpt is not None and self.warmup_applies() and warm0.exists():
             load_trainable(self.policy, warm0)
-        self.reference = Reference(self.policy) if cfg.algorithm.kl_coef > 0 else None
+        self.reference = self._reference() if cfg.algorithm.kl_coef > 0 else None
         self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool, cfg.rollout.strict_actions)
         self.stops = self.dialect.stops(self.tok)
         self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, compute_dtype(cfg, self.device))
@@ -237,7 +243,11 @@ class Trainer:
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
         groups = [{"params": ps, "lr": lr} for ps, lr in zip(self.param_groups, self.base_lrs)]
-        return torch.optim.AdamW(groups, weight_decay=self.cfg.optim.weight_decay)
+        return precision.optimizer(groups, self.cfg.optim.weight_decay, self.device, fused=self.policy.kind == "hf")
+
+    def _reference(self) -> Reference:
+        """The KL reference: the current policy, frozen (in the compute dtype where that saves memory, precision.py)."""
+        return Reference(self.policy, compute_dtype(self.cfg, self.device))
 
     def _sampler(self, stage: Stage) -> EpochSampler | MixSampler:
         """The batch sampler of a stage: its hops_mix, or one shuffled epoch after another (seeded by the run's seed,
@@ -249,7 +259,7 @@ class Trainer:
         """The next stage of a curriculum starts as a new run from the current policy would (curriculum.py)."""
         self.stage = stage
         if self.reference is not None:
-            self.reference = Reference(self.policy)
+            self.reference = self._reference()
         self.optimizer = self._new_optimizer()
         self.sampler = self._sampler(stage)
         self.writer.log(describe(stage, len(self.stages)) + f": the KL reference is now the step-{stage.start} policy; the optimizer, LR schedule, sampler and seeds restart")
@@ -651,6 +661,17 @@ class Trainer:
     def _checkpoint(self, step: int) -> None:
         path = save_checkpoint(self.run_dir, step, self.policy, self.tok, self.optimizer, {"sampler": self.sampler.state_dict()})
         self.writer.event("checkpoint", step=step, path=str(path))
+        # the last train.checkpoint_keep; never the warm start's or a stage's last step (a resume reads them)
+        for gone in prune_checkpoints(self.run_dir, checkpoint_keep(self.cfg), {0} | {s.end for s in self.stages}):
+            self.writer.log(f"deleted {gone} (train.checkpoint_keep)")
+
+    def _export(self) -> None:
+        """A finished run's Hugging Face policy as a model directory (`model/`, checkpoint.export_model)."""
+        if self.policy.kind != "hf":
+            return
+        self.optimizer.state.clear()  # the run is over: the moments' memory is the export's
+        path = export_model(self.run_dir / "model", self.policy, self.tok, self.cfg.model.path)
+        self.writer.log(f"wrote the trained model (Hugging Face format) to {path}")
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if not self.stop_requested:
@@ -714,7 +735,7 @@ class Trainer:
 
                 m0.update(run_warmup(self, w.log))
                 if self.reference is not None:
-                    self.reference = Reference(self.policy)  # KL towards the warm-started policy, not the random init
+                    self.reference = self._reference()  # KL towards the warm-started policy, not the random init
                 if not self.stop_requested:
                     self._checkpoint(0)
             if self.eval_set and not self.stop_requested:
@@ -737,6 +758,8 @@ class Trainer:
                 self._checkpoint(step)
             if stage_ends and not last and not self.stop_requested:
                 self._begin_stage(stage_of(self.stages, step + 1))
+        if step == self.total and self.total > 0:
+            self._export()
         return step
 
 

@@ -8,7 +8,9 @@
 import { constants as osConstants } from 'node:os';
 import { readFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
+import { checkRunMemory, refuseWhatDoesNotFit } from '../plan/check';
 import { packageRoot } from '../paths';
+import { probePython } from '../python';
 import type { RunEvent, RunJson } from '../run/format';
 import { engineHost } from './engines';
 import { envServerArgs, loadRunConfig, loadRunDirConfig, newRunDir, type LoadedRunConfig } from './runConfig';
@@ -48,6 +50,12 @@ export interface RunHostOptions {
   serverLauncher?: ServerLauncher;
   /** Time the trainer gets to finish its step and checkpoint after SIGTERM. */
   stopGraceMs?: number;
+  /** Start a run the memory plan says does not fit (src/core/plan/check.ts). */
+  force?: boolean;
+  /** The GPU's memory for the plan (default: what the trainer's Python reports for its first GPU, else 80 GiB). */
+  gpuMemoryBytes?: number;
+  /** The memory check's verdict (one line), when the run was planned or why it was not. */
+  onMemoryCheck?: (line: string) => void;
 }
 
 export function trainerDir(): string {
@@ -88,6 +96,7 @@ export class RunHost {
       loaded = await loadRunConfig(options.config);
       runDir = options.runDir ? resolve(options.runDir) : newRunDir(loaded, options.runsParent ?? resolve('runs'));
     }
+    await RunHost.checkMemory(loaded, options);
     const dir = trainerDir();
     const engine = await engineHost(loaded.config.engine ?? 'builtin', options.python, dir);
     const server = await startEnvServerProcess(envServerArgs(loaded, { port: options.port }), { onLog: options.onServerLog, launcher: options.serverLauncher });
@@ -115,6 +124,25 @@ export class RunHost {
       throw e;
     }
     return new RunHost(runDir, loaded, server, trainer, options);
+  }
+
+  /**
+   * The memory plan of a Hugging Face run on a GPU against the trainer's GPU (asked of its Python): a run that does
+   * not fit is refused (MemoryPlanError, with the changes that would make it fit) unless `force`.
+   */
+  private static async checkMemory(loaded: LoadedRunConfig, options: RunHostOptions): Promise<void> {
+    const c = loaded.config;
+    if (c.model.kind !== 'hf' || (c.engine ?? 'builtin') !== 'builtin' || c.model.device === 'cpu') return;
+    let cuda: boolean | undefined;
+    let gpuMemoryBytes = options.gpuMemoryBytes;
+    if (gpuMemoryBytes === undefined) {
+      const probe = await probePython(options.python, { timeoutMs: 60_000 });
+      cuda = probe.ok ? probe.cuda : undefined;
+      gpuMemoryBytes = probe.cudaMemory?.[0];
+    }
+    const check = checkRunMemory(loaded, { gpuMemoryBytes, cuda });
+    options.onMemoryCheck?.(check.line);
+    refuseWhatDoesNotFit(check, loaded.file, !!options.force);
   }
 
   /**

@@ -89,7 +89,7 @@ export const RunConfigSchema = S.object(
           ),
         ),
         dropout: S.optional(S.boolean('Keep the model’s and LoRA’s dropout in training. Off by default: with dropout the update’s log-probs differ from the sampler’s and an on-policy ratio is not 1.', false)),
-        gradient_checkpointing: S.optional(S.boolean('Recompute activations in the backward pass instead of keeping them (less memory, about a third more compute). Unset: the engine’s own default (builtin: off; trl: TRL’s, on; verl: veRL’s, on); a memory plan may set it.')),
+        gradient_checkpointing: S.optional(S.boolean('hf: recompute each layer\'s activations in the backward pass instead of keeping them (less memory, about a third more compute; docs/trainer.md, "Memory on one GPU"). Unset: the engine’s own default (builtin: on; trl: TRL’s, on; verl: veRL’s, on); a memory plan may set it.')),
         device: S.optional(S.enum(['auto', 'cpu', 'cuda'] as const, undefined, 'auto')),
       },
       { ...strict, description: 'The policy.' },
@@ -138,7 +138,7 @@ export const RunConfigSchema = S.object(
             S.integer({
               minimum: 1,
               description:
-                'Generation holds at most this many tokens of KV cache at once (rows × (context + turn budget)); trajectories are rolled out in waves that fit. Default: 65,536 on CPU; on CUDA, half the GPU memory free after loading the model, divided by the cache’s bytes per token.',
+                'A decode batch holds at most this many tokens of KV cache (rows × (the widest context + the turn budget), as the rows hold them); rows that do not fit are admitted as others finish. Default: 65,536 on CPU; on CUDA, half of what the GPU has free after loading the model, less AdamW’s moments, the bf16 weight copies generation caches and 15 % of the GPU, divided by the cache’s bytes per token (search-agent-studio plan shows it).',
             }),
           ),
         },
@@ -151,7 +151,7 @@ export const RunConfigSchema = S.object(
           preset: S.optional(
             S.enum(
               ['search-r1-ppo', 'search-r1-grpo'] as const,
-              'Search-R1’s training settings (train_ppo.sh / train_grpo.sh); keys set in this file win. search-r1-ppo: PPO, KL in the reward (k1, 0.001), GAE γ = λ = 1, critic lr 1e-5 with its own warm-up (1.5 %) and clip; search-r1-grpo: GRPO n = 5, KL loss (k3, 0.001). Both: lr 1e-6 warmed up over 28.5 % of the steps, entropy 0.001, clip 0.2, top_p 0.95, mini-batches of 256 prompts.',
+              'Search-R1’s training settings (train_ppo.sh / train_grpo.sh, docs/trainer.md “Presets”); keys set in this file win. search-r1-ppo: PPO, KL in the reward (k1, 0.001), GAE γ = λ = 1, critic lr 1e-5 with its own warm-up (1.5 %) and clip; search-r1-grpo: GRPO n = 5, KL loss (k3, 0.001). Both: lr 1e-6 warmed up over 28.5 % of the steps, entropy 0.001, clip 0.2, top_p 0.95, mini-batches of 256 sequences (GRPO: 10 optimizer steps a step), 512 prompts a step, 4 turns of 500 tokens, 500-token observations, responses cut at 4,096 tokens, prompts of at most 2,048.',
             ),
           ),
           name: S.optional(S.enum(['grpo', 'ppo', 'reinforce++'] as const, undefined, 'grpo')),
@@ -236,6 +236,13 @@ export const RunConfigSchema = S.object(
           ),
           eval_every: S.optional(S.integer({ minimum: 0, default: 10, description: '0: only before the first update and at the end.' })),
           checkpoint_every: S.optional(S.integer({ minimum: 0, default: 10 })),
+          checkpoint_keep: S.optional(
+            S.integer({
+              minimum: 1,
+              description:
+                'builtin: keep only the last this many checkpoints (older ones are deleted as new ones are written; step-000000 — the warm start — and each curriculum stage\'s last step are always kept: a resume needs them). Default: all of them for the tiny policy, 3 for a Hugging Face model (a 3B full fine-tune\'s checkpoint is ~37 GB). A finished run with a Hugging Face model also writes model/ (Hugging Face format; LoRA merged into the base, the adapter in model/adapter/), which transformers and vLLM load.',
+            }),
+          ),
           save_rollouts: S.optional(S.boolean(undefined, true)),
           supervised_warmup: S.optional(
             S.object(

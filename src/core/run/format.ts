@@ -12,6 +12,7 @@ import { DIALECTS, type Dialect } from '../tags/parser';
 import { SPAN_ROLES, spansFromTokens, spansFromWire, type ResponseSpan } from '../tags/spans';
 import type { ResponseContext } from '../tags/trajectory';
 import { RunConfigSchema } from './config';
+import { PRESETS } from './presets';
 import { ENGINE_LIMITS, ENGINES } from './engines';
 
 /** run.json's version. */
@@ -233,8 +234,9 @@ export function validateRollout(value: unknown, file: string, line: number): Loc
 
 /** The documents published in docs/schema/, generated from the schemas above. */
 export const PUBLISHED_SCHEMAS = {
-  // x-engine-limits: what each engine cannot do (src/core/run/engines.ts), for the trainer's validator
-  'run-config.schema.json': { schema: RunConfigSchema, title: 'Search Agent Studio run config (*.run.json)', extra: { 'x-engine-limits': ENGINE_LIMITS } },
+  // x-engine-limits: what each engine cannot do (src/core/run/engines.ts), for the trainer's validator; x-presets:
+  // algorithm.preset's values (src/core/run/presets.ts), which the trainer applies
+  'run-config.schema.json': { schema: RunConfigSchema, title: 'Search Agent Studio run config (*.run.json)', extra: { 'x-engine-limits': ENGINE_LIMITS, 'x-presets': PRESETS } },
   'rollout.schema.json': { schema: RolloutSchema, title: 'Search Agent Studio rollout record (v2; v1 accepted)' },
   'run.schema.json': { schema: RunJsonSchema, title: 'Search Agent Studio run.json (v1)' },
   'event.schema.json': { schema: EventSchema, title: 'Search Agent Studio trainer event / events.jsonl line (v1)' },

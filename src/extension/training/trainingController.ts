@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import * as vscode from 'vscode';
 import { EnvServerError, startEnvServerProcess, type EnvServerProcess, envServerScript, killTree } from '../../core/host/processes';
 import { envServerArgs, loadRunConfig, RunConfigError, runNeeds } from '../../core/host/runConfig';
+import { MemoryPlanError } from '../../core/plan/check';
 import { RunHost, type RunOutcome } from '../../core/host/runHost';
 import { listRuns, progressOf, readRun, type RunInfo } from '../../core/host/runs';
 import { noPythonMessage, runPythonNote, type TrainerNeeds } from '../../core/python';
@@ -212,7 +213,7 @@ export class TrainingController implements vscode.Disposable {
     return this.launch({ runDir: dir, resume: true });
   }
 
-  private async launch(what: { config?: string; runDir?: string; resume?: boolean }): Promise<RunOutcome | undefined> {
+  private async launch(what: { config?: string; runDir?: string; resume?: boolean; force?: boolean }): Promise<RunOutcome | undefined> {
     const runPython = what.resume && what.runDir ? (await readRun(what.runDir))?.python : undefined;
     const python = await this.python(await runNeeds(what), runPython);
     if (!python) return undefined;
@@ -233,8 +234,15 @@ export class TrainingController implements vscode.Disposable {
           this.trainerLog.warn(note);
           void vscode.window.showWarningMessage(`Training run: ${note}`);
         },
+        onMemoryCheck: (line) => this.log.info(line),
       });
     } catch (e) {
+      if (e instanceof MemoryPlanError) {
+        // the memory plan says it does not fit: the user decides (the plan may be wrong; `search-agent-studio plan` shows each part)
+        this.log.warn(e.message);
+        const b = await vscode.window.showWarningMessage(`Search Agent: ${e.message}`, { modal: true }, 'Start Anyway');
+        return b === 'Start Anyway' ? this.launch({ ...what, force: true }) : undefined;
+      }
       return this.startFailed(e as Error, what.config);
     }
     this.host = host;

@@ -295,7 +295,10 @@ def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], e
     if algo not in ADV_ESTIMATOR:
         problems.append(f"algorithm.name: {algo!r} has no veRL estimator here")
     if mini % n:
-        problems.append(f"optim.mini_batch_size ({mini}) must be a multiple of rollout.n ({n}): veRL counts mini-batches in prompts")
+        # e.g. the search-r1-grpo preset's 256 sequences with n = 5: Search-R1's old veRL counted mini-batches in rows
+        # (its 5 samples were repeated prompts, n_agent), veRL 0.9 counts prompts of n samples each
+        near = sorted((p * n for p in range(1, batch + 1) if batch % p == 0), key=lambda x: (abs(x - mini), x))[:2]
+        problems.append(f"optim.mini_batch_size ({mini}) must be a multiple of rollout.n ({n}): veRL counts mini-batches in prompts of rollout.n sequences; the nearest that divide a step's {batch} prompts: {' or '.join(map(str, near))} sequences")
     elif mini // n > batch:
         problems.append(f"optim.mini_batch_size ({mini}) is more than a step's {batch * n} sequences (rollout.batch_size × rollout.n)")
     if problems:
