@@ -7,7 +7,7 @@ import { rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import type { TokenizerCodec } from '../inspect/tokenizer';
 import type { ParsedTrajectory } from '../tags/parser';
 import { searchCount, parseResponse } from '../tags/trajectory';
-import { searchCollapseSteps, trajectoryAlarms, type Alarm, type AlarmOptions } from './alarms';
+import { ALARM_DEFAULTS, searchCollapseSteps, trajectoryAlarms, type Alarm, type AlarmOptions } from './alarms';
 import type { StepAudit } from './series';
 import type { Drift, DriftOptions } from './drift';
 import { recordDrift } from './template';
@@ -153,6 +153,151 @@ export class Auditor {
     for (const [step, list] of [...bySteps].sort((x, y) => x[0] - y[0])) sum.steps.push(stepAudit(step, list, checked));
     return sum;
   }
+}
+
+/**
+ * The audit of a stream of rollouts in bounded memory (the CLI's `audit`, the dashboard's per-step audit): each
+ * rollout's findings go to `onRollout` when its step is complete (the next step begins, or the stream ends) — a
+ * step is held so that search-collapse, a rule over a step's mean searches against the highest earlier step's, can
+ * mark its rollouts — and only per-step sums are kept. Rollouts are expected step by step in step order (as run
+ * directories and stores list them); `summary.search_collapse_steps` is exact whatever the order.
+ */
+export class AuditStream {
+  private step: number | undefined;
+  private held: RolloutAudit[] = [];
+  private peak = 0;
+  private readonly steps = new Map<number, StepSums>();
+  private readonly sum: AuditSummary;
+  private absSum = 0;
+
+  constructor(
+    readonly options: AuditOptions = {},
+    private readonly onRollout?: (a: RolloutAudit) => void,
+  ) {
+    this.sum = {
+      rollouts: 0,
+      flagged: 0,
+      leaks: { rollouts: 0, tokens: 0, mask_mismatch: 0 },
+      drift: { checked: options.tokenizer !== undefined, rollouts: 0, text: 0, split: 0, template: 0 },
+      logprob: { rollouts: 0, compared: 0, flagged: 0, max_abs_diff: 0, mean_abs_diff: 0 },
+      is: { level: options.isLevel ?? IMPORTANCE_DEFAULTS.isLevel, cap: options.isCap ?? IMPORTANCE_DEFAULTS.isCap, rollouts: 0, scored: 0, clipped: 0, dropped: 0, clipped_rollouts: 0, dropped_rollouts: 0 },
+      alarms: {},
+      search_collapse_steps: [],
+      steps: [],
+    };
+  }
+
+  add(r: Rollout): RolloutAudit {
+    const a = auditRollout(r, this.options);
+    const step = a.step ?? 0;
+    if (this.step !== undefined && step !== this.step) this.flush();
+    this.step = step;
+    this.held.push(a);
+    return a;
+  }
+
+  private flush(): void {
+    const list = this.held;
+    if (!list.length) return;
+    this.held = [];
+    const step = this.step ?? 0;
+    const mean = list.reduce((t, a) => t + a.searches, 0) / list.length;
+    const { collapseFraction, collapsePeak } = { ...ALARM_DEFAULTS, ...this.options };
+    if (this.peak >= collapsePeak && mean < collapseFraction * this.peak) for (const a of list) if (a.searches === 0) a.alarms.push('search-collapse');
+    this.peak = Math.max(this.peak, mean);
+    const acc = this.steps.get(step) ?? newSums();
+    this.steps.set(step, acc);
+    for (const a of list) {
+      addToSummary(this.sum, a, (x) => (this.absSum += x));
+      addToStep(acc, a);
+      this.onRollout?.(a);
+    }
+  }
+
+  finish(): AuditSummary {
+    this.flush();
+    const checked = this.options.tokenizer !== undefined;
+    const ordered = [...this.steps].sort((x, y) => x[0] - y[0]);
+    this.sum.search_collapse_steps = searchCollapseSteps(new Map(ordered.map(([s, acc]) => [s, acc.searches / acc.rollouts])), this.options);
+    this.sum.logprob.mean_abs_diff = this.sum.logprob.compared ? this.absSum / this.sum.logprob.compared : 0;
+    this.sum.steps = ordered.map(([s, acc]) => stepOfSums(s, acc, checked));
+    return this.sum;
+  }
+}
+
+interface StepSums {
+  rollouts: number;
+  compared: number;
+  abs: number;
+  outside: number;
+  seq: number;
+  seqN: number;
+  drift: number;
+  leaks: number;
+  searches: number;
+  noSearch: number;
+  alarms: Partial<Record<Alarm, number>>;
+}
+
+const newSums = (): StepSums => ({ rollouts: 0, compared: 0, abs: 0, outside: 0, seq: 0, seqN: 0, drift: 0, leaks: 0, searches: 0, noSearch: 0, alarms: {} });
+
+function addToStep(acc: StepSums, a: RolloutAudit): void {
+  acc.rollouts++;
+  if (a.logprob && a.logprob.compared) {
+    acc.compared += a.logprob.compared;
+    acc.abs += a.logprob.mean_abs_diff * a.logprob.compared;
+    acc.outside += a.logprob.flagged.length;
+    acc.seq += Math.exp(a.logprob.seq_log_ratio);
+    acc.seqN++;
+  }
+  if (a.drift) acc.drift++;
+  acc.leaks += a.leaks.length;
+  acc.searches += a.searches;
+  if (a.searches === 0) acc.noSearch++;
+  for (const k of a.alarms) acc.alarms[k] = (acc.alarms[k] ?? 0) + 1;
+}
+
+function stepOfSums(step: number, acc: StepSums, checked: boolean): StepAudit {
+  return {
+    step,
+    rollouts: acc.rollouts,
+    drift_rate: checked ? acc.drift / acc.rollouts : null,
+    mean_abs_diff: acc.compared ? acc.abs / acc.compared : null,
+    ratio_outside: acc.compared ? acc.outside / acc.compared : null,
+    seq_ratio: acc.seqN ? acc.seq / acc.seqN : null,
+    leaks: acc.leaks,
+    mean_searches: acc.searches / acc.rollouts,
+    no_search: acc.noSearch,
+    alarms: acc.alarms,
+  };
+}
+
+function addToSummary(sum: AuditSummary, a: RolloutAudit, addAbs: (x: number) => void): void {
+  sum.rollouts++;
+  if (flagged(a)) sum.flagged++;
+  if (a.leaks.length) sum.leaks.rollouts++;
+  sum.leaks.tokens += a.leaks.length;
+  sum.leaks.mask_mismatch += a.mask_mismatch.length;
+  if (a.drift) {
+    sum.drift.rollouts++;
+    sum.drift[a.drift.kind]++;
+  }
+  if (a.logprob) {
+    sum.logprob.rollouts++;
+    sum.logprob.compared += a.logprob.compared;
+    sum.logprob.flagged += a.logprob.flagged.length;
+    sum.logprob.max_abs_diff = Math.max(sum.logprob.max_abs_diff, a.logprob.max_abs_diff);
+    addAbs(a.logprob.mean_abs_diff * a.logprob.compared);
+  }
+  if (a.is) {
+    sum.is.rollouts++;
+    sum.is.scored += a.is.scored;
+    sum.is.clipped += a.is.clipped.length;
+    sum.is.dropped += a.is.dropped.length;
+    if (a.is.clipped.length) sum.is.clipped_rollouts++;
+    if (a.is.dropped.length) sum.is.dropped_rollouts++;
+  }
+  for (const k of a.alarms) sum.alarms[k] = (sum.alarms[k] ?? 0) + 1;
 }
 
 function stepAudit(step: number, list: readonly RolloutAudit[], checked: boolean): StepAudit {

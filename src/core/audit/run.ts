@@ -3,14 +3,15 @@
  * only when it changed; search-collapse, a rule over the run's series, is applied to the whole series each time.
  */
 import { stat } from 'node:fs/promises';
-import { readLines } from '../store/jsonl';
-import { parseRolloutLine, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import { join } from 'node:path';
+import { isStorePart, readPart, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import { STORE_FILES } from '../store/tokenStore';
 import { runTokenizer } from '../inspect/tokenizer';
 import { searchCollapseSteps } from './alarms';
-import { Auditor, type AuditOptions, type StepAudit } from './index';
+import { AuditStream, type AuditOptions, type StepAudit } from './index';
 
 export class RunAudit {
-  private readonly files = new Map<string, { size: number; steps: StepAudit[] }>();
+  private readonly files = new Map<string, { size: number | string; steps: StepAudit[] }>();
   private options: AuditOptions | undefined;
 
   constructor(
@@ -33,11 +34,13 @@ export class RunAudit {
     }
     let changed = false;
     for (const file of files) {
-      const size = (await stat(file).catch(() => undefined))?.size;
+      const store = await isStorePart(file);
+      // a store step never changes after its commit (a resume replaces it whole: another inode)
+      const st = await stat(store ? join(file, STORE_FILES.rollouts) : file).catch(() => undefined);
+      const size = st && (store ? `${st.ino}:${st.size}` : st.size);
       if (size === undefined || this.files.get(file)?.size === size) continue;
-      const auditor = new Auditor(this.options);
-      for await (const { line, text } of readLines(file)) {
-        const row = parseRolloutLine(text, file, line, this.options.read);
+      const auditor = new AuditStream(this.options);
+      for await (const row of readPart(file, this.options.read, undefined, this.options.tokenizer ? 'audit+ids' : 'audit')) {
         if (row.record) auditor.add(row.record);
       }
       this.files.set(file, { size, steps: auditor.finish().steps });

@@ -9,7 +9,8 @@ import { createInterface } from 'node:readline';
 import type { LocatedIssue, ReadOptions, Rollout } from '../run/format';
 import { validateRollout } from '../run/format';
 import { readLines } from '../store/jsonl';
-import { parseRolloutLine, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import { readPart, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import { isStoreStep, STORE_FILES, type TokenColumns } from '../store/tokenStore';
 import { importSearchR1Dataset, type DatasetExample, type DatasetImportIssue } from './dataset';
 import { importSearchR1Transcripts } from './searchr1';
 import { importTrlCompletions } from './trl';
@@ -60,6 +61,7 @@ async function statOrThrow(path: string) {
 export async function detectSource(path: string): Promise<SourceKind> {
   const st = await statOrThrow(path);
   if (st.isDirectory()) {
+    if (await isStoreStep(path)) return 'rollouts';
     const names = await readdir(path);
     if (names.includes('completions') || names.some((n) => /^completions_\d+\.parquet$/.test(n))) return 'trl';
     if (names.includes('run.json') || names.includes('rollouts')) return 'rollouts';
@@ -67,6 +69,7 @@ export async function detectSource(path: string): Promise<SourceKind> {
     if (jsonl.length === 0) throw new UnreadableInput(path, 'a directory with no run.json, rollouts/, *.jsonl or completions_*.parquet');
     return jsonlKind(jsonl[0]!);
   }
+  if (basename(path) === STORE_FILES.rollouts && (await isStoreStep(join(path, '..')))) return 'rollouts';
   if (extname(path) === '.parquet') return 'trl';
   if (extname(path) === '.jsonl' || extname(path) === '.json') return jsonlKind(path);
   return 'searchr1';
@@ -117,7 +120,7 @@ export async function rolloutFileKind(file: string): Promise<'rollouts' | 'verl'
  * The records of a source, in order; malformed items come with their issues and no record. `read` says how
  * responses are read (a dialect to force, the search tool); a run's config gives the dialect otherwise.
  */
-export async function* readSource(path: string, kind?: SourceKind, read: ReadOptions = {}): AsyncGenerator<SourceItem> {
+export async function* readSource(path: string, kind?: SourceKind, read: ReadOptions = {}, tokens: TokenColumns = 'all'): AsyncGenerator<SourceItem> {
   const k = kind ?? (await detectSource(path));
   await statOrThrow(path);
   switch (k) {
@@ -125,9 +128,8 @@ export async function* readSource(path: string, kind?: SourceKind, read: ReadOpt
       const runDialect = read.runDialect ?? (await runConfigDialect(path));
       const options = { ...read, ...(runDialect ? { runDialect } : {}) };
       for (const file of await rolloutFiles(path)) {
-        for await (const { line, text } of readLines(file)) {
-          const row = parseRolloutLine(text, file, line, options);
-          yield row.record ? { record: row.record, issues: [], where: `${file}:${line}` } : { issues: row.errors, where: `${file}:${line}` };
+        for await (const row of readPart(file, options, undefined, tokens)) {
+          yield row.record ? { record: row.record, issues: [], where: `${file}:${row.line}` } : { issues: row.errors, where: `${file}:${row.line}` };
         }
       }
       return;

@@ -11,8 +11,7 @@
  */
 import type { ImportanceOptions } from '../audit/importance';
 import type { ReadOptions } from '../run/format';
-import { readLines } from '../store/jsonl';
-import { parseRolloutLine, rawPreview, rolloutFiles, runConfigDialect, RolloutStore, type RolloutRow } from '../store/rollouts';
+import { rawPreview, readPart, rolloutFiles, runConfigDialect, RolloutStore, type RolloutRow } from '../store/rollouts';
 import type { InspectorQuery, InspectorStatus, RowFacts } from '../protocol';
 import { FilterError } from './filter';
 import { RolloutTable, rowFacts } from './table';
@@ -116,8 +115,8 @@ export class InspectorEngine {
       const first = (await rolloutFiles(path))[0];
       if (first) {
         const rows: RowFacts[] = [];
-        for await (const { line, text } of readLines(first)) {
-          rows.push(rowFacts({ index: rows.length, ...parseRolloutLine(text, first, line, this.read) }, this.read, this.table.checks));
+        for await (const row of readPart(first, this.read, undefined, this.table.tokenColumns)) {
+          rows.push(rowFacts({ index: rows.length, ...row }, this.read, this.table.checks));
           if (rows.length >= PREVIEW_ROWS) break;
         }
         this.post({ t: 'preview', rows });
@@ -255,7 +254,7 @@ export class InspectorEngine {
     }
     const analysed = this.table.rows.length;
     const out: RowFacts[] = this.table.rows.slice(from, Math.min(to, analysed));
-    if (to > analysed) for (const r of await this.store.rows(Math.max(from, analysed), to)) out.push(rowFacts(r, this.read, this.table.checks));
+    if (to > analysed) for (const r of await this.store.rows(Math.max(from, analysed), to, this.table.tokenColumns)) out.push(rowFacts(r, this.read, this.table.checks));
     return out;
   }
 

@@ -11,6 +11,7 @@ import type { InspectorColumn, RowFacts } from '../protocol';
 import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
 import { trajectoryFacts } from '../run/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
+import type { TokenColumns } from '../store/tokenStore';
 import { auditRollout, type AuditOptions } from '../audit';
 import { auditMask } from './audit';
 import { compileFilter, type FilterRow } from './filter';
@@ -106,6 +107,11 @@ export class RolloutTable {
   checks: Omit<AuditOptions, 'read'> = {};
   private groups = new Map<string, { n: number; sum: number; sumSq: number; min: number; max: number }>();
 
+  /** The token arrays the facts read from a token store: the audit's (and the ids when drift is checked). */
+  get tokenColumns(): TokenColumns {
+    return this.checks.tokenizer ? 'audit+ids' : 'audit';
+  }
+
   /** Adds the facts of store rows [rows.length, store.count), in batches; stops early when `cancelled()`. */
   async extend(store: RolloutStore, options: { batch?: number; cancelled?: () => boolean; onBatch?: (done: number, total: number) => void; yieldEvery?: () => Promise<void> } = {}): Promise<number> {
     const batch = options.batch ?? 500;
@@ -113,7 +119,7 @@ export class RolloutTable {
     while (this.rows.length < store.count) {
       if (options.cancelled?.()) break;
       const from = this.rows.length;
-      for (const row of await store.rows(from, Math.min(store.count, from + batch))) this.add(rowFacts(row, store.read, this.checks));
+      for (const row of await store.rows(from, Math.min(store.count, from + batch), this.tokenColumns)) this.add(rowFacts(row, store.read, this.checks));
       options.onBatch?.(this.rows.length, store.count);
       await options.yieldEvery?.();
     }

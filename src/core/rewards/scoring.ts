@@ -73,7 +73,7 @@ export async function* scoreRollouts(
     options.onProgress?.(done);
     batch = [];
   };
-  for await (const item of readSource(path)) {
+  for await (const item of readSource(path, undefined, {}, 'none')) {  // a reward reads text: no token arrays
     options.signal?.throwIfAborted();
     if (!item.record) {
       for (const e of item.issues) options.onMalformed?.(`${e.file}:${e.line}: ${e.field ? `${e.field}: ` : ''}${e.message}`);

@@ -5,7 +5,7 @@
  * current view only, so neither the extension host nor the webview holds the file.
  */
 import { statSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import * as vscode from 'vscode';
 import { rolloutFile } from '../../core/host/runs';
@@ -177,6 +177,8 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
       path = picked?.[0]?.fsPath;
     }
     if (!path) return;
+    // a token-store step's rollouts.parquet: the step (its directory)
+    if (basename(path) === 'rollouts.parquet') path = dirname(path);
     this.log.info(`inspector: ${path} (${how})`);
     let dir = false;
     try {
