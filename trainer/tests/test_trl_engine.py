@@ -297,7 +297,7 @@ def test_sigterm_stops_after_a_checkpoint_and_resume_finishes_the_run(tmp_path, 
     assert started[-1]["resumed"] is True and started[-1]["step"] == 1
     assert json.loads((run / "run.json").read_text())["status"] == "finished"
     assert [m["step"] for m in lines(run / "metrics.jsonl")] == [0, 1, 2, 3]
-    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["step-000001.jsonl", "step-000002.jsonl", "step-000003.jsonl", "val-step-000000.jsonl", "val-step-000003.jsonl"]
+    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["step-000001", "step-000002", "step-000003", "val-step-000000", "val-step-000003"]  # the token store's steps
     state = json.loads((run / "checkpoints" / "step-000003" / "trainer_state.json").read_text())
     assert state["global_step"] == 3  # TRL's own trainer state, continued
 
