@@ -4,7 +4,7 @@
 // invisible), the inspector engine, the streaming audit against the whole-run one, readSource, the dashboard's
 // RunAudit, and `export jsonl`.
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { Auditor, AuditStream } from '../../src/core/audit';
@@ -252,6 +252,14 @@ describe('token store', function () {
     // the dashboard's per-step audit
     const series = await new RunAudit(run).update();
     assert.deepEqual(plain(series), plain(want.steps));
+    // kept in rollouts/.audit-cache.json: a dashboard opened again charts it without auditing (a step removed drops out)
+    assert.ok(existsSync(join(rollouts, '.audit-cache.json')));
+    const again = new RunAudit(run);
+    assert.deepEqual(plain(await again.update()), plain(want.steps));
+    assert.equal(await again.update(), undefined, 'nothing changed since');
+    renameSync(join(rollouts, 'step-000003'), join(rollouts, '.step-000003.gone'));
+    assert.deepEqual((await again.update())!.map((x) => x.step), [1, 2]);
+    renameSync(join(rollouts, '.step-000003.gone'), join(rollouts, 'step-000003'));
     // per step export: the layout train.record.format "jsonl" writes
     const e2 = await cli('export', 'jsonl', join(rollouts, 'step-000002'), '--out', join(run, 'out'));
     assert.equal(e2.exitCode, 0, e2.stderr);

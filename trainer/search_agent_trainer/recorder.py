@@ -69,41 +69,48 @@ def rollout_flags(
     band: tuple[float, float] = RATIO_BAND,
     stats: dict[str, float] | None = None,
     generated: Any = None,
+    logprob_scored: Any = None,
+    rollout_scored: Any = None,
 ) -> list[list[str]]:
     """Per row of (B, L) torch tensors over the positions `valid` (bool): `leak` where loss_mask ≠ expected (the
     mask the roles give: 1 on generated tokens, or on every response token with masking off), `non-finite` where a
     scored number (`numbers`: (values, scored mask) pairs) is NaN or infinite, `logprob-gap` where a trained token
-    has both log-probs and its ratio lies outside `band`. Vectorised: a few tensor ops a step. `stats`, when given,
-    receives the sums of the audit's per-step series over these rows (`audit_metrics` turns them into metrics):
-    leaked tokens (against `generated`, the generated tokens, as the audit counts them: with masking off on purpose
-    every trained observation token is one), compared tokens, Σ|Δ|, tokens outside the band, Σ exp(ΣΔ) over rows
-    with a compared token."""
+    has both log-probs (scored: `logprob_scored` / `rollout_scored`, else where finite) and its ratio lies outside
+    `band`. Vectorised, a few passes over the step's tensors (a number tensor that is finite everywhere costs one).
+    `stats`, when given, receives the sums of the audit's per-step series over these rows (`audit_metrics`): leaked
+    tokens (against `generated`, the generated tokens, as the audit counts them: with masking off on purpose every
+    trained observation token is one), compared tokens, Σ|Δ|, tokens outside the band, Σ exp(ΣΔ) over rows with a
+    compared token."""
     import torch
 
     valid = valid.bool()
     B = int(valid.shape[0])
+    loss = loss_mask.bool() & valid
     leaked = (loss_mask.float() != expected.float()) & valid
     leak = leaked.any(-1)
     bad = torch.zeros(B, dtype=torch.bool)
     for x, scored in numbers:
-        if x is not None:
+        # one reduction: a finite sum means every value is finite (NaN and infinities propagate); else look closer
+        if x is not None and not math.isfinite(float(x.sum())):
             bad |= (~torch.isfinite(x.float()) & scored.bool() & valid).any(-1)
     gap = torch.zeros(B, dtype=torch.bool)
     if logprob is not None and rollout_logprob is not None:
         lo, hi = math.log(band[0]), math.log(band[1])
         a, b = logprob.float(), rollout_logprob.float()
-        both = valid & loss_mask.bool() & torch.isfinite(a) & torch.isfinite(b)
-        d = a - b
-        outside = both & ((d < lo) | (d > hi))
+        both = loss & (logprob_scored.bool() if logprob_scored is not None else torch.isfinite(a)) & (rollout_scored.bool() if rollout_scored is not None else torch.isfinite(b))
+        d = torch.where(both, a - b, 0.0)
+        if not math.isfinite(float(d.sum())):  # a non-finite log-prob where scored (flagged above): not compared
+            both &= torch.isfinite(d)
+            d = torch.where(both, d, 0.0)
+        outside = (d < lo) | (d > hi)
         gap = outside.any(-1)
         if stats is not None:
-            dz = torch.where(both, d, torch.zeros_like(d))
             n = both.sum(-1)
             stats["compared"] = stats.get("compared", 0.0) + float(n.sum())
-            stats["abs"] = stats.get("abs", 0.0) + float(dz.abs().sum())
+            stats["abs"] = stats.get("abs", 0.0) + float(d.abs().sum(dtype=torch.float64))
             stats["outside"] = stats.get("outside", 0.0) + float(outside.sum())
             has = n > 0
-            stats["seq"] = stats.get("seq", 0.0) + float(torch.exp(dz.sum(-1).double())[has].sum())
+            stats["seq"] = stats.get("seq", 0.0) + float(torch.exp(d.sum(-1, dtype=torch.float64))[has].sum())
             stats["seq_n"] = stats.get("seq_n", 0.0) + float(has.sum())
     if stats is not None:
         by_role = leaked if generated is None else (loss_mask.float() != generated.float()) & valid

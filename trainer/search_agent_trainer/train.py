@@ -527,9 +527,8 @@ class Trainer:
         sums into `stats` (the step's audit/* metrics)."""
         scored = self._scored(batch)
         expected = batch.generated_mask if self.cfg.algorithm.loss_masking else batch.response_mask
-        sampled = torch.where(batch.generated_mask.bool(), batch.rollout_logprob, torch.full_like(batch.rollout_logprob, math.nan))
         trained = scored["logprob"]
-        return rollout_flags(valid=batch.response_mask, loss_mask=batch.loss_mask, expected=expected, logprob=torch.where(trained[1], trained[0], math.nan) if trained else None, rollout_logprob=sampled, numbers=[p for p in scored.values() if p is not None], stats=stats, generated=batch.generated_mask)
+        return rollout_flags(valid=batch.response_mask, loss_mask=batch.loss_mask, expected=expected, logprob=trained[0] if trained else None, logprob_scored=trained[1] if trained else None, rollout_logprob=batch.rollout_logprob, rollout_scored=batch.generated_mask, numbers=[p for p in scored.values() if p is not None], stats=stats, generated=batch.generated_mask)
 
     def _batch_data(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch) -> Any:
         """The writer thread's builder of a training step's data: the step's tensors and trajectories, referenced (a
