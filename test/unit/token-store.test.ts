@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
-import { Auditor, AuditStream } from '../../src/core/audit';
+import { Auditor, AuditStream, auditRollout } from '../../src/core/audit';
+import { tokenColumnsOf } from '../../src/core/run/columns';
 import { RunAudit } from '../../src/core/audit/run';
 import { detectSource, readSource } from '../../src/core/importers';
 import { InspectorEngine, type EngineMessage } from '../../src/core/inspect/engine';
@@ -129,6 +130,18 @@ describe('token store', function () {
     const audit = await step.rows(0, 2, 'audit');
     assert.deepEqual(audit[0]!.record!.tokens!.loss_mask, recs[0]!.tokens!.loss_mask);
     assert.throws(() => audit[0]!.record!.tokens!.ids, /tokens\.ids was not read/);
+    // the audit's checks over the typed columns give what they give over the arrays (a JSON copy has no columns)
+    for (const level of ['token', 'sequence'] as const) {
+      for (const row of await step.rows(0, step.count, 'audit')) {
+        const copy = JSON.parse(JSON.stringify({ ...row.record, tokens: { role: row.record!.tokens?.role, loss_mask: row.record!.tokens?.loss_mask, logprob: row.record!.tokens?.logprob, rollout_logprob: row.record!.tokens?.rollout_logprob } })) as Rollout;
+        if (!row.record!.tokens) delete copy.tokens;
+        const o = { isLevel: level, isCap: 1.5, ratioLow: 0.9, ratioHigh: 1.1 };
+        const viaColumns = plain(auditRollout(row.record!, o));
+        assert.ok(tokenColumnsOf(row.record!.tokens) || !row.record!.tokens);
+        assert.equal(tokenColumnsOf(copy.tokens), undefined);
+        assert.deepEqual(viaColumns, plain(auditRollout(copy, o)), row.record!.id);
+      }
+    }
     // exported as JSONL: the shortest decimal of each float32 gives the 6-decimal numbers back exactly
     assert.equal(shortFloat32(Math.fround(-0.123456)), -0.123456);
   });

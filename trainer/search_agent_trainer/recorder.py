@@ -113,7 +113,7 @@ def rollout_flags(
             stats["seq"] = stats.get("seq", 0.0) + float(torch.exp(d.sum(-1, dtype=torch.float64))[has].sum())
             stats["seq_n"] = stats.get("seq_n", 0.0) + float(has.sum())
     if stats is not None:
-        by_role = leaked if generated is None else (loss_mask.float() != generated.float()) & valid
+        by_role = leaked if generated is None or generated is expected else (loss_mask.float() != generated.float()) & valid
         stats["leaks"] = stats.get("leaks", 0.0) + float(by_role.sum())
     out: list[list[str]] = []
     for lk, nf, gp in zip(leak.tolist(), bad.tolist(), gap.tolist()):
@@ -188,7 +188,7 @@ class Recorder:
         self._busy = False
         self._closed = False
         self.errors: list[str] = []
-        self.totals = {"steps": 0, "rollouts": 0, "of": 0, "flagged": 0, "dropped_rollouts": 0, "dropped_steps": 0, "tokens": 0, "bytes": 0, "write_seconds": 0.0}
+        self.totals = {"steps": 0, "rollouts": 0, "of": 0, "flagged": 0, "dropped_rollouts": 0, "dropped_steps": 0, "tokens": 0, "bytes": 0, "write_seconds": 0.0, "write_cpu_seconds": 0.0}
         if settings.enabled and settings.format == "store":
             ts.remove_partial(self.dir)
             try:
@@ -282,7 +282,7 @@ class Recorder:
                     return
                 job = self._pending.popleft()
                 self._busy = True
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             try:
                 data = job.data if job.data is not None else job.build(job.keep)
                 path = self._write(job, data)
@@ -293,6 +293,7 @@ class Recorder:
                     self.totals["tokens"] += int(data.cols.lengths.sum())
                     self.totals["bytes"] += size
                     self.totals["write_seconds"] += time.perf_counter() - t0
+                    self.totals["write_cpu_seconds"] += time.thread_time() - c0
             except Exception as e:  # noqa: BLE001 - a failed write is reported, the run goes on
                 self.errors.append(f"{job.name}: {type(e).__name__}: {e}")
                 try:

@@ -14,8 +14,11 @@ import { recordDrift } from './template';
 import { IMPORTANCE_DEFAULTS, importancePreview, type ImportanceLevel, type ImportanceOptions, type ImportancePreview } from './importance';
 import { checkLogprobs, type LogprobCheck, type LogprobOptions } from './logprob';
 import { engineMaskOf, maskLeaks } from './masks';
+import { columnsImportance, columnsLogprobs, columnsMaskLeaks } from './columns';
+import { tokenColumnsOf } from '../run/columns';
 
 export * from './alarms';
+export * from './columns';
 export * from './drift';
 export * from './groups';
 export * from './importance';
@@ -57,15 +60,17 @@ export function flagged(a: RolloutAudit): boolean {
 /** The checks of one rollout that need nothing but the rollout (search-collapse is added by {@link Auditor.finish}). */
 export function auditRollout(r: Rollout, o: AuditOptions = {}, parsed: ParsedTrajectory = parseResponse(r.response, rolloutContext(r, o.read))): RolloutAudit {
   const tk = r.tokens;
-  const masks = tk ? maskLeaks(tk, engineMaskOf(r.meta)) : { leaks: [], mask_mismatch: [] };
+  // a record of the token store: its typed columns, without building the arrays (columns.ts: the same results)
+  const cols = tokenColumnsOf(tk);
+  const masks = tk ? (cols ? columnsMaskLeaks(cols, engineMaskOf(r.meta)) : maskLeaks(tk, engineMaskOf(r.meta))) : { leaks: [], mask_mismatch: [] };
   return {
     id: r.id,
     step: r.step ?? null,
     leaks: masks.leaks,
     mask_mismatch: masks.mask_mismatch,
     drift: tk && o.tokenizer ? recordDrift(r, o.tokenizer, o).drift : null,
-    logprob: tk ? checkLogprobs(tk as Parameters<typeof checkLogprobs>[0], o) : null,
-    is: tk ? importancePreview(tk as Parameters<typeof importancePreview>[0], o) : null,
+    logprob: tk ? (cols ? columnsLogprobs(cols, o) : checkLogprobs(tk as Parameters<typeof checkLogprobs>[0], o)) : null,
+    is: tk ? (cols ? columnsImportance(cols, o) : importancePreview(tk as Parameters<typeof importancePreview>[0], o)) : null,
     alarms: trajectoryAlarms(r, parsed, o),
     searches: r.searches ?? searchCount(parsed),
   };

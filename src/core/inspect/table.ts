@@ -14,6 +14,8 @@ import type { RolloutRow, RolloutStore } from '../store/rollouts';
 import type { TokenColumns } from '../store/tokenStore';
 import { auditRollout, type AuditOptions } from '../audit';
 import { auditMask } from './audit';
+import { columnsMaskLeaks } from '../audit/columns';
+import { tokenColumnsOf } from '../run/columns';
 import { compileFilter, type FilterRow } from './filter';
 
 export interface GroupStats {
@@ -70,7 +72,8 @@ export function rowFacts(row: RolloutRow, read: ReadOptions = {}, checks: Omit<A
   if (audit.alarms.length) f.alarms = audit.alarms;
   if (r.tokens) {
     f.tokens = true;
-    const a = auditMask(r.tokens.role, r.tokens.loss_mask);
+    const cols = tokenColumnsOf(r.tokens);
+    const a = cols ? columnsMaskLeaks(cols) : auditMask(r.tokens.role, r.tokens.loss_mask);
     f.leaks = audit.leaks.length;
     f.trained = a.trained;
     if (checks.tokenizer) f.drift = audit.drift?.token ?? null;

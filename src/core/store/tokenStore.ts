@@ -12,12 +12,13 @@
  * reads each page once and one rollout reads one row group. Token arrays become the record's plain arrays only when
  * a reader touches them (a getter per array), so the audit's pass never builds the arrays it does not read.
  */
-import { open, readdir, rename, rm, stat, mkdir } from 'node:fs/promises';
+import { open, readdir, rename, rm, stat, mkdir, type FileHandle } from 'node:fs/promises';
 import { randomBytes } from 'node:crypto';
 import { basename, join } from 'node:path';
 import * as zlib from 'node:zlib';
 import { parquetMetadataAsync, parquetRead, type AsyncBuffer, type FileMetaData } from 'hyparquet';
 import { parquetWriteBuffer } from 'hyparquet-writer';
+import { TOKEN_COLUMNS, type TokenColumnsView } from '../run/columns';
 import { TOKEN_ROLES, validateRollout, type LocatedIssue, type Rollout, type Tokens } from '../run/format';
 
 export const STORE_VERSION = 1;
@@ -44,25 +45,49 @@ const AUDIT_COLUMNS = ['role', 'loss_mask', 'rollout_logprob', 'logprob', 'engin
 const brotli = (input: Uint8Array): Uint8Array => zlib.brotliDecompressSync(input);
 const COMPRESSORS = { BROTLI: brotli } as const;
 
-/** An AsyncBuffer over a file: one positioned read per slice, the file opened for each (no descriptor held). */
+/**
+ * An AsyncBuffer over a file: one positioned read per slice, through a descriptor opened on first use and closed
+ * after a second without reads (a run of a thousand steps holds none of them open while idle).
+ */
 async function fileBuffer(path: string): Promise<AsyncBuffer> {
   const { size } = await stat(path);
+  let handle: Promise<FileHandle> | undefined;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let busy = 0;
+  const idle = () => {
+    if (timer) clearTimeout(timer);
+    timer = setTimeout(() => {
+      if (busy || !handle) return;
+      const h = handle;
+      handle = undefined;
+      void h.then((x) => x.close()).catch(() => {});
+    }, 1000);
+    timer.unref?.();
+  };
   return {
     byteLength: size,
     async slice(start: number, end?: number): Promise<ArrayBuffer> {
       const n = (end ?? size) - start;
       const buf = new ArrayBuffer(n);
       if (n === 0) return buf;
-      const h = await open(path, 'r');
+      busy++;
       try {
+        handle ??= open(path, 'r');
+        const h = await handle;
         let done = 0;
         while (done < n) {
           const { bytesRead } = await h.read(new Uint8Array(buf, done, n - done), 0, n - done, start + done);
           if (bytesRead === 0) throw new Error(`${path}: ended at byte ${start + done} of ${size}`);
           done += bytesRead;
         }
+      } catch (e) {
+        const h = handle;
+        handle = undefined;
+        void h?.then((x) => x.close()).catch(() => {});
+        throw e;
       } finally {
-        await h.close();
+        busy--;
+        idle();
       }
       return buf;
     },
@@ -166,35 +191,42 @@ export class StoreStep {
     return new Set(meta.schema.slice(1).map((s) => s.name));
   }
 
-  /** One column of one tokens row group, decoded (cached: a few row groups' worth). */
-  private tokenColumn(group: number, column: string): Promise<Column> {
-    const key = `${group}:${column}`;
-    let p = this.cache.get(key);
-    if (p) {
-      this.cache.delete(key);
+  /** Columns of one tokens row group, decoded in one read (each cached: a few row groups' worth). */
+  private tokenColumns(group: number, columns: readonly string[]): Promise<Column>[] {
+    const missing = columns.filter((c) => !this.cache.has(`${group}:${c}`));
+    if (missing.length) {
+      const read = (async () => {
+        const { file, meta } = await this.tokens();
+        const start = this.groupStarts[group]!;
+        const end = this.groupStarts[group + 1]!;
+        const parts = new Map<string, { at: number; data: ArrayLike<unknown> }[]>(missing.map((c) => [c, []]));
+        await parquetRead({
+          file,
+          metadata: meta,
+          columns: missing,
+          rowStart: start,
+          rowEnd: end,
+          compressors: COMPRESSORS,
+          onChunk: (c) => parts.get(c.columnName)?.push({ at: c.rowStart, data: c.columnData as ArrayLike<unknown> }),
+        });
+        return new Map(missing.map((c) => [c, assemble(parts.get(c)!, start, end - start, c)]));
+      })();
+      for (const c of missing) {
+        const key = `${group}:${c}`;
+        const p = read.then((m) => m.get(c)!);
+        p.catch(() => this.cache.delete(key));
+        this.cache.set(key, p);
+      }
+    }
+    const out = columns.map((c) => {
+      const key = `${group}:${c}`;
+      const p = this.cache.get(key)!;
+      this.cache.delete(key); // most recently used last
       this.cache.set(key, p);
       return p;
-    }
-    p = (async () => {
-      const { file, meta } = await this.tokens();
-      const start = this.groupStarts[group]!;
-      const end = this.groupStarts[group + 1]!;
-      const parts: { at: number; data: ArrayLike<unknown> }[] = [];
-      await parquetRead({
-        file,
-        metadata: meta,
-        columns: [column],
-        rowStart: start,
-        rowEnd: end,
-        compressors: COMPRESSORS,
-        onChunk: (c) => parts.push({ at: c.rowStart, data: c.columnData as ArrayLike<unknown> }),
-      });
-      return assemble(parts, start, end - start, column);
-    })();
-    this.cache.set(key, p);
-    while (this.cache.size > 48) this.cache.delete(this.cache.keys().next().value!);
-    p.catch(() => this.cache.delete(key));
-    return p;
+    });
+    while (this.cache.size > 64) this.cache.delete(this.cache.keys().next().value!);
+    return out;
   }
 
   /** Rows [lo, hi) of rollouts.parquet as objects (by row groups of 256, cached). */
@@ -261,10 +293,10 @@ export class StoreStep {
       await this.tokens();
       const g0 = groupOf(this.groupStarts, lo);
       const g1 = groupOf(this.groupStarts, hi - 1);
-      for (const c of want) {
-        const parts: { start: number; data: Column }[] = [];
-        for (let g = g0; g <= g1; g++) parts.push({ start: this.groupStarts[g]!, data: await this.tokenColumn(g, c) });
-        columns.set(c, parts);
+      for (const c of want) columns.set(c, []);
+      for (let g = g0; g <= g1; g++) {
+        const got = await Promise.all(this.tokenColumns(g, want));
+        want.forEach((c, k) => columns.get(c)!.push({ start: this.groupStarts[g]!, data: got[k]! }));
       }
     }
     const slice = (c: string, off: number, n: number): Column | undefined => {
@@ -397,6 +429,7 @@ function lazyTokens(n: number, bits: number, column: (c: string) => Column | und
       },
       set(value: unknown) {
         Object.defineProperty(t, key, { value, enumerable: true, configurable: true, writable: true });
+        delete (t as Record<symbol, unknown>)[TOKEN_COLUMNS]; // the columns no longer stand for the arrays
       },
     });
   const need = (c: string) => {
@@ -428,6 +461,15 @@ function lazyTokens(n: number, bits: number, column: (c: string) => Column | und
     return out;
   });
   define('loss_mask', () => Array.from(need('loss_mask') as Uint8Array));
+  // the typed columns themselves, for the audit's checks (src/core/audit/columns.ts)
+  const role = column('role');
+  const mask = column('loss_mask');
+  if (role && mask) {
+    const lp = bits & arrayBit('logprob') ? column('logprob') : undefined;
+    const rl = bits & arrayBit('rollout_logprob') ? column('rollout_logprob') : undefined;
+    const view: TokenColumnsView = { n, role: role as Uint8Array, loss_mask: mask as Uint8Array, ...(lp ? { logprob: lp as Float32Array } : {}), ...(rl ? { rollout_logprob: rl as Float32Array } : {}) };
+    Object.defineProperty(t, TOKEN_COLUMNS, { value: view, enumerable: false, configurable: true });
+  }
   for (const k of FLOAT_ARRAYS) {
     if (!(bits & arrayBit(k))) continue;
     define(k, () => {
