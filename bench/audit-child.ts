@@ -9,6 +9,7 @@ async function main() {
   const path = process.argv[2]!;
   let rollouts = 0;
   const t0 = performance.now();
+  const c0 = process.cpuUsage();
   const code = await audit(path, {
     json: true,
     out: (s) => {
@@ -17,7 +18,8 @@ async function main() {
     err: () => {},
   });
   const seconds = (performance.now() - t0) / 1000;
-  process.stdout.write(`${JSON.stringify({ seconds, maxRssMiB: process.resourceUsage().maxRSS / 1024, rollouts, code })}\n`);
+  const c = process.cpuUsage(c0);
+  process.stdout.write(`${JSON.stringify({ seconds, cpu: (c.user + c.system) / 1e6, maxRssMiB: process.resourceUsage().maxRSS / 1024, rollouts, code })}\n`);
 }
 
 main().catch((e) => {

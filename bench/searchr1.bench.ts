@@ -70,8 +70,9 @@ async function simulate(dir: string, o: Required<Omit<SimOptions, 'dir' | 'quick
 }
 
 /** An inspector engine over `path` until every row is analysed and `filter` answered; the moments that matter. */
-async function inspect(path: string, filter: string): Promise<{ firstRows: number; indexed: number; answered: number; total: number; view: number }> {
+async function inspect(path: string, filter: string): Promise<{ firstRows: number; indexed: number; answered: number; cpu: number; total: number; view: number }> {
   const msgs: EngineMessage[] = [];
+  const c0 = process.cpuUsage();
   let firstRows = 0;
   let indexed = 0;
   const start = performance.now();
@@ -84,14 +85,15 @@ async function inspect(path: string, filter: string): Promise<{ firstRows: numbe
   await engine.open(path, false); // returns when every row is analysed
   await engine.setQuery(1, { filter, search: '' });
   const answered = (performance.now() - start) / 1000;
+  const c = process.cpuUsage(c0);
   const s = engine.status();
   await engine.close();
-  return { firstRows, indexed, answered, total: s.total, view: s.view };
+  return { firstRows, indexed, answered, cpu: (c.user + c.system) / 1e6, total: s.total, view: s.view };
 }
 
-async function auditChild(path: string): Promise<{ seconds: number; maxRssMiB: number; rollouts: number }> {
+async function auditChild(path: string): Promise<{ seconds: number; cpu: number; maxRssMiB: number; rollouts: number }> {
   const p = await execa(process.execPath, ['--max-old-space-size=4096', '-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'bench', 'audit-child.ts'), path]);
-  return JSON.parse(p.stdout.trim().split('\n').pop()!) as { seconds: number; maxRssMiB: number; rollouts: number };
+  return JSON.parse(p.stdout.trim().split('\n').pop()!) as { seconds: number; cpu: number; maxRssMiB: number; rollouts: number };
 }
 
 export async function run(options: SimOptions = {}): Promise<string[]> {
@@ -122,13 +124,13 @@ export async function run(options: SimOptions = {}): Promise<string[]> {
   // the views
   const oneStep = steps[0]!;
   const whole = await inspect(runDir, FILTER);
-  say(`inspector, whole run: first rows ${(whole.firstRows * 1000).toFixed(0)} ms (goal < 1 s); indexed ${whole.indexed.toFixed(2)} s; filter over ${whole.total} rollouts answered ${whole.answered.toFixed(1)} s after opening (goal < 10 s), ${whole.view} rows`);
+  say(`inspector, whole run: first rows ${(whole.firstRows * 1000).toFixed(0)} ms (goal < 1 s); indexed ${whole.indexed.toFixed(2)} s; filter over ${whole.total} rollouts answered ${whole.answered.toFixed(1)} s after opening (${whole.cpu.toFixed(1)} s of CPU; goal < 10 s), ${whole.view} rows`);
   const one = await inspect(oneStep, FILTER);
   // the peer: the same step as JSONL
   const jsonl = join(dir, 'step-000001.jsonl');
   if (!existsSync(jsonl)) await exportJsonl(oneStep, jsonl, { out: () => {}, err: () => {} } as never);
   const peer = await inspect(jsonl, FILTER);
-  say(`inspector, one step (${one.total} rollouts): first rows ${(one.firstRows * 1000).toFixed(0)} ms, filter answered ${one.answered.toFixed(2)} s after opening (goal < 1 s); the same step as JSONL: ${(peer.firstRows * 1000).toFixed(0)} ms, ${peer.answered.toFixed(2)} s (${(peer.answered / one.answered).toFixed(1)}× the store's)`);
+  say(`inspector, one step (${one.total} rollouts): first rows ${(one.firstRows * 1000).toFixed(0)} ms, filter answered ${one.answered.toFixed(2)} s after opening (${one.cpu.toFixed(2)} s of CPU; goal < 1 s); the same step as JSONL: ${(peer.firstRows * 1000).toFixed(0)} ms, ${peer.answered.toFixed(2)} s (${(peer.answered / one.answered).toFixed(1)}× the store's)`);
 
   // replay of one rollout, cold: open the step, read the row whole, build the replay model with the microscope
   const r = rng(42);
@@ -147,7 +149,7 @@ export async function run(options: SimOptions = {}): Promise<string[]> {
 
   // audit: the whole run, and a run of its first steps (memory flat in run size), each in a process of its own
   const all = await auditChild(runDir);
-  say(`audit of the whole run (${all.rollouts} rollouts): ${all.seconds.toFixed(1)} s = ${(sim.tokens / all.seconds / 1e6).toFixed(2)} M tokens/s (goal ≥ 5), peak RSS ${all.maxRssMiB.toFixed(0)} MiB`);
+  say(`audit of the whole run (${all.rollouts} rollouts): ${all.seconds.toFixed(1)} s = ${(sim.tokens / all.seconds / 1e6).toFixed(2)} M tokens/s (goal ≥ 5; ${(sim.tokens / all.cpu / 1e6).toFixed(2)} M tokens per CPU-second), peak RSS ${all.maxRssMiB.toFixed(0)} MiB`);
   if (!options.quick && steps.length >= 6) {
     const part = join(dir, 'first-steps');
     const k = Math.max(1, Math.floor(steps.length / 4));

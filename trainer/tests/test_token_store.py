@@ -107,6 +107,7 @@ def test_columns_are_typed(tmp_path: Path) -> None:
     assert not any(f.nullable for f in schema)
     meta = pq.read_metadata(d / "tokens.parquet")
     assert meta.row_group(0).column(0).compression == "BROTLI"
+    assert "DELTA_BINARY_PACKED" in meta.row_group(0).column(1).encodings  # roles come in runs
 
 
 def test_texts_that_are_not_a_function_of_the_id_keep_a_column(tmp_path: Path) -> None:

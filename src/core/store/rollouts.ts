@@ -424,7 +424,8 @@ export class RolloutStore {
         running = false;
       }
     };
-    const targets = new Set<string>([this.path, join(this.path, 'rollouts'), ...this.files.map((f) => f.path)]);
+    // the directories and the JSONL files (a store step never changes: its directory is not watched)
+    const targets = new Set<string>([this.path, join(this.path, 'rollouts'), ...this.files.filter((f) => f instanceof JsonlPart).map((f) => f.path)]);
     for (const t of targets) {
       try {
         this.watchers.push(watch(t, { persistent: false }, () => void tick()));

@@ -498,9 +498,9 @@ const i32 = (name: string, required = false): SchemaElement => ({ name, type: 'I
 const i64 = (name: string): SchemaElement => ({ name, type: 'INT64', repetition_type: 'REQUIRED' });
 const f64 = (name: string): SchemaElement => ({ name, type: 'DOUBLE', repetition_type: 'OPTIONAL' });
 
-async function writeParquet(path: string, columns: { element: SchemaElement; data: unknown }[], rowGroupSize: number[] | number, kv: Record<string, string>): Promise<void> {
+async function writeParquet(path: string, columns: { element: SchemaElement; data: unknown; encoding?: 'DELTA_BINARY_PACKED' }[], rowGroupSize: number[] | number, kv: Record<string, string>): Promise<void> {
   const buf = parquetWriteBuffer({
-    columnData: columns.map((c) => ({ name: c.element.name, data: c.data as never })),
+    columnData: columns.map((c) => ({ name: c.element.name, data: c.data as never, ...(c.encoding ? { encoding: c.encoding } : {}) })),
     schema: [{ name: 'root', num_children: columns.length }, ...columns.map((c) => c.element)] as never,
     codec: 'BROTLI',
     compressors: { BROTLI: brotliCompress },
@@ -600,10 +600,11 @@ export async function writeStoreStep(rolloutsDir: string, name: string, records:
     if (acc > 0 || groups.length === 0) groups.push(acc);
     const tokenCols = [
       { element: u32('ids'), data: ids },
-      { element: u8('role'), data: Int32Array.from(role) },
-      { element: u8('loss_mask'), data: Int32Array.from(mask) },
+      // runs (turns): delta-encoded, as the Python writer does
+      { element: u8('role'), data: Int32Array.from(role), encoding: 'DELTA_BINARY_PACKED' as const },
+      { element: u8('loss_mask'), data: Int32Array.from(mask), encoding: 'DELTA_BINARY_PACKED' as const },
       ...wanted.map((k) => ({ element: f32(k), data: floats.get(k)! })),
-      ...(engine ? [{ element: u8('engine_mask'), data: Int32Array.from(engine) }] : []),
+      ...(engine ? [{ element: u8('engine_mask'), data: Int32Array.from(engine), encoding: 'DELTA_BINARY_PACKED' as const }] : []),
       ...(consistent ? [] : [{ element: str('text', true), data: texts }]),
     ];
     await writeParquet(join(tmp, STORE_FILES.tokens), tokenCols, groups.length ? groups : [0], kv);
