@@ -189,8 +189,8 @@ class Recorder:
         self._closed = False
         self.errors: list[str] = []
         self.totals = {"steps": 0, "rollouts": 0, "of": 0, "flagged": 0, "dropped_rollouts": 0, "dropped_steps": 0, "tokens": 0, "bytes": 0, "write_seconds": 0.0, "write_cpu_seconds": 0.0}
+        ts.remove_partial(self.dir)  # what a killed writer left (a temporary step directory or JSONL file)
         if settings.enabled and settings.format == "store":
-            ts.remove_partial(self.dir)
             try:
                 import pyarrow  # noqa: F401
             except ImportError as e:

@@ -333,11 +333,15 @@ def read_step(step_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 
 def remove_partial(rollouts_dir: str | os.PathLike[str]) -> list[Path]:
-    """Removes what a killed writer left (temporary step directories); returns them."""
+    """Removes what a killed writer left (temporary step directories, and the JSONL format's temporary files);
+    returns them."""
     root = Path(rollouts_dir)
-    gone = [d for d in root.glob(".*.tmp-*") if d.is_dir()] if root.is_dir() else []
+    gone = sorted(root.glob(".*.tmp-*")) if root.is_dir() else []
     for d in gone:
-        shutil.rmtree(d, ignore_errors=True)
+        if d.is_dir():
+            shutil.rmtree(d, ignore_errors=True)
+        else:
+            d.unlink(missing_ok=True)
     return gone
 
 

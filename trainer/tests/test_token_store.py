@@ -124,8 +124,10 @@ def test_a_partial_step_is_invisible_and_removed(tmp_path: Path) -> None:
     partial = tmp_path / ".step-000002.tmp-123-abcdef"
     partial.mkdir()
     (partial / "tokens.parquet").write_bytes(b"PAR1 half")
+    jsonl = tmp_path / ".step-000002.jsonl.tmp-123"  # the JSONL format's half-written step
+    jsonl.write_text('{"v": 2, "id": "x", "prom', encoding="utf-8")
     assert [p.name for p in ts.committed_steps(tmp_path)] == ["step-000001"]
-    assert ts.remove_partial(tmp_path) == [partial] and not partial.exists()
+    assert ts.remove_partial(tmp_path) == sorted([partial, jsonl]) and not partial.exists() and not jsonl.exists()
 
 
 def test_truncate_after_and_order(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ run directory (main.py writes it on SIGTERM): the step finishes, a checkpoint is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -198,7 +199,9 @@ class StepRecorder:
             self.writer.run["pid"] = pid
         self.writer._write_run()
         self.tokenizer = tokenizer
-        self.recorder = Recorder(self.writer.dir, RecordSettings.of(config), texts=lambda ids: our_tokenizer(tokenizer).token_texts(ids), warn=self.writer.warning)
+        # train.save_rollouts false does not stop this engine's recording (overrides.py says so): train.record does
+        settings = dataclasses.replace(RecordSettings.of(config), enabled=True)
+        self.recorder = Recorder(self.writer.dir, settings, texts=lambda ids: our_tokenizer(tokenizer).token_texts(ids), warn=self.writer.warning)
         self.loss_masking = bool((config.get("algorithm") or {}).get("loss_masking", True))
         self.max_obs_length = int((config.get("rollout") or {}).get("max_obs_length", 0))
         self.pending: dict[int, dict[str, float]] = defaultdict(dict)
