@@ -295,9 +295,12 @@ class Recorder:
                     self.totals["write_seconds"] += time.perf_counter() - t0
                     self.totals["write_cpu_seconds"] += time.thread_time() - c0
             except Exception as e:  # noqa: BLE001 - a failed write is reported, the run goes on
-                self.errors.append(f"{job.name}: {type(e).__name__}: {e}")
+                from .run_writer import disk_full_message
+
+                why = disk_full_message(e) or f"{type(e).__name__}: {e}"  # a full disk says so first, naming the file
+                self.errors.append(f"{job.name}: {why}")
                 try:
-                    self.warn(f"recording {job.name} failed: {type(e).__name__}: {e} (the run goes on; this step's rollouts are not recorded)", step=job.step)
+                    self.warn(f"recording {job.name} failed: {why} (the run goes on; this step's rollouts are not recorded, and nothing of it is left half-written)", step=job.step)
                 except Exception:  # noqa: BLE001
                     pass
             finally:

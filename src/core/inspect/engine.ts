@@ -170,7 +170,7 @@ export class InspectorEngine {
           if (parsed.length >= PREVIEW_ROWS) break;
         }
       // A tokenizer that cannot be the run's (checked on the first record with token ids) is not used: not drift.
-      const sample = parsed.find((p) => p.record?.tokens?.ids?.length)?.record;
+      const sample = t.codec ? parsed.find((p) => p.record?.tokens?.ids?.length)?.record : undefined;
       const why = t.codec ? tokenizerMismatch(t.codec, sample ?? {}, await runVocabSize(path)) : undefined;
       const codec = why ? undefined : t.codec;
       this.table.checks = { ...importance, ...(codec ? { tokenizer: codec } : {}) };

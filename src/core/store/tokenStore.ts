@@ -270,7 +270,8 @@ export class StoreStep {
   /**
    * Rollouts [from, to) as rows: the record (validated: its fields; its token arrays are typed columns and the same
    * length by construction), or the issues that make it malformed. `tokens` says which token arrays are read
-   * (`audit`: roles, masks and the two log-probs; the others then throw when touched).
+   * (`audit`: roles, masks and the two log-probs; `audit+ids` also the ids and their texts; the others then throw when
+   * touched).
    */
   async rows(from: number, to: number, tokens: TokenColumns = 'all'): Promise<({ line: number } & RolloutRowData)[]> {
     from = Math.max(0, from);
@@ -278,8 +279,10 @@ export class StoreStep {
     if (from >= to) return [];
     const raw = await this.rolloutRows(from, to);
     const present = tokens === 'none' ? new Set<string>() : await this.tokenColumnNames();
-    const want = tokens === 'all' ? [...present] : tokens === 'none' ? [] : [...AUDIT_COLUMNS, ...(tokens === 'audit+ids' ? ['ids'] : [])].filter((c) => present.has(c));
-    const vocab = tokens === 'all' && !present.has('text') ? await this.loadVocab() : undefined;
+    // audit+ids: the ids with their texts (the drift check and the tokenizer match read both) — from the step's vocab,
+    // loaded once per step, or its text column where one id has several texts
+    const want = tokens === 'all' ? [...present] : tokens === 'none' ? [] : [...AUDIT_COLUMNS, ...(tokens === 'audit+ids' ? ['ids', 'text'] : [])].filter((c) => present.has(c));
+    const vocab = (tokens === 'all' || tokens === 'audit+ids') && !present.has('text') ? await this.loadVocab() : undefined;
     // the token range these rollouts cover, by row group
     let lo = Infinity;
     let hi = -Infinity;
