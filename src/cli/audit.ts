@@ -8,7 +8,10 @@
  * rollout: id, leaks, drift, logprob, alarms — issue 18's shape, plus step, mask_mismatch and is), `issues`
  * (malformed items, each with file, line and field) and `summary` (counts and per-step series).
  */
-import { Auditor, flagged, IMPORTANCE_DEFAULTS, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
+import { Auditor, flagged, IMPORTANCE_DEFAULTS, type AuditOptions, type AuditSummary, type DriftScope, type RolloutAudit } from '../core/audit';
+import { readRunMetrics } from '../core/audit/run';
+import { runFactsOf } from '../core/audit/groupChecks';
+import { runConfigNear } from '../core/store/rollouts';
 import { detectSource, readSource } from '../core/importers';
 import { loadTokenizerCodec, runTokenizer, type TokenizerCodec } from '../core/inspect/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
@@ -68,15 +71,18 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
   const kind = await detectSource(path);
   const { codec, note } = await tokenizerFor(path, o);
   const { tokenizer: _dir, json: _json, out: _out, err: _err, ...checks } = o;
-  const auditor = new Auditor({ ...checks, ...(codec ? { tokenizer: codec } : {}) });
+  // a run directory (or a file in one): its config's rollout.n and KL term, and its metrics for the run-health rules
+  const config = (await runConfigNear(path))?.config;
+  const auditor = new Auditor({ ...checks, run: { ...runFactsOf(config), ...checks.run }, ...(codec ? { tokenizer: codec } : {}) });
   const issues: LocatedIssue[] = [];
   for await (const item of readSource(path, kind, o.read)) {
     if (item.record) auditor.add(item.record);
     else issues.push(...item.issues);
   }
-  const summary = auditor.finish();
+  const metrics = config ? await readRunMetrics(path) : [];
+  const summary = auditor.finish(metrics);
   if (o.json) {
-    o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"tokenizer":${JSON.stringify(codec?.name ?? null)},"rollouts":[`);
+    o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"tokenizer":${JSON.stringify(codec?.name ?? null)},"alarms":${JSON.stringify(alarmIndex(summary, auditor.rollouts))},"advisories":${JSON.stringify(summary.advisories)},"rollouts":[`);
     auditor.rollouts.forEach((a, k) => o.out(`${k ? ',' : ''}\n${JSON.stringify(jsonOf(a))}`));
     o.out(`\n],"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(summary)}}\n`);
   } else {
@@ -101,15 +107,32 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
     );
     const alarms = Object.entries(summary.alarms);
     lines.push(`  alarms        ${alarms.length ? alarms.map(([k, v]) => `${k}: ${v}`).join(', ') : 'none'}`);
+    const adv = summary.advisories;
+    lines.push(`  run health    ${adv.length ? `${adv.length} advisor${adv.length === 1 ? 'y' : 'ies'}${metrics.length ? '' : ' (no metrics.jsonl: from the rollouts only)'}` : metrics.length || summary.steps.length ? 'no advisory' : 'not checked (no steps)'}`);
+    for (const a of adv.slice(0, 30)) lines.push(`    ${a.name.padEnd(20)} ${a.message}`);
+    if (adv.length > 30) lines.push(`    … and ${adv.length - 30} more`);
     o.out(`${lines.join('\n')}\n`);
   }
   for (const i of issues.slice(0, 50)) o.err(`${formatIssue(i)}\n`);
   if (issues.length > 50) o.err(`… and ${issues.length - 50} more malformed items\n`);
-  return issues.length ? 2 : summary.flagged > 0 ? 1 : 0;
+  return issues.length ? 2 : summary.flagged > 0 || summary.advisories.length > 0 ? 1 : 0;
+}
+
+/**
+ * `--json`'s top-level `alarms`: every alarm that fired, on rollouts or on steps, with how often (rollouts marked,
+ * or steps for the run-level ones) and where (steps) — so a check can look any alarm up by its name.
+ */
+export function alarmIndex(s: AuditSummary, rollouts: readonly RolloutAudit[]): Record<string, { count: number; steps: number[]; rollouts: number }> {
+  const marked = new Map<string, number>();
+  for (const a of rollouts) for (const k of a.alarms) marked.set(k, (marked.get(k) ?? 0) + 1);
+  const out: Record<string, { count: number; steps: number[]; rollouts: number }> = {};
+  const names = new Set([...Object.keys(s.alarms), ...Object.keys(s.alarm_steps)]);
+  for (const name of names) out[name] = { count: s.alarms[name as keyof typeof s.alarms] ?? 0, steps: s.alarm_steps[name as keyof typeof s.alarm_steps] ?? [], rollouts: marked.get(name) ?? 0 };
+  return out;
 }
 
 function jsonOf(a: RolloutAudit) {
-  return { id: a.id, step: a.step, leaks: a.leaks, mask_mismatch: a.mask_mismatch, drift: a.drift, logprob: a.logprob, is: a.is, alarms: a.alarms };
+  return { id: a.id, step: a.step, leaks: a.leaks, mask_mismatch: a.mask_mismatch, drift: a.drift, logprob: a.logprob, is: a.is, alarms: a.alarms, ...(a.non_finite ? { non_finite: a.non_finite } : {}) };
 }
 
 function findings(a: RolloutAudit): string[] {
