@@ -507,7 +507,15 @@ class Trainer:
                     v = row(x, scored)
                     if v is not None:
                         tokens[key] = v
-            out.append(rollout_record(t, run_id=self.writer.run["id"], step=step, split=split, tokens=tokens))
+            rec = rollout_record(t, run_id=self.writer.run["id"], step=step, split=split, tokens=tokens)
+            # JSON has no NaN or ∞: the writer records null there, and the positions here, for the audit's non-finite
+            bad = {k: [j for j, x in enumerate(a) if isinstance(x, float) and not math.isfinite(x)] for k, a in tokens.items() if k in NUMBER_ARRAYS}
+            bad = {k: v for k, v in bad.items() if v}
+            if t.reward is not None and not math.isfinite(t.reward):
+                bad["reward"] = []
+            if bad:
+                rec["meta"]["nonfinite"] = bad
+            out.append(rec)
         return out
 
     @staticmethod
@@ -549,6 +557,7 @@ class Trainer:
         w.progress(step, self.total, "rollout")
         t0 = time.perf_counter()
         self.policy.eval()
+        self.env.take_stats()  # the step's env-server latencies start here (an evaluation's calls are not the step's)
         retrieve0 = self.env.seconds["retrieve"]
         trajs = self._rollouts(examples, prompts, cfg.rollout.n, local, greedy=False)
         timing["rollout"] = time.perf_counter() - t0
@@ -560,6 +569,7 @@ class Trainer:
         t0 = time.perf_counter()
         failed = self._score(trajs)
         timing["reward"] = time.perf_counter() - t0
+        env_stats = self.env.take_stats()  # /retrieve and /reward latencies (the server's and the round trip), timeouts
 
         w.progress(step, self.total, "update")
         a = cfg.algorithm
@@ -596,6 +606,7 @@ class Trainer:
             m["critic/returns/mean"] = float(ret.mean())
             m["critic/vf_explained_var"] = float(1 - (ret - v).var() / (ret.var() + 1e-5))
         m.update(self._rollout_metrics(trajs))
+        m.update(env_stats)
         gen_mask = batch.generated_mask.bool() & batch.loss_mask.bool()  # old log-probs exist on the loss tokens only
         if batch.trained is not None:  # … of the trained rows
             gen_mask &= batch.trained[:, None]
@@ -809,6 +820,9 @@ def lr_multiplier(step: int, total: int, warmup: int, schedule: str, min_ratio: 
 
 
 LOSS_KEYS = ("actor/pg_loss", "actor/kl_loss", "critic/vf_loss")
+
+# The per-token number arrays of a record (run-format.md); a NaN or ∞ in one is listed in meta.nonfinite.
+NUMBER_ARRAYS = ("rollout_logprob", "logprob", "ref_logprob", "advantage", "value", "entropy")
 
 # The metrics repeated in the stdout `metrics` event (all of them are in metrics.jsonl).
 SUMMARY_KEYS = (
