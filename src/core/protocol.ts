@@ -881,6 +881,8 @@ export interface GroupView {
   /** Where the samples' streams first stop agreeing (the shared prompt's end, or later); null with one sample. */
   divergeAt: number | null;
   unit: 'tokens' | 'chars';
+  /** The group diagnostics that fire on it (group-split, group-size, phantom-advantage, kl-only-gradient, stale-group; src/core/audit/groupChecks.ts). */
+  alarms: string[];
 }
 
 export interface GroupsState {

@@ -144,7 +144,7 @@ describe('CLI audit', function () {
     assert.deepEqual(d.reencoded[d.token - d.from], codec.encode(' Paris')[0]);
   });
 
-  it("a real run of the trainer (tiny policy, GRPO, masking on) audits clean: no leak, no log-prob flag, no alarm", async () => {
+  it("a real run of the trainer (tiny policy, GRPO, masking on): no leak, no log-prob flag, no rollout alarm — and no learning signal, which the run-level zero-std-high says (exit 1)", async () => {
     const train = await trainTinyWithCli(dir);
     assert.equal(train.exitCode, 0, train.stderr);
     const run = join(dir, 'runs', readdirSync(join(dir, 'runs'))[0]!);
@@ -152,7 +152,9 @@ describe('CLI audit', function () {
     const o = JSON.parse(r.stdout);
     assert.ok(o.summary.rollouts >= 8);
     assert.ok(o.summary.logprob.compared > 0, 'the trainer records both log-probs on trained tokens');
-    assert.deepEqual({ leaks: o.summary.leaks.tokens, logprob: o.summary.logprob.flagged, alarms: o.summary.alarms }, { leaks: 0, logprob: 0, alarms: {} });
-    assert.equal(r.exitCode, 0, r.stdout);
+    assert.deepEqual({ leaks: o.summary.leaks.tokens, logprob: o.summary.logprob.flagged, flagged: o.summary.flagged }, { leaks: 0, logprob: 0, flagged: 0 });
+    // builtin:em on a random policy: every reward 0, every group flat, on both steps (docs/instruments.md)
+    assert.deepEqual(o.alarms, { 'zero-std-high': { count: 2, steps: [1, 2], rollouts: 0 } });
+    assert.equal(r.exitCode, 1, r.stdout);
   });
 });
