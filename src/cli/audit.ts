@@ -86,7 +86,8 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
     auditor.rollouts.forEach((a, k) => o.out(`${k ? ',' : ''}\n${JSON.stringify(jsonOf(a))}`));
     o.out(`\n],"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(summary)}}\n`);
   } else {
-    const lines = [`${path} (${kind}): ${summary.rollouts} rollouts audited, ${summary.flagged} flagged${issues.length ? `, ${issues.length} malformed (skipped)` : ''}`];
+    const advSteps = new Set(summary.advisories.map((a) => a.step)).size;
+    const lines = [`${path} (${kind}): ${summary.rollouts} rollouts audited, ${summary.flagged} flagged${summary.advisories.length ? `, ${summary.advisories.length} run-level alarm${summary.advisories.length === 1 ? '' : 's'} on ${advSteps} step${advSteps === 1 ? '' : 's'}` : ''}${issues.length ? `, ${issues.length} malformed (skipped)` : ''}`];
     for (const a of auditor.rollouts.filter(flagged).slice(0, 50)) lines.push(`  ${a.id}${a.step !== null ? ` (step ${a.step})` : ''}: ${findings(a).join('; ')}`);
     if (summary.flagged > 50) lines.push(`  … and ${summary.flagged - 50} more`);
     lines.push(`  leaks         ${summary.leaks.tokens} tokens in ${summary.leaks.rollouts} rollouts${summary.leaks.mask_mismatch ? ` (${summary.leaks.mask_mismatch} where the engine's mask disagrees)` : ''}`);
