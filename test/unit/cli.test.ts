@@ -34,8 +34,8 @@ describe('CLI', () => {
     this.timeout(240_000);
     const top = await cli('--help');
     assert.equal(top.exitCode, 0);
-    const names = [...top.stdout.matchAll(/^ {2}search-agent-studio (\w+)/gm)].map((m) => m[1]!);
-    for (const c of ['doctor', 'setup', 'demo', 'train', 'serve', 'index', 'inspect', 'audit', 'import', 'reward', 'export', 'fork', 'whatif']) assert.ok(names.includes(c), `${c} is listed (${names.join(', ')})`);
+    const names = [...top.stdout.matchAll(/^ {2}search-agent-studio ([\w-]+)/gm)].map((m) => m[1]!);
+    for (const c of ['doctor', 'setup', 'demo', 'train', 'serve', 'index', 'inspect', 'audit', 'import', 'reward', 'export', 'fork', 'whatif', 'replay-step']) assert.ok(names.includes(c), `${c} is listed (${names.join(', ')})`);
     const subcommands = names.filter((n) => n !== 'completion');
     const results = new Map<string, Awaited<ReturnType<typeof cli>>>();
     const queue = [...subcommands];

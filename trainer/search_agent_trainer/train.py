@@ -550,7 +550,16 @@ class Trainer:
         def build(keep: list[int]) -> StepData:
             records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=None) for i in keep]
             codes = {i: role_codes_of(trajs[i].roles) for i in keep}
-            cols = columns_from_window(rows=keep, seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep}, prompt_lengths=[len(t.prompt_ids) for t in trajs], role_codes=codes, window=scored, loss_mask=batch.loss_mask)
+            nonfinite: dict[int, dict[str, list[int]]] = {}
+            cols = columns_from_window(rows=keep, seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep}, prompt_lengths=[len(t.prompt_ids) for t in trajs], role_codes=codes, window=scored, loss_mask=batch.loss_mask, nonfinite=nonfinite)
+            # the store's NaN is the record's null: a NaN or ∞ where a number is scored is listed in meta.nonfinite
+            # (for the audit's non-finite), as is a reward that is not finite
+            for k, i in enumerate(keep):
+                bad = dict(nonfinite.get(k, {}))
+                if trajs[i].reward is not None and not math.isfinite(trajs[i].reward):
+                    bad["reward"] = []
+                if bad:
+                    records[k].setdefault("meta", {})["nonfinite"] = bad
             if untrained is not None:  # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies
                 off = sum(token_store.ARRAY_BIT[k] for k in ("logprob", "ref_logprob", "entropy") if scored[k] is not None)
                 for k, i in enumerate(keep):
@@ -610,6 +619,7 @@ class Trainer:
         w.progress(step, self.total, "rollout")
         t0 = time.perf_counter()
         self.policy.eval()
+        self.env.take_stats()  # the step's env-server latencies start here (an evaluation's calls are not the step's)
         retrieve0 = self.env.seconds["retrieve"]
         trajs = self._rollouts(examples, prompts, cfg.rollout.n, local, greedy=False)
         timing["rollout"] = time.perf_counter() - t0
@@ -621,6 +631,7 @@ class Trainer:
         t0 = time.perf_counter()
         failed = self._score(trajs)
         timing["reward"] = time.perf_counter() - t0
+        env_stats = self.env.take_stats()  # /retrieve and /reward latencies (the server's and the round trip), timeouts
 
         w.progress(step, self.total, "update")
         a = cfg.algorithm
@@ -657,6 +668,7 @@ class Trainer:
             m["critic/returns/mean"] = float(ret.mean())
             m["critic/vf_explained_var"] = float(1 - (ret - v).var() / (ret.var() + 1e-5))
         m.update(self._rollout_metrics(trajs))
+        m.update(env_stats)
         gen_mask = batch.generated_mask.bool() & batch.loss_mask.bool()  # old log-probs exist on the loss tokens only
         if batch.trained is not None:  # … of the trained rows
             gen_mask &= batch.trained[:, None]

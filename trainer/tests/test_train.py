@@ -20,7 +20,8 @@ from search_agent_trainer.data import normalize
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMAS = {n: json.loads((ROOT / "docs" / "schema" / f"{n}.schema.json").read_text()) for n in ("run", "event", "metrics", "rollout")}
-TIMING = ("timing_s/", "perf/", "time")
+# Measured times, not reproduced by a resume: the step's phases, throughput, and the env server's latencies (env_client)
+TIMING = ("timing_s/", "perf/", "time", "env/retrieve_ms/", "env/retrieve_wait_ms/", "env/reward_ms/", "env/reward_wait_ms/")
 
 
 def run_trainer(tmp: Path, cfg: dict, env_url: str, *extra: str, name: str = "run", timeout: float = 300) -> subprocess.CompletedProcess[str]:
