@@ -135,6 +135,11 @@ class RunWriter:
                 f.write(dumps(r) + "\n")
         return path
 
+    def annotate(self, **fields: Any) -> None:
+        """Adds `fields` to run.json now (the run's numerics, …)."""
+        self.run.update(fields)
+        self._write_run()
+
     def set_step(self, step: int) -> None:
         self.run["step"] = step
         self._write_run()
