@@ -9,8 +9,12 @@ was 1.4× *slower* in bf16 (issue 48). So `fastest` times the run's own model, a
 - a decode burst through `LMGenerator` (the rollout's own code): one wave of `rollout.batch_size × n` rows at that
   context length, DECODE_TOKENS tokens each;
 
-interleaved (fp32, bf16, bf16, fp32, …) after a round that warms both up, keeping each one's fastest round (load
-on the machine only ever adds time). The two are weighed into an RL step's model time (its forward+backward passes:
+interleaved (fp32, bf16, bf16, fp32, …) after a round that warms both up, keeping each one's fastest round. It
+measures on one thread, in the CPU time of that thread: what a kernel costs in each dtype, which other work on the
+machine does not change — wall time does, and with torch's threads spinning while they wait for each other, by far
+(on the EPYC with other work running, a two-thread decode burst measured 0.58 s in fp32 and 1.68 s in bf16, where
+the same kernels single-threaded cost 0.14 s and 0.20 s of CPU; the two-thread probe chose fp32 there, the
+single-threaded one bf16). The two are weighed into an RL step's model time (its forward+backward passes:
 `optim.ppo_epochs` × its micro-batches; its decode steps: `rollout.max_turns` × `rollout.max_turn_tokens` per
 wave). bf16 is kept unless it is more than MARGIN slower than fp32: inside the margin the two count as a tie, and a
 tie goes to bf16, the numerics the demo's recipe was tuned in (docs/demo.md, stop 41). A CPU without native bf16
@@ -48,7 +52,7 @@ from .policy import compute_dtype, cpu_has_native_bf16, window_stats
 # bf16 stays unless it measured more than this much slower than fp32 (a tie goes to bf16).
 MARGIN = 0.10
 DECODE_TOKENS = 9  # a decode burst: the prefill's token and 8 decode forwards
-ROUNDS = 3  # measured rounds after the warm-up round…
+ROUNDS = 2  # measured rounds after the warm-up round…
 BUDGET_S = 10.0  # … fewer once the probe has run this long (a large model on CPU)
 CACHE_VERSION = 1
 # What the kernels a run takes depend on, besides the hardware: recorded with every measurement and in its key.
@@ -174,8 +178,9 @@ class _NeverStops:
 
 
 def probe(policy: Any, tokenizer: Any, device: torch.device, shapes: ProbeShapes) -> dict[str, dict[str, float]]:
-    """Seconds per candidate: `train` (one micro-batch's forward+backward), `decode` (one burst), and `step` (an RL
-    step's model time estimated from them). Leaves the policy's weights, gradients, mode and the RNGs as they were."""
+    """CPU seconds per candidate, on one thread: `train` (one micro-batch's forward+backward), `decode` (one burst),
+    and `step` (an RL step's model time estimated from them). Leaves the policy's weights, gradients, mode, the RNGs
+    and torch's thread count as they were."""
     from .generation import LMGenerator
 
     was_training = policy.training
@@ -195,12 +200,12 @@ def probe(policy: Any, tokenizer: Any, device: torch.device, shapes: ProbeShapes
     def train(dtype: str) -> float:
         ctx = autocast(dtype)
         policy.train()
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         with ctx() if ctx else contextlib.nullcontext():
             logp = window_stats(policy, batch, where).logprob
             loss = -logp.sum() / where.sum()
         loss.backward()
-        seconds = time.perf_counter() - t0
+        seconds = time.thread_time() - t0
         for p in policy.parameters():
             p.grad = None
         return seconds
@@ -208,12 +213,14 @@ def probe(policy: Any, tokenizer: Any, device: torch.device, shapes: ProbeShapes
     def decode(dtype: str) -> float:
         policy.eval()
         gen = LMGenerator(policy, tokenizer, 0.0, 1.0, device, _NeverStops(), None, autocast(dtype), max_batch_tokens=shapes.wave * (shapes.context + DECODE_TOKENS), extend_cache=False)
-        t0 = time.perf_counter()
+        t0 = time.thread_time()
         gen.generate([context] * shapes.wave, [DECODE_TOKENS] * shapes.wave)
-        return time.perf_counter() - t0
+        return time.thread_time() - t0
 
     best: dict[str, dict[str, float]] = {d: {"train": math.inf, "decode": math.inf} for d in ("fp32", "bf16")}
     started = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     try:
         with torch.random.fork_rng(devices=[]):
             for r in range(ROUNDS + 1):
@@ -225,6 +232,7 @@ def probe(policy: Any, tokenizer: Any, device: torch.device, shapes: ProbeShapes
                 if r > 0 and time.perf_counter() - started > BUDGET_S:
                     break
     finally:
+        torch.set_num_threads(threads)
         for p, grad in grads.items():
             p.grad = grad
         policy.train(was_training)
