@@ -77,6 +77,9 @@ export class ProgressPrinter {
       case 'progress':
         if (e.phase === 'warmup') {
           const [k, n] = [Number(e.warmup_step ?? 0), Number(e.warmup_steps ?? 0)];
+          // the warm start's pace against the reference machine's (trainer/search_agent_trainer/pace.py): said early
+          const pace = e.pace as { message?: unknown; slow?: unknown } | undefined;
+          if (typeof pace?.message === 'string' && (!this.quiet || pace.slow === true)) this.line(pace.message);
           if (this.out.isTTY) this.draw(k, n, 'warm-up', `  loss ${fmt(e.loss)}`);
           else if (!this.quiet && (k % 100 === 0 || k === n)) this.line(`warm start ${k}/${n}: loss ${fmt(e.loss)}  (${duration((Date.now() - this.started) / 1000)})`);
         }

@@ -3,7 +3,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { cliPythonCandidates, demoSummary, heldOutEm, noRetrievalConfig } from '../../src/cli/train';
+import { ProgressPrinter, cliPythonCandidates, demoSummary, heldOutEm, noRetrievalConfig } from '../../src/cli/train';
 import { checkRunConfig, standaloneConfig } from '../../src/core/host/runConfig';
 import { interpreterPath } from '../../src/core/host/runs';
 import { probePython, runPythonNote } from '../../src/core/python';
@@ -229,6 +229,27 @@ describe("the demo's no-retrieval evaluation and last line", () => {
       demoSummary({ before: { step: 0, em: 0.1, byHops: [] } }, 5, undefined),
       'held-out exact match: 0.100 before training (after the warm start) → – after 0 steps (5s); searches per question –; with retrieval disabled –',
     );
+  });
+});
+
+describe('the progress printer: the warm start\'s pace against the reference machine (issue 48)', () => {
+  const printed = (quiet: boolean, isTTY: boolean, pace: Record<string, unknown>) => {
+    const out: string[] = [];
+    const printer = new ProgressPrinter({ isTTY, columns: 200, write: (s: string) => out.push(s) > 0 }, quiet);
+    printer.event({ event: 'started', model: 'tiny', parameters: 1, device: 'cpu', train_examples: 1, eval_examples: 1, total: 400 });
+    printer.event({ event: 'progress', step: 0, total: 400, phase: 'warmup', warmup_step: 50, warmup_steps: 300, loss: 1 });
+    printer.event({ event: 'progress', step: 0, total: 400, phase: 'warmup', warmup_step: 75, warmup_steps: 300, loss: 1, pace });
+    return out.join('').split(/\r\x1b\[K|\n/).filter((l) => l.includes('warm start: '));
+  };
+  const slow = { speed: 0.5, slow: true, message: 'warm start: 0.70 s a step, 0.35 s on a 2-core AMD EPYC: slower than the reference machine: this CPU runs the demo at ~0.50× the reference speed; expect ~28m44s in all (14m22s there)' };
+
+  it('prints the trainer\'s pace line as soon as the warm start has measured it, on a terminal and in a log', () => {
+    for (const tty of [false, true]) assert.deepEqual(printed(false, tty, slow), [slow.message], `isTTY ${tty}`);
+  });
+
+  it('--quiet prints it only when the machine is slower than the reference', () => {
+    assert.deepEqual(printed(true, false, slow), [slow.message]);
+    assert.deepEqual(printed(true, false, { ...slow, slow: false, speed: 1 }), []);
   });
 });
 

@@ -1,6 +1,7 @@
 """`model.dtype: "fastest"` (numerics.py): the run's compute precision chosen by timing its own model in fp32 and bf16,
-kept per machine, recorded in run.json and the checkpoint. Whatever this CPU chooses, the tests hold: they compare a
-`fastest` run with the run of the dtype it chose, never a dtype fixed here."""
+kept per machine, recorded in run.json and the checkpoint; and the warm start's pace against the reference machine
+(pace.py). Whatever this CPU chooses, the tests hold: they compare a `fastest` run with the run of the dtype it
+chose, never a dtype fixed here."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from conftest import ROOT, TIMING_METRICS, assert_same_metrics, tiny_config, trainer_env
-from search_agent_trainer import numerics
+from search_agent_trainer import numerics, pace
 from search_agent_trainer.config import config_from_dict
 from search_agent_trainer.numerics import Numerics, ProbeShapes, decide, probe, resolve
 from search_agent_trainer.policy import build_policy, vocabulary_texts
@@ -50,13 +51,13 @@ def test_the_probe_times_both_dtypes_and_leaves_no_trace(tmp_path):
     _cfg, policy, tok, shapes = _policy(tmp_path)
     policy.eval()
     before = {n: p.detach().clone() for n, p in policy.named_parameters()}
-    rng = torch.get_rng_state()
-    seconds = probe(policy, tok, torch.device("cpu"), shapes)
+    rng, threads = torch.get_rng_state(), torch.get_num_threads()
+    seconds = probe(policy, tok, torch.device("cpu"), shapes)  # on one thread, in that thread's CPU time
     assert set(seconds) == {"fp32", "bf16"}
     for s in seconds.values():
         assert s["train"] > 0 and s["decode"] > 0
         assert s["step"] == pytest.approx(shapes.micro_batches * s["train"] + shapes.decode_steps * s["decode"] / (numerics.DECODE_TOKENS - 1), rel=1e-3)
-    assert torch.equal(torch.get_rng_state(), rng)
+    assert torch.equal(torch.get_rng_state(), rng) and torch.get_num_threads() == threads
     assert not policy.training and all(p.grad is None for p in policy.parameters())
     assert all(torch.equal(p, before[n]) for n, p in policy.named_parameters())
 
@@ -127,3 +128,14 @@ def test_a_fastest_run_is_the_run_of_the_dtype_it_chose_and_keeps_it(tmp_path, v
     started = [json.loads(l) for l in (tmp_path / "first" / "events.jsonl").read_text().splitlines()][0]
     assert started["event"] == "started" and "model.dtype fastest" in started["precision"]
 
+
+def test_the_warm_start_pace_is_compared_with_the_reference_recipes():
+    cfg = config_from_dict(json.loads((ROOT / "examples" / "demo-multihop.run.json").read_text()), ROOT / "examples")
+    assert pace.recipe_shape(cfg) == pace.REFERENCES["demo-multihop"].shape
+    ref = pace.REFERENCES["demo-multihop"].warmup_s_per_step
+    message, fields = pace.report(cfg, ref * 2)
+    assert fields["speed"] == 0.5 and fields["slow"] and fields["expected_s"] == 2 * pace.REFERENCES["demo-multihop"].run_s
+    assert "slower than the reference machine: this CPU runs the demo at ~0.50× the reference speed; expect ~28m44s in all (14m22s there)" in message
+    assert not pace.report(cfg, ref)[1]["slow"]
+    cfg["train"]["supervised_warmup"]["steps"] = 100  # another recipe: its pace only
+    assert pace.report(cfg, 0.5) == ("warm start: 0.500 s a step", None)
