@@ -241,7 +241,7 @@ describe('the progress printer: the warm start\'s pace against the reference mac
     printer.event({ event: 'progress', step: 0, total: 400, phase: 'warmup', warmup_step: 75, warmup_steps: 300, loss: 1, pace });
     return out.join('').split(/\r\x1b\[K|\n/).filter((l) => l.includes('warm start: '));
   };
-  const slow = { speed: 0.5, slow: true, message: 'warm start: 0.70 s a step, 0.35 s on a 2-core AMD EPYC: slower than the reference machine: this CPU runs the demo at ~0.50× the reference speed; expect ~28m44s in all (14m22s there)' };
+  const slow = { speed: 0.5, slow: true, message: 'warm start: 0.66 s a step, 0.33 s on a 2-core AMD EPYC: slower than the reference machine: this CPU runs the demo at ~0.50× the reference speed; expect ~28m44s in all (14m22s there)' };
 
   it('prints the trainer\'s pace line as soon as the warm start has measured it, on a terminal and in a log', () => {
     for (const tty of [false, true]) assert.deepEqual(printed(false, tty, slow), [slow.message], `isTTY ${tty}`);

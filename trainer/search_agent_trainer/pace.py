@@ -27,13 +27,14 @@ class Reference:
     shape: tuple[Any, ...]  # recipe_shape() of the recipe measured
 
 
-# The README's first command (examples/demo-multihop.run.json, seed 1, `demo`), on the machine its time is stated for.
-# The warm-start pace is the stop-42 table's (docs/demo.md: the warm start done 1m56s after the command started, less
-# ~10 s of start-up, over its 300 steps); the whole command stop 44's 14m22s.
+# The README's first command (examples/demo-multihop.run.json, seed 1, `demo`), on the machine its time is stated for:
+# the warm-start pace measured through `demo` itself at issue 48 (steps 25–75, bf16 as the probe chose, other work on
+# the machine at load ~1: 0.33 s; the stop-42 table's warm start, 1m56s from the command's start less ~10 s of
+# start-up over 300 steps, gives 0.35 s); the whole command stop 44's 14m22s (docs/demo.md).
 REFERENCES: dict[str, Reference] = {
     "demo-multihop": Reference(
         cpu="a 2-core AMD EPYC with AVX512-BF16 (docs/demo.md)",
-        warmup_s_per_step=0.35,
+        warmup_s_per_step=0.33,
         run_s=14 * 60 + 22,
         source="docs/demo.md, stops 42 and 44",
         shape=((2, 128, 4), (300, 32), (8, 8, 600, 3), 400),
