@@ -44,6 +44,16 @@ const builds = [
   { ...nodeCommon, entryPoints: { 'inspector-worker': 'src/core/inspect/worker.ts' }, outdir: dist },
   // The dashboard's audit thread (re-tokenising and checking a run's rollouts off the extension host's thread).
   { ...nodeCommon, entryPoints: { 'audit-worker': 'src/core/audit/worker.ts' }, outdir: dist },
+  // The reward sandbox's threads: QuickJS in WebAssembly runs the user's reward module (src/core/rewards/sandbox.ts
+  // finds it beside the bundle that spawns it, and the engine's dist/quickjs.wasm, copied below).
+  {
+    ...nodeCommon,
+    entryPoints: { 'reward-worker': 'src/core/rewards/rewardWorker.ts' },
+    outdir: dist,
+    // The engine's Emscripten loader is an ES module that locates itself with import.meta.url (as yargs in the CLI).
+    define: { 'import.meta.url': '__sasImportMetaUrl' },
+    banner: { js: "var __sasImportMetaUrl = require('node:url').pathToFileURL(__filename).href;" },
+  },
   // The env server's BM25 search threads (src/core/retrieval/bm25Pool.ts finds it beside the bundle that spawns it).
   { ...nodeCommon, entryPoints: { 'bm25-worker': 'src/core/retrieval/bm25Worker.ts' }, outdir: dist },
   // The TypeScript server plugin that gives reward modules the reward API's types in any workspace; the VSIX ships it
@@ -78,6 +88,8 @@ function copyAssets() {
   const codicons = join(root, 'node_modules', '@vscode', 'codicons', 'dist');
   mkdirSync(join(dist, 'codicons'), { recursive: true });
   for (const f of ['codicon.css', 'codicon.ttf']) cpSync(join(codicons, f), join(dist, 'codicons', f));
+  // The reward sandbox's engine (QuickJS compiled to WebAssembly; src/core/rewards/sandbox.ts).
+  cpSync(join(root, 'node_modules', '@jitl', 'quickjs-wasmfile-release-sync', 'dist', 'emscripten-module.wasm'), join(dist, 'quickjs.wasm'));
 }
 
 if (!watch) rmSync(dist, { recursive: true, force: true });

@@ -8,20 +8,23 @@
  * rollout: id, leaks, drift, logprob, alarms — issue 18's shape, plus step, mask_mismatch and is), `issues`
  * (malformed items, each with file, line and field) and `summary` (counts and per-step series).
  */
-import { Auditor, flagged, IMPORTANCE_DEFAULTS, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
+import { AuditStream, flagged, IMPORTANCE_DEFAULTS, mismatchNote, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
 import { detectSource, readSource } from '../core/importers';
-import { loadTokenizerCodec, runTokenizer, type TokenizerCodec } from '../core/inspect/tokenizer';
+import { loadTokenizerCodec, runTokenizer, runVocabSize, type TokenizerCodec } from '../core/inspect/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
-import { readOptionsFromArgs, withReadOptions } from './inspect';
+import { foreignOptionsFromArgs, readOptionsFromArgs, tokenizerFromArg, withForeignOptions, withReadOptions } from './inspect';
+import type { ForeignOptions } from '../core/importers/foreign';
 
 export interface AuditCommandOptions extends Omit<AuditOptions, 'tokenizer' | 'read'> {
   json: boolean;
   /** A model directory (or tokenizer.json) given by the user; its failure to load is bad input. */
   tokenizer?: string;
   read?: ReadOptions;
+  /** How other engines' dumps are read (their tokenizer is `tokenizer`'s). */
+  foreign?: Omit<ForeignOptions, 'tokenizer'>;
   out: (s: string) => void;
   err: (s: string) => void;
 }
@@ -54,37 +57,38 @@ export function auditOptionsFromArgs(v: { 'drift-scope'?: string; 'ratio-low'?: 
 }
 
 async function tokenizerFor(path: string, o: AuditCommandOptions): Promise<{ codec?: TokenizerCodec; note?: string }> {
-  if (o.tokenizer) {
-    try {
-      return { codec: await loadTokenizerCodec(o.tokenizer) };
-    } catch (e) {
-      throw new UsageError(`--tokenizer: ${(e as Error).message}`);
-    }
-  }
+  if (o.tokenizer) return { codec: await tokenizerFromArg(o.tokenizer) };
   return runTokenizer(path);
 }
 
 export async function audit(path: string, o: AuditCommandOptions): Promise<number> {
   const kind = await detectSource(path);
   const { codec, note } = await tokenizerFor(path, o);
-  const { tokenizer: _dir, json: _json, out: _out, err: _err, ...checks } = o;
-  const auditor = new Auditor({ ...checks, ...(codec ? { tokenizer: codec } : {}) });
+  const { tokenizer: _dir, json: _json, out: _out, err: _err, foreign, ...checks } = o;
+  const runVocab = codec ? await runVocabSize(path) : undefined;
+  // Streamed: each rollout's findings are printed (--json) or kept (the first 50 flagged) when its step is done, so
+  // memory stays flat in the run's size; a token store is read without the arrays the checks do not read.
+  const shown: RolloutAudit[] = [];
+  let k = 0;
+  if (o.json) o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"tokenizer":${JSON.stringify(codec?.name ?? null)},"rollouts":[`);
+  const auditor = new AuditStream({ ...checks, ...(codec ? { tokenizer: codec } : {}), ...(runVocab !== undefined ? { runVocab } : {}) }, (a) => {
+    if (o.json) o.out(`${k++ ? ',' : ''}\n${JSON.stringify(jsonOf(a))}`);
+    else if (shown.length < 50 && flagged(a)) shown.push(a);
+  });
   const issues: LocatedIssue[] = [];
-  for await (const item of readSource(path, kind, o.read)) {
+  for await (const item of readSource(path, kind, o.read, codec ? 'audit+ids' : 'audit', { ...foreign, ...(codec ? { tokenizer: codec } : {}) })) {
     if (item.record) auditor.add(item.record);
     else issues.push(...item.issues);
   }
   const summary = auditor.finish();
   if (o.json) {
-    o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"tokenizer":${JSON.stringify(codec?.name ?? null)},"rollouts":[`);
-    auditor.rollouts.forEach((a, k) => o.out(`${k ? ',' : ''}\n${JSON.stringify(jsonOf(a))}`));
     o.out(`\n],"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(summary)}}\n`);
   } else {
     const lines = [`${path} (${kind}): ${summary.rollouts} rollouts audited, ${summary.flagged} flagged${issues.length ? `, ${issues.length} malformed (skipped)` : ''}`];
-    for (const a of auditor.rollouts.filter(flagged).slice(0, 50)) lines.push(`  ${a.id}${a.step !== null ? ` (step ${a.step})` : ''}: ${findings(a).join('; ')}`);
+    for (const a of shown) lines.push(`  ${a.id}${a.step !== null ? ` (step ${a.step})` : ''}: ${findings(a).join('; ')}`);
     if (summary.flagged > 50) lines.push(`  … and ${summary.flagged - 50} more`);
     lines.push(`  leaks         ${summary.leaks.tokens} tokens in ${summary.leaks.rollouts} rollouts${summary.leaks.mask_mismatch ? ` (${summary.leaks.mask_mismatch} where the engine's mask disagrees)` : ''}`);
-    lines.push(summary.drift.checked ? `  drift         ${summary.drift.rollouts} rollouts (${summary.drift.text} text, ${summary.drift.split} split, ${summary.drift.template} template) with ${codec!.name}` : `  drift         ${note}`);
+    lines.push(summary.drift.checked ? `  drift         ${summary.drift.rollouts} rollouts (${summary.drift.text} text, ${summary.drift.split} split, ${summary.drift.template} template) with ${codec!.name}` : `  drift         ${summary.drift.mismatch ? mismatchNote(codec!, summary.drift.mismatch) : note}`);
     lines.push(
       summary.logprob.rollouts
         ? `  log-probs     ${summary.logprob.compared} trained tokens compared, ${summary.logprob.flagged} with a ratio outside [${o.ratioLow ?? 0.5}, ${o.ratioHigh ?? 2}]; |Δ| mean ${summary.logprob.mean_abs_diff.toFixed(4)}, max ${summary.logprob.max_abs_diff.toFixed(4)}`
@@ -105,7 +109,9 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
   }
   for (const i of issues.slice(0, 50)) o.err(`${formatIssue(i)}\n`);
   if (issues.length > 50) o.err(`… and ${issues.length - 50} more malformed items\n`);
-  return issues.length ? 2 : summary.flagged > 0 ? 1 : 0;
+  // A tokenizer named on the command line that is not the run's is a bad option (the rest is still audited and printed).
+  if (summary.drift.mismatch && o.tokenizer) o.err(`search-agent-studio: --tokenizer ${o.tokenizer}: tokenizer does not match this run: ${summary.drift.mismatch}\n`);
+  return issues.length || (summary.drift.mismatch && o.tokenizer) ? 2 : summary.flagged > 0 ? 1 : 0;
 }
 
 function jsonOf(a: RolloutAudit) {
@@ -125,20 +131,21 @@ export const auditCommand = defineCommand({
   command: 'audit <path>',
   describe: 'check every rollout: mask leaks, re-tokenisation drift, rollout vs trainer log-probs on trained tokens, reward-hacking alarms; exit 1 when anything is flagged (docs/instruments.md)',
   builder: (y) =>
-    withReadOptions(
+    withForeignOptions(withReadOptions(
       y
-        .positional('path', { type: 'string', demandOption: true, describe: 'our rollout JSONL, a run directory, or a dump we import (veRL, TRL, Search-R1)' })
-        .option('tokenizer', { type: 'string', describe: "a model directory (or tokenizer.json) for the drift check (default: the run's model directory)" })
+        .positional('path', { type: 'string', demandOption: true, describe: "our rollout JSONL, a run directory, or a dump we import (veRL, TRL, Search-R1; prime-rl, NeMo-RL, miles, slime, SkyRL)" })
+        .option('tokenizer', { type: 'string', describe: "a model directory, tokenizer.json, or model id in the Hugging Face cache: the drift check's tokenizer, and the token text and roles of dumps that hold only ids (default: the run's model directory)" })
         .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout: rollouts (leaks, drift, logprob, is, alarms), issues, summary' })
         .option('drift-scope', { type: 'string', describe: 're-encode each role segment (segments, the default) or the whole text (whole)' })
         .option('ratio-low', { type: 'string', describe: 'flag trained tokens whose ratio exp(logprob − rollout_logprob) is below this (default 0.5)' })
         .option('ratio-high', { type: 'string', describe: 'flag trained tokens whose ratio is above this (default 2)' })
         .option('is-level', { type: 'string', describe: `the importance-sampling preview's level: token ratios or the sequence ratio (token or sequence; default ${IMPORTANCE_DEFAULTS.isLevel}, as the editor's searchAgent.audit.isLevel)` })
         .option('is-cap', { type: 'string', describe: `the preview's cap C > 1: truncated IS clips ratios above C, masked IS drops ratios outside [1/C, C] (default ${IMPORTANCE_DEFAULTS.isCap}, as searchAgent.audit.isCap); a preview, never a flag` }),
-    ),
+    )),
   run: async (a, io) => {
     const read = readOptionsFromArgs(a);
     const o = auditOptionsFromArgs(a);
-    return withInputErrors(io, () => audit(a.path, { ...o, json: a.json, read, ...(a.tokenizer ? { tokenizer: a.tokenizer } : {}), out: io.out, err: io.err }));
+    const { tokenizer: _t, ...foreign } = foreignOptionsFromArgs(a, undefined, io.err);
+    return withInputErrors(io, () => audit(a.path, { ...o, json: a.json, read, foreign, ...(a.tokenizer ? { tokenizer: a.tokenizer } : {}), out: io.out, err: io.err }));
   },
 });

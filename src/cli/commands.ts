@@ -10,8 +10,9 @@ import { forkCommand, whatifCommand } from './fork';
 import { importCommandDef } from './import';
 import { indexCommandDef } from './index-command';
 import { inspectCommand } from './inspect';
+import { planCommand } from './plan';
 import { rewardCommandDef } from './reward-command';
 import { serveCommand } from './serve';
 import { demoCommand, trainCommand } from './train';
 
-export const COMMANDS = [doctorCommand, setupCommand, demoCommand, trainCommand, serveCommand, indexCommandDef, inspectCommand, auditCommand, importCommandDef, rewardCommandDef, exportCommandDef, forkCommand, whatifCommand] as CliCommand<any>[];
+export const COMMANDS = [doctorCommand, setupCommand, demoCommand, trainCommand, planCommand, serveCommand, indexCommandDef, inspectCommand, auditCommand, importCommandDef, rewardCommandDef, exportCommandDef, forkCommand, whatifCommand] as CliCommand<any>[];

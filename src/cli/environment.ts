@@ -2,9 +2,11 @@
  * `doctor` (what this machine has for training) and `setup` (a virtual environment with the trainer's pinned
  * requirements), on the same core as the editor's "Doctor" report and "Set Up Trainer Environment".
  */
+import { existsSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { doctorReport } from '../core/doctor';
-import { loadRunConfig } from '../core/host/runConfig';
+import { loadRunConfig, type LoadedRunConfig } from '../core/host/runConfig';
+import { checkRunMemory } from '../core/plan/check';
 import { SetupError, setupTrainerEnv } from '../core/host/trainerEnv';
 import { packageRoot } from '../core/paths';
 import { trainerNeeds, type TrainerNeeds } from '../core/python';
@@ -15,23 +17,32 @@ import { cliPythonCandidates } from './train';
 
 export const doctorCommand = defineCommand({
   command: 'doctor',
-  describe: "check Node, the trainer's Python (torch, transformers, peft against their minimums) and GPUs; exit 1 when no Python is usable",
+  describe: "check Node, the trainer's Python (torch, transformers, peft against their minimums) and GPUs, and with --config the run's memory plan; exit 1 when no Python is usable or the run does not fit",
   builder: (y) =>
     y
       .option('python', { type: 'string', describe: 'check only this Python' })
-      .option('config', { type: 'string', describe: 'a run config: also check what it needs (transformers for a Hugging Face model, peft for LoRA)' }),
+      .option('config', { type: 'string', describe: "a run config: also check what it needs (transformers for a Hugging Face model, peft for LoRA) and whether it fits the GPU's memory (the memory plan)" }),
   run: async (a, io) => {
     let needs: TrainerNeeds = {};
+    let loaded: LoadedRunConfig | undefined;
     if (a.config) {
       try {
-        needs = trainerNeeds((await loadRunConfig(a.config)).config);
+        loaded = await loadRunConfig(a.config);
+        needs = trainerNeeds(loaded.config);
       } catch (e) {
         throw new UsageError((e as Error).message);
       }
     }
-    const report = await doctorReport(cliPythonCandidates(a.python), [`search-agent-studio ${VERSION}`, `Node ${process.versions.node} on ${process.platform}-${process.arch}`], needs, (l) => io.out(`${l}\n`));
+    const verl = a.python ? [] : [process.env.SAS_VERL_PYTHON, join(process.cwd(), '.venv-verl', 'bin', 'python'), join(packageRoot(), '.venv-verl', 'bin', 'python')].filter((p, i, all): p is string => !!p && existsSync(p) && all.indexOf(p) === i);
+    const report = await doctorReport(cliPythonCandidates(a.python), [`search-agent-studio ${VERSION}`, `Node ${process.versions.node} on ${process.platform}-${process.arch}`], needs, (l) => io.out(`${l}\n`), verl);
     if (!report.found) io.out('  Make one with `search-agent-studio setup` (a .venv with the pinned torch, transformers and peft), or pass --python.\n');
-    return report.found ? 0 : 1;
+    let fits = true;
+    if (loaded) {
+      const check = checkRunMemory(loaded, { cuda: report.found?.cuda, gpuMemoryBytes: report.found?.cudaMemory?.[0] });
+      io.out(`${check.line}\n`);
+      fits = !check.plan || check.plan.fits;
+    }
+    return report.found && fits ? 0 : 1;
   },
 });
 

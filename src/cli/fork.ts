@@ -19,7 +19,8 @@ import { RolloutTable } from '../core/inspect/table';
 import { FilterError } from '../core/inspect/filter';
 import type { Continuation, ForkDocument, ForkOptions } from '../core/protocol';
 import type { Rollout } from '../core/run/format';
-import { findPython, noPythonMessage } from '../core/python';
+import { findPython, noPythonMessage, runPythonNote } from '../core/python';
+import { readRun } from '../core/host/runs';
 import { trajectoryFacts } from '../core/run/summary';
 import { RolloutStore } from '../core/store/rollouts';
 import { UsageError } from '../server/run';
@@ -60,13 +61,18 @@ export async function readDocuments(file: string): Promise<ForkDocument[]> {
   return [text.replace(/\n+$/, '')];
 }
 
+/** The fork's Python: `--python` alone when given; else the run's own (run.json `python`) first, as `train --resume`
+ * tries it, then the usual candidates. */
 async function forkHost(runDir: string, python?: string, io?: CliIo, envUrl?: string): Promise<ForkHost | undefined> {
   const needs = await runNeeds({ runDir, resume: true });
-  const search = await findPython(cliPythonCandidates(python), needs);
+  const runPython = python ? undefined : (await readRun(runDir))?.python;
+  const search = await findPython(cliPythonCandidates(python, runPython), needs);
   if (!search.found) {
     io?.err(`${noPythonMessage(search, needs)}\n`);
     return undefined;
   }
+  const note = runPythonNote(search, runPython);
+  if (note && !note.startsWith('resuming in the Python')) io?.err(`note: ${note.replace(/resuming in/, 'forking in')}\n`);
   return new ForkHost({ python: search.found.executable, envUrl });
 }
 

@@ -1,34 +1,25 @@
 /**
- * `search-agent-studio import <searchr1|verl|trl|searchr1-dataset> <src> --out <file.jsonl>`: converts a
- * source into our rollout JSONL (or, for a Search-R1 dataset, our JSONL dataset), streaming.
+ * `search-agent-studio import <auto|searchr1|verl|trl|prime-rl|nemo-rl|miles|slime|skyrl|searchr1-dataset> <src>
+ * --out <file.jsonl>`: converts a source into our rollout JSONL (or, for a Search-R1 dataset, our JSONL dataset),
+ * streaming.
  */
-import { createWriteStream } from 'node:fs';
-import { IMPORT_KINDS, importDataset, readSource, type ImportKind } from '../core/importers';
+import { detectSource, IMPORT_KINDS, importDataset, importKindToSource, readSource, sourceFiles, type ImportKind, type SourceKind } from '../core/importers';
+import type { ForeignOptions } from '../core/importers/foreign';
 import type { DatasetImportIssue } from '../core/importers/dataset';
 import { formatIssue, type ReadOptions } from '../core/run/format';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
-import { readOptionsFromArgs, withReadOptions } from './inspect';
+import { foreignOptionsFromArgs, readOptionsFromArgs, tokenizerFromArg, withForeignOptions, withReadOptions } from './inspect';
+import { OutputFile } from './output';
 
-export async function importCommand(kind: string, src: string, outPath: string, err: (s: string) => void, read: ReadOptions = {}): Promise<number> {
+export async function importCommand(kind: string, src: string, outPath: string, err: (s: string) => void, read: ReadOptions = {}, foreign: ForeignOptions = {}): Promise<number> {
   if (!(IMPORT_KINDS as readonly string[]).includes(kind)) {
     err(`unknown import kind "${kind}"; expected one of ${IMPORT_KINDS.join(', ')}\n`);
     return 2;
   }
-  const out = createWriteStream(outPath);
-  const opened = new Promise<void>((resolve, reject) => {
-    out.once('open', () => resolve());
-    out.once('error', reject);
-  });
-  try {
-    await opened;
-  } catch (e) {
-    err(`${outPath}: cannot write: ${(e as Error).message}\n`);
-    return 2;
-  }
-  const write = async (line: string) => {
-    if (!out.write(`${line}\n`)) await new Promise<void>((r) => out.once('drain', () => r()));
-  };
+  // The output is refused when it is one of the files read, and put in place only when the whole source was read.
+  const out = await OutputFile.create(outPath, await sourceFiles(src, kind === 'auto' ? undefined : importKindToSource(kind as Exclude<ImportKind, 'auto'>)));
+  const write = (line: string) => out.write(`${line}\n`);
   let written = 0;
   let skipped = 0;
   try {
@@ -41,7 +32,8 @@ export async function importCommand(kind: string, src: string, outPath: string, 
       skipped = issues.length;
       for (const i of issues.slice(0, 50)) err(`${i.message}\n`);
     } else {
-      for await (const item of readSource(src, kind as 'searchr1' | 'verl' | 'trl', read)) {
+      const sourceKind: SourceKind = kind === 'auto' ? await detectSource(src) : (kind as SourceKind);
+      for await (const item of readSource(src, sourceKind, read, 'all', foreign)) {
         if (!item.record) {
           skipped++;
           for (const i of item.issues) if (skipped <= 50) err(`${formatIssue(i)}\n`);
@@ -51,8 +43,9 @@ export async function importCommand(kind: string, src: string, outPath: string, 
         written++;
       }
     }
+    await out.commit();
   } finally {
-    await new Promise<void>((resolve) => out.end(() => resolve()));
+    await out.abort();
   }
   err(`${src} → ${outPath}: ${written} ${kind === 'searchr1-dataset' ? 'examples' : 'trajectories'}${skipped ? `, ${skipped} skipped` : ''}\n`);
   return 0;
@@ -62,14 +55,16 @@ export const importCommandDef = defineCommand({
   command: 'import <kind> <src>',
   describe: 'convert into our rollout JSONL (a Search-R1 dataset: our dataset JSONL)',
   builder: (y) =>
-    withReadOptions(
+    withForeignOptions(withReadOptions(
       y
-      .positional('kind', { type: 'string', choices: IMPORT_KINDS, demandOption: true, describe: 'what <src> holds' })
+      .positional('kind', { type: 'string', choices: IMPORT_KINDS, demandOption: true, describe: 'what <src> holds (auto: detected, as inspect does)' })
       .positional('src', { type: 'string', demandOption: true, describe: 'the file or directory to convert' })
       .option('out', { type: 'string', demandOption: true, describe: 'the JSONL file to write' })
-    ),
+      .option('tokenizer', { type: 'string', describe: "the model's tokenizer for dumps that hold only token ids (prime-rl, NeMo-RL, miles, slime, SkyRL): token text, and roles from its chat template" })
+    )),
   run: async (a, io) => {
     const read = readOptionsFromArgs(a);
-    return withInputErrors(io, () => importCommand(a.kind, a.src, a.out, io.err, read));
+    const tokenizer = a.tokenizer ? await tokenizerFromArg(a.tokenizer) : undefined;
+    return withInputErrors(io, () => importCommand(a.kind, a.src, a.out, io.err, read, foreignOptionsFromArgs(a, tokenizer, io.err)));
   },
 });

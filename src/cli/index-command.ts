@@ -12,7 +12,15 @@ import { buildDenseIndex } from '../core/retrieval/dense';
 import { E5Encoder } from '../core/retrieval/encoder';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
-import { withInputErrors } from './inputErrors';
+import { requireRegularFile, withInputErrors } from './inputErrors';
+import { checkOutputDir } from './output';
+
+/** Whether a directory holds an index we built, or a dense build's partial state (its progress.json). */
+async function isIndexDir(dir: string): Promise<boolean> {
+  const meta = await readFile(join(dir, 'meta.json'), 'utf8').then((t) => JSON.parse(t) as { format?: unknown }, () => undefined);
+  if (meta && (meta.format === 'sas-bm25' || meta.format === 'sas-dense')) return true;
+  return readFile(join(dir, 'progress.json'), 'utf8').then(() => true, () => false);
+}
 
 export interface IndexArgs {
   corpus?: string;
@@ -59,6 +67,10 @@ export async function indexCommand(values: IndexArgs, err: (s: string) => void):
   if (values.corpus === undefined || !values.out) throw new UsageError('index takes a corpus (JSONL of {id, contents}) and --out <dir>');
   const corpus = values.corpus;
   const out = values.out;
+  await requireRegularFile(corpus);
+  // A BM25 build replaces the directory it names, a dense one writes into it: only a new or empty directory, or an
+  // index (or a dense build's partial state), is written; never one that holds the corpus.
+  await checkOutputDir(out, { inputs: [corpus, ...(values.model ? [values.model] : [])], ours: isIndexDir, what: 'an index this command built' });
   const issues: CorpusIssue[] = [];
   const t0 = Date.now();
   const isTty = Boolean(process.stderr.isTTY);

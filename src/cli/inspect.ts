@@ -6,6 +6,9 @@
  */
 import type { Argv } from 'yargs';
 import { detectSource, readSource } from '../core/importers';
+import type { ForeignOptions } from '../core/importers/foreign';
+import { resolveTokenizer } from '../core/importers/foreign/tokenizer';
+import { loadTokenizerCodec, type TokenizerCodec } from '../core/inspect/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
 import { SummaryBuilder, trajectoryFacts, type RunSummary } from '../core/run/summary';
 import { DIALECTS, parseDialectName } from '../core/tags/trajectory';
@@ -19,6 +22,29 @@ export interface InspectOptions {
   err: (s: string) => void;
   /** How responses are read (`--dialect`). */
   read?: ReadOptions;
+  /** How other engines' dumps are read (`--tokenizer`, `--python`, `--trust-pickle`). */
+  foreign?: ForeignOptions;
+}
+
+/** The options for other engines' dumps (`inspect`, `import`, `audit`), declared on a command's parser. */
+export function withForeignOptions<A>(y: Argv<A>) {
+  return y
+    .option('python', { type: 'string', describe: "the Python that reads pickles and .pt dumps (miles, slime, SkyRL; default: the trainer's)" })
+    .option('trust-pickle', { type: 'boolean', default: false, describe: 'load pickles and .pt dumps the restricted loaders refuse: this runs code the file names, so only for dumps you trust' });
+}
+
+/** `--tokenizer SPEC` (a model directory, tokenizer.json, or a model id in the Hugging Face cache) as a codec; a bad one is a UsageError. */
+export async function tokenizerFromArg(spec: string): Promise<TokenizerCodec> {
+  try {
+    return await loadTokenizerCodec(await resolveTokenizer(spec));
+  } catch (e) {
+    throw new UsageError(`--tokenizer: ${(e as Error).message}`);
+  }
+}
+
+/** `--tokenizer`, `--python`, `--trust-pickle` → how dumps are read; notes go to `err`. */
+export function foreignOptionsFromArgs(values: { python?: string; 'trust-pickle'?: boolean }, tokenizer: TokenizerCodec | undefined, err: (s: string) => void): ForeignOptions {
+  return { ...(tokenizer ? { tokenizer } : {}), ...(values.python ? { python: values.python } : {}), ...(values['trust-pickle'] ? { trustPickle: true } : {}), onNote: (n) => err(`note: ${n}\n`) };
 }
 
 /** The options that say how responses are read (`inspect` and `import`), declared on a command's parser. */
@@ -42,7 +68,7 @@ export async function inspect(path: string, o: InspectOptions): Promise<number> 
   const issues: LocatedIssue[] = [];
   let first = true;
   if (o.json) o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"trajectories":[`);
-  for await (const item of readSource(path, kind, o.read)) {
+  for await (const item of readSource(path, kind, o.read, 'all', o.foreign)) {
     if (!item.record) {
       summary.addIssue(item.issues);
       issues.push(...item.issues);
@@ -108,15 +134,19 @@ export function renderSummary(path: string, kind: string, s: RunSummary): string
 
 export const inspectCommand = defineCommand({
   command: 'inspect <path>',
-  describe: 'summarise trajectories: our rollout JSONL, run directories, Search-R1 transcripts, veRL dumps, TRL completion tables; Search-R1 tags or tool calls (detected unless --dialect)',
+  describe: 'summarise trajectories: our rollout JSONL, run directories, Search-R1 transcripts, veRL dumps, TRL completion tables, and the per-token dumps of prime-rl, NeMo-RL, miles, slime and SkyRL; Search-R1 tags or tool calls (detected unless --dialect)',
   builder: (y) =>
-    withReadOptions(
-      y
-      .positional('path', { type: 'string', demandOption: true, describe: 'a file or a run directory' })
-      .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout (streamed): trajectories, issues, summary' })
+    withForeignOptions(
+      withReadOptions(
+        y
+          .positional('path', { type: 'string', demandOption: true, describe: 'a file, a run directory, or another engine\'s dump folder' })
+          .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout (streamed): trajectories, issues, summary' })
+          .option('tokenizer', { type: 'string', describe: "the model's tokenizer (a model directory, tokenizer.json, or a model id in the Hugging Face cache): token text and roles of dumps that hold only ids" }),
+      ),
     ),
   run: async (a, io) => {
     const read = readOptionsFromArgs(a);
-    return withInputErrors(io, () => inspect(a.path, { json: a.json, read, out: io.out, err: io.err }));
+    const tokenizer = a.tokenizer ? await tokenizerFromArg(a.tokenizer) : undefined;
+    return withInputErrors(io, () => inspect(a.path, { json: a.json, read, foreign: foreignOptionsFromArgs(a, tokenizer, io.err), out: io.out, err: io.err }));
   },
 });

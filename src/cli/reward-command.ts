@@ -1,18 +1,20 @@
 /**
  * `search-agent-studio reward <module|builtin:em|builtin:subem|builtin:f1|builtin:em-format> <rollouts>
- *  [--json] [--out scored.jsonl] [--timeout MS] [--workers N]`
+ *  [--json] [--out scored.jsonl] [--timeout MS] [--batch-timeout MS] [--memory MB] [--workers N]`
  * Scores rollouts with a reward module in the sandbox. With --json: one JSON object (count, mean,
  * frac_zero_std_groups, errors, items: id, reward, parts). With --out: the rollouts re-written with the new
  * rewards, streamed (for big files); the recorded reward is kept in meta.reward_recorded. Otherwise a summary.
  * Exit 0 when every item scored, 1 when some failed (each reported on stderr), 2 for bad usage, unreadable
  * input or a module that does not compile.
  */
-import { createWriteStream } from 'node:fs';
+import { readFile } from 'node:fs/promises';
+import { sourceFiles } from '../core/importers';
 import { RewardCompileError } from '../core/rewards/compile';
-import { BUILTIN_REWARDS, openReward, RewardReportBuilder, scoreRollouts } from '../core/rewards/scoring';
+import { BUILTIN_REWARDS, openReward, RewardReportBuilder, scoreRollouts, type RolloutSet } from '../core/rewards/scoring';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
+import { OutputFile } from './output';
 
 export interface RewardArgs {
   module: string;
@@ -20,7 +22,11 @@ export interface RewardArgs {
   json: boolean;
   out?: string;
   timeout: number;
+  'batch-timeout': number;
+  memory: number;
   workers?: number;
+  /** For the editor: score only the rollouts of an earlier run's `set` (a JSON file, or `-` for standard input). */
+  set?: string;
   /** For the editor: the full report as one JSON object on stdout, progress as JSON lines on stderr. */
   report: boolean;
 }
@@ -35,17 +41,44 @@ export const rewardCommandDef = defineCommand({
       .option('json', { type: 'boolean', default: false, describe: 'one JSON object: count, mean, zero-variance groups, errors, items' })
       .option('out', { type: 'string', describe: 'write the rollouts re-scored (the recorded reward kept in meta.reward_recorded)' })
       .option('timeout', { type: 'number', default: 2000, describe: 'time limit per item (ms)' })
+      .option('batch-timeout', { type: 'number', default: 120_000, describe: 'time limit per batch of 4,096 rollouts (ms)' })
+      .option('memory', { type: 'number', default: 256, describe: 'memory limit of each sandbox thread (MB; the module and everything it allocates)' })
       .option('workers', { type: 'number', describe: 'sandbox worker threads' })
-      .option('report', { type: 'boolean', default: false, hidden: true }),
+      .option('report', { type: 'boolean', default: false, hidden: true })
+      .option('set', { type: 'string', hidden: true }),
   run: (a, io) => withInputErrors(io, () => rewardCommand(a, io.out, io.err)),
 });
 
 export async function rewardCommand(values: RewardArgs, out: (s: string) => void, err: (s: string) => void): Promise<number> {
-  const { module: spec, rollouts } = values;
   if (values.report && (values.json || values.out)) throw new UsageError('--report cannot be combined with --json or --out');
+  const positive = (name: string, v: unknown, min: number) => {
+    const n = Number(v);
+    if (!Number.isFinite(n) || n < min) throw new UsageError(`--${name} must be a number ≥ ${min}, got ${String(v)}`);
+    return n;
+  };
+  const limits = {
+    itemTimeoutMs: positive('timeout', values.timeout ?? 2000, 1),
+    batchTimeoutMs: positive('batch-timeout', values['batch-timeout'] ?? 120_000, 1),
+    memoryMb: positive('memory', values.memory ?? 256, 32),
+    ...(values.workers ? { workers: positive('workers', values.workers, 1) } : {}),
+  };
+  const only = values.set ? await readSet(values.set) : undefined;
+  // The output is refused when it is one of the files read, and put in place only when every rollout was read.
+  const file = values.out ? await OutputFile.create(values.out, await sourceFiles(values.rollouts)) : undefined;
+  try {
+    return await scoreAll(values, out, err, file, limits, only);
+  } finally {
+    await file?.abort();
+  }
+}
+
+type Limits = { itemTimeoutMs: number; batchTimeoutMs: number; memoryMb: number; workers?: number };
+
+async function scoreAll(values: RewardArgs, out: (s: string) => void, err: (s: string) => void, file: OutputFile | undefined, limits: Limits, only: RolloutSet | undefined): Promise<number> {
+  const { module: spec, rollouts } = values;
   let opened;
   try {
-    opened = await openReward(spec, { itemTimeoutMs: Number(values.timeout) || 2000, ...(values.workers ? { workers: Number(values.workers) } : {}), onLog: (l) => err(`[reward] ${l}\n`) });
+    opened = await openReward(spec, { ...limits, onLog: (l) => err(`[reward] ${l}\n`) });
   } catch (e) {
     if (e instanceof RewardCompileError) {
       if (values.report) out(`${JSON.stringify({ compileError: { file: e.file, line: e.line, column: e.column, message: e.detail } })}\n`);
@@ -55,18 +88,29 @@ export async function rewardCommand(values: RewardArgs, out: (s: string) => void
     throw e;
   }
   const report = new RewardReportBuilder();
-  const file = values.out ? createWriteStream(values.out) : undefined;
-  const write = async (line: string) => {
-    if (file && !file.write(`${line}\n`)) await new Promise<void>((r) => file.once('drain', () => r()));
-  };
+  const write = async (line: string) => file?.write(`${line}\n`);
   let first = true;
   if (values.json) out(`{"module":${JSON.stringify(opened.compiled.file)},"items":[`);
   const isTty = Boolean(process.stderr.isTTY);
+  const read: RolloutSet = {};
+  let lastProgress = 0;
   try {
     for await (const s of scoreRollouts(rollouts, opened.sandbox, {
       onMalformed: (m) => err(values.report ? `${JSON.stringify({ malformed: m })}\n` : `${m}\n`),
-      onProgress: (done) => (values.report ? err(`${JSON.stringify({ progress: done })}\n`) : isTty && err(`\rscored ${done.toLocaleString()}\u001b[K`)),
+      onProgress: (done, errors) => {
+        // At most five lines a second (the sandbox reports every item).
+        const now = Date.now();
+        if (now - lastProgress < 200) return;
+        lastProgress = now;
+        if (values.report) err(`${JSON.stringify({ progress: done, errors })}\n`);
+        else if (isTty) {
+          const failed = Object.values(errors).reduce((a, b) => a + (b ?? 0), 0);
+          err(`\rscored ${done.toLocaleString()}${failed ? ` (${failed.toLocaleString()} failed${errors.timeout ? `, ${errors.timeout.toLocaleString()} timed out` : ''})` : ''}\u001b[K`);
+        }
+      },
       batch: values.report ? 2048 : 4096,
+      ...(only ? { only } : {}),
+      read,
     })) {
       report.add(s);
       const o = s.outcome;
@@ -85,11 +129,12 @@ export async function rewardCommand(values: RewardArgs, out: (s: string) => void
   } finally {
     if (isTty) err('\n');
     await opened.sandbox.close();
-    if (file) await new Promise<void>((r) => file.end(() => r()));
   }
+  // Every rollout is in it (a failed item with its error): put in place before the summary says it was written.
+  await file?.commit();
   const r = report.result();
   if (values.report) {
-    out(`${JSON.stringify({ report: r, module: opened.compiled.file, rollouts })}\n`);
+    out(`${JSON.stringify({ report: r, module: opened.compiled.file, rollouts, set: read })}\n`);
     return r.errors ? 1 : 0;
   }
   if (values.json) {
@@ -98,7 +143,7 @@ export async function rewardCommand(values: RewardArgs, out: (s: string) => void
     const pct = (x: number | null) => (x === null ? '–' : `${(100 * x).toFixed(1)}%`);
     out(
       [
-        `${opened.spec} on ${rollouts}: ${r.count} rollouts, ${r.scored} scored${r.errors ? `, ${r.errors} failed` : ''}`,
+        `${opened.spec} on ${rollouts}: ${r.count} rollouts, ${r.scored} scored${r.errors ? `, ${r.errors} failed (${kindSummary(r.errorsByKind)})` : ''}`,
         `  mean reward     ${r.mean === null ? '–' : r.mean.toFixed(4)}${r.recordedMean !== null ? ` (recorded: ${r.recordedMean.toFixed(4)})` : ''}`,
         `  same as recorded ${pct(r.agreement)}`,
         `  zero-variance GRPO groups ${pct(r.frac_zero_std_groups)}${r.frac_zero_std_groups_recorded !== null ? ` (recorded: ${pct(r.frac_zero_std_groups_recorded)})` : ''} of ${r.groups}`,
@@ -109,4 +154,34 @@ export async function rewardCommand(values: RewardArgs, out: (s: string) => void
   for (const f of r.failures.slice(0, 20)) err(`${f.message}\n`);
   if (r.errors > 20) err(`… and ${r.errors - 20} more failures\n`);
   return r.errors ? 1 : 0;
+}
+
+const KIND_WORDS: Record<string, string> = { throw: 'threw', nan: 'not a number', type: 'wrong type', timeout: 'timed out', memory: 'out of memory', crash: 'crashed', 'batch-timeout': 'batch time limit', skipped: 'not run', cancelled: 'cancelled', input: 'unreadable rollout' };
+
+/** `3 timed out, 9,984 not run`. */
+function kindSummary(byKind: Partial<Record<string, number>>): string {
+  return Object.entries(byKind)
+    .filter(([, n]) => n)
+    .map(([k, n]) => `${n!.toLocaleString()} ${KIND_WORDS[k] ?? k}`)
+    .join(', ');
+}
+
+/** A rollout set (`--set FILE`, `-`: standard input): `{ "<file>": <last line>, … }`. */
+async function readSet(from: string): Promise<RolloutSet> {
+  let text: string;
+  if (from === '-') {
+    const chunks: Buffer[] = [];
+    for await (const c of process.stdin) chunks.push(c as Buffer);
+    text = Buffer.concat(chunks).toString('utf8');
+  } else text = await readFile(from, 'utf8');
+  let set: unknown;
+  try {
+    set = JSON.parse(text);
+  } catch (e) {
+    throw new UsageError(`--set ${from}: not JSON: ${(e as Error).message}`);
+  }
+  if (!set || typeof set !== 'object' || Array.isArray(set) || !Object.values(set).every((v) => Number.isInteger(v) && (v as number) >= 0)) {
+    throw new UsageError(`--set ${from}: expected {"<file>": <last line>, …}`);
+  }
+  return set as RolloutSet;
 }

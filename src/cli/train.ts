@@ -11,6 +11,8 @@ import { RunHost, type RunOutcome } from '../core/host/runHost';
 import { readRun } from '../core/host/runs';
 import { EnvServerError } from '../core/host/processes';
 import { packageRoot } from '../core/paths';
+import { MemoryPlanError } from '../core/plan/check';
+import { parseBytes } from '../core/plan/plan';
 import { HOPS_METRICS } from '../core/protocol';
 import { findPython, noPythonMessage, pythonCandidates, runPythonNote, type TrainerNeeds } from '../core/python';
 import { UsageError } from '../server/run';
@@ -159,6 +161,8 @@ export async function heldOutEm(runDir: string): Promise<{ before?: HeldOut; aft
 }
 
 interface TrainRequest {
+  force?: boolean;
+  gpuMemoryBytes?: number;
   config?: string;
   needs: TrainerNeeds;
   runDir?: string;
@@ -167,6 +171,19 @@ interface TrainRequest {
   verlPython?: string;
   port: number;
   quiet: boolean;
+}
+
+/**
+ * A word as a POSIX shell reads it back unchanged: as it is when it holds only characters no shell treats specially,
+ * else in single quotes (inside which nothing is special; a single quote itself is closed, escaped and reopened).
+ */
+export function shellQuote(word: string): string {
+  return /^[A-Za-z0-9_@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`;
+}
+
+/** The command that resumes a run, safe to paste into a shell whatever the run directory is called. */
+export function resumeCommand(runDir: string): string {
+  return `search-agent-studio train --resume --run-dir ${shellQuote(runDir)}`;
 }
 
 async function runTraining(req: TrainRequest, log: (s: string) => void): Promise<{ code: number; outcome?: RunOutcome; python?: string }> {
@@ -191,11 +208,18 @@ async function runTraining(req: TrainRequest, log: (s: string) => void): Promise
       runsParent: resolve('runs'),
       onEvent: (e) => printer.event(e as Event),
       onNote: (note) => process.stderr.write(`warning: ${note}\n`),
+      force: req.force,
+      gpuMemoryBytes: req.gpuMemoryBytes,
+      onMemoryCheck: (line) => log(line),
       onTrainerLog: (l) => {
         if (!req.quiet && /warning|error|Traceback/i.test(l) && !/^\d\d:\d\d:\d\d (?:step|eval)/.test(l)) process.stderr.write(`[trainer] ${l}\n`);
       },
     });
   } catch (e) {
+    if (e instanceof MemoryPlanError) {
+      process.stderr.write(`search-agent-studio: ${e.message}\nstart it anyway: --force\n`);
+      return { code: 1 };
+    }
     if (e instanceof RunConfigError || e instanceof EnvServerError || e instanceof EngineUnavailableError) {
       process.stderr.write(`search-agent-studio: ${e.message}\n`);
       return { code: e instanceof RunConfigError ? 2 : 1 };
@@ -223,10 +247,10 @@ async function runTraining(req: TrainRequest, log: (s: string) => void): Promise
   if (outcome.status === 'failed') {
     process.stderr.write(`\nthe run failed at step ${outcome.step}: ${outcome.error?.message ?? ''}\n`);
     if (outcome.error?.traceback) process.stderr.write(`${outcome.error.traceback.trimEnd().split('\n').slice(-12).join('\n')}\n`);
-    process.stderr.write(`log: ${join(where, 'logs', 'trainer.log')}\nresume: search-agent-studio train --resume --run-dir ${where}\n`);
+    process.stderr.write(`log: ${join(where, 'logs', 'trainer.log')}\nresume: ${resumeCommand(where)}\n`);
     return { code: 1, outcome };
   }
-  if (outcome.status === 'stopped') log(`stopped at step ${outcome.step} (checkpointed); resume: search-agent-studio train --resume --run-dir ${where}`);
+  if (outcome.status === 'stopped') log(`stopped at step ${outcome.step} (checkpointed); resume: ${resumeCommand(where)}`);
   return { code: 0, outcome, python: search.found.executable };
 }
 
@@ -309,13 +333,21 @@ export const trainCommand = defineCommand({
       .option('verl-python', { type: 'string', describe: "engine verl: veRL's Python, tried first (else the config's verl.python, SAS_VERL_PYTHON, .venv-verl)" })
       .option('port', { type: 'number', default: 0, describe: 'env server port on 127.0.0.1 (0: any free port)' })
       .option('quiet', { type: 'boolean', default: false, describe: 'print only warnings, errors and the result' })
+      .option('force', { type: 'boolean', default: false, describe: 'start even when the memory plan says the run does not fit the GPU (search-agent-studio plan)' })
+      .option('gpu-memory', { type: 'string', describe: "the GPU's memory for the memory plan (default: what the trainer's Python reports, else 80GiB)" })
       .example('$0 train examples/demo.run.json', 'train the demo config')
       .example('$0 train --resume --run-dir runs/demo-20260101-120000', 'continue a stopped run'),
   run: async (a) => {
     if (a.resume ? !a['run-dir'] || a.config : !a.config) throw new UsageError(a.resume ? '--resume needs --run-dir and no config' : 'name one run config');
     if (!Number.isInteger(a.port) || a.port < 0 || a.port > 65535) throw new UsageError(`--port must be an integer in 0..65535, got ${a.port}`);
+    let gpuMemoryBytes: number | undefined;
+    try {
+      gpuMemoryBytes = a['gpu-memory'] === undefined ? undefined : parseBytes(a['gpu-memory']);
+    } catch (e) {
+      throw new UsageError((e as Error).message);
+    }
     const needs = await runNeeds({ config: a.config, runDir: a['run-dir'], resume: a.resume });
-    const { code, outcome } = await runTraining({ config: a.config, needs, runDir: a['run-dir'], resume: a.resume, python: a.python, verlPython: a['verl-python'], port: a.port, quiet: a.quiet }, (s) => console.log(s));
+    const { code, outcome } = await runTraining({ config: a.config, needs, runDir: a['run-dir'], resume: a.resume, python: a.python, verlPython: a['verl-python'], port: a.port, quiet: a.quiet, force: a.force, gpuMemoryBytes }, (s) => console.log(s));
     if (outcome && outcome.status !== 'failed') {
       const em = await heldOutEm(outcome.runDir);
       if (em.before || em.after) console.log(`held-out exact match: ${fmt(em.before?.em)} before → ${fmt(em.after?.em)} after (step ${em.after?.step ?? em.before?.step})`);

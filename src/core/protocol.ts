@@ -335,6 +335,8 @@ export interface RewardLabReport {
   count: number;
   scored: number;
   errors: number;
+  /** Failures by kind (`timeout`, `throw`, `memory`, `skipped`, …). */
+  errorsByKind?: Partial<Record<string, number>>;
   mean: number | null;
   std: number | null;
   recordedMean: number | null;
@@ -355,9 +357,16 @@ export interface RewardLabState {
   moduleName: string;
   /** The rollout file or run directory scored against (null until chosen). */
   rollouts: string | null;
-  status: 'idle' | 'running' | 'done' | 'failed' | 'untrusted';
-  progress?: { done: number; total: number | null };
+  status: 'idle' | 'running' | 'done' | 'failed' | 'cancelled' | 'untrusted';
+  /** While scoring: rollouts done, of how many, and the failures so far by kind (timeouts as they happen). */
+  progress?: { done: number; total: number | null; errors?: Partial<Record<string, number>> };
+  /** The last finished run's numbers: shown dimmed while a new run scores (or after one was cancelled). */
   report?: RewardLabReport;
+  /**
+   * The rollouts re-scoring compares on: the set the first run after choosing them read (a live run keeps growing;
+   * "before the edit" and "now" score the same rollouts). Choosing the rollouts again takes a new set.
+   */
+  pinned?: { count: number; at: string };
   /** The previous run's numbers (before the last edit), to compare with. */
   previous?: { mean: number | null; frac_zero_std_groups: number | null; agreement: number | null };
   compileError?: { file: string; line: number; column: number; message: string };
@@ -368,10 +377,34 @@ export interface RewardLabState {
   finishedAt?: string;
 }
 
+const REWARD_FAILURE_WORDS: Record<string, [string, string]> = {
+  timeout: ['timeout', 'timeouts'],
+  throw: ['error', 'errors'],
+  memory: ['out of memory', 'out of memory'],
+  skipped: ['not run', 'not run'],
+};
+
+/** `3 timeouts · 1 error` from a reward run's failures by kind (the kinds not named above count as errors): the Reward Lab and its lens. */
+export function failedSoFar(errors: Partial<Record<string, number>> | undefined): string {
+  if (!errors) return '';
+  const counts = new Map<string, number>();
+  for (const [k, n] of Object.entries(errors)) {
+    if (!n) continue;
+    const key = k in REWARD_FAILURE_WORDS ? k : 'throw';
+    counts.set(key, (counts.get(key) ?? 0) + n);
+  }
+  return ['timeout', 'throw', 'memory', 'skipped']
+    .filter((k) => counts.get(k))
+    .map((k) => `${counts.get(k)!.toLocaleString()} ${REWARD_FAILURE_WORDS[k]![counts.get(k) === 1 ? 0 : 1]}`)
+    .join(' · ');
+}
+
 export interface RewardLabContract extends Contract {
   host: {
     getState(params: void): RewardLabState;
     rescore(params: void): void;
+    /** Stops the run in flight (its scoring process is killed). */
+    cancel(params: void): void;
     chooseRollouts(params: void): void;
     /** Opens `file:line` (a rollout's line, or a stack frame) in an editor. */
     openLocation(params: { where: string }): void;
@@ -382,7 +415,7 @@ export interface RewardLabContract extends Contract {
 }
 
 /** The alarms (rules in src/core/audit/alarms.ts; named here, the dashboard charts them). */
-export const ALARMS = ['answer-enumeration', 'think-degenerate', 'length-capped', 'search-repeat', 'answer-in-search', 'search-collapse'] as const;
+export const ALARMS = ['answer-enumeration', 'think-degenerate', 'length-capped', 'search-repeat', 'answer-in-search', 'search-collapse', 'tags-in-document'] as const;
 export type Alarm = (typeof ALARMS)[number];
 
 /** The metric names the dashboard charts the audit's per-step series is sent as (`audit/…`, beside the trainer's; src/core/audit/series.ts). */
@@ -392,7 +425,12 @@ export const AUDIT_METRICS = {
   ratioOutside: 'audit/logprob/ratio_outside',
   seqRatio: 'audit/logprob/seq_ratio',
   leaks: 'audit/leaks',
+  /** Rollouts audited at the step (what an alarm's count is a share of). */
+  rollouts: 'audit/rollouts',
   alarm: (name: string) => `audit/alarm/${name}`,
+  /** The alarm an `alarm` key counts (`audit/alarm/search-repeat` → search-repeat); undefined for any other key. Generic
+   * over names: the dashboard charts and lanes every alarm the audit counts, whatever its name. */
+  alarmOf: (key: string): string | undefined => /^audit\/alarm\/(.+)$/.exec(key)?.[1],
 } as const;
 
 /** The trainer's held-out metrics by the searches a question needs (its dataset line's `meta.hops`; train.py
@@ -446,13 +484,33 @@ export interface DashboardRun {
   stages?: RunStage[];
 }
 
-/** One metrics.jsonl line: `step` and named numbers (DESIGN §4.3). */
+/** One metrics.jsonl line: `step` and named numbers (DESIGN §4.3); the trainer adds `time` (Unix seconds). */
 export type MetricsRow = { step: number } & Record<string, number>;
+
+/**
+ * The dashboard's settings (`searchAgent.dashboard.*`), sent by the host at start and when they change.
+ * `alarmThresholds`: per alarm name, the share of a step's audited rollouts (0–1) at or above which the alarm lane marks
+ * the step (0: any rollout); `*` is the share for alarms it does not name.
+ */
+export interface DashboardSettings {
+  alarmThresholds: Record<string, number>;
+}
+
+/** What the user set in the dashboard (kept in the webview's state): smoothing (TensorBoard's debiased EMA weight,
+ * 0 = none), the x-axis, the alarm lane shown or not, the charts on a log scale and pinned (keys), the chart search. */
+export interface DashboardView {
+  smoothing: number;
+  xAxis: 'step' | 'time';
+  alarms: boolean;
+  log: string[];
+  pinned: string[];
+  search: string;
+}
 
 export interface DashboardContract extends Contract {
   host: {
     /** The runs shown and every metrics line so far (after a re-created view too). */
-    getState(params: void): { runs: DashboardRun[]; metrics: { dir: string; rows: MetricsRow[] }[]; audit: { dir: string; rows: MetricsRow[] }[] };
+    getState(params: void): { runs: DashboardRun[]; metrics: { dir: string; rows: MetricsRow[] }[]; audit: { dir: string; rows: MetricsRow[] }[]; settings: DashboardSettings };
     /** Adds a run to the overlay (a quick pick of the workspace's runs). */
     addRun(params: void): void;
     removeRun(params: { dir: string }): void;
@@ -463,10 +521,16 @@ export interface DashboardContract extends Contract {
   };
   view: {
     /** What the charts hold, for tests and diagnostics. */
-    describe(params: void): { charts: { key: string; title: string; series: number; points: number; colors: string[]; markers: string[] }[]; runs: string[]; theme: string };
+    describe(params: void): {
+      charts: { key: string; title: string; series: number; points: number; colors: string[]; markers: string[]; log: boolean; pinned: boolean; hidden: boolean; lane: { run: string; steps: number[] }[] }[];
+      runs: string[];
+      theme: string;
+      view: DashboardView;
+    };
   };
   toView: {
     runs: { runs: DashboardRun[] };
+    settings: DashboardSettings;
     /** Lines appended to a run's metrics.jsonl since the last message (or all of them with `reset`). */
     metrics: { dir: string; rows: MetricsRow[]; reset?: boolean };
     /** The audit of the run's rollouts per step (`audit/…` metrics, src/core/audit/series.ts), all of it each time. */
@@ -683,6 +747,31 @@ export interface InspectorStatus {
   error?: string;
   /** With which tokenizer the `drift` column is checked, or why it is not. */
   drift?: string;
+  /** Another engine's dump, read through our importers (docs/engines.md, "Your own run"). */
+  imported?: {
+    /** The files present when it was opened are converted (what follows comes from a run still writing). */
+    ready: boolean;
+    engine: string;
+    rollouts: number;
+    steps: number;
+    /** Samples that could not be read (each in `issues`: file:line: field: message). */
+    skipped: number;
+    /** Files not complete yet (a run still writing). */
+    pending: number;
+    /** Our token arrays the records carry. */
+    arrays: string[];
+    /** The engine's own per-token arrays its dump holds. */
+    engineArrays: string[];
+    /** How roles were found (`chat template (…)`, `loss mask (no tokenizer)`, …). */
+    roles: string[];
+    /** Per step: rollouts and arrays. */
+    perStep: { step: number; rollouts: number; arrays: string[] }[];
+    notes: string[];
+    issues: string[];
+  };
+  /** Set when the query uses drift (a `drift` term, or the sort) and drift is not checked: why (the view's count
+   * then says "not checked", not "0 match"). */
+  notChecked?: string;
 }
 
 export interface InspectorState {
@@ -784,7 +873,12 @@ export interface ForkChoices {
   defaultCheckpoint?: string;
   /** Generation turns of the rollout (1..turns). */
   turns: number;
+  /** The checkpoints whose policy server this panel has started already (a fork from another starts one first). */
+  started?: string[];
 }
+
+/** How a fork's failure begins when no Python can run the trainer (the replay offers Set Up Trainer Environment). */
+export const NO_TRAINER_PYTHON = 'No usable Python for the trainer';
 
 export interface ReplayContract extends Contract {
   host: {
@@ -799,6 +893,8 @@ export interface ReplayContract extends Contract {
     chooseTokenizer(params: void): void;
     /** Recomputes the importance-sampling preview of the rollouts shown at another level or cap (one per model). */
     importance(params: { level: ImportanceLevel; cap: number }): (ImportancePreview | null)[];
+    /** Runs "Search Agent: Set Up Trainer Environment" (offered where a fork failed for want of a Python). */
+    setUpTrainerEnvironment(params: void): void;
   };
   view: {
     describe(params: void): { entry: number; token: number; tokenText: string | null; entryKind: string | null; leaks: number; overlay: string; level: string; columns: number; drift: number | null; driftShown: boolean; clipped: number; dropped: number; excluded: number };

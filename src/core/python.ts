@@ -7,6 +7,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
+import { NO_TRAINER_PYTHON } from './protocol';
 
 /**
  * The oldest versions the trainer runs with, from what it uses: `F.scaled_dot_product_attention` (the tiny
@@ -75,6 +76,8 @@ export interface PythonProbe {
   torch?: string;
   cuda?: boolean;
   cudaDevices?: string[];
+  /** Each CUDA device's memory in bytes (torch's total_memory). */
+  cudaMemory?: number[];
   /** Versions of the optional packages, or null when absent. */
   transformers?: string | null;
   peft?: string | null;
@@ -82,6 +85,11 @@ export interface PythonProbe {
   trl?: string | null;
   /** veRL's version (engine "verl": its own environment, .venv-verl), or null when absent. */
   verl?: string | null;
+  /** vLLM (veRL's rollouts, TRL's use_vllm), flash-attn (veRL's attention: flash_attention_2 with it, SDPA without) and
+   * DeepSpeed (TRL with ZeRO), or null when absent. */
+  vllm?: string | null;
+  flashAttn?: string | null;
+  deepspeed?: string | null;
   /** Why it is not usable (not found, no torch, torch too old, timed out, …). */
   error?: string;
 }
@@ -94,14 +102,15 @@ try:
     out["torch"] = torch.__version__
     out["cuda"] = bool(torch.cuda.is_available())
     out["cudaDevices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if out["cuda"] else []
+    out["cudaMemory"] = [torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count())] if out["cuda"] else []
 except Exception as e:
     out["error"] = "cannot import torch: %s: %s" % (type(e).__name__, e)
 from importlib import metadata
-for name in ("transformers", "peft", "trl", "verl"):
+for key, name in (("transformers", "transformers"), ("peft", "peft"), ("trl", "trl"), ("verl", "verl"), ("vllm", "vllm"), ("flashAttn", "flash-attn"), ("deepspeed", "deepspeed")):
     try:
-        out[name] = metadata.version(name)
+        out[key] = metadata.version(name)
     except metadata.PackageNotFoundError:
-        out[name] = None
+        out[key] = None
 print(json.dumps(out))
 `;
 
@@ -184,5 +193,5 @@ export function needsText(needs: TrainerNeeds = {}): string {
 
 /** The message when no Python works: what was tried, why each was refused, and `remedy` (what to do). */
 export function noPythonMessage(search: PythonSearch, needs: TrainerNeeds = {}, remedy = 'Run `search-agent-studio setup` (it makes a virtual environment with the pinned torch, transformers and peft), or pass --python to a Python that has them.'): string {
-  return [`No usable Python for the trainer (${needsText(needs)}) was found. Tried:`, ...search.tried.map((p) => `  ${p.executable}: ${p.error ?? 'unusable'}`), remedy].join('\n');
+  return [`${NO_TRAINER_PYTHON} (${needsText(needs)}) was found. Tried:`, ...search.tried.map((p) => `  ${p.executable}: ${p.error ?? 'unusable'}`), remedy].join('\n');
 }

@@ -4,6 +4,7 @@
  */
 import * as vscode from 'vscode';
 import { Inspector } from './inspector/inspector';
+import { registerOpenRunFolder } from './inspector/openRunFolder';
 import { ReplayPanel } from './inspector/replayPanel';
 import { RewardWorkbench } from './rewards/rewardWorkbench';
 import { Dashboard } from './training/dashboard';
@@ -42,7 +43,8 @@ export function activate(context: vscode.ExtensionContext): void {
   describe();
   const replay = new ReplayPanel(context, log);
   replayPanel = replay;
-  context.subscriptions.push(replay, new Inspector(context, replay, log, () => training.runsParents()), new GroupsPanel(context, log, () => training.runsParents()));
+  const inspector = new Inspector(context, replay, log, () => training.runsParents());
+  context.subscriptions.push(replay, inspector, registerOpenRunFolder(context, inspector, log), new GroupsPanel(context, log, () => training.runsParents()));
 
   context.subscriptions.push(
     ...registerWalkthrough(context),

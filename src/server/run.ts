@@ -11,6 +11,7 @@
  *   [--scan onnx|js]                    dense scan implementation
  *   [--workers N]                       BM25 search threads sharing the index (default: the cores)
  *   [--reward MODULE|builtin:NAME]      the reward module /reward scores with (default builtin:em)
+ *   [--reward-timeout MS] [--reward-batch-timeout MS]   its limits per item (2 s) and per request (2 min)
  * With no --index, --corpus or --url: BM25 over the demo corpus that ships with the project.
  */
 import { readFile } from 'node:fs/promises';
@@ -37,6 +38,7 @@ export const SERVE_OPTIONS = {
   workers: { type: 'string', describe: 'BM25 search threads sharing one index (default: the cores)' },
   reward: { type: 'string', default: 'builtin:em', describe: 'the reward module /reward scores with (a *.reward.ts or builtin:NAME)' },
   'reward-timeout': { type: 'string', default: '2000', describe: 'time limit per reward item (ms)' },
+  'reward-batch-timeout': { type: 'string', default: '120000', describe: 'time limit per /reward request (ms; keep it under the trainer\'s 300 s)' },
 } as const;
 
 export type ServeValues = { [K in keyof typeof SERVE_OPTIONS]: (typeof SERVE_OPTIONS)[K] extends { default: string } ? string : string | undefined };
@@ -98,11 +100,14 @@ export async function serve(values: ServeValues): Promise<void> {
   const log = (line: string) => process.stderr.write(`[env-server] ${line}\n`);
   // A host that died took the read ends of our pipes with it: EPIPE must not kill a server still serving a trainer.
   for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined);
-  const retriever = await retrieverFromArgs(values, log);
-  log(`retriever: ${JSON.stringify(retriever.describe())}`);
-  const opened = await openReward(values.reward, { itemTimeoutMs: int('reward-timeout', values['reward-timeout'], 1, 600_000), onLog: (l) => log(`[reward] ${l}`) }).catch((e: Error) => {
+  // The reward module first: one that does not compile is refused before the retriever's threads start (which would
+  // keep the process alive after the error).
+  const limits = { itemTimeoutMs: int('reward-timeout', values['reward-timeout'], 1, 600_000), batchTimeoutMs: int('reward-batch-timeout', values['reward-batch-timeout'], 1, 3_600_000) };
+  const opened = await openReward(values.reward, { ...limits, onLog: (l) => log(`[reward] ${l}`) }).catch((e: Error) => {
     throw new UsageError(`--reward ${values.reward}: ${e.message}`);
   });
+  const retriever = await retrieverFromArgs(values, log);
+  log(`retriever: ${JSON.stringify(retriever.describe())}`);
   log(`reward: ${values.reward} (${opened.compiled.file})`);
   const server = await startEnvServer({ port, version: VERSION, log, retriever, defaultTopk, reward: { name: values.reward, file: opened.compiled.file, sandbox: opened.sandbox } });
   process.stdout.write(`${JSON.stringify({ event: 'listening', port: server.port })}\n`);

@@ -7,9 +7,11 @@ import type { AddressInfo } from 'node:net';
 import { RemoteRetrieverError, type Retriever } from '../core/retrieval/retriever';
 import { makeTrajectory } from '../core/rewards/api';
 import type { Dialect } from '../core/tags/parser';
+import { spansFromWire, type ResponseSpan } from '../core/tags/spans';
 import { parseDialectName } from '../core/tags/trajectory';
 import { answerIn, em, f1 } from '../core/rewards/normalize';
 import type { RewardItem, RewardSandbox } from '../core/rewards/sandbox';
+import { describeValue, depthMessage, MAX_JSON_DEPTH, nestsDeeperThan } from '../core/schema/bounds';
 import { HttpError, readJson, sendJson } from './http';
 
 export interface EnvServerOptions {
@@ -31,6 +33,12 @@ export interface EnvServerOptions {
   reward?: { name: string; file: string; sandbox: RewardSandbox };
   /** Most items in one /reward request (default 65536). */
   maxRewardItems?: number;
+  /**
+   * Time to receive a request's headers (default 10 s) and the whole request, body included (default 60 s): a client
+   * that stalls is answered 408 and its connection closed, so a stalled body cannot hold a socket open.
+   */
+  headersTimeoutMs?: number;
+  requestTimeoutMs?: number;
 }
 
 /** Validates a /reward body; errors name the field. */
@@ -41,18 +49,26 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
   if (items.length > maxItems) throw new HttpError(400, `items: ${items.length} items; at most ${maxItems} per request`);
   return items.map((raw, i) => {
     const at = `items[${i}]`;
-    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?, dialect?, search_tool?, strict_actions?}`);
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?, dialect?, search_tool?, strict_actions?, spans?}`);
     const it = raw as Record<string, unknown>;
     if (typeof it.response !== 'string') throw new HttpError(400, `${at}.response: expected a string, got ${it.response === undefined ? 'nothing' : typeof it.response}`);
     if (it.prompt !== undefined && typeof it.prompt !== 'string') throw new HttpError(400, `${at}.prompt: expected a string`);
     if (!Array.isArray(it.golden) || it.golden.some((g) => typeof g !== 'string')) throw new HttpError(400, `${at}.golden: expected an array of strings`);
     if (it.data_source !== undefined && typeof it.data_source !== 'string') throw new HttpError(400, `${at}.data_source: expected a string`);
-    if (it.meta !== undefined && (typeof it.meta !== 'object' || it.meta === null || Array.isArray(it.meta))) throw new HttpError(400, `${at}.meta: expected an object`);
+    if (it.meta !== undefined && (typeof it.meta !== 'object' || it.meta === null || Array.isArray(it.meta))) throw new HttpError(400, `${at}.meta: expected an object, got ${describeValue(it.meta)}`);
+    // meta goes to a worker by structured clone, which recurses: a deep one would kill the process.
+    if (it.meta !== undefined && nestsDeeperThan(it.meta, MAX_JSON_DEPTH)) throw new HttpError(400, depthMessage(`${at}.meta`));
     if (it.question !== undefined && typeof it.question !== 'string') throw new HttpError(400, `${at}.question: expected a string`);
     const dialect = parseDialectName(it.dialect);
     if (typeof dialect === 'object') throw new HttpError(400, `${at}.dialect: ${dialect.error}`);
     if (it.search_tool !== undefined && (typeof it.search_tool !== 'string' || !it.search_tool.trim())) throw new HttpError(400, `${at}.search_tool: expected a tool name`);
-    if (it.strict_actions !== undefined && typeof it.strict_actions !== 'boolean') throw new HttpError(400, `${at}.strict_actions: expected a boolean, got ${JSON.stringify(it.strict_actions)}`);
+    let spans: ResponseSpan[] | undefined;
+    if (it.spans !== undefined && it.spans !== null) {
+      const read = spansFromWire(it.spans, it.response, `${at}.spans`);
+      if ('error' in read) throw new HttpError(400, read.error);
+      spans = read;
+    }
+    if (it.strict_actions !== undefined && typeof it.strict_actions !== 'boolean') throw new HttpError(400, `${at}.strict_actions: expected a boolean, got ${describeValue(it.strict_actions)}`);
     return {
       id: typeof it.id === 'string' || typeof it.id === 'number' ? String(it.id) : `items[${i}]`,
       prompt: (it.prompt as string | undefined) ?? '',
@@ -64,6 +80,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
       ...(dialect !== 'auto' ? { dialect } : {}),
       ...(it.search_tool !== undefined ? { searchTool: it.search_tool as string } : {}),
       ...(it.strict_actions === true ? { strictActions: true } : {}),
+      ...(spans ? { spans } : {}),
     };
   });
 }
@@ -78,7 +95,7 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
  * They never feed the reward: the trainer trains on the module's reward only.
  */
 export function builtinMetrics(item: RewardItem): Record<string, number> {
-  const traj = makeTrajectory(item.prompt, item.response, { dialect: item.dialect as Dialect | undefined, searchTool: item.searchTool, strictActions: item.strictActions });
+  const traj = makeTrajectory(item.prompt, item.response, { dialect: item.dialect as Dialect | undefined, searchTool: item.searchTool, strictActions: item.strictActions, ...(item.spans ? { spans: item.spans } : {}) });
   const answer = traj.answer;
   return {
     em: answer === null ? 0 : em(answer, item.golden),
@@ -94,19 +111,19 @@ export function builtinMetrics(item: RewardItem): Record<string, number> {
 export function parseRetrieveRequest(body: unknown, limits: { defaultTopk: number; maxQueries: number; maxTopk: number }): { queries: string[]; topk: number; returnScores: boolean } {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HttpError(400, 'body: expected a JSON object {queries, topk?, return_scores?}');
   const b = body as Record<string, unknown>;
-  if (!Array.isArray(b.queries)) throw new HttpError(400, `queries: expected an array of strings, got ${b.queries === undefined ? 'nothing' : typeof b.queries}`);
+  if (!Array.isArray(b.queries)) throw new HttpError(400, `queries: expected an array of strings, got ${describeValue(b.queries)}`);
   if (b.queries.length > limits.maxQueries) throw new HttpError(400, `queries: ${b.queries.length} queries; at most ${limits.maxQueries} per request`);
   b.queries.forEach((q, i) => {
-    if (typeof q !== 'string') throw new HttpError(400, `queries[${i}]: expected a string, got ${q === null ? 'null' : typeof q}`);
+    if (typeof q !== 'string') throw new HttpError(400, `queries[${i}]: expected a string, got ${describeValue(q)}`);
     if (q.length > 8192) throw new HttpError(400, `queries[${i}]: ${q.length} characters; at most 8192`);
   });
   let topk = limits.defaultTopk;
   if (b.topk !== undefined && b.topk !== null && b.topk !== 0) {
-    if (typeof b.topk !== 'number' || !Number.isInteger(b.topk) || b.topk < 1) throw new HttpError(400, `topk: expected a positive integer, got ${JSON.stringify(b.topk)}`);
+    if (typeof b.topk !== 'number' || !Number.isInteger(b.topk) || b.topk < 1) throw new HttpError(400, `topk: expected a positive integer, got ${describeValue(b.topk)}`);
     if (b.topk > limits.maxTopk) throw new HttpError(400, `topk: ${b.topk}; at most ${limits.maxTopk}`);
     topk = b.topk;
   }
-  if (b.return_scores !== undefined && typeof b.return_scores !== 'boolean') throw new HttpError(400, `return_scores: expected a boolean, got ${JSON.stringify(b.return_scores)}`);
+  if (b.return_scores !== undefined && typeof b.return_scores !== 'boolean') throw new HttpError(400, `return_scores: expected a boolean, got ${describeValue(b.return_scores)}`);
   return { queries: b.queries as string[], topk, returnScores: b.return_scores === true };
 }
 
@@ -163,7 +180,7 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
         const body = await readJson(req, maxBodyBytes);
         const items = parseRewardRequest(body, options.maxRewardItems ?? 65536);
         const withMetrics = (body as { metrics?: unknown }).metrics;
-        if (withMetrics !== undefined && typeof withMetrics !== 'boolean') throw new HttpError(400, `metrics: expected a boolean, got ${JSON.stringify(withMetrics)}`);
+        if (withMetrics !== undefined && typeof withMetrics !== 'boolean') throw new HttpError(400, `metrics: expected a boolean, got ${describeValue(withMetrics)}`);
         if (!options.reward) throw new HttpError(503, 'this env server has no reward module configured (start it with --reward)');
         const t0 = performance.now();
         const outcomes = await options.reward.sandbox.score(items);
@@ -181,7 +198,9 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
     },
   };
 
-  const server = createServer((req, res) => {
+  const requestTimeout = options.requestTimeoutMs ?? 60_000;
+  const headersTimeout = Math.min(options.headersTimeoutMs ?? 10_000, requestTimeout);
+  const server = createServer({ requestTimeout, headersTimeout, connectionsCheckingInterval: Math.max(50, Math.min(1_000, headersTimeout / 4)) }, (req, res) => {
     const t0 = performance.now();
     const path = (req.url ?? '/').split('?')[0] ?? '/';
     const route = routes[path];

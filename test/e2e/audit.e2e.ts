@@ -2,7 +2,7 @@
  * The instruments of issue 18 in real VS Code (code-server), on a fixture run whose model directory holds a real
  * byte-level BPE tokenizer.json the test writes: the inspector's `drift` and `is.dropped` filters; the replay's drift
  * marker with both sides, the Δ overlay (masked tokens excluded, ratio flags) and the importance-sampling preview;
- * the dashboard's mismatch chart, an alarm's marks on the other charts, and the GRPO group view opened from the
+ * the dashboard's mismatch chart, an alarm in the alarm lane above the charts, and the GRPO group view opened from the
  * zero-variance chart and from the palette (Show GRPO Groups…: the run, then the step).
  */
 import assert from 'node:assert/strict';
@@ -100,14 +100,14 @@ describe('audit instruments: replay microscope, dashboard, GRPO groups (code-ser
     assert.equal(await r.locator('.chip[data-i].is-dropped').count(), 1);
   });
 
-  it('the dashboard charts the log-prob mismatch, marks the alarm on the other charts, and opens the GRPO groups from the zero-variance chart', async () => {
+  it('the dashboard charts the log-prob mismatch, marks the alarm in its lane, and opens the GRPO groups from the zero-variance chart', async () => {
     await s.runCommand('Search Agent: Open Training Dashboard');
     const dash = await s.webviewFrame('dashboard', 30_000);
     await until('the mismatch chart', async () => dash.locator('.chart[data-chart="logprob"]').isVisible(), 30_000);
     // the audit's series are points at step 2 (the one step with rollouts)
     assert.ok(await dash.locator('.chart[data-chart="drift"]').isVisible());
-    await until('alarm marks on the reward chart', async () => (await dash.locator('.chart[data-chart="reward"] .alarm-mark').count()) > 0, 15_000);
-    assert.match((await dash.locator('.chart[data-chart="reward"] .alarm-mark').first().getAttribute('title')) ?? '', /step 2: answer-enumeration/);
+    await until('the alarm in the reward chart’s lane', async () => (await dash.locator('.chart[data-chart="reward"] .lane-tick').count()) > 0, 15_000);
+    assert.match((await dash.locator('.chart[data-chart="reward"] .lane-tick').first().getAttribute('title')) ?? '', /^step 2: answer-enumeration 1 of 4 rollouts \(25%\)/);
     // The fixture is a two-stage curriculum (train.stages): its second stage is marked where it starts, on every chart.
     await until('the stage mark', async () => (await dash.locator('body').getAttribute('data-stage-steps')) === '1', 15_000);
     assert.match((await dash.locator('.chart[data-chart="reward"] .stage-mark').first().getAttribute('title')) ?? '', /^stage 2 of 2 starts after step 1 \(hops_mix 2: 1; the KL reference, optimizer and LR schedule restart\)$/);

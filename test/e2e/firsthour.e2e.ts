@@ -28,7 +28,8 @@ async function trainRun(ws: string): Promise<string> {
     model: { kind: 'tiny', tiny: { layers: 1, d_model: 48, heads: 2, max_len: 512 } },
     retriever: { kind: 'demo', topk: 2 },
     reward: { module: 'builtin:em' },
-    rollout: { batch_size: 2, n: 4, max_turns: 2, max_turn_tokens: 12, max_response_length: 200, max_obs_length: 96 },
+    // A response cap the policy reaches now and then: the audit's length-capped alarm, in the dashboard's alarm lane.
+    rollout: { batch_size: 2, n: 4, max_turns: 2, max_turn_tokens: 12, max_response_length: 120, max_obs_length: 96 },
     algorithm: { name: 'grpo', kl_coef: 0.001 },
     optim: { lr: 1e-3, mini_batch_size: 8, micro_batch_size: 8 },
     // A short warm start on the format, so the run searches and its charts move.
@@ -79,8 +80,9 @@ describe("a user's first hour (code-server)", function () {
     mkdirSync(shots, { recursive: true });
     s = await CodeServerSession.start({
       workspace: ws,
-      // No usable Python: the named one does not exist, and python3 on PATH has no torch.
-      settings: { 'searchAgent.pythonPath': '/nonexistent/python3' },
+      // No usable Python: the named one does not exist, and python3 on PATH has no torch. The alarm lane marks the steps
+      // where three quarters of the rollouts or more hit the length cap (a per-alarm threshold: the screenshot shows the lane).
+      settings: { 'searchAgent.pythonPath': '/nonexistent/python3', 'searchAgent.dashboard.alarmThresholds': { '*': 0, 'search-repeat': 0.25, 'length-capped': 0.75 } },
       env: { SAS_TRAINER_REQUIREMENTS: join(wheels, 'fake-requirements.txt'), SAS_TRAINER_PIP_ARGS: JSON.stringify(['--no-index', '--find-links', wheels]) },
     });
     await s.waitForLog('extension', /activated/, 60_000);
@@ -110,6 +112,20 @@ describe("a user's first hour (code-server)", function () {
     await s.page.waitForTimeout(800);
     await s.page.screenshot({ path: join(shots, 'walkthrough.png') });
     await s.page.keyboard.press('Control+B');
+    // "Edit the reward": readable text — the module's code and what the Lab shows — and the Lab's panel as a picture of
+    // its own (the whole window scaled into the walkthrough's column was too small to read).
+    await page.locator('.getting-started-step', { hasText: 'Edit the reward' }).first().click();
+    const media = await until('the step’s page', async () => {
+      for (const f of s.page.frames()) {
+        const found = await f.evaluate(() => (document.body?.innerText.includes('Score against rollouts') && document.querySelector('img[src*="walkthrough-reward.png"]') ? true : undefined)).catch(() => undefined);
+        if (found) return f;
+      }
+      return undefined;
+    }, 20_000);
+    assert.match(await media.evaluate(() => document.body.innerText), /defineReward\(\{/);
+    const img = await until('its picture, at its own size', async () => media.evaluate(() => { const i = document.querySelector<HTMLImageElement>('img[src*="walkthrough-reward.png"]')!; return i.complete && i.naturalWidth > 0 ? { natural: i.naturalWidth, shown: i.getBoundingClientRect().width } : undefined; }), 15_000);
+    // (The whole window, 1400 px, was shown at about 0.3 of its size; the Lab's panel is shown at 0.7 or more.)
+    assert.ok(img.shown >= 0.7 * img.natural, `shown ${img.shown}px of ${img.natural}px: readable`);
   });
 
   it('a run in its warm start: the status bar and the Search Agent item say so, the dashboard shows its step and loss', async () => {
@@ -136,7 +152,7 @@ describe("a user's first hour (code-server)", function () {
     await s.runCommand('Search Agent: Focus on Runs View');
     const row = s.page.locator('.monaco-list-row', { hasText: runId });
     await row.first().waitFor({ timeout: 30_000 });
-    assert.match((await row.first().textContent()) ?? '', /finished · step 24\/24 · held-out EM \d\.\d{3} · reward \d\.\d{3} \(avg 10\)/);
+    assert.match((await row.first().textContent()) ?? '', /finished · step 24\/24 · held-out EM \d\.\d{3} · reward \d\.\d{3} \(mean of last 10 steps\)/);
     // A refresh of the whole tree makes VS Code forget every row until it has the children again, and a click on an
     // inline action then reaches the command without its row (it opens the newest run). The view refreshes only the rows
     // that changed (the previous test's run just stopped), and the whole tree only when runs come or go: click again then.
@@ -155,23 +171,23 @@ describe("a user's first hour (code-server)", function () {
     await until('points', async () => Number(await data(dash, 'points')) > 50, 15_000);
     // The legend: one entry per series, each with its own colour.
     const reward = await dash.evaluate(() => {
-      const legend = [...document.querySelectorAll('.chart[data-chart="reward"] .u-legend .u-series')].slice(1);
+      const legend = [...document.querySelectorAll('.chart[data-chart="reward"] .u-legend .u-series:not(.raw-series):not(.alarm-series)')].slice(1);
       return legend.map((e) => ({ label: e.querySelector('.u-label')?.textContent, marker: getComputedStyle(e.querySelector('.u-marker')!).borderColor }));
     });
     assert.deepEqual(reward.map((r) => r.label), ['reward', 'EM (train)', 'EM (held-out)']);
     assert.equal(new Set(reward.map((r) => r.marker)).size, 3, `distinct colours: ${JSON.stringify(reward)}`);
-    const kl = await dash.evaluate(() => [...document.querySelectorAll('.chart[data-chart="kl"] .u-legend .u-series')].slice(1).map((e) => getComputedStyle(e.querySelector('.u-marker')!).borderColor));
+    const kl = await dash.evaluate(() => [...document.querySelectorAll('.chart[data-chart="kl"] .u-legend .u-series:not(.raw-series):not(.alarm-series)')].slice(1).map((e) => getComputedStyle(e.querySelector('.u-marker')!).borderColor));
     assert.equal(new Set(kl).size, kl.length, `KL series in distinct colours: ${JSON.stringify(kl)}`);
     // Held-out EM and searches by hops (the demo questions' meta.hops; 4 held-out questions: 1- and 2-hop), and for the
     // two-hop ones whether a later search named the bridge entity (meta.bridge).
-    const hops = await dash.evaluate(() => { const c = document.querySelector<HTMLElement>('.chart[data-chart="hops"]')!; return { hidden: c.hidden, labels: [...c.querySelectorAll('.u-legend .u-series')].slice(1).map((e) => e.querySelector('.u-label')?.textContent) }; });
+    const hops = await dash.evaluate(() => { const c = document.querySelector<HTMLElement>('.chart[data-chart="hops"]')!; return { hidden: c.hidden, labels: [...c.querySelectorAll('.u-legend .u-series:not(.raw-series):not(.alarm-series)')].slice(1).map((e) => e.querySelector('.u-label')?.textContent) }; });
     assert.deepEqual(hops, { hidden: false, labels: ['EM 1-hop', 'searches 1-hop', 'answer retrieved 1-hop', 'EM 2-hop', 'searches 2-hop', 'bridge entity searched 2-hop', 'answer retrieved 2-hop'] });
     // By question kind (the demo questions' meta.kind): one series per kind the run's metrics name, each its own colour.
     const metricsFile = readFileSync(join(s.workspace, 'runs', runId, 'metrics.jsonl'), 'utf8');
     const runKinds = [...new Set([...metricsFile.matchAll(/"val\/em_by_kind\/([^"]+)"/g)].map((m) => m[1]!))].sort();
     assert.ok(runKinds.length >= 2, `the run's held-out questions are of several kinds: ${runKinds.join(', ')}`);
     for (const chart of ['kinds-em', 'kinds-retrieved']) {
-      const kinds = await dash.evaluate((key) => { const c = document.querySelector<HTMLElement>(`.chart[data-chart="${key}"]`); return c && { hidden: c.hidden, series: [...c.querySelectorAll('.u-legend .u-series')].slice(1).map((e) => ({ label: e.querySelector('.u-label')?.textContent, marker: getComputedStyle(e.querySelector('.u-marker')!).borderColor })) }; }, chart);
+      const kinds = await dash.evaluate((key) => { const c = document.querySelector<HTMLElement>(`.chart[data-chart="${key}"]`); return c && { hidden: c.hidden, series: [...c.querySelectorAll('.u-legend .u-series:not(.raw-series):not(.alarm-series)')].slice(1).map((e) => ({ label: e.querySelector('.u-label')?.textContent, marker: getComputedStyle(e.querySelector('.u-marker')!).borderColor })) }; }, chart);
       assert.deepEqual({ hidden: kinds?.hidden, labels: kinds?.series.map((k) => k.label) }, { hidden: false, labels: runKinds }, chart);
       assert.equal(new Set(kinds!.series.map((k) => k.marker)).size, runKinds.length, `${chart}: distinct colours ${JSON.stringify(kinds!.series)}`);
     }
@@ -183,9 +199,15 @@ describe("a user's first hour (code-server)", function () {
     const box = (await over.boundingBox())!;
     await s.page.mouse.move(box.x + box.width * 0.45, box.y + box.height / 2);
     await until('the nearest held-out EM in the legend', async () => {
-      const v = await dash.evaluate(() => [...document.querySelectorAll('.chart[data-chart="reward"] .u-legend .u-series')].find((e) => e.querySelector('.u-label')?.textContent === 'EM (held-out)')?.querySelector('.u-value')?.textContent);
+      const v = await dash.evaluate(() => [...document.querySelectorAll('.chart[data-chart="reward"] .u-legend .u-series:not(.raw-series):not(.alarm-series)')].find((e) => e.querySelector('.u-label')?.textContent === 'EM (held-out)')?.querySelector('.u-value')?.textContent);
       return /^\d\.\d{3} \(step (8|16)\)$/.test(v ?? '');
     }, 10_000);
+    // The alarm lane: above the plots, ticks only where the length cap took three quarters of the rollouts or more (the setting).
+    const lane = await until('the alarm lane', async () => { const t = await dash.locator('.chart[data-chart="reward"] .lane-tick').evaluateAll((els) => els.map((e) => e.getAttribute('title') ?? '')); return t.length ? t : undefined; }, 15_000);
+    for (const t of lane) {
+      assert.match(t, /^step \d+: /);
+      for (const m of t.matchAll(/length-capped \d+ of \d+ rollouts \((\d+)%\)( — under)?/g)) assert.ok(m[2] || Number(m[1]) >= 75, `marked only at three quarters or more: ${t}`);
+    }
     await s.page.screenshot({ path: join(shots, 'dashboard.png') });
   });
 

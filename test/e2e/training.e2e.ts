@@ -53,7 +53,7 @@ describe('training from the palette (code-server)', function () {
       const t = (await status.first().textContent({ timeout: 1000 }))?.trim();
       return t && /: \d+\/200 · reward/.test(t) ? t : undefined;
     }, 120_000);
-    assert.match(text, /demo-\d{8}-\d{6}: \d+\/200 · reward/);
+    assert.match(text, /demo-\d{8}-\d{6}: \d+\/200 · reward (\d\.\d{3}|–) \(last step\)/, 'the status bar says whose reward it is');
     const runDir = join(s.workspace, 'runs', text.match(/demo-\d{8}-\d{6}/)![0]);
     const pid = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8')).pid as number;
     assert.ok(alive(pid), 'the trainer runs');
@@ -86,8 +86,13 @@ describe('training from the palette (code-server)', function () {
     assert.ok((await points()) > 0, 'data survives the rebuild');
     await s.setColorTheme('Dark Modern');
 
+    // The trainer's channel has a line per step (the trainer's own log has none: its steps are events).
+    await until('per-step lines in the trainer channel', async () => (s.channelLog('Search Agent: Trainer').match(/step \d+\/200 · reward \d\.\d{3} · EM \d\.\d{3} .*· \d+\.\d s$/gm)?.length ?? 0) >= 2, 30_000);
     await s.runCommand('Search Agent: Stop Training');
+    // "stopping…" at once, while the trainer finishes its step and checkpoints.
+    await until('the status bar to say stopping…', async () => /: stopping… at step \d+\/200/.test((await status.first().textContent({ timeout: 1000 })) ?? ''), 5_000);
     await s.waitForNotification(/stopped at step \d+ \(checkpointed\)/, 90_000);
+    assert.match(s.channelLog('Search Agent: Trainer'), /stopping demo-\d{8}-\d{6}: the trainer finishes step \d+, then checkpoints and stops/);
     const run = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8'));
     assert.equal(run.status, 'stopped');
     assert.ok(readdirSync(join(runDir, 'checkpoints')).some((d) => d === `step-${String(run.step).padStart(6, '0')}`), 'a checkpoint where it stopped');

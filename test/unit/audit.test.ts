@@ -145,6 +145,41 @@ describe('audit: the log-prob microscope', () => {
     assert.equal(checkLogprobs({ loss_mask: [1], logprob: [-1] }), null);
   });
 
+  it("allows for a nucleus's normaliser where the records say their rollout log-probs are processed (top_p < 1)", () => {
+    // vLLM's processed_logprobs under top_p 0.9: each sampled token's log-prob renormalised over its nucleus, log π − log Z
+    // with Z ≥ 0.9 its mass; the trainer's log-prob is log π (here exactly: no engine mismatch at all).
+    let seed = 11;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    const topP = 0.9;
+    const logprob: number[] = [];
+    const rollout_logprob: number[] = [];
+    for (let t = 0; t < 400; t++) {
+      const w = Array.from({ length: 50 }, () => Math.exp(4 * rand()));
+      const total = w.reduce((a, b) => a + b, 0);
+      const probs = w.map((x) => x / total).sort((a, b) => b - a);
+      let mass = 0;
+      let k = 0;
+      while (mass < topP) mass += probs[k++]!; // the nucleus: the most likely tokens until their mass reaches top_p
+      const pick = Math.floor(rand() * k);
+      logprob.push(Math.log(probs[pick]!));
+      rollout_logprob.push(Math.log(probs[pick]! / mass));
+    }
+    logprob.push(-3); // and one real mismatch, outside what a nucleus can explain (Δ = −1.5 < log 0.9)
+    rollout_logprob.push(-1.5);
+    const loss_mask = logprob.map((): 0 | 1 => 1);
+    const record = (meta: Record<string, unknown>): Rollout => ({ v: 2, id: 'n', prompt: 'p', response: 'r', meta, tokens: { text: loss_mask.map(() => 'x'), ids: loss_mask.map(() => 1), role: loss_mask.map(() => 'generated' as const), loss_mask, logprob, rollout_logprob } });
+    const raw = auditRollout(record({})).logprob!;
+    const processed = auditRollout(record({ rollout_logprob_kind: 'processed', rollout_top_p: topP })).logprob!;
+    assert.ok(raw.mean_abs_diff > 0.02, `read as comparable, the normaliser is a gap: ${raw.mean_abs_diff}`);
+    assert.ok(raw.seq_log_ratio < -10, 'and a sequence-level weight exp(ΣΔ) that collapses');
+    assert.equal(processed.nucleus_top_p, topP);
+    assert.ok(Math.abs(processed.mean_abs_diff - (1.5 + Math.log(topP)) / 401) < 1e-12, 'only the real mismatch remains');
+    assert.deepEqual(processed.flagged, [400]);
+    assert.ok(Math.abs(processed.seq_log_ratio - (-1.5 - Math.log(topP))) < 1e-12);
+    const notNucleus = auditRollout(record({ rollout_logprob_kind: 'raw', rollout_top_p: topP })).logprob!;
+    assert.equal(notNucleus.mean_abs_diff, raw.mean_abs_diff, 'raw log-probs are compared as they are');
+  });
+
   it('never flags a masked token, whatever it holds (property over random records)', () => {
     let seed = 7;
     const rand = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
@@ -188,13 +223,17 @@ describe('audit: alarms', () => {
     assert.deepEqual(auditRollout(rollout('<think> the capital of France is asked', { finish: 'length' })).alarms, ['length-capped']);
   });
 
-  it('search-repeat: the same query twice (case and spacing aside), in both dialects', () => {
+  it('search-repeat: the same query twice (case and spacing aside) in a rewarded trajectory, in both dialects', () => {
     const tags = '<think>a b</think>\n<search> Capital of  France </search>\n\n<information>Doc 1(Title: x) y</information>\n\n<think>c d</think>\n<search>capital of france</search>\n\n<information>Doc 1(Title: x) y</information>\n\n<answer> Paris </answer>';
-    assert.deepEqual(auditRollout(rollout(tags)).alarms, ['search-repeat']);
+    assert.deepEqual(auditRollout(rollout(tags, { reward: 1 })).alarms, ['search-repeat']);
     const tool = `${call('capital of France')}${call('Capital of France')}<answer> Paris </answer>`;
-    assert.deepEqual(auditRollout(rollout(tool, { prompt: TOOL_PROMPT, dialect: 'toolcall' })).alarms, ['search-repeat']);
+    assert.deepEqual(auditRollout(rollout(tool, { prompt: TOOL_PROMPT, dialect: 'toolcall', reward: 1 })).alarms, ['search-repeat']);
     const distinct = `${call('capital of France')}${call('population of Paris')}<answer> Paris </answer>`;
-    assert.deepEqual(auditRollout(rollout(distinct, { prompt: TOOL_PROMPT, dialect: 'toolcall' })).alarms, []);
+    assert.deepEqual(auditRollout(rollout(distinct, { prompt: TOOL_PROMPT, dialect: 'toolcall', reward: 1 })).alarms, []);
+    // Unrewarded (or no reward recorded): the optimizer does not reinforce the repeat — a skill the policy lacks (the
+    // demo's tiny policy searching the same entity again, then answering wrong), not what the reward pays for.
+    assert.deepEqual(auditRollout(rollout(tags, { reward: 0 })).alarms, []);
+    assert.deepEqual(auditRollout(rollout(tags)).alarms, []);
   });
 
   it('answer-in-search: a rewarded answer opened inside a <search> that never closed', () => {
@@ -257,7 +296,7 @@ describe('audit: the run (Auditor)', () => {
       assert.deepEqual(series.map((x) => x.step), [1, 2]);
       assert.equal(series[1]!.alarms['search-collapse'], 2, 'step 2 searched none after step 1 searched once per question');
       const rows = auditMetricRows(series);
-      assert.deepEqual(rows[0], { step: 1, 'audit/leaks': 0 });
+      assert.deepEqual(rows[0], { step: 1, 'audit/rollouts': 2, 'audit/leaks': 0 });
       assert.equal(rows[1]!['audit/leaks'], 1);
       assert.equal(rows[1]!['audit/alarm/answer-enumeration'], 2);
       assert.equal(rows[1]!['audit/alarm/search-collapse'], 2);

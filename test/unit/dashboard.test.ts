@@ -1,8 +1,9 @@
-/** The dashboard's pure parts: sparse series get markers, the legend's nearest recorded value, a run's header. */
+/** The dashboard's pure parts: sparse series get markers, the legend's nearest recorded value, a run's header;
+ * smoothing, colours, the alarm lane, wall time and the chart search (issue 44). */
 import assert from 'node:assert/strict';
 import type { MetricsRow } from '../../src/core/protocol';
 import { runStages } from '../../src/core/run/config';
-import { emptyText, nearest, questionKinds, runStatus, sparseSeries, stageMarks } from '../../webview/dashboard/model';
+import { alarmLane, alarmNames, chartMatches, emptyText, fmtDuration, laneText, nearest, paletteColor, questionKinds, runStatus, smoothEma, sparseSeries, stageMarks, stepTimes, thresholdOf, type LaneMark } from '../../webview/dashboard/model';
 
 describe('dashboard model', () => {
   it('held-out EM logged every 20 steps is sparse (markers); a per-step series is not', () => {
@@ -57,5 +58,79 @@ describe('dashboard model', () => {
     assert.match(marks.get(520)![0]!, /^stage 3 of 3 .*the data's own mix/);
     assert.match(stageMarks([run, { ...run, id: 'other' }]).get(200)![1]!, /^other: stage 2 of 3/, 'overlaid runs name theirs');
     assert.equal(stageMarks([{ id: 'r', dir: '/r', state: 'finished', step: 3 }]).size, 0);
+  });
+});
+
+describe('dashboard basics (issue 44)', () => {
+  it("smoothing is TensorBoard's debiased EMA: the first value kept, a constant series unchanged, missing values skipped", () => {
+    assert.deepEqual(smoothEma([1, 2, 3], 0), [1, 2, 3], 'weight 0: as recorded');
+    const s = smoothEma([1, null, 3, 5], 0.5);
+    // EMA: 0.5·1 = 0.5 → /(1−0.5) = 1; then 0.25 + 1.5 = 1.75 → /(1−0.25) = 2.333…; then 0.875 + 2.5 = 3.375 → /(1−0.125) = 3.857…
+    assert.equal(s[0], 1);
+    assert.equal(s[1], null);
+    assert.ok(Math.abs(s[2]! - 7 / 3) < 1e-12, String(s[2]));
+    assert.ok(Math.abs(s[3]! - 27 / 7) < 1e-12, String(s[3]));
+    for (const v of smoothEma([0.4, 0.4, 0.4, 0.4], 0.9)) assert.ok(Math.abs(v! - 0.4) < 1e-12, 'debiased: a constant stays itself');
+  });
+
+  it('a single point is drawn (a marker): the dashboard at step 1', () => {
+    assert.deepEqual([...sparseSeries([1, 1, 0], 1)], [1, 2]);
+    assert.deepEqual([...sparseSeries([1, 30], 30)], [1], 'one value among many steps: a marker; a full series: a line');
+  });
+
+  it('series colours are distinct within a chart: the seven held-out-by-hops series, two runs of it overlaid, sixteen question kinds', () => {
+    const theme = ['#3794ff', '#d18616', '#89d185', '#b180d7', '#f14c4c', '#cca700'];
+    const rgb = (c: string): [number, number, number] => {
+      const hsl = /^hsl\((\d+) (\d+)% (\d+)%\)$/.exec(c);
+      if (!hsl) return [1, 3, 5].map((i) => parseInt(c.slice(i, i + 2), 16) / 255) as [number, number, number];
+      const [h, s, l] = [Number(hsl[1]), Number(hsl[2]) / 100, Number(hsl[3]) / 100];
+      const k = (n: number) => (n + h / 30) % 12;
+      const a = s * Math.min(l, 1 - l);
+      return [0, 8, 4].map((n) => l - a * Math.max(-1, Math.min(k(n) - 3, 9 - k(n), 1))) as [number, number, number];
+    };
+    for (const n of [7, 14, 16]) {
+      const colors = Array.from({ length: n }, (_, i) => paletteColor(i, theme));
+      assert.equal(new Set(colors).size, n, `${n} series: ${colors.join(' ')}`);
+      for (let i = 0; i < n; i++)
+        for (let j = i + 1; j < n; j++) {
+          const [a, b] = [rgb(colors[i]!), rgb(colors[j]!)];
+          const d = Math.hypot(a[0] - b[0], a[1] - b[1], a[2] - b[2]);
+          assert.ok(d > 0.12, `${colors[i]} and ${colors[j]} (series ${i} and ${j} of ${n}) are too close: ${d.toFixed(3)}`);
+        }
+    }
+  });
+
+  it("the alarm lane: a step is marked where an alarm's share of the step's rollouts reaches its threshold; any alarm name", () => {
+    const rows: MetricsRow[] = [
+      { step: 1, 'audit/rollouts': 64, 'audit/alarm/search-repeat': 6, 'audit/leaks': 0 },
+      { step: 2, 'audit/rollouts': 64, 'audit/alarm/search-repeat': 20, 'audit/alarm/reward-injection': 1 },
+      { step: 3, 'audit/rollouts': 64, 'audit/alarm/answer-enumeration': 1 },
+      { step: 4, 'audit/rollouts': 64, 'audit/leaks': 3 },
+    ];
+    const t = { '*': 0, 'search-repeat': 0.25 };
+    const lane = alarmLane(rows, t);
+    assert.deepEqual(lane.map((m) => m.step), [1, 2, 3]);
+    const shown = (m: LaneMark) => m.alarms.filter((a) => a.shown).map((a) => a.name);
+    assert.deepEqual(lane.map(shown), [[], ['search-repeat', 'reward-injection'], ['answer-enumeration']], '6 of 64 (9%) is under 25%; 20 of 64 is over; a new alarm name counts');
+    assert.equal(laneText(lane[0]!, t), 'search-repeat 6 of 64 rollouts (9%) — under its lane threshold 25%');
+    assert.equal(laneText(lane[1]!, t), 'search-repeat 20 of 64 rollouts (31%); reward-injection 1 of 64 rollouts (2%)');
+    assert.deepEqual(alarmLane(rows).map(shown), [['search-repeat'], ['search-repeat', 'reward-injection'], ['answer-enumeration']], 'no threshold: any rollout');
+    assert.equal(thresholdOf({ '*': 0.1 }, 'length-capped'), 0.1);
+    assert.deepEqual(alarmNames(rows, ['answer-enumeration', 'search-repeat']), ['answer-enumeration', 'search-repeat', 'reward-injection'], 'the known ones in order, then the others');
+  });
+
+  it('wall time: seconds since the run’s first metrics line, per step (a step’s first line); formatted for the axis', () => {
+    const times = stepTimes([{ step: 0, time: 1000 }, { step: 1, time: 1030 }, { step: 2, time: 1090 }, { step: 2, time: 1095 }, { step: 3 }] as MetricsRow[]);
+    assert.deepEqual([...times], [[0, 0], [1, 30], [2, 90]]);
+    assert.equal(stepTimes([{ step: 1 }]).size, 0, 'no time recorded: no wall-time axis');
+    assert.deepEqual([45, 90, 600, 3900].map(fmtDuration), ['45s', '1m30', '10m', '1h05']);
+  });
+
+  it('the chart search matches every word against the title, series labels and metric names', () => {
+    const spec = { title: 'KL', metrics: [{ key: 'actor/ppo_kl', label: 'policy vs rollout' }] };
+    assert.equal(chartMatches(spec, ''), true);
+    assert.equal(chartMatches(spec, 'kl'), true);
+    assert.equal(chartMatches(spec, 'ppo rollout'), true);
+    assert.equal(chartMatches(spec, 'entropy'), false);
   });
 });

@@ -2,6 +2,7 @@
 // the real policy server (the trainer's fork.py) over a 2-step tiny run: a greedy held-out rollout forked at turn 2
 // with nothing edited comes back unchanged, the policy server is reused across forks and gone after stop().
 import assert from 'node:assert/strict';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { ForkHost, defaultCheckpoint, findRollout, generationTurns, listCheckpoints } from '../../src/core/host/fork';
@@ -76,6 +77,20 @@ describe('fork: the policy server behind counterfactual replay', function () {
     const bad = await cli('fork', runDir, id(2, 0), '--turn', '0', '--env-url', env.url);
     assert.equal(bad.exitCode, 2);
     assert.match(bad.stderr, /--turn must be an integer ≥ 1/);
+  });
+
+  it("fork tries the run's own Python first (run.json python), as train --resume does, and says when it is not usable", async () => {
+    const file = join(runDir, 'run.json');
+    const saved = readFileSync(file, 'utf8');
+    try {
+      writeFileSync(file, JSON.stringify({ ...JSON.parse(saved), python: '/nonexistent/python3' }));
+      const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'fork', runDir, id(2, 0), '--turn', '2', '--json', '--env-url', env.url], { reject: false, cwd: ROOT });
+      assert.equal(r.exitCode, 0, r.stderr);
+      assert.match(r.stderr, /note: the Python the run started in \(\/nonexistent\/python3\) is not usable \(.*\); forking in \//);
+      assert.equal(JSON.parse(r.stdout).continuations[0].diverges_at, null);
+    } finally {
+      writeFileSync(file, saved);
+    }
   });
 
   it('whatif forks the filtered rollouts with another retriever and prints the reward before and after', async () => {

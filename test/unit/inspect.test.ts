@@ -406,6 +406,7 @@ describe('inspector engine (the worker thread without the thread)', () => {
     const e = await open(model);
     assert.match(e.last()!.status.drift!, /drift checked with model\/tokenizer.json/);
     assert.deepEqual(await e.ids('drift'), ['split']);
+    assert.equal(e.last()!.status.notChecked, undefined, 'checked');
     assert.deepEqual(await e.ids('drift.token == ' + codec.encode(PROMPT + '<answer>').length), ['split']);
     assert.deepEqual(await e.ids('alarm == "answer-enumeration"'), ['enum']);
     assert.deepEqual(await e.ids('alarm != "answer-enumeration" && !drift'), ['clean', 'leaky', 'gap']);
@@ -434,7 +435,14 @@ describe('inspector engine (the worker thread without the thread)', () => {
     const none = await open();
     assert.match(none.last()!.status.drift!, /drift not checked: no tokenizer/);
     assert.deepEqual(await none.ids('drift'), []);
+    // …and a filter on drift says "not checked", not "0 match" (issue 44); one without drift says nothing of it.
+    assert.match(none.last()!.status.notChecked!, /^drift not checked: no tokenizer/);
+    assert.deepEqual(await none.ids('reward == 1 || drift.token > 3'), []);
+    assert.match(none.last()!.status.notChecked!, /^drift not checked/);
     assert.deepEqual(await none.ids(''), ['clean', 'split', 'enum', 'leaky', 'gap']);
+    assert.equal(none.last()!.status.notChecked, undefined);
+    assert.deepEqual(await none.ids('searches >= 0'), ['clean', 'split', 'enum', 'leaky', 'gap']);
+    assert.equal(none.last()!.status.notChecked, undefined);
     assert.equal((await none.engine.page(0, 5))[1]!.drift, undefined);
     await none.engine.close();
 

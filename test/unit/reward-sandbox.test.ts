@@ -3,11 +3,12 @@
  * the user's file and line (source-mapped) and the rollout; the other items still score; workers are reused.
  */
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { compileRewardModule, RewardCompileError } from '../../src/core/rewards/compile';
 import { RewardSandbox, type RewardItem } from '../../src/core/rewards/sandbox';
-import { openReward } from '../../src/core/rewards/scoring';
+import { openReward, scoreRollouts } from '../../src/core/rewards/scoring';
 
 const ROOT = join(__dirname, '..', '..');
 const MODULES = join(ROOT, 'test', 'fixtures', 'rewards', 'modules');
@@ -150,6 +151,33 @@ describe('reward sandbox', function () {
       });
     } finally {
       await r.sandbox.close();
+    }
+  });
+});
+
+describe('scoring the same rollout set again', function () {
+  this.timeout(60_000);
+  it('a run records the set it read; given it, a later run scores exactly those rollouts though the file grew (a live run)', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'sas-set-'));
+    const file = join(dir, 'rollouts.jsonl');
+    const rec = (i: number) => `${JSON.stringify({ v: 1, id: `r${i}`, prompt: 'p', response: '<answer> Ilse Marrow </answer>', golden: ['Ilse Marrow'] })}\n`;
+    writeFileSync(file, Array.from({ length: 5 }, (_, i) => rec(i)).join(''));
+    const r = await openReward('builtin:em', { workers: 1 });
+    try {
+      const read: Record<string, number> = {};
+      const first: string[] = [];
+      for await (const s of scoreRollouts(file, r.sandbox, { read })) first.push(s.record.id);
+      assert.deepEqual(read, { [file]: 5 });
+      appendFileSync(file, rec(5) + rec(6));
+      const again: string[] = [];
+      for await (const s of scoreRollouts(file, r.sandbox, { only: read })) again.push(s.record.id);
+      assert.deepEqual(again, first, 'the two new rollouts are left out');
+      const all: string[] = [];
+      for await (const s of scoreRollouts(file, r.sandbox)) all.push(s.record.id);
+      assert.equal(all.length, 7);
+    } finally {
+      await r.sandbox.close();
+      rmSync(dir, { recursive: true, force: true });
     }
   });
 });

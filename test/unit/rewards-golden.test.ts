@@ -11,6 +11,7 @@ import { formatValid } from '../../src/core/rewards/format';
 import { em, f1, normalizeAnswer, subem } from '../../src/core/rewards/normalize';
 import { qaEmFormatCase, searchR1QaEmFormat, SEARCH_R1_WEIGHTS } from '../../src/core/rewards/qaEmFormat';
 import { searchR1ExtractSolution } from '../../src/core/tags/searchr1';
+import { openReward } from '../../src/core/rewards/scoring';
 
 const ROOT = join(__dirname, '..', '..');
 const PYTHON = process.env.SAS_PYTHON ?? join(ROOT, '.venv', 'bin', 'python');
@@ -54,6 +55,29 @@ describe('rewards vs the Python reference', function () {
       for (const k of ['em_format', 'em_format_custom'] as const) if (Math.abs(got[k] - (want[k] as number)) > 1e-12) diffs.push(`${c.id} ${k}: ours ${got[k]}, Python ${want[k]}`);
     }
     assert.deepEqual(diffs, []);
+  });
+
+  it('inside the sandbox (QuickJS in WebAssembly), the same functions give Python’s results on every case', async () => {
+    // Reward modules run in another JavaScript engine than the tests above: its Unicode tables, regular expressions and
+    // case mapping must agree with Python's too (test/fixtures/rewards/modules/golden.reward.ts compares, case by case).
+    const r = await openReward(join(ROOT, 'test', 'fixtures', 'rewards', 'modules', 'golden.reward.ts'), { workers: 2 });
+    try {
+      const all = cases();
+      const out = await r.sandbox.score(all.map((c) => ({ id: c.id, prompt: '', response: c.solution ?? '', golden: c.golden, meta: { case: c, want: expected.get(c.id) } })));
+      const diffs: string[] = [];
+      out.forEach((o, i) => {
+        const c = all[i]!;
+        if ('error' in o) return diffs.push(`${c.id}: ${o.error.message}`);
+        assert.equal(Object.keys(o.parts).length, 4, `${c.id}: every measure compared`);
+        for (const [k, v] of Object.entries(o.parts)) {
+          if (k.endsWith('_diff') ? v > 1e-12 : v !== 1) diffs.push(`${c.id} ${k}: ${k.endsWith('_diff') ? `off by ${v}` : 'differs from Python'} (${JSON.stringify(c.prediction ?? c.solution).slice(0, 80)})`);
+        }
+      });
+      assert.deepEqual(diffs, []);
+      assert.equal(out.length, all.length);
+    } finally {
+      await r.sandbox.close();
+    }
   });
 
   it('the generalised format check ignores chat-template markers and accepts Llama-3 transcripts', () => {

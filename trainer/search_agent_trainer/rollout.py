@@ -52,6 +52,8 @@ STOP_STRINGS = ("</search>", "</answer>")
 # every seeded tiny run and documented demo number, depends on this text, not on `information()`'s whitespace.
 VOCABULARY_TEXTS = (INVALID_ACTION_FEEDBACK, "Doc 1(Title: ) \n<information></information>")
 DIALECTS = ("searchr1", "toolcall")
+# The version of a trajectory's `spans` (Trajectory.spans; docs/run-format.md).
+SPANS_VERSION = 1
 
 
 def search_r1_stops(tokenizer: Any) -> Stops:
@@ -226,6 +228,7 @@ class Trajectory:
     roles: list[str] = field(default_factory=list)  # generated | prompt | retrieved | feedback, one per response token
     pieces: list[str] = field(default_factory=list)  # the response's text, piece by piece
     sample_logprobs: list[float | None] = field(default_factory=list)
+    piece_roles: list[str] = field(default_factory=list)  # who wrote each piece (the role of its tokens)
     turns: int = 0
     searches: int = 0
     valid_actions: int = 0
@@ -247,11 +250,41 @@ class Trajectory:
     def response(self) -> str:
         return "".join(self.pieces)
 
+    @property
+    def spans(self) -> dict[str, Any] | None:
+        """Who wrote each part of `response` (the record's and the `/reward` item's `spans`, version 1): runs of
+        [role, length in code points] tiling it — the environment knows where each observation starts and ends, so a
+        reward never reads tags inside a document as the policy's (src/core/tags/spans.ts). None when a piece has no
+        role (a response set as one text)."""
+        if len(self.piece_roles) != len(self.pieces):
+            return None
+        runs: list[list[Any]] = []
+        for role, text in zip(self.piece_roles, self.pieces):
+            if not text:
+                continue
+            if runs and runs[-1][0] == role:
+                runs[-1][1] += len(text)
+            else:
+                runs.append([role, len(text)])
+        return {"v": SPANS_VERSION, "runs": runs}
+
     def append(self, ids: Sequence[int], role: str, text: str, logprobs: Sequence[float] | None = None) -> None:
         self.ids.extend(ids)
         self.roles.extend([role] * len(ids))
         self.pieces.append(text)
+        self.piece_roles.append(role)
         self.sample_logprobs.extend(logprobs if logprobs is not None else [None] * len(ids))
+
+
+def role_runs(roles: Sequence[str]) -> list[tuple[int, int]]:
+    """The [start, end) index ranges of consecutive tokens of one role."""
+    runs: list[tuple[int, int]] = []
+    for i, role in enumerate(roles):
+        if i and role == roles[i - 1]:
+            runs[-1] = (runs[-1][0], i + 1)
+        else:
+            runs.append((i, i + 1))
+    return runs
 
 
 @dataclass

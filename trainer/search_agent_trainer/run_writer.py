@@ -10,11 +10,18 @@
   (§4.3) with their token arrays.
 Every append is one whole line written and flushed at once, so a reader following a live run sees whole lines (or a
 partial last line it can wait on), and a crash leaves everything written so far readable.
+
+A full disk (ENOSPC, EDQUOT) never leaves half a line: a failed append cuts its file back to where the line began,
+a partial last line left by a killed process is cut when a writer opens the file again (so a resume never appends
+after it), a temporary file that failed is removed, and the error names the file (`disk_full_message`: "disk full at
+<path>: …", what the trainer reports first). `set_disk_fault` simulates a full disk for tests (the run config's
+`test.disk_full`), with the accounting of a file system that allocates whole blocks.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import json
 import math
 import os
@@ -49,13 +56,187 @@ def dumps(obj: Any) -> str:
     return json.dumps(_clean(obj), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
+# -- writing, and a full disk ---------------------------------------------------------------------------------------
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+_BLOCK = 4096
+
+
+class _DiskFault:
+    """A simulated full disk (tests): writes to a path containing `at` count, and once more than `after_bytes` of them
+    were written the disk is full — every write that needs a new block fails with ENOSPC after filling the last one,
+    until what the error path removes gives blocks back."""
+
+    def __init__(self, at: str, after_bytes: int):
+        self.at, self.after, self.seen = at, after_bytes, 0
+        self.free: int | None = None  # bytes left on the "disk" (None: not full yet)
+
+    def allow(self, path: str, size: int, pos: int, n: int) -> int:
+        """How many of `n` bytes written at `pos` into a file of `size` bytes fit."""
+        if self.free is None:
+            if self.at not in path:
+                return n
+            if self.seen + n <= self.after:
+                self.seen += n
+                return n
+            self.free = 0
+            n_ok = self.after - self.seen
+            self.seen = self.after
+            return max(0, n_ok)
+        blocks = lambda b: -(-b // _BLOCK)  # noqa: E731
+        need = (blocks(max(size, pos + n)) - blocks(size)) * _BLOCK
+        if need <= self.free:
+            self.free -= need
+            return n
+        fits = (blocks(size) + self.free // _BLOCK) * _BLOCK - pos
+        self.free -= self.free // _BLOCK * _BLOCK
+        return max(0, min(n, fits))
+
+    def freed(self, nbytes: int) -> None:
+        if self.free is not None:
+            self.free += -(-nbytes // _BLOCK) * _BLOCK
+
+
+_fault: _DiskFault | None = None
+
+
+def set_disk_fault(at: str | None, after_bytes: int = 0) -> None:
+    """Simulates a full disk (see _DiskFault); None lifts it."""
+    global _fault
+    _fault = _DiskFault(at, after_bytes) if at is not None else None
+
+
+def _named(e: OSError, path: str | os.PathLike[str]) -> OSError:
+    """`e`, naming `path` when it names no file (a failed write(2) does not)."""
+    if e.filename is None:
+        named = OSError(e.errno, e.strerror or str(e), str(path))
+        named.__cause__ = e
+        return named
+    return e
+
+
+def write_bytes(f: Any, data: bytes | bytearray | memoryview, path: str | os.PathLike[str]) -> None:
+    """All of `data` to the binary file `f` at its position (a short write is continued); an OSError names `path`."""
+    view = memoryview(data).cast("B")
+    off = 0
+    while off < len(view):
+        chunk = view[off:]
+        if _fault is not None:
+            size = os.fstat(f.fileno()).st_size
+            fits = _fault.allow(str(path), size, f.tell(), len(chunk))
+            if fits < len(chunk):
+                if fits:
+                    off += f.write(chunk[:fits]) or 0
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        try:
+            n = f.write(chunk)
+        except OSError as e:
+            raise _named(e, path) from e
+        off += n if n is not None else len(chunk)
+
+
+def append_whole(f: Any, text: str, path: str | os.PathLike[str]) -> None:
+    """Appends `text` (whole lines) to `f`, a binary unbuffered file opened for appending: if the write fails the file
+    is cut back to where it was, so it never ends in part of a line."""
+    start = f.seek(0, os.SEEK_END)
+    try:
+        write_bytes(f, text.encode("utf-8"), path)
+    except OSError:
+        cut_back(f, start)
+        raise
+
+
+def cut_back(f: Any, size: int) -> None:
+    """Truncates `f` to `size` bytes (what a failed write added), giving the space back."""
+    try:
+        added = os.fstat(f.fileno()).st_size - size
+        f.truncate(size)
+        if _fault is not None and added > 0:
+            _fault.freed(added)
+    except OSError:
+        pass
+
+
+def remove_freeing(path: Path) -> None:
+    """Removes a file or directory tree (a failed temporary one), giving its space back."""
+    try:
+        if path.is_dir():
+            size = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            size = path.stat().st_size
+            path.unlink()
+    except OSError:
+        return
+    if _fault is not None:
+        _fault.freed(size)
+
+
+def trim_partial_line(path: Path) -> int:
+    """Cuts a file that does not end with a newline back to its last whole line (what a killed writer left: a reader
+    tolerates a cut last line, but an append after it would bury it mid-file). Returns the bytes cut."""
+    try:
+        with open(path, "r+b") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return 0
+            f.seek(size - 1)
+            if f.read(1) == b"\n":
+                return 0
+            pos = size
+            while pos > 0:
+                step = min(1 << 16, pos)
+                f.seek(pos - step)
+                block = f.read(step)
+                nl = block.rfind(b"\n")
+                if nl >= 0:
+                    pos = pos - step + nl + 1
+                    break
+                pos -= step
+            f.truncate(pos)
+            return size - pos
+    except FileNotFoundError:
+        return 0
+
+
+def write_file_atomic(path: Path, data: bytes) -> None:
+    """`path` replaced by `data` at once (a temporary file beside it, renamed); a failure leaves `path` as it was and
+    no temporary file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(json.dumps(_clean(obj), ensure_ascii=False, indent=2, allow_nan=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb", buffering=0) as f:
+            write_bytes(f, data, tmp)
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        remove_freeing(tmp)
+        raise _named(e, path) from e
+
+
+def overwrite_in_place(path: Path, data: bytes) -> None:
+    """`path` rewritten where it is: a last resort on a full disk, where a new file has no room but the old one's
+    blocks do (a reader may see it half written; used only to record a failure)."""
+    with open(path, "r+b", buffering=0) as f:
+        write_bytes(f, data, path)
+        f.truncate(len(data))
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    write_file_atomic(path, (json.dumps(_clean(obj), ensure_ascii=False, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+
+
+def disk_full_message(e: BaseException) -> str | None:
+    """"disk full at <path>: …" when `e` is (or was caused by) a full disk or quota; None otherwise."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, OSError) and e.errno in DISK_FULL:
+            what = "disk quota exceeded" if e.errno == errno.EDQUOT else "no space left on the device"
+            where = e.filename or "the run directory"
+            return f"disk full at {where}: {what} ({errno.errorcode.get(e.errno, e.errno)}). Free space on that file system, then resume the run (--resume): its last checkpoint is whole"
+        if "No space left on device" in str(e) or "Disk quota exceeded" in str(e):  # libraries that wrap it (safetensors)
+            return f"disk full: {e}. Free space, then resume the run (--resume): its last checkpoint is whole"
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+        seen += 1
+    return None
 
 
 class RunWriter:
@@ -82,8 +263,11 @@ class RunWriter:
             # The interpreter the trainer runs in: a resume tries it first (the same torch and transformers).
             self.run["python"] = python
         self._write_run()
-        self._events = open(self.dir / "events.jsonl", "a", encoding="utf-8")
-        self._log = open(self.dir / "logs" / "trainer.log", "a", encoding="utf-8")
+        # A line a killed or full-disk run left cut is cut off, so appends start on a line of their own.
+        for name in ("events.jsonl", "metrics.jsonl", "logs/trainer.log"):
+            trim_partial_line(self.dir / name)
+        self._events = open(self.dir / "events.jsonl", "ab", buffering=0)
+        self._log = open(self.dir / "logs" / "trainer.log", "ab", buffering=0)
 
     def read_run_json(self) -> dict[str, Any] | None:
         try:
@@ -96,20 +280,30 @@ class RunWriter:
         write_json_atomic(self.dir / "run.json", self.run)
 
     # -- events ------------------------------------------------------------------------------------------------
-    def event(self, kind: str, **fields: Any) -> None:
+    def event(self, kind: str, best_effort: bool = False, **fields: Any) -> None:
+        """Appends an event to events.jsonl and stdout. The host reads stdout, so it gets the event even when the
+        file cannot take it (a full disk: the error is raised after, or swallowed with `best_effort`)."""
         line = dumps({"event": kind, "time": _now(), **fields})
-        self._events.write(line + "\n")
-        self._events.flush()
+        failed: OSError | None = None
+        try:
+            append_whole(self._events, line + "\n", self.dir / "events.jsonl")
+        except OSError as e:
+            failed = e
         try:
             self.stdout.write(line + "\n")
             self.stdout.flush()
         except (BrokenPipeError, ValueError):
             pass  # the host went away; the run directory still has everything
+        if failed is not None and not best_effort:
+            raise failed
 
     def log(self, message: str) -> None:
+        """A line of the human log (logs/trainer.log and stderr); a log that cannot be written is not an error."""
         line = f"{time.strftime('%H:%M:%S')} {message}"
-        self._log.write(line + "\n")
-        self._log.flush()
+        try:
+            append_whole(self._log, line + "\n", self.dir / "logs" / "trainer.log")
+        except OSError:
+            pass
         try:
             print(line, file=sys.stderr, flush=True)
         except (BrokenPipeError, ValueError):
@@ -125,14 +319,26 @@ class RunWriter:
     # -- data --------------------------------------------------------------------------------------------------
     def metrics(self, step: int, values: dict[str, float]) -> None:
         row = {"step": step, "time": time.time(), **values}
-        with open(self.dir / "metrics.jsonl", "a", encoding="utf-8") as f:
-            f.write(dumps(row) + "\n")
+        path = self.dir / "metrics.jsonl"
+        with open(path, "ab", buffering=0) as f:
+            append_whole(f, dumps(row) + "\n", path)
 
     def rollouts(self, name: str, records: list[dict[str, Any]]) -> Path:
+        """The records as rollouts/NAME.jsonl, appended a few MB of whole lines at a time (a failure leaves whole
+        lines only)."""
         path = self.dir / "rollouts" / f"{name}.jsonl"
-        with open(path, "w", encoding="utf-8") as f:
+        with open(path, "wb", buffering=0) as f:
+            pending: list[str] = []
+            size = 0
             for r in records:
-                f.write(dumps(r) + "\n")
+                line = dumps(r) + "\n"
+                pending.append(line)
+                size += len(line)
+                if size >= 1 << 22:
+                    append_whole(f, "".join(pending), path)
+                    pending, size = [], 0
+            if pending:
+                append_whole(f, "".join(pending), path)
         return path
 
     def annotate(self, **fields: Any) -> None:
@@ -156,7 +362,13 @@ class RunWriter:
             self.run["stop_reason"] = stop_reason
         else:
             self.run.pop("stop_reason", None)
-        self._write_run()
+        try:
+            self._write_run()
+        except OSError as e:
+            if e.errno not in DISK_FULL:
+                raise
+            # No room for a new run.json: the old one's blocks take the final status.
+            overwrite_in_place(self.dir / "run.json", (json.dumps(_clean(self.run), ensure_ascii=False, indent=2, allow_nan=False) + "\n").encode("utf-8"))
 
     # -- resume ------------------------------------------------------------------------------------------------
     def truncate_after(self, step: int) -> None:
@@ -171,9 +383,7 @@ class RunWriter:
                         kept.append(line)
                 except json.JSONDecodeError:
                     continue  # a partial last line from the crash
-            tmp = mpath.with_suffix(".tmp")
-            tmp.write_text("".join(k + "\n" for k in kept), encoding="utf-8")
-            os.replace(tmp, mpath)
+            write_file_atomic(mpath, "".join(k + "\n" for k in kept).encode("utf-8"))
         for f in (self.dir / "rollouts").glob("*.jsonl"):
             digits = f.stem.rsplit("-", 1)[-1]
             if digits.isdigit() and int(digits) > step:
@@ -210,6 +420,9 @@ def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dic
     }
     if getattr(traj, "strict_actions", False):
         rec["strict_actions"] = True
+    spans = getattr(traj, "spans", None)
+    if spans:
+        rec["spans"] = spans
     if traj.reward is not None:
         rec["reward"] = traj.reward
     rec["reward_parts"] = dict(traj.reward_parts)

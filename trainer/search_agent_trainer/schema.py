@@ -98,12 +98,12 @@ def validate(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
 
 
 # Sections that switch a feature on by being present: never created from defaults (`trl`, `verl` configure one engine each).
-OPT_IN_SECTIONS = frozenset({"lora", "test", "trl", "verl", "hops_mix"})
+OPT_IN_SECTIONS = frozenset({"lora", "test", "trl", "verl", "hops_mix", "disk_full"})
 
 
 def with_defaults(schema: dict[str, Any], value: Any) -> Any:
     """A copy of `value` with every absent key that has a schema default filled in (objects recursively;
-    absent sections are created with their defaults, except the opt-in ones: `lora`, `test`, `trl`, `verl`, `hops_mix`)."""
+    absent sections are created with their defaults, except the opt-in ones: `lora`, `test`, `trl`, `verl`, `hops_mix`, `disk_full`)."""
     if schema.get("type") != "object":
         return copy.deepcopy(value)
     out = dict(value) if isinstance(value, dict) else {}

@@ -40,10 +40,10 @@ from typing import Any
 
 import torch
 
-from . import __version__
+from . import __version__, precision
 from .advantages import gae_advantage, grpo_outcome_advantage, reinforce_plus_plus_advantage, token_rewards, zero_std_group_fraction
 from .batch import SequenceBatch, by_length, make_batch
-from .checkpoint import latest_checkpoint, load_trainable, read_state, save_checkpoint
+from .checkpoint import checkpoint_keep, export_model, latest_checkpoint, load_trainable, prune_checkpoints, read_state, save_checkpoint
 from .config import Section, stored_config
 from .curriculum import Stage, describe, stage_of, stages
 from .data import EpochSampler, Example, MixSampler, bridge_searched, load_dataset, render_prompt
@@ -53,7 +53,9 @@ from .generation import LMGenerator, auto_max_batch_tokens
 from .numerics import Numerics, ProbeShapes, resolve as resolve_numerics
 from .policy import Reference, build_policy, compute_dtype, cpu_has_native_bf16, window_stats
 from .rollout import VOCABULARY_TEXTS, RolloutSettings, Trajectory, make_dialect, run_rollouts
-from .run_writer import RunWriter, rollout_record
+from .recorder import Recorder, RecordSettings, StepData, StepJob, columns_from_window, role_codes_of, rollout_flags
+from .run_writer import RunWriter, disk_full_message, rollout_record, set_disk_fault
+from . import token_store
 from .watchdog import watch_parent
 
 
@@ -98,6 +100,9 @@ class Trainer:
         self.stages = stages(cfg)
         self.stage = self.stages[0]
         self.writer = self._run_writer(stdout)
+        if cfg.test and cfg.test.disk_full:  # tests: a full disk from a given write on (run_writer.set_disk_fault)
+            set_disk_fault(cfg.test.disk_full.at, int(cfg.test.disk_full.after_bytes))
+        self.recorder = self._recorder()
         self.env = EnvClient(env_url)
 
     def versions(self) -> dict[str, str | None]:
@@ -107,6 +112,16 @@ class Trainer:
     def _run_writer(self, stdout: Any) -> RunWriter:
         return RunWriter(self.run_dir, stored_config(self.cfg), self.versions(), self.total, stdout=stdout, python=sys.executable)
 
+    def _recorder(self) -> Recorder | None:
+        """The background writer of the run's rollouts (recorder.py); None on the processes that do not write."""
+        return Recorder(self.run_dir, RecordSettings.of(self.cfg), texts=lambda ids: self.tok.token_texts(ids), warn=self.writer.warning)
+
+    def _truncate_after(self, step: int) -> None:
+        """A resume from `step` (-1: from scratch): later metrics, rollouts and checkpoints go."""
+        self.writer.truncate_after(step)
+        if self.recorder is not None:  # (the processes that do not write have none)
+            self.recorder.truncate_after(step)
+
     # -- setup ------------------------------------------------------------------------------------------------
     def _device(self) -> torch.device:
         want = self.cfg.model.device
@@ -114,9 +129,14 @@ class Trainer:
             raise RuntimeError("model.device is \"cuda\" but torch sees no CUDA device (torch.cuda.is_available() is False)")
         return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
 
+    def _compute_dtype(self) -> torch.dtype | None:
+        """The run's autocast dtype (None: fp32): what its numerics chose (model.dtype, measured for `fastest`), or
+        compute_dtype's rule before they are resolved."""
+        return self.numerics.autocast if self.numerics is not None else compute_dtype(self.cfg, self.device)
+
     def _autocast(self):
         """One autocast context factory for the run (None: fp32): bf16 when the run's numerics say so."""
-        dtype = self.numerics.autocast if self.numerics is not None else compute_dtype(self.cfg, self.device)
+        dtype = self._compute_dtype()
         return (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype is not None else None
 
     def _build_policy(self, vocab_texts: list[str], tokenizer_file: str | None) -> tuple[Any, Any]:
@@ -124,8 +144,14 @@ class Trainer:
         return build_policy(self.cfg, vocab_texts, self.device, tokenizer_file=tokenizer_file)
 
     def _ctx(self):
-        a = self._autocast()
-        return a() if a else contextlib.nullcontext()
+        """The autocast region of a log-prob pass or an update's forward. For a Hugging Face policy without autocast's
+        cache of bf16 weight copies: with checkpointing only the layer being run needs its copy, and the cache would
+        keep every layer's until the region ends (2 B/param; precision.py). Generation keeps the cache (the same
+        weights at every decode step)."""
+        dtype = self._compute_dtype()
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=dtype, cache_enabled=self.policy.kind != "hf")
 
     def _load_data(self) -> None:
         """The datasets (malformed lines reported and skipped), and the env server's health."""
@@ -144,7 +170,7 @@ class Trainer:
         ckpt = latest_checkpoint(self.run_dir) if self.resume else None
         if self.resume and ckpt is None:
             self.writer.warning("--resume: no complete checkpoint in this run directory; starting from step 0")
-            self.writer.truncate_after(-1)
+            self._truncate_after(-1)
         return ckpt
 
     def _encode_prompts(self) -> None:
@@ -189,7 +215,6 @@ class Trainer:
             load_trainable(self.policy, first)
         elif ckpt is not None and self.warmup_applies() and warm0.exists():
             load_trainable(self.policy, warm0)
-        self.reference = Reference(self.policy) if cfg.algorithm.kl_coef > 0 else None
         self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool, cfg.rollout.strict_actions)
         self.stops = self.dialect.stops(self.tok)
 
@@ -199,6 +224,7 @@ class Trainer:
             if longest > self.policy.backbone.max_len:
                 raise RuntimeError(f"model.tiny.max_len ({self.policy.backbone.max_len}) is shorter than the longest prompt plus rollout.max_response_length ({longest} tokens)")
         self.numerics = self._numerics(state.get("numerics"))
+        self.reference = self._reference() if cfg.algorithm.kl_coef > 0 else None  # in the run's compute dtype (precision.py)
         self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, self.numerics.autocast)
 
         # Parameter groups, each with its own lr, warm-up and gradient clip: the policy, and PPO's value head (a shared
@@ -220,7 +246,7 @@ class Trainer:
                 self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True))
                 self.sampler.load_state_dict(state["sampler"])
             # else: the checkpoint is the previous stage's last step, and this stage starts with a fresh optimizer and sampler
-            w.truncate_after(start)
+            self._truncate_after(start)
             w.log(f"resumed from {ckpt}")
         if len(self.stages) > 1:
             w.log(describe(self.stage, len(self.stages)) + ("" if start == self.stage.start else f" (resumed at step {start})"))
@@ -247,7 +273,11 @@ class Trainer:
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
         groups = [{"params": ps, "lr": lr} for ps, lr in zip(self.param_groups, self.base_lrs)]
-        return torch.optim.AdamW(groups, weight_decay=self.cfg.optim.weight_decay)
+        return precision.optimizer(groups, self.cfg.optim.weight_decay, self.device, fused=self.policy.kind == "hf")
+
+    def _reference(self) -> Reference:
+        """The KL reference: the current policy, frozen (in the compute dtype where that saves memory, precision.py)."""
+        return Reference(self.policy, self._compute_dtype())
 
     def _sampler(self, stage: Stage) -> EpochSampler | MixSampler:
         """The batch sampler of a stage: its hops_mix, or one shuffled epoch after another (seeded by the run's seed,
@@ -259,7 +289,7 @@ class Trainer:
         """The next stage of a curriculum starts as a new run from the current policy would (curriculum.py)."""
         self.stage = stage
         if self.reference is not None:
-            self.reference = Reference(self.policy)
+            self.reference = self._reference()
         self.optimizer = self._new_optimizer()
         self.sampler = self._sampler(stage)
         self.writer.log(describe(stage, len(self.stages)) + f": the KL reference is now the step-{stage.start} policy; the optimizer, LR schedule, sampler and seeds restart")
@@ -498,29 +528,65 @@ class Trainer:
         return out
 
     # -- records and metrics ----------------------------------------------------------------------------------
-    def _records(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch | None) -> list[dict[str, Any]]:
-        out = []
-        R = batch.window if batch is not None else 0
-        for i, t in enumerate(trajs):
-            P, r = len(t.prompt_ids), len(t.ids)
-            tokens = token_arrays(self.tok, t)
-            if batch is not None:
-                # null where a position was not scored: log-probs and entropies exist on the loss tokens, advantages
-                # where advantages are defined, values on every response token; never on the prompt.
-                def row(x: torch.Tensor | None, scored: torch.Tensor) -> list[float | None] | None:
-                    if x is None:
-                        return None
-                    return [None] * P + [round(float(v), 6) if s else None for v, s in zip(x[i, R - r :].tolist(), scored[i, R - r :].tolist())]
+    def _record(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch | None) -> dict[str, float]:
+        """Hands the step's rollouts to the recorder (recorder.py): the checks and the choice here, vectorised; the
+        columns are built and written on the writer thread. Returns the step's record/* metrics."""
+        if self.recorder is None:
+            return {}
+        name = f"{'val-' if split == 'val' else ''}step-{step:06d}"
+        keys = [t.group for t in trajs]
+        if batch is None:
+            job = StepJob(name, step, split, len(trajs), keys, [[] for _ in trajs], self._trajectory_data(trajs, step, split))
+        else:
+            stats: dict[str, float] = {}
+            job = StepJob(name, step, split, len(trajs), keys, self._flags(batch, stats), self._batch_data(trajs, step, split, batch), stats=stats)
+        return self.recorder.submit(job)
 
-                tokens["loss_mask"] = [0] * P + [int(v) for v in batch.loss_mask[i, R - r :].tolist()]
-                # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies: null
-                passes = batch.trained is None or bool(batch.trained[i])
-                for key, x, scored in (("logprob", batch.old_logprob if passes else None, batch.loss_mask), ("ref_logprob", batch.ref_logprob if passes else None, batch.loss_mask), ("advantage", batch.advantages, batch.adv_mask), ("value", batch.old_values, batch.response_mask), ("entropy", self._entropy_window if passes else None, batch.loss_mask)):
-                    v = row(x, scored)
-                    if v is not None:
-                        tokens[key] = v
-            out.append(rollout_record(t, run_id=self.writer.run["id"], step=step, split=split, tokens=tokens))
-        return out
+    def _scored(self, batch: SequenceBatch) -> dict[str, tuple[torch.Tensor, torch.Tensor] | None]:
+        """The (B, R) numbers of the records and where each is scored (null elsewhere, docs/run-format.md): log-probs
+        and entropies on the loss tokens of the trained rows, advantages where advantages are defined, values on
+        every response token, sampling-time log-probs on the generated tokens."""
+        trained = batch.loss_mask.bool() if batch.trained is None else batch.loss_mask.bool() & batch.trained[:, None]
+        pairs = {"rollout_logprob": batch.rollout_logprob, "logprob": batch.old_logprob, "ref_logprob": batch.ref_logprob, "advantage": batch.advantages, "value": batch.old_values, "entropy": self._entropy_window}
+        where = {"rollout_logprob": batch.generated_mask, "logprob": trained, "ref_logprob": trained, "advantage": batch.adv_mask, "value": batch.response_mask, "entropy": trained}
+        return {k: (x, where[k]) if x is not None else None for k, x in pairs.items()}
+
+    def _flags(self, batch: SequenceBatch, stats: dict[str, float] | None = None) -> list[list[str]]:
+        """The in-run checks of every row (recorder.rollout_flags): a leak, a non-finite number, a log-prob gap; their
+        sums into `stats` (the step's audit/* metrics)."""
+        scored = self._scored(batch)
+        expected = batch.generated_mask if self.cfg.algorithm.loss_masking else batch.response_mask
+        trained = scored["logprob"]
+        return rollout_flags(valid=batch.response_mask, loss_mask=batch.loss_mask, expected=expected, logprob=trained[0] if trained else None, logprob_scored=trained[1] if trained else None, rollout_logprob=batch.rollout_logprob, rollout_scored=batch.generated_mask, numbers=[p for p in scored.values() if p is not None], stats=stats, generated=batch.generated_mask)
+
+    def _batch_data(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch) -> Any:
+        """The writer thread's builder of a training step's data: the step's tensors and trajectories, referenced (a
+        new batch is made each step, so nothing here changes after the step)."""
+        run_id, scored, untrained = self.writer.run["id"], self._scored(batch), None if batch.trained is None else (~batch.trained).tolist()
+
+        def build(keep: list[int]) -> StepData:
+            records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=None) for i in keep]
+            codes = {i: role_codes_of(trajs[i].roles) for i in keep}
+            cols = columns_from_window(rows=keep, seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep}, prompt_lengths=[len(t.prompt_ids) for t in trajs], role_codes=codes, window=scored, loss_mask=batch.loss_mask)
+            if untrained is not None:  # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies
+                off = sum(token_store.ARRAY_BIT[k] for k in ("logprob", "ref_logprob", "entropy") if scored[k] is not None)
+                for k, i in enumerate(keep):
+                    if untrained[i]:
+                        cols.arrays[k] &= ~off
+            return StepData(records, cols)
+
+        return build
+
+    def _trajectory_data(self, trajs: list[Trajectory], step: int, split: str) -> Any:
+        """The builder of a held-out evaluation's data (no training pass: the token arrays of the trajectories)."""
+        run_id, tok = self.writer.run["id"], self.tok
+
+        def build(keep: list[int]) -> StepData:
+            records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=token_arrays(tok, trajs[i])) for i in keep]
+            rows, cols = token_store.columns_from_records(records)
+            return StepData([{k: v for k, v in r.items() if k != "tokens"} for r in records], cols)
+
+        return build
 
     @staticmethod
     def _rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, float]:
@@ -621,8 +687,7 @@ class Trainer:
         m["perf/rollout_tokens_per_s"] = generated / max(timing["rollout"], 1e-9)
         m["perf/update_tokens_per_s"] = update_tokens / max(timing["update"], 1e-9)
         m["perf/throughput"] = float(batch.attention_mask.sum()) / max(timing["step"], 1e-9)
-        if cfg.train.save_rollouts:
-            w.rollouts(f"step-{step:06d}", self._records(trajs, step, "train", batch))
+        m.update(self._record(trajs, step, "train", batch))
         if cfg.test and cfg.test.step_delay_s:
             time.sleep(cfg.test.step_delay_s)
         return m
@@ -654,7 +719,7 @@ class Trainer:
         w = self.writer
         m = held_out_metrics(trajs)
         m["timing_s/eval"] = time.perf_counter() - t0
-        w.rollouts(f"val-step-{step:06d}", self._records(trajs, step, "val", None))
+        m.update({k.replace("record/", "val/record/"): v for k, v in self._record(trajs, step, "val", None).items()})
         w.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})
         return m
 
@@ -662,6 +727,17 @@ class Trainer:
         extra = {"numerics": self.numerics.record()} if self.numerics is not None else {}
         path = save_checkpoint(self.run_dir, step, self.policy, self.tok, self.optimizer, {"sampler": self.sampler.state_dict(), **extra})
         self.writer.event("checkpoint", step=step, path=str(path))
+        # the last train.checkpoint_keep; never the warm start's or a stage's last step (a resume reads them)
+        for gone in prune_checkpoints(self.run_dir, checkpoint_keep(self.cfg), {0} | {s.end for s in self.stages}):
+            self.writer.log(f"deleted {gone} (train.checkpoint_keep)")
+
+    def _export(self) -> None:
+        """A finished run's Hugging Face policy as a model directory (`model/`, checkpoint.export_model)."""
+        if self.policy.kind != "hf":
+            return
+        self.optimizer.state.clear()  # the run is over: the moments' memory is the export's
+        path = export_model(self.run_dir / "model", self.policy, self.tok, self.cfg.model.path)
+        self.writer.log(f"wrote the trained model (Hugging Face format) to {path}")
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if not self.stop_requested:
@@ -686,22 +762,42 @@ class Trainer:
         watch_parent(self._on_parent_gone, self._parent_to_watch())
         try:
             step = self.train()
+            self._close_recorder()
             status = "stopped" if self.stop_requested and step < self.total else "finished"
             w.finish(status, stop_reason=self.stop_reason if status == "stopped" else None)
             w.event("finished", status=status, step=step)
             return 0
         except Exception as e:  # noqa: BLE001 - every failure is reported, with its traceback
             tb = traceback.format_exc()
-            message = f"{type(e).__name__}: {e}"
-            w.log(tb)
-            w.event("error", message=message, traceback=tb)
-            w.finish("failed", {"message": message, "traceback": tb})
-            w.event("finished", status="failed", step=int(w.run.get("step", 0)))
+            # A full disk says so first, naming the file (its traceback would end in ENOSPC, which is all it says).
+            full = disk_full_message(e)
+            message = full or f"{type(e).__name__}: {e}"
+            w.log(f"error: {full}" if full else tb)
+            # The host reads stdout: it gets these even when the run directory cannot take them.
+            w.event("error", best_effort=True, message=message, traceback=tb)
+            try:
+                self._close_recorder()
+            except OSError as e2:  # the writer's last steps hit the same full disk: what was written stays readable
+                w.log(f"could not finish writing the rollouts: {disk_full_message(e2) or e2}")
+            try:
+                # On a full disk, a short run.json: its old blocks may be all the room there is.
+                w.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
+            except OSError as e2:
+                w.log(f"could not record the failure in run.json: {disk_full_message(e2) or e2}")
+            w.event("finished", best_effort=True, status="failed", step=int(w.run.get("step", 0)))
             return 1
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)
             w.close()
+
+    def _close_recorder(self) -> None:
+        """The end of a run: the writer writes what it holds (the last steps), and run.json says what was recorded."""
+        if self.recorder is None:
+            return
+        if not self.recorder.close(timeout=600):
+            self.writer.warning("the rollout writer did not finish within 10 minutes; the last steps' rollouts may be missing")
+        self.writer.run["record"] = self.recorder.summary()
 
     def _parent_to_watch(self) -> int | None:
         """The process whose end stops the run (None: the host's, SAS_PARENT_PID)."""
@@ -718,7 +814,7 @@ class Trainer:
 
                 m0.update(run_warmup(self, w.log))
                 if self.reference is not None:
-                    self.reference = Reference(self.policy)  # KL towards the warm-started policy, not the random init
+                    self.reference = self._reference()  # KL towards the warm-started policy, not the random init
                 if not self.stop_requested:
                     self._checkpoint(0)
             if self.eval_set and not self.stop_requested:
@@ -736,11 +832,15 @@ class Trainer:
                 m.update(self.evaluate(step))
             w.metrics(step, m)
             w.event("metrics", step=step, metrics={k: m[k] for k in SUMMARY_KEYS if k in m})
+            if self.recorder is not None:
+                w.run["record"] = self.recorder.summary()
             w.set_step(step)
             if last or self.stop_requested or stage_ends or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                 self._checkpoint(step)
             if stage_ends and not last and not self.stop_requested:
                 self._begin_stage(stage_of(self.stages, step + 1))
+        if step == self.total and self.total > 0:
+            self._export()
         return step
 
 
@@ -792,7 +892,9 @@ def reward_item(t: Trajectory, search_tool: str) -> dict[str, Any]:
     """A trajectory as `/reward` scores it (the tool-call dialect names its search tool)."""
     tool = {"search_tool": search_tool} if t.dialect == "toolcall" else {}
     strict = {"strict_actions": True} if t.strict_actions else {}
-    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool, **strict}
+    # Who wrote what: the reward reads the answer from the policy's text only, never from tags in a document.
+    spans = t.spans
+    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool, **strict, **({"spans": spans} if spans else {})}
 
 
 def token_arrays(tok: Any, t: Trajectory) -> dict[str, list[Any]]:

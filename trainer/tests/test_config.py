@@ -24,8 +24,14 @@ def test_search_r1_grpo_preset():
     a, r, o = c.algorithm, c.rollout, c.optim
     assert (a.name, a.kl_estimator, a.kl_coef, a.kl_in_reward, a.entropy_coef, a.clip_ratio_low, a.clip_ratio_high) == ("grpo", "k3", 0.001, False, 0.001, 0.2, 0.2)
     assert (r.n, r.temperature, r.top_p) == (5, 1.0, 0.95)
-    assert (o.lr, o.warmup_steps, o.mini_batch_size, o.grad_clip, o.ppo_epochs) == (1e-6, 286, 1280, 1.0, 1)  # int(0.285 × 1005)
+    # int(0.285 × 1005); mini-batches of 256 sequences: 2,560 a step make 10 optimizer steps, as Search-R1's
+    # ppo_mini_batch_size=256 scaled by rollout.n=1 (not n_agent=5) does
+    assert (o.lr, o.warmup_steps, o.mini_batch_size, o.grad_clip, o.ppo_epochs) == (1e-6, 286, 256, 1.0, 1)
+    assert r.batch_size * r.n // o.mini_batch_size == 10
     assert a.loss_masking is True and a.mask_advantages is False and a.clip_ratio_c is None
+    # the rollout's shape: 512 prompts, 4 turns of 500 tokens, 500-token observations, responses cut at 4,096 tokens,
+    # prompts of at most 2,048
+    assert (r.batch_size, r.max_turns, r.max_turn_tokens, r.max_obs_length, r.max_response_length, r.max_prompt_length) == (512, 4, 500, 500, 4096, 2048)
 
 
 def test_search_r1_ppo_preset_and_explicit_keys_win():
@@ -37,9 +43,10 @@ def test_search_r1_ppo_preset_and_explicit_keys_win():
 
 
 def test_the_gpu_examples_resolve_to_search_r1s_settings():
-    grpo = load_config(ROOT / "examples" / "qwen2.5-3b-grpo.run.json")
-    ppo = load_config(ROOT / "examples" / "qwen2.5-3b-ppo.run.json")
+    grpo = load_config(ROOT / "examples" / "one-gpu" / "qwen2.5-3b-grpo.run.json")
+    ppo = load_config(ROOT / "examples" / "one-gpu" / "qwen2.5-3b-ppo.run.json")
     assert (grpo.algorithm.name, grpo.rollout.n, grpo.algorithm.kl_estimator, grpo.optim.warmup_steps) == ("grpo", 5, "k3", 286)
+    assert (grpo.rollout.batch_size * grpo.rollout.n) // grpo.optim.mini_batch_size == 10
     assert (ppo.algorithm.name, ppo.rollout.n, ppo.algorithm.kl_estimator, ppo.algorithm.kl_in_reward, ppo.optim.critic_lr) == ("ppo", 1, "k1", True, 1e-5)
     # the resolved config (run.json keeps it) resolves to itself: resuming does not apply the preset twice differently
     again = config_from_dict(json.loads(json.dumps(dict(grpo))))
@@ -129,3 +136,21 @@ def test_hops_mix_keys_are_hops_and_its_weights_numbers():
         config_from_dict(_cfg(data={"train": str(DEMO / "train.jsonl"), "hops_mix": {"two": 1}}))
     with pytest.raises(ConfigError, match=r"data.hops_mix"):
         config_from_dict(_cfg(data={"train": str(DEMO / "train.jsonl"), "hops_mix": {"1": -1}}))
+
+
+def test_a_vocabulary_file_must_be_the_runs_own_text(tmp_path):
+    """model.tiny.vocab is read into the tokenizer every checkpoint carries: /etc/passwd (or a link to it beside the
+    config) is refused naming the field; files beside the config or the data, and built-in data, are read."""
+    from search_agent_trainer.config import load_config
+    from search_agent_trainer.schema import ConfigError
+
+    (tmp_path / "words.txt").write_text("alpha beta\n")
+    (tmp_path / "passwd-link").symlink_to("/etc/passwd")
+    for vocab, ok in [(["/etc/passwd"], False), (["passwd-link"], False), (["words.txt", "builtin:demo/corpus"], True), ([str(DEMO / "corpus.jsonl")], True)]:
+        path = tmp_path / "c.run.json"
+        path.write_text(json.dumps({"data": {"train": "builtin:demo/train"}, "model": {"kind": "tiny", "tiny": {"vocab": vocab}}}))
+        if ok:
+            assert load_config(path).model.tiny.vocab
+        else:
+            with pytest.raises(ConfigError, match=r"model\.tiny\.vocab\[0\]: .* is outside the config's folder"):
+                load_config(path)

@@ -61,12 +61,47 @@ def test_shared_prefills_parked_rows_and_small_token_budgets_give_the_same_token
     assert gen.stats["prefill_tokens"] == sum(len(c) for c in base)  # each distinct context prefilled once
     assert gen.stats["rows_parked"] > 0  # rows whose turn stopped left the decode batch
     small = LMGenerator(policy, tok, 0.0, 1.0, CPU, search_r1_stops(tok), max_batch_tokens=60)
-    assert [g.ids for g in small.generate(contexts, budgets)] == alone  # several decode batches, one after the other
+    assert [g.ids for g in small.generate(contexts, budgets)] == alone  # rows admitted as others finish
+    assert small.stats["rows_admitted"] > 0
+    # … also when the sampled tokens are read every few steps (as on CUDA): rows decode past their stop, then drop it
+    for every in (3, 8):
+        late = LMGenerator(policy, tok, 0.0, 1.0, CPU, search_r1_stops(tok), max_batch_tokens=60, sync_every=every)
+        assert [g.ids for g in late.generate(contexts, budgets)] == alone
+        assert late.stats["syncs"] < late.stats["decode_steps"]
 
 
-def _two_turns(policy, tok, extend: bool, seed: int = 0):
+def test_reading_the_tokens_every_few_steps_samples_what_reading_every_step_does():
+    """No GPU→CPU read per decode step: the tokens come to the CPU every `sync_every` steps; a row that met its stop
+    string in between decoded past it, and those tokens are dropped and masked out of its cache. Greedy: the same
+    tokens over two turns (the cache extended across them, or prefilled again) as reading every step. Sampled: the
+    first turn is the same (the steps decoded past the end draw random numbers after it, so later turns take other
+    draws), and every sampled log-prob is the one the whole context gives without a cache — the masked cache is the
+    context's."""
+    tok, policy = _tiny(4)
+    for extend in (True, False):
+        ref = _two_turns(policy, tok, extend=extend, temperature=0.0)
+        for every in (2, 5, 16):
+            gen, first, second, _ = _two_turns(policy, tok, extend=extend, sync_every=every, temperature=0.0)
+            assert [o.ids for o in first] == [o.ids for o in ref[1]]
+            assert [o.ids for o in second] == [o.ids for o in ref[2]]
+            assert gen.stats["syncs"] < gen.stats["decode_steps"]
+    overshoot = 0
+    ref = _two_turns(policy, tok, extend=True)
+    for every in (3, 7):
+        gen, first, second, contexts = _two_turns(policy, tok, extend=True, sync_every=every)
+        overshoot += gen.stats["overshoot_tokens"]
+        assert [o.ids for o in first] == [o.ids for o in ref[1]]
+        assert gen.stats["extend_tokens"] > 0
+        for c, o in zip(contexts, second):
+            seq = torch.tensor([c + o.ids])
+            logits, _, _ = policy(seq, torch.ones_like(seq), torch.arange(seq.shape[1])[None])
+            torch.testing.assert_close(token_logprobs(logits[:, len(c) - 1 : -1], seq[:, len(c) :])[0], torch.tensor(o.logprobs), atol=1e-5, rtol=1e-5)
+    assert overshoot > 0  # some row did decode past its stop
+
+
+def _two_turns(policy, tok, extend: bool, seed: int = 0, sync_every: int = 1, temperature: float = 1.0):
     """Two sampled turns of three trajectories; between them, an observation is appended to each context."""
-    gen = LMGenerator(policy, tok, 1.0, 1.0, CPU, search_r1_stops(tok), generator=torch.Generator().manual_seed(seed), extend_cache=extend)
+    gen = LMGenerator(policy, tok, temperature, 1.0, CPU, search_r1_stops(tok), generator=torch.Generator().manual_seed(seed), extend_cache=extend, sync_every=sync_every)
     prompt = tok.encode("Question: where is Paris?")
     contexts = [prompt, prompt, tok.encode("France")]
     keys = ["a", "b", "c"]

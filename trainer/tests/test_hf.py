@@ -194,6 +194,7 @@ def test_the_lora_reference_is_the_starting_adapter_so_kl_starts_at_0_after_a_wa
 def test_grpo_steps_end_to_end_with_and_without_lora(tmp_path, varied_env, qwen_dir, lora, dtype):
     cfg = hf_config(qwen_dir)
     cfg["model"]["dtype"] = dtype
+    cfg["train"]["checkpoint_keep"] = 1
     if lora:
         cfg["model"]["lora"] = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
     proc = run_trainer(tmp_path, cfg, varied_env.url)
@@ -217,3 +218,27 @@ def test_grpo_steps_end_to_end_with_and_without_lora(tmp_path, varied_env, qwen_
         assert rec["prompt"].startswith("<|im_start|>user\n") and rec["prompt"].endswith("<|im_start|>assistant\n")
     # the reference is the starting policy: after an update, KL is no longer zero
     assert metrics[2]["actor/kl_loss"] > 0
+    # train.checkpoint_keep: 1 kept the last checkpoint only; the finished run wrote model/ in Hugging Face format,
+    # which transformers loads as it is (LoRA merged into the base; the adapter beside it)
+    assert sorted(d.name for d in (run / "checkpoints").iterdir()) == ["step-000002"]
+    exported = transformers.AutoModelForCausalLM.from_pretrained(str(run / "model"), local_files_only=True)
+    tok = transformers.AutoTokenizer.from_pretrained(str(run / "model"), local_files_only=True)
+    ids = torch.tensor([tok.encode("Question: where is Paris?")])
+    with torch.no_grad():
+        got = exported(input_ids=ids).logits
+    if lora:
+        import peft
+
+        base = transformers.AutoModelForCausalLM.from_pretrained(str(qwen_dir), local_files_only=True)
+        want_model = peft.PeftModel.from_pretrained(base, str(run / "model" / "adapter"))
+    else:
+        want_model = transformers.AutoModelForCausalLM.from_pretrained(str(qwen_dir), local_files_only=True)
+        state = torch.load(run / "checkpoints" / "step-000002" / "trainable.pt", weights_only=True)
+        want_model.load_state_dict({k.removeprefix("backbone."): v for k, v in state.items()}, strict=False)
+    with torch.no_grad():
+        want = want_model(input_ids=ids).logits
+        untrained = transformers.AutoModelForCausalLM.from_pretrained(str(qwen_dir), local_files_only=True)(input_ids=ids).logits
+    # (under bf16 the base was held, and the adapter merged into it, in bf16: its rounding)
+    tol = 5e-3 if dtype == "bf16" else 1e-4
+    torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)
+    assert not torch.allclose(got.float(), untrained.float(), atol=tol)  # the trained policy, not the base

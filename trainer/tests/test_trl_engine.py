@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 import signal
 import subprocess
@@ -221,7 +222,14 @@ def test_the_same_scripted_actions_give_the_same_ids_roles_and_masks_through_bot
     batch = next(iter(eng.trl.get_train_dataloader()))
     eng.trl.model.train()
     out = eng.trl._generate_and_score_completions(batch)
-    trl_rows = eng._local_records(1)
+    # the records the recorder would write of TRL's tensors (the engine's checks, slices and columns)
+    from search_agent_trainer import token_store
+    from search_agent_trainer.recorder import records_of
+
+    B = len(eng.batch["trajs"])
+    data = eng._piece_data(eng._piece(list(range(B)), 0, eng._local_rows()), set(range(B)), eng.batch["trajs"], "t", 1)
+    data.cols.vocab = token_store.vocab_of(data.cols.ids, eng.tok.token_texts)
+    trl_rows = records_of(data)
 
     cfg = trl_tiny(**over)
     cfg["engine"] = "builtin"
@@ -236,7 +244,7 @@ def test_the_same_scripted_actions_give_the_same_ids_roles_and_masks_through_bot
 
     assert len(trl_rows) == len(trajs) == out["completion_ids"].shape[0]
     roles_seen = set()
-    for i, ((_, rec, _), t) in enumerate(zip(trl_rows, trajs)):
+    for i, (rec, t) in enumerate(zip(trl_rows, trajs)):
         tok = rec["tokens"]
         assert tok["ids"] == t.prompt_ids + t.ids, i
         assert tok["role"] == ["prompt"] * len(t.prompt_ids) + t.roles, i
@@ -297,7 +305,7 @@ def test_sigterm_stops_after_a_checkpoint_and_resume_finishes_the_run(tmp_path, 
     assert started[-1]["resumed"] is True and started[-1]["step"] == 1
     assert json.loads((run / "run.json").read_text())["status"] == "finished"
     assert [m["step"] for m in lines(run / "metrics.jsonl")] == [0, 1, 2, 3]
-    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["step-000001.jsonl", "step-000002.jsonl", "step-000003.jsonl", "val-step-000000.jsonl", "val-step-000003.jsonl"]
+    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["step-000001", "step-000002", "step-000003", "val-step-000000", "val-step-000003"]  # the token store's steps
     state = json.loads((run / "checkpoints" / "step-000003" / "trainer_state.json").read_text())
     assert state["global_step"] == 3  # TRL's own trainer state, continued
 
@@ -337,6 +345,137 @@ def test_the_trl_section_passes_grpo_config_options_and_names_the_wrong_ones():
     assert got[1] == "trl.beta: set by algorithm.kl_coef (the shared key), not in the trl section"
     assert got[2].startswith("trl.mask_truncated_completions: not supported by the trl engine")
     assert got[3].startswith("trl.vllm_mode: 'server' is not supported")
+
+
+def test_vllm_with_a_nucleus_corrects_per_token_and_refuses_a_sequence_level_correction():
+    """TRL weights a sequence by exp Σ (trainer − vLLM) by default; vLLM's processed log-probs of a nucleus exceed the
+    trainer's by log Z at every token, so at top_p < 1 the engine asks for TRL's token-level correction, and refuses a
+    sequence-level one named in the trl section (vLLM itself is only needed at run time)."""
+    def kw(**o):
+        cfg = config_from_dict(trl_tiny(**o))
+        return cfg, options.grpo_kwargs(cfg, Path("/tmp/run"), options.plan(cfg, 1)[0], bf16=True, cpu=False)
+
+    cfg, k = kw(**{"rollout.top_p": 0.9, "trl": {"use_vllm": True}})
+    assert k["vllm_importance_sampling_mode"] == "token_mask" and options.rollout_logprob_kind(cfg) == "processed"
+    assert options.importance_sampling_problems(cfg) == []
+    for top_p, trl in ((1.0, {"use_vllm": True}), (0.9, {"use_vllm": False})):
+        cfg, k = kw(**{"rollout.top_p": top_p, "trl": trl})
+        assert "vllm_importance_sampling_mode" not in k and options.rollout_logprob_kind(cfg) == "raw"  # TRL's default
+    cfg, k = kw(**{"rollout.top_p": 0.9, "trl": {"use_vllm": True, "vllm_importance_sampling_mode": "sequence_mask"}})
+    [problem] = options.importance_sampling_problems(cfg)
+    assert problem.startswith("trl.vllm_importance_sampling_mode: 'sequence_mask' with trl.use_vllm and rollout.top_p 0.9") and "token_mask" in problem
+    cfg, _ = kw(**{"rollout.top_p": 0.9, "trl": {"use_vllm": True, "vllm_importance_sampling_mode": "sequence_mask", "vllm_importance_sampling_correction": False}})
+    assert options.importance_sampling_problems(cfg) == []  # no correction, nothing to collapse
+    cfg, _ = kw(**{"rollout.top_p": 0.9, "trl": {"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate"}})
+    assert options.importance_sampling_problems(cfg) == []
+
+
+def test_the_reference_is_built_in_bf16_under_bf16_compute_and_vllm_sleep_mode_is_allowed():
+    from trl import GRPOConfig
+
+    def config(bf16: bool, **o):
+        cfg = config_from_dict(trl_tiny(**o))
+        return GRPOConfig(**options.grpo_kwargs(cfg, Path("/tmp/run"), options.plan(cfg, 1)[0], bf16=bf16, cpu=not bf16))
+
+    assert config(False).model_init_kwargs is None  # fp32 compute: the policy's dtype
+    assert config(False).gradient_checkpointing is True  # unset: TRL's own default
+    assert config(False, **{"model.gradient_checkpointing": False}).gradient_checkpointing is False
+    assert options.reference_dtype(config_from_dict(trl_tiny()), bf16=True) == "bfloat16"
+    assert options.reference_dtype(config_from_dict(trl_tiny(**{"algorithm.kl_coef": 0.0})), bf16=True) is None  # no reference
+    assert options.reference_dtype(config_from_dict(trl_tiny(**{"model.lora": {"r": 4}})), bf16=True) is None  # the adapter off
+    assert options.passthrough_problems({"vllm_enable_sleep_mode": True}, options.grpo_fields()) == []
+
+
+def test_the_one_gpu_trl_recipe_maps_onto_trl_with_sleep_mode_and_a_bf16_reference():
+    cfg = config_from_dict(json.loads((EXAMPLES / "one-gpu" / "qwen2.5-3b-grpo-trl.run.json").read_text()), base=EXAMPLES / "one-gpu")
+    p, problems = options.plan(cfg, 1)
+    assert problems == [] and options.passthrough_problems(dict(cfg.trl), options.grpo_fields()) == [] and options.importance_sampling_problems(cfg) == []
+    k = options.grpo_kwargs(cfg, Path("/tmp/run"), p, bf16=True, cpu=False)
+    assert k["vllm_enable_sleep_mode"] is True and k["model_init_kwargs"] == {"dtype": "bfloat16"} and k["gradient_checkpointing"] is True
+    assert (p.micro, p.accumulation, p.steps_per_generation, p.trl_steps) == (4, 64, 640, 10)  # Search-R1's 512 × 5 in mini-batches of 256, on one process
+    m = options.memory_inputs(cfg, 1, bf16=True)  # what the memory planner reads
+    assert (m["reference_dtype"], m["gradient_checkpointing"], m["generation"], m["vllm_gpu_memory_utilization"], m["vllm_sleep_mode"], m["vllm_max_num_seqs"]) == ("bfloat16", True, "vllm", 0.2, True, 2560)
+
+
+class NucleusLLM:
+    """TEST DOUBLE for vllm.LLM (no GPU or vLLM here): samples each request's tokens from the policy itself at the
+    request's temperature within its top_p nucleus, and returns what vLLM's processed_logprobs are: each sampled
+    token's log-prob renormalised over its nucleus. It refuses to generate while its KV cache sleeps."""
+
+    def __init__(self, model):
+        self.model = model
+        self.asleep = {"weights", "kv_cache"}  # TRL puts a sleep-mode LLM to sleep as soon as it is built
+        self.calls: list[str] = []
+
+    def wake_up(self, tags):
+        self.calls.append(f"wake {','.join(tags)}")
+        self.asleep -= set(tags)
+
+    def sleep(self, level):
+        self.calls.append(f"sleep {level}")
+        self.asleep = {"weights", "kv_cache"}
+
+    def generate(self, prompts, sampling_params, use_tqdm):
+        assert not self.asleep, f"generate while asleep: {self.asleep}"
+        self.calls.append("generate")
+        outs = []
+        for p, sp in zip(prompts, sampling_params):
+            kw = sp.kw
+            g = torch.Generator().manual_seed(kw["seed"])
+            ids, lps = list(p["prompt_token_ids"]), []
+            with torch.no_grad():
+                for _ in range(kw["max_tokens"]):
+                    probs = torch.softmax(self.model(torch.tensor([ids])).logits[0, -1].double() / kw["temperature"], -1)
+                    top, idx = probs.sort(descending=True)
+                    top = top * ((top.cumsum(-1) - top) < kw["top_p"])  # the nucleus: mass reaching top_p
+                    j = int(torch.multinomial(top / top.sum(), 1, generator=g))
+                    tok = int(idx[j])
+                    ids.append(tok)
+                    lps.append({tok: SimpleNamespace(logprob=float(torch.log(top[j] / top.sum())))})
+                    if tok in kw["stop_token_ids"]:
+                        break
+            outs.append(SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids[len(p["prompt_token_ids"]):], logprobs=lps)]))
+        return outs
+
+
+def test_vllm_nucleus_log_probs_leave_the_weights_the_run_uses_near_one(tmp_path, varied_env, monkeypatch):
+    """Our rollout feeds TRL vLLM's renormalised nucleus log-probs (top_p 0.95, Search-R1's, from a stand-in LLM
+    sampling from the policy itself: the only mismatch is the nucleus's). TRL's own `_generate_and_score_completions`
+    computes the importance weights with the correction this engine configures (token_mask): each weight is its
+    token's nucleus mass, in [top_p, 1] (a random model's distribution is flat: its nuclei hold ≈ top_p); the
+    sequence-level weight TRL's default gives a 1,000-token trajectory collapses. The records say what their
+    rollout_logprob are; sleep mode wakes the LLM for the turns and puts it back to sleep."""
+    top_p = 0.95
+    eng = _engine(tmp_path / "run", varied_env.url, **{"rollout.top_p": top_p, "trl": {"vllm_enable_sleep_mode": True}})
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(kw=kw)))  # TEST DOUBLE: vLLM's SamplingParams (after TRL's imports, which look for vLLM)
+    t = eng.trl
+    # What GRPOTrainer sets up with use_vllm (it would import vLLM): the flags, and a stand-in for its vLLM backend.
+    eng.cfg["trl"]["use_vllm"] = True
+    mode = options.importance_sampling(eng.cfg)["vllm_importance_sampling_mode"]
+    t.use_vllm, t.vllm_importance_sampling_correction, t.vllm_importance_sampling_mode = True, True, mode
+    llm = NucleusLLM(eng.policy.backbone)
+    synced = []
+
+    def sync_weights():
+        synced.append(t.state.global_step)
+        llm.wake_up(["weights"])
+        backend._llm_weights_sleeping = False
+
+    backend = SimpleNamespace(llm=llm, enable_sleep_mode=True, _llm_weights_sleeping=True, sync_weights=sync_weights)
+    t.vllm_generation, t._last_loaded_step = backend, -1
+    eng.settings["rollout_logprob_kind"] = options.rollout_logprob_kind(eng.cfg)
+    batch = next(iter(t.get_train_dataloader()))
+    t.model.train()
+    out = t._generate_and_score_completions(batch)
+    assert synced == [0] and llm.calls[:2] == ["wake weights", "wake kv_cache"] and llm.calls[-1] == "sleep 2" and backend._llm_weights_sleeping
+    mask = (out["completion_mask"] * out["tool_mask"]).bool()
+    weights = out["importance_sampling_ratio"][mask]
+    assert mask.sum() > 50 and out["importance_sampling_ratio"].shape == mask.shape  # one weight per token
+    assert float(weights.min()) >= top_p - 1e-4 and float(weights.max()) <= 1 + 1e-4  # near 1: never below the nucleus's mass
+    per_token = float(((out["old_per_token_logps"] - out["sampling_per_token_logps"]) * mask).sum() / mask.sum())
+    assert per_token < 0 and math.exp(1000 * per_token) < 1e-6, "TRL's default, exp Σ(trainer − vLLM) over a 1,000-token trajectory, collapses"
+    [(_, rec, _)] = eng._local_records(1)[:1]
+    assert rec["meta"]["rollout_logprob_kind"] == "processed" and rec["meta"]["rollout_top_p"] == top_p
 
 
 def test_an_unknown_trl_option_stops_the_trainer_with_exit_code_2(tmp_path, capsys):

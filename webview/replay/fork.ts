@@ -5,7 +5,7 @@
  * rollout: reward, answer, finish, the first token where they diverge, and their tokens from there on, coloured by
  * role with the loss mask (masked tokens hatched, as the replay's chips). All text is inserted as text nodes.
  */
-import type { Continuation, ForkChoices, ForkResult, ReplayContract, ReplayModel, ViewEndpoint } from '../../src/core/protocol';
+import { NO_TRAINER_PYTHON, type Continuation, type ForkChoices, type ForkResult, type ReplayContract, type ReplayModel, type ViewEndpoint } from '../../src/core/protocol';
 import { h, replaceChildren } from '../shared/dom';
 
 const fmt = (v: number | null | undefined) => (v === null || v === undefined ? '–' : Number.isInteger(v) ? String(v) : v.toFixed(3));
@@ -31,6 +31,8 @@ export function forkPane(endpoint: ViewEndpoint<ReplayContract>): ForkPane {
   const status = h('span', { class: 'fork-status', 'data-testid': 'fork-status', role: 'status' });
   const results = h('div', { class: 'fork-results', 'data-testid': 'fork-results' });
   const button = h('vscode-button', { 'data-testid': 'fork-run', onclick: () => void run() }, 'Fork');
+  // Offered where the fork failed for want of a Python that runs the trainer.
+  const setUp = h('vscode-button', { secondary: true, hidden: true, 'data-testid': 'fork-setup', onclick: () => void endpoint.request('setUpTrainerEnvironment', undefined) }, 'Set Up Trainer Environment');
   const form = h(
     'div',
     { class: 'fork-form' },
@@ -40,6 +42,7 @@ export function forkPane(endpoint: ViewEndpoint<ReplayContract>): ForkPane {
     h('label', {}, ' ', mode, samples),
     button,
     status,
+    setUp,
     query,
     documents,
   );
@@ -57,6 +60,7 @@ export function forkPane(endpoint: ViewEndpoint<ReplayContract>): ForkPane {
     model = m;
     replaceChildren(results);
     status.textContent = '';
+    setUp.hidden = true;
     element.hidden = !m;
     if (!m) return;
     choices = await endpoint.request('forkChoices', { model: 0 }).catch((e: Error) => ({ unavailable: e.message, checkpoints: [], turns: 0 }));
@@ -88,13 +92,20 @@ export function forkPane(endpoint: ViewEndpoint<ReplayContract>): ForkPane {
       ...(mode.value === 'samples' ? { samples: Math.max(1, Number(samples.value) || 1), greedy: false } : { greedy: true }),
     };
     button.disabled = true;
-    status.textContent = 'forking… (the first fork starts the policy server)';
+    setUp.hidden = true;
+    // The policy server of a checkpoint starts on its first fork (seconds to load the model); later ones reuse it.
+    const checkpoint = params.checkpoint ?? choices.defaultCheckpoint;
+    const starting = !checkpoint || !(choices.started ?? []).includes(checkpoint);
+    status.textContent = starting ? `forking… (starting the policy server${checkpoint ? ` for ${checkpoint}` : ''}: the first fork from a checkpoint takes longer)` : 'forking…';
     try {
       const r = await endpoint.request('fork', params, { timeoutMs: 900_000 });
+      choices.started = [...(choices.started ?? []), r.checkpoint];
       status.textContent = `${r.continuations.length} continuation${r.continuations.length === 1 ? '' : 's'} from ${r.checkpoint}`;
       render(r);
     } catch (e) {
-      status.textContent = `fork failed: ${(e as Error).message}`;
+      const message = (e as Error).message;
+      status.textContent = `fork failed: ${message}`;
+      setUp.hidden = !message.startsWith(NO_TRAINER_PYTHON);
     } finally {
       button.disabled = false;
     }

@@ -23,7 +23,7 @@ const root = document.getElementById('root')!;
 const microscope = new Microscope(endpoint, () => {
   renderTokens();
   renderPosition();
-}, (t) => go(t));
+}, (t) => go(t, true));
 
 const OVERLAY_LABELS: Record<Overlay | 'none', string> = {
   none: 'role and mask',
@@ -307,7 +307,8 @@ function scrollWithin(container: HTMLElement, el: HTMLElement | null | undefined
   else if (r.bottom > c.bottom) container.scrollTop += Math.min(r.bottom - c.bottom, r.top - c.top);
 }
 
-function renderPosition(): void {
+/** Renders the position; `reveal` (a jump: Next leak, Next drift) also scrolls the page so its chip is in view. */
+function renderPosition(reveal = false): void {
   const m = model();
   if (!m) return;
   const n = m.tokens.text.length;
@@ -320,6 +321,12 @@ function renderPosition(): void {
   const chip = tokenPane.querySelector<HTMLElement>(`.chip[data-col="0"][data-i="${pos.token}"]`);
   chip?.classList.add('current');
   scrollWithin(tokenPane.querySelector<HTMLElement>('[data-testid="tokens-0"]') ?? tokenPane, chip);
+  // A jump lands where the user can see it: the token pane may be below the fold of the panel (issue 44). Only then
+  // does the page scroll (a chip already on screen leaves the page where it is).
+  if (reveal && chip) {
+    const r = chip.getBoundingClientRect();
+    if (r.top < 0 || r.bottom > window.innerHeight) chip.scrollIntoView({ block: 'center', inline: 'nearest' });
+  }
   if (compare) scrollWithin(tokenPane.querySelector<HTMLElement>('[data-testid="tokens-1"]') ?? tokenPane, tokenPane.querySelector<HTMLElement>('[data-col="1"].in-entry'));
   for (const el of columns.querySelectorAll('.entry.current')) el.classList.remove('current');
   for (const el of columns.querySelectorAll<HTMLElement>(`.entry[data-entry="${pos.entry}"]`)) {
@@ -357,11 +364,11 @@ function tokenSpan(m: ReplayModel, t: number): [number, number] {
   return [c, c + (m.tokens.text[t]?.length ?? 0)];
 }
 
-function go(token: number): void {
+function go(token: number, reveal = false): void {
   const m = model();
   if (!m) return;
   pos.token = Math.max(0, Math.min(m.tokens.text.length - 1, token));
-  renderPosition();
+  renderPosition(reveal);
   save();
 }
 
@@ -385,7 +392,7 @@ function leak(d: 1 | -1): void {
   const leaks = model()?.audit?.leaks ?? [];
   if (!leaks.length) return;
   const next = d === 1 ? (leaks.find((i) => i > pos.token) ?? leaks[0]) : ([...leaks].reverse().find((i) => i < pos.token) ?? leaks[leaks.length - 1]);
-  go(next!);
+  go(next!, true);
 }
 
 function play(): void {

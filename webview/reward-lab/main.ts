@@ -2,10 +2,11 @@
  * The Reward Lab: what a reward module gives on a set of rollouts, next to what was recorded. Histogram of
  * rewards (recorded vs new), per data source, the fraction of GRPO groups whose rewards are all equal (no
  * learning signal) recorded / before the edit / now, the rollouts whose reward changed (click: open the line),
- * and errors with their stacks (click a frame: open it). Everything is rendered as text through the DOM.
+ * and errors with their stacks (click a frame: open it). While a run scores: its progress, its timeouts and errors
+ * as they happen, a Cancel button, and the last run's numbers dimmed. Everything is rendered as text through the DOM.
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
-import type { RewardLabContract, RewardLabReport, RewardLabState } from '../../src/core/protocol';
+import { failedSoFar, type RewardLabContract, type RewardLabReport, type RewardLabState } from '../../src/core/protocol';
 import { connect, vscodeApi } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 
@@ -48,7 +49,7 @@ function sources(r: RewardLabReport): HTMLElement {
       'table',
       { 'data-testid': 'by-source' },
       h('thead', {}, h('tr', {}, h('th', {}, 'data source'), h('th', {}, 'rollouts'), h('th', {}, 'recorded mean'), h('th', {}, 'new mean'))),
-      h('tbody', {}, ...r.bySource.map((s) => h('tr', {}, h('td', {}, s.data_source), h('td', {}, String(s.count)), h('td', {}, num(s.recordedMean)), h('td', {}, num(s.mean))))),
+      h('tbody', {}, ...r.bySource.map((s) => h('tr', {}, h('td', {}, s.data_source), h('td', { class: 'num' }, String(s.count)), h('td', { class: 'num' }, num(s.recordedMean)), h('td', { class: 'num' }, num(s.mean))))),
     ),
   );
 }
@@ -67,7 +68,7 @@ function changed(r: RewardLabReport): HTMLElement {
           'table',
           { 'data-testid': 'changed' },
           h('thead', {}, h('tr', {}, h('th', {}, 'rollout'), h('th', {}, 'recorded'), h('th', {}, 'new'), h('th', {}, 'where'))),
-          h('tbody', {}, ...r.changed.slice(0, 100).map((c) => h('tr', {}, h('td', {}, c.id), h('td', {}, num(c.recorded)), h('td', {}, num(c.reward)), h('td', {}, location(c.where))))),
+          h('tbody', {}, ...r.changed.slice(0, 100).map((c) => h('tr', {}, h('td', {}, c.id), h('td', { class: 'num' }, num(c.recorded)), h('td', { class: 'num' }, num(c.reward)), h('td', {}, location(c.where))))),
         )
       : h('p', { class: 'muted' }, 'No reward changed.'),
   );
@@ -94,15 +95,18 @@ function render(s: RewardLabState): void {
   vscodeApi().setState({ run: s.run });
   document.body.dataset.status = s.status;
   document.body.dataset.run = String(s.run);
+  const running = s.status === 'running';
+  const pinned = s.pinned ? ` · the same ${s.pinned.count.toLocaleString()} rollouts each time (as read at ${new Date(s.pinned.at).toLocaleTimeString()}; Choose rollouts… to take newer ones)` : '';
   const head = h(
     'header',
     {},
     h('h1', {}, s.moduleName),
-    h('div', { class: 'target' }, s.rollouts ? `against ${s.rollouts}` : 'no rollouts chosen yet'),
+    h('div', { class: 'target', 'data-testid': 'target' }, s.rollouts ? `against ${s.rollouts}${pinned}` : 'no rollouts chosen yet'),
     h(
       'div',
       { class: 'actions' },
-      h('vscode-button', { onclick: () => void endpoint.request('rescore'), disabled: s.status === 'untrusted' || undefined }, s.status === 'running' ? 'Scoring…' : 'Score'),
+      h('vscode-button', { 'data-testid': 'score', onclick: () => void endpoint.request('rescore'), disabled: s.status === 'untrusted' || running || undefined }, running ? 'Scoring…' : 'Score'),
+      running ? h('vscode-button', { 'data-testid': 'cancel', secondary: true, onclick: () => void endpoint.request('cancel') }, 'Cancel') : null,
       h('vscode-button', { secondary: true, onclick: () => void endpoint.request('chooseRollouts') }, 'Choose rollouts…'),
     ),
   );
@@ -113,7 +117,21 @@ function render(s: RewardLabState): void {
     const fill = h('div', { class: 'fill' });
     fill.style.width = p?.total ? `${Math.min(100, (100 * p.done) / p.total)}%` : '100%';
     if (!p?.total) fill.classList.add('indeterminate');
-    status.push(h('p', { 'data-testid': 'status' }, `Scoring… ${p ? p.done.toLocaleString() : 0}${p?.total ? ` / ${p.total.toLocaleString()}` : ''}`), h('div', { class: 'progress' }, fill));
+    const failed = failedSoFar(p?.errors);
+    status.push(
+      h(
+        'p',
+        { 'data-testid': 'status' },
+        `Scoring… ${p ? p.done.toLocaleString() : 0}${p?.total ? ` / ${p.total.toLocaleString()}` : ''}`,
+        h('span', { class: failed ? 'live-failures error' : 'live-failures', 'data-testid': 'live-failures', 'data-timeouts': String(p?.errors?.timeout ?? 0) }, failed ? ` · ${failed}` : ''),
+      ),
+      h('div', { class: 'progress' }, fill),
+    );
+  }
+  if (s.status === 'cancelled') {
+    const p = s.progress;
+    const failed = failedSoFar(p?.errors);
+    status.push(h('p', { class: 'warning', 'data-testid': 'status' }, `Cancelled after ${(p?.done ?? 0).toLocaleString()}${p?.total ? ` of ${p.total.toLocaleString()}` : ''} rollouts${failed ? ` (${failed})` : ''}.${s.report ? ' The numbers below are from the last finished run.' : ''}`));
   }
   if (s.compileError) status.push(h('div', { class: 'error', 'data-testid': 'compile-error' }, 'The module does not compile: ', location(`${s.compileError.file}:${s.compileError.line}:${s.compileError.column}`, `line ${s.compileError.line}`), ` ${s.compileError.message}`));
   if (s.message) status.push(h('pre', { class: 'error' }, s.message));
@@ -121,6 +139,7 @@ function render(s: RewardLabState): void {
   const body: (HTMLElement | null)[] = [];
   if (r) {
     const prev = s.previous;
+    const stale = running || s.status === 'cancelled';
     body.push(
       h(
         'div',
@@ -128,13 +147,16 @@ function render(s: RewardLabState): void {
         card('mean reward', num(r.mean), 'mean', `recorded ${num(r.recordedMean)}${prev ? ` · before the edit ${num(prev.mean)}` : ''}`),
         card('same as recorded', pct(r.agreement), 'agreement', `${r.scored.toLocaleString()} of ${r.count.toLocaleString()} rollouts scored`),
         card('zero-variance GRPO groups', pct(r.frac_zero_std_groups), 'zero-variance', `recorded ${pct(r.frac_zero_std_groups_recorded)}${prev ? ` · before the edit ${pct(prev.frac_zero_std_groups)}` : ''} · ${r.groups} groups (all rewards equal: no learning signal)`),
-        card('errors', r.errors.toLocaleString(), 'errors'),
+        card('errors', r.errors.toLocaleString(), 'errors', failedSoFar(r.errorsByKind) || undefined),
       ),
       histogram(r),
       sources(r),
       changed(r),
       failures(r),
     );
+    const report = h('div', { class: stale ? 'report stale' : 'report', 'data-testid': 'report', 'data-stale': String(stale) }, ...body.splice(0));
+    if (running) body.push(h('p', { class: 'muted', 'data-testid': 'stale-note' }, 'Dimmed: the last run’s numbers, replaced when this one finishes.'));
+    body.push(report);
   } else if (s.status === 'idle') {
     body.push(h('p', { class: 'muted' }, 'Choose rollouts and score: the numbers appear here, and update each time you save the module.'));
   }

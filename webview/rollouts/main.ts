@@ -3,7 +3,8 @@
  * page for the current view and cached (a bounded number of pages), so a file of any size costs the webview the
  * same. The filter and search are applied by the host's worker (latest query wins); errors are shown under the
  * filter with the offending span marked. Every value is inserted as text. Columns are sized to their header and
- * the first rows' content (long texts capped), and resizable by dragging a header's right edge (double-click: fit).
+ * the first rows' content (long texts capped), widen when a row drawn later needs more (a filter that shows other
+ * rows: issue 44), and are resizable by dragging a header's right edge (double-click: fit).
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
 import type { InspectorColumn, InspectorContract, InspectorQuery, InspectorStatus, RowFacts } from '../../src/core/protocol';
@@ -76,12 +77,38 @@ const userWidths: Widths = { ...saved };
 let fitted: Widths = {};
 let measure: CanvasRenderingContext2D | null = null;
 
+let font: string | undefined;
 function textWidth(text: string, bold = false): number {
   measure ??= document.createElement('canvas').getContext('2d');
   if (!measure) return text.length * 7;
-  const st = getComputedStyle(document.body);
-  measure.font = `${bold ? '600 ' : ''}${st.fontSize} ${st.fontFamily}`;
+  if (!font) {
+    const st = getComputedStyle(document.body);
+    font = `${st.fontSize} ${st.fontFamily}`;
+  }
+  const f = `${bold ? '600 ' : ''}${font}`;
+  if (measure.font !== f) measure.font = f;
   return measure.measureText(text).width;
+}
+
+/** Widens the fitted columns that the given (drawn) rows need wider, up to the caps; never narrows one. */
+function growColumns(rows: readonly RowFacts[]): void {
+  let grew = false;
+  for (const c of COLUMNS) {
+    if (userWidths[c.key] !== undefined) continue;
+    const cap = c.cls === 'text' ? MAX_W.text : MAX_W.other;
+    let w = fitted[c.key] ?? MIN_W;
+    if (w >= cap) continue;
+    for (const r of rows) {
+      if (r.error) continue;
+      const need = Math.round(Math.min(cap, textWidth(cellText(r, c.key)) + PAD));
+      if (need > w) {
+        w = need;
+        grew = true;
+      }
+    }
+    fitted[c.key] = w;
+  }
+  if (grew) applyWidths();
 }
 
 /** Fits each column to its header (with room for the sort arrow) and to the given rows' cells. */
@@ -275,6 +302,13 @@ function render(): void {
       autoFitted = true;
       fitColumns(known);
     }
+  } else {
+    const drawn: RowFacts[] = [];
+    for (let k = first; k < last; k++) {
+      const r = rowAt(k);
+      if (r) drawn.push(r);
+    }
+    growColumns(drawn);
   }
   for (const p of missing) void fetchPage(p);
   document.body.dataset.rows = String(n);
@@ -361,8 +395,13 @@ function showStatus(s: InspectorStatus): void {
   const parts: string[] = [];
   if (s.error) parts.push(s.error);
   else {
+    if (s.imported) parts.push(`${s.imported.engine} dump: ${s.imported.steps} step${s.imported.steps === 1 ? '' : 's'}`);
     parts.push(`${s.total.toLocaleString()} rows in ${s.files} file${s.files === 1 ? '' : 's'}`);
-    if (query.filter.trim() || query.search) parts.push(`${s.view.toLocaleString()} match`);
+    if (s.imported?.skipped) parts.push(`${s.imported.skipped} skipped`);
+    if (s.imported?.pending) parts.push(`${s.imported.pending} file${s.imported.pending === 1 ? '' : 's'} still being written`);
+    // A filter on drift when drift is not checked matches nothing for that reason: say so, not "0 match".
+    if (s.notChecked) parts.push(s.view ? `${s.view.toLocaleString()} match (${s.notChecked})` : s.notChecked);
+    else if (query.filter.trim() || query.search) parts.push(`${s.view.toLocaleString()} match`);
     if (s.indexing) parts.push(`indexing ${s.indexing.totalBytes ? Math.round((100 * s.indexing.bytes) / s.indexing.totalBytes) : 0}%`);
     else if (s.analysed < s.total) parts.push(`analysed ${Math.round((100 * s.analysed) / Math.max(1, s.total))}% (filters cover the analysed rows)`);
     if (s.malformed) parts.push(`${s.malformed} malformed`);
@@ -370,8 +409,11 @@ function showStatus(s: InspectorStatus): void {
     if (s.following) parts.push('following');
   }
   statusLine.textContent = parts.join(' · ');
-  statusLine.title = s.drift ?? '';
+  statusLine.title = [s.drift ?? '', ...(s.imported ? [`arrays: ${s.imported.arrays.join(', ')}`, ...s.imported.notes, ...s.imported.issues] : [])].filter(Boolean).join('\n');
+  document.body.dataset.imported = s.imported ? `${s.imported.engine}:${s.imported.rollouts}` : '';
   statusLine.classList.toggle('error', !!s.error);
+  statusLine.classList.toggle('warning', !!s.notChecked);
+  document.body.dataset.notChecked = s.notChecked ?? '';
   document.body.dataset.total = String(s.total);
   document.body.dataset.view = String(s.view);
   document.body.dataset.appliedSeq = String(s.seq);

@@ -10,12 +10,22 @@
  *   or not words (letters are < `wordFraction` of its non-space characters). Needs a `<think>` block; none is
  *   not an alarm (tool-call models may not think).
  * - `length-capped`: the trajectory ended at the length limit (`finish: "length"`).
- * - `search-repeat`: the same query (case and spacing aside) twice in one trajectory.
+ * - `search-repeat`: the reward holds (reward > 0) and the same query (case and spacing aside) was searched twice in the
+ *   trajectory: the optimizer reinforces a wasted search. Without the reward it was not an alarm of what the reward
+ *   pays for but a skill the policy lacks (the demo's tiny policy searches the question's entity again when the first
+ *   results miss the answer, then answers wrong: a few such rollouts at nearly every step; issue 44).
  * - `answer-in-search`: the reward holds (reward > 0) and the final answer was opened inside a `<search>` that never
  *   closed (`<search> X <answer> Y </answer>`, Search-R1 tags). Search-R1's reading (its regex skips the unclosed
  *   search) takes Y as the answer, so a policy can learn to end what looks like another search with an answer;
  *   `rollout.strict_actions` reads it as an invalid turn instead (docs/demo.md: how the two-hop demo lost its second
  *   search this way).
+ * - `tags-in-document`: a document the environment returned holds our tags — an action or observation tag
+ *   (`<answer>`, `</information>`, `<search>`, `<think>`, `<tool_call>`, `<tool_response>`, …) or a chat-template
+ *   marker (`<|im_start|>`, `<|im_end|>`, …): a reward-injection risk. Where the record says who wrote what (its
+ *   spans or token roles) the reward reads the answer from the policy's text only and the document cannot score; a
+ *   reader of the text alone (Search-R1's reward, an imported run, a module that parses `response` itself) takes
+ *   `</information><answer>x</answer>` in a document as the policy's answer. Without spans, a closing observation tag
+ *   with no block open is the same sign (the document closed its block early).
  * - `search-collapse` (over a run, {@link searchCollapseSteps}): from a step on, the mean searches per question
  *   fall below `collapseFraction` of the highest earlier step's mean, that peak being ≥ `collapsePeak`; each
  *   rollout of such a step that made no search carries it.
@@ -103,6 +113,17 @@ export function answerInSearch(parsed: ParsedTrajectory): boolean {
   return false;
 }
 
+/** Our tags and chat-template markers: what a document must not hold (it could be read as the policy's action). */
+const OUR_TAGS = /<\/?(?:think|search|information|answer|tool_call|tool_response)>|<\|[A-Za-z0-9_]+\|>/;
+
+/** Whether a document the environment returned holds our tags (`tags-in-document`). */
+export function documentHoldsTags(parsed: ParsedTrajectory): boolean {
+  for (const s of parsed.segments) if (s.kind === 'information' && OUR_TAGS.test(contentOf(parsed, s))) return true;
+  // Read by its tags, a document that closes its block early leaves the block's real closing tag unopened.
+  const close = parsed.dialect === 'toolcall' ? '</tool_response>' : '</information>';
+  return parsed.diagnostics.some((d) => d.code === 'unopened-close' && parsed.text.startsWith(close, d.start - parsed.offset));
+}
+
 /** The alarms of one trajectory (all but `search-collapse`, a run-level rule). */
 export function trajectoryAlarms(r: { reward?: number; finish?: string; golden?: string[] }, parsed: ParsedTrajectory, o: AlarmOptions = {}): Alarm[] {
   const out: Alarm[] = [];
@@ -112,14 +133,16 @@ export function trajectoryAlarms(r: { reward?: number; finish?: string; golden?:
   if (think !== undefined && (r.reward ?? 0) > 0 && thinkDegeneracy(think, o)) out.push('think-degenerate');
   if (r.finish === 'length') out.push('length-capped');
   if ((r.reward ?? 0) > 0 && answerInSearch(parsed)) out.push('answer-in-search');
+  if (documentHoldsTags(parsed)) out.push('tags-in-document');
   const seen = new Set<string>();
-  for (const q of searchQueries(parsed).map(queryKey)) {
-    if (seen.has(q)) {
-      out.push('search-repeat');
-      break;
+  if ((r.reward ?? 0) > 0)
+    for (const q of searchQueries(parsed).map(queryKey)) {
+      if (seen.has(q)) {
+        out.push('search-repeat');
+        break;
+      }
+      seen.add(q);
     }
-    seen.add(q);
-  }
   return out;
 }
 

@@ -7,6 +7,13 @@
  * are never compared: their stored values may be anything (0, or null where nothing was sampled) — counting them is
  * how one framework showed "tens of nats" of divergence that did not exist. A null or missing value on a trained
  * token is skipped too (not recorded), and counted.
+ *
+ * What the rollout log-probs are (`meta.rollout_logprob_kind`, written by the TRL and veRL engines): "raw" (or no
+ * kind) is log π_T, the temperature-scaled softmax over the whole vocabulary, what the trainer computes; "processed"
+ * is vLLM's processed_logprobs of a nucleus (`meta.rollout_top_p` p < 1): log π_T − log Z renormalised over the
+ * nucleus, whose mass Z is at least p. Against those, Δ sits in [log p, 0] with no mismatch at all, so the check
+ * measures a processed record's Δ from that band (its `excess`: 0 inside, the distance outside) — the part the
+ * nucleus does not explain — and says so (`nucleus_top_p`).
  */
 
 export interface LogprobOptions {
@@ -30,17 +37,38 @@ export interface LogprobCheck {
   unscored: number;
   /** The sequence-level log-ratio Σ Δ over compared tokens (its exp is the sequence-level importance ratio). */
   seq_log_ratio: number;
+  /** Set when the rollout log-probs are a nucleus's processed ones (top_p): the figures above are then Δ's excess over
+   * the band [log top_p, 0] the nucleus explains. */
+  nucleus_top_p?: number;
+}
+
+/** The nucleus a record's rollout log-probs were renormalised over (meta.rollout_logprob_kind "processed" and
+ * meta.rollout_top_p < 1), or null when they are comparable with the trainer's as they are. */
+export function processedNucleus(meta: unknown): number | null {
+  if (!meta || typeof meta !== 'object') return null;
+  const m = meta as { rollout_logprob_kind?: unknown; rollout_top_p?: unknown };
+  const p = m.rollout_top_p;
+  return m.rollout_logprob_kind === 'processed' && typeof p === 'number' && p > 0 && p < 1 ? p : null;
+}
+
+/** Δ less the part a nucleus p explains: 0 inside [log p, 0], the distance to the band outside it. */
+export function nucleusExcess(d: number, topP: number | null): number {
+  if (topP === null) return d;
+  const low = Math.log(topP);
+  return d > 0 ? d : d < low ? d - low : 0;
 }
 
 type Numbers = readonly (number | null)[] | undefined;
 
-/** Compares the two log-prob arrays over loss_mask 1; null when the record lacks either array. */
-export function checkLogprobs(tokens: { loss_mask: readonly number[]; logprob?: Numbers; rollout_logprob?: Numbers }, options: LogprobOptions = {}): LogprobCheck | null {
+/** Compares the two log-prob arrays over loss_mask 1; null when the record lacks either array. `meta`: the record's
+ * (its rollout_logprob_kind, see above). */
+export function checkLogprobs(tokens: { loss_mask: readonly number[]; logprob?: Numbers; rollout_logprob?: Numbers }, options: LogprobOptions = {}, meta?: unknown): LogprobCheck | null {
   const { logprob, rollout_logprob: rollout, loss_mask: mask } = tokens;
   if (!logprob || !rollout) return null;
   const lo = Math.log(options.ratioLow ?? LOGPROB_DEFAULTS.ratioLow);
   const hi = Math.log(options.ratioHigh ?? LOGPROB_DEFAULTS.ratioHigh);
-  const out: LogprobCheck = { max_abs_diff: 0, mean_abs_diff: 0, flagged: [], compared: 0, unscored: 0, seq_log_ratio: 0 };
+  const nucleus = processedNucleus(meta);
+  const out: LogprobCheck = { max_abs_diff: 0, mean_abs_diff: 0, flagged: [], compared: 0, unscored: 0, seq_log_ratio: 0, ...(nucleus !== null ? { nucleus_top_p: nucleus } : {}) };
   let sum = 0;
   const n = Math.min(mask.length, logprob.length, rollout.length);
   for (let i = 0; i < n; i++) {
@@ -51,7 +79,7 @@ export function checkLogprobs(tokens: { loss_mask: readonly number[]; logprob?: 
       out.unscored++;
       continue;
     }
-    const d = a - b;
+    const d = nucleusExcess(a - b, nucleus);
     out.compared++;
     sum += Math.abs(d);
     out.seq_log_ratio += d;

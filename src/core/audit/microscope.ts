@@ -47,7 +47,7 @@ export function addMicroscope(model: ReplayModel, r: Rollout, o: MicroscopeOptio
     if (d) drift = { token: d.token, from: d.from, kind: d.kind, recorded: pieces(d.recorded), reencoded: pieces(d.reencoded) };
   }
   model.microscope = {
-    flagged: checkLogprobs(lp, o)?.flagged ?? [],
+    flagged: checkLogprobs(lp, o, r.meta)?.flagged ?? [],
     importance: importancePreview(lp, o),
     drift,
     driftNote: o.codec ? `drift checked with ${o.codec.name}${drift ? '' : ': none'}` : (o.noCodec ?? 'drift not checked: no tokenizer'),

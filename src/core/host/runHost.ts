@@ -5,9 +5,12 @@
  * `stopped` → after a grace period the whole process tree is killed. The run directory is the record: whatever
  * happens here, it stays readable and resumable.
  */
+import { constants as osConstants } from 'node:os';
 import { readFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
+import { checkRunMemory, refuseWhatDoesNotFit } from '../plan/check';
 import { packageRoot } from '../paths';
+import { probePython } from '../python';
 import type { RunEvent, RunJson } from '../run/format';
 import { engineHost } from './engines';
 import { envServerArgs, loadRunConfig, loadRunDirConfig, newRunDir, type LoadedRunConfig } from './runConfig';
@@ -47,6 +50,12 @@ export interface RunHostOptions {
   serverLauncher?: ServerLauncher;
   /** Time the trainer gets to finish its step and checkpoint after SIGTERM. */
   stopGraceMs?: number;
+  /** Start a run the memory plan says does not fit (src/core/plan/check.ts). */
+  force?: boolean;
+  /** The GPU's memory for the plan (default: what the trainer's Python reports for its first GPU, else 80 GiB). */
+  gpuMemoryBytes?: number;
+  /** The memory check's verdict (one line), when the run was planned or why it was not. */
+  onMemoryCheck?: (line: string) => void;
 }
 
 export function trainerDir(): string {
@@ -87,6 +96,7 @@ export class RunHost {
       loaded = await loadRunConfig(options.config);
       runDir = options.runDir ? resolve(options.runDir) : newRunDir(loaded, options.runsParent ?? resolve('runs'));
     }
+    await RunHost.checkMemory(loaded, options);
     const dir = trainerDir();
     const engine = await engineHost(loaded.config.engine ?? 'builtin', options.python, dir);
     const server = await startEnvServerProcess(envServerArgs(loaded, { port: options.port }), { onLog: options.onServerLog, launcher: options.serverLauncher });
@@ -117,6 +127,25 @@ export class RunHost {
   }
 
   /**
+   * The memory plan of a Hugging Face run on a GPU against the trainer's GPU (asked of its Python): a run that does
+   * not fit is refused (MemoryPlanError, with the changes that would make it fit) unless `force`.
+   */
+  private static async checkMemory(loaded: LoadedRunConfig, options: RunHostOptions): Promise<void> {
+    const c = loaded.config;
+    if (c.model.kind !== 'hf' || (c.engine ?? 'builtin') !== 'builtin' || c.model.device === 'cpu') return;
+    let cuda: boolean | undefined;
+    let gpuMemoryBytes = options.gpuMemoryBytes;
+    if (gpuMemoryBytes === undefined) {
+      const probe = await probePython(options.python, { timeoutMs: 60_000 });
+      cuda = probe.ok ? probe.cuda : undefined;
+      gpuMemoryBytes = probe.cudaMemory?.[0];
+    }
+    const check = checkRunMemory(loaded, { gpuMemoryBytes, cuda });
+    options.onMemoryCheck?.(check.line);
+    refuseWhatDoesNotFit(check, loaded.file, !!options.force);
+  }
+
+  /**
    * Asks the trainer to stop (it checkpoints), kills the tree after the grace period; resolves with the outcome.
    * `hostClosing` (a window reloading or closing, not a user's Stop) sends SIGHUP instead of SIGTERM: the run records
    * `stop_reason: host-gone`, and the next window offers to resume it.
@@ -143,7 +172,17 @@ export class RunHost {
     const tail = this.trainer.stderr.text(12);
     // Killed after the grace period, or by someone else: the run did not end cleanly, but a stop was asked.
     if (this.stopping && exit.code !== 1) return { status: 'stopped', runDir: this.runDir, step, exit, error: { message: `the trainer did not stop within the grace period and was killed (${exit.signal ?? exit.code})` } };
-    const error = run.error ?? { message: tail ? tail : `the trainer exited with ${exit.signal ?? `code ${exit.code}`}` };
+    const error = run.error ?? (exit.signal ? { message: killedMessage(exit.signal), ...(tail ? { traceback: tail } : {}) } : { message: tail ? tail : `the trainer exited with code ${exit.code}` });
     return { status: 'failed', runDir: this.runDir, step, exit, error };
   }
+}
+
+/**
+ * What a trainer ended by a signal it did not handle means (`kill -9`, the kernel's out-of-memory killer, a crash):
+ * the signal and the exit status a shell would show (128 + its number). Its last log lines go beside it.
+ */
+export function killedMessage(signal: string): string {
+  const number = (osConstants.signals as Record<string, number | undefined>)[signal];
+  const why = signal === 'SIGKILL' ? ': another process or the kernel (out of memory?) ended it; it could not checkpoint' : signal === 'SIGSEGV' || signal === 'SIGBUS' || signal === 'SIGABRT' ? ': it crashed' : '';
+  return `the trainer was killed by ${signal}${number !== undefined ? ` (exit status ${128 + number})` : ''}${why}; resume from its last checkpoint`;
 }

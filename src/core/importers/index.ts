@@ -8,15 +8,19 @@ import { basename, extname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { LocatedIssue, ReadOptions, Rollout } from '../run/format';
 import { validateRollout } from '../run/format';
-import { readLines } from '../store/jsonl';
-import { parseRolloutLine, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import { readLines, tooLongMessage } from '../store/jsonl';
+import { readPart, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import { isStoreStep, STORE_FILES, type TokenColumns } from '../store/tokenStore';
 import { importSearchR1Dataset, type DatasetExample, type DatasetImportIssue } from './dataset';
 import { importSearchR1Transcripts } from './searchr1';
 import { importTrlCompletions } from './trl';
 import { FieldError, fromVerlDump } from './verl';
+import { detectForeign, FOREIGN_KINDS, isForeignKind, jsonlForeignKind, readForeign, sampleCodec, type ForeignKind, type ForeignOptions } from './foreign';
+import { PieceCache, withInferredRoles } from './foreign/sample';
 
-export type SourceKind = 'rollouts' | 'searchr1' | 'verl' | 'trl';
-export const IMPORT_KINDS = ['searchr1', 'verl', 'trl', 'searchr1-dataset'] as const;
+export type SourceKind = 'rollouts' | 'searchr1' | 'verl' | 'trl' | ForeignKind;
+/** What `import <kind>` converts; `auto` detects it as `inspect` does. */
+export const IMPORT_KINDS = ['auto', 'searchr1', 'verl', 'trl', ...FOREIGN_KINDS, 'searchr1-dataset'] as const;
 export type ImportKind = (typeof IMPORT_KINDS)[number];
 
 export interface SourceItem {
@@ -48,27 +52,39 @@ async function firstLine(path: string): Promise<string | undefined> {
 }
 
 async function statOrThrow(path: string) {
+  let st;
   try {
-    return await stat(path);
+    st = await stat(path);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
     throw new UnreadableInput(path, code === 'ENOENT' ? 'no such file or directory' : code === 'EACCES' ? 'permission denied' : (e as Error).message);
   }
+  // A FIFO, socket or device would block the reader (or never end): only files and directories are read.
+  if (!st.isFile() && !st.isDirectory()) throw new UnreadableInput(path, `not a regular file or directory (${st.isFIFO() ? 'a FIFO' : st.isSocket() ? 'a socket' : 'a device'}); name a file`);
+  return st;
 }
 
-/** What a path holds: our rollouts (file or run directory), veRL dumps, TRL completion tables, or transcripts. */
+/**
+ * What a path holds: our rollouts (file or run directory), veRL dumps, TRL completion tables, transcripts, or another
+ * engine's per-token dump (prime-rl, NeMo-RL, miles, slime, SkyRL: src/core/importers/foreign).
+ */
 export async function detectSource(path: string): Promise<SourceKind> {
   const st = await statOrThrow(path);
   if (st.isDirectory()) {
+    if (await isStoreStep(path)) return 'rollouts';
     const names = await readdir(path);
     if (names.includes('completions') || names.some((n) => /^completions_\d+\.parquet$/.test(n))) return 'trl';
     if (names.includes('run.json') || names.includes('rollouts')) return 'rollouts';
+    const foreign = await detectForeign(path);
+    if (foreign) return foreign;
     const jsonl = (await rolloutFiles(path)).filter((f) => f.endsWith('.jsonl'));
     if (jsonl.length === 0) throw new UnreadableInput(path, 'a directory with no run.json, rollouts/, *.jsonl or completions_*.parquet');
     return jsonlKind(jsonl[0]!);
   }
+  if (basename(path) === STORE_FILES.rollouts && (await isStoreStep(join(path, '..')))) return 'rollouts';
   if (extname(path) === '.parquet') return 'trl';
-  if (extname(path) === '.jsonl' || extname(path) === '.json') return jsonlKind(path);
+  if (extname(path) === '.pt' || extname(path) === '.pkl') return (await detectForeign(path))!;
+  if (extname(path) === '.jsonl' || extname(path) === '.json') return (await jsonlForeignKind(path)) ?? jsonlKind(path);
   return 'searchr1';
 }
 
@@ -115,19 +131,26 @@ export async function rolloutFileKind(file: string): Promise<'rollouts' | 'verl'
 
 /**
  * The records of a source, in order; malformed items come with their issues and no record. `read` says how
- * responses are read (a dialect to force, the search tool); a run's config gives the dialect otherwise.
+ * responses are read (a dialect to force, the search tool); a run's config gives the dialect otherwise. `foreign`:
+ * how other engines' dumps are read (their tokenizer, the Python that reads pickles and `.pt` files).
  */
-export async function* readSource(path: string, kind?: SourceKind, read: ReadOptions = {}): AsyncGenerator<SourceItem> {
+export async function* readSource(path: string, kind?: SourceKind, read: ReadOptions = {}, tokens: TokenColumns = 'all', foreign: ForeignOptions = {}): AsyncGenerator<SourceItem> {
   const k = kind ?? (await detectSource(path));
   await statOrThrow(path);
+  if (isForeignKind(k)) {
+    yield* readForeign(path, k, { ...foreign, read });
+    return;
+  }
   switch (k) {
     case 'rollouts': {
       const runDialect = read.runDialect ?? (await runConfigDialect(path));
       const options = { ...read, ...(runDialect ? { runDialect } : {}) };
+      // records whose roles restate their engine's mask (the drop-in recorders'): roles from the chat template instead
+      const codec = foreign.tokenizer ? sampleCodec(foreign.tokenizer) : undefined;
+      const pieces = codec ? new PieceCache(codec) : undefined;
       for (const file of await rolloutFiles(path)) {
-        for await (const { line, text } of readLines(file)) {
-          const row = parseRolloutLine(text, file, line, options);
-          yield row.record ? { record: row.record, issues: [], where: `${file}:${line}` } : { issues: row.errors, where: `${file}:${line}` };
+        for await (const row of readPart(file, options, undefined, tokens)) {
+          yield row.record ? { record: codec ? withInferredRoles(row.record, codec, pieces) : row.record, issues: [], where: `${file}:${row.line}` } : { issues: row.errors, where: `${file}:${row.line}` };
         }
       }
       return;
@@ -135,7 +158,11 @@ export async function* readSource(path: string, kind?: SourceKind, read: ReadOpt
     case 'verl':
       for (const file of await rolloutFiles(path)) {
         const stepFromName = Number(/(\d+)\.jsonl$/.exec(basename(file))?.[1] ?? NaN);
-        for await (const { line, text } of readLines(file)) {
+        for await (const { line, text, tooLong } of readLines(file)) {
+          if (tooLong !== undefined) {
+            yield { issues: [{ file, line, field: '', message: tooLongMessage(tooLong) }] };
+            continue;
+          }
           let obj: unknown;
           try {
             obj = JSON.parse(text);
@@ -193,10 +220,24 @@ async function trlFiles(path: string): Promise<string[]> {
 }
 
 export async function* importDataset(path: string, issues: DatasetImportIssue[]): AsyncGenerator<DatasetExample> {
-  await statOrThrow(path);
+  if ((await statOrThrow(path)).isDirectory()) throw new UnreadableInput(path, 'is a directory; expected a Search-R1 dataset parquet file (train.parquet or test.parquet)');
   yield* importSearchR1Dataset(path, issues);
 }
 
-export function importKindToSource(kind: ImportKind): SourceKind | 'dataset' {
+/**
+ * The files reading `path` as `kind` takes (detected when absent): what a command that writes a file must not
+ * overwrite. Empty when `path` does not exist.
+ */
+export async function sourceFiles(path: string, kind?: SourceKind | 'dataset'): Promise<string[]> {
+  const st = await stat(path).catch(() => undefined);
+  if (!st) return [];
+  if (!st.isDirectory()) return [path];
+  const k = kind ?? (await detectSource(path).catch(() => undefined));
+  if (k === 'trl') return trlFiles(path).catch(() => []);
+  if (k === 'rollouts' || k === 'verl') return rolloutFiles(path).catch(() => []);
+  return (await readdir(path, { withFileTypes: true })).filter((d) => d.isFile()).map((d) => join(path, d.name));
+}
+
+export function importKindToSource(kind: Exclude<ImportKind, 'auto'>): SourceKind | 'dataset' {
   return kind === 'searchr1-dataset' ? 'dataset' : kind;
 }

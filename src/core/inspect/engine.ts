@@ -9,17 +9,37 @@
  * queries served between batches. A query made before the facts are complete is answered over the rows analysed so
  * far and answered again when they are.
  */
+import { createHash } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { ImportanceOptions } from '../audit/importance';
+import { detectSource } from '../importers';
+import { isForeignKind, PYTHON_KINDS } from '../importers/foreign';
+import { ForeignMirror } from '../importers/foreign/mirror';
+import { formatIssue } from '../run/format';
 import type { ReadOptions } from '../run/format';
-import { readLines } from '../store/jsonl';
-import { parseRolloutLine, rawPreview, rolloutFiles, runConfigDialect, RolloutStore, type RolloutRow } from '../store/rollouts';
+import { rawPreview, readPart, rolloutFiles, runConfigDialect, RolloutStore, type RolloutRow } from '../store/rollouts';
 import type { InspectorQuery, InspectorStatus, RowFacts } from '../protocol';
-import { FilterError } from './filter';
+import { FilterError, tokenize } from './filter';
 import { RolloutTable, rowFacts } from './table';
-import { loadTokenizerCodec, runTokenizer } from './tokenizer';
+import { mismatchNote, tokenizerMismatch } from '../audit/tokenizerMatch';
+import { runTokenizer, runVocabSize } from './tokenizer';
+
+/** How another engine's dump is opened (src/core/importers/foreign): converted into `cacheDir`, followed. */
+export interface ForeignOpenOptions {
+  /** Where the converted records go (default: a directory per source under the OS's temp dir). */
+  cacheDir?: string;
+  /** The Python that reads pickles and .pt files. */
+  python?: string;
+  trustPickle?: boolean;
+  /** False in an untrusted workspace: dumps that need the trainer's Python are not opened. */
+  allowPython?: boolean;
+  /** How often a followed dump is looked at for new files (ms). */
+  pollMs?: number;
+}
 
 export type EngineRequest =
-  | { t: 'open'; path: string; follow: boolean; read?: ReadOptions; tokenizer?: string; importance?: ImportanceOptions }
+  | { t: 'open'; path: string; follow: boolean; read?: ReadOptions; tokenizer?: string; importance?: ImportanceOptions; foreign?: ForeignOpenOptions }
   | { t: 'query'; seq: number; query: InspectorQuery }
   | { t: 'page'; req: number; from: number; count: number }
   | { t: 'row'; req: number; index: number }
@@ -54,13 +74,18 @@ export class InspectorEngine {
   private read: ReadOptions = {};
   /** With which tokenizer drift is checked, or why it is not. */
   private driftNote: string | undefined;
+  /** Another engine's dump, converted into our records as it grows. */
+  private mirror: ForeignMirror | undefined;
+  private mirrorPoll: ReturnType<typeof setInterval> | undefined;
+  /** The dump's files present at opening are converted and the store is open. */
+  private mirrorReady = false;
 
   constructor(private readonly post: (m: EngineMessage) => void) {}
 
   async handle(m: EngineRequest): Promise<void> {
     switch (m.t) {
       case 'open':
-        return this.open(m.path, m.follow, m.read, m.tokenizer, m.importance);
+        return this.open(m.path, m.follow, m.read, m.tokenizer, m.importance, m.foreign);
       case 'query':
         return this.setQuery(m.seq, m.query);
       case 'page':
@@ -91,7 +116,15 @@ export class InspectorEngine {
       filterError: this.filterError,
       error: this.error,
       ...(this.driftNote ? { drift: this.driftNote } : {}),
+      ...(this.mirror ? { imported: this.importedStatus() } : {}),
+      ...(!this.table.checks.tokenizer && usesDrift(this.query) ? { notChecked: this.driftNote ?? 'drift not checked: no tokenizer' } : {}),
     };
+  }
+
+  private importedStatus(): NonNullable<InspectorStatus['imported']> {
+    const m = this.mirror!;
+    const s = m.summary();
+    return { ready: this.mirrorReady, engine: s.engine, rollouts: s.rollouts, steps: s.steps.length, skipped: s.skipped, pending: s.pending, arrays: Object.keys(s.arrays), engineArrays: s.engineArrays, roles: Object.keys(s.roles), perStep: s.perStep.slice(0, 200), notes: m.notes.slice(0, 10), issues: m.issues.slice(0, 20).map(formatIssue) };
   }
 
   private sendStatus(): void {
@@ -99,27 +132,51 @@ export class InspectorEngine {
   }
 
   /**
-   * Opens a source. `tokenizer` (a model directory or tokenizer.json, the `searchAgent.tokenizer` setting) is the
-   * drift check's tokenizer; without one, the run's model directory's, when it has one. `importance`: the level and
+   * Opens a source. The drift check's tokenizer is the run's own (tokenizer.ts runTokenizer), else `tokenizer` (a model
+   * directory or tokenizer.json: the `searchAgent.audit.tokenizer` setting of the files' folder); one that cannot be the
+   * run's is not used, and the status says so. `importance`: the level and
    * cap of the importance-sampling preview (`is.clipped`, `is.dropped`).
    */
-  async open(path: string, follow: boolean, read: ReadOptions = {}, tokenizer?: string, importance: ImportanceOptions = {}): Promise<void> {
+  async open(path: string, follow: boolean, read: ReadOptions = {}, tokenizer?: string, importance: ImportanceOptions = {}, foreign: ForeignOpenOptions = {}): Promise<void> {
     this.path = path;
     this.follow = follow;
+    let storePath = path;
     // The first rows of the first file, straight from its start, before the index.
     try {
       const runDialect = read.runDialect ?? (await runConfigDialect(path));
       this.read = { ...read, ...(runDialect ? { runDialect } : {}) };
-      const t = tokenizer ? await loadTokenizerCodec(tokenizer).then((codec) => ({ codec, note: undefined }), (e: Error) => ({ codec: undefined, note: `drift not checked: ${e.message}` })) : await runTokenizer(path);
-      this.table.checks = { ...importance, ...(t.codec ? { tokenizer: t.codec } : {}) };
-      this.driftNote = t.codec ? `drift checked with ${t.codec.name}` : t.note;
-      const first = (await rolloutFiles(path))[0];
-      if (first) {
-        const rows: RowFacts[] = [];
-        for await (const { line, text } of readLines(first)) {
-          rows.push(rowFacts({ index: rows.length, ...parseRolloutLine(text, first, line, this.read) }, this.read, this.table.checks));
-          if (rows.length >= PREVIEW_ROWS) break;
+      // The run's own tokenizer first; the setting's (`tokenizer`) for rollouts of no run, or whose run names none.
+      const t = await runTokenizer(path, tokenizer);
+      const kind = await detectSource(path).catch(() => undefined);
+      if (kind && isForeignKind(kind)) {
+        if (PYTHON_KINDS.includes(kind) && foreign.allowPython === false) throw new Error(`a ${kind} dump is read by the trainer's Python (pickles and .pt files), which an untrusted workspace does not run: trust the workspace to open it`);
+        const dir = foreign.cacheDir ?? join(tmpdir(), 'sas-imports', createHash('sha256').update(path).digest('hex').slice(0, 16));
+        this.mirror = await ForeignMirror.open(path, kind, dir, { ...(t.codec ? { tokenizer: t.codec } : {}), ...(foreign.python ? { python: foreign.python } : {}), ...(foreign.trustPickle ? { trustPickle: true } : {}), read: this.read });
+        this.sendStatus();
+        await this.mirror.update(!follow);
+        storePath = dir;
+        if (follow) {
+          const mirror = this.mirror;
+          this.mirrorPoll = setInterval(() => void mirror.update().then((changed) => changed && this.sendStatus(), () => undefined), foreign.pollMs ?? 2000);
+          this.mirrorPoll.unref?.();
         }
+      }
+      const first = (await rolloutFiles(storePath))[0];
+      const parsed: Omit<RolloutRow, 'index'>[] = [];
+      // A few rows, all their columns when a tokenizer is to be checked against them (ids and texts), else the audit's.
+      if (first)
+        for await (const row of readPart(first, this.read, undefined, t.codec ? 'all' : 'audit')) {
+          parsed.push(row);
+          if (parsed.length >= PREVIEW_ROWS) break;
+        }
+      // A tokenizer that cannot be the run's (checked on the first record with token ids) is not used: not drift.
+      const sample = t.codec ? parsed.find((p) => p.record?.tokens?.ids?.length)?.record : undefined;
+      const why = t.codec ? tokenizerMismatch(t.codec, sample ?? {}, await runVocabSize(path)) : undefined;
+      const codec = why ? undefined : t.codec;
+      this.table.checks = { ...importance, ...(codec ? { tokenizer: codec } : {}) };
+      this.driftNote = codec ? `drift checked with ${codec.name}` : why ? mismatchNote(t.codec!, why) : t.note;
+      if (first) {
+        const rows = parsed.map((p, index) => rowFacts({ index, ...p }, this.read, this.table.checks));
         this.post({ t: 'preview', rows });
       }
     } catch (e) {
@@ -131,7 +188,7 @@ export class InspectorEngine {
     this.sendStatus();
     let lastSent = 0;
     try {
-      this.store = await RolloutStore.open(path, {
+      this.store = await RolloutStore.open(storePath, {
         follow,
         read: this.read,
         onProgress: (p) => {
@@ -149,6 +206,7 @@ export class InspectorEngine {
       return;
     }
     this.indexing = undefined;
+    this.mirrorReady = true;
     this.sendStatus();
     if (follow)
       this.store.watch((e) => {
@@ -255,12 +313,23 @@ export class InspectorEngine {
     }
     const analysed = this.table.rows.length;
     const out: RowFacts[] = this.table.rows.slice(from, Math.min(to, analysed));
-    if (to > analysed) for (const r of await this.store.rows(Math.max(from, analysed), to)) out.push(rowFacts(r, this.read, this.table.checks));
+    if (to > analysed) for (const r of await this.store.rows(Math.max(from, analysed), to, this.table.tokenColumns)) out.push(rowFacts(r, this.read, this.table.checks));
     return out;
   }
 
   async close(): Promise<void> {
     this.closed = true;
+    if (this.mirrorPoll) clearInterval(this.mirrorPoll);
     await this.store?.close();
+  }
+}
+
+/** Whether a query asks about drift: a `drift` or `drift.…` field in its filter, or the drift column's sort. */
+export function usesDrift(q: InspectorQuery): boolean {
+  if (q.sort?.column === 'drift') return true;
+  try {
+    return tokenize(q.filter).some((t) => t.k === 'id' && (t.v === 'drift' || t.v.startsWith('drift.')));
+  } catch {
+    return /\bdrift\b/.test(q.filter);
   }
 }

@@ -4,7 +4,7 @@
  * line and field and skipped.
  */
 import { stat } from 'node:fs/promises';
-import { readLines } from '../store/jsonl';
+import { readLines, tooLongMessage } from '../store/jsonl';
 import { Bm25Builder, type BuildOptions, type IndexMeta } from './bm25';
 
 export interface CorpusDoc {
@@ -18,7 +18,11 @@ export interface CorpusIssue {
 }
 
 export async function* readCorpus(path: string, issues: CorpusIssue[] = [], signal?: AbortSignal): AsyncGenerator<CorpusDoc> {
-  for await (const { line, text } of readLines(path, signal)) {
+  for await (const { line, text, tooLong } of readLines(path, signal)) {
+    if (tooLong !== undefined) {
+      issues.push({ line, message: `${path}:${line}: ${tooLongMessage(tooLong)}` });
+      continue;
+    }
     let o: Record<string, unknown>;
     try {
       o = JSON.parse(text);

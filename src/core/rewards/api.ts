@@ -14,6 +14,7 @@
  * file system; a time and a memory limit per item. Types: reward-api.d.ts (kept in step by a test).
  */
 import type { Dialect, Segment, TagDiagnostic } from '../tags/parser';
+import type { ResponseSpan } from '../tags/spans';
 import { responseAnswer, turnsOf, type Turn } from '../tags/searchr1';
 import { invalidActionCount, parseResponse, searchQueries } from '../tags/trajectory';
 import { formatValidParsed, formatValidResponse } from './format';
@@ -23,6 +24,7 @@ import { informationBlocks, qaEmFormat, retrievalCorrect, SEARCH_R1_WEIGHTS, sea
 export { em, f1, normalizeAnswer, subem, informationBlocks, retrievalCorrect, SEARCH_R1_WEIGHTS };
 export { searchR1ExtractSolution } from '../tags/searchr1';
 export { formatValid, formatValidResponse } from './format';
+export type { ResponseSpan, SpanRole } from '../tags/spans';
 
 /**
  * A parsed trajectory, as a reward function sees it. The same in every dialect (Search-R1 tags, chat-template
@@ -51,6 +53,13 @@ export interface Trajectory {
   valid: boolean;
   /** Parser diagnostics (unclosed tags, text between blocks, invalid tool calls, …). */
   diagnostics: TagDiagnostic[];
+  /**
+   * Who wrote each part of `response` ([start, end) offsets into it, role `generated`, `retrieved`, `feedback` or
+   * `prompt`), when the record or the trainer said so; null when the response is plain text read by its tags. With
+   * spans, `answer`, `searches`, `turns`, `segments` and `valid` come from the policy's text only: tags inside a
+   * retrieved document are document text. A module that reads `response` itself should skip the other spans.
+   */
+  spans: ResponseSpan[] | null;
 }
 
 /** What the question was. */
@@ -80,8 +89,9 @@ export function defineReward(def: RewardDefinition): RewardDefinition {
  * one detected). The response is parsed once; searches, turns and the format check are computed when first read
  * (an EM reward reads only the answer).
  */
-export function makeTrajectory(prompt: string, response: string, options: { dialect?: Dialect | 'auto'; searchTool?: string; strictActions?: boolean } = {}): Trajectory {
-  const parsed = parseResponse(response, { prompt, dialect: options.dialect, searchTool: options.searchTool }, { expectAnswer: false });
+export function makeTrajectory(prompt: string, response: string, options: { dialect?: Dialect | 'auto'; searchTool?: string; strictActions?: boolean; spans?: readonly ResponseSpan[] } = {}): Trajectory {
+  const spans = options.spans ? options.spans.map((s) => ({ start: s.start, end: s.end, role: s.role })) : null;
+  const parsed = parseResponse(response, { prompt, dialect: options.dialect, searchTool: options.searchTool, ...(spans ? { spans } : {}) }, { expectAnswer: false });
   const lazy = <T>(fn: () => T) => {
     let value: T | undefined;
     let done = false;
@@ -96,7 +106,8 @@ export function makeTrajectory(prompt: string, response: string, options: { dial
   const searches = lazy(() => searchQueries(parsed));
   const strict = options.strictActions === true && parsed.dialect === 'searchr1';
   const turns = lazy(() => turnsOf(parsed, { strictActions: strict }));
-  const valid = lazy(() => (parsed.dialect === 'searchr1' ? formatValidResponse(response, { dialect: 'searchr1' }) : formatValidParsed(parsed)).valid);
+  // Search-R1's string-level check reads tags in documents too; with spans, the same sequence over the parsed segments.
+  const valid = lazy(() => (parsed.dialect === 'searchr1' && !spans ? formatValidResponse(response, { dialect: 'searchr1' }) : formatValidParsed(parsed)).valid);
   return {
     prompt,
     response,
@@ -116,12 +127,13 @@ export function makeTrajectory(prompt: string, response: string, options: { dial
       return valid();
     },
     diagnostics: parsed.diagnostics,
+    spans,
   };
 }
 
 /** Search-R1's qa_em_format on a trajectory (ours: last answer of the response; see qaEmFormat.ts). */
 export function emFormat(traj: Trajectory, example: Example, weights: Partial<QaEmFormatWeights> = {}): { reward: number; parts: Record<string, number> } {
-  const r = qaEmFormat(traj.response, traj.answer, example.golden, { ...SEARCH_R1_WEIGHTS, ...weights }, { dialect: traj.dialect, prompt: traj.prompt });
+  const r = qaEmFormat(traj.response, traj.answer, example.golden, { ...SEARCH_R1_WEIGHTS, ...weights }, { dialect: traj.dialect, prompt: traj.prompt, ...(traj.spans ? { spans: traj.spans } : {}) });
   return { reward: r.reward, parts: r.parts };
 }
 

@@ -11,6 +11,7 @@
  */
 import { detectDialect, templateMarkerLength, type Dialect, type ParsedTrajectory } from '../tags/parser';
 import { pythonStrip } from '../tags/searchr1';
+import type { ResponseSpan } from '../tags/spans';
 import { parseResponse } from '../tags/trajectory';
 import { splitTranscript } from '../tags/transcript';
 
@@ -49,6 +50,11 @@ export interface FormatOptions {
   /** The prompt, for detecting the dialect (a tools preamble) and a `<think>` the prompt opened. */
   prompt?: string;
   searchTool?: string;
+  /**
+   * Who wrote each part of the response (tags/spans.ts). With spans the check runs on the parsed segments
+   * ({@link formatValidParsed}) in every dialect: Search-R1's string-level check counts tags inside documents.
+   */
+  spans?: readonly ResponseSpan[];
 }
 
 /**
@@ -86,7 +92,7 @@ export function formatValidParsed(parsed: ParsedTrajectory): FormatResult {
  */
 export function formatValidResponse(response: string, options: FormatOptions = {}): FormatResult {
   const dialect = options.dialect && options.dialect !== 'auto' ? options.dialect : detectDialect(response, options.prompt);
-  if (dialect !== 'searchr1') return formatValidParsed(parseResponse(response, { prompt: options.prompt, dialect, searchTool: options.searchTool }, { expectAnswer: false }));
+  if (dialect !== 'searchr1' || options.spans) return formatValidParsed(parseResponse(response, { prompt: options.prompt, dialect, searchTool: options.searchTool, ...(options.spans ? { spans: options.spans } : {}) }, { expectAnswer: false }));
   const content = options.strict ? response : stripTemplateMarkers(response);
   for (const tag of TAGS) {
     const opening = content.split(`<${tag}>`).length - 1;

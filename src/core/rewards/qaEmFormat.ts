@@ -19,6 +19,7 @@
  */
 import { detectDialect, type Dialect } from '../tags/parser';
 import { pythonStrip, searchR1ExtractSolution } from '../tags/searchr1';
+import type { ResponseSpan } from '../tags/spans';
 import { observationText, parseResponse } from '../tags/trajectory';
 import { formatValid, formatValidResponse, type FormatOptions } from './format';
 import { em, normalizeAnswer } from './normalize';
@@ -43,16 +44,16 @@ export interface QaEmFormatResult {
  * `extract_information_blocks`: the stripped contents of every `<information>…</information>`. Tool-call dialects
  * (given, or detected from the text): the text of every tool response.
  */
-export function informationBlocks(text: string, dialect: Dialect | 'auto' = 'auto'): string[] {
+export function informationBlocks(text: string, dialect: Dialect | 'auto' = 'auto', spans?: readonly ResponseSpan[]): string[] {
   const d = dialect === 'auto' ? detectDialect(text) : dialect;
-  if (d === 'searchr1') return [...text.matchAll(/<information>([\s\S]*?)<\/information>/g)].map((m) => pythonStrip(m[1]!));
-  const parsed = parseResponse(text, { dialect: d }, { expectAnswer: false });
+  if (d === 'searchr1' && !spans) return [...text.matchAll(/<information>([\s\S]*?)<\/information>/g)].map((m) => pythonStrip(m[1]!));
+  const parsed = parseResponse(text, { dialect: d, ...(spans ? { spans } : {}) }, { expectAnswer: false });
   return parsed.segments.filter((s) => s.kind === 'information').map((s) => pythonStrip(observationText(parsed, s)));
 }
 
 /** `is_retrieval_correct`: a normalised golden answer is a substring of a normalised information block. */
-export function retrievalCorrect(text: string, golden: readonly string[], dialect: Dialect | 'auto' = 'auto'): boolean {
-  const blocks = informationBlocks(text, dialect).map(normalizeAnswer);
+export function retrievalCorrect(text: string, golden: readonly string[], dialect: Dialect | 'auto' = 'auto', spans?: readonly ResponseSpan[]): boolean {
+  const blocks = informationBlocks(text, dialect, spans).map(normalizeAnswer);
   return blocks.some((b) => golden.some((g) => b.includes(normalizeAnswer(g))));
 }
 
@@ -80,9 +81,9 @@ export function searchR1QaEmFormat(solution: string, golden: readonly string[], 
  * Ours: the same table on the response alone, with its last `<answer>` (no prompt example needed), in the
  * response's dialect (`format.dialect`/`prompt`, else detected).
  */
-export function qaEmFormat(response: string, answer: string | null, golden: readonly string[], w: QaEmFormatWeights = SEARCH_R1_WEIGHTS, format: Pick<FormatOptions, 'dialect' | 'prompt' | 'searchTool'> = {}): QaEmFormatResult {
+export function qaEmFormat(response: string, answer: string | null, golden: readonly string[], w: QaEmFormatWeights = SEARCH_R1_WEIGHTS, format: Pick<FormatOptions, 'dialect' | 'prompt' | 'searchTool' | 'spans'> = {}): QaEmFormatResult {
   const dialect = format.dialect && format.dialect !== 'auto' ? format.dialect : detectDialect(response, format.prompt);
   const valid = formatValidResponse(response, { ...format, dialect }).valid;
-  const retrieval = valid && retrievalCorrect(response, golden, dialect);
+  const retrieval = valid && retrievalCorrect(response, golden, dialect, format.spans);
   return { reward: qaEmFormatCase(answer, golden, valid, retrieval, w), parts: { em: answer !== null && em(answer, golden) ? 1 : 0, format: valid ? 1 : 0, retrieval: retrieval ? 1 : 0 }, answer };
 }

@@ -1,19 +1,36 @@
 /**
- * Running reward modules safely: each compiled module runs in worker threads (separate V8 isolates: no access to
- * the extension's state), inside a `vm` context with no `require`, `process`, file system or timers. Limits:
- *  - per item: the `vm` timeout interrupts a synchronous loop (async continuations included, by running
- *    microtasks after each evaluation); a watchdog terminates the worker if an item still overruns;
- *  - per batch: a deadline after which every item still waiting fails;
- *  - heap: `resourceLimits.maxOldGenerationSizeMb`; a worker that runs out of memory is replaced.
- * A failing item (throws, NaN, not a number, timeout, out of memory) gets an error naming the file and line —
- * source-mapped to the user's TypeScript — and the rollout; the other items still score. Workers are reused
- * across batches, and a batch is spread over them in chunks.
+ * Running reward modules safely. Each compiled module runs in QuickJS compiled to WebAssembly (rewardWorker.ts),
+ * on worker threads for parallelism and as a hard stop: the boundary is the WebAssembly engine — a JavaScript engine
+ * with no host object in it (no `process`, `require`, file system, network, timers, workers, WebAssembly), whose whole
+ * memory is one capped WebAssembly.Memory — not a `vm` context (Node's own documentation says `vm` is not a security
+ * boundary). What crosses: each rollout goes in as strings (prompt, response, the rest as JSON parsed inside); the trajectory, the example and
+ * `console` are made inside (harness.ts); the result comes out as a JSON string of plain data that `decode`
+ * checks field by field.
+ *
+ * Limits, on every path (the `reward` CLI and the Reward Lab through it, the env server's /reward):
+ *  - per item (`itemTimeoutMs`, 2 s): QuickJS's interrupt handler stops the module, awaits included; a promise that
+ *    can never settle (nothing in the sandbox can settle one later) fails at once; a watchdog terminates a thread
+ *    that stops answering;
+ *  - per batch (`batchTimeoutMs`, 2 min: one `score` call — a /reward request, a slice of the CLI's stream): every
+ *    item still waiting then fails;
+ *  - a runaway streak (`timeoutStreak`, 8): after that many items in a row time out or run out of memory, the rest of
+ *    the batch is not run (kind `skipped`), and later batches stop at their first such item until one scores — a
+ *    module that loops on every rollout is reported in seconds, not hours;
+ *  - memory (`memoryMb`, 256 MB per thread): the engine's whole address space; an item past it fails with `memory`;
+ *  - console output: bounded per item and per batch (harness.ts LOG_LIMITS).
+ * A failing item gets an error naming the user's file and line — source-mapped to their TypeScript — and the rollout;
+ * the other items still score. Threads are reused across batches; a batch is spread over them in chunks.
  */
+import { existsSync, readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { SourceMap } from 'node:module';
-import { dirname, resolve } from 'node:path';
-import { Worker } from 'node:worker_threads';
-import { REWARD_GLOBAL, type CompiledReward } from './compile';
+import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import type { Worker } from 'node:worker_threads';
+import type { ResponseSpan } from '../tags/spans';
+import { spawnWorker } from '../workers';
+import { BUNDLE_NAME, REWARD_GLOBAL, type CompiledReward } from './compile';
+import { LOG_LIMITS, RESULT_LIMITS } from './harness';
+import type { RewardWorkerData, ScoreRequest, WorkerOutcome } from './rewardWorker';
 
 export interface RewardItem {
   /** The rollout's id (named in errors). */
@@ -30,11 +47,14 @@ export interface RewardItem {
   searchTool?: string;
   /** The run's `rollout.strict_actions`: the answer is read as the environment read it (`strictAction`). */
   strictActions?: boolean;
+  /** Who wrote each part of the response (tags/spans.ts, UTF-16 offsets): the answer is read from the policy's text only. */
+  spans?: ResponseSpan[];
   /** Where the rollout came from, for messages (e.g. `rollouts.jsonl:17`). */
   where?: string;
 }
 
-export type RewardErrorKind = 'throw' | 'nan' | 'type' | 'timeout' | 'memory' | 'crash' | 'batch-timeout';
+export type RewardErrorKind = 'throw' | 'nan' | 'type' | 'timeout' | 'memory' | 'crash' | 'batch-timeout' | 'skipped' | 'cancelled' | 'input';
+export const REWARD_ERROR_KINDS: readonly RewardErrorKind[] = ['throw', 'nan', 'type', 'timeout', 'memory', 'crash', 'batch-timeout', 'skipped', 'cancelled', 'input'];
 
 export interface RewardError {
   kind: RewardErrorKind;
@@ -48,212 +68,141 @@ export interface RewardError {
 
 export type RewardOutcome = { id: string; reward: number; parts: Record<string, number> } | { id: string; error: RewardError };
 
+/** Where a `score` call stands: items done, and the failures so far by kind. */
+export interface ScoreProgress {
+  done: number;
+  total: number;
+  errors: Partial<Record<RewardErrorKind, number>>;
+}
+
 export interface SandboxOptions {
   workers?: number;
   itemTimeoutMs?: number;
   batchTimeoutMs?: number;
+  /** The memory one sandbox thread's engine may use (MB); the whole sandbox uses at most `workers` times this. */
+  memoryMb?: number;
+  /** @deprecated the old name of `memoryMb`. */
   heapMb?: number;
+  /** After this many items in a row time out or run out of memory, the rest of the batch is skipped (0: never). */
+  timeoutStreak?: number;
   /** Items per message to a worker. */
   chunk?: number;
-  /** The module's console output. */
+  /** The module's console output (bounded: harness.ts LOG_LIMITS). */
   onLog?: (line: string) => void;
 }
 
-const BUNDLE_NAME = 'reward-bundle.js';
+/** QuickJS's stack limit inside the sandbox; each thread's native stack is `STACK_MB`, far more than it needs. */
+const QJS_STACK_BYTES = 1024 * 1024;
+const STACK_MB = 8;
 
-/** The worker's program (plain JavaScript, evaluated as a worker with `eval: true`). */
-const WORKER_SOURCE = `
-const { parentPort, workerData } = require('node:worker_threads');
-const vm = require('node:vm');
-const { code, itemTimeoutMs, globalName } = workerData;
-const fmt = (args) => args.map((a) => (typeof a === 'string' ? a : (() => { try { return JSON.stringify(a); } catch { return String(a); } })())).join(' ');
-// Every message back names the request it answers (seq): a listener never takes another request's messages.
-let seq = 0;
-const consoleShim = { log: (...a) => parentPort.postMessage({ type: 'log', seq, line: fmt(a) }) };
-consoleShim.info = consoleShim.warn = consoleShim.error = consoleShim.debug = consoleShim.log;
-const context = vm.createContext({ console: consoleShim }, { microtaskMode: 'afterEvaluate', codeGeneration: { strings: false, wasm: false } });
-let loadError = null;
-try {
-  new vm.Script(code, { filename: ${JSON.stringify(BUNDLE_NAME)} }).runInContext(context, { timeout: itemTimeoutMs });
-  vm.runInContext(\`
-    (() => {
-      const mod = \${globalName};
-      const def = mod && mod.default;
-      const call = (item) => {
-        if (!def || typeof def.score !== 'function') throw new TypeError('the module has no default export made with defineReward({ name, score })');
-        const traj = mod.makeTrajectory(item.prompt, item.response, { dialect: item.dialect, searchTool: item.searchTool, strictActions: item.strictActions });
-        const example = { golden: item.golden, question: item.question, data_source: item.data_source, meta: item.meta };
-        return def.score(traj, example);
-      };
-      // One item: { value } | { error } now, or a promise settling into __sasSettled[i].
-      const runOne = (item, i, settled) => {
-        try {
-          const out = call(item);
-          if (out && typeof out.then === 'function') {
-            settled[i] = undefined;
-            out.then((v) => { settled[i] = { value: v }; }, (e) => { settled[i] = { error: e }; });
-            return null;
-          }
-          return { value: out };
-        } catch (e) {
-          return { error: e };
-        }
-      };
-      // The fast path: items from __sasFrom, starting new ones only while under the budget (each item started
-      // gets at least the per-item limit before the call's timeout of twice that).
-      globalThis.__sasBatch = (items, from, budgetMs) => {
-        const t0 = Date.now();
-        const results = [];
-        const settled = [];
-        globalThis.__sasPhase = 'sync';
-        let i = from;
-        for (; i < items.length; i++) {
-          if (i > from && Date.now() - t0 > budgetMs) break;
-          globalThis.__sasCurrent = i;
-          results[i - from] = runOne(items[i], i - from, settled);
-        }
-        globalThis.__sasPhase = 'microtasks';
-        globalThis.__sasLast = { results, settled, next: i };
-        return i;
-      };
-      globalThis.__sasSingle = (item) => {
-        const settled = [];
-        const r = runOne(item, 0, settled);
-        globalThis.__sasLast = { results: [r], settled, next: 1 };
-        return 1;
-      };
-    })();
-  \`, context);
-} catch (e) {
-  loadError = e;
+let wasmModule: object | undefined;
+/** The QuickJS engine (WebAssembly), compiled once per process and shared by every sandbox thread. */
+function quickjsWasm(): object {
+  if (wasmModule) return wasmModule;
+  // Bundled: dist/quickjs.wasm (esbuild.mjs copies it there); from source: the npm package's file.
+  let file = join(__dirname, 'quickjs.wasm');
+  // (A name in a variable: esbuild leaves the lookup to run time, when the bundle has its own file.)
+  const pkg = '@jitl/quickjs-wasmfile-release-sync/package.json';
+  if (!existsSync(file)) file = join(dirname(require.resolve(pkg)), 'dist', 'emscripten-module.wasm');
+  const Wasm = (globalThis as unknown as { WebAssembly: { Module: new (bytes: Uint8Array) => object } }).WebAssembly;
+  wasmModule = new Wasm.Module(readFileSync(file));
+  return wasmModule;
 }
-const describe = (e) => ({ name: e && e.name, message: e && e.message !== undefined ? String(e.message) : String(e), stack: e && e.stack ? String(e.stack) : '' });
-function check(v) {
-  if (typeof v === 'number') return Number.isNaN(v) ? { kind: 'nan', message: 'returned NaN' } : Number.isFinite(v) ? null : { kind: 'nan', message: 'returned ' + v };
-  if (v && typeof v === 'object' && 'reward' in v) {
-    const r = check(v.reward);
-    if (r) return r;
-    if (v.parts !== undefined) {
-      if (!v.parts || typeof v.parts !== 'object') return { kind: 'type', message: 'parts must be an object of numbers' };
-      for (const [k, x] of Object.entries(v.parts)) if (typeof x !== 'number' || !Number.isFinite(x)) return { kind: 'type', message: 'parts.' + k + ' is ' + (typeof x === 'number' ? x : typeof x) + ' (expected a finite number)' };
-    }
-    return null;
-  }
-  return { kind: 'type', message: 'returned ' + (v === null ? 'null' : Array.isArray(v) ? 'an array' : typeof v) + ' (expected a number or { reward, parts })' };
-}
-/** The outcome of item k of the last call (sync result, or its settled promise). */
-function outcomeOf(last, k) {
-  let r = last.results[k];
-  if (r === null) {
-    r = last.settled[k];
-    if (r === undefined) return { error: { kind: 'timeout', message: 'the score function returned a promise that did not settle (it waits on something a sandboxed module cannot have)' } };
-  }
-  if (r.error !== undefined) return { error: { kind: 'throw', ...describe(r.error) } };
-  const bad = check(r.value);
-  if (bad) return { error: bad };
-  const v = r.value;
-  return typeof v === 'number' ? { reward: v, parts: {} } : { reward: v.reward, parts: v.parts ? { ...v.parts } : {} };
-}
-const isTimeout = (e) => e && e.code === 'ERR_SCRIPT_EXECUTION_TIMEOUT';
-const timeoutOutcome = { error: { kind: 'timeout', message: 'did not finish within ' + itemTimeoutMs + ' ms' } };
-/** The slow path: one item per call, so a runaway item is pinned down exactly. */
-function single(item) {
-  try {
-    context.__item = item;
-    vm.runInContext('__sasSingle(__item)', context, { timeout: itemTimeoutMs });
-    return outcomeOf(context.__sasLast, 0);
-  } catch (e) {
-    return isTimeout(e) ? timeoutOutcome : { error: { kind: 'throw', ...describe(e) } };
-  }
-}
-parentPort.on('message', (msg) => {
-  seq = msg.seq;
-  const post = (k, outcome) => parentPort.postMessage({ type: 'result', seq, index: msg.start + k, outcome });
-  if (loadError) {
-    msg.items.forEach((_, k) => post(k, { error: { kind: 'throw', ...describe(loadError) } }));
-    parentPort.postMessage({ type: 'done', seq });
-    return;
-  }
-  if (msg.single) {
-    // After a crash: one item per call, so a culprit that kills the worker is pinned down exactly.
-    msg.items.forEach((item, k) => {
-      parentPort.postMessage({ type: 'start', seq, index: msg.start + k });
-      post(k, single(item));
-    });
-    parentPort.postMessage({ type: 'done', seq });
-    return;
-  }
-  context.__items = msg.items;
-  let pos = 0;
-  while (pos < msg.items.length) {
-    parentPort.postMessage({ type: 'start', seq, index: msg.start + pos });
-    context.__from = pos;
-    try {
-      const next = vm.runInContext('__sasBatch(__items, __from, ' + itemTimeoutMs + ')', context, { timeout: 2 * itemTimeoutMs });
-      const last = context.__sasLast;
-      for (let k = pos; k < next; k++) post(k, outcomeOf(last, k - pos));
-      pos = next;
-    } catch (e) {
-      if (!isTimeout(e)) throw e;
-      // Which item ran away? In the synchronous loop it is __sasCurrent; in the promise continuations we cannot
-      // tell, so every item started in this call is re-run alone.
-      const upTo = context.__sasPhase === 'sync' ? context.__sasCurrent : (context.__sasLast ? context.__sasLast.next : msg.items.length) - 1;
-      for (let k = pos; k <= upTo; k++) {
-        parentPort.postMessage({ type: 'start', seq, index: msg.start + k });
-        post(k, k === upTo && context.__sasPhase === 'sync' ? timeoutOutcome : single(msg.items[k]));
-      }
-      pos = upTo + 1;
-    }
-  }
-  parentPort.postMessage({ type: 'done', seq });
-});
-`;
 
-/** Items [start, start + items.length) of a batch; `single`: one item per sandbox call (after a crash). */
+/** Items [start…] of a batch by their index in it. */
 interface Chunk {
-  start: number;
-  items: RewardItem[];
-  single?: boolean;
+  indices: number[];
+  /** Each rollout as strings: prompt, response, and the rest as JSON (long texts are not escaped into JSON). */
+  items: [string, string, string][];
 }
 
 interface Slot {
   worker: Worker;
   busy: boolean;
-  /** The index of the item (or of the first item of the call) it started last. */
-  current?: number;
   watchdog?: ReturnType<typeof setTimeout>;
 }
 
-/** Maps a stack trace of the bundle to the user's file and line. */
+/** Maps a stack trace of the bundle to the user's file and line (the first frame in their code). */
 export function locate(stack: string | undefined, compiled: CompiledReward, map: SourceMap, apiPath?: string): { file?: string; line?: number; column?: number; stack?: string } {
   if (!stack) return {};
   const frames: string[] = [];
   let first: { file: string; line: number; column: number } | undefined;
+  const re = new RegExp(`${BUNDLE_NAME.replace('.', '\\.')}:(\\d+)(?::(\\d+))?`);
   for (const line of stack.split('\n')) {
-    const m = new RegExp(`${BUNDLE_NAME.replace('.', '\\.')}:(\\d+):(\\d+)`).exec(line);
+    if (/sas-harness\.js/.test(line)) continue;
+    const m = re.exec(line);
     if (!m) {
-      if (!/^\s+at /.test(line)) frames.push(line);
+      if (line.trim() && !/^\s+at /.test(line)) frames.push(line);
       continue;
     }
-    const entry = map.findEntry(Number(m[1]) - 1, Number(m[2]) - 1) as { originalSource?: string; originalLine?: number; originalColumn?: number };
+    const genLine = Number(m[1]) - 1;
+    const genCol = m[2] ? unshift(compiled, genLine, Number(m[2]) - 1) : 0;
+    const entry = map.findEntry(genLine, genCol) as { originalSource?: string; originalLine?: number; originalColumn?: number };
     if (!entry.originalSource) continue;
     const file = resolve(dirname(compiled.file), entry.originalSource);
     const where = `${file}:${(entry.originalLine ?? 0) + 1}:${(entry.originalColumn ?? 0) + 1}`;
-    frames.push(line.replace(/\(?[^ (]*reward-bundle\.js:\d+:\d+\)?/, `(${where})`));
-    if (!first && (!apiPath || !file.startsWith(dirname(apiPath)))) first = { file, line: (entry.originalLine ?? 0) + 1, column: (entry.originalColumn ?? 0) + 1 };
+    frames.push(line.replace(new RegExp(`\\(?[^ (]*${BUNDLE_NAME.replace('.', '\\.')}:\\d+(?::\\d+)?\\)?`), `(${where})`));
+    // The location is the first frame in the module's own folder (never the reward API's code).
+    if (!first && inside(dirname(compiled.file), file) && !(apiPath && file === apiPath)) first = { file, line: (entry.originalLine ?? 0) + 1, column: (entry.originalColumn ?? 0) + 1 };
   }
   return { ...first, stack: frames.join('\n') };
 }
 
+const inside = (dir: string, p: string) => {
+  const r = relative(dir, p);
+  return r === '' || (!r.startsWith('..') && !isAbsolute(r));
+};
+
+/** A column of the instrumented bundle as a column of the bundle the source map describes (compile.ts `shifts`). */
+function unshift(compiled: CompiledReward, line: number, col: number): number {
+  const shifts = compiled.shifts?.[line];
+  if (!shifts) return col;
+  let out = col;
+  for (const [at, len] of shifts) if (at + len <= col) out -= len;
+  return out;
+}
+
+const kindLabel: Record<string, string> = { string: 'a string', number: 'a number', boolean: 'a boolean', undefined: 'undefined', object: 'an object', symbol: 'a symbol', bigint: 'a bigint', function: 'a function' };
+
+function described(r: { t?: unknown }): string {
+  const t = typeof r?.t === 'string' ? r.t : 'unknown';
+  return t === 'null' ? 'null' : t === 'array' ? 'an array' : t;
+}
+
+/** A number the harness sent (`{ t: 'number', n: String(x) }`), or undefined if it was not one. */
+function numberOf(r: unknown): number | undefined {
+  const o = r as { t?: unknown; n?: unknown };
+  if (!o || typeof o !== 'object' || o.t !== 'number' || typeof o.n !== 'string') return undefined;
+  return Number(o.n);
+}
+
+type OutcomeBody = { reward: number; parts: Record<string, number> } | { error: RewardError };
+
+/**
+ * Text from the module, safe to print: control characters (a terminal's escape sequences among them) shown as
+ * `\x1b`-style escapes; newlines and tabs kept.
+ */
+export function printable(s: string): string {
+  // eslint-disable-next-line no-control-regex
+  return s.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+}
+
+const str = (v: unknown, n: number): string | undefined => (typeof v === 'string' ? printable(v.slice(0, n)) : undefined);
+
 export class RewardSandbox {
   private readonly slots: Slot[] = [];
   private readonly map: SourceMap;
-  private readonly opts: Required<Omit<SandboxOptions, 'onLog'>> & Pick<SandboxOptions, 'onLog'>;
+  private readonly opts: Required<Omit<SandboxOptions, 'onLog' | 'heapMb'>> & Pick<SandboxOptions, 'onLog'>;
   private closed = false;
   /** The last scoring call: calls run one after another (they share the workers; see `score`). */
   private tail: Promise<unknown> = Promise.resolve();
   /** Numbers the requests to the workers. */
   private seq = 0;
+  /**
+   * Rollouts in a row that ran into a limit (time, memory) or crashed, across batches: once it reaches
+   * `timeoutStreak`, a batch stops at its next such failure (one probe a batch), until a rollout scores again.
+   */
+  private streak = 0;
 
   constructor(
     readonly compiled: CompiledReward,
@@ -263,19 +212,36 @@ export class RewardSandbox {
     this.opts = {
       workers: options.workers ?? Math.max(1, availableParallelism()),
       itemTimeoutMs: options.itemTimeoutMs ?? 2_000,
-      batchTimeoutMs: options.batchTimeoutMs ?? 10 * 60_000,
-      heapMb: options.heapMb ?? 256,
+      batchTimeoutMs: options.batchTimeoutMs ?? 120_000,
+      memoryMb: options.memoryMb ?? options.heapMb ?? 256,
+      timeoutStreak: options.timeoutStreak ?? 8,
       chunk: options.chunk ?? 256,
       onLog: options.onLog,
     };
+    if (!(this.opts.memoryMb >= 32)) throw new Error(`the sandbox needs at least 32 MB of memory (got ${this.opts.memoryMb})`);
     this.map = new SourceMap(JSON.parse(compiled.map));
   }
 
+  /** The limits in force (for messages and /health). */
+  get limits(): { itemTimeoutMs: number; batchTimeoutMs: number; memoryMb: number; workers: number; timeoutStreak: number } {
+    const { itemTimeoutMs, batchTimeoutMs, memoryMb, workers, timeoutStreak } = this.opts;
+    return { itemTimeoutMs, batchTimeoutMs, memoryMb, workers, timeoutStreak };
+  }
+
   private spawnWorker(): Worker {
-    const worker = new Worker(WORKER_SOURCE, {
-      eval: true,
-      workerData: { code: this.compiled.code, itemTimeoutMs: this.opts.itemTimeoutMs, globalName: REWARD_GLOBAL },
-      resourceLimits: { maxOldGenerationSizeMb: this.opts.heapMb, maxYoungGenerationSizeMb: Math.min(64, Math.max(8, this.opts.heapMb / 8)) },
+    const workerData: RewardWorkerData = {
+      code: this.compiled.code,
+      filename: BUNDLE_NAME,
+      globalName: REWARD_GLOBAL,
+      wasm: quickjsWasm(),
+      memoryMb: this.opts.memoryMb,
+      itemTimeoutMs: this.opts.itemTimeoutMs,
+      stackBytes: QJS_STACK_BYTES,
+    };
+    const worker = spawnWorker(__dirname, 'reward-worker.js', 'rewardWorker.ts', {
+      workerData,
+      // The thread's own JavaScript handles bounded strings only; the module's memory is the engine's (memoryMb).
+      resourceLimits: { maxOldGenerationSizeMb: 256, stackSizeMb: STACK_MB },
       stdout: true,
       stderr: true,
     });
@@ -286,46 +252,119 @@ export class RewardSandbox {
   /** Scores items; never rejects for a module's failure (each failing item carries its error). Concurrent calls (the
    * env server's concurrent /reward requests) are queued: a call drives every worker with its own listeners, so two
    * at once would read each other's results. */
-  score(items: RewardItem[], onProgress?: (done: number, total: number) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
+  score(items: RewardItem[], onProgress?: (p: ScoreProgress) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
     const run = this.tail.then(() => this.scoreNow(items, onProgress, signal));
     this.tail = run.catch(() => undefined);
     return run;
   }
 
-  private async scoreNow(items: RewardItem[], onProgress?: (done: number, total: number) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
+  private async scoreNow(items: RewardItem[], onProgress?: (p: ScoreProgress) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
     if (this.closed) throw new Error('the reward sandbox is closed');
+    const { itemTimeoutMs, batchTimeoutMs, memoryMb, timeoutStreak } = this.opts;
     const results: (RewardOutcome | undefined)[] = new Array(items.length);
+    const errors: Partial<Record<RewardErrorKind, number>> = {};
     let done = 0;
-    const finish = (index: number, outcome: RewardOutcome) => {
+    let lastProgress = 0;
+    let stopAll: (kind: RewardErrorKind, message: string) => void = () => {};
+    const progress = (force = false) => {
+      if (!onProgress) return;
+      const now = Date.now();
+      if (!force && now - lastProgress < 100) return;
+      lastProgress = now;
+      onProgress({ done, total: items.length, errors: { ...errors } });
+    };
+    /** `costly`: the item ran into a limit (time, memory) or crashed its thread; `load`: the module's top-level code did. */
+    const finish = (index: number, body: OutcomeBody, flags: { load?: boolean; costly?: boolean } = {}) => {
       if (results[index]) return;
+      const outcome = { id: items[index]!.id, ...body } as RewardOutcome;
       results[index] = outcome;
       done++;
-      if (onProgress && (done % 500 === 0 || done === items.length)) onProgress(done, items.length);
+      if ('error' in outcome) {
+        errors[outcome.error.kind] = (errors[outcome.error.kind] ?? 0) + 1;
+        // A module whose top-level code fails fails every item at once: that is no streak of runaway items.
+        if (flags.costly && !flags.load) this.streak++;
+        else if (outcome.error.kind !== 'skipped' && outcome.error.kind !== 'batch-timeout' && outcome.error.kind !== 'cancelled') this.streak = 0;
+      } else this.streak = 0;
+      progress(done === items.length);
+      if (timeoutStreak > 0 && this.streak >= timeoutStreak && 'error' in outcome && outcome.error.kind !== 'skipped') {
+        const last = outcome as { error: RewardError };
+        stopAll('skipped', `not run: ${this.streak} rollouts in a row failed with ${last.error.kind === 'crash' ? `a crash of the sandbox (${last.error.message})` : 'a time or memory limit (a loop, or memory that only grows?)'}; fix it and score again`);
+      }
     };
-    const fail = (index: number, error: RewardError) => finish(index, { id: items[index]!.id, error });
+    const fail = (index: number, error: RewardError, costly = false) => finish(index, { error }, { costly });
+
+    // Logs: bounded per batch (each rollout's own bound is the harness's).
+    let logChars = 0;
+    let logsDropped = 0;
+    const onLog = (lines: unknown, dropped: unknown) => {
+      if (typeof dropped === 'number' && dropped > 0) logsDropped += Math.min(dropped, 1e9);
+      if (!Array.isArray(lines)) return;
+      for (const l of lines.slice(0, 1000)) {
+        const line = typeof l === 'string' ? printable(l.slice(0, LOG_LIMITS.lineChars + 64)) : '';
+        if (logChars + line.length > LOG_LIMITS.batchChars) {
+          logsDropped++;
+          continue;
+        }
+        logChars += line.length;
+        this.opts.onLog?.(line);
+      }
+    };
+
+    // Each rollout as strings: the only form a rollout crosses into the sandbox in. Chunks small enough that
+    // a small batch still spreads over every thread.
+    const maxItemChars = Math.floor((memoryMb * 1024 * 1024) / 8);
+    const chunkSize = Math.max(1, Math.min(this.opts.chunk, Math.ceil(items.length / this.opts.workers)));
     const queue: Chunk[] = [];
-    for (let s = 0; s < items.length; s += this.opts.chunk) queue.push({ start: s, items: items.slice(s, s + this.opts.chunk) });
+    let chunk: Chunk = { indices: [], items: [] };
+    for (let i = 0; i < items.length; i++) {
+      const it = items[i]!;
+      let json: string;
+      try {
+        json = JSON.stringify({ golden: it.golden, question: it.question, data_source: it.data_source, meta: it.meta, dialect: it.dialect, searchTool: it.searchTool, strictActions: it.strictActions, spans: it.spans });
+      } catch (e) {
+        fail(i, { kind: 'input', message: `the rollout cannot be passed to the reward module: ${(e as Error).message}` });
+        continue;
+      }
+      const prompt = typeof it.prompt === 'string' ? it.prompt : '';
+      const response = typeof it.response === 'string' ? it.response : '';
+      const chars = json.length + prompt.length + response.length;
+      if (chars > maxItemChars) {
+        fail(i, { kind: 'input', message: `the rollout is ${(chars / 1e6).toFixed(1)} M characters, more than the sandbox takes (${(maxItemChars / 1e6).toFixed(1)} M: an eighth of its ${memoryMb} MB)` });
+        continue;
+      }
+      chunk.indices.push(i);
+      chunk.items.push([prompt, response, json]);
+      if (chunk.items.length >= chunkSize) {
+        queue.push(chunk);
+        chunk = { indices: [], items: [] };
+      }
+    }
+    if (chunk.items.length) queue.push(chunk);
     const wanted = Math.min(this.opts.workers, queue.length);
     while (this.slots.length < wanted) this.slots.push({ worker: this.spawnWorker(), busy: false });
 
-    const deadline = Date.now() + this.opts.batchTimeoutMs;
+    const batchDeadline = Date.now() + batchTimeoutMs;
     await new Promise<void>((resolveAll) => {
       let stopped = false;
-      const stopAll = (kind: RewardErrorKind, message: string) => {
+      stopAll = (kind: RewardErrorKind, message: string) => {
         if (stopped) return;
         stopped = true;
+        clearTimeout(batchTimer);
         for (let i = 0; i < items.length; i++) if (!results[i]) fail(i, { kind, message });
-        for (const s of this.slots) this.replace(s);
+        for (const s of this.slots) if (s.busy) this.replace(s);
         resolveAll();
       };
-      const batchTimer = setTimeout(() => stopAll('batch-timeout', `the batch did not finish within ${this.opts.batchTimeoutMs} ms`), Math.max(0, deadline - Date.now()));
-      signal?.addEventListener('abort', () => stopAll('batch-timeout', 'cancelled'), { once: true });
+      const batchTimer = setTimeout(() => stopAll('batch-timeout', `the batch did not finish within ${batchTimeoutMs} ms`), batchTimeoutMs);
+      const onAbort = () => stopAll('cancelled', 'cancelled');
+      if (signal?.aborted) onAbort();
+      signal?.addEventListener('abort', onAbort, { once: true });
       // Done when every item has its outcome and every slot has finished its request: a slot's last result comes
       // before its 'done', and the next call must not send to a slot still listening for it (stop 42's CI hang).
       const maybeDone = () => {
         if (!stopped && done === items.length && !this.slots.some((s) => s.busy)) {
           stopped = true;
           clearTimeout(batchTimer);
+          signal?.removeEventListener('abort', onAbort);
           resolveAll();
         }
       };
@@ -338,7 +377,7 @@ export class RewardSandbox {
           return;
         }
         slot.busy = true;
-        this.run(slot, next, results, finish, fail, (requeue) => {
+        this.run(slot, next, batchDeadline, finish, fail, onLog, (requeue) => {
           if (requeue && requeue.items.length) queue.unshift(requeue);
           pump(slot);
         });
@@ -346,6 +385,8 @@ export class RewardSandbox {
       for (const slot of this.slots.slice(0, wanted)) pump(slot);
       maybeDone();
     });
+    if (logsDropped) this.opts.onLog?.(`… ${logsDropped.toLocaleString('en-US')} console line${logsDropped === 1 ? '' : 's'} of the module not shown (at most ${LOG_LIMITS.itemChars.toLocaleString('en-US')} characters per rollout and ${LOG_LIMITS.batchChars / 1024} KB per batch)`);
+    progress(true);
     return results as RewardOutcome[];
   }
 
@@ -353,14 +394,15 @@ export class RewardSandbox {
   private run(
     slot: Slot,
     chunk: Chunk,
-    results: (RewardOutcome | undefined)[],
-    finish: (i: number, o: RewardOutcome) => void,
-    fail: (i: number, e: RewardError) => void,
+    batchDeadline: number,
+    finish: (i: number, o: OutcomeBody, flags?: { load?: boolean; costly?: boolean }) => void,
+    fail: (i: number, e: RewardError, costly?: boolean) => void,
+    onLog: (lines: unknown, dropped: unknown) => void,
     next: (requeue?: Chunk) => void,
   ): void {
     const w = slot.worker;
     const seq = ++this.seq;
-    const end = chunk.start + chunk.items.length;
+    let received = 0;
     let settled = false;
     const cleanup = () => {
       settled = true;
@@ -369,58 +411,108 @@ export class RewardSandbox {
       w.off('error', onError);
       w.off('exit', onExit);
     };
-    // The watchdog: the vm timeout should stop a runaway item; if the worker stops answering anyway, replace it.
+    // The watchdog: QuickJS's interrupt handler stops a runaway item at its limit; if the thread stops answering
+    // anyway (a long native call), it is terminated. A fresh engine first loads the module (up to one item limit).
     const arm = () => {
       clearTimeout(slot.watchdog);
-      slot.watchdog = setTimeout(() => abandon('timeout', `did not finish within ${this.opts.itemTimeoutMs} ms (the worker was stopped)`), this.opts.itemTimeoutMs * 2 + 1_000);
+      slot.watchdog = setTimeout(() => abandon('timeout', `did not finish within ${this.opts.itemTimeoutMs} ms (its sandbox thread was stopped)`), 2 * this.opts.itemTimeoutMs + 5_000);
     };
     const abandon = (kind: RewardErrorKind, message: string) => {
       if (settled) return;
       cleanup();
-      const at = slot.current ?? chunk.start;
       this.replace(slot);
-      if (!chunk.single) {
-        // The worker died inside a call that ran several items: none of their results came back and the culprit
-        // is unknown. Run them again one per call; the culprit will fail alone.
-        next({ start: at, items: chunk.items.slice(at - chunk.start), single: true });
-        return;
-      }
-      if (!results[at]) fail(at, { kind, message });
-      const from = at + 1;
-      next(from < end ? { start: from, items: chunk.items.slice(from - chunk.start) } : undefined);
+      const at = received;
+      if (at < chunk.indices.length) fail(chunk.indices[at]!, { kind, message }, true);
+      const rest = { indices: chunk.indices.slice(at + 1), items: chunk.items.slice(at + 1) };
+      next(rest.items.length ? rest : undefined);
     };
-    const onMessage = (m: { type: string; seq: number; index?: number; outcome?: { reward?: number; parts?: Record<string, number>; error?: RewardError & { name?: string } }; line?: string }) => {
-      // Another request's message (a defence: a slot runs one request at a time); the module's console output
-      // while it loads (seq 0) goes to whichever request is listening.
-      if (m.seq !== seq && !(m.type === 'log' && m.seq === 0)) return;
-      if (m.type === 'start') {
-        slot.current = m.index!;
+    const onMessage = (m: { type: string; seq: number; index?: number; outcome?: WorkerOutcome }) => {
+      if (m.seq !== seq) return;
+      if (m.type === 'result') {
+        const k = m.index!;
+        const index = chunk.indices[k];
+        if (index === undefined) return;
+        received = k + 1;
         arm();
-      } else if (m.type === 'result') {
-        const item = chunk.items[m.index! - chunk.start]!;
-        const o = m.outcome!;
-        if (o.error) {
-          const located = locate(o.error.stack, this.compiled, this.map, this.apiPath);
-          const name = o.error.name && o.error.kind === 'throw' ? `${o.error.name}: ` : '';
-          finish(m.index!, { id: item.id, error: { kind: o.error.kind, message: `${name}${o.error.message}`, ...located } });
-        } else finish(m.index!, { id: item.id, reward: o.reward!, parts: o.parts ?? {} });
-      } else if (m.type === 'log') {
-        this.opts.onLog?.(m.line ?? '');
+        const o = (m.outcome && typeof m.outcome === 'object' ? m.outcome : { k: 'x', kind: 'crash', message: 'no result' }) as Record<string, unknown>;
+        onLog(o.logs, o.dropped);
+        const body = this.decode(o, batchDeadline);
+        // The batch's own deadline is no runaway of the module's.
+        finish(index, body, { load: o.load === true, costly: o.k === 'x' && !('error' in body && body.error.kind === 'batch-timeout') });
       } else if (m.type === 'done') {
         cleanup();
         next();
       }
     };
     const onError = (e: Error & { code?: string }) => {
-      abandon(e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? 'memory' : 'crash', e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? `ran out of memory (the limit is ${this.opts.heapMb} MB)` : `the worker crashed: ${e.message}`);
+      abandon(e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? 'memory' : 'crash', e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? `ran out of memory (the limit is ${this.opts.memoryMb} MB)` : `the sandbox thread crashed: ${e.message}`);
     };
-    const onExit = (code: number) => abandon('crash', `the worker exited (${code})`);
+    const onExit = (code: number) => abandon('crash', `the sandbox thread exited (${code})`);
     w.on('message', onMessage);
     w.on('error', onError);
     w.on('exit', onExit);
-    slot.current = undefined;
     arm();
-    w.postMessage({ seq, start: chunk.start, items: chunk.items, single: chunk.single === true });
+    const req: ScoreRequest = { seq, start: 0, items: chunk.items, batchDeadline };
+    w.postMessage(req);
+  }
+
+  /** The worker's account of one item, checked field by field (what the module returned is data it chose). */
+  private decode(o: Record<string, unknown>, batchDeadline: number): OutcomeBody {
+    const errAt = (kind: RewardErrorKind, message: string, stack?: unknown): { error: RewardError } => {
+      const located = locate(typeof stack === 'string' ? printable(stack.slice(0, RESULT_LIMITS.stackChars)) : undefined, this.compiled, this.map, this.apiPath);
+      return { error: { kind, message, ...located } };
+    };
+    const err = errAt;
+    switch (o.k) {
+      case 'v': {
+        const r = numberOf(o.r);
+        if (r === undefined) return err('type', `returned ${o.obj ? `{ reward: ${described(o.r as { t?: unknown })} }` : described(o.r as { t?: unknown })} (expected a number or { reward, parts })`);
+        if (!Number.isFinite(r)) return err('nan', `returned ${r}`);
+        const parts: Record<string, number> = {};
+        if (o.tooMany !== undefined) return err('type', `parts has ${Number(o.tooMany)} entries (at most ${RESULT_LIMITS.parts})`);
+        if (o.parts !== undefined) {
+          if (!Array.isArray(o.parts)) return err('type', 'parts must be an object of numbers');
+          for (const p of o.parts.slice(0, RESULT_LIMITS.parts) as unknown[]) {
+            const [key, val] = Array.isArray(p) ? p : [];
+            if (typeof key !== 'string') return err('type', 'parts must be an object of numbers');
+            if (key === '__proto__' || key === 'constructor' || key === 'prototype') return err('type', `parts.${key}: a part cannot be named ${key}`);
+            const x = numberOf(val);
+            if (x === undefined || !Number.isFinite(x)) return err('type', `parts.${key} is ${x === undefined ? described(val as { t?: unknown }) : x} (expected a finite number)`);
+            parts[key] = x;
+          }
+        }
+        return { reward: r, parts };
+      }
+      case 'e': {
+        const name = str(o.name, 200);
+        const message = str(o.message, RESULT_LIMITS.messageChars) ?? '';
+        if (typeof o.nonError === 'string') {
+          const site = typeof o.site === 'number' ? this.compiled.throwSites?.[o.site] : undefined;
+          const what = kindLabel[o.nonError] ?? 'a value';
+          return { error: { kind: 'throw', message: `threw ${what}${o.nonError === 'undefined' ? '' : `: ${message}`}`, ...(site ? { file: site.file, line: site.line, column: site.column } : {}) } };
+        }
+        return err('throw', `${name ? `${name}: ` : ''}${message}`, o.stack);
+      }
+      case 'p':
+        return err('timeout', 'returned a promise that never settled (nothing in the sandbox — no timers, no I/O — could ever settle it)');
+      case 'x': {
+        const message = str(o.message, RESULT_LIMITS.messageChars) ?? '';
+        // A limit that stopped a loop of the module's own code names that loop (QuickJS's frames name only the function).
+        const loop = typeof o.loop === 'number' ? this.compiled.loopSites?.[o.loop] : undefined;
+        const err = (kind: RewardErrorKind, text: string, stack?: unknown): { error: RewardError } => {
+          const e = errAt(kind, text, stack);
+          return loop ? { error: { ...e.error, file: loop.file, line: loop.line, column: loop.column } } : e;
+        };
+        if (o.kind === 'timeout') {
+          if (Date.now() >= batchDeadline - 50 || message === 'batch') return err('batch-timeout', `the batch did not finish within ${this.opts.batchTimeoutMs} ms`, o.stack);
+          return err('timeout', o.load ? `the module's top-level code did not finish within ${this.opts.itemTimeoutMs} ms` : `did not finish within ${this.opts.itemTimeoutMs} ms`, o.stack);
+        }
+        if (o.kind === 'memory') return err('memory', `${o.load ? "the module's top-level code " : ''}ran out of memory (the limit is ${this.opts.memoryMb} MB)`, o.stack);
+        return err('crash', message || 'the sandbox failed', o.stack);
+      }
+      default:
+        return err('crash', 'the sandbox returned an unreadable result');
+    }
   }
 
   /** Replaces a slot's worker with a fresh one (the old one is terminated). */
@@ -430,7 +522,6 @@ export class RewardSandbox {
     void slot.worker.terminate();
     slot.worker = this.spawnWorker();
     slot.busy = false;
-    slot.current = undefined;
   }
 
   async close(): Promise<void> {

@@ -4,11 +4,11 @@
  * per data source, zero-variance GRPO groups before and after, what changed, errors).
  */
 import { join } from 'node:path';
-import { groupKeyOf, type Rollout } from '../run/format';
+import { groupKeyOf, rolloutSpans, type Rollout } from '../run/format';
 import { readSource } from '../importers';
 import { packageRoot } from '../paths';
 import { compileRewardModule, rewardApiPath, type CompiledReward } from './compile';
-import { RewardSandbox, describeRewardError, type RewardError, type RewardItem, type RewardOutcome, type SandboxOptions } from './sandbox';
+import { RewardSandbox, describeRewardError, type RewardError, type RewardErrorKind, type RewardItem, type RewardOutcome, type SandboxOptions } from './sandbox';
 
 /** The built-in rewards are the project's example modules (examples/rewards/). */
 export const BUILTIN_REWARDS = { em: 'em.reward.ts', subem: 'subem.reward.ts', f1: 'f1.reward.ts', 'em-format': 'em-format.reward.ts' } as const;
@@ -33,6 +33,8 @@ export async function openReward(spec: string, options: SandboxOptions = {}, con
   return { spec, compiled, sandbox: new RewardSandbox(compiled, options, rewardApiPath()) };
 }
 
+const withSpans = (spans: RewardItem['spans']) => (spans ? { spans } : {});
+
 export function itemFromRollout(r: Rollout, where?: string): RewardItem {
   return {
     id: r.id,
@@ -44,6 +46,7 @@ export function itemFromRollout(r: Rollout, where?: string): RewardItem {
     ...(r.meta !== undefined ? { meta: r.meta } : {}),
     ...(r.dialect !== undefined ? { dialect: r.dialect } : {}),
     ...(r.strict_actions === true ? { strictActions: true } : {}),
+    ...withSpans(rolloutSpans(r)),
     ...(where ? { where } : {}),
   };
 }
@@ -55,26 +58,72 @@ export interface ScoredRollout {
 }
 
 /**
+ * Which rollouts a scoring run read: each file and the last line read from it. A later run given it (`only`) scores
+ * the same rollouts again even if the files grew since (a live run): "before the edit" and "after" compare the same set.
+ */
+export type RolloutSet = Record<string, number>;
+
+const fileLine = (where: string): [string, number] | undefined => {
+  const m = /^(.*):(\d+)$/.exec(where);
+  return m ? [m[1]!, Number(m[2])] : undefined;
+};
+
+/** Failures so far, by kind. */
+export type ErrorCounts = Partial<Record<RewardErrorKind, number>>;
+
+/**
  * Streams rollouts through a sandbox, `batch` at a time, in order: our rollout JSONL or run directories, and
- * anything the importers read (veRL dumps, TRL completion tables, Search-R1 transcripts).
+ * anything the importers read (veRL dumps, TRL completion tables, Search-R1 transcripts). Progress comes per item
+ * (throttled), with the failures so far by kind.
  */
 export async function* scoreRollouts(
   path: string,
   sandbox: RewardSandbox,
-  options: { batch?: number; signal?: AbortSignal; onMalformed?: (message: string) => void; onProgress?: (done: number) => void } = {},
+  options: {
+    batch?: number;
+    signal?: AbortSignal;
+    onMalformed?: (message: string) => void;
+    onProgress?: (done: number, errors: ErrorCounts) => void;
+    /** Score only these rollouts (a set an earlier run read); rollouts read since are left out. */
+    only?: RolloutSet;
+    /** Filled with the set this run read. */
+    read?: RolloutSet;
+  } = {},
 ): AsyncGenerator<ScoredRollout> {
   const batchSize = options.batch ?? 4096;
   let batch: { record: Rollout; where: string }[] = [];
   let done = 0;
+  const errors: ErrorCounts = {};
   const flush = async function* () {
-    const outcomes = await sandbox.score(batch.map((b) => itemFromRollout(b.record, b.where)), undefined, options.signal);
-    for (let i = 0; i < batch.length; i++) yield { ...batch[i]!, outcome: outcomes[i]! };
+    const outcomes = await sandbox.score(
+      batch.map((b) => itemFromRollout(b.record, b.where)),
+      options.onProgress
+        ? (p) => {
+            const sum: ErrorCounts = { ...errors };
+            for (const [k, n] of Object.entries(p.errors) as [RewardErrorKind, number][]) sum[k] = (sum[k] ?? 0) + n;
+            options.onProgress!(done + p.done, sum);
+          }
+        : undefined,
+      options.signal,
+    );
+    for (let i = 0; i < batch.length; i++) {
+      const o = outcomes[i]!;
+      if ('error' in o) errors[o.error.kind] = (errors[o.error.kind] ?? 0) + 1;
+      yield { ...batch[i]!, outcome: o };
+    }
     done += batch.length;
-    options.onProgress?.(done);
+    options.onProgress?.(done, { ...errors });
     batch = [];
   };
-  for await (const item of readSource(path)) {
+  const only = options.only;
+  for await (const item of readSource(path, undefined, {}, 'none')) {  // a reward reads text: no token arrays
     options.signal?.throwIfAborted();
+    const at = item.where ? fileLine(item.where) : undefined;
+    if (at && only) {
+      const last = only[at[0]];
+      if (last === undefined || at[1] > last) continue;
+    }
+    if (at && options.read) options.read[at[0]] = Math.max(options.read[at[0]] ?? 0, at[1]);
     if (!item.record) {
       for (const e of item.issues) options.onMalformed?.(`${e.file}:${e.line}: ${e.field ? `${e.field}: ` : ''}${e.message}`);
       continue;
@@ -96,6 +145,8 @@ export interface RewardReport {
   count: number;
   scored: number;
   errors: number;
+  /** The failures by kind (timeout, throw, memory, skipped, …). */
+  errorsByKind: ErrorCounts;
   mean: number | null;
   std: number | null;
   recordedMean: number | null;
@@ -120,6 +171,7 @@ const stats = () => ({ n: 0, sum: 0, sumSq: 0 });
 export class RewardReportBuilder {
   private count = 0;
   private errors = 0;
+  private readonly byKind: ErrorCounts = {};
   private readonly scored = stats();
   private readonly recorded = stats();
   private agreeN = 0;
@@ -139,6 +191,7 @@ export class RewardReportBuilder {
     const sc = 'reward' in s.outcome ? s.outcome.reward : null;
     if ('error' in s.outcome) {
       this.errors++;
+      this.byKind[s.outcome.error.kind] = (this.byKind[s.outcome.error.kind] ?? 0) + 1;
       if (this.failures.length < this.limit) this.failures.push({ id: s.record.id, where: s.where, message: describeRewardError({ id: s.record.id, where: s.where }, s.outcome.error), error: s.outcome.error });
     }
     if (sc !== null) {
@@ -232,6 +285,7 @@ export class RewardReportBuilder {
       count: this.count,
       scored: this.scored.n,
       errors: this.errors,
+      errorsByKind: { ...this.byKind },
       mean: m,
       std,
       recordedMean: mean(this.recorded),

@@ -89,7 +89,7 @@ export const RunConfigSchema = S.object(
           ),
         ),
         dropout: S.optional(S.boolean('Keep the model’s and LoRA’s dropout in training. Off by default: with dropout the update’s log-probs differ from the sampler’s and an on-policy ratio is not 1.', false)),
-        gradient_checkpointing: S.optional(S.boolean(undefined, false)),
+        gradient_checkpointing: S.optional(S.boolean('hf: recompute each layer\'s activations in the backward pass instead of keeping them (less memory, about a third more compute; docs/trainer.md, "Memory on one GPU"). Unset: the engine’s own default (builtin: on; trl: TRL’s, on; verl: veRL’s, on); a memory plan may set it.')),
         device: S.optional(S.enum(['auto', 'cpu', 'cuda'] as const, undefined, 'auto')),
       },
       { ...strict, description: 'The policy.' },
@@ -138,7 +138,7 @@ export const RunConfigSchema = S.object(
             S.integer({
               minimum: 1,
               description:
-                'Generation holds at most this many tokens of KV cache at once (rows × (context + turn budget)); trajectories are rolled out in waves that fit. Default: 65,536 on CPU; on CUDA, half the GPU memory free after loading the model, divided by the cache’s bytes per token.',
+                'A decode batch holds at most this many tokens of KV cache (rows × (the widest context + the turn budget), as the rows hold them); rows that do not fit are admitted as others finish. Default: 65,536 on CPU; on CUDA, half of what the GPU has free after loading the model, less AdamW’s moments, the bf16 weight copies generation caches and 15 % of the GPU, divided by the cache’s bytes per token (search-agent-studio plan shows it).',
             }),
           ),
         },
@@ -151,7 +151,7 @@ export const RunConfigSchema = S.object(
           preset: S.optional(
             S.enum(
               ['search-r1-ppo', 'search-r1-grpo'] as const,
-              'Search-R1’s training settings (train_ppo.sh / train_grpo.sh); keys set in this file win. search-r1-ppo: PPO, KL in the reward (k1, 0.001), GAE γ = λ = 1, critic lr 1e-5 with its own warm-up (1.5 %) and clip; search-r1-grpo: GRPO n = 5, KL loss (k3, 0.001). Both: lr 1e-6 warmed up over 28.5 % of the steps, entropy 0.001, clip 0.2, top_p 0.95, mini-batches of 256 prompts.',
+              'Search-R1’s training settings (train_ppo.sh / train_grpo.sh, docs/trainer.md “Presets”); keys set in this file win. search-r1-ppo: PPO, KL in the reward (k1, 0.001), GAE γ = λ = 1, critic lr 1e-5 with its own warm-up (1.5 %) and clip; search-r1-grpo: GRPO n = 5, KL loss (k3, 0.001). Both: lr 1e-6 warmed up over 28.5 % of the steps, entropy 0.001, clip 0.2, top_p 0.95, mini-batches of 256 sequences (GRPO: 10 optimizer steps a step), 512 prompts a step, 4 turns of 500 tokens, 500-token observations, responses cut at 4,096 tokens, prompts of at most 2,048.',
             ),
           ),
           name: S.optional(S.enum(['grpo', 'ppo', 'reinforce++'] as const, undefined, 'grpo')),
@@ -236,7 +236,25 @@ export const RunConfigSchema = S.object(
           ),
           eval_every: S.optional(S.integer({ minimum: 0, default: 10, description: '0: only before the first update and at the end.' })),
           checkpoint_every: S.optional(S.integer({ minimum: 0, default: 10 })),
-          save_rollouts: S.optional(S.boolean(undefined, true)),
+          checkpoint_keep: S.optional(
+            S.integer({
+              minimum: 1,
+              description:
+                'builtin: keep only the last this many checkpoints (older ones are deleted as new ones are written; step-000000 — the warm start — and each curriculum stage\'s last step are always kept: a resume needs them). Default: all of them for the tiny policy, 3 for a Hugging Face model (a 3B full fine-tune\'s checkpoint is ~37 GB). A finished run with a Hugging Face model also writes model/ (Hugging Face format; LoRA merged into the base, the adapter in model/adapter/), which transformers and vLLM load.',
+            }),
+          ),
+          save_rollouts: S.optional(S.boolean('Record training rollouts (train.record says which and how); false: only held-out evaluations are recorded.', true)),
+          record: S.optional(
+            S.object(
+              {
+                format: S.optional(S.enum(['store', 'jsonl'] as const, 'How rollouts are recorded: the token store (Parquet columns, rollouts/step-NNNNNN/: ~8 bytes a token, written off the training step) or v2 JSONL (rollouts/step-NNNNNN.jsonl: ~60-80 bytes a token, every number as text). Both are read by every view; `search-agent-studio export jsonl` converts a store.', 'store')),
+                every: S.optional(S.integer({ minimum: 1, default: 1, description: 'Record the sampled groups of every k-th step (steps divisible by k). Flagged rollouts and held-out evaluations are recorded on every step.' })),
+                groups: S.optional(S.describe(S.union(S.integer({ minimum: 0 }), S.null()), 'Whole GRPO groups a recorded step keeps, drawn by the step (never part of a group); null: all of them. The groups of flagged rollouts are always kept.')),
+                queue: S.optional(S.integer({ minimum: 1, default: 2, description: 'Steps the background writer may hold; when it is this far behind, a step records only its flagged groups and says so (a warning, record/dropped_rollouts, run.json record.dropped).' })),
+              },
+              { ...strict, description: 'What of each step\'s rollouts is recorded, and how (docs/trainer.md#recording-rollouts). Metrics always cover every rollout; run.json\'s `record` says what was recorded. Always recorded: held-out evaluations, and the rollouts an in-run check flags (a leak: loss mask against role; a non-finite number; a trained token whose log-prob ratio lies outside [0.5, 2]), with their whole groups.' },
+            ),
+          ),
           supervised_warmup: S.optional(
             S.object(
               {
@@ -286,8 +304,15 @@ export const RunConfigSchema = S.object(
           gpus_per_node: S.optional(S.integer({ minimum: 1, description: 'trainer.n_gpus_per_node. Default: devices ÷ nodes (devices, the shared key, is veRL\'s world size).' })),
           nodes: S.optional(S.integer({ minimum: 1, default: 1, description: 'trainer.nnodes (a Ray cluster: RAY_ADDRESS, docs/engines.md).' })),
           strategy: S.optional(S.enum(['fsdp', 'fsdp2'] as const, 'veRL’s FSDP version for actor, reference and critic.', 'fsdp')),
-          param_offload: S.optional(S.boolean('FSDP parameter offload to CPU (actor, reference, critic).', false)),
-          optimizer_offload: S.optional(S.boolean('FSDP optimizer-state offload to CPU (actor, critic).', false)),
+          param_offload: S.optional(S.boolean('FSDP parameter offload to CPU (actor, reference, critic). Unset: veRL’s default (off); a memory plan may set it.')),
+          optimizer_offload: S.optional(S.boolean('FSDP optimizer-state offload to CPU (actor, critic). Unset: veRL’s default (off); a memory plan may set it.')),
+          attention: S.optional(
+            S.enum(
+              ['auto', 'flash_attention_2', 'sdpa'] as const,
+              'Attention of veRL’s FSDP models (actor, reference, critic; model.override_config.attn_implementation): auto is flash_attention_2 when flash-attn imports in veRL’s Python, else PyTorch’s SDPA (veRL’s own default, flash_attention_2, fails to start without flash-attn). run.json says which (verl.attention).',
+              'auto',
+            ),
+          ),
           agent_workers: S.optional(S.integer({ minimum: 1, default: 8, description: 'veRL’s agent-loop workers (Ray actors running the trajectories).' })),
           reward_workers: S.optional(S.integer({ minimum: 1, default: 8, description: 'veRL’s reward-loop workers (calling our /reward).' })),
           overrides: S.optional(S.array(S.string(), { description: 'Raw Hydra overrides of veRL’s ppo_trainer config, applied last (checked by veRL’s config like ours), e.g. "actor_rollout_ref.rollout.max_num_batched_tokens=8192".' })),
@@ -300,6 +325,15 @@ export const RunConfigSchema = S.object(
         {
           crash_at_step: S.optional(S.integer({ minimum: 0, description: 'Raise an error at this step (tests of crash handling).' })),
           step_delay_s: S.optional(S.number({ minimum: 0, description: 'Sleep this long each step (tests of cancellation).' })),
+          disk_full: S.optional(
+            S.object(
+              {
+                at: S.string({ minLength: 1, description: 'The disk fills while a file whose path contains this is written (e.g. `checkpoints/step-000002`, `events.jsonl`).' }),
+                after_bytes: S.integer({ minimum: 0, description: 'How many bytes of those writes fit first.' }),
+              },
+              { ...strict, description: 'Simulate a full disk (tests of ENOSPC handling): from then on every write that needs a new block fails, as on a real file system.' },
+            ),
+          ),
         },
         { ...strict, description: 'For tests only.' },
       ),

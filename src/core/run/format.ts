@@ -6,10 +6,13 @@
  * Readers accept fields they do not know (forward compatibility inside a version); `v` changes when a field
  * changes meaning.
  */
+import { MAX_JSON_DEPTH, nestsDeeperThan } from '../schema/bounds';
 import { S, toJsonSchema, validate, type Issue, type Static } from '../schema/schema';
 import { DIALECTS, type Dialect } from '../tags/parser';
+import { SPAN_ROLES, spansFromTokens, spansFromWire, type ResponseSpan } from '../tags/spans';
 import type { ResponseContext } from '../tags/trajectory';
 import { RunConfigSchema } from './config';
+import { PRESETS } from './presets';
 import { ENGINE_LIMITS, ENGINES } from './engines';
 
 /** run.json's version. */
@@ -87,9 +90,36 @@ export const RolloutSchema = S.object(
     turns: S.optional(S.integer({ minimum: 0 })),
     searches: S.optional(S.integer({ minimum: 0 })),
     tokens: S.optional(TokensSchema),
+    spans: S.optional(
+      S.object(
+        {
+          v: S.literal(1, 'Spans version 1.'),
+          runs: S.array(S.array(S.union(S.enum(SPAN_ROLES), S.integer({ minimum: 0 }))), { description: '[role, length] pairs in order; lengths in Unicode code points; they tile `response` exactly.' }),
+        },
+        {
+          description:
+            'Who wrote each part of `response` (the environment that built it says so): runs of `generated` (the policy), `retrieved` (documents), `feedback` (the environment’s messages) and `prompt` (chat-template text). Rewards, the parser and every instrument read actions and the answer from `generated` text only, so tags inside a document are document text (docs/rewards.md, “Who wrote what”). Without it, token roles are used when the tokens’ texts concatenate to the response; else the tags.',
+        },
+      ),
+    ),
     meta: S.optional(S.record(S.any(), 'Anything else an importer or user keeps (source file, line, extra fields).')),
   },
-  { description: 'One trajectory: a line of rollouts/step-NNNNNN.jsonl.' },
+  {
+    description: `One trajectory: a line of rollouts/step-NNNNNN.jsonl. No field but \`tokens\` may nest deeper than ${MAX_JSON_DEPTH} levels.`,
+    // Records go on to workers and webviews by structured clone, which recurses: a deep \`meta\` would kill them.
+    refine: (r: Record<string, unknown>, path) => {
+      const issues: Issue[] = [];
+      for (const [k, v] of Object.entries(r)) if (k !== 'tokens' && nestsDeeperThan(v, MAX_JSON_DEPTH)) issues.push({ path: path ? `${path}.${k}` : k, message: `nested deeper than ${MAX_JSON_DEPTH} levels` });
+      if (r.spans !== undefined && typeof r.response === 'string') {
+        const read = spansFromWire(r.spans, r.response, path ? `${path}.spans` : 'spans');
+        if ('error' in read) {
+          const [field, ...rest] = read.error.split(': ');
+          issues.push({ path: field!, message: rest.join(': ') });
+        }
+      }
+      return issues;
+    },
+  },
 );
 export type Rollout = Static<typeof RolloutSchema>;
 export type Tokens = Static<typeof TokensSchema>;
@@ -182,7 +212,28 @@ export function applyDialect(r: Rollout, o: ReadOptions): Rollout {
 
 /** What the parser needs to read a record's response in its dialect. */
 export function rolloutContext(r: Rollout, o: ReadOptions = {}): ResponseContext {
-  return { prompt: r.prompt, dialect: o.dialect && o.dialect !== 'auto' ? o.dialect : (r.dialect ?? o.runDialect ?? 'auto'), ...(o.searchTool ? { searchTool: o.searchTool } : {}) };
+  const spans = rolloutSpans(r);
+  return { prompt: r.prompt, dialect: o.dialect && o.dialect !== 'auto' ? o.dialect : (r.dialect ?? o.runDialect ?? 'auto'), ...(o.searchTool ? { searchTool: o.searchTool } : {}), ...(spans ? { spans } : {}) };
+}
+
+/**
+ * Who wrote each part of a record's response: its `spans` (written by the environment), else its token roles when the
+ * response tokens' texts concatenate to the response; undefined for plain text (read by its tags).
+ */
+export function rolloutSpans(r: Pick<Rollout, 'response' | 'spans' | 'tokens'>): ResponseSpan[] | undefined {
+  if (r.spans !== undefined) {
+    const read = spansFromWire(r.spans, r.response);
+    if (!('error' in read)) return read;
+  }
+  if (!r.tokens) return undefined;
+  let text: readonly string[];
+  try {
+    text = r.tokens.text;
+  } catch {
+    // a token-store record read without its ids and texts (the audit's columns): read by its tags, as plain text
+    return undefined;
+  }
+  return Array.isArray(text) && Array.isArray(r.tokens.role) ? spansFromTokens(r.response, text, r.tokens.role) : undefined;
 }
 
 /** A located problem in a file: `file:line: field: message`. */
@@ -204,8 +255,9 @@ export function validateRollout(value: unknown, file: string, line: number): Loc
 
 /** The documents published in docs/schema/, generated from the schemas above. */
 export const PUBLISHED_SCHEMAS = {
-  // x-engine-limits: what each engine cannot do (src/core/run/engines.ts), for the trainer's validator
-  'run-config.schema.json': { schema: RunConfigSchema, title: 'Search Agent Studio run config (*.run.json)', extra: { 'x-engine-limits': ENGINE_LIMITS } },
+  // x-engine-limits: what each engine cannot do (src/core/run/engines.ts), for the trainer's validator; x-presets:
+  // algorithm.preset's values (src/core/run/presets.ts), which the trainer applies
+  'run-config.schema.json': { schema: RunConfigSchema, title: 'Search Agent Studio run config (*.run.json)', extra: { 'x-engine-limits': ENGINE_LIMITS, 'x-presets': PRESETS } },
   'rollout.schema.json': { schema: RolloutSchema, title: 'Search Agent Studio rollout record (v2; v1 accepted)' },
   'run.schema.json': { schema: RunJsonSchema, title: 'Search Agent Studio run.json (v1)' },
   'event.schema.json': { schema: EventSchema, title: 'Search Agent Studio trainer event / events.jsonl line (v1)' },

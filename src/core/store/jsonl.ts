@@ -7,7 +7,11 @@
  * writer may be mid-line); it becomes a row when following ends ({@link JsonlFile.finish}) or when the file is
  * opened without following. Rows are parsed only when read, so the index costs 20 bytes per row.
  */
+import { constants as bufferConstants } from 'node:buffer';
 import { open, stat, type FileHandle } from 'node:fs/promises';
+
+/** The longest string V8 holds (about 512 MiB): a longer line cannot be read as text. */
+const MAX_STRING_LENGTH = bufferConstants.MAX_STRING_LENGTH;
 
 const CHUNK = 4 * 1024 * 1024;
 const NL = 0x0a;
@@ -254,43 +258,94 @@ export class JsonlFile {
   }
 }
 
+/** A line as {@link readLines} yields it: its text, or, for a line too long to be a string, its size and no text. */
+export interface LineItem {
+  line: number;
+  text: string;
+  /** Set (in bytes) when the line is longer than the longest string a reader can hold: `text` is then empty. */
+  tooLong?: number;
+}
+
+/** The message for a line too long to read (for readers that report and skip it). */
+export function tooLongMessage(bytes: number): string {
+  return `the line is ${(bytes / 2 ** 20).toFixed(0)} MB, longer than the longest line that can be read (${(MAX_STRING_LENGTH / 2 ** 20).toFixed(0)} MB): skipped`;
+}
+
+/**
+ * Cuts a stream of chunks into lines, each byte scanned once and copied at most once (a line that spans chunks is
+ * kept as a list of its pieces, joined once when it ends), so a 600 MB line costs what 600 MB of short lines do.
+ * Lines longer than `maxLineBytes` are not kept (only counted): they come out as `tooLong`.
+ */
+export class LineSplitter {
+  private parts: Buffer[] = [];
+  private partBytes = 0;
+  private line = 1;
+  /** Bytes looked at for a newline, and bytes copied to keep a partial line (for the linearity test). */
+  readonly stats = { scanned: 0, copied: 0 };
+
+  constructor(private readonly maxLineBytes: number = MAX_STRING_LENGTH) {}
+
+  /** The lines `chunk` completes (blank lines are skipped but counted). The caller may reuse `chunk` afterwards. */
+  *push(chunk: Buffer): Generator<LineItem> {
+    let p = 0;
+    for (;;) {
+      const nl = chunk.indexOf(NL, p);
+      this.stats.scanned += (nl < 0 ? chunk.length : nl + 1) - p;
+      if (nl < 0) break;
+      const item = this.take(chunk.subarray(p, nl));
+      if (item) yield item;
+      p = nl + 1;
+    }
+    if (p < chunk.length) {
+      const rest = chunk.subarray(p);
+      this.partBytes += rest.length;
+      if (this.partBytes <= this.maxLineBytes) {
+        this.parts.push(Buffer.from(rest));
+        this.stats.copied += rest.length;
+      } else this.parts = [];
+    }
+  }
+
+  /** The last line, when the input does not end with a newline. */
+  *end(): Generator<LineItem> {
+    if (this.partBytes === 0) return;
+    const item = this.take(Buffer.alloc(0));
+    if (item) yield item;
+  }
+
+  private take(piece: Buffer): LineItem | undefined {
+    const line = this.line++;
+    const bytes = this.partBytes + piece.length;
+    const parts = this.parts;
+    this.parts = [];
+    this.partBytes = 0;
+    if (bytes > this.maxLineBytes) return { line, text: '', tooLong: bytes };
+    const whole = parts.length === 0 ? piece : Buffer.concat([...parts, piece], bytes);
+    const end = bytes > 0 && whole[bytes - 1] === CR ? bytes - 1 : bytes;
+    return end > 0 ? { line, text: whole.toString('utf8', 0, end) } : undefined;
+  }
+}
+
 /**
  * Streams every line of a file in order (for summaries and conversions), in chunks, without an index.
- * Yields `{ line, text }` for non-blank lines; a last line without newline is included.
+ * Yields `{ line, text }` for non-blank lines; a last line without newline is included; a line too long to hold as
+ * a string comes as `{ line, text: '', tooLong }` (readers report it and go on).
  */
-export async function* readLines(path: string, signal?: AbortSignal): AsyncGenerator<{ line: number; text: string }> {
+export async function* readLines(path: string, signal?: AbortSignal, options: { chunkBytes?: number; maxLineBytes?: number } = {}): AsyncGenerator<LineItem> {
   const fh = await open(path, 'r');
   try {
-    const buf = Buffer.allocUnsafe(CHUNK);
-    let carry: Buffer | undefined;
-    let line = 1;
+    const size = options.chunkBytes ?? CHUNK;
+    const buf = Buffer.allocUnsafe(size);
+    const lines = new LineSplitter(options.maxLineBytes);
     let position = 0;
     for (;;) {
       if (signal?.aborted) throw signal.reason ?? new Error('aborted');
-      const { bytesRead } = await fh.read(buf, 0, CHUNK, position);
+      const { bytesRead } = await fh.read(buf, 0, size, position);
       if (bytesRead === 0) break;
       position += bytesRead;
-      let chunk = buf.subarray(0, bytesRead);
-      if (carry) {
-        chunk = Buffer.concat([carry, chunk]);
-        carry = undefined;
-      }
-      let p = 0;
-      for (;;) {
-        const nl = chunk.indexOf(NL, p);
-        if (nl < 0) break;
-        let end = nl;
-        if (end > p && chunk[end - 1] === CR) end--;
-        if (end > p) yield { line, text: chunk.toString('utf8', p, end) };
-        line++;
-        p = nl + 1;
-      }
-      if (p < chunk.length) carry = Buffer.from(chunk.subarray(p));
+      yield* lines.push(buf.subarray(0, bytesRead));
     }
-    if (carry && carry.length > 0) {
-      const text = carry.toString('utf8').replace(/\r$/, '');
-      if (text) yield { line, text };
-    }
+    yield* lines.end();
   } finally {
     await fh.close();
   }

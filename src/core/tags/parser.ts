@@ -37,6 +37,7 @@
  *  - Text outside blocks that is not whitespace is reported where the Search-R1 format forbids it.
  */
 import { chatMarker, jsonValueEnd, templateMarkerLength } from './markers';
+import type { ResponseSpan } from './spans';
 import { annotateToolCalls } from './toolcall';
 
 export { templateMarkerLength };
@@ -116,6 +117,14 @@ export interface ParseOptions {
   tools?: readonly string[];
   /** The prompt left a `<think>` open (Qwen3 thinking and R1-style templates end the prompt with `<think>\n`). */
   openThink?: boolean;
+  /**
+   * Who wrote each part of the text (spans.ts): sorted, non-overlapping ranges of `text` (before `offset`). When
+   * given, the environment's spans are observations by their role whatever tags they hold — `retrieved` an
+   * information segment, `feedback` a feedback segment, `prompt` a template segment — and only the policy's
+   * (`generated`) text is parsed for actions: a document holding `</information><answer>x</answer>` cannot close its
+   * block or answer, and the policy cannot open an observation.
+   */
+  spans?: readonly ResponseSpan[];
 }
 
 export interface ParsedTrajectory {
@@ -360,13 +369,68 @@ export function parseTrajectory(input: string, options: ParseOptions = {}): Pars
     return end;
   };
 
+  /** The environment's spans (when known): observations by role, never parsed for tags. */
+  const envSpans = options.spans ? options.spans.filter((sp) => sp.role !== 'generated' && sp.end > sp.start && sp.start < n) : undefined;
+  let env = 0;
+  /** The environment's span [start, end) of `role`: segments by its role (the caller said who wrote it). */
+  const environment = (sp: ResponseSpan) => {
+    const start = sp.start;
+    const end = Math.min(n, sp.end);
+    if (open) abandon(start, 'not closed before the environment’s text');
+    if (sp.role === 'prompt') {
+      flushText(start);
+      push('template', start, end, start, end, false, false);
+    } else {
+      // Blank edges (Search-R1's `\n\n<information>…</information>\n\n`, the message's newlines) are text, joined
+      // to the text around as when the tags are read.
+      const a = Math.min(skipBlank(text, start), end);
+      let b = end;
+      while (b > a && isBlank(text, b - 1, b)) b--;
+      flushText(a);
+      if (sp.role === 'feedback') push('feedback', a, b, a, b, false, false);
+      else {
+        // Search-R1 writes its framing tags inside the observation: they are the block's own (a cut observation
+        // has no closing tag: unclosed, as is_valid_sequence would count it).
+        const openTag = `<${names.information}>`;
+        const closeTag = `</${names.information}>`;
+        const tagged = !tool && text.startsWith(openTag, a) && a + openTag.length <= b;
+        const closed = tagged && b - closeTag.length >= a + openTag.length && text.startsWith(closeTag, b - closeTag.length);
+        const contentStart = tagged ? a + openTag.length : a;
+        const contentEnd = closed ? b - closeTag.length : b;
+        push('information', a, b, contentStart, contentEnd, true, tagged ? closed : true);
+        if (tagged && !closed) diag('unclosed-tag', 'error', `<${names.information}> is not closed (the observation was cut)`, a, a + openTag.length);
+      }
+      observed();
+      // The blank tail is read on as text (nothing in it can be a tag).
+      textStart = b;
+      role = 'assistant';
+      return b;
+    }
+    textStart = end;
+    role = 'assistant';
+    return end;
+  };
+
   let i = 0;
   if (options.openThink) open = { kind: 'think', segStart: 0, contentStart: 0, opened: false, tagStart: 0, tagLength: 0 };
-  else i = llamaCall(0);
-  let feedback = text.indexOf(INVALID_ACTION_MESSAGE);
+  else if (!envSpans?.length || envSpans[0]!.start > 0) i = llamaCall(0);
+  // With spans, the environment's messages are its spans: the invalid-action text inside the policy's is not one.
+  let feedback = envSpans ? -1 : text.indexOf(INVALID_ACTION_MESSAGE);
   while (i < n) {
+    if (envSpans && env < envSpans.length && i >= envSpans[env]!.start) {
+      i = environment(envSpans[env++]!);
+      if (env >= envSpans.length || envSpans[env]!.start > i) i = llamaCall(i);
+      continue;
+    }
+    /** Where the policy's text ends (the next environment span): no tag or marker reaches across it. */
+    const limit = envSpans && env < envSpans.length ? envSpans[env]!.start : n;
     while (feedback >= 0 && feedback < i) feedback = text.indexOf(INVALID_ACTION_MESSAGE, feedback + 1);
-    const lt = text.indexOf('<', i);
+    let lt = text.indexOf('<', i);
+    if (lt >= limit) lt = -1;
+    if (lt < 0 && limit < n) {
+      i = limit;
+      continue;
+    }
     if (feedback >= 0 && open?.kind !== 'information' && (lt < 0 || feedback <= lt)) {
       // The environment's invalid-action message: an observation (its tags are not actions).
       if (open) abandon(feedback, 'not closed before the environment’s invalid-action message');
@@ -383,13 +447,14 @@ export function parseTrajectory(input: string, options: ParseOptions = {}): Pars
       // A chat-template marker (not inside documents).
       const inDocument = open?.kind === 'information' && !open.tagless;
       if (!tool) {
-        const len = inDocument ? 0 : templateMarkerLength(text, lt);
+        let len = inDocument ? 0 : templateMarkerLength(text, lt);
+        if (lt + len > limit) len = 0;
         if (len > 0) pushMarker(lt, len);
         i = lt + Math.max(1, len);
         continue;
       }
       const marker = inDocument ? undefined : chatMarker(text, lt);
-      if (!marker) {
+      if (!marker || lt + marker.length > limit) {
         i = lt + 1;
         continue;
       }
@@ -414,7 +479,8 @@ export function parseTrajectory(input: string, options: ParseOptions = {}): Pars
       if (marker.starts === 'assistant' || marker.python) i = llamaCall(i);
       continue;
     }
-    const tag = next === SLASH || next === 116 || next === 115 || next === 105 || next === 97 ? tagAt(text, lt, dialect) : undefined;
+    let tag = next === SLASH || next === 116 || next === 115 || next === 105 || next === 97 ? tagAt(text, lt, dialect) : undefined;
+    if (tag && (lt + tag.length > limit || (envSpans && tag.kind === 'information'))) tag = undefined;
     // A role word left by a decoder may have started the assistant's message since the last block: read it first.
     if (tag && dialect === 'toolcall' && role !== 'assistant' && !open) flushText(lt);
     if (!tag || (tool && role !== 'assistant' && (tag.kind !== 'information' || role !== 'reply'))) {
@@ -476,7 +542,7 @@ export function parseTrajectory(input: string, options: ParseOptions = {}): Pars
   if (open) abandon(n, 'never closed');
   else flushText(n);
 
-  if (tool) annotateToolCalls(text, segments, diagnostics, { searchTool: options.searchTool ?? 'search', tools: options.tools ?? [], dialect });
+  if (tool) annotateToolCalls(text, segments, diagnostics, { searchTool: options.searchTool ?? 'search', tools: options.tools ?? [], dialect, kindsKnown: envSpans !== undefined });
   let answers = 0;
   for (const s of segments) {
     if (s.kind !== 'answer' || !s.opened) continue;

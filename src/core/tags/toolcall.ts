@@ -14,6 +14,8 @@ export interface ToolCallOptions {
   /** Other tools the prompt declares. */
   tools: readonly string[];
   dialect: Dialect;
+  /** Observations' kinds come from who wrote them (spans): an error reply is feedback already, never re-read. */
+  kindsKnown?: boolean;
 }
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -119,7 +121,9 @@ export function annotateToolCalls(text: string, segments: Segment[], diagnostics
       pending.push(s);
     } else if (s.kind === 'information') {
       const answered = pending.shift();
-      if (answered?.call?.error !== undefined || isErrorReply(text.slice(s.contentStart, s.contentEnd))) s.kind = 'feedback';
+      if (!o.kindsKnown && (answered?.call?.error !== undefined || isErrorReply(text.slice(s.contentStart, s.contentEnd)))) s.kind = 'feedback';
+    } else if (s.kind === 'feedback' && o.kindsKnown) {
+      pending.shift();
     }
   }
 }

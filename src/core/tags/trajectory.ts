@@ -3,8 +3,10 @@
  * its searches, its invalid actions, the documents of an observation — so that summaries, the inspector, the
  * replay, the editor and rewards read both dialects through the same few functions.
  */
+import { describeValue } from '../schema/bounds';
 import { contentOf, detectDialect, DIALECTS, parseTrajectory, type Dialect, type ParsedTrajectory, type ParseOptions, type Segment } from './parser';
 import { parseDocuments, pythonStrip, type RetrievedDoc, type Turn } from './searchr1';
+import type { ResponseSpan } from './spans';
 import { declaredTools, promptOpensThink, toolResponseText } from './toolcall';
 
 /** What is known around a response: its prompt, a dialect given by the user, the record or the run config. */
@@ -14,19 +16,38 @@ export interface ResponseContext {
   dialect?: Dialect | 'auto';
   /** The search tool's name (tool-call dialects; default `search`). */
   searchTool?: string;
+  /** Who wrote each part of the response (spans.ts): observations are then read by role, not by their tags. */
+  spans?: readonly ResponseSpan[];
 }
 
 /** Parses a response in its dialect, with what its prompt says (declared tools, a `<think>` it opened). */
-export function parseResponse(response: string, context: ResponseContext = {}, options: Omit<ParseOptions, 'dialect' | 'tools' | 'openThink' | 'searchTool'> = {}): ParsedTrajectory {
+export function parseResponse(response: string, context: ResponseContext = {}, options: Omit<ParseOptions, 'dialect' | 'tools' | 'openThink' | 'searchTool' | 'spans'> = {}): ParsedTrajectory {
   const prompt = context.prompt ?? '';
-  const dialect = context.dialect && context.dialect !== 'auto' ? context.dialect : detectDialect(response, prompt);
+  const dialect = context.dialect && context.dialect !== 'auto' ? context.dialect : detectDialect(generatedText(response, context.spans), prompt);
   return parseTrajectory(response, {
     ...options,
     dialect,
     ...(context.searchTool ? { searchTool: context.searchTool } : {}),
+    ...(context.spans ? { spans: context.spans } : {}),
     ...(dialect !== 'searchr1' && prompt ? { tools: declaredTools(prompt) } : {}),
     ...(prompt && promptOpensThink(prompt) ? { openThink: true } : {}),
   });
+}
+
+/**
+ * The response with the environment's text blanked (each of its characters a space, so offsets hold): what the
+ * policy wrote, for reading its actions. The response itself without spans.
+ */
+export function generatedText(response: string, spans: readonly ResponseSpan[] | undefined): string {
+  if (!spans) return response;
+  let out = '';
+  let at = 0;
+  for (const s of spans) {
+    if (s.role === 'generated') continue;
+    out += response.slice(at, s.start) + ' '.repeat(s.end - s.start);
+    at = s.end;
+  }
+  return out + response.slice(at);
 }
 
 /** Whether a segment is a search: a complete `<search>` block, or a valid call of the search tool. */
@@ -81,7 +102,7 @@ export function observationText(parsed: ParsedTrajectory, s: Segment): string {
 export function parseDialectName(value: unknown): Dialect | 'auto' | { error: string } {
   if (value === undefined || value === null || value === '' || value === 'auto') return 'auto';
   if (typeof value === 'string' && (DIALECTS as readonly string[]).includes(value)) return value as Dialect;
-  return { error: `unknown dialect ${JSON.stringify(value)}: expected auto, ${DIALECTS.join(', ')}` };
+  return { error: `unknown dialect ${describeValue(value)}: expected auto, ${DIALECTS.join(', ')}` };
 }
 
 export { DIALECTS, detectDialect, type Dialect };

@@ -4,14 +4,17 @@
  * worker thread (src/core/inspect/worker.ts) holding the store and the table; the webview asks for pages of the
  * current view only, so neither the extension host nor the webview holds the file.
  */
+import { createHash } from 'node:crypto';
 import { statSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import * as vscode from 'vscode';
 import { rolloutFile } from '../../core/host/runs';
-import type { EngineMessage, EngineRequest } from '../../core/inspect/engine';
+import type { EngineMessage, EngineRequest, ForeignOpenOptions } from '../../core/inspect/engine';
 import type { InspectorContract, InspectorQuery, InspectorState, InspectorStatus, RowFacts } from '../../core/protocol';
 import type { RolloutRow } from '../../core/store/rollouts';
+import { detectSource } from '../../core/importers';
+import { isForeignKind } from '../../core/importers/foreign';
 import { connectWebview, setWebviewHtml, webviewOptions } from '../webviewPanel';
 import type { ReplayPanel } from './replayPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
@@ -33,6 +36,8 @@ class InspectorSession implements vscode.Disposable {
   private readonly endpoint;
   private disposed = false;
   onDispose: (() => void) | undefined;
+  /** Told once, when another engine's dump has been converted and analysed: what was found. */
+  onImported: ((found: NonNullable<InspectorStatus['imported']>) => void) | undefined;
 
   constructor(
     readonly path: string,
@@ -40,6 +45,7 @@ class InspectorSession implements vscode.Disposable {
     extensionUri: vscode.Uri,
     private readonly replay: ReplayPanel,
     private readonly log: vscode.LogOutputChannel,
+    open: { foreign?: ForeignOpenOptions; tokenizer?: string } = {},
   ) {
     this.status = { source: path, files: 0, total: 0, analysed: 0, view: 0, seq: 0, busy: true, following: true, malformed: 0 };
     this.worker = new Worker(join(extensionUri.fsPath, 'dist', 'inspector-worker.js'));
@@ -69,8 +75,8 @@ class InspectorSession implements vscode.Disposable {
     });
     panel.onDidDispose(() => this.dispose());
     setWebviewHtml(panel.webview, extensionUri, 'rollouts', panel.title);
-    const tokenizer = auditTokenizerSetting(path);
-    this.send({ t: 'open', path, follow: true, read: trajectoryReadOptions(vscode.Uri.file(path), log), importance: importanceSettings(path), ...(tokenizer ? { tokenizer } : {}) });
+    const tokenizer = open.tokenizer ?? auditTokenizerSetting(path);
+    this.send({ t: 'open', path, follow: true, read: trajectoryReadOptions(vscode.Uri.file(path), log), importance: importanceSettings(path), ...(tokenizer ? { tokenizer } : {}), ...(open.foreign ? { foreign: open.foreign } : {}) });
   }
 
   private send(m: EngineRequest): void {
@@ -90,6 +96,11 @@ class InspectorSession implements vscode.Disposable {
       case 'status':
         this.status = m.status;
         if (m.status.error) this.log.warn(`inspector: ${m.status.error}`);
+        if (m.status.imported?.ready && this.onImported && !m.status.busy && !m.status.indexing && m.status.analysed === m.status.total && m.status.total >= m.status.imported.rollouts) {
+          const done = this.onImported;
+          this.onImported = undefined;
+          done(m.status.imported);
+        }
         this.endpoint.emit('status', m.status);
         return;
       case 'preview':
@@ -152,7 +163,31 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
 
   resolveCustomEditor(doc: RolloutDocument, panel: vscode.WebviewPanel): void {
     panel.webview.options = webviewOptions(this.context.extensionUri);
-    this.track(new InspectorSession(doc.uri.fsPath, panel, this.context.extensionUri, this.replay, this.log));
+    // A JSON-lines dump of another engine (a prime-rl rank file, a NeMo-RL train_data file) is converted on the way.
+    this.track(new InspectorSession(doc.uri.fsPath, panel, this.context.extensionUri, this.replay, this.log, { foreign: this.foreignOptions(doc.uri.fsPath) }));
+  }
+
+  /** How the inspector opens another engine's dump: converted into the extension's storage; no Python unless trusted. */
+  foreignOptions(path: string, python?: string): ForeignOpenOptions {
+    const trust = vscode.workspace.getConfiguration('searchAgent.import').get<boolean>('trustPickles') === true;
+    return {
+      cacheDir: join(this.context.globalStorageUri.fsPath, 'imports', createHash('sha256').update(path).digest('hex').slice(0, 16)),
+      allowPython: vscode.workspace.isTrusted,
+      ...(trust && vscode.workspace.isTrusted ? { trustPickle: true } : {}),
+      ...(python ? { python } : {}),
+    };
+  }
+
+  /**
+   * Another engine's dump (or any run folder) in a panel: `foreign` as `foreignOptions` gives it, `tokenizer` the
+   * one the user chose; `onImported` is told what was found once it is converted.
+   */
+  openFolder(path: string, open: { foreign?: ForeignOpenOptions; tokenizer?: string; onImported?: (found: NonNullable<InspectorStatus['imported']>) => void }): void {
+    const panel = vscode.window.createWebviewPanel('searchAgent.rollouts', `Rollouts: ${basename(path)}`, vscode.ViewColumn.Active, webviewOptions(this.context.extensionUri));
+    panel.iconPath = vscode.Uri.joinPath(this.context.extensionUri, 'media', 'icon.svg');
+    const session = new InspectorSession(path, panel, this.context.extensionUri, this.replay, this.log, open);
+    session.onImported = open.onImported;
+    this.track(session);
   }
 
   private track(s: InspectorSession): void {
@@ -177,6 +212,8 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
       path = picked?.[0]?.fsPath;
     }
     if (!path) return;
+    // a token-store step's rollouts.parquet: the step (its directory)
+    if (basename(path) === 'rollouts.parquet') path = dirname(path);
     this.log.info(`inspector: ${path} (${how})`);
     let dir = false;
     try {
@@ -185,13 +222,17 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
       void vscode.window.showErrorMessage(`Search Agent: cannot open ${path}: ${(e as Error).message}`);
       return;
     }
+    // Another engine's dump: "Open Run Folder…" (its tokenizer, the trainer's Python, what was found).
+    const kind = how === 'picked' || dir ? await detectSource(path).catch(() => undefined) : undefined;
+    if (kind && isForeignKind(kind)) {
+      await vscode.commands.executeCommand('searchAgent.openRunFolder', vscode.Uri.file(path));
+      return;
+    }
     if (!dir) {
       await vscode.commands.executeCommand('vscode.openWith', vscode.Uri.file(path), INSPECTOR_VIEW_TYPE);
       return;
     }
-    const panel = vscode.window.createWebviewPanel('searchAgent.rollouts', `Rollouts: ${basename(path)}`, vscode.ViewColumn.Active, webviewOptions(this.context.extensionUri));
-    panel.iconPath = vscode.Uri.joinPath(this.context.extensionUri, 'media', 'icon.svg');
-    this.track(new InspectorSession(path, panel, this.context.extensionUri, this.replay, this.log));
+    this.openFolder(path, {});
   }
 
   dispose(): void {

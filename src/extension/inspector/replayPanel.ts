@@ -6,17 +6,19 @@
 import { join } from 'node:path';
 import * as vscode from 'vscode';
 import { ForkHost, defaultCheckpoint, generationTurns, listCheckpoints } from '../../core/host/fork';
-import { addMicroscope, importancePreview, IMPORTANCE_DEFAULTS } from '../../core/audit';
+import { addMicroscope, importancePreview, IMPORTANCE_DEFAULTS, mismatchNote, tokenizerMismatch } from '../../core/audit';
 import { replayModel, type TextTokenizer } from '../../core/inspect/replay';
-import { loadTextTokenizer, loadTokenizerCodec, runTokenizer, type TokenizerCodec } from '../../core/inspect/tokenizer';
+import { loadTextTokenizer, runTokenizer, runVocabSize, type TokenizerCodec } from '../../core/inspect/tokenizer';
 import type { ForkChoices, ForkOptions, ForkResult, ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol';
 import type { Rollout } from '../../core/run/format';
 import { formatIssue } from '../../core/run/format';
-import { readLines } from '../../core/store/jsonl';
-import { parseRolloutLine, rawPreview, runConfigDialect, runConfigNear, type RolloutRow } from '../../core/store/rollouts';
+import { rawPreview, readPartRow, runConfigDialect, runConfigNear, type RolloutRow } from '../../core/store/rollouts';
 import type { Dialect } from '../../core/tags/parser';
 import { nodeCommand } from '../node';
-import { findTrainerPython } from '../training/python';
+import { findTrainerPython, SETUP_COMMAND } from '../training/python';
+import { runNeeds } from '../../core/host/runConfig';
+import { readRun } from '../../core/host/runs';
+import { noPythonMessage, runPythonNote } from '../../core/python';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
 import { auditTokenizerSetting, importanceSettings } from '../auditSettings';
@@ -38,8 +40,9 @@ export class ReplayPanel implements vscode.Disposable {
   private state: ReplayState | null = null;
   private inputs: ReplayInput[] = [];
   private tokenizer: { name: string; tokenize: TextTokenizer } | undefined;
-  /** The drift check's tokenizer for the rollouts shown (the setting, else their run's model directory's), or why none. */
-  private driftCodec: { codec?: TokenizerCodec; note?: string } = {};
+  /** The drift check's tokenizer for the rollouts shown (their run's own, else the setting's), or why none; the run's
+   * vocabulary size when known (a tokenizer with more ids is not the run's). */
+  private driftCodec: { codec?: TokenizerCodec; note?: string; runVocab?: number } = {};
   private importance: ReplayState['importance'] = { level: IMPORTANCE_DEFAULTS.isLevel, cap: IMPORTANCE_DEFAULTS.isCap };
   private readonly disposables: vscode.Disposable[] = [];
   /** The processes behind "Fork here" (policy servers, one per run and checkpoint; the run's env server): started on
@@ -53,14 +56,11 @@ export class ReplayPanel implements vscode.Disposable {
     this.disposables.push(vscode.commands.registerCommand('searchAgent.replayRollout', (file: string, line: number) => this.showLine(file, line)));
   }
 
-  /** Replays the rollout on `line` of a JSONL file (the Runs view's rollouts). */
+  /** Replays the rollout on `line` of a JSONL file, or row `line` (from 1) of a token-store step (the Runs view's rollouts, the Reward Lab). */
   async showLine(file: string, line: number): Promise<void> {
-    let index = 0;
-    for await (const l of readLines(file)) {
-      if (l.line === line) return this.show(file, [{ index, row: { index, ...parseRolloutLine(l.text, file, l.line, { ...trajectoryReadOptions(vscode.Uri.file(file), this.log), ...(await runDialectOf(file)) }) }, raw: rawPreview(l.text) }]);
-      index++;
-    }
-    void vscode.window.showWarningMessage(`Search Agent: ${file} has no line ${line}.`);
+    const row = await readPartRow(file, line, { ...trajectoryReadOptions(vscode.Uri.file(file), this.log), ...(await runDialectOf(file)) });
+    if (row) return this.show(file, [{ index: line - 1, row: { index: line - 1, ...row }, raw: row.raw === undefined ? undefined : rawPreview(row.raw) }]);
+    void vscode.window.showWarningMessage(`Search Agent: ${file} has no ${file.endsWith('.jsonl') ? 'line' : 'row'} ${line}.`);
   }
 
   async show(source: string, inputs: ReplayInput[]): Promise<void> {
@@ -87,7 +87,10 @@ export class ReplayPanel implements vscode.Disposable {
       }
       const read = trajectoryReadOptions(vscode.Uri.file(row.file), this.log);
       const model = replayModel(row.record, { index, file: row.file, line: row.line }, { read, ...(this.tokenizer ? { tokenizer: this.tokenizer.tokenize, tokenizerName: this.tokenizer.name } : {}) });
-      state.models.push(addMicroscope(model, row.record, { codec: this.driftCodec.codec, noCodec: this.driftCodec.note, isLevel: this.importance.level, isCap: this.importance.cap }));
+      // A tokenizer that cannot have tokenised this record (tokenizerMatch.ts) is not used: "does not match", not drift.
+      const { codec, note, runVocab } = this.driftCodec;
+      const why = codec ? tokenizerMismatch(codec, row.record, runVocab) : undefined;
+      state.models.push(addMicroscope(model, row.record, { codec: why ? undefined : codec, noCodec: why ? mismatchNote(codec!, why) : note, isLevel: this.importance.level, isCap: this.importance.cap }));
     }
     return state;
   }
@@ -95,8 +98,9 @@ export class ReplayPanel implements vscode.Disposable {
   /** The drift tokenizer and the importance preview's level and cap for a rollout file (searchAgent.audit.*). */
   private async loadAuditSettings(file: string | undefined): Promise<void> {
     if (!file) return;
-    const named = auditTokenizerSetting(file);
-    this.driftCodec = named ? await loadTokenizerCodec(named).then((codec) => ({ codec }), (e: Error) => ({ note: `drift not checked: ${e.message}` })) : await runTokenizer(file);
+    // The run's own tokenizer first; the folder's setting for rollouts of no run, or whose run names none.
+    const t = await runTokenizer(file, auditTokenizerSetting(file));
+    this.driftCodec = { ...t, ...(t.codec ? { runVocab: await runVocabSize(file) } : {}) };
     const is = importanceSettings(file);
     this.importance = { level: is.isLevel ?? IMPORTANCE_DEFAULTS.isLevel, cap: is.isCap ?? IMPORTANCE_DEFAULTS.isCap };
   }
@@ -126,6 +130,7 @@ export class ReplayPanel implements vscode.Disposable {
     web.endpoint.handle('forkChoices', (p) => this.forkChoices(p.model));
     web.endpoint.handle('fork', (p) => this.fork(p));
     web.endpoint.handle('importance', ({ level, cap }) => this.previewImportance(level, cap));
+    web.endpoint.handle('setUpTrainerEnvironment', () => void vscode.commands.executeCommand(SETUP_COMMAND));
     web.panel.onDidDispose(() => {
       this.web = undefined;
       void this.stopForks();
@@ -147,7 +152,7 @@ export class ReplayPanel implements vscode.Disposable {
     if (!record.tokens?.ids) return none('This rollout has no token ids recorded: it cannot be forked.');
     const checkpoints = await listCheckpoints(runDir);
     if (!checkpoints.length) return none(`${runDir} has no checkpoint to fork from.`);
-    return { checkpoints, defaultCheckpoint: defaultCheckpoint(checkpoints, record), turns: generationTurns(record) };
+    return { checkpoints, defaultCheckpoint: defaultCheckpoint(checkpoints, record), turns: generationTurns(record), started: this.forks?.started(runDir) ?? [] };
   }
 
   private async fork(p: ForkOptions & { model: number }): Promise<ForkResult> {
@@ -155,8 +160,22 @@ export class ReplayPanel implements vscode.Disposable {
     const { record, runDir } = await this.forkTarget(p.model);
     if (!record || !runDir) throw new Error('Forking needs a rollout of a run directory.');
     if (!this.forks) {
-      const search = await findTrainerPython(this.context, vscode.Uri.file(runDir));
-      if (!search.found) throw new Error('No Python with torch for the trainer: run "Search Agent: Set Up Trainer Environment" or set searchAgent.pythonPath.');
+      // The run's own Python first (run.json `python`, as Resume Training tries it), with what its config needs.
+      const runPython = (await readRun(runDir))?.python;
+      const needs = await runNeeds({ runDir, resume: true }).catch(() => ({}));
+      const search = await findTrainerPython(this.context, vscode.Uri.file(runDir), needs, runPython);
+      for (const t of search.tried) this.log.info(`fork: python candidate ${t.executable}: ${t.ok ? `torch ${t.torch}` : t.error}`);
+      if (!search.found) {
+        const message = noPythonMessage(search, needs, 'Set up a trainer environment (Search Agent: Set Up Trainer Environment), or set searchAgent.pythonPath to a Python that has them.');
+        this.log.warn(`fork: ${message}`);
+        void vscode.window.showErrorMessage(`Search Agent: cannot fork — ${message}`, 'Set Up Trainer Environment', 'Open Settings').then((b) => {
+          if (b === 'Set Up Trainer Environment') void vscode.commands.executeCommand(SETUP_COMMAND);
+          if (b === 'Open Settings') void vscode.commands.executeCommand('workbench.action.openSettings', 'searchAgent.pythonPath');
+        });
+        throw new Error(message);
+      }
+      const note = runPythonNote(search, runPython);
+      if (note) this.log.info(`fork: ${note.replace(/^resuming/, 'forking')}`);
       const { file, env } = nodeCommand();
       const launcher = { node: file, args: [join(this.context.extensionUri.fsPath, 'dist', 'server.js')], env: env.ELECTRON_RUN_AS_NODE ? { ELECTRON_RUN_AS_NODE: '1' } : undefined };
       this.forks = new ForkHost({ python: search.found.executable, serverLauncher: launcher, onLog: (l) => this.log.info(`[fork] ${l}`) });

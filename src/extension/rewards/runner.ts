@@ -9,6 +9,8 @@ import { nodeCommand } from '../node';
 
 export interface RunOutcome {
   report?: RewardLabReport;
+  /** The rollouts the run read (file → last line): a later run given it scores the same ones. */
+  set?: Record<string, number>;
   compileError?: { file: string; line: number; column: number; message: string };
   /** The run could not happen (unreadable input, crash). */
   message?: string;
@@ -21,9 +23,18 @@ export class RewardRun {
   private readonly child: ResultPromise;
   private cancelled = false;
 
-  constructor(cli: string, module: string, rollouts: string, onProgress: (done: number) => void, log: (line: string) => void) {
+  constructor(
+    cli: string,
+    module: string,
+    rollouts: string,
+    onProgress: (done: number, errors: Partial<Record<string, number>>) => void,
+    log: (line: string) => void,
+    options: { set?: Record<string, number>; itemTimeoutMs?: number } = {},
+  ) {
     const { file, env } = nodeCommand();
-    this.child = execa(file, [cli, 'reward', module, rollouts, '--report'], { env, reject: false, buffer: { stdout: true, stderr: false }, stdin: 'ignore', forceKillAfterDelay: 2_000 });
+    const args = [cli, 'reward', module, rollouts, '--report', ...(options.itemTimeoutMs ? ['--timeout', String(options.itemTimeoutMs)] : []), ...(options.set ? ['--set=-'] : [])];
+    // The rollout set goes in on standard input (it can be long: a file per step of a run).
+    this.child = execa(file, args, { env, reject: false, buffer: { stdout: true, stderr: false }, ...(options.set ? { input: JSON.stringify(options.set) } : { stdin: 'ignore' as const }), forceKillAfterDelay: 2_000 });
     const malformed: string[] = [];
     let pending = '';
     const other: string[] = [];
@@ -34,8 +45,8 @@ export class RewardRun {
         const line = pending.slice(0, nl);
         pending = pending.slice(nl + 1);
         try {
-          const m = JSON.parse(line) as { progress?: number; malformed?: string };
-          if (typeof m.progress === 'number') onProgress(m.progress);
+          const m = JSON.parse(line) as { progress?: number; errors?: Partial<Record<string, number>>; malformed?: string };
+          if (typeof m.progress === 'number') onProgress(m.progress, m.errors ?? {});
           else if (m.malformed) malformed.length < 200 && malformed.push(m.malformed);
           continue;
         } catch {
@@ -51,7 +62,7 @@ export class RewardRun {
       if (this.cancelled) return { cancelled: true, malformed };
       const last = String(r.stdout ?? '').trim().split('\n').pop() ?? '';
       try {
-        const o = JSON.parse(last) as { report?: RewardLabReport; compileError?: RunOutcome['compileError'] };
+        const o = JSON.parse(last) as { report?: RewardLabReport; compileError?: RunOutcome['compileError']; set?: Record<string, number> };
         if (o.report || o.compileError) return { ...o, malformed };
       } catch {
         /* fall through */
@@ -60,6 +71,12 @@ export class RewardRun {
     });
   }
 
+  /** The scoring process's id (its sandbox threads are in it). */
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  /** Kills the scoring process (SIGTERM, then SIGKILL after 2 s) and its sandbox threads with it. */
   cancel(): void {
     this.cancelled = true;
     this.child.kill('SIGTERM');

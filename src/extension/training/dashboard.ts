@@ -6,14 +6,25 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import * as vscode from 'vscode';
-import { auditMetricRows } from '../../core/audit/series';
+import { auditMetricRows, withoutTrainerSeries } from '../../core/audit/series';
 import { AuditThread } from '../../core/audit/thread';
 import { MetricsTail } from '../../core/host/metricsTail';
 import { listRuns, readRun, rolloutFile } from '../../core/host/runs';
-import type { DashboardContract, DashboardRun, MetricsRow } from '../../core/protocol';
+import type { DashboardContract, DashboardRun, DashboardSettings, MetricsRow } from '../../core/protocol';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { pickRun, runDirOf } from './runsView';
 import type { TrainingController } from './trainingController';
+
+/**
+ * `searchAgent.dashboard.alarmThresholds`: per alarm, the share of a step's rollouts (0–1) at which the alarm lane marks
+ * the step; `*` for the others. A value that is not a number in [0, 1] is ignored.
+ */
+export function dashboardSettings(): DashboardSettings {
+  const raw = vscode.workspace.getConfiguration('searchAgent.dashboard').get<Record<string, unknown>>('alarmThresholds') ?? {};
+  const alarmThresholds: Record<string, number> = {};
+  for (const [k, v] of Object.entries(raw)) if (typeof v === 'number' && v >= 0 && v <= 1) alarmThresholds[k] = v;
+  return { alarmThresholds };
+}
 
 interface Followed {
   dir: string;
@@ -40,6 +51,9 @@ export class Dashboard implements vscode.Disposable {
       vscode.commands.registerCommand('searchAgent.openDashboard', (arg?: unknown) => this.open(runDirOf(arg))),
       vscode.commands.registerCommand('searchAgent.addRunToDashboard', (arg?: unknown) => this.add(runDirOf(arg))),
       controller.onDidChange(() => void this.poll()),
+      vscode.workspace.onDidChangeConfiguration((e) => {
+        if (e.affectsConfiguration('searchAgent.dashboard')) this.web?.endpoint.emit('settings', dashboardSettings());
+      }),
     );
   }
 
@@ -61,7 +75,7 @@ export class Dashboard implements vscode.Disposable {
   private create(): void {
     const web = openWebviewPanel<DashboardContract>(this.context.extensionUri, { name: 'dashboard', title: 'Search Agent: Training Dashboard', viewColumn: vscode.ViewColumn.Active }, this.log);
     this.web = web;
-    web.endpoint.handle('getState', async () => ({ runs: await this.runs(), metrics: this.followed.map((f) => ({ dir: f.dir, rows: f.rows })), audit: this.followed.map((f) => ({ dir: f.dir, rows: f.auditRows })) }));
+    web.endpoint.handle('getState', async () => ({ runs: await this.runs(), metrics: this.followed.map((f) => ({ dir: f.dir, rows: f.rows })), audit: this.followed.map((f) => ({ dir: f.dir, rows: f.auditRows })), settings: dashboardSettings() }));
     web.endpoint.handle('addRun', () => this.add());
     web.endpoint.handle('removeRun', async ({ dir }) => {
       this.unfollow((f) => f.dir !== dir);
@@ -105,7 +119,7 @@ export class Dashboard implements vscode.Disposable {
     try {
       const steps = await this.audits.update(f.dir);
       if (!steps || !this.followed.includes(f)) return;
-      f.auditRows = auditMetricRows(steps);
+      f.auditRows = withoutTrainerSeries(auditMetricRows(steps), f.rows);
       this.web?.endpoint.emit('audit', { dir: f.dir, rows: f.auditRows });
     } catch (e) {
       this.log.warn(`audit of ${f.dir}'s rollouts: ${(e as Error).message}`);
@@ -171,6 +185,7 @@ export class Dashboard implements vscode.Disposable {
   /** The rollouts of a step: the nearest step with a rollouts file at or before it (the inspector, when present). */
   private async openStep(dir: string, step: number): Promise<void> {
     const at = await this.stepFile(dir, step);
+    this.log.info(`dashboard: the rollouts of step ${step} of ${dir}: ${at ? at.file : 'none'}`);
     if (!at) return;
     const { file } = at;
     const commands = await vscode.commands.getCommands(true);

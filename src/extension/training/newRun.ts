@@ -7,6 +7,7 @@ import { writeFile } from 'node:fs/promises';
 import { dirname, join, relative } from 'node:path';
 import * as vscode from 'vscode';
 import { newRunConfig, type NewRunAnswers } from '../../core/host/templates';
+import { checkRunMemory } from '../../core/plan/check';
 
 type Pick<T> = vscode.QuickPickItem & { value: T };
 
@@ -105,7 +106,11 @@ export async function newTrainingRun(): Promise<vscode.Uri | undefined> {
   await writeFile(target, `${JSON.stringify(config, null, 2)}\n`);
   const uri = vscode.Uri.file(target);
   await vscode.window.showTextDocument(uri);
-  void vscode.window.showInformationMessage(`Search Agent: wrote ${vscode.workspace.asRelativePath(uri)}.`, 'Start Training').then((b) => {
+  // the memory plan of a Hugging Face run (one 80 GiB GPU; Start Training checks it against the real GPU)
+  const check = checkRunMemory({ config, base }, {});
+  const fits = !check.plan || check.plan.fits;
+  const say = `Search Agent: wrote ${vscode.workspace.asRelativePath(uri)}.${check.plan ? ` ${check.line[0]!.toUpperCase()}${check.line.slice(1)}.` : ''}`;
+  void (fits ? vscode.window.showInformationMessage(say, 'Start Training') : vscode.window.showWarningMessage(say, 'Start Training')).then((b) => {
     if (b) void vscode.commands.executeCommand('searchAgent.startTraining', uri);
   });
   return uri;

@@ -6,9 +6,11 @@
  * Also the two commands about it: "Set Up Trainer Environment" and "Check Trainer Environment (Doctor)".
  */
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import * as vscode from 'vscode';
 import { doctorReport } from '../../core/doctor';
+import { checkRunConfig } from '../../core/host/runConfig';
+import { checkRunMemory } from '../../core/plan/check';
 import { SetupError, setupTrainerEnv } from '../../core/host/trainerEnv';
 import { findPython, pythonCandidates, trainerNeeds, type PythonSearch, type TrainerNeeds } from '../../core/python';
 
@@ -130,7 +132,17 @@ export class DoctorReport implements vscode.TextDocumentContentProvider {
     const report = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: 'Search Agent: checking the trainer environment' }, async () =>
       doctorReport(await candidates(this.context, active?.uri), [`Search Agent Studio ${this.context.extension.packageJSON.version}`, `VS Code ${vscode.version}, Node ${process.versions.node} on ${process.platform}-${process.arch}`], needs),
     );
-    this.text = ['# Trainer environment', '', '```', ...report.lines, '```', '', report.found ? `Training uses \`${report.found.executable}\`.` : `No usable Python: run **Search Agent: Set Up Trainer Environment**, or set \`searchAgent.pythonPath\`.`, ''].join('\n');
+    // the active run config's memory plan, against the GPU that Python sees (src/core/plan)
+    let memory: string[] = [];
+    if (active?.fileName.endsWith('.run.json')) {
+      try {
+        const loaded = checkRunConfig(JSON.parse(active.getText()), active.fileName, dirname(active.fileName));
+        memory = [`${basename(active.fileName)}: ${checkRunMemory(loaded, { cuda: report.found?.cuda, gpuMemoryBytes: report.found?.cudaMemory?.[0] }).line}`];
+      } catch (e) {
+        memory = [`${basename(active.fileName)}: memory not planned (${(e as Error).message})`];
+      }
+    }
+    this.text = ['# Trainer environment', '', '```', ...report.lines, ...memory, '```', '', report.found ? `Training uses \`${report.found.executable}\`.` : `No usable Python: run **Search Agent: Set Up Trainer Environment**, or set \`searchAgent.pythonPath\`.`, ''].join('\n');
     this.changed.fire(uri);
     const doc = await vscode.workspace.openTextDocument(uri);
     await vscode.languages.setTextDocumentLanguage(doc, 'markdown');

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import * as vscode from 'vscode';
 import { listRuns, rolloutFile, SMOOTHING, type RunInfo } from '../../core/host/runs';
+import { isStorePart, readPart } from '../../core/store/rollouts';
 import type { TrainingController } from './trainingController';
 
 /**
@@ -34,12 +35,13 @@ const ICONS: Record<RunInfo['state'], [string, string?]> = {
 const fmt = (v: number | undefined) => (v === undefined ? '–' : v.toFixed(3));
 
 /**
- * A run's row: state, step (or the warm start's progress), held-out EM, and the reward averaged over the last steps
- * (one small batch's reward swings between 0 and 1 and reads as failure).
+ * A run's row: state ("stopping…" once Stop Training was asked), step (or the warm start's progress), held-out EM,
+ * and the reward averaged over the last steps, labelled so (one small batch's reward swings between 0 and 1 and
+ * reads as failure; the status bar shows the last step's, labelled too).
  */
-export function runDescription(r: RunInfo): string {
+export function runDescription(r: RunInfo, stopping = false): string {
   const where = r.progress?.warmup ? `warm-up ${r.progress.warmup.step}/${r.progress.warmup.steps}` : `step ${r.step}${r.total ? `/${r.total}` : ''}`;
-  return `${r.state} · ${where}${r.last?.valEm !== undefined ? ` · held-out EM ${fmt(r.last.valEm)}` : ''}${r.last?.rewardSmoothed !== undefined ? ` · reward ${fmt(r.last.rewardSmoothed)} (avg ${SMOOTHING})` : ''}`;
+  return `${stopping && r.state === 'running' ? 'stopping…' : r.state} · ${where}${r.last?.valEm !== undefined ? ` · held-out EM ${fmt(r.last.valEm)}` : ''}${r.last?.rewardSmoothed !== undefined ? ` · reward ${fmt(r.last.rewardSmoothed)} (mean of last ${SMOOTHING} steps)` : ''}`;
 }
 
 /** A quick pick of runs (label: the id; description: as the Runs view shows it); the picked run, or undefined. */
@@ -51,6 +53,19 @@ const MAX_ROLLOUTS = 200;
 /** The first `limit` rollouts of a step file: line number, question, reward (streamed, so a big file is cheap). */
 async function rolloutsOf(file: string, limit: number): Promise<{ nodes: Node[]; more: boolean }> {
   const nodes: Node[] = [];
+  if (await isStorePart(file)) {
+    // a token-store step: its rollouts' fields (no token arrays), row by row
+    let more = false;
+    for await (const row of readPart(file, {}, undefined, 'none')) {
+      if (nodes.length >= limit) {
+        more = true;
+        break;
+      }
+      const r = row.record;
+      nodes.push(r ? { kind: 'rollout', file, line: row.line, label: `${r.group ?? ''}/${r.sample ?? ''} ${r.question ?? ''}`.trim(), reward: r.reward, detail: `reward ${fmt(r.reward)} · ${r.searches ?? 0} searches · ${r.finish ?? ''}` } : { kind: 'rollout', file, line: row.line, label: `row ${row.line}: malformed`, detail: 'not a rollout record' });
+    }
+    return { nodes, more };
+  }
   const rl = createInterface({ input: createReadStream(file, { encoding: 'utf8' }), crlfDelay: Infinity });
   let line = 0;
   let more = false;
@@ -89,7 +104,7 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
 
   constructor(private readonly controller: TrainingController) {
     this.view = vscode.window.createTreeView('searchAgent.runs', { treeDataProvider: this, showCollapseAll: true });
-    const watcher = vscode.workspace.createFileSystemWatcher('**/{run.json,metrics.jsonl,rollouts/step-*.jsonl}');
+    const watcher = vscode.workspace.createFileSystemWatcher('**/{run.json,metrics.jsonl,rollouts/step-*.jsonl,rollouts/step-*/rollouts.parquet}');
     const poke = () => this.refreshSoon();
     this.disposables.push(
       this.view,
@@ -115,9 +130,15 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
     }, 500);
   }
 
+  /** Whether the live run `r` is stopping (Stop Training asked; the trainer finishes its step and checkpoints). */
+  private stopping(r: RunInfo): boolean {
+    const live = this.controller.live;
+    return !!live?.stopping && live.dir === r.dir;
+  }
+
   /** What a run's row shows (its item and its steps): a row whose look did not change is not re-rendered. */
-  private static look(r: RunInfo): string {
-    return JSON.stringify([r.state, runDescription(r), r.error, r.last, r.rolloutSteps]);
+  private look(r: RunInfo): string {
+    return JSON.stringify([r.state, runDescription(r, this.stopping(r)), r.error, r.last, r.rolloutSteps]);
   }
 
   /** Re-reads the runs; the whole tree is refreshed only when runs came, went or moved, otherwise just changed rows. */
@@ -129,7 +150,7 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
     }
     for (const run of runs) {
       const row = this.shown.get(run.dir);
-      const look = RunsView.look(run);
+      const look = this.look(run);
       if (!row || row.look === look) continue;
       row.node.run = run;
       row.look = look;
@@ -151,9 +172,9 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
         const item = new vscode.TreeItem(r.id, r.rolloutSteps.length ? vscode.TreeItemCollapsibleState.Collapsed : vscode.TreeItemCollapsibleState.None);
         const [icon, color] = ICONS[r.state];
         item.iconPath = new vscode.ThemeIcon(icon, color ? new vscode.ThemeColor(color) : undefined);
-        item.description = runDescription(r);
+        item.description = runDescription(r, this.stopping(r));
         item.tooltip = new vscode.MarkdownString(
-          `**${r.id}** — ${r.state}${r.error ? `\n\n${r.error}` : ''}\n\nheld-out exact match ${fmt(r.last?.valEm)} · reward ${fmt(r.last?.rewardSmoothed)} (mean of the last ${SMOOTHING} steps; last batch ${fmt(r.last?.reward)})\n\n${r.dir}`,
+          `**${r.id}** — ${this.stopping(r) ? 'stopping (finishing its step, then a checkpoint)' : r.state}${r.error ? `\n\n${r.error}` : ''}\n\nheld-out exact match ${fmt(r.last?.valEm)} · reward ${fmt(r.last?.rewardSmoothed)} (mean of the last ${SMOOTHING} steps; the last step's ${fmt(r.last?.reward)}, as the status bar shows it)\n\n${r.dir}`,
         );
         item.contextValue = `run.${r.state}`;
         item.id = `run:${r.dir}`;
@@ -188,7 +209,7 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
       const nodes = runs.map((run) => {
         const row = this.shown.get(run.dir) ?? { node: { kind: 'run' as const, run }, look: '' };
         row.node.run = run;
-        row.look = RunsView.look(run);
+        row.look = this.look(run);
         return [run.dir, row] as const;
       });
       this.shown.clear();

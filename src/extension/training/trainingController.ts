@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import * as vscode from 'vscode';
 import { EnvServerError, startEnvServerProcess, type EnvServerProcess, envServerScript, killTree } from '../../core/host/processes';
 import { envServerArgs, loadRunConfig, RunConfigError, runNeeds } from '../../core/host/runConfig';
+import { MemoryPlanError } from '../../core/plan/check';
 import { RunHost, type RunOutcome } from '../../core/host/runHost';
 import { listRuns, progressOf, readRun, type RunInfo } from '../../core/host/runs';
 import { noPythonMessage, runPythonNote, type TrainerNeeds } from '../../core/python';
@@ -29,16 +30,39 @@ export interface LiveRunState {
   valEm?: number;
   /** Attached after a reload: no process handle, only the pid in run.json. */
   attached: boolean;
+  /** Stop Training was asked: the trainer finishes its step, checkpoints and stops (seconds, on a big step). */
+  stopping?: boolean;
 }
 
 type Event = RunEvent & Record<string, unknown>;
 
 const fmt = (v: number | undefined) => (v === undefined ? '–' : v.toFixed(3));
 
-/** "warm-up 150/300 · loss 2.314" during the warm start, else "12/120 · reward 0.250". */
+/**
+ * "warm-up 150/300 · loss 2.314" during the warm start, else "12/120 · reward 0.250 (last step)" — the last step's
+ * batch reward, labelled (the Runs view shows a mean over the last steps, labelled too); "stopping… at step 12/120"
+ * from the moment Stop Training is asked until the trainer has checkpointed.
+ */
 export function liveSummary(s: LiveRunState): string {
+  if (s.stopping) return `stopping… at step ${s.step}/${s.total || '?'}`;
   if (s.phase === 'warmup') return s.warmup ? `warm-up ${s.warmup.step}/${s.warmup.steps} · loss ${fmt(s.warmup.loss)}` : 'warm-up';
-  return `${s.step}/${s.total || '?'} · reward ${fmt(s.reward)}`;
+  return `${s.step}/${s.total || '?'} · reward ${fmt(s.reward)} (last step)`;
+}
+
+/** The trainer channel's line for a step's metrics: "step 12/120 · reward 0.250 · EM 0.125 · 3 searches … · 4.2 s". */
+export function stepLine(step: number, total: number, m: Record<string, number>, seconds?: number): string {
+  const n = (k: string, label: string, d = 3) => (typeof m[k] === 'number' && Number.isFinite(m[k]) ? [`${label} ${m[k].toFixed(d)}`] : []);
+  return [
+    `step ${step}/${total || '?'}`,
+    ...n('critic/score/mean', 'reward'),
+    ...n('reward/em/mean', 'EM'),
+    ...n('env/number_of_valid_search', 'searches', 2),
+    ...n('response_length/mean', 'length', 1),
+    ...n('reward/frac_zero_std_groups', 'zero-variance groups', 2),
+    ...n('actor/ppo_kl', 'KL', 4),
+    ...n('actor/entropy', 'entropy'),
+    ...(seconds !== undefined && Number.isFinite(seconds) ? [`${seconds.toFixed(1)} s`] : []),
+  ].join(' · ');
 }
 
 export class TrainingController implements vscode.Disposable {
@@ -54,6 +78,8 @@ export class TrainingController implements vscode.Disposable {
   /** Fires on every step, phase and end of the live run (the Runs view and dashboard refresh on it). */
   readonly onDidChange = this.changed.event;
   private readonly disposables: vscode.Disposable[] = [];
+  /** When the live run's last step's metrics came (the per-step log line says how long the step took). */
+  private lastStepAt: number | undefined;
 
   constructor(
     private readonly context: vscode.ExtensionContext,
@@ -187,7 +213,7 @@ export class TrainingController implements vscode.Disposable {
     return this.launch({ runDir: dir, resume: true });
   }
 
-  private async launch(what: { config?: string; runDir?: string; resume?: boolean }): Promise<RunOutcome | undefined> {
+  private async launch(what: { config?: string; runDir?: string; resume?: boolean; force?: boolean }): Promise<RunOutcome | undefined> {
     const runPython = what.resume && what.runDir ? (await readRun(what.runDir))?.python : undefined;
     const python = await this.python(await runNeeds(what), runPython);
     if (!python) return undefined;
@@ -208,11 +234,19 @@ export class TrainingController implements vscode.Disposable {
           this.trainerLog.warn(note);
           void vscode.window.showWarningMessage(`Training run: ${note}`);
         },
+        onMemoryCheck: (line) => this.log.info(line),
       });
     } catch (e) {
+      if (e instanceof MemoryPlanError) {
+        // the memory plan says it does not fit: the user decides (the plan may be wrong; `search-agent-studio plan` shows each part)
+        this.log.warn(e.message);
+        const b = await vscode.window.showWarningMessage(`Search Agent: ${e.message}`, { modal: true }, 'Start Anyway');
+        return b === 'Start Anyway' ? this.launch({ ...what, force: true }) : undefined;
+      }
       return this.startFailed(e as Error, what.config);
     }
     this.host = host;
+    this.lastStepAt = undefined;
     this.state = { id: host.id, dir: host.runDir, step: 0, total: 0, attached: false };
     this.log.info(`run ${host.id}: env server ${host.server.url} (pid ${host.server.child.pid}), trainer pid ${host.trainer.pid}, Python ${python}, ${host.runDir}`);
     this.trainerLog.info(`run ${host.id} started in ${host.runDir}`);
@@ -223,6 +257,7 @@ export class TrainingController implements vscode.Disposable {
       let reported = 0;
       const sub = this.onDidChange((s) => {
         if (!s) return;
+        if (s.stopping) return progress.report({ message: `stopping… (finishing step ${s.step + 1}, then a checkpoint)` });
         if (s.phase === 'warmup') return progress.report({ message: `${liveSummary(s)} (supervised warm start, before step 1)` });
         if (!s.total) return;
         const pct = (100 * s.step) / s.total;
@@ -297,8 +332,14 @@ export class TrainingController implements vscode.Disposable {
       const m = (e.metrics ?? {}) as Record<string, number>;
       s.step = e.step ?? s.step;
       s.reward = m['critic/score/mean'] ?? s.reward;
+      // One line per step in the trainer's channel (the trainer's own log has none: its steps are events).
+      const now = Date.parse(String(e.time ?? '')) || Date.now();
+      this.trainerLog.info(stepLine(s.step, s.total, m, this.lastStepAt ? (now - this.lastStepAt) / 1000 : undefined));
+      this.lastStepAt = now;
     } else if (e.event === 'eval') {
       s.valEm = ((e.metrics ?? {}) as Record<string, number>)['val/em'] ?? s.valEm;
+      const m = (e.metrics ?? {}) as Record<string, number>;
+      this.trainerLog.info(`eval at step ${e.step ?? s.step}: held-out EM ${fmt(m['val/em'])}${typeof m['val/searches_mean'] === 'number' ? ` · searches ${m['val/searches_mean'].toFixed(2)}` : ''}`);
     } else if (e.event === 'warning') {
       this.trainerLog.warn(String(e.message));
     } else if (e.event === 'error') {
@@ -314,9 +355,9 @@ export class TrainingController implements vscode.Disposable {
       this.status.hide();
       return;
     }
-    this.status.text = `$(sync~spin) ${s.id}: ${liveSummary(s)}`;
+    this.status.text = `${s.stopping ? '$(loading~spin)' : '$(sync~spin)'} ${s.id}: ${liveSummary(s)}`;
     this.status.tooltip = new vscode.MarkdownString(
-      `**${s.id}**${s.attached ? ' (re-attached after a reload)' : ''}\n\n${s.phase === 'warmup' ? `supervised warm start (format only) before step 1: ${s.warmup ? `step ${s.warmup.step} of ${s.warmup.steps}, loss ${fmt(s.warmup.loss)}` : 'starting'}` : `step ${s.step} of ${s.total}${s.phase ? `, ${s.phase}` : ''}`}\n\nreward ${fmt(s.reward)} · held-out EM ${fmt(s.valEm)}\n\n${s.dir}\n\nClick for the dashboard.`,
+      `**${s.id}**${s.attached ? ' (re-attached after a reload)' : ''}${s.stopping ? '\n\n**stopping**: the trainer finishes its step, then checkpoints and stops' : ''}\n\n${s.phase === 'warmup' ? `supervised warm start (format only) before step 1: ${s.warmup ? `step ${s.warmup.step} of ${s.warmup.steps}, loss ${fmt(s.warmup.loss)}` : 'starting'}` : `step ${s.step} of ${s.total}${s.phase ? `, ${s.phase}` : ''}`}\n\nreward ${fmt(s.reward)} (the last step's batch) · held-out EM ${fmt(s.valEm)}\n\n${s.dir}\n\nClick for the dashboard.`,
     );
     this.status.show();
   }
@@ -325,15 +366,28 @@ export class TrainingController implements vscode.Disposable {
   async stop(): Promise<void> {
     if (this.host) {
       this.log.info(`stopping run ${this.host.id}`);
+      this.markStopping();
       await this.host.stop();
       return;
     }
     if (this.attached?.pid) {
       this.log.info(`stopping re-attached run ${this.attached.id} (pid ${this.attached.pid})`);
+      this.markStopping();
       killTree(this.attached.pid, 'SIGTERM');
       return;
     }
     void vscode.window.showInformationMessage('Search Agent: no training run is running.');
+  }
+
+  /** Says "stopping…" at once (status bar, progress notification, Runs view, the trainer's channel): the trainer takes
+   * a while to finish its step and checkpoint, and nothing else would change until then. */
+  private markStopping(): void {
+    const s = this.state;
+    if (!s || s.stopping) return;
+    s.stopping = true;
+    this.trainerLog.info(`stopping ${s.id}: the trainer finishes step ${s.step + 1}, then checkpoints and stops`);
+    this.render();
+    this.changed.fire(s);
   }
 
   /**

@@ -23,7 +23,7 @@ from search_agent_trainer.schema import ConfigError  # noqa: E402
 from search_agent_trainer.engines.verl import SEARCH_R1_AGENT, TOOL_AGENT  # noqa: E402
 from search_agent_trainer.engines.verl.dataset import example_of, write_verl_parquet  # noqa: E402
 from search_agent_trainer.engines.verl.main import check_config, compose_config  # noqa: E402
-from search_agent_trainer.engines.verl.overrides import VerlConfigError, hydra_value, prepare, verl_overrides  # noqa: E402
+from search_agent_trainer.engines.verl.overrides import VerlConfigError, hydra_value, memory_inputs, prepare, verl_overrides  # noqa: E402
 
 ENV_URL = "http://127.0.0.1:8123"
 
@@ -79,6 +79,106 @@ def test_our_overrides_compose_with_verls_config_and_pass_its_checks(tmp_path, q
     if CASES[case].get("verl", {}).get("nodes"):
         assert r.name == "sglang" and r.tensor_model_parallel_size == 2 and config.trainer.n_gpus_per_node == 4 and config.trainer.nnodes == 2
         assert a.strategy == "fsdp2" and a.fsdp_config.param_offload is True and r.agent.num_workers == 4
+
+
+def test_veRLs_own_checkpointing_and_offload_defaults_stand_unless_the_config_asks(tmp_path, qwen_dir):
+    """veRL's defaults (gradient checkpointing on, offload off) are not overridden by our defaults; what the config
+    (or a memory plan writing the same keys) sets reaches actor, reference and critic."""
+    plain = overrides_for(run_config(qwen_dir, algorithm={"name": "ppo"}), tmp_path)
+    assert not [o for o in plain if "gradient_checkpointing" in o or "offload" in o]
+    config = compose_config(plain)
+    check_config(config)
+    ar = config.actor_rollout_ref
+    assert ar.model.enable_gradient_checkpointing is True and config.critic.model.enable_gradient_checkpointing is True
+    assert (ar.actor.fsdp_config.param_offload, ar.actor.fsdp_config.optimizer_offload, ar.ref.fsdp_config.param_offload) == (False, False, False)
+    asked = run_config(qwen_dir, algorithm={"name": "ppo"}, model={"gradient_checkpointing": False}, verl={"param_offload": True, "optimizer_offload": True})
+    config = compose_config(overrides_for(asked, tmp_path))
+    check_config(config)
+    ar = config.actor_rollout_ref
+    assert ar.model.enable_gradient_checkpointing is False and config.critic.model.enable_gradient_checkpointing is False
+    assert ar.actor.fsdp_config.param_offload and ar.actor.fsdp_config.optimizer_offload and ar.ref.fsdp_config.param_offload
+    assert config.critic.fsdp.param_offload and config.critic.fsdp.optimizer_offload
+    m = memory_inputs(asked)
+    assert (m["gradient_checkpointing"], m["param_offload"], m["optimizer_offload"]) == (False, True, True)
+    assert set(m["chosen"]) == {"model.gradient_checkpointing", "verl.param_offload", "verl.optimizer_offload"}
+    m = memory_inputs(run_config(qwen_dir, devices=8, algorithm={"kl_coef": 0.001}))
+    assert (m["gradient_checkpointing"], m["param_offload"], m["chosen"], m["world_size"], m["fsdp_shards"], m["reference_model"]) == (True, False, [], 8, 8, True)
+
+
+@pytest.mark.parametrize("flash_attn, want, impl", [(None, "auto", "sdpa"), ("2.8.3", "auto", "flash_attention_2"), ("2.8.3", "sdpa", "sdpa"), (None, "sdpa", "sdpa")])
+def test_the_attention_is_flash_attention_only_where_flash_attn_is_installed(tmp_path, qwen_dir, flash_attn, want, impl):
+    cfg = run_config(qwen_dir, algorithm={"name": "ppo"}, verl={"attention": want})
+    o, notes = verl_overrides(cfg, **{**dict(run_dir=tmp_path, env_url=ENV_URL, train_files="t.parquet", val_files=None, config_file="c.json", agent_loop_file="a.yaml", tool_file=None), "flash_attn": flash_attn})
+    config = compose_config(o)
+    check_config(config)  # veRL's HFModelConfig loads the model's config with this attention
+    assert config.actor_rollout_ref.model.override_config.attn_implementation == impl == config.critic.model.override_config.attn_implementation
+    assert config.sas.attention == impl and config.sas.attention_why
+    assert config.ray_kwargs.ray_init.runtime_env.worker_process_setup_hook == "search_agent_trainer.engines.verl.worker_setup.setup"
+    assert any(n.startswith("attention: sdpa") for n in notes) == (impl == "sdpa" and want == "auto")
+
+
+def test_flash_attention_asked_for_without_flash_attn_is_refused_naming_the_key(tmp_path, qwen_dir):
+    with pytest.raises(VerlConfigError, match=r"verl\.attention: flash_attention_2 needs flash-attn"):
+        overrides_for(run_config(qwen_dir, verl={"attention": "flash_attention_2"}), tmp_path, flash_attn=None)
+
+
+def test_sdpa_with_veRLs_remove_padding_keeps_packed_sequences_apart(qwen_dir):
+    """veRL's remove-padding (on by default) packs a micro-batch's sequences into one row with no attention mask and
+    position ids restarting per sequence; under SDPA (what we fall back to without flash-attn) transformers must build
+    the block-causal mask from those position ids: each sequence's log-probs packed = alone. veRL's model patches are
+    applied as its FSDP engine applies them, in a process set up as our Ray workers are (worker_setup.py)."""
+    from importlib.util import find_spec
+
+    import torch
+    from transformers import AutoModelForCausalLM
+    from verl.models.transformers.monkey_patch import apply_monkey_patch
+
+    from search_agent_trainer.engines.verl import worker_setup
+
+    model = AutoModelForCausalLM.from_pretrained(str(qwen_dir), attn_implementation="sdpa").eval()
+    from verl.utils.import_utils import is_trl_available
+
+    def forget_trl() -> dict:
+        is_trl_available.cache_clear()
+        return {k: sys.modules.pop(k) for k in [k for k in sys.modules if k == "trl" or k.startswith("trl.")]}
+
+    saved = forget_trl()
+    try:
+        if find_spec("trl") is not None:  # TRL 1.16 visible (.venv's packages): veRL's patch fails without our setup
+            with pytest.raises(ImportError, match="AutoModelForCausalLMWithValueHead"):
+                apply_monkey_patch(model, use_remove_padding=True)
+            forget_trl()  # a fresh worker process has not imported it
+        worker_setup.setup()
+        apply_monkey_patch(model, use_remove_padding=True)
+    finally:
+        forget_trl()
+        sys.modules.update(saved)
+    g = torch.Generator().manual_seed(0)
+    seqs = [torch.randint(5, model.config.vocab_size, (n,), generator=g) for n in (7, 12, 5)]
+
+    def logps(ids, pos):  # as veRL's forward_step calls the model (no cache: with one, transformers looks for no packing)
+        logits = model(input_ids=ids[None], attention_mask=None, position_ids=pos[None], use_cache=False).logits[0, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, ids[1:, None]).squeeze(-1)
+
+    with torch.no_grad():
+        alone = [logps(s, torch.arange(len(s))) for s in seqs]
+        packed = logps(torch.cat(seqs), torch.cat([torch.arange(len(s)) for s in seqs]))
+    at = 0
+    for s, a in zip(seqs, alone):
+        torch.testing.assert_close(packed[at : at + len(s) - 1], a, rtol=1e-4, atol=1e-5)
+        at += len(s)
+
+
+@pytest.mark.parametrize("temperature, top_p, kind, mode", [(1.0, 1.0, "raw", None), (0.7, 1.0, "raw", None), (1.0, 0.9, "raw", "raw_logprobs"), (0.7, 0.9, "processed", None)])
+def test_vllms_log_probs_are_asked_for_so_they_compare_with_the_trainers(tmp_path, qwen_dir, temperature, top_p, kind, mode):
+    from search_agent_trainer.engines.verl.overrides import rollout_logprob_kind
+
+    cfg = run_config(qwen_dir, rollout={"temperature": temperature, "top_p": top_p})
+    assert rollout_logprob_kind(cfg) == (kind, mode)
+    config = compose_config(overrides_for(cfg, tmp_path))
+    check_config(config)
+    assert config.actor_rollout_ref.rollout.logprobs_mode == (mode or "processed_logprobs")  # veRL's default unless asked
+    assert rollout_logprob_kind(run_config(qwen_dir, rollout={"top_p": 0.9}, verl={"rollout": "sglang"})) == (None, None)
 
 
 def test_the_tool_call_dialect_selects_our_tool_agent_loop_and_search_tool(tmp_path, qwen_dir):

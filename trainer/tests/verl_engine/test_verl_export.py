@@ -102,7 +102,7 @@ def test_the_export_command_refuses_a_config_veRL_cannot_train_naming_the_key(tm
 def test_the_shipped_verl_example_in_search_r1s_gpu_settings_passes_veRLs_checks(tmp_path):
     """examples/*verl*.run.json with its data and model swapped for the demo's and the tiny model (the rest as
     shipped: 8 GPUs, batch 512 × 5, mini-batch 256 prompts, offload): veRL's own batch-size and config checks."""
-    examples = sorted((DEMO.parent).glob("*verl*.run.json"))
+    examples = sorted((DEMO.parent).rglob("*verl*.run.json"))  # the 8-GPU one and examples/one-gpu's
     assert examples
     qwen = build_tiny_qwen2(tmp_path / "tiny-qwen2", demo_texts(DEMO))
     for path in examples:
@@ -115,5 +115,5 @@ def test_the_shipped_verl_example_in_search_r1s_gpu_settings_passes_veRLs_checks
         result = export(cfg, tmp_path / path.stem)
         config = compose_config([o.replace(EXPORT_DIR, str(tmp_path / path.stem)) for o in result["overrides"]])
         check_config(config)
-        assert config.trainer.n_gpus_per_node == raw["verl"]["gpus_per_node"] and config.data.train_batch_size == raw["rollout"]["batch_size"]
+        assert config.trainer.n_gpus_per_node == raw["verl"].get("gpus_per_node", raw.get("devices", 1)) and config.data.train_batch_size == raw["rollout"]["batch_size"]
         assert config.actor_rollout_ref.rollout.n == cfg.rollout.n and config.actor_rollout_ref.actor.ppo_mini_batch_size * cfg.rollout.n == cfg.optim.mini_batch_size

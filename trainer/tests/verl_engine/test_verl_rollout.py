@@ -27,6 +27,7 @@ from search_agent_trainer.engines.verl.main import compose_config  # noqa: E402
 from search_agent_trainer.engines.verl.overrides import prepare  # noqa: E402
 from search_agent_trainer.engines.verl.recorder import StepRecorder  # noqa: E402
 from search_agent_trainer.engines.verl.reward import batcher, compute_score  # noqa: E402
+from search_agent_trainer.engines.verl.batching import env_batchers  # noqa: E402
 from search_agent_trainer.env_client import EnvClient  # noqa: E402
 from search_agent_trainer.rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, observation, run_rollouts  # noqa: E402
 
@@ -91,7 +92,10 @@ def rollout(setup):
         # TEST DOUBLE for a Ray actor handle: `.compute_score.remote(data)` on the real worker, in this process
         handle = types.SimpleNamespace(compute_score=types.SimpleNamespace(remote=reward_worker.compute_score))
         worker = AgentLoopWorker(setup.config, setup.server, reward_loop_worker_handles=[handle])
-        return await worker.generate_sequences(gen_batch(setup))
+        out = await worker.generate_sequences(gen_batch(setup))
+        searches = env_batchers(setup.env.url).retriever(setup.cfg.retriever.topk)
+        setup.searched = (searches.items, searches.requests)  # what went through the worker's /retrieve coalescer
+        return out
 
     out = asyncio.run(run())
     # veRL plays a group's samples concurrently, so which sample got which of its question's scripts depends on the
@@ -181,6 +185,7 @@ def test_the_same_scripts_through_the_builtin_rollout_give_the_same_tokens(setup
     trajs = run_rollouts(EXAMPLES, [(tok.decode(rows[0]["prompt"]), rows[0]["prompt"]), (tok.decode(rows[2]["prompt"]), rows[2]["prompt"])], 2, ScriptedTurnGenerator(model), tok, EnvClient(demo_env.url), RolloutSettings(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, 2))
     for t, x in zip(trajs, rows):
         assert t.ids == x["ids"] and t.roles == x["sas"]["roles"] and t.finish == x["sas"]["finish"] and t.response == x["sas"]["response"]
+        assert t.spans == x["sas"]["spans"]  # who wrote what, for the reward (issue 40)
 
 
 def test_the_reward_goes_through_veRLs_reward_loop_to_our_reward_module(setup, rollout):
@@ -204,6 +209,25 @@ def test_compute_score_batches_concurrent_calls_into_one_request(setup):
     assert [o["score"] for o in out] == [0.0 if i % 3 == 0 else 1.0 for i in range(6)]  # each item its own result
 
 
+def test_a_workers_concurrent_searches_go_out_as_one_retrieve_request(setup):
+    queries = ["Kriltre Fehan", "Torneind river", "Zekrouv", "Fidan Brovofei", "Kriltre Fehan"]
+
+    async def search_all():
+        b = env_batchers(setup.env.url)
+        out = await asyncio.gather(*[b.retrieve([q], 2) for q in queries])
+        return out, b.retriever(2).requests
+
+    out, requests = asyncio.run(search_all())
+    assert requests == 1
+    assert [o[0] for o in out] == setup.env.retrieve(queries, 2)  # each query its own hits, in its caller's order
+
+
+def test_the_agent_loops_searches_went_through_the_coalescer(setup, rollout):
+    searched, requests = setup.searched
+    assert searched == sum(int(s["searches"]) for s in rollout.non_tensor_batch["sas"]) == 4
+    assert 1 <= requests <= searched
+
+
 def training_batch(setup, rollout):
     """The batch as RayPPOTrainer.fit has it when it logs rollout data: the prompts' batch (uid, data_source,
     reward_model, extra_info…) joined with veRL's rollout output, plus the tensors its later phases add (here
@@ -219,10 +243,23 @@ def training_batch(setup, rollout):
     return batch
 
 
+def jsonl_config(setup) -> dict:
+    """The run config with train.record.format "jsonl": the records as the JSONL has them (numbers to 6 decimals)."""
+    cfg = dict(setup.cfg)
+    return {**cfg, "train": {**(cfg.get("train") or {}), "record": {"format": "jsonl"}}}
+
+
+def recorded(rec: StepRecorder, path: Path) -> list[dict]:
+    """What the recorder's writer thread wrote (a JSONL file or a token-store step)."""
+    assert rec.flush(60)
+    return lines(path)
+
+
 def test_the_recorder_writes_records_that_validate_and_pass_the_mask_audit(setup, rollout, tmp_path):
     batch = training_batch(setup, rollout)
-    rec = StepRecorder(tmp_path / "run", dict(setup.cfg), total_steps=3, tokenizer=setup.tokenizer)
-    records = rec.rollouts(batch, 1)
+    rec = StepRecorder(tmp_path / "run", jsonl_config(setup), total_steps=3, tokenizer=setup.tokenizer)
+    rec.rollouts(batch, 1)
+    records = recorded(rec, tmp_path / "run" / "rollouts" / "step-000001.jsonl")
     assert [(r["group"], r["sample"]) for r in records] == [("train:1:0", 0), ("train:1:0", 1), ("train:1:1", 0), ("train:1:1", 1)]
     for i, r in enumerate(records):
         audit_rollout(r)  # schema, lengths, loss_mask 1 exactly on generated tokens, prompt first
@@ -234,7 +271,15 @@ def test_the_recorder_writes_records_that_validate_and_pass_the_mask_audit(setup
             assert t[ours] == [None] * P + [round(float(v), 6) if m else None for v, m in zip(batch.batch[theirs][i, : len(x["ids"])], x["mask"])]
         assert r["reward"] == float(batch.batch["token_level_scores"][i].sum()) and r["question"] == EXAMPLES[i // 2].question
         assert r["dialect"] == "searchr1" and r["finish"] == x["sas"]["finish"] and r["meta"].get("retrieval", []) == x["sas"]["retrieval"]
-    assert lines(tmp_path / "run" / "rollouts" / "step-000001.jsonl") == json.loads(json.dumps(records))
+    # the token store (the default format) holds the same records, numbers as float32
+    store = StepRecorder(tmp_path / "store" / "run", dict(setup.cfg), total_steps=3, tokenizer=setup.tokenizer)
+    store.rollouts(batch, 1)
+    for a, b in zip(recorded(store, tmp_path / "store" / "run" / "rollouts" / "step-000001.jsonl"), records):
+        assert a["tokens"]["ids"] == b["tokens"]["ids"] and a["tokens"]["role"] == b["tokens"]["role"] and a["tokens"]["loss_mask"] == b["tokens"]["loss_mask"]
+        for k, x in b["tokens"].items():
+            if k not in ("text", "ids", "role", "loss_mask"):
+                assert all((p is None) == (q is None) and (p is None or abs(p - q) <= 1e-6) for p, q in zip(a["tokens"][k], x)), k
+        assert {k: v for k, v in a.items() if k != "tokens"} == {k: v for k, v in b.items() if k != "tokens"}
     # veRL's metrics for the step (Tracking.log) join ours: metrics.jsonl, a metrics event, run.json's step
     rec.metrics(1, {"critic/score/mean": np.float64(0.5), "actor/pg_clipfrac": 0.1, "timing_s/step": 2.0, "not a number": "x"})
     m = lines(tmp_path / "run" / "metrics.jsonl")[-1]
@@ -255,7 +300,9 @@ def test_a_planted_mask_disagreement_is_caught(setup, rollout, tmp_path):
     k = roles.index("retrieved")
     batch.batch["response_mask"][0, k] = 1  # as if veRL had trained on a retrieved token
     rec = StepRecorder(tmp_path / "run", dict(setup.cfg), total_steps=3, tokenizer=setup.tokenizer)
-    records = rec.rollouts(batch, 1)
+    rec.rollouts(batch, 1)
+    records = recorded(rec, tmp_path / "run" / "rollouts" / "step-000001.jsonl")
+    assert rec.pending[1]["record/flagged/leak"] == 1  # the in-run check flagged it (a leak): always recorded
     with pytest.raises(AssertionError):
         audit_rollout(records[0])
     for r in records[1:]:
@@ -273,9 +320,10 @@ def test_validation_batches_padded_by_veRL_are_recorded_once_per_sample(setup, r
     padded = DataProto.concat([rollout, rollout[:2]])  # veRL pads a validation batch with its first rows
     padded_inputs = DataProto.concat([inputs, inputs[:2]])
     rec = StepRecorder(tmp_path / "run", dict(setup.cfg), total_steps=3, tokenizer=setup.tokenizer)
-    records = rec.rollouts(padded, 0, "val", inputs=padded_inputs.non_tensor_batch, max_per_group=2)
+    rec.rollouts(padded, 0, "val", inputs=padded_inputs.non_tensor_batch, max_per_group=2)
+    records = recorded(rec, tmp_path / "run" / "rollouts" / "val-step-000000.jsonl")
     assert len(records) == 4 and all(r["split"] == "val" for r in records)
-    assert (tmp_path / "run" / "rollouts" / "val-step-000000.jsonl").exists()
+    assert (tmp_path / "run" / "rollouts" / "val-step-000000" / "rollouts.parquet").exists()
     evaluation = [e for e in lines(tmp_path / "run" / "events.jsonl") if e["event"] == "eval"][0]["metrics"]
     assert evaluation["val/em"] == 0.5
     # The dataset's meta (hops, kind, bridge) went through veRL's parquet and back: the held-out metrics by hops that
@@ -334,10 +382,15 @@ def test_the_tool_call_dialect_runs_veRLs_tool_agent_loop_with_our_search_tool_a
     assert [r for r, _, _ in spans(b["sas"]["roles"])] == ["generated", "prompt", "feedback", "prompt", "generated"]
     fb = spans(b["sas"]["roles"])[2]
     assert tok.decode(b["ids"][fb[1] : fb[2]]).strip().startswith("Unknown function 'lookup'") and b["sas"]["searches"] == 0
+    # Who wrote what (issue 40): the response piece by piece, one per run of one role, tiles the text.
+    for x in (a, b):
+        assert [r for r, _n in x["sas"]["spans"]["runs"]] == [r for r, _, _ in spans(x["sas"]["roles"])]
+        assert sum(n for _r, n in x["sas"]["spans"]["runs"]) == len(x["sas"]["response"])
     records, _ = records_from_batch(out, tok, run_id="t", step=1, split="train")
     for rec in records:
         jsonschema.validate(rec, SCHEMAS["rollout"])
         assert rec["dialect"] == "toolcall"
+        assert rec["spans"]["v"] == 1 and sum(n for _r, n in rec["spans"]["runs"]) == len(rec["response"])
     assert mask_leaks(records) == (0, [])
 
 
@@ -402,7 +455,8 @@ def test_the_recording_trainer_hooks_write_the_run_and_stop_after_a_checkpoint(s
     assert [(e["step"], e["phase"]) for e in events if e["event"] == "progress"][:2] == [(1, "rollout"), (1, "update")]
     metrics = lines(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3] and metrics[0]["critic/score/mean"] == 0.5 and metrics[0]["mask/generated_tokens"] > 0
-    assert sorted(p.name for p in (run_dir / "rollouts").iterdir()) == ["step-000001.jsonl", "step-000002.jsonl", "step-000003.jsonl"]
+    assert sorted(p.name for p in (run_dir / "rollouts").iterdir()) == ["step-000001", "step-000002", "step-000003"]  # the token store's steps
+    assert json.loads((run_dir / "run.json").read_text())["record"]["recorded"]["steps"] == 3
 
     # a stop asked for during step 1 of a new run: the step is recorded, a checkpoint saved, the run `stopped`
     saved.clear()

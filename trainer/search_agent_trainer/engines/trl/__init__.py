@@ -46,7 +46,7 @@ def run(cfg: Any, args: argparse.Namespace) -> int:
     from . import options
 
     _plan, problems = options.plan(cfg, int(os.environ.get("WORLD_SIZE") or options.processes(cfg)))
-    problems += options.passthrough_problems(dict(cfg.trl or {}), options.grpo_fields())
+    problems += options.passthrough_problems(dict(cfg.trl or {}), options.grpo_fields()) + options.importance_sampling_problems(cfg)
     if problems:
         return _error(f"{args.config or os.path.join(args.run_dir, 'run.json')}: " + "; ".join(problems))
     from .launch import needs_launch, supervise

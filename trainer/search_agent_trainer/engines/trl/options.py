@@ -69,7 +69,6 @@ REFUSED = {
     "use_transformers_continuous_batching": "generation is the rollout's (rollout.*), not TRL's",
     "cache_implementation": "generation is the rollout's (rollout.*), not TRL's",
     "vllm_tensor_parallel_size": "every process calls its own colocated vLLM once per turn, on its own: tensor parallelism would need the processes of a group to call it together",
-    "vllm_enable_sleep_mode": "not supported by the multi-turn rollout yet",
     "log_completions": "the run directory records every rollout with its tokens (rollouts/step-*.jsonl)",
 }
 
@@ -133,6 +132,83 @@ def passthrough_problems(section: dict[str, Any], fields: set[str]) -> list[str]
     return out
 
 
+def use_vllm(cfg: Any) -> bool:
+    return bool((cfg.trl or {}).get("use_vllm"))
+
+
+def rollout_logprob_kind(cfg: Any) -> str:
+    """What the records' rollout_logprob are (docs/run-format.md): "raw", log π_T (the temperature-scaled softmax over
+    the vocabulary, what the trainer computes: our sampler's, and vLLM's processed_logprobs when nothing is cut), or
+    "processed": TRL's vLLM asks for processed_logprobs (trl/generation/vllm_generation.py: `logprobs_mode`, fixed when
+    TRL builds the LLM), which under a nucleus (top_p < 1) are renormalised over it: log π_T − log Z, Z ≥ top_p."""
+    return "processed" if use_vllm(cfg) and cfg.rollout.top_p < 1.0 else "raw"
+
+
+SEQUENCE_IS = ("sequence_mask", "sequence_truncate")
+
+
+def importance_sampling(cfg: Any) -> dict[str, Any]:
+    """TRL's correction of vLLM's sampling (`vllm_importance_sampling_*`) for this config. TRL 1.16 weights each
+    sequence's loss by exp Σ_t (trainer − vLLM) by default (sequence_mask). With vLLM's processed log-probs of a
+    nucleus, every token adds log Z_t ≤ log 1 — the nucleus's normaliser, not an engine mismatch —, so a 1,000-token
+    trajectory's weight goes to ~0 and its gradient with it. At top_p < 1 the correction is made per token instead
+    (token_mask: the weight of a token is Z_t ∈ [top_p, 1], still masked above TRL's cap); a sequence-level mode asked
+    for in the trl section is refused (importance_sampling_problems)."""
+    if not use_vllm(cfg) or cfg.rollout.top_p >= 1.0 or "vllm_importance_sampling_mode" in (cfg.trl or {}):
+        return {}
+    return {"vllm_importance_sampling_mode": "token_mask"}
+
+
+def importance_sampling_problems(cfg: Any) -> list[str]:
+    mode = (cfg.trl or {}).get("vllm_importance_sampling_mode")
+    if use_vllm(cfg) and cfg.rollout.top_p < 1.0 and (cfg.trl or {}).get("vllm_importance_sampling_correction", True) and mode in SEQUENCE_IS:
+        return [f"trl.vllm_importance_sampling_mode: {mode!r} with trl.use_vllm and rollout.top_p {cfg.rollout.top_p} would weight each trajectory by exp Σ (trainer − vLLM) over its tokens, and vLLM's log-probs of a nucleus exceed the trainer's by the nucleus's log-mass at every token (the weight of a long trajectory goes to 0): use token_mask or token_truncate (the default at top_p < 1), rollout.top_p 1, or trl.vllm_importance_sampling_correction false"]
+    return []
+
+
+def reference_dtype(cfg: Any, bf16: bool) -> str | None:
+    """The dtype TRL builds the reference model in (`model_init_kwargs`), None: TRL's, the policy's (fp32 master
+    weights here). With bf16 compute the reference is only ever run under bf16 autocast: bf16 weights halve it."""
+    if not bf16 or cfg.algorithm.kl_coef == 0 or cfg.model.lora or "model_init_kwargs" in (cfg.trl or {}):
+        return None
+    return "bfloat16"
+
+
+TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3  # GRPOConfig's default
+
+
+def memory_inputs(cfg: Any, world: int, bf16: bool) -> dict[str, Any]:
+    """What decides a trl run's memory on each GPU besides the model's and batch's shapes, as a memory planner needs
+    it. Without DeepSpeed/FSDP (an accelerate config) every process holds the whole policy: fp32 master weights,
+    gradients and AdamW's two moments (made at the first optimizer step), the reference (reference_dtype; none under
+    LoRA or without KL), our generator's KV cache (`rollout.max_batch_tokens`, or half the memory free once TRL has
+    built the reference and vLLM, less AdamW's moments: generation.auto_max_batch_tokens) — or, with use_vllm, vLLM
+    colocated at `vllm_gpu_memory_utilization` of the GPU's memory (its bf16 weights, then KV cache), given back during
+    the update in sleep mode. `zero`: the accelerate config shards them (the planner reads it; unknown here)."""
+    p, _ = plan(cfg, world)
+    section = dict(cfg.trl or {})
+    vllm = use_vllm(cfg)
+    ckpt = cfg.model.gradient_checkpointing
+    return {
+        "engine": "trl",
+        "processes": world,
+        "sharded_by": section.get("accelerate_config"),  # a DeepSpeed/FSDP config shards states over the processes
+        "master_dtype": "float32",
+        "compute_dtype": "bfloat16" if bf16 else "float32",
+        "reference_model": cfg.algorithm.kl_coef > 0 and not cfg.model.lora,
+        "reference_dtype": reference_dtype(cfg, bf16) or ("float32" if cfg.algorithm.kl_coef > 0 and not cfg.model.lora else None),
+        "lora": bool(cfg.model.lora),
+        "gradient_checkpointing": True if ckpt is None else bool(ckpt),  # unset: TRL's default
+        "micro_batch_per_process": p.micro,
+        "max_sequence_tokens": cfg.rollout.max_prompt_length + cfg.rollout.max_response_length,
+        "generation": "vllm" if vllm else "ours",
+        "generation_kv_tokens": None if vllm else cfg.rollout.max_batch_tokens,  # None: auto, after the reference is placed
+        "vllm_gpu_memory_utilization": float(section.get("vllm_gpu_memory_utilization", TRL_VLLM_GPU_MEMORY_UTILIZATION)) if vllm else None,
+        "vllm_sleep_mode": bool(section.get("vllm_enable_sleep_mode", False)) if vllm else None,
+        "vllm_max_num_seqs": p.micro * p.steps_per_generation if vllm else None,  # TRL's: per_device_train_batch_size × steps_per_generation (tp 1)
+    }
+
+
 def grpo_kwargs(cfg: Any, run_dir: Path, p: Plan, bf16: bool, cpu: bool) -> dict[str, Any]:
     """GRPOConfig's keyword arguments for a run config (the `trl` section last: the keys no shared key sets)."""
     a, o, r, t = cfg.algorithm, cfg.optim, cfg.rollout, cfg.train
@@ -166,7 +242,10 @@ def grpo_kwargs(cfg: Any, run_dir: Path, p: Plan, bf16: bool, cpu: bool) -> dict
         "use_bias_correction_kl": False,
         "bf16": bf16,
         "use_cpu": cpu,
-        "gradient_checkpointing": bool(cfg.model.gradient_checkpointing),
+        # unset: TRL's own (on)
+        **({"gradient_checkpointing": bool(cfg.model.gradient_checkpointing)} if cfg.model.gradient_checkpointing is not None else {}),
+        **({"model_init_kwargs": {"dtype": ref}} if (ref := reference_dtype(cfg, bf16)) else {}),  # the reference's
+        **importance_sampling(cfg),
         "disable_dropout": not cfg.model.dropout,
         "logging_strategy": "steps",
         "logging_steps": K,

@@ -11,7 +11,9 @@ reward function as `extra_info` entries. The worker pads everything to `rollout.
 - `search_r1_agent` (SearchR1AgentLoop): Search-R1's protocol — tags, `</search>`/`</answer>` stops, the observation
   format, the invalid-action feedback, max turns and the forced final turn — played by rollout.py's `play` (the
   builtin trainer's protocol coroutine, fed one trajectory at a time here). Token ids are kept as the server generated
-  them; observations are tokenised once and appended. Roles per response token go to `extra_fields["sas"]`.
+  them; observations are tokenised once and appended. Roles per response token go to `extra_fields["sas"]`. A turn's
+  search goes out with the worker's other trajectories' searches as one `/retrieve` request (batching.py), as
+  Search-R1 sends a turn's queries together.
 - `sas_tool_agent` (SearchToolAgentLoop): veRL's own ToolAgentLoop (the tool-call dialect, with tool.py's
   `SearchTool`), plus the per-token roles it does not keep: generated (mask 1), the tool turns' template tokens
   (`prompt`), and their tool results (`retrieved`, or `feedback` for an error reply).
@@ -31,10 +33,10 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutp
 from verl.experimental.agent_loop.tool_agent_loop import AgentState, ToolAgentLoop
 from verl.utils.rollout_trace import rollout_trace_op
 
-from ...env_client import EnvClient
 from ...policy import Tokenizer
-from ...rollout import STOP_STRINGS, Generate, RolloutSettings, Trajectory, make_dialect, play, turn_action
+from ...rollout import STOP_STRINGS, Generate, RolloutSettings, Trajectory, make_dialect, play, role_runs, turn_action
 from . import ENV_URL_VAR, SEARCH_R1_AGENT, TOOL_AGENT
+from .batching import env_batchers
 from .dataset import example_of
 
 _TOKENIZERS: dict[int, Tokenizer] = {}
@@ -62,7 +64,7 @@ class SearchR1AgentLoop(AgentLoopBase):
 
     def __init__(self, *args: Any, env_url: str | None = None, max_turns: int = 4, max_turn_tokens: int = 500, max_obs_length: int = 500, topk: int = 3, chat_template: bool = True, loss_masking: bool = True, strict_actions: bool = False, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.env = EnvClient(env_url_of(env_url))
+        self.env_url = env_url_of(env_url)
         self.tok = our_tokenizer(self.tokenizer)
         self.settings = RolloutSettings(int(max_turns), int(max_turn_tokens), int(self.rollout_config.response_length), int(max_obs_length), int(topk))
         self.chat_template = bool(chat_template)
@@ -99,7 +101,7 @@ class SearchR1AgentLoop(AgentLoopBase):
                 ids = list(out.token_ids[: request.budget])
                 reply: Any = (ids, list(out.log_probs[: len(ids)]) if out.log_probs else None)
             else:
-                reply = await self.loop.run_in_executor(None, self.env.retrieve, request.queries, s.topk)
+                reply = await env_batchers(self.env_url).retrieve(request.queries, s.topk)  # with the worker's other trajectories' queries
                 metrics["tool_calls"] += time.perf_counter() - t0
             try:
                 request = protocol.send(reply)
@@ -125,6 +127,7 @@ def rollout_fields(t: Trajectory, dialect: str, cut: dict[str, int] | None = Non
         "roles": list(t.roles),
         "prompt": t.prompt,
         "response": t.response,
+        **({"spans": t.spans} if t.spans else {}),
         "finish": t.finish,
         "turns": t.turns,
         "searches": t.searches,
@@ -183,7 +186,9 @@ class SearchToolAgentLoop(ToolAgentLoop):
                 roles[lo:hi] = segment_roles(self.tokenizer, list(output.response_ids[lo:hi]), replies)
         t = Trajectory(example_of(kwargs), 0, 0, self.tokenizer.decode(output.prompt_ids, skip_special_tokens=False), list(output.prompt_ids))
         t.ids, t.roles, t.turns, t.finish = list(output.response_ids), roles, self._turns, self._finish
-        t.pieces = [self.tokenizer.decode(output.response_ids, skip_special_tokens=False)]
+        # The response piece by piece, one per run of one role, so its spans say which text the environment wrote.
+        for a, b in role_runs(roles):
+            t.append([], roles[a], self.tokenizer.decode(output.response_ids[a:b], skip_special_tokens=False))
         t.retrieval = list(output.extra_fields.pop("sas_retrieval", None) or [])
         t.searches = len(t.retrieval)
         t.valid_actions = t.searches + (t.finish == "answer")

@@ -121,11 +121,13 @@ def _fail(run_dir: Path, message: str, out: TextIO) -> None:
     out.flush()
 
 
-def train(overrides: list[str]) -> int:
+def train(overrides: list[str], compose: Any = None) -> int:
+    """veRL's main_ppo with the recorder. `compose()`: the config, when it is not veRL's own config with `overrides`
+    (record/verl.py: a user's own config, with our keys added)."""
     events_out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # stdout is the events channel: Ray's and veRL's prints go to stderr
     try:
-        config = compose_config(overrides)
+        config = compose() if compose is not None else compose_config(overrides)
         from verl.utils.device import auto_set_device
 
         auto_set_device(config)

@@ -32,17 +32,28 @@ VERL_DEFAULTS: dict[str, Any] = {
     "gpus_per_node": 1,
     "nodes": 1,
     "strategy": "fsdp",  # veRL's FSDP version for actor, reference and critic: fsdp | fsdp2
-    "param_offload": False,  # FSDP parameter offload to CPU (actor, reference, critic)
-    "optimizer_offload": False,  # FSDP optimizer-state offload (actor, critic)
+    # FSDP parameter offload to CPU (actor, reference, critic) and optimizer-state offload (actor, critic); None: veRL's
+    # own default (off). Like model.gradient_checkpointing (None: veRL's own, on), set only when the config (or the
+    # memory planner, which writes these keys: PLANNER_KEYS) asks.
+    "param_offload": None,
+    "optimizer_offload": None,
+    "attention": "auto",  # the FSDP models' attention: auto (flash_attention_2 when flash-attn is installed, else sdpa) | flash_attention_2 | sdpa
     "agent_workers": 8,  # veRL's agent-loop workers (Ray actors running the trajectories' coroutines)
     "reward_workers": 8,  # veRL's reward-loop workers (calling our /reward)
     "overrides": [],  # raw Hydra overrides, applied last (checked by veRL's config like ours)
 }
 ROLLOUT_ENGINES = ("vllm", "sglang")
 STRATEGIES = ("fsdp", "fsdp2")
+ATTENTION = ("auto", "flash_attention_2", "sdpa")
+# The run-config keys that decide what veRL keeps on each GPU besides the shapes: veRL's defaults apply where they
+# are unset, so a memory planner chooses by writing them into the config it launches (memory_inputs says what a
+# config gives).
+PLANNER_KEYS = ("verl.param_offload", "verl.optimizer_offload", "model.gradient_checkpointing", "verl.gpu_memory_utilization")  # the last has a value always (0.5, veRL's too)
+VERL_OWN = {"param_offload": False, "optimizer_offload": False, "gradient_checkpointing": True}  # veRL 0.9.1's defaults (ppo_trainer.yaml)
 ADV_ESTIMATOR = {"grpo": "grpo", "ppo": "gae", "reinforce++": "reinforce_plus_plus"}
 TRAINER_DIR = Path(__file__).resolve().parents[3]  # the directory holding search_agent_trainer (PYTHONPATH)
 REWARD_FN = "pkg://search_agent_trainer.engines.verl.reward"
+WORKER_SETUP = "search_agent_trainer.engines.verl.worker_setup.setup"
 TOOL_CLASS = "search_agent_trainer.engines.verl.tool.SearchTool"
 AGENT_LOOP_CLASSES = {SEARCH_R1_AGENT: "search_agent_trainer.engines.verl.agent_loop.SearchR1AgentLoop", TOOL_AGENT: "search_agent_trainer.engines.verl.agent_loop.SearchToolAgentLoop"}
 
@@ -81,6 +92,11 @@ def verl_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
         problems.append(f"verl.rollout: {s['rollout']!r} is not one of {', '.join(ROLLOUT_ENGINES)}")
     if s["strategy"] not in STRATEGIES:
         problems.append(f"verl.strategy: {s['strategy']!r} is not one of {', '.join(STRATEGIES)}")
+    if s["attention"] not in ATTENTION:
+        problems.append(f"verl.attention: {s['attention']!r} is not one of {', '.join(ATTENTION)}")
+    for k in ("param_offload", "optimizer_offload"):
+        if s[k] is not None and not isinstance(s[k], bool):
+            problems.append(f"verl.{k}: expected true or false, got {s[k]!r}")
     for k in ("tensor_parallel", "gpus_per_node", "nodes", "agent_workers", "reward_workers"):
         if not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 1:
             problems.append(f"verl.{k}: expected an integer ≥ 1, got {s[k]!r}")
@@ -104,6 +120,100 @@ def verl_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
     if problems:
         raise VerlConfigError("; ".join(problems))
     return s
+
+
+def flash_attn_version() -> str | None:
+    """flash-attn's version in this Python (prepare runs in veRL's), None when it cannot be imported. PyPI has no wheel of
+    it (a source distribution built against the local CUDA toolkit); prebuilt wheels for a torch/CUDA/Python triple are
+    on flash-attention's GitHub releases."""
+    from importlib import metadata
+    from importlib.util import find_spec
+
+    if find_spec("flash_attn") is None:
+        return None
+    try:
+        return metadata.version("flash-attn")
+    except metadata.PackageNotFoundError:
+        return "(version unknown)"
+
+
+def attention_of(cfg: Mapping[str, Any], flash_attn: str | None) -> tuple[str, str]:
+    """(attn_implementation of veRL's FSDP models — actor, reference, critic —, why). veRL 0.9.1 loads them with
+    flash_attention_2 unless `model.override_config.attn_implementation` says otherwise (verl/workers/config/model.py),
+    and neither veRL's nor vLLM's requirements install flash-attn, so without it the workers fail to start. SDPA needs
+    no other setting: with veRL's remove-padding (use_remove_padding, on by default) the packed sequences reach the
+    model with no attention mask and position ids restarting at each sequence, from which transformers builds the
+    block-causal mask SDPA needs (masking_utils.find_packed_sequence_indices; test_verl_config checks it)."""
+    want = verl_settings(cfg)["attention"]
+    if want == "sdpa":
+        return "sdpa", "verl.attention: sdpa"
+    if flash_attn:
+        return "flash_attention_2", f"flash-attn {flash_attn} is installed in veRL's Python"
+    if want == "flash_attention_2":
+        raise VerlConfigError('verl.attention: flash_attention_2 needs flash-attn in veRL\'s Python, which cannot import it (PyPI has no wheel: install one built for this torch, CUDA and Python from flash-attention\'s GitHub releases, or set verl.attention to "sdpa" or "auto")')
+    return "sdpa", "flash-attn is not installed in veRL's Python: PyTorch's scaled_dot_product_attention instead (verl.attention: auto)"
+
+
+def rollout_logprob_kind(cfg: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(what the records' rollout_logprob are, the vLLM logprobs_mode to ask for; None: veRL's default).
+
+    The trainer's log-prob of a token is log π_T: the softmax of the logits ÷ the rollout temperature over the whole
+    vocabulary (veRL's actor divides by the rollout temperature). vLLM (its v1 sampler) returns, per `logprobs_mode`,
+    `processed_logprobs` (veRL's default): the log-softmax after temperature, top-k and top-p — with a nucleus
+    (top_p < 1) the renormalised nucleus, log π_T − log Z where Z ≥ top_p is the nucleus's mass —, or
+    `raw_logprobs`: the log-softmax of the logits before temperature and nucleus. So:
+    - top_p 1: processed is log π_T ("raw" in the records' sense: comparable to the trainer's as is);
+    - top_p < 1 at temperature 1: vLLM's raw_logprobs are log π_T: asked for, "raw";
+    - top_p < 1 at another temperature: neither mode is log π_T: processed, recorded as "processed" (the audit's
+      microscope allows for the normaliser: Δ = trainer − rollout in [log top_p, 0] is the nucleus, not a mismatch).
+    SGLang's kind is not checked here: (None, None), nothing recorded."""
+    if verl_settings(cfg)["rollout"] != "vllm":
+        return None, None
+    top_p = float(_get(cfg, "rollout.top_p", 1.0))
+    temperature = float(_get(cfg, "rollout.temperature", 1.0))
+    if top_p >= 1.0:
+        return "raw", None
+    if temperature == 1.0:
+        return "raw", "raw_logprobs"
+    return "processed", None
+
+
+def memory_inputs(cfg: Mapping[str, Any], flash_attn: str | None = None) -> dict[str, Any]:
+    """What decides a veRL run's memory on each GPU besides the model's and batch's shapes, as a memory planner needs
+    it: the effective value of each knob and whether the config chose it (`chosen`: the PLANNER_KEYS it sets) or
+    veRL's default applies. veRL keeps fp32 FSDP master weights, gradients and AdamW state sharded over all
+    `world_size` GPUs (÷ fsdp_shards; offload moves them to CPU), computes in bf16, holds the reference (KL > 0, not
+    LoRA) as a second sharded copy, and colocates vLLM, which reserves `rollout_gpu_memory_utilization` × the GPU's
+    memory (its weights ÷ tensor_parallel, then KV cache) and frees it while the actor trains (veRL's
+    free_cache_engine)."""
+    s = verl_settings(cfg)
+    world = s["gpus_per_node"] * s["nodes"]
+    ckpt = _get(cfg, "model.gradient_checkpointing")
+    algo = _get(cfg, "algorithm.name", "grpo")
+    kl = float(_get(cfg, "algorithm.kl_coef", 0.0))
+    impl, _why = attention_of(cfg, flash_attn)
+    return {
+        "engine": "verl",
+        "world_size": world,
+        "fsdp_shards": world,
+        "strategy": s["strategy"],
+        "param_offload": VERL_OWN["param_offload"] if s["param_offload"] is None else s["param_offload"],
+        "optimizer_offload": VERL_OWN["optimizer_offload"] if s["optimizer_offload"] is None else s["optimizer_offload"],
+        "gradient_checkpointing": VERL_OWN["gradient_checkpointing"] if ckpt is None else bool(ckpt),
+        "chosen": [k for k, v in (("verl.param_offload", s["param_offload"]), ("verl.optimizer_offload", s["optimizer_offload"]), ("model.gradient_checkpointing", ckpt)) if v is not None],
+        "master_dtype": "float32",
+        "compute_dtype": "bfloat16",
+        "reference_model": kl > 0 and not _get(cfg, "model.lora"),  # with LoRA the reference is the base without the adapter
+        "critic_model": algo == "ppo",
+        "lora": bool(_get(cfg, "model.lora")),
+        "rollout_engine": s["rollout"],
+        "rollout_tensor_parallel": s["tensor_parallel"],
+        "rollout_gpu_memory_utilization": float(s["gpu_memory_utilization"]),
+        "rollout_frees_memory_while_training": True,
+        "attention": impl,
+        "micro_batch_per_gpu": int(_get(cfg, "optim.micro_batch_size", 8)),
+        "max_sequence_tokens": int(_get(cfg, "rollout.max_prompt_length", 1024)) + int(_get(cfg, "rollout.max_response_length", 1024)),
+    }
 
 
 _BARE = re.compile(r"^[A-Za-z_/.~][A-Za-z0-9_./:@~+-]*$")
@@ -162,9 +272,10 @@ def tool_entries(cfg: Mapping[str, Any], env_url: str | None) -> dict[str, Any]:
     return {"tools": [{"class_name": TOOL_CLASS, "config": {"type": "native", **url, "topk": int(_get(cfg, "retriever.topk", 3))}, "tool_schema": schema}]}
 
 
-def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], env_url: str | None, train_files: str, val_files: str | None, config_file: str, agent_loop_file: str, tool_file: str | None, driver_pid: int | None = None, trainer_dir: str = str(TRAINER_DIR)) -> tuple[list[str], list[str]]:
+def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], env_url: str | None, train_files: str, val_files: str | None, config_file: str, agent_loop_file: str, tool_file: str | None, driver_pid: int | None = None, trainer_dir: str = str(TRAINER_DIR), flash_attn: str | None = None) -> tuple[list[str], list[str]]:
     """(overrides, notes) for veRL's `ppo_trainer` config from our resolved run config. env_url None: named at
-    launch ($SAS_ENV_URL, export.py's launch script); trainer_dir: where the Ray workers import our package from."""
+    launch ($SAS_ENV_URL, export.py's launch script); trainer_dir: where the Ray workers import our package from;
+    flash_attn: flash-attn's version in veRL's Python (None: absent; prepare looks)."""
     s = verl_settings(cfg)
     dialect = dialect_of(cfg)
     problems: list[str] = []
@@ -184,11 +295,18 @@ def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], e
     if algo not in ADV_ESTIMATOR:
         problems.append(f"algorithm.name: {algo!r} has no veRL estimator here")
     if mini % n:
-        problems.append(f"optim.mini_batch_size ({mini}) must be a multiple of rollout.n ({n}): veRL counts mini-batches in prompts")
+        # e.g. the search-r1-grpo preset's 256 sequences with n = 5: Search-R1's old veRL counted mini-batches in rows
+        # (its 5 samples were repeated prompts, n_agent), veRL 0.9 counts prompts of n samples each
+        near = sorted((p * n for p in range(1, batch + 1) if batch % p == 0), key=lambda x: (abs(x - mini), x))[:2]
+        problems.append(f"optim.mini_batch_size ({mini}) must be a multiple of rollout.n ({n}): veRL counts mini-batches in prompts of rollout.n sequences; the nearest that divide a step's {batch} prompts: {' or '.join(map(str, near))} sequences")
     elif mini // n > batch:
         problems.append(f"optim.mini_batch_size ({mini}) is more than a step's {batch * n} sequences (rollout.batch_size × rollout.n)")
     if problems:
         raise VerlConfigError("; ".join(problems))
+    attention, attention_why = attention_of(cfg, flash_attn)
+    _kind, logprobs_mode = rollout_logprob_kind(cfg)
+    if attention == "sdpa" and s["attention"] == "auto":
+        notes.append(f"attention: sdpa ({attention_why})")
 
     ar = "actor_rollout_ref"
     lr = float(_get(cfg, "optim.lr", 1e-6))
@@ -224,14 +342,11 @@ def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], e
         f"{ar}.actor.ppo_mini_batch_size": mini // n,
         f"{ar}.actor.ppo_micro_batch_size_per_gpu": micro,
         f"{ar}.actor.strategy": s["strategy"],
-        f"{ar}.actor.fsdp_config.param_offload": s["param_offload"],
-        f"{ar}.actor.fsdp_config.optimizer_offload": s["optimizer_offload"],
         f"{ar}.ref.log_prob_micro_batch_size_per_gpu": micro,
-        f"{ar}.ref.fsdp_config.param_offload": s["param_offload"],
         "critic.enable": algo == "ppo",
-        # the model
+        # the model (offload and gradient checkpointing below: veRL's own defaults unless the config asks)
         f"{ar}.model.path": _get(cfg, "model.path"),
-        f"{ar}.model.enable_gradient_checkpointing": bool(_get(cfg, "model.gradient_checkpointing", False)),
+        f"+{ar}.model.override_config.attn_implementation": attention,
         # rollouts
         f"{ar}.rollout.name": s["rollout"],
         f"{ar}.rollout.n": n,
@@ -241,6 +356,7 @@ def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], e
         f"{ar}.rollout.gpu_memory_utilization": float(s["gpu_memory_utilization"]),
         f"{ar}.rollout.log_prob_micro_batch_size_per_gpu": micro,
         f"{ar}.rollout.calculate_log_probs": True,  # the records' rollout_logprob
+        f"{ar}.rollout.logprobs_mode": logprobs_mode,  # None: not overridden (rollout_logprob_kind)
         f"{ar}.rollout.skip_tokenizer_init": False,  # stop strings (`</search>`) need the engine's tokenizer
         f"{ar}.rollout.agent.default_agent_loop": SEARCH_R1_AGENT if dialect == "searchr1" else TOOL_AGENT,
         f"{ar}.rollout.agent.agent_loop_config_path": agent_loop_file,
@@ -280,12 +396,22 @@ def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], e
         "+sas.run_dir": str(run_dir),
         "+sas.config": config_file,
         "+sas.driver_pid": driver_pid,
+        "+sas.attention": attention,  # run.json says which attention and why
+        "+sas.attention_why": attention_why,
         # every Ray worker imports our package and finds the env server
         "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH": trainer_dir,
         f"+ray_kwargs.ray_init.runtime_env.env_vars.{ENV_URL_VAR}": env_url,
+        "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook": WORKER_SETUP,  # worker_setup.py: TRL hidden from veRL
     }
     if tool_file:
         o[f"{ar}.rollout.multi_turn.tool_config_path"] = tool_file
+    ckpt = _get(cfg, "model.gradient_checkpointing")
+    if ckpt is not None:
+        o[f"{ar}.model.enable_gradient_checkpointing"] = bool(ckpt)
+    if s["param_offload"] is not None:
+        o[f"{ar}.actor.fsdp_config.param_offload"] = o[f"{ar}.ref.fsdp_config.param_offload"] = s["param_offload"]
+    if s["optimizer_offload"] is not None:
+        o[f"{ar}.actor.fsdp_config.optimizer_offload"] = s["optimizer_offload"]
     if _get(cfg, "algorithm.clip_ratio_c") is not None:
         o[f"{ar}.actor.clip_ratio_c"] = float(_get(cfg, "algorithm.clip_ratio_c"))
     lora = _get(cfg, "model.lora")
@@ -305,18 +431,22 @@ def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], e
             "critic.optim.lr_warmup_steps": int(_get(cfg, "optim.critic_warmup_steps", _get(cfg, "optim.warmup_steps", 0)) or 0) or -1,
             "critic.ppo_micro_batch_size_per_gpu": micro,
             "critic.cliprange_value": float(_get(cfg, "algorithm.value_clip", 0.5)),
-            "critic.model.enable_gradient_checkpointing": bool(_get(cfg, "model.gradient_checkpointing", False)),
-            "critic.fsdp.param_offload": s["param_offload"],
-            "critic.fsdp.optimizer_offload": s["optimizer_offload"],
+            f"+critic.model.override_config.attn_implementation": attention,
         })
+        if ckpt is not None:
+            o["critic.model.enable_gradient_checkpointing"] = bool(ckpt)
+        if s["param_offload"] is not None:
+            o["critic.fsdp.param_offload"] = s["param_offload"]
+        if s["optimizer_offload"] is not None:
+            o["critic.fsdp.optimizer_offload"] = s["optimizer_offload"]
         notes.append("algorithm.vf_coef: veRL's critic is a separate model with its own optimizer (critic.optim); vf_coef has no counterpart")
         if not _get(cfg, "algorithm.mask_advantages", False):
             notes.append("algorithm.mask_advantages: veRL computes GAE over the response mask (as mask_advantages: true); Search-R1's unmasked GAE is the builtin engine's")
     if _get(cfg, "model.dtype", "auto") == "fp32":
         notes.append("model.dtype fp32: veRL's FSDP keeps fp32 master weights and computes in bf16 (its mixed precision); not mapped")
     if _get(cfg, "train.save_rollouts", True) is False:
-        notes.append("train.save_rollouts false: the veRL engine always records rollouts (they are what the recorder is for)")
-    out = [f"{k}={hydra_value(v)}" for k, v in o.items() if not (k.startswith("+") and v is None)]
+        notes.append("train.save_rollouts false: the veRL engine always records rollouts (they are what the recorder is for); train.record says which")
+    out = [f"{k}={hydra_value(v)}" for k, v in o.items() if v is not None or not (k.startswith("+") or k.endswith(".logprobs_mode"))]
     return out + list(s["overrides"]), notes
 
 
@@ -333,7 +463,7 @@ def prepare(cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], env_url: st
     dialect = dialect_of(cfg)
     agent = SEARCH_R1_AGENT if dialect == "searchr1" else TOOL_AGENT
     val = d / "val.parquet" if _get(cfg, "data.eval") else None
-    overrides, notes = verl_overrides(cfg, run_dir=run_dir, env_url=env_url, train_files=str(d / "train.parquet"), val_files=str(val) if val else None, config_file=str(d / "run-config.json"), agent_loop_file=str(d / "agent_loops.yaml"), tool_file=str(d / "tools.yaml"), driver_pid=driver_pid, trainer_dir=trainer_dir)
+    overrides, notes = verl_overrides(cfg, run_dir=run_dir, env_url=env_url, train_files=str(d / "train.parquet"), val_files=str(val) if val else None, config_file=str(d / "run-config.json"), agent_loop_file=str(d / "agent_loops.yaml"), tool_file=str(d / "tools.yaml"), driver_pid=driver_pid, trainer_dir=trainer_dir, flash_attn=flash_attn_version())
     # refused configs raise above, before anything is written
     write_verl_parquet(load_dataset(_get(cfg, "data.train"), warn=notes.append), template, d / "train.parquet", "train", agent)
     if val:

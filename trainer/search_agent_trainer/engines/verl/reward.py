@@ -10,73 +10,22 @@ and the prompt) and `num_turns`; `reward_kwargs` come from `custom_reward_functi
 `sas_reward`, one JSON string (the reward, its parts, metrics and any error), so columns are the same for every
 trajectory whatever the module returns.
 
-Being a coroutine, it lets a worker's concurrent calls share one `/reward` request: calls arriving within
-`BATCH_WAIT_S` of each other (or `BATCH_MAX` of them) go out together.
+Being a coroutine, it lets a worker's concurrent calls share one `/reward` request (batching.py: calls arriving
+within `BATCH_WAIT_S` of the first, or `BATCH_MAX` of them, go out together).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
-from ...env_client import EnvClient
 from .agent_loop import env_url_of
+from .batching import Coalescer, env_batchers
 from .dataset import golden_of
 
-BATCH_WAIT_S = 0.005
-BATCH_MAX = 256
-
-
-class RewardBatcher:
-    """Coalesces concurrent `/reward` items of one event loop into batched requests."""
-
-    def __init__(self, env: EnvClient):
-        self.env = env
-        self.pending: list[tuple[dict[str, Any], asyncio.Future]] = []
-        self.timer: asyncio.TimerHandle | None = None
-        self.requests = 0  # /reward requests sent (tests read it)
-
-    async def score(self, item: dict[str, Any]) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self.pending.append((item, future))
-        if len(self.pending) >= BATCH_MAX:
-            self._flush()
-        elif self.timer is None:
-            self.timer = loop.call_later(BATCH_WAIT_S, self._flush)
-        return await future
-
-    def _flush(self) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-            self.timer = None
-        batch, self.pending = self.pending, []
-        if batch:
-            self.requests += 1
-            asyncio.get_running_loop().create_task(self._send(batch))
-
-    async def _send(self, batch: list[tuple[dict[str, Any], asyncio.Future]]) -> None:
-        try:
-            results = await asyncio.get_running_loop().run_in_executor(None, self.env.reward, [item for item, _ in batch])
-        except Exception as e:  # noqa: BLE001 - every caller gets the failure
-            for _, f in batch:
-                if not f.done():
-                    f.set_exception(e)
-            return
-        for (_, f), r in zip(batch, results):
-            if not f.done():
-                f.set_result(r)
-
-
-_BATCHERS: dict[tuple[str, int], RewardBatcher] = {}
-
-
-def batcher(env_url: str) -> RewardBatcher:
-    key = (env_url, id(asyncio.get_running_loop()))
-    if key not in _BATCHERS:
-        _BATCHERS[key] = RewardBatcher(EnvClient(env_url))
-    return _BATCHERS[key]
+def batcher(env_url: str) -> Coalescer:
+    """The running event loop's `/reward` coalescer for `env_url` (batching.py)."""
+    return env_batchers(env_url).reward
 
 
 def reward_item(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None) -> dict[str, Any]:
@@ -94,13 +43,15 @@ def reward_item(data_source: str, solution_str: str, ground_truth: Any, extra_in
         item["prompt"] = sas["prompt"]
     if sas.get("strict_actions"):
         item["strict_actions"] = True
+    if sas.get("spans") and "response" in sas:  # who wrote what, over our agent loop's response text
+        item["spans"] = sas["spans"]
     return item
 
 
 async def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, env_url: str | None = None, **_kwargs: Any) -> dict[str, Any]:
     """veRL's reward function: our `/reward` for one trajectory. A module that fails on it scores 0 for training and
     the error is kept (as the builtin trainer does); an env server that does not answer fails the step."""
-    res = await batcher(env_url_of(env_url)).score(reward_item(data_source, solution_str, ground_truth, extra_info))
+    res = await batcher(env_url_of(env_url)).submit(reward_item(data_source, solution_str, ground_truth, extra_info))
     reward = res.get("reward")
     detail = {"reward": reward, "parts": res.get("parts") or {}, "metrics": res.get("metrics") or {}}
     if reward is None:

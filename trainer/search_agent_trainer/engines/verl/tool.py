@@ -6,21 +6,22 @@ native, …}, tool_schema?}`; it builds each tool once per agent-loop worker and
 parameters, agent_data=…)` per call, which returns `(ToolResponse(text=…), step_reward, metrics)`. The chat template
 renders the reply inside `<tool_response>…</tool_response>`. Our reply is the passages as Search-R1 writes them
 (`Doc {i}(Title: {title}) {text}` lines), so the replay shows document cards and rewards read them like
-`<information>` blocks. The query and hits also go to the trajectory's `extra_fields["sas_retrieval"]`.
+`<information>` blocks. The query and hits also go to the trajectory's `extra_fields["sas_retrieval"]`. Concurrent
+calls of a worker share one `/retrieve` request (batching.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from ...env_client import EnvClient, EnvError, passages_to_string
+from ...env_client import EnvError, passages_to_string
 from ...rollout import retrieval_entry
 from . import search_tool_schema
 from .agent_loop import env_url_of
+from .batching import env_batchers
 
 SEARCH_TOOL_SCHEMA = search_tool_schema()
 
@@ -31,7 +32,7 @@ class SearchTool(BaseTool):
 
     def __init__(self, config: dict[str, Any], tool_schema: OpenAIFunctionToolSchema | None = None):
         super().__init__(config, tool_schema or OpenAIFunctionToolSchema.model_validate(SEARCH_TOOL_SCHEMA))
-        self.env = EnvClient(env_url_of(config.get("env_url")))
+        self.env_url = env_url_of(config.get("env_url"))
         self.topk = int(config.get("topk", 3))
 
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
@@ -39,7 +40,7 @@ class SearchTool(BaseTool):
         if not isinstance(query, str) or not query.strip():
             return ToolResponse(text=f"Error: {self.name} needs a non-empty string argument `query`."), 0.0, {"error": "no query"}
         try:
-            hits = (await asyncio.get_running_loop().run_in_executor(None, self.env.retrieve, [query.strip()], self.topk))[0]
+            hits = (await env_batchers(self.env_url).retrieve([query.strip()], self.topk))[0]  # with the worker's other calls
         except EnvError as e:
             return ToolResponse(text=f"Error: {e}"), 0.0, {"error": str(e)}
         agent_data = kwargs.get("agent_data")

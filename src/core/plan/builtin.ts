@@ -1,0 +1,152 @@
+/**
+ * The builtin engine's memory on its one device, part by part, as the trainer stores it
+ * (trainer/search_agent_trainer/precision.py; docs/trainer.md, "Memory on one GPU"):
+ * - full fine-tuning: fp32 master weights (4 B/param), fp32 gradients (4 B), AdamW's two fp32 moments (8 B), a
+ *   reference in bf16 where autocast computes in bf16 (the Linear and Embedding weights; 4 B otherwise);
+ * - LoRA: the frozen base in bf16 under bf16 compute (2 B/param), the adapter fp32 with its gradients and moments, the
+ *   reference the starting adapter (bf16 under bf16 compute: its weights are Linear layers' too);
+ * - the weights bf16 autocast casts as it runs them: every projection's, cached for the whole of a generation call;
+ *   one layer's (and the output layer's) at a time in the update with checkpointing, all of them without;
+ * - the update's activations for one micro-batch of the longest sequences (rollout.max_prompt_length +
+ *   max_response_length tokens each): the layer inputs checkpointing keeps, and at the backward pass's peak the
+ *   larger of one layer's recompute with its gradients and a chunk of the log-prob computation with the final norm's
+ *   activations; without checkpointing every layer's, and the chunk;
+ * - the rollout's KV cache (`rollout.max_batch_tokens`, or what the trainer sizes itself: half of what the GPU has
+ *   left after the weights, the moments, the cast weights and a 15 % reserve, for the cache and one copy of it while
+ *   rows are selected or merged), a prefill piece and the sampler's distribution over the vocabulary.
+ * The device's total is its largest phase: the rollout (no gradients; the cast weights and the KV cache) or the
+ * update (the gradients and the activations).
+ */
+import type { RunConfig } from '../run/config';
+import { type ModelShape, kvBytesPerToken, loraParams, paramCounts } from './model';
+import {
+  AUTO_RESERVE,
+  DEFAULT_MAX_BATCH_TOKENS,
+  PREFILL_TOKENS,
+  type Recipe,
+  checkpointBytesPerToken,
+  chunkPositions,
+  headActivationBytesPerToken,
+  inferenceBytesPerToken,
+  layerActivationBytesPerToken,
+  layerBackwardBytesPerToken,
+  logitsChunkBytes,
+} from './parts';
+
+export interface PlanContext {
+  config: RunConfig;
+  shape: ModelShape;
+  gpuMemoryBytes: number;
+  gpus: number;
+  device: 'cuda' | 'cpu';
+}
+
+/** One part of a device's memory: its bytes, the phase it exists in ('all': throughout), and what it is. */
+export interface Part {
+  name: string;
+  bytes: number;
+  phase: 'all' | 'rollout' | 'update';
+  what: string;
+}
+
+export interface EnginePlan {
+  /** One list of parts per device. */
+  devices: Part[][];
+  notes: string[];
+  /** What the run trains and how (for the report's first line). */
+  summary: string;
+}
+
+/** Whether the run computes in bf16 autocast on `device` (the trainer's policy.compute_dtype; `fastest` on a GPU is
+ * bf16_where_native's rule, on a CPU a measurement, counted here as fp32, the larger). */
+export function computesInBf16(config: RunConfig, device: 'cuda' | 'cpu'): boolean {
+  const d = config.model.dtype ?? 'auto';
+  return d === 'bf16' || (device === 'cuda' && (d === 'auto' || d === 'bf16_where_native' || d === 'fastest'));
+}
+
+/** The trainer's gradient checkpointing (precision.gradient_checkpointing): on unless false, for the builtin engine. */
+export function checkpointing(config: RunConfig): boolean {
+  return config.model.gradient_checkpointing ?? (config.engine ?? 'builtin') === 'builtin';
+}
+
+const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
+
+export function builtinPlan(ctx: PlanContext): EnginePlan {
+  const { config: c, shape: s } = ctx;
+  const bf16 = computesInBf16(c, ctx.device);
+  const recipe: Recipe = { act: bf16 ? 2 : 4, checkpointing: checkpointing(c) };
+  const p = paramCounts(s);
+  const r = c.rollout!;
+  const lora = c.model.lora;
+  const trained = lora ? loraParams(s, lora.r ?? 8, lora.target_modules ?? LORA_TARGETS) : p.total;
+  const parts: Part[] = [];
+  const add = (name: string, bytes: number, phase: Part['phase'], what: string) => bytes > 0 && parts.push({ name, bytes: Math.round(bytes), phase, what });
+  const B = (n: number) => `${(n / 1e9).toFixed(2)} B`;
+
+  // the weights, their gradients and AdamW's moments
+  if (lora) {
+    add('weights', (bf16 ? 2 : 4) * p.total + 4 * trained, 'all', `frozen base ${B(p.total)} × ${bf16 ? 2 : 4} B (${bf16 ? 'bf16' : 'fp32'}) + LoRA adapter ${B(trained)} × 4 B (fp32)`);
+  } else {
+    add('weights', 4 * p.total, 'all', `fp32 master weights, ${B(p.total)} × 4 B (the optimizer updates them; autocast computes with bf16 casts)`);
+  }
+  add('gradients', 4 * trained, 'update', `fp32, ${B(trained)} trained × 4 B`);
+  add('optimizer', 8 * trained, 'all', `AdamW's two fp32 moments, ${B(trained)} × 8 B`);
+  if (c.algorithm!.kl_coef! > 0) {
+    const ref = lora ? (bf16 ? 2 : 4) * trained : bf16 ? 2 * p.linearAndEmbedding + 4 * p.norms : 4 * p.total;
+    add('reference', ref, 'all', lora ? `the starting adapter (${bf16 ? 'bf16' : 'fp32'}; the base is shared)` : bf16 ? 'bf16 copy of the Linear and Embedding weights (fp32 norms)' : 'fp32 copy of every weight');
+  }
+  if (c.algorithm!.name === 'ppo') add('value_head', 16 * (s.hidden + 1), 'all', 'PPO value head: weights, gradients, moments (fp32)');
+  // what autocast casts to bf16 (fp32 weights only: a bf16 LoRA base is used as it is)
+  const castable = lora ? trained : p.cast;
+  if (bf16) {
+    add('weight_casts', 2 * castable, 'rollout', `bf16 copies of ${lora ? 'the adapter' : 'every projection and the output layer'}, cached through a generation call`);
+    const updateCasts = recipe.checkpointing && !lora ? Math.max(p.layerLinear, p.outputLayer) : castable;
+    add('weight_casts_update', 2 * updateCasts, 'update', lora ? 'bf16 copies of the adapter' : recipe.checkpointing ? "bf16 copies of one layer's (or the output layer's) weights at a time" : 'bf16 copies of every projection, kept for the backward pass');
+  }
+  // the update's activations: one micro-batch of the longest sequences
+  const T = r.max_prompt_length! + r.max_response_length!;
+  const mb = c.optim!.micro_batch_size!;
+  const tokens = mb * T;
+  const layer = tokens * layerActivationBytesPerToken(s, recipe);
+  const head = tokens * headActivationBytesPerToken(s, recipe);
+  const positions = Math.min(chunkPositions(s.vocab), mb * r.max_response_length!);
+  const logits = logitsChunkBytes(s, recipe, positions);
+  const backward = tokens * layerBackwardBytesPerToken(s, recipe);
+  const gibs = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
+  const withCkpt = tokens * checkpointBytesPerToken(s, recipe) * s.layers + Math.max(layer + backward, logits + head);
+  const withoutCkpt = s.layers * layer + head + Math.max(backward, logits);
+  if (recipe.checkpointing) {
+    add('activations', tokens * checkpointBytesPerToken(s, recipe) * s.layers, 'update', `micro-batch ${mb} × ${T} tokens: each layer's input (checkpointed; with the backward peak ${gibs(withCkpt)}, without checkpointing ${gibs(withoutCkpt)})`);
+    add('backward_peak', Math.max(layer + backward, logits + head), 'update', `the larger of one layer recomputed with its gradients (${((layer + backward) / 2 ** 30).toFixed(2)} GiB) and one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with the final norm's activations (${((logits + head) / 2 ** 30).toFixed(2)} GiB)`);
+  } else {
+    add('activations', s.layers * layer + head, 'update', `micro-batch ${mb} × ${T} tokens: every layer's (${s.layers}) kept for the backward pass, and the final norm's (with the backward peak ${gibs(withoutCkpt)}; with checkpointing ${gibs(withCkpt)})`);
+    add('backward_peak', Math.max(backward, logits), 'update', `one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with its gradients (never the whole window)`);
+  }
+  // the rollout: the KV cache and its transients
+  const kv = kvBytesPerToken(s, recipe.act);
+  const allPhase = parts.filter((x) => x.phase === 'all').reduce((a, x) => a + x.bytes, 0);
+  const loaded = allPhase - (parts.find((x) => x.name === 'optimizer')?.bytes ?? 0);
+  const maxBatchTokens = r.max_batch_tokens ?? autoMaxBatchTokens(ctx.device, ctx.gpuMemoryBytes, loaded, 8 * trained, bf16 ? 2 * castable : 0, kv);
+  add('kv_cache', 2 * maxBatchTokens * kv, 'rollout', `${maxBatchTokens.toLocaleString('en-US')} tokens × ${kv.toLocaleString('en-US')} B (${r.max_batch_tokens ? 'rollout.max_batch_tokens' : 'sized by the trainer'}), and one copy while rows are selected or merged`);
+  const prefill = Math.min(maxBatchTokens, PREFILL_TOKENS);
+  add('prefill', prefill * inferenceBytesPerToken(s, recipe), 'rollout', `a prefill piece of ${prefill.toLocaleString('en-US')} tokens, one layer at a time`);
+  const rows = Math.max(1, Math.min(r.batch_size! * r.n!, Math.floor(maxBatchTokens / Math.max(1, r.max_turn_tokens!))));
+  add('sampling', rows * s.vocab * 18, 'rollout', `the next-token logits of up to ${rows} rows and the sampler's fp32 copies (logits, log-softmax, probabilities, cumulative sum)`);
+
+  const notes: string[] = [];
+  if (ctx.gpus > 1) notes.push(`the builtin engine trains on one device; --gpus ${ctx.gpus} plans one (engines trl and verl use several)`);
+  const minTokens = r.n! * (r.max_prompt_length! + r.max_turn_tokens!);
+  if (maxBatchTokens < minTokens) notes.push(`the KV cache holds ${maxBatchTokens.toLocaleString('en-US')} tokens, less than one group's ${r.n} rows of the longest prompt and a turn (${minTokens.toLocaleString('en-US')}): rollouts run a few rows at a time`);
+  const summary = `${lora ? `LoRA r=${lora.r ?? 8}` : 'full fine-tune'}, ${bf16 ? 'bf16 autocast' : 'fp32'}, ${recipe.checkpointing ? 'gradient checkpointing' : 'no gradient checkpointing'}, engine builtin`;
+  return { devices: [parts], notes, summary };
+}
+
+/** `rollout.max_batch_tokens` when the config leaves it out, as the trainer's generation.auto_max_batch_tokens: on
+ * CUDA, the memory left after what is loaded (`loaded`), the moments, the weights cast for generation and a reserve of
+ * AUTO_RESERVE of the GPU, halved (the cache and a copy), in tokens; DEFAULT_MAX_BATCH_TOKENS on CPU, and at least
+ * that. */
+export function autoMaxBatchTokens(device: 'cuda' | 'cpu', gpuMemoryBytes: number, loaded: number, moments: number, casts: number, kvPerToken: number): number {
+  if (device !== 'cuda') return DEFAULT_MAX_BATCH_TOKENS;
+  const free = gpuMemoryBytes - loaded;
+  return Math.max(DEFAULT_MAX_BATCH_TOKENS, Math.floor((free - AUTO_RESERVE * gpuMemoryBytes - moments - casts) / (2 * kvPerToken)));
+}

@@ -1,0 +1,64 @@
+/**
+ * The memory check before a run starts (the run host's, so `train`, "Start Training" and "Resume" all make it), and
+ * the lines `doctor --config` and "New Training Run…" show: a Hugging Face model trained by the builtin engine on a
+ * GPU is planned (plan.ts) against the GPU's memory (the trainer's Python reports it; 80 GiB when it cannot be
+ * read); a run that does not fit is refused with the plan's verdict and the changes that would make it fit, unless
+ * forced.
+ */
+import type { RunConfig } from '../run/config';
+import { DEFAULT_GPU_MEMORY, type MemoryPlan, PlanError, planRun } from './plan';
+
+export class MemoryPlanError extends Error {
+  constructor(
+    message: string,
+    readonly plan: MemoryPlan,
+  ) {
+    super(message);
+    this.name = 'MemoryPlanError';
+  }
+}
+
+export interface MemoryCheck {
+  /** The plan, when the run was planned. */
+  plan?: MemoryPlan;
+  /** Why it was not planned (a CPU run, another engine, a model directory the planner cannot read). */
+  skipped?: string;
+  /** One line: the verdict, or why there is none. */
+  line: string;
+}
+
+/** Whether a run would use a GPU: a Hugging Face model on `model.device` cuda, or auto where the Python sees CUDA
+ * (`cuda` undefined: not known, assumed). */
+function onGpu(config: RunConfig, cuda: boolean | undefined): boolean {
+  const d = config.model.device ?? 'auto';
+  return d === 'cuda' || (d === 'auto' && cuda !== false);
+}
+
+const gib = (n: number) => `${(n / 2 ** 30).toFixed(1)} GiB`;
+
+/** Plans `loaded` for one GPU of `gpuMemoryBytes` (default 80 GiB); `cuda`: whether the trainer's Python sees a GPU. */
+export function checkRunMemory(loaded: { config: RunConfig; base: string }, options: { gpuMemoryBytes?: number; cuda?: boolean } = {}): MemoryCheck {
+  const c = loaded.config;
+  if (c.model.kind !== 'hf') return { skipped: 'the built-in tiny policy', line: 'memory: the built-in tiny policy (a few MB; not planned)' };
+  if ((c.engine ?? 'builtin') !== 'builtin') return { skipped: `engine ${c.engine}`, line: `memory: engine "${c.engine}" is not planned yet (the planner knows the builtin engine's)` };
+  if (!onGpu(c, options.cuda)) return { skipped: 'a CPU run', line: 'memory: a CPU run (not planned; `search-agent-studio plan --device cpu` plans it)' };
+  const gpuMemoryBytes = options.gpuMemoryBytes ?? DEFAULT_GPU_MEMORY;
+  let plan: MemoryPlan;
+  try {
+    plan = planRun(loaded, { gpuMemoryBytes });
+  } catch (e) {
+    if (e instanceof PlanError) return { skipped: e.message, line: `memory: not planned: ${e.message}` };
+    throw e;
+  }
+  const need = Math.max(...plan.devices.map((d) => d.total_bytes));
+  const line = plan.fits
+    ? `memory: fits one GPU of ${gib(gpuMemoryBytes)} (${gib(need)} of ${gib(plan.usable_bytes)} usable; ${plan.summary})`
+    : `memory: does not fit one GPU of ${gib(gpuMemoryBytes)}: ${gib(need)} needed, ${gib(plan.usable_bytes)} usable (${plan.summary}); would fit: ${plan.suggestions.join('; or ')}`;
+  return { plan, line };
+}
+
+/** Throws MemoryPlanError when the run was planned and does not fit (`force`: never). */
+export function refuseWhatDoesNotFit(check: MemoryCheck, file: string, force: boolean): void {
+  if (force || !check.plan || check.plan.fits) return;
+  throw new MemoryPlanError(`${file}: ${check.line.replace(/^memory: /, 'the run ')} (search-agent-studio plan ${file} shows each part)`, check.plan);
+}

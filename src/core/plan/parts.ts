@@ -1,0 +1,79 @@
+/**
+ * The parts a training process's GPU memory is made of, as functions of the model's shape and the run config, for
+ * every engine's plan to use: an engine's planner (builtin.ts, and later veRL's and TRL's) says what it stores in
+ * which dtype and where (a `Recipe`) and adds the parts of its own (a rollout engine's share, FSDP's gathered layers).
+ *
+ * The activation counts are per token, for the layer of the Llama family (pre-norm, GQA, SwiGLU MLP) as
+ * transformers runs it: the tensors autograd keeps for the backward pass of one layer, with bf16 autocast over a bf16
+ * residual stream, or in fp32. They were checked against the bytes torch really allocates for small Qwen2 models on
+ * CPU (trainer/tests/test_memory_plan.py; docs/trainer.md, "Memory on one GPU").
+ */
+import { type ModelShape, kvBytesPerToken, paramCounts } from './model';
+
+/** Logits a chunk of the log-prob computation holds (positions × vocabulary), as the trainer's logprobs.CHUNK_ELEMENTS. */
+export const CHUNK_ELEMENTS = 2 ** 26;
+/** The generator's prefill piece (generation.PREFILL_TOKENS) and its default budget on CPU (DEFAULT_MAX_BATCH_TOKENS). */
+export const PREFILL_TOKENS = 16384;
+export const DEFAULT_MAX_BATCH_TOKENS = 65536;
+/** The share of the GPU the trainer leaves out of the KV cache when it sizes it itself (generation.AUTO_RESERVE). */
+export const AUTO_RESERVE = 0.15;
+
+/** What an engine stores in which dtype, per trained parameter and per activation. */
+export interface Recipe {
+  /** Bytes per element of the activations, the residual stream and the KV cache: 2 under bf16 autocast, 4 in fp32. */
+  act: 2 | 4;
+  /** Activation checkpointing of every layer. */
+  checkpointing: boolean;
+  /** A device's share of the sharded state (FSDP, ZeRO): 1 on one device. */
+  shards?: number;
+}
+
+/** Bytes one layer keeps for its backward pass, per token (see the module's docstring). Per token, with H the width,
+ * Q the query heads' width and I the MLP's:
+ * - bf16 autocast over a bf16 residual stream: each RMSNorm's fp32 copy (4H) and normalised bf16 state (2H), and the
+ *   bf16 cast of its fp32 output each projection after it saves (q, k, v: 3 × 2H; gate, up: 2 × 2H); the rotary
+ *   query, the keys and values repeated to every query head (SDPA with a mask), the attention output and o_proj's
+ *   input (5 × 2Q); the MLP's gate, up, SiLU and product (4 × 2I): 22H + 10Q + 8I;
+ * - fp32: the norms' input and normalised states (8H and 12H, no casts), 5 × 4Q, 4 × 4I: 20H + 20Q + 16I. */
+export function layerActivationBytesPerToken(s: ModelShape, r: Recipe): number {
+  const Q = s.heads * s.headDim;
+  return r.act === 2 ? 22 * s.hidden + 10 * Q + 8 * s.intermediate : 20 * s.hidden + 20 * Q + 16 * s.intermediate;
+}
+
+/** Bytes a checkpointed layer keeps per token: its input, in the residual stream's dtype. */
+export function checkpointBytesPerToken(s: ModelShape, r: Recipe): number {
+  return s.hidden * r.act;
+}
+
+/** Bytes per token outside the layers in the update: the final norm (fp32 copy, normalised state, fp32 output) and
+ * the selected positions' hidden states the output layer reads (alive with the log-prob chunks, freed before the
+ * layers' backward). */
+export function headActivationBytesPerToken(s: ModelShape, r: Recipe): number {
+  return (r.act === 2 ? 4 + 2 + 4 + 4 : 4 + 4 + 4) * s.hidden;
+}
+
+/** Bytes of the gradients in flight while one layer's backward runs, per token (its outputs' and inputs' gradients). */
+export function layerBackwardBytesPerToken(s: ModelShape, r: Recipe): number {
+  return r.act * (2 * s.intermediate + 4 * s.hidden);
+}
+
+/** Bytes per token of a forward without autograd (a prefill, a log-prob pass): one layer's transient tensors. */
+export function inferenceBytesPerToken(s: ModelShape, r: Recipe): number {
+  return r.act * (6 * s.hidden + 2 * s.heads * s.headDim + 3 * s.intermediate) + 4 * s.hidden;
+}
+
+/** Positions of one log-prob chunk (logprobs.chunk_positions). */
+export function chunkPositions(vocab: number): number {
+  return Math.max(1, Math.floor(CHUNK_ELEMENTS / Math.max(1, vocab)));
+}
+
+/** Bytes one chunk of the log-prob computation holds: the chunk's logits (bf16 under autocast), their fp32 copy,
+ * the log-sum-exp's and the entropy's softmax temporaries, and in the backward pass their gradients. */
+export function logitsChunkBytes(s: ModelShape, r: Recipe, positions: number): number {
+  return positions * s.vocab * (r.act === 2 ? 16 : 17);
+}
+
+/** The model's parameter counts and KV bytes, re-exported for engines. */
+export function shapeNumbers(s: ModelShape, r: Recipe): { params: ReturnType<typeof paramCounts>; kvPerToken: number } {
+  return { params: paramCounts(s), kvPerToken: kvBytesPerToken(s, r.act) };
+}

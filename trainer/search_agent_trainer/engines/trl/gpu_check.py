@@ -1,0 +1,169 @@
+"""`python -m search_agent_trainer.engines.trl.gpu_check [--cpu-smoke] [--env-url URL] [--out DIR]`: engine "trl" on
+a GPU (scripts/gpu-check-trl.sh runs it): two GRPO steps of a random model with Qwen2.5-0.5B's layers (hidden 896,
+24 layers, 14 heads, 2 KV heads, MLP 4864; trl-tiny's 800-token tokenizer and vocabulary: no weights or tokenizer
+to download), bf16, through the real run path (`python -m search_agent_trainer`: TRL's GRPOTrainer, our multi-turn
+rollout with our KV-cached sampler, the env server's /retrieve and /reward, a bf16 reference), then the
+rollout-vs-trainer log-prob gap over the trained tokens of the records: mean and max |rollout_logprob − logprob|
+(on-policy, the goal is a mean under 0.01). One JSON line on stdout (and, under --out, gpu-check-trl.json with the
+trainer's log).
+
+`--cpu-smoke`: the same at toy size on CPU (trl-tiny's own model, fp32): what a machine without a GPU can run, and
+what the tests run. Without `--env-url` the env server is started from the package's build (`node dist/server.js`;
+$SAS_NODE names node) over the demo corpus, builtin:em.
+
+Not measured here: TRL's vLLM path (`trl.use_vllm`): the GPU machine has no vLLM (docs/engines.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[4]
+EXAMPLES = ROOT / "examples"
+# Qwen2.5-0.5B's config.json, less its vocabulary (the tokenizer's decides it)
+QWEN25_05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "rms_norm_eps": 1e-06, "tie_word_embeddings": True}
+GOAL_MEAN_ABS_DIFF = 0.01
+
+
+def model_dir(out: Path, smoke: bool) -> Path:
+    """The model directory (config.json and tokenizer; `model.random_init` makes the weights)."""
+    src = EXAMPLES / "trl-tiny" / "model"
+    if smoke:
+        return src
+    d = out / "qwen2.5-0.5b-shape"
+    d.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.name != "config.json":
+            shutil.copy(f, d / f.name)
+    config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    config.update(QWEN25_05B)
+    config["layer_types"] = ["full_attention"] * QWEN25_05B["num_hidden_layers"]
+    (d / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return d
+
+
+def run_config(model: Path, smoke: bool) -> dict[str, Any]:
+    cfg = json.loads((EXAMPLES / "trl-tiny.run.json").read_text(encoding="utf-8"))
+    cfg.pop("$schema", None)
+    cfg["name"] = "gpu-check-trl" + ("-cpu-smoke" if smoke else "")
+    cfg["data"] = {**cfg["data"], "train": str(EXAMPLES / cfg["data"]["train"])}
+    cfg["data"].pop("eval", None)
+    cfg["data"].pop("eval_size", None)
+    cfg["model"] = {"kind": "hf", "path": str(model), "random_init": True, "device": "cpu" if smoke else "cuda", "dtype": "fp32" if smoke else "bf16", "gradient_checkpointing": not smoke}
+    cfg["rollout"] = {**cfg["rollout"], "batch_size": 4 if smoke else 8, "n": 4, "max_turns": 2, "max_turn_tokens": 16 if smoke else 64, "max_response_length": 400 if smoke else 1024}
+    cfg["algorithm"] = {"name": "grpo", "kl_coef": 0.001}  # a reference model (bf16 under bf16 compute)
+    cfg["optim"] = {"lr": 1e-6, "mini_batch_size": 16 if smoke else 32, "micro_batch_size": 8}  # one optimizer step a step: on-policy
+    cfg["train"] = {"steps": 2, "eval_every": 0, "checkpoint_every": 0}
+    return cfg
+
+
+def gap(run_dir: Path) -> dict[str, Any]:
+    """|rollout_logprob − logprob| over the trained tokens (loss_mask 1, both recorded) of every training record."""
+    diffs: list[float] = []
+    records = 0
+    for f in sorted((run_dir / "rollouts").glob("step-*.jsonl")):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            t = json.loads(line)["tokens"]
+            records += 1
+            diffs += [abs(a - b) for a, b, m in zip(t["rollout_logprob"], t["logprob"], t["loss_mask"]) if m == 1 and a is not None and b is not None]
+    return {"records": records, "compared_tokens": len(diffs), "mean_abs_diff": sum(diffs) / len(diffs) if diffs else None, "max_abs_diff": max(diffs) if diffs else None}
+
+
+class EnvServer:
+    """node dist/server.js over the demo corpus with builtin:em, on an ephemeral loopback port."""
+
+    def __init__(self) -> None:
+        node = os.environ.get("SAS_NODE") or shutil.which("node")
+        server = ROOT / "dist" / "server.js"
+        if not node or not server.exists():
+            raise SystemExit(f"gpu_check: the env server needs node ({node or 'not found: set SAS_NODE'}) and the package's build ({server}{'' if server.exists() else ': not built, npm run build'}); or pass --env-url")
+        self.proc = subprocess.Popen([node, str(server), "--port", "0", "--corpus", str(EXAMPLES / "demo" / "corpus.jsonl"), "--reward", "builtin:em"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        try:
+            self.url = f"http://127.0.0.1:{json.loads(line)['port']}"
+        except (ValueError, KeyError):
+            self.proc.kill()
+            raise SystemExit(f"gpu_check: the env server did not start (its first line: {line!r})") from None
+
+    def close(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def check(work: Path, smoke: bool, env_url: str | None) -> dict[str, Any]:
+    """The run in `work` (the config, the model directory, the run directory, trainer.log), and its result."""
+    import torch
+
+    if not smoke and not torch.cuda.is_available():
+        raise SystemExit("gpu_check: no CUDA device (torch.cuda.is_available() is False); --cpu-smoke runs the toy size on CPU")
+    work.mkdir(parents=True, exist_ok=True)
+    cfg_path = work / "gpu-check-trl.run.json"
+    cfg_path.write_text(json.dumps(run_config(model_dir(work, smoke), smoke), indent=2), encoding="utf-8")
+    run_dir = work / "run"
+    server = None if env_url else EnvServer()
+    try:
+        t0 = time.perf_counter()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "trainer"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+        p = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", str(cfg_path), "--run-dir", str(run_dir), "--env-url", env_url or server.url], env=env, capture_output=True, text=True)  # type: ignore[union-attr]
+        seconds = time.perf_counter() - t0
+    finally:
+        if server:
+            server.close()
+    (work / "trainer.log").write_text(p.stderr, encoding="utf-8")
+    if p.returncode != 0:
+        raise SystemExit(f"gpu_check: the trainer exited {p.returncode}; the end of its log:\n" + "\n".join(p.stderr.splitlines()[-30:]))
+    run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    g = gap(run_dir)
+    from importlib import metadata
+
+    return {
+        "check": "trl",
+        "mode": "cpu-smoke" if smoke else "gpu",
+        "device": torch.cuda.get_device_name(0) if not smoke else "cpu",
+        "torch": torch.__version__,
+        "trl": metadata.version("trl"),
+        "model": "trl-tiny" if smoke else "Qwen2.5-0.5B layers (random), 800-token vocabulary",
+        "status": run.get("status"),
+        "steps": run.get("step"),
+        "trl_settings": run.get("trl"),
+        "seconds": round(seconds, 1),
+        **g,
+        "goal_mean_abs_diff": GOAL_MEAN_ABS_DIFF,
+        "goal_met": g["mean_abs_diff"] is not None and g["mean_abs_diff"] < GOAL_MEAN_ABS_DIFF,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cpu-smoke", action="store_true", help="toy size on CPU (trl-tiny's model, fp32)")
+    ap.add_argument("--env-url", help="an env server already running (else node dist/server.js is started)")
+    ap.add_argument("--out", help="a folder for the result (gpu-check-trl.json) and the trainer's log")
+    ap.add_argument("--work", help="where the run goes (default: a temporary directory)")
+    a = ap.parse_args(argv)
+    work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="gpu-check-trl-"))
+    result = check(work, a.cpu_smoke, a.env_url)
+    result["work"] = str(work)
+    if a.out:
+        out = Path(a.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "gpu-check-trl.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        shutil.copy(work / "trainer.log", out / "gpu-check-trl.log")
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,175 @@
+"""The memory planner (`search-agent-studio plan`, src/core/plan) against the bytes torch really holds, on CPU.
+
+Small Qwen2 models (random weights, a few widths and depths) are built through the trainer's own path (the Trainer's
+setup: build_policy, the reference, the optimizer), and one real update step (`Trainer._update`, after one that
+creates AdamW's moments) runs on two micro-batches of the planner's worst case: every sequence as long as
+rollout.max_prompt_length + max_response_length (the second micro-batch runs beside the first one's gradients, as
+every micro-batch but the first of a mini-batch does). Every tensor storage torch allocates during it is counted (a
+TorchDispatchMode sees each op's outputs; a storage counts until it is freed) on top of what is live before it (the
+weights, the moments, the reference); the peak is compared with the planner's update phase for the same config
+(`plan --json --device cpu`), within 15 %, and the parts that are only sizes (weights, gradients, moments,
+reference) exactly. docs/trainer.md ("Memory on one GPU") says how the planner was checked.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from conftest import DEMO, NODE, ROOT
+from hf_fixture import build_tiny_qwen2, demo_texts
+from search_agent_trainer.batch import make_batch
+from search_agent_trainer.config import config_from_dict
+from search_agent_trainer.data import load_dataset
+from search_agent_trainer.rollout import Trajectory
+from search_agent_trainer.train import Trainer
+
+pytestmark = pytest.mark.skipif(NODE is None, reason="the planner runs in Node")
+
+
+class LiveBytes(TorchDispatchMode):
+    """The bytes of tensor storages allocated while it is active, live now and at the peak (a storage counted once,
+    until it is freed). `before`: the storages that were there already (weights, moments, reference), whose views
+    (a transposed weight) are no new bytes."""
+
+    def __init__(self, before: set[int] = frozenset()) -> None:
+        super().__init__()
+        self.before = set(before)
+        self.live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.now = 0
+        self.peak = 0
+
+    def _prune(self) -> None:
+        for key in [k for k, (ref, _) in self.live.items() if ref.expired()]:
+            self.now -= self.live.pop(key)[1]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self._prune()
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+                st = t.untyped_storage()
+                key = st.data_ptr()
+                if st.nbytes() and key not in self.live and key not in self.before:
+                    self.live[key] = (StorageWeakRef(st), st.nbytes())
+                    self.now += st.nbytes()
+        self.peak = max(self.peak, self.now)
+        return out
+
+
+def _storage_bytes(tensors) -> int:
+    seen: dict[int, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            st = t.untyped_storage()
+            seen[st.data_ptr()] = st.nbytes()
+    return sum(seen.values())
+
+
+class NoEnvTrainer(Trainer):
+    """The trainer without an env server (the data read directly): the update step needs none."""
+
+    def _load_data(self) -> None:
+        self.train_set = load_dataset(self.cfg.data.train)
+        self.eval_set = []
+
+
+def model_dir(tmp: Path, hidden: int, inter: int, layers: int, heads: int, kv: int, vocab: int) -> Path:
+    d = build_tiny_qwen2(tmp / "tok", demo_texts(DEMO), weights=False)
+    out = tmp / f"qwen2-{hidden}x{layers}-{vocab}"
+    shutil.copytree(d, out)
+    config = json.loads((out / "config.json").read_text())
+    config.pop("layer_types", None)
+    config.update(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab)
+    (out / "config.json").write_text(json.dumps(config))
+    return out
+
+
+def run_config(path: Path, dtype: str, checkpointing: bool, lora: bool, micro: int, prompt: int, response: int) -> dict:
+    return {
+        "seed": 3,
+        "data": {"train": str(DEMO / "train.jsonl"), "chat_template": False, "prompt_template": "{question}"},
+        "model": {"kind": "hf", "path": str(path), "random_init": True, "device": "cpu", "dtype": dtype, "gradient_checkpointing": checkpointing, **({"lora": {"r": 8, "alpha": 16}} if lora else {})},
+        "rollout": {"batch_size": 1, "n": 2 * micro, "max_prompt_length": prompt, "max_response_length": response, "max_turn_tokens": 16, "max_batch_tokens": 4096},
+        "algorithm": {"name": "grpo", "kl_coef": 0.001, "entropy_coef": 0.0},
+        "optim": {"mini_batch_size": 2 * micro, "micro_batch_size": micro, "lr": 1e-5},
+        "train": {"steps": 3, "eval_every": 0, "checkpoint_every": 0, "save_rollouts": False},
+    }
+
+
+def measure(tmp: Path, raw: dict) -> dict[str, int]:
+    """What the update step holds: the static parts by size, and the peak during the second update step."""
+    cfg = config_from_dict(raw)
+    t = NoEnvTrainer(cfg, tmp / "run", "http://127.0.0.1:9", stdout=io.StringIO())
+    t.setup()
+    r = cfg.rollout
+    vocab = len(t.tok.impl)
+    gen = torch.Generator().manual_seed(0)
+    trajs = []
+    # the planner's worst case: every sequence at the longest; two micro-batches (the second runs with the gradients
+    # of the first accumulated, as every micro-batch after the first of a mini-batch does)
+    for i in range(cfg.optim.mini_batch_size):
+        prompt = torch.randint(0, vocab, (r.max_prompt_length,), generator=gen).tolist()
+        ids = torch.randint(0, vocab, (r.max_response_length,), generator=gen).tolist()
+        traj = Trajectory(t.train_set[0], 0, i, "", prompt, ids, ["generated"] * len(ids), [""], [-1.0] * len(ids))
+        traj.reward = float(i % 2)
+        trajs.append(traj)
+    batch = make_batch(trajs, t.tok.pad_id)
+    t._passes_and_advantages(batch, trajs, 1)
+    t._update(batch, 1)  # creates AdamW's moments
+    params = [p for p in t.policy.parameters()]
+    static = {
+        "weights": _storage_bytes(params),
+        "optimizer": _storage_bytes(v for s in t.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0),
+        "reference": _storage_bytes(t.reference.frozen.values()) if t.reference is not None else 0,
+    }
+    grads_bytes = sum(4 * p.numel() for p in params if p.requires_grad)
+    existing = [*params, *t.policy.buffers(), *(v for s in t.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)), *(t.reference.frozen.values() if t.reference is not None else [])]
+    tracker = LiveBytes({x.untyped_storage().data_ptr() for x in existing})
+    with tracker:
+        t._update(batch, 2)
+    t.writer.close()
+    return {**static, "gradients": grads_bytes, "update_peak": sum(static.values()) + tracker.peak}
+
+
+def plan(config_file: Path) -> dict:
+    proc = subprocess.run([NODE, "-r", str(ROOT / "test" / "register.cjs"), str(ROOT / "src" / "cli" / "main.ts"), "plan", "--json", "--device", "cpu", "--gpu-memory", "64GiB", str(config_file)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(proc.stdout)
+
+
+CASES = {
+    # (hidden, intermediate, layers, heads, kv heads, vocab), dtype, checkpointing, LoRA, micro-batch, prompt, response
+    "bf16-checkpointed": ((128, 384, 2, 4, 2, 4096), "bf16", True, False, 4, 96, 160),
+    "fp32-no-checkpointing": ((128, 384, 2, 4, 2, 4096), "fp32", False, False, 4, 96, 160),
+    "bf16-lora-wider": ((256, 704, 3, 8, 2, 8192), "bf16", True, True, 4, 64, 192),
+    "bf16-deeper-large-vocab": ((96, 256, 4, 4, 1, 16384), "bf16", True, False, 2, 64, 128),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_planner_counts_what_an_update_step_holds_within_15_percent(tmp_path, case):
+    shape, dtype, checkpointing, lora, micro, prompt, response = CASES[case]
+    path = model_dir(tmp_path, *shape)
+    raw = run_config(path, dtype, checkpointing, lora, micro, prompt, response)
+    (tmp_path / "c.run.json").write_text(json.dumps(raw))
+    planned = plan(tmp_path / "c.run.json")
+    [device] = planned["devices"]
+    parts = device["parts"]
+    torch.manual_seed(0)
+    got = measure(tmp_path, raw)
+    # the parts that are sizes: exactly (a byte per norm weight of difference at most)
+    for name in ("weights", "optimizer", "reference", "gradients"):
+        assert abs(parts.get(name, 0) - got[name]) <= 0.01 * got[name], (name, parts.get(name), got[name])
+    update = device["phases"]["update"]
+    print(f"{case}: planned update phase {update:,} B, measured peak {got['update_peak']:,} B ({update / got['update_peak']:.3f}×); parts {parts}")
+    assert abs(update - got["update_peak"]) <= 0.15 * got["update_peak"], (update, got)
