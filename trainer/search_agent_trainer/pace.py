@@ -70,3 +70,15 @@ def report(cfg: Any, s_per_step: float) -> tuple[str, dict[str, Any] | None]:
     )
     fields = {"s_per_step": round(s_per_step, 4), "reference_s_per_step": ref.warmup_s_per_step, "speed": round(speed, 3), "expected_s": round(expected), "reference_s": ref.run_s, "reference_cpu": ref.cpu, "slow": speed < SLOW, "message": message}
     return message, fields
+
+
+def announce(writer: Any, cfg: Any, s_per_step: float) -> dict[str, Any] | None:
+    """Says the warm start's pace (report): a `warning` event where the machine is slower than the reference (the CLI
+    prints it, with --quiet too; the editor's trainer log shows it as a warning; events.jsonl keeps it), a log line
+    otherwise. Returns the progress event's `pace` fields."""
+    message, fields = report(cfg, s_per_step)
+    if fields is not None and fields["slow"]:
+        writer.warning(message, pace=fields)
+    else:
+        writer.log(message)
+    return fields

@@ -40,7 +40,7 @@ import torch
 from .batch import by_length, make_batch
 from .env_client import EnvClient
 from .losses import Aggregation, agg_loss
-from .pace import AT_STEP, FROM_STEP, report as pace_report
+from .pace import AT_STEP, FROM_STEP, announce as announce_pace
 from .policy import window_stats
 from .rollout import Trajectory, answer_action, observation, search_action
 
@@ -165,8 +165,7 @@ def run_warmup(trainer: Any, log: Callable[[str], None]) -> dict[str, float]:
         if step == FROM_STEP:
             paced_from = time.perf_counter()
         elif step == AT_STEP and paced_from is not None:
-            message, pace = pace_report(cfg, (time.perf_counter() - paced_from) / (AT_STEP - FROM_STEP))
-            log(message)
+            pace = announce_pace(trainer.writer, cfg, (time.perf_counter() - paced_from) / (AT_STEP - FROM_STEP))
         if step % 25 == 0 or step == w.steps or pace:
             trainer.writer.progress(0, trainer.total, "warmup", warmup_step=step, warmup_steps=w.steps, loss=round(total, 4), **({"pace": pace} if pace else {}))
             log(f"warm start {step}/{w.steps}: loss {total:.3f}")

@@ -139,3 +139,24 @@ def test_the_warm_start_pace_is_compared_with_the_reference_recipes():
     assert not pace.report(cfg, ref)[1]["slow"]
     cfg["train"]["supervised_warmup"]["steps"] = 100  # another recipe: its pace only
     assert pace.report(cfg, 0.5) == ("warm start: 0.500 s a step", None)
+
+
+def test_a_slower_machine_is_warned_during_the_warm_start_and_a_matching_one_told_its_pace(tmp_path):
+    """pace.announce, what the warm start calls at step AT_STEP: a `warning` event (events.jsonl, the CLI, the editor's
+    trainer log) carrying the pace where the machine is slower than the reference; a log line only otherwise."""
+    from search_agent_trainer.run_writer import RunWriter
+
+    cfg = config_from_dict(json.loads((ROOT / "examples" / "demo-multihop.run.json").read_text()), ROOT / "examples")
+    ref = pace.REFERENCES["demo-multihop"].warmup_s_per_step
+    out = tmp_path / "stdout.jsonl"
+    with out.open("w") as stdout:
+        writer = RunWriter(tmp_path / "run", {}, {}, 400, stdout=stdout)
+        slow = pace.announce(writer, cfg, ref * 2)
+        fine = pace.announce(writer, cfg, ref)
+    events = [json.loads(l) for l in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    warnings = [e for e in events if e["event"] == "warning"]
+    assert slow["slow"] and not fine["slow"]
+    assert [w["message"] for w in warnings] == [slow["message"]] and warnings[0]["pace"] == slow
+    assert "slower than the reference machine" in warnings[0]["message"]
+    log = (tmp_path / "run" / "logs" / "trainer.log").read_text()
+    assert f"warning: {slow['message']}" in log and fine["message"] in log and "warning: " + fine["message"] not in log
