@@ -106,10 +106,22 @@ def numerics_fingerprint() -> str:
     return proc.stdout.strip() if proc.returncode == 0 else f"(failed: {proc.stderr.strip()[-200:]})"
 
 
+def cpu_name() -> str:
+    """This CPU's model name (/proc/cpuinfo; the platform's processor elsewhere): a learning test's output names the
+    machine, since CI runs on Intel and on AMD."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def pin_report() -> str:
     fp = numerics_fingerprint()
     same = "the same bits" if fp == NUMERICS_FINGERPRINT_MEASURED else "OTHER bits: the pin does not hold on this CPU, so the trajectory is not the measured one"
-    return f"numerics fingerprint {fp} ({same}; measured {NUMERICS_FINGERPRINT_MEASURED})"
+    return f"on {cpu_name()} ({os.cpu_count()} CPUs): numerics fingerprint {fp} ({same}; measured {NUMERICS_FINGERPRINT_MEASURED})"
 
 
 # Round-off. Two computations of the same float32 log-probs agree to their last bits only where they take the same
