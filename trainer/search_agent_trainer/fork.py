@@ -209,10 +209,13 @@ class PolicyServer:
         self.policy.eval()
         self.dialect = make_dialect(self.cfg.rollout.dialect, self.tok, self.cfg.rollout.search_tool, self.cfg.rollout.strict_actions)
         self.stops = self.dialect.stops(self.tok)
-        self.dtype = compute_dtype(self.cfg, self.device)
+        state = json.loads((ckpt / STATE).read_text(encoding="utf-8")) if (ckpt / STATE).exists() else None
+        # the run's own numerics where its checkpoint records them (model.dtype fastest: what its machine chose)
+        chosen = (state or {}).get("numerics", {}).get("dtype") if self.cfg.model.dtype == "fastest" else None
+        self.dtype = {"bf16": torch.bfloat16, "fp32": None}[chosen] if chosen in ("bf16", "fp32") else compute_dtype(self.cfg, self.device)
         self.max_batch_tokens = self.cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, self.dtype)
         self.env = EnvClient(env_url)
-        self.step = int(json.loads((ckpt / STATE).read_text(encoding="utf-8")).get("step", 0)) if (ckpt / STATE).exists() else None
+        self.step = int(state.get("step", 0)) if state is not None else None
 
     def _load(self, ckpt: Path) -> tuple[Any, Any]:
         return load_checkpoint_policy(self.cfg, ckpt, self.device)
