@@ -362,8 +362,10 @@ class RunWriter:
         except OSError as e:
             if e.errno not in DISK_FULL:
                 raise
-            # No room for a new run.json: the old one's blocks take the final status.
-            overwrite_in_place(self.dir / "run.json", (json.dumps(_clean(self.run), ensure_ascii=False, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+            # No room for a new run.json: the old one's blocks take the final status, unindented — a quarter shorter
+            # than the indented file it replaces, so it fits those blocks with the error message added (indented, a
+            # failure record a few bytes over the old file's last block was cut there: test_disk_full's rollouts case).
+            overwrite_in_place(self.dir / "run.json", (dumps(self.run) + "\n").encode("utf-8"))
 
     # -- resume ------------------------------------------------------------------------------------------------
     def truncate_after(self, step: int) -> None:
