@@ -707,6 +707,10 @@ class Trainer:
         return m
 
     def _checkpoint(self, step: int) -> None:
+        if self.recorder is not None:
+            # The recorded rollouts up to here are written first: a resume from this checkpoint never lacks one of
+            # its steps (a full disk fails the run here, before the checkpoint, and the resume records the step again).
+            self.recorder.flush()
         path = save_checkpoint(self.run_dir, step, self.policy, self.tok, self.optimizer, {"sampler": self.sampler.state_dict()})
         self.writer.event("checkpoint", step=step, path=str(path))
         # the last train.checkpoint_keep; never the warm start's or a stage's last step (a resume reads them)

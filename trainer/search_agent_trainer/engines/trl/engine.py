@@ -452,6 +452,8 @@ class TRLEngine(Trainer):
             time.sleep(cfg.test.step_delay_s)
         stop = self._agree_stop()
         if last or stop or (cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0):
+            if self.recorder is not None:
+                self.recorder.flush()  # the checkpoint never runs ahead of the recorded rollouts (Trainer._checkpoint)
             control.should_save = True
         if stop:
             control.should_training_stop = True

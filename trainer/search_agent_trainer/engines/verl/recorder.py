@@ -365,6 +365,7 @@ class RecordingTrainer(RayPPOTrainer):
         return super()._compute_old_log_prob(batch)
 
     def _save_checkpoint(self) -> None:
+        self.recorder.flush()  # the checkpoint never runs ahead of the recorded rollouts (a full disk fails the run here)
         super()._save_checkpoint()
         self._saved_step = self.global_steps
         self.writer.event("checkpoint", step=self.global_steps, path=os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"))
