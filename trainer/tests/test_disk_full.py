@@ -76,6 +76,23 @@ def test_an_append_that_fills_the_disk_is_cut_back_to_the_last_whole_line(tmp_pa
     assert rw.disk_full_message(e.value).startswith(f"disk full at {path}: no space left on the device (ENOSPC)")
 
 
+def test_a_runs_error_names_the_first_write_that_found_the_disk_full(tmp_path):
+    """The rollout writer's thread and the training thread write at the same time: the run's error names the write
+    that filled the disk, not the other thread's next one (test_a_full_disk_fails_…[rollouts] raced on this)."""
+    (tmp_path / "rollouts").mkdir()
+    first, later = tmp_path / "rollouts" / ".step-000002.jsonl.tmp-1", tmp_path / "metrics.jsonl"
+    rw.set_disk_fault("rollouts/", after_bytes=100)
+    with open(first, "wb", buffering=0) as f, pytest.raises(OSError) as e1:
+        rw.write_bytes(f, b"x" * 200, first)
+    with open(later, "ab", buffering=0) as f, pytest.raises(OSError) as e2:
+        rw.append_whole(f, '{"step": 2}\n' * 1000, later)  # needs a block the full disk does not have
+    assert rw.disk_full_message(e2.value).startswith(f"disk full at {later}:")
+    assert rw.run_disk_full_message(e2.value).startswith(f"disk full at {first}:")
+    assert rw.run_disk_full_message(ValueError("not a full disk")) is None
+    rw.set_disk_fault(None)
+    assert rw.run_disk_full_message(e2.value).startswith(f"disk full at {later}:")  # forgotten with the fault
+
+
 def test_dev_full_is_a_full_disk_named_in_the_error():
     with open("/dev/full", "ab", buffering=0) as f, pytest.raises(OSError) as e:
         rw.append_whole(f, "x\n", "/dev/full")
