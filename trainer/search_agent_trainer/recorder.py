@@ -188,6 +188,7 @@ class Recorder:
         self._busy = False
         self._closed = False
         self.errors: list[str] = []
+        self._failure: BaseException | None = None  # a full disk: raised on the training thread (`_raise_failure`)
         self.totals = {"steps": 0, "rollouts": 0, "of": 0, "flagged": 0, "dropped_rollouts": 0, "dropped_steps": 0, "tokens": 0, "bytes": 0, "write_seconds": 0.0, "write_cpu_seconds": 0.0}
         ts.remove_partial(self.dir)  # what a killed writer left (a temporary step directory or JSONL file)
         if settings.enabled and settings.format == "store":
@@ -200,7 +201,9 @@ class Recorder:
 
     # -- the training thread ---------------------------------------------------------------------------------------
     def submit(self, job: StepJob) -> dict[str, float]:
-        """Hands a step to the writer; never waits for it. Returns the step's record/* metrics."""
+        """Hands a step to the writer; never waits for it. Returns the step's record/* metrics. Raises the error of
+        an earlier step's write that found the disk full (the run fails saying so, and resumes once there is room)."""
+        self._raise_failure()
         s = self.settings
         held_out = job.split != "train"
         if not s.enabled and not held_out:  # train.save_rollouts false: held-out evaluations are still recorded
@@ -236,7 +239,8 @@ class Recorder:
         return m
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Waits until every submitted step is written (the end of a run, a test). False on timeout."""
+        """Waits until every submitted step is written (the end of a run, a checkpoint, a test). False on timeout.
+        Raises a write's full disk (once)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
             while self._pending or self._busy:
@@ -244,15 +248,24 @@ class Recorder:
                 if left is not None and left <= 0:
                     return False
                 self._cv.wait(left)
+        self._raise_failure()
         return True
 
     def close(self, timeout: float | None = None) -> bool:
-        done = self.flush(timeout)
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
+        try:
+            done = self.flush(timeout)
+        finally:
+            with self._cv:
+                self._closed = True
+                self._cv.notify_all()
         self._thread.join(1.0 if not done else None)
         return done
+
+    def _raise_failure(self) -> None:
+        with self._cv:
+            e, self._failure = self._failure, None
+        if e is not None:
+            raise e
 
     def summary(self) -> dict[str, Any]:
         """run.json's `record`: the settings and what was recorded so far."""
@@ -294,15 +307,25 @@ class Recorder:
                     self.totals["bytes"] += size
                     self.totals["write_seconds"] += time.perf_counter() - t0
                     self.totals["write_cpu_seconds"] += time.thread_time() - c0
-            except Exception as e:  # noqa: BLE001 - a failed write is reported, the run goes on
+            except Exception as e:  # noqa: BLE001 - a failed write is reported, the run goes on (not on a full disk)
                 from .run_writer import disk_full_message
 
-                why = disk_full_message(e) or f"{type(e).__name__}: {e}"  # a full disk says so first, naming the file
-                self.errors.append(f"{job.name}: {why}")
-                try:
-                    self.warn(f"recording {job.name} failed: {why} (the run goes on; this step's rollouts are not recorded, and nothing of it is left half-written)", step=job.step)
-                except Exception:  # noqa: BLE001
-                    pass
+                full = disk_full_message(e)
+                self.errors.append(f"{job.name}: {full or f'{type(e).__name__}: {e}'}")
+                if full:
+                    # A full disk fails the run, saying so (issue 40): the training thread raises it at its next
+                    # submit, checkpoint or the run's end; the steps waiting would meet the same disk.
+                    with self._cv:
+                        if self._failure is None:
+                            self._failure = e
+                        self.totals["dropped_steps"] += len(self._pending)
+                        self.totals["dropped_rollouts"] += sum(len(j.keep) for j in self._pending)
+                        self._pending.clear()
+                else:
+                    try:
+                        self.warn(f"recording {job.name} failed: {type(e).__name__}: {e} (the run goes on; this step's rollouts are not recorded, and nothing of it is left half-written)", step=job.step)
+                    except Exception:  # noqa: BLE001
+                        pass
             finally:
                 with self._cv:
                     self._busy = False
@@ -318,15 +341,20 @@ class Recorder:
         return ts.write_step(self.dir, job.name, [ts._split_record(r) for r in data.records], cols, info)
 
     def _write_jsonl(self, name: str, records: list[dict[str, Any]]) -> Path:
-        from .run_writer import dumps
+        from .run_writer import dumps, remove_freeing, write_bytes
 
         line = self.jsonl_line or dumps
         path = self.dir / f"{name}.jsonl"
         tmp = self.dir / f".{name}.jsonl.tmp-{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            for r in records:
-                f.write(line(r) + "\n")
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "wb", buffering=0) as f:
+                for i in range(0, len(records), 256):
+                    write_bytes(f, "".join(line(r) + "\n" for r in records[i : i + 256]).encode("utf-8"), tmp)  # a failure names the file
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            remove_freeing(tmp)  # nothing half-written stays (a full disk gets its blocks back)
+            raise
         return path
 
 

@@ -27,6 +27,7 @@ import math
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, TextIO
@@ -100,9 +101,26 @@ _fault: _DiskFault | None = None
 
 
 def set_disk_fault(at: str | None, after_bytes: int = 0) -> None:
-    """Simulates a full disk (see _DiskFault); None lifts it."""
-    global _fault
+    """Simulates a full disk (see _DiskFault); None lifts it (and forgets the first full disk seen)."""
+    global _fault, _first_full
     _fault = _DiskFault(at, after_bytes) if at is not None else None
+    _first_full = None
+
+
+# The first write of this process that found the disk full. The rollout writer's thread and the training thread
+# write at the same time: once one fills the disk, the other's next write fails too, and a run's error names the
+# first (`run_disk_full_message`), whichever thread raised what stopped the run.
+_first_full: OSError | None = None
+_first_lock = threading.Lock()
+
+
+def _full(e: OSError) -> OSError:
+    global _first_full
+    if e.errno in DISK_FULL:
+        with _first_lock:
+            if _first_full is None:
+                _first_full = e
+    return e
 
 
 def _named(e: OSError, path: str | os.PathLike[str]) -> OSError:
@@ -126,11 +144,11 @@ def write_bytes(f: Any, data: bytes | bytearray | memoryview, path: str | os.Pat
             if fits < len(chunk):
                 if fits:
                     off += f.write(chunk[:fits]) or 0
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+                raise _full(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path)))
         try:
             n = f.write(chunk)
         except OSError as e:
-            raise _named(e, path) from e
+            raise _full(_named(e, path)) from e
         off += n if n is not None else len(chunk)
 
 
@@ -222,6 +240,12 @@ def overwrite_in_place(path: Path, data: bytes) -> None:
 
 def write_json_atomic(path: Path, obj: Any) -> None:
     write_file_atomic(path, (json.dumps(_clean(obj), ensure_ascii=False, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+
+
+def run_disk_full_message(e: BaseException) -> str | None:
+    """A run that failed with `e`: None if not for a full disk, else the message naming the first write of this
+    process that found the disk full (`e`'s own file when none went through write_bytes)."""
+    return disk_full_message(_first_full or e) if disk_full_message(e) else None
 
 
 def disk_full_message(e: BaseException) -> str | None:
@@ -367,8 +391,10 @@ class RunWriter:
         except OSError as e:
             if e.errno not in DISK_FULL:
                 raise
-            # No room for a new run.json: the old one's blocks take the final status.
-            overwrite_in_place(self.dir / "run.json", (json.dumps(_clean(self.run), ensure_ascii=False, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+            # No room for a new run.json: the old one's blocks take the final status, unindented — a quarter shorter
+            # than the indented file it replaces, so it fits those blocks with the error message added (indented, a
+            # failure record a few bytes over the old file's last block was cut there: test_disk_full's rollouts case).
+            overwrite_in_place(self.dir / "run.json", (dumps(self.run) + "\n").encode("utf-8"))
 
     # -- resume ------------------------------------------------------------------------------------------------
     def truncate_after(self, step: int) -> None:

@@ -54,7 +54,7 @@ from .numerics import Numerics, ProbeShapes, resolve as resolve_numerics
 from .policy import Reference, build_policy, compute_dtype, cpu_has_native_bf16, window_stats
 from .rollout import VOCABULARY_TEXTS, RolloutSettings, Trajectory, make_dialect, run_rollouts
 from .recorder import Recorder, RecordSettings, StepData, StepJob, columns_from_window, role_codes_of, rollout_flags
-from .run_writer import RunWriter, disk_full_message, rollout_record, set_disk_fault
+from .run_writer import RunWriter, disk_full_message, rollout_record, run_disk_full_message, set_disk_fault
 from . import token_store
 from .watchdog import watch_parent
 
@@ -736,6 +736,10 @@ class Trainer:
         return m
 
     def _checkpoint(self, step: int) -> None:
+        if self.recorder is not None:
+            # The recorded rollouts up to here are written first: a resume from this checkpoint never lacks one of
+            # its steps (a full disk fails the run here, before the checkpoint, and the resume records the step again).
+            self.recorder.flush()
         extra = {"numerics": self.numerics.record()} if self.numerics is not None else {}
         path = save_checkpoint(self.run_dir, step, self.policy, self.tok, self.optimizer, {"sampler": self.sampler.state_dict(), **extra})
         self.writer.event("checkpoint", step=step, path=str(path))
@@ -781,8 +785,9 @@ class Trainer:
             return 0
         except Exception as e:  # noqa: BLE001 - every failure is reported, with its traceback
             tb = traceback.format_exc()
-            # A full disk says so first, naming the file (its traceback would end in ENOSPC, which is all it says).
-            full = disk_full_message(e)
+            # A full disk says so first, naming the file (its traceback would end in ENOSPC, which is all it says):
+            # the first that found it full (the rollout writer's thread may have, before this thread's write failed).
+            full = run_disk_full_message(e)
             message = full or f"{type(e).__name__}: {e}"
             w.log(f"error: {full}" if full else tb)
             # The host reads stdout: it gets these even when the run directory cannot take them.

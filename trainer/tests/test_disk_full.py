@@ -21,6 +21,7 @@ import pytest
 
 from conftest import tiny_config, trainer_env
 from search_agent_trainer import run_writer as rw
+from search_agent_trainer import token_store as ts
 
 
 def run_trainer(run_dir: Path, cfg: dict, env_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -40,8 +41,18 @@ def check_run_dir(run: Path) -> None:
     for f in [run / "events.jsonl", run / "metrics.jsonl", *sorted((run / "rollouts").glob("*.jsonl"))]:
         if f.exists():
             whole_lines(f)
+    for d in ts.committed_steps(run / "rollouts"):
+        ts.read_step(d)  # every committed store step reads whole
     assert not list((run / "checkpoints").glob("*.tmp")), "a temporary checkpoint was left behind"
     assert not list(run.glob(".*.tmp")), "a temporary run.json was left behind"
+    assert not list((run / "rollouts").glob(".*.tmp-*")), "a temporary rollout step was left behind"
+
+
+def recorded_steps(run: Path) -> list[str]:
+    """The training steps whose rollouts were recorded, in either format."""
+    store = [d.name for d in ts.committed_steps(run / "rollouts")]
+    jsonl = [f.stem for f in (run / "rollouts").glob("step-*.jsonl")]
+    return sorted(n for n in store + jsonl if n.startswith("step-"))
 
 
 # -- the writer's pieces --------------------------------------------------------------------------------------------
@@ -63,6 +74,23 @@ def test_an_append_that_fills_the_disk_is_cut_back_to_the_last_whole_line(tmp_pa
     assert e.value.errno == errno.ENOSPC and e.value.filename == str(path)
     assert path.read_bytes() == b'{"a":1}\n' * 10
     assert rw.disk_full_message(e.value).startswith(f"disk full at {path}: no space left on the device (ENOSPC)")
+
+
+def test_a_runs_error_names_the_first_write_that_found_the_disk_full(tmp_path):
+    """The rollout writer's thread and the training thread write at the same time: the run's error names the write
+    that filled the disk, not the other thread's next one (test_a_full_disk_fails_…[rollouts] raced on this)."""
+    (tmp_path / "rollouts").mkdir()
+    first, later = tmp_path / "rollouts" / ".step-000002.jsonl.tmp-1", tmp_path / "metrics.jsonl"
+    rw.set_disk_fault("rollouts/", after_bytes=100)
+    with open(first, "wb", buffering=0) as f, pytest.raises(OSError) as e1:
+        rw.write_bytes(f, b"x" * 200, first)
+    with open(later, "ab", buffering=0) as f, pytest.raises(OSError) as e2:
+        rw.append_whole(f, '{"step": 2}\n' * 1000, later)  # needs a block the full disk does not have
+    assert rw.disk_full_message(e2.value).startswith(f"disk full at {later}:")
+    assert rw.run_disk_full_message(e2.value).startswith(f"disk full at {first}:")
+    assert rw.run_disk_full_message(ValueError("not a full disk")) is None
+    rw.set_disk_fault(None)
+    assert rw.run_disk_full_message(e2.value).startswith(f"disk full at {later}:")  # forgotten with the fault
 
 
 def test_dev_full_is_a_full_disk_named_in_the_error():
@@ -122,12 +150,19 @@ def test_a_checkpoint_that_fills_the_disk_removes_its_temporary_directory(tmp_pa
 CFG = {"train.steps": 3, "train.eval_every": 0, "train.checkpoint_every": 1, "data.eval_size": 2}
 
 
-@pytest.mark.parametrize("at,after", [("checkpoints/step-000002", 20_000), ("rollouts/step-000002", 3_000), ("events.jsonl", 2_500)], ids=["checkpoint", "rollouts", "events"])
-def test_a_full_disk_fails_the_run_clearly_leaves_whole_lines_and_resumes(tmp_path, demo_env, at, after):
+@pytest.mark.parametrize(
+    "at,after,record",
+    [
+        ("checkpoints/step-000002", 20_000, "store"),
+        ("rollouts/.step-000002.jsonl", 3_000, "jsonl"),  # the step's temporary file, renamed into place when whole
+        ("rollouts/.step-000002", 3_000, "store"),  # the token store step's temporary directory (pyarrow writes through run_writer)
+        ("events.jsonl", 2_500, "store"),
+    ],
+    ids=["checkpoint", "rollouts", "rollouts-store", "events"],
+)
+def test_a_full_disk_fails_the_run_clearly_leaves_whole_lines_and_resumes(tmp_path, demo_env, at, after, record):
     run = tmp_path / "run"
-    # The fault hook reaches the run writer's own files: rollouts as JSONL (a token store step is written by pyarrow,
-    # into a temporary directory removed when a write fails; test_token_store.py)
-    record = {"train.record": {"format": "jsonl"}} if at.startswith("rollouts/") else {}
+    record = {"train.record": {"format": record}}
     full = run_trainer(run, tiny_config(**CFG, **record, test={"disk_full": {"at": at, "after_bytes": after}}), demo_env.url)
     assert full.returncode == 1, full.stderr[-2000:]
     errors = [json.loads(line) for line in full.stdout.splitlines() if line.startswith("{") and json.loads(line)["event"] == "error"]
@@ -139,13 +174,14 @@ def test_a_full_disk_fails_the_run_clearly_leaves_whole_lines_and_resumes(tmp_pa
     check_run_dir(run)
 
     # Room again: the run resumes from its last whole checkpoint and finishes; nothing cut stays in the middle.
-    resumed = run_trainer(run, tiny_config(**CFG), demo_env.url, "--resume")
+    resumed = run_trainer(run, tiny_config(**CFG, **record), demo_env.url, "--resume")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads((run / "run.json").read_text())["status"] == "finished"
     check_run_dir(run)
     assert [m["step"] for m in whole_lines(run / "metrics.jsonl")] == [0, 1, 2, 3]
     events = whole_lines(run / "events.jsonl")
     assert [e["event"] for e in events].count("started") == 2
+    assert recorded_steps(run) == ["step-000001", "step-000002", "step-000003"]  # the failed step's rollouts recorded on resume
 
 
 @pytest.mark.skipif(os.environ.get("SAS_TEST_REAL_DISK_FULL") != "1", reason="opt-in (SAS_TEST_REAL_DISK_FULL=1, as root): mounts a 1 MB tmpfs")

@@ -164,6 +164,41 @@ def test_jsonl_format_writes_the_v2_records(tmp_path: Path) -> None:
     assert not [p for p in (tmp_path / "rollouts").iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.parametrize("fmt,at", [("store", "rollouts/.step-000002"), ("jsonl", "rollouts/.step-000002.jsonl")])
+def test_a_full_disk_fails_the_next_submit_naming_the_file_and_leaves_nothing_half_written(tmp_path: Path, fmt: str, at: str) -> None:
+    """A write that finds the disk full is not a warning (the run could not go on): the training thread's next submit
+    (or flush: a checkpoint, the run's end) raises it, once, naming the file; its temporary step is gone; the steps
+    before stay whole."""
+    from search_agent_trainer import run_writer as rw
+
+    warnings: list[str] = []
+    rec = Recorder(tmp_path, RecordSettings(format=fmt), texts=lambda ids: [f"t{i}" for i in ids], warn=lambda msg, **f: warnings.append(msg))
+    records, data = _data(4)
+
+    def job(step: int) -> StepJob:
+        return StepJob(f"step-{step:06d}", step, "train", 4, [r["group"] for r in records], [[] for _ in records], lambda keep: subset(StepData([{**r, "step": step} for r in records], data.cols), keep))
+
+    try:
+        rw.set_disk_fault(at, after_bytes=200)  # (step 1's files do not match `at`)
+        rec.submit(job(1))
+        rec.submit(job(2))
+        deadline = time.time() + 60
+        while not rec.errors and time.time() < deadline:  # the writer meets the full disk
+            time.sleep(0.01)
+        with pytest.raises(OSError) as e:
+            rec.submit(job(3))
+    finally:
+        rw.set_disk_fault(None)
+    message = rw.disk_full_message(e.value)
+    assert message and message.startswith(f"disk full at {tmp_path / at}"), message
+    assert rec.flush(timeout=60) and rec.close(timeout=60)  # raised once: the end of the failed run closes it
+    assert rec.summary()["recorded"]["steps"] == 1
+    root = tmp_path / "rollouts"
+    assert not [p for p in root.iterdir() if p.name.startswith(".")], "the failed step's temporary file was removed"
+    assert sorted(p.name for p in root.iterdir()) == (["step-000001"] if fmt == "store" else ["step-000001.jsonl"])
+    assert not warnings and rec.summary()["errors"] == 1
+
+
 KILLED_WRITER = r"""
 import sys, time
 sys.path.insert(0, sys.argv[2])

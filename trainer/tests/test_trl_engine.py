@@ -227,7 +227,7 @@ def test_the_same_scripted_actions_give_the_same_ids_roles_and_masks_through_bot
     from search_agent_trainer.recorder import records_of
 
     B = len(eng.batch["trajs"])
-    data = eng._piece_data(eng._piece(list(range(B)), 0, eng._local_rows()), set(range(B)), eng.batch["trajs"], "t", 1)
+    data = eng._piece_data(eng._piece(list(range(B)), 0, eng._local_rows()), set(range(B)), eng.batch["trajs"], "t", 1, eng._logprob_meta())
     data.cols.vocab = token_store.vocab_of(data.cols.ids, eng.tok.token_texts)
     trl_rows = records_of(data)
 
@@ -474,8 +474,16 @@ def test_vllm_nucleus_log_probs_leave_the_weights_the_run_uses_near_one(tmp_path
     assert float(weights.min()) >= top_p - 1e-4 and float(weights.max()) <= 1 + 1e-4  # near 1: never below the nucleus's mass
     per_token = float(((out["old_per_token_logps"] - out["sampling_per_token_logps"]) * mask).sum() / mask.sum())
     assert per_token < 0 and math.exp(1000 * per_token) < 1e-6, "TRL's default, exp Σ(trainer − vLLM) over a 1,000-token trajectory, collapses"
-    [(_, rec, _)] = eng._local_records(1)[:1]
-    assert rec["meta"]["rollout_logprob_kind"] == "processed" and rec["meta"]["rollout_top_p"] == top_p
+    # the records the recorder would write of this step (the engine's slices and columns, with its log-prob meta)
+    from search_agent_trainer import token_store
+    from search_agent_trainer.recorder import records_of
+
+    B = len(eng.batch["trajs"])
+    data = eng._piece_data(eng._piece(list(range(B)), 0, eng._local_rows()), set(range(B)), eng.batch["trajs"], "t", 1, eng._logprob_meta())
+    data.cols.vocab = token_store.vocab_of(data.cols.ids, eng.tok.token_texts)
+    recs = records_of(data)
+    assert len(recs) == B and all(r["meta"]["rollout_logprob_kind"] == "processed" and r["meta"]["rollout_top_p"] == top_p for r in recs)
+    assert all(any(x is not None for x in r["tokens"]["rollout_logprob"]) for r in recs)  # the nucleus's log-probs recorded
 
 
 def test_an_unknown_trl_option_stops_the_trainer_with_exit_code_2(tmp_path, capsys):

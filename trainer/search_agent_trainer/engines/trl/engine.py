@@ -377,6 +377,12 @@ class TRLEngine(Trainer):
             "window": {k: (p[0][idx], p[1][idx]) if p is not None else None for k, p in local["window"].items()},
         }
 
+    def _logprob_meta(self) -> dict[str, Any]:
+        """What every record's `meta` says of its rollout_logprob: which log-probs the sampler's are (raw, or a
+        nucleus's renormalised ones with its top_p); the audit's microscope reads it."""
+        kind = self.settings["rollout_logprob_kind"]
+        return {"rollout_logprob_kind": kind, **({"rollout_top_p": self.cfg.rollout.top_p} if kind == "processed" else {})}
+
     @staticmethod
     def _piece_data(piece: dict[str, Any], keep: set[int], trajs: list[Trajectory], run_id: str, step: int, logprob_meta: dict[str, Any]) -> StepData:
         """A piece's kept rows as a step's data (the rollouts' ids checked against TRL's: never re-tokenised)."""
@@ -424,8 +430,7 @@ class TRLEngine(Trainer):
             summary = {k: [x for part in gathered for x in part[2][k]] for k in ("advantage", "loss_tokens", "gap", "tokens")}
             m = self._step_metrics(summary, all_trajs, [part[4] for part in gathered])
             run_id = self.writer.run["id"]
-            kind = self.settings["rollout_logprob_kind"]
-            logprob_meta = {"rollout_logprob_kind": kind, **({"rollout_top_p": self.cfg.rollout.top_p} if kind == "processed" else {})}
+            logprob_meta = self._logprob_meta()
 
             def build(kept: list[int]) -> StepData:
                 wanted = set(kept)
@@ -447,6 +452,8 @@ class TRLEngine(Trainer):
             time.sleep(cfg.test.step_delay_s)
         stop = self._agree_stop()
         if last or stop or (cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0):
+            if self.recorder is not None:
+                self.recorder.flush()  # the checkpoint never runs ahead of the recorded rollouts (Trainer._checkpoint)
             control.should_save = True
         if stop:
             control.should_training_stop = True

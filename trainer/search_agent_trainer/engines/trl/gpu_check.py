@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,17 +66,29 @@ def run_config(model: Path, smoke: bool) -> dict[str, Any]:
     return cfg
 
 
+def training_records(run_dir: Path) -> Iterator[dict[str, Any]]:
+    """Every training record of the run, step by step: the token store's committed steps (`rollouts/step-N/`, the
+    default `train.record.format`) and v2 JSONL files (`rollouts/step-N.jsonl`, `format: "jsonl"`)."""
+    from ...token_store import committed_steps, read_step
+
+    rollouts = run_dir / "rollouts"
+    for d in committed_steps(rollouts):
+        if d.name.startswith("step-"):
+            yield from read_step(d)
+    for f in sorted(rollouts.glob("step-*.jsonl")):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                yield json.loads(line)
+
+
 def gap(run_dir: Path) -> dict[str, Any]:
     """|rollout_logprob − logprob| over the trained tokens (loss_mask 1, both recorded) of every training record."""
     diffs: list[float] = []
     records = 0
-    for f in sorted((run_dir / "rollouts").glob("step-*.jsonl")):
-        for line in f.read_text(encoding="utf-8").splitlines():
-            if not line.strip():
-                continue
-            t = json.loads(line)["tokens"]
-            records += 1
-            diffs += [abs(a - b) for a, b, m in zip(t["rollout_logprob"], t["logprob"], t["loss_mask"]) if m == 1 and a is not None and b is not None]
+    for rec in training_records(run_dir):
+        t = rec["tokens"]
+        records += 1
+        diffs += [abs(a - b) for a, b, m in zip(t["rollout_logprob"], t["logprob"], t["loss_mask"]) if m == 1 and a is not None and b is not None]
     return {"records": records, "compared_tokens": len(diffs), "mean_abs_diff": sum(diffs) / len(diffs) if diffs else None, "max_abs_diff": max(diffs) if diffs else None}
 
 

@@ -69,7 +69,7 @@ REFUSED = {
     "use_transformers_continuous_batching": "generation is the rollout's (rollout.*), not TRL's",
     "cache_implementation": "generation is the rollout's (rollout.*), not TRL's",
     "vllm_tensor_parallel_size": "every process calls its own colocated vLLM once per turn, on its own: tensor parallelism would need the processes of a group to call it together",
-    "log_completions": "the run directory records every rollout with its tokens (rollouts/step-*.jsonl)",
+    "log_completions": "the run directory records every rollout with its tokens (rollouts/, train.record)",
 }
 
 # Ours, not GRPOConfig's: how many processes, and the user's accelerate config.

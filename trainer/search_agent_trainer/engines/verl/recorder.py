@@ -43,7 +43,7 @@ from ... import __version__
 from ...recorder import Recorder, RecordSettings, StepData, StepJob, expected_window, role_codes_of, rollout_flags
 from ...rollout import Trajectory, truncation_warning
 from ...record.tokens import token_record, trajectory_of
-from ...run_writer import RunWriter, disk_full_message
+from ...run_writer import RunWriter, disk_full_message, run_disk_full_message
 from ... import token_store
 from ...train import SUMMARY_KEYS, Trainer, held_out_metrics
 from . import STOP_FILE
@@ -365,6 +365,7 @@ class RecordingTrainer(RayPPOTrainer):
         return super()._compute_old_log_prob(batch)
 
     def _save_checkpoint(self) -> None:
+        self.recorder.flush()  # the checkpoint never runs ahead of the recorded rollouts (a full disk fails the run here)
         super()._save_checkpoint()
         self._saved_step = self.global_steps
         self.writer.event("checkpoint", step=self.global_steps, path=os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"))
@@ -404,7 +405,7 @@ class RecordingTrainer(RayPPOTrainer):
             w.event("finished", status="stopped", step=self.global_steps)
         except BaseException as e:
             tb = traceback.format_exc()
-            full = disk_full_message(e)  # a full disk is said first, naming the file (as the builtin trainer does)
+            full = run_disk_full_message(e)  # a full disk is said first, naming the (first) file, as the builtin trainer does
             message = full or f"{type(e).__name__}: {e}"
             w.log(f"error: {full}" if full else tb)
             w.event("error", best_effort=True, message=message, traceback=tb)
