@@ -174,7 +174,9 @@ def reference_dtype(cfg: Any, bf16: bool) -> str | None:
     return "bfloat16"
 
 
-TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3  # GRPOConfig's default
+# TRL 1.16's GRPOConfig defaults the memory planner relies on where the config leaves them to TRL (src/core/plan/trl.ts
+# has the same; test_trl_engine.py checks them against the installed GRPOConfig).
+TRL_DEFAULTS = {"gradient_checkpointing": True, "vllm_gpu_memory_utilization": 0.3, "vllm_enable_sleep_mode": False}
 
 
 def memory_inputs(cfg: Any, world: int, bf16: bool) -> dict[str, Any]:
@@ -189,22 +191,25 @@ def memory_inputs(cfg: Any, world: int, bf16: bool) -> dict[str, Any]:
     section = dict(cfg.trl or {})
     vllm = use_vllm(cfg)
     ckpt = cfg.model.gradient_checkpointing
+    has_ref = cfg.algorithm.kl_coef > 0 and not cfg.model.lora
+    named = (section.get("model_init_kwargs") or {}).get("dtype")  # the trl section's own reference dtype
+    ref_dtype = (str(named) if named else reference_dtype(cfg, bf16) or "float32") if has_ref else None
     return {
         "engine": "trl",
         "processes": world,
         "sharded_by": section.get("accelerate_config"),  # a DeepSpeed/FSDP config shards states over the processes
         "master_dtype": "float32",
         "compute_dtype": "bfloat16" if bf16 else "float32",
-        "reference_model": cfg.algorithm.kl_coef > 0 and not cfg.model.lora,
-        "reference_dtype": reference_dtype(cfg, bf16) or ("float32" if cfg.algorithm.kl_coef > 0 and not cfg.model.lora else None),
+        "reference_model": has_ref,
+        "reference_dtype": ref_dtype,
         "lora": bool(cfg.model.lora),
-        "gradient_checkpointing": True if ckpt is None else bool(ckpt),  # unset: TRL's default
+        "gradient_checkpointing": TRL_DEFAULTS["gradient_checkpointing"] if ckpt is None else bool(ckpt),  # unset: TRL's default
         "micro_batch_per_process": p.micro,
         "max_sequence_tokens": cfg.rollout.max_prompt_length + cfg.rollout.max_response_length,
         "generation": "vllm" if vllm else "ours",
         "generation_kv_tokens": None if vllm else cfg.rollout.max_batch_tokens,  # None: auto, after the reference is placed
-        "vllm_gpu_memory_utilization": float(section.get("vllm_gpu_memory_utilization", TRL_VLLM_GPU_MEMORY_UTILIZATION)) if vllm else None,
-        "vllm_sleep_mode": bool(section.get("vllm_enable_sleep_mode", False)) if vllm else None,
+        "vllm_gpu_memory_utilization": float(section.get("vllm_gpu_memory_utilization", TRL_DEFAULTS["vllm_gpu_memory_utilization"])) if vllm else None,
+        "vllm_sleep_mode": bool(section.get("vllm_enable_sleep_mode", TRL_DEFAULTS["vllm_enable_sleep_mode"])) if vllm else None,
         "vllm_max_num_seqs": p.micro * p.steps_per_generation if vllm else None,  # TRL's: per_device_train_batch_size × steps_per_generation (tp 1)
     }
 

@@ -1,0 +1,211 @@
+/**
+ * The memory planner of engines trl and verl (src/core/plan/trl.ts, verl.ts): the settings it plans from are the
+ * trainer's own — for every example config of those engines and variants of them, the planner's inputs equal what the
+ * trainer package's `overrides.memory_inputs(cfg)` (veRL) and `options.memory_inputs(cfg, world, bf16)` (TRL) say,
+ * run in the real Python (one source of truth for veRL's and TRL's effective defaults: VERL_OWN, GRPOConfig's) —, the
+ * offload the plan chooses for veRL and how `train` applies it, and the verdicts the docs quote.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { execa } from 'execa';
+import { checkRunHostMemory } from '../../src/core/host/runHost';
+import { checkRunConfig, loadRunConfig } from '../../src/core/host/runConfig';
+import { plannedConfig } from '../../src/core/host/verl';
+import { computesInBf16 } from '../../src/core/plan/builtin';
+import { MemoryPlanError } from '../../src/core/plan/check';
+import { planRun } from '../../src/core/plan/plan';
+import { trlMemoryInputs, trlProcesses } from '../../src/core/plan/trl';
+import { verlMemoryInputs } from '../../src/core/plan/verl';
+import { resolveRunConfig } from '../../src/core/run/presets';
+import { scratchDir } from '../support/scratch';
+
+const ROOT = join(__dirname, '..', '..');
+const PYTHON = join(ROOT, '.venv', 'bin', 'python');
+const SHAPES = join(ROOT, 'examples', 'one-gpu', 'models');
+const GiB = 2 ** 30;
+
+type Obj = Record<string, any>;
+
+/** Every example run config of engine trl or verl: [file, config]. */
+function engineExamples(): [string, Obj][] {
+  const out: [string, Obj][] = [];
+  for (const dir of [join(ROOT, 'examples'), join(ROOT, 'examples', 'one-gpu')]) {
+    for (const f of readdirSync(dir).filter((x) => x.endsWith('.run.json'))) {
+      const config = JSON.parse(readFileSync(join(dir, f), 'utf8'));
+      if (config.engine === 'trl' || config.engine === 'verl') out.push([join(dir, f), config]);
+    }
+  }
+  return out;
+}
+
+const withKeys = (config: Obj, keys: Obj): Obj => {
+  const c = structuredClone(config);
+  for (const [dotted, v] of Object.entries(keys)) {
+    const [s, k] = dotted.split('.') as [string, string];
+    if (v === undefined) delete c[s]?.[k];
+    else c[s] = { ...(c[s] ?? {}), [k]: v };
+  }
+  return c;
+};
+
+/** The examples and variants that change what decides memory. */
+function cases(): { name: string; config: Obj; base: string }[] {
+  const out: { name: string; config: Obj; base: string }[] = [];
+  for (const [file, config] of engineExamples()) {
+    const base = dirname(file);
+    const name = file.slice(ROOT.length + 1);
+    out.push({ name, config, base });
+    if (config.engine === 'verl') {
+      out.push({ name: `${name} ppo`, config: withKeys(config, { 'algorithm.preset': 'search-r1-ppo', 'optim.mini_batch_size': 512 }), base });
+      out.push({ name: `${name} lora, offload set, checkpointing off`, config: withKeys(config, { 'model.lora': { r: 16, alpha: 32 }, 'verl.param_offload': true, 'verl.optimizer_offload': false, 'model.gradient_checkpointing': false }), base });
+      out.push({ name: `${name} kl 0, sdpa, tp 2, 2 × 8 GPUs`, config: withKeys(config, { 'algorithm.kl_coef': 0, 'verl.attention': 'sdpa', 'verl.tensor_parallel': 2, 'verl.nodes': 2, 'verl.gpus_per_node': undefined, devices: undefined, 'optim.micro_batch_size': 3 }), base });
+      out.push({ name: `${name} devices 16 over 2 nodes`, config: { ...withKeys(config, { 'verl.nodes': 2, 'verl.gpus_per_node': undefined }), devices: 16 }, base });
+      out.push({ name: `${name} no verl section`, config: (({ verl: _v, ...rest }) => rest)(config), base });
+    } else {
+      out.push({ name: `${name} our generator, max_batch_tokens, 2 processes`, config: withKeys(config, { 'trl.use_vllm': false, 'rollout.max_batch_tokens': 200000, 'trl.num_processes': 2, 'trl.accelerate_config': undefined }), base });
+      out.push({ name: `${name} vLLM defaults, lora`, config: withKeys(config, { 'trl.vllm_gpu_memory_utilization': undefined, 'trl.vllm_enable_sleep_mode': undefined, 'model.lora': { r: 8 } }), base });
+      out.push({ name: `${name} model_init_kwargs, fp32, checkpointing off`, config: withKeys(config, { 'trl.model_init_kwargs': { dtype: 'bfloat16' }, 'model.dtype': 'fp32', 'model.gradient_checkpointing': false }), base });
+      out.push({ name: `${name} model_init_kwargs without dtype`, config: withKeys(config, { 'trl.model_init_kwargs': { attn_implementation: 'sdpa' } }), base });
+    }
+  }
+  return out;
+}
+
+const PY = `
+import json, sys
+from pathlib import Path
+from search_agent_trainer.config import config_from_dict
+from search_agent_trainer.engines.verl.overrides import memory_inputs as verl_inputs
+from search_agent_trainer.engines.trl import options
+out = []
+for item in json.load(sys.stdin):
+    cfg = config_from_dict(item["config"], base=Path(item["base"]))
+    if item["config"].get("engine") == "verl":
+        out.append(verl_inputs(cfg, flash_attn=item.get("flash_attn")))
+    else:
+        out.append(options.memory_inputs(cfg, options.processes(cfg), bf16=item["bf16"]))
+print(json.dumps(out))
+`;
+
+/** A one-GPU example as loaded by `plan`, its model.path the shape's config.json directory. */
+function loadedExample(file: string, keys: Obj = {}): { config: any; base: string; file: string } {
+  const config = withKeys(JSON.parse(readFileSync(file, 'utf8')), { 'model.path': join(SHAPES, 'qwen2.5-3b'), ...keys });
+  return checkRunConfig(config, file, dirname(file), { files: false });
+}
+
+describe('memory plan: engines trl and verl', function () {
+  this.timeout(120_000);
+
+  it("plans from the trainer's own settings: the TS inputs equal overrides.memory_inputs / options.memory_inputs for every trl and verl example and variants", async function () {
+    if (!existsSync(PYTHON)) this.skip(); // the trainer's .venv (setup.sh)
+    const all = cases();
+    assert.ok(all.length >= 12, `${all.length} cases`);
+    const items = all.map(({ config, base }) => {
+      const c = resolveRunConfig(config as any);
+      return { config, base, bf16: computesInBf16(c, 'cuda'), flash_attn: config.verl?.attention === 'flash_attention_2' ? '2.8.3' : null };
+    });
+    const r = await execa(PYTHON, ['-c', PY], { input: JSON.stringify(items), env: { PYTHONPATH: join(ROOT, 'trainer') }, reject: false });
+    assert.equal(r.exitCode, 0, r.stderr);
+    const python: Obj[] = JSON.parse(r.stdout);
+    all.forEach(({ name, config, base }, i) => {
+      const c = resolveRunConfig(config as any);
+      const ts = c.engine === 'verl' ? verlMemoryInputs(c, items[i]!.flash_attn) : trlMemoryInputs(c, trlProcesses(c), items[i]!.bf16, base);
+      assert.deepEqual(ts, python[i], name);
+    });
+    // the variants reach what they vary (the comparison is not of defaults only)
+    const seen = (k: string) => new Set(python.map((x) => JSON.stringify(x[k])));
+    for (const k of ['param_offload', 'gradient_checkpointing', 'critic_model', 'reference_model', 'generation', 'vllm_sleep_mode', 'reference_dtype', 'world_size', 'processes', 'attention']) assert.ok(seen(k).size >= 2, `${k}: ${[...seen(k)]}`);
+  });
+
+  it('veRL on one 80 GiB GPU: the plan chooses optimizer offload (none on an H200), never what the config sets, and says so', () => {
+    const file = join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json');
+    const plan = planRun(loadedExample(file));
+    assert.equal(plan.fits, true, plan.suggestions.join('\n'));
+    assert.deepEqual(plan.chosen.map((x) => [x.key, x.value]), [['verl.optimizer_offload', true]]);
+    assert.match(plan.chosen[0]!.why, /with offload none: more than 76\.00 GiB usable/);
+    const [d] = plan.devices;
+    // the rollout holds vLLM's share and the weights; the moments are on the CPU then, and back for the update
+    assert.equal(d!.phases.rollout, d!.parts.rollout_engine! + d!.parts.weights!);
+    assert.ok(d!.phases.update! > d!.parts.weights! + d!.parts.gradients! + d!.parts.optimizer!);
+    assert.equal(plan.cpu!.parts.optimizer, d!.parts.optimizer);
+    assert.equal(plan.cpu!.parts.reference, 2 * plan.model.parameters); // bf16, on the CPU always
+    // an H200: no offload needed
+    assert.deepEqual(planRun(loadedExample(file), { gpuMemoryBytes: 141 * GiB }).chosen, []);
+    // the config's own offload stands: optimizer_offload false does not fit, and the plan does not change it
+    const off = planRun(loadedExample(file, { 'verl.optimizer_offload': false }));
+    assert.equal(off.fits, false);
+    assert.deepEqual(off.chosen, []);
+    assert.ok(off.suggestions.some((s) => s.startsWith('verl.optimizer_offload left to the plan') && /the plan then sets verl\.optimizer_offload: true/.test(s)), off.suggestions.join('\n'));
+    // param offload asked for: the optimizer is still the plan's to choose
+    const po = planRun(loadedExample(file, { 'verl.param_offload': true }));
+    assert.equal(po.fits, true);
+    assert.deepEqual(po.chosen, []);
+    assert.match(po.notes.join('\n'), /offload: none needed|offload chosen by the plan: parameters/);
+  });
+
+  it('veRL: a micro-batch whose logits do not fit is refused with a smaller one, re-planned; vLLM without room for one sequence cannot start', () => {
+    const file = join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json');
+    const big = planRun(loadedExample(file, { 'optim.micro_batch_size': 8 }));
+    assert.equal(big.fits, false);
+    assert.ok(big.devices[0]!.parts.backward_peak! > 30 * GiB, 'the logits of 8 × 6,144 tokens');
+    const m = /^optim\.micro_batch_size: (\d+)/.exec(big.suggestions[0]!);
+    assert.ok(m, big.suggestions.join('\n'));
+    assert.equal(planRun(loadedExample(file, { 'optim.micro_batch_size': Number(m[1]) })).fits, true);
+    const tiny = planRun(loadedExample(file, { 'verl.gpu_memory_utilization': 0.08 }));
+    assert.equal(tiny.fits, false);
+    assert.match(tiny.problems.join(' '), /fewer than one sequence of max_model_len 32,768/);
+    assert.ok(tiny.suggestions.some((s) => /^verl\.gpu_memory_utilization: 0\.\d+ \(a larger share/.test(s)), tiny.suggestions.join('\n'));
+  });
+
+  it('the 8-GPU and two-node veRL examples: each GPU holds a shard; the verdicts docs/engines.md quotes', () => {
+    const file = join(ROOT, 'examples', 'qwen2.5-3b-grpo-verl.run.json');
+    const eight = planRun(loadedExample(file));
+    assert.equal(eight.fits, true);
+    assert.equal(eight.devices[0]!.count, 8);
+    assert.deepEqual(eight.chosen, []); // no offload needed on 8 × 80 GiB
+    const two = planRun(loadedExample(file, { 'verl.nodes': 2, 'verl.gpus_per_node': 8 }));
+    assert.equal(two.fits, true);
+    assert.equal(two.devices[0]!.count, 16);
+    assert.ok(two.devices[0]!.parts.optimizer! * 2 === eight.devices[0]!.parts.optimizer! || Math.abs(two.devices[0]!.parts.optimizer! * 2 - eight.devices[0]!.parts.optimizer!) <= 2);
+    // Search-R1's 8 sequences a GPU (its ppo_micro_batch_size 64 over 8 GPUs) at the longest do not fit either way
+    assert.equal(planRun(loadedExample(file, { 'optim.micro_batch_size': 8 })).fits, false);
+    assert.equal(planRun(loadedExample(file, { 'optim.micro_batch_size': 8, 'verl.nodes': 2, 'verl.gpus_per_node': 8 })).fits, false);
+    // --gpus: the same config on 4 GPUs (devices; gpus_per_node follows)
+    assert.equal(planRun(loadedExample(file), { gpus: 4 }).devices[0]!.count, 4);
+  });
+
+  it('train applies what the plan chose, never over a value the config sets; the host refuses a veRL run that does not fit', async () => {
+    const dir = scratchDir('sas-plan-');
+    const file = join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json');
+    const loaded = { ...loadedExample(file, { 'verl.param_offload': false }), file };
+    const planned = await checkRunHostMemory(loaded, { python: '/nonexistent/python3', gpuMemoryBytes: 80 * GiB });
+    assert.deepEqual(planned, { 'verl.optimizer_offload': true });
+    const written = await plannedConfig({ loaded, runDir: join(dir, 'run'), planned: { ...planned, 'verl.param_offload': true } });
+    assert.equal(written, join(dir, 'run', 'verl', 'planned.run.json'));
+    const c = JSON.parse(readFileSync(written, 'utf8'));
+    assert.equal(c.verl.optimizer_offload, true);
+    assert.equal(c.verl.param_offload, false, "the config's own value stands");
+    assert.equal(c.data.train, join(ROOT, 'data', 'nq_hotpotqa', 'train.jsonl'), 'paths made absolute');
+    assert.equal(c.verl.python, join(ROOT, '.venv-verl', 'bin', 'python'));
+    assert.equal(await plannedConfig({ loaded, runDir: join(dir, 'run2'), planned: {} }), file, 'nothing chosen: the file as it is');
+    const lines: string[] = [];
+    await assert.rejects(checkRunHostMemory({ ...loadedExample(file, { 'optim.micro_batch_size': 16 }), file }, { python: '/nonexistent/python3', gpuMemoryBytes: 80 * GiB, onMemoryCheck: (l) => lines.push(l) }), (e: Error) => e instanceof MemoryPlanError && /does not fit one GPU of 80\.0 GiB/.test(e.message));
+    assert.match(lines[0]!, /would fit: optim\.micro_batch_size/);
+  });
+
+  it('TRL on one 80 GiB GPU: vLLM in sleep mode gives its share back for the update; without it the update holds it', async () => {
+    const file = join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-trl.run.json');
+    const plan = planRun(loadedExample(file));
+    assert.equal(plan.fits, true);
+    const [d] = plan.devices;
+    assert.ok(d!.parts.vllm === 16 * GiB && d!.phases.update! < d!.phases.rollout! + d!.parts.gradients!);
+    assert.ok(d!.parts.weight_casts_update! > 5 * GiB, "autocast's cache through the update's forward");
+    const awake = planRun(loadedExample(file, { 'trl.vllm_enable_sleep_mode': false }));
+    assert.equal(awake.devices[0]!.phases.update! - d!.phases.update!, 16 * GiB - d!.parts.vllm_asleep!);
+    // our own generator instead: its KV cache sized after TRL built the reference
+    const ours = planRun(loadedExample(file, { 'trl.use_vllm': false }));
+    assert.ok(ours.fits && ours.devices[0]!.parts.kv_cache! > 0 && ours.devices[0]!.parts.weight_casts! > 0);
+    void (await loadRunConfig(file, { files: false }));
+  });
+});
