@@ -8,7 +8,7 @@
  * rollout: id, leaks, drift, logprob, alarms — issue 18's shape, plus step, mask_mismatch and is), `issues`
  * (malformed items, each with file, line and field) and `summary` (counts and per-step series).
  */
-import { Auditor, flagged, IMPORTANCE_DEFAULTS, mismatchNote, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
+import { AuditStream, flagged, IMPORTANCE_DEFAULTS, mismatchNote, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
 import { detectSource, readSource } from '../core/importers';
 import { loadTokenizerCodec, runTokenizer, runVocabSize, type TokenizerCodec } from '../core/inspect/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
@@ -66,20 +66,26 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
   const { codec, note } = await tokenizerFor(path, o);
   const { tokenizer: _dir, json: _json, out: _out, err: _err, foreign, ...checks } = o;
   const runVocab = codec ? await runVocabSize(path) : undefined;
-  const auditor = new Auditor({ ...checks, ...(codec ? { tokenizer: codec } : {}), ...(runVocab !== undefined ? { runVocab } : {}) });
+  // Streamed: each rollout's findings are printed (--json) or kept (the first 50 flagged) when its step is done, so
+  // memory stays flat in the run's size; a token store is read without the arrays the checks do not read.
+  const shown: RolloutAudit[] = [];
+  let k = 0;
+  if (o.json) o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"tokenizer":${JSON.stringify(codec?.name ?? null)},"rollouts":[`);
+  const auditor = new AuditStream({ ...checks, ...(codec ? { tokenizer: codec } : {}), ...(runVocab !== undefined ? { runVocab } : {}) }, (a) => {
+    if (o.json) o.out(`${k++ ? ',' : ''}\n${JSON.stringify(jsonOf(a))}`);
+    else if (shown.length < 50 && flagged(a)) shown.push(a);
+  });
   const issues: LocatedIssue[] = [];
-  for await (const item of readSource(path, kind, o.read, { ...foreign, ...(codec ? { tokenizer: codec } : {}) })) {
+  for await (const item of readSource(path, kind, o.read, codec ? 'audit+ids' : 'audit', { ...foreign, ...(codec ? { tokenizer: codec } : {}) })) {
     if (item.record) auditor.add(item.record);
     else issues.push(...item.issues);
   }
   const summary = auditor.finish();
   if (o.json) {
-    o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"tokenizer":${JSON.stringify(codec?.name ?? null)},"rollouts":[`);
-    auditor.rollouts.forEach((a, k) => o.out(`${k ? ',' : ''}\n${JSON.stringify(jsonOf(a))}`));
     o.out(`\n],"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(summary)}}\n`);
   } else {
     const lines = [`${path} (${kind}): ${summary.rollouts} rollouts audited, ${summary.flagged} flagged${issues.length ? `, ${issues.length} malformed (skipped)` : ''}`];
-    for (const a of auditor.rollouts.filter(flagged).slice(0, 50)) lines.push(`  ${a.id}${a.step !== null ? ` (step ${a.step})` : ''}: ${findings(a).join('; ')}`);
+    for (const a of shown) lines.push(`  ${a.id}${a.step !== null ? ` (step ${a.step})` : ''}: ${findings(a).join('; ')}`);
     if (summary.flagged > 50) lines.push(`  … and ${summary.flagged - 50} more`);
     lines.push(`  leaks         ${summary.leaks.tokens} tokens in ${summary.leaks.rollouts} rollouts${summary.leaks.mask_mismatch ? ` (${summary.leaks.mask_mismatch} where the engine's mask disagrees)` : ''}`);
     lines.push(summary.drift.checked ? `  drift         ${summary.drift.rollouts} rollouts (${summary.drift.text} text, ${summary.drift.split} split, ${summary.drift.template} template) with ${codec!.name}` : `  drift         ${summary.drift.mismatch ? mismatchNote(codec!, summary.drift.mismatch) : note}`);

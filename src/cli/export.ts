@@ -9,6 +9,7 @@ import { loadRunConfig, RunConfigError } from '../core/host/runConfig';
 import { exportVerl, findVerlPython, noVerlPythonMessage, verlPythonCandidates } from '../core/host/verl';
 import { packageRoot } from '../core/paths';
 import { defineCommand, type CliIo } from './command';
+import { exportJsonl } from './exportJsonl';
 import { withInputErrors } from './inputErrors';
 import { checkOutputDir, tempSibling } from './output';
 
@@ -27,15 +28,16 @@ export interface ExportArgs {
 
 export const exportCommandDef = defineCommand({
   command: 'export <engine> <config>',
-  describe: 'a run config as files for your own cluster (engine verl: launch script, Hydra overrides, our modules, the parquet)',
+  describe: 'a run config as files for your own cluster (verl: launch script, Hydra overrides, our modules, the parquet); or a run\'s recorded rollouts as v2 JSONL (jsonl <run-dir|step-dir> --out F.jsonl|DIR)',
   builder: (y) =>
     y
-      .positional('engine', { type: 'string', choices: ['verl'], demandOption: true, describe: 'the engine to export for' })
-      .positional('config', { type: 'string', demandOption: true, describe: 'the run config (*.run.json)' })
-      .option('out', { type: 'string', demandOption: true, describe: 'the directory to write' })
+      .positional('engine', { type: 'string', choices: ['verl', 'jsonl'], demandOption: true, describe: 'the engine to export for (verl), or jsonl: rollouts as v2 JSONL' })
+      .positional('config', { type: 'string', demandOption: true, describe: 'the run config (*.run.json); for jsonl: a run directory, a step of its token store, or a rollout file' })
+      .option('out', { type: 'string', demandOption: true, describe: 'the directory to write (jsonl: a .jsonl file, or a directory for one file per step)' })
       .option('python', { type: 'string', describe: "veRL's Python (default: the config's verl.python, SAS_VERL_PYTHON, .venv-verl)" })
-      .example('$0 export verl examples/qwen2.5-3b-grpo-verl.run.json --out verl-run', 'write a veRL launch for a Ray cluster or SLURM'),
-  run: (a, io) => withInputErrors(io, () => exportCommand(a, io)),
+      .example('$0 export verl examples/qwen2.5-3b-grpo-verl.run.json --out verl-run', 'write a veRL launch for a Ray cluster or SLURM')
+      .example('$0 export jsonl runs/my-run --out my-run.jsonl', "a run's token store as v2 JSONL"),
+  run: (a, io) => withInputErrors(io, () => (a.engine === 'jsonl' ? exportJsonl(a.config, a.out, io) : exportCommand(a, io))),
 });
 
 export async function exportCommand(a: ExportArgs, io: CliIo): Promise<number> {

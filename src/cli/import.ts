@@ -33,7 +33,7 @@ export async function importCommand(kind: string, src: string, outPath: string, 
       for (const i of issues.slice(0, 50)) err(`${i.message}\n`);
     } else {
       const sourceKind: SourceKind = kind === 'auto' ? await detectSource(src) : (kind as SourceKind);
-      for await (const item of readSource(src, sourceKind, read, foreign)) {
+      for await (const item of readSource(src, sourceKind, read, 'all', foreign)) {
         if (!item.record) {
           skipped++;
           for (const i of item.issues) if (skipped <= 50) err(`${formatIssue(i)}\n`);

@@ -68,7 +68,7 @@ export async function inspect(path: string, o: InspectOptions): Promise<number> 
   const issues: LocatedIssue[] = [];
   let first = true;
   if (o.json) o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"trajectories":[`);
-  for await (const item of readSource(path, kind, o.read, o.foreign)) {
+  for await (const item of readSource(path, kind, o.read, 'all', o.foreign)) {
     if (!item.record) {
       summary.addIssue(item.issues);
       issues.push(...item.issues);

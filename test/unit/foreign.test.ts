@@ -43,7 +43,7 @@ async function read(path: string, o: ForeignOptions = {}): Promise<{ records: Ro
   const records: Rollout[] = [];
   const issues: SourceItem['issues'] = [];
   const notes: string[] = [];
-  for await (const item of readSource(path, undefined, {}, { python: PYTHON, onNote: (n) => notes.push(n), ...o })) {
+  for await (const item of readSource(path, undefined, {}, 'all', { python: PYTHON, onNote: (n) => notes.push(n), ...o })) {
     if (item.record) records.push(item.record);
     else issues.push(...item.issues);
   }

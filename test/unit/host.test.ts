@@ -115,7 +115,7 @@ describe('run host: env server + trainer processes', function () {
     );
     assert.equal(typeof (metrics[0] as Record<string, unknown>)['val/em'], 'number', 'held-out EM before the first update');
     for (const e of jsonl(join(host.runDir, 'events.jsonl'))) assert.deepEqual(validate(EventSchema, e), []);
-    assert.ok(readdirSync(join(host.runDir, 'rollouts')).includes('step-000001.jsonl'));
+    assert.ok(readdirSync(join(host.runDir, 'rollouts')).includes('step-000001'), 'step 1 recorded in the token store');
     assert.ok(existsSync(join(host.runDir, 'checkpoints', 'step-000002')));
     // The events the host passed on are the trainer's stdout events.
     assert.deepEqual(

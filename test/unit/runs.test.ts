@@ -48,5 +48,11 @@ describe('reading a run directory', () => {
     writeFileSync(join(dir, 'run.json'), JSON.stringify({ v: 1, id: 'demo-1', status: 'finished', config: {}, step: 3 }));
     assert.deepEqual((await zeroVarianceSteps(dir)).get(1), { frac: 0.375 }, 'an imported run without the config: the fraction only');
     assert.equal(rolloutFile(dir, 42), join(dir, 'rollouts', 'step-000042.jsonl'));
+    // a step of the token store: its directory (only a committed one has rollouts.parquet)
+    mkdirSync(join(dir, 'rollouts', 'step-000042'), { recursive: true });
+    assert.equal(rolloutFile(dir, 42), join(dir, 'rollouts', 'step-000042.jsonl'), 'not committed: not a step');
+    writeFileSync(join(dir, 'rollouts', 'step-000042', 'rollouts.parquet'), '');
+    assert.equal(rolloutFile(dir, 42), join(dir, 'rollouts', 'step-000042'));
+    assert.deepEqual((await readRun(dir))!.rolloutSteps, [42]);
   });
 });

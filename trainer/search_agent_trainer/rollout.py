@@ -227,8 +227,8 @@ class Trajectory:
     ids: list[int] = field(default_factory=list)  # the response's tokens
     roles: list[str] = field(default_factory=list)  # generated | prompt | retrieved | feedback, one per response token
     pieces: list[str] = field(default_factory=list)  # the response's text, piece by piece
-    piece_roles: list[str] = field(default_factory=list)  # who wrote each piece (the role of its tokens)
     sample_logprobs: list[float | None] = field(default_factory=list)
+    piece_roles: list[str] = field(default_factory=list)  # who wrote each piece (the role of its tokens)
     turns: int = 0
     searches: int = 0
     valid_actions: int = 0

@@ -52,7 +52,9 @@ from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .generation import LMGenerator, auto_max_batch_tokens
 from .policy import Reference, build_policy, compute_dtype, cpu_has_native_bf16, window_stats
 from .rollout import VOCABULARY_TEXTS, RolloutSettings, Trajectory, make_dialect, run_rollouts
+from .recorder import Recorder, RecordSettings, StepData, StepJob, columns_from_window, role_codes_of, rollout_flags
 from .run_writer import RunWriter, disk_full_message, rollout_record, set_disk_fault
+from . import token_store
 from .watchdog import watch_parent
 
 
@@ -97,6 +99,7 @@ class Trainer:
         self.writer = self._run_writer(stdout)
         if cfg.test and cfg.test.disk_full:  # tests: a full disk from a given write on (run_writer.set_disk_fault)
             set_disk_fault(cfg.test.disk_full.at, int(cfg.test.disk_full.after_bytes))
+        self.recorder = self._recorder()
         self.env = EnvClient(env_url)
 
     def versions(self) -> dict[str, str | None]:
@@ -105,6 +108,16 @@ class Trainer:
 
     def _run_writer(self, stdout: Any) -> RunWriter:
         return RunWriter(self.run_dir, stored_config(self.cfg), self.versions(), self.total, stdout=stdout, python=sys.executable)
+
+    def _recorder(self) -> Recorder | None:
+        """The background writer of the run's rollouts (recorder.py); None on the processes that do not write."""
+        return Recorder(self.run_dir, RecordSettings.of(self.cfg), texts=lambda ids: self.tok.token_texts(ids), warn=self.writer.warning)
+
+    def _truncate_after(self, step: int) -> None:
+        """A resume from `step` (-1: from scratch): later metrics, rollouts and checkpoints go."""
+        self.writer.truncate_after(step)
+        if self.recorder is not None:  # (the processes that do not write have none)
+            self.recorder.truncate_after(step)
 
     # -- setup ------------------------------------------------------------------------------------------------
     def _device(self) -> torch.device:
@@ -149,7 +162,7 @@ class Trainer:
         ckpt = latest_checkpoint(self.run_dir) if self.resume else None
         if self.resume and ckpt is None:
             self.writer.warning("--resume: no complete checkpoint in this run directory; starting from step 0")
-            self.writer.truncate_after(-1)
+            self._truncate_after(-1)
         return ckpt
 
     def _encode_prompts(self) -> None:
@@ -224,7 +237,7 @@ class Trainer:
                 self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True))
                 self.sampler.load_state_dict(state["sampler"])
             # else: the checkpoint is the previous stage's last step, and this stage starts with a fresh optimizer and sampler
-            w.truncate_after(start)
+            self._truncate_after(start)
             w.log(f"resumed from {ckpt}")
         if len(self.stages) > 1:
             w.log(describe(self.stage, len(self.stages)) + ("" if start == self.stage.start else f" (resumed at step {start})"))
@@ -498,29 +511,65 @@ class Trainer:
         return out
 
     # -- records and metrics ----------------------------------------------------------------------------------
-    def _records(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch | None) -> list[dict[str, Any]]:
-        out = []
-        R = batch.window if batch is not None else 0
-        for i, t in enumerate(trajs):
-            P, r = len(t.prompt_ids), len(t.ids)
-            tokens = token_arrays(self.tok, t)
-            if batch is not None:
-                # null where a position was not scored: log-probs and entropies exist on the loss tokens, advantages
-                # where advantages are defined, values on every response token; never on the prompt.
-                def row(x: torch.Tensor | None, scored: torch.Tensor) -> list[float | None] | None:
-                    if x is None:
-                        return None
-                    return [None] * P + [round(float(v), 6) if s else None for v, s in zip(x[i, R - r :].tolist(), scored[i, R - r :].tolist())]
+    def _record(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch | None) -> dict[str, float]:
+        """Hands the step's rollouts to the recorder (recorder.py): the checks and the choice here, vectorised; the
+        columns are built and written on the writer thread. Returns the step's record/* metrics."""
+        if self.recorder is None:
+            return {}
+        name = f"{'val-' if split == 'val' else ''}step-{step:06d}"
+        keys = [t.group for t in trajs]
+        if batch is None:
+            job = StepJob(name, step, split, len(trajs), keys, [[] for _ in trajs], self._trajectory_data(trajs, step, split))
+        else:
+            stats: dict[str, float] = {}
+            job = StepJob(name, step, split, len(trajs), keys, self._flags(batch, stats), self._batch_data(trajs, step, split, batch), stats=stats)
+        return self.recorder.submit(job)
 
-                tokens["loss_mask"] = [0] * P + [int(v) for v in batch.loss_mask[i, R - r :].tolist()]
-                # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies: null
-                passes = batch.trained is None or bool(batch.trained[i])
-                for key, x, scored in (("logprob", batch.old_logprob if passes else None, batch.loss_mask), ("ref_logprob", batch.ref_logprob if passes else None, batch.loss_mask), ("advantage", batch.advantages, batch.adv_mask), ("value", batch.old_values, batch.response_mask), ("entropy", self._entropy_window if passes else None, batch.loss_mask)):
-                    v = row(x, scored)
-                    if v is not None:
-                        tokens[key] = v
-            out.append(rollout_record(t, run_id=self.writer.run["id"], step=step, split=split, tokens=tokens))
-        return out
+    def _scored(self, batch: SequenceBatch) -> dict[str, tuple[torch.Tensor, torch.Tensor] | None]:
+        """The (B, R) numbers of the records and where each is scored (null elsewhere, docs/run-format.md): log-probs
+        and entropies on the loss tokens of the trained rows, advantages where advantages are defined, values on
+        every response token, sampling-time log-probs on the generated tokens."""
+        trained = batch.loss_mask.bool() if batch.trained is None else batch.loss_mask.bool() & batch.trained[:, None]
+        pairs = {"rollout_logprob": batch.rollout_logprob, "logprob": batch.old_logprob, "ref_logprob": batch.ref_logprob, "advantage": batch.advantages, "value": batch.old_values, "entropy": self._entropy_window}
+        where = {"rollout_logprob": batch.generated_mask, "logprob": trained, "ref_logprob": trained, "advantage": batch.adv_mask, "value": batch.response_mask, "entropy": trained}
+        return {k: (x, where[k]) if x is not None else None for k, x in pairs.items()}
+
+    def _flags(self, batch: SequenceBatch, stats: dict[str, float] | None = None) -> list[list[str]]:
+        """The in-run checks of every row (recorder.rollout_flags): a leak, a non-finite number, a log-prob gap; their
+        sums into `stats` (the step's audit/* metrics)."""
+        scored = self._scored(batch)
+        expected = batch.generated_mask if self.cfg.algorithm.loss_masking else batch.response_mask
+        trained = scored["logprob"]
+        return rollout_flags(valid=batch.response_mask, loss_mask=batch.loss_mask, expected=expected, logprob=trained[0] if trained else None, logprob_scored=trained[1] if trained else None, rollout_logprob=batch.rollout_logprob, rollout_scored=batch.generated_mask, numbers=[p for p in scored.values() if p is not None], stats=stats, generated=batch.generated_mask)
+
+    def _batch_data(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch) -> Any:
+        """The writer thread's builder of a training step's data: the step's tensors and trajectories, referenced (a
+        new batch is made each step, so nothing here changes after the step)."""
+        run_id, scored, untrained = self.writer.run["id"], self._scored(batch), None if batch.trained is None else (~batch.trained).tolist()
+
+        def build(keep: list[int]) -> StepData:
+            records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=None) for i in keep]
+            codes = {i: role_codes_of(trajs[i].roles) for i in keep}
+            cols = columns_from_window(rows=keep, seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep}, prompt_lengths=[len(t.prompt_ids) for t in trajs], role_codes=codes, window=scored, loss_mask=batch.loss_mask)
+            if untrained is not None:  # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies
+                off = sum(token_store.ARRAY_BIT[k] for k in ("logprob", "ref_logprob", "entropy") if scored[k] is not None)
+                for k, i in enumerate(keep):
+                    if untrained[i]:
+                        cols.arrays[k] &= ~off
+            return StepData(records, cols)
+
+        return build
+
+    def _trajectory_data(self, trajs: list[Trajectory], step: int, split: str) -> Any:
+        """The builder of a held-out evaluation's data (no training pass: the token arrays of the trajectories)."""
+        run_id, tok = self.writer.run["id"], self.tok
+
+        def build(keep: list[int]) -> StepData:
+            records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=token_arrays(tok, trajs[i])) for i in keep]
+            rows, cols = token_store.columns_from_records(records)
+            return StepData([{k: v for k, v in r.items() if k != "tokens"} for r in records], cols)
+
+        return build
 
     @staticmethod
     def _rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, float]:
@@ -621,8 +670,7 @@ class Trainer:
         m["perf/rollout_tokens_per_s"] = generated / max(timing["rollout"], 1e-9)
         m["perf/update_tokens_per_s"] = update_tokens / max(timing["update"], 1e-9)
         m["perf/throughput"] = float(batch.attention_mask.sum()) / max(timing["step"], 1e-9)
-        if cfg.train.save_rollouts:
-            w.rollouts(f"step-{step:06d}", self._records(trajs, step, "train", batch))
+        m.update(self._record(trajs, step, "train", batch))
         if cfg.test and cfg.test.step_delay_s:
             time.sleep(cfg.test.step_delay_s)
         return m
@@ -654,7 +702,7 @@ class Trainer:
         w = self.writer
         m = held_out_metrics(trajs)
         m["timing_s/eval"] = time.perf_counter() - t0
-        w.rollouts(f"val-step-{step:06d}", self._records(trajs, step, "val", None))
+        m.update({k.replace("record/", "val/record/"): v for k, v in self._record(trajs, step, "val", None).items()})
         w.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})
         return m
 
@@ -696,6 +744,7 @@ class Trainer:
         watch_parent(self._on_parent_gone, self._parent_to_watch())
         try:
             step = self.train()
+            self._close_recorder()
             status = "stopped" if self.stop_requested and step < self.total else "finished"
             w.finish(status, stop_reason=self.stop_reason if status == "stopped" else None)
             w.event("finished", status=status, step=step)
@@ -709,6 +758,10 @@ class Trainer:
             # The host reads stdout: it gets these even when the run directory cannot take them.
             w.event("error", best_effort=True, message=message, traceback=tb)
             try:
+                self._close_recorder()
+            except OSError as e2:  # the writer's last steps hit the same full disk: what was written stays readable
+                w.log(f"could not finish writing the rollouts: {disk_full_message(e2) or e2}")
+            try:
                 # On a full disk, a short run.json: its old blocks may be all the room there is.
                 w.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
             except OSError as e2:
@@ -719,6 +772,14 @@ class Trainer:
             for s, h in previous.items():
                 signal.signal(s, h)
             w.close()
+
+    def _close_recorder(self) -> None:
+        """The end of a run: the writer writes what it holds (the last steps), and run.json says what was recorded."""
+        if self.recorder is None:
+            return
+        if not self.recorder.close(timeout=600):
+            self.writer.warning("the rollout writer did not finish within 10 minutes; the last steps' rollouts may be missing")
+        self.writer.run["record"] = self.recorder.summary()
 
     def _parent_to_watch(self) -> int | None:
         """The process whose end stops the run (None: the host's, SAS_PARENT_PID)."""
@@ -753,6 +814,8 @@ class Trainer:
                 m.update(self.evaluate(step))
             w.metrics(step, m)
             w.event("metrics", step=step, metrics={k: m[k] for k in SUMMARY_KEYS if k in m})
+            if self.recorder is not None:
+                w.run["record"] = self.recorder.summary()
             w.set_step(step)
             if last or self.stop_requested or stage_ends or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
                 self._checkpoint(step)

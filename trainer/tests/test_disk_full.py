@@ -125,7 +125,10 @@ CFG = {"train.steps": 3, "train.eval_every": 0, "train.checkpoint_every": 1, "da
 @pytest.mark.parametrize("at,after", [("checkpoints/step-000002", 20_000), ("rollouts/step-000002", 3_000), ("events.jsonl", 2_500)], ids=["checkpoint", "rollouts", "events"])
 def test_a_full_disk_fails_the_run_clearly_leaves_whole_lines_and_resumes(tmp_path, demo_env, at, after):
     run = tmp_path / "run"
-    full = run_trainer(run, tiny_config(**CFG, test={"disk_full": {"at": at, "after_bytes": after}}), demo_env.url)
+    # The fault hook reaches the run writer's own files: rollouts as JSONL (a token store step is written by pyarrow,
+    # into a temporary directory removed when a write fails; test_token_store.py)
+    record = {"train.record": {"format": "jsonl"}} if at.startswith("rollouts/") else {}
+    full = run_trainer(run, tiny_config(**CFG, **record, test={"disk_full": {"at": at, "after_bytes": after}}), demo_env.url)
     assert full.returncode == 1, full.stderr[-2000:]
     errors = [json.loads(line) for line in full.stdout.splitlines() if line.startswith("{") and json.loads(line)["event"] == "error"]
     assert len(errors) == 1 and errors[0]["message"].startswith("disk full at "), errors

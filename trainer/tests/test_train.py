@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import DEMO, ROOT, tiny_config, trainer_env
+from search_agent_trainer import token_store
 from search_agent_trainer.data import normalize
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -29,6 +30,9 @@ def run_trainer(tmp: Path, cfg: dict, env_url: str, *extra: str, name: str = "ru
 
 
 def lines(path: Path) -> list[dict]:
+    """A step's records: rollouts/step-N.jsonl, or the token store's rollouts/step-N/ (the default format)."""
+    if not path.exists() and (path.parent / path.stem).is_dir():
+        return token_store.read_step(path.parent / path.stem)
     return [json.loads(l) for l in path.read_text(encoding="utf-8").splitlines() if l.strip()]
 
 

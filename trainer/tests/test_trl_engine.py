@@ -222,7 +222,14 @@ def test_the_same_scripted_actions_give_the_same_ids_roles_and_masks_through_bot
     batch = next(iter(eng.trl.get_train_dataloader()))
     eng.trl.model.train()
     out = eng.trl._generate_and_score_completions(batch)
-    trl_rows = eng._local_records(1)
+    # the records the recorder would write of TRL's tensors (the engine's checks, slices and columns)
+    from search_agent_trainer import token_store
+    from search_agent_trainer.recorder import records_of
+
+    B = len(eng.batch["trajs"])
+    data = eng._piece_data(eng._piece(list(range(B)), 0, eng._local_rows()), set(range(B)), eng.batch["trajs"], "t", 1)
+    data.cols.vocab = token_store.vocab_of(data.cols.ids, eng.tok.token_texts)
+    trl_rows = records_of(data)
 
     cfg = trl_tiny(**over)
     cfg["engine"] = "builtin"
@@ -237,7 +244,7 @@ def test_the_same_scripted_actions_give_the_same_ids_roles_and_masks_through_bot
 
     assert len(trl_rows) == len(trajs) == out["completion_ids"].shape[0]
     roles_seen = set()
-    for i, ((_, rec, _), t) in enumerate(zip(trl_rows, trajs)):
+    for i, (rec, t) in enumerate(zip(trl_rows, trajs)):
         tok = rec["tokens"]
         assert tok["ids"] == t.prompt_ids + t.ids, i
         assert tok["role"] == ["prompt"] * len(t.prompt_ids) + t.roles, i
@@ -298,7 +305,7 @@ def test_sigterm_stops_after_a_checkpoint_and_resume_finishes_the_run(tmp_path, 
     assert started[-1]["resumed"] is True and started[-1]["step"] == 1
     assert json.loads((run / "run.json").read_text())["status"] == "finished"
     assert [m["step"] for m in lines(run / "metrics.jsonl")] == [0, 1, 2, 3]
-    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["step-000001.jsonl", "step-000002.jsonl", "step-000003.jsonl", "val-step-000000.jsonl", "val-step-000003.jsonl"]
+    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["step-000001", "step-000002", "step-000003", "val-step-000000", "val-step-000003"]  # the token store's steps
     state = json.loads((run / "checkpoints" / "step-000003" / "trainer_state.json").read_text())
     assert state["global_step"] == 3  # TRL's own trainer state, continued
 

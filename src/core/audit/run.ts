@@ -1,19 +1,29 @@
 /**
- * The audit of a run as it grows, for the dashboard: each rollouts file (one per step) is audited once, and again
- * only when it changed; search-collapse, a rule over the run's series, is applied to the whole series each time.
+ * The audit of a run as it grows, for the dashboard: each rollouts file or store step (one per step) is audited once,
+ * and again only when it changed; search-collapse, a rule over the run's series, is applied to the whole series each
+ * time. What was audited is kept in `rollouts/.audit-cache.json` (per part: its stamp and its steps' series, for
+ * these options), so a run opened again — a long one took minutes of audit the first time — charts at once; the
+ * file is a cache (written to a temporary name and renamed; a read-only run directory just goes without it).
  */
-import { stat } from 'node:fs/promises';
-import { readLines } from '../store/jsonl';
-import { parseRolloutLine, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import { existsSync } from 'node:fs';
+import { readFile, rename, stat, writeFile } from 'node:fs/promises';
+import { basename, join } from 'node:path';
+import { isStorePart, readPart, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import { STORE_FILES } from '../store/tokenStore';
 import { runTokenizer, runVocabSize } from '../inspect/tokenizer';
 import { searchCollapseSteps } from './alarms';
-import { Auditor, type AuditOptions, type StepAudit } from './index';
+import { AuditStream, type AuditOptions, type StepAudit } from './index';
+
+const CACHE = '.audit-cache.json';
+const CACHE_VERSION = 1;
 
 export class RunAudit {
-  private readonly files = new Map<string, { size: number; steps: StepAudit[] }>();
+  private readonly files = new Map<string, { size: number | string; steps: StepAudit[] }>();
   private options: AuditOptions | undefined;
   /** The run's tokenizer is still to come (a tiny-policy run before its first checkpoint). */
   private pending = false;
+  private cacheDir = '';
+  private cacheKey = '';
 
   constructor(
     readonly dir: string,
@@ -37,6 +47,7 @@ export class RunAudit {
       const tokenizer = this.given.tokenizer ?? own?.codec;
       const runVocab = tokenizer ? await runVocabSize(this.dir) : undefined;
       this.options = { ...this.given, ...(tokenizer ? { tokenizer } : {}), ...(runVocab !== undefined ? { runVocab } : {}), read: { ...this.given.read, ...(runDialect ? { runDialect } : {}) } };
+      await this.loadCache();
     }
     let files: string[];
     try {
@@ -45,18 +56,33 @@ export class RunAudit {
       return undefined;
     }
     let changed = false;
+    for (const gone of [...this.files.keys()].filter((f) => !files.includes(f))) {
+      this.files.delete(gone); // a resume removed it
+      changed = true;
+    }
     for (const file of files) {
-      const size = (await stat(file).catch(() => undefined))?.size;
+      const store = await isStorePart(file);
+      // a store step never changes after its commit (a resume replaces it whole: another inode)
+      const st = await stat(store ? join(file, STORE_FILES.rollouts) : file).catch(() => undefined);
+      const size = st && (store ? `${st.ino}:${st.size}` : st.size);
       if (size === undefined || this.files.get(file)?.size === size) continue;
-      const auditor = new Auditor(this.options);
-      for await (const { line, text } of readLines(file)) {
-        const row = parseRolloutLine(text, file, line, this.options.read);
+      const auditor = new AuditStream(this.options);
+      for await (const row of readPart(file, this.options.read, undefined, this.options.tokenizer ? 'audit+ids' : 'audit')) {
         if (row.record) auditor.add(row.record);
       }
       this.files.set(file, { size, steps: auditor.finish().steps });
       changed = true;
     }
-    if (!changed) return undefined;
+    if (!changed) return this.fromCache ? this.series() : undefined;
+    await this.saveCache();
+    return this.series();
+  }
+
+  /** Whether the series were read from the cache and not yet returned. */
+  private fromCache = false;
+
+  private series(): StepAudit[] {
+    this.fromCache = false;
     const byStep = new Map<number, StepAudit>();
     for (const { steps } of this.files.values()) for (const s of steps) byStep.set(s.step, { ...s, alarms: { ...s.alarms } });
     const series = [...byStep.values()].sort((a, b) => a.step - b.step);
@@ -65,5 +91,31 @@ export class RunAudit {
       if (s.no_search) s.alarms['search-collapse'] = s.no_search;
     }
     return series;
+  }
+
+  private async loadCache(): Promise<void> {
+    const o = this.options!;
+    this.cacheDir = existsSync(join(this.dir, 'rollouts')) ? join(this.dir, 'rollouts') : this.dir;
+    const tok = o.tokenizer as { name?: string } | undefined;
+    this.cacheKey = JSON.stringify({ tokenizer: tok ? (tok.name ?? 'unnamed') : null, runVocab: o.runVocab, ratioLow: o.ratioLow, ratioHigh: o.ratioHigh, isLevel: o.isLevel, isCap: o.isCap, driftScope: o.driftScope, repeatFraction: o.repeatFraction, minWords: o.minWords, wordFraction: o.wordFraction, read: o.read });
+    try {
+      const c = JSON.parse(await readFile(join(this.cacheDir, CACHE), 'utf8')) as { v?: number; key?: string; parts?: Record<string, { size: number | string; steps: StepAudit[] }> };
+      if (c.v !== CACHE_VERSION || c.key !== this.cacheKey || !c.parts) return;
+      for (const [name, e] of Object.entries(c.parts)) this.files.set(join(this.cacheDir, name), e);
+      this.fromCache = this.files.size > 0;
+    } catch {
+      /* none yet, or unreadable: audit afresh */
+    }
+  }
+
+  private async saveCache(): Promise<void> {
+    const parts = Object.fromEntries([...this.files].map(([f, e]) => [basename(f), e]));
+    const tmp = join(this.cacheDir, `${CACHE}.${process.pid}.tmp`);
+    try {
+      await writeFile(tmp, JSON.stringify({ v: CACHE_VERSION, key: this.cacheKey, parts }));
+      await rename(tmp, join(this.cacheDir, CACHE));
+    } catch {
+      /* a read-only run directory: no cache */
+    }
   }
 }

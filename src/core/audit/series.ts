@@ -37,3 +37,21 @@ export function auditMetricRows(steps: readonly StepAudit[]): MetricsRow[] {
     return row;
   });
 }
+
+/**
+ * The audit's rows without the series the trainer already wrote for the same step (its in-run checks write
+ * `audit/leaks` and the `audit/logprob/…` series over every training rollout of a step into metrics.jsonl; the audit
+ * of the recorded rollouts adds drift and the alarms, and the token series only for steps the metrics lack).
+ */
+export function withoutTrainerSeries(auditRows: readonly MetricsRow[], metricsRows: readonly MetricsRow[]): MetricsRow[] {
+  const had = new Map<number, Set<string>>();
+  for (const m of metricsRows) {
+    const keys = Object.keys(m).filter((k) => k.startsWith('audit/'));
+    if (keys.length) had.set(m.step, new Set([...(had.get(m.step) ?? []), ...keys]));
+  }
+  if (!had.size) return [...auditRows];
+  return auditRows.map((r) => {
+    const drop = had.get(r.step);
+    return drop ? (Object.fromEntries(Object.entries(r).filter(([k]) => k === 'step' || !drop.has(k))) as MetricsRow) : r;
+  });
+}

@@ -11,7 +11,7 @@ import { readdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { Continuation, ForkOptions, ForkResult } from '../protocol';
 import type { Rollout } from '../run/format';
-import { streamRollouts } from '../store/rollouts';
+import { readPartRow, streamRollouts } from '../store/rollouts';
 import { trainerDir } from './runHost';
 import { envServerArgs, loadRunDirConfig } from './runConfig';
 import { spawnChild, startEnvServerProcess, type Child, type EnvServerProcess, type LogSink, type ServerLauncher } from './processes';
@@ -65,7 +65,12 @@ export function generationTurns(record: Rollout): number {
 
 /** A rollout of a run by id (the first with that id, in file order). */
 export async function findRollout(runDir: string, id: string): Promise<Rollout> {
-  for await (const row of streamRollouts(runDir)) if (row.record?.id === id) return row.record;
+  // read without token arrays (a token store then reads only its rollouts.parquet), then the one found whole
+  for await (const row of streamRollouts(runDir, undefined, {}, 'none')) {
+    if (row.record?.id !== id) continue;
+    const whole = await readPartRow(row.file, row.line);
+    if (whole?.record) return whole.record;
+  }
   throw new ForkError(`${runDir}: no rollout with id ${JSON.stringify(id)}`);
 }
 

@@ -137,11 +137,15 @@ export async function readRun(dir: string): Promise<RunInfo | undefined> {
     }
   }
   try {
-    info.rolloutSteps = (await readdir(join(dir, 'rollouts')))
-      .map((f) => /^step-(\d+)\.jsonl$/.exec(f))
-      .filter((m): m is RegExpExecArray => m !== null)
-      .map((m) => Number(m[1]))
-      .sort((a, b) => a - b);
+    // rollouts/step-N.jsonl (v2 JSONL) or rollouts/step-N/ (the token store: only committed steps have that name)
+    info.rolloutSteps = [
+      ...new Set(
+        (await readdir(join(dir, 'rollouts')))
+          .map((f) => /^step-(\d+)(\.jsonl)?$/.exec(f))
+          .filter((m): m is RegExpExecArray => m !== null)
+          .map((m) => Number(m[1])),
+      ),
+    ].sort((a, b) => a - b);
   } catch {
     /* no rollouts yet */
   }
@@ -170,9 +174,14 @@ export async function listRuns(parents: string[]): Promise<RunInfo[]> {
   return keyed.sort((a, b) => (a[0] < b[0] ? 1 : a[0] > b[0] ? -1 : 0)).map(([, r]) => r);
 }
 
-/** A run's rollouts file of one training step (`rollouts/step-000042.jsonl`; the trainer's run_writer names them so). */
+/**
+ * A run's rollouts of one training step: the token store's step directory (`rollouts/step-000042/`) when it has one,
+ * else its JSONL file (`rollouts/step-000042.jsonl`); every reader takes either.
+ */
 export function rolloutFile(dir: string, step: number): string {
-  return join(dir, 'rollouts', `step-${String(step).padStart(6, '0')}.jsonl`);
+  const name = `step-${String(step).padStart(6, '0')}`;
+  const store = join(dir, 'rollouts', name);
+  return existsSync(join(store, 'rollouts.parquet')) ? store : join(dir, 'rollouts', `${name}.jsonl`);
 }
 
 /**

@@ -9,7 +9,8 @@ import { createInterface } from 'node:readline';
 import type { LocatedIssue, ReadOptions, Rollout } from '../run/format';
 import { validateRollout } from '../run/format';
 import { readLines, tooLongMessage } from '../store/jsonl';
-import { parseRolloutLine, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import { readPart, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import { isStoreStep, STORE_FILES, type TokenColumns } from '../store/tokenStore';
 import { importSearchR1Dataset, type DatasetExample, type DatasetImportIssue } from './dataset';
 import { importSearchR1Transcripts } from './searchr1';
 import { importTrlCompletions } from './trl';
@@ -70,6 +71,7 @@ async function statOrThrow(path: string) {
 export async function detectSource(path: string): Promise<SourceKind> {
   const st = await statOrThrow(path);
   if (st.isDirectory()) {
+    if (await isStoreStep(path)) return 'rollouts';
     const names = await readdir(path);
     if (names.includes('completions') || names.some((n) => /^completions_\d+\.parquet$/.test(n))) return 'trl';
     if (names.includes('run.json') || names.includes('rollouts')) return 'rollouts';
@@ -79,6 +81,7 @@ export async function detectSource(path: string): Promise<SourceKind> {
     if (jsonl.length === 0) throw new UnreadableInput(path, 'a directory with no run.json, rollouts/, *.jsonl or completions_*.parquet');
     return jsonlKind(jsonl[0]!);
   }
+  if (basename(path) === STORE_FILES.rollouts && (await isStoreStep(join(path, '..')))) return 'rollouts';
   if (extname(path) === '.parquet') return 'trl';
   if (extname(path) === '.pt' || extname(path) === '.pkl') return (await detectForeign(path))!;
   if (extname(path) === '.jsonl' || extname(path) === '.json') return (await jsonlForeignKind(path)) ?? jsonlKind(path);
@@ -131,7 +134,7 @@ export async function rolloutFileKind(file: string): Promise<'rollouts' | 'verl'
  * responses are read (a dialect to force, the search tool); a run's config gives the dialect otherwise. `foreign`:
  * how other engines' dumps are read (their tokenizer, the Python that reads pickles and `.pt` files).
  */
-export async function* readSource(path: string, kind?: SourceKind, read: ReadOptions = {}, foreign: ForeignOptions = {}): AsyncGenerator<SourceItem> {
+export async function* readSource(path: string, kind?: SourceKind, read: ReadOptions = {}, tokens: TokenColumns = 'all', foreign: ForeignOptions = {}): AsyncGenerator<SourceItem> {
   const k = kind ?? (await detectSource(path));
   await statOrThrow(path);
   if (isForeignKind(k)) {
@@ -146,13 +149,8 @@ export async function* readSource(path: string, kind?: SourceKind, read: ReadOpt
       const codec = foreign.tokenizer ? sampleCodec(foreign.tokenizer) : undefined;
       const pieces = codec ? new PieceCache(codec) : undefined;
       for (const file of await rolloutFiles(path)) {
-        for await (const { line, text, tooLong } of readLines(file)) {
-          if (tooLong !== undefined) {
-            yield { issues: [{ file, line, field: '', message: tooLongMessage(tooLong) }], where: `${file}:${line}` };
-            continue;
-          }
-          const row = parseRolloutLine(text, file, line, options);
-          yield row.record ? { record: codec ? withInferredRoles(row.record, codec, pieces) : row.record, issues: [], where: `${file}:${line}` } : { issues: row.errors, where: `${file}:${line}` };
+        for await (const row of readPart(file, options, undefined, tokens)) {
+          yield row.record ? { record: codec ? withInferredRoles(row.record, codec, pieces) : row.record, issues: [], where: `${file}:${row.line}` } : { issues: row.errors, where: `${file}:${row.line}` };
         }
       }
       return;

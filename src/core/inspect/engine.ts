@@ -18,8 +18,7 @@ import { isForeignKind, PYTHON_KINDS } from '../importers/foreign';
 import { ForeignMirror } from '../importers/foreign/mirror';
 import { formatIssue } from '../run/format';
 import type { ReadOptions } from '../run/format';
-import { readLines } from '../store/jsonl';
-import { parseRolloutLine, rawPreview, rolloutFiles, runConfigDialect, RolloutStore, type RolloutRow } from '../store/rollouts';
+import { rawPreview, readPart, rolloutFiles, runConfigDialect, RolloutStore, type RolloutRow } from '../store/rollouts';
 import type { InspectorQuery, InspectorStatus, RowFacts } from '../protocol';
 import { FilterError, tokenize } from './filter';
 import { RolloutTable, rowFacts } from './table';
@@ -163,14 +162,15 @@ export class InspectorEngine {
         }
       }
       const first = (await rolloutFiles(storePath))[0];
-      const parsed: ReturnType<typeof parseRolloutLine>[] = [];
+      const parsed: Omit<RolloutRow, 'index'>[] = [];
+      // A few rows, all their columns when a tokenizer is to be checked against them (ids and texts), else the audit's.
       if (first)
-        for await (const { line, text } of readLines(first)) {
-          parsed.push(parseRolloutLine(text, first, line, this.read));
+        for await (const row of readPart(first, this.read, undefined, t.codec ? 'all' : 'audit')) {
+          parsed.push(row);
           if (parsed.length >= PREVIEW_ROWS) break;
         }
       // A tokenizer that cannot be the run's (checked on the first record with token ids) is not used: not drift.
-      const sample = parsed.find((p) => p.record?.tokens?.ids?.length)?.record;
+      const sample = t.codec ? parsed.find((p) => p.record?.tokens?.ids?.length)?.record : undefined;
       const why = t.codec ? tokenizerMismatch(t.codec, sample ?? {}, await runVocabSize(path)) : undefined;
       const codec = why ? undefined : t.codec;
       this.table.checks = { ...importance, ...(codec ? { tokenizer: codec } : {}) };
@@ -313,7 +313,7 @@ export class InspectorEngine {
     }
     const analysed = this.table.rows.length;
     const out: RowFacts[] = this.table.rows.slice(from, Math.min(to, analysed));
-    if (to > analysed) for (const r of await this.store.rows(Math.max(from, analysed), to)) out.push(rowFacts(r, this.read, this.table.checks));
+    if (to > analysed) for (const r of await this.store.rows(Math.max(from, analysed), to, this.table.tokenColumns)) out.push(rowFacts(r, this.read, this.table.checks));
     return out;
   }
 

@@ -11,8 +11,11 @@ import type { InspectorColumn, RowFacts } from '../protocol';
 import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
 import { trajectoryFacts } from '../run/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
+import type { TokenColumns } from '../store/tokenStore';
 import { auditRollout, type AuditOptions } from '../audit';
 import { auditMask } from './audit';
+import { columnsMaskLeaks } from '../audit/columns';
+import { tokenColumnsOf } from '../run/columns';
 import { compileFilter, type FilterRow } from './filter';
 
 export interface GroupStats {
@@ -69,7 +72,8 @@ export function rowFacts(row: RolloutRow, read: ReadOptions = {}, checks: Omit<A
   if (audit.alarms.length) f.alarms = audit.alarms;
   if (r.tokens) {
     f.tokens = true;
-    const a = auditMask(r.tokens.role, r.tokens.loss_mask);
+    const cols = tokenColumnsOf(r.tokens);
+    const a = cols ? columnsMaskLeaks(cols) : auditMask(r.tokens.role, r.tokens.loss_mask);
     f.leaks = audit.leaks.length;
     f.trained = a.trained;
     if (checks.tokenizer) f.drift = audit.drift?.token ?? null;
@@ -106,6 +110,11 @@ export class RolloutTable {
   checks: Omit<AuditOptions, 'read'> = {};
   private groups = new Map<string, { n: number; sum: number; sumSq: number; min: number; max: number }>();
 
+  /** The token arrays the facts read from a token store: the audit's (and the ids when drift is checked). */
+  get tokenColumns(): TokenColumns {
+    return this.checks.tokenizer ? 'audit+ids' : 'audit';
+  }
+
   /** Adds the facts of store rows [rows.length, store.count), in batches; stops early when `cancelled()`. */
   async extend(store: RolloutStore, options: { batch?: number; cancelled?: () => boolean; onBatch?: (done: number, total: number) => void; yieldEvery?: () => Promise<void> } = {}): Promise<number> {
     const batch = options.batch ?? 500;
@@ -113,7 +122,7 @@ export class RolloutTable {
     while (this.rows.length < store.count) {
       if (options.cancelled?.()) break;
       const from = this.rows.length;
-      for (const row of await store.rows(from, Math.min(store.count, from + batch))) this.add(rowFacts(row, store.read, this.checks));
+      for (const row of await store.rows(from, Math.min(store.count, from + batch), this.tokenColumns)) this.add(rowFacts(row, store.read, this.checks));
       options.onBatch?.(this.rows.length, store.count);
       await options.yieldEvery?.();
     }

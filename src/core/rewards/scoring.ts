@@ -116,7 +116,7 @@ export async function* scoreRollouts(
     batch = [];
   };
   const only = options.only;
-  for await (const item of readSource(path)) {
+  for await (const item of readSource(path, undefined, {}, 'none')) {  // a reward reads text: no token arrays
     options.signal?.throwIfAborted();
     const at = item.where ? fileLine(item.where) : undefined;
     if (at && only) {

@@ -243,7 +243,18 @@ export const RunConfigSchema = S.object(
                 'builtin: keep only the last this many checkpoints (older ones are deleted as new ones are written; step-000000 — the warm start — and each curriculum stage\'s last step are always kept: a resume needs them). Default: all of them for the tiny policy, 3 for a Hugging Face model (a 3B full fine-tune\'s checkpoint is ~37 GB). A finished run with a Hugging Face model also writes model/ (Hugging Face format; LoRA merged into the base, the adapter in model/adapter/), which transformers and vLLM load.',
             }),
           ),
-          save_rollouts: S.optional(S.boolean(undefined, true)),
+          save_rollouts: S.optional(S.boolean('Record training rollouts (train.record says which and how); false: only held-out evaluations are recorded.', true)),
+          record: S.optional(
+            S.object(
+              {
+                format: S.optional(S.enum(['store', 'jsonl'] as const, 'How rollouts are recorded: the token store (Parquet columns, rollouts/step-NNNNNN/: ~8 bytes a token, written off the training step) or v2 JSONL (rollouts/step-NNNNNN.jsonl: ~60-80 bytes a token, every number as text). Both are read by every view; `search-agent-studio export jsonl` converts a store.', 'store')),
+                every: S.optional(S.integer({ minimum: 1, default: 1, description: 'Record the sampled groups of every k-th step (steps divisible by k). Flagged rollouts and held-out evaluations are recorded on every step.' })),
+                groups: S.optional(S.describe(S.union(S.integer({ minimum: 0 }), S.null()), 'Whole GRPO groups a recorded step keeps, drawn by the step (never part of a group); null: all of them. The groups of flagged rollouts are always kept.')),
+                queue: S.optional(S.integer({ minimum: 1, default: 2, description: 'Steps the background writer may hold; when it is this far behind, a step records only its flagged groups and says so (a warning, record/dropped_rollouts, run.json record.dropped).' })),
+              },
+              { ...strict, description: 'What of each step\'s rollouts is recorded, and how (docs/trainer.md#recording-rollouts). Metrics always cover every rollout; run.json\'s `record` says what was recorded. Always recorded: held-out evaluations, and the rollouts an in-run check flags (a leak: loss mask against role; a non-finite number; a trained token whose log-prob ratio lies outside [0.5, 2]), with their whole groups.' },
+            ),
+          ),
           supervised_warmup: S.optional(
             S.object(
               {

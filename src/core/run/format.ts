@@ -212,7 +212,15 @@ export function rolloutSpans(r: Pick<Rollout, 'response' | 'spans' | 'tokens'>):
     const read = spansFromWire(r.spans, r.response);
     if (!('error' in read)) return read;
   }
-  return r.tokens ? spansFromTokens(r.response, r.tokens.text, r.tokens.role) : undefined;
+  if (!r.tokens) return undefined;
+  let text: readonly string[];
+  try {
+    text = r.tokens.text;
+  } catch {
+    // a token-store record read without its ids and texts (the audit's columns): read by its tags, as plain text
+    return undefined;
+  }
+  return Array.isArray(text) && Array.isArray(r.tokens.role) ? spansFromTokens(r.response, text, r.tokens.role) : undefined;
 }
 
 /** A located problem in a file: `file:line: field: message`. */

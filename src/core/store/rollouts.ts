@@ -1,8 +1,9 @@
 /**
- * Rollouts from a JSONL file, a run directory (`runs/<id>/rollouts/step-NNNNNN.jsonl`), or a directory of
- * JSONL files (e.g. veRL's `{step}.jsonl` dumps), as one sequence of rows: indexed, random access, followed
- * while a run writes. Rows are parsed and validated when read; a malformed row is reported with its file,
- * line and field, and the others are unaffected.
+ * Rollouts from a JSONL file, a run directory (`runs/<id>/rollouts/step-NNNNNN.jsonl`, or the token store's
+ * `rollouts/step-NNNNNN/` step directories: tokenStore.ts), one store step, or a directory of JSONL files (e.g.
+ * veRL's `{step}.jsonl` dumps), as one sequence of rows: indexed, random access, followed while a run writes. Rows
+ * are parsed and validated when read; a malformed row is reported with its file (a store step's directory), line (a
+ * store row's number, from 1) and field, and the others are unaffected.
  */
 import { watch, type FSWatcher } from 'node:fs';
 import { readFile, readdir, stat } from 'node:fs/promises';
@@ -11,7 +12,8 @@ import { FieldError, fromVerlDump } from '../importers/verl';
 import { formerBuiltinName, resolveConfigPath } from '../paths';
 import { applyDialect, validateRollout, type LocatedIssue, type ReadOptions, type Rollout } from '../run/format';
 import { DIALECTS, type Dialect } from '../tags/parser';
-import { JsonlFile, readLines, type IndexProgress } from './jsonl';
+import { JsonlFile, readLines, tooLongMessage, type IndexProgress } from './jsonl';
+import { isStoreStep, StoreStep, STEP_DIR, STORE_FILES, type TokenColumns } from './tokenStore';
 
 export interface RolloutRow {
   /** Row number across all files (0-based). */
@@ -102,23 +104,68 @@ function isVerlLine(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v) && !('v' in v) && 'output' in v && ('input' in v || 'gts' in v || 'score' in v);
 }
 
-/** The JSONL files a path stands for, in order: itself, a run's rollouts/, or a directory's *.jsonl by number. */
+/**
+ * The parts a path stands for, in step order: a JSONL file, or a token-store step directory (its rollouts.parquet
+ * or the directory itself); a run's rollouts/ (or any directory): its *.jsonl files and step directories by number
+ * (a step recorded both ways is read from its store directory). Each part is a "file" of RolloutRow.
+ */
 export async function rolloutFiles(path: string): Promise<string[]> {
   const st = await stat(path);
-  if (!st.isDirectory()) return [path];
+  if (!st.isDirectory()) return basename(path) === STORE_FILES.rollouts ? [dirname(path)] : [path];
+  if (await isStoreStep(path)) return [path];
   let dir = path;
   try {
     if ((await stat(join(path, 'rollouts'))).isDirectory()) dir = join(path, 'rollouts');
   } catch {
     /* not a run directory: the directory's own files */
   }
-  const names = (await readdir(dir)).filter((n) => n.endsWith('.jsonl'));
+  const names = await readdir(dir);
+  const steps = new Set<string>();
+  for (const n of names) if (STEP_DIR.test(n) && (await isStoreStep(join(dir, n)))) steps.add(n);
+  const parts = [...steps, ...names.filter((n) => n.endsWith('.jsonl') && !steps.has(n.slice(0, -'.jsonl'.length)))];
   const num = (n: string) => {
-    const m = /(\d+)\.jsonl$/.exec(n);
+    const m = /(\d+)(\.jsonl)?$/.exec(n);
     return m ? Number(m[1]) : Number.POSITIVE_INFINITY;
   };
-  names.sort((a, b) => num(a) - num(b) || a.localeCompare(b));
-  return names.map((n) => join(dir, n));
+  const val = (n: string) => (n.startsWith('val-') ? 1 : 0);
+  parts.sort((a, b) => num(a) - num(b) || val(a) - val(b) || a.localeCompare(b));
+  return parts.map((n) => join(dir, n));
+}
+
+/** Whether a part of rolloutFiles is a token-store step (else a JSONL file). */
+export async function isStorePart(file: string): Promise<boolean> {
+  return !file.endsWith('.jsonl') && (await isStoreStep(file));
+}
+
+/**
+ * Every row of one part, in order, without an index: a JSONL file line by line, a store step in row groups.
+ * `tokens`: which token arrays a store reads (a JSONL line always has what it has).
+ */
+export async function* readPart(file: string, read: ReadOptions = {}, signal?: AbortSignal, tokens: TokenColumns = 'all'): AsyncGenerator<Omit<RolloutRow, 'index'>> {
+  if (await isStorePart(file)) {
+    const step = await StoreStep.open(file);
+    for (let from = 0; from < step.count; from += 256) {
+      if (signal?.aborted) throw signal.reason ?? new Error('aborted');
+      for (const r of await step.rows(from, from + 256, tokens)) yield r.record ? { file, line: r.line, record: applyDialect(r.record, read), errors: [] } : { file, line: r.line, value: r.value, errors: r.errors };
+    }
+    return;
+  }
+  for await (const { line, text, tooLong } of readLines(file, signal)) {
+    if (tooLong !== undefined) yield { file, line, errors: [{ file, line, field: '', message: tooLongMessage(tooLong) }] };
+    else yield parseRolloutLine(text, file, line, read);
+  }
+}
+
+/** The row at `line` of a part (a JSONL line number, or a store row's number from 1); undefined past its end. */
+export async function readPartRow(file: string, line: number, read: ReadOptions = {}): Promise<(Omit<RolloutRow, 'index'> & { raw?: string }) | undefined> {
+  if (await isStorePart(file)) {
+    const step = await StoreStep.open(file);
+    const r = (await step.rows(line - 1, line))[0];
+    if (!r) return undefined;
+    return r.record ? { file, line, record: applyDialect(r.record, read), errors: [] } : { file, line, value: r.value, errors: r.errors, raw: JSON.stringify(r.value ?? null) };
+  }
+  for await (const l of readLines(file)) if (l.line === line) return { ...parseRolloutLine(l.text, file, l.line, read), raw: l.text };
+  return undefined;
 }
 
 export interface StoreOptions {
@@ -129,12 +176,94 @@ export interface StoreOptions {
   signal?: AbortSignal;
 }
 
+/** One part of a store's sequence of rows: a JSONL file (indexed by lines) or a token-store step. */
+interface Part {
+  readonly path: string;
+  readonly count: number;
+  readonly indexBytes: number;
+  rows(from: number, to: number, read: ReadOptions, tokens: TokenColumns): Promise<Omit<RolloutRow, 'index'>[]>;
+  raw(from: number, to: number): Promise<{ line: number; text: string }[]>;
+  update(): Promise<{ reset: boolean }>;
+  finish(): Promise<void>;
+  close(): Promise<void>;
+}
+
+class JsonlPart implements Part {
+  constructor(private readonly f: JsonlFile) {}
+  get path() {
+    return this.f.path;
+  }
+  get count() {
+    return this.f.count;
+  }
+  get indexBytes() {
+    return this.f.indexBytes;
+  }
+  async rows(from: number, to: number, read: ReadOptions): Promise<Omit<RolloutRow, 'index'>[]> {
+    return (await this.f.readRows(from, to)).map((r) => parseRolloutLine(r.text, this.f.path, r.line, read));
+  }
+  raw(from: number, to: number) {
+    return this.f.readRows(from, to);
+  }
+  update() {
+    return this.f.update();
+  }
+  async finish() {
+    await this.f.finish();
+  }
+  close() {
+    return this.f.close();
+  }
+}
+
+/** A committed store step: immutable, unless a resume removed it or a writer replaced it whole (then reset). */
+class StorePart implements Part {
+  private constructor(
+    private step: StoreStep,
+    private stamp: string,
+  ) {}
+  static async open(dir: string): Promise<StorePart> {
+    return new StorePart(await StoreStep.open(dir), await StorePart.stampOf(dir));
+  }
+  private static async stampOf(dir: string): Promise<string> {
+    const st = await stat(join(dir, STORE_FILES.rollouts)).catch(() => undefined);
+    return st ? `${st.ino}:${st.size}:${st.mtimeMs}` : 'gone';
+  }
+  get path() {
+    return this.step.dir;
+  }
+  get count() {
+    return this.step.count;
+  }
+  get indexBytes() {
+    return 0;
+  }
+  async rows(from: number, to: number, read: ReadOptions, tokens: TokenColumns): Promise<Omit<RolloutRow, 'index'>[]> {
+    const file = this.step.dir;
+    return (await this.step.rows(from, to, tokens)).map((r) => (r.record ? { file, line: r.line, record: applyDialect(r.record, read), errors: [] } : { file, line: r.line, value: r.value, errors: r.errors }));
+  }
+  async raw(from: number, to: number) {
+    return (await this.step.searchTexts(from, to)).map((text, k) => ({ line: from + k + 1, text }));
+  }
+  async update(): Promise<{ reset: boolean }> {
+    const stamp = await StorePart.stampOf(this.step.dir);
+    if (stamp === this.stamp) return { reset: false };
+    this.stamp = stamp;
+    if (stamp !== 'gone') this.step = await StoreStep.open(this.step.dir);
+    return { reset: true };
+  }
+  async finish() {}
+  async close() {}
+}
+
 export class RolloutStore {
-  private files: JsonlFile[] = [];
-  /** prefix[k] = rows before file k. */
+  private files: Part[] = [];
+  /** prefix[k] = rows before part k. */
   private prefix: number[] = [0];
   private watchers: FSWatcher[] = [];
   private poll: ReturnType<typeof setInterval> | undefined;
+  /** Which token arrays a store step reads for `rows` (set by a reader that needs fewer: the audit's). */
+  tokens: TokenColumns = 'all';
 
   private constructor(
     readonly path: string,
@@ -159,16 +288,21 @@ export class RolloutStore {
   }
 
   private async addFile(file: string): Promise<void> {
-    // Only the last file is followed (has a pending partial line); earlier ones are complete.
-    const jf = await JsonlFile.open(file, {
-      follow: this.options.follow,
-      signal: this.options.signal,
-      onProgress: this.options.onProgress && ((p) => this.options.onProgress!({ ...p, file })),
-    });
-    // A file that is no longer the last is complete: its pending line (if any) is a row.
-    const previous = this.files[this.files.length - 1];
-    if (previous && this.options.follow) await previous.finish();
-    this.files.push(jf);
+    if (await isStorePart(file)) {
+      this.files.push(await StorePart.open(file));
+      this.options.onProgress?.({ bytes: 0, totalBytes: 0, rows: this.files[this.files.length - 1]!.count, file });
+    } else {
+      // Only the last file is followed (has a pending partial line); earlier ones are complete.
+      const jf = await JsonlFile.open(file, {
+        follow: this.options.follow,
+        signal: this.options.signal,
+        onProgress: this.options.onProgress && ((p) => this.options.onProgress!({ ...p, file })),
+      });
+      // A file that is no longer the last is complete: its pending line (if any) is a row.
+      const previous = this.files[this.files.length - 1];
+      if (previous && this.options.follow) await previous.finish();
+      this.files.push(new JsonlPart(jf));
+    }
     this.recount();
   }
 
@@ -190,7 +324,7 @@ export class RolloutStore {
     return this.files.reduce((n, f) => n + f.indexBytes, 0);
   }
 
-  /** The file and local row of global row i. */
+  /** The part and local row of global row i. */
   private locate(i: number): { k: number; local: number } {
     let lo = 0;
     let hi = this.files.length - 1;
@@ -202,29 +336,37 @@ export class RolloutStore {
     return { k: lo, local: i - this.prefix[lo]! };
   }
 
-  /** Raw text of rows [from, to). */
-  async rawRows(from: number, to: number): Promise<{ index: number; file: string; line: number; text: string }[]> {
+  /** Rows [from, to) part by part. */
+  private async collect<T>(from: number, to: number, get: (part: Part, lo: number, hi: number, base: number) => Promise<T[]>): Promise<T[]> {
     from = Math.max(0, from);
     to = Math.min(this.count, to);
-    const out: { index: number; file: string; line: number; text: string }[] = [];
+    const out: T[] = [];
     let i = from;
     while (i < to) {
       const { k, local } = this.locate(i);
       const f = this.files[k]!;
       const n = Math.min(to - i, f.count - local);
-      for (const r of await f.readRows(local, local + n)) out.push({ index: this.prefix[k]! + r.index, file: f.path, line: r.line, text: r.text });
+      out.push(...(await get(f, local, local + n, this.prefix[k]!)));
       i += n;
     }
     return out;
   }
 
-  /** Parsed, validated rows [from, to). */
-  async rows(from: number, to: number): Promise<RolloutRow[]> {
-    return (await this.rawRows(from, to)).map((r) => ({ index: r.index, ...parseRolloutLine(r.text, r.file, r.line, this.options.read) }));
+  /**
+   * Raw text of rows [from, to): a JSONL row's line; a store row's record without its token arrays, as JSON (what
+   * the inspector's text search reads).
+   */
+  async rawRows(from: number, to: number): Promise<{ index: number; file: string; line: number; text: string }[]> {
+    return this.collect(from, to, async (f, lo, hi, base) => (await f.raw(lo, hi)).map((r, k) => ({ index: base + lo + k, file: f.path, line: r.line, text: r.text })));
+  }
+
+  /** Parsed, validated rows [from, to) (a store step reads the token arrays `tokens` says; default this.tokens). */
+  async rows(from: number, to: number, tokens: TokenColumns = this.tokens): Promise<RolloutRow[]> {
+    return this.collect(from, to, async (f, lo, hi, base) => (await f.rows(lo, hi, this.read, tokens)).map((r, k) => ({ index: base + lo + k, ...r })));
   }
 
   async row(i: number): Promise<RolloutRow | undefined> {
-    return (await this.rows(i, i + 1))[0];
+    return (await this.rows(i, i + 1, 'all'))[0];
   }
 
   /** Picks up appended rows and new files. `reset` when a file was truncated or replaced. */
@@ -242,6 +384,13 @@ export class RolloutStore {
       /* vanished: keep what we have */
     }
     const known = new Set(this.files.map((f) => f.path));
+    if (this.files.some((f) => !names.includes(f.path)) && names.length) {
+      // a part went (a resume removed later steps): start over from what is there
+      for (const f of this.files) await f.close();
+      this.files = [];
+      for (const n of names) await this.addFile(n);
+      return { added: this.count, reset: true };
+    }
     for (const n of names) if (!known.has(n)) await this.addFile(n);
     this.recount();
     return { added: reset ? this.count : this.count - before, reset };
@@ -278,7 +427,8 @@ export class RolloutStore {
         running = false;
       }
     };
-    const targets = new Set<string>([this.path, join(this.path, 'rollouts'), ...this.files.map((f) => f.path)]);
+    // the directories and the JSONL files (a store step never changes: its directory is not watched)
+    const targets = new Set<string>([this.path, join(this.path, 'rollouts'), ...this.files.filter((f) => f instanceof JsonlPart).map((f) => f.path)]);
     for (const t of targets) {
       try {
         this.watchers.push(watch(t, { persistent: false }, () => void tick()));
@@ -305,8 +455,6 @@ export class RolloutStore {
 }
 
 /** Streams every row of a path in order without building an index (summaries, conversions). */
-export async function* streamRollouts(path: string, signal?: AbortSignal): AsyncGenerator<Omit<RolloutRow, 'index'>> {
-  for (const file of await rolloutFiles(path)) {
-    for await (const { line, text } of readLines(file, signal)) yield parseRolloutLine(text, file, line);
-  }
+export async function* streamRollouts(path: string, signal?: AbortSignal, read: ReadOptions = {}, tokens: TokenColumns = 'all'): AsyncGenerator<Omit<RolloutRow, 'index'>> {
+  for (const file of await rolloutFiles(path)) yield* readPart(file, read, signal, tokens);
 }

@@ -6,7 +6,7 @@
  */
 import { createHash } from 'node:crypto';
 import { statSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import * as vscode from 'vscode';
 import { rolloutFile } from '../../core/host/runs';
@@ -212,6 +212,8 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
       path = picked?.[0]?.fsPath;
     }
     if (!path) return;
+    // a token-store step's rollouts.parquet: the step (its directory)
+    if (basename(path) === 'rollouts.parquet') path = dirname(path);
     this.log.info(`inspector: ${path} (${how})`);
     let dir = false;
     try {

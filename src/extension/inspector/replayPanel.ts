@@ -12,8 +12,7 @@ import { loadTextTokenizer, runTokenizer, runVocabSize, type TokenizerCodec } fr
 import type { ForkChoices, ForkOptions, ForkResult, ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol';
 import type { Rollout } from '../../core/run/format';
 import { formatIssue } from '../../core/run/format';
-import { readLines } from '../../core/store/jsonl';
-import { parseRolloutLine, rawPreview, runConfigDialect, runConfigNear, type RolloutRow } from '../../core/store/rollouts';
+import { rawPreview, readPartRow, runConfigDialect, runConfigNear, type RolloutRow } from '../../core/store/rollouts';
 import type { Dialect } from '../../core/tags/parser';
 import { nodeCommand } from '../node';
 import { findTrainerPython, SETUP_COMMAND } from '../training/python';
@@ -57,14 +56,11 @@ export class ReplayPanel implements vscode.Disposable {
     this.disposables.push(vscode.commands.registerCommand('searchAgent.replayRollout', (file: string, line: number) => this.showLine(file, line)));
   }
 
-  /** Replays the rollout on `line` of a JSONL file (the Runs view's rollouts). */
+  /** Replays the rollout on `line` of a JSONL file, or row `line` (from 1) of a token-store step (the Runs view's rollouts, the Reward Lab). */
   async showLine(file: string, line: number): Promise<void> {
-    let index = 0;
-    for await (const l of readLines(file)) {
-      if (l.line === line) return this.show(file, [{ index, row: { index, ...parseRolloutLine(l.text, file, l.line, { ...trajectoryReadOptions(vscode.Uri.file(file), this.log), ...(await runDialectOf(file)) }) }, raw: rawPreview(l.text) }]);
-      index++;
-    }
-    void vscode.window.showWarningMessage(`Search Agent: ${file} has no line ${line}.`);
+    const row = await readPartRow(file, line, { ...trajectoryReadOptions(vscode.Uri.file(file), this.log), ...(await runDialectOf(file)) });
+    if (row) return this.show(file, [{ index: line - 1, row: { index: line - 1, ...row }, raw: row.raw === undefined ? undefined : rawPreview(row.raw) }]);
+    void vscode.window.showWarningMessage(`Search Agent: ${file} has no ${file.endsWith('.jsonl') ? 'line' : 'row'} ${line}.`);
   }
 
   async show(source: string, inputs: ReplayInput[]): Promise<void> {

@@ -11,7 +11,8 @@ import { basename, dirname, join } from 'node:path';
 import * as vscode from 'vscode';
 import { failedSoFar, type RewardLabContract, type RewardLabState } from '../../core/protocol';
 import { rolloutFileKind } from '../../core/importers';
-import { rolloutFiles } from '../../core/store/rollouts';
+import { isStorePart, rolloutFiles } from '../../core/store/rollouts';
+import { STEP_DIR, StoreStep } from '../../core/store/tokenStore';
 import { JsonlFile } from '../../core/store/jsonl';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { rewardTemplate } from '../../core/rewards/template';
@@ -28,10 +29,12 @@ async function rolloutChoices(): Promise<Choice[]> {
   const exclude = '**/{node_modules,.git,.venv,out,dist}/**';
   const runs = (await vscode.workspace.findFiles('**/run.json', exclude, 200)).map((u) => dirname(u.fsPath)).sort();
   const files = (await vscode.workspace.findFiles('**/*.jsonl', exclude, 2000)).map((u) => u.fsPath);
-  const kinds = await Promise.all(files.map(async (f) => [f, await rolloutFileKind(f)] as const));
+  const kinds: (readonly [string, 'rollouts' | 'verl' | undefined])[] = await Promise.all(files.map(async (f) => [f, await rolloutFileKind(f)] as const));
+  // the token store's steps (rollouts/step-N/rollouts.parquet): the step directory
+  for (const u of await vscode.workspace.findFiles('**/rollouts/*step-*/rollouts.parquet', exclude, 2000)) kinds.push([dirname(u.fsPath), 'rollouts'] as const);
   const items: Choice[] = runs.map((dir) => ({ label: `$(folder) ${vscode.workspace.asRelativePath(dir)}`, description: 'run directory: all its rollouts', path: dir }));
   const ofRun = (f: string) => runs.find((r) => f.startsWith(`${r}/rollouts/`) || f.startsWith(`${r}\\rollouts\\`));
-  const step = (f: string) => /(val-)?step-(\d+)\.jsonl$/.exec(f);
+  const step = (f: string) => /(val-)?step-(\d+)(\.jsonl)?$/.exec(f);
   const found = kinds.filter(([, k]) => k).map(([f, k]) => ({ f, k: k!, run: ofRun(f), m: step(f) }));
   found.sort((a, b) => (a.run ?? '~').localeCompare(b.run ?? '~') || (a.m && b.m ? Number(a.m[2]) - Number(b.m[2]) || (a.m[1] ? 1 : 0) - (b.m[1] ? 1 : 0) : a.f.localeCompare(b.f)));
   for (const { f, k, run, m } of found) {
@@ -333,7 +336,7 @@ export class RewardWorkbench implements vscode.Disposable {
     const m = /^(.*?):(\d+)(?::(\d+))?$/.exec(where);
     if (!m) throw new Error(`not a file location: ${where}`);
     // A rollout (file.jsonl:line): its replay, which shows the reward and its parts beside the trajectory.
-    if (m[1]!.endsWith('.jsonl') && m[3] === undefined) {
+    if ((m[1]!.endsWith('.jsonl') || STEP_DIR.test(basename(m[1]!))) && m[3] === undefined) {
       await vscode.commands.executeCommand('searchAgent.replayRollout', m[1], Number(m[2]));
       return;
     }
@@ -438,9 +441,13 @@ export class RewardWorkbench implements vscode.Disposable {
 async function countRows(path: string): Promise<number | null> {
   try {
     const files = await rolloutFiles(path);
-    if (!files.every((f) => f.endsWith('.jsonl'))) return null;
     let n = 0;
     for (const f of files) {
+      if (await isStorePart(f)) {
+        n += (await StoreStep.open(f)).count;
+        continue;
+      }
+      if (!f.endsWith('.jsonl')) return null;
       const j = await JsonlFile.open(f);
       n += j.count;
       await j.close();

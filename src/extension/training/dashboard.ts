@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import * as vscode from 'vscode';
-import { auditMetricRows } from '../../core/audit/series';
+import { auditMetricRows, withoutTrainerSeries } from '../../core/audit/series';
 import { AuditThread } from '../../core/audit/thread';
 import { MetricsTail } from '../../core/host/metricsTail';
 import { listRuns, readRun, rolloutFile } from '../../core/host/runs';
@@ -119,7 +119,7 @@ export class Dashboard implements vscode.Disposable {
     try {
       const steps = await this.audits.update(f.dir);
       if (!steps || !this.followed.includes(f)) return;
-      f.auditRows = auditMetricRows(steps);
+      f.auditRows = withoutTrainerSeries(auditMetricRows(steps), f.rows);
       this.web?.endpoint.emit('audit', { dir: f.dir, rows: f.auditRows });
     } catch (e) {
       this.log.warn(`audit of ${f.dir}'s rollouts: ${(e as Error).message}`);

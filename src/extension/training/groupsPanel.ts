@@ -9,8 +9,7 @@ import { groupViews, type LocatedRollout } from '../../core/audit/groups';
 import type { GroupsContract, GroupsState } from '../../core/protocol';
 import { listRuns, readRun, rolloutFile, zeroVarianceSteps } from '../../core/host/runs';
 import { formatIssue } from '../../core/run/format';
-import { readLines } from '../../core/store/jsonl';
-import { parseRolloutLine, runConfigDialect } from '../../core/store/rollouts';
+import { readPart, runConfigDialect } from '../../core/store/rollouts';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
 import { pickRun, runDirOf } from './runsView';
@@ -68,9 +67,8 @@ export class GroupsPanel implements vscode.Disposable {
     const read = { ...trajectoryReadOptions(vscode.Uri.file(file), this.log), ...(runDialect ? { runDialect } : {}) };
     const rollouts: LocatedRollout[] = [];
     const errors: string[] = [];
-    for await (const l of readLines(file)) {
-      const row = parseRolloutLine(l.text, file, l.line, read);
-      if (row.record) rollouts.push({ record: row.record, file, line: l.line });
+    for await (const row of readPart(file, read)) {
+      if (row.record) rollouts.push({ record: row.record, file, line: row.line });
       else if (row.errors[0]) errors.push(formatIssue(row.errors[0]));
     }
     this.state = { source: file, ...(step !== undefined ? { step } : {}), groups: groupViews(rollouts, read), errors };

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import * as vscode from 'vscode';
 import { listRuns, rolloutFile, SMOOTHING, type RunInfo } from '../../core/host/runs';
+import { isStorePart, readPart } from '../../core/store/rollouts';
 import type { TrainingController } from './trainingController';
 
 /**
@@ -52,6 +53,19 @@ const MAX_ROLLOUTS = 200;
 /** The first `limit` rollouts of a step file: line number, question, reward (streamed, so a big file is cheap). */
 async function rolloutsOf(file: string, limit: number): Promise<{ nodes: Node[]; more: boolean }> {
   const nodes: Node[] = [];
+  if (await isStorePart(file)) {
+    // a token-store step: its rollouts' fields (no token arrays), row by row
+    let more = false;
+    for await (const row of readPart(file, {}, undefined, 'none')) {
+      if (nodes.length >= limit) {
+        more = true;
+        break;
+      }
+      const r = row.record;
+      nodes.push(r ? { kind: 'rollout', file, line: row.line, label: `${r.group ?? ''}/${r.sample ?? ''} ${r.question ?? ''}`.trim(), reward: r.reward, detail: `reward ${fmt(r.reward)} · ${r.searches ?? 0} searches · ${r.finish ?? ''}` } : { kind: 'rollout', file, line: row.line, label: `row ${row.line}: malformed`, detail: 'not a rollout record' });
+    }
+    return { nodes, more };
+  }
   const rl = createInterface({ input: createReadStream(file, { encoding: 'utf8' }), crlfDelay: Infinity });
   let line = 0;
   let more = false;
@@ -90,7 +104,7 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
 
   constructor(private readonly controller: TrainingController) {
     this.view = vscode.window.createTreeView('searchAgent.runs', { treeDataProvider: this, showCollapseAll: true });
-    const watcher = vscode.workspace.createFileSystemWatcher('**/{run.json,metrics.jsonl,rollouts/step-*.jsonl}');
+    const watcher = vscode.workspace.createFileSystemWatcher('**/{run.json,metrics.jsonl,rollouts/step-*.jsonl,rollouts/step-*/rollouts.parquet}');
     const poke = () => this.refreshSoon();
     this.disposables.push(
       this.view,

@@ -243,10 +243,23 @@ def training_batch(setup, rollout):
     return batch
 
 
+def jsonl_config(setup) -> dict:
+    """The run config with train.record.format "jsonl": the records as the JSONL has them (numbers to 6 decimals)."""
+    cfg = dict(setup.cfg)
+    return {**cfg, "train": {**(cfg.get("train") or {}), "record": {"format": "jsonl"}}}
+
+
+def recorded(rec: StepRecorder, path: Path) -> list[dict]:
+    """What the recorder's writer thread wrote (a JSONL file or a token-store step)."""
+    assert rec.flush(60)
+    return lines(path)
+
+
 def test_the_recorder_writes_records_that_validate_and_pass_the_mask_audit(setup, rollout, tmp_path):
     batch = training_batch(setup, rollout)
-    rec = StepRecorder(tmp_path / "run", dict(setup.cfg), total_steps=3, tokenizer=setup.tokenizer)
-    records = rec.rollouts(batch, 1)
+    rec = StepRecorder(tmp_path / "run", jsonl_config(setup), total_steps=3, tokenizer=setup.tokenizer)
+    rec.rollouts(batch, 1)
+    records = recorded(rec, tmp_path / "run" / "rollouts" / "step-000001.jsonl")
     assert [(r["group"], r["sample"]) for r in records] == [("train:1:0", 0), ("train:1:0", 1), ("train:1:1", 0), ("train:1:1", 1)]
     for i, r in enumerate(records):
         audit_rollout(r)  # schema, lengths, loss_mask 1 exactly on generated tokens, prompt first
@@ -258,7 +271,15 @@ def test_the_recorder_writes_records_that_validate_and_pass_the_mask_audit(setup
             assert t[ours] == [None] * P + [round(float(v), 6) if m else None for v, m in zip(batch.batch[theirs][i, : len(x["ids"])], x["mask"])]
         assert r["reward"] == float(batch.batch["token_level_scores"][i].sum()) and r["question"] == EXAMPLES[i // 2].question
         assert r["dialect"] == "searchr1" and r["finish"] == x["sas"]["finish"] and r["meta"].get("retrieval", []) == x["sas"]["retrieval"]
-    assert lines(tmp_path / "run" / "rollouts" / "step-000001.jsonl") == json.loads(json.dumps(records))
+    # the token store (the default format) holds the same records, numbers as float32
+    store = StepRecorder(tmp_path / "store" / "run", dict(setup.cfg), total_steps=3, tokenizer=setup.tokenizer)
+    store.rollouts(batch, 1)
+    for a, b in zip(recorded(store, tmp_path / "store" / "run" / "rollouts" / "step-000001.jsonl"), records):
+        assert a["tokens"]["ids"] == b["tokens"]["ids"] and a["tokens"]["role"] == b["tokens"]["role"] and a["tokens"]["loss_mask"] == b["tokens"]["loss_mask"]
+        for k, x in b["tokens"].items():
+            if k not in ("text", "ids", "role", "loss_mask"):
+                assert all((p is None) == (q is None) and (p is None or abs(p - q) <= 1e-6) for p, q in zip(a["tokens"][k], x)), k
+        assert {k: v for k, v in a.items() if k != "tokens"} == {k: v for k, v in b.items() if k != "tokens"}
     # veRL's metrics for the step (Tracking.log) join ours: metrics.jsonl, a metrics event, run.json's step
     rec.metrics(1, {"critic/score/mean": np.float64(0.5), "actor/pg_clipfrac": 0.1, "timing_s/step": 2.0, "not a number": "x"})
     m = lines(tmp_path / "run" / "metrics.jsonl")[-1]
@@ -279,7 +300,9 @@ def test_a_planted_mask_disagreement_is_caught(setup, rollout, tmp_path):
     k = roles.index("retrieved")
     batch.batch["response_mask"][0, k] = 1  # as if veRL had trained on a retrieved token
     rec = StepRecorder(tmp_path / "run", dict(setup.cfg), total_steps=3, tokenizer=setup.tokenizer)
-    records = rec.rollouts(batch, 1)
+    rec.rollouts(batch, 1)
+    records = recorded(rec, tmp_path / "run" / "rollouts" / "step-000001.jsonl")
+    assert rec.pending[1]["record/flagged/leak"] == 1  # the in-run check flagged it (a leak): always recorded
     with pytest.raises(AssertionError):
         audit_rollout(records[0])
     for r in records[1:]:
@@ -297,9 +320,10 @@ def test_validation_batches_padded_by_veRL_are_recorded_once_per_sample(setup, r
     padded = DataProto.concat([rollout, rollout[:2]])  # veRL pads a validation batch with its first rows
     padded_inputs = DataProto.concat([inputs, inputs[:2]])
     rec = StepRecorder(tmp_path / "run", dict(setup.cfg), total_steps=3, tokenizer=setup.tokenizer)
-    records = rec.rollouts(padded, 0, "val", inputs=padded_inputs.non_tensor_batch, max_per_group=2)
+    rec.rollouts(padded, 0, "val", inputs=padded_inputs.non_tensor_batch, max_per_group=2)
+    records = recorded(rec, tmp_path / "run" / "rollouts" / "val-step-000000.jsonl")
     assert len(records) == 4 and all(r["split"] == "val" for r in records)
-    assert (tmp_path / "run" / "rollouts" / "val-step-000000.jsonl").exists()
+    assert (tmp_path / "run" / "rollouts" / "val-step-000000" / "rollouts.parquet").exists()
     evaluation = [e for e in lines(tmp_path / "run" / "events.jsonl") if e["event"] == "eval"][0]["metrics"]
     assert evaluation["val/em"] == 0.5
     # The dataset's meta (hops, kind, bridge) went through veRL's parquet and back: the held-out metrics by hops that
@@ -431,7 +455,8 @@ def test_the_recording_trainer_hooks_write_the_run_and_stop_after_a_checkpoint(s
     assert [(e["step"], e["phase"]) for e in events if e["event"] == "progress"][:2] == [(1, "rollout"), (1, "update")]
     metrics = lines(run_dir / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3] and metrics[0]["critic/score/mean"] == 0.5 and metrics[0]["mask/generated_tokens"] > 0
-    assert sorted(p.name for p in (run_dir / "rollouts").iterdir()) == ["step-000001.jsonl", "step-000002.jsonl", "step-000003.jsonl"]
+    assert sorted(p.name for p in (run_dir / "rollouts").iterdir()) == ["step-000001", "step-000002", "step-000003"]  # the token store's steps
+    assert json.loads((run_dir / "run.json").read_text())["record"]["recorded"]["steps"] == 3
 
     # a stop asked for during step 1 of a new run: the step is recorded, a checkpoint saved, the run `stopped`
     saved.clear()

@@ -37,6 +37,7 @@ from ...data import Example
 from ...generation import TurnGenerator
 from ...policy import build_policy, compute_dtype
 from ...rollout import Trajectory, make_dialect
+from ...recorder import RecordSettings, StepData, StepJob, columns_from_window, concat_data, expected_window, role_codes_of, rollout_flags, select
 from ...run_writer import rollout_record
 from ...train import SUMMARY_KEYS, Trainer, _mean, _version
 from ...advantages import zero_std_group_fraction
@@ -167,7 +168,7 @@ class TRLEngine(Trainer):
             import json
 
             start = int(json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]) // self.plan.trl_steps
-            w.truncate_after(start)
+            self._truncate_after(start)
             w.log(f"resuming from {ckpt}")
         n_params = sum(p.numel() for p in self.policy.parameters())
         n_train = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
@@ -327,63 +328,114 @@ class TRLEngine(Trainer):
             b["ppo_kl"][1] += float(m.sum())
 
     # -- the end of a step ----------------------------------------------------------------------------------------
-    def _local_records(self, step: int) -> list[tuple[int, dict[str, Any], Trajectory]]:
-        """(global row, record, trajectory) for this process's rows, the token arrays from TRL's tensors."""
+    def _recorder(self) -> Any:
+        return super()._recorder() if self.rank == 0 else None
+
+    def _local_rows(self) -> dict[str, Any]:
+        """This process's rows, vectorised over TRL's tensors (left-aligned completions): the in-run checks' flags
+        (recorder.rollout_flags), the numbers of the records and where each is scored, and per-row sums for the
+        step's metrics."""
         b = self.batch
         T = b["tensors"]
-        loss = T["completion_mask"] * T["tool_mask"] if "tool_mask" in T else T["completion_mask"]
-        old = T.get("old_per_token_logps")
-        trained = old if old is not None else b["current"]  # on-policy: TRL's old log-probs are the update's own
-        first = self.trl.accelerator.process_index * len(b["trajs"])
-        out = []
-        for i, t in enumerate(b["trajs"]):
-            prompt = T["prompt_ids"][i][T["prompt_mask"][i].bool()].tolist()
-            L = int(T["completion_mask"][i].sum())
-            ids = prompt + T["completion_ids"][i][:L].tolist()
+        cm = T["completion_mask"]
+        loss = cm * T["tool_mask"] if "tool_mask" in T else cm
+        C = int(cm.shape[1])
+        trained = T.get("old_per_token_logps")
+        trained = trained if trained is not None else b["current"]  # on-policy: TRL's old log-probs are the update's own
+        codes = [role_codes_of(t.roles) for t in b["trajs"]]
+        generated = expected_window(codes, C, True, align="left")
+        expected = expected_window(codes, C, bool(self.cfg.algorithm.loss_masking), align="left")
+        adv = T["advantages"].float()[:, None].expand(-1, C)
+        window = {"rollout_logprob": (T.get("sampling_per_token_logps"), generated), "logprob": (trained, loss), "ref_logprob": (T.get("ref_per_token_logps"), loss), "advantage": (adv, loss), "entropy": (b["entropy"], loss)}
+        window = {k: (x.float(), m) if x is not None else None for k, (x, m) in window.items()}
+        nan = torch.full_like(loss, math.nan, dtype=torch.float32)
+        sampled = torch.where(generated.bool(), window["rollout_logprob"][0], nan) if window["rollout_logprob"] else None
+        stats: dict[str, float] = {}
+        flags = rollout_flags(valid=cm, loss_mask=loss, expected=expected, logprob=torch.where(loss.bool(), trained.float(), nan), rollout_logprob=sampled, numbers=[p for p in window.values() if p is not None], stats=stats, generated=generated)
+        gap = torch.zeros(len(codes))
+        if sampled is not None:
+            d = (trained.float() - sampled).abs()
+            d = torch.where(loss.bool() & torch.isfinite(d), d, torch.zeros_like(d))
+            gap = d.max(-1).values
+        P = T["prompt_mask"].sum(-1)
+        summary = {"advantage": T["advantages"].float().tolist(), "loss_tokens": loss.sum(-1).tolist(), "gap": gap.tolist(), "tokens": (P + cm.sum(-1)).tolist()}
+        return {"codes": codes, "window": window, "loss": loss, "flags": flags, "summary": summary, "stats": stats}
+
+    def _piece(self, rows: list[int], first: int, local: dict[str, Any]) -> dict[str, Any]:
+        """The recorded rows of this process (row indices local), as slices of its tensors: sent to rank 0, whose
+        writer thread builds their columns (`_piece_data`)."""
+        T = self.batch["tensors"]
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        return {
+            "rows": [first + i for i in rows],
+            "prompt_ids": T["prompt_ids"][idx],
+            "prompt_mask": T["prompt_mask"][idx],
+            "completion_ids": T["completion_ids"][idx],
+            "completion_mask": T["completion_mask"][idx],
+            "loss": local["loss"][idx],
+            "codes": [local["codes"][i] for i in rows],
+            "window": {k: (p[0][idx], p[1][idx]) if p is not None else None for k, p in local["window"].items()},
+        }
+
+    @staticmethod
+    def _piece_data(piece: dict[str, Any], keep: set[int], trajs: list[Trajectory], run_id: str, step: int, logprob_meta: dict[str, Any]) -> StepData:
+        """A piece's kept rows as a step's data (the rollouts' ids checked against TRL's: never re-tokenised)."""
+        rows = [k for k, g in enumerate(piece["rows"]) if g in keep]
+        seq: dict[int, list[int]] = {}
+        plen: dict[int, int] = {}
+        for k in rows:
+            t = trajs[piece["rows"][k]]
+            prompt = piece["prompt_ids"][k][piece["prompt_mask"][k].bool()].tolist()
+            L = int(piece["completion_mask"][k].sum())
+            ids = prompt + piece["completion_ids"][k][:L].tolist()
             if ids != t.prompt_ids + t.ids:
                 raise RuntimeError(f"step {step}: TRL's token ids for trajectory {t.group}:{t.sample} are not the rollout's")
-            P = len(prompt)
-            m = loss[i][:L]
-
-            # Unscored positions are null (docs/run-format.md): the prompt; the sampler's log-probs off the generated
-            # tokens; TRL's log-probs, entropies and advantages off the tokens its loss counts.
-            scored_loss = [bool(y) for y in m.tolist()]
-            generated = [r == "generated" for r in t.roles]
-
-            def row(x: torch.Tensor | None, on_loss: bool = True) -> list[float | None] | None:
-                if x is None:
-                    return None
-                return [None] * P + [round(float(y), 6) if s else None for y, s in zip(x[i][:L].float().tolist(), scored_loss if on_loss else generated)]
-
-            tokens: dict[str, list[Any]] = {"text": self.tok.token_texts(ids), "ids": ids, "role": ["prompt"] * P + t.roles, "loss_mask": [0] * P + [int(y) for y in m.tolist()]}
-            for key, x, on_loss in (("rollout_logprob", T.get("sampling_per_token_logps"), False), ("logprob", trained, True), ("ref_logprob", T.get("ref_per_token_logps"), True), ("entropy", b["entropy"], True)):
-                v = row(x, on_loss)
-                if v is not None:
-                    tokens[key] = v
-            tokens["advantage"] = [None] * P + [round(float(T["advantages"][i]), 6) if s else None for s in scored_loss]
-            rec = rollout_record(t, run_id=self.writer.run["id"], step=step, split="train", tokens=tokens)
-            rec["meta"]["rollout_logprob_kind"] = self.settings["rollout_logprob_kind"]  # the audit's microscope reads it
-            if self.settings["rollout_logprob_kind"] == "processed":
-                rec["meta"]["rollout_top_p"] = self.cfg.rollout.top_p
-            out.append((first + i, rec, t))
-        return out
+            seq[k], plen[k] = ids, len(prompt)
+        codes = {k: piece["codes"][k] for k in rows}
+        window = {k: p for k, p in piece["window"].items() if p is not None and p[0] is not None}
+        cols = columns_from_window(rows=rows, seq_ids=seq, prompt_lengths=plen, role_codes=codes, window=window, loss_mask=piece["loss"], align="left")
+        records = [rollout_record(trajs[piece["rows"][k]], run_id=run_id, step=step, split="train", tokens=None) for k in rows]
+        for rec in records:  # the audit's microscope reads which log-probs the sampler's are
+            rec["meta"].update(logprob_meta)
+        return StepData(records, cols)
 
     def end_step(self, step: int, control: Any) -> None:
-        """Every process, after the last optimizer step of our step `step`: records to rank 0 (written there), the
-        step's metrics (waiting for TRL's logs), evaluation, the stop decision, the checkpoint decision."""
+        """Every process, after the last optimizer step of our step `step`: the in-run checks and per-row sums to rank
+        0 (one gather), the rows train.record keeps (the same choice on every process) to rank 0 (a second gather:
+        only what is recorded), rank 0's metrics and recorder; evaluation, the stop decision, the checkpoint."""
         from accelerate.utils import gather_object
 
         cfg, b = self.cfg, self.batch
-        local = self._local_records(step)
-        stats = {"failed": b.get("failed", 0), "ppo_kl": b["ppo_kl"], "timing": b["timing"]}
-        gathered = gather_object([(local, stats)])
+        trajs = b["trajs"]
+        local = self._local_rows()
+        stats = {"failed": b.get("failed", 0), "ppo_kl": b["ppo_kl"], "timing": b["timing"], "checks": local["stats"]}
+        gathered = gather_object([([t.group for t in trajs], local["flags"], local["summary"], trajs, stats)])
+        keys = [k for part in gathered for k in part[0]]
+        flags = [f for part in gathered for f in part[1]]
+        first = sum(len(part[0]) for part in gathered[: self.trl.accelerator.process_index])
+        settings = RecordSettings.of(cfg)
+        keep = select(keys, flags, step, settings, held_out=False) if settings.enabled else []
+        mine = [g - first for g in keep if first <= g < first + len(trajs)]
+        pieces = gather_object([self._piece(mine, first, local)])
         self.step = step
         m: dict[str, float] = {}
         if self.rank == 0:
-            rows = sorted((r for part, _ in gathered for r in part), key=lambda x: x[0])
-            if cfg.train.save_rollouts:
-                self.writer.rollouts(f"step-{step:06d}", [rec for _, rec, _ in rows])
-            m = self._step_metrics([rec for _, rec, _ in rows], [t for _, _, t in rows], [s for _, s in gathered])
+            all_trajs = [t for part in gathered for t in part[3]]
+            summary = {k: [x for part in gathered for x in part[2][k]] for k in ("advantage", "loss_tokens", "gap", "tokens")}
+            m = self._step_metrics(summary, all_trajs, [part[4] for part in gathered])
+            run_id = self.writer.run["id"]
+            kind = self.settings["rollout_logprob_kind"]
+            logprob_meta = {"rollout_logprob_kind": kind, **({"rollout_top_p": self.cfg.rollout.top_p} if kind == "processed" else {})}
+
+            def build(kept: list[int]) -> StepData:
+                wanted = set(kept)
+                return concat_data([self._piece_data(p, wanted, all_trajs, run_id, step, logprob_meta) for p in pieces if p["rows"]])
+
+            checks: dict[str, float] = {}
+            for part in gathered:
+                for k, v in part[4]["checks"].items():
+                    checks[k] = checks.get(k, 0.0) + v
+            m.update(self.recorder.submit(StepJob(f"step-{step:06d}", step, "train", len(keys), keys, flags, build, stats=checks)))
         last = step == self.total
         if self.eval_set and ((cfg.train.eval_every and step % cfg.train.eval_every == 0) or last):
             m.update(self.evaluate(step))
@@ -399,12 +451,12 @@ class TRLEngine(Trainer):
         if stop:
             control.should_training_stop = True
 
-    def _step_metrics(self, records: list[dict[str, Any]], trajs: list[Trajectory], stats: list[dict[str, Any]]) -> dict[str, float]:
-        """The step's metrics in our/veRL names, from every process's records (the tensors TRL trained on)."""
+    def _step_metrics(self, rows: dict[str, list[float]], trajs: list[Trajectory], stats: list[dict[str, Any]]) -> dict[str, float]:
+        """The step's metrics in our/veRL names, from every process's per-row sums (of the tensors TRL trained on)."""
         m = self._rollout_metrics(trajs)
         scores = torch.tensor([t.reward or 0.0 for t in trajs])
-        adv = torch.tensor([next((a for a in r["tokens"]["advantage"] if a is not None), 0.0) for r in records])  # one per sequence
-        loss_tokens = sum(sum(r["tokens"]["loss_mask"]) for r in records)
+        adv = torch.tensor(rows["advantage"])  # one per sequence
+        loss_tokens = sum(rows["loss_tokens"])
         response_tokens = sum(len(t.ids) for t in trajs)
         m.update(
             {
@@ -417,7 +469,7 @@ class TRLEngine(Trainer):
                 "critic/advantages/min": float(adv.min()),
                 "reward/frac_zero_std_groups": zero_std_group_fraction(scores, [t.group for t in trajs]),
                 "reward/errors": float(sum(s["failed"] for s in stats)),
-                "mask/loss_tokens": loss_tokens / len(records),
+                "mask/loss_tokens": loss_tokens / len(trajs),
                 "mask/loss_fraction": loss_tokens / max(response_tokens, 1),
             }
         )
@@ -426,15 +478,15 @@ class TRLEngine(Trainer):
         parts = sorted({k for t in trajs for k in t.reward_parts})
         for k in parts:
             m[f"reward/parts/{k}/mean"] = _mean([t.reward_parts[k] for t in trajs if k in t.reward_parts])
-        if self.cfg.rollout.top_p >= 1.0:
-            gaps = [abs(a - b) for r in records for a, b, mk in zip(r["tokens"]["rollout_logprob"], r["tokens"]["logprob"], r["tokens"]["loss_mask"]) if mk and a is not None and b is not None]
-            if gaps:
-                m["rollout/logprob_diff_max"] = max(gaps)
+        if self.cfg.rollout.top_p >= 1.0 and any(x > 0 for x in rows["gap"]):
+            m["rollout/logprob_diff_max"] = max(rows["gap"])
+        elif self.cfg.rollout.top_p >= 1.0 and rows["gap"]:
+            m["rollout/logprob_diff_max"] = 0.0
         for key in ("rollout", "reward", "retrieve"):
             m[f"timing_s/{key}"] = max(s["timing"].get(key, 0.0) for s in stats)  # the processes run side by side
         generated = sum(t.roles.count("generated") for t in trajs)
         m["perf/rollout_tokens_per_s"] = generated / max(m["timing_s/rollout"], 1e-9)
-        m["_tokens"] = float(sum(len(r["tokens"]["ids"]) for r in records))
+        m["_tokens"] = float(sum(rows["tokens"]))
         return m
 
     def log_trl(self, logs: dict[str, Any]) -> None:

@@ -445,7 +445,7 @@ def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], e
     if _get(cfg, "model.dtype", "auto") == "fp32":
         notes.append("model.dtype fp32: veRL's FSDP keeps fp32 master weights and computes in bf16 (its mixed precision); not mapped")
     if _get(cfg, "train.save_rollouts", True) is False:
-        notes.append("train.save_rollouts false: the veRL engine always records rollouts (they are what the recorder is for)")
+        notes.append("train.save_rollouts false: the veRL engine always records rollouts (they are what the recorder is for); train.record says which")
     out = [f"{k}={hydra_value(v)}" for k, v in o.items() if v is not None or not (k.startswith("+") or k.endswith(".logprobs_mode"))]
     return out + list(s["overrides"]), notes
 

@@ -25,7 +25,9 @@ run directory (main.py writes it on SIGTERM): the step finishes, a checkpoint is
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import os
 import platform
 import traceback
@@ -34,12 +36,15 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import torch
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
 from ... import __version__
+from ...recorder import Recorder, RecordSettings, StepData, StepJob, expected_window, role_codes_of, rollout_flags
 from ...rollout import Trajectory, truncation_warning
 from ...record.tokens import token_record, trajectory_of
 from ...run_writer import RunWriter, disk_full_message
+from ... import token_store
 from ...train import SUMMARY_KEYS, Trainer, held_out_metrics
 from . import STOP_FILE
 from .agent_loop import our_tokenizer
@@ -65,14 +70,9 @@ def expected_mask(role: str, loss_masking: bool = True) -> int:
     return 1 if role == "generated" or (not loss_masking and role != "prompt") else 0
 
 
-def records_from_batch(batch: Any, tokenizer: Any, *, run_id: str, step: int, split: str, inputs: dict[str, Any] | None = None, max_per_group: int | None = None) -> tuple[list[dict[str, Any]], list[Trajectory]]:
-    """Rollout records (and their trajectories, for metrics) from a veRL DataProto. `inputs`: non-tensor columns of
-    the batch that was generated from, when `batch` lacks them (validation outputs); `max_per_group`: keep at most
-    this many rows per uid (drops the copies veRL pads a validation batch with)."""
-    tok = our_tokenizer(tokenizer)
-    td, nt = batch.batch, dict(inputs or {}) | dict(batch.non_tensor_batch)
-    P = td["prompts"].shape[1]
-    attn = td["attention_mask"]
+def _batch_rows(batch: Any, inputs: dict[str, Any] | None, max_per_group: int | None) -> tuple[list[tuple[int, int, str, int]], dict[str, Any]]:
+    """(group, sample, uid, batch row) of the rows recorded, by group and sample, and the non-tensor columns."""
+    nt = dict(inputs or {}) | dict(batch.non_tensor_batch)
     uids = nt.get("uid", nt.get("index"))
     groups: dict[str, int] = {}
     seen: dict[str, int] = defaultdict(int)
@@ -83,45 +83,97 @@ def records_from_batch(batch: Any, tokenizer: Any, *, run_id: str, step: int, sp
             continue
         rows.append((groups.setdefault(uid, len(groups)), seen[uid], uid, i))
         seen[uid] += 1
-    records, trajs = [], []
-    for group, sample, uid, i in sorted(rows):
+    return sorted(rows), nt
+
+
+def trajectories_from_batch(batch: Any, tokenizer: Any, *, inputs: dict[str, Any] | None = None, max_per_group: int | None = None) -> tuple[list[tuple[int, int, str, int]], list[Trajectory]]:
+    """The trajectories of a veRL DataProto's rows (what the step's metrics read; no token arrays), and each one's
+    (group, sample, uid, batch row). `inputs`, `max_per_group`: as records_from_batch."""
+    td = batch.batch
+    rows, nt = _batch_rows(batch, inputs, max_per_group)
+    P = td["prompts"].shape[1]
+    attn = td["attention_mask"]
+    scores = td.get("token_level_scores", td.get("rm_scores")) if hasattr(td, "get") else None
+    trajs = []
+    for group, sample, uid, i in rows:
         prompt_ids = td["prompts"][i][attn[i, :P].bool()].tolist()
         L = int(attn[i, P:].sum())
         ids = td["responses"][i, :L].tolist()
-        mask = [int(m) for m in td["response_mask"][i, :L].tolist()]
         row = {k: v[i] for k, v in nt.items()}
         sas = row.get("sas") or {}
         roles = list(sas.get("roles") or [])[:L]
         if len(roles) != L:  # not one of our agent loops: the mask is all there is
-            roles = ["generated" if m else "retrieved" for m in mask]
+            roles = ["generated" if m else "retrieved" for m in td["response_mask"][i, :L].tolist()]
         detail = json.loads(row["sas_reward"]) if isinstance(row.get("sas_reward"), str) else {}
-        scores = td.get("token_level_scores", td.get("rm_scores")) if hasattr(td, "get") else None
-        t = trajectory_of(
+        trajs.append(trajectory_of(
             example_of(row), group, sample, sas.get("prompt") or tokenizer.decode(prompt_ids, skip_special_tokens=False), prompt_ids, ids, roles,
             sas.get("response") if sas.get("response") is not None else tokenizer.decode(ids, skip_special_tokens=True),
             finish=sas.get("finish"), turns=int(sas.get("turns", 0)), searches=int(sas.get("searches", 0)), valid_actions=int(sas.get("valid_actions", 0)),
             retrieval=list(sas.get("retrieval") or []), reward=float(scores[i].sum()) if scores is not None else detail.get("reward"),
             reward_parts=dict(detail.get("parts") or {}), metrics=dict(detail.get("metrics") or {}), reward_error=detail.get("error"),
-        )
-        # Unscored positions are null (docs/run-format.md): the prompt; the sampler's log-probs off the generated
-        # tokens; veRL's log-probs, values and advantages off the tokens it trained on (its response_mask).
-        arrays = {ours: td[theirs][i, :L].tolist() for ours, theirs in TOKEN_ARRAYS if theirs in td.keys()}
-        rec = token_record(t, tok.token_texts, run_id=run_id, step=step, split=split, mask=mask, arrays=arrays, known=sas.get("roles") is not None)
-        if sas:
-            rec["dialect"] = sas.get("dialect", "searchr1")
-        else:  # a loop of the user's own: its dialect is read from the text; its roles restate veRL's mask
-            rec.pop("dialect", None)
-            rec["meta"]["roles"] = "engine loss mask (response_mask)"
-        if sas.get("strict_actions"):
-            rec["strict_actions"] = True
-        if sas.get("spans") and sas.get("response") is not None:
-            rec["spans"] = sas["spans"]
-        if sas.get("obs_truncated"):
-            rec["meta"]["obs_truncated"], rec["meta"]["obs_longest"] = int(sas["obs_truncated"]), int(sas.get("obs_longest", 0))
-        rec["meta"]["verl"] = {"uid": uid, "index": str(row.get("index", "")), "roles": "agent loop" if sas.get("roles") is not None else "from response_mask"}
-        records.append(rec)
-        trajs.append(t)
-    return records, trajs
+            dialect=sas.get("dialect", "searchr1"), strict_actions=bool(sas.get("strict_actions")),
+        ))
+    return rows, trajs
+
+
+def record_of_row(td: Any, nt: dict[str, Any], where: tuple[int, int, str, int], t: Trajectory, tok: Any, *, run_id: str, step: int, split: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One row's rollout record with its token arrays over prompt + response (veRL's tensors, as it trained), built
+    by the one record builder every engine's recorder uses (record/tokens.py). `meta`: added to the record's meta
+    (the sampler's log-prob kind on training rows)."""
+    _, _, uid, i = where
+    L = len(t.ids)
+    mask = [int(m) for m in td["response_mask"][i, :L].tolist()]
+    row = {k: v[i] for k, v in nt.items()}
+    sas = row.get("sas") or {}
+    # Unscored positions are null (docs/run-format.md): the prompt; the sampler's log-probs off the generated
+    # tokens; veRL's log-probs, values and advantages off the tokens it trained on (its response_mask).
+    arrays = {ours: td[theirs][i, :L].tolist() for ours, theirs in TOKEN_ARRAYS if theirs in td.keys()}
+    rec = token_record(t, tok.token_texts, run_id=run_id, step=step, split=split, mask=mask, arrays=arrays, known=sas.get("roles") is not None)
+    if sas:
+        rec["dialect"] = sas.get("dialect", "searchr1")
+    else:  # a loop of the user's own: its dialect is read from the text; its roles restate veRL's mask
+        rec.pop("dialect", None)
+        rec["meta"]["roles"] = "engine loss mask (response_mask)"
+    if sas.get("strict_actions"):
+        rec["strict_actions"] = True
+    if sas.get("spans") and sas.get("response") is not None:
+        rec["spans"] = sas["spans"]
+    if sas.get("obs_truncated"):
+        rec["meta"]["obs_truncated"], rec["meta"]["obs_longest"] = int(sas["obs_truncated"]), int(sas.get("obs_longest", 0))
+    rec["meta"]["verl"] = {"uid": uid, "index": str(row.get("index", "")), "roles": "agent loop" if sas.get("roles") is not None else "from response_mask"}
+    if meta:
+        rec["meta"].update(meta)
+    return rec
+
+
+def records_from_batch(batch: Any, tokenizer: Any, *, run_id: str, step: int, split: str, inputs: dict[str, Any] | None = None, max_per_group: int | None = None, meta: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], list[Trajectory]]:
+    """Rollout records (and their trajectories, for metrics) from a veRL DataProto. `inputs`: non-tensor columns of
+    the batch that was generated from, when `batch` lacks them (validation outputs); `max_per_group`: keep at most
+    this many rows per uid (drops the copies veRL pads a validation batch with)."""
+    rows, trajs = trajectories_from_batch(batch, tokenizer, inputs=inputs, max_per_group=max_per_group)
+    _, nt = _batch_rows(batch, inputs, max_per_group)
+    tok = our_tokenizer(tokenizer)
+    return [record_of_row(batch.batch, nt, w, t, tok, run_id=run_id, step=step, split=split, meta=meta) for w, t in zip(rows, trajs)], trajs
+
+
+def batch_flags(td: Any, rows: list[tuple[int, int, str, int]], trajs: list[Trajectory], loss_masking: bool, stats: dict[str, float] | None = None) -> tuple[list[list[str]], list[int]]:
+    """The in-run checks of the recorded rows (recorder.rollout_flags), vectorised over veRL's (B, R) tensors
+    (responses left-aligned), and each row's leaked tokens (its response_mask against the roles)."""
+    idx = torch.as_tensor([w[3] for w in rows], dtype=torch.long)
+    R = int(td["responses"].shape[1])
+    codes = [role_codes_of(t.roles) for t in trajs]
+    valid = torch.arange(R)[None, :] < torch.as_tensor([len(c) for c in codes])[:, None]
+    loss = td["response_mask"][idx].float() * valid
+    expected = expected_window(codes, R, loss_masking, align="left")
+    generated = expected_window(codes, R, True, align="left").bool()
+    nan = torch.full((len(rows), R), math.nan)
+    have = set(td.keys())
+    sampled = torch.where(generated, td["rollout_log_probs"][idx].float(), nan) if "rollout_log_probs" in have else None
+    old = torch.where(loss.bool(), td["old_log_probs"][idx].float(), nan) if "old_log_probs" in have else None
+    numbers = [(td[theirs][idx].float(), generated if ours == "rollout_logprob" else loss) for ours, theirs in TOKEN_ARRAYS if theirs in have]
+    flags = rollout_flags(valid=valid, loss_mask=loss, expected=expected, logprob=old, rollout_logprob=sampled, numbers=numbers, stats=stats, generated=generated)
+    leaks = ((loss != expected) & valid).sum(-1).tolist()
+    return flags, [int(x) for x in leaks]
 
 
 def mask_leaks(records: list[dict[str, Any]], loss_masking: bool = True) -> tuple[int, list[str]]:
@@ -160,6 +212,9 @@ class StepRecorder:
             self.writer.run["pid"] = pid
         self.writer._write_run()
         self.tokenizer = tokenizer
+        # train.save_rollouts false does not stop this engine's recording (overrides.py says so): train.record does
+        settings = dataclasses.replace(RecordSettings.of(config), enabled=True)
+        self.recorder = Recorder(self.writer.dir, settings, texts=lambda ids: our_tokenizer(tokenizer).token_texts(ids), warn=self.writer.warning)
         self.loss_masking = bool((config.get("algorithm") or {}).get("loss_masking", True))
         self.max_obs_length = int((config.get("rollout") or {}).get("max_obs_length", 0))
         self.pending: dict[int, dict[str, float]] = defaultdict(dict)
@@ -168,31 +223,59 @@ class StepRecorder:
     def run_id(self) -> str:
         return self.writer.run["id"]
 
-    def rollouts(self, batch: Any, step: int, split: str = "train", inputs: dict[str, Any] | None = None, max_per_group: int | None = None) -> list[dict[str, Any]]:
-        """Writes the step's records; our metrics for the step wait for veRL's (`metrics`)."""
-        records, trajs = records_from_batch(batch, self.tokenizer, run_id=self.run_id, step=step, split=split, inputs=inputs, max_per_group=max_per_group)
-        if split == "train":
-            for r in records:
-                r["meta"].update(self.logprob_meta)
+    def rollouts(self, batch: Any, step: int, split: str = "train", inputs: dict[str, Any] | None = None, max_per_group: int | None = None) -> None:
+        """Hands the step's rollouts to the recorder (recorder.py: the checks and train.record's choice here,
+        vectorised; the records built and written on its writer thread); our metrics for the step wait for veRL's
+        (`metrics`)."""
+        rows, trajs = trajectories_from_batch(batch, self.tokenizer, inputs=inputs, max_per_group=max_per_group)
         prefix = "val/" if split == "val" else ""
-        self.writer.rollouts(f"{'val-' if split == 'val' else ''}step-{step:06d}", records)
         # Validation: the held-out metrics every engine writes (EM, by hops, by kind, …); training: the rollouts'.
         m = (held_out_metrics(trajs) if split == "val" else Trainer._rollout_metrics(trajs, prefix=prefix)) if trajs else {}
-        leaks, where = mask_leaks(records, self.loss_masking)
-        m[f"{prefix}mask/leaked_tokens"] = float(leaks)
-        if leaks:
-            self.writer.warning(f"step {step} ({split}): {leaks} tokens in {len(where)} trajectories have a loss mask that disagrees with their role (first: {where[0]}); the mask veRL trained with is recorded as is", step=step, leaks=leaks)
-        cut = {"truncated": sum(r["meta"].get("obs_truncated", 0) for r in records), "longest": max((r["meta"].get("obs_longest", 0) for r in records), default=0)}
+        td = batch.batch
+        checks: dict[str, float] = {}
+        flags, leaked = batch_flags(td, rows, trajs, self.loss_masking, checks if split == "train" else None) if rows else ([], [])
+        m[f"{prefix}mask/leaked_tokens"] = float(sum(leaked))
+        if sum(leaked):
+            where = [f"{self.run_id}:{split}:{step}:{trajs[k].group}:{trajs[k].sample}" for k, n in enumerate(leaked) if n]
+            self.writer.warning(f"step {step} ({split}): {sum(leaked)} tokens in {len(where)} trajectories have a loss mask that disagrees with their role (first: {where[0]}); the mask veRL trained with is recorded as is", step=step, leaks=int(sum(leaked)))
+        nt = dict(inputs or {}) | dict(batch.non_tensor_batch)
+        sas = nt.get("sas")
+        cut = {"truncated": 0, "longest": 0}
+        if sas is not None:
+            for _, _, _, i in rows:
+                x = sas[i] or {}
+                cut["truncated"] += int(x.get("obs_truncated", 0) or 0)
+                cut["longest"] = max(cut["longest"], int(x.get("obs_longest", 0) or 0))
         message = truncation_warning(cut, self.max_obs_length)
         if message:
             self.writer.warning(f"step {step} ({split}): {message}", step=step)
         failed = [t for t in trajs if t.reward_error]
         if failed:
             self.writer.warning(f"step {step}: the reward module failed on {len(failed)} of {len(trajs)} trajectories (scored 0 for training): {failed[0].reward_error}", failed=len(failed))
+        run_id, tokenizer = self.run_id, self.tokenizer
+        meta = self.logprob_meta if split == "train" else None  # what kind of log-probs the sampler's are
+
+        def build(keep: list[int]) -> StepData:
+            tok = our_tokenizer(tokenizer)
+            records = [record_of_row(td, nt, rows[k], trajs[k], tok, run_id=run_id, step=step, split=split, meta=meta) for k in keep]
+            _, cols = token_store.columns_from_records(records)
+            return StepData([{k: v for k, v in r.items() if k != "tokens"} for r in records], cols)
+
+        name = f"{'val-' if split == 'val' else ''}step-{step:06d}"
+        m.update({f"{prefix}{k}": v for k, v in self.recorder.submit(StepJob(name, step, split, len(trajs), [t.group for t in trajs], flags, build, stats=checks if split == "train" else None)).items()})
         self.pending[step].update(m)
         if split == "val":
-            self.writer.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})
-        return records
+            self.writer.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/") and not k.startswith("val/record/")})
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Waits for the writer to write what it was handed (tests; the end of a run)."""
+        return self.recorder.flush(timeout)
+
+    def close(self) -> None:
+        """The end of a run: the writer writes what it holds; run.json says what was recorded."""
+        if not self.recorder.close(timeout=600):
+            self.writer.warning("the rollout writer did not finish within 10 minutes; the last steps' rollouts may be missing")
+        self.writer.run["record"] = self.recorder.summary()
 
     def metrics(self, step: int, data: dict[str, Any]) -> None:
         """veRL's metrics for a step (its Tracking.log), with ours: metrics.jsonl, a `metrics` event, run.json's step."""
@@ -201,6 +284,7 @@ class StepRecorder:
         self.writer.metrics(step, row)
         if step > 0:
             self.writer.event("metrics", step=step, metrics={k: row[k] for k in SUMMARY_KEYS if k in row})
+            self.writer.run["record"] = self.recorder.summary()
             self.writer.set_step(step)
 
 
@@ -258,6 +342,7 @@ class RecordingTrainer(RayPPOTrainer):
         out = super()._load_checkpoint()
         if self.global_steps:
             self.writer.truncate_after(self.global_steps)
+            self.recorder.recorder.truncate_after(self.global_steps)
             self.writer.log(f"resumed from veRL's checkpoint at step {self.global_steps}")
         self.writer.event("started", step=self.global_steps, total=self.total_training_steps, resumed=bool(self.global_steps), engine="verl", model=self.config.actor_rollout_ref.model.path, train_examples=len(self.train_dataset), eval_examples=len(self.val_dataset) if self.val_dataset is not None else 0)
         return out
@@ -308,10 +393,12 @@ class RecordingTrainer(RayPPOTrainer):
         w = self.writer
         try:
             super().fit()
+            recorder.close()
             w.finish("finished")
             w.event("finished", status="finished", step=int(w.run.get("step", 0)))
         except StopRequested:
             recorder.metrics(self.global_steps, {})  # the stopped step's own metrics never reach Tracking.log
+            recorder.close()
             reason = (self.run_dir / STOP_FILE).read_text(encoding="utf-8").strip() if (self.run_dir / STOP_FILE).exists() else ""
             w.finish("stopped", stop_reason=reason if reason in ("signal", "host-gone") else "signal")
             w.event("finished", status="stopped", step=self.global_steps)
@@ -321,6 +408,10 @@ class RecordingTrainer(RayPPOTrainer):
             message = full or f"{type(e).__name__}: {e}"
             w.log(f"error: {full}" if full else tb)
             w.event("error", best_effort=True, message=message, traceback=tb)
+            try:
+                recorder.close()
+            except OSError as e2:  # the writer's last steps hit the same full disk: what was written stays readable
+                w.log(f"could not finish writing the rollouts: {disk_full_message(e2) or e2}")
             try:
                 w.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
             except OSError:

@@ -1,0 +1,60 @@
+/**
+ * `search-agent-studio export jsonl <run-dir | step-dir | rollouts.jsonl> --out <F.jsonl | DIR>`: rollouts as v2
+ * JSONL records, from the token store (or JSONL: copied record by record, validated). `--out` a `.jsonl` file: every
+ * row in order in one file; otherwise a directory: one file per step (`step-000042.jsonl`, `val-step-000042.jsonl`),
+ * the layout `train.record.format: "jsonl"` writes. Numbers are the store's float32 values, printed as the shortest
+ * decimal that reads back as the same float32. Each file is written to a temporary name and renamed.
+ */
+import { mkdir } from 'node:fs/promises';
+import { basename, join } from 'node:path';
+import type { Rollout } from '../core/run/format';
+import { formatIssue } from '../core/run/format';
+import { readPart, rolloutFiles } from '../core/store/rollouts';
+import { shortFloat32, STORE_FILES } from '../core/store/tokenStore';
+import type { CliIo } from './command';
+import { OutputError, OutputFile, writeErrorReason } from './output';
+
+const STORE_PATHS = Object.values(STORE_FILES);
+
+/** A record as one JSONL line: token numbers of a store as their shortest float32 decimals. */
+export function recordLine(r: Rollout): string {
+  if (!r.tokens) return JSON.stringify(r);
+  const t = r.tokens as Record<string, unknown>;
+  const tokens: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(t)) tokens[k] = k === 'text' || k === 'ids' || k === 'role' || k === 'loss_mask' || !Array.isArray(v) ? v : v.map((x: number | null) => (x === null ? null : shortFloat32(x)));
+  return JSON.stringify({ ...r, tokens });
+}
+
+export async function exportJsonl(src: string, out: string, io: CliIo): Promise<number> {
+  const parts = await rolloutFiles(src);
+  const single = out.endsWith('.jsonl');
+  // Each output file refuses to be one of the parts read, is written to a temporary name and renamed (output.ts).
+  const inputs = parts.flatMap((p) => (p.endsWith('.jsonl') ? [p] : STORE_PATHS.map((f) => join(p, f))));
+  if (!single) await mkdir(out, { recursive: true }).catch((e: unknown) => {
+    throw new OutputError(out, writeErrorReason(e));
+  });
+  let rows = 0;
+  let bad = 0;
+  let file: OutputFile | undefined;
+  try {
+    if (single) file = await OutputFile.create(out, inputs);
+    for (const part of parts) {
+      if (!single) file = await OutputFile.create(join(out, `${basename(part).replace(/\.jsonl$/, '')}.jsonl`), inputs);
+      for await (const row of readPart(part)) {
+        if (!row.record) {
+          bad++;
+          for (const e of row.errors.slice(0, 1)) io.err(`${formatIssue(e)} (skipped)\n`);
+          continue;
+        }
+        await file!.write(`${recordLine(row.record)}\n`);
+        rows++;
+      }
+      if (!single) await file!.commit();
+    }
+    await file?.commit();
+  } finally {
+    await file?.abort();
+  }
+  io.out(`exported ${rows} rollouts from ${parts.length} ${parts.length === 1 ? 'part' : 'parts'} of ${src} to ${out}${bad ? ` (${bad} malformed, skipped)` : ''}\n`);
+  return bad ? 2 : 0;
+}
