@@ -5,17 +5,17 @@
  * checkout plans the examples with `--model examples/one-gpu/models/...`). Exit 0 when it fits, 1 when it does not
  * (with the cheapest changes that would make it fit), 2 for a config or model shape that cannot be read.
  */
-import { resolve } from 'node:path';
 import { loadRunConfig, RunConfigError } from '../core/host/runConfig';
-import { formatPlan, parseBytes, planJson, planRun, PlanError } from '../core/plan/plan';
+import { formatPlan, parseBytes, planJson, planRun, PlanError, resolveModelArg } from '../core/plan/plan';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 
 /** The help's examples, each run as written from the repository root by test/unit/plan.test.ts. */
 export const PLAN_EXAMPLES: [string, string][] = [
-  ['plan examples/one-gpu/qwen2.5-3b-grpo.run.json --model examples/one-gpu/models/qwen2.5-3b', "does Search-R1's GRPO on Qwen2.5-3B fit one 80 GiB GPU? (the shape's config.json: no weights needed)"],
-  ['plan examples/one-gpu/qwen2.5-3b-grpo-verl.run.json --model examples/one-gpu/models/qwen2.5-3b', 'the same with veRL: the offload the plan chooses for one GPU'],
-  ['plan examples/qwen2.5-3b-grpo-verl.run.json --model examples/one-gpu/models/qwen2.5-3b --gpu-memory 141GiB --json', 'veRL on 8 H200s, as JSON'],
+  ['plan examples/one-gpu/qwen2.5-3b-grpo.run.json --model qwen2.5-3b', "does Search-R1's GRPO on Qwen2.5-3B fit one 80 GiB GPU? (the shape that ships with the package: no weights needed)"],
+  ['plan examples/one-gpu/qwen2.5-3b-grpo-trl.run.json --model qwen2.5-3b', 'the same with TRL: vLLM colocated in sleep mode, a bf16 reference'],
+  ['plan examples/one-gpu/qwen2.5-3b-grpo-verl.run.json --model qwen2.5-3b', 'the same with veRL: the offload the plan chooses for one GPU'],
+  ['plan examples/qwen2.5-3b-grpo-verl.run.json --model examples/one-gpu/models/qwen2.5-3b/config.json --gpu-memory 141GiB --json', 'veRL on 8 H200s, as JSON'],
 ];
 
 export const planCommand = defineCommand({
@@ -24,7 +24,7 @@ export const planCommand = defineCommand({
   builder: (y) => {
     let b = y
       .positional('config', { type: 'string', demandOption: true, describe: 'the run config (*.run.json); its data, retriever and model files need not exist' })
-      .option('model', { type: 'string', describe: "the model's shape: a model directory or its config.json (default: model.path's; the Qwen2.5 shapes are in examples/one-gpu/models/)" })
+      .option('model', { type: 'string', describe: "the model's shape: a model directory, its config.json, or a shape that ships with the package (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b: examples/one-gpu/models/); default: model.path's" })
       .option('gpu-memory', { type: 'string', default: '80GiB', describe: 'memory of one GPU (80GiB, 80GB, 141GiB, bytes)' })
       .option('gpus', { type: 'number', describe: 'GPUs the run has (default: the config\'s: devices, verl.gpus_per_node × verl.nodes; the builtin engine uses one)' })
       .option('device', { choices: ['cuda', 'cpu'] as const, default: 'cuda' as const, describe: 'plan for a CUDA GPU (bf16 autocast when model.dtype is auto) or the CPU' })
@@ -42,7 +42,7 @@ export const planCommand = defineCommand({
     }
     try {
       const loaded = await loadRunConfig(a.config, { files: false });
-      const plan = planRun(loaded, { gpuMemoryBytes, gpus: a.gpus, device: a.device, model: a.model === undefined ? undefined : resolve(a.model) });
+      const plan = planRun(loaded, { gpuMemoryBytes, gpus: a.gpus, device: a.device, model: a.model === undefined ? undefined : resolveModelArg(a.model) });
       io.out(a.json ? `${JSON.stringify(planJson(plan), null, 2)}\n` : `${formatPlan(plan, loaded.file)}\n`);
       return plan.fits ? 0 : 1;
     } catch (e) {

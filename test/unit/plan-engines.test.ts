@@ -42,8 +42,11 @@ function engineExamples(): [string, Obj][] {
 const withKeys = (config: Obj, keys: Obj): Obj => {
   const c = structuredClone(config);
   for (const [dotted, v] of Object.entries(keys)) {
-    const [s, k] = dotted.split('.') as [string, string];
-    if (v === undefined) delete c[s]?.[k];
+    const [s, k] = dotted.split('.') as [string, string | undefined];
+    if (k === undefined) {
+      if (v === undefined) delete c[s];
+      else c[s] = v;
+    } else if (v === undefined) delete c[s]?.[k];
     else c[s] = { ...(c[s] ?? {}), [k]: v };
   }
   return c;
@@ -59,7 +62,7 @@ function cases(): { name: string; config: Obj; base: string }[] {
     if (config.engine === 'verl') {
       out.push({ name: `${name} ppo`, config: withKeys(config, { 'algorithm.preset': 'search-r1-ppo', 'optim.mini_batch_size': 512 }), base });
       out.push({ name: `${name} lora, offload set, checkpointing off`, config: withKeys(config, { 'model.lora': { r: 16, alpha: 32 }, 'verl.param_offload': true, 'verl.optimizer_offload': false, 'model.gradient_checkpointing': false }), base });
-      out.push({ name: `${name} kl 0, sdpa, tp 2, 2 × 8 GPUs`, config: withKeys(config, { 'algorithm.kl_coef': 0, 'verl.attention': 'sdpa', 'verl.tensor_parallel': 2, 'verl.nodes': 2, 'verl.gpus_per_node': undefined, devices: undefined, 'optim.micro_batch_size': 3 }), base });
+      out.push({ name: `${name} kl 0, sdpa, tp 2, 2 × 8 GPUs`, config: withKeys(config, { 'algorithm.kl_coef': 0, 'verl.attention': 'sdpa', 'verl.tensor_parallel': 2, 'verl.nodes': 2, 'verl.gpus_per_node': 8, devices: undefined, 'optim.micro_batch_size': 3 }), base });
       out.push({ name: `${name} devices 16 over 2 nodes`, config: { ...withKeys(config, { 'verl.nodes': 2, 'verl.gpus_per_node': undefined }), devices: 16 }, base });
       out.push({ name: `${name} no verl section`, config: (({ verl: _v, ...rest }) => rest)(config), base });
     } else {
@@ -132,8 +135,13 @@ describe('memory plan: engines trl and verl', function () {
     assert.equal(plan.cpu!.parts.reference, 2 * plan.model.parameters); // bf16, on the CPU always
     // an H200: no offload needed
     assert.deepEqual(planRun(loadedExample(file), { gpuMemoryBytes: 141 * GiB }).chosen, []);
-    // the config's own offload stands: optimizer_offload false does not fit, and the plan does not change it
-    const off = planRun(loadedExample(file, { 'verl.optimizer_offload': false }));
+    // the config's own offload stands: with optimizer_offload false the plan offloads the parameters instead
+    const keep = planRun(loadedExample(file, { 'verl.optimizer_offload': false }));
+    assert.equal(keep.fits, true);
+    assert.deepEqual(keep.chosen.map((x) => [x.key, x.value]), [['verl.param_offload', true]]);
+    assert.equal(keep.cpu!.parts.weights, keep.devices[0]!.parts.weights);
+    // both set false: it does not fit, the plan changes neither, and says which to leave to it
+    const off = planRun(loadedExample(file, { 'verl.optimizer_offload': false, 'verl.param_offload': false }));
     assert.equal(off.fits, false);
     assert.deepEqual(off.chosen, []);
     assert.ok(off.suggestions.some((s) => s.startsWith('verl.optimizer_offload left to the plan') && /the plan then sets verl\.optimizer_offload: true/.test(s)), off.suggestions.join('\n'));

@@ -8,8 +8,9 @@
  * offloads or runs its own rollout engine (veRL, TRL) adds a planner that returns its devices' parts, built from the
  * same part functions (parts.ts).
  */
-import { readFileSync } from 'node:fs';
-import { resolveConfigPath } from '../paths';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { packageRoot, resolveConfigPath } from '../paths';
 import type { RunConfig } from '../run/config';
 import type { Engine } from '../run/engines';
 import { resolveRunConfig } from '../run/presets';
@@ -65,6 +66,27 @@ export interface MemoryPlan {
   problems: string[];
 }
 
+/** The model shapes that ship with the package (Qwen2.5 0.5B–7B config.json files): `plan --model qwen2.5-3b`. */
+export function shippedShapesDir(): string {
+  return join(packageRoot(), 'examples', 'one-gpu', 'models');
+}
+
+/** `plan --model`'s argument as a path: a model directory or config.json (relative to `cwd`), else the name of a
+ * shipped shape (shippedShapesDir). */
+export function resolveModelArg(arg: string, cwd = process.cwd()): string {
+  const path = resolve(cwd, arg);
+  if (existsSync(path)) return path;
+  const shipped = join(shippedShapesDir(), arg);
+  if (!/[\\/]/.test(arg) && existsSync(shipped)) return shipped;
+  let names: string[] = [];
+  try {
+    names = readdirSync(shippedShapesDir());
+  } catch {
+    /* an install without the examples */
+  }
+  throw new PlanError(`--model ${arg}: no such model directory or config.json (${path})${names.length ? `, nor a shape that ships with the package (${names.join(', ')})` : ''}`);
+}
+
 /** The shape of a model: a model directory, or a config.json file itself. */
 export function readShapeAt(path: string): ModelShape {
   return path.endsWith('.json') ? shapeOfFile(path) : readModelShape(path);
@@ -96,7 +118,7 @@ export function planRun(loaded: { config: RunConfig; base: string }, options: Pl
   } catch (e) {
     if (e instanceof ModelShapeError) {
       const missing = /no such file/.test(e.message);
-      throw new PlanError(missing && !options.model ? `${e.message}; the plan needs only the model's config.json: pass --model <model directory or config.json> (the Qwen2.5 shapes are in examples/one-gpu/models/, e.g. --model examples/one-gpu/models/qwen2.5-3b)` : e.message);
+      throw new PlanError(missing && !options.model ? `${e.message}; the plan needs only the model's config.json: pass --model <model directory, config.json, or a shape that ships with the package: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b>` : e.message);
     }
     throw e;
   }

@@ -252,7 +252,9 @@ export function verlPlan(ctx: PlanContext): EnginePlan {
     { paramOffload: true, optimizerOffload: true },
     { paramOffload: true, optimizerOffload: false },
   ];
-  const tries = all.filter((a) => (s.param_offload === undefined || a.paramOffload === s.param_offload) && (s.optimizer_offload === undefined || a.optimizerOffload === s.optimizer_offload));
+  // (optimizer offload frees the most of the two; with one of them set, the other is tried off first)
+  const offloads = (a: Arrangement) => Number(a.paramOffload) + Number(a.optimizerOffload);
+  const tries = all.filter((a) => (s.param_offload === undefined || a.paramOffload === s.param_offload) && (s.optimizer_offload === undefined || a.optimizerOffload === s.optimizer_offload)).sort((x, y) => offloads(x) - offloads(y));
   let chosen = tries[0]!;
   let planned = verlParts(ctx, config, inputs, s, chosen);
   let best = { a: chosen, planned, need: peak(planned.parts) };
