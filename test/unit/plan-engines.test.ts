@@ -13,7 +13,7 @@ import { checkRunHostMemory } from '../../src/core/host/runHost';
 import { checkRunConfig, loadRunConfig } from '../../src/core/host/runConfig';
 import { plannedConfig } from '../../src/core/host/verl';
 import { computesInBf16 } from '../../src/core/plan/builtin';
-import { MemoryPlanError } from '../../src/core/plan/check';
+import { checkRunMemory, MemoryPlanError } from '../../src/core/plan/check';
 import { planRun } from '../../src/core/plan/plan';
 import { trlMemoryInputs, trlProcesses } from '../../src/core/plan/trl';
 import { verlMemoryInputs } from '../../src/core/plan/verl';
@@ -99,6 +99,67 @@ function loadedExample(file: string, keys: Obj = {}): { config: any; base: strin
 
 describe('memory plan: engines trl and verl', function () {
   this.timeout(120_000);
+
+  // Qwen2.5-3B by hand from its config.json (hidden 2,048, 36 layers, 16 heads and 2 KV heads of 128, MLP 11,008,
+  // vocabulary 151,936, q/k/v biases, tied embeddings): per layer q 2,048² + 2,048, k and v 2,048 × 256 + 256 each,
+  // o 2,048², the MLP 3 × 2,048 × 11,008, two norms of 2,048; the embedding once; the final norm.
+  const LAYER = 2048 * 2048 + 2048 + 2 * (2048 * 256 + 256) + 2048 * 2048 + 3 * 2048 * 11008;
+  const P = 36 * (LAYER + 2 * 2048) + 151936 * 2048 + 2048;
+
+  it("Qwen2.5-3B's parts against hand computation: TRL's and veRL's one-GPU recipes, part by part and phase by phase", () => {
+    assert.equal(P, 3_085_938_688); // the model card's 3.09 B
+    const trl = planRun(loadedExample(join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-trl.run.json')));
+    assert.equal(trl.model.parameters, P);
+    const t = trl.devices[0]!.parts;
+    // fp32 master weights, fp32 gradients, AdamW's two fp32 moments, the reference in bf16
+    assert.deepEqual([t.weights, t.gradients, t.optimizer, t.reference], [4 * P, 4 * P, 8 * P, 2 * P]);
+    // vLLM's share: 0.2 of 80 GiB; checkpointed activations: micro-batch 4 × (2,048 + 4,096) tokens × a bf16 hidden state × 36 layers
+    assert.equal(t.vllm, Math.floor(0.2 * 80 * GiB));
+    assert.equal(t.activations, 4 * 6144 * 2048 * 2 * 36);
+    // autocast's cache through the update's forward: a bf16 copy of every layer's projections
+    assert.equal(t.weight_casts_update, 2 * 36 * LAYER);
+    // sleep mode: the rollout holds vLLM's share beside the weights, moments and reference; the update does not
+    const tp = trl.devices[0]!.phases;
+    assert.equal(tp.rollout, 4 * P + 8 * P + 2 * P + Math.floor(0.2 * 80 * GiB));
+    assert.equal(tp.update, 4 * P + 4 * P + 8 * P + 2 * P + t.activations! + t.backward_peak! + t.generation_batch! + t.vllm_asleep!);
+
+    const verl = planRun(loadedExample(join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json')));
+    const v = verl.devices[0]!.parts;
+    assert.deepEqual([v.weights, v.gradients, v.optimizer], [4 * P, 4 * P, 8 * P]); // FSDP over one GPU shards nothing
+    assert.equal(v.rollout_engine, Math.floor(0.6 * 80 * GiB));
+    const N = 2 * 6144; // micro-batch 2 packed
+    assert.equal(v.activations, N * 2048 * 2 * 36);
+    // the logits in bf16: themselves, the entropy's softmax and product (entropy_coef 0.001), the log-softmax rows
+    // without flash-attn, their gradient (temperature 1: no scaled copy); the final norm's 14 B × hidden a token
+    assert.equal(v.backward_peak, N * 151936 * 2 * 5 + N * 14 * 2048);
+    assert.equal(v.attention_mask, N * N);
+    // the KV cache left in vLLM's share: less its bf16 weights and overhead, 36,864 B a token (36 layers × K and V × 2 heads × 128 × 2 B)
+    assert.match(verl.devices[0]!.what.rollout_engine!, /bf16 weights 5\.75 GiB/);
+    // optimizer offload (chosen): the moments are on the CPU in the rollout and on the GPU in the update
+    const vp = verl.devices[0]!.phases;
+    assert.equal(vp.rollout, 4 * P + Math.floor(0.6 * 80 * GiB));
+    assert.equal(vp.update, 16 * P + v.fsdp_gathered! + v.activations! + v.backward_peak! + N * N + GiB);
+    assert.equal(v.fsdp_gathered, 2 * (151936 * 2048 + 2 * LAYER));
+    assert.deepEqual(verl.cpu!.parts, { optimizer: 8 * P, reference: 2 * P });
+    // on 8 GPUs every state is an eighth (the 8-GPU example, micro-batch 4)
+    const eight = planRun(loadedExample(join(ROOT, 'examples', 'qwen2.5-3b-grpo-verl.run.json'))).devices[0]!.parts;
+    assert.deepEqual([eight.weights, eight.gradients, eight.optimizer], [(4 * P) / 8, (4 * P) / 8, (8 * P) / 8]);
+  });
+
+  it('a config that does not fit is refused naming the largest parts and the knob that makes it fit (TRL without sleep mode; veRL micro-batches of 8)', () => {
+    const trlFile = join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-trl.run.json');
+    const awake = checkRunMemory(loadedExample(trlFile, { 'trl.vllm_enable_sleep_mode': false, 'trl.vllm_gpu_memory_utilization': 0.3 }));
+    assert.equal(awake.plan!.fits, false);
+    assert.match(awake.line, /^memory: does not fit one GPU of 80\.0 GiB: .* largest in the update forward phase: vllm 24\.0 GiB, optimizer 23\.0 GiB/);
+    assert.match(awake.line, /would fit: trl\.vllm_enable_sleep_mode: true/);
+    const verlFile = join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json');
+    const big = checkRunMemory(loadedExample(verlFile, { 'optim.micro_batch_size': 8 }));
+    assert.equal(big.plan!.fits, false);
+    assert.match(big.line, /largest in the update phase: backward_peak \d+\.\d GiB/);
+    assert.match(big.line, /would fit: optim\.micro_batch_size: [12] /);
+    // the same run fits where the knob says, re-planned
+    assert.equal(checkRunMemory(loadedExample(trlFile, { 'trl.vllm_gpu_memory_utilization': 0.3 })).plan!.fits, true);
+  });
 
   it("plans from the trainer's own settings: the TS inputs equal overrides.memory_inputs / options.memory_inputs for every trl and verl example and variants", async function () {
     if (!existsSync(PYTHON)) this.skip(); // the trainer's .venv (setup.sh)

@@ -7,7 +7,7 @@
  * launches the run with it.
  */
 import type { RunConfig } from '../run/config';
-import { DEFAULT_GPU_MEMORY, type MemoryPlan, PlanError, planRun } from './plan';
+import { DEFAULT_GPU_MEMORY, type MemoryPlan, PlanError, peakText, planRun } from './plan';
 
 export class MemoryPlanError extends Error {
   constructor(
@@ -59,7 +59,7 @@ export function checkRunMemory(loaded: { config: RunConfig; base: string }, opti
     ? `memory: fits ${gpus} (${gib(need)} of ${gib(plan.usable_bytes)} usable; ${plan.summary}${sets})`
     : need <= plan.usable_bytes && plan.problems.length
       ? `memory: cannot start on ${gpus}: ${plan.problems.join('; ')}${plan.suggestions.length ? `; would fit: ${plan.suggestions.join('; or ')}` : ''}`
-      : `memory: does not fit ${gpus}: ${gib(need)} needed, ${gib(plan.usable_bytes)} usable (${plan.summary}); would fit: ${plan.suggestions.join('; or ')}`;
+      : `memory: does not fit ${gpus}: ${gib(need)} needed, ${gib(plan.usable_bytes)} usable, largest in ${peakText(plan)} (${plan.summary}); would fit: ${plan.suggestions.join('; or ')}`;
   return { plan, line };
 }
 

@@ -46,6 +46,8 @@ export interface DevicePlan {
   what: Record<string, string>;
   /** How many of the run's devices this plan is (each holds the same); 1 when absent. */
   count?: number;
+  /** The largest phase (the device's total) and its parts, largest first: what a change must shrink. */
+  peak: { phase: string; parts: string[] };
 }
 
 export interface MemoryPlan {
@@ -166,13 +168,25 @@ function devicePlan(parts: Part[], count?: number): DevicePlan {
   const phaseTotal = (phase: string) => parts.filter((p) => p.phase === 'all' || phasesOf(p).includes(phase)).reduce((a, p) => a + p.bytes, 0);
   const phases = Object.fromEntries(names.map((n) => [n, phaseTotal(n)]));
   const phaseText = (p: Part) => (p.phase === 'all' ? '' : ` (${phasesOf(p).join(', ')})`);
+  const total = Math.max(...Object.values(phases));
+  const peakPhase = names.find((n) => phases[n] === total)!;
+  const inPeak = parts.filter((p) => p.phase === 'all' || phasesOf(p).includes(peakPhase)).sort((a, b) => b.bytes - a.bytes);
   return {
-    total_bytes: Math.max(...Object.values(phases)),
+    total_bytes: total,
     parts: Object.fromEntries(parts.map((p) => [p.name, p.bytes])),
     phases,
     what: Object.fromEntries(parts.map((p) => [p.name, `${p.what}${phaseText(p)}`])),
     ...(count !== undefined && count !== 1 ? { count } : {}),
+    peak: { phase: peakPhase, parts: inPeak.map((p) => p.name) },
   };
+}
+
+/** The worst device's largest phase and its three largest parts, for a verdict: "the update phase: backward_peak
+ * 35.4 GiB, optimizer 23.0 GiB, weights 11.5 GiB". */
+export function peakText(plan: MemoryPlan): string {
+  const d = plan.devices.reduce((a, b) => (b.total_bytes > a.total_bytes ? b : a));
+  const parts = d.peak.parts.slice(0, 3).map((n) => `${n} ${(d.parts[n]! / 2 ** 30).toFixed(1)} GiB`);
+  return `the ${d.peak.phase.replace(/_/g, ' ')} phase: ${parts.join(', ')}`;
 }
 
 function changes(config: RunConfig, engineChanges: Change[]): Change[] {
@@ -294,7 +308,7 @@ export function formatPlan(plan: MemoryPlan, title: string): string {
   for (const p of plan.problems) lines.push(`  cannot start: ${p}`);
   const worst = Math.max(...plan.devices.map((d) => d.total_bytes));
   const over = worst > plan.usable_bytes;
-  lines.push(plan.fits ? `fits: ${(worst / 2 ** 30).toFixed(1)} GiB of ${(plan.usable_bytes / 2 ** 30).toFixed(1)} GiB usable` : over ? `does not fit: ${(worst / 2 ** 30).toFixed(1)} GiB needed, ${(plan.usable_bytes / 2 ** 30).toFixed(1)} GiB usable` : `does not fit: ${plan.problems[0]}`);
+  lines.push(plan.fits ? `fits: ${(worst / 2 ** 30).toFixed(1)} GiB of ${(plan.usable_bytes / 2 ** 30).toFixed(1)} GiB usable` : over ? `does not fit: ${(worst / 2 ** 30).toFixed(1)} GiB needed, ${(plan.usable_bytes / 2 ** 30).toFixed(1)} GiB usable (${peakText(plan)})` : `does not fit: ${plan.problems[0]}`);
   if (!plan.fits) for (const s of plan.suggestions) lines.push(`  would fit: ${s}`);
   return lines.join('\n');
 }
