@@ -118,6 +118,10 @@ describe('memory plan: engines trl and verl', function () {
     assert.equal(t.activations, 4 * 6144 * 2048 * 2 * 36);
     // autocast's cache through the update's forward: a bf16 copy of every layer's projections
     assert.equal(t.weight_casts_update, 2 * 36 * LAYER);
+    // under LoRA the reference is TRL's "ref" adapter: a frozen fp32 copy of the starting adapter (rank 16 on q, k, v, o)
+    const lora = planRun(loadedExample(join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-trl.run.json'), { 'model.lora': { r: 16, alpha: 32 } })).devices[0]!.parts;
+    const adapter = 36 * 16 * (2048 + 2048 + 2 * (2048 + 256) + (2048 + 2048));
+    assert.deepEqual([lora.weights, lora.reference, lora.gradients, lora.optimizer], [2 * P + 4 * adapter, 4 * adapter, 4 * adapter, 8 * adapter]);
     // sleep mode: the rollout holds vLLM's share beside the weights, moments and reference; the update does not
     const tp = trl.devices[0]!.phases;
     assert.equal(tp.rollout, 4 * P + 8 * P + 2 * P + Math.floor(0.2 * 80 * GiB));
@@ -179,7 +183,7 @@ describe('memory plan: engines trl and verl', function () {
     });
     // the variants reach what they vary (the comparison is not of defaults only)
     const seen = (k: string) => new Set(python.map((x) => JSON.stringify(x[k])));
-    for (const k of ['param_offload', 'gradient_checkpointing', 'critic_model', 'reference_model', 'generation', 'vllm_sleep_mode', 'reference_dtype', 'world_size', 'processes', 'attention']) assert.ok(seen(k).size >= 2, `${k}: ${[...seen(k)]}`);
+    for (const k of ['param_offload', 'gradient_checkpointing', 'critic_model', 'reference_model', 'reference_adapter', 'generation', 'vllm_sleep_mode', 'reference_dtype', 'world_size', 'processes', 'attention']) assert.ok(seen(k).size >= 2, `${k}: ${[...seen(k)]}`);
   });
 
   it('veRL on one 80 GiB GPU: the plan chooses optimizer offload (none on an H200), never what the config sets, and says so', () => {

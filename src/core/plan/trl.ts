@@ -1,18 +1,20 @@
 /**
  * Engine "trl": a GPU's memory in a TRL 1.16 run (our engine, trainer/search_agent_trainer/engines/trl), part by part,
  * as TRL and our policy keep it (read in TRL's source: trl/trainer/grpo_trainer.py, trl/trainer/utils.py's
- * add_fused_lm_head, trl/kernels/chunked_logprob.py, trl/generation/vllm_generation.py; the update phase measured on
- * CPU against a real TRL step: trainer/tests/test_memory_plan.py):
+ * add_fused_lm_head, trl/kernels/chunked_logprob.py, trl/generation/vllm_generation.py; the update phase checked on
+ * CPU against a real TRL update step, within 15 %: trainer/tests/test_memory_plan.py's TRL_CASES):
  * - without DeepSpeed or FSDP (no `trl.accelerate_config`, or one that shards nothing) every process holds the whole
  *   policy: fp32 master weights (ours: build_policy), fp32 gradients and AdamW's two fp32 moments (transformers' fused
  *   AdamW); TRL's reference is a second model (KL > 0, not LoRA) in `reference_dtype` (bf16 under bf16 compute: the
- *   engine asks for it), every weight at that dtype;
+ *   engine asks for it), every weight at that dtype; under LoRA (KL > 0) it is a "ref" adapter TRL adds to the model,
+ *   a frozen fp32 copy of the starting adapter (grpo_trainer.py: add_adapter("ref"));
  * - the update computes under autocast (accelerate's), whose cache keeps the bf16 copy of every projection it casts
  *   until the forward ends (TRL's update forward is one autocast region), then the backward recomputes one checkpointed
  *   layer at a time; so the update has two peaks, the forward's end ('update_forward': every layer's casts) and the
  *   backward ('update'); the residual stream is bf16 (our policy's residual_in_compute_dtype);
  * - TRL's log-probs never hold the logits: a fused head projects 4,096 tokens × 32,768 vocabulary entries at a time
- *   (Triton on CUDA, torch on CPU, which scores every position and keeps fp32 temporaries of the tile) and its
+ *   into one buffer of that size (Triton on CUDA, scoring only the completion's positions; torch on CPU, which scores
+ *   every position and keeps fp32 temporaries of the tile) and its
  *   backward accumulates the output layer's gradient in fp32 (vocabulary × hidden);
  * - the rollout is ours (our generator, its KV cache sized after TRL built the reference: generation.py), or TRL's
  *   colocated vLLM (`trl.use_vllm`) at `trl.vllm_gpu_memory_utilization` of the GPU, given back during the update in
@@ -42,12 +44,17 @@ import {
 export const TRL_DEFAULTS = { gradient_checkpointing: true, vllm_gpu_memory_utilization: 0.3, vllm_enable_sleep_mode: false } as const;
 /** TRL's colocated vLLM (vllm_generation.py): the batch it profiles its activations with. */
 const VLLM_MAX_NUM_BATCHED_TOKENS = 4096;
-/** TRL's fused log-prob head (trl/kernels/chunked_logprob.py): tokens × vocabulary entries projected at a time. */
+/** TRL's fused log-prob head (trl/kernels/chunked_logprob.py, trl/trainer/utils.py's _CHUNKED_LOGPROB_CHUNK_SIZE):
+ * tokens × vocabulary entries projected at a time; its tile buffer has HEAD_VOCAB columns whatever the vocabulary. */
 const HEAD_TOKENS = 4096;
 const HEAD_VOCAB = 32768;
-/** The torch fallback of the fused head (CPU) keeps fp32 temporaries of a tile: bytes per tile element (measured by
- * trainer/tests/test_memory_plan.py's TRL cases). */
-const HEAD_CPU_TEMPS = 16;
+/** The torch fallback of the fused head (CPU, no Triton) works on the whole tile at once in fp32: bytes per tile
+ * element its forward's temporaries hold (the tile in fp32, the shifted exponentials, their product with the logits)
+ * and its backward's (the tile in fp32, its scaled copy, log p, p, the gradient, the target one-hot in bool and fp32,
+ * and the products: 8 fp32 tensors and a bool one) — read in _forward_tile and _backward_tile, and the backward's
+ * count checked by trainer/tests/test_memory_plan.py's TRL case. */
+const HEAD_CPU_FORWARD_TEMPS = 16;
+const HEAD_CPU_BACKWARD_TEMPS = 33;
 /** What a sleeping colocated vLLM keeps (its CUDA graph pool; the process is TRL's): an estimate. */
 const VLLM_ASLEEP = 0.5 * 2 ** 30;
 
@@ -91,6 +98,7 @@ export function trlMemoryInputs(config: RunConfig, world: number, bf16: boolean,
     compute_dtype: bf16 ? 'bfloat16' : 'float32',
     reference_model: (config.algorithm?.kl_coef ?? 0) > 0 && !config.model.lora,
     reference_dtype: referenceDtype(config, bf16),
+    reference_adapter: (config.algorithm?.kl_coef ?? 0) > 0 && !!config.model.lora,
     lora: !!config.model.lora,
     gradient_checkpointing: config.model.gradient_checkpointing ?? TRL_DEFAULTS.gradient_checkpointing,
     micro_batch_per_process: p.micro,
@@ -218,6 +226,9 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
     const per = dtypeBytes(refDtype, s);
     const shards = sh.kind === 'zero3' || sh.kind === 'fsdp' ? N : 1;
     addGpu('reference', (per * p.total) / shards, 'all', `TRL's reference model, every weight in ${refDtype}${shards > 1 ? ` ÷ ${shards}` : ''} (a second model: TRL builds it from model.path)`);
+  } else if (inputs.reference_adapter) {
+    const shards = sh.kind === 'zero3' || sh.kind === 'fsdp' ? N : 1;
+    addGpu('reference', (4 * trained) / shards, 'all', `TRL's "ref" adapter: a frozen fp32 copy of the starting adapter, ${B(trained)} × 4 B${shards > 1 ? ` ÷ ${shards}` : ''} (the reference under LoRA)`);
   }
   loaded = parts.filter((x) => x.phase === 'all' && x.name !== 'optimizer').reduce((a, x) => a + x.bytes, 0);
 
@@ -229,7 +240,10 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
   const headTokens = ctx.device === 'cuda' ? mb * r.max_response_length! : mb * (T - 1); // CPU: every position (no Triton)
   const tileTokens = Math.min(headTokens, HEAD_TOKENS);
   const tileVocab = Math.min(s.vocab, HEAD_VOCAB);
-  const tile = tileTokens * tileVocab * (2 + (ctx.device === 'cuda' ? 0 : HEAD_CPU_TEMPS));
+  const buffer = tileTokens * HEAD_VOCAB * recipe.act; // mm_buf, in the compute dtype
+  const cpuHead = ctx.device !== 'cuda';
+  const tile = buffer + (cpuHead ? tileTokens * tileVocab * HEAD_CPU_FORWARD_TEMPS : 0);
+  const tileBackward = buffer + (cpuHead ? tileTokens * tileVocab * HEAD_CPU_BACKWARD_TEMPS : 0);
   const layer = tokens * layerActivationBytesPerToken(s, recipe);
   const backward = tokens * layerBackwardBytesPerToken(s, recipe);
   const norm = tokens * headActivationBytesPerToken(s, recipe);
@@ -238,14 +252,14 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
   if (castsAll) addGpu('weight_casts_update', castsAll, 'update_forward', lora ? "bf16 copies of the adapter, cached by autocast through the update's forward" : "bf16 copies of every layer's projections, cached by autocast until the update's forward ends (TRL runs it as one autocast region)");
   if (ckpt) {
     addGpu('activations', tokens * checkpointBytesPerToken(s, recipe) * s.layers, train, `micro-batch ${mb} × ${T} tokens: each layer's input (checkpointed${c.model.gradient_checkpointing === undefined ? ", TRL's default" : ''})`);
-    addGpu('head_forward', norm + saved + tile, 'update_forward', `the final norm's activations, the ${headTokens.toLocaleString('en-US')} scored positions' hidden states and one fused-head tile of ${tileTokens} × ${tileVocab.toLocaleString('en-US')}${ctx.device === 'cuda' ? '' : ' with its fp32 temporaries (the torch fallback on CPU)'}`);
+    addGpu('head_forward', norm + saved + tile, 'update_forward', `the final norm's activations, the ${headTokens.toLocaleString('en-US')} scored positions' hidden states and one fused-head tile buffer of ${tileTokens} × ${HEAD_VOCAB.toLocaleString('en-US')}${cpuHead ? ' and its fp32 temporaries (the torch fallback on CPU)' : ''}`);
     const layerPeak = layer + backward + (castsAll ? 2 * layer1 : 0);
-    const headPeak = norm + saved + tile + headGrads;
+    const headPeak = norm + saved + tileBackward + headGrads;
     addGpu('backward_peak', Math.max(layerPeak, headPeak), 'update', `the larger of one layer recomputed with its gradients${castsAll ? " and its casts" : ''} (${gibText(layerPeak)}) and the fused head's backward: its tile, ${lora ? '' : "the output layer's gradient accumulated in fp32 (vocabulary × hidden), "}the hidden states' gradient (${gibText(headPeak)})`);
   } else {
     addGpu('activations', s.layers * layer + norm, train, `micro-batch ${mb} × ${T} tokens: every layer's (${s.layers}) kept for the backward pass`);
     addGpu('head_forward', saved + tile, 'update_forward', 'the scored positions\' hidden states and one fused-head tile');
-    addGpu('backward_peak', Math.max(backward, saved + tile + headGrads), 'update', "the larger of one layer's gradients and the fused head's backward");
+    addGpu('backward_peak', Math.max(backward, saved + tileBackward + headGrads), 'update', "the larger of one layer's gradients and the fused head's backward");
   }
   const S = r.batch_size! * r.n!;
   addGpu('generation_batch', Math.ceil(S / world) * T * 40, train, `the step's generation batch TRL keeps on the GPU: ${Math.ceil(S / world).toLocaleString('en-US')} sequences × ${T} tokens of ids, masks and log-probs`);

@@ -182,8 +182,8 @@ TRL_DEFAULTS = {"gradient_checkpointing": True, "vllm_gpu_memory_utilization": 0
 def memory_inputs(cfg: Any, world: int, bf16: bool) -> dict[str, Any]:
     """What decides a trl run's memory on each GPU besides the model's and batch's shapes, as a memory planner needs
     it. Without DeepSpeed/FSDP (an accelerate config) every process holds the whole policy: fp32 master weights,
-    gradients and AdamW's two moments (made at the first optimizer step), the reference (reference_dtype; none under
-    LoRA or without KL), our generator's KV cache (`rollout.max_batch_tokens`, or half the memory free once TRL has
+    gradients and AdamW's two moments (made at the first optimizer step), the reference (without KL none; under LoRA
+    TRL's "ref" adapter, a frozen copy of the starting one; else a second model in reference_dtype), our generator's KV cache (`rollout.max_batch_tokens`, or half the memory free once TRL has
     built the reference and vLLM, less AdamW's moments: generation.auto_max_batch_tokens) — or, with use_vllm, vLLM
     colocated at `vllm_gpu_memory_utilization` of the GPU's memory (its bf16 weights, then KV cache), given back during
     the update in sleep mode. `zero`: the accelerate config shards them (the planner reads it; unknown here)."""
@@ -202,6 +202,7 @@ def memory_inputs(cfg: Any, world: int, bf16: bool) -> dict[str, Any]:
         "compute_dtype": "bfloat16" if bf16 else "float32",
         "reference_model": has_ref,
         "reference_dtype": ref_dtype,
+        "reference_adapter": cfg.algorithm.kl_coef > 0 and bool(cfg.model.lora),  # TRL's "ref" adapter: a frozen copy of the starting adapter
         "lora": bool(cfg.model.lora),
         "gradient_checkpointing": TRL_DEFAULTS["gradient_checkpointing"] if ckpt is None else bool(ckpt),  # unset: TRL's default
         "micro_batch_per_process": p.micro,
