@@ -227,7 +227,7 @@ def test_the_same_scripted_actions_give_the_same_ids_roles_and_masks_through_bot
     from search_agent_trainer.recorder import records_of
 
     B = len(eng.batch["trajs"])
-    data = eng._piece_data(eng._piece(list(range(B)), 0, eng._local_rows()), set(range(B)), eng.batch["trajs"], "t", 1)
+    data = eng._piece_data(eng._piece(list(range(B)), 0, eng._local_rows()), set(range(B)), eng.batch["trajs"], "t", 1, {"rollout_logprob_kind": "raw"})
     data.cols.vocab = token_store.vocab_of(data.cols.ids, eng.tok.token_texts)
     trl_rows = records_of(data)
 
@@ -485,7 +485,16 @@ def test_vllm_nucleus_log_probs_leave_the_weights_the_run_uses_near_one(tmp_path
     assert float(weights.min()) >= top_p - 1e-4 and float(weights.max()) <= 1 + 1e-4  # near 1: never below the nucleus's mass
     per_token = float(((out["old_per_token_logps"] - out["sampling_per_token_logps"]) * mask).sum() / mask.sum())
     assert per_token < 0 and math.exp(1000 * per_token) < 1e-6, "TRL's default, exp Σ(trainer − vLLM) over a 1,000-token trajectory, collapses"
-    [(_, rec, _)] = eng._local_records(1)[:1]
+    # the records say which log-probs they hold: the meta end_step gives the recorder, on this batch's records
+    from search_agent_trainer import token_store
+    from search_agent_trainer.recorder import records_of
+
+    assert eng.settings["rollout_logprob_kind"] == "processed"
+    B = len(eng.batch["trajs"])
+    meta = {"rollout_logprob_kind": eng.settings["rollout_logprob_kind"], "rollout_top_p": top_p}
+    data = eng._piece_data(eng._piece([0], 0, eng._local_rows()), {0}, eng.batch["trajs"][:B], "t", 1, meta)
+    data.cols.vocab = token_store.vocab_of(data.cols.ids, eng.tok.token_texts)
+    [rec] = records_of(data)
     assert rec["meta"]["rollout_logprob_kind"] == "processed" and rec["meta"]["rollout_top_p"] == top_p
 
 
