@@ -26,7 +26,7 @@
  * - PPO's critic is a second FSDP model of the same shape (a value head for the output layer), with the same offload,
  *   updated in its own phase.
  * The planner chooses veRL's offload for the device count and memory: of the settings the config leaves unset, the
- * first of no offload, optimizer offload, both, that fits; it never turns gradient checkpointing off (veRL's default
+ * fewest offloads that fit (none, the optimizer's, the parameters', both); it never turns gradient checkpointing off (veRL's default
  * stays unless the config says). What it chooses is `chosen` (PLANNER_KEYS), which the run host writes into the config
  * it launches.
  */
@@ -279,7 +279,7 @@ export function verlPlan(ctx: PlanContext): EnginePlan {
     ...planned.notes,
     s.param_offload === undefined || s.optimizer_offload === undefined
       ? picks.length
-        ? `offload chosen by the plan: ${offloadText(chosen)} (the first of none, optimizer states, both that fits; the config leaves it to the plan)`
+        ? `offload chosen by the plan: ${offloadText(chosen)} (the fewest offloads that fit, of none, optimizer states, parameters, both; the config leaves it to the plan)`
         : `offload: none needed (veRL's default; the config leaves it to the plan)`
       : `offload: ${offloadText(chosen)} (the config's verl.param_offload and verl.optimizer_offload)`,
     config.model.gradient_checkpointing === undefined ? "gradient checkpointing: veRL's default (on); the plan never turns it off" : `gradient checkpointing: ${config.model.gradient_checkpointing ? 'on' : 'off'} (the config's)`,
