@@ -6,7 +6,7 @@
  * offload the plan chooses for veRL and how `train` applies it, and the verdicts the docs quote.
  */
 import assert from 'node:assert/strict';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
 import { checkRunHostMemory } from '../../src/core/host/runHost';
@@ -148,6 +148,30 @@ describe('memory plan: engines trl and verl', function () {
     // on 8 GPUs every state is an eighth (the 8-GPU example, micro-batch 4)
     const eight = planRun(loadedExample(join(ROOT, 'examples', 'qwen2.5-3b-grpo-verl.run.json'))).devices[0]!.parts;
     assert.deepEqual([eight.weights, eight.gradients, eight.optimizer], [(4 * P) / 8, (4 * P) / 8, (8 * P) / 8]);
+  });
+
+  it("TRL's DeepSpeed ZeRO from the accelerate config (or the DeepSpeed JSON it names): the states as ZeRO stores them, offload on the CPU", () => {
+    // the 8-GPU example: ZeRO-3 (examples/accelerate/zero3-8gpu.yaml): bf16 weights and gradients and 12 B of fp32 master
+    // weights and moments a parameter, every one ÷ 8
+    const file = join(ROOT, 'examples', 'qwen2.5-3b-trl.run.json');
+    const z3 = planRun(loadedExample(file));
+    const d = z3.devices[0]!;
+    assert.equal(d.count, 8);
+    assert.deepEqual([d.parts.weights, d.parts.gradients, d.parts.optimizer, d.parts.reference], [(2 * P) / 8, (2 * P) / 8, (12 * P) / 8, (2 * P) / 8].map(Math.round));
+    assert.match(z3.summary, /8 processes \(ZeRO-3\)/);
+    // an accelerate config naming a DeepSpeed JSON: ZeRO-2 with the optimizer offloaded
+    const dir = scratchDir('sas-plan-ds-');
+    writeFileSync(join(dir, 'ds.json'), JSON.stringify({ zero_optimization: { stage: 2, offload_optimizer: { device: 'cpu' } } }));
+    writeFileSync(join(dir, 'acc.yaml'), 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n  zero3_init_flag: false\nnum_processes: 8\n');
+    const z2 = planRun(loadedExample(file, { 'trl.accelerate_config': join(dir, 'acc.yaml') }));
+    const e = z2.devices[0]!.parts;
+    assert.deepEqual([e.weights, e.gradients, e.optimizer], [2 * P, Math.round((2 * P) / 8), undefined]);
+    assert.equal(z2.cpu!.parts.optimizer, 12 * P);
+    // a DeepSpeed JSON that cannot be read: planned unsharded (the most a process holds), and said
+    writeFileSync(join(dir, 'acc.yaml'), 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: missing.json\n');
+    const none = planRun(loadedExample(file, { 'trl.accelerate_config': join(dir, 'acc.yaml') }));
+    assert.equal(none.devices[0]!.parts.weights, 4 * P);
+    assert.match(none.notes.join('\n'), /missing\.json .* cannot be read/);
   });
 
   it('a config that does not fit is refused naming the largest parts and the knob that makes it fit (TRL without sleep mode; veRL micro-batches of 8)', () => {

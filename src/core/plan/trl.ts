@@ -25,6 +25,7 @@
  * measured.
  */
 import { existsSync, readFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { resolveConfigPath } from '../paths';
 import type { RunConfig } from '../run/config';
 import { type Change, type EnginePlan, type Part, type PlanContext, LORA_TARGETS, PlanError, computesInBf16, ourGenerationParts } from './builtin';
@@ -150,7 +151,20 @@ function sharding(path: string | null, notes: string[]): Sharding {
   const c = readAccelerateConfig(readFileSync(path, 'utf8'));
   const type = String(c.distributed_type ?? 'NO').toUpperCase();
   if (type === 'DEEPSPEED') {
-    const ds = c.deepspeed_config ?? {};
+    let ds = c.deepspeed_config ?? {};
+    if (ds.deepspeed_config_file) {
+      // a DeepSpeed JSON config named by the accelerate config: its zero_optimization says the stage and offload
+      const file = resolve(dirname(path), String(ds.deepspeed_config_file));
+      let json: Record<string, any>;
+      try {
+        json = JSON.parse(readFileSync(file, 'utf8'));
+      } catch (e) {
+        notes.push(`DeepSpeed config ${file} (${path}'s deepspeed_config_file) cannot be read (${(e as Error).message}): planned without sharding (the most a process may hold)`);
+        return none;
+      }
+      const z = json.zero_optimization ?? {};
+      ds = { zero_stage: z.stage ?? 0, offload_optimizer_device: z.offload_optimizer?.device, offload_param_device: z.offload_param?.device };
+    }
     const stage = Number(ds.zero_stage ?? 0);
     const off = (k: string) => !!ds[k] && String(ds[k]).toLowerCase() !== 'none';
     if (stage >= 1 && stage <= 3) return { kind: `zero${stage}` as Sharding['kind'], offloadOptimizer: off('offload_optimizer_device'), offloadParams: off('offload_param_device'), what: `DeepSpeed ZeRO-${stage} (${path})` };
