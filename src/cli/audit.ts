@@ -8,7 +8,10 @@
  * rollout: id, leaks, drift, logprob, alarms — issue 18's shape, plus step, mask_mismatch and is), `issues`
  * (malformed items, each with file, line and field) and `summary` (counts and per-step series).
  */
-import { AuditStream, flagged, IMPORTANCE_DEFAULTS, mismatchNote, type AuditOptions, type DriftScope, type RolloutAudit } from '../core/audit';
+import { AuditStream, flagged, IMPORTANCE_DEFAULTS, mismatchNote, type AuditOptions, type AuditSummary, type DriftScope, type RolloutAudit } from '../core/audit';
+import { readRunMetrics } from '../core/audit/run';
+import { runFactsOf } from '../core/audit/groupChecks';
+import { runConfigNear } from '../core/store/rollouts';
 import { detectSource, readSource } from '../core/importers';
 import { loadTokenizerCodec, runTokenizer, runVocabSize, type TokenizerCodec } from '../core/inspect/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
@@ -66,12 +69,17 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
   const { codec, note } = await tokenizerFor(path, o);
   const { tokenizer: _dir, json: _json, out: _out, err: _err, foreign, ...checks } = o;
   const runVocab = codec ? await runVocabSize(path) : undefined;
+  // a run directory (or a file in one): its config's rollout.n and KL term, and its metrics for the run-health rules
+  const config = (await runConfigNear(path))?.config;
   // Streamed: each rollout's findings are printed (--json) or kept (the first 50 flagged) when its step is done, so
   // memory stays flat in the run's size; a token store is read without the arrays the checks do not read.
   const shown: RolloutAudit[] = [];
+  const marked = new Map<string, number>();
   let k = 0;
   if (o.json) o.out(`{"source":${JSON.stringify(path)},"kind":${JSON.stringify(kind)},"tokenizer":${JSON.stringify(codec?.name ?? null)},"rollouts":[`);
-  const auditor = new AuditStream({ ...checks, ...(codec ? { tokenizer: codec } : {}), ...(runVocab !== undefined ? { runVocab } : {}) }, (a) => {
+  const options = { ...checks, run: { ...runFactsOf(config), ...checks.run }, ...(codec ? { tokenizer: codec } : {}), ...(runVocab !== undefined ? { runVocab } : {}) };
+  const auditor = new AuditStream(options, (a) => {
+    for (const name of a.alarms) marked.set(name, (marked.get(name) ?? 0) + 1);
     if (o.json) o.out(`${k++ ? ',' : ''}\n${JSON.stringify(jsonOf(a))}`);
     else if (shown.length < 50 && flagged(a)) shown.push(a);
   });
@@ -80,11 +88,13 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
     if (item.record) auditor.add(item.record);
     else issues.push(...item.issues);
   }
-  const summary = auditor.finish();
+  const metrics = config ? await readRunMetrics(path) : [];
+  const summary = auditor.finish(metrics);
   if (o.json) {
-    o.out(`\n],"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(summary)}}\n`);
+    o.out(`\n],"alarms":${JSON.stringify(alarmIndex(summary, marked))},"advisories":${JSON.stringify(summary.advisories)},"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(summary)}}\n`);
   } else {
-    const lines = [`${path} (${kind}): ${summary.rollouts} rollouts audited, ${summary.flagged} flagged${issues.length ? `, ${issues.length} malformed (skipped)` : ''}`];
+    const advSteps = new Set(summary.advisories.map((a) => a.step)).size;
+    const lines = [`${path} (${kind}): ${summary.rollouts} rollouts audited, ${summary.flagged} flagged${summary.advisories.length ? `, ${summary.advisories.length} run-level alarm${summary.advisories.length === 1 ? '' : 's'} on ${advSteps} step${advSteps === 1 ? '' : 's'}` : ''}${issues.length ? `, ${issues.length} malformed (skipped)` : ''}`];
     for (const a of shown) lines.push(`  ${a.id}${a.step !== null ? ` (step ${a.step})` : ''}: ${findings(a).join('; ')}`);
     if (summary.flagged > 50) lines.push(`  … and ${summary.flagged - 50} more`);
     lines.push(`  leaks         ${summary.leaks.tokens} tokens in ${summary.leaks.rollouts} rollouts${summary.leaks.mask_mismatch ? ` (${summary.leaks.mask_mismatch} where the engine's mask disagrees)` : ''}`);
@@ -105,17 +115,32 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
     );
     const alarms = Object.entries(summary.alarms);
     lines.push(`  alarms        ${alarms.length ? alarms.map(([k, v]) => `${k}: ${v}`).join(', ') : 'none'}`);
+    const adv = summary.advisories;
+    lines.push(`  run health    ${adv.length ? `${adv.length} advisor${adv.length === 1 ? 'y' : 'ies'}${metrics.length ? '' : ' (no metrics.jsonl: from the rollouts only)'}` : metrics.length || summary.steps.length ? 'no advisory' : 'not checked (no steps)'}`);
+    for (const a of adv.slice(0, 30)) lines.push(`    ${a.name.padEnd(20)} ${a.message}`);
+    if (adv.length > 30) lines.push(`    … and ${adv.length - 30} more`);
     o.out(`${lines.join('\n')}\n`);
   }
   for (const i of issues.slice(0, 50)) o.err(`${formatIssue(i)}\n`);
   if (issues.length > 50) o.err(`… and ${issues.length - 50} more malformed items\n`);
   // A tokenizer named on the command line that is not the run's is a bad option (the rest is still audited and printed).
   if (summary.drift.mismatch && o.tokenizer) o.err(`search-agent-studio: --tokenizer ${o.tokenizer}: tokenizer does not match this run: ${summary.drift.mismatch}\n`);
-  return issues.length || (summary.drift.mismatch && o.tokenizer) ? 2 : summary.flagged > 0 ? 1 : 0;
+  return issues.length || (summary.drift.mismatch && o.tokenizer) ? 2 : summary.flagged > 0 || summary.advisories.length > 0 ? 1 : 0;
+}
+
+/**
+ * `--json`'s top-level `alarms`: every alarm that fired, on rollouts or on steps, with how often (rollouts marked,
+ * or steps for the run-level ones) and where (steps) — so a check can look any alarm up by its name.
+ */
+export function alarmIndex(s: AuditSummary, marked: ReadonlyMap<string, number>): Record<string, { count: number; steps: number[]; rollouts: number }> {
+  const out: Record<string, { count: number; steps: number[]; rollouts: number }> = {};
+  const names = new Set([...Object.keys(s.alarms), ...Object.keys(s.alarm_steps)]);
+  for (const name of names) out[name] = { count: s.alarms[name as keyof typeof s.alarms] ?? 0, steps: s.alarm_steps[name as keyof typeof s.alarm_steps] ?? [], rollouts: marked.get(name) ?? 0 };
+  return out;
 }
 
 function jsonOf(a: RolloutAudit) {
-  return { id: a.id, step: a.step, leaks: a.leaks, mask_mismatch: a.mask_mismatch, drift: a.drift, logprob: a.logprob, is: a.is, alarms: a.alarms };
+  return { id: a.id, step: a.step, leaks: a.leaks, mask_mismatch: a.mask_mismatch, drift: a.drift, logprob: a.logprob, is: a.is, alarms: a.alarms, ...(a.non_finite ? { non_finite: a.non_finite } : {}) };
 }
 
 function findings(a: RolloutAudit): string[] {

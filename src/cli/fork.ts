@@ -5,13 +5,25 @@
  *   search-agent-studio fork <run-dir> <rollout-id> --turn K [--checkpoint step-NNNNNN] [--query TEXT | --documents FILE]
  *                            [--samples N | --greedy] [--retriever-url URL] [--json]
  *   search-agent-studio whatif <run-dir> [--step N] [--filter EXPR] --retriever-url URL [--json]
+ *   search-agent-studio whatif <run-dir> --ablate [--checkpoint step-NNNNNN] [--step N] [--filter EXPR] [--json]
  *
  * `fork` continues one rollout from generation turn K (from 1) with the run's policy; `--json` prints
  * `{"continuations": [{"response", "answer", "reward", "diverges_at", "tokens"}]}`. `whatif` forks every rollout
- * the inspector's filter selects at turn 1 with another retriever, and prints the reward before and after.
+ * the inspector's filter selects at turn 1 with another retriever, and prints the reward before and after; with
+ * `--ablate`, three ways — the run's own retriever, an empty one and a random one — and what the policy's reward owes
+ * to what it retrieves (issue 46).
  * Exit 0, 1 when the fork failed (the policy server's message), 2 on bad usage or input.
  */
 import { readFile } from 'node:fs/promises';
+import { loadRunDirConfig } from '../core/host/runConfig';
+import { demoCorpusPath, resolveConfigPath } from '../core/paths';
+import { readCorpus } from '../core/retrieval/corpus';
+import { RandomRetriever } from '../core/retrieval/random';
+import { NullRetriever, type RetrievedDocument } from '../core/retrieval/retriever';
+import { parseResponse, documentsOf } from '../core/tags/trajectory';
+import { rolloutContext } from '../core/run/format';
+import { startEnvServer, ENV_SERVER_HOST, type EnvServer } from '../server/server';
+import { VERSION } from '../core/version';
 import { ForkError, ForkHost, findRollout } from '../core/host/fork';
 import { RunConfigError, runNeeds } from '../core/host/runConfig';
 import { EnvServerError } from '../core/host/processes';
@@ -164,23 +176,90 @@ export interface WhatIfRow {
   error?: string;
 }
 
+/** The arms of `whatif --ablate`: the run's own retriever, none (every search returns nothing), a random one. */
+export const ABLATION_ARMS = ['run', 'empty', 'random'] as const;
+export type AblationArm = (typeof ABLATION_ARMS)[number];
+
+export interface AblationRow {
+  id: string;
+  step: number | null;
+  reward_before: number | null;
+  /** Per arm: the continuation's reward, answer and searches (or the fork's error). */
+  arms: Record<AblationArm, { reward: number | null; answer: string | null; searches: number | null; error?: string }>;
+}
+
+/** Most documents the random retriever draws from (a reservoir sample of a bigger corpus). */
+const RANDOM_POOL = 10_000;
+
+/**
+ * The random retriever's documents: a reservoir sample of the run's corpus when its config names one (the demo's,
+ * or a BM25 corpus), else the documents the run's recorded searches returned (an index, dense or remote retriever).
+ */
+async function randomPool(runDir: string, records: readonly Rollout[]): Promise<{ pool: RetrievedDocument[]; from: string }> {
+  const loaded = await loadRunDirConfig(runDir).catch(() => undefined);
+  const r = (loaded?.config.retriever ?? { kind: 'demo' }) as { kind?: string; corpus?: string };
+  const corpus = r.kind === 'demo' ? (r.corpus ? resolveConfigPath(r.corpus, loaded!.base) : demoCorpusPath()) : r.kind === 'bm25' && r.corpus ? resolveConfigPath(r.corpus, loaded!.base) : undefined;
+  const pool: RetrievedDocument[] = [];
+  if (corpus) {
+    let seen = 0;
+    let x = 1;
+    for await (const d of readCorpus(corpus)) {
+      seen++;
+      if (pool.length < RANDOM_POOL) pool.push(d);
+      else {
+        x = (Math.imul(x, 48271) >>> 0) % 2147483647; // a seeded reservoir: the same pool every time
+        const j = x % seen;
+        if (j < RANDOM_POOL) pool[j] = d;
+      }
+    }
+    if (pool.length) return { pool, from: corpus };
+  }
+  const seenIds = new Set<string>();
+  for (const rec of records) {
+    const parsed = parseResponse(rec.response, rolloutContext(rec));
+    for (const seg of parsed.segments) {
+      if (seg.kind !== 'information') continue;
+      for (const d of documentsOf(parsed, seg)) {
+        const contents = `${d.title}\n${d.text}`;
+        if (seenIds.has(contents)) continue;
+        seenIds.add(contents);
+        pool.push({ id: `recorded-${pool.length + 1}`, contents });
+      }
+    }
+  }
+  return { pool, from: "the documents the run's recorded searches returned" };
+}
+
+/** The empty and the random retriever, each behind an env server of its own on loopback (its /retrieve only). */
+async function ablationRetrievers(runDir: string, records: readonly Rollout[]): Promise<{ urls: Record<'empty' | 'random', string>; from: string; size: number; close(): Promise<void> }> {
+  const { pool, from } = await randomPool(runDir, records);
+  if (!pool.length) throw new UsageError(`${runDir}: no documents for the random retriever (no corpus in the run's config, and no recorded search returned any)`);
+  const servers: EnvServer[] = [await startEnvServer({ version: VERSION, retriever: new NullRetriever() }), await startEnvServer({ version: VERSION, retriever: new RandomRetriever(pool) })];
+  const url = (s: EnvServer) => `http://${ENV_SERVER_HOST}:${s.port}`;
+  return { urls: { empty: url(servers[0]!), random: url(servers[1]!) }, from, size: pool.length, close: async () => void (await Promise.all(servers.map((x) => x.close()))) };
+}
+
 export const whatifCommand = defineCommand({
   command: 'whatif <run-dir>',
-  describe: "fork every rollout an inspector filter selects at turn 1 with another retriever: reward before and after (how many failures would a better retriever fix?)",
+  describe: "fork every rollout an inspector filter selects at turn 1 with another retriever: reward before and after (how many failures would a better retriever fix?); --ablate: with the run's retriever, none and a random one (what did the policy learn to use?)",
   builder: (y) =>
     y
       .positional('run-dir', { type: 'string', demandOption: true, describe: 'the run directory' })
-      .option('retriever-url', { type: 'string', demandOption: true, describe: 'the other Search-R1-compatible retriever (POST /retrieve)' })
+      .option('retriever-url', { type: 'string', describe: 'the other Search-R1-compatible retriever (POST /retrieve)' })
+      .option('ablate', { type: 'boolean', default: false, describe: "fork each rollout three ways: the run's own retriever, an empty one (no documents) and a random one (documents of the run's corpus whatever the query)" })
       .option('step', { type: 'number', describe: 'only rollouts of this step' })
-      .option('filter', { type: 'string', default: 'reward == 0 && searches >= 1', describe: "the inspector's filter language (docs/inspector.md)" })
+      .option('filter', { type: 'string', describe: "the inspector's filter language (docs/inspector.md); default reward == 0 && searches >= 1 (with --ablate: searches >= 1)" })
       .option('limit', { type: 'number', default: 50, describe: 'fork at most this many rollouts' })
       .option('checkpoint', { type: 'string', describe: 'step-NNNNNN (default: each rollout\'s own)' })
       .option('env-url', { type: 'string', describe: "an env server already serving the run's reward module (default: one started from the run's config)" })
       .option('python', { type: 'string', describe: "the trainer's Python (the only one tried)" })
-      .option('json', { type: 'boolean', default: false, describe: 'print {"rows": [{id, step, reward_before, reward_after, answer_before, answer_after, diverges_at}], "summary": {…}}' }),
+      .option('json', { type: 'boolean', default: false, describe: 'print {"rows": [{id, step, reward_before, reward_after, answer_before, answer_after, diverges_at}], "summary": {…}} (with --ablate: rows with arms {run, empty, random})' })
+      .example('$0 whatif runs/demo-1 --ablate --checkpoint step-000300 --filter \'split == "val"\'', "held-out reward with the run's retriever, with none, and with random documents"),
   run: async (a, io) =>
     withInputErrors(io, async () => {
-      const filter = [a.step !== undefined ? `step == ${Number(a.step)}` : '', a.filter ? `(${a.filter})` : ''].filter(Boolean).join(' && ');
+      if (!a.ablate === !a['retriever-url']) throw new UsageError('name the other retriever (--retriever-url URL) or ask for the ablation (--ablate), one of the two');
+      const userFilter = a.filter ?? (a.ablate ? 'searches >= 1' : 'reward == 0 && searches >= 1');
+      const filter = [a.step !== undefined ? `step == ${Number(a.step)}` : '', userFilter ? `(${userFilter})` : ''].filter(Boolean).join(' && ');
       const store = await RolloutStore.open(a['run-dir']);
       let records: Rollout[] = [];
       try {
@@ -198,6 +277,7 @@ export const whatifCommand = defineCommand({
       } finally {
         await store.close();
       }
+      if (a.ablate) return ablate(a, records, filter, io);
       const rows: WhatIfRow[] = [];
       const code = await withForkHost({ 'run-dir': a['run-dir'], python: a.python, 'env-url': a['env-url'] }, io, async (host) => {
         for (const record of records) {
@@ -217,7 +297,6 @@ export const whatifCommand = defineCommand({
       if (code) return code;
       const done = rows.filter((r) => r.error === undefined);
       const delta = (r: WhatIfRow) => (r.reward_after ?? 0) - (r.reward_before ?? 0);
-      const mean = (xs: number[]) => (xs.length ? xs.reduce((s, x) => s + x, 0) / xs.length : null);
       const summary = {
         filter,
         rollouts: rows.length,
@@ -239,3 +318,63 @@ export const whatifCommand = defineCommand({
       return 0;
     }),
 });
+
+const mean = (xs: number[]) => (xs.length ? xs.reduce((s, x) => s + x, 0) / xs.length : null);
+
+/**
+ * `whatif --ablate`: each rollout forked at turn 1, greedy, from the same checkpoint, with the run's retriever, an
+ * empty one and a random one; the mean reward of each arm, and how much of the reward the retrieval carries
+ * (`reliance`: run − empty; `relevance`: run − random — what the documents' content, not their presence, is worth).
+ */
+async function ablate(a: { 'run-dir': string; python?: string; 'env-url'?: string; checkpoint?: string; json: boolean }, records: Rollout[], filter: string, io: CliIo): Promise<number> {
+  const retrievers = await ablationRetrievers(a['run-dir'], records);
+  const rows: AblationRow[] = [];
+  try {
+    const code = await withForkHost({ 'run-dir': a['run-dir'], python: a.python, 'env-url': a['env-url'] }, io, async (host) => {
+      for (const record of records) {
+        const row: AblationRow = { id: record.id, step: record.step ?? null, reward_before: record.reward ?? null, arms: {} as AblationRow['arms'] };
+        for (const arm of ABLATION_ARMS) {
+          try {
+            const { continuations } = await host.fork(a['run-dir'], record, { turn: 1, checkpoint: a.checkpoint, greedy: true, ...(arm === 'run' ? {} : { retrieverUrl: retrievers.urls[arm] }) });
+            const c = continuations[0]!;
+            row.arms[arm] = { reward: c.reward, answer: c.answer, searches: c.searches };
+          } catch (e) {
+            if (!(e instanceof ForkError)) throw e;
+            row.arms[arm] = { reward: null, answer: null, searches: null, error: e.message };
+          }
+        }
+        rows.push(row);
+        if (!a.json) io.err(`forked ${rows.length}/${records.length} three ways\r`);
+      }
+      return 0;
+    });
+    if (code) return code;
+  } finally {
+    await retrievers.close();
+  }
+  const done = rows.filter((r) => ABLATION_ARMS.every((k) => r.arms[k].error === undefined));
+  const armMean = (k: AblationArm) => mean(done.map((r) => r.arms[k].reward ?? 0));
+  const m = { run: armMean('run'), empty: armMean('empty'), random: armMean('random') };
+  const summary = {
+    filter,
+    checkpoint: a.checkpoint ?? "each rollout's own",
+    rollouts: rows.length,
+    failed: rows.length - done.length,
+    random_pool: { documents: retrievers.size, from: retrievers.from },
+    mean_recorded: mean(done.map((r) => r.reward_before ?? 0)),
+    mean: m,
+    searches: { run: mean(done.map((r) => r.arms.run.searches ?? 0)), empty: mean(done.map((r) => r.arms.empty.searches ?? 0)), random: mean(done.map((r) => r.arms.random.searches ?? 0)) },
+    reliance: m.run === null || m.empty === null ? null : m.run - m.empty,
+    relevance: m.run === null || m.random === null ? null : m.run - m.random,
+  };
+  if (a.json) {
+    io.out(`${JSON.stringify({ rows, summary })}\n`);
+    return 0;
+  }
+  io.out(`${rows.length} rollouts of ${a['run-dir']} where ${filter}, forked at turn 1 (greedy, checkpoint: ${summary.checkpoint}) three ways\n`);
+  io.out(`  ${'id'.padEnd(28)} ${'recorded'.padStart(8)} ${'run'.padStart(7)} ${'empty'.padStart(7)} ${'random'.padStart(7)}\n`);
+  for (const r of rows) io.out(`  ${r.id.padEnd(28)} ${num(r.reward_before).padStart(8)} ${ABLATION_ARMS.map((k) => (r.arms[k].error ? 'error' : num(r.arms[k].reward)).padStart(7)).join(' ')}\n`);
+  io.out(`mean reward: run's retriever ${num(m.run)}, empty ${num(m.empty)}, random ${num(m.random)} (random documents: ${retrievers.size} from ${retrievers.from})\n`);
+  io.out(`reliance on retrieval (run − empty) ${num(summary.reliance)}; on relevant documents (run − random) ${num(summary.relevance)}; searches per rollout ${num(summary.searches.run)} / ${num(summary.searches.empty)} / ${num(summary.searches.random)}${summary.failed ? `; ${summary.failed} failed` : ''}\n`);
+  return 0;
+}

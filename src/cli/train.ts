@@ -74,11 +74,16 @@ export class ProgressPrinter {
     switch (e.event) {
       case 'started':
         this.started = Date.now();
-        this.line(`run started: ${e.model} policy (${Number(e.parameters).toLocaleString('en-US')} parameters) on ${e.device}; ${e.train_examples} training / ${e.eval_examples} held-out questions; ${e.total} steps${e.resumed ? ` (resumed at step ${e.step})` : ''}`);
+        // precision: the run's numerics (model.dtype; for `fastest` what was measured and why, run.json `numerics`)
+        this.line(`run started: ${e.model} policy (${Number(e.parameters).toLocaleString('en-US')} parameters) on ${e.device}${typeof e.precision === 'string' ? `, ${e.precision}` : ''}; ${e.train_examples} training / ${e.eval_examples} held-out questions; ${e.total} steps${e.resumed ? ` (resumed at step ${e.step})` : ''}`);
         break;
       case 'progress':
         if (e.phase === 'warmup') {
           const [k, n] = [Number(e.warmup_step ?? 0), Number(e.warmup_steps ?? 0)];
+          // the warm start's pace against the reference machine's (trainer/search_agent_trainer/pace.py): said early;
+          // a slower machine's is a `warning` event too, printed as one (with --quiet as well), not twice
+          const pace = e.pace as { message?: unknown; slow?: unknown } | undefined;
+          if (typeof pace?.message === 'string' && !this.quiet && pace.slow !== true) this.line(pace.message);
           if (this.out.isTTY) this.draw(k, n, 'warm-up', `  loss ${fmt(e.loss)}`);
           else if (!this.quiet && (k % 100 === 0 || k === n)) this.line(`warm start ${k}/${n}: loss ${fmt(e.loss)}  (${duration((Date.now() - this.started) / 1000)})`);
         }

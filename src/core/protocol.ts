@@ -414,9 +414,42 @@ export interface RewardLabContract extends Contract {
   toHost: Record<string, never>;
 }
 
-/** The alarms (rules in src/core/audit/alarms.ts; named here, the dashboard charts them). */
-export const ALARMS = ['answer-enumeration', 'think-degenerate', 'length-capped', 'search-repeat', 'answer-in-search', 'search-collapse', 'tags-in-document'] as const;
+/**
+ * The alarms (named here, the dashboard charts them; docs/instruments.md has each rule and threshold): the
+ * reward-hacking alarms (src/core/audit/alarms.ts), run health (health.ts), group diagnostics (groupChecks.ts) and
+ * search behaviour (search.ts). Run-level ones (RUN_ALARMS) fire on steps, the others on rollouts.
+ */
+export const ALARMS = [
+  'answer-enumeration',
+  'think-degenerate',
+  'length-capped',
+  'search-repeat',
+  'answer-in-search',
+  'search-collapse',
+  'tags-in-document',
+  // run health (issue 46)
+  'step-stall',
+  'retriever-slow',
+  'retriever-timeouts',
+  'reward-slow',
+  'truncation-high',
+  'length-collapse',
+  'non-finite',
+  // group diagnostics
+  'zero-std-high',
+  'group-split',
+  'group-size',
+  'phantom-advantage',
+  'kl-only-gradient',
+  'stale-group',
+  // search behaviour
+  'query-copies-question',
+  'search-after-found',
+  'think-drift',
+] as const;
 export type Alarm = (typeof ALARMS)[number];
+/** The alarms that fire on a step of the run (advisories), not on a rollout; `non-finite` does both. */
+export const RUN_ALARMS: readonly Alarm[] = ['step-stall', 'retriever-slow', 'retriever-timeouts', 'reward-slow', 'truncation-high', 'length-collapse', 'non-finite', 'zero-std-high', 'think-drift'];
 
 /** The metric names the dashboard charts the audit's per-step series is sent as (`audit/…`, beside the trainer's; src/core/audit/series.ts). */
 export const AUDIT_METRICS = {
@@ -431,6 +464,8 @@ export const AUDIT_METRICS = {
   /** The alarm an `alarm` key counts (`audit/alarm/search-repeat` → search-repeat); undefined for any other key. Generic
    * over names: the dashboard charts and lanes every alarm the audit counts, whatever its name. */
   alarmOf: (key: string): string | undefined => /^audit\/alarm\/(.+)$/.exec(key)?.[1],
+  /** Search behaviour per step (src/core/audit/search.ts): answer_retrieved, repeated_query, copied_query, search_after_found, em, think_nonword, think_entropy. */
+  search: (name: string) => `audit/search/${name}`,
 } as const;
 
 /** The trainer's held-out metrics by the searches a question needs (its dataset line's `meta.hops`; train.py
@@ -943,6 +978,8 @@ export interface GroupView {
   /** Where the samples' streams first stop agreeing (the shared prompt's end, or later); null with one sample. */
   divergeAt: number | null;
   unit: 'tokens' | 'chars';
+  /** The group diagnostics that fire on it (group-split, group-size, phantom-advantage, kl-only-gradient, stale-group; src/core/audit/groupChecks.ts). */
+  alarms: string[];
 }
 
 export interface GroupsState {

@@ -169,8 +169,11 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
           if (e instanceof RemoteRetrieverError) throw new HttpError(502, e.message);
           throw e;
         }
+        // The retriever's own time, for the trainer's per-step latency metrics (W3C Server-Timing; docs/retrieval.md).
+        const ms = performance.now() - t0;
+        res.setHeader('server-timing', `retrieve;dur=${ms.toFixed(3)}`);
         sendJson(res, 200, { result: returnScores ? results : results.map((list) => list.map((h) => h.document)) });
-        log(`retrieve ${queries.length} queries, topk ${topk}: ${(performance.now() - t0).toFixed(1)}ms`);
+        log(`retrieve ${queries.length} queries, topk ${topk}: ${ms.toFixed(1)}ms`);
       },
     },
     '/reward': {
@@ -192,8 +195,10 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
           const where = o.error.file ? `${o.error.file}:${o.error.line}: ` : '';
           return { reward: null, parts: {}, error: `${where}${o.error.message} (item ${o.id})`, ...metrics };
         });
+        const ms = performance.now() - t0;
+        res.setHeader('server-timing', `reward;dur=${ms.toFixed(3)}`);
         sendJson(res, 200, { results });
-        log(`reward ${items.length} items${failed ? ` (${failed} failed)` : ''}: ${(performance.now() - t0).toFixed(1)}ms`);
+        log(`reward ${items.length} items${failed ? ` (${failed} failed)` : ''}: ${ms.toFixed(1)}ms`);
       },
     },
   };

@@ -2,7 +2,7 @@
  * The instruments of issue 18 in real VS Code (code-server), on a fixture run whose model directory holds a real
  * byte-level BPE tokenizer.json the test writes: the inspector's `drift` and `is.dropped` filters; the replay's drift
  * marker with both sides, the Δ overlay (masked tokens excluded, ratio flags) and the importance-sampling preview;
- * the dashboard's mismatch chart, an alarm in the alarm lane above the charts, and the GRPO group view opened from the
+ * the replay's per-token strips (issue 46); the dashboard's mismatch chart, an alarm in the alarm lane above the charts, and the GRPO group view opened from the
  * zero-variance chart and from the palette (Show GRPO Groups…: the run, then the step).
  */
 import assert from 'node:assert/strict';
@@ -35,6 +35,12 @@ async function workspace(): Promise<{ dir: string; drift: number; flagged: numbe
   tk.rollout_logprob = tk.role.map((r) => (r === 'generated' ? -1 : null));
   // Δ = −2 at the first generated token (ratio 0.14), +1.5 at the last (ratio 4.5); the prompt's values are garbage (masked)
   tk.logprob = tk.role.map((r, i) => (r !== 'generated' ? -60 : i === first ? -3 : i === tk.ids.length - 1 ? 0.5 : -1));
+  // the other recorded arrays, for the per-token strips (issue 46): null off the generated tokens
+  const gen = (f: (i: number) => number) => tk.role.map((r, i) => (r === 'generated' ? f(i) : null));
+  tk.advantage = gen(() => 0.5);
+  tk.entropy = gen((i) => 0.1 * (i - first));
+  tk.ref_logprob = gen(() => -1.2);
+  tk.value = gen(() => 0.3);
   const clean = (id: string, group: number, sample: number, answer: string, reward: number, extra: Partial<Rollout> = {}) =>
     recordOf(codec, PROMPT, [{ text: `<think>ok</think>\n<answer> ${answer} </answer>`, role: 'generated' }], { ...base, id, group, sample, reward, ...extra });
   const rows = [drifting, clean('lyon', 1, 1, 'Lyon', 0), clean('wrong-a', 0, 0, 'Lyon', 0), clean('wrong-b', 0, 1, 'Lyon or Paris', 0)];
@@ -98,6 +104,29 @@ describe('audit instruments: replay microscope, dashboard, GRPO groups (code-ser
     await r.locator('[data-testid="is-cap"]').press('Enter');
     await until('cap 5 recomputed by the host', async () => /0 clipped \(TIS\) · 1 dropped \(MIS\)/.test((await r.locator('[data-testid="is-summary"]').textContent()) ?? ''), 10_000);
     assert.equal(await r.locator('.chip[data-i].is-dropped').count(), 1);
+  });
+
+  it('the replay draws a per-token strip for every recorded array, masked tokens dimmed, one legend; a click on a cell moves there', async () => {
+    const r = await s.webviewFrame('replay', 30_000);
+    await until('the strips', async () => r.locator('[data-testid="strips"]').isVisible(), 10_000);
+    const strips = await r.locator('[data-testid="strips"] .strip').evaluateAll((els) => els.map((e) => (e as HTMLElement).dataset.strip));
+    assert.deepEqual(strips, ['ratio', 'delta', 'advantage', 'entropy', 'ref_logprob', 'value', 'logprob', 'rollout_logprob', 'kl']);
+    const n = await r.locator('.chip[data-col="0"][data-i]').count();
+    const prompt = await r.locator('.chip[data-col="0"][data-i].role-prompt').count();
+    for (const k of strips) {
+      assert.equal(await r.locator(`[data-testid="strip-${k}"] .strip-cell[data-i]`).count(), n, `${k}: one cell per token`);
+      assert.equal(await r.locator(`[data-testid="strip-${k}"] .strip-cell[data-i].masked`).count(), prompt, `${k}: the masked (prompt) tokens dimmed`);
+    }
+    // the chips' palettes: Δ −2 at the first generated token is the diverging scale's lowest bucket, +1.5 at the last near its top
+    const cls = (k: string, i: number) => r.locator(`[data-testid="strip-${k}"] .strip-cell[data-i="${i}"]`).getAttribute('class');
+    assert.match((await cls('delta', fx.flagged[0]!)) ?? '', /\bov-d0\b/);
+    assert.match((await cls('delta', fx.flagged[1]!)) ?? '', /\bov-d7\b/);
+    assert.match((await cls('advantage', 0)) ?? '', /\bov-none\b/, 'not recorded on the prompt');
+    assert.match((await r.locator('[data-testid="strip-legend"]').textContent()) ?? '', /diverging \(Δ, ratio, advantage, KL\).*sequential \(log-probs, entropy, value\).*not recorded.*masked/);
+    assert.match((await r.locator('[data-testid="strip-ratio"] .strip-range').textContent()) ?? '', /^0\.135 … 7\.389$/, 'the ratio scale shown as exp of the Δ scale (±2)');
+    await r.locator(`[data-testid="strip-entropy"] .strip-cell[data-i="${fx.flagged[1]}"]`).click();
+    await until('moved to the clicked token', async () => (await data(r, 'token')) === String(fx.flagged[1]), 5_000);
+    assert.equal(await r.locator(`.strip-cell.current[data-i="${fx.flagged[1]}"]`).count(), strips.length, 'the current token marked in every strip');
   });
 
   it('the dashboard charts the log-prob mismatch, marks the alarm in its lane, and opens the GRPO groups from the zero-variance chart', async () => {

@@ -144,7 +144,7 @@ describe('CLI audit', function () {
     assert.deepEqual(d.reencoded[d.token - d.from], codec.encode(' Paris')[0]);
   });
 
-  it("a real run of the trainer (tiny policy, GRPO, masking on) audits clean: no leak, no log-prob flag, no alarm; drift checked with its own tokenizer, no text drift", async () => {
+  it("a real run of the trainer (tiny policy, GRPO, masking on): no leak, no log-prob flag, no rollout alarm, drift checked with its own tokenizer, no text drift — and no learning signal, which the run-level zero-std-high says (exit 1)", async () => {
     const train = await trainTinyWithCli(dir);
     assert.equal(train.exitCode, 0, train.stderr);
     const run = join(dir, 'runs', readdirSync(join(dir, 'runs'))[0]!);
@@ -152,14 +152,16 @@ describe('CLI audit', function () {
     const o = JSON.parse(r.stdout);
     assert.ok(o.summary.rollouts >= 8);
     assert.ok(o.summary.logprob.compared > 0, 'the trainer records both log-probs on trained tokens');
-    assert.deepEqual({ leaks: o.summary.leaks.tokens, logprob: o.summary.logprob.flagged, alarms: o.summary.alarms }, { leaks: 0, logprob: 0, alarms: {} });
+    assert.deepEqual({ leaks: o.summary.leaks.tokens, logprob: o.summary.logprob.flagged }, { leaks: 0, logprob: 0 });
     // The tiny policy's tokenizer is read from the run's checkpoint (issue 44): drift is checked. Its recorded ids always
     // spell its text (no `text` drift); a barely trained policy samples word pieces side by side that its tokenizer
-    // would encode otherwise ("the" + "cat" → "thecat", characters): `split` drift, the only thing flagged.
+    // would encode otherwise ("the" + "cat" → "thecat", characters): `split` drift, the only rollout finding.
     assert.match(o.tokenizer, /^the tiny policy's tokenizer \(step-\d{6}\)$/);
     assert.equal(o.summary.drift.checked, true);
     assert.deepEqual([o.summary.drift.text, o.summary.drift.template], [0, 0]);
     assert.equal(o.summary.flagged, o.summary.drift.split);
-    assert.equal(r.exitCode, o.summary.flagged ? 1 : 0, r.stdout);
+    // builtin:em on a random policy: every reward 0, every group flat, on both steps (docs/instruments.md)
+    assert.deepEqual(o.alarms, { 'zero-std-high': { count: 2, steps: [1, 2], rollouts: 0 } });
+    assert.equal(r.exitCode, 1, r.stdout);
   });
 });

@@ -296,7 +296,8 @@ describe('audit: the run (Auditor)', () => {
       assert.deepEqual(series.map((x) => x.step), [1, 2]);
       assert.equal(series[1]!.alarms['search-collapse'], 2, 'step 2 searched none after step 1 searched once per question');
       const rows = auditMetricRows(series);
-      assert.deepEqual(rows[0], { step: 1, 'audit/rollouts': 2, 'audit/leaks': 0 });
+      assert.deepEqual(Object.fromEntries(Object.entries(rows[0]!).filter(([k]) => !k.startsWith('audit/search/'))), { step: 1, 'audit/rollouts': 2, 'audit/leaks': 0 });
+      assert.equal(rows[0]!['audit/search/repeated_query'], 0, 'search behaviour rates ride along (search.ts)');
       assert.equal(rows[1]!['audit/leaks'], 1);
       assert.equal(rows[1]!['audit/alarm/answer-enumeration'], 2);
       assert.equal(rows[1]!['audit/alarm/search-collapse'], 2);

@@ -3,7 +3,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { cliPythonCandidates, demoSummary, heldOutEm, noRetrievalConfig } from '../../src/cli/train';
+import { ProgressPrinter, cliPythonCandidates, demoSummary, heldOutEm, noRetrievalConfig } from '../../src/cli/train';
 import { checkRunConfig, standaloneConfig } from '../../src/core/host/runConfig';
 import { interpreterPath } from '../../src/core/host/runs';
 import { probePython, runPythonNote } from '../../src/core/python';
@@ -34,8 +34,8 @@ describe('CLI', () => {
     this.timeout(240_000);
     const top = await cli('--help');
     assert.equal(top.exitCode, 0);
-    const names = [...top.stdout.matchAll(/^ {2}search-agent-studio (\w+)/gm)].map((m) => m[1]!);
-    for (const c of ['doctor', 'setup', 'demo', 'train', 'serve', 'index', 'inspect', 'audit', 'import', 'reward', 'export', 'fork', 'whatif']) assert.ok(names.includes(c), `${c} is listed (${names.join(', ')})`);
+    const names = [...top.stdout.matchAll(/^ {2}search-agent-studio ([\w-]+)/gm)].map((m) => m[1]!);
+    for (const c of ['doctor', 'setup', 'demo', 'train', 'serve', 'index', 'inspect', 'audit', 'import', 'reward', 'export', 'fork', 'whatif', 'replay-step']) assert.ok(names.includes(c), `${c} is listed (${names.join(', ')})`);
     const subcommands = names.filter((n) => n !== 'completion');
     const results = new Map<string, Awaited<ReturnType<typeof cli>>>();
     const queue = [...subcommands];
@@ -229,6 +229,43 @@ describe("the demo's no-retrieval evaluation and last line", () => {
       demoSummary({ before: { step: 0, em: 0.1, byHops: [] } }, 5, undefined),
       'held-out exact match: 0.100 before training (after the warm start) → – after 0 steps (5s); searches per question –; with retrieval disabled –',
     );
+  });
+});
+
+describe('the progress printer: the run\'s numerics and the warm start\'s pace against the reference machine (issue 48)', () => {
+  // the events as the trainer writes them (pace.announce): the pace on the progress event, and for a slower machine a
+  // warning carrying the same message
+  const printed = (quiet: boolean, isTTY: boolean, pace: Record<string, unknown>) => {
+    const out: string[] = [];
+    const printer = new ProgressPrinter({ isTTY, columns: 200, write: (s: string) => out.push(s) > 0 }, quiet);
+    printer.event({ event: 'started', model: 'tiny', parameters: 1, device: 'cpu', train_examples: 1, eval_examples: 1, total: 400 });
+    printer.event({ event: 'progress', step: 0, total: 400, phase: 'warmup', warmup_step: 50, warmup_steps: 300, loss: 1 });
+    if (pace.slow === true) printer.event({ event: 'warning', message: pace.message as string, pace });
+    printer.event({ event: 'progress', step: 0, total: 400, phase: 'warmup', warmup_step: 75, warmup_steps: 300, loss: 1, pace });
+    return out.join('').split(/\r\x1b\[K|\n/).filter((l) => l.includes('warm start: '));
+  };
+  const slow = { speed: 0.5, slow: true, message: 'warm start: 0.66 s a step, 0.33 s on a 2-core AMD EPYC: slower than the reference machine: this CPU runs the demo at ~0.50× the reference speed; expect ~28m44s in all (14m22s there)' };
+  const fine = { ...slow, speed: 1, slow: false, message: 'warm start: 0.33 s a step, 0.33 s on a 2-core AMD EPYC: this CPU runs the demo at ~1.00× the reference speed; expect ~14m22s in all (14m22s there)' };
+
+  it('a slower machine is warned as soon as the warm start has measured it, once, on a terminal and in a log, --quiet too', () => {
+    for (const quiet of [false, true]) for (const tty of [false, true]) assert.deepEqual(printed(quiet, tty, slow), [`warning: ${slow.message}`], `quiet ${quiet}, isTTY ${tty}`);
+  });
+
+  it('a machine at the reference pace is told its pace; --quiet leaves it out', () => {
+    for (const tty of [false, true]) assert.deepEqual(printed(false, tty, fine), [fine.message], `isTTY ${tty}`);
+    assert.deepEqual(printed(true, false, fine), []);
+  });
+
+  it('the first line says what the run computes in, and why (the started event\'s precision)', () => {
+    const out: string[] = [];
+    const printer = new ProgressPrinter({ isTTY: false, write: (s: string) => out.push(s) > 0 }, true);
+    const precision = 'bf16 autocast, fp32 master weights (model.dtype fastest: bf16 measured 1.26× faster than fp32 on this CPU)';
+    printer.event({ event: 'started', model: 'tiny', parameters: 1254400, device: 'cpu', precision, train_examples: 2, eval_examples: 3, total: 400 });
+    printer.event({ event: 'started', model: 'tiny', parameters: 1, device: 'cpu', train_examples: 2, eval_examples: 3, total: 4 });
+    assert.deepEqual(out.join('').trim().split('\n'), [
+      `run started: tiny policy (1,254,400 parameters) on cpu, ${precision}; 2 training / 3 held-out questions; 400 steps`,
+      'run started: tiny policy (1 parameters) on cpu; 2 training / 3 held-out questions; 4 steps',
+    ]);
   });
 });
 

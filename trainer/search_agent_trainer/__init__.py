@@ -13,6 +13,8 @@ masked out of the loss (Search-R1, arXiv 2503.09516). One file per concept:
   losses.py        clipped surrogate, KL estimators, entropy, value loss, aggregation modes
   run_writer.py    the run directory and events
   checkpoint.py    checkpoints and resume
+  numerics.py      the compute precision of model.dtype "fastest", measured at the start of a run
+  pace.py          the warm start's pace against the reference machine's
   train.py         the loop
   benchmark.py     throughput on a GPU (and a tiny CPU run): our rollout vs Hugging Face generate, a step's phases
 """

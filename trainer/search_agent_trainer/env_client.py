@@ -3,12 +3,20 @@
 
 Connection failures are retried with backoff (the server may still be starting or briefly busy); an answer the
 server gives (4xx/5xx) is not retried and its message is kept.
+
+Latency: each /retrieve and /reward answer carries the env server's own time for it (a W3C `Server-Timing` header,
+`retrieve;dur=ms`); the client keeps it with its own round trip (the wait the rollout saw: the server's time plus
+queueing, HTTP and JSON) and counts the attempts that timed out. `take_stats()` returns them as the step's metrics
+(docs/trainer.md, "Env-server latency"): the server's is the truth about the retriever, the round trip about what
+the trainer waited for.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -26,15 +34,42 @@ class EnvClient:
         self.retries = retries
         self.backoff_s = backoff_s
         self.seconds = {"retrieve": 0.0}  # time spent in /retrieve (the rollout's environment share)
+        self._calls: dict[str, list[tuple[float | None, float]]] = {"retrieve": [], "reward": []}  # (server ms, round-trip ms)
+        self._timeouts = {"retrieve": 0, "reward": 0}
+
+    def take_stats(self) -> dict[str, float]:
+        """The env-server metrics since the last call (then reset): per endpoint, the p50/p99 of the server's own time
+        (`env/retrieve_ms/p50`, `…/p99`: Server-Timing) and of the round trip (`env/retrieve_wait_ms/…`), the number
+        of requests, and the attempts that timed out (`env/retrieve_timeouts`). Nothing for an endpoint not called."""
+        out: dict[str, float] = {}
+        for name, calls in self._calls.items():
+            if calls or self._timeouts[name]:
+                out[f"env/{name}_timeouts"] = float(self._timeouts[name])
+            if not calls:
+                continue
+            out[f"env/{name}_requests"] = float(len(calls))
+            server = [s for s, _ in calls if s is not None]
+            for key, xs in ((f"env/{name}_ms", server), (f"env/{name}_wait_ms", [w for _, w in calls])):
+                if xs:
+                    out[f"{key}/p50"] = percentile(xs, 50)
+                    out[f"{key}/p99"] = percentile(xs, 99)
+        self._calls = {k: [] for k in self._calls}
+        self._timeouts = {k: 0 for k in self._timeouts}
+        return out
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode("utf-8")
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             req = urllib.request.Request(self.url + path, data=data, method=method, headers={"content-type": "application/json", "x-client-pid": str(os.getpid())})
+            t0 = time.perf_counter()
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as res:
-                    return json.loads(res.read().decode("utf-8"))
+                    out = json.loads(res.read().decode("utf-8"))
+                    name = path.strip("/")
+                    if name in self._calls:
+                        self._calls[name].append((server_ms(res.headers.get("server-timing"), name), (time.perf_counter() - t0) * 1000))
+                    return out
             except urllib.error.HTTPError as e:
                 try:
                     message = json.loads(e.read().decode("utf-8")).get("error", "")
@@ -43,6 +78,9 @@ class EnvClient:
                 raise EnvError(f"{method} {self.url}{path}: HTTP {e.code}{': ' + message if message else ''}") from None
             except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
                 last = e
+                name = path.strip("/")
+                if name in self._timeouts and (isinstance(e, TimeoutError) or isinstance(getattr(e, "reason", None), TimeoutError)):
+                    self._timeouts[name] += 1
                 if attempt < self.retries:
                     time.sleep(self.backoff_s * (2**attempt))
         reason = getattr(last, "reason", last)
@@ -72,6 +110,29 @@ class EnvClient:
         if not isinstance(results, list) or len(results) != len(items):
             raise EnvError(f"POST {self.url}/reward: expected {len(items)} results")
         return results
+
+
+def server_ms(header: str | None, name: str) -> float | None:
+    """The duration (ms) a `Server-Timing` header gives for `name` (`retrieve;dur=12.5`); None without one."""
+    if not header:
+        return None
+    for part in header.split(","):
+        fields = [f.strip() for f in part.split(";")]
+        if fields[0] == name:
+            for f in fields[1:]:
+                m = re.fullmatch(r"dur=([0-9.eE+-]+)", f)
+                if m:
+                    return float(m.group(1))
+    return None
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """The q-th percentile (linear interpolation between order statistics, numpy's default)."""
+    s = sorted(xs)
+    k = (len(s) - 1) * q / 100
+    lo = math.floor(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def passages_to_string(hits: list[dict[str, Any]]) -> str:

@@ -171,6 +171,23 @@ def final_answer(t: Trajectory, tok: Any, dialect: Dialect) -> str | None:
     return found[-1].strip() if found else None
 
 
+def load_checkpoint_policy(cfg: Section, ckpt: Path, device: torch.device) -> tuple[Any, Any]:
+    """A run's policy and tokenizer at a checkpoint: the builtin trainer's (trainable.pt over the run's model: the tiny
+    policy, an HF model, a LoRA adapter), or a Hugging Face model directory (`config.json` in the checkpoint or its
+    `model/`). Shared by the policy server and replay_step."""
+    if (ckpt / "trainable.pt").exists():
+        tok_file = ckpt / "tokenizer.json"
+        policy, tok = build_policy(cfg, [], device, tokenizer_file=str(tok_file) if cfg.model.kind == "tiny" and tok_file.exists() else None)
+        load_trainable(policy, ckpt / "trainable.pt")
+        return policy, tok
+    hf = next((d for d in (ckpt, ckpt / "model", ckpt / "huggingface") if (d / "config.json").exists()), None)
+    if hf is None:
+        raise ForkError(f"{ckpt}: neither a checkpoint of the builtin trainer (trainable.pt) nor a Hugging Face model directory (config.json)")
+    hf_cfg = Section(json.loads(json.dumps(cfg)))
+    hf_cfg["model"].update({"kind": "hf", "path": str(hf), "lora": None, "random_init": False})
+    return build_policy(hf_cfg, [], device)
+
+
 class PolicyServer:
     """A run's policy at one checkpoint, loaded once and forked from many times."""
 
@@ -192,25 +209,16 @@ class PolicyServer:
         self.policy.eval()
         self.dialect = make_dialect(self.cfg.rollout.dialect, self.tok, self.cfg.rollout.search_tool, self.cfg.rollout.strict_actions)
         self.stops = self.dialect.stops(self.tok)
-        self.dtype = compute_dtype(self.cfg, self.device)
+        state = json.loads((ckpt / STATE).read_text(encoding="utf-8")) if (ckpt / STATE).exists() else None
+        # the run's own numerics where its checkpoint records them (model.dtype fastest: what its machine chose)
+        chosen = (state or {}).get("numerics", {}).get("dtype") if self.cfg.model.dtype == "fastest" else None
+        self.dtype = {"bf16": torch.bfloat16, "fp32": None}[chosen] if chosen in ("bf16", "fp32") else compute_dtype(self.cfg, self.device)
         self.max_batch_tokens = self.cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, self.dtype)
         self.env = EnvClient(env_url)
-        self.step = int(json.loads((ckpt / STATE).read_text(encoding="utf-8")).get("step", 0)) if (ckpt / STATE).exists() else None
+        self.step = int(state.get("step", 0)) if state is not None else None
 
     def _load(self, ckpt: Path) -> tuple[Any, Any]:
-        """The builtin trainer's checkpoint (trainable.pt over the run's model: the tiny policy, an HF model, a LoRA
-        adapter), or a Hugging Face model directory (`config.json` in the checkpoint or its `model/`)."""
-        if (ckpt / "trainable.pt").exists():
-            tok_file = ckpt / "tokenizer.json"
-            policy, tok = build_policy(self.cfg, [], self.device, tokenizer_file=str(tok_file) if self.cfg.model.kind == "tiny" and tok_file.exists() else None)
-            load_trainable(policy, ckpt / "trainable.pt")
-            return policy, tok
-        hf = next((d for d in (ckpt, ckpt / "model", ckpt / "huggingface") if (d / "config.json").exists()), None)
-        if hf is None:
-            raise ForkError(f"{ckpt}: neither a checkpoint of the builtin trainer (trainable.pt) nor a Hugging Face model directory (config.json)")
-        cfg = Section(json.loads(json.dumps(self.cfg)))
-        cfg["model"].update({"kind": "hf", "path": str(hf), "lora": None, "random_init": False})
-        return build_policy(cfg, [], self.device)
+        return load_checkpoint_policy(self.cfg, ckpt, self.device)
 
     def _generator(self, greedy: bool, seed: int) -> LMGenerator:
         g = torch.Generator(device=self.device)

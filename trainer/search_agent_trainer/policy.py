@@ -327,9 +327,11 @@ def build_policy(cfg: Any, vocab_texts: Iterable[str], device: torch.device, tok
 
 def compute_dtype(cfg: Any, device: torch.device) -> torch.dtype | None:
     """The autocast dtype of a run (None: no autocast): bf16 when `model.dtype` is bf16, auto on CUDA, or
-    bf16_where_native on a device that multiplies bf16 natively (`native_bf16`)."""
+    bf16_where_native on a device that multiplies bf16 natively (`native_bf16`). `fastest`: on a GPU as
+    bf16_where_native; on a CPU the builtin trainer measures (numerics.py: the policy is built in fp32 and the run
+    records its choice), and without a measurement (the other engines) it is fp32."""
     want = cfg.model.dtype
-    if want == "bf16" or (want == "auto" and device.type == "cuda") or (want == "bf16_where_native" and native_bf16(device)):
+    if want == "bf16" or (want == "auto" and device.type == "cuda") or (want == "bf16_where_native" and native_bf16(device)) or (want == "fastest" and device.type != "cpu" and native_bf16(device)):
         return torch.bfloat16
     return None
 

@@ -370,12 +370,15 @@ def columns_from_window(
     loss_mask: Any,
     engine_mask: Any = None,
     align: str = "right",
+    nonfinite: dict[int, dict[str, list[int]]] | None = None,
 ) -> ts.StepColumns:
     """The token columns of rows `rows` (prompt + response each) from per-row token ids (prompt and response),
     prompt lengths and response role codes (`role_codes_of`), and (B, R) tensors over each row's response window:
     `window[name] = (values, scored)` (null where `scored` is 0), `loss_mask`, `engine_mask`. A response lies in the
     last len(role_codes[i]) columns of its window (`align` "right": the builtin trainer's batch) or the first ("left":
-    TRL's, veRL's). The prompt's numbers are null, its mask 0."""
+    TRL's, veRL's). The prompt's numbers are null, its mask 0. With `nonfinite`, where a scored number is NaN or
+    infinite it is filled `{k: {name: [token indices]}}` (k: the place in `rows`): the store's NaN means null, so the
+    record says so in `meta.nonfinite`."""
     import torch
 
     idx = torch.as_tensor(list(rows), dtype=torch.long)
@@ -411,7 +414,15 @@ def columns_from_window(
             continue
         x, scored = pair
         out = np.full(total, np.nan, dtype=np.float32)
-        out[resp] = np.where(take(scored, bool), take(x, np.float32), np.nan)
+        values, where = take(x, np.float32), take(scored, bool)
+        out[resp] = np.where(where, values, np.nan)
+        if nonfinite is not None:
+            bad = where & ~np.isfinite(values)
+            if bad.any():
+                starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+                for pos in np.flatnonzero(resp)[bad].tolist():
+                    k = int(np.searchsorted(starts, pos, side="right")) - 1
+                    nonfinite.setdefault(k, {}).setdefault(name, []).append(pos - int(starts[k]))
         floats[name] = out
         bits |= ts.ARRAY_BIT[name]
     em = None

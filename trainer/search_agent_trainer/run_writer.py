@@ -341,6 +341,11 @@ class RunWriter:
                 append_whole(f, "".join(pending), path)
         return path
 
+    def annotate(self, **fields: Any) -> None:
+        """Adds `fields` to run.json now (the run's numerics, …)."""
+        self.run.update(fields)
+        self._write_run()
+
     def set_step(self, step: int) -> None:
         self.run["step"] = step
         self._write_run()

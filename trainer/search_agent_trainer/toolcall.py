@@ -37,22 +37,11 @@ from typing import Any
 from .generation import Stops
 from .policy import END_OF_TURN
 from .rollout import ANSWER_RE, Action, Call, Spans
+from .tool_schema import search_tool_schema  # noqa: F401 (toolcall's API: the tool list of the chat template)
 
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 # What the template checks render as a tool response (found verbatim in the rendered turn, or the template is refused).
 PROBE = "Doc 1(Title: probe) probe text"
-
-
-def search_tool_schema(name: str = "search") -> dict[str, Any]:
-    """The search tool as the chat templates declare tools (OpenAI's function format): one string argument, `query`."""
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": "Searches the document collection and returns the most relevant passages.",
-            "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "What to search for."}}, "required": ["query"]},
-        },
-    }
 
 
 def read_call(body: str, search_tool: str) -> Call:

@@ -50,6 +50,7 @@ from .data import EpochSampler, Example, MixSampler, bridge_searched, load_datas
 from .env_client import EnvClient
 from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .generation import LMGenerator, auto_max_batch_tokens
+from .numerics import Numerics, ProbeShapes, resolve as resolve_numerics
 from .policy import Reference, build_policy, compute_dtype, cpu_has_native_bf16, window_stats
 from .rollout import VOCABULARY_TEXTS, RolloutSettings, Trajectory, make_dialect, run_rollouts
 from .recorder import Recorder, RecordSettings, StepData, StepJob, columns_from_window, role_codes_of, rollout_flags
@@ -86,6 +87,8 @@ def metric_name(kind: str) -> str:
 class Trainer:
     # This process's rank among the engine's training processes (the builtin engine is one process).
     rank = 0
+    # What the run computes in (setup: model.dtype, measured for `fastest`; numerics.py). None: compute_dtype's rule.
+    numerics: Numerics | None = None
 
     def __init__(self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None):
         self.cfg = cfg
@@ -126,9 +129,14 @@ class Trainer:
             raise RuntimeError("model.device is \"cuda\" but torch sees no CUDA device (torch.cuda.is_available() is False)")
         return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
 
+    def _compute_dtype(self) -> torch.dtype | None:
+        """The run's autocast dtype (None: fp32): what its numerics chose (model.dtype, measured for `fastest`), or
+        compute_dtype's rule before they are resolved."""
+        return self.numerics.autocast if self.numerics is not None else compute_dtype(self.cfg, self.device)
+
     def _autocast(self):
-        """One autocast context factory for the run (None: fp32): bf16 when model.dtype is bf16, or auto on CUDA."""
-        dtype = compute_dtype(self.cfg, self.device)
+        """One autocast context factory for the run (None: fp32): bf16 when the run's numerics say so."""
+        dtype = self._compute_dtype()
         return (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype is not None else None
 
     def _build_policy(self, vocab_texts: list[str], tokenizer_file: str | None) -> tuple[Any, Any]:
@@ -140,7 +148,7 @@ class Trainer:
         cache of bf16 weight copies: with checkpointing only the layer being run needs its copy, and the cache would
         keep every layer's until the region ends (2 B/param; precision.py). Generation keeps the cache (the same
         weights at every decode step)."""
-        dtype = compute_dtype(self.cfg, self.device)
+        dtype = self._compute_dtype()
         if dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=dtype, cache_enabled=self.policy.kind != "hf")
@@ -207,16 +215,17 @@ class Trainer:
             load_trainable(self.policy, first)
         elif ckpt is not None and self.warmup_applies() and warm0.exists():
             load_trainable(self.policy, warm0)
-        self.reference = self._reference() if cfg.algorithm.kl_coef > 0 else None
         self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool, cfg.rollout.strict_actions)
         self.stops = self.dialect.stops(self.tok)
-        self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, compute_dtype(cfg, self.device))
 
         self._encode_prompts()
         if self.policy.kind == "tiny":
             longest = max(len(p[1]) for p in self.train_prompts + self.eval_prompts) + cfg.rollout.max_response_length
             if longest > self.policy.backbone.max_len:
                 raise RuntimeError(f"model.tiny.max_len ({self.policy.backbone.max_len}) is shorter than the longest prompt plus rollout.max_response_length ({longest} tokens)")
+        self.numerics = self._numerics(state.get("numerics"))
+        self.reference = self._reference() if cfg.algorithm.kl_coef > 0 else None  # in the run's compute dtype (precision.py)
+        self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, self.numerics.autocast)
 
         # Parameter groups, each with its own lr, warm-up and gradient clip: the policy, and PPO's value head (a shared
         # backbone's early value-loss gradients would otherwise dominate one global norm and shrink the policy's step).
@@ -244,15 +253,23 @@ class Trainer:
         self.trainable_params = [p for g in groups for p in g["params"]]
         n_params = sum(p.numel() for p in self.policy.parameters())
         n_train = sum(p.numel() for p in self.trainable_params)
-        dtype = compute_dtype(cfg, self.device)
-        precision = "fp32" if dtype is None else "bf16 autocast, fp32 master weights"
-        if cfg.model.dtype == "bf16_where_native":
-            precision += f" (model.dtype bf16_where_native: {'native' if dtype is not None else 'no native'} bf16 on this {self.device.type})"
+        precision = self.numerics.describe()
         w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set), precision=precision, max_batch_tokens=self.max_batch_tokens)
         if cfg.model.dtype == "bf16" and self.device.type == "cpu" and cpu_has_native_bf16() is False:
             w.warning("model.dtype is bf16 but this CPU has no native bf16 arithmetic (no AVX512-BF16, AMX or arm64 BF16): torch converts to fp32 and back, and a step is several times slower than in fp32; set model.dtype to fp32 or bf16_where_native (docs/trainer.md, \"Devices and precision\")")
         w.log(f"{cfg.model.kind} policy: {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}, dropout {'on' if cfg.model.dropout else 'off'}; {len(self.train_set)} train / {len(self.eval_set)} eval examples")
         return start
+
+    def _numerics(self, recorded: dict[str, Any] | None) -> Numerics:
+        """The run's numerics (numerics.py): `model.dtype`, or for `fastest` what the checkpoint recorded, else this
+        machine's choice, measured on the run's own model and shapes; recorded in run.json."""
+        cfg = self.cfg
+        longest = max(len(p[1]) for p in self.train_prompts + self.eval_prompts)
+        max_len = self.policy.backbone.max_len if self.policy.kind == "tiny" else longest + cfg.rollout.max_response_length
+        shapes = ProbeShapes.of(cfg, longest, max_len, cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, None))
+        numerics = resolve_numerics(cfg, self.device, self.policy, self.tok, shapes, recorded=recorded, log=self.writer.log)
+        self.writer.annotate(numerics=numerics.record())
+        return numerics
 
     def _new_optimizer(self) -> torch.optim.Optimizer:
         groups = [{"params": ps, "lr": lr} for ps, lr in zip(self.param_groups, self.base_lrs)]
@@ -260,7 +277,7 @@ class Trainer:
 
     def _reference(self) -> Reference:
         """The KL reference: the current policy, frozen (in the compute dtype where that saves memory, precision.py)."""
-        return Reference(self.policy, compute_dtype(self.cfg, self.device))
+        return Reference(self.policy, self._compute_dtype())
 
     def _sampler(self, stage: Stage) -> EpochSampler | MixSampler:
         """The batch sampler of a stage: its hops_mix, or one shuffled epoch after another (seeded by the run's seed,
@@ -550,7 +567,16 @@ class Trainer:
         def build(keep: list[int]) -> StepData:
             records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=None) for i in keep]
             codes = {i: role_codes_of(trajs[i].roles) for i in keep}
-            cols = columns_from_window(rows=keep, seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep}, prompt_lengths=[len(t.prompt_ids) for t in trajs], role_codes=codes, window=scored, loss_mask=batch.loss_mask)
+            nonfinite: dict[int, dict[str, list[int]]] = {}
+            cols = columns_from_window(rows=keep, seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep}, prompt_lengths=[len(t.prompt_ids) for t in trajs], role_codes=codes, window=scored, loss_mask=batch.loss_mask, nonfinite=nonfinite)
+            # the store's NaN is the record's null: a NaN or ∞ where a number is scored is listed in meta.nonfinite
+            # (for the audit's non-finite), as is a reward that is not finite
+            for k, i in enumerate(keep):
+                bad = dict(nonfinite.get(k, {}))
+                if trajs[i].reward is not None and not math.isfinite(trajs[i].reward):
+                    bad["reward"] = []
+                if bad:
+                    records[k].setdefault("meta", {})["nonfinite"] = bad
             if untrained is not None:  # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies
                 off = sum(token_store.ARRAY_BIT[k] for k in ("logprob", "ref_logprob", "entropy") if scored[k] is not None)
                 for k, i in enumerate(keep):
@@ -610,6 +636,7 @@ class Trainer:
         w.progress(step, self.total, "rollout")
         t0 = time.perf_counter()
         self.policy.eval()
+        self.env.take_stats()  # the step's env-server latencies start here (an evaluation's calls are not the step's)
         retrieve0 = self.env.seconds["retrieve"]
         trajs = self._rollouts(examples, prompts, cfg.rollout.n, local, greedy=False)
         timing["rollout"] = time.perf_counter() - t0
@@ -621,6 +648,7 @@ class Trainer:
         t0 = time.perf_counter()
         failed = self._score(trajs)
         timing["reward"] = time.perf_counter() - t0
+        env_stats = self.env.take_stats()  # /retrieve and /reward latencies (the server's and the round trip), timeouts
 
         w.progress(step, self.total, "update")
         a = cfg.algorithm
@@ -657,6 +685,7 @@ class Trainer:
             m["critic/returns/mean"] = float(ret.mean())
             m["critic/vf_explained_var"] = float(1 - (ret - v).var() / (ret.var() + 1e-5))
         m.update(self._rollout_metrics(trajs))
+        m.update(env_stats)
         gen_mask = batch.generated_mask.bool() & batch.loss_mask.bool()  # old log-probs exist on the loss tokens only
         if batch.trained is not None:  # … of the trained rows
             gen_mask &= batch.trained[:, None]
@@ -707,7 +736,8 @@ class Trainer:
         return m
 
     def _checkpoint(self, step: int) -> None:
-        path = save_checkpoint(self.run_dir, step, self.policy, self.tok, self.optimizer, {"sampler": self.sampler.state_dict()})
+        extra = {"numerics": self.numerics.record()} if self.numerics is not None else {}
+        path = save_checkpoint(self.run_dir, step, self.policy, self.tok, self.optimizer, {"sampler": self.sampler.state_dict(), **extra})
         self.writer.event("checkpoint", step=step, path=str(path))
         # the last train.checkpoint_keep; never the warm start's or a stage's last step (a resume reads them)
         for gone in prune_checkpoints(self.run_dir, checkpoint_keep(self.cfg), {0} | {s.end for s in self.stages}):

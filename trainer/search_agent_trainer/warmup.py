@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 import random
 import re
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,7 @@ import torch
 from .batch import by_length, make_batch
 from .env_client import EnvClient
 from .losses import Aggregation, agg_loss
+from .pace import AT_STEP, FROM_STEP, announce as announce_pace
 from .policy import window_stats
 from .rollout import Trajectory, answer_action, observation, search_action
 
@@ -135,6 +137,7 @@ def run_warmup(trainer: Any, log: Callable[[str], None]) -> dict[str, float]:
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.1 + 0.45 * (1 + math.cos(math.pi * min(i, w.steps) / max(1, w.steps))))
     losses: list[float] = []
     tokens = 0
+    paced_from = None  # the clock at warm-start step FROM_STEP: the pace is measured from there (pace.py)
     trainer.policy.train()
     for step in range(1, w.steps + 1):
         if trainer.stop_requested:
@@ -158,8 +161,13 @@ def run_warmup(trainer: Any, log: Callable[[str], None]) -> dict[str, float]:
         opt.step()
         sched.step()
         losses.append(total)
-        if step % 25 == 0 or step == w.steps:
-            trainer.writer.progress(0, trainer.total, "warmup", warmup_step=step, warmup_steps=w.steps, loss=round(total, 4))
+        pace = None
+        if step == FROM_STEP:
+            paced_from = time.perf_counter()
+        elif step == AT_STEP and paced_from is not None:
+            pace = announce_pace(trainer.writer, cfg, (time.perf_counter() - paced_from) / (AT_STEP - FROM_STEP))
+        if step % 25 == 0 or step == w.steps or pace:
+            trainer.writer.progress(0, trainer.total, "warmup", warmup_step=step, warmup_steps=w.steps, loss=round(total, 4), **({"pace": pace} if pace else {}))
             log(f"warm start {step}/{w.steps}: loss {total:.3f}")
     trainer.policy.eval()
     tail = losses[-10:]

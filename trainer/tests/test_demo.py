@@ -10,8 +10,15 @@ EPYC; held-out EM after the warm start -> after 60 RL steps):
 - with a 200-step warm start (this test until stop 40): seeds 1-5 0.016 -> 0.143, 0.011 -> 0.116, 0.005 -> 0.021,
   0.011 -> 0.026, 0.016 -> 0.053 — three of five found no reward in 60 steps, so a passing run was a lucky draw;
 - with the demo's own 300 steps (this test now): seed 1 (this test's trajectory) 0.021 -> 0.333, searches 1.00,
-  0.000 with retrieval off, 6m50s in the suite; seeds 3 and 4 0.005 -> 0.180 and 0.005 -> 0.333. The threshold sits
-  at about two thirds of the smallest gain.
+  0.000 with retrieval off, 6m50s in the suite; seeds 3 and 4 0.005 -> 0.180 and 0.005 -> 0.333.
+
+Across vendors (issue 48): under PINNED_NUMERICS an Intel CPU runs the bits of that EPYC (the fingerprint in the
+output says whether this CPU did; issue 48's 2-core Xeon with AMX-BF16 passed this test in the reporter's test
+command, its digits not reported), and where a CPU does not, it draws another trajectory like the seeds above. So
+the threshold is about half of the smallest gain measured over the seeds (0.175, seed 3), no longer two thirds
+(0.12 until issue 48): a run that finds no reward gains 0.015-0.037 (three of the 200-step warm start's seeds), one
+that learns 0.175-0.328; `test_the_threshold_holds_with_a_margin_on_any_trajectory_measured` keeps it so. Its
+output names the CPU.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ import json
 
 from conftest import ROOT, evaluate_without_retrieval, pin_report, run_pinned
 
-DEMO_MIN_GAIN = 0.12
+DEMO_MIN_GAIN = 0.09
+SMALLEST_GAIN_MEASURED = 0.175  # seed 3 (docstring); seed 1, this test's trajectory, 0.312
+NOT_LEARNING_MAX_GAIN = 0.037  # the largest gain of a trajectory that found no reward (200-step warm start, seed 5: 0.016 -> 0.053)
 WARMUP_STEPS = 300
 RL_STEPS = 60
 
@@ -28,6 +37,12 @@ RL_STEPS = 60
 def demo_config() -> dict:
     # The demo data is named builtin:demo/…, which the trainer resolves wherever the config is written.
     return json.loads((ROOT / "examples" / "demo.run.json").read_text())
+
+
+def test_the_threshold_holds_with_a_margin_on_any_trajectory_measured():
+    """Not a learning run (milliseconds): the threshold sits at about half of the smallest gain of a learning
+    trajectory, and above any gain of one that did not learn."""
+    assert NOT_LEARNING_MAX_GAIN < DEMO_MIN_GAIN <= 0.55 * SMALLEST_GAIN_MEASURED
 
 
 def test_the_shortened_demo_learns_to_search_and_answer(tmp_path, demo_env):

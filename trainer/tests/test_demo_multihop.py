@@ -34,9 +34,26 @@ branch, oneDNN at AVX2; conftest.PINNED_NUMERICS): on the same EPYC 0.057 -> 0.5
 entity, asserted since): the same trajectory, bridge entity searched 0.000 -> 0.471 at step 200;
 stop 44, a person's surname alone naming them too (the data's `meta.bridge`), 0.000 -> 0.586 on the same trajectory.
 
+What the thresholds rest on, by vendor (step 0 -> 200: two-hop answer retrieved / one-hop EM / two-hop EM /
+searches per two-hop question; the smallest value on either vendor in brackets):
+
+| machine | numerics | trajectories | smallest at step 200 |
+| --- | --- | --- | --- |
+| 2-core Intel Xeon, AVX-512 (stop 37) | old pin, two threads; unpinned, one thread | seed 1; seeds 1-4 | +0.285 / +0.337 / +0.114 / 1.84 |
+| 2-core AMD EPYC, AVX512-BF16 (stops 39-44) | old pin; PINNED_NUMERICS | seed 1 twice | +0.500 / +0.393 / +0.129 / 1.81; bridge entity +0.471 (+0.586 since stop 44) |
+| 2-core Intel Xeon, AMX-BF16 (issue 48) | PINNED_NUMERICS | seed 1 | passed in the reporter's test command (its one failure was test_curriculum's); digits not reported |
+
+So every threshold below sits at about half of the smallest gain measured on either vendor or trajectory
+(SMALLEST_MEASURED; `test_each_threshold_holds_with_a_margin_on_either_vendor` keeps it so), not at this
+trajectory's digits: under PINNED_NUMERICS both vendors run the same bits (the fingerprint in the output says
+whether this CPU did), and where a CPU does not, the test still asserts what every trajectory measured held. The
+issue-48 goals of the whole demo (one-hop >= 0.65, two-hop >= 0.25 with >= 1.8 searches, retrieval off <= 0.03) are
+the full 400 steps' (docs/demo.md); this test asserts the first stage's share of them — the second search kept, the
+bridge entity searched, both kinds of question learning — and the last goal itself, retrieval off.
+
 Before stop 37 the test stopped at step 100 with a one-hop threshold of 0.05 (the recipe then warmed up on two
 searches every time and learned one-hop later); its history is in docs/demo.md, "The test of the two-hop recipe".
-It runs with the rest of the suite, in CI too; `npm run test:demo-multihop` runs it alone.
+It runs with the rest of the suite, in CI too; `npm run test:demo-multihop` runs it alone. Its output names the CPU.
 """
 
 from __future__ import annotations
@@ -56,7 +73,32 @@ BRIDGE_SEARCHED_MIN_GAIN = 0.15
 TWO_HOP_MIN_SEARCHES = 1.5
 ONE_HOP_MIN_GAIN = 0.15
 TWO_HOP_EM_MIN_GAIN = 0.05
-NO_RETRIEVAL_MAX = 0.03
+NO_RETRIEVAL_MAX = 0.03  # the demo's goal itself (0.000 on every trajectory measured)
+
+# The smallest step-200 value measured on either vendor (docstring's table): gains over step 0, and the searches per
+# two-hop question. A threshold is at most MARGIN of it (searches: at least 0.3 below it).
+SMALLEST_MEASURED = {
+    "val/answer_retrieved_by_hops/2": 0.285,  # Xeon, seed 2
+    "val/em_by_hops/1": 0.337,  # Xeon, seed 2
+    "val/em_by_hops/2": 0.114,  # Xeon, seed 2
+    "val/bridge_searched_by_hops/2": 0.471,  # EPYC, this trajectory (stop 42; 0.586 since stop 44)
+    "val/searches_by_hops/2": 1.81,  # EPYC, stop 39
+}
+MARGIN = 0.55
+THRESHOLDS = {
+    "val/answer_retrieved_by_hops/2": TWO_HOP_RETRIEVED_MIN_GAIN,
+    "val/em_by_hops/1": ONE_HOP_MIN_GAIN,
+    "val/em_by_hops/2": TWO_HOP_EM_MIN_GAIN,
+    "val/bridge_searched_by_hops/2": BRIDGE_SEARCHED_MIN_GAIN,
+}
+
+
+def test_each_threshold_holds_with_a_margin_on_either_vendor():
+    """Not a learning run (milliseconds): a threshold moved towards one machine's digits fails here first."""
+    for k, t in THRESHOLDS.items():
+        assert 0 < t <= MARGIN * SMALLEST_MEASURED[k], (k, t, SMALLEST_MEASURED[k])
+    assert TWO_HOP_MIN_SEARCHES <= SMALLEST_MEASURED["val/searches_by_hops/2"] - 0.3
+    assert TWO_HOP_MIN_SEARCHES > 1.0  # the second search kept, not one search a question
 
 def evaluations(run_dir: Path) -> list[dict]:
     f = run_dir / "metrics.jsonl"
@@ -106,7 +148,7 @@ def test_the_shortened_two_hop_demo_learns_the_second_search(tmp_path):
     evals = {m["step"]: m for m in evaluations(run_dir)}
     before, after = evals[0], evals[STOP_AT]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
-    gains = {k: after[k] - before[k] for k in ("val/answer_retrieved_by_hops/2", "val/bridge_searched_by_hops/2", "val/em_by_hops/1", "val/em_by_hops/2")}
+    gains = {k: after[k] - before[k] for k in THRESHOLDS}
     pin = pin_report()
     print(pin)
     print(

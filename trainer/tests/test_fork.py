@@ -127,6 +127,24 @@ def test_a_checkpoint_that_is_a_plain_hugging_face_model_directory_forks(hf_run,
         assert c["tokens"]["ids"] == rec["tokens"]["ids"] and c["response"] == rec["response"]
 
 
+def test_a_fastest_run_forks_in_the_dtype_its_checkpoint_records(tiny_run, varied_env, tmp_path):
+    """model.dtype fastest (numerics.py): the policy server computes in what the run's machine chose, from the
+    checkpoint's trainer_state.json, not in what this process would measure."""
+    import torch
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_run, run)
+    meta = json.loads((run / "run.json").read_text())
+    meta["config"]["model"]["dtype"] = "fastest"
+    (run / "run.json").write_text(json.dumps(meta))
+    state_file = run / "checkpoints" / "step-000002" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    for chosen, dtype in (("bf16", torch.bfloat16), ("fp32", None)):
+        state["numerics"] = {"requested": "fastest", "dtype": chosen, "source": "measured", "reason": "test"}
+        state_file.write_text(json.dumps(state))
+        assert server(run, varied_env.url).dtype == dtype
+
+
 def test_bad_requests_name_what_is_wrong(tiny_run, varied_env):
     from search_agent_trainer.fork import ForkError
 

@@ -90,6 +90,24 @@ def test_columns_from_a_window_and_back_to_records() -> None:
     assert [r["id"] for r in both.records] == ["r2", "r0"] and both.cols.lengths.tolist() == [7, 5]
 
 
+def test_a_non_finite_number_where_scored_is_listed_by_record_and_token() -> None:
+    """The store's NaN means null: a NaN or ∞ the trainer computed on a scored token is listed (row, array, token
+    index in prompt + response), for the record's meta.nonfinite (the audit's non-finite); one where nothing is scored
+    is not."""
+    width, lengths = 6, [3, 4]
+    lm = torch.zeros(2, width)
+    lp = torch.zeros(2, width)
+    for i, n in enumerate(lengths):
+        lm[i, width - n : width - 1] = 1
+    lp[1, width - 4] = math.nan  # row 1's first response token (scored)
+    lp[1, width - 1] = math.inf  # row 1's last response token: not scored (loss mask 0)
+    lp[0, 0] = math.inf  # row 0's padding
+    codes = {i: role_codes_of(["generated"] * (n - 1) + ["retrieved"]) for i, n in enumerate(lengths)}
+    bad: dict = {}
+    columns_from_window(rows=[0, 1], seq_ids=[[7, 8] + [100] * n for n in lengths], prompt_lengths=[2, 2], role_codes=codes, window={"logprob": (lp, lm)}, loss_mask=lm, nonfinite=bad)
+    assert bad == {1: {"logprob": [2]}}
+
+
 class SlowRecorder(Recorder):
     """A recorder whose writes wait for `gate` (a slow disk)."""
 

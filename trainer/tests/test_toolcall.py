@@ -464,3 +464,13 @@ def test_the_trl_engine_rolls_out_tool_calls_with_the_same_loop(tmp_path, varied
         t = rec["tokens"]
         assert [int(m) for m in t["loss_mask"]] == [1 if r == "generated" else 0 for r in t["role"]]
     assert sum(r["searches"] for r in records) > 0 and any("retrieved" in r["tokens"]["role"] for r in records)
+
+
+def test_every_engine_declares_the_same_search_tool():
+    """One definition (tool_schema.py): veRL's tool agent loop and the builtin/TRL tool-call rollouts put the same
+    declaration in the chat template's tool list (they once differed in the description: another prompt on veRL)."""
+    from search_agent_trainer.engines import verl
+    from search_agent_trainer.engines.verl import overrides
+
+    assert verl.search_tool_schema("find") == search_tool_schema("find")
+    assert overrides.search_tool_schema is search_tool_schema

@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEMO, ROOT, tiny_config, trainer_env
+from conftest import DEMO, LOGPROB_ROUNDOFF, ROOT, assert_same_metrics, tiny_config, trainer_env
 from search_agent_trainer import token_store
 from search_agent_trainer.data import normalize
 
 jsonschema = pytest.importorskip("jsonschema")
 SCHEMAS = {n: json.loads((ROOT / "docs" / "schema" / f"{n}.schema.json").read_text()) for n in ("run", "event", "metrics", "rollout")}
-TIMING = ("timing_s/", "perf/", "time")
 
 
 def run_trainer(tmp: Path, cfg: dict, env_url: str, *extra: str, name: str = "run", timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -193,7 +192,8 @@ def test_skip_zero_std_groups_leaves_the_policy_gradient_as_it_was(tmp_path, spa
     assert 0 < whole["reward/frac_zero_std_groups"] < 1, "seed 7's first batch should mix flat groups and groups with a signal"
     assert skip["reward/frac_zero_std_groups"] == whole["reward/frac_zero_std_groups"]  # the same rollouts
     assert skip["actor/trained_fraction"] < 1 and "actor/trained_fraction" not in whole
-    assert skip["actor/pg_loss"] == pytest.approx(whole["actor/pg_loss"], rel=1e-5, abs=1e-7)
+    # a mean of advantages (ρ = 1 exactly, on-policy) summed over other micro-batches: equal to float32 round-off
+    assert skip["actor/pg_loss"] == pytest.approx(whole["actor/pg_loss"], rel=1e-5, abs=LOGPROB_ROUNDOFF)
     assert skip["actor/grad_norm"] == pytest.approx(whole["actor/grad_norm"], rel=1e-5)
     tokens = lambda m: m["perf/update_tokens_per_s"] * m["timing_s/update"]
     assert tokens(skip) < tokens(whole)
@@ -366,10 +366,7 @@ def test_a_crash_is_reported_and_resume_gives_the_same_metrics_as_an_uninterrupt
     b = lines(run / "metrics.jsonl")
     assert [m["step"] for m in b] == [0, 1, 2, 3]
     for ma, mb in zip(a, b):
-        keys = {k for k in ma if not k.startswith(TIMING)}
-        assert keys == {k for k in mb if not k.startswith(TIMING)}
-        for k in keys:
-            assert mb[k] == pytest.approx(ma[k], rel=1e-5, abs=1e-7), (ma["step"], k)
+        assert_same_metrics(ma, mb)  # to float32 round-off at its scale (conftest)
     if warm:
         # Step 1's first update starts at the reference itself: KL(π‖π_ref) = 0 (it was 4.7 when the reference was
         # the random initialisation instead of the warm-started policy, and the KL term dragged the policy back).

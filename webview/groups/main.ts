@@ -41,6 +41,7 @@ function groupCard(g: GroupView): HTMLElement {
       ` · ${g.samples.length} samples · reward mean ${fmt(g.rewardMean)} · std ${fmt(g.rewardStd)}`,
       g.divergeAt !== null ? ` · streams part at ${g.unit === 'tokens' ? 'token' : 'character'} ${g.divergeAt}` : '',
       g.zeroVariance ? h('span', { class: 'badge zero', 'data-testid': 'reason' }, `zero variance: ${REASONS[g.reason ?? 'equal-rewards']}`) : null,
+      ...(g.alarms ?? []).map((a) => h('span', { class: 'badge alarm', 'data-testid': 'group-alarm', title: 'a group diagnostic of audit (docs/instruments.md)' }, a)),
     ),
     g.question ? h('div', { class: 'question' }, g.question, g.golden?.length ? h('span', { class: 'golden' }, ` — golden: ${g.golden.join(' | ')}`) : null) : null,
     h(

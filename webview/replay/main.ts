@@ -16,6 +16,7 @@ import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 import { forkPane } from './fork';
 import { colourValues, legendValue, Microscope, MICROSCOPE_LABELS } from './microscope';
+import { Strips } from './strips';
 
 const endpoint = connect<ReplayContract>('replay');
 const root = document.getElementById('root')!;
@@ -70,7 +71,9 @@ const hover = h('div', { class: 'hovercard', role: 'tooltip', hidden: true, 'dat
 const textView = h('pre', { class: 'textview', 'data-testid': 'textview' });
 const fork = forkPane(endpoint);
 const forkHere = h('vscode-button', { secondary: true, 'data-testid': 'fork-here', title: 'Fork the rollout at the turn of the current entry (docs/fork.md)', onclick: () => fork.at((model()?.entries[pos.entry]?.turn ?? 0) + 1) }, 'Fork here');
-replaceChildren(root, header, controls, columns, legend, microscope.driftPane, tokenPane, fork.element, h('h3', {}, 'Trajectory text'), textView, hover);
+/** Every recorded per-token array as a heat strip under the chips (strips.ts). */
+const strips = new Strips((t) => go(t));
+replaceChildren(root, header, controls, columns, legend, microscope.driftPane, tokenPane, strips.element, fork.element, h('h3', {}, 'Trajectory text'), textView, hover);
 
 const scrubber = h('input', { type: 'range', min: '0', max: '0', value: '0', class: 'scrubber', 'aria-label': 'Token position', 'data-testid': 'scrubber' });
 scrubber.addEventListener('input', () => go(Number(scrubber.value)));
@@ -272,6 +275,7 @@ function renderTokens(): void {
   });
   replaceChildren(tokenPane, ...cols);
   tokenPane.classList.toggle('compare', compare);
+  strips.render(m, chipWindow, pos.token);
   // Legend: roles and mask, or the overlay's scale.
   const vals = values(m, o);
   const diverging = o !== 'none' && DIVERGING.has(o);
@@ -320,6 +324,7 @@ function renderPosition(reveal = false): void {
   for (const el of tokenPane.querySelectorAll('.chip.current')) el.classList.remove('current');
   const chip = tokenPane.querySelector<HTMLElement>(`.chip[data-col="0"][data-i="${pos.token}"]`);
   chip?.classList.add('current');
+  strips.mark(pos.token);
   scrollWithin(tokenPane.querySelector<HTMLElement>('[data-testid="tokens-0"]') ?? tokenPane, chip);
   // A jump lands where the user can see it: the token pane may be below the fold of the panel (issue 44). Only then
   // does the page scroll (a chip already on screen leaves the page where it is).
@@ -503,5 +508,5 @@ function show(s: ReplayState | null): void {
 }
 
 endpoint.on('state', show);
-endpoint.handle('describe', () => ({ entry: pos.entry, token: pos.token, tokenText: model()?.tokens.text[pos.token] ?? null, entryKind: model()?.entries[pos.entry]?.kind ?? null, leaks: model()?.audit?.leaks.length ?? 0, overlay: pos.overlay, level: model()?.level ?? '', columns: state?.models.length ?? 0, ...microscope.describe() }));
+endpoint.handle('describe', () => ({ entry: pos.entry, token: pos.token, tokenText: model()?.tokens.text[pos.token] ?? null, entryKind: model()?.entries[pos.entry]?.kind ?? null, leaks: model()?.audit?.leaks.length ?? 0, overlay: pos.overlay, level: model()?.level ?? '', columns: state?.models.length ?? 0, ...microscope.describe(), strips: strips.describe() }));
 void endpoint.request('getState', undefined).then(show);

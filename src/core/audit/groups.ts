@@ -10,6 +10,7 @@ import type { GroupSample, GroupView, ZeroVarianceReason } from '../protocol';
 import { groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
 import { trajectoryFacts } from '../run/summary';
 import { firstDifference } from './drift';
+import { checkGroups, groupMember, type GroupMember, type RunFacts } from './groupChecks';
 
 export type { GroupSample, GroupView, ZeroVarianceReason };
 
@@ -43,8 +44,12 @@ export function zeroVarianceReason(samples: readonly Pick<GroupSample, 'finish' 
   return 'equal-rewards';
 }
 
-/** The groups of some rollouts (records without a group are left out), in order of first appearance; samples by index. */
-export function groupViews(rollouts: readonly LocatedRollout[], read: ReadOptions = {}): GroupView[] {
+/**
+ * The groups of some rollouts (records without a group are left out), in order of first appearance; samples by index;
+ * each training group with the group diagnostics that fire on it (groupChecks.ts; `run`: the run config's rollout.n
+ * and KL term).
+ */
+export function groupViews(rollouts: readonly LocatedRollout[], read: ReadOptions = {}, run: RunFacts = {}): GroupView[] {
   const byKey = new Map<string, LocatedRollout[]>();
   for (const x of rollouts) {
     const key = groupKeyOf(x.record);
@@ -54,6 +59,7 @@ export function groupViews(rollouts: readonly LocatedRollout[], read: ReadOption
     byKey.set(key, list);
   }
   const views: GroupView[] = [];
+  const members: GroupMember[] = [];
   for (const [key, list] of byKey) {
     list.sort((a, b) => (a.record.sample ?? 0) - (b.record.sample ?? 0));
     const withTokens = list.every((x) => x.record.tokens);
@@ -83,6 +89,10 @@ export function groupViews(rollouts: readonly LocatedRollout[], read: ReadOption
     const std = mean === null ? null : Math.sqrt(rewards.reduce((a, b) => a + (b - mean) ** 2, 0) / rewards.length);
     const zero = rewards.length === samples.length && samples.length > 1 && Math.max(...rewards) - Math.min(...rewards) < EQUAL;
     const ds = samples.map((s) => s.divergesAt).filter((x): x is number => x !== null);
+    list.forEach(({ record }, k) => {
+      const m = groupMember(record, members.length, samples[k]!.em);
+      if (m) members.push(m);
+    });
     views.push({
       key,
       group: String(first.group),
@@ -97,7 +107,15 @@ export function groupViews(rollouts: readonly LocatedRollout[], read: ReadOption
       ...(zero ? { reason: zeroVarianceReason(samples) } : {}),
       divergeAt: samples.length < 2 ? null : ds.length ? Math.min(...ds) : null,
       unit: withTokens ? 'tokens' : 'chars',
+      alarms: [],
     });
   }
+  const bySteps = new Map<number, GroupMember[]>();
+  for (const m of members) bySteps.set(m.step, [...(bySteps.get(m.step) ?? []), m]);
+  for (const list of bySteps.values())
+    for (const f of checkGroups(list, run).findings) {
+      const view = views.find((v) => (v.step ?? 0) === f.step && v.group === f.group && (v.split === undefined || v.split === 'train' || !['val', 'test', 'eval', 'validation'].includes(v.split)));
+      if (view) view.alarms = f.alarms;
+    }
   return views;
 }

@@ -1,14 +1,23 @@
 /**
  * `audit` (DESIGN §7): every check on every rollout — leaks (loss mask vs role, engine mask vs ours), re-tokenisation
- * drift, the rollout-vs-trainer log-prob gap over trained tokens, and the reward-hacking alarms — with a run-level
- * summary and per-step series for the dashboard. The CLI, the inspector and the dashboard all read it from here.
+ * drift, the rollout-vs-trainer log-prob gap over trained tokens, the reward-hacking alarms, search behaviour
+ * (search.ts), values that are not finite — the GRPO group diagnostics over each step's groups (groupChecks.ts), and
+ * the run-level advisories (run health from the metrics and rollouts: health.ts; zero-std-high, search-collapse,
+ * think-drift), with a run-level summary and per-step series for the dashboard. The CLI, the inspector and the
+ * dashboard all read it from here.
  */
+import type { MetricsRow } from '../protocol';
+import { em } from '../rewards/normalize';
 import { rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import type { TokenizerCodec } from '../inspect/tokenizer';
 import type { ParsedTrajectory } from '../tags/parser';
+import { responseAnswer, turnsOf } from '../tags/searchr1';
 import { searchCount, parseResponse } from '../tags/trajectory';
 import { ALARM_DEFAULTS, searchCollapseSteps, trajectoryAlarms, type Alarm, type AlarmOptions } from './alarms';
-import type { StepAudit } from './series';
+import { checkGroups, groupMember, zeroStdHigh, type GroupCheckOptions, type GroupMember, type GroupStepFacts, type RunFacts } from './groupChecks';
+import { addHealthStep, emptyHealthStep, healthAdvisories, healthFacts, isTraining, nonFiniteValues, type Advisory, type HealthOptions, type HealthStepFacts } from './health';
+import { addSearchStep, countSearch, emptySearchStep, searchAlarms, searchFacts, thinkDriftSteps, thinkEntropy, type SearchOptions, type SearchStepFacts } from './search';
+import { RUN_ALARMS, type StepAudit } from './series';
 import type { Drift, DriftOptions } from './drift';
 import { recordDrift } from './template';
 import { IMPORTANCE_DEFAULTS, importancePreview, type ImportanceLevel, type ImportanceOptions, type ImportancePreview } from './importance';
@@ -21,18 +30,23 @@ import { tokenColumnsOf } from '../run/columns';
 export * from './alarms';
 export * from './columns';
 export * from './drift';
+export * from './groupChecks';
 export * from './groups';
+export * from './health';
 export * from './importance';
 export * from './logprob';
 export * from './microscope';
 export * from './masks';
+export * from './search';
 export * from './series';
 export * from './template';
 export * from './tokenizerMatch';
 
-export interface AuditOptions extends LogprobOptions, AlarmOptions, DriftOptions, ImportanceOptions {
+export interface AuditOptions extends LogprobOptions, AlarmOptions, DriftOptions, ImportanceOptions, HealthOptions, GroupCheckOptions, SearchOptions {
+  /** What the run's config says (rollout.n, a KL loss): the group checks' expectations. */
+  run?: RunFacts;
   /** The model's tokenizer; without one drift is not checked (`drift` stays null, `summary.drift.checked` false). The
-   * {@link Auditor} checks that it can be the run's first (tokenizerMatch.ts): one that cannot is not used. */
+   * auditors check that it can be the run's first (tokenizerMatch.ts): one that cannot is not used. */
   tokenizer?: Pick<TokenizerCodec, 'name' | 'encode' | 'decode' | 'chatTemplate' | 'vocabSize' | 'specials' | 'tokenText'>;
   /** The run's model's vocabulary size, when known (a tokenizer with more ids is not the run's). */
   runVocab?: number;
@@ -56,19 +70,51 @@ export interface RolloutAudit {
   alarms: Alarm[];
   /** Searches made (for search-collapse). */
   searches: number;
+  /** Where a recorded number is NaN or ±∞ (`{array: [token indices]}`, `reward: []`); absent when none is. */
+  non_finite?: Record<string, number[]>;
+}
+
+/** What a rollout adds to its step's series (the run-level rules read them). */
+interface RolloutStepShare {
+  training: boolean;
+  health: HealthStepFacts;
+  search: SearchStepFacts;
+  member?: GroupMember;
 }
 
 export function flagged(a: RolloutAudit): boolean {
   return a.leaks.length > 0 || a.drift !== null || (a.logprob?.flagged.length ?? 0) > 0 || a.alarms.length > 0;
 }
 
-/** The checks of one rollout that need nothing but the rollout (search-collapse is added by {@link Auditor.finish}). */
+/** Exact match of a record: `reward_parts.em` when recorded, else its final answer against `golden` (as trajectoryFacts). */
+function exactMatch(r: Rollout, parsed: ParsedTrajectory): number | null {
+  const recorded = r.reward_parts?.em;
+  if (typeof recorded === 'number') return recorded;
+  if (!r.golden?.length) return null;
+  const strict = { strictActions: r.strict_actions === true };
+  const answer = responseAnswer(parsed, strict, turnsOf(parsed, strict));
+  return answer === undefined || answer === null ? 0 : em(answer, r.golden);
+}
+
+/** The checks of one rollout that need nothing but the rollout (search-collapse and the group checks are added by {@link Auditor.finish}). */
 export function auditRollout(r: Rollout, o: AuditOptions = {}, parsed: ParsedTrajectory = parseResponse(r.response, rolloutContext(r, o.read))): RolloutAudit {
+  return auditWithShare(r, o, parsed).audit;
+}
+
+function auditWithShare(r: Rollout, o: AuditOptions, parsed: ParsedTrajectory, index = 0): { audit: RolloutAudit; share: RolloutStepShare } {
   const tk = r.tokens;
   // a record of the token store: its typed columns, without building the arrays (columns.ts: the same results)
   const cols = tokenColumnsOf(tk);
   const masks = tk ? (cols ? columnsMaskLeaks(cols, engineMaskOf(r.meta)) : maskLeaks(tk, engineMaskOf(r.meta))) : { leaks: [], mask_mismatch: [] };
-  return {
+  const sf = searchFacts(parsed, r, o);
+  const nonFinite = nonFiniteValues(r);
+  const bad = Object.keys(nonFinite).length > 0;
+  const alarms: Alarm[] = [...trajectoryAlarms(r, parsed, o), ...searchAlarms(sf)];
+  if (bad) alarms.push('non-finite');
+  const emValue = exactMatch(r, parsed);
+  const search = emptySearchStep();
+  countSearch(search, sf, emValue, thinkEntropy(parsed, r.prompt.length, tk));
+  const audit: RolloutAudit = {
     id: r.id,
     step: r.step ?? null,
     leaks: masks.leaks,
@@ -76,9 +122,12 @@ export function auditRollout(r: Rollout, o: AuditOptions = {}, parsed: ParsedTra
     drift: tk && o.tokenizer ? recordDrift(r, o.tokenizer, o).drift : null,
     logprob: tk ? (cols ? columnsLogprobs(cols, o, r.meta) : checkLogprobs(tk as Parameters<typeof checkLogprobs>[0], o, r.meta)) : null,
     is: tk ? (cols ? columnsImportance(cols, o) : importancePreview(tk as Parameters<typeof importancePreview>[0], o)) : null,
-    alarms: trajectoryAlarms(r, parsed, o),
+    alarms,
     searches: r.searches ?? searchCount(parsed),
+    ...(bad ? { non_finite: nonFinite } : {}),
   };
+  const member = groupMember(r, index, emValue, o);
+  return { audit, share: { training: isTraining(r), health: healthFacts(r, bad), search, ...(member ? { member } : {}) } };
 }
 
 export interface AuditSummary {
@@ -94,12 +143,19 @@ export interface AuditSummary {
    * rollouts with any clipped / dropped token (at sequence level: the sequences clipped / dropped).
    */
   is: { level: ImportanceLevel; cap: number; rollouts: number; scored: number; clipped: number; dropped: number; clipped_rollouts: number; dropped_rollouts: number };
+  /**
+   * Each alarm that fired: on rollouts, the rollouts it marks; run-level ones (RUN_ALARMS), the steps it fired on
+   * (`non-finite` counts both).
+   */
   alarms: Partial<Record<Alarm, number>>;
+  /** Each alarm that fired, and the steps where it did (ascending). */
+  alarm_steps: Partial<Record<Alarm, number[]>>;
+  /** The run-level findings, one per alarm and step (name, step, value, threshold, message). */
+  advisories: Advisory[];
   search_collapse_steps: number[];
   steps: StepAudit[];
 }
 
-/** Accumulates rollout audits; {@link finish} applies the run-level rules and summarises. */
 /**
  * Whether the tokenizer given can be the run's (tokenizerMatch.ts), decided once: from the run's vocabulary size
  * when known, else on the first record with token ids. Until then and while it may be, the checks use it; after a
@@ -134,154 +190,10 @@ class TokenizerGate {
   }
 }
 
-export class Auditor {
-  readonly rollouts: RolloutAudit[] = [];
-  private readonly gate: TokenizerGate;
-  constructor(readonly options: AuditOptions = {}) {
-    this.gate = new TokenizerGate(options);
-  }
-
-  /** Why the tokenizer is not the run's (decided on the first record with token ids); null: it may be. */
-  get mismatch(): string | null | undefined {
-    return this.gate.mismatch;
-  }
-
-  add(r: Rollout): RolloutAudit {
-    const a = auditRollout(r, this.gate.see(r));
-    this.rollouts.push(a);
-    return a;
-  }
-
-  finish(): AuditSummary {
-    const bySteps = new Map<number, RolloutAudit[]>();
-    for (const a of this.rollouts) {
-      const list = bySteps.get(a.step ?? 0) ?? [];
-      list.push(a);
-      bySteps.set(a.step ?? 0, list);
-    }
-    const meanSearches = new Map([...bySteps].map(([s, list]) => [s, list.reduce((t, a) => t + a.searches, 0) / list.length]));
-    const collapsed = searchCollapseSteps(meanSearches, this.options);
-    for (const s of collapsed) for (const a of bySteps.get(s)!) if (a.searches === 0) a.alarms.push('search-collapse');
-
-    const checked = this.gate.checked;
-    const sum: AuditSummary = {
-      rollouts: this.rollouts.length,
-      flagged: 0,
-      leaks: { rollouts: 0, tokens: 0, mask_mismatch: 0 },
-      drift: { checked, rollouts: 0, text: 0, split: 0, template: 0, ...(this.mismatch ? { mismatch: this.mismatch } : {}) },
-      logprob: { rollouts: 0, compared: 0, flagged: 0, max_abs_diff: 0, mean_abs_diff: 0 },
-      is: { level: this.options.isLevel ?? IMPORTANCE_DEFAULTS.isLevel, cap: this.options.isCap ?? IMPORTANCE_DEFAULTS.isCap, rollouts: 0, scored: 0, clipped: 0, dropped: 0, clipped_rollouts: 0, dropped_rollouts: 0 },
-      alarms: {},
-      search_collapse_steps: collapsed,
-      steps: [],
-    };
-    let absSum = 0;
-    for (const a of this.rollouts) {
-      if (flagged(a)) sum.flagged++;
-      if (a.leaks.length) sum.leaks.rollouts++;
-      sum.leaks.tokens += a.leaks.length;
-      sum.leaks.mask_mismatch += a.mask_mismatch.length;
-      if (a.drift) {
-        sum.drift.rollouts++;
-        sum.drift[a.drift.kind]++;
-      }
-      if (a.logprob) {
-        sum.logprob.rollouts++;
-        sum.logprob.compared += a.logprob.compared;
-        sum.logprob.flagged += a.logprob.flagged.length;
-        sum.logprob.max_abs_diff = Math.max(sum.logprob.max_abs_diff, a.logprob.max_abs_diff);
-        absSum += a.logprob.mean_abs_diff * a.logprob.compared;
-      }
-      if (a.is) {
-        sum.is.rollouts++;
-        sum.is.scored += a.is.scored;
-        sum.is.clipped += a.is.clipped.length;
-        sum.is.dropped += a.is.dropped.length;
-        if (a.is.clipped.length) sum.is.clipped_rollouts++;
-        if (a.is.dropped.length) sum.is.dropped_rollouts++;
-      }
-      for (const k of a.alarms) sum.alarms[k] = (sum.alarms[k] ?? 0) + 1;
-    }
-    sum.logprob.mean_abs_diff = sum.logprob.compared ? absSum / sum.logprob.compared : 0;
-    for (const [step, list] of [...bySteps].sort((x, y) => x[0] - y[0])) sum.steps.push(stepAudit(step, list, checked));
-    return sum;
-  }
-}
-
 /**
- * The audit of a stream of rollouts in bounded memory (the CLI's `audit`, the dashboard's per-step audit): each
- * rollout's findings go to `onRollout` when its step is complete (the next step begins, or the stream ends) — a
- * step is held so that search-collapse, a rule over a step's mean searches against the highest earlier step's, can
- * mark its rollouts — and only per-step sums are kept. Rollouts are expected step by step in step order (as run
- * directories and stores list them); `summary.search_collapse_steps` is exact whatever the order.
+ * A step's sums: the dashboard's series, and by split kind what the run-level rules read — training rollouts, and
+ * held-out ones (read where a step has no training rollout) — and its groups.
  */
-export class AuditStream {
-  private step: number | undefined;
-  private held: RolloutAudit[] = [];
-  private peak = 0;
-  private readonly steps = new Map<number, StepSums>();
-  private readonly sum: AuditSummary;
-  private absSum = 0;
-  private readonly gate: TokenizerGate;
-
-  constructor(
-    readonly options: AuditOptions = {},
-    private readonly onRollout?: (a: RolloutAudit) => void,
-  ) {
-    this.gate = new TokenizerGate(options);
-    this.sum = {
-      rollouts: 0,
-      flagged: 0,
-      leaks: { rollouts: 0, tokens: 0, mask_mismatch: 0 },
-      drift: { checked: options.tokenizer !== undefined, rollouts: 0, text: 0, split: 0, template: 0 },
-      logprob: { rollouts: 0, compared: 0, flagged: 0, max_abs_diff: 0, mean_abs_diff: 0 },
-      is: { level: options.isLevel ?? IMPORTANCE_DEFAULTS.isLevel, cap: options.isCap ?? IMPORTANCE_DEFAULTS.isCap, rollouts: 0, scored: 0, clipped: 0, dropped: 0, clipped_rollouts: 0, dropped_rollouts: 0 },
-      alarms: {},
-      search_collapse_steps: [],
-      steps: [],
-    };
-  }
-
-  add(r: Rollout): RolloutAudit {
-    const a = auditRollout(r, this.gate.see(r));
-    const step = a.step ?? 0;
-    if (this.step !== undefined && step !== this.step) this.flush();
-    this.step = step;
-    this.held.push(a);
-    return a;
-  }
-
-  private flush(): void {
-    const list = this.held;
-    if (!list.length) return;
-    this.held = [];
-    const step = this.step ?? 0;
-    const mean = list.reduce((t, a) => t + a.searches, 0) / list.length;
-    const { collapseFraction, collapsePeak } = { ...ALARM_DEFAULTS, ...this.options };
-    if (this.peak >= collapsePeak && mean < collapseFraction * this.peak) for (const a of list) if (a.searches === 0) a.alarms.push('search-collapse');
-    this.peak = Math.max(this.peak, mean);
-    const acc = this.steps.get(step) ?? newSums();
-    this.steps.set(step, acc);
-    for (const a of list) {
-      addToSummary(this.sum, a, (x) => (this.absSum += x));
-      addToStep(acc, a);
-      this.onRollout?.(a);
-    }
-  }
-
-  finish(): AuditSummary {
-    this.flush();
-    const checked = this.gate.checked;
-    this.sum.drift.checked = checked;
-    if (this.gate.mismatch) this.sum.drift.mismatch = this.gate.mismatch;
-    const ordered = [...this.steps].sort((x, y) => x[0] - y[0]);
-    this.sum.search_collapse_steps = searchCollapseSteps(new Map(ordered.map(([s, acc]) => [s, acc.searches / acc.rollouts])), this.options);
-    this.sum.logprob.mean_abs_diff = this.sum.logprob.compared ? this.absSum / this.sum.logprob.compared : 0;
-    this.sum.steps = ordered.map(([s, acc]) => stepOfSums(s, acc, checked));
-    return this.sum;
-  }
-}
-
 interface StepSums {
   rollouts: number;
   compared: number;
@@ -294,11 +206,29 @@ interface StepSums {
   searches: number;
   noSearch: number;
   alarms: Partial<Record<Alarm, number>>;
+  train: { health: HealthStepFacts; search: SearchStepFacts };
+  heldOut: { health: HealthStepFacts; search: SearchStepFacts };
+  groups: GroupStepFacts;
 }
 
-const newSums = (): StepSums => ({ rollouts: 0, compared: 0, abs: 0, outside: 0, seq: 0, seqN: 0, drift: 0, leaks: 0, searches: 0, noSearch: 0, alarms: {} });
+const newSums = (): StepSums => ({
+  rollouts: 0,
+  compared: 0,
+  abs: 0,
+  outside: 0,
+  seq: 0,
+  seqN: 0,
+  drift: 0,
+  leaks: 0,
+  searches: 0,
+  noSearch: 0,
+  alarms: {},
+  train: { health: emptyHealthStep(), search: emptySearchStep() },
+  heldOut: { health: emptyHealthStep(), search: emptySearchStep() },
+  groups: { groups: 0, zeroStd: 0 },
+});
 
-function addToStep(acc: StepSums, a: RolloutAudit): void {
+function addToStep(acc: StepSums, a: RolloutAudit, share: RolloutStepShare): void {
   acc.rollouts++;
   if (a.logprob && a.logprob.compared) {
     acc.compared += a.logprob.compared;
@@ -312,9 +242,14 @@ function addToStep(acc: StepSums, a: RolloutAudit): void {
   acc.searches += a.searches;
   if (a.searches === 0) acc.noSearch++;
   for (const k of a.alarms) acc.alarms[k] = (acc.alarms[k] ?? 0) + 1;
+  const part = share.training ? acc.train : acc.heldOut;
+  part.health = addHealthStep(part.health, share.health);
+  part.search = addSearchStep(part.search, share.search);
 }
 
 function stepOfSums(step: number, acc: StepSums, checked: boolean): StepAudit {
+  const training = acc.train.health.rollouts > 0;
+  const part = training ? acc.train : acc.heldOut;
   return {
     step,
     rollouts: acc.rollouts,
@@ -325,7 +260,11 @@ function stepOfSums(step: number, acc: StepSums, checked: boolean): StepAudit {
     leaks: acc.leaks,
     mean_searches: acc.searches / acc.rollouts,
     no_search: acc.noSearch,
-    alarms: acc.alarms,
+    alarms: { ...acc.alarms },
+    training,
+    health: part.health,
+    search: part.search,
+    groups: { ...acc.groups },
   };
 }
 
@@ -357,33 +296,178 @@ function addToSummary(sum: AuditSummary, a: RolloutAudit, addAbs: (x: number) =>
   for (const k of a.alarms) sum.alarms[k] = (sum.alarms[k] ?? 0) + 1;
 }
 
-function stepAudit(step: number, list: readonly RolloutAudit[], checked: boolean): StepAudit {
-  let compared = 0;
-  let abs = 0;
-  let outside = 0;
-  let seq = 0;
-  let seqN = 0;
-  const alarms: Partial<Record<Alarm, number>> = {};
-  for (const a of list) {
-    if (a.logprob && a.logprob.compared) {
-      compared += a.logprob.compared;
-      abs += a.logprob.mean_abs_diff * a.logprob.compared;
-      outside += a.logprob.flagged.length;
-      seq += Math.exp(a.logprob.seq_log_ratio);
-      seqN++;
-    }
-    for (const k of a.alarms) alarms[k] = (alarms[k] ?? 0) + 1;
+/**
+ * The audit of a stream of rollouts in bounded memory (the CLI's `audit`, the dashboard's per-step audit): each
+ * rollout's findings go to `onRollout` when its step is complete (the next step begins, or the stream ends) — a
+ * step is held so that the rules over a whole step can mark its rollouts (search-collapse: a step's mean searches
+ * against the highest earlier step's; the GRPO group checks over the step's groups) — and only per-step sums are
+ * kept. Rollouts are expected step by step in step order (as run directories and stores list them);
+ * `summary.search_collapse_steps` is exact whatever the order. {@link finish} applies the run-level rules (run
+ * health with the run's metrics, zero-std-high, think-drift) and summarises.
+ */
+export class AuditStream {
+  private step: number | undefined;
+  private held: { audit: RolloutAudit; share: RolloutStepShare }[] = [];
+  private peak = 0;
+  private readonly steps = new Map<number, StepSums>();
+  private readonly sum: AuditSummary;
+  private absSum = 0;
+  private readonly gate: TokenizerGate;
+  private done: AuditSummary | undefined;
+
+  constructor(
+    readonly options: AuditOptions = {},
+    private readonly onRollout?: (a: RolloutAudit) => void,
+  ) {
+    this.gate = new TokenizerGate(options);
+    this.sum = {
+      rollouts: 0,
+      flagged: 0,
+      leaks: { rollouts: 0, tokens: 0, mask_mismatch: 0 },
+      drift: { checked: options.tokenizer !== undefined, rollouts: 0, text: 0, split: 0, template: 0 },
+      logprob: { rollouts: 0, compared: 0, flagged: 0, max_abs_diff: 0, mean_abs_diff: 0 },
+      is: { level: options.isLevel ?? IMPORTANCE_DEFAULTS.isLevel, cap: options.isCap ?? IMPORTANCE_DEFAULTS.isCap, rollouts: 0, scored: 0, clipped: 0, dropped: 0, clipped_rollouts: 0, dropped_rollouts: 0 },
+      alarms: {},
+      alarm_steps: {},
+      advisories: [],
+      search_collapse_steps: [],
+      steps: [],
+    };
   }
-  return {
-    step,
-    rollouts: list.length,
-    drift_rate: checked ? list.filter((a) => a.drift).length / list.length : null,
-    mean_abs_diff: compared ? abs / compared : null,
-    ratio_outside: compared ? outside / compared : null,
-    seq_ratio: seqN ? seq / seqN : null,
-    leaks: list.reduce((t, a) => t + a.leaks.length, 0),
-    mean_searches: list.reduce((t, a) => t + a.searches, 0) / list.length,
-    no_search: list.filter((a) => a.searches === 0).length,
-    alarms,
-  };
+
+  /** Why the tokenizer is not the run's (decided on the first record with token ids); null: it may be. */
+  get mismatch(): string | null | undefined {
+    return this.gate.mismatch;
+  }
+
+  add(r: Rollout): RolloutAudit {
+    const o = this.gate.see(r);
+    const step = r.step ?? 0;
+    if (this.step !== undefined && step !== this.step) this.flush();
+    this.step = step;
+    const x = auditWithShare(r, o, parseResponse(r.response, rolloutContext(r, o.read)), this.held.length);
+    this.held.push(x);
+    return x.audit;
+  }
+
+  private flush(): void {
+    const list = this.held;
+    if (!list.length) return;
+    this.held = [];
+    const step = this.step ?? 0;
+    const mean = list.reduce((t, x) => t + x.audit.searches, 0) / list.length;
+    const { collapseFraction, collapsePeak } = { ...ALARM_DEFAULTS, ...this.options };
+    if (this.peak >= collapsePeak && mean < collapseFraction * this.peak) for (const { audit } of list) if (audit.searches === 0) audit.alarms.push('search-collapse');
+    this.peak = Math.max(this.peak, mean);
+    // the GRPO group checks over the step's groups (a member's index is its place in `list`)
+    const { findings, facts } = checkGroups(
+      list.flatMap((x) => (x.share.member ? [x.share.member] : [])),
+      this.options.run,
+      this.options,
+    );
+    for (const f of findings) for (const i of f.members) for (const k of f.alarms) if (!list[i]!.audit.alarms.includes(k)) list[i]!.audit.alarms.push(k);
+    const acc = this.steps.get(step) ?? newSums();
+    this.steps.set(step, acc);
+    acc.groups = { groups: acc.groups.groups + facts.groups, zeroStd: acc.groups.zeroStd + facts.zeroStd };
+    for (const { audit, share } of list) {
+      addToSummary(this.sum, audit, (x) => (this.absSum += x));
+      addToStep(acc, audit, share);
+      this.onRollout?.(audit);
+    }
+  }
+
+  /** Ends the stream: the last step's findings, then the run-level rules — with `metrics` (the run's metrics.jsonl rows) the run-health advisories. */
+  finish(metrics: readonly MetricsRow[] = []): AuditSummary {
+    if (this.done) return this.done;
+    this.flush();
+    const sum = this.sum;
+    const checked = this.gate.checked;
+    sum.drift.checked = checked;
+    if (this.gate.mismatch) sum.drift.mismatch = this.gate.mismatch;
+    const ordered = [...this.steps].sort((x, y) => x[0] - y[0]);
+    sum.search_collapse_steps = searchCollapseSteps(new Map(ordered.map(([s, acc]) => [s, acc.searches / acc.rollouts])), this.options);
+    sum.logprob.mean_abs_diff = sum.logprob.compared ? this.absSum / sum.logprob.compared : 0;
+    sum.steps = ordered.map(([s, acc]) => stepOfSums(s, acc, checked));
+    sum.advisories = runAdvisories(sum.steps, metrics, this.options);
+    applyAdvisories(sum.steps, sum.advisories);
+    const nonFiniteRollouts = sum.alarms['non-finite'] ?? 0;
+    for (const adv of sum.advisories) {
+      const name = adv.name as Alarm;
+      if (name !== 'non-finite' || !nonFiniteRollouts) sum.alarms[name] = (sum.alarms[name] ?? 0) + 1;
+    }
+    for (const s of sum.steps) for (const [k, v] of Object.entries(s.alarms) as [Alarm, number][]) if (v) (sum.alarm_steps[k] ??= []).push(s.step);
+    return (this.done = sum);
+  }
+}
+
+/** An {@link AuditStream} that keeps every rollout's findings (`rollouts`, complete after {@link finish}): for tests and small inputs. */
+export class Auditor {
+  readonly rollouts: RolloutAudit[] = [];
+  private readonly stream: AuditStream;
+  constructor(readonly options: AuditOptions = {}) {
+    this.stream = new AuditStream(options, (a) => this.rollouts.push(a));
+  }
+
+  /** Why the tokenizer is not the run's (decided on the first record with token ids); null: it may be. */
+  get mismatch(): string | null | undefined {
+    return this.stream.mismatch;
+  }
+
+  add(r: Rollout): RolloutAudit {
+    return this.stream.add(r);
+  }
+
+  finish(metrics: readonly MetricsRow[] = []): AuditSummary {
+    return this.stream.finish(metrics);
+  }
+}
+
+/**
+ * The run-level advisories over a run's per-step series and metrics: run health (health.ts), zero-std-high and
+ * think-drift (search-collapse marks rollouts, so it is counted with them). Sorted by step, then name. The CLI and
+ * the dashboard's run audit both apply these.
+ */
+export function runAdvisories(steps: readonly StepAudit[], metrics: readonly MetricsRow[], o: AuditOptions = {}): Advisory[] {
+  const out = healthAdvisories(metrics, steps.map((s) => ({ step: s.step, health: s.health })), o);
+  const withRollouts = new Set(steps.filter((s) => s.groups.groups > 0).map((s) => s.step));
+  for (const s of steps)
+    if (zeroStdHigh(s.groups, o)) out.push({ name: 'zero-std-high', step: s.step, value: s.groups.zeroStd / s.groups.groups, threshold: o.zeroStdFraction ?? 0.5, message: `${s.groups.zeroStd} of ${s.groups.groups} groups at step ${s.step} have equal rewards: they add no policy gradient` });
+  // without rollouts, the trainer's own count of zero-variance groups
+  for (const row of metrics) {
+    const f = row['reward/frac_zero_std_groups'];
+    if (typeof f === 'number' && !withRollouts.has(row.step) && f >= (o.zeroStdFraction ?? 0.5)) out.push({ name: 'zero-std-high', step: row.step, value: f, threshold: o.zeroStdFraction ?? 0.5, message: `${(f * 100).toFixed(0)}% of the groups at step ${row.step} have equal rewards (the trainer's reward/frac_zero_std_groups)` });
+  }
+  for (const d of thinkDriftSteps(steps, o))
+    out.push({ name: 'think-drift', step: d.step, value: d.value, threshold: d.baseline, message: `the <think> channel's ${d.measure} rose to ${d.value.toFixed(3)} at step ${d.step} from ${d.baseline.toFixed(3)} in the first steps, while exact match held (${d.em === null ? 'unknown' : d.em.toFixed(3)})` });
+  const seen = new Set<string>();
+  return out
+    .filter((a) => {
+      const k = `${a.name}\u0000${a.step}`;
+      if (seen.has(k)) return false;
+      seen.add(k);
+      return true;
+    })
+    .sort((a, b) => a.step - b.step || a.name.localeCompare(b.name));
+}
+
+/** Adds the advisories to their steps' alarm counts (a step the rollouts did not cover gets a row of its own). */
+export function applyAdvisories(steps: StepAudit[], advisories: readonly Advisory[]): void {
+  const at = new Map(steps.map((s) => [s.step, s]));
+  for (const a of advisories) {
+    let s = at.get(a.step);
+    if (!s) {
+      s = emptyStepAudit(a.step);
+      at.set(a.step, s);
+      steps.push(s);
+    }
+    const name = a.name as Alarm;
+    if (!(RUN_ALARMS as readonly string[]).includes(name)) continue;
+    if (name === 'non-finite' && s.alarms[name]) continue;
+    s.alarms[name] = Math.max(s.alarms[name] ?? 0, 1);
+  }
+  steps.sort((a, b) => a.step - b.step);
+}
+
+export function emptyStepAudit(step: number): StepAudit {
+  return { step, rollouts: 0, drift_rate: null, mean_abs_diff: null, ratio_outside: null, seq_ratio: null, leaks: 0, mean_searches: 0, no_search: 0, alarms: {}, training: false, health: emptyHealthStep(), search: emptySearchStep(), groups: { groups: 0, zeroStd: 0 } };
 }

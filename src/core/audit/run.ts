@@ -1,24 +1,65 @@
 /**
+/**
  * The audit of a run as it grows, for the dashboard: each rollouts file or store step (one per step) is audited once,
- * and again only when it changed; search-collapse, a rule over the run's series, is applied to the whole series each
- * time. What was audited is kept in `rollouts/.audit-cache.json` (per part: its stamp and its steps' series, for
- * these options), so a run opened again — a long one took minutes of audit the first time — charts at once; the
- * file is a cache (written to a temporary name and renamed; a read-only run directory just goes without it).
+ * and again only when it changed; the run-level rules — search-collapse, and the advisories of run health,
+ * zero-std-high and think-drift (src/core/audit/index.ts runAdvisories) over the run's series and its metrics.jsonl —
+ * are applied to the whole series each time. What was audited is kept in `rollouts/.audit-cache.json` (per part: its
+ * stamp and its steps' series, for these options), so a run opened again — a long one took minutes of audit the
+ * first time — charts at once; the file is a cache (written to a temporary name and renamed; a read-only run
+ * directory just goes without it).
  */
 import { existsSync } from 'node:fs';
 import { readFile, rename, stat, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { isStorePart, readPart, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import type { MetricsRow } from '../protocol';
+import { readLines } from '../store/jsonl';
+import { isStorePart, readPart, rolloutFiles, runConfigDialect, runConfigNear } from '../store/rollouts';
 import { STORE_FILES } from '../store/tokenStore';
 import { runTokenizer, runVocabSize } from '../inspect/tokenizer';
 import { searchCollapseSteps } from './alarms';
-import { AuditStream, type AuditOptions, type StepAudit } from './index';
+import { runFactsOf } from './groupChecks';
+import { applyAdvisories, AuditStream, runAdvisories, type AuditOptions, type StepAudit } from './index';
+import { mergeStepAudits, RUN_ALARMS } from './series';
 
 const CACHE = '.audit-cache.json';
-const CACHE_VERSION = 1;
+const CACHE_VERSION = 2;
+
+/**
+ * The rows of a run's metrics.jsonl (for a run directory, or a path inside one); a line that is not a JSON object
+ * with a numeric `step` is skipped (the dashboard's metrics tail reports those). Empty when there is none.
+ */
+export async function readRunMetrics(path: string): Promise<MetricsRow[]> {
+  const run = await runConfigNear(path);
+  const file = join(run?.dir ?? path, 'metrics.jsonl');
+  const rows: MetricsRow[] = [];
+  try {
+    for await (const { text } of readLines(file)) {
+      if (!text.trim()) continue;
+      try {
+        const row = JSON.parse(text) as MetricsRow;
+        if (row && typeof row === 'object' && typeof row.step === 'number') rows.push(row);
+      } catch {
+        /* a partial last line of a live run, or a malformed one */
+      }
+    }
+  } catch {
+    /* no metrics.jsonl */
+  }
+  return rows;
+}
+
+/** The options `audit` and the dashboard use for a run: its dialect, tokenizer and config facts (rollout.n, KL). */
+export async function runAuditOptions(path: string, given: AuditOptions = {}): Promise<AuditOptions> {
+  const runDialect = await runConfigDialect(path);
+  const tokenizer = given.tokenizer ?? (await runTokenizer(path)).codec;
+  const config = (await runConfigNear(path))?.config;
+  return { ...given, ...(tokenizer ? { tokenizer } : {}), run: { ...runFactsOf(config), ...given.run }, read: { ...given.read, ...(runDialect ? { runDialect } : {}) } };
+}
 
 export class RunAudit {
   private readonly files = new Map<string, { size: number | string; steps: StepAudit[] }>();
+  private metricsSize = -1;
+  private metrics: MetricsRow[] = [];
   private options: AuditOptions | undefined;
   /** The run's tokenizer is still to come (a tiny-policy run before its first checkpoint). */
   private pending = false;
@@ -30,7 +71,7 @@ export class RunAudit {
     private readonly given: AuditOptions = {},
   ) {}
 
-  /** The run's per-step series when a rollouts file is new or changed since the last call; undefined otherwise. */
+  /** The run's per-step series when a rollouts file or the metrics are new or changed since the last call; undefined otherwise. */
   async update(): Promise<StepAudit[] | undefined> {
     // A live tiny-policy run saves its tokenizer with its first checkpoint: until then drift is not checked; once it
     // is there, every file is audited again with it.
@@ -39,23 +80,28 @@ export class RunAudit {
       this.files.clear();
     }
     if (!this.options) {
-      const runDialect = await runConfigDialect(this.dir);
-      // The run's own tokenizer (its model's, or the tiny policy's from a checkpoint): each file's Auditor checks it
+      // The run's own tokenizer (its model's, or the tiny policy's from a checkpoint): each file's auditor checks it
       // can be the run's before it checks drift with it.
       const own = this.given.tokenizer ? undefined : await runTokenizer(this.dir);
       this.pending = !!own?.pending;
       const tokenizer = this.given.tokenizer ?? own?.codec;
       const runVocab = tokenizer ? await runVocabSize(this.dir) : undefined;
-      this.options = { ...this.given, ...(tokenizer ? { tokenizer } : {}), ...(runVocab !== undefined ? { runVocab } : {}), read: { ...this.given.read, ...(runDialect ? { runDialect } : {}) } };
+      this.options = await runAuditOptions(this.dir, { ...this.given, ...(tokenizer ? { tokenizer } : {}), ...(runVocab !== undefined ? { runVocab } : {}) });
       await this.loadCache();
     }
-    let files: string[];
+    let changed = false;
+    const metricsSize = (await stat(join(this.dir, 'metrics.jsonl')).catch(() => undefined))?.size ?? -1;
+    if (metricsSize !== this.metricsSize) {
+      this.metricsSize = metricsSize;
+      this.metrics = await readRunMetrics(this.dir);
+      changed = true;
+    }
+    let files: string[] = [];
     try {
       files = await rolloutFiles(this.dir);
     } catch {
-      return undefined;
+      if (!changed) return undefined;
     }
-    let changed = false;
     for (const gone of [...this.files.keys()].filter((f) => !files.includes(f))) {
       this.files.delete(gone); // a resume removed it
       changed = true;
@@ -84,20 +130,28 @@ export class RunAudit {
   private series(): StepAudit[] {
     this.fromCache = false;
     const byStep = new Map<number, StepAudit>();
-    for (const { steps } of this.files.values()) for (const s of steps) byStep.set(s.step, { ...s, alarms: { ...s.alarms } });
+    for (const { steps } of this.files.values())
+      for (const s of steps) {
+        // the run-level alarms are applied below, over the whole run
+        const own = { ...s, alarms: Object.fromEntries(Object.entries(s.alarms).filter(([k]) => k === 'non-finite' || !(RUN_ALARMS as readonly string[]).includes(k))) };
+        const before = byStep.get(s.step);
+        byStep.set(s.step, before ? mergeStepAudits(before, own) : own);
+      }
     const series = [...byStep.values()].sort((a, b) => a.step - b.step);
-    for (const step of searchCollapseSteps(new Map(series.map((s) => [s.step, s.mean_searches])), this.options)) {
+    for (const step of searchCollapseSteps(new Map(series.filter((s) => s.rollouts).map((s) => [s.step, s.mean_searches])), this.options)) {
       const s = byStep.get(step)!;
       if (s.no_search) s.alarms['search-collapse'] = s.no_search;
     }
+    applyAdvisories(series, runAdvisories(series, this.metrics, this.options));
     return series;
   }
 
   private async loadCache(): Promise<void> {
     const o = this.options!;
     this.cacheDir = existsSync(join(this.dir, 'rollouts')) ? join(this.dir, 'rollouts') : this.dir;
-    const tok = o.tokenizer as { name?: string } | undefined;
-    this.cacheKey = JSON.stringify({ tokenizer: tok ? (tok.name ?? 'unnamed') : null, runVocab: o.runVocab, ratioLow: o.ratioLow, ratioHigh: o.ratioHigh, isLevel: o.isLevel, isCap: o.isCap, driftScope: o.driftScope, repeatFraction: o.repeatFraction, minWords: o.minWords, wordFraction: o.wordFraction, read: o.read });
+    // every option the series depend on (the tokenizer by name; the run's facts, thresholds, dialect)
+    const { tokenizer: tok, ...rest } = o;
+    this.cacheKey = JSON.stringify({ tokenizer: tok ? (tok.name ?? 'unnamed') : null, ...rest });
     try {
       const c = JSON.parse(await readFile(join(this.cacheDir, CACHE), 'utf8')) as { v?: number; key?: string; parts?: Record<string, { size: number | string; steps: StepAudit[] }> };
       if (c.v !== CACHE_VERSION || c.key !== this.cacheKey || !c.parts) return;

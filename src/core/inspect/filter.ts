@@ -81,7 +81,7 @@ export const FILTER_FIELDS: Record<string, FieldSpec> = {
   'logprob.flagged': { type: 'number', doc: 'trained tokens whose ratio exp(logprob − rollout_logprob) lies outside [0.5, 2]' },
   'is.clipped': { type: 'number', doc: 'trained tokens truncated importance sampling would clip: ratio > C (searchAgent.audit.isCap, default 2; at sequence level all of a clipped sequence)' },
   'is.dropped': { type: 'number', doc: 'trained tokens masked importance sampling would drop: ratio outside [1/C, C] (token or sequence level, searchAgent.audit.isLevel)' },
-  alarm: { type: 'strings', doc: 'reward-hacking alarms: answer-enumeration, think-degenerate, length-capped, search-repeat, answer-in-search, search-collapse (alarm == "search-repeat")' },
+  alarm: { type: 'strings', doc: 'the alarms of one rollout (docs/instruments.md): answer-enumeration, think-degenerate, length-capped, search-repeat, answer-in-search, query-copies-question, search-after-found, non-finite (alarm == "search-repeat"); group and run-level alarms are in audit and the dashboard' },
 };
 
 export class FilterError extends Error {

@@ -94,10 +94,11 @@ export interface EnginePlan {
   changes?: Change[];
 }
 
-/** Whether the run computes in bf16 autocast on `device` (the trainer's policy.compute_dtype). */
+/** Whether the run computes in bf16 autocast on `device` (the trainer's policy.compute_dtype; `fastest` on a GPU is
+ * bf16_where_native's rule, on a CPU a measurement, counted here as fp32, the larger). */
 export function computesInBf16(config: RunConfig, device: 'cuda' | 'cpu'): boolean {
   const d = config.model.dtype ?? 'auto';
-  return d === 'bf16' || (device === 'cuda' && (d === 'auto' || d === 'bf16_where_native'));
+  return d === 'bf16' || (device === 'cuda' && (d === 'auto' || d === 'bf16_where_native' || d === 'fastest'));
 }
 
 /** The trainer's gradient checkpointing (precision.gradient_checkpointing): on unless false, for the builtin engine. */

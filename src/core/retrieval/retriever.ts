@@ -25,7 +25,7 @@ export interface RetrievedHit {
 }
 
 export interface Retriever {
-  readonly kind: 'bm25' | 'dense' | 'remote' | 'none';
+  readonly kind: 'bm25' | 'dense' | 'remote' | 'none' | 'random';
   /** Documents in the index (null when unknown, e.g. remote). */
   readonly size: number | null;
   describe(): Record<string, unknown>;

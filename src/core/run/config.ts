@@ -83,8 +83,8 @@ export const RunConfigSchema = S.object(
         ),
         dtype: S.optional(
           S.enum(
-            ['auto', 'bf16', 'bf16_where_native', 'fp32'] as const,
-            'Compute precision; the weights the optimizer updates are always fp32 (master weights). bf16: bf16 autocast (on CPU too, where a CPU without native bf16 is several times slower than fp32: the run warns); bf16_where_native: bf16 autocast where the device multiplies bf16 natively (a CUDA GPU with bf16; a CPU with AVX512-BF16, AMX or arm64 BF16), fp32 elsewhere; auto: bf16 autocast on CUDA, fp32 on CPU. Under LoRA with bf16 compute, the frozen base is stored in bf16.',
+            ['auto', 'bf16', 'bf16_where_native', 'fastest', 'fp32'] as const,
+            'Compute precision; the weights the optimizer updates are always fp32 (master weights). bf16: bf16 autocast (on CPU too, where a CPU without native bf16 is several times slower than fp32: the run warns); bf16_where_native: bf16 autocast where the device multiplies bf16 natively (a CUDA GPU with bf16; a CPU with AVX512-BF16, AMX or arm64 BF16), fp32 elsewhere; fastest (the demo\'s): on a CPU with native bf16 the builtin trainer times the run\'s own model in both at the start of the run and computes in bf16 unless it is more than 10% slower there, the first measurement kept for the machine (run.json `numerics` says what, why and the seconds; docs/trainer.md), fp32 on a CPU without native bf16 and where nothing measures (the other engines on CPU), bf16_where_native\'s rule on a GPU; auto: bf16 autocast on CUDA, fp32 on CPU. Under LoRA with bf16 compute, the frozen base is stored in bf16.',
             'auto',
           ),
         ),

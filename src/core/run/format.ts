@@ -141,6 +141,19 @@ export const RunJsonSchema = S.object(
     pid: S.optional(S.integer({ minimum: 0 })),
     python: S.optional(S.string({ description: 'The Python the trainer runs in (its sys.executable; engines builtin and trl): a resume tries it first, so a run continues with the versions it started with.' })),
     error: S.optional(S.object({ message: S.string(), traceback: S.optional(S.string()) })),
+    numerics: S.optional(
+      S.object(
+        {
+          requested: S.string({ description: 'model.dtype as configured.' }),
+          dtype: S.enum(['bf16', 'fp32'] as const, 'What the run computes in: bf16 autocast over fp32 master weights, or fp32.'),
+          source: S.enum(['config', 'device', 'no-native-bf16', 'measured', 'cached', 'checkpoint'] as const, 'Where the choice came from: the config itself, the device (a GPU), a CPU without native bf16, a measurement now, the first measurement on this machine (the cache), or the run\u2019s own checkpoint (a resume).'),
+          reason: S.string(),
+          seconds: S.optional(S.record(S.record(S.number()), 'model.dtype fastest: per dtype, the seconds of one micro-batch\u2019s forward+backward (train), one decode burst (decode) and the RL step they estimate (step).')),
+          machine: S.optional(S.record(S.any(), 'The CPU as measured: model, logical CPUs, physical cores, torch threads, bf16/AMX flags, torch, ISA settings, load average.')),
+        },
+        { description: 'The run\u2019s compute precision and why (model.dtype; `fastest` measures: trainer/search_agent_trainer/numerics.py).' },
+      ),
+    ),
     stop_reason: S.optional(S.enum(['signal', 'host-gone'] as const, 'Why a `stopped` run stopped: asked to (SIGTERM/SIGINT), or its host went away (SIGHUP, or the process that started it died: a window reload, a crash); a new window offers to resume the second.')),
   },
   { description: 'runs/<id>/run.json: written atomically (write to a temporary file, then rename).' },

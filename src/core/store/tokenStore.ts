@@ -40,7 +40,9 @@ const ROW_GROUP_ROLLOUTS = 256;
 
 /** Token columns a reader may ask for: `audit` is what the checks read (no ids unless drift is checked, no text). */
 export type TokenColumns = 'all' | 'audit' | 'audit+ids' | 'none';
-const AUDIT_COLUMNS = ['role', 'loss_mask', 'rollout_logprob', 'logprob', 'engine_mask'];
+// the audit's: masks and the two log-probs (leaks, the microscope, IS), and what the group and search checks read —
+// advantages (phantom-advantage), reference log-probs (kl-only-gradient), entropies (the think channel's)
+const AUDIT_COLUMNS = ['role', 'loss_mask', 'rollout_logprob', 'logprob', 'engine_mask', 'advantage', 'ref_logprob', 'entropy'];
 
 const brotli = (input: Uint8Array): Uint8Array => zlib.brotliDecompressSync(input);
 const COMPRESSORS = { BROTLI: brotli } as const;
@@ -270,7 +272,7 @@ export class StoreStep {
   /**
    * Rollouts [from, to) as rows: the record (validated: its fields; its token arrays are typed columns and the same
    * length by construction), or the issues that make it malformed. `tokens` says which token arrays are read
-   * (`audit`: roles, masks and the two log-probs; `audit+ids` also the ids and their texts; the others then throw when
+   * (`audit`: roles, masks, the two log-probs, advantages, reference log-probs and entropies; `audit+ids` also the ids and their texts; the others then throw when
    * touched).
    */
   async rows(from: number, to: number, tokens: TokenColumns = 'all'): Promise<({ line: number } & RolloutRowData)[]> {

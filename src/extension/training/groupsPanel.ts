@@ -6,10 +6,11 @@
  */
 import * as vscode from 'vscode';
 import { groupViews, type LocatedRollout } from '../../core/audit/groups';
+import { runFactsOf } from '../../core/audit/groupChecks';
 import type { GroupsContract, GroupsState } from '../../core/protocol';
 import { listRuns, readRun, rolloutFile, zeroVarianceSteps } from '../../core/host/runs';
 import { formatIssue } from '../../core/run/format';
-import { readPart, runConfigDialect } from '../../core/store/rollouts';
+import { readPart, runConfigDialect, runConfigNear } from '../../core/store/rollouts';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
 import { pickRun, runDirOf } from './runsView';
@@ -71,7 +72,8 @@ export class GroupsPanel implements vscode.Disposable {
       if (row.record) rollouts.push({ record: row.record, file, line: row.line });
       else if (row.errors[0]) errors.push(formatIssue(row.errors[0]));
     }
-    this.state = { source: file, ...(step !== undefined ? { step } : {}), groups: groupViews(rollouts, read), errors };
+    const config = (await runConfigNear(file))?.config;
+    this.state = { source: file, ...(step !== undefined ? { step } : {}), groups: groupViews(rollouts, read, runFactsOf(config)), errors };
     this.log.info(`groups: ${file} (${this.state.groups.length} groups, ${this.state.groups.filter((g) => g.zeroVariance).length} with zero variance)`);
     if (!this.web) {
       const web = openWebviewPanel<GroupsContract>(this.context.extensionUri, { name: 'groups', title: 'GRPO Groups', viewColumn: vscode.ViewColumn.Beside }, this.log);

@@ -17,15 +17,5 @@ TOOL_AGENT = "sas_tool_agent"  # veRL's tool agent loop with our roles
 ENV_URL_VAR = "SAS_ENV_URL"  # the env server's URL when a config file does not name it
 STOP_FILE = ".stop"  # in the run directory: finish the step, checkpoint, stop (main.py writes it on SIGTERM)
 
-
-def search_tool_schema(name: str = "search") -> dict:
-    """Our search tool as veRL (and the chat template's tool list) sees it; `name` is the run config's
-    rollout.search_tool."""
-    return {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": "Search the knowledge source for passages about a query; returns the top passages.",
-            "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "What to search for."}}, "required": ["query"]},
-        },
-    }
+# the search tool as every engine declares it (one definition: a veRL-trained tool-call model sees the builtin's prompt)
+from ...tool_schema import search_tool_schema  # noqa: E402,F401

@@ -1,0 +1,54 @@
+/**
+ * `replay-step`, host side: runs `python -m search_agent_trainer.replay_step` (the trainer's own batch building,
+ * log-prob pass and loss at a checkpoint) over a step's records, sent on stdin as JSON lines, and reads its one-line
+ * JSON report. Spawned with an argument array in its own process group, told our pid (src/core/host/processes.ts).
+ */
+import { resolve } from 'node:path';
+import type { ReplayStepReport } from '../audit/replayStep';
+import type { Rollout } from '../run/format';
+import { spawnChild, type LogSink } from './processes';
+import { trainerDir } from './runHost';
+
+export class ReplayStepError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'ReplayStepError';
+  }
+}
+
+export async function runReplayStep(o: { python: string; runDir: string; checkpoint: string; records: readonly Rollout[]; device?: 'cpu' | 'cuda'; tolerance?: number; onLog?: LogSink; timeoutMs?: number }): Promise<ReplayStepReport> {
+  const dir = trainerDir();
+  const python = o.python.includes('/') ? resolve(o.python) : o.python;
+  const args = ['-m', 'search_agent_trainer.replay_step', '--run-dir', resolve(o.runDir), '--checkpoint', o.checkpoint];
+  if (o.device) args.push('--device', o.device);
+  if (o.tolerance !== undefined) args.push('--tolerance', String(o.tolerance));
+  const out: string[] = [];
+  const child = spawnChild('replay-step', python, args, {
+    cwd: dir,
+    env: { PYTHONPATH: [dir, process.env.PYTHONPATH].filter(Boolean).join(':'), PYTHONUNBUFFERED: '1' },
+    stdin: 'pipe',
+    onStdout: (line) => out.push(line),
+    onStderr: o.onLog,
+  });
+  const stdin = child.proc.stdin!;
+  stdin.on('error', () => {}); // a child that exits early: its exit says why
+  for (const r of o.records) if (!stdin.write(`${JSON.stringify(r)}\n`)) await new Promise((ok) => stdin.once('drain', ok));
+  stdin.end();
+  let timer: NodeJS.Timeout | undefined;
+  const exit = await Promise.race([child.exited, new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), o.timeoutMs ?? 3_600_000)))]);
+  clearTimeout(timer);
+  if (!exit) {
+    await child.stop(2_000);
+    throw new ReplayStepError('the replay did not finish in time');
+  }
+  const last = out.filter((l) => l.trim().startsWith('{')).pop();
+  let report: (ReplayStepReport & { error?: undefined }) | { error: string } | undefined;
+  try {
+    report = last ? JSON.parse(last) : undefined;
+  } catch {
+    report = undefined;
+  }
+  if (report && 'error' in report && report.error !== undefined) throw new ReplayStepError(report.error);
+  if (!report || exit.code !== 0) throw new ReplayStepError(`the trainer's replay_step exited (${exit.signal ?? `code ${exit.code}`}) without a report:\n${child.stderr.text(12)}`);
+  return report as ReplayStepReport;
+}
