@@ -8,6 +8,7 @@ import { join, resolve } from 'node:path';
 import { loadRunConfig, RunConfigError } from '../core/host/runConfig';
 import { exportVerl, findVerlPython, noVerlPythonMessage, verlPythonCandidates } from '../core/host/verl';
 import { packageRoot } from '../core/paths';
+import { checkRunMemory } from '../core/plan/check';
 import { defineCommand, type CliIo } from './command';
 import { exportJsonl } from './exportJsonl';
 import { withInputErrors } from './inputErrors';
@@ -68,6 +69,11 @@ export async function exportCommand(a: ExportArgs, io: CliIo): Promise<number> {
     }
     io.out(`exported a veRL ${search.found.verl} run to ${result.dir}:\n${result.files.map((f) => `  ${f}\n`).join('')}  trainer/search_agent_trainer/ (our agent loops, tool, reward bridge, recorder)\n`);
     for (const note of result.notes) io.out(`note: ${note}\n`);
+    // the memory plan for GPUs of 80 GiB: what `train` would set is not applied to an export (its GPUs are not known)
+    const memory = checkRunMemory(loaded);
+    io.out(`${memory.line} (search-agent-studio plan ${loaded.file} --gpu-memory SIZE plans other GPUs)\n`);
+    const sets = memory.plan?.chosen ?? [];
+    if (sets.length) io.out(`note: the export keeps veRL's defaults where the config leaves ${sets.map((x) => x.key).join(' and ')} unset; for GPUs of 80 GiB set ${sets.map((x) => `${x.key}: ${JSON.stringify(x.value)}`).join(', ')} in the config and export again (train sets ${sets.length === 1 ? 'it' : 'them'} itself)\n`);
     io.out(`${result.checked ? 'checked: every override composed with veRL’s own config' : 'not checked against veRL’s config (this Python has no veRL)'}\n`);
     io.out(`launch: ${result.dir}/env-server.sh on every node, then SAS_ENV_URL=http://127.0.0.1:8790 PYTHON=<veRL's python> ${result.dir}/launch.sh (RAY_ADDRESS joins a Ray cluster; docs/engines.md)\n`);
     return 0;

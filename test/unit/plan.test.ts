@@ -9,6 +9,7 @@ import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
+import { PLAN_EXAMPLES } from '../../src/cli/plan';
 import { RunHost } from '../../src/core/host/runHost';
 import { checkRunMemory, MemoryPlanError } from '../../src/core/plan/check';
 import { GPU_PLANS_FILE, gpuCheckPlans } from '../../src/core/plan/gpuCheck';
@@ -46,6 +47,7 @@ describe('memory plan', () => {
   });
 
   it('accepts every one-GPU example for one 80 GiB GPU, and prints the parts as JSON', async () => {
+    const engines = new Set<string>();
     for (const name of readdirSync(join(ROOT, 'examples', 'one-gpu')).filter((f) => f.endsWith('.run.json'))) {
       const { file } = example(name);
       const r = await cli('plan', '--json', file);
@@ -56,13 +58,38 @@ describe('memory plan', () => {
       assert.equal(plan.devices.length, 1);
       const [d] = plan.devices;
       assert.ok(d.total_bytes <= 0.95 * 80 * GiB && d.total_bytes > 20 * GiB, `${name}: ${d.total_bytes}`);
-      for (const part of ['weights', 'gradients', 'optimizer', 'reference', 'activations', 'backward_peak', 'kv_cache']) assert.ok(d.parts[part] > 0, `${name}: ${part}`);
+      // each engine's own parts: our generator's KV cache, TRL's colocated vLLM, veRL's rollout engine (its
+      // reference lives on the CPU: veRL offloads it always)
+      const engine = JSON.parse(readFileSync(join(ROOT, 'examples', 'one-gpu', name), 'utf8')).engine ?? 'builtin';
+      const own: Record<string, string[]> = { builtin: ['reference', 'kv_cache'], trl: ['reference', 'vllm'], verl: ['rollout_engine'] };
+      for (const part of ['weights', 'gradients', 'optimizer', 'activations', 'backward_peak', ...own[engine]!]) assert.ok(d.parts[part] > 0, `${name}: ${part}`);
+      if (engine === 'verl') assert.ok(plan.cpu.parts.reference > 0, `${name}: the reference on the CPU`);
       assert.deepEqual(plan.suggestions, []);
+      engines.add(engine);
     }
+    assert.deepEqual([...engines].sort(), ['builtin', 'trl', 'verl']);
     // the human table names each part and the verdict
     const text = await cli('plan', example('qwen2.5-3b-grpo.run.json').file);
     assert.match(text.stdout, /weights\s+11\.50\s+fp32 master weights, 3\.09 B × 4 B/);
     assert.match(text.stdout, /^fits: /m);
+  });
+
+  it("runs the help's examples as written, from the repository root (the shapes that ship: --model qwen2.5-3b)", async () => {
+    for (const [cmd] of PLAN_EXAMPLES) {
+      const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...cmd.split(' ')], { reject: false, cwd: ROOT });
+      assert.equal(r.exitCode, 0, `${cmd}: ${r.stdout}${r.stderr}`);
+      if (cmd.includes('--json')) assert.equal(JSON.parse(r.stdout).fits, true);
+      else assert.match(r.stdout, /^fits: /m, cmd);
+    }
+    const none = await cli('plan', join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo.run.json'), '--model', 'qwen9-3b');
+    assert.equal(none.exitCode, 2);
+    assert.match(none.stderr, /--model qwen9-3b: no such model directory or config\.json .*nor a shape that ships with the package \(qwen2\.5-0\.5b, qwen2\.5-1\.5b, qwen2\.5-3b, qwen2\.5-7b\)/);
+    // without --model, a checkout without the weights is told what to pass
+    const { file, config } = example('qwen2.5-3b-grpo.run.json');
+    writeFileSync(file, JSON.stringify({ ...config, model: { ...config.model, path: join(file, '..', 'no-such-model') } }));
+    const missing = await cli('plan', file);
+    assert.equal(missing.exitCode, 2);
+    assert.match(missing.stderr, /no such file .*pass --model <model directory, config\.json, or a shape that ships with the package/);
   });
 
   it('refuses a 7B full fine-tune on one 80 GiB GPU, and finds LoRA (checked by planning again)', async () => {

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { checkRunConfig, loadRunConfig } from '../../src/core/host/runConfig';
@@ -35,10 +35,13 @@ describe('engine verl on the host: veRL’s Python, launch, export verl', functi
   it('writes the launch script, overrides, our modules, the parquet and the env server command, checked by veRL', async function () {
     if (!existsSync(VERL_PYTHON)) this.skip(); // .venv-verl: bash scripts/setup-verl.sh (setup.sh --test makes it)
     const dir = scratchDir('sas-verl-');
-    const r = await cli('export', 'verl', config(dir), '--out', join(dir, 'out'), '--python', VERL_PYTHON);
+    const file = config(dir);
+    copyFileSync(join(ROOT, 'examples', 'one-gpu', 'models', 'qwen2.5-0.5b', 'config.json'), join(dir, 'model', 'config.json')); // the shape the plan reads
+    const r = await cli('export', 'verl', file, '--out', join(dir, 'out'), '--python', VERL_PYTHON);
     assert.equal(r.exitCode, 0, r.stderr);
     assert.match(r.stdout, new RegExp(`exported a veRL ${VERL_VERSION.replace(/\./g, '\\.')} run`));
     assert.match(r.stdout, /checked: every override composed with veRL’s own config/);
+    assert.match(r.stdout, /^memory: fits each of 16 GPUs of 80\.0 GiB .*FSDP over 16 GPUs \(2 machines × 8\).*engine verl\) \(search-agent-studio plan .* plans other GPUs\)$/m); // the memory plan, as train would check it
     for (const f of ['launch.sh', 'env-server.sh', 'overrides.txt', 'run/verl/train.parquet', 'run/verl/val.parquet', 'run/verl/agent_loops.yaml', 'trainer/search_agent_trainer/engines/verl/agent_loop.py']) assert.ok(existsSync(join(dir, 'out', f)), f);
     const overrides = readFileSync(join(dir, 'out', 'overrides.txt'), 'utf8');
     assert.match(overrides, /^trainer\.nnodes=2$/m);

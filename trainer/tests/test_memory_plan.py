@@ -9,6 +9,10 @@ TorchDispatchMode sees each op's outputs; a storage counts until it is freed) on
 weights, the moments, the reference); the peak is compared with the planner's update phase for the same config
 (`plan --json --device cpu`), within 15 %, and the parts that are only sizes (weights, gradients, moments,
 reference) exactly. docs/trainer.md ("Memory on one GPU") says how the planner was checked.
+
+Engine trl the same way (TRL_CASES): the TRL engine's own setup and one TRL update step (GRPOTrainer.training_step
+on two micro-batches, the model prepared by accelerate as TRL's loop does), against the planner's larger update
+phase (TRL's has two: the forward's end and the backward); two small cases, well under a minute together.
 """
 
 from __future__ import annotations
@@ -171,5 +175,99 @@ def test_the_planner_counts_what_an_update_step_holds_within_15_percent(tmp_path
     for name in ("weights", "optimizer", "reference", "gradients"):
         assert abs(parts.get(name, 0) - got[name]) <= 0.01 * got[name], (name, parts.get(name), got[name])
     update = device["phases"]["update"]
+    print(f"{case}: planned update phase {update:,} B, measured peak {got['update_peak']:,} B ({update / got['update_peak']:.3f}×); parts {parts}")
+    assert abs(update - got["update_peak"]) <= 0.15 * got["update_peak"], (update, got)
+
+
+# -- engine trl: one real TRL update step (GRPOTrainer.training_step: accelerate's autocast, TRL's fused log-prob head) --
+
+
+def trl_run_config(path: Path, dtype: str, checkpointing: bool, lora: bool, micro: int, prompt: int, response: int) -> dict:
+    return {**run_config(path, dtype, checkpointing, lora, micro, prompt, response), "engine": "trl"}
+
+
+def measure_trl(tmp: Path, raw: dict) -> dict[str, int]:
+    """What a TRL update step holds, as `measure` for the builtin engine: the engine's own setup (TRL's reference
+    model, or its "ref" adapter under LoRA), the model prepared by accelerate as TRL's loop does (autocast), TRL's
+    optimizer; one optimizer step over two micro-batches of the longest sequences to make AdamW's moments, then two
+    micro-batches counted (TRL's `training_step`: forward, loss, backward; the gradients of the first accumulated)."""
+    from search_agent_trainer.engines.trl import quiet_libraries
+    from search_agent_trainer.engines.trl.engine import TRLEngine
+
+    class NoEnvTRL(TRLEngine):
+        def _load_data(self) -> None:
+            self.train_set = load_dataset(self.cfg.data.train)
+            self.eval_set = []
+
+    quiet_libraries()
+    cfg = config_from_dict(raw)
+    eng = NoEnvTRL(cfg, tmp / "run", "http://127.0.0.1:9", stdout=io.StringIO())
+    eng.setup()
+    t = eng.trl
+    model = t.accelerator.prepare(t.model)  # as TRL's training loop: the forward under autocast
+    t.model_wrapped = model
+    t.create_optimizer()
+    t.optimizer = t.accelerator.prepare(t.optimizer)
+    t._prepare_inputs = lambda batch: batch  # the micro-batch as given (no generation)
+    t.current_gradient_accumulation_steps = t.args.gradient_accumulation_steps
+    r, B = cfg.rollout, cfg.optim.micro_batch_size
+    vocab = len(eng.tok.impl)
+    gen = torch.Generator().manual_seed(0)
+
+    def micro_batch() -> dict:
+        x = {
+            "prompt_ids": torch.randint(0, vocab, (B, r.max_prompt_length), generator=gen),
+            "prompt_mask": torch.ones(B, r.max_prompt_length, dtype=torch.long),
+            "completion_ids": torch.randint(0, vocab, (B, r.max_response_length), generator=gen),
+            "completion_mask": torch.ones(B, r.max_response_length, dtype=torch.long),
+            "advantages": torch.randn(B, generator=gen),
+            "num_items_in_batch": torch.tensor(float(2 * B * r.max_response_length)),
+        }
+        if t.beta != 0.0:
+            x["ref_per_token_logps"] = -torch.rand(B, r.max_response_length, generator=gen)
+        return x
+
+    for x in (micro_batch(), micro_batch()):
+        t.training_step(model, x, None)
+    t.optimizer.step()  # creates AdamW's moments
+    model.zero_grad(set_to_none=True)
+    params = list(t.model.parameters())
+    ref = getattr(t, "ref_model", None)
+    ref_params = list(ref.parameters()) if ref is not None else []
+    moments = [v for s in t.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
+    static = {"weights": _storage_bytes(params), "optimizer": _storage_bytes(moments), "reference": _storage_bytes(ref_params)}
+    grads_bytes = sum(4 * p.numel() for p in params if p.requires_grad)
+    existing = [*params, *t.model.buffers(), *moments, *ref_params, *(ref.buffers() if ref is not None else [])]
+    batches = (micro_batch(), micro_batch())
+    tracker = LiveBytes({x.untyped_storage().data_ptr() for x in existing})
+    with tracker:
+        for x in batches:
+            t.training_step(model, x, None)
+    eng.writer.close()
+    return {**static, "gradients": grads_bytes, "update_peak": sum(static.values()) + tracker.peak}
+
+
+TRL_CASES = {
+    # as CASES; the fused head's torch fallback on CPU (no Triton) scores every position in 4,096-token tiles
+    "trl-bf16-checkpointed": ((128, 384, 2, 4, 2, 4096), "bf16", True, False, 4, 96, 160),
+    "trl-fp32-no-checkpointing": ((128, 384, 2, 4, 2, 4096), "fp32", False, False, 4, 96, 160),
+}
+
+
+@pytest.mark.parametrize("case", list(TRL_CASES))
+def test_the_planner_counts_what_a_trl_update_step_holds_within_15_percent(tmp_path, case):
+    pytest.importorskip("trl")
+    shape, dtype, checkpointing, lora, micro, prompt, response = TRL_CASES[case]
+    path = model_dir(tmp_path, *shape)
+    raw = trl_run_config(path, dtype, checkpointing, lora, micro, prompt, response)
+    (tmp_path / "c.run.json").write_text(json.dumps(raw))
+    [device] = plan(tmp_path / "c.run.json")["devices"]
+    parts = device["parts"]
+    torch.manual_seed(0)
+    got = measure_trl(tmp_path, raw)
+    for name in ("weights", "optimizer", "reference", "gradients"):
+        assert abs(parts.get(name, 0) - got[name]) <= 0.01 * got[name], (name, parts.get(name), got[name])
+    # TRL's update has two peaks: the forward's end (autocast's cache of every layer's casts) and the backward
+    update = max(device["phases"]["update"], device["phases"]["update_forward"])
     print(f"{case}: planned update phase {update:,} B, measured peak {got['update_peak']:,} B ({update / got['update_peak']:.3f}×); parts {parts}")
     assert abs(update - got["update_peak"]) <= 0.15 * got["update_peak"], (update, got)

@@ -397,6 +397,17 @@ def test_the_one_gpu_trl_recipe_maps_onto_trl_with_sleep_mode_and_a_bf16_referen
     assert (m["reference_dtype"], m["gradient_checkpointing"], m["generation"], m["vllm_gpu_memory_utilization"], m["vllm_sleep_mode"], m["vllm_max_num_seqs"]) == ("bfloat16", True, "vllm", 0.2, True, 2560)
 
 
+def test_the_trl_defaults_the_memory_planner_reads_are_the_installed_grpoconfigs():
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    fields = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    assert {k: fields[k] for k in options.TRL_DEFAULTS} == options.TRL_DEFAULTS  # src/core/plan/trl.ts's TRL_DEFAULTS: the same (plan-engines.test.ts)
+    cfg = config_from_dict(trl_tiny(**{"trl.model_init_kwargs": {"dtype": "float16"}}))
+    assert options.memory_inputs(cfg, 1, bf16=True)["reference_dtype"] == "float16"  # the trl section's own, as TRL builds it
+
+
 class NucleusLLM:
     """TEST DOUBLE for vllm.LLM (no GPU or vLLM here): samples each request's tokens from the policy itself at the
     request's temperature within its top_p nucleus, and returns what vLLM's processed_logprobs are: each sampled

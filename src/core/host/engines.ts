@@ -25,6 +25,8 @@ export interface EngineContext {
   loaded: LoadedRunConfig;
   /** veRL's Python as the user named it (the setting searchAgent.verlPythonPath), tried first (engine verl). */
   verlPython?: string;
+  /** What the memory plan sets for keys the config leaves unset (dotted keys: veRL's PLANNER_KEYS), for a new run. */
+  planned?: Record<string, unknown>;
 }
 
 export interface TrainerLaunch {
@@ -79,7 +81,7 @@ export const ENGINE_HOSTS: Record<Engine, EngineHost | undefined> = {
  * .venv-verl), the run prepared in its directory, then veRL's main_ppo with our recorder under Ray. */
 async function verlEngineLaunch(ctx: EngineContext): Promise<TrainerLaunch> {
   try {
-    const l = await verlLaunch({ loaded: ctx.loaded, runDir: ctx.runDir, envUrl: ctx.envUrl, resume: ctx.resume, trainerDir: ctx.trainerDir, verlPython: ctx.verlPython, root: packageRoot() });
+    const l = await verlLaunch({ loaded: ctx.loaded, runDir: ctx.runDir, envUrl: ctx.envUrl, resume: ctx.resume, trainerDir: ctx.trainerDir, verlPython: ctx.verlPython, root: packageRoot(), planned: ctx.planned });
     return { file: l.file, args: l.args, env: l.env, notes: l.notes };
   } catch (e) {
     if (e instanceof VerlUnavailableError) throw new EngineUnavailableError(e.message);

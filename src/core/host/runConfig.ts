@@ -37,8 +37,10 @@ function lineCol(text: string, message: string): string {
   return `:${line}:${Number(m[1]) - before.lastIndexOf('\n')}`;
 }
 
-/** Reads and validates a run config; throws RunConfigError naming the file, line (for JSON) and key path. */
-export async function loadRunConfig(file: string): Promise<LoadedRunConfig> {
+/** Reads and validates a run config; throws RunConfigError naming the file, line (for JSON) and key path.
+ * `files: false` (the memory plan's reading: `plan` needs only the model's config.json): the schema is checked, the
+ * files the config names (data, retriever, model) need not exist. */
+export async function loadRunConfig(file: string, options: { files?: boolean } = {}): Promise<LoadedRunConfig> {
   const abs = resolve(file);
   let text: string;
   try {
@@ -52,7 +54,7 @@ export async function loadRunConfig(file: string): Promise<LoadedRunConfig> {
   } catch (e) {
     throw new RunConfigError(abs + lineCol(text, (e as Error).message), [`not valid JSON: ${(e as Error).message}`]);
   }
-  return checkRunConfig(value, abs, dirname(abs));
+  return checkRunConfig(value, abs, dirname(abs), options);
 }
 
 /**
@@ -118,7 +120,7 @@ export function standaloneConfig(loaded: LoadedRunConfig): Record<string, any> {
   return config;
 }
 
-export function checkRunConfig(value: unknown, file: string, base: string): LoadedRunConfig {
+export function checkRunConfig(value: unknown, file: string, base: string, options: { files?: boolean } = {}): LoadedRunConfig {
   const issues = validate(RunConfigSchema, value);
   if (issues.length) throw new RunConfigError(file, issues.map((i) => `${i.path || '(the file)'}: ${i.message}`));
   const config = value as RunConfig;
@@ -134,11 +136,12 @@ export function checkRunConfig(value: unknown, file: string, base: string): Load
     }
     if (!existsSync(path)) missing.push(`${key}: no such file or directory: ${path}`);
   };
-  for (const { key, value } of pathPlaces(config)) need(key, value);
+  const files = options.files ?? true;
+  if (files) for (const { key, value } of pathPlaces(config)) need(key, value);
   const module = config.reward?.module;
-  if (module && !module.startsWith('builtin:')) need('reward.module', module);
+  if (files && module && !module.startsWith('builtin:')) need('reward.module', module);
   const r = config.retriever;
-  if (config.model.kind === 'hf' && !config.model.path) missing.push('model.path: is required when model.kind is "hf"');
+  if (files && config.model.kind === 'hf' && !config.model.path) missing.push('model.path: is required when model.kind is "hf"');
   if (r?.kind === 'bm25' && !r.index && !r.corpus) missing.push('retriever: kind "bm25" needs index (a built index) or corpus (a JSONL corpus)');
   if (r?.kind === 'dense' && (!r.index || !r.model)) missing.push('retriever: kind "dense" needs index and model');
   if (r?.kind === 'remote' && !r.url) missing.push('retriever: kind "remote" needs url');

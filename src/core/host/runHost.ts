@@ -58,6 +58,28 @@ export interface RunHostOptions {
   onMemoryCheck?: (line: string) => void;
 }
 
+/**
+ * The run host's memory check: the plan of a Hugging Face run on GPUs against the trainer's GPU (asked of its Python,
+ * unless `gpuMemoryBytes`): a run that does not fit is refused (MemoryPlanError, with the changes that would make it
+ * fit) unless `force`. Returns what the plan sets for keys the config leaves unset (veRL's offload: PLANNER_KEYS),
+ * which the engine launches the run with.
+ */
+export async function checkRunHostMemory(loaded: LoadedRunConfig, options: Pick<RunHostOptions, 'python' | 'gpuMemoryBytes' | 'force' | 'onMemoryCheck'>): Promise<Record<string, unknown>> {
+  const c = loaded.config;
+  if (c.model.kind !== 'hf' || c.model.device === 'cpu') return {};
+  let cuda: boolean | undefined;
+  let gpuMemoryBytes = options.gpuMemoryBytes;
+  if (gpuMemoryBytes === undefined) {
+    const probe = await probePython(options.python, { timeoutMs: 60_000 });
+    cuda = probe.ok ? probe.cuda : undefined;
+    gpuMemoryBytes = probe.cudaMemory?.[0];
+  }
+  const check = checkRunMemory(loaded, { gpuMemoryBytes, cuda });
+  options.onMemoryCheck?.(check.line);
+  refuseWhatDoesNotFit(check, loaded.file, !!options.force);
+  return Object.fromEntries((check.plan?.chosen ?? []).map((x) => [x.key, x.value]));
+}
+
 export function trainerDir(): string {
   return join(packageRoot(), 'trainer');
 }
@@ -96,13 +118,13 @@ export class RunHost {
       loaded = await loadRunConfig(options.config);
       runDir = options.runDir ? resolve(options.runDir) : newRunDir(loaded, options.runsParent ?? resolve('runs'));
     }
-    await RunHost.checkMemory(loaded, options);
+    const planned = await checkRunHostMemory(loaded, options);
     const dir = trainerDir();
     const engine = await engineHost(loaded.config.engine ?? 'builtin', options.python, dir);
     const server = await startEnvServerProcess(envServerArgs(loaded, { port: options.port }), { onLog: options.onServerLog, launcher: options.serverLauncher });
     let trainer: Child;
     try {
-      const launch = await engine.launch({ python: options.python, trainerDir: dir, runDir, envUrl: server.url, resume: !!options.resume, loaded, verlPython: options.verlPython });
+      const launch = await engine.launch({ python: options.python, trainerDir: dir, runDir, envUrl: server.url, resume: !!options.resume, loaded, verlPython: options.verlPython, planned });
       trainer = spawnChild('trainer', launch.file, launch.args, {
         cwd: dir,
         env: { PYTHONPATH: [dir, process.env.PYTHONPATH].filter(Boolean).join(':'), PYTHONUNBUFFERED: '1', ...launch.env },
@@ -124,25 +146,6 @@ export class RunHost {
       throw e;
     }
     return new RunHost(runDir, loaded, server, trainer, options);
-  }
-
-  /**
-   * The memory plan of a Hugging Face run on a GPU against the trainer's GPU (asked of its Python): a run that does
-   * not fit is refused (MemoryPlanError, with the changes that would make it fit) unless `force`.
-   */
-  private static async checkMemory(loaded: LoadedRunConfig, options: RunHostOptions): Promise<void> {
-    const c = loaded.config;
-    if (c.model.kind !== 'hf' || (c.engine ?? 'builtin') !== 'builtin' || c.model.device === 'cpu') return;
-    let cuda: boolean | undefined;
-    let gpuMemoryBytes = options.gpuMemoryBytes;
-    if (gpuMemoryBytes === undefined) {
-      const probe = await probePython(options.python, { timeoutMs: 60_000 });
-      cuda = probe.ok ? probe.cuda : undefined;
-      gpuMemoryBytes = probe.cudaMemory?.[0];
-    }
-    const check = checkRunMemory(loaded, { gpuMemoryBytes, cuda });
-    options.onMemoryCheck?.(check.line);
-    refuseWhatDoesNotFit(check, loaded.file, !!options.force);
   }
 
   /**

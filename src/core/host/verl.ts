@@ -6,11 +6,11 @@
  * the config (env-server.sh), since the host is what knows how to start it.
  */
 import { existsSync } from 'node:fs';
-import { chmod, writeFile } from 'node:fs/promises';
-import { isAbsolute, join, resolve } from 'node:path';
+import { chmod, mkdir, writeFile } from 'node:fs/promises';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { probePython, type PythonProbe, type PythonSearch } from '../python';
-import { envServerArgs, RunConfigError, type LoadedRunConfig } from './runConfig';
+import { envServerArgs, RunConfigError, standaloneConfig, type LoadedRunConfig } from './runConfig';
 import { trainerDir } from './runHost';
 
 /** The veRL the engine is written against (trainer/requirements-verl.txt); its config layout changes between versions. */
@@ -109,6 +109,8 @@ export interface VerlLaunchContext {
   verlPython?: string;
   /** The extension's or the CLI's root (.venv-verl). */
   root: string;
+  /** What the memory plan sets (dotted keys the config leaves unset: PLANNER_KEYS); written into the config launched. */
+  planned?: Record<string, unknown>;
 }
 
 export interface VerlLaunch {
@@ -132,7 +134,7 @@ export async function verlLaunch(ctx: VerlLaunchContext): Promise<VerlLaunch> {
   if (!search.found) throw new VerlUnavailableError(noVerlPythonMessage(search));
   const python = search.found.executable;
   const prepared = join(ctx.runDir, 'verl', 'run-config.json');
-  const config = ctx.resume && existsSync(prepared) ? prepared : ctx.loaded.file;
+  const config = ctx.resume && existsSync(prepared) ? prepared : await plannedConfig(ctx);
   const env = { PYTHONPATH: [ctx.trainerDir, process.env.PYTHONPATH].filter(Boolean).join(':') };
   const r = await execa(python, ['-m', 'search_agent_trainer.engines.verl.main', 'prepare', '--config', config, '--run-dir', ctx.runDir, '--env-url', ctx.envUrl, '--python', python], { env: { ...process.env, ...env }, cwd: ctx.trainerDir, reject: false, stdin: 'ignore' });
   let plan: { command?: string[]; notes?: string[]; event?: string; message?: string } | undefined;
@@ -145,6 +147,29 @@ export async function verlLaunch(ctx: VerlLaunchContext): Promise<VerlLaunch> {
   if (r.exitCode !== 0 || !plan?.command) throw new Error(`${python} -m search_agent_trainer.engines.verl.main prepare failed (exit ${r.exitCode}): ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join('\n')}`);
   const [file, ...args] = plan.command;
   return { file: file!, args, env, notes: plan.notes ?? [], python: search.found };
+}
+
+/**
+ * The config a new run is prepared from: the user's file, or — when the memory plan sets keys the config leaves unset
+ * (PLANNER_KEYS: veRL's offload) — a copy with them, `<run>/verl/planned.run.json` (paths made absolute). A key the
+ * config sets is never overridden; the prepared run-config.json keeps them, so a resume launches the same.
+ */
+export async function plannedConfig(ctx: Pick<VerlLaunchContext, 'loaded' | 'runDir' | 'planned'>): Promise<string> {
+  const planned = Object.entries(ctx.planned ?? {});
+  if (!planned.length) return ctx.loaded.file;
+  const config = standaloneConfig(ctx.loaded);
+  const python = config.verl?.python;
+  if (typeof python === 'string' && python.includes('/') && !isAbsolute(python)) config.verl.python = resolve(ctx.loaded.base, python);
+  for (const [dotted, value] of planned) {
+    const [section, key] = dotted.split('.') as [string, string];
+    const sec = (config[section] ??= {});
+    if (sec[key] !== undefined && sec[key] !== null) continue; // the config's own value stands
+    sec[key] = value;
+  }
+  const file = join(ctx.runDir, 'verl', 'planned.run.json');
+  await mkdir(dirname(file), { recursive: true });
+  await writeFile(file, `${JSON.stringify(config, null, 2)}\n`, 'utf8');
+  return file;
 }
 
 export class VerlUnavailableError extends Error {

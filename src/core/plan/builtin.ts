@@ -33,28 +33,65 @@ import {
   logitsChunkBytes,
 } from './parts';
 
+export class PlanError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'PlanError';
+  }
+}
+
 export interface PlanContext {
   config: RunConfig;
   shape: ModelShape;
   gpuMemoryBytes: number;
   gpus: number;
+  /** Whether --gpus was given (engines that take their world size from the config use it only then). */
+  gpusGiven?: boolean;
   device: 'cuda' | 'cpu';
+  /** The directory the config's relative paths resolve against (trl.accelerate_config). */
+  base?: string;
 }
 
-/** One part of a device's memory: its bytes, the phase it exists in ('all': throughout), and what it is. */
+/** The phases of a step a part exists in: 'all' (throughout), or the named ones ('rollout', 'update', and an engine's
+ * own: 'sync', 'update_forward', 'critic'). A device's total is its largest phase. */
+export type Phase = string;
+
+/** One part of a device's memory: its bytes, the phase(s) it exists in ('all': throughout), and what it is. */
 export interface Part {
   name: string;
   bytes: number;
-  phase: 'all' | 'rollout' | 'update';
+  phase: Phase | Phase[];
   what: string;
 }
 
+/** A key the plan sets in the config the run launches with (veRL's PLANNER_KEYS the config leaves unset). */
+export interface Chosen {
+  key: string;
+  value: unknown;
+  why: string;
+}
+
+/** A change to a config that may make it fit: what it sets, and the config with it. */
+export interface Change {
+  says: string;
+  apply: (c: RunConfig) => RunConfig | undefined;
+}
+
 export interface EnginePlan {
-  /** One list of parts per device. */
+  /** One list of parts per kind of device (`counts`: how many devices each stands for; default one each). */
   devices: Part[][];
+  counts?: number[];
   notes: string[];
   /** What the run trains and how (for the report's first line). */
   summary: string;
+  /** Keys the plan would set in the config it launches (only where the config leaves them unset). */
+  chosen?: Chosen[];
+  /** CPU memory per machine for what is offloaded (summed over the machine's GPUs). */
+  cpu?: Part[];
+  /** Why the run cannot start however its memory adds up (e.g. vLLM's share leaves no KV cache for one sequence). */
+  problems?: string[];
+  /** The engine's own changes worth trying when the run does not fit (besides the micro-batch, checkpointing, LoRA). */
+  changes?: Change[];
 }
 
 /** Whether the run computes in bf16 autocast on `device` (the trainer's policy.compute_dtype; `fastest` on a GPU is
@@ -69,7 +106,7 @@ export function checkpointing(config: RunConfig): boolean {
   return config.model.gradient_checkpointing ?? (config.engine ?? 'builtin') === 'builtin';
 }
 
-const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
+export const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
 
 export function builtinPlan(ctx: PlanContext): EnginePlan {
   const { config: c, shape: s } = ctx;
@@ -123,22 +160,30 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
     add('backward_peak', Math.max(backward, logits), 'update', `one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with its gradients (never the whole window)`);
   }
   // the rollout: the KV cache and its transients
-  const kv = kvBytesPerToken(s, recipe.act);
   const allPhase = parts.filter((x) => x.phase === 'all').reduce((a, x) => a + x.bytes, 0);
   const loaded = allPhase - (parts.find((x) => x.name === 'optimizer')?.bytes ?? 0);
-  const maxBatchTokens = r.max_batch_tokens ?? autoMaxBatchTokens(ctx.device, ctx.gpuMemoryBytes, loaded, 8 * trained, bf16 ? 2 * castable : 0, kv);
-  add('kv_cache', 2 * maxBatchTokens * kv, 'rollout', `${maxBatchTokens.toLocaleString('en-US')} tokens × ${kv.toLocaleString('en-US')} B (${r.max_batch_tokens ? 'rollout.max_batch_tokens' : 'sized by the trainer'}), and one copy while rows are selected or merged`);
+  const notes: string[] = [];
+  if (ctx.gpus > 1) notes.push(`the builtin engine trains on one device; --gpus ${ctx.gpus} plans one (engines trl and verl use several)`);
+  ourGenerationParts(ctx, recipe, { loaded, moments: 8 * trained, casts: bf16 ? 2 * castable : 0, who: 'the trainer' }, add, notes);
+  const summary = `${lora ? `LoRA r=${lora.r ?? 8}` : 'full fine-tune'}, ${bf16 ? 'bf16 autocast' : 'fp32'}, ${recipe.checkpointing ? 'gradient checkpointing' : 'no gradient checkpointing'}, engine builtin`;
+  return { devices: [parts], notes, summary };
+}
+
+/** Our generator's parts in the rollout (generation.py, used by the builtin and the trl engine): the KV cache
+ * (`rollout.max_batch_tokens`, or sized from what is free: autoMaxBatchTokens), a prefill piece and the sampler's
+ * distribution; a note when the cache holds less than one group. */
+export function ourGenerationParts(ctx: PlanContext, recipe: Recipe, free: { loaded: number; moments: number; casts: number; who: string }, add: (name: string, bytes: number, phase: Part['phase'], what: string) => unknown, notes: string[]): void {
+  const { config: c, shape: s } = ctx;
+  const r = c.rollout!;
+  const kv = kvBytesPerToken(s, recipe.act);
+  const maxBatchTokens = r.max_batch_tokens ?? autoMaxBatchTokens(ctx.device, ctx.gpuMemoryBytes, free.loaded, free.moments, free.casts, kv);
+  add('kv_cache', 2 * maxBatchTokens * kv, 'rollout', `${maxBatchTokens.toLocaleString('en-US')} tokens × ${kv.toLocaleString('en-US')} B (${r.max_batch_tokens ? 'rollout.max_batch_tokens' : `sized by ${free.who}`}), and one copy while rows are selected or merged`);
   const prefill = Math.min(maxBatchTokens, PREFILL_TOKENS);
   add('prefill', prefill * inferenceBytesPerToken(s, recipe), 'rollout', `a prefill piece of ${prefill.toLocaleString('en-US')} tokens, one layer at a time`);
   const rows = Math.max(1, Math.min(r.batch_size! * r.n!, Math.floor(maxBatchTokens / Math.max(1, r.max_turn_tokens!))));
   add('sampling', rows * s.vocab * 18, 'rollout', `the next-token logits of up to ${rows} rows and the sampler's fp32 copies (logits, log-softmax, probabilities, cumulative sum)`);
-
-  const notes: string[] = [];
-  if (ctx.gpus > 1) notes.push(`the builtin engine trains on one device; --gpus ${ctx.gpus} plans one (engines trl and verl use several)`);
   const minTokens = r.n! * (r.max_prompt_length! + r.max_turn_tokens!);
   if (maxBatchTokens < minTokens) notes.push(`the KV cache holds ${maxBatchTokens.toLocaleString('en-US')} tokens, less than one group's ${r.n} rows of the longest prompt and a turn (${minTokens.toLocaleString('en-US')}): rollouts run a few rows at a time`);
-  const summary = `${lora ? `LoRA r=${lora.r ?? 8}` : 'full fine-tune'}, ${bf16 ? 'bf16 autocast' : 'fp32'}, ${recipe.checkpointing ? 'gradient checkpointing' : 'no gradient checkpointing'}, engine builtin`;
-  return { devices: [parts], notes, summary };
 }
 
 /** `rollout.max_batch_tokens` when the config leaves it out, as the trainer's generation.auto_max_batch_tokens: on

@@ -24,6 +24,8 @@ export interface ModelShape {
   qkNorm: boolean;
   /** config.json's dtype of the released weights (what `model/` is written in at the end). */
   dtype?: string;
+  /** max_position_embeddings: the longest sequence (vLLM's max_model_len when the engine does not set one). */
+  maxPositions?: number;
 }
 
 export class ModelShapeError extends Error {
@@ -66,6 +68,7 @@ export function modelShape(config: Record<string, unknown>, where = 'config.json
     mlpBias: c.mlp_bias === true,
     qkNorm: modelType === 'qwen3',
     dtype: typeof (c.torch_dtype ?? c.dtype) === 'string' ? String(c.torch_dtype ?? c.dtype) : undefined,
+    maxPositions: typeof c.max_position_embeddings === 'number' && c.max_position_embeddings > 0 ? c.max_position_embeddings : undefined,
   };
 }
 

@@ -10,6 +10,11 @@
  */
 import { type ModelShape, kvBytesPerToken, paramCounts } from './model';
 
+/** The share of a device's memory a plan may fill: the CUDA context and the caching allocator's fragmentation take
+ * the rest. */
+export const USABLE_SHARE = 0.95;
+export const DEFAULT_GPU_MEMORY = 80 * 2 ** 30;
+
 /** Logits a chunk of the log-prob computation holds (positions × vocabulary), as the trainer's logprobs.CHUNK_ELEMENTS. */
 export const CHUNK_ELEMENTS = 2 ** 26;
 /** The generator's prefill piece (generation.PREFILL_TOKENS) and its default budget on CPU (DEFAULT_MAX_BATCH_TOKENS). */
@@ -77,3 +82,25 @@ export function logitsChunkBytes(s: ModelShape, r: Recipe, positions: number): n
 export function shapeNumbers(s: ModelShape, r: Recipe): { params: ReturnType<typeof paramCounts>; kvPerToken: number } {
   return { params: paramCounts(s), kvPerToken: kvBytesPerToken(s, r.act) };
 }
+
+/** vLLM's memory besides its weights and KV cache, inside its `gpu_memory_utilization` share, estimated from vLLM's
+ * memory profile (not measured here: no GPU with vLLM was available): the profile run's activations for
+ * `max_num_batched_tokens` tokens (a forward without autograd, one layer at a time), the sampler's fp32 logits and
+ * their softmax for `max_num_seqs` rows, and 0.5 GiB of CUDA graphs. */
+export function vllmOverheadBytes(s: ModelShape, maxBatchedTokens: number, maxSeqs: number): number {
+  return maxBatchedTokens * inferenceBytesPerToken(s, { act: 2, checkpointing: false }) + maxSeqs * s.vocab * 8 + 0.5 * 2 ** 30;
+}
+
+/** A colocated vLLM at `utilization` of a GPU of `gpuBytes`: its share, its bf16 weights (÷ tensor parallel), its
+ * overhead, and the KV cache that is left (bytes and tokens). vLLM refuses to start when that cache cannot hold one
+ * sequence of `maxModelLen` tokens. */
+export function vllmShare(s: ModelShape, utilization: number, gpuBytes: number, tensorParallel: number, maxBatchedTokens: number, maxSeqs: number): { share: number; weights: number; overhead: number; kvBytes: number; kvTokens: number } {
+  const share = Math.floor(utilization * gpuBytes);
+  const weights = Math.ceil((2 * paramCounts(s).total) / tensorParallel);
+  const overhead = vllmOverheadBytes(s, maxBatchedTokens, maxSeqs);
+  const kvBytes = Math.max(0, share - weights - overhead);
+  const kvPerToken = (kvBytesPerToken(s, 2) * Math.max(1, s.kvHeads / tensorParallel)) / s.kvHeads; // KV heads split over the tensor-parallel ranks
+  return { share, weights, overhead, kvBytes, kvTokens: Math.floor(kvBytes / kvPerToken) };
+}
+
+export const gibText = (n: number): string => `${(n / 2 ** 30).toFixed(2)} GiB`;

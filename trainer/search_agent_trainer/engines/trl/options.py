@@ -174,14 +174,16 @@ def reference_dtype(cfg: Any, bf16: bool) -> str | None:
     return "bfloat16"
 
 
-TRL_VLLM_GPU_MEMORY_UTILIZATION = 0.3  # GRPOConfig's default
+# TRL 1.16's GRPOConfig defaults the memory planner relies on where the config leaves them to TRL (src/core/plan/trl.ts
+# has the same; test_trl_engine.py checks them against the installed GRPOConfig).
+TRL_DEFAULTS = {"gradient_checkpointing": True, "vllm_gpu_memory_utilization": 0.3, "vllm_enable_sleep_mode": False}
 
 
 def memory_inputs(cfg: Any, world: int, bf16: bool) -> dict[str, Any]:
     """What decides a trl run's memory on each GPU besides the model's and batch's shapes, as a memory planner needs
     it. Without DeepSpeed/FSDP (an accelerate config) every process holds the whole policy: fp32 master weights,
-    gradients and AdamW's two moments (made at the first optimizer step), the reference (reference_dtype; none under
-    LoRA or without KL), our generator's KV cache (`rollout.max_batch_tokens`, or half the memory free once TRL has
+    gradients and AdamW's two moments (made at the first optimizer step), the reference (without KL none; under LoRA
+    TRL's "ref" adapter, a frozen copy of the starting one; else a second model in reference_dtype), our generator's KV cache (`rollout.max_batch_tokens`, or half the memory free once TRL has
     built the reference and vLLM, less AdamW's moments: generation.auto_max_batch_tokens) — or, with use_vllm, vLLM
     colocated at `vllm_gpu_memory_utilization` of the GPU's memory (its bf16 weights, then KV cache), given back during
     the update in sleep mode. `zero`: the accelerate config shards them (the planner reads it; unknown here)."""
@@ -189,22 +191,26 @@ def memory_inputs(cfg: Any, world: int, bf16: bool) -> dict[str, Any]:
     section = dict(cfg.trl or {})
     vllm = use_vllm(cfg)
     ckpt = cfg.model.gradient_checkpointing
+    has_ref = cfg.algorithm.kl_coef > 0 and not cfg.model.lora
+    named = (section.get("model_init_kwargs") or {}).get("dtype")  # the trl section's own reference dtype
+    ref_dtype = (str(named) if named else reference_dtype(cfg, bf16) or "float32") if has_ref else None
     return {
         "engine": "trl",
         "processes": world,
         "sharded_by": section.get("accelerate_config"),  # a DeepSpeed/FSDP config shards states over the processes
         "master_dtype": "float32",
         "compute_dtype": "bfloat16" if bf16 else "float32",
-        "reference_model": cfg.algorithm.kl_coef > 0 and not cfg.model.lora,
-        "reference_dtype": reference_dtype(cfg, bf16) or ("float32" if cfg.algorithm.kl_coef > 0 and not cfg.model.lora else None),
+        "reference_model": has_ref,
+        "reference_dtype": ref_dtype,
+        "reference_adapter": cfg.algorithm.kl_coef > 0 and bool(cfg.model.lora),  # TRL's "ref" adapter: a frozen copy of the starting adapter
         "lora": bool(cfg.model.lora),
-        "gradient_checkpointing": True if ckpt is None else bool(ckpt),  # unset: TRL's default
+        "gradient_checkpointing": TRL_DEFAULTS["gradient_checkpointing"] if ckpt is None else bool(ckpt),  # unset: TRL's default
         "micro_batch_per_process": p.micro,
         "max_sequence_tokens": cfg.rollout.max_prompt_length + cfg.rollout.max_response_length,
         "generation": "vllm" if vllm else "ours",
         "generation_kv_tokens": None if vllm else cfg.rollout.max_batch_tokens,  # None: auto, after the reference is placed
-        "vllm_gpu_memory_utilization": float(section.get("vllm_gpu_memory_utilization", TRL_VLLM_GPU_MEMORY_UTILIZATION)) if vllm else None,
-        "vllm_sleep_mode": bool(section.get("vllm_enable_sleep_mode", False)) if vllm else None,
+        "vllm_gpu_memory_utilization": float(section.get("vllm_gpu_memory_utilization", TRL_DEFAULTS["vllm_gpu_memory_utilization"])) if vllm else None,
+        "vllm_sleep_mode": bool(section.get("vllm_enable_sleep_mode", TRL_DEFAULTS["vllm_enable_sleep_mode"])) if vllm else None,
         "vllm_max_num_seqs": p.micro * p.steps_per_generation if vllm else None,  # TRL's: per_device_train_batch_size × steps_per_generation (tp 1)
     }
 
