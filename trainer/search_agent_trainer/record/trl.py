@@ -41,22 +41,9 @@ from .. import __version__
 from ..data import Example
 from ..policy import Tokenizer
 from ..run_writer import RunWriter, dumps
+from .names import TRL_SCRIPT_NAMES as TRL_NAMES
 from .tokens import token_record, trajectory_of
 
-# TRL's metric names that veRL (and our dashboard) name otherwise (as engines/trl/engine.py maps them)
-TRL_NAMES = {
-    "entropy": "actor/entropy",
-    "kl": "actor/kl_loss",
-    "clip_ratio/region_mean": "actor/pg_clipfrac",
-    "clip_ratio/low_mean": "actor/pg_clipfrac_low",
-    "clip_ratio/high_mean": "actor/pg_clipfrac_high",
-    "grad_norm": "actor/grad_norm",
-    "learning_rate": "actor/lr",
-    "reward": "critic/score/mean",
-    "reward_std": "critic/score/std",
-    "frac_reward_zero_std": "reward/frac_zero_std_groups",
-    "completions/mean_length": "response_length/mean",
-}
 GOLDEN_COLUMNS = ("golden", "golden_answers", "answer", "answers", "ground_truth", "solution", "target")
 
 

@@ -38,23 +38,12 @@ from ...generation import TurnGenerator
 from ...policy import build_policy, compute_dtype
 from ...rollout import Trajectory, make_dialect
 from ...recorder import RecordSettings, StepData, StepJob, columns_from_window, concat_data, expected_window, role_codes_of, rollout_flags, select
+from ...record.names import TRL_NAMES
 from ...run_writer import rollout_record
 from ...train import SUMMARY_KEYS, Trainer, _mean, _version
 from ...advantages import zero_std_group_fraction
 from . import options
 from .launch import launched
-
-# TRL's log names that have a veRL/our name (TRL's own are kept too, as trl/<name>).
-TRL_NAMES = {
-    "entropy": "actor/entropy",
-    "kl": "actor/kl_loss",
-    "clip_ratio/region_mean": "actor/pg_clipfrac",
-    "clip_ratio/low_mean": "actor/pg_clipfrac_low",
-    "clip_ratio/high_mean": "actor/pg_clipfrac_high",
-    "grad_norm": "actor/grad_norm",
-    "learning_rate": "actor/lr",
-    "policy_loss": "actor/pg_loss",
-}
 
 
 class FollowerWriter:
