@@ -12,10 +12,9 @@
  */
 import { readdir, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { readLines } from '../../store/jsonl';
 import { messageText } from '../common';
 import type { SampleItem } from './primeRl';
-import { SampleError, type TokenSample } from './sample';
+import { readJsonLines, SampleError, type TokenSample } from './sample';
 
 export const NEMO_FILE = /^(train|val)_data_step(\d+)\.jsonl$/;
 
@@ -125,26 +124,7 @@ export type NemoItem = SampleItem | { text: { prompt: string; response: string; 
 /** Token samples of NeMo-RL's train data (and the texts of its val data), in order; malformed lines are issues. */
 export async function* readNemoRl(path: string, files?: string[]): AsyncGenerator<NemoItem> {
   for (const file of files ?? (await nemoRlFiles(path))) {
-    for await (const { line, text } of readLines(file)) {
-      let o: unknown;
-      try {
-        o = JSON.parse(text);
-      } catch (e) {
-        yield { issues: [{ file, line, field: '', message: `invalid JSON: ${(e as Error).message}` }] };
-        continue;
-      }
-      if (typeof o !== 'object' || o === null || Array.isArray(o)) {
-        yield { issues: [{ file, line, field: '', message: 'expected a JSON object (a NeMo-RL train_data line)' }] };
-        continue;
-      }
-      const obj = o as Record<string, unknown>;
-      try {
-        if (obj.token_ids === undefined || obj.token_ids === null) yield { text: { ...nemoRlTextRecord(obj, file), split: basename(file).startsWith('val_') ? 'val' : 'train', file, line } };
-        else yield { sample: nemoRlSample(obj, file, line) };
-      } catch (e) {
-        if (!(e instanceof SampleError)) throw e;
-        yield { issues: [{ file, line, field: e.field, message: e.message }] };
-      }
-    }
+    const split = basename(file).startsWith('val_') ? 'val' : 'train';
+    yield* readJsonLines<NemoItem>(file, 'a NeMo-RL train_data line', (o, line) => [o.token_ids === undefined || o.token_ids === null ? { text: { ...nemoRlTextRecord(o, file), split, file, line } } : { sample: nemoRlSample(o, file, line) }]);
   }
 }

@@ -12,9 +12,8 @@
  */
 import { readdir, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { readLines } from '../../store/jsonl';
 import type { LocatedIssue } from '../../run/format';
-import { SampleError, type TokenSample } from './sample';
+import { readJsonLines, SampleError, type TokenSample } from './sample';
 
 export type SampleItem = { sample: TokenSample; issues?: undefined } | { sample?: undefined; issues: LocatedIssue[] };
 
@@ -135,25 +134,5 @@ export function primeRlSamples(o: Record<string, unknown>, file: string, line: n
 
 /** Token samples of prime-rl exports, in order; a malformed line is an issue (file, line, field) and the rest go on. */
 export async function* readPrimeRl(path: string, files?: string[]): AsyncGenerator<SampleItem> {
-  for (const file of files ?? (await primeRlFiles(path))) {
-    for await (const { line, text } of readLines(file)) {
-      let o: unknown;
-      try {
-        o = JSON.parse(text);
-      } catch (e) {
-        yield { issues: [{ file, line, field: '', message: `invalid JSON: ${(e as Error).message}` }] };
-        continue;
-      }
-      if (typeof o !== 'object' || o === null || Array.isArray(o)) {
-        yield { issues: [{ file, line, field: '', message: 'expected a JSON object (a prime-rl token export line)' }] };
-        continue;
-      }
-      try {
-        for (const sample of primeRlSamples(o as Record<string, unknown>, file, line)) yield { sample };
-      } catch (e) {
-        if (!(e instanceof SampleError)) throw e;
-        yield { issues: [{ file, line, field: e.field, message: e.message }] };
-      }
-    }
-  }
+  for (const file of files ?? (await primeRlFiles(path))) yield* readJsonLines(file, 'a prime-rl token export line', (o, line) => primeRlSamples(o, file, line).map((sample) => ({ sample })));
 }

@@ -5,7 +5,8 @@
  * `.pt` files (trainer/search_agent_trainer/dumps.py writes the same fields as JSON lines) — so the conversion,
  * the roles and the groups are decided once.
  */
-import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout, type TokenRole } from '../../run/format';
+import { ROLLOUT_RECORD_VERSION, rolloutContext, type LocatedIssue, type ReadOptions, type Rollout, type TokenRole } from '../../run/format';
+import { readLines } from '../../store/jsonl';
 import { extractQuestion } from '../../tags/transcript';
 import { derivedFields, goldenList, jsonSafe } from '../common';
 import { inferRoles, rolesFromMask, type ChatMarkers } from './roles';
@@ -55,6 +56,33 @@ export class SampleError extends Error {
   ) {
     super(message);
     this.name = 'SampleError';
+  }
+}
+
+/**
+ * The JSON objects of an engine's JSON-lines dump, each read by `read` (which yields what the line holds and may throw
+ * a SampleError); a line that is not JSON, not an object, or a SampleError is an issue (file, line, field) and the
+ * rest go on. `what` names the line expected ("a prime-rl token export line").
+ */
+export async function* readJsonLines<T>(file: string, what: string, read: (o: Record<string, unknown>, line: number) => Iterable<T>): AsyncGenerator<T | { issues: LocatedIssue[] }> {
+  for await (const { line, text } of readLines(file)) {
+    let o: unknown;
+    try {
+      o = JSON.parse(text);
+    } catch (e) {
+      yield { issues: [{ file, line, field: '', message: `invalid JSON: ${(e as Error).message}` }] };
+      continue;
+    }
+    if (typeof o !== 'object' || o === null || Array.isArray(o)) {
+      yield { issues: [{ file, line, field: '', message: `expected a JSON object (${what})` }] };
+      continue;
+    }
+    try {
+      yield* read(o as Record<string, unknown>, line);
+    } catch (e) {
+      if (!(e instanceof SampleError)) throw e;
+      yield { issues: [{ file, line, field: e.field, message: e.message }] };
+    }
   }
 }
 
