@@ -16,7 +16,7 @@ import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 import { forkPane } from './fork';
 import { colourValues, legendValue, Microscope, MICROSCOPE_LABELS } from './microscope';
-import { Strips } from './strips';
+import { BUCKETS, bucketOf, stripScale, Strips } from './strips';
 
 const endpoint = connect<ReplayContract>('replay');
 const root = document.getElementById('root')!;
@@ -38,7 +38,6 @@ const OVERLAY_LABELS: Record<Overlay | 'none', string> = {
   ...MICROSCOPE_LABELS,
 };
 const DIVERGING = new Set<Overlay>(['kl', 'advantage', 'delta', 'ratio']);
-const BUCKETS = 9;
 /** Chips rendered at most (a longer rollout shows a window around the position). */
 const MAX_CHIPS = 4000;
 
@@ -206,33 +205,12 @@ function values(m: ReplayModel, o: Overlay | 'none'): (number | null)[] | undefi
   return colourValues(m, o);
 }
 
-
-function scale(vals: (number | null)[], diverging: boolean): { lo: number; hi: number } {
-  let lo = Infinity;
-  let hi = -Infinity;
-  for (const v of vals) {
-    if (v === null || !Number.isFinite(v)) continue;
-    lo = Math.min(lo, v);
-    hi = Math.max(hi, v);
-  }
-  if (!Number.isFinite(lo)) return { lo: 0, hi: 0 };
-  if (diverging) {
-    const a = Math.max(Math.abs(lo), Math.abs(hi)) || 1;
-    return { lo: -a, hi: a };
-  }
-  return { lo, hi: hi > lo ? hi : lo + 1 };
-}
-
-function bucket(v: number, s: { lo: number; hi: number }): number {
-  return Math.max(0, Math.min(BUCKETS - 1, Math.floor(((v - s.lo) / (s.hi - s.lo)) * BUCKETS)));
-}
-
 /** The chips of one model: a window around `around` when it is long; the entry `entry` marked in a compared column. */
 function chipsOf(m: ReplayModel, col: number, o: Overlay | 'none', around: number, entry: number | undefined): { chips: HTMLElement[]; window: { from: number; to: number } } {
   const n = m.tokens.text.length;
   const vals = values(m, o);
   const diverging = o !== 'none' && DIVERGING.has(o);
-  const sc = vals ? scale(vals, diverging) : undefined;
+  const sc = vals ? stripScale(vals, diverging) : undefined;
   const leaks = new Set(m.audit?.leaks ?? []);
   const from = n <= MAX_CHIPS ? 0 : Math.max(0, Math.min(n - MAX_CHIPS, around - MAX_CHIPS / 2));
   const to = Math.min(n, from + MAX_CHIPS);
@@ -245,7 +223,7 @@ function chipsOf(m: ReplayModel, col: number, o: Overlay | 'none', around: numbe
     let cls = `chip role-${role}`;
     if (mask === 0) cls += ' masked';
     if (leaks.has(i)) cls += ' leak';
-    if (vals && sc) cls += v === null || v === undefined ? ' ov-none' : ` ov ov-${diverging ? 'd' : 's'}${bucket(v, sc)}`;
+    if (vals && sc) cls += v === null || v === undefined ? ' ov-none' : ` ov ov-${diverging ? 'd' : 's'}${bucketOf(v, sc)}`;
     if (col === 0 && i === pos.token) cls += ' current';
     if (e && i >= e.tokenStart && i < e.tokenEnd) cls += ' in-entry';
     cls += microscope.chipClasses(col, i, o);
@@ -279,7 +257,7 @@ function renderTokens(): void {
   // Legend: roles and mask, or the overlay's scale.
   const vals = values(m, o);
   const diverging = o !== 'none' && DIVERGING.has(o);
-  const sc = vals ? scale(vals, diverging) : undefined;
+  const sc = vals ? stripScale(vals, diverging) : undefined;
   if (vals && sc) {
     replaceChildren(
       legend,

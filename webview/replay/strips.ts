@@ -26,7 +26,7 @@ export const STRIPS: readonly { overlay: Overlay; label: string; diverging: bool
 
 export const BUCKETS = 9;
 
-/** A colouring's range: symmetric around 0 when diverging; [min, max] otherwise (the chips' rule, main.ts). */
+/** A colouring's range: symmetric around 0 when diverging; [min, max] otherwise (the chips' and the strips' one rule). */
 export function stripScale(vals: readonly (number | null)[], diverging: boolean): { lo: number; hi: number } {
   let lo = Infinity;
   let hi = -Infinity;
