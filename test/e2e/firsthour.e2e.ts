@@ -251,8 +251,9 @@ describe("a user's first hour (code-server)", function () {
     const labels = await s.page.locator('.quick-input-list .monaco-list-row .label-name').evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
     await s.page.keyboard.press('Escape');
     assert.ok(labels.includes(`runs/${runId}`), labels.join('\n'));
-    assert.ok(labels.includes(`runs/${runId}/rollouts/step-000001.jsonl`), labels.join('\n'));
-    assert.ok(labels.includes(`runs/${runId}/rollouts/val-step-000000.jsonl`), labels.join('\n'));
+    // the run recorded its rollouts in the token store (train.record.format "store", the default): a step is its directory
+    assert.ok(labels.includes(`runs/${runId}/rollouts/step-000001`), labels.join('\n'));
+    assert.ok(labels.includes(`runs/${runId}/rollouts/val-step-000000`), labels.join('\n'));
     assert.deepEqual(labels.filter((l) => /metrics\.jsonl|events\.jsonl|questions\.jsonl|corpus\.jsonl/.test(l)), []);
   });
 

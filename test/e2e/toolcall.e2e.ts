@@ -113,14 +113,23 @@ describe('tool-call trajectories (code-server)', function () {
     assert.deepEqual(await r.locator('.entry.kind-search .query').allTextContents(), ['varnholt observatory founder', 'ilse marrow birthplace']);
     assert.deepEqual(await r.locator('.entry.kind-search .tool').allTextContents(), ['tool call · search', 'tool call · search']);
     assert.deepEqual(await r.locator('.entry.kind-information .doc-title').allTextContents(), ['Doc 1 · Varnholt Observatory', 'Doc 1 · Ilse Marrow']);
-    // Stepping onto a tool response: past its tag (a template token), its text is retrieved, not trained on.
+    // Stepping onto a tool response: its tag is the chat template's (the record's token roles say the environment
+    // wrote it as `prompt`: a template entry, not trained on, docs/rewards.md "Who wrote what"), its text is
+    // retrieved, not trained on.
     await r.locator('body').press('Home');
     await until('a tool response entry', async () => {
       if ((await data(r, 'entryKind')) === 'information') return true;
       await r.locator('body').press('ArrowDown');
       return undefined;
     }, 15_000);
+    assert.match(await data(r, 'tokenText'), /^Doc/, 'the tool response entry starts at its document');
+    await until('its <tool_response> tag', async () => {
+      if ((await data(r, 'tokenText')).includes('<tool_response>')) return true;
+      await r.locator('body').press('ArrowLeft');
+      return undefined;
+    }, 15_000);
     assert.equal(await data(r, 'tokenRole'), 'prompt', 'the <tool_response> tag is the template’s');
+    assert.equal(await data(r, 'entryKind'), 'template', 'the <tool_response> tag is the template’s');
     await until('the response text', async () => {
       if ((await data(r, 'tokenRole')) === 'retrieved') return true;
       await r.locator('body').press('ArrowRight');

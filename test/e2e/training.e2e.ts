@@ -124,7 +124,14 @@ describe('training from the palette (code-server)', function () {
     const b2 = await over2.boundingBox();
     assert.ok(b2);
     await s.page.mouse.click(b2.x + b2.width * 0.5, b2.y + b2.height / 2);
-    await s.page.locator('.tabs-container .tab[data-resource-name^="step-0000"]').first().waitFor({ timeout: 15_000 });
+    // The run recorded the token store (train.record.format "store", the default): the inspector opens on the step's
+    // directory (a tab "Rollouts: step-NNNNNN"; a JSONL step would open its step-NNNNNN.jsonl), showing that step's rows.
+    const tab = s.page.locator('.tabs-container .tab', { hasText: /step-0000\d\d/ });
+    await tab.first().waitFor({ timeout: 15_000 });
+    const step = Number(/step-(\d{6})/.exec((await tab.first().textContent()) ?? '')![1]);
+    const insp = await s.webviewFrame('rollouts', 30_000);
+    await until('the step’s rows', async () => Number(await insp.evaluate(() => document.body.dataset.total ?? '0')) > 0 && (await insp.locator('.rows .row[data-index]').count()) > 0, 30_000);
+    assert.deepEqual([...new Set(await insp.locator('.rows .row[data-index] .cell.step').allTextContents())], [String(step)]);
   });
 });
 

@@ -65,7 +65,7 @@ describe('env server /retrieve (BM25 over the demo corpus, 3 search threads)', f
       ['[1, 2]', /body: expected a JSON object/],
       [{ topk: 3 }, /queries: expected an array of strings, got nothing/],
       [{ queries: 'one' }, /queries: expected an array/],
-      [{ queries: ['a', 7] }, /queries\[1\]: expected a string, got number/],
+      [{ queries: ['a', 7] }, /queries\[1\]: expected a string, got 7\b/],
       [{ queries: ['a'], topk: -1 }, /topk: expected a positive integer/],
       [{ queries: ['a'], topk: 2.5 }, /topk: expected a positive integer/],
       [{ queries: ['a'], topk: 1000 }, /topk: 1000; at most 100/],

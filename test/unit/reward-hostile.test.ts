@@ -214,6 +214,18 @@ describe('hostile reward modules', function () {
     }
   });
 
+  it('a promise chain that never ends, given the time to fill the memory, is reported as the memory limit (not a thrown null, not a promise waiting on nothing)', async () => {
+    // Out of memory, QuickJS throws null (no room for an error), which the chain passes on as a rejection, or drops a
+    // job it cannot allocate, which leaves the promise pending with no job left: both are the memory limit.
+    const r = await openReward(HOSTILE, { workers: 1, itemTimeoutMs: 60_000, memoryMb: 32 });
+    try {
+      const out = await r.sandbox.score([item('job-flood', 0, 'flood'), item('ok', 1, 'flood'), item('job-flood', 2, 'flood'), item('job-flood', 3, 'flood')]);
+      assert.deepEqual(out.map((o) => ('error' in o ? `${o.error.kind}: ${o.error.message}` : o.reward)), ['memory: ran out of memory (the limit is 32 MB)', 1, 'memory: ran out of memory (the limit is 32 MB)', 'memory: ran out of memory (the limit is 32 MB)']);
+    } finally {
+      await r.sandbox.close();
+    }
+  });
+
   it('a module whose top-level code loops, eats memory or throws: every rollout fails at once with that error and its line', async () => {
     const cases: [string, RegExp, string][] = [
       ['toplevel-loop.reward.ts', /the module's top-level code did not finish within 1000 ms/, 'for (;;) n++;'],

@@ -246,6 +246,9 @@ async function scoreOne(seq: number, item: [string, string, string], batchDeadli
         outcome = r.fail ?? parseOutcome(r.s!);
         // Still pending once the deadline passed: the jobs were stopped (a promise chain that never ends), not idle.
         if (outcome.k === 'p' && Date.now() >= deadline) outcome = { k: 'x', kind: 'timeout', message: 'interrupted', ...(outcome.logs ? { logs: outcome.logs } : {}) };
+        // Still pending, the jobs gone, the memory full: the chain died of memory (QuickJS drops a job it cannot
+        // allocate), not of waiting on nothing.
+        else if (outcome.k === 'p' && memoryFull(e)) outcome = { k: 'x', kind: 'memory', message: 'out of memory', ...(outcome.logs ? { logs: outcome.logs } : {}) };
       }
     }
     // The engine's own stops, when they reached the module as a rejected promise (an async score function).
@@ -253,6 +256,9 @@ async function scoreOne(seq: number, item: [string, string, string], batchDeadli
       if (outcome.message === 'interrupted') outcome = { k: 'x', kind: 'timeout', message: 'interrupted', ...(outcome.stack ? { stack: outcome.stack } : {}) };
       else if (/^out of memory/.test(outcome.message ?? '')) outcome = { k: 'x', kind: 'memory', message: outcome.message!, ...(outcome.stack ? { stack: outcome.stack } : {}) };
     }
+    // Out of memory while making the error itself (QuickJS throws null then: `failure` reads it so when it reaches the
+    // host), caught by a promise chain and so arriving as a rejection with null: the memory limit, not the module's throw.
+    if (outcome.k === 'e' && outcome.nonError === 'object' && outcome.message === 'null' && memoryFull(e)) outcome = { k: 'x', kind: 'memory', message: 'out of memory' };
     if (outcome.k === 'x') {
       broken = true;
       const { site: _site, ...before } = logsBefore(e);
