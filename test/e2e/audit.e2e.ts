@@ -136,7 +136,7 @@ describe('audit instruments: replay microscope, dashboard, GRPO groups (code-ser
     // the audit's series are points at step 2 (the one step with rollouts)
     assert.ok(await dash.locator('.chart[data-chart="drift"]').isVisible());
     await until('the alarm in the reward chart’s lane', async () => (await dash.locator('.chart[data-chart="reward"] .lane-tick').count()) > 0, 15_000);
-    assert.match((await dash.locator('.chart[data-chart="reward"] .lane-tick').first().getAttribute('title')) ?? '', /^step 2: answer-enumeration 1 of 4 rollouts \(25%\)/);
+    assert.match((await dash.locator('.chart[data-chart="reward"] .lane-tick').first().getAttribute('title')) ?? '', /^step 2: (.+; )?answer-enumeration 1 of 4 rollouts \(25%\)/);
     // The fixture is a two-stage curriculum (train.stages): its second stage is marked where it starts, on every chart.
     await until('the stage mark', async () => (await dash.locator('body').getAttribute('data-stage-steps')) === '1', 15_000);
     assert.match((await dash.locator('.chart[data-chart="reward"] .stage-mark').first().getAttribute('title')) ?? '', /^stage 2 of 2 starts after step 1 \(hops_mix 2: 1; the KL reference, optimizer and LR schedule restart\)$/);
