@@ -114,13 +114,19 @@ export function thinkEntropy(parsed: ParsedTrajectory, promptLength: number, tok
   if (!tokens?.entropy) return null;
   const spans = parsed.segments.filter((s) => s.kind === 'think').map((s) => [s.contentStart, s.contentEnd] as const);
   if (!spans.length) return null;
+  let texts: string[];
+  try {
+    texts = tokens.text;
+  } catch {
+    return null; // a token-store record read for the audit without its token texts: no alignment, no think entropy
+  }
   let sum = 0;
   let n = 0;
   let at = -promptLength;
   let k = 0;
-  for (let i = 0; i < tokens.text.length; i++) {
+  for (let i = 0; i < texts.length; i++) {
     const start = at;
-    at += tokens.text[i]!.length;
+    at += texts[i]!.length;
     if (start < 0) continue;
     while (k < spans.length && spans[k]![1] <= start) k++;
     if (k >= spans.length) break;
