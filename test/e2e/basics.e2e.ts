@@ -22,7 +22,7 @@ const LONG_ANSWERS = ['The Grand Duchy of Luxembourg in Western Europe', 'Saint 
 function rollout(id: string, step: number, group: string, sample: number, opts: { queries?: string[]; answer?: string; reward?: number } = {}): string {
   const q = opts.queries ?? ['Koben founder'];
   const response = `${q.map((x) => `<search> ${x} </search>\n\n<information>Doc 1(Title: Koben) Koben was founded by Zekrouv.</information>\n\n`).join('')}<answer> ${opts.answer ?? 'Zekrouv'} </answer>`;
-  return JSON.stringify({ v: 1, id, step, group, sample, split: 'train', question: 'Who founded Koben?', golden: ['Zekrouv'], prompt: 'Question: Who founded Koben?\n', response, reward: opts.reward ?? 1, finish: 'answer', searches: q.length });
+  return JSON.stringify({ v: 1, id, step, group, sample, split: 'train', question: 'Who founded Koben?', golden: ['Zekrouv'], prompt: `Question: Who founded Koben?\n(question ${group})\n`, response, reward: opts.reward ?? 1, finish: 'answer', searches: q.length });
 }
 
 async function workspace(): Promise<{ dir: string; leak: number; drift: number }> {
@@ -82,10 +82,11 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
   before(async function () {
     fx = await workspace();
     // No usable Python (the named one does not exist, python3 on PATH has no torch): the fork's message offers to set one up.
-    // The lane's thresholds: the default's, and out of reach for the group and search alarms of issue 46 that this
-    // synthetic fixture trips on every step (one prompt in every group, flat groups, a search after the document named
-    // the answer): the lane's mechanics are under test here, those alarms in instruments2.test.ts.
-    const quiet = Object.fromEntries(['group-split', 'zero-std-high', 'phantom-advantage', 'search-after-found'].map((k) => [k, 2]));
+    // The lane's thresholds: the default's, and at their highest (a whole step's rollouts) for the group and search
+    // alarms of issue 46 that this synthetic fixture trips in a few rollouts of each step (flat groups, a search after
+    // the document named the answer, rewards that differ while every answer is wrong): the lane's mechanics are under
+    // test here, those alarms in instruments2.test.ts. (Each group asks its own prompt: no group-split.)
+    const quiet = Object.fromEntries(['zero-std-high', 'phantom-advantage', 'search-after-found'].map((k) => [k, 1]));
     s = await CodeServerSession.start({ workspace: fx.dir, settings: { 'searchAgent.dashboard.alarmThresholds': { '*': 0, 'search-repeat': 0.25, ...quiet }, 'searchAgent.pythonPath': '/nonexistent/python3' } });
     await s.waitForLog('extension', /activated/, 60_000);
   });
@@ -117,7 +118,7 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
     const reward = dash.locator('.chart[data-chart="reward"]');
     await until('ticks in the reward chart’s lane', async () => (await reward.locator('.lane-tick').count()) === 2, 15_000);
     assert.deepEqual(await reward.locator('.lane-tick').evaluateAll((els) => els.map((e) => Number((e as HTMLElement).dataset.step))), [5, 7], 'step 6 (1 of 8 rollouts, 12%) is under search-repeat’s 25%');
-    assert.match((await reward.locator('.lane-tick').first().getAttribute('title')) ?? '', /^step 5: search-repeat 2 of 8 rollouts \(25%\)(; [^;]+ — under its lane threshold 200%)* — click for its rollouts$/);
+    assert.match((await reward.locator('.lane-tick').first().getAttribute('title')) ?? '', /^step 5: search-repeat 2 of 8 rollouts \(25%\)(; [^;]+ — under its lane threshold 100%)* — click for its rollouts$/);
     assert.match((await reward.locator('.lane-tick').nth(1).getAttribute('title')) ?? '', /^step 7: answer-enumeration 1 of 8 rollouts \(13%\)/);
     assert.equal(await dash.locator('.alarm-mark').count(), 0, 'no mark through any plot');
     // The lane sits above the plot: a series at the top of the chart is never under it.
