@@ -24,6 +24,7 @@
  * Held-out rollouts (split val/test) are not checked: they train nothing.
  */
 import type { Rollout } from '../run/format';
+import { tokenColumnsOf } from '../run/columns';
 import { isTraining } from './health';
 
 export interface GroupCheckOptions {
@@ -102,7 +103,22 @@ export function groupMember(r: Rollout, index: number, em: number | null, o: Gro
   let advantage: boolean | null = null;
   let hasRef = false;
   let kl = false;
-  if (tk) {
+  const cols = tokenColumnsOf(tk);
+  if (cols) {
+    // a token-store record: the typed columns (NaN: not recorded), the same reading without building the arrays
+    const { loss_mask: m, advantage: adv, ref_logprob: refs, logprob: lps } = cols;
+    for (let i = 0; i < cols.n; i++) {
+      if (m[i] !== 1) continue;
+      const a = adv?.[i];
+      if (a !== undefined && a === a) advantage = (advantage ?? false) || a !== 0;
+      const ref = refs?.[i];
+      if (ref !== undefined && ref === ref) {
+        hasRef = true;
+        const lp = lps?.[i];
+        if (lp !== undefined && lp === lp && Math.abs(lp - ref) > eps) kl = true;
+      }
+    }
+  } else if (tk) {
     for (let i = 0; i < tk.loss_mask.length; i++) {
       if (tk.loss_mask[i] !== 1) continue;
       const a = tk.advantage?.[i];

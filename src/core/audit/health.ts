@@ -22,7 +22,11 @@
  *   null). On the rollout and on its step.
  */
 import type { MetricsRow } from '../protocol';
-import type { Rollout } from '../run/format';
+import { TOKEN_ROLES, type Rollout } from '../run/format';
+import { tokenColumnsOf } from '../run/columns';
+
+/** The store's role code of `prompt` (src/core/run/columns.ts: indices of TOKEN_ROLES). */
+const PROMPT_CODE = TOKEN_ROLES.indexOf('prompt');
 
 export interface HealthOptions {
   /** step-stall, reward-slow, retriever-slow: a value over this × the running median. Default 3. */
@@ -85,7 +89,18 @@ const TOKEN_NUMBERS = ['rollout_logprob', 'logprob', 'ref_logprob', 'advantage',
 export function nonFiniteValues(r: Rollout): Record<string, number[]> {
   const out: Record<string, number[]> = {};
   const tk = r.tokens as Record<string, unknown[] | undefined> | undefined;
-  if (tk)
+  const cols = tokenColumnsOf(tk);
+  if (cols) {
+    // a token-store record: its float columns, where NaN is the record's null (a NaN computed by the trainer is in
+    // meta.nonfinite, below) and ±∞ is itself
+    for (const k of TOKEN_NUMBERS) {
+      const a = cols[k];
+      if (!a) continue;
+      const bad: number[] = [];
+      for (let i = 0; i < a.length; i++) if (a[i] === Infinity || a[i] === -Infinity) bad.push(i);
+      if (bad.length) out[k] = bad;
+    }
+  } else if (tk)
     for (const k of TOKEN_NUMBERS) {
       let a: unknown[] | undefined;
       try {
@@ -122,7 +137,12 @@ export function healthFacts(r: Rollout, nonFinite: boolean): HealthStepFacts {
   if (r.finish === 'length') f.truncated = 1;
   if (tk) {
     f.tokenRollouts = 1;
-    f.responseTokens = tk.role.filter((x) => x !== 'prompt').length;
+    const cols = tokenColumnsOf(tk);
+    if (cols) {
+      let n = 0;
+      for (let i = 0; i < cols.n; i++) if (cols.role[i] !== PROMPT_CODE) n++;
+      f.responseTokens = n;
+    } else f.responseTokens = tk.role.filter((x) => x !== 'prompt').length;
   }
   f.responseChars = r.response.length;
   if (nonFinite) f.nonFinite = 1;

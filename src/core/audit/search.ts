@@ -111,7 +111,8 @@ export function searchAlarms(f: SearchFacts): ('query-copies-question' | 'search
  * end to end over prompt + response); null without entropies or thinking.
  */
 export function thinkEntropy(parsed: ParsedTrajectory, promptLength: number, tokens: { text: string[]; entropy?: (number | null)[] } | undefined): { sum: number; n: number } | null {
-  if (!tokens?.entropy) return null;
+  // (`in`, not a read: a token-store record builds an array on its first read)
+  if (!tokens || !('entropy' in tokens)) return null;
   const spans = parsed.segments.filter((s) => s.kind === 'think').map((s) => [s.contentStart, s.contentEnd] as const);
   if (!spans.length) return null;
   let texts: string[];
@@ -120,6 +121,8 @@ export function thinkEntropy(parsed: ParsedTrajectory, promptLength: number, tok
   } catch {
     return null; // a token-store record read for the audit without its token texts: no alignment, no think entropy
   }
+  const entropy = tokens.entropy;
+  if (!entropy) return null;
   let sum = 0;
   let n = 0;
   let at = -promptLength;
@@ -130,7 +133,7 @@ export function thinkEntropy(parsed: ParsedTrajectory, promptLength: number, tok
     if (start < 0) continue;
     while (k < spans.length && spans[k]![1] <= start) k++;
     if (k >= spans.length) break;
-    const e = tokens.entropy[i];
+    const e = entropy[i];
     if (start >= spans[k]![0] && typeof e === 'number' && Number.isFinite(e)) {
       sum += e;
       n++;

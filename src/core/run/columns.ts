@@ -13,6 +13,11 @@ export interface TokenColumnsView {
   loss_mask: Uint8Array;
   rollout_logprob?: Float32Array;
   logprob?: Float32Array;
+  /** The other per-token numbers the audit reads (the group and health checks), when the store has them. */
+  ref_logprob?: Float32Array;
+  advantage?: Float32Array;
+  value?: Float32Array;
+  entropy?: Float32Array;
 }
 
 export function tokenColumnsOf(tokens: object | undefined): TokenColumnsView | undefined {

@@ -470,9 +470,11 @@ function lazyTokens(n: number, bits: number, column: (c: string) => Column | und
   const role = column('role');
   const mask = column('loss_mask');
   if (role && mask) {
-    const lp = bits & arrayBit('logprob') ? column('logprob') : undefined;
-    const rl = bits & arrayBit('rollout_logprob') ? column('rollout_logprob') : undefined;
-    const view: TokenColumnsView = { n, role: role as Uint8Array, loss_mask: mask as Uint8Array, ...(lp ? { logprob: lp as Float32Array } : {}), ...(rl ? { rollout_logprob: rl as Float32Array } : {}) };
+    const view: TokenColumnsView = { n, role: role as Uint8Array, loss_mask: mask as Uint8Array };
+    for (const k of ['logprob', 'rollout_logprob', 'ref_logprob', 'advantage', 'value', 'entropy'] as const) {
+      const c = bits & arrayBit(k) ? column(k) : undefined;
+      if (c) view[k] = c as Float32Array;
+    }
     Object.defineProperty(t, TOKEN_COLUMNS, { value: view, enumerable: false, configurable: true });
   }
   for (const k of FLOAT_ARRAYS) {
