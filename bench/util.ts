@@ -65,13 +65,4 @@ export function report(lines: string[], line: string): void {
 }
 
 /** A small seeded PRNG (mulberry32), so generated inputs are the same in every run. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { rng } from '../src/core/retrieval/random';

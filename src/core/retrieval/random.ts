@@ -6,8 +6,8 @@
  */
 import type { RetrievedDocument, RetrievedHit, Retriever } from './retriever';
 
-/** mulberry32: a small seeded PRNG (uniform in [0, 1)). */
-function rng(seed: number): () => number {
+/** mulberry32: a small seeded PRNG (uniform in [0, 1)); the benchmarks' inputs use it too (bench/util.ts). */
+export function rng(seed: number): () => number {
   let a = seed >>> 0;
   return () => {
     a = (a + 0x6d2b79f5) >>> 0;
