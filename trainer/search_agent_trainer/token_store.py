@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .run_writer import remove_freeing, write_bytes
+from .run_writer import _clean, remove_freeing, write_bytes
 
 STORE_VERSION = 1
 # uint8 codes of tokens.role, in the order of src/core/run/format.ts TOKEN_ROLES
@@ -79,17 +79,7 @@ def _pa() -> tuple[Any, Any]:
 
 
 def _json(v: Any) -> str:
-    return json.dumps(_finite(v), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def _finite(v: Any) -> Any:
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, dict):
-        return {k: _finite(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_finite(x) for x in v]
-    return v
+    return json.dumps(_clean(v), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
 def _split_record(rec: dict[str, Any]) -> dict[str, Any]:
