@@ -136,8 +136,9 @@ def pin_report() -> str:
 LOGPROB_AGREEMENT = 1e-3
 LOGPROB_ROUNDOFF = 1e-5
 ROUNDOFF_METRICS = ("rollout/logprob_diff",)
-# measured times, not reproduced by a resume: the step's phases, throughput, and the env server's latencies (env_client)
-TIMING_METRICS = ("timing_s/", "perf/", "time", "env/retrieve_ms/", "env/retrieve_wait_ms/", "env/reward_ms/", "env/reward_wait_ms/")
+# measured times, not reproduced by a resume: the step's phases, throughput, the env server's latencies (env_client),
+# and the rollout writer's queue (how many steps its thread had still to write when a step was submitted: its pace)
+TIMING_METRICS = ("timing_s/", "perf/", "time", "env/retrieve_ms/", "env/retrieve_wait_ms/", "env/reward_ms/", "env/reward_wait_ms/", "record/queue")
 
 
 def assert_same_metrics(a: dict, b: dict, skip: tuple[str, ...] = ()) -> None:
@@ -205,7 +206,9 @@ def tiny_config(**overrides) -> dict:
         "model": {"kind": "tiny", "tiny": {"layers": 1, "d_model": 32, "heads": 2, "max_len": 1024, "vocab": [str(DEMO / "corpus.jsonl")]}},
         "rollout": {"batch_size": 2, "n": 3, "max_turns": 2, "max_turn_tokens": 12, "max_response_length": 160, "max_obs_length": 120},
         "optim": {"lr": 1e-3, "mini_batch_size": 6, "micro_batch_size": 4},
-        "train": {"steps": 2, "eval_every": 1, "checkpoint_every": 1},
+        # A queue no loaded test machine fills: a writer 2 steps behind (the default) would record only a step's flagged
+        # groups, so what a run records, and its record/* metrics, would depend on the machine's load.
+        "train": {"steps": 2, "eval_every": 1, "checkpoint_every": 1, "record": {"queue": 64}},
     }
     for path, value in overrides.items():
         node = cfg

@@ -162,7 +162,7 @@ CFG = {"train.steps": 3, "train.eval_every": 0, "train.checkpoint_every": 1, "da
 )
 def test_a_full_disk_fails_the_run_clearly_leaves_whole_lines_and_resumes(tmp_path, demo_env, at, after, record):
     run = tmp_path / "run"
-    record = {"train.record": {"format": record}}
+    record = {"train.record": {"format": record, "queue": 64}}
     full = run_trainer(run, tiny_config(**CFG, **record, test={"disk_full": {"at": at, "after_bytes": after}}), demo_env.url)
     assert full.returncode == 1, full.stderr[-2000:]
     errors = [json.loads(line) for line in full.stdout.splitlines() if line.startswith("{") and json.loads(line)["event"] == "error"]

@@ -255,7 +255,7 @@ def test_a_tiny_run_records_sampled_groups_in_the_store(tmp_path: Path, varied_e
     """The builtin trainer, 3 steps, `train.record` {every: 2, groups: 1}: step 2 keeps one whole group, steps 1 and 3
     only flagged groups (none: nothing), every held-out evaluation whole; metrics cover every rollout; run.json says
     what was recorded."""
-    cfg = tiny_config(**{"train.steps": 3, "train.eval_every": 2, "train.record": {"every": 2, "groups": 1}})
+    cfg = tiny_config(**{"train.steps": 3, "train.eval_every": 2, "train.record": {"every": 2, "groups": 1, "queue": 64}})
     path = tmp_path / "tiny.run.json"
     path.write_text(json.dumps(cfg), encoding="utf-8")
     p = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", str(path), "--run-dir", str(tmp_path / "run"), "--env-url", varied_env.url], capture_output=True, text=True, env=trainer_env(), timeout=600)
