@@ -1,26 +1,46 @@
-// `npm test`: every suite the project has, in order, each run even if an earlier one failed; a summary at the
-// end, with what failed in each failed suite printed again (CI keeps only the tail of the output: a unit failure
-// scrolled out of it once); exit 1 if any failed. SAS_SUITES=unit,python limits the run (for local iteration only).
+// `npm test`: every suite the project has, each run even if an earlier one failed; a summary at the end, with what
+// failed in each failed suite printed again (CI keeps only the tail of the output: a unit failure scrolled out of it
+// once); exit 1 if any failed. SAS_SUITES=unit,python limits the run (for local iteration only).
+//
+// The suites run in phases. Within a phase, lanes run side by side, each lane's suites one after another: most of
+// `unit` and `python` is one process at a time waiting on another (a trainer, an env server, a CLI), about one core
+// each, so on CI's 2 cores the two lanes take about the longer of the two instead of their sum (stop 49's CI: 44 min,
+// a minute from its limit). The learning tests and e2e run alone: the learning tests' trajectories are pinned to two
+// threads and their step times to an idle machine's, and e2e's waits are for a browser.
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { failureReport } from './failure-report.mjs';
 
 const root = join(import.meta.dirname, '..');
-const suites = [
-  { name: 'typecheck', cmd: ['npm', 'run', '-s', 'typecheck'] },
-  { name: 'unit', cmd: ['npm', 'run', '-s', 'test:unit'] },
-  { name: 'python', cmd: ['npm', 'run', '-s', 'test:python'] },
-  { name: 'verl', cmd: ['npm', 'run', '-s', 'test:verl'] },
-  { name: 'e2e', cmd: ['npm', 'run', '-s', 'test:e2e'] },
-];
+const commands = {
+  typecheck: ['npm', 'run', '-s', 'typecheck'],
+  unit: ['npm', 'run', '-s', 'test:unit'],
+  python: ['npm', 'run', '-s', 'test:python'],
+  verl: ['npm', 'run', '-s', 'test:verl'],
+  e2e: ['npm', 'run', '-s', 'test:e2e'],
+  learning: ['npm', 'run', '-s', 'test:learning'],
+};
+/** Phases in order; a phase is lanes run side by side; a lane is suites run one after another. */
+const phases = [[['typecheck', 'unit'], ['python', 'verl']], [['e2e']], [['learning']]];
+
 const only = process.env.SAS_SUITES?.split(',').map((s) => s.trim());
 const results = [];
-for (const suite of suites) {
-  if (only && !only.includes(suite.name)) continue;
-  console.log(`\n━━━ ${suite.name}: ${suite.cmd.join(' ')}`);
-  const t0 = Date.now();
-  const { status, output, quietSeconds } = await run(suite.cmd);
-  results.push({ name: suite.name, ok: status === 0, seconds: (Date.now() - t0) / 1000, status, output, quietSeconds });
+const t0 = Date.now();
+for (const phase of phases) {
+  const lanes = phase.map((lane) => lane.filter((name) => !only || only.includes(name))).filter((lane) => lane.length);
+  const shared = lanes.length > 1;
+  await Promise.all(
+    lanes.map(async (lane) => {
+      for (const name of lane) {
+        const cmd = commands[name];
+        console.log(`\n━━━ ${name}: ${cmd.join(' ')}${shared ? `  (beside ${lanes.filter((l) => l !== lane).map((l) => l.join(' → ')).join(', ')}; its lines start with "${name} │")` : ''}`);
+        const started = Date.now();
+        const { status, output, quietSeconds } = await run(cmd, shared ? name : '');
+        results.push({ name, ok: status === 0, seconds: (Date.now() - started) / 1000, status, output, quietSeconds, shared });
+        console.log(`━━━ ${name}: ${status === 0 ? 'passed' : `FAILED (exit ${status})`} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+      }
+    }),
+  );
 }
 console.log('\n━━━ summary');
 // A suite that prints its result and then does not exit (a timer or a worker keeping the process alive) spends CI
@@ -28,8 +48,10 @@ console.log('\n━━━ summary');
 const QUIET_NOTE_S = 30;
 for (const r of results) {
   const quiet = r.quietSeconds >= QUIET_NOTE_S ? `  (silent for its last ${r.quietSeconds.toFixed(0)} s before it exited)` : '';
-  console.log(`  ${r.ok ? '✓' : '✗'} ${r.name.padEnd(10)} ${r.seconds.toFixed(1).padStart(7)} s${r.ok ? '' : `  (exit ${r.status})`}${quiet}`);
+  const beside = r.shared ? '  (beside another lane)' : '';
+  console.log(`  ${r.ok ? '✓' : '✗'} ${r.name.padEnd(10)} ${r.seconds.toFixed(1).padStart(7)} s${r.ok ? '' : `  (exit ${r.status})`}${beside}${quiet}`);
 }
+console.log(`  all suites: ${((Date.now() - t0) / 1000).toFixed(1)} s of wall time`);
 const failed = results.filter((r) => !r.ok);
 for (const r of failed) {
   console.log(`\n━━━ ${r.name}: what failed (again, from its output above)`);
@@ -38,22 +60,41 @@ for (const r of failed) {
 if (failed.length) console.log(`\n${failed.length} suite(s) failed: ${failed.map((r) => r.name).join(', ')}`);
 process.exit(failed.length ? 1 : 0);
 
-/** Runs a suite with its output passed through as it comes, and kept (the last 4 MB) for the failure report. */
-function run(cmd) {
+/**
+ * Runs a suite with its output passed through as it comes, and kept (the last 4 MB) for the failure report. With a
+ * `prefix` (a suite beside another), its output is passed through whole lines at a time, each line prefixed, so two
+ * suites' lines do not interleave mid-line.
+ */
+function run(cmd, prefix) {
   return new Promise((resolve) => {
     const child = spawn(cmd[0], cmd.slice(1), { cwd: root, stdio: ['inherit', 'pipe', 'pipe'] });
     let output = '';
     let last = Date.now();
-    const keep = (chunk, to) => {
+    const partial = { out: '', err: '' };
+    const pass = (text, to, key) => {
+      if (!prefix) return void to.write(text);
+      const lines = (partial[key] + text).split('\n');
+      partial[key] = lines.pop();
+      if (lines.length) to.write(lines.map((l) => `${prefix} │ ${l}\n`).join(''));
+    };
+    const keep = (chunk, to, key) => {
       last = Date.now();
-      to.write(chunk);
-      output += chunk.toString('utf8');
+      const text = chunk.toString('utf8');
+      pass(text, to, key);
+      output += text;
       if (output.length > 4_000_000) output = output.slice(-2_000_000);
     };
-    child.stdout.on('data', (c) => keep(c, process.stdout));
-    child.stderr.on('data', (c) => keep(c, process.stderr));
+    child.stdout.on('data', (c) => keep(c, process.stdout, 'out'));
+    child.stderr.on('data', (c) => keep(c, process.stderr, 'err'));
+    const flush = () => {
+      if (prefix && partial.out) process.stdout.write(`${prefix} │ ${partial.out}\n`);
+      if (prefix && partial.err) process.stderr.write(`${prefix} │ ${partial.err}\n`);
+    };
     const quietSeconds = () => (Date.now() - last) / 1000;
     child.on('error', (e) => resolve({ status: String(e), output, quietSeconds: quietSeconds() }));
-    child.on('close', (code, signal) => resolve({ status: code ?? signal, output, quietSeconds: quietSeconds() }));
+    child.on('close', (code, signal) => {
+      flush();
+      resolve({ status: code ?? signal, output, quietSeconds: quietSeconds() });
+    });
   });
 }
