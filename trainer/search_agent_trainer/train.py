@@ -28,60 +28,42 @@ import contextlib
 import math
 import os
 import random
-import re
 import signal
 import sys
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import __version__, precision
+from . import precision
 from .advantages import gae_advantage, grpo_outcome_advantage, reinforce_plus_plus_advantage, token_rewards, zero_std_group_fraction
 from .batch import SequenceBatch, by_length, make_batch
 from .checkpoint import checkpoint_keep, export_model, latest_checkpoint, load_trainable, prune_checkpoints, read_state, save_checkpoint
 from .config import Section, stored_config
 from .curriculum import Stage, describe, stage_of, stages
-from .data import EpochSampler, Example, MixSampler, bridge_searched, load_dataset, render_prompt
+from .data import EpochSampler, Example, MixSampler, load_dataset, render_prompt
 from .env_client import EnvClient
 from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .generation import LMGenerator, auto_max_batch_tokens
 from .numerics import Numerics, ProbeShapes, resolve as resolve_numerics
 from .policy import Reference, build_policy, compute_dtype, cpu_has_native_bf16, window_stats
 from .rollout import VOCABULARY_TEXTS, RolloutSettings, Trajectory, make_dialect, run_rollouts
-from .recorder import Recorder, RecordSettings, StepData, StepJob, columns_from_window, role_codes_of, rollout_flags
-from .run_writer import RunWriter, disk_full_message, rollout_record, run_disk_full_message, set_disk_fault
-from . import token_store
+from .metrics import SUMMARY_KEYS, held_out_metrics, mean, rollout_metrics
+from .record.batch import batch_data, batch_flags
+from .record.tokens import trajectory_data
+from .recorder import Recorder, RecordSettings, StepJob
+from .reward import score
+from .run_writer import RunWriter, disk_full_message, run_disk_full_message, set_disk_fault
+from .versions import trainer_versions
 from .watchdog import watch_parent
-
-
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for i in range(0, len(seq), size):
         yield seq[i : i + size]
-
-
-def _mean(xs: Sequence[float]) -> float:
-    return float(sum(xs) / len(xs)) if xs else 0.0
-
-
-# At most this many question types get `val/*_by_kind/*` metrics (more is an id, not a type: nothing is logged).
-MAX_KINDS = 16
-
-
-def metric_name(kind: str) -> str:
-    """A `meta.kind` as one metric-key segment: runs of anything but letters, digits, `.`, `_` and `-` become `_`."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", kind).strip("_") or "_"
 
 
 class Trainer:
@@ -107,7 +89,7 @@ class Trainer:
 
     def versions(self) -> dict[str, str | None]:
         """What run.json records of the software that trains."""
-        return {"trainer": __version__, "torch": torch.__version__, "transformers": _version("transformers"), "peft": _version("peft"), "python": ".".join(map(str, sys.version_info[:3]))}
+        return trainer_versions()
 
     def _run_writer(self, stdout: Any) -> RunWriter:
         return RunWriter(self.run_dir, stored_config(self.cfg), self.versions(), self.total, stdout=stdout, python=sys.executable)
@@ -330,21 +312,8 @@ class Trainer:
         return batch_size <= self.cfg.optim.mini_batch_size
 
     def _score(self, trajs: list[Trajectory]) -> int:
-        """Rewards from /reward; a failed item is reported, kept with reward 0 for training and its error recorded."""
-        items = [reward_item(t, self.cfg.rollout.search_tool) for t in trajs]
-        failed = 0
-        first = None
-        for t, res in zip(trajs, self.env.reward(items)):
-            t.metrics = res.get("metrics") or {}
-            if res.get("reward") is None:
-                failed += 1
-                first = first or res.get("error")
-                t.reward, t.reward_parts, t.reward_error = 0.0, {}, res.get("error", "the reward module failed")
-            else:
-                t.reward, t.reward_parts = float(res["reward"]), dict(res.get("parts") or {})
-        if failed:
-            self.writer.warning(f"the reward module failed on {failed} of {len(trajs)} trajectories (scored 0 for training): {first}", failed=failed)
-        return failed
+        """Rewards from /reward (reward.py); a failed item is reported, kept with reward 0 for training."""
+        return score(self.env, trajs, self.cfg.rollout.search_tool, self.writer.warning)
 
     @torch.no_grad()
     def _old_logprobs(self, batch: SequenceBatch) -> dict[str, float]:
@@ -519,7 +488,7 @@ class Trainer:
             out[k] = v / max(n_minis, 1) if k in LOSS_KEYS else v / max(counts[k], 1e-9)
         for key, norms in grad_norms.items():
             if norms:
-                out[key] = _mean(norms)
+                out[key] = mean(norms)
         out["actor/skipped_updates"] = float(skipped)
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         if self.reference is not None:
@@ -535,92 +504,14 @@ class Trainer:
             return {}
         name = f"{'val-' if split == 'val' else ''}step-{step:06d}"
         keys = [t.group for t in trajs]
+        run_id = self.writer.run["id"]
         if batch is None:
-            job = StepJob(name, step, split, len(trajs), keys, [[] for _ in trajs], self._trajectory_data(trajs, step, split))
+            job = StepJob(name, step, split, len(trajs), keys, [[] for _ in trajs], trajectory_data(trajs, self.tok, run_id=run_id, step=step, split=split))
         else:
             stats: dict[str, float] = {}
-            job = StepJob(name, step, split, len(trajs), keys, self._flags(batch, stats), self._batch_data(trajs, step, split, batch), stats=stats)
+            flags = batch_flags(batch, self._entropy_window, bool(self.cfg.algorithm.loss_masking), stats)
+            job = StepJob(name, step, split, len(trajs), keys, flags, batch_data(trajs, batch, self._entropy_window, run_id=run_id, step=step, split=split), stats=stats)
         return self.recorder.submit(job)
-
-    def _scored(self, batch: SequenceBatch) -> dict[str, tuple[torch.Tensor, torch.Tensor] | None]:
-        """The (B, R) numbers of the records and where each is scored (null elsewhere, docs/run-format.md): log-probs
-        and entropies on the loss tokens of the trained rows, advantages where advantages are defined, values on
-        every response token, sampling-time log-probs on the generated tokens."""
-        trained = batch.loss_mask.bool() if batch.trained is None else batch.loss_mask.bool() & batch.trained[:, None]
-        pairs = {"rollout_logprob": batch.rollout_logprob, "logprob": batch.old_logprob, "ref_logprob": batch.ref_logprob, "advantage": batch.advantages, "value": batch.old_values, "entropy": self._entropy_window}
-        where = {"rollout_logprob": batch.generated_mask, "logprob": trained, "ref_logprob": trained, "advantage": batch.adv_mask, "value": batch.response_mask, "entropy": trained}
-        return {k: (x, where[k]) if x is not None else None for k, x in pairs.items()}
-
-    def _flags(self, batch: SequenceBatch, stats: dict[str, float] | None = None) -> list[list[str]]:
-        """The in-run checks of every row (recorder.rollout_flags): a leak, a non-finite number, a log-prob gap; their
-        sums into `stats` (the step's audit/* metrics)."""
-        scored = self._scored(batch)
-        expected = batch.generated_mask if self.cfg.algorithm.loss_masking else batch.response_mask
-        trained = scored["logprob"]
-        return rollout_flags(valid=batch.response_mask, loss_mask=batch.loss_mask, expected=expected, logprob=trained[0] if trained else None, logprob_scored=trained[1] if trained else None, rollout_logprob=batch.rollout_logprob, rollout_scored=batch.generated_mask, numbers=[p for p in scored.values() if p is not None], stats=stats, generated=batch.generated_mask)
-
-    def _batch_data(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch) -> Any:
-        """The writer thread's builder of a training step's data: the step's tensors and trajectories, referenced (a
-        new batch is made each step, so nothing here changes after the step)."""
-        run_id, scored, untrained = self.writer.run["id"], self._scored(batch), None if batch.trained is None else (~batch.trained).tolist()
-
-        def build(keep: list[int]) -> StepData:
-            records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=None) for i in keep]
-            codes = {i: role_codes_of(trajs[i].roles) for i in keep}
-            nonfinite: dict[int, dict[str, list[int]]] = {}
-            cols = columns_from_window(rows=keep, seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep}, prompt_lengths=[len(t.prompt_ids) for t in trajs], role_codes=codes, window=scored, loss_mask=batch.loss_mask, nonfinite=nonfinite)
-            # the store's NaN is the record's null: a NaN or ∞ where a number is scored is listed in meta.nonfinite
-            # (for the audit's non-finite), as is a reward that is not finite
-            for k, i in enumerate(keep):
-                bad = dict(nonfinite.get(k, {}))
-                if trajs[i].reward is not None and not math.isfinite(trajs[i].reward):
-                    bad["reward"] = []
-                if bad:
-                    records[k].setdefault("meta", {})["nonfinite"] = bad
-            if untrained is not None:  # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies
-                off = sum(token_store.ARRAY_BIT[k] for k in ("logprob", "ref_logprob", "entropy") if scored[k] is not None)
-                for k, i in enumerate(keep):
-                    if untrained[i]:
-                        cols.arrays[k] &= ~off
-            return StepData(records, cols)
-
-        return build
-
-    def _trajectory_data(self, trajs: list[Trajectory], step: int, split: str) -> Any:
-        """The builder of a held-out evaluation's data (no training pass: the token arrays of the trajectories)."""
-        run_id, tok = self.writer.run["id"], self.tok
-
-        def build(keep: list[int]) -> StepData:
-            records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=token_arrays(tok, trajs[i])) for i in keep]
-            rows, cols = token_store.columns_from_records(records)
-            return StepData([{k: v for k, v in r.items() if k != "tokens"} for r in records], cols)
-
-        return build
-
-    @staticmethod
-    def _rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, float]:
-        n = len(trajs)
-        resp = [len(t.ids) for t in trajs]
-        m = {
-            f"{prefix}response_length/mean": _mean(resp),
-            f"{prefix}response_length/max": float(max(resp)),
-            f"{prefix}response_length/min": float(min(resp)),
-            f"{prefix}response_length/clip_ratio": sum(t.finish == "length" for t in trajs) / n,
-            f"{prefix}prompt_length/mean": _mean([len(t.prompt_ids) for t in trajs]),
-            f"{prefix}env/number_of_actions/mean": _mean([t.turns for t in trajs]),
-            f"{prefix}env/finish_ratio": sum(t.finish == "answer" for t in trajs) / n,
-            f"{prefix}env/number_of_valid_action": _mean([t.valid_actions for t in trajs]),
-            f"{prefix}env/ratio_of_valid_action": _mean([t.valid_actions / max(1, t.turns) for t in trajs]),
-            f"{prefix}env/number_of_valid_search": _mean([t.searches for t in trajs]),
-            f"{prefix}mask/generated_tokens": _mean([t.roles.count("generated") for t in trajs]),
-            f"{prefix}mask/retrieved_tokens": _mean([t.roles.count("retrieved") for t in trajs]),
-            f"{prefix}mask/feedback_tokens": _mean([t.roles.count("feedback") for t in trajs]),
-        }
-        for key in ("em", "f1", "format", "answer_retrieved"):
-            vals = [t.metrics[key] for t in trajs if key in t.metrics]
-            if vals:
-                m[f"{prefix}reward/{key}/mean"] = _mean(vals)
-        return m
 
     # -- the loop ---------------------------------------------------------------------------------------------
     def train_step(self, step: int) -> dict[str, float]:
@@ -684,7 +575,7 @@ class Trainer:
             m["critic/values/mean"] = float(v.mean())
             m["critic/returns/mean"] = float(ret.mean())
             m["critic/vf_explained_var"] = float(1 - (ret - v).var() / (ret.var() + 1e-5))
-        m.update(self._rollout_metrics(trajs))
+        m.update(rollout_metrics(trajs))
         m.update(env_stats)
         gen_mask = batch.generated_mask.bool() & batch.loss_mask.bool()  # old log-probs exist on the loss tokens only
         if batch.trained is not None:  # … of the trained rows
@@ -861,74 +752,6 @@ class Trainer:
         return step
 
 
-def held_out_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """The held-out metrics (`val/*`) of an evaluation's trajectories: every engine's (the builtin and TRL trainers'
-    evaluation, veRL's validation batches through its recorder), so a run reads the same whatever trained it."""
-    trajs = list(trajs)
-    m = Trainer._rollout_metrics(trajs, prefix="val/")
-    m["val/em"] = _mean([t.metrics.get("em", 0.0) for t in trajs])
-    m["val/score"] = _mean([t.reward or 0.0 for t in trajs])
-    m["val/searches_mean"] = _mean([t.searches for t in trajs])
-    sources = sorted({t.example.data_source for t in trajs})
-    if len(sources) > 1:
-        for s in sources:
-            m[f"val/em/{s}"] = _mean([t.metrics.get("em", 0.0) for t in trajs if t.example.data_source == s])
-    # By the searches a question needs (the dataset's `meta.hops`; questions without it are left out): does the
-    # policy search again where one search cannot answer?
-    for h in sorted({t.example.hops for t in trajs if t.example.hops is not None}):
-        part = [t for t in trajs if t.example.hops == h]
-        m.update(_part_metrics(part, f"by_hops/{h}"))
-        # Did a search after the first name the entity the first found (the dataset's `meta.bridge`)? What the
-        # second search is for: searches per question say that it searched again, this says what it searched.
-        named = [b for b in (bridge_searched(t.example, [r["query"] for r in t.retrieval]) for t in part) if b is not None]
-        if named:
-            m[f"val/bridge_searched_by_hops/{h}"] = _mean(named)
-    # By the question's type (the dataset's `meta.kind`), when it names 2–MAX_KINDS of them: a mean over mixed
-    # types hides the one the policy fails (the demo's two-hop policies answered held-out river questions with the
-    # town found on the way while the two town kinds generalised; docs/demo.md).
-    kinds = sorted({t.example.kind for t in trajs if t.example.kind is not None})
-    if 2 <= len(kinds) <= MAX_KINDS:
-        for k in kinds:
-            m.update(_part_metrics([t for t in trajs if t.example.kind == k], f"by_kind/{metric_name(k)}"))
-    return m
-
-
-def _part_metrics(part: Sequence[Trajectory], group: str) -> dict[str, float]:
-    """Exact match, searches per question and answer retrieved of one group of held-out questions (`group`:
-    `by_hops/2`, `by_kind/river`, …)."""
-    m = {f"val/em_{group}": _mean([t.metrics.get("em", 0.0) for t in part]), f"val/searches_{group}": _mean([t.searches for t in part])}
-    # Had a search put a golden answer in front of the policy? (the env server's `answer_retrieved`): a low EM with a
-    # high value here is a reading failure, with a low one a search failure.
-    found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]
-    if found:
-        m[f"val/answer_retrieved_{group}"] = _mean(found)
-    return m
-
-
-def reward_item(t: Trajectory, search_tool: str) -> dict[str, Any]:
-    """A trajectory as `/reward` scores it (the tool-call dialect names its search tool)."""
-    tool = {"search_tool": search_tool} if t.dialect == "toolcall" else {}
-    strict = {"strict_actions": True} if t.strict_actions else {}
-    # Who wrote what: the reward reads the answer from the policy's text only, never from tags in a document.
-    spans = t.spans
-    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool, **strict, **({"spans": spans} if spans else {})}
-
-
-def token_arrays(tok: Any, t: Trajectory) -> dict[str, list[Any]]:
-    """A trajectory's token arrays before any training pass: text, ids, roles, the loss mask of its roles (1 exactly on
-    generated tokens) and the sampling-time log-prob where the policy sampled a token (null on the prompt and the
-    observations). The update's records replace the loss mask with the one it used and add its own arrays."""
-    P = len(t.prompt_ids)
-    ids = t.prompt_ids + t.ids
-    return {
-        "text": tok.token_texts(ids),
-        "ids": ids,
-        "role": ["prompt"] * P + t.roles,
-        "loss_mask": [0] * P + [1 if role == "generated" else 0 for role in t.roles],
-        "rollout_logprob": [None] * P + [None if x is None else round(float(x), 6) for x in t.sample_logprobs],
-    }
-
-
 def lr_multiplier(step: int, total: int, warmup: int, schedule: str, min_ratio: float) -> float:
     """veRL's schedule: linear warm-up over `warmup` steps, then constant, or a cosine from 1 down to `min_ratio` at
     the last step (`warmup_style: cosine`, `min_lr_ratio`)."""
@@ -941,22 +764,3 @@ def lr_multiplier(step: int, total: int, warmup: int, schedule: str, min_ratio: 
 
 
 LOSS_KEYS = ("actor/pg_loss", "actor/kl_loss", "critic/vf_loss")
-
-# The metrics repeated in the stdout `metrics` event (all of them are in metrics.jsonl).
-SUMMARY_KEYS = (
-    "critic/score/mean",
-    "reward/em/mean",
-    "reward/frac_zero_std_groups",
-    "response_length/mean",
-    "env/number_of_valid_search",
-    "env/ratio_of_valid_action",
-    "actor/pg_loss",
-    "actor/pg_clipfrac",
-    "actor/ppo_kl",
-    "actor/entropy",
-    "actor/kl_loss",
-    "actor/grad_norm",
-    "mask/generated_tokens",
-    "val/em",
-    "timing_s/step",
-)

@@ -40,7 +40,9 @@ from ...rollout import Trajectory, make_dialect
 from ...recorder import RecordSettings, StepData, StepJob, columns_from_window, concat_data, expected_window, role_codes_of, rollout_flags, select
 from ...record.names import TRL_NAMES
 from ...run_writer import rollout_record
-from ...train import SUMMARY_KEYS, Trainer, _mean, _version
+from ...metrics import SUMMARY_KEYS, mean, rollout_metrics
+from ...train import Trainer
+from ...versions import package_version
 from ...advantages import zero_std_group_fraction
 from . import options
 from .launch import launched
@@ -85,7 +87,7 @@ class TRLEngine(Trainer):
         self.step = 0
 
     def versions(self) -> dict[str, str | None]:
-        return {**super().versions(), "trl": _version("trl"), "accelerate": _version("accelerate"), "datasets": _version("datasets"), "vllm": _version("vllm") if (self.cfg.trl or {}).get("use_vllm") else None}
+        return {**super().versions(), "trl": package_version("trl"), "accelerate": package_version("accelerate"), "datasets": package_version("datasets"), "vllm": package_version("vllm") if (self.cfg.trl or {}).get("use_vllm") else None}
 
     def _run_writer(self, stdout: Any) -> Any:
         return super()._run_writer(stdout) if self.rank == 0 else FollowerWriter(Path(self.run_dir), self.rank)
@@ -172,7 +174,7 @@ class TRLEngine(Trainer):
         if self.rank == 0:
             w.run["trl"] = self.settings  # run.json (written with the next status change)
         w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set), precision=precision, max_batch_tokens=self.max_batch_tokens, engine="trl", processes=world, trl_steps_per_step=self.plan.trl_steps, **self.settings)
-        w.log(f"trl engine: TRL {_version('trl')}, {world} process(es), {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}; one step = {self.plan.trl_steps} TRL optimizer step(s) of {self.plan.mini} sequences, micro-batches of {self.plan.micro} per process; {', '.join(f'{k} {v}' for k, v in self.settings.items())}")
+        w.log(f"trl engine: TRL {package_version('trl')}, {world} process(es), {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}; one step = {self.plan.trl_steps} TRL optimizer step(s) of {self.plan.mini} sequences, micro-batches of {self.plan.micro} per process; {', '.join(f'{k} {v}' for k, v in self.settings.items())}")
         return start
 
     def _build_model(self) -> tuple[Any, Any]:
@@ -449,7 +451,7 @@ class TRLEngine(Trainer):
 
     def _step_metrics(self, rows: dict[str, list[float]], trajs: list[Trajectory], stats: list[dict[str, Any]]) -> dict[str, float]:
         """The step's metrics in our/veRL names, from every process's per-row sums (of the tensors TRL trained on)."""
-        m = self._rollout_metrics(trajs)
+        m = rollout_metrics(trajs)
         scores = torch.tensor([t.reward or 0.0 for t in trajs])
         adv = torch.tensor(rows["advantage"])  # one per sequence
         loss_tokens = sum(rows["loss_tokens"])
@@ -473,7 +475,7 @@ class TRLEngine(Trainer):
         m["actor/ppo_kl"] = kl_sum / kl_n if kl_n else 0.0  # on-policy: the old log-probs are the update's own
         parts = sorted({k for t in trajs for k in t.reward_parts})
         for k in parts:
-            m[f"reward/parts/{k}/mean"] = _mean([t.reward_parts[k] for t in trajs if k in t.reward_parts])
+            m[f"reward/parts/{k}/mean"] = mean([t.reward_parts[k] for t in trajs if k in t.reward_parts])
         if self.cfg.rollout.top_p >= 1.0 and any(x > 0 for x in rows["gap"]):
             m["rollout/logprob_diff_max"] = max(rows["gap"])
         elif self.cfg.rollout.top_p >= 1.0 and rows["gap"]:
