@@ -17,21 +17,17 @@ A step:
 Held-out evaluation (greedy, one sample per question) runs before the first update and every `train.eval_every`
 steps; its metrics are `val/*` (val/em is the exact match of the final answer).
 
-SIGTERM (or SIGINT) finishes the current step, checkpoints and exits 0 with status `stopped` (`stop_reason`
-`signal`; SIGHUP or the host process dying: `host-gone`, which a new editor window offers to resume). An exception writes its
-traceback to events and `run.json` (status `failed`) and exits 1; `--resume` continues from the last checkpoint.
+`--resume` continues from the last checkpoint. What every engine shares around the update (the run directory, data
+and prompts, rollouts and their scores, held-out evaluation, signals and failures) is run.py's `Run`; the metrics
+are metrics.py's, the records record/'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import random
-import signal
-import sys
 import time
-import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,24 +37,17 @@ import torch
 from . import precision
 from .advantages import gae_advantage, grpo_outcome_advantage, reinforce_plus_plus_advantage, token_rewards, zero_std_group_fraction
 from .batch import SequenceBatch, by_length, make_batch
-from .checkpoint import checkpoint_keep, export_model, latest_checkpoint, load_trainable, prune_checkpoints, read_state, save_checkpoint
-from .config import Section, stored_config
-from .curriculum import Stage, describe, stage_of, stages
-from .data import EpochSampler, Example, MixSampler, load_dataset, render_prompt
-from .env_client import EnvClient
+from .checkpoint import checkpoint_keep, export_model, load_trainable, prune_checkpoints, read_state, save_checkpoint
+from .curriculum import Stage, describe, stage_of
+from .data import EpochSampler, MixSampler
 from .losses import Aggregation, kl_penalty, masked_mean, objective
-from .generation import LMGenerator, auto_max_batch_tokens
+from .generation import auto_max_batch_tokens
+from .metrics import SUMMARY_KEYS, mean, rollout_metrics
 from .numerics import Numerics, ProbeShapes, resolve as resolve_numerics
-from .policy import Reference, build_policy, compute_dtype, cpu_has_native_bf16, window_stats
-from .rollout import VOCABULARY_TEXTS, RolloutSettings, Trajectory, make_dialect, run_rollouts
-from .metrics import SUMMARY_KEYS, held_out_metrics, mean, rollout_metrics
+from .policy import Reference, build_policy, cpu_has_native_bf16, window_stats
 from .record.batch import batch_data, batch_flags
-from .record.tokens import trajectory_data
-from .recorder import Recorder, RecordSettings, StepJob
-from .reward import score
-from .run_writer import RunWriter, disk_full_message, run_disk_full_message, set_disk_fault
-from .versions import trainer_versions
-from .watchdog import watch_parent
+from .rollout import VOCABULARY_TEXTS, Trajectory, make_dialect
+from .run import Run
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -66,60 +55,16 @@ def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield seq[i : i + size]
 
 
-class Trainer:
-    # This process's rank among the engine's training processes (the builtin engine is one process).
-    rank = 0
-    # What the run computes in (setup: model.dtype, measured for `fastest`; numerics.py). None: compute_dtype's rule.
-    numerics: Numerics | None = None
+class Trainer(Run):
+    """The builtin engine: our own update (PPO / GRPO / REINFORCE++ in one process) on the run every engine shares
+    (run.py)."""
 
-    def __init__(self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None):
-        self.cfg = cfg
-        self.run_dir = Path(run_dir)
-        self.resume = resume
-        self.stop_requested = False
-        self.stop_reason: str | None = None
-        self.total = int(cfg.train.steps)
-        self.stages = stages(cfg)
-        self.stage = self.stages[0]
-        self.writer = self._run_writer(stdout)
-        if cfg.test and cfg.test.disk_full:  # tests: a full disk from a given write on (run_writer.set_disk_fault)
-            set_disk_fault(cfg.test.disk_full.at, int(cfg.test.disk_full.after_bytes))
-        self.recorder = self._recorder()
-        self.env = EnvClient(env_url)
-
-    def versions(self) -> dict[str, str | None]:
-        """What run.json records of the software that trains."""
-        return trainer_versions()
-
-    def _run_writer(self, stdout: Any) -> RunWriter:
-        return RunWriter(self.run_dir, stored_config(self.cfg), self.versions(), self.total, stdout=stdout, python=sys.executable)
-
-    def _recorder(self) -> Recorder | None:
-        """The background writer of the run's rollouts (recorder.py); None on the processes that do not write."""
-        return Recorder(self.run_dir, RecordSettings.of(self.cfg), texts=lambda ids: self.tok.token_texts(ids), warn=self.writer.warning)
-
-    def _truncate_after(self, step: int) -> None:
-        """A resume from `step` (-1: from scratch): later metrics, rollouts and checkpoints go."""
-        self.writer.truncate_after(step)
-        if self.recorder is not None:  # (the processes that do not write have none)
-            self.recorder.truncate_after(step)
-
-    # -- setup ------------------------------------------------------------------------------------------------
+    # -- setup ----------------------------------------------------------------------------------------------------
     def _device(self) -> torch.device:
         want = self.cfg.model.device
         if want == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("model.device is \"cuda\" but torch sees no CUDA device (torch.cuda.is_available() is False)")
         return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
-
-    def _compute_dtype(self) -> torch.dtype | None:
-        """The run's autocast dtype (None: fp32): what its numerics chose (model.dtype, measured for `fastest`), or
-        compute_dtype's rule before they are resolved."""
-        return self.numerics.autocast if self.numerics is not None else compute_dtype(self.cfg, self.device)
-
-    def _autocast(self):
-        """One autocast context factory for the run (None: fp32): bf16 when the run's numerics say so."""
-        dtype = self._compute_dtype()
-        return (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype is not None else None
 
     def _build_policy(self, vocab_texts: list[str], tokenizer_file: str | None) -> tuple[Any, Any]:
         """The policy and its tokenizer (the GPU benchmark builds a random model from a config instead)."""
@@ -134,39 +79,6 @@ class Trainer:
         if dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=dtype, cache_enabled=self.policy.kind != "hf")
-
-    def _load_data(self) -> None:
-        """The datasets (malformed lines reported and skipped), and the env server's health."""
-        cfg, w = self.cfg, self.writer
-        self.train_set = load_dataset(cfg.data.train, warn=w.warning)
-        self.eval_set = load_dataset(cfg.data.eval, warn=w.warning) if cfg.data.eval else []
-        if cfg.data.eval_size:
-            self.eval_set = self.eval_set[: cfg.data.eval_size]
-        health = self.env.health()
-        w.log(f"env server {self.env.url}: retriever {health.get('retriever')}, reward {health.get('reward')}")
-        if not health.get("reward"):
-            raise RuntimeError(f"the env server at {self.env.url} has no reward module (start it with --reward)")
-
-    def _resume_checkpoint(self) -> Path | None:
-        """With --resume, the last complete checkpoint (None, with a warning, when there is none)."""
-        ckpt = latest_checkpoint(self.run_dir) if self.resume else None
-        if self.resume and ckpt is None:
-            self.writer.warning("--resume: no complete checkpoint in this run directory; starting from step 0")
-            self._truncate_after(-1)
-        return ckpt
-
-    def _encode_prompts(self) -> None:
-        """Every example's prompt as fed (text, token ids); examples whose prompt is too long are skipped."""
-        cfg = self.cfg
-        self.train_prompts = self._prompts(self.train_set, "data.train")
-        self.eval_prompts = self._prompts(self.eval_set, "data.eval") if self.eval_set else []
-        self.train_set = [e for e, p in zip(self.train_set, self.train_prompts) if p is not None]
-        self.train_prompts = [p for p in self.train_prompts if p is not None]
-        keep = [i for i, p in enumerate(self.eval_prompts) if p is not None]
-        self.eval_set = [self.eval_set[i] for i in keep]
-        self.eval_prompts = [self.eval_prompts[i] for i in keep]
-        if not self.train_set:
-            raise RuntimeError(f"{cfg.data.train}: every prompt is longer than rollout.max_prompt_length ({cfg.rollout.max_prompt_length} tokens)")
 
     def setup(self) -> int:
         cfg, w = self.cfg, self.writer
@@ -276,44 +188,16 @@ class Trainer:
         self.sampler = self._sampler(stage)
         self.writer.log(describe(stage, len(self.stages)) + f": the KL reference is now the step-{stage.start} policy; the optimizer, LR schedule, sampler and seeds restart")
 
-    def _prompts(self, examples: list[Example], key: str) -> list[tuple[str, list[int]] | None]:
-        out: list[tuple[str, list[int]] | None] = []
-        too_long = []
-        for e in examples:
-            text = self.dialect.prompt(self.tok, render_prompt(self.cfg.data.prompt_template, e.question), self.cfg.data.chat_template)
-            ids = self.tok.encode(text)
-            if len(ids) > self.cfg.rollout.max_prompt_length:
-                too_long.append(e.id)
-                out.append(None)
-            else:
-                out.append((text, ids))
-        if too_long:
-            self.writer.warning(f"{key}: {len(too_long)} prompts are longer than rollout.max_prompt_length ({self.cfg.rollout.max_prompt_length} tokens) and are skipped (first: {', '.join(too_long[:5])})")
-        return out
+    def warmup_applies(self) -> bool:
+        """A supervised warm start runs at step 0 of a new run from scratch (not with model.init)."""
+        return bool(self.cfg.train.supervised_warmup.steps) and not self.cfg.model.init
 
-    # -- phases -----------------------------------------------------------------------------------------------
-    def _settings(self, generator: LMGenerator, prompts: Sequence[tuple[str, list[int]]], n: int) -> RolloutSettings:
-        return RolloutSettings.of(self.cfg, generator.wave_size(max(len(p[1]) for p in prompts), self.cfg.rollout.max_response_length, n))
-
-    def _generator(self, step: int, greedy: bool) -> LMGenerator:
-        g = torch.Generator(device=self.device)
-        g.manual_seed(self.cfg.seed * 1_000_003 + step + 7_919 * self.rank)  # each process samples its own
-        r = self.cfg.rollout
-        return LMGenerator(self.policy, self.tok, 0.0 if greedy else r.temperature, r.top_p, self.device, self.stops, g, self._autocast(), self.max_batch_tokens)
-
-    def _rollouts(self, examples: Sequence[Example], prompts: Sequence[tuple[str, list[int]]], n: int, step: int, greedy: bool) -> list[Trajectory]:
-        gen = self._generator(step, greedy)
-        return run_rollouts(examples, prompts, n, gen, self.tok, self.env, self._settings(gen, prompts, n), warn=self.writer.warning, dialect=self.dialect)
-
+    # -- phases ---------------------------------------------------------------------------------------------------
     def on_policy(self, batch_size: int) -> bool:
         """One mini-batch per epoch: the first epoch's forward runs before any optimizer step, on the policy that
         sampled, so its own forward (detached) gives the old log-probs (veRL's shortcut for one epoch; the first epoch's
         ratio is exactly 1 and the separate pass is saved). Later epochs read them from the batch, as from the pass."""
         return batch_size <= self.cfg.optim.mini_batch_size
-
-    def _score(self, trajs: list[Trajectory]) -> int:
-        """Rewards from /reward (reward.py); a failed item is reported, kept with reward 0 for training."""
-        return score(self.env, trajs, self.cfg.rollout.search_tool, self.writer.warning)
 
     @torch.no_grad()
     def _old_logprobs(self, batch: SequenceBatch) -> dict[str, float]:
@@ -496,24 +380,58 @@ class Trainer:
         out["_tokens"] = tokens
         return out
 
-    # -- records and metrics ----------------------------------------------------------------------------------
-    def _record(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch | None) -> dict[str, float]:
-        """Hands the step's rollouts to the recorder (recorder.py): the checks and the choice here, vectorised; the
-        columns are built and written on the writer thread. Returns the step's record/* metrics."""
+    # -- records --------------------------------------------------------------------------------------------------
+    def _record_step(self, trajs: list[Trajectory], step: int, batch: SequenceBatch) -> dict[str, float]:
+        """A training step's rollouts to the recorder: the in-run checks here, vectorised over the batch; the records
+        and columns (record/batch.py) built on the writer thread. Returns the step's record/* metrics."""
         if self.recorder is None:
             return {}
-        name = f"{'val-' if split == 'val' else ''}step-{step:06d}"
-        keys = [t.group for t in trajs]
-        run_id = self.writer.run["id"]
-        if batch is None:
-            job = StepJob(name, step, split, len(trajs), keys, [[] for _ in trajs], trajectory_data(trajs, self.tok, run_id=run_id, step=step, split=split))
-        else:
-            stats: dict[str, float] = {}
-            flags = batch_flags(batch, self._entropy_window, bool(self.cfg.algorithm.loss_masking), stats)
-            job = StepJob(name, step, split, len(trajs), keys, flags, batch_data(trajs, batch, self._entropy_window, run_id=run_id, step=step, split=split), stats=stats)
-        return self.recorder.submit(job)
+        stats: dict[str, float] = {}
+        flags = batch_flags(batch, self._entropy_window, bool(self.cfg.algorithm.loss_masking), stats)
+        build = batch_data(trajs, batch, self._entropy_window, run_id=self.writer.run["id"], step=step, split="train")
+        return self._record(trajs, step, "train", flags, build, stats=stats)
 
-    # -- the loop ---------------------------------------------------------------------------------------------
+    # -- the loop -------------------------------------------------------------------------------------------------
+    def train(self) -> int:
+        """Setup, then steps until train.steps or a stop; returns the last completed step."""
+        w = self.writer
+        start = self.setup()
+        if start == 0:
+            m0: dict[str, float] = {}
+            if self.warmup_applies() and not self.resumed:
+                from .warmup import run_warmup
+
+                m0.update(run_warmup(self, w.log))
+                if self.reference is not None:
+                    self.reference = self._reference()  # KL towards the warm-started policy, not the random init
+                if not self.stop_requested:
+                    self._checkpoint(0)
+            if self.eval_set and not self.stop_requested:
+                m0.update(self.evaluate(0))
+            if m0:
+                w.metrics(0, m0)
+        step = start
+        while step < self.total and not self.stop_requested:
+            step += 1
+            m = self.train_step(step)
+            cfg = self.cfg.train
+            last = step == self.total
+            stage_ends = step == self.stage.end  # evaluated and checkpointed, as the last step of a run would be
+            if self.eval_set and ((cfg.eval_every and step % cfg.eval_every == 0) or stage_ends):
+                m.update(self.evaluate(step))
+            w.metrics(step, m)
+            w.event("metrics", step=step, metrics={k: m[k] for k in SUMMARY_KEYS if k in m})
+            if self.recorder is not None:
+                w.run["record"] = self.recorder.summary()
+            w.set_step(step)
+            if last or self.stop_requested or stage_ends or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                self._checkpoint(step)
+            if stage_ends and not last and not self.stop_requested:
+                self._begin_stage(stage_of(self.stages, step + 1))
+        if step == self.total and self.total > 0:
+            self._export()
+        return step
+
     def train_step(self, step: int) -> dict[str, float]:
         cfg, w = self.cfg, self.writer
         local = self.stage.local(step)  # seeds are keyed by the step within the curriculum's stage (curriculum.py)
@@ -590,40 +508,9 @@ class Trainer:
         m["perf/rollout_tokens_per_s"] = generated / max(timing["rollout"], 1e-9)
         m["perf/update_tokens_per_s"] = update_tokens / max(timing["update"], 1e-9)
         m["perf/throughput"] = float(batch.attention_mask.sum()) / max(timing["step"], 1e-9)
-        m.update(self._record(trajs, step, "train", batch))
+        m.update(self._record_step(trajs, step, batch))
         if cfg.test and cfg.test.step_delay_s:
             time.sleep(cfg.test.step_delay_s)
-        return m
-
-    @torch.no_grad()
-    def evaluate(self, step: int) -> dict[str, float]:
-        self.writer.progress(step, self.total, "eval")
-        t0 = time.perf_counter()
-        trajs = self._eval_trajectories(step, range(len(self.eval_set)))
-        return self._eval_report(trajs, step, t0) if trajs else {}
-
-    def _eval_trajectories(self, step: int, which: range) -> list[Trajectory]:
-        """Greedy rollouts of the held-out examples `which` (one each, `group` = the example's index), scored."""
-        cfg = self.cfg
-        self.policy.eval()
-        trajs: list[Trajectory] = []
-        size = max(1, cfg.rollout.batch_size * cfg.rollout.n)
-        for lo in range(which.start, which.stop, size):
-            hi = min(lo + size, which.stop)
-            part = self._rollouts(self.eval_set[lo:hi], self.eval_prompts[lo:hi], 1, step, greedy=True)
-            for t in part:
-                t.group += lo
-            trajs += part
-        self._score(trajs)
-        return trajs
-
-    def _eval_report(self, trajs: list[Trajectory], step: int, t0: float) -> dict[str, float]:
-        """The held-out metrics (`val/*`), records and `eval` event of an evaluation."""
-        w = self.writer
-        m = held_out_metrics(trajs)
-        m["timing_s/eval"] = time.perf_counter() - t0
-        m.update({k.replace("record/", "val/record/"): v for k, v in self._record(trajs, step, "val", None).items()})
-        w.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})
         return m
 
     def _checkpoint(self, step: int) -> None:
@@ -645,111 +532,6 @@ class Trainer:
         self.optimizer.state.clear()  # the run is over: the moments' memory is the export's
         path = export_model(self.run_dir / "model", self.policy, self.tok, self.cfg.model.path)
         self.writer.log(f"wrote the trained model (Hugging Face format) to {path}")
-
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        if not self.stop_requested:
-            self.writer.log(f"{signal.Signals(signum).name}: finishing the current step, then checkpointing and stopping")
-        self.stop_requested = True
-        # SIGHUP: the host is closing (a window reloading), not a user's Stop; a new window offers to resume.
-        self.stop_reason = "host-gone" if signum == signal.SIGHUP else (self.stop_reason or "signal")
-
-    def warmup_applies(self) -> bool:
-        """A supervised warm start runs at step 0 of a new run from scratch (not with model.init)."""
-        return bool(self.cfg.train.supervised_warmup.steps) and not self.cfg.model.init
-
-    def _on_parent_gone(self, pid: int) -> None:
-        self.writer.log(f"the host process {pid} has gone: finishing the current step, then checkpointing and stopping")
-        self.stop_requested = True
-        self.stop_reason = "host-gone"
-
-    def run(self) -> int:
-        """The run's lifecycle around `train()`: signals, the parent watchdog, the final status, failures."""
-        w = self.writer
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-        watch_parent(self._on_parent_gone, self._parent_to_watch())
-        try:
-            step = self.train()
-            self._close_recorder()
-            status = "stopped" if self.stop_requested and step < self.total else "finished"
-            w.finish(status, stop_reason=self.stop_reason if status == "stopped" else None)
-            w.event("finished", status=status, step=step)
-            return 0
-        except Exception as e:  # noqa: BLE001 - every failure is reported, with its traceback
-            tb = traceback.format_exc()
-            # A full disk says so first, naming the file (its traceback would end in ENOSPC, which is all it says):
-            # the first that found it full (the rollout writer's thread may have, before this thread's write failed).
-            full = run_disk_full_message(e)
-            message = full or f"{type(e).__name__}: {e}"
-            w.log(f"error: {full}" if full else tb)
-            # The host reads stdout: it gets these even when the run directory cannot take them.
-            w.event("error", best_effort=True, message=message, traceback=tb)
-            try:
-                self._close_recorder()
-            except OSError as e2:  # the writer's last steps hit the same full disk: what was written stays readable
-                w.log(f"could not finish writing the rollouts: {disk_full_message(e2) or e2}")
-            try:
-                # On a full disk, a short run.json: its old blocks may be all the room there is.
-                w.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
-            except OSError as e2:
-                w.log(f"could not record the failure in run.json: {disk_full_message(e2) or e2}")
-            w.event("finished", best_effort=True, status="failed", step=int(w.run.get("step", 0)))
-            return 1
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-            w.close()
-
-    def _close_recorder(self) -> None:
-        """The end of a run: the writer writes what it holds (the last steps), and run.json says what was recorded."""
-        if self.recorder is None:
-            return
-        if not self.recorder.close(timeout=600):
-            self.writer.warning("the rollout writer did not finish within 10 minutes; the last steps' rollouts may be missing")
-        self.writer.run["record"] = self.recorder.summary()
-
-    def _parent_to_watch(self) -> int | None:
-        """The process whose end stops the run (None: the host's, SAS_PARENT_PID)."""
-        return None
-
-    def train(self) -> int:
-        """Setup, then steps until train.steps or a stop; returns the last completed step."""
-        w = self.writer
-        start = self.setup()
-        if start == 0:
-            m0: dict[str, float] = {}
-            if self.warmup_applies() and not self.resumed:
-                from .warmup import run_warmup
-
-                m0.update(run_warmup(self, w.log))
-                if self.reference is not None:
-                    self.reference = self._reference()  # KL towards the warm-started policy, not the random init
-                if not self.stop_requested:
-                    self._checkpoint(0)
-            if self.eval_set and not self.stop_requested:
-                m0.update(self.evaluate(0))
-            if m0:
-                w.metrics(0, m0)
-        step = start
-        while step < self.total and not self.stop_requested:
-            step += 1
-            m = self.train_step(step)
-            cfg = self.cfg.train
-            last = step == self.total
-            stage_ends = step == self.stage.end  # evaluated and checkpointed, as the last step of a run would be
-            if self.eval_set and ((cfg.eval_every and step % cfg.eval_every == 0) or stage_ends):
-                m.update(self.evaluate(step))
-            w.metrics(step, m)
-            w.event("metrics", step=step, metrics={k: m[k] for k in SUMMARY_KEYS if k in m})
-            if self.recorder is not None:
-                w.run["record"] = self.recorder.summary()
-            w.set_step(step)
-            if last or self.stop_requested or stage_ends or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                self._checkpoint(step)
-            if stage_ends and not last and not self.stop_requested:
-                self._begin_stage(stage_of(self.stages, step + 1))
-        if step == self.total and self.total > 0:
-            self._export()
-        return step
 
 
 def lr_multiplier(step: int, total: int, warmup: int, schedule: str, min_ratio: float) -> float:

@@ -1,7 +1,7 @@
 """engine "trl": TRL's GRPOTrainer trains; everything around it is ours, the same as the builtin engine's.
 
-- The rollout is TRL's `rollout_func`: our multi-turn protocol (rollout.py `run_rollouts`, through the builtin
-  trainer's `_rollouts`, so the two engines share every setting) with our generator (generation.py) over the model
+- The rollout is TRL's `rollout_func`: our multi-turn protocol (rollout.py `run_rollouts`, through run.py's
+  `Run._rollouts`, as the builtin engine's, so the two engines share every setting) with our generator (generation.py) over the model
   TRL trains, or TRL's colocated vLLM (`trl.use_vllm`, vllm.py). It returns the token ids as generated (prompt and
   response, never re-tokenised), the sampling log-probs (0 on environment tokens), `env_mask` (1 on generated tokens,
   0 on retrieved and feedback ones; all 1 with `algorithm.loss_masking: false`), and extra fields TRL passes on to
@@ -41,7 +41,7 @@ from ...recorder import RecordSettings, StepData, StepJob, columns_from_window, 
 from ...record.names import TRL_NAMES
 from ...run_writer import rollout_record
 from ...metrics import SUMMARY_KEYS, mean, rollout_metrics
-from ...train import Trainer
+from ...run import Run
 from ...versions import package_version
 from ...advantages import zero_std_group_fraction
 from . import options
@@ -75,8 +75,8 @@ class FollowerWriter:
         pass
 
 
-class TRLEngine(Trainer):
-    """The run (lifecycle, data, prompts, rollouts, scoring, evaluation: the builtin Trainer's) with TRL training."""
+class TRLEngine(Run):
+    """The run every engine shares (run.py: lifecycle, data, prompts, rollouts, scoring, evaluation) with TRL training."""
 
     def __init__(self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None):
         self.rank = int(os.environ.get("RANK", "0"))
@@ -444,7 +444,7 @@ class TRLEngine(Trainer):
         stop = self._agree_stop()
         if last or stop or (cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0):
             if self.recorder is not None:
-                self.recorder.flush()  # the checkpoint never runs ahead of the recorded rollouts (Trainer._checkpoint)
+                self.recorder.flush()  # the checkpoint never runs ahead of the recorded rollouts (as train.py's Trainer._checkpoint)
             control.should_save = True
         if stop:
             control.should_training_stop = True
