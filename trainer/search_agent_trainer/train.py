@@ -48,6 +48,7 @@ from .policy import Reference, build_policy, cpu_has_native_bf16, window_stats
 from .record.batch import batch_data, batch_flags
 from .rollout import VOCABULARY_TEXTS, Trajectory, make_dialect
 from .run import Run
+from .warmup import WarmStart, run_warmup
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -187,6 +188,10 @@ class Trainer(Run):
         self.optimizer = self._new_optimizer()
         self.sampler = self._sampler(stage)
         self.writer.log(describe(stage, len(self.stages)) + f": the KL reference is now the step-{stage.start} policy; the optimizer, LR schedule, sampler and seeds restart")
+
+    def _warm_start(self) -> WarmStart:
+        """What the supervised warm start (warmup.py) trains and reads of this run."""
+        return WarmStart(self.cfg, self.policy, self.tok, self.device, self.train_set, self.train_prompts, self.env, self._ctx, self.writer, self.total, lambda: self.stop_requested)
 
     def warmup_applies(self) -> bool:
         """A supervised warm start runs at step 0 of a new run from scratch (not with model.init)."""
@@ -399,9 +404,7 @@ class Trainer(Run):
         if start == 0:
             m0: dict[str, float] = {}
             if self.warmup_applies() and not self.resumed:
-                from .warmup import run_warmup
-
-                m0.update(run_warmup(self, w.log))
+                m0.update(run_warmup(self._warm_start(), w.log))
                 if self.reference is not None:
                     self.reference = self._reference()  # KL towards the warm-started policy, not the random init
                 if not self.stop_requested:
