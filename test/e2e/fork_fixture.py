@@ -21,7 +21,7 @@ from search_agent_trainer import token_store
 from search_agent_trainer.data import Example
 from search_agent_trainer.fork import PolicyServer
 from search_agent_trainer.run_writer import dumps, rollout_record
-from search_agent_trainer.train import token_arrays
+from search_agent_trainer.record.tokens import token_arrays
 from search_agent_trainer.warmup import synthetic_trajectories
 
 

@@ -43,8 +43,10 @@ from .data import Example
 from .env_client import EnvClient
 from .generation import LMGenerator, auto_max_batch_tokens
 from .policy import build_policy, compute_dtype
-from .rollout import ANSWER_RE, Dialect, RolloutSettings, Trajectory, make_dialect, observe, play_all, take_turn
-from .train import reward_item, token_arrays
+from .dialect import ANSWER_RE, Dialect
+from .rollout import RolloutSettings, Trajectory, make_dialect, observe, play_all, take_turn
+from .record.tokens import token_arrays
+from .reward import reward_item
 
 
 class ForkError(ValueError):

@@ -6,8 +6,8 @@ with a `TurnGenerator` (generation.py's `LMGenerator` over the policy, or a stan
 protocol except through its `Stops`. `turn_budget`, `take_turn` and `observe` are the protocol for one trajectory (an
 engine that rolls out one trajectory at a time calls them); `run_rollouts` batches them.
 
-How the model acts is a **dialect** (`run_rollouts(..., dialect=...)`, DESIGN §4.1): Search-R1's tags (`SearchR1`,
-the default, below) or chat-template tool calls (`toolcall.ToolCall`). A dialect says when a turn stops, what a turn's
+How the model acts is a **dialect** (`run_rollouts(..., dialect=...)`, DESIGN §4.1; dialect.py): Search-R1's tags
+(`SearchR1`, the default, below) or chat-template tool calls (`toolcall.ToolCall`). A dialect says when a turn stops, what a turn's
 text asks for (`Action`: calls to answer, an answer, or an invalid turn's feedback) and how the environment's answer
 is written and tokenised; the loop is the same.
 
@@ -33,15 +33,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from .data import Example
+from .dialect import Action, Call, Dialect, Spans
 from .env_client import EnvClient, passages_to_string
 from .generation import Stops, TurnGenerator
+from .toolcall import ToolCall
 
 ACTION_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
-# A final answer in either dialect (its content: group 1); the tool-call dialect answers with the same tags.
-ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 INVALID_ACTION_FEEDBACK = (
     "\nMy previous action is invalid. If I want to search, I should put the query between <search> and </search>. "
     "If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n"
@@ -107,61 +107,6 @@ def strict_turn_action(text: str) -> tuple[str | None, str]:
     return m.group(1), body.strip()
 
 
-@dataclass
-class Call:
-    """One call of a turn, answered by the environment: a search (`query`) or an invalid call (`error`, the
-    environment's reply: role `feedback`)."""
-
-    query: str | None = None
-    error: str | None = None
-
-
-@dataclass
-class Action:
-    """What a generated turn asks of the environment (`Dialect.parse`)."""
-
-    calls: list[Call] = field(default_factory=list)  # answered in order, in one observation
-    answer: bool = False  # the turn gives an answer: the trajectory ends unless it also calls
-    valid: bool = False  # a valid action (a valid search call, or an answer): env/number_of_valid_action
-    feedback: str | None = None  # a turn that neither calls nor answers: the environment's message (role feedback)
-
-    @property
-    def queries(self) -> list[str]:
-        return [c.query for c in self.calls if c.query is not None]
-
-
-# An observation, piece by piece: (token ids, role, text), in order.
-Spans = list[tuple[list[int], str, str]]
-
-
-class Dialect(Protocol):
-    """How the model acts and how the environment answers (Search-R1's tags, or tool calls)."""
-
-    name: str
-    strict: bool  # actions read strictly (rollout.strict_actions; Search-R1 tags only): trajectories carry it to /reward
-
-    def stops(self, tokenizer: Any) -> Stops: ...
-
-    def prompt(self, tokenizer: Any, user_text: str, use_chat_template: bool) -> str:
-        """The prompt as fed, for a user message (`data.prompt_template` with the question in it)."""
-        ...
-
-    def text(self, tokenizer: Any, ids: Sequence[int]) -> str:
-        """Response tokens as the record's text."""
-        ...
-
-    def parse(self, text: str) -> Action:
-        """A generated turn's action, from its text."""
-        ...
-
-    def observation(self, tokenizer: Any, response_ids: Sequence[int], replies: list[tuple[str, str]], feedback: str | None, max_obs_length: int, cut: dict[str, int]) -> Spans:
-        """The environment's answer to a turn (whose response so far is `response_ids`): `replies` are (role, text) per
-        call (`retrieved`: the passages as `passages_to_string` writes them; `feedback`: an invalid call's error),
-        `feedback` the message for a turn that called nothing. Observations longer than `max_obs_length` tokens are
-        cut (counted in `cut`)."""
-        ...
-
-
 class SearchR1:
     """Search-R1's dialect: the first `<search>`/`<answer>` of a turn acts; the observation is an `<information>`
     block (or the invalid-action message), tokenised as one piece after the generated tokens. `strict`
@@ -211,8 +156,6 @@ def make_dialect(name: str, tokenizer: Any, search_tool: str = "search", strict_
     if name == "searchr1":
         return SearchR1(strict=True) if strict_actions else SEARCH_R1
     if name == "toolcall":
-        from .toolcall import ToolCall
-
         return ToolCall(tokenizer, search_tool)
     raise ValueError(f"rollout.dialect: expected one of {', '.join(DIALECTS)}, got {name!r}")
 

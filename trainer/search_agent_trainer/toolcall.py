@@ -1,6 +1,6 @@
 """The tool-call dialect (DESIGN §4.1; docs/trajectory-format.md, "Chat-template layouts"): a search agent acting
 through its chat template's tool calls, as veRL's tool agent loop and TRL's GRPOTrainer with `tools` run one. A
-`Dialect` of rollout.py: the multi-turn loop is the same, only these rules differ.
+`Dialect` (dialect.py) of rollout.py's loop: the multi-turn loop is the same, only these rules differ.
 
 - **Prompt**: the model's own chat template with the search tool's JSON schema,
   `apply_chat_template([{"role": "user", …}], tools=[search_tool_schema(name)], add_generation_prompt=True)`.
@@ -36,7 +36,7 @@ from typing import Any
 
 from .generation import Stops
 from .policy import END_OF_TURN
-from .rollout import ANSWER_RE, Action, Call, Spans
+from .dialect import ANSWER_RE, Action, Call, Spans
 from .tool_schema import search_tool_schema  # noqa: F401 (toolcall's API: the tool list of the chat template)
 
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)

@@ -17,53 +17,38 @@ A step:
 Held-out evaluation (greedy, one sample per question) runs before the first update and every `train.eval_every`
 steps; its metrics are `val/*` (val/em is the exact match of the final answer).
 
-SIGTERM (or SIGINT) finishes the current step, checkpoints and exits 0 with status `stopped` (`stop_reason`
-`signal`; SIGHUP or the host process dying: `host-gone`, which a new editor window offers to resume). An exception writes its
-traceback to events and `run.json` (status `failed`) and exits 1; `--resume` continues from the last checkpoint.
+`--resume` continues from the last checkpoint. What every engine shares around the update (the run directory, data
+and prompts, rollouts and their scores, held-out evaluation, signals and failures) is run.py's `Run`; the metrics
+are metrics.py's, the records record/'s.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import random
-import re
-import signal
-import sys
 import time
-import traceback
 from collections.abc import Iterator, Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import __version__, precision
+from . import precision
 from .advantages import gae_advantage, grpo_outcome_advantage, reinforce_plus_plus_advantage, token_rewards, zero_std_group_fraction
 from .batch import SequenceBatch, by_length, make_batch
-from .checkpoint import checkpoint_keep, export_model, latest_checkpoint, load_trainable, prune_checkpoints, read_state, save_checkpoint
-from .config import Section, stored_config
-from .curriculum import Stage, describe, stage_of, stages
-from .data import EpochSampler, Example, MixSampler, bridge_searched, load_dataset, render_prompt
-from .env_client import EnvClient
+from .checkpoint import checkpoint_keep, export_model, load_trainable, prune_checkpoints, read_state, save_checkpoint
+from .curriculum import Stage, describe, stage_of
+from .data import EpochSampler, MixSampler
 from .losses import Aggregation, kl_penalty, masked_mean, objective
-from .generation import LMGenerator, auto_max_batch_tokens
+from .generation import auto_max_batch_tokens
+from .metrics import SUMMARY_KEYS, mean, rollout_metrics
 from .numerics import Numerics, ProbeShapes, resolve as resolve_numerics
-from .policy import Reference, build_policy, compute_dtype, cpu_has_native_bf16, window_stats
-from .rollout import VOCABULARY_TEXTS, RolloutSettings, Trajectory, make_dialect, run_rollouts
-from .recorder import Recorder, RecordSettings, StepData, StepJob, columns_from_window, role_codes_of, rollout_flags
-from .run_writer import RunWriter, disk_full_message, rollout_record, run_disk_full_message, set_disk_fault
-from . import token_store
-from .watchdog import watch_parent
-
-
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+from .policy import Reference, build_policy, cpu_has_native_bf16, window_stats
+from .record.batch import batch_data, batch_flags
+from .rollout import VOCABULARY_TEXTS, Trajectory, make_dialect
+from .run import Run
+from .warmup import WarmStart, run_warmup
 
 
 def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
@@ -71,73 +56,16 @@ def chunks(seq: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
         yield seq[i : i + size]
 
 
-def _mean(xs: Sequence[float]) -> float:
-    return float(sum(xs) / len(xs)) if xs else 0.0
+class Trainer(Run):
+    """The builtin engine: our own update (PPO / GRPO / REINFORCE++ in one process) on the run every engine shares
+    (run.py)."""
 
-
-# At most this many question types get `val/*_by_kind/*` metrics (more is an id, not a type: nothing is logged).
-MAX_KINDS = 16
-
-
-def metric_name(kind: str) -> str:
-    """A `meta.kind` as one metric-key segment: runs of anything but letters, digits, `.`, `_` and `-` become `_`."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", kind).strip("_") or "_"
-
-
-class Trainer:
-    # This process's rank among the engine's training processes (the builtin engine is one process).
-    rank = 0
-    # What the run computes in (setup: model.dtype, measured for `fastest`; numerics.py). None: compute_dtype's rule.
-    numerics: Numerics | None = None
-
-    def __init__(self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None):
-        self.cfg = cfg
-        self.run_dir = Path(run_dir)
-        self.resume = resume
-        self.stop_requested = False
-        self.stop_reason: str | None = None
-        self.total = int(cfg.train.steps)
-        self.stages = stages(cfg)
-        self.stage = self.stages[0]
-        self.writer = self._run_writer(stdout)
-        if cfg.test and cfg.test.disk_full:  # tests: a full disk from a given write on (run_writer.set_disk_fault)
-            set_disk_fault(cfg.test.disk_full.at, int(cfg.test.disk_full.after_bytes))
-        self.recorder = self._recorder()
-        self.env = EnvClient(env_url)
-
-    def versions(self) -> dict[str, str | None]:
-        """What run.json records of the software that trains."""
-        return {"trainer": __version__, "torch": torch.__version__, "transformers": _version("transformers"), "peft": _version("peft"), "python": ".".join(map(str, sys.version_info[:3]))}
-
-    def _run_writer(self, stdout: Any) -> RunWriter:
-        return RunWriter(self.run_dir, stored_config(self.cfg), self.versions(), self.total, stdout=stdout, python=sys.executable)
-
-    def _recorder(self) -> Recorder | None:
-        """The background writer of the run's rollouts (recorder.py); None on the processes that do not write."""
-        return Recorder(self.run_dir, RecordSettings.of(self.cfg), texts=lambda ids: self.tok.token_texts(ids), warn=self.writer.warning)
-
-    def _truncate_after(self, step: int) -> None:
-        """A resume from `step` (-1: from scratch): later metrics, rollouts and checkpoints go."""
-        self.writer.truncate_after(step)
-        if self.recorder is not None:  # (the processes that do not write have none)
-            self.recorder.truncate_after(step)
-
-    # -- setup ------------------------------------------------------------------------------------------------
+    # -- setup ----------------------------------------------------------------------------------------------------
     def _device(self) -> torch.device:
         want = self.cfg.model.device
         if want == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("model.device is \"cuda\" but torch sees no CUDA device (torch.cuda.is_available() is False)")
         return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
-
-    def _compute_dtype(self) -> torch.dtype | None:
-        """The run's autocast dtype (None: fp32): what its numerics chose (model.dtype, measured for `fastest`), or
-        compute_dtype's rule before they are resolved."""
-        return self.numerics.autocast if self.numerics is not None else compute_dtype(self.cfg, self.device)
-
-    def _autocast(self):
-        """One autocast context factory for the run (None: fp32): bf16 when the run's numerics say so."""
-        dtype = self._compute_dtype()
-        return (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype is not None else None
 
     def _build_policy(self, vocab_texts: list[str], tokenizer_file: str | None) -> tuple[Any, Any]:
         """The policy and its tokenizer (the GPU benchmark builds a random model from a config instead)."""
@@ -152,39 +80,6 @@ class Trainer:
         if dtype is None:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=dtype, cache_enabled=self.policy.kind != "hf")
-
-    def _load_data(self) -> None:
-        """The datasets (malformed lines reported and skipped), and the env server's health."""
-        cfg, w = self.cfg, self.writer
-        self.train_set = load_dataset(cfg.data.train, warn=w.warning)
-        self.eval_set = load_dataset(cfg.data.eval, warn=w.warning) if cfg.data.eval else []
-        if cfg.data.eval_size:
-            self.eval_set = self.eval_set[: cfg.data.eval_size]
-        health = self.env.health()
-        w.log(f"env server {self.env.url}: retriever {health.get('retriever')}, reward {health.get('reward')}")
-        if not health.get("reward"):
-            raise RuntimeError(f"the env server at {self.env.url} has no reward module (start it with --reward)")
-
-    def _resume_checkpoint(self) -> Path | None:
-        """With --resume, the last complete checkpoint (None, with a warning, when there is none)."""
-        ckpt = latest_checkpoint(self.run_dir) if self.resume else None
-        if self.resume and ckpt is None:
-            self.writer.warning("--resume: no complete checkpoint in this run directory; starting from step 0")
-            self._truncate_after(-1)
-        return ckpt
-
-    def _encode_prompts(self) -> None:
-        """Every example's prompt as fed (text, token ids); examples whose prompt is too long are skipped."""
-        cfg = self.cfg
-        self.train_prompts = self._prompts(self.train_set, "data.train")
-        self.eval_prompts = self._prompts(self.eval_set, "data.eval") if self.eval_set else []
-        self.train_set = [e for e, p in zip(self.train_set, self.train_prompts) if p is not None]
-        self.train_prompts = [p for p in self.train_prompts if p is not None]
-        keep = [i for i, p in enumerate(self.eval_prompts) if p is not None]
-        self.eval_set = [self.eval_set[i] for i in keep]
-        self.eval_prompts = [self.eval_prompts[i] for i in keep]
-        if not self.train_set:
-            raise RuntimeError(f"{cfg.data.train}: every prompt is longer than rollout.max_prompt_length ({cfg.rollout.max_prompt_length} tokens)")
 
     def setup(self) -> int:
         cfg, w = self.cfg, self.writer
@@ -294,57 +189,20 @@ class Trainer:
         self.sampler = self._sampler(stage)
         self.writer.log(describe(stage, len(self.stages)) + f": the KL reference is now the step-{stage.start} policy; the optimizer, LR schedule, sampler and seeds restart")
 
-    def _prompts(self, examples: list[Example], key: str) -> list[tuple[str, list[int]] | None]:
-        out: list[tuple[str, list[int]] | None] = []
-        too_long = []
-        for e in examples:
-            text = self.dialect.prompt(self.tok, render_prompt(self.cfg.data.prompt_template, e.question), self.cfg.data.chat_template)
-            ids = self.tok.encode(text)
-            if len(ids) > self.cfg.rollout.max_prompt_length:
-                too_long.append(e.id)
-                out.append(None)
-            else:
-                out.append((text, ids))
-        if too_long:
-            self.writer.warning(f"{key}: {len(too_long)} prompts are longer than rollout.max_prompt_length ({self.cfg.rollout.max_prompt_length} tokens) and are skipped (first: {', '.join(too_long[:5])})")
-        return out
+    def _warm_start(self) -> WarmStart:
+        """What the supervised warm start (warmup.py) trains and reads of this run."""
+        return WarmStart(self.cfg, self.policy, self.tok, self.device, self.train_set, self.train_prompts, self.env, self._ctx, self.writer, self.total, lambda: self.stop_requested)
 
-    # -- phases -----------------------------------------------------------------------------------------------
-    def _settings(self, generator: LMGenerator, prompts: Sequence[tuple[str, list[int]]], n: int) -> RolloutSettings:
-        return RolloutSettings.of(self.cfg, generator.wave_size(max(len(p[1]) for p in prompts), self.cfg.rollout.max_response_length, n))
+    def warmup_applies(self) -> bool:
+        """A supervised warm start runs at step 0 of a new run from scratch (not with model.init)."""
+        return bool(self.cfg.train.supervised_warmup.steps) and not self.cfg.model.init
 
-    def _generator(self, step: int, greedy: bool) -> LMGenerator:
-        g = torch.Generator(device=self.device)
-        g.manual_seed(self.cfg.seed * 1_000_003 + step + 7_919 * self.rank)  # each process samples its own
-        r = self.cfg.rollout
-        return LMGenerator(self.policy, self.tok, 0.0 if greedy else r.temperature, r.top_p, self.device, self.stops, g, self._autocast(), self.max_batch_tokens)
-
-    def _rollouts(self, examples: Sequence[Example], prompts: Sequence[tuple[str, list[int]]], n: int, step: int, greedy: bool) -> list[Trajectory]:
-        gen = self._generator(step, greedy)
-        return run_rollouts(examples, prompts, n, gen, self.tok, self.env, self._settings(gen, prompts, n), warn=self.writer.warning, dialect=self.dialect)
-
+    # -- phases ---------------------------------------------------------------------------------------------------
     def on_policy(self, batch_size: int) -> bool:
         """One mini-batch per epoch: the first epoch's forward runs before any optimizer step, on the policy that
         sampled, so its own forward (detached) gives the old log-probs (veRL's shortcut for one epoch; the first epoch's
         ratio is exactly 1 and the separate pass is saved). Later epochs read them from the batch, as from the pass."""
         return batch_size <= self.cfg.optim.mini_batch_size
-
-    def _score(self, trajs: list[Trajectory]) -> int:
-        """Rewards from /reward; a failed item is reported, kept with reward 0 for training and its error recorded."""
-        items = [reward_item(t, self.cfg.rollout.search_tool) for t in trajs]
-        failed = 0
-        first = None
-        for t, res in zip(trajs, self.env.reward(items)):
-            t.metrics = res.get("metrics") or {}
-            if res.get("reward") is None:
-                failed += 1
-                first = first or res.get("error")
-                t.reward, t.reward_parts, t.reward_error = 0.0, {}, res.get("error", "the reward module failed")
-            else:
-                t.reward, t.reward_parts = float(res["reward"]), dict(res.get("parts") or {})
-        if failed:
-            self.writer.warning(f"the reward module failed on {failed} of {len(trajs)} trajectories (scored 0 for training): {first}", failed=failed)
-        return failed
 
     @torch.no_grad()
     def _old_logprobs(self, batch: SequenceBatch) -> dict[str, float]:
@@ -519,7 +377,7 @@ class Trainer:
             out[k] = v / max(n_minis, 1) if k in LOSS_KEYS else v / max(counts[k], 1e-9)
         for key, norms in grad_norms.items():
             if norms:
-                out[key] = _mean(norms)
+                out[key] = mean(norms)
         out["actor/skipped_updates"] = float(skipped)
         out["actor/lr"] = self.optimizer.param_groups[0]["lr"]
         if self.reference is not None:
@@ -527,102 +385,56 @@ class Trainer:
         out["_tokens"] = tokens
         return out
 
-    # -- records and metrics ----------------------------------------------------------------------------------
-    def _record(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch | None) -> dict[str, float]:
-        """Hands the step's rollouts to the recorder (recorder.py): the checks and the choice here, vectorised; the
-        columns are built and written on the writer thread. Returns the step's record/* metrics."""
+    # -- records --------------------------------------------------------------------------------------------------
+    def _record_step(self, trajs: list[Trajectory], step: int, batch: SequenceBatch) -> dict[str, float]:
+        """A training step's rollouts to the recorder: the in-run checks here, vectorised over the batch; the records
+        and columns (record/batch.py) built on the writer thread. Returns the step's record/* metrics."""
         if self.recorder is None:
             return {}
-        name = f"{'val-' if split == 'val' else ''}step-{step:06d}"
-        keys = [t.group for t in trajs]
-        if batch is None:
-            job = StepJob(name, step, split, len(trajs), keys, [[] for _ in trajs], self._trajectory_data(trajs, step, split))
-        else:
-            stats: dict[str, float] = {}
-            job = StepJob(name, step, split, len(trajs), keys, self._flags(batch, stats), self._batch_data(trajs, step, split, batch), stats=stats)
-        return self.recorder.submit(job)
+        stats: dict[str, float] = {}
+        flags = batch_flags(batch, self._entropy_window, bool(self.cfg.algorithm.loss_masking), stats)
+        build = batch_data(trajs, batch, self._entropy_window, run_id=self.writer.run["id"], step=step, split="train")
+        return self._record(trajs, step, "train", flags, build, stats=stats)
 
-    def _scored(self, batch: SequenceBatch) -> dict[str, tuple[torch.Tensor, torch.Tensor] | None]:
-        """The (B, R) numbers of the records and where each is scored (null elsewhere, docs/run-format.md): log-probs
-        and entropies on the loss tokens of the trained rows, advantages where advantages are defined, values on
-        every response token, sampling-time log-probs on the generated tokens."""
-        trained = batch.loss_mask.bool() if batch.trained is None else batch.loss_mask.bool() & batch.trained[:, None]
-        pairs = {"rollout_logprob": batch.rollout_logprob, "logprob": batch.old_logprob, "ref_logprob": batch.ref_logprob, "advantage": batch.advantages, "value": batch.old_values, "entropy": self._entropy_window}
-        where = {"rollout_logprob": batch.generated_mask, "logprob": trained, "ref_logprob": trained, "advantage": batch.adv_mask, "value": batch.response_mask, "entropy": trained}
-        return {k: (x, where[k]) if x is not None else None for k, x in pairs.items()}
+    # -- the loop -------------------------------------------------------------------------------------------------
+    def train(self) -> int:
+        """Setup, then steps until train.steps or a stop; returns the last completed step."""
+        w = self.writer
+        start = self.setup()
+        if start == 0:
+            m0: dict[str, float] = {}
+            if self.warmup_applies() and not self.resumed:
+                m0.update(run_warmup(self._warm_start(), w.log))
+                if self.reference is not None:
+                    self.reference = self._reference()  # KL towards the warm-started policy, not the random init
+                if not self.stop_requested:
+                    self._checkpoint(0)
+            if self.eval_set and not self.stop_requested:
+                m0.update(self.evaluate(0))
+            if m0:
+                w.metrics(0, m0)
+        step = start
+        while step < self.total and not self.stop_requested:
+            step += 1
+            m = self.train_step(step)
+            cfg = self.cfg.train
+            last = step == self.total
+            stage_ends = step == self.stage.end  # evaluated and checkpointed, as the last step of a run would be
+            if self.eval_set and ((cfg.eval_every and step % cfg.eval_every == 0) or stage_ends):
+                m.update(self.evaluate(step))
+            w.metrics(step, m)
+            w.event("metrics", step=step, metrics={k: m[k] for k in SUMMARY_KEYS if k in m})
+            if self.recorder is not None:
+                w.run["record"] = self.recorder.summary()
+            w.set_step(step)
+            if last or self.stop_requested or stage_ends or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
+                self._checkpoint(step)
+            if stage_ends and not last and not self.stop_requested:
+                self._begin_stage(stage_of(self.stages, step + 1))
+        if step == self.total and self.total > 0:
+            self._export()
+        return step
 
-    def _flags(self, batch: SequenceBatch, stats: dict[str, float] | None = None) -> list[list[str]]:
-        """The in-run checks of every row (recorder.rollout_flags): a leak, a non-finite number, a log-prob gap; their
-        sums into `stats` (the step's audit/* metrics)."""
-        scored = self._scored(batch)
-        expected = batch.generated_mask if self.cfg.algorithm.loss_masking else batch.response_mask
-        trained = scored["logprob"]
-        return rollout_flags(valid=batch.response_mask, loss_mask=batch.loss_mask, expected=expected, logprob=trained[0] if trained else None, logprob_scored=trained[1] if trained else None, rollout_logprob=batch.rollout_logprob, rollout_scored=batch.generated_mask, numbers=[p for p in scored.values() if p is not None], stats=stats, generated=batch.generated_mask)
-
-    def _batch_data(self, trajs: list[Trajectory], step: int, split: str, batch: SequenceBatch) -> Any:
-        """The writer thread's builder of a training step's data: the step's tensors and trajectories, referenced (a
-        new batch is made each step, so nothing here changes after the step)."""
-        run_id, scored, untrained = self.writer.run["id"], self._scored(batch), None if batch.trained is None else (~batch.trained).tolist()
-
-        def build(keep: list[int]) -> StepData:
-            records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=None) for i in keep]
-            codes = {i: role_codes_of(trajs[i].roles) for i in keep}
-            nonfinite: dict[int, dict[str, list[int]]] = {}
-            cols = columns_from_window(rows=keep, seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep}, prompt_lengths=[len(t.prompt_ids) for t in trajs], role_codes=codes, window=scored, loss_mask=batch.loss_mask, nonfinite=nonfinite)
-            # the store's NaN is the record's null: a NaN or ∞ where a number is scored is listed in meta.nonfinite
-            # (for the audit's non-finite), as is a reward that is not finite
-            for k, i in enumerate(keep):
-                bad = dict(nonfinite.get(k, {}))
-                if trajs[i].reward is not None and not math.isfinite(trajs[i].reward):
-                    bad["reward"] = []
-                if bad:
-                    records[k].setdefault("meta", {})["nonfinite"] = bad
-            if untrained is not None:  # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies
-                off = sum(token_store.ARRAY_BIT[k] for k in ("logprob", "ref_logprob", "entropy") if scored[k] is not None)
-                for k, i in enumerate(keep):
-                    if untrained[i]:
-                        cols.arrays[k] &= ~off
-            return StepData(records, cols)
-
-        return build
-
-    def _trajectory_data(self, trajs: list[Trajectory], step: int, split: str) -> Any:
-        """The builder of a held-out evaluation's data (no training pass: the token arrays of the trajectories)."""
-        run_id, tok = self.writer.run["id"], self.tok
-
-        def build(keep: list[int]) -> StepData:
-            records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=token_arrays(tok, trajs[i])) for i in keep]
-            rows, cols = token_store.columns_from_records(records)
-            return StepData([{k: v for k, v in r.items() if k != "tokens"} for r in records], cols)
-
-        return build
-
-    @staticmethod
-    def _rollout_metrics(trajs: list[Trajectory], prefix: str = "") -> dict[str, float]:
-        n = len(trajs)
-        resp = [len(t.ids) for t in trajs]
-        m = {
-            f"{prefix}response_length/mean": _mean(resp),
-            f"{prefix}response_length/max": float(max(resp)),
-            f"{prefix}response_length/min": float(min(resp)),
-            f"{prefix}response_length/clip_ratio": sum(t.finish == "length" for t in trajs) / n,
-            f"{prefix}prompt_length/mean": _mean([len(t.prompt_ids) for t in trajs]),
-            f"{prefix}env/number_of_actions/mean": _mean([t.turns for t in trajs]),
-            f"{prefix}env/finish_ratio": sum(t.finish == "answer" for t in trajs) / n,
-            f"{prefix}env/number_of_valid_action": _mean([t.valid_actions for t in trajs]),
-            f"{prefix}env/ratio_of_valid_action": _mean([t.valid_actions / max(1, t.turns) for t in trajs]),
-            f"{prefix}env/number_of_valid_search": _mean([t.searches for t in trajs]),
-            f"{prefix}mask/generated_tokens": _mean([t.roles.count("generated") for t in trajs]),
-            f"{prefix}mask/retrieved_tokens": _mean([t.roles.count("retrieved") for t in trajs]),
-            f"{prefix}mask/feedback_tokens": _mean([t.roles.count("feedback") for t in trajs]),
-        }
-        for key in ("em", "f1", "format", "answer_retrieved"):
-            vals = [t.metrics[key] for t in trajs if key in t.metrics]
-            if vals:
-                m[f"{prefix}reward/{key}/mean"] = _mean(vals)
-        return m
-
-    # -- the loop ---------------------------------------------------------------------------------------------
     def train_step(self, step: int) -> dict[str, float]:
         cfg, w = self.cfg, self.writer
         local = self.stage.local(step)  # seeds are keyed by the step within the curriculum's stage (curriculum.py)
@@ -684,7 +496,7 @@ class Trainer:
             m["critic/values/mean"] = float(v.mean())
             m["critic/returns/mean"] = float(ret.mean())
             m["critic/vf_explained_var"] = float(1 - (ret - v).var() / (ret.var() + 1e-5))
-        m.update(self._rollout_metrics(trajs))
+        m.update(rollout_metrics(trajs))
         m.update(env_stats)
         gen_mask = batch.generated_mask.bool() & batch.loss_mask.bool()  # old log-probs exist on the loss tokens only
         if batch.trained is not None:  # … of the trained rows
@@ -699,40 +511,9 @@ class Trainer:
         m["perf/rollout_tokens_per_s"] = generated / max(timing["rollout"], 1e-9)
         m["perf/update_tokens_per_s"] = update_tokens / max(timing["update"], 1e-9)
         m["perf/throughput"] = float(batch.attention_mask.sum()) / max(timing["step"], 1e-9)
-        m.update(self._record(trajs, step, "train", batch))
+        m.update(self._record_step(trajs, step, batch))
         if cfg.test and cfg.test.step_delay_s:
             time.sleep(cfg.test.step_delay_s)
-        return m
-
-    @torch.no_grad()
-    def evaluate(self, step: int) -> dict[str, float]:
-        self.writer.progress(step, self.total, "eval")
-        t0 = time.perf_counter()
-        trajs = self._eval_trajectories(step, range(len(self.eval_set)))
-        return self._eval_report(trajs, step, t0) if trajs else {}
-
-    def _eval_trajectories(self, step: int, which: range) -> list[Trajectory]:
-        """Greedy rollouts of the held-out examples `which` (one each, `group` = the example's index), scored."""
-        cfg = self.cfg
-        self.policy.eval()
-        trajs: list[Trajectory] = []
-        size = max(1, cfg.rollout.batch_size * cfg.rollout.n)
-        for lo in range(which.start, which.stop, size):
-            hi = min(lo + size, which.stop)
-            part = self._rollouts(self.eval_set[lo:hi], self.eval_prompts[lo:hi], 1, step, greedy=True)
-            for t in part:
-                t.group += lo
-            trajs += part
-        self._score(trajs)
-        return trajs
-
-    def _eval_report(self, trajs: list[Trajectory], step: int, t0: float) -> dict[str, float]:
-        """The held-out metrics (`val/*`), records and `eval` event of an evaluation."""
-        w = self.writer
-        m = held_out_metrics(trajs)
-        m["timing_s/eval"] = time.perf_counter() - t0
-        m.update({k.replace("record/", "val/record/"): v for k, v in self._record(trajs, step, "val", None).items()})
-        w.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})
         return m
 
     def _checkpoint(self, step: int) -> None:
@@ -755,179 +536,6 @@ class Trainer:
         path = export_model(self.run_dir / "model", self.policy, self.tok, self.cfg.model.path)
         self.writer.log(f"wrote the trained model (Hugging Face format) to {path}")
 
-    def _on_signal(self, signum: int, _frame: Any) -> None:
-        if not self.stop_requested:
-            self.writer.log(f"{signal.Signals(signum).name}: finishing the current step, then checkpointing and stopping")
-        self.stop_requested = True
-        # SIGHUP: the host is closing (a window reloading), not a user's Stop; a new window offers to resume.
-        self.stop_reason = "host-gone" if signum == signal.SIGHUP else (self.stop_reason or "signal")
-
-    def warmup_applies(self) -> bool:
-        """A supervised warm start runs at step 0 of a new run from scratch (not with model.init)."""
-        return bool(self.cfg.train.supervised_warmup.steps) and not self.cfg.model.init
-
-    def _on_parent_gone(self, pid: int) -> None:
-        self.writer.log(f"the host process {pid} has gone: finishing the current step, then checkpointing and stopping")
-        self.stop_requested = True
-        self.stop_reason = "host-gone"
-
-    def run(self) -> int:
-        """The run's lifecycle around `train()`: signals, the parent watchdog, the final status, failures."""
-        w = self.writer
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
-        watch_parent(self._on_parent_gone, self._parent_to_watch())
-        try:
-            step = self.train()
-            self._close_recorder()
-            status = "stopped" if self.stop_requested and step < self.total else "finished"
-            w.finish(status, stop_reason=self.stop_reason if status == "stopped" else None)
-            w.event("finished", status=status, step=step)
-            return 0
-        except Exception as e:  # noqa: BLE001 - every failure is reported, with its traceback
-            tb = traceback.format_exc()
-            # A full disk says so first, naming the file (its traceback would end in ENOSPC, which is all it says):
-            # the first that found it full (the rollout writer's thread may have, before this thread's write failed).
-            full = run_disk_full_message(e)
-            message = full or f"{type(e).__name__}: {e}"
-            w.log(f"error: {full}" if full else tb)
-            # The host reads stdout: it gets these even when the run directory cannot take them.
-            w.event("error", best_effort=True, message=message, traceback=tb)
-            try:
-                self._close_recorder()
-            except OSError as e2:  # the writer's last steps hit the same full disk: what was written stays readable
-                w.log(f"could not finish writing the rollouts: {disk_full_message(e2) or e2}")
-            try:
-                # On a full disk, a short run.json: its old blocks may be all the room there is.
-                w.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
-            except OSError as e2:
-                w.log(f"could not record the failure in run.json: {disk_full_message(e2) or e2}")
-            w.event("finished", best_effort=True, status="failed", step=int(w.run.get("step", 0)))
-            return 1
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-            w.close()
-
-    def _close_recorder(self) -> None:
-        """The end of a run: the writer writes what it holds (the last steps), and run.json says what was recorded."""
-        if self.recorder is None:
-            return
-        if not self.recorder.close(timeout=600):
-            self.writer.warning("the rollout writer did not finish within 10 minutes; the last steps' rollouts may be missing")
-        self.writer.run["record"] = self.recorder.summary()
-
-    def _parent_to_watch(self) -> int | None:
-        """The process whose end stops the run (None: the host's, SAS_PARENT_PID)."""
-        return None
-
-    def train(self) -> int:
-        """Setup, then steps until train.steps or a stop; returns the last completed step."""
-        w = self.writer
-        start = self.setup()
-        if start == 0:
-            m0: dict[str, float] = {}
-            if self.warmup_applies() and not self.resumed:
-                from .warmup import run_warmup
-
-                m0.update(run_warmup(self, w.log))
-                if self.reference is not None:
-                    self.reference = self._reference()  # KL towards the warm-started policy, not the random init
-                if not self.stop_requested:
-                    self._checkpoint(0)
-            if self.eval_set and not self.stop_requested:
-                m0.update(self.evaluate(0))
-            if m0:
-                w.metrics(0, m0)
-        step = start
-        while step < self.total and not self.stop_requested:
-            step += 1
-            m = self.train_step(step)
-            cfg = self.cfg.train
-            last = step == self.total
-            stage_ends = step == self.stage.end  # evaluated and checkpointed, as the last step of a run would be
-            if self.eval_set and ((cfg.eval_every and step % cfg.eval_every == 0) or stage_ends):
-                m.update(self.evaluate(step))
-            w.metrics(step, m)
-            w.event("metrics", step=step, metrics={k: m[k] for k in SUMMARY_KEYS if k in m})
-            if self.recorder is not None:
-                w.run["record"] = self.recorder.summary()
-            w.set_step(step)
-            if last or self.stop_requested or stage_ends or (cfg.checkpoint_every and step % cfg.checkpoint_every == 0):
-                self._checkpoint(step)
-            if stage_ends and not last and not self.stop_requested:
-                self._begin_stage(stage_of(self.stages, step + 1))
-        if step == self.total and self.total > 0:
-            self._export()
-        return step
-
-
-def held_out_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
-    """The held-out metrics (`val/*`) of an evaluation's trajectories: every engine's (the builtin and TRL trainers'
-    evaluation, veRL's validation batches through its recorder), so a run reads the same whatever trained it."""
-    trajs = list(trajs)
-    m = Trainer._rollout_metrics(trajs, prefix="val/")
-    m["val/em"] = _mean([t.metrics.get("em", 0.0) for t in trajs])
-    m["val/score"] = _mean([t.reward or 0.0 for t in trajs])
-    m["val/searches_mean"] = _mean([t.searches for t in trajs])
-    sources = sorted({t.example.data_source for t in trajs})
-    if len(sources) > 1:
-        for s in sources:
-            m[f"val/em/{s}"] = _mean([t.metrics.get("em", 0.0) for t in trajs if t.example.data_source == s])
-    # By the searches a question needs (the dataset's `meta.hops`; questions without it are left out): does the
-    # policy search again where one search cannot answer?
-    for h in sorted({t.example.hops for t in trajs if t.example.hops is not None}):
-        part = [t for t in trajs if t.example.hops == h]
-        m.update(_part_metrics(part, f"by_hops/{h}"))
-        # Did a search after the first name the entity the first found (the dataset's `meta.bridge`)? What the
-        # second search is for: searches per question say that it searched again, this says what it searched.
-        named = [b for b in (bridge_searched(t.example, [r["query"] for r in t.retrieval]) for t in part) if b is not None]
-        if named:
-            m[f"val/bridge_searched_by_hops/{h}"] = _mean(named)
-    # By the question's type (the dataset's `meta.kind`), when it names 2–MAX_KINDS of them: a mean over mixed
-    # types hides the one the policy fails (the demo's two-hop policies answered held-out river questions with the
-    # town found on the way while the two town kinds generalised; docs/demo.md).
-    kinds = sorted({t.example.kind for t in trajs if t.example.kind is not None})
-    if 2 <= len(kinds) <= MAX_KINDS:
-        for k in kinds:
-            m.update(_part_metrics([t for t in trajs if t.example.kind == k], f"by_kind/{metric_name(k)}"))
-    return m
-
-
-def _part_metrics(part: Sequence[Trajectory], group: str) -> dict[str, float]:
-    """Exact match, searches per question and answer retrieved of one group of held-out questions (`group`:
-    `by_hops/2`, `by_kind/river`, …)."""
-    m = {f"val/em_{group}": _mean([t.metrics.get("em", 0.0) for t in part]), f"val/searches_{group}": _mean([t.searches for t in part])}
-    # Had a search put a golden answer in front of the policy? (the env server's `answer_retrieved`): a low EM with a
-    # high value here is a reading failure, with a low one a search failure.
-    found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]
-    if found:
-        m[f"val/answer_retrieved_{group}"] = _mean(found)
-    return m
-
-
-def reward_item(t: Trajectory, search_tool: str) -> dict[str, Any]:
-    """A trajectory as `/reward` scores it (the tool-call dialect names its search tool)."""
-    tool = {"search_tool": search_tool} if t.dialect == "toolcall" else {}
-    strict = {"strict_actions": True} if t.strict_actions else {}
-    # Who wrote what: the reward reads the answer from the policy's text only, never from tags in a document.
-    spans = t.spans
-    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool, **strict, **({"spans": spans} if spans else {})}
-
-
-def token_arrays(tok: Any, t: Trajectory) -> dict[str, list[Any]]:
-    """A trajectory's token arrays before any training pass: text, ids, roles, the loss mask of its roles (1 exactly on
-    generated tokens) and the sampling-time log-prob where the policy sampled a token (null on the prompt and the
-    observations). The update's records replace the loss mask with the one it used and add its own arrays."""
-    P = len(t.prompt_ids)
-    ids = t.prompt_ids + t.ids
-    return {
-        "text": tok.token_texts(ids),
-        "ids": ids,
-        "role": ["prompt"] * P + t.roles,
-        "loss_mask": [0] * P + [1 if role == "generated" else 0 for role in t.roles],
-        "rollout_logprob": [None] * P + [None if x is None else round(float(x), 6) for x in t.sample_logprobs],
-    }
-
 
 def lr_multiplier(step: int, total: int, warmup: int, schedule: str, min_ratio: float) -> float:
     """veRL's schedule: linear warm-up over `warmup` steps, then constant, or a cosine from 1 down to `min_ratio` at
@@ -941,22 +549,3 @@ def lr_multiplier(step: int, total: int, warmup: int, schedule: str, min_ratio: 
 
 
 LOSS_KEYS = ("actor/pg_loss", "actor/kl_loss", "critic/vf_loss")
-
-# The metrics repeated in the stdout `metrics` event (all of them are in metrics.jsonl).
-SUMMARY_KEYS = (
-    "critic/score/mean",
-    "reward/em/mean",
-    "reward/frac_zero_std_groups",
-    "response_length/mean",
-    "env/number_of_valid_search",
-    "env/ratio_of_valid_action",
-    "actor/pg_loss",
-    "actor/pg_clipfrac",
-    "actor/ppo_kl",
-    "actor/entropy",
-    "actor/kl_loss",
-    "actor/grad_norm",
-    "mask/generated_tokens",
-    "val/em",
-    "timing_s/step",
-)

@@ -33,16 +33,21 @@ import random
 import re
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .batch import by_length, make_batch
+from .config import Section
+from .data import Example
 from .env_client import EnvClient
 from .losses import Aggregation, agg_loss
 from .pace import AT_STEP, FROM_STEP, announce as announce_pace
-from .policy import window_stats
+from .policy import Policy, window_stats
 from .rollout import Trajectory, answer_action, observation, search_action
+from .run_writer import RunWriter
 
 THINK_SEARCH = "<think> let me search </think>"
 THINK_AGAIN = "<think> let me search again </think>"
@@ -86,8 +91,6 @@ class NameSpans:
 
 def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: Sequence[str], tokenizer: Any, env: EnvClient, topk: int, rng: random.Random, names: NameSpans | None = None, new_name: bool = False, two_searches: float = 0.5, answer_from: str = "last") -> list[Trajectory]:
     """One synthetic trajectory per prompt (roles as in a rollout: generated, retrieved)."""
-    from .data import Example
-
     names = names or NameSpans()
     for q in questions:
         names.see(q)
@@ -124,7 +127,27 @@ def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: 
     return out
 
 
-def run_warmup(trainer: Any, log: Callable[[str], None]) -> dict[str, float]:
+@dataclass
+class WarmStart:
+    """What the warm start trains and reads: the policy (trained in place) and its tokenizer on `device`, the
+    training questions with their prompts as fed, the env server (the observations are its real /retrieve results),
+    the forward's autocast region (the builtin engine's `_ctx`), and the run's writer (progress and pace: the progress
+    events count `total` steps) and stop flag."""
+
+    cfg: Section
+    policy: Policy
+    tok: Any
+    device: torch.device
+    examples: Sequence[Example]
+    prompts: Sequence[tuple[str, list[int]]]
+    env: EnvClient
+    autocast: Callable[[], AbstractContextManager[Any]]
+    writer: RunWriter
+    total: int
+    stopped: Callable[[], bool]
+
+
+def run_warmup(trainer: WarmStart, log: Callable[[str], None]) -> dict[str, float]:
     """Trains the policy for `train.supervised_warmup.steps` steps; returns `warmup/*` metrics."""
     cfg = trainer.cfg
     w = cfg.train.supervised_warmup
@@ -140,18 +163,18 @@ def run_warmup(trainer: Any, log: Callable[[str], None]) -> dict[str, float]:
     paced_from = None  # the clock at warm-start step FROM_STEP: the pace is measured from there (pace.py)
     trainer.policy.train()
     for step in range(1, w.steps + 1):
-        if trainer.stop_requested:
+        if trainer.stopped():
             log(f"warm start stopped at step {step - 1}/{w.steps}")
             break
-        idx = [rng.randrange(len(trainer.train_set)) for _ in range(w.batch_size)]
-        trajs = synthetic_trajectories([trainer.train_prompts[i] for i in idx], [trainer.train_set[i].question for i in idx], trainer.tok, trainer.env, cfg.retriever.topk, rng, names, new_name=w.second_query == "new_name", two_searches=w.two_searches, answer_from=w.answer_from)
+        idx = [rng.randrange(len(trainer.examples)) for _ in range(w.batch_size)]
+        trajs = synthetic_trajectories([trainer.prompts[i] for i in idx], [trainer.examples[i].question for i in idx], trainer.tok, trainer.env, cfg.retriever.topk, rng, names, new_name=w.second_query == "new_name", two_searches=w.two_searches, answer_from=w.answer_from)
         batch = make_batch(trajs, trainer.tok.pad_id, loss_masking=True)
         agg = Aggregation.of("token-mean", batch.loss_mask)
         opt.zero_grad(set_to_none=True)
         total = 0.0
         for rows in by_length(batch, range(batch.size), cfg.optim.micro_batch_size):
             mb = batch.select(rows).to(trainer.device)
-            with trainer._ctx():
+            with trainer.autocast():
                 logp = window_stats(trainer.policy, mb, mb.loss_mask.bool()).logprob
                 loss = agg_loss(-logp, mb.loss_mask, agg)
             loss.backward()

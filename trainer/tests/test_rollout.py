@@ -16,7 +16,7 @@ from search_agent_trainer.env_client import EnvClient
 from search_agent_trainer.generation import GeneratedTurn
 from search_agent_trainer.rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, SearchR1, answer_action, make_dialect, run_rollouts, search_action, strict_turn_action, turn_action
 from search_agent_trainer.run_writer import rollout_record
-from search_agent_trainer.train import reward_item
+from search_agent_trainer.reward import reward_item
 from search_agent_trainer.tiny import TinyTokenizer
 
 CORPUS = [

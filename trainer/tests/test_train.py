@@ -244,7 +244,7 @@ def test_held_out_metrics_by_question_kind(finished_run):
 
 def test_meta_kind_is_read_checked_and_made_a_metric_name(tmp_path):
     from search_agent_trainer.data import load_dataset
-    from search_agent_trainer.train import metric_name
+    from search_agent_trainer.metrics import metric_name
 
     f = tmp_path / "d.jsonl"
     f.write_text(json.dumps({"question": "q?", "golden": ["a"], "meta": {"kind": " bridge "}}) + "\n" + json.dumps({"question": "q2?", "golden": ["a"], "meta": {"kind": 3}}) + "\n")

@@ -12,6 +12,9 @@ What a record says, and where the values come from:
   tokens, the others (`logprob`, `ref_logprob`, `advantage`, `value`, `entropy`) off the tokens the engine trained on.
 A trajectory's searches, turns and finish reason are written only when the caller knows them (`known=False`: a loop
 of the user's own; readers derive them from the text).
+
+Before any training pass (a held-out evaluation, a fork) a trajectory's arrays are its own (`token_arrays`): the loss
+mask of its roles and the sampling-time log-probs; `trajectory_data` builds an evaluation's step data from them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .. import token_store
 from ..data import Example
+from ..recorder import StepData
 from ..rollout import Trajectory
 from ..run_writer import rollout_record
 
@@ -28,7 +33,7 @@ SCORED_ON_GENERATED = ("rollout_logprob",)
 
 
 def trajectory_of(example: Example, group: int, sample: int, prompt_text: str, prompt_ids: Sequence[int], ids: Sequence[int], roles: Sequence[str], response_text: str, **fields: Any) -> Trajectory:
-    """A Trajectory holding what an engine produced (for records and the metrics of train.py); `fields` sets the
+    """A Trajectory holding what an engine produced (for records and the metrics of metrics.py); `fields` sets the
     rest (finish, turns, searches, valid_actions, reward, reward_parts, metrics, reward_error, retrieval, dialect…)."""
     t = Trajectory(example, group, sample, prompt_text, list(prompt_ids), ids=list(ids), roles=list(roles))
     t.pieces = [response_text]
@@ -56,3 +61,30 @@ def token_record(t: Trajectory, token_texts: Any, *, run_id: str, step: int, spl
     elif rec.get("finish") is None:
         rec.pop("finish", None)
     return rec
+
+
+def token_arrays(tok: Any, t: Trajectory) -> dict[str, list[Any]]:
+    """A trajectory's token arrays before any training pass: text, ids, roles, the loss mask of its roles (1 exactly on
+    generated tokens) and the sampling-time log-prob where the policy sampled a token (null on the prompt and the
+    observations). The update's records replace the loss mask with the one it used and add its own arrays."""
+    P = len(t.prompt_ids)
+    ids = t.prompt_ids + t.ids
+    return {
+        "text": tok.token_texts(ids),
+        "ids": ids,
+        "role": ["prompt"] * P + t.roles,
+        "loss_mask": [0] * P + [1 if role == "generated" else 0 for role in t.roles],
+        "rollout_logprob": [None] * P + [None if x is None else round(float(x), 6) for x in t.sample_logprobs],
+    }
+
+
+def trajectory_data(trajs: list[Trajectory], tok: Any, *, run_id: str, step: int, split: str) -> Any:
+    """The recorder's builder of a held-out evaluation's data (no training pass: the token arrays of the
+    trajectories), run on its writer thread."""
+
+    def build(keep: list[int]) -> StepData:
+        records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=token_arrays(tok, trajs[i])) for i in keep]
+        rows, cols = token_store.columns_from_records(records)
+        return StepData([{k: v for k, v in r.items() if k != "tokens"} for r in records], cols)
+
+    return build

@@ -207,10 +207,10 @@ class Recorder:
         """TRL's logs of the steps since the last: a metrics line (veRL's names where they exist, TRL's under trl/)."""
         if self.rank != 0 or self.writer is None:
             return
-        from ..train import SUMMARY_KEYS, Trainer
+        from ..metrics import SUMMARY_KEYS, rollout_metrics
 
         step = int(self.trainer.state.global_step)
-        m: dict[str, float] = Trainer._rollout_metrics(self.trajs) if self.trajs else {}
+        m: dict[str, float] = rollout_metrics(self.trajs) if self.trajs else {}
         self.trajs = []
         for k, v in logs.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v)):

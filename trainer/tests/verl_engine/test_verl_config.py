@@ -23,7 +23,7 @@ from search_agent_trainer.schema import ConfigError  # noqa: E402
 from search_agent_trainer.engines.verl import SEARCH_R1_AGENT, TOOL_AGENT  # noqa: E402
 from search_agent_trainer.engines.verl.dataset import example_of, write_verl_parquet  # noqa: E402
 from search_agent_trainer.engines.verl.main import check_config, compose_config  # noqa: E402
-from search_agent_trainer.engines.verl.overrides import VerlConfigError, hydra_value, memory_inputs, prepare, verl_overrides  # noqa: E402
+from search_agent_trainer.engines.verl.overrides import VerlConfigError, VerlLaunch, hydra_value, memory_inputs, prepare, verl_overrides  # noqa: E402
 
 ENV_URL = "http://127.0.0.1:8123"
 
@@ -36,7 +36,7 @@ def qwen_dir(tmp_path_factory) -> Path:
 def overrides_for(cfg, tmp: Path, **kw) -> list[str]:
     args = dict(run_dir=tmp / "run", env_url=ENV_URL, train_files=str(tmp / "train.parquet"), val_files=str(tmp / "val.parquet"), config_file=str(tmp / "cfg.json"), agent_loop_file=str(tmp / "loops.yaml"), tool_file=str(tmp / "tools.yaml"))
     args.update(kw)
-    return verl_overrides(cfg, **args)[0]
+    return verl_overrides(cfg, VerlLaunch(**args))[0]
 
 
 CASES = {
@@ -108,7 +108,7 @@ def test_veRLs_own_checkpointing_and_offload_defaults_stand_unless_the_config_as
 @pytest.mark.parametrize("flash_attn, want, impl", [(None, "auto", "sdpa"), ("2.8.3", "auto", "flash_attention_2"), ("2.8.3", "sdpa", "sdpa"), (None, "sdpa", "sdpa")])
 def test_the_attention_is_flash_attention_only_where_flash_attn_is_installed(tmp_path, qwen_dir, flash_attn, want, impl):
     cfg = run_config(qwen_dir, algorithm={"name": "ppo"}, verl={"attention": want})
-    o, notes = verl_overrides(cfg, **{**dict(run_dir=tmp_path, env_url=ENV_URL, train_files="t.parquet", val_files=None, config_file="c.json", agent_loop_file="a.yaml", tool_file=None), "flash_attn": flash_attn})
+    o, notes = verl_overrides(cfg, VerlLaunch(run_dir=tmp_path, env_url=ENV_URL, train_files="t.parquet", val_files=None, config_file="c.json", agent_loop_file="a.yaml", tool_file=None, flash_attn=flash_attn))
     config = compose_config(o)
     check_config(config)  # veRL's HFModelConfig loads the model's config with this attention
     assert config.actor_rollout_ref.model.override_config.attn_implementation == impl == config.critic.model.override_config.attn_implementation
@@ -236,7 +236,7 @@ def test_devices_that_disagree_with_veRLs_nodes_are_refused(tmp_path, qwen_dir, 
 
 def test_notes_say_what_veRL_does_its_own_way(tmp_path, qwen_dir):
     cfg = run_config(qwen_dir, algorithm={"name": "ppo"}, model={"dtype": "fp32"})
-    _, notes = verl_overrides(cfg, run_dir=tmp_path, env_url=ENV_URL, train_files="t.parquet", val_files=None, config_file="c.json", agent_loop_file="a.yaml", tool_file=None)
+    _, notes = verl_overrides(cfg, VerlLaunch(run_dir=tmp_path, env_url=ENV_URL, train_files="t.parquet", val_files=None, config_file="c.json", agent_loop_file="a.yaml", tool_file=None))
     assert any(n.startswith("algorithm.vf_coef") for n in notes) and any(n.startswith("algorithm.mask_advantages") for n in notes) and any(n.startswith("model.dtype") for n in notes)
 
 

@@ -1,7 +1,7 @@
 """engine "trl": TRL's GRPOTrainer trains; everything around it is ours, the same as the builtin engine's.
 
-- The rollout is TRL's `rollout_func`: our multi-turn protocol (rollout.py `run_rollouts`, through the builtin
-  trainer's `_rollouts`, so the two engines share every setting) with our generator (generation.py) over the model
+- The rollout is TRL's `rollout_func`: our multi-turn protocol (rollout.py `run_rollouts`, through run.py's
+  `Run._rollouts`, as the builtin engine's, so the two engines share every setting) with our generator (generation.py) over the model
   TRL trains, or TRL's colocated vLLM (`trl.use_vllm`, vllm.py). It returns the token ids as generated (prompt and
   response, never re-tokenised), the sampling log-probs (0 on environment tokens), `env_mask` (1 on generated tokens,
   0 on retrieved and feedback ones; all 1 with `algorithm.loss_masking: false`), and extra fields TRL passes on to
@@ -40,7 +40,9 @@ from ...rollout import Trajectory, make_dialect
 from ...recorder import RecordSettings, StepData, StepJob, columns_from_window, concat_data, expected_window, role_codes_of, rollout_flags, select
 from ...record.names import TRL_NAMES
 from ...run_writer import rollout_record
-from ...train import SUMMARY_KEYS, Trainer, _mean, _version
+from ...metrics import SUMMARY_KEYS, mean, rollout_metrics
+from ...run import Run
+from ...versions import package_version
 from ...advantages import zero_std_group_fraction
 from . import options
 from .launch import launched
@@ -73,8 +75,8 @@ class FollowerWriter:
         pass
 
 
-class TRLEngine(Trainer):
-    """The run (lifecycle, data, prompts, rollouts, scoring, evaluation: the builtin Trainer's) with TRL training."""
+class TRLEngine(Run):
+    """The run every engine shares (run.py: lifecycle, data, prompts, rollouts, scoring, evaluation) with TRL training."""
 
     def __init__(self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None):
         self.rank = int(os.environ.get("RANK", "0"))
@@ -85,7 +87,7 @@ class TRLEngine(Trainer):
         self.step = 0
 
     def versions(self) -> dict[str, str | None]:
-        return {**super().versions(), "trl": _version("trl"), "accelerate": _version("accelerate"), "datasets": _version("datasets"), "vllm": _version("vllm") if (self.cfg.trl or {}).get("use_vllm") else None}
+        return {**super().versions(), "trl": package_version("trl"), "accelerate": package_version("accelerate"), "datasets": package_version("datasets"), "vllm": package_version("vllm") if (self.cfg.trl or {}).get("use_vllm") else None}
 
     def _run_writer(self, stdout: Any) -> Any:
         return super()._run_writer(stdout) if self.rank == 0 else FollowerWriter(Path(self.run_dir), self.rank)
@@ -172,7 +174,7 @@ class TRLEngine(Trainer):
         if self.rank == 0:
             w.run["trl"] = self.settings  # run.json (written with the next status change)
         w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set), precision=precision, max_batch_tokens=self.max_batch_tokens, engine="trl", processes=world, trl_steps_per_step=self.plan.trl_steps, **self.settings)
-        w.log(f"trl engine: TRL {_version('trl')}, {world} process(es), {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}; one step = {self.plan.trl_steps} TRL optimizer step(s) of {self.plan.mini} sequences, micro-batches of {self.plan.micro} per process; {', '.join(f'{k} {v}' for k, v in self.settings.items())}")
+        w.log(f"trl engine: TRL {package_version('trl')}, {world} process(es), {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}; one step = {self.plan.trl_steps} TRL optimizer step(s) of {self.plan.mini} sequences, micro-batches of {self.plan.micro} per process; {', '.join(f'{k} {v}' for k, v in self.settings.items())}")
         return start
 
     def _build_model(self) -> tuple[Any, Any]:
@@ -442,14 +444,14 @@ class TRLEngine(Trainer):
         stop = self._agree_stop()
         if last or stop or (cfg.train.checkpoint_every and step % cfg.train.checkpoint_every == 0):
             if self.recorder is not None:
-                self.recorder.flush()  # the checkpoint never runs ahead of the recorded rollouts (Trainer._checkpoint)
+                self.recorder.flush()  # the checkpoint never runs ahead of the recorded rollouts (as train.py's Trainer._checkpoint)
             control.should_save = True
         if stop:
             control.should_training_stop = True
 
     def _step_metrics(self, rows: dict[str, list[float]], trajs: list[Trajectory], stats: list[dict[str, Any]]) -> dict[str, float]:
         """The step's metrics in our/veRL names, from every process's per-row sums (of the tensors TRL trained on)."""
-        m = self._rollout_metrics(trajs)
+        m = rollout_metrics(trajs)
         scores = torch.tensor([t.reward or 0.0 for t in trajs])
         adv = torch.tensor(rows["advantage"])  # one per sequence
         loss_tokens = sum(rows["loss_tokens"])
@@ -473,7 +475,7 @@ class TRLEngine(Trainer):
         m["actor/ppo_kl"] = kl_sum / kl_n if kl_n else 0.0  # on-policy: the old log-probs are the update's own
         parts = sorted({k for t in trajs for k in t.reward_parts})
         for k in parts:
-            m[f"reward/parts/{k}/mean"] = _mean([t.reward_parts[k] for t in trajs if k in t.reward_parts])
+            m[f"reward/parts/{k}/mean"] = mean([t.reward_parts[k] for t in trajs if k in t.reward_parts])
         if self.cfg.rollout.top_p >= 1.0 and any(x > 0 for x in rows["gap"]):
             m["rollout/logprob_diff_max"] = max(rows["gap"])
         elif self.cfg.rollout.top_p >= 1.0 and rows["gap"]:

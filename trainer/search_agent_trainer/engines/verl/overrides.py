@@ -272,20 +272,59 @@ def tool_entries(cfg: Mapping[str, Any], env_url: str | None) -> dict[str, Any]:
     return {"tools": [{"class_name": TOOL_CLASS, "config": {"type": "native", **url, "topk": int(_get(cfg, "retriever.topk", 3))}, "tool_schema": schema}]}
 
 
-def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], env_url: str | None, train_files: str, val_files: str | None, config_file: str, agent_loop_file: str, tool_file: str | None, driver_pid: int | None = None, trainer_dir: str = str(TRAINER_DIR), flash_attn: str | None = None) -> tuple[list[str], list[str]]:
-    """(overrides, notes) for veRL's `ppo_trainer` config from our resolved run config. env_url None: named at
-    launch ($SAS_ENV_URL, export.py's launch script); trainer_dir: where the Ray workers import our package from;
-    flash_attn: flash-attn's version in veRL's Python (None: absent; prepare looks)."""
-    s = verl_settings(cfg)
-    dialect = dialect_of(cfg)
+AR = "actor_rollout_ref"  # veRL's actor, rollout and reference group
+
+
+@dataclass(frozen=True)
+class VerlLaunch:
+    """Where a prepared veRL run's pieces are and what its launch knows: the run directory, the files prepare writes
+    (the datasets as parquet, the resolved config, the agent-loop and tool files; `val_files`, `tool_file` None: none),
+    `env_url` (None: named at launch, $SAS_ENV_URL, export.py's launch script), the driver's pid, `trainer_dir` (where
+    the Ray workers import our package from) and `flash_attn` (flash-attn's version in veRL's Python; None: absent,
+    prepare looks)."""
+
+    run_dir: str | os.PathLike[str]
+    env_url: str | None
+    train_files: str
+    val_files: str | None
+    config_file: str
+    agent_loop_file: str
+    tool_file: str | None
+    driver_pid: int | None = None
+    trainer_dir: str = str(TRAINER_DIR)
+    flash_attn: str | None = None
+
+
+@dataclass(frozen=True)
+class Mapped:
+    """Our config's values as several override groups read them: the `verl` section (verl_settings), the batch in
+    veRL's counts, the KL term's place, the attention chosen."""
+
+    cfg: Mapping[str, Any]
+    verl: dict[str, Any]
+    algo: str
+    n: int  # samples per prompt (rollout.n)
+    batch: int  # prompts per step (rollout.batch_size)
+    mini: int  # sequences per optimizer step (optim.mini_batch_size; veRL counts prompts: mini // n)
+    micro: int
+    steps: int
+    lr: float
+    kl: float
+    kl_in_reward: bool  # β·KL in the reward (algorithm.kl_in_reward with β > 0), else in the loss
+    kl_type: str
+    attention: str
+    attention_why: str
+    logprobs_mode: str | None
+    dialect: str  # searchr1 | toolcall
+    checkpointing: bool | None  # model.gradient_checkpointing (None: veRL's own)
+
+    def get(self, dotted: str, default: Any = None) -> Any:
+        return _get(self.cfg, dotted, default)
+
+
+def refusals(cfg: Mapping[str, Any], algo: str, n: int, batch: int, mini: int) -> list[str]:
+    """What of `cfg` a veRL run cannot carry over, each naming its key."""
     problems: list[str] = []
-    notes: list[str] = []
-    algo = _get(cfg, "algorithm.name", "grpo")
-    n = int(_get(cfg, "rollout.n", 5))
-    batch = int(_get(cfg, "rollout.batch_size", 8))
-    mini = int(_get(cfg, "optim.mini_batch_size", 64))
-    micro = int(_get(cfg, "optim.micro_batch_size", 8))
-    steps = int(_get(cfg, "train.steps", 100))
     if _get(cfg, "model.kind", "tiny") != "hf" or not _get(cfg, "model.path"):
         problems.append('model.kind: veRL trains Hugging Face models: set model.kind "hf" and model.path (a model directory)')
     if _get(cfg, "model.init"):
@@ -301,147 +340,230 @@ def verl_overrides(cfg: Mapping[str, Any], *, run_dir: str | os.PathLike[str], e
         problems.append(f"optim.mini_batch_size ({mini}) must be a multiple of rollout.n ({n}): veRL counts mini-batches in prompts of rollout.n sequences; the nearest that divide a step's {batch} prompts: {' or '.join(map(str, near))} sequences")
     elif mini // n > batch:
         problems.append(f"optim.mini_batch_size ({mini}) is more than a step's {batch * n} sequences (rollout.batch_size × rollout.n)")
-    if problems:
-        raise VerlConfigError("; ".join(problems))
-    attention, attention_why = attention_of(cfg, flash_attn)
-    _kind, logprobs_mode = rollout_logprob_kind(cfg)
-    if attention == "sdpa" and s["attention"] == "auto":
-        notes.append(f"attention: sdpa ({attention_why})")
+    return problems
 
-    ar = "actor_rollout_ref"
-    lr = float(_get(cfg, "optim.lr", 1e-6))
-    kl = float(_get(cfg, "algorithm.kl_coef", 0.0))
-    kl_in_reward = bool(_get(cfg, "algorithm.kl_in_reward", False)) and kl > 0
-    kl_type = _get(cfg, "algorithm.kl_estimator", "k3")  # veRL accepts the k1/k2/k3 names (core_algos.kl_penalty)
-    eval_every = int(_get(cfg, "train.eval_every", 10))
-    ckpt_every = int(_get(cfg, "train.checkpoint_every", 10))
-    o: dict[str, Any] = {
-        # algorithm
-        "algorithm.adv_estimator": ADV_ESTIMATOR[algo],
-        "algorithm.norm_adv_by_std_in_grpo": bool(_get(cfg, "algorithm.norm_adv_by_std", True)),
-        "algorithm.gamma": float(_get(cfg, "algorithm.gamma", 1.0)),
-        "algorithm.lam": float(_get(cfg, "algorithm.lam", 1.0)),
-        "algorithm.use_kl_in_reward": kl_in_reward,
-        "algorithm.kl_penalty": kl_type,
-        "algorithm.kl_ctrl.kl_coef": kl,
-        f"{ar}.actor.use_kl_loss": kl > 0 and not kl_in_reward,
-        f"{ar}.actor.kl_loss_coef": kl,
-        f"{ar}.actor.kl_loss_type": kl_type,
-        f"{ar}.actor.clip_ratio_low": float(_get(cfg, "algorithm.clip_ratio_low", 0.2)),
-        f"{ar}.actor.clip_ratio_high": float(_get(cfg, "algorithm.clip_ratio_high", 0.2)),
-        f"{ar}.actor.entropy_coeff": float(_get(cfg, "algorithm.entropy_coef", 0.0)),
-        f"{ar}.actor.loss_agg_mode": _get(cfg, "algorithm.loss_agg_mode", "token-mean"),
-        # optimisation
-        f"{ar}.actor.optim.lr": lr,
-        f"{ar}.actor.optim.lr_warmup_steps": int(_get(cfg, "optim.warmup_steps", 0)) or -1,
-        f"{ar}.actor.optim.lr_scheduler_type": _get(cfg, "optim.lr_schedule", "constant"),
-        f"{ar}.actor.optim.min_lr_ratio": float(_get(cfg, "optim.min_lr_ratio", 0.0)),
-        f"{ar}.actor.optim.weight_decay": float(_get(cfg, "optim.weight_decay", 0.0)),
-        f"{ar}.actor.optim.clip_grad": float(_get(cfg, "optim.grad_clip", 1.0)),
-        f"{ar}.actor.ppo_epochs": int(_get(cfg, "optim.ppo_epochs", 1)),
-        f"{ar}.actor.ppo_mini_batch_size": mini // n,
-        f"{ar}.actor.ppo_micro_batch_size_per_gpu": micro,
-        f"{ar}.actor.strategy": s["strategy"],
-        f"{ar}.ref.log_prob_micro_batch_size_per_gpu": micro,
-        "critic.enable": algo == "ppo",
-        # the model (offload and gradient checkpointing below: veRL's own defaults unless the config asks)
-        f"{ar}.model.path": _get(cfg, "model.path"),
-        f"+{ar}.model.override_config.attn_implementation": attention,
-        # rollouts
-        f"{ar}.rollout.name": s["rollout"],
-        f"{ar}.rollout.n": n,
-        f"{ar}.rollout.temperature": float(_get(cfg, "rollout.temperature", 1.0)),
-        f"{ar}.rollout.top_p": float(_get(cfg, "rollout.top_p", 1.0)),
-        f"{ar}.rollout.tensor_model_parallel_size": s["tensor_parallel"],
-        f"{ar}.rollout.gpu_memory_utilization": float(s["gpu_memory_utilization"]),
-        f"{ar}.rollout.log_prob_micro_batch_size_per_gpu": micro,
-        f"{ar}.rollout.calculate_log_probs": True,  # the records' rollout_logprob
-        f"{ar}.rollout.logprobs_mode": logprobs_mode,  # None: not overridden (rollout_logprob_kind)
-        f"{ar}.rollout.skip_tokenizer_init": False,  # stop strings (`</search>`) need the engine's tokenizer
-        f"{ar}.rollout.agent.default_agent_loop": SEARCH_R1_AGENT if dialect == "searchr1" else TOOL_AGENT,
-        f"{ar}.rollout.agent.agent_loop_config_path": agent_loop_file,
-        f"{ar}.rollout.agent.num_workers": s["agent_workers"],
-        f"{ar}.rollout.multi_turn.max_assistant_turns": int(_get(cfg, "rollout.max_turns", 4)) + 1,
-        f"{ar}.rollout.multi_turn.max_tool_response_length": 100_000,  # characters; our max_obs_length is in tokens
-        # data
-        "data.train_files": train_files,
-        "data.val_files": val_files or train_files,
-        "data.val_max_samples": int(_get(cfg, "data.eval_size", -1) or -1) if val_files else 0,
-        "data.train_batch_size": batch,
-        "data.max_prompt_length": int(_get(cfg, "rollout.max_prompt_length", 1024)),
-        "data.max_response_length": int(_get(cfg, "rollout.max_response_length", 1024)),
+
+def objective_overrides(m: Mapped) -> dict[str, Any]:
+    """The advantage estimator and the actor's loss: clipped surrogate (ε_low, ε_high), β·KL (in the loss or the
+    reward, with its estimator k1/k2/k3 — veRL's core_algos.kl_penalty names), entropy bonus, aggregation."""
+    return {
+        "algorithm.adv_estimator": ADV_ESTIMATOR[m.algo],
+        "algorithm.norm_adv_by_std_in_grpo": bool(m.get("algorithm.norm_adv_by_std", True)),
+        "algorithm.gamma": float(m.get("algorithm.gamma", 1.0)),
+        "algorithm.lam": float(m.get("algorithm.lam", 1.0)),
+        "algorithm.use_kl_in_reward": m.kl_in_reward,
+        "algorithm.kl_penalty": m.kl_type,
+        "algorithm.kl_ctrl.kl_coef": m.kl,
+        f"{AR}.actor.use_kl_loss": m.kl > 0 and not m.kl_in_reward,
+        f"{AR}.actor.kl_loss_coef": m.kl,
+        f"{AR}.actor.kl_loss_type": m.kl_type,
+        f"{AR}.actor.clip_ratio_low": float(m.get("algorithm.clip_ratio_low", 0.2)),
+        f"{AR}.actor.clip_ratio_high": float(m.get("algorithm.clip_ratio_high", 0.2)),
+        f"{AR}.actor.entropy_coeff": float(m.get("algorithm.entropy_coef", 0.0)),
+        f"{AR}.actor.loss_agg_mode": m.get("algorithm.loss_agg_mode", "token-mean"),
+    }
+
+
+def optimisation_overrides(m: Mapped) -> dict[str, Any]:
+    """The actor's optimizer and LR schedule, its PPO epochs and (mini, micro) batches (mini in prompts), the
+    reference's micro-batch, and whether there is a critic."""
+    return {
+        f"{AR}.actor.optim.lr": m.lr,
+        f"{AR}.actor.optim.lr_warmup_steps": int(m.get("optim.warmup_steps", 0)) or -1,
+        f"{AR}.actor.optim.lr_scheduler_type": m.get("optim.lr_schedule", "constant"),
+        f"{AR}.actor.optim.min_lr_ratio": float(m.get("optim.min_lr_ratio", 0.0)),
+        f"{AR}.actor.optim.weight_decay": float(m.get("optim.weight_decay", 0.0)),
+        f"{AR}.actor.optim.clip_grad": float(m.get("optim.grad_clip", 1.0)),
+        f"{AR}.actor.ppo_epochs": int(m.get("optim.ppo_epochs", 1)),
+        f"{AR}.actor.ppo_mini_batch_size": m.mini // m.n,
+        f"{AR}.actor.ppo_micro_batch_size_per_gpu": m.micro,
+        f"{AR}.actor.strategy": m.verl["strategy"],
+        f"{AR}.ref.log_prob_micro_batch_size_per_gpu": m.micro,
+        "critic.enable": m.algo == "ppo",
+    }
+
+
+def model_overrides(m: Mapped) -> dict[str, Any]:
+    """The model and its attention (offload and gradient checkpointing: memory_overrides, veRL's own defaults unless
+    the config asks)."""
+    return {f"{AR}.model.path": m.get("model.path"), f"+{AR}.model.override_config.attn_implementation": m.attention}
+
+
+def rollout_overrides(m: Mapped, launch: VerlLaunch) -> dict[str, Any]:
+    """The rollout engine, sampling, the sampler's log-probs, and our agent loop (Search-R1's tags or tool calls)."""
+    return {
+        f"{AR}.rollout.name": m.verl["rollout"],
+        f"{AR}.rollout.n": m.n,
+        f"{AR}.rollout.temperature": float(m.get("rollout.temperature", 1.0)),
+        f"{AR}.rollout.top_p": float(m.get("rollout.top_p", 1.0)),
+        f"{AR}.rollout.tensor_model_parallel_size": m.verl["tensor_parallel"],
+        f"{AR}.rollout.gpu_memory_utilization": float(m.verl["gpu_memory_utilization"]),
+        f"{AR}.rollout.log_prob_micro_batch_size_per_gpu": m.micro,
+        f"{AR}.rollout.calculate_log_probs": True,  # the records' rollout_logprob
+        f"{AR}.rollout.logprobs_mode": m.logprobs_mode,  # None: not overridden (rollout_logprob_kind)
+        f"{AR}.rollout.skip_tokenizer_init": False,  # stop strings (`</search>`) need the engine's tokenizer
+        f"{AR}.rollout.agent.default_agent_loop": SEARCH_R1_AGENT if m.dialect == "searchr1" else TOOL_AGENT,
+        f"{AR}.rollout.agent.agent_loop_config_path": launch.agent_loop_file,
+        f"{AR}.rollout.agent.num_workers": m.verl["agent_workers"],
+        f"{AR}.rollout.multi_turn.max_assistant_turns": int(m.get("rollout.max_turns", 4)) + 1,
+        f"{AR}.rollout.multi_turn.max_tool_response_length": 100_000,  # characters; our max_obs_length is in tokens
+    }
+
+
+def data_overrides(m: Mapped, launch: VerlLaunch) -> dict[str, Any]:
+    """The datasets (prepare's parquet files) and their lengths."""
+    return {
+        "data.train_files": launch.train_files,
+        "data.val_files": launch.val_files or launch.train_files,
+        "data.val_max_samples": int(m.get("data.eval_size", -1) or -1) if launch.val_files else 0,
+        "data.train_batch_size": m.batch,
+        "data.max_prompt_length": int(m.get("rollout.max_prompt_length", 1024)),
+        "data.max_response_length": int(m.get("rollout.max_response_length", 1024)),
         "data.filter_overlong_prompts": True,  # the builtin trainer skips them too
-        "data.seed": int(_get(cfg, "seed", 1)),
-        # reward: our /reward
+        "data.seed": int(m.get("seed", 1)),
+    }
+
+
+def reward_overrides(m: Mapped, launch: VerlLaunch) -> dict[str, Any]:
+    """The reward: our /reward (reward.py's compute_score)."""
+    return {
         "reward.custom_reward_function.path": REWARD_FN,
         "reward.custom_reward_function.name": "compute_score",
-        "+reward.custom_reward_function.reward_kwargs.env_url": env_url,
-        "reward.num_workers": s["reward_workers"],
-        # the trainer
+        "+reward.custom_reward_function.reward_kwargs.env_url": launch.env_url,
+        "reward.num_workers": m.verl["reward_workers"],
+    }
+
+
+def trainer_overrides(m: Mapped, launch: VerlLaunch) -> dict[str, Any]:
+    """veRL's trainer: steps, evaluation and checkpoint cadence, where it writes, the cluster's shape."""
+    eval_every = int(m.get("train.eval_every", 10))
+    ckpt_every = int(m.get("train.checkpoint_every", 10))
+    run_dir = launch.run_dir
+    return {
         "trainer.use_v1": False,  # RayPPOTrainer, the trainer recorder.py extends (0.9.1's default V1 needs TransferQueue)
-        "trainer.total_training_steps": steps,
+        "trainer.total_training_steps": m.steps,
         "trainer.total_epochs": 1_000_000,  # steps decide
-        "trainer.test_freq": (eval_every if eval_every > 0 else steps) if val_files else -1,
-        "trainer.val_before_train": bool(val_files),
-        "trainer.save_freq": ckpt_every if ckpt_every > 0 else steps,
+        "trainer.test_freq": (eval_every if eval_every > 0 else m.steps) if launch.val_files else -1,
+        "trainer.val_before_train": bool(launch.val_files),
+        "trainer.save_freq": ckpt_every if ckpt_every > 0 else m.steps,
         "trainer.resume_mode": "auto",  # a resumed run directory continues from its last veRL checkpoint
         "trainer.default_local_dir": str(Path(run_dir) / "checkpoints" / "verl"),
         "trainer.rollout_data_dir": str(Path(run_dir) / "rollouts"),  # turns on the hook recorder.py records in
         "trainer.project_name": "search-agent-studio",
         "trainer.experiment_name": Path(run_dir).name,
         "trainer.logger": ["console"],
-        "trainer.n_gpus_per_node": s["gpus_per_node"],
-        "trainer.nnodes": s["nodes"],
-        # ours, read by recorder.py in the TaskRunner
-        "+sas.run_dir": str(run_dir),
-        "+sas.config": config_file,
-        "+sas.driver_pid": driver_pid,
-        "+sas.attention": attention,  # run.json says which attention and why
-        "+sas.attention_why": attention_why,
-        # every Ray worker imports our package and finds the env server
-        "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH": trainer_dir,
-        f"+ray_kwargs.ray_init.runtime_env.env_vars.{ENV_URL_VAR}": env_url,
+        "trainer.n_gpus_per_node": m.verl["gpus_per_node"],
+        "trainer.nnodes": m.verl["nodes"],
+    }
+
+
+def our_overrides(m: Mapped, launch: VerlLaunch) -> dict[str, Any]:
+    """Ours (`+`): what recorder.py reads in the TaskRunner, and the Ray workers' environment (every worker imports
+    our package and finds the env server)."""
+    return {
+        "+sas.run_dir": str(launch.run_dir),
+        "+sas.config": launch.config_file,
+        "+sas.driver_pid": launch.driver_pid,
+        "+sas.attention": m.attention,  # run.json says which attention and why
+        "+sas.attention_why": m.attention_why,
+        "+ray_kwargs.ray_init.runtime_env.env_vars.PYTHONPATH": launch.trainer_dir,
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{ENV_URL_VAR}": launch.env_url,
         "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook": WORKER_SETUP,  # worker_setup.py: TRL hidden from veRL
     }
-    if tool_file:
-        o[f"{ar}.rollout.multi_turn.tool_config_path"] = tool_file
-    ckpt = _get(cfg, "model.gradient_checkpointing")
-    if ckpt is not None:
-        o[f"{ar}.model.enable_gradient_checkpointing"] = bool(ckpt)
-    if s["param_offload"] is not None:
-        o[f"{ar}.actor.fsdp_config.param_offload"] = o[f"{ar}.ref.fsdp_config.param_offload"] = s["param_offload"]
-    if s["optimizer_offload"] is not None:
-        o[f"{ar}.actor.fsdp_config.optimizer_offload"] = s["optimizer_offload"]
-    if _get(cfg, "algorithm.clip_ratio_c") is not None:
-        o[f"{ar}.actor.clip_ratio_c"] = float(_get(cfg, "algorithm.clip_ratio_c"))
-    lora = _get(cfg, "model.lora")
-    if lora:
-        o[f"{ar}.model.lora_rank"] = int(lora.get("r", 8))
-        o[f"{ar}.model.lora_alpha"] = float(lora.get("alpha", 16))
-        o[f"{ar}.model.target_modules"] = list(lora.get("target_modules") or ["q_proj", "k_proj", "v_proj", "o_proj"])
-        if float(lora.get("dropout", 0) or 0) > 0:
-            notes.append("model.lora.dropout: veRL's FSDP LoRA has no dropout setting; trained without")
-    if algo == "ppo":
-        o.update({
-            "critic.model.path": _get(cfg, "model.path"),
-            "critic.strategy": s["strategy"],
-            "critic.optim.lr": float(_get(cfg, "optim.critic_lr") or 10 * lr),
-            "critic.optim.weight_decay": float(_get(cfg, "optim.weight_decay", 0.0)),
-            "critic.optim.clip_grad": float(_get(cfg, "optim.grad_clip", 1.0)),
-            "critic.optim.lr_warmup_steps": int(_get(cfg, "optim.critic_warmup_steps", _get(cfg, "optim.warmup_steps", 0)) or 0) or -1,
-            "critic.ppo_micro_batch_size_per_gpu": micro,
-            "critic.cliprange_value": float(_get(cfg, "algorithm.value_clip", 0.5)),
-            f"+critic.model.override_config.attn_implementation": attention,
-        })
-        if ckpt is not None:
-            o["critic.model.enable_gradient_checkpointing"] = bool(ckpt)
-        if s["param_offload"] is not None:
-            o["critic.fsdp.param_offload"] = s["param_offload"]
-        if s["optimizer_offload"] is not None:
-            o["critic.fsdp.optimizer_offload"] = s["optimizer_offload"]
-        notes.append("algorithm.vf_coef: veRL's critic is a separate model with its own optimizer (critic.optim); vf_coef has no counterpart")
-        if not _get(cfg, "algorithm.mask_advantages", False):
-            notes.append("algorithm.mask_advantages: veRL computes GAE over the response mask (as mask_advantages: true); Search-R1's unmasked GAE is the builtin engine's")
+
+
+def memory_overrides(m: Mapped) -> dict[str, Any]:
+    """Gradient checkpointing and FSDP offload of the actor and reference, set only where the config (or the memory
+    planner, PLANNER_KEYS) asks: veRL's own defaults otherwise."""
+    o: dict[str, Any] = {}
+    if m.checkpointing is not None:
+        o[f"{AR}.model.enable_gradient_checkpointing"] = bool(m.checkpointing)
+    if m.verl["param_offload"] is not None:
+        o[f"{AR}.actor.fsdp_config.param_offload"] = o[f"{AR}.ref.fsdp_config.param_offload"] = m.verl["param_offload"]
+    if m.verl["optimizer_offload"] is not None:
+        o[f"{AR}.actor.fsdp_config.optimizer_offload"] = m.verl["optimizer_offload"]
+    return o
+
+
+def lora_overrides(m: Mapped, notes: list[str]) -> dict[str, Any]:
+    """model.lora as veRL's FSDP LoRA (rank, alpha, target modules; it has no dropout)."""
+    lora = m.get("model.lora")
+    if not lora:
+        return {}
+    if float(lora.get("dropout", 0) or 0) > 0:
+        notes.append("model.lora.dropout: veRL's FSDP LoRA has no dropout setting; trained without")
+    return {f"{AR}.model.lora_rank": int(lora.get("r", 8)), f"{AR}.model.lora_alpha": float(lora.get("alpha", 16)), f"{AR}.model.target_modules": list(lora.get("target_modules") or ["q_proj", "k_proj", "v_proj", "o_proj"])}
+
+
+def critic_overrides(m: Mapped, notes: list[str]) -> dict[str, Any]:
+    """PPO's critic: veRL's is a separate model with its own optimizer (our value head shares the policy's)."""
+    if m.algo != "ppo":
+        return {}
+    o: dict[str, Any] = {
+        "critic.model.path": m.get("model.path"),
+        "critic.strategy": m.verl["strategy"],
+        "critic.optim.lr": float(m.get("optim.critic_lr") or 10 * m.lr),
+        "critic.optim.weight_decay": float(m.get("optim.weight_decay", 0.0)),
+        "critic.optim.clip_grad": float(m.get("optim.grad_clip", 1.0)),
+        "critic.optim.lr_warmup_steps": int(m.get("optim.critic_warmup_steps", m.get("optim.warmup_steps", 0)) or 0) or -1,
+        "critic.ppo_micro_batch_size_per_gpu": m.micro,
+        "critic.cliprange_value": float(m.get("algorithm.value_clip", 0.5)),
+        "+critic.model.override_config.attn_implementation": m.attention,
+    }
+    if m.checkpointing is not None:
+        o["critic.model.enable_gradient_checkpointing"] = bool(m.checkpointing)
+    if m.verl["param_offload"] is not None:
+        o["critic.fsdp.param_offload"] = m.verl["param_offload"]
+    if m.verl["optimizer_offload"] is not None:
+        o["critic.fsdp.optimizer_offload"] = m.verl["optimizer_offload"]
+    notes.append("algorithm.vf_coef: veRL's critic is a separate model with its own optimizer (critic.optim); vf_coef has no counterpart")
+    if not m.get("algorithm.mask_advantages", False):
+        notes.append("algorithm.mask_advantages: veRL computes GAE over the response mask (as mask_advantages: true); Search-R1's unmasked GAE is the builtin engine's")
+    return o
+
+
+def verl_overrides(cfg: Mapping[str, Any], launch: VerlLaunch) -> tuple[list[str], list[str]]:
+    """(overrides, notes) for veRL's `ppo_trainer` config from our resolved run config, group by group (the order
+    is the overrides', kept as first written); `verl.overrides` come last."""
+    s = verl_settings(cfg)
+    dialect = dialect_of(cfg)
+    algo = _get(cfg, "algorithm.name", "grpo")
+    n, batch, mini = int(_get(cfg, "rollout.n", 5)), int(_get(cfg, "rollout.batch_size", 8)), int(_get(cfg, "optim.mini_batch_size", 64))
+    problems = refusals(cfg, algo, n, batch, mini)
+    if problems:
+        raise VerlConfigError("; ".join(problems))
+    notes: list[str] = []
+    attention, attention_why = attention_of(cfg, launch.flash_attn)
+    if attention == "sdpa" and s["attention"] == "auto":
+        notes.append(f"attention: sdpa ({attention_why})")
+    kl = float(_get(cfg, "algorithm.kl_coef", 0.0))
+    m = Mapped(
+        cfg=cfg,
+        verl=s,
+        algo=algo,
+        n=n,
+        batch=batch,
+        mini=mini,
+        micro=int(_get(cfg, "optim.micro_batch_size", 8)),
+        steps=int(_get(cfg, "train.steps", 100)),
+        lr=float(_get(cfg, "optim.lr", 1e-6)),
+        kl=kl,
+        kl_in_reward=bool(_get(cfg, "algorithm.kl_in_reward", False)) and kl > 0,
+        kl_type=_get(cfg, "algorithm.kl_estimator", "k3"),  # veRL accepts the k1/k2/k3 names (core_algos.kl_penalty)
+        attention=attention,
+        attention_why=attention_why,
+        logprobs_mode=rollout_logprob_kind(cfg)[1],
+        dialect=dialect,
+        checkpointing=_get(cfg, "model.gradient_checkpointing"),
+    )
+    o = {**objective_overrides(m), **optimisation_overrides(m), **model_overrides(m), **rollout_overrides(m, launch), **data_overrides(m, launch), **reward_overrides(m, launch), **trainer_overrides(m, launch), **our_overrides(m, launch)}
+    if launch.tool_file:
+        o[f"{AR}.rollout.multi_turn.tool_config_path"] = launch.tool_file
+    o.update(memory_overrides(m))
+    if _get(cfg, "algorithm.clip_ratio_c") is not None:  # dual-clip PPO's lower bound c
+        o[f"{AR}.actor.clip_ratio_c"] = float(_get(cfg, "algorithm.clip_ratio_c"))
+    o.update(lora_overrides(m, notes))
+    o.update(critic_overrides(m, notes))
     if _get(cfg, "model.dtype", "auto") == "fp32":
         notes.append("model.dtype fp32: veRL's FSDP keeps fp32 master weights and computes in bf16 (its mixed precision); not mapped")
     if _get(cfg, "train.save_rollouts", True) is False:
@@ -463,7 +585,8 @@ def prepare(cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], env_url: st
     dialect = dialect_of(cfg)
     agent = SEARCH_R1_AGENT if dialect == "searchr1" else TOOL_AGENT
     val = d / "val.parquet" if _get(cfg, "data.eval") else None
-    overrides, notes = verl_overrides(cfg, run_dir=run_dir, env_url=env_url, train_files=str(d / "train.parquet"), val_files=str(val) if val else None, config_file=str(d / "run-config.json"), agent_loop_file=str(d / "agent_loops.yaml"), tool_file=str(d / "tools.yaml"), driver_pid=driver_pid, trainer_dir=trainer_dir, flash_attn=flash_attn_version())
+    launch = VerlLaunch(run_dir=run_dir, env_url=env_url, train_files=str(d / "train.parquet"), val_files=str(val) if val else None, config_file=str(d / "run-config.json"), agent_loop_file=str(d / "agent_loops.yaml"), tool_file=str(d / "tools.yaml"), driver_pid=driver_pid, trainer_dir=trainer_dir, flash_attn=flash_attn_version())
+    overrides, notes = verl_overrides(cfg, launch)
     # refused configs raise above, before anything is written
     write_verl_parquet(load_dataset(_get(cfg, "data.train"), warn=notes.append), template, d / "train.parquet", "train", agent)
     if val:

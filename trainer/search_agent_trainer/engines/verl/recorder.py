@@ -32,7 +32,6 @@ import os
 import platform
 import traceback
 from collections import defaultdict
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,8 @@ from ...rollout import Trajectory, truncation_warning
 from ...record.tokens import token_record, trajectory_of
 from ...run_writer import RunWriter, disk_full_message, run_disk_full_message
 from ... import token_store
-from ...train import SUMMARY_KEYS, Trainer, held_out_metrics
+from ...metrics import SUMMARY_KEYS, held_out_metrics, rollout_metrics
+from ...versions import package_version
 from . import STOP_FILE
 from .agent_loop import our_tokenizer
 from .dataset import example_of
@@ -54,15 +54,8 @@ from .overrides import rollout_logprob_kind
 TOKEN_ARRAYS = (("rollout_logprob", "rollout_log_probs"), ("logprob", "old_log_probs"), ("ref_logprob", "ref_log_prob"), ("advantage", "advantages"), ("value", "values"))
 
 
-def _version(name: str) -> str | None:
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def versions() -> dict[str, str | None]:
-    return {"trainer": __version__, "verl": _version("verl"), "torch": _version("torch"), "transformers": _version("transformers"), "ray": _version("ray"), "vllm": _version("vllm"), "sglang": _version("sglang"), "python": platform.python_version()}
+    return {"trainer": __version__, "verl": package_version("verl"), "torch": package_version("torch"), "transformers": package_version("transformers"), "ray": package_version("ray"), "vllm": package_version("vllm"), "sglang": package_version("sglang"), "python": platform.python_version()}
 
 
 def expected_mask(role: str, loss_masking: bool = True) -> int:
@@ -230,7 +223,7 @@ class StepRecorder:
         rows, trajs = trajectories_from_batch(batch, self.tokenizer, inputs=inputs, max_per_group=max_per_group)
         prefix = "val/" if split == "val" else ""
         # Validation: the held-out metrics every engine writes (EM, by hops, by kind, …); training: the rollouts'.
-        m = (held_out_metrics(trajs) if split == "val" else Trainer._rollout_metrics(trajs, prefix=prefix)) if trajs else {}
+        m = (held_out_metrics(trajs) if split == "val" else rollout_metrics(trajs, prefix=prefix)) if trajs else {}
         td = batch.batch
         checks: dict[str, float] = {}
         flags, leaked = batch_flags(td, rows, trajs, self.loss_masking, checks if split == "train" else None) if rows else ([], [])

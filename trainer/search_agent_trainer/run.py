@@ -1,0 +1,270 @@
+"""A training run, whichever engine trains it: what the builtin engine (train.py) and the TRL engine
+(engines/trl/engine.py) share around their update, so a run reads and behaves the same whatever trains it.
+
+- the run directory (run_writer.py: run.json, events, metrics) and the rollout recorder (recorder.py);
+- the data (malformed lines reported and skipped) and the prompts as fed (too long: skipped), the env server's health;
+- rollouts through the one protocol (rollout.py `run_rollouts`) with generation.py's `LMGenerator` over the policy,
+  scored by the env server's `/reward` (reward.py);
+- held-out evaluation: greedy, one sample per question, its `val/*` metrics (metrics.py) and records;
+- the lifecycle: SIGTERM (or SIGINT) finishes the current step, checkpoints and exits 0 with status `stopped`
+  (`stop_reason` `signal`; SIGHUP or the host process dying: `host-gone`); an exception writes its traceback to
+  events and `run.json` (status `failed`) and exits 1.
+
+An engine subclasses `Run` for its `setup` and `train` (the base's `run()` calls `train()`; the hooks an engine may
+replace: `_run_writer`, `_recorder`, `_parent_to_watch`, `_generator`, `_settings`, `_eval_trajectories`). Its
+setup sets what the rollouts use: `device`, `policy`, `tok`, `dialect`, `stops`, `max_batch_tokens`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .checkpoint import latest_checkpoint
+from .config import Section, stored_config
+from .curriculum import stages
+from .data import Example, load_dataset, render_prompt
+from .env_client import EnvClient
+from .generation import LMGenerator
+from .metrics import held_out_metrics
+from .numerics import Numerics
+from .policy import compute_dtype
+from .record.tokens import trajectory_data
+from .recorder import Recorder, RecordSettings, StepJob
+from .reward import score
+from .rollout import RolloutSettings, Trajectory, run_rollouts
+from .run_writer import RunWriter, disk_full_message, run_disk_full_message, set_disk_fault
+from .versions import trainer_versions
+from .watchdog import watch_parent
+
+
+class Run:
+    # This process's rank among the engine's training processes (the builtin engine is one process).
+    rank = 0
+
+    # What the run computes in (setup: model.dtype, measured for `fastest`; numerics.py). None: compute_dtype's rule.
+    numerics: Numerics | None = None
+
+    def __init__(self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.resume = resume
+        self.stop_requested = False
+        self.stop_reason: str | None = None
+        self.total = int(cfg.train.steps)
+        self.stages = stages(cfg)
+        self.stage = self.stages[0]
+        self.writer = self._run_writer(stdout)
+        if cfg.test and cfg.test.disk_full:  # tests: a full disk from a given write on (run_writer.set_disk_fault)
+            set_disk_fault(cfg.test.disk_full.at, int(cfg.test.disk_full.after_bytes))
+        self.recorder = self._recorder()
+        self.env = EnvClient(env_url)
+
+    def versions(self) -> dict[str, str | None]:
+        """What run.json records of the software that trains."""
+        return trainer_versions()
+
+    def _run_writer(self, stdout: Any) -> RunWriter:
+        return RunWriter(self.run_dir, stored_config(self.cfg), self.versions(), self.total, stdout=stdout, python=sys.executable)
+
+    def _recorder(self) -> Recorder | None:
+        """The background writer of the run's rollouts (recorder.py); None on the processes that do not write."""
+        return Recorder(self.run_dir, RecordSettings.of(self.cfg), texts=lambda ids: self.tok.token_texts(ids), warn=self.writer.warning)
+
+    def _truncate_after(self, step: int) -> None:
+        """A resume from `step` (-1: from scratch): later metrics, rollouts and checkpoints go."""
+        self.writer.truncate_after(step)
+        if self.recorder is not None:  # (the processes that do not write have none)
+            self.recorder.truncate_after(step)
+
+    # -- data and prompts -----------------------------------------------------------------------------------------
+    def _load_data(self) -> None:
+        """The datasets (malformed lines reported and skipped), and the env server's health."""
+        cfg, w = self.cfg, self.writer
+        self.train_set = load_dataset(cfg.data.train, warn=w.warning)
+        self.eval_set = load_dataset(cfg.data.eval, warn=w.warning) if cfg.data.eval else []
+        if cfg.data.eval_size:
+            self.eval_set = self.eval_set[: cfg.data.eval_size]
+        health = self.env.health()
+        w.log(f"env server {self.env.url}: retriever {health.get('retriever')}, reward {health.get('reward')}")
+        if not health.get("reward"):
+            raise RuntimeError(f"the env server at {self.env.url} has no reward module (start it with --reward)")
+
+    def _resume_checkpoint(self) -> Path | None:
+        """With --resume, the last complete checkpoint (None, with a warning, when there is none)."""
+        ckpt = latest_checkpoint(self.run_dir) if self.resume else None
+        if self.resume and ckpt is None:
+            self.writer.warning("--resume: no complete checkpoint in this run directory; starting from step 0")
+            self._truncate_after(-1)
+        return ckpt
+
+    def _encode_prompts(self) -> None:
+        """Every example's prompt as fed (text, token ids); examples whose prompt is too long are skipped."""
+        cfg = self.cfg
+        self.train_prompts = self._prompts(self.train_set, "data.train")
+        self.eval_prompts = self._prompts(self.eval_set, "data.eval") if self.eval_set else []
+        self.train_set = [e for e, p in zip(self.train_set, self.train_prompts) if p is not None]
+        self.train_prompts = [p for p in self.train_prompts if p is not None]
+        keep = [i for i, p in enumerate(self.eval_prompts) if p is not None]
+        self.eval_set = [self.eval_set[i] for i in keep]
+        self.eval_prompts = [self.eval_prompts[i] for i in keep]
+        if not self.train_set:
+            raise RuntimeError(f"{cfg.data.train}: every prompt is longer than rollout.max_prompt_length ({cfg.rollout.max_prompt_length} tokens)")
+
+    def _prompts(self, examples: list[Example], key: str) -> list[tuple[str, list[int]] | None]:
+        out: list[tuple[str, list[int]] | None] = []
+        too_long = []
+        for e in examples:
+            text = self.dialect.prompt(self.tok, render_prompt(self.cfg.data.prompt_template, e.question), self.cfg.data.chat_template)
+            ids = self.tok.encode(text)
+            if len(ids) > self.cfg.rollout.max_prompt_length:
+                too_long.append(e.id)
+                out.append(None)
+            else:
+                out.append((text, ids))
+        if too_long:
+            self.writer.warning(f"{key}: {len(too_long)} prompts are longer than rollout.max_prompt_length ({self.cfg.rollout.max_prompt_length} tokens) and are skipped (first: {', '.join(too_long[:5])})")
+        return out
+
+    # -- rollouts and scores --------------------------------------------------------------------------------------
+    def _compute_dtype(self) -> torch.dtype | None:
+        """The run's autocast dtype (None: fp32): what its numerics chose (model.dtype, measured for `fastest`), or
+        compute_dtype's rule before they are resolved."""
+        return self.numerics.autocast if self.numerics is not None else compute_dtype(self.cfg, self.device)
+
+    def _autocast(self):
+        """One autocast context factory for the run (None: fp32): bf16 when the run's numerics say so."""
+        dtype = self._compute_dtype()
+        return (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype is not None else None
+
+    def _settings(self, generator: LMGenerator, prompts: Sequence[tuple[str, list[int]]], n: int) -> RolloutSettings:
+        return RolloutSettings.of(self.cfg, generator.wave_size(max(len(p[1]) for p in prompts), self.cfg.rollout.max_response_length, n))
+
+    def _generator(self, step: int, greedy: bool) -> LMGenerator:
+        g = torch.Generator(device=self.device)
+        g.manual_seed(self.cfg.seed * 1_000_003 + step + 7_919 * self.rank)  # each process samples its own
+        r = self.cfg.rollout
+        return LMGenerator(self.policy, self.tok, 0.0 if greedy else r.temperature, r.top_p, self.device, self.stops, g, self._autocast(), self.max_batch_tokens)
+
+    def _rollouts(self, examples: Sequence[Example], prompts: Sequence[tuple[str, list[int]]], n: int, step: int, greedy: bool) -> list[Trajectory]:
+        gen = self._generator(step, greedy)
+        return run_rollouts(examples, prompts, n, gen, self.tok, self.env, self._settings(gen, prompts, n), warn=self.writer.warning, dialect=self.dialect)
+
+    def _score(self, trajs: list[Trajectory]) -> int:
+        """Rewards from /reward (reward.py); a failed item is reported, kept with reward 0 for training."""
+        return score(self.env, trajs, self.cfg.rollout.search_tool, self.writer.warning)
+
+    # -- held-out evaluation --------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, step: int) -> dict[str, float]:
+        self.writer.progress(step, self.total, "eval")
+        t0 = time.perf_counter()
+        trajs = self._eval_trajectories(step, range(len(self.eval_set)))
+        return self._eval_report(trajs, step, t0) if trajs else {}
+
+    def _eval_trajectories(self, step: int, which: range) -> list[Trajectory]:
+        """Greedy rollouts of the held-out examples `which` (one each, `group` = the example's index), scored."""
+        cfg = self.cfg
+        self.policy.eval()
+        trajs: list[Trajectory] = []
+        size = max(1, cfg.rollout.batch_size * cfg.rollout.n)
+        for lo in range(which.start, which.stop, size):
+            hi = min(lo + size, which.stop)
+            part = self._rollouts(self.eval_set[lo:hi], self.eval_prompts[lo:hi], 1, step, greedy=True)
+            for t in part:
+                t.group += lo
+            trajs += part
+        self._score(trajs)
+        return trajs
+
+    def _eval_report(self, trajs: list[Trajectory], step: int, t0: float) -> dict[str, float]:
+        """The held-out metrics (`val/*`), records and `eval` event of an evaluation."""
+        w = self.writer
+        m = held_out_metrics(trajs)
+        m["timing_s/eval"] = time.perf_counter() - t0
+        held_out = trajectory_data(trajs, self.tok, run_id=w.run["id"], step=step, split="val")
+        m.update({k.replace("record/", "val/record/"): v for k, v in self._record(trajs, step, "val", [[] for _ in trajs], held_out).items()})
+        w.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})
+        return m
+
+    # -- the lifecycle --------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        """The run's lifecycle around `train()`: signals, the parent watchdog, the final status, failures."""
+        w = self.writer
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+        watch_parent(self._on_parent_gone, self._parent_to_watch())
+        try:
+            step = self.train()
+            self._close_recorder()
+            status = "stopped" if self.stop_requested and step < self.total else "finished"
+            w.finish(status, stop_reason=self.stop_reason if status == "stopped" else None)
+            w.event("finished", status=status, step=step)
+            return 0
+        except Exception as e:  # noqa: BLE001 - every failure is reported, with its traceback
+            tb = traceback.format_exc()
+            # A full disk says so first, naming the file (its traceback would end in ENOSPC, which is all it says):
+            # the first that found it full (the rollout writer's thread may have, before this thread's write failed).
+            full = run_disk_full_message(e)
+            message = full or f"{type(e).__name__}: {e}"
+            w.log(f"error: {full}" if full else tb)
+            # The host reads stdout: it gets these even when the run directory cannot take them.
+            w.event("error", best_effort=True, message=message, traceback=tb)
+            try:
+                self._close_recorder()
+            except OSError as e2:  # the writer's last steps hit the same full disk: what was written stays readable
+                w.log(f"could not finish writing the rollouts: {disk_full_message(e2) or e2}")
+            try:
+                # On a full disk, a short run.json: its old blocks may be all the room there is.
+                w.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
+            except OSError as e2:
+                w.log(f"could not record the failure in run.json: {disk_full_message(e2) or e2}")
+            w.event("finished", best_effort=True, status="failed", step=int(w.run.get("step", 0)))
+            return 1
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+            w.close()
+
+    def train(self) -> int:
+        """The engine's training: setup, then steps until train.steps or a stop; returns the last completed step."""
+        raise NotImplementedError
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        if not self.stop_requested:
+            self.writer.log(f"{signal.Signals(signum).name}: finishing the current step, then checkpointing and stopping")
+        self.stop_requested = True
+        # SIGHUP: the host is closing (a window reloading), not a user's Stop; a new window offers to resume.
+        self.stop_reason = "host-gone" if signum == signal.SIGHUP else (self.stop_reason or "signal")
+
+    def _on_parent_gone(self, pid: int) -> None:
+        self.writer.log(f"the host process {pid} has gone: finishing the current step, then checkpointing and stopping")
+        self.stop_requested = True
+        self.stop_reason = "host-gone"
+
+    def _close_recorder(self) -> None:
+        """The end of a run: the writer writes what it holds (the last steps), and run.json says what was recorded."""
+        if self.recorder is None:
+            return
+        if not self.recorder.close(timeout=600):
+            self.writer.warning("the rollout writer did not finish within 10 minutes; the last steps' rollouts may be missing")
+        self.writer.run["record"] = self.recorder.summary()
+
+    def _record(self, trajs: list[Trajectory], step: int, split: str, flags: list[list[str]], build: Any, stats: dict[str, float] | None = None) -> dict[str, float]:
+        """Hands a step's rollouts to the recorder (recorder.py): the checks' `flags` and the choice here, the
+        records and columns built (`build`) and written on the writer thread. Returns the step's record/* metrics."""
+        if self.recorder is None:
+            return {}
+        name = f"{'val-' if split == 'val' else ''}step-{step:06d}"
+        return self.recorder.submit(StepJob(name, step, split, len(trajs), [t.group for t in trajs], flags, build, stats=stats))
+
+    def _parent_to_watch(self) -> int | None:
+        """The process whose end stops the run (None: the host's, SAS_PARENT_PID)."""
+        return None
