@@ -6,7 +6,7 @@
  * as they happen, a Cancel button, and the last run's numbers dimmed. Everything is rendered as text through the DOM.
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
-import { failedSoFar, type RewardLabContract, type RewardLabReport, type RewardLabState } from '../../src/core/protocol';
+import { failedSoFar, type RewardLabContract, type RewardLabReport, type RewardLabState } from '../../src/core/protocol/rewardLab';
 import { connect, vscodeApi } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 

@@ -4,7 +4,7 @@
  * report as one JSON object on stdout. A run is cancelled by killing the process.
  */
 import { execa, type ResultPromise } from 'execa';
-import type { RewardLabReport } from '../../core/protocol';
+import type { RewardLabReport } from '../../core/protocol/rewardLab';
 import { nodeCommand } from '../node';
 
 export interface RunOutcome {
