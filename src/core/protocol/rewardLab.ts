@@ -2,28 +2,11 @@
  * The Reward Lab's contract (webview/reward-lab/; the host is src/extension/rewards/rewardWorkbench.ts): what its two
  * sides ask and tell, and its view model. Imports types only (it is bundled into the webview).
  */
+import type { RewardReport } from '../rewards/report';
 import type { Contract } from './messaging';
 
-/** The Reward Lab's view of one reward module scored against one rollout source. */
-export interface RewardLabReport {
-  count: number;
-  scored: number;
-  errors: number;
-  /** Failures by kind (`timeout`, `throw`, `memory`, `skipped`, …). */
-  errorsByKind?: Partial<Record<string, number>>;
-  mean: number | null;
-  std: number | null;
-  recordedMean: number | null;
-  agreement: number | null;
-  frac_zero_std_groups: number | null;
-  frac_zero_std_groups_recorded: number | null;
-  groups: number;
-  histogram: { edges: number[]; recorded: number[]; scored: number[] };
-  bySource: { data_source: string; count: number; recordedMean: number | null; mean: number | null }[];
-  changed: { id: string; where: string; recorded: number | null; reward: number | null }[];
-  changedCount: number;
-  failures: { id: string; where: string; message: string; error: { kind: string; message: string; file?: string; line?: number; column?: number; stack?: string } }[];
-}
+/** The report of one reward module scored against one rollout source: the reward runner's own (`reward --report`). */
+export type { RewardReport };
 
 export interface RewardLabState {
   /** The reward module's path and its file name. */
@@ -35,7 +18,7 @@ export interface RewardLabState {
   /** While scoring: rollouts done, of how many, and the failures so far by kind (timeouts as they happen). */
   progress?: { done: number; total: number | null; errors?: Partial<Record<string, number>> };
   /** The last finished run's numbers: shown dimmed while a new run scores (or after one was cancelled). */
-  report?: RewardLabReport;
+  report?: RewardReport;
   /**
    * The rollouts re-scoring compares on: the set the first run after choosing them read (a live run keeps growing;
    * "before the edit" and "now" score the same rollouts). Choosing the rollouts again takes a new set.
