@@ -29,7 +29,7 @@ import { RunConfigError, runNeeds } from '../core/host/runConfig';
 import { EnvServerError } from '../core/host/processes';
 import { RolloutTable } from '../core/inspect/table';
 import { FilterError } from '../core/inspect/filter';
-import type { Continuation, ForkDocument, ForkOptions } from '../core/protocol';
+import type { Continuation, ForkDocument, ForkOptions } from '../core/protocol/replay';
 import type { Rollout } from '../core/run/format';
 import { findPython, noPythonMessage, runPythonNote } from '../core/python';
 import { readRun } from '../core/host/runs';

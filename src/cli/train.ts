@@ -13,7 +13,7 @@ import { EnvServerError } from '../core/host/processes';
 import { packageRoot } from '../core/paths';
 import { MemoryPlanError } from '../core/plan/check';
 import { parseBytes } from '../core/plan/plan';
-import { HOPS_METRICS } from '../core/protocol';
+import { HOPS_METRICS } from '../core/protocol/dashboard';
 import { findPython, noPythonMessage, pythonCandidates, runPythonNote, type TrainerNeeds } from '../core/python';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';

@@ -7,7 +7,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { NO_TRAINER_PYTHON } from './protocol';
+import { NO_TRAINER_PYTHON } from './protocol/replay';
 
 /**
  * The oldest versions the trainer runs with, from what it uses: `F.scaled_dot_product_attention` (the tiny

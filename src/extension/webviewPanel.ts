@@ -4,7 +4,7 @@
  * protocol's ready handshake), and a typed endpoint wired to the panel's message channel.
  */
 import * as vscode from 'vscode';
-import { hostEndpoint, type Contract, type HostEndpoint, type WebviewName } from '../core/protocol';
+import { hostEndpoint, type Contract, type HostEndpoint, type WebviewName } from '../core/protocol/messaging';
 import { renderWebviewHtml } from '../core/webviewHtml';
 
 export interface WebviewPanelSpec {

@@ -1,7 +1,7 @@
 /** The dashboard's pure parts: sparse series get markers, the legend's nearest recorded value, a run's header;
  * smoothing, colours, the alarm lane, wall time and the chart search (issue 44). */
 import assert from 'node:assert/strict';
-import type { MetricsRow } from '../../src/core/protocol';
+import type { MetricsRow } from '../../src/core/protocol/dashboard';
 import { runStages } from '../../src/core/run/config';
 import { alarmLane, alarmNames, chartMatches, emptyText, fmtDuration, laneText, nearest, paletteColor, questionKinds, runStatus, smoothEma, sparseSeries, stageMarks, stepTimes, thresholdOf, type LaneMark } from '../../webview/dashboard/model';
 

@@ -10,7 +10,7 @@ import {
   type Contract,
   type Envelope,
   type Transport,
-} from '../../src/core/protocol';
+} from '../../src/core/protocol/messaging';
 
 interface TestContract extends Contract {
   host: {

@@ -6,7 +6,7 @@
  * a curriculum run (thin dotted lines through the plot: they are few).
  */
 import type uPlot from 'uplot';
-import type { DashboardRun } from '../../src/core/protocol';
+import type { DashboardRun } from '../../src/core/protocol/dashboard';
 import { h, replaceChildren } from '../shared/dom';
 import { laneText, type LaneMark } from './model';
 

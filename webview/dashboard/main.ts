@@ -14,7 +14,7 @@
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
 import uPlot from 'uplot';
-import { ALARMS, AUDIT_METRICS, HOPS_METRICS, KIND_METRICS, type DashboardContract, type DashboardRun, type DashboardSettings, type DashboardView, type MetricsRow } from '../../src/core/protocol';
+import { ALARMS, AUDIT_METRICS, HOPS_METRICS, KIND_METRICS, type DashboardContract, type DashboardRun, type DashboardSettings, type DashboardView, type MetricsRow } from '../../src/core/protocol/dashboard';
 import { connect, vscodeApi } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 import { alarmLane, alarmNames, chartMatches, emptyText, fmt, fmtDuration, nearest, paletteColor, questionKinds, runStatus, smoothEma, sparseSeries, stageMarks, stepTimes, type LaneMark } from './model';

@@ -1,6 +1,6 @@
 /** The dashboard's pure parts (no DOM): number format, a run's header, sparse series, the nearest recorded value,
  * the question kinds a run's metrics name. */
-import { AUDIT_METRICS, KIND_METRICS, type DashboardRun, type MetricsRow } from '../../src/core/protocol';
+import { AUDIT_METRICS, KIND_METRICS, type DashboardRun, type MetricsRow } from '../../src/core/protocol/dashboard';
 
 export const fmt = (v: number | null | undefined) => (v === null || v === undefined || !Number.isFinite(v) ? '–' : Math.abs(v) >= 1000 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(3));
 

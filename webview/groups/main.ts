@@ -5,7 +5,7 @@
  * Zero-variance groups come first; a checkbox shows only them. Clicking a sample replays it. All rollout text is
  * inserted as text nodes.
  */
-import type { GroupsContract, GroupsState, GroupView, ZeroVarianceReason } from '../../src/core/protocol';
+import type { GroupsContract, GroupsState, GroupView, ZeroVarianceReason } from '../../src/core/protocol/groups';
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 

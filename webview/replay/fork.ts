@@ -5,7 +5,8 @@
  * rollout: reward, answer, finish, the first token where they diverge, and their tokens from there on, coloured by
  * role with the loss mask (masked tokens hatched, as the replay's chips). All text is inserted as text nodes.
  */
-import { NO_TRAINER_PYTHON, type Continuation, type ForkChoices, type ForkResult, type ReplayContract, type ReplayModel, type ViewEndpoint } from '../../src/core/protocol';
+import type { ViewEndpoint } from '../../src/core/protocol/messaging';
+import { NO_TRAINER_PYTHON, type Continuation, type ForkChoices, type ForkResult, type ReplayContract, type ReplayModel } from '../../src/core/protocol/replay';
 import { h, replaceChildren } from '../shared/dom';
 
 const fmt = (v: number | null | undefined) => (v === null || v === undefined ? '–' : Number.isInteger(v) ? String(v) : v.toFixed(3));

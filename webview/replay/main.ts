@@ -11,7 +11,7 @@
  * panes that hold it. All rollout text is inserted as text nodes.
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
-import type { Overlay, ReplayContract, ReplayEntry, ReplayModel, ReplayPosition, ReplayState } from '../../src/core/protocol';
+import type { Overlay, ReplayContract, ReplayEntry, ReplayModel, ReplayPosition, ReplayState } from '../../src/core/protocol/replay';
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 import { forkPane } from './fork';

@@ -5,7 +5,8 @@
  * drop, at a level and cap the user picks; the host computes it), the "next drift" marker with the recorded and the
  * re-encoded pieces side by side, and the engine's mask against ours. Model text is inserted as text nodes only.
  */
-import type { ImportanceLevel, ImportancePreview, Overlay, ReplayContract, ReplayModel, ViewEndpoint } from '../../src/core/protocol';
+import type { ViewEndpoint } from '../../src/core/protocol/messaging';
+import type { ImportanceLevel, ImportancePreview, Overlay, ReplayContract, ReplayModel } from '../../src/core/protocol/replay';
 import { h, replaceChildren } from '../shared/dom';
 
 export const MICROSCOPE_LABELS: Record<'delta' | 'ratio', string> = { delta: 'Δ = logprob − rollout_logprob', ratio: 'ratio exp(Δ) = π_trainer / π_rollout' };

@@ -8,7 +8,7 @@
  * CSS classes, and one legend above the strips naming both palettes and each strip's range. A click on a cell moves
  * to that token. Built with the DOM (webview/shared/dom.ts): token text only ever becomes a title attribute.
  */
-import type { Overlay, ReplayModel } from '../../src/core/protocol';
+import type { Overlay, ReplayModel } from '../../src/core/protocol/replay';
 import { h, replaceChildren } from '../shared/dom';
 
 /** The strips, in order, with their names and palettes. */

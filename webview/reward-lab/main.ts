@@ -6,7 +6,7 @@
  * as they happen, a Cancel button, and the last run's numbers dimmed. Everything is rendered as text through the DOM.
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
-import { failedSoFar, type RewardLabContract, type RewardLabReport, type RewardLabState } from '../../src/core/protocol';
+import { failedSoFar, type RewardLabContract, type RewardReport, type RewardLabState } from '../../src/core/protocol/rewardLab';
 import { connect, vscodeApi } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 
@@ -19,7 +19,7 @@ function card(label: string, value: string, testid: string, detail?: string): HT
   return h('div', { class: 'card' }, h('div', { class: 'label' }, label), h('div', { class: 'value', 'data-testid': testid }, value), detail ? h('div', { class: 'detail' }, detail) : null);
 }
 
-function histogram(r: RewardLabReport): HTMLElement {
+function histogram(r: RewardReport): HTMLElement {
   const { edges, recorded, scored } = r.histogram;
   const max = Math.max(1, ...recorded, ...scored);
   const bins = recorded.map((rec, i) => {
@@ -40,7 +40,7 @@ function histogram(r: RewardLabReport): HTMLElement {
   );
 }
 
-function sources(r: RewardLabReport): HTMLElement {
+function sources(r: RewardReport): HTMLElement {
   return h(
     'section',
     {},
@@ -58,7 +58,7 @@ function location(where: string, text = where): HTMLElement {
   return h('a', { href: '#', class: 'location', onclick: (e: Event) => (e.preventDefault(), void endpoint.request('openLocation', { where })) }, text);
 }
 
-function changed(r: RewardLabReport): HTMLElement {
+function changed(r: RewardReport): HTMLElement {
   return h(
     'section',
     {},
@@ -74,7 +74,7 @@ function changed(r: RewardLabReport): HTMLElement {
   );
 }
 
-function failures(r: RewardLabReport): HTMLElement | null {
+function failures(r: RewardReport): HTMLElement | null {
   if (!r.failures.length) return null;
   return h(
     'section',

@@ -7,7 +7,7 @@
  * rows: issue 44), and are resizable by dragging a header's right edge (double-click: fit).
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
-import type { InspectorColumn, InspectorContract, InspectorQuery, InspectorStatus, RowFacts } from '../../src/core/protocol';
+import type { InspectorColumn, InspectorContract, InspectorQuery, InspectorStatus, RowFacts } from '../../src/core/protocol/rollouts';
 import { connect, vscodeApi } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 

@@ -1,5 +1,5 @@
 /** The webview side of the protocol: one `acquireVsCodeApi()` per document, one typed endpoint. */
-import { viewEndpoint, type Contract, type ViewEndpoint, type WebviewName } from '../../src/core/protocol';
+import { viewEndpoint, type Contract, type ViewEndpoint, type WebviewName } from '../../src/core/protocol/messaging';
 
 interface VsCodeApi {
   postMessage(message: unknown): void;

@@ -4,7 +4,7 @@
  * them on random records), without building those arrays — the inspector's facts and `audit` over a store spend
  * their time on the checks, not on allocating and collecting a few arrays per rollout.
  */
-import type { ImportancePreview } from '../protocol';
+import type { ImportancePreview } from '../protocol/replay';
 import type { TokenColumnsView } from '../run/columns';
 import { IMPORTANCE_DEFAULTS, type ImportanceOptions } from './importance';
 import { LOGPROB_DEFAULTS, nucleusExcess, processedNucleus, type LogprobCheck, type LogprobOptions } from './logprob';

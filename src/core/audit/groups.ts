@@ -6,7 +6,7 @@
  * length limit (`all-truncated`), none follows the format (`all-invalid-format`), all are right (`all-correct`), all
  * are wrong (`all-wrong`); otherwise the rewards are merely equal (`equal-rewards`).
  */
-import type { GroupSample, GroupView, ZeroVarianceReason } from '../protocol';
+import type { GroupSample, GroupView, ZeroVarianceReason } from '../protocol/groups';
 import { groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
 import { trajectoryFacts } from '../run/summary';
 import { firstDifference } from './drift';

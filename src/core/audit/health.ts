@@ -21,7 +21,7 @@
  *   the positions), or a metrics value that is not a finite number (null: the trainer's writer turns NaN/∞ into
  *   null). On the rollout and on its step.
  */
-import type { MetricsRow } from '../protocol';
+import type { MetricsRow } from '../protocol/dashboard';
 import { TOKEN_ROLES, type Rollout } from '../run/format';
 import { tokenColumnsOf } from '../run/columns';
 

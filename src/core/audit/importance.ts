@@ -15,7 +15,7 @@
  * Tokens with loss_mask 0, and trained tokens missing either log-prob, are never clipped or dropped: they are not
  * in the loss, or there is no ratio to correct.
  */
-import type { ImportanceLevel, ImportancePreview } from '../protocol';
+import type { ImportanceLevel, ImportancePreview } from '../protocol/replay';
 import { logprobDeltas } from './logprob';
 
 export type { ImportanceLevel, ImportancePreview };

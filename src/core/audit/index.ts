@@ -6,7 +6,7 @@
  * think-drift), with a run-level summary and per-step series for the dashboard. The CLI, the inspector and the
  * dashboard all read it from here.
  */
-import type { MetricsRow } from '../protocol';
+import type { MetricsRow } from '../protocol/dashboard';
 import { em } from '../rewards/normalize';
 import { rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import type { TokenizerCodec } from '../inspect/tokenizer';

@@ -4,7 +4,7 @@
  * the importance-sampling preview at the panel's level and cap, the first re-tokenisation drift with both sides
  * decoded token by token (the webview shows them as text, side by side), and the engine's mask against ours.
  */
-import type { ReplayMicroscope, ReplayModel } from '../protocol';
+import type { ReplayMicroscope, ReplayModel } from '../protocol/replay';
 import type { Rollout } from '../run/format';
 import type { TokenizerCodec } from '../inspect/tokenizer';
 import type { DriftOptions } from './drift';

@@ -5,7 +5,7 @@
  * actor/grad_norm). The trainer side recomputes; this side chooses, compares and words it — for the CLI
  * (`search-agent-studio replay-step`) and any other view.
  */
-import type { MetricsRow } from '../protocol';
+import type { MetricsRow } from '../protocol/dashboard';
 import type { Rollout } from '../run/format';
 import { streamRollouts } from '../store/rollouts';
 import { isTraining } from './health';

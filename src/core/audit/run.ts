@@ -11,7 +11,7 @@
 import { existsSync } from 'node:fs';
 import { readFile, rename, stat, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import type { MetricsRow } from '../protocol';
+import type { MetricsRow } from '../protocol/dashboard';
 import { readLines } from '../store/jsonl';
 import { isStorePart, readPart, rolloutFiles, runConfigDialect, runConfigNear } from '../store/rollouts';
 import { STORE_FILES } from '../store/tokenStore';

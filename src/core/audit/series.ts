@@ -3,7 +3,7 @@
  * mean |Δ| over trained tokens, the fraction of trained tokens whose ratio lies outside the band, the mean
  * sequence-level ratio, leaked tokens, the rollouts audited, and each alarm's count (of rollouts). The names (ALARMS, AUDIT_METRICS) are the protocol's: the dashboard's webview charts them.
  */
-import { ALARMS, AUDIT_METRICS, RUN_ALARMS, type Alarm, type MetricsRow } from '../protocol';
+import { ALARMS, AUDIT_METRICS, RUN_ALARMS, type Alarm, type MetricsRow } from '../protocol/dashboard';
 import type { GroupStepFacts } from './groupChecks';
 import { addHealthStep, type HealthStepFacts } from './health';
 import { addSearchStep, searchRates, type SearchStepFacts } from './search';

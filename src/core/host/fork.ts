@@ -9,7 +9,7 @@
 import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import type { Continuation, ForkOptions, ForkResult } from '../protocol';
+import type { Continuation, ForkOptions, ForkResult } from '../protocol/replay';
 import type { Rollout } from '../run/format';
 import { readPartRow, streamRollouts } from '../store/rollouts';
 import { trainerDir } from './runHost';

@@ -4,7 +4,7 @@
  * shrank (a resumed run truncates after its checkpoint) starts over with `reset`.
  */
 import { open, stat } from 'node:fs/promises';
-import type { MetricsRow } from '../protocol';
+import type { MetricsRow } from '../protocol/dashboard';
 
 export interface TailRead {
   rows: MetricsRow[];

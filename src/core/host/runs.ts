@@ -6,7 +6,7 @@
 import { existsSync } from 'node:fs';
 import { readdir, readFile, stat } from 'node:fs/promises';
 import { basename, isAbsolute, join } from 'node:path';
-import type { RunStage } from '../protocol';
+import type { RunStage } from '../protocol/dashboard';
 import { runStages } from '../run/config';
 import type { RunJson } from '../run/format';
 import { MetricsTail } from './metricsTail';

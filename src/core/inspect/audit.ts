@@ -7,7 +7,7 @@
  * With masking turned off on purpose (the ablation, `algorithm.loss_masking: false`) every non-generated response
  * token is a leak by this definition: the audit reports what was trained on, whatever the intent.
  */
-import type { LeakKind, MaskAudit } from '../protocol';
+import type { LeakKind, MaskAudit } from '../protocol/replay';
 import type { TokenRole } from '../run/format';
 
 export type { LeakKind, MaskAudit };

@@ -19,7 +19,7 @@ import { ForeignMirror } from '../importers/foreign/mirror';
 import { formatIssue } from '../run/format';
 import type { ReadOptions } from '../run/format';
 import { rawPreview, readPart, rolloutFiles, runConfigDialect, RolloutStore, type RolloutRow } from '../store/rollouts';
-import type { InspectorQuery, InspectorStatus, RowFacts } from '../protocol';
+import type { InspectorQuery, InspectorStatus, RowFacts } from '../protocol/rollouts';
 import { FilterError, tokenize } from './filter';
 import { RolloutTable, rowFacts } from './table';
 import { mismatchNote, tokenizerMismatch } from '../audit/tokenizerMatch';

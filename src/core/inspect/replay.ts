@@ -14,7 +14,7 @@
  * timeline entry, its role from the parser, no mask and no audit — unless a tokenizer is supplied to split the
  * text (each entry tokenised on its own, so every token has exactly one role).
  */
-import type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens } from '../protocol';
+import type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens } from '../protocol/replay';
 import { rolloutContext, type ReadOptions, type Rollout, type TokenRole } from '../run/format';
 import type { ParsedTrajectory } from '../tags/parser';
 import { pythonStrip, responseAnswer } from '../tags/searchr1';

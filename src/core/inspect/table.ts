@@ -7,7 +7,7 @@
  * Memory: the facts of a row are its short fields (ids, reward, answer, golden, first 200 characters of the
  * question) — a few hundred bytes however long its response and token arrays are.
  */
-import type { InspectorColumn, RowFacts } from '../protocol';
+import type { InspectorColumn, RowFacts } from '../protocol/rollouts';
 import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
 import { trajectoryFacts } from '../run/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';

@@ -28,6 +28,7 @@ import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import type { ResponseSpan } from '../tags/spans';
 import { spawnWorker } from '../workers';
+import type { RewardError, RewardErrorKind } from './report';
 import { BUNDLE_NAME, REWARD_GLOBAL, type CompiledReward } from './compile';
 import { LOG_LIMITS, RESULT_LIMITS } from './harness';
 import type { RewardWorkerData, ScoreRequest, WorkerOutcome } from './rewardWorker';
@@ -53,18 +54,8 @@ export interface RewardItem {
   where?: string;
 }
 
-export type RewardErrorKind = 'throw' | 'nan' | 'type' | 'timeout' | 'memory' | 'crash' | 'batch-timeout' | 'skipped' | 'cancelled' | 'input';
+export type { RewardError, RewardErrorKind };
 export const REWARD_ERROR_KINDS: readonly RewardErrorKind[] = ['throw', 'nan', 'type', 'timeout', 'memory', 'crash', 'batch-timeout', 'skipped', 'cancelled', 'input'];
-
-export interface RewardError {
-  kind: RewardErrorKind;
-  message: string;
-  /** The user's file and line the failure maps to (when there is a stack frame in their code). */
-  file?: string;
-  line?: number;
-  column?: number;
-  stack?: string;
-}
 
 export type RewardOutcome = { id: string; reward: number; parts: Record<string, number> } | { id: string; error: RewardError };
 

@@ -8,7 +8,10 @@ import { groupKeyOf, rolloutSpans, type Rollout } from '../run/format';
 import { readSource } from '../importers';
 import { packageRoot } from '../paths';
 import { compileRewardModule, rewardApiPath, type CompiledReward } from './compile';
-import { RewardSandbox, describeRewardError, type RewardError, type RewardErrorKind, type RewardItem, type RewardOutcome, type SandboxOptions } from './sandbox';
+import { RewardSandbox, describeRewardError, type RewardItem, type RewardOutcome, type SandboxOptions } from './sandbox';
+import type { ErrorCounts, Histogram, RewardError, RewardErrorKind, RewardReport } from './report';
+
+export type { ErrorCounts, Histogram, RewardReport };
 
 /** The built-in rewards are the project's example modules (examples/rewards/). */
 export const BUILTIN_REWARDS = { em: 'em.reward.ts', subem: 'subem.reward.ts', f1: 'f1.reward.ts', 'em-format': 'em-format.reward.ts' } as const;
@@ -67,9 +70,6 @@ const fileLine = (where: string): [string, number] | undefined => {
   const m = /^(.*):(\d+)$/.exec(where);
   return m ? [m[1]!, Number(m[2])] : undefined;
 };
-
-/** Failures so far, by kind. */
-export type ErrorCounts = Partial<Record<RewardErrorKind, number>>;
 
 /**
  * Streams rollouts through a sandbox, `batch` at a time, in order: our rollout JSONL or run directories, and
@@ -132,37 +132,6 @@ export async function* scoreRollouts(
     if (batch.length >= batchSize) yield* flush();
   }
   if (batch.length) yield* flush();
-}
-
-export interface Histogram {
-  /** Bin edges (bins.length + 1 of them). */
-  edges: number[];
-  recorded: number[];
-  scored: number[];
-}
-
-export interface RewardReport {
-  count: number;
-  scored: number;
-  errors: number;
-  /** The failures by kind (timeout, throw, memory, skipped, …). */
-  errorsByKind: ErrorCounts;
-  mean: number | null;
-  std: number | null;
-  recordedMean: number | null;
-  /** Fraction of rollouts whose new reward equals the recorded one (of those with a recorded reward). */
-  agreement: number | null;
-  /** Fraction of GRPO groups (step, group; ≥ 2 samples) whose rewards are all equal: with new rewards, and recorded. */
-  frac_zero_std_groups: number | null;
-  frac_zero_std_groups_recorded: number | null;
-  groups: number;
-  histogram: Histogram;
-  bySource: { data_source: string; count: number; recordedMean: number | null; mean: number | null }[];
-  /** Rollouts whose reward changed (the first `limit`), biggest change first. */
-  changed: { id: string; where: string; recorded: number | null; reward: number | null }[];
-  changedCount: number;
-  /** The first `limit` failures, with messages naming file, line and rollout. */
-  failures: { id: string; where: string; message: string; error: RewardError }[];
 }
 
 const stats = () => ({ n: 0, sum: 0, sumSq: 0 });

@@ -6,7 +6,7 @@
  * Names follow veRL / Search-R1 where they have one.
  */
 import { S, type Static } from '../schema/schema';
-import type { RunStage } from '../protocol';
+import type { RunStage } from '../protocol/dashboard';
 import { ENGINES, engineIssues } from './engines';
 
 const strict = { additional: false } as const;

@@ -11,7 +11,7 @@ import { Worker } from 'node:worker_threads';
 import * as vscode from 'vscode';
 import { rolloutFile } from '../../core/host/runs';
 import type { EngineMessage, EngineRequest, ForeignOpenOptions } from '../../core/inspect/engine';
-import type { InspectorContract, InspectorQuery, InspectorState, InspectorStatus, RowFacts } from '../../core/protocol';
+import type { InspectorContract, InspectorQuery, InspectorState, InspectorStatus, RowFacts } from '../../core/protocol/rollouts';
 import type { RolloutRow } from '../../core/store/rollouts';
 import { detectSource } from '../../core/importers';
 import { isForeignKind } from '../../core/importers/foreign';

@@ -11,7 +11,7 @@ import { basename } from 'node:path';
 import * as vscode from 'vscode';
 import { detectSource, UnreadableInput } from '../../core/importers';
 import { isForeignKind, PYTHON_KINDS } from '../../core/importers/foreign';
-import type { InspectorStatus } from '../../core/protocol';
+import type { InspectorStatus } from '../../core/protocol/rollouts';
 import { auditTokenizerSetting } from '../auditSettings';
 import { findTrainerPython } from '../training/python';
 import type { Inspector } from './inspector';

@@ -9,7 +9,7 @@ import { ForkHost, defaultCheckpoint, generationTurns, listCheckpoints } from '.
 import { addMicroscope, importancePreview, IMPORTANCE_DEFAULTS, mismatchNote, tokenizerMismatch } from '../../core/audit';
 import { replayModel, type TextTokenizer } from '../../core/inspect/replay';
 import { loadTextTokenizer, runTokenizer, runVocabSize, type TokenizerCodec } from '../../core/inspect/tokenizer';
-import type { ForkChoices, ForkOptions, ForkResult, ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol';
+import type { ForkChoices, ForkOptions, ForkResult, ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol/replay';
 import type { Rollout } from '../../core/run/format';
 import { formatIssue } from '../../core/run/format';
 import { rawPreview, readPartRow, runConfigDialect, runConfigNear, type RolloutRow } from '../../core/store/rollouts';

@@ -9,7 +9,7 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import * as vscode from 'vscode';
-import { failedSoFar, type RewardLabContract, type RewardLabState } from '../../core/protocol';
+import { failedSoFar, type RewardLabContract, type RewardLabState } from '../../core/protocol/rewardLab';
 import { rolloutFileKind } from '../../core/importers';
 import { isStorePart, rolloutFiles } from '../../core/store/rollouts';
 import { STEP_DIR, StoreStep } from '../../core/store/tokenStore';

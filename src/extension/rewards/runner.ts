@@ -4,11 +4,11 @@
  * report as one JSON object on stdout. A run is cancelled by killing the process.
  */
 import { execa, type ResultPromise } from 'execa';
-import type { RewardLabReport } from '../../core/protocol';
+import type { RewardReport } from '../../core/rewards/report';
 import { nodeCommand } from '../node';
 
 export interface RunOutcome {
-  report?: RewardLabReport;
+  report?: RewardReport;
   /** The rollouts the run read (file → last line): a later run given it scores the same ones. */
   set?: Record<string, number>;
   compileError?: { file: string; line: number; column: number; message: string };
@@ -62,7 +62,7 @@ export class RewardRun {
       if (this.cancelled) return { cancelled: true, malformed };
       const last = String(r.stdout ?? '').trim().split('\n').pop() ?? '';
       try {
-        const o = JSON.parse(last) as { report?: RewardLabReport; compileError?: RunOutcome['compileError']; set?: Record<string, number> };
+        const o = JSON.parse(last) as { report?: RewardReport; compileError?: RunOutcome['compileError']; set?: Record<string, number> };
         if (o.report || o.compileError) return { ...o, malformed };
       } catch {
         /* fall through */

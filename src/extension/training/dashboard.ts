@@ -10,7 +10,7 @@ import { auditMetricRows, withoutTrainerSeries } from '../../core/audit/series';
 import { AuditThread } from '../../core/audit/thread';
 import { MetricsTail } from '../../core/host/metricsTail';
 import { listRuns, readRun, rolloutFile } from '../../core/host/runs';
-import type { DashboardContract, DashboardRun, DashboardSettings, MetricsRow } from '../../core/protocol';
+import type { DashboardContract, DashboardRun, DashboardSettings, MetricsRow } from '../../core/protocol/dashboard';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { pickRun, runDirOf } from './runsView';
 import type { TrainingController } from './trainingController';

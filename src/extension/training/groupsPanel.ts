@@ -7,7 +7,7 @@
 import * as vscode from 'vscode';
 import { groupViews, type LocatedRollout } from '../../core/audit/groups';
 import { runFactsOf } from '../../core/audit/groupChecks';
-import type { GroupsContract, GroupsState } from '../../core/protocol';
+import type { GroupsContract, GroupsState } from '../../core/protocol/groups';
 import { listRuns, readRun, rolloutFile, zeroVarianceSteps } from '../../core/host/runs';
 import { formatIssue } from '../../core/run/format';
 import { readPart, runConfigDialect, runConfigNear } from '../../core/store/rollouts';
