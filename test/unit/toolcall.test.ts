@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { readSource, type SourceItem } from '../../src/core/importers';
-import { messageText } from '../../src/core/importers/common';
+import { messageText } from '../../src/core/run/fields';
 import { replayModel } from '../../src/core/inspect/replay';
 import { RolloutTable, rowFacts } from '../../src/core/inspect/table';
 import { emFormat, makeTrajectory } from '../../src/core/rewards/api';
