@@ -8,7 +8,7 @@ import type { Argv } from 'yargs';
 import { detectSource, readSource } from '../core/importers';
 import type { ForeignOptions } from '../core/importers/foreign';
 import { resolveTokenizer } from '../core/importers/foreign/tokenizer';
-import { loadTokenizerCodec, type TokenizerCodec } from '../core/inspect/tokenizer';
+import { loadTokenizerCodec, type TokenizerCodec } from '../core/tokens/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
 import { SummaryBuilder, trajectoryFacts, type RunSummary } from '../core/run/summary';
 import { DIALECTS, parseDialectName } from '../core/tags/trajectory';

@@ -13,8 +13,8 @@ import { trajectoryFacts } from '../run/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
 import type { TokenColumns } from '../store/tokenStore';
 import { auditRollout, type AuditOptions } from '../audit';
-import { auditMask } from './audit';
 import { columnsMaskLeaks } from '../audit/columns';
+import { auditMask } from '../audit/masks';
 import { tokenColumnsOf } from '../run/columns';
 import { compileFilter, type FilterRow } from './filter';
 
