@@ -10,7 +10,7 @@ import type { ForeignOptions } from '../core/importers/foreign';
 import { resolveTokenizer } from '../core/importers/foreign/tokenizer';
 import { loadTokenizerCodec, type TokenizerCodec } from '../core/tokens/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
-import { SummaryBuilder, trajectoryFacts, type RunSummary } from '../core/run/summary';
+import { SummaryBuilder, trajectoryFacts, type RunSummary } from '../core/audit/summary';
 import { DIALECTS, parseDialectName } from '../core/tags/trajectory';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';

@@ -12,7 +12,7 @@ import { RolloutTable, rowFacts } from '../../src/core/inspect/table';
 import { loadTextTokenizer, loadTokenizerCodec } from '../../src/core/tokens/tokenizer';
 import { recordOf, writeTokenizerDir } from './bpe';
 import { groupKeyOf, validateRollout, type Rollout } from '../../src/core/run/format';
-import { SummaryBuilder } from '../../src/core/run/summary';
+import { SummaryBuilder } from '../../src/core/audit/summary';
 import { RewardReportBuilder } from '../../src/core/rewards/scoring';
 import { RolloutStore } from '../../src/core/store/rollouts';
 

@@ -16,7 +16,7 @@ import { emFormat, makeTrajectory } from '../../src/core/rewards/api';
 import { formatValid, formatValidResponse } from '../../src/core/rewards/format';
 import { informationBlocks } from '../../src/core/rewards/qaEmFormat';
 import type { Rollout } from '../../src/core/run/format';
-import { trajectoryFacts } from '../../src/core/run/summary';
+import { trajectoryFacts } from '../../src/core/audit/summary';
 import { RolloutStore } from '../../src/core/store/rollouts';
 import { TrajectoryDocument } from '../../src/core/tags/document';
 import { detectDialect, parseTrajectory, type Dialect, type ParsedTrajectory } from '../../src/core/tags/parser';

@@ -9,7 +9,7 @@
  */
 import type { InspectorColumn, RowFacts } from '../protocol';
 import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
-import { trajectoryFacts } from '../run/summary';
+import { trajectoryFacts } from '../audit/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
 import type { TokenColumns } from '../store/tokenStore';
 import { auditRollout, type AuditOptions } from '../audit';
