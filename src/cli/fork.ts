@@ -33,7 +33,7 @@ import type { Continuation, ForkDocument, ForkOptions } from '../core/protocol/r
 import type { Rollout } from '../core/run/format';
 import { findPython, noPythonMessage, runPythonNote } from '../core/python';
 import { readRun } from '../core/host/runs';
-import { trajectoryFacts } from '../core/run/summary';
+import { trajectoryFacts } from '../core/audit/summary';
 import { RolloutStore } from '../core/store/rollouts';
 import { UsageError } from '../server/run';
 import { defineCommand, type CliIo } from './command';

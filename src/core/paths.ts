@@ -23,6 +23,11 @@ export function packageRoot(): string {
   }
 }
 
+/** The trainer package's parent directory (the PYTHONPATH entry of `python -m search_agent_trainer`). */
+export function trainerDir(): string {
+  return join(packageRoot(), 'trainer');
+}
+
 /** The demo corpus that ships with the project (the embedded default for the env server). */
 export function demoCorpusPath(): string {
   return join(packageRoot(), 'examples', 'demo', 'corpus.jsonl');

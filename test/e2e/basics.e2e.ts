@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Frame } from 'playwright-core';
-import { loadTokenizerCodec } from '../../src/core/inspect/tokenizer';
+import { loadTokenizerCodec } from '../../src/core/tokens/tokenizer';
 import { recordOf, writeTokenizerDir } from '../unit/bpe';
 import { CodeServerSession, ROOT, until } from './harness';
 import { scratchDir } from '../support/scratch';

@@ -5,7 +5,7 @@
  *  - webviews never use HTML sinks (model and document text is hostile input).
  */
 import assert from 'node:assert/strict';
-import { readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import ts from 'typescript';
 
@@ -148,5 +148,243 @@ describe('architecture: one contract per webview', () => {
     assert.equal(webviewOffenders(f, ['../../src/core/rewards/report']).length, 1);
     assert.equal(webviewOffenders(f, ['search-agent-studio/reward']).length, 1);
     assert.equal(webviewOffenders('webview/shared/bridge.ts', ['../../src/core/protocol/replay']).length, 1);
+  });
+});
+
+/**
+ * The module graph of src/ and webview/, from the source: every import, re-export, `require(...)`, `import(...)`
+ * and `import('…')` type of a relative path, resolved to the file it names, and whether it is type-only (`import
+ * type`, `export type`, an import whose every name is `type`, an `import('…')` type): those vanish from the built
+ * code but still say which module knows about which, so the rules below count them (one exception: the protocol's).
+ */
+interface ImportEdge {
+  from: string;
+  to: string;
+  typeOnly: boolean;
+}
+
+const MODULE = /\.(ts|tsx|mts|cts)$/;
+
+/** The module specifiers a source imports, each with whether the import is type-only. */
+export function moduleImports(source: string): { spec: string; typeOnly: boolean }[] {
+  const sf = ts.createSourceFile('module.ts', source, ts.ScriptTarget.Latest, true);
+  const out: { spec: string; typeOnly: boolean }[] = [];
+  const named = (b: ts.NamedImportBindings | ts.NamedExportBindings | undefined) =>
+    !!b && (ts.isNamedImports(b) || ts.isNamedExports(b)) && b.elements.length > 0 && b.elements.every((e) => e.isTypeOnly);
+  const visit = (node: ts.Node): void => {
+    if (ts.isImportDeclaration(node) && ts.isStringLiteral(node.moduleSpecifier)) {
+      const c = node.importClause;
+      out.push({ spec: node.moduleSpecifier.text, typeOnly: !!c && (c.isTypeOnly || (!c.name && named(c.namedBindings))) });
+    } else if (ts.isExportDeclaration(node) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
+      out.push({ spec: node.moduleSpecifier.text, typeOnly: node.isTypeOnly || named(node.exportClause) });
+    } else if (ts.isImportEqualsDeclaration(node) && ts.isExternalModuleReference(node.moduleReference) && ts.isStringLiteral(node.moduleReference.expression)) {
+      out.push({ spec: node.moduleReference.expression.text, typeOnly: node.isTypeOnly });
+    } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument) && ts.isStringLiteral(node.argument.literal)) {
+      out.push({ spec: node.argument.literal.text, typeOnly: true });
+    } else if (
+      ts.isCallExpression(node) &&
+      (node.expression.kind === ts.SyntaxKind.ImportKeyword || (ts.isIdentifier(node.expression) && node.expression.text === 'require')) &&
+      node.arguments.length === 1 &&
+      ts.isStringLiteralLike(node.arguments[0]!)
+    ) {
+      out.push({ spec: (node.arguments[0] as ts.StringLiteralLike).text, typeOnly: false });
+    }
+    ts.forEachChild(node, visit);
+  };
+  visit(sf);
+  return out;
+}
+
+/** Every module of src/ and webview/ (paths relative to the root) and the edges between them. */
+function moduleGraph(): { modules: string[]; edges: ImportEdge[]; unresolved: string[] } {
+  const modules = [...sourceFiles('src'), ...sourceFiles('webview')].filter((f) => MODULE.test(f) && !f.endsWith('.d.ts'));
+  const known = new Set(modules);
+  const edges: ImportEdge[] = [];
+  const unresolved: string[] = [];
+  for (const file of modules) {
+    for (const { spec, typeOnly } of moduleImports(readFileSync(file, 'utf8'))) {
+      if (!spec.startsWith('.')) continue; // a package
+      const base = join(file, '..', spec).replace(/\.[cm]?js$/, '');
+      const to = [`${base}.ts`, `${base}.tsx`, join(base, 'index.ts')].find((c) => known.has(c));
+      if (to) edges.push({ from: relative(ROOT, file), to: relative(ROOT, to), typeOnly });
+      else if (!MODULE.test(spec) && existsSync(join(file, '..', spec))) continue; // a data file (package.json)
+      else unresolved.push(`${relative(ROOT, file)} imports ${spec}`);
+    }
+  }
+  return { modules: modules.map((f) => relative(ROOT, f)), edges, unresolved };
+}
+
+/** The strongly connected components of more than one module (or a module importing itself): the import cycles. */
+export function importCycles(modules: readonly string[], edges: readonly Pick<ImportEdge, 'from' | 'to'>[]): string[][] {
+  const next = new Map<string, string[]>(modules.map((m) => [m, []]));
+  for (const e of edges) next.get(e.from)?.push(e.to);
+  const index = new Map<string, number>();
+  const low = new Map<string, number>();
+  const stack: string[] = [];
+  const onStack = new Set<string>();
+  const cycles: string[][] = [];
+  const connect = (v: string): void => {
+    index.set(v, index.size);
+    low.set(v, index.get(v)!);
+    stack.push(v);
+    onStack.add(v);
+    for (const w of next.get(v) ?? []) {
+      if (!index.has(w)) {
+        connect(w);
+        low.set(v, Math.min(low.get(v)!, low.get(w)!));
+      } else if (onStack.has(w)) low.set(v, Math.min(low.get(v)!, index.get(w)!));
+    }
+    if (low.get(v) !== index.get(v)) return;
+    const scc: string[] = [];
+    let w: string;
+    do {
+      w = stack.pop()!;
+      onStack.delete(w);
+      scc.push(w);
+    } while (w !== v);
+    if (scc.length > 1 || next.get(v)!.includes(v)) cycles.push(scc.sort());
+  };
+  for (const m of modules) if (!index.has(m)) connect(m);
+  return cycles;
+}
+
+/**
+ * src/core's layers, lowest first: a module may import modules of its own folder (or root file) and of lower layers,
+ * never of its own layer's other members or of a higher one. A folder (or a root-level file) is a unit; a new one must
+ * be placed here. Read upwards:
+ *  - leaves: the webview ↔ host protocol (it may import types from anywhere in the core, nothing else: it is bundled
+ *    into the webviews; a future protocol/ folder is the same unit), the schema builder, where the package's files
+ *    are, the version, worker threads, the webview HTML builder, the charts;
+ *  - the text of a trajectory (tags: parser, dialects, transcripts) and a Python's probe;
+ *  - the run format (records, config, presets, token columns, fields from loose sources);
+ *  - the rollout store (files, run directories, token store, veRL dumps as read) and the memory planner;
+ *  - what reads through the store: tokenizers (a run's own, found by its config), retrieval (corpora), importers;
+ *  - rewards (metrics, the reward API and sandbox, and scoring, which reads any source through the importers);
+ *  - the audit (leaks, drift, log-prob gap, health, summaries over rollouts);
+ *  - the inspector and replay (tables, filters and worker over the audit), and the run host (processes, runs, the
+ *    memory check, replay-step and fork);
+ *  - the doctor (the host's engines and the Python probe, in one report).
+ */
+export const CORE_LAYERS: readonly (readonly string[])[] = [
+  ['protocol', 'schema', 'paths', 'version', 'workers', 'webviewHtml', 'charts'],
+  ['tags', 'python'],
+  ['run'],
+  ['store', 'plan'],
+  ['tokens', 'retrieval', 'importers'],
+  ['rewards'],
+  ['audit'],
+  ['inspect', 'host'],
+  ['doctor'],
+];
+
+/** src/'s and webview/'s layers, lowest first: the core under the env server under the CLI; the editor and the webviews over the core. */
+export const SRC_LAYERS: readonly (readonly string[])[] = [
+  ['src/core', 'src/ts-plugin'],
+  ['src/server'],
+  ['src/cli', 'src/extension', 'webview'],
+];
+
+/** The protocol's unit, whose type-only imports are allowed upwards (and are not counted in cycles). */
+const PROTOCOL = 'protocol';
+
+/** A src/core module's unit: its folder under src/core, or its own name for a root-level file. */
+function coreUnit(path: string): string | undefined {
+  const m = /^src\/core\/([^/]+?)(\/|\.[cm]?tsx?$)/.exec(path.split('\\').join('/'));
+  return m?.[1];
+}
+
+/** A module's unit in SRC_LAYERS: src/<folder>, or webview. */
+function srcUnit(path: string): string {
+  const p = path.split('\\').join('/');
+  return p.startsWith('webview/') ? 'webview' : p.split('/').slice(0, 2).join('/');
+}
+
+/** The edges that break a layer order: an import of a unit not strictly below, other than the unit's own modules. */
+export function layerViolations(edges: readonly ImportEdge[], layers: readonly (readonly string[])[], unitOf: (path: string) => string | undefined): string[] {
+  const level = new Map(layers.flatMap((units, i) => units.map((u) => [u, i] as const)));
+  const out: string[] = [];
+  for (const e of edges) {
+    const a = unitOf(e.from);
+    const b = unitOf(e.to);
+    if (a === undefined || b === undefined || a === b) continue;
+    if (a === PROTOCOL && e.typeOnly && unitOf === coreUnit) continue;
+    const la = level.get(a);
+    const lb = level.get(b);
+    if (la === undefined || lb === undefined) out.push(`${e.from} → ${e.to}: ${la === undefined ? a : b} has no layer`);
+    else if (lb >= la) out.push(`${e.from} → ${e.to}: ${a} (layer ${la}) imports ${b} (layer ${lb})${e.typeOnly ? ' (type-only)' : ''}`);
+  }
+  return out;
+}
+
+/** The edges the cycle rule counts: all of them, but the protocol's type-only ones (it names the types it carries). */
+function cycleEdges(edges: readonly ImportEdge[]): ImportEdge[] {
+  return edges.filter((e) => !(e.typeOnly && coreUnit(e.from) === PROTOCOL && coreUnit(e.to) !== PROTOCOL));
+}
+
+describe('architecture: layers and import cycles', () => {
+  const graph = moduleGraph();
+
+  it('reads every import form, type-only ones as such (positive control)', () => {
+    const forms = [
+      ["import { a } from './a';", false],
+      ["import type { a } from './a';", true],
+      ["import { type a, type b } from './a';", true],
+      ["import { type a, b } from './a';", false],
+      ["import a, { type b } from './a';", false],
+      ["import './a';", false],
+      ["export * from './a';", false],
+      ["export type { a } from './a';", true],
+      ["export { type a } from './a';", true],
+      ["const a = require('./a');", false],
+      ["const a = await import('./a');", false],
+      ["let a: import('./a').A;", true],
+      ["import a = require('./a');", false],
+    ] as const;
+    for (const [form, typeOnly] of forms) {
+      assert.deepEqual(moduleImports(form), [{ spec: './a', typeOnly }], form);
+    }
+  });
+
+  it('resolves every relative import in src/ and webview/ to a module (no edge goes uncounted)', () => {
+    assert.ok(graph.modules.length > 100 && graph.edges.length > 400, `${graph.modules.length} modules, ${graph.edges.length} edges`);
+    assert.deepEqual(graph.unresolved, []);
+  });
+
+  it('finds a planted cycle and a planted upward import (positive control)', () => {
+    // The imports that tied the layers in knots before, put back: each is both a cycle and an upward import.
+    const planted: ImportEdge[] = [
+      { from: 'src/core/store/rollouts.ts', to: 'src/core/importers/index.ts', typeOnly: false },
+      { from: 'src/core/audit/index.ts', to: 'src/core/inspect/table.ts', typeOnly: true },
+      { from: 'src/core/run/format.ts', to: 'src/core/rewards/scoring.ts', typeOnly: false },
+    ];
+    for (const e of planted) {
+      const edges = [...graph.edges, e];
+      assert.ok(importCycles(graph.modules, cycleEdges(edges)).some((c) => c.includes(e.from) && c.includes(e.to)), `${e.from} → ${e.to}: no cycle found`);
+      assert.equal(layerViolations([e], CORE_LAYERS, coreUnit).length, 1, `${e.from} → ${e.to}: not an upward import`);
+    }
+    assert.deepEqual(importCycles(['a', 'b', 'c'], [{ from: 'a', to: 'b' }, { from: 'b', to: 'c' }, { from: 'c', to: 'a' }]), [['a', 'b', 'c']]);
+    assert.deepEqual(importCycles(['a', 'b'], [{ from: 'a', to: 'b' }]), []);
+    // The protocol's type-only imports are allowed upwards; a value import from it is not.
+    assert.deepEqual(layerViolations([{ from: 'src/core/protocol/rewardLab.ts', to: 'src/core/rewards/scoring.ts', typeOnly: true }], CORE_LAYERS, coreUnit), []);
+    assert.equal(layerViolations([{ from: 'src/core/protocol.ts', to: 'src/core/rewards/scoring.ts', typeOnly: false }], CORE_LAYERS, coreUnit).length, 1);
+  });
+
+  it('has no import cycles in src/ and webview/ (type-only imports count)', () => {
+    assert.deepEqual(importCycles(graph.modules, cycleEdges(graph.edges)), []);
+  });
+
+  it('places every unit of src/core in a layer, once', () => {
+    const units = new Set(graph.modules.map(coreUnit).filter((u): u is string => u !== undefined));
+    const listed = CORE_LAYERS.flat();
+    assert.equal(new Set(listed).size, listed.length, 'a unit listed twice');
+    assert.deepEqual([...units].filter((u) => !listed.includes(u)).sort(), [], 'units with no layer');
+  });
+
+  it('src/core imports go down its layers, or stay in their own folder', () => {
+    assert.deepEqual(layerViolations(graph.edges, CORE_LAYERS, coreUnit), []);
+  });
+
+  it('src/ and webview/ imports go down their layers (core < server < cli; the extension and webviews over the core)', () => {
+    assert.deepEqual(layerViolations(graph.edges, SRC_LAYERS, srcUnit), []);
   });
 });

@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { IMPORTANCE_DEFAULTS } from '../../src/core/audit';
-import { loadTokenizerCodec } from '../../src/core/inspect/tokenizer';
+import { loadTokenizerCodec } from '../../src/core/tokens/tokenizer';
 import type { Rollout, TokenRole } from '../../src/core/run/format';
 import { writeTokenizerDir } from './bpe';
 import { trainTinyWithCli } from '../support/tinyRun';

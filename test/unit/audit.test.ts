@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { Auditor, auditMetricRows, auditRollout, checkLogprobs, findDrift, isEnumeration, searchCollapseSteps, thinkDegeneracy } from '../../src/core/audit';
 import { RunAudit } from '../../src/core/audit/run';
 import { AuditThread } from '../../src/core/audit/thread';
-import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/inspect/tokenizer';
+import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/tokens/tokenizer';
 import type { Rollout, TokenRole } from '../../src/core/run/format';
 import { recordOf, writeTokenizerDir } from './bpe';
 

@@ -6,7 +6,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { TokenizerCodec } from '../../src/core/inspect/tokenizer';
+import type { TokenizerCodec } from '../../src/core/tokens/tokenizer';
 import type { Rollout, TokenRole } from '../../src/core/run/format';
 
 /** GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 onwards. */

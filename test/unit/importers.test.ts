@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { DatasetExampleSchema, type DatasetImportIssue } from '../../src/core/importers/dataset';
 import { detectSource, importDataset, readSource, rolloutFileKind, UnreadableInput, type SourceItem } from '../../src/core/importers';
-import { goldenList } from '../../src/core/importers/common';
+import { goldenList } from '../../src/core/run/fields';
 import { validateRollout, type Rollout } from '../../src/core/run/format';
 import { validate } from '../../src/core/schema/schema';
 

@@ -4,15 +4,15 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ImportanceOptions } from '../../src/core/audit/importance';
-import { auditMask, nextLeak } from '../../src/core/inspect/audit';
+import { auditMask, nextLeak } from '../../src/core/audit/masks';
 import { InspectorEngine, type EngineMessage } from '../../src/core/inspect/engine';
 import { checkFilter, compileFilter, FilterError, type FilterRow } from '../../src/core/inspect/filter';
 import { replayModel } from '../../src/core/inspect/replay';
 import { RolloutTable, rowFacts } from '../../src/core/inspect/table';
-import { loadTextTokenizer, loadTokenizerCodec } from '../../src/core/inspect/tokenizer';
+import { loadTextTokenizer, loadTokenizerCodec } from '../../src/core/tokens/tokenizer';
 import { recordOf, writeTokenizerDir } from './bpe';
 import { groupKeyOf, validateRollout, type Rollout } from '../../src/core/run/format';
-import { SummaryBuilder } from '../../src/core/run/summary';
+import { SummaryBuilder } from '../../src/core/audit/summary';
 import { RewardReportBuilder } from '../../src/core/rewards/scoring';
 import { RolloutStore } from '../../src/core/store/rollouts';
 

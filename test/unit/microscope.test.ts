@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { addMicroscope, auditRollout, recordDrift, renderChat } from '../../src/core/audit';
 import { replayModel } from '../../src/core/inspect/replay';
-import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/inspect/tokenizer';
+import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/tokens/tokenizer';
 import { recordOf, writeTokenizerDir } from './bpe';
 
 describe('audit: the replay microscope', () => {

@@ -12,7 +12,7 @@ import { execa } from 'execa';
 import { PLAN_EXAMPLES } from '../../src/cli/plan';
 import { RunHost } from '../../src/core/host/runHost';
 import { checkRunMemory, MemoryPlanError } from '../../src/core/plan/check';
-import { GPU_PLANS_FILE, gpuCheckPlans } from '../../src/core/plan/gpuCheck';
+import { GPU_PLANS_FILE, gpuCheckPlans } from '../../src/core/host/gpuCheck';
 import { modelShape, paramCounts, readModelShape } from '../../src/core/plan/model';
 import { parseBytes, planRun } from '../../src/core/plan/plan';
 import { resolveRunConfig } from '../../src/core/run/presets';

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { appendFileSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { SummaryBuilder, trajectoryFacts } from '../../src/core/run/summary';
+import { SummaryBuilder, trajectoryFacts } from '../../src/core/audit/summary';
 import { JsonlFile, readLines } from '../../src/core/store/jsonl';
 import { RolloutStore, rolloutFiles, streamRollouts } from '../../src/core/store/rollouts';
 

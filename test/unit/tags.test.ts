@@ -15,7 +15,7 @@ import {
 } from '../../src/core/tags/searchr1';
 import { makeTrajectory } from '../../src/core/rewards/api';
 import { replayModel } from '../../src/core/inspect/replay';
-import { trajectoryFacts } from '../../src/core/run/summary';
+import { trajectoryFacts } from '../../src/core/audit/summary';
 import { TrajectoryDocument } from '../../src/core/tags/document';
 import { detectTemplate, extractQuestion, parseTranscript, splitConversations, splitTranscript } from '../../src/core/tags/transcript';
 

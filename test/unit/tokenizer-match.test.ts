@@ -11,7 +11,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { Auditor, tokenizerMismatch } from '../../src/core/audit';
-import { loadTokenizerCodec, runTokenizer, runVocabSize, type TokenizerCodec } from '../../src/core/inspect/tokenizer';
+import { loadTokenizerCodec, runTokenizer, runVocabSize, type TokenizerCodec } from '../../src/core/tokens/tokenizer';
 import type { Rollout, TokenRole } from '../../src/core/run/format';
 import { recordOf } from './bpe';
 import { scratchDir } from '../support/scratch';

@@ -9,14 +9,14 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { readSource, type SourceItem } from '../../src/core/importers';
-import { messageText } from '../../src/core/importers/common';
+import { messageText } from '../../src/core/run/fields';
 import { replayModel } from '../../src/core/inspect/replay';
 import { RolloutTable, rowFacts } from '../../src/core/inspect/table';
 import { emFormat, makeTrajectory } from '../../src/core/rewards/api';
 import { formatValid, formatValidResponse } from '../../src/core/rewards/format';
 import { informationBlocks } from '../../src/core/rewards/qaEmFormat';
 import type { Rollout } from '../../src/core/run/format';
-import { trajectoryFacts } from '../../src/core/run/summary';
+import { trajectoryFacts } from '../../src/core/audit/summary';
 import { RolloutStore } from '../../src/core/store/rollouts';
 import { TrajectoryDocument } from '../../src/core/tags/document';
 import { detectDialect, parseTrajectory, type Dialect, type ParsedTrajectory } from '../../src/core/tags/parser';

@@ -14,7 +14,7 @@
  * unless the policy sampled a non-canonical split. `whole`: prompt + response re-encoded at once, as a pipeline that
  * decodes and re-tokenises the whole conversation would; boundary merges show up there, at every tool boundary.
  */
-import type { TokenizerCodec } from '../inspect/tokenizer';
+import type { TokenizerCodec } from '../tokens/tokenizer';
 
 export interface Drift {
   /** First index into tokens.ids where the recorded and the re-encoded ids differ. */

@@ -8,7 +8,7 @@
  */
 import type { GroupSample, GroupView, ZeroVarianceReason } from '../protocol/groups';
 import { groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
-import { trajectoryFacts } from '../run/summary';
+import { trajectoryFacts } from './summary';
 import { firstDifference } from './drift';
 import { checkGroups, groupMember, type GroupMember, type RunFacts } from './groupChecks';
 

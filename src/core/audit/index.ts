@@ -9,7 +9,7 @@
 import type { MetricsRow } from '../protocol/dashboard';
 import { em } from '../rewards/normalize';
 import { rolloutContext, type ReadOptions, type Rollout } from '../run/format';
-import type { TokenizerCodec } from '../inspect/tokenizer';
+import type { TokenizerCodec } from '../tokens/tokenizer';
 import type { ParsedTrajectory } from '../tags/parser';
 import { responseAnswer, turnsOf } from '../tags/searchr1';
 import { searchCount, parseResponse } from '../tags/trajectory';

@@ -6,7 +6,7 @@
  */
 import type { ReplayMicroscope, ReplayModel } from '../protocol/replay';
 import type { Rollout } from '../run/format';
-import type { TokenizerCodec } from '../inspect/tokenizer';
+import type { TokenizerCodec } from '../tokens/tokenizer';
 import type { DriftOptions } from './drift';
 import { recordDrift } from './template';
 import { importancePreview, type ImportanceOptions } from './importance';

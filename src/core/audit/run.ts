@@ -15,7 +15,7 @@ import type { MetricsRow } from '../protocol/dashboard';
 import { readLines } from '../store/jsonl';
 import { isStorePart, readPart, rolloutFiles, runConfigDialect, runConfigNear } from '../store/rollouts';
 import { STORE_FILES } from '../store/tokenStore';
-import { runTokenizer, runVocabSize } from '../inspect/tokenizer';
+import { runTokenizer, runVocabSize } from '../tokens/tokenizer';
 import { searchCollapseSteps } from './alarms';
 import { runFactsOf } from './groupChecks';
 import { applyAdvisories, AuditStream, runAdvisories, type AuditOptions, type StepAudit } from './index';

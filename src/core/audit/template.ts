@@ -16,7 +16,7 @@
  */
 import { Template } from '@huggingface/jinja';
 import type { Rollout } from '../run/format';
-import type { TokenizerCodec } from '../inspect/tokenizer';
+import type { TokenizerCodec } from '../tokens/tokenizer';
 import { driftAt, findDrift, firstDifference, type Drift, type DriftOptions } from './drift';
 
 export interface ChatMessage {

@@ -13,7 +13,7 @@
  *
  * A record with neither token texts nor out-of-range ids or specials gives no verdict (undefined): drift is checked.
  */
-import type { TokenizerCodec } from '../inspect/tokenizer';
+import type { TokenizerCodec } from '../tokens/tokenizer';
 import type { Rollout } from '../run/format';
 
 type Codec = Pick<TokenizerCodec, 'name' | 'decode' | 'vocabSize' | 'specials' | 'tokenText'>;

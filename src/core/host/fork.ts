@@ -9,10 +9,10 @@
 import { existsSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import { trainerDir } from '../paths';
 import type { Continuation, ForkOptions, ForkResult } from '../protocol/replay';
 import type { Rollout } from '../run/format';
 import { readPartRow, streamRollouts } from '../store/rollouts';
-import { trainerDir } from './runHost';
 import { envServerArgs, loadRunDirConfig } from './runConfig';
 import { spawnChild, startEnvServerProcess, type Child, type EnvServerProcess, type LogSink, type ServerLauncher } from './processes';
 

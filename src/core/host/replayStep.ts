@@ -5,9 +5,9 @@
  */
 import { resolve } from 'node:path';
 import type { ReplayStepReport } from '../audit/replayStep';
+import { trainerDir } from '../paths';
 import type { Rollout } from '../run/format';
 import { spawnChild, type LogSink } from './processes';
-import { trainerDir } from './runHost';
 
 export class ReplayStepError extends Error {
   constructor(message: string) {

@@ -9,7 +9,7 @@ import { constants as osConstants } from 'node:os';
 import { readFile } from 'node:fs/promises';
 import { basename, join, resolve } from 'node:path';
 import { checkRunMemory, refuseWhatDoesNotFit } from '../plan/check';
-import { packageRoot } from '../paths';
+import { trainerDir } from '../paths';
 import { probePython } from '../python';
 import type { RunEvent, RunJson } from '../run/format';
 import { engineHost } from './engines';
@@ -78,10 +78,6 @@ export async function checkRunHostMemory(loaded: LoadedRunConfig, options: Pick<
   options.onMemoryCheck?.(check.line);
   refuseWhatDoesNotFit(check, loaded.file, !!options.force);
   return Object.fromEntries((check.plan?.chosen ?? []).map((x) => [x.key, x.value]));
-}
-
-export function trainerDir(): string {
-  return join(packageRoot(), 'trainer');
 }
 
 export class RunHost {

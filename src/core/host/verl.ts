@@ -9,9 +9,9 @@ import { existsSync } from 'node:fs';
 import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { execa } from 'execa';
+import { trainerDir } from '../paths';
 import { probePython, type PythonProbe, type PythonSearch } from '../python';
 import { envServerArgs, RunConfigError, standaloneConfig, type LoadedRunConfig } from './runConfig';
-import { trainerDir } from './runHost';
 
 /** The veRL the engine is written against (trainer/requirements-verl.txt); its config layout changes between versions. */
 export const VERL_VERSION = '0.9.1';

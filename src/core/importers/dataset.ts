@@ -6,7 +6,7 @@
  */
 import { S, type Static } from '../schema/schema';
 import { extractQuestion } from '../tags/transcript';
-import { goldenList, messageText, toNumber } from './common';
+import { goldenList, messageText, toNumber } from '../run/fields';
 import { parquetRows } from './parquet';
 
 export const DatasetExampleSchema = S.object(

@@ -14,7 +14,7 @@ import { isStoreStep, STORE_FILES, type TokenColumns } from '../store/tokenStore
 import { importSearchR1Dataset, type DatasetExample, type DatasetImportIssue } from './dataset';
 import { importSearchR1Transcripts } from './searchr1';
 import { importTrlCompletions } from './trl';
-import { FieldError, fromVerlDump } from './verl';
+import { FieldError, fromVerlDump } from '../store/verlDump';
 import { detectForeign, FOREIGN_KINDS, isForeignKind, jsonlForeignKind, readForeign, sampleCodec, type ForeignKind, type ForeignOptions } from './foreign';
 import { PieceCache, withInferredRoles } from './foreign/sample';
 

@@ -6,7 +6,7 @@
  */
 import { ROLLOUT_RECORD_VERSION, type ReadOptions, type Rollout } from '../run/format';
 import { parseTranscript, splitConversations } from '../tags/transcript';
-import { derivedFields } from './common';
+import { derivedFields } from '../run/fields';
 
 export function importSearchR1Transcripts(text: string, source = 'transcript', read: ReadOptions = {}): Rollout[] {
   return splitConversations(text).map((span, k) => {

@@ -7,7 +7,7 @@
  */
 import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import { extractQuestion } from '../tags/transcript';
-import { derivedFields, jsonSafe, messageText, toNumber } from './common';
+import { derivedFields, jsonSafe, messageText, toNumber } from '../run/fields';
 import { parquetRows } from './parquet';
 
 const KNOWN = new Set(['step', 'prompt', 'completion', 'advantage', 'image', 'images', 'mode']);

@@ -23,7 +23,7 @@ import type { InspectorQuery, InspectorStatus, RowFacts } from '../protocol/roll
 import { FilterError, tokenize } from './filter';
 import { RolloutTable, rowFacts } from './table';
 import { mismatchNote, tokenizerMismatch } from '../audit/tokenizerMatch';
-import { runTokenizer, runVocabSize } from './tokenizer';
+import { runTokenizer, runVocabSize } from '../tokens/tokenizer';
 
 /** How another engine's dump is opened (src/core/importers/foreign): converted into `cacheDir`, followed. */
 export interface ForeignOpenOptions {

@@ -19,13 +19,13 @@ import { rolloutContext, type ReadOptions, type Rollout, type TokenRole } from '
 import type { ParsedTrajectory } from '../tags/parser';
 import { pythonStrip, responseAnswer } from '../tags/searchr1';
 import { documentsOf, parseResponse } from '../tags/trajectory';
-import { auditMask } from './audit';
+import { auditMask } from '../audit/masks';
+import type { TextTokenizer } from '../tokens/tokenizer';
 
 export type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens };
 export const OVERLAYS: readonly Overlay[] = ['rollout_logprob', 'logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'];
 
-/** Splits text into tokens (a tokenizer chosen by the user). */
-export type TextTokenizer = (text: string) => { text: string[]; ids: number[] };
+export type { TextTokenizer };
 
 const ROLE_OF: Record<EntryKind, TokenRole> = {
   prompt: 'prompt',

@@ -9,12 +9,12 @@
  */
 import type { InspectorColumn, RowFacts } from '../protocol/rollouts';
 import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
-import { trajectoryFacts } from '../run/summary';
+import { trajectoryFacts } from '../audit/summary';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
 import type { TokenColumns } from '../store/tokenStore';
 import { auditRollout, type AuditOptions } from '../audit';
-import { auditMask } from './audit';
 import { columnsMaskLeaks } from '../audit/columns';
+import { auditMask } from '../audit/masks';
 import { tokenColumnsOf } from '../run/columns';
 import { compileFilter, type FilterRow } from './filter';
 

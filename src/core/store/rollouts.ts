@@ -8,12 +8,12 @@
 import { watch, type FSWatcher } from 'node:fs';
 import { readFile, readdir, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
-import { FieldError, fromVerlDump } from '../importers/verl';
 import { formerBuiltinName, resolveConfigPath } from '../paths';
 import { applyDialect, validateRollout, type LocatedIssue, type ReadOptions, type Rollout } from '../run/format';
 import { DIALECTS, type Dialect } from '../tags/parser';
 import { JsonlFile, readLines, tooLongMessage, type IndexProgress } from './jsonl';
 import { isStoreStep, StoreStep, STEP_DIR, STORE_FILES, type TokenColumns } from './tokenStore';
+import { FieldError, fromVerlDump } from './verlDump';
 
 export interface RolloutRow {
   /** Row number across all files (0-based). */

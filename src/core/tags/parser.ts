@@ -37,67 +37,13 @@
  *  - Text outside blocks that is not whitespace is reported where the Search-R1 format forbids it.
  */
 import { chatMarker, jsonValueEnd, templateMarkerLength } from './markers';
+import type { BlockKind, DiagnosticCode, Dialect, Segment, SegmentKind, Severity, TagDiagnostic } from './segments';
 import type { ResponseSpan } from './spans';
 import { annotateToolCalls } from './toolcall';
 
 export { templateMarkerLength };
-
-export type BlockKind = 'think' | 'search' | 'information' | 'answer';
-export type SegmentKind = BlockKind | 'text' | 'feedback' | 'template';
-
-export const DIALECTS = ['searchr1', 'toolcall', 'llama-json'] as const;
-export type Dialect = (typeof DIALECTS)[number];
-
-/** What a tool call says (tool-call dialects; on `search` segments with both tags or a complete JSON object). */
-export interface ToolCall {
-  /** The called tool, when the body is a JSON object with a string `name`. */
-  name?: string;
-  /** The query: set exactly when the call is a valid call of the search tool. */
-  query?: string;
-  /** Why the call is an invalid action (its diagnostic's message). */
-  error?: string;
-}
-
-export interface Segment {
-  kind: SegmentKind;
-  /** Span in the text, tags included. */
-  start: number;
-  end: number;
-  /** Span of the content (without the tags); equals start/end for text, feedback and template. */
-  contentStart: number;
-  contentEnd: number;
-  /** Whether this segment begins with its own opening tag (false for a block resumed after a nested one). */
-  opened: boolean;
-  /** Whether this segment ends with its own closing tag. */
-  closed: boolean;
-  /** Generation turn: 0 until the first observation (information or feedback), then +1 after each. */
-  turn: number;
-  /** Tool-call dialects: the call of a `search` segment. */
-  call?: ToolCall;
-}
-
-export type DiagnosticCode =
-  | 'unclosed-tag'
-  | 'unopened-close'
-  | 'nested-tag'
-  | 'text-between-tags'
-  | 'missing-answer'
-  | 'multiple-answers'
-  | 'empty-search'
-  | 'searchr1-answer-quirk'
-  | 'invalid-tool-call'
-  | 'unknown-tool'
-  | 'missing-query';
-
-export type Severity = 'error' | 'warning' | 'info';
-
-export interface TagDiagnostic {
-  code: DiagnosticCode;
-  severity: Severity;
-  message: string;
-  start: number;
-  end: number;
-}
+export { DIALECTS } from './segments';
+export type { BlockKind, DiagnosticCode, Dialect, Segment, SegmentKind, Severity, TagDiagnostic, ToolCall } from './segments';
 
 export interface ParseOptions {
   /** Report a response without `<answer>` (default true; false for a trajectory still being generated). */
@@ -236,335 +182,472 @@ export function parseTrajectory(input: string, options: ParseOptions = {}): Pars
   const text = typeof input === 'string' ? input : String(input ?? '');
   const dialect: Dialect = !options.dialect || options.dialect === 'auto' ? detectDialect(text) : options.dialect;
   const tool = dialect !== 'searchr1';
-  const names = TAG_NAME[dialect];
-  const strictText = options.strictText ?? !tool;
-  const segments: Segment[] = [];
-  const diagnostics: TagDiagnostic[] = [];
-  const diag = (code: DiagnosticCode, severity: Severity, message: string, start: number, end: number) =>
-    diagnostics.push({ code, severity, message, start, end });
+  const scan = new TrajectoryScan(text, dialect, options);
+  scan.read();
+  const { segments, diagnostics } = scan;
+  if (tool) annotateToolCalls(text, segments, diagnostics, { searchTool: options.searchTool ?? 'search', tools: options.tools ?? [], dialect, kindsKnown: scan.spansKnown });
+  checkAnswers(segments, diagnostics, tool, text.length, options.expectAnswer ?? true);
+  diagnostics.sort((a, b) => a.start - b.start || a.end - b.end);
+  const base = options.offset ?? 0;
+  shiftPositions(segments, diagnostics, base);
+  return { text, offset: base, dialect, segments, diagnostics };
+}
 
-  const n = text.length;
-  let turn = 0;
+/** The block now open: where its current segment starts, and whether that segment began with its tag. */
+interface OpenBlock {
+  kind: BlockKind;
+  segStart: number;
+  contentStart: number;
+  opened: boolean;
+  tagStart: number;
+  tagLength: number;
+  /** A `tool`/`ipython` message without `<tool_response>` tags: one response, ended by the message's end. */
+  tagless?: boolean;
+}
+
+/** A block interrupted by a nested open tag (it resumes when the inner one closes). */
+interface InterruptedBlock {
+  kind: BlockKind;
+  tagStart: number;
+  tagLength: number;
+}
+
+/**
+ * parseTrajectory's one pass over the text: its state (the open block, the message and its writer, the turn) and a
+ * method per thing the text can hold next — a block tag, a chat-template marker, the invalid-action message, an
+ * environment's span, a llama-json call — each appending segments (which tile the text) and diagnostics, in text
+ * coordinates.
+ */
+class TrajectoryScan {
+  readonly segments: Segment[] = [];
+  readonly diagnostics: TagDiagnostic[] = [];
+  /** Whether the caller said who wrote each part (ParseOptions.spans): then segments' kinds are known. */
+  readonly spansKnown: boolean;
+  private readonly text: string;
+  private readonly n: number;
+  private readonly dialect: Dialect;
+  private readonly tool: boolean;
+  private readonly names: Record<BlockKind, string>;
+  private readonly strictText: boolean;
+  private readonly openThink: boolean;
+  /** The environment's spans (when known): observations by role, never parsed for tags. */
+  private readonly envSpans: readonly ResponseSpan[] | undefined;
+  /** The next of envSpans. */
+  private env = 0;
+  private turn = 0;
   /** Tool-call dialects: an observation came; the next generated segment starts a new turn. */
-  let afterObservation = false;
+  private afterObservation = false;
   /** Tool-call dialects: who writes the current message (a response starts in the assistant's). */
-  let role: Role = 'assistant';
-  /** The block now open: where its current segment starts, and whether that segment began with its tag. */
-  type Open = { kind: BlockKind; segStart: number; contentStart: number; opened: boolean; tagStart: number; tagLength: number; tagless?: boolean };
-  let open: Open | undefined;
+  private role: Role = 'assistant';
+  /** The block now open. */
+  private open: OpenBlock | undefined;
   /** Blocks interrupted by a nested open tag, innermost last. */
-  const interrupted: { kind: BlockKind; tagStart: number; tagLength: number }[] = [];
+  private readonly interrupted: InterruptedBlock[] = [];
   /** Start of the pending top-level text segment. */
-  let textStart = 0;
+  private textStart = 0;
+  /**
+   * The next invalid-action message at or after where the scan is (-1: none). With spans, the environment's
+   * messages are its spans: the invalid-action text inside the policy's is not one.
+   */
+  private feedback: number;
 
-  const observed = () => {
-    if (tool) afterObservation = true;
-    else turn++;
-  };
-  const push = (kind: SegmentKind, start: number, end: number, contentStart: number, contentEnd: number, opened: boolean, closed: boolean) => {
-    if (end <= start && kind === 'text') return;
-    if (afterObservation && (kind === 'think' || kind === 'search' || kind === 'answer' || (kind === 'text' && role === 'assistant' && !isBlank(text, start, end)))) {
-      turn++;
-      afterObservation = false;
+  constructor(text: string, dialect: Dialect, options: ParseOptions) {
+    this.text = text;
+    this.n = text.length;
+    this.dialect = dialect;
+    this.tool = dialect !== 'searchr1';
+    this.names = TAG_NAME[dialect];
+    this.strictText = options.strictText ?? !this.tool;
+    this.openThink = !!options.openThink;
+    this.envSpans = options.spans ? options.spans.filter((sp) => sp.role !== 'generated' && sp.end > sp.start && sp.start < this.n) : undefined;
+    this.spansKnown = this.envSpans !== undefined;
+    this.feedback = this.envSpans ? -1 : text.indexOf(INVALID_ACTION_MESSAGE);
+  }
+
+  /** Reads the text from start to end. */
+  read(): void {
+    const { text, n, envSpans } = this;
+    let i = this.begin();
+    while (i < n) {
+      if (envSpans && this.env < envSpans.length && i >= envSpans[this.env]!.start) {
+        i = this.environmentSpan();
+        continue;
+      }
+      /** Where the policy's text ends (the next environment span): no tag or marker reaches across it. */
+      const limit = envSpans && this.env < envSpans.length ? envSpans[this.env]!.start : n;
+      const feedback = this.nextFeedback(i);
+      let lt = text.indexOf('<', i);
+      if (lt >= limit) lt = -1;
+      if (lt < 0 && limit < n) {
+        i = limit;
+        continue;
+      }
+      if (feedback >= 0 && this.open?.kind !== 'information' && (lt < 0 || feedback <= lt)) {
+        i = this.invalidAction(feedback);
+        continue;
+      }
+      if (lt < 0) break;
+      i = text.charCodeAt(lt + 1) === BAR ? this.marker(lt, limit) : this.tag(lt, limit);
     }
-    segments.push({ kind, start, end, contentStart, contentEnd, opened, closed, turn });
-  };
+    this.end();
+  }
+
+  /** Where reading starts: inside the `<think>` the prompt opened, or after a llama-json call that opens the text. */
+  private begin(): number {
+    if (this.openThink) {
+      this.open = { kind: 'think', segStart: 0, contentStart: 0, opened: false, tagStart: 0, tagLength: 0 };
+      return 0;
+    }
+    return !this.envSpans?.length || this.envSpans[0]!.start > 0 ? this.llamaCall(0) : 0;
+  }
+
+  /** The end of the text: what is still open was never closed; the rest is text. */
+  private end(): void {
+    if (this.open) this.abandon(this.n, 'never closed');
+    else this.flushText(this.n);
+  }
+
+  private diag(code: DiagnosticCode, severity: Severity, message: string, start: number, end: number): void {
+    this.diagnostics.push({ code, severity, message, start, end });
+  }
+
+  /** An observation came: the turn ends (tool-call dialects: at the next generated segment). */
+  private observed(): void {
+    if (this.tool) this.afterObservation = true;
+    else this.turn++;
+  }
+
+  /** Appends a segment (an empty text segment is none), starting a new turn at the first generated one after an observation. */
+  private push(kind: SegmentKind, start: number, end: number, contentStart: number, contentEnd: number, opened: boolean, closed: boolean): void {
+    if (end <= start && kind === 'text') return;
+    if (this.afterObservation && (kind === 'think' || kind === 'search' || kind === 'answer' || (kind === 'text' && this.role === 'assistant' && !isBlank(this.text, start, end)))) {
+      this.turn++;
+      this.afterObservation = false;
+    }
+    this.segments.push({ kind, start, end, contentStart, contentEnd, opened, closed, turn: this.turn });
+  }
+
   /** Free text [from, upTo) in the current message. */
-  const pushText = (from: number, upTo: number) => {
+  private pushText(from: number, upTo: number): void {
     if (upTo <= from) return;
-    if (tool && role !== 'assistant' && !isBlank(text, from, upTo)) {
+    const { text } = this;
+    if (this.tool && this.role !== 'assistant' && !isBlank(text, from, upTo)) {
       // A message the environment wrote outside tool responses (an error reply, an interaction's feedback).
-      push('feedback', from, upTo, from, upTo, false, false);
-      observed();
+      this.push('feedback', from, upTo, from, upTo, false, false);
+      this.observed();
       return;
     }
-    push('text', from, upTo, from, upTo, false, false);
-    if (strictText && !isBlank(text, from, upTo)) {
-      diag('text-between-tags', 'warning', 'text outside <think>, <search>, <information> and <answer>: the Search-R1 format allows only whitespace between blocks', from, upTo);
+    this.push('text', from, upTo, from, upTo, false, false);
+    if (this.strictText && !isBlank(text, from, upTo)) {
+      this.diag('text-between-tags', 'warning', 'text outside <think>, <search>, <information> and <answer>: the Search-R1 format allows only whitespace between blocks', from, upTo);
     }
-  };
-  const flushText = (upTo: number) => {
-    if (upTo <= textStart) return;
-    if (dialect === 'toolcall' && !isBlank(text, textStart, upTo)) {
+  }
+
+  /** The pending text up to `upTo`; toolcall: role words on their own line in it start messages. */
+  private flushText(upTo: number): void {
+    const { text } = this;
+    if (upTo <= this.textStart) return;
+    if (this.dialect === 'toolcall' && !isBlank(text, this.textStart, upTo)) {
       // Role words on their own line: the remains of markers a decoder dropped. They start a message.
-      let from = textStart;
-      let line = textStart;
+      let from = this.textStart;
+      let line = this.textStart;
       while (line < upTo) {
         const nl = text.indexOf('\n', line);
         const lineEnd = nl < 0 || nl >= upTo ? upTo : nl;
         if (lineEnd - line <= 9 && BARE_ROLE.test(text.slice(line, lineEnd))) {
-          pushText(from, line);
-          push('template', line, lineEnd, line, lineEnd, false, false);
-          startMessage(text.slice(line, lineEnd), lineEnd, false);
+          this.pushText(from, line);
+          this.push('template', line, lineEnd, line, lineEnd, false, false);
+          this.startMessage(text.slice(line, lineEnd), lineEnd, false);
           from = lineEnd;
         }
         line = lineEnd + 1;
       }
-      pushText(from, upTo);
+      this.pushText(from, upTo);
     } else {
-      pushText(textStart, upTo);
+      this.pushText(this.textStart, upTo);
     }
-    textStart = upTo;
-  };
+    this.textStart = upTo;
+  }
+
   /** Ends the open block (and any interrupted ones) without a closing tag, at `at`. */
-  const abandon = (at: number, why: string) => {
+  private abandon(at: number, why: string): void {
+    const open = this.open;
     if (!open) return;
-    push(open.kind, open.segStart, at, open.contentStart, at, open.opened, false);
-    if (open.tagless) observed();
-    else diag('unclosed-tag', 'error', `<${names[open.kind]}> is ${why}`, open.tagStart, Math.min(n, open.tagStart + open.tagLength));
-    for (const b of interrupted.splice(0).reverse()) diag('unclosed-tag', 'error', `<${names[b.kind]}> is ${why}`, b.tagStart, Math.min(n, b.tagStart + b.tagLength));
-    open = undefined;
-    textStart = at;
-  };
-  const resumeOrText = (at: number) => {
-    const resumed = interrupted.pop();
-    if (resumed) open = { kind: resumed.kind, segStart: at, contentStart: at, opened: false, tagStart: resumed.tagStart, tagLength: resumed.tagLength };
+    const { n, names } = this;
+    this.push(open.kind, open.segStart, at, open.contentStart, at, open.opened, false);
+    if (open.tagless) this.observed();
+    else this.diag('unclosed-tag', 'error', `<${names[open.kind]}> is ${why}`, open.tagStart, Math.min(n, open.tagStart + open.tagLength));
+    for (const b of this.interrupted.splice(0).reverse()) this.diag('unclosed-tag', 'error', `<${names[b.kind]}> is ${why}`, b.tagStart, Math.min(n, b.tagStart + b.tagLength));
+    this.open = undefined;
+    this.textStart = at;
+  }
+
+  /** After a block closed at `at`: the block it interrupted resumes, or top-level text starts. */
+  private resumeOrText(at: number): void {
+    const resumed = this.interrupted.pop();
+    if (resumed) this.open = { kind: resumed.kind, segStart: at, contentStart: at, opened: false, tagStart: resumed.tagStart, tagLength: resumed.tagLength };
     else {
-      open = undefined;
-      textStart = at;
+      this.open = undefined;
+      this.textStart = at;
     }
-  };
+  }
+
   /** A template marker [at, at + len): it splits the open block (which stays open), or ends the pending text. */
-  const pushMarker = (at: number, len: number) => {
+  private pushMarker(at: number, len: number): void {
+    const open = this.open;
     if (open) {
-      push(open.kind, open.segStart, at, open.contentStart, at, open.opened, false);
-      push('template', at, at + len, at, at + len, false, false);
-      open = { ...open, segStart: at + len, contentStart: at + len, opened: false };
+      this.push(open.kind, open.segStart, at, open.contentStart, at, open.opened, false);
+      this.push('template', at, at + len, at, at + len, false, false);
+      this.open = { ...open, segStart: at + len, contentStart: at + len, opened: false };
     } else {
-      flushText(at);
-      push('template', at, at + len, at, at + len, false, false);
-      textStart = at + len;
+      this.flushText(at);
+      this.push('template', at, at + len, at, at + len, false, false);
+      this.textStart = at + len;
     }
-  };
+  }
+
   /**
    * Tool-call dialects: a message of `who` starts at `at` (after its marker). Tool results and user messages that
    * hold `<tool_response>` are replies; a `tool`/`ipython` message without the tags is one response (tagless).
    */
-  const startMessage = (who: string, at: number, tagless = true) => {
-    const body = skipBlank(text, at);
-    const tagged = text.startsWith('<tool_response>', body);
+  private startMessage(who: string, at: number, tagless = true): void {
+    const body = skipBlank(this.text, at);
+    const tagged = this.text.startsWith('<tool_response>', body);
     if (who === 'assistant') {
-      role = 'assistant';
-      if (afterObservation) {
-        turn++;
-        afterObservation = false;
+      this.role = 'assistant';
+      if (this.afterObservation) {
+        this.turn++;
+        this.afterObservation = false;
       }
     } else if (who === 'tool' || who === 'ipython' || who === 'function') {
-      role = 'reply';
-      if (tagless && !tagged && body < n) open = { kind: 'information', segStart: at, contentStart: at, opened: true, tagStart: at, tagLength: 0, tagless: true };
+      this.role = 'reply';
+      if (tagless && !tagged && body < this.n) this.open = { kind: 'information', segStart: at, contentStart: at, opened: true, tagStart: at, tagLength: 0, tagless: true };
     } else {
-      role = who === 'user' && tagged ? 'reply' : 'other';
+      this.role = who === 'user' && tagged ? 'reply' : 'other';
     }
-  };
-  /** llama-json: a JSON object that starts the assistant's message (or follows a block in it) is a call. */
-  const llamaCall = (at: number): number => {
-    if (dialect !== 'llama-json' || role !== 'assistant' || open) return at;
-    const k = skipBlank(text, at);
-    if (text.charCodeAt(k) !== BRACE) return at;
-    flushText(k);
-    const { end, closed } = jsonValueEnd(text, k);
-    push('search', k, end, k, end, true, closed);
-    if (!closed) diag('invalid-tool-call', 'error', 'the tool call’s JSON object is not closed', k, k + 1);
-    textStart = end;
-    return end;
-  };
+  }
 
-  /** The environment's spans (when known): observations by role, never parsed for tags. */
-  const envSpans = options.spans ? options.spans.filter((sp) => sp.role !== 'generated' && sp.end > sp.start && sp.start < n) : undefined;
-  let env = 0;
+  /** llama-json: a JSON object that starts the assistant's message (or follows a block in it) is a call. */
+  private llamaCall(at: number): number {
+    if (this.dialect !== 'llama-json' || this.role !== 'assistant' || this.open) return at;
+    const k = skipBlank(this.text, at);
+    if (this.text.charCodeAt(k) !== BRACE) return at;
+    this.flushText(k);
+    const { end, closed } = jsonValueEnd(this.text, k);
+    this.push('search', k, end, k, end, true, closed);
+    if (!closed) this.diag('invalid-tool-call', 'error', 'the tool call’s JSON object is not closed', k, k + 1);
+    this.textStart = end;
+    return end;
+  }
+
+  /** The next environment span, read by its role; a llama-json call may follow it in the policy's text. */
+  private environmentSpan(): number {
+    const envSpans = this.envSpans!;
+    const i = this.environment(envSpans[this.env++]!);
+    return this.env >= envSpans.length || envSpans[this.env]!.start > i ? this.llamaCall(i) : i;
+  }
+
   /** The environment's span [start, end) of `role`: segments by its role (the caller said who wrote it). */
-  const environment = (sp: ResponseSpan) => {
+  private environment(sp: ResponseSpan): number {
+    const { text, n, names } = this;
     const start = sp.start;
     const end = Math.min(n, sp.end);
-    if (open) abandon(start, 'not closed before the environment’s text');
+    if (this.open) this.abandon(start, 'not closed before the environment’s text');
     if (sp.role === 'prompt') {
-      flushText(start);
-      push('template', start, end, start, end, false, false);
+      this.flushText(start);
+      this.push('template', start, end, start, end, false, false);
     } else {
       // Blank edges (Search-R1's `\n\n<information>…</information>\n\n`, the message's newlines) are text, joined
       // to the text around as when the tags are read.
       const a = Math.min(skipBlank(text, start), end);
       let b = end;
       while (b > a && isBlank(text, b - 1, b)) b--;
-      flushText(a);
-      if (sp.role === 'feedback') push('feedback', a, b, a, b, false, false);
+      this.flushText(a);
+      if (sp.role === 'feedback') this.push('feedback', a, b, a, b, false, false);
       else {
         // Search-R1 writes its framing tags inside the observation: they are the block's own (a cut observation
         // has no closing tag: unclosed, as is_valid_sequence would count it).
         const openTag = `<${names.information}>`;
         const closeTag = `</${names.information}>`;
-        const tagged = !tool && text.startsWith(openTag, a) && a + openTag.length <= b;
+        const tagged = !this.tool && text.startsWith(openTag, a) && a + openTag.length <= b;
         const closed = tagged && b - closeTag.length >= a + openTag.length && text.startsWith(closeTag, b - closeTag.length);
         const contentStart = tagged ? a + openTag.length : a;
         const contentEnd = closed ? b - closeTag.length : b;
-        push('information', a, b, contentStart, contentEnd, true, tagged ? closed : true);
-        if (tagged && !closed) diag('unclosed-tag', 'error', `<${names.information}> is not closed (the observation was cut)`, a, a + openTag.length);
+        this.push('information', a, b, contentStart, contentEnd, true, tagged ? closed : true);
+        if (tagged && !closed) this.diag('unclosed-tag', 'error', `<${names.information}> is not closed (the observation was cut)`, a, a + openTag.length);
       }
-      observed();
+      this.observed();
       // The blank tail is read on as text (nothing in it can be a tag).
-      textStart = b;
-      role = 'assistant';
+      this.textStart = b;
+      this.role = 'assistant';
       return b;
     }
-    textStart = end;
-    role = 'assistant';
+    this.textStart = end;
+    this.role = 'assistant';
     return end;
-  };
+  }
 
-  let i = 0;
-  if (options.openThink) open = { kind: 'think', segStart: 0, contentStart: 0, opened: false, tagStart: 0, tagLength: 0 };
-  else if (!envSpans?.length || envSpans[0]!.start > 0) i = llamaCall(0);
-  // With spans, the environment's messages are its spans: the invalid-action text inside the policy's is not one.
-  let feedback = envSpans ? -1 : text.indexOf(INVALID_ACTION_MESSAGE);
-  while (i < n) {
-    if (envSpans && env < envSpans.length && i >= envSpans[env]!.start) {
-      i = environment(envSpans[env++]!);
-      if (env >= envSpans.length || envSpans[env]!.start > i) i = llamaCall(i);
-      continue;
+  /** The first invalid-action message at or after `i` (-1: none). */
+  private nextFeedback(i: number): number {
+    while (this.feedback >= 0 && this.feedback < i) this.feedback = this.text.indexOf(INVALID_ACTION_MESSAGE, this.feedback + 1);
+    return this.feedback;
+  }
+
+  /** The environment's invalid-action message at `at`: an observation (its tags are not actions). */
+  private invalidAction(at: number): number {
+    if (this.open) this.abandon(at, 'not closed before the environment’s invalid-action message');
+    this.flushText(at);
+    const end = at + INVALID_ACTION_MESSAGE.length;
+    this.push('feedback', at, end, at, end, false, false);
+    this.observed();
+    this.textStart = end;
+    return end;
+  }
+
+  /** `<|` at `lt`: a chat-template marker (not inside documents), or a plain character. Returns where to read on. */
+  private marker(lt: number, limit: number): number {
+    return this.tool ? this.messageMarker(lt, limit) : this.templateMarker(lt, limit);
+  }
+
+  /** searchr1: a chat-template marker splits the current segment without changing which block is open. */
+  private templateMarker(lt: number, limit: number): number {
+    const inDocument = this.open?.kind === 'information' && !this.open.tagless;
+    let len = inDocument ? 0 : templateMarkerLength(this.text, lt);
+    if (lt + len > limit) len = 0;
+    if (len > 0) this.pushMarker(lt, len);
+    return lt + Math.max(1, len);
+  }
+
+  /** Tool-call dialects: a marker that starts or ends a message ends the blocks open in it and sets who writes next. */
+  private messageMarker(lt: number, limit: number): number {
+    const open = this.open;
+    const inDocument = open?.kind === 'information' && !open.tagless;
+    const marker = inDocument ? undefined : chatMarker(this.text, lt);
+    if (!marker || lt + marker.length > limit) return lt + 1;
+    const len = marker.length;
+    const boundary = marker.starts !== undefined || marker.ends === true;
+    if (open?.tagless) {
+      if (!boundary) return lt + len;
+      // A tool message ends at its end marker (or the next message).
+      this.push('information', open.segStart, lt, open.contentStart, lt, true, true);
+      this.observed();
+      this.open = undefined;
+      this.textStart = lt;
+    } else if (open && boundary) {
+      this.abandon(lt, `not closed before the end of the ${this.role === 'assistant' ? 'assistant’s' : 'environment’s'} message`);
     }
-    /** Where the policy's text ends (the next environment span): no tag or marker reaches across it. */
-    const limit = envSpans && env < envSpans.length ? envSpans[env]!.start : n;
-    while (feedback >= 0 && feedback < i) feedback = text.indexOf(INVALID_ACTION_MESSAGE, feedback + 1);
-    let lt = text.indexOf('<', i);
-    if (lt >= limit) lt = -1;
-    if (lt < 0 && limit < n) {
-      i = limit;
-      continue;
-    }
-    if (feedback >= 0 && open?.kind !== 'information' && (lt < 0 || feedback <= lt)) {
-      // The environment's invalid-action message: an observation (its tags are not actions).
-      if (open) abandon(feedback, 'not closed before the environment’s invalid-action message');
-      flushText(feedback);
-      const end = feedback + INVALID_ACTION_MESSAGE.length;
-      push('feedback', feedback, end, feedback, end, false, false);
-      observed();
-      i = textStart = end;
-      continue;
-    }
-    if (lt < 0) break;
+    this.pushMarker(lt, len);
+    let i = lt + len;
+    if (marker.starts !== undefined) this.startMessage(marker.starts, lt + len);
+    if (marker.starts === 'assistant' || marker.python) i = this.llamaCall(i);
+    return i;
+  }
+
+  /** `<` at `lt`, not a marker: a block tag the policy wrote, or a plain character. Returns where to read on. */
+  private tag(lt: number, limit: number): number {
+    const { text, dialect } = this;
     const next = text.charCodeAt(lt + 1);
-    if (next === BAR) {
-      // A chat-template marker (not inside documents).
-      const inDocument = open?.kind === 'information' && !open.tagless;
-      if (!tool) {
-        let len = inDocument ? 0 : templateMarkerLength(text, lt);
-        if (lt + len > limit) len = 0;
-        if (len > 0) pushMarker(lt, len);
-        i = lt + Math.max(1, len);
-        continue;
-      }
-      const marker = inDocument ? undefined : chatMarker(text, lt);
-      if (!marker || lt + marker.length > limit) {
-        i = lt + 1;
-        continue;
-      }
-      const len = marker.length;
-      const boundary = marker.starts !== undefined || marker.ends === true;
-      if (open?.tagless) {
-        if (!boundary) {
-          i = lt + len;
-          continue;
-        }
-        // A tool message ends at its end marker (or the next message).
-        push('information', open.segStart, lt, open.contentStart, lt, true, true);
-        observed();
-        open = undefined;
-        textStart = lt;
-      } else if (open && boundary) {
-        abandon(lt, `not closed before the end of the ${role === 'assistant' ? 'assistant’s' : 'environment’s'} message`);
-      }
-      pushMarker(lt, len);
-      i = lt + len;
-      if (marker.starts !== undefined) startMessage(marker.starts, lt + len);
-      if (marker.starts === 'assistant' || marker.python) i = llamaCall(i);
-      continue;
-    }
     let tag = next === SLASH || next === 116 || next === 115 || next === 105 || next === 97 ? tagAt(text, lt, dialect) : undefined;
-    if (tag && (lt + tag.length > limit || (envSpans && tag.kind === 'information'))) tag = undefined;
+    if (tag && (lt + tag.length > limit || (this.envSpans && tag.kind === 'information'))) tag = undefined;
     // A role word left by a decoder may have started the assistant's message since the last block: read it first.
-    if (tag && dialect === 'toolcall' && role !== 'assistant' && !open) flushText(lt);
-    if (!tag || (tool && role !== 'assistant' && (tag.kind !== 'information' || role !== 'reply'))) {
+    if (tag && dialect === 'toolcall' && this.role !== 'assistant' && !this.open) this.flushText(lt);
+    if (!tag || (this.tool && this.role !== 'assistant' && (tag.kind !== 'information' || this.role !== 'reply'))) {
       // Not a tag; or, in a tool-call dialect, an action tag in a message the policy did not write.
-      i = lt + 1;
-      continue;
+      return lt + 1;
     }
     const tagEnd = lt + tag.length;
-    i = tagEnd;
-
-    if (open?.kind === 'information') {
-      // Document text: only the closing tag ends it.
-      if (tag.closing && tag.kind === 'information' && !open.tagless) {
-        push('information', open.segStart, tagEnd, open.contentStart, lt, open.opened, true);
-        open = undefined;
-        textStart = tagEnd;
-        observed();
-      }
-      continue;
+    if (this.open?.kind === 'information') {
+      this.documentTag(tag, lt, tagEnd);
+      return tagEnd;
     }
     if (!tag.closing) {
-      if (tag.kind === 'information' && open) {
-        // An observation ends the turn: whatever the model left open stays unclosed.
-        abandon(lt, `not closed before <${names.information}>`);
-      }
-      if (open) {
-        diag('nested-tag', 'error', `<${names[tag.kind]}> opened inside <${names[open.kind]}>, which is not closed before it`, lt, tagEnd);
-        push(open.kind, open.segStart, lt, open.contentStart, lt, open.opened, false);
-        interrupted.push({ kind: open.kind, tagStart: open.tagStart, tagLength: open.tagLength });
-      } else {
-        flushText(lt);
-      }
-      open = { kind: tag.kind, segStart: lt, contentStart: tagEnd, opened: true, tagStart: lt, tagLength: tag.length };
-      continue;
+      this.openTag(tag, lt, tagEnd);
+      return tagEnd;
     }
-    // A closing tag.
+    return this.closeTag(tag, lt, tagEnd);
+  }
+
+  /** A tag inside an observation: document text; only the observation's closing tag ends it. */
+  private documentTag(tag: Tag, lt: number, tagEnd: number): void {
+    const open = this.open!;
+    if (tag.closing && tag.kind === 'information' && !open.tagless) {
+      this.push('information', open.segStart, tagEnd, open.contentStart, lt, open.opened, true);
+      this.open = undefined;
+      this.textStart = tagEnd;
+      this.observed();
+    }
+  }
+
+  /** An opening tag: the block opens, nested in (and interrupting) the open one, if any. */
+  private openTag(tag: Tag, lt: number, tagEnd: number): void {
+    const { names } = this;
+    if (tag.kind === 'information' && this.open) {
+      // An observation ends the turn: whatever the model left open stays unclosed.
+      this.abandon(lt, `not closed before <${names.information}>`);
+    }
+    const open = this.open;
+    if (open) {
+      this.diag('nested-tag', 'error', `<${names[tag.kind]}> opened inside <${names[open.kind]}>, which is not closed before it`, lt, tagEnd);
+      this.push(open.kind, open.segStart, lt, open.contentStart, lt, open.opened, false);
+      this.interrupted.push({ kind: open.kind, tagStart: open.tagStart, tagLength: open.tagLength });
+    } else {
+      this.flushText(lt);
+    }
+    this.open = { kind: tag.kind, segStart: lt, contentStart: tagEnd, opened: true, tagStart: lt, tagLength: tag.length };
+  }
+
+  /** A closing tag: of the open block, of an interrupted outer one (the inner ones are unclosed), or of none. */
+  private closeTag(tag: Tag, lt: number, tagEnd: number): number {
+    const { text, n, names } = this;
+    const open = this.open;
     if (open?.kind === tag.kind) {
-      push(open.kind, open.segStart, tagEnd, open.contentStart, lt, open.opened, true);
-      if (tag.kind === 'search' && !tool && open.opened && isBlank(text, open.contentStart, lt)) diag('empty-search', 'warning', 'empty search query', open.segStart, tagEnd);
-      resumeOrText(tagEnd);
-      if (!open) i = llamaCall(tagEnd);
-      continue;
+      this.push(open.kind, open.segStart, tagEnd, open.contentStart, lt, open.opened, true);
+      if (tag.kind === 'search' && !this.tool && open.opened && isBlank(text, open.contentStart, lt)) this.diag('empty-search', 'warning', 'empty search query', open.segStart, tagEnd);
+      this.resumeOrText(tagEnd);
+      return this.open ? tagEnd : this.llamaCall(tagEnd);
     }
+    const interrupted = this.interrupted;
     let depth = -1;
     for (let k = interrupted.length - 1; k >= 0; k--) if (interrupted[k]!.kind === tag.kind) { depth = k; break; }
     if (open && depth >= 0) {
       // Closes an interrupted outer block: the ones opened since are unclosed.
-      diag('unclosed-tag', 'error', `<${names[open.kind]}> is not closed before </${names[tag.kind]}>`, open.tagStart, Math.min(n, open.tagStart + open.tagLength));
-      for (const b of interrupted.splice(depth + 1).reverse()) diag('unclosed-tag', 'error', `<${names[b.kind]}> is not closed before </${names[tag.kind]}>`, b.tagStart, Math.min(n, b.tagStart + b.tagLength));
+      this.diag('unclosed-tag', 'error', `<${names[open.kind]}> is not closed before </${names[tag.kind]}>`, open.tagStart, Math.min(n, open.tagStart + open.tagLength));
+      for (const b of interrupted.splice(depth + 1).reverse()) this.diag('unclosed-tag', 'error', `<${names[b.kind]}> is not closed before </${names[tag.kind]}>`, b.tagStart, Math.min(n, b.tagStart + b.tagLength));
       interrupted.pop();
-      push(tag.kind, open.segStart, tagEnd, open.segStart, lt, false, true);
-      resumeOrText(tagEnd);
-      continue;
+      this.push(tag.kind, open.segStart, tagEnd, open.segStart, lt, false, true);
+      this.resumeOrText(tagEnd);
+      return tagEnd;
     }
     const what = names[tag.kind];
-    diag('unopened-close', 'error', open ? `</${what}> inside <${names[open.kind]}>, but no <${what}> is open` : `</${what}> without an opening <${what}>`, lt, tagEnd);
+    this.diag('unopened-close', 'error', open ? `</${what}> inside <${names[open.kind]}>, but no <${what}> is open` : `</${what}> without an opening <${what}>`, lt, tagEnd);
     // The stray tag stays part of the current segment (top-level text or the open block's content).
+    return tagEnd;
   }
-  if (open) abandon(n, 'never closed');
-  else flushText(n);
+}
 
-  if (tool) annotateToolCalls(text, segments, diagnostics, { searchTool: options.searchTool ?? 'search', tools: options.tools ?? [], dialect, kindsKnown: envSpans !== undefined });
+/** A second `<answer>` (the final answer is the last) and a missing one (when one is expected). */
+function checkAnswers(segments: readonly Segment[], diagnostics: TagDiagnostic[], tool: boolean, n: number, expectAnswer: boolean): void {
   let answers = 0;
   for (const s of segments) {
     if (s.kind !== 'answer' || !s.opened) continue;
-    if (++answers === 2) diag('multiple-answers', 'warning', tool ? 'more than one <answer>: the final answer is the last' : 'more than one <answer>: Search-R1 acts on the first; the final answer is the last', s.start, s.start + 8);
+    if (++answers === 2) diagnostics.push({ code: 'multiple-answers', severity: 'warning', message: tool ? 'more than one <answer>: the final answer is the last' : 'more than one <answer>: Search-R1 acts on the first; the final answer is the last', start: s.start, end: s.start + 8 });
   }
-  if (answers === 0 && (options.expectAnswer ?? true)) diag('missing-answer', 'warning', 'no <answer>: the trajectory ends without a final answer', Math.max(0, n - 1), n);
-  diagnostics.sort((a, b) => a.start - b.start || a.end - b.end);
+  if (answers === 0 && expectAnswer) diagnostics.push({ code: 'missing-answer', severity: 'warning', message: 'no <answer>: the trajectory ends without a final answer', start: Math.max(0, n - 1), end: n });
+}
 
-  const base = options.offset ?? 0;
-  if (base !== 0) {
-    for (const s of segments) {
-      s.start += base;
-      s.end += base;
-      s.contentStart += base;
-      s.contentEnd += base;
-    }
-    for (const d of diagnostics) {
-      d.start += base;
-      d.end += base;
-    }
+/** Moves every position by `base` (ParseOptions.offset: the text is a slice of a larger document). */
+function shiftPositions(segments: Segment[], diagnostics: TagDiagnostic[], base: number): void {
+  if (base === 0) return;
+  for (const s of segments) {
+    s.start += base;
+    s.end += base;
+    s.contentStart += base;
+    s.contentEnd += base;
   }
-  return { text, offset: base, dialect, segments, diagnostics };
+  for (const d of diagnostics) {
+    d.start += base;
+    d.end += base;
+  }
 }
 
 /** The content of a segment (a substring made on demand). */

@@ -6,7 +6,7 @@
  * way the Qwen2.5 template does (for sources that store messages rather than text).
  */
 import { jsonValueEnd } from './markers';
-import type { Dialect, DiagnosticCode, Segment, TagDiagnostic, ToolCall } from './parser';
+import type { Dialect, DiagnosticCode, Segment, TagDiagnostic, ToolCall } from './segments';
 
 export interface ToolCallOptions {
   /** The search tool's name. */

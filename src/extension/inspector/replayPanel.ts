@@ -8,7 +8,7 @@ import * as vscode from 'vscode';
 import { ForkHost, defaultCheckpoint, generationTurns, listCheckpoints } from '../../core/host/fork';
 import { addMicroscope, importancePreview, IMPORTANCE_DEFAULTS, mismatchNote, tokenizerMismatch } from '../../core/audit';
 import { replayModel, type TextTokenizer } from '../../core/inspect/replay';
-import { loadTextTokenizer, runTokenizer, runVocabSize, type TokenizerCodec } from '../../core/inspect/tokenizer';
+import { loadTextTokenizer, runTokenizer, runVocabSize, type TokenizerCodec } from '../../core/tokens/tokenizer';
 import type { ForkChoices, ForkOptions, ForkResult, ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol/replay';
 import type { Rollout } from '../../core/run/format';
 import { formatIssue } from '../../core/run/format';

@@ -12,7 +12,8 @@ import { MetricsTail } from '../../core/host/metricsTail';
 import { listRuns, readRun, rolloutFile } from '../../core/host/runs';
 import type { DashboardContract, DashboardRun, DashboardSettings, MetricsRow } from '../../core/protocol/dashboard';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
-import { pickRun, runDirOf } from './runsView';
+import { runDirOf } from './runArg';
+import { pickRun } from './runsView';
 import type { TrainingController } from './trainingController';
 
 /**

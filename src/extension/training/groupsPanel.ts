@@ -13,7 +13,8 @@ import { formatIssue } from '../../core/run/format';
 import { readPart, runConfigDialect, runConfigNear } from '../../core/store/rollouts';
 import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
-import { pickRun, runDirOf } from './runsView';
+import { runDirOf } from './runArg';
+import { pickRun } from './runsView';
 
 export class GroupsPanel implements vscode.Disposable {
   private web: OpenedWebview<GroupsContract> | undefined;

@@ -11,17 +11,6 @@ import { listRuns, rolloutFile, SMOOTHING, type RunInfo } from '../../core/host/
 import { isStorePart, readPart } from '../../core/store/rollouts';
 import type { TrainingController } from './trainingController';
 
-/**
- * The run directory a command was invoked on: a Runs view node (inline actions and context menus pass the tree's
- * node), `{ dir }` (a row's click, a notification's button), or a folder's URI.
- */
-export function runDirOf(arg: unknown): string | undefined {
-  if (arg instanceof vscode.Uri) return arg.fsPath;
-  const a = arg as { dir?: unknown; run?: { dir?: unknown } } | undefined;
-  if (typeof a?.run?.dir === 'string') return a.run.dir;
-  return typeof a?.dir === 'string' ? a.dir : undefined;
-}
-
 type Node = { kind: 'run'; run: RunInfo } | { kind: 'step'; run: RunInfo; step: number } | { kind: 'rollout'; file: string; line: number; label: string; reward?: number; detail: string } | { kind: 'more'; label: string };
 
 const ICONS: Record<RunInfo['state'], [string, string?]> = {

@@ -16,7 +16,7 @@ import { noPythonMessage, runPythonNote, type TrainerNeeds } from '../../core/py
 import type { RunEvent } from '../../core/run/format';
 import { nodeCommand } from '../node';
 import { DoctorReport, findTrainerPython, SETUP_COMMAND, setUpTrainerEnvironment } from './python';
-import { runDirOf } from './runsView';
+import { runDirOf } from './runArg';
 
 export interface LiveRunState {
   id: string;

@@ -25,7 +25,7 @@ import { NEMO_FILE, nemoRlFiles, readNemoRl } from './nemoRl';
 import { primeRlFiles, readPrimeRl, type SampleItem } from './primeRl';
 import { templateMarkers } from './roles';
 import { FOREIGN_KINDS, GroupKeeper, PieceCache, recordOfSample, SampleError, type ForeignKind, type SampleCodec, type TokenSample } from './sample';
-import { derivedFields } from '../common';
+import { derivedFields } from '../../run/fields';
 import { ROLLOUT_RECORD_VERSION, rolloutContext } from '../../run/format';
 import { extractQuestion } from '../../tags/transcript';
 

@@ -12,7 +12,7 @@
  */
 import { readdir, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
-import { messageText } from '../common';
+import { messageText } from '../../run/fields';
 import type { SampleItem } from './primeRl';
 import { readJsonLines, SampleError, type TokenSample } from './sample';
 

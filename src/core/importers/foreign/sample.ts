@@ -8,7 +8,7 @@
 import { ROLLOUT_RECORD_VERSION, rolloutContext, type LocatedIssue, type ReadOptions, type Rollout, type TokenRole } from '../../run/format';
 import { readLines } from '../../store/jsonl';
 import { extractQuestion } from '../../tags/transcript';
-import { derivedFields, goldenList, jsonSafe } from '../common';
+import { derivedFields, goldenList, jsonSafe } from '../../run/fields';
 import { inferRoles, rolesFromMask, type ChatMarkers } from './roles';
 
 export const FOREIGN_KINDS = ['prime-rl', 'nemo-rl', 'miles', 'slime', 'skyrl'] as const;

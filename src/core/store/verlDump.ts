@@ -7,7 +7,7 @@
  */
 import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
 import { extractQuestion } from '../tags/transcript';
-import { derivedFields, goldenList, jsonSafe, toNumber } from './common';
+import { derivedFields, goldenList, jsonSafe, toNumber } from '../run/fields';
 
 const KNOWN = new Set(['input', 'output', 'gts', 'score', 'step', 'data_source']);
 

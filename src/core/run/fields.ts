@@ -1,8 +1,11 @@
-/** Shared by the importers: turning loosely-typed source fields into our record's fields. */
+/**
+ * Turning loosely-typed source fields into our record's fields: shared by the importers and the store's reading of
+ * veRL dumps (store/verlDump.ts).
+ */
 import { turnsOf } from '../tags/searchr1';
 import { hasToolMessages, renderToolMessages } from '../tags/toolcall';
 import { parseResponse, searchCount, type ResponseContext } from '../tags/trajectory';
-import type { Rollout } from '../run/format';
+import type { Rollout } from './format';
 
 /** Golden answers from the shapes sources use: a string, a list, `{target: …}` (Search-R1's ground truth), JSON text of those. */
 export function goldenList(value: unknown): string[] {

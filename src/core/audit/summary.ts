@@ -9,7 +9,7 @@ import { em } from '../rewards/normalize';
 import type { Dialect, ParsedTrajectory } from '../tags/parser';
 import { responseAnswer, turnsOf } from '../tags/searchr1';
 import { invalidActionCount, parseResponse, searchCount } from '../tags/trajectory';
-import { groupKeyOf, rolloutContext, type LocatedIssue, type ReadOptions, type Rollout } from './format';
+import { groupKeyOf, rolloutContext, type LocatedIssue, type ReadOptions, type Rollout } from '../run/format';
 
 export interface Histogram {
   [value: string]: number;

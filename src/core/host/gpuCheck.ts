@@ -5,9 +5,9 @@
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { checkRunConfig } from '../host/runConfig';
 import { packageRoot } from '../paths';
-import { DEFAULT_GPU_MEMORY, planRun } from './plan';
+import { DEFAULT_GPU_MEMORY, planRun } from '../plan/plan';
+import { checkRunConfig } from './runConfig';
 
 export const GPU_PLANS_FILE = join(packageRoot(), 'bench', 'gpu', 'plans.json');
 

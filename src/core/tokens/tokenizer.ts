@@ -16,7 +16,9 @@ import { readdir, readFile, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { runConfigNear, runModelDir } from '../store/rollouts';
-import type { TextTokenizer } from './replay';
+
+/** Splits text into tokens (a tokenizer chosen by the user; the replay's, for token-less rollouts). */
+export type TextTokenizer = (text: string) => { text: string[]; ids: number[] };
 
 /** A model's tokenizer: encode and decode exactly as the model's pipeline would (no special tokens added). */
 export interface TokenizerCodec {
