@@ -1,7 +1,8 @@
 """The veRL overrides pinned: `verl_overrides`' output (the Hydra override list, in order, and the notes) for three
 configs that take most of its branches (PPO with its critic, LoRA, offload, dual clip, fp32 and raw overrides; the
 tool-call dialect at launch without an env URL; Dr. GRPO with LoRA dropout on SGLang), as written by the function
-before it was split into its groups (verl_overrides_pinned.json). overrides.py imports no veRL: this runs anywhere."""
+before it was split into its groups (verl_overrides_pinned.json; the bare launch's default trainer_dir, this checkout's
+trainer/, written as <trainer_dir>). overrides.py imports no veRL: this runs anywhere."""
 
 import json
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from search_agent_trainer.config import config_from_dict
-from search_agent_trainer.engines.verl.overrides import VerlLaunch, verl_overrides
+from search_agent_trainer.engines.verl.overrides import TRAINER_DIR, VerlLaunch, verl_overrides
 
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = json.loads((Path(__file__).parent / "verl_overrides_pinned.json").read_text(encoding="utf-8"))
@@ -43,4 +44,5 @@ def run_config(sections: dict) -> object:
 def test_the_override_list_and_notes_are_the_pinned_ones(key):
     case, launch = key.split("/")
     overrides, notes = verl_overrides(run_config(CASES[case]), LAUNCHES[launch])
+    overrides = [o.replace(str(TRAINER_DIR), "<trainer_dir>") for o in overrides]
     assert [overrides, notes] == PINNED[key]
