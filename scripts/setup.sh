@@ -2,7 +2,7 @@
 # Sets up Search Agent Studio on this machine. Idempotent: steps whose inputs did not change are skipped.
 #   bash scripts/setup.sh          what the main job needs: the trainer's Python venv (.venv), npm ci, the build
 #   bash scripts/setup.sh --test   also what the tests need: system packages (apt, when root on Debian; otherwise
-#                                  it says exactly what is missing), pytest in the venv, code-server for e2e, and
+#                                  it says exactly what is missing), pytest and ruff in the venv, code-server for e2e, and
 #                                  veRL's own venv (.venv-verl, scripts/setup-verl.sh) for the veRL engine's tests
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"

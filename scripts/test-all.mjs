@@ -13,6 +13,7 @@ import { failureReport } from './failure-report.mjs';
 
 const root = join(import.meta.dirname, '..');
 const commands = {
+  lint: ['npm', 'run', '-s', 'lint'], // the formatters and linters, checked (seconds)
   typecheck: ['npm', 'run', '-s', 'typecheck'],
   unit: ['npm', 'run', '-s', 'test:unit'],
   python: ['npm', 'run', '-s', 'test:python'],
@@ -21,7 +22,7 @@ const commands = {
   learning: ['npm', 'run', '-s', 'test:learning'],
 };
 /** Phases in order; a phase is lanes run side by side; a lane is suites run one after another. */
-const phases = [[['typecheck', 'unit'], ['python', 'verl']], [['e2e']], [['learning']]];
+const phases = [[['lint']], [['typecheck', 'unit'], ['python', 'verl']], [['e2e']], [['learning']]];
 
 const only = process.env.SAS_SUITES?.split(',').map((s) => s.trim());
 const results = [];
