@@ -113,12 +113,12 @@ export async function bm25Inputs(n: number): Promise<Bm25Inputs> {
 export async function corpusTsv(corpus: string): Promise<string> {
   const tsv = corpus.replace(/\.jsonl$/, '.tsv');
   if (existsSync(tsv)) return tsv;
-  const escape = (s: string) => s.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/\t/g, '\\t');
+  const escapeField = (s: string) => s.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/\t/g, '\\t');
   async function* rows() {
     for await (const line of createInterface({ input: createReadStream(corpus) })) {
       if (!line) continue;
       const d = JSON.parse(line) as { id: string; contents: string };
-      yield `${d.id}\t${escape(d.contents)}\n`;
+      yield `${d.id}\t${escapeField(d.contents)}\n`;
     }
   }
   const tmp = `${tsv}.tmp`;

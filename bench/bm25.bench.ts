@@ -53,7 +53,6 @@ const ORACLE = join(__dirname, '..', 'test', 'oracle', 'lucene');
 
 /** An engine process answering one JSON line per command line. */
 class Engine {
-  private readonly waiting: ((o: any) => void)[] = [];
   private readonly lines: AsyncIterator<string>;
   ready!: Ready;
   /** Per set, every timed round. */

@@ -344,7 +344,7 @@ export class VmRewardSandbox {
         }
         slot.busy = true;
         this.run(slot, next, results, finish, fail, (requeue) => {
-          if (requeue && requeue.items.length) queue.unshift(requeue);
+          if (requeue?.items.length) queue.unshift(requeue);
           pump(slot);
         });
       };

@@ -3,6 +3,7 @@
 /** The part of a failed suite's output that says what failed: mocha's "N failing" block, pytest's short test summary,
  * tsc's error lines; otherwise the last 40 lines. At most 120 lines. */
 export function failureReport(output) {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: strips ANSI colour sequences
   const lines = output.replace(/\x1b\[[0-9;]*m/g, '').split(/\r?\n/);
   const cap = (ls) => (ls.length > 120 ? [...ls.slice(0, 120), `  … ${ls.length - 120} more lines: the suite's output above`] : ls).join('\n');
   const mocha = lines.findIndex((l) => /^\s+\d+ failing\s*$/.test(l));

@@ -96,6 +96,7 @@ write(
     prompt: [[{ content: PROMPT('varnholt founder'), role: 'user' }], [{ content: PROMPT('varnholt founder'), role: 'user' }]],
     completion: [[{ content: turn('varnholt founder', 'Ilse Marrow'), role: 'assistant' }], [{ content: '<think>No idea.</think>\n<answer> Beijing </answer>', role: 'assistant' }]],
     reward_em: [1, 0],
+    // biome-ignore lint/suspicious/noApproximativeNumericConstant: fixture data, the numbers written as they are
     advantage: [0.707, -0.707],
   },
   [str('step'), ...messages('prompt'), ...messages('completion'), { name: 'reward_em', type: 'DOUBLE', repetition_type: 'OPTIONAL' }, { name: 'advantage', type: 'DOUBLE', repetition_type: 'OPTIONAL' }],

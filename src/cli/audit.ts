@@ -13,7 +13,7 @@ import { readRunMetrics } from '../core/audit/run';
 import { runFactsOf } from '../core/audit/groupChecks';
 import { runConfigNear } from '../core/store/rollouts';
 import { detectSource, readSource } from '../core/importers';
-import { loadTokenizerCodec, runTokenizer, runVocabSize, type TokenizerCodec } from '../core/tokens/tokenizer';
+import { runTokenizer, runVocabSize, type TokenizerCodec } from '../core/tokens/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';

@@ -42,7 +42,10 @@ function parser(argv: string[], io: CliIo, onExit: (code: number) => void, onFai
     });
   for (const c of COMMANDS) {
     let own: Argv | undefined;
-    const builder = (x: Argv) => (own = x, c.builder ? c.builder(x) : x);
+    const builder = (x: Argv) => {
+      own = x;
+      return c.builder ? c.builder(x) : x;
+    };
     y.command(c.command, c.describe, builder, async (args) => {
       if (failed) return;
       try {

@@ -53,7 +53,8 @@ export const replayStepCommand = defineCommand({
         io.err(`search-agent-studio: replay-step: ${e.message}\n`);
         return 2;
       }
-      const row = (await readRunMetrics(runDir)).filter((m) => m.step === a.step).reduce<Record<string, number> | undefined>((acc, m) => ({ ...acc, ...m }), undefined);
+      const rows = (await readRunMetrics(runDir)).filter((m) => m.step === a.step);
+      const row: Record<string, number> | undefined = rows.length ? Object.assign({}, ...rows) : undefined;
       const result = compareWithMetrics(report, row as never);
       if (a.json) io.out(`${JSON.stringify(result)}\n`);
       else io.out(`${describeReplay(result, records).join('\n')}\n`);

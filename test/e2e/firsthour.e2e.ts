@@ -117,11 +117,13 @@ describe("a user's first hour (code-server)", function () {
     await page.locator('.getting-started-step', { hasText: 'Edit the reward' }).first().click();
     const media = await until('the step’s page', async () => {
       for (const f of s.page.frames()) {
+        // biome-ignore lint/performance/useDomNodeTextContent: innerText is the text as rendered, what the user reads
         const found = await f.evaluate(() => (document.body?.innerText.includes('Score against rollouts') && document.querySelector('img[src*="walkthrough-reward.png"]') ? true : undefined)).catch(() => undefined);
         if (found) return f;
       }
       return undefined;
     }, 20_000);
+    // biome-ignore lint/performance/useDomNodeTextContent: innerText is the text as rendered, what the user reads
     assert.match(await media.evaluate(() => document.body.innerText), /defineReward\(\{/);
     const img = await until('its picture, at its own size', async () => media.evaluate(() => { const i = document.querySelector<HTMLImageElement>('img[src*="walkthrough-reward.png"]')!; return i.complete && i.naturalWidth > 0 ? { natural: i.naturalWidth, shown: i.getBoundingClientRect().width } : undefined; }), 15_000);
     // (The whole window, 1400 px, was shown at about 0.3 of its size; the Lab's panel is shown at 0.7 or more.)

@@ -1,6 +1,6 @@
 /** The foundation in real VS Code: activation, palette commands, a webview (the dashboard), theme colours, CSP. */
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CodeServerSession, EXTENSION_ID, ROOT } from './harness';
 import { session } from './hooks';

@@ -18,7 +18,6 @@ type Role = 'prompt' | 'generated' | 'retrieved' | 'feedback';
 function record(id: string, step: number, group: string, sample: number, pieces: [string, Role][], extra: Record<string, unknown> = {}, leakAt?: number): string {
   const { text, role } = tokenPieces(pieces);
   const loss_mask = role.map((r, i) => (r === 'generated' || i === leakAt ? 1 : 0));
-  const n = text.length;
   const prompt = pieces.filter((p) => p[1] === 'prompt').map((p) => p[0]).join('');
   const response = pieces.filter((p) => p[1] !== 'prompt').map((p) => p[0]).join('');
   return JSON.stringify({

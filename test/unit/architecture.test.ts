@@ -18,7 +18,7 @@ function sourceFiles(dir: string): string[] {
 }
 
 /** Every module a file imports: static imports, re-exports, `require(...)` and `import(...)`. */
-export function importsOf(source: string): string[] {
+function importsOf(source: string): string[] {
   return ts.preProcessFile(source, true, true).importedFiles.map((f) => f.fileName);
 }
 

@@ -132,7 +132,12 @@ describe('CLI audit', function () {
     const pieces: [string, TokenRole][] = [['<answer>', 'generated'], [' Par', 'generated'], ['is', 'generated'], [' </answer>', 'generated']];
     const ids = codec.encode(prompt);
     const role: TokenRole[] = ids.map(() => 'prompt');
-    for (const [t, r] of pieces) for (const id of codec.encode(t)) ids.push(id), role.push(r);
+    for (const [t, r] of pieces) {
+      for (const id of codec.encode(t)) {
+        ids.push(id);
+        role.push(r);
+      }
+    }
     const rec = { v: 2, id: 'split', prompt, response: pieces.map((p) => p[0]).join(''), tokens: { text: ids.map((i) => codec.decode([i])), ids, role, loss_mask: role.map((r) => (r === 'generated' ? 1 : 0)) } };
     writeFileSync(join(dir, 'split.jsonl'), jsonl([rec]));
     const r = await cli([join(dir, 'split.jsonl'), '--tokenizer', model, '--json']);

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Auditor, auditMetricRows, auditRollout, checkLogprobs, findDrift, isEnumeration, searchCollapseSteps, thinkDegeneracy } from '../../src/core/audit';
+import { Auditor, auditMetricRows, auditRollout, checkLogprobs, isEnumeration, searchCollapseSteps, thinkDegeneracy } from '../../src/core/audit';
 import { RunAudit } from '../../src/core/audit/run';
 import { AuditThread } from '../../src/core/audit/thread';
 import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/tokens/tokenizer';

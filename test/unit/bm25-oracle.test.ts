@@ -26,7 +26,7 @@ async function lucene(...args: string[]): Promise<string[]> {
   return r.stdout.split('\n');
 }
 
-const escape = (s: string) => s.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/\t/g, '\\t');
+const escapeField = (s: string) => s.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/\t/g, '\\t');
 
 describe('BM25 vs Apache Lucene (oracle)', function () {
   this.timeout(120_000);
@@ -54,15 +54,15 @@ describe('BM25 vs Apache Lucene (oracle)', function () {
   });
 
   it('tokenizes as StandardTokenizer', async () => {
-    const texts = [...readFileSync(join(FIX, 'tokenizer.txt'), 'utf8').trimEnd().split('\n'), ...corpus().map((d) => escape(d.contents))];
+    const texts = [...readFileSync(join(FIX, 'tokenizer.txt'), 'utf8').trimEnd().split('\n'), ...corpus().map((d) => escapeField(d.contents))];
     const file = join(dir, 'texts.txt');
     writeFileSync(file, `${texts.join('\n')}\n`);
     const expected = await lucene('tokenize', file);
-    const unescape = (s: string) => s.replace(/\\n/g, '\n').replace(/\\t/g, '\t').replace(/\\\\/g, '\\');
+    const unescapeField = (s: string) => s.replace(/\\n/g, '\n').replace(/\\t/g, '\t').replace(/\\\\/g, '\\');
     const diffs: string[] = [];
     texts.forEach((t, i) => {
       const ours: string[] = [];
-      tokenize(unescape(t), (x) => ours.push(x));
+      tokenize(unescapeField(t), (x) => ours.push(x));
       const theirs = expected[i] === '' ? [] : expected[i]!.split('\u0001');
       if (ours.join('\u0001') !== theirs.join('\u0001')) diffs.push(`line ${i + 1}: ours ${JSON.stringify(ours)}\n        lucene ${JSON.stringify(theirs)}`);
     });
@@ -97,7 +97,7 @@ describe('BM25 vs Apache Lucene (oracle)', function () {
   it('scores and ranks every query as Lucene does (the same floats, ties by id)', async () => {
     const docs = corpus();
     const tsv = join(dir, 'corpus.tsv');
-    writeFileSync(tsv, `${docs.map((d) => `${d.id}\t${escape(d.contents)}`).join('\n')}\n`);
+    writeFileSync(tsv, `${docs.map((d) => `${d.id}\t${escapeField(d.contents)}`).join('\n')}\n`);
     const queries = readFileSync(join(FIX, 'queries.txt'), 'utf8').trim().split('\n');
     const expectedLines = (await lucene('search', tsv, join(FIX, 'queries.txt'), '20')).filter(Boolean);
     const expected = new Map<number, { id: string; score: number }[]>();

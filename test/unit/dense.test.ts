@@ -149,6 +149,7 @@ describe('dense retrieval (tiny E5 encoder, onnxruntime-node)', function () {
     for (let i = 0; i < a.vectors.length; i++) assert.ok(Math.abs(a.vectors[i]! - b.vectors[i]!) < 1e-3);
     a.close();
     b.close();
+    // biome-ignore lint/suspicious/noApproximativeNumericConstant: sample values for the half-float round trip
     for (const x of [0, 1, -1, 0.5, 3.14159, 65504, 1e-5, -2.5e-3]) assert.ok(Math.abs(fromHalf(toHalf(x)) - x) <= Math.abs(x) * 1e-3 + 1e-7, String(x));
   });
 

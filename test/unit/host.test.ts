@@ -6,7 +6,7 @@ import { copyFile, mkdir, mkdtemp, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
-import { ENGINE_HOSTS, EngineUnavailableError } from '../../src/core/host/engines';
+import { ENGINE_HOSTS } from '../../src/core/host/engines';
 import { RunConfigError, envServerArgs, loadRunConfig, loadRunDirConfig } from '../../src/core/host/runConfig';
 import { EnvServerError, isAlive } from '../../src/core/host/processes';
 import { RunHost, type RunHostOptions } from '../../src/core/host/runHost';

@@ -172,7 +172,13 @@ describe('issue 46 instruments on a planted run', function () {
       records: (rs, file) => {
         const t = rs.filter(train);
         const g = (k: number) => t.filter((r) => r.group === t[0]!.group!.toString().replace(/:\d+$/, `:${k}`));
-        if (file === 'step-000001.jsonl') for (const r of t) Object.assign(r, { reward: 0.5, reward_parts: { em: 0 } }), setAdvantage(r, 0); // both groups flat
+        if (file === 'step-000001.jsonl') {
+          // both groups flat
+          for (const r of t) {
+            Object.assign(r, { reward: 0.5, reward_parts: { em: 0 } });
+            setAdvantage(r, 0);
+          }
+        }
         if (file === 'step-000002.jsonl') g(0).find((r) => r.sample === 1)!.group = 'train:2:9'; // one prompt under two ids
         if (file === 'step-000003.jsonl') {
           rs.splice(rs.indexOf(g(1).find((r) => r.sample === 1)!), 1); // a group of 1 where rollout.n is 2

@@ -156,6 +156,7 @@ describe('hostile reward modules', function () {
       else assert.match(it.error ?? '', want.message, `cli ${c}: ${JSON.stringify(it)}`);
     });
     assert.ok(json.stderr.length < 200_000, `stderr bounded (${json.stderr.length} characters)`);
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: asserts no escape character reaches the terminal
     assert.doesNotMatch(json.stderr, /\u001b/, 'no terminal control sequence from the module reaches the terminal');
     // --report: progress lines count the failures by kind as they happen; the report has them by kind.
     assert.equal(report.exitCode, 1);

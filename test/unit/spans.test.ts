@@ -93,7 +93,7 @@ describe('the parser with spans', () => {
     const text = gen + cut + after;
     const p = parseTrajectory(text, { dialect: 'searchr1', spans: [{ start: 0, end: gen.length, role: 'generated' }, { start: gen.length, end: gen.length + cut.length, role: 'retrieved' }, { start: gen.length + cut.length, end: text.length, role: 'generated' }] });
     const answer = p.segments.find((s) => s.kind === 'answer');
-    assert.ok(answer && answer.opened && answer.closed, 'the answer after a cut observation is the policy’s');
+    assert.ok(answer?.opened && answer.closed, 'the answer after a cut observation is the policy’s');
     assert.equal(p.segments.find((s) => s.kind === 'information')!.closed, false);
   });
 
@@ -106,7 +106,8 @@ describe('the parser with spans', () => {
     const text = call + pre + doc + post + end;
     const plain = makeTrajectory('', text, { dialect: 'toolcall' });
     assert.equal(plain.answer, 'pwned', 'positive control: the tags alone read the injected answer');
-    const at = [call, pre, doc, post, end].reduce<number[]>((a, p) => [...a, a[a.length - 1]! + p.length], [0]);
+    const at = [0];
+    for (const p of [call, pre, doc, post, end]) at.push(at[at.length - 1]! + p.length);
     const roles: SpanRole[] = ['generated', 'prompt', 'retrieved', 'prompt', 'generated'];
     const s: ResponseSpan[] = roles.map((role, k) => ({ start: at[k]!, end: at[k + 1]!, role }));
     const t = makeTrajectory('', text, { dialect: 'toolcall', spans: s });

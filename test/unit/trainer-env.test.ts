@@ -72,7 +72,10 @@ describe('setting up the trainer environment (real venv and pip, FAKE torch)', f
   it('makes the venv, installs the requirements with progress and a log, checks it; a too-old torch is refused and the next candidate used', async () => {
     const phases = new Set<SetupProgress['phase']>();
     const messages: string[] = [];
-    const good = await setupTrainerEnv({ basePythons: ['/nonexistent/python3', 'python3'], venvDir: join(dir, 'good'), requirements: fakeRequirements('good', 'torch==2.3.0'), pipArgs: offline(), onProgress: (p) => (phases.add(p.phase), messages.push(p.message)) });
+    const good = await setupTrainerEnv({ basePythons: ['/nonexistent/python3', 'python3'], venvDir: join(dir, 'good'), requirements: fakeRequirements('good', 'torch==2.3.0'), pipArgs: offline(), onProgress: (p) => {
+        phases.add(p.phase);
+        messages.push(p.message);
+      } });
     assert.equal(good.python, venvPython(join(dir, 'good')));
     assert.equal(good.base, 'python3');
     assert.equal(good.probe.ok, true);

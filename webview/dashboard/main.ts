@@ -153,7 +153,7 @@ function columns(spec: ChartSpec, log: boolean): Columns {
   const times = runs.map((r) => stepTimes(rows.get(r.dir) ?? []));
   const all = runs.map((r) => rowsOf(r.dir));
   const at = new Map<number, { run: number; step: number }>();
-  runs.forEach((r, i) => {
+  runs.forEach((_r, i) => {
     for (const row of all[i]!) {
       if (!spec.metrics.some((m) => typeof row[m.key] === 'number')) continue;
       const x = xOf(times[i]!, row.step);
@@ -218,7 +218,7 @@ function makeChart(spec: ChartSpec, pinned: boolean): Chart {
         width: 1.5,
         dash: RUN_DASH[i % RUN_DASH.length],
         spanGaps: true,
-        points: { show: (u, si) => sparse.get(spec.key)?.has(si) ?? false, size: 6, fill: color, stroke: color },
+        points: { show: (_u, si) => sparse.get(spec.key)?.has(si) ?? false, size: 6, fill: color, stroke: color },
         // Under the cursor: the value at that step, or — for a sparse series — the nearest recorded one, with its step;
         // smoothed, the raw value beside it.
         value: (u, v, si, idx) => {
@@ -243,9 +243,9 @@ function makeChart(spec: ChartSpec, pinned: boolean): Chart {
     show: view.alarms,
     paths: () => null,
     points: { show: false },
-    value: (u, _v, si, idx) => laneValue(spec.key, si, idx),
+    value: (_u, _v, si, idx) => laneValue(spec.key, si, idx),
   }));
-  const series: uPlot.Series[] = [{ label: view.xAxis === 'step' ? 'step' : 'time', value: (u, v) => (v === null ? '–' : view.xAxis === 'step' ? String(v) : fmtDuration(v)) }, ...main, ...raw, ...laneSeries];
+  const series: uPlot.Series[] = [{ label: view.xAxis === 'step' ? 'step' : 'time', value: (_u, v) => (v === null ? '–' : view.xAxis === 'step' ? String(v) : fmtDuration(v)) }, ...main, ...raw, ...laneSeries];
   const pin = h('button', { class: `pin${pinned ? ' on' : ''}`, title: pinned ? 'Unpin' : 'Pin to the top', 'aria-pressed': String(pinned), 'data-testid': 'pin', onclick: () => togglePin(spec.key) }, pinned ? 'Unpin' : 'Pin');
   const logBox = h('input', { type: 'checkbox', 'data-testid': 'log-scale', 'aria-label': `${spec.title}: log scale`, checked: log, onchange: () => toggleLog(spec.key) });
   const lane = h('div', { class: 'alarm-lane', 'data-testid': 'alarm-lane' });
@@ -268,7 +268,7 @@ function makeChart(spec: ChartSpec, pinned: boolean): Chart {
       scales: { x: { time: false, range: (_u, lo, hi) => { const pad = Math.max(view.xAxis === 'step' ? 0.5 : 1, (hi - lo) * 0.02); return [lo - pad, hi + pad]; } }, y, lane: { auto: false, range: [0, 1] } },
       hooks: {
         draw: [(u) => drawMarks(u, stageMarksOnAxis(), 'stage'), (u) => chart && renderLane(chart, u, view.alarms, settings.alarmThresholds), (u) => describeScales(box, u)],
-        setSeries: [(u, si, opts) => onSeriesToggle(spec.key, si, opts)],
+        setSeries: [(_u, si, opts) => onSeriesToggle(spec.key, si, opts)],
       },
       axes: [xAxisOptions(axis), { ...axis, size: 56 }],
     },
@@ -482,7 +482,10 @@ function renderRuns(): void {
         runs.length > 1 ? swatch : null,
         h('strong', {}, r.id),
         h('span', { class: 'run-status', 'data-testid': 'run-status' }, ` ${runStatus(r)}`),
-        runs.length > 1 ? h('a', { href: '#', class: 'remove', title: 'Remove from the overlay', onclick: (e: Event) => (e.preventDefault(), void endpoint.request('removeRun', { dir: r.dir })) }, '×') : null,
+        runs.length > 1 ? h('a', { href: '#', class: 'remove', title: 'Remove from the overlay', onclick: (e: Event) => {
+          e.preventDefault();
+          void endpoint.request('removeRun', { dir: r.dir });
+        } }, '×') : null,
       );
     }),
     h('vscode-button', { secondary: true, 'data-testid': 'add-run', onclick: () => void endpoint.request('addRun', undefined) }, 'Overlay Run…'),

@@ -154,7 +154,7 @@ function renderHeader(): void {
     );
   replaceChildren(header, h('div', { class: `model-headers${state.models.length > 1 ? ' compare' : ''}` }, ...state.models.map(block)));
   const m = model()!;
-  leakButton.hidden = !m.audit || !m.audit.leaks.length;
+  leakButton.hidden = !m.audit?.leaks.length;
   tokenizerButton.hidden = m.level === 'token';
 }
 

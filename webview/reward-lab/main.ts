@@ -55,7 +55,10 @@ function sources(r: RewardReport): HTMLElement {
 }
 
 function location(where: string, text = where): HTMLElement {
-  return h('a', { href: '#', class: 'location', onclick: (e: Event) => (e.preventDefault(), void endpoint.request('openLocation', { where })) }, text);
+  return h('a', { href: '#', class: 'location', onclick: (e: Event) => {
+    e.preventDefault();
+    void endpoint.request('openLocation', { where });
+  } }, text);
 }
 
 function changed(r: RewardReport): HTMLElement {

@@ -110,12 +110,12 @@ export function groupMember(r: Rollout, index: number, em: number | null, o: Gro
     for (let i = 0; i < cols.n; i++) {
       if (m[i] !== 1) continue;
       const a = adv?.[i];
-      if (a !== undefined && a === a) advantage = (advantage ?? false) || a !== 0;
+      if (a !== undefined && !Number.isNaN(a)) advantage = (advantage ?? false) || a !== 0;
       const ref = refs?.[i];
-      if (ref !== undefined && ref === ref) {
+      if (ref !== undefined && !Number.isNaN(ref)) {
         hasRef = true;
         const lp = lps?.[i];
-        if (lp !== undefined && lp === lp && Math.abs(lp - ref) > eps) kl = true;
+        if (lp !== undefined && !Number.isNaN(lp) && Math.abs(lp - ref) > eps) kl = true;
       }
     }
   } else if (tk) {

@@ -216,7 +216,7 @@ export function healthAdvisories(metrics: readonly MetricsRow[], steps: readonly
     let truncated: number | undefined;
     let length: number | undefined;
     let unit = 'tokens';
-    if (f && f.rollouts) {
+    if (f?.rollouts) {
       truncated = f.truncated / f.rollouts;
       if (tokenUnit) length = f.responseTokens / f.tokenRollouts;
       else {

@@ -230,7 +230,7 @@ const newSums = (): StepSums => ({
 
 function addToStep(acc: StepSums, a: RolloutAudit, share: RolloutStepShare): void {
   acc.rollouts++;
-  if (a.logprob && a.logprob.compared) {
+  if (a.logprob?.compared) {
     acc.compared += a.logprob.compared;
     acc.abs += a.logprob.mean_abs_diff * a.logprob.compared;
     acc.outside += a.logprob.flagged.length;

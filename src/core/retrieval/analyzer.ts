@@ -21,6 +21,7 @@ export const ENGLISH_STOP_WORDS: ReadonlySet<string> = new Set(
 export const MAX_TOKEN_LENGTH = 255;
 
 // Character classes (UAX#29 Word_Break), built from Unicode properties.
+// biome-ignore lint/suspicious/noConstEnum: module-private, so inlined by esbuild (the tokenizer's hot path)
 const enum C {
   Other = 0,
   ALetter,
@@ -43,6 +44,7 @@ const RE_IDEO = /[\p{Script=Han}\p{Script=Hiragana}]/u;
 const RE_KATAKANA = /[\p{Script=Katakana}\u3031-\u3035\u309B\u309C\u30A0\u30FC\uFF70]/u;
 const RE_SEASIAN = /[\p{Script=Thai}\p{Script=Lao}\p{Script=Myanmar}\p{Script=Khmer}]/u;
 const RE_HEBREW = /\p{Script=Hebrew}/u;
+// biome-ignore lint/suspicious/noMisleadingCharacterClass: tested one code point at a time (UAX#29 Extend), never a sequence
 const RE_EXTEND = /[\p{M}\u200D\p{Cf}\p{Emoji_Modifier}]/u;
 const RE_REGIONAL = /\p{Regional_Indicator}/u;
 const RE_EMOJI = /\p{Extended_Pictographic}/u;

@@ -573,6 +573,7 @@ export class Bm25Searcher {
   /** The score a document must reach to matter: the heap's k-th score, or the floor while that is lower. */
   private threshold(): number {
     const t = this.top.threshold;
+    // biome-ignore lint/complexity/useMathMinMax: not Math.max, which returns NaN for a NaN threshold; this returns the floor
     return t > this.floor ? t : this.floor;
   }
 

@@ -14,6 +14,7 @@ const PUNCT_RE = /[!"#$%&'()*+,\-./:;<=>?@[\\\]^_`{|}~]/g;
 /** `\b(a|an|the)\b` with Python's Unicode word characters (letters, numbers, underscore; not marks). */
 const ARTICLES_RE = /(?<![\p{L}\p{N}_])(?:a|an|the)(?![\p{L}\p{N}_])/gu;
 /** Python `str.split()` separators (str.isspace). */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: Python's str.isspace set includes \x1c-\x1f
 const PY_WHITESPACE_RE = /[\t\n\v\f\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+/;
 
 export function normalizeAnswer(s: string): string {

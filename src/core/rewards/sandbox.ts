@@ -174,7 +174,7 @@ type OutcomeBody = { reward: number; parts: Record<string, number> } | { error: 
  * `\x1b`-style escapes; newlines and tabs kept.
  */
 export function printable(s: string): string {
-  // eslint-disable-next-line no-control-regex
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: escapes control characters, so they are what it matches
   return s.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
 }
 
@@ -251,7 +251,7 @@ export class RewardSandbox {
 
   private async scoreNow(items: RewardItem[], onProgress?: (p: ScoreProgress) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
     if (this.closed) throw new Error('the reward sandbox is closed');
-    const { itemTimeoutMs, batchTimeoutMs, memoryMb, timeoutStreak } = this.opts;
+    const { batchTimeoutMs, memoryMb, timeoutStreak } = this.opts;
     const results: (RewardOutcome | undefined)[] = new Array(items.length);
     const errors: Partial<Record<RewardErrorKind, number>> = {};
     let done = 0;
@@ -369,7 +369,7 @@ export class RewardSandbox {
         }
         slot.busy = true;
         this.run(slot, next, batchDeadline, finish, fail, onLog, (requeue) => {
-          if (requeue && requeue.items.length) queue.unshift(requeue);
+          if (requeue?.items.length) queue.unshift(requeue);
           pump(slot);
         });
       };

@@ -484,7 +484,7 @@ function lazyTokens(n: number, bits: number, column: (c: string) => Column | und
       const out = new Array<number | null>(n);
       for (let i = 0; i < n; i++) {
         const x = c[i]!;
-        out[i] = x !== x ? null : x;
+        out[i] = Number.isNaN(x) ? null : x;
       }
       return out;
     });

@@ -41,7 +41,7 @@ class InspectorSession implements vscode.Disposable {
 
   constructor(
     readonly path: string,
-    private readonly panel: vscode.WebviewPanel,
+    panel: vscode.WebviewPanel,
     extensionUri: vscode.Uri,
     private readonly replay: ReplayPanel,
     private readonly log: vscode.LogOutputChannel,

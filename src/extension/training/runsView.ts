@@ -4,7 +4,6 @@
  * a run writes (debounced), and by the live run's events: only the rows whose look changed are re-rendered.
  */
 import { createReadStream } from 'node:fs';
-import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import * as vscode from 'vscode';
 import { listRuns, rolloutFile, SMOOTHING, type RunInfo } from '../../core/host/runs';
