@@ -161,7 +161,9 @@ def dumps_path(trajs: list[Traj], w: dict[str, torch.Tensor], step: int, run_id:
             tokens = {"text": [texts[x] for x in ids], "ids": ids, "role": ["prompt"] * P + t.roles, "loss_mask": [0] * P + [int(v) for v in w["loss"][i, R - r :].tolist()]}
 
             def row(x: torch.Tensor, scored: torch.Tensor) -> list[float | None]:
-                return [None] * P + [round(float(v), 6) if s else None for v, s in zip(x[i, R - r :].tolist(), scored[i, R - r :].tolist())]
+                # called in this iteration only: i, r and P are this trajectory's
+                xs, ss = x[i, R - r :].tolist(), scored[i, R - r :].tolist()  # noqa: B023
+                return [None] * P + [round(float(v), 6) if s else None for v, s in zip(xs, ss)]  # noqa: B023
 
             tokens["rollout_logprob"] = row(w["rollout"], w["generated"])
             for key, x, s in (("logprob", w["old"], w["loss"]), ("ref_logprob", w["ref"], w["loss"]), ("advantage", w["adv"], w["generated"]), ("entropy", w["entropy"], w["loss"])):

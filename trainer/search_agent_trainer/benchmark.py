@@ -293,10 +293,11 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
         n = work["n"]
 
         def ours() -> Any:
-            return trainer._generator(0, greedy=False)
+            return trainer._generator(0, greedy=False)  # noqa: F821 - called before `del trainer` below
 
         def peer() -> Any:
-            return HFGenerateTurns(trainer.policy, trainer.tok, trainer.stops, cfg.rollout.temperature, cfg.rollout.top_p, device, trainer._autocast())
+            t = trainer  # noqa: F821 - called before `del trainer` below
+            return HFGenerateTurns(t.policy, t.tok, t.stops, cfg.rollout.temperature, cfg.rollout.top_p, device, t._autocast())
 
         trainer.policy.eval()
         result: dict[str, Any] = {"size": size, "lora": lora, "parameters": params, "trainable": trainable, "max_batch_tokens": trainer.max_batch_tokens, "workload": work}

@@ -354,7 +354,7 @@ def _skyrl_samples(batch: dict[str, Any], file: Path) -> Iterator[dict[str, Any]
             if r > len(real) or r > width:
                 raise ValueError("response_mask", f"{r} response tokens but the sequence has {len(real)}")
             plen = len(real) - r
-            cut = lambda a: None if a is None else a[i][width - r:]  # noqa: E731 - right-aligned response columns
+            cut = lambda a: None if a is None else a[i][width - r:]  # noqa: E731, B023 - right-aligned response columns; used in this iteration
             sample: dict[str, Any] = {
                 "engine": "skyrl", "file": str(file), "line": i + 1, "split": "train", "ids": real, "prompt_length": plen,
                 "loss_mask": [0] * plen + [1 if x else 0 for x in cut(loss).tolist()], "engine_arrays": present,

@@ -109,10 +109,10 @@ def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: 
         t = Trajectory(Example(f"warmup-{i}", questions[i], ("",), "warmup"), i, 0, text, list(ids))
 
         def gen(s: str) -> None:
-            t.append(tokenizer.encode(s), "generated", s)
+            t.append(tokenizer.encode(s), "generated", s)  # noqa: B023 - called in this iteration only
 
         def obs(s: str) -> None:
-            t.append(tokenizer.encode(s), "retrieved", s)
+            t.append(tokenizer.encode(s), "retrieved", s)  # noqa: B023 - called in this iteration only
 
         gen(f"{THINK_SEARCH} {search_action(q1[i])}")
         obs(obs1[i])

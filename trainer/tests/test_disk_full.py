@@ -82,7 +82,7 @@ def test_a_runs_error_names_the_first_write_that_found_the_disk_full(tmp_path):
     (tmp_path / "rollouts").mkdir()
     first, later = tmp_path / "rollouts" / ".step-000002.jsonl.tmp-1", tmp_path / "metrics.jsonl"
     rw.set_disk_fault("rollouts/", after_bytes=100)
-    with open(first, "wb", buffering=0) as f, pytest.raises(OSError) as e1:
+    with open(first, "wb", buffering=0) as f, pytest.raises(OSError):
         rw.write_bytes(f, b"x" * 200, first)
     with open(later, "ab", buffering=0) as f, pytest.raises(OSError) as e2:
         rw.append_whole(f, '{"step": 2}\n' * 1000, later)  # needs a block the full disk does not have

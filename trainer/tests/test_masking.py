@@ -58,7 +58,7 @@ def _logit_grads(loss_masking: bool, algorithm: dict | None = None):
     # the logits at column c predict the token at c + 1: attribute each gradient row to the token it predicts
     grad = logits_full.grad.abs().sum(-1)[:, :-1]  # (B, T-1), column c → token c + 1
     roles = []
-    for i, t in enumerate(trajs):
+    for t in trajs:
         T = batch.input_ids.shape[1]
         seq_roles = ["pad"] * (T - len(t.prompt_ids) - len(t.ids)) + ["prompt"] * len(t.prompt_ids) + t.roles
         roles.append(seq_roles[1:])

@@ -31,7 +31,9 @@ def _policy(tmp_path):
 
 
 def test_decide_keeps_bf16_unless_it_is_clearly_slower():
-    s = lambda fp32, bf16: {"fp32": {"step": fp32}, "bf16": {"step": bf16}}
+    def s(fp32: float, bf16: float) -> dict:
+        return {"fp32": {"step": fp32}, "bf16": {"step": bf16}}
+
     assert decide(s(1.0, 0.84))[0] == "bf16"  # the EPYC of the demo's numbers: bf16 1.19x faster
     assert decide(s(1.0, 1.4))[0] == "fp32"  # issue 48's Xeon: bf16 1.4x slower
     assert decide(s(1.0, 1.05)) == ("bf16", "bf16 measured 1.05× fp32's time on this CPU, within 10%: a tie, which goes to bf16")

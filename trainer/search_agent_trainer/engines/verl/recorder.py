@@ -88,7 +88,7 @@ def trajectories_from_batch(batch: Any, tokenizer: Any, *, inputs: dict[str, Any
     attn = td["attention_mask"]
     scores = td.get("token_level_scores", td.get("rm_scores")) if hasattr(td, "get") else None
     trajs = []
-    for group, sample, uid, i in rows:
+    for group, sample, _uid, i in rows:
         prompt_ids = td["prompts"][i][attn[i, :P].bool()].tolist()
         L = int(attn[i, P:].sum())
         ids = td["responses"][i, :L].tolist()
