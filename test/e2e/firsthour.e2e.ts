@@ -117,8 +117,13 @@ describe("a user's first hour (code-server)", function () {
     await page.locator('.getting-started-step', { hasText: 'Edit the reward' }).first().click();
     const media = await until('the step’s page', async () => {
       for (const f of s.page.frames()) {
-        // biome-ignore lint/performance/useDomNodeTextContent: innerText is the text as rendered, what the user reads
-        const found = await f.evaluate(() => (document.body?.innerText.includes('Score against rollouts') && document.querySelector('img[src*="walkthrough-reward.png"]') ? true : undefined)).catch(() => undefined);
+        const found = await f
+          .evaluate(() => {
+            // biome-ignore lint/performance/useDomNodeTextContent: innerText is the text as rendered, what the user reads
+            const text = document.body?.innerText ?? '';
+            return text.includes('Score against rollouts') && document.querySelector('img[src*="walkthrough-reward.png"]') ? true : undefined;
+          })
+          .catch(() => undefined);
         if (found) return f;
       }
       return undefined;

@@ -244,7 +244,8 @@ describe('the progress printer: the run\'s numerics and the warm start\'s pace a
     if (pace.slow === true) printer.event({ event: 'warning', message: pace.message as string, pace });
     printer.event({ event: 'progress', step: 0, total: 400, phase: 'warmup', warmup_step: 75, warmup_steps: 300, loss: 1, pace });
     // biome-ignore lint/suspicious/noControlCharactersInRegex: splits on the terminal's erase-line sequence
-    return out.join('').split(/\r\x1b\[K|\n/).filter((l) => l.includes('warm start: '));
+    const lines = out.join('').split(/\r\x1b\[K|\n/);
+    return lines.filter((l) => l.includes('warm start: '));
   };
   const slow = { speed: 0.5, slow: true, message: 'warm start: 0.66 s a step, 0.33 s on a 2-core AMD EPYC: slower than the reference machine: this CPU runs the demo at ~0.50× the reference speed; expect ~28m44s in all (14m22s there)' };
   const fine = { ...slow, speed: 1, slow: false, message: 'warm start: 0.33 s a step, 0.33 s on a 2-core AMD EPYC: this CPU runs the demo at ~1.00× the reference speed; expect ~14m22s in all (14m22s there)' };

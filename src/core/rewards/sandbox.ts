@@ -169,13 +169,15 @@ function numberOf(r: unknown): number | undefined {
 
 type OutcomeBody = { reward: number; parts: Record<string, number> } | { error: RewardError };
 
+// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it escapes
+const CONTROL_CHARACTERS = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g;
+
 /**
  * Text from the module, safe to print: control characters (a terminal's escape sequences among them) shown as
  * `\x1b`-style escapes; newlines and tabs kept.
  */
 export function printable(s: string): string {
-  // biome-ignore lint/suspicious/noControlCharactersInRegex: escapes control characters, so they are what it matches
-  return s.replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+  return s.replace(CONTROL_CHARACTERS, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
 }
 
 const str = (v: unknown, n: number): string | undefined => (typeof v === 'string' ? printable(v.slice(0, n)) : undefined);
