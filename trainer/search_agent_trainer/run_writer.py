@@ -249,7 +249,7 @@ def run_disk_full_message(e: BaseException) -> str | None:
 
 
 def disk_full_message(e: BaseException) -> str | None:
-    """"disk full at <path>: …" when `e` is (or was caused by) a full disk or quota; None otherwise."""
+    """The message "disk full at <path>: …" when `e` is (or was caused by) a full disk or quota; None otherwise."""
     seen = 0
     while e is not None and seen < 8:
         if isinstance(e, OSError) and e.errno in DISK_FULL:
