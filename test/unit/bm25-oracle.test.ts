@@ -87,7 +87,7 @@ describe('BM25 vs Apache Lucene (oracle)', function () {
   it('analyses documents and queries as Anserini’s DefaultEnglishAnalyzer', async () => {
     const texts = [...corpus().map((d) => d.contents), ...readFileSync(join(FIX, 'queries.txt'), 'utf8').trim().split('\n')];
     const file = join(dir, 'analyze.txt');
-    writeFileSync(file, `${texts.map(escape).join('\n')}\n`);
+    writeFileSync(file, `${texts.map(escapeField).join('\n')}\n`);
     const expected = await lucene('analyze', file);
     const a = new DefaultEnglishAnalyzer();
     const diffs = texts.map((t, i) => [i, a.terms(t).join(' '), expected[i]]).filter(([, x, y]) => x !== y);
