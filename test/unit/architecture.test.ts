@@ -166,7 +166,7 @@ interface ImportEdge {
 const MODULE = /\.(ts|tsx|mts|cts)$/;
 
 /** The module specifiers a source imports, each with whether the import is type-only. */
-export function moduleImports(source: string): { spec: string; typeOnly: boolean }[] {
+function moduleImports(source: string): { spec: string; typeOnly: boolean }[] {
   const sf = ts.createSourceFile('module.ts', source, ts.ScriptTarget.Latest, true);
   const out: { spec: string; typeOnly: boolean }[] = [];
   const named = (b: ts.NamedImportBindings | ts.NamedExportBindings | undefined) =>
@@ -215,7 +215,7 @@ function moduleGraph(): { modules: string[]; edges: ImportEdge[]; unresolved: st
 }
 
 /** The strongly connected components of more than one module (or a module importing itself): the import cycles. */
-export function importCycles(modules: readonly string[], edges: readonly Pick<ImportEdge, 'from' | 'to'>[]): string[][] {
+function importCycles(modules: readonly string[], edges: readonly Pick<ImportEdge, 'from' | 'to'>[]): string[][] {
   const next = new Map<string, string[]>(modules.map((m) => [m, []]));
   for (const e of edges) next.get(e.from)?.push(e.to);
   const index = new Map<string, number>();
@@ -265,7 +265,7 @@ export function importCycles(modules: readonly string[], edges: readonly Pick<Im
  *    memory check, replay-step and fork);
  *  - the doctor (the host's engines and the Python probe, in one report).
  */
-export const CORE_LAYERS: readonly (readonly string[])[] = [
+const CORE_LAYERS: readonly (readonly string[])[] = [
   ['protocol', 'schema', 'paths', 'version', 'workers', 'webviewHtml', 'charts'],
   ['tags', 'python'],
   ['run'],
@@ -278,7 +278,7 @@ export const CORE_LAYERS: readonly (readonly string[])[] = [
 ];
 
 /** src/'s and webview/'s layers, lowest first: the core under the env server under the CLI; the editor and the webviews over the core. */
-export const SRC_LAYERS: readonly (readonly string[])[] = [
+const SRC_LAYERS: readonly (readonly string[])[] = [
   ['src/core', 'src/ts-plugin'],
   ['src/server'],
   ['src/cli', 'src/extension', 'webview'],
@@ -300,7 +300,7 @@ function srcUnit(path: string): string {
 }
 
 /** The edges that break a layer order: an import of a unit not strictly below, other than the unit's own modules. */
-export function layerViolations(edges: readonly ImportEdge[], layers: readonly (readonly string[])[], unitOf: (path: string) => string | undefined): string[] {
+function layerViolations(edges: readonly ImportEdge[], layers: readonly (readonly string[])[], unitOf: (path: string) => string | undefined): string[] {
   const level = new Map(layers.flatMap((units, i) => units.map((u) => [u, i] as const)));
   const out: string[] = [];
   for (const e of edges) {
