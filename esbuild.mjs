@@ -1,9 +1,10 @@
 // Builds every bundle: the extension (node, `vscode` external), the env server (node), the CLI (node, with a
 // shebang) and one browser bundle per folder under webview/ (except shared/). Usage:
 //   node esbuild.mjs [--watch] [--production]
-import * as esbuild from 'esbuild';
+
 import { chmodSync, cpSync, existsSync, mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import * as esbuild from 'esbuild';
 
 const watch = process.argv.includes('--watch');
 const production = process.argv.includes('--production');
@@ -33,12 +34,18 @@ export function webviewNames() {
 
 const webviewEntries = webviewNames().flatMap((name) => {
   const entries = [{ in: join(root, 'webview', name, 'main.ts'), out: name }];
-  if (existsSync(join(root, 'webview', name, 'style.css'))) entries.push({ in: join(root, 'webview', name, 'style.css'), out: name });
+  if (existsSync(join(root, 'webview', name, 'style.css')))
+    entries.push({ in: join(root, 'webview', name, 'style.css'), out: name });
   return entries;
 });
 
 const builds = [
-  { ...nodeCommon, entryPoints: { extension: 'src/extension/extension.ts' }, outdir: dist, external: ['vscode', ...nativeExternals] },
+  {
+    ...nodeCommon,
+    entryPoints: { extension: 'src/extension/extension.ts' },
+    outdir: dist,
+    external: ['vscode', ...nativeExternals],
+  },
   { ...nodeCommon, entryPoints: { server: 'src/server/main.ts' }, outdir: dist },
   // The rollout inspector's worker thread (indexing, filters, search off the extension host's thread).
   { ...nodeCommon, entryPoints: { 'inspector-worker': 'src/core/inspect/worker.ts' }, outdir: dist },
@@ -58,9 +65,22 @@ const builds = [
   { ...nodeCommon, entryPoints: { 'bm25-worker': 'src/core/retrieval/bm25Worker.ts' }, outdir: dist },
   // The TypeScript server plugin that gives reward modules the reward API's types in any workspace; the VSIX ships it
   // as node_modules/search-agent-studio-reward-types/index.js (scripts/package.mjs), where tsserver looks for it.
-  { ...nodeCommon, entryPoints: { index: 'src/ts-plugin/rewardTypes.ts' }, outdir: join(dist, 'ts-plugin'), footer: { js: 'module.exports = module.exports.default;' } },
+  {
+    ...nodeCommon,
+    entryPoints: { index: 'src/ts-plugin/rewardTypes.ts' },
+    outdir: join(dist, 'ts-plugin'),
+    footer: { js: 'module.exports = module.exports.default;' },
+  },
   // The reward API as an ES module: reward modules are bundled with it at run time (src/core/rewards/compile.ts).
-  { ...nodeCommon, platform: 'neutral', format: 'esm', sourcemap: false, entryPoints: { 'reward-api': 'src/core/rewards/api.ts' }, outdir: dist, outExtension: { '.js': '.mjs' } },
+  {
+    ...nodeCommon,
+    platform: 'neutral',
+    format: 'esm',
+    sourcemap: false,
+    entryPoints: { 'reward-api': 'src/core/rewards/api.ts' },
+    outdir: dist,
+    outExtension: { '.js': '.mjs' },
+  },
   {
     ...nodeCommon,
     entryPoints: { cli: 'src/cli/main.ts' },
@@ -68,7 +88,9 @@ const builds = [
     // yargs is an ES module that locates itself with import.meta.url; in this CommonJS bundle that is the bundle's URL.
     define: { 'import.meta.url': '__sasImportMetaUrl' },
     banner: { js: "#!/usr/bin/env node\nvar __sasImportMetaUrl = require('node:url').pathToFileURL(__filename).href;" },
-    plugins: [{ name: 'chmod', setup: (b) => b.onEnd((r) => r.errors.length === 0 && chmodSync(join(dist, 'cli.js'), 0o755)) }],
+    plugins: [
+      { name: 'chmod', setup: (b) => b.onEnd((r) => r.errors.length === 0 && chmodSync(join(dist, 'cli.js'), 0o755)) },
+    ],
   },
   {
     bundle: true,
@@ -89,7 +111,10 @@ function copyAssets() {
   mkdirSync(join(dist, 'codicons'), { recursive: true });
   for (const f of ['codicon.css', 'codicon.ttf']) cpSync(join(codicons, f), join(dist, 'codicons', f));
   // The reward sandbox's engine (QuickJS compiled to WebAssembly; src/core/rewards/sandbox.ts).
-  cpSync(join(root, 'node_modules', '@jitl', 'quickjs-wasmfile-release-sync', 'dist', 'emscripten-module.wasm'), join(dist, 'quickjs.wasm'));
+  cpSync(
+    join(root, 'node_modules', '@jitl', 'quickjs-wasmfile-release-sync', 'dist', 'emscripten-module.wasm'),
+    join(dist, 'quickjs.wasm'),
+  );
 }
 
 if (!watch) rmSync(dist, { recursive: true, force: true });

@@ -19,7 +19,9 @@ async function main() {
   });
   const seconds = (performance.now() - t0) / 1000;
   const c = process.cpuUsage(c0);
-  process.stdout.write(`${JSON.stringify({ seconds, cpu: (c.user + c.system) / 1e6, maxRssMiB: process.resourceUsage().maxRSS / 1024, rollouts, code })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ seconds, cpu: (c.user + c.system) / 1e6, maxRssMiB: process.resourceUsage().maxRSS / 1024, rollouts, code })}\n`,
+  );
 }
 
 main().catch((e) => {

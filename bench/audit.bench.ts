@@ -27,7 +27,8 @@ async function runDir(): Promise<string> {
     const out = createWriteStream(join(dir, 'rollouts', `step-${String(step).padStart(6, '0')}.jsonl`));
     for (let i = 0; i < PER_STEP; i++) {
       const r = JSON.parse(pool[(step * PER_STEP + i) % pool.length]!.record(i)) as Record<string, unknown>;
-      if (!out.write(`${JSON.stringify({ ...r, step })}\n`)) await new Promise<void>((res) => out.once('drain', () => res()));
+      if (!out.write(`${JSON.stringify({ ...r, step })}\n`))
+        await new Promise<void>((res) => out.once('drain', () => res()));
     }
     await new Promise<void>((res, rej) => out.end((e?: Error | null) => (e ? rej(e) : res())));
   }
@@ -57,7 +58,13 @@ export async function run(): Promise<string[]> {
   });
   await thread.dispose();
   const n = STEPS * PER_STEP;
-  report(lines, `audit of ${n.toLocaleString('en-US')} rollouts in ${STEPS} step files: on the asking thread ${here.s.toFixed(2)} s, on the audit thread ${off.s.toFixed(2)} s (${fmt.ratio(off.s / here.s)} the time)`);
-  report(lines, `the asking thread's event loop held up at most ${here.maxMs.toFixed(0)} ms (p99 ${here.p99Ms.toFixed(0)} ms) auditing on it, ${off.maxMs.toFixed(0)} ms (p99 ${off.p99Ms.toFixed(0)} ms) with the audit thread (${fmt.ratio(here.maxMs / Math.max(off.maxMs, 0.001))} less)`);
+  report(
+    lines,
+    `audit of ${n.toLocaleString('en-US')} rollouts in ${STEPS} step files: on the asking thread ${here.s.toFixed(2)} s, on the audit thread ${off.s.toFixed(2)} s (${fmt.ratio(off.s / here.s)} the time)`,
+  );
+  report(
+    lines,
+    `the asking thread's event loop held up at most ${here.maxMs.toFixed(0)} ms (p99 ${here.p99Ms.toFixed(0)} ms) auditing on it, ${off.maxMs.toFixed(0)} ms (p99 ${off.p99Ms.toFixed(0)} ms) with the audit thread (${fmt.ratio(here.maxMs / Math.max(off.maxMs, 0.001))} less)`,
+  );
   return lines;
 }

@@ -80,7 +80,10 @@ export async function bm25Inputs(n: number): Promise<Bm25Inputs> {
       }
     }
     await writeLines(corpus, passages());
-    writeFileSync(zipf, `${Array.from({ length: 2000 }, () => Array.from({ length: 3 + Math.floor(r() * 6) }, word).join(' ')).join('\n')}\n`);
+    writeFileSync(
+      zipf,
+      `${Array.from({ length: 2000 }, () => Array.from({ length: 3 + Math.floor(r() * 6) }, word).join(' ')).join('\n')}\n`,
+    );
   }
   if (!existsSync(nq)) {
     const rank = new Map(vocab.map((w, i) => [w, i]));

@@ -44,7 +44,12 @@ async function main() {
   if (engine === 'ours') {
     tokens = (await buildBm25Index(corpus, indexDir)).totalTokens;
   } else if (engine === 'minisearch') {
-    const ms = new MiniSearch<{ id: string; contents: string }>({ fields: ['contents'], idField: 'id', tokenize: (text) => analyzer.terms(text), processTerm: (t) => t });
+    const ms = new MiniSearch<{ id: string; contents: string }>({
+      fields: ['contents'],
+      idField: 'id',
+      tokenize: (text) => analyzer.terms(text),
+      processTerm: (t) => t,
+    });
     for await (const d of readCorpus(corpus)) {
       ms.add(d);
       tokens += analyzer.terms(d.contents).length;
@@ -102,7 +107,13 @@ async function main() {
       const used = process.cpuUsage(cpu0);
       const cpu = (used.user + used.system) / 1e6;
       writeFileSync(results, `${out.join('\n')}\n`);
-      say({ set: name, p50: median(lat), p99: quantile(lat, 0.99), qps: queries.length / total, cpuQps: queries.length / cpu });
+      say({
+        set: name,
+        p50: median(lat),
+        p99: quantile(lat, 0.99),
+        qps: queries.length / total,
+        cpuQps: queries.length / cpu,
+      });
     } else if (command === 'pool' && engine === 'ours') {
       const [workers, name, file] = [Number(args[0]), args[1]!, args[2]!];
       if (index) {
@@ -134,7 +145,8 @@ async function main() {
       // CPU time per query, on the workers and on the main thread (cutting batches, reassembling results): unlike
       // queries/s on a machine shared with others, these do not depend on how much of a core each thread got,
       // and they say how the pool scales with cores (each worker's cost) and where it stops (the main thread's).
-      const workerCpu = cpu1.workers.reduce((sum: number, x, i) => sum + (x ?? NaN) - (cpu0.workers[i] ?? NaN), 0) / done;
+      const workerCpu =
+        cpu1.workers.reduce((sum: number, x, i) => sum + (x ?? NaN) - (cpu0.workers[i] ?? NaN), 0) / done;
       const mainCpu = ((cpu1.main ?? NaN) - (cpu0.main ?? NaN)) / done;
       say({ set: name, workers, qps: done / seconds, rssBytes: process.memoryUsage().rss, workerCpu, mainCpu });
     } else throw new Error(`unknown command: ${line}`);

@@ -15,7 +15,7 @@
  *   skip).
  * Goals: ≥ 20× MiniSearch's queries/s and ≤ 1/4 of its memory per token; ≥ 1× Lucene's queries/s at 1M passages.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -84,12 +84,38 @@ class Engine {
   static async start(name: string, corpus: string, work: string): Promise<Engine> {
     let child: ChildProcess;
     if (name === 'lucene') {
-      if (!existsSync(join(ORACLE, 'target', 'classes', 'oracle', 'Oracle.class'))) throw new Error('the Lucene program is not built: run `bash scripts/setup.sh --test`');
+      if (!existsSync(join(ORACLE, 'target', 'classes', 'oracle', 'Oracle.class')))
+        throw new Error('the Lucene program is not built: run `bash scripts/setup.sh --test`');
       const dir = join(work, 'lucene-index');
       rmSync(dir, { recursive: true, force: true }); // built fresh, in this run
-      child = spawn('java', ['-cp', `${join(ORACLE, 'target', 'classes')}:${join(ORACLE, 'target', 'lib', '*')}`, 'oracle.Oracle', 'bench', await corpusTsv(corpus), dir, '10'], { stdio: ['pipe', 'pipe', 'inherit'] });
+      child = spawn(
+        'java',
+        [
+          '-cp',
+          `${join(ORACLE, 'target', 'classes')}:${join(ORACLE, 'target', 'lib', '*')}`,
+          'oracle.Oracle',
+          'bench',
+          await corpusTsv(corpus),
+          dir,
+          '10',
+        ],
+        { stdio: ['pipe', 'pipe', 'inherit'] },
+      );
     } else {
-      child = spawn(process.execPath, ['--expose-gc', '--max-old-space-size=16000', '-r', join(__dirname, '..', 'test', 'register.cjs'), join(__dirname, 'bm25-engine.ts'), name, corpus, work], { stdio: ['pipe', 'pipe', 'inherit'] });
+      child = spawn(
+        process.execPath,
+        [
+          '--expose-gc',
+          '--max-old-space-size=16000',
+          '-r',
+          join(__dirname, '..', 'test', 'register.cjs'),
+          join(__dirname, 'bm25-engine.ts'),
+          name,
+          corpus,
+          work,
+        ],
+        { stdio: ['pipe', 'pipe', 'inherit'] },
+      );
     }
     const e = new Engine(name, child);
     e.ready = await e.next();
@@ -105,7 +131,9 @@ class Engine {
 function agreement(work: string, set: string): { queries: number; scores: number; ids: number; upToTies: number } {
   const read = (engine: string) => {
     const m = new Map<number, { id: string; score: number }[]>();
-    for (const line of readFileSync(join(work, `${engine}-${set}.tsv`), 'utf8').trim().split('\n')) {
+    for (const line of readFileSync(join(work, `${engine}-${set}.tsv`), 'utf8')
+      .trim()
+      .split('\n')) {
       if (!line) continue;
       const [q, , id, score] = line.split('\t');
       const list = m.get(Number(q)) ?? [];
@@ -128,12 +156,19 @@ function agreement(work: string, set: string): { queries: number; scores: number
   for (let q = 0; q < n; q++) {
     const a = ours.get(q) ?? [];
     const b = theirs.get(q) ?? [];
-    if (a.length === b.length && a.every((h, i) => Math.abs(h.score - b[i]!.score) <= 1e-5 * Math.abs(b[i]!.score))) scores++;
+    if (a.length === b.length && a.every((h, i) => Math.abs(h.score - b[i]!.score) <= 1e-5 * Math.abs(b[i]!.score)))
+      scores++;
     if (a.length === b.length && a.every((h, i) => h.id === b[i]!.id)) ids++;
     const ga = groups(a);
     const gb = groups(b);
     const lowest = Math.min(...a.map((h) => h.score));
-    if (a.length === b.length && [...ga].every(([score, list]) => score === lowest || (gb.get(score)?.slice().sort().join() === list.slice().sort().join()))) upToTies++;
+    if (
+      a.length === b.length &&
+      [...ga].every(
+        ([score, list]) => score === lowest || gb.get(score)?.slice().sort().join() === list.slice().sort().join(),
+      )
+    )
+      upToTies++;
   }
   return { queries: n, scores, ids, upToTies };
 }
@@ -191,16 +226,28 @@ function medianRound(rs: SetResult[]): SetResult {
 function summarize(lines: string[], n: number, ours: Engine, engines: Engine[], work: string): void {
   const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
   const o = ours.ready;
-  report(lines, `corpus: ${n.toLocaleString()} passages, ${o.tokens!.toLocaleString()} tokens after analysis; 2,000 queries a set (zipf, nq); top 10; same analyzer for all`);
+  report(
+    lines,
+    `corpus: ${n.toLocaleString()} passages, ${o.tokens!.toLocaleString()} tokens after analysis; 2,000 queries a set (zipf, nq); top 10; same analyzer for all`,
+  );
   for (const e of engines) {
     const r = e.ready;
-    const mem = r.heapBytes !== undefined ? ` · ${(r.heapBytes / r.tokens!).toFixed(1)} bytes/token loaded (heap+buffers), RSS ${mib(r.rssBytes!)}` : ` · index ${mib(r.indexBytes ?? 0)} on disk`;
-    report(lines, `${e.name.padEnd(10)} build ${r.buildSeconds.toFixed(1)} s, peak RSS ${mib(r.buildPeakRssBytes)}${mem}`);
+    const mem =
+      r.heapBytes !== undefined
+        ? ` · ${(r.heapBytes / r.tokens!).toFixed(1)} bytes/token loaded (heap+buffers), RSS ${mib(r.rssBytes!)}`
+        : ` · index ${mib(r.indexBytes ?? 0)} on disk`;
+    report(
+      lines,
+      `${e.name.padEnd(10)} build ${r.buildSeconds.toFixed(1)} s, peak RSS ${mib(r.buildPeakRssBytes)}${mem}`,
+    );
     for (const [set, rs] of e.rounds) {
       const m = medianRound(rs);
       const range = rs.length > 1 ? ` (rounds: ${rs.map((x) => x.qps.toFixed(0)).join(', ')})` : '';
       const cpu = Number.isFinite(m.cpuQps) ? `, ${median(rs.map((x) => x.cpuQps)).toFixed(0)} a CPU-second` : '';
-      report(lines, `${e.name.padEnd(10)} ${set.padEnd(4)} p50 ${fmt.ms(m.p50)} · p99 ${fmt.ms(m.p99)} · ${m.qps.toFixed(0)} queries/s${range}${cpu}`);
+      report(
+        lines,
+        `${e.name.padEnd(10)} ${set.padEnd(4)} p50 ${fmt.ms(m.p50)} · p99 ${fmt.ms(m.p99)} · ${m.qps.toFixed(0)} queries/s${range}${cpu}`,
+      );
     }
   }
   for (const peer of engines.filter((e) => e !== ours)) {
@@ -215,13 +262,26 @@ function summarize(lines: string[], n: number, ours: Engine, engines: Engine[], 
         })
         .join(', ');
     const p = peer.ready;
-    const memory = p.heapBytes !== undefined ? `, ${fmt.ratio(o.heapBytes! / o.tokens! / (p.heapBytes / p.tokens!))} its memory per token` : '';
-    report(lines, `vs ${peer.name}: ${ratios('qps')} its queries/s${memory}, ${fmt.ratio(p.buildSeconds / o.buildSeconds)} faster build`);
-    if (peer.name === 'lucene') report(lines, `vs lucene, per CPU-second of the engine process (search, GC, JIT): ${ratios('cpuQps')} its queries`);
+    const memory =
+      p.heapBytes !== undefined
+        ? `, ${fmt.ratio(o.heapBytes! / o.tokens! / (p.heapBytes / p.tokens!))} its memory per token`
+        : '';
+    report(
+      lines,
+      `vs ${peer.name}: ${ratios('qps')} its queries/s${memory}, ${fmt.ratio(p.buildSeconds / o.buildSeconds)} faster build`,
+    );
+    if (peer.name === 'lucene')
+      report(
+        lines,
+        `vs lucene, per CPU-second of the engine process (search, GC, JIT): ${ratios('cpuQps')} its queries`,
+      );
     if (peer.name === 'lucene') {
       for (const set of ours.rounds.keys()) {
         const a = agreement(work, set);
-        report(lines, `vs lucene (${set}): top-10 scores equal Lucene's on ${a.scores}/${a.queries} queries; id lists identical on ${a.ids}, the same up to the order of tied scores on ${a.upToTies} (Lucene orders ties by internal doc, ours by id)`);
+        report(
+          lines,
+          `vs lucene (${set}): top-10 scores equal Lucene's on ${a.scores}/${a.queries} queries; id lists identical on ${a.ids}, the same up to the order of tied scores on ${a.upToTies} (Lucene orders ties by internal doc, ours by id)`,
+        );
       }
     }
   }
@@ -241,6 +301,9 @@ function summarize(lines: string[], n: number, ours: Engine, engines: Engine[], 
     // included), until the main thread saturates.
     const widest = byWorkers.get(counts[counts.length - 1]!)!;
     const cores = 16;
-    report(lines, `ours pool (${set}) on ${cores} free cores, from these CPU costs: min(${cores} / ${fmt.us(widest.workerCpu)}, 1 / ${fmt.us(widest.mainCpu)}) ≈ ${Math.min(cores / widest.workerCpu, 1 / widest.mainCpu).toFixed(0)} queries/s`);
+    report(
+      lines,
+      `ours pool (${set}) on ${cores} free cores, from these CPU costs: min(${cores} / ${fmt.us(widest.workerCpu)}, 1 / ${fmt.us(widest.mainCpu)}) ≈ ${Math.min(cores / widest.workerCpu, 1 / widest.mainCpu).toFixed(0)} queries/s`,
+    );
   }
 }

@@ -6,7 +6,10 @@ import { makeRollouts } from './generate';
 export const BENCH_DIR = join(__dirname, '..', '.bench');
 
 /** A rollout JSONL file of about `bytes` bytes (token arrays included), generated once. */
-export async function rolloutFile(bytes: number, name = `rollouts-${Math.round(bytes / 1e6)}mb.jsonl`): Promise<string> {
+export async function rolloutFile(
+  bytes: number,
+  name = `rollouts-${Math.round(bytes / 1e6)}mb.jsonl`,
+): Promise<string> {
   mkdirSync(BENCH_DIR, { recursive: true });
   const path = join(BENCH_DIR, name);
   if (existsSync(path) && statSync(path).size >= bytes) return path;

@@ -27,12 +27,18 @@ export async function run(): Promise<string[]> {
     const r = lastJson<Result>(await trainerModule(root, 'tiny_benchmark', ['--env-url', env.url]));
     const s = r.seconds;
     const where = `CPU, ${r.machine.cpu_threads} torch threads, ${r.response_tokens_mean.toFixed(0)}-token responses`;
-    report(lines, `two-hop demo step (${where}): rollout ${s.rollout_ours!.toFixed(2)} s, growing cache vs copied every step ${s.rollout_peer!.toFixed(2)} s → ${fmt.ratio(r.speedup.rollout)}`);
+    report(
+      lines,
+      `two-hop demo step (${where}): rollout ${s.rollout_ours!.toFixed(2)} s, growing cache vs copied every step ${s.rollout_peer!.toFixed(2)} s → ${fmt.ratio(r.speedup.rollout)}`,
+    );
     report(
       lines,
       `two-hop demo step: log-prob passes ${s.passes_ours!.toFixed(2)} s + update ${s.update_ours!.toFixed(2)} s, target log-probs and the first epoch's old log-probs, vs whole distribution and a separate pass ${s.passes_peer!.toFixed(2)} s + ${s.update_peer!.toFixed(2)} s → ${fmt.ratio(r.speedup.passes)} / ${fmt.ratio(r.speedup.update)} (old log-probs differ by ≤ ${r.max_abs_diff.old_logprob.toExponential(1)}, reference ≤ ${r.max_abs_diff.ref_logprob.toExponential(1)})`,
     );
-    report(lines, `two-hop demo step: whole step (rollout + passes + update) ${s.step_ours!.toFixed(2)} s vs ${s.step_peer!.toFixed(2)} s → ${fmt.ratio(r.speedup.step)}`);
+    report(
+      lines,
+      `two-hop demo step: whole step (rollout + passes + update) ${s.step_ours!.toFixed(2)} s vs ${s.step_peer!.toFixed(2)} s → ${fmt.ratio(r.speedup.step)}`,
+    );
     report(
       lines,
       `two-hop demo step, half the groups flat (rewards all equal): passes + update skipping them (algorithm.skip_zero_std_groups) ${s.flat_skip!.toFixed(2)} s vs the whole batch ${s.flat_whole!.toFixed(2)} s → ${fmt.ratio(r.speedup.flat_groups)}`,

@@ -9,10 +9,10 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { BENCH_DIR } from './data';
 import { scanJs } from '../src/core/retrieval/dense';
 import { ort } from '../src/core/retrieval/encoder';
 import { innerProductTopKModel } from '../src/core/retrieval/onnxGraph';
+import { BENCH_DIR } from './data';
 import { fmt, median, report, rng } from './util';
 
 function bandwidth(): { memcpy: number; jsRead: number } {
@@ -53,7 +53,13 @@ const ROUNDS = [7, 3, 3];
  * machine), and everything on one thread (OpenMP's barriers spin badly when other jobs hold the cores). Null
  * (with the reason reported) when the dev venv lacks it.
  */
-function faiss(vectorsFile: string, n: number, d: number, queriesFile: string, lines: string[]): { version: string; threads: number; seconds: Record<string, number>; config: Record<string, string> } | null {
+function faiss(
+  vectorsFile: string,
+  n: number,
+  d: number,
+  queriesFile: string,
+  lines: string[],
+): { version: string; threads: number; seconds: Record<string, number>; config: Record<string, string> } | null {
   const python = join(__dirname, '..', '.venv', 'bin', 'python');
   try {
     const runs = [
@@ -61,12 +67,31 @@ function faiss(vectorsFile: string, n: number, d: number, queriesFile: string, l
       ['OPENBLAS_NUM_THREADS=1', { OPENBLAS_NUM_THREADS: '1' }],
       ['one thread', { OMP_NUM_THREADS: '1', OPENBLAS_NUM_THREADS: '1' }],
     ].map(([name, env]) => {
-      const out = execFileSync(python, [join(__dirname, 'faiss_flat.py'), vectorsFile, String(n), String(d), queriesFile, BATCHES.join(','), ROUNDS.join(',')], {
-        encoding: 'utf8',
-        maxBuffer: 1 << 20,
-        env: { ...process.env, ...(env as Record<string, string>) },
-      });
-      return { name: name as string, r: JSON.parse(out.trim().split('\n').pop()!) as { faiss: string; threads: number; batches: Record<string, number> } };
+      const out = execFileSync(
+        python,
+        [
+          join(__dirname, 'faiss_flat.py'),
+          vectorsFile,
+          String(n),
+          String(d),
+          queriesFile,
+          BATCHES.join(','),
+          ROUNDS.join(','),
+        ],
+        {
+          encoding: 'utf8',
+          maxBuffer: 1 << 20,
+          env: { ...process.env, ...(env as Record<string, string>) },
+        },
+      );
+      return {
+        name: name as string,
+        r: JSON.parse(out.trim().split('\n').pop()!) as {
+          faiss: string;
+          threads: number;
+          batches: Record<string, number>;
+        },
+      };
     });
     const seconds: Record<string, number> = {};
     const config: Record<string, string> = {};
@@ -77,7 +102,10 @@ function faiss(vectorsFile: string, n: number, d: number, queriesFile: string, l
     }
     return { version: runs[0]!.r.faiss, threads: runs[0]!.r.threads, seconds, config };
   } catch (e) {
-    report(lines, `faiss: not measured (${(e as Error).message.split('\n')[0]}); install the dev requirements: bash scripts/setup.sh --test`);
+    report(
+      lines,
+      `faiss: not measured (${(e as Error).message.split('\n')[0]}); install the dev requirements: bash scripts/setup.sh --test`,
+    );
     return null;
   }
 }
@@ -97,7 +125,10 @@ export async function run(): Promise<string[]> {
   writeFileSync(queriesFile, new Uint8Array(allQueries.buffer));
   const bytes = vectors.byteLength;
   const bw = bandwidth();
-  report(lines, `machine memory bandwidth: memcpy ${bw.memcpy.toFixed(1)} GB/s (read+write traffic), plain JS read loop ${bw.jsRead.toFixed(1)} GB/s`);
+  report(
+    lines,
+    `machine memory bandwidth: memcpy ${bw.memcpy.toFixed(1)} GB/s (read+write traffic), plain JS read loop ${bw.jsRead.toFixed(1)} GB/s`,
+  );
   const { InferenceSession, Tensor } = ort();
   const session = await InferenceSession.create(innerProductTopKModel(), { executionProviders: ['cpu'] });
   const corpus = new Tensor('float32', vectors, [n, d]);
@@ -106,7 +137,12 @@ export async function run(): Promise<string[]> {
   for (const [b, q] of BATCHES.entries()) {
     const queries = allQueries.subarray(offset * d, (offset + q) * d);
     offset += q;
-    const onnxRun = () => session.run({ queries: new Tensor('float32', queries, [q, d]), corpus, k: new Tensor('int64', BigInt64Array.of(10n), [1]) });
+    const onnxRun = () =>
+      session.run({
+        queries: new Tensor('float32', queries, [q, d]),
+        corpus,
+        k: new Tensor('int64', BigInt64Array.of(10n), [1]),
+      });
     scanJs(vectors, d, queries, q, 10);
     await onnxRun();
     const js: number[] = [];
@@ -123,14 +159,20 @@ export async function run(): Promise<string[]> {
   }
   await session.release();
   const peer = faiss(vectorsFile, n, d, queriesFile, lines);
-  if (peer) report(lines, `faiss-cpu ${peer.version} IndexFlatIP, ${peer.threads} OpenMP threads, the best of its default threading, one BLAS thread, and one thread in all, per batch size; onnxruntime CPU with its default threads`);
+  if (peer)
+    report(
+      lines,
+      `faiss-cpu ${peer.version} IndexFlatIP, ${peer.threads} OpenMP threads, the best of its default threading, one BLAS thread, and one thread in all, per batch size; onnxruntime CPU with its default threads`,
+    );
   for (const q of BATCHES) {
     const { js: tj, onnx: to } = ours[q]!;
     const tf = peer?.seconds[q];
     report(
       lines,
       `${n.toLocaleString()} × ${d} float32 (${(bytes / 1e9).toFixed(2)} GB), ${q} quer${q === 1 ? 'y' : 'ies'}: JS ${fmt.ms(tj)} (${(bytes / tj / 1e9).toFixed(1)} GB/s) vs ONNX ${fmt.ms(to)} (${(bytes / to / 1e9).toFixed(1)} GB/s, ${((bytes / to / 1e9 / bw.memcpy) * 100).toFixed(0)}% of memcpy bandwidth) → ONNX ${fmt.ratio(tj / to)} faster` +
-        (tf !== undefined ? `; FAISS ${fmt.ms(tf)} (${peer!.config[q]}) → vs faiss: ${fmt.ratio(tf / to)} its queries/s` : ''),
+        (tf !== undefined
+          ? `; FAISS ${fmt.ms(tf)} (${peer!.config[q]}) → vs faiss: ${fmt.ratio(tf / to)} its queries/s`
+          : ''),
     );
   }
   return lines;

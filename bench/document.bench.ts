@@ -39,6 +39,9 @@ export async function run(): Promise<string[]> {
     doc.diagnostics();
     incremental.push((performance.now() - t0) / 1000);
   }
-  report(lines, `10 MB .traj (${parts.length} trajectories): full analysis ${fmt.ms(median(full))}, after a one-trajectory edit ${fmt.ms(median(incremental))} (${doc.parsedLastUpdate} re-parsed) → ${fmt.ratio(median(full) / median(incremental))} faster`);
+  report(
+    lines,
+    `10 MB .traj (${parts.length} trajectories): full analysis ${fmt.ms(median(full))}, after a one-trajectory edit ${fmt.ms(median(incremental))} (${doc.parsedLastUpdate} re-parsed) → ${fmt.ratio(median(full) / median(incremental))} faster`,
+  );
   return lines;
 }

@@ -5,6 +5,7 @@ vectors and queries, top 10, at each batch size; prints one JSON line {batch: me
 
 Threads: FAISS's OpenMP default (one per core), as onnxruntime's default is for ours.
 """
+
 import json
 import statistics
 import sys
@@ -23,7 +24,12 @@ def main() -> None:
     index = faiss.IndexFlatIP(dim)
     index.add(vectors)
     add_seconds = time.perf_counter() - t
-    out = {"faiss": faiss.__version__, "threads": faiss.omp_get_max_threads(), "add_seconds": add_seconds, "batches": {}}
+    out = {
+        "faiss": faiss.__version__,
+        "threads": faiss.omp_get_max_threads(),
+        "add_seconds": add_seconds,
+        "batches": {},
+    }
     offset = 0
     for batch, r in zip((int(b) for b in batches.split(",")), (int(x) for x in rounds.split(","))):
         q = np.ascontiguousarray(queries[offset : offset + batch])

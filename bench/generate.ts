@@ -20,7 +20,10 @@ export interface GenOptions {
   dialect?: 'searchr1' | 'toolcall';
 }
 
-export function makeRollouts(count: number, options: GenOptions = {}): { response: string; prompt: string; record: (i: number) => string }[] {
+export function makeRollouts(
+  count: number,
+  options: GenOptions = {},
+): { response: string; prompt: string; record: (i: number) => string }[] {
   const r = rng(options.seed ?? 1);
   const pick = <T>(xs: readonly T[]) => xs[Math.floor(r() * xs.length)]!;
   const words = (n: number) => Array.from({ length: n }, () => pick(WORDS)).join(' ');
@@ -31,14 +34,17 @@ export function makeRollouts(count: number, options: GenOptions = {}): { respons
     const prompt = tool
       ? `<|im_start|>system\n# Tools\n\n<tools>\n{"type": "function", "function": {"name": "search"}}\n</tools><|im_end|>\n<|im_start|>user\nAnswer the given question. Question: ${question}<|im_end|>\n<|im_start|>assistant\n`
       : `<|im_start|>user\nAnswer the given question. For example, <answer> Beijing </answer>. Question: ${question}\n<|im_end|>\n<|im_start|>assistant\n`;
-    const reply = (body: string) => `<|im_end|>\n<|im_start|>user\n<tool_response>\n${body}\n</tool_response><|im_end|>\n<|im_start|>assistant\n`;
+    const reply = (body: string) =>
+      `<|im_end|>\n<|im_start|>user\n<tool_response>\n${body}\n</tool_response><|im_end|>\n<|im_start|>assistant\n`;
     let response = '';
     const searches = 1 + Math.floor(r() * 3);
     for (let s = 0; s < searches; s++) {
       response += `<think>${words(15 + Math.floor(r() * 30))}</think>\n`;
       if (r() < 0.08) {
         const junk = words(6);
-        response += tool ? `<tool_call>\n{"name": "search", "arguments": {"query": "${junk}"}\n</tool_call>${reply('Error when executing tool: invalid JSON')}` : `${junk}\n\n${INVALID_ACTION_MESSAGE}\n`;
+        response += tool
+          ? `<tool_call>\n{"name": "search", "arguments": {"query": "${junk}"}\n</tool_call>${reply('Error when executing tool: invalid JSON')}`
+          : `${junk}\n\n${INVALID_ACTION_MESSAGE}\n`;
         continue;
       }
       const query = words(4);
@@ -47,7 +53,9 @@ export function makeRollouts(count: number, options: GenOptions = {}): { respons
         const inner = r() < 0.1 ? ` <answer>${words(2)}</answer> ` : ' ';
         docs += `Doc ${d}(Title: "${words(2)}") ${words(50)}${inner}${words(50)}\n`;
       }
-      response += tool ? `<tool_call>\n{"name": "search", "arguments": {"query": "${query}"}}\n</tool_call>${reply(docs.trimEnd())}` : `<search> ${query} </search>\n\n<information>${docs.trimEnd()}</information>\n\n`;
+      response += tool
+        ? `<tool_call>\n{"name": "search", "arguments": {"query": "${query}"}}\n</tool_call>${reply(docs.trimEnd())}`
+        : `<search> ${query} </search>\n\n<information>${docs.trimEnd()}</information>\n\n`;
     }
     response += `<think>${words(12)}</think>\n<answer> ${words(2)} </answer>${tool ? '<|im_end|>' : ''}`;
     const reward = r() < 0.4 ? 1 : 0;

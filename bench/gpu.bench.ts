@@ -39,11 +39,23 @@ interface Result {
 export async function run(): Promise<string[]> {
   const lines: string[] = [];
   const root = join(__dirname, '..');
-  const env = await envServer(root, ['--reward', join(root, 'test', 'fixtures', 'rewards', 'modules', 'varied.reward.ts')]);
+  const env = await envServer(root, [
+    '--reward',
+    join(root, 'test', 'fixtures', 'rewards', 'modules', 'varied.reward.ts'),
+  ]);
   try {
     const sizes = process.env.SAS_BENCH_GPU_SIZES;
-    const out = await trainerModule(root, 'benchmark', ['--env-url', env.url, '--memory', ...(sizes ? ['--size', sizes] : [])]);
-    const { machine, results, memory } = lastJson<{ machine: Record<string, string>; results: Result[]; memory?: Memory }>(out);
+    const out = await trainerModule(root, 'benchmark', [
+      '--env-url',
+      env.url,
+      '--memory',
+      ...(sizes ? ['--size', sizes] : []),
+    ]);
+    const { machine, results, memory } = lastJson<{
+      machine: Record<string, string>;
+      results: Result[];
+      memory?: Memory;
+    }>(out);
     const where = machine.gpu ?? `CPU (${machine.cpu_threads} torch thread)`;
     for (const r of results) {
       const s = r.step;
@@ -63,8 +75,14 @@ export async function run(): Promise<string[]> {
     if (memory && machine.gpu) {
       const gib = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
       const where = `${memory.config} on ${machine.gpu}`;
-      report(lines, `${where}: update phase planned ${gib(memory.plan.phases.update)}, measured max allocated ${gib(memory.update.max_allocated)} / reserved ${gib(memory.update.max_reserved)} (plan ÷ reserved ${fmt.ratio(memory.plan.phases.update / memory.update.max_reserved)})`);
-      report(lines, `${where}: rollout of ${memory.rollout.trajectories} trajectories: max allocated ${gib(memory.rollout.max_allocated)} / reserved ${gib(memory.rollout.max_reserved)} (the plan's rollout phase, the KV cache at its whole budget: ${gib(memory.plan.phases.rollout)})`);
+      report(
+        lines,
+        `${where}: update phase planned ${gib(memory.plan.phases.update)}, measured max allocated ${gib(memory.update.max_allocated)} / reserved ${gib(memory.update.max_reserved)} (plan ÷ reserved ${fmt.ratio(memory.plan.phases.update / memory.update.max_reserved)})`,
+      );
+      report(
+        lines,
+        `${where}: rollout of ${memory.rollout.trajectories} trajectories: max allocated ${gib(memory.rollout.max_allocated)} / reserved ${gib(memory.rollout.max_reserved)} (the plan's rollout phase, the KV cache at its whole budget: ${gib(memory.plan.phases.rollout)})`,
+      );
     }
   } finally {
     env.stop();

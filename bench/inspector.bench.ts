@@ -6,7 +6,7 @@
 import { createReadStream } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { createInterface } from 'node:readline';
-import { InspectorEngine, type EngineMessage } from '../src/core/inspect/engine';
+import { type EngineMessage, InspectorEngine } from '../src/core/inspect/engine';
 import { rowFacts } from '../src/core/inspect/table';
 import { RolloutStore } from '../src/core/store/rollouts';
 import { rolloutFile } from './data';
@@ -59,7 +59,8 @@ export async function run(): Promise<string[]> {
     const at = (performance.now() - start) / 1000;
     if (m.t === 'preview' && !firstRows) firstRows = at;
     if (m.t === 'status' && m.status.total > 0 && !indexed) indexed = at;
-    if (m.t === 'status' && m.status.total > 0 && m.status.analysed === m.status.total && !m.status.busy && !analysed) analysed = at;
+    if (m.t === 'status' && m.status.total > 0 && m.status.analysed === m.status.total && !m.status.busy && !analysed)
+      analysed = at;
     msgs.push(m);
     if (msgs.length > 50) msgs.splice(0, 25);
   });
@@ -67,7 +68,10 @@ export async function run(): Promise<string[]> {
   const status = engine.status();
   global.gc?.();
   const heap1 = process.memoryUsage().heapUsed;
-  report(lines, `first rows on screen: ${fmt.ms(firstRows)} (a line stream's first 100 rows: ${fmt.ms(streamFirstS)}); index of ${status.total} rows ready at ${fmt.ms(indexed)}; every row analysed at ${(analysed || (performance.now() - start) / 1000).toFixed(1)} s`);
+  report(
+    lines,
+    `first rows on screen: ${fmt.ms(firstRows)} (a line stream's first 100 rows: ${fmt.ms(streamFirstS)}); index of ${status.total} rows ready at ${fmt.ms(indexed)}; every row analysed at ${(analysed || (performance.now() - start) / 1000).toFixed(1)} s`,
+  );
 
   const r = rng(5);
   const pages: number[] = [];
@@ -95,7 +99,10 @@ export async function run(): Promise<string[]> {
     cold.push((performance.now() - t0) / 1000);
   }
   await store.close();
-  report(lines, `page of 100 rows at a random offset: analysed p50 ${fmt.us(median(pages))} (p99 ${fmt.ms(quantile(pages, 0.99))}); not yet analysed (read + parse + facts, 3 MB) p50 ${fmt.ms(median(cold))}; a line stream reading up to the offset p50 ${fmt.ms(median(streamPage))} → ${fmt.ratio(median(streamPage) / median(cold))} slower than the unanalysed page`);
+  report(
+    lines,
+    `page of 100 rows at a random offset: analysed p50 ${fmt.us(median(pages))} (p99 ${fmt.ms(quantile(pages, 0.99))}); not yet analysed (read + parse + facts, 3 MB) p50 ${fmt.ms(median(cold))}; a line stream reading up to the offset p50 ${fmt.ms(median(streamPage))} → ${fmt.ratio(median(streamPage) / median(cold))} slower than the unanalysed page`,
+  );
 
   const filters: number[] = [];
   let hits = 0;
@@ -114,12 +121,18 @@ export async function run(): Promise<string[]> {
     streams.push((performance.now() - t0) / 1000);
   }
   if (streamHits !== hits) throw new Error(`the filter found ${hits} rows, the line stream ${streamHits}`);
-  report(lines, `filter \`${FILTER}\` over all ${status.total} rows (${hits} match): ${fmt.ms(median(filters))} vs a line stream + JSON.parse ${fmt.ms(median(streams))} → ${fmt.ratio(median(streams) / median(filters))} faster`);
+  report(
+    lines,
+    `filter \`${FILTER}\` over all ${status.total} rows (${hits} match): ${fmt.ms(median(filters))} vs a line stream + JSON.parse ${fmt.ms(median(streams))} → ${fmt.ratio(median(streams) / median(filters))} faster`,
+  );
   t0 = performance.now();
   await engine.setQuery(1000, { filter: '', search: 'zebra quantum' });
   const searchS = (performance.now() - t0) / 1000;
   report(lines, `text search over the raw lines: ${searchS.toFixed(2)} s (${engine.status().view} rows)`);
-  report(lines, `memory: the engine holds ${mb(heap1 - heap0)} of heap for the ${(status.total / 1e3).toFixed(1)}k-row table and index (${((heap1 - heap0) / status.total).toFixed(0)} bytes/row) of a 1 GB file; a page sent to the webview is 100 rows`);
+  report(
+    lines,
+    `memory: the engine holds ${mb(heap1 - heap0)} of heap for the ${(status.total / 1e3).toFixed(1)}k-row table and index (${((heap1 - heap0) / status.total).toFixed(0)} bytes/row) of a 1 GB file; a page sent to the webview is 100 rows`,
+  );
   await engine.close();
   return lines;
 }

@@ -34,9 +34,15 @@ export async function run(): Promise<string[]> {
     }
   };
   const [a, b] = await versus(['ours', ours], ['Search-R1 regex port', peer]);
-  report(lines, `parse (segments + diagnostics + final answer): ${fmt.mbps(bytes, a.seconds)} vs Search-R1 regex port ${fmt.mbps(bytes, b.seconds)} → ${fmt.ratio(b.seconds / a.seconds)} its speed`);
+  report(
+    lines,
+    `parse (segments + diagnostics + final answer): ${fmt.mbps(bytes, a.seconds)} vs Search-R1 regex port ${fmt.mbps(bytes, b.seconds)} → ${fmt.ratio(b.seconds / a.seconds)} its speed`,
+  );
   const [c, d] = await versus(['ours+turns', oursWithTurns], ['Search-R1 regex port', peer]);
-  report(lines, `parse + per-turn Search-R1 actions: ${fmt.mbps(bytes, c.seconds)} vs ${fmt.mbps(bytes, d.seconds)} → ${fmt.ratio(d.seconds / c.seconds)} its speed`);
+  report(
+    lines,
+    `parse + per-turn Search-R1 actions: ${fmt.mbps(bytes, c.seconds)} vs ${fmt.mbps(bytes, d.seconds)} → ${fmt.ratio(d.seconds / c.seconds)} its speed`,
+  );
 
   // The same content as tool calls: per trajectory, what every instrument reads (dialect detected from prompt
   // and response, segments, call JSON, turns, searches, invalid actions, final answer).

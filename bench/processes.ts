@@ -5,7 +5,11 @@ import { join } from 'node:path';
 
 /** The env server (src/server/main.ts) with `args` (its options), listening on a free port. */
 export async function envServer(root: string, args: string[]): Promise<{ url: string; stop: () => void }> {
-  const child = spawn(process.execPath, ['-r', join(root, 'test', 'register.cjs'), join(root, 'src', 'server', 'main.ts'), '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'ignore'] });
+  const child = spawn(
+    process.execPath,
+    ['-r', join(root, 'test', 'register.cjs'), join(root, 'src', 'server', 'main.ts'), '--port', '0', ...args],
+    { stdio: ['ignore', 'pipe', 'ignore'] },
+  );
   const port = await new Promise<number>((resolve, reject) => {
     let buf = '';
     child.stdout!.on('data', (d: Buffer) => {
@@ -21,12 +25,18 @@ export async function envServer(root: string, args: string[]): Promise<{ url: st
 export function trainerModule(root: string, module: string, args: string[]): Promise<string> {
   const exe = process.env.SAS_PYTHON ?? join(root, '.venv', 'bin', 'python');
   const name = `search_agent_trainer.${module}`;
-  const child = spawn(exe, ['-m', name, ...args], { cwd: root, env: { ...process.env, PYTHONPATH: join(root, 'trainer') }, stdio: ['ignore', 'pipe', 'inherit'] });
+  const child = spawn(exe, ['-m', name, ...args], {
+    cwd: root,
+    env: { ...process.env, PYTHONPATH: join(root, 'trainer') },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   let out = '';
   child.stdout.on('data', (d: Buffer) => (out += d));
   return new Promise((resolve, reject) => {
     child.once('error', reject);
-    child.once('exit', (code) => (code === 0 ? resolve(out) : reject(new Error(`${exe} -m ${name} exited with ${code}`))));
+    child.once('exit', (code) =>
+      code === 0 ? resolve(out) : reject(new Error(`${exe} -m ${name} exited with ${code}`)),
+    );
   });
 }
 

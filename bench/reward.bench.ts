@@ -13,10 +13,10 @@ import { compileRewardModule, rewardApiPath } from '../src/core/rewards/compile'
 import { RewardSandbox } from '../src/core/rewards/sandbox';
 import { itemFromRollout, openReward, resolveRewardSpec, scoreRollouts } from '../src/core/rewards/scoring';
 import type { Rollout } from '../src/core/run/format';
-import { VmRewardSandbox } from './vm-sandbox';
 import { BENCH_DIR } from './data';
 import { makeRollouts } from './generate';
 import { fmt, report } from './util';
+import { VmRewardSandbox } from './vm-sandbox';
 
 async function rollouts(n: number): Promise<string> {
   mkdirSync(BENCH_DIR, { recursive: true });
@@ -25,7 +25,8 @@ async function rollouts(n: number): Promise<string> {
   const pool = makeRollouts(1000, { seed: 17 });
   const out = createWriteStream(path);
   for (let i = 0; i < n; i++) {
-    if (!out.write(`${pool[i % pool.length]!.record(i)}\n`)) await new Promise<void>((r) => out.once('drain', () => r()));
+    if (!out.write(`${pool[i % pool.length]!.record(i)}\n`))
+      await new Promise<void>((r) => out.once('drain', () => r()));
   }
   await new Promise<void>((r) => out.end(() => r()));
   return path;
@@ -55,19 +56,29 @@ export async function run(): Promise<string[]> {
     ours.push((performance.now() - t) / 1000);
     oursMean = sum / count;
     t = performance.now();
-    const out = JSON.parse(execFileSync(python, [join(root, 'trainer', 'tests', 'reference_rewards.py'), '--em-rollouts', path], { encoding: 'utf8' }));
+    const out = JSON.parse(
+      execFileSync(python, [join(root, 'trainer', 'tests', 'reference_rewards.py'), '--em-rollouts', path], {
+        encoding: 'utf8',
+      }),
+    );
     py.push((performance.now() - t) / 1000);
     pyMean = out.mean;
   }
   const a = Math.min(...ours);
   const b = Math.min(...py);
-  report(lines, `EM over ${n.toLocaleString()} rollouts: ours ${(n / a).toFixed(0)} rollouts/s (${fmt.ms(a)}; parse + sandbox workers) vs Python reference ${(n / b).toFixed(0)} rollouts/s (${fmt.ms(b)}) → ${fmt.ratio(b / a)} its speed; means ${oursMean.toFixed(4)} vs ${pyMean.toFixed(4)}`);
+  report(
+    lines,
+    `EM over ${n.toLocaleString()} rollouts: ours ${(n / a).toFixed(0)} rollouts/s (${fmt.ms(a)}; parse + sandbox workers) vs Python reference ${(n / b).toFixed(0)} rollouts/s (${fmt.ms(b)}) → ${fmt.ratio(b / a)} its speed; means ${oursMean.toFixed(4)} vs ${pyMean.toFixed(4)}`,
+  );
   await boundaryCost(lines);
   return lines;
 }
 
 /** Seconds to score `items` in batches of 4,096 (the CLI's), and the mean reward. */
-async function scoreAll(sandbox: { score(items: ReturnType<typeof itemFromRollout>[]): Promise<({ reward: number } | { error: unknown })[]> }, items: ReturnType<typeof itemFromRollout>[]): Promise<{ s: number; mean: number }> {
+async function scoreAll(
+  sandbox: { score(items: ReturnType<typeof itemFromRollout>[]): Promise<({ reward: number } | { error: unknown })[]> },
+  items: ReturnType<typeof itemFromRollout>[],
+): Promise<{ s: number; mean: number }> {
   const t = performance.now();
   let sum = 0;
   for (let i = 0; i < items.length; i += 4096) {
@@ -80,7 +91,9 @@ async function scoreAll(sandbox: { score(items: ReturnType<typeof itemFromRollou
 async function boundaryCost(lines: string[]): Promise<void> {
   const n = Number(process.env.SAS_BENCH_REWARD_ITEMS ?? 20_000);
   const pool = makeRollouts(1000, { seed: 17 });
-  const items = Array.from({ length: n }, (_, i) => itemFromRollout(JSON.parse(pool[i % pool.length]!.record(i)) as Rollout, `bench:${i}`));
+  const items = Array.from({ length: n }, (_, i) =>
+    itemFromRollout(JSON.parse(pool[i % pool.length]!.record(i)) as Rollout, `bench:${i}`),
+  );
   for (const spec of ['builtin:em', 'builtin:em-format']) {
     const compiled = await compileRewardModule(resolveRewardSpec(spec));
     const quick = new RewardSandbox(compiled, {}, rewardApiPath());
@@ -102,7 +115,10 @@ async function boundaryCost(lines: string[]): Promise<void> {
       const a = Math.min(...q);
       const b = Math.min(...v);
       const per10k = (x: number) => `${((x * 10_000) / n).toFixed(2)} s`;
-      report(lines, `${spec}, ${n.toLocaleString()} rollouts in memory, ${quick.limits.workers} threads: QuickJS sandbox ${per10k(a)} per 10k rollouts vs the vm sandbox it replaced ${per10k(b)} → ${fmt.ratio(a / b)} its time (the boundary's cost); means ${means[0].toFixed(4)} vs ${means[1].toFixed(4)}`);
+      report(
+        lines,
+        `${spec}, ${n.toLocaleString()} rollouts in memory, ${quick.limits.workers} threads: QuickJS sandbox ${per10k(a)} per 10k rollouts vs the vm sandbox it replaced ${per10k(b)} → ${fmt.ratio(a / b)} its time (the boundary's cost); means ${means[0].toFixed(4)} vs ${means[1].toFixed(4)}`,
+      );
     } finally {
       await quick.close();
       await vm.close();

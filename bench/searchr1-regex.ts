@@ -51,7 +51,9 @@ export function extractInformationBlocks(s: string): string[] {
 
 /** Turn actions: the response split at its observations, then `postprocess_predictions` on each turn. */
 export function turnActions(response: string): (string | null)[] {
-  const turns = response.split(/<information>[\s\S]*?<\/information>|My previous action is invalid\.[^\n]*Let me try again\./);
+  const turns = response.split(
+    /<information>[\s\S]*?<\/information>|My previous action is invalid\.[^\n]*Let me try again\./,
+  );
   return turns.map((t) => {
     const m = /<(search|answer)>([\s\S]*?)<\/\1>/.exec(t);
     return m ? m[1]! : null;

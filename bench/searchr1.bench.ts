@@ -13,14 +13,14 @@ import { existsSync, mkdirSync, readFileSync, rmSync, symlinkSync, writeFileSync
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { execa } from 'execa';
+import { exportJsonl } from '../src/cli/exportJsonl';
 import { addMicroscope } from '../src/core/audit';
 import { RunAudit } from '../src/core/audit/run';
 import { auditMetricRows, withoutTrainerSeries } from '../src/core/audit/series';
 import { MetricsTail } from '../src/core/host/metricsTail';
-import { InspectorEngine, type EngineMessage } from '../src/core/inspect/engine';
+import { type EngineMessage, InspectorEngine } from '../src/core/inspect/engine';
 import { replayModel } from '../src/core/inspect/replay';
 import { findPython, pythonCandidates } from '../src/core/python';
-import { exportJsonl } from '../src/cli/exportJsonl';
 import { StoreStep, storeSteps } from '../src/core/store/tokenStore';
 import { BENCH_DIR } from './data';
 import { median, rng } from './util';
@@ -52,7 +52,18 @@ interface SimResult {
   step_seconds_assumed: number;
   submit_share_of_step: number;
   record: { dropped: { steps: number; rollouts: number }; flagged: number };
-  compare?: { tokens: number; store_s: number; dumps_s: number; ratio: number; cpu_ratio?: number; store_cpu_s?: number; dumps_cpu_s?: number; dumps_bytes_per_token: number; store_tokens_per_s: number; dumps_tokens_per_s: number };
+  compare?: {
+    tokens: number;
+    store_s: number;
+    dumps_s: number;
+    ratio: number;
+    cpu_ratio?: number;
+    store_cpu_s?: number;
+    dumps_cpu_s?: number;
+    dumps_bytes_per_token: number;
+    store_tokens_per_s: number;
+    dumps_tokens_per_s: number;
+  };
 }
 
 async function simulate(dir: string, o: Required<Omit<SimOptions, 'dir' | 'quick'>>): Promise<SimResult> {
@@ -63,14 +74,33 @@ async function simulate(dir: string, o: Required<Omit<SimOptions, 'dir' | 'quick
   const found = await findPython(pythonCandidates([], ROOT));
   if (!found.found) throw new Error('bench searchr1: no Python with torch (scripts/setup.sh)');
   const t0 = performance.now();
-  const p = await execa(found.found.executable, [join(ROOT, 'bench', 'searchr1_sim.py'), join(dir, 'run'), '--steps', String(o.steps), '--rollouts', String(o.rollouts), '--metrics-steps', String(o.metricsSteps), '--compare-dumps'], { env: { PYTHONPATH: join(ROOT, 'trainer') }, stderr: 'inherit' });
-  console.log(`  simulated ${o.steps} steps × ${o.rollouts} rollouts in ${((performance.now() - t0) / 1000).toFixed(0)} s`);
+  const p = await execa(
+    found.found.executable,
+    [
+      join(ROOT, 'bench', 'searchr1_sim.py'),
+      join(dir, 'run'),
+      '--steps',
+      String(o.steps),
+      '--rollouts',
+      String(o.rollouts),
+      '--metrics-steps',
+      String(o.metricsSteps),
+      '--compare-dumps',
+    ],
+    { env: { PYTHONPATH: join(ROOT, 'trainer') }, stderr: 'inherit' },
+  );
+  console.log(
+    `  simulated ${o.steps} steps × ${o.rollouts} rollouts in ${((performance.now() - t0) / 1000).toFixed(0)} s`,
+  );
   writeFileSync(done, p.stdout);
   return JSON.parse(p.stdout) as SimResult;
 }
 
 /** An inspector engine over `path` until every row is analysed and `filter` answered; the moments that matter. */
-async function inspect(path: string, filter: string): Promise<{ firstRows: number; indexed: number; answered: number; cpu: number; total: number; view: number }> {
+async function inspect(
+  path: string,
+  filter: string,
+): Promise<{ firstRows: number; indexed: number; answered: number; cpu: number; total: number; view: number }> {
   const msgs: EngineMessage[] = [];
   const c0 = process.cpuUsage();
   let firstRows = 0;
@@ -91,9 +121,22 @@ async function inspect(path: string, filter: string): Promise<{ firstRows: numbe
   return { firstRows, indexed, answered, cpu: (c.user + c.system) / 1e6, total: s.total, view: s.view };
 }
 
-async function auditChild(path: string): Promise<{ seconds: number; cpu: number; maxRssMiB: number; rollouts: number }> {
-  const p = await execa(process.execPath, ['--max-old-space-size=4096', '-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'bench', 'audit-child.ts'), path]);
-  return JSON.parse(p.stdout.trim().split('\n').pop()!) as { seconds: number; cpu: number; maxRssMiB: number; rollouts: number };
+async function auditChild(
+  path: string,
+): Promise<{ seconds: number; cpu: number; maxRssMiB: number; rollouts: number }> {
+  const p = await execa(process.execPath, [
+    '--max-old-space-size=4096',
+    '-r',
+    join(ROOT, 'test/register.cjs'),
+    join(ROOT, 'bench', 'audit-child.ts'),
+    path,
+  ]);
+  return JSON.parse(p.stdout.trim().split('\n').pop()!) as {
+    seconds: number;
+    cpu: number;
+    maxRssMiB: number;
+    rollouts: number;
+  };
 }
 
 export async function run(options: SimOptions = {}): Promise<string[]> {
@@ -112,25 +155,39 @@ export async function run(options: SimOptions = {}): Promise<string[]> {
     lines.push(s);
   };
   const load = require('node:os').loadavg() as number[];
-  say(`machine: ${require('node:os').cpus()[0]?.model ?? '?'} × ${require('node:os').cpus().length}, load average ${load.map((x) => x.toFixed(1)).join(' ')}`);
-  say(`run: ${o.steps} steps, ${sim.rollouts} rollouts, ${(sim.tokens / 1e6).toFixed(1)} M tokens; store ${sim.bytes_per_token.toFixed(2)} bytes/token (token arrays ${sim.token_arrays_bytes_per_token.toFixed(2)}; goal ≤ 12)`);
+  say(
+    `machine: ${require('node:os').cpus()[0]?.model ?? '?'} × ${require('node:os').cpus().length}, load average ${load.map((x) => x.toFixed(1)).join(' ')}`,
+  );
+  say(
+    `run: ${o.steps} steps, ${sim.rollouts} rollouts, ${(sim.tokens / 1e6).toFixed(1)} M tokens; store ${sim.bytes_per_token.toFixed(2)} bytes/token (token arrays ${sim.token_arrays_bytes_per_token.toFixed(2)}; goal ≤ 12)`,
+  );
   if (sim.compare) {
     const c = sim.compare;
-    say(`writer vs dumps (one step, ${(c.tokens / 1e6).toFixed(2)} M tokens, same process): store ${c.store_s.toFixed(2)} s, dumps ${c.dumps_s.toFixed(2)} s → ${c.ratio.toFixed(1)}× (goal ≥ 10×)${c.cpu_ratio ? `; CPU time ${c.store_cpu_s!.toFixed(2)} s vs ${c.dumps_cpu_s!.toFixed(2)} s → ${c.cpu_ratio.toFixed(1)}×` : ''}; JSONL ${c.dumps_bytes_per_token.toFixed(1)} bytes/token`);
+    say(
+      `writer vs dumps (one step, ${(c.tokens / 1e6).toFixed(2)} M tokens, same process): store ${c.store_s.toFixed(2)} s, dumps ${c.dumps_s.toFixed(2)} s → ${c.ratio.toFixed(1)}× (goal ≥ 10×)${c.cpu_ratio ? `; CPU time ${c.store_cpu_s!.toFixed(2)} s vs ${c.dumps_cpu_s!.toFixed(2)} s → ${c.cpu_ratio.toFixed(1)}×` : ''}; JSONL ${c.dumps_bytes_per_token.toFixed(1)} bytes/token`,
+    );
   }
-  const cpu = sim.submit_cpu_s ? `, CPU ${(sim.submit_cpu_s.median * 1000).toFixed(0)} ms = ${((sim.submit_cpu_s.median / sim.step_seconds_assumed) * 100).toFixed(2)} %` : '';
-  say(`training thread: submit median ${(sim.submit_s.median * 1000).toFixed(0)} ms wall (max ${(sim.submit_s.max * 1000).toFixed(0)} ms) = ${(sim.submit_share_of_step * 100).toFixed(2)} % of a ${sim.step_seconds_assumed} s step${cpu} (goal ≤ 2 %); writer thread ${sim.writer_s_per_step.toFixed(2)} s a step wall${sim.writer_cpu_s_per_step ? `, ${sim.writer_cpu_s_per_step.toFixed(2)} s CPU` : ''} (${(sim.writer_tokens_per_s / 1e6).toFixed(2)} M tokens/s wall); dropped ${sim.record.dropped.rollouts} rollouts${sim.load_average ? `; load during the simulation ${sim.load_average.map((x) => x.toFixed(1)).join(' ')}` : ''}`);
+  const cpu = sim.submit_cpu_s
+    ? `, CPU ${(sim.submit_cpu_s.median * 1000).toFixed(0)} ms = ${((sim.submit_cpu_s.median / sim.step_seconds_assumed) * 100).toFixed(2)} %`
+    : '';
+  say(
+    `training thread: submit median ${(sim.submit_s.median * 1000).toFixed(0)} ms wall (max ${(sim.submit_s.max * 1000).toFixed(0)} ms) = ${(sim.submit_share_of_step * 100).toFixed(2)} % of a ${sim.step_seconds_assumed} s step${cpu} (goal ≤ 2 %); writer thread ${sim.writer_s_per_step.toFixed(2)} s a step wall${sim.writer_cpu_s_per_step ? `, ${sim.writer_cpu_s_per_step.toFixed(2)} s CPU` : ''} (${(sim.writer_tokens_per_s / 1e6).toFixed(2)} M tokens/s wall); dropped ${sim.record.dropped.rollouts} rollouts${sim.load_average ? `; load during the simulation ${sim.load_average.map((x) => x.toFixed(1)).join(' ')}` : ''}`,
+  );
 
   // the views
   const oneStep = steps[0]!;
   const whole = await inspect(runDir, FILTER);
-  say(`inspector, whole run: first rows ${(whole.firstRows * 1000).toFixed(0)} ms (goal < 1 s); indexed ${whole.indexed.toFixed(2)} s; filter over ${whole.total} rollouts answered ${whole.answered.toFixed(1)} s after opening (${whole.cpu.toFixed(1)} s of CPU; goal < 10 s), ${whole.view} rows`);
+  say(
+    `inspector, whole run: first rows ${(whole.firstRows * 1000).toFixed(0)} ms (goal < 1 s); indexed ${whole.indexed.toFixed(2)} s; filter over ${whole.total} rollouts answered ${whole.answered.toFixed(1)} s after opening (${whole.cpu.toFixed(1)} s of CPU; goal < 10 s), ${whole.view} rows`,
+  );
   const one = await inspect(oneStep, FILTER);
   // the peer: the same step as JSONL
   const jsonl = join(dir, 'step-000001.jsonl');
   if (!existsSync(jsonl)) await exportJsonl(oneStep, jsonl, { out: () => {}, err: () => {} } as never);
   const peer = await inspect(jsonl, FILTER);
-  say(`inspector, one step (${one.total} rollouts): first rows ${(one.firstRows * 1000).toFixed(0)} ms, filter answered ${one.answered.toFixed(2)} s after opening (${one.cpu.toFixed(2)} s of CPU; goal < 1 s); the same step as JSONL: ${(peer.firstRows * 1000).toFixed(0)} ms, ${peer.answered.toFixed(2)} s (${(peer.answered / one.answered).toFixed(1)}× the store's)`);
+  say(
+    `inspector, one step (${one.total} rollouts): first rows ${(one.firstRows * 1000).toFixed(0)} ms, filter answered ${one.answered.toFixed(2)} s after opening (${one.cpu.toFixed(2)} s of CPU; goal < 1 s); the same step as JSONL: ${(peer.firstRows * 1000).toFixed(0)} ms, ${peer.answered.toFixed(2)} s (${(peer.answered / one.answered).toFixed(1)}× the store's)`,
+  );
 
   // replay of one rollout, cold: open the step, read the row whole, build the replay model with the microscope
   const r = rng(42);
@@ -145,11 +202,15 @@ export async function run(options: SimOptions = {}): Promise<string[]> {
     addMicroscope(model, row.record!, {});
     replays.push((performance.now() - t0) / 1000);
   }
-  say(`replay of one rollout (cold: open its step, read it whole, the replay model and microscope): median ${(median(replays) * 1000).toFixed(0)} ms, max ${(Math.max(...replays) * 1000).toFixed(0)} ms (goal < 300 ms)`);
+  say(
+    `replay of one rollout (cold: open its step, read it whole, the replay model and microscope): median ${(median(replays) * 1000).toFixed(0)} ms, max ${(Math.max(...replays) * 1000).toFixed(0)} ms (goal < 300 ms)`,
+  );
 
   // audit: the whole run, and a run of its first steps (memory flat in run size), each in a process of its own
   const all = await auditChild(runDir);
-  say(`audit of the whole run (${all.rollouts} rollouts): ${all.seconds.toFixed(1)} s = ${(sim.tokens / all.seconds / 1e6).toFixed(2)} M tokens/s (goal ≥ 5; ${(sim.tokens / all.cpu / 1e6).toFixed(2)} M tokens per CPU-second), peak RSS ${all.maxRssMiB.toFixed(0)} MiB`);
+  say(
+    `audit of the whole run (${all.rollouts} rollouts): ${all.seconds.toFixed(1)} s = ${(sim.tokens / all.seconds / 1e6).toFixed(2)} M tokens/s (goal ≥ 5; ${(sim.tokens / all.cpu / 1e6).toFixed(2)} M tokens per CPU-second), peak RSS ${all.maxRssMiB.toFixed(0)} MiB`,
+  );
   if (!options.quick && steps.length >= 6) {
     const part = join(dir, 'first-steps');
     const k = Math.max(1, Math.floor(steps.length / 4));
@@ -158,11 +219,15 @@ export async function run(options: SimOptions = {}): Promise<string[]> {
       for (const s of steps.slice(0, k)) symlinkSync(s, join(part, 'rollouts', s.split('/').pop()!));
     }
     const few = await auditChild(part);
-    say(`audit of the first ${k} steps: peak RSS ${few.maxRssMiB.toFixed(0)} MiB → the whole run's ${(all.maxRssMiB / few.maxRssMiB).toFixed(2)}× for ${(steps.length / k).toFixed(1)}× the rollouts (flat: ~1×)`);
+    say(
+      `audit of the first ${k} steps: peak RSS ${few.maxRssMiB.toFixed(0)} MiB → the whole run's ${(all.maxRssMiB / few.maxRssMiB).toFixed(2)}× for ${(steps.length / k).toFixed(1)}× the rollouts (flat: ~1×)`,
+    );
   }
   const jsonlAudit = await auditChild(jsonl);
   const stepTokens = sim.tokens / o.steps;
-  say(`audit of one step: store ${(stepTokens / (all.seconds / o.steps) / 1e6).toFixed(2)} M tokens/s (whole-run rate) vs its JSONL ${(stepTokens / jsonlAudit.seconds / 1e6).toFixed(2)} M tokens/s`);
+  say(
+    `audit of one step: store ${(stepTokens / (all.seconds / o.steps) / 1e6).toFixed(2)} M tokens/s (whole-run rate) vs its JSONL ${(stepTokens / jsonlAudit.seconds / 1e6).toFixed(2)} M tokens/s`,
+  );
 
   // the dashboard: metrics.jsonl of 1,005 steps (with the trainer's audit/* series), then the audit's rows
   const t0 = performance.now();
@@ -174,7 +239,9 @@ export async function run(options: SimOptions = {}): Promise<string[]> {
     rows.push(...got.rows);
   }
   const seriesS = (performance.now() - t0) / 1000;
-  say(`dashboard: ${rows.length} steps of metrics.jsonl (${Object.keys(rows[0] ?? {}).length} series, the audit's token series among them) in ${(seriesS * 1000).toFixed(0)} ms (goal < 1 s)`);
+  say(
+    `dashboard: ${rows.length} steps of metrics.jsonl (${Object.keys(rows[0] ?? {}).length} series, the audit's token series among them) in ${(seriesS * 1000).toFixed(0)} ms (goal < 1 s)`,
+  );
   rmSync(join(runDir, 'rollouts', '.audit-cache.json'), { force: true });
   const t1 = performance.now();
   const audited = await new RunAudit(runDir).update();
@@ -183,6 +250,8 @@ export async function run(options: SimOptions = {}): Promise<string[]> {
   const t2 = performance.now();
   await new RunAudit(runDir).update(); // a dashboard opened again: rollouts/.audit-cache.json
   const cachedS = (performance.now() - t2) / 1000;
-  say(`dashboard: the audit thread's per-step series (drift, alarms) over ${o.steps} recorded steps in ${auditS.toFixed(1)} s the first time (${(auditS / o.steps).toFixed(2)} s a step: 1,005 steps ≈ ${((auditS / o.steps) * 1005 / 60).toFixed(0)} min in the background, step by step as they come), ${(cachedS * 1000).toFixed(0)} ms opened again (cached); ${kept.length} rows`);
+  say(
+    `dashboard: the audit thread's per-step series (drift, alarms) over ${o.steps} recorded steps in ${auditS.toFixed(1)} s the first time (${(auditS / o.steps).toFixed(2)} s a step: 1,005 steps ≈ ${(((auditS / o.steps) * 1005) / 60).toFixed(0)} min in the background, step by step as they come), ${(cachedS * 1000).toFixed(0)} ms opened again (cached); ${kept.length} rows`,
+  );
   return lines;
 }

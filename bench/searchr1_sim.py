@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -34,7 +33,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "trainer"))
 
 from search_agent_trainer import token_store as ts  # noqa: E402
-from search_agent_trainer.recorder import Recorder, RecordSettings, StepData, StepJob, columns_from_window, role_codes_of, rollout_flags  # noqa: E402
+from search_agent_trainer.recorder import (  # noqa: E402
+    Recorder,
+    RecordSettings,
+    StepData,
+    StepJob,
+    columns_from_window,
+    role_codes_of,
+    rollout_flags,
+)
 from search_agent_trainer.run_writer import dumps, write_json_atomic  # noqa: E402
 
 VOCAB = 151_936
@@ -44,7 +51,26 @@ WORDS = "the of and in a to was is for on as by with from his at an which that b
 class Traj:
     """What the recorder reads of a trajectory (rollout.Trajectory's fields)."""
 
-    __slots__ = ("example", "group", "sample", "prompt", "prompt_ids", "ids", "roles", "response", "finish", "turns", "searches", "dialect", "strict_actions", "reward", "reward_parts", "metrics", "reward_error", "retrieval")
+    __slots__ = (
+        "example",
+        "group",
+        "sample",
+        "prompt",
+        "prompt_ids",
+        "ids",
+        "roles",
+        "response",
+        "finish",
+        "turns",
+        "searches",
+        "dialect",
+        "strict_actions",
+        "reward",
+        "reward_parts",
+        "metrics",
+        "reward_error",
+        "retrieval",
+    )
 
     def __init__(self, **kw):
         for k, v in kw.items():
@@ -66,7 +92,9 @@ def words(rng: np.random.Generator, n: int) -> str:
     return " ".join(rng.choice(WORDS, n))
 
 
-def make_step(step: int, n: int, group: int, rng: np.random.Generator, zipf: np.ndarray) -> tuple[list[Traj], dict[str, torch.Tensor]]:
+def make_step(
+    step: int, n: int, group: int, rng: np.random.Generator, zipf: np.ndarray
+) -> tuple[list[Traj], dict[str, torch.Tensor]]:
     trajs: list[Traj] = []
     lengths = []
     for i in range(n):
@@ -91,12 +119,35 @@ def make_step(step: int, n: int, group: int, rng: np.random.Generator, zipf: np.
                 docs = "\n".join(f"Doc {d + 1}(Title: {words(rng, 2)}) {words(rng, 100)}" for d in range(3))
                 pieces.append(f"\n\n<information>{docs}</information>\n\n")
             else:
-                pieces.append(f"<think> {words(rng, 10)} </think>\n<answer> {'answer ' + str(i // group) if rng.random() < 0.4 else words(rng, 2)} </answer>")
+                pieces.append(
+                    f"<think> {words(rng, 10)} </think>\n<answer> {'answer ' + str(i // group) if rng.random() < 0.4 else words(rng, 2)} </answer>"
+                )
         if rng.random() < 0.02:  # an invalid action and its feedback
             roles[P // 2 if False else len(roles) // 2] = "feedback"
         ex = Example(step * 100_000 + i // group, rng)
         reward = 1.0 if "answer " + str(i // group) in pieces[-1] else 0.0
-        trajs.append(Traj(example=ex, group=i // group, sample=i % group, prompt=f"<|im_start|>user\nAnswer the given question. {words(rng, 150)} Question: {ex.question}<|im_end|>\n<|im_start|>assistant\n", prompt_ids=zipf[rng.integers(0, len(zipf), P)].tolist(), ids=zipf[rng.integers(0, len(zipf), len(roles))].tolist(), roles=roles, response="".join(pieces), finish="answer", turns=turns, searches=turns - 1, dialect="searchr1", strict_actions=False, reward=reward, reward_parts={"em": reward}, metrics={"em": reward, "f1": reward, "format": 1.0}, reward_error=None, retrieval=[]))
+        trajs.append(
+            Traj(
+                example=ex,
+                group=i // group,
+                sample=i % group,
+                prompt=f"<|im_start|>user\nAnswer the given question. {words(rng, 150)} Question: {ex.question}<|im_end|>\n<|im_start|>assistant\n",
+                prompt_ids=zipf[rng.integers(0, len(zipf), P)].tolist(),
+                ids=zipf[rng.integers(0, len(zipf), len(roles))].tolist(),
+                roles=roles,
+                response="".join(pieces),
+                finish="answer",
+                turns=turns,
+                searches=turns - 1,
+                dialect="searchr1",
+                strict_actions=False,
+                reward=reward,
+                reward_parts={"em": reward},
+                metrics={"em": reward, "f1": reward, "format": 1.0},
+                reward_error=None,
+                retrieval=[],
+            )
+        )
         lengths.append(len(roles))
     B, R = n, max(lengths)
     r = torch.as_tensor(lengths)
@@ -121,27 +172,62 @@ def make_step(step: int, n: int, group: int, rng: np.random.Generator, zipf: np.
         t = trajs[i]
         k = t.roles.index("retrieved")
         loss[i, R - len(t.roles) + k] = 1.0
-    return trajs, {"response_mask": cols.float(), "generated": gen, "loss": loss, "rollout": rollout, "old": old, "ref": ref, "entropy": ent, "adv": adv[:, None] * gen}
+    return trajs, {
+        "response_mask": cols.float(),
+        "generated": gen,
+        "loss": loss,
+        "rollout": rollout,
+        "old": old,
+        "ref": ref,
+        "entropy": ent,
+        "adv": adv[:, None] * gen,
+    }
 
 
 def handoff(trajs: list[Traj], w: dict[str, torch.Tensor], step: int, run_id: str) -> StepJob:
     """What train.py's _record does: flags and the builder over the step's tensors (the same code paths)."""
     from search_agent_trainer.run_writer import rollout_record
 
-    scored = {"rollout_logprob": (w["rollout"], w["generated"]), "logprob": (w["old"], w["loss"]), "ref_logprob": (w["ref"], w["loss"]), "advantage": (w["adv"], w["generated"]), "entropy": (w["entropy"], w["loss"])}
+    scored = {
+        "rollout_logprob": (w["rollout"], w["generated"]),
+        "logprob": (w["old"], w["loss"]),
+        "ref_logprob": (w["ref"], w["loss"]),
+        "advantage": (w["adv"], w["generated"]),
+        "entropy": (w["entropy"], w["loss"]),
+    }
     stats: dict[str, float] = {}
-    flags = rollout_flags(valid=w["response_mask"], loss_mask=w["loss"], expected=w["generated"], logprob=w["old"], logprob_scored=w["loss"], rollout_logprob=w["rollout"], rollout_scored=w["generated"], numbers=list(scored.values()), stats=stats, generated=w["generated"])
+    flags = rollout_flags(
+        valid=w["response_mask"],
+        loss_mask=w["loss"],
+        expected=w["generated"],
+        logprob=w["old"],
+        logprob_scored=w["loss"],
+        rollout_logprob=w["rollout"],
+        rollout_scored=w["generated"],
+        numbers=list(scored.values()),
+        stats=stats,
+        generated=w["generated"],
+    )
 
     def build(keep: list[int]) -> StepData:
         records = [rollout_record(trajs[i], run_id=run_id, step=step, split="train", tokens=None) for i in keep]
         codes = {i: role_codes_of(trajs[i].roles) for i in keep}
-        cols = columns_from_window(rows=keep, seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep}, prompt_lengths=[len(t.prompt_ids) for t in trajs], role_codes=codes, window=scored, loss_mask=w["loss"])
+        cols = columns_from_window(
+            rows=keep,
+            seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep},
+            prompt_lengths=[len(t.prompt_ids) for t in trajs],
+            role_codes=codes,
+            window=scored,
+            loss_mask=w["loss"],
+        )
         return StepData(records, cols)
 
     return StepJob(f"step-{step:06d}", step, "train", len(trajs), [t.group for t in trajs], flags, build, stats=stats)
 
 
-def dumps_path(trajs: list[Traj], w: dict[str, torch.Tensor], step: int, run_id: str, out: Path) -> tuple[float, int, int]:
+def dumps_path(
+    trajs: list[Traj], w: dict[str, torch.Tensor], step: int, run_id: str, out: Path
+) -> tuple[float, int, int]:
     """Today's path for the same step (train.py `_records` before the store, then RunWriter.rollouts): per-token
     lists (texts, ids, roles, masks, numbers rounded to 6 decimals, null where not scored) and one `dumps` a line."""
     from search_agent_trainer.run_writer import rollout_record
@@ -158,7 +244,12 @@ def dumps_path(trajs: list[Traj], w: dict[str, torch.Tensor], step: int, run_id:
             for x in ids:
                 if x not in texts:
                     texts[x] = f"w{x}"
-            tokens = {"text": [texts[x] for x in ids], "ids": ids, "role": ["prompt"] * P + t.roles, "loss_mask": [0] * P + [int(v) for v in w["loss"][i, R - r :].tolist()]}
+            tokens = {
+                "text": [texts[x] for x in ids],
+                "ids": ids,
+                "role": ["prompt"] * P + t.roles,
+                "loss_mask": [0] * P + [int(v) for v in w["loss"][i, R - r :].tolist()],
+            }
 
             def row(x: torch.Tensor, scored: torch.Tensor) -> list[float | None]:
                 # called in this iteration only: i, r and P are this trajectory's
@@ -166,7 +257,12 @@ def dumps_path(trajs: list[Traj], w: dict[str, torch.Tensor], step: int, run_id:
                 return [None] * P + [round(float(v), 6) if s else None for v, s in zip(xs, ss)]  # noqa: B023
 
             tokens["rollout_logprob"] = row(w["rollout"], w["generated"])
-            for key, x, s in (("logprob", w["old"], w["loss"]), ("ref_logprob", w["ref"], w["loss"]), ("advantage", w["adv"], w["generated"]), ("entropy", w["entropy"], w["loss"])):
+            for key, x, s in (
+                ("logprob", w["old"], w["loss"]),
+                ("ref_logprob", w["ref"], w["loss"]),
+                ("advantage", w["adv"], w["generated"]),
+                ("entropy", w["entropy"], w["loss"]),
+            ):
                 tokens[key] = row(x, s)
             line = dumps(rollout_record(t, run_id=run_id, step=step, split="train", tokens=tokens)) + "\n"
             f.write(line)
@@ -175,7 +271,60 @@ def dumps_path(trajs: list[Traj], w: dict[str, torch.Tensor], step: int, run_id:
     return time.perf_counter() - t0, nbytes, tokens_total
 
 
-METRIC_KEYS = ["audit/leaks", "audit/logprob/mean_abs_diff", "audit/logprob/ratio_outside", "audit/logprob/seq_ratio", "critic/score/mean", "critic/score/max", "critic/score/min", "critic/rewards/mean", "critic/advantages/mean", "critic/advantages/max", "critic/advantages/min", "reward/frac_zero_std_groups", "reward/errors", "mask/loss_tokens", "mask/loss_fraction", "response_length/mean", "response_length/max", "response_length/min", "response_length/clip_ratio", "prompt_length/mean", "env/number_of_actions/mean", "env/finish_ratio", "env/number_of_valid_action", "env/ratio_of_valid_action", "env/number_of_valid_search", "mask/generated_tokens", "mask/retrieved_tokens", "mask/feedback_tokens", "reward/em/mean", "reward/f1/mean", "reward/format/mean", "actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/entropy", "actor/kl_loss", "actor/grad_norm", "actor/lr", "actor/skipped_updates", "timing_s/rollout", "timing_s/retrieve", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/update", "timing_s/step", "perf/rollout_tokens_per_s", "perf/update_tokens_per_s", "perf/throughput", "record/rollouts", "record/flagged", "record/queue"]
+METRIC_KEYS = [
+    "audit/leaks",
+    "audit/logprob/mean_abs_diff",
+    "audit/logprob/ratio_outside",
+    "audit/logprob/seq_ratio",
+    "critic/score/mean",
+    "critic/score/max",
+    "critic/score/min",
+    "critic/rewards/mean",
+    "critic/advantages/mean",
+    "critic/advantages/max",
+    "critic/advantages/min",
+    "reward/frac_zero_std_groups",
+    "reward/errors",
+    "mask/loss_tokens",
+    "mask/loss_fraction",
+    "response_length/mean",
+    "response_length/max",
+    "response_length/min",
+    "response_length/clip_ratio",
+    "prompt_length/mean",
+    "env/number_of_actions/mean",
+    "env/finish_ratio",
+    "env/number_of_valid_action",
+    "env/ratio_of_valid_action",
+    "env/number_of_valid_search",
+    "mask/generated_tokens",
+    "mask/retrieved_tokens",
+    "mask/feedback_tokens",
+    "reward/em/mean",
+    "reward/f1/mean",
+    "reward/format/mean",
+    "actor/pg_loss",
+    "actor/pg_clipfrac",
+    "actor/ppo_kl",
+    "actor/entropy",
+    "actor/kl_loss",
+    "actor/grad_norm",
+    "actor/lr",
+    "actor/skipped_updates",
+    "timing_s/rollout",
+    "timing_s/retrieve",
+    "timing_s/reward",
+    "timing_s/old_log_prob",
+    "timing_s/ref",
+    "timing_s/update",
+    "timing_s/step",
+    "perf/rollout_tokens_per_s",
+    "perf/update_tokens_per_s",
+    "perf/throughput",
+    "record/rollouts",
+    "record/flagged",
+    "record/queue",
+]
 
 
 def main() -> None:
@@ -187,9 +336,16 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compare-dumps", action="store_true")
     ap.add_argument("--metrics-steps", type=int, default=1005)
-    ap.add_argument("--step-seconds", type=float, default=60.0, help="the training step the recording cost is a share of")
+    ap.add_argument(
+        "--step-seconds", type=float, default=60.0, help="the training step the recording cost is a share of"
+    )
     ap.add_argument("--queue", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (1: on a shared CPU, spinning OpenMP threads slow everything)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1: on a shared CPU, spinning OpenMP threads slow everything)",
+    )
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     out = Path(a.out)
@@ -199,9 +355,31 @@ def main() -> None:
     zipf = rng.choice(VOCAB, 1 << 20, p=p / p.sum()).astype(np.int64)  # a pool of ids drawn Zipf-like
     zipf = rng.permutation(VOCAB)[zipf]
     run_id = out.name
-    cfg = {"engine": "builtin", "rollout": {"dialect": "searchr1", "batch_size": a.rollouts // a.group, "n": a.group}, "train": {"steps": a.metrics_steps, "record": {"format": "store"}}, "model": {"path": "Qwen/Qwen2.5-3B (simulated)"}}
-    write_json_atomic(out / "run.json", {"v": 1, "id": run_id, "status": "running", "created": "2026-01-01T00:00:00.000Z", "engine": "builtin", "config": cfg, "step": 0, "total_steps": a.metrics_steps})
-    rec = Recorder(out, RecordSettings(queue=a.queue), texts=lambda ids: [f"w{i}" for i in ids], warn=lambda msg, **k: print(f"warning: {msg}", file=sys.stderr))
+    cfg = {
+        "engine": "builtin",
+        "rollout": {"dialect": "searchr1", "batch_size": a.rollouts // a.group, "n": a.group},
+        "train": {"steps": a.metrics_steps, "record": {"format": "store"}},
+        "model": {"path": "Qwen/Qwen2.5-3B (simulated)"},
+    }
+    write_json_atomic(
+        out / "run.json",
+        {
+            "v": 1,
+            "id": run_id,
+            "status": "running",
+            "created": "2026-01-01T00:00:00.000Z",
+            "engine": "builtin",
+            "config": cfg,
+            "step": 0,
+            "total_steps": a.metrics_steps,
+        },
+    )
+    rec = Recorder(
+        out,
+        RecordSettings(queue=a.queue),
+        texts=lambda ids: [f"w{i}" for i in ids],
+        warn=lambda msg, **k: print(f"warning: {msg}", file=sys.stderr),
+    )
     submit_s, submit_cpu, tokens, gen_s = [], [], 0, 0.0
     t_all = time.perf_counter()
     first = None
@@ -260,16 +438,45 @@ def main() -> None:
         c0 = time.thread_time()
         dumps_s, dumps_bytes, dumps_tokens = dumps_path(trajs, w, 1, run_id, out / "compare" / "step-000001.jsonl")
         dumps_cpu = time.thread_time() - c0
-        result["compare"] = {"tokens": dumps_tokens, "store_s": store_s, "dumps_s": dumps_s, "ratio": dumps_s / store_s, "store_cpu_s": store_cpu, "dumps_cpu_s": dumps_cpu, "cpu_ratio": dumps_cpu / store_cpu, "store_tokens_per_s": dumps_tokens / store_s, "dumps_tokens_per_s": dumps_tokens / dumps_s, "dumps_bytes_per_token": dumps_bytes / dumps_tokens}
+        result["compare"] = {
+            "tokens": dumps_tokens,
+            "store_s": store_s,
+            "dumps_s": dumps_s,
+            "ratio": dumps_s / store_s,
+            "store_cpu_s": store_cpu,
+            "dumps_cpu_s": dumps_cpu,
+            "cpu_ratio": dumps_cpu / store_cpu,
+            "store_tokens_per_s": dumps_tokens / store_s,
+            "dumps_tokens_per_s": dumps_tokens / dumps_s,
+            "dumps_bytes_per_token": dumps_bytes / dumps_tokens,
+        }
     # metrics.jsonl of a long run: what the dashboard charts
     mrng = np.random.default_rng(a.seed + 1)
     with open(out / "metrics.jsonl", "w", encoding="utf-8") as f:
         for s in range(a.metrics_steps + 1):
             row = {"step": s, "time": 1.7e9 + 60 * s, **{k: round(float(mrng.random()), 6) for k in METRIC_KEYS}}
             if s % 10 == 0:
-                row.update({f"val/{k}": round(float(mrng.random()), 6) for k in ("em", "score", "searches_mean", "response_length/mean")})
+                row.update(
+                    {
+                        f"val/{k}": round(float(mrng.random()), 6)
+                        for k in ("em", "score", "searches_mean", "response_length/mean")
+                    }
+                )
             f.write(dumps(row) + "\n")
-    write_json_atomic(out / "run.json", {"v": 1, "id": run_id, "status": "finished", "created": "2026-01-01T00:00:00.000Z", "engine": "builtin", "config": cfg, "step": a.steps, "total_steps": a.metrics_steps, "record": summary})
+    write_json_atomic(
+        out / "run.json",
+        {
+            "v": 1,
+            "id": run_id,
+            "status": "finished",
+            "created": "2026-01-01T00:00:00.000Z",
+            "engine": "builtin",
+            "config": cfg,
+            "step": a.steps,
+            "total_steps": a.metrics_steps,
+            "record": summary,
+        },
+    )
     print(json.dumps(result))
 
 

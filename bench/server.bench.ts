@@ -9,14 +9,21 @@ import { performance } from 'node:perf_hooks';
 import { envServer } from './processes';
 import { fmt, median, quantile, report } from './util';
 
-async function measure(workers: number): Promise<{ serial: number; concurrent: number; p50: number; p99: number; batched: number }> {
+async function measure(
+  workers: number,
+): Promise<{ serial: number; concurrent: number; p50: number; p99: number; batched: number }> {
   const root = join(__dirname, '..');
   const env = await envServer(root, ['--workers', String(workers)]);
   try {
-    const words = 'who founded the observatory museum river town born province author wrote library academy guild'.split(' ');
-    const question = (i: number, j: number) => `${words[(i + j) % words.length]} ${words[(i * 7 + j) % words.length]} ${words[(i * 3) % words.length]}`;
+    const words =
+      'who founded the observatory museum river town born province author wrote library academy guild'.split(' ');
+    const question = (i: number, j: number) =>
+      `${words[(i + j) % words.length]} ${words[(i * 7 + j) % words.length]} ${words[(i * 3) % words.length]}`;
     const call = async (queries: string[]) => {
-      const res = await fetch(`${env.url}/retrieve`, { method: 'POST', body: JSON.stringify({ queries, topk: 3, return_scores: true }) });
+      const res = await fetch(`${env.url}/retrieve`, {
+        method: 'POST',
+        body: JSON.stringify({ queries, topk: 3, return_scores: true }),
+      });
       if (res.status !== 200) throw new Error(`HTTP ${res.status}`);
       await res.json();
     };
@@ -43,9 +50,11 @@ async function measure(workers: number): Promise<{ serial: number; concurrent: n
     const big = (i: number) => call(Array.from({ length: 512 }, (_, j) => question(i, j)));
     await big(0);
     t = performance.now();
-    await Promise.all(Array.from({ length: 4 }, async (_, c) => {
-      for (let k = 0; k < 5; k++) await big(c * 5 + k);
-    }));
+    await Promise.all(
+      Array.from({ length: 4 }, async (_, c) => {
+        for (let k = 0; k < 5; k++) await big(c * 5 + k);
+      }),
+    );
     const batched = (4 * 5 * 512) / ((performance.now() - t) / 1000);
     return { serial, concurrent, p50: median(lat), p99: quantile(lat, 0.99), batched };
   } finally {
@@ -65,6 +74,9 @@ export async function run(): Promise<string[]> {
     );
   }
   const [one, two] = [byWorkers.get(1)!, byWorkers.get(2)!];
-  report(lines, `2 workers vs 1: ${fmt.ratio(two.concurrent / one.concurrent)} the queries/s of 32 small-request clients, ${fmt.ratio(two.batched / one.batched)} with 512-query requests`);
+  report(
+    lines,
+    `2 workers vs 1: ${fmt.ratio(two.concurrent / one.concurrent)} the queries/s of 32 small-request clients, ${fmt.ratio(two.batched / one.batched)} with 512-query requests`,
+  );
   return lines;
 }

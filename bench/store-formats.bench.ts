@@ -18,7 +18,10 @@ const ROOT = resolve(__dirname, '..');
 const AUDIT = ['role', 'loss_mask', 'rollout_logprob', 'logprob'];
 
 function compressors(): Record<string, (b: Uint8Array, n: number) => Uint8Array> {
-  const c: Record<string, (b: Uint8Array, n: number) => Uint8Array> = { BROTLI: (b) => zlib.brotliDecompressSync(b), GZIP: (b) => zlib.gunzipSync(b) };
+  const c: Record<string, (b: Uint8Array, n: number) => Uint8Array> = {
+    BROTLI: (b) => zlib.brotliDecompressSync(b),
+    GZIP: (b) => zlib.gunzipSync(b),
+  };
   try {
     // eslint-disable-next-line @typescript-eslint/no-require-imports
     const fzstd = require('fzstd') as { decompress(b: Uint8Array, out?: Uint8Array): Uint8Array };
@@ -29,7 +32,11 @@ function compressors(): Record<string, (b: Uint8Array, n: number) => Uint8Array>
   return c;
 }
 
-async function readParquet(path: string, columns: string[] | undefined, comp: ReturnType<typeof compressors>): Promise<number> {
+async function readParquet(
+  path: string,
+  columns: string[] | undefined,
+  comp: ReturnType<typeof compressors>,
+): Promise<number> {
   const buf = readFileSync(path);
   const file = buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength);
   const metadata = parquetMetadata(file);
@@ -46,10 +53,19 @@ export async function run(): Promise<string[]> {
   const dir = join(BENCH_DIR, 'store-formats');
   const found = await findPython(pythonCandidates([], ROOT));
   if (!found.found) throw new Error('bench store-formats: no Python with torch and pyarrow');
-  const p = await execa(found.found.executable, [join(ROOT, 'bench', 'store_formats.py'), dir], { env: { PYTHONPATH: join(ROOT, 'trainer') }, stderr: 'inherit' });
-  const w = JSON.parse(p.stdout) as { tokens: number; raw_bytes_per_token: number; variants: Record<string, { bytes_per_token: number; write_tokens_per_s: number }> };
+  const p = await execa(found.found.executable, [join(ROOT, 'bench', 'store_formats.py'), dir], {
+    env: { PYTHONPATH: join(ROOT, 'trainer') },
+    stderr: 'inherit',
+  });
+  const w = JSON.parse(p.stdout) as {
+    tokens: number;
+    raw_bytes_per_token: number;
+    variants: Record<string, { bytes_per_token: number; write_tokens_per_s: number }>;
+  };
   const comp = compressors();
-  const lines: string[] = [`${w.tokens} tokens (raw ${w.raw_bytes_per_token.toFixed(1)} bytes/token); write = one thread of pyarrow / Python zlib; read = Node, M tokens/s`];
+  const lines: string[] = [
+    `${w.tokens} tokens (raw ${w.raw_bytes_per_token.toFixed(1)} bytes/token); write = one thread of pyarrow / Python zlib; read = Node, M tokens/s`,
+  ];
   for (const [name, v] of Object.entries(w.variants)) {
     let read = 'n/a';
     if (name.startsWith('parquet-')) {
@@ -70,7 +86,9 @@ export async function run(): Promise<string[]> {
       };
       read = `all ${(w.tokens / t(Object.keys(index)) / 1e6).toFixed(1)}, audit's 4 ${(w.tokens / t(AUDIT) / 1e6).toFixed(1)} (inflate only, no un-shuffle)`;
     }
-    lines.push(`${name}: ${v.bytes_per_token.toFixed(2)} bytes/token, write ${(v.write_tokens_per_s / 1e6).toFixed(1)} M tokens/s, read ${read}`);
+    lines.push(
+      `${name}: ${v.bytes_per_token.toFixed(2)} bytes/token, write ${(v.write_tokens_per_s / 1e6).toFixed(1)} M tokens/s, read ${read}`,
+    );
   }
   for (const l of lines) console.log(`  ${l}`);
   return lines;

@@ -30,10 +30,16 @@ export async function run(): Promise<string[]> {
     ],
     5,
   );
-  report(lines, `index build, ${(size / 1e9).toFixed(2)} GB, ${rows} rows: ${fmt.mbps(size, ours.seconds)} vs wc -l ${fmt.mbps(size, wc.seconds)} → ${fmt.ratio(wc.seconds / ours.seconds)} of wc -l's speed (goal ≥ 0.5×)`);
+  report(
+    lines,
+    `index build, ${(size / 1e9).toFixed(2)} GB, ${rows} rows: ${fmt.mbps(size, ours.seconds)} vs wc -l ${fmt.mbps(size, wc.seconds)} → ${fmt.ratio(wc.seconds / ours.seconds)} of wc -l's speed (goal ≥ 0.5×)`,
+  );
 
   const store = await RolloutStore.open(path);
-  report(lines, `index memory: ${(store.indexBytes / rows).toFixed(1)} bytes/row (${(store.indexBytes / 1e6).toFixed(1)} MB for ${rows} rows, ${(store.indexBytes / size * 100).toFixed(2)}% of the file)`);
+  report(
+    lines,
+    `index memory: ${(store.indexBytes / rows).toFixed(1)} bytes/row (${(store.indexBytes / 1e6).toFixed(1)} MB for ${rows} rows, ${((store.indexBytes / size) * 100).toFixed(2)}% of the file)`,
+  );
   const r = rng(11);
   const samples: number[] = [];
   for (let k = 0; k < 2000; k++) {
@@ -56,7 +62,10 @@ export async function run(): Promise<string[]> {
     await store.rawRows(i, i + 100);
     pages.push((performance.now() - t0) / 1000);
   }
-  report(lines, `random row (raw text): p50 ${fmt.us(median(samples))}, p99 ${fmt.us(quantile(samples, 0.99))}; parsed + validated: p50 ${fmt.us(median(parsed))}; page of 100 rows: p50 ${fmt.ms(median(pages))}`);
+  report(
+    lines,
+    `random row (raw text): p50 ${fmt.us(median(samples))}, p99 ${fmt.us(quantile(samples, 0.99))}; parsed + validated: p50 ${fmt.us(median(parsed))}; page of 100 rows: p50 ${fmt.ms(median(pages))}`,
+  );
   await store.close();
   return lines;
 }

@@ -51,15 +51,30 @@ def main() -> None:
     T = len(c.ids)
     schema = pa.schema([pa.field(k, pa.from_numpy_dtype(v.dtype), nullable=False) for k, v in cols.items()])
     table = pa.table({k: pa.array(v) for k, v in cols.items()}, schema=schema)
-    pq.write_table(table.slice(0, 10), out / "warm.parquet", compression="snappy")  # pyarrow's first write imports pandas
-    result: dict[str, object] = {"tokens": T, "raw_bytes_per_token": sum(v.nbytes for v in cols.values()) / T, "variants": {}}
+    pq.write_table(
+        table.slice(0, 10), out / "warm.parquet", compression="snappy"
+    )  # pyarrow's first write imports pandas
+    result: dict[str, object] = {
+        "tokens": T,
+        "raw_bytes_per_token": sum(v.nbytes for v in cols.values()) / T,
+        "variants": {},
+    }
     for codec, level in VARIANTS:
         name = f"parquet-{codec}{level or ''}"
         path = out / f"{name}.parquet"
         best = float("inf")
         for _ in range(3):
             t0 = time.perf_counter()
-            pq.write_table(table, path, row_group_size=ts.ROW_GROUP_TOKENS, use_dictionary=False, write_statistics=False, data_page_version="2.0", compression=codec, compression_level=level)
+            pq.write_table(
+                table,
+                path,
+                row_group_size=ts.ROW_GROUP_TOKENS,
+                use_dictionary=False,
+                write_statistics=False,
+                data_page_version="2.0",
+                compression=codec,
+                compression_level=level,
+            )
             best = min(best, time.perf_counter() - t0)
         result["variants"][name] = {"bytes_per_token": path.stat().st_size / T, "write_tokens_per_s": T / best}
     # NumPy-style column files, floats byte-shuffled, zlib level 1
@@ -70,7 +85,11 @@ def main() -> None:
         t0 = time.perf_counter()
         index, size = {}, 0
         for k, v in cols.items():
-            raw = np.ascontiguousarray(v.view(np.uint8).reshape(-1, v.itemsize).T).tobytes() if v.dtype.kind == "f" else v.tobytes()
+            raw = (
+                np.ascontiguousarray(v.view(np.uint8).reshape(-1, v.itemsize).T).tobytes()
+                if v.dtype.kind == "f"
+                else v.tobytes()
+            )
             z = zlib.compress(raw, 1)
             (d / f"{k}.bin").write_bytes(z)
             index[k] = {"dtype": v.dtype.str, "n": int(len(v)), "shuffled": v.dtype.kind == "f"}

@@ -21,7 +21,11 @@ export async function time(name: string, fn: () => unknown | Promise<unknown>, r
 }
 
 /** Times two contenders in interleaved rounds (A B A B …) so drift affects both alike. */
-export async function versus(a: [string, () => unknown], b: [string, () => unknown], rounds = 7): Promise<[Timing, Timing]> {
+export async function versus(
+  a: [string, () => unknown],
+  b: [string, () => unknown],
+  rounds = 7,
+): Promise<[Timing, Timing]> {
   await a[1]();
   await b[1]();
   const sa: number[] = [];

@@ -22,10 +22,13 @@ export async function run(): Promise<string[]> {
   const root = join(__dirname, '..');
   const env = await envServer(root, []);
   try {
-    const r = lastJson<{ trajectories: number; turns: number; burst: Side; staggered: Side & { spread_ms: number } }>(await trainerModule(root, 'engines.verl.retrieve_benchmark', ['--env-url', env.url]));
+    const r = lastJson<{ trajectories: number; turns: number; burst: Side; staggered: Side & { spread_ms: number } }>(
+      await trainerModule(root, 'engines.verl.retrieve_benchmark', ['--env-url', env.url]),
+    );
     const b = r.burst;
     const s = r.staggered;
-    if (!b.same_hits || !s.same_hits) throw new Error('coalesced searches returned other hits than one request per query');
+    if (!b.same_hits || !s.same_hits)
+      throw new Error('coalesced searches returned other hits than one request per query');
     report(
       lines,
       `veRL agent-loop searches, ${r.trajectories} trajectories × ${r.turns} turns ending together: coalesced ${Math.round(b.queries_per_s.coalesced)} queries/s in ${b.requests.coalesced} requests vs one request per query ${Math.round(b.queries_per_s.one_per_query)} queries/s in ${b.requests.one_per_query} → ${fmt.ratio(b.ratio)}`,

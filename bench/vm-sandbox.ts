@@ -14,11 +14,12 @@
  * source-mapped to the user's TypeScript — and the rollout; the other items still score. Workers are reused
  * across batches, and a batch is spread over them in chunks.
  */
-import { availableParallelism } from 'node:os';
+
 import { SourceMap } from 'node:module';
+import { availableParallelism } from 'node:os';
 import { dirname, resolve } from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { REWARD_GLOBAL, type CompiledReward } from '../src/core/rewards/compile';
+import { type CompiledReward, REWARD_GLOBAL } from '../src/core/rewards/compile';
 
 export interface RewardItem {
   /** The rollout's id (named in errors). */
@@ -51,7 +52,9 @@ export interface RewardError {
   stack?: string;
 }
 
-export type RewardOutcome = { id: string; reward: number; parts: Record<string, number> } | { id: string; error: RewardError };
+export type RewardOutcome =
+  | { id: string; reward: number; parts: Record<string, number> }
+  | { id: string; error: RewardError };
 
 export interface SandboxOptions {
   workers?: number;
@@ -230,7 +233,12 @@ interface Slot {
 }
 
 /** Maps a stack trace of the bundle to the user's file and line. */
-export function locate(stack: string | undefined, compiled: CompiledReward, map: SourceMap, apiPath?: string): { file?: string; line?: number; column?: number; stack?: string } {
+export function locate(
+  stack: string | undefined,
+  compiled: CompiledReward,
+  map: SourceMap,
+  apiPath?: string,
+): { file?: string; line?: number; column?: number; stack?: string } {
   if (!stack) return {};
   const frames: string[] = [];
   let first: { file: string; line: number; column: number } | undefined;
@@ -240,12 +248,17 @@ export function locate(stack: string | undefined, compiled: CompiledReward, map:
       if (!/^\s+at /.test(line)) frames.push(line);
       continue;
     }
-    const entry = map.findEntry(Number(m[1]) - 1, Number(m[2]) - 1) as { originalSource?: string; originalLine?: number; originalColumn?: number };
+    const entry = map.findEntry(Number(m[1]) - 1, Number(m[2]) - 1) as {
+      originalSource?: string;
+      originalLine?: number;
+      originalColumn?: number;
+    };
     if (!entry.originalSource) continue;
     const file = resolve(dirname(compiled.file), entry.originalSource);
     const where = `${file}:${(entry.originalLine ?? 0) + 1}:${(entry.originalColumn ?? 0) + 1}`;
     frames.push(line.replace(/\(?[^ (]*reward-bundle\.js:\d+:\d+\)?/, `(${where})`));
-    if (!first && (!apiPath || !file.startsWith(dirname(apiPath)))) first = { file, line: (entry.originalLine ?? 0) + 1, column: (entry.originalColumn ?? 0) + 1 };
+    if (!first && (!apiPath || !file.startsWith(dirname(apiPath))))
+      first = { file, line: (entry.originalLine ?? 0) + 1, column: (entry.originalColumn ?? 0) + 1 };
   }
   return { ...first, stack: frames.join('\n') };
 }
@@ -280,7 +293,10 @@ export class VmRewardSandbox {
     const worker = new Worker(WORKER_SOURCE, {
       eval: true,
       workerData: { code: this.compiled.code, itemTimeoutMs: this.opts.itemTimeoutMs, globalName: REWARD_GLOBAL },
-      resourceLimits: { maxOldGenerationSizeMb: this.opts.heapMb, maxYoungGenerationSizeMb: Math.min(64, Math.max(8, this.opts.heapMb / 8)) },
+      resourceLimits: {
+        maxOldGenerationSizeMb: this.opts.heapMb,
+        maxYoungGenerationSizeMb: Math.min(64, Math.max(8, this.opts.heapMb / 8)),
+      },
       stdout: true,
       stderr: true,
     });
@@ -291,13 +307,21 @@ export class VmRewardSandbox {
   /** Scores items; never rejects for a module's failure (each failing item carries its error). Concurrent calls (the
    * env server's concurrent /reward requests) are queued: a call drives every worker with its own listeners, so two
    * at once would read each other's results. */
-  score(items: RewardItem[], onProgress?: (done: number, total: number) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
+  score(
+    items: RewardItem[],
+    onProgress?: (done: number, total: number) => void,
+    signal?: AbortSignal,
+  ): Promise<RewardOutcome[]> {
     const run = this.tail.then(() => this.scoreNow(items, onProgress, signal));
     this.tail = run.catch(() => undefined);
     return run;
   }
 
-  private async scoreNow(items: RewardItem[], onProgress?: (done: number, total: number) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
+  private async scoreNow(
+    items: RewardItem[],
+    onProgress?: (done: number, total: number) => void,
+    signal?: AbortSignal,
+  ): Promise<RewardOutcome[]> {
     if (this.closed) throw new Error('the reward sandbox is closed');
     const results: (RewardOutcome | undefined)[] = new Array(items.length);
     let done = 0;
@@ -309,7 +333,8 @@ export class VmRewardSandbox {
     };
     const fail = (index: number, error: RewardError) => finish(index, { id: items[index]!.id, error });
     const queue: Chunk[] = [];
-    for (let s = 0; s < items.length; s += this.opts.chunk) queue.push({ start: s, items: items.slice(s, s + this.opts.chunk) });
+    for (let s = 0; s < items.length; s += this.opts.chunk)
+      queue.push({ start: s, items: items.slice(s, s + this.opts.chunk) });
     const wanted = Math.min(this.opts.workers, queue.length);
     while (this.slots.length < wanted) this.slots.push({ worker: this.spawnWorker(), busy: false });
 
@@ -323,7 +348,10 @@ export class VmRewardSandbox {
         for (const s of this.slots) this.replace(s);
         resolveAll();
       };
-      const batchTimer = setTimeout(() => stopAll('batch-timeout', `the batch did not finish within ${this.opts.batchTimeoutMs} ms`), Math.max(0, deadline - Date.now()));
+      const batchTimer = setTimeout(
+        () => stopAll('batch-timeout', `the batch did not finish within ${this.opts.batchTimeoutMs} ms`),
+        Math.max(0, deadline - Date.now()),
+      );
       signal?.addEventListener('abort', () => stopAll('batch-timeout', 'cancelled'), { once: true });
       // Done when every item has its outcome and every slot has finished its request: a slot's last result comes
       // before its 'done', and the next call must not send to a slot still listening for it (stop 42's CI hang).
@@ -377,7 +405,10 @@ export class VmRewardSandbox {
     // The watchdog: the vm timeout should stop a runaway item; if the worker stops answering anyway, replace it.
     const arm = () => {
       clearTimeout(slot.watchdog);
-      slot.watchdog = setTimeout(() => abandon('timeout', `did not finish within ${this.opts.itemTimeoutMs} ms (the worker was stopped)`), this.opts.itemTimeoutMs * 2 + 1_000);
+      slot.watchdog = setTimeout(
+        () => abandon('timeout', `did not finish within ${this.opts.itemTimeoutMs} ms (the worker was stopped)`),
+        this.opts.itemTimeoutMs * 2 + 1_000,
+      );
     };
     const abandon = (kind: RewardErrorKind, message: string) => {
       if (settled) return;
@@ -394,7 +425,13 @@ export class VmRewardSandbox {
       const from = at + 1;
       next(from < end ? { start: from, items: chunk.items.slice(from - chunk.start) } : undefined);
     };
-    const onMessage = (m: { type: string; seq: number; index?: number; outcome?: { reward?: number; parts?: Record<string, number>; error?: RewardError & { name?: string } }; line?: string }) => {
+    const onMessage = (m: {
+      type: string;
+      seq: number;
+      index?: number;
+      outcome?: { reward?: number; parts?: Record<string, number>; error?: RewardError & { name?: string } };
+      line?: string;
+    }) => {
       // Another request's message (a defence: a slot runs one request at a time); the module's console output
       // while it loads (seq 0) goes to whichever request is listening.
       if (m.seq !== seq && !(m.type === 'log' && m.seq === 0)) return;
@@ -407,7 +444,10 @@ export class VmRewardSandbox {
         if (o.error) {
           const located = locate(o.error.stack, this.compiled, this.map, this.apiPath);
           const name = o.error.name && o.error.kind === 'throw' ? `${o.error.name}: ` : '';
-          finish(m.index!, { id: item.id, error: { kind: o.error.kind, message: `${name}${o.error.message}`, ...located } });
+          finish(m.index!, {
+            id: item.id,
+            error: { kind: o.error.kind, message: `${name}${o.error.message}`, ...located },
+          });
         } else finish(m.index!, { id: item.id, reward: o.reward!, parts: o.parts ?? {} });
       } else if (m.type === 'log') {
         this.opts.onLog?.(m.line ?? '');
@@ -417,7 +457,12 @@ export class VmRewardSandbox {
       }
     };
     const onError = (e: Error & { code?: string }) => {
-      abandon(e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? 'memory' : 'crash', e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? `ran out of memory (the limit is ${this.opts.heapMb} MB)` : `the worker crashed: ${e.message}`);
+      abandon(
+        e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? 'memory' : 'crash',
+        e.code === 'ERR_WORKER_OUT_OF_MEMORY'
+          ? `ran out of memory (the limit is ${this.opts.heapMb} MB)`
+          : `the worker crashed: ${e.message}`,
+      );
     };
     const onExit = (code: number) => abandon('crash', `the worker exited (${code})`);
     w.on('message', onMessage);

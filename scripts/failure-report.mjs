@@ -5,7 +5,10 @@
 export function failureReport(output) {
   // biome-ignore lint/suspicious/noControlCharactersInRegex: strips ANSI colour sequences
   const lines = output.replace(/\x1b\[[0-9;]*m/g, '').split(/\r?\n/);
-  const cap = (ls) => (ls.length > 120 ? [...ls.slice(0, 120), `  … ${ls.length - 120} more lines: the suite's output above`] : ls).join('\n');
+  const cap = (ls) =>
+    (ls.length > 120 ? [...ls.slice(0, 120), `  … ${ls.length - 120} more lines: the suite's output above`] : ls).join(
+      '\n',
+    );
   const mocha = lines.findIndex((l) => /^\s+\d+ failing\s*$/.test(l));
   if (mocha >= 0) return cap(lines.slice(mocha));
   const pytest = lines.findIndex((l) => /short test summary info/.test(l));

@@ -14,7 +14,8 @@ import { parseArgs } from 'node:util';
 
 const { values: opts } = parseArgs({ options: { rivers: { type: 'string', default: '48' }, out: { type: 'string' } } });
 const RIVERS = Number(opts.rivers);
-if (!Number.isInteger(RIVERS) || RIVERS < 1) throw new Error(`--rivers: expected a positive integer, got ${JSON.stringify(opts.rivers)}`);
+if (!Number.isInteger(RIVERS) || RIVERS < 1)
+  throw new Error(`--rivers: expected a positive integer, got ${JSON.stringify(opts.rivers)}`);
 
 let seed = 1871;
 const rand = () => {
@@ -31,7 +32,34 @@ const shuffle = <T>(xs: T[]): T[] => {
   return xs;
 };
 
-const ONSETS = ['b', 'br', 'd', 'dr', 'f', 'g', 'gr', 'h', 'k', 'kr', 'l', 'm', 'n', 'p', 'pr', 'r', 's', 'st', 't', 'tr', 'v', 'w', 'z', 'th', 'sk', 'qu'];
+const ONSETS = [
+  'b',
+  'br',
+  'd',
+  'dr',
+  'f',
+  'g',
+  'gr',
+  'h',
+  'k',
+  'kr',
+  'l',
+  'm',
+  'n',
+  'p',
+  'pr',
+  'r',
+  's',
+  'st',
+  't',
+  'tr',
+  'v',
+  'w',
+  'z',
+  'th',
+  'sk',
+  'qu',
+];
 const NUCLEI = ['a', 'e', 'i', 'o', 'u', 'ae', 'ei', 'ou', 'ar', 'en', 'or', 'il', 'an', 'y'];
 const CODAS = ['', '', 'n', 'r', 'l', 's', 'th', 'nd', 'rk', 'st', 'm', 'x', 'v', 'lt'];
 const used = new Set<string>();
@@ -52,33 +80,121 @@ function invent(syllables: number): string {
   }
 }
 
-interface Province { name: string }
-interface River { name: string; province: Province; towns: Town[] }
-interface Town { name: string; province: Province; river: River; industry: string; founded: number }
-interface Person { first: string; last: string; name: string; born: Town; year: number; died: number; profession: string; she: boolean }
-interface Institution { name: string; kind: string; town: Town; founder: Person; year: number }
-interface Work { title: string; kind: string; author: Person; year: number }
+interface Province {
+  name: string;
+}
+interface River {
+  name: string;
+  province: Province;
+  towns: Town[];
+}
+interface Town {
+  name: string;
+  province: Province;
+  river: River;
+  industry: string;
+  founded: number;
+}
+interface Person {
+  first: string;
+  last: string;
+  name: string;
+  born: Town;
+  year: number;
+  died: number;
+  profession: string;
+  she: boolean;
+}
+interface Institution {
+  name: string;
+  kind: string;
+  town: Town;
+  founder: Person;
+  year: number;
+}
+interface Work {
+  title: string;
+  kind: string;
+  author: Person;
+  year: number;
+}
 
 const provinces: Province[] = Array.from({ length: 24 }, () => ({ name: invent(3) }));
-const rivers: River[] = Array.from({ length: RIVERS }, () => ({ name: invent(2), province: pick(provinces), towns: [] }));
-const INDUSTRIES = ['salt', 'glassmaking', 'wool', 'timber', 'clockmaking', 'shipbuilding', 'copper', 'paper', 'cheese', 'rope', 'dyeing', 'printing'];
+const rivers: River[] = Array.from({ length: RIVERS }, () => ({
+  name: invent(2),
+  province: pick(provinces),
+  towns: [],
+}));
+const INDUSTRIES = [
+  'salt',
+  'glassmaking',
+  'wool',
+  'timber',
+  'clockmaking',
+  'shipbuilding',
+  'copper',
+  'paper',
+  'cheese',
+  'rope',
+  'dyeing',
+  'printing',
+];
 const towns: Town[] = Array.from({ length: 180 }, () => {
   const river = pick(rivers);
-  const t: Town = { name: invent(2 + (rand() < 0.3 ? 1 : 0)), province: rand() < 0.7 ? river.province : pick(provinces), river, industry: pick(INDUSTRIES), founded: int(900, 1600) };
+  const t: Town = {
+    name: invent(2 + (rand() < 0.3 ? 1 : 0)),
+    province: rand() < 0.7 ? river.province : pick(provinces),
+    river,
+    industry: pick(INDUSTRIES),
+    founded: int(900, 1600),
+  };
   river.towns.push(t);
   return t;
 });
 const FIRST_F = Array.from({ length: 60 }, () => invent(2));
 const FIRST_M = Array.from({ length: 60 }, () => invent(2));
-const PROFESSIONS = ['surveyor', 'astronomer', 'composer', 'engineer', 'cartographer', 'botanist', 'shipwright', 'poet', 'chemist', 'architect', 'printer', 'physician'];
+const PROFESSIONS = [
+  'surveyor',
+  'astronomer',
+  'composer',
+  'engineer',
+  'cartographer',
+  'botanist',
+  'shipwright',
+  'poet',
+  'chemist',
+  'architect',
+  'printer',
+  'physician',
+];
 const people: Person[] = Array.from({ length: 320 }, () => {
   const she = rand() < 0.5;
   const first = pick(she ? FIRST_F : FIRST_M);
   const last = invent(2 + (rand() < 0.4 ? 1 : 0));
   const year = int(1700, 1900);
-  return { first, last, name: `${first} ${last}`, born: pick(towns), year, died: year + int(35, 90), profession: pick(PROFESSIONS), she };
+  return {
+    first,
+    last,
+    name: `${first} ${last}`,
+    born: pick(towns),
+    year,
+    died: year + int(35, 90),
+    profession: pick(PROFESSIONS),
+    she,
+  };
 });
-const KINDS = ['Observatory', 'Museum', 'Academy', 'Library', 'Conservatory', 'Botanical Garden', 'Shipyard', 'Guild Hall', 'Institute', 'Printing House'];
+const KINDS = [
+  'Observatory',
+  'Museum',
+  'Academy',
+  'Library',
+  'Conservatory',
+  'Botanical Garden',
+  'Shipyard',
+  'Guild Hall',
+  'Institute',
+  'Printing House',
+];
 const institutions: Institution[] = [];
 for (const founder of shuffle([...people]).slice(0, 150)) {
   const kind = pick(KINDS);
@@ -87,8 +203,34 @@ for (const founder of shuffle([...people]).slice(0, 150)) {
   institutions.push({ name: `${base} ${kind}`, kind, town, founder, year: founder.year + int(25, 45) });
 }
 const WORK_KINDS = ['treatise', 'atlas', 'symphony', 'novel', 'star catalogue', 'herbal', 'cantata', 'manual'];
-const ADJ = ['Silent', 'Northern', 'Copper', 'Hollow', 'Amber', 'Seventh', 'Winter', 'Lesser', 'Drowned', 'Patient', 'Distant', 'Salt'];
-const NOUN = ['Meridian', 'Lantern', 'Harbour', 'Almanac', 'Orchard', 'Compass', 'Tide', 'Lexicon', 'Garden', 'Chorus', 'Cartulary', 'Ledger'];
+const ADJ = [
+  'Silent',
+  'Northern',
+  'Copper',
+  'Hollow',
+  'Amber',
+  'Seventh',
+  'Winter',
+  'Lesser',
+  'Drowned',
+  'Patient',
+  'Distant',
+  'Salt',
+];
+const NOUN = [
+  'Meridian',
+  'Lantern',
+  'Harbour',
+  'Almanac',
+  'Orchard',
+  'Compass',
+  'Tide',
+  'Lexicon',
+  'Garden',
+  'Chorus',
+  'Cartulary',
+  'Ledger',
+];
 const works: Work[] = [];
 const titles = new Set<string>();
 for (const author of shuffle([...people]).slice(0, 140)) {
@@ -111,25 +253,50 @@ const FILLER = [
   'Its name appears in several guidebooks of the time.',
 ];
 const passages: { id: string; contents: string }[] = [];
-const add = (title: string, text: string) => passages.push({ id: String(passages.length), contents: `"${title}"\n${text}` });
+const add = (title: string, text: string) =>
+  passages.push({ id: String(passages.length), contents: `"${title}"\n${text}` });
 const pro = (p: Person) => (p.she ? 'She' : 'He');
 const an = (word: string) => `${/^[aeiou]/i.test(word) ? 'an' : 'a'} ${word}`;
 const their = (p: Person) => (p.she ? 'her' : 'his');
-const filler = (n: number) => shuffle([...FILLER]).slice(0, n).join(' ');
+const filler = (n: number) =>
+  shuffle([...FILLER])
+    .slice(0, n)
+    .join(' ');
 
-for (const p of provinces) add(p.name, `${p.name} is a province. Its towns include ${shuffle(towns.filter((t) => t.province === p)).slice(0, 4).map((t) => t.name).join(', ') || 'a few villages'}. ${filler(2)}`);
+for (const p of provinces)
+  add(
+    p.name,
+    `${p.name} is a province. Its towns include ${
+      shuffle(towns.filter((t) => t.province === p))
+        .slice(0, 4)
+        .map((t) => t.name)
+        .join(', ') || 'a few villages'
+    }. ${filler(2)}`,
+  );
 for (const r of rivers) {
   const list = r.towns.map((t) => t.name);
-  add(`${r.name} (river)`, `The ${r.name} is a river in ${r.province.name}. ${list.length ? `It flows through ${list.join(', ')}.` : 'It has no towns on its banks.'} ${filler(1)}`);
+  add(
+    `${r.name} (river)`,
+    `The ${r.name} is a river in ${r.province.name}. ${list.length ? `It flows through ${list.join(', ')}.` : 'It has no towns on its banks.'} ${filler(1)}`,
+  );
 }
 for (const t of towns) {
-  add(t.name, `${t.name} is a town in ${t.province.name}, on the ${t.river.name} river. It was founded around ${t.founded} and became known for ${t.industry}. ${filler(2)}`);
+  add(
+    t.name,
+    `${t.name} is a town in ${t.province.name}, on the ${t.river.name} river. It was founded around ${t.founded} and became known for ${t.industry}. ${filler(2)}`,
+  );
 }
 for (const p of people) {
-  add(p.name, `${p.name} (${p.year}–${p.died}) was ${an(p.profession)} born in ${p.born.name}. ${pro(p)} spent most of ${their(p)} working life away from ${their(p)} birthplace. ${filler(1)}`);
+  add(
+    p.name,
+    `${p.name} (${p.year}–${p.died}) was ${an(p.profession)} born in ${p.born.name}. ${pro(p)} spent most of ${their(p)} working life away from ${their(p)} birthplace. ${filler(1)}`,
+  );
 }
 for (const i of institutions) {
-  add(i.name, `The ${i.name} is ${an(i.kind.toLowerCase())} in ${i.town.name}. It was founded in ${i.year} by ${i.founder.name}, ${an(i.founder.profession)}. ${filler(2)}`);
+  add(
+    i.name,
+    `The ${i.name} is ${an(i.kind.toLowerCase())} in ${i.town.name}. It was founded in ${i.year} by ${i.founder.name}, ${an(i.founder.profession)}. ${filler(2)}`,
+  );
   add(`${i.name} (history)`, `In its first decades the ${i.name} struggled for funds. ${filler(3)}`);
 }
 for (const w of works) {
@@ -163,19 +330,65 @@ const questions: Q[] = [];
 const personBridge = (p: Person, question: string): string | string[] =>
   new RegExp(`\\b${p.last}\\b`, 'i').test(question) ? p.name : [p.name, p.last];
 for (const i of institutions) {
-  questions.push({ question: `who founded the ${i.name}?`, golden: [i.founder.name], answer: i.founder.name, hops: 1, kind: 'founder' });
+  questions.push({
+    question: `who founded the ${i.name}?`,
+    golden: [i.founder.name],
+    answer: i.founder.name,
+    hops: 1,
+    kind: 'founder',
+  });
   const q2 = `in which town was the founder of the ${i.name} born?`;
-  questions.push({ question: q2, golden: [i.founder.born.name], answer: i.founder.born.name, hops: 2, kind: 'founder-birthplace', bridge: personBridge(i.founder, q2) });
+  questions.push({
+    question: q2,
+    golden: [i.founder.born.name],
+    answer: i.founder.born.name,
+    hops: 2,
+    kind: 'founder-birthplace',
+    bridge: personBridge(i.founder, q2),
+  });
 }
 for (const p of people) {
-  questions.push({ question: `in which town was ${p.name} born?`, golden: [p.born.name], answer: p.born.name, hops: 1, kind: 'birthplace' });
-  questions.push({ question: `what river runs through the birthplace of ${p.name}?`, golden: [p.born.river.name, `the ${p.born.river.name}`], answer: p.born.river.name, hops: 2, kind: 'birthplace-river', bridge: p.born.name });
+  questions.push({
+    question: `in which town was ${p.name} born?`,
+    golden: [p.born.name],
+    answer: p.born.name,
+    hops: 1,
+    kind: 'birthplace',
+  });
+  questions.push({
+    question: `what river runs through the birthplace of ${p.name}?`,
+    golden: [p.born.river.name, `the ${p.born.river.name}`],
+    answer: p.born.river.name,
+    hops: 2,
+    kind: 'birthplace-river',
+    bridge: p.born.name,
+  });
 }
-for (const t of towns) questions.push({ question: `what river runs through ${t.name}?`, golden: [t.river.name, `the ${t.river.name}`], answer: t.river.name, hops: 1, kind: 'river' });
+for (const t of towns)
+  questions.push({
+    question: `what river runs through ${t.name}?`,
+    golden: [t.river.name, `the ${t.river.name}`],
+    answer: t.river.name,
+    hops: 1,
+    kind: 'river',
+  });
 for (const w of works) {
-  questions.push({ question: `who wrote ${w.title}?`, golden: [w.author.name], answer: w.author.name, hops: 1, kind: 'author' });
+  questions.push({
+    question: `who wrote ${w.title}?`,
+    golden: [w.author.name],
+    answer: w.author.name,
+    hops: 1,
+    kind: 'author',
+  });
   const q2 = `in which town was the author of ${w.title} born?`;
-  questions.push({ question: q2, golden: [w.author.born.name], answer: w.author.born.name, hops: 2, kind: 'author-birthplace', bridge: personBridge(w.author, q2) });
+  questions.push({
+    question: q2,
+    golden: [w.author.born.name],
+    answer: w.author.born.name,
+    hops: 2,
+    kind: 'author-birthplace',
+    bridge: personBridge(w.author, q2),
+  });
 }
 const answers = shuffle([...new Set(questions.map((q) => q.answer))]);
 const heldOut = new Set(answers.slice(0, Math.round(answers.length * 0.12)));
@@ -186,7 +399,14 @@ for (const q of shuffle(questions)) {
   if (seen.has(q.question)) continue;
   seen.add(q.question);
   const split = heldOut.has(q.answer) ? 'eval' : 'train';
-  const row = { id: `demo-${split}-${(split === 'eval' ? evalSet : train).length}`, question: q.question, golden: q.golden, data_source: 'demo', split, meta: { hops: q.hops, kind: q.kind, ...(q.bridge ? { bridge: q.bridge } : {}) } };
+  const row = {
+    id: `demo-${split}-${(split === 'eval' ? evalSet : train).length}`,
+    question: q.question,
+    golden: q.golden,
+    data_source: 'demo',
+    split,
+    meta: { hops: q.hops, kind: q.kind, ...(q.bridge ? { bridge: q.bridge } : {}) },
+  };
   (split === 'eval' ? evalSet : train).push(row);
 }
 

@@ -7,7 +7,12 @@ import { join } from 'node:path';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 
 const FIX = join(__dirname, '..', 'test', 'fixtures');
-const str = (name: string) => ({ name, type: 'BYTE_ARRAY' as const, converted_type: 'UTF8' as const, repetition_type: 'OPTIONAL' as const });
+const str = (name: string) => ({
+  name,
+  type: 'BYTE_ARRAY' as const,
+  converted_type: 'UTF8' as const,
+  repetition_type: 'OPTIONAL' as const,
+});
 const list = (name: string, children: number) => [
   { name, repetition_type: 'OPTIONAL' as const, converted_type: 'LIST' as const, num_children: 1 },
   { name: 'list', repetition_type: 'REPEATED' as const, num_children: 1 },
@@ -23,7 +28,10 @@ const PROMPT = (q: string) =>
 
 function write(path: string, columns: Record<string, unknown[]>, schema: object[]) {
   const names = Object.keys(columns);
-  const buf = parquetWriteBuffer({ columnData: names.map((name) => ({ name, data: columns[name]! as never[] })), schema: [{ name: 'root', num_children: names.length }, ...schema] as never });
+  const buf = parquetWriteBuffer({
+    columnData: names.map((name) => ({ name, data: columns[name]! as never[] })),
+    schema: [{ name: 'root', num_children: names.length }, ...schema] as never,
+  });
   writeFileSync(path, Buffer.from(buf));
   console.log(`wrote ${path}`);
 }
@@ -31,8 +39,20 @@ function write(path: string, columns: Record<string, unknown[]>, schema: object[
 // --- Search-R1 dataset (scripts/data_process/qa_search_*_merge.py output; FlashRAG columns kept by map()).
 const ds = [
   { id: 'train_0', question: 'who founded the varnholt observatory?', golden: ['Ilse Marrow'], source: 'nq', index: 0 },
-  { id: 'train_1', question: 'in which town was the founder of the varnholt observatory born?', golden: ['Quendal', 'Quendal, Ossel Valley'], source: 'hotpotqa', index: 1 },
-  { id: 'train_2', question: 'what river runs through quendal?', golden: ['the Ossel', 'Ossel'], source: 'nq', index: 2 },
+  {
+    id: 'train_1',
+    question: 'in which town was the founder of the varnholt observatory born?',
+    golden: ['Quendal', 'Quendal, Ossel Valley'],
+    source: 'hotpotqa',
+    index: 1,
+  },
+  {
+    id: 'train_2',
+    question: 'what river runs through quendal?',
+    golden: ['the Ossel', 'Ossel'],
+    source: 'nq',
+    index: 2,
+  },
 ];
 mkdirSync(join(FIX, 'searchr1-dataset'), { recursive: true });
 write(
@@ -67,7 +87,8 @@ write(
 );
 
 // --- TRL completion tables: step as TRL logs it (a string), reward columns, advantage.
-const turn = (q: string, a: string) => `<think>I should look up ${q}.</think>\n<search> ${q} </search>\n\n<information>Doc 1(Title: "${q}") ${q} is documented.</information>\n\n<think>So it is ${a}.</think>\n<answer> ${a} </answer>`;
+const turn = (q: string, a: string) =>
+  `<think>I should look up ${q}.</think>\n<search> ${q} </search>\n\n<information>Doc 1(Title: "${q}") ${q} is documented.</information>\n\n<think>So it is ${a}.</think>\n<answer> ${a} </answer>`;
 mkdirSync(join(FIX, 'trl', 'completions'), { recursive: true });
 const plain = [
   ['varnholt founder', 'Ilse Marrow', 1, 0.2],
@@ -87,25 +108,51 @@ write(
     reward_format: plain.map(([, , , f]) => f),
     advantage: [0.577, 0.577, -1.155, 0, 0, 0],
   },
-  [str('step'), str('prompt'), str('completion'), { name: 'reward_em', type: 'DOUBLE', repetition_type: 'OPTIONAL' }, { name: 'reward_format', type: 'DOUBLE', repetition_type: 'OPTIONAL' }, { name: 'advantage', type: 'DOUBLE', repetition_type: 'OPTIONAL' }],
+  [
+    str('step'),
+    str('prompt'),
+    str('completion'),
+    { name: 'reward_em', type: 'DOUBLE', repetition_type: 'OPTIONAL' },
+    { name: 'reward_format', type: 'DOUBLE', repetition_type: 'OPTIONAL' },
+    { name: 'advantage', type: 'DOUBLE', repetition_type: 'OPTIONAL' },
+  ],
 );
 write(
   join(FIX, 'trl', 'completions', 'completions_00020.parquet'),
   {
     step: ['20', '20'],
-    prompt: [[{ content: PROMPT('varnholt founder'), role: 'user' }], [{ content: PROMPT('varnholt founder'), role: 'user' }]],
-    completion: [[{ content: turn('varnholt founder', 'Ilse Marrow'), role: 'assistant' }], [{ content: '<think>No idea.</think>\n<answer> Beijing </answer>', role: 'assistant' }]],
+    prompt: [
+      [{ content: PROMPT('varnholt founder'), role: 'user' }],
+      [{ content: PROMPT('varnholt founder'), role: 'user' }],
+    ],
+    completion: [
+      [{ content: turn('varnholt founder', 'Ilse Marrow'), role: 'assistant' }],
+      [{ content: '<think>No idea.</think>\n<answer> Beijing </answer>', role: 'assistant' }],
+    ],
     reward_em: [1, 0],
     // biome-ignore lint/suspicious/noApproximativeNumericConstant: fixture data, the numbers written as they are
     advantage: [0.707, -0.707],
   },
-  [str('step'), ...messages('prompt'), ...messages('completion'), { name: 'reward_em', type: 'DOUBLE', repetition_type: 'OPTIONAL' }, { name: 'advantage', type: 'DOUBLE', repetition_type: 'OPTIONAL' }],
+  [
+    str('step'),
+    ...messages('prompt'),
+    ...messages('completion'),
+    { name: 'reward_em', type: 'DOUBLE', repetition_type: 'OPTIONAL' },
+    { name: 'advantage', type: 'DOUBLE', repetition_type: 'OPTIONAL' },
+  ],
 );
 
 // --- veRL dumps: {dir}/{step}.jsonl (input/output decoded without special tokens, gts, score, step, extras).
 mkdirSync(join(FIX, 'verl'), { recursive: true });
 const verlLine = (step: number, q: string, a: string, gold: unknown, score: number, extra: Record<string, unknown>) =>
-  JSON.stringify({ input: `system\nYou are a helpful assistant.\nuser\n${PROMPT(q)}\nassistant\n`, output: turn(q, a), gts: gold, score, step, ...extra });
+  JSON.stringify({
+    input: `system\nYou are a helpful assistant.\nuser\n${PROMPT(q)}\nassistant\n`,
+    output: turn(q, a),
+    gts: gold,
+    score,
+    step,
+    ...extra,
+  });
 writeFileSync(
   join(FIX, 'verl', '5.jsonl'),
   [
@@ -113,7 +160,10 @@ writeFileSync(
     verlLine(5, 'varnholt founder', 'Quendal', { target: ['Ilse Marrow'] }, 0, { acc: 0, pred: 'Quendal' }),
   ].join('\n') + '\n',
 );
-writeFileSync(join(FIX, 'verl', '10.jsonl'), `${verlLine(10, 'quendal river', 'the Ossel', ['Ossel', 'the Ossel'], 1, { acc: true })}\n{"input": "x", "output": 3}\n`);
+writeFileSync(
+  join(FIX, 'verl', '10.jsonl'),
+  `${verlLine(10, 'quendal river', 'the Ossel', ['Ossel', 'the Ossel'], 1, { acc: true })}\n{"input": "x", "output": 3}\n`,
+);
 console.log('wrote verl dumps');
 
 // --- BM25 oracle fixtures: a corpus with every length class SmallFloat distinguishes (short, exact up to 40,
@@ -126,11 +176,39 @@ console.log('wrote verl dumps');
     return seed / 0x7fffffff;
   };
   const pick = <T>(xs: readonly T[]) => xs[Math.floor(rand() * xs.length)]!;
-  const tricky = readFileSync(join(FIX, 'bm25', 'porter-tricky.txt'), 'utf8').trim().split('\n');
-  const common = 'the of and in to a was is for on as by with that at from his it an were are which this be or has had first not observatory river town founded surveyor council harbour league season album director province island railway village century bridge museum novel captain district festival treaty dynasty cathedral orchestra marrow varnholt quendal ossel'.split(' ');
-  const odd = ["Varnholt's", "U.S.A.", '3.14', '1871', 'e-mail', 'foo_bar', "don't", 'Café', 'naïve', 'Zürich', '東京', '😀', '<answer>', '</search>', 'x.y.z', "O'Neil's", 'ÉCOLE', 'Straße', '1,000,000', 'a:b'];
+  const tricky = readFileSync(join(FIX, 'bm25', 'porter-tricky.txt'), 'utf8')
+    .trim()
+    .split('\n');
+  const common =
+    'the of and in to a was is for on as by with that at from his it an were are which this be or has had first not observatory river town founded surveyor council harbour league season album director province island railway village century bridge museum novel captain district festival treaty dynasty cathedral orchestra marrow varnholt quendal ossel'.split(
+      ' ',
+    );
+  const odd = [
+    "Varnholt's",
+    'U.S.A.',
+    '3.14',
+    '1871',
+    'e-mail',
+    'foo_bar',
+    "don't",
+    'Café',
+    'naïve',
+    'Zürich',
+    '東京',
+    '😀',
+    '<answer>',
+    '</search>',
+    'x.y.z',
+    "O'Neil's",
+    'ÉCOLE',
+    'Straße',
+    '1,000,000',
+    'a:b',
+  ];
   const docs: { id: string; contents: string }[] = [];
-  const lengths = [1, 2, 3, 5, 8, 12, 16, 20, 23, 24, 25, 31, 32, 39, 40, 41, 48, 63, 64, 65, 100, 127, 128, 200, 300, 301, 513, 1000];
+  const lengths = [
+    1, 2, 3, 5, 8, 12, 16, 20, 23, 24, 25, 31, 32, 39, 40, 41, 48, 63, 64, 65, 100, 127, 128, 200, 300, 301, 513, 1000,
+  ];
   for (let i = 0; i < 320; i++) {
     const n = i < lengths.length ? lengths[i]! : 1 + Math.floor(rand() ** 2 * 400);
     const words: string[] = [];
@@ -150,7 +228,16 @@ console.log('wrote verl dumps');
     const n = 1 + Math.floor(rand() * 6);
     queries.push(Array.from({ length: n }, () => (rand() < 0.6 ? pick(tricky) : pick(common))).join(' '));
   }
-  queries.push('observatory observatory observatory', 'the of and', 'zzzzunknownterm', "Varnholt's founder", 'generously generosity general', docs[40]!.contents.split('\n')[1]!.split(' ').slice(0, 4).join(' '), '東京 😀 café', '3.14 1871 U.S.A.');
+  queries.push(
+    'observatory observatory observatory',
+    'the of and',
+    'zzzzunknownterm',
+    "Varnholt's founder",
+    'generously generosity general',
+    docs[40]!.contents.split('\n')[1]!.split(' ').slice(0, 4).join(' '),
+    '東京 😀 café',
+    '3.14 1871 U.S.A.',
+  );
   writeFileSync(join(FIX, 'bm25', 'queries.txt'), queries.join('\n') + '\n');
   console.log(`wrote bm25 corpus (${docs.length} docs) and ${queries.length} queries`);
 }
@@ -163,8 +250,18 @@ console.log('wrote verl dumps');
 // user prompt's instructions. A malformed call answered by an error, an unknown tool answered by an error.
 const SEARCH_TOOL = JSON.stringify({
   type: 'function',
-  function: { name: 'search', description: 'Searches Wikipedia for a query and returns the top passages.', parameters: { type: 'object', properties: { query: { type: 'string', description: 'The search query.' } }, required: ['query'] } },
-}).replace(/":/g, '": ').replace(/,"/g, ', "'); // tojson's separators
+  function: {
+    name: 'search',
+    description: 'Searches Wikipedia for a query and returns the top passages.',
+    parameters: {
+      type: 'object',
+      properties: { query: { type: 'string', description: 'The search query.' } },
+      required: ['query'],
+    },
+  },
+})
+  .replace(/":/g, '": ')
+  .replace(/,"/g, ', "'); // tojson's separators
 const TOOLS_PREAMBLE =
   '# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n' +
   `${SEARCH_TOOL}\n</tools>\n\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>`;
@@ -187,7 +284,7 @@ const QWEN3 =
   `<|im_start|>assistant\n<think>\nTwo facts: the founder's birthplace, and its river.\n</think>\n\n${call('varnholt observatory founder birthplace')}\n${call('quendal river')}<|im_end|>\n` +
   '<|im_start|>user\n<tool_response>\n{"result": "Doc 1 (Title: Ilse Marrow)\\nIlse Marrow was born in Quendal.\\n\\n"}\n</tool_response>\n<tool_response>\n{"result": "Doc 1 (Title: Quendal)\\nQuendal lies on the Ossel.\\n\\n"}\n</tool_response><|im_end|>\n' +
   '<|im_start|>assistant\n<think>\nLet me check the river once more.\n</think>\n\n<tool_call>\n{"name": "search", "arguments": {"query": "ossel river"}\n</tool_call><|im_end|>\n' +
-  '<|im_start|>user\n<tool_response>\nError when executing tool: Expecting \',\' delimiter: line 1 column 52 (char 51)\n</tool_response><|im_end|>\n' +
+  "<|im_start|>user\n<tool_response>\nError when executing tool: Expecting ',' delimiter: line 1 column 52 (char 51)\n</tool_response><|im_end|>\n" +
   '<|im_start|>assistant\n<think>\nQuendal, on the Ossel.\n</think>\n\n<answer> Quendal </answer><|im_end|>';
 const HERMES =
   `<|im_start|>system\nYou are a function calling AI model.\n\n${TOOLS_PREAMBLE}<|im_end|>\n` +
@@ -216,7 +313,15 @@ writeFileSync(
     [QWEN3, ['Quendal'], 1],
     [HERMES, ['the Ossel', 'Ossel'], 1],
   ]
-    .map(([c, gts, score]) => JSON.stringify({ input: decoded(cut(c as string).prompt), output: decoded(cut(c as string).response), gts: { target: gts }, score, step: 3 }))
+    .map(([c, gts, score]) =>
+      JSON.stringify({
+        input: decoded(cut(c as string).prompt),
+        output: decoded(cut(c as string).response),
+        gts: { target: gts },
+        score,
+        step: 3,
+      }),
+    )
     .join('\n') + '\n',
 );
 console.log('wrote tool-call veRL dump');
@@ -230,5 +335,11 @@ write(
     reward_em: [1, 1],
     advantage: [0, 0],
   },
-  [str('step'), str('prompt'), str('completion'), { name: 'reward_em', type: 'DOUBLE', repetition_type: 'OPTIONAL' }, { name: 'advantage', type: 'DOUBLE', repetition_type: 'OPTIONAL' }],
+  [
+    str('step'),
+    str('prompt'),
+    str('completion'),
+    { name: 'reward_em', type: 'DOUBLE', repetition_type: 'OPTIONAL' },
+    { name: 'advantage', type: 'DOUBLE', repetition_type: 'OPTIONAL' },
+  ],
 );

@@ -25,25 +25,35 @@ run(process.execPath, ['scripts/reward-types.mjs']);
 // A per-target ignore file: the base .vscodeignore plus the one onnxruntime binary folder for this target.
 const binDir = `node_modules/onnxruntime-node/bin/napi-v6/${os}/${cpu}`;
 if (!existsSync(join(root, binDir))) {
-  console.error(`package: onnxruntime-node has no binaries for ${target} (${binDir}); dense retrieval would not load there.`);
+  console.error(
+    `package: onnxruntime-node has no binaries for ${target} (${binDir}); dense retrieval would not load there.`,
+  );
   process.exit(1);
 }
 mkdirSync(join(root, 'out'), { recursive: true });
 const ignoreFile = join(root, 'out', `.vscodeignore.${target}`);
 const esbuildBin = `node_modules/@esbuild/${target}`;
 if (!existsSync(join(root, esbuildBin))) {
-  console.error(`package: esbuild has no binary package for ${target} (${esbuildBin}); reward modules could not compile there.`);
+  console.error(
+    `package: esbuild has no binary package for ${target} (${esbuildBin}); reward modules could not compile there.`,
+  );
   process.exit(1);
 }
-writeFileSync(ignoreFile, `${readFileSync(join(root, '.vscodeignore'), 'utf8')}\n# added by scripts/package.mjs for ${target}\n!${binDir}/**\n!${esbuildBin}/**\n`);
+writeFileSync(
+  ignoreFile,
+  `${readFileSync(join(root, '.vscodeignore'), 'utf8')}\n# added by scripts/package.mjs for ${target}\n!${binDir}/**\n!${esbuildBin}/**\n`,
+);
 
 const vsix = join(root, 'out', `${pkg.name}-${target}-${pkg.version}.vsix`);
 run(process.execPath, [
   join(root, 'node_modules', '@vscode', 'vsce', 'vsce'),
   'package',
-  '--target', target,
-  '--ignoreFile', ignoreFile,
-  '--out', vsix,
+  '--target',
+  target,
+  '--ignoreFile',
+  ignoreFile,
+  '--out',
+  vsix,
   '--allow-missing-repository',
   '--no-rewrite-relative-links',
 ]);
@@ -60,12 +70,16 @@ writeFileSync(join(root, 'out', 'vsix-path.txt'), vsix);
 async function addTsPlugin(file) {
   const name = pkg.contributes.typescriptServerPlugins[0].name;
   const plugin = {
-    [`extension/node_modules/${name}/package.json`]: Buffer.from(`${JSON.stringify({ name, version: pkg.version, private: true, main: 'index.js', description: "Search Agent Studio's TypeScript server plugin: the reward API's types for reward modules" }, null, 2)}\n`),
+    [`extension/node_modules/${name}/package.json`]: Buffer.from(
+      `${JSON.stringify({ name, version: pkg.version, private: true, main: 'index.js', description: "Search Agent Studio's TypeScript server plugin: the reward API's types for reward modules" }, null, 2)}\n`,
+    ),
     [`extension/node_modules/${name}/index.js`]: readFileSync(join(root, 'dist', 'ts-plugin', 'index.js')),
   };
   const tmp = `${file}.tmp`;
   const zip = new yazl.ZipFile();
-  const done = new Promise((resolve, reject) => zip.outputStream.pipe(createWriteStream(tmp)).on('close', resolve).on('error', reject));
+  const done = new Promise((resolve, reject) =>
+    zip.outputStream.pipe(createWriteStream(tmp)).on('close', resolve).on('error', reject),
+  );
   await new Promise((resolve, reject) =>
     yauzl.open(file, { lazyEntries: true }, (err, src) => {
       if (err) return reject(err);
@@ -74,12 +88,17 @@ async function addTsPlugin(file) {
         src.openReadStream(entry, (e, stream) => {
           if (e) return reject(e);
           const chunks = [];
-          stream.on('data', (c) => chunks.push(c)).on('end', () => {
-            // Keep each file's unix mode (esbuild's binary must stay executable).
-            const mode = (entry.externalFileAttributes >>> 16) & 0xffff;
-            zip.addBuffer(Buffer.concat(chunks), entry.fileName, { mtime: entry.getLastModDate(), ...(mode ? { mode } : {}) });
-            src.readEntry();
-          });
+          stream
+            .on('data', (c) => chunks.push(c))
+            .on('end', () => {
+              // Keep each file's unix mode (esbuild's binary must stay executable).
+              const mode = (entry.externalFileAttributes >>> 16) & 0xffff;
+              zip.addBuffer(Buffer.concat(chunks), entry.fileName, {
+                mtime: entry.getLastModDate(),
+                ...(mode ? { mode } : {}),
+              });
+              src.readEntry();
+            });
         });
       });
       src.on('end', resolve).on('error', reject);

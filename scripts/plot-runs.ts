@@ -45,7 +45,13 @@ function smooth(points: [number, number][], k: number): [number, number][] {
 
 async function main(): Promise<void> {
   const { values, positionals } = parseArgs({
-    options: { out: { type: 'string' }, title: { type: 'string' }, subtitle: { type: 'string' }, panels: { type: 'string', default: 'val/em,critic/score/mean,val/searches_mean' }, smooth: { type: 'string', default: '5' } },
+    options: {
+      out: { type: 'string' },
+      title: { type: 'string' },
+      subtitle: { type: 'string' },
+      panels: { type: 'string', default: 'val/em,critic/score/mean,val/searches_mean' },
+      smooth: { type: 'string', default: '5' },
+    },
     allowPositionals: true,
   });
   if (!values.out || !positionals.length) throw new Error('usage: plot-runs.ts --out PREFIX label=runDir …');
@@ -59,15 +65,32 @@ async function main(): Promise<void> {
     title: TITLES[key] ?? key,
     xLabel: 'step',
     yMin: key.includes('em') || key.includes('score') || key.includes('frac') ? 0 : undefined,
-    yMax: key === 'val/em' || key.startsWith('val/em_by_hops/') || key.startsWith('val/answer_retrieved_by_hops/') || key.startsWith('val/bridge_searched_by_hops/') || key === 'critic/score/mean' ? 1 : undefined,
+    yMax:
+      key === 'val/em' ||
+      key.startsWith('val/em_by_hops/') ||
+      key.startsWith('val/answer_retrieved_by_hops/') ||
+      key.startsWith('val/bridge_searched_by_hops/') ||
+      key === 'critic/score/mean'
+        ? 1
+        : undefined,
     series: data.map((d) => {
-      const pts = d.rows.filter((m) => typeof m[key] === 'number').map((m) => [m.step as number, m[key] as number] as [number, number]);
+      const pts = d.rows
+        .filter((m) => typeof m[key] === 'number')
+        .map((m) => [m.step as number, m[key] as number] as [number, number]);
       return { name: d.label, points: key.startsWith('val/') ? pts : smooth(pts, k) };
     }),
   }));
-  const svg = lineChartsSvg(panels, { title: values.title, subtitle: values.subtitle, columns: panels.length === 4 ? 2 : Math.min(3, panels.length) });
+  const svg = lineChartsSvg(panels, {
+    title: values.title,
+    subtitle: values.subtitle,
+    columns: panels.length === 4 ? 2 : Math.min(3, panels.length),
+  });
   writeFileSync(`${values.out}.svg`, svg);
-  const browser = await chromium.launch({ executablePath: process.env.SAS_CHROMIUM ?? '/usr/bin/chromium', headless: true, args: ['--no-sandbox', '--disable-gpu'] });
+  const browser = await chromium.launch({
+    executablePath: process.env.SAS_CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu'],
+  });
   try {
     const page = await browser.newPage({ deviceScaleFactor: 2 });
     await page.setContent(`<!doctype html><html><body style="margin:0">${svg}</body></html>`);

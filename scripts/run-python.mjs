@@ -7,11 +7,18 @@ import { delimiter, join } from 'node:path';
 const root = join(import.meta.dirname, '..');
 const verl = process.argv[2] === '--verl';
 const args = process.argv.slice(verl ? 3 : 2);
-const python = verl ? join(root, '.venv-verl', 'bin', 'python') : (process.env.SAS_PYTHON ?? join(root, '.venv', 'bin', 'python'));
+const python = verl
+  ? join(root, '.venv-verl', 'bin', 'python')
+  : (process.env.SAS_PYTHON ?? join(root, '.venv', 'bin', 'python'));
 if (!existsSync(python)) {
-  console.error(`run-python: ${python} does not exist; run \`bash scripts/setup.sh --test\` first (or set SAS_PYTHON).`);
+  console.error(
+    `run-python: ${python} does not exist; run \`bash scripts/setup.sh --test\` first (or set SAS_PYTHON).`,
+  );
   process.exit(2);
 }
-const env = { ...process.env, PYTHONPATH: [join(root, 'trainer'), process.env.PYTHONPATH].filter(Boolean).join(delimiter) };
+const env = {
+  ...process.env,
+  PYTHONPATH: [join(root, 'trainer'), process.env.PYTHONPATH].filter(Boolean).join(delimiter),
+};
 const r = spawnSync(python, args, { stdio: 'inherit', env });
 process.exit(r.status ?? 1);

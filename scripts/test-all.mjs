@@ -22,7 +22,15 @@ const commands = {
   learning: ['npm', 'run', '-s', 'test:learning'],
 };
 /** Phases in order; a phase is lanes run side by side; a lane is suites run one after another. */
-const phases = [[['lint']], [['typecheck', 'unit'], ['python', 'verl']], [['e2e']], [['learning']]];
+const phases = [
+  [['lint']],
+  [
+    ['typecheck', 'unit'],
+    ['python', 'verl'],
+  ],
+  [['e2e']],
+  [['learning']],
+];
 
 const only = process.env.SAS_SUITES?.split(',').map((s) => s.trim());
 const results = [];
@@ -34,11 +42,30 @@ for (const phase of phases) {
     lanes.map(async (lane) => {
       for (const name of lane) {
         const cmd = commands[name];
-        console.log(`\n━━━ ${name}: ${cmd.join(' ')}${shared ? `  (beside ${lanes.filter((l) => l !== lane).map((l) => l.join(' → ')).join(', ')}; its lines start with "${name} │")` : ''}`);
+        console.log(
+          `\n━━━ ${name}: ${cmd.join(' ')}${
+            shared
+              ? `  (beside ${lanes
+                  .filter((l) => l !== lane)
+                  .map((l) => l.join(' → '))
+                  .join(', ')}; its lines start with "${name} │")`
+              : ''
+          }`,
+        );
         const started = Date.now();
         const { status, output, quietSeconds } = await run(cmd, shared ? name : '');
-        results.push({ name, ok: status === 0, seconds: (Date.now() - started) / 1000, status, output, quietSeconds, shared });
-        console.log(`━━━ ${name}: ${status === 0 ? 'passed' : `FAILED (exit ${status})`} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+        results.push({
+          name,
+          ok: status === 0,
+          seconds: (Date.now() - started) / 1000,
+          status,
+          output,
+          quietSeconds,
+          shared,
+        });
+        console.log(
+          `━━━ ${name}: ${status === 0 ? 'passed' : `FAILED (exit ${status})`} in ${((Date.now() - started) / 1000).toFixed(1)} s`,
+        );
       }
     }),
   );
@@ -48,9 +75,12 @@ console.log('\n━━━ summary');
 // minutes nobody sees (stop 42's unit suite: 4 minutes of tests, then 8 silent ones); the summary names the silence.
 const QUIET_NOTE_S = 30;
 for (const r of results) {
-  const quiet = r.quietSeconds >= QUIET_NOTE_S ? `  (silent for its last ${r.quietSeconds.toFixed(0)} s before it exited)` : '';
+  const quiet =
+    r.quietSeconds >= QUIET_NOTE_S ? `  (silent for its last ${r.quietSeconds.toFixed(0)} s before it exited)` : '';
   const beside = r.shared ? '  (beside another lane)' : '';
-  console.log(`  ${r.ok ? '✓' : '✗'} ${r.name.padEnd(10)} ${r.seconds.toFixed(1).padStart(7)} s${r.ok ? '' : `  (exit ${r.status})`}${beside}${quiet}`);
+  console.log(
+    `  ${r.ok ? '✓' : '✗'} ${r.name.padEnd(10)} ${r.seconds.toFixed(1).padStart(7)} s${r.ok ? '' : `  (exit ${r.status})`}${beside}${quiet}`,
+  );
 }
 console.log(`  all suites: ${((Date.now() - t0) / 1000).toFixed(1)} s of wall time`);
 const failed = results.filter((r) => !r.ok);

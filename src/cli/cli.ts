@@ -8,10 +8,11 @@
 import yargs, { type Argv } from 'yargs';
 import { VERSION } from '../core/version';
 import { UsageError } from '../server/run';
-import { processIo, type CliIo } from './command';
+import { type CliIo, processIo } from './command';
 import { COMMANDS } from './commands';
 
-const EPILOG = 'Exit codes: 0 success, 1 a check failed (or some items failed to score), 2 bad usage or unreadable input.\nEach command has its own help: search-agent-studio <command> --help. Shell completion: search-agent-studio completion >> ~/.bashrc';
+const EPILOG =
+  'Exit codes: 0 success, 1 a check failed (or some items failed to score), 2 bad usage or unreadable input.\nEach command has its own help: search-agent-studio <command> --help. Shell completion: search-agent-studio completion >> ~/.bashrc';
 
 /** What yargs passes a failure handler as its third argument: its usage printer (the failing command's help). */
 interface Usage {
@@ -19,7 +20,12 @@ interface Usage {
 }
 
 /** The parser with every command registered; a failed validation skips the command (yargs would still run it). */
-function parser(argv: string[], io: CliIo, onExit: (code: number) => void, onFail: (message: string, usage: Usage) => void): Argv {
+function parser(
+  argv: string[],
+  io: CliIo,
+  onExit: (code: number) => void,
+  onFail: (message: string, usage: Usage) => void,
+): Argv {
   let failed = false;
   const y = yargs(argv)
     .scriptName('search-agent-studio')
@@ -28,7 +34,10 @@ function parser(argv: string[], io: CliIo, onExit: (code: number) => void, onFai
     .alias('v', 'version')
     .help()
     .alias('h', 'help')
-    .completion('completion', 'print a shell completion script (bash, zsh): search-agent-studio completion >> ~/.bashrc')
+    .completion(
+      'completion',
+      'print a shell completion script (bash, zsh): search-agent-studio completion >> ~/.bashrc',
+    )
     .demandCommand(1, 'name a command')
     .strict()
     .recommendCommands()
@@ -65,15 +74,26 @@ function parser(argv: string[], io: CliIo, onExit: (code: number) => void, onFai
 export async function main(argv: string[], io: CliIo = processIo): Promise<number> {
   let code: number | undefined;
   let failure: { message: string; help: string } | undefined;
-  await parser(argv, io, (c) => (code = c), (message, usage) => {
-    let help = '';
-    usage.showHelp((h) => (help = h));
-    failure = { message, help };
-  }).parseAsync();
+  await parser(
+    argv,
+    io,
+    (c) => (code = c),
+    (message, usage) => {
+      let help = '';
+      usage.showHelp((h) => (help = h));
+      failure = { message, help };
+    },
+  ).parseAsync();
   if (failure) {
     // A first word that is no command reads better as such than as yargs' "Unknown argument".
-    const unknownCommand = /^Unknown argument/.test(failure.message) && argv[0] !== undefined && !argv[0].startsWith('-') && !COMMANDS.some((c) => c.command.split(' ')[0] === argv[0]);
-    io.err(`search-agent-studio: ${unknownCommand ? `unknown command: ${argv[0]}` : failure.message}\n\n${failure.help}\n`);
+    const unknownCommand =
+      /^Unknown argument/.test(failure.message) &&
+      argv[0] !== undefined &&
+      !argv[0].startsWith('-') &&
+      !COMMANDS.some((c) => c.command.split(' ')[0] === argv[0]);
+    io.err(
+      `search-agent-studio: ${unknownCommand ? `unknown command: ${argv[0]}` : failure.message}\n\n${failure.help}\n`,
+    );
     return 2;
   }
   return code ?? 0;

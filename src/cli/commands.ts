@@ -7,13 +7,29 @@ import type { CliCommand } from './command';
 import { doctorCommand, setupCommand } from './environment';
 import { exportCommandDef } from './export';
 import { forkCommand, whatifCommand } from './fork';
-import { replayStepCommand } from './replayStep';
 import { importCommandDef } from './import';
 import { indexCommandDef } from './index-command';
 import { inspectCommand } from './inspect';
 import { planCommand } from './plan';
+import { replayStepCommand } from './replayStep';
 import { rewardCommandDef } from './reward-command';
 import { serveCommand } from './serve';
 import { demoCommand, trainCommand } from './train';
 
-export const COMMANDS = [doctorCommand, setupCommand, demoCommand, trainCommand, planCommand, serveCommand, indexCommandDef, inspectCommand, auditCommand, importCommandDef, rewardCommandDef, exportCommandDef, forkCommand, whatifCommand, replayStepCommand] as CliCommand<any>[];
+export const COMMANDS = [
+  doctorCommand,
+  setupCommand,
+  demoCommand,
+  trainCommand,
+  planCommand,
+  serveCommand,
+  indexCommandDef,
+  inspectCommand,
+  auditCommand,
+  importCommandDef,
+  rewardCommandDef,
+  exportCommandDef,
+  forkCommand,
+  whatifCommand,
+  replayStepCommand,
+] as CliCommand<any>[];

@@ -10,7 +10,7 @@ import { basename, join } from 'node:path';
 import type { Rollout } from '../core/run/format';
 import { formatIssue } from '../core/run/format';
 import { readPart, rolloutFiles } from '../core/store/rollouts';
-import { shortFloat32, STORE_FILES } from '../core/store/tokenStore';
+import { STORE_FILES, shortFloat32 } from '../core/store/tokenStore';
 import type { CliIo } from './command';
 import { OutputError, OutputFile, writeErrorReason } from './output';
 
@@ -21,7 +21,11 @@ export function recordLine(r: Rollout): string {
   if (!r.tokens) return JSON.stringify(r);
   const t = r.tokens as Record<string, unknown>;
   const tokens: Record<string, unknown> = {};
-  for (const [k, v] of Object.entries(t)) tokens[k] = k === 'text' || k === 'ids' || k === 'role' || k === 'loss_mask' || !Array.isArray(v) ? v : v.map((x: number | null) => (x === null ? null : shortFloat32(x)));
+  for (const [k, v] of Object.entries(t))
+    tokens[k] =
+      k === 'text' || k === 'ids' || k === 'role' || k === 'loss_mask' || !Array.isArray(v)
+        ? v
+        : v.map((x: number | null) => (x === null ? null : shortFloat32(x)));
   return JSON.stringify({ ...r, tokens });
 }
 
@@ -30,9 +34,10 @@ export async function exportJsonl(src: string, out: string, io: CliIo): Promise<
   const single = out.endsWith('.jsonl');
   // Each output file refuses to be one of the parts read, is written to a temporary name and renamed (output.ts).
   const inputs = parts.flatMap((p) => (p.endsWith('.jsonl') ? [p] : STORE_PATHS.map((f) => join(p, f))));
-  if (!single) await mkdir(out, { recursive: true }).catch((e: unknown) => {
-    throw new OutputError(out, writeErrorReason(e));
-  });
+  if (!single)
+    await mkdir(out, { recursive: true }).catch((e: unknown) => {
+      throw new OutputError(out, writeErrorReason(e));
+    });
   let rows = 0;
   let bad = 0;
   let file: OutputFile | undefined;
@@ -55,6 +60,8 @@ export async function exportJsonl(src: string, out: string, io: CliIo): Promise<
   } finally {
     await file?.abort();
   }
-  io.out(`exported ${rows} rollouts from ${parts.length} ${parts.length === 1 ? 'part' : 'parts'} of ${src} to ${out}${bad ? ` (${bad} malformed, skipped)` : ''}\n`);
+  io.out(
+    `exported ${rows} rollouts from ${parts.length} ${parts.length === 1 ? 'part' : 'parts'} of ${src} to ${out}${bad ? ` (${bad} malformed, skipped)` : ''}\n`,
+  );
   return bad ? 2 : 0;
 }

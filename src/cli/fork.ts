@@ -15,28 +15,27 @@
  * Exit 0, 1 when the fork failed (the policy server's message), 2 on bad usage or input.
  */
 import { readFile } from 'node:fs/promises';
-import { loadRunDirConfig } from '../core/host/runConfig';
+import { trajectoryFacts } from '../core/audit/summary';
+import { ForkError, ForkHost, findRollout } from '../core/host/fork';
+import { EnvServerError } from '../core/host/processes';
+import { loadRunDirConfig, RunConfigError, runNeeds } from '../core/host/runConfig';
+import { readRun } from '../core/host/runs';
+import { FilterError } from '../core/inspect/filter';
+import { RolloutTable } from '../core/inspect/table';
 import { demoCorpusPath, resolveConfigPath } from '../core/paths';
+import type { Continuation, ForkDocument, ForkOptions } from '../core/protocol/replay';
+import { findPython, noPythonMessage, runPythonNote } from '../core/python';
 import { readCorpus } from '../core/retrieval/corpus';
 import { RandomRetriever } from '../core/retrieval/random';
 import { NullRetriever, type RetrievedDocument } from '../core/retrieval/retriever';
-import { parseResponse, documentsOf } from '../core/tags/trajectory';
-import { rolloutContext } from '../core/run/format';
-import { startEnvServer, ENV_SERVER_HOST, type EnvServer } from '../server/server';
-import { VERSION } from '../core/version';
-import { ForkError, ForkHost, findRollout } from '../core/host/fork';
-import { RunConfigError, runNeeds } from '../core/host/runConfig';
-import { EnvServerError } from '../core/host/processes';
-import { RolloutTable } from '../core/inspect/table';
-import { FilterError } from '../core/inspect/filter';
-import type { Continuation, ForkDocument, ForkOptions } from '../core/protocol/replay';
 import type { Rollout } from '../core/run/format';
-import { findPython, noPythonMessage, runPythonNote } from '../core/python';
-import { readRun } from '../core/host/runs';
-import { trajectoryFacts } from '../core/audit/summary';
+import { rolloutContext } from '../core/run/format';
 import { RolloutStore } from '../core/store/rollouts';
+import { documentsOf, parseResponse } from '../core/tags/trajectory';
+import { VERSION } from '../core/version';
 import { UsageError } from '../server/run';
-import { defineCommand, type CliIo } from './command';
+import { ENV_SERVER_HOST, type EnvServer, startEnvServer } from '../server/server';
+import { type CliIo, defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
 import { cliPythonCandidates } from './train';
 
@@ -47,7 +46,14 @@ import { cliPythonCandidates } from './train';
 export async function readDocuments(file: string): Promise<ForkDocument[]> {
   const text = await readFile(file, 'utf8');
   const check = (d: unknown, where: string): ForkDocument => {
-    if (typeof d === 'string' || (d && typeof d === 'object' && (typeof (d as { contents?: unknown }).contents === 'string' || typeof (d as { text?: unknown }).text === 'string'))) return d as ForkDocument;
+    if (
+      typeof d === 'string' ||
+      (d &&
+        typeof d === 'object' &&
+        (typeof (d as { contents?: unknown }).contents === 'string' ||
+          typeof (d as { text?: unknown }).text === 'string'))
+    )
+      return d as ForkDocument;
     throw new UsageError(`${where}: expected a document: a string, {"contents": …} or {"title": …, "text": …}`);
   };
   const parse = (s: string, where: string): unknown => {
@@ -84,12 +90,17 @@ async function forkHost(runDir: string, python?: string, io?: CliIo, envUrl?: st
     return undefined;
   }
   const note = runPythonNote(search, runPython);
-  if (note && !note.startsWith('resuming in the Python')) io?.err(`note: ${note.replace(/resuming in/, 'forking in')}\n`);
+  if (note && !note.startsWith('resuming in the Python'))
+    io?.err(`note: ${note.replace(/resuming in/, 'forking in')}\n`);
   return new ForkHost({ python: search.found.executable, envUrl });
 }
 
 /** Runs `fn` with a fork host, stopping every process it started however `fn` ends (Ctrl-C included). */
-async function withForkHost(a: { 'run-dir': string; python?: string; 'env-url'?: string }, io: CliIo, fn: (host: ForkHost) => Promise<number>): Promise<number> {
+async function withForkHost(
+  a: { 'run-dir': string; python?: string; 'env-url'?: string },
+  io: CliIo,
+  fn: (host: ForkHost) => Promise<number>,
+): Promise<number> {
   const host = await forkHost(a['run-dir'], a.python, io, a['env-url']);
   if (!host) return 1;
   const onSignal = () => void host.stop().then(() => process.exit(130));
@@ -111,36 +122,73 @@ async function withForkHost(a: { 'run-dir': string; python?: string; 'env-url'?:
 const num = (x: number | null | undefined) => (typeof x === 'number' ? x.toFixed(3) : '–');
 
 function samplingOf(a: { samples?: number; greedy?: boolean }): Pick<ForkOptions, 'samples' | 'greedy'> {
-  if (a.samples !== undefined && (!Number.isInteger(a.samples) || a.samples < 1)) throw new UsageError(`--samples must be a positive integer, got ${a.samples}`);
+  if (a.samples !== undefined && (!Number.isInteger(a.samples) || a.samples < 1))
+    throw new UsageError(`--samples must be a positive integer, got ${a.samples}`);
   if (a.samples !== undefined && a.greedy) throw new UsageError('--samples and --greedy exclude each other');
   return a.samples !== undefined ? { samples: a.samples, greedy: false } : { greedy: true };
 }
 
 /** What `fork --json` prints of a continuation: exactly the issue's shape. */
-const jsonOf = (c: Continuation) => ({ response: c.response, answer: c.answer, reward: c.reward, diverges_at: c.diverges_at, tokens: c.tokens });
+const jsonOf = (c: Continuation) => ({
+  response: c.response,
+  answer: c.answer,
+  reward: c.reward,
+  diverges_at: c.diverges_at,
+  tokens: c.tokens,
+});
 
 export const forkCommand = defineCommand({
   command: 'fork <run-dir> <rollout-id>',
-  describe: "continue a recorded rollout from generation turn K with the run's policy, the observation before it as it was or edited (docs/fork.md)",
+  describe:
+    "continue a recorded rollout from generation turn K with the run's policy, the observation before it as it was or edited (docs/fork.md)",
   builder: (y) =>
     y
       .positional('run-dir', { type: 'string', demandOption: true, describe: 'the run directory' })
-      .positional('rollout-id', { type: 'string', demandOption: true, describe: "the rollout's id (the inspector's id column)" })
-      .option('turn', { type: 'number', demandOption: true, describe: 'the generation turn to fork at (from 1); an edit replaces the observation before it' })
-      .option('checkpoint', { type: 'string', describe: 'step-NNNNNN (default: the checkpoint that produced the rollout)' })
+      .positional('rollout-id', {
+        type: 'string',
+        demandOption: true,
+        describe: "the rollout's id (the inspector's id column)",
+      })
+      .option('turn', {
+        type: 'number',
+        demandOption: true,
+        describe: 'the generation turn to fork at (from 1); an edit replaces the observation before it',
+      })
+      .option('checkpoint', {
+        type: 'string',
+        describe: 'step-NNNNNN (default: the checkpoint that produced the rollout)',
+      })
       .option('query', { type: 'string', describe: 're-run the search before turn K with this query' })
-      .option('documents', { type: 'string', describe: "replace that search's documents: a .json array, .jsonl lines, or a text file (one document, first line its title)" })
+      .option('documents', {
+        type: 'string',
+        describe:
+          "replace that search's documents: a .json array, .jsonl lines, or a text file (one document, first line its title)",
+      })
       .option('samples', { type: 'number', describe: "N sampled continuations at the run's temperature" })
       .option('greedy', { type: 'boolean', describe: 'one greedy continuation (the default)' })
-      .option('retriever-url', { type: 'string', describe: "another Search-R1-compatible retriever for the fork's searches (the reward stays the run's)" })
-      .option('env-url', { type: 'string', describe: "an env server already serving the run's reward module (default: one started from the run's config)" })
+      .option('retriever-url', {
+        type: 'string',
+        describe: "another Search-R1-compatible retriever for the fork's searches (the reward stays the run's)",
+      })
+      .option('env-url', {
+        type: 'string',
+        describe: "an env server already serving the run's reward module (default: one started from the run's config)",
+      })
       .option('python', { type: 'string', describe: "the trainer's Python (the only one tried)" })
-      .option('json', { type: 'boolean', default: false, describe: 'print {"continuations": [{response, answer, reward, diverges_at, tokens}]}' })
+      .option('json', {
+        type: 'boolean',
+        default: false,
+        describe: 'print {"continuations": [{response, answer, reward, diverges_at, tokens}]}',
+      })
       .conflicts('query', 'documents')
-      .example('$0 fork runs/demo-1 run:val:2:0:0 --turn 2 --documents better.txt', 'what if the first search had returned better.txt?'),
+      .example(
+        '$0 fork runs/demo-1 run:val:2:0:0 --turn 2 --documents better.txt',
+        'what if the first search had returned better.txt?',
+      ),
   run: async (a, io) =>
     withInputErrors(io, async () => {
-      if (!Number.isInteger(a.turn) || a.turn < 1) throw new UsageError(`--turn must be an integer ≥ 1 (generation turns count from 1), got ${a.turn}`);
+      if (!Number.isInteger(a.turn) || a.turn < 1)
+        throw new UsageError(`--turn must be an integer ≥ 1 (generation turns count from 1), got ${a.turn}`);
       const sampling = samplingOf(a);
       const documents = a.documents !== undefined ? await readDocuments(a.documents) : undefined;
       const runDir = a['run-dir'];
@@ -148,17 +196,32 @@ export const forkCommand = defineCommand({
         throw e instanceof ForkError ? new UsageError(e.message) : e;
       });
       return withForkHost({ 'run-dir': runDir, python: a.python, 'env-url': a['env-url'] }, io, async (host) => {
-        const r = await host.fork(runDir, record, { turn: a.turn, checkpoint: a.checkpoint, query: a.query, documents, retrieverUrl: a['retriever-url'], ...sampling });
+        const r = await host.fork(runDir, record, {
+          turn: a.turn,
+          checkpoint: a.checkpoint,
+          query: a.query,
+          documents,
+          retrieverUrl: a['retriever-url'],
+          ...sampling,
+        });
         if (a.json) {
           io.out(`${JSON.stringify({ continuations: r.continuations.map(jsonOf) })}\n`);
           return 0;
         }
-        io.out(`${record.id} forked at turn ${a.turn} from ${r.checkpoint}${a.query !== undefined ? ' (query edited)' : documents ? ' (documents edited)' : ''}\n`);
-        io.out(`  recorded        reward ${num(record.reward)}  answer ${JSON.stringify(trajectoryFacts(record).answer)}\n`);
+        io.out(
+          `${record.id} forked at turn ${a.turn} from ${r.checkpoint}${a.query !== undefined ? ' (query edited)' : documents ? ' (documents edited)' : ''}\n`,
+        );
+        io.out(
+          `  recorded        reward ${num(record.reward)}  answer ${JSON.stringify(trajectoryFacts(record).answer)}\n`,
+        );
         r.continuations.forEach((c, k) => {
-          const where = c.diverges_at === null ? 'identical to the recorded rollout' : `diverges at token ${c.diverges_at}`;
-          io.out(`  continuation ${k + 1}  reward ${num(c.reward)}  answer ${JSON.stringify(c.answer)}  finish ${c.finish}  ${where}\n`);
-          if (c.diverges_at !== null) io.out(`    … ${c.tokens.text.slice(c.diverges_at).join('').slice(0, 400).replace(/\n/g, '⏎')}\n`);
+          const where =
+            c.diverges_at === null ? 'identical to the recorded rollout' : `diverges at token ${c.diverges_at}`;
+          io.out(
+            `  continuation ${k + 1}  reward ${num(c.reward)}  answer ${JSON.stringify(c.answer)}  finish ${c.finish}  ${where}\n`,
+          );
+          if (c.diverges_at !== null)
+            io.out(`    … ${c.tokens.text.slice(c.diverges_at).join('').slice(0, 400).replace(/\n/g, '⏎')}\n`);
         });
         return 0;
       });
@@ -195,10 +258,20 @@ const RANDOM_POOL = 10_000;
  * The random retriever's documents: a reservoir sample of the run's corpus when its config names one (the demo's,
  * or a BM25 corpus), else the documents the run's recorded searches returned (an index, dense or remote retriever).
  */
-async function randomPool(runDir: string, records: readonly Rollout[]): Promise<{ pool: RetrievedDocument[]; from: string }> {
+async function randomPool(
+  runDir: string,
+  records: readonly Rollout[],
+): Promise<{ pool: RetrievedDocument[]; from: string }> {
   const loaded = await loadRunDirConfig(runDir).catch(() => undefined);
   const r = (loaded?.config.retriever ?? { kind: 'demo' }) as { kind?: string; corpus?: string };
-  const corpus = r.kind === 'demo' ? (r.corpus ? resolveConfigPath(r.corpus, loaded!.base) : demoCorpusPath()) : r.kind === 'bm25' && r.corpus ? resolveConfigPath(r.corpus, loaded!.base) : undefined;
+  const corpus =
+    r.kind === 'demo'
+      ? r.corpus
+        ? resolveConfigPath(r.corpus, loaded!.base)
+        : demoCorpusPath()
+      : r.kind === 'bm25' && r.corpus
+        ? resolveConfigPath(r.corpus, loaded!.base)
+        : undefined;
   const pool: RetrievedDocument[] = [];
   if (corpus) {
     let seen = 0;
@@ -231,35 +304,78 @@ async function randomPool(runDir: string, records: readonly Rollout[]): Promise<
 }
 
 /** The empty and the random retriever, each behind an env server of its own on loopback (its /retrieve only). */
-async function ablationRetrievers(runDir: string, records: readonly Rollout[]): Promise<{ urls: Record<'empty' | 'random', string>; from: string; size: number; close(): Promise<void> }> {
+async function ablationRetrievers(
+  runDir: string,
+  records: readonly Rollout[],
+): Promise<{ urls: Record<'empty' | 'random', string>; from: string; size: number; close(): Promise<void> }> {
   const { pool, from } = await randomPool(runDir, records);
-  if (!pool.length) throw new UsageError(`${runDir}: no documents for the random retriever (no corpus in the run's config, and no recorded search returned any)`);
-  const servers: EnvServer[] = [await startEnvServer({ version: VERSION, retriever: new NullRetriever() }), await startEnvServer({ version: VERSION, retriever: new RandomRetriever(pool) })];
+  if (!pool.length)
+    throw new UsageError(
+      `${runDir}: no documents for the random retriever (no corpus in the run's config, and no recorded search returned any)`,
+    );
+  const servers: EnvServer[] = [
+    await startEnvServer({ version: VERSION, retriever: new NullRetriever() }),
+    await startEnvServer({ version: VERSION, retriever: new RandomRetriever(pool) }),
+  ];
   const url = (s: EnvServer) => `http://${ENV_SERVER_HOST}:${s.port}`;
-  return { urls: { empty: url(servers[0]!), random: url(servers[1]!) }, from, size: pool.length, close: async () => void (await Promise.all(servers.map((x) => x.close()))) };
+  return {
+    urls: { empty: url(servers[0]!), random: url(servers[1]!) },
+    from,
+    size: pool.length,
+    close: async () => void (await Promise.all(servers.map((x) => x.close()))),
+  };
 }
 
 export const whatifCommand = defineCommand({
   command: 'whatif <run-dir>',
-  describe: "fork every rollout an inspector filter selects at turn 1 with another retriever: reward before and after (how many failures would a better retriever fix?); --ablate: with the run's retriever, none and a random one (what did the policy learn to use?)",
+  describe:
+    "fork every rollout an inspector filter selects at turn 1 with another retriever: reward before and after (how many failures would a better retriever fix?); --ablate: with the run's retriever, none and a random one (what did the policy learn to use?)",
   builder: (y) =>
     y
       .positional('run-dir', { type: 'string', demandOption: true, describe: 'the run directory' })
-      .option('retriever-url', { type: 'string', describe: 'the other Search-R1-compatible retriever (POST /retrieve)' })
-      .option('ablate', { type: 'boolean', default: false, describe: "fork each rollout three ways: the run's own retriever, an empty one (no documents) and a random one (documents of the run's corpus whatever the query)" })
+      .option('retriever-url', {
+        type: 'string',
+        describe: 'the other Search-R1-compatible retriever (POST /retrieve)',
+      })
+      .option('ablate', {
+        type: 'boolean',
+        default: false,
+        describe:
+          "fork each rollout three ways: the run's own retriever, an empty one (no documents) and a random one (documents of the run's corpus whatever the query)",
+      })
       .option('step', { type: 'number', describe: 'only rollouts of this step' })
-      .option('filter', { type: 'string', describe: "the inspector's filter language (docs/inspector.md); default reward == 0 && searches >= 1 (with --ablate: searches >= 1)" })
+      .option('filter', {
+        type: 'string',
+        describe:
+          "the inspector's filter language (docs/inspector.md); default reward == 0 && searches >= 1 (with --ablate: searches >= 1)",
+      })
       .option('limit', { type: 'number', default: 50, describe: 'fork at most this many rollouts' })
-      .option('checkpoint', { type: 'string', describe: 'step-NNNNNN (default: each rollout\'s own)' })
-      .option('env-url', { type: 'string', describe: "an env server already serving the run's reward module (default: one started from the run's config)" })
+      .option('checkpoint', { type: 'string', describe: "step-NNNNNN (default: each rollout's own)" })
+      .option('env-url', {
+        type: 'string',
+        describe: "an env server already serving the run's reward module (default: one started from the run's config)",
+      })
       .option('python', { type: 'string', describe: "the trainer's Python (the only one tried)" })
-      .option('json', { type: 'boolean', default: false, describe: 'print {"rows": [{id, step, reward_before, reward_after, answer_before, answer_after, diverges_at}], "summary": {…}} (with --ablate: rows with arms {run, empty, random})' })
-      .example('$0 whatif runs/demo-1 --ablate --checkpoint step-000300 --filter \'split == "val"\'', "held-out reward with the run's retriever, with none, and with random documents"),
+      .option('json', {
+        type: 'boolean',
+        default: false,
+        describe:
+          'print {"rows": [{id, step, reward_before, reward_after, answer_before, answer_after, diverges_at}], "summary": {…}} (with --ablate: rows with arms {run, empty, random})',
+      })
+      .example(
+        '$0 whatif runs/demo-1 --ablate --checkpoint step-000300 --filter \'split == "val"\'',
+        "held-out reward with the run's retriever, with none, and with random documents",
+      ),
   run: async (a, io) =>
     withInputErrors(io, async () => {
-      if (!a.ablate === !a['retriever-url']) throw new UsageError('name the other retriever (--retriever-url URL) or ask for the ablation (--ablate), one of the two');
+      if (!a.ablate === !a['retriever-url'])
+        throw new UsageError(
+          'name the other retriever (--retriever-url URL) or ask for the ablation (--ablate), one of the two',
+        );
       const userFilter = a.filter ?? (a.ablate ? 'searches >= 1' : 'reward == 0 && searches >= 1');
-      const filter = [a.step !== undefined ? `step == ${Number(a.step)}` : '', userFilter ? `(${userFilter})` : ''].filter(Boolean).join(' && ');
+      const filter = [a.step !== undefined ? `step == ${Number(a.step)}` : '', userFilter ? `(${userFilter})` : '']
+        .filter(Boolean)
+        .join(' && ');
       const store = await RolloutStore.open(a['run-dir']);
       let records: Rollout[] = [];
       try {
@@ -269,31 +385,55 @@ export const whatifCommand = defineCommand({
         try {
           view = table.query({ filter });
         } catch (e) {
-          if (e instanceof FilterError) throw new UsageError(`--filter: ${e.message} (at ${e.start}..${e.end} of ${JSON.stringify(filter)})`);
+          if (e instanceof FilterError)
+            throw new UsageError(`--filter: ${e.message} (at ${e.start}..${e.end} of ${JSON.stringify(filter)})`);
           throw e;
         }
         const picked = Array.from(view ?? []).slice(0, a.limit);
-        records = (await Promise.all(picked.map((i) => store.row(i)))).map((r) => r?.record).filter((r): r is Rollout => r !== undefined);
+        records = (await Promise.all(picked.map((i) => store.row(i))))
+          .map((r) => r?.record)
+          .filter((r): r is Rollout => r !== undefined);
       } finally {
         await store.close();
       }
       if (a.ablate) return ablate(a, records, filter, io);
       const rows: WhatIfRow[] = [];
-      const code = await withForkHost({ 'run-dir': a['run-dir'], python: a.python, 'env-url': a['env-url'] }, io, async (host) => {
-        for (const record of records) {
-          const row: WhatIfRow = { id: record.id, step: record.step ?? null, reward_before: record.reward ?? null, reward_after: null, answer_before: trajectoryFacts(record).answer, answer_after: null, diverges_at: null };
-          try {
-            const { continuations } = await host.fork(a['run-dir'], record, { turn: 1, checkpoint: a.checkpoint, retrieverUrl: a['retriever-url'], greedy: true });
-            Object.assign(row, { reward_after: continuations[0]!.reward, answer_after: continuations[0]!.answer, diverges_at: continuations[0]!.diverges_at });
-          } catch (e) {
-            if (!(e instanceof ForkError)) throw e;
-            row.error = e.message;
+      const code = await withForkHost(
+        { 'run-dir': a['run-dir'], python: a.python, 'env-url': a['env-url'] },
+        io,
+        async (host) => {
+          for (const record of records) {
+            const row: WhatIfRow = {
+              id: record.id,
+              step: record.step ?? null,
+              reward_before: record.reward ?? null,
+              reward_after: null,
+              answer_before: trajectoryFacts(record).answer,
+              answer_after: null,
+              diverges_at: null,
+            };
+            try {
+              const { continuations } = await host.fork(a['run-dir'], record, {
+                turn: 1,
+                checkpoint: a.checkpoint,
+                retrieverUrl: a['retriever-url'],
+                greedy: true,
+              });
+              Object.assign(row, {
+                reward_after: continuations[0]!.reward,
+                answer_after: continuations[0]!.answer,
+                diverges_at: continuations[0]!.diverges_at,
+              });
+            } catch (e) {
+              if (!(e instanceof ForkError)) throw e;
+              row.error = e.message;
+            }
+            rows.push(row);
+            if (!a.json) io.err(`forked ${rows.length}/${records.length}\r`);
           }
-          rows.push(row);
-          if (!a.json) io.err(`forked ${rows.length}/${records.length}\r`);
-        }
-        return 0;
-      });
+          return 0;
+        },
+      );
       if (code) return code;
       const done = rows.filter((r) => r.error === undefined);
       const delta = (r: WhatIfRow) => (r.reward_after ?? 0) - (r.reward_before ?? 0);
@@ -311,10 +451,17 @@ export const whatifCommand = defineCommand({
         io.out(`${JSON.stringify({ rows, summary })}\n`);
         return 0;
       }
-      io.out(`${rows.length} rollouts of ${a['run-dir']} where ${filter}, forked at turn 1 with ${a['retriever-url']}\n`);
+      io.out(
+        `${rows.length} rollouts of ${a['run-dir']} where ${filter}, forked at turn 1 with ${a['retriever-url']}\n`,
+      );
       io.out(`  ${'id'.padEnd(28)} ${'before'.padStart(7)} ${'after'.padStart(7)}  answer before → after\n`);
-      for (const r of rows) io.out(`  ${r.id.padEnd(28)} ${num(r.reward_before).padStart(7)} ${(r.error ? 'error' : num(r.reward_after)).padStart(7)}  ${JSON.stringify(r.answer_before)} → ${r.error ?? JSON.stringify(r.answer_after)}\n`);
-      io.out(`improved ${summary.improved}, worsened ${summary.worsened}, unchanged ${summary.unchanged}${summary.failed ? `, failed ${summary.failed}` : ''}; mean reward ${num(summary.mean_before)} → ${num(summary.mean_after)}\n`);
+      for (const r of rows)
+        io.out(
+          `  ${r.id.padEnd(28)} ${num(r.reward_before).padStart(7)} ${(r.error ? 'error' : num(r.reward_after)).padStart(7)}  ${JSON.stringify(r.answer_before)} → ${r.error ?? JSON.stringify(r.answer_after)}\n`,
+        );
+      io.out(
+        `improved ${summary.improved}, worsened ${summary.worsened}, unchanged ${summary.unchanged}${summary.failed ? `, failed ${summary.failed}` : ''}; mean reward ${num(summary.mean_before)} → ${num(summary.mean_after)}\n`,
+      );
       return 0;
     }),
 });
@@ -326,28 +473,47 @@ const mean = (xs: number[]) => (xs.length ? xs.reduce((s, x) => s + x, 0) / xs.l
  * empty one and a random one; the mean reward of each arm, and how much of the reward the retrieval carries
  * (`reliance`: run − empty; `relevance`: run − random — what the documents' content, not their presence, is worth).
  */
-async function ablate(a: { 'run-dir': string; python?: string; 'env-url'?: string; checkpoint?: string; json: boolean }, records: Rollout[], filter: string, io: CliIo): Promise<number> {
+async function ablate(
+  a: { 'run-dir': string; python?: string; 'env-url'?: string; checkpoint?: string; json: boolean },
+  records: Rollout[],
+  filter: string,
+  io: CliIo,
+): Promise<number> {
   const retrievers = await ablationRetrievers(a['run-dir'], records);
   const rows: AblationRow[] = [];
   try {
-    const code = await withForkHost({ 'run-dir': a['run-dir'], python: a.python, 'env-url': a['env-url'] }, io, async (host) => {
-      for (const record of records) {
-        const row: AblationRow = { id: record.id, step: record.step ?? null, reward_before: record.reward ?? null, arms: {} as AblationRow['arms'] };
-        for (const arm of ABLATION_ARMS) {
-          try {
-            const { continuations } = await host.fork(a['run-dir'], record, { turn: 1, checkpoint: a.checkpoint, greedy: true, ...(arm === 'run' ? {} : { retrieverUrl: retrievers.urls[arm] }) });
-            const c = continuations[0]!;
-            row.arms[arm] = { reward: c.reward, answer: c.answer, searches: c.searches };
-          } catch (e) {
-            if (!(e instanceof ForkError)) throw e;
-            row.arms[arm] = { reward: null, answer: null, searches: null, error: e.message };
+    const code = await withForkHost(
+      { 'run-dir': a['run-dir'], python: a.python, 'env-url': a['env-url'] },
+      io,
+      async (host) => {
+        for (const record of records) {
+          const row: AblationRow = {
+            id: record.id,
+            step: record.step ?? null,
+            reward_before: record.reward ?? null,
+            arms: {} as AblationRow['arms'],
+          };
+          for (const arm of ABLATION_ARMS) {
+            try {
+              const { continuations } = await host.fork(a['run-dir'], record, {
+                turn: 1,
+                checkpoint: a.checkpoint,
+                greedy: true,
+                ...(arm === 'run' ? {} : { retrieverUrl: retrievers.urls[arm] }),
+              });
+              const c = continuations[0]!;
+              row.arms[arm] = { reward: c.reward, answer: c.answer, searches: c.searches };
+            } catch (e) {
+              if (!(e instanceof ForkError)) throw e;
+              row.arms[arm] = { reward: null, answer: null, searches: null, error: e.message };
+            }
           }
+          rows.push(row);
+          if (!a.json) io.err(`forked ${rows.length}/${records.length} three ways\r`);
         }
-        rows.push(row);
-        if (!a.json) io.err(`forked ${rows.length}/${records.length} three ways\r`);
-      }
-      return 0;
-    });
+        return 0;
+      },
+    );
     if (code) return code;
   } finally {
     await retrievers.close();
@@ -363,7 +529,11 @@ async function ablate(a: { 'run-dir': string; python?: string; 'env-url'?: strin
     random_pool: { documents: retrievers.size, from: retrievers.from },
     mean_recorded: mean(done.map((r) => r.reward_before ?? 0)),
     mean: m,
-    searches: { run: mean(done.map((r) => r.arms.run.searches ?? 0)), empty: mean(done.map((r) => r.arms.empty.searches ?? 0)), random: mean(done.map((r) => r.arms.random.searches ?? 0)) },
+    searches: {
+      run: mean(done.map((r) => r.arms.run.searches ?? 0)),
+      empty: mean(done.map((r) => r.arms.empty.searches ?? 0)),
+      random: mean(done.map((r) => r.arms.random.searches ?? 0)),
+    },
     reliance: m.run === null || m.empty === null ? null : m.run - m.empty,
     relevance: m.run === null || m.random === null ? null : m.run - m.random,
   };
@@ -371,10 +541,21 @@ async function ablate(a: { 'run-dir': string; python?: string; 'env-url'?: strin
     io.out(`${JSON.stringify({ rows, summary })}\n`);
     return 0;
   }
-  io.out(`${rows.length} rollouts of ${a['run-dir']} where ${filter}, forked at turn 1 (greedy, checkpoint: ${summary.checkpoint}) three ways\n`);
-  io.out(`  ${'id'.padEnd(28)} ${'recorded'.padStart(8)} ${'run'.padStart(7)} ${'empty'.padStart(7)} ${'random'.padStart(7)}\n`);
-  for (const r of rows) io.out(`  ${r.id.padEnd(28)} ${num(r.reward_before).padStart(8)} ${ABLATION_ARMS.map((k) => (r.arms[k].error ? 'error' : num(r.arms[k].reward)).padStart(7)).join(' ')}\n`);
-  io.out(`mean reward: run's retriever ${num(m.run)}, empty ${num(m.empty)}, random ${num(m.random)} (random documents: ${retrievers.size} from ${retrievers.from})\n`);
-  io.out(`reliance on retrieval (run − empty) ${num(summary.reliance)}; on relevant documents (run − random) ${num(summary.relevance)}; searches per rollout ${num(summary.searches.run)} / ${num(summary.searches.empty)} / ${num(summary.searches.random)}${summary.failed ? `; ${summary.failed} failed` : ''}\n`);
+  io.out(
+    `${rows.length} rollouts of ${a['run-dir']} where ${filter}, forked at turn 1 (greedy, checkpoint: ${summary.checkpoint}) three ways\n`,
+  );
+  io.out(
+    `  ${'id'.padEnd(28)} ${'recorded'.padStart(8)} ${'run'.padStart(7)} ${'empty'.padStart(7)} ${'random'.padStart(7)}\n`,
+  );
+  for (const r of rows)
+    io.out(
+      `  ${r.id.padEnd(28)} ${num(r.reward_before).padStart(8)} ${ABLATION_ARMS.map((k) => (r.arms[k].error ? 'error' : num(r.arms[k].reward)).padStart(7)).join(' ')}\n`,
+    );
+  io.out(
+    `mean reward: run's retriever ${num(m.run)}, empty ${num(m.empty)}, random ${num(m.random)} (random documents: ${retrievers.size} from ${retrievers.from})\n`,
+  );
+  io.out(
+    `reliance on retrieval (run − empty) ${num(summary.reliance)}; on relevant documents (run − random) ${num(summary.relevance)}; searches per rollout ${num(summary.searches.run)} / ${num(summary.searches.empty)} / ${num(summary.searches.random)}${summary.failed ? `; ${summary.failed} failed` : ''}\n`,
+  );
   return 0;
 }

@@ -3,22 +3,47 @@
  * --out <file.jsonl>`: converts a source into our rollout JSONL (or, for a Search-R1 dataset, our JSONL dataset),
  * streaming.
  */
-import { detectSource, IMPORT_KINDS, importDataset, importKindToSource, readSource, sourceFiles, type ImportKind, type SourceKind } from '../core/importers';
-import type { ForeignOptions } from '../core/importers/foreign';
+import {
+  detectSource,
+  IMPORT_KINDS,
+  type ImportKind,
+  importDataset,
+  importKindToSource,
+  readSource,
+  type SourceKind,
+  sourceFiles,
+} from '../core/importers';
 import type { DatasetImportIssue } from '../core/importers/dataset';
+import type { ForeignOptions } from '../core/importers/foreign';
 import { formatIssue, type ReadOptions } from '../core/run/format';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
-import { foreignOptionsFromArgs, readOptionsFromArgs, tokenizerFromArg, withForeignOptions, withReadOptions } from './inspect';
+import {
+  foreignOptionsFromArgs,
+  readOptionsFromArgs,
+  tokenizerFromArg,
+  withForeignOptions,
+  withReadOptions,
+} from './inspect';
 import { OutputFile } from './output';
 
-export async function importCommand(kind: string, src: string, outPath: string, err: (s: string) => void, read: ReadOptions = {}, foreign: ForeignOptions = {}): Promise<number> {
+export async function importCommand(
+  kind: string,
+  src: string,
+  outPath: string,
+  err: (s: string) => void,
+  read: ReadOptions = {},
+  foreign: ForeignOptions = {},
+): Promise<number> {
   if (!(IMPORT_KINDS as readonly string[]).includes(kind)) {
     err(`unknown import kind "${kind}"; expected one of ${IMPORT_KINDS.join(', ')}\n`);
     return 2;
   }
   // The output is refused when it is one of the files read, and put in place only when the whole source was read.
-  const out = await OutputFile.create(outPath, await sourceFiles(src, kind === 'auto' ? undefined : importKindToSource(kind as Exclude<ImportKind, 'auto'>)));
+  const out = await OutputFile.create(
+    outPath,
+    await sourceFiles(src, kind === 'auto' ? undefined : importKindToSource(kind as Exclude<ImportKind, 'auto'>)),
+  );
   const write = (line: string) => out.write(`${line}\n`);
   let written = 0;
   let skipped = 0;
@@ -47,7 +72,9 @@ export async function importCommand(kind: string, src: string, outPath: string, 
   } finally {
     await out.abort();
   }
-  err(`${src} → ${outPath}: ${written} ${kind === 'searchr1-dataset' ? 'examples' : 'trajectories'}${skipped ? `, ${skipped} skipped` : ''}\n`);
+  err(
+    `${src} → ${outPath}: ${written} ${kind === 'searchr1-dataset' ? 'examples' : 'trajectories'}${skipped ? `, ${skipped} skipped` : ''}\n`,
+  );
   return 0;
 }
 
@@ -55,16 +82,29 @@ export const importCommandDef = defineCommand({
   command: 'import <kind> <src>',
   describe: 'convert into our rollout JSONL (a Search-R1 dataset: our dataset JSONL)',
   builder: (y) =>
-    withForeignOptions(withReadOptions(
-      y
-      .positional('kind', { type: 'string', choices: IMPORT_KINDS, demandOption: true, describe: 'what <src> holds (auto: detected, as inspect does)' })
-      .positional('src', { type: 'string', demandOption: true, describe: 'the file or directory to convert' })
-      .option('out', { type: 'string', demandOption: true, describe: 'the JSONL file to write' })
-      .option('tokenizer', { type: 'string', describe: "the model's tokenizer for dumps that hold only token ids (prime-rl, NeMo-RL, miles, slime, SkyRL): token text, and roles from its chat template" })
-    )),
+    withForeignOptions(
+      withReadOptions(
+        y
+          .positional('kind', {
+            type: 'string',
+            choices: IMPORT_KINDS,
+            demandOption: true,
+            describe: 'what <src> holds (auto: detected, as inspect does)',
+          })
+          .positional('src', { type: 'string', demandOption: true, describe: 'the file or directory to convert' })
+          .option('out', { type: 'string', demandOption: true, describe: 'the JSONL file to write' })
+          .option('tokenizer', {
+            type: 'string',
+            describe:
+              "the model's tokenizer for dumps that hold only token ids (prime-rl, NeMo-RL, miles, slime, SkyRL): token text, and roles from its chat template",
+          }),
+      ),
+    ),
   run: async (a, io) => {
     const read = readOptionsFromArgs(a);
     const tokenizer = a.tokenizer ? await tokenizerFromArg(a.tokenizer) : undefined;
-    return withInputErrors(io, () => importCommand(a.kind, a.src, a.out, io.err, read, foreignOptionsFromArgs(a, tokenizer, io.err)));
+    return withInputErrors(io, () =>
+      importCommand(a.kind, a.src, a.out, io.err, read, foreignOptionsFromArgs(a, tokenizer, io.err)),
+    );
   },
 });

@@ -17,9 +17,15 @@ import { checkOutputDir } from './output';
 
 /** Whether a directory holds an index we built, or a dense build's partial state (its progress.json). */
 async function isIndexDir(dir: string): Promise<boolean> {
-  const meta = await readFile(join(dir, 'meta.json'), 'utf8').then((t) => JSON.parse(t) as { format?: unknown }, () => undefined);
+  const meta = await readFile(join(dir, 'meta.json'), 'utf8').then(
+    (t) => JSON.parse(t) as { format?: unknown },
+    () => undefined,
+  );
   if (meta && (meta.format === 'sas-bm25' || meta.format === 'sas-dense')) return true;
-  return readFile(join(dir, 'progress.json'), 'utf8').then(() => true, () => false);
+  return readFile(join(dir, 'progress.json'), 'utf8').then(
+    () => true,
+    () => false,
+  );
 }
 
 export interface IndexArgs {
@@ -41,10 +47,18 @@ export const indexCommandDef = defineCommand({
     y
       .positional('corpus', { type: 'string', describe: 'a corpus: JSONL of {id, contents}' })
       .option('out', { type: 'string', describe: 'the index directory' })
-      .option('migrate', { type: 'string', describe: 'rewrite the BM25 index in this directory, of an older format version, in place' })
+      .option('migrate', {
+        type: 'string',
+        describe: 'rewrite the BM25 index in this directory, of an older format version, in place',
+      })
       .option('kind', { type: 'string', choices: ['bm25', 'dense'], default: 'bm25', describe: 'the index kind' })
       .option('model', { type: 'string', describe: 'dense: the E5 encoder directory (model.onnx + tokenizer.json)' })
-      .option('dtype', { type: 'string', choices: ['float32', 'float16'], default: 'float32', describe: 'dense: the stored vectors\' type' })
+      .option('dtype', {
+        type: 'string',
+        choices: ['float32', 'float16'],
+        default: 'float32',
+        describe: "dense: the stored vectors' type",
+      })
       .option('batch', { type: 'number', default: 256, describe: 'dense: documents per encoder batch' })
       .option('k1', { type: 'number', default: 0.9, describe: 'BM25 k1' })
       .option('b', { type: 'number', default: 0.4, describe: 'BM25 b' }),
@@ -53,9 +67,12 @@ export const indexCommandDef = defineCommand({
 
 export async function indexCommand(values: IndexArgs, err: (s: string) => void): Promise<number> {
   if (values.migrate !== undefined) {
-    if (values.corpus !== undefined || values.out) throw new UsageError('index --migrate takes only the index directory');
+    if (values.corpus !== undefined || values.out)
+      throw new UsageError('index --migrate takes only the index directory');
     const t0 = Date.now();
-    const before = JSON.parse(await readFile(join(values.migrate, 'meta.json'), 'utf8').catch(() => '{}')) as { version?: number };
+    const before = JSON.parse(await readFile(join(values.migrate, 'meta.json'), 'utf8').catch(() => '{}')) as {
+      version?: number;
+    };
     const meta = await migrateBm25Index(values.migrate);
     err(
       before.version === INDEX_VERSION
@@ -64,13 +81,18 @@ export async function indexCommand(values: IndexArgs, err: (s: string) => void):
     );
     return 0;
   }
-  if (values.corpus === undefined || !values.out) throw new UsageError('index takes a corpus (JSONL of {id, contents}) and --out <dir>');
+  if (values.corpus === undefined || !values.out)
+    throw new UsageError('index takes a corpus (JSONL of {id, contents}) and --out <dir>');
   const corpus = values.corpus;
   const out = values.out;
   await requireRegularFile(corpus);
   // A BM25 build replaces the directory it names, a dense one writes into it: only a new or empty directory, or an
   // index (or a dense build's partial state), is written; never one that holds the corpus.
-  await checkOutputDir(out, { inputs: [corpus, ...(values.model ? [values.model] : [])], ours: isIndexDir, what: 'an index this command built' });
+  await checkOutputDir(out, {
+    inputs: [corpus, ...(values.model ? [values.model] : [])],
+    ours: isIndexDir,
+    what: 'an index this command built',
+  });
   const issues: CorpusIssue[] = [];
   const t0 = Date.now();
   const isTty = Boolean(process.stderr.isTTY);
@@ -78,7 +100,8 @@ export async function indexCommand(values: IndexArgs, err: (s: string) => void):
   if (values.kind === 'bm25') {
     const k1 = Number(values.k1);
     const b = Number(values.b);
-    if (!(k1 >= 0) || !(b >= 0 && b <= 1)) throw new UsageError(`--k1 must be ≥ 0 and --b in [0, 1]; got ${values.k1}, ${values.b}`);
+    if (!(k1 >= 0) || !(b >= 0 && b <= 1))
+      throw new UsageError(`--k1 must be ≥ 0 and --b in [0, 1]; got ${values.k1}, ${values.b}`);
     let last = 0;
     const meta = await buildBm25Index(corpus, out, {
       issues,
@@ -86,24 +109,36 @@ export async function indexCommand(values: IndexArgs, err: (s: string) => void):
       onProgress: (p) => {
         if (Date.now() - last < 1000) return;
         last = Date.now();
-        progress(`${p.phase}: ${p.docs.toLocaleString()} documents, ${p.terms.toLocaleString()} terms, ${(process.memoryUsage().rss / 2 ** 30).toFixed(2)} GiB`);
+        progress(
+          `${p.phase}: ${p.docs.toLocaleString()} documents, ${p.terms.toLocaleString()} terms, ${(process.memoryUsage().rss / 2 ** 30).toFixed(2)} GiB`,
+        );
       },
     });
     if (isTty) err('\n');
-    err(`BM25 index of ${meta.docs.toLocaleString()} documents (${meta.terms.toLocaleString()} terms, ${(meta.postingsBytes / 2 ** 20).toFixed(1)} MiB of postings) → ${out} in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
+    err(
+      `BM25 index of ${meta.docs.toLocaleString()} documents (${meta.terms.toLocaleString()} terms, ${(meta.postingsBytes / 2 ** 20).toFixed(1)} MiB of postings) → ${out} in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`,
+    );
   } else if (values.kind === 'dense') {
     if (!values.model) throw new UsageError('--kind dense needs --model DIR (model.onnx + tokenizer.json)');
-    if (values.dtype !== 'float32' && values.dtype !== 'float16') throw new UsageError(`--dtype must be float32 or float16, got ${values.dtype}`);
+    if (values.dtype !== 'float32' && values.dtype !== 'float16')
+      throw new UsageError(`--dtype must be float32 or float16, got ${values.dtype}`);
     const encoder = await E5Encoder.load(values.model, { log: (l) => err(`${l}\n`) });
     const meta = await buildDenseIndex(corpus, out, encoder, {
       issues,
       dtype: values.dtype,
       batchSize: Number(values.batch) || 256,
-      onProgress: (p) => progress(p.phase === 'store' ? `storing: ${p.docs.toLocaleString()} documents` : `embedding: ${p.docs.toLocaleString()} / ${p.total.toLocaleString()}`),
+      onProgress: (p) =>
+        progress(
+          p.phase === 'store'
+            ? `storing: ${p.docs.toLocaleString()} documents`
+            : `embedding: ${p.docs.toLocaleString()} / ${p.total.toLocaleString()}`,
+        ),
     });
     await encoder.release();
     if (isTty) err('\n');
-    err(`dense index of ${meta.docs.toLocaleString()} documents (dim ${meta.dim}, ${meta.dtype}) → ${out} in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`);
+    err(
+      `dense index of ${meta.docs.toLocaleString()} documents (dim ${meta.dim}, ${meta.dtype}) → ${out} in ${((Date.now() - t0) / 1000).toFixed(1)} s\n`,
+    );
   } else {
     throw new UsageError(`--kind must be bm25 or dense, got ${values.kind}`);
   }

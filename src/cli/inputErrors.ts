@@ -17,7 +17,13 @@ export async function requireRegularFile(path: string): Promise<void> {
   const st = await stat(path).catch((e: NodeJS.ErrnoException) => {
     throw new UnreadableInput(path, e.code === 'ENOENT' ? 'no such file or directory' : e.message);
   });
-  if (!st.isFile()) throw new UnreadableInput(path, st.isDirectory() ? 'is a directory; expected a file' : `not a regular file (${st.isFIFO() ? 'a FIFO' : st.isSocket() ? 'a socket' : 'a device'}); name a file`);
+  if (!st.isFile())
+    throw new UnreadableInput(
+      path,
+      st.isDirectory()
+        ? 'is a directory; expected a file'
+        : `not a regular file (${st.isFIFO() ? 'a FIFO' : st.isSocket() ? 'a socket' : 'a device'}); name a file`,
+    );
 }
 
 export async function withInputErrors(io: CliIo, fn: () => Promise<number>): Promise<number> {

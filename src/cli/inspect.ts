@@ -5,13 +5,13 @@
  * `issues` (malformed items, each with file, line and field) and `summary`.
  */
 import type { Argv } from 'yargs';
+import { type RunSummary, SummaryBuilder, trajectoryFacts } from '../core/audit/summary';
 import { detectSource, readSource } from '../core/importers';
 import type { ForeignOptions } from '../core/importers/foreign';
 import { resolveTokenizer } from '../core/importers/foreign/tokenizer';
-import { loadTokenizerCodec, type TokenizerCodec } from '../core/tokens/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
-import { SummaryBuilder, trajectoryFacts, type RunSummary } from '../core/audit/summary';
 import { DIALECTS, parseDialectName } from '../core/tags/trajectory';
+import { loadTokenizerCodec, type TokenizerCodec } from '../core/tokens/tokenizer';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
@@ -29,8 +29,16 @@ export interface InspectOptions {
 /** The options for other engines' dumps (`inspect`, `import`, `audit`), declared on a command's parser. */
 export function withForeignOptions<A>(y: Argv<A>) {
   return y
-    .option('python', { type: 'string', describe: "the Python that reads pickles and .pt dumps (miles, slime, SkyRL; default: the trainer's)" })
-    .option('trust-pickle', { type: 'boolean', default: false, describe: 'load pickles and .pt dumps the restricted loaders refuse: this runs code the file names, so only for dumps you trust' });
+    .option('python', {
+      type: 'string',
+      describe: "the Python that reads pickles and .pt dumps (miles, slime, SkyRL; default: the trainer's)",
+    })
+    .option('trust-pickle', {
+      type: 'boolean',
+      default: false,
+      describe:
+        'load pickles and .pt dumps the restricted loaders refuse: this runs code the file names, so only for dumps you trust',
+    });
 }
 
 /** `--tokenizer SPEC` (a model directory, tokenizer.json, or a model id in the Hugging Face cache) as a codec; a bad one is a UsageError. */
@@ -43,14 +51,26 @@ export async function tokenizerFromArg(spec: string): Promise<TokenizerCodec> {
 }
 
 /** `--tokenizer`, `--python`, `--trust-pickle` → how dumps are read; notes go to `err`. */
-export function foreignOptionsFromArgs(values: { python?: string; 'trust-pickle'?: boolean }, tokenizer: TokenizerCodec | undefined, err: (s: string) => void): ForeignOptions {
-  return { ...(tokenizer ? { tokenizer } : {}), ...(values.python ? { python: values.python } : {}), ...(values['trust-pickle'] ? { trustPickle: true } : {}), onNote: (n) => err(`note: ${n}\n`) };
+export function foreignOptionsFromArgs(
+  values: { python?: string; 'trust-pickle'?: boolean },
+  tokenizer: TokenizerCodec | undefined,
+  err: (s: string) => void,
+): ForeignOptions {
+  return {
+    ...(tokenizer ? { tokenizer } : {}),
+    ...(values.python ? { python: values.python } : {}),
+    ...(values['trust-pickle'] ? { trustPickle: true } : {}),
+    onNote: (n) => err(`note: ${n}\n`),
+  };
 }
 
 /** The options that say how responses are read (`inspect` and `import`), declared on a command's parser. */
 export function withReadOptions<A>(y: Argv<A>) {
   return y
-    .option('dialect', { type: 'string', describe: `read responses in this dialect: auto (detected, the default), ${DIALECTS.join(', ')}` })
+    .option('dialect', {
+      type: 'string',
+      describe: `read responses in this dialect: auto (detected, the default), ${DIALECTS.join(', ')}`,
+    })
     .option('search-tool', { type: 'string', describe: "the search tool's name in tool calls (default: search)" });
 }
 
@@ -58,7 +78,8 @@ export function withReadOptions<A>(y: Argv<A>) {
 export function readOptionsFromArgs(values: { dialect?: string; 'search-tool'?: string }): ReadOptions {
   const dialect = parseDialectName(values.dialect);
   if (typeof dialect === 'object') throw new UsageError(`--dialect: ${dialect.error}`);
-  if (values['search-tool'] !== undefined && !values['search-tool'].trim()) throw new UsageError('--search-tool: expected a tool name');
+  if (values['search-tool'] !== undefined && !values['search-tool'].trim())
+    throw new UsageError('--search-tool: expected a tool name');
   return { dialect, ...(values['search-tool'] ? { searchTool: values['search-tool'] } : {}) };
 }
 
@@ -90,7 +111,13 @@ export async function inspect(path: string, o: InspectOptions): Promise<number> 
         em: facts.em,
         format_valid: facts.formatValid,
         finish: r.finish ?? null,
-        diagnostics: facts.parsed.diagnostics.map((d) => ({ code: d.code, severity: d.severity, message: d.message, start: d.start, end: d.end })),
+        diagnostics: facts.parsed.diagnostics.map((d) => ({
+          code: d.code,
+          severity: d.severity,
+          message: d.message,
+          start: d.start,
+          end: d.end,
+        })),
       };
       o.out(`${first ? '' : ','}\n${JSON.stringify(entry)}`);
       first = false;
@@ -98,7 +125,9 @@ export async function inspect(path: string, o: InspectOptions): Promise<number> 
   }
   const result = summary.result();
   if (o.json) {
-    o.out(`\n],"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(result)}}\n`);
+    o.out(
+      `\n],"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(result)}}\n`,
+    );
   } else {
     o.out(renderSummary(path, kind, result));
   }
@@ -114,8 +143,13 @@ const hist = (h: Record<string, number>) =>
     .join(', ');
 
 export function renderSummary(path: string, kind: string, s: RunSummary): string {
-  const lines = [`${path} (${kind}): ${s.trajectories} trajectories${s.malformed ? `, ${s.malformed} malformed (skipped)` : ''}`];
-  if (s.reward) lines.push(`  reward        mean ${s.reward.mean.toFixed(3)} ± ${s.reward.std.toFixed(3)} (min ${s.reward.min}, max ${s.reward.max})`);
+  const lines = [
+    `${path} (${kind}): ${s.trajectories} trajectories${s.malformed ? `, ${s.malformed} malformed (skipped)` : ''}`,
+  ];
+  if (s.reward)
+    lines.push(
+      `  reward        mean ${s.reward.mean.toFixed(3)} ± ${s.reward.std.toFixed(3)} (min ${s.reward.min}, max ${s.reward.max})`,
+    );
   else lines.push('  reward        none recorded');
   lines.push(s.em ? `  exact match   ${pct(s.em.rate)} of ${s.em.count}` : '  exact match   no golden answers');
   lines.push(`  valid format  ${pct(s.format.rate)}`);
@@ -124,29 +158,53 @@ export function renderSummary(path: string, kind: string, s: RunSummary): string
   lines.push(`  invalid       ${s.invalid_actions.total} actions in ${s.invalid_actions.trajectories} trajectories`);
   if (Object.keys(s.dialects).some((d) => d !== 'searchr1')) lines.push(`  dialect       ${hist(s.dialects)}`);
   if (Object.keys(s.finish).length) lines.push(`  finish        ${hist(s.finish)}`);
-  if (Object.keys(s.data_sources).length > 1 || !s.data_sources['(none)']) lines.push(`  data sources  ${hist(s.data_sources)}`);
+  if (Object.keys(s.data_sources).length > 1 || !s.data_sources['(none)'])
+    lines.push(`  data sources  ${hist(s.data_sources)}`);
   if (s.groups) {
     const warn = s.groups.frac_zero_std > 0.5 ? '  ← most groups give GRPO no learning signal' : '';
-    lines.push(`  GRPO groups   ${s.groups.count}, all rewards equal in ${s.groups.zero_variance} (${pct(s.groups.frac_zero_std)})${warn}`);
+    lines.push(
+      `  GRPO groups   ${s.groups.count}, all rewards equal in ${s.groups.zero_variance} (${pct(s.groups.frac_zero_std)})${warn}`,
+    );
   }
   return `${lines.join('\n')}\n`;
 }
 
 export const inspectCommand = defineCommand({
   command: 'inspect <path>',
-  describe: 'summarise trajectories: our rollout JSONL, run directories, Search-R1 transcripts, veRL dumps, TRL completion tables, and the per-token dumps of prime-rl, NeMo-RL, miles, slime and SkyRL; Search-R1 tags or tool calls (detected unless --dialect)',
+  describe:
+    'summarise trajectories: our rollout JSONL, run directories, Search-R1 transcripts, veRL dumps, TRL completion tables, and the per-token dumps of prime-rl, NeMo-RL, miles, slime and SkyRL; Search-R1 tags or tool calls (detected unless --dialect)',
   builder: (y) =>
     withForeignOptions(
       withReadOptions(
         y
-          .positional('path', { type: 'string', demandOption: true, describe: 'a file, a run directory, or another engine\'s dump folder' })
-          .option('json', { type: 'boolean', default: false, describe: 'one JSON object on stdout (streamed): trajectories, issues, summary' })
-          .option('tokenizer', { type: 'string', describe: "the model's tokenizer (a model directory, tokenizer.json, or a model id in the Hugging Face cache): token text and roles of dumps that hold only ids" }),
+          .positional('path', {
+            type: 'string',
+            demandOption: true,
+            describe: "a file, a run directory, or another engine's dump folder",
+          })
+          .option('json', {
+            type: 'boolean',
+            default: false,
+            describe: 'one JSON object on stdout (streamed): trajectories, issues, summary',
+          })
+          .option('tokenizer', {
+            type: 'string',
+            describe:
+              "the model's tokenizer (a model directory, tokenizer.json, or a model id in the Hugging Face cache): token text and roles of dumps that hold only ids",
+          }),
       ),
     ),
   run: async (a, io) => {
     const read = readOptionsFromArgs(a);
     const tokenizer = a.tokenizer ? await tokenizerFromArg(a.tokenizer) : undefined;
-    return withInputErrors(io, () => inspect(a.path, { json: a.json, read, foreign: foreignOptionsFromArgs(a, tokenizer, io.err), out: io.out, err: io.err }));
+    return withInputErrors(io, () =>
+      inspect(a.path, {
+        json: a.json,
+        read,
+        foreign: foreignOptionsFromArgs(a, tokenizer, io.err),
+        out: io.out,
+        err: io.err,
+      }),
+    );
   },
 });

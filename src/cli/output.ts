@@ -12,8 +12,8 @@
  *    user's that a command would write into or clear.
  */
 import { randomBytes } from 'node:crypto';
-import { unlinkSync, type Stats } from 'node:fs';
-import { chmod, open, readdir, realpath, rename, rm, stat, type FileHandle } from 'node:fs/promises';
+import { type Stats, unlinkSync } from 'node:fs';
+import { chmod, type FileHandle, open, readdir, realpath, rename, rm, stat } from 'node:fs/promises';
 import { basename, dirname, join, relative, resolve, sep } from 'node:path';
 
 /** An output that cannot be written, or is refused: its message names the path (the CLI prints it and exits 2). */
@@ -42,7 +42,9 @@ export function writeErrorReason(e: unknown): string {
     EFBIG: 'file too large',
     EIO: 'input/output error',
   };
-  return err.code && words[err.code] ? `cannot write: ${words[err.code]} (${err.code})` : `cannot write: ${err.message ?? String(e)}`;
+  return err.code && words[err.code]
+    ? `cannot write: ${words[err.code]} (${err.code})`
+    : `cannot write: ${err.message ?? String(e)}`;
 }
 
 /** The identity of a file (device and inode), following links; undefined when it does not exist. */
@@ -55,7 +57,11 @@ async function refuseInput(out: string, target: Stats | undefined, inputs: reado
   if (!target) return;
   for (const input of inputs) {
     const s = await identity(input);
-    if (s && s.dev === target.dev && s.ino === target.ino) throw new OutputError(out, `is ${input === out ? 'an input of this command' : `the input ${input}`}: writing it would destroy what is being read; name another file`);
+    if (s && s.dev === target.dev && s.ino === target.ino)
+      throw new OutputError(
+        out,
+        `is ${input === out ? 'an input of this command' : `the input ${input}`}: writing it would destroy what is being read; name another file`,
+      );
   }
 }
 
@@ -119,7 +125,10 @@ export class OutputFile {
     const target = existing ? await realpath(path) : resolve(path);
     const temp = join(dirname(target), `.${basename(target)}.${process.pid}-${randomBytes(4).toString('hex')}.tmp`);
     const fh = await open(temp, 'wx').catch((e: unknown) => {
-      const reason = (e as NodeJS.ErrnoException).code === 'ENOENT' ? `cannot write: no such directory: ${dirname(target)}` : writeErrorReason(e);
+      const reason =
+        (e as NodeJS.ErrnoException).code === 'ENOENT'
+          ? `cannot write: no such directory: ${dirname(target)}`
+          : writeErrorReason(e);
       throw new OutputError(path, reason);
     });
     hookCleanup();
@@ -186,7 +195,12 @@ export class OutputFile {
  * Runs `fn` with `path` open for writing (refused when it is one of `inputs`): committed when `fn` returns, removed
  * when it throws. `keep(result)` false also removes it (a command that failed without throwing).
  */
-export async function writingFile<T>(path: string, inputs: readonly string[], fn: (out: OutputFile) => Promise<T>, keep: (result: T) => boolean = () => true): Promise<T> {
+export async function writingFile<T>(
+  path: string,
+  inputs: readonly string[],
+  fn: (out: OutputFile) => Promise<T>,
+  keep: (result: T) => boolean = () => true,
+): Promise<T> {
   const out = await OutputFile.create(path, inputs);
   let result: T;
   try {
@@ -219,8 +233,13 @@ async function inside(child: string, parent: string): Promise<boolean> {
  * non-empty directory that `ours` does not recognise as this command's earlier output. Returns whether it exists
  * (and is ours).
  */
-export async function checkOutputDir(dir: string, o: { inputs: readonly string[]; ours: (dir: string) => Promise<boolean>; what: string }): Promise<{ exists: boolean }> {
-  for (const input of o.inputs) if (await inside(input, dir)) throw new OutputError(dir, `holds ${input}, an input of this command: name a directory outside it`);
+export async function checkOutputDir(
+  dir: string,
+  o: { inputs: readonly string[]; ours: (dir: string) => Promise<boolean>; what: string },
+): Promise<{ exists: boolean }> {
+  for (const input of o.inputs)
+    if (await inside(input, dir))
+      throw new OutputError(dir, `holds ${input}, an input of this command: name a directory outside it`);
   const st = await stat(dir).catch((e: NodeJS.ErrnoException) => {
     if (e.code === 'ENOENT') return undefined;
     throw new OutputError(dir, writeErrorReason(e));
@@ -229,7 +248,8 @@ export async function checkOutputDir(dir: string, o: { inputs: readonly string[]
   if (!st.isDirectory()) throw new OutputError(dir, 'is not a directory');
   const names = await readdir(dir);
   if (names.length === 0) return { exists: false };
-  if (!(await o.ours(dir))) throw new OutputError(dir, `is a directory with other files in it (not ${o.what}): name a new or empty directory`);
+  if (!(await o.ours(dir)))
+    throw new OutputError(dir, `is a directory with other files in it (not ${o.what}): name a new or empty directory`);
   return { exists: true };
 }
 

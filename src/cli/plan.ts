@@ -6,34 +6,73 @@
  * (with the cheapest changes that would make it fit), 2 for a config or model shape that cannot be read.
  */
 import { loadRunConfig, RunConfigError } from '../core/host/runConfig';
-import { formatPlan, parseBytes, planJson, planRun, PlanError, resolveModelArg } from '../core/plan/plan';
+import { formatPlan, PlanError, parseBytes, planJson, planRun, resolveModelArg } from '../core/plan/plan';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 
 /** The help's examples, each run as written from the repository root by test/unit/plan.test.ts. */
 export const PLAN_EXAMPLES: [string, string][] = [
-  ['plan examples/one-gpu/qwen2.5-3b-grpo.run.json --model qwen2.5-3b', "does Search-R1's GRPO on Qwen2.5-3B fit one 80 GiB GPU? (the shape that ships with the package: no weights needed)"],
-  ['plan examples/one-gpu/qwen2.5-3b-grpo-trl.run.json --model qwen2.5-3b', 'the same with TRL: vLLM colocated in sleep mode, a bf16 reference'],
-  ['plan examples/one-gpu/qwen2.5-3b-grpo-verl.run.json --model qwen2.5-3b', 'the same with veRL: the offload the plan chooses for one GPU'],
-  ['plan examples/qwen2.5-3b-grpo-verl.run.json --model examples/one-gpu/models/qwen2.5-3b/config.json --gpu-memory 141GiB --json', 'veRL on 8 H200s, as JSON'],
+  [
+    'plan examples/one-gpu/qwen2.5-3b-grpo.run.json --model qwen2.5-3b',
+    "does Search-R1's GRPO on Qwen2.5-3B fit one 80 GiB GPU? (the shape that ships with the package: no weights needed)",
+  ],
+  [
+    'plan examples/one-gpu/qwen2.5-3b-grpo-trl.run.json --model qwen2.5-3b',
+    'the same with TRL: vLLM colocated in sleep mode, a bf16 reference',
+  ],
+  [
+    'plan examples/one-gpu/qwen2.5-3b-grpo-verl.run.json --model qwen2.5-3b',
+    'the same with veRL: the offload the plan chooses for one GPU',
+  ],
+  [
+    'plan examples/qwen2.5-3b-grpo-verl.run.json --model examples/one-gpu/models/qwen2.5-3b/config.json --gpu-memory 141GiB --json',
+    'veRL on 8 H200s, as JSON',
+  ],
 ];
 
 export const planCommand = defineCommand({
   command: 'plan <config>',
-  describe: "a run's GPU memory before it starts: weights, gradients, optimizer states, reference, activations, logits, KV cache and the rollout engine's share per device, from the model's config.json; for veRL the offload it would choose; exit 1 when it does not fit (with the changes that would make it fit)",
+  describe:
+    "a run's GPU memory before it starts: weights, gradients, optimizer states, reference, activations, logits, KV cache and the rollout engine's share per device, from the model's config.json; for veRL the offload it would choose; exit 1 when it does not fit (with the changes that would make it fit)",
   builder: (y) => {
     let b = y
-      .positional('config', { type: 'string', demandOption: true, describe: 'the run config (*.run.json); its data, retriever and model files need not exist' })
-      .option('model', { type: 'string', describe: "the model's shape: a model directory, its config.json, or a shape that ships with the package (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b: examples/one-gpu/models/); default: model.path's" })
-      .option('gpu-memory', { type: 'string', default: '80GiB', describe: 'memory of one GPU (80GiB, 80GB, 141GiB, bytes)' })
-      .option('gpus', { type: 'number', describe: 'GPUs the run has (default: the config\'s: devices, verl.gpus_per_node × verl.nodes; the builtin engine uses one)' })
-      .option('device', { choices: ['cuda', 'cpu'] as const, default: 'cuda' as const, describe: 'plan for a CUDA GPU (bf16 autocast when model.dtype is auto) or the CPU' })
-      .option('json', { type: 'boolean', default: false, describe: 'print the plan as JSON: {fits, gpu_memory_bytes, devices: [{total_bytes, parts, phases, count}], chosen, cpu, suggestions, …}' });
+      .positional('config', {
+        type: 'string',
+        demandOption: true,
+        describe: 'the run config (*.run.json); its data, retriever and model files need not exist',
+      })
+      .option('model', {
+        type: 'string',
+        describe:
+          "the model's shape: a model directory, its config.json, or a shape that ships with the package (qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b: examples/one-gpu/models/); default: model.path's",
+      })
+      .option('gpu-memory', {
+        type: 'string',
+        default: '80GiB',
+        describe: 'memory of one GPU (80GiB, 80GB, 141GiB, bytes)',
+      })
+      .option('gpus', {
+        type: 'number',
+        describe:
+          "GPUs the run has (default: the config's: devices, verl.gpus_per_node × verl.nodes; the builtin engine uses one)",
+      })
+      .option('device', {
+        choices: ['cuda', 'cpu'] as const,
+        default: 'cuda' as const,
+        describe: 'plan for a CUDA GPU (bf16 autocast when model.dtype is auto) or the CPU',
+      })
+      .option('json', {
+        type: 'boolean',
+        default: false,
+        describe:
+          'print the plan as JSON: {fits, gpu_memory_bytes, devices: [{total_bytes, parts, phases, count}], chosen, cpu, suggestions, …}',
+      });
     for (const [cmd, what] of PLAN_EXAMPLES) b = b.example(`$0 ${cmd}`, what);
     return b;
   },
   run: async (a, io) => {
-    if (a.gpus !== undefined && (!Number.isInteger(a.gpus) || a.gpus < 1)) throw new UsageError(`--gpus must be a positive integer, got ${a.gpus}`);
+    if (a.gpus !== undefined && (!Number.isInteger(a.gpus) || a.gpus < 1))
+      throw new UsageError(`--gpus must be a positive integer, got ${a.gpus}`);
     let gpuMemoryBytes: number;
     try {
       gpuMemoryBytes = parseBytes(a['gpu-memory']);
@@ -42,7 +81,12 @@ export const planCommand = defineCommand({
     }
     try {
       const loaded = await loadRunConfig(a.config, { files: false });
-      const plan = planRun(loaded, { gpuMemoryBytes, gpus: a.gpus, device: a.device, model: a.model === undefined ? undefined : resolveModelArg(a.model) });
+      const plan = planRun(loaded, {
+        gpuMemoryBytes,
+        gpus: a.gpus,
+        device: a.device,
+        model: a.model === undefined ? undefined : resolveModelArg(a.model),
+      });
       io.out(a.json ? `${JSON.stringify(planJson(plan), null, 2)}\n` : `${formatPlan(plan, loaded.file)}\n`);
       return plan.fits ? 0 : 1;
     } catch (e) {

@@ -18,28 +18,57 @@ import { cliPythonCandidates } from './train';
 
 export const replayStepCommand = defineCommand({
   command: 'replay-step <run-dir>',
-  describe: "replay a recorded step through the trainer's log-prob pass at a checkpoint: ids identical, per-token |Δ| of the log-probs, loss and gradient norm recomputed; exit 1 on a mismatch (docs/instruments.md)",
+  describe:
+    "replay a recorded step through the trainer's log-prob pass at a checkpoint: ids identical, per-token |Δ| of the log-probs, loss and gradient norm recomputed; exit 1 on a mismatch (docs/instruments.md)",
   builder: (y) =>
     y
       .positional('run-dir', { type: 'string', demandOption: true, describe: 'the run directory' })
-      .option('step', { type: 'number', demandOption: true, describe: 'the training step whose recorded rollouts to replay' })
-      .option('checkpoint', { type: 'string', describe: 'step-NNNNNN, or a checkpoint directory (default: step N − 1, the weights that sampled and trained step N)' })
-      .option('tolerance', { type: 'number', describe: '|Δ| over this many nats is a mismatch (default 1e-3 in fp32, 5e-2 under bf16)' })
+      .option('step', {
+        type: 'number',
+        demandOption: true,
+        describe: 'the training step whose recorded rollouts to replay',
+      })
+      .option('checkpoint', {
+        type: 'string',
+        describe:
+          'step-NNNNNN, or a checkpoint directory (default: step N − 1, the weights that sampled and trained step N)',
+      })
+      .option('tolerance', {
+        type: 'number',
+        describe: '|Δ| over this many nats is a mismatch (default 1e-3 in fp32, 5e-2 under bf16)',
+      })
       .option('device', { type: 'string', choices: ['cpu', 'cuda'], describe: "default: the run's model.device" })
       .option('python', { type: 'string', describe: "the trainer's Python (the only one tried)" })
-      .option('json', { type: 'boolean', default: false, describe: 'print the report: {checkpoint, step, ids_identical, logprob, loss, grad_norm, metrics, rollouts_detail: [{id, delta: […]}], match}' })
-      .example('$0 replay-step runs/demo-1 --step 12', 'does today\'s trainer give step 12 the log-probs, loss and gradient norm the run recorded?'),
+      .option('json', {
+        type: 'boolean',
+        default: false,
+        describe:
+          'print the report: {checkpoint, step, ids_identical, logprob, loss, grad_norm, metrics, rollouts_detail: [{id, delta: […]}], match}',
+      })
+      .example(
+        '$0 replay-step runs/demo-1 --step 12',
+        "does today's trainer give step 12 the log-probs, loss and gradient norm the run recorded?",
+      ),
   run: async (a, io) =>
     withInputErrors(io, async () => {
       const runDir = a['run-dir'];
-      if (!Number.isInteger(a.step) || a.step < 1) throw new UsageError(`--step must be a training step (an integer ≥ 1), got ${a.step}`);
-      if (a.tolerance !== undefined && !(a.tolerance > 0)) throw new UsageError(`--tolerance must be a positive number, got ${a.tolerance}`);
+      if (!Number.isInteger(a.step) || a.step < 1)
+        throw new UsageError(`--step must be a training step (an integer ≥ 1), got ${a.step}`);
+      if (a.tolerance !== undefined && !(a.tolerance > 0))
+        throw new UsageError(`--tolerance must be a positive number, got ${a.tolerance}`);
       const { records, withoutTokens, steps } = await stepRecords(runDir, a.step);
       if (!records.length)
-        throw new UsageError(withoutTokens ? `step ${a.step} of ${runDir}: its ${withoutTokens} rollouts were recorded without tokens; only token ids can be replayed` : `step ${a.step} of ${runDir}: no training rollouts recorded (steps with rollouts: ${steps.length ? `${steps[0]}–${steps[steps.length - 1]}` : 'none'})`);
+        throw new UsageError(
+          withoutTokens
+            ? `step ${a.step} of ${runDir}: its ${withoutTokens} rollouts were recorded without tokens; only token ids can be replayed`
+            : `step ${a.step} of ${runDir}: no training rollouts recorded (steps with rollouts: ${steps.length ? `${steps[0]}–${steps[steps.length - 1]}` : 'none'})`,
+        );
       const checkpoints = await listCheckpoints(runDir);
       const checkpoint = a.checkpoint ?? replayCheckpoint(checkpoints, a.step);
-      if (!checkpoint) throw new UsageError(`${runDir}: no checkpoint step-${String(a.step - 1).padStart(6, '0')} (the weights that trained step ${a.step}); name one with --checkpoint (complete ones: ${checkpoints.join(', ') || 'none'})`);
+      if (!checkpoint)
+        throw new UsageError(
+          `${runDir}: no checkpoint step-${String(a.step - 1).padStart(6, '0')} (the weights that trained step ${a.step}); name one with --checkpoint (complete ones: ${checkpoints.join(', ') || 'none'})`,
+        );
       const search = await findPython(cliPythonCandidates(a.python), await runNeeds({ runDir, resume: true }));
       if (!search.found) {
         io.err(`${noPythonMessage(search)}\n`);
@@ -47,7 +76,14 @@ export const replayStepCommand = defineCommand({
       }
       let report;
       try {
-        report = await runReplayStep({ python: search.found.executable, runDir, checkpoint, records, ...(a.device ? { device: a.device as 'cpu' | 'cuda' } : {}), ...(a.tolerance !== undefined ? { tolerance: a.tolerance } : {}) });
+        report = await runReplayStep({
+          python: search.found.executable,
+          runDir,
+          checkpoint,
+          records,
+          ...(a.device ? { device: a.device as 'cpu' | 'cuda' } : {}),
+          ...(a.tolerance !== undefined ? { tolerance: a.tolerance } : {}),
+        });
       } catch (e) {
         if (!(e instanceof ReplayStepError)) throw e;
         io.err(`search-agent-studio: replay-step: ${e.message}\n`);

@@ -10,7 +10,13 @@
 import { readFile } from 'node:fs/promises';
 import { sourceFiles } from '../core/importers';
 import { RewardCompileError } from '../core/rewards/compile';
-import { BUILTIN_REWARDS, openReward, RewardReportBuilder, scoreRollouts, type RolloutSet } from '../core/rewards/scoring';
+import {
+  BUILTIN_REWARDS,
+  openReward,
+  RewardReportBuilder,
+  type RolloutSet,
+  scoreRollouts,
+} from '../core/rewards/scoring';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 import { withInputErrors } from './inputErrors';
@@ -36,21 +42,51 @@ export const rewardCommandDef = defineCommand({
   describe: 'score rollouts with a reward module (sandboxed)',
   builder: (y) =>
     y
-      .positional('module', { type: 'string', demandOption: true, describe: `a *.reward.ts module, or ${Object.keys(BUILTIN_REWARDS).map((k) => `builtin:${k}`).join(', ')}` })
-      .positional('rollouts', { type: 'string', demandOption: true, describe: 'a rollout file or run directory (or anything `inspect` reads)' })
-      .option('json', { type: 'boolean', default: false, describe: 'one JSON object: count, mean, zero-variance groups, errors, items' })
-      .option('out', { type: 'string', describe: 'write the rollouts re-scored (the recorded reward kept in meta.reward_recorded)' })
+      .positional('module', {
+        type: 'string',
+        demandOption: true,
+        describe: `a *.reward.ts module, or ${Object.keys(BUILTIN_REWARDS)
+          .map((k) => `builtin:${k}`)
+          .join(', ')}`,
+      })
+      .positional('rollouts', {
+        type: 'string',
+        demandOption: true,
+        describe: 'a rollout file or run directory (or anything `inspect` reads)',
+      })
+      .option('json', {
+        type: 'boolean',
+        default: false,
+        describe: 'one JSON object: count, mean, zero-variance groups, errors, items',
+      })
+      .option('out', {
+        type: 'string',
+        describe: 'write the rollouts re-scored (the recorded reward kept in meta.reward_recorded)',
+      })
       .option('timeout', { type: 'number', default: 2000, describe: 'time limit per item (ms)' })
-      .option('batch-timeout', { type: 'number', default: 120_000, describe: 'time limit per batch of 4,096 rollouts (ms)' })
-      .option('memory', { type: 'number', default: 256, describe: 'memory limit of each sandbox thread (MB; the module and everything it allocates)' })
+      .option('batch-timeout', {
+        type: 'number',
+        default: 120_000,
+        describe: 'time limit per batch of 4,096 rollouts (ms)',
+      })
+      .option('memory', {
+        type: 'number',
+        default: 256,
+        describe: 'memory limit of each sandbox thread (MB; the module and everything it allocates)',
+      })
       .option('workers', { type: 'number', describe: 'sandbox worker threads' })
       .option('report', { type: 'boolean', default: false, hidden: true })
       .option('set', { type: 'string', hidden: true }),
   run: (a, io) => withInputErrors(io, () => rewardCommand(a, io.out, io.err)),
 });
 
-export async function rewardCommand(values: RewardArgs, out: (s: string) => void, err: (s: string) => void): Promise<number> {
-  if (values.report && (values.json || values.out)) throw new UsageError('--report cannot be combined with --json or --out');
+export async function rewardCommand(
+  values: RewardArgs,
+  out: (s: string) => void,
+  err: (s: string) => void,
+): Promise<number> {
+  if (values.report && (values.json || values.out))
+    throw new UsageError('--report cannot be combined with --json or --out');
   const positive = (name: string, v: unknown, min: number) => {
     const n = Number(v);
     if (!Number.isFinite(n) || n < min) throw new UsageError(`--${name} must be a number ≥ ${min}, got ${String(v)}`);
@@ -74,14 +110,24 @@ export async function rewardCommand(values: RewardArgs, out: (s: string) => void
 
 type Limits = { itemTimeoutMs: number; batchTimeoutMs: number; memoryMb: number; workers?: number };
 
-async function scoreAll(values: RewardArgs, out: (s: string) => void, err: (s: string) => void, file: OutputFile | undefined, limits: Limits, only: RolloutSet | undefined): Promise<number> {
+async function scoreAll(
+  values: RewardArgs,
+  out: (s: string) => void,
+  err: (s: string) => void,
+  file: OutputFile | undefined,
+  limits: Limits,
+  only: RolloutSet | undefined,
+): Promise<number> {
   const { module: spec, rollouts } = values;
   let opened;
   try {
     opened = await openReward(spec, { ...limits, onLog: (l) => err(`[reward] ${l}\n`) });
   } catch (e) {
     if (e instanceof RewardCompileError) {
-      if (values.report) out(`${JSON.stringify({ compileError: { file: e.file, line: e.line, column: e.column, message: e.detail } })}\n`);
+      if (values.report)
+        out(
+          `${JSON.stringify({ compileError: { file: e.file, line: e.line, column: e.column, message: e.detail } })}\n`,
+        );
       err(`${e.message}\n`);
       return 2;
     }
@@ -105,7 +151,9 @@ async function scoreAll(values: RewardArgs, out: (s: string) => void, err: (s: s
         if (values.report) err(`${JSON.stringify({ progress: done, errors })}\n`);
         else if (isTty) {
           const failed = Object.values(errors).reduce((a, b) => a + (b ?? 0), 0);
-          err(`\rscored ${done.toLocaleString()}${failed ? ` (${failed.toLocaleString()} failed${errors.timeout ? `, ${errors.timeout.toLocaleString()} timed out` : ''})` : ''}\u001b[K`);
+          err(
+            `\rscored ${done.toLocaleString()}${failed ? ` (${failed.toLocaleString()} failed${errors.timeout ? `, ${errors.timeout.toLocaleString()} timed out` : ''})` : ''}\u001b[K`,
+          );
         }
       },
       batch: values.report ? 2048 : 4096,
@@ -117,13 +165,21 @@ async function scoreAll(values: RewardArgs, out: (s: string) => void, err: (s: s
       const scored = 'reward' in o ? { reward: o.reward, parts: o.parts } : undefined;
       const error = 'error' in o ? o.error.message : undefined;
       if (values.json) {
-        out(`${first ? '' : ','}\n${JSON.stringify({ id: s.record.id, reward: scored?.reward ?? null, parts: scored?.parts ?? {}, ...(error ? { error } : {}) })}`);
+        out(
+          `${first ? '' : ','}\n${JSON.stringify({ id: s.record.id, reward: scored?.reward ?? null, parts: scored?.parts ?? {}, ...(error ? { error } : {}) })}`,
+        );
         first = false;
       }
       if (file) {
-        const meta = { ...s.record.meta, ...(typeof s.record.reward === 'number' ? { reward_recorded: s.record.reward } : {}), ...(error ? { reward_error: error } : {}) };
+        const meta = {
+          ...s.record.meta,
+          ...(typeof s.record.reward === 'number' ? { reward_recorded: s.record.reward } : {}),
+          ...(error ? { reward_error: error } : {}),
+        };
         const { reward: _r, reward_parts: _p, ...rest } = s.record;
-        await write(JSON.stringify({ ...rest, ...(scored ? { reward: scored.reward, reward_parts: scored.parts } : {}), meta }));
+        await write(
+          JSON.stringify({ ...rest, ...(scored ? { reward: scored.reward, reward_parts: scored.parts } : {}), meta }),
+        );
       }
     }
   } finally {
@@ -138,7 +194,9 @@ async function scoreAll(values: RewardArgs, out: (s: string) => void, err: (s: s
     return r.errors ? 1 : 0;
   }
   if (values.json) {
-    out(`\n],"count":${r.count},"mean":${JSON.stringify(r.mean)},"std":${JSON.stringify(r.std)},"frac_zero_std_groups":${JSON.stringify(r.frac_zero_std_groups)},"errors":${r.errors},"agreement":${JSON.stringify(r.agreement)}}\n`);
+    out(
+      `\n],"count":${r.count},"mean":${JSON.stringify(r.mean)},"std":${JSON.stringify(r.std)},"frac_zero_std_groups":${JSON.stringify(r.frac_zero_std_groups)},"errors":${r.errors},"agreement":${JSON.stringify(r.agreement)}}\n`,
+    );
   } else {
     const pct = (x: number | null) => (x === null ? '–' : `${(100 * x).toFixed(1)}%`);
     out(
@@ -156,7 +214,18 @@ async function scoreAll(values: RewardArgs, out: (s: string) => void, err: (s: s
   return r.errors ? 1 : 0;
 }
 
-const KIND_WORDS: Record<string, string> = { throw: 'threw', nan: 'not a number', type: 'wrong type', timeout: 'timed out', memory: 'out of memory', crash: 'crashed', 'batch-timeout': 'batch time limit', skipped: 'not run', cancelled: 'cancelled', input: 'unreadable rollout' };
+const KIND_WORDS: Record<string, string> = {
+  throw: 'threw',
+  nan: 'not a number',
+  type: 'wrong type',
+  timeout: 'timed out',
+  memory: 'out of memory',
+  crash: 'crashed',
+  'batch-timeout': 'batch time limit',
+  skipped: 'not run',
+  cancelled: 'cancelled',
+  input: 'unreadable rollout',
+};
 
 /** `3 timed out, 9,984 not run`. */
 function kindSummary(byKind: Partial<Record<string, number>>): string {
@@ -180,7 +249,12 @@ async function readSet(from: string): Promise<RolloutSet> {
   } catch (e) {
     throw new UsageError(`--set ${from}: not JSON: ${(e as Error).message}`);
   }
-  if (!set || typeof set !== 'object' || Array.isArray(set) || !Object.values(set).every((v) => Number.isInteger(v) && (v as number) >= 0)) {
+  if (
+    !set ||
+    typeof set !== 'object' ||
+    Array.isArray(set) ||
+    !Object.values(set).every((v) => Number.isInteger(v) && (v as number) >= 0)
+  ) {
     throw new UsageError(`--set ${from}: expected {"<file>": <last line>, …}`);
   }
   return set as RolloutSet;

@@ -6,10 +6,10 @@
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { join, relative, resolve } from 'node:path';
 import { EngineUnavailableError } from '../core/host/engines';
+import { EnvServerError } from '../core/host/processes';
 import { loadRunConfig, newRunDir, RunConfigError, runNeeds, standaloneConfig } from '../core/host/runConfig';
 import { RunHost, type RunOutcome } from '../core/host/runHost';
 import { readRun } from '../core/host/runs';
-import { EnvServerError } from '../core/host/processes';
 import { packageRoot } from '../core/paths';
 import { MemoryPlanError } from '../core/plan/check';
 import { parseBytes } from '../core/plan/plan';
@@ -27,7 +27,15 @@ export function cliPythonCandidates(python?: string, runPython?: string): string
   return python ? [python] : pythonCandidates([runPython], [process.cwd(), packageRoot()]);
 }
 
-type Event = { event: string; step?: number; total?: number; phase?: string; metrics?: Record<string, number>; message?: string; [k: string]: unknown };
+type Event = {
+  event: string;
+  step?: number;
+  total?: number;
+  phase?: string;
+  metrics?: Record<string, number>;
+  message?: string;
+  [k: string]: unknown;
+};
 
 const fmt = (v: unknown, digits = 3) => (typeof v === 'number' && Number.isFinite(v) ? v.toFixed(digits) : '–');
 
@@ -75,7 +83,9 @@ export class ProgressPrinter {
       case 'started':
         this.started = Date.now();
         // precision: the run's numerics (model.dtype; for `fastest` what was measured and why, run.json `numerics`)
-        this.line(`run started: ${e.model} policy (${Number(e.parameters).toLocaleString('en-US')} parameters) on ${e.device}${typeof e.precision === 'string' ? `, ${e.precision}` : ''}; ${e.train_examples} training / ${e.eval_examples} held-out questions; ${e.total} steps${e.resumed ? ` (resumed at step ${e.step})` : ''}`);
+        this.line(
+          `run started: ${e.model} policy (${Number(e.parameters).toLocaleString('en-US')} parameters) on ${e.device}${typeof e.precision === 'string' ? `, ${e.precision}` : ''}; ${e.train_examples} training / ${e.eval_examples} held-out questions; ${e.total} steps${e.resumed ? ` (resumed at step ${e.step})` : ''}`,
+        );
         break;
       case 'progress':
         if (e.phase === 'warmup') {
@@ -85,9 +95,9 @@ export class ProgressPrinter {
           const pace = e.pace as { message?: unknown; slow?: unknown } | undefined;
           if (typeof pace?.message === 'string' && !this.quiet && pace.slow !== true) this.line(pace.message);
           if (this.out.isTTY) this.draw(k, n, 'warm-up', `  loss ${fmt(e.loss)}`);
-          else if (!this.quiet && (k % 100 === 0 || k === n)) this.line(`warm start ${k}/${n}: loss ${fmt(e.loss)}  (${duration((Date.now() - this.started) / 1000)})`);
-        }
-        else {
+          else if (!this.quiet && (k % 100 === 0 || k === n))
+            this.line(`warm start ${k}/${n}: loss ${fmt(e.loss)}  (${duration((Date.now() - this.started) / 1000)})`);
+        } else {
           if (this.firstStep === undefined && e.phase === 'rollout') {
             this.firstStep = (e.step ?? 1) - 1;
             this.stepStarted = Date.now();
@@ -99,12 +109,17 @@ export class ProgressPrinter {
         this.last = e.metrics ?? {};
         if (!this.out.isTTY && !this.quiet) {
           const m = this.last;
-          this.line(`step ${e.step}: reward ${fmt(m['critic/score/mean'])}  searches ${fmt(m['env/number_of_valid_search'], 2)}  zero-variance groups ${fmt(m['reward/frac_zero_std_groups'], 2)}  response ${fmt(m['response_length/mean'], 0)} tokens`);
+          this.line(
+            `step ${e.step}: reward ${fmt(m['critic/score/mean'])}  searches ${fmt(m['env/number_of_valid_search'], 2)}  zero-variance groups ${fmt(m['reward/frac_zero_std_groups'], 2)}  response ${fmt(m['response_length/mean'], 0)} tokens`,
+          );
         }
         break;
       case 'eval':
         this.val = e.metrics ?? {};
-        if (!this.quiet) this.line(`step ${e.step}: held-out exact match ${fmt(this.val['val/em'])}, searches per question ${fmt(this.val['val/searches_mean'], 2)}  (${duration((Date.now() - this.started) / 1000)})`);
+        if (!this.quiet)
+          this.line(
+            `step ${e.step}: held-out exact match ${fmt(this.val['val/em'])}, searches per question ${fmt(this.val['val/searches_mean'], 2)}  (${duration((Date.now() - this.started) / 1000)})`,
+          );
         break;
       case 'warning':
         this.line(`warning: ${e.message}`);
@@ -146,12 +161,16 @@ export async function heldOutEm(runDir: string): Promise<{ before?: HeldOut; aft
     try {
       const m = JSON.parse(line);
       if (typeof m['val/em'] !== 'number') continue;
-      const hops = Object.keys(m).flatMap((k) => HOPS_METRICS.hopsOf(k) ?? []).sort((a, b) => a - b);
+      const hops = Object.keys(m)
+        .flatMap((k) => HOPS_METRICS.hopsOf(k) ?? [])
+        .sort((a, b) => a - b);
       const byHops = hops.map((h) => ({
         hops: h,
         em: m[HOPS_METRICS.em(h)] as number,
         searches: m[HOPS_METRICS.searches(h)] as number | undefined,
-        ...(typeof m[HOPS_METRICS.retrieved(h)] === 'number' ? { retrieved: m[HOPS_METRICS.retrieved(h)] as number } : {}),
+        ...(typeof m[HOPS_METRICS.retrieved(h)] === 'number'
+          ? { retrieved: m[HOPS_METRICS.retrieved(h)] as number }
+          : {}),
         ...(typeof m[HOPS_METRICS.bridge(h)] === 'number' ? { bridge: m[HOPS_METRICS.bridge(h)] as number } : {}),
       }));
       evals.push({ step: m.step, em: m['val/em'], searches: m['val/searches_mean'], byHops });
@@ -188,7 +207,10 @@ export function resumeCommand(runDir: string): string {
   return `search-agent-studio train --resume --run-dir ${shellQuote(runDir)}`;
 }
 
-async function runTraining(req: TrainRequest, log: (s: string) => void): Promise<{ code: number; outcome?: RunOutcome; python?: string }> {
+async function runTraining(
+  req: TrainRequest,
+  log: (s: string) => void,
+): Promise<{ code: number; outcome?: RunOutcome; python?: string }> {
   const runPython = req.resume && req.runDir ? (await readRun(resolve(req.runDir)))?.python : undefined;
   const search = await findPython(cliPythonCandidates(req.python, runPython), req.needs);
   const note = req.python ? undefined : runPythonNote(search, runPython);
@@ -214,7 +236,8 @@ async function runTraining(req: TrainRequest, log: (s: string) => void): Promise
       gpuMemoryBytes: req.gpuMemoryBytes,
       onMemoryCheck: (line) => log(line),
       onTrainerLog: (l) => {
-        if (!req.quiet && /warning|error|Traceback/i.test(l) && !/^\d\d:\d\d:\d\d (?:step|eval)/.test(l)) process.stderr.write(`[trainer] ${l}\n`);
+        if (!req.quiet && /warning|error|Traceback/i.test(l) && !/^\d\d:\d\d:\d\d (?:step|eval)/.test(l))
+          process.stderr.write(`[trainer] ${l}\n`);
       },
     });
   } catch (e) {
@@ -228,7 +251,9 @@ async function runTraining(req: TrainRequest, log: (s: string) => void): Promise
     }
     throw e;
   }
-  log(`run directory: ${relative(process.cwd(), host.runDir) || host.runDir}  (env server ${host.server.url}, trainer pid ${host.trainer.pid}, Python ${search.found.executable})`);
+  log(
+    `run directory: ${relative(process.cwd(), host.runDir) || host.runDir}  (env server ${host.server.url}, trainer pid ${host.trainer.pid}, Python ${search.found.executable})`,
+  );
   let interrupts = 0;
   const onSignal = () => {
     interrupts++;
@@ -248,11 +273,13 @@ async function runTraining(req: TrainRequest, log: (s: string) => void): Promise
   const where = relative(process.cwd(), outcome.runDir) || outcome.runDir;
   if (outcome.status === 'failed') {
     process.stderr.write(`\nthe run failed at step ${outcome.step}: ${outcome.error?.message ?? ''}\n`);
-    if (outcome.error?.traceback) process.stderr.write(`${outcome.error.traceback.trimEnd().split('\n').slice(-12).join('\n')}\n`);
+    if (outcome.error?.traceback)
+      process.stderr.write(`${outcome.error.traceback.trimEnd().split('\n').slice(-12).join('\n')}\n`);
     process.stderr.write(`log: ${join(where, 'logs', 'trainer.log')}\nresume: ${resumeCommand(where)}\n`);
     return { code: 1, outcome };
   }
-  if (outcome.status === 'stopped') log(`stopped at step ${outcome.step} (checkpointed); resume: ${resumeCommand(where)}`);
+  if (outcome.status === 'stopped')
+    log(`stopped at step ${outcome.step} (checkpointed); resume: ${resumeCommand(where)}`);
   return { code: 0, outcome, python: search.found.executable };
 }
 
@@ -281,7 +308,10 @@ async function evalWithoutRetrieval(runDir: string, step: number, python: string
   await writeFile(file, JSON.stringify(cfg, null, 2));
   const host = await RunHost.start({ config: file, runDir: dir, python });
   const outcome = await host.done;
-  if (outcome.status !== 'finished') throw new Error(`the evaluation ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ''} (${join(dir, 'logs', 'trainer.log')})`);
+  if (outcome.status !== 'finished')
+    throw new Error(
+      `the evaluation ${outcome.status}${outcome.error ? `: ${outcome.error.message}` : ''} (${join(dir, 'logs', 'trainer.log')})`,
+    );
   return (await heldOutEm(dir)).before;
 }
 
@@ -289,7 +319,11 @@ async function evalWithoutRetrieval(runDir: string, step: number, python: string
  * The demo's `--seed`: the config with another seed, written (paths made absolute) into the run directory — made here,
  * a fresh one under ./runs unless named — as demo.run.json, which the run then starts from (run.json records it too).
  */
-async function seededConfig(config: string, seed: number, runDir: string | undefined): Promise<{ config: string; runDir: string } | { code: number }> {
+async function seededConfig(
+  config: string,
+  seed: number,
+  runDir: string | undefined,
+): Promise<{ config: string; runDir: string } | { code: number }> {
   let loaded;
   try {
     loaded = await loadRunConfig(config);
@@ -310,7 +344,11 @@ export function demoSummary(em: { before?: HeldOut; after?: HeldOut }, seconds: 
   const hops = (h: HeldOut, detail: boolean) =>
     h.byHops
       .map((b) => {
-        const parts = [`${fmt(b.searches, 2)} searches`, ...(b.bridge === undefined ? [] : [`bridge entity searched ${fmt(b.bridge)}`]), ...(b.retrieved === undefined ? [] : [`answer retrieved ${fmt(b.retrieved)}`])];
+        const parts = [
+          `${fmt(b.searches, 2)} searches`,
+          ...(b.bridge === undefined ? [] : [`bridge entity searched ${fmt(b.bridge)}`]),
+          ...(b.retrieved === undefined ? [] : [`answer retrieved ${fmt(b.retrieved)}`]),
+        ];
         return `${b.hops}-hop ${fmt(b.em)}${detail ? ` (${parts.join(', ')})` : ''}`;
       })
       .join(', ');
@@ -325,23 +363,44 @@ export function demoSummary(em: { before?: HeldOut; after?: HeldOut }, seconds: 
 
 export const trainCommand = defineCommand({
   command: 'train [config]',
-  describe: 'start the env server and the trainer for a run config (Ctrl-C stops after a checkpoint; --resume continues a run)',
+  describe:
+    'start the env server and the trainer for a run config (Ctrl-C stops after a checkpoint; --resume continues a run)',
   builder: (y) =>
     y
       .positional('config', { type: 'string', describe: 'the run config (*.run.json)' })
-      .option('run-dir', { type: 'string', describe: 'the run directory (default: a new one under the config\'s output_dir or ./runs)' })
-      .option('resume', { type: 'boolean', default: false, describe: 'continue the run in --run-dir from its last checkpoint' })
-      .option('python', { type: 'string', describe: 'the trainer\'s Python (the only one tried)' })
-      .option('verl-python', { type: 'string', describe: "engine verl: veRL's Python, tried first (else the config's verl.python, SAS_VERL_PYTHON, .venv-verl)" })
+      .option('run-dir', {
+        type: 'string',
+        describe: "the run directory (default: a new one under the config's output_dir or ./runs)",
+      })
+      .option('resume', {
+        type: 'boolean',
+        default: false,
+        describe: 'continue the run in --run-dir from its last checkpoint',
+      })
+      .option('python', { type: 'string', describe: "the trainer's Python (the only one tried)" })
+      .option('verl-python', {
+        type: 'string',
+        describe:
+          "engine verl: veRL's Python, tried first (else the config's verl.python, SAS_VERL_PYTHON, .venv-verl)",
+      })
       .option('port', { type: 'number', default: 0, describe: 'env server port on 127.0.0.1 (0: any free port)' })
       .option('quiet', { type: 'boolean', default: false, describe: 'print only warnings, errors and the result' })
-      .option('force', { type: 'boolean', default: false, describe: 'start even when the memory plan says the run does not fit the GPU (search-agent-studio plan)' })
-      .option('gpu-memory', { type: 'string', describe: "the GPU's memory for the memory plan (default: what the trainer's Python reports, else 80GiB)" })
+      .option('force', {
+        type: 'boolean',
+        default: false,
+        describe: 'start even when the memory plan says the run does not fit the GPU (search-agent-studio plan)',
+      })
+      .option('gpu-memory', {
+        type: 'string',
+        describe: "the GPU's memory for the memory plan (default: what the trainer's Python reports, else 80GiB)",
+      })
       .example('$0 train examples/demo.run.json', 'train the demo config')
       .example('$0 train --resume --run-dir runs/demo-20260101-120000', 'continue a stopped run'),
   run: async (a) => {
-    if (a.resume ? !a['run-dir'] || a.config : !a.config) throw new UsageError(a.resume ? '--resume needs --run-dir and no config' : 'name one run config');
-    if (!Number.isInteger(a.port) || a.port < 0 || a.port > 65535) throw new UsageError(`--port must be an integer in 0..65535, got ${a.port}`);
+    if (a.resume ? !a['run-dir'] || a.config : !a.config)
+      throw new UsageError(a.resume ? '--resume needs --run-dir and no config' : 'name one run config');
+    if (!Number.isInteger(a.port) || a.port < 0 || a.port > 65535)
+      throw new UsageError(`--port must be an integer in 0..65535, got ${a.port}`);
     let gpuMemoryBytes: number | undefined;
     try {
       gpuMemoryBytes = a['gpu-memory'] === undefined ? undefined : parseBytes(a['gpu-memory']);
@@ -349,10 +408,27 @@ export const trainCommand = defineCommand({
       throw new UsageError((e as Error).message);
     }
     const needs = await runNeeds({ config: a.config, runDir: a['run-dir'], resume: a.resume });
-    const { code, outcome } = await runTraining({ config: a.config, needs, runDir: a['run-dir'], resume: a.resume, python: a.python, verlPython: a['verl-python'], port: a.port, quiet: a.quiet, force: a.force, gpuMemoryBytes }, (s) => console.log(s));
+    const { code, outcome } = await runTraining(
+      {
+        config: a.config,
+        needs,
+        runDir: a['run-dir'],
+        resume: a.resume,
+        python: a.python,
+        verlPython: a['verl-python'],
+        port: a.port,
+        quiet: a.quiet,
+        force: a.force,
+        gpuMemoryBytes,
+      },
+      (s) => console.log(s),
+    );
     if (outcome && outcome.status !== 'failed') {
       const em = await heldOutEm(outcome.runDir);
-      if (em.before || em.after) console.log(`held-out exact match: ${fmt(em.before?.em)} before → ${fmt(em.after?.em)} after (step ${em.after?.step ?? em.before?.step})`);
+      if (em.before || em.after)
+        console.log(
+          `held-out exact match: ${fmt(em.before?.em)} before → ${fmt(em.after?.em)} after (step ${em.after?.step ?? em.before?.step})`,
+        );
     }
     return code;
   },
@@ -365,19 +441,29 @@ export const trainCommand = defineCommand({
  */
 export const demoCommand = defineCommand({
   command: 'demo',
-  describe: 'the main job on the embedded defaults: train a tiny search agent on the two-hop demo world (CPU, about 14 minutes on 2 cores); prints held-out exact match before and after, by hops, and with retrieval off',
+  describe:
+    'the main job on the embedded defaults: train a tiny search agent on the two-hop demo world (CPU, about 14 minutes on 2 cores); prints held-out exact match before and after, by hops, and with retrieval off',
   builder: (y) =>
     y
       .option('run-dir', { type: 'string', describe: 'the run directory (default: a new one under ./runs)' })
-      .option('python', { type: 'string', describe: 'the trainer\'s Python (the only one tried)' })
-      .option('config', { type: 'string', describe: 'another run config instead of examples/demo-multihop.run.json (examples/demo.run.json: the one-hop demo, under 10 minutes on 2 cores)' })
-      .option('seed', { type: 'number', describe: "the run's seed instead of the config's (the config with it is written to the run directory as demo.run.json)" })
+      .option('python', { type: 'string', describe: "the trainer's Python (the only one tried)" })
+      .option('config', {
+        type: 'string',
+        describe:
+          'another run config instead of examples/demo-multihop.run.json (examples/demo.run.json: the one-hop demo, under 10 minutes on 2 cores)',
+      })
+      .option('seed', {
+        type: 'number',
+        describe:
+          "the run's seed instead of the config's (the config with it is written to the run directory as demo.run.json)",
+      })
       .option('quiet', { type: 'boolean', default: false, describe: 'print only warnings, errors and the result' })
       .example('$0 demo', 'the two-hop recipe, seed 1')
       .example('$0 demo --seed 2', 'the same recipe with another seed')
       .example('$0 demo --config examples/demo.run.json', 'the one-hop demo'),
   run: async (a) => {
-    if (a.seed !== undefined && (!Number.isSafeInteger(a.seed) || a.seed < 0)) throw new UsageError(`--seed must be a non-negative integer, got ${a.seed}`);
+    if (a.seed !== undefined && (!Number.isSafeInteger(a.seed) || a.seed < 0))
+      throw new UsageError(`--seed must be a non-negative integer, got ${a.seed}`);
     let config = a.config ?? join(packageRoot(), 'examples', 'demo-multihop.run.json');
     let runDir = a['run-dir'];
     if (a.seed !== undefined) {
@@ -385,17 +471,26 @@ export const demoCommand = defineCommand({
       if ('code' in derived) return derived.code;
       ({ config, runDir } = derived);
     }
-    console.log('The demo: a tiny policy learns, on CPU, to search a corpus of invented facts (BM25) and answer from what it finds;');
-    console.log('a short supervised warm start teaches it the tags only (random queries and answers), then GRPO on exact match.');
+    console.log(
+      'The demo: a tiny policy learns, on CPU, to search a corpus of invented facts (BM25) and answer from what it finds;',
+    );
+    console.log(
+      'a short supervised warm start teaches it the tags only (random queries and answers), then GRPO on exact match.',
+    );
     const t0 = Date.now();
     const needs = await runNeeds({ config });
-    const { code, outcome, python } = await runTraining({ config, needs, runDir, resume: false, python: a.python, port: 0, quiet: a.quiet }, (s) => console.log(s));
+    const { code, outcome, python } = await runTraining(
+      { config, needs, runDir, resume: false, python: a.python, port: 0, quiet: a.quiet },
+      (s) => console.log(s),
+    );
     if (!outcome || outcome.status === 'failed' || !python) return code || 1;
     const trained = Date.now();
     const em = await heldOutEm(outcome.runDir);
     let blind: HeldOut | undefined;
     if (outcome.status === 'finished') {
-      console.log('checking the trained policy with /retrieve returning nothing (it should not know the invented answers)…');
+      console.log(
+        'checking the trained policy with /retrieve returning nothing (it should not know the invented answers)…',
+      );
       blind = await evalWithoutRetrieval(outcome.runDir, outcome.step, python).catch((e: Error) => {
         process.stderr.write(`the no-retrieval check failed: ${e.message}\n`);
         return undefined;

@@ -3,7 +3,7 @@
  * against the trainer's minimums, until the first usable one. The CLI prints it; the editor shows it as a report.
  */
 import { asVerlPython, VERL_VERSION } from './host/verl';
-import { probePython, TRAINER_MINIMUM, versionAtLeast, type PythonProbe, type TrainerNeeds } from './python';
+import { type PythonProbe, probePython, TRAINER_MINIMUM, type TrainerNeeds, versionAtLeast } from './python';
 
 export interface DoctorReport {
   lines: string[];
@@ -20,27 +20,44 @@ function optionalLine(name: 'transformers' | 'peft', found: string | null | unde
 
 /** One candidate, as the doctor prints it. */
 export function describeProbe(p: PythonProbe): string {
-  if (!p.ok) return `  ✗ ${p.executable}: ${p.error ?? 'unusable'}${p.python ? ` (Python ${p.python}${p.torch ? `, torch ${p.torch}` : ''})` : ''}`;
+  if (!p.ok)
+    return `  ✗ ${p.executable}: ${p.error ?? 'unusable'}${p.python ? ` (Python ${p.python}${p.torch ? `, torch ${p.torch}` : ''})` : ''}`;
   const gpu = p.cuda ? `CUDA (${(p.cudaDevices ?? []).join(', ')})` : 'CPU only';
-  const trl = p.trl ? `trl ${p.trl}, ${p.deepspeed ? `DeepSpeed ${p.deepspeed}` : 'DeepSpeed not installed (ZeRO launches only: pip install -r trainer/requirements-trl-deepspeed.txt)'}` : 'trl not installed (engine "trl": pip install -r trainer/requirements-trl.txt)';
-  return [`  ✓ ${p.executable}: Python ${p.python}, torch ${p.torch}, ${gpu}`, `    ${optionalLine('transformers', p.transformers, 'Hugging Face models')}, ${optionalLine('peft', p.peft, 'LoRA')}`, `    ${trl}`].join('\n');
+  const trl = p.trl
+    ? `trl ${p.trl}, ${p.deepspeed ? `DeepSpeed ${p.deepspeed}` : 'DeepSpeed not installed (ZeRO launches only: pip install -r trainer/requirements-trl-deepspeed.txt)'}`
+    : 'trl not installed (engine "trl": pip install -r trainer/requirements-trl.txt)';
+  return [
+    `  ✓ ${p.executable}: Python ${p.python}, torch ${p.torch}, ${gpu}`,
+    `    ${optionalLine('transformers', p.transformers, 'Hugging Face models')}, ${optionalLine('peft', p.peft, 'LoRA')}`,
+    `    ${trl}`,
+  ].join('\n');
 }
 
 /** veRL's Python (engine "verl"), as the doctor prints it: veRL, vLLM, and the attention its FSDP models will use. */
 export function describeVerlProbe(p: PythonProbe): string {
   if (!p.ok) return `  ✗ ${p.executable}: ${p.error ?? 'unusable'}`;
   const gpu = p.cuda ? `CUDA (${(p.cudaDevices ?? []).join(', ')})` : 'CPU only';
-  const vllm = p.vllm ? `vLLM ${p.vllm}` : 'vLLM not installed (rollouts need it on a GPU: bash scripts/setup-verl.sh --gpu)';
+  const vllm = p.vllm
+    ? `vLLM ${p.vllm}`
+    : 'vLLM not installed (rollouts need it on a GPU: bash scripts/setup-verl.sh --gpu)';
   const attention = p.flashAttn
     ? `flash-attn ${p.flashAttn}: the FSDP models use flash_attention_2 (verl.attention auto)`
     : 'flash-attn not installed: the FSDP models use PyTorch’s SDPA (verl.attention auto; PyPI has no flash-attn wheel, flash-attention’s GitHub releases have them per torch/CUDA)';
-  return [`  ✓ ${p.executable}: veRL ${p.verl}, torch ${p.torch}, ${gpu}`, `    ${vllm}`, `    ${attention}`].join('\n');
+  return [`  ✓ ${p.executable}: veRL ${p.verl}, torch ${p.torch}, ${gpu}`, `    ${vllm}`, `    ${attention}`].join(
+    '\n',
+  );
 }
 
 /** Probes `candidates` in order (stopping at the first usable one) and describes each; `header` lines come first.
  * `verlCandidates` (those that exist): veRL's Python too, the first with veRL VERL_VERSION, after the trainer's (it does
  * not decide the report's `found`). */
-export async function doctorReport(candidates: string[], header: string[], needs: TrainerNeeds = {}, onLine?: (line: string) => void, verlCandidates: string[] = []): Promise<DoctorReport> {
+export async function doctorReport(
+  candidates: string[],
+  header: string[],
+  needs: TrainerNeeds = {},
+  onLine?: (line: string) => void,
+  verlCandidates: string[] = [],
+): Promise<DoctorReport> {
   const lines: string[] = [];
   const emit = (l: string) => {
     lines.push(l);

@@ -54,7 +54,12 @@ export const BUILTIN_DATA = {
 export function builtinDataPath(spec: string): string {
   const name = spec.slice('builtin:'.length) as keyof typeof BUILTIN_DATA;
   const file = BUILTIN_DATA[name];
-  if (!file) throw new Error(`unknown built-in data "${spec}"; the built-ins are ${Object.keys(BUILTIN_DATA).map((k) => `builtin:${k}`).join(', ')}`);
+  if (!file)
+    throw new Error(
+      `unknown built-in data "${spec}"; the built-ins are ${Object.keys(BUILTIN_DATA)
+        .map((k) => `builtin:${k}`)
+        .join(', ')}`,
+    );
   return join(packageRoot(), 'examples', file);
 }
 
@@ -75,7 +80,8 @@ export function formerBuiltinName(p: string): string | undefined {
   if (!isAbsolute(p) || existsSync(p)) return undefined;
   const tail = p.replace(/\\/g, '/').replace(/\/+$/, '');
   for (const [name, file] of Object.entries(BUILTIN_DATA)) {
-    if (tail.endsWith(`/examples/${file}`)) return existsSync(join(packageRoot(), 'examples', file)) ? `builtin:${name}` : undefined;
+    if (tail.endsWith(`/examples/${file}`))
+      return existsSync(join(packageRoot(), 'examples', file)) ? `builtin:${name}` : undefined;
   }
   return undefined;
 }

@@ -50,11 +50,15 @@ export function versionAtLeast(version: string, minimum: string): boolean {
  * Why a probed interpreter cannot run the trainer for `needs`, or undefined when it can: torch missing or older
  * than the minimum, or a package the config needs missing or too old (each named with the version found).
  */
-export function unusableBecause(p: Omit<PythonProbe, 'ok' | 'executable'>, needs: TrainerNeeds = {}): string | undefined {
+export function unusableBecause(
+  p: Omit<PythonProbe, 'ok' | 'executable'>,
+  needs: TrainerNeeds = {},
+): string | undefined {
   if (p.error) return p.error;
   if (p.torch === undefined) return 'cannot import torch';
   const problems: string[] = [];
-  if (!versionAtLeast(p.torch, TRAINER_MINIMUM.torch)) problems.push(`torch ${p.torch} is too old (the trainer needs torch ≥ ${TRAINER_MINIMUM.torch})`);
+  if (!versionAtLeast(p.torch, TRAINER_MINIMUM.torch))
+    problems.push(`torch ${p.torch} is too old (the trainer needs torch ≥ ${TRAINER_MINIMUM.torch})`);
   const optional = [
     ['transformers', needs.transformers, 'a Hugging Face model'],
     ['peft', needs.peft, 'LoRA'],
@@ -63,7 +67,8 @@ export function unusableBecause(p: Omit<PythonProbe, 'ok' | 'executable'>, needs
     if (!needed) continue;
     const found = p[name];
     if (!found) problems.push(`${name} is not installed (${why} needs ${name} ≥ ${TRAINER_MINIMUM[name]})`);
-    else if (!versionAtLeast(found, TRAINER_MINIMUM[name])) problems.push(`${name} ${found} is too old (${why} needs ${name} ≥ ${TRAINER_MINIMUM[name]})`);
+    else if (!versionAtLeast(found, TRAINER_MINIMUM[name]))
+      problems.push(`${name} ${found} is too old (${why} needs ${name} ≥ ${TRAINER_MINIMUM[name]})`);
   }
   return problems.length ? problems.join('; ') : undefined;
 }
@@ -115,7 +120,10 @@ print(json.dumps(out))
 `;
 
 /** Runs `executable` to read its versions; `ok` when it can run the trainer for `needs`. */
-export async function probePython(executable: string, options: { needs?: TrainerNeeds; timeoutMs?: number } = {}): Promise<PythonProbe> {
+export async function probePython(
+  executable: string,
+  options: { needs?: TrainerNeeds; timeoutMs?: number } = {},
+): Promise<PythonProbe> {
   const timeoutMs = options.timeoutMs ?? 120_000;
   try {
     const r = await execa(executable, ['-c', PROBE_SCRIPT], { timeout: timeoutMs, reject: false, stdin: 'ignore' });
@@ -135,7 +143,11 @@ export async function probePython(executable: string, options: { needs?: Trainer
     try {
       parsed = JSON.parse(last);
     } catch {
-      return { executable, ok: false, error: `exit ${r.exitCode}: ${(r.stderr || r.stdout).trim().split('\n').slice(-3).join(' | ')}` };
+      return {
+        executable,
+        ok: false,
+        error: `exit ${r.exitCode}: ${(r.stderr || r.stdout).trim().split('\n').slice(-3).join(' | ')}`,
+      };
     }
     const why = unusableBecause(parsed, options.needs);
     return { executable, ...parsed, ok: why === undefined, ...(why ? { error: why } : {}) };
@@ -183,15 +195,29 @@ export async function findPython(candidates: string[], needs: TrainerNeeds = {})
 export function runPythonNote(search: PythonSearch, runPython: string | undefined): string | undefined {
   if (!runPython || !search.found) return undefined;
   const own = search.tried.find((p) => p.executable === runPython);
-  return own?.ok ? `resuming in the Python the run started in: ${runPython}` : `the Python the run started in (${runPython}) is not usable (${own?.error ?? 'not tried'}); resuming in ${search.found.executable}`;
+  return own?.ok
+    ? `resuming in the Python the run started in: ${runPython}`
+    : `the Python the run started in (${runPython}) is not usable (${own?.error ?? 'not tried'}); resuming in ${search.found.executable}`;
 }
 
 /** What the trainer needs, in words: "torch ≥ 2.0, transformers ≥ 4.56". */
 export function needsText(needs: TrainerNeeds = {}): string {
-  return [`torch ≥ ${TRAINER_MINIMUM.torch}`, ...(needs.transformers ? [`transformers ≥ ${TRAINER_MINIMUM.transformers}`] : []), ...(needs.peft ? [`peft ≥ ${TRAINER_MINIMUM.peft}`] : [])].join(', ');
+  return [
+    `torch ≥ ${TRAINER_MINIMUM.torch}`,
+    ...(needs.transformers ? [`transformers ≥ ${TRAINER_MINIMUM.transformers}`] : []),
+    ...(needs.peft ? [`peft ≥ ${TRAINER_MINIMUM.peft}`] : []),
+  ].join(', ');
 }
 
 /** The message when no Python works: what was tried, why each was refused, and `remedy` (what to do). */
-export function noPythonMessage(search: PythonSearch, needs: TrainerNeeds = {}, remedy = 'Run `search-agent-studio setup` (it makes a virtual environment with the pinned torch, transformers and peft), or pass --python to a Python that has them.'): string {
-  return [`${NO_TRAINER_PYTHON} (${needsText(needs)}) was found. Tried:`, ...search.tried.map((p) => `  ${p.executable}: ${p.error ?? 'unusable'}`), remedy].join('\n');
+export function noPythonMessage(
+  search: PythonSearch,
+  needs: TrainerNeeds = {},
+  remedy = 'Run `search-agent-studio setup` (it makes a virtual environment with the pinned torch, transformers and peft), or pass --python to a Python that has them.',
+): string {
+  return [
+    `${NO_TRAINER_PYTHON} (${needsText(needs)}) was found. Tried:`,
+    ...search.tried.map((p) => `  ${p.executable}: ${p.error ?? 'unusable'}`),
+    remedy,
+  ].join('\n');
 }

@@ -73,7 +73,9 @@ export function renderWebviewHtml(options: WebviewHtmlOptions): { html: string; 
     const { href, id } = typeof s === 'string' ? { href: s, id: undefined } : s;
     return `<link rel="stylesheet" href="${escapeHtml(href)}"${id ? ` id="${escapeHtml(id)}"` : ''}>`;
   });
-  const scriptTags = options.scripts.map((src) => `<script type="module" nonce="${escapeHtml(nonce)}" src="${escapeHtml(src)}"></script>`);
+  const scriptTags = options.scripts.map(
+    (src) => `<script type="module" nonce="${escapeHtml(nonce)}" src="${escapeHtml(src)}"></script>`,
+  );
   const html = [
     '<!DOCTYPE html>',
     '<html lang="en">',

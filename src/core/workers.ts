@@ -11,5 +11,8 @@ export function spawnWorker(dir: string, bundle: string, source: string, options
   const bundled = join(dir, bundle);
   if (existsSync(bundled)) return new Worker(bundled, options);
   const register = join(__dirname, '..', '..', 'test', 'register.cjs');
-  return new Worker(`require(${JSON.stringify(register)}); require(${JSON.stringify(join(dir, source))});`, { ...options, eval: true });
+  return new Worker(`require(${JSON.stringify(register)}); require(${JSON.stringify(join(dir, source))});`, {
+    ...options,
+    eval: true,
+  });
 }

@@ -22,7 +22,9 @@ export function activate(context: vscode.ExtensionContext): void {
   const log = vscode.window.createOutputChannel('Search Agent Studio', { log: true });
   context.subscriptions.push(log);
   const version = String(context.extension.packageJSON.version);
-  log.info(`Search Agent Studio ${version} activated (VS Code ${vscode.version}, workspace ${vscode.workspace.isTrusted ? 'trusted' : 'untrusted'})`);
+  log.info(
+    `Search Agent Studio ${version} activated (VS Code ${vscode.version}, workspace ${vscode.workspace.isTrusted ? 'trusted' : 'untrusted'})`,
+  );
 
   const status = vscode.window.createStatusBarItem('searchAgent.status', vscode.StatusBarAlignment.Left, 10);
   status.name = 'Search Agent Studio';
@@ -37,14 +39,21 @@ export function activate(context: vscode.ExtensionContext): void {
   // The Search Agent item says what runs (never "no training run" while one does).
   const describe = () => {
     const s = training.live;
-    status.tooltip = s ? `Search Agent Studio: training ${s.id} — ${liveSummary(s)}` : 'Search Agent Studio: no training run';
+    status.tooltip = s
+      ? `Search Agent Studio: training ${s.id} — ${liveSummary(s)}`
+      : 'Search Agent Studio: no training run';
   };
   context.subscriptions.push(training.onDidChange(describe));
   describe();
   const replay = new ReplayPanel(context, log);
   replayPanel = replay;
   const inspector = new Inspector(context, replay, log, () => training.runsParents());
-  context.subscriptions.push(replay, inspector, registerOpenRunFolder(context, inspector, log), new GroupsPanel(context, log, () => training.runsParents()));
+  context.subscriptions.push(
+    replay,
+    inspector,
+    registerOpenRunFolder(context, inspector, log),
+    new GroupsPanel(context, log, () => training.runsParents()),
+  );
 
   context.subscriptions.push(
     ...registerWalkthrough(context),

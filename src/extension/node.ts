@@ -5,7 +5,9 @@
 import * as vscode from 'vscode';
 
 export function nodeCommand(): { file: string; env: NodeJS.ProcessEnv } {
-  const configured = vscode.workspace.isTrusted ? vscode.workspace.getConfiguration('searchAgent').get<string>('nodePath') : '';
+  const configured = vscode.workspace.isTrusted
+    ? vscode.workspace.getConfiguration('searchAgent').get<string>('nodePath')
+    : '';
   if (configured) return { file: configured, env: { ...process.env } };
   return { file: process.execPath, env: { ...process.env, ELECTRON_RUN_AS_NODE: '1' } };
 }

@@ -5,7 +5,7 @@
  * positions. Hover text is built with `appendText` (model and document text is never markdown or HTML).
  */
 import * as vscode from 'vscode';
-import { TrajectoryDocument, type DocumentOptions, type OutlineKind, type OutlineNode } from '../core/tags/document';
+import { type DocumentOptions, type OutlineKind, type OutlineNode, TrajectoryDocument } from '../core/tags/document';
 import { trajectoryReadOptions } from './trajectorySettings';
 
 export const LANGUAGE_ID = 'search-trajectory';
@@ -46,7 +46,11 @@ export class TrajectoryLanguage implements vscode.Disposable {
       vscode.workspace.onDidChangeTextDocument((e) => this.schedule(e.document, DEBOUNCE_MS)),
       vscode.workspace.onDidCloseTextDocument((d) => this.forget(d)),
       vscode.languages.registerFoldingRangeProvider(selector, { provideFoldingRanges: (d) => this.folding(d) }),
-      vscode.languages.registerDocumentSymbolProvider(selector, { provideDocumentSymbols: (d) => this.symbols(d) }, { label: 'Turns' }),
+      vscode.languages.registerDocumentSymbolProvider(
+        selector,
+        { provideDocumentSymbols: (d) => this.symbols(d) },
+        { label: 'Turns' },
+      ),
       vscode.languages.registerHoverProvider(selector, { provideHover: (d, p) => this.hover(d, p) }),
       vscode.workspace.onDidChangeConfiguration((e) => {
         if (!e.affectsConfiguration('searchAgent.trajectory')) return;
@@ -64,9 +68,14 @@ export class TrajectoryLanguage implements vscode.Disposable {
     const known = this.analyses.get(key);
     if (known?.version === document.version) return known.model;
     const t0 = Date.now();
-    const model = (known?.model ?? new TrajectoryDocument('', this.documentOptions(document))).update(document.getText());
+    const model = (known?.model ?? new TrajectoryDocument('', this.documentOptions(document))).update(
+      document.getText(),
+    );
     const ms = Date.now() - t0;
-    if (ms > 200) this.log.info(`parsed ${document.uri.fsPath} (${document.getText().length} chars, ${model.parsedLastUpdate} conversations re-parsed) in ${ms} ms`);
+    if (ms > 200)
+      this.log.info(
+        `parsed ${document.uri.fsPath} (${document.getText().length} chars, ${model.parsedLastUpdate} conversations re-parsed) in ${ms} ms`,
+      );
     this.analyses.set(key, { version: document.version, model });
     return model;
   }
@@ -97,7 +106,11 @@ export class TrajectoryLanguage implements vscode.Disposable {
     this.diagnostics.set(
       document.uri,
       model.diagnostics().map((d) => {
-        const diag = new vscode.Diagnostic(new vscode.Range(document.positionAt(d.start), document.positionAt(d.end)), d.message, SEVERITY[d.severity]);
+        const diag = new vscode.Diagnostic(
+          new vscode.Range(document.positionAt(d.start), document.positionAt(d.end)),
+          d.message,
+          SEVERITY[d.severity],
+        );
         diag.source = 'search-trajectory';
         diag.code = d.code;
         return diag;
@@ -118,7 +131,14 @@ export class TrajectoryLanguage implements vscode.Disposable {
     for (const s of this.analyze(document).foldingSpans()) {
       const start = document.positionAt(s.start).line;
       const end = document.positionAt(Math.max(s.start, s.end - 1)).line;
-      if (end > start) ranges.push(new vscode.FoldingRange(start, end, s.kind === 'comment' ? vscode.FoldingRangeKind.Comment : vscode.FoldingRangeKind.Region));
+      if (end > start)
+        ranges.push(
+          new vscode.FoldingRange(
+            start,
+            end,
+            s.kind === 'comment' ? vscode.FoldingRangeKind.Comment : vscode.FoldingRangeKind.Region,
+          ),
+        );
     }
     return ranges;
   }
@@ -127,8 +147,17 @@ export class TrajectoryLanguage implements vscode.Disposable {
     const range = (a: number, b: number) => new vscode.Range(document.positionAt(a), document.positionAt(b));
     const toSymbol = (n: OutlineNode): vscode.DocumentSymbol => {
       const full = range(n.start, n.end);
-      const selection = range(Math.max(n.start, n.selectionStart), Math.min(n.end, Math.max(n.selectionStart, n.selectionEnd)));
-      const symbol = new vscode.DocumentSymbol(n.name, n.detail, SYMBOL_KIND[n.kind], full, full.contains(selection) ? selection : full);
+      const selection = range(
+        Math.max(n.start, n.selectionStart),
+        Math.min(n.end, Math.max(n.selectionStart, n.selectionEnd)),
+      );
+      const symbol = new vscode.DocumentSymbol(
+        n.name,
+        n.detail,
+        SYMBOL_KIND[n.kind],
+        full,
+        full.contains(selection) ? selection : full,
+      );
       symbol.children = n.children.map(toSymbol);
       return symbol;
     };
@@ -156,7 +185,11 @@ export class TrajectoryLanguage implements vscode.Disposable {
     }
     md.appendMarkdown('\n\n');
     if (info.docs.length === 0) {
-      md.appendText(info.dialect === 'searchr1' ? 'No documents came back (no <information> block after this search).' : 'No documents came back (no tool response answered this call).');
+      md.appendText(
+        info.dialect === 'searchr1'
+          ? 'No documents came back (no <information> block after this search).'
+          : 'No documents came back (no tool response answered this call).',
+      );
     }
     for (const d of info.docs.slice(0, 10)) {
       md.appendMarkdown('---\n\n**');

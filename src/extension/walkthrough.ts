@@ -14,7 +14,9 @@ export const WALKTHROUGH_ID = 'searchAgent.gettingStarted';
 export function registerWalkthrough(context: vscode.ExtensionContext): vscode.Disposable[] {
   const id = `${context.extension.id}#${WALKTHROUGH_ID}`;
   return [
-    vscode.commands.registerCommand('searchAgent.showWelcome', () => vscode.commands.executeCommand('workbench.action.openWalkthrough', id, false)),
+    vscode.commands.registerCommand('searchAgent.showWelcome', () =>
+      vscode.commands.executeCommand('workbench.action.openWalkthrough', id, false),
+    ),
     vscode.commands.registerCommand('searchAgent.openDemo', () => openDemo(context)),
     vscode.commands.registerCommand('searchAgent.openDocs', (name?: string) => openDocs(context, name)),
   ];
@@ -29,11 +31,14 @@ export function registerWalkthrough(context: vscode.ExtensionContext): vscode.Di
 async function openDemo(context: vscode.ExtensionContext): Promise<vscode.Uri | undefined> {
   const folder = vscode.workspace.workspaceFolders?.[0];
   if (!folder) {
-    void vscode.window.showWarningMessage('Search Agent: open a folder first; the demo config and its runs live in it.', 'Open Folder…').then((b) => b && vscode.commands.executeCommand('workbench.action.files.openFolder'));
+    void vscode.window
+      .showWarningMessage('Search Agent: open a folder first; the demo config and its runs live in it.', 'Open Folder…')
+      .then((b) => b && vscode.commands.executeCommand('workbench.action.files.openFolder'));
     return undefined;
   }
   const target = join(folder.uri.fsPath, 'demo.run.json');
-  if (!existsSync(target)) await copyFile(join(context.extensionUri.fsPath, 'examples', 'demo-multihop.run.json'), target);
+  if (!existsSync(target))
+    await copyFile(join(context.extensionUri.fsPath, 'examples', 'demo-multihop.run.json'), target);
   const uri = vscode.Uri.file(target);
   await vscode.window.showTextDocument(uri);
   return uri;

@@ -4,7 +4,7 @@
  * protocol's ready handshake), and a typed endpoint wired to the panel's message channel.
  */
 import * as vscode from 'vscode';
-import { hostEndpoint, type Contract, type HostEndpoint, type WebviewName } from '../core/protocol/messaging';
+import { type Contract, type HostEndpoint, hostEndpoint, type WebviewName } from '../core/protocol/messaging';
 import { renderWebviewHtml } from '../core/webviewHtml';
 
 export interface WebviewPanelSpec {
@@ -31,8 +31,14 @@ export function webviewOptions(extensionUri: vscode.Uri): vscode.WebviewOptions 
 }
 
 /** Sets a webview's HTML for the bundle `dist/webview/<name>.js` (+ `.css`), shared CSS and the codicons. */
-export function setWebviewHtml(webview: vscode.Webview, extensionUri: vscode.Uri, name: WebviewName, title: string): string {
-  const uri = (...segments: string[]) => webview.asWebviewUri(vscode.Uri.joinPath(extensionUri, ...segments)).toString();
+export function setWebviewHtml(
+  webview: vscode.Webview,
+  extensionUri: vscode.Uri,
+  name: WebviewName,
+  title: string,
+): string {
+  const uri = (...segments: string[]) =>
+    webview.asWebviewUri(vscode.Uri.joinPath(extensionUri, ...segments)).toString();
   const { html, nonce } = renderWebviewHtml({
     title,
     webview: name,
@@ -68,7 +74,11 @@ export function openWebviewPanel<C extends Contract>(
 }
 
 /** A typed endpoint over a webview's message channel (listening starts before any HTML is set). */
-export function connectWebview<C extends Contract>(webview: vscode.Webview, name: WebviewName, log: vscode.LogOutputChannel): HostEndpoint<C> {
+export function connectWebview<C extends Contract>(
+  webview: vscode.Webview,
+  name: WebviewName,
+  log: vscode.LogOutputChannel,
+): HostEndpoint<C> {
   return hostEndpoint<C>(
     name,
     {

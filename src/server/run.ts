@@ -20,7 +20,13 @@ import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { isAlive } from '../core/host/processes';
 import { demoCorpusPath } from '../core/paths';
-import { Bm25Retriever, DenseRetriever, NullRetriever, RemoteRetriever, type Retriever } from '../core/retrieval/retriever';
+import {
+  Bm25Retriever,
+  DenseRetriever,
+  NullRetriever,
+  RemoteRetriever,
+  type Retriever,
+} from '../core/retrieval/retriever';
 import { openReward } from '../core/rewards/scoring';
 import { VERSION } from '../core/version';
 import { startEnvServer } from './server';
@@ -29,33 +35,62 @@ import { startEnvServer } from './server';
 export const SERVE_OPTIONS = {
   port: { type: 'string', default: '0', describe: 'port on 127.0.0.1 (0: any free port)' },
   topk: { type: 'string', default: '3', describe: 'documents per query when a request names none' },
-  retriever: { type: 'string', describe: 'bm25 | dense | remote | none (none: no documents, the ablation); default from the other options' },
+  retriever: {
+    type: 'string',
+    describe: 'bm25 | dense | remote | none (none: no documents, the ablation); default from the other options',
+  },
   index: { type: 'string', describe: 'a built index directory (bm25 or dense)' },
   corpus: { type: 'string', describe: 'a JSONL corpus ({id, contents}); BM25 indexes it once into a cache' },
   model: { type: 'string', describe: 'dense: the E5 encoder directory (model.onnx + tokenizer.json)' },
   url: { type: 'string', describe: 'remote: a Search-R1-compatible /retrieve URL' },
   scan: { type: 'string', default: 'onnx', describe: 'dense scan implementation: onnx | js' },
   workers: { type: 'string', describe: 'BM25 search threads sharing one index (default: the cores)' },
-  reward: { type: 'string', default: 'builtin:em', describe: 'the reward module /reward scores with (a *.reward.ts or builtin:NAME)' },
+  reward: {
+    type: 'string',
+    default: 'builtin:em',
+    describe: 'the reward module /reward scores with (a *.reward.ts or builtin:NAME)',
+  },
   'reward-timeout': { type: 'string', default: '2000', describe: 'time limit per reward item (ms)' },
-  'reward-batch-timeout': { type: 'string', default: '120000', describe: 'time limit per /reward request (ms; keep it under the trainer\'s 300 s)' },
+  'reward-batch-timeout': {
+    type: 'string',
+    default: '120000',
+    describe: "time limit per /reward request (ms; keep it under the trainer's 300 s)",
+  },
 } as const;
 
-export type ServeValues = { [K in keyof typeof SERVE_OPTIONS]: (typeof SERVE_OPTIONS)[K] extends { default: string } ? string : string | undefined };
+export type ServeValues = {
+  [K in keyof typeof SERVE_OPTIONS]: (typeof SERVE_OPTIONS)[K] extends { default: string }
+    ? string
+    : string | undefined;
+};
 
-const OPTIONS = Object.fromEntries(Object.entries(SERVE_OPTIONS).map(([k, o]) => [k, { type: o.type, ...('default' in o ? { default: o.default } : {}) }])) as { [K in keyof typeof SERVE_OPTIONS]: Omit<(typeof SERVE_OPTIONS)[K], 'describe'> };
+const OPTIONS = Object.fromEntries(
+  Object.entries(SERVE_OPTIONS).map(([k, o]) => [
+    k,
+    { type: o.type, ...('default' in o ? { default: o.default } : {}) },
+  ]),
+) as { [K in keyof typeof SERVE_OPTIONS]: Omit<(typeof SERVE_OPTIONS)[K], 'describe'> };
 
 export class UsageError extends Error {}
 
 function int(name: string, value: string, min: number, max: number): number {
   const n = Number(value);
-  if (!Number.isInteger(n) || n < min || n > max) throw new UsageError(`--${name} must be an integer in ${min}..${max}, got ${value}`);
+  if (!Number.isInteger(n) || n < min || n > max)
+    throw new UsageError(`--${name} must be an integer in ${min}..${max}, got ${value}`);
   return n;
 }
 
 /** The retriever a command line asks for. */
 export async function retrieverFromArgs(
-  values: { retriever?: string; index?: string; corpus?: string; model?: string; url?: string; scan?: string; workers?: string },
+  values: {
+    retriever?: string;
+    index?: string;
+    corpus?: string;
+    model?: string;
+    url?: string;
+    scan?: string;
+    workers?: string;
+  },
   log: (l: string) => void,
 ): Promise<Retriever> {
   let kind = values.retriever;
@@ -75,8 +110,12 @@ export async function retrieverFromArgs(
       return Bm25Retriever.forCorpus(values.corpus ?? demoCorpusPath(), { log, workers });
     }
     case 'dense':
-      if (!values.index || !values.model) throw new UsageError('--retriever dense needs --index DIR (built with `search-agent-studio index --kind dense`) and --model DIR (model.onnx + tokenizer.json)');
-      if (values.scan !== 'onnx' && values.scan !== 'js') throw new UsageError(`--scan must be onnx or js, got ${values.scan}`);
+      if (!values.index || !values.model)
+        throw new UsageError(
+          '--retriever dense needs --index DIR (built with `search-agent-studio index --kind dense`) and --model DIR (model.onnx + tokenizer.json)',
+        );
+      if (values.scan !== 'onnx' && values.scan !== 'js')
+        throw new UsageError(`--scan must be onnx or js, got ${values.scan}`);
       return DenseRetriever.open(values.index, values.model, { log, scan: values.scan });
     case 'remote':
       if (!values.url) throw new UsageError('--retriever remote needs --url http://host:port/retrieve');
@@ -102,14 +141,26 @@ export async function serve(values: ServeValues): Promise<void> {
   for (const stream of [process.stdout, process.stderr]) stream.on('error', () => undefined);
   // The reward module first: one that does not compile is refused before the retriever's threads start (which would
   // keep the process alive after the error).
-  const limits = { itemTimeoutMs: int('reward-timeout', values['reward-timeout'], 1, 600_000), batchTimeoutMs: int('reward-batch-timeout', values['reward-batch-timeout'], 1, 3_600_000) };
-  const opened = await openReward(values.reward, { ...limits, onLog: (l) => log(`[reward] ${l}`) }).catch((e: Error) => {
-    throw new UsageError(`--reward ${values.reward}: ${e.message}`);
-  });
+  const limits = {
+    itemTimeoutMs: int('reward-timeout', values['reward-timeout'], 1, 600_000),
+    batchTimeoutMs: int('reward-batch-timeout', values['reward-batch-timeout'], 1, 3_600_000),
+  };
+  const opened = await openReward(values.reward, { ...limits, onLog: (l) => log(`[reward] ${l}`) }).catch(
+    (e: Error) => {
+      throw new UsageError(`--reward ${values.reward}: ${e.message}`);
+    },
+  );
   const retriever = await retrieverFromArgs(values, log);
   log(`retriever: ${JSON.stringify(retriever.describe())}`);
   log(`reward: ${values.reward} (${opened.compiled.file})`);
-  const server = await startEnvServer({ port, version: VERSION, log, retriever, defaultTopk, reward: { name: values.reward, file: opened.compiled.file, sandbox: opened.sandbox } });
+  const server = await startEnvServer({
+    port,
+    version: VERSION,
+    log,
+    retriever,
+    defaultTopk,
+    reward: { name: values.reward, file: opened.compiled.file, sandbox: opened.sandbox },
+  });
   process.stdout.write(`${JSON.stringify({ event: 'listening', port: server.port })}\n`);
   const stop = (signal: string) => {
     log(`${signal}: closing`);
@@ -135,7 +186,11 @@ export async function serve(values: ServeValues): Promise<void> {
   });
   const idleMs = Number(process.env.SAS_ORPHAN_IDLE_MS ?? 15_000);
   watchParent(() => {
-    log(clients.size ? `the host process has gone: closing once its clients (${[...clients].join(', ')}) have exited` : `the host process has gone: closing once idle for ${idleMs / 1000} s`);
+    log(
+      clients.size
+        ? `the host process has gone: closing once its clients (${[...clients].join(', ')}) have exited`
+        : `the host process has gone: closing once idle for ${idleMs / 1000} s`,
+    );
     const timer = setInterval(() => {
       if (inFlight > 0) return;
       const done = clients.size ? [...clients].every((pid) => !isAlive(pid)) : Date.now() - lastRequest >= idleMs;

@@ -6,12 +6,12 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { RemoteRetrieverError, type Retriever } from '../core/retrieval/retriever';
 import { makeTrajectory } from '../core/rewards/api';
-import type { Dialect } from '../core/tags/parser';
-import { spansFromWire, type ResponseSpan } from '../core/tags/spans';
-import { parseDialectName } from '../core/tags/trajectory';
 import { answerIn, em, f1 } from '../core/rewards/normalize';
 import type { RewardItem, RewardSandbox } from '../core/rewards/sandbox';
-import { describeValue, depthMessage, MAX_JSON_DEPTH, nestsDeeperThan } from '../core/schema/bounds';
+import { depthMessage, describeValue, MAX_JSON_DEPTH, nestsDeeperThan } from '../core/schema/bounds';
+import type { Dialect } from '../core/tags/parser';
+import { type ResponseSpan, spansFromWire } from '../core/tags/spans';
+import { parseDialectName } from '../core/tags/trajectory';
 import { HttpError, readJson, sendJson } from './http';
 
 export interface EnvServerOptions {
@@ -43,32 +43,51 @@ export interface EnvServerOptions {
 
 /** Validates a /reward body; errors name the field. */
 export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[] {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HttpError(400, 'body: expected a JSON object {items: [...]}');
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new HttpError(400, 'body: expected a JSON object {items: [...]}');
   const items = (body as { items?: unknown }).items;
-  if (!Array.isArray(items)) throw new HttpError(400, `items: expected an array, got ${items === undefined ? 'nothing' : typeof items}`);
-  if (items.length > maxItems) throw new HttpError(400, `items: ${items.length} items; at most ${maxItems} per request`);
+  if (!Array.isArray(items))
+    throw new HttpError(400, `items: expected an array, got ${items === undefined ? 'nothing' : typeof items}`);
+  if (items.length > maxItems)
+    throw new HttpError(400, `items: ${items.length} items; at most ${maxItems} per request`);
   return items.map((raw, i) => {
     const at = `items[${i}]`;
-    if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new HttpError(400, `${at}: expected an object {response, prompt?, golden, data_source?, meta?, dialect?, search_tool?, strict_actions?, spans?}`);
+    if (typeof raw !== 'object' || raw === null || Array.isArray(raw))
+      throw new HttpError(
+        400,
+        `${at}: expected an object {response, prompt?, golden, data_source?, meta?, dialect?, search_tool?, strict_actions?, spans?}`,
+      );
     const it = raw as Record<string, unknown>;
-    if (typeof it.response !== 'string') throw new HttpError(400, `${at}.response: expected a string, got ${it.response === undefined ? 'nothing' : typeof it.response}`);
-    if (it.prompt !== undefined && typeof it.prompt !== 'string') throw new HttpError(400, `${at}.prompt: expected a string`);
-    if (!Array.isArray(it.golden) || it.golden.some((g) => typeof g !== 'string')) throw new HttpError(400, `${at}.golden: expected an array of strings`);
-    if (it.data_source !== undefined && typeof it.data_source !== 'string') throw new HttpError(400, `${at}.data_source: expected a string`);
-    if (it.meta !== undefined && (typeof it.meta !== 'object' || it.meta === null || Array.isArray(it.meta))) throw new HttpError(400, `${at}.meta: expected an object, got ${describeValue(it.meta)}`);
+    if (typeof it.response !== 'string')
+      throw new HttpError(
+        400,
+        `${at}.response: expected a string, got ${it.response === undefined ? 'nothing' : typeof it.response}`,
+      );
+    if (it.prompt !== undefined && typeof it.prompt !== 'string')
+      throw new HttpError(400, `${at}.prompt: expected a string`);
+    if (!Array.isArray(it.golden) || it.golden.some((g) => typeof g !== 'string'))
+      throw new HttpError(400, `${at}.golden: expected an array of strings`);
+    if (it.data_source !== undefined && typeof it.data_source !== 'string')
+      throw new HttpError(400, `${at}.data_source: expected a string`);
+    if (it.meta !== undefined && (typeof it.meta !== 'object' || it.meta === null || Array.isArray(it.meta)))
+      throw new HttpError(400, `${at}.meta: expected an object, got ${describeValue(it.meta)}`);
     // meta goes to a worker by structured clone, which recurses: a deep one would kill the process.
-    if (it.meta !== undefined && nestsDeeperThan(it.meta, MAX_JSON_DEPTH)) throw new HttpError(400, depthMessage(`${at}.meta`));
-    if (it.question !== undefined && typeof it.question !== 'string') throw new HttpError(400, `${at}.question: expected a string`);
+    if (it.meta !== undefined && nestsDeeperThan(it.meta, MAX_JSON_DEPTH))
+      throw new HttpError(400, depthMessage(`${at}.meta`));
+    if (it.question !== undefined && typeof it.question !== 'string')
+      throw new HttpError(400, `${at}.question: expected a string`);
     const dialect = parseDialectName(it.dialect);
     if (typeof dialect === 'object') throw new HttpError(400, `${at}.dialect: ${dialect.error}`);
-    if (it.search_tool !== undefined && (typeof it.search_tool !== 'string' || !it.search_tool.trim())) throw new HttpError(400, `${at}.search_tool: expected a tool name`);
+    if (it.search_tool !== undefined && (typeof it.search_tool !== 'string' || !it.search_tool.trim()))
+      throw new HttpError(400, `${at}.search_tool: expected a tool name`);
     let spans: ResponseSpan[] | undefined;
     if (it.spans !== undefined && it.spans !== null) {
       const read = spansFromWire(it.spans, it.response, `${at}.spans`);
       if ('error' in read) throw new HttpError(400, read.error);
       spans = read;
     }
-    if (it.strict_actions !== undefined && typeof it.strict_actions !== 'boolean') throw new HttpError(400, `${at}.strict_actions: expected a boolean, got ${describeValue(it.strict_actions)}`);
+    if (it.strict_actions !== undefined && typeof it.strict_actions !== 'boolean')
+      throw new HttpError(400, `${at}.strict_actions: expected a boolean, got ${describeValue(it.strict_actions)}`);
     return {
       id: typeof it.id === 'string' || typeof it.id === 'number' ? String(it.id) : `items[${i}]`,
       prompt: (it.prompt as string | undefined) ?? '',
@@ -95,7 +114,12 @@ export function parseRewardRequest(body: unknown, maxItems: number): RewardItem[
  * They never feed the reward: the trainer trains on the module's reward only.
  */
 export function builtinMetrics(item: RewardItem): Record<string, number> {
-  const traj = makeTrajectory(item.prompt, item.response, { dialect: item.dialect as Dialect | undefined, searchTool: item.searchTool, strictActions: item.strictActions, ...(item.spans ? { spans: item.spans } : {}) });
+  const traj = makeTrajectory(item.prompt, item.response, {
+    dialect: item.dialect as Dialect | undefined,
+    searchTool: item.searchTool,
+    strictActions: item.strictActions,
+    ...(item.spans ? { spans: item.spans } : {}),
+  });
   const answer = traj.answer;
   return {
     em: answer === null ? 0 : em(answer, item.golden),
@@ -103,27 +127,41 @@ export function builtinMetrics(item: RewardItem): Record<string, number> {
     format: traj.valid ? 1 : 0,
     answered: answer === null ? 0 : 1,
     searches: traj.searches.length,
-    answer_retrieved: traj.segments.some((seg) => seg.kind === 'information' && answerIn(item.response.slice(seg.contentStart, seg.contentEnd), item.golden) === 1) ? 1 : 0,
+    answer_retrieved: traj.segments.some(
+      (seg) =>
+        seg.kind === 'information' &&
+        answerIn(item.response.slice(seg.contentStart, seg.contentEnd), item.golden) === 1,
+    )
+      ? 1
+      : 0,
   };
 }
 
 /** Validates a /retrieve body; errors name the field. */
-export function parseRetrieveRequest(body: unknown, limits: { defaultTopk: number; maxQueries: number; maxTopk: number }): { queries: string[]; topk: number; returnScores: boolean } {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new HttpError(400, 'body: expected a JSON object {queries, topk?, return_scores?}');
+export function parseRetrieveRequest(
+  body: unknown,
+  limits: { defaultTopk: number; maxQueries: number; maxTopk: number },
+): { queries: string[]; topk: number; returnScores: boolean } {
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw new HttpError(400, 'body: expected a JSON object {queries, topk?, return_scores?}');
   const b = body as Record<string, unknown>;
-  if (!Array.isArray(b.queries)) throw new HttpError(400, `queries: expected an array of strings, got ${describeValue(b.queries)}`);
-  if (b.queries.length > limits.maxQueries) throw new HttpError(400, `queries: ${b.queries.length} queries; at most ${limits.maxQueries} per request`);
+  if (!Array.isArray(b.queries))
+    throw new HttpError(400, `queries: expected an array of strings, got ${describeValue(b.queries)}`);
+  if (b.queries.length > limits.maxQueries)
+    throw new HttpError(400, `queries: ${b.queries.length} queries; at most ${limits.maxQueries} per request`);
   b.queries.forEach((q, i) => {
     if (typeof q !== 'string') throw new HttpError(400, `queries[${i}]: expected a string, got ${describeValue(q)}`);
     if (q.length > 8192) throw new HttpError(400, `queries[${i}]: ${q.length} characters; at most 8192`);
   });
   let topk = limits.defaultTopk;
   if (b.topk !== undefined && b.topk !== null && b.topk !== 0) {
-    if (typeof b.topk !== 'number' || !Number.isInteger(b.topk) || b.topk < 1) throw new HttpError(400, `topk: expected a positive integer, got ${describeValue(b.topk)}`);
+    if (typeof b.topk !== 'number' || !Number.isInteger(b.topk) || b.topk < 1)
+      throw new HttpError(400, `topk: expected a positive integer, got ${describeValue(b.topk)}`);
     if (b.topk > limits.maxTopk) throw new HttpError(400, `topk: ${b.topk}; at most ${limits.maxTopk}`);
     topk = b.topk;
   }
-  if (b.return_scores !== undefined && typeof b.return_scores !== 'boolean') throw new HttpError(400, `return_scores: expected a boolean, got ${describeValue(b.return_scores)}`);
+  if (b.return_scores !== undefined && typeof b.return_scores !== 'boolean')
+    throw new HttpError(400, `return_scores: expected a boolean, got ${describeValue(b.return_scores)}`);
   return { queries: b.queries as string[], topk, returnScores: b.return_scores === true };
 }
 
@@ -142,7 +180,11 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
   const started = Date.now();
   const maxBodyBytes = options.maxBodyBytes ?? 16 * 1024 * 1024;
   const log = options.log ?? (() => {});
-  const limits = { defaultTopk: options.defaultTopk ?? 3, maxQueries: options.maxQueries ?? 1024, maxTopk: options.maxTopk ?? 100 };
+  const limits = {
+    defaultTopk: options.defaultTopk ?? 3,
+    maxQueries: options.maxQueries ?? 1024,
+    maxTopk: options.maxTopk ?? 100,
+  };
   const retriever = options.retriever;
 
   const routes: Record<string, Partial<Record<string, Handler>>> = {
@@ -160,7 +202,11 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
       // Search-R1's API: {queries, topk?, return_scores?} → {result: [[{document, score}]]} or [[document]].
       POST: async (req, res) => {
         const { queries, topk, returnScores } = parseRetrieveRequest(await readJson(req, maxBodyBytes), limits);
-        if (!retriever) throw new HttpError(503, 'this env server has no retriever configured (start it with --corpus, --index or --retriever remote)');
+        if (!retriever)
+          throw new HttpError(
+            503,
+            'this env server has no retriever configured (start it with --corpus, --index or --retriever remote)',
+          );
         const t0 = performance.now();
         let results;
         try {
@@ -183,8 +229,10 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
         const body = await readJson(req, maxBodyBytes);
         const items = parseRewardRequest(body, options.maxRewardItems ?? 65536);
         const withMetrics = (body as { metrics?: unknown }).metrics;
-        if (withMetrics !== undefined && typeof withMetrics !== 'boolean') throw new HttpError(400, `metrics: expected a boolean, got ${describeValue(withMetrics)}`);
-        if (!options.reward) throw new HttpError(503, 'this env server has no reward module configured (start it with --reward)');
+        if (withMetrics !== undefined && typeof withMetrics !== 'boolean')
+          throw new HttpError(400, `metrics: expected a boolean, got ${describeValue(withMetrics)}`);
+        if (!options.reward)
+          throw new HttpError(503, 'this env server has no reward module configured (start it with --reward)');
         const t0 = performance.now();
         const outcomes = await options.reward.sandbox.score(items);
         let failed = 0;
@@ -205,32 +253,35 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
 
   const requestTimeout = options.requestTimeoutMs ?? 60_000;
   const headersTimeout = Math.min(options.headersTimeoutMs ?? 10_000, requestTimeout);
-  const server = createServer({ requestTimeout, headersTimeout, connectionsCheckingInterval: Math.max(50, Math.min(1_000, headersTimeout / 4)) }, (req, res) => {
-    const t0 = performance.now();
-    const path = (req.url ?? '/').split('?')[0] ?? '/';
-    const route = routes[path];
-    const handler = route?.[req.method ?? 'GET'];
-    const done = (status: number) => log(`${req.method} ${path} ${status} ${(performance.now() - t0).toFixed(1)}ms`);
-    if (!route) {
-      sendJson(res, 404, { error: `no such endpoint: ${path}` });
-      return done(404);
-    }
-    if (!handler) {
-      res.setHeader('allow', Object.keys(route).join(', '));
-      sendJson(res, 405, { error: `${req.method} is not allowed on ${path}` });
-      return done(405);
-    }
-    handler(req, res).then(
-      () => done(res.statusCode),
-      (e: unknown) => {
-        const status = e instanceof HttpError ? e.status : 500;
-        const message = e instanceof Error ? e.message : String(e);
-        if (!res.headersSent) sendJson(res, status, { error: message });
-        else res.destroy();
-        done(status);
-      },
-    );
-  });
+  const server = createServer(
+    { requestTimeout, headersTimeout, connectionsCheckingInterval: Math.max(50, Math.min(1_000, headersTimeout / 4)) },
+    (req, res) => {
+      const t0 = performance.now();
+      const path = (req.url ?? '/').split('?')[0] ?? '/';
+      const route = routes[path];
+      const handler = route?.[req.method ?? 'GET'];
+      const done = (status: number) => log(`${req.method} ${path} ${status} ${(performance.now() - t0).toFixed(1)}ms`);
+      if (!route) {
+        sendJson(res, 404, { error: `no such endpoint: ${path}` });
+        return done(404);
+      }
+      if (!handler) {
+        res.setHeader('allow', Object.keys(route).join(', '));
+        sendJson(res, 405, { error: `${req.method} is not allowed on ${path}` });
+        return done(405);
+      }
+      handler(req, res).then(
+        () => done(res.statusCode),
+        (e: unknown) => {
+          const status = e instanceof HttpError ? e.status : 500;
+          const message = e instanceof Error ? e.message : String(e);
+          if (!res.headersSent) sendJson(res, status, { error: message });
+          else res.destroy();
+          done(status);
+        },
+      );
+    },
+  );
   server.keepAliveTimeout = 5_000;
 
   await new Promise<void>((resolve, reject) => {

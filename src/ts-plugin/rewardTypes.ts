@@ -24,7 +24,9 @@ export function rewardTypesPlugin(declarations: string): ts.server.PluginModuleF
       const scriptFileNames = host.getScriptFileNames.bind(host);
       host.getScriptFileNames = () => {
         const names = scriptFileNames();
-        return names.some((f) => REWARD_MODULE.test(f)) && !names.includes(declarations) ? [...names, declarations] : names;
+        return names.some((f) => REWARD_MODULE.test(f)) && !names.includes(declarations)
+          ? [...names, declarations]
+          : names;
       };
       return info.languageService;
     },

@@ -12,23 +12,48 @@ import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Frame } from 'playwright-core';
 import { loadTokenizerCodec } from '../../src/core/tokens/tokenizer';
+import { scratchDir } from '../support/scratch';
 import { recordOf, writeTokenizerDir } from '../unit/bpe';
 import { CodeServerSession, ROOT, until } from './harness';
-import { scratchDir } from '../support/scratch';
 
-const LONG_ANSWERS = ['The Grand Duchy of Luxembourg in Western Europe', 'Saint Petersburg on the Neva river delta', 'Zekrouv the cartographer of Koben'];
+const LONG_ANSWERS = [
+  'The Grand Duchy of Luxembourg in Western Europe',
+  'Saint Petersburg on the Neva river delta',
+  'Zekrouv the cartographer of Koben',
+];
 
 /** A search-R1 rollout without tokens (what the audit and the group view need). */
-function rollout(id: string, step: number, group: string, sample: number, opts: { queries?: string[]; answer?: string; reward?: number } = {}): string {
+function rollout(
+  id: string,
+  step: number,
+  group: string,
+  sample: number,
+  opts: { queries?: string[]; answer?: string; reward?: number } = {},
+): string {
   const q = opts.queries ?? ['Koben founder'];
   const response = `${q.map((x) => `<search> ${x} </search>\n\n<information>Doc 1(Title: Koben) Koben was founded by Zekrouv.</information>\n\n`).join('')}<answer> ${opts.answer ?? 'Zekrouv'} </answer>`;
-  return JSON.stringify({ v: 1, id, step, group, sample, split: 'train', question: 'Who founded Koben?', golden: ['Zekrouv'], prompt: `Question: Who founded Koben?\n(question ${group})\n`, response, reward: opts.reward ?? 1, finish: 'answer', searches: q.length });
+  return JSON.stringify({
+    v: 1,
+    id,
+    step,
+    group,
+    sample,
+    split: 'train',
+    question: 'Who founded Koben?',
+    golden: ['Zekrouv'],
+    prompt: `Question: Who founded Koben?\n(question ${group})\n`,
+    response,
+    reward: opts.reward ?? 1,
+    finish: 'answer',
+    searches: q.length,
+  });
 }
 
 async function workspace(): Promise<{ dir: string; leak: number; drift: number }> {
   const dir = scratchDir('sas-basics-ws-');
   cpSync(join(ROOT, 'test', 'e2e', 'fixtures', 'workspace'), dir, { recursive: true });
-  const runJson = (id: string, created: string, extra: Record<string, unknown> = {}) => JSON.stringify({ v: 1, id, status: 'finished', created, config: {}, step: 30, total_steps: 30, ...extra });
+  const runJson = (id: string, created: string, extra: Record<string, unknown> = {}) =>
+    JSON.stringify({ v: 1, id, status: 'finished', created, config: {}, step: 30, total_steps: 30, ...extra });
   // lane-run: 30 steps of metrics, 100 s apart (wall time), a gradient norm over five decades (the log scale); rollouts
   // at steps 5 (search-repeat in 2 of 8: 25%, marked), 6 (1 of 8: under the threshold) and 7 (an enumerated answer).
   const lane = join(dir, 'runs', 'lane-run');
@@ -36,32 +61,84 @@ async function workspace(): Promise<{ dir: string; leak: number; drift: number }
   writeFileSync(join(lane, 'run.json'), runJson('lane-run', '2026-11-02T00:00:00Z'));
   const metrics = Array.from({ length: 30 }, (_, i) => {
     const step = i + 1;
-    return JSON.stringify({ step, time: 1_700_000_000 + 100 * step, 'critic/score/mean': step % 2, 'reward/em/mean': 0.5, 'actor/grad_norm': 10 ** ((step % 6) - 3), 'actor/entropy': 1 + 1 / step, 'response_length/mean': 100 + step, 'reward/frac_zero_std_groups': 0.25 });
+    return JSON.stringify({
+      step,
+      time: 1_700_000_000 + 100 * step,
+      'critic/score/mean': step % 2,
+      'reward/em/mean': 0.5,
+      'actor/grad_norm': 10 ** ((step % 6) - 3),
+      'actor/entropy': 1 + 1 / step,
+      'response_length/mean': 100 + step,
+      'reward/frac_zero_std_groups': 0.25,
+    });
   });
   writeFileSync(join(lane, 'metrics.jsonl'), `${metrics.join('\n')}\n`);
   const steps: Record<number, string[]> = {
-    5: Array.from({ length: 8 }, (_, k) => rollout(`s5-${k}`, 5, `${k >> 1}`, k & 1, { queries: k < 2 ? ['Koben founder', 'koben  FOUNDER'] : ['Koben founder'] })),
-    6: Array.from({ length: 8 }, (_, k) => rollout(`s6-${k}`, 6, `${k >> 1}`, k & 1, { queries: k < 1 ? ['Koben', 'Koben'] : ['Koben founder'] })),
+    5: Array.from({ length: 8 }, (_, k) =>
+      rollout(`s5-${k}`, 5, `${k >> 1}`, k & 1, {
+        queries: k < 2 ? ['Koben founder', 'koben  FOUNDER'] : ['Koben founder'],
+      }),
+    ),
+    6: Array.from({ length: 8 }, (_, k) =>
+      rollout(`s6-${k}`, 6, `${k >> 1}`, k & 1, { queries: k < 1 ? ['Koben', 'Koben'] : ['Koben founder'] }),
+    ),
     // Step 7: group ids longer than the first rows' (the inspector widens its column), long answers (the group view).
-    7: Array.from({ length: 8 }, (_, k) => rollout(`s7-${k}`, 7, `train:7:longer-group-${k >> 1}`, k & 1, { answer: k === 0 ? 'Zekrouv or Koben' : LONG_ANSWERS[k % 3], reward: k === 0 ? 1 : 0 })),
+    7: Array.from({ length: 8 }, (_, k) =>
+      rollout(`s7-${k}`, 7, `train:7:longer-group-${k >> 1}`, k & 1, {
+        answer: k === 0 ? 'Zekrouv or Koben' : LONG_ANSWERS[k % 3],
+        reward: k === 0 ? 1 : 0,
+      }),
+    ),
   };
-  for (const [step, rows] of Object.entries(steps)) writeFileSync(join(lane, 'rollouts', `step-${String(step).padStart(6, '0')}.jsonl`), `${rows.join('\n')}\n`);
+  for (const [step, rows] of Object.entries(steps))
+    writeFileSync(join(lane, 'rollouts', `step-${String(step).padStart(6, '0')}.jsonl`), `${rows.join('\n')}\n`);
   // one-step: a run at step 1 (one metrics line): its points must show.
   const one = join(dir, 'runs', 'one-step');
   mkdirSync(one, { recursive: true });
   writeFileSync(join(one, 'run.json'), runJson('one-step', '2026-11-01T00:00:00Z', { step: 1, total_steps: 1 }));
-  writeFileSync(join(one, 'metrics.jsonl'), `${JSON.stringify({ step: 1, time: 1_700_000_100, 'critic/score/mean': 0.25, 'reward/em/mean': 0.125, 'actor/entropy': 2.5 })}\n`);
+  writeFileSync(
+    join(one, 'metrics.jsonl'),
+    `${JSON.stringify({ step: 1, time: 1_700_000_100, 'critic/score/mean': 0.25, 'reward/em/mean': 0.125, 'actor/entropy': 2.5 })}\n`,
+  );
   // drift-run: one long rollout (a long prompt: its tokens start below the fold) with a leak and a drift near its end.
-  const model = writeTokenizerDir(join(dir, 'models', 'bpe'), [' Paris', ' Lyon', 'is', '<answer>', '</answer>', ' capital', ' France', ' of', ' the']);
+  const model = writeTokenizerDir(join(dir, 'models', 'bpe'), [
+    ' Paris',
+    ' Lyon',
+    'is',
+    '<answer>',
+    '</answer>',
+    ' capital',
+    ' France',
+    ' of',
+    ' the',
+  ]);
   const codec = await loadTokenizerCodec(model);
   const drift = join(dir, 'runs', 'drift-run');
   mkdirSync(join(drift, 'rollouts'), { recursive: true });
   // …with a checkpoint to fork from, and a Python of its own that does not exist (the fork's no-Python message).
-  writeFileSync(join(drift, 'run.json'), runJson('drift-run', '2026-10-01T00:00:00Z', { config: { model: { path: model } }, step: 1, python: '/nonexistent/run/python3' }));
+  writeFileSync(
+    join(drift, 'run.json'),
+    runJson('drift-run', '2026-10-01T00:00:00Z', {
+      config: { model: { path: model } },
+      step: 1,
+      python: '/nonexistent/run/python3',
+    }),
+  );
   mkdirSync(join(drift, 'checkpoints', 'step-000001'), { recursive: true });
   writeFileSync(join(drift, 'checkpoints', 'step-000001', 'trainer_state.json'), '{}');
   const prompt = `Question: the capital of France?\n${Array.from({ length: 120 }, (_, i) => `Fact ${i}: the capital of France is Paris.`).join('\n')}\n`;
-  const rec = recordOf(codec, prompt, [{ text: '<answer>', role: 'generated' }, { text: '\n\nDoc 1(Title: France) the capital of France is Paris.\n\n', role: 'retrieved' }, { text: ' Par', role: 'generated' }, { text: 'is', role: 'generated' }, { text: ' </answer>', role: 'generated' }], { id: 'long', step: 1, split: 'train', golden: ['Paris'], reward: 1, finish: 'answer' });
+  const rec = recordOf(
+    codec,
+    prompt,
+    [
+      { text: '<answer>', role: 'generated' },
+      { text: '\n\nDoc 1(Title: France) the capital of France is Paris.\n\n', role: 'retrieved' },
+      { text: ' Par', role: 'generated' },
+      { text: 'is', role: 'generated' },
+      { text: ' </answer>', role: 'generated' },
+    ],
+    { id: 'long', step: 1, split: 'train', golden: ['Paris'], reward: 1, finish: 'answer' },
+  );
   const tk = rec.tokens!;
   const leak = tk.role.lastIndexOf('retrieved');
   tk.loss_mask[leak] = 1;
@@ -72,7 +149,10 @@ async function workspace(): Promise<{ dir: string; leak: number; drift: number }
 
 const data = (f: Frame, key: string) => f.evaluate((k) => document.body.dataset[k] ?? '', key);
 /** The dashboard's charts as the page shows them: key, hidden or not. */
-const chartsNow = (f: Frame) => f.evaluate(() => [...document.querySelectorAll<HTMLElement>('.chart')].map((c) => ({ key: c.dataset.chart!, hidden: c.hidden })));
+const chartsNow = (f: Frame) =>
+  f.evaluate(() =>
+    [...document.querySelectorAll<HTMLElement>('.chart')].map((c) => ({ key: c.dataset.chart!, hidden: c.hidden })),
+  );
 
 describe('what a new user hit: the dashboard basics, the alarm lane, inspector, replay and group view (code-server)', function () {
   let s: CodeServerSession;
@@ -87,7 +167,13 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
     // the document named the answer, rewards that differ while every answer is wrong): the lane's mechanics are under
     // test here, those alarms in instruments2.test.ts. (Each group asks its own prompt: no group-split.)
     const quiet = Object.fromEntries(['zero-std-high', 'phantom-advantage', 'search-after-found'].map((k) => [k, 1]));
-    s = await CodeServerSession.start({ workspace: fx.dir, settings: { 'searchAgent.dashboard.alarmThresholds': { '*': 0, 'search-repeat': 0.25, ...quiet }, 'searchAgent.pythonPath': '/nonexistent/python3' } });
+    s = await CodeServerSession.start({
+      workspace: fx.dir,
+      settings: {
+        'searchAgent.dashboard.alarmThresholds': { '*': 0, 'search-repeat': 0.25, ...quiet },
+        'searchAgent.pythonPath': '/nonexistent/python3',
+      },
+    });
     await s.waitForLog('extension', /activated/, 60_000);
   });
   after(async () => {
@@ -104,7 +190,14 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
       await row.first().locator('.action-label[aria-label="Open Training Dashboard"]').click();
       const f = await s.webviewFrame('dashboard');
       try {
-        await until(`the dashboard on ${run}`, async () => JSON.stringify(await f.evaluate(() => [...document.querySelectorAll('.run')].map((e) => (e as HTMLElement).dataset.run))) === JSON.stringify([run]), 7_500);
+        await until(
+          `the dashboard on ${run}`,
+          async () =>
+            JSON.stringify(
+              await f.evaluate(() => [...document.querySelectorAll('.run')].map((e) => (e as HTMLElement).dataset.run)),
+            ) === JSON.stringify([run]),
+          7_500,
+        );
         return f;
       } catch (e) {
         if (attempt >= 3) throw e;
@@ -116,17 +209,43 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
     dash = await dashboardOn('lane-run');
     await until('the alarm lane', async () => (await data(dash, 'alarmSteps')) === '5,7', 30_000);
     const reward = dash.locator('.chart[data-chart="reward"]');
-    await until('ticks in the reward chart’s lane', async () => (await reward.locator('.lane-tick').count()) === 2, 15_000);
-    assert.deepEqual(await reward.locator('.lane-tick').evaluateAll((els) => els.map((e) => Number((e as HTMLElement).dataset.step))), [5, 7], 'step 6 (1 of 8 rollouts, 12%) is under search-repeat’s 25%');
-    assert.match((await reward.locator('.lane-tick').first().getAttribute('title')) ?? '', /^step 5: search-repeat 2 of 8 rollouts \(25%\)(; [^;]+ — under its lane threshold 100%)* — click for its rollouts$/);
-    assert.match((await reward.locator('.lane-tick').nth(1).getAttribute('title')) ?? '', /^step 7: answer-enumeration 1 of 8 rollouts \(13%\)/);
+    await until(
+      'ticks in the reward chart’s lane',
+      async () => (await reward.locator('.lane-tick').count()) === 2,
+      15_000,
+    );
+    assert.deepEqual(
+      await reward.locator('.lane-tick').evaluateAll((els) => els.map((e) => Number((e as HTMLElement).dataset.step))),
+      [5, 7],
+      'step 6 (1 of 8 rollouts, 12%) is under search-repeat’s 25%',
+    );
+    assert.match(
+      (await reward.locator('.lane-tick').first().getAttribute('title')) ?? '',
+      /^step 5: search-repeat 2 of 8 rollouts \(25%\)(; [^;]+ — under its lane threshold 100%)* — click for its rollouts$/,
+    );
+    assert.match(
+      (await reward.locator('.lane-tick').nth(1).getAttribute('title')) ?? '',
+      /^step 7: answer-enumeration 1 of 8 rollouts \(13%\)/,
+    );
     assert.equal(await dash.locator('.alarm-mark').count(), 0, 'no mark through any plot');
     // The lane sits above the plot: a series at the top of the chart is never under it.
-    const [laneBox, overBox] = [await reward.locator('.alarm-lane').boundingBox(), await reward.locator('.u-over').boundingBox()];
-    assert.ok(laneBox && overBox && laneBox.y + laneBox.height <= overBox.y + 0.5, `lane ${JSON.stringify(laneBox)} above the plot ${JSON.stringify(overBox)}`);
+    const [laneBox, overBox] = [
+      await reward.locator('.alarm-lane').boundingBox(),
+      await reward.locator('.u-over').boundingBox(),
+    ];
+    assert.ok(
+      laneBox && overBox && laneBox.y + laneBox.height <= overBox.y + 0.5,
+      `lane ${JSON.stringify(laneBox)} above the plot ${JSON.stringify(overBox)}`,
+    );
     // The ticks sit over their steps, inside the plot's x range: step 5 left of step 7.
-    const [t5, t7] = [(await reward.locator('.lane-tick').first().boundingBox())!, (await reward.locator('.lane-tick').nth(1).boundingBox())!];
-    assert.ok(overBox!.x < t5.x && t5.x < t7.x && t7.x + t7.width < overBox!.x + overBox!.width, `ticks ${t5.x}, ${t7.x} in the plot ${overBox!.x}–${overBox!.x + overBox!.width}`);
+    const [t5, t7] = [
+      (await reward.locator('.lane-tick').first().boundingBox())!,
+      (await reward.locator('.lane-tick').nth(1).boundingBox())!,
+    ];
+    assert.ok(
+      overBox!.x < t5.x && t5.x < t7.x && t7.x + t7.width < overBox!.x + overBox!.width,
+      `ticks ${t5.x}, ${t7.x} in the plot ${overBox!.x}–${overBox!.x + overBox!.width}`,
+    );
     // The legend has an "alarms" entry; at step 5 it names the alarm.
     const legend = reward.locator('.u-legend .alarm-series');
     assert.equal((await legend.locator('.u-label').textContent())?.trim(), 'alarms');
@@ -135,8 +254,18 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
     await until('lanes hidden', async () => (await dash.locator('.alarm-lane:not([hidden])').count()) === 0, 5_000);
     assert.equal(await data(dash, 'alarmLane'), 'false');
     await legend.locator('.u-label').click();
-    await until('lanes shown again', async () => (await dash.locator('.alarm-lane:not([hidden]) .lane-tick').count()) > 0 && (await data(dash, 'alarmLane')) === 'true', 5_000);
-    assert.equal(await dash.locator('[data-testid="alarm-toggle"]').isChecked(), true, 'the toolbar follows the legend');
+    await until(
+      'lanes shown again',
+      async () =>
+        (await dash.locator('.alarm-lane:not([hidden]) .lane-tick').count()) > 0 &&
+        (await data(dash, 'alarmLane')) === 'true',
+      5_000,
+    );
+    assert.equal(
+      await dash.locator('[data-testid="alarm-toggle"]').isChecked(),
+      true,
+      'the toolbar follows the legend',
+    );
   });
 
   it('smoothing (debiased EMA, the raw values under it), a log scale per chart, chart search, pinning, wall time on the x-axis', async () => {
@@ -144,43 +273,98 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
       const over = dash.locator('.chart[data-chart="reward"] .u-over');
       const b = (await over.boundingBox())!;
       await s.page.mouse.move(b.x + b.width * 0.98, b.y + b.height / 2);
-      return (await dash.locator('.chart[data-chart="reward"] .u-legend .u-series').nth(1).locator('.u-value').textContent())?.trim() ?? '';
+      return (
+        (
+          await dash.locator('.chart[data-chart="reward"] .u-legend .u-series').nth(1).locator('.u-value').textContent()
+        )?.trim() ?? ''
+      );
     };
-    assert.match(await until('a raw value', async () => { const v = await rewardValue(); return /^[01]\.000$/.test(v) ? v : undefined; }, 10_000), /^[01]\.000$/);
+    assert.match(
+      await until(
+        'a raw value',
+        async () => {
+          const v = await rewardValue();
+          return /^[01]\.000$/.test(v) ? v : undefined;
+        },
+        10_000,
+      ),
+      /^[01]\.000$/,
+    );
     // Smoothing 0.9: the 0/1 reward reads as its running mean, the raw value beside it.
     await dash.locator('[data-testid="smoothing"]').evaluate((el) => {
       (el as HTMLInputElement).value = '0.9';
       el.dispatchEvent(new Event('input', { bubbles: true }));
     });
     assert.equal(await data(dash, 'smoothing'), '0.9');
-    const smoothed = await until('a smoothed value', async () => { const v = await rewardValue(); return /^0\.[1-8]\d\d \(raw [01]\.000\)$/.test(v) ? v : undefined; }, 10_000);
+    const smoothed = await until(
+      'a smoothed value',
+      async () => {
+        const v = await rewardValue();
+        return /^0\.[1-8]\d\d \(raw [01]\.000\)$/.test(v) ? v : undefined;
+      },
+      10_000,
+    );
     assert.match(smoothed, /^0\.[1-8]\d\d \(raw [01]\.000\)$/);
     // Log scale on the gradient norm (1e-3 … 1e2): ticks by decades; off again.
     const grad = dash.locator('.chart[data-chart="grad"]');
     await grad.locator('[data-testid="log-scale"]').check();
     // (uPlot draws axes on the canvas: the chart's box says what its scales are.)
-    const y = await until('the log axis', async () => { const v = (await grad.getAttribute('data-y')) ?? ''; return v.startsWith('log ') ? v : undefined; }, 10_000);
+    const y = await until(
+      'the log axis',
+      async () => {
+        const v = (await grad.getAttribute('data-y')) ?? '';
+        return v.startsWith('log ') ? v : undefined;
+      },
+      10_000,
+    );
     const [lo, hi] = y.slice(4).split('…').map(Number);
     assert.ok(lo! <= 0.001 && hi! >= 100, `the log scale spans the decades: ${y}`);
     assert.ok(await grad.locator('[data-testid="log-scale"]').isChecked());
     // Search: only the charts whose title or metrics match.
     await dash.locator('[data-testid="chart-search"]').fill('entropy');
-    await until('only the entropy chart', async () => JSON.stringify((await chartsNow(dash)).filter((c) => !c.hidden).map((c) => c.key)) === '["entropy"]', 5_000);
+    await until(
+      'only the entropy chart',
+      async () => JSON.stringify((await chartsNow(dash)).filter((c) => !c.hidden).map((c) => c.key)) === '["entropy"]',
+      5_000,
+    );
     await dash.locator('[data-testid="chart-search"]').fill('');
-    await until('every chart with data again', async () => (await chartsNow(dash)).filter((c) => !c.hidden).length >= 6, 5_000);
+    await until(
+      'every chart with data again',
+      async () => (await chartsNow(dash)).filter((c) => !c.hidden).length >= 6,
+      5_000,
+    );
     // Pin: the gradient norm goes first, into the pinned section.
     await grad.locator('[data-testid="pin"]').click();
-    await until('pinned', async () => (await dash.locator('[data-testid="pinned"] .chart').first().getAttribute('data-chart')) === 'grad', 5_000);
+    await until(
+      'pinned',
+      async () => (await dash.locator('[data-testid="pinned"] .chart').first().getAttribute('data-chart')) === 'grad',
+      5_000,
+    );
     assert.ok(await dash.locator('[data-testid="pinned"] .chart[data-chart="grad"]').isVisible());
-    const order = await dash.locator('.chart:not([hidden])').evaluateAll((els) => els.map((e) => (e as HTMLElement).dataset.chart));
+    const order = await dash
+      .locator('.chart:not([hidden])')
+      .evaluateAll((els) => els.map((e) => (e as HTMLElement).dataset.chart));
     assert.equal(order[0], 'grad', `the pinned chart first: ${order.join(', ')}`);
     // Wall time: the x-axis in time since the run started (the steps are 100 s apart: 30 steps ≈ 48 min).
     await dash.locator('[data-testid="x-axis"]').selectOption('time');
-    const x = await until('the wall-time axis', async () => { const v = (await dash.locator('.chart[data-chart="reward"]').getAttribute('data-x')) ?? ''; return v.startsWith('time ') ? v : undefined; }, 10_000);
+    const x = await until(
+      'the wall-time axis',
+      async () => {
+        const v = (await dash.locator('.chart[data-chart="reward"]').getAttribute('data-x')) ?? '';
+        return v.startsWith('time ') ? v : undefined;
+      },
+      10_000,
+    );
     const [x0, x1] = x.slice(5).split('…').map(Number);
-    assert.ok(x0! < 100 && x1! >= 2900 && x1! < 3100, `seconds since the run started (steps 100 s apart, the first at 0): ${x}`);
+    assert.ok(
+      x0! < 100 && x1! >= 2900 && x1! < 3100,
+      `seconds since the run started (steps 100 s apart, the first at 0): ${x}`,
+    );
     assert.equal(await data(dash, 'xAxis'), 'time');
-    assert.ok((await dash.locator('.chart[data-chart="reward"] .lane-tick').count()) === 2, 'the lane follows the wall-time axis');
+    assert.ok(
+      (await dash.locator('.chart[data-chart="reward"] .lane-tick').count()) === 2,
+      'the lane follows the wall-time axis',
+    );
     // Back to steps, no smoothing, unpinned (the webview keeps these in its state).
     await dash.locator('[data-testid="x-axis"]').selectOption('step');
     await dash.locator('[data-testid="smoothing"]').evaluate((el) => {
@@ -195,7 +379,8 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
     const one = await dashboardOn('one-step');
     await until('one point per series', async () => Number(await data(one, 'points')) === 3, 15_000);
     const markers = await data(one, 'markers');
-    for (const m of ['reward: reward', 'reward: EM (train)', 'entropy: entropy']) assert.ok(markers.includes(m), `${m} is drawn with a marker (${markers})`);
+    for (const m of ['reward: reward', 'reward: EM (train)', 'entropy: entropy'])
+      assert.ok(markers.includes(m), `${m} is drawn with a marker (${markers})`);
     // The canvas of the reward chart has pixels of the reward series' colour near its point.
     assert.ok(await one.locator('.chart[data-chart="reward"]').isVisible());
     // Overlay lane-run: every series of the by-hops chart in its own colour, across both runs (7 × 2).
@@ -204,34 +389,62 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
     await until('two runs', async () => (await data(one, 'runs')) === '2', 15_000);
     const colours = await one.evaluate(() => {
       const out: Record<string, string[]> = {};
-      for (const c of document.querySelectorAll<HTMLElement>('.chart')) out[c.dataset.chart!] = [...c.querySelectorAll('.u-legend .u-series:not(.raw-series):not(.alarm-series)')].slice(1).map((e) => getComputedStyle(e.querySelector('.u-marker')!).borderColor);
+      for (const c of document.querySelectorAll<HTMLElement>('.chart'))
+        out[c.dataset.chart!] = [...c.querySelectorAll('.u-legend .u-series:not(.raw-series):not(.alarm-series)')]
+          .slice(1)
+          .map((e) => getComputedStyle(e.querySelector('.u-marker')!).borderColor);
       return out;
     });
-    for (const key of ['hops', 'reward', 'alarms']) assert.equal(new Set(colours[key]).size, colours[key]!.length, `${key}: ${JSON.stringify(colours[key])}`);
+    for (const key of ['hops', 'reward', 'alarms'])
+      assert.equal(new Set(colours[key]).size, colours[key]!.length, `${key}: ${JSON.stringify(colours[key])}`);
     assert.equal(colours.hops!.length, 14);
     // A click on a point opens that step's rollouts (lane-run's nearest saved step at or before it), overlaid too.
     const over = one.locator('.chart[data-chart="entropy"] .u-over');
     await over.scrollIntoViewIfNeeded();
     const b = (await over.boundingBox())!;
     await s.page.mouse.click(b.x + b.width * 0.6, b.y + b.height / 2);
-    await s.page.locator('.tabs-container .tab[data-resource-name="step-000007.jsonl"]').first().waitFor({ timeout: 15_000 });
+    await s.page
+      .locator('.tabs-container .tab[data-resource-name="step-000007.jsonl"]')
+      .first()
+      .waitFor({ timeout: 15_000 });
   });
 
   it('the inspector widens a column for the rows a filter shows, and its drift filter says "not checked" (no tokenizer), not "0 match"', async () => {
     const insp = await s.openRunInInspector('lane-run');
-    await until('all rows', async () => (await data(insp, 'total')) === '24' && (await data(insp, 'busy')) === 'false', 30_000);
+    await until(
+      'all rows',
+      async () => (await data(insp, 'total')) === '24' && (await data(insp, 'busy')) === 'false',
+      30_000,
+    );
     const filter = async (expr: string) => {
       const before = await data(insp, 'seq');
       await insp.locator('[data-testid="filter"]').fill(expr);
       await insp.locator('[data-testid="filter"]').press('Enter');
-      await until(`the filter ${expr}`, async () => (await data(insp, 'seq')) !== before && (await data(insp, 'appliedSeq')) === (await data(insp, 'seq')) && (await data(insp, 'busy')) === 'false', 15_000);
+      await until(
+        `the filter ${expr}`,
+        async () =>
+          (await data(insp, 'seq')) !== before &&
+          (await data(insp, 'appliedSeq')) === (await data(insp, 'seq')) &&
+          (await data(insp, 'busy')) === 'false',
+        15_000,
+      );
     };
     await filter('step == 7');
-    await until('the step-7 rows', async () => (await insp.locator('.rows .row[data-index] .cell.group').count()) === 8, 10_000);
-    await until('the group column fits them', async () => {
-      const cut = await insp.locator('.rows .row[data-index] .cell.group').evaluateAll((els) => els.filter((e) => e.scrollWidth > e.clientWidth + 1).length);
-      return cut === 0 ? true : undefined;
-    }, 10_000);
+    await until(
+      'the step-7 rows',
+      async () => (await insp.locator('.rows .row[data-index] .cell.group').count()) === 8,
+      10_000,
+    );
+    await until(
+      'the group column fits them',
+      async () => {
+        const cut = await insp
+          .locator('.rows .row[data-index] .cell.group')
+          .evaluateAll((els) => els.filter((e) => e.scrollWidth > e.clientWidth + 1).length);
+        return cut === 0 ? true : undefined;
+      },
+      10_000,
+    );
     await filter('drift');
     const status = (await insp.locator('[data-testid="status"]').textContent()) ?? '';
     assert.match(status, /drift not checked: /);
@@ -248,8 +461,19 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
     await until('the row', async () => (await insp.locator('.rows .row[data-index="0"]').count()) === 1, 30_000);
     await insp.locator('.rows .row[data-index="0"]').dblclick();
     const r = await s.webviewFrame('replay', 30_000);
-    await until('the replay', async () => (await r.locator('[data-testid="header"] h2').textContent()) === 'long', 15_000);
-    const inView = (sel: string) => r.locator(sel).first().evaluate((el) => { const b = el.getBoundingClientRect(); return b.top >= 0 && b.bottom <= window.innerHeight; });
+    await until(
+      'the replay',
+      async () => (await r.locator('[data-testid="header"] h2').textContent()) === 'long',
+      15_000,
+    );
+    const inView = (sel: string) =>
+      r
+        .locator(sel)
+        .first()
+        .evaluate((el) => {
+          const b = el.getBoundingClientRect();
+          return b.top >= 0 && b.bottom <= window.innerHeight;
+        });
     assert.equal(await r.evaluate(() => window.scrollY), 0, 'it opens at its top');
     await r.locator('[data-testid="next-leak"]').click();
     await until('at the leak', async () => (await data(r, 'token')) === String(fx.leak), 5_000);
@@ -263,22 +487,42 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
 
   it("Fork here with no usable Python: the run's own Python tried first, the message names each, and offers Set Up Trainer Environment", async () => {
     const r = await s.webviewFrame('replay', 30_000);
-    await until('the fork form', async () => (await r.locator('[data-testid="fork-turn"] option').count()) >= 1, 30_000);
+    await until(
+      'the fork form',
+      async () => (await r.locator('[data-testid="fork-turn"] option').count()) >= 1,
+      30_000,
+    );
     // The first fork from a checkpoint says it starts the policy server (not every fork does).
     const said = await r.evaluate(() => {
       (document.querySelector('[data-testid="fork-run"]') as HTMLElement).click();
       return document.querySelector('[data-testid="fork-status"]')!.textContent;
     });
-    assert.match(said ?? '', /^forking… \(starting the policy server for step-000001: the first fork from a checkpoint takes longer\)$/);
-    const status = await until('the fork to fail', async () => { const t = (await r.locator('[data-testid="fork-status"]').textContent()) ?? ''; return t.startsWith('fork failed') ? t : undefined; }, 60_000);
+    assert.match(
+      said ?? '',
+      /^forking… \(starting the policy server for step-000001: the first fork from a checkpoint takes longer\)$/,
+    );
+    const status = await until(
+      'the fork to fail',
+      async () => {
+        const t = (await r.locator('[data-testid="fork-status"]').textContent()) ?? '';
+        return t.startsWith('fork failed') ? t : undefined;
+      },
+      60_000,
+    );
     assert.match(status, /^fork failed: No usable Python for the trainer \(torch ≥ [\d.]+\) was found\. Tried:/);
     const run = status.indexOf('/nonexistent/run/python3');
-    assert.ok(run >= 0 && run < status.indexOf('/nonexistent/python3'), `the run's own Python (run.json) first, then the setting: ${status}`);
+    assert.ok(
+      run >= 0 && run < status.indexOf('/nonexistent/python3'),
+      `the run's own Python (run.json) first, then the setting: ${status}`,
+    );
     await s.waitForLog('extension', /fork: python candidate \/nonexistent\/run\/python3: /, 10_000);
     const setUp = r.locator('[data-testid="fork-setup"]');
     assert.ok(await setUp.isVisible(), 'Set Up Trainer Environment beside the message');
     await setUp.click();
-    await s.page.locator('.quick-input-list .monaco-list-row', { hasText: 'In the extension’s storage' }).first().waitFor({ timeout: 15_000 });
+    await s.page
+      .locator('.quick-input-list .monaco-list-row', { hasText: 'In the extension’s storage' })
+      .first()
+      .waitFor({ timeout: 15_000 });
     await s.page.keyboard.press('Escape');
   });
 

@@ -20,8 +20,8 @@ from pathlib import Path
 from search_agent_trainer import token_store
 from search_agent_trainer.data import Example
 from search_agent_trainer.fork import PolicyServer
-from search_agent_trainer.run_writer import dumps, rollout_record
 from search_agent_trainer.record.tokens import token_arrays
+from search_agent_trainer.run_writer import dumps, rollout_record
 from search_agent_trainer.warmup import synthetic_trajectories
 
 
@@ -38,13 +38,26 @@ def main(run_dir: str, step: int, env_url: str) -> str:
         raise SystemExit(f"{run_dir}: no held-out rollouts of step {step} ({store} or {file})")
     first = records[0]
     P = first["tokens"]["role"].index("generated")
-    (t,) = synthetic_trajectories([(first["prompt"], first["tokens"]["ids"][:P])], [first["question"]], server.tok, server.env, server.cfg.retriever.topk, random.Random(0))
+    (t,) = synthetic_trajectories(
+        [(first["prompt"], first["tokens"]["ids"][:P])],
+        [first["question"]],
+        server.tok,
+        server.env,
+        server.cfg.retriever.topk,
+        random.Random(0),
+    )
     t.example = Example(first["meta"]["example_id"], first["question"], tuple(first["golden"]), first["data_source"])
     t.group, t.sample = 99, 0
     t.turns = sum(1 for i, r in enumerate(t.roles) if r == "generated" and (i == 0 or t.roles[i - 1] != "generated"))
     t.searches = t.valid_actions = t.turns - 1
     t.finish = "answer"
-    rec = rollout_record(t, run_id=json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))["id"], step=step, split="val", tokens=token_arrays(server.tok, t))
+    rec = rollout_record(
+        t,
+        run_id=json.loads((Path(run_dir) / "run.json").read_text(encoding="utf-8"))["id"],
+        step=step,
+        split="val",
+        tokens=token_arrays(server.tok, t),
+    )
     if store.exists():
         import pyarrow.parquet as pq
 

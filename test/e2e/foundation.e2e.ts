@@ -7,8 +7,14 @@ import { session } from './hooks';
 
 const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
 // The commands the palette always shows (some appear only when a reward module is open).
-const hidden = new Set((pkg.contributes.menus?.commandPalette ?? []).filter((m: { when?: string }) => m.when).map((m: { command: string }) => m.command));
-const TITLES: string[] = pkg.contributes.commands.filter((c: { command: string }) => !hidden.has(c.command)).map((c: { category: string; title: string }) => `${c.category}: ${c.title}`);
+const hidden = new Set(
+  (pkg.contributes.menus?.commandPalette ?? [])
+    .filter((m: { when?: string }) => m.when)
+    .map((m: { command: string }) => m.command),
+);
+const TITLES: string[] = pkg.contributes.commands
+  .filter((c: { command: string }) => !hidden.has(c.command))
+  .map((c: { category: string; title: string }) => `${c.category}: ${c.title}`);
 
 /** `rgb(…)` for any CSS colour, as the main page computes it. */
 async function cssColor(s: CodeServerSession, value: string): Promise<string> {
@@ -24,7 +30,10 @@ async function cssColor(s: CodeServerSession, value: string): Promise<string> {
 
 /** The workbench's value of a theme colour variable, as rgb. */
 async function workbenchColor(s: CodeServerSession, variable: string): Promise<string> {
-  const raw = await s.page.evaluate((v) => getComputedStyle(document.querySelector('.monaco-workbench')!).getPropertyValue(v).trim(), variable);
+  const raw = await s.page.evaluate(
+    (v) => getComputedStyle(document.querySelector('.monaco-workbench')!).getPropertyValue(v).trim(),
+    variable,
+  );
   assert.ok(raw, `${variable} is set in the workbench`);
   return cssColor(s, raw);
 }
@@ -38,7 +47,10 @@ describe('foundation (code-server)', function () {
   it('activates the extension in a workspace with trajectory files', async () => {
     const line = await s.waitForLog('extension', /Search Agent Studio \d+\.\d+\.\d+ activated/);
     assert.match(line, /workspace trusted/);
-    const activation = await s.waitForLog('exthost', new RegExp(`ExtensionService#_doActivateExtension ${EXTENSION_ID.replace(/\./g, '\\.')}`));
+    const activation = await s.waitForLog(
+      'exthost',
+      new RegExp(`ExtensionService#_doActivateExtension ${EXTENSION_ID.replace(/\./g, '\\.')}`),
+    );
     assert.match(activation, /workspaceContains/);
     await s.page.locator('.statusbar-item', { hasText: 'Search Agent' }).first().waitFor({ timeout: 15_000 });
   });
@@ -62,7 +74,8 @@ describe('foundation (code-server)', function () {
       }),
     );
     assert.ok(sheets.length >= 2, JSON.stringify(sheets));
-    for (const sheet of sheets) assert.ok(sheet.rules > 0, `stylesheet ${sheet.href} did not load: ${JSON.stringify(sheets)}`);
+    for (const sheet of sheets)
+      assert.ok(sheet.rules > 0, `stylesheet ${sheet.href} did not load: ${JSON.stringify(sheets)}`);
 
     // Not hovered (a hovered button takes the hover background; the palette leaves the mouse over it).
     const buttonColor = async () => {
@@ -75,7 +88,7 @@ describe('foundation (code-server)', function () {
       });
     };
     const dark = await workbenchColor(s, '--vscode-button-secondaryBackground');
-    assert.equal(await buttonColor(), dark, 'a secondary button\'s background = the workbench theme’s');
+    assert.equal(await buttonColor(), dark, "a secondary button's background = the workbench theme’s");
 
     // Switch the theme: the webview follows, still matching the workbench.
     await s.setColorTheme('Light Modern');
@@ -97,7 +110,9 @@ describe('foundation (code-server)', function () {
 
   it('blocks inline scripts with its CSP, and the page itself raised no CSP violation', async () => {
     const frame = await s.webviewFrame('dashboard');
-    const csp = await frame.evaluate(() => document.querySelector('meta[http-equiv="Content-Security-Policy"]')?.getAttribute('content') ?? '');
+    const csp = await frame.evaluate(
+      () => document.querySelector('meta[http-equiv="Content-Security-Policy"]')?.getAttribute('content') ?? '',
+    );
     assert.match(csp, /default-src 'none'/);
     assert.match(csp, /script-src 'nonce-[A-Za-z0-9+/=]+'/);
     const result = await frame.evaluate(async () => {
@@ -121,10 +136,15 @@ describe('foundation (code-server)', function () {
     assert.ok(result.violations.includes('script-src-elem'), JSON.stringify(result.violations));
     // Our own document loads with no violation: the bridge logs any to the extension's log.
     await s.waitForLog('extension', /\[webview dashboard\] CSP blocked script-src-elem/);
-    const blocked = s.logs().extension.split('\n').filter((l) => /\[webview dashboard\] CSP blocked/.test(l));
-    assert.ok(blocked.every((l) => /script-src-elem: inline/.test(l) || /script-src-attr/.test(l)), blocked.join('\n'));
+    const blocked = s
+      .logs()
+      .extension.split('\n')
+      .filter((l) => /\[webview dashboard\] CSP blocked/.test(l));
+    assert.ok(
+      blocked.every((l) => /script-src-elem: inline/.test(l) || /script-src-attr/.test(l)),
+      blocked.join('\n'),
+    );
   });
-
 });
 
 describe('restricted mode (untrusted workspace, code-server)', function () {
@@ -137,9 +157,15 @@ describe('restricted mode (untrusted workspace, code-server)', function () {
   it('activates; the walkthrough opens; setting up the trainer environment (it runs pip) asks for trust first', async () => {
     await s.waitForLog('extension', /activated .*workspace untrusted/);
     await s.runCommand('Search Agent: Get Started');
-    await s.page.locator('.gettingStartedContainer', { hasText: 'Get Started with Search Agent Studio' }).first().waitFor({ timeout: 30_000 });
+    await s.page
+      .locator('.gettingStartedContainer', { hasText: 'Get Started with Search Agent Studio' })
+      .first()
+      .waitFor({ timeout: 30_000 });
     await s.runCommand('Search Agent: Set Up Trainer Environment');
-    await s.waitForNotification(/setting up the trainer environment runs Python and pip; trust the workspace first/, 15_000);
+    await s.waitForNotification(
+      /setting up the trainer environment runs Python and pip; trust the workspace first/,
+      15_000,
+    );
   });
 });
 
@@ -153,7 +179,8 @@ async function waitUntil<T>(fn: () => Promise<T | undefined>, timeoutMs = 15_000
     } catch (e) {
       last = e;
     }
-    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(`condition not met within ${timeoutMs} ms${last ? `: ${String(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, 200));
   }
 }

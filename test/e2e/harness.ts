@@ -3,15 +3,24 @@
  * installed into a fresh extensions dir, a fresh user-data dir and a copy of a fixture workspace, served on
  * 127.0.0.1 and driven by playwright-core with Debian's Chromium. It stops everything it started, by process id.
  */
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
-import { chromium, type Browser, type Frame, type Page } from 'playwright-core';
+import { type Browser, chromium, type Frame, type Page } from 'playwright-core';
 
 export const ROOT = join(__dirname, '..', '..');
-const CODE_SERVER_ENTRY = join(ROOT, '.vscode-test', 'code-server', 'node_modules', 'code-server', 'out', 'node', 'entry.js');
+const CODE_SERVER_ENTRY = join(
+  ROOT,
+  '.vscode-test',
+  'code-server',
+  'node_modules',
+  'code-server',
+  'out',
+  'node',
+  'entry.js',
+);
 export const ARTIFACTS = join(ROOT, '.e2e-artifacts');
 export const EXTENSION_ID = 'search-agent-studio.search-agent-studio';
 
@@ -62,7 +71,12 @@ async function freePort(): Promise<number> {
   });
 }
 
-async function waitFor<T>(what: string, fn: () => Promise<T | undefined> | T | undefined, timeoutMs = 30_000, everyMs = 200): Promise<T> {
+async function waitFor<T>(
+  what: string,
+  fn: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 30_000,
+  everyMs = 200,
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   let lastError: unknown;
   for (;;) {
@@ -72,7 +86,10 @@ async function waitFor<T>(what: string, fn: () => Promise<T | undefined> | T | u
     } catch (e) {
       lastError = e;
     }
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`);
+    if (Date.now() > deadline)
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`,
+      );
     await new Promise((r) => setTimeout(r, everyMs));
   }
 }
@@ -138,7 +155,9 @@ export class CodeServerSession {
       throw new Error(`code-server is not installed (${CODE_SERVER_ENTRY}); run \`bash scripts/setup.sh --test\``);
     }
     const vsix = this.options.vsix ?? readFileSync(join(ROOT, 'out', 'vsix-path.txt'), 'utf8').trim();
-    cpSync(this.options.workspace ?? join(ROOT, 'test', 'e2e', 'fixtures', 'workspace'), this.workspace, { recursive: true });
+    cpSync(this.options.workspace ?? join(ROOT, 'test', 'e2e', 'fixtures', 'workspace'), this.workspace, {
+      recursive: true,
+    });
     mkdirSync(join(this.userDataDir, 'User'), { recursive: true });
     this.writeSettings({
       'workbench.startupEditor': 'none',
@@ -165,7 +184,10 @@ export class CodeServerSession {
 
     // Install our VSIX into the fresh extensions dir with code-server's own installer.
     const base = ['--user-data-dir', this.userDataDir, '--extensions-dir', this.extensionsDir];
-    const install = await execa(process.execPath, [CODE_SERVER_ENTRY, ...base, '--install-extension', vsix], { reject: false, timeout: 120_000 });
+    const install = await execa(process.execPath, [CODE_SERVER_ENTRY, ...base, '--install-extension', vsix], {
+      reject: false,
+      timeout: 120_000,
+    });
     if (install.exitCode !== 0 || !/successfully installed/i.test(install.stdout)) {
       throw new Error(`installing ${vsix} failed (exit ${install.exitCode}):\n${install.stdout}\n${install.stderr}`);
     }
@@ -180,23 +202,36 @@ export class CodeServerSession {
       [
         CODE_SERVER_ENTRY,
         ...base,
-        '--auth', 'none',
-        '--bind-addr', `127.0.0.1:${this.port}`,
+        '--auth',
+        'none',
+        '--bind-addr',
+        `127.0.0.1:${this.port}`,
         '--disable-telemetry',
         '--disable-update-check',
         '--disable-getting-started-override',
         this.workspace,
       ],
-      { detached: true, reject: false, buffer: false, stdin: 'ignore', env: { ...process.env, SERVICE_URL: '', ITEM_URL: '', TMPDIR: sessionTmp, ...this.options.env } },
+      {
+        detached: true,
+        reject: false,
+        buffer: false,
+        stdin: 'ignore',
+        env: { ...process.env, SERVICE_URL: '', ITEM_URL: '', TMPDIR: sessionTmp, ...this.options.env },
+      },
     );
     const collect = (d: Buffer) => this.serverOutput.push(d.toString());
     this.server.stdout?.on('data', collect);
     this.server.stderr?.on('data', collect);
-    await waitFor('code-server /healthz', async () => {
-      if (this.server?.exitCode !== null && this.server?.exitCode !== undefined) throw new Error(`code-server exited: ${this.serverOutput.join('')}`);
-      const r = await fetch(`http://127.0.0.1:${this.port}/healthz`).catch(() => undefined);
-      return r?.ok;
-    }, 60_000);
+    await waitFor(
+      'code-server /healthz',
+      async () => {
+        if (this.server?.exitCode !== null && this.server?.exitCode !== undefined)
+          throw new Error(`code-server exited: ${this.serverOutput.join('')}`);
+        const r = await fetch(`http://127.0.0.1:${this.port}/healthz`).catch(() => undefined);
+        return r?.ok;
+      },
+      60_000,
+    );
 
     this.browser = await chromium.launch({
       executablePath: process.env.SAS_CHROMIUM ?? '/usr/bin/chromium',
@@ -225,14 +260,19 @@ export class CodeServerSession {
   async runCommand(title: string): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       await this.openPalette(title);
-      const row = this.page.locator('.quick-input-list .monaco-list-row', { has: this.page.locator('.label-name', { hasText: title }) });
+      const row = this.page.locator('.quick-input-list .monaco-list-row', {
+        has: this.page.locator('.label-name', { hasText: title }),
+      });
       await row.first().waitFor({ timeout: 15_000 });
       // Pick the exact title (the filter also shows fuzzy matches).
       const labels = await this.visiblePaletteLabels();
       const index = labels.indexOf(title);
       if (index < 0) throw new Error(`"${title}" not in the palette; it shows: ${labels.join(' | ')}`);
       try {
-        await this.page.locator('.quick-input-list .monaco-list-row').nth(index).click({ timeout: attempt < 3 ? 5_000 : 30_000 });
+        await this.page
+          .locator('.quick-input-list .monaco-list-row')
+          .nth(index)
+          .click({ timeout: attempt < 3 ? 5_000 : 30_000 });
         return;
       } catch (e) {
         if (attempt >= 3) throw e;
@@ -242,7 +282,9 @@ export class CodeServerSession {
 
   /** Picks the row of the open quick pick whose label contains `label` (a step of a multi-step command). */
   async pickQuickItem(label: string): Promise<void> {
-    const row = this.page.locator('.quick-input-list .monaco-list-row', { has: this.page.locator('.label-name', { hasText: label }) });
+    const row = this.page.locator('.quick-input-list .monaco-list-row', {
+      has: this.page.locator('.label-name', { hasText: label }),
+    });
     await row.first().waitFor({ timeout: 30_000 });
     await row.first().click();
   }
@@ -265,7 +307,9 @@ export class CodeServerSession {
     const input = this.page.locator('.quick-input-widget input');
     await input.waitFor({ timeout: 15_000 });
     await input.fill(label);
-    const row = this.page.locator('.quick-input-list .monaco-list-row', { has: this.page.locator('.label-name', { hasText: new RegExp(`^${label}$`) }) });
+    const row = this.page.locator('.quick-input-list .monaco-list-row', {
+      has: this.page.locator('.label-name', { hasText: new RegExp(`^${label}$`) }),
+    });
     await row.first().waitFor({ timeout: 15_000 });
     await row.first().click();
     await this.page.locator('.quick-input-widget').waitFor({ state: 'hidden', timeout: 10_000 });
@@ -282,12 +326,17 @@ export class CodeServerSession {
 
   /** Opens a workspace file by name with Quick Open and waits for its editor. */
   async openFile(name: string): Promise<void> {
-    await this.page.locator('.monaco-workbench').click({ position: { x: 700, y: 10 }, force: true }).catch(() => {});
+    await this.page
+      .locator('.monaco-workbench')
+      .click({ position: { x: 700, y: 10 }, force: true })
+      .catch(() => {});
     await this.page.keyboard.press('Control+P');
     const input = this.page.locator('.quick-input-widget input');
     await input.waitFor({ timeout: 15_000 });
     await input.fill(name);
-    const row = this.page.locator('.quick-input-list .monaco-list-row', { has: this.page.locator('.label-name', { hasText: name }) });
+    const row = this.page.locator('.quick-input-list .monaco-list-row', {
+      has: this.page.locator('.label-name', { hasText: name }),
+    });
     await row.first().waitFor({ timeout: 15_000 });
     await this.page.keyboard.press('Enter');
     await this.page.locator(`.tabs-container .tab[data-resource-name="${name}"]`).waitFor({ timeout: 15_000 });
@@ -314,7 +363,9 @@ export class CodeServerSession {
   /** Moves the mouse over the first rendered editor span whose text contains `text` (nbsp-normalised). */
   async hoverEditorText(text: string): Promise<void> {
     const box = await this.page.evaluate((t) => {
-      const spans = [...document.querySelectorAll('.editor-instance .monaco-editor .view-line span > span')] as HTMLElement[];
+      const spans = [
+        ...document.querySelectorAll('.editor-instance .monaco-editor .view-line span > span'),
+      ] as HTMLElement[];
       const el = spans.find((s) => (s.textContent ?? '').replace(/\u00a0/g, ' ').includes(t));
       if (!el) return null;
       const r = el.getBoundingClientRect();
@@ -341,10 +392,14 @@ export class CodeServerSession {
   private async openPalette(text: string): Promise<void> {
     const input = this.page.locator('.quick-input-widget input');
     for (let attempt = 1; ; attempt++) {
-      await this.page.locator('.monaco-workbench').click({ position: { x: 700, y: 10 }, force: true }).catch(() => {});
+      await this.page
+        .locator('.monaco-workbench')
+        .click({ position: { x: 700, y: 10 }, force: true })
+        .catch(() => {});
       // A retry first takes the keyboard back from a frame that holds it (a webview's iframe), so the key reaches the
       // workbench's own keybinding dispatcher.
-      if (attempt > 1) await this.page.evaluate(() => (document.activeElement as HTMLElement | null)?.blur()).catch(() => {});
+      if (attempt > 1)
+        await this.page.evaluate(() => (document.activeElement as HTMLElement | null)?.blur()).catch(() => {});
       await this.page.keyboard.press(attempt % 2 === 1 ? 'F1' : 'Control+Shift+P');
       try {
         await input.waitFor({ timeout: 7_500 });
@@ -358,19 +413,25 @@ export class CodeServerSession {
   }
 
   private async visiblePaletteLabels(): Promise<string[]> {
-    return this.page.locator('.quick-input-list .monaco-list-row .label-name').evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
+    return this.page
+      .locator('.quick-input-list .monaco-list-row .label-name')
+      .evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
   }
 
   /** The inner frame of our webview `name` (code-server nests it: iframe.webview → #active-frame). */
   async webviewFrame(name: string, timeoutMs = 30_000): Promise<Frame> {
-    return waitFor(`webview "${name}"`, async () => {
-      for (const frame of this.page.frames()) {
-        if (frame === this.page.mainFrame() || frame.isDetached()) continue;
-        const found = await frame.evaluate(() => document.body?.dataset.webview ?? null).catch(() => null);
-        if (found === name) return frame;
-      }
-      return undefined;
-    }, timeoutMs);
+    return waitFor(
+      `webview "${name}"`,
+      async () => {
+        for (const frame of this.page.frames()) {
+          if (frame === this.page.mainFrame() || frame.isDetached()) continue;
+          const found = await frame.evaluate(() => document.body?.dataset.webview ?? null).catch(() => null);
+          if (found === name) return frame;
+        }
+        return undefined;
+      },
+      timeoutMs,
+    );
   }
 
   /** Whether a live (attached) webview of this name is now in the page. */
@@ -394,22 +455,33 @@ export class CodeServerSession {
 
   /** The labels of the Outline view's rows now showing (focus it first: `Explorer: Focus on Outline View`). */
   async outlineLabels(): Promise<string[]> {
-    return this.page.locator('.outline-pane .monaco-list-row .label-name').evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
+    return this.page
+      .locator('.outline-pane .monaco-list-row .label-name')
+      .evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
   }
 
   /** Texts of the notification toasts now showing. */
   async notifications(): Promise<string[]> {
-    return this.page.locator('.notifications-toasts .notification-list-item-message').evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
+    return this.page
+      .locator('.notifications-toasts .notification-list-item-message')
+      .evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
   }
 
   /** Waits for a notification toast whose text matches. */
   async waitForNotification(match: RegExp, timeoutMs = 30_000): Promise<string> {
-    return waitFor(`a notification matching ${match}`, async () => (await this.notifications()).find((t) => match.test(t)), timeoutMs);
+    return waitFor(
+      `a notification matching ${match}`,
+      async () => (await this.notifications()).find((t) => match.test(t)),
+      timeoutMs,
+    );
   }
 
   /** The extension host's log, and our output channel's log ("Search Agent Studio"). */
   logs(): { exthost: string; extension: string } {
-    return { exthost: this.logText((n) => n === 'exthost.log' || n === 'remoteexthost.log'), extension: this.channelLog('Search Agent Studio') };
+    return {
+      exthost: this.logText((n) => n === 'exthost.log' || n === 'remoteexthost.log'),
+      extension: this.channelLog('Search Agent Studio'),
+    };
   }
 
   /** An output channel's log over every extension host of the session (its file: the name without colons). */
@@ -432,7 +504,13 @@ export class CodeServerSession {
     const toasts = await this.notifications().catch(() => [] as string[]);
     const channels = ['Search Agent Studio', 'Search Agent: Trainer', 'Search Agent: Env Server'].map((name) => {
       const text = this.channelLog(name).trimEnd();
-      const tail = text ? text.split('\n').slice(-lines).map((l) => `        | ${l}`).join('\n') : '        | (no log)';
+      const tail = text
+        ? text
+            .split('\n')
+            .slice(-lines)
+            .map((l) => `        | ${l}`)
+            .join('\n')
+        : '        | (no log)';
       return `      ${name} (last ${lines} lines):\n${tail}`;
     });
     const errors = this.logs()
@@ -440,11 +518,23 @@ export class CodeServerSession {
       .filter((l) => /\[(error|warning)\]/.test(l))
       .slice(-10)
       .map((l) => `        | ${l.slice(0, 300)}`);
-    return [`      toasts: ${JSON.stringify(toasts)}`, ...channels, `      extension host errors and warnings (last ${errors.length}):`, ...errors].join('\n');
+    return [
+      `      toasts: ${JSON.stringify(toasts)}`,
+      ...channels,
+      `      extension host errors and warnings (last ${errors.length}):`,
+      ...errors,
+    ].join('\n');
   }
 
   async waitForLog(which: 'exthost' | 'extension', match: RegExp, timeoutMs = 30_000): Promise<string> {
-    return waitFor(`${which} log to match ${match}`, () => this.logs()[which].split('\n').find((l) => match.test(l)), timeoutMs);
+    return waitFor(
+      `${which} log to match ${match}`,
+      () =>
+        this.logs()
+          [which].split('\n')
+          .find((l) => match.test(l)),
+      timeoutMs,
+    );
   }
 
   /** Saves a screenshot, the logs and code-server's output under .e2e-artifacts/<name>/. */
@@ -475,7 +565,10 @@ export class CodeServerSession {
         }
       };
       kill('SIGTERM');
-      const exited = await Promise.race([server.then(() => true), new Promise((r) => setTimeout(() => r(false), 5_000))]);
+      const exited = await Promise.race([
+        server.then(() => true),
+        new Promise((r) => setTimeout(() => r(false), 5_000)),
+      ]);
       if (!exited) kill('SIGKILL');
       await server.catch(() => {});
     }

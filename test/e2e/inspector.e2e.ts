@@ -9,38 +9,85 @@ import assert from 'node:assert/strict';
 import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Frame } from 'playwright-core';
-import { CodeServerSession, ROOT, tokenPieces, until } from './harness';
 import { scratchDir } from '../support/scratch';
+import { CodeServerSession, ROOT, tokenPieces, until } from './harness';
 
 type Role = 'prompt' | 'generated' | 'retrieved' | 'feedback';
 
 /** A rollout record whose token arrays come from splitting each (text, role) piece into word-ish tokens. */
-function record(id: string, step: number, group: string, sample: number, pieces: [string, Role][], extra: Record<string, unknown> = {}, leakAt?: number): string {
+function record(
+  id: string,
+  step: number,
+  group: string,
+  sample: number,
+  pieces: [string, Role][],
+  extra: Record<string, unknown> = {},
+  leakAt?: number,
+): string {
   const { text, role } = tokenPieces(pieces);
   const loss_mask = role.map((r, i) => (r === 'generated' || i === leakAt ? 1 : 0));
-  const prompt = pieces.filter((p) => p[1] === 'prompt').map((p) => p[0]).join('');
-  const response = pieces.filter((p) => p[1] !== 'prompt').map((p) => p[0]).join('');
+  const prompt = pieces
+    .filter((p) => p[1] === 'prompt')
+    .map((p) => p[0])
+    .join('');
+  const response = pieces
+    .filter((p) => p[1] !== 'prompt')
+    .map((p) => p[0])
+    .join('');
   return JSON.stringify({
-    v: 1, id, step, group, sample, split: 'train', question: 'Who wrote Ossel?', golden: ['Ilse Marrow'], data_source: 'demo', prompt, response, finish: 'answer', turns: 2, searches: 1,
-    tokens: { text, ids: text.map((_, i) => 100 + i), role, loss_mask, logprob: text.map((_, i) => -0.1 * (i % 7)), ref_logprob: text.map((_, i) => -0.1 * (i % 5)), advantage: role.map((r, i) => (r === 'generated' ? (sample ? -0.5 : 0.5) + 0.01 * i : 0)) },
+    v: 1,
+    id,
+    step,
+    group,
+    sample,
+    split: 'train',
+    question: 'Who wrote Ossel?',
+    golden: ['Ilse Marrow'],
+    data_source: 'demo',
+    prompt,
+    response,
+    finish: 'answer',
+    turns: 2,
+    searches: 1,
+    tokens: {
+      text,
+      ids: text.map((_, i) => 100 + i),
+      role,
+      loss_mask,
+      logprob: text.map((_, i) => -0.1 * (i % 7)),
+      ref_logprob: text.map((_, i) => -0.1 * (i % 5)),
+      advantage: role.map((r, i) => (r === 'generated' ? (sample ? -0.5 : 0.5) + 0.01 * i : 0)),
+    },
     ...extra,
   });
 }
 
-const PROMPT: [string, Role] = ['<|im_start|>user\nQuestion: Who wrote Ossel?<|im_end|>\n<|im_start|>assistant\n', 'prompt'];
+const PROMPT: [string, Role] = [
+  '<|im_start|>user\nQuestion: Who wrote Ossel?<|im_end|>\n<|im_start|>assistant\n',
+  'prompt',
+];
 const trajectory = (answer: string): [string, Role][] => [
   PROMPT,
   ['<think> I should look this up. </think>\n<search> Ossel author </search>', 'generated'],
-  ['\n\n<information>Doc 1(Title: Ossel) Ossel is a novel written by Ilse Marrow in 1931.\nDoc 2(Title: Marrow) Ilse Marrow was a writer.</information>\n\n', 'retrieved'],
+  [
+    '\n\n<information>Doc 1(Title: Ossel) Ossel is a novel written by Ilse Marrow in 1931.\nDoc 2(Title: Marrow) Ilse Marrow was a writer.</information>\n\n',
+    'retrieved',
+  ],
   [`<think> The first document says it. </think>\n<answer> ${answer} </answer>`, 'generated'],
 ];
 
 const HOSTILE_LONG = 'X'.repeat(30_000);
 const hostile: [string, Role][] = [
   ['<|im_start|>user\nQuestion: <script>window.__pwned="prompt"</script><|im_end|>\n', 'prompt'],
-  ['<think><img src=x onerror="window.__pwned=\'think\'"></think>\n<search><script>window.__pwned="search"</script></search>', 'generated'],
-  [`\n\n<information>Doc 1(Title: <a href="javascript:window.__pwned='link'">click me</a>) <img src=x onerror=window.__pwned='doc'> ${HOSTILE_LONG}</information>\n\n`, 'retrieved'],
-  ['<answer><img src=x onerror=window.__pwned=\'answer\'></answer>', 'generated'],
+  [
+    '<think><img src=x onerror="window.__pwned=\'think\'"></think>\n<search><script>window.__pwned="search"</script></search>',
+    'generated',
+  ],
+  [
+    `\n\n<information>Doc 1(Title: <a href="javascript:window.__pwned='link'">click me</a>) <img src=x onerror=window.__pwned='doc'> ${HOSTILE_LONG}</information>\n\n`,
+    'retrieved',
+  ],
+  ["<answer><img src=x onerror=window.__pwned='answer'></answer>", 'generated'],
 ];
 
 function workspace(): string {
@@ -48,7 +95,18 @@ function workspace(): string {
   cpSync(join(ROOT, 'test', 'e2e', 'fixtures', 'workspace'), dir, { recursive: true });
   const run = join(dir, 'runs', 'fixture-run');
   mkdirSync(join(run, 'rollouts'), { recursive: true });
-  writeFileSync(join(run, 'run.json'), JSON.stringify({ v: 1, id: 'fixture-run', status: 'finished', created: '2026-11-01T00:00:00Z', config: {}, step: 2, total_steps: 2 }));
+  writeFileSync(
+    join(run, 'run.json'),
+    JSON.stringify({
+      v: 1,
+      id: 'fixture-run',
+      status: 'finished',
+      created: '2026-11-01T00:00:00Z',
+      config: {},
+      step: 2,
+      total_steps: 2,
+    }),
+  );
   const step1 = [
     record('s1-g0-0', 1, 'g0', 0, trajectory('Ilse Marrow'), { reward: 1, reward_parts: { em: 1 } }),
     record('s1-g0-1', 1, 'g0', 1, trajectory('Ilse Marrow'), { reward: 1, reward_parts: { em: 1 } }),
@@ -59,11 +117,22 @@ function workspace(): string {
   const step2 = [
     record('s2-leak', 2, 'g2', 0, trajectory('Ilse Marrow'), { reward: 1 }, 30),
     JSON.stringify({ v: 1, id: 's2-nofields', step: 2 }),
-    JSON.stringify({ ...JSON.parse(record('s2-mismatch', 2, 'g3', 0, trajectory('x'), { reward: 0 })), tokens: { text: ['a', 'b'], ids: [1], role: ['generated', 'generated'], loss_mask: [1, 1] } }),
-    record('s2-hostile', 2, 'g4', 0, hostile, { reward: 0, question: '<img src=x onerror=window.__pwned="question">', golden: ['<script>window.__pwned="golden"</script>'] }),
+    JSON.stringify({
+      ...JSON.parse(record('s2-mismatch', 2, 'g3', 0, trajectory('x'), { reward: 0 })),
+      tokens: { text: ['a', 'b'], ids: [1], role: ['generated', 'generated'], loss_mask: [1, 1] },
+    }),
+    record('s2-hostile', 2, 'g4', 0, hostile, {
+      reward: 0,
+      question: '<img src=x onerror=window.__pwned="question">',
+      golden: ['<script>window.__pwned="golden"</script>'],
+    }),
     record('s2-noleak', 2, 'g2', 1, trajectory('Quendal'), { reward: 0 }),
     // Imported (no token arrays): replayed by segment, or split with a tokenizer.json.
-    JSON.stringify((({ tokens, ...rest }) => rest)(JSON.parse(record('s2-imported', 2, 'g5', 0, trajectory('Ilse Marrow'), { reward: 1 })))),
+    JSON.stringify(
+      (({ tokens, ...rest }) => rest)(
+        JSON.parse(record('s2-imported', 2, 'g5', 0, trajectory('Ilse Marrow'), { reward: 1 })),
+      ),
+    ),
   ];
   writeFileSync(join(run, 'rollouts', 'step-000001.jsonl'), `${step1.join('\n')}\n`);
   writeFileSync(join(run, 'rollouts', 'step-000002.jsonl'), `${step2.join('\n')}\n`);
@@ -91,29 +160,43 @@ describe('rollout inspector and replay panel (code-server)', function () {
     const before = await data(insp, 'seq');
     await input.fill(expr);
     await input.press('Enter');
-    await until(`the filter ${expr} applied`, async () => {
-      const seq = await data(insp, 'seq');
-      return seq !== before && (await data(insp, 'appliedSeq')) === seq && (await data(insp, 'busy')) === 'false';
-    }, 15_000);
+    await until(
+      `the filter ${expr} applied`,
+      async () => {
+        const seq = await data(insp, 'seq');
+        return seq !== before && (await data(insp, 'appliedSeq')) === seq && (await data(insp, 'busy')) === 'false';
+      },
+      15_000,
+    );
   }
   const replayFrame = () => s.webviewFrame('replay', 30_000);
 
   it('opens a run directory from the Runs view: every row, malformed ones in place with their line numbers', async () => {
     await s.waitForLog('extension', /activated/, 60_000);
     insp = await s.openRunInInspector('fixture-run');
-    await until('all rows analysed', async () => (await data(insp, 'total')) === '11' && (await data(insp, 'view')) === '11', 30_000);
+    await until(
+      'all rows analysed',
+      async () => (await data(insp, 'total')) === '11' && (await data(insp, 'view')) === '11',
+      30_000,
+    );
     await until('rows on screen', async () => (await insp.locator('.rows .row[data-index]').count()) === 11, 15_000);
     const errors = await insp.locator('.rows .row.malformed').allTextContents();
     assert.equal(errors.length, 3);
     assert.match(errors.join('\n'), /step-000001\.jsonl:5: invalid JSON/);
     assert.match(errors.join('\n'), /step-000002\.jsonl:2: prompt: is required/);
     assert.match(errors.join('\n'), /step-000002\.jsonl:3: tokens\.ids: has 1 entries but tokens\.text has 2/);
-    assert.match((await insp.locator('[data-testid="status"]').textContent()) ?? '', /11 rows in 2 files · 3 malformed/);
+    assert.match(
+      (await insp.locator('[data-testid="status"]').textContent()) ?? '',
+      /11 rows in 2 files · 3 malformed/,
+    );
   });
 
   it('filters with the expression language (errors inline), sorts, and searches text', async () => {
     await filter('rewrd == 1');
-    assert.match(await insp.locator('[data-testid="filter-error"]').textContent() ?? '', /unknown field rewrd; did you mean reward\?.*rewrd == 1/);
+    assert.match(
+      (await insp.locator('[data-testid="filter-error"]').textContent()) ?? '',
+      /unknown field rewrd; did you mean reward\?.*rewrd == 1/,
+    );
     assert.equal(await insp.locator('[data-testid="filter-error"] mark').textContent(), 'rewrd');
     await filter('group.zero_variance');
     assert.equal(await data(insp, 'view'), '2', 'group g0 of step 1 (both rewarded 1)');
@@ -125,14 +208,32 @@ describe('rollout inspector and replay panel (code-server)', function () {
     await filter('');
     await insp.locator('.row.head [data-column="reward"]').click();
     await insp.locator('.row.head [data-column="reward"]').click(); // descending
-    await until('sorted by reward, descending', async () => (await insp.locator('.row.head [data-column="reward"]').getAttribute('aria-sort')) === 'descending' && (await data(insp, 'busy')) === 'false', 10_000);
-    await until('rewards descending', async () => {
-      const rewards = (await insp.locator('.rows .row[data-index] .cell.reward').allTextContents()).filter((t) => t !== '');
-      return rewards.length >= 5 && rewards.slice(0, 4).every((r) => r === '1') && rewards[rewards.length - 1] === '0';
-    }, 10_000);
+    await until(
+      'sorted by reward, descending',
+      async () =>
+        (await insp.locator('.row.head [data-column="reward"]').getAttribute('aria-sort')) === 'descending' &&
+        (await data(insp, 'busy')) === 'false',
+      10_000,
+    );
+    await until(
+      'rewards descending',
+      async () => {
+        const rewards = (await insp.locator('.rows .row[data-index] .cell.reward').allTextContents()).filter(
+          (t) => t !== '',
+        );
+        return (
+          rewards.length >= 5 && rewards.slice(0, 4).every((r) => r === '1') && rewards[rewards.length - 1] === '0'
+        );
+      },
+      10_000,
+    );
     await insp.locator('.row.head [data-column="reward"]').click(); // off
     await insp.locator('[data-testid="search"]').fill('Quendal');
-    await until('the text search', async () => (await data(insp, 'view')) === '2' && (await data(insp, 'busy')) === 'false', 15_000);
+    await until(
+      'the text search',
+      async () => (await data(insp, 'view')) === '2' && (await data(insp, 'busy')) === 'false',
+      15_000,
+    );
     await insp.locator('[data-testid="search"]').fill('');
     await until('no search', async () => (await data(insp, 'view')) === '11', 15_000);
     await s.page.screenshot({ path: join(shots, 'inspector.png') });
@@ -142,14 +243,23 @@ describe('rollout inspector and replay panel (code-server)', function () {
     await filter('mask.leaks > 0');
     await insp.locator('.rows .row[data-index="5"]').dblclick();
     const r = await replayFrame();
-    await until('the replay of s2-leak', async () => (await r.locator('[data-testid="header"] h2').textContent()) === 's2-leak', 15_000);
+    await until(
+      'the replay of s2-leak',
+      async () => (await r.locator('[data-testid="header"] h2').textContent()) === 's2-leak',
+      15_000,
+    );
     assert.equal(await data(r, 'level'), 'token');
     assert.equal(await data(r, 'leaks'), '1');
     // It opens at its top: the question, golden answer and reward in view.
     assert.equal(await r.evaluate(() => window.scrollY), 0);
     for (const fact of ['question', 'golden', 'reward']) {
       const dt = r.locator('dl.facts dt', { hasText: new RegExp(`^${fact}$`) });
-      assert.ok(await dt.evaluate((el) => el.getBoundingClientRect().bottom <= window.innerHeight && el.getBoundingClientRect().top >= 0), `${fact} is in view`);
+      assert.ok(
+        await dt.evaluate(
+          (el) => el.getBoundingClientRect().bottom <= window.innerHeight && el.getBoundingClientRect().top >= 0,
+        ),
+        `${fact} is in view`,
+      );
     }
     assert.match((await r.locator('[data-testid="header"]').textContent()) ?? '', /1 mask leak/);
     await r.locator('[data-testid="tokens"]').click({ position: { x: 2, y: 2 } });
@@ -167,14 +277,21 @@ describe('rollout inspector and replay panel (code-server)', function () {
     assert.equal(await data(r, 'entryKind'), 'information');
     assert.equal(await data(r, 'tokenRole'), 'retrieved');
     assert.equal(await r.locator('.entry.current .doc').count(), 2, 'the documents as cards');
-    assert.equal(await r.locator('[data-testid="textview"] mark').textContent(), await data(r, 'tokenText'), 'the text view marks the current token');
+    assert.equal(
+      await r.locator('[data-testid="textview"] mark').textContent(),
+      await data(r, 'tokenText'),
+      'the text view marks the current token',
+    );
     // The audit: n jumps to the planted leak (token 30: a retrieved token with mask 1).
     await r.locator('body').press('n');
     assert.equal(await data(r, 'token'), '30');
     assert.equal(await data(r, 'tokenRole'), 'retrieved');
     assert.ok(await r.locator('.chip.current.leak').count(), 'the current chip is outlined as a leak');
     await r.locator('.chip.current').hover();
-    assert.match((await r.locator('[data-testid="hovercard"]').textContent()) ?? '', /loss mask1.*LEAK: retrieved token trained on/s);
+    assert.match(
+      (await r.locator('[data-testid="hovercard"]').textContent()) ?? '',
+      /loss mask1.*LEAK: retrieved token trained on/s,
+    );
     // Overlays.
     await r.locator('[data-testid="overlay"]').selectOption('advantage');
     await until('the advantage overlay', async () => (await data(r, 'overlay')) === 'advantage', 5_000);
@@ -188,7 +305,10 @@ describe('rollout inspector and replay panel (code-server)', function () {
     // The prompt was never scored (this older record says 0 there): "not recorded", not a certain 0.
     assert.ok((await r.locator('.chip.role-prompt.ov-none').count()) > 0);
     await r.locator('.chip.role-prompt').first().hover();
-    assert.match((await r.locator('[data-testid="hovercard"]').textContent()) ?? '', /KL \(log π − log π_ref\)not recorded/);
+    assert.match(
+      (await r.locator('[data-testid="hovercard"]').textContent()) ?? '',
+      /KL \(log π − log π_ref\)not recorded/,
+    );
     assert.equal(await r.evaluate(() => window.scrollY), 0, 'stepping never scrolled the page');
     await s.page.screenshot({ path: join(shots, 'replay.png') });
   });
@@ -199,23 +319,42 @@ describe('rollout inspector and replay panel (code-server)', function () {
     for (const theme of ['Light Modern', 'Dark High Contrast', 'Light High Contrast', 'Dark Modern']) {
       await s.setColorTheme(theme);
       r = await replayFrame();
-      await until(`chips restyled for ${theme}`, async () => {
-        const look = await r.evaluate(() => {
-          const style = (sel: string) => {
-            const el = document.querySelector(sel);
-            if (!el) return null;
-            const cs = getComputedStyle(el);
-            return { bg: cs.backgroundColor, image: cs.backgroundImage, border: cs.borderTopColor, borderWidth: cs.borderTopWidth };
-          };
-          return { gen: style('.chip.role-generated:not(.masked)'), ret: style('.chip.role-retrieved.masked:not(.leak)'), prompt: style('.chip.role-prompt'), leak: style('.chip.leak') };
-        });
-        if (!look.gen || !look.ret || !look.prompt || !look.leak) return false;
-        const transparent = (c: string) => c === 'rgba(0, 0, 0, 0)' || c === 'transparent';
-        return (
-          !transparent(look.gen.bg) && !transparent(look.ret.bg) && look.gen.bg !== look.ret.bg && look.gen.bg !== look.prompt.bg &&
-          look.ret.image.includes('repeating-linear-gradient') && look.gen.image === 'none' && look.leak.borderWidth === '2px'
-        );
-      }, 15_000);
+      await until(
+        `chips restyled for ${theme}`,
+        async () => {
+          const look = await r.evaluate(() => {
+            const style = (sel: string) => {
+              const el = document.querySelector(sel);
+              if (!el) return null;
+              const cs = getComputedStyle(el);
+              return {
+                bg: cs.backgroundColor,
+                image: cs.backgroundImage,
+                border: cs.borderTopColor,
+                borderWidth: cs.borderTopWidth,
+              };
+            };
+            return {
+              gen: style('.chip.role-generated:not(.masked)'),
+              ret: style('.chip.role-retrieved.masked:not(.leak)'),
+              prompt: style('.chip.role-prompt'),
+              leak: style('.chip.leak'),
+            };
+          });
+          if (!look.gen || !look.ret || !look.prompt || !look.leak) return false;
+          const transparent = (c: string) => c === 'rgba(0, 0, 0, 0)' || c === 'transparent';
+          return (
+            !transparent(look.gen.bg) &&
+            !transparent(look.ret.bg) &&
+            look.gen.bg !== look.ret.bg &&
+            look.gen.bg !== look.prompt.bg &&
+            look.ret.image.includes('repeating-linear-gradient') &&
+            look.gen.image === 'none' &&
+            look.leak.borderWidth === '2px'
+          );
+        },
+        15_000,
+      );
     }
   });
 
@@ -228,10 +367,18 @@ describe('rollout inspector and replay panel (code-server)', function () {
     // Another editor in the replay's group hides it; showing it again re-creates the webview.
     await s.page.locator('.tabs-container .tab', { hasText: 'Replay' }).first().waitFor();
     await s.openFile('sample.traj');
-    await until('the replay webview to be gone', async () => !(await s.webviewFrame('replay', 500).catch(() => undefined)), 10_000);
+    await until(
+      'the replay webview to be gone',
+      async () => !(await s.webviewFrame('replay', 500).catch(() => undefined)),
+      10_000,
+    );
     await s.page.locator('.tabs-container .tab', { hasText: 'Replay' }).first().click();
     r = await replayFrame();
-    await until('the restored position', async () => (await data(r, 'token')) === token && (await data(r, 'overlay')) === 'kl', 15_000);
+    await until(
+      'the restored position',
+      async () => (await data(r, 'token')) === token && (await data(r, 'overlay')) === 'kl',
+      15_000,
+    );
   });
 
   it('compares two rows of a group side by side', async () => {
@@ -241,12 +388,15 @@ describe('rollout inspector and replay panel (code-server)', function () {
     await insp.locator('[data-testid="compare"]:not([disabled])').click();
     const r = await replayFrame();
     await until('two columns', async () => (await data(r, 'columns')) === '2', 15_000);
-    assert.match((await r.locator('[data-testid="timeline-1"] .col-head').textContent()) ?? '', /reward 0 · answer Quendal/);
+    assert.match(
+      (await r.locator('[data-testid="timeline-1"] .col-head').textContent()) ?? '',
+      /reward 0 · answer Quendal/,
+    );
     // Both rollouts' headers and tokens, not only the first's.
     assert.equal(await r.locator('[data-testid="header-0"] h2').textContent(), 's1-g1-0');
     assert.equal(await r.locator('[data-testid="header-1"] h2').textContent(), 's1-g1-1');
     assert.match((await r.locator('[data-testid="header-1"]').textContent()) ?? '', /answerQuendal/);
-    assert.ok((await r.locator('[data-testid="tokens-1"] .chip').count()) > 10, 'the second rollout\'s tokens');
+    assert.ok((await r.locator('[data-testid="tokens-1"] .chip').count()) > 10, "the second rollout's tokens");
     await r.locator('body').press('ArrowDown');
     assert.ok((await r.locator('[data-testid="tokens-1"] .chip.in-entry').count()) > 0, 'its current entry marked');
   });
@@ -256,7 +406,13 @@ describe('rollout inspector and replay panel (code-server)', function () {
     assert.equal(await data(insp, 'view'), '1');
     await insp.locator('.rows .row[data-index="10"]').dblclick();
     const r = await replayFrame();
-    await until('the segment-level replay', async () => (await r.locator('[data-testid="header"] h2').textContent()) === 's2-imported' && (await data(r, 'level')) === 'segment', 15_000);
+    await until(
+      'the segment-level replay',
+      async () =>
+        (await r.locator('[data-testid="header"] h2').textContent()) === 's2-imported' &&
+        (await data(r, 'level')) === 'segment',
+      15_000,
+    );
     const segments = await r.locator('.chip[data-i]').count();
     assert.equal(segments, await r.locator('.entry').count(), 'one chip per timeline entry');
     assert.equal(await r.locator('.chip.masked').count(), 0, 'no mask recorded, none shown');
@@ -264,12 +420,22 @@ describe('rollout inspector and replay panel (code-server)', function () {
     // code-server's file dialog is a quick input taking a path: once it shows its starting folder, type the file's
     // path; once it lists that file's folder, accept.
     const input = s.page.locator('.quick-input-widget input');
-    await until('the file dialog', async () => ((await input.inputValue({ timeout: 1000 }).catch(() => '')).endsWith('/') ? true : undefined), 15_000);
+    await until(
+      'the file dialog',
+      async () => ((await input.inputValue({ timeout: 1000 }).catch(() => '')).endsWith('/') ? true : undefined),
+      15_000,
+    );
     await input.fill(join(s.workspace, 'models', 'tiny-e5', 'tokenizer.json'));
-    await s.page.locator('.quick-input-list .monaco-list-row', { hasText: 'tokenizer.json' }).first().waitFor({ timeout: 15_000 });
+    await s.page
+      .locator('.quick-input-list .monaco-list-row', { hasText: 'tokenizer.json' })
+      .first()
+      .waitFor({ timeout: 15_000 });
     await input.press('Enter');
     await until('the tokenised replay', async () => (await data(r, 'level')) === 'tokenizer', 20_000);
-    assert.match((await r.locator('[data-testid="header"]').textContent()) ?? '', /tokenised with tiny-e5\/tokenizer\.json/);
+    assert.match(
+      (await r.locator('[data-testid="header"]').textContent()) ?? '',
+      /tokenised with tiny-e5\/tokenizer\.json/,
+    );
     assert.ok((await r.locator('.chip[data-i]').count()) > segments * 3, 'many tokens per segment');
     await r.locator('body').press('Home');
     await r.locator('body').press('ArrowDown');
@@ -283,21 +449,50 @@ describe('rollout inspector and replay panel (code-server)', function () {
     await filter('id == "s2-hostile"');
     await insp.locator('.rows .row[data-index="8"]').dblclick();
     const r = await replayFrame();
-    await until('the hostile replay', async () => (await r.locator('[data-testid="header"] h2').textContent()) === 's2-hostile', 15_000);
+    await until(
+      'the hostile replay',
+      async () => (await r.locator('[data-testid="header"] h2').textContent()) === 's2-hostile',
+      15_000,
+    );
     await r.locator('body').press('End');
     await new Promise((res) => setTimeout(res, 500)); // give any onerror a chance to fire
     for (const f of [r, insp]) {
-      assert.equal(await f.evaluate(() => (window as unknown as { __pwned?: unknown }).__pwned), undefined, 'nothing executed');
-      assert.equal(await f.evaluate(() => document.querySelectorAll('img, a[href^="javascript"], iframe').length), 0, 'no markup from the rollout');
-      assert.equal(await f.evaluate(() => [...document.scripts].filter((sc) => (sc.textContent ?? '').includes('pwned')).length), 0, 'no script from the rollout');
+      assert.equal(
+        await f.evaluate(() => (window as unknown as { __pwned?: unknown }).__pwned),
+        undefined,
+        'nothing executed',
+      );
+      assert.equal(
+        await f.evaluate(() => document.querySelectorAll('img, a[href^="javascript"], iframe').length),
+        0,
+        'no markup from the rollout',
+      );
+      assert.equal(
+        await f.evaluate(() => [...document.scripts].filter((sc) => (sc.textContent ?? '').includes('pwned')).length),
+        0,
+        'no script from the rollout',
+      );
     }
     assert.equal(await s.page.evaluate(() => (window as unknown as { __pwned?: unknown }).__pwned), undefined);
     const text = (await r.locator('[data-testid="textview"]').textContent()) ?? '';
-    assert.ok(text.includes('<img src=x onerror="window.__pwned=\'think\'">') && text.includes('<script>window.__pwned="search"</script>'), 'shown literally');
-    assert.match((await r.locator('.entry.kind-information .doc-title').first().textContent()) ?? '', /<a href="javascript:window.__pwned='link'">click me<\/a>/);
-    assert.match((await r.locator('[data-testid="header"]').textContent()) ?? '', /<script>window.__pwned="golden"<\/script>/);
+    assert.ok(
+      text.includes('<img src=x onerror="window.__pwned=\'think\'">') &&
+        text.includes('<script>window.__pwned="search"</script>'),
+      'shown literally',
+    );
+    assert.match(
+      (await r.locator('.entry.kind-information .doc-title').first().textContent()) ?? '',
+      /<a href="javascript:window.__pwned='link'">click me<\/a>/,
+    );
+    assert.match(
+      (await r.locator('[data-testid="header"]').textContent()) ?? '',
+      /<script>window.__pwned="golden"<\/script>/,
+    );
     // Layout holds: the 30,000-character line wraps instead of widening the page.
-    assert.ok(await r.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 2), 'no horizontal overflow');
+    assert.ok(
+      await r.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 2),
+      'no horizontal overflow',
+    );
     const hostileRow = insp.locator('.rows .row[data-index="8"]');
     const box = await hostileRow.boundingBox();
     assert.ok(box && box.height <= 30, 'the inspector row stays one line');

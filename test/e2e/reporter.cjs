@@ -9,7 +9,10 @@ class SpecWithRetries extends Spec {
   constructor(runner, options) {
     super(runner, options);
     runner.on(EVENT_TEST_RETRY, (test, err) => {
-      const first = String(err?.message ?? err).split('\n').slice(0, 3).join(' / ');
+      const first = String(err?.message ?? err)
+        .split('\n')
+        .slice(0, 3)
+        .join(' / ');
       console.log(`    ↻ attempt ${test.currentRetry() + 1} failed, running it again: ${test.title}\n      ${first}`);
     });
   }

@@ -21,7 +21,9 @@ describe('Open Run Folder… on another engine’s run (code-server)', function 
   const data = (f: Frame, key: string) => f.evaluate((k) => document.body.dataset[k] ?? '', key);
 
   before(async () => {
-    s = await CodeServerSession.start({ settings: { 'searchAgent.audit.tokenizer': QWEN, 'files.simpleDialog.enable': true } });
+    s = await CodeServerSession.start({
+      settings: { 'searchAgent.audit.tokenizer': QWEN, 'files.simpleDialog.enable': true },
+    });
     run = join(s.workspace, 'outputs');
     mkdirSync(join(run, 'token_exports'), { recursive: true });
     cpSync(join(PRIME, 'step_1'), join(run, 'token_exports', 'step_1'), { recursive: true });
@@ -38,20 +40,37 @@ describe('Open Run Folder… on another engine’s run (code-server)', function 
     const input = s.page.locator('.quick-input-widget input');
     await input.waitFor({ timeout: 15_000 });
     await input.fill(`${run}/`);
-    await s.page.locator('.quick-input-list .monaco-list-row', { hasText: 'token_exports' }).first().waitFor({ timeout: 15_000 });
+    await s.page
+      .locator('.quick-input-list .monaco-list-row', { hasText: 'token_exports' })
+      .first()
+      .waitFor({ timeout: 15_000 });
     await s.page.locator('.quick-input-widget .monaco-button', { hasText: 'Open Run' }).click();
     insp = await s.webviewFrame('rollouts', 60_000);
-    await until('the converted rows', async () => (await data(insp, 'total')) === '4' && (await data(insp, 'busy')) === 'false', 60_000);
+    await until(
+      'the converted rows',
+      async () => (await data(insp, 'total')) === '4' && (await data(insp, 'busy')) === 'false',
+      60_000,
+    );
     assert.equal(await data(insp, 'imported'), 'prime-rl:4');
-    assert.match((await insp.locator('[data-testid="status"]').textContent()) ?? '', /prime-rl dump: 1 step · 4 rows in 1 file/);
+    assert.match(
+      (await insp.locator('[data-testid="status"]').textContent()) ?? '',
+      /prime-rl dump: 1 step · 4 rows in 1 file/,
+    );
     const found = await s.waitForNotification(/prime-rl dump outputs/, 60_000);
-    assert.match(found, /1 step \(1\), 4 rollouts; arrays role, loss_mask, rollout_logprob, logprob, entropy, advantage; roles from chat template \(models\/tokenizer\.json\)/);
+    assert.match(
+      found,
+      /1 step \(1\), 4 rollouts; arrays role, loss_mask, rollout_logprob, logprob, entropy, advantage; roles from chat template \(models\/tokenizer\.json\)/,
+    );
     assert.match(s.logs().extension, /step 1: 4 rollouts; arrays/);
     // the planted leaks: mask 1 inside a tool response / an information block, which the dump's own mask hides
     const filter = insp.locator('[data-testid="filter"]');
     await filter.fill('mask.leaks > 0');
     await filter.press('Enter');
-    await until('the leaky rows', async () => (await data(insp, 'view')) === '2' && (await data(insp, 'busy')) === 'false', 15_000);
+    await until(
+      'the leaky rows',
+      async () => (await data(insp, 'view')) === '2' && (await data(insp, 'busy')) === 'false',
+      15_000,
+    );
   });
 
   it('follows the run: a step prime-rl finishes later appears', async () => {
@@ -61,15 +80,26 @@ describe('Open Run Folder… on another engine’s run (code-server)', function 
     const filter = insp.locator('[data-testid="filter"]');
     await filter.fill('');
     await filter.press('Enter');
-    await until('step 2 converted and shown', async () => (await data(insp, 'total')) === '8' && (await data(insp, 'view')) === '8', 60_000);
-    assert.match((await insp.locator('[data-testid="status"]').textContent()) ?? '', /prime-rl dump: 2 steps · 8 rows in 2 files/);
+    await until(
+      'step 2 converted and shown',
+      async () => (await data(insp, 'total')) === '8' && (await data(insp, 'view')) === '8',
+      60_000,
+    );
+    assert.match(
+      (await insp.locator('[data-testid="status"]').textContent()) ?? '',
+      /prime-rl dump: 2 steps · 8 rows in 2 files/,
+    );
   });
 
   it('replays a leaky row token by token, the leak on a retrieved token', async () => {
     const filter = insp.locator('[data-testid="filter"]');
     await filter.fill('mask.leaks > 0 && step == 2');
     await filter.press('Enter');
-    await until('the leaky rows of step 2', async () => (await data(insp, 'view')) === '2' && (await data(insp, 'busy')) === 'false', 15_000);
+    await until(
+      'the leaky rows of step 2',
+      async () => (await data(insp, 'view')) === '2' && (await data(insp, 'busy')) === 'false',
+      15_000,
+    );
     await insp.locator('.rows .row[data-index]').first().dblclick();
     const r = await s.webviewFrame('replay', 30_000);
     await until('the replay', async () => (await data(r, 'level')) === 'token', 30_000);

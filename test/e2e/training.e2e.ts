@@ -5,10 +5,10 @@
  * New Training Run…. An untrusted workspace starts nothing.
  */
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CodeServerSession, ROOT, until } from './harness';
 import { scratchDir } from '../support/scratch';
+import { CodeServerSession, ROOT, until } from './harness';
 
 function alive(pid: number): boolean {
   try {
@@ -23,8 +23,19 @@ function alive(pid: number): boolean {
 function workspace(): string {
   const dir = scratchDir('sas-train-ws-');
   const demo = JSON.parse(readFileSync(join(ROOT, 'examples/demo.run.json'), 'utf8'));
-  demo.data = { ...demo.data, train: join(ROOT, 'examples/demo/train.jsonl'), eval: join(ROOT, 'examples/demo/eval.jsonl'), eval_size: 8 };
-  demo.model.tiny = { layers: 1, d_model: 32, heads: 2, max_len: 1024, vocab: [join(ROOT, 'examples/demo/corpus.jsonl')] };
+  demo.data = {
+    ...demo.data,
+    train: join(ROOT, 'examples/demo/train.jsonl'),
+    eval: join(ROOT, 'examples/demo/eval.jsonl'),
+    eval_size: 8,
+  };
+  demo.model.tiny = {
+    layers: 1,
+    d_model: 32,
+    heads: 2,
+    max_len: 1024,
+    vocab: [join(ROOT, 'examples/demo/corpus.jsonl')],
+  };
   demo.rollout = { ...demo.rollout, batch_size: 2, n: 2 };
   demo.optim = { ...demo.optim, mini_batch_size: 4, micro_batch_size: 4 };
   demo.train = { steps: 200, eval_every: 2, checkpoint_every: 0, supervised_warmup: { steps: 5, batch_size: 4 } };
@@ -49,11 +60,19 @@ describe('training from the palette (code-server)', function () {
     await s.openFile('demo.run.json');
     await s.runCommand('Search Agent: Start Training');
     const status = s.page.locator('.statusbar-item', { hasText: /demo-\d{8}-\d{6}/ });
-    const text = await until('the status bar to show a step', async () => {
-      const t = (await status.first().textContent({ timeout: 1000 }))?.trim();
-      return t && /: \d+\/200 · reward/.test(t) ? t : undefined;
-    }, 120_000);
-    assert.match(text, /demo-\d{8}-\d{6}: \d+\/200 · reward (\d\.\d{3}|–) \(last step\)/, 'the status bar says whose reward it is');
+    const text = await until(
+      'the status bar to show a step',
+      async () => {
+        const t = (await status.first().textContent({ timeout: 1000 }))?.trim();
+        return t && /: \d+\/200 · reward/.test(t) ? t : undefined;
+      },
+      120_000,
+    );
+    assert.match(
+      text,
+      /demo-\d{8}-\d{6}: \d+\/200 · reward (\d\.\d{3}|–) \(last step\)/,
+      'the status bar says whose reward it is',
+    );
     const runDir = join(s.workspace, 'runs', text.match(/demo-\d{8}-\d{6}/)![0]);
     const pid = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8')).pid as number;
     assert.ok(alive(pid), 'the trainer runs');
@@ -62,48 +81,106 @@ describe('training from the palette (code-server)', function () {
     await status.first().click();
     const dash = await s.webviewFrame('dashboard', 30_000);
     const points = async () => Number(await dash.evaluate(() => document.body.dataset.points ?? '0'));
-    const first = await until('points in the charts', async () => ((await points()) > 0 ? points() : undefined), 60_000);
+    const first = await until(
+      'points in the charts',
+      async () => ((await points()) > 0 ? points() : undefined),
+      60_000,
+    );
     await until('more points as the run writes (live update)', async () => (await points()) > first + 5, 60_000);
-    await until('eight steps on the charts', async () => Number(await dash.evaluate(() => document.body.dataset.steps ?? '0')) >= 8, 90_000);
-    const charts = await dash.evaluate(() => [...document.querySelectorAll('.chart:not([hidden]) h3')].map((e) => e.textContent));
-    for (const title of ['Reward and exact match', 'Searches per trajectory', 'Response length (tokens)', 'Valid-action ratio and format (is_valid_sequence)', 'Groups with zero reward variance', 'Entropy', 'Gradient norm', 'Tokens per second']) assert.ok(charts.includes(title), `chart "${title}" shows (${charts.join(', ')})`);
+    await until(
+      'eight steps on the charts',
+      async () => Number(await dash.evaluate(() => document.body.dataset.steps ?? '0')) >= 8,
+      90_000,
+    );
+    const charts = await dash.evaluate(() =>
+      [...document.querySelectorAll('.chart:not([hidden]) h3')].map((e) => e.textContent),
+    );
+    for (const title of [
+      'Reward and exact match',
+      'Searches per trajectory',
+      'Response length (tokens)',
+      'Valid-action ratio and format (is_valid_sequence)',
+      'Groups with zero reward variance',
+      'Entropy',
+      'Gradient norm',
+      'Tokens per second',
+    ])
+      assert.ok(charts.includes(title), `chart "${title}" shows (${charts.join(', ')})`);
     assert.equal(await dash.evaluate(() => document.querySelectorAll('canvas').length > 0), true);
     // The legend shows values under the cursor (hover).
     const over = dash.locator('.chart[data-chart="reward"] .u-over');
     const box = await over.boundingBox();
     assert.ok(box);
     await s.page.mouse.move(box.x + box.width * 0.9, box.y + box.height / 2);
-    await until('a hovered value in the legend', async () => {
-      const v = await dash.evaluate(() => [...document.querySelectorAll('.chart[data-chart="reward"] .u-legend .u-value')].map((e) => e.textContent));
-      return v.some((x) => x && /^\d/.test(x));
-    }, 10_000);
+    await until(
+      'a hovered value in the legend',
+      async () => {
+        const v = await dash.evaluate(() =>
+          [...document.querySelectorAll('.chart[data-chart="reward"] .u-legend .u-value')].map((e) => e.textContent),
+        );
+        return v.some((x) => x && /^\d/.test(x));
+      },
+      10_000,
+    );
     // (The dashboard's screenshot, docs/images/dashboard.png, is taken on a finished run in firsthour.e2e.ts.)
 
     // Theme change: the charts are rebuilt with the new theme's colours.
     const themeBefore = await dash.evaluate(() => document.body.dataset.theme);
     await s.setColorTheme('Light Modern');
-    await until('the dashboard to follow the theme', async () => (await dash.evaluate(() => document.body.dataset.theme)) !== themeBefore, 15_000);
+    await until(
+      'the dashboard to follow the theme',
+      async () => (await dash.evaluate(() => document.body.dataset.theme)) !== themeBefore,
+      15_000,
+    );
     assert.ok((await points()) > 0, 'data survives the rebuild');
     await s.setColorTheme('Dark Modern');
 
     // The trainer's channel has a line per step (the trainer's own log has none: its steps are events).
-    await until('per-step lines in the trainer channel', async () => (s.channelLog('Search Agent: Trainer').match(/step \d+\/200 · reward \d\.\d{3} · EM \d\.\d{3} .*· \d+\.\d s$/gm)?.length ?? 0) >= 2, 30_000);
+    await until(
+      'per-step lines in the trainer channel',
+      async () =>
+        (s.channelLog('Search Agent: Trainer').match(/step \d+\/200 · reward \d\.\d{3} · EM \d\.\d{3} .*· \d+\.\d s$/gm)
+          ?.length ?? 0) >= 2,
+      30_000,
+    );
     await s.runCommand('Search Agent: Stop Training');
     // "stopping…" at once, while the trainer finishes its step and checkpoints.
-    await until('the status bar to say stopping…', async () => /: stopping… at step \d+\/200/.test((await status.first().textContent({ timeout: 1000 })) ?? ''), 5_000);
+    await until(
+      'the status bar to say stopping…',
+      async () => /: stopping… at step \d+\/200/.test((await status.first().textContent({ timeout: 1000 })) ?? ''),
+      5_000,
+    );
     await s.waitForNotification(/stopped at step \d+ \(checkpointed\)/, 90_000);
-    assert.match(s.channelLog('Search Agent: Trainer'), /stopping demo-\d{8}-\d{6}: the trainer finishes step \d+, then checkpoints and stops/);
+    assert.match(
+      s.channelLog('Search Agent: Trainer'),
+      /stopping demo-\d{8}-\d{6}: the trainer finishes step \d+, then checkpoints and stops/,
+    );
     const run = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8'));
     assert.equal(run.status, 'stopped');
-    assert.ok(readdirSync(join(runDir, 'checkpoints')).some((d) => d === `step-${String(run.step).padStart(6, '0')}`), 'a checkpoint where it stopped');
+    assert.ok(
+      readdirSync(join(runDir, 'checkpoints')).some((d) => d === `step-${String(run.step).padStart(6, '0')}`),
+      'a checkpoint where it stopped',
+    );
     await until('the trainer process to be gone', async () => !alive(pid), 15_000);
     // The dashboard's header follows: stopped, not "running · step 9/200".
     const runId = text.match(/demo-\d{8}-\d{6}/)![0];
-    await until('the dashboard header to say stopped', async () => /^ stopped · step \d+\/200$/.test((await dash.locator(`.run[data-run="${runId}"] [data-testid="run-status"]`).textContent({ timeout: 1000 })) ?? ''), 15_000);
+    await until(
+      'the dashboard header to say stopped',
+      async () =>
+        /^ stopped · step \d+\/200$/.test(
+          (await dash.locator(`.run[data-run="${runId}"] [data-testid="run-status"]`).textContent({ timeout: 1000 })) ??
+            '',
+        ),
+      15_000,
+    );
 
     await s.runCommand('Search Agent: Focus on Runs View');
     const row = s.page.locator('.monaco-list-row', { hasText: /demo-\d{8}-\d{6}/ });
-    await until('the Runs view to show the run stopped', async () => /stopped · step \d+\/200/.test((await row.first().textContent({ timeout: 1000 })) ?? ''), 30_000);
+    await until(
+      'the Runs view to show the run stopped',
+      async () => /stopped · step \d+\/200/.test((await row.first().textContent({ timeout: 1000 })) ?? ''),
+      30_000,
+    );
 
     // Overlay: a second run (a copy of this one, as if trained again) joins the charts in its own colour.
     const copy = join(s.workspace, 'runs', 'demo-copy');
@@ -115,7 +192,11 @@ describe('training from the palette (code-server)', function () {
     const pick = s.page.locator('.quick-input-list .monaco-list-row', { hasText: 'demo-copy' });
     await pick.first().waitFor({ timeout: 15_000 });
     await pick.first().click();
-    await until('two runs in the dashboard', async () => (await dash2.evaluate(() => document.body.dataset.runs)) === '2', 15_000);
+    await until(
+      'two runs in the dashboard',
+      async () => (await dash2.evaluate(() => document.body.dataset.runs)) === '2',
+      15_000,
+    );
     assert.equal(await dash2.locator('.run').count(), 2);
 
     // Clicking a point opens that step's rollouts.
@@ -130,8 +211,17 @@ describe('training from the palette (code-server)', function () {
     await tab.first().waitFor({ timeout: 15_000 });
     const step = Number(/step-(\d{6})/.exec((await tab.first().textContent()) ?? '')![1]);
     const insp = await s.webviewFrame('rollouts', 30_000);
-    await until('the step’s rows', async () => Number(await insp.evaluate(() => document.body.dataset.total ?? '0')) > 0 && (await insp.locator('.rows .row[data-index]').count()) > 0, 30_000);
-    assert.deepEqual([...new Set(await insp.locator('.rows .row[data-index] .cell.step').allTextContents())], [String(step)]);
+    await until(
+      'the step’s rows',
+      async () =>
+        Number(await insp.evaluate(() => document.body.dataset.total ?? '0')) > 0 &&
+        (await insp.locator('.rows .row[data-index]').count()) > 0,
+      30_000,
+    );
+    assert.deepEqual(
+      [...new Set(await insp.locator('.rows .row[data-index] .cell.step').allTextContents())],
+      [String(step)],
+    );
   });
 });
 
@@ -139,7 +229,10 @@ describe('a TRL run from New Training Run… (code-server)', function () {
   let s: CodeServerSession;
   before(async function () {
     assert.ok(existsSync(python), `the project's .venv is needed (${python}); run scripts/setup.sh`);
-    s = await CodeServerSession.start({ workspace: scratchDir('sas-trl-ws-'), settings: { 'searchAgent.pythonPath': python } });
+    s = await CodeServerSession.start({
+      workspace: scratchDir('sas-trl-ws-'),
+      settings: { 'searchAgent.pythonPath': python },
+    });
   });
   after(async () => {
     await s?.stop();
@@ -148,7 +241,12 @@ describe('a TRL run from New Training Run… (code-server)', function () {
   it('asks for the engine, writes the trl-tiny config, starts it, charts it, stops it; the Runs view shows it stopped', async function () {
     this.timeout(900_000);
     // An empty workspace: the palette lists the extension's commands once the extension host has scanned it.
-    await until('the extension’s commands in the palette', async () => (await s.paletteEntries('Search Agent: New Training Run')).includes('Search Agent: New Training Run…'), 60_000);
+    await until(
+      'the extension’s commands in the palette',
+      async () =>
+        (await s.paletteEntries('Search Agent: New Training Run')).includes('Search Agent: New Training Run…'),
+      60_000,
+    );
     await s.runCommand('Search Agent: New Training Run…');
     await s.pickQuickItem('TRL (Hugging Face)');
     await s.pickQuickItem('Tiny random Qwen2-style model');
@@ -156,21 +254,38 @@ describe('a TRL run from New Training Run… (code-server)', function () {
     await s.pickQuickItem('BM25 over the demo corpus');
     await s.answerInputBox(); // the name: trl-tiny
     const file = join(s.workspace, 'trl-tiny.run.json');
-    await until('the config written and opened', async () => existsSync(file) && (await s.page.locator('.tabs-container .tab[data-resource-name="trl-tiny.run.json"]').count()) > 0, 30_000);
+    await until(
+      'the config written and opened',
+      async () =>
+        existsSync(file) &&
+        (await s.page.locator('.tabs-container .tab[data-resource-name="trl-tiny.run.json"]').count()) > 0,
+      30_000,
+    );
     const config = JSON.parse(readFileSync(file, 'utf8'));
     assert.deepEqual([config.engine, config.model.random_init, config.algorithm.name], ['trl', true, 'grpo']);
     // The model ships with the extension under a stable built-in name (no path into the versioned extension folder);
     // the host and the trainer resolve it, which the run below needs.
     assert.equal(config.model.path, 'builtin:trl-tiny/model');
     // Longer and slower than the example, so the test can watch it run and stop it.
-    writeFileSync(file, JSON.stringify({ ...config, train: { steps: 200, eval_every: 0, checkpoint_every: 0 }, test: { step_delay_s: 1 } }, null, 2));
+    writeFileSync(
+      file,
+      JSON.stringify(
+        { ...config, train: { steps: 200, eval_every: 0, checkpoint_every: 0 }, test: { step_delay_s: 1 } },
+        null,
+        2,
+      ),
+    );
 
     await s.runCommand('Search Agent: Start Training');
     const status = s.page.locator('.statusbar-item', { hasText: /trl-tiny-\d{8}-\d{6}/ });
-    const text = await until('the status bar to show a step', async () => {
-      const t = (await status.first().textContent({ timeout: 1000 }))?.trim();
-      return t && /: [1-9]\d*\/200 · reward/.test(t) ? t : undefined;
-    }, 400_000);
+    const text = await until(
+      'the status bar to show a step',
+      async () => {
+        const t = (await status.first().textContent({ timeout: 1000 }))?.trim();
+        return t && /: [1-9]\d*\/200 · reward/.test(t) ? t : undefined;
+      },
+      400_000,
+    );
     const runDir = join(s.workspace, 'runs', text.match(/trl-tiny-\d{8}-\d{6}/)![0]);
     assert.equal(JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8')).engine, 'trl');
 
@@ -178,19 +293,35 @@ describe('a TRL run from New Training Run… (code-server)', function () {
     const dash = await s.webviewFrame('dashboard', 30_000);
     const steps = async () => Number(await dash.evaluate(() => document.body.dataset.steps ?? '0'));
     await until('two steps on the charts', async () => (await steps()) >= 2, 300_000);
-    const charts = await dash.evaluate(() => [...document.querySelectorAll('.chart:not([hidden]) h3')].map((e) => e.textContent));
-    for (const title of ['Reward and exact match', 'Searches per trajectory', 'Response length (tokens)', 'Entropy', 'Gradient norm']) assert.ok(charts.includes(title), `chart "${title}" shows (${charts.join(', ')})`);
+    const charts = await dash.evaluate(() =>
+      [...document.querySelectorAll('.chart:not([hidden]) h3')].map((e) => e.textContent),
+    );
+    for (const title of [
+      'Reward and exact match',
+      'Searches per trajectory',
+      'Response length (tokens)',
+      'Entropy',
+      'Gradient norm',
+    ])
+      assert.ok(charts.includes(title), `chart "${title}" shows (${charts.join(', ')})`);
 
     await s.runCommand('Search Agent: Stop Training');
     await s.waitForNotification(/stopped at step \d+ \(checkpointed\)/, 120_000);
     const run = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8'));
     assert.deepEqual([run.status, run.engine], ['stopped', 'trl']);
-    assert.ok(existsSync(join(runDir, 'checkpoints', `step-${String(run.step).padStart(6, '0')}`, 'trainer_state.json')), 'TRL checkpointed where it stopped');
+    assert.ok(
+      existsSync(join(runDir, 'checkpoints', `step-${String(run.step).padStart(6, '0')}`, 'trainer_state.json')),
+      'TRL checkpointed where it stopped',
+    );
     await until('the trainer process to be gone', async () => !alive(run.pid), 30_000);
 
     await s.runCommand('Search Agent: Focus on Runs View');
     const row = s.page.locator('.monaco-list-row', { hasText: /trl-tiny-\d{8}-\d{6}/ });
-    await until('the Runs view to show the run stopped', async () => /stopped · step \d+\/200/.test((await row.first().textContent({ timeout: 1000 })) ?? ''), 30_000);
+    await until(
+      'the Runs view to show the run stopped',
+      async () => /stopped · step \d+\/200/.test((await row.first().textContent({ timeout: 1000 })) ?? ''),
+      30_000,
+    );
   });
 });
 
@@ -247,11 +378,20 @@ describe('a run across a window reload and an extension host crash (code-server)
 
   const status = () => s.page.locator('.statusbar-item', { hasText: /demo-\d{8}-\d{6}/ });
   const stepShown = (min: number, timeoutMs = 120_000) =>
-    until(`the status bar to show step ≥ ${min}`, async () => {
-      const t = (await status().first().textContent({ timeout: 1000 }).catch(() => undefined))?.trim();
-      const m = t && /(demo-\d{8}-\d{6}): (\d+)\/200/.exec(t);
-      return m && Number(m[2]) >= min ? { id: m[1]!, step: Number(m[2]) } : undefined;
-    }, timeoutMs);
+    until(
+      `the status bar to show step ≥ ${min}`,
+      async () => {
+        const t = (
+          await status()
+            .first()
+            .textContent({ timeout: 1000 })
+            .catch(() => undefined)
+        )?.trim();
+        const m = t && /(demo-\d{8}-\d{6}): (\d+)\/200/.exec(t);
+        return m && Number(m[2]) >= min ? { id: m[1]!, step: Number(m[2]) } : undefined;
+      },
+      timeoutMs,
+    );
 
   it('a reload stops the trainer (checkpointed, host-gone) and the new window offers Resume, which continues it', async () => {
     await s.openFile('demo.run.json');
@@ -261,17 +401,26 @@ describe('a run across a window reload and an extension host crash (code-server)
     const pid = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8')).pid as number;
     const exthost = parentOf(pid);
     const ours = descendants(exthost).filter((p) => /search_agent_trainer|dist\/server\.js/.test(p.cmd));
-    assert.ok(ours.some((p) => p.pid === pid) && ours.length >= 2, `the trainer and the env server run under the extension host: ${JSON.stringify(ours)}`);
+    assert.ok(
+      ours.some((p) => p.pid === pid) && ours.length >= 2,
+      `the trainer and the env server run under the extension host: ${JSON.stringify(ours)}`,
+    );
 
     await s.reloadWindow();
     await until('the old trainer and env server to be gone', async () => ours.every((p) => !alive(p.pid)), 90_000);
     const run = JSON.parse(readFileSync(join(runDir, 'run.json'), 'utf8'));
     assert.equal(run.status, 'stopped');
-    assert.equal(run.stop_reason, 'host-gone', 'a reload is not a user\'s Stop');
-    assert.ok(readdirSync(join(runDir, 'checkpoints')).includes(`step-${String(run.step).padStart(6, '0')}`), 'checkpointed where it stopped');
+    assert.equal(run.stop_reason, 'host-gone', "a reload is not a user's Stop");
+    assert.ok(
+      readdirSync(join(runDir, 'checkpoints')).includes(`step-${String(run.step).padStart(6, '0')}`),
+      'checkpointed where it stopped',
+    );
 
     // The new window offers to resume it (once); Resume continues from the checkpoint in this window.
-    await s.waitForNotification(new RegExp(`run ${id} stopped when its window went away \\(checkpointed\\) at step ${run.step}`), 60_000);
+    await s.waitForNotification(
+      new RegExp(`run ${id} stopped when its window went away \\(checkpointed\\) at step ${run.step}`),
+      60_000,
+    );
     // Whether the new window saw it still running (re-attached, status shown) or already stopped, it offers once.
     await s.waitForLog('extension', new RegExp(`offering to resume ${id} \\(stopped, host-gone`), 10_000);
     const toast = s.page.locator('.notifications-toasts .notification-list-item', { hasText: id });
@@ -281,7 +430,11 @@ describe('a run across a window reload and an extension host crash (code-server)
     // which then steps on. CI lost this once without a trace: a click that started nothing is reported with what the
     // window showed, and clicked again while the toast is still there.
     const launched = new RegExp(`run ${id}: env server .* trainer pid`);
-    const launches = () => s.logs().extension.split('\n').filter((l) => launched.test(l)).length;
+    const launches = () =>
+      s
+        .logs()
+        .extension.split('\n')
+        .filter((l) => launched.test(l)).length;
     try {
       await until('the resumed trainer to start', async () => launches() >= 2, 30_000);
     } catch (e) {
@@ -322,7 +475,11 @@ describe('a run across a window reload and an extension host crash (code-server)
 describe('training in restricted mode (code-server)', function () {
   let s: CodeServerSession;
   before(async () => {
-    s = await CodeServerSession.start({ trusted: false, workspace: workspace(), settings: { 'searchAgent.pythonPath': python } });
+    s = await CodeServerSession.start({
+      trusted: false,
+      workspace: workspace(),
+      settings: { 'searchAgent.pythonPath': python },
+    });
   });
   after(async () => {
     await s?.stop();

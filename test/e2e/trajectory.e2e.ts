@@ -35,7 +35,10 @@ describe('trajectory language (code-server)', function () {
     assert.notEqual(doc.color, plain.color, 'information is dimmed, not plain text');
     assert.equal(think.fontStyle, 'italic');
     // An <answer> inside a document is document text: same colour as the document around it.
-    const docAnswer = spans.find((x) => x.text.includes('<answer>Quendal</answer>') || (x.text.includes('Quendal') && x.text.includes('page says')));
+    const docAnswer = spans.find(
+      (x) =>
+        x.text.includes('<answer>Quendal</answer>') || (x.text.includes('Quendal') && x.text.includes('page says')),
+    );
     assert.ok(docAnswer, JSON.stringify(spans.filter((x) => x.text.includes('Quendal'))));
     assert.equal(docAnswer.color, doc.color);
   });
@@ -59,7 +62,10 @@ describe('trajectory language (code-server)', function () {
       const l = await s.outlineLabels();
       return l.some((x) => x.startsWith('Trajectory 2')) ? l : undefined;
     });
-    assert.deepEqual(top, ['Trajectory 1 (step 12, reward 1.0): who founded the varnholt observatory?', 'Trajectory 2 (step 12, reward 0.0)']);
+    assert.deepEqual(top, [
+      'Trajectory 1 (step 12, reward 1.0): who founded the varnholt observatory?',
+      'Trajectory 2 (step 12, reward 0.0)',
+    ]);
     // Expand the first trajectory (items start collapsed in the test settings).
     await rows.first().click();
     await s.page.keyboard.press('ArrowRight');
@@ -75,7 +81,9 @@ describe('trajectory language (code-server)', function () {
     await s.openFile('demo.traj');
     await s.hoverEditorText('varnholt observatory founder');
     const hover = await until('the hover', async () => {
-      const all = await s.page.locator('.monaco-hover').evaluateAll((els) => els.map((e) => (e.textContent ?? '').replace(/\u00a0/g, ' ')));
+      const all = await s.page
+        .locator('.monaco-hover')
+        .evaluateAll((els) => els.map((e) => (e.textContent ?? '').replace(/\u00a0/g, ' ')));
       return all.find((t) => t.includes('Turn 1'));
     });
     assert.match(hover, /search: “varnholt observatory founder”/);

@@ -27,4 +27,3 @@ with zipfile.ZipFile("%s/torch-%s-py3-none-any.whl" % (out, version), "w") as z:
 `;
   await execa('python3', ['-c', script, dir, version]);
 }
-

@@ -15,7 +15,10 @@ function keep(): boolean {
 
 function removeAll(): void {
   if (keep()) {
-    if (made.length) process.stderr.write(`kept ${made.length} scratch director${made.length === 1 ? 'y' : 'ies'}:\n${made.map((d) => `  ${d}\n`).join('')}`);
+    if (made.length)
+      process.stderr.write(
+        `kept ${made.length} scratch director${made.length === 1 ? 'y' : 'ies'}:\n${made.map((d) => `  ${d}\n`).join('')}`,
+      );
     return;
   }
   for (const dir of made.splice(0)) {

@@ -16,7 +16,11 @@ export async function trainTinyWithCli(dir: string): Promise<{ exitCode?: number
   c.data.train = join(ROOT, 'examples/demo/train.jsonl');
   c.data.eval = join(ROOT, 'examples/demo/eval.jsonl');
   writeFileSync(join(dir, 'tiny.run.json'), JSON.stringify(c));
-  const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'train', 'tiny.run.json'], { reject: false, cwd: dir });
+  const r = await execa(
+    process.execPath,
+    ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'train', 'tiny.run.json'],
+    { reject: false, cwd: dir },
+  );
   return { exitCode: r.exitCode, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -38,7 +42,20 @@ export function sharedVariedRun(dir: string): Promise<string> {
     c.train.steps = 4;
     c.train.checkpoint_every = 1;
     writeFileSync(join(dir, 'varied.run.json'), JSON.stringify(c));
-    const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'train', 'varied.run.json', '--run-dir', join(dir, 'varied-run'), '--quiet'], { reject: false, cwd: dir });
+    const r = await execa(
+      process.execPath,
+      [
+        '-r',
+        join(ROOT, 'test/register.cjs'),
+        join(ROOT, 'src/cli/main.ts'),
+        'train',
+        'varied.run.json',
+        '--run-dir',
+        join(dir, 'varied-run'),
+        '--quiet',
+      ],
+      { reject: false, cwd: dir },
+    );
     if (r.exitCode !== 0) throw new Error(`the shared tiny run failed (exit ${r.exitCode}): ${r.stderr.slice(-3000)}`);
     return join(dir, 'varied-run');
   })();

@@ -5,7 +5,7 @@
  *  - webviews never use HTML sinks (model and document text is hostile input).
  */
 import assert from 'node:assert/strict';
-import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import ts from 'typescript';
 
@@ -49,7 +49,10 @@ describe('architecture', () => {
 
   it('webviews use no HTML sinks', () => {
     const offenders = sourceFiles('webview').filter((f) => HTML_SINKS.test(readFileSync(f, 'utf8')));
-    assert.deepEqual(offenders.map((f) => relative(ROOT, f)), []);
+    assert.deepEqual(
+      offenders.map((f) => relative(ROOT, f)),
+      [],
+    );
     assert.ok(HTML_SINKS.test('el.innerHTML = x'), 'positive control');
   });
 });
@@ -72,12 +75,18 @@ describe('architecture: one contract per webview', () => {
     .filter((f) => f.endsWith('.ts') && f !== 'messaging.ts')
     .map((f) => f.slice(0, -3))
     .sort();
-  const aliases = Object.keys((JSON.parse(readFileSync(join(ROOT, 'tsconfig.json'), 'utf8')) as { compilerOptions: { paths?: object } }).compilerOptions.paths ?? {});
+  const aliases = Object.keys(
+    (JSON.parse(readFileSync(join(ROOT, 'tsconfig.json'), 'utf8')) as { compilerOptions: { paths?: object } })
+      .compilerOptions.paths ?? {},
+  );
 
   /** Where a relative specifier points, from the repository root, without extension; null for a package. */
   function target(file: string, spec: string): string | null {
-    if (!spec.startsWith('.')) return aliases.some((a) => spec === a || spec.startsWith(`${a}/`)) ? `alias:${spec}` : null;
-    return relative(ROOT, join(file, '..', spec)).replace(/\\/g, '/').replace(/\.(ts|js|mjs)$/, '');
+    if (!spec.startsWith('.'))
+      return aliases.some((a) => spec === a || spec.startsWith(`${a}/`)) ? `alias:${spec}` : null;
+    return relative(ROOT, join(file, '..', spec))
+      .replace(/\\/g, '/')
+      .replace(/\.(ts|js|mjs)$/, '');
   }
 
   /** What a webview file (repository-relative path, and its import specifiers) imports that it may not. */
@@ -86,11 +95,15 @@ describe('architecture: one contract per webview', () => {
     const allowed = (t: string) =>
       t === `${PROTOCOL}/messaging` ||
       t.startsWith('webview/shared/') ||
-      (panel !== undefined && panel !== 'shared' && (t.startsWith(`webview/${panel}/`) || t === `${PROTOCOL}/${camel(panel)}`));
-    return specs.filter((s) => {
-      const t = target(join(ROOT, file), s);
-      return t !== null && !allowed(t);
-    }).map((s) => `${file} imports ${s}`);
+      (panel !== undefined &&
+        panel !== 'shared' &&
+        (t.startsWith(`webview/${panel}/`) || t === `${PROTOCOL}/${camel(panel)}`));
+    return specs
+      .filter((s) => {
+        const t = target(join(ROOT, file), s);
+        return t !== null && !allowed(t);
+      })
+      .map((s) => `${file} imports ${s}`);
   }
 
   /** What a contract module imports that it may not: only `import type` / `export type … from`, from messaging or
@@ -100,23 +113,34 @@ describe('architecture: one contract per webview', () => {
     const declared: string[] = [];
     const offenders: string[] = [];
     for (const st of sf.statements) {
-      if (!(ts.isImportDeclaration(st) || ts.isExportDeclaration(st)) || !st.moduleSpecifier || !ts.isStringLiteral(st.moduleSpecifier)) continue;
+      if (
+        !(ts.isImportDeclaration(st) || ts.isExportDeclaration(st)) ||
+        !st.moduleSpecifier ||
+        !ts.isStringLiteral(st.moduleSpecifier)
+      )
+        continue;
       const spec = st.moduleSpecifier.text;
       declared.push(spec);
       const typeOnly = ts.isImportDeclaration(st) ? st.importClause?.isTypeOnly === true : st.isTypeOnly;
       if (!typeOnly) offenders.push(`${file} imports ${spec} (not \`import type\`)`);
       const t = target(join(ROOT, file), spec);
-      if (t === null || !(t === `${PROTOCOL}/messaging` || (t.startsWith('src/core/') && !t.startsWith(`${PROTOCOL}/`)))) offenders.push(`${file} imports ${spec} (not messaging or src/core)`);
+      if (
+        t === null ||
+        !(t === `${PROTOCOL}/messaging` || (t.startsWith('src/core/') && !t.startsWith(`${PROTOCOL}/`)))
+      )
+        offenders.push(`${file} imports ${spec} (not messaging or src/core)`);
     }
     // require(...) and import(...) are code too.
-    for (const spec of importsOf(source)) if (!declared.includes(spec)) offenders.push(`${file} imports ${spec} (not \`import type\`)`);
+    for (const spec of importsOf(source))
+      if (!declared.includes(spec)) offenders.push(`${file} imports ${spec} (not \`import type\`)`);
     return offenders;
   }
 
   it('every webview folder has its contract module, and every contract its folder and webview name', () => {
     assert.ok(panels.length >= 5, `found panels: ${panels.join(', ')}`);
     assert.deepEqual(contracts, panels.map(camel).sort());
-    const names = /export type WebviewName\s*=([^;]*);/.exec(readFileSync(join(ROOT, PROTOCOL, 'messaging.ts'), 'utf8'))?.[1] ?? '';
+    const names =
+      /export type WebviewName\s*=([^;]*);/.exec(readFileSync(join(ROOT, PROTOCOL, 'messaging.ts'), 'utf8'))?.[1] ?? '';
     assert.deepEqual([...names.matchAll(/'([^']+)'/g)].map((m) => m[1]).sort(), panels);
   });
 
@@ -125,7 +149,9 @@ describe('architecture: one contract per webview', () => {
   });
 
   it('a contract module imports types only, from messaging and src/core', () => {
-    const offenders = contracts.flatMap((c) => contractOffenders(`${PROTOCOL}/${c}.ts`, readFileSync(join(ROOT, PROTOCOL, `${c}.ts`), 'utf8')));
+    const offenders = contracts.flatMap((c) =>
+      contractOffenders(`${PROTOCOL}/${c}.ts`, readFileSync(join(ROOT, PROTOCOL, `${c}.ts`), 'utf8')),
+    );
     assert.deepEqual(offenders, []);
     // Positive controls: code, another panel's contract, the extension layer, require.
     const f = `${PROTOCOL}/replay.ts`;
@@ -138,11 +164,22 @@ describe('architecture: one contract per webview', () => {
   });
 
   it("a webview file imports only its own folder, webview/shared, packages, messaging and its panel's contract", () => {
-    const offenders = sourceFiles('webview').flatMap((file) => webviewOffenders(relative(ROOT, file).replace(/\\/g, '/'), importsOf(readFileSync(file, 'utf8'))));
+    const offenders = sourceFiles('webview').flatMap((file) =>
+      webviewOffenders(relative(ROOT, file).replace(/\\/g, '/'), importsOf(readFileSync(file, 'utf8'))),
+    );
     assert.deepEqual(offenders, []);
     // Positive controls.
     const f = 'webview/replay/main.ts';
-    assert.deepEqual(webviewOffenders(f, ['./strips', '../shared/dom', 'uplot', '../../src/core/protocol/messaging', '../../src/core/protocol/replay']), []);
+    assert.deepEqual(
+      webviewOffenders(f, [
+        './strips',
+        '../shared/dom',
+        'uplot',
+        '../../src/core/protocol/messaging',
+        '../../src/core/protocol/replay',
+      ]),
+      [],
+    );
     assert.equal(webviewOffenders(f, ['../../src/core/protocol/dashboard']).length, 1);
     assert.equal(webviewOffenders(f, ['../dashboard/model']).length, 1);
     assert.equal(webviewOffenders(f, ['../../src/core/rewards/report']).length, 1);
@@ -170,20 +207,35 @@ function moduleImports(source: string): { spec: string; typeOnly: boolean }[] {
   const sf = ts.createSourceFile('module.ts', source, ts.ScriptTarget.Latest, true);
   const out: { spec: string; typeOnly: boolean }[] = [];
   const named = (b: ts.NamedImportBindings | ts.NamedExportBindings | undefined) =>
-    !!b && (ts.isNamedImports(b) || ts.isNamedExports(b)) && b.elements.length > 0 && b.elements.every((e) => e.isTypeOnly);
+    !!b &&
+    (ts.isNamedImports(b) || ts.isNamedExports(b)) &&
+    b.elements.length > 0 &&
+    b.elements.every((e) => e.isTypeOnly);
   const visit = (node: ts.Node): void => {
     if (ts.isImportDeclaration(node) && ts.isStringLiteral(node.moduleSpecifier)) {
       const c = node.importClause;
-      out.push({ spec: node.moduleSpecifier.text, typeOnly: !!c && (c.isTypeOnly || (!c.name && named(c.namedBindings))) });
+      out.push({
+        spec: node.moduleSpecifier.text,
+        typeOnly: !!c && (c.isTypeOnly || (!c.name && named(c.namedBindings))),
+      });
     } else if (ts.isExportDeclaration(node) && node.moduleSpecifier && ts.isStringLiteral(node.moduleSpecifier)) {
       out.push({ spec: node.moduleSpecifier.text, typeOnly: node.isTypeOnly || named(node.exportClause) });
-    } else if (ts.isImportEqualsDeclaration(node) && ts.isExternalModuleReference(node.moduleReference) && ts.isStringLiteral(node.moduleReference.expression)) {
+    } else if (
+      ts.isImportEqualsDeclaration(node) &&
+      ts.isExternalModuleReference(node.moduleReference) &&
+      ts.isStringLiteral(node.moduleReference.expression)
+    ) {
       out.push({ spec: node.moduleReference.expression.text, typeOnly: node.isTypeOnly });
-    } else if (ts.isImportTypeNode(node) && ts.isLiteralTypeNode(node.argument) && ts.isStringLiteral(node.argument.literal)) {
+    } else if (
+      ts.isImportTypeNode(node) &&
+      ts.isLiteralTypeNode(node.argument) &&
+      ts.isStringLiteral(node.argument.literal)
+    ) {
       out.push({ spec: node.argument.literal.text, typeOnly: true });
     } else if (
       ts.isCallExpression(node) &&
-      (node.expression.kind === ts.SyntaxKind.ImportKeyword || (ts.isIdentifier(node.expression) && node.expression.text === 'require')) &&
+      (node.expression.kind === ts.SyntaxKind.ImportKeyword ||
+        (ts.isIdentifier(node.expression) && node.expression.text === 'require')) &&
       node.arguments.length === 1 &&
       ts.isStringLiteralLike(node.arguments[0]!)
     ) {
@@ -197,7 +249,9 @@ function moduleImports(source: string): { spec: string; typeOnly: boolean }[] {
 
 /** Every module of src/ and webview/ (paths relative to the root) and the edges between them. */
 function moduleGraph(): { modules: string[]; edges: ImportEdge[]; unresolved: string[] } {
-  const modules = [...sourceFiles('src'), ...sourceFiles('webview')].filter((f) => MODULE.test(f) && !f.endsWith('.d.ts'));
+  const modules = [...sourceFiles('src'), ...sourceFiles('webview')].filter(
+    (f) => MODULE.test(f) && !f.endsWith('.d.ts'),
+  );
   const known = new Set(modules);
   const edges: ImportEdge[] = [];
   const unresolved: string[] = [];
@@ -207,7 +261,8 @@ function moduleGraph(): { modules: string[]; edges: ImportEdge[]; unresolved: st
       const base = join(file, '..', spec).replace(/\.[cm]?js$/, '');
       const to = [`${base}.ts`, `${base}.tsx`, join(base, 'index.ts')].find((c) => known.has(c));
       if (to) edges.push({ from: relative(ROOT, file), to: relative(ROOT, to), typeOnly });
-      else if (!MODULE.test(spec) && existsSync(join(file, '..', spec))) continue; // a data file (package.json)
+      else if (!MODULE.test(spec) && existsSync(join(file, '..', spec)))
+        continue; // a data file (package.json)
       else unresolved.push(`${relative(ROOT, file)} imports ${spec}`);
     }
   }
@@ -300,7 +355,11 @@ function srcUnit(path: string): string {
 }
 
 /** The edges that break a layer order: an import of a unit not strictly below, other than the unit's own modules. */
-function layerViolations(edges: readonly ImportEdge[], layers: readonly (readonly string[])[], unitOf: (path: string) => string | undefined): string[] {
+function layerViolations(
+  edges: readonly ImportEdge[],
+  layers: readonly (readonly string[])[],
+  unitOf: (path: string) => string | undefined,
+): string[] {
   const level = new Map(layers.flatMap((units, i) => units.map((u) => [u, i] as const)));
   const out: string[] = [];
   for (const e of edges) {
@@ -311,7 +370,8 @@ function layerViolations(edges: readonly ImportEdge[], layers: readonly (readonl
     const la = level.get(a);
     const lb = level.get(b);
     if (la === undefined || lb === undefined) out.push(`${e.from} → ${e.to}: ${la === undefined ? a : b} has no layer`);
-    else if (lb >= la) out.push(`${e.from} → ${e.to}: ${a} (layer ${la}) imports ${b} (layer ${lb})${e.typeOnly ? ' (type-only)' : ''}`);
+    else if (lb >= la)
+      out.push(`${e.from} → ${e.to}: ${a} (layer ${la}) imports ${b} (layer ${lb})${e.typeOnly ? ' (type-only)' : ''}`);
   }
   return out;
 }
@@ -346,7 +406,10 @@ describe('architecture: layers and import cycles', () => {
   });
 
   it('resolves every relative import in src/ and webview/ to a module (no edge goes uncounted)', () => {
-    assert.ok(graph.modules.length > 100 && graph.edges.length > 400, `${graph.modules.length} modules, ${graph.edges.length} edges`);
+    assert.ok(
+      graph.modules.length > 100 && graph.edges.length > 400,
+      `${graph.modules.length} modules, ${graph.edges.length} edges`,
+    );
     assert.deepEqual(graph.unresolved, []);
   });
 
@@ -359,14 +422,41 @@ describe('architecture: layers and import cycles', () => {
     ];
     for (const e of planted) {
       const edges = [...graph.edges, e];
-      assert.ok(importCycles(graph.modules, cycleEdges(edges)).some((c) => c.includes(e.from) && c.includes(e.to)), `${e.from} → ${e.to}: no cycle found`);
+      assert.ok(
+        importCycles(graph.modules, cycleEdges(edges)).some((c) => c.includes(e.from) && c.includes(e.to)),
+        `${e.from} → ${e.to}: no cycle found`,
+      );
       assert.equal(layerViolations([e], CORE_LAYERS, coreUnit).length, 1, `${e.from} → ${e.to}: not an upward import`);
     }
-    assert.deepEqual(importCycles(['a', 'b', 'c'], [{ from: 'a', to: 'b' }, { from: 'b', to: 'c' }, { from: 'c', to: 'a' }]), [['a', 'b', 'c']]);
+    assert.deepEqual(
+      importCycles(
+        ['a', 'b', 'c'],
+        [
+          { from: 'a', to: 'b' },
+          { from: 'b', to: 'c' },
+          { from: 'c', to: 'a' },
+        ],
+      ),
+      [['a', 'b', 'c']],
+    );
     assert.deepEqual(importCycles(['a', 'b'], [{ from: 'a', to: 'b' }]), []);
     // The protocol's type-only imports are allowed upwards; a value import from it is not.
-    assert.deepEqual(layerViolations([{ from: 'src/core/protocol/rewardLab.ts', to: 'src/core/rewards/scoring.ts', typeOnly: true }], CORE_LAYERS, coreUnit), []);
-    assert.equal(layerViolations([{ from: 'src/core/protocol.ts', to: 'src/core/rewards/scoring.ts', typeOnly: false }], CORE_LAYERS, coreUnit).length, 1);
+    assert.deepEqual(
+      layerViolations(
+        [{ from: 'src/core/protocol/rewardLab.ts', to: 'src/core/rewards/scoring.ts', typeOnly: true }],
+        CORE_LAYERS,
+        coreUnit,
+      ),
+      [],
+    );
+    assert.equal(
+      layerViolations(
+        [{ from: 'src/core/protocol.ts', to: 'src/core/rewards/scoring.ts', typeOnly: false }],
+        CORE_LAYERS,
+        coreUnit,
+      ).length,
+      1,
+    );
   });
 
   it('has no import cycles in src/ and webview/ (type-only imports count)', () => {

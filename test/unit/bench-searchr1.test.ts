@@ -18,7 +18,13 @@ describe('bench searchr1 (tiny)', function () {
     if (!(await findPython(pythonCandidates([], ROOT))).found) this.skip();
     const dir = scratchDir('sas-bench-sim-');
     const lines = await run({ steps: 2, rollouts: 20, metricsSteps: 12, dir, quick: true });
-    const sim = JSON.parse(readFileSync(join(dir, 'sim.json'), 'utf8')) as { rollouts: number; tokens: number; errors: string[]; record: { recorded: { steps: number; rollouts: number } }; compare: { ratio: number } };
+    const sim = JSON.parse(readFileSync(join(dir, 'sim.json'), 'utf8')) as {
+      rollouts: number;
+      tokens: number;
+      errors: string[];
+      record: { recorded: { steps: number; rollouts: number } };
+      compare: { ratio: number };
+    };
     assert.deepEqual(sim.errors, []);
     assert.equal(sim.rollouts, 40);
     assert.deepEqual(sim.record.recorded, { ...sim.record.recorded, steps: 2, rollouts: 40 });
@@ -26,9 +32,24 @@ describe('bench searchr1 (tiny)', function () {
     assert.ok(sim.compare.ratio > 0);
     assert.equal((await storeSteps(join(dir, 'run', 'rollouts'))).length, 2);
     assert.ok(existsSync(join(dir, 'run', 'metrics.jsonl')));
-    for (const what of ['bytes/token', 'writer vs dumps', 'submit median', 'first rows', 'filter answered', 'replay of one rollout', 'audit of the whole run', 'dashboard:']) {
-      assert.ok(lines.some((l) => l.includes(what)), `a line about ${what}`);
+    for (const what of [
+      'bytes/token',
+      'writer vs dumps',
+      'submit median',
+      'first rows',
+      'filter answered',
+      'replay of one rollout',
+      'audit of the whole run',
+      'dashboard:',
+    ]) {
+      assert.ok(
+        lines.some((l) => l.includes(what)),
+        `a line about ${what}`,
+      );
     }
-    assert.ok(lines.some((l) => /audit of the whole run \(40 rollouts\)/.test(l)), lines.join('\n'));
+    assert.ok(
+      lines.some((l) => /audit of the whole run \(40 rollouts\)/.test(l)),
+      lines.join('\n'),
+    );
   });
 });

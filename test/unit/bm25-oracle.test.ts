@@ -32,7 +32,10 @@ describe('BM25 vs Apache Lucene (oracle)', function () {
   this.timeout(120_000);
   let dir: string;
   before(() => {
-    assert.ok(existsSync(join(ORACLE, 'target', 'classes', 'oracle', 'Oracle.class')), `the Lucene oracle is not built: run \`bash scripts/setup.sh --test\` (mvn -f ${ORACLE}/pom.xml package)`);
+    assert.ok(
+      existsSync(join(ORACLE, 'target', 'classes', 'oracle', 'Oracle.class')),
+      `the Lucene oracle is not built: run \`bash scripts/setup.sh --test\` (mvn -f ${ORACLE}/pom.xml package)`,
+    );
     dir = mkdtempSync(join(tmpdir(), 'sas-bm25-'));
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
@@ -47,14 +50,23 @@ describe('BM25 vs Apache Lucene (oracle)', function () {
     const lines = (await lucene('norms', '100000')).filter(Boolean);
     for (const line of lines) {
       const [len, byte, decoded] = line.split('\t').map(Number);
-      if (intToByte4(len!) !== byte || byte4ToInt(byte!) !== decoded) assert.fail(`length ${len}: ours ${intToByte4(len!)}/${byte4ToInt(intToByte4(len!))}, Lucene ${byte}/${decoded}`);
+      if (intToByte4(len!) !== byte || byte4ToInt(byte!) !== decoded)
+        assert.fail(
+          `length ${len}: ours ${intToByte4(len!)}/${byte4ToInt(intToByte4(len!))}, Lucene ${byte}/${decoded}`,
+        );
     }
     assert.equal(lines.length, 100_001);
-    assert.deepEqual([40, 41, 100, 300].map((n) => byte4ToInt(intToByte4(n))), [40, 40, 96, 280]);
+    assert.deepEqual(
+      [40, 41, 100, 300].map((n) => byte4ToInt(intToByte4(n))),
+      [40, 40, 96, 280],
+    );
   });
 
   it('tokenizes as StandardTokenizer', async () => {
-    const texts = [...readFileSync(join(FIX, 'tokenizer.txt'), 'utf8').trimEnd().split('\n'), ...corpus().map((d) => escapeField(d.contents))];
+    const texts = [
+      ...readFileSync(join(FIX, 'tokenizer.txt'), 'utf8').trimEnd().split('\n'),
+      ...corpus().map((d) => escapeField(d.contents)),
+    ];
     const file = join(dir, 'texts.txt');
     writeFileSync(file, `${texts.join('\n')}\n`);
     const expected = await lucene('tokenize', file);
@@ -64,17 +76,48 @@ describe('BM25 vs Apache Lucene (oracle)', function () {
       const ours: string[] = [];
       tokenize(unescapeField(t), (x) => ours.push(x));
       const theirs = expected[i] === '' ? [] : expected[i]!.split('\u0001');
-      if (ours.join('\u0001') !== theirs.join('\u0001')) diffs.push(`line ${i + 1}: ours ${JSON.stringify(ours)}\n        lucene ${JSON.stringify(theirs)}`);
+      if (ours.join('\u0001') !== theirs.join('\u0001'))
+        diffs.push(`line ${i + 1}: ours ${JSON.stringify(ours)}\n        lucene ${JSON.stringify(theirs)}`);
     });
     assert.deepEqual(diffs, []);
   });
 
   it('stems as Lucene’s Porter stemmer, on words known to differ between implementations and 25k suffix forms', async () => {
     const tricky = readFileSync(join(FIX, 'porter-tricky.txt'), 'utf8').trim().split('\n');
-    const suffixes = 'sses ies ss s eed ed ing at bl iz y ational tional enci anci izer bli alli entli eli ousli ization ation ator alism iveness fulness ousness aliti iviti biliti logi icate ative alize iciti ical ful ness al ance ence er ic able ible ant ement ment ent ion ou ism ate iti ous ive ize e ll'.split(' ');
-    const prefixes = ['', 'a', 'b', 'e', 'y', 'by', 'ab', 'yy', 'ey', 'sy', 'tr', 'cat', 'ply', 'hop', 'see', 'fil', 'ay', 'oy', 'ly', 'ry', 'w', 'x', 'ss', 'zz', 'bb'];
+    const suffixes =
+      'sses ies ss s eed ed ing at bl iz y ational tional enci anci izer bli alli entli eli ousli ization ation ator alism iveness fulness ousness aliti iviti biliti logi icate ative alize iciti ical ful ness al ance ence er ic able ible ant ement ment ent ion ou ism ate iti ous ive ize e ll'.split(
+        ' ',
+      );
+    const prefixes = [
+      '',
+      'a',
+      'b',
+      'e',
+      'y',
+      'by',
+      'ab',
+      'yy',
+      'ey',
+      'sy',
+      'tr',
+      'cat',
+      'ply',
+      'hop',
+      'see',
+      'fil',
+      'ay',
+      'oy',
+      'ly',
+      'ry',
+      'w',
+      'x',
+      'ss',
+      'zz',
+      'bb',
+    ];
     const synthetic = new Set<string>();
-    for (const p of prefixes) for (const s of suffixes) for (const t of ['', 's', 'ed', 'ing', 'ly', 'e', 'y']) synthetic.add(p + s + t);
+    for (const p of prefixes)
+      for (const s of suffixes) for (const t of ['', 's', 'ed', 'ing', 'ly', 'e', 'y']) synthetic.add(p + s + t);
     const words = [...tricky, ...synthetic];
     const file = join(dir, 'words.txt');
     writeFileSync(file, `${words.join('\n')}\n`);
@@ -85,7 +128,10 @@ describe('BM25 vs Apache Lucene (oracle)', function () {
   });
 
   it('analyses documents and queries as Anserini’s DefaultEnglishAnalyzer', async () => {
-    const texts = [...corpus().map((d) => d.contents), ...readFileSync(join(FIX, 'queries.txt'), 'utf8').trim().split('\n')];
+    const texts = [
+      ...corpus().map((d) => d.contents),
+      ...readFileSync(join(FIX, 'queries.txt'), 'utf8').trim().split('\n'),
+    ];
     const file = join(dir, 'analyze.txt');
     writeFileSync(file, `${texts.map(escapeField).join('\n')}\n`);
     const expected = await lucene('analyze', file);
@@ -117,7 +163,11 @@ describe('BM25 vs Apache Lucene (oracle)', function () {
       queries.forEach((q, i) => {
         const ours = index.search(q, { k: 20 });
         const theirs = expected.get(i) ?? [];
-        assert.deepEqual(ours.map((h) => h.id), theirs.map((h) => h.id), `ranking of query ${i}: ${JSON.stringify(q)}`);
+        assert.deepEqual(
+          ours.map((h) => h.id),
+          theirs.map((h) => h.id),
+          `ranking of query ${i}: ${JSON.stringify(q)}`,
+        );
         ours.forEach((h, r) => {
           const want = theirs[r]!.score;
           assert.equal(h.score, Math.fround(want), `query ${i} rank ${r + 1} ${h.id}: ${h.score} vs Lucene ${want}`);
@@ -135,7 +185,10 @@ describe('BM25 vs Apache Lucene (oracle)', function () {
     const dup = again.search(docs[40]!.contents, { k: 50 });
     again.close();
     const at = (id: string) => dup.findIndex((h) => h.id === id);
-    assert.ok(at('doc0040') >= 0 && at('doc0040') < at('dup-a') && at('dup-a') < at('dup-b'), JSON.stringify(dup.slice(0, 5)));
+    assert.ok(
+      at('doc0040') >= 0 && at('doc0040') < at('dup-a') && at('dup-a') < at('dup-b'),
+      JSON.stringify(dup.slice(0, 5)),
+    );
     assert.equal(dup[at('dup-a')]!.score, dup[at('doc0040')]!.score);
   });
 });

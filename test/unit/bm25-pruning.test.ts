@@ -8,16 +8,15 @@ import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:f
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
+import { rng } from '../../bench/util'; // mulberry32: the same inputs in every run
 import { DefaultEnglishAnalyzer } from '../../src/core/retrieval/analyzer';
 import { Bm25Index, IndexVersionError, migrateBm25Index, normInverseTable } from '../../src/core/retrieval/bm25';
 import { Bm25Pool } from '../../src/core/retrieval/bm25Pool';
 import { buildBm25Index } from '../../src/core/retrieval/corpus';
-import { BLOCK, RUN, SKIPS, bm25Idf, bm25Score } from '../../src/core/retrieval/postings';
-import { rng } from '../../bench/util'; // mulberry32: the same inputs in every run
+import { BLOCK, bm25Idf, bm25Score, RUN, SKIPS } from '../../src/core/retrieval/postings';
 
 const ROOT = join(__dirname, '..', '..');
 const FIX = join(ROOT, 'test', 'fixtures', 'bm25');
-
 
 const DOCS = 20_000;
 const VOCAB = Array.from({ length: 3000 }, (_, i) => `w${i.toString(36)}x`);
@@ -46,7 +45,8 @@ function corpus(): { id: string; contents: string }[] {
   };
   const docs: { id: string; contents: string }[] = [];
   for (let i = 0; i < DOCS; i++) {
-    const len = r() < 0.05 ? 1 + Math.floor(r() * 5) : r() < 0.1 ? 200 + Math.floor(r() * 400) : 20 + Math.floor(r() * 80);
+    const len =
+      r() < 0.05 ? 1 + Math.floor(r() * 5) : r() < 0.1 ? 200 + Math.floor(r() * 400) : 20 + Math.floor(r() * 80);
     const words = Array.from({ length: len }, word);
     if (i === 0 || i === DOCS - 1) words.push('bookendz');
     if (i % 997 === 0) words.push(...Array.from({ length: 1 + (i % 900) }, () => 'repeatz'));
@@ -90,14 +90,18 @@ describe('BM25 pruning is exact (block-max MaxScore vs exhaustive scoring)', fun
     assert.equal(index.meta.terms, truth.size);
     const widths = new Set<number>();
     const { postings, blockOffset } = index.arrays;
-    for (let b = 0; b < index.meta.blocks; b++) widths.add(postings[blockOffset[b]!]! & 0xff).add(((postings[blockOffset[b]!]! >>> 8) & 0xff) + 100);
+    for (let b = 0; b < index.meta.blocks; b++)
+      widths.add(postings[blockOffset[b]!]! & 0xff).add(((postings[blockOffset[b]!]! >>> 8) & 0xff) + 100);
     for (const [term, want] of truth) {
       const got = index.postings(term);
       assert.deepEqual([...got.docs], [...want.keys()], term);
       assert.deepEqual([...got.tfs], [...want.values()], term);
     }
     assert.deepEqual([...index.postings('bookendz').docs], [0, DOCS - 1]);
-    assert.ok(widths.has(15) && widths.has(0), `doc-gap widths include 0 (dense runs) and 15 (the bookends): ${[...widths].filter((w) => w < 100).sort((a, b) => a - b)}`);
+    assert.ok(
+      widths.has(15) && widths.has(0),
+      `doc-gap widths include 0 (dense runs) and 15 (the bookends): ${[...widths].filter((w) => w < 100).sort((a, b) => a - b)}`,
+    );
     assert.ok(widths.has(100 + 10) && widths.has(100), 'tf widths include 0 and 10 (a word 900 times)');
   });
 
@@ -113,10 +117,16 @@ describe('BM25 pruning is exact (block-max MaxScore vs exhaustive scoring)', fun
       for (let b = blocksIdx[t]!; b < blocksIdx[t + 1]!; b++) {
         const from = (b - blocksIdx[t]!) * BLOCK;
         let max = 0;
-        for (let p = from; p < Math.min(ds.length, from + BLOCK); p++) max = Math.max(max, bm25Score(weight, tfs[p]!, normInverse[norms[ds[p]!]!]!));
+        for (let p = from; p < Math.min(ds.length, from + BLOCK); p++)
+          max = Math.max(max, bm25Score(weight, tfs[p]!, normInverse[norms[ds[p]!]!]!));
         assert.equal(blockMax[b], max, `${term} block ${b - blocksIdx[t]!}`);
         assert.equal(blockLast[b], ds[Math.min(ds.length, from + BLOCK) - 1]);
-        for (let r = 0; r < SKIPS; r++) assert.equal(blockSkip[b * SKIPS + r], ds[Math.min(ds.length, from + (r + 1) * RUN) - 1], `${term} block ${b - blocksIdx[t]!} skip ${r}`);
+        for (let r = 0; r < SKIPS; r++)
+          assert.equal(
+            blockSkip[b * SKIPS + r],
+            ds[Math.min(ds.length, from + (r + 1) * RUN) - 1],
+            `${term} block ${b - blocksIdx[t]!} skip ${r}`,
+          );
         best = Math.max(best, max);
       }
       assert.equal(termMax[t], best, term);
@@ -148,9 +158,16 @@ describe('BM25 pruning is exact (block-max MaxScore vs exhaustive scoring)', fun
       candidates += st.candidates;
       skipped += st.skippedWindows;
       for (const t of index.queryTerms(q)) postings += index.arrays.dfs[t.ordinal]!;
-      assert.deepEqual(got.map((h) => h.id), want.map((h) => h.id), `query ${i} (k ${k}): ${JSON.stringify(q.slice(0, 80))}`);
+      assert.deepEqual(
+        got.map((h) => h.id),
+        want.map((h) => h.id),
+        `query ${i} (k ${k}): ${JSON.stringify(q.slice(0, 80))}`,
+      );
       got.forEach((h, j) => {
-        assert.ok(Math.abs(h.score - want[j]!.score) <= 1e-6, `query ${i} rank ${j + 1}: ${h.score} vs ${want[j]!.score}`);
+        assert.ok(
+          Math.abs(h.score - want[j]!.score) <= 1e-6,
+          `query ${i} rank ${j + 1}: ${h.score} vs ${want[j]!.score}`,
+        );
         if (h.score === want[j]!.score) exactScores++;
         if (j > 0 && got[j - 1]!.score === h.score) ties++;
         compared++;
@@ -172,12 +189,21 @@ describe('BM25 index format versions', function () {
     dir = mkdtempSync(join(tmpdir(), 'sas-bm25-v1-'));
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
-  const cli = (...args: string[]) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], { reject: false });
+  const cli = (...args: string[]) =>
+    execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], {
+      reject: false,
+    });
 
   it('refuses a version-1 index with a message naming the migration, and migrates it in place to a fresh build’s results', async () => {
     const v1 = join(dir, 'v1');
     cpSync(join(FIX, 'index-v1'), v1, { recursive: true });
-    await assert.rejects(Bm25Index.load(v1), (e: unknown) => e instanceof IndexVersionError && e.message.includes(`search-agent-studio index --migrate ${v1}`) && /version 1/.test(e.message));
+    await assert.rejects(
+      Bm25Index.load(v1),
+      (e: unknown) =>
+        e instanceof IndexVersionError &&
+        e.message.includes(`search-agent-studio index --migrate ${v1}`) &&
+        /version 1/.test(e.message),
+    );
     const meta = await migrateBm25Index(v1);
     assert.equal(meta.version, 2);
     assert.ok(meta.migrated);
@@ -234,12 +260,23 @@ describe('BM25 worker pool', function () {
     try {
       assert.ok(pool.sharesIndex, 'every worker reports its index arrays in SharedArrayBuffers');
       assert.ok(pool.index.arrays.postings.buffer instanceof SharedArrayBuffer);
-      const words = 'who founded the observatory museum river town born province author wrote library academy guild year north'.split(' ');
+      const words =
+        'who founded the observatory museum river town born province author wrote library academy guild year north'.split(
+          ' ',
+        );
       const r = rng(3);
-      const queries = Array.from({ length: 300 }, () => Array.from({ length: 1 + Math.floor(r() * 6) }, () => words[Math.floor(r() * words.length)]!).join(' '));
-      const want = queries.map((q) => single.search(q, { k: 5 }).map((h) => ({ id: h.id, contents: single.contents(h.doc), score: h.score })));
+      const queries = Array.from({ length: 300 }, () =>
+        Array.from({ length: 1 + Math.floor(r() * 6) }, () => words[Math.floor(r() * words.length)]!).join(' '),
+      );
+      const want = queries.map((q) =>
+        single.search(q, { k: 5 }).map((h) => ({ id: h.id, contents: single.contents(h.doc), score: h.score })),
+      );
       // Several batches at once share the workers' queue; each comes back whole and in order.
-      const got = await Promise.all([pool.search(queries, 5), pool.search(queries.slice(0, 7), 5), pool.search(queries.slice(100), 5)]);
+      const got = await Promise.all([
+        pool.search(queries, 5),
+        pool.search(queries.slice(0, 7), 5),
+        pool.search(queries.slice(100), 5),
+      ]);
       assert.deepEqual(got[0], want);
       assert.deepEqual(got[1], want.slice(0, 7));
       assert.deepEqual(got[2], want.slice(100));
@@ -247,7 +284,11 @@ describe('BM25 worker pool', function () {
       // Each thread's CPU time (Linux), as the benchmark reads it: the workers did the searching.
       const cpu = await pool.cpuSeconds();
       assert.equal(cpu.workers.length, 3);
-      if (process.platform === 'linux') assert.ok(cpu.workers.every((x) => typeof x === 'number' && x >= 0) && typeof cpu.main === 'number', JSON.stringify(cpu));
+      if (process.platform === 'linux')
+        assert.ok(
+          cpu.workers.every((x) => typeof x === 'number' && x >= 0) && typeof cpu.main === 'number',
+          JSON.stringify(cpu),
+        );
     } finally {
       single.close();
       await pool.close();
@@ -263,7 +304,15 @@ describe('BM25 worker pool', function () {
       await victim.terminate();
       await new Promise((r) => setTimeout(r, 50));
       assert.deepEqual(await pool.search(['river town'], 3), before);
-      assert.equal((await pool.search(Array.from({ length: 40 }, () => 'river town'), 3)).length, 40);
+      assert.equal(
+        (
+          await pool.search(
+            Array.from({ length: 40 }, () => 'river town'),
+            3,
+          )
+        ).length,
+        40,
+      );
     } finally {
       await pool.close();
     }

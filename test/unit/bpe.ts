@@ -6,8 +6,8 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { TokenizerCodec } from '../../src/core/tokens/tokenizer';
 import type { Rollout, TokenRole } from '../../src/core/run/format';
+import type { TokenizerCodec } from '../../src/core/tokens/tokenizer';
 
 /** GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 onwards. */
 export function byteAlphabet(): string[] {
@@ -25,7 +25,8 @@ export const SPECIAL_TOKENS = ['<|endoftext|>', '<|im_start|>', '<|im_end|>'];
 
 /** tokenizer.json for `words` (each as it appears after pre-tokenising, e.g. " Paris" with its space). */
 /** Qwen2's pre-tokenising regex (its `(?i:…)` contractions written out): punctuation keeps the newlines after it (">\\n\\n"). */
-export const QWEN2_SPLIT = "'s|'t|'re|'ve|'m|'ll|'d|'S|'T|'RE|'VE|'M|'LL|'D|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+export const QWEN2_SPLIT =
+  "'s|'t|'re|'ve|'m|'ll|'d|'S|'T|'RE|'VE|'M|'LL|'D|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 
 export function byteLevelBpeJson(words: readonly string[], split: 'gpt2' | 'qwen2' = 'gpt2'): object {
   const alphabet = byteAlphabet();
@@ -44,7 +45,15 @@ export function byteLevelBpeJson(words: readonly string[], split: 'gpt2' | 'qwen
       left = merged;
     }
   }
-  const added = SPECIAL_TOKENS.map((content, k) => ({ id: Object.keys(vocab).length + k, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }));
+  const added = SPECIAL_TOKENS.map((content, k) => ({
+    id: Object.keys(vocab).length + k,
+    content,
+    single_word: false,
+    lstrip: false,
+    rstrip: false,
+    normalized: false,
+    special: true,
+  }));
   return {
     version: '1.0',
     truncation: null,
@@ -54,24 +63,52 @@ export function byteLevelBpeJson(words: readonly string[], split: 'gpt2' | 'qwen
     pre_tokenizer:
       split === 'gpt2'
         ? { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: true }
-        : { type: 'Sequence', pretokenizers: [{ type: 'Split', pattern: { Regex: QWEN2_SPLIT }, behavior: 'Isolated', invert: false }, { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false }] },
+        : {
+            type: 'Sequence',
+            pretokenizers: [
+              { type: 'Split', pattern: { Regex: QWEN2_SPLIT }, behavior: 'Isolated', invert: false },
+              { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
+            ],
+          },
     post_processor: null,
     decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
-    model: { type: 'BPE', dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges },
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: null,
+      end_of_word_suffix: null,
+      fuse_unk: false,
+      byte_fallback: false,
+      vocab,
+      merges,
+    },
   };
 }
 
 /** Writes a model directory with tokenizer.json (and tokenizer_config.json with a chat template when given). */
-export function writeTokenizerDir(dir: string, words: readonly string[], o: { chatTemplate?: string; split?: 'gpt2' | 'qwen2' } = {}): string {
+export function writeTokenizerDir(
+  dir: string,
+  words: readonly string[],
+  o: { chatTemplate?: string; split?: 'gpt2' | 'qwen2' } = {},
+): string {
   const chatTemplate = o.chatTemplate;
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(byteLevelBpeJson(words, o.split)));
-  writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify({ eos_token: '<|im_end|>', ...(chatTemplate ? { chat_template: chatTemplate } : {}) }));
+  writeFileSync(
+    join(dir, 'tokenizer_config.json'),
+    JSON.stringify({ eos_token: '<|im_end|>', ...(chatTemplate ? { chat_template: chatTemplate } : {}) }),
+  );
   return dir;
 }
 
 /** A record whose tokens are the given pieces, each encoded on its own (so pieces may split words non-canonically). */
-export function recordOf(codec: TokenizerCodec, prompt: string, pieces: { text: string; role: TokenRole }[], extra: Partial<Rollout> = {}): Rollout {
+export function recordOf(
+  codec: TokenizerCodec,
+  prompt: string,
+  pieces: { text: string; role: TokenRole }[],
+  extra: Partial<Rollout> = {},
+): Rollout {
   const ids: number[] = [];
   const role: TokenRole[] = [];
   for (const p of [{ text: prompt, role: 'prompt' as TokenRole }, ...pieces]) {
@@ -85,7 +122,12 @@ export function recordOf(codec: TokenizerCodec, prompt: string, pieces: { text: 
     id: 'r',
     prompt,
     response,
-    tokens: { text: ids.map((i) => codec.decode([i])), ids, role, loss_mask: role.map((r) => (r === 'generated' ? 1 : 0)) },
+    tokens: {
+      text: ids.map((i) => codec.decode([i])),
+      ids,
+      role,
+      loss_mask: role.map((r) => (r === 'generated' ? 1 : 0)),
+    },
     ...extra,
   };
 }

@@ -10,7 +10,23 @@ describe('SVG charts', () => {
   });
 
   it('escapes every text (titles and series names come from users and run dirs)', () => {
-    const svg = lineChartsSvg([{ title: '<b>x</b>', series: [{ name: 'a&"b"', points: [[0, 0], [1, 0.5]] }] }], { title: "it's" });
+    const svg = lineChartsSvg(
+      [
+        {
+          title: '<b>x</b>',
+          series: [
+            {
+              name: 'a&"b"',
+              points: [
+                [0, 0],
+                [1, 0.5],
+              ],
+            },
+          ],
+        },
+      ],
+      { title: "it's" },
+    );
     assert.ok(!svg.includes('<b>'));
     assert.ok(svg.includes('&lt;b&gt;x&lt;/b&gt;'));
     assert.ok(svg.includes('a&amp;&quot;b&quot;'));
@@ -20,8 +36,32 @@ describe('SVG charts', () => {
 
   it('draws one path per series with data, same colour for the same name across panels, NaN points dropped', () => {
     const svg = lineChartsSvg([
-      { title: 'p1', series: [{ name: 'run', points: [[0, 0.1], [10, NaN], [20, 0.4]] }, { name: 'empty', points: [] }] },
-      { title: 'p2', series: [{ name: 'run', points: [[0, 1], [20, 2]] }] },
+      {
+        title: 'p1',
+        series: [
+          {
+            name: 'run',
+            points: [
+              [0, 0.1],
+              [10, NaN],
+              [20, 0.4],
+            ],
+          },
+          { name: 'empty', points: [] },
+        ],
+      },
+      {
+        title: 'p2',
+        series: [
+          {
+            name: 'run',
+            points: [
+              [0, 1],
+              [20, 2],
+            ],
+          },
+        ],
+      },
     ]);
     const paths = [...svg.matchAll(/<path d="([^"]+)" fill="none" stroke="([^"]+)"/g)];
     assert.equal(paths.length, 2);

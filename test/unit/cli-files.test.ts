@@ -7,16 +7,30 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, linkSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import {
+  copyFileSync,
+  existsSync,
+  linkSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { scratchDir } from '../support/scratch';
 
 const ROOT = join(__dirname, '..', '..');
 const cli = (cwd: string, ...args: string[]) =>
-  execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], { reject: false, cwd, timeout: 120_000 });
+  execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], {
+    reject: false,
+    cwd,
+    timeout: 120_000,
+  });
 
-const record = (id: string, extra = '') => `{"v":2,"id":"${id}","prompt":"q","response":"<answer>a</answer>","golden":["a"]${extra}}`;
+const record = (id: string, extra = '') =>
+  `{"v":2,"id":"${id}","prompt":"q","response":"<answer>a</answer>","golden":["a"]${extra}}`;
 /** What a failed command may leave: nothing but what was there (no temporary files either). */
 const listing = (dir: string) => readdirSync(dir).sort();
 
@@ -63,7 +77,13 @@ describe('CLI outputs and inputs', function () {
     // And a successful one replaces it whole.
     const ok = await cli(work, 'reward', 'builtin:em', rollouts, '--out', 'old.jsonl');
     assert.equal(ok.exitCode, 0, ok.stderr);
-    assert.deepEqual(readFileSync(join(work, 'old.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l).id), ['a', 'b']);
+    assert.deepEqual(
+      readFileSync(join(work, 'old.jsonl'), 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l).id),
+      ['a', 'b'],
+    );
     assert.deepEqual(listing(work), ['bad.parquet', 'old.jsonl']);
   });
 
@@ -72,7 +92,14 @@ describe('CLI outputs and inputs', function () {
     assert.equal(full.exitCode, 2);
     assert.match(full.stderr, /\/dev\/full: cannot write: no space left on the device \(disk full\) \(ENOSPC\)/);
     assert.doesNotMatch(full.stderr, /Unhandled 'error' event|at .*\.ts:\d+/);
-    const missing = await cli(dir, 'import', 'verl', join(ROOT, 'test/fixtures/verl/5.jsonl'), '--out', 'no/such/folder/x.jsonl');
+    const missing = await cli(
+      dir,
+      'import',
+      'verl',
+      join(ROOT, 'test/fixtures/verl/5.jsonl'),
+      '--out',
+      'no/such/folder/x.jsonl',
+    );
     assert.equal(missing.exitCode, 2);
     assert.match(missing.stderr, /no\/such\/folder\/x\.jsonl: cannot write: no such directory/);
     // A folder this process cannot write: a 0555 one, or (running as root, which ignores modes) sysfs.
@@ -125,7 +152,13 @@ describe('CLI outputs and inputs', function () {
     assert.ok(d.stderr.includes(`${dir}: is a directory; expected a Search-R1 dataset parquet file`), d.stderr);
     const fifo = join(dir, 'fifo.jsonl');
     execFileSync('mkfifo', [fifo]);
-    for (const args of [['reward', 'builtin:em', fifo], ['inspect', fifo], ['import', 'verl', fifo, '--out', 'y.jsonl'], ['index', fifo, '--out', 'idx-fifo'], ['audit', fifo]]) {
+    for (const args of [
+      ['reward', 'builtin:em', fifo],
+      ['inspect', fifo],
+      ['import', 'verl', fifo, '--out', 'y.jsonl'],
+      ['index', fifo, '--out', 'idx-fifo'],
+      ['audit', fifo],
+    ]) {
       const r = await cli(dir, ...args);
       assert.equal(r.exitCode, 2, `${args[0]}: ${r.stderr}`);
       assert.match(r.stderr, /fifo\.jsonl: not a regular file/, args[0]);
@@ -139,6 +172,9 @@ describe('CLI outputs and inputs', function () {
     const r = await cli(dir, 'reward', 'builtin:em', 'deep.jsonl', '--json');
     assert.equal(r.exitCode, 0, r.stderr);
     assert.match(r.stderr, /deep\.jsonl:2: meta: nested deeper than 64 levels/);
-    assert.deepEqual(JSON.parse(r.stdout).items.map((i: { id: string }) => i.id), ['a', 'b']);
+    assert.deepEqual(
+      JSON.parse(r.stdout).items.map((i: { id: string }) => i.id),
+      ['a', 'b'],
+    );
   });
 });

@@ -17,7 +17,10 @@ const ROOT = join(__dirname, '..', '..');
 
 /** `line` run by bash in `cwd` with `search-agent-studio` a function printing its arguments one per line (NUL-separated). */
 function pasted(line: string, cwd: string): string[] {
-  const out = execFileSync('bash', ['-c', `search-agent-studio() { printf '%s\\0' "$@"; }\n${line}`], { cwd, encoding: 'utf8' });
+  const out = execFileSync('bash', ['-c', `search-agent-studio() { printf '%s\\0' "$@"; }\n${line}`], {
+    cwd,
+    encoding: 'utf8',
+  });
   return out.split('\0').slice(0, -1);
 }
 
@@ -26,11 +29,29 @@ describe('train: a killed trainer, and the resume line', function () {
 
   it('quotes any run directory so that pasting the line runs nothing else', () => {
     const dir = scratchDir('sas-quote-');
-    for (const name of ['$(touch pwned)', '`touch pwned`', "it's; touch pwned", 'a b\nc', '~/x', '*', '-x', '', 'plain/runs/demo-1']) {
-      assert.deepEqual(pasted(resumeCommand(name), dir), ['train', '--resume', '--run-dir', name], JSON.stringify(name));
+    for (const name of [
+      '$(touch pwned)',
+      '`touch pwned`',
+      "it's; touch pwned",
+      'a b\nc',
+      '~/x',
+      '*',
+      '-x',
+      '',
+      'plain/runs/demo-1',
+    ]) {
+      assert.deepEqual(
+        pasted(resumeCommand(name), dir),
+        ['train', '--resume', '--run-dir', name],
+        JSON.stringify(name),
+      );
     }
     assert.equal(existsSync(join(dir, 'pwned')), false);
-    assert.equal(shellQuote('runs/demo-20260101-120000'), 'runs/demo-20260101-120000', 'an ordinary path stays as it is');
+    assert.equal(
+      shellQuote('runs/demo-20260101-120000'),
+      'runs/demo-20260101-120000',
+      'an ordinary path stays as it is',
+    );
     assert.equal(killedMessage('SIGKILL').startsWith('the trainer was killed by SIGKILL (exit status 137)'), true);
   });
 
@@ -45,7 +66,19 @@ describe('train: a killed trainer, and the resume line', function () {
     writeFileSync(join(dir, 'tiny.run.json'), JSON.stringify(c));
     mkdirSync(join(dir, 'runs'));
     const runDir = 'runs/$(touch pwned)';
-    const cli = execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'train', 'tiny.run.json', '--run-dir', runDir], { reject: false, cwd: dir });
+    const cli = execa(
+      process.execPath,
+      [
+        '-r',
+        join(ROOT, 'test/register.cjs'),
+        join(ROOT, 'src/cli/main.ts'),
+        'train',
+        'tiny.run.json',
+        '--run-dir',
+        runDir,
+      ],
+      { reject: false, cwd: dir },
+    );
     let out = '';
     const pid = await new Promise<number>((resolve, reject) => {
       cli.stdout!.on('data', (d: Buffer) => {

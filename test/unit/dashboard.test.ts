@@ -3,7 +3,24 @@
 import assert from 'node:assert/strict';
 import type { MetricsRow } from '../../src/core/protocol/dashboard';
 import { runStages } from '../../src/core/run/config';
-import { alarmLane, alarmNames, chartMatches, emptyText, fmtDuration, laneText, nearest, paletteColor, questionKinds, runStatus, smoothEma, sparseSeries, stageMarks, stepTimes, thresholdOf, type LaneMark } from '../../webview/dashboard/model';
+import {
+  alarmLane,
+  alarmNames,
+  chartMatches,
+  emptyText,
+  fmtDuration,
+  type LaneMark,
+  laneText,
+  nearest,
+  paletteColor,
+  questionKinds,
+  runStatus,
+  smoothEma,
+  sparseSeries,
+  stageMarks,
+  stepTimes,
+  thresholdOf,
+} from '../../webview/dashboard/model';
 
 describe('dashboard model', () => {
   it('held-out EM logged every 20 steps is sparse (markers); a per-step series is not', () => {
@@ -14,7 +31,14 @@ describe('dashboard model', () => {
   it('the by-kind charts have one series per question kind with held-out EM in any row (sorted), none without', () => {
     const rows: MetricsRow[] = [
       { step: 1, 'critic/score/mean': 0.2 },
-      { step: 20, 'val/em': 0.3, 'val/em_by_kind/river': 0.1, 'val/em_by_kind/birthplace': 0.5, 'val/searches_by_kind/river': 2, 'val/answer_retrieved_by_kind/founder': 1 },
+      {
+        step: 20,
+        'val/em': 0.3,
+        'val/em_by_kind/river': 0.1,
+        'val/em_by_kind/birthplace': 0.5,
+        'val/searches_by_kind/river': 2,
+        'val/answer_retrieved_by_kind/founder': 1,
+      },
       { step: 40, 'val/em_by_kind/author-birthplace': 0.25, 'val/em_by_kind/river': 0.2 },
     ];
     assert.deepEqual(questionKinds(rows), ['author-birthplace', 'birthplace', 'river']);
@@ -33,14 +57,25 @@ describe('dashboard model', () => {
 
   it('a run header says stopped after Stop, and shows the warm start while it runs', () => {
     assert.equal(runStatus({ id: 'r', dir: '/r', state: 'stopped', step: 9, total: 120 }), 'stopped · step 9/120');
-    const warming = { id: 'r', dir: '/r', state: 'running' as const, step: 0, total: 120, phase: 'warmup', warmup: { step: 150, steps: 300, loss: 2.3141 } };
+    const warming = {
+      id: 'r',
+      dir: '/r',
+      state: 'running' as const,
+      step: 0,
+      total: 120,
+      phase: 'warmup',
+      warmup: { step: 150, steps: 300, loss: 2.3141 },
+    };
     assert.equal(runStatus(warming), 'running · warm-up 150/300 · loss 2.314');
     assert.match(emptyText([warming]), /^Warm start .*: step 150 of 300, loss 2\.314\./);
     assert.match(emptyText([]), /^No metrics yet/);
   });
 
   it('a curriculum run (train.stages) is marked where each later stage starts, and its header names the stage', () => {
-    const config = { data: { hops_mix: { '1': 1 } }, train: { stages: [{ steps: 200 }, { steps: 320, hops_mix: { '1': 1, '2': 3 } }, { steps: 10, hops_mix: null }] } };
+    const config = {
+      data: { hops_mix: { '1': 1 } },
+      train: { stages: [{ steps: 200 }, { steps: 320, hops_mix: { '1': 1, '2': 3 } }, { steps: 10, hops_mix: null }] },
+    };
     const stages = runStages(config);
     assert.deepEqual(stages, [
       { start: 0, steps: 200, hopsMix: { '1': 1 } },
@@ -54,9 +89,15 @@ describe('dashboard model', () => {
     assert.equal(runStatus({ ...run, state: 'finished', step: 530 }), 'finished · step 530/530 · stage 3/3');
     const marks = stageMarks([run]);
     assert.deepEqual([...marks.keys()], [200, 520]);
-    assert.deepEqual(marks.get(200), ['stage 2 of 3 starts after step 200 (hops_mix 1: 1, 2: 3; the KL reference, optimizer and LR schedule restart)']);
+    assert.deepEqual(marks.get(200), [
+      'stage 2 of 3 starts after step 200 (hops_mix 1: 1, 2: 3; the KL reference, optimizer and LR schedule restart)',
+    ]);
     assert.match(marks.get(520)![0]!, /^stage 3 of 3 .*the data's own mix/);
-    assert.match(stageMarks([run, { ...run, id: 'other' }]).get(200)![1]!, /^other: stage 2 of 3/, 'overlaid runs name theirs');
+    assert.match(
+      stageMarks([run, { ...run, id: 'other' }]).get(200)![1]!,
+      /^other: stage 2 of 3/,
+      'overlaid runs name theirs',
+    );
     assert.equal(stageMarks([{ id: 'r', dir: '/r', state: 'finished', step: 3 }]).size, 0);
   });
 });
@@ -70,12 +111,17 @@ describe('dashboard basics (issue 44)', () => {
     assert.equal(s[1], null);
     assert.ok(Math.abs(s[2]! - 7 / 3) < 1e-12, String(s[2]));
     assert.ok(Math.abs(s[3]! - 27 / 7) < 1e-12, String(s[3]));
-    for (const v of smoothEma([0.4, 0.4, 0.4, 0.4], 0.9)) assert.ok(Math.abs(v! - 0.4) < 1e-12, 'debiased: a constant stays itself');
+    for (const v of smoothEma([0.4, 0.4, 0.4, 0.4], 0.9))
+      assert.ok(Math.abs(v! - 0.4) < 1e-12, 'debiased: a constant stays itself');
   });
 
   it('a single point is drawn (a marker): the dashboard at step 1', () => {
     assert.deepEqual([...sparseSeries([1, 1, 0], 1)], [1, 2]);
-    assert.deepEqual([...sparseSeries([1, 30], 30)], [1], 'one value among many steps: a marker; a full series: a line');
+    assert.deepEqual(
+      [...sparseSeries([1, 30], 30)],
+      [1],
+      'one value among many steps: a marker; a full series: a line',
+    );
   });
 
   it('series colours are distinct within a chart: the seven held-out-by-hops series, two runs of it overlaid, sixteen question kinds', () => {
@@ -95,7 +141,10 @@ describe('dashboard basics (issue 44)', () => {
         for (let j = i + 1; j < n; j++) {
           const [a, b] = [rgb(colors[i]!), rgb(colors[j]!)];
           const d = Math.hypot(a[0] - b[0], a[1] - b[1], a[2] - b[2]);
-          assert.ok(d > 0.12, `${colors[i]} and ${colors[j]} (series ${i} and ${j} of ${n}) are too close: ${d.toFixed(3)}`);
+          assert.ok(
+            d > 0.12,
+            `${colors[i]} and ${colors[j]} (series ${i} and ${j} of ${n}) are too close: ${d.toFixed(3)}`,
+          );
         }
     }
   });
@@ -109,19 +158,50 @@ describe('dashboard basics (issue 44)', () => {
     ];
     const t = { '*': 0, 'search-repeat': 0.25 };
     const lane = alarmLane(rows, t);
-    assert.deepEqual(lane.map((m) => m.step), [1, 2, 3]);
+    assert.deepEqual(
+      lane.map((m) => m.step),
+      [1, 2, 3],
+    );
     const shown = (m: LaneMark) => m.alarms.filter((a) => a.shown).map((a) => a.name);
-    assert.deepEqual(lane.map(shown), [[], ['search-repeat', 'reward-injection'], ['answer-enumeration']], '6 of 64 (9%) is under 25%; 20 of 64 is over; a new alarm name counts');
+    assert.deepEqual(
+      lane.map(shown),
+      [[], ['search-repeat', 'reward-injection'], ['answer-enumeration']],
+      '6 of 64 (9%) is under 25%; 20 of 64 is over; a new alarm name counts',
+    );
     assert.equal(laneText(lane[0]!, t), 'search-repeat 6 of 64 rollouts (9%) — under its lane threshold 25%');
-    assert.equal(laneText(lane[1]!, t), 'search-repeat 20 of 64 rollouts (31%); reward-injection 1 of 64 rollouts (2%)');
-    assert.deepEqual(alarmLane(rows).map(shown), [['search-repeat'], ['search-repeat', 'reward-injection'], ['answer-enumeration']], 'no threshold: any rollout');
+    assert.equal(
+      laneText(lane[1]!, t),
+      'search-repeat 20 of 64 rollouts (31%); reward-injection 1 of 64 rollouts (2%)',
+    );
+    assert.deepEqual(
+      alarmLane(rows).map(shown),
+      [['search-repeat'], ['search-repeat', 'reward-injection'], ['answer-enumeration']],
+      'no threshold: any rollout',
+    );
     assert.equal(thresholdOf({ '*': 0.1 }, 'length-capped'), 0.1);
-    assert.deepEqual(alarmNames(rows, ['answer-enumeration', 'search-repeat']), ['answer-enumeration', 'search-repeat', 'reward-injection'], 'the known ones in order, then the others');
+    assert.deepEqual(
+      alarmNames(rows, ['answer-enumeration', 'search-repeat']),
+      ['answer-enumeration', 'search-repeat', 'reward-injection'],
+      'the known ones in order, then the others',
+    );
   });
 
   it('wall time: seconds since the run’s first metrics line, per step (a step’s first line); formatted for the axis', () => {
-    const times = stepTimes([{ step: 0, time: 1000 }, { step: 1, time: 1030 }, { step: 2, time: 1090 }, { step: 2, time: 1095 }, { step: 3 }] as MetricsRow[]);
-    assert.deepEqual([...times], [[0, 0], [1, 30], [2, 90]]);
+    const times = stepTimes([
+      { step: 0, time: 1000 },
+      { step: 1, time: 1030 },
+      { step: 2, time: 1090 },
+      { step: 2, time: 1095 },
+      { step: 3 },
+    ] as MetricsRow[]);
+    assert.deepEqual(
+      [...times],
+      [
+        [0, 0],
+        [1, 30],
+        [2, 90],
+      ],
+    );
     assert.equal(stepTimes([{ step: 1 }]).size, 0, 'no time recorded: no wall-time axis');
     assert.deepEqual([45, 90, 600, 3900].map(fmtDuration), ['45s', '1m30', '10m', '1h05']);
   });

@@ -17,7 +17,10 @@ const MODEL = join(ROOT, 'test', 'fixtures', 'tiny-e5');
 const MODEL_NO_TT = join(ROOT, 'test', 'fixtures', 'tiny-e5-no-token-types');
 
 function corpusSubset(dir: string, n: number): string {
-  const lines = readFileSync(join(ROOT, 'examples', 'demo', 'corpus.jsonl'), 'utf8').trim().split('\n').slice(0, n);
+  const lines = readFileSync(join(ROOT, 'examples', 'demo', 'corpus.jsonl'), 'utf8')
+    .trim()
+    .split('\n')
+    .slice(0, n);
   const file = join(dir, 'corpus.jsonl');
   writeFileSync(file, `${lines.join('\n')}\n`);
   return file;
@@ -39,18 +42,27 @@ describe('dense retrieval (tiny E5 encoder, onnxruntime-node)', function () {
 
   it('logs the execution provider it chose (CPU here: no GPU)', () => {
     assert.equal(encoder.provider, 'cpu');
-    assert.ok(logs.some((l) => /on CPU, dimension 32, max length 256, token_type_ids fed/.test(l)), logs.join('\n'));
+    assert.ok(
+      logs.some((l) => /on CPU, dimension 32, max length 256, token_type_ids fed/.test(l)),
+      logs.join('\n'),
+    );
   });
 
   it('mean-pools over the attention mask and L2-normalises, as a reference computed independently', async () => {
     // 1. Against PyTorch (the fixture script's own pooling of the same random model).
-    const ref = JSON.parse(readFileSync(join(MODEL, 'reference.json'), 'utf8')) as { texts: string[]; lengths: number[]; embeddings: number[][] };
-    for (const [i, text] of ref.texts.entries()) assert.equal(encoder.tokenIds(text).length, ref.lengths[i], `token count of ${text.slice(0, 30)}`);
+    const ref = JSON.parse(readFileSync(join(MODEL, 'reference.json'), 'utf8')) as {
+      texts: string[];
+      lengths: number[];
+      embeddings: number[][];
+    };
+    for (const [i, text] of ref.texts.entries())
+      assert.equal(encoder.tokenIds(text).length, ref.lengths[i], `token count of ${text.slice(0, 30)}`);
     const kinds = ref.texts.map((t) => (t.startsWith('query: ') ? 'query' : 'passage') as 'query' | 'passage');
     for (const [i, text] of ref.texts.entries()) {
       const v = await encoder.encode([text.replace(/^(query|passage): /, '')], kinds[i]!);
       const want = ref.embeddings[i]!;
-      for (let d = 0; d < want.length; d++) assert.ok(Math.abs(v[d]! - want[d]!) < 2e-5, `text ${i} dim ${d}: ${v[d]} vs PyTorch ${want[d]}`);
+      for (let d = 0; d < want.length; d++)
+        assert.ok(Math.abs(v[d]! - want[d]!) < 2e-5, `text ${i} dim ${d}: ${v[d]} vs PyTorch ${want[d]}`);
     }
     // 2. Against the raw last hidden state from onnxruntime, pooled here by a plain loop (a padded batch).
     const texts = ['a short one', 'a much longer passage about the Varnholt Observatory and its founder'];
@@ -60,14 +72,23 @@ describe('dense retrieval (tiny E5 encoder, onnxruntime-node)', function () {
     for (const [b, text] of texts.entries()) {
       const ids = encoder.tokenIds(`passage: ${text}`);
       const t = (xs: number[]) => new Tensor('int64', BigInt64Array.from(xs.map(BigInt)), [1, xs.length]);
-      const out = await session.run({ input_ids: t(ids), attention_mask: t(ids.map(() => 1)), token_type_ids: t(ids.map(() => 0)) });
+      const out = await session.run({
+        input_ids: t(ids),
+        attention_mask: t(ids.map(() => 1)),
+        token_type_ids: t(ids.map(() => 0)),
+      });
       const h = out.last_hidden_state!.data as Float32Array;
-      const mean = Array.from({ length: 32 }, (_, d) => ids.reduce((acc, _x, s) => acc + h[s * 32 + d]!, 0) / ids.length);
+      const mean = Array.from(
+        { length: 32 },
+        (_, d) => ids.reduce((acc, _x, s) => acc + h[s * 32 + d]!, 0) / ids.length,
+      );
       const norm = Math.hypot(...mean);
-      for (let d = 0; d < 32; d++) assert.ok(Math.abs(ours[b * 32 + d]! - mean[d]! / norm) < 1e-5, `batch row ${b} dim ${d}`);
+      for (let d = 0; d < 32; d++)
+        assert.ok(Math.abs(ours[b * 32 + d]! - mean[d]! / norm) < 1e-5, `batch row ${b} dim ${d}`);
     }
     await session.release();
-    for (let b = 0; b < 2; b++) assert.ok(Math.abs(Math.hypot(...ours.subarray(b * 32, b * 32 + 32)) - 1) < 1e-5, 'unit length');
+    for (let b = 0; b < 2; b++)
+      assert.ok(Math.abs(Math.hypot(...ours.subarray(b * 32, b * 32 + 32)) - 1) < 1e-5, 'unit length');
   });
 
   it('truncates to 256 tokens and uses E5’s prefixes', async () => {
@@ -98,15 +119,24 @@ describe('dense retrieval (tiny E5 encoder, onnxruntime-node)', function () {
     assert.equal(meta.docs, 400);
     const index = await DenseIndex.load(out);
     try {
-      const passages = readFileSync(corpus, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { id: string; contents: string });
+      const passages = readFileSync(corpus, 'utf8')
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as { id: string; contents: string });
       const sample = [0, 7, 123, 250, 399];
-      const vecs = await encoder.encode(sample.map((i) => passages[i]!.contents), 'passage');
+      const vecs = await encoder.encode(
+        sample.map((i) => passages[i]!.contents),
+        'passage',
+      );
       const js = await index.scan(vecs, 5, 'js');
       const onnx = await index.scan(vecs, 5, 'onnx');
       sample.forEach((i, j) => {
         assert.equal(js[j]![0]!.id, passages[i]!.id, 'its own nearest neighbour');
         assert.ok(js[j]![0]!.score > 0.9999);
-        assert.deepEqual(onnx[j]!.map((h) => h.id), js[j]!.map((h) => h.id));
+        assert.deepEqual(
+          onnx[j]!.map((h) => h.id),
+          js[j]!.map((h) => h.id),
+        );
         onnx[j]!.forEach((h, r) => assert.ok(Math.abs(h.score - js[j]![r]!.score) < 1e-5));
       });
       assert.equal(index.contents(7), passages[7]!.contents);
@@ -136,7 +166,10 @@ describe('dense retrieval (tiny E5 encoder, onnxruntime-node)', function () {
     const progress = JSON.parse(readFileSync(join(part, 'progress.json'), 'utf8'));
     assert.equal(progress.embedded, 150);
     const resumed: number[] = [];
-    await buildDenseIndex(corpus, part, encoder, { batchSize: 50, onProgress: (p) => p.phase === 'embed' && resumed.push(p.docs) });
+    await buildDenseIndex(corpus, part, encoder, {
+      batchSize: 50,
+      onProgress: (p) => p.phase === 'embed' && resumed.push(p.docs),
+    });
     assert.equal(resumed[0], 200, 'continued after the 150 already embedded');
     assert.deepEqual(readFileSync(join(part, 'vectors.f32')), readFileSync(join(full, 'vectors.f32')));
   });
@@ -150,7 +183,8 @@ describe('dense retrieval (tiny E5 encoder, onnxruntime-node)', function () {
     a.close();
     b.close();
     // biome-ignore lint/suspicious/noApproximativeNumericConstant: sample values for the half-float round trip
-    for (const x of [0, 1, -1, 0.5, 3.14159, 65504, 1e-5, -2.5e-3]) assert.ok(Math.abs(fromHalf(toHalf(x)) - x) <= Math.abs(x) * 1e-3 + 1e-7, String(x));
+    for (const x of [0, 1, -1, 0.5, 3.14159, 65504, 1e-5, -2.5e-3])
+      assert.ok(Math.abs(fromHalf(toHalf(x)) - x) <= Math.abs(x) * 1e-3 + 1e-7, String(x));
   });
 
   it('serves /retrieve through DenseRetriever with query: prefixes', async () => {
@@ -178,10 +212,18 @@ describe('dense retrieval (tiny E5 encoder, onnxruntime-node)', function () {
     const queries = Float32Array.from({ length: 3 * d }, rnd);
     const { InferenceSession, Tensor } = ort();
     const session = await InferenceSession.create(innerProductTopKModel());
-    const out = await session.run({ queries: new Tensor('float32', queries, [3, d]), corpus: new Tensor('float32', vectors, [n, d]), k: new Tensor('int64', BigInt64Array.of(10n), [1]) });
+    const out = await session.run({
+      queries: new Tensor('float32', queries, [3, d]),
+      corpus: new Tensor('float32', vectors, [n, d]),
+      k: new Tensor('int64', BigInt64Array.of(10n), [1]),
+    });
     const idx = out.indices!.data as BigInt64Array;
     const js = scanJs(vectors, d, queries, 3, 10);
-    for (let j = 0; j < 3; j++) assert.deepEqual(Array.from(idx.subarray(j * 10, j * 10 + 10), Number), js[j]!.map(([doc]) => doc));
+    for (let j = 0; j < 3; j++)
+      assert.deepEqual(
+        Array.from(idx.subarray(j * 10, j * 10 + 10), Number),
+        js[j]!.map(([doc]) => doc),
+      );
     await session.release();
   });
 });

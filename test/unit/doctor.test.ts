@@ -5,7 +5,17 @@ import { join } from 'node:path';
 import { describeProbe, describeVerlProbe, doctorReport } from '../../src/core/doctor';
 import type { PythonProbe } from '../../src/core/python';
 
-const probe = (extra: Partial<PythonProbe>): PythonProbe => ({ executable: '/x/python', ok: true, python: '3.11.9', torch: '2.11.0', cuda: true, cudaDevices: ['NVIDIA H100 80GB HBM3'], transformers: '5.9.0', peft: '0.18.0', ...extra });
+const probe = (extra: Partial<PythonProbe>): PythonProbe => ({
+  executable: '/x/python',
+  ok: true,
+  python: '3.11.9',
+  torch: '2.11.0',
+  cuda: true,
+  cudaDevices: ['NVIDIA H100 80GB HBM3'],
+  transformers: '5.9.0',
+  peft: '0.18.0',
+  ...extra,
+});
 
 describe('doctor', () => {
   it("names veRL's attention from flash-attn: flash_attention_2 with it, SDPA without, and vLLM", () => {
@@ -16,22 +26,34 @@ describe('doctor', () => {
     const withIt = describeVerlProbe(probe({ verl: '0.9.1', vllm: '0.24.0', flashAttn: '2.8.3' }));
     assert.match(withIt, /flash-attn 2\.8\.3: the FSDP models use flash_attention_2/);
     assert.match(withIt, /vLLM 0\.24\.0/);
-    assert.match(describeVerlProbe({ executable: '/y', ok: false, error: 'veRL is not installed' }), /✗ \/y: veRL is not installed/);
+    assert.match(
+      describeVerlProbe({ executable: '/y', ok: false, error: 'veRL is not installed' }),
+      /✗ \/y: veRL is not installed/,
+    );
   });
 
   it('names DeepSpeed beside TRL (ZeRO launches need it)', () => {
-    assert.match(describeProbe(probe({ trl: '1.16.0', deepspeed: null })), /trl 1\.16\.0, DeepSpeed not installed \(ZeRO launches only: pip install -r trainer\/requirements-trl-deepspeed\.txt\)/);
+    assert.match(
+      describeProbe(probe({ trl: '1.16.0', deepspeed: null })),
+      /trl 1\.16\.0, DeepSpeed not installed \(ZeRO launches only: pip install -r trainer\/requirements-trl-deepspeed\.txt\)/,
+    );
     assert.match(describeProbe(probe({ trl: '1.16.0', deepspeed: '0.18.3' })), /trl 1\.16\.0, DeepSpeed 0\.18\.3/);
   });
 
   const verlPython = join(__dirname, '..', '..', '.venv-verl', 'bin', 'python');
-  (existsSync(verlPython) ? it : it.skip)("probes .venv-verl for real and says what veRL's FSDP models will use", async function () {
-    this.timeout(120_000);
-    const r = await doctorReport(['/nonexistent/python3'], [], {}, undefined, [verlPython]);
-    const at = r.lines.findIndex((l) => l.startsWith('veRL’s Python'));
-    assert.ok(at > 0, r.lines.join('\n'));
-    const verl = r.lines.slice(at).join('\n');
-    assert.match(verl, /veRL 0\.9\.1/);
-    assert.match(verl, /flash-attn (not installed: the FSDP models use PyTorch’s SDPA|\S+: the FSDP models use flash_attention_2)/);
-  });
+  (existsSync(verlPython) ? it : it.skip)(
+    "probes .venv-verl for real and says what veRL's FSDP models will use",
+    async function () {
+      this.timeout(120_000);
+      const r = await doctorReport(['/nonexistent/python3'], [], {}, undefined, [verlPython]);
+      const at = r.lines.findIndex((l) => l.startsWith('veRL’s Python'));
+      assert.ok(at > 0, r.lines.join('\n'));
+      const verl = r.lines.slice(at).join('\n');
+      assert.match(verl, /veRL 0\.9\.1/);
+      assert.match(
+        verl,
+        /flash-attn (not installed: the FSDP models use PyTorch’s SDPA|\S+: the FSDP models use flash_attention_2)/,
+      );
+    },
+  );
 });

@@ -12,7 +12,10 @@ describe('trajectory documents', () => {
     assert.equal(doc.conversations.length, 3);
     assert.equal(doc.conversations[0]!.label, '1 (step 3, reward 1)');
     const diags = doc.diagnostics();
-    assert.deepEqual(diags.map((d) => d.code), ['nested-tag', 'text-between-tags', 'text-between-tags', 'unopened-close', 'missing-answer']);
+    assert.deepEqual(
+      diags.map((d) => d.code),
+      ['nested-tag', 'text-between-tags', 'text-between-tags', 'unopened-close', 'missing-answer'],
+    );
     const stray = diags.find((d) => d.code === 'unopened-close')!;
     assert.equal(CASES.slice(stray.start, stray.end), '</answer>');
     const nested = diags[0]!;
@@ -38,15 +41,21 @@ describe('trajectory documents', () => {
     const outline = doc.outline(INFER);
     assert.equal(outline.length, 3);
     assert.equal(outline[1]!.name, 'Trajectory 2: in which town was the founder of the varnholt observatory born?');
-    assert.deepEqual(outline[1]!.children.map((c) => c.name), [
-      'prompt',
-      'Turn 1: search “Varnholt Observatory founder”',
-      'Turn 2: invalid action',
-      'Turn 3: search “Ilse Marrow birthplace”',
-      'Turn 4: answer “Quendal”',
-    ]);
+    assert.deepEqual(
+      outline[1]!.children.map((c) => c.name),
+      [
+        'prompt',
+        'Turn 1: search “Varnholt Observatory founder”',
+        'Turn 2: invalid action',
+        'Turn 3: search “Ilse Marrow birthplace”',
+        'Turn 4: answer “Quendal”',
+      ],
+    );
     const turn1 = outline[1]!.children[1]!;
-    assert.deepEqual(turn1.children.map((c) => c.kind), ['think', 'search', 'information']);
+    assert.deepEqual(
+      turn1.children.map((c) => c.kind),
+      ['think', 'search', 'information'],
+    );
     assert.equal(INFER.slice(turn1.selectionStart, turn1.selectionEnd), ' Varnholt Observatory founder ');
     assert.equal(turn1.detail, '1 documents');
     assert.equal(outline[2]!.children.at(-1)!.children.at(-1)!.detail, 'unclosed');
@@ -69,7 +78,10 @@ describe('trajectory documents', () => {
     const s = doc.searchAt(INFER, at)!;
     assert.equal(s.turn, 3);
     assert.equal(s.query, 'Ilse Marrow birthplace');
-    assert.deepEqual(s.docs.map((d) => [d.index, d.title]), [[1, '"Ilse Marrow"']]);
+    assert.deepEqual(
+      s.docs.map((d) => [d.index, d.title]),
+      [[1, '"Ilse Marrow"']],
+    );
     assert.equal(INFER.slice(s.docs[0]!.start, s.docs[0]!.start + 5), 'Doc 1');
     assert.equal(doc.searchAt(INFER, INFER.indexOf('First find the founder')), undefined);
   });

@@ -7,18 +7,18 @@
  * restricted unpickling; and the CLI's inspect, audit and import on each format.
  */
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { auditMask } from '../../src/core/audit/masks';
 import { detectSource, readSource, type SourceItem } from '../../src/core/importers';
-import { templateMarkers, inferRoles } from '../../src/core/importers/foreign/roles';
-import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/tokens/tokenizer';
-import { replayModel } from '../../src/core/inspect/replay';
-import { InspectorEngine, type EngineMessage } from '../../src/core/inspect/engine';
-import type { RolloutRow } from '../../src/core/store/rollouts';
 import type { ForeignOptions } from '../../src/core/importers/foreign';
+import { inferRoles, templateMarkers } from '../../src/core/importers/foreign/roles';
+import { type EngineMessage, InspectorEngine } from '../../src/core/inspect/engine';
+import { replayModel } from '../../src/core/inspect/replay';
 import type { Rollout } from '../../src/core/run/format';
+import type { RolloutRow } from '../../src/core/store/rollouts';
+import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/tokens/tokenizer';
 import { scratchDir } from '../support/scratch';
 
 const ROOT = join(__dirname, '..', '..');
@@ -32,18 +32,28 @@ const SOURCES = {
   slime: join(FIX, 'slime', 'debug'),
   skyrl: join(FIX, 'skyrl', 'exports'),
 } as const;
-const cli = (args: string[]) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], { reject: false });
+const cli = (args: string[]) =>
+  execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], {
+    reject: false,
+  });
 
 let qwen: TokenizerCodec;
 before(async () => {
   qwen = await loadTokenizerCodec(QWEN);
 });
 
-async function read(path: string, o: ForeignOptions = {}): Promise<{ records: Rollout[]; issues: SourceItem['issues']; notes: string[] }> {
+async function read(
+  path: string,
+  o: ForeignOptions = {},
+): Promise<{ records: Rollout[]; issues: SourceItem['issues']; notes: string[] }> {
   const records: Rollout[] = [];
   const issues: SourceItem['issues'] = [];
   const notes: string[] = [];
-  for await (const item of readSource(path, undefined, {}, 'all', { python: PYTHON, onNote: (n) => notes.push(n), ...o })) {
+  for await (const item of readSource(path, undefined, {}, 'all', {
+    python: PYTHON,
+    onNote: (n) => notes.push(n),
+    ...o,
+  })) {
     if (item.record) records.push(item.record);
     else issues.push(...item.issues);
   }
@@ -60,7 +70,10 @@ function insideToolOutput(r: Rollout): number[] {
     text += t;
     return s;
   });
-  for (const [open, close] of [['<tool_response>\n', '\n</tool_response>'], ['<information>', '</information>']] as const) {
+  for (const [open, close] of [
+    ['<tool_response>\n', '\n</tool_response>'],
+    ['<information>', '</information>'],
+  ] as const) {
     let at = text.indexOf(open, r.prompt.length); // Search-R1's prompt names the tags too
     while (at >= 0) {
       const end = text.indexOf(close, at);
@@ -82,7 +95,8 @@ describe('chat-template roles (Qwen3, real tokenizer and template)', () => {
 
   it('tells generated, tool-response, template and feedback tokens apart in a tool-call conversation', () => {
     const m = templateMarkers(qwen.chatTemplate!)!;
-    const text = '<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "search"}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1 text\n</tool_response><|im_end|>\n<|im_start|>user\nNot a valid call.<|im_end|>\n<|im_start|>assistant\n<answer> x </answer><|im_end|>';
+    const text =
+      '<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n{"name": "search"}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nDoc 1 text\n</tool_response><|im_end|>\n<|im_start|>user\nNot a valid call.<|im_end|>\n<|im_start|>assistant\n<answer> x </answer><|im_end|>';
     const ids = qwen.encode(text);
     const pieces = ids.map((id) => qwen.decode([id]));
     const { roles, how } = inferRoles(pieces, m, 0);
@@ -105,7 +119,8 @@ describe('chat-template roles (Qwen3, real tokenizer and template)', () => {
   });
 
   it('reads Search-R1 blocks without a chat template (the prompt ends at the first trained token)', () => {
-    const text = 'Question: q?\n<search> q </search>\n\n<information>Doc 1(Title: T) t</information>\n\n<answer> a </answer>';
+    const text =
+      'Question: q?\n<search> q </search>\n\n<information>Doc 1(Title: T) t</information>\n\n<answer> a </answer>';
     const ids = qwen.encode(text);
     const pieces = ids.map((id) => qwen.decode([id]));
     const promptEnd = qwen.encode('Question: q?\n').length;
@@ -130,7 +145,11 @@ describe('other engines’ dumps', function () {
       assert.deepEqual([...new Set(records.map((r) => r.step))], [1, 2]);
       const groups = new Map<string, number>();
       for (const r of records) groups.set(`${r.step}:${r.group}`, (groups.get(`${r.step}:${r.group}`) ?? 0) + 1);
-      assert.deepEqual([...groups.values()], [2, 2, 2, 2], 'GRPO groups (from the dump, or the same prompt ids within a step)');
+      assert.deepEqual(
+        [...groups.values()],
+        [2, 2, 2, 2],
+        'GRPO groups (from the dump, or the same prompt ids within a step)',
+      );
       for (const r of records) {
         const tk = r.tokens!;
         assert.equal(r.meta?.engine, engine);
@@ -142,7 +161,9 @@ describe('other engines’ dumps', function () {
         assert.ok(inside.length > 20, 'tool output found');
         for (const i of inside) assert.equal(tk.role[i], 'retrieved', `token ${i} ${JSON.stringify(tk.text[i])}`);
         const audit = auditMask(tk.role, tk.loss_mask);
-        const leaky = r.reward === 0 || (r.reward === undefined && tk.loss_mask.filter((m, i) => m && inside.includes(i)).length > 0);
+        const leaky =
+          r.reward === 0 ||
+          (r.reward === undefined && tk.loss_mask.filter((m, i) => m && inside.includes(i)).length > 0);
         if (leaky) {
           assert.equal(audit.byKind['trained-on-retrieved'], 3, `${r.id}: the planted leak`);
           assert.equal(audit.leaks.length, 3);
@@ -161,7 +182,8 @@ describe('other engines’ dumps', function () {
       const leaks = records.filter((r) => auditMask(r.tokens!.role, r.tokens!.loss_mask).leaks.length > 0);
       assert.equal(leaks.length, 4, 'one leaky sample per group');
       const rewards = records.map((r) => r.reward);
-      if (engine !== 'prime-rl' && engine !== 'skyrl') assert.deepEqual(rewards, [1, 0, 1, 0, 1, 0, 1, 0], 'rewards where the dump has them');
+      if (engine !== 'prime-rl' && engine !== 'skyrl')
+        assert.deepEqual(rewards, [1, 0, 1, 0, 1, 0, 1, 0], 'rewards where the dump has them');
     });
   }
 
@@ -178,7 +200,10 @@ describe('other engines’ dumps', function () {
 
   it('prime-rl variants: packed samples split at position_ids, the older one-file layout, optional fields left out', async () => {
     const dir = scratchDir('sas-prime-');
-    const lines = readFileSync(join(SOURCES['prime-rl'], 'token_exports', 'step_1', 'rank_0.jsonl'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    const lines = readFileSync(join(SOURCES['prime-rl'], 'token_exports', 'step_1', 'rank_0.jsonl'), 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
     assert.equal(lines.length, 3, 'the fixture packs two samples in its first line');
     // token_exports/rank_0.jsonl (the first layout: every step in one file), fields dropped
     const old = lines.map((o, k) => {
@@ -191,7 +216,10 @@ describe('other engines’ dumps', function () {
     const { records, issues } = await read(dir, { tokenizer: qwen });
     assert.deepEqual(issues, []);
     assert.equal(records.length, 4);
-    assert.deepEqual(records.map((r) => r.meta?.part), [0, 1, undefined, undefined]);
+    assert.deepEqual(
+      records.map((r) => r.meta?.part),
+      [0, 1, undefined, undefined],
+    );
     assert.ok(records.every((r) => r.tokens!.rollout_logprob === undefined && r.tokens!.logprob));
 
     // the multi-run layout: <output>/<run_id>/token_exports/step_N/
@@ -203,26 +231,53 @@ describe('other engines’ dumps', function () {
 
   it('NeMo-RL variants: lists without the one-row wrapping, padding cut at input_lengths', async () => {
     const dir = scratchDir('sas-nemo-');
-    const src = readFileSync(join(SOURCES['nemo-rl'], 'exp_001', 'train_data_step1.jsonl'), 'utf8').trim().split('\n');
+    const src = readFileSync(join(SOURCES['nemo-rl'], 'exp_001', 'train_data_step1.jsonl'), 'utf8')
+      .trim()
+      .split('\n');
     const flat = src.map((l) => {
       const o = JSON.parse(l) as Record<string, unknown>;
-      return JSON.stringify(Object.fromEntries(Object.entries(o).map(([k, v]) => [k, Array.isArray(v) && v.length === 1 ? v[0] : v])));
+      return JSON.stringify(
+        Object.fromEntries(Object.entries(o).map(([k, v]) => [k, Array.isArray(v) && v.length === 1 ? v[0] : v])),
+      );
     });
     writeFileSync(join(dir, 'train_data_step7.jsonl'), `${flat.join('\n')}\n`);
     const { records, issues } = await read(dir, { tokenizer: qwen });
     assert.deepEqual(issues, []);
     assert.equal(records.length, 4);
-    assert.ok(records.every((r) => r.step === 7 && r.tokens!.ids.length < (JSON.parse(flat[0]!) as { token_ids: number[] }).token_ids.length + 1));
-    assert.ok(records.every((r) => !r.tokens!.ids.includes(151643) || r.tokens!.ids.indexOf(151643) < 0), 'no padding id');
+    assert.ok(
+      records.every(
+        (r) =>
+          r.step === 7 && r.tokens!.ids.length < (JSON.parse(flat[0]!) as { token_ids: number[] }).token_ids.length + 1,
+      ),
+    );
+    assert.ok(
+      records.every((r) => !r.tokens!.ids.includes(151643) || r.tokens!.ids.indexOf(151643) < 0),
+      'no padding id',
+    );
 
     // lines without token ids (val_data's message logs; distillation's and grpo_sync's train lines): their texts
-    const val = { content: [[{ role: 'user', content: 'Question: Who wrote Ossel?' }, { role: 'assistant', content: '<answer> Ilse Marrow </answer>' }]], rewards: [1.0], idx: 0 };
+    const val = {
+      content: [
+        [
+          { role: 'user', content: 'Question: Who wrote Ossel?' },
+          { role: 'assistant', content: '<answer> Ilse Marrow </answer>' },
+        ],
+      ],
+      rewards: [1.0],
+      idx: 0,
+    };
     writeFileSync(join(dir, 'val_data_step7.jsonl'), `${JSON.stringify(val)}\n`);
-    writeFileSync(join(dir, 'train_data_step8.jsonl'), `${JSON.stringify({ content: [['Question: Who wrote Ossel?', '<answer> x </answer>']], input_lengths: [12] })}\n`);
+    writeFileSync(
+      join(dir, 'train_data_step8.jsonl'),
+      `${JSON.stringify({ content: [['Question: Who wrote Ossel?', '<answer> x </answer>']], input_lengths: [12] })}\n`,
+    );
     const texts = await read(dir, { tokenizer: qwen });
     assert.deepEqual(texts.issues, []);
     const v = texts.records.find((r) => r.split === 'val')!;
-    assert.deepEqual([v.step, v.question, v.reward, v.finish, v.tokens], [7, 'Who wrote Ossel?', 1, 'answer', undefined]);
+    assert.deepEqual(
+      [v.step, v.question, v.reward, v.finish, v.tokens],
+      [7, 'Who wrote Ossel?', 1, 'answer', undefined],
+    );
     const t = texts.records.find((r) => r.step === 8)!;
     assert.deepEqual([t.split, t.prompt, t.response], ['train', 'Question: Who wrote Ossel?', '<answer> x </answer>']);
   });
@@ -237,31 +292,59 @@ describe('other engines’ dumps', function () {
     writeFileSync(f, [lines[0], JSON.stringify(o), '{"token_ids": [1, 2', lines[2]].join('\n') + '\n');
     const { records, issues } = await read(join(dir, 'out'), { tokenizer: qwen });
     assert.equal(records.length, 7);
-    assert.deepEqual(issues.map((i) => [i.file, i.line, i.field]), [[f, 2, 'loss_mask'], [f, 3, '']]);
+    assert.deepEqual(
+      issues.map((i) => [i.file, i.line, i.field]),
+      [
+        [f, 2, 'loss_mask'],
+        [f, 3, ''],
+      ],
+    );
     assert.match(issues[0]!.message, /has \d+ entries but token_ids has \d+/);
 
     const nemo = join(dir, 'train_data_step3.jsonl');
-    writeFileSync(nemo, `${JSON.stringify({ token_ids: [[1, 2, 3]], token_loss_mask: [[0, 1, 1]], input_lengths: [3] })}\n${JSON.stringify({ token_ids: [[1, 2, 3]], input_lengths: [3] })}\n${JSON.stringify({ token_ids: [[1, 2, 3]], token_loss_mask: [[0, 1, 1]], input_lengths: ['x'] })}\n`);
+    writeFileSync(
+      nemo,
+      `${JSON.stringify({ token_ids: [[1, 2, 3]], token_loss_mask: [[0, 1, 1]], input_lengths: [3] })}\n${JSON.stringify({ token_ids: [[1, 2, 3]], input_lengths: [3] })}\n${JSON.stringify({ token_ids: [[1, 2, 3]], token_loss_mask: [[0, 1, 1]], input_lengths: ['x'] })}\n`,
+    );
     const n = await read(nemo);
     assert.equal(n.records.length, 1);
-    assert.deepEqual(n.issues.map((i) => [i.line, i.field]), [[2, 'token_loss_mask'], [3, 'input_lengths']]);
+    assert.deepEqual(
+      n.issues.map((i) => [i.line, i.field]),
+      [
+        [2, 'token_loss_mask'],
+        [3, 'input_lengths'],
+      ],
+    );
   });
 
   it('pickles: a global outside the allowlist is refused by name (nothing runs) unless trusted; a broken .pt is an issue', async () => {
     const dir = scratchDir('sas-pkl-');
     // a pickle that names collections.Counter: harmless, but not one SkyRL's batch needs
-    await execa(PYTHON, ['-c', `import pickle, collections; pickle.dump({"batch_dict": {}, "x": collections.Counter("ab")}, open(${JSON.stringify(join(dir, 'global_step_1_training_input.pkl'))}, "wb"))`]);
+    await execa(PYTHON, [
+      '-c',
+      `import pickle, collections; pickle.dump({"batch_dict": {}, "x": collections.Counter("ab")}, open(${JSON.stringify(join(dir, 'global_step_1_training_input.pkl'))}, "wb"))`,
+    ]);
     const refused = await read(dir);
     assert.equal(refused.records.length, 0);
-    assert.match(refused.issues[0]!.message, /GLOBAL collections\.Counter is not one this reader resolves.*--trust-pickle/);
+    assert.match(
+      refused.issues[0]!.message,
+      /GLOBAL collections\.Counter is not one this reader resolves.*--trust-pickle/,
+    );
     const trusted = await read(dir, { trustPickle: true });
-    assert.match(trusted.issues[0]!.message, /expected SkyRL's TrainingInputBatch/, 'loaded (then found not to be a batch)');
+    assert.match(
+      trusted.issues[0]!.message,
+      /expected SkyRL's TrainingInputBatch/,
+      'loaded (then found not to be a batch)',
+    );
     assert.ok(trusted.notes.some((n) => /loaded with pickle\.load \(--trust-pickle\)/.test(n)));
 
     // a pickle that would run a command when loaded: refused by name, and nothing ran
     const evil = scratchDir('sas-evil-');
     const marker = join(evil, 'RAN');
-    writeFileSync(join(evil, 'global_step_1_training_input.pkl'), Buffer.from(`cposix\nsystem\n(S'touch ${marker}'\ntR.`, 'latin1'));
+    writeFileSync(
+      join(evil, 'global_step_1_training_input.pkl'),
+      Buffer.from(`cposix\nsystem\n(S'touch ${marker}'\ntR.`, 'latin1'),
+    );
     const blocked = await read(evil);
     assert.match(blocked.issues[0]!.message, /GLOBAL posix\.system is not one this reader resolves/);
     assert.equal(existsSync(marker), false, 'the command did not run');
@@ -283,12 +366,23 @@ describe('records of the drop-in recorders, read with a tokenizer', () => {
     const leaky = records.find((r) => auditMask(r.tokens!.role, r.tokens!.loss_mask).leaks.length)!;
     const P = leaky.tokens!.role.findIndex((x) => x !== 'prompt');
     // as record/trl.py writes it: generated where trained, retrieved elsewhere after the prompt
-    const asRecorded = { ...leaky, tokens: { ...leaky.tokens!, role: leaky.tokens!.loss_mask.map((m, i) => (i < P ? 'prompt' : m ? 'generated' : 'retrieved')) }, meta: { roles: 'engine loss mask (TRL completion_mask × tool_mask)' } } as Rollout;
+    const asRecorded = {
+      ...leaky,
+      tokens: {
+        ...leaky.tokens!,
+        role: leaky.tokens!.loss_mask.map((m, i) => (i < P ? 'prompt' : m ? 'generated' : 'retrieved')),
+      },
+      meta: { roles: 'engine loss mask (TRL completion_mask × tool_mask)' },
+    } as Rollout;
     const dir = scratchDir('sas-reinfer-');
     mkdirSync(join(dir, 'rollouts'));
     writeFileSync(join(dir, 'rollouts', 'step-000001.jsonl'), `${JSON.stringify(asRecorded)}\n`);
     const plain = await read(dir);
-    assert.deepEqual(auditMask(plain.records[0]!.tokens!.role, plain.records[0]!.tokens!.loss_mask).leaks, [], 'the mask restated: nothing to see');
+    assert.deepEqual(
+      auditMask(plain.records[0]!.tokens!.role, plain.records[0]!.tokens!.loss_mask).leaks,
+      [],
+      'the mask restated: nothing to see',
+    );
     const withTok = await read(dir, { tokenizer: qwen });
     const r = withTok.records[0]!;
     assert.equal(r.meta?.roles, 'chat template (models/tokenizer.json)');
@@ -306,7 +400,11 @@ describe('CLI on other engines’ dumps', function () {
       const extra = ['--tokenizer', QWEN, '--python', PYTHON];
       const inspected = await cli(['inspect', path, '--json', ...extra]);
       assert.equal(inspected.exitCode, 0, inspected.stderr);
-      const j = JSON.parse(inspected.stdout) as { kind: string; trajectories: unknown[]; summary: { trajectories: number } };
+      const j = JSON.parse(inspected.stdout) as {
+        kind: string;
+        trajectories: unknown[];
+        summary: { trajectories: number };
+      };
       assert.equal(j.kind, engine);
       assert.equal(j.summary.trajectories, 8);
       const audited = await cli(['audit', path, '--json', ...extra]);
@@ -342,10 +440,13 @@ describe('the inspector on other engines’ dumps (its engine, as the worker run
     const dir = scratchDir('sas-insp-prime-');
     const run = join(dir, 'outputs');
     mkdirSync(join(run, 'token_exports'), { recursive: true });
-    cpSync(join(SOURCES['prime-rl'], 'token_exports', 'step_1'), join(run, 'token_exports', 'step_1'), { recursive: true });
+    cpSync(join(SOURCES['prime-rl'], 'token_exports', 'step_1'), join(run, 'token_exports', 'step_1'), {
+      recursive: true,
+    });
     const msgs: EngineMessage[] = [];
     const engine = new InspectorEngine((m) => msgs.push(m));
-    const last = () => [...msgs].reverse().find((m) => m.t === 'status') as Extract<(typeof msgs)[number], { t: 'status' }> | undefined;
+    const last = () =>
+      [...msgs].reverse().find((m) => m.t === 'status') as Extract<(typeof msgs)[number], { t: 'status' }> | undefined;
     await engine.open(run, true, {}, QWEN, {}, { cacheDir: join(dir, 'cache'), pollMs: 200 });
     await until(() => last()?.status.analysed === 4 && !last()!.status.busy);
     const s = last()!.status;
@@ -356,14 +457,19 @@ describe('the inspector on other engines’ dumps (its engine, as the worker run
     assert.equal(page.filter((r) => r.leaks).length, 2, 'the planted leaks, as the inspector’s leak column shows them');
     // step 2 is written: a rank file first (not complete), then STABLE
     mkdirSync(join(run, 'token_exports', 'step_2'));
-    cpSync(join(SOURCES['prime-rl'], 'token_exports', 'step_2', 'rank_0.jsonl'), join(run, 'token_exports', 'step_2', 'rank_0.jsonl'));
+    cpSync(
+      join(SOURCES['prime-rl'], 'token_exports', 'step_2', 'rank_0.jsonl'),
+      join(run, 'token_exports', 'step_2', 'rank_0.jsonl'),
+    );
     await new Promise((r) => setTimeout(r, 800));
     assert.equal(last()!.status.total, 4, 'a step without STABLE is still being written');
     writeFileSync(join(run, 'token_exports', 'step_2', 'STABLE'), '');
     await until(() => last()?.status.total === 8 && last()!.status.analysed === 8);
     const row = await new Promise<RolloutRow>((resolve) => {
       const before = msgs.length;
-      void engine.handle({ t: 'row', req: 7, index: 5 }).then(() => resolve((msgs.slice(before).find((m) => m.t === 'row') as { row: RolloutRow }).row));
+      void engine
+        .handle({ t: 'row', req: 7, index: 5 })
+        .then(() => resolve((msgs.slice(before).find((m) => m.t === 'row') as { row: RolloutRow }).row));
     });
     assert.equal(row.record?.step, 2);
     assert.ok(row.record?.tokens?.role.includes('retrieved'));
@@ -375,13 +481,28 @@ describe('the inspector on other engines’ dumps (its engine, as the worker run
       const dir = scratchDir(`sas-insp-${engine}-`);
       const msgs: EngineMessage[] = [];
       const engineUnderTest = new InspectorEngine((m) => msgs.push(m));
-      const last = () => [...msgs].reverse().find((m) => m.t === 'status') as Extract<(typeof msgs)[number], { t: 'status' }> | undefined;
-      await engineUnderTest.open(path, false, {}, QWEN, {}, { cacheDir: join(dir, 'cache'), python: PYTHON, allowPython: true });
+      const last = () =>
+        [...msgs].reverse().find((m) => m.t === 'status') as
+          | Extract<(typeof msgs)[number], { t: 'status' }>
+          | undefined;
+      await engineUnderTest.open(
+        path,
+        false,
+        {},
+        QWEN,
+        {},
+        { cacheDir: join(dir, 'cache'), python: PYTHON, allowPython: true },
+      );
       await until(() => last()?.status.analysed === 8 && !last()!.status.busy);
-      assert.deepEqual([last()!.status.imported?.engine, last()!.status.imported?.steps, last()!.status.error], [engine, 2, undefined]);
+      assert.deepEqual(
+        [last()!.status.imported?.engine, last()!.status.imported?.steps, last()!.status.error],
+        [engine, 2, undefined],
+      );
       const page = await engineUnderTest.page(0, 10);
       assert.equal(page.filter((r) => r.leaks).length, 4);
-      const row = (await (engineUnderTest as unknown as { store: { row(i: number): Promise<RolloutRow> } }).store.row(page.findIndex((r) => r.leaks)))!;
+      const row = (await (engineUnderTest as unknown as { store: { row(i: number): Promise<RolloutRow> } }).store.row(
+        page.findIndex((r) => r.leaks),
+      ))!;
       const model = replayModel(row.record!, { index: row.index, file: row.file, line: row.line });
       assert.equal(model.level, 'token');
       assert.equal(model.audit!.byKind['trained-on-retrieved'], 3);
@@ -393,16 +514,34 @@ describe('the inspector on other engines’ dumps (its engine, as the worker run
     const dir = scratchDir('sas-insp-skyrl-');
     const msgs: EngineMessage[] = [];
     const engine = new InspectorEngine((m) => msgs.push(m));
-    const last = () => [...msgs].reverse().find((m) => m.t === 'status') as Extract<(typeof msgs)[number], { t: 'status' }> | undefined;
-    await engine.open(SOURCES.skyrl, false, {}, QWEN, {}, { cacheDir: join(dir, 'cache'), python: PYTHON, allowPython: true });
+    const last = () =>
+      [...msgs].reverse().find((m) => m.t === 'status') as Extract<(typeof msgs)[number], { t: 'status' }> | undefined;
+    await engine.open(
+      SOURCES.skyrl,
+      false,
+      {},
+      QWEN,
+      {},
+      { cacheDir: join(dir, 'cache'), python: PYTHON, allowPython: true },
+    );
     await until(() => last()?.status.analysed === 8 && !last()!.status.busy);
     assert.equal(last()!.status.imported?.engine, 'skyrl');
     await engine.close();
 
     const refused: EngineMessage[] = [];
     const untrusted = new InspectorEngine((m) => refused.push(m));
-    await untrusted.open(SOURCES.skyrl, false, {}, QWEN, {}, { cacheDir: join(dir, 'cache2'), python: PYTHON, allowPython: false });
-    const err = [...refused].reverse().find((m) => m.t === 'status') as Extract<(typeof refused)[number], { t: 'status' }>;
+    await untrusted.open(
+      SOURCES.skyrl,
+      false,
+      {},
+      QWEN,
+      {},
+      { cacheDir: join(dir, 'cache2'), python: PYTHON, allowPython: false },
+    );
+    const err = [...refused].reverse().find((m) => m.t === 'status') as Extract<
+      (typeof refused)[number],
+      { t: 'status' }
+    >;
     assert.match(err.status.error!, /untrusted workspace/);
     await untrusted.close();
   });

@@ -5,15 +5,21 @@ import assert from 'node:assert/strict';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
-import { ForkHost, defaultCheckpoint, findRollout, generationTurns, listCheckpoints } from '../../src/core/host/fork';
-import { isAlive, startEnvServerProcess, type EnvServerProcess } from '../../src/core/host/processes';
+import { defaultCheckpoint, ForkHost, findRollout, generationTurns, listCheckpoints } from '../../src/core/host/fork';
+import { type EnvServerProcess, isAlive, startEnvServerProcess } from '../../src/core/host/processes';
 import { RunHost } from '../../src/core/host/runHost';
 import { findPython, pythonCandidates } from '../../src/core/python';
 import { scratchDir } from '../support/scratch';
 
 const ROOT = resolve(__dirname, '../..');
-const launcher = { node: process.execPath, args: ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts')] };
-const cli = (...args: string[]) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], { reject: false });
+const launcher = {
+  node: process.execPath,
+  args: ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts')],
+};
+const cli = (...args: string[]) =>
+  execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], {
+    reject: false,
+  });
 
 describe('fork: the policy server behind counterfactual replay', function () {
   this.timeout(300_000);
@@ -27,11 +33,19 @@ describe('fork: the policy server behind counterfactual replay', function () {
     assert.ok(found.found, 'a Python with torch is needed (run scripts/setup.sh)');
     python = found.found.executable;
     const tmp = scratchDir('sas-fork-');
-    const host = await RunHost.start({ python, config: join(ROOT, 'test/fixtures/runs/tiny.run.json'), runDir: join(tmp, 'run'), serverLauncher: launcher });
+    const host = await RunHost.start({
+      python,
+      config: join(ROOT, 'test/fixtures/runs/tiny.run.json'),
+      runDir: join(tmp, 'run'),
+      serverLauncher: launcher,
+    });
     const outcome = await host.done;
     assert.equal(outcome.status, 'finished', outcome.error?.message);
     runDir = outcome.runDir;
-    env = await startEnvServerProcess(['--port', '0', '--corpus', join(ROOT, 'examples/demo/corpus.jsonl'), '--reward', 'builtin:em'], { launcher });
+    env = await startEnvServerProcess(
+      ['--port', '0', '--corpus', join(ROOT, 'examples/demo/corpus.jsonl'), '--reward', 'builtin:em'],
+      { launcher },
+    );
   });
   after(async () => env?.child.stop(3_000));
 
@@ -84,9 +98,28 @@ describe('fork: the policy server behind counterfactual replay', function () {
     const saved = readFileSync(file, 'utf8');
     try {
       writeFileSync(file, JSON.stringify({ ...JSON.parse(saved), python: '/nonexistent/python3' }));
-      const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'fork', runDir, id(2, 0), '--turn', '2', '--json', '--env-url', env.url], { reject: false, cwd: ROOT });
+      const r = await execa(
+        process.execPath,
+        [
+          '-r',
+          join(ROOT, 'test/register.cjs'),
+          join(ROOT, 'src/cli/main.ts'),
+          'fork',
+          runDir,
+          id(2, 0),
+          '--turn',
+          '2',
+          '--json',
+          '--env-url',
+          env.url,
+        ],
+        { reject: false, cwd: ROOT },
+      );
       assert.equal(r.exitCode, 0, r.stderr);
-      assert.match(r.stderr, /note: the Python the run started in \(\/nonexistent\/python3\) is not usable \(.*\); forking in \//);
+      assert.match(
+        r.stderr,
+        /note: the Python the run started in \(\/nonexistent\/python3\) is not usable \(.*\); forking in \//,
+      );
       assert.equal(JSON.parse(r.stdout).continuations[0].diverges_at, null);
     } finally {
       writeFileSync(file, saved);
@@ -94,11 +127,26 @@ describe('fork: the policy server behind counterfactual replay', function () {
   });
 
   it('whatif forks the filtered rollouts with another retriever and prints the reward before and after', async () => {
-    const r = await cli('whatif', runDir, '--step', '2', '--filter', 'split == "val" && group ~ /:[01]$/', '--retriever-url', env.url, '--env-url', env.url, '--json', '--python', python);
+    const r = await cli(
+      'whatif',
+      runDir,
+      '--step',
+      '2',
+      '--filter',
+      'split == "val" && group ~ /:[01]$/',
+      '--retriever-url',
+      env.url,
+      '--env-url',
+      env.url,
+      '--json',
+      '--python',
+      python,
+    );
     assert.equal(r.exitCode, 0, r.stderr);
     const out = JSON.parse(r.stdout);
     assert.equal(out.rows.length, 2);
-    for (const row of out.rows) assert.ok(typeof row.reward_before === 'number' && typeof row.reward_after === 'number', JSON.stringify(row));
+    for (const row of out.rows)
+      assert.ok(typeof row.reward_before === 'number' && typeof row.reward_after === 'number', JSON.stringify(row));
     assert.equal(out.summary.rollouts, 2);
     assert.equal(out.summary.improved + out.summary.worsened + out.summary.unchanged, 2);
     const bad = await cli('whatif', runDir, '--filter', 'reward ==', '--retriever-url', env.url);

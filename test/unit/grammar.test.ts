@@ -11,7 +11,19 @@ import * as vsctm from 'vscode-textmate';
 
 const ROOT = join(__dirname, '..', '..');
 const CASES = join(ROOT, 'test', 'grammar');
-const JSONL_GRAMMAR = join(ROOT, '.vscode-test', 'code-server', 'node_modules', 'code-server', 'lib', 'vscode', 'extensions', 'json', 'syntaxes', 'JSONL.tmLanguage.json');
+const JSONL_GRAMMAR = join(
+  ROOT,
+  '.vscode-test',
+  'code-server',
+  'node_modules',
+  'code-server',
+  'lib',
+  'vscode',
+  'extensions',
+  'json',
+  'syntaxes',
+  'JSONL.tmLanguage.json',
+);
 const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8'));
 
 let registry: vsctm.Registry;
@@ -33,7 +45,8 @@ function tokenize(grammar: vsctm.IGrammar, text: string): Token[] {
   const out: Token[] = [];
   text.split('\n').forEach((line, i) => {
     const r = grammar.tokenizeLine(line, stack);
-    for (const t of r.tokens) out.push({ line: i + 1, text: line.slice(t.startIndex, t.endIndex), scopes: t.scopes.slice(1) });
+    for (const t of r.tokens)
+      out.push({ line: i + 1, text: line.slice(t.startIndex, t.endIndex), scopes: t.scopes.slice(1) });
     stack = r.ruleStack;
   });
   return out;
@@ -69,36 +82,55 @@ describe('TextMate grammars (vscode-textmate)', () => {
     const wasm = readFileSync(join(ROOT, 'node_modules', 'vscode-oniguruma', 'release', 'onig.wasm'));
     await oniguruma.loadWASM(wasm.buffer.slice(wasm.byteOffset, wasm.byteOffset + wasm.byteLength));
     const files: Record<string, string> = {};
-    for (const g of pkg.contributes.grammars as { scopeName: string; path: string }[]) files[g.scopeName] = join(ROOT, g.path);
+    for (const g of pkg.contributes.grammars as { scopeName: string; path: string }[])
+      files[g.scopeName] = join(ROOT, g.path);
     files['source.json.lines'] = JSONL_GRAMMAR;
     registry = new vsctm.Registry({
-      onigLib: Promise.resolve({ createOnigScanner: (s: string[]) => new oniguruma.OnigScanner(s), createOnigString: (s: string) => new oniguruma.OnigString(s) }),
-      loadGrammar: async (scope) => (files[scope] ? vsctm.parseRawGrammar(readFileSync(files[scope]!, 'utf8'), files[scope]) : null),
-      getInjections: (scope) => (pkg.contributes.grammars as { scopeName: string; injectTo?: string[] }[]).filter((g) => g.injectTo?.includes(scope)).map((g) => g.scopeName),
+      onigLib: Promise.resolve({
+        createOnigScanner: (s: string[]) => new oniguruma.OnigScanner(s),
+        createOnigString: (s: string) => new oniguruma.OnigString(s),
+      }),
+      loadGrammar: async (scope) =>
+        files[scope] ? vsctm.parseRawGrammar(readFileSync(files[scope]!, 'utf8'), files[scope]) : null,
+      getInjections: (scope) =>
+        (pkg.contributes.grammars as { scopeName: string; injectTo?: string[] }[])
+          .filter((g) => g.injectTo?.includes(scope))
+          .map((g) => g.scopeName),
     });
   });
 
   it('contributes the language, the grammar and the JSON Lines injection', () => {
     const lang = pkg.contributes.languages.find((l: { id: string }) => l.id === 'search-trajectory');
     assert.deepEqual(lang.extensions, ['.traj']);
-    const injection = pkg.contributes.grammars.find((g: { scopeName: string }) => g.scopeName === 'text.search-trajectory.injection');
+    const injection = pkg.contributes.grammars.find(
+      (g: { scopeName: string }) => g.scopeName === 'text.search-trajectory.injection',
+    );
     assert.deepEqual(injection.injectTo, ['source.json.lines']);
   });
 
   it('colours each tag kind with its own standard scope and dims information blocks', async () => {
-    const tokens = tokenize(await grammarFor('text.search-trajectory'), readFileSync(join(CASES, 'cases.traj'), 'utf8'));
+    const tokens = tokenize(
+      await grammarFor('text.search-trajectory'),
+      readFileSync(join(CASES, 'cases.traj'), 'utf8'),
+    );
     checkSnapshot('cases.traj', tokens);
     assert.match(scopesOf(tokens, 'Varnholt observatory founder'), /meta\.block\.search.* string\.unquoted\.query/);
     assert.match(scopesOf(tokens, 'search', 0), /keyword\.control\.search/);
     assert.match(scopesOf(tokens, 'I need the founder.'), /markup\.italic\.think/);
     assert.match(scopesOf(tokens, 'think', 0), /entity\.name\.tag\.think/);
     assert.match(scopesOf(tokens, ' Ilse Marrow ', 0), /markup\.bold\.answer/);
-    assert.match(scopesOf(tokens, 'information', 0), /comment\.block\.information.* punctuation\.definition\.comment\.information/);
+    assert.match(
+      scopesOf(tokens, 'information', 0),
+      /comment\.block\.information.* punctuation\.definition\.comment\.information/,
+    );
     // Document text is comment-scoped, including an <answer> inside a document: not an action.
     const inDoc = tokens.filter((t) => t.line === 9 && t.text.includes('answer'));
     assert.ok(inDoc.length > 0);
     for (const t of inDoc) {
-      assert.ok(t.scopes.some((s) => s.startsWith('comment.block.information')), JSON.stringify(t));
+      assert.ok(
+        t.scopes.some((s) => s.startsWith('comment.block.information')),
+        JSON.stringify(t),
+      );
       assert.ok(!t.scopes.some((s) => s.startsWith('support.function.answer')), JSON.stringify(t));
     }
     assert.match(scopesOf(tokens, '"Varnholt Observatory"'), /doc-title/);
@@ -112,7 +144,10 @@ describe('TextMate grammars (vscode-textmate)', () => {
   });
 
   it('colours tool calls (their JSON, the query as a query) and dims tool responses and ipython turns', async () => {
-    const tokens = tokenize(await grammarFor('text.search-trajectory'), readFileSync(join(CASES, 'toolcall.traj'), 'utf8'));
+    const tokens = tokenize(
+      await grammarFor('text.search-trajectory'),
+      readFileSync(join(CASES, 'toolcall.traj'), 'utf8'),
+    );
     checkSnapshot('toolcall.traj', tokens);
     const at = (line: number, text: string) => {
       const t = tokens.find((x) => x.line === line && x.text.includes(text));
@@ -130,8 +165,14 @@ describe('TextMate grammars (vscode-textmate)', () => {
     // A tool response is document text: its decoy call and answer too.
     assert.match(at(21, 'Varnholt Observatory'), /comment\.block\.information.*doc-title/);
     for (const t of tokens.filter((x) => x.line === 22)) {
-      assert.ok(t.scopes.some((s) => s.startsWith('comment.block.information')), JSON.stringify(t));
-      assert.ok(!t.scopes.some((s) => s.startsWith('keyword.control') || s.startsWith('support.function.answer')), JSON.stringify(t));
+      assert.ok(
+        t.scopes.some((s) => s.startsWith('comment.block.information')),
+        JSON.stringify(t),
+      );
+      assert.ok(
+        !t.scopes.some((s) => s.startsWith('keyword.control') || s.startsWith('support.function.answer')),
+        JSON.stringify(t),
+      );
     }
     // A malformed body cannot hide the closing tag.
     assert.doesNotMatch(at(27, 'after the malformed call'), /meta\.block\.tool-call/);
@@ -143,7 +184,10 @@ describe('TextMate grammars (vscode-textmate)', () => {
   });
 
   it('colours the tags inside JSON strings of .jsonl rollout files', async function () {
-    assert.ok(existsSync(JSONL_GRAMMAR), `VS Code's JSON Lines grammar (installed with code-server by setup --test): ${JSONL_GRAMMAR}`);
+    assert.ok(
+      existsSync(JSONL_GRAMMAR),
+      `VS Code's JSON Lines grammar (installed with code-server by setup --test): ${JSONL_GRAMMAR}`,
+    );
     const tokens = tokenize(await grammarFor('source.json.lines'), readFileSync(join(CASES, 'rollouts.jsonl'), 'utf8'));
     checkSnapshot('rollouts.jsonl', tokens);
     assert.match(scopesOf(tokens, '<search>'), /string\.quoted\.double\.json\.lines .*keyword\.control\.search/);

@@ -7,19 +7,22 @@ import { createServer } from 'node:net';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { ENGINE_HOSTS } from '../../src/core/host/engines';
-import { RunConfigError, envServerArgs, loadRunConfig, loadRunDirConfig } from '../../src/core/host/runConfig';
 import { EnvServerError, isAlive } from '../../src/core/host/processes';
+import { envServerArgs, loadRunConfig, loadRunDirConfig, RunConfigError } from '../../src/core/host/runConfig';
 import { RunHost, type RunHostOptions } from '../../src/core/host/runHost';
 import { formerBuiltinName } from '../../src/core/paths';
 import { findPython, pythonCandidates } from '../../src/core/python';
-import { runModelDir } from '../../src/core/store/rollouts';
-import { MetricsSchema, RunJsonSchema, EventSchema } from '../../src/core/run/format';
+import { EventSchema, MetricsSchema, RunJsonSchema } from '../../src/core/run/format';
 import { validate } from '../../src/core/schema/schema';
+import { runModelDir } from '../../src/core/store/rollouts';
 import { scratchDir } from '../support/scratch';
 
 const ROOT = resolve(__dirname, '../..');
 const FIXTURE = join(ROOT, 'test/fixtures/runs/tiny.run.json');
-const launcher = { node: process.execPath, args: ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts')] };
+const launcher = {
+  node: process.execPath,
+  args: ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts')],
+};
 
 let python: string;
 let tmp: string;
@@ -59,7 +62,12 @@ function processesMentioning(text: string): number[] {
   for (const d of readdirSync('/proc')) {
     if (!/^\d+$/.test(d) || Number(d) === process.pid) continue;
     try {
-      if (readFileSync(`/proc/${d}/cmdline`, 'utf8').split('\0').some((a) => a.includes(text))) out.push(Number(d));
+      if (
+        readFileSync(`/proc/${d}/cmdline`, 'utf8')
+          .split('\0')
+          .some((a) => a.includes(text))
+      )
+        out.push(Number(d));
     } catch {
       /* gone */
     }
@@ -82,7 +90,14 @@ async function withEngine(file: string, engine: string): Promise<string> {
 }
 
 function start(options: Partial<RunHostOptions>, events: Record<string, unknown>[] = []): Promise<RunHost> {
-  return RunHost.start({ python, serverLauncher: launcher, runsParent: join(tmp, 'runs'), onEvent: (e) => events.push(e), stopGraceMs: 30_000, ...options });
+  return RunHost.start({
+    python,
+    serverLauncher: launcher,
+    runsParent: join(tmp, 'runs'),
+    onEvent: (e) => events.push(e),
+    stopGraceMs: 30_000,
+    ...options,
+  });
 }
 
 describe('run host: env server + trainer processes', function () {
@@ -90,7 +105,10 @@ describe('run host: env server + trainer processes', function () {
 
   before(async () => {
     const found = await findPython(pythonCandidates([], ROOT));
-    assert.ok(found.found, `a Python with torch is needed (run scripts/setup.sh): ${found.tried.map((t) => `${t.executable}: ${t.error}`).join('; ')}`);
+    assert.ok(
+      found.found,
+      `a Python with torch is needed (run scripts/setup.sh): ${found.tried.map((t) => `${t.executable}: ${t.error}`).join('; ')}`,
+    );
     python = found.found.executable;
     tmp = scratchDir('sas-host-');
   });
@@ -113,21 +131,34 @@ describe('run host: env server + trainer processes', function () {
       metrics.map((m) => (m as { step: number }).step),
       [0, 1, 2],
     );
-    assert.equal(typeof (metrics[0] as Record<string, unknown>)['val/em'], 'number', 'held-out EM before the first update');
+    assert.equal(
+      typeof (metrics[0] as Record<string, unknown>)['val/em'],
+      'number',
+      'held-out EM before the first update',
+    );
     for (const e of jsonl(join(host.runDir, 'events.jsonl'))) assert.deepEqual(validate(EventSchema, e), []);
     assert.ok(readdirSync(join(host.runDir, 'rollouts')).includes('step-000001'), 'step 1 recorded in the token store');
     assert.ok(existsSync(join(host.runDir, 'checkpoints', 'step-000002')));
     // The events the host passed on are the trainer's stdout events.
-    assert.deepEqual(
-      [...new Set(events.map((e) => e.event))].sort(),
-      ['checkpoint', 'eval', 'finished', 'metrics', 'progress', 'started'],
-    );
+    assert.deepEqual([...new Set(events.map((e) => e.event))].sort(), [
+      'checkpoint',
+      'eval',
+      'finished',
+      'metrics',
+      'progress',
+      'started',
+    ]);
     assert.deepEqual(await waitGone(pids), [], 'no process left behind');
   });
 
   it('stop mid-step: status stopped, a checkpoint, resumable; nothing left running', async () => {
     const events: Record<string, unknown>[] = [];
-    const host = await start({ config: await config({ train: { steps: 50, eval_every: 0, checkpoint_every: 0 }, test: { step_delay_s: 1.5 } }) }, events);
+    const host = await start(
+      {
+        config: await config({ train: { steps: 50, eval_every: 0, checkpoint_every: 0 }, test: { step_delay_s: 1.5 } }),
+      },
+      events,
+    );
     const pids = [host.server.child.pid, host.trainer.pid];
     await new Promise<void>((res) => {
       const t = setInterval(() => {
@@ -142,7 +173,10 @@ describe('run host: env server + trainer processes', function () {
     assert.ok(outcome.step >= 1 && outcome.step < 50, `stopped at ${outcome.step}`);
     const run = JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8'));
     assert.equal(run.status, 'stopped');
-    assert.ok(existsSync(join(host.runDir, 'checkpoints', `step-${String(outcome.step).padStart(6, '0')}`)), 'checkpointed where it stopped');
+    assert.ok(
+      existsSync(join(host.runDir, 'checkpoints', `step-${String(outcome.step).padStart(6, '0')}`)),
+      'checkpointed where it stopped',
+    );
     assert.deepEqual(await waitGone(pids), []);
 
     // Resume from the run directory alone (its run.json has the config).
@@ -176,15 +210,27 @@ describe('run host: env server + trainer processes', function () {
     const host = await start({ config: file });
     assert.equal((await host.done).status, 'finished');
     const stored = JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8')).config;
-    assert.deepEqual([stored.data.train, stored.retriever.corpus], ['builtin:demo/train', 'builtin:demo/corpus'], 'not a path into the install that started the run');
-    assert.equal(stored.data.eval, join(dir, 'mine.jsonl'), 'a relative path is kept absolute: the run directory is elsewhere');
+    assert.deepEqual(
+      [stored.data.train, stored.retriever.corpus],
+      ['builtin:demo/train', 'builtin:demo/corpus'],
+      'not a path into the install that started the run',
+    );
+    assert.equal(
+      stored.data.eval,
+      join(dir, 'mine.jsonl'),
+      'a relative path is kept absolute: the run directory is elsewhere',
+    );
     // Resuming reads the names from run.json and resolves them in the package running now.
     const loaded = await loadRunDirConfig(host.runDir);
     assert.equal(loaded.config.data.train, 'builtin:demo/train');
     assert.deepEqual(envServerArgs(loaded).slice(4, 6), ['--corpus', join(ROOT, 'examples/demo/corpus.jsonl')]);
     const resumed = await start({ runDir: host.runDir, resume: true });
     assert.equal((await resumed.done).status, 'finished');
-    assert.deepEqual(JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8')).config, stored, 'the resume writes the names back, not paths');
+    assert.deepEqual(
+      JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8')).config,
+      stored,
+      'the resume writes the names back, not paths',
+    );
   });
 
   it('a run.json of an older version (built-in data as paths into an install that is gone) resumes in this one; other missing paths stay an error naming the key', async () => {
@@ -197,22 +243,57 @@ describe('run host: env server + trainer processes', function () {
     const runDir = join(await mkdtemp(join(tmp, 'old-')), 'run');
     await mkdir(runDir);
     const runJson = join(runDir, 'run.json');
-    await writeFile(runJson, JSON.stringify({ v: 1, id: 'run', status: 'stopped', created: '2025-01-01T00:00:00.000Z', updated: '2025-01-01T00:00:00.000Z', config: c, versions: {}, step: 0, total_steps: 1 }));
+    await writeFile(
+      runJson,
+      JSON.stringify({
+        v: 1,
+        id: 'run',
+        status: 'stopped',
+        created: '2025-01-01T00:00:00.000Z',
+        updated: '2025-01-01T00:00:00.000Z',
+        config: c,
+        versions: {},
+        step: 0,
+        total_steps: 1,
+      }),
+    );
     const loaded = await loadRunDirConfig(runDir);
-    assert.deepEqual([loaded.config.data.train, loaded.config.data.eval, loaded.config.retriever?.corpus], ['builtin:demo/train', 'builtin:demo/eval', 'builtin:demo/corpus']);
+    assert.deepEqual(
+      [loaded.config.data.train, loaded.config.data.eval, loaded.config.retriever?.corpus],
+      ['builtin:demo/train', 'builtin:demo/eval', 'builtin:demo/corpus'],
+    );
     assert.deepEqual(envServerArgs(loaded).slice(4, 6), ['--corpus', join(ROOT, 'examples/demo/corpus.jsonl')]);
     const resumed = await start({ runDir, resume: true });
     assert.equal((await resumed.done).status, 'finished');
     const stored = JSON.parse(readFileSync(runJson, 'utf8')).config;
-    assert.deepEqual([stored.data.train, stored.data.eval, stored.retriever.corpus], ['builtin:demo/train', 'builtin:demo/eval', 'builtin:demo/corpus'], 'written back with the names');
+    assert.deepEqual(
+      [stored.data.train, stored.data.eval, stored.retriever.corpus],
+      ['builtin:demo/train', 'builtin:demo/eval', 'builtin:demo/corpus'],
+      'written back with the names',
+    );
     // A missing path that is no built-in data: the resume is refused naming run.json, the key and the path.
-    await writeFile(runJson, JSON.stringify({ ...JSON.parse(readFileSync(runJson, 'utf8')), config: { ...c, data: { ...c.data, train: '/gone/data/train.jsonl' } } }));
-    await assert.rejects(start({ runDir, resume: true }), (e: Error) => e instanceof RunConfigError && e.message.startsWith(`${runJson}: data.train: no such file or directory: /gone/data/train.jsonl`));
+    await writeFile(
+      runJson,
+      JSON.stringify({
+        ...JSON.parse(readFileSync(runJson, 'utf8')),
+        config: { ...c, data: { ...c.data, train: '/gone/data/train.jsonl' } },
+      }),
+    );
+    await assert.rejects(
+      start({ runDir, resume: true }),
+      (e: Error) =>
+        e instanceof RunConfigError &&
+        e.message.startsWith(`${runJson}: data.train: no such file or directory: /gone/data/train.jsonl`),
+    );
     // The step itself: only a missing path ending in examples/<a built-in file> is mapped, to a name this install has.
     assert.equal(formerBuiltinName(`${gone}trl-tiny/model/`), 'builtin:trl-tiny/model');
     assert.equal(formerBuiltinName(`${gone}demo/mine.jsonl`), undefined);
     assert.equal(formerBuiltinName('/gone/data/train.jsonl'), undefined);
-    assert.equal(formerBuiltinName(join(ROOT, 'examples/demo/train.jsonl')), undefined, 'a path that exists is left alone');
+    assert.equal(
+      formerBuiltinName(join(ROOT, 'examples/demo/train.jsonl')),
+      undefined,
+      'a path that exists is left alone',
+    );
     assert.equal(formerBuiltinName('examples/demo/train.jsonl'), undefined, 'a relative path is the config’s own');
   });
 
@@ -257,29 +338,58 @@ describe('run host: env server + trainer processes', function () {
 
   it('an invalid config or a missing dataset: RunConfigError naming the file and the key, before anything is spawned', async () => {
     const bad = await config({ rollout: { n: 'five' } });
-    await assert.rejects(start({ config: bad }), (e: Error) => e instanceof RunConfigError && e.message.includes(bad) && /rollout\.n/.test(e.message));
+    await assert.rejects(
+      start({ config: bad }),
+      (e: Error) => e instanceof RunConfigError && e.message.includes(bad) && /rollout\.n/.test(e.message),
+    );
     const missing = await config({ data: { train: '/nonexistent/train.jsonl' } });
     await assert.rejects(loadRunConfig(missing), /data\.train: no such file or directory: \/nonexistent\/train\.jsonl/);
     const broken = join(tmp, 'broken.run.json');
     await writeFile(broken, '{\n  "data": {\n    "train": "x",,\n  }\n}\n');
-    await assert.rejects(loadRunConfig(broken), (e: Error) => /broken\.run\.json:3:\d+: not valid JSON/.test(e.message));
+    await assert.rejects(loadRunConfig(broken), (e: Error) =>
+      /broken\.run\.json:3:\d+: not valid JSON/.test(e.message),
+    );
   });
 
   it('engine verl: veRL’s preparation refuses the config naming the key, the env server started for it stops, nothing is left', async function () {
     if (!existsSync(join(ROOT, '.venv-verl', 'bin', 'python'))) this.skip(); // .venv-verl: bash scripts/setup-verl.sh
     const before = processesMentioning(tmp).length;
-    const f = await config({ model: { kind: 'hf', path: join(ROOT, 'examples/trl-tiny/model') }, rollout: { n: 2 }, optim: { mini_batch_size: 3, micro_batch_size: 1 } }).then(async (c) => withEngine(c, 'verl'));
-    await assert.rejects(start({ config: f }), (e: Error) => e instanceof RunConfigError && e.message.includes(f) && /optim\.mini_batch_size \(3\) must be a multiple of rollout\.n \(2\)/.test(e.message));
+    const f = await config({
+      model: { kind: 'hf', path: join(ROOT, 'examples/trl-tiny/model') },
+      rollout: { n: 2 },
+      optim: { mini_batch_size: 3, micro_batch_size: 1 },
+    }).then(async (c) => withEngine(c, 'verl'));
+    await assert.rejects(
+      start({ config: f }),
+      (e: Error) =>
+        e instanceof RunConfigError &&
+        e.message.includes(f) &&
+        /optim\.mini_batch_size \(3\) must be a multiple of rollout\.n \(2\)/.test(e.message),
+    );
     assert.equal(processesMentioning(tmp).length, before);
   });
 
   it('engine verl: what veRL does its own way reaches the host as notes (the CLI and the editor show them as warnings)', async function () {
     if (!existsSync(join(ROOT, '.venv-verl', 'bin', 'python'))) this.skip();
     this.timeout(180_000);
-    const f = await config({ model: { kind: 'hf', path: join(ROOT, 'examples/trl-tiny/model'), dtype: 'fp32' }, rollout: { n: 2 }, optim: { mini_batch_size: 4, micro_batch_size: 2 } }).then(async (c) => withEngine(c, 'verl'));
+    const f = await config({
+      model: { kind: 'hf', path: join(ROOT, 'examples/trl-tiny/model'), dtype: 'fp32' },
+      rollout: { n: 2 },
+      optim: { mini_batch_size: 4, micro_batch_size: 2 },
+    }).then(async (c) => withEngine(c, 'verl'));
     const runDir = await mkdtemp(join(tmp, 'verl-notes-'));
-    const launch = await ENGINE_HOSTS.verl!.launch({ python: process.execPath, trainerDir: join(ROOT, 'trainer'), runDir, envUrl: 'http://127.0.0.1:9', resume: false, loaded: await loadRunConfig(f) });
-    assert.ok(launch.notes?.some((n) => n.startsWith('model.dtype fp32')), JSON.stringify(launch.notes));
+    const launch = await ENGINE_HOSTS.verl!.launch({
+      python: process.execPath,
+      trainerDir: join(ROOT, 'trainer'),
+      runDir,
+      envUrl: 'http://127.0.0.1:9',
+      resume: false,
+      loaded: await loadRunConfig(f),
+    });
+    assert.ok(
+      launch.notes?.some((n) => n.startsWith('model.dtype fp32')),
+      JSON.stringify(launch.notes),
+    );
     assert.ok(launch.args.includes('search_agent_trainer.engines.verl.main'), launch.args.join(' '));
   });
 
@@ -290,25 +400,37 @@ describe('run host: env server + trainer processes', function () {
     delete c.$schema;
     for (const k of ['train', 'eval'] as const) c.data[k] = join(ROOT, 'examples', c.data[k]);
     c.model.path = join(ROOT, 'examples', c.model.path);
-    Object.assign(c, { devices: 2, train: { steps: 30, eval_every: 0, checkpoint_every: 0 }, test: { step_delay_s: 1 } });
+    Object.assign(c, {
+      devices: 2,
+      train: { steps: 30, eval_every: 0, checkpoint_every: 0 },
+      test: { step_delay_s: 1 },
+    });
     c.data.eval_size = 2;
     const file = join(await mkdtemp(join(tmp, 'trl-')), 'trl.run.json');
     await writeFile(file, JSON.stringify(c));
     const host = await start({ config: file }, events);
     await until(() => events.some((e) => e.event === 'metrics' && e.step === 1), 400_000);
-    assert.ok(processesMentioning(host.runDir).length >= 4, 'the supervisor, accelerate launch and two training processes');
+    assert.ok(
+      processesMentioning(host.runDir).length >= 4,
+      'the supervisor, accelerate launch and two training processes',
+    );
     const outcome = await host.stop();
     assert.equal(outcome.status, 'stopped', JSON.stringify(outcome.error));
     const run = JSON.parse(readFileSync(join(host.runDir, 'run.json'), 'utf8'));
     assert.deepEqual([run.status, run.stop_reason, run.engine], ['stopped', 'signal', 'trl']);
-    assert.ok(existsSync(join(host.runDir, 'checkpoints', `step-${String(run.step).padStart(6, '0')}`, 'trainer_state.json')), 'checkpointed where it stopped');
+    assert.ok(
+      existsSync(join(host.runDir, 'checkpoints', `step-${String(run.step).padStart(6, '0')}`, 'trainer_state.json')),
+      'checkpointed where it stopped',
+    );
     assert.equal(events.filter((e) => e.event === 'started').length, 1, 'events from rank 0 only');
     assert.deepEqual(await waitGone(processesMentioning(host.runDir), 30_000), [], 'no training process left behind');
     assert.deepEqual(await waitGone([host.server.child.pid]), []);
   });
 
   it('server arguments follow the retriever section (none = the ablation)', async () => {
-    const loaded = await loadRunConfig(await config({ retriever: { kind: 'none', topk: 5 }, reward: { module: 'builtin:f1' } }));
+    const loaded = await loadRunConfig(
+      await config({ retriever: { kind: 'none', topk: 5 }, reward: { module: 'builtin:f1' } }),
+    );
     const args = envServerArgs(loaded, { port: 0 });
     assert.deepEqual(args, ['--port', '0', '--topk', '5', '--retriever', 'none', '--reward', 'builtin:f1']);
   });
@@ -325,7 +447,11 @@ describe('run host: env server + trainer processes', function () {
            onEvent: (e) => { if (e.event === 'progress') console.log(JSON.stringify({ pids: [host.server.child.pid, host.trainer.pid], dir: host.runDir })); } });
        })();`,
     );
-    const child = execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), script], { reject: false, buffer: false, env: { SAS_ORPHAN_IDLE_MS: '3000' } });
+    const child = execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), script], {
+      reject: false,
+      buffer: false,
+      env: { SAS_ORPHAN_IDLE_MS: '3000' },
+    });
     const info = await new Promise<{ pids: number[]; dir: string }>((res, rej) => {
       let buf = '';
       child.stdout!.on('data', (d: Buffer) => {
@@ -338,7 +464,11 @@ describe('run host: env server + trainer processes', function () {
     assert.ok(info.pids.every(isAlive));
     child.kill('SIGKILL');
     await child;
-    assert.deepEqual(await waitGone(info.pids, 30_000), [], 'trainer and server stop by themselves once their host is gone');
+    assert.deepEqual(
+      await waitGone(info.pids, 30_000),
+      [],
+      'trainer and server stop by themselves once their host is gone',
+    );
     const run = JSON.parse(readFileSync(join(info.dir, 'run.json'), 'utf8'));
     assert.equal(run.status, 'stopped', 'the trainer stopped the way SIGTERM stops it (resumable)');
   });

@@ -39,14 +39,26 @@ describe('audit: the importance-sampling preview (TIS / MIS)', () => {
     const low = importancePreview(tokens, { isLevel: 'sequence', isCap: 1.2 })!;
     assert.deepEqual(low.clipped, [], 'ρ_seq < 1: nothing to truncate');
     assert.deepEqual(low.dropped, [1, 2, 3, 4], 'ρ_seq = 0.67 < 1/1.2: MIS drops the whole sequence');
-    const high = importancePreview({ loss_mask: [1, 1, 0], rollout_logprob: [-3, -3, 0], logprob: [-1, -1, -99] }, { isLevel: 'sequence' })!;
-    assert.deepEqual([high.clipped, high.dropped], [[0, 1], [0, 1]]);
+    const high = importancePreview(
+      { loss_mask: [1, 1, 0], rollout_logprob: [-3, -3, 0], logprob: [-1, -1, -99] },
+      { isLevel: 'sequence' },
+    )!;
+    assert.deepEqual(
+      [high.clipped, high.dropped],
+      [
+        [0, 1],
+        [0, 1],
+      ],
+    );
   });
 
   it('no preview without both log-prob arrays; a huge Σ Δ does not overflow the decision', () => {
     assert.equal(importancePreview({ loss_mask: [1], logprob: [-1] }), null);
     const n = 2000;
-    const p = importancePreview({ loss_mask: Array(n).fill(1), rollout_logprob: Array(n).fill(-1), logprob: Array(n).fill(0) }, { isLevel: 'sequence' })!;
+    const p = importancePreview(
+      { loss_mask: Array(n).fill(1), rollout_logprob: Array(n).fill(-1), logprob: Array(n).fill(0) },
+      { isLevel: 'sequence' },
+    )!;
     assert.equal(p.clipped.length, n);
   });
 });

@@ -3,10 +3,17 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
+import {
+  detectSource,
+  importDataset,
+  readSource,
+  rolloutFileKind,
+  type SourceItem,
+  UnreadableInput,
+} from '../../src/core/importers';
 import { DatasetExampleSchema, type DatasetImportIssue } from '../../src/core/importers/dataset';
-import { detectSource, importDataset, readSource, rolloutFileKind, UnreadableInput, type SourceItem } from '../../src/core/importers';
 import { goldenList } from '../../src/core/run/fields';
-import { validateRollout, type Rollout } from '../../src/core/run/format';
+import { type Rollout, validateRollout } from '../../src/core/run/format';
 import { validate } from '../../src/core/schema/schema';
 
 const ROOT = join(__dirname, '..', '..');
@@ -26,21 +33,37 @@ describe('importers', () => {
     assert.equal(await detectSource(join(FIX, 'verl', '5.jsonl')), 'verl');
     assert.equal(await detectSource(join(FIX, 'trl')), 'trl');
     assert.equal(await detectSource(join(FIX, 'trl', 'completions', 'completions_00010.parquet')), 'trl');
-    await assert.rejects(detectSource(join(FIX, 'missing')), (e: unknown) => e instanceof UnreadableInput && /no such file/.test(e.message));
-    await assert.rejects(detectSource(join(FIX, 'transcripts')), (e: unknown) => e instanceof UnreadableInput && /no run\.json/.test(e.message));
+    await assert.rejects(
+      detectSource(join(FIX, 'missing')),
+      (e: unknown) => e instanceof UnreadableInput && /no such file/.test(e.message),
+    );
+    await assert.rejects(
+      detectSource(join(FIX, 'transcripts')),
+      (e: unknown) => e instanceof UnreadableInput && /no run\.json/.test(e.message),
+    );
   });
 
   it('Search-R1 transcripts: one record per conversation, prompt/response split, question, derived counts', async () => {
     const rs = records(await all(join(FIX, 'transcripts', 'searchr1-infer.txt')));
     assert.equal(rs.length, 3);
-    assert.deepEqual(rs.map((r) => r.question), ['who founded the varnholt observatory?', 'in which town was the founder of the varnholt observatory born?', 'what river runs through quendal?']);
+    assert.deepEqual(
+      rs.map((r) => r.question),
+      [
+        'who founded the varnholt observatory?',
+        'in which town was the founder of the varnholt observatory born?',
+        'what river runs through quendal?',
+      ],
+    );
     assert.ok(rs[0]!.prompt.endsWith('<|im_start|>assistant\n'));
     assert.ok(rs[0]!.response.startsWith('<think>'));
-    assert.deepEqual(rs.map((r) => [r.searches, r.turns, r.finish]), [
-      [1, 2, 'answer'],
-      [2, 4, 'answer'],
-      [1, 2, 'length'],
-    ]);
+    assert.deepEqual(
+      rs.map((r) => [r.searches, r.turns, r.finish]),
+      [
+        [1, 2, 'answer'],
+        [2, 4, 'answer'],
+        [1, 2, 'length'],
+      ],
+    );
     assert.equal(rs[2]!.meta!.template, 'llama3');
     for (const r of rs) assert.deepEqual(validateRollout(r, 'x', 1), []);
   });
@@ -48,24 +71,43 @@ describe('importers', () => {
   it('veRL dumps: steps in numeric order, golden from {target}, extra numbers as reward parts, bad lines reported', async () => {
     const items = await all(join(FIX, 'verl'));
     const rs = records(items);
-    assert.deepEqual(rs.map((r) => r.step), [5, 5, 10]);
+    assert.deepEqual(
+      rs.map((r) => r.step),
+      [5, 5, 10],
+    );
     assert.deepEqual(rs[0]!.golden, ['Ilse Marrow']);
     assert.deepEqual(rs[2]!.golden, ['Ossel', 'the Ossel']);
-    assert.deepEqual(rs.map((r) => r.reward), [1, 0, 1]);
+    assert.deepEqual(
+      rs.map((r) => r.reward),
+      [1, 0, 1],
+    );
     assert.deepEqual(rs[0]!.reward_parts, { acc: 1 });
     assert.deepEqual(rs[2]!.reward_parts, { acc: 1 }, 'a boolean extra becomes 0/1');
     assert.equal(rs[1]!.meta!.pred, 'Quendal');
     assert.match(rs[0]!.prompt, /Question: varnholt founder/);
-    assert.deepEqual(rs.map((r) => r.question), ['varnholt founder', 'varnholt founder', 'quendal river'], 'the question is read from the prompt');
+    assert.deepEqual(
+      rs.map((r) => r.question),
+      ['varnholt founder', 'varnholt founder', 'quendal river'],
+      'the question is read from the prompt',
+    );
     const bad = items.find((i) => !i.record)!;
-    assert.deepEqual(bad.issues.map((i) => [i.file.endsWith('10.jsonl'), i.line, i.field]), [[true, 2, 'output']]);
+    assert.deepEqual(
+      bad.issues.map((i) => [i.file.endsWith('10.jsonl'), i.line, i.field]),
+      [[true, 2, 'output']],
+    );
   });
 
   it('TRL completion tables: strings and conversational messages, groups by prompt, rewards summed', async () => {
     const rs = records(await all(join(FIX, 'trl')));
     assert.equal(rs.length, 8);
-    assert.deepEqual(rs.map((r) => r.step), [10, 10, 10, 10, 10, 10, 20, 20]);
-    assert.deepEqual(rs.map((r) => `${r.group}/${r.sample}`), ['0/0', '0/1', '0/2', '1/0', '1/1', '1/2', '0/0', '0/1']);
+    assert.deepEqual(
+      rs.map((r) => r.step),
+      [10, 10, 10, 10, 10, 10, 20, 20],
+    );
+    assert.deepEqual(
+      rs.map((r) => `${r.group}/${r.sample}`),
+      ['0/0', '0/1', '0/2', '1/0', '1/1', '1/2', '0/0', '0/1'],
+    );
     assert.deepEqual(rs[0]!.reward_parts, { reward_em: 1, reward_format: 0.2 });
     assert.equal(rs[0]!.reward, 1.2);
     assert.equal(rs[2]!.meta!.advantage, -1.155);
@@ -104,7 +146,14 @@ describe('what the Reward Lab offers to score against', () => {
     try {
       const run = join(dir, 'runs', 'demo-1');
       mkdirSync(join(run, 'rollouts'), { recursive: true });
-      const rollout = JSON.stringify({ v: 1, id: 'r', step: 1, prompt: 'p', response: '<answer>x</answer>', tokens: { text: ['x'.repeat(70_000)] } });
+      const rollout = JSON.stringify({
+        v: 1,
+        id: 'r',
+        step: 1,
+        prompt: 'p',
+        response: '<answer>x</answer>',
+        tokens: { text: ['x'.repeat(70_000)] },
+      });
       const files: Record<string, string> = {
         'runs/demo-1/rollouts/step-000001.jsonl': rollout,
         'runs/demo-1/rollouts/val-step-000000.jsonl': rollout,
@@ -119,7 +168,9 @@ describe('what the Reward Lab offers to score against', () => {
         mkdirSync(join(dir, f, '..'), { recursive: true });
         writeFileSync(join(dir, f), `${text}\n`);
       }
-      const kinds = Object.fromEntries(await Promise.all(Object.keys(files).map(async (f) => [f, (await rolloutFileKind(join(dir, f))) ?? null])));
+      const kinds = Object.fromEntries(
+        await Promise.all(Object.keys(files).map(async (f) => [f, (await rolloutFileKind(join(dir, f))) ?? null])),
+      );
       assert.deepEqual(kinds, {
         'runs/demo-1/rollouts/step-000001.jsonl': 'rollouts',
         'runs/demo-1/rollouts/val-step-000000.jsonl': 'rollouts',
@@ -142,7 +193,10 @@ describe('CLI inspect and import', () => {
     dir = mkdtempSync(join(tmpdir(), 'sas-cli-'));
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
-  const cli = (...args: string[]) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], { reject: false });
+  const cli = (...args: string[]) =>
+    execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], {
+      reject: false,
+    });
 
   it('inspect --json prints one object with per-trajectory facts and diagnostics', async () => {
     const r = await cli('inspect', join(FIX, 'transcripts', 'searchr1-infer.txt'), '--json');
@@ -155,7 +209,10 @@ describe('CLI inspect and import', () => {
     assert.equal(t.searches, 2);
     assert.equal(t.answer, 'Quendal');
     assert.equal(t.invalid_actions, 1);
-    assert.deepEqual(t.diagnostics.map((d: { code: string }) => d.code), ['text-between-tags']);
+    assert.deepEqual(
+      t.diagnostics.map((d: { code: string }) => d.code),
+      ['text-between-tags'],
+    );
     assert.ok(Array.isArray(o.trajectories[0].diagnostics));
     assert.equal(o.summary.trajectories, 3);
   });
@@ -164,7 +221,18 @@ describe('CLI inspect and import', () => {
     const run = join(dir, 'run');
     mkdirSync(join(run, 'rollouts'), { recursive: true });
     writeFileSync(join(run, 'run.json'), '{}');
-    const line = (i: number, reward: number) => JSON.stringify({ v: 1, id: `r${i}`, step: 1, group: 0, sample: i, prompt: 'p', response: '<think>x</think>\n<answer>y</answer>', reward, golden: ['y'] });
+    const line = (i: number, reward: number) =>
+      JSON.stringify({
+        v: 1,
+        id: `r${i}`,
+        step: 1,
+        group: 0,
+        sample: i,
+        prompt: 'p',
+        response: '<think>x</think>\n<answer>y</answer>',
+        reward,
+        golden: ['y'],
+      });
     writeFileSync(join(run, 'rollouts', 'step-000001.jsonl'), `${line(0, 1)}\n${line(1, 1)}\n{"v":1}\n`);
     const r = await cli('inspect', run);
     assert.equal(r.exitCode, 0);
@@ -188,7 +256,18 @@ describe('CLI inspect and import', () => {
     const r = await cli('inspect', traj, '--json');
     assert.equal(r.exitCode, 0, r.stderr);
     const o = JSON.parse(r.stdout);
-    assert.deepEqual(o.trajectories.map((t: { dialect: string; searches: number; invalid_actions: number }) => [t.dialect, t.searches, t.invalid_actions]), [['toolcall', 1, 0], ['toolcall', 2, 1], ['toolcall', 1, 1]]);
+    assert.deepEqual(
+      o.trajectories.map((t: { dialect: string; searches: number; invalid_actions: number }) => [
+        t.dialect,
+        t.searches,
+        t.invalid_actions,
+      ]),
+      [
+        ['toolcall', 1, 0],
+        ['toolcall', 2, 1],
+        ['toolcall', 1, 1],
+      ],
+    );
     assert.deepEqual(o.summary.dialects, { toolcall: 3 });
     const text = await cli('inspect', join(FIX, 'toolcall', 'verl'));
     assert.match(text.stdout, /3 trajectories/);
@@ -196,14 +275,31 @@ describe('CLI inspect and import', () => {
     assert.match(text.stdout, /invalid {7}2 actions in 2 trajectories/);
     assert.match(text.stdout, /dialect {7}toolcall: 3/);
     const forced = JSON.parse((await cli('inspect', traj, '--json', '--dialect', 'searchr1')).stdout);
-    assert.deepEqual(forced.trajectories.map((t: { dialect: string; searches: number }) => [t.dialect, t.searches]), [['searchr1', 0], ['searchr1', 0], ['searchr1', 0]]);
+    assert.deepEqual(
+      forced.trajectories.map((t: { dialect: string; searches: number }) => [t.dialect, t.searches]),
+      [
+        ['searchr1', 0],
+        ['searchr1', 0],
+        ['searchr1', 0],
+      ],
+    );
     const bad = await cli('inspect', traj, '--dialect', 'xml');
     assert.equal(bad.exitCode, 2);
     assert.match(bad.stderr, /--dialect: unknown dialect "xml": expected auto, searchr1, toolcall, llama-json/);
     const out = join(dir, 'toolcall.jsonl');
     assert.equal((await cli('import', 'verl', join(FIX, 'toolcall', 'verl'), '--out', out)).exitCode, 0);
-    const lines = readFileSync(out, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Rollout);
-    assert.deepEqual(lines.map((l) => [l.dialect, l.searches, l.turns]), [['toolcall', 1, 2], ['toolcall', 2, 3], ['toolcall', 1, 3]]);
+    const lines = readFileSync(out, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Rollout);
+    assert.deepEqual(
+      lines.map((l) => [l.dialect, l.searches, l.turns]),
+      [
+        ['toolcall', 1, 2],
+        ['toolcall', 2, 3],
+        ['toolcall', 1, 3],
+      ],
+    );
   });
 
   it('import converts each kind into valid JSONL', async () => {

@@ -28,7 +28,12 @@ describe('line splitting', () => {
 
   it('keeps CRLF, blank lines, line numbers and a last line without a newline as before', () => {
     const s = new LineSplitter();
-    const out = [...s.push(Buffer.from('a\r\n\n  \r\nb')), ...s.push(Buffer.from('c\r')), ...s.push(Buffer.from('\nd')), ...s.end()];
+    const out = [
+      ...s.push(Buffer.from('a\r\n\n  \r\nb')),
+      ...s.push(Buffer.from('c\r')),
+      ...s.push(Buffer.from('\nd')),
+      ...s.end(),
+    ];
     assert.deepEqual(out, [
       { line: 1, text: 'a' },
       { line: 3, text: '  ' },
@@ -41,13 +46,26 @@ describe('line splitting', () => {
     const dir = mkdtempSync(join(tmpdir(), 'sas-lines-'));
     const file = join(dir, 'rollouts.jsonl');
     const ok = (id: string) => JSON.stringify({ v: 2, id, prompt: 'q', response: '<answer>a</answer>' });
-    writeFileSync(file, `${ok('a')}\n{"v":2,"id":"huge","prompt":"${'x'.repeat(300_000)}","response":""}\n${ok('b')}\n`);
+    writeFileSync(
+      file,
+      `${ok('a')}\n{"v":2,"id":"huge","prompt":"${'x'.repeat(300_000)}","response":""}\n${ok('b')}\n`,
+    );
     const items = [];
     for await (const l of readLines(file, undefined, { chunkBytes: 4096, maxLineBytes: 100_000 })) items.push(l);
-    assert.deepEqual(items.map((l) => [l.line, l.tooLong ?? l.text.length]), [[1, ok('a').length], [2, 300_045], [3, ok('b').length]]);
+    assert.deepEqual(
+      items.map((l) => [l.line, l.tooLong ?? l.text.length]),
+      [
+        [1, ok('a').length],
+        [2, 300_045],
+        [3, ok('b').length],
+      ],
+    );
     // The importers' front door reports it with file and line and keeps the others (at the default limit, ~512 MB,
     // this line is read; the message is the same for a real 600 MB one).
-    assert.match(tooLongMessage(600 * 2 ** 20), /^the line is 600 MB, longer than the longest line that can be read \(\d+ MB\): skipped$/);
+    assert.match(
+      tooLongMessage(600 * 2 ** 20),
+      /^the line is 600 MB, longer than the longest line that can be read \(\d+ MB\): skipped$/,
+    );
     const ids = [];
     for await (const it of readSource(file)) ids.push(it.record?.id);
     assert.deepEqual(ids, ['a', 'huge', 'b']);

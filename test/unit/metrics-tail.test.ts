@@ -11,11 +11,17 @@ describe('metrics tail', () => {
     assert.deepEqual((await tail.read()).rows, [], 'a missing file is not an error');
     writeFileSync(file, '{"step":0,"val/em":0.1}\n{"step":1,"critic/score/mean":0.2}\n{"step":2,');
     let r = await tail.read();
-    assert.deepEqual(r.rows.map((x) => x.step), [0, 1]);
+    assert.deepEqual(
+      r.rows.map((x) => x.step),
+      [0, 1],
+    );
     appendFileSync(file, '"x":1}\nnot json\n{"nostep":1}\n');
     r = await tail.read();
     assert.deepEqual(r.rows, [{ step: 2, x: 1 }]);
-    assert.deepEqual(r.malformed.map((m) => m.line), [4, 5]);
+    assert.deepEqual(
+      r.malformed.map((m) => m.line),
+      [4, 5],
+    );
     assert.deepEqual((await tail.read()).rows, []);
     writeFileSync(file, '{"step":0}\n');
     r = await tail.read();

@@ -19,12 +19,19 @@ describe('audit: the replay microscope', () => {
   const at = { index: 0, file: 'f.jsonl', line: 1 };
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'sas-microscope-'));
-    codec = await loadTokenizerCodec(writeTokenizerDir(join(dir, 'model'), [' Paris', 'is', '<answer>', '</answer>', 'user', 'assistant']));
+    codec = await loadTokenizerCodec(
+      writeTokenizerDir(join(dir, 'model'), [' Paris', 'is', '<answer>', '</answer>', 'user', 'assistant']),
+    );
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
   it('Δ and ratio on trained tokens only, flags, the importance preview; a split word as drift, both sides decoded', () => {
-    const r = recordOf(codec, PROMPT, [{ text: '<answer>', role: 'generated' }, { text: ' Par', role: 'generated' }, { text: 'is', role: 'generated' }, { text: ' </answer>', role: 'generated' }]);
+    const r = recordOf(codec, PROMPT, [
+      { text: '<answer>', role: 'generated' },
+      { text: ' Par', role: 'generated' },
+      { text: 'is', role: 'generated' },
+      { text: ' </answer>', role: 'generated' },
+    ]);
     const tk = r.tokens!;
     const first = tk.role.indexOf('generated');
     tk.rollout_logprob = tk.role.map((x) => (x === 'generated' ? -1 : null));
@@ -33,7 +40,10 @@ describe('audit: the replay microscope', () => {
     const m = addMicroscope(replayModel(r, at), r, { codec });
     const delta = m.tokens.overlays.delta!;
     assert.equal(delta.length, tk.ids.length);
-    assert.ok(delta.every((d, i) => (tk.loss_mask[i] === 1) === (d !== null)), 'Δ exactly on trained tokens');
+    assert.ok(
+      delta.every((d, i) => (tk.loss_mask[i] === 1) === (d !== null)),
+      'Δ exactly on trained tokens',
+    );
     assert.equal(delta[first], -2);
     assert.ok(Math.abs(m.tokens.overlays.ratio![first]! - Math.exp(-2)) < 1e-12);
     const ms = m.microscope!;
@@ -42,7 +52,10 @@ describe('audit: the replay microscope', () => {
     const d = ms.drift!;
     assert.equal(d.kind, 'split');
     assert.equal(d.token, codec.encode(PROMPT + '<answer>').length);
-    assert.deepEqual(d.recorded.slice(d.token - d.from, d.token - d.from + 2).map((p) => p.text), [' Par', 'is']);
+    assert.deepEqual(
+      d.recorded.slice(d.token - d.from, d.token - d.from + 2).map((p) => p.text),
+      [' Par', 'is'],
+    );
     assert.equal(d.reencoded[d.token - d.from]!.text, ' Paris');
     assert.match(ms.driftNote, /drift checked with model\/tokenizer.json/);
     assert.deepEqual(ms.maskMismatch, []);
@@ -64,14 +77,19 @@ describe('audit: the replay microscope', () => {
 });
 
 /** A ChatML template as Qwen2.5's lays out plain messages (system, user, assistant turns; no tools). */
-const CHATML = "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
+const CHATML =
+  "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
-describe('audit: chat-template drift (@huggingface/jinja renders the model\'s chat_template)', () => {
+describe("audit: chat-template drift (@huggingface/jinja renders the model's chat_template)", () => {
   let dir: string;
   let codec: TokenizerCodec;
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'sas-template-'));
-    codec = await loadTokenizerCodec(writeTokenizerDir(join(dir, 'model'), [' Paris', 'is', '<answer>', '</answer>', 'user', 'assistant', 'system'], { chatTemplate: CHATML }));
+    codec = await loadTokenizerCodec(
+      writeTokenizerDir(join(dir, 'model'), [' Paris', 'is', '<answer>', '</answer>', 'user', 'assistant', 'system'], {
+        chatTemplate: CHATML,
+      }),
+    );
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -80,7 +98,8 @@ describe('audit: chat-template drift (@huggingface/jinja renders the model\'s ch
     { role: 'assistant', content: '<answer> Paris </answer>' },
   ];
   const PROMPT = '<|im_start|>user\nThe capital of France?<|im_end|>\n<|im_start|>assistant\n';
-  const asRecorded = (pieces: { text: string; role: 'generated' | 'prompt' }[], meta: Record<string, unknown>) => recordOf(codec, PROMPT, pieces, { meta });
+  const asRecorded = (pieces: { text: string; role: 'generated' | 'prompt' }[], meta: Record<string, unknown>) =>
+    recordOf(codec, PROMPT, pieces, { meta });
 
   it('renders ChatML as the model would; a record laid out as its template does has no drift (the trailing newline is not drift)', () => {
     assert.equal(renderChat(codec.chatTemplate!, messages), `${PROMPT}<answer> Paris </answer><|im_end|>\n`);
@@ -89,7 +108,12 @@ describe('audit: chat-template drift (@huggingface/jinja renders the model\'s ch
   });
 
   it('a rollout laid out otherwise than the template (no newline after <|im_end|> between turns): drift of kind "template"', () => {
-    const r = recordOf(codec, PROMPT.replace('<|im_end|>\n', '<|im_end|>'), [{ text: '<answer> Paris </answer><|im_end|>', role: 'generated' }], { meta: { messages } });
+    const r = recordOf(
+      codec,
+      PROMPT.replace('<|im_end|>\n', '<|im_end|>'),
+      [{ text: '<answer> Paris </answer><|im_end|>', role: 'generated' }],
+      { meta: { messages } },
+    );
     const d = auditRollout(r, { tokenizer: codec }).drift!;
     assert.equal(d.kind, 'template');
     assert.equal(d.token, codec.encode('<|im_start|>user\nThe capital of France?<|im_end|>').length);
@@ -97,23 +121,44 @@ describe('audit: chat-template drift (@huggingface/jinja renders the model\'s ch
   });
 
   it('the same text sampled as a non-canonical split: kind "split", found through the template too', () => {
-    const r = asRecorded([{ text: '<answer>', role: 'generated' }, { text: ' Par', role: 'generated' }, { text: 'is', role: 'generated' }, { text: ' </answer><|im_end|>', role: 'generated' }], { messages });
+    const r = asRecorded(
+      [
+        { text: '<answer>', role: 'generated' },
+        { text: ' Par', role: 'generated' },
+        { text: 'is', role: 'generated' },
+        { text: ' </answer><|im_end|>', role: 'generated' },
+      ],
+      { messages },
+    );
     const d = auditRollout(r, { tokenizer: codec }).drift!;
     assert.equal(d.kind, 'split');
     assert.equal(d.token, codec.encode(PROMPT + '<answer>').length);
   });
 
-  it('a tool-call conversation: the tools its prompt declared (meta.tools) are rendered too; without them the prompt is not the template\'s', async () => {
+  it("a tool-call conversation: the tools its prompt declared (meta.tools) are rendered too; without them the prompt is not the template's", async () => {
     // Qwen2.5's layout, shortened: the tools in a system turn, a call in the assistant turn, the response in a user turn.
     const TOOLS_TEMPLATE =
       "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n<tools>' }}{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}{{- '\\n</tools><|im_end|>\\n' }}{%- endif %}" +
       "{%- for message in messages %}{%- if message.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}" +
       "{%- elif message.tool_calls %}{{- '<|im_start|>assistant\\n' + message.content }}{%- for tc in message.tool_calls %}{{- '<tool_call>\\n{\"name\": \"' + tc.function.name + '\", \"arguments\": ' + (tc.function.arguments | tojson) + '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}" +
       "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}";
-    const tools = [{ type: 'function', function: { name: 'search', description: 'Searches the documents.', parameters: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] } } }];
+    const tools = [
+      {
+        type: 'function',
+        function: {
+          name: 'search',
+          description: 'Searches the documents.',
+          parameters: { type: 'object', properties: { query: { type: 'string' } }, required: ['query'] },
+        },
+      },
+    ];
     const conversation = [
       { role: 'user', content: 'The capital of France?' },
-      { role: 'assistant', content: '', tool_calls: [{ type: 'function', function: { name: 'search', arguments: { query: 'France capital' } } }] },
+      {
+        role: 'assistant',
+        content: '',
+        tool_calls: [{ type: 'function', function: { name: 'search', arguments: { query: 'France capital' } } }],
+      },
       { role: 'tool', content: 'Paris is the capital.' },
       { role: 'assistant', content: '<answer> Paris </answer>' },
     ];
@@ -127,8 +172,16 @@ describe('audit: chat-template drift (@huggingface/jinja renders the model\'s ch
       { text: '\n</tool_response><|im_end|>\n<|im_start|>assistant\n', role: 'prompt' as const },
       { text: '<answer> Paris </answer><|im_end|>', role: 'generated' as const },
     ];
-    assert.equal(`${prompt}${pieces.map((p) => p.text).join('')}\n`, full, 'the record is laid out as the template lays it out');
-    const tokenizer = await loadTokenizerCodec(writeTokenizerDir(join(dir, 'tools-model'), ['search', 'query', 'France', ' capital', ' Paris'], { chatTemplate: TOOLS_TEMPLATE }));
+    assert.equal(
+      `${prompt}${pieces.map((p) => p.text).join('')}\n`,
+      full,
+      'the record is laid out as the template lays it out',
+    );
+    const tokenizer = await loadTokenizerCodec(
+      writeTokenizerDir(join(dir, 'tools-model'), ['search', 'query', 'France', ' capital', ' Paris'], {
+        chatTemplate: TOOLS_TEMPLATE,
+      }),
+    );
     const r = recordOf(tokenizer, prompt, pieces, { meta: { messages: conversation, tools } });
     assert.equal(auditRollout(r, { tokenizer }).drift, null);
     const without = recordOf(tokenizer, prompt, pieces, { meta: { messages: conversation } });

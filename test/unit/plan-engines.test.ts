@@ -9,8 +9,8 @@ import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { execa } from 'execa';
-import { checkRunHostMemory } from '../../src/core/host/runHost';
 import { checkRunConfig, loadRunConfig } from '../../src/core/host/runConfig';
+import { checkRunHostMemory } from '../../src/core/host/runHost';
 import { plannedConfig } from '../../src/core/host/verl';
 import { computesInBf16 } from '../../src/core/plan/builtin';
 import { checkRunMemory, MemoryPlanError } from '../../src/core/plan/check';
@@ -60,16 +60,74 @@ function cases(): { name: string; config: Obj; base: string }[] {
     const name = file.slice(ROOT.length + 1);
     out.push({ name, config, base });
     if (config.engine === 'verl') {
-      out.push({ name: `${name} ppo`, config: withKeys(config, { 'algorithm.preset': 'search-r1-ppo', 'optim.mini_batch_size': 512 }), base });
-      out.push({ name: `${name} lora, offload set, checkpointing off`, config: withKeys(config, { 'model.lora': { r: 16, alpha: 32 }, 'verl.param_offload': true, 'verl.optimizer_offload': false, 'model.gradient_checkpointing': false }), base });
-      out.push({ name: `${name} kl 0, sdpa, tp 2, 2 × 8 GPUs`, config: withKeys(config, { 'algorithm.kl_coef': 0, 'verl.attention': 'sdpa', 'verl.tensor_parallel': 2, 'verl.nodes': 2, 'verl.gpus_per_node': 8, devices: undefined, 'optim.micro_batch_size': 3 }), base });
-      out.push({ name: `${name} devices 16 over 2 nodes`, config: { ...withKeys(config, { 'verl.nodes': 2, 'verl.gpus_per_node': undefined }), devices: 16 }, base });
+      out.push({
+        name: `${name} ppo`,
+        config: withKeys(config, { 'algorithm.preset': 'search-r1-ppo', 'optim.mini_batch_size': 512 }),
+        base,
+      });
+      out.push({
+        name: `${name} lora, offload set, checkpointing off`,
+        config: withKeys(config, {
+          'model.lora': { r: 16, alpha: 32 },
+          'verl.param_offload': true,
+          'verl.optimizer_offload': false,
+          'model.gradient_checkpointing': false,
+        }),
+        base,
+      });
+      out.push({
+        name: `${name} kl 0, sdpa, tp 2, 2 × 8 GPUs`,
+        config: withKeys(config, {
+          'algorithm.kl_coef': 0,
+          'verl.attention': 'sdpa',
+          'verl.tensor_parallel': 2,
+          'verl.nodes': 2,
+          'verl.gpus_per_node': 8,
+          devices: undefined,
+          'optim.micro_batch_size': 3,
+        }),
+        base,
+      });
+      out.push({
+        name: `${name} devices 16 over 2 nodes`,
+        config: { ...withKeys(config, { 'verl.nodes': 2, 'verl.gpus_per_node': undefined }), devices: 16 },
+        base,
+      });
       out.push({ name: `${name} no verl section`, config: (({ verl: _v, ...rest }) => rest)(config), base });
     } else {
-      out.push({ name: `${name} our generator, max_batch_tokens, 2 processes`, config: withKeys(config, { 'trl.use_vllm': false, 'rollout.max_batch_tokens': 200000, 'trl.num_processes': 2, 'trl.accelerate_config': undefined }), base });
-      out.push({ name: `${name} vLLM defaults, lora`, config: withKeys(config, { 'trl.vllm_gpu_memory_utilization': undefined, 'trl.vllm_enable_sleep_mode': undefined, 'model.lora': { r: 8 } }), base });
-      out.push({ name: `${name} model_init_kwargs, fp32, checkpointing off`, config: withKeys(config, { 'trl.model_init_kwargs': { dtype: 'bfloat16' }, 'model.dtype': 'fp32', 'model.gradient_checkpointing': false }), base });
-      out.push({ name: `${name} model_init_kwargs without dtype`, config: withKeys(config, { 'trl.model_init_kwargs': { attn_implementation: 'sdpa' } }), base });
+      out.push({
+        name: `${name} our generator, max_batch_tokens, 2 processes`,
+        config: withKeys(config, {
+          'trl.use_vllm': false,
+          'rollout.max_batch_tokens': 200000,
+          'trl.num_processes': 2,
+          'trl.accelerate_config': undefined,
+        }),
+        base,
+      });
+      out.push({
+        name: `${name} vLLM defaults, lora`,
+        config: withKeys(config, {
+          'trl.vllm_gpu_memory_utilization': undefined,
+          'trl.vllm_enable_sleep_mode': undefined,
+          'model.lora': { r: 8 },
+        }),
+        base,
+      });
+      out.push({
+        name: `${name} model_init_kwargs, fp32, checkpointing off`,
+        config: withKeys(config, {
+          'trl.model_init_kwargs': { dtype: 'bfloat16' },
+          'model.dtype': 'fp32',
+          'model.gradient_checkpointing': false,
+        }),
+        base,
+      });
+      out.push({
+        name: `${name} model_init_kwargs without dtype`,
+        config: withKeys(config, { 'trl.model_init_kwargs': { attn_implementation: 'sdpa' } }),
+        base,
+      });
     }
   }
   return out;
@@ -93,7 +151,10 @@ print(json.dumps(out))
 
 /** A one-GPU example as loaded by `plan`, its model.path the shape's config.json directory. */
 function loadedExample(file: string, keys: Obj = {}): { config: any; base: string; file: string } {
-  const config = withKeys(JSON.parse(readFileSync(file, 'utf8')), { 'model.path': join(SHAPES, 'qwen2.5-3b'), ...keys });
+  const config = withKeys(JSON.parse(readFileSync(file, 'utf8')), {
+    'model.path': join(SHAPES, 'qwen2.5-3b'),
+    ...keys,
+  });
   return checkRunConfig(config, file, dirname(file), { files: false });
 }
 
@@ -119,13 +180,23 @@ describe('memory plan: engines trl and verl', function () {
     // autocast's cache through the update's forward: a bf16 copy of every layer's projections
     assert.equal(t.weight_casts_update, 2 * 36 * LAYER);
     // under LoRA the reference is TRL's "ref" adapter: a frozen fp32 copy of the starting adapter (rank 16 on q, k, v, o)
-    const lora = planRun(loadedExample(join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-trl.run.json'), { 'model.lora': { r: 16, alpha: 32 } })).devices[0]!.parts;
+    const lora = planRun(
+      loadedExample(join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-trl.run.json'), {
+        'model.lora': { r: 16, alpha: 32 },
+      }),
+    ).devices[0]!.parts;
     const adapter = 36 * 16 * (2048 + 2048 + 2 * (2048 + 256) + (2048 + 2048));
-    assert.deepEqual([lora.weights, lora.reference, lora.gradients, lora.optimizer], [2 * P + 4 * adapter, 4 * adapter, 4 * adapter, 8 * adapter]);
+    assert.deepEqual(
+      [lora.weights, lora.reference, lora.gradients, lora.optimizer],
+      [2 * P + 4 * adapter, 4 * adapter, 4 * adapter, 8 * adapter],
+    );
     // sleep mode: the rollout holds vLLM's share beside the weights, moments and reference; the update does not
     const tp = trl.devices[0]!.phases;
     assert.equal(tp.rollout, 4 * P + 8 * P + 2 * P + Math.floor(0.2 * 80 * GiB));
-    assert.equal(tp.update, 4 * P + 4 * P + 8 * P + 2 * P + t.activations! + t.backward_peak! + t.generation_batch! + t.vllm_asleep!);
+    assert.equal(
+      tp.update,
+      4 * P + 4 * P + 8 * P + 2 * P + t.activations! + t.backward_peak! + t.generation_batch! + t.vllm_asleep!,
+    );
 
     const verl = planRun(loadedExample(join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json')));
     const v = verl.devices[0]!.parts;
@@ -157,18 +228,30 @@ describe('memory plan: engines trl and verl', function () {
     const z3 = planRun(loadedExample(file));
     const d = z3.devices[0]!;
     assert.equal(d.count, 8);
-    assert.deepEqual([d.parts.weights, d.parts.gradients, d.parts.optimizer, d.parts.reference], [(2 * P) / 8, (2 * P) / 8, (12 * P) / 8, (2 * P) / 8].map(Math.round));
+    assert.deepEqual(
+      [d.parts.weights, d.parts.gradients, d.parts.optimizer, d.parts.reference],
+      [(2 * P) / 8, (2 * P) / 8, (12 * P) / 8, (2 * P) / 8].map(Math.round),
+    );
     assert.match(z3.summary, /8 processes \(ZeRO-3\)/);
     // an accelerate config naming a DeepSpeed JSON: ZeRO-2 with the optimizer offloaded
     const dir = scratchDir('sas-plan-ds-');
-    writeFileSync(join(dir, 'ds.json'), JSON.stringify({ zero_optimization: { stage: 2, offload_optimizer: { device: 'cpu' } } }));
-    writeFileSync(join(dir, 'acc.yaml'), 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n  zero3_init_flag: false\nnum_processes: 8\n');
+    writeFileSync(
+      join(dir, 'ds.json'),
+      JSON.stringify({ zero_optimization: { stage: 2, offload_optimizer: { device: 'cpu' } } }),
+    );
+    writeFileSync(
+      join(dir, 'acc.yaml'),
+      'distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n  zero3_init_flag: false\nnum_processes: 8\n',
+    );
     const z2 = planRun(loadedExample(file, { 'trl.accelerate_config': join(dir, 'acc.yaml') }));
     const e = z2.devices[0]!.parts;
     assert.deepEqual([e.weights, e.gradients, e.optimizer], [2 * P, Math.round((2 * P) / 8), undefined]);
     assert.equal(z2.cpu!.parts.optimizer, 12 * P);
     // a DeepSpeed JSON that cannot be read: planned unsharded (the most a process holds), and said
-    writeFileSync(join(dir, 'acc.yaml'), 'distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: missing.json\n');
+    writeFileSync(
+      join(dir, 'acc.yaml'),
+      'distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: missing.json\n',
+    );
     const none = planRun(loadedExample(file, { 'trl.accelerate_config': join(dir, 'acc.yaml') }));
     assert.equal(none.devices[0]!.parts.weights, 4 * P);
     assert.match(none.notes.join('\n'), /missing\.json .* cannot be read/);
@@ -176,9 +259,14 @@ describe('memory plan: engines trl and verl', function () {
 
   it('a config that does not fit is refused naming the largest parts and the knob that makes it fit (TRL without sleep mode; veRL micro-batches of 8)', () => {
     const trlFile = join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-trl.run.json');
-    const awake = checkRunMemory(loadedExample(trlFile, { 'trl.vllm_enable_sleep_mode': false, 'trl.vllm_gpu_memory_utilization': 0.3 }));
+    const awake = checkRunMemory(
+      loadedExample(trlFile, { 'trl.vllm_enable_sleep_mode': false, 'trl.vllm_gpu_memory_utilization': 0.3 }),
+    );
     assert.equal(awake.plan!.fits, false);
-    assert.match(awake.line, /^memory: does not fit one GPU of 80\.0 GiB: .* largest in the update forward phase: vllm 24\.0 GiB, optimizer 23\.0 GiB/);
+    assert.match(
+      awake.line,
+      /^memory: does not fit one GPU of 80\.0 GiB: .* largest in the update forward phase: vllm 24\.0 GiB, optimizer 23\.0 GiB/,
+    );
     assert.match(awake.line, /would fit: trl\.vllm_enable_sleep_mode: true/);
     const verlFile = join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json');
     const big = checkRunMemory(loadedExample(verlFile, { 'optim.micro_batch_size': 8 }));
@@ -195,26 +283,54 @@ describe('memory plan: engines trl and verl', function () {
     assert.ok(all.length >= 12, `${all.length} cases`);
     const items = all.map(({ config, base }) => {
       const c = resolveRunConfig(config as any);
-      return { config, base, bf16: computesInBf16(c, 'cuda'), flash_attn: config.verl?.attention === 'flash_attention_2' ? '2.8.3' : null };
+      return {
+        config,
+        base,
+        bf16: computesInBf16(c, 'cuda'),
+        flash_attn: config.verl?.attention === 'flash_attention_2' ? '2.8.3' : null,
+      };
     });
-    const r = await execa(PYTHON, ['-c', PY], { input: JSON.stringify(items), env: { PYTHONPATH: join(ROOT, 'trainer') }, reject: false });
+    const r = await execa(PYTHON, ['-c', PY], {
+      input: JSON.stringify(items),
+      env: { PYTHONPATH: join(ROOT, 'trainer') },
+      reject: false,
+    });
     assert.equal(r.exitCode, 0, r.stderr);
     const python: Obj[] = JSON.parse(r.stdout);
     all.forEach(({ name, config, base }, i) => {
       const c = resolveRunConfig(config as any);
-      const ts = c.engine === 'verl' ? verlMemoryInputs(c, items[i]!.flash_attn) : trlMemoryInputs(c, trlProcesses(c), items[i]!.bf16, base);
+      const ts =
+        c.engine === 'verl'
+          ? verlMemoryInputs(c, items[i]!.flash_attn)
+          : trlMemoryInputs(c, trlProcesses(c), items[i]!.bf16, base);
       assert.deepEqual(ts, python[i], name);
     });
     // the variants reach what they vary (the comparison is not of defaults only)
     const seen = (k: string) => new Set(python.map((x) => JSON.stringify(x[k])));
-    for (const k of ['param_offload', 'gradient_checkpointing', 'critic_model', 'reference_model', 'reference_adapter', 'generation', 'vllm_sleep_mode', 'reference_dtype', 'world_size', 'processes', 'attention']) assert.ok(seen(k).size >= 2, `${k}: ${[...seen(k)]}`);
+    for (const k of [
+      'param_offload',
+      'gradient_checkpointing',
+      'critic_model',
+      'reference_model',
+      'reference_adapter',
+      'generation',
+      'vllm_sleep_mode',
+      'reference_dtype',
+      'world_size',
+      'processes',
+      'attention',
+    ])
+      assert.ok(seen(k).size >= 2, `${k}: ${[...seen(k)]}`);
   });
 
   it('veRL on one 80 GiB GPU: the plan chooses optimizer offload (none on an H200), never what the config sets, and says so', () => {
     const file = join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json');
     const plan = planRun(loadedExample(file));
     assert.equal(plan.fits, true, plan.suggestions.join('\n'));
-    assert.deepEqual(plan.chosen.map((x) => [x.key, x.value]), [['verl.optimizer_offload', true]]);
+    assert.deepEqual(
+      plan.chosen.map((x) => [x.key, x.value]),
+      [['verl.optimizer_offload', true]],
+    );
     assert.match(plan.chosen[0]!.why, /with offload none: more than 76\.00 GiB usable/);
     const [d] = plan.devices;
     // the rollout holds vLLM's share and the weights; the moments are on the CPU then, and back for the update
@@ -227,13 +343,23 @@ describe('memory plan: engines trl and verl', function () {
     // the config's own offload stands: with optimizer_offload false the plan offloads the parameters instead
     const keep = planRun(loadedExample(file, { 'verl.optimizer_offload': false }));
     assert.equal(keep.fits, true);
-    assert.deepEqual(keep.chosen.map((x) => [x.key, x.value]), [['verl.param_offload', true]]);
+    assert.deepEqual(
+      keep.chosen.map((x) => [x.key, x.value]),
+      [['verl.param_offload', true]],
+    );
     assert.equal(keep.cpu!.parts.weights, keep.devices[0]!.parts.weights);
     // both set false: it does not fit, the plan changes neither, and says which to leave to it
     const off = planRun(loadedExample(file, { 'verl.optimizer_offload': false, 'verl.param_offload': false }));
     assert.equal(off.fits, false);
     assert.deepEqual(off.chosen, []);
-    assert.ok(off.suggestions.some((s) => s.startsWith('verl.optimizer_offload left to the plan') && /the plan then sets verl\.optimizer_offload: true/.test(s)), off.suggestions.join('\n'));
+    assert.ok(
+      off.suggestions.some(
+        (s) =>
+          s.startsWith('verl.optimizer_offload left to the plan') &&
+          /the plan then sets verl\.optimizer_offload: true/.test(s),
+      ),
+      off.suggestions.join('\n'),
+    );
     // param offload asked for: the optimizer is still the plan's to choose
     const po = planRun(loadedExample(file, { 'verl.param_offload': true }));
     assert.equal(po.fits, true);
@@ -252,7 +378,10 @@ describe('memory plan: engines trl and verl', function () {
     const tiny = planRun(loadedExample(file, { 'verl.gpu_memory_utilization': 0.08 }));
     assert.equal(tiny.fits, false);
     assert.match(tiny.problems.join(' '), /fewer than one sequence of max_model_len 32,768/);
-    assert.ok(tiny.suggestions.some((s) => /^verl\.gpu_memory_utilization: 0\.\d+ \(a larger share/.test(s)), tiny.suggestions.join('\n'));
+    assert.ok(
+      tiny.suggestions.some((s) => /^verl\.gpu_memory_utilization: 0\.\d+ \(a larger share/.test(s)),
+      tiny.suggestions.join('\n'),
+    );
   });
 
   it('the 8-GPU and two-node veRL examples: each GPU holds a shard; the verdicts docs/engines.md quotes', () => {
@@ -264,10 +393,16 @@ describe('memory plan: engines trl and verl', function () {
     const two = planRun(loadedExample(file, { 'verl.nodes': 2, 'verl.gpus_per_node': 8 }));
     assert.equal(two.fits, true);
     assert.equal(two.devices[0]!.count, 16);
-    assert.ok(two.devices[0]!.parts.optimizer! * 2 === eight.devices[0]!.parts.optimizer! || Math.abs(two.devices[0]!.parts.optimizer! * 2 - eight.devices[0]!.parts.optimizer!) <= 2);
+    assert.ok(
+      two.devices[0]!.parts.optimizer! * 2 === eight.devices[0]!.parts.optimizer! ||
+        Math.abs(two.devices[0]!.parts.optimizer! * 2 - eight.devices[0]!.parts.optimizer!) <= 2,
+    );
     // Search-R1's 8 sequences a GPU (its ppo_micro_batch_size 64 over 8 GPUs) at the longest do not fit either way
     assert.equal(planRun(loadedExample(file, { 'optim.micro_batch_size': 8 })).fits, false);
-    assert.equal(planRun(loadedExample(file, { 'optim.micro_batch_size': 8, 'verl.nodes': 2, 'verl.gpus_per_node': 8 })).fits, false);
+    assert.equal(
+      planRun(loadedExample(file, { 'optim.micro_batch_size': 8, 'verl.nodes': 2, 'verl.gpus_per_node': 8 })).fits,
+      false,
+    );
     // --gpus: the same config on 4 GPUs (devices; gpus_per_node follows)
     assert.equal(planRun(loadedExample(file), { gpus: 4 }).devices[0]!.count, 4);
   });
@@ -278,16 +413,30 @@ describe('memory plan: engines trl and verl', function () {
     const loaded = { ...loadedExample(file, { 'verl.param_offload': false }), file };
     const planned = await checkRunHostMemory(loaded, { python: '/nonexistent/python3', gpuMemoryBytes: 80 * GiB });
     assert.deepEqual(planned, { 'verl.optimizer_offload': true });
-    const written = await plannedConfig({ loaded, runDir: join(dir, 'run'), planned: { ...planned, 'verl.param_offload': true } });
+    const written = await plannedConfig({
+      loaded,
+      runDir: join(dir, 'run'),
+      planned: { ...planned, 'verl.param_offload': true },
+    });
     assert.equal(written, join(dir, 'run', 'verl', 'planned.run.json'));
     const c = JSON.parse(readFileSync(written, 'utf8'));
     assert.equal(c.verl.optimizer_offload, true);
     assert.equal(c.verl.param_offload, false, "the config's own value stands");
     assert.equal(c.data.train, join(ROOT, 'data', 'nq_hotpotqa', 'train.jsonl'), 'paths made absolute');
     assert.equal(c.verl.python, join(ROOT, '.venv-verl', 'bin', 'python'));
-    assert.equal(await plannedConfig({ loaded, runDir: join(dir, 'run2'), planned: {} }), file, 'nothing chosen: the file as it is');
+    assert.equal(
+      await plannedConfig({ loaded, runDir: join(dir, 'run2'), planned: {} }),
+      file,
+      'nothing chosen: the file as it is',
+    );
     const lines: string[] = [];
-    await assert.rejects(checkRunHostMemory({ ...loadedExample(file, { 'optim.micro_batch_size': 16 }), file }, { python: '/nonexistent/python3', gpuMemoryBytes: 80 * GiB, onMemoryCheck: (l) => lines.push(l) }), (e: Error) => e instanceof MemoryPlanError && /does not fit one GPU of 80\.0 GiB/.test(e.message));
+    await assert.rejects(
+      checkRunHostMemory(
+        { ...loadedExample(file, { 'optim.micro_batch_size': 16 }), file },
+        { python: '/nonexistent/python3', gpuMemoryBytes: 80 * GiB, onMemoryCheck: (l) => lines.push(l) },
+      ),
+      (e: Error) => e instanceof MemoryPlanError && /does not fit one GPU of 80\.0 GiB/.test(e.message),
+    );
     assert.match(lines[0]!, /would fit: optim\.micro_batch_size/);
   });
 

@@ -5,14 +5,14 @@
  * bytes torch really holds is trainer/tests/test_memory_plan.py's.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { PLAN_EXAMPLES } from '../../src/cli/plan';
+import { GPU_PLANS_FILE, gpuCheckPlans } from '../../src/core/host/gpuCheck';
 import { RunHost } from '../../src/core/host/runHost';
 import { checkRunMemory, MemoryPlanError } from '../../src/core/plan/check';
-import { GPU_PLANS_FILE, gpuCheckPlans } from '../../src/core/host/gpuCheck';
 import { modelShape, paramCounts, readModelShape } from '../../src/core/plan/model';
 import { parseBytes, planRun } from '../../src/core/plan/plan';
 import { resolveRunConfig } from '../../src/core/run/presets';
@@ -20,7 +20,10 @@ import { resolveRunConfig } from '../../src/core/run/presets';
 const ROOT = join(__dirname, '..', '..');
 const MODELS = join(ROOT, 'examples', 'one-gpu', 'models');
 const GiB = 2 ** 30;
-const cli = (...args: string[]) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], { reject: false });
+const cli = (...args: string[]) =>
+  execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], {
+    reject: false,
+  });
 
 /** A one-GPU example with its model directory swapped for the shape's config.json (no weights needed to plan). */
 function example(name: string, overrides: Record<string, any> = {}): { file: string; config: any } {
@@ -39,11 +42,24 @@ function example(name: string, overrides: Record<string, any> = {}): { file: str
 
 describe('memory plan', () => {
   it('counts the published Qwen2.5 parameter totals from config.json alone', () => {
-    const billions = Object.fromEntries(readdirSync(MODELS).map((m) => [m, paramCounts(readModelShape(join(MODELS, m))).total / 1e9]));
+    const billions = Object.fromEntries(
+      readdirSync(MODELS).map((m) => [m, paramCounts(readModelShape(join(MODELS, m))).total / 1e9]),
+    );
     // Qwen2.5's model cards: 0.49 B, 1.54 B, 3.09 B, 7.61 B
-    assert.deepEqual(Object.fromEntries(Object.entries(billions).map(([k, v]) => [k, v.toFixed(2)])), { 'qwen2.5-0.5b': '0.49', 'qwen2.5-1.5b': '1.54', 'qwen2.5-3b': '3.09', 'qwen2.5-7b': '7.62' });
-    assert.throws(() => modelShape({ model_type: 'gpt2', hidden_size: 8 }, 'x/config.json'), /x\/config\.json: model_type "gpt2": the memory planner knows qwen2, qwen3, llama, mistral/);
-    assert.throws(() => modelShape({ model_type: 'qwen2', hidden_size: 8, num_attention_heads: 2, num_hidden_layers: 'two' }, 'c'), /num_hidden_layers: expected a positive number, got "two"/);
+    assert.deepEqual(Object.fromEntries(Object.entries(billions).map(([k, v]) => [k, v.toFixed(2)])), {
+      'qwen2.5-0.5b': '0.49',
+      'qwen2.5-1.5b': '1.54',
+      'qwen2.5-3b': '3.09',
+      'qwen2.5-7b': '7.62',
+    });
+    assert.throws(
+      () => modelShape({ model_type: 'gpt2', hidden_size: 8 }, 'x/config.json'),
+      /x\/config\.json: model_type "gpt2": the memory planner knows qwen2, qwen3, llama, mistral/,
+    );
+    assert.throws(
+      () => modelShape({ model_type: 'qwen2', hidden_size: 8, num_attention_heads: 2, num_hidden_layers: 'two' }, 'c'),
+      /num_hidden_layers: expected a positive number, got "two"/,
+    );
   });
 
   it('accepts every one-GPU example for one 80 GiB GPU, and prints the parts as JSON', async () => {
@@ -61,8 +77,13 @@ describe('memory plan', () => {
       // each engine's own parts: our generator's KV cache, TRL's colocated vLLM, veRL's rollout engine (its
       // reference lives on the CPU: veRL offloads it always)
       const engine = JSON.parse(readFileSync(join(ROOT, 'examples', 'one-gpu', name), 'utf8')).engine ?? 'builtin';
-      const own: Record<string, string[]> = { builtin: ['reference', 'kv_cache'], trl: ['reference', 'vllm'], verl: ['rollout_engine'] };
-      for (const part of ['weights', 'gradients', 'optimizer', 'activations', 'backward_peak', ...own[engine]!]) assert.ok(d.parts[part] > 0, `${name}: ${part}`);
+      const own: Record<string, string[]> = {
+        builtin: ['reference', 'kv_cache'],
+        trl: ['reference', 'vllm'],
+        verl: ['rollout_engine'],
+      };
+      for (const part of ['weights', 'gradients', 'optimizer', 'activations', 'backward_peak', ...own[engine]!])
+        assert.ok(d.parts[part] > 0, `${name}: ${part}`);
       if (engine === 'verl') assert.ok(plan.cpu.parts.reference > 0, `${name}: the reference on the CPU`);
       assert.deepEqual(plan.suggestions, []);
       engines.add(engine);
@@ -76,20 +97,38 @@ describe('memory plan', () => {
 
   it("runs the help's examples as written, from the repository root (the shapes that ship: --model qwen2.5-3b)", async () => {
     for (const [cmd] of PLAN_EXAMPLES) {
-      const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...cmd.split(' ')], { reject: false, cwd: ROOT });
+      const r = await execa(
+        process.execPath,
+        ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...cmd.split(' ')],
+        { reject: false, cwd: ROOT },
+      );
       assert.equal(r.exitCode, 0, `${cmd}: ${r.stdout}${r.stderr}`);
       if (cmd.includes('--json')) assert.equal(JSON.parse(r.stdout).fits, true);
       else assert.match(r.stdout, /^fits: /m, cmd);
     }
-    const none = await cli('plan', join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo.run.json'), '--model', 'qwen9-3b');
+    const none = await cli(
+      'plan',
+      join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo.run.json'),
+      '--model',
+      'qwen9-3b',
+    );
     assert.equal(none.exitCode, 2);
-    assert.match(none.stderr, /--model qwen9-3b: no such model directory or config\.json .*nor a shape that ships with the package \(qwen2\.5-0\.5b, qwen2\.5-1\.5b, qwen2\.5-3b, qwen2\.5-7b\)/);
+    assert.match(
+      none.stderr,
+      /--model qwen9-3b: no such model directory or config\.json .*nor a shape that ships with the package \(qwen2\.5-0\.5b, qwen2\.5-1\.5b, qwen2\.5-3b, qwen2\.5-7b\)/,
+    );
     // without --model, a checkout without the weights is told what to pass
     const { file, config } = example('qwen2.5-3b-grpo.run.json');
-    writeFileSync(file, JSON.stringify({ ...config, model: { ...config.model, path: join(file, '..', 'no-such-model') } }));
+    writeFileSync(
+      file,
+      JSON.stringify({ ...config, model: { ...config.model, path: join(file, '..', 'no-such-model') } }),
+    );
     const missing = await cli('plan', file);
     assert.equal(missing.exitCode, 2);
-    assert.match(missing.stderr, /no such file .*pass --model <model directory, config\.json, or a shape that ships with the package/);
+    assert.match(
+      missing.stderr,
+      /no such file .*pass --model <model directory, config\.json, or a shape that ships with the package/,
+    );
   });
 
   it('refuses a 7B full fine-tune on one 80 GiB GPU, and finds LoRA (checked by planning again)', async () => {
@@ -100,13 +139,24 @@ describe('memory plan', () => {
     assert.equal(r.exitCode, 1);
     const plan = JSON.parse(r.stdout);
     assert.equal(plan.fits, false);
-    assert.ok(plan.devices[0].parts.weights + plan.devices[0].parts.gradients + plan.devices[0].parts.optimizer > 100 * GiB);
-    assert.ok(plan.suggestions.some((s: string) => s.startsWith('model.lora')), plan.suggestions.join('\n'));
-    const withLora = planRun({ config: { ...config, model: { ...config.model, lora: { r: 16, alpha: 32 } } }, base: ROOT });
+    assert.ok(
+      plan.devices[0].parts.weights + plan.devices[0].parts.gradients + plan.devices[0].parts.optimizer > 100 * GiB,
+    );
+    assert.ok(
+      plan.suggestions.some((s: string) => s.startsWith('model.lora')),
+      plan.suggestions.join('\n'),
+    );
+    const withLora = planRun({
+      config: { ...config, model: { ...config.model, lora: { r: 16, alpha: 32 } } },
+      base: ROOT,
+    });
     assert.equal(withLora.fits, true);
     // an H200 does not hold it either; 4 × 80 GiB would, but the builtin engine uses one device
     assert.equal(planRun({ config, base: ROOT }, { gpuMemoryBytes: 141 * GiB }).fits, false);
-    assert.match(planRun({ config, base: ROOT }, { gpus: 4 }).notes.join(' '), /the builtin engine trains on one device/);
+    assert.match(
+      planRun({ config, base: ROOT }, { gpus: 4 }).notes.join(' '),
+      /the builtin engine trains on one device/,
+    );
   });
 
   it('suggests a smaller micro-batch when the activations are what does not fit, and only changes that fit', () => {
@@ -116,17 +166,53 @@ describe('memory plan', () => {
     const micro = plan.suggestions.find((s) => s.startsWith('optim.micro_batch_size'));
     assert.ok(micro, plan.suggestions.join('\n'));
     const m = Number(/micro_batch_size: (\d+)/.exec(micro)![1]);
-    assert.equal(planRun({ config: { ...config, optim: { ...config.optim, micro_batch_size: m } }, base: ROOT }).fits, true);
-    assert.equal(planRun({ config: { ...config, optim: { ...config.optim, micro_batch_size: m * 2 } }, base: ROOT }).fits, false); // the largest that fits
+    assert.equal(
+      planRun({ config: { ...config, optim: { ...config.optim, micro_batch_size: m } }, base: ROOT }).fits,
+      true,
+    );
+    assert.equal(
+      planRun({ config: { ...config, optim: { ...config.optim, micro_batch_size: m * 2 } }, base: ROOT }).fits,
+      false,
+    ); // the largest that fits
   });
 
   it('resolves the preset and the defaults as the trainer does (mini-batches of 256: 10 optimizer steps a step)', () => {
-    const c = resolveRunConfig({ data: { train: 't' }, model: { kind: 'hf', path: 'm' }, algorithm: { preset: 'search-r1-grpo' }, train: { steps: 1005 } } as any);
-    assert.deepEqual([c.rollout!.batch_size, c.rollout!.n, c.optim!.mini_batch_size, c.optim!.warmup_steps, c.rollout!.max_prompt_length, c.rollout!.max_response_length], [512, 5, 256, 286, 2048, 4096]);
+    const c = resolveRunConfig({
+      data: { train: 't' },
+      model: { kind: 'hf', path: 'm' },
+      algorithm: { preset: 'search-r1-grpo' },
+      train: { steps: 1005 },
+    } as any);
+    assert.deepEqual(
+      [
+        c.rollout!.batch_size,
+        c.rollout!.n,
+        c.optim!.mini_batch_size,
+        c.optim!.warmup_steps,
+        c.rollout!.max_prompt_length,
+        c.rollout!.max_response_length,
+      ],
+      [512, 5, 256, 286, 2048, 4096],
+    );
     assert.equal((c.rollout!.batch_size! * c.rollout!.n!) / c.optim!.mini_batch_size!, 10);
     // a key the config sets wins; defaults fill what neither says
-    const p = resolveRunConfig({ data: { train: 't' }, model: { kind: 'hf', path: 'm' }, algorithm: { preset: 'search-r1-ppo', kl_coef: 0.01 }, rollout: { n: 2 }, train: { steps: 200 } } as any);
-    assert.deepEqual([p.algorithm!.kl_coef, p.rollout!.n, p.optim!.warmup_steps, p.optim!.critic_warmup_steps, p.optim!.micro_batch_size], [0.01, 2, 56, 3, 8]);
+    const p = resolveRunConfig({
+      data: { train: 't' },
+      model: { kind: 'hf', path: 'm' },
+      algorithm: { preset: 'search-r1-ppo', kl_coef: 0.01 },
+      rollout: { n: 2 },
+      train: { steps: 200 },
+    } as any);
+    assert.deepEqual(
+      [
+        p.algorithm!.kl_coef,
+        p.rollout!.n,
+        p.optim!.warmup_steps,
+        p.optim!.critic_warmup_steps,
+        p.optim!.micro_batch_size,
+      ],
+      [0.01, 2, 56, 3, 8],
+    );
   });
 
   it('bench/gpu/plans.json (what the GPU check prints beside CUDA’s numbers) is current: npm run -s gpu-plans', () => {
@@ -153,13 +239,33 @@ describe('memory plan', () => {
     const { file, config } = example('qwen2.5-7b-lora-grpo.run.json');
     delete config.model.lora;
     writeFileSync(file, JSON.stringify(config));
-    const start = (force: boolean) => RunHost.start({ config: file, python: '/nonexistent/python3', gpuMemoryBytes: 80 * GiB, force, runDir: join(file, '..', 'run') });
-    await assert.rejects(start(false), (e: Error) => e instanceof MemoryPlanError && /does not fit one GPU of 80\.0 GiB/.test(e.message) && /model\.lora/.test(e.message));
+    const start = (force: boolean) =>
+      RunHost.start({
+        config: file,
+        python: '/nonexistent/python3',
+        gpuMemoryBytes: 80 * GiB,
+        force,
+        runDir: join(file, '..', 'run'),
+      });
+    await assert.rejects(
+      start(false),
+      (e: Error) =>
+        e instanceof MemoryPlanError &&
+        /does not fit one GPU of 80\.0 GiB/.test(e.message) &&
+        /model\.lora/.test(e.message),
+    );
     // forced: past the check (the trainer then fails: there is no such Python; the host stops the env server)
-    const forced = await start(true).then((host) => host.done, (e: Error) => e);
+    const forced = await start(true).then(
+      (host) => host.done,
+      (e: Error) => e,
+    );
     assert.ok(!(forced instanceof MemoryPlanError));
     // model.device auto and a Python without CUDA: a CPU run, not planned; model.device cuda: planned
-    assert.equal(checkRunMemory({ config: { ...config, model: { ...config.model, device: 'auto' } }, base: ROOT }, { cuda: false }).plan, undefined);
+    assert.equal(
+      checkRunMemory({ config: { ...config, model: { ...config.model, device: 'auto' } }, base: ROOT }, { cuda: false })
+        .plan,
+      undefined,
+    );
     assert.equal(checkRunMemory({ config, base: ROOT }, { cuda: false }).plan?.fits, false);
     const d = await cli('doctor', '--config', file, '--python', '/nonexistent/python3');
     assert.equal(d.exitCode, 1);

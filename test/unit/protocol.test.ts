@@ -1,15 +1,15 @@
 import assert from 'node:assert/strict';
 import {
+  type Contract,
   EndpointClosedError,
+  type Envelope,
+  hostEndpoint,
+  isEnvelope,
   PROTOCOL_VERSION,
   RemoteError,
   RequestTimeoutError,
-  hostEndpoint,
-  isEnvelope,
-  viewEndpoint,
-  type Contract,
-  type Envelope,
   type Transport,
+  viewEndpoint,
 } from '../../src/core/protocol/messaging';
 
 interface TestContract extends Contract {
@@ -92,9 +92,15 @@ describe('protocol', () => {
       assert.equal(e.code, 'ENOENT');
       return true;
     });
-    await assert.rejects(view.request('add', { a: 1, b: 2 }), (e: unknown) => e instanceof RemoteError && e.code === 'no-handler');
+    await assert.rejects(
+      view.request('add', { a: 1, b: 2 }),
+      (e: unknown) => e instanceof RemoteError && e.code === 'no-handler',
+    );
     // Prototype names are not handlers.
-    await assert.rejects((view as any).request('toString'), (e: unknown) => e instanceof RemoteError && e.code === 'no-handler');
+    await assert.rejects(
+      (view as any).request('toString'),
+      (e: unknown) => e instanceof RemoteError && e.code === 'no-handler',
+    );
   });
 
   it('times out a request that gets no answer, and drops the late answer', async () => {
@@ -119,7 +125,10 @@ describe('protocol', () => {
     assert.equal(timers.length, 1);
     assert.equal(timers[0]!.ms, 250);
     timers[0]!.fn();
-    await assert.rejects(pending, (e: unknown) => e instanceof RequestTimeoutError && e.method === 'slow' && e.timeoutMs === 250);
+    await assert.rejects(
+      pending,
+      (e: unknown) => e instanceof RequestTimeoutError && e.method === 'slow' && e.timeoutMs === 250,
+    );
     answer('too late');
     await tick();
     await tick(); // no unhandled rejection, no throw
@@ -220,7 +229,17 @@ describe('protocol', () => {
       { t: 'evt', name: 'e' },
       { t: 'log', level: 'warn', message: 'm' },
     ];
-    const bad: unknown[] = [null, 1, [], { t: 'req', id: 1.5, method: 'm' }, { t: 'res', id: 1, ok: false }, { t: 'res', id: 1, ok: false, error: {} }, { t: 'evt' }, { t: 'x' }, { t: 'log', level: 'debug', message: 'm' }];
+    const bad: unknown[] = [
+      null,
+      1,
+      [],
+      { t: 'req', id: 1.5, method: 'm' },
+      { t: 'res', id: 1, ok: false },
+      { t: 'res', id: 1, ok: false, error: {} },
+      { t: 'evt' },
+      { t: 'x' },
+      { t: 'log', level: 'debug', message: 'm' },
+    ];
     for (const g of good) assert.equal(isEnvelope(g), true, JSON.stringify(g));
     for (const b of bad) assert.equal(isEnvelope(b), false, JSON.stringify(b));
   });

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { cpSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
-import { agrees, replayCheckpoint, type ReplayStepResult } from '../../src/core/audit/replayStep';
+import { agrees, type ReplayStepResult, replayCheckpoint } from '../../src/core/audit/replayStep';
 import { findPython, pythonCandidates } from '../../src/core/python';
 import { RandomRetriever } from '../../src/core/retrieval/random';
 import type { Rollout } from '../../src/core/run/format';
@@ -18,7 +18,10 @@ import { scratchDir } from '../support/scratch';
 import { sharedVariedRun } from '../support/tinyRun';
 
 const ROOT = resolve(__dirname, '../..');
-const cli = (...args: string[]) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], { reject: false });
+const cli = (...args: string[]) =>
+  execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], {
+    reject: false,
+  });
 
 describe('replay-step: a recorded step through the trainer at a checkpoint', function () {
   this.timeout(900_000);
@@ -41,18 +44,27 @@ describe('replay-step: a recorded step through the trainer at a checkpoint', fun
     assert.ok(o.logprob.max_abs_diff < o.tolerance);
     // the microscope's view: one Δ per recorded token, null where not compared (the prompt, observations)
     const records: Rollout[] = [];
-    for await (const row of streamRollouts(join(run, 'rollouts', 'step-000003'))) if (row.record) records.push(row.record); // the run recorded a token store
+    for await (const row of streamRollouts(join(run, 'rollouts', 'step-000003')))
+      if (row.record) records.push(row.record); // the run recorded a token store
     for (const d of o.rollouts_detail) {
       const rec = records.find((x) => x.id === d.id)!;
       const tk = rec.tokens!;
       assert.equal(d.delta.length, tk.ids!.length);
-      d.delta.forEach((x, i) => assert.equal(x === null, !(tk.loss_mask[i] === 1 && typeof tk.logprob?.[i] === 'number'), `${d.id} token ${i}`));
+      d.delta.forEach((x, i) =>
+        assert.equal(x === null, !(tk.loss_mask[i] === 1 && typeof tk.logprob?.[i] === 'number'), `${d.id} token ${i}`),
+      );
     }
     // the recorded loss and gradient norm (one mini-batch of one epoch: comparable), recomputed
     assert.ok(o.comparable.loss);
     assert.deepEqual(o.metrics.map((m) => m.key).sort(), ['actor/grad_norm', 'actor/kl_loss', 'actor/pg_loss']);
-    assert.ok(o.metrics.every((m) => m.agrees), JSON.stringify(o.metrics));
-    assert.ok(o.metrics.find((m) => m.key === 'actor/grad_norm')!.recorded > 0, 'the step trained: a real gradient was recomputed');
+    assert.ok(
+      o.metrics.every((m) => m.agrees),
+      JSON.stringify(o.metrics),
+    );
+    assert.ok(
+      o.metrics.find((m) => m.key === 'actor/grad_norm')!.recorded > 0,
+      'the step trained: a real gradient was recomputed',
+    );
   });
 
   it('step 3 at its own checkpoint (after its update): the log-probs and the loss differ, exit 1, the worst tokens named', async () => {
@@ -67,7 +79,15 @@ describe('replay-step: a recorded step through the trainer at a checkpoint', fun
   it('a planted change — one weight tensor perturbed in a copy of the right checkpoint — is seen, token by token', async () => {
     const planted = join(scratchDir('sas-replay-plant-'), 'step-000002');
     cpSync(join(run, 'checkpoints', 'step-000002'), planted, { recursive: true });
-    const p = await execa(python, ['-c', 'import sys, torch; s = torch.load(sys.argv[1]); k = sorted(s)[0]; s[k] = s[k] + 0.05 * torch.randn(s[k].shape, generator=torch.Generator().manual_seed(0)); torch.save(s, sys.argv[1]); print(k)', join(planted, 'trainable.pt')], { reject: false });
+    const p = await execa(
+      python,
+      [
+        '-c',
+        'import sys, torch; s = torch.load(sys.argv[1]); k = sorted(s)[0]; s[k] = s[k] + 0.05 * torch.randn(s[k].shape, generator=torch.Generator().manual_seed(0)); torch.save(s, sys.argv[1]); print(k)',
+        join(planted, 'trainable.pt'),
+      ],
+      { reject: false },
+    );
     assert.equal(p.exitCode, 0, p.stderr);
     const r = await cli('replay-step', run, '--step', '3', '--checkpoint', planted, '--json', '--python', python);
     assert.equal(r.exitCode, 1, r.stderr);
@@ -88,11 +108,28 @@ describe('replay-step: a recorded step through the trainer at a checkpoint', fun
   });
 
   it('whatif --ablate forks each rollout with the run’s retriever, an empty one and a random one, in one command', async () => {
-    const r = await cli('whatif', run, '--ablate', '--checkpoint', 'step-000004', '--filter', 'split == "val"', '--step', '4', '--limit', '2', '--json', '--python', python);
+    const r = await cli(
+      'whatif',
+      run,
+      '--ablate',
+      '--checkpoint',
+      'step-000004',
+      '--filter',
+      'split == "val"',
+      '--step',
+      '4',
+      '--limit',
+      '2',
+      '--json',
+      '--python',
+      python,
+    );
     assert.equal(r.exitCode, 0, r.stderr);
     const o = JSON.parse(r.stdout);
     assert.equal(o.rows.length, 2);
-    for (const row of o.rows) for (const arm of ['run', 'empty', 'random']) assert.equal(typeof row.arms[arm].reward, 'number', JSON.stringify(row));
+    for (const row of o.rows)
+      for (const arm of ['run', 'empty', 'random'])
+        assert.equal(typeof row.arms[arm].reward, 'number', JSON.stringify(row));
     assert.equal(o.summary.checkpoint, 'step-000004');
     assert.match(o.summary.random_pool.from, /corpus\.jsonl$/, "the demo run's corpus");
     assert.ok(o.summary.random_pool.documents > 10);

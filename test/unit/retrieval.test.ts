@@ -1,20 +1,23 @@
 /** The env server's /retrieve over real HTTP on loopback: Search-R1's API, validation, remote retrievers, load. */
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { Bm25Index, IndexTooLargeError } from '../../src/core/retrieval/bm25';
 import { buildBm25Index } from '../../src/core/retrieval/corpus';
 import { Bm25Retriever, RemoteRetriever, RemoteRetrieverError } from '../../src/core/retrieval/retriever';
-import { startEnvServer, type EnvServer } from '../../src/server/server';
+import { type EnvServer, startEnvServer } from '../../src/server/server';
 
 const ROOT = join(__dirname, '..', '..');
 const CORPUS = join(ROOT, 'examples', 'demo', 'corpus.jsonl');
 
 async function post(port: number, body: unknown, path = '/retrieve'): Promise<{ status: number; body: any }> {
-  const res = await fetch(`http://127.0.0.1:${port}${path}`, { method: 'POST', body: typeof body === 'string' ? body : JSON.stringify(body) });
+  const res = await fetch(`http://127.0.0.1:${port}${path}`, {
+    method: 'POST',
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  });
   return { status: res.status, body: await res.json() };
 }
 
@@ -27,7 +30,10 @@ describe('env server /retrieve (BM25 over the demo corpus, 3 search threads)', f
     dir = mkdtempSync(join(tmpdir(), 'sas-retrieve-'));
     await buildBm25Index(CORPUS, join(dir, 'index'));
     index = await Bm25Index.load(join(dir, 'index'));
-    server = await startEnvServer({ version: 'test', retriever: await Bm25Retriever.open(join(dir, 'index'), { workers: 3 }) });
+    server = await startEnvServer({
+      version: 'test',
+      retriever: await Bm25Retriever.open(join(dir, 'index'), { workers: 3 }),
+    });
   });
   after(async () => {
     await server.close();
@@ -48,8 +54,14 @@ describe('env server /retrieve (BM25 over the demo corpus, 3 search threads)', f
     assert.match(hit.document.contents, /^"[^"\n]+"\n/, 'contents is "Title"\\ntext');
     // Identical to the index searched directly.
     const direct = index.search(queries[0]!, { k: 3 });
-    assert.deepEqual(r.body.result[0].map((h: { document: { id: string } }) => h.document.id), direct.map((h) => h.id));
-    assert.deepEqual(r.body.result[0].map((h: { score: number }) => h.score), direct.map((h) => h.score));
+    assert.deepEqual(
+      r.body.result[0].map((h: { document: { id: string } }) => h.document.id),
+      direct.map((h) => h.id),
+    );
+    assert.deepEqual(
+      r.body.result[0].map((h: { score: number }) => h.score),
+      direct.map((h) => h.score),
+    );
   });
 
   it('returns plain document lists when return_scores is false or absent, and honours topk', async () => {
@@ -78,11 +90,17 @@ describe('env server /retrieve (BM25 over the demo corpus, 3 search threads)', f
       assert.equal(r.status, 400, JSON.stringify(body).slice(0, 80));
       assert.match(r.body.error, message);
     }
-    assert.equal((await post(server.port, { queries: ['still fine'] })).status, 200, 'the server survives bad requests');
+    assert.equal(
+      (await post(server.port, { queries: ['still fine'] })).status,
+      200,
+      'the server survives bad requests',
+    );
   });
 
   it('health names the retriever and its size', async () => {
-    const h = (await (await fetch(`http://127.0.0.1:${server.port}/health`)).json()) as { retriever: { kind: string; documents: number; default_topk: number; workers: number } };
+    const h = (await (await fetch(`http://127.0.0.1:${server.port}/health`)).json()) as {
+      retriever: { kind: string; documents: number; default_topk: number; workers: number };
+    };
     assert.equal(h.retriever.kind, 'bm25');
     assert.equal(h.retriever.documents, 2912);
     assert.equal(h.retriever.default_topk, 3);
@@ -90,17 +108,25 @@ describe('env server /retrieve (BM25 over the demo corpus, 3 search threads)', f
   });
 
   it('under load: concurrent clients get no errors and, from 3 workers, the results of one thread called serially', async () => {
-    const questions = Array.from({ length: 40 }, (_, i) => [`who founded museum ${i}`, `river town ${i % 7}`, `born in the year ${1700 + i}`]);
+    const questions = Array.from({ length: 40 }, (_, i) => [
+      `who founded museum ${i}`,
+      `river town ${i % 7}`,
+      `born in the year ${1700 + i}`,
+    ]);
     const serial = [];
     const one = await startEnvServer({ version: 'test', retriever: await Bm25Retriever.open(join(dir, 'index')) });
     try {
-      for (const qs of questions) serial.push((await post(one.port, { queries: qs, topk: 3, return_scores: true })).body);
+      for (const qs of questions)
+        serial.push((await post(one.port, { queries: qs, topk: 3, return_scores: true })).body);
     } finally {
       await one.close();
     }
     // Whole batches too: one request of 120 queries is cut into chunks across the workers and put back in order.
     const batch = (await post(server.port, { queries: questions.flat(), topk: 3, return_scores: true })).body;
-    assert.deepEqual(batch.result, serial.flatMap((b) => b.result));
+    assert.deepEqual(
+      batch.result,
+      serial.flatMap((b) => b.result),
+    );
     const clients = 16;
     const rounds = 5;
     const t0 = performance.now();
@@ -125,7 +151,9 @@ describe('env server /retrieve (BM25 over the demo corpus, 3 search threads)', f
       }
     }
     const queries = clients * rounds * 3;
-    console.log(`      load: ${clients} clients × ${rounds} requests × 3 queries in ${seconds.toFixed(2)} s (${(queries / seconds).toFixed(0)} queries/s)`);
+    console.log(
+      `      load: ${clients} clients × ${rounds} requests × 3 queries in ${seconds.toFixed(2)} s (${(queries / seconds).toFixed(0)} queries/s)`,
+    );
   });
 });
 
@@ -163,13 +191,18 @@ describe('remote retriever', function () {
         return;
       }
       req.resume();
-      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ result: [[{ document: { id: '7', contents: '"T"\nx' }, score: 1.5 }]] }));
+      res
+        .writeHead(200, { 'content-type': 'application/json' })
+        .end(JSON.stringify({ result: [[{ document: { id: '7', contents: '"T"\nx' }, score: 1.5 }]] }));
     });
     await new Promise<void>((r) => flaky.listen(0, '127.0.0.1', () => r()));
     const port = (flaky.address() as { port: number }).port;
     const log: string[] = [];
     try {
-      const remote = new RemoteRetriever(`http://127.0.0.1:${port}/retrieve`, { backoffMs: 10, log: (l) => log.push(l) });
+      const remote = new RemoteRetriever(`http://127.0.0.1:${port}/retrieve`, {
+        backoffMs: 10,
+        log: (l) => log.push(l),
+      });
       const r = await remote.retrieve(['q'], 3);
       assert.deepEqual(r, [[{ document: { id: '7', contents: '"T"\nx' }, score: 1.5 }]]);
       assert.equal(calls, 3);
@@ -187,7 +220,14 @@ describe('remote retriever', function () {
     dead.close();
     const url = `http://127.0.0.1:${port}/retrieve`;
     const remote = new RemoteRetriever(url, { retries: 2, backoffMs: 5 });
-    await assert.rejects(remote.retrieve(['q'], 3), (e: unknown) => e instanceof RemoteRetrieverError && e.message.includes(url) && /after 3 attempts/.test(e.message) && /ECONNREFUSED/.test(e.message));
+    await assert.rejects(
+      remote.retrieve(['q'], 3),
+      (e: unknown) =>
+        e instanceof RemoteRetrieverError &&
+        e.message.includes(url) &&
+        /after 3 attempts/.test(e.message) &&
+        /ECONNREFUSED/.test(e.message),
+    );
     // Through the env server: 502 with the same message.
     const front = await startEnvServer({ version: 'front', retriever: remote });
     try {
@@ -205,7 +245,11 @@ describe('remote retriever', function () {
     await new Promise<void>((r) => silent.listen(0, '127.0.0.1', () => r()));
     const port = (silent.address() as { port: number }).port;
     try {
-      const remote = new RemoteRetriever(`http://127.0.0.1:${port}/retrieve`, { timeoutMs: 100, retries: 1, backoffMs: 5 });
+      const remote = new RemoteRetriever(`http://127.0.0.1:${port}/retrieve`, {
+        timeoutMs: 100,
+        retries: 1,
+        backoffMs: 5,
+      });
       await assert.rejects(remote.retrieve(['q'], 3), /no answer within 100 ms/);
     } finally {
       silent.closeAllConnections();
@@ -221,15 +265,20 @@ describe('retrieval CLI and limits', function () {
     dir = mkdtempSync(join(tmpdir(), 'sas-cli-retrieval-'));
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
-  const cli = (...args: string[]) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], { reject: false });
+  const cli = (...args: string[]) =>
+    execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], {
+      reject: false,
+    });
 
   it('says clearly when a corpus does not fit in memory for indexing', async () => {
     await assert.rejects(
       buildBm25Index(CORPUS, join(dir, 'too-big'), { memoryLimitBytes: 1024 }),
-      (e: unknown) => e instanceof IndexTooLargeError && /does not fit for in-memory indexing here/.test(e.message) && /GiB/.test(e.message),
+      (e: unknown) =>
+        e instanceof IndexTooLargeError &&
+        /does not fit for in-memory indexing here/.test(e.message) &&
+        /GiB/.test(e.message),
     );
   });
-
 
   it('rebuilds a cached corpus index it cannot read (a file missing), saying so, with the same results', async () => {
     const cacheDir = join(dir, 'cache');
@@ -251,7 +300,22 @@ describe('retrieval CLI and limits', function () {
     assert.match(r.stderr, /BM25 index of 2,912 documents/);
     const meta = JSON.parse(readFileSync(join(out, 'meta.json'), 'utf8'));
     assert.deepEqual([meta.k1, meta.b], [1.2, 0.75]);
-    const child = execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'serve', '--index', out, '--port', '0', '--topk', '2'], { reject: false });
+    const child = execa(
+      process.execPath,
+      [
+        '-r',
+        join(ROOT, 'test/register.cjs'),
+        join(ROOT, 'src/cli/main.ts'),
+        'serve',
+        '--index',
+        out,
+        '--port',
+        '0',
+        '--topk',
+        '2',
+      ],
+      { reject: false },
+    );
     try {
       const port = await new Promise<number>((resolve, reject) => {
         let buf = '';

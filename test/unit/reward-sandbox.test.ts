@@ -7,13 +7,16 @@ import { appendFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { compileRewardModule, RewardCompileError } from '../../src/core/rewards/compile';
-import { RewardSandbox, type RewardItem } from '../../src/core/rewards/sandbox';
+import { type RewardItem, RewardSandbox } from '../../src/core/rewards/sandbox';
 import { openReward, scoreRollouts } from '../../src/core/rewards/scoring';
 
 const ROOT = join(__dirname, '..', '..');
 const MODULES = join(ROOT, 'test', 'fixtures', 'rewards', 'modules');
 const MISBEHAVING = join(MODULES, 'misbehaving.reward.ts');
-const lineOf = (file: string, needle: string) => readFileSync(file, 'utf8').split('\n').findIndex((l) => l.includes(needle)) + 1;
+const lineOf = (file: string, needle: string) =>
+  readFileSync(file, 'utf8')
+    .split('\n')
+    .findIndex((l) => l.includes(needle)) + 1;
 
 const item = (id: string, c = 'ok', answer = 'Ilse Marrow'): RewardItem => ({
   id,
@@ -31,7 +34,11 @@ describe('reward sandbox', function () {
   it('compiles built-ins and user modules with esbuild, with a source map to the TypeScript', async () => {
     const r = await openReward('builtin:em', { workers: 1 });
     try {
-      const out = await r.sandbox.score([item('r1'), item('r2', 'ok', 'Quendal'), { ...item('r3'), response: 'no answer' }]);
+      const out = await r.sandbox.score([
+        item('r1'),
+        item('r2', 'ok', 'Quendal'),
+        { ...item('r3'), response: 'no answer' },
+      ]);
       assert.deepEqual(out, [
         { id: 'r1', reward: 1, parts: {} },
         { id: 'r2', reward: 0, parts: {} },
@@ -46,11 +53,31 @@ describe('reward sandbox', function () {
   it('reports each failing item with the file, the line and the rollout; the others still score', async () => {
     const compiled = await compileRewardModule(MISBEHAVING);
     const logs: string[] = [];
-    const sb = new RewardSandbox(compiled, { workers: 2, itemTimeoutMs: 300, heapMb: 64, chunk: 3, onLog: (l) => logs.push(l) });
+    const sb = new RewardSandbox(compiled, {
+      workers: 2,
+      itemTimeoutMs: 300,
+      heapMb: 64,
+      chunk: 3,
+      onLog: (l) => logs.push(l),
+    });
     try {
       // 'memory' runs in its own sandbox below, with a time limit it cannot reach on a loaded machine; here index 10 is a
       // plain item so the others keep their places.
-      const cases = ['ok', 'throw', 'deep', 'nan', 'string', 'bad-parts', 'loop', 'ok', 'async-loop', 'escape', 'ok', 'log', 'ok'];
+      const cases = [
+        'ok',
+        'throw',
+        'deep',
+        'nan',
+        'string',
+        'bad-parts',
+        'loop',
+        'ok',
+        'async-loop',
+        'escape',
+        'ok',
+        'log',
+        'ok',
+      ];
       const items = cases.map((c, i) => item(`r${i}`, c));
       const out = await sb.score(items);
       const by = (i: number) => out[i]!;
@@ -67,10 +94,17 @@ describe('reward sandbox', function () {
       assert.equal(thrown.file, MISBEHAVING);
       assert.equal(thrown.line, lineOf(MISBEHAVING, "if (id === 'throw')"));
       const deep = err(2);
-      assert.equal(deep.line, lineOf(MISBEHAVING, "throw new RangeError('thrown from deep()')"), 'the frame that threw, in the user’s TypeScript');
+      assert.equal(
+        deep.line,
+        lineOf(MISBEHAVING, "throw new RangeError('thrown from deep()')"),
+        'the frame that threw, in the user’s TypeScript',
+      );
       assert.match(deep.stack ?? '', /misbehaving\.reward\.ts:\d+:\d+/);
       assert.deepEqual([err(3).kind, err(3).message], ['nan', 'returned NaN']);
-      assert.deepEqual([err(4).kind, err(4).message], ['type', 'returned string (expected a number or { reward, parts })']);
+      assert.deepEqual(
+        [err(4).kind, err(4).message],
+        ['type', 'returned string (expected a number or { reward, parts })'],
+      );
       assert.match(err(5).message, /parts\.em is Infinity/);
       assert.deepEqual([err(6).kind, err(6).message], ['timeout', 'did not finish within 300 ms']);
       assert.equal(err(8).kind, 'timeout', 'a loop after an await is stopped too');
@@ -81,7 +115,11 @@ describe('reward sandbox', function () {
         assert.ok(hog && 'error' in hog, `memory should fail: ${JSON.stringify(hog)}`);
         assert.equal(hog.error.kind, 'memory');
         assert.match(hog.error.message, /ran out of memory \(the limit is 64 MB\)/);
-        assert.deepEqual(after, { id: 'm1', reward: 1, parts: { answered: 1 } }, 'the replaced worker scores the next item');
+        assert.deepEqual(
+          after,
+          { id: 'm1', reward: 1, parts: { answered: 1 } },
+          'the replaced worker scores the next item',
+        );
       } finally {
         await roomy.close();
       }
@@ -98,13 +136,28 @@ describe('reward sandbox', function () {
 
   it('names the file, line and column of compile errors, and refuses Node built-ins', async () => {
     const syntax = join(MODULES, 'syntax-error.reward.ts');
-    await assert.rejects(compileRewardModule(syntax), (e: unknown) => e instanceof RewardCompileError && e.file === syntax && e.line === 6);
-    await assert.rejects(compileRewardModule(join(MODULES, 'imports-fs.reward.ts')), (e: unknown) => e instanceof RewardCompileError && /"node:fs" cannot be imported: reward modules run sandboxed/.test(e.message) && e.line === 1);
-    await assert.rejects(compileRewardModule(join(MODULES, 'no-default.reward.ts')), /no-default\.reward\.ts:1:1: no default export: a reward module must `export default defineReward/);
+    await assert.rejects(
+      compileRewardModule(syntax),
+      (e: unknown) => e instanceof RewardCompileError && e.file === syntax && e.line === 6,
+    );
+    await assert.rejects(
+      compileRewardModule(join(MODULES, 'imports-fs.reward.ts')),
+      (e: unknown) =>
+        e instanceof RewardCompileError &&
+        /"node:fs" cannot be imported: reward modules run sandboxed/.test(e.message) &&
+        e.line === 1,
+    );
+    await assert.rejects(
+      compileRewardModule(join(MODULES, 'no-default.reward.ts')),
+      /no-default\.reward\.ts:1:1: no default export: a reward module must `export default defineReward/,
+    );
   });
 
   it('compiles an edited, unsaved version of a module from memory', async () => {
-    const src = readFileSync(join(ROOT, 'examples', 'rewards', 'em.reward.ts'), 'utf8').replace("return traj.answer === null ? 0 : em(traj.answer, example.golden);", 'return 0.5;');
+    const src = readFileSync(join(ROOT, 'examples', 'rewards', 'em.reward.ts'), 'utf8').replace(
+      'return traj.answer === null ? 0 : em(traj.answer, example.golden);',
+      'return 0.5;',
+    );
     const r = await openReward(join(ROOT, 'examples', 'rewards', 'em.reward.ts'), { workers: 1 }, src);
     try {
       assert.deepEqual(await r.sandbox.score([item('r1')]), [{ id: 'r1', reward: 0.5, parts: {} }]);
@@ -122,7 +175,11 @@ describe('reward sandbox', function () {
       const r = await openReward('builtin:em', { workers: 2, chunk, batchTimeoutMs: 10_000 });
       try {
         for (let round = 0; round < 100; round++) {
-          const calls = [1, 3, 2, 5, 1].map((n, c) => Array.from({ length: n }, (_, i) => item(`c${c}-${i}-${round}`, 'ok', (c + i + round) % 2 ? 'Ilse Marrow' : 'nobody')));
+          const calls = [1, 3, 2, 5, 1].map((n, c) =>
+            Array.from({ length: n }, (_, i) =>
+              item(`c${c}-${i}-${round}`, 'ok', (c + i + round) % 2 ? 'Ilse Marrow' : 'nobody'),
+            ),
+          );
           const outs = await Promise.all(calls.map((items) => r.sandbox.score(items)));
           outs.forEach((out, c) => {
             assert.deepEqual(
@@ -160,7 +217,8 @@ describe('scoring the same rollout set again', function () {
   it('a run records the set it read; given it, a later run scores exactly those rollouts though the file grew (a live run)', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'sas-set-'));
     const file = join(dir, 'rollouts.jsonl');
-    const rec = (i: number) => `${JSON.stringify({ v: 1, id: `r${i}`, prompt: 'p', response: '<answer> Ilse Marrow </answer>', golden: ['Ilse Marrow'] })}\n`;
+    const rec = (i: number) =>
+      `${JSON.stringify({ v: 1, id: `r${i}`, prompt: 'p', response: '<answer> Ilse Marrow </answer>', golden: ['Ilse Marrow'] })}\n`;
     writeFileSync(file, Array.from({ length: 5 }, (_, i) => rec(i)).join(''));
     const r = await openReward('builtin:em', { workers: 1 });
     try {

@@ -6,17 +6,28 @@ import assert from 'node:assert/strict';
 import { copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { build } from 'esbuild';
 import { execa } from 'execa';
 import ts from 'typescript';
-import { build } from 'esbuild';
 import { openReward } from '../../src/core/rewards/scoring';
 import { rewardTemplate } from '../../src/core/rewards/template';
 
 const ROOT = join(__dirname, '..', '..');
 
 function check(files: string[]): string[] {
-  const program = ts.createProgram(files, { strict: true, noEmit: true, target: ts.ScriptTarget.ES2022, module: ts.ModuleKind.ESNext, moduleResolution: ts.ModuleResolutionKind.Bundler, types: [], lib: ['lib.es2022.d.ts'], skipLibCheck: false });
-  return ts.getPreEmitDiagnostics(program).map((d) => `${d.file?.fileName ?? ''}: ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`);
+  const program = ts.createProgram(files, {
+    strict: true,
+    noEmit: true,
+    target: ts.ScriptTarget.ES2022,
+    module: ts.ModuleKind.ESNext,
+    moduleResolution: ts.ModuleResolutionKind.Bundler,
+    types: [],
+    lib: ['lib.es2022.d.ts'],
+    skipLibCheck: false,
+  });
+  return ts
+    .getPreEmitDiagnostics(program)
+    .map((d) => `${d.file?.fileName ?? ''}: ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`);
 }
 
 describe('reward API types for reward modules', function () {
@@ -38,10 +49,19 @@ describe('reward API types for reward modules', function () {
 
   it('a wrong use is a type error (the types are real, not any)', () => {
     const bad = join(dir, 'bad.reward.ts');
-    writeFileSync(bad, "import { defineReward, em } from 'search-agent-studio/reward';\nexport default defineReward({ name: 'x', score(traj, example) { return em(traj.searches, example.golden) + traj.nope; } });\n");
+    writeFileSync(
+      bad,
+      "import { defineReward, em } from 'search-agent-studio/reward';\nexport default defineReward({ name: 'x', score(traj, example) { return em(traj.searches, example.golden) + traj.nope; } });\n",
+    );
     const errors = check([dts, bad]);
-    assert.ok(errors.some((e) => /string\[\]' is not assignable to parameter of type 'string'/.test(e)), errors.join('\n'));
-    assert.ok(errors.some((e) => /Property 'nope' does not exist/.test(e)), errors.join('\n'));
+    assert.ok(
+      errors.some((e) => /string\[\]' is not assignable to parameter of type 'string'/.test(e)),
+      errors.join('\n'),
+    );
+    assert.ok(
+      errors.some((e) => /Property 'nope' does not exist/.test(e)),
+      errors.join('\n'),
+    );
   });
 });
 
@@ -82,7 +102,11 @@ class TsServer {
   private waiting = new Map<number, (body: unknown) => void>();
   private child;
   constructor(args: string[]) {
-    this.child = execa(process.execPath, [join(ROOT, 'node_modules/typescript/lib/tsserver.js'), '--disableAutomaticTypingAcquisition', ...args], { buffer: false, stdin: 'pipe', reject: false });
+    this.child = execa(
+      process.execPath,
+      [join(ROOT, 'node_modules/typescript/lib/tsserver.js'), '--disableAutomaticTypingAcquisition', ...args],
+      { buffer: false, stdin: 'pipe', reject: false },
+    );
     this.child.stdout!.setEncoding('utf8');
     this.child.stdout!.on('data', (chunk: string) => {
       this.buf += chunk;
@@ -127,25 +151,49 @@ describe('reward API types in any workspace (the TypeScript server plugin)', fun
     const pluginDir = join(probe, 'node_modules', 'search-agent-studio-reward-types');
     mkdirSync(pluginDir, { recursive: true });
     await execa(process.execPath, [join(ROOT, 'scripts', 'reward-types.mjs'), join(probe, 'dist', 'reward-api.d.ts')]);
-    await build({ entryPoints: [join(ROOT, 'src/ts-plugin/rewardTypes.ts')], bundle: true, platform: 'node', format: 'cjs', outfile: join(pluginDir, 'index.js'), footer: { js: 'module.exports = module.exports.default;' }, logLevel: 'silent' });
-    writeFileSync(join(pluginDir, 'package.json'), JSON.stringify({ name: 'search-agent-studio-reward-types', main: 'index.js' }));
+    await build({
+      entryPoints: [join(ROOT, 'src/ts-plugin/rewardTypes.ts')],
+      bundle: true,
+      platform: 'node',
+      format: 'cjs',
+      outfile: join(pluginDir, 'index.js'),
+      footer: { js: 'module.exports = module.exports.default;' },
+      logLevel: 'silent',
+    });
+    writeFileSync(
+      join(pluginDir, 'package.json'),
+      JSON.stringify({ name: 'search-agent-studio-reward-types', main: 'index.js' }),
+    );
     // A user's workspace: no tsconfig, no node_modules, the shipped example modules copied in, and a mistake.
     mkdirSync(join(dir, 'workspace', 'rewards'), { recursive: true });
-    for (const f of readdirSync(join(ROOT, 'examples', 'rewards'))) copyFileSync(join(ROOT, 'examples', 'rewards', f), join(dir, 'workspace', 'rewards', f));
-    writeFileSync(join(dir, 'workspace', 'rewards', 'bad.reward.ts'), "import { defineReward } from 'search-agent-studio/reward';\nexport default defineReward({ name: 'bad', score(traj) { return traj.searches > 1 ? 1 : 0; } });\n");
+    for (const f of readdirSync(join(ROOT, 'examples', 'rewards')))
+      copyFileSync(join(ROOT, 'examples', 'rewards', f), join(dir, 'workspace', 'rewards', f));
+    writeFileSync(
+      join(dir, 'workspace', 'rewards', 'bad.reward.ts'),
+      "import { defineReward } from 'search-agent-studio/reward';\nexport default defineReward({ name: 'bad', score(traj) { return traj.searches > 1 ? 1 : 0; } });\n",
+    );
   });
   after(() => rmSync(dir, { recursive: true, force: true }));
 
   it('without the plugin the module does not resolve (what a user saw); with it the examples check and a mistake is caught', async () => {
     const plain = new TsServer([]);
-    const withPlugin = new TsServer(['--globalPlugins', 'search-agent-studio-reward-types', '--pluginProbeLocations', probe]);
+    const withPlugin = new TsServer([
+      '--globalPlugins',
+      'search-agent-studio-reward-types',
+      '--pluginProbeLocations',
+      probe,
+    ]);
     try {
       const em = join(dir, 'workspace', 'rewards', 'em-format.reward.ts');
       assert.ok((await plain.errors(em)).some((e) => /Cannot find module 'search-agent-studio\/reward'/.test(e)));
       assert.deepEqual(await withPlugin.errors(em), []);
-      for (const f of readdirSync(join(ROOT, 'examples', 'rewards'))) assert.deepEqual(await withPlugin.errors(join(dir, 'workspace', 'rewards', f)), [], f);
+      for (const f of readdirSync(join(ROOT, 'examples', 'rewards')))
+        assert.deepEqual(await withPlugin.errors(join(dir, 'workspace', 'rewards', f)), [], f);
       const bad = await withPlugin.errors(join(dir, 'workspace', 'rewards', 'bad.reward.ts'));
-      assert.ok(bad.some((e) => /Operator '>' cannot be applied to types 'string\[\]' and 'number'/.test(e)), bad.join('\n'));
+      assert.ok(
+        bad.some((e) => /Operator '>' cannot be applied to types 'string\[\]' and 'number'/.test(e)),
+        bad.join('\n'),
+      );
     } finally {
       plain.stop();
       withPlugin.stop();

@@ -13,7 +13,10 @@ const script = (end: string) =>
   `console.log(JSON.stringify([a, b])); ${end}`;
 
 async function made(end: string, env: Record<string, string> = {}) {
-  const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), '-e', script(end)], { reject: false, env: { SAS_KEEP_TMP: '', SAS_E2E_KEEP: '', ...env } });
+  const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), '-e', script(end)], {
+    reject: false,
+    env: { SAS_KEEP_TMP: '', SAS_E2E_KEEP: '', ...env },
+  });
   const dirs = JSON.parse(r.stdout.split('\n')[0]!) as string[];
   return { r, dirs };
 }

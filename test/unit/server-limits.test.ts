@@ -6,14 +6,17 @@
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { join } from 'node:path';
-import { startEnvServerProcess, type EnvServerProcess } from '../../src/core/host/processes';
-import { openReward } from '../../src/core/rewards/scoring';
+import { type EnvServerProcess, startEnvServerProcess } from '../../src/core/host/processes';
 import { NullRetriever } from '../../src/core/retrieval/retriever';
-import { MAX_JSON_DEPTH, describeValue, nestsDeeperThan } from '../../src/core/schema/bounds';
-import { startEnvServer, type EnvServer } from '../../src/server/server';
+import { openReward } from '../../src/core/rewards/scoring';
+import { describeValue, MAX_JSON_DEPTH, nestsDeeperThan } from '../../src/core/schema/bounds';
+import { type EnvServer, startEnvServer } from '../../src/server/server';
 
 const ROOT = join(__dirname, '..', '..');
-const launcher = { node: process.execPath, args: ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts')] };
+const launcher = {
+  node: process.execPath,
+  args: ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts')],
+};
 
 /** JSON text of `leaf` wrapped `depth` times (built as text: the value itself could not be stringified). */
 function nested(depth: number, open = '[', close = ']', leaf = '1'): string {
@@ -51,7 +54,13 @@ describe('env server limits (real server on loopback)', function () {
   let server: EnvServer;
   before(async () => {
     const r = await openReward('builtin:em', { workers: 1 });
-    server = await startEnvServer({ version: 'test', retriever: new NullRetriever(), reward: { name: 'builtin:em', file: r.compiled.file, sandbox: r.sandbox }, requestTimeoutMs: 600, headersTimeoutMs: 400 });
+    server = await startEnvServer({
+      version: 'test',
+      retriever: new NullRetriever(),
+      reward: { name: 'builtin:em', file: r.compiled.file, sandbox: r.sandbox },
+      requestTimeoutMs: 600,
+      headersTimeoutMs: 400,
+    });
   });
   after(() => server.close());
 
@@ -114,7 +123,9 @@ describe('env server limits (real server on loopback)', function () {
   }
 
   it('closes a connection whose body stalls after the headers (408)', async () => {
-    const r = await stall('POST /reward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"items": [');
+    const r = await stall(
+      'POST /reward HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"items": [',
+    );
     assert.match(r.data, /^HTTP\/1\.1 408/);
     const health = await fetch(`http://127.0.0.1:${server.port}/health`);
     assert.equal(health.status, 200, 'still serving');
@@ -135,7 +146,11 @@ describe('env server process under hostile requests', function () {
   after(() => env?.child.stop(2_000));
 
   it('survives meta nested 10,000 deep (it used to die ~7 s later in Worker.postMessage)', async () => {
-    const r = await post(env.port, '/reward', `{"items":[{"response":"<answer>a</answer>","golden":["a"],"meta":${deepObject(10_000)}}]}`);
+    const r = await post(
+      env.port,
+      '/reward',
+      `{"items":[{"response":"<answer>a</answer>","golden":["a"],"meta":${deepObject(10_000)}}]}`,
+    );
     assert.equal(r.status, 400);
     // Past the batch deadline that used to rethrow the clone error, the process still serves.
     await new Promise((res) => setTimeout(res, 9_000));

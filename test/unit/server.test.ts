@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { startEnvServer, type EnvServer } from '../../src/server/server';
+import { type EnvServer, startEnvServer } from '../../src/server/server';
 
 const ROOT = join(__dirname, '..', '..');
 
@@ -43,10 +43,16 @@ describe('env server', () => {
     assert.match(badJson.body.error, /not valid JSON/);
     const empty = await call(server.port, '/retrieve', { method: 'POST', body: '' });
     assert.equal(empty.status, 400);
-    const big = await call(server.port, '/retrieve', { method: 'POST', body: JSON.stringify({ queries: ['x'.repeat(2000)] }) });
+    const big = await call(server.port, '/retrieve', {
+      method: 'POST',
+      body: JSON.stringify({ queries: ['x'.repeat(2000)] }),
+    });
     assert.equal(big.status, 413);
     assert.equal((await call(server.port, '/health')).status, 200, 'still serving');
-    assert.ok(lines.some((l) => /^POST \/retrieve 400 /.test(l)), 'logs one line per request');
+    assert.ok(
+      lines.some((l) => /^POST \/retrieve 400 /.test(l)),
+      'logs one line per request',
+    );
   });
 
   it('without a retriever or a reward module, /retrieve and /reward say so (503)', async () => {
@@ -59,9 +65,21 @@ describe('env server', () => {
   });
 
   it('runs as a process: prints its listening line first and exits 0 on SIGTERM', async () => {
-    const child = execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts'), '--port', '0', '--corpus', join(ROOT, 'test/fixtures/bm25/corpus.jsonl')], {
-      reject: false,
-    });
+    const child = execa(
+      process.execPath,
+      [
+        '-r',
+        join(ROOT, 'test/register.cjs'),
+        join(ROOT, 'src/server/main.ts'),
+        '--port',
+        '0',
+        '--corpus',
+        join(ROOT, 'test/fixtures/bm25/corpus.jsonl'),
+      ],
+      {
+        reject: false,
+      },
+    );
     const first = await new Promise<string>((resolve, reject) => {
       let buf = '';
       child.stdout!.on('data', (d: Buffer) => {
@@ -83,9 +101,13 @@ describe('env server', () => {
   });
 
   it('as a process, reports a port in use and exits 2', async () => {
-    const r = await execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts'), '--port', String(server.port)], {
-      reject: false,
-    });
+    const r = await execa(
+      process.execPath,
+      ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/server/main.ts'), '--port', String(server.port)],
+      {
+        reject: false,
+      },
+    );
     assert.equal(r.exitCode, 2);
     assert.match(r.stderr, /port already in use/);
   });

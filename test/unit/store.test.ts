@@ -16,7 +16,17 @@ function useTempDir() {
 }
 
 const rec = (i: number, extra: Record<string, unknown> = {}) =>
-  JSON.stringify({ v: 1, id: `r${i}`, step: 1, group: Math.floor(i / 2), sample: i % 2, prompt: 'p', response: `<think>t</think>\n<answer>a${i}</answer>`, reward: i % 2, ...extra });
+  JSON.stringify({
+    v: 1,
+    id: `r${i}`,
+    step: 1,
+    group: Math.floor(i / 2),
+    sample: i % 2,
+    prompt: 'p',
+    response: `<think>t</think>\n<answer>a${i}</answer>`,
+    reward: i % 2,
+    ...extra,
+  });
 
 describe('JSONL index', () => {
   useTempDir();
@@ -25,7 +35,10 @@ describe('JSONL index', () => {
     writeFileSync(f, `${rec(0)}\r\n\r\n${rec(1, { question: 'héllo 😀' })}\n\n\n${rec(2)}`);
     const j = await JsonlFile.open(f);
     assert.equal(j.count, 3);
-    assert.deepEqual([0, 1, 2].map((i) => j.lineOf(i)), [1, 3, 6]);
+    assert.deepEqual(
+      [0, 1, 2].map((i) => j.lineOf(i)),
+      [1, 3, 6],
+    );
     const rows = await j.readRows(0, 3);
     assert.equal(JSON.parse(rows[1]!.text).question, 'héllo 😀');
     assert.equal(JSON.parse(rows[2]!.text).id, 'r2', 'a last line without newline is a row');
@@ -36,7 +49,9 @@ describe('JSONL index', () => {
   it('handles lines across 4 MB chunk boundaries', async () => {
     const f = join(dir, 'big.jsonl');
     const big = 'x'.repeat(3 * 1024 * 1024);
-    const lines = Array.from({ length: 7 }, (_, i) => JSON.stringify({ i, pad: big.slice(0, (i * 997_001) % big.length) }));
+    const lines = Array.from({ length: 7 }, (_, i) =>
+      JSON.stringify({ i, pad: big.slice(0, (i * 997_001) % big.length) }),
+    );
     writeFileSync(f, `${lines.join('\n')}\n`);
     const j = await JsonlFile.open(f);
     assert.equal(j.count, 7);
@@ -94,7 +109,10 @@ describe('rollout store', () => {
     assert.equal(rows[1]!.record, undefined);
     assert.match(rows[1]!.errors[0]!.message, /^invalid JSON: /);
     assert.equal(rows[1]!.errors[0]!.line, 2);
-    assert.deepEqual(rows[2]!.errors.map((e) => [e.file, e.line, e.field]), [[f, 3, 'reward']]);
+    assert.deepEqual(
+      rows[2]!.errors.map((e) => [e.file, e.line, e.field]),
+      [[f, 3, 'reward']],
+    );
     assert.equal((rows[2]!.value as { id: string }).id, 'r1', 'the JSON is kept for display');
     assert.equal(rows[3]!.line, 5);
     await store.close();
@@ -105,10 +123,16 @@ describe('rollout store', () => {
     mkdirSync(join(run, 'rollouts'), { recursive: true });
     writeFileSync(join(run, 'rollouts', 'step-000010.jsonl'), `${rec(3)}\n`);
     writeFileSync(join(run, 'rollouts', 'step-000002.jsonl'), `${rec(0)}\n${rec(1)}\n${rec(2)}\n`);
-    assert.deepEqual((await rolloutFiles(run)).map((p) => p.split('/').pop()), ['step-000002.jsonl', 'step-000010.jsonl']);
+    assert.deepEqual(
+      (await rolloutFiles(run)).map((p) => p.split('/').pop()),
+      ['step-000002.jsonl', 'step-000010.jsonl'],
+    );
     const store = await RolloutStore.open(run, { follow: true });
     assert.equal(store.count, 4);
-    assert.deepEqual((await store.rows(2, 4)).map((r) => r.record!.id), ['r2', 'r3']);
+    assert.deepEqual(
+      (await store.rows(2, 4)).map((r) => r.record!.id),
+      ['r2', 'r3'],
+    );
     const changes: number[] = [];
     store.watch((e) => changes.push(e.count), 50);
     writeFileSync(join(run, 'rollouts', 'step-000011.jsonl'), `${rec(4)}\n${rec(5)}\n`);
@@ -117,7 +141,10 @@ describe('rollout store', () => {
     while (store.count < 7 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     assert.equal(store.count, 7);
     assert.ok(changes.length > 0);
-    assert.deepEqual((await store.rows(0, 7)).map((r) => r.record!.id), ['r0', 'r1', 'r2', 'r3', 'r6', 'r4', 'r5']);
+    assert.deepEqual(
+      (await store.rows(0, 7)).map((r) => r.record!.id),
+      ['r0', 'r1', 'r2', 'r3', 'r6', 'r4', 'r5'],
+    );
     await store.close();
   });
 
@@ -146,7 +173,12 @@ describe('rollout store', () => {
     assert.deepEqual(s.searches.histogram, { 0: 2, 1: 1, 2: 1 });
     assert.deepEqual(s.finish, { answer: 2, length: 1 });
     assert.deepEqual(s.groups, { count: 2, zero_variance: 1, frac_zero_std: 0.5 });
-    const facts = trajectoryFacts({ v: 1, id: 'x', prompt: '', response: '<think>x</think>\nhmm\n\n<answer>y</answer>' });
+    const facts = trajectoryFacts({
+      v: 1,
+      id: 'x',
+      prompt: '',
+      response: '<think>x</think>\nhmm\n\n<answer>y</answer>',
+    });
     assert.equal(facts.formatValid, false);
     assert.equal(facts.answer, 'y');
   });

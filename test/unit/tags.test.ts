@@ -1,7 +1,16 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { INVALID_ACTION_MESSAGE, parseTrajectory, templateMarkerLength, type ParsedTrajectory } from '../../src/core/tags/parser';
+import { trajectoryFacts } from '../../src/core/audit/summary';
+import { replayModel } from '../../src/core/inspect/replay';
+import { makeTrajectory } from '../../src/core/rewards/api';
+import { TrajectoryDocument } from '../../src/core/tags/document';
+import {
+  INVALID_ACTION_MESSAGE,
+  type ParsedTrajectory,
+  parseTrajectory,
+  templateMarkerLength,
+} from '../../src/core/tags/parser';
 import {
   extractAnswer,
   finalAnswer,
@@ -13,11 +22,13 @@ import {
   strictAction,
   turnsOf,
 } from '../../src/core/tags/searchr1';
-import { makeTrajectory } from '../../src/core/rewards/api';
-import { replayModel } from '../../src/core/inspect/replay';
-import { trajectoryFacts } from '../../src/core/audit/summary';
-import { TrajectoryDocument } from '../../src/core/tags/document';
-import { detectTemplate, extractQuestion, parseTranscript, splitConversations, splitTranscript } from '../../src/core/tags/transcript';
+import {
+  detectTemplate,
+  extractQuestion,
+  parseTranscript,
+  splitConversations,
+  splitTranscript,
+} from '../../src/core/tags/transcript';
 
 import { assertTiles, soup } from './tiles';
 
@@ -41,7 +52,10 @@ describe('tag parser', () => {
     assert.deepEqual(kinds(p), ['think', 'search', 'information', 'think', 'answer']);
     assert.deepEqual(p.diagnostics, []);
     const blocks = p.segments.filter((s) => s.kind !== 'text');
-    assert.deepEqual(blocks.map((s) => s.turn), [0, 0, 0, 1, 1]);
+    assert.deepEqual(
+      blocks.map((s) => s.turn),
+      [0, 0, 0, 1, 1],
+    );
     const search = blocks[1]!;
     assert.equal(VALID.slice(search.contentStart, search.contentEnd), ' Varnholt founder ');
     assert.ok(blocks.every((s) => s.opened && s.closed));
@@ -98,7 +112,9 @@ describe('tag parser', () => {
   });
 
   it('reports text between blocks, missing and multiple answers, empty searches', () => {
-    const p = parseTrajectory('<think>a</think>\nSo the answer:\n<search>   </search>\n\n<information>d</information>\n<answer>1</answer><answer>2</answer>');
+    const p = parseTrajectory(
+      '<think>a</think>\nSo the answer:\n<search>   </search>\n\n<information>d</information>\n<answer>1</answer><answer>2</answer>',
+    );
     assertTiles(p);
     assert.deepEqual(codes(p), ['text-between-tags', 'empty-search', 'multiple-answers']);
     assert.equal(finalAnswer(p), '2', 'the final answer is the last');
@@ -133,7 +149,10 @@ describe('tag parser', () => {
     assert.deepEqual(kinds(p), ['template', 'think', 'answer', 'template', 'answer', 'template']);
     assert.deepEqual(p.diagnostics, []);
     assert.equal(text.slice(p.segments[0]!.start, p.segments[0]!.end), '<|im_start|>assistant');
-    assert.equal(templateMarkerLength('<|start_header_id|>assistant<|end_header_id|>\n', 0), '<|start_header_id|>assistant<|end_header_id|>'.length);
+    assert.equal(
+      templateMarkerLength('<|start_header_id|>assistant<|end_header_id|>\n', 0),
+      '<|start_header_id|>assistant<|end_header_id|>'.length,
+    );
     assert.equal(templateMarkerLength('<|not a marker|>', 0), 0);
     assert.equal(templateMarkerLength('<|', 0), 0);
   });
@@ -145,7 +164,31 @@ describe('tag parser', () => {
   });
 
   it('is total: random tag soup never throws and always tiles', () => {
-    const pieces = ['<think>', '</think>', '<search>', '</search>', '<information>', '</information>', '<answer>', '</answer>', '<|im_start|>assistant', '<|im_end|>', '<|', '|>', '<', '>', '/', 'a', ' ', '\n', 'é', '😀', INVALID_ACTION_MESSAGE.slice(0, 20), INVALID_ACTION_MESSAGE, '\ud800'];
+    const pieces = [
+      '<think>',
+      '</think>',
+      '<search>',
+      '</search>',
+      '<information>',
+      '</information>',
+      '<answer>',
+      '</answer>',
+      '<|im_start|>assistant',
+      '<|im_end|>',
+      '<|',
+      '|>',
+      '<',
+      '>',
+      '/',
+      'a',
+      ' ',
+      '\n',
+      'é',
+      '😀',
+      INVALID_ACTION_MESSAGE.slice(0, 20),
+      INVALID_ACTION_MESSAGE,
+      '\ud800',
+    ];
     soup(pieces, 12345, 3000, (text) => {
       const p = parseTrajectory(text);
       assertTiles(p);
@@ -163,14 +206,19 @@ describe('tag parser', () => {
 
 describe('Search-R1 semantics', () => {
   it('takes the first search/answer of a turn, DOTALL, stripped', () => {
-    assert.deepEqual(searchR1Action('<think>x</think><search>\n multi\nline \n</search><answer>a</answer>'), { action: 'search', content: 'multi\nline' });
+    assert.deepEqual(searchR1Action('<think>x</think><search>\n multi\nline \n</search><answer>a</answer>'), {
+      action: 'search',
+      content: 'multi\nline',
+    });
     assert.deepEqual(searchR1Action('<answer>a</answer><search>q</search>'), { action: 'answer', content: 'a' });
     assert.deepEqual(searchR1Action('<search>q</answer>'), { action: null, content: '' }, 'the closing tag must match');
     assert.deepEqual(searchR1Action('no action'), { action: null, content: '' });
   });
 
   it('reads every turn of the shared fixture as the trainer does, in both readings (test/fixtures/tags/strict-actions.json)', () => {
-    const { cases } = JSON.parse(readFileSync(join(FIXTURES, 'tags', 'strict-actions.json'), 'utf8')) as { cases: { why: string; text: string; searchr1: [string | null, string]; strict: [string | null, string] }[] };
+    const { cases } = JSON.parse(readFileSync(join(FIXTURES, 'tags', 'strict-actions.json'), 'utf8')) as {
+      cases: { why: string; text: string; searchr1: [string | null, string]; strict: [string | null, string] }[];
+    };
     assert.ok(cases.length >= 10);
     for (const c of cases) {
       assert.deepEqual(searchR1Action(c.text), { action: c.searchr1[0], content: c.searchr1[1] }, `searchr1: ${c.why}`);
@@ -180,23 +228,43 @@ describe('Search-R1 semantics', () => {
 
   it('strict actions: a reward reads no answer from inside an unclosed <search>, and a later valid answer still counts', () => {
     const obs = '\n\n<information>Doc 1(Title: "Bryran Printing House") Founded by Broubrar.</information>\n\n';
-    const hack = '<think> let me search </think> <search> Bryran </search>' + obs + '<think> let me search again </think> <search> Broubrar <answer> Broubrar </answer>';
+    const hack =
+      '<think> let me search </think> <search> Bryran </search>' +
+      obs +
+      '<think> let me search again </think> <search> Broubrar <answer> Broubrar </answer>';
     assert.equal(makeTrajectory('', hack).answer, 'Broubrar', 'Search-R1 reads the answer');
     const strict = makeTrajectory('', hack, { strictActions: true });
     assert.equal(strict.answer, null);
-    assert.deepEqual(strict.turns.map((t) => t.action), ['search', null]);
-    const fb = '\nMy previous action is invalid. If I want to search, I should put the query between <search> and </search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n';
+    assert.deepEqual(
+      strict.turns.map((t) => t.action),
+      ['search', null],
+    );
+    const fb =
+      '\nMy previous action is invalid. If I want to search, I should put the query between <search> and </search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. Let me try again.\n';
     const recovered = hack + fb + '<answer> Doubrebyst </answer>';
     assert.equal(makeTrajectory('', recovered, { strictActions: true }).answer, 'Doubrebyst');
-    assert.equal(makeTrajectory('', recovered, { strictActions: true }).invalidActions, 1, 'the feedback answered an invalid turn');
+    assert.equal(
+      makeTrajectory('', recovered, { strictActions: true }).invalidActions,
+      1,
+      'the feedback answered an invalid turn',
+    );
     assert.equal(makeTrajectory('', recovered).answer, 'Doubrebyst');
     // the inspector's summary and replay read a record as its run did
     const record = { v: 2 as const, id: 'r', prompt: '', response: hack, golden: ['Broubrar'] };
     assert.equal(trajectoryFacts(record).answer, 'Broubrar');
-    assert.deepEqual([trajectoryFacts({ ...record, strict_actions: true }).answer, trajectoryFacts({ ...record, strict_actions: true }).em], [null, 0]);
+    assert.deepEqual(
+      [
+        trajectoryFacts({ ...record, strict_actions: true }).answer,
+        trajectoryFacts({ ...record, strict_actions: true }).em,
+      ],
+      [null, 0],
+    );
     assert.equal(replayModel({ ...record, strict_actions: true }, { index: 0, file: 'x.jsonl', line: 1 }).answer, null);
     assert.equal(replayModel(record, { index: 0, file: 'x.jsonl', line: 1 }).answer, 'Broubrar');
-    const toolcall = makeTrajectory('', '<tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call>', { dialect: 'toolcall', strictActions: true });
+    const toolcall = makeTrajectory('', '<tool_call>{"name": "search", "arguments": {"query": "q"}}</tool_call>', {
+      dialect: 'toolcall',
+      strictActions: true,
+    });
     assert.equal(toolcall.turns[0]!.action, 'search', 'strict actions read Search-R1 tags only');
   });
 
@@ -230,16 +298,25 @@ describe('Search-R1 semantics', () => {
 
   it('formats observations and parses documents back', () => {
     const obs = searchR1Observation(['"Varnholt Observatory"\nFounded in 1871.\nBy Ilse.', '"Quendal"\nA town.']);
-    assert.equal(obs, '\n\n<information>Doc 1(Title: "Varnholt Observatory") Founded in 1871.\nBy Ilse.\nDoc 2(Title: "Quendal") A town.</information>\n\n');
+    assert.equal(
+      obs,
+      '\n\n<information>Doc 1(Title: "Varnholt Observatory") Founded in 1871.\nBy Ilse.\nDoc 2(Title: "Quendal") A town.</information>\n\n',
+    );
     const p = parseTrajectory(obs, { expectAnswer: false });
     const info = p.segments.find((s) => s.kind === 'information')!;
     const docs = parseDocuments(obs.slice(info.contentStart, info.contentEnd), info.contentStart);
-    assert.deepEqual(docs.map((d) => [d.index, d.title, d.text]), [
-      [1, '"Varnholt Observatory"', 'Founded in 1871.\nBy Ilse.'],
-      [2, '"Quendal"', 'A town.'],
-    ]);
+    assert.deepEqual(
+      docs.map((d) => [d.index, d.title, d.text]),
+      [
+        [1, '"Varnholt Observatory"', 'Founded in 1871.\nBy Ilse.'],
+        [2, '"Quendal"', 'A town.'],
+      ],
+    );
     assert.equal(obs.slice(docs[1]!.start, docs[1]!.start + 5), 'Doc 2');
-    assert.deepEqual(parseDocuments('  free text  ').map((d) => d.text), ['free text']);
+    assert.deepEqual(
+      parseDocuments('  free text  ').map((d) => d.text),
+      ['free text'],
+    );
     assert.deepEqual(parseDocuments(''), []);
   });
 });
@@ -256,25 +333,39 @@ describe('transcripts', () => {
   });
 
   it('splits conversations without headers at chat-template starts, and at ### trajectory lines', () => {
-    const one = '<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQuestion: a?\n<|im_end|>\n<|im_start|>assistant\n<answer>1</answer>';
+    const one =
+      '<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQuestion: a?\n<|im_end|>\n<|im_start|>assistant\n<answer>1</answer>';
     const two = '<|im_start|>user\nQuestion: b?\n<|im_end|>\n<|im_start|>assistant\n<answer>2</answer>';
     const spans = splitConversations(`${one}\n\n${two}\n`);
     assert.equal(spans.length, 2);
     const traj = '### trajectory 7 (step 3)\n<answer>a</answer>\n### trajectory\n<answer>b</answer>';
     const t = splitConversations(traj);
-    assert.deepEqual(t.map((s) => [traj.slice(s.start, s.end), s.label]), [['<answer>a</answer>', '7 (step 3)'], ['<answer>b</answer>', '']]);
+    assert.deepEqual(
+      t.map((s) => [traj.slice(s.start, s.end), s.label]),
+      [
+        ['<answer>a</answer>', '7 (step 3)'],
+        ['<answer>b</answer>', ''],
+      ],
+    );
     assert.equal(splitConversations('<think>x</think><answer>y</answer>').length, 1);
   });
 
   it('a question ends at a chat-template marker on its line (Llama-3: <|eot_id|><|start_header_id|>assistant…)', () => {
-    const llama = '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nAnswer the given question. Question: who founded the varnholt observatory?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n<think>x</think><answer> Ilse Marrow </answer><|eot_id|>';
+    const llama =
+      '<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nAnswer the given question. Question: who founded the varnholt observatory?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n<think>x</think><answer> Ilse Marrow </answer><|eot_id|>';
     const t = parseTranscript(llama);
     assert.equal(t.question, 'who founded the varnholt observatory?');
-    assert.equal(extractQuestion('Question: what river runs through quendal?<|im_end|>\n<|im_start|>assistant\n'), 'what river runs through quendal?');
+    assert.equal(
+      extractQuestion('Question: what river runs through quendal?<|im_end|>\n<|im_start|>assistant\n'),
+      'what river runs through quendal?',
+    );
     assert.equal(extractQuestion('[INST] Question: where is Ossel? [/INST]'), 'where is Ossel?');
     assert.equal(extractQuestion('Question: <|eot_id|>'), undefined);
     // The outline names the trajectory by its clean question.
-    assert.equal(new TrajectoryDocument(llama).outline(llama)[0]!.name, 'Trajectory 1: who founded the varnholt observatory?');
+    assert.equal(
+      new TrajectoryDocument(llama).outline(llama)[0]!.name,
+      'Trajectory 1: who founded the varnholt observatory?',
+    );
   });
 
   it('splits prompt from response for ChatML, Llama-3 and plain prompts', () => {
@@ -290,7 +381,8 @@ describe('transcripts', () => {
     assert.equal(s3.template, 'llama3');
     assert.ok(llama.slice(s3.responseStart).startsWith('<think>I should search'));
 
-    const plain = 'Answer the given question. For example, <answer> Beijing </answer>. Question: who?\n<think>t</think>\n<answer>me</answer>';
+    const plain =
+      'Answer the given question. For example, <answer> Beijing </answer>. Question: who?\n<think>t</think>\n<answer>me</answer>';
     const s4 = splitTranscript(plain);
     assert.equal(s4.template, 'plain');
     assert.equal(s4.by, 'question-line');
@@ -308,11 +400,20 @@ describe('transcripts', () => {
     assert.deepEqual(t.parsed.diagnostics, []);
     assert.equal(finalAnswer(t.parsed), 'Ilse Marrow');
     const second = parseTranscript(infer.slice(spans[1]!.start, spans[1]!.end));
-    assert.deepEqual(second.parsed.diagnostics.map((d) => d.code), ['text-between-tags']);
-    assert.deepEqual(turnsOf(second.parsed).map((x) => x.action), ['search', null, 'search', 'answer']);
+    assert.deepEqual(
+      second.parsed.diagnostics.map((d) => d.code),
+      ['text-between-tags'],
+    );
+    assert.deepEqual(
+      turnsOf(second.parsed).map((x) => x.action),
+      ['search', null, 'search', 'answer'],
+    );
     const third = parseTranscript(infer.slice(spans[2]!.start, spans[2]!.end));
     // <think> left open when the observation came (reported at <think>), <search> nested in it, answer unclosed.
-    assert.deepEqual(third.parsed.diagnostics.map((d) => d.code), ['unclosed-tag', 'nested-tag', 'unclosed-tag']);
+    assert.deepEqual(
+      third.parsed.diagnostics.map((d) => d.code),
+      ['unclosed-tag', 'nested-tag', 'unclosed-tag'],
+    );
     assert.match(third.parsed.diagnostics[0]!.message, /not closed before <information>/);
     assert.equal(extractQuestion('x Question: where?\n'), 'where?');
   });

@@ -12,11 +12,17 @@ export function assertTiles(p: ParsedTrajectory, offset = 0): void {
     at = s.end;
   }
   assert.equal(at, offset + p.text.length);
-  for (const d of p.diagnostics) assert.ok(d.start >= offset && d.end <= offset + p.text.length && d.start <= d.end, JSON.stringify(d));
+  for (const d of p.diagnostics)
+    assert.ok(d.start >= offset && d.end <= offset + p.text.length && d.start <= d.end, JSON.stringify(d));
 }
 
 /** Random concatenations of `pieces` (0–39 of them; seeded, the same every run), `trials` times. */
-export function soup(pieces: readonly string[], seed: number, trials: number, each: (text: string, trial: number) => void): void {
+export function soup(
+  pieces: readonly string[],
+  seed: number,
+  trials: number,
+  each: (text: string, trial: number) => void,
+): void {
   const rand = (k: number) => {
     seed = (seed * 1103515245 + 12345) & 0x7fffffff;
     return seed % k;

@@ -4,23 +4,26 @@
 // invisible), the inspector engine, the streaming audit against the whole-run one, readSource, the dashboard's
 // RunAudit, and `export jsonl`.
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readFileSync, readdirSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { Auditor, AuditStream, auditRollout } from '../../src/core/audit';
-import { tokenColumnsOf } from '../../src/core/run/columns';
 import { RunAudit } from '../../src/core/audit/run';
 import { detectSource, readSource } from '../../src/core/importers';
-import { InspectorEngine, type EngineMessage } from '../../src/core/inspect/engine';
+import { type EngineMessage, InspectorEngine } from '../../src/core/inspect/engine';
 import { RolloutTable } from '../../src/core/inspect/table';
 import { findPython, pythonCandidates } from '../../src/core/python';
+import { tokenColumnsOf } from '../../src/core/run/columns';
 import type { Rollout } from '../../src/core/run/format';
-import { readPartRow, rolloutFiles, RolloutStore, streamRollouts } from '../../src/core/store/rollouts';
-import { shortFloat32, StoreStep, storeSteps, writeStoreStep } from '../../src/core/store/tokenStore';
+import { RolloutStore, readPartRow, rolloutFiles, streamRollouts } from '../../src/core/store/rollouts';
+import { StoreStep, shortFloat32, storeSteps, writeStoreStep } from '../../src/core/store/tokenStore';
 import { scratchDir } from '../support/scratch';
 
 const ROOT = resolve(__dirname, '../..');
-const cli = (...args: string[]) => execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], { reject: false });
+const cli = (...args: string[]) =>
+  execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], {
+    reject: false,
+  });
 
 /** A seeded pseudo-random generator (mulberry32). */
 function rng(seed: number) {
@@ -39,7 +42,12 @@ function records(step: number, n = 12, seed = step): Rollout[] {
   const out: Rollout[] = [];
   for (let i = 0; i < n; i++) {
     const P = 3 + Math.floor(r() * 5);
-    const roles = [...Array(P).fill('prompt'), ...Array.from({ length: 5 + Math.floor(r() * 20) }, () => (r() < 0.6 ? 'generated' : r() < 0.9 ? 'retrieved' : 'feedback'))];
+    const roles = [
+      ...Array(P).fill('prompt'),
+      ...Array.from({ length: 5 + Math.floor(r() * 20) }, () =>
+        r() < 0.6 ? 'generated' : r() < 0.9 ? 'retrieved' : 'feedback',
+      ),
+    ];
     const ids = roles.map(() => Math.floor(r() * 151_936));
     const gen = roles.map((x) => x === 'generated');
     const num = () => Math.round(-r() * 5e6) / 1e6;
@@ -53,7 +61,10 @@ function records(step: number, n = 12, seed = step): Rollout[] {
       question: `question ${i} — ünïcode`,
       golden: [`gold ${i}`],
       prompt: 'Question: q',
-      response: i % 3 ? `<search> q${i} </search>\n\n<information>Doc 1(Title: T) NEEDLE${step}x${i}</information>\n\n<answer> gold ${i} </answer>` : `<answer> gold ${i} or other </answer>`,
+      response:
+        i % 3
+          ? `<search> q${i} </search>\n\n<information>Doc 1(Title: T) NEEDLE${step}x${i}</information>\n\n<answer> gold ${i} </answer>`
+          : `<answer> gold ${i} or other </answer>`,
       reward: i % 2,
       reward_parts: { em: i % 2 },
       finish: 'answer',
@@ -92,7 +103,8 @@ function sameAsFloat32(a: unknown, b: unknown, path = ''): void {
   }
   if (a && b && typeof a === 'object' && typeof b === 'object') {
     assert.deepEqual(Object.keys(a).sort(), Object.keys(b).sort(), `${path}: keys`);
-    for (const k of Object.keys(a)) sameAsFloat32((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k], `${path}.${k}`);
+    for (const k of Object.keys(a))
+      sameAsFloat32((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k], `${path}.${k}`);
     return;
   }
   assert.deepEqual(a, b, path);
@@ -133,7 +145,17 @@ describe('token store', function () {
     // the audit's checks over the typed columns give what they give over the arrays (a JSON copy has no columns)
     for (const level of ['token', 'sequence'] as const) {
       for (const row of await step.rows(0, step.count, 'audit')) {
-        const copy = JSON.parse(JSON.stringify({ ...row.record, tokens: { role: row.record!.tokens?.role, loss_mask: row.record!.tokens?.loss_mask, logprob: row.record!.tokens?.logprob, rollout_logprob: row.record!.tokens?.rollout_logprob } })) as Rollout;
+        const copy = JSON.parse(
+          JSON.stringify({
+            ...row.record,
+            tokens: {
+              role: row.record!.tokens?.role,
+              loss_mask: row.record!.tokens?.loss_mask,
+              logprob: row.record!.tokens?.logprob,
+              rollout_logprob: row.record!.tokens?.rollout_logprob,
+            },
+          }),
+        ) as Rollout;
         if (!row.record!.tokens) delete copy.tokens;
         const o = { isLevel: level, isCap: 1.5, ratioLow: 0.9, ratioHigh: 1.1 };
         const viaColumns = plain(auditRollout(row.record!, o));
@@ -160,7 +182,11 @@ describe('token store', function () {
       'ts.records_to_step(sys.argv[2], "step-000005", recs)',
       'print(json.dumps(ts.read_step(sys.argv[3] + "/step-000005")))',
     ].join('\n');
-    const p = await execa(found.found.executable, ['-c', py, join(dir, 'recs.json'), join(dir, 'py'), join(dir, 'ts')], { env: { PYTHONPATH: join(ROOT, 'trainer') } });
+    const p = await execa(
+      found.found.executable,
+      ['-c', py, join(dir, 'recs.json'), join(dir, 'py'), join(dir, 'ts')],
+      { env: { PYTHONPATH: join(ROOT, 'trainer') } },
+    );
     const fromPython = JSON.parse(p.stdout) as Rollout[];
     fromPython.forEach((r, i) => sameAsFloat32(r, recs[i], `python read ${i}`));
     const step = await StoreStep.open(join(dir, 'py', 'step-000005'));
@@ -171,19 +197,44 @@ describe('token store', function () {
     const run = scratchDir('sas-tstore-run-');
     const rollouts = join(run, 'rollouts');
     mkdirSync(rollouts, { recursive: true });
-    writeFileSync(join(run, 'run.json'), JSON.stringify({ v: 1, id: 'run', status: 'running', created: 'x', config: { rollout: { dialect: 'searchr1' } } }));
+    writeFileSync(
+      join(run, 'run.json'),
+      JSON.stringify({
+        v: 1,
+        id: 'run',
+        status: 'running',
+        created: 'x',
+        config: { rollout: { dialect: 'searchr1' } },
+      }),
+    );
     await writeStoreStep(rollouts, 'step-000002', records(2));
     await writeStoreStep(rollouts, 'val-step-000000', records(0, 3));
-    writeFileSync(join(rollouts, 'step-000001.jsonl'), `${records(1, 4).map((r) => JSON.stringify(r)).join('\n')}\n`);
+    writeFileSync(
+      join(rollouts, 'step-000001.jsonl'),
+      `${records(1, 4)
+        .map((r) => JSON.stringify(r))
+        .join('\n')}\n`,
+    );
     mkdirSync(join(rollouts, '.step-000003.tmp-1-abcdef'));
     writeFileSync(join(rollouts, '.step-000003.tmp-1-abcdef', 'rollouts.parquet'), 'PAR1 half');
     const parts = (await rolloutFiles(run)).map((f) => f.slice(rollouts.length + 1));
     assert.deepEqual(parts, ['val-step-000000', 'step-000001.jsonl', 'step-000002']);
-    assert.deepEqual((await storeSteps(rollouts)).map((d) => d.slice(rollouts.length + 1)), ['val-step-000000', 'step-000002']);
+    assert.deepEqual(
+      (await storeSteps(rollouts)).map((d) => d.slice(rollouts.length + 1)),
+      ['val-step-000000', 'step-000002'],
+    );
     const store = await RolloutStore.open(run, { follow: true });
     assert.equal(store.count, 3 + 4 + 12);
     const rows = await store.rows(5, 9);
-    assert.deepEqual(rows.map((r) => [r.file.slice(rollouts.length + 1), r.line]), [['step-000001.jsonl', 3], ['step-000001.jsonl', 4], ['step-000002', 1], ['step-000002', 2]]);
+    assert.deepEqual(
+      rows.map((r) => [r.file.slice(rollouts.length + 1), r.line]),
+      [
+        ['step-000001.jsonl', 3],
+        ['step-000001.jsonl', 4],
+        ['step-000002', 1],
+        ['step-000002', 2],
+      ],
+    );
     assert.equal(rows[2]!.record!.tokens!.text[0], records(2)[0]!.tokens!.text[0]);
     assert.equal((await readPartRow(join(rollouts, 'step-000002'), 3))!.record!.id, records(2)[2]!.id);
     // the table's facts and its text search over a store
@@ -228,7 +279,10 @@ describe('token store', function () {
       await writeStoreStep(rollouts, `step-00000${step}`, recs);
       all.push(...recs);
     }
-    writeFileSync(join(run, 'run.json'), JSON.stringify({ v: 1, id: 'run', status: 'finished', created: 'x', config: {} }));
+    writeFileSync(
+      join(run, 'run.json'),
+      JSON.stringify({ v: 1, id: 'run', status: 'finished', created: 'x', config: {} }),
+    );
     assert.equal(await detectSource(run), 'rollouts');
     assert.equal(await detectSource(join(rollouts, 'step-000002')), 'rollouts');
     assert.equal(await detectSource(join(rollouts, 'step-000002', 'rollouts.parquet')), 'rollouts');
@@ -239,29 +293,44 @@ describe('token store', function () {
     const stream = new AuditStream({}, (a) => seen.push(a.id));
     for await (const item of readSource(run, undefined, {}, 'audit')) stream.add(item.record!);
     const got = stream.finish();
-    assert.deepEqual(seen, all.map((r) => r.id));
+    assert.deepEqual(
+      seen,
+      all.map((r) => r.id),
+    );
     assert.deepEqual(plain(got), plain(want));
     assert.ok(got.search_collapse_steps.includes(3) && (got.alarms['search-collapse'] ?? 0) > 0);
     // the CLI (streamed --json), the same findings as on the JSONL export
     const exported = join(run, 'all.jsonl');
     const e = await cli('export', 'jsonl', run, '--out', exported);
     assert.equal(e.exitCode, 0, e.stderr);
-    const lines = readFileSync(exported, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Rollout);
+    const lines = readFileSync(exported, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Rollout);
     assert.equal(lines.length, all.length);
-    lines.forEach((l, i) => assert.deepEqual(l, plain(all[i])), 'export jsonl gives the records back exactly (6-decimal numbers)');
+    lines.forEach(
+      (l, i) => assert.deepEqual(l, plain(all[i])),
+      'export jsonl gives the records back exactly (6-decimal numbers)',
+    );
     const [a, b] = await Promise.all([cli('audit', run, '--json'), cli('audit', exported, '--json')]);
     assert.equal(a.exitCode, 1);
     const ja = JSON.parse(a.stdout);
     const jb = JSON.parse(b.stdout);
     // the same findings; numbers as float32 against the JSON's 6 decimals
     const close = (x: unknown, y: unknown): void => {
-      if (typeof x === 'number' && typeof y === 'number') assert.ok(Math.abs(x - y) <= 1e-6 * Math.max(1, Math.abs(y)) * 8, `${x} vs ${y}`);
-      else if (x && y && typeof x === 'object') for (const k of Object.keys(y as object)) close((x as Record<string, unknown>)[k], (y as Record<string, unknown>)[k]);
+      if (typeof x === 'number' && typeof y === 'number')
+        assert.ok(Math.abs(x - y) <= 1e-6 * Math.max(1, Math.abs(y)) * 8, `${x} vs ${y}`);
+      else if (x && y && typeof x === 'object')
+        for (const k of Object.keys(y as object))
+          close((x as Record<string, unknown>)[k], (y as Record<string, unknown>)[k]);
       else assert.deepEqual(x, y);
     };
     close(ja.rollouts, jb.rollouts);
     close(ja.summary, jb.summary);
-    assert.deepEqual(ja.rollouts.map((r: { leaks: number[]; alarms: string[] }) => [r.leaks, r.alarms]), jb.rollouts.map((r: { leaks: number[]; alarms: string[] }) => [r.leaks, r.alarms]));
+    assert.deepEqual(
+      ja.rollouts.map((r: { leaks: number[]; alarms: string[] }) => [r.leaks, r.alarms]),
+      jb.rollouts.map((r: { leaks: number[]; alarms: string[] }) => [r.leaks, r.alarms]),
+    );
     // the dashboard's per-step audit
     const series = await new RunAudit(run).update();
     assert.deepEqual(plain(series), plain(want.steps));
@@ -271,7 +340,10 @@ describe('token store', function () {
     assert.deepEqual(plain(await again.update()), plain(want.steps));
     assert.equal(await again.update(), undefined, 'nothing changed since');
     renameSync(join(rollouts, 'step-000003'), join(rollouts, '.step-000003.gone'));
-    assert.deepEqual((await again.update())!.map((x) => x.step), [1, 2]);
+    assert.deepEqual(
+      (await again.update())!.map((x) => x.step),
+      [1, 2],
+    );
     renameSync(join(rollouts, '.step-000003.gone'), join(rollouts, 'step-000003'));
     // per step export: the layout train.record.format "jsonl" writes
     const e2 = await cli('export', 'jsonl', join(rollouts, 'step-000002'), '--out', join(run, 'out'));

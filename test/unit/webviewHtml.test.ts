@@ -22,7 +22,10 @@ describe('webview HTML and CSP', () => {
       webview: 'dashboard',
       cspSource: CSP_SOURCE,
       scripts: ['https://x/dist/webview/dashboard.js'],
-      styles: [{ href: 'https://x/dist/codicons/codicon.css', id: 'vscode-codicon-stylesheet' }, 'https://x/media/webview.css'],
+      styles: [
+        { href: 'https://x/dist/codicons/codicon.css', id: 'vscode-codicon-stylesheet' },
+        'https://x/media/webview.css',
+      ],
     });
     const csp = cspOf(html);
     assert.deepEqual(csp.get('default-src'), ["'none'"]);
@@ -39,7 +42,10 @@ describe('webview HTML and CSP', () => {
       assert.match(attrs!, /src="https:\/\/x\/dist\/webview\/dashboard\.js"/);
       assert.equal(body, '');
     }
-    assert.match(html, /<link rel="stylesheet" href="https:\/\/x\/dist\/codicons\/codicon.css" id="vscode-codicon-stylesheet">/);
+    assert.match(
+      html,
+      /<link rel="stylesheet" href="https:\/\/x\/dist\/codicons\/codicon.css" id="vscode-codicon-stylesheet">/,
+    );
   });
 
   it('uses a fresh 128-bit nonce per document', () => {
@@ -75,7 +81,12 @@ describe('webview HTML and CSP', () => {
   });
 
   it('accepts the CSP sources VS Code and code-server hand out', () => {
-    for (const source of [CSP_SOURCE, "'self' https://*.vscode-cdn.net", 'vscode-webview-resource:', 'vscode-resource: https://file+.vscode-resource.vscode-cdn.net']) {
+    for (const source of [
+      CSP_SOURCE,
+      "'self' https://*.vscode-cdn.net",
+      'vscode-webview-resource:',
+      'vscode-resource: https://file+.vscode-resource.vscode-cdn.net',
+    ]) {
       const csp = contentSecurityPolicy(source, makeNonce());
       assert.ok(csp.includes(`style-src ${source};`), csp);
     }

@@ -38,10 +38,15 @@ CPU_CACHE_ENTRIES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACIT
 def main(argv: list[str] | None = None) -> int:
     for key, value in CPU_CACHE_ENTRIES.items():
         os.environ.setdefault(key, value)
-    parser = argparse.ArgumentParser(prog="python -m search_agent_trainer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m search_agent_trainer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--check", action="store_true", help="print this interpreter's training environment as JSON")
-    parser.add_argument("--config", help="run config (*.run.json); with --resume, defaults to the config in the run directory's run.json")
+    parser.add_argument(
+        "--config",
+        help="run config (*.run.json); with --resume, defaults to the config in the run directory's run.json",
+    )
     parser.add_argument("--run-dir", help="run directory (created if missing)")
     parser.add_argument("--env-url", help="env server URL, e.g. http://127.0.0.1:8000")
     parser.add_argument("--resume", action="store_true", help="continue from the run directory's last checkpoint")

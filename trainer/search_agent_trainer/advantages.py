@@ -41,7 +41,9 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) 
     return out if shift_mean else out + mean
 
 
-def token_rewards(scores: torch.Tensor, last_index: torch.Tensor, R: int, kl: torch.Tensor | None = None, kl_coef: float = 0.0) -> torch.Tensor:
+def token_rewards(
+    scores: torch.Tensor, last_index: torch.Tensor, R: int, kl: torch.Tensor | None = None, kl_coef: float = 0.0
+) -> torch.Tensor:
     """(B, R): the score at `last_index[i]` (the last generated token), minus `kl_coef · kl` where kl is given."""
     r = torch.zeros(scores.shape[0], R, dtype=torch.float32, device=scores.device)
     r[torch.arange(scores.shape[0], device=scores.device), last_index] = scores.float()
@@ -50,7 +52,9 @@ def token_rewards(scores: torch.Tensor, last_index: torch.Tensor, R: int, kl: to
     return r
 
 
-def grpo_outcome_advantage(scores: torch.Tensor, groups: Sequence[int | str], norm_adv_by_std: bool = True, eps: float = EPS) -> torch.Tensor:
+def grpo_outcome_advantage(
+    scores: torch.Tensor, groups: Sequence[int | str], norm_adv_by_std: bool = True, eps: float = EPS
+) -> torch.Tensor:
     """(B,) group-normalised advantages. A group of one sample gets mean 0 and std 1 (veRL's convention);
     std is the unbiased sample standard deviation (torch.std), as in veRL and TRL."""
     by_group: dict[int | str, list[int]] = defaultdict(list)
@@ -76,7 +80,9 @@ def zero_std_group_fraction(scores: torch.Tensor, groups: Sequence[int | str]) -
     return sum(1 for v in sized if max(v) == min(v)) / len(sized) if sized else 0.0
 
 
-def reinforce_plus_plus_advantage(rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, whiten_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def reinforce_plus_plus_advantage(
+    rewards: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, whiten_mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages, returns), both (B, R). Returns are discounted sums of the token rewards. A position outside the
     mask passes the running return through: veRL's loop resets it there (its mask was meant as the padding after
     EOS), which in a multi-turn trajectory would zero the return of every turn before a retrieved block. Whitened
@@ -90,7 +96,14 @@ def reinforce_plus_plus_advantage(rewards: torch.Tensor, mask: torch.Tensor, gam
     return adv, returns * mask
 
 
-def gae_advantage(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float = 1.0, lam: float = 1.0, whiten_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def gae_advantage(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    gamma: float = 1.0,
+    lam: float = 1.0,
+    whiten_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(advantages whitened, returns = Â + V), both (B, R), defined over `mask`. Positions with mask 0 are skipped: the
     recursion carries the next value and the running Â across them unchanged (veRL's multi-turn GAE). Whitened with
     the statistics over `whiten_mask` (the loss mask; default `mask`)."""

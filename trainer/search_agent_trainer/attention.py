@@ -23,18 +23,40 @@ NAME = "sas_sdpa_gqa"
 stats = {"grouped_decode_calls": 0}
 
 
-def grouped_sdpa(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None, is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def grouped_sdpa(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature: (B, heads, q, d) queries, (B, kv_heads, W, d) keys and values."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     groups = int(getattr(module, "num_key_value_groups", 1))
     B, H, q, D = query.shape
-    one_mask_row = attention_mask is None or (attention_mask.dim() == 4 and attention_mask.shape[1] == 1 and attention_mask.shape[2] == 1)
-    if q != 1 or groups == 1 or not one_mask_row or kwargs.get("position_bias") is not None or key.shape[1] * groups != H:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs)
+    one_mask_row = attention_mask is None or (
+        attention_mask.dim() == 4 and attention_mask.shape[1] == 1 and attention_mask.shape[2] == 1
+    )
+    if (
+        q != 1
+        or groups == 1
+        or not one_mask_row
+        or kwargs.get("position_bias") is not None
+        or key.shape[1] * groups != H
+    ):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     stats["grouped_decode_calls"] += 1
     grouped = query.reshape(B, key.shape[1], groups, D)  # query head h = kv head (h // groups), member h % groups
-    out = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        grouped, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling
+    )
     return out.reshape(B, H, 1, D).transpose(1, 2).contiguous(), None
 
 

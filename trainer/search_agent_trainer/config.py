@@ -43,12 +43,23 @@ def resolve_path(value: str, base: Path) -> str:
     if value.startswith("builtin:"):
         name = value[len("builtin:") :]
         if name not in BUILTIN_DATA:
-            raise ConfigError(f"unknown built-in data {value!r}; the built-ins are " + ", ".join(f"builtin:{k}" for k in BUILTIN_DATA))
+            raise ConfigError(
+                f"unknown built-in data {value!r}; the built-ins are " + ", ".join(f"builtin:{k}" for k in BUILTIN_DATA)
+            )
         return str(EXAMPLES / BUILTIN_DATA[name])
     return value if os.path.isabs(value) else str((base / value).resolve())
 
 
-PATH_KEYS = (("data", "train"), ("data", "eval"), ("model", "path"), ("model", "init"), ("retriever", "corpus"), ("retriever", "index"), ("retriever", "model"), ("trl", "accelerate_config"))
+PATH_KEYS = (
+    ("data", "train"),
+    ("data", "eval"),
+    ("model", "path"),
+    ("model", "init"),
+    ("retriever", "corpus"),
+    ("retriever", "index"),
+    ("retriever", "model"),
+    ("trl", "accelerate_config"),
+)
 
 
 def former_builtin_name(value: str) -> str | None:
@@ -204,7 +215,9 @@ def config_from_dict(raw: Any, base: Path | None = None, source: str = "config")
         # A curriculum's steps are its stages' sum; train.steps, if given, must say the same.
         total = sum(int(s["steps"]) for s in train["stages"])
         if "steps" in train and train["steps"] != total:
-            raise ConfigError(f"{source}: train.steps: {train['steps']} is not the sum of train.stages' steps ({total}): leave train.steps out, or make it {total}")
+            raise ConfigError(
+                f"{source}: train.steps: {train['steps']} is not the sum of train.stages' steps ({total}): leave train.steps out, or make it {total}"
+            )
         raw = {**raw, "train": {**train, "steps": total}}
         steps = total
     cfg = Section(with_defaults(schema, apply_preset(raw, steps)))
@@ -220,7 +233,12 @@ def config_from_dict(raw: Any, base: Path | None = None, source: str = "config")
     # What stored_config writes back: the paths named builtin:NAME (an attribute, not a key: the config stays the schema's).
     object.__setattr__(cfg, "builtin_names", builtin_names)
     reward = cfg.get("reward")
-    if isinstance(reward, dict) and isinstance(reward.get("module"), str) and not reward["module"].startswith("builtin:") and not os.path.isabs(reward["module"]):
+    if (
+        isinstance(reward, dict)
+        and isinstance(reward.get("module"), str)
+        and not reward["module"].startswith("builtin:")
+        and not os.path.isabs(reward["module"])
+    ):
         reward["module"] = str((base / reward["module"]).resolve())
     _check(cfg, source, schema)
     return cfg
@@ -230,37 +248,59 @@ def _check(cfg: Section, source: str, schema: dict[str, Any]) -> None:
     """Cross-field rules the schema cannot express, and what the config's engine cannot do."""
     problems = engine_issues(schema, cfg)
     if cfg.model.kind == "hf" and not cfg.model.path:
-        problems.append("model.path: is required when model.kind is \"hf\"")
+        problems.append('model.path: is required when model.kind is "hf"')
     if cfg.model.lora and cfg.model.kind != "hf":
-        problems.append("model.lora: LoRA applies to model.kind \"hf\" only")
+        problems.append('model.lora: LoRA applies to model.kind "hf" only')
     if cfg.model.lora and cfg.model.lora.get("dropout", 0) > 0 and not cfg.model.dropout:
-        problems.append(f"model.lora.dropout: {cfg.model.lora['dropout']} needs model.dropout: true (dropout is off by default, so on-policy log-probs match the sampler's)")
+        problems.append(
+            f"model.lora.dropout: {cfg.model.lora['dropout']} needs model.dropout: true (dropout is off by default, so on-policy log-probs match the sampler's)"
+        )
     if cfg.algorithm.clip_ratio_c is not None and cfg.algorithm.clip_ratio_c <= 1:
-        problems.append(f"algorithm.clip_ratio_c: must be greater than 1 (dual-clip's lower bound on the loss), got {cfg.algorithm.clip_ratio_c}")
+        problems.append(
+            f"algorithm.clip_ratio_c: must be greater than 1 (dual-clip's lower bound on the loss), got {cfg.algorithm.clip_ratio_c}"
+        )
     if cfg.optim.micro_batch_size > cfg.optim.mini_batch_size:
-        problems.append(f"optim.micro_batch_size ({cfg.optim.micro_batch_size}) is larger than optim.mini_batch_size ({cfg.optim.mini_batch_size})")
+        problems.append(
+            f"optim.micro_batch_size ({cfg.optim.micro_batch_size}) is larger than optim.mini_batch_size ({cfg.optim.mini_batch_size})"
+        )
     if cfg.algorithm.name == "grpo" and cfg.rollout.n < 2:
         problems.append("rollout.n: GRPO needs at least 2 samples per prompt (a group)")
     if cfg.algorithm.skip_zero_std_groups:
         if cfg.algorithm.name != "grpo":
-            problems.append(f"algorithm.skip_zero_std_groups: applies to GRPO only (a group whose rewards are all equal has advantage 0 there); algorithm.name is \"{cfg.algorithm.name}\"")
+            problems.append(
+                f'algorithm.skip_zero_std_groups: applies to GRPO only (a group whose rewards are all equal has advantage 0 there); algorithm.name is "{cfg.algorithm.name}"'
+            )
         elif cfg.algorithm.kl_in_reward:
-            problems.append("algorithm.skip_zero_std_groups: cannot be used with algorithm.kl_in_reward (the KL in the reward gives every group a signal)")
+            problems.append(
+                "algorithm.skip_zero_std_groups: cannot be used with algorithm.kl_in_reward (the KL in the reward gives every group a signal)"
+            )
     elif cfg.algorithm.zero_std_keep:
-        problems.append(f"algorithm.zero_std_keep: {cfg.algorithm.zero_std_keep} has no effect without algorithm.skip_zero_std_groups: true (it is the share of the flat groups' sequences that skipping keeps)")
-    mixes = [("data.hops_mix", cfg.data.hops_mix)] + [(f"train.stages[{i}].hops_mix", st.get("hops_mix")) for i, st in enumerate(cfg.train.stages or [])]
+        problems.append(
+            f"algorithm.zero_std_keep: {cfg.algorithm.zero_std_keep} has no effect without algorithm.skip_zero_std_groups: true (it is the share of the flat groups' sequences that skipping keeps)"
+        )
+    mixes = [("data.hops_mix", cfg.data.hops_mix)] + [
+        (f"train.stages[{i}].hops_mix", st.get("hops_mix")) for i, st in enumerate(cfg.train.stages or [])
+    ]
     for where, mix in mixes:
         bad_hops = [k for k in (mix or {}) if not k.isdigit() or int(k) < 1]
         if bad_hops:
             problems.append(f"{where}: keys are the hops of a question (1, 2, …), got {bad_hops[0]!r}")
     if cfg.rollout.dialect == "toolcall":
         if cfg.model.kind == "tiny":
-            problems.append('rollout.dialect: "toolcall" needs model.kind "hf": tool calls are written with the model\'s chat template, and the built-in tiny policy has none (it speaks "searchr1" only)')
+            problems.append(
+                'rollout.dialect: "toolcall" needs model.kind "hf": tool calls are written with the model\'s chat template, and the built-in tiny policy has none (it speaks "searchr1" only)'
+            )
         if not cfg.data.chat_template:
-            problems.append('data.chat_template: rollout.dialect "toolcall" renders the prompt and the tool turns with the chat template; it cannot be false')
+            problems.append(
+                'data.chat_template: rollout.dialect "toolcall" renders the prompt and the tool turns with the chat template; it cannot be false'
+            )
         if cfg.train.supervised_warmup.steps:
-            problems.append('train.supervised_warmup: the warm start writes Search-R1\'s tags only; it cannot be used with rollout.dialect "toolcall"')
+            problems.append(
+                'train.supervised_warmup: the warm start writes Search-R1\'s tags only; it cannot be used with rollout.dialect "toolcall"'
+            )
         if cfg.rollout.strict_actions:
-            problems.append('rollout.strict_actions: reads Search-R1\'s <search>/<answer> tags; the tool-call dialect parses its calls as JSON already (an invalid call is answered as one)')
+            problems.append(
+                "rollout.strict_actions: reads Search-R1's <search>/<answer> tags; the tool-call dialect parses its calls as JSON already (an invalid call is answered as one)"
+            )
     if problems:
         raise ConfigError(f"{source}: " + "; ".join(problems))

@@ -60,5 +60,9 @@ def stage_of(all_stages: list[Stage], step: int) -> Stage:
 
 
 def describe(s: Stage, total_stages: int) -> str:
-    mix = "the data's own mix" if not s.hops_mix else "hops_mix " + ", ".join(f"{h}: {w:g}" for h, w in s.hops_mix.items())
+    mix = (
+        "the data's own mix"
+        if not s.hops_mix
+        else "hops_mix " + ", ".join(f"{h}: {w:g}" for h, w in s.hops_mix.items())
+    )
     return f"stage {s.index + 1} of {total_stages}: steps {s.start + 1}–{s.end}, {mix}"

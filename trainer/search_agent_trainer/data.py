@@ -17,9 +17,9 @@ import json
 import random
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,15 @@ def _example(obj: Any) -> tuple[Example | None, str | None]:
     hops, kind, bridge, problems = meta_fields(obj.get("meta"))
     if problems:
         return None, problems[0]
-    return Example(id=str(ident) if ident is not None else "", question=q.strip(), golden=tuple(golden), data_source=ds, hops=hops, kind=kind, bridge=bridge), None
+    return Example(
+        id=str(ident) if ident is not None else "",
+        question=q.strip(),
+        golden=tuple(golden),
+        data_source=ds,
+        hops=hops,
+        kind=kind,
+        bridge=bridge,
+    ), None
 
 
 def meta_fields(meta: Any) -> tuple[int | None, str | None, tuple[str, ...] | None, list[str]]:
@@ -75,7 +83,11 @@ def meta_fields(meta: Any) -> tuple[int | None, str | None, tuple[str, ...] | No
         kind = None
     if isinstance(bridge, str):
         bridge = [bridge]
-    if bridge is not None and (not isinstance(bridge, (list, tuple)) or not bridge or not all(isinstance(b, str) and normalize(b) for b in bridge)):
+    if bridge is not None and (
+        not isinstance(bridge, (list, tuple))
+        or not bridge
+        or not all(isinstance(b, str) and normalize(b) for b in bridge)
+    ):
         problems.append("meta.bridge: expected a name or a non-empty array of names (strings with a letter or digit)")
         bridge = None
     return hops, kind.strip() if kind else None, tuple(b.strip() for b in bridge) if bridge else None, problems
@@ -168,7 +180,9 @@ class EpochSampler:
 
     def load_state_dict(self, s: dict[str, int]) -> None:
         if s.get("size") != self.size:
-            raise DatasetError(f"the checkpoint's dataset had {s.get('size')} examples, this one has {self.size}: resume with the same data")
+            raise DatasetError(
+                f"the checkpoint's dataset had {s.get('size')} examples, this one has {self.size}: resume with the same data"
+            )
         self.seed, self.epoch, self.pos = s["seed"], s["epoch"], s["pos"]
         self._order = self._permutation(self.epoch)
 
@@ -182,7 +196,9 @@ class MixSampler:
     def __init__(self, hops: Sequence[int | None], mix: dict[int, float], seed: int):
         missing = sorted({i for i, h in enumerate(hops) if h is None})
         if missing:
-            raise DatasetError(f"data.hops_mix needs meta.hops on every training example; example {missing[0] + 1} has none")
+            raise DatasetError(
+                f"data.hops_mix needs meta.hops on every training example; example {missing[0] + 1} has none"
+            )
         total = sum(mix.values())
         if total <= 0:
             raise DatasetError("data.hops_mix: the weights sum to 0")
@@ -209,6 +225,8 @@ class MixSampler:
     def load_state_dict(self, s: dict[str, Any]) -> None:
         saved = s.get("hops_mix")
         if not isinstance(saved, dict) or set(saved) != {str(h) for h in self.samplers}:
-            raise DatasetError("the checkpoint was made with another data.hops_mix (or none): resume with the same config")
+            raise DatasetError(
+                "the checkpoint was made with another data.hops_mix (or none): resume with the same config"
+            )
         for h, sub in self.samplers.items():
             sub.load_state_dict(saved[str(h)])

@@ -49,7 +49,9 @@ class Dialect(Protocol):
     """How the model acts and how the environment answers (Search-R1's tags, or tool calls)."""
 
     name: str
-    strict: bool  # actions read strictly (rollout.strict_actions; Search-R1 tags only): trajectories carry it to /reward
+    strict: (
+        bool  # actions read strictly (rollout.strict_actions; Search-R1 tags only): trajectories carry it to /reward
+    )
 
     def stops(self, tokenizer: Any) -> Stops: ...
 
@@ -65,7 +67,15 @@ class Dialect(Protocol):
         """A generated turn's action, from its text."""
         ...
 
-    def observation(self, tokenizer: Any, response_ids: Sequence[int], replies: list[tuple[str, str]], feedback: str | None, max_obs_length: int, cut: dict[str, int]) -> Spans:
+    def observation(
+        self,
+        tokenizer: Any,
+        response_ids: Sequence[int],
+        replies: list[tuple[str, str]],
+        feedback: str | None,
+        max_obs_length: int,
+        cut: dict[str, int],
+    ) -> Spans:
         """The environment's answer to a turn (whose response so far is `response_ids`): `replies` are (role, text) per
         call (`retrieved`: the passages as `passages_to_string` writes them; `feedback`: an invalid call's error),
         `feedback` the message for a turn that called nothing. Observations longer than `max_obs_length` tokens are

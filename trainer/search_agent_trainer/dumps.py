@@ -125,7 +125,9 @@ def load_pt(path: Path, trust: bool) -> Any:
     except pickle.UnpicklingError as e:
         if "GLOBAL" not in str(e):
             why = re.search(r"WeightsUnpickler error:\s*(.+)", str(e))
-            raise Refused(f"cannot be read: not a file torch.load reads ({why.group(1).strip() if why else str(e).splitlines()[0][:200]})") from None
+            raise Refused(
+                f"cannot be read: not a file torch.load reads ({why.group(1).strip() if why else str(e).splitlines()[0][:200]})"
+            ) from None
         if not trust:
             need = re.search(r"GLOBAL ([\w.]+)", str(e))
             raise Refused(
@@ -161,7 +163,21 @@ class _SafeUnpickler(pickle.Unpickler):
             return _Batch
         if module.endswith("training_batch") and name == "_rebuild_tensor_batch":
             return _rebuild_batch
-        if module == "builtins" and name in ("dict", "list", "tuple", "set", "frozenset", "slice", "complex", "bytearray", "object", "int", "float", "str", "bool"):
+        if module == "builtins" and name in (
+            "dict",
+            "list",
+            "tuple",
+            "set",
+            "frozenset",
+            "slice",
+            "complex",
+            "bytearray",
+            "object",
+            "int",
+            "float",
+            "str",
+            "bool",
+        ):
             return getattr(builtins, name)
         if module == "collections" and name == "OrderedDict":
             return collections.OrderedDict
@@ -187,7 +203,9 @@ def load_pkl(path: Path, trust: bool) -> Any:
             return _SafeUnpickler(f).load()
         except pickle.UnpicklingError as e:
             if not trust:
-                raise Refused(f"{e}: loading it would run code the file names; pass --trust-pickle (the editor: searchAgent.import.trustPickles) only for a dump you trust") from None
+                raise Refused(
+                    f"{e}: loading it would run code the file names; pass --trust-pickle (the editor: searchAgent.import.trustPickles) only for a dump you trust"
+                ) from None
     out({"note": f"{path}: loaded with pickle.load (--trust-pickle)"})
     with open(path, "rb") as f:
         return pickle.load(f)  # noqa: S301 - the user said they trust this file
@@ -222,7 +240,15 @@ def _finish_of(status: Any) -> str | None:
     return {"truncated": "length", "aborted": "invalid", "failed": "invalid"}.get(str(s)) if s is not None else None
 
 
-def slime_samples(pack: dict[str, Any], file: Path, engine: str, step: int | None, split: str, train: dict[int, dict[str, Any]] | None, messages: dict[int, Any]) -> Iterator[dict[str, Any]]:
+def slime_samples(
+    pack: dict[str, Any],
+    file: Path,
+    engine: str,
+    step: int | None,
+    split: str,
+    train: dict[int, dict[str, Any]] | None,
+    messages: dict[int, Any],
+) -> Iterator[dict[str, Any]]:
     """slime/miles rollout dumps: {"rollout_id", "samples": [Sample.to_dict()…]} (miles adds "metadata")."""
     samples = pack.get("samples")
     if not isinstance(samples, list):
@@ -255,18 +281,33 @@ def slime_samples(pack: dict[str, Any], file: Path, engine: str, step: int | Non
                 arrays["rollout_logprob"] = _resp_aligned(lp, plen)
             index = s.get("index")
             t = (train or {}).get(int(index)) if index is not None else None
-            engine_arrays = [k for k in ("tokens", "loss_mask", "rollout_log_probs", "teacher_log_probs") if s.get(k) is not None]
+            engine_arrays = [
+                k for k in ("tokens", "loss_mask", "rollout_log_probs", "teacher_log_probs") if s.get(k) is not None
+            ]
             if t is not None:
                 if t.get("loss_mask") is not None and len(t["loss_mask"]) == rlen:
                     mask = [int(x) for x in t["loss_mask"]]  # what the trainer used
-                for ours, theirs in (("logprob", "log_probs"), ("ref_logprob", "ref_log_probs"), ("advantage", "advantages"), ("entropy", "entropy")):
+                for ours, theirs in (
+                    ("logprob", "log_probs"),
+                    ("ref_logprob", "ref_log_probs"),
+                    ("advantage", "advantages"),
+                    ("entropy", "entropy"),
+                ):
                     v = t.get(theirs)
                     if v is not None and len(v) == rlen:
                         arrays[ours] = _resp_aligned(v, plen)
                         engine_arrays.append(f"train:{theirs}")
             reward = s.get("reward")
-            parts = {k: x for k, v in reward.items() if (x := _num(v)) is not None} if isinstance(reward, dict) else None
-            meta: dict[str, Any] = {engine: {k: _plain(s.get(k)) for k in ("index", "group_index", "status", "remove_sample", "weight_versions", "rollout_id") if s.get(k) is not None}}
+            parts = (
+                {k: x for k, v in reward.items() if (x := _num(v)) is not None} if isinstance(reward, dict) else None
+            )
+            meta: dict[str, Any] = {
+                engine: {
+                    k: _plain(s.get(k))
+                    for k in ("index", "group_index", "status", "remove_sample", "weight_versions", "rollout_id")
+                    if s.get(k) is not None
+                }
+            }
             if isinstance(s.get("metadata"), dict):
                 meta[engine]["metadata"] = _plain({k: v for k, v in s["metadata"].items() if k != "messages"})
             msgs = messages.get(int(index)) if index is not None else None
@@ -277,8 +318,16 @@ def slime_samples(pack: dict[str, Any], file: Path, engine: str, step: int | Non
             if t is not None and t.get("raw_reward") is not None:
                 meta[engine]["raw_reward"] = _plain(t["raw_reward"])
             sample: dict[str, Any] = {
-                "engine": engine, "file": str(file), "line": row, "split": split, "ids": ids, "prompt_length": plen,
-                "loss_mask": [0] * plen + [1 if x else 0 for x in mask], "arrays": arrays, "engine_arrays": engine_arrays, "meta": meta,
+                "engine": engine,
+                "file": str(file),
+                "line": row,
+                "split": split,
+                "ids": ids,
+                "prompt_length": plen,
+                "loss_mask": [0] * plen + [1 if x else 0 for x in mask],
+                "arrays": arrays,
+                "engine_arrays": engine_arrays,
+                "meta": meta,
             }
             if step is not None:
                 sample["step"] = step
@@ -308,7 +357,9 @@ def miles_train_rows(files: Sequence[Path], trust: bool) -> tuple[dict[int, dict
         pack = load_pt(f, trust)
         cols = pack.get("rollout_data") or {}
         if int(pack.get("cp_size", 1) or 1) > 1:
-            notes.append(f"{f}: context-parallel slices (cp_size {pack.get('cp_size')}) are not reassembled; its log-probs and advantages are left out")
+            notes.append(
+                f"{f}: context-parallel slices (cp_size {pack.get('cp_size')}) are not reassembled; its log-probs and advantages are left out"
+            )
             continue
         for r, si in enumerate(_list(cols.get("sample_indices")) or []):
             si = int(si)
@@ -354,11 +405,27 @@ def _skyrl_samples(batch: dict[str, Any], file: Path) -> Iterator[dict[str, Any]
             if r > len(real) or r > width:
                 raise ValueError("response_mask", f"{r} response tokens but the sequence has {len(real)}")
             plen = len(real) - r
-            cut = lambda a: None if a is None else a[i][width - r:]  # noqa: E731, B023 - right-aligned response columns; used in this iteration
+            cut = lambda a: None if a is None else a[i][width - r :]  # noqa: E731, B023 - right-aligned response columns; used in this iteration
             sample: dict[str, Any] = {
-                "engine": "skyrl", "file": str(file), "line": i + 1, "split": "train", "ids": real, "prompt_length": plen,
-                "loss_mask": [0] * plen + [1 if x else 0 for x in cut(loss).tolist()], "engine_arrays": present,
-                "arrays": {ours: _resp_aligned(cut(t.get(theirs)), plen) for ours, theirs in (("rollout_logprob", "rollout_logprobs"), ("logprob", "action_log_probs"), ("ref_logprob", "base_action_log_probs"), ("advantage", "advantages"), ("value", "values")) if t.get(theirs) is not None},
+                "engine": "skyrl",
+                "file": str(file),
+                "line": i + 1,
+                "split": "train",
+                "ids": real,
+                "prompt_length": plen,
+                "loss_mask": [0] * plen + [1 if x else 0 for x in cut(loss).tolist()],
+                "engine_arrays": present,
+                "arrays": {
+                    ours: _resp_aligned(cut(t.get(theirs)), plen)
+                    for ours, theirs in (
+                        ("rollout_logprob", "rollout_logprobs"),
+                        ("logprob", "action_log_probs"),
+                        ("ref_logprob", "base_action_log_probs"),
+                        ("advantage", "advantages"),
+                        ("value", "values"),
+                    )
+                    if t.get(theirs) is not None
+                },
                 "meta": {"skyrl": {"row": i}},
             }
             if step is not None:
@@ -386,16 +453,22 @@ def plan(path: Path, kind: str | None) -> tuple[str, list[tuple[str, Path]]]:
     if not path.is_dir():
         raise Refused("no such file or directory")
     for d in (path / "dumped_data", path):
-        pkls = sorted(d.glob("*.pkl"), key=lambda p: (int(m.group(1)) if (m := re.search(r"(\d+)", p.name)) else 0, p.name))
+        pkls = sorted(
+            d.glob("*.pkl"), key=lambda p: (int(m.group(1)) if (m := re.search(r"(\d+)", p.name)) else 0, p.name)
+        )
         if pkls:
             return kind or "skyrl", [("skyrl", p) for p in pkls]
     rollout_dir = path / "rollout_data" if (path / "rollout_data").is_dir() else path
     pts = [p for p in rollout_dir.glob("*.pt") if _rid(p) is not None]
     if pts:
         pts.sort(key=lambda p: (_rid(p)[1], _rid(p)[0]))  # type: ignore[index]
-        miles = (path / "train_data").is_dir() or (path / "trajectory").is_dir() or (path / "dashboard_columns").is_dir()
+        miles = (
+            (path / "train_data").is_dir() or (path / "trajectory").is_dir() or (path / "dashboard_columns").is_dir()
+        )
         return kind or ("miles" if miles else "slime"), [("rollout", p) for p in pts]
-    raise Refused("no slime/miles rollout dumps (*.pt, rollout_data/*.pt) or SkyRL batches (*.pkl, dumped_data/*.pkl) here")
+    raise Refused(
+        "no slime/miles rollout dumps (*.pt, rollout_data/*.pt) or SkyRL batches (*.pkl, dumped_data/*.pkl) here"
+    )
 
 
 def read(path: Path, kind: str | None, trust: bool) -> int:
@@ -416,13 +489,18 @@ def read(path: Path, kind: str | None, trust: bool) -> int:
                 if not isinstance(pack, dict):
                     raise Refused(f"expected a dict, got {type(pack).__name__}")
                 if "rollout_data" in pack and "samples" not in pack:
-                    raise Refused("a miles train_data shard: open the --dump-details directory (its rollout_data/ holds the samples)")
+                    raise Refused(
+                        "a miles train_data shard: open the --dump-details directory (its rollout_data/ holds the samples)"
+                    )
                 rid = _rid(f)
                 split = "val" if rid and rid[0] else "train"
                 train: dict[int, dict[str, Any]] | None = None
                 messages: dict[int, Any] = {}
                 if rid is not None and (base / "train_data").is_dir() and not rid[0]:
-                    shards = sorted((base / "train_data").glob(f"{rid[1]}_*.pt"), key=lambda p: int(p.stem.rsplit("_", 1)[1]) if p.stem.rsplit("_", 1)[1].isdigit() else 0)
+                    shards = sorted(
+                        (base / "train_data").glob(f"{rid[1]}_*.pt"),
+                        key=lambda p: int(p.stem.rsplit("_", 1)[1]) if p.stem.rsplit("_", 1)[1].isdigit() else 0,
+                    )
                     train, notes = miles_train_rows(shards, trust)
                     for n in notes:
                         out({"note": n})
@@ -441,7 +519,16 @@ def read(path: Path, kind: str | None, trust: bool) -> int:
         except Refused as e:
             out({"issue": {"file": str(f), "line": 0, "field": "", "message": str(e)}})
         except Exception as e:  # noqa: BLE001 - a file we cannot read is reported, the others go on
-            out({"issue": {"file": str(f), "line": 0, "field": "", "message": f"cannot be read: {type(e).__name__}: {e}"}})
+            out(
+                {
+                    "issue": {
+                        "file": str(f),
+                        "line": 0,
+                        "field": "",
+                        "message": f"cannot be read: {type(e).__name__}: {e}",
+                    }
+                }
+            )
         out({"file": str(f), "samples": count})
     return 0
 
@@ -450,7 +537,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m search_agent_trainer.dumps", description=__doc__.split("\n\n")[0])
     p.add_argument("path")
     p.add_argument("--kind", choices=ENGINES)
-    p.add_argument("--trust-pickle", action="store_true", help="load files the restricted loaders refuse (runs code the file names)")
+    p.add_argument(
+        "--trust-pickle",
+        action="store_true",
+        help="load files the restricted loaders refuse (runs code the file names)",
+    )
     a = p.parse_args(argv)
     return read(Path(a.path), a.kind, a.trust_pickle)
 

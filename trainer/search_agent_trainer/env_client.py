@@ -34,7 +34,10 @@ class EnvClient:
         self.retries = retries
         self.backoff_s = backoff_s
         self.seconds = {"retrieve": 0.0}  # time spent in /retrieve (the rollout's environment share)
-        self._calls: dict[str, list[tuple[float | None, float]]] = {"retrieve": [], "reward": []}  # (server ms, round-trip ms)
+        self._calls: dict[str, list[tuple[float | None, float]]] = {
+            "retrieve": [],
+            "reward": [],
+        }  # (server ms, round-trip ms)
         self._timeouts = {"retrieve": 0, "reward": 0}
 
     def take_stats(self) -> dict[str, float]:
@@ -61,14 +64,21 @@ class EnvClient:
         data = None if body is None else json.dumps(body).encode("utf-8")
         last: Exception | None = None
         for attempt in range(self.retries + 1):
-            req = urllib.request.Request(self.url + path, data=data, method=method, headers={"content-type": "application/json", "x-client-pid": str(os.getpid())})
+            req = urllib.request.Request(
+                self.url + path,
+                data=data,
+                method=method,
+                headers={"content-type": "application/json", "x-client-pid": str(os.getpid())},
+            )
             t0 = time.perf_counter()
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout_s) as res:
                     out = json.loads(res.read().decode("utf-8"))
                     name = path.strip("/")
                     if name in self._calls:
-                        self._calls[name].append((server_ms(res.headers.get("server-timing"), name), (time.perf_counter() - t0) * 1000))
+                        self._calls[name].append(
+                            (server_ms(res.headers.get("server-timing"), name), (time.perf_counter() - t0) * 1000)
+                        )
                     return out
             except urllib.error.HTTPError as e:
                 try:
@@ -79,12 +89,16 @@ class EnvClient:
             except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
                 last = e
                 name = path.strip("/")
-                if name in self._timeouts and (isinstance(e, TimeoutError) or isinstance(getattr(e, "reason", None), TimeoutError)):
+                if name in self._timeouts and (
+                    isinstance(e, TimeoutError) or isinstance(getattr(e, "reason", None), TimeoutError)
+                ):
                     self._timeouts[name] += 1
                 if attempt < self.retries:
                     time.sleep(self.backoff_s * (2**attempt))
         reason = getattr(last, "reason", last)
-        raise EnvError(f"{method} {self.url}{path}: the env server did not answer after {self.retries + 1} attempts ({reason})")
+        raise EnvError(
+            f"{method} {self.url}{path}: the env server did not answer after {self.retries + 1} attempts ({reason})"
+        )
 
     def health(self) -> dict[str, Any]:
         return self._call("GET", "/health")
@@ -98,7 +112,9 @@ class EnvClient:
         self.seconds["retrieve"] += time.perf_counter() - t0
         result = out.get("result")
         if not isinstance(result, list) or len(result) != len(queries):
-            raise EnvError(f"POST {self.url}/retrieve: expected {len(queries)} result lists, got {type(result).__name__}")
+            raise EnvError(
+                f"POST {self.url}/retrieve: expected {len(queries)} result lists, got {type(result).__name__}"
+            )
         return result
 
     def reward(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:

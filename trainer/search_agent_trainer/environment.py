@@ -18,8 +18,9 @@ def _version(name: str) -> str | None:
 def describe() -> dict[str, Any]:
     """A JSON-able report: python, torch, the device the trainer would use, transformers/peft versions, and what each
     engine lacks here (None: it can run)."""
-    from .engines.trl import missing
     import torch
+
+    from .engines.trl import missing
 
     cuda = torch.cuda.is_available()
     return {

@@ -40,13 +40,13 @@ import torch
 from .checkpoint import STATE, load_trainable
 from .config import Section, config_from_run_json
 from .data import Example
+from .dialect import ANSWER_RE, Dialect
 from .env_client import EnvClient
 from .generation import LMGenerator, auto_max_batch_tokens
 from .policy import build_policy, compute_dtype
-from .dialect import ANSWER_RE, Dialect
-from .rollout import RolloutSettings, Trajectory, make_dialect, observe, play_all, take_turn
 from .record.tokens import token_arrays
 from .reward import reward_item
+from .rollout import RolloutSettings, Trajectory, make_dialect, observe, play_all, take_turn
 
 
 class ForkError(ValueError):
@@ -81,11 +81,21 @@ def documents_as_hits(documents: list[Any]) -> list[dict[str, Any]]:
             contents = f"{d.get('title', '')}\n{d['text']}"
         else:
             raise ForkError(f"documents[{i}]: expected a string, {{contents}} or {{title, text}}")
-        hits.append({"document": {"id": str(d.get("id", f"edited-{i + 1}")) if isinstance(d, dict) else f"edited-{i + 1}", "contents": contents}, "score": None})
+        hits.append(
+            {
+                "document": {
+                    "id": str(d.get("id", f"edited-{i + 1}")) if isinstance(d, dict) else f"edited-{i + 1}",
+                    "contents": contents,
+                },
+                "score": None,
+            }
+        )
     return hits
 
 
-def recorded_prefix(record: dict[str, Any], turn: int, tok: Any, settings: RolloutSettings, dialect: Dialect) -> tuple[Trajectory, int, tuple[int, int] | None]:
+def recorded_prefix(
+    record: dict[str, Any], turn: int, tok: Any, settings: RolloutSettings, dialect: Dialect
+) -> tuple[Trajectory, int, tuple[int, int] | None]:
     """The trajectory as it stood before generation turn `turn` (from 1) of a recorded rollout: the prompt and the
     response tokens before that turn, with their roles and sampling log-probs, `turns`, `searches`, `valid_actions`
     and `retrieval` as the protocol had counted them (each recorded generated turn goes through the protocol's own
@@ -94,20 +104,31 @@ def recorded_prefix(record: dict[str, Any], turn: int, tok: Any, settings: Rollo
     t = record.get("tokens") or {}
     ids, roles = t.get("ids"), t.get("role")
     if not isinstance(ids, list) or not isinstance(roles, list) or len(ids) != len(roles) or not ids:
-        raise ForkError(f"rollout {record.get('id')}: no token ids and roles recorded (tokens.ids, tokens.role); only rollouts recorded with tokens can be forked")
+        raise ForkError(
+            f"rollout {record.get('id')}: no token ids and roles recorded (tokens.ids, tokens.role); only rollouts recorded with tokens can be forked"
+        )
     if "generated" not in roles:
         raise ForkError(f"rollout {record.get('id')}: no generated tokens")
     P = roles.index("generated")
     runs = turn_runs(roles, P)
     turns = [r for r in runs if r[2]]
     if not 1 <= turn <= len(turns):
-        raise ForkError(f"--turn {turn}: rollout {record.get('id')} has {len(turns)} generation turns (1..{len(turns)})")
+        raise ForkError(
+            f"--turn {turn}: rollout {record.get('id')} has {len(turns)} generation turns (1..{len(turns)})"
+        )
     cut = turns[turn - 1][0]
     obs = next(((s, e) for s, e, g in runs if e == cut and not g), None) if turn > 1 else None
     response = record.get("response") or ""
     logprobs = t.get("rollout_logprob") or [None] * len(ids)
-    ex = Example(str((record.get("meta") or {}).get("example_id", record.get("id", ""))), record.get("question") or "", tuple(record.get("golden") or []), record.get("data_source") or "")
-    traj = Trajectory(ex, 0, 0, record.get("prompt") or "", list(ids[:P]), dialect=dialect.name, strict_actions=dialect.strict)
+    ex = Example(
+        str((record.get("meta") or {}).get("example_id", record.get("id", ""))),
+        record.get("question") or "",
+        tuple(record.get("golden") or []),
+        record.get("data_source") or "",
+    )
+    traj = Trajectory(
+        ex, 0, 0, record.get("prompt") or "", list(ids[:P]), dialect=dialect.name, strict_actions=dialect.strict
+    )
     pos = 0
     for k, (s, e, gen) in enumerate(runs):
         if s >= cut:
@@ -118,27 +139,46 @@ def recorded_prefix(record: dict[str, Any], turn: int, tok: Any, settings: Rollo
             nxt = runs[k + 1]
             at = response.find(dialect.text(tok, ids[nxt[0] : nxt[1]]), pos) if not gen else -1
             if at < 0:
-                raise ForkError(f"rollout {record.get('id')}: its response text does not match its tokens at token {s} (was it recorded with another tokenizer?)")
+                raise ForkError(
+                    f"rollout {record.get('id')}: its response text does not match its tokens at token {s} (was it recorded with another tokenizer?)"
+                )
             piece = response[pos:at]
         pos += len(piece)
         if gen:
             action = take_turn(traj, ids[s:e], logprobs[s:e], False, tok, settings, dialect)
-            traj.searches += len(action.queries) if action else 0  # observe's count: the observation is the recorded one
+            traj.searches += (
+                len(action.queries) if action else 0
+            )  # observe's count: the observation is the recorded one
         else:
             traj.append(ids[s:e], roles[s], piece)
     traj.retrieval = list(((record.get("meta") or {}).get("retrieval") or [])[: traj.searches])
     return traj, cut, obs
 
 
-def with_edited_observation(traj: Trajectory, obs: tuple[int, int] | None, query: str | None, documents: list[Any] | None, env: EnvClient, tok: Any, s: RolloutSettings, dialect: Dialect) -> None:
+def with_edited_observation(
+    traj: Trajectory,
+    obs: tuple[int, int] | None,
+    query: str | None,
+    documents: list[Any] | None,
+    env: EnvClient,
+    tok: Any,
+    s: RolloutSettings,
+    dialect: Dialect,
+) -> None:
     """Replaces the observation before the fork with the answer to an edited search (`query`: re-retrieved) or to the
     user's `documents`, written by the protocol's `observe` (role `retrieved`, loss mask 0); other calls of that turn
     are answered again with their recorded queries."""
     if obs is None:
-        raise ForkError("an edit replaces the observation before turn K: there is none before turn 1 (use --turn 2 or later)")
-    action = dialect.parse(traj.pieces[-2])  # turn K-1's text (the prefix's pieces are its runs: …, turn K-1, observation)
+        raise ForkError(
+            "an edit replaces the observation before turn K: there is none before turn 1 (use --turn 2 or later)"
+        )
+    action = dialect.parse(
+        traj.pieces[-2]
+    )  # turn K-1's text (the prefix's pieces are its runs: …, turn K-1, observation)
     if not action.queries:
-        raise ForkError(f"turn {traj.turns} made no search: there are no documents before turn {traj.turns + 1} to edit")
+        raise ForkError(
+            f"turn {traj.turns} made no search: there are no documents before turn {traj.turns + 1} to edit"
+        )
     # back to the end of turn K-1's generation
     keep = obs[0] - len(traj.prompt_ids)
     del traj.ids[keep:], traj.roles[keep:], traj.sample_logprobs[keep:], traj.pieces[-1], traj.piece_roles[-1]
@@ -179,12 +219,16 @@ def load_checkpoint_policy(cfg: Section, ckpt: Path, device: torch.device) -> tu
     `model/`). Shared by the policy server and replay_step."""
     if (ckpt / "trainable.pt").exists():
         tok_file = ckpt / "tokenizer.json"
-        policy, tok = build_policy(cfg, [], device, tokenizer_file=str(tok_file) if cfg.model.kind == "tiny" and tok_file.exists() else None)
+        policy, tok = build_policy(
+            cfg, [], device, tokenizer_file=str(tok_file) if cfg.model.kind == "tiny" and tok_file.exists() else None
+        )
         load_trainable(policy, ckpt / "trainable.pt")
         return policy, tok
     hf = next((d for d in (ckpt, ckpt / "model", ckpt / "huggingface") if (d / "config.json").exists()), None)
     if hf is None:
-        raise ForkError(f"{ckpt}: neither a checkpoint of the builtin trainer (trainable.pt) nor a Hugging Face model directory (config.json)")
+        raise ForkError(
+            f"{ckpt}: neither a checkpoint of the builtin trainer (trainable.pt) nor a Hugging Face model directory (config.json)"
+        )
     hf_cfg = Section(json.loads(json.dumps(cfg)))
     hf_cfg["model"].update({"kind": "hf", "path": str(hf), "lora": None, "random_init": False})
     return build_policy(hf_cfg, [], device)
@@ -206,16 +250,26 @@ class PolicyServer:
             ckpt = self.run_dir / "checkpoints" / str(checkpoint)
         self.checkpoint = ckpt
         want = device or self.cfg.model.device
-        self.device = torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
+        self.device = torch.device(
+            "cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu"
+        )
         self.policy, self.tok = self._load(ckpt)
         self.policy.eval()
-        self.dialect = make_dialect(self.cfg.rollout.dialect, self.tok, self.cfg.rollout.search_tool, self.cfg.rollout.strict_actions)
+        self.dialect = make_dialect(
+            self.cfg.rollout.dialect, self.tok, self.cfg.rollout.search_tool, self.cfg.rollout.strict_actions
+        )
         self.stops = self.dialect.stops(self.tok)
         state = json.loads((ckpt / STATE).read_text(encoding="utf-8")) if (ckpt / STATE).exists() else None
         # the run's own numerics where its checkpoint records them (model.dtype fastest: what its machine chose)
         chosen = (state or {}).get("numerics", {}).get("dtype") if self.cfg.model.dtype == "fastest" else None
-        self.dtype = {"bf16": torch.bfloat16, "fp32": None}[chosen] if chosen in ("bf16", "fp32") else compute_dtype(self.cfg, self.device)
-        self.max_batch_tokens = self.cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, self.dtype)
+        self.dtype = (
+            {"bf16": torch.bfloat16, "fp32": None}[chosen]
+            if chosen in ("bf16", "fp32")
+            else compute_dtype(self.cfg, self.device)
+        )
+        self.max_batch_tokens = self.cfg.rollout.max_batch_tokens or auto_max_batch_tokens(
+            self.policy, self.device, self.dtype
+        )
         self.env = EnvClient(env_url)
         self.step = int(state.get("step", 0)) if state is not None else None
 
@@ -227,20 +281,42 @@ class PolicyServer:
         g.manual_seed(seed)
         r = self.cfg.rollout
         autocast = (lambda: torch.autocast(self.device.type, dtype=self.dtype)) if self.dtype is not None else None
-        return LMGenerator(self.policy, self.tok, 0.0 if greedy else r.temperature, r.top_p, self.device, self.stops, g, autocast, self.max_batch_tokens)
+        return LMGenerator(
+            self.policy,
+            self.tok,
+            0.0 if greedy else r.temperature,
+            r.top_p,
+            self.device,
+            self.stops,
+            g,
+            autocast,
+            self.max_batch_tokens,
+        )
 
     def _settings(self, generator: LMGenerator, context: int, n: int) -> RolloutSettings:
         return RolloutSettings.of(self.cfg, generator.wave_size(context, self.cfg.rollout.max_response_length, n))
 
     @torch.no_grad()
-    def fork(self, record: dict[str, Any], turn: int, query: str | None = None, documents: list[Any] | None = None, samples: int = 1, greedy: bool = True, retriever_url: str | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    def fork(
+        self,
+        record: dict[str, Any],
+        turn: int,
+        query: str | None = None,
+        documents: list[Any] | None = None,
+        samples: int = 1,
+        greedy: bool = True,
+        retriever_url: str | None = None,
+        seed: int = 0,
+    ) -> list[dict[str, Any]]:
         if query is not None and documents is not None:
             raise ForkError("give a query or documents, not both")
         n = 1 if greedy else max(1, int(samples))
         retriever = EnvClient(retriever_url) if retriever_url else self.env
         gen = self._generator(greedy, seed)
         roles = (record.get("tokens") or {}).get("role") or []
-        s = self._settings(gen, roles.index("generated") if "generated" in roles else len(roles), n)  # the prompt's length
+        s = self._settings(
+            gen, roles.index("generated") if "generated" in roles else len(roles), n
+        )  # the prompt's length
         prefix, _cut, obs = recorded_prefix(record, turn, self.tok, s, self.dialect)
         if query is not None or documents is not None:
             with_edited_observation(prefix, obs, query, documents, retriever, self.tok, s, self.dialect)
@@ -287,7 +363,16 @@ class PolicyServer:
             docs = request.get("documents")
             if docs is not None and not isinstance(docs, list):
                 raise ForkError("documents: expected a list")
-            conts = self.fork(request["record"], turn, request.get("query"), docs, int(request.get("samples") or 1), bool(request.get("greedy", True)), request.get("retriever_url"), int(request.get("seed") or 0))
+            conts = self.fork(
+                request["record"],
+                turn,
+                request.get("query"),
+                docs,
+                int(request.get("samples") or 1),
+                bool(request.get("greedy", True)),
+                request.get("retriever_url"),
+                int(request.get("seed") or 0),
+            )
             return {"id": rid, "continuations": conts}
         except Exception as e:  # noqa: BLE001 - a bad request is answered, the server keeps serving
             return {"id": rid, "error": f"{type(e).__name__}: {e}" if not isinstance(e, ForkError) else str(e)}
@@ -312,10 +397,22 @@ def serve(server: PolicyServer, stdin: TextIO, stdout: TextIO) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m search_agent_trainer.fork", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m search_agent_trainer.fork",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--run-dir", required=True, help="the run directory (its run.json holds the config)")
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint directory, or its name under <run-dir>/checkpoints (step-NNNNNN)")
-    parser.add_argument("--env-url", required=True, help="the env server (its /reward is the run's reward; /retrieve serves later searches)")
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a checkpoint directory, or its name under <run-dir>/checkpoints (step-NNNNNN)",
+    )
+    parser.add_argument(
+        "--env-url",
+        required=True,
+        help="the env server (its /reward is the run's reward; /retrieve serves later searches)",
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default: the run's model.device")
     args = parser.parse_args(argv)
     from .watchdog import watch_parent
@@ -324,9 +421,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         server = PolicyServer(args.run_dir, args.checkpoint, args.env_url, args.device)
     except Exception as e:  # noqa: BLE001 - reported as the protocol's error event
-        print(json.dumps({"event": "error", "message": f"{type(e).__name__}: {e}" if not isinstance(e, ForkError) else str(e)}), flush=True)
+        print(
+            json.dumps(
+                {"event": "error", "message": f"{type(e).__name__}: {e}" if not isinstance(e, ForkError) else str(e)}
+            ),
+            flush=True,
+        )
         return 2
-    print(json.dumps({"event": "ready", "checkpoint": str(server.checkpoint), "step": server.step, "model": server.cfg.model.kind, "device": str(server.device)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "event": "ready",
+                "checkpoint": str(server.checkpoint),
+                "step": server.step,
+                "model": server.cfg.model.kind,
+                "device": str(server.device),
+            }
+        ),
+        flush=True,
+    )
     serve(server, sys.stdin, sys.stdout)
     return 0
 

@@ -64,7 +64,9 @@ class TurnGenerator(Protocol):
     """What produces turns: the policy (LMGenerator) or, in tests, a scripted stand-in for the model. `keys` name the
     trajectories across calls (a generator may keep state per key, e.g. a KV cache); `release()` drops that state."""
 
-    def generate(self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Sequence[Any] | None = None) -> list[GeneratedTurn]: ...
+    def generate(
+        self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Sequence[Any] | None = None
+    ) -> list[GeneratedTurn]: ...
 
     def release(self) -> None: ...
 
@@ -154,8 +156,20 @@ def auto_max_batch_tokens(policy: Any, device: torch.device, dtype: torch.dtype 
     free, total = torch.cuda.mem_get_info(device)
     trained = [p for p in policy.parameters() if p.requires_grad]
     moments = 8 * sum(p.numel() for p in trained)
-    casts = 2 * sum(m.weight.numel() for m in policy.modules() if isinstance(m, torch.nn.Linear) and m.weight.requires_grad and m.weight.dtype == torch.float32) if dtype is not None else 0
-    return max(DEFAULT_MAX_BATCH_TOKENS, int((free - AUTO_RESERVE * total - moments - casts) / (2 * kv_bytes_per_token(policy, dtype))))
+    casts = (
+        2
+        * sum(
+            m.weight.numel()
+            for m in policy.modules()
+            if isinstance(m, torch.nn.Linear) and m.weight.requires_grad and m.weight.dtype == torch.float32
+        )
+        if dtype is not None
+        else 0
+    )
+    return max(
+        DEFAULT_MAX_BATCH_TOKENS,
+        int((free - AUTO_RESERVE * total - moments - casts) / (2 * kv_bytes_per_token(policy, dtype))),
+    )
 
 
 # -- the KV cache as plain tensors -------------------------------------------------------------------------------
@@ -213,7 +227,9 @@ class _Cache:
 
     @staticmethod
     def cat(caches: Sequence[_Cache]) -> _Cache:
-        return _Cache(caches[0].kind, [torch.cat(ts, dim=0) for ts in zip(*(c.tensors for c in caches))], caches[0].dims)
+        return _Cache(
+            caches[0].kind, [torch.cat(ts, dim=0) for ts in zip(*(c.tensors for c in caches))], caches[0].dims
+        )
 
 
 @dataclass
@@ -237,7 +253,13 @@ class _Rows:
         cache = self.cache()
         assert cache is not None
         rows = torch.tensor(list(index), dtype=torch.long, device=self.attn.device)
-        return _Rows(cache.select(rows).past(), self.attn[rows], self.last_pos[rows], None if self.logits is None else self.logits[rows], [self.order[i] for i in index])
+        return _Rows(
+            cache.select(rows).past(),
+            self.attn[rows],
+            self.last_pos[rows],
+            None if self.logits is None else self.logits[rows],
+            [self.order[i] for i in index],
+        )
 
     @staticmethod
     def merge(parts: Sequence[_Rows]) -> _Rows:
@@ -252,7 +274,13 @@ class _Rows:
             caches.append(c.pad_front(W - c.width))
         attn = torch.cat([torch.nn.functional.pad(p.attn, (W - p.attn.shape[1], 0)) for p in parts])
         logits = None if any(p.logits is None for p in parts) else torch.cat([p.logits for p in parts])
-        return _Rows(_Cache.cat(caches).past(), attn, torch.cat([p.last_pos for p in parts]), logits, [i for p in parts for i in p.order])
+        return _Rows(
+            _Cache.cat(caches).past(),
+            attn,
+            torch.cat([p.last_pos for p in parts]),
+            logits,
+            [i for p in parts for i in p.order],
+        )
 
 
 @dataclass
@@ -273,7 +301,20 @@ class LMGenerator:
     of the sampling; `sync_every` the decode steps between two reads of the sampled tokens (default: 1 on CPU,
     SYNC_EVERY on CUDA)."""
 
-    def __init__(self, policy: Any, tokenizer: Any, temperature: float, top_p: float, device: torch.device, stops: Stops, generator: torch.Generator | None = None, autocast: Any = None, max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS, extend_cache: bool = True, sync_every: int | None = None):
+    def __init__(
+        self,
+        policy: Any,
+        tokenizer: Any,
+        temperature: float,
+        top_p: float,
+        device: torch.device,
+        stops: Stops,
+        generator: torch.Generator | None = None,
+        autocast: Any = None,
+        max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
+        extend_cache: bool = True,
+        sync_every: int | None = None,
+    ):
         self.policy = policy
         self.tokenizer = tokenizer
         self.temperature = temperature
@@ -284,12 +325,23 @@ class LMGenerator:
         self.autocast = autocast
         self.max_batch_tokens = max(1, int(max_batch_tokens))
         self.extend_cache = extend_cache
-        self.sync_every = max(1, int(sync_every if sync_every is not None else (SYNC_EVERY if device.type == "cuda" else 1)))
+        self.sync_every = max(
+            1, int(sync_every if sync_every is not None else (SYNC_EVERY if device.type == "cuda" else 1))
+        )
         self._session: _Session | None = None
         # counters (the benchmark reports them): context tokens prefilled, tokens fed after a cached prefix (across
         # turns), tokens sampled, decode forward passes, rows parked out of the decode batch, rows admitted into a
         # running decode batch, reads of the sampled tokens, tokens decoded past a stop string and dropped
-        self.stats = {"prefill_tokens": 0, "extend_tokens": 0, "decode_tokens": 0, "decode_steps": 0, "rows_parked": 0, "rows_admitted": 0, "syncs": 0, "overshoot_tokens": 0}
+        self.stats = {
+            "prefill_tokens": 0,
+            "extend_tokens": 0,
+            "decode_tokens": 0,
+            "decode_steps": 0,
+            "rows_parked": 0,
+            "rows_admitted": 0,
+            "syncs": 0,
+            "overshoot_tokens": 0,
+        }
 
     # -- sampling ------------------------------------------------------------------------------------------------
     def _sample(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -328,7 +380,9 @@ class LMGenerator:
         tokens they hold and admits waiting rows as others finish, so a wave needs no sizing for the worst case."""
         return None
 
-    def generate(self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Sequence[Any] | None = None) -> list[GeneratedTurn]:
+    def generate(
+        self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Sequence[Any] | None = None
+    ) -> list[GeneratedTurn]:
         out = [GeneratedTurn([], []) for _ in contexts]
         rows = [i for i, b in enumerate(budgets) if b > 0]
         session, self._session = self._session, None
@@ -344,11 +398,23 @@ class LMGenerator:
             final = self._decode(start, budgets, out)
             if keys is not None and self.extend_cache and final.cache() is not None:
                 by_row = {i: b for b, i in enumerate(final.order)}
-                self._session = _Session(final, {keys[i]: by_row[i] for i in rows}, {keys[i]: list(contexts[i]) + out[i].ids[:-1] for i in rows})
+                self._session = _Session(
+                    final,
+                    {keys[i]: by_row[i] for i in rows},
+                    {keys[i]: list(contexts[i]) + out[i].ids[:-1] for i in rows},
+                )
         return out
 
     # -- internals -----------------------------------------------------------------------------------------------
-    def _admissible(self, queue: Sequence[int], held: int, width: int, left: int, contexts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[int]:
+    def _admissible(
+        self,
+        queue: Sequence[int],
+        held: int,
+        width: int,
+        left: int,
+        contexts: Sequence[Sequence[int]],
+        budgets: Sequence[int],
+    ) -> list[int]:
         """The first rows of `queue` that fit in max_batch_tokens beside `held` rows of cache width `width` with at most
         `left` tokens of budget to go (at least one row when none is held, so every row is generated)."""
         take: list[int] = []
@@ -360,7 +426,9 @@ class LMGenerator:
             width, left = w, b
         return take
 
-    def _continuous(self, rows: list[int], contexts: Sequence[Sequence[int]], budgets: Sequence[int], out: list[GeneratedTurn]) -> None:
+    def _continuous(
+        self, rows: list[int], contexts: Sequence[Sequence[int]], budgets: Sequence[int], out: list[GeneratedTurn]
+    ) -> None:
         """More rows than fit at once: a decode batch of those that fit, refilled from the waiting ones as rows finish
         (nothing is kept for the next turn). A cache that cannot be cut by rows (sliding windows, …) is decoded in
         consecutive batches instead."""
@@ -376,11 +444,15 @@ class LMGenerator:
             queue = queue[len(part) :]
             self._decode(self._prefill(part, contexts), budgets, out)
 
-    def _forward(self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, past: Any = None) -> tuple[torch.Tensor, Any]:
+    def _forward(
+        self, ids: torch.Tensor, attn: torch.Tensor, pos: torch.Tensor, past: Any = None
+    ) -> tuple[torch.Tensor, Any]:
         logits, past, _ = self.policy(ids, attn, pos, past, use_cache=True, logits_to_keep=1)
         return logits[:, -1], past
 
-    def _start(self, rows: list[int], contexts: Sequence[Sequence[int]], keys: Sequence[Any] | None, session: _Session | None) -> _Rows:
+    def _start(
+        self, rows: list[int], contexts: Sequence[Sequence[int]], keys: Sequence[Any] | None, session: _Session | None
+    ) -> _Rows:
         """The decode batch for `rows`, with the next-token logits: the rows whose context extends what the session
         cached get only their new tokens fed; the others are prefilled."""
         parts = []
@@ -450,7 +522,14 @@ class LMGenerator:
         self.stats["prefill_tokens"] += sum(len(c) for c in contexts)
         return _Rows(past, attn, pos[:, -1], logits, order)
 
-    def _decode(self, b: _Rows, budgets: Sequence[int], out: list[GeneratedTurn], queue: list[int] | None = None, contexts: Sequence[Sequence[int]] | None = None) -> _Rows:
+    def _decode(
+        self,
+        b: _Rows,
+        budgets: Sequence[int],
+        out: list[GeneratedTurn],
+        queue: list[int] | None = None,
+        contexts: Sequence[Sequence[int]] | None = None,
+    ) -> _Rows:
         """Samples until every row's turn has ended; returns the rows (parked ones merged back), whose caches hold each
         context and its turn but the turn's last token (sampled, never fed). With a `queue` of waiting rows (their
         `contexts`), finished rows leave the batch and waiting ones are prefilled into it as the token budget allows;
@@ -488,7 +567,9 @@ class LMGenerator:
                 if sliceable and queue:
                     finished = len(running) - len(live_rows)
                     if finished and (finished * 4 >= len(running) or not live_rows):
-                        b, running, live, count, budget, tok = self._keep(b, live_rows, running, live, count, budget, tok)
+                        b, running, live, count, budget, tok = self._keep(
+                            b, live_rows, running, live, count, budget, tok
+                        )
                 elif sliceable and len(live_rows) * 2 <= len(running) and len(running) >= 4:
                     stopped = [r for r, x in enumerate(running) if not x]
                     parked.append(b.take(stopped))
@@ -502,11 +583,15 @@ class LMGenerator:
                 b = _Rows(past, attn, last_pos, logits, b.order)
             if synced:
                 if queue:
-                    b, running, live, count, budget, queue = self._admit(b, running, live, count, budget, queue, contexts, budgets, out)
+                    b, running, live, count, budget, queue = self._admit(
+                        b, running, live, count, budget, queue, contexts, budgets, out
+                    )
                 width0 = b.attn.shape[1]
         return _Rows.merge(parked + [b]) if parked else b
 
-    def _device_rows(self, b: _Rows, budgets: Sequence[int], out: list[GeneratedTurn]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _device_rows(
+        self, b: _Rows, budgets: Sequence[int], out: list[GeneratedTurn]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(live, tokens sampled so far, budget) per batch row, on the device."""
         n = len(b.order)
         live = torch.ones(n, dtype=torch.long, device=self.device)
@@ -514,12 +599,22 @@ class LMGenerator:
         budget = torch.tensor([budgets[i] for i in b.order], dtype=torch.long, device=self.device)
         return live, count, budget
 
-    def _read(self, b: _Rows, window: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], running: list[bool], width0: int, budgets: Sequence[int], out: list[GeneratedTurn]) -> tuple[list[bool], _Rows, torch.Tensor]:
+    def _read(
+        self,
+        b: _Rows,
+        window: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+        running: list[bool],
+        width0: int,
+        budgets: Sequence[int],
+        out: list[GeneratedTurn],
+    ) -> tuple[list[bool], _Rows, torch.Tensor]:
         """The window's tokens on the CPU, appended to each running row in order until its turn ends; the cache columns
         of tokens a row fed after its end (from column `width0`, where the window's first token went) are masked.
         Returns (running, rows, live)."""
         k = len(window)
-        stacked = torch.stack([torch.stack([t.double(), p.double(), h.double()]) for t, p, h in window]).tolist()  # (k, 3, rows)
+        stacked = torch.stack(
+            [torch.stack([t.double(), p.double(), h.double()]) for t, p, h in window]
+        ).tolist()  # (k, 3, rows)
         self.stats["syncs"] += 1
         rewind: dict[int, int] = {}  # batch row → the window index of its last token
         for r, i in enumerate(b.order):
@@ -549,12 +644,32 @@ class LMGenerator:
             b = _Rows(b.past, attn, last_pos, b.logits, b.order)
         return running, b, torch.tensor(running, dtype=torch.long, device=self.device)
 
-    def _keep(self, b: _Rows, rows: list[int], running: list[bool], live: torch.Tensor, count: torch.Tensor, budget: torch.Tensor, tok: torch.Tensor) -> tuple[_Rows, list[bool], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _keep(
+        self,
+        b: _Rows,
+        rows: list[int],
+        running: list[bool],
+        live: torch.Tensor,
+        count: torch.Tensor,
+        budget: torch.Tensor,
+        tok: torch.Tensor,
+    ) -> tuple[_Rows, list[bool], torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Only the batch rows `rows` stay (their cache copied)."""
         index = torch.tensor(rows, dtype=torch.long, device=tok.device)
         return b.take(rows), [running[r] for r in rows], live[index], count[index], budget[index], tok[index]
 
-    def _admit(self, b: _Rows, running: list[bool], live: torch.Tensor, count: torch.Tensor, budget: torch.Tensor, queue: list[int], contexts: Sequence[Sequence[int]] | None, budgets: Sequence[int], out: list[GeneratedTurn]) -> tuple[_Rows, list[bool], torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    def _admit(
+        self,
+        b: _Rows,
+        running: list[bool],
+        live: torch.Tensor,
+        count: torch.Tensor,
+        budget: torch.Tensor,
+        queue: list[int],
+        contexts: Sequence[Sequence[int]] | None,
+        budgets: Sequence[int],
+        out: list[GeneratedTurn],
+    ) -> tuple[_Rows, list[bool], torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
         """Waiting rows prefilled into the decode batch, as many as fit beside the rows it holds."""
         assert contexts is not None
         held = len(b.order)

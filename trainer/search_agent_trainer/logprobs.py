@@ -25,7 +25,14 @@ def chunk_positions(vocab: int) -> int:
     return max(1, CHUNK_ELEMENTS // max(1, vocab))
 
 
-def _chunk(hidden: torch.Tensor, targets: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], temperature: float, want_entropy: bool, entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _chunk(
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    head: Callable[[torch.Tensor], torch.Tensor],
+    temperature: float,
+    want_entropy: bool,
+    entropy_grad: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
     from .losses import entropy_from_logits
 
     z = head(hidden).float()
@@ -38,7 +45,16 @@ def _chunk(hidden: torch.Tensor, targets: torch.Tensor, head: Callable[[torch.Te
         return logp, entropy_from_logits(z)
 
 
-def token_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: Callable[[torch.Tensor], torch.Tensor], vocab: int, temperature: float = 1.0, want_entropy: bool = False, entropy_grad: bool = False, chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    hidden: torch.Tensor,
+    targets: torch.Tensor,
+    head: Callable[[torch.Tensor], torch.Tensor],
+    vocab: int,
+    temperature: float = 1.0,
+    want_entropy: bool = False,
+    entropy_grad: bool = False,
+    chunk: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log π(target), entropy or None) for hidden states (N, H) and their targets (N,); `head` maps hidden states
     to logits over `vocab` tokens (the output layer). The entropy carries a gradient only with `entropy_grad` (an
     entropy bonus). `chunk`: positions per chunk (default `chunk_positions(vocab)`)."""
@@ -57,4 +73,3 @@ def token_logprobs(hidden: torch.Tensor, targets: torch.Tensor, head: Callable[[
     empty = hidden.new_zeros((0,), dtype=torch.float32)
     logp = torch.cat(logps) if logps else empty
     return logp, ((torch.cat(ents) if ents else empty) if want_entropy else None)
-

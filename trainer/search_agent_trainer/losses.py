@@ -89,7 +89,16 @@ class PolicyLoss:
     ppo_kl: torch.Tensor  # mean(log π_old − log π_θ): how far the update moved the policy
 
 
-def clipped_surrogate(logprob: torch.Tensor, old_logprob: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, clip_ratio_low: float, clip_ratio_high: float, agg: Aggregation, clip_ratio_c: float | None = None) -> PolicyLoss:
+def clipped_surrogate(
+    logprob: torch.Tensor,
+    old_logprob: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_ratio_low: float,
+    clip_ratio_high: float,
+    agg: Aggregation,
+    clip_ratio_c: float | None = None,
+) -> PolicyLoss:
     log_ratio = (logprob - old_logprob).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     pg_losses1 = -advantages * ratio
@@ -119,7 +128,14 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(logits, dim=-1) - (p * logits).sum(-1)
 
 
-def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor, value_clip: float, agg: Aggregation) -> tuple[torch.Tensor, torch.Tensor]:
+def clipped_value_loss(
+    values: torch.Tensor,
+    old_values: torch.Tensor,
+    returns: torch.Tensor,
+    mask: torch.Tensor,
+    value_clip: float,
+    agg: Aggregation,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(loss, clipfrac)."""
     clipped = old_values + torch.clamp(values - old_values, -value_clip, value_clip)
     l1 = (values - returns).square()
@@ -134,7 +150,15 @@ def weighted(x: torch.Tensor, mb: Any) -> torch.Tensor:
     return x if w is None else x * w[:, None].to(x.dtype)
 
 
-def objective(logprob: torch.Tensor, entropy: torch.Tensor | None, values: torch.Tensor | None, mb: Any, a: Any, agg: Aggregation, vagg: Aggregation) -> tuple[torch.Tensor, dict[str, float]]:
+def objective(
+    logprob: torch.Tensor,
+    entropy: torch.Tensor | None,
+    values: torch.Tensor | None,
+    mb: Any,
+    a: Any,
+    agg: Aggregation,
+    vagg: Aggregation,
+) -> tuple[torch.Tensor, dict[str, float]]:
     """One micro-batch's share of the mini-batch loss, and its statistics:
 
         L = L^CLIP(θ) − c_H · H  + β · KL(π_θ ‖ π_ref)  + c_V · L^V
@@ -147,7 +171,16 @@ def objective(logprob: torch.Tensor, entropy: torch.Tensor | None, values: torch
     left out add exactly 0 to it). `mb` carries old_logprob, advantages,
     ref_logprob (or None), old_values and returns (PPO); `a` is the config's algorithm section."""
     mask = mb.loss_mask
-    pl = clipped_surrogate(logprob, mb.old_logprob, mb.advantages, mask, a.clip_ratio_low, a.clip_ratio_high, agg, getattr(a, "clip_ratio_c", None))
+    pl = clipped_surrogate(
+        logprob,
+        mb.old_logprob,
+        mb.advantages,
+        mask,
+        a.clip_ratio_low,
+        a.clip_ratio_high,
+        agg,
+        getattr(a, "clip_ratio_c", None),
+    )
     loss = pl.loss
     stats = {
         "actor/pg_loss": float(pl.loss.detach()),

@@ -94,7 +94,9 @@ def held_out_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
         m.update(part_metrics(part, f"by_hops/{h}"))
         # Did a search after the first name the entity the first found (the dataset's `meta.bridge`)? What the
         # second search is for: searches per question say that it searched again, this says what it searched.
-        named = [b for b in (bridge_searched(t.example, [r["query"] for r in t.retrieval]) for t in part) if b is not None]
+        named = [
+            b for b in (bridge_searched(t.example, [r["query"] for r in t.retrieval]) for t in part) if b is not None
+        ]
         if named:
             m[f"val/bridge_searched_by_hops/{h}"] = mean(named)
     # By the question's type (the dataset's `meta.kind`), when it names 2–MAX_KINDS of them: a mean over mixed
@@ -110,7 +112,10 @@ def held_out_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
 def part_metrics(part: Sequence[Trajectory], group: str) -> dict[str, float]:
     """Exact match, searches per question and answer retrieved of one group of held-out questions (`group`:
     `by_hops/2`, `by_kind/river`, …)."""
-    m = {f"val/em_{group}": mean([t.metrics.get("em", 0.0) for t in part]), f"val/searches_{group}": mean([t.searches for t in part])}
+    m = {
+        f"val/em_{group}": mean([t.metrics.get("em", 0.0) for t in part]),
+        f"val/searches_{group}": mean([t.searches for t in part]),
+    }
     # Had a search put a golden answer in front of the policy? (the env server's `answer_retrieved`): a low EM with a
     # high value here is a reading failure, with a low one a search failure.
     found = [t.metrics["answer_retrieved"] for t in part if "answer_retrieved" in t.metrics]

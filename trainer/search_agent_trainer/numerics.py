@@ -56,7 +56,15 @@ ROUNDS = 2  # measured rounds after the warm-up round…
 BUDGET_S = 10.0  # … fewer once the probe has run this long (a large model on CPU)
 CACHE_VERSION = 1
 # What the kernels a run takes depend on, besides the hardware: recorded with every measurement and in its key.
-ISA_ENV = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+ISA_ENV = (
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+)
 
 
 @dataclass
@@ -80,7 +88,11 @@ class Numerics:
 
     def describe(self) -> str:
         what = "bf16 autocast, fp32 master weights" if self.dtype == "bf16" else "fp32"
-        return what if self.source == "config" and self.requested != "bf16_where_native" else f"{what} (model.dtype {self.requested}: {self.reason})"
+        return (
+            what
+            if self.source == "config" and self.requested != "bf16_where_native"
+            else f"{what} (model.dtype {self.requested}: {self.reason})"
+        )
 
 
 @dataclass
@@ -126,37 +138,81 @@ def decide(seconds: dict[str, dict[str, float]], margin: float = MARGIN) -> tupl
     return "bf16", f"bf16 measured {ratio:.2f}× fp32's time on this CPU, within {margin:.0%}: a tie, which goes to bf16"
 
 
-def resolve(cfg: Any, device: torch.device, policy: Any = None, tokenizer: Any = None, shapes: ProbeShapes | None = None, recorded: dict[str, Any] | None = None, log: Callable[[str], None] | None = None) -> Numerics:
+def resolve(
+    cfg: Any,
+    device: torch.device,
+    policy: Any = None,
+    tokenizer: Any = None,
+    shapes: ProbeShapes | None = None,
+    recorded: dict[str, Any] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Numerics:
     """The numerics of a run: `model.dtype` as configured, or for `fastest` the choice its checkpoint recorded
     (`recorded`: a resume, whatever the machine now), the cached one for this machine, or a new measurement of
     `policy` at `shapes`."""
     want = cfg.model.dtype
     if want != "fastest":
         dtype = "bf16" if compute_dtype(cfg, device) is not None else "fp32"
-        reason = f"{'native' if dtype == 'bf16' else 'no native'} bf16 on this {device.type}" if want == "bf16_where_native" else "as configured"
+        reason = (
+            f"{'native' if dtype == 'bf16' else 'no native'} bf16 on this {device.type}"
+            if want == "bf16_where_native"
+            else "as configured"
+        )
         return Numerics(want, dtype, "config", reason)
     if recorded is not None and recorded.get("dtype") in ("bf16", "fp32"):
         kept = " (the run's choice, kept by its checkpoint)"
         reason = str(recorded.get("reason", ""))
-        return Numerics(**{**recorded, "requested": want, "source": "checkpoint", "reason": reason if reason.endswith(kept) else reason + kept})
+        return Numerics(
+            **{
+                **recorded,
+                "requested": want,
+                "source": "checkpoint",
+                "reason": reason if reason.endswith(kept) else reason + kept,
+            }
+        )
     if device.type != "cpu":
         dtype = "bf16" if compute_dtype(cfg, device) is not None else "fp32"
-        return Numerics(want, dtype, "device", f"{'native' if dtype == 'bf16' else 'no native'} bf16 on this {device.type}; nothing measured")
+        return Numerics(
+            want,
+            dtype,
+            "device",
+            f"{'native' if dtype == 'bf16' else 'no native'} bf16 on this {device.type}; nothing measured",
+        )
     here = machine()
     if cpu_has_native_bf16() is not True:
-        return Numerics(want, "fp32", "no-native-bf16", "this CPU has no native bf16 (torch would convert to fp32 and back); nothing measured", machine=here)
+        return Numerics(
+            want,
+            "fp32",
+            "no-native-bf16",
+            "this CPU has no native bf16 (torch would convert to fp32 and back); nothing measured",
+            machine=here,
+        )
     if policy is None or tokenizer is None or shapes is None:
         raise ValueError("model.dtype fastest: the policy, its tokenizer and the probe's shapes are needed to measure")
     key = cache_key(here, policy, shapes)
     cached = read_cache().get(key)
     if cached is not None:
-        return Numerics(want, cached["dtype"], "cached", f"{cached['reason']} (measured {cached['measured']}; kept in {cache_file()})", cached["seconds"], here)
+        return Numerics(
+            want,
+            cached["dtype"],
+            "cached",
+            f"{cached['reason']} (measured {cached['measured']}; kept in {cache_file()})",
+            cached["seconds"],
+            here,
+        )
     t0 = time.perf_counter()
     seconds = probe(policy, tokenizer, device, shapes)
     dtype, reason = decide(seconds)
     if log:
         log(f"model.dtype fastest: measured fp32 and bf16 in {time.perf_counter() - t0:.1f} s: {reason}")
-    entry = {"dtype": dtype, "reason": reason, "seconds": seconds, "measured": time.strftime("%Y-%m-%d %H:%M"), "loadavg": _loadavg(), "key": {k: v for k, v in here.items() if k != "loadavg"}}
+    entry = {
+        "dtype": dtype,
+        "reason": reason,
+        "seconds": seconds,
+        "measured": time.strftime("%Y-%m-%d %H:%M"),
+        "loadavg": _loadavg(),
+        "key": {k: v for k, v in here.items() if k != "loadavg"},
+    }
     kept = write_cache(key, entry)  # the first measurement for a key is the one every run uses
     if kept["dtype"] != dtype and log:
         log(f"model.dtype fastest: another run measured first on this machine ({kept['measured']}): {kept['dtype']}")
@@ -193,7 +249,13 @@ def probe(policy: Any, tokenizer: Any, device: torch.device, shapes: ProbeShapes
     low = min(16, vocab - 1)  # past the special tokens of the tiny vocabulary
     ids = torch.randint(low, vocab, (shapes.rows, shapes.length), generator=g).to(device)
     attn = torch.ones_like(ids)
-    batch = SimpleNamespace(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1), window=shapes.window, targets=ids[:, -shapes.window :])
+    batch = SimpleNamespace(
+        input_ids=ids,
+        attention_mask=attn,
+        position_ids=(attn.cumsum(-1) - 1),
+        window=shapes.window,
+        targets=ids[:, -shapes.window :],
+    )
     where = torch.ones(shapes.rows, shapes.window, dtype=torch.bool, device=device)
     context = torch.randint(low, vocab, (shapes.context,), generator=g).tolist()
 
@@ -215,7 +277,18 @@ def probe(policy: Any, tokenizer: Any, device: torch.device, shapes: ProbeShapes
 
     def decode(dtype: str) -> float:
         policy.eval()
-        gen = LMGenerator(policy, tokenizer, 0.0, 1.0, device, _NeverStops(), None, autocast(dtype), max_batch_tokens=shapes.wave * (shapes.context + DECODE_TOKENS), extend_cache=False)
+        gen = LMGenerator(
+            policy,
+            tokenizer,
+            0.0,
+            1.0,
+            device,
+            _NeverStops(),
+            None,
+            autocast(dtype),
+            max_batch_tokens=shapes.wave * (shapes.context + DECODE_TOKENS),
+            extend_cache=False,
+        )
         t0 = time.thread_time()
         gen.generate([context] * shapes.wave, [DECODE_TOKENS] * shapes.wave)
         return time.thread_time() - t0

@@ -47,7 +47,12 @@ def recipe_shape(cfg: Any) -> tuple[Any, ...] | None:
     if cfg.model.kind != "tiny" or not cfg.train.supervised_warmup or not cfg.train.supervised_warmup.steps:
         return None
     t, w, r = cfg.model.tiny, cfg.train.supervised_warmup, cfg.rollout
-    return ((t.layers, t.d_model, t.heads), (w.steps, w.batch_size), (r.batch_size, r.n, r.max_response_length, r.max_turns), int(cfg.train.steps))
+    return (
+        (t.layers, t.d_model, t.heads),
+        (w.steps, w.batch_size),
+        (r.batch_size, r.n, r.max_response_length, r.max_turns),
+        int(cfg.train.steps),
+    )
 
 
 def minutes(s: float) -> str:
@@ -68,7 +73,16 @@ def report(cfg: Any, s_per_step: float) -> tuple[str, dict[str, Any] | None]:
         f"warm start: {s_per_step:.2f} s a step, {ref.warmup_s_per_step:.2f} s on {ref.cpu}: {what}this CPU runs the demo at "
         f"~{speed:.2f}× the reference speed; expect ~{minutes(expected)} in all ({minutes(ref.run_s)} there)"
     )
-    fields = {"s_per_step": round(s_per_step, 4), "reference_s_per_step": ref.warmup_s_per_step, "speed": round(speed, 3), "expected_s": round(expected), "reference_s": ref.run_s, "reference_cpu": ref.cpu, "slow": speed < SLOW, "message": message}
+    fields = {
+        "s_per_step": round(s_per_step, 4),
+        "reference_s_per_step": ref.warmup_s_per_step,
+        "speed": round(speed, 3),
+        "expected_s": round(expected),
+        "reference_s": ref.run_s,
+        "reference_cpu": ref.cpu,
+        "slow": speed < SLOW,
+        "message": message,
+    }
     return message, fields
 
 

@@ -56,7 +56,11 @@ class Tokenizer:
     def decode(self, ids: Iterable[int], keep_special: bool = False) -> str:
         """The text of `ids`; special tokens (chat-template markers) are dropped unless `keep_special`."""
         ids = list(ids)
-        return self.impl.decode(ids) if self.kind == "tiny" else self.impl.decode(ids, skip_special_tokens=not keep_special)
+        return (
+            self.impl.decode(ids)
+            if self.kind == "tiny"
+            else self.impl.decode(ids, skip_special_tokens=not keep_special)
+        )
 
     def encode_offsets(self, text: str) -> tuple[list[int], list[int]]:
         """`encode(text)` and the character offset where each token starts (a fast Hugging Face tokenizer's offset
@@ -86,7 +90,9 @@ class Tokenizer:
     def prompt(self, user_text: str, use_chat_template: bool) -> str:
         """The prompt as fed: the chat template applied when the tokenizer has one (and it is wanted)."""
         if self.kind == "hf" and use_chat_template and getattr(self.impl, "chat_template", None):
-            return self.impl.apply_chat_template([{"role": "user", "content": user_text}], add_generation_prompt=True, tokenize=False)
+            return self.impl.apply_chat_template(
+                [{"role": "user", "content": user_text}], add_generation_prompt=True, tokenize=False
+            )
         return user_text
 
 
@@ -102,7 +108,16 @@ class Policy(nn.Module):
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, past: Any = None, use_cache: bool = False, want_hidden: bool = False, logits_to_keep: int = 0):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past: Any = None,
+        use_cache: bool = False,
+        want_hidden: bool = False,
+        logits_to_keep: int = 0,
+    ):
         """(logits, cache, hidden). logits_to_keep > 0: only the last that many positions' logits (a large vocabulary
         times the whole prompt is most of a forward pass's memory)."""
         if self.kind == "tiny":
@@ -112,8 +127,20 @@ class Policy(nn.Module):
             from transformers import DynamicCache
 
             past = DynamicCache()
-        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, past_key_values=past, use_cache=use_cache, output_hidden_states=want_hidden, logits_to_keep=logits_to_keep)
-        return out.logits, (out.past_key_values if use_cache else None), (out.hidden_states[-1] if want_hidden else None)
+        out = self.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past,
+            use_cache=use_cache,
+            output_hidden_states=want_hidden,
+            logits_to_keep=logits_to_keep,
+        )
+        return (
+            out.logits,
+            (out.past_key_values if use_cache else None),
+            (out.hidden_states[-1] if want_hidden else None),
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -140,7 +167,11 @@ class Reference(nn.Module):
         super().__init__()
         self.policy = policy
         cast = reference_dtype(policy.backbone, dtype) if policy.kind == "hf" else {}
-        self.frozen = {n: p.detach().to(cast.get(n, p.dtype), copy=True) for n, p in policy.backbone.named_parameters() if p.requires_grad}
+        self.frozen = {
+            n: p.detach().to(cast.get(n, p.dtype), copy=True)
+            for n, p in policy.backbone.named_parameters()
+            if p.requires_grad
+        }
 
     @torch.no_grad()
     def backbone(self, *args: Any, **kwargs: Any) -> Any:
@@ -148,10 +179,18 @@ class Reference(nn.Module):
         return torch.func.functional_call(self.policy.backbone, self.frozen, args, kwargs, strict=False)
 
     @torch.no_grad()
-    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, logits_to_keep: int = 0) -> torch.Tensor:
+    def logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, logits_to_keep: int = 0
+    ) -> torch.Tensor:
         if self.policy.kind == "tiny":
             return self.backbone(input_ids, attention_mask, position_ids, None, logits_to_keep)[0]
-        return self.backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, logits_to_keep=logits_to_keep).logits
+        return self.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=False,
+            logits_to_keep=logits_to_keep,
+        ).logits
 
     def parts_params(self, module: nn.Module) -> dict[str, torch.Tensor]:
         """The frozen tensors of one of the backbone's modules, by the module's own parameter names (a tied weight found
@@ -188,7 +227,16 @@ class WindowStats:
     values: torch.Tensor | None
 
 
-def window_stats(model: Any, batch: Any, where: torch.Tensor, temperature: float = 1.0, want_entropy: bool = False, want_values: bool = False, entropy_grad: bool = False, whole_distribution: bool = False) -> WindowStats:
+def window_stats(
+    model: Any,
+    batch: Any,
+    where: torch.Tensor,
+    temperature: float = 1.0,
+    want_entropy: bool = False,
+    want_values: bool = False,
+    entropy_grad: bool = False,
+    whole_distribution: bool = False,
+) -> WindowStats:
     """log π(token | context) (and the entropy, and PPO's values) at the window positions `where` (B, R) bool, from
     the logits of the temperature-scaled distribution the tokens were sampled from (veRL divides by the sampling
     temperature too). `model` is the Policy or the Reference. The tiny model gives the target tokens' log-probs
@@ -204,10 +252,23 @@ def window_stats(model: Any, batch: Any, where: torch.Tensor, temperature: float
         T = batch.input_ids.shape[1]
         select = torch.zeros(batch.input_ids.shape, dtype=torch.bool, device=where.device)
         select[:, T - R - 1 : T - 1] = where  # the positions whose outputs predict the selected window tokens
-        if not whole_distribution and (not temperature or temperature == 1.0) and not (want_entropy and entropy_grad and torch.is_grad_enabled()):
+        if (
+            not whole_distribution
+            and (not temperature or temperature == 1.0)
+            and not (want_entropy and entropy_grad and torch.is_grad_enabled())
+        ):
             # the target tokens' log-probs without the whole distribution (tiny.py; the same numbers, a fraction of
             # the cost); an entropy in the loss needs the whole distribution with its gradient: the path below
-            (logp_t, ent_t), _, h = backbone(batch.input_ids, batch.attention_mask, batch.position_ids, None, 0, select, batch.targets[where], want_entropy)
+            (logp_t, ent_t), _, h = backbone(
+                batch.input_ids,
+                batch.attention_mask,
+                batch.position_ids,
+                None,
+                0,
+                select,
+                batch.targets[where],
+                want_entropy,
+            )
             logp = torch.zeros(where.shape, dtype=torch.float32, device=logp_t.device)
             logp[where] = logp_t
             entropy = None
@@ -224,7 +285,15 @@ def window_stats(model: Any, batch: Any, where: torch.Tensor, temperature: float
         # tokens at a time (logprobs.py): the window's logits are never held whole
         hidden_w = hf_hidden(model, batch)[:, -(R + 1) : -1]
         head = hf_head(model)
-        logp_t, ent_t = logprobs.token_logprobs(hidden_w[where], batch.targets[where], head, policy.vocab_size, temperature, want_entropy, entropy_grad and torch.is_grad_enabled())
+        logp_t, ent_t = logprobs.token_logprobs(
+            hidden_w[where],
+            batch.targets[where],
+            head,
+            policy.vocab_size,
+            temperature,
+            want_entropy,
+            entropy_grad and torch.is_grad_enabled(),
+        )
         logp = torch.zeros(where.shape, dtype=torch.float32, device=logp_t.device)
         logp[where] = logp_t
         entropy = None
@@ -259,10 +328,17 @@ def hf_hidden(model: Any, batch: Any) -> torch.Tensor:
     """The last hidden states (B, T, H) of a batch, from the policy or the reference (its frozen weights)."""
     policy = model.policy if isinstance(model, Reference) else model
     decoder, _head = hf_parts(policy.backbone)
-    kwargs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask, "position_ids": batch.position_ids, "use_cache": False}
+    kwargs = {
+        "input_ids": batch.input_ids,
+        "attention_mask": batch.attention_mask,
+        "position_ids": batch.position_ids,
+        "use_cache": False,
+    }
     if isinstance(model, Reference):
         with torch.no_grad():
-            return torch.func.functional_call(decoder, model.parts_params(decoder), (), kwargs, strict=False).last_hidden_state
+            return torch.func.functional_call(
+                decoder, model.parts_params(decoder), (), kwargs, strict=False
+            ).last_hidden_state
     return decoder(**kwargs).last_hidden_state
 
 
@@ -306,7 +382,9 @@ def vocabulary_texts(path: str) -> list[str]:
         return out
 
 
-def build_policy(cfg: Any, vocab_texts: Iterable[str], device: torch.device, tokenizer_file: str | None = None) -> tuple[Policy, Tokenizer]:
+def build_policy(
+    cfg: Any, vocab_texts: Iterable[str], device: torch.device, tokenizer_file: str | None = None
+) -> tuple[Policy, Tokenizer]:
     """The policy and tokenizer a run config asks for. The tiny tokenizer is read from `tokenizer_file` when given
     (a checkpoint's), else built from `vocab_texts` and the files in `model.tiny.vocab`."""
     with_value = cfg.algorithm.name == "ppo"
@@ -319,7 +397,9 @@ def build_policy(cfg: Any, vocab_texts: Iterable[str], device: torch.device, tok
             for extra in t.vocab or []:
                 texts.extend(vocabulary_texts(extra))
             tok = TinyTokenizer.build(texts)
-        backbone = TinyCausalLM(tok.vocab_size, d_model=t.d_model, layers=t.layers, heads=t.heads, max_len=t.max_len, shapes=tok.shapes())
+        backbone = TinyCausalLM(
+            tok.vocab_size, d_model=t.d_model, layers=t.layers, heads=t.heads, max_len=t.max_len, shapes=tok.shapes()
+        )
         policy = Policy(backbone, "tiny", with_value, t.d_model)
         return policy.to(device), Tokenizer(tok, "tiny")
     return _build_hf(cfg, device, with_value)
@@ -331,7 +411,12 @@ def compute_dtype(cfg: Any, device: torch.device) -> torch.dtype | None:
     bf16_where_native; on a CPU the builtin trainer measures (numerics.py: the policy is built in fp32 and the run
     records its choice), and without a measurement (the other engines) it is fp32."""
     want = cfg.model.dtype
-    if want == "bf16" or (want == "auto" and device.type == "cuda") or (want == "bf16_where_native" and native_bf16(device)) or (want == "fastest" and device.type != "cpu" and native_bf16(device)):
+    if (
+        want == "bf16"
+        or (want == "auto" and device.type == "cuda")
+        or (want == "bf16_where_native" and native_bf16(device))
+        or (want == "fastest" and device.type != "cpu" and native_bf16(device))
+    ):
         return torch.bfloat16
     return None
 
@@ -376,10 +461,14 @@ def _build_hf(cfg: Any, device: torch.device, with_value: bool) -> tuple[Policy,
     try:
         import transformers
     except ImportError as e:  # pragma: no cover - exercised where transformers is absent
-        raise RuntimeError("model.kind \"hf\" needs the transformers package in the trainer's Python (pip install transformers)") from e
+        raise RuntimeError(
+            'model.kind "hf" needs the transformers package in the trainer\'s Python (pip install transformers)'
+        ) from e
     path = cfg.model.path
     if not os.path.isdir(path):
-        raise RuntimeError(f"model.path: {path} is not a directory (a local Hugging Face model directory; nothing is downloaded)")
+        raise RuntimeError(
+            f"model.path: {path} is not a directory (a local Hugging Face model directory; nothing is downloaded)"
+        )
     tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
     config = transformers.AutoConfig.from_pretrained(path, local_files_only=True)
     if not cfg.model.dropout:
@@ -391,7 +480,9 @@ def _build_hf(cfg: Any, device: torch.device, with_value: bool) -> tuple[Policy,
             torch.manual_seed(cfg.seed)
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     else:
-        model = transformers.AutoModelForCausalLM.from_pretrained(path, config=config, local_files_only=True, dtype=dtype)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            path, config=config, local_files_only=True, dtype=dtype
+        )
     return hf_policy(model, cfg, with_value).to(device), Tokenizer(tok, "hf")
 
 
@@ -423,7 +514,17 @@ def hf_policy(model: nn.Module, cfg: Any, with_value: bool) -> Policy:
         targets = lora.target_modules or ["q_proj", "k_proj", "v_proj", "o_proj"]
         for p in model.parameters():
             p.requires_grad_(False)
-        model = peft.get_peft_model(model, peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets, task_type="CAUSAL_LM"), autocast_adapter_dtype=True)
+        model = peft.get_peft_model(
+            model,
+            peft.LoraConfig(
+                r=lora.r,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=targets,
+                task_type="CAUSAL_LM",
+            ),
+            autocast_adapter_dtype=True,
+        )
         for p in model.parameters():
             if p.requires_grad:
                 p.data = p.data.float()
@@ -431,5 +532,7 @@ def hf_policy(model: nn.Module, cfg: Any, with_value: bool) -> Policy:
         for m in model.modules():
             if isinstance(m, nn.Dropout):
                 m.p = 0.0
-    hidden = model.config.hidden_size if hasattr(model.config, "hidden_size") else model.get_input_embeddings().embedding_dim
+    hidden = (
+        model.config.hidden_size if hasattr(model.config, "hidden_size") else model.get_input_embeddings().embedding_dim
+    )
     return Policy(model, "hf", with_value, hidden)

@@ -81,7 +81,9 @@ def reference_dtype(module: nn.Module, dtype: torch.dtype | None) -> dict[str, t
     return out
 
 
-def optimizer(groups: list[dict[str, Any]], weight_decay: float, device: torch.device, fused: bool) -> torch.optim.Optimizer:
+def optimizer(
+    groups: list[dict[str, Any]], weight_decay: float, device: torch.device, fused: bool
+) -> torch.optim.Optimizer:
     """AdamW over the master weights; fused (`fused`: a Hugging Face policy, on CUDA or CPU): one kernel per step and
     no temporaries the size of the weights (the multi-tensor AdamW allocates several at the step: 3 × 4 B/param more,
     measured on CPU). The tiny policy keeps torch's default (its pinned CPU numbers)."""

@@ -52,10 +52,22 @@ class RecordSettings:
         train = cfg.get("train") or {}
         rec = train.get("record") or {}
         groups = rec.get("groups")
-        return cls(enabled=train.get("save_rollouts", True) is not False, format=rec.get("format") or "store", every=max(1, int(rec.get("every") or 1)), groups=None if groups is None else int(groups), queue=max(1, int(rec.get("queue") or 2)))
+        return cls(
+            enabled=train.get("save_rollouts", True) is not False,
+            format=rec.get("format") or "store",
+            every=max(1, int(rec.get("every") or 1)),
+            groups=None if groups is None else int(groups),
+            queue=max(1, int(rec.get("queue") or 2)),
+        )
 
     def describe(self) -> dict[str, Any]:
-        return {"format": self.format, "every": self.every, "groups": self.groups, "queue": self.queue, "always": ["held-out evaluations", *(f"rollouts flagged: {f}" for f in FLAGS)]}
+        return {
+            "format": self.format,
+            "every": self.every,
+            "groups": self.groups,
+            "queue": self.queue,
+            "always": ["held-out evaluations", *(f"rollouts flagged: {f}" for f in FLAGS)],
+        }
 
 
 def rollout_flags(
@@ -97,7 +109,11 @@ def rollout_flags(
     if logprob is not None and rollout_logprob is not None:
         lo, hi = math.log(band[0]), math.log(band[1])
         a, b = logprob.float(), rollout_logprob.float()
-        both = loss & (logprob_scored.bool() if logprob_scored is not None else torch.isfinite(a)) & (rollout_scored.bool() if rollout_scored is not None else torch.isfinite(b))
+        both = (
+            loss
+            & (logprob_scored.bool() if logprob_scored is not None else torch.isfinite(a))
+            & (rollout_scored.bool() if rollout_scored is not None else torch.isfinite(b))
+        )
         d = torch.where(both, a - b, 0.0)
         if not math.isfinite(float(d.sum())):  # a non-finite log-prob where scored (flagged above): not compared
             both &= torch.isfinite(d)
@@ -113,7 +129,9 @@ def rollout_flags(
             stats["seq"] = stats.get("seq", 0.0) + float(torch.exp(d.sum(-1, dtype=torch.float64))[has].sum())
             stats["seq_n"] = stats.get("seq_n", 0.0) + float(has.sum())
     if stats is not None:
-        by_role = leaked if generated is None or generated is expected else (loss_mask.float() != generated.float()) & valid
+        by_role = (
+            leaked if generated is None or generated is expected else (loss_mask.float() != generated.float()) & valid
+        )
         stats["leaks"] = stats.get("leaks", 0.0) + float(by_role.sum())
     out: list[list[str]] = []
     for lk, nf, gp in zip(leak.tolist(), bad.tolist(), gap.tolist()):
@@ -133,7 +151,9 @@ def audit_metrics(stats: dict[str, float]) -> dict[str, float]:
     return m
 
 
-def select(keys: Sequence[Any], flags: Sequence[Sequence[str]], step: int, s: RecordSettings, held_out: bool) -> list[int]:
+def select(
+    keys: Sequence[Any], flags: Sequence[Sequence[str]], step: int, s: RecordSettings, held_out: bool
+) -> list[int]:
     """The rows a step keeps, whole groups at a time (`keys[i]`: row i's group). A held-out evaluation: all. A
     training step: the groups of flagged rows, and on a recorded step (every `every`-th) all groups or `groups` of
     them, drawn by the step (the same draw on every process of a multi-process engine)."""
@@ -176,7 +196,14 @@ class StepJob:
 class Recorder:
     """The background writer: a thread, a bounded queue of steps, the counters run.json and metrics.jsonl show."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], settings: RecordSettings, texts: Callable[[list[int]], list[str]], warn: Callable[..., None], jsonl_line: Callable[[dict[str, Any]], str] | None = None):
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        settings: RecordSettings,
+        texts: Callable[[list[int]], list[str]],
+        warn: Callable[..., None],
+        jsonl_line: Callable[[dict[str, Any]], str] | None = None,
+    ):
         self.dir = Path(run_dir) / "rollouts"
         self.dir.mkdir(parents=True, exist_ok=True)
         self.settings = settings
@@ -189,13 +216,26 @@ class Recorder:
         self._closed = False
         self.errors: list[str] = []
         self._failure: BaseException | None = None  # a full disk: raised on the training thread (`_raise_failure`)
-        self.totals = {"steps": 0, "rollouts": 0, "of": 0, "flagged": 0, "dropped_rollouts": 0, "dropped_steps": 0, "tokens": 0, "bytes": 0, "write_seconds": 0.0, "write_cpu_seconds": 0.0}
+        self.totals = {
+            "steps": 0,
+            "rollouts": 0,
+            "of": 0,
+            "flagged": 0,
+            "dropped_rollouts": 0,
+            "dropped_steps": 0,
+            "tokens": 0,
+            "bytes": 0,
+            "write_seconds": 0.0,
+            "write_cpu_seconds": 0.0,
+        }
         ts.remove_partial(self.dir)  # what a killed writer left (a temporary step directory or JSONL file)
         if settings.enabled and settings.format == "store":
             try:
                 import pyarrow  # noqa: F401
             except ImportError as e:
-                raise RuntimeError("train.record.format \"store\" writes Parquet with pyarrow, which this Python lacks: pip install pyarrow==26.0.1 (trainer/requirements.txt), or set train.record.format to \"jsonl\"") from e
+                raise RuntimeError(
+                    'train.record.format "store" writes Parquet with pyarrow, which this Python lacks: pip install pyarrow==26.0.1 (trainer/requirements.txt), or set train.record.format to "jsonl"'
+                ) from e
         self._thread = threading.Thread(target=self._run, name="rollout-writer", daemon=True)
         self._thread.start()
 
@@ -220,13 +260,21 @@ class Recorder:
             if behind >= s.queue and not held_out and job.keep:
                 # The writer is behind: keep only the flagged groups, built now so the step's tensors can go.
                 full = len(job.keep)
-                job.keep = select(job.keys, job.flags, job.step, RecordSettings(every=1 << 62), held_out=False) if flagged else []
+                job.keep = (
+                    select(job.keys, job.flags, job.step, RecordSettings(every=1 << 62), held_out=False)
+                    if flagged
+                    else []
+                )
                 dropped = full - len(job.keep)
                 self.totals["dropped_rollouts"] += dropped
                 self.totals["dropped_steps"] += 1
                 m["record/dropped_rollouts"] = float(dropped)
                 m["record/rollouts"] = float(len(job.keep))
-                self.warn(f"step {job.step}: the rollout writer is {behind} steps behind (train.record.queue {s.queue}); this step records only its flagged groups: {len(job.keep)} of {job.total} rollouts ({dropped} not recorded). A slow disk, or a smaller train.record.groups, is the fix", step=job.step, dropped=dropped)
+                self.warn(
+                    f"step {job.step}: the rollout writer is {behind} steps behind (train.record.queue {s.queue}); this step records only its flagged groups: {len(job.keep)} of {job.total} rollouts ({dropped} not recorded). A slow disk, or a smaller train.record.groups, is the fix",
+                    step=job.step,
+                    dropped=dropped,
+                )
                 if job.keep:
                     job.data = job.build(job.keep)
                 job.build = _built
@@ -271,7 +319,19 @@ class Recorder:
         """run.json's `record`: the settings and what was recorded so far."""
         with self._cv:
             t = dict(self.totals)
-        return {**self.settings.describe(), "recorded": {"steps": t["steps"], "rollouts": t["rollouts"], "of": t["of"], "tokens": t["tokens"], "bytes": t["bytes"]}, "flagged": t["flagged"], "dropped": {"steps": t["dropped_steps"], "rollouts": t["dropped_rollouts"]}, "errors": len(self.errors)}
+        return {
+            **self.settings.describe(),
+            "recorded": {
+                "steps": t["steps"],
+                "rollouts": t["rollouts"],
+                "of": t["of"],
+                "tokens": t["tokens"],
+                "bytes": t["bytes"],
+            },
+            "flagged": t["flagged"],
+            "dropped": {"steps": t["dropped_steps"], "rollouts": t["dropped_rollouts"]},
+            "errors": len(self.errors),
+        }
 
     def truncate_after(self, step: int) -> None:
         """A resume from `step`: later recorded steps go (the resumed run records them again)."""
@@ -323,7 +383,10 @@ class Recorder:
                         self._pending.clear()
                 else:
                     try:
-                        self.warn(f"recording {job.name} failed: {type(e).__name__}: {e} (the run goes on; this step's rollouts are not recorded, and nothing of it is left half-written)", step=job.step)
+                        self.warn(
+                            f"recording {job.name} failed: {type(e).__name__}: {e} (the run goes on; this step's rollouts are not recorded, and nothing of it is left half-written)",
+                            step=job.step,
+                        )
                     except Exception:  # noqa: BLE001
                         pass
             finally:
@@ -349,7 +412,9 @@ class Recorder:
         try:
             with open(tmp, "wb", buffering=0) as f:
                 for i in range(0, len(records), 256):
-                    write_bytes(f, "".join(line(r) + "\n" for r in records[i : i + 256]).encode("utf-8"), tmp)  # a failure names the file
+                    write_bytes(
+                        f, "".join(line(r) + "\n" for r in records[i : i + 256]).encode("utf-8"), tmp
+                    )  # a failure names the file
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
@@ -372,7 +437,12 @@ def records_of(data: StepData) -> list[dict[str, Any]]:
         rec = dict(rec)
         if bits & ts.HAS_TOKENS:
             ids = cols.ids[lo:hi].tolist()
-            tk: dict[str, Any] = {"text": cols.text[lo:hi] if cols.text is not None else [cols.vocab[i] for i in ids], "ids": ids, "role": [ts.ROLES[c] for c in cols.role[lo:hi].tolist()], "loss_mask": cols.loss_mask[lo:hi].tolist()}
+            tk: dict[str, Any] = {
+                "text": cols.text[lo:hi] if cols.text is not None else [cols.vocab[i] for i in ids],
+                "ids": ids,
+                "role": [ts.ROLES[c] for c in cols.role[lo:hi].tolist()],
+                "loss_mask": cols.loss_mask[lo:hi].tolist(),
+            }
             for k in ts.FLOAT_ARRAYS:
                 if bits & ts.ARRAY_BIT[k]:
                     tk[k] = [None if x != x else round(x, 6) for x in cols.floats[k][lo:hi].tolist()]
@@ -458,7 +528,15 @@ def columns_from_window(
         em = np.zeros(total, dtype=np.uint8)
         em[resp] = take(engine_mask, np.uint8)
         bits |= ts.ARRAY_BIT["engine_mask"]
-    return ts.StepColumns(ids=ids, role=role, loss_mask=lm, floats=floats, lengths=lengths, arrays=np.full(len(rows), bits, dtype=np.int32), engine_mask=em)
+    return ts.StepColumns(
+        ids=ids,
+        role=role,
+        loss_mask=lm,
+        floats=floats,
+        lengths=lengths,
+        arrays=np.full(len(rows), bits, dtype=np.int32),
+        engine_mask=em,
+    )
 
 
 def role_codes_of(roles: Sequence[str]) -> np.ndarray:
@@ -488,15 +566,41 @@ def concat_data(parts: Sequence[StepData]) -> StepData:
     if len(parts) == 1:
         return parts[0]
     if not parts:
-        return StepData([], ts.StepColumns(ids=np.zeros(0, np.uint32), role=np.zeros(0, np.uint8), loss_mask=np.zeros(0, np.uint8), floats={}, lengths=np.zeros(0, np.int64), arrays=np.zeros(0, np.int32)))
+        return StepData(
+            [],
+            ts.StepColumns(
+                ids=np.zeros(0, np.uint32),
+                role=np.zeros(0, np.uint8),
+                loss_mask=np.zeros(0, np.uint8),
+                floats={},
+                lengths=np.zeros(0, np.int64),
+                arrays=np.zeros(0, np.int32),
+            ),
+        )
     cols = [p.cols for p in parts]
     names = [k for k in ts.FLOAT_ARRAYS if any(k in c.floats for c in cols)]
-    floats = {k: np.concatenate([c.floats[k] if k in c.floats else np.full(len(c.ids), np.nan, np.float32) for c in cols]) for k in names}
+    floats = {
+        k: np.concatenate([c.floats[k] if k in c.floats else np.full(len(c.ids), np.nan, np.float32) for c in cols])
+        for k in names
+    }
     arrays = np.concatenate([c.arrays for c in cols])
     engine = None
     if any(c.engine_mask is not None for c in cols):
-        engine = np.concatenate([c.engine_mask if c.engine_mask is not None else np.zeros(len(c.ids), np.uint8) for c in cols])
-    return StepData([r for p in parts for r in p.records], ts.StepColumns(ids=np.concatenate([c.ids for c in cols]), role=np.concatenate([c.role for c in cols]), loss_mask=np.concatenate([c.loss_mask for c in cols]), floats=floats, lengths=np.concatenate([c.lengths for c in cols]), arrays=arrays, engine_mask=engine))
+        engine = np.concatenate(
+            [c.engine_mask if c.engine_mask is not None else np.zeros(len(c.ids), np.uint8) for c in cols]
+        )
+    return StepData(
+        [r for p in parts for r in p.records],
+        ts.StepColumns(
+            ids=np.concatenate([c.ids for c in cols]),
+            role=np.concatenate([c.role for c in cols]),
+            loss_mask=np.concatenate([c.loss_mask for c in cols]),
+            floats=floats,
+            lengths=np.concatenate([c.lengths for c in cols]),
+            arrays=arrays,
+            engine_mask=engine,
+        ),
+    )
 
 
 def subset(data: StepData, rows: Sequence[int]) -> StepData:
@@ -505,4 +609,17 @@ def subset(data: StepData, rows: Sequence[int]) -> StepData:
     off = np.zeros(len(c.lengths) + 1, dtype=np.int64)
     np.cumsum(c.lengths, out=off[1:])
     sel = np.concatenate([np.arange(off[i], off[i + 1]) for i in rows]) if len(rows) else np.zeros(0, np.int64)
-    return StepData([data.records[i] for i in rows], ts.StepColumns(ids=c.ids[sel], role=c.role[sel], loss_mask=c.loss_mask[sel], floats={k: v[sel] for k, v in c.floats.items()}, lengths=c.lengths[list(rows)], arrays=c.arrays[list(rows)], engine_mask=None if c.engine_mask is None else c.engine_mask[sel], text=None if c.text is None else [c.text[j] for j in sel.tolist()], vocab=c.vocab))
+    return StepData(
+        [data.records[i] for i in rows],
+        ts.StepColumns(
+            ids=c.ids[sel],
+            role=c.role[sel],
+            loss_mask=c.loss_mask[sel],
+            floats={k: v[sel] for k, v in c.floats.items()},
+            lengths=c.lengths[list(rows)],
+            arrays=c.arrays[list(rows)],
+            engine_mask=None if c.engine_mask is None else c.engine_mask[sel],
+            text=None if c.text is None else [c.text[j] for j in sel.tolist()],
+            vocab=c.vocab,
+        ),
+    )

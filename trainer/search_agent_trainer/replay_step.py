@@ -59,11 +59,24 @@ def trajectory_of(record: dict[str, Any]) -> Trajectory:
     t = record.get("tokens") or {}
     ids, roles = t.get("ids"), t.get("role")
     if not isinstance(ids, list) or not isinstance(roles, list) or len(ids) != len(roles) or not ids:
-        raise ReplayError(f"rollout {record.get('id')}: no token ids and roles recorded (tokens.ids, tokens.role): only rollouts recorded with tokens can be replayed")
+        raise ReplayError(
+            f"rollout {record.get('id')}: no token ids and roles recorded (tokens.ids, tokens.role): only rollouts recorded with tokens can be replayed"
+        )
     P = next((i for i, r in enumerate(roles) if r != "prompt"), len(roles))
-    ex = Example(str((record.get("meta") or {}).get("example_id", record.get("id", ""))), record.get("question") or "", tuple(record.get("golden") or []), record.get("data_source") or "")
+    ex = Example(
+        str((record.get("meta") or {}).get("example_id", record.get("id", ""))),
+        record.get("question") or "",
+        tuple(record.get("golden") or []),
+        record.get("data_source") or "",
+    )
     group = record.get("group")
-    traj = Trajectory(ex, group if isinstance(group, int) else 0, int(record.get("sample") or 0), record.get("prompt") or "", list(ids[:P]))
+    traj = Trajectory(
+        ex,
+        group if isinstance(group, int) else 0,
+        int(record.get("sample") or 0),
+        record.get("prompt") or "",
+        list(ids[:P]),
+    )
     lp = t.get("rollout_logprob") or [None] * len(ids)
     traj.ids, traj.roles, traj.sample_logprobs = list(ids[P:]), list(roles[P:]), list(lp[P:])
     traj.reward = record.get("reward")
@@ -103,23 +116,37 @@ class StepReplay:
         if not ckpt.exists():
             ckpt = self.run_dir / "checkpoints" / str(checkpoint)
         if not ckpt.exists():
-            raise ReplayError(f"{checkpoint}: no such checkpoint (neither a directory nor one under {self.run_dir / 'checkpoints'})")
+            raise ReplayError(
+                f"{checkpoint}: no such checkpoint (neither a directory nor one under {self.run_dir / 'checkpoints'})"
+            )
         self.checkpoint = ckpt
         want = device or self.cfg.model.device
-        self.device = torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
+        self.device = torch.device(
+            "cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu"
+        )
         try:
             self.policy, self.tok = load_checkpoint_policy(self.cfg, ckpt, self.device)
         except ForkError as e:
             raise ReplayError(str(e)) from None
         self.dtype = compute_dtype(self.cfg, self.device)
-        self.checkpoint_step = int(json.loads((ckpt / STATE).read_text(encoding="utf-8")).get("step", 0)) if (ckpt / STATE).exists() else None
+        self.checkpoint_step = (
+            int(json.loads((ckpt / STATE).read_text(encoding="utf-8")).get("step", 0))
+            if (ckpt / STATE).exists()
+            else None
+        )
 
     def _ctx(self):
-        return torch.autocast(self.device.type, dtype=self.dtype) if self.dtype is not None else torch.autocast(self.device.type, enabled=False)
+        return (
+            torch.autocast(self.device.type, dtype=self.dtype)
+            if self.dtype is not None
+            else torch.autocast(self.device.type, enabled=False)
+        )
 
     def replay(self, records: list[dict[str, Any]], tolerance: float | None = None) -> dict[str, Any]:
         if not records:
-            raise ReplayError("no rollout records to replay (is --step a training step whose rollouts were saved with tokens?)")
+            raise ReplayError(
+                "no rollout records to replay (is --step a training step whose rollouts were saved with tokens?)"
+            )
         cfg, a = self.cfg, self.cfg.algorithm
         tol = tolerance if tolerance is not None else TOLERANCE["fp32" if self.dtype is None else "bf16"]
         trajs = [trajectory_of(r) for r in records]
@@ -132,21 +159,46 @@ class StepReplay:
             fed = batch.input_ids[i][batch.attention_mask[i].bool()].tolist()
             if fed != list(t["ids"]):
                 ids_identical = False
-                mismatches.append({"id": rec.get("id"), "what": "ids", "at": next((k for k, (x, y) in enumerate(zip(fed, t["ids"])) if x != y), min(len(fed), len(t["ids"])))})
+                mismatches.append(
+                    {
+                        "id": rec.get("id"),
+                        "what": "ids",
+                        "at": next(
+                            (k for k, (x, y) in enumerate(zip(fed, t["ids"])) if x != y), min(len(fed), len(t["ids"]))
+                        ),
+                    }
+                )
             big = next((k for k, x in enumerate(t["ids"]) if x >= vocab), None)
             if big is not None:
-                raise ReplayError(f"rollout {rec.get('id')}: token {big} has id {t['ids'][big]}, outside this checkpoint's vocabulary ({vocab}): was it recorded with another tokenizer?")
+                raise ReplayError(
+                    f"rollout {rec.get('id')}: token {big} has id {t['ids'][big]}, outside this checkpoint's vocabulary ({vocab}): was it recorded with another tokenizer?"
+                )
             if isinstance(t.get("text"), list):
                 texts = self.tok.token_texts(t["ids"])
                 if texts != t["text"]:
                     text_identical = False
-                    mismatches.append({"id": rec.get("id"), "what": "text", "at": next((k for k, (x, y) in enumerate(zip(texts, t["text"])) if x != y), min(len(texts), len(t["text"])))})
+                    mismatches.append(
+                        {
+                            "id": rec.get("id"),
+                            "what": "text",
+                            "at": next(
+                                (k for k, (x, y) in enumerate(zip(texts, t["text"])) if x != y),
+                                min(len(texts), len(t["text"])),
+                            ),
+                        }
+                    )
             r = int(batch.response_length[i])
             built = batch.loss_mask[i, batch.window - r :].tolist() if r else []
             recorded = [float(x) for x in t["loss_mask"][len(t["loss_mask"]) - r :]] if r else []
             if built != recorded:
                 mask_identical = False
-                mismatches.append({"id": rec.get("id"), "what": "loss_mask", "at": len(t["ids"]) - r + next(k for k, (x, y) in enumerate(zip(built, recorded)) if x != y)})
+                mismatches.append(
+                    {
+                        "id": rec.get("id"),
+                        "what": "loss_mask",
+                        "at": len(t["ids"]) - r + next(k for k, (x, y) in enumerate(zip(built, recorded)) if x != y),
+                    }
+                )
 
         # What the update read: the recorded old log-probs, advantages, reference log-probs and values (PPO).
         old, have_old = _window(records, "logprob", batch)
@@ -167,7 +219,9 @@ class StepReplay:
         B, R = batch.size, batch.window
         new = torch.zeros(B, R)
         rows = batch.trained_rows()
-        agg = Aggregation.of(a.loss_agg_mode, batch.loss_mask, cfg.rollout.max_response_length)  # the whole mini-batch's denominators, as _update
+        agg = Aggregation.of(
+            a.loss_agg_mode, batch.loss_mask, cfg.rollout.max_response_length
+        )  # the whole mini-batch's denominators, as _update
         vagg = Aggregation.of(a.loss_agg_mode, batch.adv_mask, cfg.rollout.max_response_length)
         self.policy.eval()  # no dropout: the recorded pass's log-probs are those of the weights, not of a dropout mask
         self.policy.zero_grad(set_to_none=True)
@@ -176,7 +230,15 @@ class StepReplay:
         for micro in by_length(batch, rows, cfg.optim.micro_batch_size):
             mb = batch.select(micro).to(self.device)
             with self._ctx():
-                st = window_stats(self.policy, mb, mb.loss_mask.bool(), temp, want_entropy=True, want_values=self.policy.value_head is not None, entropy_grad=a.entropy_coef > 0)
+                st = window_stats(
+                    self.policy,
+                    mb,
+                    mb.loss_mask.bool(),
+                    temp,
+                    want_entropy=True,
+                    want_values=self.policy.value_head is not None,
+                    entropy_grad=a.entropy_coef > 0,
+                )
                 loss, stats = objective(st.logprob, st.entropy, st.values, mb, a, agg, vagg)
             loss.backward()
             total += float(loss.detach())
@@ -198,7 +260,11 @@ class StepReplay:
         sr = scored & have_rollout & batch.generated_mask.bool()
         if bool(sr.any()):
             dr = (new - rollout_lp)[sr].abs()
-            versus_rollout = {"compared": int(sr.sum()), "max_abs_diff": float(dr.max()), "mean_abs_diff": float(dr.mean())}
+            versus_rollout = {
+                "compared": int(sr.sum()),
+                "max_abs_diff": float(dr.max()),
+                "mean_abs_diff": float(dr.mean()),
+            }
         detail = []
         for i, rec in enumerate(records):
             n = len(rec["tokens"]["ids"])
@@ -208,7 +274,16 @@ class StepReplay:
                 if bool(scored[i, R - r + j]):
                     row[n - r + j] = round(float(delta[i, R - r + j]), 7)
             xs = [abs(x) for x in row if x is not None]
-            detail.append({"id": rec.get("id"), "compared": len(xs), "max_abs_diff": max(xs, default=0.0), "mean_abs_diff": sum(xs) / len(xs) if xs else 0.0, "flagged": [k for k, x in enumerate(row) if x is not None and abs(x) > tol], "delta": row})
+            detail.append(
+                {
+                    "id": rec.get("id"),
+                    "compared": len(xs),
+                    "max_abs_diff": max(xs, default=0.0),
+                    "mean_abs_diff": sum(xs) / len(xs) if xs else 0.0,
+                    "flagged": [k for k, x in enumerate(row) if x is not None and abs(x) > tol],
+                    "delta": row,
+                }
+            )
         steps = {rec.get("step") for rec in records}
         out = {
             "checkpoint": str(self.checkpoint),
@@ -222,14 +297,21 @@ class StepReplay:
             "text_identical": text_identical,
             "loss_mask_identical": mask_identical,
             "mismatches": mismatches,
-            "logprob": {"compared": int(scored.sum()), "max_abs_diff": float(d.max()) if d.numel() else 0.0, "mean_abs_diff": float(d.mean()) if d.numel() else 0.0, "flagged": flagged_total},
+            "logprob": {
+                "compared": int(scored.sum()),
+                "max_abs_diff": float(d.max()) if d.numel() else 0.0,
+                "mean_abs_diff": float(d.mean()) if d.numel() else 0.0,
+                "flagged": flagged_total,
+            },
             "rollout_logprob": versus_rollout,
             "loss": {**sums, "total": total},
             "grad_norm": {"actor/grad_norm": norms[0], **({"critic/grad_norm": norms[1]} if len(norms) > 1 else {})},
             "comparable": comparable(cfg, len(records)),
             "rollouts_detail": detail,
         }
-        out["match"] = ids_identical and text_identical and mask_identical and flagged_total == 0 and int(scored.sum()) > 0
+        out["match"] = (
+            ids_identical and text_identical and mask_identical and flagged_total == 0 and int(scored.sum()) > 0
+        )
         return out
 
 
@@ -265,12 +347,22 @@ def read_records(stream: TextIO, source: str) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m search_agent_trainer.replay_step", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m search_agent_trainer.replay_step",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--run-dir", required=True, help="the run directory (its run.json holds the config)")
-    parser.add_argument("--checkpoint", required=True, help="a checkpoint directory, or its name under <run-dir>/checkpoints (step-NNNNNN)")
+    parser.add_argument(
+        "--checkpoint",
+        required=True,
+        help="a checkpoint directory, or its name under <run-dir>/checkpoints (step-NNNNNN)",
+    )
     parser.add_argument("--records", help="the step's rollout records (JSON lines); default: stdin")
     parser.add_argument("--device", choices=("cpu", "cuda"), help="default: the run's model.device")
-    parser.add_argument("--tolerance", type=float, help="|Δ| above this many nats is a mismatch (default 1e-3 in fp32, 5e-2 under bf16)")
+    parser.add_argument(
+        "--tolerance", type=float, help="|Δ| above this many nats is a mismatch (default 1e-3 in fp32, 5e-2 under bf16)"
+    )
     args = parser.parse_args(argv)
     try:
         if args.records:

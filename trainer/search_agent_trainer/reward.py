@@ -17,7 +17,18 @@ def reward_item(t: Trajectory, search_tool: str) -> dict[str, Any]:
     strict = {"strict_actions": True} if t.strict_actions else {}
     # Who wrote what: the reward reads the answer from the policy's text only, never from tags in a document.
     spans = t.spans
-    return {"id": f"{t.group}:{t.sample}", "prompt": t.prompt, "response": t.response, "golden": list(t.example.golden), "question": t.example.question, "data_source": t.example.data_source, "dialect": t.dialect, **tool, **strict, **({"spans": spans} if spans else {})}
+    return {
+        "id": f"{t.group}:{t.sample}",
+        "prompt": t.prompt,
+        "response": t.response,
+        "golden": list(t.example.golden),
+        "question": t.example.question,
+        "data_source": t.example.data_source,
+        "dialect": t.dialect,
+        **tool,
+        **strict,
+        **({"spans": spans} if spans else {}),
+    }
 
 
 def score(env: EnvClient, trajs: list[Trajectory], search_tool: str, warning: Callable[..., None]) -> int:
@@ -35,5 +46,8 @@ def score(env: EnvClient, trajs: list[Trajectory], search_tool: str, warning: Ca
         else:
             t.reward, t.reward_parts = float(res["reward"]), dict(res.get("parts") or {})
     if failed:
-        warning(f"the reward module failed on {failed} of {len(trajs)} trajectories (scored 0 for training): {first}", failed=failed)
+        warning(
+            f"the reward module failed on {failed} of {len(trajs)} trajectories (scored 0 for training): {first}",
+            failed=failed,
+        )
     return failed

@@ -134,7 +134,15 @@ class SearchR1:
             return Action([Call(query=content)], valid=True)
         return Action(feedback=INVALID_ACTION_FEEDBACK)
 
-    def observation(self, tokenizer: Any, response_ids: Sequence[int], replies: list[tuple[str, str]], feedback: str | None, max_obs_length: int, cut: dict[str, int]) -> Spans:
+    def observation(
+        self,
+        tokenizer: Any,
+        response_ids: Sequence[int],
+        replies: list[tuple[str, str]],
+        feedback: str | None,
+        max_obs_length: int,
+        cut: dict[str, int],
+    ) -> Spans:
         role, text = replies[0] if replies else ("feedback", feedback or "")
         if role == "retrieved":
             text = information(text)
@@ -245,12 +253,17 @@ class RolloutSettings:
     def of(cls, cfg: Any, wave_size: int | None = None) -> RolloutSettings:
         """A run config's settings (`rollout.*`, `retriever.topk`): the one mapping every trainer uses."""
         r = cfg.rollout
-        return cls(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, cfg.retriever.topk, wave_size)
+        return cls(
+            r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, cfg.retriever.topk, wave_size
+        )
 
 
 def retrieval_entry(query: str, hits: list[dict[str, Any]]) -> dict[str, Any]:
     """A search as the records keep it (`meta.retrieval`): the query, its hits' ids and retrieval scores."""
-    return {"query": query, "hits": [{"id": str(h.get("document", {}).get("id", "")), "score": h.get("score")} for h in hits]}
+    return {
+        "query": query,
+        "hits": [{"id": str(h.get("document", {}).get("id", "")), "score": h.get("score")} for h in hits],
+    }
 
 
 def turn_budget(t: Trajectory, s: RolloutSettings) -> int:
@@ -258,7 +271,15 @@ def turn_budget(t: Trajectory, s: RolloutSettings) -> int:
     return min(s.max_turn_tokens, s.max_response_length - len(t.ids))
 
 
-def take_turn(t: Trajectory, ids: Sequence[int], logprobs: Sequence[float] | None, final: bool, tokenizer: Any, s: RolloutSettings, dialect: Dialect = SEARCH_R1) -> Action | None:
+def take_turn(
+    t: Trajectory,
+    ids: Sequence[int],
+    logprobs: Sequence[float] | None,
+    final: bool,
+    tokenizer: Any,
+    s: RolloutSettings,
+    dialect: Dialect = SEARCH_R1,
+) -> Action | None:
     """Appends a generated turn (its tokens as sampled) and reads its action in the dialect. Returns what the
     environment must answer, or None when the trajectory is done: it answered without calling, this was its forced
     final turn (`answer` if it answered, else `max_turns`), or its response budget is spent (`length`)."""
@@ -279,7 +300,15 @@ def take_turn(t: Trajectory, ids: Sequence[int], logprobs: Sequence[float] | Non
     return None
 
 
-def observe(t: Trajectory, action: Action, hits: Sequence[list[dict[str, Any]]], tokenizer: Any, s: RolloutSettings, cut: dict[str, int], dialect: Dialect = SEARCH_R1) -> None:
+def observe(
+    t: Trajectory,
+    action: Action,
+    hits: Sequence[list[dict[str, Any]]],
+    tokenizer: Any,
+    s: RolloutSettings,
+    cut: dict[str, int],
+    dialect: Dialect = SEARCH_R1,
+) -> None:
     """Appends the environment's answer to `action` (from take_turn), given the hits of each of its searches in order:
     the passages (role `retrieved`; queries and hits go to `t.retrieval`), invalid calls' errors and an invalid
     turn's message (role `feedback`), and in the tool-call dialect the chat template's markers around them (role
@@ -331,11 +360,23 @@ def run_rollouts(
     their turns in waves of `s.wave_size`; the generator is called once per wave and turn with every active trajectory
     of the wave (keyed by its index, so it may keep their caches between turns) and released after each wave. The
     protocol itself is `play`, per trajectory."""
-    trajs = [Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1]), dialect=dialect.name, strict_actions=dialect.strict) for g, ex in enumerate(examples) for k in range(n)]
+    trajs = [
+        Trajectory(ex, g, k, prompts[g][0], list(prompts[g][1]), dialect=dialect.name, strict_actions=dialect.strict)
+        for g, ex in enumerate(examples)
+        for k in range(n)
+    ]
     return play_all(trajs, generator, tokenizer, env, s, warn, dialect)
 
 
-def play_all(trajs: list[Trajectory], generator: TurnGenerator, tokenizer: Any, env: EnvClient, s: RolloutSettings, warn: Callable[[str], None] = lambda _m: None, dialect: Dialect = SEARCH_R1) -> list[Trajectory]:
+def play_all(
+    trajs: list[Trajectory],
+    generator: TurnGenerator,
+    tokenizer: Any,
+    env: EnvClient,
+    s: RolloutSettings,
+    warn: Callable[[str], None] = lambda _m: None,
+    dialect: Dialect = SEARCH_R1,
+) -> list[Trajectory]:
     """Plays `trajs` to their end, in waves of `s.wave_size`: fresh ones (run_rollouts) or ones started from a
     recorded prefix (fork.py: the prompt and the turns before the fork, `turns` set to their number)."""
     size = s.wave_size or len(trajs)
@@ -368,7 +409,9 @@ class Retrieve:
     queries: list[str]
 
 
-def play(t: Trajectory, tokenizer: Any, s: RolloutSettings, cut: dict[str, int], dialect: Dialect = SEARCH_R1) -> Generator[Generate | Retrieve, Any, None]:
+def play(
+    t: Trajectory, tokenizer: Any, s: RolloutSettings, cut: dict[str, int], dialect: Dialect = SEARCH_R1
+) -> Generator[Generate | Retrieve, Any, None]:
     """The multi-turn protocol of one trajectory, as a coroutine its driver feeds: it yields a Generate or a Retrieve
     request and is sent the answer, until the trajectory is done. run_rollouts drives many in lockstep (one batched
     generation and one /retrieve a turn); an engine that rolls out one trajectory at a time (veRL's agent loop) drives
@@ -393,7 +436,16 @@ def _send(p: Generator[Generate | Retrieve, Any, None], value: Any) -> Generate 
         return None
 
 
-def _run_wave(trajs: list[Trajectory], wave: range, generator: TurnGenerator, tokenizer: Any, env: EnvClient, s: RolloutSettings, cut: dict[str, int], dialect: Dialect) -> None:
+def _run_wave(
+    trajs: list[Trajectory],
+    wave: range,
+    generator: TurnGenerator,
+    tokenizer: Any,
+    env: EnvClient,
+    s: RolloutSettings,
+    cut: dict[str, int],
+    dialect: Dialect,
+) -> None:
     """The wave's trajectories in lockstep: each turn one generator call for every active one, then one /retrieve
     for every query they made, in trajectory order."""
     plays = {i: play(trajs[i], tokenizer, s, cut, dialect) for i in wave}

@@ -53,7 +53,9 @@ class Run:
     # What the run computes in (setup: model.dtype, measured for `fastest`; numerics.py). None: compute_dtype's rule.
     numerics: Numerics | None = None
 
-    def __init__(self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None):
+    def __init__(
+        self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None
+    ):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.resume = resume
@@ -73,11 +75,18 @@ class Run:
         return trainer_versions()
 
     def _run_writer(self, stdout: Any) -> RunWriter:
-        return RunWriter(self.run_dir, stored_config(self.cfg), self.versions(), self.total, stdout=stdout, python=sys.executable)
+        return RunWriter(
+            self.run_dir, stored_config(self.cfg), self.versions(), self.total, stdout=stdout, python=sys.executable
+        )
 
     def _recorder(self) -> Recorder | None:
         """The background writer of the run's rollouts (recorder.py); None on the processes that do not write."""
-        return Recorder(self.run_dir, RecordSettings.of(self.cfg), texts=lambda ids: self.tok.token_texts(ids), warn=self.writer.warning)
+        return Recorder(
+            self.run_dir,
+            RecordSettings.of(self.cfg),
+            texts=lambda ids: self.tok.token_texts(ids),
+            warn=self.writer.warning,
+        )
 
     def _truncate_after(self, step: int) -> None:
         """A resume from `step` (-1: from scratch): later metrics, rollouts and checkpoints go."""
@@ -117,13 +126,17 @@ class Run:
         self.eval_set = [self.eval_set[i] for i in keep]
         self.eval_prompts = [self.eval_prompts[i] for i in keep]
         if not self.train_set:
-            raise RuntimeError(f"{cfg.data.train}: every prompt is longer than rollout.max_prompt_length ({cfg.rollout.max_prompt_length} tokens)")
+            raise RuntimeError(
+                f"{cfg.data.train}: every prompt is longer than rollout.max_prompt_length ({cfg.rollout.max_prompt_length} tokens)"
+            )
 
     def _prompts(self, examples: list[Example], key: str) -> list[tuple[str, list[int]] | None]:
         out: list[tuple[str, list[int]] | None] = []
         too_long = []
         for e in examples:
-            text = self.dialect.prompt(self.tok, render_prompt(self.cfg.data.prompt_template, e.question), self.cfg.data.chat_template)
+            text = self.dialect.prompt(
+                self.tok, render_prompt(self.cfg.data.prompt_template, e.question), self.cfg.data.chat_template
+            )
             ids = self.tok.encode(text)
             if len(ids) > self.cfg.rollout.max_prompt_length:
                 too_long.append(e.id)
@@ -131,7 +144,9 @@ class Run:
             else:
                 out.append((text, ids))
         if too_long:
-            self.writer.warning(f"{key}: {len(too_long)} prompts are longer than rollout.max_prompt_length ({self.cfg.rollout.max_prompt_length} tokens) and are skipped (first: {', '.join(too_long[:5])})")
+            self.writer.warning(
+                f"{key}: {len(too_long)} prompts are longer than rollout.max_prompt_length ({self.cfg.rollout.max_prompt_length} tokens) and are skipped (first: {', '.join(too_long[:5])})"
+            )
         return out
 
     # -- rollouts and scores --------------------------------------------------------------------------------------
@@ -146,17 +161,41 @@ class Run:
         return (lambda: torch.autocast(self.device.type, dtype=dtype)) if dtype is not None else None
 
     def _settings(self, generator: LMGenerator, prompts: Sequence[tuple[str, list[int]]], n: int) -> RolloutSettings:
-        return RolloutSettings.of(self.cfg, generator.wave_size(max(len(p[1]) for p in prompts), self.cfg.rollout.max_response_length, n))
+        return RolloutSettings.of(
+            self.cfg, generator.wave_size(max(len(p[1]) for p in prompts), self.cfg.rollout.max_response_length, n)
+        )
 
     def _generator(self, step: int, greedy: bool) -> LMGenerator:
         g = torch.Generator(device=self.device)
         g.manual_seed(self.cfg.seed * 1_000_003 + step + 7_919 * self.rank)  # each process samples its own
         r = self.cfg.rollout
-        return LMGenerator(self.policy, self.tok, 0.0 if greedy else r.temperature, r.top_p, self.device, self.stops, g, self._autocast(), self.max_batch_tokens)
+        return LMGenerator(
+            self.policy,
+            self.tok,
+            0.0 if greedy else r.temperature,
+            r.top_p,
+            self.device,
+            self.stops,
+            g,
+            self._autocast(),
+            self.max_batch_tokens,
+        )
 
-    def _rollouts(self, examples: Sequence[Example], prompts: Sequence[tuple[str, list[int]]], n: int, step: int, greedy: bool) -> list[Trajectory]:
+    def _rollouts(
+        self, examples: Sequence[Example], prompts: Sequence[tuple[str, list[int]]], n: int, step: int, greedy: bool
+    ) -> list[Trajectory]:
         gen = self._generator(step, greedy)
-        return run_rollouts(examples, prompts, n, gen, self.tok, self.env, self._settings(gen, prompts, n), warn=self.writer.warning, dialect=self.dialect)
+        return run_rollouts(
+            examples,
+            prompts,
+            n,
+            gen,
+            self.tok,
+            self.env,
+            self._settings(gen, prompts, n),
+            warn=self.writer.warning,
+            dialect=self.dialect,
+        )
 
     def _score(self, trajs: list[Trajectory]) -> int:
         """Rewards from /reward (reward.py); a failed item is reported, kept with reward 0 for training."""
@@ -191,7 +230,12 @@ class Run:
         m = held_out_metrics(trajs)
         m["timing_s/eval"] = time.perf_counter() - t0
         held_out = trajectory_data(trajs, self.tok, run_id=w.run["id"], step=step, split="val")
-        m.update({k.replace("record/", "val/record/"): v for k, v in self._record(trajs, step, "val", [[] for _ in trajs], held_out).items()})
+        m.update(
+            {
+                k.replace("record/", "val/record/"): v
+                for k, v in self._record(trajs, step, "val", [[] for _ in trajs], held_out).items()
+            }
+        )
         w.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/")})
         return m
 
@@ -239,7 +283,9 @@ class Run:
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         if not self.stop_requested:
-            self.writer.log(f"{signal.Signals(signum).name}: finishing the current step, then checkpointing and stopping")
+            self.writer.log(
+                f"{signal.Signals(signum).name}: finishing the current step, then checkpointing and stopping"
+            )
         self.stop_requested = True
         # SIGHUP: the host is closing (a window reloading), not a user's Stop; a new window offers to resume.
         self.stop_reason = "host-gone" if signum == signal.SIGHUP else (self.stop_reason or "signal")
@@ -254,16 +300,28 @@ class Run:
         if self.recorder is None:
             return
         if not self.recorder.close(timeout=600):
-            self.writer.warning("the rollout writer did not finish within 10 minutes; the last steps' rollouts may be missing")
+            self.writer.warning(
+                "the rollout writer did not finish within 10 minutes; the last steps' rollouts may be missing"
+            )
         self.writer.run["record"] = self.recorder.summary()
 
-    def _record(self, trajs: list[Trajectory], step: int, split: str, flags: list[list[str]], build: Any, stats: dict[str, float] | None = None) -> dict[str, float]:
+    def _record(
+        self,
+        trajs: list[Trajectory],
+        step: int,
+        split: str,
+        flags: list[list[str]],
+        build: Any,
+        stats: dict[str, float] | None = None,
+    ) -> dict[str, float]:
         """Hands a step's rollouts to the recorder (recorder.py): the checks' `flags` and the choice here, the
         records and columns built (`build`) and written on the writer thread. Returns the step's record/* metrics."""
         if self.recorder is None:
             return {}
         name = f"{'val-' if split == 'val' else ''}step-{step:06d}"
-        return self.recorder.submit(StepJob(name, step, split, len(trajs), [t.group for t in trajs], flags, build, stats=stats))
+        return self.recorder.submit(
+            StepJob(name, step, split, len(trajs), [t.group for t in trajs], flags, build, stats=stats)
+        )
 
     def _parent_to_watch(self) -> int | None:
         """The process whose end stops the run (None: the host's, SAS_PARENT_PID)."""

@@ -239,7 +239,9 @@ def overwrite_in_place(path: Path, data: bytes) -> None:
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    write_file_atomic(path, (json.dumps(_clean(obj), ensure_ascii=False, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+    write_file_atomic(
+        path, (json.dumps(_clean(obj), ensure_ascii=False, indent=2, allow_nan=False) + "\n").encode("utf-8")
+    )
 
 
 def run_disk_full_message(e: BaseException) -> str | None:
@@ -256,7 +258,9 @@ def disk_full_message(e: BaseException) -> str | None:
             what = "disk quota exceeded" if e.errno == errno.EDQUOT else "no space left on the device"
             where = e.filename or "the run directory"
             return f"disk full at {where}: {what} ({errno.errorcode.get(e.errno, e.errno)}). Free space on that file system, then resume the run (--resume): its last checkpoint is whole"
-        if "No space left on device" in str(e) or "Disk quota exceeded" in str(e):  # libraries that wrap it (safetensors)
+        if "No space left on device" in str(e) or "Disk quota exceeded" in str(
+            e
+        ):  # libraries that wrap it (safetensors)
             return f"disk full: {e}. Free space, then resume the run (--resume): its last checkpoint is whole"
         e = e.__cause__ or e.__context__  # type: ignore[assignment]
         seen += 1
@@ -264,7 +268,15 @@ def disk_full_message(e: BaseException) -> str | None:
 
 
 class RunWriter:
-    def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any], versions: dict[str, str | None], total_steps: int, stdout: TextIO | None = None, python: str | None = None):
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        config: dict[str, Any],
+        versions: dict[str, str | None],
+        total_steps: int,
+        stdout: TextIO | None = None,
+        python: str | None = None,
+    ):
         self.dir = Path(run_dir)
         self.stdout = stdout if stdout is not None else sys.stdout
         for sub in ("rollouts", "checkpoints", "logs"):
@@ -424,7 +436,9 @@ class RunWriter:
         self._log.close()
 
 
-def rollout_record(traj: Any, *, run_id: str, step: int, split: str, tokens: dict[str, list[Any]] | None) -> dict[str, Any]:
+def rollout_record(
+    traj: Any, *, run_id: str, step: int, split: str, tokens: dict[str, list[Any]] | None
+) -> dict[str, Any]:
     """A rollout record (DESIGN §4.3) for one trajectory. The GRPO group id names the split as well as the step: a
     held-out evaluation at step k numbers its questions from 0 too, and they are no members of step k's groups."""
     rec: dict[str, Any] = {

@@ -80,13 +80,21 @@ def validate(schema: dict[str, Any], value: Any, path: str = "") -> list[str]:
         if not isinstance(value, str):
             return [f"{where}: expected a string, got {_type_name(value)}"]
         if "enum" in schema and value not in schema["enum"]:
-            errors.append(f"{where}: expected one of {', '.join(json.dumps(e) for e in schema['enum'])}, got {json.dumps(value)}")
+            errors.append(
+                f"{where}: expected one of {', '.join(json.dumps(e) for e in schema['enum'])}, got {json.dumps(value)}"
+            )
         if len(value) < schema.get("minLength", 0):
             errors.append(f"{where}: must not be empty")
     elif t in ("number", "integer"):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (t == "number" or float(value).is_integer())
+        ok = (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and (t == "number" or float(value).is_integer())
+        )
         if not ok:
-            return [f"{where}: expected {'an integer' if t == 'integer' else 'a number'}, got {_type_name(value)} {json.dumps(value)}"]
+            return [
+                f"{where}: expected {'an integer' if t == 'integer' else 'a number'}, got {_type_name(value)} {json.dumps(value)}"
+            ]
         if "minimum" in schema and value < schema["minimum"]:
             errors.append(f"{where}: must be ≥ {schema['minimum']}, got {value}")
         if "maximum" in schema and value > schema["maximum"]:
@@ -137,7 +145,11 @@ def engine_issues(schema: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
         else:
             hit = isinstance(value, (int, float)) and not isinstance(value, bool) and value > when["above"]
         if hit:
-            shown = "this section" if when.get("present") and isinstance(value, (dict, list)) else json.dumps(value)  # as the host says it
+            shown = (
+                "this section" if when.get("present") and isinstance(value, (dict, list)) else json.dumps(value)
+            )  # as the host says it
             engines = ", ".join(f'"{e}"' for e in limit["engines"])
-            out.append(f'{limit["key"]}: {shown} is not supported by engine "{engine}" ({limit["why"]}); engines that can: {engines}')
+            out.append(
+                f'{limit["key"]}: {shown} is not supported by engine "{engine}" ({limit["why"]}); engines that can: {engines}'
+            )
     return out

@@ -150,7 +150,8 @@ def append(cache: torch.Tensor, new: torch.Tensor, dim: int) -> torch.Tensor:
         room[dim] >= n + m
         and cache.storage_offset() == 0
         and list(cache.stride()) == contiguous_strides
-        and cache.untyped_storage().nbytes() == math.prod(room) * cache.element_size()  # the whole buffer: not a slice of rows
+        and cache.untyped_storage().nbytes()
+        == math.prod(room) * cache.element_size()  # the whole buffer: not a slice of rows
         and cache.dtype == new.dtype
     ):
         out = cache.as_strided([n + m if d == dim else x for d, x in enumerate(cache.shape)], cache.stride())
@@ -203,13 +204,31 @@ class TinyCausalLM(nn.Module):
     characters a word-level vocabulary hides: without it a rare name is a random vector, indistinguishable from any
     other rare token."""
 
-    def __init__(self, vocab_size: int, d_model: int = 128, layers: int = 2, heads: int = 4, max_len: int = 1024, shapes: list[int] | None = None):
+    def __init__(
+        self,
+        vocab_size: int,
+        d_model: int = 128,
+        layers: int = 2,
+        heads: int = 4,
+        max_len: int = 1024,
+        shapes: list[int] | None = None,
+    ):
         super().__init__()
         if d_model % heads:
             raise ValueError(f"model.tiny.d_model ({d_model}) must be divisible by model.tiny.heads ({heads})")
-        self.config = {"vocab_size": vocab_size, "d_model": d_model, "layers": layers, "heads": heads, "max_len": max_len}
+        self.config = {
+            "vocab_size": vocab_size,
+            "d_model": d_model,
+            "layers": layers,
+            "heads": heads,
+            "max_len": max_len,
+        }
         self.tok = nn.Embedding(vocab_size, d_model)
-        self.register_buffer("shape", torch.tensor(shapes if shapes is not None else [0] * vocab_size, dtype=torch.long), persistent=False)
+        self.register_buffer(
+            "shape",
+            torch.tensor(shapes if shapes is not None else [0] * vocab_size, dtype=torch.long),
+            persistent=False,
+        )
         self.shape_emb = nn.Embedding(2 * len(SHAPES), d_model)
         self.pos = nn.Embedding(max_len, d_model)
         self.blocks = nn.ModuleList(Block(d_model, heads) for _ in range(layers))
@@ -233,7 +252,17 @@ class TinyCausalLM(nn.Module):
     def max_len(self) -> int:
         return self.config["max_len"]
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, past=None, logits_to_keep: int = 0, select: torch.Tensor | None = None, targets: torch.Tensor | None = None, want_entropy: bool = False):
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        past=None,
+        logits_to_keep: int = 0,
+        select: torch.Tensor | None = None,
+        targets: torch.Tensor | None = None,
+        want_entropy: bool = False,
+    ):
         """input_ids (b, t); attention_mask (b, past_len + t) with 0 on padding; position_ids (b, t).
         Returns (logits, cache, hidden): logits are log p(next token) — (b, t, vocab), or only the last
         `logits_to_keep` positions when > 0, or (n, vocab) for the positions where `select` (b, t) is true, in row-major
@@ -247,7 +276,11 @@ class TinyCausalLM(nn.Module):
         gradient (a statistic)."""
         b, t = input_ids.shape
         past_len = 0 if past is None else past[0][0].shape[2]
-        x = self.tok(input_ids) + self.shape_emb(self.shape[input_ids]) + self.pos(position_ids.clamp(min=0, max=self.max_len - 1))
+        x = (
+            self.tok(input_ids)
+            + self.shape_emb(self.shape[input_ids])
+            + self.pos(position_ids.clamp(min=0, max=self.max_len - 1))
+        )
         total = past_len + t
         causal = torch.ones(t, total, dtype=torch.bool, device=input_ids.device).tril(diagonal=past_len)
         keys = attention_mask[:, None, None, :total].bool()
@@ -283,7 +316,10 @@ class TinyCausalLM(nn.Module):
 
         def mixture(vocab_logits: torch.Tensor, alpha: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
             copy_p = torch.zeros_like(vocab_logits).scatter_add_(1, ids[rows], alpha)
-            return torch.logaddexp(torch.log1p(-g) + torch.log_softmax(vocab_logits, dim=-1), torch.log(g) + torch.log(copy_p.clamp_min(1e-30)))
+            return torch.logaddexp(
+                torch.log1p(-g) + torch.log_softmax(vocab_logits, dim=-1),
+                torch.log(g) + torch.log(copy_p.clamp_min(1e-30)),
+            )
 
         if targets is None:
             logp = mixture(vocab_logits, alpha, g)

@@ -81,7 +81,9 @@ def _rollout(trainer: Trainer, seed: int, slack: int) -> tuple[float, list[Traje
         tiny.CACHE_SLACK = saved
 
 
-def _update(trainer: Trainer, trajs: list[Any], state: dict[str, Any], peer: bool, skip: bool = False) -> tuple[dict[str, float], Any]:
+def _update(
+    trainer: Trainer, trajs: list[Any], state: dict[str, Any], peer: bool, skip: bool = False
+) -> tuple[dict[str, float], Any]:
     """Old/ref log-probs and the update from `state`; the peer with the general paths; `skip`: the rows with no
     advantage left out (skip_zero_std_groups). Returns timings and the batch."""
     a = trainer.cfg.algorithm
@@ -107,16 +109,44 @@ def _update(trainer: Trainer, trajs: list[Any], state: dict[str, Any], peer: boo
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m search_agent_trainer.tiny_benchmark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m search_agent_trainer.tiny_benchmark",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--env-url", required=True, help="the env server over the two-hop demo corpus")
     p.add_argument("--rounds", type=int, default=4)
-    p.add_argument("--warmup-steps", type=int, default=60, help="warm-start steps before measuring (rollouts that search)")
-    p.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="model.dtype (default fp32, the numerics this benchmark's history was measured in; the recipe itself computes in bf16 since stop 41)")
+    p.add_argument(
+        "--warmup-steps", type=int, default=60, help="warm-start steps before measuring (rollouts that search)"
+    )
+    p.add_argument(
+        "--dtype",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="model.dtype (default fp32, the numerics this benchmark's history was measured in; the recipe itself computes in bf16 since stop 41)",
+    )
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         trainer = _trainer(args.env_url, str(Path(tmp) / "run"), args.warmup_steps, args.dtype)
-        state = {"policy": copy.deepcopy(trainer.policy.state_dict()), "optimizer": copy.deepcopy(trainer.optimizer.state_dict())}
-        rounds: dict[str, list[float]] = {k: [] for k in ("rollout_ours", "rollout_peer", "step_ours", "step_peer", "passes_ours", "passes_peer", "update_ours", "update_peer", "flat_skip", "flat_whole")}
+        state = {
+            "policy": copy.deepcopy(trainer.policy.state_dict()),
+            "optimizer": copy.deepcopy(trainer.optimizer.state_dict()),
+        }
+        rounds: dict[str, list[float]] = {
+            k: []
+            for k in (
+                "rollout_ours",
+                "rollout_peer",
+                "step_ours",
+                "step_peer",
+                "passes_ours",
+                "passes_peer",
+                "update_ours",
+                "update_peer",
+                "flat_skip",
+                "flat_whole",
+            )
+        }
         diffs = {"old_logprob": 0.0, "ref_logprob": 0.0}
         tokens = []
         for r in range(args.rounds + 1):  # round 0 warms up both
@@ -146,15 +176,25 @@ def main(argv: list[str] | None = None) -> int:
                 rounds[f"step_{name}"][-1] += u["total"]
             rounds["flat_skip"].append(u_skip["total"])
             rounds["flat_whole"].append(u_whole["total"])
-            _log(f"round {r}: half the groups flat: passes + update {u_skip['total']:.2f} s skipping them vs {u_whole['total']:.2f} s whole ({n} samples a group)")
-            _log(f"round {r}: rollout {t_ours:.2f} s vs {t_peer:.2f} s; log-prob passes + update {u_ours['total']:.2f} s vs {u_peer['total']:.2f} s")
+            _log(
+                f"round {r}: half the groups flat: passes + update {u_skip['total']:.2f} s skipping them vs {u_whole['total']:.2f} s whole ({n} samples a group)"
+            )
+            _log(
+                f"round {r}: rollout {t_ours:.2f} s vs {t_peer:.2f} s; log-prob passes + update {u_ours['total']:.2f} s vs {u_peer['total']:.2f} s"
+            )
         med = {k: statistics.median(v) for k, v in rounds.items()}
         result = {
             "machine": {"torch": torch.__version__, "cpu_threads": torch.get_num_threads()},
             "warmup_steps": args.warmup_steps,
             "response_tokens_mean": statistics.mean(tokens),
             "seconds": med,
-            "speedup": {"rollout": med["rollout_peer"] / med["rollout_ours"], "passes": med["passes_peer"] / med["passes_ours"], "update": med["update_peer"] / med["update_ours"], "step": med["step_peer"] / med["step_ours"], "flat_groups": med["flat_whole"] / med["flat_skip"]},
+            "speedup": {
+                "rollout": med["rollout_peer"] / med["rollout_ours"],
+                "passes": med["passes_peer"] / med["passes_ours"],
+                "update": med["update_peer"] / med["update_ours"],
+                "step": med["step_peer"] / med["step_ours"],
+                "flat_groups": med["flat_whole"] / med["flat_skip"],
+            },
             "max_abs_diff": diffs,
         }
         print(json.dumps(result), flush=True)

@@ -207,7 +207,13 @@ def _file(path: Path) -> Iterator[_Sink]:
         os.fsync(f.fileno())
 
 
-def write_step(rollouts_dir: str | os.PathLike[str], name: str, rows: Sequence[dict[str, Any]], cols: StepColumns, info: dict[str, Any] | None = None) -> Path:
+def write_step(
+    rollouts_dir: str | os.PathLike[str],
+    name: str,
+    rows: Sequence[dict[str, Any]],
+    cols: StepColumns,
+    info: dict[str, Any] | None = None,
+) -> Path:
     """Writes one step (`name`: step-NNNNNN or val-step-NNNNNN) and commits it by renaming its directory: a reader
     sees all of it or none. An existing step of that name is replaced. Returns the step's directory."""
     pa, pq = _pa()
@@ -223,7 +229,11 @@ def write_step(rollouts_dir: str | os.PathLike[str], name: str, rows: Sequence[d
         if n:
             np.cumsum(cols.lengths[:-1], out=offsets[1:])
         total = int(cols.lengths.sum())
-        token_fields = [("ids", pa.uint32(), cols.ids), ("role", pa.uint8(), cols.role), ("loss_mask", pa.uint8(), cols.loss_mask)]
+        token_fields = [
+            ("ids", pa.uint32(), cols.ids),
+            ("role", pa.uint8(), cols.role),
+            ("loss_mask", pa.uint8(), cols.loss_mask),
+        ]
         token_fields += [(k, pa.float32(), cols.floats[k]) for k in FLOAT_ARRAYS if k in cols.floats]
         if cols.engine_mask is not None:
             token_fields.append(("engine_mask", pa.uint8(), cols.engine_mask))
@@ -231,22 +241,42 @@ def write_step(rollouts_dir: str | os.PathLike[str], name: str, rows: Sequence[d
             if len(a) != total:
                 raise ValueError(f"{name}: tokens.{k} has {len(a)} values, the rollouts {total} tokens")
         meta = {"sas.store": _json({"version": STORE_VERSION, **(info or {})})}
-        schema = pa.schema([pa.field(k, t, nullable=False) for k, t, _ in token_fields] + ([pa.field("text", pa.string(), nullable=False)] if cols.text is not None else []), metadata=meta)
-        arrays = [pa.array(np.ascontiguousarray(a), type=t) for _, t, a in token_fields] + ([pa.array(cols.text, type=pa.string())] if cols.text is not None else [])
+        schema = pa.schema(
+            [pa.field(k, t, nullable=False) for k, t, _ in token_fields]
+            + ([pa.field("text", pa.string(), nullable=False)] if cols.text is not None else []),
+            metadata=meta,
+        )
+        arrays = [pa.array(np.ascontiguousarray(a), type=t) for _, t, a in token_fields] + (
+            [pa.array(cols.text, type=pa.string())] if cols.text is not None else []
+        )
         table = pa.Table.from_arrays(arrays, schema=schema)
         # roles and masks come in runs: delta-encoded they are a few bytes a page before compression, so a reader
         # decompresses next to nothing for them (PLAIN: 4 bytes a token of int32, mostly the same value)
         runs = {k: "DELTA_BINARY_PACKED" for k in ("role", "loss_mask", "engine_mask") if k in schema.names}
-        with _file(tmp / "tokens.parquet") as f, pq.ParquetWriter(f, schema, use_dictionary=False, column_encoding=runs, **PARQUET) as w:
+        with (
+            _file(tmp / "tokens.parquet") as f,
+            pq.ParquetWriter(f, schema, use_dictionary=False, column_encoding=runs, **PARQUET) as w,
+        ):
             for lo, hi in _chunks(cols.lengths, ROW_GROUP_TOKENS):
                 w.write_table(table.slice(lo, hi - lo), row_group_size=max(1, hi - lo))
         ids = sorted(cols.vocab)
-        vocab = pa.table({"id": pa.array(ids, type=pa.uint32()), "text": pa.array([cols.vocab[i] for i in ids], type=pa.string())}, schema=pa.schema([pa.field("id", pa.uint32(), nullable=False), pa.field("text", pa.string(), nullable=False)]))
+        vocab = pa.table(
+            {"id": pa.array(ids, type=pa.uint32()), "text": pa.array([cols.vocab[i] for i in ids], type=pa.string())},
+            schema=pa.schema(
+                [pa.field("id", pa.uint32(), nullable=False), pa.field("text", pa.string(), nullable=False)]
+            ),
+        )
         with _file(tmp / "vocab.parquet") as f:
             pq.write_table(vocab, f, use_dictionary=False, **PARQUET)
         rt = _rollouts_table(pa, rows, offsets, cols, meta)
         with _file(tmp / "rollouts.parquet") as f:
-            pq.write_table(rt, f, row_group_size=ROW_GROUP_ROLLOUTS, use_dictionary=["split", "dialect", "finish", "data_source"], **PARQUET)
+            pq.write_table(
+                rt,
+                f,
+                row_group_size=ROW_GROUP_ROLLOUTS,
+                use_dictionary=["split", "dialect", "finish", "data_source"],
+                **PARQUET,
+            )
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -269,7 +299,9 @@ def _chunks(lengths: np.ndarray, target: int) -> list[tuple[int, int]]:
     return out
 
 
-def _rollouts_table(pa: Any, rows: Sequence[dict[str, Any]], offsets: np.ndarray, cols: StepColumns, meta: dict[str, str]) -> Any:
+def _rollouts_table(
+    pa: Any, rows: Sequence[dict[str, Any]], offsets: np.ndarray, cols: StepColumns, meta: dict[str, str]
+) -> Any:
     fields, arrays = [], []
     for k in STRING_FIELDS:
         fields.append(pa.field(k, pa.string(), nullable=k != "id"))
@@ -282,7 +314,11 @@ def _rollouts_table(pa: Any, rows: Sequence[dict[str, Any]], offsets: np.ndarray
     for k in (*JSON_FIELDS, "extra"):
         fields.append(pa.field(k, pa.string()))
         arrays.append(pa.array([r[k] for r in rows], type=pa.string()))
-    for k, t, a in (("tokens_offset", pa.int64(), offsets), ("tokens_count", pa.int32(), cols.lengths), ("arrays", pa.int32(), cols.arrays)):
+    for k, t, a in (
+        ("tokens_offset", pa.int64(), offsets),
+        ("tokens_count", pa.int32(), cols.lengths),
+        ("arrays", pa.int32(), cols.arrays),
+    ):
         fields.append(pa.field(k, t, nullable=False))
         arrays.append(pa.array(np.asarray(a), type=t))
     if any(r["id"] is None for r in rows):
@@ -290,7 +326,12 @@ def _rollouts_table(pa: Any, rows: Sequence[dict[str, Any]], offsets: np.ndarray
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields, metadata=meta))
 
 
-def records_to_step(rollouts_dir: str | os.PathLike[str], name: str, records: Sequence[dict[str, Any]], info: dict[str, Any] | None = None) -> Path:
+def records_to_step(
+    rollouts_dir: str | os.PathLike[str],
+    name: str,
+    records: Sequence[dict[str, Any]],
+    info: dict[str, Any] | None = None,
+) -> Path:
     """Rollout records (dicts) written as one step of the store."""
     rows, cols = columns_from_records(records)
     return write_step(rollouts_dir, name, rows, cols, info)

@@ -15,6 +15,10 @@ def search_tool_schema(name: str = "search") -> dict[str, Any]:
         "function": {
             "name": name,
             "description": "Searches the document collection and returns the most relevant passages.",
-            "parameters": {"type": "object", "properties": {"query": {"type": "string", "description": "What to search for."}}, "required": ["query"]},
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "What to search for."}},
+                "required": ["query"],
+            },
         },
     }

@@ -34,9 +34,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from .dialect import ANSWER_RE, Action, Call, Spans
 from .generation import Stops
 from .policy import END_OF_TURN
-from .dialect import ANSWER_RE, Action, Call, Spans
 from .tool_schema import search_tool_schema  # noqa: F401 (toolcall's API: the tool list of the chat template)
 
 TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -85,20 +85,30 @@ class ToolCall:
 
     def __init__(self, tokenizer: Any, search_tool: str = "search"):
         if getattr(tokenizer, "kind", None) != "hf":
-            raise RuntimeError('rollout.dialect "toolcall" needs a Hugging Face model (model.kind "hf") whose chat template supports tools; the built-in tiny policy has no chat template and speaks "searchr1" only')
+            raise RuntimeError(
+                'rollout.dialect "toolcall" needs a Hugging Face model (model.kind "hf") whose chat template supports tools; the built-in tiny policy has no chat template and speaks "searchr1" only'
+            )
         if not getattr(tokenizer.impl, "chat_template", None):
-            raise RuntimeError('rollout.dialect "toolcall": the model\'s tokenizer has no chat template (the prompt and the tool turns are written with it); use a chat model or rollout.dialect "searchr1"')
+            raise RuntimeError(
+                'rollout.dialect "toolcall": the model\'s tokenizer has no chat template (the prompt and the tool turns are written with it); use a chat model or rollout.dialect "searchr1"'
+            )
         self.tok = tokenizer
         self.search_tool = search_tool
         self.tools = [search_tool_schema(search_tool)]
         self.eot = self._end_of_turn()
         self.eot_id = tokenizer.impl.convert_tokens_to_ids(self.eot)
         if search_tool not in self.prompt(tokenizer, "probe", True):
-            raise RuntimeError(f'rollout.dialect "toolcall": the chat template ignores tools= (the search tool "{search_tool}" is not in the prompt it writes); use a template that supports tools')
+            raise RuntimeError(
+                f'rollout.dialect "toolcall": the chat template ignores tools= (the search tool "{search_tool}" is not in the prompt it writes); use a template that supports tools'
+            )
         self.tool_turn([{"role": "tool", "name": search_tool, "content": PROBE}], ["retrieved"])
 
-    def _render(self, messages: list[dict[str, Any]], generation_prompt: bool, tools: list[dict[str, Any]] | None = None) -> str:
-        return self.tok.impl.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt)
+    def _render(
+        self, messages: list[dict[str, Any]], generation_prompt: bool, tools: list[dict[str, Any]] | None = None
+    ) -> str:
+        return self.tok.impl.apply_chat_template(
+            messages, tools=tools, tokenize=False, add_generation_prompt=generation_prompt
+        )
 
     def _end_of_turn(self) -> str:
         """The end-of-turn marker the template closes an assistant message with (the one of END_OF_TURN that comes
@@ -107,7 +117,9 @@ class ToolCall:
         vocab = self.tok.impl.get_vocab()
         found = [(text.rfind(m), m) for m in END_OF_TURN if m in vocab and m in text]
         if not found:
-            raise RuntimeError(f'rollout.dialect "toolcall": the chat template closes an assistant message with none of {", ".join(END_OF_TURN)}')
+            raise RuntimeError(
+                f'rollout.dialect "toolcall": the chat template closes an assistant message with none of {", ".join(END_OF_TURN)}'
+            )
         return max(found)[1]
 
     # -- the Dialect ---------------------------------------------------------------------------------------------
@@ -126,12 +138,26 @@ class ToolCall:
         valid = answer or any(c.query is not None for c in calls)
         return Action(calls, answer, valid, None if calls or answer else invalid_turn_message(self.search_tool))
 
-    def observation(self, tokenizer: Any, response_ids: Sequence[int], replies: list[tuple[str, str]], feedback: str | None, max_obs_length: int, cut: dict[str, int]) -> Spans:
+    def observation(
+        self,
+        tokenizer: Any,
+        response_ids: Sequence[int],
+        replies: list[tuple[str, str]],
+        feedback: str | None,
+        max_obs_length: int,
+        cut: dict[str, int],
+    ) -> Spans:
         if replies:
-            messages = [{"role": "tool", "name": self.search_tool, "content": self._fit(text.strip(), max_obs_length, cut)} for _role, text in replies]
+            messages = [
+                {"role": "tool", "name": self.search_tool, "content": self._fit(text.strip(), max_obs_length, cut)}
+                for _role, text in replies
+            ]
             roles = [role for role, _text in replies]
         else:
-            messages, roles = [{"role": "user", "content": self._fit(feedback or "", max_obs_length, cut)}], ["feedback"]
+            messages, roles = (
+                [{"role": "user", "content": self._fit(feedback or "", max_obs_length, cut)}],
+                ["feedback"],
+            )
         text, marks = self.tool_turn(messages, roles)
         if not response_ids or response_ids[-1] != self.eot_id:  # the turn was cut before its end of turn: close it
             text = self.eot + text
@@ -143,21 +169,32 @@ class ToolCall:
         """The text the template writes after an assistant message's end of turn for `messages` (tool messages, or
         one user message), up to and including the next generation prompt; and where each message's content is in
         it, with its role."""
-        calls = [{"type": "function", "function": {"name": m.get("name", self.search_tool), "arguments": {}}} for m in messages if m["role"] == "tool"]
-        head: list[dict[str, Any]] = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "", **({"tool_calls": calls} if calls else {})}]
+        calls = [
+            {"type": "function", "function": {"name": m.get("name", self.search_tool), "arguments": {}}}
+            for m in messages
+            if m["role"] == "tool"
+        ]
+        head: list[dict[str, Any]] = [
+            {"role": "user", "content": "?"},
+            {"role": "assistant", "content": "", **({"tool_calls": calls} if calls else {})},
+        ]
         k = self._render(head, False).count(self.eot)
         full = self._render(head + messages, True)
         at = -len(self.eot)
         for _ in range(k):
             at = full.find(self.eot, at + len(self.eot))
             if at < 0:
-                raise RuntimeError(f'rollout.dialect "toolcall": the chat template renders an earlier turn differently once a tool turn follows (fewer {self.eot} markers)')
+                raise RuntimeError(
+                    f'rollout.dialect "toolcall": the chat template renders an earlier turn differently once a tool turn follows (fewer {self.eot} markers)'
+                )
         text = full[at + len(self.eot) :] if k else full
         marks, pos = [], 0
         for m, role in zip(messages, roles):
             i = text.find(m["content"], pos)
             if i < 0:
-                raise RuntimeError(f'rollout.dialect "toolcall": the chat template does not write a {m["role"]} message\'s content as it is, so its tokens cannot be told from the template\'s')
+                raise RuntimeError(
+                    f"rollout.dialect \"toolcall\": the chat template does not write a {m['role']} message's content as it is, so its tokens cannot be told from the template's"
+                )
             marks.append((i, i + len(m["content"]), role))
             pos = i + len(m["content"])
         return text, marks

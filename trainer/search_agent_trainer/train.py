@@ -35,15 +35,22 @@ from typing import Any
 import torch
 
 from . import precision
-from .advantages import gae_advantage, grpo_outcome_advantage, reinforce_plus_plus_advantage, token_rewards, zero_std_group_fraction
+from .advantages import (
+    gae_advantage,
+    grpo_outcome_advantage,
+    reinforce_plus_plus_advantage,
+    token_rewards,
+    zero_std_group_fraction,
+)
 from .batch import SequenceBatch, by_length, make_batch
 from .checkpoint import checkpoint_keep, export_model, load_trainable, prune_checkpoints, read_state, save_checkpoint
 from .curriculum import Stage, describe, stage_of
 from .data import EpochSampler, MixSampler
-from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .generation import auto_max_batch_tokens
+from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .metrics import SUMMARY_KEYS, mean, rollout_metrics
-from .numerics import Numerics, ProbeShapes, resolve as resolve_numerics
+from .numerics import Numerics, ProbeShapes
+from .numerics import resolve as resolve_numerics
 from .policy import Reference, build_policy, cpu_has_native_bf16, window_stats
 from .record.batch import batch_data, batch_flags
 from .rollout import VOCABULARY_TEXTS, Trajectory, make_dialect
@@ -64,7 +71,9 @@ class Trainer(Run):
     def _device(self) -> torch.device:
         want = self.cfg.model.device
         if want == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("model.device is \"cuda\" but torch sees no CUDA device (torch.cuda.is_available() is False)")
+            raise RuntimeError(
+                'model.device is "cuda" but torch sees no CUDA device (torch.cuda.is_available() is False)'
+            )
         return torch.device("cuda" if want == "cuda" or (want == "auto" and torch.cuda.is_available()) else "cpu")
 
     def _build_policy(self, vocab_texts: list[str], tokenizer_file: str | None) -> tuple[Any, Any]:
@@ -92,7 +101,9 @@ class Trainer(Run):
         start = int(state.get("step", 0))
         self.stage = stage_of(self.stages, start + 1)
         init = Path(cfg.model.init) if cfg.model.init else None
-        tok_file = next((str(p / "tokenizer.json") for p in (ckpt, init) if p is not None and (p / "tokenizer.json").exists()), None)
+        tok_file = next(
+            (str(p / "tokenizer.json") for p in (ckpt, init) if p is not None and (p / "tokenizer.json").exists()), None
+        )
         vocab_texts = [cfg.data.prompt_template, *VOCABULARY_TEXTS]
         vocab_texts += [f"{e.question} {' '.join(e.golden)}" for e in self.train_set + self.eval_set]
         self.policy, self.tok = self._build_policy(vocab_texts, tok_file)
@@ -106,7 +117,9 @@ class Trainer(Run):
         if self.stage.index > 0:
             first = self.run_dir / "checkpoints" / f"step-{self.stage.start:06d}" / "trainable.pt"
             if not first.exists():
-                raise RuntimeError(f"{first}: the policy stage {self.stage.index + 1} started from (its KL reference) is missing; a stage's last step is always checkpointed, so this run directory was changed by hand")
+                raise RuntimeError(
+                    f"{first}: the policy stage {self.stage.index + 1} started from (its KL reference) is missing; a stage's last step is always checkpointed, so this run directory was changed by hand"
+                )
             load_trainable(self.policy, first)
         elif ckpt is not None and self.warmup_applies() and warm0.exists():
             load_trainable(self.policy, warm0)
@@ -117,10 +130,16 @@ class Trainer(Run):
         if self.policy.kind == "tiny":
             longest = max(len(p[1]) for p in self.train_prompts + self.eval_prompts) + cfg.rollout.max_response_length
             if longest > self.policy.backbone.max_len:
-                raise RuntimeError(f"model.tiny.max_len ({self.policy.backbone.max_len}) is shorter than the longest prompt plus rollout.max_response_length ({longest} tokens)")
+                raise RuntimeError(
+                    f"model.tiny.max_len ({self.policy.backbone.max_len}) is shorter than the longest prompt plus rollout.max_response_length ({longest} tokens)"
+                )
         self.numerics = self._numerics(state.get("numerics"))
-        self.reference = self._reference() if cfg.algorithm.kl_coef > 0 else None  # in the run's compute dtype (precision.py)
-        self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, self.numerics.autocast)
+        self.reference = (
+            self._reference() if cfg.algorithm.kl_coef > 0 else None
+        )  # in the run's compute dtype (precision.py)
+        self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(
+            self.policy, self.device, self.numerics.autocast
+        )
 
         # Parameter groups, each with its own lr, warm-up and gradient clip: the policy, and PPO's value head (a shared
         # backbone's early value-loss gradients would otherwise dominate one global norm and shrink the policy's step).
@@ -128,8 +147,15 @@ class Trainer(Run):
         groups = [{"params": params, "lr": cfg.optim.lr}]
         self.warmups = [cfg.optim.warmup_steps]
         if self.policy.value_head is not None:
-            groups.append({"params": list(self.policy.value_head.parameters()), "lr": cfg.optim.critic_lr if cfg.optim.critic_lr is not None else 10 * cfg.optim.lr})
-            self.warmups.append(cfg.optim.critic_warmup_steps if cfg.optim.critic_warmup_steps is not None else cfg.optim.warmup_steps)
+            groups.append(
+                {
+                    "params": list(self.policy.value_head.parameters()),
+                    "lr": cfg.optim.critic_lr if cfg.optim.critic_lr is not None else 10 * cfg.optim.lr,
+                }
+            )
+            self.warmups.append(
+                cfg.optim.critic_warmup_steps if cfg.optim.critic_warmup_steps is not None else cfg.optim.warmup_steps
+            )
         self.base_lrs = [g["lr"] for g in groups]
         self.param_groups = [g["params"] for g in groups]
         self.optimizer = self._new_optimizer()
@@ -138,21 +164,43 @@ class Trainer(Run):
         if ckpt is not None:
             load_trainable(self.policy, ckpt / "trainable.pt")
             if start > self.stage.start or self.stage.index == 0:
-                self.optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True))
+                self.optimizer.load_state_dict(
+                    torch.load(ckpt / "optimizer.pt", map_location=self.device, weights_only=True)
+                )
                 self.sampler.load_state_dict(state["sampler"])
             # else: the checkpoint is the previous stage's last step, and this stage starts with a fresh optimizer and sampler
             self._truncate_after(start)
             w.log(f"resumed from {ckpt}")
         if len(self.stages) > 1:
-            w.log(describe(self.stage, len(self.stages)) + ("" if start == self.stage.start else f" (resumed at step {start})"))
+            w.log(
+                describe(self.stage, len(self.stages))
+                + ("" if start == self.stage.start else f" (resumed at step {start})")
+            )
         self.trainable_params = [p for g in groups for p in g["params"]]
         n_params = sum(p.numel() for p in self.policy.parameters())
         n_train = sum(p.numel() for p in self.trainable_params)
         precision = self.numerics.describe()
-        w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set), precision=precision, max_batch_tokens=self.max_batch_tokens)
+        w.event(
+            "started",
+            step=start,
+            total=self.total,
+            resumed=ckpt is not None,
+            device=str(self.device),
+            model=cfg.model.kind,
+            parameters=n_params,
+            trainable=n_train,
+            train_examples=len(self.train_set),
+            eval_examples=len(self.eval_set),
+            precision=precision,
+            max_batch_tokens=self.max_batch_tokens,
+        )
         if cfg.model.dtype == "bf16" and self.device.type == "cpu" and cpu_has_native_bf16() is False:
-            w.warning("model.dtype is bf16 but this CPU has no native bf16 arithmetic (no AVX512-BF16, AMX or arm64 BF16): torch converts to fp32 and back, and a step is several times slower than in fp32; set model.dtype to fp32 or bf16_where_native (docs/trainer.md, \"Devices and precision\")")
-        w.log(f"{cfg.model.kind} policy: {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}, dropout {'on' if cfg.model.dropout else 'off'}; {len(self.train_set)} train / {len(self.eval_set)} eval examples")
+            w.warning(
+                'model.dtype is bf16 but this CPU has no native bf16 arithmetic (no AVX512-BF16, AMX or arm64 BF16): torch converts to fp32 and back, and a step is several times slower than in fp32; set model.dtype to fp32 or bf16_where_native (docs/trainer.md, "Devices and precision")'
+            )
+        w.log(
+            f"{cfg.model.kind} policy: {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}, dropout {'on' if cfg.model.dropout else 'off'}; {len(self.train_set)} train / {len(self.eval_set)} eval examples"
+        )
         return start
 
     def _numerics(self, recorded: dict[str, Any] | None) -> Numerics:
@@ -160,9 +208,15 @@ class Trainer(Run):
         machine's choice, measured on the run's own model and shapes; recorded in run.json."""
         cfg = self.cfg
         longest = max(len(p[1]) for p in self.train_prompts + self.eval_prompts)
-        max_len = self.policy.backbone.max_len if self.policy.kind == "tiny" else longest + cfg.rollout.max_response_length
-        shapes = ProbeShapes.of(cfg, longest, max_len, cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, None))
-        numerics = resolve_numerics(cfg, self.device, self.policy, self.tok, shapes, recorded=recorded, log=self.writer.log)
+        max_len = (
+            self.policy.backbone.max_len if self.policy.kind == "tiny" else longest + cfg.rollout.max_response_length
+        )
+        shapes = ProbeShapes.of(
+            cfg, longest, max_len, cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, None)
+        )
+        numerics = resolve_numerics(
+            cfg, self.device, self.policy, self.tok, shapes, recorded=recorded, log=self.writer.log
+        )
         self.writer.annotate(numerics=numerics.record())
         return numerics
 
@@ -178,7 +232,11 @@ class Trainer(Run):
         """The batch sampler of a stage: its hops_mix, or one shuffled epoch after another (seeded by the run's seed,
         restarting with each stage, as a new run's would)."""
         mix = stage.hops_mix
-        return MixSampler([e.hops for e in self.train_set], {int(h): float(x) for h, x in mix.items()}, self.cfg.seed) if mix else EpochSampler(len(self.train_set), self.cfg.seed)
+        return (
+            MixSampler([e.hops for e in self.train_set], {int(h): float(x) for h, x in mix.items()}, self.cfg.seed)
+            if mix
+            else EpochSampler(len(self.train_set), self.cfg.seed)
+        )
 
     def _begin_stage(self, stage: Stage) -> None:
         """The next stage of a curriculum starts as a new run from the current policy would (curriculum.py)."""
@@ -187,11 +245,26 @@ class Trainer(Run):
             self.reference = self._reference()
         self.optimizer = self._new_optimizer()
         self.sampler = self._sampler(stage)
-        self.writer.log(describe(stage, len(self.stages)) + f": the KL reference is now the step-{stage.start} policy; the optimizer, LR schedule, sampler and seeds restart")
+        self.writer.log(
+            describe(stage, len(self.stages))
+            + f": the KL reference is now the step-{stage.start} policy; the optimizer, LR schedule, sampler and seeds restart"
+        )
 
     def _warm_start(self) -> WarmStart:
         """What the supervised warm start (warmup.py) trains and reads of this run."""
-        return WarmStart(self.cfg, self.policy, self.tok, self.device, self.train_set, self.train_prompts, self.env, self._ctx, self.writer, self.total, lambda: self.stop_requested)
+        return WarmStart(
+            self.cfg,
+            self.policy,
+            self.tok,
+            self.device,
+            self.train_set,
+            self.train_prompts,
+            self.env,
+            self._ctx,
+            self.writer,
+            self.total,
+            lambda: self.stop_requested,
+        )
 
     def warmup_applies(self) -> bool:
         """A supervised warm start runs at step 0 of a new run from scratch (not with model.init)."""
@@ -259,12 +332,18 @@ class Trainer(Run):
             batch.advantages = adv[:, None] * mask
             batch.returns = batch.advantages.clone()
         elif a.name == "reinforce++":
-            batch.advantages, batch.returns = reinforce_plus_plus_advantage(rewards, mask, a.gamma, whiten_mask=batch.loss_mask)
+            batch.advantages, batch.returns = reinforce_plus_plus_advantage(
+                rewards, mask, a.gamma, whiten_mask=batch.loss_mask
+            )
         else:
-            batch.advantages, batch.returns = gae_advantage(rewards, batch.old_values, mask, a.gamma, a.lam, whiten_mask=batch.loss_mask)
+            batch.advantages, batch.returns = gae_advantage(
+                rewards, batch.old_values, mask, a.gamma, a.lam, whiten_mask=batch.loss_mask
+            )
         return m
 
-    def _passes_and_advantages(self, batch: SequenceBatch, trajs: list[Trajectory], step: int, skip: bool | None = None) -> tuple[dict[str, float], dict[str, float]]:
+    def _passes_and_advantages(
+        self, batch: SequenceBatch, trajs: list[Trajectory], step: int, skip: bool | None = None
+    ) -> tuple[dict[str, float], dict[str, float]]:
         """The log-prob passes and the advantages, in the order the step needs: the passes first (GAE's values and a
         KL reward need them), unless `skip` (default: `algorithm.skip_zero_std_groups`) — then the advantages come
         first (GRPO's need no log-probs; the config refuses a KL in the reward), so the rows they leave at 0 skip the
@@ -308,7 +387,9 @@ class Trainer(Run):
         `batch.reg_weight`). A mini-batch with no trained row is no optimizer step."""
         cfg, a, o = self.cfg, self.cfg.algorithm, self.cfg.optim
         for g, base, warmup in zip(self.optimizer.param_groups, self.base_lrs, self.warmups):
-            g["lr"] = base * lr_multiplier(self.stage.local(step), self.stage.steps, warmup, o.lr_schedule, o.min_lr_ratio)
+            g["lr"] = base * lr_multiplier(
+                self.stage.local(step), self.stage.steps, warmup, o.lr_schedule, o.min_lr_ratio
+            )
         temp = cfg.rollout.temperature or 1.0
         on_policy = self.on_policy(batch.size)
         R = batch.window
@@ -343,7 +424,15 @@ class Trainer(Run):
                     # the entropy is the sampling policy's (the first epoch's) unless it is in the loss
                     want_entropy = epoch == 0 or a.entropy_coef > 0
                     with self._ctx():
-                        st = window_stats(self.policy, mb, mb.loss_mask.bool(), temp, want_entropy=want_entropy, want_values=self.policy.value_head is not None, entropy_grad=a.entropy_coef > 0)
+                        st = window_stats(
+                            self.policy,
+                            mb,
+                            mb.loss_mask.bool(),
+                            temp,
+                            want_entropy=want_entropy,
+                            want_values=self.policy.value_head is not None,
+                            entropy_grad=a.entropy_coef > 0,
+                        )
                         if on_policy and epoch == 0:  # π_old = π_θ before this step, the first: ρ = 1 exactly
                             mb.old_logprob = st.logprob.detach()
                             r = mb.window
@@ -360,7 +449,9 @@ class Trainer(Run):
                 for key, norm in zip(grad_norms, norms):
                     grad_norms[key].append(norm)
                 if not all(math.isfinite(n) for n in norms):
-                    self.writer.warning(f"step {step}: a gradient norm is not finite ({', '.join(f'{n:g}' for n in norms)}); this optimizer step was skipped")
+                    self.writer.warning(
+                        f"step {step}: a gradient norm is not finite ({', '.join(f'{n:g}' for n in norms)}); this optimizer step was skipped"
+                    )
                     skipped += 1
                 elif all(n == 0.0 for n in norms):
                     # No learning signal (e.g. every GRPO group's rewards equal, no KL/entropy term): no update.
@@ -522,7 +613,9 @@ class Trainer(Run):
             # its steps (a full disk fails the run here, before the checkpoint, and the resume records the step again).
             self.recorder.flush()
         extra = {"numerics": self.numerics.record()} if self.numerics is not None else {}
-        path = save_checkpoint(self.run_dir, step, self.policy, self.tok, self.optimizer, {"sampler": self.sampler.state_dict(), **extra})
+        path = save_checkpoint(
+            self.run_dir, step, self.policy, self.tok, self.optimizer, {"sampler": self.sampler.state_dict(), **extra}
+        )
         self.writer.event("checkpoint", step=step, path=str(path))
         # the last train.checkpoint_keep; never the warm start's or a stage's last step (a resume reads them)
         for gone in prune_checkpoints(self.run_dir, checkpoint_keep(self.cfg), {0} | {s.end for s in self.stages}):

@@ -21,4 +21,10 @@ def package_version(name: str) -> str | None:
 
 def trainer_versions() -> dict[str, str | None]:
     """The trainer's and its libraries' (the builtin engine's list; the TRL engine adds its own)."""
-    return {"trainer": __version__, "torch": torch.__version__, "transformers": package_version("transformers"), "peft": package_version("peft"), "python": ".".join(map(str, sys.version_info[:3]))}
+    return {
+        "trainer": __version__,
+        "torch": torch.__version__,
+        "transformers": package_version("transformers"),
+        "peft": package_version("peft"),
+        "python": ".".join(map(str, sys.version_info[:3])),
+    }

@@ -44,7 +44,8 @@ from .config import Section
 from .data import Example
 from .env_client import EnvClient
 from .losses import Aggregation, agg_loss
-from .pace import AT_STEP, FROM_STEP, announce as announce_pace
+from .pace import AT_STEP, FROM_STEP
+from .pace import announce as announce_pace
 from .policy import Policy, window_stats
 from .rollout import Trajectory, answer_action, observation, search_action
 from .run_writer import RunWriter
@@ -61,7 +62,28 @@ def _span(words: Sequence[str], rng: random.Random, max_len: int) -> str:
 
 
 # Capitalised words that are not names: sentence starts, pronouns, the observation's own markup.
-NOT_NAMES = {"Doc", "Title", "The", "A", "An", "It", "Its", "He", "She", "His", "Her", "They", "In", "On", "At", "Of", "By", "For", "This", "That"}
+NOT_NAMES = {
+    "Doc",
+    "Title",
+    "The",
+    "A",
+    "An",
+    "It",
+    "Its",
+    "He",
+    "She",
+    "His",
+    "Her",
+    "They",
+    "In",
+    "On",
+    "At",
+    "Of",
+    "By",
+    "For",
+    "This",
+    "That",
+}
 
 
 class NameSpans:
@@ -89,13 +111,28 @@ class NameSpans:
         return rng.choice(other or spans) if spans else None
 
 
-def synthetic_trajectories(prompts: Sequence[tuple[str, list[int]]], questions: Sequence[str], tokenizer: Any, env: EnvClient, topk: int, rng: random.Random, names: NameSpans | None = None, new_name: bool = False, two_searches: float = 0.5, answer_from: str = "last") -> list[Trajectory]:
+def synthetic_trajectories(
+    prompts: Sequence[tuple[str, list[int]]],
+    questions: Sequence[str],
+    tokenizer: Any,
+    env: EnvClient,
+    topk: int,
+    rng: random.Random,
+    names: NameSpans | None = None,
+    new_name: bool = False,
+    two_searches: float = 0.5,
+    answer_from: str = "last",
+) -> list[Trajectory]:
     """One synthetic trajectory per prompt (roles as in a rollout: generated, retrieved)."""
     names = names or NameSpans()
     for q in questions:
         names.see(q)
     # An even share draws as it always did (the demo's documented numbers are reproduced bit for bit).
-    hops = [rng.choice((1, 2)) for _ in prompts] if two_searches == 0.5 else [2 if rng.random() < two_searches else 1 for _ in prompts]
+    hops = (
+        [rng.choice((1, 2)) for _ in prompts]
+        if two_searches == 0.5
+        else [2 if rng.random() < two_searches else 1 for _ in prompts]
+    )
     q1 = [names.span(q, rng) or _span(re.findall(r"[\w']+", q), rng, 3) for q in questions]
     first = env.retrieve(q1, topk)
     obs1 = [observation(h) for h in first]
@@ -157,7 +194,9 @@ def run_warmup(trainer: WarmStart, log: Callable[[str], None]) -> dict[str, floa
     opt = torch.optim.AdamW(params, lr=w.lr)
     # Cosine decay to a tenth of the learning rate: the last steps settle the format tokens (a policy whose tags
     # break at temperature 1 wastes RL's first steps on format instead of content).
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 0.1 + 0.45 * (1 + math.cos(math.pi * min(i, w.steps) / max(1, w.steps))))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: 0.1 + 0.45 * (1 + math.cos(math.pi * min(i, w.steps) / max(1, w.steps)))
+    )
     losses: list[float] = []
     tokens = 0
     paced_from = None  # the clock at warm-start step FROM_STEP: the pace is measured from there (pace.py)
@@ -167,7 +206,18 @@ def run_warmup(trainer: WarmStart, log: Callable[[str], None]) -> dict[str, floa
             log(f"warm start stopped at step {step - 1}/{w.steps}")
             break
         idx = [rng.randrange(len(trainer.examples)) for _ in range(w.batch_size)]
-        trajs = synthetic_trajectories([trainer.prompts[i] for i in idx], [trainer.examples[i].question for i in idx], trainer.tok, trainer.env, cfg.retriever.topk, rng, names, new_name=w.second_query == "new_name", two_searches=w.two_searches, answer_from=w.answer_from)
+        trajs = synthetic_trajectories(
+            [trainer.prompts[i] for i in idx],
+            [trainer.examples[i].question for i in idx],
+            trainer.tok,
+            trainer.env,
+            cfg.retriever.topk,
+            rng,
+            names,
+            new_name=w.second_query == "new_name",
+            two_searches=w.two_searches,
+            answer_from=w.answer_from,
+        )
         batch = make_batch(trajs, trainer.tok.pad_id, loss_masking=True)
         agg = Aggregation.of("token-mean", batch.loss_mask)
         opt.zero_grad(set_to_none=True)
@@ -190,7 +240,15 @@ def run_warmup(trainer: WarmStart, log: Callable[[str], None]) -> dict[str, floa
         elif step == AT_STEP and paced_from is not None:
             pace = announce_pace(trainer.writer, cfg, (time.perf_counter() - paced_from) / (AT_STEP - FROM_STEP))
         if step % 25 == 0 or step == w.steps or pace:
-            trainer.writer.progress(0, trainer.total, "warmup", warmup_step=step, warmup_steps=w.steps, loss=round(total, 4), **({"pace": pace} if pace else {}))
+            trainer.writer.progress(
+                0,
+                trainer.total,
+                "warmup",
+                warmup_step=step,
+                warmup_steps=w.steps,
+                loss=round(total, 4),
+                **({"pace": pace} if pace else {}),
+            )
             log(f"warm start {step}/{w.steps}: loss {total:.3f}")
     trainer.policy.eval()
     tail = losses[-10:]

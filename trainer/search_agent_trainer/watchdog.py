@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 
 def parent_gone(expected: int) -> bool:
     return os.getppid() != expected
 
 
-def watch_parent(on_gone: Callable[[int], None], expected: int | None = None, interval_s: float = 1.0) -> threading.Thread | None:
+def watch_parent(
+    on_gone: Callable[[int], None], expected: int | None = None, interval_s: float = 1.0
+) -> threading.Thread | None:
     """Starts a daemon thread calling ``on_gone(pid)`` once, when our parent `expected` (default: the one named by
     ``SAS_PARENT_PID``) has gone."""
     if expected is None:

@@ -26,7 +26,15 @@ class EnvServer:
         if NODE is None:
             pytest.skip("node is not on PATH")
         self.proc = subprocess.Popen(
-            [NODE, "-r", str(ROOT / "test" / "register.cjs"), str(ROOT / "src" / "server" / "main.ts"), "--port", "0", *args],
+            [
+                NODE,
+                "-r",
+                str(ROOT / "test" / "register.cjs"),
+                str(ROOT / "src" / "server" / "main.ts"),
+                "--port",
+                "0",
+                *args,
+            ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -60,7 +68,12 @@ def demo_env():
 def varied_env():
     """The env server over the demo corpus with a reward that varies with any response (a random tiny policy gets a
     learning signal from it)."""
-    s = EnvServer("--corpus", str(DEMO / "corpus.jsonl"), "--reward", str(ROOT / "test" / "fixtures" / "rewards" / "modules" / "varied.reward.ts"))
+    s = EnvServer(
+        "--corpus",
+        str(DEMO / "corpus.jsonl"),
+        "--reward",
+        str(ROOT / "test" / "fixtures" / "rewards" / "modules" / "varied.reward.ts"),
+    )
     yield s
     s.close()
 
@@ -79,7 +92,17 @@ def varied_env():
 # - two threads (MKL's promise holds for a fixed thread count).
 # Measured on one machine (stop 40, an AMD EPYC): each setting above changes the bits it names; identity across
 # vendors rests on MKL's and oneDNN's documented code paths, not on a second machine.
-PINNED_NUMERICS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"} if platform.machine() in ("x86_64", "AMD64") else {}
+PINNED_NUMERICS = (
+    {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_CBWR": "COMPATIBLE",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "OMP_NUM_THREADS": "2",
+        "MKL_NUM_THREADS": "2",
+    }
+    if platform.machine() in ("x86_64", "AMD64")
+    else {}
+)
 
 
 # The bits PINNED_NUMERICS gives: a matrix product, nn.GELU forward and backward, softmax and log-softmax at the tiny
@@ -102,7 +125,13 @@ print(hashlib.sha1(b"".join(t.detach().numpy().tobytes() for t in parts)).hexdig
 
 def numerics_fingerprint() -> str:
     """NUMERICS_FINGERPRINT_MEASURED's computation run here, in a trainer's environment with PINNED_NUMERICS."""
-    proc = subprocess.run([sys.executable, "-c", _FINGERPRINT], capture_output=True, text=True, env={**trainer_env(), **PINNED_NUMERICS}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", _FINGERPRINT],
+        capture_output=True,
+        text=True,
+        env={**trainer_env(), **PINNED_NUMERICS},
+        timeout=120,
+    )
     return proc.stdout.strip() if proc.returncode == 0 else f"(failed: {proc.stderr.strip()[-200:]})"
 
 
@@ -120,7 +149,11 @@ def cpu_name() -> str:
 
 def pin_report() -> str:
     fp = numerics_fingerprint()
-    same = "the same bits" if fp == NUMERICS_FINGERPRINT_MEASURED else "OTHER bits: the pin does not hold on this CPU, so the trajectory is not the measured one"
+    same = (
+        "the same bits"
+        if fp == NUMERICS_FINGERPRINT_MEASURED
+        else "OTHER bits: the pin does not hold on this CPU, so the trajectory is not the measured one"
+    )
     return f"on {cpu_name()} ({os.cpu_count()} CPUs): numerics fingerprint {fp} ({same}; measured {NUMERICS_FINGERPRINT_MEASURED})"
 
 
@@ -138,7 +171,16 @@ LOGPROB_ROUNDOFF = 1e-5
 ROUNDOFF_METRICS = ("rollout/logprob_diff",)
 # measured times, not reproduced by a resume: the step's phases, throughput, the env server's latencies (env_client),
 # and the rollout writer's queue (how many steps its thread had still to write when a step was submitted: its pace)
-TIMING_METRICS = ("timing_s/", "perf/", "time", "env/retrieve_ms/", "env/retrieve_wait_ms/", "env/reward_ms/", "env/reward_wait_ms/", "record/queue")
+TIMING_METRICS = (
+    "timing_s/",
+    "perf/",
+    "time",
+    "env/retrieve_ms/",
+    "env/retrieve_wait_ms/",
+    "env/reward_ms/",
+    "env/reward_wait_ms/",
+    "record/queue",
+)
 
 
 def assert_same_metrics(a: dict, b: dict, skip: tuple[str, ...] = ()) -> None:
@@ -147,7 +189,11 @@ def assert_same_metrics(a: dict, b: dict, skip: tuple[str, ...] = ()) -> None:
     LOGPROB_AGREEMENT in both."""
     ignore = TIMING_METRICS + tuple(skip)
     keys = {k for k in a if not k.startswith(ignore)} - {"step"}
-    assert keys == {k for k in b if not k.startswith(ignore)} - {"step"}, (a.get("step"), b.get("step"), sorted(keys ^ set(b)))
+    assert keys == {k for k in b if not k.startswith(ignore)} - {"step"}, (
+        a.get("step"),
+        b.get("step"),
+        sorted(keys ^ set(b)),
+    )
     for k in sorted(keys):
         if k.startswith(ROUNDOFF_METRICS):
             assert a[k] <= LOGPROB_AGREEMENT and b[k] <= LOGPROB_AGREEMENT, (a.get("step"), k, a[k], b[k])
@@ -175,8 +221,21 @@ def run_pinned(cfg: dict, run_dir: Path, env_url: str, timeout: int = 1800) -> l
     config = run_dir.parent / f"{run_dir.name}.run.json"
     config.write_text(json.dumps(cfg), encoding="utf-8")
     proc = subprocess.run(
-        [sys.executable, "-m", "search_agent_trainer", "--config", str(config), "--run-dir", str(run_dir), "--env-url", env_url],
-        capture_output=True, text=True, env={**trainer_env(), **PINNED_NUMERICS}, timeout=timeout,
+        [
+            sys.executable,
+            "-m",
+            "search_agent_trainer",
+            "--config",
+            str(config),
+            "--run-dir",
+            str(run_dir),
+            "--env-url",
+            env_url,
+        ],
+        capture_output=True,
+        text=True,
+        env={**trainer_env(), **PINNED_NUMERICS},
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if l.strip()]
@@ -203,8 +262,18 @@ def tiny_config(**overrides) -> dict:
     cfg = {
         "seed": 7,
         "data": {"train": str(DEMO / "train.jsonl"), "eval": str(DEMO / "eval.jsonl"), "eval_size": 4},
-        "model": {"kind": "tiny", "tiny": {"layers": 1, "d_model": 32, "heads": 2, "max_len": 1024, "vocab": [str(DEMO / "corpus.jsonl")]}},
-        "rollout": {"batch_size": 2, "n": 3, "max_turns": 2, "max_turn_tokens": 12, "max_response_length": 160, "max_obs_length": 120},
+        "model": {
+            "kind": "tiny",
+            "tiny": {"layers": 1, "d_model": 32, "heads": 2, "max_len": 1024, "vocab": [str(DEMO / "corpus.jsonl")]},
+        },
+        "rollout": {
+            "batch_size": 2,
+            "n": 3,
+            "max_turns": 2,
+            "max_turn_tokens": 12,
+            "max_response_length": 160,
+            "max_obs_length": 120,
+        },
         "optim": {"lr": 1e-3, "mini_batch_size": 6, "micro_batch_size": 4},
         # A queue no loaded test machine fills: a writer 2 steps behind (the default) would record only a step's flagged
         # groups, so what a run records, and its record/* metrics, would depend on the machine's load.

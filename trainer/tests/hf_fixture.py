@@ -23,7 +23,15 @@ def published_template(name: str) -> str:
     return (Path(trl.__file__).parent / "chat_templates" / f"{name}.jinja").read_text(encoding="utf-8")
 
 
-def build_tiny_qwen2(out: Path, texts: list[str], vocab_size: int = 800, seed: int = 0, chat_template: str = CHATML, hidden: int = 32, weights: bool = True) -> Path:
+def build_tiny_qwen2(
+    out: Path,
+    texts: list[str],
+    vocab_size: int = 800,
+    seed: int = 0,
+    chat_template: str = CHATML,
+    hidden: int = 32,
+    weights: bool = True,
+) -> Path:
     """The model directory; without `weights`, config.json and the tokenizer only (examples/trl-tiny/model is made so,
     for `model.random_init`)."""
     import torch
@@ -34,8 +42,18 @@ def build_tiny_qwen2(out: Path, texts: list[str], vocab_size: int = 800, seed: i
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    tk.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None)
+    tk.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=specials,
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
+    )
     tok.chat_template = chat_template
     out.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(str(out))
@@ -69,7 +87,9 @@ def demo_texts(demo: Path) -> list[str]:
     return texts
 
 
-def teach(model_dir: Path, out: Path, examples: list[tuple[str, str]], steps: int = 80, lr: float = 4e-3, seed: int = 0) -> Path:
+def teach(
+    model_dir: Path, out: Path, examples: list[tuple[str, str]], steps: int = 80, lr: float = 4e-3, seed: int = 0
+) -> Path:
     """The model of `model_dir`, trained to write each example's completion after its prompt (cross-entropy on the
     completion's tokens only), saved with its tokenizer to `out`: a random model that has learnt one behaviour (e.g. to call a tool), so a rollout exercises it."""
     import torch
@@ -92,7 +112,9 @@ def teach(model_dir: Path, out: Path, examples: list[tuple[str, str]], steps: in
     model.train()
     for _ in range(steps):
         logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits
-        torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100).backward()
+        torch.nn.functional.cross_entropy(
+            logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100
+        ).backward()
         opt.step()
         opt.zero_grad()
     model.save_pretrained(str(out))

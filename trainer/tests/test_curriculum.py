@@ -9,10 +9,9 @@ import json
 import pytest
 
 from conftest import assert_same_metrics, tiny_config
-from test_train import lines, run_trainer
-
 from search_agent_trainer.config import ConfigError, config_from_dict
 from search_agent_trainer.curriculum import stage_of, stages
+from test_train import lines, run_trainer
 
 MIX = {"2": 1}  # stage 2 trains on two-hop questions only
 
@@ -20,7 +19,9 @@ MIX = {"2": 1}  # stage 2 trains on two-hop questions only
 def base(**over) -> dict:
     cfg = tiny_config(**{"train.eval_every": 0, "data.eval_size": 3, "train.checkpoint_every": 0, **over})
     cfg["algorithm"] = {"kl_coef": 0.05}
-    cfg["optim"].update({"warmup_steps": 1, "lr_schedule": "cosine", "ppo_epochs": 2, "mini_batch_size": 3, "micro_batch_size": 3})
+    cfg["optim"].update(
+        {"warmup_steps": 1, "lr_schedule": "cosine", "ppo_epochs": 2, "mini_batch_size": 3, "micro_batch_size": 3}
+    )
     cfg["train"]["supervised_warmup"] = {"steps": 2, "batch_size": 2}
     return cfg
 
@@ -53,7 +54,13 @@ def test_a_staged_run_equals_the_chain_of_runs_it_replaces(tmp_path, varied_env,
     first = base(**{"train.steps": 2})
     p1 = run_trainer(tmp_path, first, url, name="phase1")
     assert p1.returncode == 0, p1.stderr
-    second = base(**{"train.steps": 2, "data.hops_mix": MIX, "model.init": str(tmp_path / "phase1" / "checkpoints" / "step-000002")})
+    second = base(
+        **{
+            "train.steps": 2,
+            "data.hops_mix": MIX,
+            "model.init": str(tmp_path / "phase1" / "checkpoints" / "step-000002"),
+        }
+    )
     p2 = run_trainer(tmp_path, second, url, name="phase2")
     assert p2.returncode == 0, p2.stderr
 
@@ -79,7 +86,9 @@ def test_a_staged_run_equals_the_chain_of_runs_it_replaces(tmp_path, varied_env,
 
 
 @pytest.mark.parametrize("crash_at", [3, 4], ids=["at-the-boundary", "inside-stage-2"])
-def test_a_crash_on_either_side_of_a_stage_boundary_resumes_to_the_same_numbers(tmp_path, varied_env, straight, crash_at):
+def test_a_crash_on_either_side_of_a_stage_boundary_resumes_to_the_same_numbers(
+    tmp_path, varied_env, straight, crash_at
+):
     url = varied_env.url
     crashing = staged(**{"train.checkpoint_every": 3})  # checkpoints: 2 (the stage's end), 3
     crashing["test"] = {"crash_at_step": crash_at}

@@ -23,13 +23,26 @@ def test_meta_hops_is_read_absent_is_none_and_a_bad_value_is_a_skipped_line_nami
     warnings: list[str] = []
     out = load_dataset(str(path), warnings.append)
     assert [(e.id, e.hops) for e in out] == [("a", 2), ("b", None)]
-    assert warnings == [f"{path}:3: meta.hops: expected a positive integer; line skipped", f"{path}:4: meta.hops: expected a positive integer; line skipped"]
+    assert warnings == [
+        f"{path}:3: meta.hops: expected a positive integer; line skipped",
+        f"{path}:4: meta.hops: expected a positive integer; line skipped",
+    ]
 
 
 def test_meta_bridge_is_read_as_names_and_a_bad_value_is_a_skipped_line_naming_the_field(tmp_path):
     rows = [
-        {"id": "a", "question": "where was the author of X born?", "golden": ["Ulm"], "meta": {"hops": 2, "bridge": "Bo Dane"}},
-        {"id": "b", "question": "where was the author of Y born?", "golden": ["Ulm"], "meta": {"hops": 2, "bridge": ["Cy Fell", "C. Fell"]}},
+        {
+            "id": "a",
+            "question": "where was the author of X born?",
+            "golden": ["Ulm"],
+            "meta": {"hops": 2, "bridge": "Bo Dane"},
+        },
+        {
+            "id": "b",
+            "question": "where was the author of Y born?",
+            "golden": ["Ulm"],
+            "meta": {"hops": 2, "bridge": ["Cy Fell", "C. Fell"]},
+        },
         {"id": "c", "question": "who wrote Z?", "golden": ["Di"], "meta": {"hops": 1}},
         {"id": "d", "question": "where was the author of W born?", "golden": ["Ulm"], "meta": {"bridge": []}},
         {"id": "e", "question": "where was the author of V born?", "golden": ["Ulm"], "meta": {"bridge": ["..."]}},
@@ -40,20 +53,36 @@ def test_meta_bridge_is_read_as_names_and_a_bad_value_is_a_skipped_line_naming_t
     warnings: list[str] = []
     out = load_dataset(str(path), warnings.append)
     assert [(e.id, e.bridge) for e in out] == [("a", ("Bo Dane",)), ("b", ("Cy Fell", "C. Fell")), ("c", None)]
-    assert warnings == [f"{path}:{n}: meta.bridge: expected a name or a non-empty array of names (strings with a letter or digit); line skipped" for n in (4, 5, 6)]
+    assert warnings == [
+        f"{path}:{n}: meta.bridge: expected a name or a non-empty array of names (strings with a letter or digit); line skipped"
+        for n in (4, 5, 6)
+    ]
 
 
 def test_bridge_searched_asks_a_later_query_to_name_the_bridge_as_whole_normalised_words():
-    ex = Example("a", "in which town was the author of The Quiet Ford born?", ("Ulm",), "demo", hops=2, bridge=("Bo Dane", "B. Dane"))
+    ex = Example(
+        "a",
+        "in which town was the author of The Quiet Ford born?",
+        ("Ulm",),
+        "demo",
+        hops=2,
+        bridge=("Bo Dane", "B. Dane"),
+    )
     assert bridge_searched(ex, ["The Quiet Ford", "Bo Dane"]) == 1.0
-    assert bridge_searched(ex, ["The Quiet Ford", "born: bo  DANE, the writer"]) == 1.0  # normalised: case, punctuation, spaces
+    assert (
+        bridge_searched(ex, ["The Quiet Ford", "born: bo  DANE, the writer"]) == 1.0
+    )  # normalised: case, punctuation, spaces
     assert bridge_searched(ex, ["The Quiet Ford", "b dane"]) == 1.0  # another of its names ("B. Dane" normalises so)
-    assert bridge_searched(ex, ["Bo Dane", "The Quiet Ford"]) == 0.0  # named first, not after what the first search found
+    assert (
+        bridge_searched(ex, ["Bo Dane", "The Quiet Ford"]) == 0.0
+    )  # named first, not after what the first search found
     assert bridge_searched(ex, ["The Quiet Ford"]) == 0.0  # searched once
     assert bridge_searched(ex, []) == 0.0
     assert bridge_searched(ex, ["The Quiet Ford", "Dane"]) == 0.0  # part of the name is not the name
     assert bridge_searched(ex, ["The Quiet Ford", "Bo Danes"]) == 0.0  # whole words
-    assert bridge_searched(Example("b", "who wrote X?", ("Bo",), "demo", hops=1), ["X", "Bo"]) is None  # no bridge: not counted
+    assert (
+        bridge_searched(Example("b", "who wrote X?", ("Bo",), "demo", hops=1), ["X", "Bo"]) is None
+    )  # no bridge: not counted
     assert normalize("The  Rhône, an old river!") == "rhône old river"
 
 

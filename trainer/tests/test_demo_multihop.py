@@ -100,6 +100,7 @@ def test_each_threshold_holds_with_a_margin_on_either_vendor():
     assert TWO_HOP_MIN_SEARCHES <= SMALLEST_MEASURED["val/searches_by_hops/2"] - 0.3
     assert TWO_HOP_MIN_SEARCHES > 1.0  # the second search kept, not one search a question
 
+
 def evaluations(run_dir: Path) -> list[dict]:
     f = run_dir / "metrics.jsonl"
     if not f.exists():
@@ -125,7 +126,17 @@ def test_the_shortened_two_hop_demo_learns_the_second_search(tmp_path):
         run_dir = tmp_path / "run"
         log = (tmp_path / "trainer.log").open("w", encoding="utf-8")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "search_agent_trainer", "--config", str(config), "--run-dir", str(run_dir), "--env-url", env.url],
+            [
+                sys.executable,
+                "-m",
+                "search_agent_trainer",
+                "--config",
+                str(config),
+                "--run-dir",
+                str(run_dir),
+                "--env-url",
+                env.url,
+            ],
             stdout=log,
             stderr=subprocess.STDOUT,
             env={**trainer_env(), **PINNED_NUMERICS},
@@ -133,7 +144,9 @@ def test_the_shortened_two_hop_demo_learns_the_second_search(tmp_path):
         deadline = time.monotonic() + 3600
         try:
             while not any(m["step"] >= STOP_AT for m in evaluations(run_dir)):
-                assert proc.poll() is None, f"the trainer exited early ({proc.returncode}): {(tmp_path / 'trainer.log').read_text()[-3000:]}"
+                assert proc.poll() is None, (
+                    f"the trainer exited early ({proc.returncode}): {(tmp_path / 'trainer.log').read_text()[-3000:]}"
+                )
                 assert time.monotonic() < deadline, f"no step-{STOP_AT} evaluation within an hour"
                 time.sleep(2)
             proc.send_signal(signal.SIGTERM)  # the recipe's own stop: finish the step, checkpoint, status stopped

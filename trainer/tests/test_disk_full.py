@@ -27,7 +27,24 @@ from search_agent_trainer import token_store as ts
 def run_trainer(run_dir: Path, cfg: dict, env_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     cfg_path = run_dir.parent / f"{run_dir.name}.run.json"
     cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
-    return subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", str(cfg_path), "--run-dir", str(run_dir), "--env-url", env_url, *extra], capture_output=True, text=True, env=trainer_env(), timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "search_agent_trainer",
+            "--config",
+            str(cfg_path),
+            "--run-dir",
+            str(run_dir),
+            "--env-url",
+            env_url,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=trainer_env(),
+        timeout=600,
+    )
 
 
 def whole_lines(path: Path) -> list[dict]:
@@ -155,7 +172,11 @@ CFG = {"train.steps": 3, "train.eval_every": 0, "train.checkpoint_every": 1, "da
     [
         ("checkpoints/step-000002", 20_000, "store"),
         ("rollouts/.step-000002.jsonl", 3_000, "jsonl"),  # the step's temporary file, renamed into place when whole
-        ("rollouts/.step-000002", 3_000, "store"),  # the token store step's temporary directory (pyarrow writes through run_writer)
+        (
+            "rollouts/.step-000002",
+            3_000,
+            "store",
+        ),  # the token store step's temporary directory (pyarrow writes through run_writer)
         ("events.jsonl", 2_500, "store"),
     ],
     ids=["checkpoint", "rollouts", "rollouts-store", "events"],
@@ -163,9 +184,15 @@ CFG = {"train.steps": 3, "train.eval_every": 0, "train.checkpoint_every": 1, "da
 def test_a_full_disk_fails_the_run_clearly_leaves_whole_lines_and_resumes(tmp_path, demo_env, at, after, record):
     run = tmp_path / "run"
     record = {"train.record": {"format": record, "queue": 64}}
-    full = run_trainer(run, tiny_config(**CFG, **record, test={"disk_full": {"at": at, "after_bytes": after}}), demo_env.url)
+    full = run_trainer(
+        run, tiny_config(**CFG, **record, test={"disk_full": {"at": at, "after_bytes": after}}), demo_env.url
+    )
     assert full.returncode == 1, full.stderr[-2000:]
-    errors = [json.loads(line) for line in full.stdout.splitlines() if line.startswith("{") and json.loads(line)["event"] == "error"]
+    errors = [
+        json.loads(line)
+        for line in full.stdout.splitlines()
+        if line.startswith("{") and json.loads(line)["event"] == "error"
+    ]
     assert len(errors) == 1 and errors[0]["message"].startswith("disk full at "), errors
     assert at in errors[0]["message"].split(":")[0], errors[0]["message"]
     assert "no space left on the device (ENOSPC)" in errors[0]["message"]
@@ -181,10 +208,17 @@ def test_a_full_disk_fails_the_run_clearly_leaves_whole_lines_and_resumes(tmp_pa
     assert [m["step"] for m in whole_lines(run / "metrics.jsonl")] == [0, 1, 2, 3]
     events = whole_lines(run / "events.jsonl")
     assert [e["event"] for e in events].count("started") == 2
-    assert recorded_steps(run) == ["step-000001", "step-000002", "step-000003"]  # the failed step's rollouts recorded on resume
+    assert recorded_steps(run) == [
+        "step-000001",
+        "step-000002",
+        "step-000003",
+    ]  # the failed step's rollouts recorded on resume
 
 
-@pytest.mark.skipif(os.environ.get("SAS_TEST_REAL_DISK_FULL") != "1", reason="opt-in (SAS_TEST_REAL_DISK_FULL=1, as root): mounts a 1 MB tmpfs")
+@pytest.mark.skipif(
+    os.environ.get("SAS_TEST_REAL_DISK_FULL") != "1",
+    reason="opt-in (SAS_TEST_REAL_DISK_FULL=1, as root): mounts a 1 MB tmpfs",
+)
 def test_on_a_real_full_file_system(tmp_path, demo_env):
     mnt = tmp_path / "small"
     mnt.mkdir()
@@ -193,7 +227,11 @@ def test_on_a_real_full_file_system(tmp_path, demo_env):
         run = mnt / "run"
         full = run_trainer(run, tiny_config(**{**CFG, "train.steps": 20}), demo_env.url)
         assert full.returncode == 1, full.stderr[-2000:]
-        errors = [json.loads(line) for line in full.stdout.splitlines() if line.startswith("{") and json.loads(line)["event"] == "error"]
+        errors = [
+            json.loads(line)
+            for line in full.stdout.splitlines()
+            if line.startswith("{") and json.loads(line)["event"] == "error"
+        ]
         assert errors and errors[0]["message"].startswith(f"disk full at {mnt}"), errors
         assert json.loads((run / "run.json").read_text())["status"] == "failed"
         check_run_dir(run)

@@ -12,7 +12,7 @@ from search_agent_trainer.env_client import EnvClient, EnvError, percentile, ser
 
 def test_server_timing_header_parsing():
     assert server_ms("retrieve;dur=12.5", "retrieve") == 12.5
-    assert server_ms("db;dur=3, retrieve;desc=\"bm25\";dur=0.25", "retrieve") == 0.25
+    assert server_ms('db;dur=3, retrieve;desc="bm25";dur=0.25', "retrieve") == 0.25
     assert server_ms("reward;dur=4", "retrieve") is None
     assert server_ms(None, "retrieve") is None
 

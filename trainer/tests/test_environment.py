@@ -34,7 +34,9 @@ def test_pinned_versions_are_installed():
 
 def test_module_cli_reports_environment():
     env = {**os.environ, "PYTHONPATH": str(TRAINER)}
-    out = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--check"], env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "search_agent_trainer", "--check"], env=env, capture_output=True, text=True, check=True
+    )
     report = json.loads(out.stdout)
     assert report["torch"] == torch.__version__
     assert report["device"] in ("cpu", "cuda")
@@ -43,7 +45,9 @@ def test_module_cli_reports_environment():
 
 def test_training_is_refused_honestly_until_it_exists():
     env = {**os.environ, "PYTHONPATH": str(TRAINER)}
-    out = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", "x.json"], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "search_agent_trainer", "--config", "x.json"], env=env, capture_output=True, text=True
+    )
     assert out.returncode == 2
     assert json.loads(out.stdout)["event"] == "error"
 
@@ -52,8 +56,13 @@ def test_tiny_qwen2_from_config_trains_a_step_on_cpu():
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     config = transformers.Qwen2Config(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
     )
     model = transformers.Qwen2ForCausalLM(config)
     ids = torch.randint(0, 128, (2, 12))
@@ -68,8 +77,12 @@ def test_peft_lora_wraps_the_tiny_model():
     transformers = pytest.importorskip("transformers")
     peft = pytest.importorskip("peft")
     config = transformers.Qwen2Config(
-        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
     )
     model = peft.get_peft_model(
         transformers.Qwen2ForCausalLM(config),

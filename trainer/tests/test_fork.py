@@ -31,9 +31,9 @@ def hf_run(tmp_path_factory, varied_env) -> Path:
     """A 2-step LoRA run of a tiny random Qwen2 taught to search first (so its held-out rollouts retrieve)."""
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
-    from hf_fixture import build_tiny_qwen2, demo_texts, teach
     from transformers import AutoTokenizer
 
+    from hf_fixture import build_tiny_qwen2, demo_texts, teach
     from search_agent_trainer.config import config_from_dict
     from search_agent_trainer.data import load_dataset, render_prompt
     from search_agent_trainer.policy import Tokenizer
@@ -41,11 +41,26 @@ def hf_run(tmp_path_factory, varied_env) -> Path:
     tmp = tmp_path_factory.mktemp("fork-hf")
     base = build_tiny_qwen2(tmp / "qwen", demo_texts(DEMO))
     cfg = tiny_config(**{"data.eval_size": 2, "rollout.max_turn_tokens": 40, "rollout.max_response_length": 300})
-    cfg["model"] = {"kind": "hf", "path": str(tmp / "taught"), "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}}
+    cfg["model"] = {
+        "kind": "hf",
+        "path": str(tmp / "taught"),
+        "lora": {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]},
+    }
     c = config_from_dict(cfg)
     tok = Tokenizer(AutoTokenizer.from_pretrained(str(base), local_files_only=True), "hf")
     evals = load_dataset(c.data.eval)[:2]
-    teach(base, tmp / "taught", [(tok.prompt(render_prompt(c.data.prompt_template, e.question), c.data.chat_template), f"<search> {e.question} </search>") for e in evals], steps=60)
+    teach(
+        base,
+        tmp / "taught",
+        [
+            (
+                tok.prompt(render_prompt(c.data.prompt_template, e.question), c.data.chat_template),
+                f"<search> {e.question} </search>",
+            )
+            for e in evals
+        ],
+        steps=60,
+    )
     proc = run_trainer(tmp, cfg, varied_env.url)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return tmp / "run"
@@ -74,7 +89,12 @@ def assert_identity(run: Path, env_url: str) -> None:
         for key in ("ids", "role", "loss_mask", "text"):
             assert c["tokens"][key] == rec["tokens"][key], key
         assert c["tokens"]["rollout_logprob"] == pytest.approx(rec["tokens"]["rollout_logprob"], abs=1e-4)
-        assert c["reward"] == rec["reward"] and c["turns"] == rec["turns"] and c["searches"] == rec["searches"] and c["finish"] == rec["finish"]
+        assert (
+            c["reward"] == rec["reward"]
+            and c["turns"] == rec["turns"]
+            and c["searches"] == rec["searches"]
+            and c["finish"] == rec["finish"]
+        )
     assert forked, "no held-out rollout has two turns"
 
 
@@ -102,7 +122,9 @@ def test_edited_documents_change_the_continuation_and_reward_and_are_retrieved_t
     assert "Plimsoll, a harbour town of eleven streets" in "".join(t["text"][obs:end])
     assert "Doc 1(Title: Zekrouv Island) The capital of Zekrouv is Plimsoll" in c["response"]
     assert c["retrieval"][0]["hits"] == [{"id": "edited-1", "score": None}]
-    audit_rollout({**rec, **{k: c[k] for k in ("response", "tokens", "turns", "searches", "finish")}, "reward": c["reward"]})
+    audit_rollout(
+        {**rec, **{k: c[k] for k in ("response", "tokens", "turns", "searches", "finish")}, "reward": c["reward"]}
+    )
     # a new query re-runs the search (the same retriever), and n samples come back as n continuations
     two = srv.fork(rec, 2, query="capital", samples=2, greedy=False)
     assert len(two) == 2 and all(x["retrieval"][0]["query"] == "capital" for x in two)
@@ -116,7 +138,10 @@ def test_a_checkpoint_that_is_a_plain_hugging_face_model_directory_forks(hf_run,
     shutil.copytree(hf_run, run, ignore=shutil.ignore_patterns("checkpoints"))
     base = Path(json.loads((hf_run / "run.json").read_text())["config"]["model"]["path"])
     shutil.copytree(base, run / "checkpoints" / "step-000000")
-    assert not (run / "checkpoints" / "step-000000" / "trainable.pt").exists() and (run / "checkpoints" / "step-000000" / "config.json").exists()
+    assert (
+        not (run / "checkpoints" / "step-000000" / "trainable.pt").exists()
+        and (run / "checkpoints" / "step-000000" / "config.json").exists()
+    )
     srv = server(run, varied_env.url, step=0)
     assert srv.step is None  # no trainer_state.json: a plain model directory
     recs = [r for r in held_out(run, step=0) if r["turns"] >= 2]
@@ -162,7 +187,24 @@ def test_the_policy_server_answers_json_lines_on_stdio(tiny_run, varied_env):
     rec = held_out(tiny_run)[0]
     requests = [{"id": 1, "record": rec, "turn": 2}, "not json", {"id": 3, "record": rec, "turn": 0}]
     stdin = "\n".join(r if isinstance(r, str) else json.dumps(r) for r in requests) + "\n"
-    proc = subprocess.run([sys.executable, "-m", "search_agent_trainer.fork", "--run-dir", str(tiny_run), "--checkpoint", "step-000002", "--env-url", varied_env.url], input=stdin, capture_output=True, text=True, env=trainer_env(), timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "search_agent_trainer.fork",
+            "--run-dir",
+            str(tiny_run),
+            "--checkpoint",
+            "step-000002",
+            "--env-url",
+            varied_env.url,
+        ],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=trainer_env(),
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = [json.loads(l) for l in proc.stdout.splitlines()]
     assert out[0]["event"] == "ready" and out[0]["step"] == 2 and out[0]["model"] == "tiny"

@@ -42,7 +42,11 @@ def _greedy_alone(policy, tok, context, budget):
 
 def test_batched_kv_cached_greedy_equals_decoding_each_sequence_alone():
     tok, policy = _tiny()
-    contexts = [tok.encode("Question: where is Paris?"), tok.encode("France"), tok.encode("<think> it is in France </think> <search> Paris")]
+    contexts = [
+        tok.encode("Question: where is Paris?"),
+        tok.encode("France"),
+        tok.encode("<think> it is in France </think> <search> Paris"),
+    ]
     budgets = [7, 12, 4]
     got = LMGenerator(policy, tok, 0.0, 1.0, CPU, search_r1_stops(tok)).generate(contexts, budgets)
     for c, b, g in zip(contexts, budgets, got):
@@ -52,7 +56,11 @@ def test_batched_kv_cached_greedy_equals_decoding_each_sequence_alone():
 
 def test_shared_prefills_parked_rows_and_small_token_budgets_give_the_same_tokens():
     tok, policy = _tiny(3)
-    base = [tok.encode("Question: where is Paris?"), tok.encode("France"), tok.encode("<think> it is in France </think> <search> Paris")]
+    base = [
+        tok.encode("Question: where is Paris?"),
+        tok.encode("France"),
+        tok.encode("<think> it is in France </think> <search> Paris"),
+    ]
     contexts = [base[0]] * 3 + [base[1]] * 2 + [base[2]] * 3  # a group's samples share their prompt
     budgets = [2, 9, 30, 5, 17, 1, 24, 12]
     alone = [_greedy_alone(policy, tok, c, b) for c, b in zip(contexts, budgets)]
@@ -95,18 +103,37 @@ def test_reading_the_tokens_every_few_steps_samples_what_reading_every_step_does
         for c, o in zip(contexts, second):
             seq = torch.tensor([c + o.ids])
             logits, _, _ = policy(seq, torch.ones_like(seq), torch.arange(seq.shape[1])[None])
-            torch.testing.assert_close(token_logprobs(logits[:, len(c) - 1 : -1], seq[:, len(c) :])[0], torch.tensor(o.logprobs), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(
+                token_logprobs(logits[:, len(c) - 1 : -1], seq[:, len(c) :])[0],
+                torch.tensor(o.logprobs),
+                atol=1e-5,
+                rtol=1e-5,
+            )
     assert overshoot > 0  # some row did decode past its stop
 
 
 def _two_turns(policy, tok, extend: bool, seed: int = 0, sync_every: int = 1, temperature: float = 1.0):
     """Two sampled turns of three trajectories; between them, an observation is appended to each context."""
-    gen = LMGenerator(policy, tok, temperature, 1.0, CPU, search_r1_stops(tok), generator=torch.Generator().manual_seed(seed), extend_cache=extend, sync_every=sync_every)
+    gen = LMGenerator(
+        policy,
+        tok,
+        temperature,
+        1.0,
+        CPU,
+        search_r1_stops(tok),
+        generator=torch.Generator().manual_seed(seed),
+        extend_cache=extend,
+        sync_every=sync_every,
+    )
     prompt = tok.encode("Question: where is Paris?")
     contexts = [prompt, prompt, tok.encode("France")]
     keys = ["a", "b", "c"]
     first = gen.generate(contexts, [6, 9, 4], keys)
-    obs = [tok.encode("<information> Paris is in France </information>"), tok.encode(" it is in"), tok.encode("<information> France </information>")]
+    obs = [
+        tok.encode("<information> Paris is in France </information>"),
+        tok.encode(" it is in"),
+        tok.encode("<information> France </information>"),
+    ]
     contexts = [c + o.ids + x for c, o, x in zip(contexts, first, obs)]
     second = gen.generate(contexts[:2] + [contexts[2]], [8, 5, 7], keys)
     return gen, first, second, contexts
@@ -126,7 +153,12 @@ def test_extending_the_cache_across_turns_samples_the_same_tokens_as_prefilling_
     for c, o in zip(contexts, second):
         seq = torch.tensor([c + o.ids])
         logits, _, _ = policy(seq, torch.ones_like(seq), torch.arange(seq.shape[1])[None])
-        torch.testing.assert_close(token_logprobs(logits[:, len(c) - 1 : -1], seq[:, len(c) :])[0], torch.tensor(o.logprobs), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            token_logprobs(logits[:, len(c) - 1 : -1], seq[:, len(c) :])[0],
+            torch.tensor(o.logprobs),
+            atol=1e-5,
+            rtol=1e-5,
+        )
 
 
 def test_a_context_that_does_not_extend_the_cached_one_is_prefilled():
@@ -160,7 +192,9 @@ class Bigram(nn.Module):
         self.vocab = vocab
         self.table = table
 
-    def forward(self, input_ids, attention_mask, position_ids, past=None, use_cache=False, want_hidden=False, logits_to_keep=0):
+    def forward(
+        self, input_ids, attention_mask, position_ids, past=None, use_cache=False, want_hidden=False, logits_to_keep=0
+    ):
         logits = torch.full((*input_ids.shape, self.vocab), -1e4)
         for b in range(input_ids.shape[0]):
             for t in range(input_ids.shape[1]):

@@ -48,7 +48,16 @@ def test_the_hf_tokenizer_adapter_and_multi_token_stops(qwen_dir):
     assert "".join(tok.token_texts(close)) == " Paris</search> and more"
 
     class Chain(torch.nn.Module):
-        def forward(self, input_ids, attention_mask, position_ids, past=None, use_cache=False, want_hidden=False, logits_to_keep=0):
+        def forward(
+            self,
+            input_ids,
+            attention_mask,
+            position_ids,
+            past=None,
+            use_cache=False,
+            want_hidden=False,
+            logits_to_keep=0,
+        ):
             V = len(tok.impl)
             logits = torch.full((*input_ids.shape, V), -1e4)
             for b in range(input_ids.shape[0]):
@@ -75,7 +84,9 @@ def test_kv_cached_generation_matches_full_forward_for_qwen2(qwen_dir):
     policy, tok = build_policy(config_from_dict(hf_config(qwen_dir)), [], torch.device("cpu"))
     policy.eval()
     contexts = [tok.encode("Question: in which town was Fidan born?"), tok.encode("<think>")]
-    out = LMGenerator(policy, tok, 1.0, 1.0, torch.device("cpu"), search_r1_stops(tok), torch.Generator().manual_seed(0)).generate(contexts, [12, 12])
+    out = LMGenerator(
+        policy, tok, 1.0, 1.0, torch.device("cpu"), search_r1_stops(tok), torch.Generator().manual_seed(0)
+    ).generate(contexts, [12, 12])
     for c, o in zip(contexts, out):
         seq = torch.tensor([c + o.ids])
         with torch.no_grad():
@@ -94,11 +105,25 @@ def test_the_cache_of_a_dynamiccache_is_extended_across_turns_with_the_same_toke
     policy.eval()
 
     def two_turns(extend: bool):
-        gen = LMGenerator(policy, tok, 1.0, 1.0, torch.device("cpu"), search_r1_stops(tok), torch.Generator().manual_seed(3), extend_cache=extend)
+        gen = LMGenerator(
+            policy,
+            tok,
+            1.0,
+            1.0,
+            torch.device("cpu"),
+            search_r1_stops(tok),
+            torch.Generator().manual_seed(3),
+            extend_cache=extend,
+        )
         q = tok.encode("Question: in which town was Fidan born?")
         contexts = [q, q, q, tok.encode("<think>")]  # a group of three shares its prompt's prefill
         first = gen.generate(contexts, [9, 4, 14, 6], keys=range(4))
-        obs = ["\n\n<information>Doc 1(Title: Fidan) born in Ossel</information>\n\n", "\nMy previous action is invalid.\n", " x", "\n\n<information></information>\n\n"]
+        obs = [
+            "\n\n<information>Doc 1(Title: Fidan) born in Ossel</information>\n\n",
+            "\nMy previous action is invalid.\n",
+            " x",
+            "\n\n<information></information>\n\n",
+        ]
         contexts = [c + o.ids + tok.encode(x) for c, o, x in zip(contexts, first, obs)]
         return gen, first, gen.generate(contexts, [7, 7, 7, 7], keys=range(4))
 
@@ -161,14 +186,24 @@ def test_dropout_is_off_unless_asked(tmp_path, qwen_dir):
     config = json.loads((d / "config.json").read_text())
     config["attention_dropout"] = 0.1
     (d / "config.json").write_text(json.dumps(config))
-    off, _ = build_policy(config_from_dict({**hf_config(d), "model": {"kind": "hf", "path": str(d)}}), [], torch.device("cpu"))
+    off, _ = build_policy(
+        config_from_dict({**hf_config(d), "model": {"kind": "hf", "path": str(d)}}), [], torch.device("cpu")
+    )
     assert off.backbone.config.attention_dropout == 0.0
-    on, _ = build_policy(config_from_dict({**hf_config(d), "model": {"kind": "hf", "path": str(d), "dropout": True, "lora": {"dropout": 0.2}}}), [], torch.device("cpu"))
+    on, _ = build_policy(
+        config_from_dict(
+            {**hf_config(d), "model": {"kind": "hf", "path": str(d), "dropout": True, "lora": {"dropout": 0.2}}}
+        ),
+        [],
+        torch.device("cpu"),
+    )
     assert on.backbone.config.attention_dropout == 0.1
     assert any(isinstance(m, torch.nn.Dropout) and m.p == 0.2 for m in on.backbone.modules())
 
 
-def test_the_lora_reference_is_the_starting_adapter_so_kl_starts_at_0_after_a_warm_start(tmp_path, varied_env, qwen_dir):
+def test_the_lora_reference_is_the_starting_adapter_so_kl_starts_at_0_after_a_warm_start(
+    tmp_path, varied_env, qwen_dir
+):
     lora = {"r": 4, "alpha": 8, "target_modules": ["q_proj", "v_proj"]}
     first = hf_config(qwen_dir, **{"train.steps": 1, "train.eval_every": 0, "optim.lr": 5e-2})
     first["model"]["lora"] = lora
@@ -186,11 +221,15 @@ def test_the_lora_reference_is_the_starting_adapter_so_kl_starts_at_0_after_a_wa
     for rec in lines(tmp_path / "from-warm" / "rollouts" / "step-000001.jsonl"):
         t = rec["tokens"]
         pairs = [(lp, ref) for lp, ref, m in zip(t["logprob"], t["ref_logprob"], t["loss_mask"]) if m]
-        tol = f32_roundoff(torch.tensor([ref for _, ref in pairs])) + 1e-6  # float32 round-off, and the records' 6 decimals
+        tol = (
+            f32_roundoff(torch.tensor([ref for _, ref in pairs])) + 1e-6
+        )  # float32 round-off, and the records' 6 decimals
         assert all(abs(lp - ref) <= tol for lp, ref in pairs)
 
 
-@pytest.mark.parametrize("lora,dtype", [(False, "auto"), (True, "auto"), (True, "bf16")], ids=["full-fp32", "lora-fp32", "lora-bf16"])
+@pytest.mark.parametrize(
+    "lora,dtype", [(False, "auto"), (True, "auto"), (True, "bf16")], ids=["full-fp32", "lora-fp32", "lora-bf16"]
+)
 def test_grpo_steps_end_to_end_with_and_without_lora(tmp_path, varied_env, qwen_dir, lora, dtype):
     cfg = hf_config(qwen_dir)
     cfg["model"]["dtype"] = dtype
@@ -237,7 +276,9 @@ def test_grpo_steps_end_to_end_with_and_without_lora(tmp_path, varied_env, qwen_
         want_model.load_state_dict({k.removeprefix("backbone."): v for k, v in state.items()}, strict=False)
     with torch.no_grad():
         want = want_model(input_ids=ids).logits
-        untrained = transformers.AutoModelForCausalLM.from_pretrained(str(qwen_dir), local_files_only=True)(input_ids=ids).logits
+        untrained = transformers.AutoModelForCausalLM.from_pretrained(str(qwen_dir), local_files_only=True)(
+            input_ids=ids
+        ).logits
     # (under bf16 the base was held, and the adapter merged into it, in bf16: its rounding)
     tol = 5e-3 if dtype == "bf16" else 1e-4
     torch.testing.assert_close(got.float(), want.float(), atol=tol, rtol=tol)

@@ -102,7 +102,11 @@ def test_pyarrow_written_trl_completions_import_and_match_the_published_schema(t
     r = cli("import", "trl", str(tmp_path / "out"), "--out", str(out))
     assert r.returncode == 0, r.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [(x["step"], x["group"], x["sample"], x["reward"]) for x in records] == [(3, 0, 0, 1.0), (3, 0, 1, 1.0), (3, 0, 2, 0.0)]
+    assert [(x["step"], x["group"], x["sample"], x["reward"]) for x in records] == [
+        (3, 0, 0, 1.0),
+        (3, 0, 1, 1.0),
+        (3, 0, 2, 0.0),
+    ]
     validator = jsonschema.Draft202012Validator(schema("rollout.schema.json"))
     for x in records:
         validator.validate(x)
@@ -120,15 +124,64 @@ def test_pyarrow_written_trl_completions_import_and_match_the_published_schema(t
         ({"v": 1, "id": "a", "prompt": "", "response": "", "finish": "done"}, False),
         ({"v": 2, "id": "a", "prompt": "", "response": ""}, True),
         ({"v": 3, "id": "a", "prompt": "", "response": ""}, False),
-        ({"v": 2, "id": "a", "prompt": "", "response": "", "tokens": {"text": ["a"], "ids": [1], "role": ["generated"], "loss_mask": [1], "rollout_logprob": [-0.5], "logprob": [-0.4]}}, True),
-        ({"v": 2, "id": "a", "prompt": "", "response": "", "tokens": {"text": ["a"], "ids": [1], "role": ["generated"], "loss_mask": [1], "rollout_logprob": ["x"]}}, False),
+        (
+            {
+                "v": 2,
+                "id": "a",
+                "prompt": "",
+                "response": "",
+                "tokens": {
+                    "text": ["a"],
+                    "ids": [1],
+                    "role": ["generated"],
+                    "loss_mask": [1],
+                    "rollout_logprob": [-0.5],
+                    "logprob": [-0.4],
+                },
+            },
+            True,
+        ),
+        (
+            {
+                "v": 2,
+                "id": "a",
+                "prompt": "",
+                "response": "",
+                "tokens": {
+                    "text": ["a"],
+                    "ids": [1],
+                    "role": ["generated"],
+                    "loss_mask": [1],
+                    "rollout_logprob": ["x"],
+                },
+            },
+            False,
+        ),
         ({"v": 1, "id": "", "prompt": "", "response": ""}, False),
         ({"v": 1, "id": "a", "prompt": ""}, False),
         ({"v": 1, "id": "a", "prompt": "", "response": "", "reward": "1"}, False),
         ({"v": 1, "id": "a", "prompt": "", "response": "", "group": 1.5}, False),
         ({"v": 1, "id": "a", "prompt": "", "response": "", "reward_parts": {"em": "x"}}, False),
-        ({"v": 1, "id": "a", "prompt": "", "response": "", "tokens": {"text": ["a"], "ids": [1], "role": ["retrieved"], "loss_mask": [2]}}, False),
-        ({"v": 1, "id": "a", "prompt": "", "response": "", "tokens": {"text": ["a"], "ids": [1], "role": ["retrieved"], "loss_mask": [0]}}, True),
+        (
+            {
+                "v": 1,
+                "id": "a",
+                "prompt": "",
+                "response": "",
+                "tokens": {"text": ["a"], "ids": [1], "role": ["retrieved"], "loss_mask": [2]},
+            },
+            False,
+        ),
+        (
+            {
+                "v": 1,
+                "id": "a",
+                "prompt": "",
+                "response": "",
+                "tokens": {"text": ["a"], "ids": [1], "role": ["retrieved"], "loss_mask": [0]},
+            },
+            True,
+        ),
     ],
 )
 def test_published_schema_agrees_with_our_validator(tmp_path: Path, record: dict, ok: bool):

@@ -9,8 +9,23 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from search_agent_trainer.advantages import gae_advantage, grpo_outcome_advantage, masked_whiten, reinforce_plus_plus_advantage, token_rewards, zero_std_group_fraction
-from search_agent_trainer.losses import Aggregation, agg_loss, clipped_surrogate, clipped_value_loss, entropy_from_logits, kl_penalty, objective
+from search_agent_trainer.advantages import (
+    gae_advantage,
+    grpo_outcome_advantage,
+    masked_whiten,
+    reinforce_plus_plus_advantage,
+    token_rewards,
+    zero_std_group_fraction,
+)
+from search_agent_trainer.losses import (
+    Aggregation,
+    agg_loss,
+    clipped_surrogate,
+    clipped_value_loss,
+    entropy_from_logits,
+    kl_penalty,
+    objective,
+)
 
 T = torch.tensor
 
@@ -26,7 +41,9 @@ def test_grpo_advantage_is_group_normalised_with_the_unbiased_std():
     adv = grpo_outcome_advantage(scores, groups)
     # group 0: mean 1/3, unbiased std sqrt(((2/3)^2 + 2 (1/3)^2) / 2) = sqrt(1/3)
     std = math.sqrt(1 / 3)
-    assert adv[:3].tolist() == pytest.approx([(2 / 3) / (std + 1e-6), (-1 / 3) / (std + 1e-6), (-1 / 3) / (std + 1e-6)], rel=1e-6)
+    assert adv[:3].tolist() == pytest.approx(
+        [(2 / 3) / (std + 1e-6), (-1 / 3) / (std + 1e-6), (-1 / 3) / (std + 1e-6)], rel=1e-6
+    )
     assert adv[3:].tolist() == [0.0, 0.0, 0.0]  # all equal: no signal
     assert zero_std_group_fraction(scores, groups) == 0.5
 
@@ -133,7 +150,9 @@ def test_entropy_matches_its_definition():
 # -- the clipped surrogate -------------------------------------------------------------------------------------
 def _pg(ratio: float, adv: float, low: float = 0.2, high: float = 0.28):
     lp = torch.tensor([[math.log(ratio)]], requires_grad=True)
-    out = clipped_surrogate(lp, torch.zeros(1, 1), T([[adv]]), torch.ones(1, 1), low, high, Aggregation("token-mean", 1, 1))
+    out = clipped_surrogate(
+        lp, torch.zeros(1, 1), T([[adv]]), torch.ones(1, 1), low, high, Aggregation("token-mean", 1, 1)
+    )
     out.loss.backward()
     return float(out.loss.detach()), float(lp.grad), float(out.clipfrac), float(out.clipfrac_low)
 
@@ -161,7 +180,9 @@ def test_clipping_at_the_boundaries(ratio, adv, loss, grad_zero, clipped):
 def test_dual_clip_caps_the_loss_of_negative_advantages_at_c():
     def dual(ratio: float, adv: float, c: float | None = 3.0):
         lp = torch.tensor([[math.log(ratio)]], requires_grad=True)
-        out = clipped_surrogate(lp, torch.zeros(1, 1), T([[adv]]), torch.ones(1, 1), 0.2, 0.2, Aggregation("token-mean", 1, 1), c)
+        out = clipped_surrogate(
+            lp, torch.zeros(1, 1), T([[adv]]), torch.ones(1, 1), 0.2, 0.2, Aggregation("token-mean", 1, 1), c
+        )
         out.loss.backward()
         return float(out.loss.detach()), float(lp.grad), float(out.clipfrac_dual)
 
@@ -223,9 +244,13 @@ def test_objective_with_flat_rows_left_out_keeps_the_surrogate_and_an_unbiased_k
     rows kept weighted F / k, averages to the whole batch's over every choice of k rows (enumerated here)."""
     from itertools import combinations
 
-    a = SimpleNamespace(clip_ratio_low=0.2, clip_ratio_high=0.2, entropy_coef=0.0, kl_coef=0.2, kl_estimator="k1", kl_in_reward=False)
+    a = SimpleNamespace(
+        clip_ratio_low=0.2, clip_ratio_high=0.2, entropy_coef=0.0, kl_coef=0.2, kl_estimator="k1", kl_in_reward=False
+    )
     mask = T([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
-    adv = T([[0.5, 0.5, 0.5], [0.0, 0.0, 0.0], [-1.0, -1.0, -1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])  # rows 1, 3, 4 flat
+    adv = T(
+        [[0.5, 0.5, 0.5], [0.0, 0.0, 0.0], [-1.0, -1.0, -1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    )  # rows 1, 3, 4 flat
     old = T([[-1.0, -2.0, -1.0], [-0.5, -1.5, -2.5], [-2.0, -1.0, -0.5], [-0.7, -0.1, -0.2], [-3.0, -0.2, -1.0]])
     ref = old - T([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6], [0.7, 0.8, 0.9], [1.0, 1.1, 1.2], [1.3, 1.4, 1.5]])
     for mode in ("token-mean", "seq-mean-token-mean"):
@@ -237,7 +262,13 @@ def test_objective_with_flat_rows_left_out_keeps_the_surrogate_and_an_unbiased_k
         whole.backward()
         kept = [0, 2]
         lp = old[kept].clone().requires_grad_(True)
-        mb = SimpleNamespace(loss_mask=mask[kept], adv_mask=mask[kept], old_logprob=old[kept], advantages=adv[kept], ref_logprob=ref[kept])
+        mb = SimpleNamespace(
+            loss_mask=mask[kept],
+            adv_mask=mask[kept],
+            old_logprob=old[kept],
+            advantages=adv[kept],
+            ref_logprob=ref[kept],
+        )
         part, _ = objective(lp * 1.1, None, None, mb, beta0, agg, agg)
         part.backward()
         assert float(part.detach()) == pytest.approx(float(whole.detach()))
@@ -250,7 +281,14 @@ def test_objective_with_flat_rows_left_out_keeps_the_surrogate_and_an_unbiased_k
             for pick in combinations([1, 3, 4], k):
                 rows = [0, 2, *pick]
                 w = T([1.0, 1.0] + [3 / k] * k)
-                mb = SimpleNamespace(loss_mask=mask[rows], adv_mask=mask[rows], old_logprob=old[rows], advantages=adv[rows], ref_logprob=ref[rows], reg_weight=w)
+                mb = SimpleNamespace(
+                    loss_mask=mask[rows],
+                    adv_mask=mask[rows],
+                    old_logprob=old[rows],
+                    advantages=adv[rows],
+                    ref_logprob=ref[rows],
+                    reg_weight=w,
+                )
                 estimates.append(objective(old[rows], None, None, mb, a, agg, agg)[1]["actor/kl_loss"])
             assert sum(estimates) / len(estimates) == pytest.approx(full["actor/kl_loss"]), (mode, k)
             assert k < 3 or estimates[0] == pytest.approx(full["actor/kl_loss"])  # all of them: the whole batch's
@@ -260,8 +298,25 @@ def test_objective_with_flat_rows_left_out_keeps_the_surrogate_and_an_unbiased_k
 def test_objective_adds_entropy_kl_and_value_terms_with_their_coefficients():
     lp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     ent = T([[0.5, 1.5]])
-    mb = SimpleNamespace(loss_mask=T([[1.0, 1.0]]), adv_mask=T([[1.0, 1.0]]), old_logprob=T([[-1.0, -2.0]]), advantages=T([[1.0, -1.0]]), ref_logprob=T([[-1.5, -2.0]]), old_values=T([[0.0, 0.0]]), returns=T([[1.0, 1.0]]))
-    a = SimpleNamespace(clip_ratio_low=0.2, clip_ratio_high=0.2, entropy_coef=0.1, kl_coef=0.2, kl_estimator="k1", kl_in_reward=False, vf_coef=0.5, value_clip=10.0)
+    mb = SimpleNamespace(
+        loss_mask=T([[1.0, 1.0]]),
+        adv_mask=T([[1.0, 1.0]]),
+        old_logprob=T([[-1.0, -2.0]]),
+        advantages=T([[1.0, -1.0]]),
+        ref_logprob=T([[-1.5, -2.0]]),
+        old_values=T([[0.0, 0.0]]),
+        returns=T([[1.0, 1.0]]),
+    )
+    a = SimpleNamespace(
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
+        entropy_coef=0.1,
+        kl_coef=0.2,
+        kl_estimator="k1",
+        kl_in_reward=False,
+        vf_coef=0.5,
+        value_clip=10.0,
+    )
     agg = Aggregation.of("token-mean", mb.loss_mask)
     loss, stats = objective(lp, ent, T([[0.0, 2.0]]), mb, a, agg, agg)
     pg = (-1.0 + 1.0) / 2

@@ -17,13 +17,17 @@ from search_agent_trainer.policy import Policy, token_logprobs
 from search_agent_trainer.rollout import Trajectory
 from search_agent_trainer.tiny import TinyCausalLM, TinyTokenizer
 
-TEXTS = ["Question: who wrote it? <think> I should search </think> <search> author </search> <information> Doc 1(Title: A) text </information> <answer> Bob </answer> My previous action is invalid."]
+TEXTS = [
+    "Question: who wrote it? <think> I should search </think> <search> author </search> <information> Doc 1(Title: A) text </information> <answer> Bob </answer> My previous action is invalid."
+]
 
 
 def _setup(seed: int = 0):
     torch.manual_seed(seed)
     tok = TinyTokenizer.build(TEXTS)
-    policy = Policy(TinyCausalLM(tok.vocab_size, d_model=32, layers=2, heads=2, max_len=256), "tiny", value_head=False, hidden=32)
+    policy = Policy(
+        TinyCausalLM(tok.vocab_size, d_model=32, layers=2, heads=2, max_len=256), "tiny", value_head=False, hidden=32
+    )
     ex = Example("x", "who wrote it?", ("Bob",), "t")
 
     def traj(parts: list[tuple[str, str]], prompt: str = "Question: who wrote it?") -> Trajectory:
@@ -33,8 +37,21 @@ def _setup(seed: int = 0):
         return t
 
     trajs = [
-        traj([("generated", "<think> I should search </think> <search> author </search>"), ("retrieved", "\n\n<information> Doc 1(Title: A) text </information>\n\n"), ("generated", "<answer> Bob </answer>")]),
-        traj([("generated", "<think> it </think>"), ("feedback", "\nMy previous action is invalid.\n"), ("generated", "<answer> Bob </answer>")], prompt="Question: who?"),
+        traj(
+            [
+                ("generated", "<think> I should search </think> <search> author </search>"),
+                ("retrieved", "\n\n<information> Doc 1(Title: A) text </information>\n\n"),
+                ("generated", "<answer> Bob </answer>"),
+            ]
+        ),
+        traj(
+            [
+                ("generated", "<think> it </think>"),
+                ("feedback", "\nMy previous action is invalid.\n"),
+                ("generated", "<answer> Bob </answer>"),
+            ],
+            prompt="Question: who?",
+        ),
         traj([("generated", "<answer> Bob </answer>")]),
     ]
     return tok, policy, trajs
@@ -51,7 +68,17 @@ def _logit_grads(loss_masking: bool, algorithm: dict | None = None):
     batch.old_logprob = logp.detach() + 0.05 * torch.randn_like(logp)  # slightly off-policy: ratios ≠ 1
     batch.ref_logprob = logp.detach() - 0.3
     batch.advantages = torch.tensor([1.0, -0.7, 0.4])[:, None] * batch.response_mask  # non-zero on every response token
-    a = SimpleNamespace(clip_ratio_low=10.0, clip_ratio_high=10.0, entropy_coef=0.01, kl_coef=0.1, kl_estimator="k3", kl_in_reward=False, vf_coef=0.0, value_clip=0.5, **(algorithm or {}))
+    a = SimpleNamespace(
+        clip_ratio_low=10.0,
+        clip_ratio_high=10.0,
+        entropy_coef=0.01,
+        kl_coef=0.1,
+        kl_estimator="k3",
+        kl_in_reward=False,
+        vf_coef=0.0,
+        value_clip=0.5,
+        **(algorithm or {}),
+    )
     agg = Aggregation.of("token-mean", batch.loss_mask)
     loss, _ = objective(logp, entropy_from_logits(logits), None, batch, a, agg, agg)
     loss.backward()
@@ -101,7 +128,16 @@ def test_each_term_alone_respects_the_mask(term):
     logits = logits_full[:, -(R + 1) : -1]
     logp = token_logprobs(logits, batch.targets)
     batch.old_logprob, batch.ref_logprob, batch.advantages = logp.detach(), logp.detach() - 0.5, torch.zeros_like(logp)
-    a = SimpleNamespace(clip_ratio_low=0.2, clip_ratio_high=0.2, entropy_coef=1.0 if term == "entropy" else 0.0, kl_coef=1.0 if term == "kl" else 0.0, kl_estimator="k3", kl_in_reward=False, vf_coef=0.0, value_clip=0.5)
+    a = SimpleNamespace(
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.2,
+        entropy_coef=1.0 if term == "entropy" else 0.0,
+        kl_coef=1.0 if term == "kl" else 0.0,
+        kl_estimator="k3",
+        kl_in_reward=False,
+        vf_coef=0.0,
+        value_clip=0.5,
+    )
     agg = Aggregation.of("seq-mean-token-mean", batch.loss_mask)
     loss, _ = objective(logp, entropy_from_logits(logits), None, batch, a, agg, agg)
     loss.backward()

@@ -93,7 +93,14 @@ def model_dir(tmp: Path, hidden: int, inter: int, layers: int, heads: int, kv: i
     shutil.copytree(d, out)
     config = json.loads((out / "config.json").read_text())
     config.pop("layer_types", None)
-    config.update(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv, vocab_size=vocab)
+    config.update(
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv,
+        vocab_size=vocab,
+    )
     (out / "config.json").write_text(json.dumps(config))
     return out
 
@@ -102,8 +109,23 @@ def run_config(path: Path, dtype: str, checkpointing: bool, lora: bool, micro: i
     return {
         "seed": 3,
         "data": {"train": str(DEMO / "train.jsonl"), "chat_template": False, "prompt_template": "{question}"},
-        "model": {"kind": "hf", "path": str(path), "random_init": True, "device": "cpu", "dtype": dtype, "gradient_checkpointing": checkpointing, **({"lora": {"r": 8, "alpha": 16}} if lora else {})},
-        "rollout": {"batch_size": 1, "n": 2 * micro, "max_prompt_length": prompt, "max_response_length": response, "max_turn_tokens": 16, "max_batch_tokens": 4096},
+        "model": {
+            "kind": "hf",
+            "path": str(path),
+            "random_init": True,
+            "device": "cpu",
+            "dtype": dtype,
+            "gradient_checkpointing": checkpointing,
+            **({"lora": {"r": 8, "alpha": 16}} if lora else {}),
+        },
+        "rollout": {
+            "batch_size": 1,
+            "n": 2 * micro,
+            "max_prompt_length": prompt,
+            "max_response_length": response,
+            "max_turn_tokens": 16,
+            "max_batch_tokens": 4096,
+        },
         "algorithm": {"name": "grpo", "kl_coef": 0.001, "entropy_coef": 0.0},
         "optim": {"mini_batch_size": 2 * micro, "micro_batch_size": micro, "lr": 1e-5},
         "train": {"steps": 3, "eval_every": 0, "checkpoint_every": 0, "save_rollouts": False},
@@ -133,11 +155,18 @@ def measure(tmp: Path, raw: dict) -> dict[str, int]:
     params = [p for p in t.policy.parameters()]
     static = {
         "weights": _storage_bytes(params),
-        "optimizer": _storage_bytes(v for s in t.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0),
+        "optimizer": _storage_bytes(
+            v for s in t.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0
+        ),
         "reference": _storage_bytes(t.reference.frozen.values()) if t.reference is not None else 0,
     }
     grads_bytes = sum(4 * p.numel() for p in params if p.requires_grad)
-    existing = [*params, *t.policy.buffers(), *(v for s in t.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)), *(t.reference.frozen.values() if t.reference is not None else [])]
+    existing = [
+        *params,
+        *t.policy.buffers(),
+        *(v for s in t.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor)),
+        *(t.reference.frozen.values() if t.reference is not None else []),
+    ]
     tracker = LiveBytes({x.untyped_storage().data_ptr() for x in existing})
     with tracker:
         t._update(batch, 2)
@@ -146,7 +175,25 @@ def measure(tmp: Path, raw: dict) -> dict[str, int]:
 
 
 def plan(config_file: Path) -> dict:
-    proc = subprocess.run([NODE, "-r", str(ROOT / "test" / "register.cjs"), str(ROOT / "src" / "cli" / "main.ts"), "plan", "--json", "--device", "cpu", "--gpu-memory", "64GiB", str(config_file)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    proc = subprocess.run(
+        [
+            NODE,
+            "-r",
+            str(ROOT / "test" / "register.cjs"),
+            str(ROOT / "src" / "cli" / "main.ts"),
+            "plan",
+            "--json",
+            "--device",
+            "cpu",
+            "--gpu-memory",
+            "64GiB",
+            str(config_file),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(proc.stdout)
 
@@ -175,14 +222,18 @@ def test_the_planner_counts_what_an_update_step_holds_within_15_percent(tmp_path
     for name in ("weights", "optimizer", "reference", "gradients"):
         assert abs(parts.get(name, 0) - got[name]) <= 0.01 * got[name], (name, parts.get(name), got[name])
     update = device["phases"]["update"]
-    print(f"{case}: planned update phase {update:,} B, measured peak {got['update_peak']:,} B ({update / got['update_peak']:.3f}×); parts {parts}")
+    print(
+        f"{case}: planned update phase {update:,} B, measured peak {got['update_peak']:,} B ({update / got['update_peak']:.3f}×); parts {parts}"
+    )
     assert abs(update - got["update_peak"]) <= 0.15 * got["update_peak"], (update, got)
 
 
 # -- engine trl: one real TRL update step (GRPOTrainer.training_step: accelerate's autocast, TRL's fused log-prob head) --
 
 
-def trl_run_config(path: Path, dtype: str, checkpointing: bool, lora: bool, micro: int, prompt: int, response: int) -> dict:
+def trl_run_config(
+    path: Path, dtype: str, checkpointing: bool, lora: bool, micro: int, prompt: int, response: int
+) -> dict:
     return {**run_config(path, dtype, checkpointing, lora, micro, prompt, response), "engine": "trl"}
 
 
@@ -235,7 +286,11 @@ def measure_trl(tmp: Path, raw: dict) -> dict[str, int]:
     ref = getattr(t, "ref_model", None)
     ref_params = list(ref.parameters()) if ref is not None else []
     moments = [v for s in t.optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim() > 0]
-    static = {"weights": _storage_bytes(params), "optimizer": _storage_bytes(moments), "reference": _storage_bytes(ref_params)}
+    static = {
+        "weights": _storage_bytes(params),
+        "optimizer": _storage_bytes(moments),
+        "reference": _storage_bytes(ref_params),
+    }
     grads_bytes = sum(4 * p.numel() for p in params if p.requires_grad)
     existing = [*params, *t.model.buffers(), *moments, *ref_params, *(ref.buffers() if ref is not None else [])]
     batches = (micro_batch(), micro_batch())
@@ -269,5 +324,7 @@ def test_the_planner_counts_what_a_trl_update_step_holds_within_15_percent(tmp_p
         assert abs(parts.get(name, 0) - got[name]) <= 0.01 * got[name], (name, parts.get(name), got[name])
     # TRL's update has two peaks: the forward's end (autocast's cache of every layer's casts) and the backward
     update = max(device["phases"]["update"], device["phases"]["update_forward"])
-    print(f"{case}: planned update phase {update:,} B, measured peak {got['update_peak']:,} B ({update / got['update_peak']:.3f}×); parts {parts}")
+    print(
+        f"{case}: planned update phase {update:,} B, measured peak {got['update_peak']:,} B ({update / got['update_peak']:.3f}×); parts {parts}"
+    )
     assert abs(update - got["update_peak"]) <= 0.15 * got["update_peak"], (update, got)

@@ -27,7 +27,12 @@ def _policy(tmp_path):
     cfg = config_from_dict(tiny_config(**{"model.dtype": "fastest"}), tmp_path)
     torch.manual_seed(0)
     policy, tok = build_policy(cfg, vocabulary_texts(cfg.data.train), torch.device("cpu"))
-    return cfg, policy, tok, ProbeShapes.of(cfg, longest_prompt=40, max_len=policy.backbone.max_len, max_batch_tokens=65536)
+    return (
+        cfg,
+        policy,
+        tok,
+        ProbeShapes.of(cfg, longest_prompt=40, max_len=policy.backbone.max_len, max_batch_tokens=65536),
+    )
 
 
 def test_decide_keeps_bf16_unless_it_is_clearly_slower():
@@ -36,7 +41,10 @@ def test_decide_keeps_bf16_unless_it_is_clearly_slower():
 
     assert decide(s(1.0, 0.84))[0] == "bf16"  # the EPYC of the demo's numbers: bf16 1.19x faster
     assert decide(s(1.0, 1.4))[0] == "fp32"  # issue 48's Xeon: bf16 1.4x slower
-    assert decide(s(1.0, 1.05)) == ("bf16", "bf16 measured 1.05× fp32's time on this CPU, within 10%: a tie, which goes to bf16")
+    assert decide(s(1.0, 1.05)) == (
+        "bf16",
+        "bf16 measured 1.05× fp32's time on this CPU, within 10%: a tie, which goes to bf16",
+    )
     assert decide(s(1.0, 1.11))[0] == "fp32" and decide(s(1.0, 1.09))[0] == "bf16"
 
 
@@ -58,7 +66,10 @@ def test_the_probe_times_both_dtypes_and_leaves_no_trace(tmp_path):
     assert set(seconds) == {"fp32", "bf16"}
     for s in seconds.values():
         assert s["train"] > 0 and s["decode"] > 0
-        assert s["step"] == pytest.approx(shapes.micro_batches * s["train"] + shapes.decode_steps * s["decode"] / (numerics.DECODE_TOKENS - 1), rel=1e-3)
+        assert s["step"] == pytest.approx(
+            shapes.micro_batches * s["train"] + shapes.decode_steps * s["decode"] / (numerics.DECODE_TOKENS - 1),
+            rel=1e-3,
+        )
     assert torch.equal(torch.get_rng_state(), rng) and torch.get_num_threads() == threads
     assert not policy.training and all(p.grad is None for p in policy.parameters())
     assert all(torch.equal(p, before[n]) for n, p in policy.named_parameters())
@@ -69,7 +80,14 @@ def test_fastest_measures_once_per_machine_and_key(tmp_path, monkeypatch):
     cfg, policy, tok, shapes = _policy(tmp_path)
     cpu = torch.device("cpu")
     calls = []
-    monkeypatch.setattr(numerics, "probe", lambda *a: calls.append(a) or {"fp32": {"train": 1.0, "decode": 1.0, "step": 2.0}, "bf16": {"train": 1.5, "decode": 1.0, "step": 2.5}})
+    monkeypatch.setattr(
+        numerics,
+        "probe",
+        lambda *a: (
+            calls.append(a)
+            or {"fp32": {"train": 1.0, "decode": 1.0, "step": 2.0}, "bf16": {"train": 1.5, "decode": 1.0, "step": 2.5}}
+        ),
+    )
     monkeypatch.setattr(numerics, "cpu_has_native_bf16", lambda: True)
     first = resolve(cfg, cpu, policy, tok, shapes)
     assert (first.dtype, first.source, first.autocast) == ("fp32", "measured", None)
@@ -95,7 +113,24 @@ def _run(tmp_path: Path, name: str, cfg: dict, url: str, *extra: str, code: int 
     path = tmp_path / f"{name}.run.json"
     path.write_text(json.dumps(cfg), encoding="utf-8")
     env = {**trainer_env(), "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    proc = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", str(path), "--run-dir", str(tmp_path / name), "--env-url", url, *extra], capture_output=True, text=True, env=env, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "search_agent_trainer",
+            "--config",
+            str(path),
+            "--run-dir",
+            str(tmp_path / name),
+            "--env-url",
+            url,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == code, proc.stderr[-3000:]
     run = json.loads((tmp_path / name / "run.json").read_text())
     jsonschema.validate(run, RUN_SCHEMA)
@@ -136,8 +171,13 @@ def test_the_warm_start_pace_is_compared_with_the_reference_recipes():
     assert pace.recipe_shape(cfg) == pace.REFERENCES["demo-multihop"].shape
     ref = pace.REFERENCES["demo-multihop"].warmup_s_per_step
     message, fields = pace.report(cfg, ref * 2)
-    assert fields["speed"] == 0.5 and fields["slow"] and fields["expected_s"] == 2 * pace.REFERENCES["demo-multihop"].run_s
-    assert "slower than the reference machine: this CPU runs the demo at ~0.50× the reference speed; expect ~28m44s in all (14m22s there)" in message
+    assert (
+        fields["speed"] == 0.5 and fields["slow"] and fields["expected_s"] == 2 * pace.REFERENCES["demo-multihop"].run_s
+    )
+    assert (
+        "slower than the reference machine: this CPU runs the demo at ~0.50× the reference speed; expect ~28m44s in all (14m22s there)"
+        in message
+    )
     assert not pace.report(cfg, ref)[1]["slow"]
     cfg["train"]["supervised_warmup"]["steps"] = 100  # another recipe: its pace only
     assert pace.report(cfg, 0.5) == ("warm start: 0.500 s a step", None)

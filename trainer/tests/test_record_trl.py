@@ -69,9 +69,27 @@ trainer.train()
 def run_script(tmp_path: Path, import_line: str, after_build: str = "") -> Path:
     out = tmp_path / "outputs" / "my-grpo"
     script = tmp_path / "train_grpo.py"
-    script.write_text(textwrap.dedent(SCRIPT.format(import_line=import_line, after_build=after_build, model=str(ROOT / "examples" / "trl-tiny" / "model"), output_dir=str(out))))
-    env = {"PYTHONPATH": str(TRAINER), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "CUDA_VISIBLE_DEVICES": ""}
-    p = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    script.write_text(
+        textwrap.dedent(
+            SCRIPT.format(
+                import_line=import_line,
+                after_build=after_build,
+                model=str(ROOT / "examples" / "trl-tiny" / "model"),
+                output_dir=str(out),
+            )
+        )
+    )
+    env = {
+        "PYTHONPATH": str(TRAINER),
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(tmp_path),
+        "HF_HUB_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    p = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900
+    )
     assert p.returncode == 0, p.stderr[-4000:]
     return out
 
@@ -79,7 +97,11 @@ def run_script(tmp_path: Path, import_line: str, after_build: str = "") -> Path:
 def check_run(run: Path) -> list[dict]:
     run_json = json.loads((run / "run.json").read_text())
     jsonschema.validate(run_json, SCHEMAS["run"])
-    assert run_json["status"] == "finished" and run_json["engine"] == "trl" and run_json["config"]["recorded_by"] == "search_agent_trainer.record.trl"
+    assert (
+        run_json["status"] == "finished"
+        and run_json["engine"] == "trl"
+        and run_json["config"]["recorded_by"] == "search_agent_trainer.record.trl"
+    )
     events = lines(run / "events.jsonl")
     for e in events:
         jsonschema.validate(e, SCHEMAS["event"])
@@ -98,8 +120,13 @@ def check_run(run: Path) -> list[dict]:
         assert tk["role"][:P] == ["prompt"] * P and tk["loss_mask"][:P] == [0] * P
         assert "".join(tk["text"]) == r["prompt"] + r["response"]
         assert r["prompt"].startswith("<|im_start|>user\nQuestion:") and r["prompt"].endswith("<|im_start|>assistant\n")
-        assert r["question"] in ("What is the capital of Arnland?", "Who wrote Ossel?") and r["golden"] in (["Velm"], ["Ilse Marrow"])
-        assert set(r["reward_parts"]) == {"exact_match", "brevity"} and r["reward"] == pytest.approx(sum(r["reward_parts"].values()))
+        assert r["question"] in ("What is the capital of Arnland?", "Who wrote Ossel?") and r["golden"] in (
+            ["Velm"],
+            ["Ilse Marrow"],
+        )
+        assert set(r["reward_parts"]) == {"exact_match", "brevity"} and r["reward"] == pytest.approx(
+            sum(r["reward_parts"].values())
+        )
         trained = [i for i, m in enumerate(tk["loss_mask"]) if m]
         assert trained and all(tk["advantage"][i] is not None and tk["ref_logprob"][i] is not None for i in trained)
         assert r["meta"]["roles"].startswith("engine loss mask")
@@ -118,7 +145,21 @@ def check_run(run: Path) -> list[dict]:
 def audit(run: Path) -> dict:
     if NODE is None:
         pytest.skip("node is not on PATH")
-    p = subprocess.run([NODE, "-r", str(ROOT / "test" / "register.cjs"), str(ROOT / "src" / "cli" / "main.ts"), "audit", str(run), "--json"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [
+            NODE,
+            "-r",
+            str(ROOT / "test" / "register.cjs"),
+            str(ROOT / "src" / "cli" / "main.ts"),
+            "audit",
+            str(run),
+            "--json",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]  # 2: input it could not read
     return json.loads(p.stdout)
 
@@ -130,14 +171,24 @@ def test_a_users_trl_script_with_the_recording_trainer_writes_a_run_that_audit_a
     a = audit(run)
     assert a["issues"] == [] and a["summary"]["rollouts"] == 8, "every record read"
     assert a["summary"]["leaks"] == {"rollouts": 0, "tokens": 0, "mask_mismatch": 0}
-    assert a["tokenizer"] == "my-model/tokenizer.json", "the drift check ran with the model's tokenizer (run.json's model.path)"
+    assert a["tokenizer"] == "my-model/tokenizer.json", (
+        "the drift check ran with the model's tokenizer (run.json's model.path)"
+    )
     # A random model samples ids its tokenizer would not produce for their text (it would merge them otherwise): the
     # drift check says so — the check working on TRL's recorded ids, not a fault of the recording.
-    assert a["summary"]["drift"]["checked"] and a["summary"]["drift"]["text"] == 0 and a["summary"]["drift"]["template"] == 0
+    assert (
+        a["summary"]["drift"]["checked"]
+        and a["summary"]["drift"]["text"] == 0
+        and a["summary"]["drift"]["template"] == 0
+    )
 
 
 def test_record_makes_a_trainer_built_already_record_into_the_directory_asked_for(tmp_path):
     run = tmp_path / "elsewhere"
-    run_script(tmp_path, "from trl import GRPOTrainer\nfrom search_agent_trainer.record.trl import record", f"record(trainer, {str(run)!r})")
+    run_script(
+        tmp_path,
+        "from trl import GRPOTrainer\nfrom search_agent_trainer.record.trl import record",
+        f"record(trainer, {str(run)!r})",
+    )
     check_run(run)
     assert not (tmp_path / "outputs" / "my-grpo-sas").exists()

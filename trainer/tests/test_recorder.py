@@ -13,13 +13,25 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 from conftest import TRAINER, tiny_config, trainer_env
 from search_agent_trainer import token_store as ts
-from search_agent_trainer.recorder import Recorder, RecordSettings, audit_metrics, StepData, StepJob, columns_from_window, concat_data, records_of, role_codes_of, rollout_flags, select, subset
+from search_agent_trainer.recorder import (
+    Recorder,
+    RecordSettings,
+    StepData,
+    StepJob,
+    audit_metrics,
+    columns_from_window,
+    concat_data,
+    records_of,
+    role_codes_of,
+    rollout_flags,
+    select,
+    subset,
+)
 
 
 def test_flags_find_leaks_non_finite_numbers_and_log_prob_gaps() -> None:
@@ -36,12 +48,22 @@ def test_flags_find_leaks_non_finite_numbers_and_log_prob_gaps() -> None:
     values[3, 0] = math.nan  # row 3: not scored there: not a flag
     scored = expected.bool()
     stats: dict[str, float] = {}
-    flags = rollout_flags(valid=valid, loss_mask=loss, expected=expected, logprob=logprob, rollout_logprob=rollout, numbers=[(values, scored)], stats=stats)
+    flags = rollout_flags(
+        valid=valid,
+        loss_mask=loss,
+        expected=expected,
+        logprob=logprob,
+        rollout_logprob=rollout,
+        numbers=[(values, scored)],
+        stats=stats,
+    )
     assert flags == [["leak"], ["non-finite"], ["logprob-gap"], []]
     # the audit's per-step series over these rows (audit/* metrics): 1 leaked token; 8 compared, 2 with a gap
     m = audit_metrics(stats)
     assert m["audit/leaks"] == 1 and stats["compared"] == 8
-    assert m["audit/logprob/ratio_outside"] == pytest.approx(1 / 8) and m["audit/logprob/mean_abs_diff"] == pytest.approx((math.log(2.5) + math.log(1.9)) / 8)
+    assert m["audit/logprob/ratio_outside"] == pytest.approx(1 / 8) and m[
+        "audit/logprob/mean_abs_diff"
+    ] == pytest.approx((math.log(2.5) + math.log(1.9)) / 8)
     assert m["audit/logprob/seq_ratio"] == pytest.approx((1 + 1 + 2.5 + 1.9) / 4)
 
 
@@ -56,7 +78,12 @@ def test_select_keeps_whole_groups_evals_and_flagged_rollouts() -> None:
     for g in groups:  # never part of a group
         assert sum(1 for i in kept if keys[i] == g) == 4
     assert kept == select(keys, flags, step=4, s=s, held_out=False)  # the same draw on every process
-    assert select(keys, flags, step=3, s=s, held_out=False) == [28, 29, 30, 31]  # not a recorded step: the flagged group only
+    assert select(keys, flags, step=3, s=s, held_out=False) == [
+        28,
+        29,
+        30,
+        31,
+    ]  # not a recorded step: the flagged group only
     assert select(keys, [[] for _ in keys], step=3, s=s, held_out=False) == []
     assert select(keys, flags, step=3, s=s, held_out=True) == list(range(40))  # held-out: always all
     assert len(select(keys, flags, step=4, s=RecordSettings(), held_out=False)) == 40
@@ -74,16 +101,32 @@ def _data(n_rows: int, width: int = 6) -> tuple[list[dict], StepData]:
         lm[i, width - n : width - 1] = 1
         lp[i, width - n :] = torch.arange(n) * -0.25
     codes = {i: role_codes_of(roles[i]) for i in range(n_rows)}
-    cols = columns_from_window(rows=list(range(n_rows)), seq_ids=[p + r for p, r in zip(prompt, ids)], prompt_lengths=[3] * n_rows, role_codes=codes, window={"logprob": (lp, lm)}, loss_mask=lm)
-    records = [{"v": 2, "id": f"r{i}", "group": f"train:1:{i // 2}", "prompt": "p", "response": "r", "meta": {}} for i in range(n_rows)]
+    cols = columns_from_window(
+        rows=list(range(n_rows)),
+        seq_ids=[p + r for p, r in zip(prompt, ids)],
+        prompt_lengths=[3] * n_rows,
+        role_codes=codes,
+        window={"logprob": (lp, lm)},
+        loss_mask=lm,
+    )
+    records = [
+        {"v": 2, "id": f"r{i}", "group": f"train:1:{i // 2}", "prompt": "p", "response": "r", "meta": {}}
+        for i in range(n_rows)
+    ]
     return records, StepData(records, cols)
 
 
 def test_columns_from_a_window_and_back_to_records() -> None:
     _, data = _data(3)
-    recs = records_of(StepData(data.records, ts.StepColumns(**{**data.cols.__dict__, "vocab": {i: f"t{i}" for i in range(200)}})))
+    recs = records_of(
+        StepData(data.records, ts.StepColumns(**{**data.cols.__dict__, "vocab": {i: f"t{i}" for i in range(200)}}))
+    )
     t = recs[1]["tokens"]  # prompt 3 + response 3 (2 generated, 1 retrieved)
-    assert t["ids"] == [7, 8, 9, 100, 101, 102] and t["role"] == ["prompt"] * 3 + ["generated", "generated", "retrieved"]
+    assert t["ids"] == [7, 8, 9, 100, 101, 102] and t["role"] == ["prompt"] * 3 + [
+        "generated",
+        "generated",
+        "retrieved",
+    ]
     assert t["loss_mask"] == [0, 0, 0, 1, 1, 0]
     assert t["logprob"] == [None, None, None, 0.0, -0.25, None]
     both = concat_data([subset(data, [2]), subset(data, [0])])
@@ -104,7 +147,15 @@ def test_a_non_finite_number_where_scored_is_listed_by_record_and_token() -> Non
     lp[0, 0] = math.inf  # row 0's padding
     codes = {i: role_codes_of(["generated"] * (n - 1) + ["retrieved"]) for i, n in enumerate(lengths)}
     bad: dict = {}
-    columns_from_window(rows=[0, 1], seq_ids=[[7, 8] + [100] * n for n in lengths], prompt_lengths=[2, 2], role_codes=codes, window={"logprob": (lp, lm)}, loss_mask=lm, nonfinite=bad)
+    columns_from_window(
+        rows=[0, 1],
+        seq_ids=[[7, 8] + [100] * n for n in lengths],
+        prompt_lengths=[2, 2],
+        role_codes=codes,
+        window={"logprob": (lp, lm)},
+        loss_mask=lm,
+        nonfinite=bad,
+    )
     assert bad == {1: {"logprob": [2]}}
 
 
@@ -122,7 +173,12 @@ class SlowRecorder(Recorder):
 
 def test_a_full_queue_keeps_only_flagged_groups_and_says_so(tmp_path: Path) -> None:
     warnings: list[tuple[str, dict]] = []
-    rec = SlowRecorder(tmp_path, RecordSettings(queue=1), texts=lambda ids: [f"t{i}" for i in ids], warn=lambda msg, **f: warnings.append((msg, f)))
+    rec = SlowRecorder(
+        tmp_path,
+        RecordSettings(queue=1),
+        texts=lambda ids: [f"t{i}" for i in ids],
+        warn=lambda msg, **f: warnings.append((msg, f)),
+    )
     built: list[int] = []
 
     def job(step: int, flagged: int | None) -> StepJob:
@@ -155,9 +211,21 @@ def test_a_full_queue_keeps_only_flagged_groups_and_says_so(tmp_path: Path) -> N
 
 
 def test_jsonl_format_writes_the_v2_records(tmp_path: Path) -> None:
-    rec = Recorder(tmp_path, RecordSettings(format="jsonl"), texts=lambda ids: [f"t{i}" for i in ids], warn=lambda *a, **k: None)
+    rec = Recorder(
+        tmp_path, RecordSettings(format="jsonl"), texts=lambda ids: [f"t{i}" for i in ids], warn=lambda *a, **k: None
+    )
     records, data = _data(4)
-    rec.submit(StepJob("step-000001", 1, "train", 4, [r["group"] for r in records], [[] for _ in records], lambda keep: subset(data, keep)))
+    rec.submit(
+        StepJob(
+            "step-000001",
+            1,
+            "train",
+            4,
+            [r["group"] for r in records],
+            [[] for _ in records],
+            lambda keep: subset(data, keep),
+        )
+    )
     assert rec.close(timeout=60)
     lines = [json.loads(l) for l in (tmp_path / "rollouts" / "step-000001.jsonl").read_text().splitlines()]
     assert [l["id"] for l in lines] == ["r0", "r1", "r2", "r3"] and lines[0]["tokens"]["text"][:3] == ["t7", "t8", "t9"]
@@ -165,18 +233,33 @@ def test_jsonl_format_writes_the_v2_records(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt,at", [("store", "rollouts/.step-000002"), ("jsonl", "rollouts/.step-000002.jsonl")])
-def test_a_full_disk_fails_the_next_submit_naming_the_file_and_leaves_nothing_half_written(tmp_path: Path, fmt: str, at: str) -> None:
+def test_a_full_disk_fails_the_next_submit_naming_the_file_and_leaves_nothing_half_written(
+    tmp_path: Path, fmt: str, at: str
+) -> None:
     """A write that finds the disk full is not a warning (the run could not go on): the training thread's next submit
     (or flush: a checkpoint, the run's end) raises it, once, naming the file; its temporary step is gone; the steps
     before stay whole."""
     from search_agent_trainer import run_writer as rw
 
     warnings: list[str] = []
-    rec = Recorder(tmp_path, RecordSettings(format=fmt), texts=lambda ids: [f"t{i}" for i in ids], warn=lambda msg, **f: warnings.append(msg))
+    rec = Recorder(
+        tmp_path,
+        RecordSettings(format=fmt),
+        texts=lambda ids: [f"t{i}" for i in ids],
+        warn=lambda msg, **f: warnings.append(msg),
+    )
     records, data = _data(4)
 
     def job(step: int) -> StepJob:
-        return StepJob(f"step-{step:06d}", step, "train", 4, [r["group"] for r in records], [[] for _ in records], lambda keep: subset(StepData([{**r, "step": step} for r in records], data.cols), keep))
+        return StepJob(
+            f"step-{step:06d}",
+            step,
+            "train",
+            4,
+            [r["group"] for r in records],
+            [[] for _ in records],
+            lambda keep: subset(StepData([{**r, "step": step} for r in records], data.cols), keep),
+        )
 
     try:
         rw.set_disk_fault(at, after_bytes=200)  # (step 1's files do not match `at`)
@@ -224,7 +307,13 @@ def test_a_killed_writer_leaves_the_last_complete_step_readable(tmp_path: Path) 
         encoding="utf-8",
     )
     root = tmp_path / "rollouts"
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(root), str(TRAINER)], stdout=subprocess.PIPE, text=True, cwd=tmp_path, env={**trainer_env(), "PYTHONPATH": f"{TRAINER}{os.pathsep}{tmp_path}"})
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(root), str(TRAINER)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**trainer_env(), "PYTHONPATH": f"{TRAINER}{os.pathsep}{tmp_path}"},
+    )
     try:
         assert proc.stdout.readline().strip() == "1"  # one step committed
         seen_partial = False
@@ -255,10 +344,28 @@ def test_a_tiny_run_records_sampled_groups_in_the_store(tmp_path: Path, varied_e
     """The builtin trainer, 3 steps, `train.record` {every: 2, groups: 1}: step 2 keeps one whole group, steps 1 and 3
     only flagged groups (none: nothing), every held-out evaluation whole; metrics cover every rollout; run.json says
     what was recorded."""
-    cfg = tiny_config(**{"train.steps": 3, "train.eval_every": 2, "train.record": {"every": 2, "groups": 1, "queue": 64}})
+    cfg = tiny_config(
+        **{"train.steps": 3, "train.eval_every": 2, "train.record": {"every": 2, "groups": 1, "queue": 64}}
+    )
     path = tmp_path / "tiny.run.json"
     path.write_text(json.dumps(cfg), encoding="utf-8")
-    p = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", str(path), "--run-dir", str(tmp_path / "run"), "--env-url", varied_env.url], capture_output=True, text=True, env=trainer_env(), timeout=600)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "search_agent_trainer",
+            "--config",
+            str(path),
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--env-url",
+            varied_env.url,
+        ],
+        capture_output=True,
+        text=True,
+        env=trainer_env(),
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     run = tmp_path / "run"
     names = [d.name for d in ts.committed_steps(run / "rollouts")]
@@ -269,13 +376,23 @@ def test_a_tiny_run_records_sampled_groups_in_the_store(tmp_path: Path, varied_e
     assert len(ts.read_step(run / "rollouts" / "val-step-000002")) == 4  # every held-out question
     metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     by_step = {m["step"]: m for m in metrics}
-    assert by_step[2]["record/rollouts"] == 3 and by_step[1]["record/rollouts"] == 0 and by_step[3]["record/rollouts"] == 0
+    assert (
+        by_step[2]["record/rollouts"] == 3 and by_step[1]["record/rollouts"] == 0 and by_step[3]["record/rollouts"] == 0
+    )
     assert by_step[1]["response_length/mean"] > 0  # metrics of every rollout, recorded or not
     for s in (1, 2, 3):  # the audit's token series over every training rollout: no leak, ratio 1 up to float noise
-        assert by_step[s]["audit/leaks"] == 0 and by_step[s]["audit/logprob/mean_abs_diff"] < 1e-4 and by_step[s]["audit/logprob/seq_ratio"] == pytest.approx(1, abs=1e-2)
+        assert (
+            by_step[s]["audit/leaks"] == 0
+            and by_step[s]["audit/logprob/mean_abs_diff"] < 1e-4
+            and by_step[s]["audit/logprob/seq_ratio"] == pytest.approx(1, abs=1e-2)
+        )
     record = json.loads((run / "run.json").read_text())["record"]
     assert record["format"] == "store" and record["every"] == 2 and record["groups"] == 1
-    assert record["recorded"]["steps"] == 4 and record["recorded"]["of"] == 3 * 6 + 3 * 4 and record["dropped"]["rollouts"] == 0
+    assert (
+        record["recorded"]["steps"] == 4
+        and record["recorded"]["of"] == 3 * 6 + 3 * 4
+        and record["dropped"]["rollouts"] == 0
+    )
     for r in s2:  # the token arrays as the JSONL had them
         t = r["tokens"]
         assert len(t["ids"]) == len(t["text"]) == len(t["role"]) == len(t["loss_mask"])

@@ -7,20 +7,37 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import tiny_config
 from search_agent_trainer.batch import make_batch
 from search_agent_trainer.config import config_from_dict
 from search_agent_trainer.replay_step import ReplayError, _window, comparable, trajectory_of
 
-from conftest import tiny_config
-
 
 def record(rid: str, prompt: int, roles: list[str], **arrays) -> dict:
     n = prompt + len(roles)
-    return {"id": rid, "step": 3, "prompt": "p", "response": "r", "tokens": {"ids": list(range(5, 5 + n)), "text": ["t"] * n, "role": ["prompt"] * prompt + roles, "loss_mask": [0] * prompt + [1 if r == "generated" else 0 for r in roles], **arrays}}
+    return {
+        "id": rid,
+        "step": 3,
+        "prompt": "p",
+        "response": "r",
+        "tokens": {
+            "ids": list(range(5, 5 + n)),
+            "text": ["t"] * n,
+            "role": ["prompt"] * prompt + roles,
+            "loss_mask": [0] * prompt + [1 if r == "generated" else 0 for r in roles],
+            **arrays,
+        },
+    }
 
 
 def test_a_record_becomes_the_trainers_trajectory_and_batch_from_its_ids():
-    a = record("a", 3, ["generated", "retrieved", "generated"], rollout_logprob=[None] * 3 + [-1.0, None, -2.0], logprob=[None] * 3 + [-1.1, None, -2.1])
+    a = record(
+        "a",
+        3,
+        ["generated", "retrieved", "generated"],
+        rollout_logprob=[None] * 3 + [-1.0, None, -2.0],
+        logprob=[None] * 3 + [-1.1, None, -2.1],
+    )
     b = record("b", 2, ["generated"], logprob=[None, None, -0.5])
     ta, tb = trajectory_of(a), trajectory_of(b)
     assert ta.prompt_ids == [5, 6, 7] and ta.ids == [8, 9, 10] and ta.roles == ["generated", "retrieved", "generated"]

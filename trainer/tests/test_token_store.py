@@ -84,13 +84,21 @@ def close(a, b, path="") -> None:
 def test_round_trip(tmp_path: Path) -> None:
     recs = make_records()
     d = ts.records_to_step(tmp_path, "step-000003", recs, info={"step": 3})
-    assert d == tmp_path / "step-000003" and sorted(p.name for p in d.iterdir()) == ["rollouts.parquet", "tokens.parquet", "vocab.parquet"]
+    assert d == tmp_path / "step-000003" and sorted(p.name for p in d.iterdir()) == [
+        "rollouts.parquet",
+        "tokens.parquet",
+        "vocab.parquet",
+    ]
     back = ts.read_step(d)
     assert back[-1]["reward"] is None  # a null kept as null (in `extra`)
     for a, b in zip(back, recs):
         close(a, b, a["id"])
         if "tokens" in b:  # ids, roles, masks: to the bit
-            assert a["tokens"]["ids"] == b["tokens"]["ids"] and a["tokens"]["role"] == b["tokens"]["role"] and a["tokens"]["loss_mask"] == b["tokens"]["loss_mask"]
+            assert (
+                a["tokens"]["ids"] == b["tokens"]["ids"]
+                and a["tokens"]["role"] == b["tokens"]["role"]
+                and a["tokens"]["loss_mask"] == b["tokens"]["loss_mask"]
+            )
     assert back[6]["group"] == 7 and back[6]["strict_actions"] is True
     assert back[-2]["v"] == 1 and "v" not in back[-1]
     assert back[5]["meta"]["engine_loss_mask"] == recs[5]["meta"]["engine_loss_mask"]
@@ -102,7 +110,12 @@ def test_columns_are_typed(tmp_path: Path) -> None:
     d = ts.records_to_step(tmp_path, "step-000001", make_records())
     schema = pq.read_schema(d / "tokens.parquet")
     types = {f.name: str(f.type) for f in schema}
-    assert types["ids"] == "uint32" and types["role"] == "uint8" and types["loss_mask"] == "uint8" and types["logprob"] == "float"
+    assert (
+        types["ids"] == "uint32"
+        and types["role"] == "uint8"
+        and types["loss_mask"] == "uint8"
+        and types["logprob"] == "float"
+    )
     assert "ref_logprob" not in types and "text" not in types  # no record has it; texts are a function of the id
     assert not any(f.nullable for f in schema)
     meta = pq.read_metadata(d / "tokens.parquet")
@@ -133,9 +146,20 @@ def test_a_partial_step_is_invisible_and_removed(tmp_path: Path) -> None:
 def test_truncate_after_and_order(tmp_path: Path) -> None:
     for name in ("step-000002", "val-step-000002", "step-000001", "step-000010", "val-step-000000"):
         ts.records_to_step(tmp_path, name, make_records(2))
-    assert [p.name for p in ts.committed_steps(tmp_path)] == ["val-step-000000", "step-000001", "step-000002", "val-step-000002", "step-000010"]
+    assert [p.name for p in ts.committed_steps(tmp_path)] == [
+        "val-step-000000",
+        "step-000001",
+        "step-000002",
+        "val-step-000002",
+        "step-000010",
+    ]
     ts.truncate_after(tmp_path, 2)
-    assert [p.name for p in ts.committed_steps(tmp_path)] == ["val-step-000000", "step-000001", "step-000002", "val-step-000002"]
+    assert [p.name for p in ts.committed_steps(tmp_path)] == [
+        "val-step-000000",
+        "step-000001",
+        "step-000002",
+        "val-step-000002",
+    ]
 
 
 def test_bad_names_and_lengths_are_refused(tmp_path: Path) -> None:
@@ -154,11 +178,22 @@ def test_large_step_row_groups_hold_whole_rollouts(tmp_path: Path) -> None:
     n = 40
     lengths = np.full(n, 5_000, dtype=np.int64)
     total = int(lengths.sum())
-    cols = ts.StepColumns(ids=np.arange(total, dtype=np.uint32) % 1000, role=np.zeros(total, np.uint8), loss_mask=np.ones(total, np.uint8), floats={"logprob": np.full(total, -0.5, np.float32)}, lengths=lengths, arrays=np.full(n, ts.HAS_TOKENS | ts.ARRAY_BIT["logprob"], np.int32), vocab={i: f"t{i}" for i in range(1000)})
+    cols = ts.StepColumns(
+        ids=np.arange(total, dtype=np.uint32) % 1000,
+        role=np.zeros(total, np.uint8),
+        loss_mask=np.ones(total, np.uint8),
+        floats={"logprob": np.full(total, -0.5, np.float32)},
+        lengths=lengths,
+        arrays=np.full(n, ts.HAS_TOKENS | ts.ARRAY_BIT["logprob"], np.int32),
+        vocab={i: f"t{i}" for i in range(1000)},
+    )
     rows = [ts._split_record({"v": 2, "id": f"r{i}", "prompt": "", "response": ""}) for i in range(n)]
     d = ts.write_step(tmp_path, "step-000001", rows, cols)
     meta = pq.read_metadata(d / "tokens.parquet")
     assert meta.num_row_groups > 1 and all(meta.row_group(g).num_rows % 5_000 == 0 for g in range(meta.num_row_groups))
     back = ts.read_step(d)
-    assert back[-1]["tokens"]["ids"][:3] == [195_000 % 1000, 195_001 % 1000, 195_002 % 1000] and back[-1]["tokens"]["logprob"][0] == -0.5
+    assert (
+        back[-1]["tokens"]["ids"][:3] == [195_000 % 1000, 195_001 % 1000, 195_002 % 1000]
+        and back[-1]["tokens"]["logprob"][0] == -0.5
+    )
     assert json.loads(pq.read_metadata(d / "rollouts.parquet").metadata[b"sas.store"])["version"] == ts.STORE_VERSION

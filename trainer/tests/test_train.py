@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,13 +18,35 @@ from search_agent_trainer import token_store
 from search_agent_trainer.data import normalize
 
 jsonschema = pytest.importorskip("jsonschema")
-SCHEMAS = {n: json.loads((ROOT / "docs" / "schema" / f"{n}.schema.json").read_text()) for n in ("run", "event", "metrics", "rollout")}
+SCHEMAS = {
+    n: json.loads((ROOT / "docs" / "schema" / f"{n}.schema.json").read_text())
+    for n in ("run", "event", "metrics", "rollout")
+}
 
 
-def run_trainer(tmp: Path, cfg: dict, env_url: str, *extra: str, name: str = "run", timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_trainer(
+    tmp: Path, cfg: dict, env_url: str, *extra: str, name: str = "run", timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     cfg_path = tmp / f"{name}.run.json"
     cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
-    return subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", str(cfg_path), "--run-dir", str(tmp / name), "--env-url", env_url, *extra], capture_output=True, text=True, env=trainer_env(), timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "search_agent_trainer",
+            "--config",
+            str(cfg_path),
+            "--run-dir",
+            str(tmp / name),
+            "--env-url",
+            env_url,
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=trainer_env(),
+        timeout=timeout,
+    )
 
 
 def lines(path: Path) -> list[dict]:
@@ -93,13 +114,29 @@ def test_metrics_have_vecrl_names_and_val_em_before_the_first_update(finished_ru
     assert [m["step"] for m in metrics] == [0, 1, 2]
     assert "val/em" in metrics[0] and "actor/pg_loss" not in metrics[0]
     for key in (
-        "critic/score/mean", "reward/em/mean", "response_length/mean", "env/number_of_valid_search", "env/ratio_of_valid_action",
-        "actor/ppo_kl", "actor/entropy", "actor/pg_clipfrac", "actor/grad_norm", "actor/kl_loss", "reward/frac_zero_std_groups",
-        "mask/generated_tokens", "mask/retrieved_tokens", "timing_s/rollout", "timing_s/update", "perf/rollout_tokens_per_s", "val/em",
+        "critic/score/mean",
+        "reward/em/mean",
+        "response_length/mean",
+        "env/number_of_valid_search",
+        "env/ratio_of_valid_action",
+        "actor/ppo_kl",
+        "actor/entropy",
+        "actor/pg_clipfrac",
+        "actor/grad_norm",
+        "actor/kl_loss",
+        "reward/frac_zero_std_groups",
+        "mask/generated_tokens",
+        "mask/retrieved_tokens",
+        "timing_s/rollout",
+        "timing_s/update",
+        "perf/rollout_tokens_per_s",
+        "val/em",
     ):
         assert key in metrics[1], key
     assert metrics[1]["actor/grad_norm"] > 0 and metrics[1]["reward/frac_zero_std_groups"] < 1
-    assert metrics[1]["critic/score/mean"] > 0 and metrics[1]["reward/em/mean"] == 0  # trained on the module's reward; EM only logged
+    assert (
+        metrics[1]["critic/score/mean"] > 0 and metrics[1]["reward/em/mean"] == 0
+    )  # trained on the module's reward; EM only logged
     assert metrics[1]["rollout/logprob_diff_max"] < 1e-3  # the sampler's log-probs agree with the update's
     # one epoch over one mini-batch is on-policy: the old log-probs are the update's own (ρ = 1 exactly, as veRL), so
     # the separate old-log-prob pass is skipped, nothing is clipped and the step's policy KL is 0
@@ -110,7 +147,9 @@ def test_metrics_have_vecrl_names_and_val_em_before_the_first_update(finished_ru
 def test_two_epochs_over_one_mini_batch_take_the_old_log_probs_from_the_first_epochs_forward(tmp_path, varied_env):
     """More than one epoch over one mini-batch: the first epoch's forward still runs before any optimizer step, so it
     gives the old log-probs (no separate pass); the second epoch reads them, after the first step moved the policy."""
-    cfg = tiny_config(**{"train.steps": 1, "train.eval_every": 0, "data.eval_size": 2, "optim.ppo_epochs": 2, "optim.lr": 0.05})
+    cfg = tiny_config(
+        **{"train.steps": 1, "train.eval_every": 0, "data.eval_size": 2, "optim.ppo_epochs": 2, "optim.lr": 0.05}
+    )
     proc = run_trainer(tmp_path, cfg, varied_env.url)
     assert proc.returncode == 0, proc.stderr
     m = lines(tmp_path / "run" / "metrics.jsonl")[-1]
@@ -128,12 +167,24 @@ def sparse_env():
     groups with a signal and groups whose rewards are all equal."""
     from conftest import EnvServer
 
-    s = EnvServer("--corpus", str(DEMO / "corpus.jsonl"), "--reward", str(ROOT / "test" / "fixtures" / "rewards" / "modules" / "sparse.reward.ts"))
+    s = EnvServer(
+        "--corpus",
+        str(DEMO / "corpus.jsonl"),
+        "--reward",
+        str(ROOT / "test" / "fixtures" / "rewards" / "modules" / "sparse.reward.ts"),
+    )
     yield s
     s.close()
 
 
-SKIP_CFG = {"train.steps": 3, "train.eval_every": 0, "data.eval_size": 2, "rollout.batch_size": 4, "optim.mini_batch_size": 12, "optim.micro_batch_size": 3}
+SKIP_CFG = {
+    "train.steps": 3,
+    "train.eval_every": 0,
+    "data.eval_size": 2,
+    "rollout.batch_size": 4,
+    "optim.mini_batch_size": 12,
+    "optim.micro_batch_size": 3,
+}
 
 
 @pytest.mark.parametrize("keep", [0.0, 0.5])
@@ -161,7 +212,9 @@ def test_skip_zero_std_groups_leaves_the_flat_groups_out_of_the_passes_and_the_u
         kept = min(len(flat_recs), max(n, math.ceil(keep * len(flat_recs))))
         assert len(flat_trained) == kept
         widened += kept > min(len(flat_recs), n)
-        assert m["actor/trained_fraction"] == pytest.approx((len(recs) - len(flat_recs) + len(flat_trained)) / len(recs))
+        assert m["actor/trained_fraction"] == pytest.approx(
+            (len(recs) - len(flat_recs) + len(flat_trained)) / len(recs)
+        )
         for r in recs:
             t = r["tokens"]
             if r["group"] in flat:
@@ -185,16 +238,21 @@ def test_skip_zero_std_groups_leaves_the_policy_gradient_as_it_was(tmp_path, spa
     base = {**SKIP_CFG, "train.steps": 1, "algorithm.kl_coef": 0.0}
     steps = {}
     for name, skip in (("whole", False), ("skip", True)):
-        proc = run_trainer(tmp_path, tiny_config(**base, **{"algorithm.skip_zero_std_groups": skip}), sparse_env.url, name=name)
+        proc = run_trainer(
+            tmp_path, tiny_config(**base, **{"algorithm.skip_zero_std_groups": skip}), sparse_env.url, name=name
+        )
         assert proc.returncode == 0, proc.stderr
         steps[name] = lines(tmp_path / name / "metrics.jsonl")[-1]
     whole, skip = steps["whole"], steps["skip"]
-    assert 0 < whole["reward/frac_zero_std_groups"] < 1, "seed 7's first batch should mix flat groups and groups with a signal"
+    assert 0 < whole["reward/frac_zero_std_groups"] < 1, (
+        "seed 7's first batch should mix flat groups and groups with a signal"
+    )
     assert skip["reward/frac_zero_std_groups"] == whole["reward/frac_zero_std_groups"]  # the same rollouts
     assert skip["actor/trained_fraction"] < 1 and "actor/trained_fraction" not in whole
     # a mean of advantages (ρ = 1 exactly, on-policy) summed over other micro-batches: equal to float32 round-off
     assert skip["actor/pg_loss"] == pytest.approx(whole["actor/pg_loss"], rel=1e-5, abs=LOGPROB_ROUNDOFF)
     assert skip["actor/grad_norm"] == pytest.approx(whole["actor/grad_norm"], rel=1e-5)
+
     def tokens(m: dict) -> float:
         return m["perf/update_tokens_per_s"] * m["timing_s/update"]
 
@@ -207,7 +265,9 @@ def test_held_out_exact_match_and_searches_by_hops_at_every_evaluation(finished_
     `val/bridge_searched_by_hops/2` asks whether a later query named the two-hop question's `meta.bridge`; all
     recomputed here from the val records."""
     run, _ = finished_run
-    eval_hops = [json.loads(l)["meta"]["hops"] for l in (ROOT / "examples" / "demo" / "eval.jsonl").read_text().splitlines()[:4]]
+    eval_hops = [
+        json.loads(l)["meta"]["hops"] for l in (ROOT / "examples" / "demo" / "eval.jsonl").read_text().splitlines()[:4]
+    ]
     assert sorted(set(eval_hops)) == [1, 2]
     for m in lines(run / "metrics.jsonl"):
         recs = lines(run / "rollouts" / f"val-step-{m['step']:06d}.jsonl")
@@ -216,14 +276,27 @@ def test_held_out_exact_match_and_searches_by_hops_at_every_evaluation(finished_
             part = [r for r in recs if r["meta"]["hops"] == h]
             assert m[f"val/em_by_hops/{h}"] == pytest.approx(sum(r["meta"]["metrics"]["em"] for r in part) / len(part))
             assert m[f"val/searches_by_hops/{h}"] == pytest.approx(sum(r["searches"] for r in part) / len(part))
-            assert m[f"val/answer_retrieved_by_hops/{h}"] == pytest.approx(sum(r["meta"]["metrics"]["answer_retrieved"] for r in part) / len(part))
+            assert m[f"val/answer_retrieved_by_hops/{h}"] == pytest.approx(
+                sum(r["meta"]["metrics"]["answer_retrieved"] for r in part) / len(part)
+            )
         # the two-hop questions' bridge entity (meta.bridge, kept in the records): named by a search after the first?
         two = [r for r in recs if r["meta"]["hops"] == 2]
-        assert all(r["meta"]["bridge"] for r in two) and not any("bridge" in r["meta"] for r in recs if r["meta"]["hops"] == 1)
-        named = [any(f" {normalize(b)} " in f" {normalize(q['query'])} " for q in r["meta"].get("retrieval", [])[1:] for b in r["meta"]["bridge"]) for r in two]
+        assert all(r["meta"]["bridge"] for r in two) and not any(
+            "bridge" in r["meta"] for r in recs if r["meta"]["hops"] == 1
+        )
+        named = [
+            any(
+                f" {normalize(b)} " in f" {normalize(q['query'])} "
+                for q in r["meta"].get("retrieval", [])[1:]
+                for b in r["meta"]["bridge"]
+            )
+            for r in two
+        ]
         assert m["val/bridge_searched_by_hops/2"] == pytest.approx(sum(named) / len(two))
         assert "val/bridge_searched_by_hops/1" not in m
-        assert m["val/reward/answer_retrieved/mean"] == pytest.approx(sum(r["meta"]["metrics"]["answer_retrieved"] for r in recs) / len(recs))
+        assert m["val/reward/answer_retrieved/mean"] == pytest.approx(
+            sum(r["meta"]["metrics"]["answer_retrieved"] for r in recs) / len(recs)
+        )
         assert not [k for k in m if k.startswith("val/") and "_by_hops/" in k and k[-1] not in "12"]
 
 
@@ -231,7 +304,9 @@ def test_held_out_metrics_by_question_kind(finished_run):
     """`val/em_by_kind/<kind>`, `val/searches_by_kind/<kind>` and `val/answer_retrieved_by_kind/<kind>` group the
     held-out questions by their dataset line's `meta.kind` (recorded in each val record's meta), recomputed here."""
     run, _ = finished_run
-    eval_kinds = [json.loads(l)["meta"]["kind"] for l in (ROOT / "examples" / "demo" / "eval.jsonl").read_text().splitlines()[:4]]
+    eval_kinds = [
+        json.loads(l)["meta"]["kind"] for l in (ROOT / "examples" / "demo" / "eval.jsonl").read_text().splitlines()[:4]
+    ]
     assert len(set(eval_kinds)) >= 2
     for m in lines(run / "metrics.jsonl"):
         recs = lines(run / "rollouts" / f"val-step-{m['step']:06d}.jsonl")
@@ -240,7 +315,9 @@ def test_held_out_metrics_by_question_kind(finished_run):
             part = [r for r in recs if r["meta"]["kind"] == k]
             assert m[f"val/em_by_kind/{k}"] == pytest.approx(sum(r["meta"]["metrics"]["em"] for r in part) / len(part))
             assert m[f"val/searches_by_kind/{k}"] == pytest.approx(sum(r["searches"] for r in part) / len(part))
-            assert m[f"val/answer_retrieved_by_kind/{k}"] == pytest.approx(sum(r["meta"]["metrics"]["answer_retrieved"] for r in part) / len(part))
+            assert m[f"val/answer_retrieved_by_kind/{k}"] == pytest.approx(
+                sum(r["meta"]["metrics"]["answer_retrieved"] for r in part) / len(part)
+            )
         assert sorted(k.rsplit("/", 1)[1] for k in m if k.startswith("val/em_by_kind/")) == sorted(set(eval_kinds))
 
 
@@ -249,12 +326,21 @@ def test_meta_kind_is_read_checked_and_made_a_metric_name(tmp_path):
     from search_agent_trainer.metrics import metric_name
 
     f = tmp_path / "d.jsonl"
-    f.write_text(json.dumps({"question": "q?", "golden": ["a"], "meta": {"kind": " bridge "}}) + "\n" + json.dumps({"question": "q2?", "golden": ["a"], "meta": {"kind": 3}}) + "\n")
+    f.write_text(
+        json.dumps({"question": "q?", "golden": ["a"], "meta": {"kind": " bridge "}})
+        + "\n"
+        + json.dumps({"question": "q2?", "golden": ["a"], "meta": {"kind": 3}})
+        + "\n"
+    )
     warnings: list[str] = []
     [ex] = load_dataset(str(f), warn=warnings.append)
     assert ex.kind == "bridge"
     assert len(warnings) == 1 and "d.jsonl:2" in warnings[0] and "meta.kind" in warnings[0]
-    assert metric_name("birthplace-river") == "birthplace-river" and metric_name("yes/no question") == "yes_no_question" and metric_name("//") == "_"
+    assert (
+        metric_name("birthplace-river") == "birthplace-river"
+        and metric_name("yes/no question") == "yes_no_question"
+        and metric_name("//") == "_"
+    )
 
 
 def test_rollout_records_pass_the_mask_audit(finished_run):
@@ -264,13 +350,24 @@ def test_rollout_records_pass_the_mask_audit(finished_run):
     for r in recs:
         audit_rollout(r)
         assert r["split"] == "train" and r["step"] == 1 and r["finish"] in ("answer", "max_turns", "length")
-        assert set(r["tokens"]) >= {"text", "ids", "role", "loss_mask", "rollout_logprob", "logprob", "ref_logprob", "advantage"}
+        assert set(r["tokens"]) >= {
+            "text",
+            "ids",
+            "role",
+            "loss_mask",
+            "rollout_logprob",
+            "logprob",
+            "ref_logprob",
+            "advantage",
+        }
         # run format v2: the log-prob at sampling time beside the trainer's, equal here (fp32 on CPU, same weights)
         t = r["tokens"]
         assert r["v"] == 2
         for role, m, sampled, trained in zip(t["role"], t["loss_mask"], t["rollout_logprob"], t["logprob"]):
             # null where not sampled (prompt, observations) and where not scored (outside the loss)
-            assert ((sampled is not None and sampled < 0) if role == "generated" else sampled is None) and (trained is not None) == bool(m)
+            assert ((sampled is not None and sampled < 0) if role == "generated" else sampled is None) and (
+                trained is not None
+            ) == bool(m)
             if m:
                 assert sampled == pytest.approx(trained, abs=1e-4)
         # Each search's query and its hits' retrieval scores, for the replay panel's document cards.
@@ -281,11 +378,16 @@ def test_rollout_records_pass_the_mask_audit(finished_run):
     val = lines(run / "rollouts" / "val-step-000000.jsonl")
     assert len(val) == 4 and all(r["split"] == "val" and r["v"] == 2 for r in val)
     for r in val:  # greedy: the log-prob of the argmax on generated tokens; null where nothing was sampled
-        assert all((lp is not None and lp < 0) if role == "generated" else lp is None for lp, role in zip(r["tokens"]["rollout_logprob"], r["tokens"]["role"]))
+        assert all(
+            (lp is not None and lp < 0) if role == "generated" else lp is None
+            for lp, role in zip(r["tokens"]["rollout_logprob"], r["tokens"]["role"])
+        )
     # Group ids name the split: the held-out questions of step 1 are no members of step 1's training groups.
     val1 = lines(run / "rollouts" / "val-step-000001.jsonl")
     assert {r["group"] for r in recs} == {"train:1:0", "train:1:1"}
-    assert all(r["group"].startswith("val:1:") for r in val1) and not {r["group"] for r in val1} & {r["group"] for r in recs}
+    assert all(r["group"].startswith("val:1:") for r in val1) and not {r["group"] for r in val1} & {
+        r["group"] for r in recs
+    }
     ckpt = run / "checkpoints" / "step-000002"
     assert {p.name for p in ckpt.iterdir()} >= {"trainable.pt", "optimizer.pt", "tokenizer.json", "trainer_state.json"}
 
@@ -307,13 +409,29 @@ def test_an_invalid_config_is_an_error_naming_the_key(tmp_path, demo_env):
     [
         {"name": "ppo", "kl_in_reward": True, "gamma": 0.99, "lam": 0.95},
         {"name": "reinforce++", "mask_advantages": True, "kl_estimator": "k2", "loss_agg_mode": "seq-mean-token-sum"},
-        {"name": "grpo", "norm_adv_by_std": False, "loss_agg_mode": "seq-mean-token-sum-norm", "kl_coef": 0, "clip_ratio_high": 0.28, "clip_ratio_c": 3.0, "loss_masking": False},
+        {
+            "name": "grpo",
+            "norm_adv_by_std": False,
+            "loss_agg_mode": "seq-mean-token-sum-norm",
+            "kl_coef": 0,
+            "clip_ratio_high": 0.28,
+            "clip_ratio_c": 3.0,
+            "loss_masking": False,
+        },
         {"preset": "search-r1-ppo"},
     ],
     ids=["ppo", "reinforce++", "dr-grpo", "preset-search-r1-ppo"],
 )
 def test_each_algorithm_runs_a_step(tmp_path, varied_env, algorithm):
-    cfg = tiny_config(**{"train.steps": 1, "data.eval_size": 2, "optim.ppo_epochs": 2, "optim.mini_batch_size": 3, "optim.micro_batch_size": 2})
+    cfg = tiny_config(
+        **{
+            "train.steps": 1,
+            "data.eval_size": 2,
+            "optim.ppo_epochs": 2,
+            "optim.mini_batch_size": 3,
+            "optim.micro_batch_size": 2,
+        }
+    )
     cfg["algorithm"] = algorithm
     proc = run_trainer(tmp_path, cfg, varied_env.url)
     assert proc.returncode == 0, proc.stderr
@@ -378,14 +496,34 @@ def test_a_crash_is_reported_and_resume_gives_the_same_metrics_as_an_uninterrupt
     assert ra == rb
 
 
-@pytest.mark.parametrize("signum,reason", [(signal.SIGTERM, "signal"), (signal.SIGHUP, "host-gone")], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize(
+    "signum,reason", [(signal.SIGTERM, "signal"), (signal.SIGHUP, "host-gone")], ids=["SIGTERM", "SIGHUP"]
+)
 def test_sigterm_finishes_the_step_checkpoints_and_exits_0(tmp_path, demo_env, signum, reason):
     """SIGTERM is a user's Stop; SIGHUP is the host closing (a window reloading): both checkpoint and stop, and
     run.json says which, so a new window offers to resume only the second."""
-    cfg = tiny_config(**{"train.steps": 50, "train.checkpoint_every": 0, "data.eval_size": 1, "test": {"step_delay_s": 1.0}})
+    cfg = tiny_config(
+        **{"train.steps": 50, "train.checkpoint_every": 0, "data.eval_size": 1, "test": {"step_delay_s": 1.0}}
+    )
     path = tmp_path / "c.run.json"
     path.write_text(json.dumps(cfg))
-    proc = subprocess.Popen([sys.executable, "-m", "search_agent_trainer", "--config", str(path), "--run-dir", str(tmp_path / "run"), "--env-url", demo_env.url], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=trainer_env())
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "search_agent_trainer",
+            "--config",
+            str(path),
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--env-url",
+            demo_env.url,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=trainer_env(),
+    )
     events = []
     for line in proc.stdout:
         events.append(json.loads(line))
@@ -418,12 +556,29 @@ def test_run_json_keeps_builtin_names_and_a_resume_resolves_them_in_the_install_
     assert first.returncode == 0, first.stderr
     run_json = tmp_path / "run" / "run.json"
     stored = json.loads(run_json.read_text())["config"]
-    assert stored["data"]["train"] == "builtin:demo/train" and stored["model"]["tiny"]["vocab"] == ["builtin:demo/corpus"]
+    assert stored["data"]["train"] == "builtin:demo/train" and stored["model"]["tiny"]["vocab"] == [
+        "builtin:demo/corpus"
+    ]
     assert stored["data"]["eval"] == str(tmp_path / "mine.jsonl")
     assert stored["algorithm"]["clip_ratio_high"] == 0.2  # still the completed config, defaults filled in
 
     def resume() -> dict:
-        p = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--resume", "--run-dir", str(tmp_path / "run"), "--env-url", demo_env.url], capture_output=True, text=True, env=trainer_env(), timeout=300)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "search_agent_trainer",
+                "--resume",
+                "--run-dir",
+                str(tmp_path / "run"),
+                "--env-url",
+                demo_env.url,
+            ],
+            capture_output=True,
+            text=True,
+            env=trainer_env(),
+            timeout=300,
+        )
         assert p.returncode == 0, p.stderr
         assert f"resumed from {tmp_path / 'run' / 'checkpoints' / 'step-000001'}" in p.stderr
         return json.loads(run_json.read_text())
@@ -440,7 +595,9 @@ def test_run_json_keeps_builtin_names_and_a_resume_resolves_them_in_the_install_
     assert run["status"] == "finished" and run["config"] == stored, "resumed in this install, the names written back"
 
 
-def test_bf16_on_a_cpu_without_native_bf16_warns_and_bf16_where_native_falls_back_to_fp32(tmp_path, demo_env, monkeypatch):
+def test_bf16_on_a_cpu_without_native_bf16_warns_and_bf16_where_native_falls_back_to_fp32(
+    tmp_path, demo_env, monkeypatch
+):
     """model.dtype bf16 on CPU runs anywhere (torch converts to fp32 and back where the CPU has no bf16 arithmetic), but
     there a step is several times slower than in fp32: the run says so in a warning event and its log. bf16_where_native
     (the two-hop demo's) computes in bf16 where the CPU has it natively and in fp32 elsewhere, and says which."""
@@ -453,22 +610,32 @@ def test_bf16_on_a_cpu_without_native_bf16_warns_and_bf16_where_native_falls_bac
     def started(name: str, dtype: str, native: bool | None) -> tuple[dict, list[str]]:
         monkeypatch.setattr(train_mod, "cpu_has_native_bf16", lambda: native)
         monkeypatch.setattr(policy_mod, "cpu_has_native_bf16", lambda: native)
-        t = train_mod.Trainer(config_from_dict(tiny_config(**{"model.dtype": dtype})), tmp_path / name, demo_env.url, stdout=io.StringIO())
+        t = train_mod.Trainer(
+            config_from_dict(tiny_config(**{"model.dtype": dtype})), tmp_path / name, demo_env.url, stdout=io.StringIO()
+        )
         t.setup()
         t.writer.close()
         events = lines(tmp_path / name / "events.jsonl")
-        return next(e for e in events if e["event"] == "started"), [e["message"] for e in events if e["event"] == "warning"]
+        return next(e for e in events if e["event"] == "started"), [
+            e["message"] for e in events if e["event"] == "warning"
+        ]
 
     ev, warned = started("emulated", "bf16", False)
     assert ev["precision"] == "bf16 autocast, fp32 master weights"
-    assert len(warned) == 1 and "no native bf16" in warned[0] and "model.dtype to fp32 or bf16_where_native" in warned[0]
+    assert (
+        len(warned) == 1 and "no native bf16" in warned[0] and "model.dtype to fp32 or bf16_where_native" in warned[0]
+    )
     assert "no native bf16" in (tmp_path / "emulated" / "logs" / "trainer.log").read_text(encoding="utf-8")
     assert started("native", "bf16", True)[1] == [] and started("unknown", "bf16", None)[1] == []
 
     ev, warned = started("fallback", "bf16_where_native", False)
     assert warned == [] and ev["precision"] == "fp32 (model.dtype bf16_where_native: no native bf16 on this cpu)"
     ev, warned = started("where-native", "bf16_where_native", True)
-    assert warned == [] and ev["precision"] == "bf16 autocast, fp32 master weights (model.dtype bf16_where_native: native bf16 on this cpu)"
+    assert (
+        warned == []
+        and ev["precision"]
+        == "bf16 autocast, fp32 master weights (model.dtype bf16_where_native: native bf16 on this cpu)"
+    )
     assert started("cannot-tell", "bf16_where_native", None)[0]["precision"].startswith("fp32 ")
 
 

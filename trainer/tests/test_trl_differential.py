@@ -49,7 +49,20 @@ def _loss_roundoff(logp, old, adv) -> float:
     return f32_roundoff(adv[:, None] * (logp - old).exp())
 
 
-def _trl_loss(loss_type: str, logp: torch.Tensor, old, ref, cmask, tmask, adv, beta: float, eps_low: float, eps_high: float, num_items=None, accumulation: int = 1):
+def _trl_loss(
+    loss_type: str,
+    logp: torch.Tensor,
+    old,
+    ref,
+    cmask,
+    tmask,
+    adv,
+    beta: float,
+    eps_low: float,
+    eps_high: float,
+    num_items=None,
+    accumulation: int = 1,
+):
     stub = SimpleNamespace(
         loss_type=loss_type,
         beta=beta,
@@ -65,7 +78,13 @@ def _trl_loss(loss_type: str, logp: torch.Tensor, old, ref, cmask, tmask, adv, b
         current_gradient_accumulation_steps=accumulation,
         model=SimpleNamespace(training=True),
         args=SimpleNamespace(delta=None, use_bias_correction_kl=False, steps_per_generation=accumulation),
-        accelerator=SimpleNamespace(gather=lambda x: x, gather_for_metrics=lambda x: x, reduce=lambda x, reduction="sum": x, num_processes=1, sync_gradients=True),
+        accelerator=SimpleNamespace(
+            gather=lambda x: x,
+            gather_for_metrics=lambda x: x,
+            reduce=lambda x, reduction="sum": x,
+            num_processes=1,
+            sync_gradients=True,
+        ),
         _metrics={"train": defaultdict(list), "eval": defaultdict(list)},
         _get_per_token_logps_and_entropies=lambda *a, **k: (logp, torch.zeros_like(logp), None),
     )
@@ -85,25 +104,50 @@ def _trl_loss(loss_type: str, logp: torch.Tensor, old, ref, cmask, tmask, adv, b
     return loss, stub._metrics["train"]
 
 
-def _ours(mode: str, logp, old, ref, mask, adv, beta: float, eps_low: float, eps_high: float, agg: Aggregation | None = None):
-    mb = SimpleNamespace(loss_mask=mask, adv_mask=mask, old_logprob=old, ref_logprob=ref, advantages=adv[:, None] * mask)
-    a = SimpleNamespace(clip_ratio_low=eps_low, clip_ratio_high=eps_high, entropy_coef=0.0, kl_coef=beta, kl_estimator="k3", kl_in_reward=False, vf_coef=0.0, value_clip=0.0)
+def _ours(
+    mode: str, logp, old, ref, mask, adv, beta: float, eps_low: float, eps_high: float, agg: Aggregation | None = None
+):
+    mb = SimpleNamespace(
+        loss_mask=mask, adv_mask=mask, old_logprob=old, ref_logprob=ref, advantages=adv[:, None] * mask
+    )
+    a = SimpleNamespace(
+        clip_ratio_low=eps_low,
+        clip_ratio_high=eps_high,
+        entropy_coef=0.0,
+        kl_coef=beta,
+        kl_estimator="k3",
+        kl_in_reward=False,
+        vf_coef=0.0,
+        value_clip=0.0,
+    )
     agg = agg or Aggregation.of(mode, mask, norm_length=MAX_LEN)
     return objective(logp, torch.zeros_like(logp), None, mb, a, agg, agg)
 
 
-@pytest.mark.parametrize("loss_type,mode", [("grpo", "seq-mean-token-mean"), ("bnpo", "token-mean"), ("dr_grpo", "seq-mean-token-sum-norm"), ("dapo", "token-mean")])
+@pytest.mark.parametrize(
+    "loss_type,mode",
+    [
+        ("grpo", "seq-mean-token-mean"),
+        ("bnpo", "token-mean"),
+        ("dr_grpo", "seq-mean-token-sum-norm"),
+        ("dapo", "token-mean"),
+    ],
+)
 @pytest.mark.parametrize("beta,eps_low,eps_high", [(0.0, 0.2, 0.2), (0.04, 0.2, 0.28)])
 def test_same_loss_gradient_and_statistics_as_trl(loss_type, mode, beta, eps_low, eps_high):
     logp0, old, ref, cmask, tmask, adv = _tensors()
     mask = cmask * tmask
     lp_trl = logp0.clone().requires_grad_(True)
-    loss_trl, metrics = _trl_loss(loss_type, lp_trl, old, ref, cmask, tmask, adv, beta, eps_low, eps_high, num_items=mask.sum())
+    loss_trl, metrics = _trl_loss(
+        loss_type, lp_trl, old, ref, cmask, tmask, adv, beta, eps_low, eps_high, num_items=mask.sum()
+    )
     loss_trl.backward()
     lp_ours = logp0.clone().requires_grad_(True)
     loss_ours, stats = _ours(mode, lp_ours, old, ref, mask, adv, beta, eps_low, eps_high)
     loss_ours.backward()
-    assert float(loss_ours.detach()) == pytest.approx(float(loss_trl.detach()), rel=0, abs=_loss_roundoff(logp0, old, adv))
+    assert float(loss_ours.detach()) == pytest.approx(
+        float(loss_trl.detach()), rel=0, abs=_loss_roundoff(logp0, old, adv)
+    )
     torch.testing.assert_close(lp_ours.grad, lp_trl.grad, rtol=1e-5, atol=1e-7)  # per token, ~1e-2: rtol is ~1e3 ulps
     assert bool((lp_ours.grad[mask == 0] == 0).all())  # the retrieved tokens get no gradient, in both
     assert 0 < stats["actor/pg_clipfrac"] < 1  # the case exercises clipping

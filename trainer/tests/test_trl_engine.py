@@ -78,15 +78,24 @@ def test_a_trl_run_writes_the_run_directory_of_every_engine(trl_run):
         jsonschema.validate(e, SCHEMAS["event"])
     kinds = [e["event"] for e in events]
     assert kinds[0] == "started" and events[0]["engine"] == "trl" and kinds[-1] == "finished"
-    assert [(e["step"], e["phase"]) for e in events if e["event"] == "progress"][:4] == [(0, "eval"), (1, "rollout"), (1, "reward"), (1, "update")]
+    assert [(e["step"], e["phase"]) for e in events if e["event"] == "progress"][:4] == [
+        (0, "eval"),
+        (1, "rollout"),
+        (1, "reward"),
+        (1, "update"),
+    ]
     assert [e["step"] for e in events if e["event"] == "metrics"] == [1, 2, 3]
     assert [e["step"] for e in events if e["event"] == "eval"] == [0, 3]
     assert [e["step"] for e in events if e["event"] == "checkpoint"] == [2, 3]
     # TRL's own checkpoints (weights, optimizer, scheduler, RNG, trainer state) under our names
     ckpts = sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir())
     assert ckpts == ["step-000002", "step-000003"]
-    assert {"trainer_state.json", "optimizer.pt", "scheduler.pt", "model.safetensors", "tokenizer.json"} <= {p.name for p in (run / "checkpoints" / "step-000003").iterdir()}
-    assert (run / "initial-model" / "config.json").exists()  # the random initial weights, for the reference and a resume
+    assert {"trainer_state.json", "optimizer.pt", "scheduler.pt", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in (run / "checkpoints" / "step-000003").iterdir()
+    }
+    assert (
+        run / "initial-model" / "config.json"
+    ).exists()  # the random initial weights, for the reference and a resume
 
 
 def test_trl_metrics_have_our_names_and_trls_own_under_trl(trl_run):
@@ -98,12 +107,32 @@ def test_trl_metrics_have_our_names_and_trls_own_under_trl(trl_run):
     assert "val/em" in metrics[0] and "actor/entropy" not in metrics[0]
     # The held-out metrics are the builtin trainer's (the demo data says each question's hops)
     hops = {k.rsplit("/", 1)[1] for k in metrics[0] if k.startswith("val/em_by_hops/")}
-    assert hops and all(f"val/searches_by_hops/{h}" in metrics[0] and f"val/em_by_hops/{h}" in metrics[-1] for h in hops)
+    assert hops and all(
+        f"val/searches_by_hops/{h}" in metrics[0] and f"val/em_by_hops/{h}" in metrics[-1] for h in hops
+    )
     for key in (
-        "critic/score/mean", "reward/frac_zero_std_groups", "response_length/mean", "env/number_of_valid_search", "env/ratio_of_valid_action",
-        "mask/generated_tokens", "mask/feedback_tokens", "mask/loss_fraction", "actor/entropy", "actor/kl_loss", "actor/grad_norm",
-        "actor/pg_clipfrac", "actor/ppo_kl", "actor/lr", "timing_s/rollout", "timing_s/step", "perf/throughput", "perf/rollout_tokens_per_s",
-        "trl/loss", "trl/entropy", "trl/rewards/env_reward/mean", "trl/completions/mean_length",
+        "critic/score/mean",
+        "reward/frac_zero_std_groups",
+        "response_length/mean",
+        "env/number_of_valid_search",
+        "env/ratio_of_valid_action",
+        "mask/generated_tokens",
+        "mask/feedback_tokens",
+        "mask/loss_fraction",
+        "actor/entropy",
+        "actor/kl_loss",
+        "actor/grad_norm",
+        "actor/pg_clipfrac",
+        "actor/ppo_kl",
+        "actor/lr",
+        "timing_s/rollout",
+        "timing_s/step",
+        "perf/throughput",
+        "perf/rollout_tokens_per_s",
+        "trl/loss",
+        "trl/entropy",
+        "trl/rewards/env_reward/mean",
+        "trl/completions/mean_length",
     ):
         assert key in metrics[1], key
     assert any(m["actor/grad_norm"] > 0 for m in metrics[1:])  # the varied reward gives the groups a signal
@@ -121,17 +150,33 @@ def test_trl_records_pass_the_mask_audit_and_carry_rollout_logprob(trl_run):
     for step in (1, 2, 3):
         recs = records(run, f"step-{step:06d}")
         assert len(recs) == n * batch and len({r["id"] for r in recs}) == n * batch
-        assert sorted((r["group"], r["sample"]) for r in recs) == [(f"train:{step}:{g}", k) for g in range(batch) for k in range(n)]
+        assert sorted((r["group"], r["sample"]) for r in recs) == [
+            (f"train:{step}:{g}", k) for g in range(batch) for k in range(n)
+        ]
         for r in recs:
             audit_rollout(r)
             t = r["tokens"]
-            assert r["v"] == 2 and {"text", "ids", "role", "loss_mask", "rollout_logprob", "logprob", "ref_logprob", "advantage", "entropy"} <= set(t)
+            assert r["v"] == 2 and {
+                "text",
+                "ids",
+                "role",
+                "loss_mask",
+                "rollout_logprob",
+                "logprob",
+                "ref_logprob",
+                "advantage",
+                "entropy",
+            } <= set(t)
             assert "feedback" in t["role"]  # a random model's turns are invalid actions: environment tokens to mask
             P = t["role"].index("generated")
-            assert len({a for a in t["advantage"][P:] if a is not None}) == 1  # TRL's advantage: one per sequence, on its loss tokens
+            assert (
+                len({a for a in t["advantage"][P:] if a is not None}) == 1
+            )  # TRL's advantage: one per sequence, on its loss tokens
             assert [a is not None for a in t["advantage"]] == [bool(m) for m in t["loss_mask"]]
             for role, m, sampled, trained in zip(t["role"], t["loss_mask"], t["rollout_logprob"], t["logprob"]):
-                assert (sampled is not None and sampled < 0) == (role == "generated") and (trained is not None) == bool(m)
+                assert (sampled is not None and sampled < 0) == (role == "generated") and (trained is not None) == bool(
+                    m
+                )
                 if m:
                     assert sampled == pytest.approx(trained, abs=1e-4)
     val = records(run, "val-step-000000")
@@ -200,7 +245,9 @@ class ScriptedActions:
             text = self.tok.decode(ctx)
             q = re.search(r"Question: (.*?)\n", text).group(1)
             k = text.count("<information>") + text.count("My previous action is invalid")
-            turn = ("let me think first", f"<think> search </think><search> {q} </search>", "<answer> Paris </answer>")[min(k, 2)]
+            turn = ("let me think first", f"<think> search </think><search> {q} </search>", "<answer> Paris </answer>")[
+                min(k, 2)
+            ]
             ids = self.tok.encode(turn)[:budget]
             out.append(GeneratedTurn(ids, [-0.5] * len(ids)))
         return out
@@ -227,7 +274,9 @@ def test_the_same_scripted_actions_give_the_same_ids_roles_and_masks_through_bot
     from search_agent_trainer.recorder import records_of
 
     B = len(eng.batch["trajs"])
-    data = eng._piece_data(eng._piece(list(range(B)), 0, eng._local_rows()), set(range(B)), eng.batch["trajs"], "t", 1, eng._logprob_meta())
+    data = eng._piece_data(
+        eng._piece(list(range(B)), 0, eng._local_rows()), set(range(B)), eng.batch["trajs"], "t", 1, eng._logprob_meta()
+    )
     data.cols.vocab = token_store.vocab_of(data.cols.ids, eng.tok.token_texts)
     trl_rows = records_of(data)
 
@@ -238,7 +287,9 @@ def test_the_same_scripted_actions_give_the_same_ids_roles_and_masks_through_bot
     builtin._generator = lambda step, greedy: ScriptedActions(builtin.tok)
     n = cfg["rollout"]["n"]
     chosen = [x["sas_example"] for x in batch][::n]  # TRL's rows: each prompt's n copies side by side
-    trajs = builtin._rollouts([builtin.train_set[i] for i in chosen], [builtin.train_prompts[i] for i in chosen], n, 1, greedy=False)
+    trajs = builtin._rollouts(
+        [builtin.train_set[i] for i in chosen], [builtin.train_prompts[i] for i in chosen], n, 1, greedy=False
+    )
     mb = make_batch(trajs, builtin.tok.pad_id, True, False)
     R = mb.window
 
@@ -248,7 +299,9 @@ def test_the_same_scripted_actions_give_the_same_ids_roles_and_masks_through_bot
         tok = rec["tokens"]
         assert tok["ids"] == t.prompt_ids + t.ids, i
         assert tok["role"] == ["prompt"] * len(t.prompt_ids) + t.roles, i
-        assert tok["loss_mask"] == [0] * len(t.prompt_ids) + [int(v) for v in mb.loss_mask[i, R - len(t.ids) :].tolist()], i
+        assert tok["loss_mask"] == [0] * len(t.prompt_ids) + [
+            int(v) for v in mb.loss_mask[i, R - len(t.ids) :].tolist()
+        ], i
         roles_seen |= set(t.roles)
     assert roles_seen == {"generated", "retrieved", "feedback"}
 
@@ -258,7 +311,16 @@ def test_the_same_scripted_actions_give_the_same_ids_roles_and_masks_through_bot
 
 def test_two_processes_through_accelerate_launch_record_every_rollout_once(tmp_path, varied_env):
     """`devices: 2` on CPU: accelerate launch, gloo. 3 prompts × 4 samples over 2 processes: a group straddles them."""
-    cfg = trl_tiny(**{"devices": 2, "rollout.batch_size": 3, "train.steps": 2, "train.eval_every": 2, "train.checkpoint_every": 2, "data.eval_size": 5})
+    cfg = trl_tiny(
+        **{
+            "devices": 2,
+            "rollout.batch_size": 3,
+            "train.steps": 2,
+            "train.eval_every": 2,
+            "train.checkpoint_every": 2,
+            "data.eval_size": 5,
+        }
+    )
     proc = run_trainer(tmp_path, cfg, varied_env.url, timeout=900)
     assert proc.returncode == 0, proc.stderr[-4000:]
     run = tmp_path / "run"
@@ -271,7 +333,9 @@ def test_two_processes_through_accelerate_launch_record_every_rollout_once(tmp_p
     assert [m["step"] for m in lines(run / "metrics.jsonl")] == [0, 1, 2]
     for step in (1, 2):
         recs = records(run, f"step-{step:06d}")
-        assert sorted((r["group"], r["sample"]) for r in recs) == [(f"train:{step}:{g}", k) for g in range(3) for k in range(4)]
+        assert sorted((r["group"], r["sample"]) for r in recs) == [
+            (f"train:{step}:{g}", k) for g in range(3) for k in range(4)
+        ]
         for r in recs:
             audit_rollout(r)
     val = records(run, "val-step-000002")
@@ -283,11 +347,35 @@ def test_two_processes_through_accelerate_launch_record_every_rollout_once(tmp_p
 
 
 def test_sigterm_stops_after_a_checkpoint_and_resume_finishes_the_run(tmp_path, varied_env):
-    cfg = trl_tiny(**{"train.steps": 3, "train.eval_every": 0, "train.checkpoint_every": 0, "data.eval_size": 1, "test": {"step_delay_s": 1.0}})
+    cfg = trl_tiny(
+        **{
+            "train.steps": 3,
+            "train.eval_every": 0,
+            "train.checkpoint_every": 0,
+            "data.eval_size": 1,
+            "test": {"step_delay_s": 1.0},
+        }
+    )
     path = tmp_path / "c.run.json"
     path.write_text(json.dumps(cfg))
     run = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "search_agent_trainer", "--config", str(path), "--run-dir", str(run), "--env-url", varied_env.url], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=trainer_env())
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "search_agent_trainer",
+            "--config",
+            str(path),
+            "--run-dir",
+            str(run),
+            "--env-url",
+            varied_env.url,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=trainer_env(),
+    )
     for line in proc.stdout:
         e = json.loads(line)
         if e["event"] == "progress" and e["phase"] == "update" and e["step"] == 1:
@@ -299,13 +387,25 @@ def test_sigterm_stops_after_a_checkpoint_and_resume_finishes_the_run(tmp_path, 
     assert stopped["status"] == "stopped" and stopped["stop_reason"] == "signal" and stopped["step"] == 1
     assert (run / "checkpoints" / "step-000001" / "trainer_state.json").exists()
 
-    resumed = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--resume", "--run-dir", str(run), "--env-url", varied_env.url], capture_output=True, text=True, env=trainer_env(), timeout=600)
+    resumed = subprocess.run(
+        [sys.executable, "-m", "search_agent_trainer", "--resume", "--run-dir", str(run), "--env-url", varied_env.url],
+        capture_output=True,
+        text=True,
+        env=trainer_env(),
+        timeout=600,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     started = [e for e in lines(run / "events.jsonl") if e["event"] == "started"]
     assert started[-1]["resumed"] is True and started[-1]["step"] == 1
     assert json.loads((run / "run.json").read_text())["status"] == "finished"
     assert [m["step"] for m in lines(run / "metrics.jsonl")] == [0, 1, 2, 3]
-    assert sorted(p.name for p in (run / "rollouts").iterdir()) == ["step-000001", "step-000002", "step-000003", "val-step-000000", "val-step-000003"]  # the token store's steps
+    assert sorted(p.name for p in (run / "rollouts").iterdir()) == [
+        "step-000001",
+        "step-000002",
+        "step-000003",
+        "val-step-000000",
+        "val-step-000003",
+    ]  # the token store's steps
     state = json.loads((run / "checkpoints" / "step-000003" / "trainer_state.json").read_text())
     assert state["global_step"] == 3  # TRL's own trainer state, continued
 
@@ -325,11 +425,17 @@ def test_what_trl_cannot_do_is_refused_naming_the_key_and_the_engines_that_can()
     assert "algorithm.mask_advantages: true" in problems(**{"algorithm.mask_advantages": True})
     assert "algorithm.clip_ratio_c: 3.0" in problems(**{"algorithm.clip_ratio_c": 3.0})
     assert 'model.kind: "tiny" is not supported by engine "trl"' in problems(**{"model.kind": "tiny"})
-    assert 'data.hops_mix: this section is not supported by engine "trl"' in problems(**{"data.hops_mix": {"1": 1, "2": 3}})
-    assert "hops_mix" not in config_from_dict(trl_tiny()).data, "absent, it stays absent (no defaulted empty mix to refuse)"
+    assert 'data.hops_mix: this section is not supported by engine "trl"' in problems(
+        **{"data.hops_mix": {"1": 1, "2": 3}}
+    )
+    assert "hops_mix" not in config_from_dict(trl_tiny()).data, (
+        "absent, it stays absent (no defaulted empty mix to refuse)"
+    )
     cfg = trl_tiny(**{"trl": {"use_vllm": False}})
     cfg["engine"] = "builtin"
-    with pytest.raises(ConfigError, match='trl: this section is not supported by engine "builtin".*engines that can: "trl"'):
+    with pytest.raises(
+        ConfigError, match='trl: this section is not supported by engine "builtin".*engines that can: "trl"'
+    ):
         config_from_dict(cfg)
     cfg = trl_tiny(devices=2)
     cfg["engine"] = "builtin"
@@ -339,8 +445,15 @@ def test_what_trl_cannot_do_is_refused_naming_the_key_and_the_engines_that_can()
 
 def test_the_trl_section_passes_grpo_config_options_and_names_the_wrong_ones():
     fields = options.grpo_fields()
-    assert options.passthrough_problems({"use_vllm": True, "vllm_gpu_memory_utilization": 0.4, "num_processes": 2, "log_level": "info"}, fields) == []
-    got = options.passthrough_problems({"bta": 0.1, "beta": 0.1, "mask_truncated_completions": True, "vllm_mode": "server"}, fields)
+    assert (
+        options.passthrough_problems(
+            {"use_vllm": True, "vllm_gpu_memory_utilization": 0.4, "num_processes": 2, "log_level": "info"}, fields
+        )
+        == []
+    )
+    got = options.passthrough_problems(
+        {"bta": 0.1, "beta": 0.1, "mask_truncated_completions": True, "vllm_mode": "server"}, fields
+    )
     assert got[0] == "trl.bta: not an option of TRL's GRPOConfig (nor of the launch: num_processes, accelerate_config)"
     assert got[1] == "trl.beta: set by algorithm.kl_coef (the shared key), not in the trl section"
     assert got[2].startswith("trl.mask_truncated_completions: not supported by the trl engine")
@@ -351,6 +464,7 @@ def test_vllm_with_a_nucleus_corrects_per_token_and_refuses_a_sequence_level_cor
     """TRL weights a sequence by exp Σ (trainer − vLLM) by default; vLLM's processed log-probs of a nucleus exceed the
     trainer's by log Z at every token, so at top_p < 1 the engine asks for TRL's token-level correction, and refuses a
     sequence-level one named in the trl section (vLLM itself is only needed at run time)."""
+
     def kw(**o):
         cfg = config_from_dict(trl_tiny(**o))
         return cfg, options.grpo_kwargs(cfg, Path("/tmp/run"), options.plan(cfg, 1)[0], bf16=True, cpu=False)
@@ -363,8 +477,20 @@ def test_vllm_with_a_nucleus_corrects_per_token_and_refuses_a_sequence_level_cor
         assert "vllm_importance_sampling_mode" not in k and options.rollout_logprob_kind(cfg) == "raw"  # TRL's default
     cfg, k = kw(**{"rollout.top_p": 0.9, "trl": {"use_vllm": True, "vllm_importance_sampling_mode": "sequence_mask"}})
     [problem] = options.importance_sampling_problems(cfg)
-    assert problem.startswith("trl.vllm_importance_sampling_mode: 'sequence_mask' with trl.use_vllm and rollout.top_p 0.9") and "token_mask" in problem
-    cfg, _ = kw(**{"rollout.top_p": 0.9, "trl": {"use_vllm": True, "vllm_importance_sampling_mode": "sequence_mask", "vllm_importance_sampling_correction": False}})
+    assert (
+        problem.startswith("trl.vllm_importance_sampling_mode: 'sequence_mask' with trl.use_vllm and rollout.top_p 0.9")
+        and "token_mask" in problem
+    )
+    cfg, _ = kw(
+        **{
+            "rollout.top_p": 0.9,
+            "trl": {
+                "use_vllm": True,
+                "vllm_importance_sampling_mode": "sequence_mask",
+                "vllm_importance_sampling_correction": False,
+            },
+        }
+    )
     assert options.importance_sampling_problems(cfg) == []  # no correction, nothing to collapse
     cfg, _ = kw(**{"rollout.top_p": 0.9, "trl": {"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate"}})
     assert options.importance_sampling_problems(cfg) == []
@@ -375,26 +501,54 @@ def test_the_reference_is_built_in_bf16_under_bf16_compute_and_vllm_sleep_mode_i
 
     def config(bf16: bool, **o):
         cfg = config_from_dict(trl_tiny(**o))
-        return GRPOConfig(**options.grpo_kwargs(cfg, Path("/tmp/run"), options.plan(cfg, 1)[0], bf16=bf16, cpu=not bf16))
+        return GRPOConfig(
+            **options.grpo_kwargs(cfg, Path("/tmp/run"), options.plan(cfg, 1)[0], bf16=bf16, cpu=not bf16)
+        )
 
     assert config(False).model_init_kwargs is None  # fp32 compute: the policy's dtype
     assert config(False).gradient_checkpointing is True  # unset: TRL's own default
     assert config(False, **{"model.gradient_checkpointing": False}).gradient_checkpointing is False
     assert options.reference_dtype(config_from_dict(trl_tiny()), bf16=True) == "bfloat16"
-    assert options.reference_dtype(config_from_dict(trl_tiny(**{"algorithm.kl_coef": 0.0})), bf16=True) is None  # no reference
-    assert options.reference_dtype(config_from_dict(trl_tiny(**{"model.lora": {"r": 4}})), bf16=True) is None  # the adapter off
+    assert (
+        options.reference_dtype(config_from_dict(trl_tiny(**{"algorithm.kl_coef": 0.0})), bf16=True) is None
+    )  # no reference
+    assert (
+        options.reference_dtype(config_from_dict(trl_tiny(**{"model.lora": {"r": 4}})), bf16=True) is None
+    )  # the adapter off
     assert options.passthrough_problems({"vllm_enable_sleep_mode": True}, options.grpo_fields()) == []
 
 
 def test_the_one_gpu_trl_recipe_maps_onto_trl_with_sleep_mode_and_a_bf16_reference():
-    cfg = config_from_dict(json.loads((EXAMPLES / "one-gpu" / "qwen2.5-3b-grpo-trl.run.json").read_text()), base=EXAMPLES / "one-gpu")
+    cfg = config_from_dict(
+        json.loads((EXAMPLES / "one-gpu" / "qwen2.5-3b-grpo-trl.run.json").read_text()), base=EXAMPLES / "one-gpu"
+    )
     p, problems = options.plan(cfg, 1)
-    assert problems == [] and options.passthrough_problems(dict(cfg.trl), options.grpo_fields()) == [] and options.importance_sampling_problems(cfg) == []
+    assert (
+        problems == []
+        and options.passthrough_problems(dict(cfg.trl), options.grpo_fields()) == []
+        and options.importance_sampling_problems(cfg) == []
+    )
     k = options.grpo_kwargs(cfg, Path("/tmp/run"), p, bf16=True, cpu=False)
-    assert k["vllm_enable_sleep_mode"] is True and k["model_init_kwargs"] == {"dtype": "bfloat16"} and k["gradient_checkpointing"] is True
-    assert (p.micro, p.accumulation, p.steps_per_generation, p.trl_steps) == (4, 64, 640, 10)  # Search-R1's 512 × 5 in mini-batches of 256, on one process
+    assert (
+        k["vllm_enable_sleep_mode"] is True
+        and k["model_init_kwargs"] == {"dtype": "bfloat16"}
+        and k["gradient_checkpointing"] is True
+    )
+    assert (p.micro, p.accumulation, p.steps_per_generation, p.trl_steps) == (
+        4,
+        64,
+        640,
+        10,
+    )  # Search-R1's 512 × 5 in mini-batches of 256, on one process
     m = options.memory_inputs(cfg, 1, bf16=True)  # what the memory planner reads
-    assert (m["reference_dtype"], m["gradient_checkpointing"], m["generation"], m["vllm_gpu_memory_utilization"], m["vllm_sleep_mode"], m["vllm_max_num_seqs"]) == ("bfloat16", True, "vllm", 0.2, True, 2560)
+    assert (
+        m["reference_dtype"],
+        m["gradient_checkpointing"],
+        m["generation"],
+        m["vllm_gpu_memory_utilization"],
+        m["vllm_sleep_mode"],
+        m["vllm_max_num_seqs"],
+    ) == ("bfloat16", True, "vllm", 0.2, True, 2560)
 
 
 def test_the_trl_defaults_the_memory_planner_reads_are_the_installed_grpoconfigs():
@@ -403,9 +557,13 @@ def test_the_trl_defaults_the_memory_planner_reads_are_the_installed_grpoconfigs
     from trl import GRPOConfig
 
     fields = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
-    assert {k: fields[k] for k in options.TRL_DEFAULTS} == options.TRL_DEFAULTS  # src/core/plan/trl.ts's TRL_DEFAULTS: the same (plan-engines.test.ts)
+    assert {
+        k: fields[k] for k in options.TRL_DEFAULTS
+    } == options.TRL_DEFAULTS  # src/core/plan/trl.ts's TRL_DEFAULTS: the same (plan-engines.test.ts)
     cfg = config_from_dict(trl_tiny(**{"trl.model_init_kwargs": {"dtype": "float16"}}))
-    assert options.memory_inputs(cfg, 1, bf16=True)["reference_dtype"] == "float16"  # the trl section's own, as TRL builds it
+    assert (
+        options.memory_inputs(cfg, 1, bf16=True)["reference_dtype"] == "float16"
+    )  # the trl section's own, as TRL builds it
 
 
 class NucleusLLM:
@@ -436,7 +594,9 @@ class NucleusLLM:
             ids, lps = list(p["prompt_token_ids"]), []
             with torch.no_grad():
                 for _ in range(kw["max_tokens"]):
-                    probs = torch.softmax(self.model(torch.tensor([ids])).logits[0, -1].double() / kw["temperature"], -1)
+                    probs = torch.softmax(
+                        self.model(torch.tensor([ids])).logits[0, -1].double() / kw["temperature"], -1
+                    )
                     top, idx = probs.sort(descending=True)
                     top = top * ((top.cumsum(-1) - top) < kw["top_p"])  # the nucleus: mass reaching top_p
                     j = int(torch.multinomial(top / top.sum(), 1, generator=g))
@@ -445,7 +605,9 @@ class NucleusLLM:
                     lps.append({tok: SimpleNamespace(logprob=float(torch.log(top[j] / top.sum())))})
                     if tok in kw["stop_token_ids"]:
                         break
-            outs.append(SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids[len(p["prompt_token_ids"]):], logprobs=lps)]))
+            outs.append(
+                SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids[len(p["prompt_token_ids"]) :], logprobs=lps)])
+            )
         return outs
 
 
@@ -458,7 +620,9 @@ def test_vllm_nucleus_log_probs_leave_the_weights_the_run_uses_near_one(tmp_path
     rollout_logprob are; sleep mode wakes the LLM for the turns and puts it back to sleep."""
     top_p = 0.95
     eng = _engine(tmp_path / "run", varied_env.url, **{"rollout.top_p": top_p, "trl": {"vllm_enable_sleep_mode": True}})
-    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(kw=kw)))  # TEST DOUBLE: vLLM's SamplingParams (after TRL's imports, which look for vLLM)
+    monkeypatch.setitem(
+        sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(kw=kw))
+    )  # TEST DOUBLE: vLLM's SamplingParams (after TRL's imports, which look for vLLM)
     t = eng.trl
     # What GRPOTrainer sets up with use_vllm (it would import vLLM): the flags, and a stand-in for its vLLM backend.
     eng.cfg["trl"]["use_vllm"] = True
@@ -478,23 +642,38 @@ def test_vllm_nucleus_log_probs_leave_the_weights_the_run_uses_near_one(tmp_path
     batch = next(iter(t.get_train_dataloader()))
     t.model.train()
     out = t._generate_and_score_completions(batch)
-    assert synced == [0] and llm.calls[:2] == ["wake weights", "wake kv_cache"] and llm.calls[-1] == "sleep 2" and backend._llm_weights_sleeping
+    assert (
+        synced == [0]
+        and llm.calls[:2] == ["wake weights", "wake kv_cache"]
+        and llm.calls[-1] == "sleep 2"
+        and backend._llm_weights_sleeping
+    )
     mask = (out["completion_mask"] * out["tool_mask"]).bool()
     weights = out["importance_sampling_ratio"][mask]
     assert mask.sum() > 50 and out["importance_sampling_ratio"].shape == mask.shape  # one weight per token
-    assert float(weights.min()) >= top_p - 1e-4 and float(weights.max()) <= 1 + 1e-4  # near 1: never below the nucleus's mass
+    assert (
+        float(weights.min()) >= top_p - 1e-4 and float(weights.max()) <= 1 + 1e-4
+    )  # near 1: never below the nucleus's mass
     per_token = float(((out["old_per_token_logps"] - out["sampling_per_token_logps"]) * mask).sum() / mask.sum())
-    assert per_token < 0 and math.exp(1000 * per_token) < 1e-6, "TRL's default, exp Σ(trainer − vLLM) over a 1,000-token trajectory, collapses"
+    assert per_token < 0 and math.exp(1000 * per_token) < 1e-6, (
+        "TRL's default, exp Σ(trainer − vLLM) over a 1,000-token trajectory, collapses"
+    )
     # the records the recorder would write of this step (the engine's slices and columns, with its log-prob meta)
     from search_agent_trainer import token_store
     from search_agent_trainer.recorder import records_of
 
     B = len(eng.batch["trajs"])
-    data = eng._piece_data(eng._piece(list(range(B)), 0, eng._local_rows()), set(range(B)), eng.batch["trajs"], "t", 1, eng._logprob_meta())
+    data = eng._piece_data(
+        eng._piece(list(range(B)), 0, eng._local_rows()), set(range(B)), eng.batch["trajs"], "t", 1, eng._logprob_meta()
+    )
     data.cols.vocab = token_store.vocab_of(data.cols.ids, eng.tok.token_texts)
     recs = records_of(data)
-    assert len(recs) == B and all(r["meta"]["rollout_logprob_kind"] == "processed" and r["meta"]["rollout_top_p"] == top_p for r in recs)
-    assert all(any(x is not None for x in r["tokens"]["rollout_logprob"]) for r in recs)  # the nucleus's log-probs recorded
+    assert len(recs) == B and all(
+        r["meta"]["rollout_logprob_kind"] == "processed" and r["meta"]["rollout_top_p"] == top_p for r in recs
+    )
+    assert all(
+        any(x is not None for x in r["tokens"]["rollout_logprob"]) for r in recs
+    )  # the nucleus's log-probs recorded
 
 
 def test_an_unknown_trl_option_stops_the_trainer_with_exit_code_2(tmp_path, capsys):
@@ -504,27 +683,69 @@ def test_an_unknown_trl_option_stops_the_trainer_with_exit_code_2(tmp_path, caps
     path.write_text(json.dumps(trl_tiny(**{"trl": {"num_generation": 4}})))
     assert main(["--config", str(path), "--run-dir", str(tmp_path / "run"), "--env-url", "http://127.0.0.1:9"]) == 2
     event = json.loads(capsys.readouterr().out.splitlines()[0])
-    assert event["event"] == "error" and "trl.num_generation: not an option of TRL's GRPOConfig" in event["message"] and str(path) in event["message"]
+    assert (
+        event["event"] == "error"
+        and "trl.num_generation: not an option of TRL's GRPOConfig" in event["message"]
+        and str(path) in event["message"]
+    )
     assert not (tmp_path / "run").exists()
 
 
 def test_the_shared_keys_map_onto_grpo_config():
     from trl import GRPOConfig
 
-    cfg = config_from_dict(trl_tiny(**{
-        "rollout.batch_size": 4, "rollout.n": 4, "rollout.temperature": 0.9, "rollout.max_response_length": 300,
-        "optim.mini_batch_size": 8, "optim.micro_batch_size": 4, "optim.ppo_epochs": 2, "optim.warmup_steps": 3, "optim.lr_schedule": "cosine", "optim.min_lr_ratio": 0.1,
-        "algorithm.norm_adv_by_std": False, "algorithm.loss_agg_mode": "seq-mean-token-sum-norm", "algorithm.clip_ratio_high": 0.28, "algorithm.kl_coef": 0.001,
-        "train.steps": 5, "trl": {"vllm_gpu_memory_utilization": 0.5},
-    }))
+    cfg = config_from_dict(
+        trl_tiny(
+            **{
+                "rollout.batch_size": 4,
+                "rollout.n": 4,
+                "rollout.temperature": 0.9,
+                "rollout.max_response_length": 300,
+                "optim.mini_batch_size": 8,
+                "optim.micro_batch_size": 4,
+                "optim.ppo_epochs": 2,
+                "optim.warmup_steps": 3,
+                "optim.lr_schedule": "cosine",
+                "optim.min_lr_ratio": 0.1,
+                "algorithm.norm_adv_by_std": False,
+                "algorithm.loss_agg_mode": "seq-mean-token-sum-norm",
+                "algorithm.clip_ratio_high": 0.28,
+                "algorithm.kl_coef": 0.001,
+                "train.steps": 5,
+                "trl": {"vllm_gpu_memory_utilization": 0.5},
+            }
+        )
+    )
     p, problems = options.plan(cfg, 1)
-    assert problems == [] and (p.accumulation, p.steps_per_generation, p.trl_steps) == (2, 4, 4)  # 16 sequences, 2 optimizer steps × 2 epochs
+    assert problems == [] and (p.accumulation, p.steps_per_generation, p.trl_steps) == (
+        2,
+        4,
+        4,
+    )  # 16 sequences, 2 optimizer steps × 2 epochs
     g = GRPOConfig(**options.grpo_kwargs(cfg, Path("/tmp/run"), p, bf16=False, cpu=True))
-    assert (g.num_generations, g.per_device_train_batch_size, g.gradient_accumulation_steps, g.steps_per_generation, g.generation_batch_size) == (4, 4, 2, 4, 16)
+    assert (
+        g.num_generations,
+        g.per_device_train_batch_size,
+        g.gradient_accumulation_steps,
+        g.steps_per_generation,
+        g.generation_batch_size,
+    ) == (4, 4, 2, 4, 16)
     assert (g.num_iterations, g.max_steps, g.warmup_steps, g.logging_steps) == (2, 20, 12, 4)
-    assert (g.loss_type, g.scale_rewards, g.beta, g.epsilon, g.epsilon_high, g.temperature, g.max_completion_length) == ("dr_grpo", "none", 0.001, 0.2, 0.28, 0.9, 300)
+    assert (
+        g.loss_type,
+        g.scale_rewards,
+        g.beta,
+        g.epsilon,
+        g.epsilon_high,
+        g.temperature,
+        g.max_completion_length,
+    ) == ("dr_grpo", "none", 0.001, 0.2, 0.28, 0.9, 300)
     assert g.lr_scheduler_type == "cosine_with_min_lr" and g.lr_scheduler_kwargs == {"min_lr_rate": 0.1}
-    assert g.use_bias_correction_kl is False and g.vllm_gpu_memory_utilization == 0.5 and g.output_dir == "/tmp/run/checkpoints"
+    assert (
+        g.use_bias_correction_kl is False
+        and g.vllm_gpu_memory_utilization == 0.5
+        and g.output_dir == "/tmp/run/checkpoints"
+    )
     _, problems = options.plan(config_from_dict(trl_tiny(**{"rollout.batch_size": 3, "rollout.n": 3})), 2)
     assert problems and "rollout.batch_size × rollout.n (3 × 3 = 9 sequences) must be a multiple of" in problems[0]
 
@@ -534,18 +755,29 @@ def test_the_launch_command_for_several_processes(monkeypatch, tmp_path):
 
     cfg = config_from_dict(trl_tiny(devices=2))
     cmd = launch_command(cfg, ["--run-dir", "r", "--env-url", "u", "--config", "c"], bf16=False)
-    assert cmd[1:3] == ["-m", "accelerate.commands.launch"] and cmd[cmd.index("--num_processes") + 1] == "2" and "--multi_gpu" in cmd
+    assert (
+        cmd[1:3] == ["-m", "accelerate.commands.launch"]
+        and cmd[cmd.index("--num_processes") + 1] == "2"
+        and "--multi_gpu" in cmd
+    )
     assert cmd[-8:] == ["-m", "search_agent_trainer", "--run-dir", "r", "--env-url", "u", "--config", "c"]
     cfg = config_from_dict(trl_tiny(**{"trl": {"accelerate_config": "two-nodes.yaml"}}), base=Path("/cfg"))
     cmd = launch_command(cfg, [], bf16=True)
-    assert cmd[cmd.index("--config_file") + 1] == "/cfg/two-nodes.yaml" and "--num_processes" not in cmd and "--multi_gpu" not in cmd
+    assert (
+        cmd[cmd.index("--config_file") + 1] == "/cfg/two-nodes.yaml"
+        and "--num_processes" not in cmd
+        and "--multi_gpu" not in cmd
+    )
     assert "--machine_rank" not in cmd
     # A multi-node launch: each machine's rank; only machine 0 settles run.json (the others pass the launcher's code on).
     monkeypatch.setenv("SAS_MACHINE_RANK", "1")
     cmd = launch_command(cfg, [], bf16=True)
     assert cmd[cmd.index("--machine_rank") + 1] == "1"
     (tmp_path / "run.json").write_text(json.dumps({"status": "running", "pid": 1}))
-    monkeypatch.setattr("search_agent_trainer.engines.trl.launch.launch_command", lambda *_a: [sys.executable, "-c", "raise SystemExit(3)"])
+    monkeypatch.setattr(
+        "search_agent_trainer.engines.trl.launch.launch_command",
+        lambda *_a: [sys.executable, "-c", "raise SystemExit(3)"],
+    )
     assert supervise(cfg, str(tmp_path), [], bf16=False) == 3
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "running", "machine 0's to write"
 
@@ -575,7 +807,13 @@ def test_the_vllm_turn_generator_asks_for_each_turns_budget_and_stops_and_keeps_
             outs = []
             for p in sampling_params:
                 ids = [1] * p.kw["max_tokens"]
-                outs.append(SimpleNamespace(outputs=[SimpleNamespace(token_ids=ids, logprobs=[{1: SimpleNamespace(logprob=-0.25)} for _ in ids])]))
+                outs.append(
+                    SimpleNamespace(
+                        outputs=[
+                            SimpleNamespace(token_ids=ids, logprobs=[{1: SimpleNamespace(logprob=-0.25)} for _ in ids])
+                        ]
+                    )
+                )
             return outs
 
     class Params:
@@ -583,11 +821,17 @@ def test_the_vllm_turn_generator_asks_for_each_turns_budget_and_stops_and_keeps_
             self.kw = kw
 
     llm = FakeLLM()
-    gen = VLLMTurnGenerator(llm, Stops(Tok(), ("</search>", "</answer>")), temperature=1.0, top_p=0.95, seed=7, sampling_params=Params)
+    gen = VLLMTurnGenerator(
+        llm, Stops(Tok(), ("</search>", "</answer>")), temperature=1.0, top_p=0.95, seed=7, sampling_params=Params
+    )
     out = gen.generate([[5, 6], [7], [8]], [3, 0, 2])
     assert [o.ids for o in out] == [[1, 1, 1], [], [1, 1]] and out[0].logprobs == [-0.25] * 3
     prompts, params = llm.calls[0]
     assert prompts == [{"prompt_token_ids": [5, 6]}, {"prompt_token_ids": [8]}]  # token ids, never text
     kw = params[0].kw
-    assert kw["stop"] == ["</search>", "</answer>"] and kw["stop_token_ids"] == [2] and kw["include_stop_str_in_output"] is True
+    assert (
+        kw["stop"] == ["</search>", "</answer>"]
+        and kw["stop_token_ids"] == [2]
+        and kw["include_stop_str_in_output"] is True
+    )
     assert (kw["max_tokens"], kw["top_p"], kw["logprobs"], params[1].kw["max_tokens"]) == (3, 0.95, 0, 2)

@@ -17,13 +17,24 @@ pytest.importorskip("trl")
 
 def test_the_gpu_check_runs_at_toy_size_on_cpu_and_reports_the_log_prob_gap(tmp_path, demo_env):
     env = {**trainer_env(), "SAS_ENV_URL": demo_env.url, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
-    p = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check-trl.sh"), "--cpu-smoke", "--work", str(tmp_path / "work")], env=env, capture_output=True, text=True, timeout=900)
+    p = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-check-trl.sh"), "--cpu-smoke", "--work", str(tmp_path / "work")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     result = json.loads(p.stdout.strip().splitlines()[-1])
     assert result == json.loads((tmp_path / "out" / "gpu-check-trl.json").read_text())
     assert (result["mode"], result["device"], result["status"], result["steps"]) == ("cpu-smoke", "cpu", "finished", 2)
     assert result["records"] == 2 * 16 and result["compared_tokens"] > 0
-    assert result["mean_abs_diff"] < 1e-3 and result["goal_met"] is True  # fp32 on CPU: the sampler's log-probs are the update's
-    assert result["trl_settings"]["rollout_logprob_kind"] == "raw" and result["trl_settings"]["reference_dtype"] == "float32"
+    assert (
+        result["mean_abs_diff"] < 1e-3 and result["goal_met"] is True
+    )  # fp32 on CPU: the sampler's log-probs are the update's
+    assert (
+        result["trl_settings"]["rollout_logprob_kind"] == "raw"
+        and result["trl_settings"]["reference_dtype"] == "float32"
+    )
     assert (tmp_path / "out" / "gpu-check-trl.log").stat().st_size > 0
     assert os.path.isdir(tmp_path / "work" / "run" / "rollouts")

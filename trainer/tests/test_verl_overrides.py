@@ -15,13 +15,63 @@ from search_agent_trainer.engines.verl.overrides import TRAINER_DIR, VerlLaunch,
 ROOT = Path(__file__).resolve().parents[2]
 PINNED = json.loads((Path(__file__).parent / "verl_overrides_pinned.json").read_text(encoding="utf-8"))
 CASES = {
-    "ppo-everything": {"algorithm": {"name": "ppo", "kl_coef": 0.01, "clip_ratio_c": 3.0, "value_clip": 0.2}, "model": {"gradient_checkpointing": False, "dtype": "fp32", "lora": {"r": 8}}, "verl": {"param_offload": True, "optimizer_offload": True, "attention": "sdpa", "overrides": ["trainer.val_before_train=False"]}, "optim": {"critic_warmup_steps": 3, "warmup_steps": 1}, "train": {"save_rollouts": False, "eval_every": 0, "checkpoint_every": 0}},
-    "toolcall": {"rollout": {"dialect": "toolcall", "search_tool": "lookup", "top_p": 0.9}, "model": {"gradient_checkpointing": True}, "verl": {"optimizer_offload": False}},
-    "dr-grpo-lora-cosine": {"algorithm": {"norm_adv_by_std": False, "clip_ratio_high": 0.28, "loss_agg_mode": "seq-mean-token-sum-norm", "entropy_coef": 0.001}, "model": {"lora": {"r": 16, "alpha": 32, "dropout": 0.05}, "dropout": True}, "optim": {"mini_batch_size": 8, "micro_batch_size": 2, "warmup_steps": 2, "lr_schedule": "cosine", "min_lr_ratio": 0.1}, "verl": {"rollout": "sglang"}},
+    "ppo-everything": {
+        "algorithm": {"name": "ppo", "kl_coef": 0.01, "clip_ratio_c": 3.0, "value_clip": 0.2},
+        "model": {"gradient_checkpointing": False, "dtype": "fp32", "lora": {"r": 8}},
+        "verl": {
+            "param_offload": True,
+            "optimizer_offload": True,
+            "attention": "sdpa",
+            "overrides": ["trainer.val_before_train=False"],
+        },
+        "optim": {"critic_warmup_steps": 3, "warmup_steps": 1},
+        "train": {"save_rollouts": False, "eval_every": 0, "checkpoint_every": 0},
+    },
+    "toolcall": {
+        "rollout": {"dialect": "toolcall", "search_tool": "lookup", "top_p": 0.9},
+        "model": {"gradient_checkpointing": True},
+        "verl": {"optimizer_offload": False},
+    },
+    "dr-grpo-lora-cosine": {
+        "algorithm": {
+            "norm_adv_by_std": False,
+            "clip_ratio_high": 0.28,
+            "loss_agg_mode": "seq-mean-token-sum-norm",
+            "entropy_coef": 0.001,
+        },
+        "model": {"lora": {"r": 16, "alpha": 32, "dropout": 0.05}, "dropout": True},
+        "optim": {
+            "mini_batch_size": 8,
+            "micro_batch_size": 2,
+            "warmup_steps": 2,
+            "lr_schedule": "cosine",
+            "min_lr_ratio": 0.1,
+        },
+        "verl": {"rollout": "sglang"},
+    },
 }
 LAUNCHES = {
-    "full": VerlLaunch(run_dir="/runs/r1", env_url="http://127.0.0.1:8123", train_files="/runs/r1/verl/train.parquet", val_files="/runs/r1/verl/val.parquet", config_file="/runs/r1/verl/run-config.json", agent_loop_file="/runs/r1/verl/agent_loops.yaml", tool_file="/runs/r1/verl/tools.yaml", driver_pid=4242, trainer_dir="/src/trainer", flash_attn="2.8.3"),
-    "bare": VerlLaunch(run_dir="/runs/r2", env_url=None, train_files="t.parquet", val_files=None, config_file="c.json", agent_loop_file="a.yaml", tool_file=None),
+    "full": VerlLaunch(
+        run_dir="/runs/r1",
+        env_url="http://127.0.0.1:8123",
+        train_files="/runs/r1/verl/train.parquet",
+        val_files="/runs/r1/verl/val.parquet",
+        config_file="/runs/r1/verl/run-config.json",
+        agent_loop_file="/runs/r1/verl/agent_loops.yaml",
+        tool_file="/runs/r1/verl/tools.yaml",
+        driver_pid=4242,
+        trainer_dir="/src/trainer",
+        flash_attn="2.8.3",
+    ),
+    "bare": VerlLaunch(
+        run_dir="/runs/r2",
+        env_url=None,
+        train_files="t.parquet",
+        val_files=None,
+        config_file="c.json",
+        agent_loop_file="a.yaml",
+        tool_file=None,
+    ),
 }
 
 
@@ -31,7 +81,15 @@ def run_config(sections: dict) -> object:
         "seed": 3,
         "data": {"train": "builtin:demo/train", "eval": "builtin:demo/eval", "eval_size": 4},
         "model": {"kind": "hf", "path": "/models/q"},
-        "rollout": {"batch_size": 4, "n": 2, "max_turns": 2, "max_turn_tokens": 48, "max_response_length": 400, "max_obs_length": 200, "max_prompt_length": 400},
+        "rollout": {
+            "batch_size": 4,
+            "n": 2,
+            "max_turns": 2,
+            "max_turn_tokens": 48,
+            "max_response_length": 400,
+            "max_obs_length": 200,
+            "max_prompt_length": 400,
+        },
         "optim": {"mini_batch_size": 4, "micro_batch_size": 2},
         "train": {"steps": 3, "eval_every": 2, "checkpoint_every": 2},
     }

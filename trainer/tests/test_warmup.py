@@ -19,7 +19,9 @@ def _trajectories(env_url: str, **options):
     questions = [r["question"] for r in rows]
     tok = TinyTokenizer.build(questions)
     prompts = [(q, tok.encode(q)) for q in questions]
-    return synthetic_trajectories(prompts, questions, tok, EnvClient(env_url), 3, random.Random(3), NameSpans(), **options)
+    return synthetic_trajectories(
+        prompts, questions, tok, EnvClient(env_url), 3, random.Random(3), NameSpans(), **options
+    )
 
 
 def _queries(new_name: bool, env_url: str) -> list[list[str]]:
@@ -28,7 +30,9 @@ def _queries(new_name: bool, env_url: str) -> list[list[str]]:
 
 def test_two_searches_always_and_the_answer_read_from_either_search(demo_env):
     trajs = _trajectories(demo_env.url, new_name=True, two_searches=1.0, answer_from="any")
-    assert all(len(re.findall(r"<search>", t.response)) == 2 for t in trajs), "every synthetic trajectory searches twice"
+    assert all(len(re.findall(r"<search>", t.response)) == 2 for t in trajs), (
+        "every synthetic trajectory searches twice"
+    )
     # The answer is a name of one of the two observations; with "any", some answers come from the first only.
     where = []
     for t in trajs:
@@ -38,7 +42,11 @@ def test_two_searches_always_and_the_answer_read_from_either_search(demo_env):
     assert all(a or b for a, b in where)
     assert sum(a and not b for a, b in where) > 10, "answers read from the first search's results"
     last = _trajectories(demo_env.url, new_name=True, two_searches=1.0)
-    assert all(re.search(r"<answer> (.*?) </answer>", t.response).group(1) in re.findall(r"<information>(.*?)</information>", t.response, re.S)[-1] for t in last), "answer_from last (the default)"
+    assert all(
+        re.search(r"<answer> (.*?) </answer>", t.response).group(1)
+        in re.findall(r"<information>(.*?)</information>", t.response, re.S)[-1]
+        for t in last
+    ), "answer_from last (the default)"
 
 
 def test_the_second_query_is_a_name_the_first_search_found_and_with_new_name_never_the_first_query_again(demo_env):

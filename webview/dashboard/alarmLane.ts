@@ -8,7 +8,7 @@
 import type uPlot from 'uplot';
 import type { DashboardRun } from '../../src/core/protocol/dashboard';
 import { h, replaceChildren } from '../shared/dom';
-import { laneText, type LaneMark } from './model';
+import { type LaneMark, laneText } from './model';
 
 /** What renderLane needs of a chart. */
 export interface LaneChart {
@@ -37,18 +37,28 @@ export function renderLane(c: LaneChart, u: uPlot, on: boolean, thresholds: Read
     const xs = l.marks.map((m) => m.x).sort((a, b) => a - b);
     // A tick as wide as a step (2–8 px), centred on it.
     let gap = Infinity;
-    for (let i = 1; i < xs.length; i++) gap = Math.min(gap, Math.abs(u.valToPos(xs[i]!, 'x') - u.valToPos(xs[i - 1]!, 'x')));
+    for (let i = 1; i < xs.length; i++)
+      gap = Math.min(gap, Math.abs(u.valToPos(xs[i]!, 'x') - u.valToPos(xs[i - 1]!, 'x')));
     const w = Math.max(2, Math.min(8, Number.isFinite(gap) ? gap - 1 : 6));
     const ticks = l.marks
       .filter((m) => m.x >= lo && m.x <= hi && m.alarms.some((a) => a.shown))
       .map((m) => {
         const title = `${several ? `${l.run.id}: ` : ''}step ${m.step}: ${laneText(m, thresholds)} — click for its rollouts`;
-        const tick = h('span', { class: 'lane-tick', title, 'data-step': m.step, onclick: () => openLaneStep(l.run.dir, m.step) });
+        const tick = h('span', {
+          class: 'lane-tick',
+          title,
+          'data-step': m.step,
+          onclick: () => openLaneStep(l.run.dir, m.step),
+        });
         tick.style.left = `${left + u.valToPos(m.x, 'x') - w / 2}px`;
         tick.style.width = `${w}px`;
         return tick;
       });
-    const label = h('span', { class: 'lane-label', title: `${l.run.id}: alarms (the audit of its rollouts)` }, several ? `⚑ ${l.run.id}` : '⚑ alarms');
+    const label = h(
+      'span',
+      { class: 'lane-label', title: `${l.run.id}: alarms (the audit of its rollouts)` },
+      several ? `⚑ ${l.run.id}` : '⚑ alarms',
+    );
     label.style.width = `${Math.max(0, left - 4)}px`;
     return h('div', { class: 'lane-row', 'data-lane-run': l.run.id }, label, ...ticks);
   });
@@ -63,7 +73,11 @@ export function drawMarks(u: uPlot, steps: Map<number, string[]>, kind: 'stage')
   for (const [x, texts] of steps) {
     if (x < lo || x > hi) continue;
     const title = texts.join('\n');
-    const mark = h('div', { class: `${kind}-mark`, title, 'data-step': x }, h('span', { class: `${kind}-flag`, title }));
+    const mark = h(
+      'div',
+      { class: `${kind}-mark`, title, 'data-step': x },
+      h('span', { class: `${kind}-flag`, title }),
+    );
     mark.style.left = `${u.valToPos(x, 'x')}px`;
     u.over.append(mark);
   }

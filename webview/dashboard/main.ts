@@ -14,11 +14,37 @@
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
 import uPlot from 'uplot';
-import { ALARMS, AUDIT_METRICS, HOPS_METRICS, KIND_METRICS, type DashboardContract, type DashboardRun, type DashboardSettings, type DashboardView, type MetricsRow } from '../../src/core/protocol/dashboard';
+import {
+  ALARMS,
+  AUDIT_METRICS,
+  type DashboardContract,
+  type DashboardRun,
+  type DashboardSettings,
+  type DashboardView,
+  HOPS_METRICS,
+  KIND_METRICS,
+  type MetricsRow,
+} from '../../src/core/protocol/dashboard';
 import { connect, vscodeApi } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
-import { alarmLane, alarmNames, chartMatches, emptyText, fmt, fmtDuration, nearest, paletteColor, questionKinds, runStatus, smoothEma, sparseSeries, stageMarks, stepTimes, type LaneMark } from './model';
 import { drawMarks, onLaneClick, renderLane } from './alarmLane';
+import {
+  alarmLane,
+  alarmNames,
+  chartMatches,
+  emptyText,
+  fmt,
+  fmtDuration,
+  type LaneMark,
+  nearest,
+  paletteColor,
+  questionKinds,
+  runStatus,
+  smoothEma,
+  sparseSeries,
+  stageMarks,
+  stepTimes,
+} from './model';
 
 interface ChartSpec {
   key: string;
@@ -30,19 +56,79 @@ interface ChartSpec {
 
 /** The charts, in order (metric names as the trainer writes them, veRL's where it has one). */
 export const CHARTS: ChartSpec[] = [
-  { key: 'reward', title: 'Reward and exact match', min0: 1, metrics: [{ key: 'critic/score/mean', label: 'reward' }, { key: 'reward/em/mean', label: 'EM (train)' }, { key: 'val/em', label: 'EM (held-out)' }] },
-  { key: 'searches', title: 'Searches per trajectory', metrics: [{ key: 'env/number_of_valid_search', label: 'train' }, { key: 'val/searches_mean', label: 'held-out' }] },
-  { key: 'hops', title: 'Held-out by hops: exact match, searches per question, bridge entity searched, answer retrieved', min0: 1, metrics: [1, 2].flatMap((n) => [{ key: HOPS_METRICS.em(n), label: `EM ${n}-hop` }, { key: HOPS_METRICS.searches(n), label: `searches ${n}-hop` }, ...(n > 1 ? [{ key: HOPS_METRICS.bridge(n), label: `bridge entity searched ${n}-hop` }] : []), { key: HOPS_METRICS.retrieved(n), label: `answer retrieved ${n}-hop` }]) },
+  {
+    key: 'reward',
+    title: 'Reward and exact match',
+    min0: 1,
+    metrics: [
+      { key: 'critic/score/mean', label: 'reward' },
+      { key: 'reward/em/mean', label: 'EM (train)' },
+      { key: 'val/em', label: 'EM (held-out)' },
+    ],
+  },
+  {
+    key: 'searches',
+    title: 'Searches per trajectory',
+    metrics: [
+      { key: 'env/number_of_valid_search', label: 'train' },
+      { key: 'val/searches_mean', label: 'held-out' },
+    ],
+  },
+  {
+    key: 'hops',
+    title: 'Held-out by hops: exact match, searches per question, bridge entity searched, answer retrieved',
+    min0: 1,
+    metrics: [1, 2].flatMap((n) => [
+      { key: HOPS_METRICS.em(n), label: `EM ${n}-hop` },
+      { key: HOPS_METRICS.searches(n), label: `searches ${n}-hop` },
+      ...(n > 1 ? [{ key: HOPS_METRICS.bridge(n), label: `bridge entity searched ${n}-hop` }] : []),
+      { key: HOPS_METRICS.retrieved(n), label: `answer retrieved ${n}-hop` },
+    ]),
+  },
   { key: 'length', title: 'Response length (tokens)', metrics: [{ key: 'response_length/mean', label: 'mean' }] },
   // Valid actions high with format low: the parser accepts what the format check refuses (an <answer> inside an unclosed <search>: the audit's answer-in-search).
-  { key: 'valid', title: 'Valid-action ratio and format (is_valid_sequence)', min0: 1, metrics: [{ key: 'env/ratio_of_valid_action', label: 'valid actions' }, { key: 'reward/format/mean', label: 'format (train)' }, { key: 'val/reward/format/mean', label: 'format (held-out)' }] },
-  { key: 'zero', title: 'Groups with zero reward variance', min0: 1, metrics: [{ key: 'reward/frac_zero_std_groups', label: 'fraction' }] },
-  { key: 'kl', title: 'KL', metrics: [{ key: 'actor/ppo_kl', label: 'policy vs rollout' }, { key: 'actor/kl_loss', label: 'vs reference' }] },
+  {
+    key: 'valid',
+    title: 'Valid-action ratio and format (is_valid_sequence)',
+    min0: 1,
+    metrics: [
+      { key: 'env/ratio_of_valid_action', label: 'valid actions' },
+      { key: 'reward/format/mean', label: 'format (train)' },
+      { key: 'val/reward/format/mean', label: 'format (held-out)' },
+    ],
+  },
+  {
+    key: 'zero',
+    title: 'Groups with zero reward variance',
+    min0: 1,
+    metrics: [{ key: 'reward/frac_zero_std_groups', label: 'fraction' }],
+  },
+  {
+    key: 'kl',
+    title: 'KL',
+    metrics: [
+      { key: 'actor/ppo_kl', label: 'policy vs rollout' },
+      { key: 'actor/kl_loss', label: 'vs reference' },
+    ],
+  },
   { key: 'entropy', title: 'Entropy', metrics: [{ key: 'actor/entropy', label: 'entropy' }] },
   { key: 'clip', title: 'Clip fraction', metrics: [{ key: 'actor/pg_clipfrac', label: 'clipped' }] },
   { key: 'grad', title: 'Gradient norm', metrics: [{ key: 'actor/grad_norm', label: 'grad norm' }] },
-  { key: 'drift', title: 'Re-tokenisation drift (rollouts audited)', min0: 1, metrics: [{ key: AUDIT_METRICS.drift, label: 'drift rate' }] },
-  { key: 'logprob', title: 'Rollout vs trainer log-probs (trained tokens)', metrics: [{ key: AUDIT_METRICS.meanAbsDiff, label: 'mean |Δ|' }, { key: AUDIT_METRICS.ratioOutside, label: 'ratio outside [0.5, 2]' }, { key: AUDIT_METRICS.seqRatio, label: 'sequence ratio' }] },
+  {
+    key: 'drift',
+    title: 'Re-tokenisation drift (rollouts audited)',
+    min0: 1,
+    metrics: [{ key: AUDIT_METRICS.drift, label: 'drift rate' }],
+  },
+  {
+    key: 'logprob',
+    title: 'Rollout vs trainer log-probs (trained tokens)',
+    metrics: [
+      { key: AUDIT_METRICS.meanAbsDiff, label: 'mean |Δ|' },
+      { key: AUDIT_METRICS.ratioOutside, label: 'ratio outside [0.5, 2]' },
+      { key: AUDIT_METRICS.seqRatio, label: 'sequence ratio' },
+    ],
+  },
   { key: 'alarms', title: 'Audit: alarms (rollouts) and leaks (tokens) per step', metrics: [] },
   { key: 'tps', title: 'Tokens per second', metrics: [{ key: 'perf/throughput', label: 'tokens/s' }] },
 ];
@@ -55,8 +141,18 @@ export const CHARTS: ChartSpec[] = [
 function kindCharts(kinds: readonly string[]): ChartSpec[] {
   if (!kinds.length) return [];
   return [
-    { key: 'kinds-em', title: 'Held-out exact match by question kind', min0: 1, metrics: kinds.map((k) => ({ key: KIND_METRICS.em(k), label: k })) },
-    { key: 'kinds-retrieved', title: 'Held-out answer retrieved by question kind (high with low EM: misread)', min0: 1, metrics: kinds.map((k) => ({ key: KIND_METRICS.retrieved(k), label: k })) },
+    {
+      key: 'kinds-em',
+      title: 'Held-out exact match by question kind',
+      min0: 1,
+      metrics: kinds.map((k) => ({ key: KIND_METRICS.em(k), label: k })),
+    },
+    {
+      key: 'kinds-retrieved',
+      title: 'Held-out answer retrieved by question kind (high with low EM: misread)',
+      min0: 1,
+      metrics: kinds.map((k) => ({ key: KIND_METRICS.retrieved(k), label: k })),
+    },
   ];
 }
 
@@ -67,11 +163,27 @@ let alarms: string[] = [];
 /** The charts, in order: CHARTS with the by-kind charts after the by-hops chart, the alarms chart with a series per alarm the audit counted. */
 function chartSpecs(): ChartSpec[] {
   const at = CHARTS.findIndex((c) => c.key === 'hops') + 1;
-  const alarmChart = (c: ChartSpec): ChartSpec => (c.key === 'alarms' ? { ...c, metrics: [...alarms.map((a) => ({ key: AUDIT_METRICS.alarm(a), label: a })), { key: AUDIT_METRICS.leaks, label: 'leaked tokens' }] } : c);
+  const alarmChart = (c: ChartSpec): ChartSpec =>
+    c.key === 'alarms'
+      ? {
+          ...c,
+          metrics: [
+            ...alarms.map((a) => ({ key: AUDIT_METRICS.alarm(a), label: a })),
+            { key: AUDIT_METRICS.leaks, label: 'leaked tokens' },
+          ],
+        }
+      : c;
   return [...CHARTS.slice(0, at), ...kindCharts(kinds), ...CHARTS.slice(at)].map(alarmChart);
 }
 
-const PALETTE_VARS = ['--vscode-charts-blue', '--vscode-charts-orange', '--vscode-charts-green', '--vscode-charts-purple', '--vscode-charts-red', '--vscode-charts-yellow'];
+const PALETTE_VARS = [
+  '--vscode-charts-blue',
+  '--vscode-charts-orange',
+  '--vscode-charts-green',
+  '--vscode-charts-purple',
+  '--vscode-charts-red',
+  '--vscode-charts-yellow',
+];
 const FALLBACK = ['#3794ff', '#d18616', '#89d185', '#b180d7', '#f14c4c', '#cca700'];
 /** Overlaid runs: the first solid, the others dashed (and their series further along the palette). */
 const RUN_DASH: (number[] | undefined)[] = [undefined, [8, 4], [2, 3], [12, 3, 2, 3]];
@@ -84,7 +196,11 @@ const runsBar = h('div', { class: 'runs', 'data-testid': 'runs' });
 const pinnedGrid = h('div', { class: 'grid pinned', 'data-testid': 'pinned' });
 const pinnedHead = h('h2', { class: 'section', hidden: true }, 'Pinned');
 const grid = h('div', { class: 'grid', 'data-testid': 'charts' });
-const empty = h('p', { class: 'muted', 'data-testid': 'empty' }, 'No metrics yet: the first line comes after the first evaluation or step.');
+const empty = h(
+  'p',
+  { class: 'muted', 'data-testid': 'empty' },
+  'No metrics yet: the first line comes after the first evaluation or step.',
+);
 const noMatch = h('p', { class: 'muted', 'data-testid': 'no-match', hidden: true }, 'No chart matches the search.');
 
 let runs: DashboardRun[] = [];
@@ -96,7 +212,7 @@ let settings: DashboardSettings = { alarmThresholds: {} };
 
 const DEFAULT_VIEW: DashboardView = { smoothing: 0, xAxis: 'step', alarms: true, log: [], pinned: [], search: '' };
 const savedView = (vscodeApi().getState() as { view?: Partial<DashboardView> } | undefined)?.view ?? {};
-let view: DashboardView = { ...DEFAULT_VIEW, ...savedView };
+const view: DashboardView = { ...DEFAULT_VIEW, ...savedView };
 function saveView(): void {
   vscodeApi().setState({ view });
 }
@@ -197,7 +313,13 @@ const sparse = new Map<string, Set<number>>();
 
 /** The x-axis: steps (integer ticks) or wall time since each run's start. */
 function xAxisOptions(axis: uPlot.Axis): uPlot.Axis {
-  if (view.xAxis === 'time') return { ...axis, label: 'wall time (since the run started)', values: (_u, splits) => splits.map(fmtDuration), incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400] };
+  if (view.xAxis === 'time')
+    return {
+      ...axis,
+      label: 'wall time (since the run started)',
+      values: (_u, splits) => splits.map(fmtDuration),
+      incrs: [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400],
+    };
   return { ...axis, label: 'step', incrs: [1, 2, 5, 10, 20, 25, 50, 100, 200, 250, 500, 1000, 2000, 5000, 10000] };
 }
 
@@ -224,13 +346,25 @@ function makeChart(spec: ChartSpec, pinned: boolean): Chart {
         value: (u, v, si, idx) => {
           if (idx === null) return '–';
           const rawCol = u.data[si + runs.length * M] as (number | null)[];
-          if (v !== null && v !== undefined) return view.smoothing > 0 && rawCol[idx] !== null ? `${fmt(v)} (raw ${fmt(rawCol[idx])})` : fmt(v);
+          if (v !== null && v !== undefined)
+            return view.smoothing > 0 && rawCol[idx] !== null ? `${fmt(v)} (raw ${fmt(rawCol[idx])})` : fmt(v);
           const n = nearest(u.data[si] as (number | null)[], idx);
           return n ? `${fmt(n.value)} (${xLabel(u, n.at)})` : '–';
         },
       });
       // The raw values under a smoothed line (TensorBoard draws them faint); hidden while smoothing is off.
-      raw.push({ label: `${m.label} (raw)`, class: 'raw-series', stroke: color, alpha: 0.25, width: 1, dash: RUN_DASH[i % RUN_DASH.length], spanGaps: true, show: view.smoothing > 0, points: { show: false }, value: () => '' });
+      raw.push({
+        label: `${m.label} (raw)`,
+        class: 'raw-series',
+        stroke: color,
+        alpha: 0.25,
+        width: 1,
+        dash: RUN_DASH[i % RUN_DASH.length],
+        spanGaps: true,
+        show: view.smoothing > 0,
+        points: { show: false },
+        value: () => '',
+      });
     });
   });
   // The alarm lane's legend entry, one per run: nothing drawn in the plot (the lane is above it); the legend shows the
@@ -245,16 +379,61 @@ function makeChart(spec: ChartSpec, pinned: boolean): Chart {
     points: { show: false },
     value: (_u, _v, si, idx) => laneValue(spec.key, si, idx),
   }));
-  const series: uPlot.Series[] = [{ label: view.xAxis === 'step' ? 'step' : 'time', value: (_u, v) => (v === null ? '–' : view.xAxis === 'step' ? String(v) : fmtDuration(v)) }, ...main, ...raw, ...laneSeries];
-  const pin = h('button', { class: `pin${pinned ? ' on' : ''}`, title: pinned ? 'Unpin' : 'Pin to the top', 'aria-pressed': String(pinned), 'data-testid': 'pin', onclick: () => togglePin(spec.key) }, pinned ? 'Unpin' : 'Pin');
-  const logBox = h('input', { type: 'checkbox', 'data-testid': 'log-scale', 'aria-label': `${spec.title}: log scale`, checked: log, onchange: () => toggleLog(spec.key) });
+  const series: uPlot.Series[] = [
+    {
+      label: view.xAxis === 'step' ? 'step' : 'time',
+      value: (_u, v) => (v === null ? '–' : view.xAxis === 'step' ? String(v) : fmtDuration(v)),
+    },
+    ...main,
+    ...raw,
+    ...laneSeries,
+  ];
+  const pin = h(
+    'button',
+    {
+      class: `pin${pinned ? ' on' : ''}`,
+      title: pinned ? 'Unpin' : 'Pin to the top',
+      'aria-pressed': String(pinned),
+      'data-testid': 'pin',
+      onclick: () => togglePin(spec.key),
+    },
+    pinned ? 'Unpin' : 'Pin',
+  );
+  const logBox = h('input', {
+    type: 'checkbox',
+    'data-testid': 'log-scale',
+    'aria-label': `${spec.title}: log scale`,
+    checked: log,
+    onchange: () => toggleLog(spec.key),
+  });
   const lane = h('div', { class: 'alarm-lane', 'data-testid': 'alarm-lane' });
   const note = h('div', { class: 'chart-note muted', 'data-testid': 'chart-note' });
-  const box = h('div', { class: `chart${pinned ? ' is-pinned' : ''}`, 'data-chart': spec.key }, h('div', { class: 'chart-head' }, h('h3', {}, spec.title), h('span', { class: 'chart-tools' }, h('label', { title: 'Logarithmic y axis (values ≤ 0 are not drawn)' }, logBox, ' log'), pin)), lane, note);
+  const box = h(
+    'div',
+    { class: `chart${pinned ? ' is-pinned' : ''}`, 'data-chart': spec.key },
+    h(
+      'div',
+      { class: 'chart-head' },
+      h('h3', {}, spec.title),
+      h(
+        'span',
+        { class: 'chart-tools' },
+        h('label', { title: 'Logarithmic y axis (values ≤ 0 are not drawn)' }, logBox, ' log'),
+        pin,
+      ),
+    ),
+    lane,
+    note,
+  );
   const axis = { stroke: fg, grid: { stroke: gridColor, width: 1 }, ticks: { stroke: gridColor, width: 1 } };
   const y: uPlot.Scale = log
     ? { distr: 3, log: 10 }
-    : { range: (_u, lo, hi) => (spec.min0 !== undefined ? [Math.min(0, lo), Math.max(hi, 0.1 * spec.min0)] : [lo === hi ? lo - 1 : lo, lo === hi ? hi + 1 : hi]) };
+    : {
+        range: (_u, lo, hi) =>
+          spec.min0 !== undefined
+            ? [Math.min(0, lo), Math.max(hi, 0.1 * spec.min0)]
+            : [lo === hi ? lo - 1 : lo, lo === hi ? hi + 1 : hi],
+      };
   const cols = columns(spec, log);
   let chart!: Chart;
   const plot = new uPlot(
@@ -265,9 +444,23 @@ function makeChart(spec: ChartSpec, pinned: boolean): Chart {
       cursor: { sync: { key: 'dashboard' }, drag: { x: true, y: false } },
       legend: { live: true },
       // x padded by half a step (at least) so the first and last points — a step-0 evaluation — are not on the edge.
-      scales: { x: { time: false, range: (_u, lo, hi) => { const pad = Math.max(view.xAxis === 'step' ? 0.5 : 1, (hi - lo) * 0.02); return [lo - pad, hi + pad]; } }, y, lane: { auto: false, range: [0, 1] } },
+      scales: {
+        x: {
+          time: false,
+          range: (_u, lo, hi) => {
+            const pad = Math.max(view.xAxis === 'step' ? 0.5 : 1, (hi - lo) * 0.02);
+            return [lo - pad, hi + pad];
+          },
+        },
+        y,
+        lane: { auto: false, range: [0, 1] },
+      },
       hooks: {
-        draw: [(u) => drawMarks(u, stageMarksOnAxis(), 'stage'), (u) => chart && renderLane(chart, u, view.alarms, settings.alarmThresholds), (u) => describeScales(box, u)],
+        draw: [
+          (u) => drawMarks(u, stageMarksOnAxis(), 'stage'),
+          (u) => chart && renderLane(chart, u, view.alarms, settings.alarmThresholds),
+          (u) => describeScales(box, u),
+        ],
         setSeries: [(_u, si, opts) => onSeriesToggle(spec.key, si, opts)],
       },
       axes: [xAxisOptions(axis), { ...axis, size: 56 }],
@@ -281,7 +474,10 @@ function makeChart(spec: ChartSpec, pinned: boolean): Chart {
     if (idx === null || idx === undefined) return;
     const at = chart.xsteps[idx];
     if (!at) return;
-    const run = view.xAxis === 'step' ? (runs.find((r) => (rows.get(r.dir) ?? []).some((row) => row.step === at.step)) ?? runs[0]) : runs[at.run];
+    const run =
+      view.xAxis === 'step'
+        ? (runs.find((r) => (rows.get(r.dir) ?? []).some((row) => row.step === at.step)) ?? runs[0])
+        : runs[at.run];
     // The zero-variance chart opens that step's GRPO groups; the others its rollouts in the inspector.
     if (run) void endpoint.request(spec.key === 'zero' ? 'openGroups' : 'openStep', { dir: run.dir, step: at.step });
   });
@@ -312,7 +508,9 @@ function laneValue(key: string, si: number, idx: number | null): string {
   const x = (c.plot.data[0] as number[])[idx];
   const mark = lane?.marks.find((m) => m.x === x);
   if (!mark) return '–';
-  return mark.alarms.map((a) => `${a.name} ${a.count}${a.rollouts ? `/${a.rollouts}` : ''}${a.shown ? '' : ' (under threshold)'}`).join(', ');
+  return mark.alarms
+    .map((a) => `${a.name} ${a.count}${a.rollouts ? `/${a.rollouts}` : ''}${a.shown ? '' : ' (under threshold)'}`)
+    .join(', ');
 }
 
 function onSeriesToggle(key: string, si: number | null, opts: uPlot.Series): void {
@@ -333,7 +531,8 @@ function setAlarms(on: boolean): void {
   try {
     for (const c of charts.values()) {
       const first = c.plot.series.length - runs.length;
-      for (let si = first; si < c.plot.series.length; si++) if (c.plot.series[si]!.show !== on) c.plot.setSeries(si, { show: on });
+      for (let si = first; si < c.plot.series.length; si++)
+        if (c.plot.series[si]!.show !== on) c.plot.setSeries(si, { show: on });
       renderLane(c, c.plot, on, settings.alarmThresholds);
     }
   } finally {
@@ -428,7 +627,10 @@ function applyVisibility(): void {
 function update(): void {
   // A kind or an alarm seen for the first time (the first evaluation, an overlaid run) adds a series: rebuild.
   const nowKinds = questionKinds(runs.flatMap((r) => rows.get(r.dir) ?? []));
-  const nowAlarms = alarmNames(runs.flatMap((r) => auditRows.get(r.dir) ?? []), ALARMS);
+  const nowAlarms = alarmNames(
+    runs.flatMap((r) => auditRows.get(r.dir) ?? []),
+    ALARMS,
+  );
   if (nowKinds.join('\n') !== kinds.join('\n') || nowAlarms.join('\n') !== alarms.join('\n')) {
     kinds = nowKinds;
     alarms = nowAlarms;
@@ -444,14 +646,28 @@ function update(): void {
     const cols = columns(c.spec, log);
     sparse.set(c.spec.key, sparseSeries(cols.counts, cols.steps));
     c.xsteps = cols.xsteps;
-    c.lanes = runs.map((run, i) => ({ run, marks: lanes[i]!.flatMap((m) => { const x = xOf(times[i]!, m.step); return x === undefined ? [] : [{ ...m, x }]; }) }));
-    for (let si = 1 + runs.length * c.spec.metrics.length; si <= 2 * runs.length * c.spec.metrics.length; si++) if (c.plot.series[si]!.show !== view.smoothing > 0) c.plot.setSeries(si, { show: view.smoothing > 0 });
+    c.lanes = runs.map((run, i) => ({
+      run,
+      marks: lanes[i]!.flatMap((m) => {
+        const x = xOf(times[i]!, m.step);
+        return x === undefined ? [] : [{ ...m, x }];
+      }),
+    }));
+    for (let si = 1 + runs.length * c.spec.metrics.length; si <= 2 * runs.length * c.spec.metrics.length; si++)
+      if (c.plot.series[si]!.show !== view.smoothing > 0) c.plot.setSeries(si, { show: view.smoothing > 0 });
     c.plot.setData(cols.data);
     const n = cols.counts.reduce((a, b) => a + b, 0);
     points += n;
     c.box.dataset.points = String(n);
     c.box.classList.toggle('no-alarms', !lanes.some((l) => l.length));
-    c.note.textContent = log && cols.nonPositive ? `log scale: ${cols.nonPositive} value${cols.nonPositive === 1 ? '' : 's'} ≤ 0 not drawn` : view.xAxis === 'time' && n === 0 && c.spec.metrics.some((m) => runs.some((r) => rowsOf(r.dir).some((row) => typeof row[m.key] === 'number'))) ? 'no wall time recorded for these steps' : '';
+    c.note.textContent =
+      log && cols.nonPositive
+        ? `log scale: ${cols.nonPositive} value${cols.nonPositive === 1 ? '' : 's'} ≤ 0 not drawn`
+        : view.xAxis === 'time' &&
+            n === 0 &&
+            c.spec.metrics.some((m) => runs.some((r) => rowsOf(r.dir).some((row) => typeof row[m.key] === 'number')))
+          ? 'no wall time recorded for these steps'
+          : '';
   }
   applyVisibility();
   empty.hidden = points > 0;
@@ -462,9 +678,13 @@ function update(): void {
   d.runs = String(runs.length);
   d.steps = String(Math.max(0, ...[...rows.values()].flatMap((list) => list.map((r) => r.step))));
   d.theme = theme;
-  d.alarmSteps = [...new Set(lanes.flatMap((l) => l.filter((m) => m.alarms.some((a) => a.shown)).map((m) => m.step)))].sort((a, b) => a - b).join(',');
+  d.alarmSteps = [...new Set(lanes.flatMap((l) => l.filter((m) => m.alarms.some((a) => a.shown)).map((m) => m.step)))]
+    .sort((a, b) => a - b)
+    .join(',');
   d.stageSteps = [...stagesByStep.keys()].join(',');
-  d.markers = [...charts.values()].flatMap((c) => [...(sparse.get(c.spec.key) ?? [])].map((i) => `${c.spec.key}: ${c.plot.series[i]?.label ?? i}`)).join(' | ');
+  d.markers = [...charts.values()]
+    .flatMap((c) => [...(sparse.get(c.spec.key) ?? [])].map((i) => `${c.spec.key}: ${c.plot.series[i]?.label ?? i}`))
+    .join(' | ');
   d.smoothing = String(view.smoothing);
   d.xAxis = view.xAxis;
   d.alarmLane = String(view.alarms);
@@ -482,13 +702,28 @@ function renderRuns(): void {
         runs.length > 1 ? swatch : null,
         h('strong', {}, r.id),
         h('span', { class: 'run-status', 'data-testid': 'run-status' }, ` ${runStatus(r)}`),
-        runs.length > 1 ? h('a', { href: '#', class: 'remove', title: 'Remove from the overlay', onclick: (e: Event) => {
-          e.preventDefault();
-          void endpoint.request('removeRun', { dir: r.dir });
-        } }, '×') : null,
+        runs.length > 1
+          ? h(
+              'a',
+              {
+                href: '#',
+                class: 'remove',
+                title: 'Remove from the overlay',
+                onclick: (e: Event) => {
+                  e.preventDefault();
+                  void endpoint.request('removeRun', { dir: r.dir });
+                },
+              },
+              '×',
+            )
+          : null,
       );
     }),
-    h('vscode-button', { secondary: true, 'data-testid': 'add-run', onclick: () => void endpoint.request('addRun', undefined) }, 'Overlay Run…'),
+    h(
+      'vscode-button',
+      { secondary: true, 'data-testid': 'add-run', onclick: () => void endpoint.request('addRun', undefined) },
+      'Overlay Run…',
+    ),
   );
 }
 
@@ -501,13 +736,28 @@ function setRuns(next: DashboardRun[]): void {
 }
 
 // --- the toolbar: search, smoothing, x-axis, alarm lane ------------------------------------------------------------
-const searchBox = h('input', { type: 'search', class: 'chart-search', placeholder: 'Search charts (title or metric)', 'aria-label': 'Search charts', 'data-testid': 'chart-search', value: view.search });
+const searchBox = h('input', {
+  type: 'search',
+  class: 'chart-search',
+  placeholder: 'Search charts (title or metric)',
+  'aria-label': 'Search charts',
+  'data-testid': 'chart-search',
+  value: view.search,
+});
 searchBox.addEventListener('input', () => {
   view.search = searchBox.value;
   saveView();
   applyVisibility();
 });
-const smoothing = h('input', { type: 'range', min: '0', max: '0.99', step: '0.01', value: String(view.smoothing), 'aria-label': 'Smoothing', 'data-testid': 'smoothing' });
+const smoothing = h('input', {
+  type: 'range',
+  min: '0',
+  max: '0.99',
+  step: '0.01',
+  value: String(view.smoothing),
+  'aria-label': 'Smoothing',
+  'data-testid': 'smoothing',
+});
 const smoothingValue = h('span', { class: 'value', 'data-testid': 'smoothing-value' }, view.smoothing.toFixed(2));
 smoothing.addEventListener('input', () => {
   view.smoothing = Number(smoothing.value);
@@ -515,21 +765,45 @@ smoothing.addEventListener('input', () => {
   saveView();
   update();
 });
-const xAxis = h('select', { 'aria-label': 'x-axis', 'data-testid': 'x-axis' }, h('option', { value: 'step', selected: view.xAxis === 'step' }, 'step'), h('option', { value: 'time', selected: view.xAxis === 'time' }, 'wall time'));
+const xAxis = h(
+  'select',
+  { 'aria-label': 'x-axis', 'data-testid': 'x-axis' },
+  h('option', { value: 'step', selected: view.xAxis === 'step' }, 'step'),
+  h('option', { value: 'time', selected: view.xAxis === 'time' }, 'wall time'),
+);
 xAxis.addEventListener('change', () => {
   view.xAxis = xAxis.value === 'time' ? 'time' : 'step';
   saveView();
   rebuild();
 });
-const alarmToggle = h('input', { type: 'checkbox', checked: view.alarms, 'data-testid': 'alarm-toggle', 'aria-label': 'Alarm lane' });
+const alarmToggle = h('input', {
+  type: 'checkbox',
+  checked: view.alarms,
+  'data-testid': 'alarm-toggle',
+  'aria-label': 'Alarm lane',
+});
 alarmToggle.addEventListener('change', () => setAlarms(alarmToggle.checked));
 const toolbar = h(
   'div',
   { class: 'toolbar', 'data-testid': 'toolbar' },
   searchBox,
-  h('label', { title: "TensorBoard's smoothing: an exponential moving average, debiased (the raw values stay drawn faintly)" }, 'Smoothing ', smoothing, smoothingValue),
+  h(
+    'label',
+    { title: "TensorBoard's smoothing: an exponential moving average, debiased (the raw values stay drawn faintly)" },
+    'Smoothing ',
+    smoothing,
+    smoothingValue,
+  ),
   h('label', {}, 'x-axis ', xAxis),
-  h('label', { title: 'A lane above each chart marks the steps where an alarm reached its threshold (searchAgent.dashboard.alarmThresholds: a share of the step’s rollouts)' }, alarmToggle, ' alarm lane'),
+  h(
+    'label',
+    {
+      title:
+        'A lane above each chart marks the steps where an alarm reached its threshold (searchAgent.dashboard.alarmThresholds: a share of the step’s rollouts)',
+    },
+    alarmToggle,
+    ' alarm lane',
+  ),
 );
 
 endpoint.on('runs', ({ runs: next }) => {
@@ -557,13 +831,18 @@ endpoint.handle('describe', () => ({
       key: c.spec.key,
       title: c.spec.title,
       series: M,
-      points: c.plot.data.slice(1, 1 + M).reduce((n, col) => n + (col as (number | null)[]).filter((v) => v !== null).length, 0),
+      points: c.plot.data
+        .slice(1, 1 + M)
+        .reduce((n, col) => n + (col as (number | null)[]).filter((v) => v !== null).length, 0),
       colors: c.plot.series.slice(1, 1 + M).map((x) => String(x.stroke)),
       markers: [...(sparse.get(c.spec.key) ?? [])].map((i) => String(c.plot.series[i]?.label ?? i)),
       log: view.log.includes(c.spec.key),
       pinned: view.pinned.includes(c.spec.key),
       hidden: c.box.hidden,
-      lane: c.lanes.map((l) => ({ run: l.run.id, steps: l.marks.filter((m) => m.alarms.some((a) => a.shown)).map((m) => m.step) })),
+      lane: c.lanes.map((l) => ({
+        run: l.run.id,
+        steps: l.marks.filter((m) => m.alarms.some((a) => a.shown)).map((m) => m.step),
+      })),
     };
   }),
   runs: runs.map((r) => r.id),
@@ -572,7 +851,11 @@ endpoint.handle('describe', () => ({
 }));
 
 function themeNow(): string {
-  return ['vscode-high-contrast-light', 'vscode-high-contrast', 'vscode-dark', 'vscode-light'].find((c) => document.body.classList.contains(c)) ?? 'unknown';
+  return (
+    ['vscode-high-contrast-light', 'vscode-high-contrast', 'vscode-dark', 'vscode-light'].find((c) =>
+      document.body.classList.contains(c),
+    ) ?? 'unknown'
+  );
 }
 
 new MutationObserver(() => {
@@ -588,7 +871,16 @@ new ResizeObserver(() => {
   for (const c of charts.values()) c.plot.setSize({ width: w, height: CHART_H });
 }).observe(grid);
 
-replaceChildren(root, h('header', {}, h('h1', {}, 'Training dashboard'), runsBar), toolbar, empty, noMatch, pinnedHead, pinnedGrid, grid);
+replaceChildren(
+  root,
+  h('header', {}, h('h1', {}, 'Training dashboard'), runsBar),
+  toolbar,
+  empty,
+  noMatch,
+  pinnedHead,
+  pinnedGrid,
+  grid,
+);
 theme = themeNow();
 void endpoint.request('getState', undefined).then((state) => {
   for (const m of state.metrics) rows.set(m.dir, [...m.rows]);

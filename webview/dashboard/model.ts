@@ -1,8 +1,15 @@
 /** The dashboard's pure parts (no DOM): number format, a run's header, sparse series, the nearest recorded value,
  * the question kinds a run's metrics name. */
-import { AUDIT_METRICS, KIND_METRICS, type DashboardRun, type MetricsRow } from '../../src/core/protocol/dashboard';
+import { AUDIT_METRICS, type DashboardRun, KIND_METRICS, type MetricsRow } from '../../src/core/protocol/dashboard';
 
-export const fmt = (v: number | null | undefined) => (v === null || v === undefined || !Number.isFinite(v) ? '–' : Math.abs(v) >= 1000 ? v.toFixed(0) : Math.abs(v) >= 10 ? v.toFixed(1) : v.toFixed(3));
+export const fmt = (v: number | null | undefined) =>
+  v === null || v === undefined || !Number.isFinite(v)
+    ? '–'
+    : Math.abs(v) >= 1000
+      ? v.toFixed(0)
+      : Math.abs(v) >= 10
+        ? v.toFixed(1)
+        : v.toFixed(3);
 
 /** A series with recorded values at fewer than this fraction of the chart's steps is drawn with markers. */
 export const SPARSE = 0.5;
@@ -14,7 +21,10 @@ export function sparseSeries(counts: readonly number[], steps: number): Set<numb
 }
 
 /** The recorded value nearest to `idx` in a column (for the legend of a sparse series), with its x index. */
-export function nearest(col: readonly (number | null | undefined)[], idx: number): { value: number; at: number } | undefined {
+export function nearest(
+  col: readonly (number | null | undefined)[],
+  idx: number,
+): { value: number; at: number } | undefined {
   for (let d = 0; d < col.length; d++) {
     for (const k of d === 0 ? [idx] : [idx - d, idx + d]) {
       const v = col[k];
@@ -26,7 +36,8 @@ export function nearest(col: readonly (number | null | undefined)[], idx: number
 
 /** A run's header: its state and step (and a curriculum's stage), or the warm start's progress and loss while it runs. */
 export function runStatus(r: DashboardRun): string {
-  if (r.state === 'running' && r.phase === 'warmup') return `running · warm-up${r.warmup ? ` ${r.warmup.step}/${r.warmup.steps} · loss ${fmt(r.warmup.loss)}` : ''}`;
+  if (r.state === 'running' && r.phase === 'warmup')
+    return `running · warm-up${r.warmup ? ` ${r.warmup.step}/${r.warmup.steps} · loss ${fmt(r.warmup.loss)}` : ''}`;
   const stages = r.stages ?? [];
   const at = stages.findIndex((s) => r.step <= s.start + s.steps);
   const stage = stages.length > 1 ? ` · stage ${(at < 0 ? stages.length - 1 : at) + 1}/${stages.length}` : '';
@@ -34,7 +45,11 @@ export function runStatus(r: DashboardRun): string {
 }
 
 const mixText = (mix: Record<string, number> | null) =>
-  mix ? `hops_mix ${Object.entries(mix).map(([h, w]) => `${h}: ${w}`).join(', ')}` : "the data's own mix";
+  mix
+    ? `hops_mix ${Object.entries(mix)
+        .map(([h, w]) => `${h}: ${w}`)
+        .join(', ')}`
+    : "the data's own mix";
 
 /** Where a curriculum run's stages after the first start (the step of the policy they start from), each with what
  * the mark says: the stage, its mix, and what restarts there — so the dip after a stage starts reads as what it is. */
@@ -61,10 +76,11 @@ export function emptyText(runs: readonly DashboardRun[]): string {
 /** The question kinds (`meta.kind`) the rows have held-out EM for, sorted: the by-kind charts' series, one per kind. */
 export function questionKinds(rows: Iterable<MetricsRow>): string[] {
   const kinds = new Set<string>();
-  for (const row of rows) for (const key of Object.keys(row)) {
-    const k = KIND_METRICS.kindOf(key);
-    if (k !== undefined) kinds.add(k);
-  }
+  for (const row of rows)
+    for (const key of Object.keys(row)) {
+      const k = KIND_METRICS.kindOf(key);
+      if (k !== undefined) kinds.add(k);
+    }
   return [...kinds].sort();
 }
 
@@ -104,10 +120,11 @@ export function paletteColor(i: number, theme: readonly string[]): string {
 /** The alarm names the rows count (`audit/alarm/<name>`), the protocol's ALARMS first in their order, then others sorted. */
 export function alarmNames(rows: Iterable<MetricsRow>, known: readonly string[]): string[] {
   const seen = new Set<string>();
-  for (const row of rows) for (const key of Object.keys(row)) {
-    const a = AUDIT_METRICS.alarmOf(key);
-    if (a !== undefined) seen.add(a);
-  }
+  for (const row of rows)
+    for (const key of Object.keys(row)) {
+      const a = AUDIT_METRICS.alarmOf(key);
+      if (a !== undefined) seen.add(a);
+    }
   return [...known.filter((a) => seen.has(a)), ...[...seen].filter((a) => !known.includes(a)).sort()];
 }
 
@@ -156,7 +173,8 @@ export function alarmLane(rows: readonly MetricsRow[], thresholds: Readonly<Reco
 
 /** What a lane mark says: "search-repeat 9 of 64 rollouts (14%)", the alarms under their threshold last, marked so. */
 export function laneText(mark: LaneMark, thresholds: Readonly<Record<string, number>> = {}): string {
-  const one = (a: LaneAlarm) => `${a.name} ${a.count}${a.rollouts ? ` of ${a.rollouts} rollouts (${Math.round(100 * (a.share ?? 0))}%)` : ''}${a.shown ? '' : ` — under its lane threshold ${Math.round(100 * thresholdOf(thresholds, a.name))}%`}`;
+  const one = (a: LaneAlarm) =>
+    `${a.name} ${a.count}${a.rollouts ? ` of ${a.rollouts} rollouts (${Math.round(100 * (a.share ?? 0))}%)` : ''}${a.shown ? '' : ` — under its lane threshold ${Math.round(100 * thresholdOf(thresholds, a.name))}%`}`;
   return [...mark.alarms.filter((a) => a.shown), ...mark.alarms.filter((a) => !a.shown)].map(one).join('; ');
 }
 
@@ -184,7 +202,10 @@ export function fmtDuration(seconds: number): string {
 }
 
 /** Whether a chart answers the dashboard's search: every word in its title, its series' labels or metric names. */
-export function chartMatches(spec: { title: string; metrics: readonly { key: string; label: string }[] }, search: string): boolean {
+export function chartMatches(
+  spec: { title: string; metrics: readonly { key: string; label: string }[] },
+  search: string,
+): boolean {
   const words = search.toLowerCase().split(/\s+/).filter(Boolean);
   if (!words.length) return true;
   const hay = [spec.title, ...spec.metrics.flatMap((m) => [m.key, m.label])].join('\n').toLowerCase();

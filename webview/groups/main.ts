@@ -21,29 +21,72 @@ const REASONS: Record<ZeroVarianceReason, string> = {
 };
 
 let state: GroupsState | null = null;
-const onlyZero = h('input', { type: 'checkbox', 'data-testid': 'only-zero', 'aria-label': 'Only zero-variance groups' }) as HTMLInputElement;
+const onlyZero = h('input', {
+  type: 'checkbox',
+  'data-testid': 'only-zero',
+  'aria-label': 'Only zero-variance groups',
+}) as HTMLInputElement;
 onlyZero.addEventListener('change', render);
 const header = h('div', { class: 'header', 'data-testid': 'header' });
 const list = h('div', { class: 'groups', 'data-testid': 'groups' });
 replaceChildren(root, header, list);
 
-const fmt = (v: number | null | undefined) => (v === null || v === undefined ? '–' : Number.isInteger(v) ? String(v) : v.toFixed(3));
+const fmt = (v: number | null | undefined) =>
+  v === null || v === undefined ? '–' : Number.isInteger(v) ? String(v) : v.toFixed(3);
 
 function groupCard(g: GroupView): HTMLElement {
-  const cols = ['sample', 'reward', 'advantage', 'answer', 'EM', 'format', 'searches', 'finish', `diverges at (${g.unit})`];
+  const cols = [
+    'sample',
+    'reward',
+    'advantage',
+    'answer',
+    'EM',
+    'format',
+    'searches',
+    'finish',
+    `diverges at (${g.unit})`,
+  ];
   return h(
     'section',
-    { class: `group${g.zeroVariance ? ' zero' : ''}`, 'data-group': g.group, 'data-zero': String(g.zeroVariance), 'data-reason': g.reason ?? '' },
+    {
+      class: `group${g.zeroVariance ? ' zero' : ''}`,
+      'data-group': g.group,
+      'data-zero': String(g.zeroVariance),
+      'data-reason': g.reason ?? '',
+    },
     h(
       'div',
       { class: 'group-head' },
       h('strong', {}, `group ${g.group}`),
       ` · ${g.samples.length} samples · reward mean ${fmt(g.rewardMean)} · std ${fmt(g.rewardStd)}`,
       g.divergeAt !== null ? ` · streams part at ${g.unit === 'tokens' ? 'token' : 'character'} ${g.divergeAt}` : '',
-      g.zeroVariance ? h('span', { class: 'badge zero', 'data-testid': 'reason' }, `zero variance: ${REASONS[g.reason ?? 'equal-rewards']}`) : null,
-      ...(g.alarms ?? []).map((a) => h('span', { class: 'badge alarm', 'data-testid': 'group-alarm', title: 'a group diagnostic of audit (docs/instruments.md)' }, a)),
+      g.zeroVariance
+        ? h(
+            'span',
+            { class: 'badge zero', 'data-testid': 'reason' },
+            `zero variance: ${REASONS[g.reason ?? 'equal-rewards']}`,
+          )
+        : null,
+      ...(g.alarms ?? []).map((a) =>
+        h(
+          'span',
+          {
+            class: 'badge alarm',
+            'data-testid': 'group-alarm',
+            title: 'a group diagnostic of audit (docs/instruments.md)',
+          },
+          a,
+        ),
+      ),
     ),
-    g.question ? h('div', { class: 'question' }, g.question, g.golden?.length ? h('span', { class: 'golden' }, ` — golden: ${g.golden.join(' | ')}`) : null) : null,
+    g.question
+      ? h(
+          'div',
+          { class: 'question' },
+          g.question,
+          g.golden?.length ? h('span', { class: 'golden' }, ` — golden: ${g.golden.join(' | ')}`) : null,
+        )
+      : null,
     h(
       'table',
       { class: 'samples' },
@@ -54,7 +97,12 @@ function groupCard(g: GroupView): HTMLElement {
         ...g.samples.map((s) =>
           h(
             'tr',
-            { class: 'sample', title: `${s.file}:${s.line} — click to replay`, 'data-line': s.line, onclick: () => void endpoint.request('openSample', { file: s.file, line: s.line }) },
+            {
+              class: 'sample',
+              title: `${s.file}:${s.line} — click to replay`,
+              'data-line': s.line,
+              onclick: () => void endpoint.request('openSample', { file: s.file, line: s.line }),
+            },
             h('td', {}, fmt(s.sample)),
             h('td', { class: 'num' }, fmt(s.reward)),
             h('td', { class: 'num' }, fmt(s.advantage)),
@@ -83,7 +131,11 @@ function render(): void {
     header,
     h('h2', {}, `GRPO groups${state.step !== undefined ? ` of step ${state.step}` : ''}`),
     h('div', { class: 'source' }, state.source),
-    h('div', { class: 'summary', 'data-testid': 'summary' }, `${state.groups.length} groups, ${zero.length} with zero reward variance (no signal: every advantage is 0)`),
+    h(
+      'div',
+      { class: 'summary', 'data-testid': 'summary' },
+      `${state.groups.length} groups, ${zero.length} with zero reward variance (no signal: every advantage is 0)`,
+    ),
     h('label', {}, onlyZero, ' only zero-variance groups'),
     state.errors.length ? h('ul', { class: 'errors' }, ...state.errors.map((e) => h('li', {}, e))) : null,
   );

@@ -11,20 +11,31 @@
  * panes that hold it. All rollout text is inserted as text nodes.
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
-import type { Overlay, ReplayContract, ReplayEntry, ReplayModel, ReplayPosition, ReplayState } from '../../src/core/protocol/replay';
+import type {
+  Overlay,
+  ReplayContract,
+  ReplayEntry,
+  ReplayModel,
+  ReplayPosition,
+  ReplayState,
+} from '../../src/core/protocol/replay';
 import { connect } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 import { forkPane } from './fork';
-import { colourValues, legendValue, Microscope, MICROSCOPE_LABELS } from './microscope';
-import { BUCKETS, bucketOf, stripScale, Strips } from './strips';
+import { colourValues, legendValue, MICROSCOPE_LABELS, Microscope } from './microscope';
+import { BUCKETS, bucketOf, Strips, stripScale } from './strips';
 
 const endpoint = connect<ReplayContract>('replay');
 const root = document.getElementById('root')!;
 /** The instruments: Δ / ratio colourings, the IS preview, next drift, the engine's mask (microscope.ts). */
-const microscope = new Microscope(endpoint, () => {
-  renderTokens();
-  renderPosition();
-}, (t) => go(t, true));
+const microscope = new Microscope(
+  endpoint,
+  () => {
+    renderTokens();
+    renderPosition();
+  },
+  (t) => go(t, true),
+);
 
 const OVERLAY_LABELS: Record<Overlay | 'none', string> = {
   none: 'role and mask',
@@ -49,7 +60,8 @@ let chipWindow = { from: 0, to: 0 };
 let markedEntry = -1;
 
 const visible = (s: string) => s.replace(/ /g, '·').replace(/\t/g, '→').replace(/\n/g, '↵\n');
-const fmt = (v: number | null | undefined, d = 3) => (v === null || v === undefined ? '–' : Number.isInteger(v) ? String(v) : v.toFixed(d));
+const fmt = (v: number | null | undefined, d = 3) =>
+  v === null || v === undefined ? '–' : Number.isInteger(v) ? String(v) : v.toFixed(d);
 
 function model(): ReplayModel | undefined {
   return state?.models[0];
@@ -69,12 +81,42 @@ const legend = h('div', { class: 'legend', 'data-testid': 'legend' });
 const hover = h('div', { class: 'hovercard', role: 'tooltip', hidden: true, 'data-testid': 'hovercard' });
 const textView = h('pre', { class: 'textview', 'data-testid': 'textview' });
 const fork = forkPane(endpoint);
-const forkHere = h('vscode-button', { secondary: true, 'data-testid': 'fork-here', title: 'Fork the rollout at the turn of the current entry (docs/fork.md)', onclick: () => fork.at((model()?.entries[pos.entry]?.turn ?? 0) + 1) }, 'Fork here');
+const forkHere = h(
+  'vscode-button',
+  {
+    secondary: true,
+    'data-testid': 'fork-here',
+    title: 'Fork the rollout at the turn of the current entry (docs/fork.md)',
+    onclick: () => fork.at((model()?.entries[pos.entry]?.turn ?? 0) + 1),
+  },
+  'Fork here',
+);
 /** Every recorded per-token array as a heat strip under the chips (strips.ts). */
 const strips = new Strips((t) => go(t));
-replaceChildren(root, header, controls, columns, legend, microscope.driftPane, tokenPane, strips.element, fork.element, h('h3', {}, 'Trajectory text'), textView, hover);
+replaceChildren(
+  root,
+  header,
+  controls,
+  columns,
+  legend,
+  microscope.driftPane,
+  tokenPane,
+  strips.element,
+  fork.element,
+  h('h3', {}, 'Trajectory text'),
+  textView,
+  hover,
+);
 
-const scrubber = h('input', { type: 'range', min: '0', max: '0', value: '0', class: 'scrubber', 'aria-label': 'Token position', 'data-testid': 'scrubber' });
+const scrubber = h('input', {
+  type: 'range',
+  min: '0',
+  max: '0',
+  value: '0',
+  class: 'scrubber',
+  'aria-label': 'Token position',
+  'data-testid': 'scrubber',
+});
 scrubber.addEventListener('input', () => go(Number(scrubber.value)));
 const overlaySelect = h('select', { class: 'overlay', 'aria-label': 'Overlay', 'data-testid': 'overlay' });
 overlaySelect.addEventListener('change', () => {
@@ -83,7 +125,11 @@ overlaySelect.addEventListener('change', () => {
   renderPosition();
   save();
 });
-const speedSelect = h('select', { class: 'speed', 'aria-label': 'Speed (tokens per second)' }, ...[2, 4, 8, 16, 32, 64].map((s) => h('option', { value: s }, `${s} tok/s`)));
+const speedSelect = h(
+  'select',
+  { class: 'speed', 'aria-label': 'Speed (tokens per second)' },
+  ...[2, 4, 8, 16, 32, 64].map((s) => h('option', { value: s }, `${s} tok/s`)),
+);
 speedSelect.addEventListener('change', () => {
   pos.speed = Number(speedSelect.value);
   if (playing) {
@@ -92,18 +138,51 @@ speedSelect.addEventListener('change', () => {
   }
   save();
 });
-const playButton = h('vscode-button', { 'data-testid': 'play', title: 'Play / pause (Space)', onclick: () => (playing ? pause() : play()) }, 'Play');
-const leakButton = h('vscode-button', { secondary: true, 'data-testid': 'next-leak', title: 'Next mask leak (n)', onclick: () => leak(1) }, 'Next leak');
-const tokenizerButton = h('vscode-button', { secondary: true, 'data-testid': 'tokenizer', title: "Split a token-less rollout with a model's tokenizer.json", onclick: () => void endpoint.request('chooseTokenizer', undefined) }, 'Tokenize with…');
+const playButton = h(
+  'vscode-button',
+  { 'data-testid': 'play', title: 'Play / pause (Space)', onclick: () => (playing ? pause() : play()) },
+  'Play',
+);
+const leakButton = h(
+  'vscode-button',
+  { secondary: true, 'data-testid': 'next-leak', title: 'Next mask leak (n)', onclick: () => leak(1) },
+  'Next leak',
+);
+const tokenizerButton = h(
+  'vscode-button',
+  {
+    secondary: true,
+    'data-testid': 'tokenizer',
+    title: "Split a token-less rollout with a model's tokenizer.json",
+    onclick: () => void endpoint.request('chooseTokenizer', undefined),
+  },
+  'Tokenize with…',
+);
 const positionLabel = h('span', { class: 'position', 'data-testid': 'position' });
 
 replaceChildren(
   controls,
-  h('vscode-button', { secondary: true, title: 'Previous entry (↑ or [)', 'data-testid': 'prev-entry', onclick: () => stepEntry(-1) }, '◀◀'),
-  h('vscode-button', { secondary: true, title: 'Previous token (←)', 'data-testid': 'prev-token', onclick: () => go(pos.token - 1) }, '◀'),
+  h(
+    'vscode-button',
+    { secondary: true, title: 'Previous entry (↑ or [)', 'data-testid': 'prev-entry', onclick: () => stepEntry(-1) },
+    '◀◀',
+  ),
+  h(
+    'vscode-button',
+    { secondary: true, title: 'Previous token (←)', 'data-testid': 'prev-token', onclick: () => go(pos.token - 1) },
+    '◀',
+  ),
   playButton,
-  h('vscode-button', { secondary: true, title: 'Next token (→)', 'data-testid': 'next-token', onclick: () => go(pos.token + 1) }, '▶'),
-  h('vscode-button', { secondary: true, title: 'Next entry (↓ or ])', 'data-testid': 'next-entry', onclick: () => stepEntry(1) }, '▶▶'),
+  h(
+    'vscode-button',
+    { secondary: true, title: 'Next token (→)', 'data-testid': 'next-token', onclick: () => go(pos.token + 1) },
+    '▶',
+  ),
+  h(
+    'vscode-button',
+    { secondary: true, title: 'Next entry (↓ or ])', 'data-testid': 'next-entry', onclick: () => stepEntry(1) },
+    '▶▶',
+  ),
   speedSelect,
   scrubber,
   positionLabel,
@@ -135,9 +214,30 @@ function renderHeader(): void {
         'div',
         { class: 'title' },
         h('h2', {}, m.id),
-        badge(`level ${m.level}`, m.level === 'token' ? 'tokens recorded' : m.level === 'tokenizer' ? `tokenised with ${m.tokenizer}` : 'segment level (no tokens recorded)'),
-        m.audit ? badge(m.audit.leaks.length ? 'leaks bad' : 'leaks good', m.audit.leaks.length ? `${m.audit.leaks.length} mask leak${m.audit.leaks.length === 1 ? '' : 's'}` : 'mask audit: no leaks', leakTitle(m)) : null,
-        m.microscope ? badge(m.microscope.drift ? 'drift bad' : 'drift', m.microscope.drift ? `drift at token ${m.microscope.drift.token}` : m.microscope.driftNote, m.microscope.driftNote) : null,
+        badge(
+          `level ${m.level}`,
+          m.level === 'token'
+            ? 'tokens recorded'
+            : m.level === 'tokenizer'
+              ? `tokenised with ${m.tokenizer}`
+              : 'segment level (no tokens recorded)',
+        ),
+        m.audit
+          ? badge(
+              m.audit.leaks.length ? 'leaks bad' : 'leaks good',
+              m.audit.leaks.length
+                ? `${m.audit.leaks.length} mask leak${m.audit.leaks.length === 1 ? '' : 's'}`
+                : 'mask audit: no leaks',
+              leakTitle(m),
+            )
+          : null,
+        m.microscope
+          ? badge(
+              m.microscope.drift ? 'drift bad' : 'drift',
+              m.microscope.drift ? `drift at token ${m.microscope.drift.token}` : m.microscope.driftNote,
+              m.microscope.driftNote,
+            )
+          : null,
       ),
       h(
         'dl',
@@ -147,12 +247,40 @@ function renderHeader(): void {
         ...fact('question', m.question ?? '–'),
         ...fact('golden', m.golden?.join(' | ') ?? '–'),
         ...fact('answer', m.answer ?? '∅ (no answer)'),
-        ...fact('reward', `${fmt(m.reward)}${m.rewardParts && Object.keys(m.rewardParts).length ? ` (${Object.entries(m.rewardParts).map(([k, v]) => `${k} ${fmt(v)}`).join(', ')})` : ''}`),
-        ...fact('finish', `${m.finish ?? '–'} · ${m.searches ?? m.entries.filter((e) => e.kind === 'search').length} searches`),
+        ...fact(
+          'reward',
+          `${fmt(m.reward)}${
+            m.rewardParts && Object.keys(m.rewardParts).length
+              ? ` (${Object.entries(m.rewardParts)
+                  .map(([k, v]) => `${k} ${fmt(v)}`)
+                  .join(', ')})`
+              : ''
+          }`,
+        ),
+        ...fact(
+          'finish',
+          `${m.finish ?? '–'} · ${m.searches ?? m.entries.filter((e) => e.kind === 'search').length} searches`,
+        ),
       ),
-      m.warnings.length || m.alignment ? h('ul', { class: 'warnings', 'data-testid': 'warnings' }, ...m.warnings.map((w) => h('li', {}, w)), m.alignment ? h('li', {}, `the tokens' text differs from the recorded text from character ${m.alignment.mismatchAt}: token spans are matched by position`) : null) : null,
+      m.warnings.length || m.alignment
+        ? h(
+            'ul',
+            { class: 'warnings', 'data-testid': 'warnings' },
+            ...m.warnings.map((w) => h('li', {}, w)),
+            m.alignment
+              ? h(
+                  'li',
+                  {},
+                  `the tokens' text differs from the recorded text from character ${m.alignment.mismatchAt}: token spans are matched by position`,
+                )
+              : null,
+          )
+        : null,
     );
-  replaceChildren(header, h('div', { class: `model-headers${state.models.length > 1 ? ' compare' : ''}` }, ...state.models.map(block)));
+  replaceChildren(
+    header,
+    h('div', { class: `model-headers${state.models.length > 1 ? ' compare' : ''}` }, ...state.models.map(block)),
+  );
   const m = model()!;
   leakButton.hidden = !m.audit?.leaks.length;
   tokenizerButton.hidden = m.level === 'token';
@@ -175,7 +303,14 @@ function renderTimeline(): void {
       h(
         'div',
         { class: 'timeline', 'data-testid': `timeline-${col}` },
-        state!.models.length > 1 ? h('div', { class: 'col-head' }, h('strong', {}, `sample ${m.sample ?? '?'}`), ` reward ${fmt(m.reward)} · answer ${m.answer ?? '∅'}`) : null,
+        state!.models.length > 1
+          ? h(
+              'div',
+              { class: 'col-head' },
+              h('strong', {}, `sample ${m.sample ?? '?'}`),
+              ` reward ${fmt(m.reward)} · answer ${m.answer ?? '∅'}`,
+            )
+          : null,
         ...m.entries.map((e, k) => entryCard(m, e, k, col)),
       ),
     ),
@@ -188,15 +323,45 @@ function entryCard(m: ReplayModel, e: ReplayEntry, k: number, col: number): HTML
   let content: (HTMLElement | string)[];
   if (e.kind === 'search') {
     // A tool call: the tool's name, then its query or why the call is invalid.
-    content = [e.error !== undefined ? h('div', { class: 'call-error' }, e.error) : h('div', { class: 'query' }, e.query ?? '')];
+    content = [
+      e.error !== undefined ? h('div', { class: 'call-error' }, e.error) : h('div', { class: 'query' }, e.query ?? ''),
+    ];
     if (e.tool !== undefined) content.unshift(h('div', { class: 'tool' }, `tool call · ${e.tool}`));
   } else if (e.kind === 'information' && e.docs?.length)
-    content = e.docs.map((d) => h('div', { class: 'doc' }, h('div', { class: 'doc-title' }, `Doc ${d.index}${d.title ? ` · ${d.title}` : ''}`, d.score !== undefined ? h('span', { class: 'score', title: 'retrieval score' }, ` score ${fmt(d.score)}`) : null), h('div', { class: 'doc-text' }, d.text)));
+    content = e.docs.map((d) =>
+      h(
+        'div',
+        { class: 'doc' },
+        h(
+          'div',
+          { class: 'doc-title' },
+          `Doc ${d.index}${d.title ? ` · ${d.title}` : ''}`,
+          d.score !== undefined
+            ? h('span', { class: 'score', title: 'retrieval score' }, ` score ${fmt(d.score)}`)
+            : null,
+        ),
+        h('div', { class: 'doc-text' }, d.text),
+      ),
+    );
   else content = [h('div', { class: 'entry-text' }, e.text.length > 4000 ? `${e.text.slice(0, 4000)}…` : e.text)];
   return h(
     'div',
-    { class: `entry kind-${e.kind}`, 'data-entry': k, 'data-col': col, onclick: () => (col === 0 ? go(e.tokenStart) : setEntry(k)) },
-    h('div', { class: 'entry-label' }, label, h('span', { class: 'entry-tokens' }, ` ${e.tokenEnd - e.tokenStart} ${m.level === 'segment' ? 'segment' : 'tokens'}`)),
+    {
+      class: `entry kind-${e.kind}`,
+      'data-entry': k,
+      'data-col': col,
+      onclick: () => (col === 0 ? go(e.tokenStart) : setEntry(k)),
+    },
+    h(
+      'div',
+      { class: 'entry-label' },
+      label,
+      h(
+        'span',
+        { class: 'entry-tokens' },
+        ` ${e.tokenEnd - e.tokenStart} ${m.level === 'segment' ? 'segment' : 'tokens'}`,
+      ),
+    ),
     ...content,
   );
 }
@@ -206,7 +371,13 @@ function values(m: ReplayModel, o: Overlay | 'none'): (number | null)[] | undefi
 }
 
 /** The chips of one model: a window around `around` when it is long; the entry `entry` marked in a compared column. */
-function chipsOf(m: ReplayModel, col: number, o: Overlay | 'none', around: number, entry: number | undefined): { chips: HTMLElement[]; window: { from: number; to: number } } {
+function chipsOf(
+  m: ReplayModel,
+  col: number,
+  o: Overlay | 'none',
+  around: number,
+  entry: number | undefined,
+): { chips: HTMLElement[]; window: { from: number; to: number } } {
   const n = m.tokens.text.length;
   const vals = values(m, o);
   const diverging = o !== 'none' && DIVERGING.has(o);
@@ -223,12 +394,19 @@ function chipsOf(m: ReplayModel, col: number, o: Overlay | 'none', around: numbe
     let cls = `chip role-${role}`;
     if (mask === 0) cls += ' masked';
     if (leaks.has(i)) cls += ' leak';
-    if (vals && sc) cls += v === null || v === undefined ? ' ov-none' : ` ov ov-${diverging ? 'd' : 's'}${bucketOf(v, sc)}`;
+    if (vals && sc)
+      cls += v === null || v === undefined ? ' ov-none' : ` ov ov-${diverging ? 'd' : 's'}${bucketOf(v, sc)}`;
     if (col === 0 && i === pos.token) cls += ' current';
     if (e && i >= e.tokenStart && i < e.tokenEnd) cls += ' in-entry';
     cls += microscope.chipClasses(col, i, o);
     const text = m.tokens.text[i]!;
-    chips.push(h('span', { class: cls, 'data-i': i, 'data-col': col }, text === '\n' ? '↵' : text.includes('\n') ? text.replace(/\n/g, '↵') : text));
+    chips.push(
+      h(
+        'span',
+        { class: cls, 'data-i': i, 'data-col': col },
+        text === '\n' ? '↵' : text.includes('\n') ? text.replace(/\n/g, '↵') : text,
+      ),
+    );
   }
   return { chips, window: { from, to } };
 }
@@ -249,7 +427,17 @@ function renderTokens(): void {
     const r = chipsOf(mm, col, o, at, compare ? entry : undefined);
     if (col === 0) chipWindow = r.window;
     const n = mm.tokens.text.length;
-    return h('div', { class: 'token-col', 'data-testid': `tokens-${col}` }, compare ? h('div', { class: 'col-head' }, h('strong', {}, `sample ${mm.sample ?? '?'}`), ` reward ${fmt(mm.reward)}`) : null, n > MAX_CHIPS ? h('div', { class: 'window-note' }, `tokens ${r.window.from}–${r.window.to - 1} of ${n} around the position`) : null, ...r.chips);
+    return h(
+      'div',
+      { class: 'token-col', 'data-testid': `tokens-${col}` },
+      compare
+        ? h('div', { class: 'col-head' }, h('strong', {}, `sample ${mm.sample ?? '?'}`), ` reward ${fmt(mm.reward)}`)
+        : null,
+      n > MAX_CHIPS
+        ? h('div', { class: 'window-note' }, `tokens ${r.window.from}–${r.window.to - 1} of ${n} around the position`)
+        : null,
+      ...r.chips,
+    );
   });
   replaceChildren(tokenPane, ...cols);
   tokenPane.classList.toggle('compare', compare);
@@ -263,7 +451,12 @@ function renderTokens(): void {
       legend,
       h('span', { class: 'legend-title' }, `${OVERLAY_LABELS[o]}:`),
       h('span', { class: 'legend-value' }, fmt(legendValue(o, sc.lo))),
-      ...Array.from({ length: BUCKETS }, (_, b) => h('span', { class: `swatch ov ov-${diverging ? 'd' : 's'}${b}`, title: fmt(legendValue(o, sc.lo + ((b + 0.5) * (sc.hi - sc.lo)) / BUCKETS)) })),
+      ...Array.from({ length: BUCKETS }, (_, b) =>
+        h('span', {
+          class: `swatch ov ov-${diverging ? 'd' : 's'}${b}`,
+          title: fmt(legendValue(o, sc.lo + ((b + 0.5) * (sc.hi - sc.lo)) / BUCKETS)),
+        }),
+      ),
       h('span', { class: 'legend-value' }, fmt(legendValue(o, sc.hi))),
       h('span', { class: 'swatch ov-none' }),
       h('span', {}, 'not recorded (not scored: prompt, retrieved or masked tokens)'),
@@ -272,9 +465,25 @@ function renderTokens(): void {
   } else {
     replaceChildren(
       legend,
-      ...(['generated', 'prompt', 'retrieved', 'feedback'] as const).map((r) => h('span', { class: 'legend-item' }, h('span', { class: `chip role-${r}` }, r))),
-      m.tokens.mask ? h('span', { class: 'legend-item' }, h('span', { class: 'chip role-retrieved masked' }, 'masked'), ' not in the loss') : h('span', { class: 'legend-item' }, 'loss mask not recorded'),
-      m.audit ? h('span', { class: 'legend-item' }, h('span', { class: 'chip role-retrieved leak' }, 'leak'), ' mask disagrees with role') : null,
+      ...(['generated', 'prompt', 'retrieved', 'feedback'] as const).map((r) =>
+        h('span', { class: 'legend-item' }, h('span', { class: `chip role-${r}` }, r)),
+      ),
+      m.tokens.mask
+        ? h(
+            'span',
+            { class: 'legend-item' },
+            h('span', { class: 'chip role-retrieved masked' }, 'masked'),
+            ' not in the loss',
+          )
+        : h('span', { class: 'legend-item' }, 'loss mask not recorded'),
+      m.audit
+        ? h(
+            'span',
+            { class: 'legend-item' },
+            h('span', { class: 'chip role-retrieved leak' }, 'leak'),
+            ' mask disagrees with role',
+          )
+        : null,
       ...microscope.legendItems(o),
     );
   }
@@ -297,7 +506,8 @@ function renderPosition(reveal = false): void {
   pos.token = Math.max(0, Math.min(n - 1, pos.token));
   pos.entry = entryOf(m, pos.token);
   const compare = (state?.models.length ?? 0) > 1;
-  if (pos.token < chipWindow.from || pos.token >= chipWindow.to || (compare && pos.entry !== markedEntry)) renderTokens();
+  if (pos.token < chipWindow.from || pos.token >= chipWindow.to || (compare && pos.entry !== markedEntry))
+    renderTokens();
   markedEntry = pos.entry;
   for (const el of tokenPane.querySelectorAll('.chip.current')) el.classList.remove('current');
   const chip = tokenPane.querySelector<HTMLElement>(`.chip[data-col="0"][data-i="${pos.token}"]`);
@@ -310,7 +520,11 @@ function renderPosition(reveal = false): void {
     const r = chip.getBoundingClientRect();
     if (r.top < 0 || r.bottom > window.innerHeight) chip.scrollIntoView({ block: 'center', inline: 'nearest' });
   }
-  if (compare) scrollWithin(tokenPane.querySelector<HTMLElement>('[data-testid="tokens-1"]') ?? tokenPane, tokenPane.querySelector<HTMLElement>('[data-col="1"].in-entry'));
+  if (compare)
+    scrollWithin(
+      tokenPane.querySelector<HTMLElement>('[data-testid="tokens-1"]') ?? tokenPane,
+      tokenPane.querySelector<HTMLElement>('[data-col="1"].in-entry'),
+    );
   for (const el of columns.querySelectorAll('.entry.current')) el.classList.remove('current');
   for (const el of columns.querySelectorAll<HTMLElement>(`.entry[data-entry="${pos.entry}"]`)) {
     el.classList.add('current');
@@ -324,7 +538,12 @@ function renderPosition(reveal = false): void {
   // The text view: the whole trajectory, the current token marked.
   const full = m.prompt + m.response;
   const span = tokenSpan(m, pos.token);
-  replaceChildren(textView, full.slice(0, span[0]), h('mark', { class: 'current-text' }, full.slice(span[0], span[1]) || ' '), full.slice(span[1]));
+  replaceChildren(
+    textView,
+    full.slice(0, span[0]),
+    h('mark', { class: 'current-text' }, full.slice(span[0], span[1]) || ' '),
+    full.slice(span[1]),
+  );
   scrollWithin(textView, textView.querySelector('mark'));
   const d = document.body.dataset;
   d.token = String(pos.token);
@@ -374,7 +593,10 @@ function stepEntry(d: 1 | -1): void {
 function leak(d: 1 | -1): void {
   const leaks = model()?.audit?.leaks ?? [];
   if (!leaks.length) return;
-  const next = d === 1 ? (leaks.find((i) => i > pos.token) ?? leaks[0]) : ([...leaks].reverse().find((i) => i < pos.token) ?? leaks[leaks.length - 1]);
+  const next =
+    d === 1
+      ? (leaks.find((i) => i > pos.token) ?? leaks[0])
+      : ([...leaks].reverse().find((i) => i < pos.token) ?? leaks[leaks.length - 1]);
   go(next!, true);
 }
 
@@ -435,10 +657,21 @@ tokenPane.addEventListener('mouseover', (ev) => {
     ['role', m.tokens.role[i]!],
     ['loss mask', m.tokens.mask ? String(m.tokens.mask[i]) : 'not recorded'],
   ];
-  if (m.audit?.leaks.includes(i)) rows.push(['audit', m.tokens.role[i] === 'generated' ? 'LEAK: generated but masked out of the loss' : `LEAK: ${m.tokens.role[i]} token trained on`]);
-  for (const [k, a] of Object.entries(m.tokens.overlays)) rows.push([OVERLAY_LABELS[k as Overlay], a?.[i] === null || a?.[i] === undefined ? 'not recorded' : fmt(a[i], 4)]);
+  if (m.audit?.leaks.includes(i))
+    rows.push([
+      'audit',
+      m.tokens.role[i] === 'generated'
+        ? 'LEAK: generated but masked out of the loss'
+        : `LEAK: ${m.tokens.role[i]} token trained on`,
+    ]);
+  for (const [k, a] of Object.entries(m.tokens.overlays))
+    rows.push([OVERLAY_LABELS[k as Overlay], a?.[i] === null || a?.[i] === undefined ? 'not recorded' : fmt(a[i], 4)]);
   rows.push(...microscope.hoverRows(Number(chip.dataset.col ?? 0), i));
-  replaceChildren(hover, h('pre', { class: 'hover-text' }, visible(m.tokens.text[i]!)), h('dl', {}, ...rows.flatMap(([k, v]) => fact(k, v))));
+  replaceChildren(
+    hover,
+    h('pre', { class: 'hover-text' }, visible(m.tokens.text[i]!)),
+    h('dl', {}, ...rows.flatMap(([k, v]) => fact(k, v))),
+  );
   hover.hidden = false;
   const r = chip.getBoundingClientRect();
   hover.style.left = `${Math.min(window.innerWidth - 320, Math.max(4, r.left))}px`;
@@ -467,9 +700,25 @@ function show(s: ReplayState | null): void {
   pos = { ...s.position };
   const m = model();
   microscope.show(s.models, s.importance);
-  const available = (['none', 'delta', 'ratio', 'rollout_logprob', 'logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'] as const).filter((o) => o === 'none' || m?.tokens.overlays[o]);
+  const available = (
+    [
+      'none',
+      'delta',
+      'ratio',
+      'rollout_logprob',
+      'logprob',
+      'ref_logprob',
+      'kl',
+      'advantage',
+      'value',
+      'entropy',
+    ] as const
+  ).filter((o) => o === 'none' || m?.tokens.overlays[o]);
   if (!available.includes(pos.overlay as never)) pos.overlay = 'none';
-  replaceChildren(overlaySelect, ...available.map((o) => h('option', { value: o, selected: o === pos.overlay }, OVERLAY_LABELS[o])));
+  replaceChildren(
+    overlaySelect,
+    ...available.map((o) => h('option', { value: o, selected: o === pos.overlay }, OVERLAY_LABELS[o])),
+  );
   speedSelect.value = String(pos.speed);
   controls.hidden = !m;
   tokenPane.hidden = !m;
@@ -486,5 +735,16 @@ function show(s: ReplayState | null): void {
 }
 
 endpoint.on('state', show);
-endpoint.handle('describe', () => ({ entry: pos.entry, token: pos.token, tokenText: model()?.tokens.text[pos.token] ?? null, entryKind: model()?.entries[pos.entry]?.kind ?? null, leaks: model()?.audit?.leaks.length ?? 0, overlay: pos.overlay, level: model()?.level ?? '', columns: state?.models.length ?? 0, ...microscope.describe(), strips: strips.describe() }));
+endpoint.handle('describe', () => ({
+  entry: pos.entry,
+  token: pos.token,
+  tokenText: model()?.tokens.text[pos.token] ?? null,
+  entryKind: model()?.entries[pos.entry]?.kind ?? null,
+  leaks: model()?.audit?.leaks.length ?? 0,
+  overlay: pos.overlay,
+  level: model()?.level ?? '',
+  columns: state?.models.length ?? 0,
+  ...microscope.describe(),
+  strips: strips.describe(),
+}));
 void endpoint.request('getState', undefined).then(show);

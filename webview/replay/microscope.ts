@@ -6,10 +6,19 @@
  * re-encoded pieces side by side, and the engine's mask against ours. Model text is inserted as text nodes only.
  */
 import type { ViewEndpoint } from '../../src/core/protocol/messaging';
-import type { ImportanceLevel, ImportancePreview, Overlay, ReplayContract, ReplayModel } from '../../src/core/protocol/replay';
+import type {
+  ImportanceLevel,
+  ImportancePreview,
+  Overlay,
+  ReplayContract,
+  ReplayModel,
+} from '../../src/core/protocol/replay';
 import { h, replaceChildren } from '../shared/dom';
 
-export const MICROSCOPE_LABELS: Record<'delta' | 'ratio', string> = { delta: 'Δ = logprob − rollout_logprob', ratio: 'ratio exp(Δ) = π_trainer / π_rollout' };
+export const MICROSCOPE_LABELS: Record<'delta' | 'ratio', string> = {
+  delta: 'Δ = logprob − rollout_logprob',
+  ratio: 'ratio exp(Δ) = π_trainer / π_rollout',
+};
 
 /** The numbers a colouring buckets: the ratio is coloured by its log (Δ, diverging around ratio 1). */
 export function colourValues(m: ReplayModel, o: Overlay | 'none'): (number | null)[] | undefined {
@@ -51,10 +60,36 @@ export class Microscope {
     private readonly redraw: () => void,
     private readonly go: (token: number) => void,
   ) {
-    this.driftButton = h('vscode-button', { secondary: true, 'data-testid': 'next-drift', title: 'Jump to the first re-tokenisation drift and show both sides (d)', onclick: () => this.nextDrift() }, 'Next drift');
-    this.previewToggle = h('input', { type: 'checkbox', 'data-testid': 'is-toggle', 'aria-label': 'Importance-sampling preview' }) as HTMLInputElement;
-    this.levelSelect = h('select', { 'data-testid': 'is-level', 'aria-label': 'Importance-sampling level' }, h('option', { value: 'token' }, 'token'), h('option', { value: 'sequence' }, 'sequence')) as HTMLSelectElement;
-    this.capInput = h('input', { type: 'number', min: '1.01', step: '0.1', value: '2', class: 'is-cap', 'data-testid': 'is-cap', 'aria-label': 'Cap C' }) as HTMLInputElement;
+    this.driftButton = h(
+      'vscode-button',
+      {
+        secondary: true,
+        'data-testid': 'next-drift',
+        title: 'Jump to the first re-tokenisation drift and show both sides (d)',
+        onclick: () => this.nextDrift(),
+      },
+      'Next drift',
+    );
+    this.previewToggle = h('input', {
+      type: 'checkbox',
+      'data-testid': 'is-toggle',
+      'aria-label': 'Importance-sampling preview',
+    }) as HTMLInputElement;
+    this.levelSelect = h(
+      'select',
+      { 'data-testid': 'is-level', 'aria-label': 'Importance-sampling level' },
+      h('option', { value: 'token' }, 'token'),
+      h('option', { value: 'sequence' }, 'sequence'),
+    ) as HTMLSelectElement;
+    this.capInput = h('input', {
+      type: 'number',
+      min: '1.01',
+      step: '0.1',
+      value: '2',
+      class: 'is-cap',
+      'data-testid': 'is-cap',
+      'aria-label': 'Cap C',
+    }) as HTMLInputElement;
     this.previewToggle.addEventListener('change', () => {
       this.previewOn = this.previewToggle.checked;
       this.redraw();
@@ -63,7 +98,11 @@ export class Microscope {
     this.capInput.addEventListener('change', () => void this.recompute());
     this.controls = h(
       'span',
-      { class: 'is-controls', title: 'Truncated IS (Yao et al. 2025): w = min(ρ, C) — tokens with ρ > C are clipped. Masked IS: tokens (sequences) with ρ outside [1/C, C] are dropped.' },
+      {
+        class: 'is-controls',
+        title:
+          'Truncated IS (Yao et al. 2025): w = min(ρ, C) — tokens with ρ > C are clipped. Masked IS: tokens (sequences) with ρ outside [1/C, C] are dropped.',
+      },
       h('label', {}, this.previewToggle, ' IS preview'),
       this.levelSelect,
       h('label', {}, ' C ', this.capInput),
@@ -96,7 +135,9 @@ export class Microscope {
     this.clipped = previews.map((p) => new Set(p?.clipped ?? []));
     this.dropped = previews.map((p) => new Set(p?.dropped ?? []));
     const p = previews[0];
-    this.summary.textContent = p ? ` ${p.clipped.length} clipped (TIS) · ${p.dropped.length} dropped (MIS) of ${p.scored} · ρ_seq ${p.seq_ratio.toPrecision(3)}` : '';
+    this.summary.textContent = p
+      ? ` ${p.clipped.length} clipped (TIS) · ${p.dropped.length} dropped (MIS) of ${p.scored} · ρ_seq ${p.seq_ratio.toPrecision(3)}`
+      : '';
   }
 
   private async recompute(): Promise<void> {
@@ -136,20 +177,54 @@ export class Microscope {
     const ms = m?.microscope;
     if (!ms) return [];
     const rows: [string, string][] = [];
-    if (ms.engineMask) rows.push(['engine mask', `${ms.engineMask[i] ?? '–'}${this.mismatch[col]?.has(i) ? ' — LEAK: the engine trained otherwise than loss_mask says' : ''}`]);
+    if (ms.engineMask)
+      rows.push([
+        'engine mask',
+        `${ms.engineMask[i] ?? '–'}${this.mismatch[col]?.has(i) ? ' — LEAK: the engine trained otherwise than loss_mask says' : ''}`,
+      ]);
     if (m.tokens.mask?.[i] === 0 && m.tokens.overlays.delta) rows.push(['Δ', 'excluded (loss mask 0: never compared)']);
     if (this.flagged[col]?.has(i)) rows.push(['ratio', 'outside the audit band']);
     const p = this.previews[col];
-    if (p && (this.clipped[col]?.has(i) || this.dropped[col]?.has(i))) rows.push([`IS (${p.level}, C ${p.cap})`, `${this.clipped[col]?.has(i) ? `TIS clips to ${p.cap}` : 'TIS keeps'} · ${this.dropped[col]?.has(i) ? 'MIS drops' : 'MIS keeps'}`]);
+    if (p && (this.clipped[col]?.has(i) || this.dropped[col]?.has(i)))
+      rows.push([
+        `IS (${p.level}, C ${p.cap})`,
+        `${this.clipped[col]?.has(i) ? `TIS clips to ${p.cap}` : 'TIS keeps'} · ${this.dropped[col]?.has(i) ? 'MIS drops' : 'MIS keeps'}`,
+      ]);
     if (ms.drift && i === ms.drift.token) rows.push(['drift', `first ${ms.drift.kind} drift here`]);
     return rows;
   }
 
   legendItems(o: Overlay | 'none'): HTMLElement[] {
     const items: HTMLElement[] = [];
-    if (isMicroscope(o)) items.push(h('span', { class: 'legend-item' }, h('span', { class: 'chip excluded' }, 'masked'), ' excluded (loss mask 0)'), h('span', { class: 'legend-item' }, h('span', { class: 'chip ratio-flag' }, 'flag'), ' ratio outside the band'));
-    if (this.previewOn) items.push(h('span', { class: 'legend-item' }, h('span', { class: 'chip is-clipped' }, 'clipped'), ` TIS: ρ > ${this.cap}`), h('span', { class: 'legend-item' }, h('span', { class: 'chip is-dropped' }, 'dropped'), ` MIS: ρ outside [${(1 / this.cap).toPrecision(3)}, ${this.cap}]`));
-    if (this.mismatch[0]?.size) items.push(h('span', { class: 'legend-item' }, h('span', { class: 'chip mask-mismatch' }, 'engine'), " engine's mask ≠ loss_mask"));
+    if (isMicroscope(o))
+      items.push(
+        h('span', { class: 'legend-item' }, h('span', { class: 'chip excluded' }, 'masked'), ' excluded (loss mask 0)'),
+        h('span', { class: 'legend-item' }, h('span', { class: 'chip ratio-flag' }, 'flag'), ' ratio outside the band'),
+      );
+    if (this.previewOn)
+      items.push(
+        h(
+          'span',
+          { class: 'legend-item' },
+          h('span', { class: 'chip is-clipped' }, 'clipped'),
+          ` TIS: ρ > ${this.cap}`,
+        ),
+        h(
+          'span',
+          { class: 'legend-item' },
+          h('span', { class: 'chip is-dropped' }, 'dropped'),
+          ` MIS: ρ outside [${(1 / this.cap).toPrecision(3)}, ${this.cap}]`,
+        ),
+      );
+    if (this.mismatch[0]?.size)
+      items.push(
+        h(
+          'span',
+          { class: 'legend-item' },
+          h('span', { class: 'chip mask-mismatch' }, 'engine'),
+          " engine's mask ≠ loss_mask",
+        ),
+      );
     return items;
   }
 
@@ -162,12 +237,32 @@ export class Microscope {
         'div',
         { class: 'drift-side', 'data-testid': testid },
         h('h4', {}, title),
-        h('ol', { start: String(d.from), class: 'drift-pieces' }, ...pieces.map((p, k) => h('li', { class: d.from + k === d.token ? 'drift-first' : '' }, h('code', {}, JSON.stringify(p.text)), h('span', { class: 'drift-id' }, ` id ${p.id}`)))),
+        h(
+          'ol',
+          { start: String(d.from), class: 'drift-pieces' },
+          ...pieces.map((p, k) =>
+            h(
+              'li',
+              { class: d.from + k === d.token ? 'drift-first' : '' },
+              h('code', {}, JSON.stringify(p.text)),
+              h('span', { class: 'drift-id' }, ` id ${p.id}`),
+            ),
+          ),
+        ),
       );
     replaceChildren(
       this.driftPane,
-      h('div', { class: 'drift-title' }, `Re-tokenisation drift (${d.kind === 'split' ? 'same text, other split' : d.kind === 'template' ? 'the chat template renders the messages otherwise' : 'the ids do not spell the text'}) at token ${d.token}`),
-      h('div', { class: 'drift-sides' }, side('recorded (sampled) ids', d.recorded, 'drift-recorded'), side('re-encoded by the tokenizer', d.reencoded, 'drift-reencoded')),
+      h(
+        'div',
+        { class: 'drift-title' },
+        `Re-tokenisation drift (${d.kind === 'split' ? 'same text, other split' : d.kind === 'template' ? 'the chat template renders the messages otherwise' : 'the ids do not spell the text'}) at token ${d.token}`,
+      ),
+      h(
+        'div',
+        { class: 'drift-sides' },
+        side('recorded (sampled) ids', d.recorded, 'drift-recorded'),
+        side('re-encoded by the tokenizer', d.reencoded, 'drift-reencoded'),
+      ),
     );
     this.driftPane.hidden = false;
     this.driftShown = true;

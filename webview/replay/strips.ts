@@ -50,7 +50,8 @@ export function bucketOf(v: number, s: { lo: number; hi: number }): number {
 /** The numbers a strip colours: the ratio by its log (Δ), every other array as recorded. */
 const coloured = (m: ReplayModel, o: Overlay) => m.tokens.overlays[o === 'ratio' ? 'delta' : o];
 const shown = (o: Overlay, v: number) => (o === 'ratio' ? Math.exp(v) : v);
-const fmt = (v: number) => (Number.isInteger(v) ? String(v) : Math.abs(v) < 1e-3 && v !== 0 ? v.toExponential(1) : v.toFixed(3));
+const fmt = (v: number) =>
+  Number.isInteger(v) ? String(v) : Math.abs(v) < 1e-3 && v !== 0 ? v.toExponential(1) : v.toFixed(3);
 
 export class Strips {
   readonly element = h('div', { class: 'strips', 'data-testid': 'strips', hidden: true });
@@ -67,7 +68,10 @@ export class Strips {
 
   /** Draws the strips of `m` over tokens [from, to) (the chips' window); hidden when the rollout records none. */
   render(m: ReplayModel | undefined, window: { from: number; to: number }, token: number): void {
-    const strips = m && m.level === 'token' ? STRIPS.filter((s) => coloured(m, s.overlay)?.some((v) => v !== null && v !== undefined)) : [];
+    const strips =
+      m && m.level === 'token'
+        ? STRIPS.filter((s) => coloured(m, s.overlay)?.some((v) => v !== null && v !== undefined))
+        : [];
     this.element.hidden = !strips.length;
     if (!m || !strips.length) {
       replaceChildren(this.element);
@@ -91,7 +95,14 @@ export class Strips {
       return h(
         'div',
         { class: 'strip', 'data-testid': `strip-${s.overlay}`, 'data-strip': s.overlay },
-        h('span', { class: 'strip-label', title: `${s.label}: ${s.diverging ? 'diverging around 0' : 'lowest to highest'} over the tokens shown` }, s.label),
+        h(
+          'span',
+          {
+            class: 'strip-label',
+            title: `${s.label}: ${s.diverging ? 'diverging around 0' : 'lowest to highest'} over the tokens shown`,
+          },
+          s.label,
+        ),
         h('span', { class: 'strip-range' }, `${fmt(shown(s.overlay, sc.lo))} … ${fmt(shown(s.overlay, sc.hi))}`),
         h('span', { class: 'strip-cells' }, ...cells),
       );
@@ -102,12 +113,19 @@ export class Strips {
 
   /** One legend for every strip (and the chips' overlays): both palettes, not recorded, masked. */
   private legend(): HTMLElement {
-    const swatches = (kind: 'd' | 's') => Array.from({ length: BUCKETS }, (_, b) => h('span', { class: `swatch ov ov-${kind}${b}` }));
+    const swatches = (kind: 'd' | 's') =>
+      Array.from({ length: BUCKETS }, (_, b) => h('span', { class: `swatch ov ov-${kind}${b}` }));
     return h(
       'div',
       { class: 'strip-legend', 'data-testid': 'strip-legend' },
       h('span', { class: 'legend-title' }, 'Per-token strips:'),
-      h('span', { class: 'legend-item' }, 'diverging (Δ, ratio, advantage, KL) −', ...swatches('d'), '+ (0 in the middle; ratio 1)'),
+      h(
+        'span',
+        { class: 'legend-item' },
+        'diverging (Δ, ratio, advantage, KL) −',
+        ...swatches('d'),
+        '+ (0 in the middle; ratio 1)',
+      ),
       h('span', { class: 'legend-item' }, 'sequential (log-probs, entropy, value) low', ...swatches('s'), 'high'),
       h('span', { class: 'legend-item' }, h('span', { class: 'swatch ov-none' }), ' not recorded'),
       h('span', { class: 'legend-item' }, h('span', { class: 'strip-cell ov ov-s6 masked' }), ' masked (loss mask 0)'),
@@ -118,7 +136,8 @@ export class Strips {
   mark(token: number): void {
     if (token === this.current) return;
     for (const el of this.element.querySelectorAll('.strip-cell.current')) el.classList.remove('current');
-    for (const el of this.element.querySelectorAll<HTMLElement>(`.strip-cell[data-i="${token}"]`)) el.classList.add('current');
+    for (const el of this.element.querySelectorAll<HTMLElement>(`.strip-cell[data-i="${token}"]`))
+      el.classList.add('current');
     this.current = token;
     const first = this.element.querySelector<HTMLElement>(`.strip-cell[data-i="${token}"]`);
     const rows = this.element.querySelector<HTMLElement>('.strip-rows');

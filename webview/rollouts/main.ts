@@ -7,7 +7,13 @@
  * rows: issue 44), and are resizable by dragging a header's right edge (double-click: fit).
  */
 import '@vscode-elements/elements/dist/vscode-button/index.js';
-import type { InspectorColumn, InspectorContract, InspectorQuery, InspectorStatus, RowFacts } from '../../src/core/protocol/rollouts';
+import type {
+  InspectorColumn,
+  InspectorContract,
+  InspectorQuery,
+  InspectorStatus,
+  RowFacts,
+} from '../../src/core/protocol/rollouts';
 import { connect, vscodeApi } from '../shared/bridge';
 import { h, replaceChildren } from '../shared/dom';
 
@@ -26,16 +32,46 @@ const COLUMNS: { key: InspectorColumn; label: string; title: string; cls?: strin
   { key: 'searches', label: 'searches', title: 'searches made', cls: 'num' },
   { key: 'turns', label: 'turns', title: 'turns', cls: 'num' },
   { key: 'finish', label: 'finish', title: 'why it ended' },
-  { key: 'length', label: 'length', title: 'response length: generated tokens when recorded, else characters', cls: 'num' },
+  {
+    key: 'length',
+    label: 'length',
+    title: 'response length: generated tokens when recorded, else characters',
+    cls: 'num',
+  },
   { key: 'data_source', label: 'source', title: 'data source' },
   { key: 'answer', label: 'answer', title: 'final answer', cls: 'text' },
   { key: 'golden', label: 'golden', title: 'golden answers', cls: 'text' },
   { key: 'leaks', label: 'leaks', title: 'tokens whose loss mask disagrees with their role (mask audit)', cls: 'num' },
-  { key: 'drift', label: 'drift', title: 're-tokenisation drift: the first token where the recorded ids and the re-encoded text differ (✓: none; empty: not checked, no tokenizer)', cls: 'num' },
-  { key: 'logprob', label: 'max |Δ|', title: 'max |logprob − rollout_logprob| over trained tokens (×n: trained tokens with a ratio outside [0.5, 2])', cls: 'num' },
-  { key: 'alarms', label: 'alarms', title: 'reward-hacking alarms (filter: alarm == "answer-enumeration")', cls: 'text' },
-  { key: 'invalid', label: 'invalid', title: 'invalid actions (tool calls: bad JSON, unknown tool, no query)', cls: 'num' },
-  { key: 'dialect', label: 'dialect', title: 'searchr1: Search-R1 tags · toolcall: chat-template tool calls · llama-json: Llama JSON tool calls' },
+  {
+    key: 'drift',
+    label: 'drift',
+    title:
+      're-tokenisation drift: the first token where the recorded ids and the re-encoded text differ (✓: none; empty: not checked, no tokenizer)',
+    cls: 'num',
+  },
+  {
+    key: 'logprob',
+    label: 'max |Δ|',
+    title: 'max |logprob − rollout_logprob| over trained tokens (×n: trained tokens with a ratio outside [0.5, 2])',
+    cls: 'num',
+  },
+  {
+    key: 'alarms',
+    label: 'alarms',
+    title: 'reward-hacking alarms (filter: alarm == "answer-enumeration")',
+    cls: 'text',
+  },
+  {
+    key: 'invalid',
+    label: 'invalid',
+    title: 'invalid actions (tool calls: bad JSON, unknown tool, no query)',
+    cls: 'num',
+  },
+  {
+    key: 'dialect',
+    label: 'dialect',
+    title: 'searchr1: Search-R1 tags · toolcall: chat-template tool calls · llama-json: Llama JSON tool calls',
+  },
 ];
 
 const endpoint = connect<InspectorContract>('rollouts');
@@ -53,18 +89,57 @@ let selected: number[] = [];
 let cursor: number | null = null; // position in the view of the keyboard cursor
 let autoFitted = false;
 
-const filterInput = h('input', { type: 'text', class: 'filter', placeholder: 'filter, e.g. reward == 0 && answer ~ golden · searches > 3 · group.zero_variance · mask.leaks > 0', spellcheck: 'false', 'aria-label': 'Filter expression', 'data-testid': 'filter' });
-const searchInput = h('input', { type: 'search', class: 'search', placeholder: 'search responses', spellcheck: 'false', 'aria-label': 'Search text', 'data-testid': 'search' });
+const filterInput = h('input', {
+  type: 'text',
+  class: 'filter',
+  placeholder: 'filter, e.g. reward == 0 && answer ~ golden · searches > 3 · group.zero_variance · mask.leaks > 0',
+  spellcheck: 'false',
+  'aria-label': 'Filter expression',
+  'data-testid': 'filter',
+});
+const searchInput = h('input', {
+  type: 'search',
+  class: 'search',
+  placeholder: 'search responses',
+  spellcheck: 'false',
+  'aria-label': 'Search text',
+  'data-testid': 'search',
+});
 const filterError = h('div', { class: 'filter-error', 'data-testid': 'filter-error', role: 'alert', hidden: true });
 const statusLine = h('div', { class: 'status', 'data-testid': 'status' });
-const compareButton = h('vscode-button', { secondary: true, disabled: true, 'data-testid': 'compare', title: 'Select two rows of the same group (Ctrl+click)', onclick: () => compare() }, 'Compare');
-const openButton = h('vscode-button', { disabled: true, 'data-testid': 'open', onclick: () => openSelected() }, 'Replay');
+const compareButton = h(
+  'vscode-button',
+  {
+    secondary: true,
+    disabled: true,
+    'data-testid': 'compare',
+    title: 'Select two rows of the same group (Ctrl+click)',
+    onclick: () => compare(),
+  },
+  'Compare',
+);
+const openButton = h(
+  'vscode-button',
+  { disabled: true, 'data-testid': 'open', onclick: () => openSelected() },
+  'Replay',
+);
 const head = h('div', { class: 'row head', role: 'row' });
 const spacer = h('div', { class: 'spacer' });
 const body = h('div', { class: 'rows', role: 'rowgroup' });
-const scroller = h('div', { class: 'scroller', tabindex: '0', role: 'grid', 'aria-label': 'Rollouts', 'data-testid': 'grid' }, head, h('div', { class: 'canvas' }, spacer, body));
+const scroller = h(
+  'div',
+  { class: 'scroller', tabindex: '0', role: 'grid', 'aria-label': 'Rollouts', 'data-testid': 'grid' },
+  head,
+  h('div', { class: 'canvas' }, spacer, body),
+);
 
-replaceChildren(root, h('div', { class: 'toolbar' }, filterInput, searchInput, openButton, compareButton), filterError, statusLine, scroller);
+replaceChildren(
+  root,
+  h('div', { class: 'toolbar' }, filterInput, searchInput, openButton, compareButton),
+  filterError,
+  statusLine,
+  scroller,
+);
 
 // --- column widths: fitted to the header and the first rows, capped for long texts, resizable ---------------------
 const MIN_W = 36;
@@ -171,7 +246,14 @@ function renderHead(): void {
       const sorted = query.sort?.column === c.key;
       return h(
         'div',
-        { class: `cell ${c.cls ?? ''} ${c.key}`, role: 'columnheader', title: `${c.title} — click to sort`, 'aria-sort': sorted ? (query.sort!.desc ? 'descending' : 'ascending') : 'none', 'data-column': c.key, onclick: () => sortBy(c.key) },
+        {
+          class: `cell ${c.cls ?? ''} ${c.key}`,
+          role: 'columnheader',
+          title: `${c.title} — click to sort`,
+          'aria-sort': sorted ? (query.sort!.desc ? 'descending' : 'ascending') : 'none',
+          'data-column': c.key,
+          onclick: () => sortBy(c.key),
+        },
         h('span', { class: 'label' }, c.label, sorted ? (query.sort!.desc ? ' ▼' : ' ▲') : ''),
         resizer(c.key),
       );
@@ -207,7 +289,8 @@ searchInput.addEventListener('input', () => {
   send(300);
 });
 
-const fmt = (v: number | undefined, digits = 3) => (v === undefined ? '' : Number.isInteger(v) ? String(v) : v.toFixed(digits));
+const fmt = (v: number | undefined, digits = 3) =>
+  v === undefined ? '' : Number.isInteger(v) ? String(v) : v.toFixed(digits);
 
 function cellText(r: RowFacts, c: InspectorColumn): string {
   switch (c) {
@@ -282,7 +365,8 @@ function render(): void {
       'aria-selected': isSel ? 'true' : 'false',
       'data-index': r.index,
       'data-pos': k,
-      onclick: (e: Event) => select(k, r, (e as MouseEvent).ctrlKey || (e as MouseEvent).metaKey || (e as MouseEvent).shiftKey),
+      onclick: (e: Event) =>
+        select(k, r, (e as MouseEvent).ctrlKey || (e as MouseEvent).metaKey || (e as MouseEvent).shiftKey),
       ondblclick: () => void endpoint.request('openRow', { index: r.index }),
     };
     if (r.error) {
@@ -290,10 +374,33 @@ function render(): void {
       const prefix = `${r.file}:${r.line}: `;
       const message = r.error.startsWith(prefix) ? r.error.slice(prefix.length) : r.error;
       const where = `${r.file.split(/[\\/]/).pop()}:${r.line}`;
-      els.push(h('div', attrs, h('div', { class: 'cell num index' }, String(r.index)), h('div', { class: 'cell error-text', title: r.error }, `${where}: ${message}${r.errorCount && r.errorCount > 1 ? ` (+${r.errorCount - 1} more)` : ''}`)));
+      els.push(
+        h(
+          'div',
+          attrs,
+          h('div', { class: 'cell num index' }, String(r.index)),
+          h(
+            'div',
+            { class: 'cell error-text', title: r.error },
+            `${where}: ${message}${r.errorCount && r.errorCount > 1 ? ` (+${r.errorCount - 1} more)` : ''}`,
+          ),
+        ),
+      );
       continue;
     }
-    els.push(h('div', attrs, ...COLUMNS.map((c) => h('div', { class: `cell ${c.cls ?? ''} ${c.key}`, title: c.cls === 'text' ? cellText(r, c.key) : undefined }, cellText(r, c.key)))));
+    els.push(
+      h(
+        'div',
+        attrs,
+        ...COLUMNS.map((c) =>
+          h(
+            'div',
+            { class: `cell ${c.cls ?? ''} ${c.key}`, title: c.cls === 'text' ? cellText(r, c.key) : undefined },
+            cellText(r, c.key),
+          ),
+        ),
+      ),
+    );
   }
   replaceChildren(body, ...els);
   if (!autoFitted) {
@@ -318,7 +425,8 @@ function render(): void {
 
 function select(k: number, r: RowFacts, add: boolean): void {
   cursor = k;
-  if (add) selected = selected.includes(r.index) ? selected.filter((i) => i !== r.index) : [...selected, r.index].slice(-2);
+  if (add)
+    selected = selected.includes(r.index) ? selected.filter((i) => i !== r.index) : [...selected, r.index].slice(-2);
   else selected = [r.index];
   void endpoint.request('remember', { scrollTop: scroller.scrollTop, selected });
   render();
@@ -333,9 +441,17 @@ function selectedRows(): RowFacts[] {
 function updateButtons(): void {
   const rows = selectedRows();
   openButton.toggleAttribute('disabled', selected.length !== 1);
-  const sameGroup = rows.length === 2 && rows[0]!.group !== undefined && rows[0]!.group === rows[1]!.group && rows[0]!.step === rows[1]!.step && rows[0]!.split === rows[1]!.split;
+  const sameGroup =
+    rows.length === 2 &&
+    rows[0]!.group !== undefined &&
+    rows[0]!.group === rows[1]!.group &&
+    rows[0]!.step === rows[1]!.step &&
+    rows[0]!.split === rows[1]!.split;
   compareButton.toggleAttribute('disabled', !sameGroup);
-  compareButton.setAttribute('title', sameGroup ? 'Replay the two rows side by side' : 'Select two rows of the same group (Ctrl+click)');
+  compareButton.setAttribute(
+    'title',
+    sameGroup ? 'Replay the two rows side by side' : 'Select two rows of the same group (Ctrl+click)',
+  );
 }
 
 function openSelected(): void {
@@ -373,7 +489,8 @@ scroller.addEventListener('keydown', (e) => {
   e.preventDefault();
   cursor = k;
   if (k * ROW_H < scroller.scrollTop + ROW_H) scroller.scrollTop = Math.max(0, k * ROW_H - ROW_H);
-  else if ((k + 2) * ROW_H > scroller.scrollTop + scroller.clientHeight) scroller.scrollTop = (k + 2) * ROW_H - scroller.clientHeight;
+  else if ((k + 2) * ROW_H > scroller.scrollTop + scroller.clientHeight)
+    scroller.scrollTop = (k + 2) * ROW_H - scroller.clientHeight;
   const r = rowAt(k);
   if (r) selected = [r.index];
   render();
@@ -395,21 +512,34 @@ function showStatus(s: InspectorStatus): void {
   const parts: string[] = [];
   if (s.error) parts.push(s.error);
   else {
-    if (s.imported) parts.push(`${s.imported.engine} dump: ${s.imported.steps} step${s.imported.steps === 1 ? '' : 's'}`);
+    if (s.imported)
+      parts.push(`${s.imported.engine} dump: ${s.imported.steps} step${s.imported.steps === 1 ? '' : 's'}`);
     parts.push(`${s.total.toLocaleString()} rows in ${s.files} file${s.files === 1 ? '' : 's'}`);
     if (s.imported?.skipped) parts.push(`${s.imported.skipped} skipped`);
-    if (s.imported?.pending) parts.push(`${s.imported.pending} file${s.imported.pending === 1 ? '' : 's'} still being written`);
+    if (s.imported?.pending)
+      parts.push(`${s.imported.pending} file${s.imported.pending === 1 ? '' : 's'} still being written`);
     // A filter on drift when drift is not checked matches nothing for that reason: say so, not "0 match".
     if (s.notChecked) parts.push(s.view ? `${s.view.toLocaleString()} match (${s.notChecked})` : s.notChecked);
     else if (query.filter.trim() || query.search) parts.push(`${s.view.toLocaleString()} match`);
-    if (s.indexing) parts.push(`indexing ${s.indexing.totalBytes ? Math.round((100 * s.indexing.bytes) / s.indexing.totalBytes) : 0}%`);
-    else if (s.analysed < s.total) parts.push(`analysed ${Math.round((100 * s.analysed) / Math.max(1, s.total))}% (filters cover the analysed rows)`);
+    if (s.indexing)
+      parts.push(
+        `indexing ${s.indexing.totalBytes ? Math.round((100 * s.indexing.bytes) / s.indexing.totalBytes) : 0}%`,
+      );
+    else if (s.analysed < s.total)
+      parts.push(
+        `analysed ${Math.round((100 * s.analysed) / Math.max(1, s.total))}% (filters cover the analysed rows)`,
+      );
     if (s.malformed) parts.push(`${s.malformed} malformed`);
     if (s.busy) parts.push('working…');
     if (s.following) parts.push('following');
   }
   statusLine.textContent = parts.join(' · ');
-  statusLine.title = [s.drift ?? '', ...(s.imported ? [`arrays: ${s.imported.arrays.join(', ')}`, ...s.imported.notes, ...s.imported.issues] : [])].filter(Boolean).join('\n');
+  statusLine.title = [
+    s.drift ?? '',
+    ...(s.imported ? [`arrays: ${s.imported.arrays.join(', ')}`, ...s.imported.notes, ...s.imported.issues] : []),
+  ]
+    .filter(Boolean)
+    .join('\n');
   document.body.dataset.imported = s.imported ? `${s.imported.engine}:${s.imported.rollouts}` : '';
   statusLine.classList.toggle('error', !!s.error);
   statusLine.classList.toggle('warning', !!s.notChecked);
@@ -421,7 +551,17 @@ function showStatus(s: InspectorStatus): void {
   if (s.filterError) {
     const { start, end, message } = s.filterError;
     const src = query.filter;
-    replaceChildren(filterError, h('span', { class: 'message' }, message), h('code', { class: 'source' }, src.slice(0, start), h('mark', {}, src.slice(start, Math.max(end, start + 1)) || ' '), src.slice(Math.max(end, start + 1))));
+    replaceChildren(
+      filterError,
+      h('span', { class: 'message' }, message),
+      h(
+        'code',
+        { class: 'source' },
+        src.slice(0, start),
+        h('mark', {}, src.slice(start, Math.max(end, start + 1)) || ' '),
+        src.slice(Math.max(end, start + 1)),
+      ),
+    );
     filterError.hidden = false;
     filterInput.classList.add('invalid');
   } else {
@@ -437,7 +577,12 @@ endpoint.on('preview', ({ rows }) => {
   preview = rows;
   render();
 });
-endpoint.handle('describe', () => ({ rows: viewCount(), firstIndex: rowAt(Math.floor(scroller.scrollTop / ROW_H))?.index ?? null, filterError: status?.filterError?.message ?? null, rendered: body.children.length }));
+endpoint.handle('describe', () => ({
+  rows: viewCount(),
+  firstIndex: rowAt(Math.floor(scroller.scrollTop / ROW_H))?.index ?? null,
+  filterError: status?.filterError?.message ?? null,
+  rendered: body.children.length,
+}));
 
 new ResizeObserver(() => render()).observe(scroller);
 applyWidths();

@@ -1,5 +1,5 @@
 /** The webview side of the protocol: one `acquireVsCodeApi()` per document, one typed endpoint. */
-import { viewEndpoint, type Contract, type ViewEndpoint, type WebviewName } from '../../src/core/protocol/messaging';
+import { type Contract, type ViewEndpoint, viewEndpoint, type WebviewName } from '../../src/core/protocol/messaging';
 
 interface VsCodeApi {
   postMessage(message: unknown): void;
@@ -33,7 +33,10 @@ export function connect<C extends Contract>(name: WebviewName): ViewEndpoint<C> 
     { onProtocolError: (error) => console.warn(`[protocol] ${error}`) },
   );
   document.addEventListener('securitypolicyviolation', (e) =>
-    endpoint.log('error', `CSP blocked ${e.effectiveDirective}: ${e.blockedURI || 'inline'} (${e.sourceFile || 'document'}:${e.lineNumber})`),
+    endpoint.log(
+      'error',
+      `CSP blocked ${e.effectiveDirective}: ${e.blockedURI || 'inline'} (${e.sourceFile || 'document'}:${e.lineNumber})`,
+    ),
   );
   window.addEventListener('error', (e) => {
     // Chromium reports a resize that caused another layout within one frame as an error event; it is benign (the
@@ -41,6 +44,8 @@ export function connect<C extends Contract>(name: WebviewName): ViewEndpoint<C> 
     if (/^ResizeObserver loop/.test(e.message)) endpoint.log('info', `benign: ${e.message}`);
     else endpoint.log('error', `uncaught: ${e.message} (${e.filename}:${e.lineno})`);
   });
-  window.addEventListener('unhandledrejection', (e) => endpoint.log('error', `unhandled rejection: ${String(e.reason)}`));
+  window.addEventListener('unhandledrejection', (e) =>
+    endpoint.log('error', `unhandled rejection: ${String(e.reason)}`),
+  );
   return endpoint;
 }

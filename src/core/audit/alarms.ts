@@ -52,7 +52,13 @@ export interface AlarmOptions {
   collapsePeak?: number;
 }
 
-export const ALARM_DEFAULTS: Required<AlarmOptions> = { repeatFraction: 0.5, minWords: 12, wordFraction: 0.5, collapseFraction: 0.25, collapsePeak: 0.5 };
+export const ALARM_DEFAULTS: Required<AlarmOptions> = {
+  repeatFraction: 0.5,
+  minWords: 12,
+  wordFraction: 0.5,
+  collapseFraction: 0.25,
+  collapsePeak: 0.5,
+};
 
 const OR_RE = /(?<![\p{L}\p{N}_])or(?![\p{L}\p{N}_])/iu;
 
@@ -66,7 +72,8 @@ export function isEnumeration(answer: string, golden: readonly string[] = []): b
     if (/[\p{L}\p{N}]/u.test(before) && /[\p{L}\p{N}]/u.test(answer.slice(m.index + 2))) return true;
   }
   const slash = answer.split('/');
-  if (slash.length > 1 && slash.every((p) => /[\p{L}\p{N}]/u.test(p))) return !slash.every((p) => /^\s*\d+(?:\.\d+)?\s*$/.test(p));
+  if (slash.length > 1 && slash.every((p) => /[\p{L}\p{N}]/u.test(p)))
+    return !slash.every((p) => /^\s*\d+(?:\.\d+)?\s*$/.test(p));
   return false;
 }
 
@@ -121,11 +128,17 @@ export function documentHoldsTags(parsed: ParsedTrajectory): boolean {
   for (const s of parsed.segments) if (s.kind === 'information' && OUR_TAGS.test(contentOf(parsed, s))) return true;
   // Read by its tags, a document that closes its block early leaves the block's real closing tag unopened.
   const close = parsed.dialect === 'toolcall' ? '</tool_response>' : '</information>';
-  return parsed.diagnostics.some((d) => d.code === 'unopened-close' && parsed.text.startsWith(close, d.start - parsed.offset));
+  return parsed.diagnostics.some(
+    (d) => d.code === 'unopened-close' && parsed.text.startsWith(close, d.start - parsed.offset),
+  );
 }
 
 /** The alarms of one trajectory (all but `search-collapse`, a run-level rule). */
-export function trajectoryAlarms(r: { reward?: number; finish?: string; golden?: string[] }, parsed: ParsedTrajectory, o: AlarmOptions = {}): Alarm[] {
+export function trajectoryAlarms(
+  r: { reward?: number; finish?: string; golden?: string[] },
+  parsed: ParsedTrajectory,
+  o: AlarmOptions = {},
+): Alarm[] {
   const out: Alarm[] = [];
   const answer = finalAnswer(parsed);
   if (answer !== undefined && isEnumeration(answer, r.golden)) out.push('answer-enumeration');

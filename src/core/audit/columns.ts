@@ -7,13 +7,16 @@
 import type { ImportancePreview } from '../protocol/replay';
 import type { TokenColumnsView } from '../run/columns';
 import { IMPORTANCE_DEFAULTS, type ImportanceOptions } from './importance';
-import { LOGPROB_DEFAULTS, nucleusExcess, processedNucleus, type LogprobCheck, type LogprobOptions } from './logprob';
+import { LOGPROB_DEFAULTS, type LogprobCheck, type LogprobOptions, nucleusExcess, processedNucleus } from './logprob';
 import type { MaskLeaks } from './masks';
 
 const GENERATED = 0;
 
 /** maskLeaks (masks.ts) over the columns, with auditMask's counts of trained and generated tokens. */
-export function columnsMaskLeaks(c: TokenColumnsView, engineMask?: readonly number[]): MaskLeaks & { trained: number; generated: number } {
+export function columnsMaskLeaks(
+  c: TokenColumnsView,
+  engineMask?: readonly number[],
+): MaskLeaks & { trained: number; generated: number } {
   const leaks: number[] = [];
   let trained = 0;
   let generated = 0;
@@ -37,13 +40,25 @@ export function columnsMaskLeaks(c: TokenColumnsView, engineMask?: readonly numb
 }
 
 /** checkLogprobs (logprob.ts) over the columns: null when either log-prob column is absent. */
-export function columnsLogprobs(c: TokenColumnsView, options: LogprobOptions = {}, meta?: unknown): LogprobCheck | null {
+export function columnsLogprobs(
+  c: TokenColumnsView,
+  options: LogprobOptions = {},
+  meta?: unknown,
+): LogprobCheck | null {
   const { logprob, rollout_logprob: rollout, loss_mask: mask } = c;
   if (!logprob || !rollout) return null;
   const lo = Math.log(options.ratioLow ?? LOGPROB_DEFAULTS.ratioLow);
   const hi = Math.log(options.ratioHigh ?? LOGPROB_DEFAULTS.ratioHigh);
   const nucleus = processedNucleus(meta);
-  const out: LogprobCheck = { max_abs_diff: 0, mean_abs_diff: 0, flagged: [], compared: 0, unscored: 0, seq_log_ratio: 0, ...(nucleus !== null ? { nucleus_top_p: nucleus } : {}) };
+  const out: LogprobCheck = {
+    max_abs_diff: 0,
+    mean_abs_diff: 0,
+    flagged: [],
+    compared: 0,
+    unscored: 0,
+    seq_log_ratio: 0,
+    ...(nucleus !== null ? { nucleus_top_p: nucleus } : {}),
+  };
   let sum = 0;
   const n = Math.min(mask.length, logprob.length, rollout.length);
   for (let i = 0; i < n; i++) {

@@ -47,9 +47,21 @@ export function firstDifference(a: readonly number[], b: readonly number[]): num
 }
 
 /** A drift at `at`, with `context` ids each side from both sequences. */
-export function driftAt(ids: readonly number[], reencoded: readonly number[], at: number, kind: Drift['kind'], context: number): Drift {
+export function driftAt(
+  ids: readonly number[],
+  reencoded: readonly number[],
+  at: number,
+  kind: Drift['kind'],
+  context: number,
+): Drift {
   const from = Math.max(0, at - context);
-  return { token: at, recorded: ids.slice(from, at + context + 1), reencoded: reencoded.slice(from, at + context + 1), from, kind };
+  return {
+    token: at,
+    recorded: ids.slice(from, at + context + 1),
+    reencoded: reencoded.slice(from, at + context + 1),
+    from,
+    kind,
+  };
 }
 
 /** The first token whose decoding leaves `text` (the ids decode to something else); -1 when they spell it exactly. */
@@ -70,7 +82,12 @@ function firstTextDifference(ids: readonly number[], text: string, codec: Codec)
  * Drift of one record: `text` is what the ids stand for (prompt + response), `role` the tokens' roles (the runs
  * re-encoded in the `segments` scope). Null when re-encoding gives the recorded ids.
  */
-export function findDrift(ids: readonly number[], text: string, codec: Codec, options: DriftOptions & { role?: readonly string[] } = {}): Drift | null {
+export function findDrift(
+  ids: readonly number[],
+  text: string,
+  codec: Codec,
+  options: DriftOptions & { role?: readonly string[] } = {},
+): Drift | null {
   const context = options.context ?? 3;
   const textAt = firstTextDifference(ids, text, codec);
   if (options.driftScope === 'whole' || !options.role) {
@@ -87,7 +104,13 @@ export function findDrift(ids: readonly number[], text: string, codec: Codec, op
     const d = firstDifference(run, again);
     if (d >= 0) {
       const at = textAt >= 0 && textAt < start + d ? textAt : start + d;
-      return driftAt(ids, [...ids.slice(0, start), ...again, ...codec.encode(codec.decode(ids.slice(end)))], at, textAt >= 0 ? 'text' : 'split', context);
+      return driftAt(
+        ids,
+        [...ids.slice(0, start), ...again, ...codec.encode(codec.decode(ids.slice(end)))],
+        at,
+        textAt >= 0 ? 'text' : 'split',
+        context,
+      );
     }
     if (textAt >= 0 && textAt < end) return driftAt(ids, codec.encode(text), textAt, 'text', context);
     start = end;

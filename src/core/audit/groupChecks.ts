@@ -23,8 +23,9 @@
  *
  * Held-out rollouts (split val/test) are not checked: they train nothing.
  */
-import type { Rollout } from '../run/format';
+
 import { tokenColumnsOf } from '../run/columns';
+import type { Rollout } from '../run/format';
 import { isTraining } from './health';
 
 export interface GroupCheckOptions {
@@ -36,7 +37,11 @@ export interface GroupCheckOptions {
   klEpsilon?: number;
 }
 
-export const GROUP_CHECK_DEFAULTS: Required<GroupCheckOptions> = { zeroStdFraction: 0.5, maxStaleness: 1, klEpsilon: 1e-6 };
+export const GROUP_CHECK_DEFAULTS: Required<GroupCheckOptions> = {
+  zeroStdFraction: 0.5,
+  maxStaleness: 1,
+  klEpsilon: 1e-6,
+};
 
 /** What the run's config says that the checks need (run.json's `config`). */
 export interface RunFacts {
@@ -91,12 +96,19 @@ function hash(s: string): number {
 
 function versionsOf(meta: Record<string, unknown> | undefined): [number, number] | null {
   const raw = meta?.weight_versions ?? meta?.weight_version;
-  const list = (Array.isArray(raw) ? raw : [raw]).map((v) => (typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : v)).filter((v): v is number => typeof v === 'number' && Number.isFinite(v));
+  const list = (Array.isArray(raw) ? raw : [raw])
+    .map((v) => (typeof v === 'string' && /^\d+$/.test(v) ? Number(v) : v))
+    .filter((v): v is number => typeof v === 'number' && Number.isFinite(v));
   return list.length ? [Math.min(...list), Math.max(...list)] : null;
 }
 
 /** The member of a training rollout with a group; undefined for others. */
-export function groupMember(r: Rollout, index: number, em: number | null, o: GroupCheckOptions = {}): GroupMember | undefined {
+export function groupMember(
+  r: Rollout,
+  index: number,
+  em: number | null,
+  o: GroupCheckOptions = {},
+): GroupMember | undefined {
   if (r.group === undefined || !isTraining(r)) return undefined;
   const eps = o.klEpsilon ?? GROUP_CHECK_DEFAULTS.klEpsilon;
   const tk = r.tokens;
@@ -131,7 +143,18 @@ export function groupMember(r: Rollout, index: number, em: number | null, o: Gro
       }
     }
   }
-  return { index, step: r.step ?? 0, group: String(r.group), prompt: hash(r.prompt), reward: typeof r.reward === 'number' ? r.reward : null, em, advantage, hasRef, kl, versions: versionsOf(r.meta) };
+  return {
+    index,
+    step: r.step ?? 0,
+    group: String(r.group),
+    prompt: hash(r.prompt),
+    reward: typeof r.reward === 'number' ? r.reward : null,
+    em,
+    advantage,
+    hasRef,
+    kl,
+    versions: versionsOf(r.meta),
+  };
 }
 
 export type GroupAlarm = 'group-split' | 'group-size' | 'phantom-advantage' | 'kl-only-gradient' | 'stale-group';
@@ -155,7 +178,11 @@ export interface GroupStepFacts {
 const EQUAL = 1e-9;
 
 /** The checks over one step's members (all of one step). */
-export function checkGroups(members: readonly GroupMember[], run: RunFacts = {}, o: GroupCheckOptions = {}): { findings: GroupFinding[]; facts: GroupStepFacts } {
+export function checkGroups(
+  members: readonly GroupMember[],
+  run: RunFacts = {},
+  o: GroupCheckOptions = {},
+): { findings: GroupFinding[]; facts: GroupStepFacts } {
   const { maxStaleness } = { ...GROUP_CHECK_DEFAULTS, ...o };
   const groups = new Map<string, GroupMember[]>();
   for (const m of members) {
@@ -194,10 +221,18 @@ export function checkGroups(members: readonly GroupMember[], run: RunFacts = {},
     }
     const recordedAdv = list.some((m) => m.advantage !== null);
     const noAdvantage = recordedAdv ? list.every((m) => m.advantage !== true) : equal;
-    if (list.length > 1 && allRewards && !equal && list.every((m) => m.em === 0) && (!recordedAdv || list.some((m) => m.advantage === true))) alarms.push('phantom-advantage');
+    if (
+      list.length > 1 &&
+      allRewards &&
+      !equal &&
+      list.every((m) => m.em === 0) &&
+      (!recordedAdv || list.some((m) => m.advantage === true))
+    )
+      alarms.push('phantom-advantage');
     const klLoss = run.klLoss ?? list.some((m) => m.hasRef);
     if (list.length > 1 && noAdvantage && klLoss && list.some((m) => m.kl)) alarms.push('kl-only-gradient');
-    if (list.some((m) => m.versions && Math.max(step - 1 - m.versions[0], newest - m.versions[0]) > maxStaleness)) alarms.push('stale-group');
+    if (list.some((m) => m.versions && Math.max(step - 1 - m.versions[0], newest - m.versions[0]) > maxStaleness))
+      alarms.push('stale-group');
     findings.push({ step, group, size: list.length, alarms, members: list.map((m) => m.index) });
   }
   return { findings, facts };

@@ -8,9 +8,9 @@
  */
 import type { GroupSample, GroupView, ZeroVarianceReason } from '../protocol/groups';
 import { groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
-import { trajectoryFacts } from './summary';
 import { firstDifference } from './drift';
-import { checkGroups, groupMember, type GroupMember, type RunFacts } from './groupChecks';
+import { checkGroups, type GroupMember, groupMember, type RunFacts } from './groupChecks';
+import { trajectoryFacts } from './summary';
 
 export type { GroupSample, GroupView, ZeroVarianceReason };
 
@@ -36,7 +36,9 @@ export function sampleAdvantage(r: Rollout): number | null {
 }
 
 /** Why an all-equal group gives no signal (the samples' facts as {@link groupViews} reads them). */
-export function zeroVarianceReason(samples: readonly Pick<GroupSample, 'finish' | 'formatValid' | 'em'>[]): ZeroVarianceReason {
+export function zeroVarianceReason(
+  samples: readonly Pick<GroupSample, 'finish' | 'formatValid' | 'em'>[],
+): ZeroVarianceReason {
   if (samples.every((s) => s.finish === 'length')) return 'all-truncated';
   if (samples.every((s) => !s.formatValid)) return 'all-invalid-format';
   if (samples.every((s) => s.em === 1)) return 'all-correct';
@@ -49,7 +51,11 @@ export function zeroVarianceReason(samples: readonly Pick<GroupSample, 'finish' 
  * each training group with the group diagnostics that fire on it (groupChecks.ts; `run`: the run config's rollout.n
  * and KL term).
  */
-export function groupViews(rollouts: readonly LocatedRollout[], read: ReadOptions = {}, run: RunFacts = {}): GroupView[] {
+export function groupViews(
+  rollouts: readonly LocatedRollout[],
+  read: ReadOptions = {},
+  run: RunFacts = {},
+): GroupView[] {
   const byKey = new Map<string, LocatedRollout[]>();
   for (const x of rollouts) {
     const key = groupKeyOf(x.record);
@@ -63,7 +69,9 @@ export function groupViews(rollouts: readonly LocatedRollout[], read: ReadOption
   for (const [key, list] of byKey) {
     list.sort((a, b) => (a.record.sample ?? 0) - (b.record.sample ?? 0));
     const withTokens = list.every((x) => x.record.tokens);
-    const streams = list.map((x) => (withTokens ? x.record.tokens!.ids : [...x.record.response].map((c) => c.codePointAt(0)!)));
+    const streams = list.map((x) =>
+      withTokens ? x.record.tokens!.ids : [...x.record.response].map((c) => c.codePointAt(0)!),
+    );
     const first = list[0]!.record;
     const samples: GroupSample[] = list.map(({ record: r, file, line }, k) => {
       const f = trajectoryFacts(r, read);
@@ -87,7 +95,8 @@ export function groupViews(rollouts: readonly LocatedRollout[], read: ReadOption
     const rewards = samples.map((s) => s.reward).filter((x): x is number => typeof x === 'number');
     const mean = rewards.length ? rewards.reduce((a, b) => a + b, 0) / rewards.length : null;
     const std = mean === null ? null : Math.sqrt(rewards.reduce((a, b) => a + (b - mean) ** 2, 0) / rewards.length);
-    const zero = rewards.length === samples.length && samples.length > 1 && Math.max(...rewards) - Math.min(...rewards) < EQUAL;
+    const zero =
+      rewards.length === samples.length && samples.length > 1 && Math.max(...rewards) - Math.min(...rewards) < EQUAL;
     const ds = samples.map((s) => s.divergesAt).filter((x): x is number => x !== null);
     list.forEach(({ record }, k) => {
       const m = groupMember(record, members.length, samples[k]!.em);
@@ -114,7 +123,12 @@ export function groupViews(rollouts: readonly LocatedRollout[], read: ReadOption
   for (const m of members) bySteps.set(m.step, [...(bySteps.get(m.step) ?? []), m]);
   for (const list of bySteps.values())
     for (const f of checkGroups(list, run).findings) {
-      const view = views.find((v) => (v.step ?? 0) === f.step && v.group === f.group && (v.split === undefined || v.split === 'train' || !['val', 'test', 'eval', 'validation'].includes(v.split)));
+      const view = views.find(
+        (v) =>
+          (v.step ?? 0) === f.step &&
+          v.group === f.group &&
+          (v.split === undefined || v.split === 'train' || !['val', 'test', 'eval', 'validation'].includes(v.split)),
+      );
       if (view) view.alarms = f.alarms;
     }
   return views;

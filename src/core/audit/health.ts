@@ -22,8 +22,8 @@
  *   null). On the rollout and on its step.
  */
 import type { MetricsRow } from '../protocol/dashboard';
-import { TOKEN_ROLES, type Rollout } from '../run/format';
 import { tokenColumnsOf } from '../run/columns';
+import { type Rollout, TOKEN_ROLES } from '../run/format';
 
 /** The store's role code of `prompt` (src/core/run/columns.ts: indices of TOKEN_ROLES). */
 const PROMPT_CODE = TOKEN_ROLES.indexOf('prompt');
@@ -45,7 +45,15 @@ export interface HealthOptions {
   collapseWindow?: number;
 }
 
-export const HEALTH_DEFAULTS: Required<HealthOptions> = { stallFactor: 3, stallFloorS: 1, latencyFloorMs: 50, minHistory: 3, truncatedFraction: 0.25, collapseFraction: 0.5, collapseWindow: 10 };
+export const HEALTH_DEFAULTS: Required<HealthOptions> = {
+  stallFactor: 3,
+  stallFloorS: 1,
+  latencyFloorMs: 50,
+  minHistory: 3,
+  truncatedFraction: 0.25,
+  collapseFraction: 0.5,
+  collapseWindow: 10,
+};
 
 /** A run-level finding at one step: its alarm name, what was measured, the threshold it crossed, and why. */
 export interface Advisory {
@@ -111,7 +119,8 @@ export function nonFiniteValues(r: Rollout): Record<string, number[]> {
       if (!Array.isArray(a)) continue;
       const bad: number[] = [];
       a.forEach((v, i) => {
-        if ((typeof v === 'number' && !Number.isFinite(v)) || v === 'NaN' || v === 'Infinity' || v === '-Infinity') bad.push(i);
+        if ((typeof v === 'number' && !Number.isFinite(v)) || v === 'NaN' || v === 'Infinity' || v === '-Infinity')
+          bad.push(i);
       });
       if (bad.length) out[k] = bad;
     }
@@ -163,7 +172,12 @@ const metric = (row: MetricsRow | undefined, key: string): number | null | undef
 };
 
 /** `x` over factor × the median of the earlier values (at least minHistory of them) and over the floor. */
-function spikes(series: readonly { step: number; v: number }[], factor: number, floor: number, minHistory: number): { step: number; v: number; median: number }[] {
+function spikes(
+  series: readonly { step: number; v: number }[],
+  factor: number,
+  floor: number,
+  minHistory: number,
+): { step: number; v: number; median: number }[] {
   const out: { step: number; v: number; median: number }[] = [];
   for (let i = minHistory; i < series.length; i++) {
     const m = median(series.slice(0, i).map((x) => x.v));
@@ -177,32 +191,69 @@ function spikes(series: readonly { step: number; v: number }[], factor: number, 
  * The run-health advisories of a run: its metrics rows (any order; the last row of a step wins) and the health facts
  * of its steps' rollouts. Sorted by step, then name.
  */
-export function healthAdvisories(metrics: readonly MetricsRow[], steps: readonly { step: number; health: HealthStepFacts }[], o: HealthOptions = {}): Advisory[] {
+export function healthAdvisories(
+  metrics: readonly MetricsRow[],
+  steps: readonly { step: number; health: HealthStepFacts }[],
+  o: HealthOptions = {},
+): Advisory[] {
   const c = { ...HEALTH_DEFAULTS, ...o };
   const out: Advisory[] = [];
   const byStep = new Map<number, MetricsRow>();
   for (const r of metrics) byStep.set(r.step, { ...byStep.get(r.step), ...r });
   const rows = [...byStep.values()].sort((a, b) => a.step - b.step);
-  const series = (key: string) => rows.flatMap((r) => {
-    const v = metric(r, key);
-    return typeof v === 'number' ? [{ step: r.step, v }] : [];
-  });
+  const series = (key: string) =>
+    rows.flatMap((r) => {
+      const v = metric(r, key);
+      return typeof v === 'number' ? [{ step: r.step, v }] : [];
+    });
   // Step 0 is the warm start and the first evaluation, not a training step: its time is not a step's.
   const training = (xs: { step: number; v: number }[]) => xs.filter((x) => x.step > 0);
   for (const s of spikes(training(series('timing_s/step')), c.stallFactor, c.stallFloorS, c.minHistory))
-    out.push({ name: 'step-stall', step: s.step, value: s.v, threshold: c.stallFactor * s.median, message: `step ${s.step} took ${s.v.toFixed(1)} s, ${(s.v / s.median).toFixed(1)}× the median of the steps before it (${s.median.toFixed(1)} s)` });
+    out.push({
+      name: 'step-stall',
+      step: s.step,
+      value: s.v,
+      threshold: c.stallFactor * s.median,
+      message: `step ${s.step} took ${s.v.toFixed(1)} s, ${(s.v / s.median).toFixed(1)}× the median of the steps before it (${s.median.toFixed(1)} s)`,
+    });
   for (const s of spikes(training(series('timing_s/reward')), c.stallFactor, c.stallFloorS, c.minHistory))
-    out.push({ name: 'reward-slow', step: s.step, value: s.v, threshold: c.stallFactor * s.median, message: `the reward call of step ${s.step} took ${s.v.toFixed(1)} s, ${(s.v / s.median).toFixed(1)}× the median before it (${s.median.toFixed(1)} s)` });
+    out.push({
+      name: 'reward-slow',
+      step: s.step,
+      value: s.v,
+      threshold: c.stallFactor * s.median,
+      message: `the reward call of step ${s.step} took ${s.v.toFixed(1)} s, ${(s.v / s.median).toFixed(1)}× the median before it (${s.median.toFixed(1)} s)`,
+    });
   const server = series('env/retrieve_ms/p99');
   const latency = server.length ? server : series('env/retrieve_wait_ms/p99');
   const which = server.length ? "the env server's" : "the trainer's round-trip";
   for (const s of spikes(latency, c.stallFactor, c.latencyFloorMs, c.minHistory))
-    out.push({ name: 'retriever-slow', step: s.step, value: s.v, threshold: c.stallFactor * s.median, message: `retriever latency p99 ${s.v.toFixed(0)} ms at step ${s.step} (${which} measure), ${(s.v / s.median).toFixed(1)}× the median p99 before it (${s.median.toFixed(0)} ms)` });
+    out.push({
+      name: 'retriever-slow',
+      step: s.step,
+      value: s.v,
+      threshold: c.stallFactor * s.median,
+      message: `retriever latency p99 ${s.v.toFixed(0)} ms at step ${s.step} (${which} measure), ${(s.v / s.median).toFixed(1)}× the median p99 before it (${s.median.toFixed(0)} ms)`,
+    });
   for (const s of series('env/retrieve_timeouts'))
-    if (s.v > 0) out.push({ name: 'retriever-timeouts', step: s.step, value: s.v, threshold: 0, message: `${s.v} /retrieve request${s.v === 1 ? '' : 's'} timed out at step ${s.step} (retried by the trainer's client)` });
+    if (s.v > 0)
+      out.push({
+        name: 'retriever-timeouts',
+        step: s.step,
+        value: s.v,
+        threshold: 0,
+        message: `${s.v} /retrieve request${s.v === 1 ? '' : 's'} timed out at step ${s.step} (retried by the trainer's client)`,
+      });
   for (const r of rows) {
     const bad = Object.keys(r).filter((k) => k !== 'step' && k !== 'time' && metric(r, k) === null);
-    if (bad.length) out.push({ name: 'non-finite', step: r.step, value: bad.length, threshold: 0, message: `step ${r.step}: metrics not finite (NaN or ∞, written as null): ${bad.slice(0, 6).join(', ')}${bad.length > 6 ? ', …' : ''}` });
+    if (bad.length)
+      out.push({
+        name: 'non-finite',
+        step: r.step,
+        value: bad.length,
+        threshold: 0,
+        message: `step ${r.step}: metrics not finite (NaN or ∞, written as null): ${bad.slice(0, 6).join(', ')}${bad.length > 6 ? ', …' : ''}`,
+      });
   }
 
   // From the rollouts where a step has them, else from the trainer's metrics.
@@ -223,7 +274,14 @@ export function healthAdvisories(metrics: readonly MetricsRow[], steps: readonly
         length = f.responseChars / f.rollouts;
         unit = 'characters';
       }
-      if (f.nonFinite && !out.some((a) => a.name === 'non-finite' && a.step === step)) out.push({ name: 'non-finite', step, value: f.nonFinite, threshold: 0, message: `step ${step}: ${f.nonFinite} rollout${f.nonFinite === 1 ? '' : 's'} with NaN or ∞ in a recorded array or reward` });
+      if (f.nonFinite && !out.some((a) => a.name === 'non-finite' && a.step === step))
+        out.push({
+          name: 'non-finite',
+          step,
+          value: f.nonFinite,
+          threshold: 0,
+          message: `step ${step}: ${f.nonFinite} rollout${f.nonFinite === 1 ? '' : 's'} with NaN or ∞ in a recorded array or reward`,
+        });
     } else if (row) {
       const clip = metric(row, 'response_length/clip_ratio');
       if (typeof clip === 'number') truncated = clip;
@@ -231,13 +289,26 @@ export function healthAdvisories(metrics: readonly MetricsRow[], steps: readonly
       if (typeof mean === 'number') length = mean;
     }
     if (truncated !== undefined && truncated >= c.truncatedFraction)
-      out.push({ name: 'truncation-high', step, value: truncated, threshold: c.truncatedFraction, message: `${(truncated * 100).toFixed(0)}% of step ${step}'s rollouts ended at the length limit (rollout.max_response_length or max_turn_tokens is binding)` });
+      out.push({
+        name: 'truncation-high',
+        step,
+        value: truncated,
+        threshold: c.truncatedFraction,
+        message: `${(truncated * 100).toFixed(0)}% of step ${step}'s rollouts ended at the length limit (rollout.max_response_length or max_turn_tokens is binding)`,
+      });
     if (length !== undefined && step > 0) lengths.push({ step, v: length, unit });
   }
   for (let i = c.minHistory; i < lengths.length; i++) {
     const m = median(lengths.slice(Math.max(0, i - c.collapseWindow), i).map((x) => x.v));
     const x = lengths[i]!;
-    if (x.v < c.collapseFraction * m) out.push({ name: 'length-collapse', step: x.step, value: x.v, threshold: c.collapseFraction * m, message: `mean response length ${x.v.toFixed(0)} ${x.unit} at step ${x.step}, below ${c.collapseFraction} × the median of the steps before it (${m.toFixed(0)})` });
+    if (x.v < c.collapseFraction * m)
+      out.push({
+        name: 'length-collapse',
+        step: x.step,
+        value: x.v,
+        threshold: c.collapseFraction * m,
+        message: `mean response length ${x.v.toFixed(0)} ${x.unit} at step ${x.step}, below ${c.collapseFraction} × the median of the steps before it (${m.toFixed(0)})`,
+      });
   }
   return out.sort((a, b) => a.step - b.step || a.name.localeCompare(b.name));
 }

@@ -32,7 +32,10 @@ export const IMPORTANCE_DEFAULTS: Required<ImportanceOptions> = { isLevel: 'toke
 type Numbers = readonly (number | null)[] | undefined;
 
 /** What TIS and MIS with cap C would do to one rollout; null when the record lacks either log-prob array. */
-export function importancePreview(tokens: { loss_mask: readonly number[]; logprob?: Numbers; rollout_logprob?: Numbers }, options: ImportanceOptions = {}): ImportancePreview | null {
+export function importancePreview(
+  tokens: { loss_mask: readonly number[]; logprob?: Numbers; rollout_logprob?: Numbers },
+  options: ImportanceOptions = {},
+): ImportancePreview | null {
   const deltas = logprobDeltas(tokens);
   if (!deltas) return null;
   const level = options.isLevel ?? IMPORTANCE_DEFAULTS.isLevel;
@@ -47,7 +50,14 @@ export function importancePreview(tokens: { loss_mask: readonly number[]; logpro
     scored.push(i);
     sum += d;
   }
-  const out: ImportancePreview = { level, cap, clipped: [], dropped: [], seq_ratio: Math.exp(sum), scored: scored.length };
+  const out: ImportancePreview = {
+    level,
+    cap,
+    clipped: [],
+    dropped: [],
+    seq_ratio: Math.exp(sum),
+    scored: scored.length,
+  };
   if (level === 'sequence') {
     // log ρ_seq against ±log C (exp(sum) may overflow; the comparison in log space does not)
     if (sum > logCap) out.clipped = scored;

@@ -8,24 +8,58 @@
  */
 import type { MetricsRow } from '../protocol/dashboard';
 import { em } from '../rewards/normalize';
-import { rolloutContext, type ReadOptions, type Rollout } from '../run/format';
-import type { TokenizerCodec } from '../tokens/tokenizer';
+import { tokenColumnsOf } from '../run/columns';
+import { type ReadOptions, type Rollout, rolloutContext } from '../run/format';
 import type { ParsedTrajectory } from '../tags/parser';
 import { responseAnswer, turnsOf } from '../tags/searchr1';
-import { searchCount, parseResponse } from '../tags/trajectory';
-import { ALARM_DEFAULTS, searchCollapseSteps, trajectoryAlarms, type Alarm, type AlarmOptions } from './alarms';
-import { checkGroups, groupMember, zeroStdHigh, type GroupCheckOptions, type GroupMember, type GroupStepFacts, type RunFacts } from './groupChecks';
-import { addHealthStep, emptyHealthStep, healthAdvisories, healthFacts, isTraining, nonFiniteValues, type Advisory, type HealthOptions, type HealthStepFacts } from './health';
-import { addSearchStep, countSearch, emptySearchStep, searchAlarms, searchFacts, thinkDriftSteps, thinkEntropy, type SearchOptions, type SearchStepFacts } from './search';
-import { RUN_ALARMS, type StepAudit } from './series';
+import { parseResponse, searchCount } from '../tags/trajectory';
+import type { TokenizerCodec } from '../tokens/tokenizer';
+import { ALARM_DEFAULTS, type Alarm, type AlarmOptions, searchCollapseSteps, trajectoryAlarms } from './alarms';
+import { columnsImportance, columnsLogprobs, columnsMaskLeaks } from './columns';
 import type { Drift, DriftOptions } from './drift';
-import { recordDrift } from './template';
-import { IMPORTANCE_DEFAULTS, importancePreview, type ImportanceLevel, type ImportanceOptions, type ImportancePreview } from './importance';
+import {
+  checkGroups,
+  type GroupCheckOptions,
+  type GroupMember,
+  type GroupStepFacts,
+  groupMember,
+  type RunFacts,
+  zeroStdHigh,
+} from './groupChecks';
+import {
+  type Advisory,
+  addHealthStep,
+  emptyHealthStep,
+  type HealthOptions,
+  type HealthStepFacts,
+  healthAdvisories,
+  healthFacts,
+  isTraining,
+  nonFiniteValues,
+} from './health';
+import {
+  IMPORTANCE_DEFAULTS,
+  type ImportanceLevel,
+  type ImportanceOptions,
+  type ImportancePreview,
+  importancePreview,
+} from './importance';
 import { checkLogprobs, type LogprobCheck, type LogprobOptions } from './logprob';
 import { engineMaskOf, maskLeaks } from './masks';
+import {
+  addSearchStep,
+  countSearch,
+  emptySearchStep,
+  type SearchOptions,
+  type SearchStepFacts,
+  searchAlarms,
+  searchFacts,
+  thinkDriftSteps,
+  thinkEntropy,
+} from './search';
+import { RUN_ALARMS, type StepAudit } from './series';
+import { recordDrift } from './template';
 import { tokenizerMismatch } from './tokenizerMatch';
-import { columnsImportance, columnsLogprobs, columnsMaskLeaks } from './columns';
-import { tokenColumnsOf } from '../run/columns';
 
 export * from './alarms';
 export * from './columns';
@@ -35,19 +69,29 @@ export * from './groups';
 export * from './health';
 export * from './importance';
 export * from './logprob';
-export * from './microscope';
 export * from './masks';
+export * from './microscope';
 export * from './search';
 export * from './series';
 export * from './template';
 export * from './tokenizerMatch';
 
-export interface AuditOptions extends LogprobOptions, AlarmOptions, DriftOptions, ImportanceOptions, HealthOptions, GroupCheckOptions, SearchOptions {
+export interface AuditOptions
+  extends LogprobOptions,
+    AlarmOptions,
+    DriftOptions,
+    ImportanceOptions,
+    HealthOptions,
+    GroupCheckOptions,
+    SearchOptions {
   /** What the run's config says (rollout.n, a KL loss): the group checks' expectations. */
   run?: RunFacts;
   /** The model's tokenizer; without one drift is not checked (`drift` stays null, `summary.drift.checked` false). The
    * auditors check that it can be the run's first (tokenizerMatch.ts): one that cannot is not used. */
-  tokenizer?: Pick<TokenizerCodec, 'name' | 'encode' | 'decode' | 'chatTemplate' | 'vocabSize' | 'specials' | 'tokenText'>;
+  tokenizer?: Pick<
+    TokenizerCodec,
+    'name' | 'encode' | 'decode' | 'chatTemplate' | 'vocabSize' | 'specials' | 'tokenText'
+  >;
   /** The run's model's vocabulary size, when known (a tokenizer with more ids is not the run's). */
   runVocab?: number;
   read?: ReadOptions;
@@ -97,15 +141,28 @@ function exactMatch(r: Rollout, parsed: ParsedTrajectory): number | null {
 }
 
 /** The checks of one rollout that need nothing but the rollout (search-collapse and the group checks are added by {@link Auditor.finish}). */
-export function auditRollout(r: Rollout, o: AuditOptions = {}, parsed: ParsedTrajectory = parseResponse(r.response, rolloutContext(r, o.read))): RolloutAudit {
+export function auditRollout(
+  r: Rollout,
+  o: AuditOptions = {},
+  parsed: ParsedTrajectory = parseResponse(r.response, rolloutContext(r, o.read)),
+): RolloutAudit {
   return auditWithShare(r, o, parsed).audit;
 }
 
-function auditWithShare(r: Rollout, o: AuditOptions, parsed: ParsedTrajectory, index = 0): { audit: RolloutAudit; share: RolloutStepShare } {
+function auditWithShare(
+  r: Rollout,
+  o: AuditOptions,
+  parsed: ParsedTrajectory,
+  index = 0,
+): { audit: RolloutAudit; share: RolloutStepShare } {
   const tk = r.tokens;
   // a record of the token store: its typed columns, without building the arrays (columns.ts: the same results)
   const cols = tokenColumnsOf(tk);
-  const masks = tk ? (cols ? columnsMaskLeaks(cols, engineMaskOf(r.meta)) : maskLeaks(tk, engineMaskOf(r.meta))) : { leaks: [], mask_mismatch: [] };
+  const masks = tk
+    ? cols
+      ? columnsMaskLeaks(cols, engineMaskOf(r.meta))
+      : maskLeaks(tk, engineMaskOf(r.meta))
+    : { leaks: [], mask_mismatch: [] };
   const sf = searchFacts(parsed, r, o);
   const nonFinite = nonFiniteValues(r);
   const bad = Object.keys(nonFinite).length > 0;
@@ -120,14 +177,25 @@ function auditWithShare(r: Rollout, o: AuditOptions, parsed: ParsedTrajectory, i
     leaks: masks.leaks,
     mask_mismatch: masks.mask_mismatch,
     drift: tk && o.tokenizer ? recordDrift(r, o.tokenizer, o).drift : null,
-    logprob: tk ? (cols ? columnsLogprobs(cols, o, r.meta) : checkLogprobs(tk as Parameters<typeof checkLogprobs>[0], o, r.meta)) : null,
-    is: tk ? (cols ? columnsImportance(cols, o) : importancePreview(tk as Parameters<typeof importancePreview>[0], o)) : null,
+    logprob: tk
+      ? cols
+        ? columnsLogprobs(cols, o, r.meta)
+        : checkLogprobs(tk as Parameters<typeof checkLogprobs>[0], o, r.meta)
+      : null,
+    is: tk
+      ? cols
+        ? columnsImportance(cols, o)
+        : importancePreview(tk as Parameters<typeof importancePreview>[0], o)
+      : null,
     alarms,
     searches: r.searches ?? searchCount(parsed),
     ...(bad ? { non_finite: nonFinite } : {}),
   };
   const member = groupMember(r, index, emValue, o);
-  return { audit, share: { training: isTraining(r), health: healthFacts(r, bad), search, ...(member ? { member } : {}) } };
+  return {
+    audit,
+    share: { training: isTraining(r), health: healthFacts(r, bad), search, ...(member ? { member } : {}) },
+  };
 }
 
 export interface AuditSummary {
@@ -142,7 +210,16 @@ export interface AuditSummary {
    * would clip / MIS would drop (at sequence level every trained token of a clipped / dropped sequence), and the
    * rollouts with any clipped / dropped token (at sequence level: the sequences clipped / dropped).
    */
-  is: { level: ImportanceLevel; cap: number; rollouts: number; scored: number; clipped: number; dropped: number; clipped_rollouts: number; dropped_rollouts: number };
+  is: {
+    level: ImportanceLevel;
+    cap: number;
+    rollouts: number;
+    scored: number;
+    clipped: number;
+    dropped: number;
+    clipped_rollouts: number;
+    dropped_rollouts: number;
+  };
   /**
    * Each alarm that fired: on rollouts, the rollouts it marks; run-level ones (RUN_ALARMS), the steps it fired on
    * (`non-finite` counts both).
@@ -180,7 +257,8 @@ class TokenizerGate {
   /** The checks for `r` (which may decide). */
   see(r: Rollout): AuditOptions {
     const t = this.options.tokenizer;
-    if (t && this.mismatch === undefined && r.tokens?.ids?.length) this.decide(tokenizerMismatch(t, r, this.options.runVocab));
+    if (t && this.mismatch === undefined && r.tokens?.ids?.length)
+      this.decide(tokenizerMismatch(t, r, this.options.runVocab));
     return this.checks;
   }
 
@@ -326,7 +404,16 @@ export class AuditStream {
       leaks: { rollouts: 0, tokens: 0, mask_mismatch: 0 },
       drift: { checked: options.tokenizer !== undefined, rollouts: 0, text: 0, split: 0, template: 0 },
       logprob: { rollouts: 0, compared: 0, flagged: 0, max_abs_diff: 0, mean_abs_diff: 0 },
-      is: { level: options.isLevel ?? IMPORTANCE_DEFAULTS.isLevel, cap: options.isCap ?? IMPORTANCE_DEFAULTS.isCap, rollouts: 0, scored: 0, clipped: 0, dropped: 0, clipped_rollouts: 0, dropped_rollouts: 0 },
+      is: {
+        level: options.isLevel ?? IMPORTANCE_DEFAULTS.isLevel,
+        cap: options.isCap ?? IMPORTANCE_DEFAULTS.isCap,
+        rollouts: 0,
+        scored: 0,
+        clipped: 0,
+        dropped: 0,
+        clipped_rollouts: 0,
+        dropped_rollouts: 0,
+      },
       alarms: {},
       alarm_steps: {},
       advisories: [],
@@ -357,7 +444,8 @@ export class AuditStream {
     const step = this.step ?? 0;
     const mean = list.reduce((t, x) => t + x.audit.searches, 0) / list.length;
     const { collapseFraction, collapsePeak } = { ...ALARM_DEFAULTS, ...this.options };
-    if (this.peak >= collapsePeak && mean < collapseFraction * this.peak) for (const { audit } of list) if (audit.searches === 0) audit.alarms.push('search-collapse');
+    if (this.peak >= collapsePeak && mean < collapseFraction * this.peak)
+      for (const { audit } of list) if (audit.searches === 0) audit.alarms.push('search-collapse');
     this.peak = Math.max(this.peak, mean);
     // the GRPO group checks over the step's groups (a member's index is its place in `list`)
     const { findings, facts } = checkGroups(
@@ -365,7 +453,9 @@ export class AuditStream {
       this.options.run,
       this.options,
     );
-    for (const f of findings) for (const i of f.members) for (const k of f.alarms) if (!list[i]!.audit.alarms.includes(k)) list[i]!.audit.alarms.push(k);
+    for (const f of findings)
+      for (const i of f.members)
+        for (const k of f.alarms) if (!list[i]!.audit.alarms.includes(k)) list[i]!.audit.alarms.push(k);
     const acc = this.steps.get(step) ?? newSums();
     this.steps.set(step, acc);
     acc.groups = { groups: acc.groups.groups + facts.groups, zeroStd: acc.groups.zeroStd + facts.zeroStd };
@@ -385,7 +475,10 @@ export class AuditStream {
     sum.drift.checked = checked;
     if (this.gate.mismatch) sum.drift.mismatch = this.gate.mismatch;
     const ordered = [...this.steps].sort((x, y) => x[0] - y[0]);
-    sum.search_collapse_steps = searchCollapseSteps(new Map(ordered.map(([s, acc]) => [s, acc.searches / acc.rollouts])), this.options);
+    sum.search_collapse_steps = searchCollapseSteps(
+      new Map(ordered.map(([s, acc]) => [s, acc.searches / acc.rollouts])),
+      this.options,
+    );
     sum.logprob.mean_abs_diff = sum.logprob.compared ? this.absSum / sum.logprob.compared : 0;
     sum.steps = ordered.map(([s, acc]) => stepOfSums(s, acc, checked));
     sum.advisories = runAdvisories(sum.steps, metrics, this.options);
@@ -395,7 +488,9 @@ export class AuditStream {
       const name = adv.name as Alarm;
       if (name !== 'non-finite' || !nonFiniteRollouts) sum.alarms[name] = (sum.alarms[name] ?? 0) + 1;
     }
-    for (const s of sum.steps) for (const [k, v] of Object.entries(s.alarms) as [Alarm, number][]) if (v) (sum.alarm_steps[k] ??= []).push(s.step);
+    for (const s of sum.steps)
+      for (const [k, v] of Object.entries(s.alarms) as [Alarm, number][])
+        if (v) (sum.alarm_steps[k] ??= []).push(s.step);
     return (this.done = sum);
   }
 }
@@ -427,18 +522,46 @@ export class Auditor {
  * think-drift (search-collapse marks rollouts, so it is counted with them). Sorted by step, then name. The CLI and
  * the dashboard's run audit both apply these.
  */
-export function runAdvisories(steps: readonly StepAudit[], metrics: readonly MetricsRow[], o: AuditOptions = {}): Advisory[] {
-  const out = healthAdvisories(metrics, steps.map((s) => ({ step: s.step, health: s.health })), o);
+export function runAdvisories(
+  steps: readonly StepAudit[],
+  metrics: readonly MetricsRow[],
+  o: AuditOptions = {},
+): Advisory[] {
+  const out = healthAdvisories(
+    metrics,
+    steps.map((s) => ({ step: s.step, health: s.health })),
+    o,
+  );
   const withRollouts = new Set(steps.filter((s) => s.groups.groups > 0).map((s) => s.step));
   for (const s of steps)
-    if (zeroStdHigh(s.groups, o)) out.push({ name: 'zero-std-high', step: s.step, value: s.groups.zeroStd / s.groups.groups, threshold: o.zeroStdFraction ?? 0.5, message: `${s.groups.zeroStd} of ${s.groups.groups} groups at step ${s.step} have equal rewards: they add no policy gradient` });
+    if (zeroStdHigh(s.groups, o))
+      out.push({
+        name: 'zero-std-high',
+        step: s.step,
+        value: s.groups.zeroStd / s.groups.groups,
+        threshold: o.zeroStdFraction ?? 0.5,
+        message: `${s.groups.zeroStd} of ${s.groups.groups} groups at step ${s.step} have equal rewards: they add no policy gradient`,
+      });
   // without rollouts, the trainer's own count of zero-variance groups
   for (const row of metrics) {
     const f = row['reward/frac_zero_std_groups'];
-    if (typeof f === 'number' && !withRollouts.has(row.step) && f >= (o.zeroStdFraction ?? 0.5)) out.push({ name: 'zero-std-high', step: row.step, value: f, threshold: o.zeroStdFraction ?? 0.5, message: `${(f * 100).toFixed(0)}% of the groups at step ${row.step} have equal rewards (the trainer's reward/frac_zero_std_groups)` });
+    if (typeof f === 'number' && !withRollouts.has(row.step) && f >= (o.zeroStdFraction ?? 0.5))
+      out.push({
+        name: 'zero-std-high',
+        step: row.step,
+        value: f,
+        threshold: o.zeroStdFraction ?? 0.5,
+        message: `${(f * 100).toFixed(0)}% of the groups at step ${row.step} have equal rewards (the trainer's reward/frac_zero_std_groups)`,
+      });
   }
   for (const d of thinkDriftSteps(steps, o))
-    out.push({ name: 'think-drift', step: d.step, value: d.value, threshold: d.baseline, message: `the <think> channel's ${d.measure} rose to ${d.value.toFixed(3)} at step ${d.step} from ${d.baseline.toFixed(3)} in the first steps, while exact match held (${d.em === null ? 'unknown' : d.em.toFixed(3)})` });
+    out.push({
+      name: 'think-drift',
+      step: d.step,
+      value: d.value,
+      threshold: d.baseline,
+      message: `the <think> channel's ${d.measure} rose to ${d.value.toFixed(3)} at step ${d.step} from ${d.baseline.toFixed(3)} in the first steps, while exact match held (${d.em === null ? 'unknown' : d.em.toFixed(3)})`,
+    });
   const seen = new Set<string>();
   return out
     .filter((a) => {
@@ -469,5 +592,20 @@ export function applyAdvisories(steps: StepAudit[], advisories: readonly Advisor
 }
 
 export function emptyStepAudit(step: number): StepAudit {
-  return { step, rollouts: 0, drift_rate: null, mean_abs_diff: null, ratio_outside: null, seq_ratio: null, leaks: 0, mean_searches: 0, no_search: 0, alarms: {}, training: false, health: emptyHealthStep(), search: emptySearchStep(), groups: { groups: 0, zeroStd: 0 } };
+  return {
+    step,
+    rollouts: 0,
+    drift_rate: null,
+    mean_abs_diff: null,
+    ratio_outside: null,
+    seq_ratio: null,
+    leaks: 0,
+    mean_searches: 0,
+    no_search: 0,
+    alarms: {},
+    training: false,
+    health: emptyHealthStep(),
+    search: emptySearchStep(),
+    groups: { groups: 0, zeroStd: 0 },
+  };
 }

@@ -62,13 +62,25 @@ type Numbers = readonly (number | null)[] | undefined;
 
 /** Compares the two log-prob arrays over loss_mask 1; null when the record lacks either array. `meta`: the record's
  * (its rollout_logprob_kind, see above). */
-export function checkLogprobs(tokens: { loss_mask: readonly number[]; logprob?: Numbers; rollout_logprob?: Numbers }, options: LogprobOptions = {}, meta?: unknown): LogprobCheck | null {
+export function checkLogprobs(
+  tokens: { loss_mask: readonly number[]; logprob?: Numbers; rollout_logprob?: Numbers },
+  options: LogprobOptions = {},
+  meta?: unknown,
+): LogprobCheck | null {
   const { logprob, rollout_logprob: rollout, loss_mask: mask } = tokens;
   if (!logprob || !rollout) return null;
   const lo = Math.log(options.ratioLow ?? LOGPROB_DEFAULTS.ratioLow);
   const hi = Math.log(options.ratioHigh ?? LOGPROB_DEFAULTS.ratioHigh);
   const nucleus = processedNucleus(meta);
-  const out: LogprobCheck = { max_abs_diff: 0, mean_abs_diff: 0, flagged: [], compared: 0, unscored: 0, seq_log_ratio: 0, ...(nucleus !== null ? { nucleus_top_p: nucleus } : {}) };
+  const out: LogprobCheck = {
+    max_abs_diff: 0,
+    mean_abs_diff: 0,
+    flagged: [],
+    compared: 0,
+    unscored: 0,
+    seq_log_ratio: 0,
+    ...(nucleus !== null ? { nucleus_top_p: nucleus } : {}),
+  };
   let sum = 0;
   const n = Math.min(mask.length, logprob.length, rollout.length);
   for (let i = 0; i < n; i++) {
@@ -91,7 +103,11 @@ export function checkLogprobs(tokens: { loss_mask: readonly number[]; logprob?: 
 }
 
 /** Δ per token for the replay's overlay: null where the token is not trained or either value is missing. */
-export function logprobDeltas(tokens: { loss_mask: readonly number[]; logprob?: Numbers; rollout_logprob?: Numbers }): (number | null)[] | null {
+export function logprobDeltas(tokens: {
+  loss_mask: readonly number[];
+  logprob?: Numbers;
+  rollout_logprob?: Numbers;
+}): (number | null)[] | null {
   const { logprob, rollout_logprob: rollout, loss_mask: mask } = tokens;
   if (!logprob || !rollout) return null;
   return mask.map((m, i) => {

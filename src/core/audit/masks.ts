@@ -25,12 +25,21 @@ export function expectedMask(role: TokenRole): 0 | 1 {
 export function leakKind(role: TokenRole, mask: number): LeakKind | null {
   if (mask === expectedMask(role)) return null;
   if (role === 'generated') return 'generated-masked';
-  return role === 'retrieved' ? 'trained-on-retrieved' : role === 'prompt' ? 'trained-on-prompt' : 'trained-on-feedback';
+  return role === 'retrieved'
+    ? 'trained-on-retrieved'
+    : role === 'prompt'
+      ? 'trained-on-prompt'
+      : 'trained-on-feedback';
 }
 
 /** Audits token arrays; arrays of different lengths are audited over their common prefix (the schema reports the rest). */
 export function auditMask(role: readonly TokenRole[], lossMask: readonly number[]): MaskAudit {
-  const byKind: Record<LeakKind, number> = { 'trained-on-retrieved': 0, 'trained-on-prompt': 0, 'trained-on-feedback': 0, 'generated-masked': 0 };
+  const byKind: Record<LeakKind, number> = {
+    'trained-on-retrieved': 0,
+    'trained-on-prompt': 0,
+    'trained-on-feedback': 0,
+    'generated-masked': 0,
+  };
   const leaks: number[] = [];
   let trained = 0;
   let generated = 0;
@@ -72,7 +81,10 @@ export function engineMaskOf(meta: Record<string, unknown> | undefined): number[
   return Array.isArray(m) && m.every((x) => x === 0 || x === 1) ? (m as number[]) : undefined;
 }
 
-export function maskLeaks(tokens: { role: readonly TokenRole[]; loss_mask: readonly number[] }, engineMask?: readonly number[]): MaskLeaks {
+export function maskLeaks(
+  tokens: { role: readonly TokenRole[]; loss_mask: readonly number[] },
+  engineMask?: readonly number[],
+): MaskLeaks {
   const { leaks } = auditMask(tokens.role, tokens.loss_mask);
   const mismatch: number[] = [];
   if (engineMask) {

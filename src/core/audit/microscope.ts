@@ -8,10 +8,10 @@ import type { ReplayMicroscope, ReplayModel } from '../protocol/replay';
 import type { Rollout } from '../run/format';
 import type { TokenizerCodec } from '../tokens/tokenizer';
 import type { DriftOptions } from './drift';
-import { recordDrift } from './template';
-import { importancePreview, type ImportanceOptions } from './importance';
-import { checkLogprobs, logprobDeltas, type LogprobOptions } from './logprob';
+import { type ImportanceOptions, importancePreview } from './importance';
+import { checkLogprobs, type LogprobOptions, logprobDeltas } from './logprob';
 import { engineMaskOf, maskLeaks } from './masks';
+import { recordDrift } from './template';
 
 export interface MicroscopeOptions extends LogprobOptions, ImportanceOptions, DriftOptions {
   /** The drift check's tokenizer; without one drift is not checked and `driftNote` says why. */
@@ -31,7 +31,11 @@ export function addMicroscope(model: ReplayModel, r: Rollout, o: MicroscopeOptio
   const tk = r.tokens;
   if (model.level !== 'token' || !tk) return model;
   const n = model.tokens.text.length;
-  const lp = { loss_mask: tk.loss_mask.slice(0, n), logprob: tk.logprob?.slice(0, n), rollout_logprob: tk.rollout_logprob?.slice(0, n) } as LogprobTokens;
+  const lp = {
+    loss_mask: tk.loss_mask.slice(0, n),
+    logprob: tk.logprob?.slice(0, n),
+    rollout_logprob: tk.rollout_logprob?.slice(0, n),
+  } as LogprobTokens;
   const deltas = logprobDeltas(lp);
   if (deltas) {
     model.tokens.overlays.delta = deltas;
@@ -44,13 +48,22 @@ export function addMicroscope(model: ReplayModel, r: Rollout, o: MicroscopeOptio
   if (o.codec) {
     const d = recordDrift(r, o.codec, o).drift;
     const pieces = (ids: readonly number[]) => ids.map((id) => ({ id, text: o.codec!.decode([id]) }));
-    if (d) drift = { token: d.token, from: d.from, kind: d.kind, recorded: pieces(d.recorded), reencoded: pieces(d.reencoded) };
+    if (d)
+      drift = {
+        token: d.token,
+        from: d.from,
+        kind: d.kind,
+        recorded: pieces(d.recorded),
+        reencoded: pieces(d.reencoded),
+      };
   }
   model.microscope = {
     flagged: checkLogprobs(lp, o, r.meta)?.flagged ?? [],
     importance: importancePreview(lp, o),
     drift,
-    driftNote: o.codec ? `drift checked with ${o.codec.name}${drift ? '' : ': none'}` : (o.noCodec ?? 'drift not checked: no tokenizer'),
+    driftNote: o.codec
+      ? `drift checked with ${o.codec.name}${drift ? '' : ': none'}`
+      : (o.noCodec ?? 'drift not checked: no tokenizer'),
     ...(engineMask ? { engineMask: engineMask.slice(0, n) as (0 | 1)[] } : {}),
     maskMismatch: masks.mask_mismatch,
   };

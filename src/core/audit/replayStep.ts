@@ -58,7 +58,10 @@ export interface ReplayStepResult extends ReplayStepReport {
 }
 
 /** A step's training records with tokens, by the run store's reader (whatever backend the run's records are in). */
-export async function stepRecords(runDir: string, step: number): Promise<{ records: Rollout[]; withoutTokens: number; steps: number[] }> {
+export async function stepRecords(
+  runDir: string,
+  step: number,
+): Promise<{ records: Rollout[]; withoutTokens: number; steps: number[] }> {
   const records: Rollout[] = [];
   let withoutTokens = 0;
   const steps = new Set<number>();
@@ -98,7 +101,12 @@ export function compareWithMetrics(report: ReplayStepReport, row: MetricsRow | u
     for (const [key, value] of [...Object.entries(report.loss), ...Object.entries(report.grad_norm)]) {
       const recorded = row[key];
       if (key === 'total' || typeof recorded !== 'number') continue;
-      metrics.push({ key, recorded, recomputed: value, agrees: agrees(recorded, value, key.endsWith('grad_norm') ? 1e-2 : 1e-3) });
+      metrics.push({
+        key,
+        recorded,
+        recomputed: value,
+        agrees: agrees(recorded, value, key.endsWith('grad_norm') ? 1e-2 : 1e-3),
+      });
     }
   }
   return { ...report, metrics, match: report.match && metrics.every((m) => m.agrees) };
@@ -108,11 +116,20 @@ const g = (x: number) => (x === 0 ? '0' : Math.abs(x) < 1e-3 || Math.abs(x) >= 1
 
 /** The replay in words: the checks, the worst tokens of the worst rollouts, the loss and gradient norm. */
 export function describeReplay(r: ReplayStepResult, records: readonly Rollout[], worst = 3): string[] {
-  const lines = [`step ${r.step} replayed at ${r.checkpoint} (${r.rollouts} rollouts, ${r.device}, ${r.dtype}): ${r.match ? 'MATCH' : 'MISMATCH'}`];
-  lines.push(`  ids           ${r.ids_identical ? 'identical (the batch fed the recorded ids)' : 'DIFFER'}; token texts ${r.text_identical ? "identical under the checkpoint's tokenizer" : 'DIFFER (another tokenizer?)'}; loss mask ${r.loss_mask_identical ? 'rebuilt identically' : 'DIFFERS from the recorded one'}`);
+  const lines = [
+    `step ${r.step} replayed at ${r.checkpoint} (${r.rollouts} rollouts, ${r.device}, ${r.dtype}): ${r.match ? 'MATCH' : 'MISMATCH'}`,
+  ];
+  lines.push(
+    `  ids           ${r.ids_identical ? 'identical (the batch fed the recorded ids)' : 'DIFFER'}; token texts ${r.text_identical ? "identical under the checkpoint's tokenizer" : 'DIFFER (another tokenizer?)'}; loss mask ${r.loss_mask_identical ? 'rebuilt identically' : 'DIFFERS from the recorded one'}`,
+  );
   for (const m of r.mismatches.slice(0, 5)) lines.push(`    ${m.id}: ${m.what} differ from token ${m.at}`);
-  lines.push(`  log-probs     ${r.logprob.compared} trained tokens: |recomputed − recorded| mean ${g(r.logprob.mean_abs_diff)}, max ${g(r.logprob.max_abs_diff)}; ${r.logprob.flagged} over ${r.tolerance}`);
-  if (r.rollout_logprob) lines.push(`                vs the sampling-time log-probs: mean ${g(r.rollout_logprob.mean_abs_diff)}, max ${g(r.rollout_logprob.max_abs_diff)}`);
+  lines.push(
+    `  log-probs     ${r.logprob.compared} trained tokens: |recomputed − recorded| mean ${g(r.logprob.mean_abs_diff)}, max ${g(r.logprob.max_abs_diff)}; ${r.logprob.flagged} over ${r.tolerance}`,
+  );
+  if (r.rollout_logprob)
+    lines.push(
+      `                vs the sampling-time log-probs: mean ${g(r.rollout_logprob.mean_abs_diff)}, max ${g(r.rollout_logprob.max_abs_diff)}`,
+    );
   const byId = new Map(records.map((x) => [x.id, x]));
   for (const d of [...r.rollouts_detail].sort((a, b) => b.max_abs_diff - a.max_abs_diff).slice(0, worst)) {
     if (!d.flagged.length) continue;
@@ -122,13 +139,22 @@ export function describeReplay(r: ReplayStepResult, records: readonly Rollout[],
       .filter((p): p is readonly [number, number] => p[1] !== null)
       .sort((a, b) => Math.abs(b[1]) - Math.abs(a[1]))
       .slice(0, 5);
-    lines.push(`    ${d.id}: ${d.flagged.length} tokens over, max |Δ| ${g(d.max_abs_diff)} — ${top.map(([i, x]) => `#${i} ${JSON.stringify(text[i] ?? '')} Δ ${g(x)}`).join(', ')}`);
+    lines.push(
+      `    ${d.id}: ${d.flagged.length} tokens over, max |Δ| ${g(d.max_abs_diff)} — ${top.map(([i, x]) => `#${i} ${JSON.stringify(text[i] ?? '')} Δ ${g(x)}`).join(', ')}`,
+    );
   }
-  const loss = Object.entries(r.loss).map(([k, v]) => `${k} ${g(v)}`).join(', ');
-  const norm = Object.entries(r.grad_norm).map(([k, v]) => `${k} ${g(v)}`).join(', ');
+  const loss = Object.entries(r.loss)
+    .map(([k, v]) => `${k} ${g(v)}`)
+    .join(', ');
+  const norm = Object.entries(r.grad_norm)
+    .map(([k, v]) => `${k} ${g(v)}`)
+    .join(', ');
   lines.push(`  recomputed    ${loss}; ${norm}`);
   if (!r.comparable.loss) lines.push(`  recorded      not comparable: ${r.comparable.why}`);
   else if (!r.metrics.length) lines.push('  recorded      no loss or gradient norm in metrics.jsonl for this step');
-  else lines.push(`  recorded      ${r.metrics.map((m) => `${m.key} ${g(m.recorded)} (${m.agrees ? 'agrees' : `DIFFERS: recomputed ${g(m.recomputed)}`})`).join(', ')}`);
+  else
+    lines.push(
+      `  recorded      ${r.metrics.map((m) => `${m.key} ${g(m.recorded)} (${m.agrees ? 'agrees' : `DIFFERS: recomputed ${g(m.recomputed)}`})`).join(', ')}`,
+    );
   return lines;
 }

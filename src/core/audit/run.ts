@@ -18,7 +18,7 @@ import { STORE_FILES } from '../store/tokenStore';
 import { runTokenizer, runVocabSize } from '../tokens/tokenizer';
 import { searchCollapseSteps } from './alarms';
 import { runFactsOf } from './groupChecks';
-import { applyAdvisories, AuditStream, runAdvisories, type AuditOptions, type StepAudit } from './index';
+import { type AuditOptions, AuditStream, applyAdvisories, runAdvisories, type StepAudit } from './index';
 import { mergeStepAudits, RUN_ALARMS } from './series';
 
 const CACHE = '.audit-cache.json';
@@ -53,7 +53,12 @@ export async function runAuditOptions(path: string, given: AuditOptions = {}): P
   const runDialect = await runConfigDialect(path);
   const tokenizer = given.tokenizer ?? (await runTokenizer(path)).codec;
   const config = (await runConfigNear(path))?.config;
-  return { ...given, ...(tokenizer ? { tokenizer } : {}), run: { ...runFactsOf(config), ...given.run }, read: { ...given.read, ...(runDialect ? { runDialect } : {}) } };
+  return {
+    ...given,
+    ...(tokenizer ? { tokenizer } : {}),
+    run: { ...runFactsOf(config), ...given.run },
+    read: { ...given.read, ...(runDialect ? { runDialect } : {}) },
+  };
 }
 
 export class RunAudit {
@@ -86,7 +91,11 @@ export class RunAudit {
       this.pending = !!own?.pending;
       const tokenizer = this.given.tokenizer ?? own?.codec;
       const runVocab = tokenizer ? await runVocabSize(this.dir) : undefined;
-      this.options = await runAuditOptions(this.dir, { ...this.given, ...(tokenizer ? { tokenizer } : {}), ...(runVocab !== undefined ? { runVocab } : {}) });
+      this.options = await runAuditOptions(this.dir, {
+        ...this.given,
+        ...(tokenizer ? { tokenizer } : {}),
+        ...(runVocab !== undefined ? { runVocab } : {}),
+      });
       await this.loadCache();
     }
     let changed = false;
@@ -113,7 +122,12 @@ export class RunAudit {
       const size = st && (store ? `${st.ino}:${st.size}` : st.size);
       if (size === undefined || this.files.get(file)?.size === size) continue;
       const auditor = new AuditStream(this.options);
-      for await (const row of readPart(file, this.options.read, undefined, this.options.tokenizer ? 'audit+ids' : 'audit')) {
+      for await (const row of readPart(
+        file,
+        this.options.read,
+        undefined,
+        this.options.tokenizer ? 'audit+ids' : 'audit',
+      )) {
         if (row.record) auditor.add(row.record);
       }
       this.files.set(file, { size, steps: auditor.finish().steps });
@@ -133,12 +147,22 @@ export class RunAudit {
     for (const { steps } of this.files.values())
       for (const s of steps) {
         // the run-level alarms are applied below, over the whole run
-        const own = { ...s, alarms: Object.fromEntries(Object.entries(s.alarms).filter(([k]) => k === 'non-finite' || !(RUN_ALARMS as readonly string[]).includes(k))) };
+        const own = {
+          ...s,
+          alarms: Object.fromEntries(
+            Object.entries(s.alarms).filter(
+              ([k]) => k === 'non-finite' || !(RUN_ALARMS as readonly string[]).includes(k),
+            ),
+          ),
+        };
         const before = byStep.get(s.step);
         byStep.set(s.step, before ? mergeStepAudits(before, own) : own);
       }
     const series = [...byStep.values()].sort((a, b) => a.step - b.step);
-    for (const step of searchCollapseSteps(new Map(series.filter((s) => s.rollouts).map((s) => [s.step, s.mean_searches])), this.options)) {
+    for (const step of searchCollapseSteps(
+      new Map(series.filter((s) => s.rollouts).map((s) => [s.step, s.mean_searches])),
+      this.options,
+    )) {
       const s = byStep.get(step)!;
       if (s.no_search) s.alarms['search-collapse'] = s.no_search;
     }
@@ -153,7 +177,11 @@ export class RunAudit {
     const { tokenizer: tok, ...rest } = o;
     this.cacheKey = JSON.stringify({ tokenizer: tok ? (tok.name ?? 'unnamed') : null, ...rest });
     try {
-      const c = JSON.parse(await readFile(join(this.cacheDir, CACHE), 'utf8')) as { v?: number; key?: string; parts?: Record<string, { size: number | string; steps: StepAudit[] }> };
+      const c = JSON.parse(await readFile(join(this.cacheDir, CACHE), 'utf8')) as {
+        v?: number;
+        key?: string;
+        parts?: Record<string, { size: number | string; steps: StepAudit[] }>;
+      };
       if (c.v !== CACHE_VERSION || c.key !== this.cacheKey || !c.parts) return;
       for (const [name, e] of Object.entries(c.parts)) this.files.set(join(this.cacheDir, name), e);
       this.fromCache = this.files.size > 0;

@@ -38,7 +38,14 @@ export interface SearchOptions {
   emHold?: number;
 }
 
-export const SEARCH_DEFAULTS: Required<SearchOptions> = { copyCoverage: 0.9, copyMinWords: 4, thinkBaselineSteps: 3, thinkNonwordRise: 0.15, thinkEntropyRise: 1.5, emHold: 0.05 };
+export const SEARCH_DEFAULTS: Required<SearchOptions> = {
+  copyCoverage: 0.9,
+  copyMinWords: 4,
+  thinkBaselineSteps: 3,
+  thinkNonwordRise: 0.15,
+  thinkEntropyRise: 1.5,
+  emHold: 0.05,
+};
 
 /** Search behaviour of one trajectory. */
 export interface SearchFacts {
@@ -65,7 +72,11 @@ export function copiesQuestion(query: string, question: string, o: SearchOptions
   return q.filter((w) => have.has(w)).length / q.length >= copyCoverage;
 }
 
-export function searchFacts(parsed: ParsedTrajectory, r: { question?: string; golden?: string[] }, o: SearchOptions = {}): SearchFacts {
+export function searchFacts(
+  parsed: ParsedTrajectory,
+  r: { question?: string; golden?: string[] },
+  o: SearchOptions = {},
+): SearchFacts {
   const golden = r.golden?.filter((g) => normalizeAnswer(g)) ?? [];
   let found = false;
   let after: number | null = null;
@@ -110,7 +121,11 @@ export function searchAlarms(f: SearchFacts): ('query-copies-question' | 'search
  * The mean recorded entropy over the tokens that lie inside `<think>` blocks (token spans from `tokens.text`, laid
  * end to end over prompt + response); null without entropies or thinking.
  */
-export function thinkEntropy(parsed: ParsedTrajectory, promptLength: number, tokens: { text: string[]; entropy?: (number | null)[] } | undefined): { sum: number; n: number } | null {
+export function thinkEntropy(
+  parsed: ParsedTrajectory,
+  promptLength: number,
+  tokens: { text: string[]; entropy?: (number | null)[] } | undefined,
+): { sum: number; n: number } | null {
   // (`in`, not a read: a token-store record builds an array on its first read)
   if (!tokens || !('entropy' in tokens)) return null;
   const spans = parsed.segments.filter((s) => s.kind === 'think').map((s) => [s.contentStart, s.contentEnd] as const);
@@ -164,7 +179,21 @@ export interface SearchStepFacts {
 }
 
 export function emptySearchStep(): SearchStepFacts {
-  return { rollouts: 0, withGolden: 0, answerRetrieved: 0, repeated: 0, copied: 0, afterFound: 0, emN: 0, emSum: 0, thinkRollouts: 0, thinkNonword: 0, thinkChars: 0, thinkEntropySum: 0, thinkEntropyN: 0 };
+  return {
+    rollouts: 0,
+    withGolden: 0,
+    answerRetrieved: 0,
+    repeated: 0,
+    copied: 0,
+    afterFound: 0,
+    emN: 0,
+    emSum: 0,
+    thinkRollouts: 0,
+    thinkNonword: 0,
+    thinkChars: 0,
+    thinkEntropySum: 0,
+    thinkEntropyN: 0,
+  };
 }
 
 export function addSearchStep(a: SearchStepFacts, b: SearchStepFacts): SearchStepFacts {
@@ -174,7 +203,12 @@ export function addSearchStep(a: SearchStepFacts, b: SearchStepFacts): SearchSte
 }
 
 /** Adds one trajectory's facts to a step's. */
-export function countSearch(step: SearchStepFacts, f: SearchFacts, em: number | null, entropy: { sum: number; n: number } | null): void {
+export function countSearch(
+  step: SearchStepFacts,
+  f: SearchFacts,
+  em: number | null,
+  entropy: { sum: number; n: number } | null,
+): void {
   step.rollouts++;
   if (f.answerRetrieved !== null) {
     step.withGolden++;
@@ -199,7 +233,15 @@ export function countSearch(step: SearchStepFacts, f: SearchFacts, em: number | 
 }
 
 /** A step's rates (null where nothing was counted). */
-export function searchRates(s: SearchStepFacts): { answer_retrieved: number | null; repeated_query: number | null; copied_query: number | null; search_after_found: number | null; em: number | null; think_nonword: number | null; think_entropy: number | null } {
+export function searchRates(s: SearchStepFacts): {
+  answer_retrieved: number | null;
+  repeated_query: number | null;
+  copied_query: number | null;
+  search_after_found: number | null;
+  em: number | null;
+  think_nonword: number | null;
+  think_entropy: number | null;
+} {
   const r = (x: number, n: number) => (n ? x / n : null);
   return {
     answer_retrieved: r(s.answerRetrieved, s.withGolden),
@@ -213,19 +255,41 @@ export function searchRates(s: SearchStepFacts): { answer_retrieved: number | nu
 }
 
 /** think-drift over a run's steps (ascending): the steps where it fires, with what it saw. */
-export function thinkDriftSteps(steps: readonly { step: number; search: SearchStepFacts }[], o: SearchOptions = {}): { step: number; value: number; baseline: number; measure: 'non-word share' | 'think entropy'; em: number | null }[] {
+export function thinkDriftSteps(
+  steps: readonly { step: number; search: SearchStepFacts }[],
+  o: SearchOptions = {},
+): { step: number; value: number; baseline: number; measure: 'non-word share' | 'think entropy'; em: number | null }[] {
   const { thinkBaselineSteps, thinkNonwordRise, thinkEntropyRise, emHold } = { ...SEARCH_DEFAULTS, ...o };
   const withThink = steps.filter((s) => s.search.thinkChars > 0).sort((a, b) => a.step - b.step);
   if (withThink.length <= thinkBaselineSteps) return [];
   const base = withThink.slice(0, thinkBaselineSteps).reduce(addSearchStep_, emptySearchStep());
   const b = searchRates(base);
-  const out: { step: number; value: number; baseline: number; measure: 'non-word share' | 'think entropy'; em: number | null }[] = [];
+  const out: {
+    step: number;
+    value: number;
+    baseline: number;
+    measure: 'non-word share' | 'think entropy';
+    em: number | null;
+  }[] = [];
   for (const s of withThink.slice(thinkBaselineSteps)) {
     const r = searchRates(s.search);
     const holds = r.em === null || b.em === null || r.em >= b.em - emHold;
     if (!holds) continue;
-    if (r.think_nonword !== null && b.think_nonword !== null && r.think_nonword >= b.think_nonword + thinkNonwordRise) out.push({ step: s.step, value: r.think_nonword, baseline: b.think_nonword, measure: 'non-word share', em: r.em });
-    else if (r.think_entropy !== null && b.think_entropy !== null && r.think_entropy >= b.think_entropy * thinkEntropyRise && r.think_entropy - b.think_entropy >= 0.2) out.push({ step: s.step, value: r.think_entropy, baseline: b.think_entropy, measure: 'think entropy', em: r.em });
+    if (r.think_nonword !== null && b.think_nonword !== null && r.think_nonword >= b.think_nonword + thinkNonwordRise)
+      out.push({
+        step: s.step,
+        value: r.think_nonword,
+        baseline: b.think_nonword,
+        measure: 'non-word share',
+        em: r.em,
+      });
+    else if (
+      r.think_entropy !== null &&
+      b.think_entropy !== null &&
+      r.think_entropy >= b.think_entropy * thinkEntropyRise &&
+      r.think_entropy - b.think_entropy >= 0.2
+    )
+      out.push({ step: s.step, value: r.think_entropy, baseline: b.think_entropy, measure: 'think entropy', em: r.em });
   }
   return out;
 }

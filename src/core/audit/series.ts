@@ -3,12 +3,12 @@
  * mean |Δ| over trained tokens, the fraction of trained tokens whose ratio lies outside the band, the mean
  * sequence-level ratio, leaked tokens, the rollouts audited, and each alarm's count (of rollouts). The names (ALARMS, AUDIT_METRICS) are the protocol's: the dashboard's webview charts them.
  */
-import { ALARMS, AUDIT_METRICS, RUN_ALARMS, type Alarm, type MetricsRow } from '../protocol/dashboard';
+import { ALARMS, type Alarm, AUDIT_METRICS, type MetricsRow, RUN_ALARMS } from '../protocol/dashboard';
 import type { GroupStepFacts } from './groupChecks';
 import { addHealthStep, type HealthStepFacts } from './health';
-import { addSearchStep, searchRates, type SearchStepFacts } from './search';
+import { addSearchStep, type SearchStepFacts, searchRates } from './search';
 
-export { ALARMS, AUDIT_METRICS, RUN_ALARMS, type Alarm };
+export { ALARMS, type Alarm, AUDIT_METRICS, RUN_ALARMS };
 
 /** Per training step: what the dashboard charts (drift rate, mean |Δ|, ratios outside the band, alarms). */
 export interface StepAudit {
@@ -41,9 +41,11 @@ export interface StepAudit {
 /** Two audits of one step (its rollouts read from two files) as one: counts and sums added, rates weighted. */
 export function mergeStepAudits(a: StepAudit, b: StepAudit): StepAudit {
   const n = a.rollouts + b.rollouts;
-  const w = (x: number | null, y: number | null, wx: number, wy: number) => (x === null ? y : y === null ? x : (x * wx + y * wy) / (wx + wy || 1));
+  const w = (x: number | null, y: number | null, wx: number, wy: number) =>
+    x === null ? y : y === null ? x : (x * wx + y * wy) / (wx + wy || 1);
   const alarms: Partial<Record<Alarm, number>> = { ...a.alarms };
-  for (const [k, v] of Object.entries(b.alarms) as [Alarm, number][]) alarms[k] = (RUN_ALARMS as readonly string[]).includes(k) ? Math.max(alarms[k] ?? 0, v) : (alarms[k] ?? 0) + v;
+  for (const [k, v] of Object.entries(b.alarms) as [Alarm, number][])
+    alarms[k] = (RUN_ALARMS as readonly string[]).includes(k) ? Math.max(alarms[k] ?? 0, v) : (alarms[k] ?? 0) + v;
   return {
     step: a.step,
     rollouts: n,
@@ -56,7 +58,11 @@ export function mergeStepAudits(a: StepAudit, b: StepAudit): StepAudit {
     no_search: a.no_search + b.no_search,
     alarms,
     // training rollouts win over held-out ones (a step's health is its training batch's)
-    ...(a.training === b.training ? { training: a.training, health: addHealthStep(a.health, b.health), search: addSearchStep(a.search, b.search) } : a.training ? { training: true, health: a.health, search: a.search } : { training: true, health: b.health, search: b.search }),
+    ...(a.training === b.training
+      ? { training: a.training, health: addHealthStep(a.health, b.health), search: addSearchStep(a.search, b.search) }
+      : a.training
+        ? { training: true, health: a.health, search: a.search }
+        : { training: true, health: b.health, search: b.search }),
     groups: { groups: a.groups.groups + b.groups.groups, zeroStd: a.groups.zeroStd + b.groups.zeroStd },
   };
 }
@@ -79,7 +85,10 @@ export function auditMetricRows(steps: readonly StepAudit[]): MetricsRow[] {
  * `audit/leaks` and the `audit/logprob/…` series over every training rollout of a step into metrics.jsonl; the audit
  * of the recorded rollouts adds drift and the alarms, and the token series only for steps the metrics lack).
  */
-export function withoutTrainerSeries(auditRows: readonly MetricsRow[], metricsRows: readonly MetricsRow[]): MetricsRow[] {
+export function withoutTrainerSeries(
+  auditRows: readonly MetricsRow[],
+  metricsRows: readonly MetricsRow[],
+): MetricsRow[] {
   const had = new Map<number, Set<string>>();
   for (const m of metricsRows) {
     const keys = Object.keys(m).filter((k) => k.startsWith('audit/'));
@@ -88,6 +97,8 @@ export function withoutTrainerSeries(auditRows: readonly MetricsRow[], metricsRo
   if (!had.size) return [...auditRows];
   return auditRows.map((r) => {
     const drop = had.get(r.step);
-    return drop ? (Object.fromEntries(Object.entries(r).filter(([k]) => k === 'step' || !drop.has(k))) as MetricsRow) : r;
+    return drop
+      ? (Object.fromEntries(Object.entries(r).filter(([k]) => k === 'step' || !drop.has(k))) as MetricsRow)
+      : r;
   });
 }

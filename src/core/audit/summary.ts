@@ -6,10 +6,10 @@
  */
 import { formatValidParsed, formatValidResponse } from '../rewards/format';
 import { em } from '../rewards/normalize';
+import { groupKeyOf, type LocatedIssue, type ReadOptions, type Rollout, rolloutContext } from '../run/format';
 import type { Dialect, ParsedTrajectory } from '../tags/parser';
 import { responseAnswer, turnsOf } from '../tags/searchr1';
 import { invalidActionCount, parseResponse, searchCount } from '../tags/trajectory';
-import { groupKeyOf, rolloutContext, type LocatedIssue, type ReadOptions, type Rollout } from '../run/format';
 
 export interface Histogram {
   [value: string]: number;
@@ -56,14 +56,24 @@ export function trajectoryFacts(r: Rollout, read: ReadOptions = {}): TrajectoryF
   const answer = responseAnswer(parsed, strict, turns) ?? null;
   const searches = r.searches ?? searchCount(parsed);
   const recordedEm = r.reward_parts?.em;
-  const emValue = typeof recordedEm === 'number' ? recordedEm : r.golden && r.golden.length > 0 ? (answer === null ? 0 : em(answer, r.golden)) : null;
+  const emValue =
+    typeof recordedEm === 'number'
+      ? recordedEm
+      : r.golden && r.golden.length > 0
+        ? answer === null
+          ? 0
+          : em(answer, r.golden)
+        : null;
   return {
     dialect: parsed.dialect,
     answer,
     searches,
     turns: r.turns ?? turns.length,
     em: emValue,
-    formatValid: (parsed.dialect === 'searchr1' ? formatValidResponse(r.response, { dialect: 'searchr1' }) : formatValidParsed(parsed)).valid,
+    formatValid: (parsed.dialect === 'searchr1'
+      ? formatValidResponse(r.response, { dialect: 'searchr1' })
+      : formatValidParsed(parsed)
+    ).valid,
     invalidActions: invalidActionCount(parsed, turns),
     parsed,
   };
@@ -90,7 +100,9 @@ export class SummaryBuilder {
 
   addIssue(issues: LocatedIssue[]): void {
     this.malformed++;
-    for (const i of issues) if (this.issues.length < 20) this.issues.push(`${i.file}:${i.line}: ${i.field ? `${i.field}: ` : ''}${i.message}`);
+    for (const i of issues)
+      if (this.issues.length < 20)
+        this.issues.push(`${i.file}:${i.line}: ${i.field ? `${i.field}: ` : ''}${i.message}`);
   }
 
   add(r: Rollout, facts: TrajectoryFacts = trajectoryFacts(r)): void {
@@ -136,7 +148,9 @@ export class SummaryBuilder {
       trajectories: this.n,
       malformed: this.malformed,
       issues: this.issues,
-      reward: w.count ? { count: w.count, mean, std: Math.sqrt(Math.max(0, w.sumSq / w.count - mean * mean)), min: w.min, max: w.max } : null,
+      reward: w.count
+        ? { count: w.count, mean, std: Math.sqrt(Math.max(0, w.sumSq / w.count - mean * mean)), min: w.min, max: w.max }
+        : null,
       em: this.emCount ? { count: this.emCount, rate: this.emSum / this.emCount } : null,
       format: { valid: this.formatOk, rate: this.n ? this.formatOk / this.n : 0 },
       searches: { mean: this.n ? this.searchSum / this.n : 0, histogram: toObject(this.searchHist) },
@@ -145,7 +159,9 @@ export class SummaryBuilder {
       dialects: toObject(this.dialects),
       finish: toObject(this.finish),
       data_sources: toObject(this.sources),
-      groups: grouped.length ? { count: grouped.length, zero_variance: zero, frac_zero_std: zero / grouped.length } : null,
+      groups: grouped.length
+        ? { count: grouped.length, zero_variance: zero, frac_zero_std: zero / grouped.length }
+        : null,
     };
   }
 }
@@ -155,5 +171,11 @@ function bump<K>(m: Map<K, number>, k: K): void {
 }
 
 function toObject<K extends string | number>(m: Map<K, number>): Histogram {
-  return Object.fromEntries([...m.entries()].sort((a, b) => (typeof a[0] === 'number' ? (a[0] as number) - (b[0] as number) : String(a[0]).localeCompare(String(b[0])))).map(([k, v]) => [String(k), v]));
+  return Object.fromEntries(
+    [...m.entries()]
+      .sort((a, b) =>
+        typeof a[0] === 'number' ? (a[0] as number) - (b[0] as number) : String(a[0]).localeCompare(String(b[0])),
+      )
+      .map(([k, v]) => [String(k), v]),
+  );
 }

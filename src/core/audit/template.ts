@@ -17,7 +17,7 @@
 import { Template } from '@huggingface/jinja';
 import type { Rollout } from '../run/format';
 import type { TokenizerCodec } from '../tokens/tokenizer';
-import { driftAt, findDrift, firstDifference, type Drift, type DriftOptions } from './drift';
+import { type Drift, type DriftOptions, driftAt, findDrift, firstDifference } from './drift';
 
 export interface ChatMessage {
   role: string;
@@ -30,28 +30,57 @@ type Codec = Pick<TokenizerCodec, 'encode' | 'decode' | 'chatTemplate'>;
 /** The chat messages a record carries (`meta.messages`: objects with a string role), if any. */
 export function messagesOf(meta: Record<string, unknown> | undefined): ChatMessage[] | undefined {
   const m = meta?.messages;
-  return Array.isArray(m) && m.length > 0 && m.every((x) => x && typeof x === 'object' && typeof (x as ChatMessage).role === 'string') ? (m as ChatMessage[]) : undefined;
+  return Array.isArray(m) &&
+    m.length > 0 &&
+    m.every((x) => x && typeof x === 'object' && typeof (x as ChatMessage).role === 'string')
+    ? (m as ChatMessage[])
+    : undefined;
 }
 
 /** The tools a record's prompt declared (`meta.tools`: an array of objects), if any. */
 export function toolsOf(meta: Record<string, unknown> | undefined): Record<string, unknown>[] | undefined {
   const t = meta?.tools;
-  return Array.isArray(t) && t.length > 0 && t.every((x) => x && typeof x === 'object' && !Array.isArray(x)) ? (t as Record<string, unknown>[]) : undefined;
+  return Array.isArray(t) && t.length > 0 && t.every((x) => x && typeof x === 'object' && !Array.isArray(x))
+    ? (t as Record<string, unknown>[])
+    : undefined;
 }
 
 /** Renders messages with a chat template as `apply_chat_template(…, tools=…, tokenize=False, add_generation_prompt=False)` does. */
-export function renderChat(template: string, messages: readonly ChatMessage[], extra: Record<string, unknown> = {}): string {
-  return new Template(template).render({ messages, add_generation_prompt: false, bos_token: '', eos_token: '', ...extra });
+export function renderChat(
+  template: string,
+  messages: readonly ChatMessage[],
+  extra: Record<string, unknown> = {},
+): string {
+  return new Template(template).render({
+    messages,
+    add_generation_prompt: false,
+    bos_token: '',
+    eos_token: '',
+    ...extra,
+  });
 }
 
 /** Drift of recorded ids against the messages rendered with `template` and re-encoded; null when they agree. */
-export function findTemplateDrift(ids: readonly number[], text: string, messages: readonly ChatMessage[], template: string, codec: Pick<TokenizerCodec, 'encode' | 'decode'>, options: DriftOptions = {}, tools?: readonly Record<string, unknown>[]): Drift | null {
+export function findTemplateDrift(
+  ids: readonly number[],
+  text: string,
+  messages: readonly ChatMessage[],
+  template: string,
+  codec: Pick<TokenizerCodec, 'encode' | 'decode'>,
+  options: DriftOptions = {},
+  tools?: readonly Record<string, unknown>[],
+): Drift | null {
   const rendered = renderChat(template, messages, tools ? { tools } : {});
   const reencoded = codec.encode(rendered);
   let at = firstDifference(ids, reencoded);
   if (at === ids.length && !codec.decode(reencoded.slice(ids.length)).trim()) at = -1;
   if (at < 0) return null;
-  const kind = rendered.startsWith(text) && !rendered.slice(text.length).trim() ? (codec.decode(ids) === text ? 'split' : 'text') : 'template';
+  const kind =
+    rendered.startsWith(text) && !rendered.slice(text.length).trim()
+      ? codec.decode(ids) === text
+        ? 'split'
+        : 'text'
+      : 'template';
   return driftAt(ids, reencoded, at, kind, options.context ?? 3);
 }
 
@@ -60,14 +89,31 @@ export function findTemplateDrift(ids: readonly number[], text: string, messages
  * tokenizer has a template, else by re-encoding its text (drift.ts). A template that does not render falls back
  * to the text check, and `templateError` says why.
  */
-export function recordDrift(r: Rollout, codec: Codec, options: DriftOptions = {}): { drift: Drift | null; templateError?: string } {
+export function recordDrift(
+  r: Rollout,
+  codec: Codec,
+  options: DriftOptions = {},
+): { drift: Drift | null; templateError?: string } {
   const tk = r.tokens!;
   const messages = messagesOf(r.meta);
   if (messages && codec.chatTemplate) {
     try {
-      return { drift: findTemplateDrift(tk.ids, r.prompt + r.response, messages, codec.chatTemplate, codec, options, toolsOf(r.meta)) };
+      return {
+        drift: findTemplateDrift(
+          tk.ids,
+          r.prompt + r.response,
+          messages,
+          codec.chatTemplate,
+          codec,
+          options,
+          toolsOf(r.meta),
+        ),
+      };
     } catch (e) {
-      return { drift: findDrift(tk.ids, r.prompt + r.response, codec, { ...options, role: tk.role }), templateError: `chat_template: ${(e as Error).message}` };
+      return {
+        drift: findDrift(tk.ids, r.prompt + r.response, codec, { ...options, role: tk.role }),
+        templateError: `chat_template: ${(e as Error).message}`,
+      };
     }
   }
   return { drift: findDrift(tk.ids, r.prompt + r.response, codec, { ...options, role: tk.role }) };

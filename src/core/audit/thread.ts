@@ -8,12 +8,17 @@ import { spawnWorker } from '../workers';
 import type { StepAudit } from './series';
 
 export type AuditRequest = { t: 'update'; req: number; dir: string } | { t: 'forget'; dir: string };
-export type AuditReply = { t: 'steps'; req: number; steps: StepAudit[] | undefined } | { t: 'error'; req: number; message: string };
+export type AuditReply =
+  | { t: 'steps'; req: number; steps: StepAudit[] | undefined }
+  | { t: 'error'; req: number; message: string };
 
 export class AuditThread {
   private worker: Worker | undefined;
   private next = 1;
-  private readonly pending = new Map<number, { worker: Worker; resolve(s: StepAudit[] | undefined): void; reject(e: Error): void }>();
+  private readonly pending = new Map<
+    number,
+    { worker: Worker; resolve(s: StepAudit[] | undefined): void; reject(e: Error): void }
+  >();
 
   private start(): Worker {
     const w = spawnWorker(__dirname, 'audit-worker.js', 'worker.ts');

@@ -13,8 +13,9 @@
  *
  * A record with neither token texts nor out-of-range ids or specials gives no verdict (undefined): drift is checked.
  */
-import type { TokenizerCodec } from '../tokens/tokenizer';
+
 import type { Rollout } from '../run/format';
+import type { TokenizerCodec } from '../tokens/tokenizer';
 
 type Codec = Pick<TokenizerCodec, 'name' | 'decode' | 'vocabSize' | 'specials' | 'tokenText'>;
 
@@ -24,19 +25,22 @@ const DIFFERING = 0.5;
 
 /** Why `codec` cannot have tokenised `r` (a sentence), or undefined when nothing says so. */
 export function tokenizerMismatch(codec: Codec, r: Pick<Rollout, 'tokens'>, runVocab?: number): string | undefined {
-  if (runVocab !== undefined && codec.vocabSize !== undefined && codec.vocabSize > runVocab) return `its vocabulary has ${codec.vocabSize.toLocaleString('en-US')} ids, the run's model ${runVocab.toLocaleString('en-US')}`;
+  if (runVocab !== undefined && codec.vocabSize !== undefined && codec.vocabSize > runVocab)
+    return `its vocabulary has ${codec.vocabSize.toLocaleString('en-US')} ids, the run's model ${runVocab.toLocaleString('en-US')}`;
   const tk = r.tokens;
   if (!tk?.ids?.length) return undefined;
   const ids = tk.ids;
   if (codec.vocabSize !== undefined) {
     const bad = ids.findIndex((id) => !Number.isInteger(id) || id < 0 || id >= codec.vocabSize!);
-    if (bad >= 0) return `token ${bad}'s id ${ids[bad]} is outside its vocabulary (${codec.vocabSize.toLocaleString('en-US')} ids)`;
+    if (bad >= 0)
+      return `token ${bad}'s id ${ids[bad]} is outside its vocabulary (${codec.vocabSize.toLocaleString('en-US')} ids)`;
   }
   const text = Array.isArray(tk.text) && tk.text.length === ids.length ? tk.text : undefined;
   if (text && codec.specials?.size) {
     for (let i = 0; i < ids.length; i++) {
       const sid = codec.specials.get(text[i]!);
-      if (sid !== undefined && sid !== ids[i]) return `the run recorded ${JSON.stringify(text[i])} as id ${ids[i]} (token ${i}); this tokenizer's ${JSON.stringify(text[i])} is id ${sid}`;
+      if (sid !== undefined && sid !== ids[i])
+        return `the run recorded ${JSON.stringify(text[i])} as id ${ids[i]} (token ${i}); this tokenizer's ${JSON.stringify(text[i])} is id ${sid}`;
     }
   }
   if (text) {
@@ -49,7 +53,8 @@ export function tokenizerMismatch(codec: Codec, r: Pick<Rollout, 'tokens'>, runV
       differ++;
       if (first < 0) first = i;
     }
-    if (n >= 4 && differ > DIFFERING * n) return `${differ} of ${n} recorded token texts are not its pieces for their ids (token ${first}: id ${ids[first]} is ${JSON.stringify(pieceOf(ids[first]!))} here, the run recorded ${JSON.stringify(text[first])})`;
+    if (n >= 4 && differ > DIFFERING * n)
+      return `${differ} of ${n} recorded token texts are not its pieces for their ids (token ${first}: id ${ids[first]} is ${JSON.stringify(pieceOf(ids[first]!))} here, the run recorded ${JSON.stringify(text[first])})`;
   }
   return undefined;
 }

@@ -32,7 +32,10 @@ export interface ChartOptions {
 const PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#7f7f7f'];
 
 export function escapeXml(s: string): string {
-  return s.replace(/[&<>"']/g, (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] as string);
+  return s.replace(
+    /[&<>"']/g,
+    (c) => ({ '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' })[c] as string,
+  );
 }
 
 /** "Nice" tick values covering [lo, hi] (1, 2, 2.5, 5 × 10^k steps). */
@@ -43,7 +46,8 @@ export function niceTicks(lo: number, hi: number, count = 5): number[] {
   const mag = 10 ** Math.floor(Math.log10(raw));
   const step = ([1, 2, 2.5, 5, 10].find((m) => m * mag >= raw) ?? 10) * mag;
   const out: number[] = [];
-  for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) out.push(Number(v.toPrecision(12)));
+  for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step)
+    out.push(Number(v.toPrecision(12)));
   return out;
 }
 
@@ -69,18 +73,34 @@ function panelSvg(p: Panel, x0: number, y0: number, w: number, h: number, colors
   const sy = (v: number) => y0 + m.t + ph - ((v - yA) / (yB - yA || 1)) * ph;
   const parts: string[] = [];
   parts.push(`<text x="${x0 + m.l}" y="${y0 + 16}" class="pt">${escapeXml(p.title)}</text>`);
-  for (const v of yt) parts.push(`<line x1="${x0 + m.l}" x2="${x0 + m.l + pw}" y1="${sy(v).toFixed(1)}" y2="${sy(v).toFixed(1)}" class="grid"/><text x="${x0 + m.l - 6}" y="${(sy(v) + 4).toFixed(1)}" class="tick" text-anchor="end">${label(v)}</text>`);
-  for (const v of xt) parts.push(`<line x1="${sx(v).toFixed(1)}" x2="${sx(v).toFixed(1)}" y1="${y0 + m.t + ph}" y2="${y0 + m.t + ph + 4}" class="axis"/><text x="${sx(v).toFixed(1)}" y="${y0 + m.t + ph + 16}" class="tick" text-anchor="middle">${label(v)}</text>`);
+  for (const v of yt)
+    parts.push(
+      `<line x1="${x0 + m.l}" x2="${x0 + m.l + pw}" y1="${sy(v).toFixed(1)}" y2="${sy(v).toFixed(1)}" class="grid"/><text x="${x0 + m.l - 6}" y="${(sy(v) + 4).toFixed(1)}" class="tick" text-anchor="end">${label(v)}</text>`,
+    );
+  for (const v of xt)
+    parts.push(
+      `<line x1="${sx(v).toFixed(1)}" x2="${sx(v).toFixed(1)}" y1="${y0 + m.t + ph}" y2="${y0 + m.t + ph + 4}" class="axis"/><text x="${sx(v).toFixed(1)}" y="${y0 + m.t + ph + 16}" class="tick" text-anchor="middle">${label(v)}</text>`,
+    );
   parts.push(`<rect x="${x0 + m.l}" y="${y0 + m.t}" width="${pw}" height="${ph}" class="frame"/>`);
-  if (p.xLabel) parts.push(`<text x="${x0 + m.l + pw / 2}" y="${y0 + h - 4}" class="lbl" text-anchor="middle">${escapeXml(p.xLabel)}</text>`);
-  if (p.yLabel) parts.push(`<text transform="translate(${x0 + 12},${y0 + m.t + ph / 2}) rotate(-90)" class="lbl" text-anchor="middle">${escapeXml(p.yLabel)}</text>`);
+  if (p.xLabel)
+    parts.push(
+      `<text x="${x0 + m.l + pw / 2}" y="${y0 + h - 4}" class="lbl" text-anchor="middle">${escapeXml(p.xLabel)}</text>`,
+    );
+  if (p.yLabel)
+    parts.push(
+      `<text transform="translate(${x0 + 12},${y0 + m.t + ph / 2}) rotate(-90)" class="lbl" text-anchor="middle">${escapeXml(p.yLabel)}</text>`,
+    );
   for (const s of p.series) {
     const pts = s.points.filter((q) => Number.isFinite(q[1]));
     if (!pts.length) continue;
     const color = s.color ?? colors.get(s.name) ?? '#333';
     const d = pts.map((q, i) => `${i ? 'L' : 'M'}${sx(q[0]).toFixed(1)},${sy(q[1]).toFixed(1)}`).join('');
-    parts.push(`<path d="${d}" fill="none" stroke="${color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5 4"' : ''}/>`);
-    if (pts.length <= 40) for (const q of pts) parts.push(`<circle cx="${sx(q[0]).toFixed(1)}" cy="${sy(q[1]).toFixed(1)}" r="2.5" fill="${color}"/>`);
+    parts.push(
+      `<path d="${d}" fill="none" stroke="${color}" stroke-width="2"${s.dashed ? ' stroke-dasharray="5 4"' : ''}/>`,
+    );
+    if (pts.length <= 40)
+      for (const q of pts)
+        parts.push(`<circle cx="${sx(q[0]).toFixed(1)}" cy="${sy(q[1]).toFixed(1)}" r="2.5" fill="${color}"/>`);
   }
   return parts.join('\n');
 }
@@ -101,19 +121,26 @@ export function lineChartsSvg(panels: Panel[], options: ChartOptions = {}): stri
   const width = cols * pwid;
   const height = head + rows * phei + legendH;
   const out: string[] = [];
-  out.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">`);
+  out.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">`,
+  );
   out.push(
     '<style>text{font-family:"DejaVu Sans",Helvetica,Arial,sans-serif;fill:#222}.t{font-size:16px;font-weight:bold}.st{font-size:12px;fill:#555}.pt{font-size:13px;font-weight:bold}.tick{font-size:10px;fill:#444}.lbl{font-size:11px;fill:#333}.grid{stroke:#e6e6e6}.axis{stroke:#888}.frame{fill:none;stroke:#888}.leg{font-size:12px}</style>',
   );
   out.push(`<rect width="${width}" height="${height}" fill="#fff"/>`);
   if (options.title) out.push(`<text x="12" y="22" class="t">${escapeXml(options.title)}</text>`);
-  if (options.subtitle) out.push(`<text x="12" y="${options.title ? 40 : 16}" class="st">${escapeXml(options.subtitle)}</text>`);
-  panels.forEach((p, i) => out.push(panelSvg(p, (i % cols) * pwid, head + Math.floor(i / cols) * phei, pwid, phei, colors)));
+  if (options.subtitle)
+    out.push(`<text x="12" y="${options.title ? 40 : 16}" class="st">${escapeXml(options.subtitle)}</text>`);
+  panels.forEach((p, i) =>
+    out.push(panelSvg(p, (i % cols) * pwid, head + Math.floor(i / cols) * phei, pwid, phei, colors)),
+  );
   let x = 12;
   const ly = head + rows * phei + 14;
   const dashed = new Set(panels.flatMap((p) => p.series.filter((s) => s.dashed).map((s) => s.name)));
   for (const n of names) {
-    out.push(`<line x1="${x}" x2="${x + 22}" y1="${ly - 4}" y2="${ly - 4}" stroke="${colors.get(n)}" stroke-width="2"${dashed.has(n) ? ' stroke-dasharray="5 4"' : ''}/><text x="${x + 28}" y="${ly}" class="leg">${escapeXml(n)}</text>`);
+    out.push(
+      `<line x1="${x}" x2="${x + 22}" y1="${ly - 4}" y2="${ly - 4}" stroke="${colors.get(n)}" stroke-width="2"${dashed.has(n) ? ' stroke-dasharray="5 4"' : ''}/><text x="${x + 28}" y="${ly}" class="leg">${escapeXml(n)}</text>`,
+    );
     x += 40 + n.length * 7;
   }
   out.push('</svg>');

@@ -9,10 +9,10 @@
  * it may use another interpreter, run a preparation step first, or add environment variables).
  */
 import { execa } from 'execa';
-import type { Engine } from '../run/engines';
 import { packageRoot } from '../paths';
+import type { Engine } from '../run/engines';
 import type { LoadedRunConfig } from './runConfig';
-import { verlLaunch, VerlUnavailableError } from './verl';
+import { VerlUnavailableError, verlLaunch } from './verl';
 
 export interface EngineContext {
   /** The trainer's Python (findPython's). */
@@ -54,13 +54,31 @@ export class EngineUnavailableError extends Error {
 export function trainerModuleLaunch(ctx: EngineContext): TrainerLaunch {
   return {
     file: ctx.python,
-    args: ['-m', 'search_agent_trainer', '--run-dir', ctx.runDir, '--env-url', ctx.envUrl, ...(ctx.resume ? ['--resume'] : ['--config', ctx.loaded.file])],
+    args: [
+      '-m',
+      'search_agent_trainer',
+      '--run-dir',
+      ctx.runDir,
+      '--env-url',
+      ctx.envUrl,
+      ...(ctx.resume ? ['--resume'] : ['--config', ctx.loaded.file]),
+    ],
   };
 }
 
 /** What this Python lacks for `engine`, as the trainer itself reports it (`--check`: engines.<name>). */
-export async function trainerEngineCheck(python: string, trainerDir: string, engine: Engine): Promise<string | undefined> {
-  const r = await execa(python, ['-m', 'search_agent_trainer', '--check'], { cwd: trainerDir, env: { PYTHONPATH: [trainerDir, process.env.PYTHONPATH].filter(Boolean).join(':') }, reject: false, timeout: 180_000, stdin: 'ignore' });
+export async function trainerEngineCheck(
+  python: string,
+  trainerDir: string,
+  engine: Engine,
+): Promise<string | undefined> {
+  const r = await execa(python, ['-m', 'search_agent_trainer', '--check'], {
+    cwd: trainerDir,
+    env: { PYTHONPATH: [trainerDir, process.env.PYTHONPATH].filter(Boolean).join(':') },
+    reject: false,
+    timeout: 180_000,
+    stdin: 'ignore',
+  });
   let report: { engines?: Record<string, string | null> };
   try {
     report = JSON.parse(r.stdout.trim().split('\n').pop() ?? '');
@@ -81,7 +99,16 @@ export const ENGINE_HOSTS: Record<Engine, EngineHost | undefined> = {
  * .venv-verl), the run prepared in its directory, then veRL's main_ppo with our recorder under Ray. */
 async function verlEngineLaunch(ctx: EngineContext): Promise<TrainerLaunch> {
   try {
-    const l = await verlLaunch({ loaded: ctx.loaded, runDir: ctx.runDir, envUrl: ctx.envUrl, resume: ctx.resume, trainerDir: ctx.trainerDir, verlPython: ctx.verlPython, root: packageRoot(), planned: ctx.planned });
+    const l = await verlLaunch({
+      loaded: ctx.loaded,
+      runDir: ctx.runDir,
+      envUrl: ctx.envUrl,
+      resume: ctx.resume,
+      trainerDir: ctx.trainerDir,
+      verlPython: ctx.verlPython,
+      root: packageRoot(),
+      planned: ctx.planned,
+    });
     return { file: l.file, args: l.args, env: l.env, notes: l.notes };
   } catch (e) {
     if (e instanceof VerlUnavailableError) throw new EngineUnavailableError(e.message);

@@ -13,8 +13,15 @@ import { trainerDir } from '../paths';
 import type { Continuation, ForkOptions, ForkResult } from '../protocol/replay';
 import type { Rollout } from '../run/format';
 import { readPartRow, streamRollouts } from '../store/rollouts';
+import {
+  type Child,
+  type EnvServerProcess,
+  type LogSink,
+  type ServerLauncher,
+  spawnChild,
+  startEnvServerProcess,
+} from './processes';
 import { envServerArgs, loadRunDirConfig } from './runConfig';
-import { spawnChild, startEnvServerProcess, type Child, type EnvServerProcess, type LogSink, type ServerLauncher } from './processes';
 
 export class ForkError extends Error {
   constructor(message: string) {
@@ -31,7 +38,10 @@ export async function listCheckpoints(runDir: string): Promise<string[]> {
   } catch {
     return [];
   }
-  const complete = (n: string) => ['trainer_state.json', 'config.json', join('model', 'config.json')].some((f) => existsSync(join(runDir, 'checkpoints', n, f)));
+  const complete = (n: string) =>
+    ['trainer_state.json', 'config.json', join('model', 'config.json')].some((f) =>
+      existsSync(join(runDir, 'checkpoints', n, f)),
+    );
   return names.filter((n) => /^step-\d+$/.test(n) && complete(n)).sort((a, b) => stepOf(a) - stepOf(b));
 }
 
@@ -84,7 +94,10 @@ export class PolicyProcess {
     readonly checkpoint: string,
   ) {
     void child.exited.then((exit) => {
-      for (const p of this.pending.values()) p.reject(new ForkError(`the policy server exited (${exit.signal ?? `code ${exit.code}`}): ${child.stderr.text(6)}`));
+      for (const p of this.pending.values())
+        p.reject(
+          new ForkError(`the policy server exited (${exit.signal ?? `code ${exit.code}`}): ${child.stderr.text(6)}`),
+        );
       this.pending.clear();
     });
   }
@@ -94,36 +107,52 @@ export class PolicyProcess {
   }
 
   /** Starts it and waits for its `ready` line (it loads the model: minutes for a big one). */
-  static async start(o: { python: string; runDir: string; checkpoint: string; envUrl: string; onLog?: LogSink; timeoutMs?: number }): Promise<PolicyProcess> {
+  static async start(o: {
+    python: string;
+    runDir: string;
+    checkpoint: string;
+    envUrl: string;
+    onLog?: LogSink;
+    timeoutMs?: number;
+  }): Promise<PolicyProcess> {
     const dir = trainerDir();
     let ready!: (v: { error?: string }) => void;
     const started = new Promise<{ error?: string }>((r) => (ready = r));
     let proc: PolicyProcess | undefined;
     // the child runs in the trainer's directory: a Python named by a relative path is resolved here first
     const python = o.python.includes('/') ? resolve(o.python) : o.python;
-    const child = spawnChild('policy server', python, ['-m', 'search_agent_trainer.fork', '--run-dir', o.runDir, '--checkpoint', o.checkpoint, '--env-url', o.envUrl], {
-      cwd: dir,
-      env: { PYTHONPATH: [dir, process.env.PYTHONPATH].filter(Boolean).join(':'), PYTHONUNBUFFERED: '1' },
-      stdin: 'pipe',
-      onStdout: (line) => {
-        let msg: { event?: string; message?: string; id?: number; continuations?: Continuation[]; error?: string };
-        try {
-          msg = JSON.parse(line);
-        } catch {
-          o.onLog?.(line);
-          return;
-        }
-        if (msg.event === 'ready') ready({});
-        else if (msg.event === 'error') ready({ error: msg.message });
-        else proc?.settle(msg);
+    const child = spawnChild(
+      'policy server',
+      python,
+      ['-m', 'search_agent_trainer.fork', '--run-dir', o.runDir, '--checkpoint', o.checkpoint, '--env-url', o.envUrl],
+      {
+        cwd: dir,
+        env: { PYTHONPATH: [dir, process.env.PYTHONPATH].filter(Boolean).join(':'), PYTHONUNBUFFERED: '1' },
+        stdin: 'pipe',
+        onStdout: (line) => {
+          let msg: { event?: string; message?: string; id?: number; continuations?: Continuation[]; error?: string };
+          try {
+            msg = JSON.parse(line);
+          } catch {
+            o.onLog?.(line);
+            return;
+          }
+          if (msg.event === 'ready') ready({});
+          else if (msg.event === 'error') ready({ error: msg.message });
+          else proc?.settle(msg);
+        },
+        onStderr: o.onLog,
       },
-      onStderr: o.onLog,
-    });
+    );
     let timer: NodeJS.Timeout | undefined;
     const outcome = await Promise.race([
       started,
-      child.exited.then((e) => ({ error: `it exited (${e.signal ?? `code ${e.code}`}) before it was ready:\n${child.stderr.text(8)}` })),
-      new Promise<{ error: string }>((r) => (timer = setTimeout(() => r({ error: 'it was not ready in time' }), o.timeoutMs ?? 600_000))),
+      child.exited.then((e) => ({
+        error: `it exited (${e.signal ?? `code ${e.code}`}) before it was ready:\n${child.stderr.text(8)}`,
+      })),
+      new Promise<{ error: string }>(
+        (r) => (timer = setTimeout(() => r({ error: 'it was not ready in time' }), o.timeoutMs ?? 600_000)),
+      ),
     ]);
     clearTimeout(timer);
     if (outcome.error) {
@@ -145,7 +174,16 @@ export class PolicyProcess {
   fork(record: Rollout, o: ForkOptions): Promise<Continuation[]> {
     if (!this.child.running) return Promise.reject(new ForkError('the policy server has exited'));
     const id = this.next++;
-    const request = { id, record, turn: o.turn, query: o.query, documents: o.documents, samples: o.samples, greedy: o.greedy ?? !(o.samples && o.samples > 1), retriever_url: o.retrieverUrl };
+    const request = {
+      id,
+      record,
+      turn: o.turn,
+      query: o.query,
+      documents: o.documents,
+      samples: o.samples,
+      greedy: o.greedy ?? !(o.samples && o.samples > 1),
+      retriever_url: o.retrieverUrl,
+    };
     return new Promise((resolve, reject) => {
       this.pending.set(id, { resolve, reject });
       this.child.proc.stdin?.write(`${JSON.stringify(request)}\n`);
@@ -179,7 +217,12 @@ export class ForkHost {
     if (this.options.envUrl) return this.options.envUrl;
     let s = this.servers.get(runDir);
     if (!s) {
-      s = loadRunDirConfig(runDir).then((loaded) => startEnvServerProcess(envServerArgs(loaded, { port: 0 }), { onLog: this.options.onLog, launcher: this.options.serverLauncher }));
+      s = loadRunDirConfig(runDir).then((loaded) =>
+        startEnvServerProcess(envServerArgs(loaded, { port: 0 }), {
+          onLog: this.options.onLog,
+          launcher: this.options.serverLauncher,
+        }),
+      );
       this.servers.set(runDir, s);
       s.catch(() => this.servers.delete(runDir));
     }
@@ -196,7 +239,15 @@ export class ForkHost {
       if (p?.child.running) return p;
       this.policies.delete(key);
     }
-    const started = this.envUrl(runDir).then((envUrl) => PolicyProcess.start({ python: this.options.python, runDir: resolve(runDir), checkpoint, envUrl, onLog: this.options.onLog }));
+    const started = this.envUrl(runDir).then((envUrl) =>
+      PolicyProcess.start({
+        python: this.options.python,
+        runDir: resolve(runDir),
+        checkpoint,
+        envUrl,
+        onLog: this.options.onLog,
+      }),
+    );
     this.policies.set(key, started);
     started.catch(() => this.policies.delete(key));
     return started;
@@ -204,11 +255,17 @@ export class ForkHost {
 
   /** Forks `record` (a rollout of the run `runDir`) as `o` says; the checkpoint defaults to the one that produced it. */
   async fork(runDir: string, record: Rollout, o: ForkOptions): Promise<ForkResult> {
-    if (!record.tokens?.ids) throw new ForkError(`rollout ${record.id}: no token ids recorded; only rollouts recorded with tokens can be forked`);
+    if (!record.tokens?.ids)
+      throw new ForkError(
+        `rollout ${record.id}: no token ids recorded; only rollouts recorded with tokens can be forked`,
+      );
     const checkpoints = await listCheckpoints(runDir);
     const checkpoint = o.checkpoint ?? defaultCheckpoint(checkpoints, record);
     if (!checkpoint) throw new ForkError(`${runDir}: no checkpoint to fork from (checkpoints/step-NNNNNN)`);
-    if (!checkpoints.includes(checkpoint)) throw new ForkError(`--checkpoint ${checkpoint}: not a complete checkpoint of ${runDir} (${checkpoints.join(', ') || 'none'})`);
+    if (!checkpoints.includes(checkpoint))
+      throw new ForkError(
+        `--checkpoint ${checkpoint}: not a complete checkpoint of ${runDir} (${checkpoints.join(', ') || 'none'})`,
+      );
     const policy = await this.policy(runDir, checkpoint);
     return { checkpoint, continuations: await policy.fork(record, o) };
   }

@@ -15,13 +15,22 @@ export const GPU_PLANS_FILE = join(packageRoot(), 'bench', 'gpu', 'plans.json');
 export function gpuCheckPlans(): string {
   const dir = join(packageRoot(), 'bench', 'gpu');
   const out: Record<string, unknown> = {};
-  for (const f of readdirSync(dir).filter((x) => x.endsWith('.run.json')).sort()) {
+  for (const f of readdirSync(dir)
+    .filter((x) => x.endsWith('.run.json'))
+    .sort()) {
     const file = join(dir, f);
     const loaded = checkRunConfig(JSON.parse(readFileSync(file, 'utf8')), file, dir);
     const device = loaded.config.model.device === 'cpu' ? 'cpu' : 'cuda';
     const plan = planRun(loaded, { gpuMemoryBytes: DEFAULT_GPU_MEMORY, device });
     const [d] = plan.devices;
-    out[f.replace(/\.run\.json$/, '')] = { device, gpu_memory_bytes: plan.gpu_memory_bytes, fits: plan.fits, phases: d!.phases, parts: d!.parts, summary: plan.summary };
+    out[f.replace(/\.run\.json$/, '')] = {
+      device,
+      gpu_memory_bytes: plan.gpu_memory_bytes,
+      fits: plan.fits,
+      phases: d!.phases,
+      parts: d!.parts,
+      summary: plan.summary,
+    };
   }
   return `${JSON.stringify(out, null, 2)}\n`;
 }

@@ -174,7 +174,10 @@ export function envServerScript(): string {
  * that says what to do when it exits first (a port in use, a bad index, a reward module that does not compile) or
  * does not come up within `timeoutMs`.
  */
-export async function startEnvServerProcess(args: string[], options: { onLog?: LogSink; timeoutMs?: number; launcher?: ServerLauncher } = {}): Promise<EnvServerProcess> {
+export async function startEnvServerProcess(
+  args: string[],
+  options: { onLog?: LogSink; timeoutMs?: number; launcher?: ServerLauncher } = {},
+): Promise<EnvServerProcess> {
   const timeoutMs = options.timeoutMs ?? 120_000;
   let resolveListening!: (port: number) => void;
   const listening = new Promise<number>((r) => (resolveListening = r));
@@ -201,7 +204,10 @@ export async function startEnvServerProcess(args: string[], options: { onLog?: L
   if ('port' in outcome) return { child, port: outcome.port, url: `http://127.0.0.1:${outcome.port}` };
   if ('timeout' in outcome) {
     await child.stop(2_000);
-    throw new EnvServerError(`the env server did not come up within ${Math.round(timeoutMs / 1000)} s (building an index for a large corpus can take longer: build it once with \`search-agent-studio index\` and name it in retriever.index)`, child.stderr.text());
+    throw new EnvServerError(
+      `the env server did not come up within ${Math.round(timeoutMs / 1000)} s (building an index for a large corpus can take longer: build it once with \`search-agent-studio index\` and name it in retriever.index)`,
+      child.stderr.text(),
+    );
   }
   // Give the stderr stream a moment to drain before reading it.
   await new Promise((r) => setImmediate(r));

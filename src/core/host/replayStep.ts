@@ -7,7 +7,7 @@ import { resolve } from 'node:path';
 import type { ReplayStepReport } from '../audit/replayStep';
 import { trainerDir } from '../paths';
 import type { Rollout } from '../run/format';
-import { spawnChild, type LogSink } from './processes';
+import { type LogSink, spawnChild } from './processes';
 
 export class ReplayStepError extends Error {
   constructor(message: string) {
@@ -16,7 +16,16 @@ export class ReplayStepError extends Error {
   }
 }
 
-export async function runReplayStep(o: { python: string; runDir: string; checkpoint: string; records: readonly Rollout[]; device?: 'cpu' | 'cuda'; tolerance?: number; onLog?: LogSink; timeoutMs?: number }): Promise<ReplayStepReport> {
+export async function runReplayStep(o: {
+  python: string;
+  runDir: string;
+  checkpoint: string;
+  records: readonly Rollout[];
+  device?: 'cpu' | 'cuda';
+  tolerance?: number;
+  onLog?: LogSink;
+  timeoutMs?: number;
+}): Promise<ReplayStepReport> {
   const dir = trainerDir();
   const python = o.python.includes('/') ? resolve(o.python) : o.python;
   const args = ['-m', 'search_agent_trainer.replay_step', '--run-dir', resolve(o.runDir), '--checkpoint', o.checkpoint];
@@ -32,10 +41,14 @@ export async function runReplayStep(o: { python: string; runDir: string; checkpo
   });
   const stdin = child.proc.stdin!;
   stdin.on('error', () => {}); // a child that exits early: its exit says why
-  for (const r of o.records) if (!stdin.write(`${JSON.stringify(r)}\n`)) await new Promise((ok) => stdin.once('drain', ok));
+  for (const r of o.records)
+    if (!stdin.write(`${JSON.stringify(r)}\n`)) await new Promise((ok) => stdin.once('drain', ok));
   stdin.end();
   let timer: NodeJS.Timeout | undefined;
-  const exit = await Promise.race([child.exited, new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), o.timeoutMs ?? 3_600_000)))]);
+  const exit = await Promise.race([
+    child.exited,
+    new Promise<undefined>((r) => (timer = setTimeout(() => r(undefined), o.timeoutMs ?? 3_600_000))),
+  ]);
   clearTimeout(timer);
   if (!exit) {
     await child.stop(2_000);
@@ -49,6 +62,9 @@ export async function runReplayStep(o: { python: string; runDir: string; checkpo
     report = undefined;
   }
   if (report && 'error' in report && report.error !== undefined) throw new ReplayStepError(report.error);
-  if (!report || exit.code !== 0) throw new ReplayStepError(`the trainer's replay_step exited (${exit.signal ?? `code ${exit.code}`}) without a report:\n${child.stderr.text(12)}`);
+  if (!report || exit.code !== 0)
+    throw new ReplayStepError(
+      `the trainer's replay_step exited (${exit.signal ?? `code ${exit.code}`}) without a report:\n${child.stderr.text(12)}`,
+    );
   return report as ReplayStepReport;
 }

@@ -7,8 +7,8 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { demoCorpusPath, formerBuiltinName, resolveConfigPath } from '../paths';
-import { trainerNeeds, type TrainerNeeds } from '../python';
-import { RunConfigSchema, type RunConfig } from '../run/config';
+import { type TrainerNeeds, trainerNeeds } from '../python';
+import { type RunConfig, RunConfigSchema } from '../run/config';
 import { validate } from '../schema/schema';
 
 export class RunConfigError extends Error {
@@ -46,7 +46,9 @@ export async function loadRunConfig(file: string, options: { files?: boolean } =
   try {
     text = await readFile(abs, 'utf8');
   } catch (e) {
-    throw new RunConfigError(abs, [(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message]);
+    throw new RunConfigError(abs, [
+      (e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message,
+    ]);
   }
   let value: unknown;
   try {
@@ -94,7 +96,8 @@ const PATH_KEYS = [
 /** The paths a config (not yet validated) names, by key: PATH_KEYS' and model.tiny.vocab's string entries. */
 function pathPlaces(config: unknown): { key: string; value: string; set(value: string): void }[] {
   const out: { key: string; value: string; set(value: string): void }[] = [];
-  const obj = (v: unknown): Record<string, unknown> | undefined => (v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined);
+  const obj = (v: unknown): Record<string, unknown> | undefined =>
+    v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
   const c = obj(config);
   for (const [section, key] of PATH_KEYS) {
     const sec = obj(c?.[section]);
@@ -102,7 +105,11 @@ function pathPlaces(config: unknown): { key: string; value: string; set(value: s
     if (typeof value === 'string') out.push({ key: `${section}.${key}`, value, set: (v) => (sec![key] = v) });
   }
   const vocab = obj(obj(c?.model)?.tiny)?.vocab;
-  if (Array.isArray(vocab)) vocab.forEach((value, i) => typeof value === 'string' && out.push({ key: `model.tiny.vocab[${i}]`, value, set: (v) => (vocab[i] = v) }));
+  if (Array.isArray(vocab))
+    vocab.forEach(
+      (value, i) =>
+        typeof value === 'string' && out.push({ key: `model.tiny.vocab[${i}]`, value, set: (v) => (vocab[i] = v) }),
+    );
   return out;
 }
 
@@ -120,9 +127,18 @@ export function standaloneConfig(loaded: LoadedRunConfig): Record<string, any> {
   return config;
 }
 
-export function checkRunConfig(value: unknown, file: string, base: string, options: { files?: boolean } = {}): LoadedRunConfig {
+export function checkRunConfig(
+  value: unknown,
+  file: string,
+  base: string,
+  options: { files?: boolean } = {},
+): LoadedRunConfig {
   const issues = validate(RunConfigSchema, value);
-  if (issues.length) throw new RunConfigError(file, issues.map((i) => `${i.path || '(the file)'}: ${i.message}`));
+  if (issues.length)
+    throw new RunConfigError(
+      file,
+      issues.map((i) => `${i.path || '(the file)'}: ${i.message}`),
+    );
   const config = value as RunConfig;
   const missing: string[] = [];
   const need = (key: string, p: string | undefined) => {
@@ -141,8 +157,10 @@ export function checkRunConfig(value: unknown, file: string, base: string, optio
   const module = config.reward?.module;
   if (files && module && !module.startsWith('builtin:')) need('reward.module', module);
   const r = config.retriever;
-  if (files && config.model.kind === 'hf' && !config.model.path) missing.push('model.path: is required when model.kind is "hf"');
-  if (r?.kind === 'bm25' && !r.index && !r.corpus) missing.push('retriever: kind "bm25" needs index (a built index) or corpus (a JSONL corpus)');
+  if (files && config.model.kind === 'hf' && !config.model.path)
+    missing.push('model.path: is required when model.kind is "hf"');
+  if (r?.kind === 'bm25' && !r.index && !r.corpus)
+    missing.push('retriever: kind "bm25" needs index (a built index) or corpus (a JSONL corpus)');
   if (r?.kind === 'dense' && (!r.index || !r.model)) missing.push('retriever: kind "dense" needs index and model');
   if (r?.kind === 'remote' && !r.url) missing.push('retriever: kind "remote" needs url');
   if (missing.length) throw new RunConfigError(file, missing);
@@ -182,8 +200,13 @@ export function envServerArgs(loaded: LoadedRunConfig, options: { port?: number 
 /** A fresh run directory: <output_dir or fallback>/<name>-<YYYYMMDD-HHMMSS>, never one that exists. */
 export function newRunDir(loaded: LoadedRunConfig, fallbackParent: string, now = new Date()): string {
   const { config, base } = loaded;
-  const parent = config.output_dir ? (isAbsolute(config.output_dir) ? config.output_dir : resolve(base, config.output_dir)) : fallbackParent;
-  const name = (config.name ?? basename(loaded.file).replace(/\.run\.json$|\.json$/, '')).replace(/[^\w.-]+/g, '-') || 'run';
+  const parent = config.output_dir
+    ? isAbsolute(config.output_dir)
+      ? config.output_dir
+      : resolve(base, config.output_dir)
+    : fallbackParent;
+  const name =
+    (config.name ?? basename(loaded.file).replace(/\.run\.json$|\.json$/, '')).replace(/[^\w.-]+/g, '-') || 'run';
   const p2 = (n: number) => String(n).padStart(2, '0');
   const stamp = `${now.getFullYear()}${p2(now.getMonth() + 1)}${p2(now.getDate())}-${p2(now.getHours())}${p2(now.getMinutes())}${p2(now.getSeconds())}`;
   let dir = join(parent, `${name}-${stamp}`);
@@ -197,7 +220,9 @@ export function newRunDir(loaded: LoadedRunConfig, fallbackParent: string, now =
  */
 export async function runNeeds(what: { config?: string; runDir?: string; resume?: boolean }): Promise<TrainerNeeds> {
   try {
-    return trainerNeeds((what.resume ? await loadRunDirConfig(what.runDir!) : await loadRunConfig(what.config!)).config);
+    return trainerNeeds(
+      (what.resume ? await loadRunDirConfig(what.runDir!) : await loadRunConfig(what.config!)).config,
+    );
   } catch {
     return {};
   }

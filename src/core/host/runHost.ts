@@ -5,16 +5,25 @@
  * `stopped` → after a grace period the whole process tree is killed. The run directory is the record: whatever
  * happens here, it stays readable and resumable.
  */
-import { constants as osConstants } from 'node:os';
+
 import { readFile } from 'node:fs/promises';
+import { constants as osConstants } from 'node:os';
 import { basename, join, resolve } from 'node:path';
-import { checkRunMemory, refuseWhatDoesNotFit } from '../plan/check';
 import { trainerDir } from '../paths';
+import { checkRunMemory, refuseWhatDoesNotFit } from '../plan/check';
 import { probePython } from '../python';
 import type { RunEvent, RunJson } from '../run/format';
 import { engineHost } from './engines';
-import { envServerArgs, loadRunConfig, loadRunDirConfig, newRunDir, type LoadedRunConfig } from './runConfig';
-import { spawnChild, startEnvServerProcess, type Child, type EnvServerProcess, type Exit, type LogSink, type ServerLauncher } from './processes';
+import {
+  type Child,
+  type EnvServerProcess,
+  type Exit,
+  type LogSink,
+  type ServerLauncher,
+  spawnChild,
+  startEnvServerProcess,
+} from './processes';
+import { envServerArgs, type LoadedRunConfig, loadRunConfig, loadRunDirConfig, newRunDir } from './runConfig';
 
 export type RunStatus = 'finished' | 'stopped' | 'failed';
 
@@ -64,7 +73,10 @@ export interface RunHostOptions {
  * fit) unless `force`. Returns what the plan sets for keys the config leaves unset (veRL's offload: PLANNER_KEYS),
  * which the engine launches the run with.
  */
-export async function checkRunHostMemory(loaded: LoadedRunConfig, options: Pick<RunHostOptions, 'python' | 'gpuMemoryBytes' | 'force' | 'onMemoryCheck'>): Promise<Record<string, unknown>> {
+export async function checkRunHostMemory(
+  loaded: LoadedRunConfig,
+  options: Pick<RunHostOptions, 'python' | 'gpuMemoryBytes' | 'force' | 'onMemoryCheck'>,
+): Promise<Record<string, unknown>> {
   const c = loaded.config;
   if (c.model.kind !== 'hf' || c.model.device === 'cpu') return {};
   let cuda: boolean | undefined;
@@ -117,13 +129,29 @@ export class RunHost {
     const planned = await checkRunHostMemory(loaded, options);
     const dir = trainerDir();
     const engine = await engineHost(loaded.config.engine ?? 'builtin', options.python, dir);
-    const server = await startEnvServerProcess(envServerArgs(loaded, { port: options.port }), { onLog: options.onServerLog, launcher: options.serverLauncher });
+    const server = await startEnvServerProcess(envServerArgs(loaded, { port: options.port }), {
+      onLog: options.onServerLog,
+      launcher: options.serverLauncher,
+    });
     let trainer: Child;
     try {
-      const launch = await engine.launch({ python: options.python, trainerDir: dir, runDir, envUrl: server.url, resume: !!options.resume, loaded, verlPython: options.verlPython, planned });
+      const launch = await engine.launch({
+        python: options.python,
+        trainerDir: dir,
+        runDir,
+        envUrl: server.url,
+        resume: !!options.resume,
+        loaded,
+        verlPython: options.verlPython,
+        planned,
+      });
       trainer = spawnChild('trainer', launch.file, launch.args, {
         cwd: dir,
-        env: { PYTHONPATH: [dir, process.env.PYTHONPATH].filter(Boolean).join(':'), PYTHONUNBUFFERED: '1', ...launch.env },
+        env: {
+          PYTHONPATH: [dir, process.env.PYTHONPATH].filter(Boolean).join(':'),
+          PYTHONUNBUFFERED: '1',
+          ...launch.env,
+        },
         onStdout: (line) => {
           let event: (RunEvent & Record<string, unknown>) | undefined;
           try {
@@ -167,11 +195,25 @@ export class RunHost {
       /* the trainer failed before writing it */
     }
     const step = run.step ?? 0;
-    if (exit.code === 0 && (run.status === 'finished' || run.status === 'stopped')) return { status: run.status, runDir: this.runDir, step, exit };
+    if (exit.code === 0 && (run.status === 'finished' || run.status === 'stopped'))
+      return { status: run.status, runDir: this.runDir, step, exit };
     const tail = this.trainer.stderr.text(12);
     // Killed after the grace period, or by someone else: the run did not end cleanly, but a stop was asked.
-    if (this.stopping && exit.code !== 1) return { status: 'stopped', runDir: this.runDir, step, exit, error: { message: `the trainer did not stop within the grace period and was killed (${exit.signal ?? exit.code})` } };
-    const error = run.error ?? (exit.signal ? { message: killedMessage(exit.signal), ...(tail ? { traceback: tail } : {}) } : { message: tail ? tail : `the trainer exited with code ${exit.code}` });
+    if (this.stopping && exit.code !== 1)
+      return {
+        status: 'stopped',
+        runDir: this.runDir,
+        step,
+        exit,
+        error: {
+          message: `the trainer did not stop within the grace period and was killed (${exit.signal ?? exit.code})`,
+        },
+      };
+    const error =
+      run.error ??
+      (exit.signal
+        ? { message: killedMessage(exit.signal), ...(tail ? { traceback: tail } : {}) }
+        : { message: tail ? tail : `the trainer exited with code ${exit.code}` });
     return { status: 'failed', runDir: this.runDir, step, exit, error };
   }
 }
@@ -182,6 +224,11 @@ export class RunHost {
  */
 export function killedMessage(signal: string): string {
   const number = (osConstants.signals as Record<string, number | undefined>)[signal];
-  const why = signal === 'SIGKILL' ? ': another process or the kernel (out of memory?) ended it; it could not checkpoint' : signal === 'SIGSEGV' || signal === 'SIGBUS' || signal === 'SIGABRT' ? ': it crashed' : '';
+  const why =
+    signal === 'SIGKILL'
+      ? ': another process or the kernel (out of memory?) ended it; it could not checkpoint'
+      : signal === 'SIGSEGV' || signal === 'SIGBUS' || signal === 'SIGABRT'
+        ? ': it crashed'
+        : '';
   return `the trainer was killed by ${signal}${number !== undefined ? ` (exit status ${128 + number})` : ''}${why}; resume from its last checkpoint`;
 }

@@ -57,7 +57,8 @@ export function progressOf(e: Record<string, unknown>): RunProgress | undefined 
   const p: RunProgress = { phase: e.phase };
   if (typeof e.step === 'number') p.step = e.step;
   if (typeof e.total === 'number') p.total = e.total;
-  if (e.phase === 'warmup' && typeof e.warmup_step === 'number' && typeof e.warmup_steps === 'number') p.warmup = { step: e.warmup_step, steps: e.warmup_steps, ...(typeof e.loss === 'number' ? { loss: e.loss } : {}) };
+  if (e.phase === 'warmup' && typeof e.warmup_step === 'number' && typeof e.warmup_steps === 'number')
+    p.warmup = { step: e.warmup_step, steps: e.warmup_steps, ...(typeof e.loss === 'number' ? { loss: e.loss } : {}) };
   return p;
 }
 
@@ -96,7 +97,20 @@ export async function readRun(dir: string): Promise<RunInfo | undefined> {
   }
   let state: RunState = (run.status as RunState) ?? 'interrupted';
   if (state === 'running' && !(run.pid && isAlive(run.pid))) state = 'interrupted';
-  const info: RunInfo = { dir, id: run.id ?? basename(dir), state, step: run.step ?? 0, total: run.total_steps, pid: run.pid, python: interpreterPath(run.python), created: run.created, updated: run.updated, error: run.error?.message, stopReason: run.stop_reason, rolloutSteps: [] };
+  const info: RunInfo = {
+    dir,
+    id: run.id ?? basename(dir),
+    state,
+    step: run.step ?? 0,
+    total: run.total_steps,
+    pid: run.pid,
+    python: interpreterPath(run.python),
+    created: run.created,
+    updated: run.updated,
+    error: run.error?.message,
+    stopReason: run.stop_reason,
+    rolloutSteps: [],
+  };
   const stages = runStages(run.config);
   if (stages.length > 1) info.stages = stages;
   const metrics = join(dir, 'metrics.jsonl');
@@ -107,7 +121,8 @@ export async function readRun(dir: string): Promise<RunInfo | undefined> {
       try {
         const m = JSON.parse(line) as Record<string, number>;
         last.step ??= m.step;
-        if (typeof m['critic/score/mean'] === 'number' && rewards.length < SMOOTHING) rewards.push(m['critic/score/mean']);
+        if (typeof m['critic/score/mean'] === 'number' && rewards.length < SMOOTHING)
+          rewards.push(m['critic/score/mean']);
         if (last.valEm === undefined && typeof m['val/em'] === 'number') last.valEm = m['val/em'];
         if (rewards.length >= SMOOTHING && last.valEm !== undefined) break;
       } catch {

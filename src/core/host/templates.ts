@@ -4,7 +4,7 @@
  * max_turns 4), trained by the builtin engine or TRL's (engine "trl": GRPO only; its CPU choice is the trl-tiny
  * example's random Qwen2-style model). Pure; the extension asks the questions and writes the file.
  */
-import { SEARCH_R1_BASE_TEMPLATE, type RunConfig } from '../run/config';
+import { type RunConfig, SEARCH_R1_BASE_TEMPLATE } from '../run/config';
 
 export interface NewRunAnswers {
   name: string;
@@ -12,13 +12,18 @@ export interface NewRunAnswers {
   engine?: 'builtin' | 'trl';
   model: { kind: 'tiny' } | { kind: 'hf'; path: string; lora?: boolean };
   data: { kind: 'demo' } | { kind: 'files'; train: string; eval?: string };
-  retriever: { kind: 'demo' } | { kind: 'bm25'; index?: string; corpus?: string } | { kind: 'dense'; index: string; model: string } | { kind: 'remote'; url: string };
+  retriever:
+    | { kind: 'demo' }
+    | { kind: 'bm25'; index?: string; corpus?: string }
+    | { kind: 'dense'; index: string; model: string }
+    | { kind: 'remote'; url: string };
   algorithm: 'grpo' | 'ppo';
   /** Paths in the answers are made relative to this directory (where the config is written). */
   relativeTo?: (p: string) => string;
 }
 
-const DEMO_PROMPT = 'Answer the question. Search with <search> query </search> when you need facts, then answer with <answer> answer </answer>. Question: {question}\n';
+const DEMO_PROMPT =
+  'Answer the question. Search with <search> query </search> when you need facts, then answer with <answer> answer </answer>. Question: {question}\n';
 
 /**
  * The config a user's answers describe. The demo task is named by its stable built-in names (`builtin:demo/train`,
@@ -37,22 +42,52 @@ export function newRunConfig(a: NewRunAnswers): RunConfig {
     data:
       a.data.kind === 'demo'
         ? { train: 'builtin:demo/train', eval: 'builtin:demo/eval', ...(tiny ? { prompt_template: DEMO_PROMPT } : {}) }
-        : { train: rel(a.data.train), ...(a.data.eval ? { eval: rel(a.data.eval) } : {}), ...(tiny ? { prompt_template: DEMO_PROMPT } : { prompt_template: SEARCH_R1_BASE_TEMPLATE }) },
+        : {
+            train: rel(a.data.train),
+            ...(a.data.eval ? { eval: rel(a.data.eval) } : {}),
+            ...(tiny ? { prompt_template: DEMO_PROMPT } : { prompt_template: SEARCH_R1_BASE_TEMPLATE }),
+          },
     model: tiny
-      ? { kind: 'tiny', tiny: { layers: 2, d_model: 128, heads: 4, max_len: 1024, vocab: a.data.kind === 'demo' ? ['builtin:demo/corpus'] : [] } }
-      : { kind: 'hf', path: rel(hf?.path ?? ''), dtype: 'auto', gradient_checkpointing: true, ...(hf?.lora ? { lora: { r: 16, alpha: 32 } } : {}) },
+      ? {
+          kind: 'tiny',
+          tiny: {
+            layers: 2,
+            d_model: 128,
+            heads: 4,
+            max_len: 1024,
+            vocab: a.data.kind === 'demo' ? ['builtin:demo/corpus'] : [],
+          },
+        }
+      : {
+          kind: 'hf',
+          path: rel(hf?.path ?? ''),
+          dtype: 'auto',
+          gradient_checkpointing: true,
+          ...(hf?.lora ? { lora: { r: 16, alpha: 32 } } : {}),
+        },
     retriever:
       a.retriever.kind === 'demo'
         ? { kind: 'demo', topk: 3 }
         : a.retriever.kind === 'bm25'
-          ? { kind: 'bm25', ...(a.retriever.index ? { index: rel(a.retriever.index) } : { corpus: rel(a.retriever.corpus ?? '') }), topk: 3 }
+          ? {
+              kind: 'bm25',
+              ...(a.retriever.index ? { index: rel(a.retriever.index) } : { corpus: rel(a.retriever.corpus ?? '') }),
+              topk: 3,
+            }
           : a.retriever.kind === 'dense'
             ? { kind: 'dense', index: rel(a.retriever.index), model: rel(a.retriever.model), topk: 3 }
             : { kind: 'remote', url: a.retriever.url, topk: 3 },
     reward: { module: 'builtin:em' },
     rollout: tiny
       ? { batch_size: 8, n: 8, max_turns: 3, max_turn_tokens: 24, max_response_length: 600, max_obs_length: 256 }
-      : { batch_size: 512, max_turns: 4, max_turn_tokens: 500, max_response_length: 4096, max_obs_length: 500, max_prompt_length: 4096 },
+      : {
+          batch_size: 512,
+          max_turns: 4,
+          max_turn_tokens: 500,
+          max_response_length: 4096,
+          max_obs_length: 500,
+          max_prompt_length: 4096,
+        },
     algorithm: tiny
       ? a.algorithm === 'grpo'
         ? { name: 'grpo', kl_coef: 0.02 }
@@ -63,7 +98,12 @@ export function newRunConfig(a: NewRunAnswers): RunConfig {
       : // the rest (lr 1e-6 warmed up over 28.5 % of the steps, mini-batches of 256 prompts, the critic's) is the preset's
         { micro_batch_size: 8 },
     train: tiny
-      ? { steps: 120, eval_every: 20, checkpoint_every: 40, supervised_warmup: { steps: 300, lr: 1e-3, batch_size: 32 } }
+      ? {
+          steps: 120,
+          eval_every: 20,
+          checkpoint_every: 40,
+          supervised_warmup: { steps: 300, lr: 1e-3, batch_size: 32 },
+        }
       : { steps: 1005, eval_every: 50, checkpoint_every: 100 },
   };
   return config;
@@ -71,7 +111,10 @@ export function newRunConfig(a: NewRunAnswers): RunConfig {
 
 /** engine "trl" on CPU: examples/trl-tiny.run.json's settings (a random Qwen2-style model from a config.json, shipped as builtin:trl-tiny/model). */
 function trlTinyConfig(a: NewRunAnswers, rel: (p: string) => string): RunConfig {
-  const data = a.data.kind === 'demo' ? { train: 'builtin:demo/train', eval: 'builtin:demo/eval', eval_size: 8 } : { train: rel(a.data.train), ...(a.data.eval ? { eval: rel(a.data.eval), eval_size: 8 } : {}) };
+  const data =
+    a.data.kind === 'demo'
+      ? { train: 'builtin:demo/train', eval: 'builtin:demo/eval', eval_size: 8 }
+      : { train: rel(a.data.train), ...(a.data.eval ? { eval: rel(a.data.eval), eval_size: 8 } : {}) };
   const base = newRunConfig({ ...a, engine: 'builtin' });
   return {
     name: a.name,

@@ -9,7 +9,7 @@ import { createWriteStream, existsSync } from 'node:fs';
 import { rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execa } from 'execa';
-import { probePython, type PythonProbe, type TrainerNeeds } from '../python';
+import { type PythonProbe, probePython, type TrainerNeeds } from '../python';
 
 /** The oldest Python the trainer supports (trainer/pyproject.toml's requires-python). */
 export const MINIMUM_PYTHON = [3, 10] as const;
@@ -61,14 +61,23 @@ export function venvPython(venvDir: string): string {
   return process.platform === 'win32' ? join(venvDir, 'Scripts', 'python.exe') : join(venvDir, 'bin', 'python');
 }
 
-const BASE_CHECK = 'import sys, json\ntry:\n    import venv, ensurepip\n    ok = True\nexcept ImportError:\n    ok = False\nprint(json.dumps({"version": list(sys.version_info[:3]), "venv": ok}))';
+const BASE_CHECK =
+  'import sys, json\ntry:\n    import venv, ensurepip\n    ok = True\nexcept ImportError:\n    ok = False\nprint(json.dumps({"version": list(sys.version_info[:3]), "venv": ok}))';
 
 /** Whether `python` can make the environment: its version and whether it has `venv` with `ensurepip`. */
-export async function checkBasePython(python: string): Promise<{ ok: true; version: string } | { ok: false; why: string }> {
+export async function checkBasePython(
+  python: string,
+): Promise<{ ok: true; version: string } | { ok: false; why: string }> {
   const r = await execa(python, ['-c', BASE_CHECK], { reject: false, stdin: 'ignore', timeout: 60_000 });
   if (r.exitCode !== 0) {
     const code = (r as { code?: string }).code;
-    return { ok: false, why: code === 'ENOENT' ? 'not found (ENOENT)' : `exit ${r.exitCode ?? code}: ${(r.stderr || r.shortMessage || '').trim().split('\n').pop()}` };
+    return {
+      ok: false,
+      why:
+        code === 'ENOENT'
+          ? 'not found (ENOENT)'
+          : `exit ${r.exitCode ?? code}: ${(r.stderr || r.shortMessage || '').trim().split('\n').pop()}`,
+    };
   }
   let info: { version: number[]; venv: boolean };
   try {
@@ -78,15 +87,25 @@ export async function checkBasePython(python: string): Promise<{ ok: true; versi
   }
   const version = info.version.join('.');
   const [major = 0, minor = 0] = info.version;
-  if (major < MINIMUM_PYTHON[0] || (major === MINIMUM_PYTHON[0] && minor < MINIMUM_PYTHON[1])) return { ok: false, why: `Python ${version} is too old (the trainer needs Python ≥ ${MINIMUM_PYTHON.join('.')})` };
-  if (!info.venv) return { ok: false, why: `Python ${version} has no venv/ensurepip module (on Debian or Ubuntu: sudo apt install python3-venv)` };
+  if (major < MINIMUM_PYTHON[0] || (major === MINIMUM_PYTHON[0] && minor < MINIMUM_PYTHON[1]))
+    return { ok: false, why: `Python ${version} is too old (the trainer needs Python ≥ ${MINIMUM_PYTHON.join('.')})` };
+  if (!info.venv)
+    return {
+      ok: false,
+      why: `Python ${version} has no venv/ensurepip module (on Debian or Ubuntu: sudo apt install python3-venv)`,
+    };
   return { ok: true, version };
 }
 
 /** A pip line worth showing as progress ("Collecting torch==2.15.0", "Downloading …", "Installing collected packages"). */
 function pipProgress(line: string): string | undefined {
   const t = line.trim();
-  if (/^(Collecting|Downloading|Installing collected packages|Successfully installed|Requirement already satisfied|Processing|Building wheel)/.test(t)) return t.length > 160 ? `${t.slice(0, 157)}…` : t;
+  if (
+    /^(Collecting|Downloading|Installing collected packages|Successfully installed|Requirement already satisfied|Processing|Building wheel)/.test(
+      t,
+    )
+  )
+    return t.length > 160 ? `${t.slice(0, 157)}…` : t;
   return undefined;
 }
 
@@ -108,7 +127,15 @@ export async function setupTrainerEnv(o: SetupOptions): Promise<SetupResult> {
   const step = async (cmd: string, args: string[], what: string, onLine?: (line: string) => void) => {
     if (o.signal?.aborted) throw cancelled();
     log(`$ ${[cmd, ...args].join(' ')}`);
-    const child = execa(cmd, args, { reject: false, stdin: 'ignore', all: true, buffer: false, cancelSignal: o.signal, forceKillAfterDelay: 3_000, env: { PIP_NO_INPUT: '1', PYTHONUNBUFFERED: '1' } });
+    const child = execa(cmd, args, {
+      reject: false,
+      stdin: 'ignore',
+      all: true,
+      buffer: false,
+      cancelSignal: o.signal,
+      forceKillAfterDelay: 3_000,
+      env: { PIP_NO_INPUT: '1', PYTHONUNBUFFERED: '1' },
+    });
     const tail: string[] = [];
     let partial = '';
     child.all?.setEncoding('utf8');
@@ -125,7 +152,15 @@ export async function setupTrainerEnv(o: SetupOptions): Promise<SetupResult> {
     const r = await child;
     if (partial) log(partial);
     if (o.signal?.aborted || r.isCanceled) throw cancelled();
-    if (r.exitCode !== 0) throw new SetupError(`${what} failed (exit ${r.exitCode ?? (r as { code?: string }).code}): ${tail.filter((l) => l.trim()).slice(-4).join(' ⏎ ') || r.shortMessage}`);
+    if (r.exitCode !== 0)
+      throw new SetupError(
+        `${what} failed (exit ${r.exitCode ?? (r as { code?: string }).code}): ${
+          tail
+            .filter((l) => l.trim())
+            .slice(-4)
+            .join(' ⏎ ') || r.shortMessage
+        }`,
+      );
   };
 
   try {
@@ -140,7 +175,10 @@ export async function setupTrainerEnv(o: SetupOptions): Promise<SetupResult> {
       }
       refused.push(`${p}: ${c.why}`);
     }
-    if (!base) throw new SetupError(`no Python to make the environment from (Python ≥ ${MINIMUM_PYTHON.join('.')} with venv). Tried:\n  ${refused.join('\n  ') || '(none)'}`);
+    if (!base)
+      throw new SetupError(
+        `no Python to make the environment from (Python ≥ ${MINIMUM_PYTHON.join('.')} with venv). Tried:\n  ${refused.join('\n  ') || '(none)'}`,
+      );
     if (createdHere) {
       progress('venv', `creating ${o.venvDir}`);
       await step(base, ['-m', 'venv', o.venvDir], 'creating the virtual environment');
@@ -149,13 +187,30 @@ export async function setupTrainerEnv(o: SetupOptions): Promise<SetupResult> {
     file.write(`${lines.join('\n')}\n`);
     const python = venvPython(o.venvDir);
     progress('install', `installing ${o.requirements}`);
-    await step(python, ['-m', 'pip', 'install', '--disable-pip-version-check', '--progress-bar', 'off', '-r', o.requirements, ...(o.pipArgs ?? [])], 'pip install', (l) => {
-      const m = pipProgress(l);
-      if (m) progress('install', m);
-    });
+    await step(
+      python,
+      [
+        '-m',
+        'pip',
+        'install',
+        '--disable-pip-version-check',
+        '--progress-bar',
+        'off',
+        '-r',
+        o.requirements,
+        ...(o.pipArgs ?? []),
+      ],
+      'pip install',
+      (l) => {
+        const m = pipProgress(l);
+        if (m) progress('install', m);
+      },
+    );
     progress('check', 'checking the environment');
     const probe = await probePython(python, { needs: o.needs });
-    log(`${python}: ${probe.ok ? `Python ${probe.python}, torch ${probe.torch}${probe.cuda ? ' (CUDA)' : ''}, transformers ${probe.transformers ?? 'not installed'}, peft ${probe.peft ?? 'not installed'}` : `unusable: ${probe.error}`}`);
+    log(
+      `${python}: ${probe.ok ? `Python ${probe.python}, torch ${probe.torch}${probe.cuda ? ' (CUDA)' : ''}, transformers ${probe.transformers ?? 'not installed'}, peft ${probe.peft ?? 'not installed'}` : `unusable: ${probe.error}`}`,
+    );
     if (!probe.ok) throw new SetupError(`the new environment cannot run the trainer: ${probe.error}`);
     return { python, probe, base, log: logFile };
   } catch (e) {

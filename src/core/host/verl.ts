@@ -10,8 +10,8 @@ import { chmod, mkdir, writeFile } from 'node:fs/promises';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { execa } from 'execa';
 import { trainerDir } from '../paths';
-import { probePython, type PythonProbe, type PythonSearch } from '../python';
-import { envServerArgs, RunConfigError, standaloneConfig, type LoadedRunConfig } from './runConfig';
+import { type PythonProbe, type PythonSearch, probePython } from '../python';
+import { envServerArgs, type LoadedRunConfig, RunConfigError, standaloneConfig } from './runConfig';
 
 /** The veRL the engine is written against (trainer/requirements-verl.txt); its config layout changes between versions. */
 export const VERL_VERSION = '0.9.1';
@@ -20,7 +20,12 @@ export const VERL_VERSION = '0.9.1';
  * config's verl.python (relative to the config file), SAS_VERL_PYTHON, the project's .venv-verl. */
 export function verlPythonCandidates(loaded: LoadedRunConfig, named: (string | undefined)[], root: string): string[] {
   const fromConfig = loaded.config.verl?.python;
-  const all = [...named, fromConfig && (isAbsolute(fromConfig) || !fromConfig.includes('/') ? fromConfig : resolve(loaded.base, fromConfig)), process.env.SAS_VERL_PYTHON, join(root, '.venv-verl', 'bin', 'python')];
+  const all = [
+    ...named,
+    fromConfig && (isAbsolute(fromConfig) || !fromConfig.includes('/') ? fromConfig : resolve(loaded.base, fromConfig)),
+    process.env.SAS_VERL_PYTHON,
+    join(root, '.venv-verl', 'bin', 'python'),
+  ];
   return all.filter((p, i): p is string => !!p && all.indexOf(p) === i);
 }
 
@@ -28,7 +33,11 @@ export function verlPythonCandidates(loaded: LoadedRunConfig, named: (string | u
 export function asVerlPython(p: PythonProbe): PythonProbe {
   if (!p.ok) return p;
   if (p.verl === VERL_VERSION) return p;
-  return { ...p, ok: false, error: p.verl ? `veRL ${p.verl} (the engine needs ${VERL_VERSION})` : 'veRL is not installed' };
+  return {
+    ...p,
+    ok: false,
+    error: p.verl ? `veRL ${p.verl} (the engine needs ${VERL_VERSION})` : 'veRL is not installed',
+  };
 }
 
 /** The first candidate with veRL VERSION, and what each one tried said. */
@@ -81,7 +90,11 @@ export function envServerScript(loaded: LoadedRunConfig): string {
  * train is a RunConfigError naming the key; nothing is written then. */
 export async function exportVerl(loaded: LoadedRunConfig, out: string, python: string): Promise<VerlExport> {
   const env = { ...process.env, PYTHONPATH: [trainerDir(), process.env.PYTHONPATH].filter(Boolean).join(':') };
-  const r = await execa(python, ['-m', 'search_agent_trainer.engines.verl.main', 'export', '--config', loaded.file, '--out', resolve(out)], { env, reject: false, stdin: 'ignore' });
+  const r = await execa(
+    python,
+    ['-m', 'search_agent_trainer.engines.verl.main', 'export', '--config', loaded.file, '--out', resolve(out)],
+    { env, reject: false, stdin: 'ignore' },
+  );
   const last = r.stdout.trim().split('\n').pop() ?? '';
   let result: (VerlExport & { event?: string; message?: string }) | undefined;
   try {
@@ -90,11 +103,19 @@ export async function exportVerl(loaded: LoadedRunConfig, out: string, python: s
     result = undefined;
   }
   if (result?.event === 'error') throw new RunConfigError(loaded.file, [result.message ?? 'refused']);
-  if (r.exitCode !== 0 || !result) throw new Error(`${python} -m search_agent_trainer.engines.verl.main export failed (exit ${r.exitCode}): ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join('\n')}`);
+  if (r.exitCode !== 0 || !result)
+    throw new Error(
+      `${python} -m search_agent_trainer.engines.verl.main export failed (exit ${r.exitCode}): ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join('\n')}`,
+    );
   const script = join(result.dir, 'env-server.sh');
   await writeFile(script, envServerScript(loaded), 'utf8');
   await chmod(script, 0o755);
-  return { dir: result.dir, files: [...result.files, 'env-server.sh'].sort(), notes: result.notes, checked: result.checked };
+  return {
+    dir: result.dir,
+    files: [...result.files, 'env-server.sh'].sort(),
+    notes: result.notes,
+    checked: result.checked,
+  };
 }
 
 /** What the run host passes an engine (the fields of the engine dispatch's context that veRL needs). */
@@ -136,7 +157,23 @@ export async function verlLaunch(ctx: VerlLaunchContext): Promise<VerlLaunch> {
   const prepared = join(ctx.runDir, 'verl', 'run-config.json');
   const config = ctx.resume && existsSync(prepared) ? prepared : await plannedConfig(ctx);
   const env = { PYTHONPATH: [ctx.trainerDir, process.env.PYTHONPATH].filter(Boolean).join(':') };
-  const r = await execa(python, ['-m', 'search_agent_trainer.engines.verl.main', 'prepare', '--config', config, '--run-dir', ctx.runDir, '--env-url', ctx.envUrl, '--python', python], { env: { ...process.env, ...env }, cwd: ctx.trainerDir, reject: false, stdin: 'ignore' });
+  const r = await execa(
+    python,
+    [
+      '-m',
+      'search_agent_trainer.engines.verl.main',
+      'prepare',
+      '--config',
+      config,
+      '--run-dir',
+      ctx.runDir,
+      '--env-url',
+      ctx.envUrl,
+      '--python',
+      python,
+    ],
+    { env: { ...process.env, ...env }, cwd: ctx.trainerDir, reject: false, stdin: 'ignore' },
+  );
   let plan: { command?: string[]; notes?: string[]; event?: string; message?: string } | undefined;
   try {
     plan = JSON.parse(r.stdout.trim().split('\n').pop() ?? '');
@@ -144,7 +181,10 @@ export async function verlLaunch(ctx: VerlLaunchContext): Promise<VerlLaunch> {
     plan = undefined;
   }
   if (plan?.event === 'error') throw new RunConfigError(ctx.loaded.file, [plan.message ?? 'refused']);
-  if (r.exitCode !== 0 || !plan?.command) throw new Error(`${python} -m search_agent_trainer.engines.verl.main prepare failed (exit ${r.exitCode}): ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join('\n')}`);
+  if (r.exitCode !== 0 || !plan?.command)
+    throw new Error(
+      `${python} -m search_agent_trainer.engines.verl.main prepare failed (exit ${r.exitCode}): ${(r.stderr || r.stdout).trim().split('\n').slice(-5).join('\n')}`,
+    );
   const [file, ...args] = plan.command;
   return { file: file!, args, env, notes: plan.notes ?? [], python: search.found };
 }
@@ -159,7 +199,8 @@ export async function plannedConfig(ctx: Pick<VerlLaunchContext, 'loaded' | 'run
   if (!planned.length) return ctx.loaded.file;
   const config = standaloneConfig(ctx.loaded);
   const python = config.verl?.python;
-  if (typeof python === 'string' && python.includes('/') && !isAbsolute(python)) config.verl.python = resolve(ctx.loaded.base, python);
+  if (typeof python === 'string' && python.includes('/') && !isAbsolute(python))
+    config.verl.python = resolve(ctx.loaded.base, python);
   for (const [dotted, value] of planned) {
     const [section, key] = dotted.split('.') as [string, string];
     const sec = (config[section] ??= {});

@@ -4,9 +4,10 @@
  * `reward_model.ground_truth.target` (falling back to `golden_answers`); the question from the `question`
  * column, else from the prompt's `Question: …`.
  */
+
+import { goldenList, messageText, toNumber } from '../run/fields';
 import { S, type Static } from '../schema/schema';
 import { extractQuestion } from '../tags/transcript';
-import { goldenList, messageText, toNumber } from '../run/fields';
 import { parquetRows } from './parquet';
 
 export const DatasetExampleSchema = S.object(
@@ -27,16 +28,23 @@ export interface DatasetImportIssue {
   message: string;
 }
 
-export async function* importSearchR1Dataset(path: string, issues: DatasetImportIssue[] = []): AsyncGenerator<DatasetExample> {
+export async function* importSearchR1Dataset(
+  path: string,
+  issues: DatasetImportIssue[] = [],
+): AsyncGenerator<DatasetExample> {
   let row = 0;
   for await (const r of parquetRows(path)) {
     row++;
     const extra = (r.extra_info ?? {}) as Record<string, unknown>;
     const rm = (r.reward_model ?? {}) as Record<string, unknown>;
     const golden = goldenList(rm.ground_truth).length ? goldenList(rm.ground_truth) : goldenList(r.golden_answers);
-    const question = (typeof r.question === 'string' && r.question.trim()) || extractQuestion(messageText(r.prompt)) || '';
+    const question =
+      (typeof r.question === 'string' && r.question.trim()) || extractQuestion(messageText(r.prompt)) || '';
     if (!question) {
-      issues.push({ row, message: `${path}: row ${row}: question: none (no question column and no "Question:" in prompt)` });
+      issues.push({
+        row,
+        message: `${path}: row ${row}: question: none (no question column and no "Question:" in prompt)`,
+      });
       continue;
     }
     if (golden.length === 0) {
@@ -46,7 +54,8 @@ export async function* importSearchR1Dataset(path: string, issues: DatasetImport
     const dataSource = r.data_source === undefined || r.data_source === null ? undefined : String(r.data_source);
     const split = typeof extra.split === 'string' ? extra.split : undefined;
     const index = toNumber(extra.index);
-    const id = r.id !== undefined && r.id !== null ? String(r.id) : `${dataSource ?? 'row'}-${split ?? 'x'}-${index ?? row - 1}`;
+    const id =
+      r.id !== undefined && r.id !== null ? String(r.id) : `${dataSource ?? 'row'}-${split ?? 'x'}-${index ?? row - 1}`;
     yield {
       id,
       question: question.trim(),

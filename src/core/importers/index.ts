@@ -3,7 +3,7 @@
  * plus detection of what a path holds (for `inspect`).
  */
 import { createReadStream } from 'node:fs';
-import { open, readFile, readdir, stat } from 'node:fs/promises';
+import { open, readdir, readFile, stat } from 'node:fs/promises';
 import { basename, extname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import type { LocatedIssue, ReadOptions, Rollout } from '../run/format';
@@ -11,12 +11,21 @@ import { validateRollout } from '../run/format';
 import { readLines, tooLongMessage } from '../store/jsonl';
 import { readPart, rolloutFiles, runConfigDialect } from '../store/rollouts';
 import { isStoreStep, STORE_FILES, type TokenColumns } from '../store/tokenStore';
-import { importSearchR1Dataset, type DatasetExample, type DatasetImportIssue } from './dataset';
+import { FieldError, fromVerlDump } from '../store/verlDump';
+import { type DatasetExample, type DatasetImportIssue, importSearchR1Dataset } from './dataset';
+import {
+  detectForeign,
+  FOREIGN_KINDS,
+  type ForeignKind,
+  type ForeignOptions,
+  isForeignKind,
+  jsonlForeignKind,
+  readForeign,
+  sampleCodec,
+} from './foreign';
+import { PieceCache, withInferredRoles } from './foreign/sample';
 import { importSearchR1Transcripts } from './searchr1';
 import { importTrlCompletions } from './trl';
-import { FieldError, fromVerlDump } from '../store/verlDump';
-import { detectForeign, FOREIGN_KINDS, isForeignKind, jsonlForeignKind, readForeign, sampleCodec, type ForeignKind, type ForeignOptions } from './foreign';
-import { PieceCache, withInferredRoles } from './foreign/sample';
 
 export type SourceKind = 'rollouts' | 'searchr1' | 'verl' | 'trl' | ForeignKind;
 /** What `import <kind>` converts; `auto` detects it as `inspect` does. */
@@ -42,7 +51,10 @@ export class UnreadableInput extends Error {
 }
 
 async function firstLine(path: string): Promise<string | undefined> {
-  const rl = createInterface({ input: createReadStream(path, { encoding: 'utf8', end: 1 << 20 }), crlfDelay: Infinity });
+  const rl = createInterface({
+    input: createReadStream(path, { encoding: 'utf8', end: 1 << 20 }),
+    crlfDelay: Infinity,
+  });
   try {
     for await (const line of rl) if (line.trim()) return line;
   } finally {
@@ -57,10 +69,17 @@ async function statOrThrow(path: string) {
     st = await stat(path);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    throw new UnreadableInput(path, code === 'ENOENT' ? 'no such file or directory' : code === 'EACCES' ? 'permission denied' : (e as Error).message);
+    throw new UnreadableInput(
+      path,
+      code === 'ENOENT' ? 'no such file or directory' : code === 'EACCES' ? 'permission denied' : (e as Error).message,
+    );
   }
   // A FIFO, socket or device would block the reader (or never end): only files and directories are read.
-  if (!st.isFile() && !st.isDirectory()) throw new UnreadableInput(path, `not a regular file or directory (${st.isFIFO() ? 'a FIFO' : st.isSocket() ? 'a socket' : 'a device'}); name a file`);
+  if (!st.isFile() && !st.isDirectory())
+    throw new UnreadableInput(
+      path,
+      `not a regular file or directory (${st.isFIFO() ? 'a FIFO' : st.isSocket() ? 'a socket' : 'a device'}); name a file`,
+    );
   return st;
 }
 
@@ -78,7 +97,8 @@ export async function detectSource(path: string): Promise<SourceKind> {
     const foreign = await detectForeign(path);
     if (foreign) return foreign;
     const jsonl = (await rolloutFiles(path)).filter((f) => f.endsWith('.jsonl'));
-    if (jsonl.length === 0) throw new UnreadableInput(path, 'a directory with no run.json, rollouts/, *.jsonl or completions_*.parquet');
+    if (jsonl.length === 0)
+      throw new UnreadableInput(path, 'a directory with no run.json, rollouts/, *.jsonl or completions_*.parquet');
     return jsonlKind(jsonl[0]!);
   }
   if (basename(path) === STORE_FILES.rollouts && (await isStoreStep(join(path, '..')))) return 'rollouts';
@@ -134,7 +154,13 @@ export async function rolloutFileKind(file: string): Promise<'rollouts' | 'verl'
  * responses are read (a dialect to force, the search tool); a run's config gives the dialect otherwise. `foreign`:
  * how other engines' dumps are read (their tokenizer, the Python that reads pickles and `.pt` files).
  */
-export async function* readSource(path: string, kind?: SourceKind, read: ReadOptions = {}, tokens: TokenColumns = 'all', foreign: ForeignOptions = {}): AsyncGenerator<SourceItem> {
+export async function* readSource(
+  path: string,
+  kind?: SourceKind,
+  read: ReadOptions = {},
+  tokens: TokenColumns = 'all',
+  foreign: ForeignOptions = {},
+): AsyncGenerator<SourceItem> {
   const k = kind ?? (await detectSource(path));
   await statOrThrow(path);
   if (isForeignKind(k)) {
@@ -150,7 +176,13 @@ export async function* readSource(path: string, kind?: SourceKind, read: ReadOpt
       const pieces = codec ? new PieceCache(codec) : undefined;
       for (const file of await rolloutFiles(path)) {
         for await (const row of readPart(file, options, undefined, tokens)) {
-          yield row.record ? { record: codec ? withInferredRoles(row.record, codec, pieces) : row.record, issues: [], where: `${file}:${row.line}` } : { issues: row.errors, where: `${file}:${row.line}` };
+          yield row.record
+            ? {
+                record: codec ? withInferredRoles(row.record, codec, pieces) : row.record,
+                issues: [],
+                where: `${file}:${row.line}`,
+              }
+            : { issues: row.errors, where: `${file}:${row.line}` };
         }
       }
       return;
@@ -175,7 +207,17 @@ export async function* readSource(path: string, kind?: SourceKind, read: ReadOpt
             continue;
           }
           try {
-            yield checked(fromVerlDump(obj as Record<string, unknown>, file, line, Number.isFinite(stepFromName) ? stepFromName : undefined, read), file, line);
+            yield checked(
+              fromVerlDump(
+                obj as Record<string, unknown>,
+                file,
+                line,
+                Number.isFinite(stepFromName) ? stepFromName : undefined,
+                read,
+              ),
+              file,
+              line,
+            );
           } catch (e) {
             if (!(e instanceof FieldError)) throw e;
             yield { issues: [{ file, line, field: e.field, message: e.message }] };
@@ -197,7 +239,11 @@ export async function* readSource(path: string, kind?: SourceKind, read: ReadOpt
         throw new UnreadableInput(path, (e as Error).message);
       }
       const records = importSearchR1Transcripts(text, path, read);
-      if (records.length === 0) throw new UnreadableInput(path, 'no conversation found (expected transcripts: prompt and response text, Search-R1 tags or tool calls)');
+      if (records.length === 0)
+        throw new UnreadableInput(
+          path,
+          'no conversation found (expected transcripts: prompt and response text, Search-R1 tags or tool calls)',
+        );
       for (const r of records) yield checked(r, path, Number(r.meta?.line ?? 0));
       return;
     }
@@ -220,7 +266,11 @@ async function trlFiles(path: string): Promise<string[]> {
 }
 
 export async function* importDataset(path: string, issues: DatasetImportIssue[]): AsyncGenerator<DatasetExample> {
-  if ((await statOrThrow(path)).isDirectory()) throw new UnreadableInput(path, 'is a directory; expected a Search-R1 dataset parquet file (train.parquet or test.parquet)');
+  if ((await statOrThrow(path)).isDirectory())
+    throw new UnreadableInput(
+      path,
+      'is a directory; expected a Search-R1 dataset parquet file (train.parquet or test.parquet)',
+    );
   yield* importSearchR1Dataset(path, issues);
 }
 

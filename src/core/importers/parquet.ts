@@ -16,7 +16,12 @@ export class ParquetReadError extends Error {
 export async function* parquetRows(path: string, batch = 4096): AsyncGenerator<Record<string, unknown>> {
   const named = (e: unknown) => {
     const code = (e as NodeJS.ErrnoException).code;
-    const why = code === 'EISDIR' ? 'is a directory; expected a parquet file' : code === 'ENOENT' ? 'no such file' : (e as Error).message;
+    const why =
+      code === 'EISDIR'
+        ? 'is a directory; expected a parquet file'
+        : code === 'ENOENT'
+          ? 'no such file'
+          : (e as Error).message;
     return new ParquetReadError(path, why.startsWith('parquet') ? why : `not a readable parquet file: ${why}`);
   };
   let file, metadata;

@@ -4,9 +4,10 @@
  * blocks), or chat transcripts with tool calls (one conversation with its tool turns is one record). Each becomes
  * a record without tokens; golden answers are unknown.
  */
-import { ROLLOUT_RECORD_VERSION, type ReadOptions, type Rollout } from '../run/format';
-import { parseTranscript, splitConversations } from '../tags/transcript';
+
 import { derivedFields } from '../run/fields';
+import { type ReadOptions, ROLLOUT_RECORD_VERSION, type Rollout } from '../run/format';
+import { parseTranscript, splitConversations } from '../tags/transcript';
 
 export function importSearchR1Transcripts(text: string, source = 'transcript', read: ReadOptions = {}): Rollout[] {
   return splitConversations(text).map((span, k) => {

@@ -5,9 +5,10 @@
  * `mode` column of train/eval, as newer TRL writes) form a GRPO group; the reward is the sum of the reward columns
  * (TRL's default weights of 1).
  */
-import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
-import { extractQuestion } from '../tags/transcript';
+
 import { derivedFields, jsonSafe, messageText, toNumber } from '../run/fields';
+import { type ReadOptions, ROLLOUT_RECORD_VERSION, type Rollout, rolloutContext } from '../run/format';
+import { extractQuestion } from '../tags/transcript';
 import { parquetRows } from './parquet';
 
 const KNOWN = new Set(['step', 'prompt', 'completion', 'advantage', 'image', 'images', 'mode']);

@@ -13,17 +13,17 @@ import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { ImportanceOptions } from '../audit/importance';
+import { mismatchNote, tokenizerMismatch } from '../audit/tokenizerMatch';
 import { detectSource } from '../importers';
 import { isForeignKind, PYTHON_KINDS } from '../importers/foreign';
 import { ForeignMirror } from '../importers/foreign/mirror';
-import { formatIssue } from '../run/format';
-import type { ReadOptions } from '../run/format';
-import { rawPreview, readPart, rolloutFiles, runConfigDialect, RolloutStore, type RolloutRow } from '../store/rollouts';
 import type { InspectorQuery, InspectorStatus, RowFacts } from '../protocol/rollouts';
+import type { ReadOptions } from '../run/format';
+import { formatIssue } from '../run/format';
+import { type RolloutRow, RolloutStore, rawPreview, readPart, rolloutFiles, runConfigDialect } from '../store/rollouts';
+import { runTokenizer, runVocabSize } from '../tokens/tokenizer';
 import { FilterError, tokenize } from './filter';
 import { RolloutTable, rowFacts } from './table';
-import { mismatchNote, tokenizerMismatch } from '../audit/tokenizerMatch';
-import { runTokenizer, runVocabSize } from '../tokens/tokenizer';
 
 /** How another engine's dump is opened (src/core/importers/foreign): converted into `cacheDir`, followed. */
 export interface ForeignOpenOptions {
@@ -39,7 +39,15 @@ export interface ForeignOpenOptions {
 }
 
 export type EngineRequest =
-  | { t: 'open'; path: string; follow: boolean; read?: ReadOptions; tokenizer?: string; importance?: ImportanceOptions; foreign?: ForeignOpenOptions }
+  | {
+      t: 'open';
+      path: string;
+      follow: boolean;
+      read?: ReadOptions;
+      tokenizer?: string;
+      importance?: ImportanceOptions;
+      foreign?: ForeignOpenOptions;
+    }
   | { t: 'query'; seq: number; query: InspectorQuery }
   | { t: 'page'; req: number; from: number; count: number }
   | { t: 'row'; req: number; index: number }
@@ -89,11 +97,22 @@ export class InspectorEngine {
       case 'query':
         return this.setQuery(m.seq, m.query);
       case 'page':
-        return this.post({ t: 'page', req: m.req, seq: this.appliedSeq, from: m.from, rows: await this.page(m.from, m.count) });
+        return this.post({
+          t: 'page',
+          req: m.req,
+          seq: this.appliedSeq,
+          from: m.from,
+          rows: await this.page(m.from, m.count),
+        });
       case 'row': {
         const row = this.store && m.index < this.store.count ? await this.store.row(m.index) : undefined;
         const raw = row && !row.record ? (await this.store!.rawRows(m.index, m.index + 1))[0]?.text : undefined;
-        return this.post({ t: 'row', req: m.req, row: row ?? null, raw: raw === undefined ? undefined : rawPreview(raw) });
+        return this.post({
+          t: 'row',
+          req: m.req,
+          row: row ?? null,
+          raw: raw === undefined ? undefined : rawPreview(raw),
+        });
       }
       case 'close':
         return this.close();
@@ -117,14 +136,29 @@ export class InspectorEngine {
       error: this.error,
       ...(this.driftNote ? { drift: this.driftNote } : {}),
       ...(this.mirror ? { imported: this.importedStatus() } : {}),
-      ...(!this.table.checks.tokenizer && usesDrift(this.query) ? { notChecked: this.driftNote ?? 'drift not checked: no tokenizer' } : {}),
+      ...(!this.table.checks.tokenizer && usesDrift(this.query)
+        ? { notChecked: this.driftNote ?? 'drift not checked: no tokenizer' }
+        : {}),
     };
   }
 
   private importedStatus(): NonNullable<InspectorStatus['imported']> {
     const m = this.mirror!;
     const s = m.summary();
-    return { ready: this.mirrorReady, engine: s.engine, rollouts: s.rollouts, steps: s.steps.length, skipped: s.skipped, pending: s.pending, arrays: Object.keys(s.arrays), engineArrays: s.engineArrays, roles: Object.keys(s.roles), perStep: s.perStep.slice(0, 200), notes: m.notes.slice(0, 10), issues: m.issues.slice(0, 20).map(formatIssue) };
+    return {
+      ready: this.mirrorReady,
+      engine: s.engine,
+      rollouts: s.rollouts,
+      steps: s.steps.length,
+      skipped: s.skipped,
+      pending: s.pending,
+      arrays: Object.keys(s.arrays),
+      engineArrays: s.engineArrays,
+      roles: Object.keys(s.roles),
+      perStep: s.perStep.slice(0, 200),
+      notes: m.notes.slice(0, 10),
+      issues: m.issues.slice(0, 20).map(formatIssue),
+    };
   }
 
   private sendStatus(): void {
@@ -137,7 +171,14 @@ export class InspectorEngine {
    * run's is not used, and the status says so. `importance`: the level and
    * cap of the importance-sampling preview (`is.clipped`, `is.dropped`).
    */
-  async open(path: string, follow: boolean, read: ReadOptions = {}, tokenizer?: string, importance: ImportanceOptions = {}, foreign: ForeignOpenOptions = {}): Promise<void> {
+  async open(
+    path: string,
+    follow: boolean,
+    read: ReadOptions = {},
+    tokenizer?: string,
+    importance: ImportanceOptions = {},
+    foreign: ForeignOpenOptions = {},
+  ): Promise<void> {
     this.path = path;
     this.follow = follow;
     let storePath = path;
@@ -149,15 +190,32 @@ export class InspectorEngine {
       const t = await runTokenizer(path, tokenizer);
       const kind = await detectSource(path).catch(() => undefined);
       if (kind && isForeignKind(kind)) {
-        if (PYTHON_KINDS.includes(kind) && foreign.allowPython === false) throw new Error(`a ${kind} dump is read by the trainer's Python (pickles and .pt files), which an untrusted workspace does not run: trust the workspace to open it`);
-        const dir = foreign.cacheDir ?? join(tmpdir(), 'sas-imports', createHash('sha256').update(path).digest('hex').slice(0, 16));
-        this.mirror = await ForeignMirror.open(path, kind, dir, { ...(t.codec ? { tokenizer: t.codec } : {}), ...(foreign.python ? { python: foreign.python } : {}), ...(foreign.trustPickle ? { trustPickle: true } : {}), read: this.read });
+        if (PYTHON_KINDS.includes(kind) && foreign.allowPython === false)
+          throw new Error(
+            `a ${kind} dump is read by the trainer's Python (pickles and .pt files), which an untrusted workspace does not run: trust the workspace to open it`,
+          );
+        const dir =
+          foreign.cacheDir ??
+          join(tmpdir(), 'sas-imports', createHash('sha256').update(path).digest('hex').slice(0, 16));
+        this.mirror = await ForeignMirror.open(path, kind, dir, {
+          ...(t.codec ? { tokenizer: t.codec } : {}),
+          ...(foreign.python ? { python: foreign.python } : {}),
+          ...(foreign.trustPickle ? { trustPickle: true } : {}),
+          read: this.read,
+        });
         this.sendStatus();
         await this.mirror.update(!follow);
         storePath = dir;
         if (follow) {
           const mirror = this.mirror;
-          this.mirrorPoll = setInterval(() => void mirror.update().then((changed) => changed && this.sendStatus(), () => undefined), foreign.pollMs ?? 2000);
+          this.mirrorPoll = setInterval(
+            () =>
+              void mirror.update().then(
+                (changed) => changed && this.sendStatus(),
+                () => undefined,
+              ),
+            foreign.pollMs ?? 2000,
+          );
           this.mirrorPoll.unref?.();
         }
       }
@@ -252,7 +310,11 @@ export class InspectorEngine {
   private again = false;
 
   private hasQuery(): boolean {
-    return !!(this.query.filter.trim() || this.query.search || (this.query.sort && !(this.query.sort.column === 'index' && !this.query.sort.desc)));
+    return !!(
+      this.query.filter.trim() ||
+      this.query.search ||
+      (this.query.sort && !(this.query.sort.column === 'index' && !this.query.sort.desc))
+    );
   }
 
   async setQuery(seq: number, query: InspectorQuery): Promise<void> {
@@ -283,7 +345,11 @@ export class InspectorEngine {
       if (cancelled()) return;
       let view: Int32Array | undefined;
       try {
-        view = this.table.query(this.query, cancelled, among ? [...among].filter((i) => i < this.table.rows.length).sort((a, b) => a - b) : undefined);
+        view = this.table.query(
+          this.query,
+          cancelled,
+          among ? [...among].filter((i) => i < this.table.rows.length).sort((a, b) => a - b) : undefined,
+        );
         this.filterError = undefined;
       } catch (e) {
         if (!(e instanceof FilterError)) throw e;
@@ -313,7 +379,9 @@ export class InspectorEngine {
     }
     const analysed = this.table.rows.length;
     const out: RowFacts[] = this.table.rows.slice(from, Math.min(to, analysed));
-    if (to > analysed) for (const r of await this.store.rows(Math.max(from, analysed), to, this.table.tokenColumns)) out.push(rowFacts(r, this.read, this.table.checks));
+    if (to > analysed)
+      for (const r of await this.store.rows(Math.max(from, analysed), to, this.table.tokenColumns))
+        out.push(rowFacts(r, this.read, this.table.checks));
     return out;
   }
 

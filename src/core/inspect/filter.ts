@@ -65,7 +65,10 @@ export const FILTER_FIELDS: Record<string, FieldSpec> = {
   index: { type: 'number', doc: 'row number (0-based)' },
   valid: { type: 'boolean', doc: 'the response follows the format (Search-R1’s, or its tool-call counterpart)' },
   dialect: { type: 'string', doc: 'searchr1 | toolcall | llama-json' },
-  invalid: { type: 'number', doc: 'invalid actions (tool calls: bad JSON, unknown tool, no query; answered turns without an action)' },
+  invalid: {
+    type: 'number',
+    doc: 'invalid actions (tool calls: bad JSON, unknown tool, no query; answered turns without an action)',
+  },
   tokens: { type: 'boolean', doc: 'token arrays were recorded' },
   error: { type: 'boolean', doc: 'the row is malformed' },
   'group.size': { type: 'number', doc: 'rewarded samples in the group' },
@@ -74,14 +77,32 @@ export const FILTER_FIELDS: Record<string, FieldSpec> = {
   'group.reward_std': { type: 'number', doc: "standard deviation of the group's rewards" },
   'mask.leaks': { type: 'number', doc: 'tokens whose loss mask disagrees with their role' },
   'mask.trained': { type: 'number', doc: 'tokens in the loss (mask 1)' },
-  leaks: { type: 'number', doc: "leaked tokens: loss mask against role, and the engine's mask against ours (as `audit`)" },
-  drift: { type: 'boolean', doc: 're-encoding prompt + response gives other ids than the recorded ones (needs a tokenizer)' },
+  leaks: {
+    type: 'number',
+    doc: "leaked tokens: loss mask against role, and the engine's mask against ours (as `audit`)",
+  },
+  drift: {
+    type: 'boolean',
+    doc: 're-encoding prompt + response gives other ids than the recorded ones (needs a tokenizer)',
+  },
   'drift.token': { type: 'number', doc: 'the first token index where recorded and re-encoded ids differ' },
   'logprob.max_abs_diff': { type: 'number', doc: 'max |logprob − rollout_logprob| over trained tokens' },
-  'logprob.flagged': { type: 'number', doc: 'trained tokens whose ratio exp(logprob − rollout_logprob) lies outside [0.5, 2]' },
-  'is.clipped': { type: 'number', doc: 'trained tokens truncated importance sampling would clip: ratio > C (searchAgent.audit.isCap, default 2; at sequence level all of a clipped sequence)' },
-  'is.dropped': { type: 'number', doc: 'trained tokens masked importance sampling would drop: ratio outside [1/C, C] (token or sequence level, searchAgent.audit.isLevel)' },
-  alarm: { type: 'strings', doc: 'the alarms of one rollout (docs/instruments.md): answer-enumeration, think-degenerate, length-capped, search-repeat, answer-in-search, query-copies-question, search-after-found, non-finite (alarm == "search-repeat"); group and run-level alarms are in audit and the dashboard' },
+  'logprob.flagged': {
+    type: 'number',
+    doc: 'trained tokens whose ratio exp(logprob − rollout_logprob) lies outside [0.5, 2]',
+  },
+  'is.clipped': {
+    type: 'number',
+    doc: 'trained tokens truncated importance sampling would clip: ratio > C (searchAgent.audit.isCap, default 2; at sequence level all of a clipped sequence)',
+  },
+  'is.dropped': {
+    type: 'number',
+    doc: 'trained tokens masked importance sampling would drop: ratio outside [1/C, C] (token or sequence level, searchAgent.audit.isLevel)',
+  },
+  alarm: {
+    type: 'strings',
+    doc: 'the alarms of one rollout (docs/instruments.md): answer-enumeration, think-degenerate, length-capped, search-repeat, answer-in-search, query-copies-question, search-after-found, non-finite (alarm == "search-repeat"); group and run-level alarms are in audit and the dashboard',
+  },
 };
 
 export class FilterError extends Error {
@@ -115,7 +136,11 @@ export function tokenize(src: string): Tok[] {
       continue;
     }
     const s = i;
-    if (/[0-9]/.test(c) || (c === '-' && /[0-9.]/.test(src[i + 1] ?? '')) || (c === '.' && /[0-9]/.test(src[i + 1] ?? ''))) {
+    if (
+      /[0-9]/.test(c) ||
+      (c === '-' && /[0-9.]/.test(src[i + 1] ?? '')) ||
+      (c === '.' && /[0-9]/.test(src[i + 1] ?? ''))
+    ) {
       const m = /^-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?/.exec(src.slice(i))!;
       i += m[0].length;
       out.push({ k: 'num', v: Number(m[0]), s, e: i });
@@ -193,7 +218,14 @@ export function tokenize(src: string): Tok[] {
 }
 
 type Value = number | string | boolean | readonly string[] | null | undefined;
-type Node = { type: FieldType | 'null' | 'regex'; s: number; e: number; eval: (r: FilterRow) => Value; regex?: RegExp; field?: string };
+type Node = {
+  type: FieldType | 'null' | 'regex';
+  s: number;
+  e: number;
+  eval: (r: FilterRow) => Value;
+  regex?: RegExp;
+  field?: string;
+};
 
 function levenshtein(a: string, b: string): number {
   const d = Array.from({ length: b.length + 1 }, (_, j) => j);
@@ -213,10 +245,13 @@ function suggest(name: string): string {
   const best = Object.keys(FILTER_FIELDS)
     .map((f) => ({ f, d: levenshtein(name, f) }))
     .sort((x, y) => x.d - y.d)[0]!;
-  return best.d <= Math.max(2, name.length / 3) ? `; did you mean ${best.f}?` : `; fields: ${Object.keys(FILTER_FIELDS).join(', ')}`;
+  return best.d <= Math.max(2, name.length / 3)
+    ? `; did you mean ${best.f}?`
+    : `; fields: ${Object.keys(FILTER_FIELDS).join(', ')}`;
 }
 
-const truthy = (v: Value): boolean => (Array.isArray(v) ? v.length > 0 : v !== undefined && v !== null && v !== false && v !== 0 && v !== '');
+const truthy = (v: Value): boolean =>
+  Array.isArray(v) ? v.length > 0 : v !== undefined && v !== null && v !== false && v !== 0 && v !== '';
 
 /** How a field is read from a row; the default reads the property of that name. */
 export type FieldResolver = (name: string) => (row: any) => Value;
@@ -240,7 +275,8 @@ class Parser {
   parse(): Node {
     const n = this.or();
     const t = this.peek();
-    if (t.k !== 'end') throw new FilterError(t.k === 'op' && t.v === ')' ? 'unbalanced )' : 'expected && or || here', t.s, t.e);
+    if (t.k !== 'end')
+      throw new FilterError(t.k === 'op' && t.v === ')' ? 'unbalanced )' : 'expected && or || here', t.s, t.e);
     return n;
   }
 
@@ -259,7 +295,12 @@ class Parser {
       this.p++;
       const a = left;
       const b = next();
-      left = { type: 'boolean', s: a.s, e: b.e, eval: any ? (r) => truthy(a.eval(r)) || truthy(b.eval(r)) : (r) => truthy(a.eval(r)) && truthy(b.eval(r)) };
+      left = {
+        type: 'boolean',
+        s: a.s,
+        e: b.e,
+        eval: any ? (r) => truthy(a.eval(r)) || truthy(b.eval(r)) : (r) => truthy(a.eval(r)) && truthy(b.eval(r)),
+      };
     }
     return left;
   }
@@ -322,7 +363,8 @@ class Parser {
 function compareNode(op: string, a: Node, b: Node, at: { s: number; e: number }): Node {
   const span = { s: a.s, e: b.e };
   if (op === '~' || op === '!~') {
-    if (a.type !== 'string' && a.type !== 'strings') throw new FilterError(`~ needs text on its left (${a.type} here)`, a.s, a.e);
+    if (a.type !== 'string' && a.type !== 'strings')
+      throw new FilterError(`~ needs text on its left (${a.type} here)`, a.s, a.e);
     let test: (x: string, r: FilterRow) => boolean;
     if (b.type === 'regex') {
       const re = b.regex!;
@@ -350,7 +392,8 @@ function compareNode(op: string, a: Node, b: Node, at: { s: number; e: number })
       },
     };
   }
-  if (a.type === 'regex' || b.type === 'regex') throw new FilterError('a regular expression only goes on the right of ~', at.s, at.e);
+  if (a.type === 'regex' || b.type === 'regex')
+    throw new FilterError('a regular expression only goes on the right of ~', at.s, at.e);
   if (op === '==' || op === '!=') {
     const neg = op === '!=';
     if (a.type === 'null' || b.type === 'null') {
@@ -375,7 +418,12 @@ function compareNode(op: string, a: Node, b: Node, at: { s: number; e: number })
     // A group id may be a number or a string: compared as text.
     const asText = types.has('string') && types.has('number') && (a.field === 'group' || b.field === 'group');
     if (a.type !== b.type && !asText) {
-      if (types.has('strings')) throw new FilterError('compare a list with ~ (answer ~ golden) or with == and a string (alarm == "search-repeat")', at.s, at.e);
+      if (types.has('strings'))
+        throw new FilterError(
+          'compare a list with ~ (answer ~ golden) or with == and a string (alarm == "search-repeat")',
+          at.s,
+          at.e,
+        );
       throw new FilterError(`cannot compare ${a.type} with ${b.type}`, at.s, at.e);
     }
     return {
@@ -392,8 +440,16 @@ function compareNode(op: string, a: Node, b: Node, at: { s: number; e: number })
   }
   // < <= > >=
   const ok = (a.type === 'number' && b.type === 'number') || (a.type === 'string' && b.type === 'string');
-  if (!ok) throw new FilterError(`${op} compares two numbers or two strings (${a.type} ${op} ${b.type} here)`, at.s, at.e);
-  const cmp = op === '<' ? (x: number) => x < 0 : op === '<=' ? (x: number) => x <= 0 : op === '>' ? (x: number) => x > 0 : (x: number) => x >= 0;
+  if (!ok)
+    throw new FilterError(`${op} compares two numbers or two strings (${a.type} ${op} ${b.type} here)`, at.s, at.e);
+  const cmp =
+    op === '<'
+      ? (x: number) => x < 0
+      : op === '<='
+        ? (x: number) => x <= 0
+        : op === '>'
+          ? (x: number) => x > 0
+          : (x: number) => x >= 0;
   return {
     type: 'boolean',
     ...span,

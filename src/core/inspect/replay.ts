@@ -14,16 +14,25 @@
  * timeline entry, its role from the parser, no mask and no audit — unless a tokenizer is supplied to split the
  * text (each entry tokenised on its own, so every token has exactly one role).
  */
+
+import { auditMask } from '../audit/masks';
 import type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens } from '../protocol/replay';
-import { rolloutContext, type ReadOptions, type Rollout, type TokenRole } from '../run/format';
+import { type ReadOptions, type Rollout, rolloutContext, type TokenRole } from '../run/format';
 import type { ParsedTrajectory } from '../tags/parser';
 import { pythonStrip, responseAnswer } from '../tags/searchr1';
 import { documentsOf, parseResponse } from '../tags/trajectory';
-import { auditMask } from '../audit/masks';
 import type { TextTokenizer } from '../tokens/tokenizer';
 
 export type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens };
-export const OVERLAYS: readonly Overlay[] = ['rollout_logprob', 'logprob', 'ref_logprob', 'kl', 'advantage', 'value', 'entropy'];
+export const OVERLAYS: readonly Overlay[] = [
+  'rollout_logprob',
+  'logprob',
+  'ref_logprob',
+  'kl',
+  'advantage',
+  'value',
+  'entropy',
+];
 
 export type { TextTokenizer };
 
@@ -53,10 +62,14 @@ function retrievalOf(r: Rollout): RetrievalMeta[] {
 }
 
 /** The timeline of a rollout (token spans filled in later). */
-export function timeline(r: Rollout, parsed: ParsedTrajectory = parseResponse(r.response, rolloutContext(r), { expectAnswer: false })): ReplayEntry[] {
+export function timeline(
+  r: Rollout,
+  parsed: ParsedTrajectory = parseResponse(r.response, rolloutContext(r), { expectAnswer: false }),
+): ReplayEntry[] {
   const entries: ReplayEntry[] = [];
   const base = r.prompt.length;
-  if (r.prompt) entries.push({ kind: 'prompt', turn: 0, text: r.prompt, start: 0, end: base, tokenStart: 0, tokenEnd: 0 });
+  if (r.prompt)
+    entries.push({ kind: 'prompt', turn: 0, text: r.prompt, start: 0, end: base, tokenStart: 0, tokenEnd: 0 });
   const retrieval = retrievalOf(r);
   let info = 0;
   for (const s of parsed.segments) {
@@ -74,7 +87,15 @@ export function timeline(r: Rollout, parsed: ParsedTrajectory = parseResponse(r.
       prev.end = base + s.end;
       continue;
     }
-    const e: ReplayEntry = { kind: s.kind, turn: s.turn, text, start: base + s.start, end: base + s.end, tokenStart: 0, tokenEnd: 0 };
+    const e: ReplayEntry = {
+      kind: s.kind,
+      turn: s.turn,
+      text,
+      start: base + s.start,
+      end: base + s.end,
+      tokenStart: 0,
+      tokenEnd: 0,
+    };
     if (s.kind === 'search') {
       if (s.call) {
         if (s.call.query !== undefined) e.query = s.call.query;
@@ -84,7 +105,13 @@ export function timeline(r: Rollout, parsed: ParsedTrajectory = parseResponse(r.
     }
     if (s.kind === 'information') {
       const meta = retrieval[info++];
-      e.docs = documentsOf(parsed, s).map((d, k) => ({ index: d.index, title: d.title, text: d.text, score: meta?.hits?.[k]?.score ?? undefined, id: meta?.hits?.[k]?.id }));
+      e.docs = documentsOf(parsed, s).map((d, k) => ({
+        index: d.index,
+        title: d.title,
+        text: d.text,
+        score: meta?.hits?.[k]?.score ?? undefined,
+        id: meta?.hits?.[k]?.id,
+      }));
     }
     entries.push(e);
   }
@@ -92,7 +119,12 @@ export function timeline(r: Rollout, parsed: ParsedTrajectory = parseResponse(r.
 }
 
 /** Assigns each entry its token span from the tokens' character offsets; returns each token's first character. */
-function spanTokens(entries: ReplayEntry[], tokenText: readonly string[], promptLen: number, firstResponseToken: number): number[] {
+function spanTokens(
+  entries: ReplayEntry[],
+  tokenText: readonly string[],
+  promptLen: number,
+  firstResponseToken: number,
+): number[] {
   // Character start of each token in prompt + response: prompt tokens from 0, response tokens from the prompt's end
   // (so a prompt that does not round-trip does not shift the response).
   const starts = new Array<number>(tokenText.length);
@@ -135,7 +167,11 @@ export interface ReplaySource {
 }
 
 /** Builds the replay model of a valid record (its response read as `read` says: dialect, search tool). */
-export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?: TextTokenizer; tokenizerName?: string; read?: ReadOptions } = {}): ReplayModel {
+export function replayModel(
+  r: Rollout,
+  at: ReplaySource,
+  options: { tokenizer?: TextTokenizer; tokenizerName?: string; read?: ReadOptions } = {},
+): ReplayModel {
   const parsed = parseResponse(r.response, rolloutContext(r, options.read), { expectAnswer: false });
   const entries = timeline(r, parsed);
   const warnings: string[] = [];
@@ -164,8 +200,22 @@ export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?:
   const tk = r.tokens;
   if (tk) {
     const n = tk.text.length;
-    const arrays = { ids: tk.ids, role: tk.role, loss_mask: tk.loss_mask, rollout_logprob: tk.rollout_logprob, logprob: tk.logprob, ref_logprob: tk.ref_logprob, advantage: tk.advantage, value: tk.value, entropy: tk.entropy };
-    for (const [k, a] of Object.entries(arrays)) if (a && a.length !== n) warnings.push(`tokens.${k} has ${a.length} entries but tokens.text has ${n}: replayed over the first ${Math.min(n, a.length)}`);
+    const arrays = {
+      ids: tk.ids,
+      role: tk.role,
+      loss_mask: tk.loss_mask,
+      rollout_logprob: tk.rollout_logprob,
+      logprob: tk.logprob,
+      ref_logprob: tk.ref_logprob,
+      advantage: tk.advantage,
+      value: tk.value,
+      entropy: tk.entropy,
+    };
+    for (const [k, a] of Object.entries(arrays))
+      if (a && a.length !== n)
+        warnings.push(
+          `tokens.${k} has ${a.length} entries but tokens.text has ${n}: replayed over the first ${Math.min(n, a.length)}`,
+        );
     const m = Math.min(n, tk.role.length, tk.loss_mask.length);
     model.level = 'token';
     model.tokens = {
@@ -180,7 +230,8 @@ export function replayModel(r: Rollout, at: ReplaySource, options: { tokenizer?:
     if (tk.rollout_logprob) o.rollout_logprob = scoredValues(tk.rollout_logprob, role, m);
     if (tk.logprob) o.logprob = scoredValues(tk.logprob, role, m);
     if (tk.ref_logprob) o.ref_logprob = scoredValues(tk.ref_logprob, role, m);
-    if (tk.logprob && tk.ref_logprob) o.kl = o.logprob!.map((lp, i) => (lp === null || o.ref_logprob![i] === null ? null : lp - o.ref_logprob![i]!));
+    if (tk.logprob && tk.ref_logprob)
+      o.kl = o.logprob!.map((lp, i) => (lp === null || o.ref_logprob![i] === null ? null : lp - o.ref_logprob![i]!));
     if (tk.advantage) o.advantage = scoredValues(tk.advantage, role, m);
     if (tk.value) o.value = scoredValues(tk.value, role, m);
     if (tk.entropy) o.entropy = scoredValues(tk.entropy, role, m);

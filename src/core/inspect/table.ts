@@ -7,15 +7,16 @@
  * Memory: the facts of a row are its short fields (ids, reward, answer, golden, first 200 characters of the
  * question) — a few hundred bytes however long its response and token arrays are.
  */
-import type { InspectorColumn, RowFacts } from '../protocol/rollouts';
-import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
-import { trajectoryFacts } from '../audit/summary';
-import type { RolloutRow, RolloutStore } from '../store/rollouts';
-import type { TokenColumns } from '../store/tokenStore';
-import { auditRollout, type AuditOptions } from '../audit';
+
+import { type AuditOptions, auditRollout } from '../audit';
 import { columnsMaskLeaks } from '../audit/columns';
 import { auditMask } from '../audit/masks';
+import { trajectoryFacts } from '../audit/summary';
+import type { InspectorColumn, RowFacts } from '../protocol/rollouts';
 import { tokenColumnsOf } from '../run/columns';
+import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
+import type { RolloutRow, RolloutStore } from '../store/rollouts';
+import type { TokenColumns } from '../store/tokenStore';
 import { compileFilter, type FilterRow } from './filter';
 
 export interface GroupStats {
@@ -28,7 +29,8 @@ export interface GroupStats {
 export type { RowFacts };
 export type Column = InspectorColumn;
 
-const clip = (s: string | undefined, n: number) => (s === undefined ? undefined : s.length > n ? `${s.slice(0, n)}…` : s);
+const clip = (s: string | undefined, n: number) =>
+  s === undefined ? undefined : s.length > n ? `${s.slice(0, n)}…` : s;
 
 /** The facts of one row (malformed rows keep what can be read, plus the error), its response read in its dialect. */
 export function rowFacts(row: RolloutRow, read: ReadOptions = {}, checks: Omit<AuditOptions, 'read'> = {}): RowFacts {
@@ -116,13 +118,22 @@ export class RolloutTable {
   }
 
   /** Adds the facts of store rows [rows.length, store.count), in batches; stops early when `cancelled()`. */
-  async extend(store: RolloutStore, options: { batch?: number; cancelled?: () => boolean; onBatch?: (done: number, total: number) => void; yieldEvery?: () => Promise<void> } = {}): Promise<number> {
+  async extend(
+    store: RolloutStore,
+    options: {
+      batch?: number;
+      cancelled?: () => boolean;
+      onBatch?: (done: number, total: number) => void;
+      yieldEvery?: () => Promise<void>;
+    } = {},
+  ): Promise<number> {
     const batch = options.batch ?? 500;
     const before = this.rows.length;
     while (this.rows.length < store.count) {
       if (options.cancelled?.()) break;
       const from = this.rows.length;
-      for (const row of await store.rows(from, Math.min(store.count, from + batch), this.tokenColumns)) this.add(rowFacts(row, store.read, this.checks));
+      for (const row of await store.rows(from, Math.min(store.count, from + batch), this.tokenColumns))
+        this.add(rowFacts(row, store.read, this.checks));
       options.onBatch?.(this.rows.length, store.count);
       await options.yieldEvery?.();
     }
@@ -155,7 +166,12 @@ export class RolloutTable {
     const g = key === undefined ? undefined : this.groups.get(key);
     if (!g) return undefined;
     const mean = g.sum / g.n;
-    return { size: g.n, mean, std: Math.sqrt(Math.max(0, g.sumSq / g.n - mean * mean)), zeroVariance: g.n >= 2 && g.max - g.min < 1e-9 };
+    return {
+      size: g.n,
+      mean,
+      std: Math.sqrt(Math.max(0, g.sumSq / g.n - mean * mean)),
+      zeroVariance: g.n >= 2 && g.max - g.min < 1e-9,
+    };
   }
 
   /** Rows of the same group (same split, step and group id), by sample. */
@@ -234,13 +250,19 @@ export class RolloutTable {
    * Rows whose raw line contains `text` (case-insensitive), in index order, scanning the store in batches;
    * undefined when cancelled. The raw line is JSON, so the needle is matched as JSON would escape it.
    */
-  async search(store: RolloutStore, text: string, cancelled?: () => boolean, batch = 2000): Promise<Set<number> | undefined> {
+  async search(
+    store: RolloutStore,
+    text: string,
+    cancelled?: () => boolean,
+    batch = 2000,
+  ): Promise<Set<number> | undefined> {
     const escaped = JSON.stringify(text).slice(1, -1);
     const needle = new RegExp(escapeRegExp(escaped), 'i');
     const hits = new Set<number>();
     for (let from = 0; from < store.count; from += batch) {
       if (cancelled?.()) return undefined;
-      for (const r of await store.rawRows(from, Math.min(store.count, from + batch))) if (needle.test(r.text)) hits.add(r.index);
+      for (const r of await store.rawRows(from, Math.min(store.count, from + batch)))
+        if (needle.test(r.text)) hits.add(r.index);
       await new Promise((resolve) => setImmediate(resolve));
     }
     return hits;

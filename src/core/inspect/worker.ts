@@ -4,7 +4,7 @@
  * analysis or search — and the engine cancels superseded queries itself.
  */
 import { parentPort } from 'node:worker_threads';
-import { InspectorEngine, type EngineMessage, type EngineRequest } from './engine';
+import { type EngineMessage, type EngineRequest, InspectorEngine } from './engine';
 
 const port = parentPort;
 if (!port) throw new Error('inspector-worker runs as a worker thread');
@@ -14,6 +14,7 @@ port.on('message', (m: EngineRequest) => {
     () => {
       if (m.t === 'close') port.close();
     },
-    (e: Error) => port.postMessage({ t: 'status', status: { ...engine.status(), error: `${e.message}` } } satisfies EngineMessage),
+    (e: Error) =>
+      port.postMessage({ t: 'status', status: { ...engine.status(), error: `${e.message}` } } satisfies EngineMessage),
   );
 });

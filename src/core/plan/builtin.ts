@@ -18,19 +18,19 @@
  * update (the gradients and the activations).
  */
 import type { RunConfig } from '../run/config';
-import { type ModelShape, kvBytesPerToken, loraParams, paramCounts } from './model';
+import { kvBytesPerToken, loraParams, type ModelShape, paramCounts } from './model';
 import {
   AUTO_RESERVE,
-  DEFAULT_MAX_BATCH_TOKENS,
-  PREFILL_TOKENS,
-  type Recipe,
   checkpointBytesPerToken,
   chunkPositions,
+  DEFAULT_MAX_BATCH_TOKENS,
   headActivationBytesPerToken,
   inferenceBytesPerToken,
   layerActivationBytesPerToken,
   layerBackwardBytesPerToken,
   logitsChunkBytes,
+  PREFILL_TOKENS,
+  type Recipe,
 } from './parts';
 
 export class PlanError extends Error {
@@ -117,28 +117,63 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
   const lora = c.model.lora;
   const trained = lora ? loraParams(s, lora.r ?? 8, lora.target_modules ?? LORA_TARGETS) : p.total;
   const parts: Part[] = [];
-  const add = (name: string, bytes: number, phase: Part['phase'], what: string) => bytes > 0 && parts.push({ name, bytes: Math.round(bytes), phase, what });
+  const add = (name: string, bytes: number, phase: Part['phase'], what: string) =>
+    bytes > 0 && parts.push({ name, bytes: Math.round(bytes), phase, what });
   const B = (n: number) => `${(n / 1e9).toFixed(2)} B`;
 
   // the weights, their gradients and AdamW's moments
   if (lora) {
-    add('weights', (bf16 ? 2 : 4) * p.total + 4 * trained, 'all', `frozen base ${B(p.total)} × ${bf16 ? 2 : 4} B (${bf16 ? 'bf16' : 'fp32'}) + LoRA adapter ${B(trained)} × 4 B (fp32)`);
+    add(
+      'weights',
+      (bf16 ? 2 : 4) * p.total + 4 * trained,
+      'all',
+      `frozen base ${B(p.total)} × ${bf16 ? 2 : 4} B (${bf16 ? 'bf16' : 'fp32'}) + LoRA adapter ${B(trained)} × 4 B (fp32)`,
+    );
   } else {
-    add('weights', 4 * p.total, 'all', `fp32 master weights, ${B(p.total)} × 4 B (the optimizer updates them; autocast computes with bf16 casts)`);
+    add(
+      'weights',
+      4 * p.total,
+      'all',
+      `fp32 master weights, ${B(p.total)} × 4 B (the optimizer updates them; autocast computes with bf16 casts)`,
+    );
   }
   add('gradients', 4 * trained, 'update', `fp32, ${B(trained)} trained × 4 B`);
   add('optimizer', 8 * trained, 'all', `AdamW's two fp32 moments, ${B(trained)} × 8 B`);
   if (c.algorithm!.kl_coef! > 0) {
     const ref = lora ? (bf16 ? 2 : 4) * trained : bf16 ? 2 * p.linearAndEmbedding + 4 * p.norms : 4 * p.total;
-    add('reference', ref, 'all', lora ? `the starting adapter (${bf16 ? 'bf16' : 'fp32'}; the base is shared)` : bf16 ? 'bf16 copy of the Linear and Embedding weights (fp32 norms)' : 'fp32 copy of every weight');
+    add(
+      'reference',
+      ref,
+      'all',
+      lora
+        ? `the starting adapter (${bf16 ? 'bf16' : 'fp32'}; the base is shared)`
+        : bf16
+          ? 'bf16 copy of the Linear and Embedding weights (fp32 norms)'
+          : 'fp32 copy of every weight',
+    );
   }
-  if (c.algorithm!.name === 'ppo') add('value_head', 16 * (s.hidden + 1), 'all', 'PPO value head: weights, gradients, moments (fp32)');
+  if (c.algorithm!.name === 'ppo')
+    add('value_head', 16 * (s.hidden + 1), 'all', 'PPO value head: weights, gradients, moments (fp32)');
   // what autocast casts to bf16 (fp32 weights only: a bf16 LoRA base is used as it is)
   const castable = lora ? trained : p.cast;
   if (bf16) {
-    add('weight_casts', 2 * castable, 'rollout', `bf16 copies of ${lora ? 'the adapter' : 'every projection and the output layer'}, cached through a generation call`);
+    add(
+      'weight_casts',
+      2 * castable,
+      'rollout',
+      `bf16 copies of ${lora ? 'the adapter' : 'every projection and the output layer'}, cached through a generation call`,
+    );
     const updateCasts = recipe.checkpointing && !lora ? Math.max(p.layerLinear, p.outputLayer) : castable;
-    add('weight_casts_update', 2 * updateCasts, 'update', lora ? 'bf16 copies of the adapter' : recipe.checkpointing ? "bf16 copies of one layer's (or the output layer's) weights at a time" : 'bf16 copies of every projection, kept for the backward pass');
+    add(
+      'weight_casts_update',
+      2 * updateCasts,
+      'update',
+      lora
+        ? 'bf16 copies of the adapter'
+        : recipe.checkpointing
+          ? "bf16 copies of one layer's (or the output layer's) weights at a time"
+          : 'bf16 copies of every projection, kept for the backward pass',
+    );
   }
   // the update's activations: one micro-batch of the longest sequences
   const T = r.max_prompt_length! + r.max_response_length!;
@@ -153,18 +188,47 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
   const withCkpt = tokens * checkpointBytesPerToken(s, recipe) * s.layers + Math.max(layer + backward, logits + head);
   const withoutCkpt = s.layers * layer + head + Math.max(backward, logits);
   if (recipe.checkpointing) {
-    add('activations', tokens * checkpointBytesPerToken(s, recipe) * s.layers, 'update', `micro-batch ${mb} × ${T} tokens: each layer's input (checkpointed; with the backward peak ${gibs(withCkpt)}, without checkpointing ${gibs(withoutCkpt)})`);
-    add('backward_peak', Math.max(layer + backward, logits + head), 'update', `the larger of one layer recomputed with its gradients (${((layer + backward) / 2 ** 30).toFixed(2)} GiB) and one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with the final norm's activations (${((logits + head) / 2 ** 30).toFixed(2)} GiB)`);
+    add(
+      'activations',
+      tokens * checkpointBytesPerToken(s, recipe) * s.layers,
+      'update',
+      `micro-batch ${mb} × ${T} tokens: each layer's input (checkpointed; with the backward peak ${gibs(withCkpt)}, without checkpointing ${gibs(withoutCkpt)})`,
+    );
+    add(
+      'backward_peak',
+      Math.max(layer + backward, logits + head),
+      'update',
+      `the larger of one layer recomputed with its gradients (${((layer + backward) / 2 ** 30).toFixed(2)} GiB) and one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with the final norm's activations (${((logits + head) / 2 ** 30).toFixed(2)} GiB)`,
+    );
   } else {
-    add('activations', s.layers * layer + head, 'update', `micro-batch ${mb} × ${T} tokens: every layer's (${s.layers}) kept for the backward pass, and the final norm's (with the backward peak ${gibs(withoutCkpt)}; with checkpointing ${gibs(withCkpt)})`);
-    add('backward_peak', Math.max(backward, logits), 'update', `one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with its gradients (never the whole window)`);
+    add(
+      'activations',
+      s.layers * layer + head,
+      'update',
+      `micro-batch ${mb} × ${T} tokens: every layer's (${s.layers}) kept for the backward pass, and the final norm's (with the backward peak ${gibs(withoutCkpt)}; with checkpointing ${gibs(withCkpt)})`,
+    );
+    add(
+      'backward_peak',
+      Math.max(backward, logits),
+      'update',
+      `one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with its gradients (never the whole window)`,
+    );
   }
   // the rollout: the KV cache and its transients
   const allPhase = parts.filter((x) => x.phase === 'all').reduce((a, x) => a + x.bytes, 0);
   const loaded = allPhase - (parts.find((x) => x.name === 'optimizer')?.bytes ?? 0);
   const notes: string[] = [];
-  if (ctx.gpus > 1) notes.push(`the builtin engine trains on one device; --gpus ${ctx.gpus} plans one (engines trl and verl use several)`);
-  ourGenerationParts(ctx, recipe, { loaded, moments: 8 * trained, casts: bf16 ? 2 * castable : 0, who: 'the trainer' }, add, notes);
+  if (ctx.gpus > 1)
+    notes.push(
+      `the builtin engine trains on one device; --gpus ${ctx.gpus} plans one (engines trl and verl use several)`,
+    );
+  ourGenerationParts(
+    ctx,
+    recipe,
+    { loaded, moments: 8 * trained, casts: bf16 ? 2 * castable : 0, who: 'the trainer' },
+    add,
+    notes,
+  );
   const summary = `${lora ? `LoRA r=${lora.r ?? 8}` : 'full fine-tune'}, ${bf16 ? 'bf16 autocast' : 'fp32'}, ${recipe.checkpointing ? 'gradient checkpointing' : 'no gradient checkpointing'}, engine builtin`;
   return { devices: [parts], notes, summary };
 }
@@ -172,26 +236,64 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
 /** Our generator's parts in the rollout (generation.py, used by the builtin and the trl engine): the KV cache
  * (`rollout.max_batch_tokens`, or sized from what is free: autoMaxBatchTokens), a prefill piece and the sampler's
  * distribution; a note when the cache holds less than one group. */
-export function ourGenerationParts(ctx: PlanContext, recipe: Recipe, free: { loaded: number; moments: number; casts: number; who: string }, add: (name: string, bytes: number, phase: Part['phase'], what: string) => unknown, notes: string[]): void {
+export function ourGenerationParts(
+  ctx: PlanContext,
+  recipe: Recipe,
+  free: { loaded: number; moments: number; casts: number; who: string },
+  add: (name: string, bytes: number, phase: Part['phase'], what: string) => unknown,
+  notes: string[],
+): void {
   const { config: c, shape: s } = ctx;
   const r = c.rollout!;
   const kv = kvBytesPerToken(s, recipe.act);
-  const maxBatchTokens = r.max_batch_tokens ?? autoMaxBatchTokens(ctx.device, ctx.gpuMemoryBytes, free.loaded, free.moments, free.casts, kv);
-  add('kv_cache', 2 * maxBatchTokens * kv, 'rollout', `${maxBatchTokens.toLocaleString('en-US')} tokens × ${kv.toLocaleString('en-US')} B (${r.max_batch_tokens ? 'rollout.max_batch_tokens' : `sized by ${free.who}`}), and one copy while rows are selected or merged`);
+  const maxBatchTokens =
+    r.max_batch_tokens ?? autoMaxBatchTokens(ctx.device, ctx.gpuMemoryBytes, free.loaded, free.moments, free.casts, kv);
+  add(
+    'kv_cache',
+    2 * maxBatchTokens * kv,
+    'rollout',
+    `${maxBatchTokens.toLocaleString('en-US')} tokens × ${kv.toLocaleString('en-US')} B (${r.max_batch_tokens ? 'rollout.max_batch_tokens' : `sized by ${free.who}`}), and one copy while rows are selected or merged`,
+  );
   const prefill = Math.min(maxBatchTokens, PREFILL_TOKENS);
-  add('prefill', prefill * inferenceBytesPerToken(s, recipe), 'rollout', `a prefill piece of ${prefill.toLocaleString('en-US')} tokens, one layer at a time`);
-  const rows = Math.max(1, Math.min(r.batch_size! * r.n!, Math.floor(maxBatchTokens / Math.max(1, r.max_turn_tokens!))));
-  add('sampling', rows * s.vocab * 18, 'rollout', `the next-token logits of up to ${rows} rows and the sampler's fp32 copies (logits, log-softmax, probabilities, cumulative sum)`);
+  add(
+    'prefill',
+    prefill * inferenceBytesPerToken(s, recipe),
+    'rollout',
+    `a prefill piece of ${prefill.toLocaleString('en-US')} tokens, one layer at a time`,
+  );
+  const rows = Math.max(
+    1,
+    Math.min(r.batch_size! * r.n!, Math.floor(maxBatchTokens / Math.max(1, r.max_turn_tokens!))),
+  );
+  add(
+    'sampling',
+    rows * s.vocab * 18,
+    'rollout',
+    `the next-token logits of up to ${rows} rows and the sampler's fp32 copies (logits, log-softmax, probabilities, cumulative sum)`,
+  );
   const minTokens = r.n! * (r.max_prompt_length! + r.max_turn_tokens!);
-  if (maxBatchTokens < minTokens) notes.push(`the KV cache holds ${maxBatchTokens.toLocaleString('en-US')} tokens, less than one group's ${r.n} rows of the longest prompt and a turn (${minTokens.toLocaleString('en-US')}): rollouts run a few rows at a time`);
+  if (maxBatchTokens < minTokens)
+    notes.push(
+      `the KV cache holds ${maxBatchTokens.toLocaleString('en-US')} tokens, less than one group's ${r.n} rows of the longest prompt and a turn (${minTokens.toLocaleString('en-US')}): rollouts run a few rows at a time`,
+    );
 }
 
 /** `rollout.max_batch_tokens` when the config leaves it out, as the trainer's generation.auto_max_batch_tokens: on
  * CUDA, the memory left after what is loaded (`loaded`), the moments, the weights cast for generation and a reserve of
  * AUTO_RESERVE of the GPU, halved (the cache and a copy), in tokens; DEFAULT_MAX_BATCH_TOKENS on CPU, and at least
  * that. */
-export function autoMaxBatchTokens(device: 'cuda' | 'cpu', gpuMemoryBytes: number, loaded: number, moments: number, casts: number, kvPerToken: number): number {
+export function autoMaxBatchTokens(
+  device: 'cuda' | 'cpu',
+  gpuMemoryBytes: number,
+  loaded: number,
+  moments: number,
+  casts: number,
+  kvPerToken: number,
+): number {
   if (device !== 'cuda') return DEFAULT_MAX_BATCH_TOKENS;
   const free = gpuMemoryBytes - loaded;
-  return Math.max(DEFAULT_MAX_BATCH_TOKENS, Math.floor((free - AUTO_RESERVE * gpuMemoryBytes - moments - casts) / (2 * kvPerToken)));
+  return Math.max(
+    DEFAULT_MAX_BATCH_TOKENS,
+    Math.floor((free - AUTO_RESERVE * gpuMemoryBytes - moments - casts) / (2 * kvPerToken)),
+  );
 }

@@ -39,10 +39,18 @@ const gib = (n: number) => `${(n / 2 ** 30).toFixed(1)} GiB`;
 
 /** Plans `loaded` for GPUs of `gpuMemoryBytes` (default 80 GiB; as many as the config's engine uses); `cuda`: whether
  * the trainer's Python sees a GPU. */
-export function checkRunMemory(loaded: { config: RunConfig; base: string }, options: { gpuMemoryBytes?: number; cuda?: boolean } = {}): MemoryCheck {
+export function checkRunMemory(
+  loaded: { config: RunConfig; base: string },
+  options: { gpuMemoryBytes?: number; cuda?: boolean } = {},
+): MemoryCheck {
   const c = loaded.config;
-  if (c.model.kind !== 'hf') return { skipped: 'the built-in tiny policy', line: 'memory: the built-in tiny policy (a few MB; not planned)' };
-  if (c.engine !== 'verl' && !onGpu(c, options.cuda)) return { skipped: 'a CPU run', line: 'memory: a CPU run (not planned; `search-agent-studio plan --device cpu` plans it)' };
+  if (c.model.kind !== 'hf')
+    return { skipped: 'the built-in tiny policy', line: 'memory: the built-in tiny policy (a few MB; not planned)' };
+  if (c.engine !== 'verl' && !onGpu(c, options.cuda))
+    return {
+      skipped: 'a CPU run',
+      line: 'memory: a CPU run (not planned; `search-agent-studio plan --device cpu` plans it)',
+    };
   const gpuMemoryBytes = options.gpuMemoryBytes ?? DEFAULT_GPU_MEMORY;
   let plan: MemoryPlan;
   try {
@@ -54,7 +62,9 @@ export function checkRunMemory(loaded: { config: RunConfig; base: string }, opti
   const need = Math.max(...plan.devices.map((d) => d.total_bytes));
   const count = plan.devices.reduce((a, d) => a + (d.count ?? 1), 0);
   const gpus = count === 1 ? `one GPU of ${gib(gpuMemoryBytes)}` : `each of ${count} GPUs of ${gib(gpuMemoryBytes)}`;
-  const sets = plan.chosen.length ? `; the plan sets ${plan.chosen.map((x) => `${x.key}: ${JSON.stringify(x.value)}`).join(', ')}` : '';
+  const sets = plan.chosen.length
+    ? `; the plan sets ${plan.chosen.map((x) => `${x.key}: ${JSON.stringify(x.value)}`).join(', ')}`
+    : '';
   const line = plan.fits
     ? `memory: fits ${gpus} (${gib(need)} of ${gib(plan.usable_bytes)} usable; ${plan.summary}${sets})`
     : need <= plan.usable_bytes && plan.problems.length
@@ -66,5 +76,8 @@ export function checkRunMemory(loaded: { config: RunConfig; base: string }, opti
 /** Throws MemoryPlanError when the run was planned and does not fit (`force`: never). */
 export function refuseWhatDoesNotFit(check: MemoryCheck, file: string, force: boolean): void {
   if (force || !check.plan || check.plan.fits) return;
-  throw new MemoryPlanError(`${file}: ${check.line.replace(/^memory: /, 'the run ')} (search-agent-studio plan ${file} shows each part)`, check.plan);
+  throw new MemoryPlanError(
+    `${file}: ${check.line.replace(/^memory: /, 'the run ')} (search-agent-studio plan ${file} shows each part)`,
+    check.plan,
+  );
 }

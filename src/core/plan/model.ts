@@ -39,14 +39,20 @@ export const SUPPORTED_MODEL_TYPES = ['qwen2', 'qwen3', 'llama', 'mistral'] as c
 
 /** The shape a parsed config.json describes (its `text_config` for a multimodal wrapper); `where` names it in errors. */
 export function modelShape(config: Record<string, unknown>, where = 'config.json'): ModelShape {
-  const c = (config.text_config && typeof config.text_config === 'object' ? config.text_config : config) as Record<string, unknown>;
+  const c = (config.text_config && typeof config.text_config === 'object' ? config.text_config : config) as Record<
+    string,
+    unknown
+  >;
   const modelType = String(c.model_type ?? config.model_type ?? '');
   if (!(SUPPORTED_MODEL_TYPES as readonly string[]).includes(modelType)) {
-    throw new ModelShapeError(`${where}: model_type ${JSON.stringify(modelType)}: the memory planner knows ${SUPPORTED_MODEL_TYPES.join(', ')} (decoder-only transformers of the Llama family)`);
+    throw new ModelShapeError(
+      `${where}: model_type ${JSON.stringify(modelType)}: the memory planner knows ${SUPPORTED_MODEL_TYPES.join(', ')} (decoder-only transformers of the Llama family)`,
+    );
   }
   const num = (key: string, fallback?: number): number => {
     const v = c[key] ?? fallback;
-    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0) throw new ModelShapeError(`${where}: ${key}: expected a positive number, got ${JSON.stringify(c[key])}`);
+    if (typeof v !== 'number' || !Number.isFinite(v) || v <= 0)
+      throw new ModelShapeError(`${where}: ${key}: expected a positive number, got ${JSON.stringify(c[key])}`);
     return v;
   };
   const hidden = num('hidden_size');
@@ -68,7 +74,10 @@ export function modelShape(config: Record<string, unknown>, where = 'config.json
     mlpBias: c.mlp_bias === true,
     qkNorm: modelType === 'qwen3',
     dtype: typeof (c.torch_dtype ?? c.dtype) === 'string' ? String(c.torch_dtype ?? c.dtype) : undefined,
-    maxPositions: typeof c.max_position_embeddings === 'number' && c.max_position_embeddings > 0 ? c.max_position_embeddings : undefined,
+    maxPositions:
+      typeof c.max_position_embeddings === 'number' && c.max_position_embeddings > 0
+        ? c.max_position_embeddings
+        : undefined,
   };
 }
 
@@ -79,7 +88,9 @@ export function readModelShape(dir: string): ModelShape {
   try {
     text = readFileSync(file, 'utf8');
   } catch (e) {
-    throw new ModelShapeError(`${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file (model.path must be a model directory with its config.json)' : (e as Error).message}`);
+    throw new ModelShapeError(
+      `${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file (model.path must be a model directory with its config.json)' : (e as Error).message}`,
+    );
   }
   let config: unknown;
   try {
@@ -129,7 +140,15 @@ export function paramCounts(s: ModelShape): ParamCounts {
   const outputLayer = s.vocab * s.hidden;
   const norms = s.layers * layerNorms + s.hidden;
   const linearAndEmbedding = s.layers * layerLinear + embedding + (s.tied ? 0 : outputLayer);
-  return { total: linearAndEmbedding + norms, linearAndEmbedding, cast: s.layers * layerLinear + outputLayer, norms, layerLinear, embedding, outputLayer };
+  return {
+    total: linearAndEmbedding + norms,
+    linearAndEmbedding,
+    cast: s.layers * layerLinear + outputLayer,
+    norms,
+    layerLinear,
+    embedding,
+    outputLayer,
+  };
 }
 
 /** Trainable parameters of LoRA rank `r` on the modules `targets` (peft's default for our config: the attention
@@ -139,7 +158,10 @@ export function loraParams(s: ModelShape, r: number, targets: string[]): number 
   let per = 0;
   for (const t of targets) {
     const m = linears[t];
-    if (!m) throw new ModelShapeError(`model.lora.target_modules: ${JSON.stringify(t)}: the memory planner knows ${Object.keys(linears).join(', ')}`);
+    if (!m)
+      throw new ModelShapeError(
+        `model.lora.target_modules: ${JSON.stringify(t)}: the memory planner knows ${Object.keys(linears).join(', ')}`,
+      );
     per += r * (m[0] + m[1]);
   }
   return s.layers * per;

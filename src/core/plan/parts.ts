@@ -8,7 +8,7 @@
  * residual stream, or in fp32. They were checked against the bytes torch really allocates for small Qwen2 models on
  * CPU (trainer/tests/test_memory_plan.py; docs/trainer.md, "Memory on one GPU").
  */
-import { type ModelShape, kvBytesPerToken, paramCounts } from './model';
+import { kvBytesPerToken, type ModelShape, paramCounts } from './model';
 
 /** The share of a device's memory a plan may fill: the CUDA context and the caching allocator's fragmentation take
  * the rest. */
@@ -88,13 +88,24 @@ export function shapeNumbers(s: ModelShape, r: Recipe): { params: ReturnType<typ
  * `max_num_batched_tokens` tokens (a forward without autograd, one layer at a time), the sampler's fp32 logits and
  * their softmax for `max_num_seqs` rows, and 0.5 GiB of CUDA graphs. */
 export function vllmOverheadBytes(s: ModelShape, maxBatchedTokens: number, maxSeqs: number): number {
-  return maxBatchedTokens * inferenceBytesPerToken(s, { act: 2, checkpointing: false }) + maxSeqs * s.vocab * 8 + 0.5 * 2 ** 30;
+  return (
+    maxBatchedTokens * inferenceBytesPerToken(s, { act: 2, checkpointing: false }) +
+    maxSeqs * s.vocab * 8 +
+    0.5 * 2 ** 30
+  );
 }
 
 /** A colocated vLLM at `utilization` of a GPU of `gpuBytes`: its share, its bf16 weights (÷ tensor parallel), its
  * overhead, and the KV cache that is left (bytes and tokens). vLLM refuses to start when that cache cannot hold one
  * sequence of `maxModelLen` tokens. */
-export function vllmShare(s: ModelShape, utilization: number, gpuBytes: number, tensorParallel: number, maxBatchedTokens: number, maxSeqs: number): { share: number; weights: number; overhead: number; kvBytes: number; kvTokens: number } {
+export function vllmShare(
+  s: ModelShape,
+  utilization: number,
+  gpuBytes: number,
+  tensorParallel: number,
+  maxBatchedTokens: number,
+  maxSeqs: number,
+): { share: number; weights: number; overhead: number; kvBytes: number; kvTokens: number } {
   const share = Math.floor(utilization * gpuBytes);
   const weights = Math.ceil((2 * paramCounts(s).total) / tensorParallel);
   const overhead = vllmOverheadBytes(s, maxBatchedTokens, maxSeqs);

@@ -28,21 +28,34 @@ import { existsSync, readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { resolveConfigPath } from '../paths';
 import type { RunConfig } from '../run/config';
-import { type Change, type EnginePlan, type Part, type PlanContext, LORA_TARGETS, PlanError, computesInBf16, ourGenerationParts } from './builtin';
-import { type ModelShape, layerLinears, loraParams, paramCounts } from './model';
 import {
-  type Recipe,
+  type Change,
+  computesInBf16,
+  type EnginePlan,
+  LORA_TARGETS,
+  ourGenerationParts,
+  type Part,
+  type PlanContext,
+  PlanError,
+} from './builtin';
+import { layerLinears, loraParams, type ModelShape, paramCounts } from './model';
+import {
   checkpointBytesPerToken,
   gibText,
   headActivationBytesPerToken,
   layerActivationBytesPerToken,
   layerBackwardBytesPerToken,
+  type Recipe,
   vllmShare,
 } from './parts';
 
 /** TRL 1.16's GRPOConfig defaults the plan relies on (options.py's TRL_DEFAULTS: test_trl_engine.py compares them with
  * the installed GRPOConfig). */
-export const TRL_DEFAULTS = { gradient_checkpointing: true, vllm_gpu_memory_utilization: 0.3, vllm_enable_sleep_mode: false } as const;
+export const TRL_DEFAULTS = {
+  gradient_checkpointing: true,
+  vllm_gpu_memory_utilization: 0.3,
+  vllm_enable_sleep_mode: false,
+} as const;
 /** TRL's colocated vLLM (vllm_generation.py): the batch it profiles its activations with. */
 const VLLM_MAX_NUM_BATCHED_TOKENS = 4096;
 /** TRL's fused log-prob head (trl/kernels/chunked_logprob.py, trl/trainer/utils.py's _CHUNKED_LOGPROB_CHUNK_SIZE):
@@ -66,19 +79,29 @@ export function trlProcesses(config: RunConfig): number {
 
 /** One step of ours in TRL's units for `world` processes (options.plan): the micro-batch per process, the mini-batch,
  * TRL's steps_per_generation. */
-export function trlStepPlan(config: RunConfig, world: number): { sequences: number; micro: number; mini: number; stepsPerGeneration: number } {
+export function trlStepPlan(
+  config: RunConfig,
+  world: number,
+): { sequences: number; micro: number; mini: number; stepsPerGeneration: number } {
   const r = config.rollout!;
   const o = config.optim!;
   const S = r.batch_size! * r.n!;
   const micro = Math.min(o.micro_batch_size!, Math.max(1, Math.floor(S / world)));
-  return { sequences: S, micro, mini: Math.min(o.mini_batch_size!, S), stepsPerGeneration: Math.floor(S / (world * micro)) };
+  return {
+    sequences: S,
+    micro,
+    mini: Math.min(o.mini_batch_size!, S),
+    stepsPerGeneration: Math.floor(S / (world * micro)),
+  };
 }
 
 /** The reference's dtype (options.memory_inputs): the trl section's model_init_kwargs.dtype, else bf16 under bf16
  * compute (the engine asks for it), else the policy's (fp32); null without a reference model. */
 function referenceDtype(config: RunConfig, bf16: boolean): string | null {
   if (!((config.algorithm?.kl_coef ?? 0) > 0) || config.model.lora) return null;
-  const named = ((config.trl as Record<string, unknown> | undefined)?.model_init_kwargs as Record<string, unknown> | undefined)?.dtype;
+  const named = (
+    (config.trl as Record<string, unknown> | undefined)?.model_init_kwargs as Record<string, unknown> | undefined
+  )?.dtype;
   if (named) return String(named);
   if (config.trl && 'model_init_kwargs' in config.trl) return 'float32';
   return bf16 ? 'bfloat16' : 'float32';
@@ -86,7 +109,12 @@ function referenceDtype(config: RunConfig, bf16: boolean): string | null {
 
 /** What decides a trl run's memory per GPU besides the shapes: options.memory_inputs(cfg, world, bf16) of the trainer
  * package, key for key (test/unit/plan-engines.test.ts compares them for every example config). */
-export function trlMemoryInputs(config: RunConfig, world: number, bf16: boolean, base?: string): Record<string, unknown> {
+export function trlMemoryInputs(
+  config: RunConfig,
+  world: number,
+  bf16: boolean,
+  base?: string,
+): Record<string, unknown> {
   const p = trlStepPlan(config, world);
   const section = (config.trl ?? {}) as Record<string, unknown>;
   const vllm = !!section.use_vllm;
@@ -106,7 +134,9 @@ export function trlMemoryInputs(config: RunConfig, world: number, bf16: boolean,
     max_sequence_tokens: config.rollout!.max_prompt_length! + config.rollout!.max_response_length!,
     generation: vllm ? 'vllm' : 'ours',
     generation_kv_tokens: vllm ? null : (config.rollout!.max_batch_tokens ?? null),
-    vllm_gpu_memory_utilization: vllm ? ((section.vllm_gpu_memory_utilization as number | undefined) ?? TRL_DEFAULTS.vllm_gpu_memory_utilization) : null,
+    vllm_gpu_memory_utilization: vllm
+      ? ((section.vllm_gpu_memory_utilization as number | undefined) ?? TRL_DEFAULTS.vllm_gpu_memory_utilization)
+      : null,
     vllm_sleep_mode: vllm ? !!(section.vllm_enable_sleep_mode ?? TRL_DEFAULTS.vllm_enable_sleep_mode) : null,
     vllm_max_num_seqs: vllm ? p.micro * p.stepsPerGeneration : null,
   };
@@ -142,7 +172,12 @@ export function readAccelerateConfig(text: string): Record<string, any> {
 }
 
 function sharding(path: string | null, notes: string[]): Sharding {
-  const none: Sharding = { kind: 'none', offloadOptimizer: false, offloadParams: false, what: 'no sharding: every process holds the whole policy' };
+  const none: Sharding = {
+    kind: 'none',
+    offloadOptimizer: false,
+    offloadParams: false,
+    what: 'no sharding: every process holds the whole policy',
+  };
   if (!path) return none;
   if (!existsSync(path)) {
     notes.push(`trl.accelerate_config ${path} cannot be read: planned without sharding (the most a process may hold)`);
@@ -159,15 +194,27 @@ function sharding(path: string | null, notes: string[]): Sharding {
       try {
         json = JSON.parse(readFileSync(file, 'utf8'));
       } catch (e) {
-        notes.push(`DeepSpeed config ${file} (${path}'s deepspeed_config_file) cannot be read (${(e as Error).message}): planned without sharding (the most a process may hold)`);
+        notes.push(
+          `DeepSpeed config ${file} (${path}'s deepspeed_config_file) cannot be read (${(e as Error).message}): planned without sharding (the most a process may hold)`,
+        );
         return none;
       }
       const z = json.zero_optimization ?? {};
-      ds = { zero_stage: z.stage ?? 0, offload_optimizer_device: z.offload_optimizer?.device, offload_param_device: z.offload_param?.device };
+      ds = {
+        zero_stage: z.stage ?? 0,
+        offload_optimizer_device: z.offload_optimizer?.device,
+        offload_param_device: z.offload_param?.device,
+      };
     }
     const stage = Number(ds.zero_stage ?? 0);
     const off = (k: string) => !!ds[k] && String(ds[k]).toLowerCase() !== 'none';
-    if (stage >= 1 && stage <= 3) return { kind: `zero${stage}` as Sharding['kind'], offloadOptimizer: off('offload_optimizer_device'), offloadParams: off('offload_param_device'), what: `DeepSpeed ZeRO-${stage} (${path})` };
+    if (stage >= 1 && stage <= 3)
+      return {
+        kind: `zero${stage}` as Sharding['kind'],
+        offloadOptimizer: off('offload_optimizer_device'),
+        offloadParams: off('offload_param_device'),
+        what: `DeepSpeed ZeRO-${stage} (${path})`,
+      };
     return { ...none, what: `DeepSpeed without ZeRO (${path})` };
   }
   if (type === 'FSDP') {
@@ -200,8 +247,10 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
   const parts: Part[] = [];
   const cpu: Part[] = [];
   const problems: string[] = [];
-  const add = (list: Part[], name: string, bytes: number, phase: Part['phase'], what: string) => bytes > 0 && list.push({ name, bytes: Math.round(bytes), phase, what });
-  const addGpu = (name: string, bytes: number, phase: Part['phase'], what: string) => add(parts, name, bytes, phase, what);
+  const add = (list: Part[], name: string, bytes: number, phase: Part['phase'], what: string) =>
+    bytes > 0 && list.push({ name, bytes: Math.round(bytes), phase, what });
+  const addGpu = (name: string, bytes: number, phase: Part['phase'], what: string) =>
+    add(parts, name, bytes, phase, what);
   const B = (n: number) => `${(n / 1e9).toFixed(2)} B`;
   const train: Part['phase'] = ['update_forward', 'update'];
   const N = world;
@@ -212,37 +261,105 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
 
   // the policy's states
   if (sh.kind === 'none') {
-    if (lora) addGpu('weights', (bf16 ? 2 : 4) * p.total + 4 * trained, 'all', `frozen base ${B(p.total)} × ${bf16 ? 2 : 4} B + LoRA adapter ${B(trained)} × 4 B (fp32)`);
-    else addGpu('weights', 4 * p.total, 'all', `fp32 master weights, ${B(p.total)} × 4 B (autocast computes with bf16 copies)`);
+    if (lora)
+      addGpu(
+        'weights',
+        (bf16 ? 2 : 4) * p.total + 4 * trained,
+        'all',
+        `frozen base ${B(p.total)} × ${bf16 ? 2 : 4} B + LoRA adapter ${B(trained)} × 4 B (fp32)`,
+      );
+    else
+      addGpu(
+        'weights',
+        4 * p.total,
+        'all',
+        `fp32 master weights, ${B(p.total)} × 4 B (autocast computes with bf16 copies)`,
+      );
     addGpu('gradients', 4 * trained, train, `fp32, ${B(trained)} trained × 4 B`);
-    addGpu('optimizer', 8 * trained, 'all', `AdamW's two fp32 moments (fused), ${B(trained)} × 8 B, from the first optimizer step`);
+    addGpu(
+      'optimizer',
+      8 * trained,
+      'all',
+      `AdamW's two fp32 moments (fused), ${B(trained)} × 8 B, from the first optimizer step`,
+    );
     if (bf16) {
       castsAll = lora ? 2 * trained : 2 * s.layers * layer1;
       castsRollout = lora ? 2 * trained : 2 * p.cast;
     }
   } else if (sh.kind === 'fsdp') {
-    addGpu('weights', (4 * p.total) / N, sh.offloadParams ? train : 'all', `fp32 master weights ÷ ${N} processes (FSDP)`);
+    addGpu(
+      'weights',
+      (4 * p.total) / N,
+      sh.offloadParams ? train : 'all',
+      `fp32 master weights ÷ ${N} processes (FSDP)`,
+    );
     addGpu('gradients', (4 * trained) / N, train, `fp32 ÷ ${N}`);
     addGpu('optimizer', (8 * trained) / N, sh.offloadOptimizer ? train : 'all', `AdamW's moments ÷ ${N}`);
-    addGpu('fsdp_gathered', 2 * (p.embedding + (s.tied ? 0 : p.outputLayer) + 2 * layer1), train, "bf16 copies FSDP gathers: the root unit's and two layers'");
-    if (sh.offloadParams) add(cpu, 'weights', 4 * p.total, 'all', 'the fp32 weights of every process (fsdp_offload_params)');
+    addGpu(
+      'fsdp_gathered',
+      2 * (p.embedding + (s.tied ? 0 : p.outputLayer) + 2 * layer1),
+      train,
+      "bf16 copies FSDP gathers: the root unit's and two layers'",
+    );
+    if (sh.offloadParams)
+      add(cpu, 'weights', 4 * p.total, 'all', 'the fp32 weights of every process (fsdp_offload_params)');
   } else {
     const stage = Number(sh.kind.slice(4));
-    addGpu('weights', stage === 3 ? (2 * p.total) / N : 2 * p.total, stage === 3 && sh.offloadParams ? train : 'all', `bf16 weights${stage === 3 ? ` ÷ ${N} (ZeRO-3)` : ''}`);
-    addGpu('gradients', stage >= 2 ? (2 * trained) / N : 2 * trained, train, `bf16 gradients${stage >= 2 ? ` ÷ ${N}` : ''}`);
-    if (!sh.offloadOptimizer) addGpu('optimizer', (12 * trained) / N, 'all', `fp32 master weights and AdamW's moments, 12 B × ${B(trained)} ÷ ${N}`);
-    if (stage === 3) addGpu('zero3_gathered', 2 * 2 * layer1 + 2 * (p.embedding + (s.tied ? 0 : p.outputLayer)), train, 'bf16 parameters ZeRO-3 gathers to compute (a layer and the one prefetched, the embedding and output layer)');
-    if (sh.offloadOptimizer) add(cpu, 'optimizer', 12 * trained, 'all', "every process's fp32 master weights and moments (offload_optimizer_device)");
-    if (stage === 3 && sh.offloadParams) add(cpu, 'weights', 2 * p.total, 'all', 'the bf16 weights (offload_param_device)');
+    addGpu(
+      'weights',
+      stage === 3 ? (2 * p.total) / N : 2 * p.total,
+      stage === 3 && sh.offloadParams ? train : 'all',
+      `bf16 weights${stage === 3 ? ` ÷ ${N} (ZeRO-3)` : ''}`,
+    );
+    addGpu(
+      'gradients',
+      stage >= 2 ? (2 * trained) / N : 2 * trained,
+      train,
+      `bf16 gradients${stage >= 2 ? ` ÷ ${N}` : ''}`,
+    );
+    if (!sh.offloadOptimizer)
+      addGpu(
+        'optimizer',
+        (12 * trained) / N,
+        'all',
+        `fp32 master weights and AdamW's moments, 12 B × ${B(trained)} ÷ ${N}`,
+      );
+    if (stage === 3)
+      addGpu(
+        'zero3_gathered',
+        2 * 2 * layer1 + 2 * (p.embedding + (s.tied ? 0 : p.outputLayer)),
+        train,
+        'bf16 parameters ZeRO-3 gathers to compute (a layer and the one prefetched, the embedding and output layer)',
+      );
+    if (sh.offloadOptimizer)
+      add(
+        cpu,
+        'optimizer',
+        12 * trained,
+        'all',
+        "every process's fp32 master weights and moments (offload_optimizer_device)",
+      );
+    if (stage === 3 && sh.offloadParams)
+      add(cpu, 'weights', 2 * p.total, 'all', 'the bf16 weights (offload_param_device)');
   }
   const refDtype = inputs.reference_dtype as string | null;
   if (inputs.reference_model) {
     const per = dtypeBytes(refDtype, s);
     const shards = sh.kind === 'zero3' || sh.kind === 'fsdp' ? N : 1;
-    addGpu('reference', (per * p.total) / shards, 'all', `TRL's reference model, every weight in ${refDtype}${shards > 1 ? ` ÷ ${shards}` : ''} (a second model: TRL builds it from model.path)`);
+    addGpu(
+      'reference',
+      (per * p.total) / shards,
+      'all',
+      `TRL's reference model, every weight in ${refDtype}${shards > 1 ? ` ÷ ${shards}` : ''} (a second model: TRL builds it from model.path)`,
+    );
   } else if (inputs.reference_adapter) {
     const shards = sh.kind === 'zero3' || sh.kind === 'fsdp' ? N : 1;
-    addGpu('reference', (4 * trained) / shards, 'all', `TRL's "ref" adapter: a frozen fp32 copy of the starting adapter, ${B(trained)} × 4 B${shards > 1 ? ` ÷ ${shards}` : ''} (the reference under LoRA)`);
+    addGpu(
+      'reference',
+      (4 * trained) / shards,
+      'all',
+      `TRL's "ref" adapter: a frozen fp32 copy of the starting adapter, ${B(trained)} × 4 B${shards > 1 ? ` ÷ ${shards}` : ''} (the reference under LoRA)`,
+    );
   }
   loaded = parts.filter((x) => x.phase === 'all' && x.name !== 'optimizer').reduce((a, x) => a + x.bytes, 0);
 
@@ -263,49 +380,153 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
   const norm = tokens * headActivationBytesPerToken(s, recipe);
   const saved = headTokens * s.hidden * recipe.act;
   const headGrads = (lora ? 0 : 4 * s.vocab * s.hidden) + 4 * headTokens * s.hidden;
-  if (castsAll) addGpu('weight_casts_update', castsAll, 'update_forward', lora ? "bf16 copies of the adapter, cached by autocast through the update's forward" : "bf16 copies of every layer's projections, cached by autocast until the update's forward ends (TRL runs it as one autocast region)");
+  if (castsAll)
+    addGpu(
+      'weight_casts_update',
+      castsAll,
+      'update_forward',
+      lora
+        ? "bf16 copies of the adapter, cached by autocast through the update's forward"
+        : "bf16 copies of every layer's projections, cached by autocast until the update's forward ends (TRL runs it as one autocast region)",
+    );
   if (ckpt) {
-    addGpu('activations', tokens * checkpointBytesPerToken(s, recipe) * s.layers, train, `micro-batch ${mb} × ${T} tokens: each layer's input (checkpointed${c.model.gradient_checkpointing === undefined ? ", TRL's default" : ''})`);
-    addGpu('head_forward', norm + saved + tile, 'update_forward', `the final norm's activations, the ${headTokens.toLocaleString('en-US')} scored positions' hidden states and one fused-head tile buffer of ${tileTokens} × ${HEAD_VOCAB.toLocaleString('en-US')}${cpuHead ? ' and its fp32 temporaries (the torch fallback on CPU)' : ''}`);
+    addGpu(
+      'activations',
+      tokens * checkpointBytesPerToken(s, recipe) * s.layers,
+      train,
+      `micro-batch ${mb} × ${T} tokens: each layer's input (checkpointed${c.model.gradient_checkpointing === undefined ? ", TRL's default" : ''})`,
+    );
+    addGpu(
+      'head_forward',
+      norm + saved + tile,
+      'update_forward',
+      `the final norm's activations, the ${headTokens.toLocaleString('en-US')} scored positions' hidden states and one fused-head tile buffer of ${tileTokens} × ${HEAD_VOCAB.toLocaleString('en-US')}${cpuHead ? ' and its fp32 temporaries (the torch fallback on CPU)' : ''}`,
+    );
     const layerPeak = layer + backward + (castsAll ? 2 * layer1 : 0);
     const headPeak = norm + saved + tileBackward + headGrads;
-    addGpu('backward_peak', Math.max(layerPeak, headPeak), 'update', `the larger of one layer recomputed with its gradients${castsAll ? " and its casts" : ''} (${gibText(layerPeak)}) and the fused head's backward: its tile, ${lora ? '' : "the output layer's gradient accumulated in fp32 (vocabulary × hidden), "}the hidden states' gradient (${gibText(headPeak)})`);
+    addGpu(
+      'backward_peak',
+      Math.max(layerPeak, headPeak),
+      'update',
+      `the larger of one layer recomputed with its gradients${castsAll ? ' and its casts' : ''} (${gibText(layerPeak)}) and the fused head's backward: its tile, ${lora ? '' : "the output layer's gradient accumulated in fp32 (vocabulary × hidden), "}the hidden states' gradient (${gibText(headPeak)})`,
+    );
   } else {
-    addGpu('activations', s.layers * layer + norm, train, `micro-batch ${mb} × ${T} tokens: every layer's (${s.layers}) kept for the backward pass`);
-    addGpu('head_forward', saved + tile, 'update_forward', 'the scored positions\' hidden states and one fused-head tile');
-    addGpu('backward_peak', Math.max(backward, saved + tileBackward + headGrads), 'update', "the larger of one layer's gradients and the fused head's backward");
+    addGpu(
+      'activations',
+      s.layers * layer + norm,
+      train,
+      `micro-batch ${mb} × ${T} tokens: every layer's (${s.layers}) kept for the backward pass`,
+    );
+    addGpu(
+      'head_forward',
+      saved + tile,
+      'update_forward',
+      "the scored positions' hidden states and one fused-head tile",
+    );
+    addGpu(
+      'backward_peak',
+      Math.max(backward, saved + tileBackward + headGrads),
+      'update',
+      "the larger of one layer's gradients and the fused head's backward",
+    );
   }
   const S = r.batch_size! * r.n!;
-  addGpu('generation_batch', Math.ceil(S / world) * T * 40, train, `the step's generation batch TRL keeps on the GPU: ${Math.ceil(S / world).toLocaleString('en-US')} sequences × ${T} tokens of ids, masks and log-probs`);
+  addGpu(
+    'generation_batch',
+    Math.ceil(S / world) * T * 40,
+    train,
+    `the step's generation batch TRL keeps on the GPU: ${Math.ceil(S / world).toLocaleString('en-US')} sequences × ${T} tokens of ids, masks and log-probs`,
+  );
 
   // the rollout: ours, or TRL's colocated vLLM
   if (inputs.generation === 'vllm') {
     if (ctx.device !== 'cuda') throw new PlanError('trl.use_vllm needs a GPU: plan it with --device cuda');
     const util = inputs.vllm_gpu_memory_utilization as number;
     const sleep = inputs.vllm_sleep_mode as boolean;
-    const v = vllmShare(s, util, ctx.gpuMemoryBytes, 1, VLLM_MAX_NUM_BATCHED_TOKENS, inputs.vllm_max_num_seqs as number);
-    addGpu('vllm', v.share, sleep ? 'rollout' : 'all', `TRL's colocated vLLM at trl.vllm_gpu_memory_utilization ${util}: bf16 weights ${gibText(v.weights)}, its profile's activations and sampler for ${(inputs.vllm_max_num_seqs as number).toLocaleString('en-US')} sequences and CUDA graphs ≈ ${gibText(v.overhead)} (estimated), KV cache ${gibText(v.kvBytes)} ≈ ${v.kvTokens.toLocaleString('en-US')} tokens${sleep ? '; asleep during the update (trl.vllm_enable_sleep_mode)' : '; held through the update (no sleep mode)'}`);
-    if (sleep) addGpu('vllm_asleep', VLLM_ASLEEP, train, "what vLLM keeps while asleep: its CUDA graph pool (estimated)");
-    if (sh.kind === 'zero3') addGpu('weight_sync', 2 * p.embedding, 'rollout', 'one module gathered at a time as TRL copies the weights into vLLM');
-    const maxModelLen = ((c.trl as Record<string, unknown> | undefined)?.vllm_max_model_length as number | undefined) ?? s.maxPositions ?? T;
-    if (v.kvTokens < maxModelLen) problems.push(`vLLM's share (trl.vllm_gpu_memory_utilization ${util} × ${gibText(ctx.gpuMemoryBytes)} = ${gibText(v.share)}) leaves ${v.kvTokens.toLocaleString('en-US')} tokens of KV cache after its weights and overhead, fewer than one sequence of max_model_len ${maxModelLen.toLocaleString('en-US')}: vLLM would refuse to start`);
-    else notes.push(`vLLM's KV cache holds ≈ ${v.kvTokens.toLocaleString('en-US')} tokens: ${Math.floor(v.kvTokens / T).toLocaleString('en-US')} sequences of the longest at once`);
+    const v = vllmShare(
+      s,
+      util,
+      ctx.gpuMemoryBytes,
+      1,
+      VLLM_MAX_NUM_BATCHED_TOKENS,
+      inputs.vllm_max_num_seqs as number,
+    );
+    addGpu(
+      'vllm',
+      v.share,
+      sleep ? 'rollout' : 'all',
+      `TRL's colocated vLLM at trl.vllm_gpu_memory_utilization ${util}: bf16 weights ${gibText(v.weights)}, its profile's activations and sampler for ${(inputs.vllm_max_num_seqs as number).toLocaleString('en-US')} sequences and CUDA graphs ≈ ${gibText(v.overhead)} (estimated), KV cache ${gibText(v.kvBytes)} ≈ ${v.kvTokens.toLocaleString('en-US')} tokens${sleep ? '; asleep during the update (trl.vllm_enable_sleep_mode)' : '; held through the update (no sleep mode)'}`,
+    );
+    if (sleep)
+      addGpu('vllm_asleep', VLLM_ASLEEP, train, 'what vLLM keeps while asleep: its CUDA graph pool (estimated)');
+    if (sh.kind === 'zero3')
+      addGpu(
+        'weight_sync',
+        2 * p.embedding,
+        'rollout',
+        'one module gathered at a time as TRL copies the weights into vLLM',
+      );
+    const maxModelLen =
+      ((c.trl as Record<string, unknown> | undefined)?.vllm_max_model_length as number | undefined) ??
+      s.maxPositions ??
+      T;
+    if (v.kvTokens < maxModelLen)
+      problems.push(
+        `vLLM's share (trl.vllm_gpu_memory_utilization ${util} × ${gibText(ctx.gpuMemoryBytes)} = ${gibText(v.share)}) leaves ${v.kvTokens.toLocaleString('en-US')} tokens of KV cache after its weights and overhead, fewer than one sequence of max_model_len ${maxModelLen.toLocaleString('en-US')}: vLLM would refuse to start`,
+      );
+    else
+      notes.push(
+        `vLLM's KV cache holds ≈ ${v.kvTokens.toLocaleString('en-US')} tokens: ${Math.floor(v.kvTokens / T).toLocaleString('en-US')} sequences of the longest at once`,
+      );
   } else {
-    if (sh.kind === 'zero3') addGpu('weights_gathered', 2 * p.total, 'rollout', "the whole bf16 model, gathered for our generator (TRL's ds3_gather_for_generation)");
-    if (castsRollout) addGpu('weight_casts', castsRollout, 'rollout', `bf16 copies of ${lora ? 'the adapter' : 'every projection and the output layer'}, cached through a generation call`);
-    ourGenerationParts(ctx, recipe, { loaded, moments: sh.kind === 'none' ? 8 * trained : 0, casts: castsRollout, who: 'the engine after TRL built the reference' }, addGpu, notes);
+    if (sh.kind === 'zero3')
+      addGpu(
+        'weights_gathered',
+        2 * p.total,
+        'rollout',
+        "the whole bf16 model, gathered for our generator (TRL's ds3_gather_for_generation)",
+      );
+    if (castsRollout)
+      addGpu(
+        'weight_casts',
+        castsRollout,
+        'rollout',
+        `bf16 copies of ${lora ? 'the adapter' : 'every projection and the output layer'}, cached through a generation call`,
+      );
+    ourGenerationParts(
+      ctx,
+      recipe,
+      {
+        loaded,
+        moments: sh.kind === 'none' ? 8 * trained : 0,
+        casts: castsRollout,
+        who: 'the engine after TRL built the reference',
+      },
+      addGpu,
+      notes,
+    );
   }
-  if (sh.kind !== 'none') notes.push(`${sh.what}: states counted as the scheme stores them (textbook count, not measured)`);
+  if (sh.kind !== 'none')
+    notes.push(`${sh.what}: states counted as the scheme stores them (textbook count, not measured)`);
   notes.push('the reference and old log-prob passes run without gradients: less than the update');
 
   const changes: Change[] = [];
   const clone = (x: RunConfig) => structuredClone(x) as RunConfig;
-  const setTrl = (x: RunConfig, k: string, v: unknown) => ({ ...clone(x), trl: { ...(x.trl ?? {}), [k]: v } }) as RunConfig;
+  const setTrl = (x: RunConfig, k: string, v: unknown) =>
+    ({ ...clone(x), trl: { ...(x.trl ?? {}), [k]: v } }) as RunConfig;
   if (inputs.generation === 'vllm') {
-    if (!inputs.vllm_sleep_mode) changes.push({ says: 'trl.vllm_enable_sleep_mode: true (vLLM gives its memory back during the update)', apply: (x) => setTrl(x, 'vllm_enable_sleep_mode', true) });
+    if (!inputs.vllm_sleep_mode)
+      changes.push({
+        says: 'trl.vllm_enable_sleep_mode: true (vLLM gives its memory back during the update)',
+        apply: (x) => setTrl(x, 'vllm_enable_sleep_mode', true),
+      });
     const util = inputs.vllm_gpu_memory_utilization as number;
     const deltas = problems.length ? [0.1, 0.2, 0.3] : [-0.05, -0.1, -0.15];
-    for (const u of deltas.map((d) => Math.round((util + d) * 100) / 100).filter((u) => u >= 0.05 && u <= 0.9)) changes.push({ says: `trl.vllm_gpu_memory_utilization: ${u}`, apply: (x) => setTrl(x, 'vllm_gpu_memory_utilization', u) });
+    for (const u of deltas.map((d) => Math.round((util + d) * 100) / 100).filter((u) => u >= 0.05 && u <= 0.9))
+      changes.push({
+        says: `trl.vllm_gpu_memory_utilization: ${u}`,
+        apply: (x) => setTrl(x, 'vllm_gpu_memory_utilization', u),
+      });
   }
   const summary = `${lora ? `LoRA r=${lora.r ?? 8}` : 'full fine-tune'}, ${bf16 ? 'bf16 autocast over fp32 master weights' : 'fp32'}, ${ckpt ? 'gradient checkpointing' : 'no gradient checkpointing'}, ${world} process${world === 1 ? '' : 'es'}${sh.kind === 'none' ? '' : ` (${sh.kind === 'fsdp' ? 'FSDP' : `ZeRO-${sh.kind.slice(4)}`})`}, ${inputs.generation === 'vllm' ? `vLLM at ${inputs.vllm_gpu_memory_utilization}${inputs.vllm_sleep_mode ? ' in sleep mode' : ''}` : 'our generator'}, engine trl`;
   return { devices: [parts], counts: [world], notes, summary, cpu, problems, changes };

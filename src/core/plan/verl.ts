@@ -31,25 +31,46 @@
  * it launches.
  */
 import type { RunConfig } from '../run/config';
-import { type Change, type Chosen, type EnginePlan, type Part, type PlanContext, LORA_TARGETS, PlanError } from './builtin';
-import { type ModelShape, layerLinears, loraParams, paramCounts } from './model';
 import {
-  type Recipe,
-  USABLE_SHARE,
+  type Change,
+  type Chosen,
+  type EnginePlan,
+  LORA_TARGETS,
+  type Part,
+  type PlanContext,
+  PlanError,
+} from './builtin';
+import { layerLinears, loraParams, type ModelShape, paramCounts } from './model';
+import {
   checkpointBytesPerToken,
   gibText,
   headActivationBytesPerToken,
   layerActivationBytesPerToken,
   layerBackwardBytesPerToken,
+  type Recipe,
+  USABLE_SHARE,
   vllmShare,
 } from './parts';
 
 /** veRL 0.9.1's own defaults for what a plan may set (ppo_trainer.yaml), as overrides.py's VERL_OWN. */
 export const VERL_OWN = { param_offload: false, optimizer_offload: false, gradient_checkpointing: true } as const;
 /** The run-config keys a plan may set (overrides.py's PLANNER_KEYS); the last always has a value. */
-export const PLANNER_KEYS = ['verl.param_offload', 'verl.optimizer_offload', 'model.gradient_checkpointing', 'verl.gpu_memory_utilization'] as const;
+export const PLANNER_KEYS = [
+  'verl.param_offload',
+  'verl.optimizer_offload',
+  'model.gradient_checkpointing',
+  'verl.gpu_memory_utilization',
+] as const;
 /** The `verl` section's defaults that decide memory (overrides.py's VERL_DEFAULTS). */
-export const VERL_DEFAULTS = { rollout: 'vllm', tensor_parallel: 1, gpu_memory_utilization: 0.5, gpus_per_node: 1, nodes: 1, strategy: 'fsdp', attention: 'auto' } as const;
+export const VERL_DEFAULTS = {
+  rollout: 'vllm',
+  tensor_parallel: 1,
+  gpu_memory_utilization: 0.5,
+  gpus_per_node: 1,
+  nodes: 1,
+  strategy: 'fsdp',
+  attention: 'auto',
+} as const;
 /** veRL's rollout config (ppo_trainer.yaml): the batch vLLM profiles its activations with. */
 const VLLM_MAX_NUM_BATCHED_TOKENS = 8192;
 const VLLM_MAX_NUM_SEQS = 256;
@@ -72,19 +93,26 @@ export interface VerlSettings {
 export function verlSettings(config: RunConfig): VerlSettings {
   const given = (config.verl ?? {}) as Partial<VerlSettings>;
   const s: VerlSettings = { ...VERL_DEFAULTS };
-  for (const k of Object.keys(VERL_DEFAULTS) as (keyof typeof VERL_DEFAULTS)[]) if (given[k] !== undefined && given[k] !== null) (s as any)[k] = given[k];
+  for (const k of Object.keys(VERL_DEFAULTS) as (keyof typeof VERL_DEFAULTS)[])
+    if (given[k] !== undefined && given[k] !== null) (s as any)[k] = given[k];
   if (given.param_offload !== undefined && given.param_offload !== null) s.param_offload = given.param_offload;
-  if (given.optimizer_offload !== undefined && given.optimizer_offload !== null) s.optimizer_offload = given.optimizer_offload;
+  if (given.optimizer_offload !== undefined && given.optimizer_offload !== null)
+    s.optimizer_offload = given.optimizer_offload;
   const devices = config.devices ?? 1;
   if (devices > 1) {
     if (given.gpus_per_node === undefined) {
       if (devices % s.nodes) throw new PlanError(`devices (${devices}) must be a multiple of verl.nodes (${s.nodes})`);
       s.gpus_per_node = devices / s.nodes;
     } else if (s.gpus_per_node * s.nodes !== devices) {
-      throw new PlanError(`devices (${devices}) disagrees with verl.gpus_per_node × verl.nodes (${s.gpus_per_node} × ${s.nodes}); set one of them`);
+      throw new PlanError(
+        `devices (${devices}) disagrees with verl.gpus_per_node × verl.nodes (${s.gpus_per_node} × ${s.nodes}); set one of them`,
+      );
     }
   }
-  if (s.gpus_per_node % s.tensor_parallel) throw new PlanError(`verl.tensor_parallel (${s.tensor_parallel}) must divide verl.gpus_per_node (${s.gpus_per_node})`);
+  if (s.gpus_per_node % s.tensor_parallel)
+    throw new PlanError(
+      `verl.tensor_parallel (${s.tensor_parallel}) must divide verl.gpus_per_node (${s.gpus_per_node})`,
+    );
   return s;
 }
 
@@ -97,7 +125,8 @@ export function verlMemoryInputs(config: RunConfig, flashAttn: string | null = n
   const ckpt = config.model.gradient_checkpointing;
   const kl = config.algorithm?.kl_coef ?? 0;
   const lora = !!config.model.lora;
-  const attention = s.attention === 'sdpa' ? 'sdpa' : flashAttn || s.attention === 'flash_attention_2' ? 'flash_attention_2' : 'sdpa';
+  const attention =
+    s.attention === 'sdpa' ? 'sdpa' : flashAttn || s.attention === 'flash_attention_2' ? 'flash_attention_2' : 'sdpa';
   return {
     engine: 'verl',
     world_size: world,
@@ -140,10 +169,23 @@ interface Arrangement {
   optimizerOffload: boolean;
 }
 
-const offloadText = (a: Arrangement) => (a.paramOffload && a.optimizerOffload ? 'parameters and optimizer states' : a.paramOffload ? 'parameters' : a.optimizerOffload ? 'optimizer states' : 'none');
+const offloadText = (a: Arrangement) =>
+  a.paramOffload && a.optimizerOffload
+    ? 'parameters and optimizer states'
+    : a.paramOffload
+      ? 'parameters'
+      : a.optimizerOffload
+        ? 'optimizer states'
+        : 'none';
 
 /** One GPU's parts, the CPU's per machine, and what stops vLLM from starting, for one offload arrangement. */
-function verlParts(ctx: PlanContext, config: RunConfig, inputs: Record<string, unknown>, s: VerlSettings, a: Arrangement): { parts: Part[]; cpu: Part[]; problems: string[]; notes: string[] } {
+function verlParts(
+  ctx: PlanContext,
+  config: RunConfig,
+  inputs: Record<string, unknown>,
+  s: VerlSettings,
+  a: Arrangement,
+): { parts: Part[]; cpu: Part[]; problems: string[]; notes: string[] } {
   const shape: ModelShape = ctx.shape;
   const p = paramCounts(shape);
   const W = inputs.world_size as number;
@@ -157,7 +199,8 @@ function verlParts(ctx: PlanContext, config: RunConfig, inputs: Record<string, u
   const cpu: Part[] = [];
   const problems: string[] = [];
   const notes: string[] = [];
-  const add = (list: Part[], name: string, bytes: number, phase: Part['phase'], what: string) => bytes > 0 && list.push({ name, bytes: Math.round(bytes), phase, what });
+  const add = (list: Part[], name: string, bytes: number, phase: Part['phase'], what: string) =>
+    bytes > 0 && list.push({ name, bytes: Math.round(bytes), phase, what });
   const B = (n: number) => `${(n / 1e9).toFixed(2)} B`;
   const sharded = W > 1 ? ` ÷ ${W} GPUs (FSDP)` : ' (FSDP over one GPU shards nothing)';
   const ppo = inputs.critic_model as boolean;
@@ -165,16 +208,54 @@ function verlParts(ctx: PlanContext, config: RunConfig, inputs: Record<string, u
 
   // the actor's states
   const weights = (4 * (p.total + (lora ? trained : 0))) / W;
-  add(parts, 'weights', weights, a.paramOffload ? ['update', 'sync'] : 'all', `the actor's fp32 master weights${lora ? ` (the base and the LoRA adapter, ${B(trained)})` : ''}, ${B(p.total)} × 4 B${sharded}${a.paramOffload ? '; on the CPU outside the update and the weight sync (verl.param_offload)' : ''}`);
+  add(
+    parts,
+    'weights',
+    weights,
+    a.paramOffload ? ['update', 'sync'] : 'all',
+    `the actor's fp32 master weights${lora ? ` (the base and the LoRA adapter, ${B(trained)})` : ''}, ${B(p.total)} × 4 B${sharded}${a.paramOffload ? '; on the CPU outside the update and the weight sync (verl.param_offload)' : ''}`,
+  );
   add(parts, 'gradients', (4 * trained) / W, 'update', `fp32, ${B(trained)} trained × 4 B${sharded}`);
-  add(parts, 'optimizer', (8 * trained) / W, a.optimizerOffload ? 'update' : 'all', `AdamW's two fp32 moments, ${B(trained)} × 8 B${sharded}${a.optimizerOffload ? '; on the CPU outside the update (verl.optimizer_offload)' : ''}`);
+  add(
+    parts,
+    'optimizer',
+    (8 * trained) / W,
+    a.optimizerOffload ? 'update' : 'all',
+    `AdamW's two fp32 moments, ${B(trained)} × 8 B${sharded}${a.optimizerOffload ? '; on the CPU outside the update (verl.optimizer_offload)' : ''}`,
+  );
   const layer1 = Object.values(layerLinears(shape)).reduce((x, [i, o, b]) => x + i * o + (b ? o : 0), 0);
   const root = p.embedding + (shape.tied ? 0 : p.outputLayer);
-  add(parts, 'fsdp_gathered', 2 * (root + 2 * layer1), train, "bf16 copies FSDP gathers to compute with: the root unit's (embedding, output layer) through the forward and backward, and two decoder layers' (the one running, the one prefetched)");
-  if (a.paramOffload) add(cpu, 'weights', weights * gpn, 'all', `the actor's fp32 weights of this machine's ${gpn} GPU${gpn === 1 ? '' : 's'} (verl.param_offload)`);
-  if (a.optimizerOffload) add(cpu, 'optimizer', ((8 * trained) / W) * gpn, 'all', `the actor's AdamW moments of this machine's GPUs (verl.optimizer_offload)`);
+  add(
+    parts,
+    'fsdp_gathered',
+    2 * (root + 2 * layer1),
+    train,
+    "bf16 copies FSDP gathers to compute with: the root unit's (embedding, output layer) through the forward and backward, and two decoder layers' (the one running, the one prefetched)",
+  );
+  if (a.paramOffload)
+    add(
+      cpu,
+      'weights',
+      weights * gpn,
+      'all',
+      `the actor's fp32 weights of this machine's ${gpn} GPU${gpn === 1 ? '' : 's'} (verl.param_offload)`,
+    );
+  if (a.optimizerOffload)
+    add(
+      cpu,
+      'optimizer',
+      ((8 * trained) / W) * gpn,
+      'all',
+      `the actor's AdamW moments of this machine's GPUs (verl.optimizer_offload)`,
+    );
   if (inputs.reference_model) {
-    add(cpu, 'reference', ((2 * p.total) / W) * gpn, 'all', 'the reference: bf16, sharded, on the CPU always (veRL gives it FSDP CPUOffload), streamed to the GPU one unit at a time while it computes');
+    add(
+      cpu,
+      'reference',
+      ((2 * p.total) / W) * gpn,
+      'all',
+      'the reference: bf16, sharded, on the CPU always (veRL gives it FSDP CPUOffload), streamed to the GPU one unit at a time while it computes',
+    );
   }
 
   // the update: one micro-batch of the longest sequences, packed
@@ -189,26 +270,75 @@ function verlParts(ctx: PlanContext, config: RunConfig, inputs: Record<string, u
   const flash = inputs.attention === 'flash_attention_2';
   const copies = 1 + (temperature !== 1 ? 1 : 0) + (entropy ? 2 : 0) + (flash ? 0 : 1) + 1;
   const logits = N * shape.vocab * 2 * copies;
-  const logitsWhat = [`the logits, ${N.toLocaleString('en-US')} tokens × ${shape.vocab.toLocaleString('en-US')} in bf16`, temperature !== 1 ? `÷ the temperature (${temperature}: a copy)` : '', entropy ? "the entropy's softmax and product (algorithm.entropy_coef ≠ 0)" : '', flash ? '' : "the log-softmax rows kept for the backward (veRL's row-by-row path without flash-attn)", 'their gradient'].filter(Boolean).join(', ');
+  const logitsWhat = [
+    `the logits, ${N.toLocaleString('en-US')} tokens × ${shape.vocab.toLocaleString('en-US')} in bf16`,
+    temperature !== 1 ? `÷ the temperature (${temperature}: a copy)` : '',
+    entropy ? "the entropy's softmax and product (algorithm.entropy_coef ≠ 0)" : '',
+    flash ? '' : "the log-softmax rows kept for the backward (veRL's row-by-row path without flash-attn)",
+    'their gradient',
+  ]
+    .filter(Boolean)
+    .join(', ');
   if (ckpt) {
-    add(parts, 'activations', N * checkpointBytesPerToken(shape, recipe) * shape.layers, 'update', `micro-batch ${mb} × ${T} tokens packed (remove-padding): each layer's input, bf16 (checkpointed, veRL's default)`);
-    add(parts, 'backward_peak', Math.max(layer + backward, logits + head), 'update', `the larger of one layer recomputed with its gradients (${gibText(layer + backward)}) and the micro-batch's logits with the final norm's activations (${gibText(logits + head)}: ${logitsWhat})`);
+    add(
+      parts,
+      'activations',
+      N * checkpointBytesPerToken(shape, recipe) * shape.layers,
+      'update',
+      `micro-batch ${mb} × ${T} tokens packed (remove-padding): each layer's input, bf16 (checkpointed, veRL's default)`,
+    );
+    add(
+      parts,
+      'backward_peak',
+      Math.max(layer + backward, logits + head),
+      'update',
+      `the larger of one layer recomputed with its gradients (${gibText(layer + backward)}) and the micro-batch's logits with the final norm's activations (${gibText(logits + head)}: ${logitsWhat})`,
+    );
   } else {
-    add(parts, 'activations', shape.layers * layer + head, 'update', `micro-batch ${mb} × ${T} tokens packed: every layer's (${shape.layers}) kept for the backward pass (model.gradient_checkpointing false)`);
+    add(
+      parts,
+      'activations',
+      shape.layers * layer + head,
+      'update',
+      `micro-batch ${mb} × ${T} tokens packed: every layer's (${shape.layers}) kept for the backward pass (model.gradient_checkpointing false)`,
+    );
     add(parts, 'backward_peak', Math.max(backward, logits), 'update', `the micro-batch's logits (${logitsWhat})`);
   }
-  if (!flash) add(parts, 'attention_mask', N * N, 'update', `the packed row's block-causal mask for SDPA, ${N.toLocaleString('en-US')}² booleans (flash-attn needs none)`);
+  if (!flash)
+    add(
+      parts,
+      'attention_mask',
+      N * N,
+      'update',
+      `the packed row's block-causal mask for SDPA, ${N.toLocaleString('en-US')}² booleans (flash-attn needs none)`,
+    );
 
   // PPO's critic: the same model with a value head, updated in its own phase
   if (ppo) {
     const pc = p.total - (shape.tied ? 0 : p.outputLayer) + shape.hidden + 1;
-    add(parts, 'critic_weights', (4 * pc) / W, a.paramOffload ? 'critic' : 'all', `the critic's fp32 weights (the model with a value head), ${B(pc)} × 4 B${sharded}`);
+    add(
+      parts,
+      'critic_weights',
+      (4 * pc) / W,
+      a.paramOffload ? 'critic' : 'all',
+      `the critic's fp32 weights (the model with a value head), ${B(pc)} × 4 B${sharded}`,
+    );
     add(parts, 'critic_optimizer', (8 * pc) / W, a.optimizerOffload ? 'critic' : 'all', "the critic's AdamW moments");
     add(parts, 'critic_gradients', (4 * pc) / W, 'critic', "the critic's fp32 gradients");
-    const cAct = ckpt ? N * checkpointBytesPerToken(shape, recipe) * shape.layers + layer + backward : shape.layers * layer + backward;
-    add(parts, 'critic_activations', cAct + (flash ? 0 : N * N), 'critic', "the critic update's activations (as the actor's, without the logits)");
-    if (a.paramOffload) add(cpu, 'critic_weights', ((4 * pc) / W) * gpn, 'all', "the critic's weights (verl.param_offload)");
-    if (a.optimizerOffload) add(cpu, 'critic_optimizer', ((8 * pc) / W) * gpn, 'all', "the critic's moments (verl.optimizer_offload)");
+    const cAct = ckpt
+      ? N * checkpointBytesPerToken(shape, recipe) * shape.layers + layer + backward
+      : shape.layers * layer + backward;
+    add(
+      parts,
+      'critic_activations',
+      cAct + (flash ? 0 : N * N),
+      'critic',
+      "the critic update's activations (as the actor's, without the logits)",
+    );
+    if (a.paramOffload)
+      add(cpu, 'critic_weights', ((4 * pc) / W) * gpn, 'all', "the critic's weights (verl.param_offload)");
+    if (a.optimizerOffload)
+      add(cpu, 'critic_optimizer', ((8 * pc) / W) * gpn, 'all', "the critic's moments (verl.optimizer_offload)");
   }
 
   // the rollout engine: vLLM's share, asleep during the update
@@ -216,32 +346,75 @@ function verlParts(ctx: PlanContext, config: RunConfig, inputs: Record<string, u
   const tp = inputs.rollout_tensor_parallel as number;
   const v = vllmShare(shape, util, ctx.gpuMemoryBytes, tp, VLLM_MAX_NUM_BATCHED_TOKENS, VLLM_MAX_NUM_SEQS);
   const engine = s.rollout === 'vllm' ? 'vLLM' : 'SGLang (planned as vLLM)';
-  add(parts, 'rollout_engine', v.share, 'rollout', `${engine} at verl.gpu_memory_utilization ${util} of the GPU: bf16 weights${tp > 1 ? ` ÷ ${tp} (tensor parallel)` : ''} ${gibText(v.weights)}, its profile's activations, sampler and CUDA graphs ≈ ${gibText(v.overhead)} (estimated), KV cache ${gibText(v.kvBytes)} ≈ ${v.kvTokens.toLocaleString('en-US')} tokens`);
-  add(parts, 'rollout_weights', v.weights, 'sync', `${engine}'s weights, woken before the actor's are copied in (its KV cache stays freed until the actor is offloaded)`);
-  add(parts, 'sync_buffer', 2 * p.embedding, 'sync', 'one parameter gathered in bf16 at a time as it is sent (the largest: the embedding)');
-  add(parts, 'rollout_asleep', VLLM_ASLEEP, ppo ? ['update', 'sync', 'critic'] : ['update', 'sync'], `what ${engine} keeps while asleep: its worker process's CUDA context and CUDA graphs (estimated)`);
-  if (lora) add(cpu, 'rollout_weights', v.weights * gpn, 'all', `${engine}'s base weights while it sleeps (level 1 under LoRA: offloaded, not discarded)`);
+  add(
+    parts,
+    'rollout_engine',
+    v.share,
+    'rollout',
+    `${engine} at verl.gpu_memory_utilization ${util} of the GPU: bf16 weights${tp > 1 ? ` ÷ ${tp} (tensor parallel)` : ''} ${gibText(v.weights)}, its profile's activations, sampler and CUDA graphs ≈ ${gibText(v.overhead)} (estimated), KV cache ${gibText(v.kvBytes)} ≈ ${v.kvTokens.toLocaleString('en-US')} tokens`,
+  );
+  add(
+    parts,
+    'rollout_weights',
+    v.weights,
+    'sync',
+    `${engine}'s weights, woken before the actor's are copied in (its KV cache stays freed until the actor is offloaded)`,
+  );
+  add(
+    parts,
+    'sync_buffer',
+    2 * p.embedding,
+    'sync',
+    'one parameter gathered in bf16 at a time as it is sent (the largest: the embedding)',
+  );
+  add(
+    parts,
+    'rollout_asleep',
+    VLLM_ASLEEP,
+    ppo ? ['update', 'sync', 'critic'] : ['update', 'sync'],
+    `what ${engine} keeps while asleep: its worker process's CUDA context and CUDA graphs (estimated)`,
+  );
+  if (lora)
+    add(
+      cpu,
+      'rollout_weights',
+      v.weights * gpn,
+      'all',
+      `${engine}'s base weights while it sleeps (level 1 under LoRA: offloaded, not discarded)`,
+    );
   const maxModelLen = shape.maxPositions ?? T;
   if (v.kvTokens < maxModelLen) {
-    problems.push(`${engine}'s share (verl.gpu_memory_utilization ${util} × ${gibText(ctx.gpuMemoryBytes)} = ${gibText(v.share)}) leaves ${v.kvTokens.toLocaleString('en-US')} tokens of KV cache after its weights (${gibText(v.weights)}) and overhead (≈ ${gibText(v.overhead)}), fewer than one sequence of max_model_len ${maxModelLen.toLocaleString('en-US')} (veRL's rollout.max_model_len: the model's max_position_embeddings): it would refuse to start`);
+    problems.push(
+      `${engine}'s share (verl.gpu_memory_utilization ${util} × ${gibText(ctx.gpuMemoryBytes)} = ${gibText(v.share)}) leaves ${v.kvTokens.toLocaleString('en-US')} tokens of KV cache after its weights (${gibText(v.weights)}) and overhead (≈ ${gibText(v.overhead)}), fewer than one sequence of max_model_len ${maxModelLen.toLocaleString('en-US')} (veRL's rollout.max_model_len: the model's max_position_embeddings): it would refuse to start`,
+    );
   } else {
     const seqs = Math.floor(v.kvTokens / T);
-    notes.push(`${engine}'s KV cache holds ≈ ${v.kvTokens.toLocaleString('en-US')} tokens: ${seqs.toLocaleString('en-US')} sequences of the longest (${T.toLocaleString('en-US')} tokens) at once per ${tp > 1 ? `${tp}-GPU replica` : 'GPU'}`);
+    notes.push(
+      `${engine}'s KV cache holds ≈ ${v.kvTokens.toLocaleString('en-US')} tokens: ${seqs.toLocaleString('en-US')} sequences of the longest (${T.toLocaleString('en-US')} tokens) at once per ${tp > 1 ? `${tp}-GPU replica` : 'GPU'}`,
+    );
   }
   return { parts, cpu, problems, notes };
 }
 
 function peak(parts: Part[]): number {
   const phases = new Set<string>();
-  for (const x of parts) for (const ph of Array.isArray(x.phase) ? x.phase : [x.phase]) if (ph !== 'all') phases.add(ph);
+  for (const x of parts)
+    for (const ph of Array.isArray(x.phase) ? x.phase : [x.phase]) if (ph !== 'all') phases.add(ph);
   let best = 0;
-  for (const ph of phases) best = Math.max(best, parts.filter((x) => x.phase === 'all' || x.phase === ph || (Array.isArray(x.phase) && x.phase.includes(ph))).reduce((t, x) => t + x.bytes, 0));
+  for (const ph of phases)
+    best = Math.max(
+      best,
+      parts
+        .filter((x) => x.phase === 'all' || x.phase === ph || (Array.isArray(x.phase) && x.phase.includes(ph)))
+        .reduce((t, x) => t + x.bytes, 0),
+    );
   return best;
 }
 
 export function verlPlan(ctx: PlanContext): EnginePlan {
   const config = ctx.gpusGiven ? withWorld(ctx.config, ctx.gpus) : ctx.config;
-  if (ctx.device !== 'cuda') throw new PlanError('engine "verl" trains on GPUs only (FSDP and vLLM): plan it with --device cuda');
+  if (ctx.device !== 'cuda')
+    throw new PlanError('engine "verl" trains on GPUs only (FSDP and vLLM): plan it with --device cuda');
   const s = verlSettings(config);
   const inputs = verlMemoryInputs(config);
   const usable = Math.floor(USABLE_SHARE * ctx.gpuMemoryBytes);
@@ -254,7 +427,13 @@ export function verlPlan(ctx: PlanContext): EnginePlan {
   ];
   // (optimizer offload frees the most of the two; with one of them set, the other is tried off first)
   const offloads = (a: Arrangement) => Number(a.paramOffload) + Number(a.optimizerOffload);
-  const tries = all.filter((a) => (s.param_offload === undefined || a.paramOffload === s.param_offload) && (s.optimizer_offload === undefined || a.optimizerOffload === s.optimizer_offload)).sort((x, y) => offloads(x) - offloads(y));
+  const tries = all
+    .filter(
+      (a) =>
+        (s.param_offload === undefined || a.paramOffload === s.param_offload) &&
+        (s.optimizer_offload === undefined || a.optimizerOffload === s.optimizer_offload),
+    )
+    .sort((x, y) => offloads(x) - offloads(y));
   let chosen = tries[0]!;
   let planned = verlParts(ctx, config, inputs, s, chosen);
   let best = { a: chosen, planned, need: peak(planned.parts) };
@@ -272,9 +451,13 @@ export function verlPlan(ctx: PlanContext): EnginePlan {
   chosen = best.a;
   planned = best.planned;
   const picks: Chosen[] = [];
-  const why = needs.length ? `the largest phase would need ${needs.join(', ')}: more than ${gibText(usable)} usable` : '';
-  if (s.param_offload === undefined && chosen.paramOffload !== VERL_OWN.param_offload) picks.push({ key: 'verl.param_offload', value: chosen.paramOffload, why });
-  if (s.optimizer_offload === undefined && chosen.optimizerOffload !== VERL_OWN.optimizer_offload) picks.push({ key: 'verl.optimizer_offload', value: chosen.optimizerOffload, why });
+  const why = needs.length
+    ? `the largest phase would need ${needs.join(', ')}: more than ${gibText(usable)} usable`
+    : '';
+  if (s.param_offload === undefined && chosen.paramOffload !== VERL_OWN.param_offload)
+    picks.push({ key: 'verl.param_offload', value: chosen.paramOffload, why });
+  if (s.optimizer_offload === undefined && chosen.optimizerOffload !== VERL_OWN.optimizer_offload)
+    picks.push({ key: 'verl.optimizer_offload', value: chosen.optimizerOffload, why });
   const notes = [
     ...planned.notes,
     s.param_offload === undefined || s.optimizer_offload === undefined
@@ -282,25 +465,59 @@ export function verlPlan(ctx: PlanContext): EnginePlan {
         ? `offload chosen by the plan: ${offloadText(chosen)} (the fewest offloads that fit, of none, optimizer states, parameters, both; the config leaves it to the plan)`
         : `offload: none needed (veRL's default; the config leaves it to the plan)`
       : `offload: ${offloadText(chosen)} (the config's verl.param_offload and verl.optimizer_offload)`,
-    config.model.gradient_checkpointing === undefined ? "gradient checkpointing: veRL's default (on); the plan never turns it off" : `gradient checkpointing: ${config.model.gradient_checkpointing ? 'on' : 'off'} (the config's)`,
-    inputs.attention === 'sdpa' ? `attention planned as SDPA (verl.attention ${s.attention}${s.attention === 'auto' ? ": flash-attn in veRL's Python is not known here, and without it the logits cost one copy more and SDPA a mask" : ''})` : 'attention flash_attention_2 (flash-attn: its cross-entropy kernel for the log-probs, no mask)',
-    'the log-prob passes (old with entropy, the reference, PPO\'s values) run without gradients or optimizer step: less than the update',
+    config.model.gradient_checkpointing === undefined
+      ? "gradient checkpointing: veRL's default (on); the plan never turns it off"
+      : `gradient checkpointing: ${config.model.gradient_checkpointing ? 'on' : 'off'} (the config's)`,
+    inputs.attention === 'sdpa'
+      ? `attention planned as SDPA (verl.attention ${s.attention}${s.attention === 'auto' ? ": flash-attn in veRL's Python is not known here, and without it the logits cost one copy more and SDPA a mask" : ''})`
+      : 'attention flash_attention_2 (flash-attn: its cross-entropy kernel for the log-probs, no mask)',
+    "the log-prob passes (old with entropy, the reference, PPO's values) run without gradients or optimizer step: less than the update",
     'read from veRL 0.9.1\'s source, not measured on a GPU (docs/engines.md, "The memory plan")',
   ];
   const W = inputs.world_size as number;
   const lora = config.model.lora;
   const changes: Change[] = [];
   const clone = (c: RunConfig) => structuredClone(c) as RunConfig;
-  const setVerl = (c: RunConfig, k: string, value: unknown) => ({ ...clone(c), verl: { ...(c.verl ?? {}), [k]: value } }) as RunConfig;
-  if (s.param_offload === false) changes.push({ says: 'verl.param_offload left to the plan (or true)', apply: (c) => setVerl(c, 'param_offload', undefined) });
-  if (s.optimizer_offload === false) changes.push({ says: 'verl.optimizer_offload left to the plan (or true)', apply: (c) => setVerl(c, 'optimizer_offload', undefined) });
+  const setVerl = (c: RunConfig, k: string, value: unknown) =>
+    ({ ...clone(c), verl: { ...(c.verl ?? {}), [k]: value } }) as RunConfig;
+  if (s.param_offload === false)
+    changes.push({
+      says: 'verl.param_offload left to the plan (or true)',
+      apply: (c) => setVerl(c, 'param_offload', undefined),
+    });
+  if (s.optimizer_offload === false)
+    changes.push({
+      says: 'verl.optimizer_offload left to the plan (or true)',
+      apply: (c) => setVerl(c, 'optimizer_offload', undefined),
+    });
   const util = s.gpu_memory_utilization;
   if (planned.problems.length) {
-    for (const u of [0.1, 0.2, 0.3, 0.4].map((d) => Math.round((util + d) * 100) / 100).filter((u) => u <= 0.9)) changes.push({ says: `verl.gpu_memory_utilization: ${u} (a larger share for the rollout engine)`, apply: (c) => setVerl(c, 'gpu_memory_utilization', u) });
+    for (const u of [0.1, 0.2, 0.3, 0.4].map((d) => Math.round((util + d) * 100) / 100).filter((u) => u <= 0.9))
+      changes.push({
+        says: `verl.gpu_memory_utilization: ${u} (a larger share for the rollout engine)`,
+        apply: (c) => setVerl(c, 'gpu_memory_utilization', u),
+      });
   } else {
-    for (const u of [0.1, 0.2, 0.3].map((d) => Math.round((util - d) * 100) / 100).filter((u) => u >= 0.1)) changes.push({ says: `verl.gpu_memory_utilization: ${u} (a smaller rollout share: a smaller KV cache)`, apply: (c) => setVerl(c, 'gpu_memory_utilization', u) });
+    for (const u of [0.1, 0.2, 0.3].map((d) => Math.round((util - d) * 100) / 100).filter((u) => u >= 0.1))
+      changes.push({
+        says: `verl.gpu_memory_utilization: ${u} (a smaller rollout share: a smaller KV cache)`,
+        apply: (c) => setVerl(c, 'gpu_memory_utilization', u),
+      });
   }
-  if (s.gpus_per_node * 2 <= 8) changes.push({ says: `devices: ${2 * W} (FSDP shards the states over twice the GPUs)`, apply: (c) => ({ ...withWorld(clone(c), 2 * W) }) });
+  if (s.gpus_per_node * 2 <= 8)
+    changes.push({
+      says: `devices: ${2 * W} (FSDP shards the states over twice the GPUs)`,
+      apply: (c) => ({ ...withWorld(clone(c), 2 * W) }),
+    });
   const summary = `${lora ? `LoRA r=${lora.r ?? 8}` : 'full fine-tune'}, FSDP over ${W} GPU${W === 1 ? '' : 's'}${s.nodes > 1 ? ` (${s.nodes} machines × ${s.gpus_per_node})` : ''}, bf16 compute over fp32 master weights, ${inputs.gradient_checkpointing ? 'gradient checkpointing' : 'no gradient checkpointing'}, offload ${offloadText(chosen)}, ${s.rollout} at ${util}, engine verl`;
-  return { devices: [planned.parts], counts: [W], notes, summary, chosen: picks, cpu: planned.cpu, problems: planned.problems, changes };
+  return {
+    devices: [planned.parts],
+    counts: [W],
+    notes,
+    summary,
+    chosen: picks,
+    cpu: planned.cpu,
+    problems: planned.problems,
+    changes,
+  };
 }

@@ -40,7 +40,17 @@ export const ALARMS = [
 ] as const;
 export type Alarm = (typeof ALARMS)[number];
 /** The alarms that fire on a step of the run (advisories), not on a rollout; `non-finite` does both. */
-export const RUN_ALARMS: readonly Alarm[] = ['step-stall', 'retriever-slow', 'retriever-timeouts', 'reward-slow', 'truncation-high', 'length-collapse', 'non-finite', 'zero-std-high', 'think-drift'];
+export const RUN_ALARMS: readonly Alarm[] = [
+  'step-stall',
+  'retriever-slow',
+  'retriever-timeouts',
+  'reward-slow',
+  'truncation-high',
+  'length-collapse',
+  'non-finite',
+  'zero-std-high',
+  'think-drift',
+];
 
 /** The metric names the dashboard charts the audit's per-step series is sent as (`audit/…`, beside the trainer's; src/core/audit/series.ts). */
 export const AUDIT_METRICS = {
@@ -136,7 +146,12 @@ export interface DashboardView {
 export interface DashboardContract extends Contract {
   host: {
     /** The runs shown and every metrics line so far (after a re-created view too). */
-    getState(params: void): { runs: DashboardRun[]; metrics: { dir: string; rows: MetricsRow[] }[]; audit: { dir: string; rows: MetricsRow[] }[]; settings: DashboardSettings };
+    getState(params: void): {
+      runs: DashboardRun[];
+      metrics: { dir: string; rows: MetricsRow[] }[];
+      audit: { dir: string; rows: MetricsRow[] }[];
+      settings: DashboardSettings;
+    };
     /** Adds a run to the overlay (a quick pick of the workspace's runs). */
     addRun(params: void): void;
     removeRun(params: { dir: string }): void;
@@ -148,7 +163,18 @@ export interface DashboardContract extends Contract {
   view: {
     /** What the charts hold, for tests and diagnostics. */
     describe(params: void): {
-      charts: { key: string; title: string; series: number; points: number; colors: string[]; markers: string[]; log: boolean; pinned: boolean; hidden: boolean; lane: { run: string; steps: number[] }[] }[];
+      charts: {
+        key: string;
+        title: string;
+        series: number;
+        points: number;
+        colors: string[];
+        markers: string[];
+        log: boolean;
+        pinned: boolean;
+        hidden: boolean;
+        lane: { run: string; steps: number[] }[];
+      }[];
       runs: string[];
       theme: string;
       view: DashboardView;

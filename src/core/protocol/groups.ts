@@ -62,7 +62,13 @@ export interface GroupsContract extends Contract {
     openSample(params: { file: string; line: number }): void;
   };
   view: {
-    describe(params: void): { groups: number; zeroVariance: number; shown: number; reasons: string[]; step: number | null };
+    describe(params: void): {
+      groups: number;
+      zeroVariance: number;
+      shown: number;
+      reasons: string[];
+      step: number | null;
+    };
   };
   toView: { state: GroupsState };
   toHost: Record<string, never>;

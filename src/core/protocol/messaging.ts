@@ -114,7 +114,11 @@ export function isEnvelope(value: unknown): value is Envelope {
     case 'res':
       if (!Number.isSafeInteger(m.id) || typeof m.ok !== 'boolean') return false;
       if (m.ok) return true;
-      return typeof m.error === 'object' && m.error !== null && typeof (m.error as { message?: unknown }).message === 'string';
+      return (
+        typeof m.error === 'object' &&
+        m.error !== null &&
+        typeof (m.error as { message?: unknown }).message === 'string'
+      );
     case 'evt':
       return typeof m.name === 'string';
     case 'log':
@@ -291,7 +295,7 @@ export class Endpoint<
   }
 
   private async serve(id: number, method: string, params: unknown): Promise<void> {
-    const handler = Object.prototype.hasOwnProperty.call(this.handlers, method)
+    const handler = Object.hasOwn(this.handlers, method)
       ? (this.handlers as Record<string, ((p: unknown) => unknown) | undefined>)[method]
       : undefined;
     if (!handler) {
@@ -302,7 +306,8 @@ export class Endpoint<
       const result = await handler(params);
       if (!this.closed) this.send({ t: 'res', id, ok: true, result });
     } catch (e) {
-      const error = e instanceof Error ? { message: e.message, code: (e as { code?: string }).code } : { message: String(e) };
+      const error =
+        e instanceof Error ? { message: e.message, code: (e as { code?: string }).code } : { message: String(e) };
       if (!this.closed) this.send({ t: 'res', id, ok: false, error });
     }
   }
@@ -320,11 +325,19 @@ export type HostEndpoint<C extends Contract> = Endpoint<C['host'], C['view'], C[
 export type ViewEndpoint<C extends Contract> = Endpoint<C['view'], C['host'], C['toHost'], C['toView']>;
 
 /** The extension-host side of webview `name`: serves `C.host`, calls `C.view`. */
-export function hostEndpoint<C extends Contract>(name: WebviewName, transport: Transport, options?: EndpointOptions): HostEndpoint<C> {
+export function hostEndpoint<C extends Contract>(
+  name: WebviewName,
+  transport: Transport,
+  options?: EndpointOptions,
+): HostEndpoint<C> {
   return new Endpoint(transport, 'host', name, options);
 }
 
 /** The webview side: announces `ready` at once, serves `C.view`, calls `C.host`. */
-export function viewEndpoint<C extends Contract>(name: WebviewName, transport: Transport, options?: EndpointOptions): ViewEndpoint<C> {
+export function viewEndpoint<C extends Contract>(
+  name: WebviewName,
+  transport: Transport,
+  options?: EndpointOptions,
+): ViewEndpoint<C> {
   return new Endpoint(transport, 'view', name, options);
 }

@@ -52,7 +52,16 @@ export interface ReplayEntry {
 }
 
 /** Token colourings: a recorded number, or the log-prob microscope's Δ = logprob − rollout_logprob and ratio exp(Δ) (trained tokens only). */
-export type Overlay = 'rollout_logprob' | 'logprob' | 'ref_logprob' | 'kl' | 'advantage' | 'value' | 'entropy' | 'delta' | 'ratio';
+export type Overlay =
+  | 'rollout_logprob'
+  | 'logprob'
+  | 'ref_logprob'
+  | 'kl'
+  | 'advantage'
+  | 'value'
+  | 'entropy'
+  | 'delta'
+  | 'ratio';
 
 export type ImportanceLevel = 'token' | 'sequence';
 
@@ -83,7 +92,13 @@ export interface ReplayMicroscope {
   /** The importance-sampling preview at the panel's level and cap; null without both log-prob arrays. */
   importance: ImportancePreview | null;
   /** The first re-tokenisation drift, its window decoded on both sides; null: none, or not checked (see driftNote). */
-  drift: { token: number; from: number; kind: 'text' | 'split' | 'template'; recorded: DriftPiece[]; reencoded: DriftPiece[] } | null;
+  drift: {
+    token: number;
+    from: number;
+    kind: 'text' | 'split' | 'template';
+    recorded: DriftPiece[];
+    reencoded: DriftPiece[];
+  } | null;
   /** With which tokenizer drift was checked, or why it was not. */
   driftNote: string;
   /** The mask the engine trained with (`meta.engine_loss_mask`), when the record carries one; where it disagrees with loss_mask. */
@@ -181,7 +196,13 @@ export interface Continuation {
   reward: number | null;
   /** The first token index (prompt included) where it differs from the recorded rollout; null when identical. */
   diverges_at: number | null;
-  tokens: { text: string[]; ids: number[]; role: TokenRoleName[]; loss_mask: (0 | 1)[]; rollout_logprob: (number | null)[] };
+  tokens: {
+    text: string[];
+    ids: number[];
+    role: TokenRoleName[];
+    loss_mask: (0 | 1)[];
+    rollout_logprob: (number | null)[];
+  };
   finish: string | null;
   turns: number;
   searches: number;
@@ -228,7 +249,21 @@ export interface ReplayContract extends Contract {
     setUpTrainerEnvironment(params: void): void;
   };
   view: {
-    describe(params: void): { entry: number; token: number; tokenText: string | null; entryKind: string | null; leaks: number; overlay: string; level: string; columns: number; drift: number | null; driftShown: boolean; clipped: number; dropped: number; excluded: number };
+    describe(params: void): {
+      entry: number;
+      token: number;
+      tokenText: string | null;
+      entryKind: string | null;
+      leaks: number;
+      overlay: string;
+      level: string;
+      columns: number;
+      drift: number | null;
+      driftShown: boolean;
+      clipped: number;
+      dropped: number;
+      excluded: number;
+    };
   };
   toView: { state: ReplayState };
   toHost: Record<string, never>;

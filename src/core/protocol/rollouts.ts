@@ -50,7 +50,27 @@ export interface RowFacts {
   errorCount?: number;
 }
 
-export type InspectorColumn = 'index' | 'split' | 'step' | 'group' | 'sample' | 'reward' | 'em' | 'searches' | 'turns' | 'finish' | 'length' | 'data_source' | 'answer' | 'golden' | 'leaks' | 'drift' | 'logprob' | 'alarms' | 'invalid' | 'dialect';
+export type InspectorColumn =
+  | 'index'
+  | 'split'
+  | 'step'
+  | 'group'
+  | 'sample'
+  | 'reward'
+  | 'em'
+  | 'searches'
+  | 'turns'
+  | 'finish'
+  | 'length'
+  | 'data_source'
+  | 'answer'
+  | 'golden'
+  | 'leaks'
+  | 'drift'
+  | 'logprob'
+  | 'alarms'
+  | 'invalid'
+  | 'dialect';
 
 export interface InspectorQuery {
   filter: string;

@@ -14,7 +14,9 @@ import { porterStem } from './porter';
 
 /** Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET. */
 export const ENGLISH_STOP_WORDS: ReadonlySet<string> = new Set(
-  'a an and are as at be but by for if in into is it no not of on or such that the their then there these they this to was will with'.split(' '),
+  'a an and are as at be but by for if in into is it no not of on or such that the their then there these they this to was will with'.split(
+    ' ',
+  ),
 );
 
 /** StandardTokenizer's default maximum token length; longer tokens are split. */
@@ -52,7 +54,9 @@ const RE_ALETTER = /[\p{Alphabetic}\u05F3]/u;
 const RE_NUMERIC = /\p{Nd}/u;
 const RE_EXTENDNUMLET = /\p{Pc}/u;
 const MID_LETTER = new Set([0x3a, 0xb7, 0x387, 0x55f, 0x5f4, 0x2027, 0xfe13, 0xfe55, 0xff1a]);
-const MID_NUM = new Set([0x2c, 0x3b, 0x37e, 0x589, 0x60c, 0x60d, 0x66c, 0x7f8, 0x2044, 0xfe10, 0xfe14, 0xfe50, 0xfe54, 0xff0c, 0xff1b]);
+const MID_NUM = new Set([
+  0x2c, 0x3b, 0x37e, 0x589, 0x60c, 0x60d, 0x66c, 0x7f8, 0x2044, 0xfe10, 0xfe14, 0xfe50, 0xfe54, 0xff0c, 0xff1b,
+]);
 const MID_NUM_LET = new Set([0x2e, 0x2018, 0x2019, 0x2024, 0xfe52, 0xff07, 0xff0e]);
 
 const ASCII = new Uint8Array(128);
@@ -106,7 +110,8 @@ function cls(cp: number): C {
   return c;
 }
 
-const isWordy = (c: C) => c === C.ALetter || c === C.Hebrew || c === C.Numeric || c === C.Katakana || c === C.ExtendNumLet || c === C.SEAsian;
+const isWordy = (c: C) =>
+  c === C.ALetter || c === C.Hebrew || c === C.Numeric || c === C.Katakana || c === C.ExtendNumLet || c === C.SEAsian;
 const isAHLetter = (c: C) => c === C.ALetter || c === C.Hebrew;
 const isMidLetterish = (c: C) => c === C.MidLetter || c === C.MidNumLet || c === C.SingleQuote;
 const isMidNumish = (c: C) => c === C.MidNum || c === C.MidNumLet || c === C.SingleQuote;
@@ -179,10 +184,18 @@ export function tokenize(text: string, emit: (token: string) => void): void {
         continue;
       }
       let joins = false;
-      if ((isAHLetter(prev) && isAHLetter(c2)) || (prev === C.Numeric && c2 === C.Numeric) || (isAHLetter(prev) && c2 === C.Numeric) || (prev === C.Numeric && isAHLetter(c2))) joins = true; // WB5, WB8-10
-      else if (prev === C.Katakana && c2 === C.Katakana) joins = true; // WB13
+      if (
+        (isAHLetter(prev) && isAHLetter(c2)) ||
+        (prev === C.Numeric && c2 === C.Numeric) ||
+        (isAHLetter(prev) && c2 === C.Numeric) ||
+        (prev === C.Numeric && isAHLetter(c2))
+      )
+        joins = true; // WB5, WB8-10
+      else if (prev === C.Katakana && c2 === C.Katakana)
+        joins = true; // WB13
       else if (prev === C.SEAsian && c2 === C.SEAsian) joins = true;
-      else if (c2 === C.ExtendNumLet && isWordy(prev)) joins = true; // WB13a (isWordy includes ExtendNumLet)
+      else if (c2 === C.ExtendNumLet && isWordy(prev))
+        joins = true; // WB13a (isWordy includes ExtendNumLet)
       else if (prev === C.ExtendNumLet && (isAHLetter(c2) || c2 === C.Numeric || c2 === C.Katakana)) joins = true; // WB13b
       if (joins) {
         prev = c2;

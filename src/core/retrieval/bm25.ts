@@ -30,10 +30,10 @@ import { closeSync, fstatSync, mkdirSync, openSync, readSync, rmSync } from 'nod
 import { readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { freemem, totalmem } from 'node:os';
 import { join } from 'node:path';
-import { DefaultEnglishAnalyzer, type Analyzer } from './analyzer';
+import { type Analyzer, DefaultEnglishAnalyzer } from './analyzer';
 import { Bm25Searcher, type PostingArrays, type QueryTerm, type SearchStats } from './bm25Search';
-import { BinaryFile, BLOCK, BlockWriter, SKIPS, type BlockTables } from './postings';
-import { LENGTH_TABLE, intToByte4 } from './smallfloat';
+import { BinaryFile, BLOCK, type BlockTables, BlockWriter, SKIPS } from './postings';
+import { intToByte4, LENGTH_TABLE } from './smallfloat';
 
 export interface Bm25Params {
   k1: number;
@@ -398,7 +398,8 @@ export class Bm25Builder {
         last[s] = doc;
         cursor[s] = writeVByte(postings, writeVByte(postings, cursor[s]!, delta), tf);
       }
-      if ((doc & 0xffff) === 0) this.options.onProgress?.({ phase: 'postings', docs: doc, tokens: this.totalTokens, terms: T });
+      if ((doc & 0xffff) === 0)
+        this.options.onProgress?.({ phase: 'postings', docs: doc, tokens: this.totalTokens, terms: T });
     }
     return postings;
   }
@@ -433,12 +434,21 @@ export class Bm25Builder {
       postingsIdx[k + 1] = postingsIdx[k]! + this.postingBytes[order[k]!]!;
       dfs[k] = this.df[order[k]!]!;
     }
-    if (totalPostings > 2 ** 32 - 1) throw new IndexTooLargeError(`postings of ${(totalPostings / 2 ** 30).toFixed(1)} GiB exceed this format's 4 GiB single-file limit`);
+    if (totalPostings > 2 ** 32 - 1)
+      throw new IndexTooLargeError(
+        `postings of ${(totalPostings / 2 ** 30).toFixed(1)} GiB exceed this format's 4 GiB single-file limit`,
+      );
     const postings = this.fillPostings(totalPostings, postingsIdx, rank);
     this.docTerms = new ChunkedBytes(); // the pass-1 pairs are no longer needed
     // Pass 3: cut each term's postings into blocks with their score bounds.
     this.options.onProgress?.({ phase: 'blocks', docs: N, tokens: this.totalTokens, terms: T });
-    const writer = new BlockWriter(join(this.tmp, 'postings.bin'), dfs, N, this.norms, normInverseTable({ k1: this.params.k1, b: this.params.b, totalTokens: this.totalTokens, docs: N }));
+    const writer = new BlockWriter(
+      join(this.tmp, 'postings.bin'),
+      dfs,
+      N,
+      this.norms,
+      normInverseTable({ k1: this.params.k1, b: this.params.b, totalTokens: this.totalTokens, docs: N }),
+    );
     vbyteToBlocks(postings, postingsIdx, T, writer);
     const tables = writer.finish();
     this.options.onProgress?.({ phase: 'write', docs: N, tokens: this.totalTokens, terms: T });
@@ -490,8 +500,13 @@ export async function migrateBm25Index(dir: string): Promise<IndexMeta> {
   const meta = await readMeta(dir);
   if (meta.version === INDEX_VERSION) return meta;
   if (meta.version !== 1) throw new IndexVersionError(dir, meta.version);
-  const [postings, idx, dfBuf, norms] = await Promise.all(['postings.bin', 'postings.idx', 'df.bin', 'norms.bin'].map((n) => readFile(join(dir, n))));
-  if (postings!.length !== meta.postingsBytes) throw new Error(`${dir}/postings.bin: ${postings!.length} bytes, meta.json says ${meta.postingsBytes} (incomplete or corrupt index)`);
+  const [postings, idx, dfBuf, norms] = await Promise.all(
+    ['postings.bin', 'postings.idx', 'df.bin', 'norms.bin'].map((n) => readFile(join(dir, n))),
+  );
+  if (postings!.length !== meta.postingsBytes)
+    throw new Error(
+      `${dir}/postings.bin: ${postings!.length} bytes, meta.json says ${meta.postingsBytes} (incomplete or corrupt index)`,
+    );
   const aligned = (b: Buffer) => new Uint8Array(b).buffer; // a copy at offset 0
   const postingsIdx = new Float64Array(aligned(idx!));
   const dfs = new Uint32Array(aligned(dfBuf!));
@@ -501,7 +516,14 @@ export async function migrateBm25Index(dir: string): Promise<IndexMeta> {
   const tables = writer.finish();
   await writeBlockTables(dir, tables);
   await rename(tmp, join(dir, 'postings.bin'));
-  const next: IndexMeta = { ...meta, version: INDEX_VERSION, postingsBytes: (tables.words + 1) * 4, blockSize: BLOCK, blocks: tables.blockLast.length, migrated: new Date().toISOString() };
+  const next: IndexMeta = {
+    ...meta,
+    version: INDEX_VERSION,
+    postingsBytes: (tables.words + 1) * 4,
+    blockSize: BLOCK,
+    blocks: tables.blockLast.length,
+    migrated: new Date().toISOString(),
+  };
   await writeFile(join(dir, 'meta.json.tmp'), `${JSON.stringify(next, null, 2)}\n`);
   await rename(join(dir, 'meta.json.tmp'), join(dir, 'meta.json'));
   await rm(join(dir, 'postings.idx'), { force: true });
@@ -573,7 +595,8 @@ export class Bm25Index {
     readonly meta: IndexMeta,
     readonly arrays: IndexArrays,
   ) {
-    if (meta.analyzer !== new DefaultEnglishAnalyzer().id) throw new Error(`${dir}: built with analyzer "${meta.analyzer}", which this version does not have`);
+    if (meta.analyzer !== new DefaultEnglishAnalyzer().id)
+      throw new Error(`${dir}: built with analyzer "${meta.analyzer}", which this version does not have`);
     this.analyzer = new DefaultEnglishAnalyzer();
     const ids = arrays.idsBin;
     this.idsText = Buffer.from(ids.buffer, ids.byteOffset, ids.byteLength);
@@ -589,7 +612,10 @@ export class Bm25Index {
     const meta = await readMeta(dir);
     if (meta.version !== INDEX_VERSION) throw new IndexVersionError(dir, meta.version);
     const size = (await stat(join(dir, 'postings.bin'))).size;
-    if (size !== meta.postingsBytes) throw new Error(`${dir}/postings.bin: ${size} bytes, meta.json says ${meta.postingsBytes} (incomplete or corrupt index)`);
+    if (size !== meta.postingsBytes)
+      throw new Error(
+        `${dir}/postings.bin: ${size} bytes, meta.json says ${meta.postingsBytes} (incomplete or corrupt index)`,
+      );
     const sh = options.shared ?? false;
     const read = (name: string) => readInto(join(dir, name), sh);
     const arrays: IndexArrays = {
@@ -609,7 +635,8 @@ export class Bm25Index {
       contentsIdx: new Float64Array(read('contents.idx')),
     };
     const check = (name: string, length: number, want: number) => {
-      if (length !== want) throw new Error(`${dir}/${name}: ${length} entries, meta.json implies ${want} (incomplete or corrupt index)`);
+      if (length !== want)
+        throw new Error(`${dir}/${name}: ${length} entries, meta.json implies ${want} (incomplete or corrupt index)`);
     };
     check('df.bin', arrays.dfs.length, meta.terms);
     check('blocks.idx', arrays.blocksIdx.length, meta.terms + 1);
@@ -627,7 +654,8 @@ export class Bm25Index {
 
   /** What {@link fromShared} needs; the arrays must have been loaded with `shared: true` to be shared rather than copied. */
   get shared(): SharedIndex {
-    if (!(this.arrays.postings.buffer instanceof SharedArrayBuffer)) throw new Error(`${this.dir}: loaded without shared: true; its arrays would be copied into every worker`);
+    if (!(this.arrays.postings.buffer instanceof SharedArrayBuffer))
+      throw new Error(`${this.dir}: loaded without shared: true; its arrays would be copied into every worker`);
     return { dir: this.dir, meta: this.meta, arrays: this.arrays };
   }
 

@@ -8,8 +8,8 @@
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import type { Worker } from 'node:worker_threads';
-import { Bm25Index } from './bm25';
 import { spawnWorker } from '../workers';
+import { Bm25Index } from './bm25';
 
 export interface PoolHit {
   id: string;
@@ -74,7 +74,8 @@ export class Bm25Pool {
   /** Loads the index once, shared, and starts `workers` threads over it (default: the machine's cores). */
   static async open(dir: string, options: { workers?: number } = {}): Promise<Bm25Pool> {
     const workers = options.workers ?? availableParallelism();
-    if (!Number.isInteger(workers) || workers < 1) throw new Error(`workers must be a positive integer, got ${workers}`);
+    if (!Number.isInteger(workers) || workers < 1)
+      throw new Error(`workers must be a positive integer, got ${workers}`);
     const pool = new Bm25Pool(await Bm25Index.load(dir, { shared: true }), workers);
     try {
       await Promise.all(pool.slots.map((s) => s.ready));
@@ -129,7 +130,8 @@ export class Bm25Pool {
       return;
     }
     this.slots.splice(i, 1);
-    if (this.slots.length === 0) for (const t of this.queue.splice(0)) t.reject(new Error(`no BM25 worker left (last failure: ${e.message})`));
+    if (this.slots.length === 0)
+      for (const t of this.queue.splice(0)) t.reject(new Error(`no BM25 worker left (last failure: ${e.message})`));
   }
 
   private pump(): void {
@@ -151,7 +153,11 @@ export class Bm25Pool {
     const size = Math.max(1, Math.ceil(queries.length / (this.workers * 4)));
     const parts: Promise<PoolHit[][]>[] = [];
     for (let s = 0; s < queries.length; s += size) {
-      parts.push(new Promise<PoolHit[][]>((resolve, reject) => this.queue.push({ id: this.nextId++, queries: queries.slice(s, s + size), k, resolve, reject })));
+      parts.push(
+        new Promise<PoolHit[][]>((resolve, reject) =>
+          this.queue.push({ id: this.nextId++, queries: queries.slice(s, s + size), k, resolve, reject }),
+        ),
+      );
     }
     this.pump();
     return (await Promise.all(parts)).flat();

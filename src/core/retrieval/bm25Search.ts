@@ -544,7 +544,8 @@ export class Bm25Searcher {
       // Window end: the nearest block end among the essential terms (the best term when none is), but at
       // least minWindow docs, grown while windows yield few candidates (as Lucene does) so that bounds are
       // not recomputed more often than documents are scored.
-      if (this.m - Math.min(this.firstEssential, this.m - 1) > 1) minWindow = st.candidates < st.windows * 32 * this.m ? Math.min(minWindow * 2, WINDOW) : 1;
+      if (this.m - Math.min(this.firstEssential, this.m - 1) > 1)
+        minWindow = st.candidates < st.windows * 32 * this.m ? Math.min(minWindow * 2, WINDOW) : 1;
       let wEnd = Math.min(N, Math.max(this.windowEnd(wMin), wMin + minWindow));
       for (;;) {
         for (const c of this.order) c.updateWindowMax(wMin, wEnd);

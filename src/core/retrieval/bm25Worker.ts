@@ -5,7 +5,7 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { Bm25Index, type SharedIndex } from './bm25';
-import { threadCpuSeconds, type PoolRequest, type PoolResponse } from './bm25Pool';
+import { type PoolRequest, type PoolResponse, threadCpuSeconds } from './bm25Pool';
 
 const port = parentPort;
 if (!port) throw new Error('bm25-worker runs as a worker thread');
@@ -17,7 +17,12 @@ port.on('message', (m: PoolRequest | { cpu: number }) => {
   }
   let reply: PoolResponse;
   try {
-    reply = { id: m.id, results: m.queries.map((q) => index.search(q, { k: m.k }).map((h) => ({ id: h.id, contents: index.contents(h.doc), score: h.score }))) };
+    reply = {
+      id: m.id,
+      results: m.queries.map((q) =>
+        index.search(q, { k: m.k }).map((h) => ({ id: h.id, contents: index.contents(h.doc), score: h.score })),
+      ),
+    };
   } catch (e) {
     reply = { id: m.id, error: (e as Error).stack ?? String(e) };
   }

@@ -17,7 +17,11 @@ export interface CorpusIssue {
   message: string;
 }
 
-export async function* readCorpus(path: string, issues: CorpusIssue[] = [], signal?: AbortSignal): AsyncGenerator<CorpusDoc> {
+export async function* readCorpus(
+  path: string,
+  issues: CorpusIssue[] = [],
+  signal?: AbortSignal,
+): AsyncGenerator<CorpusDoc> {
   for await (const { line, text, tooLong } of readLines(path, signal)) {
     if (tooLong !== undefined) {
       issues.push({ line, message: `${path}:${line}: ${tooLongMessage(tooLong)}` });
@@ -47,7 +51,11 @@ export async function* readCorpus(path: string, issues: CorpusIssue[] = [], sign
 }
 
 /** Builds a BM25 index directory from a corpus file. */
-export async function buildBm25Index(corpus: string, dir: string, options: BuildOptions & { issues?: CorpusIssue[] } = {}): Promise<IndexMeta> {
+export async function buildBm25Index(
+  corpus: string,
+  dir: string,
+  options: BuildOptions & { issues?: CorpusIssue[] } = {},
+): Promise<IndexMeta> {
   await stat(corpus);
   const builder = new Bm25Builder(dir, { ...options, source: options.source ?? corpus });
   try {

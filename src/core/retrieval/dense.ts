@@ -12,8 +12,8 @@ import { closeSync, createWriteStream, openSync, readSync } from 'node:fs';
 import { mkdir, open, readFile, rename, rm, stat, truncate, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { InferenceSession } from 'onnxruntime-node';
-import { readCorpus, type CorpusIssue } from './corpus';
-import { E5Encoder, ort } from './encoder';
+import { type CorpusIssue, readCorpus } from './corpus';
+import { type E5Encoder, ort } from './encoder';
 import { innerProductTopKModel } from './onnxGraph';
 
 export const DENSE_FORMAT = 'sas-dense';
@@ -64,7 +64,7 @@ export function toHalf(v: number): number {
   const f32 = new Float32Array([v]);
   const x = new Uint32Array(f32.buffer)[0]!;
   const sign = (x >>> 16) & 0x8000;
-  let exp = ((x >>> 23) & 0xff) - 127 + 15;
+  const exp = ((x >>> 23) & 0xff) - 127 + 15;
   let mant = x & 0x7fffff;
   if (exp >= 31) return sign | 0x7c00; // overflow → inf
   if (exp <= 0) {
@@ -88,7 +88,12 @@ export function fromHalf(h: number): number {
 // ---------------------------------------------------------------------------------------------------------
 
 /** Builds (or resumes building) a dense index of a corpus with an encoder. */
-export async function buildDenseIndex(corpus: string, dir: string, encoder: E5Encoder, options: DenseBuildOptions = {}): Promise<DenseMeta> {
+export async function buildDenseIndex(
+  corpus: string,
+  dir: string,
+  encoder: E5Encoder,
+  options: DenseBuildOptions = {},
+): Promise<DenseMeta> {
   const dtype = options.dtype ?? 'float32';
   const batchSize = options.batchSize ?? 256;
   const corpusBytes = (await stat(corpus)).size;
@@ -98,7 +103,14 @@ export async function buildDenseIndex(corpus: string, dir: string, encoder: E5En
   const bytesPer = dtype === 'float32' ? 4 : 2;
   let progress: Progress | undefined = await readFile(progressFile, 'utf8').then(JSON.parse, () => undefined);
   const signature = { corpus, corpusBytes, model: encoder.dir, dtype, dim: encoder.dim };
-  if (progress && (progress.corpus !== corpus || progress.corpusBytes !== corpusBytes || progress.model !== encoder.dir || progress.dtype !== dtype || progress.dim !== encoder.dim)) {
+  if (
+    progress &&
+    (progress.corpus !== corpus ||
+      progress.corpusBytes !== corpusBytes ||
+      progress.model !== encoder.dir ||
+      progress.dtype !== dtype ||
+      progress.dim !== encoder.dim)
+  ) {
     progress = undefined; // a different build: start over
   }
   const save = async (p: Progress) => {
@@ -122,7 +134,10 @@ export async function buildDenseIndex(corpus: string, dir: string, encoder: E5En
       cIdx.push(cIdx[cIdx.length - 1]! + cb.length);
       if (++n % 10_000 === 0) options.onProgress?.({ phase: 'store', docs: n, total: 0 });
     }
-    await Promise.all([new Promise<void>((r) => ids.end(() => r())), new Promise<void>((r) => contents.end(() => r()))]);
+    await Promise.all([
+      new Promise<void>((r) => ids.end(() => r())),
+      new Promise<void>((r) => contents.end(() => r())),
+    ]);
     if (n === 0) throw new Error(`${corpus}: no documents (expected JSONL lines with id and contents)`);
     await writeFile(join(dir, 'docids.idx'), new Uint8Array(Float64Array.from(idIdx).buffer));
     await writeFile(join(dir, 'contents.idx'), new Uint8Array(Float64Array.from(cIdx).buffer));
@@ -212,13 +227,24 @@ export class DenseIndex {
     try {
       meta = JSON.parse(await readFile(join(dir, 'meta.json'), 'utf8'));
     } catch (e) {
-      const inProgress = await stat(join(dir, 'progress.json')).then(() => true, () => false);
-      throw new Error(`${dir}: not a dense index${inProgress ? ' (building was interrupted: run the build again to resume)' : ''} (meta.json: ${(e as Error).message})`);
+      const inProgress = await stat(join(dir, 'progress.json')).then(
+        () => true,
+        () => false,
+      );
+      throw new Error(
+        `${dir}: not a dense index${inProgress ? ' (building was interrupted: run the build again to resume)' : ''} (meta.json: ${(e as Error).message})`,
+      );
     }
-    if (meta.format !== DENSE_FORMAT || meta.version !== DENSE_VERSION) throw new Error(`${dir}/meta.json: ${meta.format} v${meta.version}; this build reads ${DENSE_FORMAT} v${DENSE_VERSION}`);
+    if (meta.format !== DENSE_FORMAT || meta.version !== DENSE_VERSION)
+      throw new Error(
+        `${dir}/meta.json: ${meta.format} v${meta.version}; this build reads ${DENSE_FORMAT} v${DENSE_VERSION}`,
+      );
     const raw = await readFile(join(dir, meta.dtype === 'float32' ? 'vectors.f32' : 'vectors.f16'));
     const expected = meta.docs * meta.dim * (meta.dtype === 'float32' ? 4 : 2);
-    if (raw.length !== expected) throw new Error(`${dir}: vectors file has ${raw.length} bytes, expected ${expected} (${meta.docs} × ${meta.dim} ${meta.dtype})`);
+    if (raw.length !== expected)
+      throw new Error(
+        `${dir}: vectors file has ${raw.length} bytes, expected ${expected} (${meta.docs} × ${meta.dim} ${meta.dtype})`,
+      );
     let vectors: Float32Array;
     if (meta.dtype === 'float32') {
       vectors = new Float32Array(meta.docs * meta.dim);
@@ -229,7 +255,11 @@ export class DenseIndex {
       for (let i = 0; i < half.length; i++) vectors[i] = fromHalf(half[i]!);
     }
     const f64 = (b: Buffer) => new Float64Array(b.buffer.slice(b.byteOffset, b.byteOffset + b.byteLength));
-    const [idsBin, idsIdx, contentsIdx] = await Promise.all([readFile(join(dir, 'docids.bin')), readFile(join(dir, 'docids.idx')), readFile(join(dir, 'contents.idx'))]);
+    const [idsBin, idsIdx, contentsIdx] = await Promise.all([
+      readFile(join(dir, 'docids.bin')),
+      readFile(join(dir, 'docids.idx')),
+      readFile(join(dir, 'contents.idx')),
+    ]);
     return new DenseIndex(dir, meta, vectors, idsBin, f64(idsIdx), f64(contentsIdx));
   }
 
@@ -253,8 +283,13 @@ export class DenseIndex {
   async scan(queries: Float32Array, k: number, method: ScanMethod = 'onnx'): Promise<DenseHit[][]> {
     const q = queries.length / this.meta.dim;
     k = Math.min(k, this.meta.docs);
-    const raw = method === 'onnx' ? await this.scanOnnx(queries, q, k) : scanJs(this.vectors, this.meta.dim, queries, q, k);
-    return raw.map((hits) => hits.map(([doc, score]) => ({ doc, id: this.docId(doc), score })).sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)));
+    const raw =
+      method === 'onnx' ? await this.scanOnnx(queries, q, k) : scanJs(this.vectors, this.meta.dim, queries, q, k);
+    return raw.map((hits) =>
+      hits
+        .map(([doc, score]) => ({ doc, id: this.docId(doc), score }))
+        .sort((a, b) => b.score - a.score || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0)),
+    );
   }
 
   private async scanOnnx(queries: Float32Array, q: number, k: number): Promise<[number, number][][]> {
@@ -268,7 +303,9 @@ export class DenseIndex {
     });
     const values = out.values!.data as Float32Array;
     const indices = out.indices!.data as BigInt64Array;
-    return Array.from({ length: q }, (_, j) => Array.from({ length: k }, (_, r) => [Number(indices[j * k + r]!), values[j * k + r]!] as [number, number]));
+    return Array.from({ length: q }, (_, j) =>
+      Array.from({ length: k }, (_, r) => [Number(indices[j * k + r]!), values[j * k + r]!] as [number, number]),
+    );
   }
 
   close(): void {
@@ -278,7 +315,13 @@ export class DenseIndex {
 }
 
 /** The plain-loop scan: documents outer (each row read once), queries inner; a bounded min-heap per query. */
-export function scanJs(vectors: Float32Array, dim: number, queries: Float32Array, q: number, k: number): [number, number][][] {
+export function scanJs(
+  vectors: Float32Array,
+  dim: number,
+  queries: Float32Array,
+  q: number,
+  k: number,
+): [number, number][][] {
   const n = vectors.length / dim;
   const heapScores = Array.from({ length: q }, () => new Float32Array(k).fill(-Infinity));
   const heapDocs = Array.from({ length: q }, () => new Int32Array(k).fill(-1));

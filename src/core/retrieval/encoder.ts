@@ -26,7 +26,16 @@ export function ort(): Ort {
 export function cudaProviderInstalled(): boolean {
   try {
     const pkg = dirname(require.resolve('onnxruntime-node/package.json'));
-    return existsSync(join(pkg, 'bin', 'napi-v6', process.platform, process.arch, process.platform === 'win32' ? 'onnxruntime_providers_cuda.dll' : 'libonnxruntime_providers_cuda.so'));
+    return existsSync(
+      join(
+        pkg,
+        'bin',
+        'napi-v6',
+        process.platform,
+        process.arch,
+        process.platform === 'win32' ? 'onnxruntime_providers_cuda.dll' : 'libonnxruntime_providers_cuda.so',
+      ),
+    );
   } catch {
     return false;
   }
@@ -96,18 +105,22 @@ export class E5Encoder {
         session = await InferenceSession.create(model, { executionProviders: ['cuda'], intraOpNumThreads: threads });
         provider = 'cuda';
       } catch (e) {
-        if (want === 'cuda') throw new Error(`${model}: the CUDA execution provider is not available: ${(e as Error).message}`);
+        if (want === 'cuda')
+          throw new Error(`${model}: the CUDA execution provider is not available: ${(e as Error).message}`);
         log(`encoder: CUDA execution provider unavailable (${(e as Error).message.split('\n')[0]}); using CPU`);
       }
     }
     session ??= await InferenceSession.create(model, { executionProviders: ['cpu'], intraOpNumThreads: threads });
     for (const name of ['input_ids', 'attention_mask']) {
-      if (!session.inputNames.includes(name)) throw new Error(`${model}: the graph has no "${name}" input (inputs: ${session.inputNames.join(', ')})`);
+      if (!session.inputNames.includes(name))
+        throw new Error(`${model}: the graph has no "${name}" input (inputs: ${session.inputNames.join(', ')})`);
     }
     const maxLength = options.maxLength ?? 256;
     const probe = new E5Encoder(dir, session, tokenizer, provider, 0, maxLength, options.batchSize ?? 32);
     const dim = (await probe.runBatch(['x']))[1];
-    log(`encoder: ${model} on ${provider.toUpperCase()}, dimension ${dim}, max length ${maxLength}, token_type_ids ${probe.hasTokenTypes ? 'fed' : 'not in the graph'}`);
+    log(
+      `encoder: ${model} on ${provider.toUpperCase()}, dimension ${dim}, max length ${maxLength}, token_type_ids ${probe.hasTokenTypes ? 'fed' : 'not in the graph'}`,
+    );
     return new E5Encoder(dir, session, tokenizer, provider, dim, maxLength, options.batchSize ?? 32);
   }
 
@@ -167,7 +180,14 @@ export class E5Encoder {
 }
 
 /** Mean of the hidden states where the mask is 1, then L2 normalisation, into `out`. */
-export function meanPoolNormalize(hidden: Float32Array, mask: Uint8Array, b: number, seq: number, dim: number, out: Float32Array): void {
+export function meanPoolNormalize(
+  hidden: Float32Array,
+  mask: Uint8Array,
+  b: number,
+  seq: number,
+  dim: number,
+  out: Float32Array,
+): void {
   out.fill(0);
   let count = 0;
   for (let s = 0; s < seq; s++) {

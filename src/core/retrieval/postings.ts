@@ -146,7 +146,15 @@ export class BlockWriter {
     const blocksIdx = new Uint32Array(T + 1);
     for (let t = 0; t < T; t++) blocksIdx[t + 1] = blocksIdx[t]! + Math.ceil(dfs[t]! / BLOCK);
     const B = blocksIdx[T]!;
-    this.tables = { blocksIdx, blockLast: new Uint32Array(B), blockOffset: new Uint32Array(B), blockMax: new Float32Array(B), blockSkip: new Uint32Array(B * SKIPS), termMax: new Float32Array(T), words: 0 };
+    this.tables = {
+      blocksIdx,
+      blockLast: new Uint32Array(B),
+      blockOffset: new Uint32Array(B),
+      blockMax: new Float32Array(B),
+      blockSkip: new Uint32Array(B * SKIPS),
+      termMax: new Float32Array(T),
+      words: 0,
+    };
     this.out = new BinaryFile(path);
     this.startTerm();
   }
@@ -169,7 +177,10 @@ export class BlockWriter {
   endTerm(): void {
     if (this.n > 0) this.flushBlock();
     const t = this.term;
-    if (this.block !== this.tables.blocksIdx[t + 1]) throw new Error(`term ${t}: ${this.block - this.tables.blocksIdx[t]!} blocks written, df ${this.dfs[t]} needs ${this.tables.blocksIdx[t + 1]! - this.tables.blocksIdx[t]!}`);
+    if (this.block !== this.tables.blocksIdx[t + 1])
+      throw new Error(
+        `term ${t}: ${this.block - this.tables.blocksIdx[t]!} blocks written, df ${this.dfs[t]} needs ${this.tables.blocksIdx[t + 1]! - this.tables.blocksIdx[t]!}`,
+      );
     this.tables.termMax[t] = this.max;
     this.term++;
     this.startTerm();

@@ -59,9 +59,15 @@ export class Bm25Retriever implements Retriever {
    * A BM25 retriever over a corpus file, building its index once into a cache directory keyed by the
    * corpus's path, size and modification time (a cached index of an older format version is migrated).
    */
-  static async forCorpus(corpus: string, options: Bm25RetrieverOptions & { cacheDir?: string; log?: (l: string) => void } = {}): Promise<Bm25Retriever> {
+  static async forCorpus(
+    corpus: string,
+    options: Bm25RetrieverOptions & { cacheDir?: string; log?: (l: string) => void } = {},
+  ): Promise<Bm25Retriever> {
     const st = await stat(corpus);
-    const key = createHash('sha256').update(`${resolve(corpus)}\0${st.size}\0${st.mtimeMs}`).digest('hex').slice(0, 16);
+    const key = createHash('sha256')
+      .update(`${resolve(corpus)}\0${st.size}\0${st.mtimeMs}`)
+      .digest('hex')
+      .slice(0, 16);
     const dir = join(options.cacheDir ?? join(tmpdir(), 'search-agent-studio', 'bm25'), key);
     const build = async () => {
       await mkdir(join(dir, '..'), { recursive: true });
@@ -75,7 +81,9 @@ export class Bm25Retriever implements Retriever {
       if (version !== INDEX_VERSION) {
         const t0 = Date.now();
         await migrateBm25Index(dir);
-        options.log?.(`migrated the cached index ${dir} from format version ${version} to ${INDEX_VERSION} in ${Date.now() - t0} ms`);
+        options.log?.(
+          `migrated the cached index ${dir} from format version ${version} to ${INDEX_VERSION} in ${Date.now() - t0} ms`,
+        );
       }
     }
     try {
@@ -101,12 +109,28 @@ export class Bm25Retriever implements Retriever {
 
   describe(): Record<string, unknown> {
     const m = this.index.meta;
-    return { kind: this.kind, documents: m.docs, terms: m.terms, k1: m.k1, b: m.b, analyzer: m.analyzer, index: this.index.dir, workers: this.workers };
+    return {
+      kind: this.kind,
+      documents: m.docs,
+      terms: m.terms,
+      k1: m.k1,
+      b: m.b,
+      analyzer: m.analyzer,
+      index: this.index.dir,
+      workers: this.workers,
+    };
   }
 
   async retrieve(queries: string[], topk: number): Promise<RetrievedHit[][]> {
-    if (this.pool) return (await this.pool.search(queries, topk)).map((list) => list.map((h) => ({ document: { id: h.id, contents: h.contents }, score: h.score })));
-    return queries.map((q) => this.index.search(q, { k: topk }).map((h) => ({ document: { id: h.id, contents: this.index.contents(h.doc) }, score: h.score })));
+    if (this.pool)
+      return (await this.pool.search(queries, topk)).map((list) =>
+        list.map((h) => ({ document: { id: h.id, contents: h.contents }, score: h.score })),
+      );
+    return queries.map((q) =>
+      this.index
+        .search(q, { k: topk })
+        .map((h) => ({ document: { id: h.id, contents: this.index.contents(h.doc) }, score: h.score })),
+    );
   }
 
   async close(): Promise<void> {
@@ -123,10 +147,15 @@ export class DenseRetriever implements Retriever {
     readonly scan: ScanMethod = 'onnx',
   ) {}
 
-  static async open(dir: string, modelDir: string, options: { log?: (l: string) => void; scan?: ScanMethod } = {}): Promise<DenseRetriever> {
+  static async open(
+    dir: string,
+    modelDir: string,
+    options: { log?: (l: string) => void; scan?: ScanMethod } = {},
+  ): Promise<DenseRetriever> {
     const index = await DenseIndex.load(dir);
     const encoder = await E5Encoder.load(modelDir, { log: options.log });
-    if (encoder.dim !== index.meta.dim) throw new Error(`${modelDir}: the encoder's dimension is ${encoder.dim}, the index ${dir} has ${index.meta.dim}`);
+    if (encoder.dim !== index.meta.dim)
+      throw new Error(`${modelDir}: the encoder's dimension is ${encoder.dim}, the index ${dir} has ${index.meta.dim}`);
     return new DenseRetriever(index, encoder, options.scan);
   }
 
@@ -135,13 +164,23 @@ export class DenseRetriever implements Retriever {
   }
 
   describe(): Record<string, unknown> {
-    return { kind: this.kind, documents: this.index.size, dim: this.index.meta.dim, dtype: this.index.meta.dtype, model: this.encoder.dir, provider: this.encoder.provider, scan: this.scan };
+    return {
+      kind: this.kind,
+      documents: this.index.size,
+      dim: this.index.meta.dim,
+      dtype: this.index.meta.dtype,
+      model: this.encoder.dir,
+      provider: this.encoder.provider,
+      scan: this.scan,
+    };
   }
 
   async retrieve(queries: string[], topk: number): Promise<RetrievedHit[][]> {
     const vecs = await this.encoder.encode(queries, 'query');
     const hits = await this.index.scan(vecs, topk, this.scan);
-    return hits.map((list) => list.map((h) => ({ document: { id: h.id, contents: this.index.contents(h.doc) }, score: h.score })));
+    return hits.map((list) =>
+      list.map((h) => ({ document: { id: h.id, contents: this.index.contents(h.doc) }, score: h.score })),
+    );
   }
 
   async close(): Promise<void> {
@@ -228,7 +267,10 @@ export class RemoteRetriever implements Retriever {
         });
       } catch (e) {
         const err = e as Error & { cause?: { code?: string } };
-        last = err.name === 'TimeoutError' ? `no answer within ${this.timeoutMs} ms` : `${err.cause?.code ?? err.name}: ${err.message}`;
+        last =
+          err.name === 'TimeoutError'
+            ? `no answer within ${this.timeoutMs} ms`
+            : `${err.cause?.code ?? err.name}: ${err.message}`;
         this.options.log?.(`remote retriever ${this.url}: attempt ${attempt + 1} failed: ${last}`);
         continue;
       }
@@ -238,10 +280,14 @@ export class RemoteRetriever implements Retriever {
         continue;
       }
       const text = await res.text();
-      if (!res.ok) throw new RemoteRetrieverError(this.url, `${this.url} answered HTTP ${res.status}: ${text.slice(0, 300)}`);
+      if (!res.ok)
+        throw new RemoteRetrieverError(this.url, `${this.url} answered HTTP ${res.status}: ${text.slice(0, 300)}`);
       return parseRemote(this.url, text, queries.length);
     }
-    throw new RemoteRetrieverError(this.url, `the retriever at ${this.url} is not answering after ${this.retries + 1} attempts (last: ${last})`);
+    throw new RemoteRetrieverError(
+      this.url,
+      `the retriever at ${this.url} is not answering after ${this.retries + 1} attempts (last: ${last})`,
+    );
   }
 
   async close(): Promise<void> {}
@@ -255,14 +301,25 @@ function parseRemote(url: string, text: string, n: number): RetrievedHit[][] {
     throw new RemoteRetrieverError(url, `${url} answered with something that is not JSON: ${text.slice(0, 200)}`);
   }
   if (!Array.isArray(body.result) || body.result.length !== n) {
-    throw new RemoteRetrieverError(url, `${url}: expected {"result": [...]} with ${n} lists, got ${text.slice(0, 200)}`);
+    throw new RemoteRetrieverError(
+      url,
+      `${url}: expected {"result": [...]} with ${n} lists, got ${text.slice(0, 200)}`,
+    );
   }
   return body.result.map((list: unknown) =>
     (Array.isArray(list) ? list : []).map((item: any) => {
       // With return_scores: {document, score}; without: the document itself.
       const doc = item && typeof item === 'object' && 'document' in item ? item.document : item;
-      const contents = typeof doc?.contents === 'string' ? doc.contents : typeof doc?.text === 'string' ? `"${doc.title ?? ''}"\n${doc.text}` : String(doc ?? '');
-      return { document: { id: String(doc?.id ?? ''), contents }, score: typeof item?.score === 'number' ? item.score : 0 };
+      const contents =
+        typeof doc?.contents === 'string'
+          ? doc.contents
+          : typeof doc?.text === 'string'
+            ? `"${doc.title ?? ''}"\n${doc.text}`
+            : String(doc ?? '');
+      return {
+        document: { id: String(doc?.id ?? ''), contents },
+        score: typeof item?.score === 'number' ? item.score : 0,
+      };
     }),
   );
 }

@@ -14,17 +14,24 @@
  * file system; a time and a memory limit per item. Types: reward-api.d.ts (kept in step by a test).
  */
 import type { Dialect, Segment, TagDiagnostic } from '../tags/parser';
+import { responseAnswer, type Turn, turnsOf } from '../tags/searchr1';
 import type { ResponseSpan } from '../tags/spans';
-import { responseAnswer, turnsOf, type Turn } from '../tags/searchr1';
 import { invalidActionCount, parseResponse, searchQueries } from '../tags/trajectory';
 import { formatValidParsed, formatValidResponse } from './format';
 import { em, f1, normalizeAnswer, subem } from './normalize';
-import { informationBlocks, qaEmFormat, retrievalCorrect, SEARCH_R1_WEIGHTS, searchR1QaEmFormat, type QaEmFormatWeights } from './qaEmFormat';
+import {
+  informationBlocks,
+  type QaEmFormatWeights,
+  qaEmFormat,
+  retrievalCorrect,
+  SEARCH_R1_WEIGHTS,
+  searchR1QaEmFormat,
+} from './qaEmFormat';
 
-export { em, f1, normalizeAnswer, subem, informationBlocks, retrievalCorrect, SEARCH_R1_WEIGHTS };
 export { searchR1ExtractSolution } from '../tags/searchr1';
-export { formatValid, formatValidResponse } from './format';
 export type { ResponseSpan, SpanRole } from '../tags/spans';
+export { formatValid, formatValidResponse } from './format';
+export { em, f1, informationBlocks, normalizeAnswer, retrievalCorrect, SEARCH_R1_WEIGHTS, subem };
 
 /**
  * A parsed trajectory, as a reward function sees it. The same in every dialect (Search-R1 tags, chat-template
@@ -80,7 +87,8 @@ export interface RewardDefinition {
 
 /** Declares a reward module (the module's default export). */
 export function defineReward(def: RewardDefinition): RewardDefinition {
-  if (!def || typeof def.name !== 'string' || typeof def.score !== 'function') throw new TypeError('defineReward({ name, score(traj, example) }) needs a name and a score function');
+  if (!def || typeof def.name !== 'string' || typeof def.score !== 'function')
+    throw new TypeError('defineReward({ name, score(traj, example) }) needs a name and a score function');
   return def;
 }
 
@@ -89,9 +97,22 @@ export function defineReward(def: RewardDefinition): RewardDefinition {
  * one detected). The response is parsed once; searches, turns and the format check are computed when first read
  * (an EM reward reads only the answer).
  */
-export function makeTrajectory(prompt: string, response: string, options: { dialect?: Dialect | 'auto'; searchTool?: string; strictActions?: boolean; spans?: readonly ResponseSpan[] } = {}): Trajectory {
+export function makeTrajectory(
+  prompt: string,
+  response: string,
+  options: {
+    dialect?: Dialect | 'auto';
+    searchTool?: string;
+    strictActions?: boolean;
+    spans?: readonly ResponseSpan[];
+  } = {},
+): Trajectory {
   const spans = options.spans ? options.spans.map((s) => ({ start: s.start, end: s.end, role: s.role })) : null;
-  const parsed = parseResponse(response, { prompt, dialect: options.dialect, searchTool: options.searchTool, ...(spans ? { spans } : {}) }, { expectAnswer: false });
+  const parsed = parseResponse(
+    response,
+    { prompt, dialect: options.dialect, searchTool: options.searchTool, ...(spans ? { spans } : {}) },
+    { expectAnswer: false },
+  );
   const lazy = <T>(fn: () => T) => {
     let value: T | undefined;
     let done = false;
@@ -107,7 +128,13 @@ export function makeTrajectory(prompt: string, response: string, options: { dial
   const strict = options.strictActions === true && parsed.dialect === 'searchr1';
   const turns = lazy(() => turnsOf(parsed, { strictActions: strict }));
   // Search-R1's string-level check reads tags in documents too; with spans, the same sequence over the parsed segments.
-  const valid = lazy(() => (parsed.dialect === 'searchr1' && !spans ? formatValidResponse(response, { dialect: 'searchr1' }) : formatValidParsed(parsed)).valid);
+  const valid = lazy(
+    () =>
+      (parsed.dialect === 'searchr1' && !spans
+        ? formatValidResponse(response, { dialect: 'searchr1' })
+        : formatValidParsed(parsed)
+      ).valid,
+  );
   return {
     prompt,
     response,
@@ -132,13 +159,27 @@ export function makeTrajectory(prompt: string, response: string, options: { dial
 }
 
 /** Search-R1's qa_em_format on a trajectory (ours: last answer of the response; see qaEmFormat.ts). */
-export function emFormat(traj: Trajectory, example: Example, weights: Partial<QaEmFormatWeights> = {}): { reward: number; parts: Record<string, number> } {
-  const r = qaEmFormat(traj.response, traj.answer, example.golden, { ...SEARCH_R1_WEIGHTS, ...weights }, { dialect: traj.dialect, prompt: traj.prompt, ...(traj.spans ? { spans: traj.spans } : {}) });
+export function emFormat(
+  traj: Trajectory,
+  example: Example,
+  weights: Partial<QaEmFormatWeights> = {},
+): { reward: number; parts: Record<string, number> } {
+  const r = qaEmFormat(
+    traj.response,
+    traj.answer,
+    example.golden,
+    { ...SEARCH_R1_WEIGHTS, ...weights },
+    { dialect: traj.dialect, prompt: traj.prompt, ...(traj.spans ? { spans: traj.spans } : {}) },
+  );
   return { reward: r.reward, parts: r.parts };
 }
 
 /** Search-R1's qa_em_format exactly as theirs, over prompt + response (with the two-answer quirk). */
-export function searchR1EmFormat(traj: Trajectory, example: Example, weights: Partial<QaEmFormatWeights> = {}): { reward: number; parts: Record<string, number> } {
+export function searchR1EmFormat(
+  traj: Trajectory,
+  example: Example,
+  weights: Partial<QaEmFormatWeights> = {},
+): { reward: number; parts: Record<string, number> } {
   const r = searchR1QaEmFormat(traj.prompt + traj.response, example.golden, { ...SEARCH_R1_WEIGHTS, ...weights });
   return { reward: r.reward, parts: r.parts };
 }

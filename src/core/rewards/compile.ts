@@ -111,31 +111,75 @@ export async function compileRewardModule(file: string, contents?: string): Prom
             b.onResolve({ filter: /.*/ }, async (args) => {
               if ((args.pluginData as { sas?: boolean } | undefined)?.sas) return undefined;
               if (nodeBuiltins.has(args.path) || args.path.startsWith('node:')) {
-                return { errors: [{ text: `"${args.path}" cannot be imported: reward modules run sandboxed, without Node built-ins (compute from the trajectory and example they receive)` }] };
+                return {
+                  errors: [
+                    {
+                      text: `"${args.path}" cannot be imported: reward modules run sandboxed, without Node built-ins (compute from the trajectory and example they receive)`,
+                    },
+                  ],
+                };
               }
               // The entry's own import of the module.
               if (args.kind === 'entry-point') return undefined;
-              const fromApi = args.importer !== '' && inside(apiRoot, realpath(args.importer)) && !inside(root, realpath(args.importer));
-              const r = await b.resolve(args.path, { kind: args.kind, importer: args.importer, resolveDir: args.resolveDir, namespace: args.namespace, pluginData: { sas: true }, with: args.with });
+              const fromApi =
+                args.importer !== '' &&
+                inside(apiRoot, realpath(args.importer)) &&
+                !inside(root, realpath(args.importer));
+              const r = await b.resolve(args.path, {
+                kind: args.kind,
+                importer: args.importer,
+                resolveDir: args.resolveDir,
+                namespace: args.namespace,
+                pluginData: { sas: true },
+                with: args.with,
+              });
               if (r.errors.length) return { errors: r.errors };
-              const refuse = (why: string) => ({ errors: [{ text: `"${args.path}" cannot be imported: ${why}; a reward module may import only files in its own folder (${root}) and below, and ${REWARD_API_MODULE}` }] });
-              if (r.external || r.namespace !== 'file' || !r.path) return refuse('it is not a file of the module’s folder');
+              const refuse = (why: string) => ({
+                errors: [
+                  {
+                    text: `"${args.path}" cannot be imported: ${why}; a reward module may import only files in its own folder (${root}) and below, and ${REWARD_API_MODULE}`,
+                  },
+                ],
+              });
+              if (r.external || r.namespace !== 'file' || !r.path)
+                return refuse('it is not a file of the module’s folder');
               const real = realpath(r.path);
-              if (fromApi ? !inside(apiRoot, real) : !inside(root, real)) return refuse(real === r.path ? `${real} is outside the module's folder` : `it leads to ${real}, outside the module's folder`);
-              return { path: r.path, namespace: 'file', ...(r.sideEffects === false ? { sideEffects: false } : {}), pluginData: r.pluginData };
+              if (fromApi ? !inside(apiRoot, real) : !inside(root, real))
+                return refuse(
+                  real === r.path
+                    ? `${real} is outside the module's folder`
+                    : `it leads to ${real}, outside the module's folder`,
+                );
+              return {
+                path: r.path,
+                namespace: 'file',
+                ...(r.sideEffects === false ? { sideEffects: false } : {}),
+                pluginData: r.pluginData,
+              };
             });
             if (contents !== undefined) {
-              b.onLoad({ filter: new RegExp(`^${abs.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`) }, () => ({ contents, loader: abs.endsWith('.js') ? 'js' : 'ts', resolveDir: dirname(abs) }));
+              b.onLoad({ filter: new RegExp(`^${abs.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`) }, () => ({
+                contents,
+                loader: abs.endsWith('.js') ? 'js' : 'ts',
+                resolveDir: dirname(abs),
+              }));
             }
           },
         },
       ],
     });
   } catch (e) {
-    const errors = (e as { errors?: { text: string; location?: { file: string; line: number; column: number } | null }[] }).errors;
+    const errors = (
+      e as { errors?: { text: string; location?: { file: string; line: number; column: number } | null }[] }
+    ).errors;
     const first = errors?.[0];
     if (first && /No matching export in .* for import "default"/.test(first.text)) {
-      throw new RewardCompileError(abs, 1, 1, 'no default export: a reward module must `export default defineReward({ name, score(traj, example) })`');
+      throw new RewardCompileError(
+        abs,
+        1,
+        1,
+        'no default export: a reward module must `export default defineReward({ name, score(traj, example) })`',
+      );
     }
     if (first) {
       const loc = first.location;
@@ -171,7 +215,11 @@ const LOOPS = new Set(['ForStatement', 'ForInStatement', 'ForOfStatement', 'Whil
  *    name the enclosing function).
  * The source map describes the script before these insertions; `shifts` lets stack columns be mapped back.
  */
-export function instrumentThrows(code: string, map: string, moduleFile: string): Pick<CompiledReward, 'code' | 'throwSites' | 'loopSites' | 'shifts'> {
+export function instrumentThrows(
+  code: string,
+  map: string,
+  moduleFile: string,
+): Pick<CompiledReward, 'code' | 'throwSites' | 'loopSites' | 'shifts'> {
   let ast: AstNode;
   try {
     ast = parseJs(code, { ecmaVersion: 'latest', sourceType: 'script', locations: true }) as unknown as AstNode;
@@ -182,8 +230,14 @@ export function instrumentThrows(code: string, map: string, moduleFile: string):
   const root = dirname(moduleFile);
   const siteOf = (n: AstNode): Site | undefined => {
     const { line, column } = n.loc!.start;
-    const e = sm.findEntry(line - 1, column) as { originalSource?: string; originalLine?: number; originalColumn?: number };
-    return e.originalSource ? { file: resolve(root, e.originalSource), line: (e.originalLine ?? 0) + 1, column: (e.originalColumn ?? 0) + 1 } : undefined;
+    const e = sm.findEntry(line - 1, column) as {
+      originalSource?: string;
+      originalLine?: number;
+      originalColumn?: number;
+    };
+    return e.originalSource
+      ? { file: resolve(root, e.originalSource), line: (e.originalLine ?? 0) + 1, column: (e.originalColumn ?? 0) + 1 }
+      : undefined;
   };
   const throwSites: Site[] = [];
   const loopSites: Site[] = [];

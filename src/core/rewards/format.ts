@@ -9,7 +9,7 @@
  * (tool call+ → tool response+ → think)* → answer, every call valid, every block closed, only whitespace and
  * template markers between blocks, no error reply.
  */
-import { detectDialect, templateMarkerLength, type Dialect, type ParsedTrajectory } from '../tags/parser';
+import { type Dialect, detectDialect, type ParsedTrajectory, templateMarkerLength } from '../tags/parser';
 import { pythonStrip } from '../tags/searchr1';
 import type { ResponseSpan } from '../tags/spans';
 import { parseResponse } from '../tags/trajectory';
@@ -68,7 +68,11 @@ export function formatValidParsed(parsed: ParsedTrajectory): FormatResult {
   for (const [k, s] of parsed.segments.entries()) {
     if (s.kind === 'template') continue;
     if (s.kind === 'text') {
-      if (pythonStrip(parsed.text.slice(s.start - parsed.offset, s.end - parsed.offset))) return { valid: false, reason: `Unexpected content '${pythonStrip(parsed.text.slice(s.start - parsed.offset, s.end - parsed.offset)).slice(0, 80)}' between blocks (state: ${state})` };
+      if (pythonStrip(parsed.text.slice(s.start - parsed.offset, s.end - parsed.offset)))
+        return {
+          valid: false,
+          reason: `Unexpected content '${pythonStrip(parsed.text.slice(s.start - parsed.offset, s.end - parsed.offset)).slice(0, 80)}' between blocks (state: ${state})`,
+        };
       continue;
     }
     if (s.kind === 'feedback') return { valid: false, reason: 'The environment answered an invalid action (feedback)' };
@@ -76,9 +80,11 @@ export function formatValidParsed(parsed: ParsedTrajectory): FormatResult {
     if ((!s.opened && !openedByPrompt) || !s.closed) return { valid: false, reason: `Unbalanced ${s.kind} block` };
     if (s.kind === 'think' && (state === 'start' || state === 'information')) state = 'after_think';
     else if (s.kind === 'search' && (state === 'after_think' || (tool && state === 'after_call'))) {
-      if (s.call && s.call.query === undefined && s.call.error !== undefined) return { valid: false, reason: `Invalid tool call: ${s.call.error}` };
+      if (s.call && s.call.query === undefined && s.call.error !== undefined)
+        return { valid: false, reason: `Invalid tool call: ${s.call.error}` };
       state = 'after_call';
-    } else if (s.kind === 'information' && (state === 'after_call' || (tool && state === 'information'))) state = 'information';
+    } else if (s.kind === 'information' && (state === 'after_call' || (tool && state === 'information')))
+      state = 'information';
     else if (s.kind === 'answer' && state === 'after_think') state = 'end';
     else return { valid: false, reason: `Unexpected ${s.kind === 'search' ? calls : s.kind} in state ${state}` };
   }
@@ -91,13 +97,27 @@ export function formatValidParsed(parsed: ParsedTrajectory): FormatResult {
  * tool-call dialects: {@link formatValidParsed}.
  */
 export function formatValidResponse(response: string, options: FormatOptions = {}): FormatResult {
-  const dialect = options.dialect && options.dialect !== 'auto' ? options.dialect : detectDialect(response, options.prompt);
-  if (dialect !== 'searchr1' || options.spans) return formatValidParsed(parseResponse(response, { prompt: options.prompt, dialect, searchTool: options.searchTool, ...(options.spans ? { spans: options.spans } : {}) }, { expectAnswer: false }));
+  const dialect =
+    options.dialect && options.dialect !== 'auto' ? options.dialect : detectDialect(response, options.prompt);
+  if (dialect !== 'searchr1' || options.spans)
+    return formatValidParsed(
+      parseResponse(
+        response,
+        {
+          prompt: options.prompt,
+          dialect,
+          searchTool: options.searchTool,
+          ...(options.spans ? { spans: options.spans } : {}),
+        },
+        { expectAnswer: false },
+      ),
+    );
   const content = options.strict ? response : stripTemplateMarkers(response);
   for (const tag of TAGS) {
     const opening = content.split(`<${tag}>`).length - 1;
     const closing = content.split(`</${tag}>`).length - 1;
-    if (opening !== closing) return { valid: false, reason: `Mismatch in ${tag} tags: ${opening} opening vs ${closing} closing tags` };
+    if (opening !== closing)
+      return { valid: false, reason: `Mismatch in ${tag} tags: ${opening} opening vs ${closing} closing tags` };
   }
   let state = 'start';
   for (const part of content.split(SPLIT_RE)) {
@@ -133,5 +153,8 @@ export function formatValid(transcript: string, options: FormatOptions = {}): Fo
   }
   const split = splitTranscript(transcript);
   if (split.by === 'none' && split.template !== 'plain') return { valid: false, reason: 'Missing assistant marker' };
-  return formatValidResponse(transcript.slice(split.responseStart), { ...options, prompt: transcript.slice(0, split.responseStart) });
+  return formatValidResponse(transcript.slice(split.responseStart), {
+    ...options,
+    prompt: transcript.slice(0, split.responseStart),
+  });
 }

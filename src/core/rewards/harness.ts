@@ -166,7 +166,24 @@ export function harnessSource(moduleGlobal: string): string {
 
 /** One rollout's outcome as the harness sends it (untrusted: decodeOutcome checks every field). */
 export type RawOutcome =
-  | { k: 'v'; r: RawNumber; obj?: boolean; parts?: [string, RawNumber][] | RawNumber; tooMany?: number; logs?: string[]; dropped?: number }
-  | { k: 'e'; name?: string; message?: string; stack?: string; nonError?: string; site?: number; logs?: string[]; dropped?: number }
+  | {
+      k: 'v';
+      r: RawNumber;
+      obj?: boolean;
+      parts?: [string, RawNumber][] | RawNumber;
+      tooMany?: number;
+      logs?: string[];
+      dropped?: number;
+    }
+  | {
+      k: 'e';
+      name?: string;
+      message?: string;
+      stack?: string;
+      nonError?: string;
+      site?: number;
+      logs?: string[];
+      dropped?: number;
+    }
   | { k: 'p'; logs?: string[]; dropped?: number };
 type RawNumber = { t: string; n?: string };

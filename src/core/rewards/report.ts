@@ -4,7 +4,17 @@
  * Lab's contract (src/core/protocol/rewardLab.ts) shows this type, and its webview's type check reads this file.
  */
 
-export type RewardErrorKind = 'throw' | 'nan' | 'type' | 'timeout' | 'memory' | 'crash' | 'batch-timeout' | 'skipped' | 'cancelled' | 'input';
+export type RewardErrorKind =
+  | 'throw'
+  | 'nan'
+  | 'type'
+  | 'timeout'
+  | 'memory'
+  | 'crash'
+  | 'batch-timeout'
+  | 'skipped'
+  | 'cancelled'
+  | 'input';
 
 export interface RewardError {
   kind: RewardErrorKind;

@@ -16,8 +16,14 @@
  * rollout, then { type: 'done', seq }.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import { newQuickJSWASMModuleFromVariant, newVariant, type QuickJSContext, type QuickJSHandle, type QuickJSRuntime } from 'quickjs-emscripten-core';
 import releaseSync from '@jitl/quickjs-wasmfile-release-sync';
+import {
+  newQuickJSWASMModuleFromVariant,
+  newVariant,
+  type QuickJSContext,
+  type QuickJSHandle,
+  type QuickJSRuntime,
+} from 'quickjs-emscripten-core';
 import { harnessSource, type RawOutcome } from './harness';
 
 export interface RewardWorkerData {
@@ -44,7 +50,18 @@ export interface ScoreRequest {
 }
 
 /** What the worker says about one rollout: the harness's outcome, or a failure the engine itself reported. */
-export type WorkerOutcome = (RawOutcome | { k: 'x'; kind: 'timeout' | 'memory' | 'crash'; message: string; stack?: string; logs?: string[]; dropped?: number; loop?: number }) & {
+export type WorkerOutcome = (
+  | RawOutcome
+  | {
+      k: 'x';
+      kind: 'timeout' | 'memory' | 'crash';
+      message: string;
+      stack?: string;
+      logs?: string[];
+      dropped?: number;
+      loop?: number;
+    }
+) & {
   /** The module's top-level code failed (every rollout gets this outcome). */
   load?: boolean;
 };
@@ -52,7 +69,11 @@ export type WorkerOutcome = (RawOutcome | { k: 'x'; kind: 'timeout' | 'memory' |
 const data = workerData as RewardWorkerData;
 const PAGE = 64 * 1024;
 /** WebAssembly, typed as far as used here (the project's TypeScript lib has no WebAssembly declarations). */
-const Wasm = (globalThis as unknown as { WebAssembly: { Memory: new (d: { initial: number; maximum: number }) => { buffer: ArrayBuffer } } }).WebAssembly;
+const Wasm = (
+  globalThis as unknown as {
+    WebAssembly: { Memory: new (d: { initial: number; maximum: number }) => { buffer: ArrayBuffer } };
+  }
+).WebAssembly;
 
 interface Engine {
   runtime: QuickJSRuntime;
@@ -72,7 +93,9 @@ async function newEngine(): Promise<Engine> {
   // The memory limit: the engine's only memory. 16 MB is what the build needs to start.
   const pages = Math.max(256, Math.floor((data.memoryMb * 1024 * 1024) / PAGE));
   const memory = new Wasm.Memory({ initial: 256, maximum: pages });
-  const qjs = await newQuickJSWASMModuleFromVariant(newVariant(releaseSync, { wasmModule: data.wasm as never, wasmMemory: memory as never }));
+  const qjs = await newQuickJSWASMModuleFromVariant(
+    newVariant(releaseSync, { wasmModule: data.wasm as never, wasmMemory: memory as never }),
+  );
   const runtime = qjs.newRuntime();
   // QuickJS counts its allocations too: one request larger than the whole limit fails at once, without growing the memory.
   runtime.setMemoryLimit(data.memoryMb * 1024 * 1024);
@@ -101,7 +124,11 @@ async function newEngine(): Promise<Engine> {
   if (e.loadError) {
     // Keep the error, not the engine (its memory may be full). A thrown non-Error takes the site of the last throw.
     const { site, ...before } = logsBefore(e);
-    e.loadError = { ...e.loadError, ...before, ...(e.loadError.k === 'e' && e.loadError.nonError && site !== undefined ? { site } : {}) };
+    e.loadError = {
+      ...e.loadError,
+      ...before,
+      ...(e.loadError.k === 'e' && e.loadError.nonError && site !== undefined ? { site } : {}),
+    };
     dispose(e);
   }
   return e;
@@ -145,8 +172,10 @@ function failure(e: Engine, err: QuickJSHandle, when: 'load' | 'run'): WorkerOut
   }
   message = message.slice(0, 2_000);
   stack = stack?.slice(0, 8_000);
-  if (name === 'InternalError' && /^interrupted$/.test(message)) return { k: 'x', kind: 'timeout', message: 'interrupted', ...(stack ? { stack } : {}) };
-  if (name === 'InternalError' && /out of memory/.test(message)) return { k: 'x', kind: 'memory', message, ...(stack ? { stack } : {}) };
+  if (name === 'InternalError' && /^interrupted$/.test(message))
+    return { k: 'x', kind: 'timeout', message: 'interrupted', ...(stack ? { stack } : {}) };
+  if (name === 'InternalError' && /out of memory/.test(message))
+    return { k: 'x', kind: 'memory', message, ...(stack ? { stack } : {}) };
   // Out of memory while making the error itself: QuickJS throws what it could (null).
   if (!name && !message && memoryFull(e)) return { k: 'x', kind: 'memory', message: 'out of memory' };
   // The top-level code threw: the module's own error, reported as a throw.
@@ -163,8 +192,17 @@ function memoryFull(e: Engine): boolean {
 /** The engine itself failed (a WebAssembly trap, the native stack): it cannot be trusted any more. */
 function engineFailure(err: unknown): WorkerOutcome {
   const e = err as Error;
-  if (e instanceof RangeError && /call stack/i.test(e.message)) return { k: 'x', kind: 'crash', message: 'the module recursed too deeply for the sandbox (native stack exhausted)' };
-  return { k: 'x', kind: 'crash', message: `the sandbox's engine failed: ${e?.name ?? 'Error'}: ${e?.message ?? String(err)}` };
+  if (e instanceof RangeError && /call stack/i.test(e.message))
+    return {
+      k: 'x',
+      kind: 'crash',
+      message: 'the module recursed too deeply for the sandbox (native stack exhausted)',
+    };
+  return {
+    k: 'x',
+    kind: 'crash',
+    message: `the sandbox's engine failed: ${e?.name ?? 'Error'}: ${e?.message ?? String(err)}`,
+  };
 }
 
 function dispose(e: Engine | undefined): void {
@@ -191,7 +229,9 @@ function call(e: Engine, fn: QuickJSHandle, args: (string | number)[]): { s?: st
     }
     const s = stringOf(context, r.value);
     r.value.dispose();
-    return s === undefined ? { fail: { k: 'x', kind: 'crash', message: 'the sandbox returned no result (its harness was replaced)' } } : { s };
+    return s === undefined
+      ? { fail: { k: 'x', kind: 'crash', message: 'the sandbox returned no result (its harness was replaced)' } }
+      : { s };
   } finally {
     for (const h of handles) h.dispose();
   }
@@ -245,20 +285,45 @@ async function scoreOne(seq: number, item: [string, string, string], batchDeadli
         const r = call(e, e.take, [seq]);
         outcome = r.fail ?? parseOutcome(r.s!);
         // Still pending once the deadline passed: the jobs were stopped (a promise chain that never ends), not idle.
-        if (outcome.k === 'p' && Date.now() >= deadline) outcome = { k: 'x', kind: 'timeout', message: 'interrupted', ...(outcome.logs ? { logs: outcome.logs } : {}) };
+        if (outcome.k === 'p' && Date.now() >= deadline)
+          outcome = {
+            k: 'x',
+            kind: 'timeout',
+            message: 'interrupted',
+            ...(outcome.logs ? { logs: outcome.logs } : {}),
+          };
         // Still pending, the jobs gone, the memory full: the chain died of memory (QuickJS drops a job it cannot
         // allocate), not of waiting on nothing.
-        else if (outcome.k === 'p' && memoryFull(e)) outcome = { k: 'x', kind: 'memory', message: 'out of memory', ...(outcome.logs ? { logs: outcome.logs } : {}) };
+        else if (outcome.k === 'p' && memoryFull(e))
+          outcome = {
+            k: 'x',
+            kind: 'memory',
+            message: 'out of memory',
+            ...(outcome.logs ? { logs: outcome.logs } : {}),
+          };
       }
     }
     // The engine's own stops, when they reached the module as a rejected promise (an async score function).
     if (outcome.k === 'e' && outcome.name === 'InternalError' && !outcome.nonError) {
-      if (outcome.message === 'interrupted') outcome = { k: 'x', kind: 'timeout', message: 'interrupted', ...(outcome.stack ? { stack: outcome.stack } : {}) };
-      else if (/^out of memory/.test(outcome.message ?? '')) outcome = { k: 'x', kind: 'memory', message: outcome.message!, ...(outcome.stack ? { stack: outcome.stack } : {}) };
+      if (outcome.message === 'interrupted')
+        outcome = {
+          k: 'x',
+          kind: 'timeout',
+          message: 'interrupted',
+          ...(outcome.stack ? { stack: outcome.stack } : {}),
+        };
+      else if (/^out of memory/.test(outcome.message ?? ''))
+        outcome = {
+          k: 'x',
+          kind: 'memory',
+          message: outcome.message!,
+          ...(outcome.stack ? { stack: outcome.stack } : {}),
+        };
     }
     // Out of memory while making the error itself (QuickJS throws null then: `failure` reads it so when it reaches the
     // host), caught by a promise chain and so arriving as a rejection with null: the memory limit, not the module's throw.
-    if (outcome.k === 'e' && outcome.nonError === 'object' && outcome.message === 'null' && memoryFull(e)) outcome = { k: 'x', kind: 'memory', message: 'out of memory' };
+    if (outcome.k === 'e' && outcome.nonError === 'object' && outcome.message === 'null' && memoryFull(e))
+      outcome = { k: 'x', kind: 'memory', message: 'out of memory' };
     if (outcome.k === 'x') {
       broken = true;
       const { site: _site, ...before } = logsBefore(e);
@@ -278,7 +343,10 @@ async function scoreOne(seq: number, item: [string, string, string], batchDeadli
 parentPort!.on('message', (msg: ScoreRequest) => {
   void (async () => {
     for (let k = 0; k < msg.items.length; k++) {
-      const outcome = Date.now() >= msg.batchDeadline ? ({ k: 'x', kind: 'timeout', message: 'batch' } as WorkerOutcome) : await scoreOne(msg.seq, msg.items[k]!, msg.batchDeadline);
+      const outcome =
+        Date.now() >= msg.batchDeadline
+          ? ({ k: 'x', kind: 'timeout', message: 'batch' } as WorkerOutcome)
+          : await scoreOne(msg.seq, msg.items[k]!, msg.batchDeadline);
       parentPort!.postMessage({ type: 'result', seq: msg.seq, index: msg.start + k, outcome });
     }
     parentPort!.postMessage({ type: 'done', seq: msg.seq });

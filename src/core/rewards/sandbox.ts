@@ -22,15 +22,15 @@
  * the other items still score. Threads are reused across batches; a batch is spread over them in chunks.
  */
 import { existsSync, readFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
 import { SourceMap } from 'node:module';
+import { availableParallelism } from 'node:os';
 import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import type { ResponseSpan } from '../tags/spans';
 import { spawnWorker } from '../workers';
-import type { RewardError, RewardErrorKind } from './report';
-import { BUNDLE_NAME, REWARD_GLOBAL, type CompiledReward } from './compile';
+import { BUNDLE_NAME, type CompiledReward, REWARD_GLOBAL } from './compile';
 import { LOG_LIMITS, RESULT_LIMITS } from './harness';
+import type { RewardError, RewardErrorKind } from './report';
 import type { RewardWorkerData, ScoreRequest, WorkerOutcome } from './rewardWorker';
 
 export interface RewardItem {
@@ -55,9 +55,22 @@ export interface RewardItem {
 }
 
 export type { RewardError, RewardErrorKind };
-export const REWARD_ERROR_KINDS: readonly RewardErrorKind[] = ['throw', 'nan', 'type', 'timeout', 'memory', 'crash', 'batch-timeout', 'skipped', 'cancelled', 'input'];
+export const REWARD_ERROR_KINDS: readonly RewardErrorKind[] = [
+  'throw',
+  'nan',
+  'type',
+  'timeout',
+  'memory',
+  'crash',
+  'batch-timeout',
+  'skipped',
+  'cancelled',
+  'input',
+];
 
-export type RewardOutcome = { id: string; reward: number; parts: Record<string, number> } | { id: string; error: RewardError };
+export type RewardOutcome =
+  | { id: string; reward: number; parts: Record<string, number> }
+  | { id: string; error: RewardError };
 
 /** Where a `score` call stands: items done, and the failures so far by kind. */
 export interface ScoreProgress {
@@ -114,7 +127,12 @@ interface Slot {
 }
 
 /** Maps a stack trace of the bundle to the user's file and line (the first frame in their code). */
-export function locate(stack: string | undefined, compiled: CompiledReward, map: SourceMap, apiPath?: string): { file?: string; line?: number; column?: number; stack?: string } {
+export function locate(
+  stack: string | undefined,
+  compiled: CompiledReward,
+  map: SourceMap,
+  apiPath?: string,
+): { file?: string; line?: number; column?: number; stack?: string } {
   if (!stack) return {};
   const frames: string[] = [];
   let first: { file: string; line: number; column: number } | undefined;
@@ -128,13 +146,20 @@ export function locate(stack: string | undefined, compiled: CompiledReward, map:
     }
     const genLine = Number(m[1]) - 1;
     const genCol = m[2] ? unshift(compiled, genLine, Number(m[2]) - 1) : 0;
-    const entry = map.findEntry(genLine, genCol) as { originalSource?: string; originalLine?: number; originalColumn?: number };
+    const entry = map.findEntry(genLine, genCol) as {
+      originalSource?: string;
+      originalLine?: number;
+      originalColumn?: number;
+    };
     if (!entry.originalSource) continue;
     const file = resolve(dirname(compiled.file), entry.originalSource);
     const where = `${file}:${(entry.originalLine ?? 0) + 1}:${(entry.originalColumn ?? 0) + 1}`;
-    frames.push(line.replace(new RegExp(`\\(?[^ (]*${BUNDLE_NAME.replace('.', '\\.')}:\\d+(?::\\d+)?\\)?`), `(${where})`));
+    frames.push(
+      line.replace(new RegExp(`\\(?[^ (]*${BUNDLE_NAME.replace('.', '\\.')}:\\d+(?::\\d+)?\\)?`), `(${where})`),
+    );
     // The location is the first frame in the module's own folder (never the reward API's code).
-    if (!first && inside(dirname(compiled.file), file) && !(apiPath && file === apiPath)) first = { file, line: (entry.originalLine ?? 0) + 1, column: (entry.originalColumn ?? 0) + 1 };
+    if (!first && inside(dirname(compiled.file), file) && !(apiPath && file === apiPath))
+      first = { file, line: (entry.originalLine ?? 0) + 1, column: (entry.originalColumn ?? 0) + 1 };
   }
   return { ...first, stack: frames.join('\n') };
 }
@@ -153,7 +178,16 @@ function unshift(compiled: CompiledReward, line: number, col: number): number {
   return out;
 }
 
-const kindLabel: Record<string, string> = { string: 'a string', number: 'a number', boolean: 'a boolean', undefined: 'undefined', object: 'an object', symbol: 'a symbol', bigint: 'a bigint', function: 'a function' };
+const kindLabel: Record<string, string> = {
+  string: 'a string',
+  number: 'a number',
+  boolean: 'a boolean',
+  undefined: 'undefined',
+  object: 'an object',
+  symbol: 'a symbol',
+  bigint: 'a bigint',
+  function: 'a function',
+};
 
 function described(r: { t?: unknown }): string {
   const t = typeof r?.t === 'string' ? r.t : 'unknown';
@@ -180,7 +214,8 @@ export function printable(s: string): string {
   return s.replace(CONTROL_CHARACTERS, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
 }
 
-const str = (v: unknown, n: number): string | undefined => (typeof v === 'string' ? printable(v.slice(0, n)) : undefined);
+const str = (v: unknown, n: number): string | undefined =>
+  typeof v === 'string' ? printable(v.slice(0, n)) : undefined;
 
 export class RewardSandbox {
   private readonly slots: Slot[] = [];
@@ -211,12 +246,19 @@ export class RewardSandbox {
       chunk: options.chunk ?? 256,
       onLog: options.onLog,
     };
-    if (!(this.opts.memoryMb >= 32)) throw new Error(`the sandbox needs at least 32 MB of memory (got ${this.opts.memoryMb})`);
+    if (!(this.opts.memoryMb >= 32))
+      throw new Error(`the sandbox needs at least 32 MB of memory (got ${this.opts.memoryMb})`);
     this.map = new SourceMap(JSON.parse(compiled.map));
   }
 
   /** The limits in force (for messages and /health). */
-  get limits(): { itemTimeoutMs: number; batchTimeoutMs: number; memoryMb: number; workers: number; timeoutStreak: number } {
+  get limits(): {
+    itemTimeoutMs: number;
+    batchTimeoutMs: number;
+    memoryMb: number;
+    workers: number;
+    timeoutStreak: number;
+  } {
     const { itemTimeoutMs, batchTimeoutMs, memoryMb, workers, timeoutStreak } = this.opts;
     return { itemTimeoutMs, batchTimeoutMs, memoryMb, workers, timeoutStreak };
   }
@@ -251,7 +293,11 @@ export class RewardSandbox {
     return run;
   }
 
-  private async scoreNow(items: RewardItem[], onProgress?: (p: ScoreProgress) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
+  private async scoreNow(
+    items: RewardItem[],
+    onProgress?: (p: ScoreProgress) => void,
+    signal?: AbortSignal,
+  ): Promise<RewardOutcome[]> {
     if (this.closed) throw new Error('the reward sandbox is closed');
     const { batchTimeoutMs, memoryMb, timeoutStreak } = this.opts;
     const results: (RewardOutcome | undefined)[] = new Array(items.length);
@@ -276,12 +322,20 @@ export class RewardSandbox {
         errors[outcome.error.kind] = (errors[outcome.error.kind] ?? 0) + 1;
         // A module whose top-level code fails fails every item at once: that is no streak of runaway items.
         if (flags.costly && !flags.load) this.streak++;
-        else if (outcome.error.kind !== 'skipped' && outcome.error.kind !== 'batch-timeout' && outcome.error.kind !== 'cancelled') this.streak = 0;
+        else if (
+          outcome.error.kind !== 'skipped' &&
+          outcome.error.kind !== 'batch-timeout' &&
+          outcome.error.kind !== 'cancelled'
+        )
+          this.streak = 0;
       } else this.streak = 0;
       progress(done === items.length);
       if (timeoutStreak > 0 && this.streak >= timeoutStreak && 'error' in outcome && outcome.error.kind !== 'skipped') {
         const last = outcome as { error: RewardError };
-        stopAll('skipped', `not run: ${this.streak} rollouts in a row failed with ${last.error.kind === 'crash' ? `a crash of the sandbox (${last.error.message})` : 'a time or memory limit (a loop, or memory that only grows?)'}; fix it and score again`);
+        stopAll(
+          'skipped',
+          `not run: ${this.streak} rollouts in a row failed with ${last.error.kind === 'crash' ? `a crash of the sandbox (${last.error.message})` : 'a time or memory limit (a loop, or memory that only grows?)'}; fix it and score again`,
+        );
       }
     };
     const fail = (index: number, error: RewardError, costly = false) => finish(index, { error }, { costly });
@@ -313,16 +367,31 @@ export class RewardSandbox {
       const it = items[i]!;
       let json: string;
       try {
-        json = JSON.stringify({ golden: it.golden, question: it.question, data_source: it.data_source, meta: it.meta, dialect: it.dialect, searchTool: it.searchTool, strictActions: it.strictActions, spans: it.spans });
+        json = JSON.stringify({
+          golden: it.golden,
+          question: it.question,
+          data_source: it.data_source,
+          meta: it.meta,
+          dialect: it.dialect,
+          searchTool: it.searchTool,
+          strictActions: it.strictActions,
+          spans: it.spans,
+        });
       } catch (e) {
-        fail(i, { kind: 'input', message: `the rollout cannot be passed to the reward module: ${(e as Error).message}` });
+        fail(i, {
+          kind: 'input',
+          message: `the rollout cannot be passed to the reward module: ${(e as Error).message}`,
+        });
         continue;
       }
       const prompt = typeof it.prompt === 'string' ? it.prompt : '';
       const response = typeof it.response === 'string' ? it.response : '';
       const chars = json.length + prompt.length + response.length;
       if (chars > maxItemChars) {
-        fail(i, { kind: 'input', message: `the rollout is ${(chars / 1e6).toFixed(1)} M characters, more than the sandbox takes (${(maxItemChars / 1e6).toFixed(1)} M: an eighth of its ${memoryMb} MB)` });
+        fail(i, {
+          kind: 'input',
+          message: `the rollout is ${(chars / 1e6).toFixed(1)} M characters, more than the sandbox takes (${(maxItemChars / 1e6).toFixed(1)} M: an eighth of its ${memoryMb} MB)`,
+        });
         continue;
       }
       chunk.indices.push(i);
@@ -347,7 +416,10 @@ export class RewardSandbox {
         for (const s of this.slots) if (s.busy) this.replace(s);
         resolveAll();
       };
-      const batchTimer = setTimeout(() => stopAll('batch-timeout', `the batch did not finish within ${batchTimeoutMs} ms`), batchTimeoutMs);
+      const batchTimer = setTimeout(
+        () => stopAll('batch-timeout', `the batch did not finish within ${batchTimeoutMs} ms`),
+        batchTimeoutMs,
+      );
       const onAbort = () => stopAll('cancelled', 'cancelled');
       if (signal?.aborted) onAbort();
       signal?.addEventListener('abort', onAbort, { once: true });
@@ -378,7 +450,10 @@ export class RewardSandbox {
       for (const slot of this.slots.slice(0, wanted)) pump(slot);
       maybeDone();
     });
-    if (logsDropped) this.opts.onLog?.(`… ${logsDropped.toLocaleString('en-US')} console line${logsDropped === 1 ? '' : 's'} of the module not shown (at most ${LOG_LIMITS.itemChars.toLocaleString('en-US')} characters per rollout and ${LOG_LIMITS.batchChars / 1024} KB per batch)`);
+    if (logsDropped)
+      this.opts.onLog?.(
+        `… ${logsDropped.toLocaleString('en-US')} console line${logsDropped === 1 ? '' : 's'} of the module not shown (at most ${LOG_LIMITS.itemChars.toLocaleString('en-US')} characters per rollout and ${LOG_LIMITS.batchChars / 1024} KB per batch)`,
+      );
     progress(true);
     return results as RewardOutcome[];
   }
@@ -408,7 +483,11 @@ export class RewardSandbox {
     // anyway (a long native call), it is terminated. A fresh engine first loads the module (up to one item limit).
     const arm = () => {
       clearTimeout(slot.watchdog);
-      slot.watchdog = setTimeout(() => abandon('timeout', `did not finish within ${this.opts.itemTimeoutMs} ms (its sandbox thread was stopped)`), 2 * this.opts.itemTimeoutMs + 5_000);
+      slot.watchdog = setTimeout(
+        () =>
+          abandon('timeout', `did not finish within ${this.opts.itemTimeoutMs} ms (its sandbox thread was stopped)`),
+        2 * this.opts.itemTimeoutMs + 5_000,
+      );
     };
     const abandon = (kind: RewardErrorKind, message: string) => {
       if (settled) return;
@@ -427,18 +506,28 @@ export class RewardSandbox {
         if (index === undefined) return;
         received = k + 1;
         arm();
-        const o = (m.outcome && typeof m.outcome === 'object' ? m.outcome : { k: 'x', kind: 'crash', message: 'no result' }) as Record<string, unknown>;
+        const o = (
+          m.outcome && typeof m.outcome === 'object' ? m.outcome : { k: 'x', kind: 'crash', message: 'no result' }
+        ) as Record<string, unknown>;
         onLog(o.logs, o.dropped);
         const body = this.decode(o, batchDeadline);
         // The batch's own deadline is no runaway of the module's.
-        finish(index, body, { load: o.load === true, costly: o.k === 'x' && !('error' in body && body.error.kind === 'batch-timeout') });
+        finish(index, body, {
+          load: o.load === true,
+          costly: o.k === 'x' && !('error' in body && body.error.kind === 'batch-timeout'),
+        });
       } else if (m.type === 'done') {
         cleanup();
         next();
       }
     };
     const onError = (e: Error & { code?: string }) => {
-      abandon(e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? 'memory' : 'crash', e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? `ran out of memory (the limit is ${this.opts.memoryMb} MB)` : `the sandbox thread crashed: ${e.message}`);
+      abandon(
+        e.code === 'ERR_WORKER_OUT_OF_MEMORY' ? 'memory' : 'crash',
+        e.code === 'ERR_WORKER_OUT_OF_MEMORY'
+          ? `ran out of memory (the limit is ${this.opts.memoryMb} MB)`
+          : `the sandbox thread crashed: ${e.message}`,
+      );
     };
     const onExit = (code: number) => abandon('crash', `the sandbox thread exited (${code})`);
     w.on('message', onMessage);
@@ -452,25 +541,40 @@ export class RewardSandbox {
   /** The worker's account of one item, checked field by field (what the module returned is data it chose). */
   private decode(o: Record<string, unknown>, batchDeadline: number): OutcomeBody {
     const errAt = (kind: RewardErrorKind, message: string, stack?: unknown): { error: RewardError } => {
-      const located = locate(typeof stack === 'string' ? printable(stack.slice(0, RESULT_LIMITS.stackChars)) : undefined, this.compiled, this.map, this.apiPath);
+      const located = locate(
+        typeof stack === 'string' ? printable(stack.slice(0, RESULT_LIMITS.stackChars)) : undefined,
+        this.compiled,
+        this.map,
+        this.apiPath,
+      );
       return { error: { kind, message, ...located } };
     };
     const err = errAt;
     switch (o.k) {
       case 'v': {
         const r = numberOf(o.r);
-        if (r === undefined) return err('type', `returned ${o.obj ? `{ reward: ${described(o.r as { t?: unknown })} }` : described(o.r as { t?: unknown })} (expected a number or { reward, parts })`);
+        if (r === undefined)
+          return err(
+            'type',
+            `returned ${o.obj ? `{ reward: ${described(o.r as { t?: unknown })} }` : described(o.r as { t?: unknown })} (expected a number or { reward, parts })`,
+          );
         if (!Number.isFinite(r)) return err('nan', `returned ${r}`);
         const parts: Record<string, number> = {};
-        if (o.tooMany !== undefined) return err('type', `parts has ${Number(o.tooMany)} entries (at most ${RESULT_LIMITS.parts})`);
+        if (o.tooMany !== undefined)
+          return err('type', `parts has ${Number(o.tooMany)} entries (at most ${RESULT_LIMITS.parts})`);
         if (o.parts !== undefined) {
           if (!Array.isArray(o.parts)) return err('type', 'parts must be an object of numbers');
           for (const p of o.parts.slice(0, RESULT_LIMITS.parts) as unknown[]) {
             const [key, val] = Array.isArray(p) ? p : [];
             if (typeof key !== 'string') return err('type', 'parts must be an object of numbers');
-            if (key === '__proto__' || key === 'constructor' || key === 'prototype') return err('type', `parts.${key}: a part cannot be named ${key}`);
+            if (key === '__proto__' || key === 'constructor' || key === 'prototype')
+              return err('type', `parts.${key}: a part cannot be named ${key}`);
             const x = numberOf(val);
-            if (x === undefined || !Number.isFinite(x)) return err('type', `parts.${key} is ${x === undefined ? described(val as { t?: unknown }) : x} (expected a finite number)`);
+            if (x === undefined || !Number.isFinite(x))
+              return err(
+                'type',
+                `parts.${key} is ${x === undefined ? described(val as { t?: unknown }) : x} (expected a finite number)`,
+              );
             parts[key] = x;
           }
         }
@@ -482,12 +586,21 @@ export class RewardSandbox {
         if (typeof o.nonError === 'string') {
           const site = typeof o.site === 'number' ? this.compiled.throwSites?.[o.site] : undefined;
           const what = kindLabel[o.nonError] ?? 'a value';
-          return { error: { kind: 'throw', message: `threw ${what}${o.nonError === 'undefined' ? '' : `: ${message}`}`, ...(site ? { file: site.file, line: site.line, column: site.column } : {}) } };
+          return {
+            error: {
+              kind: 'throw',
+              message: `threw ${what}${o.nonError === 'undefined' ? '' : `: ${message}`}`,
+              ...(site ? { file: site.file, line: site.line, column: site.column } : {}),
+            },
+          };
         }
         return err('throw', `${name ? `${name}: ` : ''}${message}`, o.stack);
       }
       case 'p':
-        return err('timeout', 'returned a promise that never settled (nothing in the sandbox — no timers, no I/O — could ever settle it)');
+        return err(
+          'timeout',
+          'returned a promise that never settled (nothing in the sandbox — no timers, no I/O — could ever settle it)',
+        );
       case 'x': {
         const message = str(o.message, RESULT_LIMITS.messageChars) ?? '';
         // A limit that stopped a loop of the module's own code names that loop (QuickJS's frames name only the function).
@@ -497,10 +610,22 @@ export class RewardSandbox {
           return loop ? { error: { ...e.error, file: loop.file, line: loop.line, column: loop.column } } : e;
         };
         if (o.kind === 'timeout') {
-          if (Date.now() >= batchDeadline - 50 || message === 'batch') return err('batch-timeout', `the batch did not finish within ${this.opts.batchTimeoutMs} ms`, o.stack);
-          return err('timeout', o.load ? `the module's top-level code did not finish within ${this.opts.itemTimeoutMs} ms` : `did not finish within ${this.opts.itemTimeoutMs} ms`, o.stack);
+          if (Date.now() >= batchDeadline - 50 || message === 'batch')
+            return err('batch-timeout', `the batch did not finish within ${this.opts.batchTimeoutMs} ms`, o.stack);
+          return err(
+            'timeout',
+            o.load
+              ? `the module's top-level code did not finish within ${this.opts.itemTimeoutMs} ms`
+              : `did not finish within ${this.opts.itemTimeoutMs} ms`,
+            o.stack,
+          );
         }
-        if (o.kind === 'memory') return err('memory', `${o.load ? "the module's top-level code " : ''}ran out of memory (the limit is ${this.opts.memoryMb} MB)`, o.stack);
+        if (o.kind === 'memory')
+          return err(
+            'memory',
+            `${o.load ? "the module's top-level code " : ''}ran out of memory (the limit is ${this.opts.memoryMb} MB)`,
+            o.stack,
+          );
         return err('crash', message || 'the sandbox failed', o.stack);
       }
       default:

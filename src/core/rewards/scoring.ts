@@ -4,23 +4,39 @@
  * per data source, zero-variance GRPO groups before and after, what changed, errors).
  */
 import { join } from 'node:path';
-import { groupKeyOf, rolloutSpans, type Rollout } from '../run/format';
 import { readSource } from '../importers';
 import { packageRoot } from '../paths';
-import { compileRewardModule, rewardApiPath, type CompiledReward } from './compile';
-import { RewardSandbox, describeRewardError, type RewardItem, type RewardOutcome, type SandboxOptions } from './sandbox';
-import type { ErrorCounts, Histogram, RewardError, RewardErrorKind, RewardReport } from './report';
+import { groupKeyOf, type Rollout, rolloutSpans } from '../run/format';
+import { type CompiledReward, compileRewardModule, rewardApiPath } from './compile';
+import type { ErrorCounts, Histogram, RewardErrorKind, RewardReport } from './report';
+import {
+  describeRewardError,
+  type RewardItem,
+  type RewardOutcome,
+  RewardSandbox,
+  type SandboxOptions,
+} from './sandbox';
 
 export type { ErrorCounts, Histogram, RewardReport };
 
 /** The built-in rewards are the project's example modules (examples/rewards/). */
-export const BUILTIN_REWARDS = { em: 'em.reward.ts', subem: 'subem.reward.ts', f1: 'f1.reward.ts', 'em-format': 'em-format.reward.ts' } as const;
+export const BUILTIN_REWARDS = {
+  em: 'em.reward.ts',
+  subem: 'subem.reward.ts',
+  f1: 'f1.reward.ts',
+  'em-format': 'em-format.reward.ts',
+} as const;
 
 export function resolveRewardSpec(spec: string): string {
   if (!spec.startsWith('builtin:')) return spec;
   const name = spec.slice('builtin:'.length) as keyof typeof BUILTIN_REWARDS;
   const file = BUILTIN_REWARDS[name];
-  if (!file) throw new Error(`unknown built-in reward "${spec}"; the built-ins are ${Object.keys(BUILTIN_REWARDS).map((k) => `builtin:${k}`).join(', ')}`);
+  if (!file)
+    throw new Error(
+      `unknown built-in reward "${spec}"; the built-ins are ${Object.keys(BUILTIN_REWARDS)
+        .map((k) => `builtin:${k}`)
+        .join(', ')}`,
+    );
   return join(packageRoot(), 'examples', 'rewards', file);
 }
 
@@ -116,7 +132,8 @@ export async function* scoreRollouts(
     batch = [];
   };
   const only = options.only;
-  for await (const item of readSource(path, undefined, {}, 'none')) {  // a reward reads text: no token arrays
+  for await (const item of readSource(path, undefined, {}, 'none')) {
+    // a reward reads text: no token arrays
     options.signal?.throwIfAborted();
     const at = item.where ? fileLine(item.where) : undefined;
     if (at && only) {
@@ -125,7 +142,8 @@ export async function* scoreRollouts(
     }
     if (at && options.read) options.read[at[0]] = Math.max(options.read[at[0]] ?? 0, at[1]);
     if (!item.record) {
-      for (const e of item.issues) options.onMalformed?.(`${e.file}:${e.line}: ${e.field ? `${e.field}: ` : ''}${e.message}`);
+      for (const e of item.issues)
+        options.onMalformed?.(`${e.file}:${e.line}: ${e.field ? `${e.field}: ` : ''}${e.message}`);
       continue;
     }
     batch.push({ record: item.record, where: item.where ?? path });
@@ -145,8 +163,14 @@ export class RewardReportBuilder {
   private readonly recorded = stats();
   private agreeN = 0;
   private agreeOf = 0;
-  private readonly groups = new Map<string, { n: number; min: number; max: number; rmin: number; rmax: number; rn: number }>();
-  private readonly sources = new Map<string, { count: number; rec: ReturnType<typeof stats>; sc: ReturnType<typeof stats> }>();
+  private readonly groups = new Map<
+    string,
+    { n: number; min: number; max: number; rmin: number; rmax: number; rn: number }
+  >();
+  private readonly sources = new Map<
+    string,
+    { count: number; rec: ReturnType<typeof stats>; sc: ReturnType<typeof stats> }
+  >();
   private readonly values: { rec: number | null; sc: number | null }[] = [];
   private changed: RewardReport['changed'] = [];
   private changedCount = 0;
@@ -161,7 +185,13 @@ export class RewardReportBuilder {
     if ('error' in s.outcome) {
       this.errors++;
       this.byKind[s.outcome.error.kind] = (this.byKind[s.outcome.error.kind] ?? 0) + 1;
-      if (this.failures.length < this.limit) this.failures.push({ id: s.record.id, where: s.where, message: describeRewardError({ id: s.record.id, where: s.where }, s.outcome.error), error: s.outcome.error });
+      if (this.failures.length < this.limit)
+        this.failures.push({
+          id: s.record.id,
+          where: s.where,
+          message: describeRewardError({ id: s.record.id, where: s.where }, s.outcome.error),
+          error: s.outcome.error,
+        });
     }
     if (sc !== null) {
       this.scored.n++;
@@ -213,7 +243,8 @@ export class RewardReportBuilder {
   }
 
   private trimChanged(): void {
-    const delta = (c: RewardReport['changed'][number]) => Math.abs((c.reward ?? 0) - (c.recorded ?? 0)) + (c.reward === null || c.recorded === null ? 10 : 0);
+    const delta = (c: RewardReport['changed'][number]) =>
+      Math.abs((c.reward ?? 0) - (c.recorded ?? 0)) + (c.reward === null || c.recorded === null ? 10 : 0);
     this.changed.sort((a, b) => delta(b) - delta(a));
     this.changed = this.changed.slice(0, this.limit);
   }
@@ -263,7 +294,9 @@ export class RewardReportBuilder {
       frac_zero_std_groups_recorded: zRec.frac,
       groups: Math.max(zNew.n, zRec.n),
       histogram: { edges, recorded, scored },
-      bySource: [...this.sources.entries()].sort((a, b) => a[0].localeCompare(b[0])).map(([data_source, e]) => ({ data_source, count: e.count, recordedMean: mean(e.rec), mean: mean(e.sc) })),
+      bySource: [...this.sources.entries()]
+        .sort((a, b) => a[0].localeCompare(b[0]))
+        .map(([data_source, e]) => ({ data_source, count: e.count, recordedMean: mean(e.rec), mean: mean(e.sc) })),
       changed: this.changed,
       changedCount: this.changedCount,
       failures: this.failures,

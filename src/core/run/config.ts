@@ -5,8 +5,9 @@
  * (trainer/search_agent_trainer/run_config.schema.json). Strict: an unknown key is an error naming it.
  * Names follow veRL / Search-R1 where they have one.
  */
-import { S, type Static } from '../schema/schema';
+
 import type { RunStage } from '../protocol/dashboard';
+import { S, type Static } from '../schema/schema';
 import { ENGINES, engineIssues } from './engines';
 
 const strict = { additional: false } as const;
@@ -28,14 +29,32 @@ export const RunConfigSchema = S.object(
         'builtin',
       ),
     ),
-    devices: S.optional(S.integer({ minimum: 1, default: 1, description: 'Training processes, one per GPU (> 1: engine trl or verl). trl: accelerate launch --num_processes (trl.num_processes or trl.accelerate_config override it). verl: verl.gpus_per_node × verl.nodes (gpus_per_node defaults to devices ÷ nodes; given both, they must agree).' })),
+    devices: S.optional(
+      S.integer({
+        minimum: 1,
+        default: 1,
+        description:
+          'Training processes, one per GPU (> 1: engine trl or verl). trl: accelerate launch --num_processes (trl.num_processes or trl.accelerate_config override it). verl: verl.gpus_per_node × verl.nodes (gpus_per_node defaults to devices ÷ nodes; given both, they must agree).',
+      }),
+    ),
     seed: S.optional(S.integer({ minimum: 0, default: 1, description: 'Seeds Python, torch and the data order.' })),
-    output_dir: S.optional(S.string({ description: 'Where runs made from this config go (<output_dir>/<name>-<time>), relative to this file. Default: runs/ in the workspace folder (the CLI: the current directory).' })),
+    output_dir: S.optional(
+      S.string({
+        description:
+          'Where runs made from this config go (<output_dir>/<name>-<time>), relative to this file. Default: runs/ in the workspace folder (the CLI: the current directory).',
+      }),
+    ),
     data: S.object(
       {
-        train: S.string({ minLength: 1, description: 'Training dataset: JSONL of {id, question, golden, data_source} (relative to this file), or builtin:demo/train (the demo task that ships with the extension).' }),
+        train: S.string({
+          minLength: 1,
+          description:
+            'Training dataset: JSONL of {id, question, golden, data_source} (relative to this file), or builtin:demo/train (the demo task that ships with the extension).',
+        }),
         eval: S.optional(S.string({ description: 'Held-out dataset, same format; or builtin:demo/eval.' })),
-        eval_size: S.optional(S.integer({ minimum: 1, description: 'Evaluate on at most this many held-out examples (all by default).' })),
+        eval_size: S.optional(
+          S.integer({ minimum: 1, description: 'Evaluate on at most this many held-out examples (all by default).' }),
+        ),
         hops_mix: S.optional(
           S.record(
             S.number({ minimum: 0 }),
@@ -45,7 +64,8 @@ export const RunConfigSchema = S.object(
         prompt_template: S.optional(
           S.string({
             default: SEARCH_R1_BASE_TEMPLATE,
-            description: 'The user prompt; `{question}` is replaced. Default: Search-R1’s base template; with rollout.dialect toolcall, the same instructions written for the search tool (<tool_call>, <tool_response>).',
+            description:
+              'The user prompt; `{question}` is replaced. Default: Search-R1’s base template; with rollout.dialect toolcall, the same instructions written for the search tool (<tool_call>, <tool_response>).',
           }),
         ),
         chat_template: S.optional(S.boolean('Apply the tokenizer’s chat template when it has one.', true)),
@@ -54,18 +74,47 @@ export const RunConfigSchema = S.object(
     ),
     model: S.object(
       {
-        kind: S.enum(['tiny', 'hf'] as const, 'tiny: the built-in tiny causal transformer (CPU tests, the demo); hf: a Hugging Face causal LM from a local directory.', 'tiny'),
-        path: S.optional(S.string({ description: 'hf: the model directory (config.json, weights, tokenizer). Nothing is downloaded.' })),
-        init: S.optional(S.string({ description: 'A checkpoint directory to start from (e.g. a warm start), instead of the model’s initial weights.' })),
-        random_init: S.optional(S.boolean('hf: build the model from model.path’s config.json with random weights (seeded) instead of loading weights; the directory needs config.json and the tokenizer only (tests, examples, benchmarks).', false)),
+        kind: S.enum(
+          ['tiny', 'hf'] as const,
+          'tiny: the built-in tiny causal transformer (CPU tests, the demo); hf: a Hugging Face causal LM from a local directory.',
+          'tiny',
+        ),
+        path: S.optional(
+          S.string({
+            description: 'hf: the model directory (config.json, weights, tokenizer). Nothing is downloaded.',
+          }),
+        ),
+        init: S.optional(
+          S.string({
+            description:
+              'A checkpoint directory to start from (e.g. a warm start), instead of the model’s initial weights.',
+          }),
+        ),
+        random_init: S.optional(
+          S.boolean(
+            'hf: build the model from model.path’s config.json with random weights (seeded) instead of loading weights; the directory needs config.json and the tokenizer only (tests, examples, benchmarks).',
+            false,
+          ),
+        ),
         tiny: S.optional(
           S.object(
             {
               layers: S.optional(S.integer({ minimum: 1, default: 2 })),
               d_model: S.optional(S.integer({ minimum: 8, default: 128 })),
               heads: S.optional(S.integer({ minimum: 1, default: 4 })),
-              max_len: S.optional(S.integer({ minimum: 16, default: 2048, description: 'Positions; at least the longest prompt plus rollout.max_response_length.' })),
-              vocab: S.optional(S.array(S.string(), { description: 'Extra texts whose words join the tiny tokenizer’s vocabulary (corpus files, datasets; builtin:demo/corpus).' })),
+              max_len: S.optional(
+                S.integer({
+                  minimum: 16,
+                  default: 2048,
+                  description: 'Positions; at least the longest prompt plus rollout.max_response_length.',
+                }),
+              ),
+              vocab: S.optional(
+                S.array(S.string(), {
+                  description:
+                    'Extra texts whose words join the tiny tokenizer’s vocabulary (corpus files, datasets; builtin:demo/corpus).',
+                }),
+              ),
             },
             strict,
           ),
@@ -75,7 +124,14 @@ export const RunConfigSchema = S.object(
             {
               r: S.optional(S.integer({ minimum: 1, default: 8 })),
               alpha: S.optional(S.number({ minimum: 0, default: 16 })),
-              dropout: S.optional(S.number({ minimum: 0, maximum: 1, default: 0, description: 'LoRA dropout; above 0 it needs model.dropout: true.' })),
+              dropout: S.optional(
+                S.number({
+                  minimum: 0,
+                  maximum: 1,
+                  default: 0,
+                  description: 'LoRA dropout; above 0 it needs model.dropout: true.',
+                }),
+              ),
               target_modules: S.optional(S.array(S.string(), { description: 'Default: the attention projections.' })),
             },
             { ...strict, description: 'hf only, when peft is installed.' },
@@ -84,12 +140,21 @@ export const RunConfigSchema = S.object(
         dtype: S.optional(
           S.enum(
             ['auto', 'bf16', 'bf16_where_native', 'fastest', 'fp32'] as const,
-            'Compute precision; the weights the optimizer updates are always fp32 (master weights). bf16: bf16 autocast (on CPU too, where a CPU without native bf16 is several times slower than fp32: the run warns); bf16_where_native: bf16 autocast where the device multiplies bf16 natively (a CUDA GPU with bf16; a CPU with AVX512-BF16, AMX or arm64 BF16), fp32 elsewhere; fastest (the demo\'s): on a CPU with native bf16 the builtin trainer times the run\'s own model in both at the start of the run and computes in bf16 unless it is more than 10% slower there, the first measurement kept for the machine (run.json `numerics` says what, why and the seconds; docs/trainer.md), fp32 on a CPU without native bf16 and where nothing measures (the other engines on CPU), bf16_where_native\'s rule on a GPU; auto: bf16 autocast on CUDA, fp32 on CPU. Under LoRA with bf16 compute, the frozen base is stored in bf16.',
+            "Compute precision; the weights the optimizer updates are always fp32 (master weights). bf16: bf16 autocast (on CPU too, where a CPU without native bf16 is several times slower than fp32: the run warns); bf16_where_native: bf16 autocast where the device multiplies bf16 natively (a CUDA GPU with bf16; a CPU with AVX512-BF16, AMX or arm64 BF16), fp32 elsewhere; fastest (the demo's): on a CPU with native bf16 the builtin trainer times the run's own model in both at the start of the run and computes in bf16 unless it is more than 10% slower there, the first measurement kept for the machine (run.json `numerics` says what, why and the seconds; docs/trainer.md), fp32 on a CPU without native bf16 and where nothing measures (the other engines on CPU), bf16_where_native's rule on a GPU; auto: bf16 autocast on CUDA, fp32 on CPU. Under LoRA with bf16 compute, the frozen base is stored in bf16.",
             'auto',
           ),
         ),
-        dropout: S.optional(S.boolean('Keep the model’s and LoRA’s dropout in training. Off by default: with dropout the update’s log-probs differ from the sampler’s and an on-policy ratio is not 1.', false)),
-        gradient_checkpointing: S.optional(S.boolean('hf: recompute each layer\'s activations in the backward pass instead of keeping them (less memory, about a third more compute; docs/trainer.md, "Memory on one GPU"). Unset: the engine’s own default (builtin: on; trl: TRL’s, on; verl: veRL’s, on); a memory plan may set it.')),
+        dropout: S.optional(
+          S.boolean(
+            'Keep the model’s and LoRA’s dropout in training. Off by default: with dropout the update’s log-probs differ from the sampler’s and an on-policy ratio is not 1.',
+            false,
+          ),
+        ),
+        gradient_checkpointing: S.optional(
+          S.boolean(
+            'hf: recompute each layer\'s activations in the backward pass instead of keeping them (less memory, about a third more compute; docs/trainer.md, "Memory on one GPU"). Unset: the engine’s own default (builtin: on; trl: TRL’s, on; verl: veRL’s, on); a memory plan may set it.',
+          ),
+        ),
         device: S.optional(S.enum(['auto', 'cpu', 'cuda'] as const, undefined, 'auto')),
       },
       { ...strict, description: 'The policy.' },
@@ -97,26 +162,56 @@ export const RunConfigSchema = S.object(
     retriever: S.optional(
       S.object(
         {
-          kind: S.enum(['demo', 'bm25', 'dense', 'remote', 'none'] as const, 'demo: BM25 over the demo corpus; none: /retrieve returns nothing (the ablation).', 'demo'),
+          kind: S.enum(
+            ['demo', 'bm25', 'dense', 'remote', 'none'] as const,
+            'demo: BM25 over the demo corpus; none: /retrieve returns nothing (the ablation).',
+            'demo',
+          ),
           corpus: S.optional(S.string()),
           index: S.optional(S.string()),
           model: S.optional(S.string({ description: 'dense: the E5 encoder directory.' })),
           url: S.optional(S.string({ description: 'remote: a Search-R1-compatible /retrieve URL.' })),
           topk: S.optional(S.integer({ minimum: 1, maximum: 100, default: 3 })),
         },
-        { ...strict, description: 'The env server’s retriever (started by the host; the trainer only calls /retrieve).' },
+        {
+          ...strict,
+          description: 'The env server’s retriever (started by the host; the trainer only calls /retrieve).',
+        },
       ),
     ),
-    reward: S.optional(S.object({ module: S.optional(S.string({ default: 'builtin:em', description: 'A reward module or builtin:em|subem|f1|em-format.' })) }, strict)),
+    reward: S.optional(
+      S.object(
+        {
+          module: S.optional(
+            S.string({ default: 'builtin:em', description: 'A reward module or builtin:em|subem|f1|em-format.' }),
+          ),
+        },
+        strict,
+      ),
+    ),
     rollout: S.optional(
       S.object(
         {
           batch_size: S.optional(S.integer({ minimum: 1, default: 8, description: 'Prompts per step.' })),
           n: S.optional(S.integer({ minimum: 1, default: 5, description: 'Samples per prompt (a GRPO group).' })),
-          max_turns: S.optional(S.integer({ minimum: 1, default: 4, description: 'Turns with actions; then one forced final turn (Search-R1).' })),
+          max_turns: S.optional(
+            S.integer({
+              minimum: 1,
+              default: 4,
+              description: 'Turns with actions; then one forced final turn (Search-R1).',
+            }),
+          ),
           max_turn_tokens: S.optional(S.integer({ minimum: 1, default: 128, description: 'New tokens per turn.' })),
-          max_response_length: S.optional(S.integer({ minimum: 1, default: 1024, description: 'Tokens after the prompt, observations included.' })),
-          max_obs_length: S.optional(S.integer({ minimum: 1, default: 512, description: 'An observation longer than this is truncated (with a warning event).' })),
+          max_response_length: S.optional(
+            S.integer({ minimum: 1, default: 1024, description: 'Tokens after the prompt, observations included.' }),
+          ),
+          max_obs_length: S.optional(
+            S.integer({
+              minimum: 1,
+              default: 512,
+              description: 'An observation longer than this is truncated (with a warning event).',
+            }),
+          ),
           max_prompt_length: S.optional(S.integer({ minimum: 1, default: 1024 })),
           temperature: S.optional(S.number({ minimum: 0, default: 1 })),
           top_p: S.optional(S.number({ minimum: 0, maximum: 1, default: 1 })),
@@ -133,7 +228,14 @@ export const RunConfigSchema = S.object(
               false,
             ),
           ),
-          search_tool: S.optional(S.string({ minLength: 1, default: 'search', description: 'toolcall: the search tool’s name (its one argument is the string `query`); the inspector’s --search-tool.' })),
+          search_tool: S.optional(
+            S.string({
+              minLength: 1,
+              default: 'search',
+              description:
+                'toolcall: the search tool’s name (its one argument is the string `query`); the inspector’s --search-tool.',
+            }),
+          ),
           max_batch_tokens: S.optional(
             S.integer({
               minimum: 1,
@@ -155,23 +257,51 @@ export const RunConfigSchema = S.object(
             ),
           ),
           name: S.optional(S.enum(['grpo', 'ppo', 'reinforce++'] as const, undefined, 'grpo')),
-          norm_adv_by_std: S.optional(S.boolean('GRPO: divide by the group’s standard deviation (false: Dr. GRPO).', true)),
+          norm_adv_by_std: S.optional(
+            S.boolean('GRPO: divide by the group’s standard deviation (false: Dr. GRPO).', true),
+          ),
           gamma: S.optional(S.number({ minimum: 0, maximum: 1, default: 1 })),
           lam: S.optional(S.number({ minimum: 0, maximum: 1, default: 1, description: 'GAE λ (PPO).' })),
           clip_ratio_low: S.optional(S.number({ minimum: 0, default: 0.2 })),
-          clip_ratio_high: S.optional(S.number({ minimum: 0, default: 0.2, description: 'DAPO’s clip-higher uses 0.28.' })),
+          clip_ratio_high: S.optional(
+            S.number({ minimum: 0, default: 0.2, description: 'DAPO’s clip-higher uses 0.28.' }),
+          ),
           clip_ratio_c: S.optional(
-            S.number({ minimum: 1, description: 'Dual-clip PPO (Ye et al. 2020; veRL’s clip_ratio_c, 3 there by default): for Â < 0 the loss is at most c·|Â|. Off when absent. Must be > 1.' }),
+            S.number({
+              minimum: 1,
+              description:
+                'Dual-clip PPO (Ye et al. 2020; veRL’s clip_ratio_c, 3 there by default): for Â < 0 the loss is at most c·|Â|. Off when absent. Must be > 1.',
+            }),
           ),
           value_clip: S.optional(S.number({ minimum: 0, default: 0.5, description: 'PPO value clipping range.' })),
           vf_coef: S.optional(S.number({ minimum: 0, default: 0.5 })),
-          kl_coef: S.optional(S.number({ minimum: 0, default: 0.001, description: 'β; 0 disables the reference model.' })),
+          kl_coef: S.optional(
+            S.number({ minimum: 0, default: 0.001, description: 'β; 0 disables the reference model.' }),
+          ),
           kl_estimator: S.optional(S.enum(['k1', 'k2', 'k3'] as const, 'k3 is veRL’s low_var_kl.', 'k3')),
-          kl_in_reward: S.optional(S.boolean('Penalise KL in the reward (PPO-style) instead of as a loss term.', false)),
+          kl_in_reward: S.optional(
+            S.boolean('Penalise KL in the reward (PPO-style) instead of as a loss term.', false),
+          ),
           entropy_coef: S.optional(S.number({ minimum: 0, default: 0 })),
-          loss_agg_mode: S.optional(S.enum(['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'] as const, undefined, 'token-mean')),
-          loss_masking: S.optional(S.boolean('Mask prompt, retrieved and feedback tokens out of the loss (DESIGN §6). false: the ablation.', true)),
-          mask_advantages: S.optional(S.boolean('Compute advantages/values only over generated tokens (veRL) instead of the whole response (Search-R1).', false)),
+          loss_agg_mode: S.optional(
+            S.enum(
+              ['token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum', 'seq-mean-token-sum-norm'] as const,
+              undefined,
+              'token-mean',
+            ),
+          ),
+          loss_masking: S.optional(
+            S.boolean(
+              'Mask prompt, retrieved and feedback tokens out of the loss (DESIGN §6). false: the ablation.',
+              true,
+            ),
+          ),
+          mask_advantages: S.optional(
+            S.boolean(
+              'Compute advantages/values only over generated tokens (veRL) instead of the whole response (Search-R1).',
+              false,
+            ),
+          ),
           skip_zero_std_groups: S.optional(
             S.boolean(
               'GRPO: the groups whose rewards are all equal (advantage 0 on every token; reward/frac_zero_std_groups) skip the reference pass and the update, but for rollout.n of their sequences drawn at random, which carry the KL and entropy terms for all of them (weighted: an unbiased estimate). The policy-gradient term is exactly the whole batch’s. The skipped sequences’ records carry no trainer log-probs. Not DAPO’s dynamic sampling: nothing is resampled.',
@@ -197,14 +327,44 @@ export const RunConfigSchema = S.object(
           lr: S.optional(S.number({ minimum: 0, default: 1e-6 })),
           critic_lr: S.optional(S.number({ minimum: 0, description: 'PPO value head; default: 10 × lr.' })),
           warmup_steps: S.optional(S.integer({ minimum: 0, default: 0 })),
-          critic_warmup_steps: S.optional(S.integer({ minimum: 0, description: 'PPO value head’s linear LR warm-up; default: warmup_steps.' })),
-          lr_schedule: S.optional(S.enum(['constant', 'cosine'] as const, 'After the warm-up: constant, or a cosine down to min_lr_ratio × lr at the last step (veRL’s warmup_style).', 'constant')),
-          min_lr_ratio: S.optional(S.number({ minimum: 0, maximum: 1, default: 0, description: 'cosine: the final learning rate as a fraction of lr.' })),
+          critic_warmup_steps: S.optional(
+            S.integer({ minimum: 0, description: 'PPO value head’s linear LR warm-up; default: warmup_steps.' }),
+          ),
+          lr_schedule: S.optional(
+            S.enum(
+              ['constant', 'cosine'] as const,
+              'After the warm-up: constant, or a cosine down to min_lr_ratio × lr at the last step (veRL’s warmup_style).',
+              'constant',
+            ),
+          ),
+          min_lr_ratio: S.optional(
+            S.number({
+              minimum: 0,
+              maximum: 1,
+              default: 0,
+              description: 'cosine: the final learning rate as a fraction of lr.',
+            }),
+          ),
           weight_decay: S.optional(S.number({ minimum: 0, default: 0 })),
-          grad_clip: S.optional(S.number({ minimum: 0, default: 1, description: 'Gradient-norm clip, applied to the policy’s parameters and (PPO) to the value head’s separately.' })),
+          grad_clip: S.optional(
+            S.number({
+              minimum: 0,
+              default: 1,
+              description:
+                'Gradient-norm clip, applied to the policy’s parameters and (PPO) to the value head’s separately.',
+            }),
+          ),
           ppo_epochs: S.optional(S.integer({ minimum: 1, default: 1 })),
-          mini_batch_size: S.optional(S.integer({ minimum: 1, default: 64, description: 'Sequences per optimizer step.' })),
-          micro_batch_size: S.optional(S.integer({ minimum: 1, default: 8, description: 'Sequences per forward/backward (gradient accumulation).' })),
+          mini_batch_size: S.optional(
+            S.integer({ minimum: 1, default: 64, description: 'Sequences per optimizer step.' }),
+          ),
+          micro_batch_size: S.optional(
+            S.integer({
+              minimum: 1,
+              default: 8,
+              description: 'Sequences per forward/backward (gradient accumulation).',
+            }),
+          ),
         },
         strict,
       ),
@@ -212,20 +372,25 @@ export const RunConfigSchema = S.object(
     train: S.optional(
       S.object(
         {
-          steps: S.optional(S.integer({ minimum: 0, default: 100, description: 'RL steps. With train.stages: their sum (leave it out, or give the same number).' })),
+          steps: S.optional(
+            S.integer({
+              minimum: 0,
+              default: 100,
+              description: 'RL steps. With train.stages: their sum (leave it out, or give the same number).',
+            }),
+          ),
           stages: S.optional(
             S.array(
               S.object(
                 {
-                  steps: S.integer({ minimum: 1, description: 'This stage\'s RL steps.' }),
-                  hops_mix: S.optional(
-                    S.union(
-                      S.record(S.number({ minimum: 0 })),
-                      S.null(),
-                    ),
-                  ),
+                  steps: S.integer({ minimum: 1, description: "This stage's RL steps." }),
+                  hops_mix: S.optional(S.union(S.record(S.number({ minimum: 0 })), S.null())),
                 },
-                { ...strict, description: 'A stage: its steps, and its batches\' mix of one- and multi-hop questions (hops_mix, as data.hops_mix; null: the data\'s own mix; left out: data.hops_mix).' },
+                {
+                  ...strict,
+                  description:
+                    "A stage: its steps, and its batches' mix of one- and multi-hop questions (hops_mix, as data.hops_mix; null: the data's own mix; left out: data.hops_mix).",
+                },
               ),
               {
                 minItems: 1,
@@ -234,25 +399,61 @@ export const RunConfigSchema = S.object(
               },
             ),
           ),
-          eval_every: S.optional(S.integer({ minimum: 0, default: 10, description: '0: only before the first update and at the end.' })),
+          eval_every: S.optional(
+            S.integer({ minimum: 0, default: 10, description: '0: only before the first update and at the end.' }),
+          ),
           checkpoint_every: S.optional(S.integer({ minimum: 0, default: 10 })),
           checkpoint_keep: S.optional(
             S.integer({
               minimum: 1,
               description:
-                'builtin: keep only the last this many checkpoints (older ones are deleted as new ones are written; step-000000 — the warm start — and each curriculum stage\'s last step are always kept: a resume needs them). Default: all of them for the tiny policy, 3 for a Hugging Face model (a 3B full fine-tune\'s checkpoint is ~37 GB). A finished run with a Hugging Face model also writes model/ (Hugging Face format; LoRA merged into the base, the adapter in model/adapter/), which transformers and vLLM load.',
+                "builtin: keep only the last this many checkpoints (older ones are deleted as new ones are written; step-000000 — the warm start — and each curriculum stage's last step are always kept: a resume needs them). Default: all of them for the tiny policy, 3 for a Hugging Face model (a 3B full fine-tune's checkpoint is ~37 GB). A finished run with a Hugging Face model also writes model/ (Hugging Face format; LoRA merged into the base, the adapter in model/adapter/), which transformers and vLLM load.",
             }),
           ),
-          save_rollouts: S.optional(S.boolean('Record training rollouts (train.record says which and how); false: only held-out evaluations are recorded.', true)),
+          save_rollouts: S.optional(
+            S.boolean(
+              'Record training rollouts (train.record says which and how); false: only held-out evaluations are recorded.',
+              true,
+            ),
+          ),
           record: S.optional(
             S.object(
               {
-                format: S.optional(S.enum(['store', 'jsonl'] as const, 'How rollouts are recorded: the token store (Parquet columns, rollouts/step-NNNNNN/: ~8 bytes a token, written off the training step) or v2 JSONL (rollouts/step-NNNNNN.jsonl: ~60-80 bytes a token, every number as text). Both are read by every view; `search-agent-studio export jsonl` converts a store.', 'store')),
-                every: S.optional(S.integer({ minimum: 1, default: 1, description: 'Record the sampled groups of every k-th step (steps divisible by k). Flagged rollouts and held-out evaluations are recorded on every step.' })),
-                groups: S.optional(S.describe(S.union(S.integer({ minimum: 0 }), S.null()), 'Whole GRPO groups a recorded step keeps, drawn by the step (never part of a group); null: all of them. The groups of flagged rollouts are always kept.')),
-                queue: S.optional(S.integer({ minimum: 1, default: 2, description: 'Steps the background writer may hold; when it is this far behind, a step records only its flagged groups and says so (a warning, record/dropped_rollouts, run.json record.dropped).' })),
+                format: S.optional(
+                  S.enum(
+                    ['store', 'jsonl'] as const,
+                    'How rollouts are recorded: the token store (Parquet columns, rollouts/step-NNNNNN/: ~8 bytes a token, written off the training step) or v2 JSONL (rollouts/step-NNNNNN.jsonl: ~60-80 bytes a token, every number as text). Both are read by every view; `search-agent-studio export jsonl` converts a store.',
+                    'store',
+                  ),
+                ),
+                every: S.optional(
+                  S.integer({
+                    minimum: 1,
+                    default: 1,
+                    description:
+                      'Record the sampled groups of every k-th step (steps divisible by k). Flagged rollouts and held-out evaluations are recorded on every step.',
+                  }),
+                ),
+                groups: S.optional(
+                  S.describe(
+                    S.union(S.integer({ minimum: 0 }), S.null()),
+                    'Whole GRPO groups a recorded step keeps, drawn by the step (never part of a group); null: all of them. The groups of flagged rollouts are always kept.',
+                  ),
+                ),
+                queue: S.optional(
+                  S.integer({
+                    minimum: 1,
+                    default: 2,
+                    description:
+                      'Steps the background writer may hold; when it is this far behind, a step records only its flagged groups and says so (a warning, record/dropped_rollouts, run.json record.dropped).',
+                  }),
+                ),
               },
-              { ...strict, description: 'What of each step\'s rollouts is recorded, and how (docs/trainer.md#recording-rollouts). Metrics always cover every rollout; run.json\'s `record` says what was recorded. Always recorded: held-out evaluations, and the rollouts an in-run check flags (a leak: loss mask against role; a non-finite number; a trained token whose log-prob ratio lies outside [0.5, 2]), with their whole groups.' },
+              {
+                ...strict,
+                description:
+                  "What of each step's rollouts is recorded, and how (docs/trainer.md#recording-rollouts). Metrics always cover every rollout; run.json's `record` says what was recorded. Always recorded: held-out evaluations, and the rollouts an in-run check flags (a leak: loss mask against role; a non-finite number; a trained token whose log-prob ratio lies outside [0.5, 2]), with their whole groups.",
+              },
             ),
           ),
           supervised_warmup: S.optional(
@@ -262,16 +463,33 @@ export const RunConfigSchema = S.object(
                 lr: S.optional(S.number({ minimum: 0, default: 1e-3 })),
                 batch_size: S.optional(S.integer({ minimum: 1, default: 16 })),
                 second_query: S.optional(
-                  S.enum(['any_name', 'new_name'] as const, 'The second search of a two-search synthetic trajectory: a random name of the first search\'s results (any_name), or one sharing no word with the first query (new_name: what a second hop looks like; still uniformly random, so the second-hop entity only by chance).', 'any_name'),
+                  S.enum(
+                    ['any_name', 'new_name'] as const,
+                    "The second search of a two-search synthetic trajectory: a random name of the first search's results (any_name), or one sharing no word with the first query (new_name: what a second hop looks like; still uniformly random, so the second-hop entity only by chance).",
+                    'any_name',
+                  ),
                 ),
                 two_searches: S.optional(
-                  S.number({ minimum: 0, maximum: 1, default: 0.5, description: 'The share of synthetic trajectories that search twice (the others search once).' }),
+                  S.number({
+                    minimum: 0,
+                    maximum: 1,
+                    default: 0.5,
+                    description: 'The share of synthetic trajectories that search twice (the others search once).',
+                  }),
                 ),
                 answer_from: S.optional(
-                  S.enum(['last', 'any'] as const, 'Where a synthetic trajectory\'s random answer is copied from: a name of the last search\'s results (last), or of any search\'s results (any: so a second search does not move where the answer is read).', 'last'),
+                  S.enum(
+                    ['last', 'any'] as const,
+                    "Where a synthetic trajectory's random answer is copied from: a name of the last search's results (last), or of any search's results (any: so a second search does not move where the answer is read).",
+                    'last',
+                  ),
                 ),
               },
-              { ...strict, description: 'A short supervised phase on format only (random queries and answers) before RL, so a tiny model can emit the tags.' },
+              {
+                ...strict,
+                description:
+                  'A short supervised phase on format only (random queries and answers) before RL, so a tiny model can emit the tags.',
+              },
             ),
           ),
         },
@@ -281,11 +499,39 @@ export const RunConfigSchema = S.object(
     trl: S.optional(
       S.object(
         {
-          num_processes: S.optional(S.integer({ minimum: 1, description: 'Processes accelerate launches (one per GPU; on CPU, gloo). Default: devices, or the accelerate config’s.' })),
-          accelerate_config: S.optional(S.string({ description: 'An accelerate config file (`accelerate config`) for multi-GPU, DeepSpeed/FSDP or multi-node launches (relative to this file); docs/engines.md has a two-node example.' })),
-          use_vllm: S.optional(S.boolean('Generate the rollout’s turns with TRL’s colocated vLLM (weights synced every step); its sampling log-probs become the records’ rollout_logprob. Needs a GPU and vllm.', false)),
-          vllm_mode: S.optional(S.enum(['colocate', 'server'] as const, 'colocate only: every process calls its own vLLM once per turn (server mode would need the same number of calls on every process).', 'colocate')),
-          vllm_gpu_memory_utilization: S.optional(S.number({ minimum: 0, maximum: 1, description: 'The GPU memory share of the colocated vLLM (TRL’s default 0.3).' })),
+          num_processes: S.optional(
+            S.integer({
+              minimum: 1,
+              description:
+                'Processes accelerate launches (one per GPU; on CPU, gloo). Default: devices, or the accelerate config’s.',
+            }),
+          ),
+          accelerate_config: S.optional(
+            S.string({
+              description:
+                'An accelerate config file (`accelerate config`) for multi-GPU, DeepSpeed/FSDP or multi-node launches (relative to this file); docs/engines.md has a two-node example.',
+            }),
+          ),
+          use_vllm: S.optional(
+            S.boolean(
+              'Generate the rollout’s turns with TRL’s colocated vLLM (weights synced every step); its sampling log-probs become the records’ rollout_logprob. Needs a GPU and vllm.',
+              false,
+            ),
+          ),
+          vllm_mode: S.optional(
+            S.enum(
+              ['colocate', 'server'] as const,
+              'colocate only: every process calls its own vLLM once per turn (server mode would need the same number of calls on every process).',
+              'colocate',
+            ),
+          ),
+          vllm_gpu_memory_utilization: S.optional(
+            S.number({
+              minimum: 0,
+              maximum: 1,
+              description: 'The GPU memory share of the colocated vLLM (TRL’s default 0.3).',
+            }),
+          ),
         },
         {
           additional: true,
@@ -297,15 +543,61 @@ export const RunConfigSchema = S.object(
     verl: S.optional(
       S.object(
         {
-          python: S.optional(S.string({ description: 'veRL’s Python (its own environment: scripts/setup-verl.sh makes .venv-verl), relative to this file. Default: the setting searchAgent.verlPythonPath, then .venv-verl.' })),
-          rollout: S.optional(S.enum(['vllm', 'sglang'] as const, 'The inference engine of the rollouts (actor_rollout_ref.rollout.name).', 'vllm')),
-          tensor_parallel: S.optional(S.integer({ minimum: 1, default: 1, description: 'GPUs per vLLM/SGLang replica (rollout.tensor_model_parallel_size); divides gpus_per_node.' })),
-          gpu_memory_utilization: S.optional(S.number({ minimum: 0, maximum: 1, default: 0.5, description: 'The rollout engine’s share of GPU memory (colocated with FSDP).' })),
-          gpus_per_node: S.optional(S.integer({ minimum: 1, description: 'trainer.n_gpus_per_node. Default: devices ÷ nodes (devices, the shared key, is veRL\'s world size).' })),
-          nodes: S.optional(S.integer({ minimum: 1, default: 1, description: 'trainer.nnodes (a Ray cluster: RAY_ADDRESS, docs/engines.md).' })),
-          strategy: S.optional(S.enum(['fsdp', 'fsdp2'] as const, 'veRL’s FSDP version for actor, reference and critic.', 'fsdp')),
-          param_offload: S.optional(S.boolean('FSDP parameter offload to CPU (actor, reference, critic). Unset: veRL’s default (off); a memory plan may set it.')),
-          optimizer_offload: S.optional(S.boolean('FSDP optimizer-state offload to CPU (actor, critic). Unset: veRL’s default (off); a memory plan may set it.')),
+          python: S.optional(
+            S.string({
+              description:
+                'veRL’s Python (its own environment: scripts/setup-verl.sh makes .venv-verl), relative to this file. Default: the setting searchAgent.verlPythonPath, then .venv-verl.',
+            }),
+          ),
+          rollout: S.optional(
+            S.enum(
+              ['vllm', 'sglang'] as const,
+              'The inference engine of the rollouts (actor_rollout_ref.rollout.name).',
+              'vllm',
+            ),
+          ),
+          tensor_parallel: S.optional(
+            S.integer({
+              minimum: 1,
+              default: 1,
+              description: 'GPUs per vLLM/SGLang replica (rollout.tensor_model_parallel_size); divides gpus_per_node.',
+            }),
+          ),
+          gpu_memory_utilization: S.optional(
+            S.number({
+              minimum: 0,
+              maximum: 1,
+              default: 0.5,
+              description: 'The rollout engine’s share of GPU memory (colocated with FSDP).',
+            }),
+          ),
+          gpus_per_node: S.optional(
+            S.integer({
+              minimum: 1,
+              description:
+                "trainer.n_gpus_per_node. Default: devices ÷ nodes (devices, the shared key, is veRL's world size).",
+            }),
+          ),
+          nodes: S.optional(
+            S.integer({
+              minimum: 1,
+              default: 1,
+              description: 'trainer.nnodes (a Ray cluster: RAY_ADDRESS, docs/engines.md).',
+            }),
+          ),
+          strategy: S.optional(
+            S.enum(['fsdp', 'fsdp2'] as const, 'veRL’s FSDP version for actor, reference and critic.', 'fsdp'),
+          ),
+          param_offload: S.optional(
+            S.boolean(
+              'FSDP parameter offload to CPU (actor, reference, critic). Unset: veRL’s default (off); a memory plan may set it.',
+            ),
+          ),
+          optimizer_offload: S.optional(
+            S.boolean(
+              'FSDP optimizer-state offload to CPU (actor, critic). Unset: veRL’s default (off); a memory plan may set it.',
+            ),
+          ),
           attention: S.optional(
             S.enum(
               ['auto', 'flash_attention_2', 'sdpa'] as const,
@@ -313,25 +605,54 @@ export const RunConfigSchema = S.object(
               'auto',
             ),
           ),
-          agent_workers: S.optional(S.integer({ minimum: 1, default: 8, description: 'veRL’s agent-loop workers (Ray actors running the trajectories).' })),
-          reward_workers: S.optional(S.integer({ minimum: 1, default: 8, description: 'veRL’s reward-loop workers (calling our /reward).' })),
-          overrides: S.optional(S.array(S.string(), { description: 'Raw Hydra overrides of veRL’s ppo_trainer config, applied last (checked by veRL’s config like ours), e.g. "actor_rollout_ref.rollout.max_num_batched_tokens=8192".' })),
+          agent_workers: S.optional(
+            S.integer({
+              minimum: 1,
+              default: 8,
+              description: 'veRL’s agent-loop workers (Ray actors running the trajectories).',
+            }),
+          ),
+          reward_workers: S.optional(
+            S.integer({ minimum: 1, default: 8, description: 'veRL’s reward-loop workers (calling our /reward).' }),
+          ),
+          overrides: S.optional(
+            S.array(S.string(), {
+              description:
+                'Raw Hydra overrides of veRL’s ppo_trainer config, applied last (checked by veRL’s config like ours), e.g. "actor_rollout_ref.rollout.max_num_batched_tokens=8192".',
+            }),
+          ),
         },
-        { ...strict, description: 'engine "verl": what veRL 0.9.1 needs that the shared keys do not say (docs/engines.md has the whole mapping).' },
+        {
+          ...strict,
+          description:
+            'engine "verl": what veRL 0.9.1 needs that the shared keys do not say (docs/engines.md has the whole mapping).',
+        },
       ),
     ),
     test: S.optional(
       S.object(
         {
-          crash_at_step: S.optional(S.integer({ minimum: 0, description: 'Raise an error at this step (tests of crash handling).' })),
-          step_delay_s: S.optional(S.number({ minimum: 0, description: 'Sleep this long each step (tests of cancellation).' })),
+          crash_at_step: S.optional(
+            S.integer({ minimum: 0, description: 'Raise an error at this step (tests of crash handling).' }),
+          ),
+          step_delay_s: S.optional(
+            S.number({ minimum: 0, description: 'Sleep this long each step (tests of cancellation).' }),
+          ),
           disk_full: S.optional(
             S.object(
               {
-                at: S.string({ minLength: 1, description: 'The disk fills while a file whose path contains this is written (e.g. `checkpoints/step-000002`, `events.jsonl`).' }),
+                at: S.string({
+                  minLength: 1,
+                  description:
+                    'The disk fills while a file whose path contains this is written (e.g. `checkpoints/step-000002`, `events.jsonl`).',
+                }),
                 after_bytes: S.integer({ minimum: 0, description: 'How many bytes of those writes fit first.' }),
               },
-              { ...strict, description: 'Simulate a full disk (tests of ENOSPC handling): from then on every write that needs a new block fails, as on a real file system.' },
+              {
+                ...strict,
+                description:
+                  'Simulate a full disk (tests of ENOSPC handling): from then on every write that needs a new block fails, as on a real file system.',
+              },
             ),
           ),
         },
@@ -339,7 +660,11 @@ export const RunConfigSchema = S.object(
       ),
     ),
   },
-  { ...strict, description: 'A Search Agent Studio run config (*.run.json).', refine: (v) => [...engineIssues(v), ...stageIssues(v)] },
+  {
+    ...strict,
+    description: 'A Search Agent Studio run config (*.run.json).',
+    refine: (v) => [...engineIssues(v), ...stageIssues(v)],
+  },
 );
 export type RunConfig = Static<typeof RunConfigSchema>;
 
@@ -363,6 +688,16 @@ export function runStages(config: unknown): RunStage[] {
 function stageIssues(config: unknown): { path: string; message: string }[] {
   const train = (config as { train?: { steps?: unknown; stages?: unknown } } | null)?.train;
   if (!train || !Array.isArray(train.stages) || typeof train.steps !== 'number') return [];
-  const sum = train.stages.reduce((a: number, s: { steps?: unknown }) => a + (typeof s?.steps === 'number' ? s.steps : 0), 0);
-  return train.steps === sum ? [] : [{ path: 'train.steps', message: `${train.steps} is not the sum of train.stages' steps (${sum}): leave train.steps out, or make it ${sum}` }];
+  const sum = train.stages.reduce(
+    (a: number, s: { steps?: unknown }) => a + (typeof s?.steps === 'number' ? s.steps : 0),
+    0,
+  );
+  return train.steps === sum
+    ? []
+    : [
+        {
+          path: 'train.steps',
+          message: `${train.steps} is not the sum of train.stages' steps (${sum}): leave train.steps out, or make it ${sum}`,
+        },
+      ];
 }

@@ -4,7 +4,7 @@
  */
 import { turnsOf } from '../tags/searchr1';
 import { hasToolMessages, renderToolMessages } from '../tags/toolcall';
-import { parseResponse, searchCount, type ResponseContext } from '../tags/trajectory';
+import { parseResponse, type ResponseContext, searchCount } from '../tags/trajectory';
 import type { Rollout } from './format';
 
 /** Golden answers from the shapes sources use: a string, a list, `{target: …}` (Search-R1's ground truth), JSON text of those. */
@@ -40,7 +40,11 @@ export function messageText(value: unknown): string {
   if (Array.isArray(value) && hasToolMessages(value)) return renderToolMessages(value);
   if (Array.isArray(value)) {
     return value
-      .map((m) => (m && typeof m === 'object' && 'content' in m ? String((m as { content: unknown }).content ?? '') : String(m ?? '')))
+      .map((m) =>
+        m && typeof m === 'object' && 'content' in m
+          ? String((m as { content: unknown }).content ?? '')
+          : String(m ?? ''),
+      )
       .join('\n');
   }
   if (value === null || value === undefined) return '';
@@ -51,7 +55,10 @@ export function messageText(value: unknown): string {
  * Searches, turns and finish reason read from the response text (for sources that do not record them), in the
  * response's dialect; the dialect is kept on the record when it is not Search-R1's (or was given).
  */
-export function derivedFields(response: string, context: ResponseContext = {}): Pick<Rollout, 'searches' | 'turns' | 'finish' | 'dialect'> {
+export function derivedFields(
+  response: string,
+  context: ResponseContext = {},
+): Pick<Rollout, 'searches' | 'turns' | 'finish' | 'dialect'> {
   const parsed = parseResponse(response, context, { expectAnswer: false });
   const searches = searchCount(parsed);
   const turns = turnsOf(parsed);
@@ -61,7 +68,12 @@ export function derivedFields(response: string, context: ResponseContext = {}): 
   const truncated = lastBlock !== undefined && !lastBlock.closed && lastBlock.kind !== 'feedback';
   const lastInvalid = turns.length > 0 && turns[turns.length - 1]!.action === null;
   const given = context.dialect !== undefined && context.dialect !== 'auto';
-  return { searches, turns: turns.length, finish: answered ? 'answer' : truncated ? 'length' : lastInvalid ? 'invalid' : 'length', ...(given || parsed.dialect !== 'searchr1' ? { dialect: parsed.dialect } : {}) };
+  return {
+    searches,
+    turns: turns.length,
+    finish: answered ? 'answer' : truncated ? 'length' : lastInvalid ? 'invalid' : 'length',
+    ...(given || parsed.dialect !== 'searchr1' ? { dialect: parsed.dialect } : {}),
+  };
 }
 
 export function toNumber(v: unknown): number | undefined {

@@ -21,7 +21,7 @@
  *   its own lr, warm-up and clip.
  */
 import type { Node } from '../schema/schema';
-import { RunConfigSchema, type RunConfig } from './config';
+import { type RunConfig, RunConfigSchema } from './config';
 
 export type PresetValue = string | number | boolean | { ratio: number };
 
@@ -108,6 +108,7 @@ export function resolveRunConfig(config: RunConfig): RunConfig {
   const stages = raw.train?.stages as { steps: number }[] | undefined;
   if (stages?.length) raw.train = { ...raw.train, steps: stages.reduce((a, s) => a + s.steps, 0) };
   const train = (RunConfigSchema.node as Extract<Node, { t: 'object' }>).props.train as Extract<Node, { t: 'object' }>;
-  const steps = (raw.train?.steps as number | undefined) ?? ((train.props.steps as { default?: number }).default as number);
+  const steps =
+    (raw.train?.steps as number | undefined) ?? ((train.props.steps as { default?: number }).default as number);
   return withDefaults(RunConfigSchema.node, applyPreset(raw, steps)) as RunConfig;
 }

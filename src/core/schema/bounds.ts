@@ -41,7 +41,10 @@ export function describeValue(v: unknown): string {
   if (v === null) return 'null';
   if (Array.isArray(v)) return `an array of ${v.length} element${v.length === 1 ? '' : 's'}`;
   if (typeof v === 'object') return 'an object';
-  if (typeof v === 'string') return v.length > 60 ? `a string of ${v.length} characters (${JSON.stringify(v.slice(0, 40))}…)` : JSON.stringify(v);
+  if (typeof v === 'string')
+    return v.length > 60
+      ? `a string of ${v.length} characters (${JSON.stringify(v.slice(0, 40))}…)`
+      : JSON.stringify(v);
   if (typeof v === 'number' || typeof v === 'boolean') return String(v);
   return typeof v;
 }

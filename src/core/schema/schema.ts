@@ -46,14 +46,21 @@ type ObjectType<P extends Record<string, Schema<unknown>>> = Simplify<
 const mk = <T>(node: Node & Meta): Schema<T> => ({ node });
 
 export const S = {
-  string: (o: { enum?: undefined; minLength?: number; pattern?: string; description?: string; default?: string } = {}) => mk<string>({ t: 'string', ...o }),
-  enum: <const E extends readonly string[]>(values: E, description?: string, dflt?: E[number]) => mk<E[number]>({ t: 'string', enum: values, description, default: dflt }),
-  number: (o: { minimum?: number; maximum?: number; description?: string; default?: number } = {}) => mk<number>({ t: 'number', integer: false, ...o }),
-  integer: (o: { minimum?: number; maximum?: number; description?: string; default?: number } = {}) => mk<number>({ t: 'number', integer: true, ...o }),
+  string: (
+    o: { enum?: undefined; minLength?: number; pattern?: string; description?: string; default?: string } = {},
+  ) => mk<string>({ t: 'string', ...o }),
+  enum: <const E extends readonly string[]>(values: E, description?: string, dflt?: E[number]) =>
+    mk<E[number]>({ t: 'string', enum: values, description, default: dflt }),
+  number: (o: { minimum?: number; maximum?: number; description?: string; default?: number } = {}) =>
+    mk<number>({ t: 'number', integer: false, ...o }),
+  integer: (o: { minimum?: number; maximum?: number; description?: string; default?: number } = {}) =>
+    mk<number>({ t: 'number', integer: true, ...o }),
   boolean: (description?: string, dflt?: boolean) => mk<boolean>({ t: 'boolean', description, default: dflt }),
   null: () => mk<null>({ t: 'null' }),
-  literal: <const V extends string | number | boolean>(value: V, description?: string) => mk<V>({ t: 'const', value, description }),
-  array: <T>(items: Schema<T>, o: { minItems?: number; description?: string } = {}) => mk<T[]>({ t: 'array', items: items.node, ...o }),
+  literal: <const V extends string | number | boolean>(value: V, description?: string) =>
+    mk<V>({ t: 'const', value, description }),
+  array: <T>(items: Schema<T>, o: { minItems?: number; description?: string } = {}) =>
+    mk<T[]>({ t: 'array', items: items.node, ...o }),
   object: <P extends Record<string, Schema<any>>>(
     props: P,
     o: { additional?: boolean | Schema<unknown>; description?: string; refine?: Meta['refine'] } = {},
@@ -69,7 +76,8 @@ export const S = {
       refine: o.refine,
     }),
   /** A map from string keys to values of one schema. */
-  record: <T>(values: Schema<T>, description?: string) => mk<Record<string, T>>({ t: 'object', props: {}, required: [], additional: values.node, description }),
+  record: <T>(values: Schema<T>, description?: string) =>
+    mk<Record<string, T>>({ t: 'object', props: {}, required: [], additional: values.node, description }),
   union: <U extends Schema<any>[]>(...of: U) => mk<Static<U[number]>>({ t: 'union', of: of.map((s) => s.node) }),
   any: (description?: string) => mk<unknown>({ t: 'any', description }),
   optional: <T>(s: Schema<T>): OptionalSchema<T> => ({ node: s.node, __optional: true }),
@@ -89,7 +97,8 @@ function typeName(v: unknown): string {
   return typeof v;
 }
 
-const join = (path: string, key: string) => (/^[A-Za-z_$][\w$]*$/.test(key) ? (path ? `${path}.${key}` : key) : `${path}[${JSON.stringify(key)}]`);
+const join = (path: string, key: string) =>
+  /^[A-Za-z_$][\w$]*$/.test(key) ? (path ? `${path}.${key}` : key) : `${path}[${JSON.stringify(key)}]`;
 
 /** Validates a value; returns at most `limit` issues (default 20), each naming its field. */
 export function validate<T>(schema: Schema<T>, value: unknown, limit = 20): Issue[] {
@@ -119,12 +128,15 @@ function check(node: Node & Meta, v: unknown, path: string, out: Issue[], limit:
       break;
     case 'string':
       if (typeof v !== 'string') fail(`expected a string, got ${typeName(v)}`);
-      else if (node.enum && !node.enum.includes(v)) fail(`expected one of ${node.enum.map((e) => JSON.stringify(e)).join(', ')}, got ${JSON.stringify(v)}`);
-      else if (node.minLength !== undefined && v.length < node.minLength) fail(node.minLength === 1 ? 'must not be empty' : `must have at least ${node.minLength} characters`);
+      else if (node.enum && !node.enum.includes(v))
+        fail(`expected one of ${node.enum.map((e) => JSON.stringify(e)).join(', ')}, got ${JSON.stringify(v)}`);
+      else if (node.minLength !== undefined && v.length < node.minLength)
+        fail(node.minLength === 1 ? 'must not be empty' : `must have at least ${node.minLength} characters`);
       else if (node.pattern !== undefined && !new RegExp(node.pattern, 'u').test(v)) fail(`must match ${node.pattern}`);
       break;
     case 'number':
-      if (typeof v !== 'number' || !Number.isFinite(v)) fail(`expected ${node.integer ? 'an integer' : 'a number'}, got ${typeName(v)}`);
+      if (typeof v !== 'number' || !Number.isFinite(v))
+        fail(`expected ${node.integer ? 'an integer' : 'a number'}, got ${typeName(v)}`);
       else if (node.integer && !Number.isInteger(v)) fail(`expected an integer, got ${v}`);
       else if (node.minimum !== undefined && v < node.minimum) fail(`must be ≥ ${node.minimum}, got ${v}`);
       else if (node.maximum !== undefined && v > node.maximum) fail(`must be ≤ ${node.maximum}, got ${v}`);
@@ -132,9 +144,11 @@ function check(node: Node & Meta, v: unknown, path: string, out: Issue[], limit:
     case 'array':
       if (!Array.isArray(v)) fail(`expected an array, got ${typeName(v)}`);
       else {
-        if (node.minItems !== undefined && v.length < node.minItems) fail(`must have at least ${node.minItems} item${node.minItems === 1 ? '' : 's'}`);
+        if (node.minItems !== undefined && v.length < node.minItems)
+          fail(`must have at least ${node.minItems} item${node.minItems === 1 ? '' : 's'}`);
         // Elements that pass the quick test need no path string (token arrays have thousands of elements).
-        for (let i = 0; i < v.length && out.length < limit; i++) if (!quickOk(node.items, v[i])) check(node.items, v[i], `${path}[${i}]`, out, limit);
+        for (let i = 0; i < v.length && out.length < limit; i++)
+          if (!quickOk(node.items, v[i])) check(node.items, v[i], `${path}[${i}]`, out, limit);
       }
       break;
     case 'object': {
@@ -143,10 +157,11 @@ function check(node: Node & Meta, v: unknown, path: string, out: Issue[], limit:
         break;
       }
       const o = v as Record<string, unknown>;
-      for (const k of node.required) if (!(k in o) || o[k] === undefined) out.push({ path: join(path, k), message: 'is required' });
+      for (const k of node.required)
+        if (!(k in o) || o[k] === undefined) out.push({ path: join(path, k), message: 'is required' });
       for (const [k, value] of Object.entries(o)) {
         if (out.length >= limit) break;
-        const prop = Object.prototype.hasOwnProperty.call(node.props, k) ? node.props[k] : undefined;
+        const prop = Object.hasOwn(node.props, k) ? node.props[k] : undefined;
         if (prop) check(prop, value, join(path, k), out, limit);
         else if (node.additional === false) out.push({ path: join(path, k), message: 'is not a known field' });
         else if (node.additional !== true) check(node.additional, value, join(path, k), out, limit);
@@ -178,9 +193,20 @@ function quickOk(n: Node & Meta, v: unknown): boolean {
     case 'const':
       return v === n.value;
     case 'string':
-      return typeof v === 'string' && (!n.enum || n.enum.includes(v)) && (n.minLength === undefined || v.length >= n.minLength) && n.pattern === undefined;
+      return (
+        typeof v === 'string' &&
+        (!n.enum || n.enum.includes(v)) &&
+        (n.minLength === undefined || v.length >= n.minLength) &&
+        n.pattern === undefined
+      );
     case 'number':
-      return typeof v === 'number' && Number.isFinite(v) && (!n.integer || Number.isInteger(v)) && (n.minimum === undefined || v >= n.minimum) && (n.maximum === undefined || v <= n.maximum);
+      return (
+        typeof v === 'number' &&
+        Number.isFinite(v) &&
+        (!n.integer || Number.isInteger(v)) &&
+        (n.minimum === undefined || v >= n.minimum) &&
+        (n.maximum === undefined || v <= n.maximum)
+      );
     case 'union':
       return n.of.some((x) => quickOk(x as Node & Meta, v));
     default:
@@ -206,7 +232,10 @@ function describeNode(n: Node): string {
 }
 
 /** JSON Schema (draft 2020-12) for a schema. */
-export function toJsonSchema(schema: Schema<unknown>, meta: { $id?: string; title?: string; description?: string } = {}): Record<string, unknown> {
+export function toJsonSchema(
+  schema: Schema<unknown>,
+  meta: { $id?: string; title?: string; description?: string } = {},
+): Record<string, unknown> {
   return {
     $schema: 'https://json-schema.org/draft/2020-12/schema',
     ...(meta.$id ? { $id: meta.$id } : {}),
@@ -227,16 +256,34 @@ function emit(n: Node & Meta, description = n.description): Record<string, unkno
     case 'const':
       return { ...d, const: n.value };
     case 'string':
-      return { ...d, type: 'string', ...(n.enum ? { enum: n.enum } : {}), ...(n.minLength !== undefined ? { minLength: n.minLength } : {}), ...(n.pattern ? { pattern: n.pattern } : {}) };
+      return {
+        ...d,
+        type: 'string',
+        ...(n.enum ? { enum: n.enum } : {}),
+        ...(n.minLength !== undefined ? { minLength: n.minLength } : {}),
+        ...(n.pattern ? { pattern: n.pattern } : {}),
+      };
     case 'number':
-      return { ...d, type: n.integer ? 'integer' : 'number', ...(n.minimum !== undefined ? { minimum: n.minimum } : {}), ...(n.maximum !== undefined ? { maximum: n.maximum } : {}) };
+      return {
+        ...d,
+        type: n.integer ? 'integer' : 'number',
+        ...(n.minimum !== undefined ? { minimum: n.minimum } : {}),
+        ...(n.maximum !== undefined ? { maximum: n.maximum } : {}),
+      };
     case 'array':
-      return { ...d, type: 'array', items: emit(n.items), ...(n.minItems !== undefined ? { minItems: n.minItems } : {}) };
+      return {
+        ...d,
+        type: 'array',
+        items: emit(n.items),
+        ...(n.minItems !== undefined ? { minItems: n.minItems } : {}),
+      };
     case 'object':
       return {
         ...d,
         type: 'object',
-        ...(Object.keys(n.props).length ? { properties: Object.fromEntries(Object.entries(n.props).map(([k, v]) => [k, emit(v)])) } : {}),
+        ...(Object.keys(n.props).length
+          ? { properties: Object.fromEntries(Object.entries(n.props).map(([k, v]) => [k, emit(v)])) }
+          : {}),
         ...(n.required.length ? { required: n.required } : {}),
         additionalProperties: typeof n.additional === 'boolean' ? n.additional : emit(n.additional),
       };

@@ -8,7 +8,7 @@
  * opened without following. Rows are parsed only when read, so the index costs 20 bytes per row.
  */
 import { constants as bufferConstants } from 'node:buffer';
-import { open, stat, type FileHandle } from 'node:fs/promises';
+import { type FileHandle, open, stat } from 'node:fs/promises';
 
 /** The longest string V8 holds (about 512 MiB): a longer line cannot be read as text. */
 const MAX_STRING_LENGTH = bufferConstants.MAX_STRING_LENGTH;
@@ -141,7 +141,8 @@ export class JsonlFile {
         if (nl < 0 || nl >= bytesRead) break;
         const end = pos + nl;
         // A row unless blank ("" or a lone "\r").
-        if (end > lineStart && !(end === lineStart + 1 && (nl > 0 ? buf[nl - 1] : prevByte) === CR)) this.index.push(lineStart, end, line);
+        if (end > lineStart && !(end === lineStart + 1 && (nl > 0 ? buf[nl - 1] : prevByte) === CR))
+          this.index.push(lineStart, end, line);
         line++;
         lineStart = end + 1;
         p = nl + 1;
@@ -231,7 +232,11 @@ export class JsonlFile {
       const buf = Buffer.allocUnsafe(end - start);
       await this.readFully(buf, start);
       for (let r = k; r <= last; r++) {
-        rows.push({ index: r, line: this.index.lines[r]!, text: buf.toString('utf8', this.index.starts[r]! - start, this.index.ends[r]! - start) });
+        rows.push({
+          index: r,
+          line: this.index.lines[r]!,
+          text: buf.toString('utf8', this.index.starts[r]! - start, this.index.ends[r]! - start),
+        });
       }
       k = last + 1;
     }
@@ -331,7 +336,11 @@ export class LineSplitter {
  * Yields `{ line, text }` for non-blank lines; a last line without newline is included; a line too long to hold as
  * a string comes as `{ line, text: '', tooLong }` (readers report it and go on).
  */
-export async function* readLines(path: string, signal?: AbortSignal, options: { chunkBytes?: number; maxLineBytes?: number } = {}): AsyncGenerator<LineItem> {
+export async function* readLines(
+  path: string,
+  signal?: AbortSignal,
+  options: { chunkBytes?: number; maxLineBytes?: number } = {},
+): AsyncGenerator<LineItem> {
   const fh = await open(path, 'r');
   try {
     const size = options.chunkBytes ?? CHUNK;

@@ -5,14 +5,14 @@
  * are parsed and validated when read; a malformed row is reported with its file (a store step's directory), line (a
  * store row's number, from 1) and field, and the others are unaffected.
  */
-import { watch, type FSWatcher } from 'node:fs';
-import { readFile, readdir, stat } from 'node:fs/promises';
+import { type FSWatcher, watch } from 'node:fs';
+import { readdir, readFile, stat } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { formerBuiltinName, resolveConfigPath } from '../paths';
-import { applyDialect, validateRollout, type LocatedIssue, type ReadOptions, type Rollout } from '../run/format';
+import { applyDialect, type LocatedIssue, type ReadOptions, type Rollout, validateRollout } from '../run/format';
 import { DIALECTS, type Dialect } from '../tags/parser';
-import { JsonlFile, readLines, tooLongMessage, type IndexProgress } from './jsonl';
-import { isStoreStep, StoreStep, STEP_DIR, STORE_FILES, type TokenColumns } from './tokenStore';
+import { type IndexProgress, JsonlFile, readLines, tooLongMessage } from './jsonl';
+import { isStoreStep, STEP_DIR, STORE_FILES, StoreStep, type TokenColumns } from './tokenStore';
 import { FieldError, fromVerlDump } from './verlDump';
 
 export interface RolloutRow {
@@ -32,7 +32,12 @@ export interface RolloutRow {
  * rollout record on the way (so a folder of veRL's `{step}.jsonl` dumps opens in the inspector as it is). The
  * record's `dialect` is set as the read options say (a forced one, else its own, else the run config's).
  */
-export function parseRolloutLine(text: string, file: string, line: number, read: ReadOptions = {}): Omit<RolloutRow, 'index'> {
+export function parseRolloutLine(
+  text: string,
+  file: string,
+  line: number,
+  read: ReadOptions = {},
+): Omit<RolloutRow, 'index'> {
   let value: unknown;
   try {
     value = JSON.parse(text);
@@ -49,11 +54,15 @@ export function parseRolloutLine(text: string, file: string, line: number, read:
     }
   }
   const errors = validateRollout(value, file, line);
-  return errors.length ? { file, line, value, errors } : { file, line, record: applyDialect(value as Rollout, read), errors };
+  return errors.length
+    ? { file, line, value, errors }
+    : { file, line, record: applyDialect(value as Rollout, read), errors };
 }
 
 /** The resolved config of the run `path` is or lies in (its run.json, up to two levels above), and that run's directory. */
-export async function runConfigNear(path: string): Promise<{ dir: string; config: Record<string, unknown> } | undefined> {
+export async function runConfigNear(
+  path: string,
+): Promise<{ dir: string; config: Record<string, unknown> } | undefined> {
   for (const dir of [path, dirname(path), dirname(dirname(path))]) {
     let text: string;
     try {
@@ -101,7 +110,14 @@ export function rawPreview(text: string, max = 20_000): string {
 }
 
 function isVerlLine(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v) && !('v' in v) && 'output' in v && ('input' in v || 'gts' in v || 'score' in v);
+  return (
+    typeof v === 'object' &&
+    v !== null &&
+    !Array.isArray(v) &&
+    !('v' in v) &&
+    'output' in v &&
+    ('input' in v || 'gts' in v || 'score' in v)
+  );
 }
 
 /**
@@ -141,30 +157,46 @@ export async function isStorePart(file: string): Promise<boolean> {
  * Every row of one part, in order, without an index: a JSONL file line by line, a store step in row groups.
  * `tokens`: which token arrays a store reads (a JSONL line always has what it has).
  */
-export async function* readPart(file: string, read: ReadOptions = {}, signal?: AbortSignal, tokens: TokenColumns = 'all'): AsyncGenerator<Omit<RolloutRow, 'index'>> {
+export async function* readPart(
+  file: string,
+  read: ReadOptions = {},
+  signal?: AbortSignal,
+  tokens: TokenColumns = 'all',
+): AsyncGenerator<Omit<RolloutRow, 'index'>> {
   if (await isStorePart(file)) {
     const step = await StoreStep.open(file);
     for (let from = 0; from < step.count; from += 256) {
       if (signal?.aborted) throw signal.reason ?? new Error('aborted');
-      for (const r of await step.rows(from, from + 256, tokens)) yield r.record ? { file, line: r.line, record: applyDialect(r.record, read), errors: [] } : { file, line: r.line, value: r.value, errors: r.errors };
+      for (const r of await step.rows(from, from + 256, tokens))
+        yield r.record
+          ? { file, line: r.line, record: applyDialect(r.record, read), errors: [] }
+          : { file, line: r.line, value: r.value, errors: r.errors };
     }
     return;
   }
   for await (const { line, text, tooLong } of readLines(file, signal)) {
-    if (tooLong !== undefined) yield { file, line, errors: [{ file, line, field: '', message: tooLongMessage(tooLong) }] };
+    if (tooLong !== undefined)
+      yield { file, line, errors: [{ file, line, field: '', message: tooLongMessage(tooLong) }] };
     else yield parseRolloutLine(text, file, line, read);
   }
 }
 
 /** The row at `line` of a part (a JSONL line number, or a store row's number from 1); undefined past its end. */
-export async function readPartRow(file: string, line: number, read: ReadOptions = {}): Promise<(Omit<RolloutRow, 'index'> & { raw?: string }) | undefined> {
+export async function readPartRow(
+  file: string,
+  line: number,
+  read: ReadOptions = {},
+): Promise<(Omit<RolloutRow, 'index'> & { raw?: string }) | undefined> {
   if (await isStorePart(file)) {
     const step = await StoreStep.open(file);
     const r = (await step.rows(line - 1, line))[0];
     if (!r) return undefined;
-    return r.record ? { file, line, record: applyDialect(r.record, read), errors: [] } : { file, line, value: r.value, errors: r.errors, raw: JSON.stringify(r.value ?? null) };
+    return r.record
+      ? { file, line, record: applyDialect(r.record, read), errors: [] }
+      : { file, line, value: r.value, errors: r.errors, raw: JSON.stringify(r.value ?? null) };
   }
-  for await (const l of readLines(file)) if (l.line === line) return { ...parseRolloutLine(l.text, file, l.line, read), raw: l.text };
+  for await (const l of readLines(file))
+    if (l.line === line) return { ...parseRolloutLine(l.text, file, l.line, read), raw: l.text };
   return undefined;
 }
 
@@ -240,7 +272,11 @@ class StorePart implements Part {
   }
   async rows(from: number, to: number, read: ReadOptions, tokens: TokenColumns): Promise<Omit<RolloutRow, 'index'>[]> {
     const file = this.step.dir;
-    return (await this.step.rows(from, to, tokens)).map((r) => (r.record ? { file, line: r.line, record: applyDialect(r.record, read), errors: [] } : { file, line: r.line, value: r.value, errors: r.errors }));
+    return (await this.step.rows(from, to, tokens)).map((r) =>
+      r.record
+        ? { file, line: r.line, record: applyDialect(r.record, read), errors: [] }
+        : { file, line: r.line, value: r.value, errors: r.errors },
+    );
   }
   async raw(from: number, to: number) {
     return (await this.step.searchTexts(from, to)).map((text, k) => ({ line: from + k + 1, text }));
@@ -277,7 +313,10 @@ export class RolloutStore {
 
   static async open(path: string, options: StoreOptions = {}): Promise<RolloutStore> {
     const runDialect = options.read?.runDialect ?? (await runConfigDialect(path));
-    const store = new RolloutStore(path, { ...options, read: { ...options.read, ...(runDialect ? { runDialect } : {}) } });
+    const store = new RolloutStore(path, {
+      ...options,
+      read: { ...options.read, ...(runDialect ? { runDialect } : {}) },
+    });
     try {
       for (const f of await rolloutFiles(path)) await store.addFile(f);
     } catch (e) {
@@ -337,7 +376,11 @@ export class RolloutStore {
   }
 
   /** Rows [from, to) part by part. */
-  private async collect<T>(from: number, to: number, get: (part: Part, lo: number, hi: number, base: number) => Promise<T[]>): Promise<T[]> {
+  private async collect<T>(
+    from: number,
+    to: number,
+    get: (part: Part, lo: number, hi: number, base: number) => Promise<T[]>,
+  ): Promise<T[]> {
     from = Math.max(0, from);
     to = Math.min(this.count, to);
     const out: T[] = [];
@@ -357,12 +400,16 @@ export class RolloutStore {
    * the inspector's text search reads).
    */
   async rawRows(from: number, to: number): Promise<{ index: number; file: string; line: number; text: string }[]> {
-    return this.collect(from, to, async (f, lo, hi, base) => (await f.raw(lo, hi)).map((r, k) => ({ index: base + lo + k, file: f.path, line: r.line, text: r.text })));
+    return this.collect(from, to, async (f, lo, hi, base) =>
+      (await f.raw(lo, hi)).map((r, k) => ({ index: base + lo + k, file: f.path, line: r.line, text: r.text })),
+    );
   }
 
   /** Parsed, validated rows [from, to) (a store step reads the token arrays `tokens` says; default this.tokens). */
   async rows(from: number, to: number, tokens: TokenColumns = this.tokens): Promise<RolloutRow[]> {
-    return this.collect(from, to, async (f, lo, hi, base) => (await f.rows(lo, hi, this.read, tokens)).map((r, k) => ({ index: base + lo + k, ...r })));
+    return this.collect(from, to, async (f, lo, hi, base) =>
+      (await f.rows(lo, hi, this.read, tokens)).map((r, k) => ({ index: base + lo + k, ...r })),
+    );
   }
 
   async row(i: number): Promise<RolloutRow | undefined> {
@@ -428,7 +475,11 @@ export class RolloutStore {
       }
     };
     // the directories and the JSONL files (a store step never changes: its directory is not watched)
-    const targets = new Set<string>([this.path, join(this.path, 'rollouts'), ...this.files.filter((f) => f instanceof JsonlPart).map((f) => f.path)]);
+    const targets = new Set<string>([
+      this.path,
+      join(this.path, 'rollouts'),
+      ...this.files.filter((f) => f instanceof JsonlPart).map((f) => f.path),
+    ]);
     for (const t of targets) {
       try {
         this.watchers.push(watch(t, { persistent: false }, () => void tick()));
@@ -455,6 +506,11 @@ export class RolloutStore {
 }
 
 /** Streams every row of a path in order without building an index (summaries, conversions). */
-export async function* streamRollouts(path: string, signal?: AbortSignal, read: ReadOptions = {}, tokens: TokenColumns = 'all'): AsyncGenerator<Omit<RolloutRow, 'index'>> {
+export async function* streamRollouts(
+  path: string,
+  signal?: AbortSignal,
+  read: ReadOptions = {},
+  tokens: TokenColumns = 'all',
+): AsyncGenerator<Omit<RolloutRow, 'index'>> {
   for (const file of await rolloutFiles(path)) yield* readPart(file, read, signal, tokens);
 }

@@ -12,14 +12,15 @@
  * reads each page once and one rollout reads one row group. Token arrays become the record's plain arrays only when
  * a reader touches them (a getter per array), so the audit's pass never builds the arrays it does not read.
  */
-import { open, readdir, rename, rm, stat, mkdir, type FileHandle } from 'node:fs/promises';
+
 import { randomBytes } from 'node:crypto';
+import { type FileHandle, mkdir, open, readdir, rename, rm, stat } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import * as zlib from 'node:zlib';
-import { parquetMetadataAsync, parquetRead, type AsyncBuffer, type FileMetaData } from 'hyparquet';
+import { type AsyncBuffer, type FileMetaData, parquetMetadataAsync, parquetRead } from 'hyparquet';
 import { parquetWriteBuffer } from 'hyparquet-writer';
 import { TOKEN_COLUMNS, type TokenColumnsView } from '../run/columns';
-import { TOKEN_ROLES, validateRollout, type LocatedIssue, type Rollout, type Tokens } from '../run/format';
+import { type LocatedIssue, type Rollout, TOKEN_ROLES, type Tokens, validateRollout } from '../run/format';
 
 export const STORE_VERSION = 1;
 export const STORE_FILES = { rollouts: 'rollouts.parquet', tokens: 'tokens.parquet', vocab: 'vocab.parquet' } as const;
@@ -30,7 +31,17 @@ export type FloatArray = (typeof FLOAT_ARRAYS)[number];
 export const HAS_TOKENS = 1 << 7;
 export const ENGINE_MASK_BIT = 1 << 6;
 export const arrayBit = (k: FloatArray) => 1 << FLOAT_ARRAYS.indexOf(k);
-const STRING_FIELDS = ['id', 'group', 'split', 'question', 'data_source', 'prompt', 'response', 'dialect', 'finish'] as const;
+const STRING_FIELDS = [
+  'id',
+  'group',
+  'split',
+  'question',
+  'data_source',
+  'prompt',
+  'response',
+  'dialect',
+  'finish',
+] as const;
 const INT_FIELDS = ['step', 'sample', 'turns', 'searches'] as const;
 const JSON_FIELDS = ['golden', 'reward_parts', 'meta'] as const;
 /** A step directory's name: step-NNNNNN (training) or val-step-NNNNNN (a held-out evaluation). */
@@ -42,7 +53,16 @@ const ROW_GROUP_ROLLOUTS = 256;
 export type TokenColumns = 'all' | 'audit' | 'audit+ids' | 'none';
 // the audit's: masks and the two log-probs (leaks, the microscope, IS), and what the group and search checks read —
 // advantages (phantom-advantage), reference log-probs (kl-only-gradient), entropies (the think channel's)
-const AUDIT_COLUMNS = ['role', 'loss_mask', 'rollout_logprob', 'logprob', 'engine_mask', 'advantage', 'ref_logprob', 'entropy'];
+const AUDIT_COLUMNS = [
+  'role',
+  'loss_mask',
+  'rollout_logprob',
+  'logprob',
+  'engine_mask',
+  'advantage',
+  'ref_logprob',
+  'entropy',
+];
 
 const brotli = (input: Uint8Array): Uint8Array => zlib.brotliDecompressSync(input);
 const COMPRESSORS = { BROTLI: brotli } as const;
@@ -116,7 +136,8 @@ export async function storeSteps(rolloutsDir: string): Promise<string[]> {
   const found: { step: number; val: boolean; dir: string }[] = [];
   for (const n of names) {
     const m = STEP_DIR.exec(n);
-    if (m && (await isStoreStep(join(rolloutsDir, n)))) found.push({ step: Number(m[2]), val: !!m[1], dir: join(rolloutsDir, n) });
+    if (m && (await isStoreStep(join(rolloutsDir, n))))
+      found.push({ step: Number(m[2]), val: !!m[1], dir: join(rolloutsDir, n) });
   }
   found.sort((a, b) => a.step - b.step || Number(a.val) - Number(b.val));
   return found.map((f) => f.dir);
@@ -159,7 +180,10 @@ export class StoreStep {
     const meta = await parquetMetadataAsync(file);
     const info = meta.key_value_metadata?.find((kv) => kv.key === 'sas.store')?.value;
     const version = info ? (JSON.parse(info) as { version?: number }).version : undefined;
-    if (version !== undefined && version > STORE_VERSION) throw new Error(`${dir}: a token store of version ${version}; this reader knows version ${STORE_VERSION} (update the extension)`);
+    if (version !== undefined && version > STORE_VERSION)
+      throw new Error(
+        `${dir}: a token store of version ${version}; this reader knows version ${STORE_VERSION} (update the extension)`,
+      );
     return new StoreStep(dir, file, meta);
   }
 
@@ -283,8 +307,14 @@ export class StoreStep {
     const present = tokens === 'none' ? new Set<string>() : await this.tokenColumnNames();
     // audit+ids: the ids with their texts (the drift check and the tokenizer match read both) — from the step's vocab,
     // loaded once per step, or its text column where one id has several texts
-    const want = tokens === 'all' ? [...present] : tokens === 'none' ? [] : [...AUDIT_COLUMNS, ...(tokens === 'audit+ids' ? ['ids', 'text'] : [])].filter((c) => present.has(c));
-    const vocab = (tokens === 'all' || tokens === 'audit+ids') && !present.has('text') ? await this.loadVocab() : undefined;
+    const want =
+      tokens === 'all'
+        ? [...present]
+        : tokens === 'none'
+          ? []
+          : [...AUDIT_COLUMNS, ...(tokens === 'audit+ids' ? ['ids', 'text'] : [])].filter((c) => present.has(c));
+    const vocab =
+      (tokens === 'all' || tokens === 'audit+ids') && !present.has('text') ? await this.loadVocab() : undefined;
     // the token range these rollouts cover, by row group
     let lo = Infinity;
     let hi = -Infinity;
@@ -307,9 +337,12 @@ export class StoreStep {
     const slice = (c: string, off: number, n: number): Column | undefined => {
       const parts = columns.get(c);
       if (!parts) return undefined;
-      for (const p of parts) if (off >= p.start && off + n <= p.start + p.data.length) return sub(p.data, off - p.start, off - p.start + n);
+      for (const p of parts)
+        if (off >= p.start && off + n <= p.start + p.data.length) return sub(p.data, off - p.start, off - p.start + n);
       // spans row groups (a store another writer wrote): copy the pieces
-      const pieces = parts.filter((p) => off < p.start + p.data.length && off + n > p.start).map((p) => sub(p.data, Math.max(0, off - p.start), Math.min(p.data.length, off + n - p.start)));
+      const pieces = parts
+        .filter((p) => off < p.start + p.data.length && off + n > p.start)
+        .map((p) => sub(p.data, Math.max(0, off - p.start), Math.min(p.data.length, off + n - p.start)));
       return concatColumns(pieces);
     };
     return raw.map((r, k) => {
@@ -375,7 +408,12 @@ function assemble(parts: { at: number; data: ArrayLike<unknown> }[], start: numb
   }
   const first = parts[0]?.data;
   if (parts.length === 1 && first && first.length === n && ArrayBuffer.isView(first)) return first as unknown as Column;
-  const out = column === 'ids' ? new Uint32Array(n) : column === 'role' || column === 'loss_mask' || column === 'engine_mask' ? new Uint8Array(n) : new Float32Array(n);
+  const out =
+    column === 'ids'
+      ? new Uint32Array(n)
+      : column === 'role' || column === 'loss_mask' || column === 'engine_mask'
+        ? new Uint8Array(n)
+        : new Float32Array(n);
   for (const p of parts) {
     if (ArrayBuffer.isView(p.data)) out.set(p.data as unknown as ArrayLike<number>, p.at - start);
     else for (let i = 0; i < p.data.length; i++) out[p.at - start + i] = Number(p.data[i]);
@@ -383,9 +421,22 @@ function assemble(parts: { at: number; data: ArrayLike<unknown> }[], start: numb
   return out;
 }
 
-async function readObjects(file: AsyncBuffer, metadata: FileMetaData, rowStart: number, rowEnd: number): Promise<Record<string, unknown>[]> {
+async function readObjects(
+  file: AsyncBuffer,
+  metadata: FileMetaData,
+  rowStart: number,
+  rowEnd: number,
+): Promise<Record<string, unknown>[]> {
   let out: Record<string, unknown>[] = [];
-  await parquetRead({ file, metadata, rowStart, rowEnd, rowFormat: 'object', compressors: COMPRESSORS, onComplete: (rows) => (out = rows as Record<string, unknown>[]) });
+  await parquetRead({
+    file,
+    metadata,
+    rowStart,
+    rowEnd,
+    rowFormat: 'object',
+    compressors: COMPRESSORS,
+    onComplete: (rows) => (out = rows as Record<string, unknown>[]),
+  });
   return out;
 }
 
@@ -421,7 +472,14 @@ function recordOf(r: Record<string, unknown>, file: string, line: number): { val
  * four of them, the replay all. Each is an own enumerable property, so JSON.stringify and structured clone (a
  * worker's or a webview's message) see plain arrays.
  */
-function lazyTokens(n: number, bits: number, column: (c: string) => Column | undefined, vocab: Map<number, string> | undefined, hasText: boolean, where: string): Tokens {
+function lazyTokens(
+  n: number,
+  bits: number,
+  column: (c: string) => Column | undefined,
+  vocab: Map<number, string> | undefined,
+  hasText: boolean,
+  where: string,
+): Tokens {
   const t = {} as Tokens;
   const define = (key: string, make: () => unknown) =>
     Object.defineProperty(t, key, {
@@ -439,7 +497,10 @@ function lazyTokens(n: number, bits: number, column: (c: string) => Column | und
     });
   const need = (c: string) => {
     const col = column(c);
-    if (!col) throw new Error(`${where}: tokens.${c} was not read (the store was read for ${c === 'text' || c === 'ids' ? 'the audit' : 'a view'} without it)`);
+    if (!col)
+      throw new Error(
+        `${where}: tokens.${c} was not read (the store was read for ${c === 'text' || c === 'ids' ? 'the audit' : 'a view'} without it)`,
+      );
     return col;
   };
   define('text', () => {
@@ -494,20 +555,52 @@ function lazyTokens(n: number, bits: number, column: (c: string) => Column | und
 
 // -- writing ---------------------------------------------------------------------------------------------------------
 
-const brotliCompress = (input: Uint8Array): Uint8Array => zlib.brotliCompressSync(input, { params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 1, [zlib.constants.BROTLI_PARAM_SIZE_HINT]: input.length } });
+const brotliCompress = (input: Uint8Array): Uint8Array =>
+  zlib.brotliCompressSync(input, {
+    params: { [zlib.constants.BROTLI_PARAM_QUALITY]: 1, [zlib.constants.BROTLI_PARAM_SIZE_HINT]: input.length },
+  });
 
 type SchemaElement = Record<string, unknown> & { name: string };
-const u32 = (name: string): SchemaElement => ({ name, type: 'INT32', repetition_type: 'REQUIRED', converted_type: 'UINT_32' });
-const u8 = (name: string): SchemaElement => ({ name, type: 'INT32', repetition_type: 'REQUIRED', converted_type: 'UINT_8' });
+const u32 = (name: string): SchemaElement => ({
+  name,
+  type: 'INT32',
+  repetition_type: 'REQUIRED',
+  converted_type: 'UINT_32',
+});
+const u8 = (name: string): SchemaElement => ({
+  name,
+  type: 'INT32',
+  repetition_type: 'REQUIRED',
+  converted_type: 'UINT_8',
+});
 const f32 = (name: string): SchemaElement => ({ name, type: 'FLOAT', repetition_type: 'REQUIRED' });
-const str = (name: string, required = false): SchemaElement => ({ name, type: 'BYTE_ARRAY', repetition_type: required ? 'REQUIRED' : 'OPTIONAL', converted_type: 'UTF8', logical_type: { type: 'STRING' } });
-const i32 = (name: string, required = false): SchemaElement => ({ name, type: 'INT32', repetition_type: required ? 'REQUIRED' : 'OPTIONAL' });
+const str = (name: string, required = false): SchemaElement => ({
+  name,
+  type: 'BYTE_ARRAY',
+  repetition_type: required ? 'REQUIRED' : 'OPTIONAL',
+  converted_type: 'UTF8',
+  logical_type: { type: 'STRING' },
+});
+const i32 = (name: string, required = false): SchemaElement => ({
+  name,
+  type: 'INT32',
+  repetition_type: required ? 'REQUIRED' : 'OPTIONAL',
+});
 const i64 = (name: string): SchemaElement => ({ name, type: 'INT64', repetition_type: 'REQUIRED' });
 const f64 = (name: string): SchemaElement => ({ name, type: 'DOUBLE', repetition_type: 'OPTIONAL' });
 
-async function writeParquet(path: string, columns: { element: SchemaElement; data: unknown; encoding?: 'DELTA_BINARY_PACKED' }[], rowGroupSize: number[] | number, kv: Record<string, string>): Promise<void> {
+async function writeParquet(
+  path: string,
+  columns: { element: SchemaElement; data: unknown; encoding?: 'DELTA_BINARY_PACKED' }[],
+  rowGroupSize: number[] | number,
+  kv: Record<string, string>,
+): Promise<void> {
   const buf = parquetWriteBuffer({
-    columnData: columns.map((c) => ({ name: c.element.name, data: c.data as never, ...(c.encoding ? { encoding: c.encoding } : {}) })),
+    columnData: columns.map((c) => ({
+      name: c.element.name,
+      data: c.data as never,
+      ...(c.encoding ? { encoding: c.encoding } : {}),
+    })),
     schema: [{ name: 'root', num_children: columns.length }, ...columns.map((c) => c.element)] as never,
     codec: 'BROTLI',
     compressors: { BROTLI: brotliCompress },
@@ -530,8 +623,14 @@ async function writeParquet(path: string, columns: { element: SchemaElement; dat
  * by renaming its directory (an existing step of that name is replaced). The records' token arrays become columns;
  * `tokens.text` becomes the step's vocab when each id has one text, else a column of its own.
  */
-export async function writeStoreStep(rolloutsDir: string, name: string, records: readonly Rollout[], info: Record<string, unknown> = {}): Promise<string> {
-  if (!STEP_DIR.test(name)) throw new Error(`a store step is named step-NNNNNN or val-step-NNNNNN, not ${JSON.stringify(name)}`);
+export async function writeStoreStep(
+  rolloutsDir: string,
+  name: string,
+  records: readonly Rollout[],
+  info: Record<string, unknown> = {},
+): Promise<string> {
+  if (!STEP_DIR.test(name))
+    throw new Error(`a store step is named step-NNNNNN or val-step-NNNNNN, not ${JSON.stringify(name)}`);
   await mkdir(rolloutsDir, { recursive: true });
   const final = join(rolloutsDir, name);
   const tmp = join(rolloutsDir, `.${name}.tmp-${process.pid}-${randomBytes(3).toString('hex')}`);
@@ -545,7 +644,9 @@ export async function writeStoreStep(rolloutsDir: string, name: string, records:
     const floats = new Map(wanted.map((k) => [k, new Float32Array(total).fill(Number.NaN)]));
     const engineOf = (r: Rollout) => {
       const m = r.meta?.engine_loss_mask;
-      return r.tokens && Array.isArray(m) && m.length === r.tokens.ids.length && m.every((x) => x === 0 || x === 1) ? (m as number[]) : undefined;
+      return r.tokens && Array.isArray(m) && m.length === r.tokens.ids.length && m.every((x) => x === 0 || x === 1)
+        ? (m as number[])
+        : undefined;
     };
     const withEngine = records.some((r) => engineOf(r));
     const engine = withEngine ? new Uint8Array(total) : undefined;
@@ -611,12 +712,27 @@ export async function writeStoreStep(rolloutsDir: string, name: string, records:
       { element: u8('role'), data: Int32Array.from(role), encoding: 'DELTA_BINARY_PACKED' as const },
       { element: u8('loss_mask'), data: Int32Array.from(mask), encoding: 'DELTA_BINARY_PACKED' as const },
       ...wanted.map((k) => ({ element: f32(k), data: floats.get(k)! })),
-      ...(engine ? [{ element: u8('engine_mask'), data: Int32Array.from(engine), encoding: 'DELTA_BINARY_PACKED' as const }] : []),
+      ...(engine
+        ? [{ element: u8('engine_mask'), data: Int32Array.from(engine), encoding: 'DELTA_BINARY_PACKED' as const }]
+        : []),
       ...(consistent ? [] : [{ element: str('text', true), data: texts }]),
     ];
     await writeParquet(join(tmp, STORE_FILES.tokens), tokenCols, groups.length ? groups : [0], kv);
     const vids = [...vocab.keys()].sort((a, b) => a - b);
-    await writeParquet(join(tmp, STORE_FILES.vocab), consistent ? [{ element: u32('id'), data: Uint32Array.from(vids) }, { element: str('text', true), data: vids.map((i) => vocab.get(i)!) }] : [{ element: u32('id'), data: new Uint32Array(0) }, { element: str('text', true), data: [] }], vids.length || 1, {});
+    await writeParquet(
+      join(tmp, STORE_FILES.vocab),
+      consistent
+        ? [
+            { element: u32('id'), data: Uint32Array.from(vids) },
+            { element: str('text', true), data: vids.map((i) => vocab.get(i)!) },
+          ]
+        : [
+            { element: u32('id'), data: new Uint32Array(0) },
+            { element: str('text', true), data: [] },
+          ],
+      vids.length || 1,
+      {},
+    );
     const col = (k: string) => rows.map((r) => r[k] ?? null);
     await writeParquet(
       join(tmp, STORE_FILES.rollouts),
@@ -648,7 +764,8 @@ function rolloutColumns(r: Rollout): Record<string, unknown> {
   for (const [k, v] of Object.entries(r)) {
     if (k === 'tokens') continue;
     if ((STRING_FIELDS as readonly string[]).includes(k) && typeof v === 'string') row[k] = v;
-    else if ((INT_FIELDS as readonly string[]).includes(k) && Number.isInteger(v) && Math.abs(v as number) < 2 ** 31) row[k] = v;
+    else if ((INT_FIELDS as readonly string[]).includes(k) && Number.isInteger(v) && Math.abs(v as number) < 2 ** 31)
+      row[k] = v;
     else if (k === 'reward' && typeof v === 'number' && Number.isFinite(v)) row[k] = v;
     else if ((JSON_FIELDS as readonly string[]).includes(k)) row[k] = JSON.stringify(v);
     else if (k === 'v' && v === 2) continue;
@@ -679,4 +796,3 @@ export async function removePartialSteps(rolloutsDir: string): Promise<string[]>
   }
   return gone;
 }
-

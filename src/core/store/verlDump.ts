@@ -5,9 +5,10 @@
  * output (numbers become `reward_parts`, anything else goes to `meta`). The question is read from the prompt
  * (Search-R1's templates end with `Question: …`).
  */
-import { ROLLOUT_RECORD_VERSION, rolloutContext, type ReadOptions, type Rollout } from '../run/format';
-import { extractQuestion } from '../tags/transcript';
+
 import { derivedFields, goldenList, jsonSafe, toNumber } from '../run/fields';
+import { type ReadOptions, ROLLOUT_RECORD_VERSION, type Rollout, rolloutContext } from '../run/format';
+import { extractQuestion } from '../tags/transcript';
 
 const KNOWN = new Set(['input', 'output', 'gts', 'score', 'step', 'data_source']);
 
@@ -23,8 +24,18 @@ export class FieldError extends Error {
 }
 
 /** Converts one dump line (already parsed). `line` and `file` identify it in ids and meta. */
-export function fromVerlDump(obj: Record<string, unknown>, file: string, line: number, stepFromName?: number, read: ReadOptions = {}): Rollout {
-  if (typeof obj.output !== 'string') throw new FieldError('output', `expected a string (the decoded response), got ${obj.output === undefined ? 'nothing' : typeof obj.output}`);
+export function fromVerlDump(
+  obj: Record<string, unknown>,
+  file: string,
+  line: number,
+  stepFromName?: number,
+  read: ReadOptions = {},
+): Rollout {
+  if (typeof obj.output !== 'string')
+    throw new FieldError(
+      'output',
+      `expected a string (the decoded response), got ${obj.output === undefined ? 'nothing' : typeof obj.output}`,
+    );
   const step = toNumber(obj.step) ?? stepFromName;
   const reward = toNumber(obj.score);
   const parts: Record<string, number> = {};

@@ -6,9 +6,9 @@
  * Positions are character offsets; the editor layer turns them into lines.
  */
 import type { Dialect, ParsedTrajectory, Segment, TagDiagnostic } from './parser';
-import { pythonStrip, turnsOf, type RetrievedDoc, type Turn } from './searchr1';
+import { pythonStrip, type RetrievedDoc, type Turn, turnsOf } from './searchr1';
 import { documentsOf } from './trajectory';
-import { parseTranscript, splitConversations, type ParsedTranscript } from './transcript';
+import { type ParsedTranscript, parseTranscript, splitConversations } from './transcript';
 
 export interface Conversation {
   /** Offsets of the conversation in the document. */
@@ -84,7 +84,8 @@ export class TrajectoryDocument {
     this.conversations = splitConversations(text).map((span) => {
       const slice = text.slice(span.start, span.end);
       const key = `${slice.length}\u0000${slice.slice(0, 48)}\u0000${slice.slice(-48)}`;
-      const find = (m: Map<string, { text: string; rel: Conversation['rel'] }[]>) => m.get(key)?.find((e) => e.text === slice)?.rel;
+      const find = (m: Map<string, { text: string; rel: Conversation['rel'] }[]>) =>
+        m.get(key)?.find((e) => e.text === slice)?.rel;
       let rel = find(this.cache) ?? find(next);
       if (!rel) {
         const t = parseTranscript(slice, this.options);
@@ -111,7 +112,13 @@ export class TrajectoryDocument {
     }
     if (total > limit) {
       const last = this.conversations[this.conversations.length - 1]!;
-      out.push({ code: 'text-between-tags', severity: 'info', message: `${total - limit} more problems not shown (${total} in this file)`, start: last.end, end: last.end });
+      out.push({
+        code: 'text-between-tags',
+        severity: 'info',
+        message: `${total - limit} more problems not shown (${total} in this file)`,
+        start: last.end,
+        end: last.end,
+      });
     }
     return out;
   }
@@ -121,10 +128,15 @@ export class TrajectoryDocument {
     const out: { start: number; end: number; kind: 'region' | 'comment' }[] = [];
     for (const c of this.conversations) {
       out.push({ start: c.start, end: c.end, kind: 'region' });
-      if (c.rel.promptEnd > c.rel.promptStart) out.push({ start: c.start + c.rel.promptStart, end: c.start + c.rel.promptEnd, kind: 'region' });
+      if (c.rel.promptEnd > c.rel.promptStart)
+        out.push({ start: c.start + c.rel.promptStart, end: c.start + c.rel.promptEnd, kind: 'region' });
       for (const s of c.rel.parsed.segments) {
         if (s.kind === 'text' || s.kind === 'template') continue;
-        out.push({ start: c.start + s.start, end: c.start + s.end, kind: s.kind === 'information' ? 'comment' : 'region' });
+        out.push({
+          start: c.start + s.start,
+          end: c.start + s.end,
+          kind: s.kind === 'information' ? 'comment' : 'region',
+        });
       }
     }
     return out;
@@ -148,10 +160,15 @@ export class TrajectoryDocument {
     const turn = c.rel.turns.findIndex((t) => t.segments.includes(k));
     const t = turn >= 0 ? c.rel.turns[turn]! : undefined;
     // Search-R1 answers a turn's action with one observation; tool calls are answered in order, one response each.
-    const nth = parsed.dialect === 'searchr1' ? 0 : (t?.segments.filter((i) => segs[i]!.kind === 'search' && segs[i]!.call).indexOf(k) ?? -1);
+    const nth =
+      parsed.dialect === 'searchr1'
+        ? 0
+        : (t?.segments.filter((i) => segs[i]!.kind === 'search' && segs[i]!.call).indexOf(k) ?? -1);
     const obs = t && nth >= 0 ? t.observations[nth] : undefined;
     const info = obs !== undefined && segs[obs]!.kind === 'information' ? segs[obs]! : undefined;
-    const docs = info ? documentsOf(parsed, info).map((d) => ({ ...d, start: d.start + c.start, end: d.end + c.start })) : [];
+    const docs = info
+      ? documentsOf(parsed, info).map((d) => ({ ...d, start: d.start + c.start, end: d.end + c.start }))
+      : [];
     const call = s.call;
     return {
       turn: turn + 1,
@@ -224,7 +241,11 @@ function conversationOutline(text: string, c: Conversation, k: number): OutlineN
     const blocks = t.segments.map((i) => segs[i]!).filter((s) => s.kind !== 'text' && s.kind !== 'template');
     const observations = t.observations.map((i) => segs[i]!);
     const end = observations.length ? observations[observations.length - 1]!.end : t.end;
-    const actionBlock = blocks.find((s) => s.kind === (t.action === 'tool' ? 'search' : t.action) && (t.action !== 'search' || !s.call || s.call.query !== undefined));
+    const actionBlock = blocks.find(
+      (s) =>
+        s.kind === (t.action === 'tool' ? 'search' : t.action) &&
+        (t.action !== 'search' || !s.call || s.call.query !== undefined),
+    );
     const queries = blocks.filter((s) => s.call?.query !== undefined).map((s) => `“${clip(s.call!.query!, 40)}”`);
     const name =
       t.action === 'search'
@@ -236,7 +257,9 @@ function conversationOutline(text: string, c: Conversation, k: number): OutlineN
           : t.action === 'tool'
             ? `Turn ${t.index + 1}: tool call ${t.content}`
             : `Turn ${t.index + 1}: invalid action`;
-    const docs = observations.filter((o) => o.kind === 'information').reduce((n, o) => n + documentsOf(parsed, o).length, 0);
+    const docs = observations
+      .filter((o) => o.kind === 'information')
+      .reduce((n, o) => n + documentsOf(parsed, o).length, 0);
     children.push({
       name,
       detail: observations.some((o) => o.kind === 'information') ? `${docs} documents` : '',

@@ -44,7 +44,8 @@ export function jsonValueEnd(text: string, i: number): { end: number; closed: bo
     else if (c === 123 || c === 91) depth++;
     else if (c === 125 || c === 93) {
       if (--depth === 0) return { end: k + 1, closed: true };
-    } else if (c === 60 && text.charCodeAt(k + 1) === 124 && templateMarkerLength(text, k) > 0) return { end: k, closed: false };
+    } else if (c === 60 && text.charCodeAt(k + 1) === 124 && templateMarkerLength(text, k) > 0)
+      return { end: k, closed: false };
   }
   return { end: text.length, closed: false };
 }
@@ -57,7 +58,10 @@ export interface ChatMarker {
   python?: true;
 }
 
-const ROLE_STARTS = CHATML_ROLES.map((role) => ({ role, marker: { length: 12 + role.length, starts: role } as ChatMarker }));
+const ROLE_STARTS = CHATML_ROLES.map((role) => ({
+  role,
+  marker: { length: 12 + role.length, starts: role } as ChatMarker,
+}));
 const IM_END: ChatMarker = { length: 10, ends: true };
 const END_MARKERS = ['<|eot_id|>', '<|eom_id|>', '<|endoftext|>', '<|end_of_text|>'];
 
@@ -68,7 +72,8 @@ const END_MARKERS = ['<|eot_id|>', '<|eom_id|>', '<|endoftext|>', '<|end_of_text
 export function chatMarker(text: string, i: number): ChatMarker | undefined {
   if (text.startsWith('<|im_end|>', i)) return IM_END;
   if (text.startsWith('<|im_start|>', i)) {
-    for (const r of ROLE_STARTS) if (text.startsWith(r.role, i + 12) && !isWordChar(text.charCodeAt(i + 12 + r.role.length))) return r.marker;
+    for (const r of ROLE_STARTS)
+      if (text.startsWith(r.role, i + 12) && !isWordChar(text.charCodeAt(i + 12 + r.role.length))) return r.marker;
     return { length: 12, starts: '' };
   }
   const length = templateMarkerLength(text, i);

@@ -41,9 +41,18 @@ import type { BlockKind, DiagnosticCode, Dialect, Segment, SegmentKind, Severity
 import type { ResponseSpan } from './spans';
 import { annotateToolCalls } from './toolcall';
 
-export { templateMarkerLength };
+export type {
+  BlockKind,
+  DiagnosticCode,
+  Dialect,
+  Segment,
+  SegmentKind,
+  Severity,
+  TagDiagnostic,
+  ToolCall,
+} from './segments';
 export { DIALECTS } from './segments';
-export type { BlockKind, DiagnosticCode, Dialect, Segment, SegmentKind, Severity, TagDiagnostic, ToolCall } from './segments';
+export { templateMarkerLength };
 
 export interface ParseOptions {
   /** Report a response without `<answer>` (default true; false for a trajectory still being generated). */
@@ -93,7 +102,6 @@ const SLASH = 47; // /
 const BAR = 124; // |
 const BRACE = 123; // {
 
-
 /** How each dialect writes a block's tag (in messages; llama-json's calls and responses have no tags). */
 const TAG_NAME: Record<Dialect, Record<BlockKind, string>> = {
   searchr1: { think: 'think', search: 'search', information: 'information', answer: 'answer' },
@@ -121,10 +129,12 @@ function tagAt(text: string, i: number, dialect: Dialect): Tag | undefined {
       }
       return undefined;
     case 115: // s
-      if (dialect === 'searchr1' && text.startsWith('search>', j)) return { kind: 'search', closing, length: j - i + 7 };
+      if (dialect === 'searchr1' && text.startsWith('search>', j))
+        return { kind: 'search', closing, length: j - i + 7 };
       return undefined;
     case 105: // i
-      if (dialect === 'searchr1' && text.startsWith('information>', j)) return { kind: 'information', closing, length: j - i + 12 };
+      if (dialect === 'searchr1' && text.startsWith('information>', j))
+        return { kind: 'information', closing, length: j - i + 12 };
       return undefined;
     case 97: // a
       if (text.startsWith('answer>', j)) return { kind: 'answer', closing, length: j - i + 7 };
@@ -134,10 +144,8 @@ function tagAt(text: string, i: number, dialect: Dialect): Tag | undefined {
   }
 }
 
-
 /** Who writes a message: the policy, the environment (tool results, or a user message in the response), or neither. */
 type Role = 'assistant' | 'reply' | 'other';
-
 
 /** A role word on its own line: what a decoder that drops special tokens leaves of `<|im_start|>user\n`. */
 const BARE_ROLE = /^(user|assistant|tool|system|ipython)$/;
@@ -147,7 +155,25 @@ export function isBlank(text: string, start: number, end: number): boolean {
   for (let k = start; k < end; k++) {
     const c = text.charCodeAt(k);
     // space, \t, \n, \v, \f, \r, NBSP and the Unicode spaces Python's str.strip() removes in practice
-    if (!(c === 32 || (c >= 9 && c <= 13) || c === 0xa0 || c === 0x2028 || c === 0x2029 || c === 0x3000 || (c >= 0x2000 && c <= 0x200a) || c === 0x1680 || c === 0x202f || c === 0x205f || c === 0x85 || c === 0x1c || c === 0x1d || c === 0x1e || c === 0x1f)) {
+    if (
+      !(
+        c === 32 ||
+        (c >= 9 && c <= 13) ||
+        c === 0xa0 ||
+        c === 0x2028 ||
+        c === 0x2029 ||
+        c === 0x3000 ||
+        (c >= 0x2000 && c <= 0x200a) ||
+        c === 0x1680 ||
+        c === 0x202f ||
+        c === 0x205f ||
+        c === 0x85 ||
+        c === 0x1c ||
+        c === 0x1d ||
+        c === 0x1e ||
+        c === 0x1f
+      )
+    ) {
       return false;
     }
   }
@@ -158,7 +184,6 @@ function skipBlank(text: string, i: number): number {
   while (i < text.length && isBlank(text, i, i + 1)) i++;
   return i;
 }
-
 
 const LLAMA_TOOLS = /<\|start_header_id\|>ipython<\|end_header_id\|>|<\|python_tag\|>|Environment: ipython/;
 const FIRST_ACTION = /<(tool_call|tool_response|search|information)>/;
@@ -171,7 +196,11 @@ const TOOLS_PREAMBLE = /<tools>|^# Tools$/m;
  * prompt declares tools (`<tools>`, `# Tools`: the model may have answered without calling); else `searchr1`.
  */
 export function detectDialect(response: string, prompt = ''): Dialect {
-  if ((response.includes('<|start_header_id|>') || prompt.includes('<|start_header_id|>')) && (LLAMA_TOOLS.test(response) || LLAMA_TOOLS.test(prompt))) return 'llama-json';
+  if (
+    (response.includes('<|start_header_id|>') || prompt.includes('<|start_header_id|>')) &&
+    (LLAMA_TOOLS.test(response) || LLAMA_TOOLS.test(prompt))
+  )
+    return 'llama-json';
   const first = FIRST_ACTION.exec(response);
   if (first) return first[1]!.startsWith('tool_') ? 'toolcall' : 'searchr1';
   return prompt && TOOLS_PREAMBLE.test(prompt) ? 'toolcall' : 'searchr1';
@@ -185,7 +214,13 @@ export function parseTrajectory(input: string, options: ParseOptions = {}): Pars
   const scan = new TrajectoryScan(text, dialect, options);
   scan.read();
   const { segments, diagnostics } = scan;
-  if (tool) annotateToolCalls(text, segments, diagnostics, { searchTool: options.searchTool ?? 'search', tools: options.tools ?? [], dialect, kindsKnown: scan.spansKnown });
+  if (tool)
+    annotateToolCalls(text, segments, diagnostics, {
+      searchTool: options.searchTool ?? 'search',
+      tools: options.tools ?? [],
+      dialect,
+      kindsKnown: scan.spansKnown,
+    });
   checkAnswers(segments, diagnostics, tool, text.length, options.expectAnswer ?? true);
   diagnostics.sort((a, b) => a.start - b.start || a.end - b.end);
   const base = options.offset ?? 0;
@@ -259,7 +294,9 @@ class TrajectoryScan {
     this.names = TAG_NAME[dialect];
     this.strictText = options.strictText ?? !this.tool;
     this.openThink = !!options.openThink;
-    this.envSpans = options.spans ? options.spans.filter((sp) => sp.role !== 'generated' && sp.end > sp.start && sp.start < this.n) : undefined;
+    this.envSpans = options.spans
+      ? options.spans.filter((sp) => sp.role !== 'generated' && sp.end > sp.start && sp.start < this.n)
+      : undefined;
     this.spansKnown = this.envSpans !== undefined;
     this.feedback = this.envSpans ? -1 : text.indexOf(INVALID_ACTION_MESSAGE);
   }
@@ -318,9 +355,23 @@ class TrajectoryScan {
   }
 
   /** Appends a segment (an empty text segment is none), starting a new turn at the first generated one after an observation. */
-  private push(kind: SegmentKind, start: number, end: number, contentStart: number, contentEnd: number, opened: boolean, closed: boolean): void {
+  private push(
+    kind: SegmentKind,
+    start: number,
+    end: number,
+    contentStart: number,
+    contentEnd: number,
+    opened: boolean,
+    closed: boolean,
+  ): void {
     if (end <= start && kind === 'text') return;
-    if (this.afterObservation && (kind === 'think' || kind === 'search' || kind === 'answer' || (kind === 'text' && this.role === 'assistant' && !isBlank(this.text, start, end)))) {
+    if (
+      this.afterObservation &&
+      (kind === 'think' ||
+        kind === 'search' ||
+        kind === 'answer' ||
+        (kind === 'text' && this.role === 'assistant' && !isBlank(this.text, start, end)))
+    ) {
       this.turn++;
       this.afterObservation = false;
     }
@@ -339,7 +390,13 @@ class TrajectoryScan {
     }
     this.push('text', from, upTo, from, upTo, false, false);
     if (this.strictText && !isBlank(text, from, upTo)) {
-      this.diag('text-between-tags', 'warning', 'text outside <think>, <search>, <information> and <answer>: the Search-R1 format allows only whitespace between blocks', from, upTo);
+      this.diag(
+        'text-between-tags',
+        'warning',
+        'text outside <think>, <search>, <information> and <answer>: the Search-R1 format allows only whitespace between blocks',
+        from,
+        upTo,
+      );
     }
   }
 
@@ -376,8 +433,22 @@ class TrajectoryScan {
     const { n, names } = this;
     this.push(open.kind, open.segStart, at, open.contentStart, at, open.opened, false);
     if (open.tagless) this.observed();
-    else this.diag('unclosed-tag', 'error', `<${names[open.kind]}> is ${why}`, open.tagStart, Math.min(n, open.tagStart + open.tagLength));
-    for (const b of this.interrupted.splice(0).reverse()) this.diag('unclosed-tag', 'error', `<${names[b.kind]}> is ${why}`, b.tagStart, Math.min(n, b.tagStart + b.tagLength));
+    else
+      this.diag(
+        'unclosed-tag',
+        'error',
+        `<${names[open.kind]}> is ${why}`,
+        open.tagStart,
+        Math.min(n, open.tagStart + open.tagLength),
+      );
+    for (const b of this.interrupted.splice(0).reverse())
+      this.diag(
+        'unclosed-tag',
+        'error',
+        `<${names[b.kind]}> is ${why}`,
+        b.tagStart,
+        Math.min(n, b.tagStart + b.tagLength),
+      );
     this.open = undefined;
     this.textStart = at;
   }
@@ -385,7 +456,15 @@ class TrajectoryScan {
   /** After a block closed at `at`: the block it interrupted resumes, or top-level text starts. */
   private resumeOrText(at: number): void {
     const resumed = this.interrupted.pop();
-    if (resumed) this.open = { kind: resumed.kind, segStart: at, contentStart: at, opened: false, tagStart: resumed.tagStart, tagLength: resumed.tagLength };
+    if (resumed)
+      this.open = {
+        kind: resumed.kind,
+        segStart: at,
+        contentStart: at,
+        opened: false,
+        tagStart: resumed.tagStart,
+        tagLength: resumed.tagLength,
+      };
     else {
       this.open = undefined;
       this.textStart = at;
@@ -421,7 +500,16 @@ class TrajectoryScan {
       }
     } else if (who === 'tool' || who === 'ipython' || who === 'function') {
       this.role = 'reply';
-      if (tagless && !tagged && body < this.n) this.open = { kind: 'information', segStart: at, contentStart: at, opened: true, tagStart: at, tagLength: 0, tagless: true };
+      if (tagless && !tagged && body < this.n)
+        this.open = {
+          kind: 'information',
+          segStart: at,
+          contentStart: at,
+          opened: true,
+          tagStart: at,
+          tagLength: 0,
+          tagless: true,
+        };
     } else {
       this.role = who === 'user' && tagged ? 'reply' : 'other';
     }
@@ -470,11 +558,19 @@ class TrajectoryScan {
         const openTag = `<${names.information}>`;
         const closeTag = `</${names.information}>`;
         const tagged = !this.tool && text.startsWith(openTag, a) && a + openTag.length <= b;
-        const closed = tagged && b - closeTag.length >= a + openTag.length && text.startsWith(closeTag, b - closeTag.length);
+        const closed =
+          tagged && b - closeTag.length >= a + openTag.length && text.startsWith(closeTag, b - closeTag.length);
         const contentStart = tagged ? a + openTag.length : a;
         const contentEnd = closed ? b - closeTag.length : b;
         this.push('information', a, b, contentStart, contentEnd, true, tagged ? closed : true);
-        if (tagged && !closed) this.diag('unclosed-tag', 'error', `<${names.information}> is not closed (the observation was cut)`, a, a + openTag.length);
+        if (tagged && !closed)
+          this.diag(
+            'unclosed-tag',
+            'error',
+            `<${names.information}> is not closed (the observation was cut)`,
+            a,
+            a + openTag.length,
+          );
       }
       this.observed();
       // The blank tail is read on as text (nothing in it can be a tag).
@@ -489,7 +585,8 @@ class TrajectoryScan {
 
   /** The first invalid-action message at or after `i` (-1: none). */
   private nextFeedback(i: number): number {
-    while (this.feedback >= 0 && this.feedback < i) this.feedback = this.text.indexOf(INVALID_ACTION_MESSAGE, this.feedback + 1);
+    while (this.feedback >= 0 && this.feedback < i)
+      this.feedback = this.text.indexOf(INVALID_ACTION_MESSAGE, this.feedback + 1);
     return this.feedback;
   }
 
@@ -534,7 +631,10 @@ class TrajectoryScan {
       this.open = undefined;
       this.textStart = lt;
     } else if (open && boundary) {
-      this.abandon(lt, `not closed before the end of the ${this.role === 'assistant' ? 'assistant’s' : 'environment’s'} message`);
+      this.abandon(
+        lt,
+        `not closed before the end of the ${this.role === 'assistant' ? 'assistant’s' : 'environment’s'} message`,
+      );
     }
     this.pushMarker(lt, len);
     let i = lt + len;
@@ -547,7 +647,10 @@ class TrajectoryScan {
   private tag(lt: number, limit: number): number {
     const { text, dialect } = this;
     const next = text.charCodeAt(lt + 1);
-    let tag = next === SLASH || next === 116 || next === 115 || next === 105 || next === 97 ? tagAt(text, lt, dialect) : undefined;
+    let tag =
+      next === SLASH || next === 116 || next === 115 || next === 105 || next === 97
+        ? tagAt(text, lt, dialect)
+        : undefined;
     if (tag && (lt + tag.length > limit || (this.envSpans && tag.kind === 'information'))) tag = undefined;
     // A role word left by a decoder may have started the assistant's message since the last block: read it first.
     if (tag && dialect === 'toolcall' && this.role !== 'assistant' && !this.open) this.flushText(lt);
@@ -587,13 +690,26 @@ class TrajectoryScan {
     }
     const open = this.open;
     if (open) {
-      this.diag('nested-tag', 'error', `<${names[tag.kind]}> opened inside <${names[open.kind]}>, which is not closed before it`, lt, tagEnd);
+      this.diag(
+        'nested-tag',
+        'error',
+        `<${names[tag.kind]}> opened inside <${names[open.kind]}>, which is not closed before it`,
+        lt,
+        tagEnd,
+      );
       this.push(open.kind, open.segStart, lt, open.contentStart, lt, open.opened, false);
       this.interrupted.push({ kind: open.kind, tagStart: open.tagStart, tagLength: open.tagLength });
     } else {
       this.flushText(lt);
     }
-    this.open = { kind: tag.kind, segStart: lt, contentStart: tagEnd, opened: true, tagStart: lt, tagLength: tag.length };
+    this.open = {
+      kind: tag.kind,
+      segStart: lt,
+      contentStart: tagEnd,
+      opened: true,
+      tagStart: lt,
+      tagLength: tag.length,
+    };
   }
 
   /** A closing tag: of the open block, of an interrupted outer one (the inner ones are unclosed), or of none. */
@@ -602,37 +718,85 @@ class TrajectoryScan {
     const open = this.open;
     if (open?.kind === tag.kind) {
       this.push(open.kind, open.segStart, tagEnd, open.contentStart, lt, open.opened, true);
-      if (tag.kind === 'search' && !this.tool && open.opened && isBlank(text, open.contentStart, lt)) this.diag('empty-search', 'warning', 'empty search query', open.segStart, tagEnd);
+      if (tag.kind === 'search' && !this.tool && open.opened && isBlank(text, open.contentStart, lt))
+        this.diag('empty-search', 'warning', 'empty search query', open.segStart, tagEnd);
       this.resumeOrText(tagEnd);
       return this.open ? tagEnd : this.llamaCall(tagEnd);
     }
     const interrupted = this.interrupted;
     let depth = -1;
-    for (let k = interrupted.length - 1; k >= 0; k--) if (interrupted[k]!.kind === tag.kind) { depth = k; break; }
+    for (let k = interrupted.length - 1; k >= 0; k--)
+      if (interrupted[k]!.kind === tag.kind) {
+        depth = k;
+        break;
+      }
     if (open && depth >= 0) {
       // Closes an interrupted outer block: the ones opened since are unclosed.
-      this.diag('unclosed-tag', 'error', `<${names[open.kind]}> is not closed before </${names[tag.kind]}>`, open.tagStart, Math.min(n, open.tagStart + open.tagLength));
-      for (const b of interrupted.splice(depth + 1).reverse()) this.diag('unclosed-tag', 'error', `<${names[b.kind]}> is not closed before </${names[tag.kind]}>`, b.tagStart, Math.min(n, b.tagStart + b.tagLength));
+      this.diag(
+        'unclosed-tag',
+        'error',
+        `<${names[open.kind]}> is not closed before </${names[tag.kind]}>`,
+        open.tagStart,
+        Math.min(n, open.tagStart + open.tagLength),
+      );
+      for (const b of interrupted.splice(depth + 1).reverse())
+        this.diag(
+          'unclosed-tag',
+          'error',
+          `<${names[b.kind]}> is not closed before </${names[tag.kind]}>`,
+          b.tagStart,
+          Math.min(n, b.tagStart + b.tagLength),
+        );
       interrupted.pop();
       this.push(tag.kind, open.segStart, tagEnd, open.segStart, lt, false, true);
       this.resumeOrText(tagEnd);
       return tagEnd;
     }
     const what = names[tag.kind];
-    this.diag('unopened-close', 'error', open ? `</${what}> inside <${names[open.kind]}>, but no <${what}> is open` : `</${what}> without an opening <${what}>`, lt, tagEnd);
+    this.diag(
+      'unopened-close',
+      'error',
+      open
+        ? `</${what}> inside <${names[open.kind]}>, but no <${what}> is open`
+        : `</${what}> without an opening <${what}>`,
+      lt,
+      tagEnd,
+    );
     // The stray tag stays part of the current segment (top-level text or the open block's content).
     return tagEnd;
   }
 }
 
 /** A second `<answer>` (the final answer is the last) and a missing one (when one is expected). */
-function checkAnswers(segments: readonly Segment[], diagnostics: TagDiagnostic[], tool: boolean, n: number, expectAnswer: boolean): void {
+function checkAnswers(
+  segments: readonly Segment[],
+  diagnostics: TagDiagnostic[],
+  tool: boolean,
+  n: number,
+  expectAnswer: boolean,
+): void {
   let answers = 0;
   for (const s of segments) {
     if (s.kind !== 'answer' || !s.opened) continue;
-    if (++answers === 2) diagnostics.push({ code: 'multiple-answers', severity: 'warning', message: tool ? 'more than one <answer>: the final answer is the last' : 'more than one <answer>: Search-R1 acts on the first; the final answer is the last', start: s.start, end: s.start + 8 });
+    if (++answers === 2)
+      diagnostics.push({
+        code: 'multiple-answers',
+        severity: 'warning',
+        message: tool
+          ? 'more than one <answer>: the final answer is the last'
+          : 'more than one <answer>: Search-R1 acts on the first; the final answer is the last',
+        start: s.start,
+        end: s.start + 8,
+      });
   }
-  if (answers === 0 && expectAnswer) diagnostics.push({ code: 'missing-answer', severity: 'warning', message: 'no <answer>: the trajectory ends without a final answer', start: Math.max(0, n - 1), end: n });
+  if (answers === 0 && expectAnswer)
+    diagnostics.push({
+      code: 'missing-answer',
+      severity: 'warning',
+      message: 'no <answer>: the trajectory ends without a final answer',
+      start: Math.max(0, n - 1),
+      end: n,
+    });
 }
 
 /** Moves every position by `base` (ParseOptions.offset: the text is a slice of a larger document). */

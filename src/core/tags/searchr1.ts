@@ -3,7 +3,15 @@
  * Search-R1 (search_r1/llm_agent/generation.py, verl/utils/reward_score/qa_em*.py) and is tested against the
  * quirks it has; the trajectory-level helpers are built on the parser.
  */
-import { contentOf, INVALID_ACTION_MESSAGE, isBlank, parseTrajectory, type ParsedTrajectory, type Segment, type TagDiagnostic } from './parser';
+import {
+  contentOf,
+  INVALID_ACTION_MESSAGE,
+  isBlank,
+  type ParsedTrajectory,
+  parseTrajectory,
+  type Segment,
+  type TagDiagnostic,
+} from './parser';
 
 /** Python's `str.strip()` with no argument: strips Unicode whitespace (str.isspace). */
 export function pythonStrip(s: string): string {
@@ -70,7 +78,11 @@ export function finalAnswer(parsed: ParsedTrajectory): string | undefined {
  * tags) the answer of the last turn whose action {@link strictAction} reads as one — none from inside an unclosed
  * `<search>`. `turns`: the response's turns read strictly, when the caller has them.
  */
-export function responseAnswer(parsed: ParsedTrajectory, options: { strictActions?: boolean } = {}, turns?: readonly Turn[]): string | undefined {
+export function responseAnswer(
+  parsed: ParsedTrajectory,
+  options: { strictActions?: boolean } = {},
+  turns?: readonly Turn[],
+): string | undefined {
   if (!options.strictActions || parsed.dialect !== 'searchr1') return finalAnswer(parsed);
   const last = (turns ?? turnsOf(parsed, { strictActions: true })).filter((t) => t.action === 'answer').pop();
   return last?.content;
@@ -91,7 +103,10 @@ export interface ExtractedAnswer {
  */
 export function extractAnswer(response: string, options: { mode?: AnswerMode; prompt?: string } = {}): ExtractedAnswer {
   if ((options.mode ?? 'last-answer') === 'last-answer') {
-    return { answer: finalAnswer(parseTrajectory(response, { expectAnswer: false, strictText: false })) ?? null, diagnostics: [] };
+    return {
+      answer: finalAnswer(parseTrajectory(response, { expectAnswer: false, strictText: false })) ?? null,
+      diagnostics: [],
+    };
   }
   const prompt = options.prompt ?? '';
   const answer = searchR1ExtractSolution(prompt + response);
@@ -102,7 +117,18 @@ export function extractAnswer(response: string, options: { mode?: AnswerMode; pr
       ? 'This prompt has one, so the last <answer> of the response is used.'
       : `This prompt has ${promptAnswers}, so ${promptAnswers === 0 ? 'a response with a single answer scores as having none' : 'an answer from the prompt can be scored'}.`) +
     ' Matches inside <information> count too.';
-  return { answer, diagnostics: [{ code: 'searchr1-answer-quirk', severity: promptAnswers === 1 ? 'info' : 'warning', message, start: 0, end: Math.min(1, response.length) }] };
+  return {
+    answer,
+    diagnostics: [
+      {
+        code: 'searchr1-answer-quirk',
+        severity: promptAnswers === 1 ? 'info' : 'warning',
+        message,
+        start: 0,
+        end: Math.min(1, response.length),
+      },
+    ],
+  };
 }
 
 /** One retrieved document as Search-R1 formats it: `Doc {i}(Title: {title}) {text}`. */
@@ -151,7 +177,13 @@ export function parseDocuments(content: string, offset = 0): RetrievedDoc[] {
   }
   heads.forEach((h, k) => {
     const end = k + 1 < heads.length ? heads[k + 1]!.at : content.length;
-    docs.push({ index: h.index, title: h.title, text: content.slice(h.body, end).replace(/\n+$/, ''), start: offset + h.at, end: offset + end });
+    docs.push({
+      index: h.index,
+      title: h.title,
+      text: content.slice(h.body, end).replace(/\n+$/, ''),
+      start: offset + h.at,
+      end: offset + end,
+    });
   });
   return docs;
 }
@@ -187,7 +219,15 @@ export function turnsOf(parsed: ParsedTrajectory, options: { strictActions?: boo
   const turns: Turn[] = [];
   for (let k = 0; k < segs.length; ) {
     const number = segs[k]!.turn;
-    const t: Turn = { index: turns.length, start: segs[k]!.start, end: segs[k]!.start, segments: [], action: null, content: '', observations: [] };
+    const t: Turn = {
+      index: turns.length,
+      start: segs[k]!.start,
+      end: segs[k]!.start,
+      segments: [],
+      action: null,
+      content: '',
+      observations: [],
+    };
     let substantive = false;
     for (; k < segs.length && segs[k]!.turn === number; k++) {
       const s = segs[k]!;
@@ -198,7 +238,12 @@ export function turnsOf(parsed: ParsedTrajectory, options: { strictActions?: boo
         // What follows the observation in the same turn is markers and whitespace (tool-call dialects).
         t.segments.push(k);
         t.end = s.end;
-        if (!substantive && s.kind !== 'template' && (s.kind !== 'text' || !isBlank(parsed.text, s.start - offset, s.end - offset))) substantive = true;
+        if (
+          !substantive &&
+          s.kind !== 'template' &&
+          (s.kind !== 'text' || !isBlank(parsed.text, s.start - offset, s.end - offset))
+        )
+          substantive = true;
       }
     }
     if (!substantive) continue;
@@ -208,7 +253,9 @@ export function turnsOf(parsed: ParsedTrajectory, options: { strictActions?: boo
   }
   for (const t of turns) {
     if (parsed.dialect === 'searchr1') {
-      const a = (options.strictActions ? strictAction : searchR1Action)(parsed.text.slice(t.start - offset, t.end - offset));
+      const a = (options.strictActions ? strictAction : searchR1Action)(
+        parsed.text.slice(t.start - offset, t.end - offset),
+      );
       t.action = a.action;
       t.content = a.content;
       continue;

@@ -41,22 +41,36 @@ const SURROGATE = /[\uD800-\uDFFF]/;
  * Checked without recursion and without echoing the value.
  */
 export function spansFromWire(value: unknown, response: string, field = 'spans'): ResponseSpan[] | { error: string } {
-  if (typeof value !== 'object' || value === null || Array.isArray(value)) return { error: `${field}: expected an object {v: 1, runs: [[role, length], …]}` };
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    return { error: `${field}: expected an object {v: 1, runs: [[role, length], …]}` };
   const w = value as { v?: unknown; runs?: unknown };
-  if (w.v !== SPANS_VERSION) return { error: `${field}.v: expected ${SPANS_VERSION} (this reader knows spans version ${SPANS_VERSION})` };
+  if (w.v !== SPANS_VERSION)
+    return { error: `${field}.v: expected ${SPANS_VERSION} (this reader knows spans version ${SPANS_VERSION})` };
   if (!Array.isArray(w.runs)) return { error: `${field}.runs: expected an array of [role, length]` };
   let points = 0;
   for (let k = 0; k < w.runs.length; k++) {
     const run = w.runs[k] as unknown;
-    if (!Array.isArray(run) || run.length !== 2 || typeof run[0] !== 'string' || !(SPAN_ROLES as readonly string[]).includes(run[0]) || !Number.isInteger(run[1]) || (run[1] as number) < 0) {
-      return { error: `${field}.runs[${k}]: expected [role, length] with role one of ${SPAN_ROLES.join(', ')} and a length ≥ 0` };
+    if (
+      !Array.isArray(run) ||
+      run.length !== 2 ||
+      typeof run[0] !== 'string' ||
+      !(SPAN_ROLES as readonly string[]).includes(run[0]) ||
+      !Number.isInteger(run[1]) ||
+      (run[1] as number) < 0
+    ) {
+      return {
+        error: `${field}.runs[${k}]: expected [role, length] with role one of ${SPAN_ROLES.join(', ')} and a length ≥ 0`,
+      };
     }
     points += run[1] as number;
   }
   // Code point → UTF-16 offsets: the same numbers unless the response has characters outside the BMP.
   const wide = SURROGATE.test(response);
   const total = wide ? codePoints(response) : response.length;
-  if (points !== total) return { error: `${field}.runs: the runs cover ${points} characters but the response has ${total} (lengths count Unicode code points)` };
+  if (points !== total)
+    return {
+      error: `${field}.runs: the runs cover ${points} characters but the response has ${total} (lengths count Unicode code points)`,
+    };
   const spans: ResponseSpan[] = [];
   let at = 0;
   for (const [role, length] of w.runs as [SpanRole, number][]) {
@@ -100,7 +114,11 @@ export function spansToWire(spans: readonly ResponseSpan[], response: string): S
  * their texts concatenate to the response exactly, each character takes its token's role. Undefined otherwise (a
  * tokenizer whose per-token texts do not round-trip, or no response tokens).
  */
-export function spansFromTokens(response: string, text: readonly string[], role: readonly string[]): ResponseSpan[] | undefined {
+export function spansFromTokens(
+  response: string,
+  text: readonly string[],
+  role: readonly string[],
+): ResponseSpan[] | undefined {
   const n = Math.min(text.length, role.length);
   let first = 0;
   while (first < n && role[first] === 'prompt') first++;

@@ -6,7 +6,7 @@
  * way the Qwen2.5 template does (for sources that store messages rather than text).
  */
 import { jsonValueEnd } from './markers';
-import type { Dialect, DiagnosticCode, Segment, TagDiagnostic, ToolCall } from './segments';
+import type { DiagnosticCode, Dialect, Segment, TagDiagnostic, ToolCall } from './segments';
 
 export interface ToolCallOptions {
   /** The search tool's name. */
@@ -23,28 +23,40 @@ const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'obj
 /** JSON strings (no raw control characters, only JSON's escapes): what JSON.parse accepts. */
 const JSON_STRING = '((?:[^"\\\\\\u0000-\\u001f]|\\\\(?:["\\\\/bfnrt]|u[0-9a-fA-F]{4}))*)';
 /** A call exactly as the chat templates render one: valid JSON of this one shape, read by a regular expression. */
-const CANONICAL_CALL = new RegExp(`^\\s*\\{"name": "${JSON_STRING}", "arguments": \\{"query": "${JSON_STRING}"\\}\\}\\s*$`);
+const CANONICAL_CALL = new RegExp(
+  `^\\s*\\{"name": "${JSON_STRING}", "arguments": \\{"query": "${JSON_STRING}"\\}\\}\\s*$`,
+);
 
 /**
  * Reads a call's body. Valid: a JSON object with a string `name` and an object `arguments` (Llama: `parameters`);
  * a call of the search tool also needs a string `query` (or veRL's search tool's `query_list` of strings, joined
  * with `; `). A call of another declared tool is a valid action that is not a search.
  */
-export function readToolCall(body: string, o: Pick<ToolCallOptions, 'searchTool' | 'tools'>): { call: ToolCall; problem?: { code: DiagnosticCode; severity: 'error' | 'warning' } } {
-  const invalid = (code: DiagnosticCode, error: string, name?: string) => ({ call: name === undefined ? { error } : { name, error }, problem: { code, severity: 'error' as const } });
+export function readToolCall(
+  body: string,
+  o: Pick<ToolCallOptions, 'searchTool' | 'tools'>,
+): { call: ToolCall; problem?: { code: DiagnosticCode; severity: 'error' | 'warning' } } {
+  const invalid = (code: DiagnosticCode, error: string, name?: string) => ({
+    call: name === undefined ? { error } : { name, error },
+    problem: { code, severity: 'error' as const },
+  });
   const canonical = CANONICAL_CALL.exec(body);
   if (canonical && !canonical[1]!.includes('\\')) {
     // The layout the templates write (`{"name": "…", "arguments": {"query": "…"}}`): read without JSON.parse.
     const name = canonical[1]!;
     const q = canonical[2]!.includes('\\') ? (JSON.parse(`"${canonical[2]}"`) as string) : canonical[2]!;
-    if (name === o.searchTool) return q.trim() ? { call: { name, query: q.trim() } } : { call: { name, query: '' }, problem: { code: 'empty-search', severity: 'warning' } };
+    if (name === o.searchTool)
+      return q.trim()
+        ? { call: { name, query: q.trim() } }
+        : { call: { name, query: '' }, problem: { code: 'empty-search', severity: 'warning' } };
   }
   // Unbalanced brackets (a call cut short, a brace missed): said without the cost of a JSON.parse exception.
   const first = body.search(/\S/);
   if (body.charCodeAt(first) === 123) {
     const { end, closed } = jsonValueEnd(body, first);
     if (!closed) return invalid('invalid-tool-call', 'the tool call is not valid JSON (a closing } or ] is missing)');
-    if (/\S/.test(body.slice(end))) return invalid('invalid-tool-call', 'the tool call is not valid JSON (text after the object)');
+    if (/\S/.test(body.slice(end)))
+      return invalid('invalid-tool-call', 'the tool call is not valid JSON (text after the object)');
   }
   let value: unknown;
   try {
@@ -52,21 +64,43 @@ export function readToolCall(body: string, o: Pick<ToolCallOptions, 'searchTool'
   } catch (e) {
     return invalid('invalid-tool-call', `the tool call is not valid JSON (${(e as Error).message})`);
   }
-  if (!isObject(value) || typeof value.name !== 'string') return invalid('invalid-tool-call', 'the tool call must be a JSON object with a string "name" and an "arguments" object');
+  if (!isObject(value) || typeof value.name !== 'string')
+    return invalid(
+      'invalid-tool-call',
+      'the tool call must be a JSON object with a string "name" and an "arguments" object',
+    );
   const name = value.name;
   const args = 'arguments' in value ? value.arguments : value.parameters;
-  if (!isObject(args)) return invalid('invalid-tool-call', `the call of "${name}" needs an "arguments" object, got ${args === undefined ? 'none' : Array.isArray(args) ? 'an array' : typeof args}`, name);
+  if (!isObject(args))
+    return invalid(
+      'invalid-tool-call',
+      `the call of "${name}" needs an "arguments" object, got ${args === undefined ? 'none' : Array.isArray(args) ? 'an array' : typeof args}`,
+      name,
+    );
   if (name !== o.searchTool) {
     if (o.tools.includes(name)) return { call: { name } };
-    return invalid('unknown-tool', `unknown tool "${name}": the search tool is "${o.searchTool}"${o.tools.length ? ` (the prompt also declares ${o.tools.map((t) => `"${t}"`).join(', ')})` : ''}`, name);
+    return invalid(
+      'unknown-tool',
+      `unknown tool "${name}": the search tool is "${o.searchTool}"${o.tools.length ? ` (the prompt also declares ${o.tools.map((t) => `"${t}"`).join(', ')})` : ''}`,
+      name,
+    );
   }
   const q = args.query;
   if (typeof q === 'string') {
-    return q.trim() ? { call: { name, query: q.trim() } } : { call: { name, query: '' }, problem: { code: 'empty-search', severity: 'warning' } };
+    return q.trim()
+      ? { call: { name, query: q.trim() } }
+      : { call: { name, query: '' }, problem: { code: 'empty-search', severity: 'warning' } };
   }
   const list = args.query_list;
-  if (q === undefined && Array.isArray(list) && list.length > 0 && list.every((x) => typeof x === 'string')) return { call: { name, query: list.map((x) => x.trim()).join('; ') } };
-  return invalid('missing-query', q === undefined ? `the call of "${name}" has no "query" argument` : `"query" must be a string, got ${q === null ? 'null' : Array.isArray(q) ? 'an array' : typeof q}`, name);
+  if (q === undefined && Array.isArray(list) && list.length > 0 && list.every((x) => typeof x === 'string'))
+    return { call: { name, query: list.map((x) => x.trim()).join('; ') } };
+  return invalid(
+    'missing-query',
+    q === undefined
+      ? `the call of "${name}" has no "query" argument`
+      : `"query" must be a string, got ${q === null ? 'null' : Array.isArray(q) ? 'an array' : typeof q}`,
+    name,
+  );
 }
 
 /** An environment's error reply: veRL's `Error when executing tool: …`, TRL's `{'error': …}`, an invalid-action message. */
@@ -102,7 +136,12 @@ export function toolResponseText(content: string): string {
  * response into `feedback` when it answers an invalid call or is an error reply. Responses answer the calls of
  * their turn in order (the templates render one `<tool_response>` per call, in the calls' order).
  */
-export function annotateToolCalls(text: string, segments: Segment[], diagnostics: TagDiagnostic[], o: ToolCallOptions): void {
+export function annotateToolCalls(
+  text: string,
+  segments: Segment[],
+  diagnostics: TagDiagnostic[],
+  o: ToolCallOptions,
+): void {
   let pending: Segment[] = [];
   let pendingTurn = -1;
   for (const s of segments) {
@@ -116,12 +155,22 @@ export function annotateToolCalls(text: string, segments: Segment[], diagnostics
       s.call = r.call;
       if (r.problem) {
         const message = r.call.error ?? 'empty search query';
-        diagnostics.push({ code: r.problem.code, severity: r.problem.severity, message, start: s.contentStart, end: Math.max(s.contentEnd, s.contentStart + 1) });
+        diagnostics.push({
+          code: r.problem.code,
+          severity: r.problem.severity,
+          message,
+          start: s.contentStart,
+          end: Math.max(s.contentEnd, s.contentStart + 1),
+        });
       }
       pending.push(s);
     } else if (s.kind === 'information') {
       const answered = pending.shift();
-      if (!o.kindsKnown && (answered?.call?.error !== undefined || isErrorReply(text.slice(s.contentStart, s.contentEnd)))) s.kind = 'feedback';
+      if (
+        !o.kindsKnown &&
+        (answered?.call?.error !== undefined || isErrorReply(text.slice(s.contentStart, s.contentEnd)))
+      )
+        s.kind = 'feedback';
     } else if (s.kind === 'feedback' && o.kindsKnown) {
       pending.shift();
     }
@@ -169,11 +218,19 @@ export interface ChatMessage {
 
 /** Whether chat messages carry tool calls or tool results (and so need a template to become text). */
 export function hasToolMessages(messages: readonly unknown[]): boolean {
-  return messages.some((m) => isObject(m) && (m.role === 'tool' || (Array.isArray(m.tool_calls) && m.tool_calls.length > 0)));
+  return messages.some(
+    (m) => isObject(m) && (m.role === 'tool' || (Array.isArray(m.tool_calls) && m.tool_calls.length > 0)),
+  );
 }
 
 const contentText = (c: unknown): string =>
-  typeof c === 'string' ? c : Array.isArray(c) ? c.map((p) => (isObject(p) && typeof p.text === 'string' ? p.text : '')).join('') : c === null || c === undefined ? '' : String(c);
+  typeof c === 'string'
+    ? c
+    : Array.isArray(c)
+      ? c.map((p) => (isObject(p) && typeof p.text === 'string' ? p.text : '')).join('')
+      : c === null || c === undefined
+        ? ''
+        : String(c);
 
 /**
  * Chat messages as text, laid out as the Qwen2.5 template lays them out: an assistant message's content, then each
@@ -185,7 +242,8 @@ const contentText = (c: unknown): string =>
 export function renderToolMessages(messages: readonly unknown[]): string {
   let out = '';
   messages.forEach((raw, k) => {
-    const m: ChatMessage = isObject(raw) && typeof raw.role === 'string' ? (raw as unknown as ChatMessage) : { role: 'user', content: raw };
+    const m: ChatMessage =
+      isObject(raw) && typeof raw.role === 'string' ? (raw as unknown as ChatMessage) : { role: 'user', content: raw };
     const content = contentText(m.content);
     if (m.role === 'assistant') {
       out += k === 0 ? content : `<|im_start|>assistant${content ? `\n${content}` : ''}`;

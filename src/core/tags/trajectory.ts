@@ -4,7 +4,16 @@
  * replay, the editor and rewards read both dialects through the same few functions.
  */
 import { describeValue } from '../schema/bounds';
-import { contentOf, detectDialect, DIALECTS, parseTrajectory, type Dialect, type ParsedTrajectory, type ParseOptions, type Segment } from './parser';
+import {
+  contentOf,
+  DIALECTS,
+  type Dialect,
+  detectDialect,
+  type ParsedTrajectory,
+  type ParseOptions,
+  parseTrajectory,
+  type Segment,
+} from './parser';
 import { parseDocuments, pythonStrip, type RetrievedDoc, type Turn } from './searchr1';
 import type { ResponseSpan } from './spans';
 import { declaredTools, promptOpensThink, toolResponseText } from './toolcall';
@@ -21,9 +30,16 @@ export interface ResponseContext {
 }
 
 /** Parses a response in its dialect, with what its prompt says (declared tools, a `<think>` it opened). */
-export function parseResponse(response: string, context: ResponseContext = {}, options: Omit<ParseOptions, 'dialect' | 'tools' | 'openThink' | 'searchTool' | 'spans'> = {}): ParsedTrajectory {
+export function parseResponse(
+  response: string,
+  context: ResponseContext = {},
+  options: Omit<ParseOptions, 'dialect' | 'tools' | 'openThink' | 'searchTool' | 'spans'> = {},
+): ParsedTrajectory {
   const prompt = context.prompt ?? '';
-  const dialect = context.dialect && context.dialect !== 'auto' ? context.dialect : detectDialect(generatedText(response, context.spans), prompt);
+  const dialect =
+    context.dialect && context.dialect !== 'auto'
+      ? context.dialect
+      : detectDialect(generatedText(response, context.spans), prompt);
   return parseTrajectory(response, {
     ...options,
     dialect,
@@ -75,7 +91,13 @@ export function searchCount(parsed: ParsedTrajectory): number {
  */
 export function invalidActionCount(parsed: ParsedTrajectory, turns: readonly Turn[]): number {
   let n = 0;
-  for (const t of turns) if (t.action === null && t.observation !== undefined && (parsed.dialect === 'searchr1' || !t.segments.some((k) => parsed.segments[k]!.call))) n++;
+  for (const t of turns)
+    if (
+      t.action === null &&
+      t.observation !== undefined &&
+      (parsed.dialect === 'searchr1' || !t.segments.some((k) => parsed.segments[k]!.call))
+    )
+      n++;
   if (parsed.dialect !== 'searchr1') for (const s of parsed.segments) if (s.call?.error !== undefined) n++;
   return n;
 }
@@ -105,4 +127,4 @@ export function parseDialectName(value: unknown): Dialect | 'auto' | { error: st
   return { error: `unknown dialect ${describeValue(value)}: expected auto, ${DIALECTS.join(', ')}` };
 }
 
-export { DIALECTS, detectDialect, type Dialect };
+export { DIALECTS, type Dialect, detectDialect };

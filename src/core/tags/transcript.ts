@@ -61,7 +61,10 @@ function afterAssistant(text: string, user: string, assistant: RegExp): number {
  *  - plain: after the given `prompt` when the transcript starts with it; else after the line holding
  *    `Question: …` (Search-R1's templates end with it); else there is no prompt.
  */
-export function splitTranscript(text: string, options: { template?: Template | 'auto'; prompt?: string } = {}): TranscriptSplit {
+export function splitTranscript(
+  text: string,
+  options: { template?: Template | 'auto'; prompt?: string } = {},
+): TranscriptSplit {
   const template = !options.template || options.template === 'auto' ? detectTemplate(text) : options.template;
   const result = (at: number, by: TranscriptSplit['by']): TranscriptSplit => ({
     template,
@@ -125,11 +128,24 @@ export interface ParsedTranscript extends TranscriptSplit {
  * Splits and parses a transcript; the parser sees only the response (the prompt's example tags and the tools
  * preamble's example call are not actions). The dialect is detected from the prompt and the response unless given.
  */
-export function parseTranscript(text: string, options: { template?: Template | 'auto'; prompt?: string; dialect?: Dialect | 'auto'; searchTool?: string; parse?: Omit<ParseOptions, 'offset'> } = {}): ParsedTranscript {
+export function parseTranscript(
+  text: string,
+  options: {
+    template?: Template | 'auto';
+    prompt?: string;
+    dialect?: Dialect | 'auto';
+    searchTool?: string;
+    parse?: Omit<ParseOptions, 'offset'>;
+  } = {},
+): ParsedTranscript {
   const split = splitTranscript(text, options);
   const prompt = text.slice(split.promptStart, split.promptEnd);
-  const parsed = parseResponse(text.slice(split.responseStart, split.responseEnd), { prompt, dialect: options.dialect, searchTool: options.searchTool }, { ...options.parse, offset: split.responseStart });
-  const question = split.promptEnd > 0 ? extractQuestion(prompt) ?? chatQuestion(prompt) : undefined;
+  const parsed = parseResponse(
+    text.slice(split.responseStart, split.responseEnd),
+    { prompt, dialect: options.dialect, searchTool: options.searchTool },
+    { ...options.parse, offset: split.responseStart },
+  );
+  const question = split.promptEnd > 0 ? (extractQuestion(prompt) ?? chatQuestion(prompt)) : undefined;
   return { ...split, question, parsed };
 }
 
@@ -138,7 +154,10 @@ export function parseTranscript(text: string, options: { template?: Template | '
  * prompt puts the question there, the instructions in the system message), when it is one line.
  */
 function chatQuestion(prompt: string): string | undefined {
-  for (const [user, end] of [[CHATML_USER, '<|im_end|>'], [LLAMA3_USER, '<|eot_id|>']] as const) {
+  for (const [user, end] of [
+    [CHATML_USER, '<|im_end|>'],
+    [LLAMA3_USER, '<|eot_id|>'],
+  ] as const) {
     const at = lastQuestion(prompt, user);
     if (at < 0) continue;
     const stop = prompt.indexOf(end, at);
@@ -174,7 +193,11 @@ export function splitConversations(text: string): ConversationSpan[] {
   for (const needle of ['### trajectory', '#####', '<|im_start|>system', '<|im_start|>user', '<|begin_of_text|>']) {
     for (let at = text.indexOf(needle); at >= 0; at = text.indexOf(needle, at + needle.length)) {
       // A user message holding tool responses continues the conversation.
-      if ((at === 0 || text.charCodeAt(at - 1) === 10) && !(needle === '<|im_start|>user' && isToolReply(text, at, needle.length))) candidates.push(at);
+      if (
+        (at === 0 || text.charCodeAt(at - 1) === 10) &&
+        !(needle === '<|im_start|>user' && isToolReply(text, at, needle.length))
+      )
+        candidates.push(at);
     }
   }
   candidates.sort((a, b) => a - b);
@@ -216,5 +239,14 @@ export function splitConversations(text: string): ConversationSpan[] {
 }
 
 function isSpace(c: number): boolean {
-  return c === 32 || (c >= 9 && c <= 13) || c === 0xa0 || c === 0xfeff || c === 0x2028 || c === 0x2029 || c === 0x3000 || (c >= 0x2000 && c <= 0x200a);
+  return (
+    c === 32 ||
+    (c >= 9 && c <= 13) ||
+    c === 0xa0 ||
+    c === 0xfeff ||
+    c === 0x2028 ||
+    c === 0x2029 ||
+    c === 0x3000 ||
+    (c >= 0x2000 && c <= 0x200a)
+  );
 }

@@ -45,7 +45,10 @@ const PY_SPACE = '\\t\\n\\v\\f\\r\\x1c-\\x1f \\x85\\xa0\\u1680\\u2000-\\u200a\\u
  * tiny.py's PIECE_RE (`TAG| ?[^\W\d_]+| ?\d+| ?_| ?(?!TAG)[^\w\s]|\s+(?!\S)|\s+`, Python `re` over str) in JS: Python's
  * Unicode `\w` is letters and numbers (Nd, Nl, No) and `_`, its `\d` the decimal digits (Nd).
  */
-const TINY_PIECE = new RegExp(`${TINY_TAG}| ?[\\p{L}\\p{Nl}\\p{No}]+| ?\\p{Nd}+| ?_| ?(?!${TINY_TAG})[^\\p{L}\\p{N}_${PY_SPACE}]|[${PY_SPACE}]+(?![^${PY_SPACE}])|[${PY_SPACE}]+`, 'gu');
+const TINY_PIECE = new RegExp(
+  `${TINY_TAG}| ?[\\p{L}\\p{Nl}\\p{No}]+| ?\\p{Nd}+| ?_| ?(?!${TINY_TAG})[^\\p{L}\\p{N}_${PY_SPACE}]|[${PY_SPACE}]+(?![^${PY_SPACE}])|[${PY_SPACE}]+`,
+  'gu',
+);
 
 /**
  * The tiny policy's tokenizer (tiny.py TinyTokenizer): pieces split as its PIECE_RE splits, a piece not in the
@@ -57,7 +60,8 @@ export function tinyCodec(pieces: readonly string[], name: string): TokenizerCod
   const [pad, eos, bos, unk] = TINY_SPECIALS.map((t) => index.get(t));
   if (unk === undefined) throw new Error(`${name}: not a tiny-word tokenizer (no <unk> piece)`);
   const specials = new Map<string, number>();
-  for (const p of pieces.slice(0, 12)) if (TINY_SPECIALS.includes(p) || new RegExp(`^${TINY_TAG}$`).test(p)) specials.set(p, index.get(p)!);
+  for (const p of pieces.slice(0, 12))
+    if (TINY_SPECIALS.includes(p) || new RegExp(`^${TINY_TAG}$`).test(p)) specials.set(p, index.get(p)!);
   return {
     name,
     encode: (text) => {
@@ -78,7 +82,12 @@ export function tinyCodec(pieces: readonly string[], name: string): TokenizerCod
 
 /** Opens a `tokenizer.json` (a file, or a directory holding one) with the `tokenizer_config.json` beside it. */
 export async function loadTokenizerCodec(path: string): Promise<TokenizerCodec> {
-  const file = (await stat(path).then((s) => s.isDirectory(), () => false)) ? join(path, 'tokenizer.json') : path;
+  const file = (await stat(path).then(
+    (s) => s.isDirectory(),
+    () => false,
+  ))
+    ? join(path, 'tokenizer.json')
+    : path;
   let json: object;
   try {
     json = JSON.parse(await readFile(file, 'utf8'));
@@ -88,7 +97,8 @@ export async function loadTokenizerCodec(path: string): Promise<TokenizerCodec> 
   const name = `${basename(dirname(file))}/${basename(file)}`;
   const tiny = json as { kind?: unknown; pieces?: unknown };
   if (tiny.kind === 'tiny-word') {
-    if (!Array.isArray(tiny.pieces) || !tiny.pieces.every((p) => typeof p === 'string')) throw new Error(`${file}: a tiny-word tokenizer without its pieces`);
+    if (!Array.isArray(tiny.pieces) || !tiny.pieces.every((p) => typeof p === 'string'))
+      throw new Error(`${file}: a tiny-word tokenizer without its pieces`);
     return tinyCodec(tiny.pieces as string[], name);
   }
   const config = await readFile(join(dirname(file), 'tokenizer_config.json'), 'utf8').then(JSON.parse, () => ({}));
@@ -121,7 +131,13 @@ async function checkpointTokenizer(runDir: string): Promise<string | undefined> 
   const steps = names.filter((n) => /^step-\d+$/.test(n)).sort((a, b) => Number(b.slice(5)) - Number(a.slice(5)));
   for (const n of steps) {
     const file = join(runDir, 'checkpoints', n, 'tokenizer.json');
-    if (await stat(file).then((st) => st.isFile(), () => false)) return file;
+    if (
+      await stat(file).then(
+        (st) => st.isFile(),
+        () => false,
+      )
+    )
+      return file;
   }
   return undefined;
 }
@@ -136,13 +152,22 @@ export type TokenizerSource = 'run' | 'named';
 export async function runVocabSize(path: string): Promise<number | undefined> {
   const model = await runModelDir(path);
   if (model) {
-    const v = await readFile(join(model, 'config.json'), 'utf8').then((t) => (JSON.parse(t) as { vocab_size?: unknown }).vocab_size, () => undefined);
+    const v = await readFile(join(model, 'config.json'), 'utf8').then(
+      (t) => (JSON.parse(t) as { vocab_size?: unknown }).vocab_size,
+      () => undefined,
+    );
     return typeof v === 'number' && v > 0 ? v : undefined;
   }
   const run = await runConfigNear(path);
-  const file = run && (run.config.model as { kind?: unknown } | undefined)?.kind === 'tiny' ? await checkpointTokenizer(run.dir) : undefined;
+  const file =
+    run && (run.config.model as { kind?: unknown } | undefined)?.kind === 'tiny'
+      ? await checkpointTokenizer(run.dir)
+      : undefined;
   if (!file) return undefined;
-  const pieces = await readFile(file, 'utf8').then((t) => (JSON.parse(t) as { pieces?: unknown }).pieces, () => undefined);
+  const pieces = await readFile(file, 'utf8').then(
+    (t) => (JSON.parse(t) as { pieces?: unknown }).pieces,
+    () => undefined,
+  );
   return Array.isArray(pieces) ? pieces.length : undefined;
 }
 
@@ -154,7 +179,10 @@ export async function runVocabSize(path: string): Promise<number | undefined> {
  * A named tokenizer is still checked against the records (tokenizerMatch.ts): it may not be the run's. `pending`: the
  * run's own will come (a tiny-policy run before its first checkpoint).
  */
-export async function runTokenizer(path: string, named?: string): Promise<{ codec?: TokenizerCodec; note?: string; source?: TokenizerSource; pending?: boolean }> {
+export async function runTokenizer(
+  path: string,
+  named?: string,
+): Promise<{ codec?: TokenizerCodec; note?: string; source?: TokenizerSource; pending?: boolean }> {
   const fromNamed = async (why: string) => {
     if (!named) return { note: `drift not checked: ${why}` };
     try {
@@ -182,7 +210,10 @@ export async function runTokenizer(path: string, named?: string): Promise<{ code
         return fromNamed(`the tiny policy's tokenizer cannot be read (${(e as Error).message})`);
       }
     }
-    return { ...(await fromNamed("the tiny policy's tokenizer is saved with the run's first checkpoint, and it has none yet")), pending: true };
+    return {
+      ...(await fromNamed("the tiny policy's tokenizer is saved with the run's first checkpoint, and it has none yet")),
+      pending: true,
+    };
   }
   return fromNamed('no tokenizer (none named, and no run whose model directory has a tokenizer.json)');
 }

@@ -10,15 +10,21 @@ import { basename, dirname, join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import * as vscode from 'vscode';
 import { rolloutFile } from '../../core/host/runs';
-import type { EngineMessage, EngineRequest, ForeignOpenOptions } from '../../core/inspect/engine';
-import type { InspectorContract, InspectorQuery, InspectorState, InspectorStatus, RowFacts } from '../../core/protocol/rollouts';
-import type { RolloutRow } from '../../core/store/rollouts';
 import { detectSource } from '../../core/importers';
 import { isForeignKind } from '../../core/importers/foreign';
+import type { EngineMessage, EngineRequest, ForeignOpenOptions } from '../../core/inspect/engine';
+import type {
+  InspectorContract,
+  InspectorQuery,
+  InspectorState,
+  InspectorStatus,
+  RowFacts,
+} from '../../core/protocol/rollouts';
+import type { RolloutRow } from '../../core/store/rollouts';
+import { auditTokenizerSetting, importanceSettings } from '../auditSettings';
+import { trajectoryReadOptions } from '../trajectorySettings';
 import { connectWebview, setWebviewHtml, webviewOptions } from '../webviewPanel';
 import type { ReplayPanel } from './replayPanel';
-import { trajectoryReadOptions } from '../trajectorySettings';
-import { auditTokenizerSetting, importanceSettings } from '../auditSettings';
 
 export const INSPECTOR_VIEW_TYPE = 'searchAgent.rolloutInspector';
 
@@ -47,7 +53,17 @@ class InspectorSession implements vscode.Disposable {
     private readonly log: vscode.LogOutputChannel,
     open: { foreign?: ForeignOpenOptions; tokenizer?: string } = {},
   ) {
-    this.status = { source: path, files: 0, total: 0, analysed: 0, view: 0, seq: 0, busy: true, following: true, malformed: 0 };
+    this.status = {
+      source: path,
+      files: 0,
+      total: 0,
+      analysed: 0,
+      view: 0,
+      seq: 0,
+      busy: true,
+      following: true,
+      malformed: 0,
+    };
     this.worker = new Worker(join(extensionUri.fsPath, 'dist', 'inspector-worker.js'));
     this.worker.on('message', (m: EngineMessage) => this.onWorker(m));
     this.worker.on('error', (e) => {
@@ -57,7 +73,17 @@ class InspectorSession implements vscode.Disposable {
     });
     this.endpoint = connectWebview<InspectorContract>(panel.webview, 'rollouts', log);
     const e = this.endpoint;
-    e.handle('getState', (): InspectorState => ({ query: this.query, seq: this.seq, status: this.status, preview: this.preview, scrollTop: this.scrollTop, selected: this.selected }));
+    e.handle(
+      'getState',
+      (): InspectorState => ({
+        query: this.query,
+        seq: this.seq,
+        status: this.status,
+        preview: this.preview,
+        scrollTop: this.scrollTop,
+        selected: this.selected,
+      }),
+    );
     e.handle('query', ({ seq, ...query }) => {
       this.seq = seq;
       this.query = { filter: query.filter, search: query.search, sort: query.sort };
@@ -76,7 +102,15 @@ class InspectorSession implements vscode.Disposable {
     panel.onDidDispose(() => this.dispose());
     setWebviewHtml(panel.webview, extensionUri, 'rollouts', panel.title);
     const tokenizer = open.tokenizer ?? auditTokenizerSetting(path);
-    this.send({ t: 'open', path, follow: true, read: trajectoryReadOptions(vscode.Uri.file(path), log), importance: importanceSettings(path), ...(tokenizer ? { tokenizer } : {}), ...(open.foreign ? { foreign: open.foreign } : {}) });
+    this.send({
+      t: 'open',
+      path,
+      follow: true,
+      read: trajectoryReadOptions(vscode.Uri.file(path), log),
+      importance: importanceSettings(path),
+      ...(tokenizer ? { tokenizer } : {}),
+      ...(open.foreign ? { foreign: open.foreign } : {}),
+    });
   }
 
   private send(m: EngineRequest): void {
@@ -96,7 +130,14 @@ class InspectorSession implements vscode.Disposable {
       case 'status':
         this.status = m.status;
         if (m.status.error) this.log.warn(`inspector: ${m.status.error}`);
-        if (m.status.imported?.ready && this.onImported && !m.status.busy && !m.status.indexing && m.status.analysed === m.status.total && m.status.total >= m.status.imported.rollouts) {
+        if (
+          m.status.imported?.ready &&
+          this.onImported &&
+          !m.status.busy &&
+          !m.status.indexing &&
+          m.status.analysed === m.status.total &&
+          m.status.total >= m.status.imported.rollouts
+        ) {
           const done = this.onImported;
           this.onImported = undefined;
           done(m.status.imported);
@@ -123,7 +164,10 @@ class InspectorSession implements vscode.Disposable {
 
   private async openRow(indices: number[]): Promise<void> {
     const rows = await Promise.all(indices.map((i) => this.readRow(i)));
-    await this.replay.show(this.path, rows.map((r, k) => ({ index: indices[k]!, row: r.row, raw: r.raw })));
+    await this.replay.show(
+      this.path,
+      rows.map((r, k) => ({ index: indices[k]!, row: r.row, raw: r.raw })),
+    );
   }
 
   dispose(): void {
@@ -152,8 +196,14 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
     private readonly runsParents: () => string[],
   ) {
     this.disposables.push(
-      vscode.window.registerCustomEditorProvider(INSPECTOR_VIEW_TYPE, this, { supportsMultipleEditorsPerDocument: true, webviewOptions: { retainContextWhenHidden: false } }),
-      vscode.commands.registerCommand('searchAgent.openInspector', (arg?: vscode.Uri | { dir?: string; run?: { dir: string }; step?: number }) => this.open(arg)),
+      vscode.window.registerCustomEditorProvider(INSPECTOR_VIEW_TYPE, this, {
+        supportsMultipleEditorsPerDocument: true,
+        webviewOptions: { retainContextWhenHidden: false },
+      }),
+      vscode.commands.registerCommand(
+        'searchAgent.openInspector',
+        (arg?: vscode.Uri | { dir?: string; run?: { dir: string }; step?: number }) => this.open(arg),
+      ),
     );
   }
 
@@ -164,14 +214,22 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
   resolveCustomEditor(doc: RolloutDocument, panel: vscode.WebviewPanel): void {
     panel.webview.options = webviewOptions(this.context.extensionUri);
     // A JSON-lines dump of another engine (a prime-rl rank file, a NeMo-RL train_data file) is converted on the way.
-    this.track(new InspectorSession(doc.uri.fsPath, panel, this.context.extensionUri, this.replay, this.log, { foreign: this.foreignOptions(doc.uri.fsPath) }));
+    this.track(
+      new InspectorSession(doc.uri.fsPath, panel, this.context.extensionUri, this.replay, this.log, {
+        foreign: this.foreignOptions(doc.uri.fsPath),
+      }),
+    );
   }
 
   /** How the inspector opens another engine's dump: converted into the extension's storage; no Python unless trusted. */
   foreignOptions(path: string, python?: string): ForeignOpenOptions {
     const trust = vscode.workspace.getConfiguration('searchAgent.import').get<boolean>('trustPickles') === true;
     return {
-      cacheDir: join(this.context.globalStorageUri.fsPath, 'imports', createHash('sha256').update(path).digest('hex').slice(0, 16)),
+      cacheDir: join(
+        this.context.globalStorageUri.fsPath,
+        'imports',
+        createHash('sha256').update(path).digest('hex').slice(0, 16),
+      ),
       allowPython: vscode.workspace.isTrusted,
       ...(trust && vscode.workspace.isTrusted ? { trustPickle: true } : {}),
       ...(python ? { python } : {}),
@@ -182,8 +240,20 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
    * Another engine's dump (or any run folder) in a panel: `foreign` as `foreignOptions` gives it, `tokenizer` the
    * one the user chose; `onImported` is told what was found once it is converted.
    */
-  openFolder(path: string, open: { foreign?: ForeignOpenOptions; tokenizer?: string; onImported?: (found: NonNullable<InspectorStatus['imported']>) => void }): void {
-    const panel = vscode.window.createWebviewPanel('searchAgent.rollouts', `Rollouts: ${basename(path)}`, vscode.ViewColumn.Active, webviewOptions(this.context.extensionUri));
+  openFolder(
+    path: string,
+    open: {
+      foreign?: ForeignOpenOptions;
+      tokenizer?: string;
+      onImported?: (found: NonNullable<InspectorStatus['imported']>) => void;
+    },
+  ): void {
+    const panel = vscode.window.createWebviewPanel(
+      'searchAgent.rollouts',
+      `Rollouts: ${basename(path)}`,
+      vscode.ViewColumn.Active,
+      webviewOptions(this.context.extensionUri),
+    );
     panel.iconPath = vscode.Uri.joinPath(this.context.extensionUri, 'media', 'icon.svg');
     const session = new InspectorSession(path, panel, this.context.extensionUri, this.replay, this.log, open);
     session.onImported = open.onImported;
@@ -199,7 +269,8 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
   async open(arg?: vscode.Uri | { dir?: string; run?: { dir: string }; step?: number }): Promise<void> {
     let path = arg instanceof vscode.Uri ? arg.fsPath : (arg?.run?.dir ?? arg?.dir);
     // A step of the Runs view: its rollouts file.
-    if (!(arg instanceof vscode.Uri) && arg?.run && typeof arg.step === 'number') path = rolloutFile(arg.run.dir, arg.step);
+    if (!(arg instanceof vscode.Uri) && arg?.run && typeof arg.step === 'number')
+      path = rolloutFile(arg.run.dir, arg.step);
     let how = 'asked for';
     if (!path) {
       const active = vscode.window.activeTextEditor?.document.uri;
@@ -208,7 +279,14 @@ export class Inspector implements vscode.CustomReadonlyEditorProvider<RolloutDoc
     if (!path) {
       this.log.info('inspector: no rollouts asked for: asking the user to pick a file or run directory');
       how = 'picked';
-      const picked = await vscode.window.showOpenDialog({ canSelectFiles: true, canSelectFolders: true, canSelectMany: false, title: 'Open rollouts (a JSONL file or a run directory)', filters: { 'Rollouts (JSONL)': ['jsonl'] }, defaultUri: this.runsParents()[0] ? vscode.Uri.file(this.runsParents()[0]!) : undefined });
+      const picked = await vscode.window.showOpenDialog({
+        canSelectFiles: true,
+        canSelectFolders: true,
+        canSelectMany: false,
+        title: 'Open rollouts (a JSONL file or a run directory)',
+        filters: { 'Rollouts (JSONL)': ['jsonl'] },
+        defaultUri: this.runsParents()[0] ? vscode.Uri.file(this.runsParents()[0]!) : undefined,
+      });
       path = picked?.[0]?.fsPath;
     }
     if (!path) return;

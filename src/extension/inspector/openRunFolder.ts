@@ -25,7 +25,11 @@ export function foundMessage(path: string, f: NonNullable<InspectorStatus['impor
   return `${f.engine} dump ${basename(path)}: ${f.steps} step${f.steps === 1 ? '' : 's'}${range}, ${f.rollouts} rollouts${f.skipped ? `, ${f.skipped} skipped` : ''}; arrays ${f.arrays.join(', ')}; roles from ${f.roles.join(' / ') || 'the records'}${f.pending ? `; ${f.pending} file(s) still being written` : ''}`;
 }
 
-export function registerOpenRunFolder(context: vscode.ExtensionContext, inspector: Inspector, log: vscode.LogOutputChannel): vscode.Disposable {
+export function registerOpenRunFolder(
+  context: vscode.ExtensionContext,
+  inspector: Inspector,
+  log: vscode.LogOutputChannel,
+): vscode.Disposable {
   return vscode.commands.registerCommand('searchAgent.openRunFolder', async (arg?: vscode.Uri) => {
     let uri = arg instanceof vscode.Uri ? arg : undefined;
     if (!uri) {
@@ -33,7 +37,8 @@ export function registerOpenRunFolder(context: vscode.ExtensionContext, inspecto
         canSelectFolders: true,
         canSelectFiles: true,
         canSelectMany: false,
-        title: 'Open Run Folder (a run of ours, or another engine’s dump: prime-rl, NeMo-RL, miles, slime, SkyRL, veRL, TRL)',
+        title:
+          'Open Run Folder (a run of ours, or another engine’s dump: prime-rl, NeMo-RL, miles, slime, SkyRL, veRL, TRL)',
         openLabel: 'Open Run',
         defaultUri: vscode.workspace.workspaceFolders?.[0]?.uri,
       });
@@ -47,23 +52,32 @@ export function registerOpenRunFolder(context: vscode.ExtensionContext, inspecto
     } catch (e) {
       const why = e instanceof UnreadableInput ? e.message : `${path}: ${(e as Error).message}`;
       log.warn(`open run folder: ${why}`);
-      void vscode.window.showErrorMessage(`Search Agent: nothing to open in ${why}. Expected one of our runs, a veRL or TRL dump, or the per-token dump of prime-rl (token_exports/), NeMo-RL (train_data_stepN.jsonl), miles (--dump-details), slime (rollout .pt) or SkyRL (dumped_data/*.pkl).`);
+      void vscode.window.showErrorMessage(
+        `Search Agent: nothing to open in ${why}. Expected one of our runs, a veRL or TRL dump, or the per-token dump of prime-rl (token_exports/), NeMo-RL (train_data_stepN.jsonl), miles (--dump-details), slime (rollout .pt) or SkyRL (dumped_data/*.pkl).`,
+      );
       return;
     }
     log.info(`open run folder: ${path} (${kind})`);
     if (!isForeignKind(kind)) {
-      await vscode.commands.executeCommand('searchAgent.openInspector', (await vscode.workspace.fs.stat(uri)).type & vscode.FileType.Directory ? { dir: path } : uri);
+      await vscode.commands.executeCommand(
+        'searchAgent.openInspector',
+        (await vscode.workspace.fs.stat(uri)).type & vscode.FileType.Directory ? { dir: path } : uri,
+      );
       return;
     }
     let python: string | undefined;
     if (PYTHON_KINDS.includes(kind)) {
       if (!vscode.workspace.isTrusted) {
-        void vscode.window.showErrorMessage(`Search Agent: a ${kind} dump is read by the trainer's Python (pickles and .pt files); this workspace is not trusted, so nothing is run. Trust the workspace to open it.`);
+        void vscode.window.showErrorMessage(
+          `Search Agent: a ${kind} dump is read by the trainer's Python (pickles and .pt files); this workspace is not trusted, so nothing is run. Trust the workspace to open it.`,
+        );
         return;
       }
       const search = await findTrainerPython(context, uri);
       if (!search.found) {
-        void vscode.window.showErrorMessage(`Search Agent: reading a ${kind} dump needs the trainer's Python (with torch); none was found (${search.tried.map((t) => t.executable).join(', ')}). Run "Search Agent: Set Up Trainer Environment".`);
+        void vscode.window.showErrorMessage(
+          `Search Agent: reading a ${kind} dump needs the trainer's Python (with torch); none was found (${search.tried.map((t) => t.executable).join(', ')}). Run "Search Agent: Set Up Trainer Environment".`,
+        );
         return;
       }
       python = search.found.executable;
@@ -77,7 +91,13 @@ export function registerOpenRunFolder(context: vscode.ExtensionContext, inspecto
       );
       if (choice === undefined) return;
       if (choice === 'Choose Tokenizer…') {
-        const t = await vscode.window.showOpenDialog({ canSelectFolders: true, canSelectFiles: true, canSelectMany: false, title: 'The model directory (or its tokenizer.json)', openLabel: 'Use Tokenizer' });
+        const t = await vscode.window.showOpenDialog({
+          canSelectFolders: true,
+          canSelectFiles: true,
+          canSelectMany: false,
+          title: 'The model directory (or its tokenizer.json)',
+          openLabel: 'Use Tokenizer',
+        });
         if (!t?.[0]) return;
         tokenizer = t[0].fsPath;
       }
@@ -87,7 +107,8 @@ export function registerOpenRunFolder(context: vscode.ExtensionContext, inspecto
       ...(tokenizer ? { tokenizer } : {}),
       onImported: (found) => {
         log.info(`open run folder: ${foundMessage(path, found)}`);
-        for (const p of found.perStep) log.info(`  step ${p.step}: ${p.rollouts} rollouts; arrays ${p.arrays.join(', ')}`);
+        for (const p of found.perStep)
+          log.info(`  step ${p.step}: ${p.rollouts} rollouts; arrays ${p.arrays.join(', ')}`);
         for (const n of found.notes) log.info(`  note: ${n}`);
         for (const i of found.issues) log.warn(`  skipped: ${i}`);
         void vscode.window.showInformationMessage(`Search Agent: ${foundMessage(path, found)}`);

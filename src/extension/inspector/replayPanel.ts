@@ -5,23 +5,36 @@
  */
 import { join } from 'node:path';
 import * as vscode from 'vscode';
-import { ForkHost, defaultCheckpoint, generationTurns, listCheckpoints } from '../../core/host/fork';
-import { addMicroscope, importancePreview, IMPORTANCE_DEFAULTS, mismatchNote, tokenizerMismatch } from '../../core/audit';
-import { replayModel, type TextTokenizer } from '../../core/inspect/replay';
-import { loadTextTokenizer, runTokenizer, runVocabSize, type TokenizerCodec } from '../../core/tokens/tokenizer';
-import type { ForkChoices, ForkOptions, ForkResult, ReplayContract, ReplayPosition, ReplayState } from '../../core/protocol/replay';
-import type { Rollout } from '../../core/run/format';
-import { formatIssue } from '../../core/run/format';
-import { rawPreview, readPartRow, runConfigDialect, runConfigNear, type RolloutRow } from '../../core/store/rollouts';
-import type { Dialect } from '../../core/tags/parser';
-import { nodeCommand } from '../node';
-import { findTrainerPython, SETUP_COMMAND } from '../training/python';
+import {
+  addMicroscope,
+  IMPORTANCE_DEFAULTS,
+  importancePreview,
+  mismatchNote,
+  tokenizerMismatch,
+} from '../../core/audit';
+import { defaultCheckpoint, ForkHost, generationTurns, listCheckpoints } from '../../core/host/fork';
 import { runNeeds } from '../../core/host/runConfig';
 import { readRun } from '../../core/host/runs';
+import { replayModel, type TextTokenizer } from '../../core/inspect/replay';
+import type {
+  ForkChoices,
+  ForkOptions,
+  ForkResult,
+  ReplayContract,
+  ReplayPosition,
+  ReplayState,
+} from '../../core/protocol/replay';
 import { noPythonMessage, runPythonNote } from '../../core/python';
-import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
-import { trajectoryReadOptions } from '../trajectorySettings';
+import type { Rollout } from '../../core/run/format';
+import { formatIssue } from '../../core/run/format';
+import { type RolloutRow, rawPreview, readPartRow, runConfigDialect, runConfigNear } from '../../core/store/rollouts';
+import type { Dialect } from '../../core/tags/parser';
+import { loadTextTokenizer, runTokenizer, runVocabSize, type TokenizerCodec } from '../../core/tokens/tokenizer';
 import { auditTokenizerSetting, importanceSettings } from '../auditSettings';
+import { nodeCommand } from '../node';
+import { findTrainerPython, SETUP_COMMAND } from '../training/python';
+import { trajectoryReadOptions } from '../trajectorySettings';
+import { type OpenedWebview, openWebviewPanel } from '../webviewPanel';
 
 export interface ReplayInput {
   index: number;
@@ -43,7 +56,10 @@ export class ReplayPanel implements vscode.Disposable {
   /** The drift check's tokenizer for the rollouts shown (their run's own, else the setting's), or why none; the run's
    * vocabulary size when known (a tokenizer with more ids is not the run's). */
   private driftCodec: { codec?: TokenizerCodec; note?: string; runVocab?: number } = {};
-  private importance: ReplayState['importance'] = { level: IMPORTANCE_DEFAULTS.isLevel, cap: IMPORTANCE_DEFAULTS.isCap };
+  private importance: ReplayState['importance'] = {
+    level: IMPORTANCE_DEFAULTS.isLevel,
+    cap: IMPORTANCE_DEFAULTS.isCap,
+  };
   private readonly disposables: vscode.Disposable[] = [];
   /** The processes behind "Fork here" (policy servers, one per run and checkpoint; the run's env server): started on
    * the first fork, reused, stopped when the panel closes and when the extension deactivates (a window reload). */
@@ -53,14 +69,30 @@ export class ReplayPanel implements vscode.Disposable {
     private readonly context: vscode.ExtensionContext,
     private readonly log: vscode.LogOutputChannel,
   ) {
-    this.disposables.push(vscode.commands.registerCommand('searchAgent.replayRollout', (file: string, line: number) => this.showLine(file, line)));
+    this.disposables.push(
+      vscode.commands.registerCommand('searchAgent.replayRollout', (file: string, line: number) =>
+        this.showLine(file, line),
+      ),
+    );
   }
 
   /** Replays the rollout on `line` of a JSONL file, or row `line` (from 1) of a token-store step (the Runs view's rollouts, the Reward Lab). */
   async showLine(file: string, line: number): Promise<void> {
-    const row = await readPartRow(file, line, { ...trajectoryReadOptions(vscode.Uri.file(file), this.log), ...(await runDialectOf(file)) });
-    if (row) return this.show(file, [{ index: line - 1, row: { index: line - 1, ...row }, raw: row.raw === undefined ? undefined : rawPreview(row.raw) }]);
-    void vscode.window.showWarningMessage(`Search Agent: ${file} has no ${file.endsWith('.jsonl') ? 'line' : 'row'} ${line}.`);
+    const row = await readPartRow(file, line, {
+      ...trajectoryReadOptions(vscode.Uri.file(file), this.log),
+      ...(await runDialectOf(file)),
+    });
+    if (row)
+      return this.show(file, [
+        {
+          index: line - 1,
+          row: { index: line - 1, ...row },
+          raw: row.raw === undefined ? undefined : rawPreview(row.raw),
+        },
+      ]);
+    void vscode.window.showWarningMessage(
+      `Search Agent: ${file} has no ${file.endsWith('.jsonl') ? 'line' : 'row'} ${line}.`,
+    );
   }
 
   async show(source: string, inputs: ReplayInput[]): Promise<void> {
@@ -86,11 +118,22 @@ export class ReplayPanel implements vscode.Disposable {
         continue;
       }
       const read = trajectoryReadOptions(vscode.Uri.file(row.file), this.log);
-      const model = replayModel(row.record, { index, file: row.file, line: row.line }, { read, ...(this.tokenizer ? { tokenizer: this.tokenizer.tokenize, tokenizerName: this.tokenizer.name } : {}) });
+      const model = replayModel(
+        row.record,
+        { index, file: row.file, line: row.line },
+        { read, ...(this.tokenizer ? { tokenizer: this.tokenizer.tokenize, tokenizerName: this.tokenizer.name } : {}) },
+      );
       // A tokenizer that cannot have tokenised this record (tokenizerMatch.ts) is not used: "does not match", not drift.
       const { codec, note, runVocab } = this.driftCodec;
       const why = codec ? tokenizerMismatch(codec, row.record, runVocab) : undefined;
-      state.models.push(addMicroscope(model, row.record, { codec: why ? undefined : codec, noCodec: why ? mismatchNote(codec!, why) : note, isLevel: this.importance.level, isCap: this.importance.cap }));
+      state.models.push(
+        addMicroscope(model, row.record, {
+          codec: why ? undefined : codec,
+          noCodec: why ? mismatchNote(codec!, why) : note,
+          isLevel: this.importance.level,
+          isCap: this.importance.cap,
+        }),
+      );
     }
     return state;
   }
@@ -106,21 +149,30 @@ export class ReplayPanel implements vscode.Disposable {
   }
 
   /** The importance-sampling preview of the rollouts shown, at another level or cap (kept for a re-created view). */
-  private previewImportance(level: ReplayState['importance']['level'], cap: number): ReturnType<typeof importancePreview>[] {
+  private previewImportance(
+    level: ReplayState['importance']['level'],
+    cap: number,
+  ): ReturnType<typeof importancePreview>[] {
     if (!(cap > 1)) throw new Error(`the cap must be > 1 (got ${cap})`);
     this.importance = { level, cap };
     if (!this.state) return [];
     this.state.importance = this.importance;
     return this.state.models.map((m) => {
       const tk = this.inputs.find((i) => i.index === m.index)?.row?.record?.tokens;
-      const preview = tk ? importancePreview(tk as Parameters<typeof importancePreview>[0], { isLevel: level, isCap: cap }) : null;
+      const preview = tk
+        ? importancePreview(tk as Parameters<typeof importancePreview>[0], { isLevel: level, isCap: cap })
+        : null;
       if (m.microscope) m.microscope.importance = preview;
       return preview;
     });
   }
 
   private create(): void {
-    const web = openWebviewPanel<ReplayContract>(this.context.extensionUri, { name: 'replay', title: 'Replay', viewColumn: vscode.ViewColumn.Beside }, this.log);
+    const web = openWebviewPanel<ReplayContract>(
+      this.context.extensionUri,
+      { name: 'replay', title: 'Replay', viewColumn: vscode.ViewColumn.Beside },
+      this.log,
+    );
     this.web = web;
     web.endpoint.handle('getState', () => this.state);
     web.endpoint.handle('position', (p) => {
@@ -152,7 +204,12 @@ export class ReplayPanel implements vscode.Disposable {
     if (!record.tokens?.ids) return none('This rollout has no token ids recorded: it cannot be forked.');
     const checkpoints = await listCheckpoints(runDir);
     if (!checkpoints.length) return none(`${runDir} has no checkpoint to fork from.`);
-    return { checkpoints, defaultCheckpoint: defaultCheckpoint(checkpoints, record), turns: generationTurns(record), started: this.forks?.started(runDir) ?? [] };
+    return {
+      checkpoints,
+      defaultCheckpoint: defaultCheckpoint(checkpoints, record),
+      turns: generationTurns(record),
+      started: this.forks?.started(runDir) ?? [],
+    };
   }
 
   private async fork(p: ForkOptions & { model: number }): Promise<ForkResult> {
@@ -164,25 +221,43 @@ export class ReplayPanel implements vscode.Disposable {
       const runPython = (await readRun(runDir))?.python;
       const needs = await runNeeds({ runDir, resume: true }).catch(() => ({}));
       const search = await findTrainerPython(this.context, vscode.Uri.file(runDir), needs, runPython);
-      for (const t of search.tried) this.log.info(`fork: python candidate ${t.executable}: ${t.ok ? `torch ${t.torch}` : t.error}`);
+      for (const t of search.tried)
+        this.log.info(`fork: python candidate ${t.executable}: ${t.ok ? `torch ${t.torch}` : t.error}`);
       if (!search.found) {
-        const message = noPythonMessage(search, needs, 'Set up a trainer environment (Search Agent: Set Up Trainer Environment), or set searchAgent.pythonPath to a Python that has them.');
+        const message = noPythonMessage(
+          search,
+          needs,
+          'Set up a trainer environment (Search Agent: Set Up Trainer Environment), or set searchAgent.pythonPath to a Python that has them.',
+        );
         this.log.warn(`fork: ${message}`);
-        void vscode.window.showErrorMessage(`Search Agent: cannot fork — ${message}`, 'Set Up Trainer Environment', 'Open Settings').then((b) => {
-          if (b === 'Set Up Trainer Environment') void vscode.commands.executeCommand(SETUP_COMMAND);
-          if (b === 'Open Settings') void vscode.commands.executeCommand('workbench.action.openSettings', 'searchAgent.pythonPath');
-        });
+        void vscode.window
+          .showErrorMessage(`Search Agent: cannot fork — ${message}`, 'Set Up Trainer Environment', 'Open Settings')
+          .then((b) => {
+            if (b === 'Set Up Trainer Environment') void vscode.commands.executeCommand(SETUP_COMMAND);
+            if (b === 'Open Settings')
+              void vscode.commands.executeCommand('workbench.action.openSettings', 'searchAgent.pythonPath');
+          });
         throw new Error(message);
       }
       const note = runPythonNote(search, runPython);
       if (note) this.log.info(`fork: ${note.replace(/^resuming/, 'forking')}`);
       const { file, env } = nodeCommand();
-      const launcher = { node: file, args: [join(this.context.extensionUri.fsPath, 'dist', 'server.js')], env: env.ELECTRON_RUN_AS_NODE ? { ELECTRON_RUN_AS_NODE: '1' } : undefined };
-      this.forks = new ForkHost({ python: search.found.executable, serverLauncher: launcher, onLog: (l) => this.log.info(`[fork] ${l}`) });
+      const launcher = {
+        node: file,
+        args: [join(this.context.extensionUri.fsPath, 'dist', 'server.js')],
+        env: env.ELECTRON_RUN_AS_NODE ? { ELECTRON_RUN_AS_NODE: '1' } : undefined,
+      };
+      this.forks = new ForkHost({
+        python: search.found.executable,
+        serverLauncher: launcher,
+        onLog: (l) => this.log.info(`[fork] ${l}`),
+      });
     }
     const { model: _m, ...options } = p;
     const result = await this.forks.fork(runDir, record, options);
-    this.log.info(`fork: ${record.id} at turn ${p.turn} from ${result.checkpoint}: ${result.continuations.length} continuations (policy server pids ${(await this.forks.pids()).join(', ')})`);
+    this.log.info(
+      `fork: ${record.id} at turn ${p.turn} from ${result.checkpoint}: ${result.continuations.length} continuations (policy server pids ${(await this.forks.pids()).join(', ')})`,
+    );
     return result;
   }
 
@@ -202,7 +277,12 @@ export class ReplayPanel implements vscode.Disposable {
   }
 
   private async chooseTokenizer(): Promise<void> {
-    const picked = await vscode.window.showOpenDialog({ canSelectFiles: true, canSelectMany: false, title: "A model directory's tokenizer.json", filters: { 'tokenizer.json': ['json'] } });
+    const picked = await vscode.window.showOpenDialog({
+      canSelectFiles: true,
+      canSelectMany: false,
+      title: "A model directory's tokenizer.json",
+      filters: { 'tokenizer.json': ['json'] },
+    });
     const file = picked?.[0]?.fsPath;
     if (!file) return;
     try {

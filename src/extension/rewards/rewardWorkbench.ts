@@ -9,13 +9,13 @@
 import { mkdir, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import * as vscode from 'vscode';
-import { failedSoFar, type RewardLabContract, type RewardLabState } from '../../core/protocol/rewardLab';
 import { rolloutFileKind } from '../../core/importers';
+import { failedSoFar, type RewardLabContract, type RewardLabState } from '../../core/protocol/rewardLab';
+import { rewardTemplate } from '../../core/rewards/template';
+import { JsonlFile } from '../../core/store/jsonl';
 import { isStorePart, rolloutFiles } from '../../core/store/rollouts';
 import { STEP_DIR, StoreStep } from '../../core/store/tokenStore';
-import { JsonlFile } from '../../core/store/jsonl';
-import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
-import { rewardTemplate } from '../../core/rewards/template';
+import { type OpenedWebview, openWebviewPanel } from '../webviewPanel';
 import { RewardRun } from './runner';
 
 type Choice = vscode.QuickPickItem & { path?: string; browse?: boolean };
@@ -29,19 +29,39 @@ async function rolloutChoices(): Promise<Choice[]> {
   const exclude = '**/{node_modules,.git,.venv,out,dist}/**';
   const runs = (await vscode.workspace.findFiles('**/run.json', exclude, 200)).map((u) => dirname(u.fsPath)).sort();
   const files = (await vscode.workspace.findFiles('**/*.jsonl', exclude, 2000)).map((u) => u.fsPath);
-  const kinds: (readonly [string, 'rollouts' | 'verl' | undefined])[] = await Promise.all(files.map(async (f) => [f, await rolloutFileKind(f)] as const));
+  const kinds: (readonly [string, 'rollouts' | 'verl' | undefined])[] = await Promise.all(
+    files.map(async (f) => [f, await rolloutFileKind(f)] as const),
+  );
   // the token store's steps (rollouts/step-N/rollouts.parquet): the step directory
-  for (const u of await vscode.workspace.findFiles('**/rollouts/*step-*/rollouts.parquet', exclude, 2000)) kinds.push([dirname(u.fsPath), 'rollouts'] as const);
-  const items: Choice[] = runs.map((dir) => ({ label: `$(folder) ${vscode.workspace.asRelativePath(dir)}`, description: 'run directory: all its rollouts', path: dir }));
+  for (const u of await vscode.workspace.findFiles('**/rollouts/*step-*/rollouts.parquet', exclude, 2000))
+    kinds.push([dirname(u.fsPath), 'rollouts'] as const);
+  const items: Choice[] = runs.map((dir) => ({
+    label: `$(folder) ${vscode.workspace.asRelativePath(dir)}`,
+    description: 'run directory: all its rollouts',
+    path: dir,
+  }));
   const ofRun = (f: string) => runs.find((r) => f.startsWith(`${r}/rollouts/`) || f.startsWith(`${r}\\rollouts\\`));
   const step = (f: string) => /(val-)?step-(\d+)(\.jsonl)?$/.exec(f);
   const found = kinds.filter(([, k]) => k).map(([f, k]) => ({ f, k: k!, run: ofRun(f), m: step(f) }));
-  found.sort((a, b) => (a.run ?? '~').localeCompare(b.run ?? '~') || (a.m && b.m ? Number(a.m[2]) - Number(b.m[2]) || (a.m[1] ? 1 : 0) - (b.m[1] ? 1 : 0) : a.f.localeCompare(b.f)));
+  found.sort(
+    (a, b) =>
+      (a.run ?? '~').localeCompare(b.run ?? '~') ||
+      (a.m && b.m ? Number(a.m[2]) - Number(b.m[2]) || (a.m[1] ? 1 : 0) - (b.m[1] ? 1 : 0) : a.f.localeCompare(b.f)),
+  );
   for (const { f, k, run, m } of found) {
-    const description = run && m ? `${basename(run)} · step ${Number(m[2])}${m[1] ? ' · held-out' : ''}` : k === 'verl' ? 'veRL dump' : 'rollouts';
+    const description =
+      run && m
+        ? `${basename(run)} · step ${Number(m[2])}${m[1] ? ' · held-out' : ''}`
+        : k === 'verl'
+          ? 'veRL dump'
+          : 'rollouts';
     items.push({ label: `$(file) ${vscode.workspace.asRelativePath(f)}`, description, path: f });
   }
-  items.push({ label: '$(folder-opened) Browse…', description: 'a rollout file, a run directory, a veRL dump folder, TRL completion tables, Search-R1 transcripts', browse: true });
+  items.push({
+    label: '$(folder-opened) Browse…',
+    description: 'a rollout file, a run directory, a veRL dump folder, TRL completion tables, Search-R1 transcripts',
+    browse: true,
+  });
   return items;
 }
 
@@ -87,7 +107,10 @@ export class RewardWorkbench implements vscode.Disposable {
   ) {
     this.disposables.push(
       this.errorLines,
-      vscode.languages.registerCodeLensProvider(REWARD_SELECTOR, { provideCodeLenses: (d) => this.lenses(d), onDidChangeCodeLenses: this.lensChanged.event }),
+      vscode.languages.registerCodeLensProvider(REWARD_SELECTOR, {
+        provideCodeLenses: (d) => this.lenses(d),
+        onDidChangeCodeLenses: this.lensChanged.event,
+      }),
       vscode.commands.registerCommand('searchAgent.scoreReward', (uri?: vscode.Uri) => this.score(uri)),
       vscode.commands.registerCommand('searchAgent.chooseRewardRollouts', (uri?: vscode.Uri) => this.choose(uri, true)),
       vscode.commands.registerCommand('searchAgent.openRewardLab', (uri?: vscode.Uri) => this.openLab(uri)),
@@ -109,7 +132,11 @@ export class RewardWorkbench implements vscode.Disposable {
     let s = this.sessions.get(key);
     if (!s) {
       const rollouts = this.context.workspaceState.get<string>(`rewardRollouts:${key}`) ?? null;
-      s = { uri, state: { module: uri.fsPath, moduleName: basename(uri.fsPath), rollouts, status: 'idle', run: 0 }, setVersion: 0 };
+      s = {
+        uri,
+        state: { module: uri.fsPath, moduleName: basename(uri.fsPath), rollouts, status: 'idle', run: 0 },
+        setVersion: 0,
+      };
       this.sessions.set(key, s);
     }
     return s;
@@ -131,7 +158,12 @@ export class RewardWorkbench implements vscode.Disposable {
     const m = /^export\s+default\b/m.exec(text);
     const at = new vscode.Range(document.positionAt(m?.index ?? 0), document.positionAt(m?.index ?? 0));
     if (!vscode.workspace.isTrusted) {
-      return [new vscode.CodeLens(at, { title: '$(shield) Reward modules do not run in Restricted Mode: trust this workspace to score', command: 'workbench.trust.manage' })];
+      return [
+        new vscode.CodeLens(at, {
+          title: '$(shield) Reward modules do not run in Restricted Mode: trust this workspace to score',
+          command: 'workbench.trust.manage',
+        }),
+      ];
     }
     const s = this.session(document.uri);
     const target = s.state.rollouts ? basename(s.state.rollouts) : undefined;
@@ -146,10 +178,28 @@ export class RewardWorkbench implements vscode.Disposable {
     if (st.status === 'running') {
       const p = st.progress;
       const failed = failedSoFar(p?.errors);
-      lenses.push(new vscode.CodeLens(at, { title: `$(sync~spin) scoring… ${p ? `${p.done.toLocaleString()}${p.total ? ` / ${p.total.toLocaleString()}` : ''}` : ''}${failed ? ` · ${failed}` : ''}`, command: 'searchAgent.openRewardLab', arguments: [document.uri] }));
-      lenses.push(new vscode.CodeLens(at, { title: '$(debug-stop) Cancel', command: 'searchAgent.cancelRewardScoring', arguments: [document.uri] }));
+      lenses.push(
+        new vscode.CodeLens(at, {
+          title: `$(sync~spin) scoring… ${p ? `${p.done.toLocaleString()}${p.total ? ` / ${p.total.toLocaleString()}` : ''}` : ''}${failed ? ` · ${failed}` : ''}`,
+          command: 'searchAgent.openRewardLab',
+          arguments: [document.uri],
+        }),
+      );
+      lenses.push(
+        new vscode.CodeLens(at, {
+          title: '$(debug-stop) Cancel',
+          command: 'searchAgent.cancelRewardScoring',
+          arguments: [document.uri],
+        }),
+      );
     } else if (st.compileError) {
-      lenses.push(new vscode.CodeLens(at, { title: `$(error) does not compile: line ${st.compileError.line}: ${st.compileError.message}`, command: 'searchAgent.openRewardLab', arguments: [document.uri] }));
+      lenses.push(
+        new vscode.CodeLens(at, {
+          title: `$(error) does not compile: line ${st.compileError.line}: ${st.compileError.message}`,
+          command: 'searchAgent.openRewardLab',
+          arguments: [document.uri],
+        }),
+      );
     } else if (st.report) {
       const r = st.report;
       const parts = [
@@ -158,11 +208,30 @@ export class RewardWorkbench implements vscode.Disposable {
         `zero-variance groups ${pct(r.frac_zero_std_groups)}`,
         `${r.errors} error${r.errors === 1 ? '' : 's'}`,
       ];
-      lenses.push(new vscode.CodeLens(at, { title: `${r.errors ? '$(warning)' : '$(check)'} ${parts.join(' · ')}`, command: 'searchAgent.openRewardLab', arguments: [document.uri] }));
+      lenses.push(
+        new vscode.CodeLens(at, {
+          title: `${r.errors ? '$(warning)' : '$(check)'} ${parts.join(' · ')}`,
+          command: 'searchAgent.openRewardLab',
+          arguments: [document.uri],
+        }),
+      );
     } else if (st.message) {
-      lenses.push(new vscode.CodeLens(at, { title: `$(error) ${st.message.split('\n')[0]}`, command: 'searchAgent.openRewardLab', arguments: [document.uri] }));
+      lenses.push(
+        new vscode.CodeLens(at, {
+          title: `$(error) ${st.message.split('\n')[0]}`,
+          command: 'searchAgent.openRewardLab',
+          arguments: [document.uri],
+        }),
+      );
     }
-    if (target) lenses.push(new vscode.CodeLens(at, { title: 'Change rollouts…', command: 'searchAgent.chooseRewardRollouts', arguments: [document.uri] }));
+    if (target)
+      lenses.push(
+        new vscode.CodeLens(at, {
+          title: 'Change rollouts…',
+          command: 'searchAgent.chooseRewardRollouts',
+          arguments: [document.uri],
+        }),
+      );
     return lenses;
   }
 
@@ -172,11 +241,20 @@ export class RewardWorkbench implements vscode.Disposable {
     const u = this.target(uri);
     if (!u) return undefined;
     const items = await rolloutChoices();
-    const picked = await vscode.window.showQuickPick<Choice>(items, { title: `Score ${basename(u.fsPath)} against`, placeHolder: 'a rollout JSONL file or a run directory', matchOnDescription: true });
+    const picked = await vscode.window.showQuickPick<Choice>(items, {
+      title: `Score ${basename(u.fsPath)} against`,
+      placeHolder: 'a rollout JSONL file or a run directory',
+      matchOnDescription: true,
+    });
     if (!picked) return undefined;
     let path = picked.path;
     if (picked.browse) {
-      const chosen = await vscode.window.showOpenDialog({ canSelectFiles: true, canSelectFolders: true, canSelectMany: false, openLabel: 'Score against this' });
+      const chosen = await vscode.window.showOpenDialog({
+        canSelectFiles: true,
+        canSelectFolders: true,
+        canSelectMany: false,
+        openLabel: 'Score against this',
+      });
       path = chosen?.[0]?.fsPath;
     }
     if (!path) return undefined;
@@ -197,7 +275,12 @@ export class RewardWorkbench implements vscode.Disposable {
     const u = this.target(uri);
     if (!u) return;
     if (!vscode.workspace.isTrusted) {
-      void vscode.window.showWarningMessage('Reward modules do not run in an untrusted workspace (Restricted Mode). Trust the workspace to score rewards.', 'Manage Workspace Trust').then((a) => a && vscode.commands.executeCommand('workbench.trust.manage'));
+      void vscode.window
+        .showWarningMessage(
+          'Reward modules do not run in an untrusted workspace (Restricted Mode). Trust the workspace to score rewards.',
+          'Manage Workspace Trust',
+        )
+        .then((a) => a && vscode.commands.executeCommand('workbench.trust.manage'));
       return;
     }
     const s = this.session(u);
@@ -216,7 +299,12 @@ export class RewardWorkbench implements vscode.Disposable {
     const rollouts = s.state.rollouts!;
     const st = s.state;
     // "Before the edit": the last finished run, when it scored the same set as this one will.
-    if (st.report && s.reportVersion === s.setVersion && s.set) st.previous = { mean: st.report.mean, frac_zero_std_groups: st.report.frac_zero_std_groups, agreement: st.report.agreement };
+    if (st.report && s.reportVersion === s.setVersion && s.set)
+      st.previous = {
+        mean: st.report.mean,
+        frac_zero_std_groups: st.report.frac_zero_std_groups,
+        agreement: st.report.agreement,
+      };
     st.run++;
     st.status = 'running';
     st.progress = { done: 0, total: st.pinned?.count ?? null, errors: {} };
@@ -271,7 +359,9 @@ export class RewardWorkbench implements vscode.Disposable {
         st.message = o.message ?? 'scoring failed';
       }
       for (const m of o.malformed.slice(0, 20)) this.log.warn(`[reward] ${m}`);
-      this.log.info(`scored ${s.uri.fsPath}: ${st.status}${st.report ? ` mean ${num(st.report.mean)}, ${st.report.errors} errors` : ''}`);
+      this.log.info(
+        `scored ${s.uri.fsPath}: ${st.status}${st.report ? ` mean ${num(st.report.mean)}, ${st.report.errors} errors` : ''}`,
+      );
       this.rebuildMarks();
       this.push(s);
       this.decorateAll();
@@ -308,7 +398,16 @@ export class RewardWorkbench implements vscode.Disposable {
       s.lab.panel.reveal(vscode.ViewColumn.Beside, true);
       return;
     }
-    const lab = openWebviewPanel<RewardLabContract>(this.context.extensionUri, { name: 'reward-lab', title: `Reward Lab: ${basename(u.fsPath)}`, viewColumn: vscode.ViewColumn.Beside, preserveFocus: true }, this.log);
+    const lab = openWebviewPanel<RewardLabContract>(
+      this.context.extensionUri,
+      {
+        name: 'reward-lab',
+        title: `Reward Lab: ${basename(u.fsPath)}`,
+        viewColumn: vscode.ViewColumn.Beside,
+        preserveFocus: true,
+      },
+      this.log,
+    );
     s.lab = lab;
     lab.endpoint.handle('getState', () => this.viewState(s));
     lab.endpoint.handle('rescore', () => this.score(u));
@@ -344,7 +443,10 @@ export class RewardWorkbench implements vscode.Disposable {
     const col = Math.max(0, Number(m[3] ?? 1) - 1);
     const doc = await vscode.workspace.openTextDocument(vscode.Uri.file(m[1]!));
     const pos = new vscode.Position(line, col);
-    await vscode.window.showTextDocument(doc, { viewColumn: vscode.ViewColumn.One, selection: new vscode.Range(pos, doc.lineAt(Math.min(line, doc.lineCount - 1)).range.end) });
+    await vscode.window.showTextDocument(doc, {
+      viewColumn: vscode.ViewColumn.One,
+      selection: new vscode.Range(pos, doc.lineAt(Math.min(line, doc.lineCount - 1)).range.end),
+    });
   }
 
   // --- decorations on the lines that threw ----------------------------------------------------------------------
@@ -386,15 +488,20 @@ export class RewardWorkbench implements vscode.Disposable {
 
   private decorateAll(): void {
     for (const editor of vscode.window.visibleTextEditors) {
-      const byLine = this.marks.get(editor.document.uri.fsPath) ?? new Map<number, { count: number; message: string }>();
+      const byLine =
+        this.marks.get(editor.document.uri.fsPath) ?? new Map<number, { count: number; message: string }>();
       editor.setDecorations(
         this.errorLines,
         [...byLine.entries()]
           .filter(([line]) => line >= 1 && line <= editor.document.lineCount)
           .map(([line, e]) => ({
             range: editor.document.lineAt(line - 1).range,
-            hoverMessage: new vscode.MarkdownString().appendText(`${e.count} rollout${e.count === 1 ? '' : 's'} failed here: ${e.message}`),
-            renderOptions: { after: { contentText: ` ✗ ${e.count} rollout${e.count === 1 ? '' : 's'}: ${e.message.slice(0, 120)}` } },
+            hoverMessage: new vscode.MarkdownString().appendText(
+              `${e.count} rollout${e.count === 1 ? '' : 's'} failed here: ${e.message}`,
+            ),
+            renderOptions: {
+              after: { contentText: ` ✗ ${e.count} rollout${e.count === 1 ? '' : 's'}: ${e.message.slice(0, 120)}` },
+            },
           })),
       );
     }
@@ -419,7 +526,10 @@ export class RewardWorkbench implements vscode.Disposable {
     const dir = join(folder.uri.fsPath, 'rewards');
     await mkdir(dir, { recursive: true });
     const file = join(dir, `${name}.reward.ts`);
-    const exists = await vscode.workspace.fs.stat(vscode.Uri.file(file)).then(() => true, () => false);
+    const exists = await vscode.workspace.fs.stat(vscode.Uri.file(file)).then(
+      () => true,
+      () => false,
+    );
     if (exists) {
       void vscode.window.showWarningMessage(`${vscode.workspace.asRelativePath(file)} already exists.`);
     } else {

@@ -32,9 +32,23 @@ export class RewardRun {
     options: { set?: Record<string, number>; itemTimeoutMs?: number } = {},
   ) {
     const { file, env } = nodeCommand();
-    const args = [cli, 'reward', module, rollouts, '--report', ...(options.itemTimeoutMs ? ['--timeout', String(options.itemTimeoutMs)] : []), ...(options.set ? ['--set=-'] : [])];
+    const args = [
+      cli,
+      'reward',
+      module,
+      rollouts,
+      '--report',
+      ...(options.itemTimeoutMs ? ['--timeout', String(options.itemTimeoutMs)] : []),
+      ...(options.set ? ['--set=-'] : []),
+    ];
     // The rollout set goes in on standard input (it can be long: a file per step of a run).
-    this.child = execa(file, args, { env, reject: false, buffer: { stdout: true, stderr: false }, ...(options.set ? { input: JSON.stringify(options.set) } : { stdin: 'ignore' as const }), forceKillAfterDelay: 2_000 });
+    this.child = execa(file, args, {
+      env,
+      reject: false,
+      buffer: { stdout: true, stderr: false },
+      ...(options.set ? { input: JSON.stringify(options.set) } : { stdin: 'ignore' as const }),
+      forceKillAfterDelay: 2_000,
+    });
     const malformed: string[] = [];
     let pending = '';
     const other: string[] = [];
@@ -45,7 +59,11 @@ export class RewardRun {
         const line = pending.slice(0, nl);
         pending = pending.slice(nl + 1);
         try {
-          const m = JSON.parse(line) as { progress?: number; errors?: Partial<Record<string, number>>; malformed?: string };
+          const m = JSON.parse(line) as {
+            progress?: number;
+            errors?: Partial<Record<string, number>>;
+            malformed?: string;
+          };
           if (typeof m.progress === 'number') onProgress(m.progress, m.errors ?? {});
           else if (m.malformed) malformed.length < 200 && malformed.push(m.malformed);
           continue;
@@ -60,9 +78,17 @@ export class RewardRun {
     });
     this.done = this.child.then((r) => {
       if (this.cancelled) return { cancelled: true, malformed };
-      const last = String(r.stdout ?? '').trim().split('\n').pop() ?? '';
+      const last =
+        String(r.stdout ?? '')
+          .trim()
+          .split('\n')
+          .pop() ?? '';
       try {
-        const o = JSON.parse(last) as { report?: RewardReport; compileError?: RunOutcome['compileError']; set?: Record<string, number> };
+        const o = JSON.parse(last) as {
+          report?: RewardReport;
+          compileError?: RunOutcome['compileError'];
+          set?: Record<string, number>;
+        };
         if (o.report || o.compileError) return { ...o, malformed };
       } catch {
         /* fall through */

@@ -11,7 +11,7 @@ import { AuditThread } from '../../core/audit/thread';
 import { MetricsTail } from '../../core/host/metricsTail';
 import { listRuns, readRun, rolloutFile } from '../../core/host/runs';
 import type { DashboardContract, DashboardRun, DashboardSettings, MetricsRow } from '../../core/protocol/dashboard';
-import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
+import { type OpenedWebview, openWebviewPanel } from '../webviewPanel';
 import { runDirOf } from './runArg';
 import { pickRun } from './runsView';
 import type { TrainingController } from './trainingController';
@@ -21,7 +21,8 @@ import type { TrainingController } from './trainingController';
  * the step; `*` for the others. A value that is not a number in [0, 1] is ignored.
  */
 export function dashboardSettings(): DashboardSettings {
-  const raw = vscode.workspace.getConfiguration('searchAgent.dashboard').get<Record<string, unknown>>('alarmThresholds') ?? {};
+  const raw =
+    vscode.workspace.getConfiguration('searchAgent.dashboard').get<Record<string, unknown>>('alarmThresholds') ?? {};
   const alarmThresholds: Record<string, number> = {};
   for (const [k, v] of Object.entries(raw)) if (typeof v === 'number' && v >= 0 && v <= 1) alarmThresholds[k] = v;
   return { alarmThresholds };
@@ -62,7 +63,9 @@ export class Dashboard implements vscode.Disposable {
   async open(asked?: string): Promise<void> {
     const live = this.controller.live?.dir;
     const dir = asked ?? live ?? (await listRuns(this.controller.runsParents()))[0]?.dir;
-    this.log.info(`dashboard: ${dir ?? 'no run'} (${asked ? 'the run asked for' : live ? 'no run asked for: the live run' : 'no run asked for: the newest run'})`);
+    this.log.info(
+      `dashboard: ${dir ?? 'no run'} (${asked ? 'the run asked for' : live ? 'no run asked for: the live run' : 'no run asked for: the newest run'})`,
+    );
     if (!this.web) this.create();
     else this.web.panel.reveal(undefined, true);
     if (dir && !this.followed.some((f) => f.dir === dir)) {
@@ -74,9 +77,18 @@ export class Dashboard implements vscode.Disposable {
   }
 
   private create(): void {
-    const web = openWebviewPanel<DashboardContract>(this.context.extensionUri, { name: 'dashboard', title: 'Search Agent: Training Dashboard', viewColumn: vscode.ViewColumn.Active }, this.log);
+    const web = openWebviewPanel<DashboardContract>(
+      this.context.extensionUri,
+      { name: 'dashboard', title: 'Search Agent: Training Dashboard', viewColumn: vscode.ViewColumn.Active },
+      this.log,
+    );
     this.web = web;
-    web.endpoint.handle('getState', async () => ({ runs: await this.runs(), metrics: this.followed.map((f) => ({ dir: f.dir, rows: f.rows })), audit: this.followed.map((f) => ({ dir: f.dir, rows: f.auditRows })), settings: dashboardSettings() }));
+    web.endpoint.handle('getState', async () => ({
+      runs: await this.runs(),
+      metrics: this.followed.map((f) => ({ dir: f.dir, rows: f.rows })),
+      audit: this.followed.map((f) => ({ dir: f.dir, rows: f.auditRows })),
+      settings: dashboardSettings(),
+    }));
     web.endpoint.handle('addRun', () => this.add());
     web.endpoint.handle('removeRun', async ({ dir }) => {
       this.unfollow((f) => f.dir !== dir);
@@ -103,7 +115,8 @@ export class Dashboard implements vscode.Disposable {
     this.followed.push(f);
     const r = await f.tail.read();
     f.rows.push(...r.rows);
-    for (const m of r.malformed) this.log.warn(`${join(dir, 'metrics.jsonl')}:${m.line}: skipped a malformed line (${m.message})`);
+    for (const m of r.malformed)
+      this.log.warn(`${join(dir, 'metrics.jsonl')}:${m.line}: skipped a malformed line (${m.message})`);
     this.web?.endpoint.emit('metrics', { dir, rows: f.rows, reset: true });
     // The audit's series follow when the thread has them (a big run's first audit takes a while): not awaited.
     void this.audit(f);
@@ -148,7 +161,15 @@ export class Dashboard implements vscode.Disposable {
     for (const f of this.followed) {
       const r = await readRun(f.dir);
       const p = r?.progress;
-      out.push({ id: r?.id ?? f.dir.split(/[\\/]/).pop() ?? f.dir, dir: f.dir, state: r?.state ?? 'interrupted', step: r?.step ?? 0, total: r?.total, ...(r?.stages ? { stages: r.stages } : {}), ...(p ? { phase: p.phase, ...(p.warmup ? { warmup: p.warmup } : {}) } : {}) });
+      out.push({
+        id: r?.id ?? f.dir.split(/[\\/]/).pop() ?? f.dir,
+        dir: f.dir,
+        state: r?.state ?? 'interrupted',
+        step: r?.step ?? 0,
+        total: r?.total,
+        ...(r?.stages ? { stages: r.stages } : {}),
+        ...(p ? { phase: p.phase, ...(p.warmup ? { warmup: p.warmup } : {}) } : {}),
+      });
     }
     return out;
   }
@@ -190,8 +211,13 @@ export class Dashboard implements vscode.Disposable {
     if (!at) return;
     const { file } = at;
     const commands = await vscode.commands.getCommands(true);
-    if (commands.includes('searchAgent.openInspector')) await vscode.commands.executeCommand('searchAgent.openInspector', vscode.Uri.file(file));
-    else await vscode.window.showTextDocument(vscode.Uri.file(file), { viewColumn: vscode.ViewColumn.Beside, preview: true });
+    if (commands.includes('searchAgent.openInspector'))
+      await vscode.commands.executeCommand('searchAgent.openInspector', vscode.Uri.file(file));
+    else
+      await vscode.window.showTextDocument(vscode.Uri.file(file), {
+        viewColumn: vscode.ViewColumn.Beside,
+        preview: true,
+      });
   }
 
   /** The rollouts file of the nearest step with one at or before `step` (else the first); undefined (and said) when none. */

@@ -5,14 +5,14 @@
  * that step); a sample opens in the replay. Only views files: allowed in untrusted workspaces, as the other viewers.
  */
 import * as vscode from 'vscode';
-import { groupViews, type LocatedRollout } from '../../core/audit/groups';
 import { runFactsOf } from '../../core/audit/groupChecks';
-import type { GroupsContract, GroupsState } from '../../core/protocol/groups';
+import { groupViews, type LocatedRollout } from '../../core/audit/groups';
 import { listRuns, readRun, rolloutFile, zeroVarianceSteps } from '../../core/host/runs';
+import type { GroupsContract, GroupsState } from '../../core/protocol/groups';
 import { formatIssue } from '../../core/run/format';
 import { readPart, runConfigDialect, runConfigNear } from '../../core/store/rollouts';
-import { openWebviewPanel, type OpenedWebview } from '../webviewPanel';
 import { trajectoryReadOptions } from '../trajectorySettings';
+import { type OpenedWebview, openWebviewPanel } from '../webviewPanel';
 import { runDirOf } from './runArg';
 import { pickRun } from './runsView';
 
@@ -41,7 +41,9 @@ export class GroupsPanel implements vscode.Disposable {
     if (dir) {
       run = await readRun(dir);
       if (!run?.rolloutSteps.length) {
-        void vscode.window.showInformationMessage(`Search Agent: no rollouts saved in ${dir}${run ? ' yet' : ' (not a run directory)'}.`);
+        void vscode.window.showInformationMessage(
+          `Search Agent: no rollouts saved in ${dir}${run ? ' yet' : ' (not a run directory)'}.`,
+        );
         return;
       }
     } else {
@@ -56,10 +58,20 @@ export class GroupsPanel implements vscode.Disposable {
     const zero = await zeroVarianceSteps(run.dir);
     const items = [...run.rolloutSteps].reverse().map((step) => {
       const z = zero.get(step);
-      const description = !z ? undefined : z.groups ? `${Math.round(z.frac * z.groups)} of ${z.groups} groups zero-variance` : `${Math.round(z.frac * 100)}% of groups zero-variance`;
+      const description = !z
+        ? undefined
+        : z.groups
+          ? `${Math.round(z.frac * z.groups)} of ${z.groups} groups zero-variance`
+          : `${Math.round(z.frac * 100)}% of groups zero-variance`;
       return { label: `step ${step}`, ...(description ? { description } : {}), step };
     });
-    const step = (await vscode.window.showQuickPick(items, { title: `Show GRPO Groups (2/2): which step of ${run.id}?`, placeHolder: 'steps with rollouts, newest first', matchOnDescription: true }))?.step;
+    const step = (
+      await vscode.window.showQuickPick(items, {
+        title: `Show GRPO Groups (2/2): which step of ${run.id}?`,
+        placeHolder: 'steps with rollouts, newest first',
+        matchOnDescription: true,
+      })
+    )?.step;
     if (step !== undefined) await this.show(rolloutFile(run.dir, step), step);
   }
 
@@ -74,10 +86,21 @@ export class GroupsPanel implements vscode.Disposable {
       else if (row.errors[0]) errors.push(formatIssue(row.errors[0]));
     }
     const config = (await runConfigNear(file))?.config;
-    this.state = { source: file, ...(step !== undefined ? { step } : {}), groups: groupViews(rollouts, read, runFactsOf(config)), errors };
-    this.log.info(`groups: ${file} (${this.state.groups.length} groups, ${this.state.groups.filter((g) => g.zeroVariance).length} with zero variance)`);
+    this.state = {
+      source: file,
+      ...(step !== undefined ? { step } : {}),
+      groups: groupViews(rollouts, read, runFactsOf(config)),
+      errors,
+    };
+    this.log.info(
+      `groups: ${file} (${this.state.groups.length} groups, ${this.state.groups.filter((g) => g.zeroVariance).length} with zero variance)`,
+    );
     if (!this.web) {
-      const web = openWebviewPanel<GroupsContract>(this.context.extensionUri, { name: 'groups', title: 'GRPO Groups', viewColumn: vscode.ViewColumn.Beside }, this.log);
+      const web = openWebviewPanel<GroupsContract>(
+        this.context.extensionUri,
+        { name: 'groups', title: 'GRPO Groups', viewColumn: vscode.ViewColumn.Beside },
+        this.log,
+      );
       this.web = web;
       web.endpoint.handle('getState', () => this.state);
       web.endpoint.handle('openSample', async ({ file: f, line }) => {

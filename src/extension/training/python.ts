@@ -10,9 +10,9 @@ import { basename, dirname, join } from 'node:path';
 import * as vscode from 'vscode';
 import { doctorReport } from '../../core/doctor';
 import { checkRunConfig } from '../../core/host/runConfig';
-import { checkRunMemory } from '../../core/plan/check';
 import { SetupError, setupTrainerEnv } from '../../core/host/trainerEnv';
-import { findPython, pythonCandidates, trainerNeeds, type PythonSearch, type TrainerNeeds } from '../../core/python';
+import { checkRunMemory } from '../../core/plan/check';
+import { findPython, type PythonSearch, pythonCandidates, type TrainerNeeds, trainerNeeds } from '../../core/python';
 
 export const SETUP_COMMAND = 'searchAgent.setUpTrainerEnvironment';
 
@@ -42,12 +42,24 @@ function venvRoots(context: vscode.ExtensionContext, resource?: vscode.Uri): str
 }
 
 /** The candidates in order; a resumed run's own Python (run.json `python`) before all: the versions it started with. */
-async function candidates(context: vscode.ExtensionContext, resource?: vscode.Uri, runPython?: string): Promise<string[]> {
+async function candidates(
+  context: vscode.ExtensionContext,
+  resource?: vscode.Uri,
+  runPython?: string,
+): Promise<string[]> {
   const configured = vscode.workspace.getConfiguration('searchAgent', resource).get<string>('pythonPath') || undefined;
-  return pythonCandidates([runPython, configured, await pythonExtensionInterpreter(resource)], venvRoots(context, resource));
+  return pythonCandidates(
+    [runPython, configured, await pythonExtensionInterpreter(resource)],
+    venvRoots(context, resource),
+  );
 }
 
-export async function findTrainerPython(context: vscode.ExtensionContext, resource?: vscode.Uri, needs: TrainerNeeds = {}, runPython?: string): Promise<PythonSearch> {
+export async function findTrainerPython(
+  context: vscode.ExtensionContext,
+  resource?: vscode.Uri,
+  needs: TrainerNeeds = {},
+  runPython?: string,
+): Promise<PythonSearch> {
   return findPython(await candidates(context, resource, runPython), needs);
 }
 
@@ -62,45 +74,116 @@ function hasNvidia(): boolean {
  * notification and the log in an output channel; the new interpreter is selected (searchAgent.pythonPath).
  * Tests point it at a fake requirements file with SAS_TRAINER_REQUIREMENTS (and SAS_TRAINER_PIP_ARGS, a JSON array).
  */
-export async function setUpTrainerEnvironment(context: vscode.ExtensionContext, channel: vscode.LogOutputChannel): Promise<string | undefined> {
+export async function setUpTrainerEnvironment(
+  context: vscode.ExtensionContext,
+  channel: vscode.LogOutputChannel,
+): Promise<string | undefined> {
   if (!vscode.workspace.isTrusted) {
-    void vscode.window.showWarningMessage('Search Agent: setting up the trainer environment runs Python and pip; trust the workspace first.', 'Manage Workspace Trust').then((b) => b && vscode.commands.executeCommand('workbench.trust.manage'));
+    void vscode.window
+      .showWarningMessage(
+        'Search Agent: setting up the trainer environment runs Python and pip; trust the workspace first.',
+        'Manage Workspace Trust',
+      )
+      .then((b) => b && vscode.commands.executeCommand('workbench.trust.manage'));
     return undefined;
   }
   const folder = vscode.workspace.workspaceFolders?.[0];
   type Where = vscode.QuickPickItem & { dir: string; target: vscode.ConfigurationTarget };
   const places: Where[] = [
-    { label: 'In the extension’s storage', description: 'shared by all your workspaces', detail: join(context.globalStorageUri.fsPath, '.venv'), dir: join(context.globalStorageUri.fsPath, '.venv'), target: vscode.ConfigurationTarget.Global },
-    ...(folder ? [{ label: 'In this workspace (.venv)', description: vscode.workspace.asRelativePath(folder.uri), detail: join(folder.uri.fsPath, '.venv'), dir: join(folder.uri.fsPath, '.venv'), target: vscode.ConfigurationTarget.Workspace }] : []),
+    {
+      label: 'In the extension’s storage',
+      description: 'shared by all your workspaces',
+      detail: join(context.globalStorageUri.fsPath, '.venv'),
+      dir: join(context.globalStorageUri.fsPath, '.venv'),
+      target: vscode.ConfigurationTarget.Global,
+    },
+    ...(folder
+      ? [
+          {
+            label: 'In this workspace (.venv)',
+            description: vscode.workspace.asRelativePath(folder.uri),
+            detail: join(folder.uri.fsPath, '.venv'),
+            dir: join(folder.uri.fsPath, '.venv'),
+            target: vscode.ConfigurationTarget.Workspace,
+          },
+        ]
+      : []),
   ];
-  const where = await vscode.window.showQuickPick(places, { title: 'Set Up Trainer Environment (1/2): where?', placeHolder: 'a virtual environment with the pinned torch, transformers and peft', ignoreFocusOut: true });
+  const where = await vscode.window.showQuickPick(places, {
+    title: 'Set Up Trainer Environment (1/2): where?',
+    placeHolder: 'a virtual environment with the pinned torch, transformers and peft',
+    ignoreFocusOut: true,
+  });
   if (!where) return undefined;
   type Torch = vscode.QuickPickItem & { pipArgs: string[] };
-  const cpu: Torch = { label: 'CPU-only torch', description: 'a smaller download (the demo runs on CPU)', pipArgs: ['--extra-index-url', 'https://download.pytorch.org/whl/cpu'] };
+  const cpu: Torch = {
+    label: 'CPU-only torch',
+    description: 'a smaller download (the demo runs on CPU)',
+    pipArgs: ['--extra-index-url', 'https://download.pytorch.org/whl/cpu'],
+  };
   const cuda: Torch = { label: 'torch from PyPI', description: 'with CUDA (several GB); runs on CPU too', pipArgs: [] };
-  const torch = await vscode.window.showQuickPick(hasNvidia() ? [cuda, cpu] : [cpu, cuda], { title: 'Set Up Trainer Environment (2/2): which torch?', ignoreFocusOut: true });
+  const torch = await vscode.window.showQuickPick(hasNvidia() ? [cuda, cpu] : [cpu, cuda], {
+    title: 'Set Up Trainer Environment (2/2): which torch?',
+    ignoreFocusOut: true,
+  });
   if (!torch) return undefined;
-  const requirements = process.env.SAS_TRAINER_REQUIREMENTS || join(context.extensionUri.fsPath, 'trainer', 'requirements.txt');
-  const pipArgs = [...torch.pipArgs, ...(process.env.SAS_TRAINER_PIP_ARGS ? (JSON.parse(process.env.SAS_TRAINER_PIP_ARGS) as string[]) : [])];
+  const requirements =
+    process.env.SAS_TRAINER_REQUIREMENTS || join(context.extensionUri.fsPath, 'trainer', 'requirements.txt');
+  const pipArgs = [
+    ...torch.pipArgs,
+    ...(process.env.SAS_TRAINER_PIP_ARGS ? (JSON.parse(process.env.SAS_TRAINER_PIP_ARGS) as string[]) : []),
+  ];
   const configured = vscode.workspace.getConfiguration('searchAgent').get<string>('pythonPath') || undefined;
-  const basePythons = [...new Set([await pythonExtensionInterpreter(), configured, 'python3', 'python3.12', 'python3.11', 'python3.10', '/usr/bin/python3'].filter((p): p is string => !!p))];
+  const basePythons = [
+    ...new Set(
+      [
+        await pythonExtensionInterpreter(),
+        configured,
+        'python3',
+        'python3.12',
+        'python3.11',
+        'python3.10',
+        '/usr/bin/python3',
+      ].filter((p): p is string => !!p),
+    ),
+  ];
   channel.show(true);
   channel.info(`setting up the trainer environment in ${where.dir} from ${requirements}`);
   try {
-    const r = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: 'Search Agent: setting up the trainer environment', cancellable: true }, (progress, token) => {
-      const ac = new AbortController();
-      token.onCancellationRequested(() => ac.abort());
-      return setupTrainerEnv({ basePythons, venvDir: where.dir, requirements, pipArgs, signal: ac.signal, onLog: (l) => channel.info(l), onProgress: (p) => progress.report({ message: p.message }) });
-    });
+    const r = await vscode.window.withProgress(
+      {
+        location: vscode.ProgressLocation.Notification,
+        title: 'Search Agent: setting up the trainer environment',
+        cancellable: true,
+      },
+      (progress, token) => {
+        const ac = new AbortController();
+        token.onCancellationRequested(() => ac.abort());
+        return setupTrainerEnv({
+          basePythons,
+          venvDir: where.dir,
+          requirements,
+          pipArgs,
+          signal: ac.signal,
+          onLog: (l) => channel.info(l),
+          onProgress: (p) => progress.report({ message: p.message }),
+        });
+      },
+    );
     await vscode.workspace.getConfiguration('searchAgent').update('pythonPath', r.python, where.target);
     channel.info(`selected ${r.python} (searchAgent.pythonPath)`);
-    void vscode.window.showInformationMessage(`Search Agent: trainer environment ready — Python ${r.probe.python}, torch ${r.probe.torch}${r.probe.cuda ? ' (CUDA)' : ' (CPU)'}; selected ${r.python}.`);
+    void vscode.window.showInformationMessage(
+      `Search Agent: trainer environment ready — Python ${r.probe.python}, torch ${r.probe.torch}${r.probe.cuda ? ' (CUDA)' : ' (CPU)'}; selected ${r.python}.`,
+    );
     return r.python;
   } catch (e) {
     if (!(e instanceof SetupError)) throw e;
     channel.error(e.message);
     if (e.cancelled) void vscode.window.showInformationMessage('Search Agent: trainer environment setup cancelled.');
-    else void vscode.window.showErrorMessage(`Search Agent: could not set up the trainer environment: ${e.message}`, 'Show Log').then((b) => b && channel.show(true));
+    else
+      void vscode.window
+        .showErrorMessage(`Search Agent: could not set up the trainer environment: ${e.message}`, 'Show Log')
+        .then((b) => b && channel.show(true));
     return undefined;
   }
 }
@@ -129,20 +212,43 @@ export class DoctorReport implements vscode.TextDocumentContentProvider {
         /* an unfinished config: torch only */
       }
     }
-    const report = await vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: 'Search Agent: checking the trainer environment' }, async () =>
-      doctorReport(await candidates(this.context, active?.uri), [`Search Agent Studio ${this.context.extension.packageJSON.version}`, `VS Code ${vscode.version}, Node ${process.versions.node} on ${process.platform}-${process.arch}`], needs),
+    const report = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: 'Search Agent: checking the trainer environment' },
+      async () =>
+        doctorReport(
+          await candidates(this.context, active?.uri),
+          [
+            `Search Agent Studio ${this.context.extension.packageJSON.version}`,
+            `VS Code ${vscode.version}, Node ${process.versions.node} on ${process.platform}-${process.arch}`,
+          ],
+          needs,
+        ),
     );
     // the active run config's memory plan, against the GPU that Python sees (src/core/plan)
     let memory: string[] = [];
     if (active?.fileName.endsWith('.run.json')) {
       try {
         const loaded = checkRunConfig(JSON.parse(active.getText()), active.fileName, dirname(active.fileName));
-        memory = [`${basename(active.fileName)}: ${checkRunMemory(loaded, { cuda: report.found?.cuda, gpuMemoryBytes: report.found?.cudaMemory?.[0] }).line}`];
+        memory = [
+          `${basename(active.fileName)}: ${checkRunMemory(loaded, { cuda: report.found?.cuda, gpuMemoryBytes: report.found?.cudaMemory?.[0] }).line}`,
+        ];
       } catch (e) {
         memory = [`${basename(active.fileName)}: memory not planned (${(e as Error).message})`];
       }
     }
-    this.text = ['# Trainer environment', '', '```', ...report.lines, ...memory, '```', '', report.found ? `Training uses \`${report.found.executable}\`.` : `No usable Python: run **Search Agent: Set Up Trainer Environment**, or set \`searchAgent.pythonPath\`.`, ''].join('\n');
+    this.text = [
+      '# Trainer environment',
+      '',
+      '```',
+      ...report.lines,
+      ...memory,
+      '```',
+      '',
+      report.found
+        ? `Training uses \`${report.found.executable}\`.`
+        : `No usable Python: run **Search Agent: Set Up Trainer Environment**, or set \`searchAgent.pythonPath\`.`,
+      '',
+    ].join('\n');
     this.changed.fire(uri);
     const doc = await vscode.workspace.openTextDocument(uri);
     await vscode.languages.setTextDocumentLanguage(doc, 'markdown');

@@ -6,11 +6,15 @@
 import { createReadStream } from 'node:fs';
 import { createInterface } from 'node:readline';
 import * as vscode from 'vscode';
-import { listRuns, rolloutFile, SMOOTHING, type RunInfo } from '../../core/host/runs';
+import { listRuns, type RunInfo, rolloutFile, SMOOTHING } from '../../core/host/runs';
 import { isStorePart, readPart } from '../../core/store/rollouts';
 import type { TrainingController } from './trainingController';
 
-type Node = { kind: 'run'; run: RunInfo } | { kind: 'step'; run: RunInfo; step: number } | { kind: 'rollout'; file: string; line: number; label: string; reward?: number; detail: string } | { kind: 'more'; label: string };
+type Node =
+  | { kind: 'run'; run: RunInfo }
+  | { kind: 'step'; run: RunInfo; step: number }
+  | { kind: 'rollout'; file: string; line: number; label: string; reward?: number; detail: string }
+  | { kind: 'more'; label: string };
 
 const ICONS: Record<RunInfo['state'], [string, string?]> = {
   running: ['sync~spin', 'charts.blue'],
@@ -28,13 +32,20 @@ const fmt = (v: number | undefined) => (v === undefined ? '–' : v.toFixed(3));
  * reads as failure; the status bar shows the last step's, labelled too).
  */
 export function runDescription(r: RunInfo, stopping = false): string {
-  const where = r.progress?.warmup ? `warm-up ${r.progress.warmup.step}/${r.progress.warmup.steps}` : `step ${r.step}${r.total ? `/${r.total}` : ''}`;
+  const where = r.progress?.warmup
+    ? `warm-up ${r.progress.warmup.step}/${r.progress.warmup.steps}`
+    : `step ${r.step}${r.total ? `/${r.total}` : ''}`;
   return `${stopping && r.state === 'running' ? 'stopping…' : r.state} · ${where}${r.last?.valEm !== undefined ? ` · held-out EM ${fmt(r.last.valEm)}` : ''}${r.last?.rewardSmoothed !== undefined ? ` · reward ${fmt(r.last.rewardSmoothed)} (mean of last ${SMOOTHING} steps)` : ''}`;
 }
 
 /** A quick pick of runs (label: the id; description: as the Runs view shows it); the picked run, or undefined. */
 export async function pickRun(runs: readonly RunInfo[], title: string): Promise<RunInfo | undefined> {
-  return (await vscode.window.showQuickPick(runs.map((run) => ({ label: run.id, description: runDescription(run), run })), { title, matchOnDescription: true }))?.run;
+  return (
+    await vscode.window.showQuickPick(
+      runs.map((run) => ({ label: run.id, description: runDescription(run), run })),
+      { title, matchOnDescription: true },
+    )
+  )?.run;
 }
 const MAX_ROLLOUTS = 200;
 
@@ -50,7 +61,24 @@ async function rolloutsOf(file: string, limit: number): Promise<{ nodes: Node[];
         break;
       }
       const r = row.record;
-      nodes.push(r ? { kind: 'rollout', file, line: row.line, label: `${r.group ?? ''}/${r.sample ?? ''} ${r.question ?? ''}`.trim(), reward: r.reward, detail: `reward ${fmt(r.reward)} · ${r.searches ?? 0} searches · ${r.finish ?? ''}` } : { kind: 'rollout', file, line: row.line, label: `row ${row.line}: malformed`, detail: 'not a rollout record' });
+      nodes.push(
+        r
+          ? {
+              kind: 'rollout',
+              file,
+              line: row.line,
+              label: `${r.group ?? ''}/${r.sample ?? ''} ${r.question ?? ''}`.trim(),
+              reward: r.reward,
+              detail: `reward ${fmt(r.reward)} · ${r.searches ?? 0} searches · ${r.finish ?? ''}`,
+            }
+          : {
+              kind: 'rollout',
+              file,
+              line: row.line,
+              label: `row ${row.line}: malformed`,
+              detail: 'not a rollout record',
+            },
+      );
     }
     return { nodes, more };
   }
@@ -65,10 +93,30 @@ async function rolloutsOf(file: string, limit: number): Promise<{ nodes: Node[];
       break;
     }
     try {
-      const r = JSON.parse(text) as { group?: string; sample?: number; question?: string; reward?: number; searches?: number; finish?: string };
-      nodes.push({ kind: 'rollout', file, line, label: `${r.group ?? ''}/${r.sample ?? ''} ${r.question ?? ''}`.trim(), reward: r.reward, detail: `reward ${fmt(r.reward)} · ${r.searches ?? 0} searches · ${r.finish ?? ''}` });
+      const r = JSON.parse(text) as {
+        group?: string;
+        sample?: number;
+        question?: string;
+        reward?: number;
+        searches?: number;
+        finish?: string;
+      };
+      nodes.push({
+        kind: 'rollout',
+        file,
+        line,
+        label: `${r.group ?? ''}/${r.sample ?? ''} ${r.question ?? ''}`.trim(),
+        reward: r.reward,
+        detail: `reward ${fmt(r.reward)} · ${r.searches ?? 0} searches · ${r.finish ?? ''}`,
+      });
     } catch {
-      nodes.push({ kind: 'rollout', file, line, label: `line ${line}: malformed JSON`, detail: 'not a rollout record' });
+      nodes.push({
+        kind: 'rollout',
+        file,
+        line,
+        label: `line ${line}: malformed JSON`,
+        detail: 'not a rollout record',
+      });
     }
   }
   rl.close();
@@ -92,7 +140,9 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
 
   constructor(private readonly controller: TrainingController) {
     this.view = vscode.window.createTreeView('searchAgent.runs', { treeDataProvider: this, showCollapseAll: true });
-    const watcher = vscode.workspace.createFileSystemWatcher('**/{run.json,metrics.jsonl,rollouts/step-*.jsonl,rollouts/step-*/rollouts.parquet}');
+    const watcher = vscode.workspace.createFileSystemWatcher(
+      '**/{run.json,metrics.jsonl,rollouts/step-*.jsonl,rollouts/step-*/rollouts.parquet}',
+    );
     const poke = () => this.refreshSoon();
     this.disposables.push(
       this.view,
@@ -106,7 +156,9 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
         this.order = [];
         this.changed.fire(undefined);
       }),
-      vscode.commands.registerCommand('searchAgent.openRollout', (file: string, line: number) => this.openRollout(file, line)),
+      vscode.commands.registerCommand('searchAgent.openRollout', (file: string, line: number) =>
+        this.openRollout(file, line),
+      ),
     );
   }
 
@@ -157,7 +209,10 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
     switch (n.kind) {
       case 'run': {
         const r = n.run;
-        const item = new vscode.TreeItem(r.id, r.rolloutSteps.length ? vscode.TreeItemCollapsibleState.Collapsed : vscode.TreeItemCollapsibleState.None);
+        const item = new vscode.TreeItem(
+          r.id,
+          r.rolloutSteps.length ? vscode.TreeItemCollapsibleState.Collapsed : vscode.TreeItemCollapsibleState.None,
+        );
         const [icon, color] = ICONS[r.state];
         item.iconPath = new vscode.ThemeIcon(icon, color ? new vscode.ThemeColor(color) : undefined);
         item.description = runDescription(r, this.stopping(r));
@@ -180,7 +235,12 @@ export class RunsView implements vscode.TreeDataProvider<Node>, vscode.Disposabl
       }
       case 'rollout': {
         const item = new vscode.TreeItem(n.label, vscode.TreeItemCollapsibleState.None);
-        item.iconPath = n.reward === undefined ? new vscode.ThemeIcon('question') : n.reward > 0 ? new vscode.ThemeIcon('pass-filled', new vscode.ThemeColor('testing.iconPassed')) : new vscode.ThemeIcon('circle-large-outline', new vscode.ThemeColor('testing.iconFailed'));
+        item.iconPath =
+          n.reward === undefined
+            ? new vscode.ThemeIcon('question')
+            : n.reward > 0
+              ? new vscode.ThemeIcon('pass-filled', new vscode.ThemeColor('testing.iconPassed'))
+              : new vscode.ThemeIcon('circle-large-outline', new vscode.ThemeColor('testing.iconFailed'));
         item.description = n.detail;
         item.contextValue = 'rollout';
         item.command = { command: 'searchAgent.replayRollout', title: 'Replay Rollout', arguments: [n.file, n.line] };

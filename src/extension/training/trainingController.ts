@@ -7,11 +7,17 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import * as vscode from 'vscode';
-import { EnvServerError, startEnvServerProcess, type EnvServerProcess, envServerScript, killTree } from '../../core/host/processes';
+import {
+  EnvServerError,
+  type EnvServerProcess,
+  envServerScript,
+  killTree,
+  startEnvServerProcess,
+} from '../../core/host/processes';
 import { envServerArgs, loadRunConfig, RunConfigError, runNeeds } from '../../core/host/runConfig';
-import { MemoryPlanError } from '../../core/plan/check';
 import { RunHost, type RunOutcome } from '../../core/host/runHost';
-import { listRuns, progressOf, readRun, type RunInfo } from '../../core/host/runs';
+import { listRuns, progressOf, type RunInfo, readRun } from '../../core/host/runs';
+import { MemoryPlanError } from '../../core/plan/check';
 import { noPythonMessage, runPythonNote, type TrainerNeeds } from '../../core/python';
 import type { RunEvent } from '../../core/run/format';
 import { nodeCommand } from '../node';
@@ -45,13 +51,15 @@ const fmt = (v: number | undefined) => (v === undefined ? '–' : v.toFixed(3));
  */
 export function liveSummary(s: LiveRunState): string {
   if (s.stopping) return `stopping… at step ${s.step}/${s.total || '?'}`;
-  if (s.phase === 'warmup') return s.warmup ? `warm-up ${s.warmup.step}/${s.warmup.steps} · loss ${fmt(s.warmup.loss)}` : 'warm-up';
+  if (s.phase === 'warmup')
+    return s.warmup ? `warm-up ${s.warmup.step}/${s.warmup.steps} · loss ${fmt(s.warmup.loss)}` : 'warm-up';
   return `${s.step}/${s.total || '?'} · reward ${fmt(s.reward)} (last step)`;
 }
 
 /** The trainer channel's line for a step's metrics: "step 12/120 · reward 0.250 · EM 0.125 · 3 searches … · 4.2 s". */
 export function stepLine(step: number, total: number, m: Record<string, number>, seconds?: number): string {
-  const n = (k: string, label: string, d = 3) => (typeof m[k] === 'number' && Number.isFinite(m[k]) ? [`${label} ${m[k].toFixed(d)}`] : []);
+  const n = (k: string, label: string, d = 3) =>
+    typeof m[k] === 'number' && Number.isFinite(m[k]) ? [`${label} ${m[k].toFixed(d)}`] : [];
   return [
     `step ${step}/${total || '?'}`,
     ...n('critic/score/mean', 'reward'),
@@ -95,7 +103,9 @@ export class TrainingController implements vscode.Disposable {
     this.disposables.push(
       envLog,
       vscode.workspace.registerTextDocumentContentProvider(DoctorReport.scheme, doctor),
-      vscode.commands.registerCommand('searchAgent.setUpTrainerEnvironment', () => setUpTrainerEnvironment(context, envLog)),
+      vscode.commands.registerCommand('searchAgent.setUpTrainerEnvironment', () =>
+        setUpTrainerEnvironment(context, envLog),
+      ),
       vscode.commands.registerCommand('searchAgent.checkTrainerEnvironment', () => doctor.show()),
       this.trainerLog,
       this.serverLog,
@@ -118,22 +128,31 @@ export class TrainingController implements vscode.Disposable {
   /** Where runs go: `searchAgent.runsDirectory` (relative to the first workspace folder), default `runs`. */
   runsParents(): string[] {
     const setting = vscode.workspace.getConfiguration('searchAgent').get<string>('runsDirectory') || 'runs';
-    return (vscode.workspace.workspaceFolders ?? []).map((f) => (setting.startsWith('/') ? setting : join(f.uri.fsPath, setting)));
+    return (vscode.workspace.workspaceFolders ?? []).map((f) =>
+      setting.startsWith('/') ? setting : join(f.uri.fsPath, setting),
+    );
   }
 
   private trusted(action: string): boolean {
     if (vscode.workspace.isTrusted) return true;
-    void vscode.window.showWarningMessage(`Search Agent: ${action} is disabled in an untrusted workspace: it would run programs (Python, Node) named by this workspace's settings and files. Trust the workspace to train here.`, 'Manage Workspace Trust').then((b) => {
-      if (b) void vscode.commands.executeCommand('workbench.trust.manage');
-    });
+    void vscode.window
+      .showWarningMessage(
+        `Search Agent: ${action} is disabled in an untrusted workspace: it would run programs (Python, Node) named by this workspace's settings and files. Trust the workspace to train here.`,
+        'Manage Workspace Trust',
+      )
+      .then((b) => {
+        if (b) void vscode.commands.executeCommand('workbench.trust.manage');
+      });
     return false;
   }
 
   private busy(): boolean {
     if (!this.host && !this.attached) return false;
-    void vscode.window.showWarningMessage(`Search Agent: run ${this.state?.id} is still running. Stop it first.`, 'Stop Training').then((b) => {
-      if (b) void this.stop();
-    });
+    void vscode.window
+      .showWarningMessage(`Search Agent: run ${this.state?.id} is still running. Stop it first.`, 'Stop Training')
+      .then((b) => {
+        if (b) void this.stop();
+      });
     return true;
   }
 
@@ -143,7 +162,10 @@ export class TrainingController implements vscode.Disposable {
     if (active?.fsPath.endsWith('.run.json')) return active;
     const found = await vscode.workspace.findFiles('**/*.run.json', '**/{node_modules,runs,.git}/**', 200);
     if (!found.length) {
-      const b = await vscode.window.showInformationMessage('Search Agent: no run config (*.run.json) in this workspace.', 'New Training Run…');
+      const b = await vscode.window.showInformationMessage(
+        'Search Agent: no run config (*.run.json) in this workspace.',
+        'New Training Run…',
+      );
       if (b) await vscode.commands.executeCommand('searchAgent.newTrainingRun');
       return undefined;
     }
@@ -163,28 +185,53 @@ export class TrainingController implements vscode.Disposable {
     const folder = vscode.workspace.workspaceFolders?.[0]?.uri;
     const set = vscode.workspace.getConfiguration('searchAgent', folder).inspect<string>('pythonPath');
     const scopes = { user: set?.globalValue, workspace: set?.workspaceValue, folder: set?.workspaceFolderValue };
-    this.log.info(`searchAgent.pythonPath: ${Object.entries(scopes).filter(([, v]) => v).map(([k, v]) => `${k} ${v}`).join(', ') || 'not set'}`);
-    const search = await vscode.window.withProgress({ location: vscode.ProgressLocation.Window, title: 'Search Agent: looking for a Python with torch' }, () =>
-      findTrainerPython(this.context, folder, needs, runPython),
+    this.log.info(
+      `searchAgent.pythonPath: ${
+        Object.entries(scopes)
+          .filter(([, v]) => v)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ') || 'not set'
+      }`,
     );
-    for (const p of search.tried) this.log.info(`python candidate ${p.executable}: ${p.ok ? `torch ${p.torch}${p.cuda ? ' (CUDA)' : ''}` : p.error}`);
+    const search = await vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Window, title: 'Search Agent: looking for a Python with torch' },
+      () => findTrainerPython(this.context, folder, needs, runPython),
+    );
+    for (const p of search.tried)
+      this.log.info(
+        `python candidate ${p.executable}: ${p.ok ? `torch ${p.torch}${p.cuda ? ' (CUDA)' : ''}` : p.error}`,
+      );
     if (search.found) {
       const note = runPythonNote(search, runPython);
       if (note) this.log.info(note);
       return search.found.executable;
     }
-    const message = noPythonMessage(search, needs, 'Set up a trainer environment (a virtual environment with the pinned torch, transformers and peft), or set searchAgent.pythonPath to a Python that has them.');
+    const message = noPythonMessage(
+      search,
+      needs,
+      'Set up a trainer environment (a virtual environment with the pinned torch, transformers and peft), or set searchAgent.pythonPath to a Python that has them.',
+    );
     this.log.warn(message);
-    const b = await vscode.window.showErrorMessage(`Search Agent: ${message}`, 'Set Up Trainer Environment', 'Open Settings', 'Show Logs');
+    const b = await vscode.window.showErrorMessage(
+      `Search Agent: ${message}`,
+      'Set Up Trainer Environment',
+      'Open Settings',
+      'Show Logs',
+    );
     if (b === 'Set Up Trainer Environment') void vscode.commands.executeCommand(SETUP_COMMAND);
-    if (b === 'Open Settings') void vscode.commands.executeCommand('workbench.action.openSettings', 'searchAgent.pythonPath');
+    if (b === 'Open Settings')
+      void vscode.commands.executeCommand('workbench.action.openSettings', 'searchAgent.pythonPath');
     if (b === 'Show Logs') this.log.show(true);
     return undefined;
   }
 
   private serverLauncher() {
     const { file, env } = nodeCommand();
-    return { node: file, args: [join(this.context.extensionUri.fsPath, 'dist', 'server.js')], env: env.ELECTRON_RUN_AS_NODE ? { ELECTRON_RUN_AS_NODE: '1' } : undefined };
+    return {
+      node: file,
+      args: [join(this.context.extensionUri.fsPath, 'dist', 'server.js')],
+      env: env.ELECTRON_RUN_AS_NODE ? { ELECTRON_RUN_AS_NODE: '1' } : undefined,
+    };
   }
 
   async start(uri?: vscode.Uri): Promise<RunOutcome | undefined> {
@@ -204,7 +251,12 @@ export class TrainingController implements vscode.Disposable {
         return undefined;
       }
       const pick = await vscode.window.showQuickPick(
-        runs.map((r) => ({ label: r.id, description: `${r.state} at step ${r.step}${r.total ? `/${r.total}` : ''}`, detail: r.error, dir: r.dir })),
+        runs.map((r) => ({
+          label: r.id,
+          description: `${r.state} at step ${r.step}${r.total ? `/${r.total}` : ''}`,
+          detail: r.error,
+          dir: r.dir,
+        })),
         { title: 'Resume Training: which run?' },
       );
       dir = pick?.dir;
@@ -213,7 +265,12 @@ export class TrainingController implements vscode.Disposable {
     return this.launch({ runDir: dir, resume: true });
   }
 
-  private async launch(what: { config?: string; runDir?: string; resume?: boolean; force?: boolean }): Promise<RunOutcome | undefined> {
+  private async launch(what: {
+    config?: string;
+    runDir?: string;
+    resume?: boolean;
+    force?: boolean;
+  }): Promise<RunOutcome | undefined> {
     const runPython = what.resume && what.runDir ? (await readRun(what.runDir))?.python : undefined;
     const python = await this.python(await runNeeds(what), runPython);
     if (!python) return undefined;
@@ -248,28 +305,38 @@ export class TrainingController implements vscode.Disposable {
     this.host = host;
     this.lastStepAt = undefined;
     this.state = { id: host.id, dir: host.runDir, step: 0, total: 0, attached: false };
-    this.log.info(`run ${host.id}: env server ${host.server.url} (pid ${host.server.child.pid}), trainer pid ${host.trainer.pid}, Python ${python}, ${host.runDir}`);
+    this.log.info(
+      `run ${host.id}: env server ${host.server.url} (pid ${host.server.child.pid}), trainer pid ${host.trainer.pid}, Python ${python}, ${host.runDir}`,
+    );
     this.trainerLog.info(`run ${host.id} started in ${host.runDir}`);
     void vscode.commands.executeCommand('setContext', 'searchAgent.training', true);
     this.render();
-    void vscode.window.withProgress({ location: vscode.ProgressLocation.Notification, title: `Search Agent: training ${host.id}`, cancellable: true }, async (progress, token) => {
-      token.onCancellationRequested(() => void this.stop());
-      let reported = 0;
-      const sub = this.onDidChange((s) => {
-        if (!s) return;
-        if (s.stopping) return progress.report({ message: `stopping… (finishing step ${s.step + 1}, then a checkpoint)` });
-        if (s.phase === 'warmup') return progress.report({ message: `${liveSummary(s)} (supervised warm start, before step 1)` });
-        if (!s.total) return;
-        const pct = (100 * s.step) / s.total;
-        progress.report({ increment: pct - reported, message: `step ${s.step}/${s.total} ${s.phase ?? ''} · reward ${fmt(s.reward)} · held-out EM ${fmt(s.valEm)}` });
-        reported = pct;
-      });
-      try {
-        await host.done;
-      } finally {
-        sub.dispose();
-      }
-    });
+    void vscode.window.withProgress(
+      { location: vscode.ProgressLocation.Notification, title: `Search Agent: training ${host.id}`, cancellable: true },
+      async (progress, token) => {
+        token.onCancellationRequested(() => void this.stop());
+        let reported = 0;
+        const sub = this.onDidChange((s) => {
+          if (!s) return;
+          if (s.stopping)
+            return progress.report({ message: `stopping… (finishing step ${s.step + 1}, then a checkpoint)` });
+          if (s.phase === 'warmup')
+            return progress.report({ message: `${liveSummary(s)} (supervised warm start, before step 1)` });
+          if (!s.total) return;
+          const pct = (100 * s.step) / s.total;
+          progress.report({
+            increment: pct - reported,
+            message: `step ${s.step}/${s.total} ${s.phase ?? ''} · reward ${fmt(s.reward)} · held-out EM ${fmt(s.valEm)}`,
+          });
+          reported = pct;
+        });
+        try {
+          await host.done;
+        } finally {
+          sub.dispose();
+        }
+      },
+    );
     const outcome = await host.done;
     this.host = undefined;
     this.state = undefined;
@@ -283,13 +350,17 @@ export class TrainingController implements vscode.Disposable {
   private async startFailed(e: Error, config?: string): Promise<undefined> {
     this.log.error(`start failed: ${e.message}`);
     if (e instanceof RunConfigError) {
-      const b = await vscode.window.showErrorMessage(`Search Agent: the run config has problems — ${e.problems.join('; ')}`, 'Open Config');
+      const b = await vscode.window.showErrorMessage(
+        `Search Agent: the run config has problems — ${e.problems.join('; ')}`,
+        'Open Config',
+      );
       if (b && config) await vscode.window.showTextDocument(vscode.Uri.file(config));
     } else if (e instanceof EnvServerError) {
       this.serverLog.error(e.stderr);
       const b = await vscode.window.showErrorMessage(`Search Agent: ${e.message}`, 'Show Server Log', 'Open Settings');
       if (b === 'Show Server Log') this.serverLog.show(true);
-      if (b === 'Open Settings') void vscode.commands.executeCommand('workbench.action.openSettings', 'searchAgent.serverPort');
+      if (b === 'Open Settings')
+        void vscode.commands.executeCommand('workbench.action.openSettings', 'searchAgent.serverPort');
     } else {
       void vscode.window.showErrorMessage(`Search Agent: could not start training: ${e.message}`);
     }
@@ -300,16 +371,27 @@ export class TrainingController implements vscode.Disposable {
     const id = o.runDir.split(/[\\/]/).pop();
     if (o.status === 'failed') {
       const lines = (o.error?.traceback ?? o.error?.message ?? '').trimEnd().split('\n').slice(-4).join(' ⏎ ');
-      const b = await vscode.window.showErrorMessage(`Search Agent: run ${id} failed at step ${o.step}: ${o.error?.message ?? ''}${lines && lines !== o.error?.message ? ` — ${lines}` : ''}`, 'Open Log', 'Resume');
+      const b = await vscode.window.showErrorMessage(
+        `Search Agent: run ${id} failed at step ${o.step}: ${o.error?.message ?? ''}${lines && lines !== o.error?.message ? ` — ${lines}` : ''}`,
+        'Open Log',
+        'Resume',
+      );
       if (b === 'Open Log') await this.openLog(o.runDir);
       if (b === 'Resume') await this.resume(o.runDir);
     } else if (o.status === 'stopped') {
-      const b = await vscode.window.showInformationMessage(`Search Agent: run ${id} stopped at step ${o.step} (checkpointed).`, 'Resume', 'Open Dashboard');
+      const b = await vscode.window.showInformationMessage(
+        `Search Agent: run ${id} stopped at step ${o.step} (checkpointed).`,
+        'Resume',
+        'Open Dashboard',
+      );
       if (b === 'Resume') await this.resume(o.runDir);
       if (b === 'Open Dashboard') void vscode.commands.executeCommand('searchAgent.openDashboard', { dir: o.runDir });
     } else {
       const info = await readRun(o.runDir);
-      const b = await vscode.window.showInformationMessage(`Search Agent: run ${id} finished (${o.step} steps${info?.last?.valEm !== undefined ? `, held-out EM ${fmt(info.last.valEm)}` : ''}).`, 'Open Dashboard');
+      const b = await vscode.window.showInformationMessage(
+        `Search Agent: run ${id} finished (${o.step} steps${info?.last?.valEm !== undefined ? `, held-out EM ${fmt(info.last.valEm)}` : ''}).`,
+        'Open Dashboard',
+      );
       if (b) void vscode.commands.executeCommand('searchAgent.openDashboard', { dir: o.runDir });
     }
   }
@@ -339,7 +421,9 @@ export class TrainingController implements vscode.Disposable {
     } else if (e.event === 'eval') {
       s.valEm = ((e.metrics ?? {}) as Record<string, number>)['val/em'] ?? s.valEm;
       const m = (e.metrics ?? {}) as Record<string, number>;
-      this.trainerLog.info(`eval at step ${e.step ?? s.step}: held-out EM ${fmt(m['val/em'])}${typeof m['val/searches_mean'] === 'number' ? ` · searches ${m['val/searches_mean'].toFixed(2)}` : ''}`);
+      this.trainerLog.info(
+        `eval at step ${e.step ?? s.step}: held-out EM ${fmt(m['val/em'])}${typeof m['val/searches_mean'] === 'number' ? ` · searches ${m['val/searches_mean'].toFixed(2)}` : ''}`,
+      );
     } else if (e.event === 'warning') {
       this.trainerLog.warn(String(e.message));
     } else if (e.event === 'error') {
@@ -404,7 +488,17 @@ export class TrainingController implements vscode.Disposable {
       return;
     }
     this.attached = running;
-    this.state = { id: running.id, dir: running.dir, step: running.step, total: running.total ?? 0, phase: running.progress?.phase, warmup: running.progress?.warmup, reward: running.last?.reward, valEm: running.last?.valEm, attached: true };
+    this.state = {
+      id: running.id,
+      dir: running.dir,
+      step: running.step,
+      total: running.total ?? 0,
+      phase: running.progress?.phase,
+      warmup: running.progress?.warmup,
+      reward: running.last?.reward,
+      valEm: running.last?.valEm,
+      attached: true,
+    };
     this.log.info(`re-attached to run ${running.id} (pid ${running.pid})`);
     void vscode.commands.executeCommand('setContext', 'searchAgent.training', true);
     this.render();
@@ -412,7 +506,14 @@ export class TrainingController implements vscode.Disposable {
     this.attachTimer = setInterval(() => {
       void readRun(running.dir).then((info) => {
         if (!info || !this.state?.attached) return;
-        Object.assign(this.state, { step: info.step, total: info.total ?? this.state.total, phase: info.progress?.phase, warmup: info.progress?.warmup, reward: info.last?.reward, valEm: info.last?.valEm });
+        Object.assign(this.state, {
+          step: info.step,
+          total: info.total ?? this.state.total,
+          phase: info.progress?.phase,
+          warmup: info.progress?.warmup,
+          reward: info.last?.reward,
+          valEm: info.last?.valEm,
+        });
         if (info.state !== 'running') {
           clearInterval(this.attachTimer);
           this.attached = undefined;
@@ -441,24 +542,39 @@ export class TrainingController implements vscode.Disposable {
       .sort((a, b) => Date.parse(b.updated ?? b.created ?? '') - Date.parse(a.updated ?? a.created ?? ''))[0];
     if (!run) return;
     void this.context.workspaceState.update(key, [...offered, run.dir].slice(-50));
-    const why = run.state === 'interrupted' ? 'was interrupted (its trainer was killed)' : 'stopped when its window went away (checkpointed)';
-    this.log.info(`offering to resume ${run.id} (${run.state}${run.stopReason ? `, ${run.stopReason}` : ''}, step ${run.step})`);
-    void vscode.window.showInformationMessage(`Search Agent: run ${run.id} ${why} at step ${run.step}.`, 'Resume').then((b) => {
-      if (b) void this.resume(run.dir);
-    });
+    const why =
+      run.state === 'interrupted'
+        ? 'was interrupted (its trainer was killed)'
+        : 'stopped when its window went away (checkpointed)';
+    this.log.info(
+      `offering to resume ${run.id} (${run.state}${run.stopReason ? `, ${run.stopReason}` : ''}, step ${run.step})`,
+    );
+    void vscode.window
+      .showInformationMessage(`Search Agent: run ${run.id} ${why} at step ${run.step}.`, 'Resume')
+      .then((b) => {
+        if (b) void this.resume(run.dir);
+      });
   }
 
   async startRetriever(uri?: vscode.Uri): Promise<string | undefined> {
     if (!this.trusted('Start Retriever')) return undefined;
     if (this.retriever) {
-      void vscode.window.showInformationMessage(`Search Agent: the retriever is already running at ${this.retriever.url}/retrieve.`);
+      void vscode.window.showInformationMessage(
+        `Search Agent: the retriever is already running at ${this.retriever.url}/retrieve.`,
+      );
       return this.retriever.url;
     }
-    let args: string[] = ['--port', String(vscode.workspace.getConfiguration('searchAgent').get<number>('serverPort') ?? 0)];
+    let args: string[] = [
+      '--port',
+      String(vscode.workspace.getConfiguration('searchAgent').get<number>('serverPort') ?? 0),
+    ];
     const config = uri?.fsPath.endsWith('.run.json') ? uri : undefined;
     try {
       if (config) args = envServerArgs(await loadRunConfig(config.fsPath), { port: Number(args[1]) });
-      this.retriever = await startEnvServerProcess(args, { onLog: (l) => this.serverLog.info(l), launcher: this.serverLauncher() });
+      this.retriever = await startEnvServerProcess(args, {
+        onLog: (l) => this.serverLog.info(l),
+        launcher: this.serverLauncher(),
+      });
     } catch (e) {
       await this.startFailed(e as Error, config?.fsPath);
       return undefined;
@@ -470,9 +586,14 @@ export class TrainingController implements vscode.Disposable {
       void vscode.commands.executeCommand('setContext', 'searchAgent.retrieverRunning', false);
     });
     void vscode.commands.executeCommand('setContext', 'searchAgent.retrieverRunning', true);
-    void vscode.window.showInformationMessage(`Search Agent: retriever listening at ${url}/retrieve (Search-R1's API; ${config ? vscode.workspace.asRelativePath(config) : 'BM25 over the demo corpus'}).`, 'Copy URL').then((b) => {
-      if (b) void vscode.env.clipboard.writeText(`${url}/retrieve`);
-    });
+    void vscode.window
+      .showInformationMessage(
+        `Search Agent: retriever listening at ${url}/retrieve (Search-R1's API; ${config ? vscode.workspace.asRelativePath(config) : 'BM25 over the demo corpus'}).`,
+        'Copy URL',
+      )
+      .then((b) => {
+        if (b) void vscode.env.clipboard.writeText(`${url}/retrieve`);
+      });
     return url;
   }
 

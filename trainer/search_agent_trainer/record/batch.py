@@ -17,26 +17,57 @@ from ..rollout import Trajectory
 from ..run_writer import rollout_record
 
 
-def scored_window(batch: SequenceBatch, entropy: torch.Tensor | None) -> dict[str, tuple[torch.Tensor, torch.Tensor] | None]:
+def scored_window(
+    batch: SequenceBatch, entropy: torch.Tensor | None
+) -> dict[str, tuple[torch.Tensor, torch.Tensor] | None]:
     """The (B, R) numbers of the records and where each is scored (null elsewhere, docs/run-format.md): log-probs
     and entropies on the loss tokens of the trained rows, advantages where advantages are defined, values on
     every response token, sampling-time log-probs on the generated tokens."""
     trained = batch.loss_mask.bool() if batch.trained is None else batch.loss_mask.bool() & batch.trained[:, None]
-    pairs = {"rollout_logprob": batch.rollout_logprob, "logprob": batch.old_logprob, "ref_logprob": batch.ref_logprob, "advantage": batch.advantages, "value": batch.old_values, "entropy": entropy}
-    where = {"rollout_logprob": batch.generated_mask, "logprob": trained, "ref_logprob": trained, "advantage": batch.adv_mask, "value": batch.response_mask, "entropy": trained}
+    pairs = {
+        "rollout_logprob": batch.rollout_logprob,
+        "logprob": batch.old_logprob,
+        "ref_logprob": batch.ref_logprob,
+        "advantage": batch.advantages,
+        "value": batch.old_values,
+        "entropy": entropy,
+    }
+    where = {
+        "rollout_logprob": batch.generated_mask,
+        "logprob": trained,
+        "ref_logprob": trained,
+        "advantage": batch.adv_mask,
+        "value": batch.response_mask,
+        "entropy": trained,
+    }
     return {k: (x, where[k]) if x is not None else None for k, x in pairs.items()}
 
 
-def batch_flags(batch: SequenceBatch, entropy: torch.Tensor | None, loss_masking: bool, stats: dict[str, float] | None = None) -> list[list[str]]:
+def batch_flags(
+    batch: SequenceBatch, entropy: torch.Tensor | None, loss_masking: bool, stats: dict[str, float] | None = None
+) -> list[list[str]]:
     """The in-run checks of every row (recorder.rollout_flags): a leak, a non-finite number, a log-prob gap; their
     sums into `stats` (the step's audit/* metrics)."""
     scored = scored_window(batch, entropy)
     expected = batch.generated_mask if loss_masking else batch.response_mask
     trained = scored["logprob"]
-    return rollout_flags(valid=batch.response_mask, loss_mask=batch.loss_mask, expected=expected, logprob=trained[0] if trained else None, logprob_scored=trained[1] if trained else None, rollout_logprob=batch.rollout_logprob, rollout_scored=batch.generated_mask, numbers=[p for p in scored.values() if p is not None], stats=stats, generated=batch.generated_mask)
+    return rollout_flags(
+        valid=batch.response_mask,
+        loss_mask=batch.loss_mask,
+        expected=expected,
+        logprob=trained[0] if trained else None,
+        logprob_scored=trained[1] if trained else None,
+        rollout_logprob=batch.rollout_logprob,
+        rollout_scored=batch.generated_mask,
+        numbers=[p for p in scored.values() if p is not None],
+        stats=stats,
+        generated=batch.generated_mask,
+    )
 
 
-def batch_data(trajs: list[Trajectory], batch: SequenceBatch, entropy: torch.Tensor | None, *, run_id: str, step: int, split: str) -> Any:
+def batch_data(
+    trajs: list[Trajectory], batch: SequenceBatch, entropy: torch.Tensor | None, *, run_id: str, step: int, split: str
+) -> Any:
     """The writer thread's builder of a training step's data: the step's tensors and trajectories, referenced (a
     new batch is made each step, so nothing here changes after the step)."""
     scored, untrained = scored_window(batch, entropy), None if batch.trained is None else (~batch.trained).tolist()
@@ -45,7 +76,15 @@ def batch_data(trajs: list[Trajectory], batch: SequenceBatch, entropy: torch.Ten
         records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=None) for i in keep]
         codes = {i: role_codes_of(trajs[i].roles) for i in keep}
         nonfinite: dict[int, dict[str, list[int]]] = {}
-        cols = columns_from_window(rows=keep, seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep}, prompt_lengths=[len(t.prompt_ids) for t in trajs], role_codes=codes, window=scored, loss_mask=batch.loss_mask, nonfinite=nonfinite)
+        cols = columns_from_window(
+            rows=keep,
+            seq_ids={i: trajs[i].prompt_ids + trajs[i].ids for i in keep},
+            prompt_lengths=[len(t.prompt_ids) for t in trajs],
+            role_codes=codes,
+            window=scored,
+            loss_mask=batch.loss_mask,
+            nonfinite=nonfinite,
+        )
         # the store's NaN is the record's null: a NaN or ∞ where a number is scored is listed in meta.nonfinite
         # (for the audit's non-finite), as is a reward that is not finite
         for k, i in enumerate(keep):
@@ -54,7 +93,9 @@ def batch_data(trajs: list[Trajectory], batch: SequenceBatch, entropy: torch.Ten
                 bad["reward"] = []
             if bad:
                 records[k].setdefault("meta", {})["nonfinite"] = bad
-        if untrained is not None:  # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies
+        if (
+            untrained is not None
+        ):  # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies
             off = sum(token_store.ARRAY_BIT[k] for k in ("logprob", "ref_logprob", "entropy") if scored[k] is not None)
             for k, i in enumerate(keep):
                 if untrained[i]:

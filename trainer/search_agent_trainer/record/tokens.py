@@ -32,7 +32,17 @@ from ..run_writer import rollout_record
 SCORED_ON_GENERATED = ("rollout_logprob",)
 
 
-def trajectory_of(example: Example, group: int, sample: int, prompt_text: str, prompt_ids: Sequence[int], ids: Sequence[int], roles: Sequence[str], response_text: str, **fields: Any) -> Trajectory:
+def trajectory_of(
+    example: Example,
+    group: int,
+    sample: int,
+    prompt_text: str,
+    prompt_ids: Sequence[int],
+    ids: Sequence[int],
+    roles: Sequence[str],
+    response_text: str,
+    **fields: Any,
+) -> Trajectory:
     """A Trajectory holding what an engine produced (for records and the metrics of metrics.py); `fields` sets the
     rest (finish, turns, searches, valid_actions, reward, reward_parts, metrics, reward_error, retrieval, dialect…)."""
     t = Trajectory(example, group, sample, prompt_text, list(prompt_ids), ids=list(ids), roles=list(roles))
@@ -42,18 +52,35 @@ def trajectory_of(example: Example, group: int, sample: int, prompt_text: str, p
     return t
 
 
-def token_record(t: Trajectory, token_texts: Any, *, run_id: str, step: int, split: str, mask: Sequence[int], arrays: Mapping[str, Sequence[float | None] | None] | None = None, known: bool = True) -> dict[str, Any]:
+def token_record(
+    t: Trajectory,
+    token_texts: Any,
+    *,
+    run_id: str,
+    step: int,
+    split: str,
+    mask: Sequence[int],
+    arrays: Mapping[str, Sequence[float | None] | None] | None = None,
+    known: bool = True,
+) -> dict[str, Any]:
     """The record of `t` with its token arrays. `token_texts(ids)`: each id's text (policy.Tokenizer.token_texts);
     `mask`: the engine's loss mask over the response; `arrays`: response-aligned numbers by our names."""
     P = len(t.prompt_ids)
     mask = [int(m) for m in mask]
-    tokens: dict[str, list[Any]] = {"text": token_texts(list(t.prompt_ids) + list(t.ids)), "ids": list(t.prompt_ids) + list(t.ids), "role": ["prompt"] * P + list(t.roles), "loss_mask": [0] * P + mask}
+    tokens: dict[str, list[Any]] = {
+        "text": token_texts(list(t.prompt_ids) + list(t.ids)),
+        "ids": list(t.prompt_ids) + list(t.ids),
+        "role": ["prompt"] * P + list(t.roles),
+        "loss_mask": [0] * P + mask,
+    }
     for name, values in (arrays or {}).items():
         if values is None:
             continue
         values = list(values)
         scored = [r == "generated" for r in t.roles] if name in SCORED_ON_GENERATED else [m == 1 for m in mask]
-        tokens[name] = [None] * P + [round(float(x), 6) if s and x is not None else None for x, s in zip(values, scored)]
+        tokens[name] = [None] * P + [
+            round(float(x), 6) if s and x is not None else None for x, s in zip(values, scored)
+        ]
     rec = rollout_record(t, run_id=run_id, step=step, split=split, tokens=tokens)
     if not known:
         for k in ("finish", "turns", "searches"):
@@ -83,7 +110,10 @@ def trajectory_data(trajs: list[Trajectory], tok: Any, *, run_id: str, step: int
     trajectories), run on its writer thread."""
 
     def build(keep: list[int]) -> StepData:
-        records = [rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=token_arrays(tok, trajs[i])) for i in keep]
+        records = [
+            rollout_record(trajs[i], run_id=run_id, step=step, split=split, tokens=token_arrays(tok, trajs[i]))
+            for i in keep
+        ]
         rows, cols = token_store.columns_from_records(records)
         return StepData([{k: v for k, v in r.items() if k != "tokens"} for r in records], cols)
 

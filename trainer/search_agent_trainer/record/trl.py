@@ -117,10 +117,34 @@ class Recorder:
             "recorded_by": "search_agent_trainer.record.trl",
             "model": {"path": model},
             "output_dir": str(a.output_dir),
-            "trl": {k: getattr(a, k, None) for k in ("learning_rate", "num_generations", "per_device_train_batch_size", "gradient_accumulation_steps", "max_completion_length", "beta", "loss_type", "temperature", "max_steps", "num_iterations", "use_vllm")},
+            "trl": {
+                k: getattr(a, k, None)
+                for k in (
+                    "learning_rate",
+                    "num_generations",
+                    "per_device_train_batch_size",
+                    "gradient_accumulation_steps",
+                    "max_completion_length",
+                    "beta",
+                    "loss_type",
+                    "temperature",
+                    "max_steps",
+                    "num_iterations",
+                    "use_vllm",
+                )
+            },
         }
-        versions = {"trainer": __version__, "trl": _version("trl"), "torch": _version("torch"), "transformers": _version("transformers"), "accelerate": _version("accelerate"), "python": platform.python_version()}
-        self.writer = RunWriter(self.run_dir, config, versions, int(getattr(a, "max_steps", 0) or 0), stdout=open(os.devnull, "w"))
+        versions = {
+            "trainer": __version__,
+            "trl": _version("trl"),
+            "torch": _version("torch"),
+            "transformers": _version("transformers"),
+            "accelerate": _version("accelerate"),
+            "python": platform.python_version(),
+        }
+        self.writer = RunWriter(
+            self.run_dir, config, versions, int(getattr(a, "max_steps", 0) or 0), stdout=open(os.devnull, "w")
+        )
         self.writer.event("started", step=0, total=int(getattr(a, "max_steps", 0) or 0), engine="trl", model=model)
 
     def finish(self, status: str, error: BaseException | None = None) -> None:
@@ -160,7 +184,11 @@ class Recorder:
             pm = out["prompt_mask"][i].bool()
             prompt_ids = out["prompt_ids"][i][pm].tolist()
             cm = out["completion_mask"][i]
-            L = int(cm.nonzero().max()) + 1 if bool(cm.any()) else int((out["completion_ids"][i] != self.tok.pad_id).sum())
+            L = (
+                int(cm.nonzero().max()) + 1
+                if bool(cm.any())
+                else int((out["completion_ids"][i] != self.tok.pad_id).sum())
+            )
             ids = out["completion_ids"][i, :L].tolist()
             tool = out["tool_mask"][i, :L].tolist() if out.get("tool_mask") is not None else [1] * L
             mask = [int(c) * int(k) for c, k in zip(cm[:L].tolist(), tool)]
@@ -169,21 +197,45 @@ class Recorder:
             g = offset + i
             prompt_text = self.tok.decode(prompt_ids, keep_special=True)
             question = str(row.get("question") or extract_question(prompt_text) or _text(row.get("prompt")))
-            example = Example(id=str(row.get("id", g // max(n_gen, 1))), question=question, golden=_golden(row), data_source=str(row.get("data_source", "")))
+            example = Example(
+                id=str(row.get("id", g // max(n_gen, 1))),
+                question=question,
+                golden=_golden(row),
+                data_source=str(row.get("data_source", "")),
+            )
             reward, parts = None, {}
             if rewards is not None:
                 r = rewards[i]
                 reward = float(torch.nansum(r * w))
                 parts = {n: float(x) for n, x in zip(names, r.tolist()) if not math.isnan(x)}
-            traj = trajectory_of(example, g // max(n_gen, 1), g % max(n_gen, 1), prompt_text, prompt_ids, ids, roles, self.tok.decode(ids, keep_special=True), reward=reward, reward_parts=parts)
+            traj = trajectory_of(
+                example,
+                g // max(n_gen, 1),
+                g % max(n_gen, 1),
+                prompt_text,
+                prompt_ids,
+                ids,
+                roles,
+                self.tok.decode(ids, keep_special=True),
+                reward=reward,
+                reward_parts=parts,
+            )
             adv = float(out["advantages"][i])
             arrays = {
-                "rollout_logprob": out["sampling_per_token_logps"][i, :L].tolist() if out.get("sampling_per_token_logps") is not None else None,
-                "logprob": out["old_per_token_logps"][i, :L].tolist() if out.get("old_per_token_logps") is not None else None,
-                "ref_logprob": out["ref_per_token_logps"][i, :L].tolist() if out.get("ref_per_token_logps") is not None else None,
+                "rollout_logprob": out["sampling_per_token_logps"][i, :L].tolist()
+                if out.get("sampling_per_token_logps") is not None
+                else None,
+                "logprob": out["old_per_token_logps"][i, :L].tolist()
+                if out.get("old_per_token_logps") is not None
+                else None,
+                "ref_logprob": out["ref_per_token_logps"][i, :L].tolist()
+                if out.get("ref_per_token_logps") is not None
+                else None,
                 "advantage": [adv] * L,
             }
-            rec = token_record(traj, self.tok.token_texts, run_id=run_id, step=step, split=split, mask=mask, arrays=arrays, known=False)
+            rec = token_record(
+                traj, self.tok.token_texts, run_id=run_id, step=step, split=split, mask=mask, arrays=arrays, known=False
+            )
             rec.pop("dialect", None)
             rec["meta"]["roles"] = "engine loss mask (TRL completion_mask × tool_mask)"
             rec["meta"]["trl"] = {"row": g, "mode": mode}
@@ -225,7 +277,12 @@ class Recorder:
 def record(trainer: GRPOTrainer, run_dir: str | os.PathLike[str] | None = None) -> Recorder:
     """Makes a GRPOTrainer (or a subclass of the user's own) record: its methods wrapped on the instance."""
     rec = Recorder(trainer, run_dir)
-    generate, rewards, log, train = trainer._generate_and_score_completions, trainer._calculate_rewards, trainer.log, trainer.train
+    generate, rewards, log, train = (
+        trainer._generate_and_score_completions,
+        trainer._calculate_rewards,
+        trainer.log,
+        trainer.train,
+    )
 
     def _calculate_rewards(inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> Any:
         r = rewards(inputs, prompts, completions, completion_ids_list)

@@ -78,12 +78,20 @@ def compose_user_config(argv: list[str]) -> tuple[Any, dict[str, Any]]:
     with open_dict(config):
         if config.trainer.get("use_v1", False):
             if "trainer.use_v1" in asked:
-                raise ValueError("trainer.use_v1=true: the recorder records veRL's RayPPOTrainer (trainer.use_v1=false); 0.9.1's V1 trainer passes batches through TransferQueue and has no per-step hook to record in")
+                raise ValueError(
+                    "trainer.use_v1=true: the recorder records veRL's RayPPOTrainer (trainer.use_v1=false); 0.9.1's V1 trainer passes batches through TransferQueue and has no per-step hook to record in"
+                )
             config.trainer.use_v1 = False
             added["trainer.use_v1"] = False
-            notes.append("trainer.use_v1=false: veRL 0.9.1's default V1 trainer has no hook the recorder can record in; the job runs veRL's RayPPOTrainer")
+            notes.append(
+                "trainer.use_v1=false: veRL 0.9.1's default V1 trainer has no hook the recorder can record in; the job runs veRL's RayPPOTrainer"
+            )
         sas = config.get("sas") or {}
-        run_dir = sas.get("run_dir") or os.environ.get("SAS_RUN_DIR") or f"{str(config.trainer.default_local_dir).rstrip('/')}-sas"
+        run_dir = (
+            sas.get("run_dir")
+            or os.environ.get("SAS_RUN_DIR")
+            or f"{str(config.trainer.default_local_dir).rstrip('/')}-sas"
+        )
         run_dir = str(Path(run_dir).resolve())
         keep = bool(config.trainer.get("rollout_data_dir"))
         if not keep:
@@ -92,10 +100,34 @@ def compose_user_config(argv: list[str]) -> tuple[Any, dict[str, Any]]:
         model = str(config.actor_rollout_ref.model.path)
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         our_config = Path(run_dir) / "sas-config.json"
-        our_config.write_text(json.dumps({"engine": "verl", "recorded_by": "search_agent_trainer.record.verl", "model": {"path": model}, "command": ["python", "-m", "search_agent_trainer.record.verl", *argv]}, indent=2), encoding="utf-8")
-        config.sas = OmegaConf.create({**OmegaConf.to_container(OmegaConf.create(dict(sas))), "run_dir": run_dir, "config": str(our_config), "keep_rollout_data_dir": keep, "driver_pid": os.getpid()})
+        our_config.write_text(
+            json.dumps(
+                {
+                    "engine": "verl",
+                    "recorded_by": "search_agent_trainer.record.verl",
+                    "model": {"path": model},
+                    "command": ["python", "-m", "search_agent_trainer.record.verl", *argv],
+                },
+                indent=2,
+            ),
+            encoding="utf-8",
+        )
+        config.sas = OmegaConf.create(
+            {
+                **OmegaConf.to_container(OmegaConf.create(dict(sas))),
+                "run_dir": run_dir,
+                "config": str(our_config),
+                "keep_rollout_data_dir": keep,
+                "driver_pid": os.getpid(),
+            }
+        )
         added["sas"] = OmegaConf.to_container(config.sas)
-        env = config.setdefault("ray_kwargs", {}).setdefault("ray_init", {}).setdefault("runtime_env", {}).setdefault("env_vars", {})
+        env = (
+            config.setdefault("ray_kwargs", {})
+            .setdefault("ray_init", {})
+            .setdefault("runtime_env", {})
+            .setdefault("env_vars", {})
+        )
         paths = [p for p in str(env.get("PYTHONPATH") or "").split(":") if p]
         if str(TRAINER_DIR) not in paths:
             env["PYTHONPATH"] = ":".join([str(TRAINER_DIR), *paths])

@@ -17,19 +17,19 @@ import pytest
 pytest.importorskip("verl", reason="the veRL engine's tests run in .venv-verl (npm run test:verl)")
 
 import torch  # noqa: E402
-from verl_harness import DEMO, ScriptedLLMServer, ScriptedModel, ScriptedTurnGenerator, run_config  # noqa: E402
-from hf_fixture import build_tiny_qwen2, demo_texts  # noqa: E402
-from test_train import SCHEMAS, audit_rollout, jsonschema, lines  # noqa: E402
 
+from hf_fixture import build_tiny_qwen2, demo_texts  # noqa: E402
 from search_agent_trainer.data import load_dataset, render_prompt  # noqa: E402
 from search_agent_trainer.engines.verl.agent_loop import our_tokenizer  # noqa: E402
+from search_agent_trainer.engines.verl.batching import env_batchers  # noqa: E402
 from search_agent_trainer.engines.verl.main import compose_config  # noqa: E402
 from search_agent_trainer.engines.verl.overrides import prepare  # noqa: E402
 from search_agent_trainer.engines.verl.recorder import StepRecorder  # noqa: E402
 from search_agent_trainer.engines.verl.reward import batcher, compute_score  # noqa: E402
-from search_agent_trainer.engines.verl.batching import env_batchers  # noqa: E402
 from search_agent_trainer.env_client import EnvClient  # noqa: E402
 from search_agent_trainer.rollout import INVALID_ACTION_FEEDBACK, RolloutSettings, observation, run_rollouts  # noqa: E402
+from test_train import SCHEMAS, audit_rollout, jsonschema, lines  # noqa: E402
+from verl_harness import DEMO, ScriptedLLMServer, ScriptedModel, ScriptedTurnGenerator, run_config  # noqa: E402
 
 EXAMPLES = load_dataset(str(DEMO / "train.jsonl"))[:2]
 Q0, Q1 = (e.question for e in EXAMPLES)
@@ -37,7 +37,11 @@ LONG = "<think> " + "hmm " * 80 + "</think>"
 SCRIPTS = {
     Q0: [
         # a search; a search whose turn runs on past </search> (the server stops there); the forced final answer
-        ["<think> first the person </think> <search> Kriltre Fehan </search>", "<search> Torneind river </search> and then more text", f"<answer> {EXAMPLES[0].golden[0]} </answer>"],
+        [
+            "<think> first the person </think> <search> Kriltre Fehan </search>",
+            "<search> Torneind river </search> and then more text",
+            f"<answer> {EXAMPLES[0].golden[0]} </answer>",
+        ],
         # no action, ended by the end-of-turn token: Search-R1's feedback; then a wrong answer
         ["I am not sure what to do.<|im_end|>", "<answer> nowhere </answer>"],
     ],
@@ -66,7 +70,15 @@ def setup(tmp_path_factory, qwen_dir, demo_env):
     config = compose_config(plan.overrides + ["reward.num_workers=1"])
     tokenizer = AutoTokenizer.from_pretrained(str(qwen_dir))
     model = ScriptedModel(tokenizer, SCRIPTS, sorted(our_tokenizer(tokenizer).eos_ids))
-    return types.SimpleNamespace(cfg=cfg, config=config, tokenizer=tokenizer, model=model, server=ScriptedLLMServer(model), env=EnvClient(demo_env.url), run_dir=tmp / "run")
+    return types.SimpleNamespace(
+        cfg=cfg,
+        config=config,
+        tokenizer=tokenizer,
+        model=model,
+        server=ScriptedLLMServer(model),
+        env=EnvClient(demo_env.url),
+        run_dir=tmp / "run",
+    )
 
 
 def gen_batch(s, n: int = 2):
@@ -104,7 +116,15 @@ def rollout(setup):
     rows = [row(out, i) for i in range(len(out))]
     first = {}
     group = [first.setdefault(tuple(r["prompt"]), i) for i, r in enumerate(rows)]
-    played = [next(k for k, c in enumerate(live) if (r["prompt"] + r["ids"])[: len(c)] == c or c[: len(r["prompt"]) + len(r["ids"])] == r["prompt"] + r["ids"]) for r in rows]
+    played = [
+        next(
+            k
+            for k, c in enumerate(live)
+            if (r["prompt"] + r["ids"])[: len(c)] == c
+            or c[: len(r["prompt"]) + len(r["ids"])] == r["prompt"] + r["ids"]
+        )
+        for r in rows
+    ]
     out.reorder(torch.tensor(sorted(range(len(out)), key=lambda i: (group[i], played[i]))))
     return out
 
@@ -138,14 +158,25 @@ def test_the_agent_loop_plays_search_r1_token_by_token(setup, rollout):
     rows = [row(rollout, i) for i in range(4)]
     # the prompt: the chat template over Search-R1's prompt, as the builtin trainer renders it
     for r, ex in zip(rows, [EXAMPLES[0], EXAMPLES[0], EXAMPLES[1], EXAMPLES[1]]):
-        text = tok.apply_chat_template([{"role": "user", "content": render_prompt(s.data.prompt_template, ex.question)}], add_generation_prompt=True, tokenize=False)
+        text = tok.apply_chat_template(
+            [{"role": "user", "content": render_prompt(s.data.prompt_template, ex.question)}],
+            add_generation_prompt=True,
+            tokenize=False,
+        )
         assert r["prompt"] == tok.encode(text, add_special_tokens=False)
     # every turn generated from the context as it was: prompt + the response's ids so far (never re-tokenised)
     for context, _budget in setup.model.calls:
-        r = next(r for r in rows if context[: len(r["prompt"])] == r["prompt"] and (r["prompt"] + r["ids"])[: len(context)] == context)
+        r = next(
+            r
+            for r in rows
+            if context[: len(r["prompt"])] == r["prompt"] and (r["prompt"] + r["ids"])[: len(context)] == context
+        )
         assert r is not None
     # the stops and budget went to the server: Search-R1's stop strings, the end-of-turn ids, the turn budget
-    assert all(p["stop"] == ["</search>", "</answer>"] and p["stop_token_ids"] and p["max_tokens"] <= s.rollout.max_turn_tokens for p in setup.server.params)
+    assert all(
+        p["stop"] == ["</search>", "</answer>"] and p["stop_token_ids"] and p["max_tokens"] <= s.rollout.max_turn_tokens
+        for p in setup.server.params
+    )
 
     a = rows[0]  # search, search (stopped at </search>), answer
     roles = a["sas"]["roles"]
@@ -156,9 +187,13 @@ def test_the_agent_loop_plays_search_r1_token_by_token(setup, rollout):
     assert turn1.endswith("</search>") and "more text" not in turn1
     hits = setup.env.retrieve(["Kriltre Fehan"], 2)[0]
     obs = tok.decode(a["ids"][r0:r1])
-    assert a["ids"][r0:r1] == tok.encode(observation(hits), add_special_tokens=False)[: setup.cfg.rollout.max_obs_length]
+    assert (
+        a["ids"][r0:r1] == tok.encode(observation(hits), add_special_tokens=False)[: setup.cfg.rollout.max_obs_length]
+    )
     assert obs.startswith("\n\n<information>Doc 1(Title: ") and hits[0]["document"]["contents"].split("\n")[0] in obs
-    assert a["lp"][g0:g1] == [-(j + 1) / 64 for j in range(g1 - g0)] and set(a["lp"][r0:r1]) == {0.0}  # the sampler's log-probs
+    assert a["lp"][g0:g1] == [-(j + 1) / 64 for j in range(g1 - g0)] and set(a["lp"][r0:r1]) == {
+        0.0
+    }  # the sampler's log-probs
     assert a["sas"]["finish"] == "answer" and a["sas"]["searches"] == 2 and a["sas"]["turns"] == 3
     assert [x["query"] for x in a["sas"]["retrieval"]] == ["Kriltre Fehan", "Torneind river"]
 
@@ -169,8 +204,13 @@ def test_the_agent_loop_plays_search_r1_token_by_token(setup, rollout):
     assert tok.decode(b["ids"][f0:f1]) == INVALID_ACTION_FEEDBACK and b["sas"]["finish"] == "answer"
 
     c = rows[2]  # out of turns: the forced final turn is cut at the turn budget, no observation after it
-    assert c["sas"]["finish"] == "max_turns" and c["sas"]["turns"] == s.rollout.max_turns + 1 and c["sas"]["searches"] == 2
-    assert spans(c["sas"]["roles"])[-1][0] == "generated" and spans(c["sas"]["roles"])[-1][2] - spans(c["sas"]["roles"])[-1][1] == s.rollout.max_turn_tokens
+    assert (
+        c["sas"]["finish"] == "max_turns" and c["sas"]["turns"] == s.rollout.max_turns + 1 and c["sas"]["searches"] == 2
+    )
+    assert (
+        spans(c["sas"]["roles"])[-1][0] == "generated"
+        and spans(c["sas"]["roles"])[-1][2] - spans(c["sas"]["roles"])[-1][1] == s.rollout.max_turn_tokens
+    )
 
     d = rows[3]
     assert set(d["sas"]["roles"]) == {"generated"} and d["sas"]["finish"] == "answer"
@@ -182,15 +222,33 @@ def test_the_same_scripts_through_the_builtin_rollout_give_the_same_tokens(setup
     rows = [row(rollout, i) for i in range(4)]
     model = ScriptedModel(setup.tokenizer, SCRIPTS, sorted(tok.eos_ids))
     r = setup.cfg.rollout
-    trajs = run_rollouts(EXAMPLES, [(tok.decode(rows[0]["prompt"]), rows[0]["prompt"]), (tok.decode(rows[2]["prompt"]), rows[2]["prompt"])], 2, ScriptedTurnGenerator(model), tok, EnvClient(demo_env.url), RolloutSettings(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, 2))
+    trajs = run_rollouts(
+        EXAMPLES,
+        [(tok.decode(rows[0]["prompt"]), rows[0]["prompt"]), (tok.decode(rows[2]["prompt"]), rows[2]["prompt"])],
+        2,
+        ScriptedTurnGenerator(model),
+        tok,
+        EnvClient(demo_env.url),
+        RolloutSettings(r.max_turns, r.max_turn_tokens, r.max_response_length, r.max_obs_length, 2),
+    )
     for t, x in zip(trajs, rows):
-        assert t.ids == x["ids"] and t.roles == x["sas"]["roles"] and t.finish == x["sas"]["finish"] and t.response == x["sas"]["response"]
+        assert (
+            t.ids == x["ids"]
+            and t.roles == x["sas"]["roles"]
+            and t.finish == x["sas"]["finish"]
+            and t.response == x["sas"]["response"]
+        )
         assert t.spans == x["sas"]["spans"]  # who wrote what, for the reward (issue 40)
 
 
 def test_the_reward_goes_through_veRLs_reward_loop_to_our_reward_module(setup, rollout):
     scores = rollout.batch["rm_scores"].sum(-1).tolist()
-    assert scores == [1.0, 0.0, 0.0, 1.0]  # builtin:em on the real server: the golden answer, a wrong one, none, the golden
+    assert scores == [
+        1.0,
+        0.0,
+        0.0,
+        1.0,
+    ]  # builtin:em on the real server: the golden answer, a wrong one, none, the golden
     detail = [json.loads(x) for x in rollout.non_tensor_batch["sas_reward"]]
     assert [d["reward"] for d in detail] == [d["metrics"]["em"] for d in detail] == scores
 
@@ -201,7 +259,14 @@ def test_compute_score_batches_concurrent_calls_into_one_request(setup):
     async def score_all():
         b = batcher(setup.env.url)
         before = b.requests
-        out = await asyncio.gather(*[compute_score(ex.data_source, resp, {"target": list(ex.golden)}, {"question": ex.question}, env_url=setup.env.url) for ex, resp in items])
+        out = await asyncio.gather(
+            *[
+                compute_score(
+                    ex.data_source, resp, {"target": list(ex.golden)}, {"question": ex.question}, env_url=setup.env.url
+                )
+                for ex, resp in items
+            ]
+        )
         return out, b.requests - before
 
     out, requests = asyncio.run(score_all())
@@ -237,7 +302,10 @@ def training_batch(setup, rollout):
     rollout = gen_batch(setup).union(rollout)
     B, R = rollout.batch["responses"].shape
     g = torch.Generator().manual_seed(0)
-    extra = {k: torch.randn(B, R, generator=g) * rollout.batch["response_mask"] for k in ("old_log_probs", "ref_log_prob", "values", "advantages")}
+    extra = {
+        k: torch.randn(B, R, generator=g) * rollout.batch["response_mask"]
+        for k in ("old_log_probs", "ref_log_prob", "values", "advantages")
+    }
     extra["token_level_scores"] = rollout.batch["rm_scores"].clone()
     batch = rollout.union(DataProto.from_single_dict(extra))
     return batch
@@ -260,33 +328,72 @@ def test_the_recorder_writes_records_that_validate_and_pass_the_mask_audit(setup
     rec = StepRecorder(tmp_path / "run", jsonl_config(setup), total_steps=3, tokenizer=setup.tokenizer)
     rec.rollouts(batch, 1)
     records = recorded(rec, tmp_path / "run" / "rollouts" / "step-000001.jsonl")
-    assert [(r["group"], r["sample"]) for r in records] == [("train:1:0", 0), ("train:1:0", 1), ("train:1:1", 0), ("train:1:1", 1)]
+    assert [(r["group"], r["sample"]) for r in records] == [
+        ("train:1:0", 0),
+        ("train:1:0", 1),
+        ("train:1:1", 0),
+        ("train:1:1", 1),
+    ]
     for i, r in enumerate(records):
         audit_rollout(r)  # schema, lengths, loss_mask 1 exactly on generated tokens, prompt first
         t, x = r["tokens"], row(rollout, i)
         P = len(x["prompt"])
-        assert t["ids"] == x["prompt"] + x["ids"] and t["loss_mask"][P:] == x["mask"] and t["role"][P:] == x["sas"]["roles"]
-        assert t["rollout_logprob"][P:] == [round(v, 6) if role == "generated" else None for v, role in zip(x["lp"], x["sas"]["roles"])]
-        for ours, theirs in (("logprob", "old_log_probs"), ("ref_logprob", "ref_log_prob"), ("value", "values"), ("advantage", "advantages")):
-            assert t[ours] == [None] * P + [round(float(v), 6) if m else None for v, m in zip(batch.batch[theirs][i, : len(x["ids"])], x["mask"])]
-        assert r["reward"] == float(batch.batch["token_level_scores"][i].sum()) and r["question"] == EXAMPLES[i // 2].question
-        assert r["dialect"] == "searchr1" and r["finish"] == x["sas"]["finish"] and r["meta"].get("retrieval", []) == x["sas"]["retrieval"]
+        assert (
+            t["ids"] == x["prompt"] + x["ids"]
+            and t["loss_mask"][P:] == x["mask"]
+            and t["role"][P:] == x["sas"]["roles"]
+        )
+        assert t["rollout_logprob"][P:] == [
+            round(v, 6) if role == "generated" else None for v, role in zip(x["lp"], x["sas"]["roles"])
+        ]
+        for ours, theirs in (
+            ("logprob", "old_log_probs"),
+            ("ref_logprob", "ref_log_prob"),
+            ("value", "values"),
+            ("advantage", "advantages"),
+        ):
+            assert t[ours] == [None] * P + [
+                round(float(v), 6) if m else None for v, m in zip(batch.batch[theirs][i, : len(x["ids"])], x["mask"])
+            ]
+        assert (
+            r["reward"] == float(batch.batch["token_level_scores"][i].sum())
+            and r["question"] == EXAMPLES[i // 2].question
+        )
+        assert (
+            r["dialect"] == "searchr1"
+            and r["finish"] == x["sas"]["finish"]
+            and r["meta"].get("retrieval", []) == x["sas"]["retrieval"]
+        )
     # the token store (the default format) holds the same records, numbers as float32
     store = StepRecorder(tmp_path / "store" / "run", dict(setup.cfg), total_steps=3, tokenizer=setup.tokenizer)
     store.rollouts(batch, 1)
     for a, b in zip(recorded(store, tmp_path / "store" / "run" / "rollouts" / "step-000001.jsonl"), records):
-        assert a["tokens"]["ids"] == b["tokens"]["ids"] and a["tokens"]["role"] == b["tokens"]["role"] and a["tokens"]["loss_mask"] == b["tokens"]["loss_mask"]
+        assert (
+            a["tokens"]["ids"] == b["tokens"]["ids"]
+            and a["tokens"]["role"] == b["tokens"]["role"]
+            and a["tokens"]["loss_mask"] == b["tokens"]["loss_mask"]
+        )
         for k, x in b["tokens"].items():
             if k not in ("text", "ids", "role", "loss_mask"):
                 # float32 (the store) against 6 decimals (JSONL): half a unit of the 6th decimal plus float32's rounding,
                 # which for a log-prob past 8 is itself ~1e-6 (issue 48: round-off compared at its scale)
-                assert all((p is None) == (q is None) and (p is None or abs(p - q) <= 5e-7 + abs(q) * 2**-23) for p, q in zip(a["tokens"][k], x)), k
+                assert all(
+                    (p is None) == (q is None) and (p is None or abs(p - q) <= 5e-7 + abs(q) * 2**-23)
+                    for p, q in zip(a["tokens"][k], x)
+                ), k
         assert {k: v for k, v in a.items() if k != "tokens"} == {k: v for k, v in b.items() if k != "tokens"}
     # veRL's metrics for the step (Tracking.log) join ours: metrics.jsonl, a metrics event, run.json's step
-    rec.metrics(1, {"critic/score/mean": np.float64(0.5), "actor/pg_clipfrac": 0.1, "timing_s/step": 2.0, "not a number": "x"})
+    rec.metrics(
+        1, {"critic/score/mean": np.float64(0.5), "actor/pg_clipfrac": 0.1, "timing_s/step": 2.0, "not a number": "x"}
+    )
     m = lines(tmp_path / "run" / "metrics.jsonl")[-1]
     jsonschema.validate(m, SCHEMAS["metrics"])
-    assert m["critic/score/mean"] == 0.5 and m["mask/leaked_tokens"] == 0 and m["env/number_of_valid_search"] == 1.0 and "not a number" not in m
+    assert (
+        m["critic/score/mean"] == 0.5
+        and m["mask/leaked_tokens"] == 0
+        and m["env/number_of_valid_search"] == 1.0
+        and "not a number" not in m
+    )
     events = lines(tmp_path / "run" / "events.jsonl")
     for e in events:
         jsonschema.validate(e, SCHEMAS["event"])
@@ -336,13 +443,22 @@ def test_validation_batches_padded_by_veRL_are_recorded_once_per_sample(setup, r
     assert evaluation["val/em_by_hops/2"] == 0.5 and evaluation["val/searches_by_hops/2"] == 1.0
     assert evaluation["val/bridge_searched_by_hops/2"] == 0.0 and "val/bridge_searched_by_hops/1" not in evaluation
     assert evaluation["val/em_by_hops/1"] == 0.5 and evaluation["val/searches_by_hops/1"] == 1.0
-    assert {k for k in evaluation if k.startswith("val/em_by_kind/")} == {"val/em_by_kind/birthplace", "val/em_by_kind/birthplace-river"}
+    assert {k for k in evaluation if k.startswith("val/em_by_kind/")} == {
+        "val/em_by_kind/birthplace",
+        "val/em_by_kind/birthplace-river",
+    }
 
 
 TOOL_SCRIPTS = {
     Q0: [
-        ['<tool_call>\n{"name": "search", "arguments": {"query": "Kriltre Fehan"}}\n</tool_call><|im_end|>', f"<answer> {EXAMPLES[0].golden[0]} </answer><|im_end|>"],
-        ['<tool_call>\n{"name": "lookup", "arguments": {"query": "Kriltre Fehan"}}\n</tool_call><|im_end|>', "<answer> nowhere </answer><|im_end|>"],
+        [
+            '<tool_call>\n{"name": "search", "arguments": {"query": "Kriltre Fehan"}}\n</tool_call><|im_end|>',
+            f"<answer> {EXAMPLES[0].golden[0]} </answer><|im_end|>",
+        ],
+        [
+            '<tool_call>\n{"name": "lookup", "arguments": {"query": "Kriltre Fehan"}}\n</tool_call><|im_end|>',
+            "<answer> nowhere </answer><|im_end|>",
+        ],
     ],
 }
 
@@ -377,13 +493,23 @@ def test_the_tool_call_dialect_runs_veRLs_tool_agent_loop_with_our_search_tool_a
     a, b = row(out, 0), row(out, 1)
     assert [r for r, _, _ in spans(a["sas"]["roles"])] == ["generated", "prompt", "retrieved", "prompt", "generated"]
     (_, _, g), (_, _, p), (_, _, r), _, _ = spans(a["sas"]["roles"])
-    assert tok.decode(a["ids"][:g]).startswith("<tool_call>") and a["ids"][g - 1] == tok.convert_tokens_to_ids("<|im_end|>")
+    assert tok.decode(a["ids"][:g]).startswith("<tool_call>") and a["ids"][g - 1] == tok.convert_tokens_to_ids(
+        "<|im_end|>"
+    )
     assert tok.decode(a["ids"][p:r]).strip() == passages_to_string(hits).strip()  # Search-R1's document lines
     assert a["mask"] == [1 if x == "generated" else 0 for x in a["sas"]["roles"]]
-    assert a["sas"]["finish"] == "answer" and a["sas"]["searches"] == 1 and a["sas"]["retrieval"][0]["query"] == "Kriltre Fehan" and a["sas"]["dialect"] == "toolcall"
+    assert (
+        a["sas"]["finish"] == "answer"
+        and a["sas"]["searches"] == 1
+        and a["sas"]["retrieval"][0]["query"] == "Kriltre Fehan"
+        and a["sas"]["dialect"] == "toolcall"
+    )
     assert [r for r, _, _ in spans(b["sas"]["roles"])] == ["generated", "prompt", "feedback", "prompt", "generated"]
     fb = spans(b["sas"]["roles"])[2]
-    assert tok.decode(b["ids"][fb[1] : fb[2]]).strip().startswith("Unknown function 'lookup'") and b["sas"]["searches"] == 0
+    assert (
+        tok.decode(b["ids"][fb[1] : fb[2]]).strip().startswith("Unknown function 'lookup'")
+        and b["sas"]["searches"] == 0
+    )
     # Who wrote what (issue 40): the response piece by piece, one per run of one role, tiles the text.
     for x in (a, b):
         assert [r for r, _n in x["sas"]["spans"]["runs"]] == [r for r, _, _ in spans(x["sas"]["roles"])]
@@ -436,7 +562,17 @@ def test_the_recording_trainer_hooks_write_the_run_and_stop_after_a_checkpoint(s
 
     def trainer(total: int) -> RecordingTrainer:
         t = RecordingTrainer.__new__(RecordingTrainer)  # RayPPOTrainer.__init__ builds datasets and GPU worker groups
-        t.config = OmegaConf.create({"sas": {"run_dir": str(run_dir), "config": str(tmp_path / "cfg.json")}, "trainer": {"save_freq": 2, "default_local_dir": str(run_dir / "checkpoints" / "verl"), "rollout_data_dir": str(run_dir / "rollouts")}, "actor_rollout_ref": {"model": {"path": "m"}}})
+        t.config = OmegaConf.create(
+            {
+                "sas": {"run_dir": str(run_dir), "config": str(tmp_path / "cfg.json")},
+                "trainer": {
+                    "save_freq": 2,
+                    "default_local_dir": str(run_dir / "checkpoints" / "verl"),
+                    "rollout_data_dir": str(run_dir / "rollouts"),
+                },
+                "actor_rollout_ref": {"model": {"path": "m"}},
+            }
+        )
         t.tokenizer, t.total_training_steps, t.train_dataset, t.val_dataset = setup.tokenizer, total, [0] * 8, None
         RecordingTrainer.__init__.__wrapped__(t) if hasattr(RecordingTrainer.__init__, "__wrapped__") else None
         t.run_dir = run_dir
@@ -453,11 +589,24 @@ def test_the_recording_trainer_hooks_write_the_run_and_stop_after_a_checkpoint(s
     for e in events:
         jsonschema.validate(e, SCHEMAS["event"])
     kinds = [e["event"] for e in events]
-    assert kinds[0] == "started" and kinds[-1] == "finished" and kinds.count("metrics") == 3 and kinds.count("checkpoint") == 1
+    assert (
+        kinds[0] == "started"
+        and kinds[-1] == "finished"
+        and kinds.count("metrics") == 3
+        and kinds.count("checkpoint") == 1
+    )
     assert [(e["step"], e["phase"]) for e in events if e["event"] == "progress"][:2] == [(1, "rollout"), (1, "update")]
     metrics = lines(run_dir / "metrics.jsonl")
-    assert [m["step"] for m in metrics] == [1, 2, 3] and metrics[0]["critic/score/mean"] == 0.5 and metrics[0]["mask/generated_tokens"] > 0
-    assert sorted(p.name for p in (run_dir / "rollouts").iterdir()) == ["step-000001", "step-000002", "step-000003"]  # the token store's steps
+    assert (
+        [m["step"] for m in metrics] == [1, 2, 3]
+        and metrics[0]["critic/score/mean"] == 0.5
+        and metrics[0]["mask/generated_tokens"] > 0
+    )
+    assert sorted(p.name for p in (run_dir / "rollouts").iterdir()) == [
+        "step-000001",
+        "step-000002",
+        "step-000003",
+    ]  # the token store's steps
     assert json.loads((run_dir / "run.json").read_text())["record"]["recorded"]["steps"] == 3
 
     # a stop asked for during step 1 of a new run: the step is recorded, a checkpoint saved, the run `stopped`
@@ -466,4 +615,9 @@ def test_the_recording_trainer_hooks_write_the_run_and_stop_after_a_checkpoint(s
     trainer(3).fit()
     run = json.loads((run_dir / "run.json").read_text())
     assert run["status"] == "stopped" and run["stop_reason"] == "signal" and saved == [1]
-    assert lines(run_dir / "events.jsonl")[-1] == {**lines(run_dir / "events.jsonl")[-1], "event": "finished", "status": "stopped", "step": 1}
+    assert lines(run_dir / "events.jsonl")[-1] == {
+        **lines(run_dir / "events.jsonl")[-1],
+        "event": "finished",
+        "status": "stopped",
+        "step": 1,
+    }

@@ -37,7 +37,11 @@ class ScriptedModel:
         self.calls: list[tuple[list[int], int]] = []  # (context, budget) per turn generated
 
     def _script(self, context: list[int]) -> tuple[int, list[str]]:
-        best = max((k for k, (c, _) in enumerate(self.live) if context[: len(c)] == c), key=lambda k: len(self.live[k][0]), default=None)
+        best = max(
+            (k for k, (c, _) in enumerate(self.live) if context[: len(c)] == c),
+            key=lambda k: len(self.live[k][0]),
+            default=None,
+        )
         if best is not None:
             return best, self.live[best][1]
         text = self.tok.decode(context, skip_special_tokens=False)
@@ -45,13 +49,19 @@ class ScriptedModel:
         self.live.append((list(context), list(self.scripts[question].pop(0))))
         return len(self.live) - 1, self.live[-1][1]
 
-    def turn(self, context: Sequence[int], budget: int, stop_strings: Sequence[str] = STOP_STRINGS) -> tuple[list[int], list[float]]:
+    def turn(
+        self, context: Sequence[int], budget: int, stop_strings: Sequence[str] = STOP_STRINGS
+    ) -> tuple[list[int], list[float]]:
         context = list(context)
         self.calls.append((context, budget))
         k, turns = self._script(context)
         ids = self.tok.encode(turns.pop(0), add_special_tokens=False)
         for n in range(1, len(ids) + 1):
-            if n == budget or ids[n - 1] in self.stop_ids or any(s in self.tok.decode(ids[:n], skip_special_tokens=False) for s in stop_strings):
+            if (
+                n == budget
+                or ids[n - 1] in self.stop_ids
+                or any(s in self.tok.decode(ids[:n], skip_special_tokens=False) for s in stop_strings)
+            ):
                 ids = ids[:n]
                 break
         self.live[k] = (context + ids, turns)
@@ -66,12 +76,18 @@ class ScriptedLLMServer:
         self.model = model
         self.params: list[dict[str, Any]] = []
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_kw: Any) -> Any:
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_kw: Any
+    ) -> Any:
         from verl.workers.rollout.replica import TokenOutput
 
         self.params.append(dict(sampling_params))
-        ids, lps = self.model.turn(prompt_ids, int(sampling_params.get("max_tokens", 10**9)), sampling_params.get("stop") or ())
-        return TokenOutput(token_ids=ids, log_probs=lps if sampling_params.get("logprobs") else None, stop_reason="completed")
+        ids, lps = self.model.turn(
+            prompt_ids, int(sampling_params.get("max_tokens", 10**9)), sampling_params.get("stop") or ()
+        )
+        return TokenOutput(
+            token_ids=ids, log_probs=lps if sampling_params.get("logprobs") else None, stop_reason="completed"
+        )
 
 
 class ScriptedTurnGenerator:
@@ -80,7 +96,9 @@ class ScriptedTurnGenerator:
     def __init__(self, model: ScriptedModel):
         self.model = model
 
-    def generate(self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Any = None) -> list[GeneratedTurn]:
+    def generate(
+        self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Any = None
+    ) -> list[GeneratedTurn]:
         return [GeneratedTurn(*self.model.turn(c, b)) for c, b in zip(contexts, budgets)]
 
     def release(self) -> None:
@@ -95,7 +113,15 @@ def run_config(qwen_dir: Path, **sections: Any) -> Any:
         "seed": 3,
         "data": {"train": str(DEMO / "train.jsonl"), "eval": str(DEMO / "eval.jsonl"), "eval_size": 4},
         "model": {"kind": "hf", "path": str(qwen_dir)},
-        "rollout": {"batch_size": 4, "n": 2, "max_turns": 2, "max_turn_tokens": 48, "max_response_length": 400, "max_obs_length": 200, "max_prompt_length": 400},
+        "rollout": {
+            "batch_size": 4,
+            "n": 2,
+            "max_turns": 2,
+            "max_turn_tokens": 48,
+            "max_response_length": 400,
+            "max_obs_length": 200,
+            "max_prompt_length": 400,
+        },
         "optim": {"mini_batch_size": 4, "micro_batch_size": 2},
         "train": {"steps": 3, "eval_every": 2, "checkpoint_every": 2},
     }

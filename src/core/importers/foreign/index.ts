@@ -20,14 +20,29 @@ import { basename, dirname, extname, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { packageRoot } from '../../paths';
 import { findPython, pythonCandidates } from '../../python';
-import { validateRollout, type LocatedIssue, type ReadOptions, type Rollout } from '../../run/format';
+import { derivedFields } from '../../run/fields';
+import {
+  type LocatedIssue,
+  type ReadOptions,
+  ROLLOUT_RECORD_VERSION,
+  type Rollout,
+  rolloutContext,
+  validateRollout,
+} from '../../run/format';
+import { extractQuestion } from '../../tags/transcript';
 import { NEMO_FILE, nemoRlFiles, readNemoRl } from './nemoRl';
 import { primeRlFiles, readPrimeRl, type SampleItem } from './primeRl';
 import { templateMarkers } from './roles';
-import { FOREIGN_KINDS, GroupKeeper, PieceCache, recordOfSample, SampleError, type ForeignKind, type SampleCodec, type TokenSample } from './sample';
-import { derivedFields } from '../../run/fields';
-import { ROLLOUT_RECORD_VERSION, rolloutContext } from '../../run/format';
-import { extractQuestion } from '../../tags/transcript';
+import {
+  FOREIGN_KINDS,
+  type ForeignKind,
+  GroupKeeper,
+  PieceCache,
+  recordOfSample,
+  type SampleCodec,
+  SampleError,
+  type TokenSample,
+} from './sample';
 
 export { FOREIGN_KINDS, type ForeignKind } from './sample';
 
@@ -72,7 +87,10 @@ export interface ForeignItem {
 }
 
 async function isDir(p: string): Promise<boolean> {
-  return stat(p).then((s) => s.isDirectory(), () => false);
+  return stat(p).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
 }
 
 async function names(dir: string): Promise<string[]> {
@@ -87,7 +105,12 @@ async function firstKeys(file: string): Promise<Set<string>> {
   try {
     const buf = Buffer.alloc(1 << 20);
     const { bytesRead } = await fh.read(buf, 0, buf.length, 0);
-    const line = buf.subarray(0, bytesRead).toString('utf8').split('\n').find((l) => l.trim()) ?? '';
+    const line =
+      buf
+        .subarray(0, bytesRead)
+        .toString('utf8')
+        .split('\n')
+        .find((l) => l.trim()) ?? '';
     return new Set([...line.matchAll(/"([A-Za-z_]+)"\s*:/g)].map((m) => m[1]!));
   } finally {
     await fh.close();
@@ -99,7 +122,12 @@ export async function jsonlForeignKind(file: string): Promise<ForeignKind | unde
   if (NEMO_FILE.test(basename(file))) return 'nemo-rl';
   const keys = await firstKeys(file);
   if (keys.has('token_ids') && keys.has('token_loss_mask')) return 'nemo-rl';
-  if (keys.has('token_ids') && keys.has('loss_mask') && (keys.has('schema_version') || keys.has('trainer_logprobs') || keys.has('inference_logprobs'))) return 'prime-rl';
+  if (
+    keys.has('token_ids') &&
+    keys.has('loss_mask') &&
+    (keys.has('schema_version') || keys.has('trainer_logprobs') || keys.has('inference_logprobs'))
+  )
+    return 'prime-rl';
   return undefined;
 }
 
@@ -108,18 +136,28 @@ export async function detectForeign(path: string): Promise<ForeignKind | undefin
   if (!(await isDir(path))) {
     const ext = extname(path);
     if (ext === '.pkl') return 'skyrl';
-    if (ext === '.pt') return basename(dirname(path)) === 'rollout_data' && (await isDir(join(dirname(path), '..', 'train_data'))) ? 'miles' : 'slime';
+    if (ext === '.pt')
+      return basename(dirname(path)) === 'rollout_data' && (await isDir(join(dirname(path), '..', 'train_data')))
+        ? 'miles'
+        : 'slime';
     if (ext === '.jsonl') return jsonlForeignKind(path);
     return undefined;
   }
   const here = await names(path);
-  if (here.includes('token_exports') || /^token_exports$|^step_\d+$/.test(basename(path)) || (await Promise.all(here.map((n) => isDir(join(path, n, 'token_exports'))))).some(Boolean)) {
+  if (
+    here.includes('token_exports') ||
+    /^token_exports$|^step_\d+$/.test(basename(path)) ||
+    (await Promise.all(here.map((n) => isDir(join(path, n, 'token_exports'))))).some(Boolean)
+  ) {
     if ((await primeRlFiles(path)).length) return 'prime-rl';
   }
   if (here.includes('rollout_data') && (await names(join(path, 'rollout_data'))).some((n) => n.endsWith('.pt'))) {
-    return here.includes('train_data') || here.includes('trajectory') || here.includes('dashboard_columns') ? 'miles' : 'slime';
+    return here.includes('train_data') || here.includes('trajectory') || here.includes('dashboard_columns')
+      ? 'miles'
+      : 'slime';
   }
-  if (here.includes('dumped_data') && (await names(join(path, 'dumped_data'))).some((n) => n.endsWith('.pkl'))) return 'skyrl';
+  if (here.includes('dumped_data') && (await names(join(path, 'dumped_data'))).some((n) => n.endsWith('.pkl')))
+    return 'skyrl';
   if (here.some((n) => /^global_step_\d+.*\.pkl$/.test(n))) return 'skyrl';
   // slime's --save-debug-rollout-data path template names files by rollout id (`rollout_{rollout_id}.pt`)
   if (here.some((n) => SLIME_FILE.test(n))) return 'slime';
@@ -137,7 +175,11 @@ export async function foreignFiles(path: string, kind: ForeignKind, stableOnly =
     names(dir).then((ns) =>
       ns
         .filter(test)
-        .map((n) => ({ n, k: /^eval_/.test(n) ? 1 : 0, step: Number(/(\d+)(?:_training_input)?\.(?:pt|pkl)$/.exec(n)?.[1] ?? /(\d+)/.exec(n)?.[1] ?? 0) }))
+        .map((n) => ({
+          n,
+          k: /^eval_/.test(n) ? 1 : 0,
+          step: Number(/(\d+)(?:_training_input)?\.(?:pt|pkl)$/.exec(n)?.[1] ?? /(\d+)/.exec(n)?.[1] ?? 0),
+        }))
         .sort((a, b) => a.step - b.step || a.k - b.k || a.n.localeCompare(b.n))
         .map((x) => join(dir, x.n)),
     );
@@ -161,7 +203,10 @@ export async function foreignFiles(path: string, kind: ForeignKind, stableOnly =
 export async function dumpPython(given?: string): Promise<string> {
   if (given) return given;
   const search = await findPython(pythonCandidates([], [process.cwd(), packageRoot()]));
-  if (!search.found) throw new Error(`reading pickles and .pt files needs the trainer's Python (with torch); none found (tried ${search.tried.map((t) => `${t.executable}: ${t.error ?? 'unusable'}`).join('; ')}); pass --python`);
+  if (!search.found)
+    throw new Error(
+      `reading pickles and .pt files needs the trainer's Python (with torch); none found (tried ${search.tried.map((t) => `${t.executable}: ${t.error ?? 'unusable'}`).join('; ')}); pass --python`,
+    );
   return search.found.executable;
 }
 
@@ -172,7 +217,14 @@ async function* readWithPython(path: string, kind: ForeignKind, o: ForeignOption
   const python = await dumpPython(o.python);
   const trainer = join(packageRoot(), 'trainer');
   const args = ['-m', 'search_agent_trainer.dumps', path, '--kind', kind, ...(o.trustPickle ? ['--trust-pickle'] : [])];
-  const child = spawn(python, args, { env: { ...process.env, PYTHONPATH: [trainer, process.env.PYTHONPATH].filter(Boolean).join(':'), PYTHONUNBUFFERED: '1' }, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(python, args, {
+    env: {
+      ...process.env,
+      PYTHONPATH: [trainer, process.env.PYTHONPATH].filter(Boolean).join(':'),
+      PYTHONUNBUFFERED: '1',
+    },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
   let stderr = '';
   child.stderr.setEncoding('utf8');
   child.stderr.on('data', (d: string) => (stderr = (stderr + d).slice(-4000)));
@@ -203,7 +255,10 @@ async function* readWithPython(path: string, kind: ForeignKind, o: ForeignOption
     }
     const code = await exited;
     finished = true;
-    if (code !== 0 && code !== 2) throw new Error(`${path}: the dump reader (${python} -m search_agent_trainer.dumps) failed (exit ${code}): ${stderr.trim().split('\n').slice(-3).join(' ')}`);
+    if (code !== 0 && code !== 2)
+      throw new Error(
+        `${path}: the dump reader (${python} -m search_agent_trainer.dumps) failed (exit ${code}): ${stderr.trim().split('\n').slice(-3).join(' ')}`,
+      );
   } finally {
     o.signal?.removeEventListener('abort', onAbort);
     if (!finished) child.kill('SIGTERM');
@@ -213,13 +268,23 @@ async function* readWithPython(path: string, kind: ForeignKind, o: ForeignOption
 /** A codec with the chat template's markers worked out once. */
 export function sampleCodec(t: ForeignCodec, onNote?: (note: string) => void): SampleCodec {
   const markers = t.chatTemplate ? templateMarkers(t.chatTemplate) : undefined;
-  if (!t.chatTemplate) onNote?.(`${t.name}: no chat_template (tokenizer_config.json): roles are read from <information> and <tool_response> blocks, the prompt ends at the dump's prompt length or first trained token`);
-  else if (!markers) onNote?.(`${t.name}: its chat template does not render a separate assistant turn: roles are read from <information> and <tool_response> blocks only`);
+  if (!t.chatTemplate)
+    onNote?.(
+      `${t.name}: no chat_template (tokenizer_config.json): roles are read from <information> and <tool_response> blocks, the prompt ends at the dump's prompt length or first trained token`,
+    );
+  else if (!markers)
+    onNote?.(
+      `${t.name}: its chat template does not render a separate assistant turn: roles are read from <information> and <tool_response> blocks only`,
+    );
   return { name: t.name, decode: (ids) => t.decode(ids), ...(markers ? { markers } : {}) };
 }
 
 /** The token samples of a foreign source (before conversion; NeMo-RL's held-out texts come as records). */
-export async function* foreignSamples(path: string, kind: ForeignKind, o: ForeignOptions = {}): AsyncGenerator<SampleItem | { record: Rollout; where: string }> {
+export async function* foreignSamples(
+  path: string,
+  kind: ForeignKind,
+  o: ForeignOptions = {},
+): AsyncGenerator<SampleItem | { record: Rollout; where: string }> {
   switch (kind) {
     case 'prime-rl':
       yield* readPrimeRl(path, await primeRlFiles(path, o.stableOnly));
@@ -237,7 +302,10 @@ export async function* foreignSamples(path: string, kind: ForeignKind, o: Foreig
             prompt: t.prompt,
             response: t.response,
             ...(t.reward !== undefined ? { reward: t.reward } : {}),
-            ...derivedFields(t.response, rolloutContext({ v: 1, id: '', prompt: t.prompt, response: t.response }, o.read)),
+            ...derivedFields(
+              t.response,
+              rolloutContext({ v: 1, id: '', prompt: t.prompt, response: t.response }, o.read),
+            ),
             meta: { source: t.file, line: t.line, engine: 'nemo-rl' },
           };
           yield { record: rec, where: `${t.file}:${t.line}` };
@@ -253,9 +321,16 @@ export async function* foreignSamples(path: string, kind: ForeignKind, o: Foreig
  * The records of a foreign source, in order: each sample converted (sample.ts) and validated; a sample that cannot
  * be read or converted is an issue naming its file, line and field, and the others go on.
  */
-export async function* readForeign(path: string, kind: ForeignKind, o: ForeignOptions = {}): AsyncGenerator<ForeignItem> {
+export async function* readForeign(
+  path: string,
+  kind: ForeignKind,
+  o: ForeignOptions = {},
+): AsyncGenerator<ForeignItem> {
   const codec = o.tokenizer ? sampleCodec(o.tokenizer, o.onNote) : undefined;
-  if (!codec) o.onNote?.(`${path}: no tokenizer given: token text shows ids and roles restate the dump's loss mask (pass --tokenizer <model dir|tokenizer.json> to read roles from the chat template)`);
+  if (!codec)
+    o.onNote?.(
+      `${path}: no tokenizer given: token text shows ids and roles restate the dump's loss mask (pass --tokenizer <model dir|tokenizer.json> to read roles from the chat template)`,
+    );
   const pieces = codec ? new PieceCache(codec) : undefined;
   const groups = o.groups ?? new GroupKeeper();
   for await (const item of foreignSamples(path, kind, o)) {

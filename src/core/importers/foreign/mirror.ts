@@ -13,7 +13,7 @@
 import { mkdir, readdir, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import type { LocatedIssue } from '../../run/format';
-import { foreignFiles, readForeign, type ForeignKind, type ForeignOptions } from './index';
+import { type ForeignKind, type ForeignOptions, foreignFiles, readForeign } from './index';
 import { GroupKeeper } from './sample';
 
 /** What a foreign source holds, as the editor shows it before opening it. */
@@ -57,7 +57,9 @@ async function signature(file: string, kind: ForeignKind): Promise<{ sig: string
   if (kind === 'miles' && basename(dirname(file)) === 'rollout_data') {
     const rid = /^(\d+)\.pt$/.exec(basename(file))?.[1];
     const train = join(dirname(file), '..', 'train_data');
-    if (rid) for (const n of (await readdir(train).catch(() => [] as string[])).filter((x) => x.startsWith(`${rid}_`)).sort()) await add(join(train, n));
+    if (rid)
+      for (const n of (await readdir(train).catch(() => [] as string[])).filter((x) => x.startsWith(`${rid}_`)).sort())
+        await add(join(train, n));
   }
   if (kind === 'prime-rl') {
     // the step directory's STABLE marker: every rank flushed
@@ -96,10 +98,26 @@ export class ForeignMirror {
     readonly dir: string,
     private readonly options: ForeignOptions = {},
   ) {
-    this.survey = { engine: kind, files: 0, steps: [], rollouts: 0, arrays: {}, engineArrays: [], roles: {}, perStep: [], pending: 0, skipped: 0 };
+    this.survey = {
+      engine: kind,
+      files: 0,
+      steps: [],
+      rollouts: 0,
+      arrays: {},
+      engineArrays: [],
+      roles: {},
+      perStep: [],
+      pending: 0,
+      skipped: 0,
+    };
   }
 
-  static async open(source: string, kind: ForeignKind, dir: string, options: ForeignOptions = {}): Promise<ForeignMirror> {
+  static async open(
+    source: string,
+    kind: ForeignKind,
+    dir: string,
+    options: ForeignOptions = {},
+  ): Promise<ForeignMirror> {
     await rm(join(dir, 'rollouts'), { recursive: true, force: true });
     await mkdir(join(dir, 'rollouts'), { recursive: true });
     const m = new ForeignMirror(source, kind, dir, options);
@@ -138,7 +156,9 @@ export class ForeignMirror {
       arrays,
       engineArrays: [...engineArrays].sort(),
       roles,
-      perStep: [...perStep].sort((a, b) => a[0] - b[0]).map(([step, p]) => ({ step, rollouts: p.rollouts, arrays: [...p.arrays] })),
+      perStep: [...perStep]
+        .sort((a, b) => a[0] - b[0])
+        .map(([step, p]) => ({ step, rollouts: p.rollouts, arrays: [...p.arrays] })),
       skipped,
     };
   }
@@ -154,7 +174,9 @@ export class ForeignMirror {
   }
 
   private async look(complete: boolean): Promise<boolean> {
-    const files = await foreignFiles(this.source, this.kind, !complete && this.kind === 'prime-rl').catch(() => [] as string[]);
+    const files = await foreignFiles(this.source, this.kind, !complete && this.kind === 'prime-rl').catch(
+      () => [] as string[],
+    );
     for (const f of files) if (!this.order.includes(f)) this.order.push(f);
     let changed = false;
     let pending = 0;
@@ -183,7 +205,16 @@ export class ForeignMirror {
     const k = this.order.indexOf(file);
     const out = join(this.dir, 'rollouts', `step-${String(k + 1).padStart(6, '0')}.jsonl`);
     const lines: string[] = [];
-    const st: FileStats = { rollouts: 0, skipped: 0, steps: new Set(), arrays: {}, engineArrays: new Set(), roles: {}, perStep: new Map(), issues: [] };
+    const st: FileStats = {
+      rollouts: 0,
+      skipped: 0,
+      steps: new Set(),
+      arrays: {},
+      engineArrays: new Set(),
+      roles: {},
+      perStep: new Map(),
+      issues: [],
+    };
     const notes = (n: string) => {
       if (!this.notes.includes(n)) this.notes.push(n);
       this.options.onNote?.(n);

@@ -42,7 +42,13 @@ function tokenList(o: Record<string, unknown>, k: string, required: boolean): un
 
 /** The files of a NeMo-RL log directory (or the file itself), train before val within a step, by step. */
 export async function nemoRlFiles(path: string): Promise<string[]> {
-  if (!(await stat(path).then((s) => s.isDirectory(), () => false))) return [path];
+  if (
+    !(await stat(path).then(
+      (s) => s.isDirectory(),
+      () => false,
+    ))
+  )
+    return [path];
   const found: string[] = [];
   const walk = async (dir: string, depth: number) => {
     const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
@@ -65,17 +71,26 @@ export function nemoRlSample(o: Record<string, unknown>, file: string, line: num
   const step = m ? Number(m[2]) : undefined;
   const ids = tokenList(o, 'token_ids', true)!;
   const length = num(o.input_lengths);
-  if (o.input_lengths !== undefined && (length === undefined || !Number.isInteger(length) || length < 0)) throw new SampleError('input_lengths', `expected the sample's length (an integer), got ${JSON.stringify(o.input_lengths)}`);
+  if (o.input_lengths !== undefined && (length === undefined || !Number.isInteger(length) || length < 0))
+    throw new SampleError(
+      'input_lengths',
+      `expected the sample's length (an integer), got ${JSON.stringify(o.input_lengths)}`,
+    );
   const n = Math.min(ids.length, length ?? ids.length);
   const cut = (k: string, required = false) => {
     const v = tokenList(o, k, required);
     if (!v) return undefined;
-    if (v.length < n) throw new SampleError(k, `has ${v.length} entries but the sample has ${n} tokens (input_lengths)`);
+    if (v.length < n)
+      throw new SampleError(k, `has ${v.length} entries but the sample has ${n} tokens (input_lengths)`);
     return v.slice(0, n);
   };
   const mask = cut('token_loss_mask', true)!.map((x) => (x === 1 || x === true || x === 1.0 ? 1 : 0));
   const nums = (k: string) => cut(k)?.map((x) => (typeof x === 'number' && Number.isFinite(x) ? x : null));
-  const arrays = { rollout_logprob: nums('generation_logprobs'), logprob: nums('prev_logprobs'), advantage: nums('advantages') };
+  const arrays = {
+    rollout_logprob: nums('generation_logprobs'),
+    logprob: nums('prev_logprobs'),
+    advantage: nums('advantages'),
+  };
   const reward = num(o.rewards);
   const sampleMask = num(o.sample_loss_mask);
   const content = unwrap(o.content);
@@ -108,23 +123,53 @@ export function nemoRlSample(o: Record<string, unknown>, file: string, line: num
  * grpo_sync's when it did not keep the ids —: its texts only. Message dicts split at the first assistant message; a
  * list of message texts (no roles) at its first entry.
  */
-function nemoRlTextRecord(o: Record<string, unknown>, file: string): { prompt: string; response: string; reward?: number; step?: number } {
+function nemoRlTextRecord(
+  o: Record<string, unknown>,
+  file: string,
+): { prompt: string; response: string; reward?: number; step?: number } {
   const m = NEMO_FILE.exec(basename(file));
   const log = unwrap(o.content);
-  if (!Array.isArray(log)) throw new SampleError('content', 'expected the conversation (a list of messages or message texts), and there are no token_ids');
+  if (!Array.isArray(log))
+    throw new SampleError(
+      'content',
+      'expected the conversation (a list of messages or message texts), and there are no token_ids',
+    );
   const roles = log.every((x) => x && typeof x === 'object' && typeof (x as { role?: unknown }).role === 'string');
-  const firstAssistant = roles ? log.findIndex((x) => (x as { role: string }).role === 'assistant') : Math.min(1, log.length);
+  const firstAssistant = roles
+    ? log.findIndex((x) => (x as { role: string }).role === 'assistant')
+    : Math.min(1, log.length);
   const cutAt = firstAssistant < 0 ? log.length : firstAssistant;
   const text = (xs: unknown[]) => (roles ? messageText(xs) : xs.map((x) => String(x ?? '')).join(''));
-  return { prompt: text(log.slice(0, cutAt)), response: text(log.slice(cutAt)), ...(num(o.rewards) !== undefined ? { reward: num(o.rewards) } : {}), ...(m ? { step: Number(m[2]) } : {}) };
+  return {
+    prompt: text(log.slice(0, cutAt)),
+    response: text(log.slice(cutAt)),
+    ...(num(o.rewards) !== undefined ? { reward: num(o.rewards) } : {}),
+    ...(m ? { step: Number(m[2]) } : {}),
+  };
 }
 
-export type NemoItem = SampleItem | { text: { prompt: string; response: string; reward?: number; step?: number; split: string; file: string; line: number } };
+export type NemoItem =
+  | SampleItem
+  | {
+      text: {
+        prompt: string;
+        response: string;
+        reward?: number;
+        step?: number;
+        split: string;
+        file: string;
+        line: number;
+      };
+    };
 
 /** Token samples of NeMo-RL's train data (and the texts of its val data), in order; malformed lines are issues. */
 export async function* readNemoRl(path: string, files?: string[]): AsyncGenerator<NemoItem> {
   for (const file of files ?? (await nemoRlFiles(path))) {
     const split = basename(file).startsWith('val_') ? 'val' : 'train';
-    yield* readJsonLines<NemoItem>(file, 'a NeMo-RL train_data line', (o, line) => [o.token_ids === undefined || o.token_ids === null ? { text: { ...nemoRlTextRecord(o, file), split, file, line } } : { sample: nemoRlSample(o, file, line) }]);
+    yield* readJsonLines<NemoItem>(file, 'a NeMo-RL train_data line', (o, line) => [
+      o.token_ids === undefined || o.token_ids === null
+        ? { text: { ...nemoRlTextRecord(o, file), split, file, line } }
+        : { sample: nemoRlSample(o, file, line) },
+    ]);
   }
 }

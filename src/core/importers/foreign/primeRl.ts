@@ -21,7 +21,10 @@ const num = (v: unknown): number | null => (typeof v === 'number' && Number.isFi
 const bit = (v: unknown): number => (v === true || v === 1 ? 1 : 0);
 
 async function isDir(p: string): Promise<boolean> {
-  return stat(p).then((s) => s.isDirectory(), () => false);
+  return stat(p).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
 }
 
 /**
@@ -33,7 +36,8 @@ async function exportDirs(path: string): Promise<string[]> {
   if (await isDir(join(path, 'token_exports'))) return [join(path, 'token_exports')];
   if (/^(token_exports|step_\d+)$/.test(basename(path))) return [path];
   const runs: string[] = [];
-  for (const n of (await readdir(path).catch(() => [] as string[])).sort()) if (await isDir(join(path, n, 'token_exports'))) runs.push(join(path, n, 'token_exports'));
+  for (const n of (await readdir(path).catch(() => [] as string[])).sort())
+    if (await isDir(join(path, n, 'token_exports'))) runs.push(join(path, n, 'token_exports'));
   return runs.length ? runs : [path];
 }
 
@@ -50,13 +54,23 @@ export async function primeRlFiles(path: string, stableOnly = false): Promise<st
   const out: string[] = [];
   for (const dir of await exportDirs(path)) {
     const names = await readdir(dir).catch(() => [] as string[]);
-    out.push(...names.filter((n) => /^rank_\d+\.jsonl$/.test(n)).sort((a, b) => rank(a) - rank(b)).map((n) => join(dir, n)));
+    out.push(
+      ...names
+        .filter((n) => /^rank_\d+\.jsonl$/.test(n))
+        .sort((a, b) => rank(a) - rank(b))
+        .map((n) => join(dir, n)),
+    );
     if (/^step_\d+$/.test(basename(dir))) continue; // a step directory itself
     const steps = names.filter((n) => /^step_\d+$/.test(n)).sort((a, b) => Number(a.slice(5)) - Number(b.slice(5)));
     for (const s of steps) {
       const files = await readdir(join(dir, s)).catch(() => [] as string[]);
       if (stableOnly && !files.includes('STABLE')) continue;
-      out.push(...files.filter((n) => /^rank_\d+\.jsonl$/.test(n)).sort((a, b) => rank(a) - rank(b)).map((n) => join(dir, s, n)));
+      out.push(
+        ...files
+          .filter((n) => /^rank_\d+\.jsonl$/.test(n))
+          .sort((a, b) => rank(a) - rank(b))
+          .map((n) => join(dir, s, n)),
+      );
     }
   }
   return out;
@@ -134,5 +148,8 @@ export function primeRlSamples(o: Record<string, unknown>, file: string, line: n
 
 /** Token samples of prime-rl exports, in order; a malformed line is an issue (file, line, field) and the rest go on. */
 export async function* readPrimeRl(path: string, files?: string[]): AsyncGenerator<SampleItem> {
-  for (const file of files ?? (await primeRlFiles(path))) yield* readJsonLines(file, 'a prime-rl token export line', (o, line) => primeRlSamples(o, file, line).map((sample) => ({ sample })));
+  for (const file of files ?? (await primeRlFiles(path)))
+    yield* readJsonLines(file, 'a prime-rl token export line', (o, line) =>
+      primeRlSamples(o, file, line).map((sample) => ({ sample })),
+    );
 }

@@ -24,8 +24,8 @@
  * above. Without a tokenizer there is no text: roles come from the mask (see {@link rolesFromMask}).
  */
 import { Template } from '@huggingface/jinja';
-import { INVALID_ACTION_MESSAGE } from '../../tags/parser';
 import type { TokenRole } from '../../run/format';
+import { INVALID_ACTION_MESSAGE } from '../../tags/parser';
 
 /** The markers of a chat template that tell turns apart (all literal text, as the template renders it). */
 export interface ChatMarkers {
@@ -44,7 +44,13 @@ const A = '\u0007ASSISTANT\u0007';
 const T = '\u0007TOOL\u0007';
 
 function render(template: string, messages: { role: string; content: string }[], addGenerationPrompt: boolean): string {
-  return new Template(template).render({ messages, add_generation_prompt: addGenerationPrompt, bos_token: '', eos_token: '', tools: undefined });
+  return new Template(template).render({
+    messages,
+    add_generation_prompt: addGenerationPrompt,
+    bos_token: '',
+    eos_token: '',
+    tools: undefined,
+  });
 }
 
 /**
@@ -56,7 +62,14 @@ export function templateMarkers(template: string): ChatMarkers | undefined {
   try {
     without = render(template, [{ role: 'user', content: U }], false);
     withPrompt = render(template, [{ role: 'user', content: U }], true);
-    pair = render(template, [{ role: 'user', content: U }, { role: 'assistant', content: A }], false);
+    pair = render(
+      template,
+      [
+        { role: 'user', content: U },
+        { role: 'assistant', content: A },
+      ],
+      false,
+    );
   } catch {
     return undefined;
   }
@@ -78,7 +91,15 @@ export function templateMarkers(template: string): ChatMarkers | undefined {
   }
   let tool: string | undefined;
   try {
-    const withTool = render(template, [{ role: 'user', content: U }, { role: 'assistant', content: A }, { role: 'tool', content: T }], true);
+    const withTool = render(
+      template,
+      [
+        { role: 'user', content: U },
+        { role: 'assistant', content: A },
+        { role: 'tool', content: T },
+      ],
+      true,
+    );
     const t = withTool.indexOf(T);
     const afterA = withTool.indexOf(endOfTurn, withTool.indexOf(A));
     if (t >= 0 && afterA >= 0) {
@@ -142,7 +163,11 @@ export interface InferredRoles {
  * Roles of tokens whose texts (each token decoded on its own) are `pieces`. `promptEnd`: where the prompt ends when
  * the text has no assistant header (the dump's prompt length, else the first trained token).
  */
-export function inferRoles(pieces: readonly string[], markers: ChatMarkers | undefined, promptEnd: number): InferredRoles {
+export function inferRoles(
+  pieces: readonly string[],
+  markers: ChatMarkers | undefined,
+  promptEnd: number,
+): InferredRoles {
   const starts: number[] = [];
   let text = '';
   for (const p of pieces) {
@@ -176,7 +201,8 @@ export function inferRoles(pieces: readonly string[], markers: ChatMarkers | und
         const eot = text.indexOf(markers.endOfTurn, start);
         const end = eot < 0 ? text.length : eot;
         // A user turn that holds tool responses (Qwen's layout) is the template's, not the environment's feedback.
-        const own = role === 'feedback' && text.slice(start, end).trimStart().startsWith('<tool_response>') ? 'prompt' : role;
+        const own =
+          role === 'feedback' && text.slice(start, end).trimStart().startsWith('<tool_response>') ? 'prompt' : role;
         if (!assistant.some((s) => start > s.start && start < s.end)) others.push({ start, end, role: own });
         i = text.indexOf(h, Math.max(end, start));
       }

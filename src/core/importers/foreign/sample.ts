@@ -5,11 +5,19 @@
  * `.pt` files (trainer/search_agent_trainer/dumps.py writes the same fields as JSON lines) — so the conversion,
  * the roles and the groups are decided once.
  */
-import { ROLLOUT_RECORD_VERSION, rolloutContext, type LocatedIssue, type ReadOptions, type Rollout, type TokenRole } from '../../run/format';
+
+import { derivedFields, goldenList, jsonSafe } from '../../run/fields';
+import {
+  type LocatedIssue,
+  type ReadOptions,
+  ROLLOUT_RECORD_VERSION,
+  type Rollout,
+  rolloutContext,
+  type TokenRole,
+} from '../../run/format';
 import { readLines } from '../../store/jsonl';
 import { extractQuestion } from '../../tags/transcript';
-import { derivedFields, goldenList, jsonSafe } from '../../run/fields';
-import { inferRoles, rolesFromMask, type ChatMarkers } from './roles';
+import { type ChatMarkers, inferRoles, rolesFromMask } from './roles';
 
 export const FOREIGN_KINDS = ['prime-rl', 'nemo-rl', 'miles', 'slime', 'skyrl'] as const;
 export type ForeignKind = (typeof FOREIGN_KINDS)[number];
@@ -64,7 +72,11 @@ export class SampleError extends Error {
  * a SampleError); a line that is not JSON, not an object, or a SampleError is an issue (file, line, field) and the
  * rest go on. `what` names the line expected ("a prime-rl token export line").
  */
-export async function* readJsonLines<T>(file: string, what: string, read: (o: Record<string, unknown>, line: number) => Iterable<T>): AsyncGenerator<T | { issues: LocatedIssue[] }> {
+export async function* readJsonLines<T>(
+  file: string,
+  what: string,
+  read: (o: Record<string, unknown>, line: number) => Iterable<T>,
+): AsyncGenerator<T | { issues: LocatedIssue[] }> {
   for await (const { line, text } of readLines(file)) {
     let o: unknown;
     try {
@@ -130,7 +142,10 @@ function fnv1a(ids: readonly number[]): string {
 export class GroupKeeper {
   private readonly groups = new Map<string, { id: string; n: number }>();
   assign(s: TokenSample, promptIds: readonly number[]): { group: string | number; sample: number } {
-    const key = s.group !== undefined ? `g\u0000${s.split ?? ''}\u0000${s.step ?? ''}\u0000${s.group}` : `p\u0000${s.split ?? ''}\u0000${s.step ?? ''}\u0000${fnv1a(promptIds)}\u0000${promptIds.length}`;
+    const key =
+      s.group !== undefined
+        ? `g\u0000${s.split ?? ''}\u0000${s.step ?? ''}\u0000${s.group}`
+        : `p\u0000${s.split ?? ''}\u0000${s.step ?? ''}\u0000${fnv1a(promptIds)}\u0000${promptIds.length}`;
     let g = this.groups.get(key);
     if (!g) {
       g = { id: s.group !== undefined ? String(s.group) : `${s.step ?? 'x'}:p${fnv1a(promptIds)}`, n: 0 };
@@ -145,16 +160,20 @@ export class GroupKeeper {
 const isBit = (x: unknown) => x === 0 || x === 1;
 
 function checkSample(s: TokenSample): void {
-  if (!Array.isArray(s.ids) || s.ids.length === 0) throw new SampleError('ids', 'expected a non-empty list of token ids');
+  if (!Array.isArray(s.ids) || s.ids.length === 0)
+    throw new SampleError('ids', 'expected a non-empty list of token ids');
   for (let i = 0; i < s.ids.length; i++) {
     const id = s.ids[i];
-    if (!Number.isInteger(id) || (id as number) < 0) throw new SampleError(`ids[${i}]`, `expected a token id (an integer ≥ 0), got ${JSON.stringify(id)}`);
+    if (!Number.isInteger(id) || (id as number) < 0)
+      throw new SampleError(`ids[${i}]`, `expected a token id (an integer ≥ 0), got ${JSON.stringify(id)}`);
   }
   const n = s.ids.length;
   if (s.loss_mask) {
-    if (s.loss_mask.length !== n) throw new SampleError('loss_mask', `has ${s.loss_mask.length} entries but there are ${n} token ids`);
+    if (s.loss_mask.length !== n)
+      throw new SampleError('loss_mask', `has ${s.loss_mask.length} entries but there are ${n} token ids`);
     const bad = s.loss_mask.findIndex((m) => !isBit(m));
-    if (bad >= 0) throw new SampleError(`loss_mask[${bad}]`, `expected 0 or 1, got ${JSON.stringify(s.loss_mask[bad])}`);
+    if (bad >= 0)
+      throw new SampleError(`loss_mask[${bad}]`, `expected 0 or 1, got ${JSON.stringify(s.loss_mask[bad])}`);
   }
   for (const [k, a] of Object.entries(s.arrays ?? {})) {
     if (!a) continue;
@@ -162,7 +181,11 @@ function checkSample(s: TokenSample): void {
     const bad = a.findIndex((x) => x !== null && (typeof x !== 'number' || !Number.isFinite(x)));
     if (bad >= 0) throw new SampleError(`${k}[${bad}]`, `expected a number or null, got ${JSON.stringify(a[bad])}`);
   }
-  if (s.prompt_length !== undefined && !(Number.isInteger(s.prompt_length) && s.prompt_length >= 0 && s.prompt_length <= n)) throw new SampleError('prompt_length', `expected an integer in [0, ${n}], got ${JSON.stringify(s.prompt_length)}`);
+  if (
+    s.prompt_length !== undefined &&
+    !(Number.isInteger(s.prompt_length) && s.prompt_length >= 0 && s.prompt_length <= n)
+  )
+    throw new SampleError('prompt_length', `expected an integer in [0, ${n}], got ${JSON.stringify(s.prompt_length)}`);
 }
 
 const round6 = (x: number | null) => (x === null ? null : Math.round(x * 1e6) / 1e6);
@@ -172,7 +195,12 @@ const round6 = (x: number | null) => (x === null ? null : Math.round(x * 1e6) / 
  * from the mask; `loss_mask` is the dump's (what the engine trained with); numbers are null where the dump's mask
  * is 0 (the engine did not score them) and, for `rollout_logprob`, where the token was not generated.
  */
-export function recordOfSample(s: TokenSample, groups: GroupKeeper, o: ConvertOptions = {}, pieces?: PieceCache): Rollout {
+export function recordOfSample(
+  s: TokenSample,
+  groups: GroupKeeper,
+  o: ConvertOptions = {},
+  pieces?: PieceCache,
+): Rollout {
   checkSample(s);
   const n = s.ids.length;
   const mask = s.loss_mask ?? s.ids.map((_, i) => (s.prompt_length !== undefined && i >= s.prompt_length ? 1 : 0));
@@ -204,11 +232,20 @@ export function recordOfSample(s: TokenSample, groups: GroupKeeper, o: ConvertOp
     response = s.response_text ?? text.slice(promptEnd).join('');
     promptTokens = promptEnd;
   }
-  const tokens: NonNullable<Rollout['tokens']> = { text, ids: s.ids, role: roles, loss_mask: mask.map((m) => (m ? 1 : 0)) };
+  const tokens: NonNullable<Rollout['tokens']> = {
+    text,
+    ids: s.ids,
+    role: roles,
+    loss_mask: mask.map((m) => (m ? 1 : 0)),
+  };
   for (const k of Object.keys(s.arrays ?? {}) as SampleArray[]) {
     const a = s.arrays![k];
     if (!a) continue;
-    tokens[k] = a.map((x, i) => (mask[i] === 1 || (k === 'rollout_logprob' && roles[i] === 'generated') || (k === 'value' && i >= promptTokens) ? round6(x) : null));
+    tokens[k] = a.map((x, i) =>
+      mask[i] === 1 || (k === 'rollout_logprob' && roles[i] === 'generated') || (k === 'value' && i >= promptTokens)
+        ? round6(x)
+        : null,
+    );
   }
   const { group, sample } = groups.assign(s, s.ids.slice(0, promptEnd));
   const id = `${s.engine}:${s.split ?? 'train'}:${s.step ?? 'x'}:${s.rank ?? 0}:${s.line}${s.part !== undefined ? `.${s.part}` : ''}`;
@@ -228,7 +265,9 @@ export function recordOfSample(s: TokenSample, groups: GroupKeeper, o: ConvertOp
     ...(s.reward !== undefined && Number.isFinite(s.reward) ? { reward: s.reward } : {}),
     ...(s.reward_parts && Object.keys(s.reward_parts).length ? { reward_parts: s.reward_parts } : {}),
     // searches, turns, finish read from the text (there is none without a tokenizer, unless the dump kept it)
-    ...(o.codec || s.response_text !== undefined ? derivedFields(response, rolloutContext({ v: 1, id: '', prompt, response }, o.read)) : {}),
+    ...(o.codec || s.response_text !== undefined
+      ? derivedFields(response, rolloutContext({ v: 1, id: '', prompt, response }, o.read))
+      : {}),
     ...(s.finish ? { finish: s.finish } : {}),
     tokens,
     meta: {
@@ -258,5 +297,9 @@ export function withInferredRoles(r: Rollout, codec: SampleCodec, pieces?: Piece
   let promptEnd = tk.role.findIndex((x) => x !== 'prompt');
   if (promptEnd < 0) promptEnd = tk.ids.length;
   const inferred = inferRoles(text, codec.markers, promptEnd);
-  return { ...r, tokens: { ...tk, role: inferred.roles }, meta: { ...r.meta, roles: `${inferred.how} (${codec.name})`, roles_recorded: how } };
+  return {
+    ...r,
+    tokens: { ...tk, role: inferred.roles },
+    meta: { ...r.meta, roles: `${inferred.how} (${codec.name})`, roles_recorded: how },
+  };
 }

@@ -30,9 +30,11 @@ def missing() -> str | None:
 
     absent = [name for name in ("trl", "accelerate", "datasets") if find_spec(name) is None]
     if absent:
-        return f"engine \"trl\" needs {', '.join(absent)} in this Python ({sys.executable}): pip install -r {REQUIREMENTS}"
+        return (
+            f'engine "trl" needs {", ".join(absent)} in this Python ({sys.executable}): pip install -r {REQUIREMENTS}'
+        )
     if not metadata.version("trl").startswith(TRL_RELEASE):
-        return f"engine \"trl\" is written for TRL {TRL_RELEASE}x; this Python ({sys.executable}) has TRL {metadata.version('trl')}: pip install -r {REQUIREMENTS}"
+        return f'engine "trl" is written for TRL {TRL_RELEASE}x; this Python ({sys.executable}) has TRL {metadata.version("trl")}: pip install -r {REQUIREMENTS}'
     return None
 
 
@@ -46,7 +48,9 @@ def run(cfg: Any, args: argparse.Namespace) -> int:
     from . import options
 
     _plan, problems = options.plan(cfg, int(os.environ.get("WORLD_SIZE") or options.processes(cfg)))
-    problems += options.passthrough_problems(dict(cfg.trl or {}), options.grpo_fields()) + options.importance_sampling_problems(cfg)
+    problems += options.passthrough_problems(
+        dict(cfg.trl or {}), options.grpo_fields()
+    ) + options.importance_sampling_problems(cfg)
     if problems:
         return _error(f"{args.config or os.path.join(args.run_dir, 'run.json')}: " + "; ".join(problems))
     from .launch import needs_launch, supervise
@@ -57,8 +61,20 @@ def run(cfg: Any, args: argparse.Namespace) -> int:
         from ...policy import compute_dtype
 
         cuda = torch.cuda.is_available() and cfg.model.device != "cpu"
-        trainer_args = ["--run-dir", args.run_dir, "--env-url", args.env_url, *(["--config", args.config] if args.config else []), *(["--resume"] if args.resume else [])]
-        return supervise(cfg, args.run_dir, trainer_args, bf16=compute_dtype(cfg, torch.device("cuda" if cuda else "cpu")) is not None)
+        trainer_args = [
+            "--run-dir",
+            args.run_dir,
+            "--env-url",
+            args.env_url,
+            *(["--config", args.config] if args.config else []),
+            *(["--resume"] if args.resume else []),
+        ]
+        return supervise(
+            cfg,
+            args.run_dir,
+            trainer_args,
+            bf16=compute_dtype(cfg, torch.device("cuda" if cuda else "cpu")) is not None,
+        )
     quiet_libraries()
     from .engine import TRLEngine
 

@@ -32,18 +32,28 @@ from typing import Any
 
 import torch
 
+from ...advantages import zero_std_group_fraction
 from ...config import Section
 from ...data import Example
 from ...generation import TurnGenerator
-from ...policy import build_policy, compute_dtype
-from ...rollout import Trajectory, make_dialect
-from ...recorder import RecordSettings, StepData, StepJob, columns_from_window, concat_data, expected_window, role_codes_of, rollout_flags, select
-from ...record.names import TRL_NAMES
-from ...run_writer import rollout_record
 from ...metrics import SUMMARY_KEYS, mean, rollout_metrics
+from ...policy import build_policy, compute_dtype
+from ...record.names import TRL_NAMES
+from ...recorder import (
+    RecordSettings,
+    StepData,
+    StepJob,
+    columns_from_window,
+    concat_data,
+    expected_window,
+    role_codes_of,
+    rollout_flags,
+    select,
+)
+from ...rollout import Trajectory, make_dialect
 from ...run import Run
+from ...run_writer import rollout_record
 from ...versions import package_version
-from ...advantages import zero_std_group_fraction
 from . import options
 from .launch import launched
 
@@ -78,7 +88,9 @@ class FollowerWriter:
 class TRLEngine(Run):
     """The run every engine shares (run.py: lifecycle, data, prompts, rollouts, scoring, evaluation) with TRL training."""
 
-    def __init__(self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None):
+    def __init__(
+        self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None
+    ):
         self.rank = int(os.environ.get("RANK", "0"))
         super().__init__(cfg, run_dir, env_url, resume=resume, stdout=stdout)
         self.trl: Any = None
@@ -87,7 +99,13 @@ class TRLEngine(Run):
         self.step = 0
 
     def versions(self) -> dict[str, str | None]:
-        return {**super().versions(), "trl": package_version("trl"), "accelerate": package_version("accelerate"), "datasets": package_version("datasets"), "vllm": package_version("vllm") if (self.cfg.trl or {}).get("use_vllm") else None}
+        return {
+            **super().versions(),
+            "trl": package_version("trl"),
+            "accelerate": package_version("accelerate"),
+            "datasets": package_version("datasets"),
+            "vllm": package_version("vllm") if (self.cfg.trl or {}).get("use_vllm") else None,
+        }
 
     def _run_writer(self, stdout: Any) -> Any:
         return super()._run_writer(stdout) if self.rank == 0 else FollowerWriter(Path(self.run_dir), self.rank)
@@ -109,7 +127,9 @@ class TRLEngine(Run):
         want = cfg.model.device
         cuda = torch.cuda.is_available() and want != "cpu"
         if want == "cuda" and not cuda:
-            raise RuntimeError("model.device is \"cuda\" but torch sees no CUDA device (torch.cuda.is_available() is False)")
+            raise RuntimeError(
+                'model.device is "cuda" but torch sees no CUDA device (torch.cuda.is_available() is False)'
+            )
         bf16 = compute_dtype(cfg, torch.device("cuda" if cuda else "cpu")) is not None
         try:
             self.args = GRPOConfig(**options.grpo_kwargs(cfg, self.run_dir, self.plan, bf16=bf16, cpu=not cuda))
@@ -125,13 +145,19 @@ class TRLEngine(Run):
         self.dialect = make_dialect(cfg.rollout.dialect, self.tok, cfg.rollout.search_tool, cfg.rollout.strict_actions)
         self.stops = self.dialect.stops(self.tok)
         self._encode_prompts()
-        dataset = Dataset.from_dict({"prompt": [p[0] for p in self.train_prompts], "sas_example": list(range(len(self.train_set)))})
+        dataset = Dataset.from_dict(
+            {"prompt": [p[0] for p in self.train_prompts], "sas_example": list(range(len(self.train_set)))}
+        )
 
-        def env_reward(prompts: list[Any], completions: list[Any], completion_ids: list[Any], **_kw: Any) -> list[float]:
+        def env_reward(
+            prompts: list[Any], completions: list[Any], completion_ids: list[Any], **_kw: Any
+        ) -> list[float]:
             """The user's reward module, through the env server's /reward."""
             return self._reward()
 
-        if self.args.model_init_kwargs:  # ours name the reference's dtype: TRL's warning that they are ignored is the policy's
+        if (
+            self.args.model_init_kwargs
+        ):  # ours name the reference's dtype: TRL's warning that they are ignored is the policy's
             import logging
 
             logging.getLogger("trl.trainer.grpo_trainer").addFilter(lambda r: "model_init_kwargs" not in r.getMessage())
@@ -151,14 +177,19 @@ class TRLEngine(Run):
 
         # The generation's KV budget from the memory free now: TRL has built the reference (and put it on the device)
         # and vLLM; AdamW's moments, made at the first optimizer step, are set aside by auto_max_batch_tokens.
-        self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(self.policy, self.device, compute_dtype(cfg, self.device))
+        self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(
+            self.policy, self.device, compute_dtype(cfg, self.device)
+        )
         self.resumed = ckpt is not None
         start = 0
         self.checkpoint = ckpt
         if ckpt is not None:
             import json
 
-            start = int(json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))["global_step"]) // self.plan.trl_steps
+            start = (
+                int(json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
+                // self.plan.trl_steps
+            )
             self._truncate_after(start)
             w.log(f"resuming from {ckpt}")
         n_params = sum(p.numel() for p in self.policy.parameters())
@@ -169,12 +200,40 @@ class TRLEngine(Run):
             "reference_dtype": str(next(ref.parameters()).dtype).removeprefix("torch.") if ref is not None else None,
             "rollout_logprob_kind": options.rollout_logprob_kind(cfg),
             "gradient_checkpointing": bool(self.args.gradient_checkpointing),
-            **({"vllm_importance_sampling": self.args.vllm_importance_sampling_mode if self.args.vllm_importance_sampling_correction else "off", "vllm_sleep_mode": bool(self.args.vllm_enable_sleep_mode)} if options.use_vllm(cfg) else {}),
+            **(
+                {
+                    "vllm_importance_sampling": self.args.vllm_importance_sampling_mode
+                    if self.args.vllm_importance_sampling_correction
+                    else "off",
+                    "vllm_sleep_mode": bool(self.args.vllm_enable_sleep_mode),
+                }
+                if options.use_vllm(cfg)
+                else {}
+            ),
         }
         if self.rank == 0:
             w.run["trl"] = self.settings  # run.json (written with the next status change)
-        w.event("started", step=start, total=self.total, resumed=ckpt is not None, device=str(self.device), model=cfg.model.kind, parameters=n_params, trainable=n_train, train_examples=len(self.train_set), eval_examples=len(self.eval_set), precision=precision, max_batch_tokens=self.max_batch_tokens, engine="trl", processes=world, trl_steps_per_step=self.plan.trl_steps, **self.settings)
-        w.log(f"trl engine: TRL {package_version('trl')}, {world} process(es), {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}; one step = {self.plan.trl_steps} TRL optimizer step(s) of {self.plan.mini} sequences, micro-batches of {self.plan.micro} per process; {', '.join(f'{k} {v}' for k, v in self.settings.items())}")
+        w.event(
+            "started",
+            step=start,
+            total=self.total,
+            resumed=ckpt is not None,
+            device=str(self.device),
+            model=cfg.model.kind,
+            parameters=n_params,
+            trainable=n_train,
+            train_examples=len(self.train_set),
+            eval_examples=len(self.eval_set),
+            precision=precision,
+            max_batch_tokens=self.max_batch_tokens,
+            engine="trl",
+            processes=world,
+            trl_steps_per_step=self.plan.trl_steps,
+            **self.settings,
+        )
+        w.log(
+            f"trl engine: TRL {package_version('trl')}, {world} process(es), {n_params:,} parameters ({n_train:,} trained) on {self.device}, {precision}; one step = {self.plan.trl_steps} TRL optimizer step(s) of {self.plan.mini} sequences, micro-batches of {self.plan.micro} per process; {', '.join(f'{k} {v}' for k, v in self.settings.items())}"
+        )
         return start
 
     def _build_model(self) -> tuple[Any, Any]:
@@ -202,9 +261,20 @@ class TRLEngine(Run):
         from trl.models.utils import unwrap_model_for_generation
 
         t = self.trl
-        with unwrap_model_for_generation(t.model_wrapped, t.accelerator, gather_deepspeed3_params=t.args.ds3_gather_for_generation, gradient_checkpointing_kwargs=t.args.gradient_checkpointing_kwargs) as model, torch.no_grad(), t._dist.summon_full_params(t.model_wrapped, recurse=False):
+        with (
+            unwrap_model_for_generation(
+                t.model_wrapped,
+                t.accelerator,
+                gather_deepspeed3_params=t.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=t.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+            t._dist.summon_full_params(t.model_wrapped, recurse=False),
+        ):
             if model is not self.policy.backbone:
-                raise RuntimeError(f"the model TRL trains ({type(model).__name__}) is not the policy's backbone: the rollout would sample from another model")
+                raise RuntimeError(
+                    f"the model TRL trains ({type(model).__name__}) is not the policy's backbone: the rollout would sample from another model"
+                )
             was_training = model.training
             model.eval()
             try:
@@ -237,7 +307,13 @@ class TRLEngine(Run):
         from .vllm import VLLMTurnGenerator
 
         r = self.cfg.rollout
-        return VLLMTurnGenerator(self.trl.vllm_generation.llm, self.stops, r.temperature, r.top_p, seed=self.cfg.seed * 1_000_003 + step + 7_919 * self.rank)
+        return VLLMTurnGenerator(
+            self.trl.vllm_generation.llm,
+            self.stops,
+            r.temperature,
+            r.top_p,
+            seed=self.cfg.seed * 1_000_003 + step + 7_919 * self.rank,
+        )
 
     def _settings(self, generator: Any, prompts: Any, n: int) -> Any:
         if hasattr(generator, "wave_size"):
@@ -268,7 +344,11 @@ class TRLEngine(Run):
         first = trainer.accelerator.process_index * len(inputs)
         for i, t in enumerate(trajs):
             t.group, t.sample = divmod(first + i, cfg.rollout.n)
-        self.batch.update(step=step, trajs=trajs, timing={"rollout": time.perf_counter() - t0, "retrieve": self.env.seconds["retrieve"] - retrieve0})
+        self.batch.update(
+            step=step,
+            trajs=trajs,
+            timing={"rollout": time.perf_counter() - t0, "retrieve": self.env.seconds["retrieve"] - retrieve0},
+        )
         masking = cfg.algorithm.loss_masking
         return {
             "prompt_ids": [list(t.prompt_ids) for t in trajs],
@@ -291,7 +371,17 @@ class TRLEngine(Run):
 
     def _keep(self, inputs: list[dict[str, Any]], out: dict[str, Any]) -> None:
         """The tensors TRL will train this batch with (on the CPU), and a row index that follows TRL's shuffle."""
-        keep = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "tool_mask", "advantages", "old_per_token_logps", "sampling_per_token_logps", "ref_per_token_logps")
+        keep = (
+            "prompt_ids",
+            "prompt_mask",
+            "completion_ids",
+            "completion_mask",
+            "tool_mask",
+            "advantages",
+            "old_per_token_logps",
+            "sampling_per_token_logps",
+            "ref_per_token_logps",
+        )
         self.batch["tensors"] = {k: out[k].detach().cpu() for k in keep if isinstance(out.get(k), torch.Tensor)}
         B, C = out["completion_ids"].shape
         self.batch["current"] = torch.zeros(B, C)
@@ -301,7 +391,14 @@ class TRLEngine(Run):
         out["sas_row"] = torch.arange(B, device=out["completion_ids"].device)
         self.writer.progress(self.batch["step"], self.total, "update")
 
-    def _forward_seen(self, rows: torch.Tensor, logps: torch.Tensor, entropies: torch.Tensor | None, mask: torch.Tensor, old: torch.Tensor | None) -> None:
+    def _forward_seen(
+        self,
+        rows: torch.Tensor,
+        logps: torch.Tensor,
+        entropies: torch.Tensor | None,
+        mask: torch.Tensor,
+        old: torch.Tensor | None,
+    ) -> None:
         """The update's forward over `rows`: their first log-probs (and entropies) are kept; the policy KL against the
         sampling policy (veRL's ppo_kl, mean of old − current over the loss tokens) is summed."""
         rows = rows.cpu()
@@ -332,24 +429,48 @@ class TRLEngine(Run):
         loss = cm * T["tool_mask"] if "tool_mask" in T else cm
         C = int(cm.shape[1])
         trained = T.get("old_per_token_logps")
-        trained = trained if trained is not None else b["current"]  # on-policy: TRL's old log-probs are the update's own
+        trained = (
+            trained if trained is not None else b["current"]
+        )  # on-policy: TRL's old log-probs are the update's own
         codes = [role_codes_of(t.roles) for t in b["trajs"]]
         generated = expected_window(codes, C, True, align="left")
         expected = expected_window(codes, C, bool(self.cfg.algorithm.loss_masking), align="left")
         adv = T["advantages"].float()[:, None].expand(-1, C)
-        window = {"rollout_logprob": (T.get("sampling_per_token_logps"), generated), "logprob": (trained, loss), "ref_logprob": (T.get("ref_per_token_logps"), loss), "advantage": (adv, loss), "entropy": (b["entropy"], loss)}
+        window = {
+            "rollout_logprob": (T.get("sampling_per_token_logps"), generated),
+            "logprob": (trained, loss),
+            "ref_logprob": (T.get("ref_per_token_logps"), loss),
+            "advantage": (adv, loss),
+            "entropy": (b["entropy"], loss),
+        }
         window = {k: (x.float(), m) if x is not None else None for k, (x, m) in window.items()}
         nan = torch.full_like(loss, math.nan, dtype=torch.float32)
-        sampled = torch.where(generated.bool(), window["rollout_logprob"][0], nan) if window["rollout_logprob"] else None
+        sampled = (
+            torch.where(generated.bool(), window["rollout_logprob"][0], nan) if window["rollout_logprob"] else None
+        )
         stats: dict[str, float] = {}
-        flags = rollout_flags(valid=cm, loss_mask=loss, expected=expected, logprob=torch.where(loss.bool(), trained.float(), nan), rollout_logprob=sampled, numbers=[p for p in window.values() if p is not None], stats=stats, generated=generated)
+        flags = rollout_flags(
+            valid=cm,
+            loss_mask=loss,
+            expected=expected,
+            logprob=torch.where(loss.bool(), trained.float(), nan),
+            rollout_logprob=sampled,
+            numbers=[p for p in window.values() if p is not None],
+            stats=stats,
+            generated=generated,
+        )
         gap = torch.zeros(len(codes))
         if sampled is not None:
             d = (trained.float() - sampled).abs()
             d = torch.where(loss.bool() & torch.isfinite(d), d, torch.zeros_like(d))
             gap = d.max(-1).values
         P = T["prompt_mask"].sum(-1)
-        summary = {"advantage": T["advantages"].float().tolist(), "loss_tokens": loss.sum(-1).tolist(), "gap": gap.tolist(), "tokens": (P + cm.sum(-1)).tolist()}
+        summary = {
+            "advantage": T["advantages"].float().tolist(),
+            "loss_tokens": loss.sum(-1).tolist(),
+            "gap": gap.tolist(),
+            "tokens": (P + cm.sum(-1)).tolist(),
+        }
         return {"codes": codes, "window": window, "loss": loss, "flags": flags, "summary": summary, "stats": stats}
 
     def _piece(self, rows: list[int], first: int, local: dict[str, Any]) -> dict[str, Any]:
@@ -372,10 +493,20 @@ class TRLEngine(Run):
         """What every record's `meta` says of its rollout_logprob: which log-probs the sampler's are (raw, or a
         nucleus's renormalised ones with its top_p); the audit's microscope reads it."""
         kind = self.settings["rollout_logprob_kind"]
-        return {"rollout_logprob_kind": kind, **({"rollout_top_p": self.cfg.rollout.top_p} if kind == "processed" else {})}
+        return {
+            "rollout_logprob_kind": kind,
+            **({"rollout_top_p": self.cfg.rollout.top_p} if kind == "processed" else {}),
+        }
 
     @staticmethod
-    def _piece_data(piece: dict[str, Any], keep: set[int], trajs: list[Trajectory], run_id: str, step: int, logprob_meta: dict[str, Any]) -> StepData:
+    def _piece_data(
+        piece: dict[str, Any],
+        keep: set[int],
+        trajs: list[Trajectory],
+        run_id: str,
+        step: int,
+        logprob_meta: dict[str, Any],
+    ) -> StepData:
         """A piece's kept rows as a step's data (the rollouts' ids checked against TRL's: never re-tokenised)."""
         rows = [k for k, g in enumerate(piece["rows"]) if g in keep]
         seq: dict[int, list[int]] = {}
@@ -386,12 +517,24 @@ class TRLEngine(Run):
             L = int(piece["completion_mask"][k].sum())
             ids = prompt + piece["completion_ids"][k][:L].tolist()
             if ids != t.prompt_ids + t.ids:
-                raise RuntimeError(f"step {step}: TRL's token ids for trajectory {t.group}:{t.sample} are not the rollout's")
+                raise RuntimeError(
+                    f"step {step}: TRL's token ids for trajectory {t.group}:{t.sample} are not the rollout's"
+                )
             seq[k], plen[k] = ids, len(prompt)
         codes = {k: piece["codes"][k] for k in rows}
         window = {k: p for k, p in piece["window"].items() if p is not None and p[0] is not None}
-        cols = columns_from_window(rows=rows, seq_ids=seq, prompt_lengths=plen, role_codes=codes, window=window, loss_mask=piece["loss"], align="left")
-        records = [rollout_record(trajs[piece["rows"][k]], run_id=run_id, step=step, split="train", tokens=None) for k in rows]
+        cols = columns_from_window(
+            rows=rows,
+            seq_ids=seq,
+            prompt_lengths=plen,
+            role_codes=codes,
+            window=window,
+            loss_mask=piece["loss"],
+            align="left",
+        )
+        records = [
+            rollout_record(trajs[piece["rows"][k]], run_id=run_id, step=step, split="train", tokens=None) for k in rows
+        ]
         for rec in records:  # the audit's microscope reads which log-probs the sampler's are
             rec["meta"].update(logprob_meta)
         return StepData(records, cols)
@@ -418,20 +561,28 @@ class TRLEngine(Run):
         m: dict[str, float] = {}
         if self.rank == 0:
             all_trajs = [t for part in gathered for t in part[3]]
-            summary = {k: [x for part in gathered for x in part[2][k]] for k in ("advantage", "loss_tokens", "gap", "tokens")}
+            summary = {
+                k: [x for part in gathered for x in part[2][k]] for k in ("advantage", "loss_tokens", "gap", "tokens")
+            }
             m = self._step_metrics(summary, all_trajs, [part[4] for part in gathered])
             run_id = self.writer.run["id"]
             logprob_meta = self._logprob_meta()
 
             def build(kept: list[int]) -> StepData:
                 wanted = set(kept)
-                return concat_data([self._piece_data(p, wanted, all_trajs, run_id, step, logprob_meta) for p in pieces if p["rows"]])
+                return concat_data(
+                    [self._piece_data(p, wanted, all_trajs, run_id, step, logprob_meta) for p in pieces if p["rows"]]
+                )
 
             checks: dict[str, float] = {}
             for part in gathered:
                 for k, v in part[4]["checks"].items():
                     checks[k] = checks.get(k, 0.0) + v
-            m.update(self.recorder.submit(StepJob(f"step-{step:06d}", step, "train", len(keys), keys, flags, build, stats=checks)))
+            m.update(
+                self.recorder.submit(
+                    StepJob(f"step-{step:06d}", step, "train", len(keys), keys, flags, build, stats=checks)
+                )
+            )
         last = step == self.total
         if self.eval_set and ((cfg.train.eval_every and step % cfg.train.eval_every == 0) or last):
             m.update(self.evaluate(step))
@@ -449,7 +600,9 @@ class TRLEngine(Run):
         if stop:
             control.should_training_stop = True
 
-    def _step_metrics(self, rows: dict[str, list[float]], trajs: list[Trajectory], stats: list[dict[str, Any]]) -> dict[str, float]:
+    def _step_metrics(
+        self, rows: dict[str, list[float]], trajs: list[Trajectory], stats: list[dict[str, Any]]
+    ) -> dict[str, float]:
         """The step's metrics in our/veRL names, from every process's per-row sums (of the tensors TRL trained on)."""
         m = rollout_metrics(trajs)
         scores = torch.tensor([t.reward or 0.0 for t in trajs])

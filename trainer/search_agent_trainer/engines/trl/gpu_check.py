@@ -30,7 +30,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[4]
 EXAMPLES = ROOT / "examples"
 # Qwen2.5-0.5B's config.json, less its vocabulary (the tokenizer's decides it)
-QWEN25_05B = {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "max_position_embeddings": 32768, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "rms_norm_eps": 1e-06, "tie_word_embeddings": True}
+QWEN25_05B = {
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 32768,
+    "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"},
+    "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": True,
+}
 GOAL_MEAN_ABS_DIFF = 0.01
 
 
@@ -58,10 +68,28 @@ def run_config(model: Path, smoke: bool) -> dict[str, Any]:
     cfg["data"] = {**cfg["data"], "train": str(EXAMPLES / cfg["data"]["train"])}
     cfg["data"].pop("eval", None)
     cfg["data"].pop("eval_size", None)
-    cfg["model"] = {"kind": "hf", "path": str(model), "random_init": True, "device": "cpu" if smoke else "cuda", "dtype": "fp32" if smoke else "bf16", "gradient_checkpointing": not smoke}
-    cfg["rollout"] = {**cfg["rollout"], "batch_size": 4 if smoke else 8, "n": 4, "max_turns": 2, "max_turn_tokens": 16 if smoke else 64, "max_response_length": 400 if smoke else 1024}
+    cfg["model"] = {
+        "kind": "hf",
+        "path": str(model),
+        "random_init": True,
+        "device": "cpu" if smoke else "cuda",
+        "dtype": "fp32" if smoke else "bf16",
+        "gradient_checkpointing": not smoke,
+    }
+    cfg["rollout"] = {
+        **cfg["rollout"],
+        "batch_size": 4 if smoke else 8,
+        "n": 4,
+        "max_turns": 2,
+        "max_turn_tokens": 16 if smoke else 64,
+        "max_response_length": 400 if smoke else 1024,
+    }
     cfg["algorithm"] = {"name": "grpo", "kl_coef": 0.001}  # a reference model (bf16 under bf16 compute)
-    cfg["optim"] = {"lr": 1e-6, "mini_batch_size": 16 if smoke else 32, "micro_batch_size": 8}  # one optimizer step a step: on-policy
+    cfg["optim"] = {
+        "lr": 1e-6,
+        "mini_batch_size": 16 if smoke else 32,
+        "micro_batch_size": 8,
+    }  # one optimizer step a step: on-policy
     cfg["train"] = {"steps": 2, "eval_every": 0, "checkpoint_every": 0}
     return cfg
 
@@ -88,8 +116,17 @@ def gap(run_dir: Path) -> dict[str, Any]:
     for rec in training_records(run_dir):
         t = rec["tokens"]
         records += 1
-        diffs += [abs(a - b) for a, b, m in zip(t["rollout_logprob"], t["logprob"], t["loss_mask"]) if m == 1 and a is not None and b is not None]
-    return {"records": records, "compared_tokens": len(diffs), "mean_abs_diff": sum(diffs) / len(diffs) if diffs else None, "max_abs_diff": max(diffs) if diffs else None}
+        diffs += [
+            abs(a - b)
+            for a, b, m in zip(t["rollout_logprob"], t["logprob"], t["loss_mask"])
+            if m == 1 and a is not None and b is not None
+        ]
+    return {
+        "records": records,
+        "compared_tokens": len(diffs),
+        "mean_abs_diff": sum(diffs) / len(diffs) if diffs else None,
+        "max_abs_diff": max(diffs) if diffs else None,
+    }
 
 
 class EnvServer:
@@ -99,8 +136,24 @@ class EnvServer:
         node = os.environ.get("SAS_NODE") or shutil.which("node")
         server = ROOT / "dist" / "server.js"
         if not node or not server.exists():
-            raise SystemExit(f"gpu_check: the env server needs node ({node or 'not found: set SAS_NODE'}) and the package's build ({server}{'' if server.exists() else ': not built, npm run build'}); or pass --env-url")
-        self.proc = subprocess.Popen([node, str(server), "--port", "0", "--corpus", str(EXAMPLES / "demo" / "corpus.jsonl"), "--reward", "builtin:em"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            raise SystemExit(
+                f"gpu_check: the env server needs node ({node or 'not found: set SAS_NODE'}) and the package's build ({server}{'' if server.exists() else ': not built, npm run build'}); or pass --env-url"
+            )
+        self.proc = subprocess.Popen(
+            [
+                node,
+                str(server),
+                "--port",
+                "0",
+                "--corpus",
+                str(EXAMPLES / "demo" / "corpus.jsonl"),
+                "--reward",
+                "builtin:em",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         line = self.proc.stdout.readline() if self.proc.stdout else ""
         try:
             self.url = f"http://127.0.0.1:{json.loads(line)['port']}"
@@ -121,7 +174,9 @@ def check(work: Path, smoke: bool, env_url: str | None) -> dict[str, Any]:
     import torch
 
     if not smoke and not torch.cuda.is_available():
-        raise SystemExit("gpu_check: no CUDA device (torch.cuda.is_available() is False); --cpu-smoke runs the toy size on CPU")
+        raise SystemExit(
+            "gpu_check: no CUDA device (torch.cuda.is_available() is False); --cpu-smoke runs the toy size on CPU"
+        )
     work.mkdir(parents=True, exist_ok=True)
     cfg_path = work / "gpu-check-trl.run.json"
     cfg_path.write_text(json.dumps(run_config(model_dir(work, smoke), smoke), indent=2), encoding="utf-8")
@@ -129,15 +184,36 @@ def check(work: Path, smoke: bool, env_url: str | None) -> dict[str, Any]:
     server = None if env_url else EnvServer()
     try:
         t0 = time.perf_counter()
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "trainer"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-        p = subprocess.run([sys.executable, "-m", "search_agent_trainer", "--config", str(cfg_path), "--run-dir", str(run_dir), "--env-url", env_url or server.url], env=env, capture_output=True, text=True)  # type: ignore[union-attr]
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "trainer"), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        }
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "search_agent_trainer",
+                "--config",
+                str(cfg_path),
+                "--run-dir",
+                str(run_dir),
+                "--env-url",
+                env_url or server.url,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+        )  # type: ignore[union-attr]
         seconds = time.perf_counter() - t0
     finally:
         if server:
             server.close()
     (work / "trainer.log").write_text(p.stderr, encoding="utf-8")
     if p.returncode != 0:
-        raise SystemExit(f"gpu_check: the trainer exited {p.returncode}; the end of its log:\n" + "\n".join(p.stderr.splitlines()[-30:]))
+        raise SystemExit(
+            f"gpu_check: the trainer exited {p.returncode}; the end of its log:\n"
+            + "\n".join(p.stderr.splitlines()[-30:])
+        )
     run = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     g = gap(run_dir)
     from importlib import metadata

@@ -57,7 +57,15 @@ def launch_command(cfg: Any, trainer_args: list[str], bf16: bool) -> list[str]:
         if os.environ.get("SAS_MACHINE_RANK"):  # this machine's rank in a multi-node launch (the file has one)
             cmd += ["--machine_rank", os.environ["SAS_MACHINE_RANK"]]
     else:
-        cmd += ["--multi_gpu", "--num_processes", str(processes(cfg)), "--num_machines", "1", "--main_process_port", str(_free_port())]
+        cmd += [
+            "--multi_gpu",
+            "--num_processes",
+            str(processes(cfg)),
+            "--num_machines",
+            "1",
+            "--main_process_port",
+            str(_free_port()),
+        ]
         cmd += ["--mixed_precision", "bf16" if bf16 else "no", "--dynamo_backend", "no"]
     return cmd + ["-m", "search_agent_trainer", *trainer_args]
 
@@ -122,7 +130,9 @@ def _settle(run_dir: Path, run: dict[str, Any], code: int, asked: list[str]) -> 
     if asked:
         run["status"], run["stop_reason"] = "stopped", asked[0]
     else:
-        message = f"a training process exited with code {code} before the run ended (its traceback is in the trainer's log)"
+        message = (
+            f"a training process exited with code {code} before the run ended (its traceback is in the trainer's log)"
+        )
         run["status"], run["error"] = "failed", {"message": message}
         events.append({"event": "error", "time": _now(), "message": message})
     events.append({"event": "finished", "time": _now(), "status": run["status"], "step": run.get("step", 0)})

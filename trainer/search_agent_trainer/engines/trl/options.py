@@ -109,9 +109,13 @@ def plan(cfg: Any, world: int) -> tuple[Plan, list[str]]:
     problems = []
     unit = world * micro
     if S % unit:
-        problems.append(f"rollout.batch_size × rollout.n ({r.batch_size} × {r.n} = {S} sequences) must be a multiple of optim.micro_batch_size ({micro}) × processes ({world}) for the trl engine")
+        problems.append(
+            f"rollout.batch_size × rollout.n ({r.batch_size} × {r.n} = {S} sequences) must be a multiple of optim.micro_batch_size ({micro}) × processes ({world}) for the trl engine"
+        )
     elif mini % unit or S % mini:
-        problems.append(f"optim.mini_batch_size ({mini}) must be a multiple of optim.micro_batch_size ({micro}) × processes ({world}) and divide rollout.batch_size × rollout.n ({S}) for the trl engine")
+        problems.append(
+            f"optim.mini_batch_size ({mini}) must be a multiple of optim.micro_batch_size ({micro}) × processes ({world}) and divide rollout.batch_size × rollout.n ({S}) for the trl engine"
+        )
     return Plan(world, S, micro, mini, max(1, S // mini) * o.ppo_epochs), problems
 
 
@@ -128,7 +132,9 @@ def passthrough_problems(section: dict[str, Any], fields: set[str]) -> list[str]
         elif key not in fields:
             out.append(f"trl.{key}: not an option of TRL's GRPOConfig (nor of the launch: {', '.join(LAUNCH_KEYS)})")
     if section.get("vllm_mode", "colocate") != "colocate":
-        out.append(f"trl.vllm_mode: {section['vllm_mode']!r} is not supported: every process calls its own colocated vLLM once per turn, and a vLLM server would need every process to call it the same number of times")
+        out.append(
+            f"trl.vllm_mode: {section['vllm_mode']!r} is not supported: every process calls its own colocated vLLM once per turn, and a vLLM server would need every process to call it the same number of times"
+        )
     return out
 
 
@@ -161,8 +167,15 @@ def importance_sampling(cfg: Any) -> dict[str, Any]:
 
 def importance_sampling_problems(cfg: Any) -> list[str]:
     mode = (cfg.trl or {}).get("vllm_importance_sampling_mode")
-    if use_vllm(cfg) and cfg.rollout.top_p < 1.0 and (cfg.trl or {}).get("vllm_importance_sampling_correction", True) and mode in SEQUENCE_IS:
-        return [f"trl.vllm_importance_sampling_mode: {mode!r} with trl.use_vllm and rollout.top_p {cfg.rollout.top_p} would weight each trajectory by exp Σ (trainer − vLLM) over its tokens, and vLLM's log-probs of a nucleus exceed the trainer's by the nucleus's log-mass at every token (the weight of a long trajectory goes to 0): use token_mask or token_truncate (the default at top_p < 1), rollout.top_p 1, or trl.vllm_importance_sampling_correction false"]
+    if (
+        use_vllm(cfg)
+        and cfg.rollout.top_p < 1.0
+        and (cfg.trl or {}).get("vllm_importance_sampling_correction", True)
+        and mode in SEQUENCE_IS
+    ):
+        return [
+            f"trl.vllm_importance_sampling_mode: {mode!r} with trl.use_vllm and rollout.top_p {cfg.rollout.top_p} would weight each trajectory by exp Σ (trainer − vLLM) over its tokens, and vLLM's log-probs of a nucleus exceed the trainer's by the nucleus's log-mass at every token (the weight of a long trajectory goes to 0): use token_mask or token_truncate (the default at top_p < 1), rollout.top_p 1, or trl.vllm_importance_sampling_correction false"
+        ]
     return []
 
 
@@ -202,16 +215,29 @@ def memory_inputs(cfg: Any, world: int, bf16: bool) -> dict[str, Any]:
         "compute_dtype": "bfloat16" if bf16 else "float32",
         "reference_model": has_ref,
         "reference_dtype": ref_dtype,
-        "reference_adapter": cfg.algorithm.kl_coef > 0 and bool(cfg.model.lora),  # TRL's "ref" adapter: a frozen copy of the starting adapter
+        "reference_adapter": cfg.algorithm.kl_coef > 0
+        and bool(cfg.model.lora),  # TRL's "ref" adapter: a frozen copy of the starting adapter
         "lora": bool(cfg.model.lora),
-        "gradient_checkpointing": TRL_DEFAULTS["gradient_checkpointing"] if ckpt is None else bool(ckpt),  # unset: TRL's default
+        "gradient_checkpointing": TRL_DEFAULTS["gradient_checkpointing"]
+        if ckpt is None
+        else bool(ckpt),  # unset: TRL's default
         "micro_batch_per_process": p.micro,
         "max_sequence_tokens": cfg.rollout.max_prompt_length + cfg.rollout.max_response_length,
         "generation": "vllm" if vllm else "ours",
-        "generation_kv_tokens": None if vllm else cfg.rollout.max_batch_tokens,  # None: auto, after the reference is placed
-        "vllm_gpu_memory_utilization": float(section.get("vllm_gpu_memory_utilization", TRL_DEFAULTS["vllm_gpu_memory_utilization"])) if vllm else None,
-        "vllm_sleep_mode": bool(section.get("vllm_enable_sleep_mode", TRL_DEFAULTS["vllm_enable_sleep_mode"])) if vllm else None,
-        "vllm_max_num_seqs": p.micro * p.steps_per_generation if vllm else None,  # TRL's: per_device_train_batch_size × steps_per_generation (tp 1)
+        "generation_kv_tokens": None
+        if vllm
+        else cfg.rollout.max_batch_tokens,  # None: auto, after the reference is placed
+        "vllm_gpu_memory_utilization": float(
+            section.get("vllm_gpu_memory_utilization", TRL_DEFAULTS["vllm_gpu_memory_utilization"])
+        )
+        if vllm
+        else None,
+        "vllm_sleep_mode": bool(section.get("vllm_enable_sleep_mode", TRL_DEFAULTS["vllm_enable_sleep_mode"]))
+        if vllm
+        else None,
+        "vllm_max_num_seqs": p.micro * p.steps_per_generation
+        if vllm
+        else None,  # TRL's: per_device_train_batch_size × steps_per_generation (tp 1)
     }
 
 
@@ -249,7 +275,11 @@ def grpo_kwargs(cfg: Any, run_dir: Path, p: Plan, bf16: bool, cpu: bool) -> dict
         "bf16": bf16,
         "use_cpu": cpu,
         # unset: TRL's own (on)
-        **({"gradient_checkpointing": bool(cfg.model.gradient_checkpointing)} if cfg.model.gradient_checkpointing is not None else {}),
+        **(
+            {"gradient_checkpointing": bool(cfg.model.gradient_checkpointing)}
+            if cfg.model.gradient_checkpointing is not None
+            else {}
+        ),
         **({"model_init_kwargs": {"dtype": ref}} if (ref := reference_dtype(cfg, bf16)) else {}),  # the reference's
         **importance_sampling(cfg),
         "disable_dropout": not cfg.model.dropout,

@@ -17,7 +17,9 @@ from ...generation import GeneratedTurn, Stops
 
 
 class VLLMTurnGenerator:
-    def __init__(self, llm: Any, stops: Stops, temperature: float, top_p: float, seed: int, sampling_params: Any = None):
+    def __init__(
+        self, llm: Any, stops: Stops, temperature: float, top_p: float, seed: int, sampling_params: Any = None
+    ):
         self.llm = llm
         self.stops = stops
         self.temperature = temperature
@@ -45,7 +47,9 @@ class VLLMTurnGenerator:
             seed=self.seed + 104_729 * self._calls + row,
         )
 
-    def generate(self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Sequence[Any] | None = None) -> list[GeneratedTurn]:
+    def generate(
+        self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Sequence[Any] | None = None
+    ) -> list[GeneratedTurn]:
         out = [GeneratedTurn([], []) for _ in contexts]
         rows = [i for i, b in enumerate(budgets) if b > 0]
         if not rows:
@@ -57,6 +61,9 @@ class VLLMTurnGenerator:
             o = result.outputs[0]
             ids = list(o.token_ids)[: budgets[i]]
             # one {token id: Logprob} per sampled token (logprobs=0: the sampled token's only)
-            lps = [float(step[tok].logprob) if step and tok in step else 0.0 for tok, step in zip(ids, o.logprobs or [{}] * len(ids))]
+            lps = [
+                float(step[tok].logprob) if step and tok in step else 0.0
+                for tok, step in zip(ids, o.logprobs or [{}] * len(ids))
+            ]
             out[i] = GeneratedTurn(ids, lps)
         return out

@@ -54,7 +54,9 @@ def our_tokenizer(hf_tokenizer: Any) -> Tokenizer:
 def env_url_of(env_url: str | None) -> str:
     url = env_url or os.environ.get(ENV_URL_VAR)
     if not url:
-        raise ValueError(f"no env server URL: set env_url in the agent loop / tool config, or the {ENV_URL_VAR} environment variable")
+        raise ValueError(
+            f"no env server URL: set env_url in the agent loop / tool config, or the {ENV_URL_VAR} environment variable"
+        )
     return url
 
 
@@ -62,11 +64,29 @@ def env_url_of(env_url: str | None) -> str:
 class SearchR1AgentLoop(AgentLoopBase):
     """Search-R1's multi-turn protocol on veRL's LLM servers, with rollout.py's per-trajectory steps."""
 
-    def __init__(self, *args: Any, env_url: str | None = None, max_turns: int = 4, max_turn_tokens: int = 500, max_obs_length: int = 500, topk: int = 3, chat_template: bool = True, loss_masking: bool = True, strict_actions: bool = False, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        env_url: str | None = None,
+        max_turns: int = 4,
+        max_turn_tokens: int = 500,
+        max_obs_length: int = 500,
+        topk: int = 3,
+        chat_template: bool = True,
+        loss_masking: bool = True,
+        strict_actions: bool = False,
+        **kwargs: Any,
+    ):
         super().__init__(*args, **kwargs)
         self.env_url = env_url_of(env_url)
         self.tok = our_tokenizer(self.tokenizer)
-        self.settings = RolloutSettings(int(max_turns), int(max_turn_tokens), int(self.rollout_config.response_length), int(max_obs_length), int(topk))
+        self.settings = RolloutSettings(
+            int(max_turns),
+            int(max_turn_tokens),
+            int(self.rollout_config.response_length),
+            int(max_obs_length),
+            int(topk),
+        )
         self.chat_template = bool(chat_template)
         self.loss_masking = bool(loss_masking)
         self.dialect = make_dialect("searchr1", self.tok, strict_actions=bool(strict_actions))
@@ -82,26 +102,44 @@ class SearchR1AgentLoop(AgentLoopBase):
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
         s = self.settings
         prompt_ids = await self._prompt_ids(list(kwargs["raw_prompt"]))
-        t = Trajectory(example_of(kwargs), 0, 0, self.tokenizer.decode(prompt_ids, skip_special_tokens=False), list(prompt_ids), strict_actions=self.dialect.strict)
+        t = Trajectory(
+            example_of(kwargs),
+            0,
+            0,
+            self.tokenizer.decode(prompt_ids, skip_special_tokens=False),
+            list(prompt_ids),
+            strict_actions=self.dialect.strict,
+        )
         # Stop where the builtin trainer's generator stops: `</search>`, `</answer>` (strings: vLLM forces a tokenizer
         # on, SGLang needs rollout.skip_tokenizer_init false) or an end-of-turn token.
         params = {**sampling_params, "stop": list(STOP_STRINGS), "stop_token_ids": sorted(self.tok.eos_ids)}
         request_id = uuid4().hex  # one id per trajectory: its turns go to the same server (prefix cache)
         metrics: dict[str, float] = {"generate_sequences": 0.0, "tool_calls": 0.0}
         cut = {"truncated": 0, "longest": 0}
-        protocol = play(t, self.tok, s, cut, self.dialect)  # rollout.py's protocol, one trajectory, fed by veRL's server calls
+        protocol = play(
+            t, self.tok, s, cut, self.dialect
+        )  # rollout.py's protocol, one trajectory, fed by veRL's server calls
         request = next(protocol)
         while True:
             t0 = time.perf_counter()
             if isinstance(request, Generate):
-                out = await self.server_manager.generate(request_id, prompt_ids=request.context, sampling_params={**params, "max_tokens": request.budget}, priority=int(priority))
+                out = await self.server_manager.generate(
+                    request_id,
+                    prompt_ids=request.context,
+                    sampling_params={**params, "max_tokens": request.budget},
+                    priority=int(priority),
+                )
                 metrics["generate_sequences"] += time.perf_counter() - t0
                 if out.stop_reason == "aborted":
-                    raise RuntimeError(f"the rollout server aborted the generation of turn {request.turn + 1} (trajectory {t.example.id})")
+                    raise RuntimeError(
+                        f"the rollout server aborted the generation of turn {request.turn + 1} (trajectory {t.example.id})"
+                    )
                 ids = list(out.token_ids[: request.budget])
                 reply: Any = (ids, list(out.log_probs[: len(ids)]) if out.log_probs else None)
             else:
-                reply = await env_batchers(self.env_url).retrieve(request.queries, s.topk)  # with the worker's other trajectories' queries
+                reply = await env_batchers(self.env_url).retrieve(
+                    request.queries, s.topk
+                )  # with the worker's other trajectories' queries
                 metrics["tool_calls"] += time.perf_counter() - t0
             try:
                 request = protocol.send(reply)
@@ -112,7 +150,9 @@ class SearchR1AgentLoop(AgentLoopBase):
             prompt_ids=t.prompt_ids,
             response_ids=t.ids,
             response_mask=mask,
-            response_logprobs=[0.0 if x is None else float(x) for x in t.sample_logprobs] if params.get("logprobs") else None,
+            response_logprobs=[0.0 if x is None else float(x) for x in t.sample_logprobs]
+            if params.get("logprobs")
+            else None,
             num_turns=1 + len(t.pieces),
             metrics=metrics,
             extra_fields={"sas": rollout_fields(t, "searchr1", cut), "turn_scores": [], "tool_rewards": []},
@@ -174,7 +214,9 @@ class SearchToolAgentLoop(ToolAgentLoop):
 
     @rollout_trace_op
     async def run(self, sampling_params: dict[str, Any], priority: int = 0, **kwargs: Any) -> AgentLoopOutput:
-        self._tool_turns: list[tuple[int, int, list[str]]] = []  # an environment turn: (start, end) in the context, its replies
+        self._tool_turns: list[
+            tuple[int, int, list[str]]
+        ] = []  # an environment turn: (start, end) in the context, its replies
         self._turns = 0
         self._finish = "length"
         output = await super().run(sampling_params, priority=priority, **kwargs)
@@ -184,7 +226,13 @@ class SearchToolAgentLoop(ToolAgentLoop):
             lo, hi = max(start - P, 0), min(end - P, len(roles))
             if lo < hi:
                 roles[lo:hi] = segment_roles(self.tokenizer, list(output.response_ids[lo:hi]), replies)
-        t = Trajectory(example_of(kwargs), 0, 0, self.tokenizer.decode(output.prompt_ids, skip_special_tokens=False), list(output.prompt_ids))
+        t = Trajectory(
+            example_of(kwargs),
+            0,
+            0,
+            self.tokenizer.decode(output.prompt_ids, skip_special_tokens=False),
+            list(output.prompt_ids),
+        )
         t.ids, t.roles, t.turns, t.finish = list(output.response_ids), roles, self._turns, self._finish
         # The response piece by piece, one per run of one role, so its spans say which text the environment wrote.
         for a, b in role_runs(roles):
@@ -195,7 +243,9 @@ class SearchToolAgentLoop(ToolAgentLoop):
         output.extra_fields["sas"] = rollout_fields(t, "toolcall")
         return output
 
-    async def _handle_generating_state(self, agent_data: Any, sampling_params: dict[str, Any], ignore_termination: bool = False) -> AgentState:
+    async def _handle_generating_state(
+        self, agent_data: Any, sampling_params: dict[str, Any], ignore_termination: bool = False
+    ) -> AgentState:
         before = len(agent_data.prompt_ids)
         state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination)
         self._turns = agent_data.assistant_turns
@@ -203,7 +253,9 @@ class SearchToolAgentLoop(ToolAgentLoop):
             # ToolAgentLoop's reasons to stop, in its order: the response budget, the turn limits, no tool call.
             if len(agent_data.response_mask) >= self.response_length:
                 self._finish = "length"
-            elif (self.max_assistant_turns and agent_data.assistant_turns >= self.max_assistant_turns) or (self.max_user_turns and agent_data.user_turns >= self.max_user_turns):
+            elif (self.max_assistant_turns and agent_data.assistant_turns >= self.max_assistant_turns) or (
+                self.max_user_turns and agent_data.user_turns >= self.max_user_turns
+            ):
                 self._finish = "max_turns"
             else:
                 text = self.tokenizer.decode(agent_data.prompt_ids[before:], skip_special_tokens=True)
@@ -216,7 +268,11 @@ class SearchToolAgentLoop(ToolAgentLoop):
         state = await super()._handle_processing_tools_state(agent_data)
         new = agent_data.prompt_ids
         start = next((k for k, (a, b) in enumerate(zip(old, new)) if a != b), min(len(old), len(new)))
-        replies = [m["content"] if isinstance(m["content"], str) else "" for m in agent_data.messages[n_messages:] if m.get("role") == "tool"]
+        replies = [
+            m["content"] if isinstance(m["content"], str) else ""
+            for m in agent_data.messages[n_messages:]
+            if m.get("role") == "tool"
+        ]
         if len(new) > start:
             self._tool_turns.append((start, len(new), replies))
         return state

@@ -26,7 +26,9 @@ class Coalescer:
     """Items submitted concurrently on one event loop, sent together by `send(items) -> results` (one result per
     item, in order). A failure of the request fails every caller in it."""
 
-    def __init__(self, send: Callable[[list[Any]], list[Any]], wait_s: float = BATCH_WAIT_S, max_items: int = BATCH_MAX):
+    def __init__(
+        self, send: Callable[[list[Any]], list[Any]], wait_s: float = BATCH_WAIT_S, max_items: int = BATCH_MAX
+    ):
         self.send = send
         self.wait_s = wait_s
         self.max_items = max_items

@@ -24,7 +24,9 @@ from ...data import Example, meta_fields, render_prompt
 ABILITY = "fact-reasoning"
 
 
-def verl_rows(examples: Sequence[Example], prompt_template: str, split: str, agent_name: str | None = None) -> list[dict[str, Any]]:
+def verl_rows(
+    examples: Sequence[Example], prompt_template: str, split: str, agent_name: str | None = None
+) -> list[dict[str, Any]]:
     """One veRL row per example, in Search-R1's layout."""
     rows = []
     for i, ex in enumerate(examples):
@@ -33,7 +35,14 @@ def verl_rows(examples: Sequence[Example], prompt_template: str, split: str, age
             "prompt": [{"role": "user", "content": render_prompt(prompt_template, ex.question)}],
             "ability": ABILITY,
             "reward_model": {"style": "rule", "ground_truth": {"target": list(ex.golden)}},
-            "extra_info": {"split": split, "index": i, "id": ex.id, "question": ex.question, "golden": list(ex.golden), "data_source": ex.data_source},
+            "extra_info": {
+                "split": split,
+                "index": i,
+                "id": ex.id,
+                "question": ex.question,
+                "golden": list(ex.golden),
+                "data_source": ex.data_source,
+            },
         }
         # Nullable, so every row has the same struct whatever the example says (parquet's columns are typed).
         row["extra_info"].update(hops=ex.hops, kind=ex.kind, bridge=list(ex.bridge) if ex.bridge else None)
@@ -43,7 +52,9 @@ def verl_rows(examples: Sequence[Example], prompt_template: str, split: str, age
     return rows
 
 
-def write_verl_parquet(examples: Sequence[Example], prompt_template: str, path: str | Path, split: str, agent_name: str | None = None) -> Path:
+def write_verl_parquet(
+    examples: Sequence[Example], prompt_template: str, path: str | Path, split: str, agent_name: str | None = None
+) -> Path:
     """The examples as a parquet file veRL's RLHFDataset reads (pyarrow infers the nested columns' types)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -89,7 +100,9 @@ def example_of(row: Mapping[str, Any]) -> Example:
     hops = _plain(info.get("hops"))
     if isinstance(hops, float) and hops.is_integer():
         hops = int(hops)
-    hops, kind, bridge, _problems = meta_fields({"hops": hops, "kind": _plain(info.get("kind")), "bridge": _plain(info.get("bridge"))})
+    hops, kind, bridge, _problems = meta_fields(
+        {"hops": hops, "kind": _plain(info.get("kind")), "bridge": _plain(info.get("bridge"))}
+    )
     return Example(
         id=str(_plain(ident)),
         question=str(question),

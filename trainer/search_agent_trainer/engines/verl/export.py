@@ -77,4 +77,6 @@ def export(cfg: Mapping[str, Any], out: str | os.PathLike[str]) -> dict[str, Any
 
 def expand(overrides: list[str], directory: str | os.PathLike[str], env_url: str) -> list[str]:
     """What launch.sh passes to main.py (for tests and for checking an export against veRL's config)."""
-    return [o.replace(EXPORT_DIR, str(directory)) for o in overrides] + [f"+ray_kwargs.ray_init.runtime_env.env_vars.{ENV_URL_VAR}={hydra_value(env_url)}"]
+    return [o.replace(EXPORT_DIR, str(directory)) for o in overrides] + [
+        f"+ray_kwargs.ray_init.runtime_env.env_vars.{ENV_URL_VAR}={hydra_value(env_url)}"
+    ]

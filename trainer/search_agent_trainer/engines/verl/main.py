@@ -114,7 +114,10 @@ def _fail(run_dir: Path, message: str, out: TextIO) -> None:
         run.update(status="failed", error={"message": message}, updated=_now())
         write_json_atomic(run_json, run)
     with open(run_dir / "events.jsonl", "a", encoding="utf-8") as events:
-        for e in ({"event": "error", "message": message}, {"event": "finished", "status": "failed", "step": int((run or {}).get("step", 0))}):
+        for e in (
+            {"event": "error", "message": message},
+            {"event": "finished", "status": "failed", "step": int((run or {}).get("step", 0))},
+        ):
             line = dumps({**e, "time": _now()})
             events.write(line + "\n")
             out.write(line + "\n")
@@ -133,7 +136,9 @@ def train(overrides: list[str], compose: Any = None) -> int:
         auto_set_device(config)
         check_config(config)
     except Exception as e:  # noqa: BLE001 - a refused config is reported, named
-        events_out.write(json.dumps({"event": "error", "message": f"veRL refused the config: {type(e).__name__}: {e}"}) + "\n")
+        events_out.write(
+            json.dumps({"event": "error", "message": f"veRL refused the config: {type(e).__name__}: {e}"}) + "\n"
+        )
         return 2
     run_dir = Path(config.sas.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -188,7 +193,11 @@ def prepare_command(argv: list[str]) -> int:
         print(json.dumps({"event": "error", "message": str(e)}), flush=True)
         return 2
     plan.write_files()
-    print(json.dumps({"overrides": plan.overrides, "notes": plan.notes, "command": launch_command(args.python, plan.overrides)}))
+    print(
+        json.dumps(
+            {"overrides": plan.overrides, "notes": plan.notes, "command": launch_command(args.python, plan.overrides)}
+        )
+    )
     return 0
 
 
@@ -201,7 +210,7 @@ def export_command(argv: list[str]) -> int:
 
     from ...config import load_config
     from ...schema import ConfigError
-    from .export import export, expand
+    from .export import expand, export
     from .overrides import VerlConfigError
 
     try:
@@ -214,7 +223,10 @@ def export_command(argv: list[str]) -> int:
         try:
             compose_config(expand(result["overrides"], result["dir"], "http://127.0.0.1:0"))
         except Exception as e:  # noqa: BLE001 - a refused override is reported, named
-            print(json.dumps({"event": "error", "message": f"veRL refused the config: {type(e).__name__}: {e}"}), flush=True)
+            print(
+                json.dumps({"event": "error", "message": f"veRL refused the config: {type(e).__name__}: {e}"}),
+                flush=True,
+            )
             return 2
     print(json.dumps(result))
     return 0

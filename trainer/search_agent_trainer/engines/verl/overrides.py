@@ -48,14 +48,26 @@ ATTENTION = ("auto", "flash_attention_2", "sdpa")
 # The run-config keys that decide what veRL keeps on each GPU besides the shapes: veRL's defaults apply where they
 # are unset, so a memory planner chooses by writing them into the config it launches (memory_inputs says what a
 # config gives).
-PLANNER_KEYS = ("verl.param_offload", "verl.optimizer_offload", "model.gradient_checkpointing", "verl.gpu_memory_utilization")  # the last has a value always (0.5, veRL's too)
-VERL_OWN = {"param_offload": False, "optimizer_offload": False, "gradient_checkpointing": True}  # veRL 0.9.1's defaults (ppo_trainer.yaml)
+PLANNER_KEYS = (
+    "verl.param_offload",
+    "verl.optimizer_offload",
+    "model.gradient_checkpointing",
+    "verl.gpu_memory_utilization",
+)  # the last has a value always (0.5, veRL's too)
+VERL_OWN = {
+    "param_offload": False,
+    "optimizer_offload": False,
+    "gradient_checkpointing": True,
+}  # veRL 0.9.1's defaults (ppo_trainer.yaml)
 ADV_ESTIMATOR = {"grpo": "grpo", "ppo": "gae", "reinforce++": "reinforce_plus_plus"}
 TRAINER_DIR = Path(__file__).resolve().parents[3]  # the directory holding search_agent_trainer (PYTHONPATH)
 REWARD_FN = "pkg://search_agent_trainer.engines.verl.reward"
 WORKER_SETUP = "search_agent_trainer.engines.verl.worker_setup.setup"
 TOOL_CLASS = "search_agent_trainer.engines.verl.tool.SearchTool"
-AGENT_LOOP_CLASSES = {SEARCH_R1_AGENT: "search_agent_trainer.engines.verl.agent_loop.SearchR1AgentLoop", TOOL_AGENT: "search_agent_trainer.engines.verl.agent_loop.SearchToolAgentLoop"}
+AGENT_LOOP_CLASSES = {
+    SEARCH_R1_AGENT: "search_agent_trainer.engines.verl.agent_loop.SearchR1AgentLoop",
+    TOOL_AGENT: "search_agent_trainer.engines.verl.agent_loop.SearchToolAgentLoop",
+}
 
 
 class VerlConfigError(ValueError):
@@ -101,7 +113,9 @@ def verl_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
         if not isinstance(s[k], int) or isinstance(s[k], bool) or s[k] < 1:
             problems.append(f"verl.{k}: expected an integer ≥ 1, got {s[k]!r}")
     if not isinstance(s["gpu_memory_utilization"], (int, float)) or not 0 < s["gpu_memory_utilization"] <= 1:
-        problems.append(f"verl.gpu_memory_utilization: expected a number in (0, 1], got {s['gpu_memory_utilization']!r}")
+        problems.append(
+            f"verl.gpu_memory_utilization: expected a number in (0, 1], got {s['gpu_memory_utilization']!r}"
+        )
     if not isinstance(s["overrides"], list) or not all(isinstance(o, str) for o in s["overrides"]):
         problems.append("verl.overrides: expected a list of Hydra override strings")
     devices = _get(cfg, "devices", 1)
@@ -114,9 +128,13 @@ def verl_settings(cfg: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 s["gpus_per_node"] = devices // s["nodes"]
         elif s["gpus_per_node"] * s["nodes"] != devices:
-            problems.append(f"devices ({devices}) disagrees with verl.gpus_per_node × verl.nodes ({s['gpus_per_node']} × {s['nodes']}); set one of them")
+            problems.append(
+                f"devices ({devices}) disagrees with verl.gpus_per_node × verl.nodes ({s['gpus_per_node']} × {s['nodes']}); set one of them"
+            )
     if not problems and s["gpus_per_node"] % s["tensor_parallel"]:
-        problems.append(f"verl.tensor_parallel ({s['tensor_parallel']}) must divide verl.gpus_per_node ({s['gpus_per_node']})")
+        problems.append(
+            f"verl.tensor_parallel ({s['tensor_parallel']}) must divide verl.gpus_per_node ({s['gpus_per_node']})"
+        )
     if problems:
         raise VerlConfigError("; ".join(problems))
     return s
@@ -150,8 +168,13 @@ def attention_of(cfg: Mapping[str, Any], flash_attn: str | None) -> tuple[str, s
     if flash_attn:
         return "flash_attention_2", f"flash-attn {flash_attn} is installed in veRL's Python"
     if want == "flash_attention_2":
-        raise VerlConfigError('verl.attention: flash_attention_2 needs flash-attn in veRL\'s Python, which cannot import it (PyPI has no wheel: install one built for this torch, CUDA and Python from flash-attention\'s GitHub releases, or set verl.attention to "sdpa" or "auto")')
-    return "sdpa", "flash-attn is not installed in veRL's Python: PyTorch's scaled_dot_product_attention instead (verl.attention: auto)"
+        raise VerlConfigError(
+            'verl.attention: flash_attention_2 needs flash-attn in veRL\'s Python, which cannot import it (PyPI has no wheel: install one built for this torch, CUDA and Python from flash-attention\'s GitHub releases, or set verl.attention to "sdpa" or "auto")'
+        )
+    return (
+        "sdpa",
+        "flash-attn is not installed in veRL's Python: PyTorch's scaled_dot_product_attention instead (verl.attention: auto)",
+    )
 
 
 def rollout_logprob_kind(cfg: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -198,12 +221,23 @@ def memory_inputs(cfg: Mapping[str, Any], flash_attn: str | None = None) -> dict
         "fsdp_shards": world,
         "strategy": s["strategy"],
         "param_offload": VERL_OWN["param_offload"] if s["param_offload"] is None else s["param_offload"],
-        "optimizer_offload": VERL_OWN["optimizer_offload"] if s["optimizer_offload"] is None else s["optimizer_offload"],
+        "optimizer_offload": VERL_OWN["optimizer_offload"]
+        if s["optimizer_offload"] is None
+        else s["optimizer_offload"],
         "gradient_checkpointing": VERL_OWN["gradient_checkpointing"] if ckpt is None else bool(ckpt),
-        "chosen": [k for k, v in (("verl.param_offload", s["param_offload"]), ("verl.optimizer_offload", s["optimizer_offload"]), ("model.gradient_checkpointing", ckpt)) if v is not None],
+        "chosen": [
+            k
+            for k, v in (
+                ("verl.param_offload", s["param_offload"]),
+                ("verl.optimizer_offload", s["optimizer_offload"]),
+                ("model.gradient_checkpointing", ckpt),
+            )
+            if v is not None
+        ],
         "master_dtype": "float32",
         "compute_dtype": "bfloat16",
-        "reference_model": kl > 0 and not _get(cfg, "model.lora"),  # with LoRA the reference is the base without the adapter
+        "reference_model": kl > 0
+        and not _get(cfg, "model.lora"),  # with LoRA the reference is the base without the adapter
         "critic_model": algo == "ppo",
         "lora": bool(_get(cfg, "model.lora")),
         "rollout_engine": s["rollout"],
@@ -212,7 +246,8 @@ def memory_inputs(cfg: Mapping[str, Any], flash_attn: str | None = None) -> dict
         "rollout_frees_memory_while_training": True,
         "attention": impl,
         "micro_batch_per_gpu": int(_get(cfg, "optim.micro_batch_size", 8)),
-        "max_sequence_tokens": int(_get(cfg, "rollout.max_prompt_length", 1024)) + int(_get(cfg, "rollout.max_response_length", 1024)),
+        "max_sequence_tokens": int(_get(cfg, "rollout.max_prompt_length", 1024))
+        + int(_get(cfg, "rollout.max_response_length", 1024)),
     }
 
 
@@ -269,7 +304,15 @@ def tool_entries(cfg: Mapping[str, Any], env_url: str | None) -> dict[str, Any]:
     (the trainer's tool-call dialect's key; default `search`)."""
     url = {"env_url": env_url} if env_url else {}
     schema = search_tool_schema(str(_get(cfg, "rollout.search_tool", "search")))
-    return {"tools": [{"class_name": TOOL_CLASS, "config": {"type": "native", **url, "topk": int(_get(cfg, "retriever.topk", 3))}, "tool_schema": schema}]}
+    return {
+        "tools": [
+            {
+                "class_name": TOOL_CLASS,
+                "config": {"type": "native", **url, "topk": int(_get(cfg, "retriever.topk", 3))},
+                "tool_schema": schema,
+            }
+        ]
+    }
 
 
 AR = "actor_rollout_ref"  # veRL's actor, rollout and reference group
@@ -326,20 +369,30 @@ def refusals(cfg: Mapping[str, Any], algo: str, n: int, batch: int, mini: int) -
     """What of `cfg` a veRL run cannot carry over, each naming its key."""
     problems: list[str] = []
     if _get(cfg, "model.kind", "tiny") != "hf" or not _get(cfg, "model.path"):
-        problems.append('model.kind: veRL trains Hugging Face models: set model.kind "hf" and model.path (a model directory)')
+        problems.append(
+            'model.kind: veRL trains Hugging Face models: set model.kind "hf" and model.path (a model directory)'
+        )
     if _get(cfg, "model.init"):
-        problems.append("model.init: a checkpoint of the builtin trainer cannot start a veRL run; point model.path at a Hugging Face model directory")
+        problems.append(
+            "model.init: a checkpoint of the builtin trainer cannot start a veRL run; point model.path at a Hugging Face model directory"
+        )
     if int(_get(cfg, "train.supervised_warmup.steps", 0) or 0) > 0:
-        problems.append("train.supervised_warmup: the builtin trainer's format warm-up has no veRL counterpart (engine builtin has it)")
+        problems.append(
+            "train.supervised_warmup: the builtin trainer's format warm-up has no veRL counterpart (engine builtin has it)"
+        )
     if algo not in ADV_ESTIMATOR:
         problems.append(f"algorithm.name: {algo!r} has no veRL estimator here")
     if mini % n:
         # e.g. the search-r1-grpo preset's 256 sequences with n = 5: Search-R1's old veRL counted mini-batches in rows
         # (its 5 samples were repeated prompts, n_agent), veRL 0.9 counts prompts of n samples each
         near = sorted((p * n for p in range(1, batch + 1) if batch % p == 0), key=lambda x: (abs(x - mini), x))[:2]
-        problems.append(f"optim.mini_batch_size ({mini}) must be a multiple of rollout.n ({n}): veRL counts mini-batches in prompts of rollout.n sequences; the nearest that divide a step's {batch} prompts: {' or '.join(map(str, near))} sequences")
+        problems.append(
+            f"optim.mini_batch_size ({mini}) must be a multiple of rollout.n ({n}): veRL counts mini-batches in prompts of rollout.n sequences; the nearest that divide a step's {batch} prompts: {' or '.join(map(str, near))} sequences"
+        )
     elif mini // n > batch:
-        problems.append(f"optim.mini_batch_size ({mini}) is more than a step's {batch * n} sequences (rollout.batch_size × rollout.n)")
+        problems.append(
+            f"optim.mini_batch_size ({mini}) is more than a step's {batch * n} sequences (rollout.batch_size × rollout.n)"
+        )
     return problems
 
 
@@ -492,7 +545,11 @@ def lora_overrides(m: Mapped, notes: list[str]) -> dict[str, Any]:
         return {}
     if float(lora.get("dropout", 0) or 0) > 0:
         notes.append("model.lora.dropout: veRL's FSDP LoRA has no dropout setting; trained without")
-    return {f"{AR}.model.lora_rank": int(lora.get("r", 8)), f"{AR}.model.lora_alpha": float(lora.get("alpha", 16)), f"{AR}.model.target_modules": list(lora.get("target_modules") or ["q_proj", "k_proj", "v_proj", "o_proj"])}
+    return {
+        f"{AR}.model.lora_rank": int(lora.get("r", 8)),
+        f"{AR}.model.lora_alpha": float(lora.get("alpha", 16)),
+        f"{AR}.model.target_modules": list(lora.get("target_modules") or ["q_proj", "k_proj", "v_proj", "o_proj"]),
+    }
 
 
 def critic_overrides(m: Mapped, notes: list[str]) -> dict[str, Any]:
@@ -505,7 +562,8 @@ def critic_overrides(m: Mapped, notes: list[str]) -> dict[str, Any]:
         "critic.optim.lr": float(m.get("optim.critic_lr") or 10 * m.lr),
         "critic.optim.weight_decay": float(m.get("optim.weight_decay", 0.0)),
         "critic.optim.clip_grad": float(m.get("optim.grad_clip", 1.0)),
-        "critic.optim.lr_warmup_steps": int(m.get("optim.critic_warmup_steps", m.get("optim.warmup_steps", 0)) or 0) or -1,
+        "critic.optim.lr_warmup_steps": int(m.get("optim.critic_warmup_steps", m.get("optim.warmup_steps", 0)) or 0)
+        or -1,
         "critic.ppo_micro_batch_size_per_gpu": m.micro,
         "critic.cliprange_value": float(m.get("algorithm.value_clip", 0.5)),
         "+critic.model.override_config.attn_implementation": m.attention,
@@ -516,9 +574,13 @@ def critic_overrides(m: Mapped, notes: list[str]) -> dict[str, Any]:
         o["critic.fsdp.param_offload"] = m.verl["param_offload"]
     if m.verl["optimizer_offload"] is not None:
         o["critic.fsdp.optimizer_offload"] = m.verl["optimizer_offload"]
-    notes.append("algorithm.vf_coef: veRL's critic is a separate model with its own optimizer (critic.optim); vf_coef has no counterpart")
+    notes.append(
+        "algorithm.vf_coef: veRL's critic is a separate model with its own optimizer (critic.optim); vf_coef has no counterpart"
+    )
     if not m.get("algorithm.mask_advantages", False):
-        notes.append("algorithm.mask_advantages: veRL computes GAE over the response mask (as mask_advantages: true); Search-R1's unmasked GAE is the builtin engine's")
+        notes.append(
+            "algorithm.mask_advantages: veRL computes GAE over the response mask (as mask_advantages: true); Search-R1's unmasked GAE is the builtin engine's"
+        )
     return o
 
 
@@ -528,7 +590,11 @@ def verl_overrides(cfg: Mapping[str, Any], launch: VerlLaunch) -> tuple[list[str
     s = verl_settings(cfg)
     dialect = dialect_of(cfg)
     algo = _get(cfg, "algorithm.name", "grpo")
-    n, batch, mini = int(_get(cfg, "rollout.n", 5)), int(_get(cfg, "rollout.batch_size", 8)), int(_get(cfg, "optim.mini_batch_size", 64))
+    n, batch, mini = (
+        int(_get(cfg, "rollout.n", 5)),
+        int(_get(cfg, "rollout.batch_size", 8)),
+        int(_get(cfg, "optim.mini_batch_size", 64)),
+    )
     problems = refusals(cfg, algo, n, batch, mini)
     if problems:
         raise VerlConfigError("; ".join(problems))
@@ -556,7 +622,16 @@ def verl_overrides(cfg: Mapping[str, Any], launch: VerlLaunch) -> tuple[list[str
         dialect=dialect,
         checkpointing=_get(cfg, "model.gradient_checkpointing"),
     )
-    o = {**objective_overrides(m), **optimisation_overrides(m), **model_overrides(m), **rollout_overrides(m, launch), **data_overrides(m, launch), **reward_overrides(m, launch), **trainer_overrides(m, launch), **our_overrides(m, launch)}
+    o = {
+        **objective_overrides(m),
+        **optimisation_overrides(m),
+        **model_overrides(m),
+        **rollout_overrides(m, launch),
+        **data_overrides(m, launch),
+        **reward_overrides(m, launch),
+        **trainer_overrides(m, launch),
+        **our_overrides(m, launch),
+    }
     if launch.tool_file:
         o[f"{AR}.rollout.multi_turn.tool_config_path"] = launch.tool_file
     o.update(memory_overrides(m))
@@ -565,14 +640,28 @@ def verl_overrides(cfg: Mapping[str, Any], launch: VerlLaunch) -> tuple[list[str
     o.update(lora_overrides(m, notes))
     o.update(critic_overrides(m, notes))
     if _get(cfg, "model.dtype", "auto") == "fp32":
-        notes.append("model.dtype fp32: veRL's FSDP keeps fp32 master weights and computes in bf16 (its mixed precision); not mapped")
+        notes.append(
+            "model.dtype fp32: veRL's FSDP keeps fp32 master weights and computes in bf16 (its mixed precision); not mapped"
+        )
     if _get(cfg, "train.save_rollouts", True) is False:
-        notes.append("train.save_rollouts false: the veRL engine always records rollouts (they are what the recorder is for); train.record says which")
-    out = [f"{k}={hydra_value(v)}" for k, v in o.items() if v is not None or not (k.startswith("+") or k.endswith(".logprobs_mode"))]
+        notes.append(
+            "train.save_rollouts false: the veRL engine always records rollouts (they are what the recorder is for); train.record says which"
+        )
+    out = [
+        f"{k}={hydra_value(v)}"
+        for k, v in o.items()
+        if v is not None or not (k.startswith("+") or k.endswith(".logprobs_mode"))
+    ]
     return out + list(s["overrides"]), notes
 
 
-def prepare(cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], env_url: str | None, driver_pid: int | None = None, trainer_dir: str = str(TRAINER_DIR)) -> VerlPlan:
+def prepare(
+    cfg: Mapping[str, Any],
+    run_dir: str | os.PathLike[str],
+    env_url: str | None,
+    driver_pid: int | None = None,
+    trainer_dir: str = str(TRAINER_DIR),
+) -> VerlPlan:
     """Everything a veRL run of `cfg` needs, under `<run_dir>/verl/`: the datasets as parquet (written now: they
     need our loader), the config (config.stored_config's form: builtin:NAME data named), the agent-loop and tool files (in the plan's `files`), the overrides."""
     from ...config import stored_config
@@ -585,10 +674,23 @@ def prepare(cfg: Mapping[str, Any], run_dir: str | os.PathLike[str], env_url: st
     dialect = dialect_of(cfg)
     agent = SEARCH_R1_AGENT if dialect == "searchr1" else TOOL_AGENT
     val = d / "val.parquet" if _get(cfg, "data.eval") else None
-    launch = VerlLaunch(run_dir=run_dir, env_url=env_url, train_files=str(d / "train.parquet"), val_files=str(val) if val else None, config_file=str(d / "run-config.json"), agent_loop_file=str(d / "agent_loops.yaml"), tool_file=str(d / "tools.yaml"), driver_pid=driver_pid, trainer_dir=trainer_dir, flash_attn=flash_attn_version())
+    launch = VerlLaunch(
+        run_dir=run_dir,
+        env_url=env_url,
+        train_files=str(d / "train.parquet"),
+        val_files=str(val) if val else None,
+        config_file=str(d / "run-config.json"),
+        agent_loop_file=str(d / "agent_loops.yaml"),
+        tool_file=str(d / "tools.yaml"),
+        driver_pid=driver_pid,
+        trainer_dir=trainer_dir,
+        flash_attn=flash_attn_version(),
+    )
     overrides, notes = verl_overrides(cfg, launch)
     # refused configs raise above, before anything is written
-    write_verl_parquet(load_dataset(_get(cfg, "data.train"), warn=notes.append), template, d / "train.parquet", "train", agent)
+    write_verl_parquet(
+        load_dataset(_get(cfg, "data.train"), warn=notes.append), template, d / "train.parquet", "train", agent
+    )
     if val:
         write_verl_parquet(load_dataset(_get(cfg, "data.eval"), warn=notes.append), template, val, "val", agent)
     files = {

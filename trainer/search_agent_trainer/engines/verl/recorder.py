@@ -38,24 +38,38 @@ from typing import Any
 import torch
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 
-from ... import __version__
+from ... import __version__, token_store
+from ...metrics import SUMMARY_KEYS, held_out_metrics, rollout_metrics
+from ...record.tokens import token_record, trajectory_of
 from ...recorder import Recorder, RecordSettings, StepData, StepJob, expected_window, role_codes_of, rollout_flags
 from ...rollout import Trajectory, truncation_warning
-from ...record.tokens import token_record, trajectory_of
 from ...run_writer import RunWriter, disk_full_message, run_disk_full_message
-from ... import token_store
-from ...metrics import SUMMARY_KEYS, held_out_metrics, rollout_metrics
 from ...versions import package_version
 from . import STOP_FILE
 from .agent_loop import our_tokenizer
 from .dataset import example_of
 from .overrides import rollout_logprob_kind
 
-TOKEN_ARRAYS = (("rollout_logprob", "rollout_log_probs"), ("logprob", "old_log_probs"), ("ref_logprob", "ref_log_prob"), ("advantage", "advantages"), ("value", "values"))
+TOKEN_ARRAYS = (
+    ("rollout_logprob", "rollout_log_probs"),
+    ("logprob", "old_log_probs"),
+    ("ref_logprob", "ref_log_prob"),
+    ("advantage", "advantages"),
+    ("value", "values"),
+)
 
 
 def versions() -> dict[str, str | None]:
-    return {"trainer": __version__, "verl": package_version("verl"), "torch": package_version("torch"), "transformers": package_version("transformers"), "ray": package_version("ray"), "vllm": package_version("vllm"), "sglang": package_version("sglang"), "python": platform.python_version()}
+    return {
+        "trainer": __version__,
+        "verl": package_version("verl"),
+        "torch": package_version("torch"),
+        "transformers": package_version("transformers"),
+        "ray": package_version("ray"),
+        "vllm": package_version("vllm"),
+        "sglang": package_version("sglang"),
+        "python": platform.python_version(),
+    }
 
 
 def expected_mask(role: str, loss_masking: bool = True) -> int:
@@ -63,7 +77,9 @@ def expected_mask(role: str, loss_masking: bool = True) -> int:
     return 1 if role == "generated" or (not loss_masking and role != "prompt") else 0
 
 
-def _batch_rows(batch: Any, inputs: dict[str, Any] | None, max_per_group: int | None) -> tuple[list[tuple[int, int, str, int]], dict[str, Any]]:
+def _batch_rows(
+    batch: Any, inputs: dict[str, Any] | None, max_per_group: int | None
+) -> tuple[list[tuple[int, int, str, int]], dict[str, Any]]:
     """(group, sample, uid, batch row) of the rows recorded, by group and sample, and the non-tensor columns."""
     nt = dict(inputs or {}) | dict(batch.non_tensor_batch)
     uids = nt.get("uid", nt.get("index"))
@@ -79,7 +95,9 @@ def _batch_rows(batch: Any, inputs: dict[str, Any] | None, max_per_group: int | 
     return sorted(rows), nt
 
 
-def trajectories_from_batch(batch: Any, tokenizer: Any, *, inputs: dict[str, Any] | None = None, max_per_group: int | None = None) -> tuple[list[tuple[int, int, str, int]], list[Trajectory]]:
+def trajectories_from_batch(
+    batch: Any, tokenizer: Any, *, inputs: dict[str, Any] | None = None, max_per_group: int | None = None
+) -> tuple[list[tuple[int, int, str, int]], list[Trajectory]]:
     """The trajectories of a veRL DataProto's rows (what the step's metrics read; no token arrays), and each one's
     (group, sample, uid, batch row). `inputs`, `max_per_group`: as records_from_batch."""
     td = batch.batch
@@ -98,18 +116,46 @@ def trajectories_from_batch(batch: Any, tokenizer: Any, *, inputs: dict[str, Any
         if len(roles) != L:  # not one of our agent loops: the mask is all there is
             roles = ["generated" if m else "retrieved" for m in td["response_mask"][i, :L].tolist()]
         detail = json.loads(row["sas_reward"]) if isinstance(row.get("sas_reward"), str) else {}
-        trajs.append(trajectory_of(
-            example_of(row), group, sample, sas.get("prompt") or tokenizer.decode(prompt_ids, skip_special_tokens=False), prompt_ids, ids, roles,
-            sas.get("response") if sas.get("response") is not None else tokenizer.decode(ids, skip_special_tokens=True),
-            finish=sas.get("finish"), turns=int(sas.get("turns", 0)), searches=int(sas.get("searches", 0)), valid_actions=int(sas.get("valid_actions", 0)),
-            retrieval=list(sas.get("retrieval") or []), reward=float(scores[i].sum()) if scores is not None else detail.get("reward"),
-            reward_parts=dict(detail.get("parts") or {}), metrics=dict(detail.get("metrics") or {}), reward_error=detail.get("error"),
-            dialect=sas.get("dialect", "searchr1"), strict_actions=bool(sas.get("strict_actions")),
-        ))
+        trajs.append(
+            trajectory_of(
+                example_of(row),
+                group,
+                sample,
+                sas.get("prompt") or tokenizer.decode(prompt_ids, skip_special_tokens=False),
+                prompt_ids,
+                ids,
+                roles,
+                sas.get("response")
+                if sas.get("response") is not None
+                else tokenizer.decode(ids, skip_special_tokens=True),
+                finish=sas.get("finish"),
+                turns=int(sas.get("turns", 0)),
+                searches=int(sas.get("searches", 0)),
+                valid_actions=int(sas.get("valid_actions", 0)),
+                retrieval=list(sas.get("retrieval") or []),
+                reward=float(scores[i].sum()) if scores is not None else detail.get("reward"),
+                reward_parts=dict(detail.get("parts") or {}),
+                metrics=dict(detail.get("metrics") or {}),
+                reward_error=detail.get("error"),
+                dialect=sas.get("dialect", "searchr1"),
+                strict_actions=bool(sas.get("strict_actions")),
+            )
+        )
     return rows, trajs
 
 
-def record_of_row(td: Any, nt: dict[str, Any], where: tuple[int, int, str, int], t: Trajectory, tok: Any, *, run_id: str, step: int, split: str, meta: dict[str, Any] | None = None) -> dict[str, Any]:
+def record_of_row(
+    td: Any,
+    nt: dict[str, Any],
+    where: tuple[int, int, str, int],
+    t: Trajectory,
+    tok: Any,
+    *,
+    run_id: str,
+    step: int,
+    split: str,
+    meta: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """One row's rollout record with its token arrays over prompt + response (veRL's tensors, as it trained), built
     by the one record builder every engine's recorder uses (record/tokens.py). `meta`: added to the record's meta
     (the sampler's log-prob kind on training rows)."""
@@ -121,7 +167,16 @@ def record_of_row(td: Any, nt: dict[str, Any], where: tuple[int, int, str, int],
     # Unscored positions are null (docs/run-format.md): the prompt; the sampler's log-probs off the generated
     # tokens; veRL's log-probs, values and advantages off the tokens it trained on (its response_mask).
     arrays = {ours: td[theirs][i, :L].tolist() for ours, theirs in TOKEN_ARRAYS if theirs in td.keys()}
-    rec = token_record(t, tok.token_texts, run_id=run_id, step=step, split=split, mask=mask, arrays=arrays, known=sas.get("roles") is not None)
+    rec = token_record(
+        t,
+        tok.token_texts,
+        run_id=run_id,
+        step=step,
+        split=split,
+        mask=mask,
+        arrays=arrays,
+        known=sas.get("roles") is not None,
+    )
     if sas:
         rec["dialect"] = sas.get("dialect", "searchr1")
     else:  # a loop of the user's own: its dialect is read from the text; its roles restate veRL's mask
@@ -132,24 +187,50 @@ def record_of_row(td: Any, nt: dict[str, Any], where: tuple[int, int, str, int],
     if sas.get("spans") and sas.get("response") is not None:
         rec["spans"] = sas["spans"]
     if sas.get("obs_truncated"):
-        rec["meta"]["obs_truncated"], rec["meta"]["obs_longest"] = int(sas["obs_truncated"]), int(sas.get("obs_longest", 0))
-    rec["meta"]["verl"] = {"uid": uid, "index": str(row.get("index", "")), "roles": "agent loop" if sas.get("roles") is not None else "from response_mask"}
+        rec["meta"]["obs_truncated"], rec["meta"]["obs_longest"] = (
+            int(sas["obs_truncated"]),
+            int(sas.get("obs_longest", 0)),
+        )
+    rec["meta"]["verl"] = {
+        "uid": uid,
+        "index": str(row.get("index", "")),
+        "roles": "agent loop" if sas.get("roles") is not None else "from response_mask",
+    }
     if meta:
         rec["meta"].update(meta)
     return rec
 
 
-def records_from_batch(batch: Any, tokenizer: Any, *, run_id: str, step: int, split: str, inputs: dict[str, Any] | None = None, max_per_group: int | None = None, meta: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], list[Trajectory]]:
+def records_from_batch(
+    batch: Any,
+    tokenizer: Any,
+    *,
+    run_id: str,
+    step: int,
+    split: str,
+    inputs: dict[str, Any] | None = None,
+    max_per_group: int | None = None,
+    meta: dict[str, Any] | None = None,
+) -> tuple[list[dict[str, Any]], list[Trajectory]]:
     """Rollout records (and their trajectories, for metrics) from a veRL DataProto. `inputs`: non-tensor columns of
     the batch that was generated from, when `batch` lacks them (validation outputs); `max_per_group`: keep at most
     this many rows per uid (drops the copies veRL pads a validation batch with)."""
     rows, trajs = trajectories_from_batch(batch, tokenizer, inputs=inputs, max_per_group=max_per_group)
     _, nt = _batch_rows(batch, inputs, max_per_group)
     tok = our_tokenizer(tokenizer)
-    return [record_of_row(batch.batch, nt, w, t, tok, run_id=run_id, step=step, split=split, meta=meta) for w, t in zip(rows, trajs)], trajs
+    return [
+        record_of_row(batch.batch, nt, w, t, tok, run_id=run_id, step=step, split=split, meta=meta)
+        for w, t in zip(rows, trajs)
+    ], trajs
 
 
-def batch_flags(td: Any, rows: list[tuple[int, int, str, int]], trajs: list[Trajectory], loss_masking: bool, stats: dict[str, float] | None = None) -> tuple[list[list[str]], list[int]]:
+def batch_flags(
+    td: Any,
+    rows: list[tuple[int, int, str, int]],
+    trajs: list[Trajectory],
+    loss_masking: bool,
+    stats: dict[str, float] | None = None,
+) -> tuple[list[list[str]], list[int]]:
     """The in-run checks of the recorded rows (recorder.rollout_flags), vectorised over veRL's (B, R) tensors
     (responses left-aligned), and each row's leaked tokens (its response_mask against the roles)."""
     idx = torch.as_tensor([w[3] for w in rows], dtype=torch.long)
@@ -163,8 +244,21 @@ def batch_flags(td: Any, rows: list[tuple[int, int, str, int]], trajs: list[Traj
     have = set(td.keys())
     sampled = torch.where(generated, td["rollout_log_probs"][idx].float(), nan) if "rollout_log_probs" in have else None
     old = torch.where(loss.bool(), td["old_log_probs"][idx].float(), nan) if "old_log_probs" in have else None
-    numbers = [(td[theirs][idx].float(), generated if ours == "rollout_logprob" else loss) for ours, theirs in TOKEN_ARRAYS if theirs in have]
-    flags = rollout_flags(valid=valid, loss_mask=loss, expected=expected, logprob=old, rollout_logprob=sampled, numbers=numbers, stats=stats, generated=generated)
+    numbers = [
+        (td[theirs][idx].float(), generated if ours == "rollout_logprob" else loss)
+        for ours, theirs in TOKEN_ARRAYS
+        if theirs in have
+    ]
+    flags = rollout_flags(
+        valid=valid,
+        loss_mask=loss,
+        expected=expected,
+        logprob=old,
+        rollout_logprob=sampled,
+        numbers=numbers,
+        stats=stats,
+        generated=generated,
+    )
     leaks = ((loss != expected) & valid).sum(-1).tolist()
     return flags, [int(x) for x in leaks]
 
@@ -192,14 +286,27 @@ def _number(v: Any) -> float | None:
 class StepRecorder:
     """The run directory of a veRL run: records, metrics, events, run.json."""
 
-    def __init__(self, run_dir: str | os.PathLike[str], config: dict[str, Any], total_steps: int, tokenizer: Any, stdout: Any = None, pid: int | None = None, settings: dict[str, Any] | None = None):
-        self.writer = RunWriter(run_dir, config, versions(), total_steps, stdout=stdout if stdout is not None else open(os.devnull, "w"))
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        config: dict[str, Any],
+        total_steps: int,
+        tokenizer: Any,
+        stdout: Any = None,
+        pid: int | None = None,
+        settings: dict[str, Any] | None = None,
+    ):
+        self.writer = RunWriter(
+            run_dir, config, versions(), total_steps, stdout=stdout if stdout is not None else open(os.devnull, "w")
+        )
         self.writer.run["engine"] = "verl"
         # what the training records' rollout_logprob are (overrides.rollout_logprob_kind; the audit reads it), and
         # run.json's `verl`: those and the settings prepare chose (the attention and why)
         kind, _mode = rollout_logprob_kind(config) if config else (None, None)
         top_p = float((config.get("rollout") or {}).get("top_p", 1.0)) if config else 1.0
-        self.logprob_meta = {"rollout_logprob_kind": kind, **({"rollout_top_p": top_p} if kind == "processed" else {})} if kind else {}
+        self.logprob_meta = (
+            {"rollout_logprob_kind": kind, **({"rollout_top_p": top_p} if kind == "processed" else {})} if kind else {}
+        )
         self.writer.run["verl"] = {**(settings or {}), **self.logprob_meta}
         if pid:
             self.writer.run["pid"] = pid
@@ -207,7 +314,12 @@ class StepRecorder:
         self.tokenizer = tokenizer
         # train.save_rollouts false does not stop this engine's recording (overrides.py says so): train.record does
         settings = dataclasses.replace(RecordSettings.of(config), enabled=True)
-        self.recorder = Recorder(self.writer.dir, settings, texts=lambda ids: our_tokenizer(tokenizer).token_texts(ids), warn=self.writer.warning)
+        self.recorder = Recorder(
+            self.writer.dir,
+            settings,
+            texts=lambda ids: our_tokenizer(tokenizer).token_texts(ids),
+            warn=self.writer.warning,
+        )
         self.loss_masking = bool((config.get("algorithm") or {}).get("loss_masking", True))
         self.max_obs_length = int((config.get("rollout") or {}).get("max_obs_length", 0))
         self.pending: dict[int, dict[str, float]] = defaultdict(dict)
@@ -216,7 +328,14 @@ class StepRecorder:
     def run_id(self) -> str:
         return self.writer.run["id"]
 
-    def rollouts(self, batch: Any, step: int, split: str = "train", inputs: dict[str, Any] | None = None, max_per_group: int | None = None) -> None:
+    def rollouts(
+        self,
+        batch: Any,
+        step: int,
+        split: str = "train",
+        inputs: dict[str, Any] | None = None,
+        max_per_group: int | None = None,
+    ) -> None:
         """Hands the step's rollouts to the recorder (recorder.py: the checks and train.record's choice here,
         vectorised; the records built and written on its writer thread); our metrics for the step wait for veRL's
         (`metrics`)."""
@@ -226,11 +345,19 @@ class StepRecorder:
         m = (held_out_metrics(trajs) if split == "val" else rollout_metrics(trajs, prefix=prefix)) if trajs else {}
         td = batch.batch
         checks: dict[str, float] = {}
-        flags, leaked = batch_flags(td, rows, trajs, self.loss_masking, checks if split == "train" else None) if rows else ([], [])
+        flags, leaked = (
+            batch_flags(td, rows, trajs, self.loss_masking, checks if split == "train" else None) if rows else ([], [])
+        )
         m[f"{prefix}mask/leaked_tokens"] = float(sum(leaked))
         if sum(leaked):
-            where = [f"{self.run_id}:{split}:{step}:{trajs[k].group}:{trajs[k].sample}" for k, n in enumerate(leaked) if n]
-            self.writer.warning(f"step {step} ({split}): {sum(leaked)} tokens in {len(where)} trajectories have a loss mask that disagrees with their role (first: {where[0]}); the mask veRL trained with is recorded as is", step=step, leaks=int(sum(leaked)))
+            where = [
+                f"{self.run_id}:{split}:{step}:{trajs[k].group}:{trajs[k].sample}" for k, n in enumerate(leaked) if n
+            ]
+            self.writer.warning(
+                f"step {step} ({split}): {sum(leaked)} tokens in {len(where)} trajectories have a loss mask that disagrees with their role (first: {where[0]}); the mask veRL trained with is recorded as is",
+                step=step,
+                leaks=int(sum(leaked)),
+            )
         nt = dict(inputs or {}) | dict(batch.non_tensor_batch)
         sas = nt.get("sas")
         cut = {"truncated": 0, "longest": 0}
@@ -244,21 +371,47 @@ class StepRecorder:
             self.writer.warning(f"step {step} ({split}): {message}", step=step)
         failed = [t for t in trajs if t.reward_error]
         if failed:
-            self.writer.warning(f"step {step}: the reward module failed on {len(failed)} of {len(trajs)} trajectories (scored 0 for training): {failed[0].reward_error}", failed=len(failed))
+            self.writer.warning(
+                f"step {step}: the reward module failed on {len(failed)} of {len(trajs)} trajectories (scored 0 for training): {failed[0].reward_error}",
+                failed=len(failed),
+            )
         run_id, tokenizer = self.run_id, self.tokenizer
         meta = self.logprob_meta if split == "train" else None  # what kind of log-probs the sampler's are
 
         def build(keep: list[int]) -> StepData:
             tok = our_tokenizer(tokenizer)
-            records = [record_of_row(td, nt, rows[k], trajs[k], tok, run_id=run_id, step=step, split=split, meta=meta) for k in keep]
+            records = [
+                record_of_row(td, nt, rows[k], trajs[k], tok, run_id=run_id, step=step, split=split, meta=meta)
+                for k in keep
+            ]
             _, cols = token_store.columns_from_records(records)
             return StepData([{k: v for k, v in r.items() if k != "tokens"} for r in records], cols)
 
         name = f"{'val-' if split == 'val' else ''}step-{step:06d}"
-        m.update({f"{prefix}{k}": v for k, v in self.recorder.submit(StepJob(name, step, split, len(trajs), [t.group for t in trajs], flags, build, stats=checks if split == "train" else None)).items()})
+        m.update(
+            {
+                f"{prefix}{k}": v
+                for k, v in self.recorder.submit(
+                    StepJob(
+                        name,
+                        step,
+                        split,
+                        len(trajs),
+                        [t.group for t in trajs],
+                        flags,
+                        build,
+                        stats=checks if split == "train" else None,
+                    )
+                ).items()
+            }
+        )
         self.pending[step].update(m)
         if split == "val":
-            self.writer.event("eval", step=step, metrics={k: v for k, v in m.items() if k.startswith("val/") and not k.startswith("val/record/")})
+            self.writer.event(
+                "eval",
+                step=step,
+                metrics={k: v for k, v in m.items() if k.startswith("val/") and not k.startswith("val/record/")},
+            )
 
     def flush(self, timeout: float | None = None) -> bool:
         """Waits for the writer to write what it was handed (tests; the end of a run)."""
@@ -267,7 +420,9 @@ class StepRecorder:
     def close(self) -> None:
         """The end of a run: the writer writes what it holds; run.json says what was recorded."""
         if not self.recorder.close(timeout=600):
-            self.writer.warning("the rollout writer did not finish within 10 minutes; the last steps' rollouts may be missing")
+            self.writer.warning(
+                "the rollout writer did not finish within 10 minutes; the last steps' rollouts may be missing"
+            )
         self.writer.run["record"] = self.recorder.summary()
 
     def metrics(self, step: int, data: dict[str, Any]) -> None:
@@ -311,11 +466,20 @@ class RecordingTrainer(RayPPOTrainer):
         super().__init__(*args, **kwargs)
         sas = self.config.get("sas") or {}
         if not sas.get("run_dir"):
-            raise ValueError("RecordingTrainer needs +sas.run_dir=<run directory> in the veRL config (overrides.py writes it)")
+            raise ValueError(
+                "RecordingTrainer needs +sas.run_dir=<run directory> in the veRL config (overrides.py writes it)"
+            )
         config = json.loads(Path(sas["config"]).read_text(encoding="utf-8")) if sas.get("config") else {}
         self.run_dir = Path(sas["run_dir"])
         settings = {k: sas[k] for k in ("attention", "attention_why") if sas.get(k)}
-        self.recorder = StepRecorder(self.run_dir, config, self.total_training_steps, self.tokenizer, pid=sas.get("driver_pid"), settings=settings)
+        self.recorder = StepRecorder(
+            self.run_dir,
+            config,
+            self.total_training_steps,
+            self.tokenizer,
+            pid=sas.get("driver_pid"),
+            settings=settings,
+        )
         self._validating = False
         self._saved_step = -1
 
@@ -337,7 +501,16 @@ class RecordingTrainer(RayPPOTrainer):
             self.writer.truncate_after(self.global_steps)
             self.recorder.recorder.truncate_after(self.global_steps)
             self.writer.log(f"resumed from veRL's checkpoint at step {self.global_steps}")
-        self.writer.event("started", step=self.global_steps, total=self.total_training_steps, resumed=bool(self.global_steps), engine="verl", model=self.config.actor_rollout_ref.model.path, train_examples=len(self.train_dataset), eval_examples=len(self.val_dataset) if self.val_dataset is not None else 0)
+        self.writer.event(
+            "started",
+            step=self.global_steps,
+            total=self.total_training_steps,
+            resumed=bool(self.global_steps),
+            engine="verl",
+            model=self.config.actor_rollout_ref.model.path,
+            train_examples=len(self.train_dataset),
+            eval_examples=len(self.val_dataset) if self.val_dataset is not None else 0,
+        )
         return out
 
     def _get_gen_batch(self, batch: Any) -> Any:
@@ -361,10 +534,18 @@ class RecordingTrainer(RayPPOTrainer):
         self.recorder.flush()  # the checkpoint never runs ahead of the recorded rollouts (a full disk fails the run here)
         super()._save_checkpoint()
         self._saved_step = self.global_steps
-        self.writer.event("checkpoint", step=self.global_steps, path=os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"))
+        self.writer.event(
+            "checkpoint",
+            step=self.global_steps,
+            path=os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}"),
+        )
 
-    def _log_rollout_data(self, batch: Any, reward_extra_infos_dict: dict, timing_raw: dict, rollout_data_dir: str) -> None:
-        if (self.config.get("sas") or {}).get("keep_rollout_data_dir"):  # a user's own job asked for veRL's text dump too
+    def _log_rollout_data(
+        self, batch: Any, reward_extra_infos_dict: dict, timing_raw: dict, rollout_data_dir: str
+    ) -> None:
+        if (self.config.get("sas") or {}).get(
+            "keep_rollout_data_dir"
+        ):  # a user's own job asked for veRL's text dump too
             super()._log_rollout_data(batch, reward_extra_infos_dict, timing_raw, rollout_data_dir)
         self.recorder.rollouts(batch, self.global_steps, "train")
         if (self.run_dir / STOP_FILE).exists() and self.global_steps < self.total_training_steps:
@@ -393,12 +574,18 @@ class RecordingTrainer(RayPPOTrainer):
         except StopRequested:
             recorder.metrics(self.global_steps, {})  # the stopped step's own metrics never reach Tracking.log
             recorder.close()
-            reason = (self.run_dir / STOP_FILE).read_text(encoding="utf-8").strip() if (self.run_dir / STOP_FILE).exists() else ""
+            reason = (
+                (self.run_dir / STOP_FILE).read_text(encoding="utf-8").strip()
+                if (self.run_dir / STOP_FILE).exists()
+                else ""
+            )
             w.finish("stopped", stop_reason=reason if reason in ("signal", "host-gone") else "signal")
             w.event("finished", status="stopped", step=self.global_steps)
         except BaseException as e:
             tb = traceback.format_exc()
-            full = run_disk_full_message(e)  # a full disk is said first, naming the (first) file, as the builtin trainer does
+            full = run_disk_full_message(
+                e
+            )  # a full disk is said first, naming the (first) file, as the builtin trainer does
             message = full or f"{type(e).__name__}: {e}"
             w.log(f"error: {full}" if full else tb)
             w.event("error", best_effort=True, message=message, traceback=tb)

@@ -28,7 +28,9 @@ def query(t: int, turn: int) -> str:
     return " ".join(WORDS[(t * k + turn * 5 + k) % len(WORDS)] for k in (1, 3, 7))
 
 
-async def worker(env_url: str, trajectories: int, turns: int, topk: int, spread_s: float, batched: bool, seed: int) -> tuple[float, dict[str, list[Any]], int]:
+async def worker(
+    env_url: str, trajectories: int, turns: int, topk: int, spread_s: float, batched: bool, seed: int
+) -> tuple[float, dict[str, list[Any]], int]:
     """(seconds, hits per query, /retrieve requests sent) for one worker's trajectories."""
     loop = asyncio.get_running_loop()
     client = EnvClient(env_url)
@@ -72,7 +74,13 @@ def measure(env_url: str, trajectories: int, turns: int, topk: int, spread_s: fl
         same = same and out["one_per_query"] == out["coalesced"]
     q = trajectories * turns
     qps = {k: q / v for k, v in best.items()}
-    return {"queries": q, "queries_per_s": qps, "ratio": qps["coalesced"] / qps["one_per_query"], "requests": requests, "same_hits": same}
+    return {
+        "queries": q,
+        "queries_per_s": qps,
+        "ratio": qps["coalesced"] / qps["one_per_query"],
+        "requests": requests,
+        "same_hits": same,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         "trajectories": a.trajectories,
         "turns": a.turns,
         "burst": measure(a.env_url, a.trajectories, a.turns, a.topk, 0.0, a.rounds),
-        "staggered": {"spread_ms": a.spread_ms, **measure(a.env_url, a.trajectories, a.turns, a.topk, a.spread_ms / 1000, a.rounds)},
+        "staggered": {
+            "spread_ms": a.spread_ms,
+            **measure(a.env_url, a.trajectories, a.turns, a.topk, a.spread_ms / 1000, a.rounds),
+        },
     }
     print(json.dumps(result), flush=True)
     return 0

@@ -23,12 +23,15 @@ from .agent_loop import env_url_of
 from .batching import Coalescer, env_batchers
 from .dataset import golden_of
 
+
 def batcher(env_url: str) -> Coalescer:
     """The running event loop's `/reward` coalescer for `env_url` (batching.py)."""
     return env_batchers(env_url).reward
 
 
-def reward_item(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None) -> dict[str, Any]:
+def reward_item(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None
+) -> dict[str, Any]:
     """The `/reward` item for one trajectory, as the builtin trainer sends it: our agent loop's response text (the
     protocol's pieces) and prompt when present, else what veRL decoded."""
     info = dict(extra_info or {})
@@ -48,7 +51,14 @@ def reward_item(data_source: str, solution_str: str, ground_truth: Any, extra_in
     return item
 
 
-async def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, env_url: str | None = None, **_kwargs: Any) -> dict[str, Any]:
+async def compute_score(
+    data_source: str,
+    solution_str: str,
+    ground_truth: Any,
+    extra_info: dict[str, Any] | None = None,
+    env_url: str | None = None,
+    **_kwargs: Any,
+) -> dict[str, Any]:
     """veRL's reward function: our `/reward` for one trajectory. A module that fails on it scores 0 for training and
     the error is kept (as the builtin trainer does); an env server that does not answer fails the step."""
     res = await batcher(env_url_of(env_url)).submit(reward_item(data_source, solution_str, ground_truth, extra_info))

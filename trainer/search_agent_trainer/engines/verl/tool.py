@@ -35,12 +35,20 @@ class SearchTool(BaseTool):
         self.env_url = env_url_of(config.get("env_url"))
         self.topk = int(config.get("topk", 3))
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         query = parameters.get("query")
         if not isinstance(query, str) or not query.strip():
-            return ToolResponse(text=f"Error: {self.name} needs a non-empty string argument `query`."), 0.0, {"error": "no query"}
+            return (
+                ToolResponse(text=f"Error: {self.name} needs a non-empty string argument `query`."),
+                0.0,
+                {"error": "no query"},
+            )
         try:
-            hits = (await env_batchers(self.env_url).retrieve([query.strip()], self.topk))[0]  # with the worker's other calls
+            hits = (await env_batchers(self.env_url).retrieve([query.strip()], self.topk))[
+                0
+            ]  # with the worker's other calls
         except EnvError as e:
             return ToolResponse(text=f"Error: {e}"), 0.0, {"error": str(e)}
         agent_data = kwargs.get("agent_data")
