@@ -51,9 +51,8 @@ def main() -> None:
     T = len(c.ids)
     schema = pa.schema([pa.field(k, pa.from_numpy_dtype(v.dtype), nullable=False) for k, v in cols.items()])
     table = pa.table({k: pa.array(v) for k, v in cols.items()}, schema=schema)
-    pq.write_table(
-        table.slice(0, 10), out / "warm.parquet", compression="snappy"
-    )  # pyarrow's first write imports pandas
+    # pyarrow's first write imports pandas
+    pq.write_table(table.slice(0, 10), out / "warm.parquet", compression="snappy")
     result: dict[str, object] = {
         "tokens": T,
         "raw_bytes_per_token": sum(v.nbytes for v in cols.values()) / T,

@@ -34,10 +34,11 @@ class EnvClient:
         self.retries = retries
         self.backoff_s = backoff_s
         self.seconds = {"retrieve": 0.0}  # time spent in /retrieve (the rollout's environment share)
+        # (server ms, round-trip ms)
         self._calls: dict[str, list[tuple[float | None, float]]] = {
             "retrieve": [],
             "reward": [],
-        }  # (server ms, round-trip ms)
+        }
         self._timeouts = {"retrieve": 0, "reward": 0}
 
     def take_stats(self) -> dict[str, float]:

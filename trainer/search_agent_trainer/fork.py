@@ -146,9 +146,8 @@ def recorded_prefix(
         pos += len(piece)
         if gen:
             action = take_turn(traj, ids[s:e], logprobs[s:e], False, tok, settings, dialect)
-            traj.searches += (
-                len(action.queries) if action else 0
-            )  # observe's count: the observation is the recorded one
+            # observe's count: the observation is the recorded one
+            traj.searches += len(action.queries) if action else 0
         else:
             traj.append(ids[s:e], roles[s], piece)
     traj.retrieval = list(((record.get("meta") or {}).get("retrieval") or [])[: traj.searches])
@@ -172,9 +171,8 @@ def with_edited_observation(
         raise ForkError(
             "an edit replaces the observation before turn K: there is none before turn 1 (use --turn 2 or later)"
         )
-    action = dialect.parse(
-        traj.pieces[-2]
-    )  # turn K-1's text (the prefix's pieces are its runs: …, turn K-1, observation)
+    # turn K-1's text (the prefix's pieces are its runs: …, turn K-1, observation)
+    action = dialect.parse(traj.pieces[-2])
     if not action.queries:
         raise ForkError(
             f"turn {traj.turns} made no search: there are no documents before turn {traj.turns + 1} to edit"
@@ -314,9 +312,8 @@ class PolicyServer:
         retriever = EnvClient(retriever_url) if retriever_url else self.env
         gen = self._generator(greedy, seed)
         roles = (record.get("tokens") or {}).get("role") or []
-        s = self._settings(
-            gen, roles.index("generated") if "generated" in roles else len(roles), n
-        )  # the prompt's length
+        # the prompt's length
+        s = self._settings(gen, roles.index("generated") if "generated" in roles else len(roles), n)
         prefix, _cut, obs = recorded_prefix(record, turn, self.tok, s, self.dialect)
         if query is not None or documents is not None:
             with_edited_observation(prefix, obs, query, documents, retriever, self.tok, s, self.dialect)

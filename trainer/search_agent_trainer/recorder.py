@@ -412,9 +412,8 @@ class Recorder:
         try:
             with open(tmp, "wb", buffering=0) as f:
                 for i in range(0, len(records), 256):
-                    write_bytes(
-                        f, "".join(line(r) + "\n" for r in records[i : i + 256]).encode("utf-8"), tmp
-                    )  # a failure names the file
+                    # a failure names the file
+                    write_bytes(f, "".join(line(r) + "\n" for r in records[i : i + 256]).encode("utf-8"), tmp)
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:

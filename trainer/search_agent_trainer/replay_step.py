@@ -219,9 +219,8 @@ class StepReplay:
         B, R = batch.size, batch.window
         new = torch.zeros(B, R)
         rows = batch.trained_rows()
-        agg = Aggregation.of(
-            a.loss_agg_mode, batch.loss_mask, cfg.rollout.max_response_length
-        )  # the whole mini-batch's denominators, as _update
+        # the whole mini-batch's denominators, as _update
+        agg = Aggregation.of(a.loss_agg_mode, batch.loss_mask, cfg.rollout.max_response_length)
         vagg = Aggregation.of(a.loss_agg_mode, batch.adv_mask, cfg.rollout.max_response_length)
         self.policy.eval()  # no dropout: the recorded pass's log-probs are those of the weights, not of a dropout mask
         self.policy.zero_grad(set_to_none=True)

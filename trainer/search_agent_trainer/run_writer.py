@@ -258,9 +258,8 @@ def disk_full_message(e: BaseException) -> str | None:
             what = "disk quota exceeded" if e.errno == errno.EDQUOT else "no space left on the device"
             where = e.filename or "the run directory"
             return f"disk full at {where}: {what} ({errno.errorcode.get(e.errno, e.errno)}). Free space on that file system, then resume the run (--resume): its last checkpoint is whole"
-        if "No space left on device" in str(e) or "Disk quota exceeded" in str(
-            e
-        ):  # libraries that wrap it (safetensors)
+        # libraries that wrap it (safetensors)
+        if "No space left on device" in str(e) or "Disk quota exceeded" in str(e):
             return f"disk full: {e}. Free space, then resume the run (--resume): its last checkpoint is whole"
         e = e.__cause__ or e.__context__  # type: ignore[assignment]
         seen += 1

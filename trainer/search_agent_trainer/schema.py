@@ -145,9 +145,8 @@ def engine_issues(schema: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
         else:
             hit = isinstance(value, (int, float)) and not isinstance(value, bool) and value > when["above"]
         if hit:
-            shown = (
-                "this section" if when.get("present") and isinstance(value, (dict, list)) else json.dumps(value)
-            )  # as the host says it
+            # as the host says it
+            shown = "this section" if when.get("present") and isinstance(value, (dict, list)) else json.dumps(value)
             engines = ", ".join(f'"{e}"' for e in limit["engines"])
             out.append(
                 f'{limit["key"]}: {shown} is not supported by engine "{engine}" ({limit["why"]}); engines that can: {engines}'

@@ -61,12 +61,13 @@ def test_search_r1_ppo_preset_and_explicit_keys_win():
     )
     a, o = c.algorithm, c.optim
     assert (a.name, a.kl_estimator, a.kl_in_reward, a.gamma, a.lam, a.value_clip) == ("ppo", "k1", True, 1.0, 1.0, 0.5)
+    # int(0.285 × 200) is 56 in floating point, as in veRL
     assert (o.critic_lr, o.warmup_steps, o.critic_warmup_steps, o.mini_batch_size) == (
         1e-5,
         56,
         3,
         256,
-    )  # int(0.285 × 200) is 56 in floating point, as in veRL
+    )
     assert a.kl_coef == 0.01 and c.rollout.n == 2  # set in the file: not the preset's
 
 

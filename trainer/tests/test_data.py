@@ -69,20 +69,17 @@ def test_bridge_searched_asks_a_later_query_to_name_the_bridge_as_whole_normalis
         bridge=("Bo Dane", "B. Dane"),
     )
     assert bridge_searched(ex, ["The Quiet Ford", "Bo Dane"]) == 1.0
-    assert (
-        bridge_searched(ex, ["The Quiet Ford", "born: bo  DANE, the writer"]) == 1.0
-    )  # normalised: case, punctuation, spaces
+    # normalised: case, punctuation, spaces
+    assert bridge_searched(ex, ["The Quiet Ford", "born: bo  DANE, the writer"]) == 1.0
     assert bridge_searched(ex, ["The Quiet Ford", "b dane"]) == 1.0  # another of its names ("B. Dane" normalises so)
-    assert (
-        bridge_searched(ex, ["Bo Dane", "The Quiet Ford"]) == 0.0
-    )  # named first, not after what the first search found
+    # named first, not after what the first search found
+    assert bridge_searched(ex, ["Bo Dane", "The Quiet Ford"]) == 0.0
     assert bridge_searched(ex, ["The Quiet Ford"]) == 0.0  # searched once
     assert bridge_searched(ex, []) == 0.0
     assert bridge_searched(ex, ["The Quiet Ford", "Dane"]) == 0.0  # part of the name is not the name
     assert bridge_searched(ex, ["The Quiet Ford", "Bo Danes"]) == 0.0  # whole words
-    assert (
-        bridge_searched(Example("b", "who wrote X?", ("Bo",), "demo", hops=1), ["X", "Bo"]) is None
-    )  # no bridge: not counted
+    # no bridge: not counted
+    assert bridge_searched(Example("b", "who wrote X?", ("Bo",), "demo", hops=1), ["X", "Bo"]) is None
     assert normalize("The  Rhône, an old river!") == "rhône old river"
 
 

@@ -208,11 +208,12 @@ def test_a_full_disk_fails_the_run_clearly_leaves_whole_lines_and_resumes(tmp_pa
     assert [m["step"] for m in whole_lines(run / "metrics.jsonl")] == [0, 1, 2, 3]
     events = whole_lines(run / "events.jsonl")
     assert [e["event"] for e in events].count("started") == 2
+    # the failed step's rollouts recorded on resume
     assert recorded_steps(run) == [
         "step-000001",
         "step-000002",
         "step-000003",
-    ]  # the failed step's rollouts recorded on resume
+    ]
 
 
 @pytest.mark.skipif(

@@ -221,9 +221,8 @@ def test_the_lora_reference_is_the_starting_adapter_so_kl_starts_at_0_after_a_wa
     for rec in lines(tmp_path / "from-warm" / "rollouts" / "step-000001.jsonl"):
         t = rec["tokens"]
         pairs = [(lp, ref) for lp, ref, m in zip(t["logprob"], t["ref_logprob"], t["loss_mask"]) if m]
-        tol = (
-            f32_roundoff(torch.tensor([ref for _, ref in pairs])) + 1e-6
-        )  # float32 round-off, and the records' 6 decimals
+        # float32 round-off, and the records' 6 decimals
+        tol = f32_roundoff(torch.tensor([ref for _, ref in pairs])) + 1e-6
         assert all(abs(lp - ref) <= tol for lp, ref in pairs)
 
 

@@ -248,9 +248,8 @@ def test_objective_with_flat_rows_left_out_keeps_the_surrogate_and_an_unbiased_k
         clip_ratio_low=0.2, clip_ratio_high=0.2, entropy_coef=0.0, kl_coef=0.2, kl_estimator="k1", kl_in_reward=False
     )
     mask = T([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0], [0.0, 1.0, 1.0], [1.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
-    adv = T(
-        [[0.5, 0.5, 0.5], [0.0, 0.0, 0.0], [-1.0, -1.0, -1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
-    )  # rows 1, 3, 4 flat
+    # rows 1, 3, 4 flat
+    adv = T([[0.5, 0.5, 0.5], [0.0, 0.0, 0.0], [-1.0, -1.0, -1.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
     old = T([[-1.0, -2.0, -1.0], [-0.5, -1.5, -2.5], [-2.0, -1.0, -0.5], [-0.7, -0.1, -0.2], [-3.0, -0.2, -1.0]])
     ref = old - T([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6], [0.7, 0.8, 0.9], [1.0, 1.1, 1.2], [1.3, 1.4, 1.5]])
     for mode in ("token-mean", "seq-mean-token-mean"):

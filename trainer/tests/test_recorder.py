@@ -78,12 +78,13 @@ def test_select_keeps_whole_groups_evals_and_flagged_rollouts() -> None:
     for g in groups:  # never part of a group
         assert sum(1 for i in kept if keys[i] == g) == 4
     assert kept == select(keys, flags, step=4, s=s, held_out=False)  # the same draw on every process
+    # not a recorded step: the flagged group only
     assert select(keys, flags, step=3, s=s, held_out=False) == [
         28,
         29,
         30,
         31,
-    ]  # not a recorded step: the flagged group only
+    ]
     assert select(keys, [[] for _ in keys], step=3, s=s, held_out=False) == []
     assert select(keys, flags, step=3, s=s, held_out=True) == list(range(40))  # held-out: always all
     assert len(select(keys, flags, step=4, s=RecordSettings(), held_out=False)) == 40

@@ -274,9 +274,8 @@ def test_strict_actions_make_it_an_invalid_turn_and_the_reward_agrees(env):
     assert (r_lost["reward"], r_lost["metrics"]["answered"]) == (0, 0), (
         "the reward reads no answer where the protocol read none"
     )
-    assert (
-        r_recovered["reward"] == 0 and r_recovered["metrics"]["answered"] == 1
-    )  # Seine is not Paris: the later answer is read
+    # Seine is not Paris: the later answer is read
+    assert r_recovered["reward"] == 0 and r_recovered["metrics"]["answered"] == 1
     lost.reward = 0.0
     assert rollout_record(lost, run_id="r", step=1, split="train", tokens=None)["strict_actions"] is True
 

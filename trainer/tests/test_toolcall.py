@@ -98,9 +98,8 @@ def test_a_call_is_read_as_the_engines_read_it():
         read_call('\n{"name": "search", "arguments": {"query": " capital of France "}}\n', "search").query
         == "capital of France"
     )
-    assert (
-        read_call('{"name": "search", "arguments": {"query_list": ["a ", "b"]}}', "search").query == "a; b"
-    )  # veRL's search tool
+    # veRL's search tool
+    assert read_call('{"name": "search", "arguments": {"query_list": ["a ", "b"]}}', "search").query == "a; b"
     assert read_call('{"name": "wiki", "arguments": {"query": "x"}}', "wiki").query == "x"
     for body, why in [
         ('{"name": "search", "arguments": {"query": "x"}', "not valid JSON"),
@@ -368,9 +367,8 @@ def test_long_tool_responses_are_cut_to_max_obs_length_inside_the_template(env, 
     )
     retrieved = [ids for r, ids, _t in role_runs(tok, t.ids, t.roles) if r == "retrieved"]
     assert len(retrieved) == 1 and len(retrieved[0]) <= 9  # 8 tokens, re-encoded inside the turn
-    assert (
-        t.response.count("</tool_response><|im_end|>\n<|im_start|>assistant\n") == 1
-    )  # the template's markers stay whole
+    # the template's markers stay whole
+    assert t.response.count("</tool_response><|im_end|>\n<|im_start|>assistant\n") == 1
     assert len(warnings) == 1 and "max_obs_length (8 tokens" in warnings[0]
 
 
@@ -521,9 +519,8 @@ def test_grpo_steps_with_tool_calls_pass_the_mask_audit_token_by_token(tmp_path,
             and "# Tools" in rec["prompt"]
         )
         assert all(len(v) == len(t["ids"]) for v in t.values())
-        assert [int(m) for m in t["loss_mask"]] == [
-            1 if r == "generated" else 0 for r in t["role"]
-        ]  # DESIGN §6, token by token
+        # DESIGN §6, token by token
+        assert [int(m) for m in t["loss_mask"]] == [1 if r == "generated" else 0 for r in t["role"]]
         P = t["role"].index("generated")
         assert set(t["role"][:P]) == {"prompt"} and t["ids"][:P] == tok.encode(rec["prompt"])
         response = t["ids"][P:]

@@ -134,9 +134,8 @@ def test_metrics_have_vecrl_names_and_val_em_before_the_first_update(finished_ru
     ):
         assert key in metrics[1], key
     assert metrics[1]["actor/grad_norm"] > 0 and metrics[1]["reward/frac_zero_std_groups"] < 1
-    assert (
-        metrics[1]["critic/score/mean"] > 0 and metrics[1]["reward/em/mean"] == 0
-    )  # trained on the module's reward; EM only logged
+    # trained on the module's reward; EM only logged
+    assert metrics[1]["critic/score/mean"] > 0 and metrics[1]["reward/em/mean"] == 0
     assert metrics[1]["rollout/logprob_diff_max"] < 1e-3  # the sampler's log-probs agree with the update's
     # one epoch over one mini-batch is on-policy: the old log-probs are the update's own (ρ = 1 exactly, as veRL), so
     # the separate old-log-prob pass is skipped, nothing is clipped and the step's policy KL is 0

@@ -169,9 +169,8 @@ def test_trl_records_pass_the_mask_audit_and_carry_rollout_logprob(trl_run):
             } <= set(t)
             assert "feedback" in t["role"]  # a random model's turns are invalid actions: environment tokens to mask
             P = t["role"].index("generated")
-            assert (
-                len({a for a in t["advantage"][P:] if a is not None}) == 1
-            )  # TRL's advantage: one per sequence, on its loss tokens
+            # TRL's advantage: one per sequence, on its loss tokens
+            assert len({a for a in t["advantage"][P:] if a is not None}) == 1
             assert [a is not None for a in t["advantage"]] == [bool(m) for m in t["loss_mask"]]
             for role, m, sampled, trained in zip(t["role"], t["loss_mask"], t["rollout_logprob"], t["logprob"]):
                 assert (sampled is not None and sampled < 0) == (role == "generated") and (trained is not None) == bool(
@@ -399,13 +398,14 @@ def test_sigterm_stops_after_a_checkpoint_and_resume_finishes_the_run(tmp_path, 
     assert started[-1]["resumed"] is True and started[-1]["step"] == 1
     assert json.loads((run / "run.json").read_text())["status"] == "finished"
     assert [m["step"] for m in lines(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    # the token store's steps
     assert sorted(p.name for p in (run / "rollouts").iterdir()) == [
         "step-000001",
         "step-000002",
         "step-000003",
         "val-step-000000",
         "val-step-000003",
-    ]  # the token store's steps
+    ]
     state = json.loads((run / "checkpoints" / "step-000003" / "trainer_state.json").read_text())
     assert state["global_step"] == 3  # TRL's own trainer state, continued
 
@@ -509,12 +509,10 @@ def test_the_reference_is_built_in_bf16_under_bf16_compute_and_vllm_sleep_mode_i
     assert config(False).gradient_checkpointing is True  # unset: TRL's own default
     assert config(False, **{"model.gradient_checkpointing": False}).gradient_checkpointing is False
     assert options.reference_dtype(config_from_dict(trl_tiny()), bf16=True) == "bfloat16"
-    assert (
-        options.reference_dtype(config_from_dict(trl_tiny(**{"algorithm.kl_coef": 0.0})), bf16=True) is None
-    )  # no reference
-    assert (
-        options.reference_dtype(config_from_dict(trl_tiny(**{"model.lora": {"r": 4}})), bf16=True) is None
-    )  # the adapter off
+    # no reference
+    assert options.reference_dtype(config_from_dict(trl_tiny(**{"algorithm.kl_coef": 0.0})), bf16=True) is None
+    # the adapter off
+    assert options.reference_dtype(config_from_dict(trl_tiny(**{"model.lora": {"r": 4}})), bf16=True) is None
     assert options.passthrough_problems({"vllm_enable_sleep_mode": True}, options.grpo_fields()) == []
 
 
@@ -534,12 +532,13 @@ def test_the_one_gpu_trl_recipe_maps_onto_trl_with_sleep_mode_and_a_bf16_referen
         and k["model_init_kwargs"] == {"dtype": "bfloat16"}
         and k["gradient_checkpointing"] is True
     )
+    # Search-R1's 512 × 5 in mini-batches of 256, on one process
     assert (p.micro, p.accumulation, p.steps_per_generation, p.trl_steps) == (
         4,
         64,
         640,
         10,
-    )  # Search-R1's 512 × 5 in mini-batches of 256, on one process
+    )
     m = options.memory_inputs(cfg, 1, bf16=True)  # what the memory planner reads
     assert (
         m["reference_dtype"],
@@ -561,9 +560,8 @@ def test_the_trl_defaults_the_memory_planner_reads_are_the_installed_grpoconfigs
         k: fields[k] for k in options.TRL_DEFAULTS
     } == options.TRL_DEFAULTS  # src/core/plan/trl.ts's TRL_DEFAULTS: the same (plan-engines.test.ts)
     cfg = config_from_dict(trl_tiny(**{"trl.model_init_kwargs": {"dtype": "float16"}}))
-    assert (
-        options.memory_inputs(cfg, 1, bf16=True)["reference_dtype"] == "float16"
-    )  # the trl section's own, as TRL builds it
+    # the trl section's own, as TRL builds it
+    assert options.memory_inputs(cfg, 1, bf16=True)["reference_dtype"] == "float16"
 
 
 class NucleusLLM:
@@ -620,9 +618,8 @@ def test_vllm_nucleus_log_probs_leave_the_weights_the_run_uses_near_one(tmp_path
     rollout_logprob are; sleep mode wakes the LLM for the turns and puts it back to sleep."""
     top_p = 0.95
     eng = _engine(tmp_path / "run", varied_env.url, **{"rollout.top_p": top_p, "trl": {"vllm_enable_sleep_mode": True}})
-    monkeypatch.setitem(
-        sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(kw=kw))
-    )  # TEST DOUBLE: vLLM's SamplingParams (after TRL's imports, which look for vLLM)
+    # TEST DOUBLE: vLLM's SamplingParams (after TRL's imports, which look for vLLM)
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kw: SimpleNamespace(kw=kw)))
     t = eng.trl
     # What GRPOTrainer sets up with use_vllm (it would import vLLM): the flags, and a stand-in for its vLLM backend.
     eng.cfg["trl"]["use_vllm"] = True
@@ -651,9 +648,8 @@ def test_vllm_nucleus_log_probs_leave_the_weights_the_run_uses_near_one(tmp_path
     mask = (out["completion_mask"] * out["tool_mask"]).bool()
     weights = out["importance_sampling_ratio"][mask]
     assert mask.sum() > 50 and out["importance_sampling_ratio"].shape == mask.shape  # one weight per token
-    assert (
-        float(weights.min()) >= top_p - 1e-4 and float(weights.max()) <= 1 + 1e-4
-    )  # near 1: never below the nucleus's mass
+    # near 1: never below the nucleus's mass
+    assert float(weights.min()) >= top_p - 1e-4 and float(weights.max()) <= 1 + 1e-4
     per_token = float(((out["old_per_token_logps"] - out["sampling_per_token_logps"]) * mask).sum() / mask.sum())
     assert per_token < 0 and math.exp(1000 * per_token) < 1e-6, (
         "TRL's default, exp Σ(trainer − vLLM) over a 1,000-token trajectory, collapses"
@@ -671,9 +667,8 @@ def test_vllm_nucleus_log_probs_leave_the_weights_the_run_uses_near_one(tmp_path
     assert len(recs) == B and all(
         r["meta"]["rollout_logprob_kind"] == "processed" and r["meta"]["rollout_top_p"] == top_p for r in recs
     )
-    assert all(
-        any(x is not None for x in r["tokens"]["rollout_logprob"]) for r in recs
-    )  # the nucleus's log-probs recorded
+    # the nucleus's log-probs recorded
+    assert all(any(x is not None for x in r["tokens"]["rollout_logprob"]) for r in recs)
 
 
 def test_an_unknown_trl_option_stops_the_trainer_with_exit_code_2(tmp_path, capsys):
@@ -717,11 +712,12 @@ def test_the_shared_keys_map_onto_grpo_config():
         )
     )
     p, problems = options.plan(cfg, 1)
+    # 16 sequences, 2 optimizer steps × 2 epochs
     assert problems == [] and (p.accumulation, p.steps_per_generation, p.trl_steps) == (
         2,
         4,
         4,
-    )  # 16 sequences, 2 optimizer steps × 2 epochs
+    )
     g = GRPOConfig(**options.grpo_kwargs(cfg, Path("/tmp/run"), p, bf16=False, cpu=True))
     assert (
         g.num_generations,

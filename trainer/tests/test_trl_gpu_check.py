@@ -29,9 +29,8 @@ def test_the_gpu_check_runs_at_toy_size_on_cpu_and_reports_the_log_prob_gap(tmp_
     assert result == json.loads((tmp_path / "out" / "gpu-check-trl.json").read_text())
     assert (result["mode"], result["device"], result["status"], result["steps"]) == ("cpu-smoke", "cpu", "finished", 2)
     assert result["records"] == 2 * 16 and result["compared_tokens"] > 0
-    assert (
-        result["mean_abs_diff"] < 1e-3 and result["goal_met"] is True
-    )  # fp32 on CPU: the sampler's log-probs are the update's
+    # fp32 on CPU: the sampler's log-probs are the update's
+    assert result["mean_abs_diff"] < 1e-3 and result["goal_met"] is True
     assert (
         result["trl_settings"]["rollout_logprob_kind"] == "raw"
         and result["trl_settings"]["reference_dtype"] == "float32"

@@ -93,9 +93,8 @@ def batch_data(
                 bad["reward"] = []
             if bad:
                 records[k].setdefault("meta", {})["nonfinite"] = bad
-        if (
-            untrained is not None
-        ):  # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies
+        # a row the trainer left out (skip_zero_std_groups) has no trainer log-probs or entropies
+        if untrained is not None:
             off = sum(token_store.ARRAY_BIT[k] for k in ("logprob", "ref_logprob", "entropy") if scored[k] is not None)
             for k, i in enumerate(keep):
                 if untrained[i]:

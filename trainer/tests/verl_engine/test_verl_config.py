@@ -274,9 +274,8 @@ def test_sdpa_with_veRLs_remove_padding_keeps_packed_sequences_apart(qwen_dir):
     g = torch.Generator().manual_seed(0)
     seqs = [torch.randint(5, model.config.vocab_size, (n,), generator=g) for n in (7, 12, 5)]
 
-    def logps(
-        ids, pos
-    ):  # as veRL's forward_step calls the model (no cache: with one, transformers looks for no packing)
+    # as veRL's forward_step calls the model (no cache: with one, transformers looks for no packing)
+    def logps(ids, pos):
         logits = (
             model(input_ids=ids[None], attention_mask=None, position_ids=pos[None], use_cache=False)
             .logits[0, :-1]
@@ -311,9 +310,8 @@ def test_vllms_log_probs_are_asked_for_so_they_compare_with_the_trainers(
     assert rollout_logprob_kind(cfg) == (kind, mode)
     config = compose_config(overrides_for(cfg, tmp_path))
     check_config(config)
-    assert config.actor_rollout_ref.rollout.logprobs_mode == (
-        mode or "processed_logprobs"
-    )  # veRL's default unless asked
+    # veRL's default unless asked
+    assert config.actor_rollout_ref.rollout.logprobs_mode == (mode or "processed_logprobs")
     assert rollout_logprob_kind(run_config(qwen_dir, rollout={"top_p": 0.9}, verl={"rollout": "sglang"})) == (
         None,
         None,
@@ -536,9 +534,8 @@ def test_the_veRL_environment_is_the_pinned_one_reusing_the_main_venvs_torch():
         if "==" in line and not line.startswith("#")
     )
     assert verl.__version__ == pins["verl"] and transformers.__version__ == pins["transformers"]
-    assert (
-        ".venv-verl" in transformers.__file__ and ".venv-verl" not in torch.__file__
-    )  # torch is .venv's, not a second copy
+    # torch is .venv's, not a second copy
+    assert ".venv-verl" in transformers.__file__ and ".venv-verl" not in torch.__file__
     p = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
     assert p.returncode == 0, p.stdout
 

@@ -68,12 +68,10 @@ def test_the_export_is_portable_files(exported):
         "run/verl/val.parquet",
     ]
     text = (moved / "overrides.txt").read_text()
-    assert (
-        str(tmp / "out") not in text and f"data.train_files={EXPORT_DIR}/run/verl/train.parquet" in text
-    )  # nothing of where it was made
-    assert (
-        "SAS_ENV_URL" not in text and "env_url" not in (moved / "run" / "verl" / "agent_loops.yaml").read_text()
-    )  # named at launch
+    # nothing of where it was made
+    assert str(tmp / "out") not in text and f"data.train_files={EXPORT_DIR}/run/verl/train.parquet" in text
+    # named at launch
+    assert "SAS_ENV_URL" not in text and "env_url" not in (moved / "run" / "verl" / "agent_loops.yaml").read_text()
     assert (moved / "trainer" / "search_agent_trainer" / "engines" / "verl" / "agent_loop.py").exists()
     assert not list((moved / "trainer").rglob("__pycache__"))
     assert os.access(moved / "launch.sh", os.X_OK)

@@ -191,9 +191,8 @@ def test_the_agent_loop_plays_search_r1_token_by_token(setup, rollout):
         a["ids"][r0:r1] == tok.encode(observation(hits), add_special_tokens=False)[: setup.cfg.rollout.max_obs_length]
     )
     assert obs.startswith("\n\n<information>Doc 1(Title: ") and hits[0]["document"]["contents"].split("\n")[0] in obs
-    assert a["lp"][g0:g1] == [-(j + 1) / 64 for j in range(g1 - g0)] and set(a["lp"][r0:r1]) == {
-        0.0
-    }  # the sampler's log-probs
+    # the sampler's log-probs
+    assert a["lp"][g0:g1] == [-(j + 1) / 64 for j in range(g1 - g0)] and set(a["lp"][r0:r1]) == {0.0}
     assert a["sas"]["finish"] == "answer" and a["sas"]["searches"] == 2 and a["sas"]["turns"] == 3
     assert [x["query"] for x in a["sas"]["retrieval"]] == ["Kriltre Fehan", "Torneind river"]
 
@@ -243,12 +242,13 @@ def test_the_same_scripts_through_the_builtin_rollout_give_the_same_tokens(setup
 
 def test_the_reward_goes_through_veRLs_reward_loop_to_our_reward_module(setup, rollout):
     scores = rollout.batch["rm_scores"].sum(-1).tolist()
+    # builtin:em on the real server: the golden answer, a wrong one, none, the golden
     assert scores == [
         1.0,
         0.0,
         0.0,
         1.0,
-    ]  # builtin:em on the real server: the golden answer, a wrong one, none, the golden
+    ]
     detail = [json.loads(x) for x in rollout.non_tensor_batch["sas_reward"]]
     assert [d["reward"] for d in detail] == [d["metrics"]["em"] for d in detail] == scores
 
@@ -602,11 +602,12 @@ def test_the_recording_trainer_hooks_write_the_run_and_stop_after_a_checkpoint(s
         and metrics[0]["critic/score/mean"] == 0.5
         and metrics[0]["mask/generated_tokens"] > 0
     )
+    # the token store's steps
     assert sorted(p.name for p in (run_dir / "rollouts").iterdir()) == [
         "step-000001",
         "step-000002",
         "step-000003",
-    ]  # the token store's steps
+    ]
     assert json.loads((run_dir / "run.json").read_text())["record"]["recorded"]["steps"] == 3
 
     # a stop asked for during step 1 of a new run: the step is recorded, a checkpoint saved, the run `stopped`

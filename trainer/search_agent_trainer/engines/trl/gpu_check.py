@@ -85,11 +85,12 @@ def run_config(model: Path, smoke: bool) -> dict[str, Any]:
         "max_response_length": 400 if smoke else 1024,
     }
     cfg["algorithm"] = {"name": "grpo", "kl_coef": 0.001}  # a reference model (bf16 under bf16 compute)
+    # one optimizer step a step: on-policy
     cfg["optim"] = {
         "lr": 1e-6,
         "mini_batch_size": 16 if smoke else 32,
         "micro_batch_size": 8,
-    }  # one optimizer step a step: on-policy
+    }
     cfg["train"] = {"steps": 2, "eval_every": 0, "checkpoint_every": 0}
     return cfg
 
@@ -203,7 +204,7 @@ def check(work: Path, smoke: bool, env_url: str | None) -> dict[str, Any]:
             env=env,
             capture_output=True,
             text=True,
-        )  # type: ignore[union-attr]
+        )
         seconds = time.perf_counter() - t0
     finally:
         if server:

@@ -116,9 +116,8 @@ class SearchR1AgentLoop(AgentLoopBase):
         request_id = uuid4().hex  # one id per trajectory: its turns go to the same server (prefix cache)
         metrics: dict[str, float] = {"generate_sequences": 0.0, "tool_calls": 0.0}
         cut = {"truncated": 0, "longest": 0}
-        protocol = play(
-            t, self.tok, s, cut, self.dialect
-        )  # rollout.py's protocol, one trajectory, fed by veRL's server calls
+        # rollout.py's protocol, one trajectory, fed by veRL's server calls
+        protocol = play(t, self.tok, s, cut, self.dialect)
         request = next(protocol)
         while True:
             t0 = time.perf_counter()
@@ -137,9 +136,8 @@ class SearchR1AgentLoop(AgentLoopBase):
                 ids = list(out.token_ids[: request.budget])
                 reply: Any = (ids, list(out.log_probs[: len(ids)]) if out.log_probs else None)
             else:
-                reply = await env_batchers(self.env_url).retrieve(
-                    request.queries, s.topk
-                )  # with the worker's other trajectories' queries
+                # with the worker's other trajectories' queries
+                reply = await env_batchers(self.env_url).retrieve(request.queries, s.topk)
                 metrics["tool_calls"] += time.perf_counter() - t0
             try:
                 request = protocol.send(reply)

@@ -48,17 +48,19 @@ ATTENTION = ("auto", "flash_attention_2", "sdpa")
 # The run-config keys that decide what veRL keeps on each GPU besides the shapes: veRL's defaults apply where they
 # are unset, so a memory planner chooses by writing them into the config it launches (memory_inputs says what a
 # config gives).
+# the last has a value always (0.5, veRL's too)
 PLANNER_KEYS = (
     "verl.param_offload",
     "verl.optimizer_offload",
     "model.gradient_checkpointing",
     "verl.gpu_memory_utilization",
-)  # the last has a value always (0.5, veRL's too)
+)
+# veRL 0.9.1's defaults (ppo_trainer.yaml)
 VERL_OWN = {
     "param_offload": False,
     "optimizer_offload": False,
     "gradient_checkpointing": True,
-}  # veRL 0.9.1's defaults (ppo_trainer.yaml)
+}
 ADV_ESTIMATOR = {"grpo": "grpo", "ppo": "gae", "reinforce++": "reinforce_plus_plus"}
 TRAINER_DIR = Path(__file__).resolve().parents[3]  # the directory holding search_agent_trainer (PYTHONPATH)
 REWARD_FN = "pkg://search_agent_trainer.engines.verl.reward"

@@ -543,9 +543,8 @@ class RecordingTrainer(RayPPOTrainer):
     def _log_rollout_data(
         self, batch: Any, reward_extra_infos_dict: dict, timing_raw: dict, rollout_data_dir: str
     ) -> None:
-        if (self.config.get("sas") or {}).get(
-            "keep_rollout_data_dir"
-        ):  # a user's own job asked for veRL's text dump too
+        # a user's own job asked for veRL's text dump too
+        if (self.config.get("sas") or {}).get("keep_rollout_data_dir"):
             super()._log_rollout_data(batch, reward_extra_infos_dict, timing_raw, rollout_data_dir)
         self.recorder.rollouts(batch, self.global_steps, "train")
         if (self.run_dir / STOP_FILE).exists() and self.global_steps < self.total_training_steps:
@@ -583,9 +582,8 @@ class RecordingTrainer(RayPPOTrainer):
             w.event("finished", status="stopped", step=self.global_steps)
         except BaseException as e:
             tb = traceback.format_exc()
-            full = run_disk_full_message(
-                e
-            )  # a full disk is said first, naming the (first) file, as the builtin trainer does
+            # a full disk is said first, naming the (first) file, as the builtin trainer does
+            full = run_disk_full_message(e)
             message = full or f"{type(e).__name__}: {e}"
             w.log(f"error: {full}" if full else tb)
             w.event("error", best_effort=True, message=message, traceback=tb)

@@ -46,9 +46,8 @@ class SearchTool(BaseTool):
                 {"error": "no query"},
             )
         try:
-            hits = (await env_batchers(self.env_url).retrieve([query.strip()], self.topk))[
-                0
-            ]  # with the worker's other calls
+            # with the worker's other calls
+            hits = (await env_batchers(self.env_url).retrieve([query.strip()], self.topk))[0]
         except EnvError as e:
             return ToolResponse(text=f"Error: {e}"), 0.0, {"error": str(e)}
         agent_data = kwargs.get("agent_data")
