@@ -70,6 +70,27 @@ class Run:
         self.recorder = self._recorder()
         self.env = EnvClient(env_url)
 
+    def _started(
+        self, start: int, resumed: bool, parameters: int, trainable: int, precision: str, **engine: Any
+    ) -> None:
+        """The `started` event every engine writes (events.jsonl): where the run starts, on what, with how much; an
+        engine's own fields after it."""
+        self.writer.event(
+            "started",
+            step=start,
+            total=self.total,
+            resumed=resumed,
+            device=str(self.device),
+            model=self.cfg.model.kind,
+            parameters=parameters,
+            trainable=trainable,
+            train_examples=len(self.train_set),
+            eval_examples=len(self.eval_set),
+            precision=precision,
+            max_batch_tokens=self.max_batch_tokens,
+            **engine,
+        )
+
     def versions(self) -> dict[str, str | None]:
         """What run.json records of the software that trains."""
         return trainer_versions()

@@ -134,9 +134,8 @@ class Trainer(Run):
                     f"model.tiny.max_len ({self.policy.backbone.max_len}) is shorter than the longest prompt plus rollout.max_response_length ({longest} tokens)"
                 )
         self.numerics = self._numerics(state.get("numerics"))
-        self.reference = (
-            self._reference() if cfg.algorithm.kl_coef > 0 else None
-        )  # in the run's compute dtype (precision.py)
+        # in the run's compute dtype (precision.py)
+        self.reference = self._reference() if cfg.algorithm.kl_coef > 0 else None
         self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(
             self.policy, self.device, self.numerics.autocast
         )
@@ -180,20 +179,7 @@ class Trainer(Run):
         n_params = sum(p.numel() for p in self.policy.parameters())
         n_train = sum(p.numel() for p in self.trainable_params)
         precision = self.numerics.describe()
-        w.event(
-            "started",
-            step=start,
-            total=self.total,
-            resumed=ckpt is not None,
-            device=str(self.device),
-            model=cfg.model.kind,
-            parameters=n_params,
-            trainable=n_train,
-            train_examples=len(self.train_set),
-            eval_examples=len(self.eval_set),
-            precision=precision,
-            max_batch_tokens=self.max_batch_tokens,
-        )
+        self._started(start, ckpt is not None, n_params, n_train, precision)
         if cfg.model.dtype == "bf16" and self.device.type == "cpu" and cpu_has_native_bf16() is False:
             w.warning(
                 'model.dtype is bf16 but this CPU has no native bf16 arithmetic (no AVX512-BF16, AMX or arm64 BF16): torch converts to fp32 and back, and a step is several times slower than in fp32; set model.dtype to fp32 or bf16_where_native (docs/trainer.md, "Devices and precision")'

@@ -155,9 +155,8 @@ class TRLEngine(Run):
             """The user's reward module, through the env server's /reward."""
             return self._reward()
 
-        if (
-            self.args.model_init_kwargs
-        ):  # ours name the reference's dtype: TRL's warning that they are ignored is the policy's
+        # ours name the reference's dtype: TRL's warning that they are ignored is the policy's
+        if self.args.model_init_kwargs:
             import logging
 
             logging.getLogger("trl.trainer.grpo_trainer").addFilter(lambda r: "model_init_kwargs" not in r.getMessage())
@@ -213,19 +212,12 @@ class TRLEngine(Run):
         }
         if self.rank == 0:
             w.run["trl"] = self.settings  # run.json (written with the next status change)
-        w.event(
-            "started",
-            step=start,
-            total=self.total,
-            resumed=ckpt is not None,
-            device=str(self.device),
-            model=cfg.model.kind,
-            parameters=n_params,
-            trainable=n_train,
-            train_examples=len(self.train_set),
-            eval_examples=len(self.eval_set),
-            precision=precision,
-            max_batch_tokens=self.max_batch_tokens,
+        self._started(
+            start,
+            ckpt is not None,
+            n_params,
+            n_train,
+            precision,
             engine="trl",
             processes=world,
             trl_steps_per_step=self.plan.trl_steps,
@@ -429,9 +421,8 @@ class TRLEngine(Run):
         loss = cm * T["tool_mask"] if "tool_mask" in T else cm
         C = int(cm.shape[1])
         trained = T.get("old_per_token_logps")
-        trained = (
-            trained if trained is not None else b["current"]
-        )  # on-policy: TRL's old log-probs are the update's own
+        # on-policy: TRL's old log-probs are the update's own
+        trained = trained if trained is not None else b["current"]
         codes = [role_codes_of(t.roles) for t in b["trajs"]]
         generated = expected_window(codes, C, True, align="left")
         expected = expected_window(codes, C, bool(self.cfg.algorithm.loss_masking), align="left")
