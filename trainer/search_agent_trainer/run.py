@@ -41,7 +41,7 @@ from .record.tokens import trajectory_data
 from .recorder import Recorder, RecordSettings, StepJob
 from .reward import score
 from .rollout import RolloutSettings, Trajectory, run_rollouts
-from .run_writer import RunWriter, disk_full_message, run_disk_full_message, set_disk_fault
+from .run_writer import RunWriter, set_disk_fault
 from .versions import trainer_versions
 from .watchdog import watch_parent
 
@@ -274,24 +274,7 @@ class Run:
             w.event("finished", status=status, step=step)
             return 0
         except Exception as e:  # noqa: BLE001 - every failure is reported, with its traceback
-            tb = traceback.format_exc()
-            # A full disk says so first, naming the file (its traceback would end in ENOSPC, which is all it says):
-            # the first that found it full (the rollout writer's thread may have, before this thread's write failed).
-            full = run_disk_full_message(e)
-            message = full or f"{type(e).__name__}: {e}"
-            w.log(f"error: {full}" if full else tb)
-            # The host reads stdout: it gets these even when the run directory cannot take them.
-            w.event("error", best_effort=True, message=message, traceback=tb)
-            try:
-                self._close_recorder()
-            except OSError as e2:  # the writer's last steps hit the same full disk: what was written stays readable
-                w.log(f"could not finish writing the rollouts: {disk_full_message(e2) or e2}")
-            try:
-                # On a full disk, a short run.json: its old blocks may be all the room there is.
-                w.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
-            except OSError as e2:
-                w.log(f"could not record the failure in run.json: {disk_full_message(e2) or e2}")
-            w.event("finished", best_effort=True, status="failed", step=int(w.run.get("step", 0)))
+            w.fail(e, traceback.format_exc(), self._close_recorder)
             return 1
         finally:
             for s, h in previous.items():

@@ -29,6 +29,7 @@ import shutil
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -406,6 +407,26 @@ class RunWriter:
             # than the indented file it replaces, so it fits those blocks with the error message added (indented, a
             # failure record a few bytes over the old file's last block was cut there: test_disk_full's rollouts case).
             overwrite_in_place(self.dir / "run.json", (dumps(self.run) + "\n").encode("utf-8"))
+
+    def fail(self, e: BaseException, tb: str, close_recorder: Callable[[], None]) -> None:
+        """A run that failed with `e` (its traceback `tb`), every engine's way: a full disk is said first, naming the
+        first file that found it full (its traceback would end in ENOSPC, which is all it says); the `error` event
+        reaches stdout even when the run directory cannot take it (the host reads stdout); the recorder closed, what
+        it wrote staying readable if its last steps hit the same full disk; run.json `failed` (on a full disk a
+        short one: its old blocks may be all the room there is); a last `finished` event."""
+        full = run_disk_full_message(e)
+        message = full or f"{type(e).__name__}: {e}"
+        self.log(f"error: {full}" if full else tb)
+        self.event("error", best_effort=True, message=message, traceback=tb)
+        try:
+            close_recorder()
+        except OSError as e2:
+            self.log(f"could not finish writing the rollouts: {disk_full_message(e2) or e2}")
+        try:
+            self.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
+        except OSError as e2:
+            self.log(f"could not record the failure in run.json: {disk_full_message(e2) or e2}")
+        self.event("finished", best_effort=True, status="failed", step=int(self.run.get("step", 0)))
 
     # -- resume ------------------------------------------------------------------------------------------------
     def truncate_after(self, step: int) -> None:

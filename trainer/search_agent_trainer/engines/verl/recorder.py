@@ -43,7 +43,7 @@ from ...metrics import SUMMARY_KEYS, held_out_metrics, rollout_metrics
 from ...record.tokens import token_record, trajectory_of
 from ...recorder import Recorder, RecordSettings, StepData, StepJob, expected_window, role_codes_of, rollout_flags
 from ...rollout import Trajectory, truncation_warning
-from ...run_writer import RunWriter, disk_full_message, run_disk_full_message
+from ...run_writer import RunWriter
 from ...versions import package_version
 from . import STOP_FILE
 from .agent_loop import our_tokenizer
@@ -581,21 +581,7 @@ class RecordingTrainer(RayPPOTrainer):
             w.finish("stopped", stop_reason=reason if reason in ("signal", "host-gone") else "signal")
             w.event("finished", status="stopped", step=self.global_steps)
         except BaseException as e:
-            tb = traceback.format_exc()
-            # a full disk is said first, naming the (first) file, as the builtin trainer does
-            full = run_disk_full_message(e)
-            message = full or f"{type(e).__name__}: {e}"
-            w.log(f"error: {full}" if full else tb)
-            w.event("error", best_effort=True, message=message, traceback=tb)
-            try:
-                recorder.close()
-            except OSError as e2:  # the writer's last steps hit the same full disk: what was written stays readable
-                w.log(f"could not finish writing the rollouts: {disk_full_message(e2) or e2}")
-            try:
-                w.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
-            except OSError:
-                pass
-            w.event("finished", best_effort=True, status="failed", step=int(w.run.get("step", 0)))
+            w.fail(e, traceback.format_exc(), recorder.close)
             raise
         finally:
             tracking.Tracking = original
