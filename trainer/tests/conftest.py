@@ -180,6 +180,7 @@ TIMING_METRICS = (
     "env/reward_ms/",
     "env/reward_wait_ms/",
     "record/queue",
+    "val/record/queue",
 )
 
 
