@@ -39,11 +39,18 @@ describe('Open Run Folder… on another engine’s run (code-server)', function 
     // VS Code's own folder dialog (the simple one code-server shows): the path typed, then accepted
     const input = s.page.locator('.quick-input-widget input');
     await input.waitFor({ timeout: 15_000 });
-    await input.fill(`${run}/`);
-    await s.page
-      .locator('.quick-input-list .monaco-list-row', { hasText: 'token_exports' })
-      .first()
-      .waitFor({ timeout: 15_000 });
+    // The dialog fills in its starting folder once it has read it: a path typed before that is overwritten (CI, stop
+    // 50: the dialog was left at the workspace folder). Typed again until the dialog holds it and lists its contents.
+    const path = `${run}/`;
+    const listed = s.page.locator('.quick-input-list .monaco-list-row', { hasText: 'token_exports' });
+    await until(
+      'the folder dialog at the run folder',
+      async () => {
+        if ((await input.inputValue()) !== path) await input.fill(path);
+        return (await listed.count()) > 0 && (await input.inputValue()) === path;
+      },
+      30_000,
+    );
     await s.page.locator('.quick-input-widget .monaco-button', { hasText: 'Open Run' }).click();
     insp = await s.webviewFrame('rollouts', 60_000);
     await until(
@@ -74,7 +81,7 @@ describe('Open Run Folder… on another engine’s run (code-server)', function 
   });
 
   it('follows the run: a step prime-rl finishes later appears', async () => {
-    mkdirSync(join(run, 'token_exports', 'step_2'));
+    mkdirSync(join(run, 'token_exports', 'step_2'), { recursive: true }); // a retried test finds it made
     cpSync(join(PRIME, 'step_2', 'rank_0.jsonl'), join(run, 'token_exports', 'step_2', 'rank_0.jsonl'));
     writeFileSync(join(run, 'token_exports', 'step_2', 'STABLE'), '');
     const filter = insp.locator('[data-testid="filter"]');
