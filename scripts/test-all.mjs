@@ -2,11 +2,12 @@
 // failed in each failed suite printed again (CI keeps only the tail of the output: a unit failure scrolled out of it
 // once); exit 1 if any failed. SAS_SUITES=unit,python limits the run (for local iteration only).
 //
-// The suites run in phases. Within a phase, lanes run side by side, each lane's suites one after another. `unit` and
-// `python` are mostly one process waiting on another (a trainer, an env server, a CLI), yet CPU-bound enough that
-// side by side each runs about 2x slower: the two lanes (typecheck, unit, verl: 751 s; python: 781 s in stop 50's
-// rehearsal of CI) save about a tenth of their sum in sequence. The learning tests run alone: they keep both cores
-// busy (1.97 measured), with trajectories pinned to two threads. e2e runs alone: its waits are a browser's.
+// The suites run in phases. Within a phase, lanes run side by side, each lane's suites one after another, their
+// processes with one torch thread each (below). `unit` and `python` are mostly one process waiting on another (a
+// trainer, an env server, a CLI): side by side, one thread a process, the two lanes (typecheck, unit, verl: 411 s;
+// python: 488 s in stop 50's rehearsal of CI) took 488 s where the suites in sequence took 898 s (stop 49's CI, which
+// used 44 of its 45 minutes). The learning tests run alone: they keep both cores busy (1.97 measured), with
+// trajectories pinned to two threads. e2e runs alone: its waits are a browser's.
 import { spawn } from 'node:child_process';
 import { join } from 'node:path';
 import { failureReport } from './failure-report.mjs';
@@ -90,7 +91,17 @@ process.exit(failed.length ? 1 : 0);
  */
 function run(cmd, prefix) {
   return new Promise((resolve) => {
-    const child = spawn(cmd[0], cmd.slice(1), { cwd: root, stdio: ['inherit', 'pipe', 'pipe'] });
+    // Beside another lane, torch gets one thread a process (unless the caller set them): two suites' processes
+    // each spinning two OpenMP threads on 2 cores wait on each other (stop 50: the shrunk demo test took 175 s beside
+    // the python lane, 14 s alone). The learning tests pin their own threads (conftest.PINNED_NUMERICS).
+    const env = prefix
+      ? {
+          ...process.env,
+          OMP_NUM_THREADS: process.env.OMP_NUM_THREADS ?? '1',
+          MKL_NUM_THREADS: process.env.MKL_NUM_THREADS ?? '1',
+        }
+      : process.env;
+    const child = spawn(cmd[0], cmd.slice(1), { cwd: root, env, stdio: ['inherit', 'pipe', 'pipe'] });
     let output = '';
     let last = Date.now();
     const partial = { out: '', err: '' };
