@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from search_agent_trainer.config import config_from_dict
 from search_agent_trainer.engines.verl.overrides import TRAINER_DIR, VerlLaunch, verl_overrides
+from verl_engine.verl_harness import run_config  # the veRL tests' run config (it imports no veRL)
 
-ROOT = Path(__file__).resolve().parents[2]
+MODEL = Path("/models/q")
 PINNED = json.loads((Path(__file__).parent / "verl_overrides_pinned.json").read_text(encoding="utf-8"))
 CASES = {
     "ppo-everything": {
@@ -75,32 +75,9 @@ LAUNCHES = {
 }
 
 
-def run_config(sections: dict) -> object:
-    raw: dict = {
-        "engine": "verl",
-        "seed": 3,
-        "data": {"train": "builtin:demo/train", "eval": "builtin:demo/eval", "eval_size": 4},
-        "model": {"kind": "hf", "path": "/models/q"},
-        "rollout": {
-            "batch_size": 4,
-            "n": 2,
-            "max_turns": 2,
-            "max_turn_tokens": 48,
-            "max_response_length": 400,
-            "max_obs_length": 200,
-            "max_prompt_length": 400,
-        },
-        "optim": {"mini_batch_size": 4, "micro_batch_size": 2},
-        "train": {"steps": 3, "eval_every": 2, "checkpoint_every": 2},
-    }
-    for name, values in sections.items():
-        raw[name] = {**raw.get(name, {}), **values}
-    return config_from_dict(raw, base=ROOT)
-
-
 @pytest.mark.parametrize("key", sorted(PINNED))
 def test_the_override_list_and_notes_are_the_pinned_ones(key):
     case, launch = key.split("/")
-    overrides, notes = verl_overrides(run_config(CASES[case]), LAUNCHES[launch])
+    overrides, notes = verl_overrides(run_config(MODEL, **CASES[case]), LAUNCHES[launch])
     overrides = [o.replace(str(TRAINER_DIR), "<trainer_dir>") for o in overrides]
     assert [overrides, notes] == PINNED[key]
