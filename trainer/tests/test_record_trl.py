@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import NODE, ROOT, TRAINER
+from conftest import ROOT, TRAINER, audit_json
 from test_train import SCHEMAS, jsonschema, lines
 
 pytest.importorskip("trl")
@@ -142,33 +142,11 @@ def check_run(run: Path) -> list[dict]:
     return recs
 
 
-def audit(run: Path) -> dict:
-    if NODE is None:
-        pytest.skip("node is not on PATH")
-    p = subprocess.run(
-        [
-            NODE,
-            "-r",
-            str(ROOT / "test" / "register.cjs"),
-            str(ROOT / "src" / "cli" / "main.ts"),
-            "audit",
-            str(run),
-            "--json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]  # 2: input it could not read
-    return json.loads(p.stdout)
-
-
 def test_a_users_trl_script_with_the_recording_trainer_writes_a_run_that_audit_accepts(tmp_path):
     out = run_script(tmp_path, "from search_agent_trainer.record.trl import RecordingGRPOTrainer as GRPOTrainer")
     run = out.parent / "my-grpo-sas"
     check_run(run)
-    a = audit(run)
+    a = audit_json(run)
     assert a["issues"] == [] and a["summary"]["rollouts"] == 8, "every record read"
     assert a["summary"]["leaks"] == {"rollouts": 0, "tokens": 0, "mask_mismatch": 0}
     assert a["tokenizer"] == "my-model/tokenizer.json", (

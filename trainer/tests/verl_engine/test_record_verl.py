@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("verl", reason="the veRL engine's tests run in .venv-verl (npm run test:verl)")
 
-from conftest import NODE, ROOT, TRAINER  # noqa: E402
+from conftest import TRAINER, audit_json  # noqa: E402
 from hf_fixture import build_tiny_qwen2, demo_texts  # noqa: E402
 from search_agent_trainer.engines.verl.agent_loop import our_tokenizer  # noqa: E402
 from search_agent_trainer.record.verl import compose_user_config, split_args  # noqa: E402
@@ -186,24 +186,6 @@ def test_the_recorder_records_a_batch_of_their_own_agent_loop_that_audit_reads(t
     run_json = json.loads((run / "run.json").read_text())
     jsonschema.validate(run_json, SCHEMAS["run"])
     assert run_json["config"]["model"]["path"] == str(qwen_dir) and run_json["engine"] == "verl"
-    if NODE is None:
-        pytest.skip("node is not on PATH")
-    p = subprocess.run(
-        [
-            NODE,
-            "-r",
-            str(ROOT / "test" / "register.cjs"),
-            str(ROOT / "src" / "cli" / "main.ts"),
-            "audit",
-            str(run),
-            "--json",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert p.returncode in (0, 1), p.stderr[-3000:]
-    a = json.loads(p.stdout)
+    a = audit_json(run)
     assert a["issues"] == [] and a["summary"]["rollouts"] == 4 and a["summary"]["leaks"]["tokens"] == 0
     assert a["tokenizer"] == "tiny-qwen2/tokenizer.json" and a["summary"]["drift"]["checked"]
