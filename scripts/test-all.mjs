@@ -5,7 +5,7 @@
 // The suites run in phases. Within a phase, lanes run side by side, each lane's suites one after another, their
 // processes with one torch thread each (below). `unit` and `python` are mostly one process waiting on another (a
 // trainer, an env server, a CLI): side by side, one thread a process, the two lanes (typecheck, unit, verl: 411 s;
-// python: 488 s in stop 50's rehearsal of CI) took 488 s where the suites in sequence took 898 s (stop 49's CI, which
+// python: 488 s in stop 49's rehearsal of CI) took 488 s where the suites in sequence took 898 s (stop 48's CI, which
 // used 44 of its 45 minutes). The learning tests run alone: they keep both cores busy (1.97 measured), with
 // trajectories pinned to two threads. e2e runs alone: its waits are a browser's.
 import { spawn } from 'node:child_process';
@@ -92,7 +92,7 @@ process.exit(failed.length ? 1 : 0);
 function run(cmd, prefix) {
   return new Promise((resolve) => {
     // Beside another lane, torch gets one thread a process (unless the caller set them): two suites' processes
-    // each spinning two OpenMP threads on 2 cores wait on each other (stop 50: the shrunk demo test took 175 s beside
+    // each spinning two OpenMP threads on 2 cores wait on each other (stop 49: the shrunk demo test took 175 s beside
     // the python lane, 14 s alone). The learning tests pin their own threads (conftest.PINNED_NUMERICS).
     const env = prefix
       ? {

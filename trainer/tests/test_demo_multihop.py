@@ -14,7 +14,7 @@ begin to read it:
   TWO_HOP_RETRIEVED_MIN_GAIN over the warm start;
 - at least TWO_HOP_MIN_SEARCHES searches per held-out two-hop question (the second search kept);
 - held-out one-hop exact match up by at least ONE_HOP_MIN_GAIN;
-- held-out two-hop exact match up by at least TWO_HOP_EM_MIN_GAIN (4 of its 70 questions: small, stated).
+- held-out two-hop exact match up by at least TWO_HOP_EM_MIN_GAIN (3 of its 70 questions: small, stated).
 - with `/retrieve` returning nothing, the step-200 policy's one-hop and two-hop exact match at most NO_RETRIEVAL_MAX
   (the demo's last check: the answers are invented; stop 38).
 
@@ -40,14 +40,22 @@ searches per two-hop question; the smallest value on either vendor in brackets):
 | machine | numerics | trajectories | smallest at step 200 |
 | --- | --- | --- | --- |
 | 2-core Intel Xeon, AVX-512 (stop 37) | old pin, two threads; unpinned, one thread | seed 1; seeds 1-4 | +0.285 / +0.337 / +0.114 / 1.84 |
-| 2-core AMD EPYC, AVX512-BF16 (stops 39-44) | old pin; PINNED_NUMERICS | seed 1 twice | +0.500 / +0.393 / +0.129 / 1.81; bridge entity +0.471 (+0.586 since stop 44) |
-| 2-core Intel Xeon, AMX-BF16 (issue 48) | PINNED_NUMERICS | seed 1 | passed in the reporter's test command (its one failure was test_curriculum's); digits not reported |
+| 2-core AMD EPYC, AVX512-BF16 (stops 39-44) | old pin; stop 40's PINNED_NUMERICS | seed 1 twice | +0.500 / +0.393 / +0.129 / 1.81; bridge entity +0.471 (+0.586 since stop 44) |
+| 2-core Intel Xeon, AMX-BF16 (issue 48) | stop 40's PINNED_NUMERICS (MKL COMPATIBLE) | seed 1 | passed in the reporter's test command (its one failure was test_curriculum's); digits not reported |
+| 2-core AMD EPYC, AVX512-BF16 (stop 50) | PINNED_NUMERICS since stop 50 (each vendor's fast MKL path) | seeds 1-3 | +0.300 / +0.472 / +0.086 / 1.91; bridge entity +0.357 |
 
 So every threshold below sits at about half of the smallest gain measured on either vendor or trajectory
 (SMALLEST_MEASURED; `test_each_threshold_holds_with_a_margin_on_either_vendor` keeps it so), not at this
-trajectory's digits: under PINNED_NUMERICS both vendors run the same bits (the fingerprint in the output says
-whether this CPU did), and where a CPU does not, the test still asserts what every trajectory measured held. The
-issue-48 goals of the whole demo (one-hop >= 0.65, two-hop >= 0.25 with >= 1.8 searches, retrieval off <= 0.03) are
+trajectory's digits. Since stop 50 each vendor runs its own trajectory (conftest.PINNED_NUMERICS: MKL's fast branch,
+1.7x faster than the COMPATIBLE one every vendor runs: this test 526 s alone on the EPYC, seed 1, against 875 s), and
+an Intel CPU's has not been measured: the thresholds are what every trajectory measured held, on both vendors. Stop
+50's three EPYC seeds (step 0 -> 200, bridge entity searched / answer retrieved / one-hop EM / two-hop EM / searches
+per two-hop question): seed 1 0.000 -> 0.500 / 0.043 -> 0.500 / 0.011 -> 0.539 / 0.000 -> 0.157 / 1.91; seed 2
+0.000 -> 0.357 / 0.057 -> 0.357 / 0.000 -> 0.472 / 0.000 -> 0.086 / 1.94; seed 3 0.000 -> 0.743 / 0.057 -> 0.671 /
+0.011 -> 0.584 / 0.000 -> 0.300 / 1.99; 0.000 with retrieval off in all three. Seed 2 lowered two thresholds' bases:
+two-hop EM to +0.086 (6 of 70 questions; the threshold 0.05 -> 0.04, 3 questions) and the bridge entity to +0.357.
+
+The issue-48 goals of the whole demo (one-hop >= 0.65, two-hop >= 0.25 with >= 1.8 searches, retrieval off <= 0.03) are
 the full 400 steps' (docs/demo.md); this test asserts the first stage's share of them — the second search kept, the
 bridge entity searched, both kinds of question learning — and the last goal itself, retrieval off.
 
@@ -65,14 +73,22 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import PINNED_NUMERICS, ROOT, EnvServer, evaluate_without_retrieval, pin_report, trainer_env
+from conftest import (
+    LEARNING_SEED,
+    PINNED_NUMERICS,
+    ROOT,
+    EnvServer,
+    evaluate_without_retrieval,
+    pin_report,
+    trainer_env,
+)
 
 STOP_AT = 200
 TWO_HOP_RETRIEVED_MIN_GAIN = 0.15
 BRIDGE_SEARCHED_MIN_GAIN = 0.15
 TWO_HOP_MIN_SEARCHES = 1.5
 ONE_HOP_MIN_GAIN = 0.15
-TWO_HOP_EM_MIN_GAIN = 0.05
+TWO_HOP_EM_MIN_GAIN = 0.04
 NO_RETRIEVAL_MAX = 0.03  # the demo's goal itself (0.000 on every trajectory measured)
 
 # The smallest step-200 value measured on either vendor (docstring's table): gains over step 0, and the searches per
@@ -80,8 +96,8 @@ NO_RETRIEVAL_MAX = 0.03  # the demo's goal itself (0.000 on every trajectory mea
 SMALLEST_MEASURED = {
     "val/answer_retrieved_by_hops/2": 0.285,  # Xeon, seed 2
     "val/em_by_hops/1": 0.337,  # Xeon, seed 2
-    "val/em_by_hops/2": 0.114,  # Xeon, seed 2
-    "val/bridge_searched_by_hops/2": 0.471,  # EPYC, this trajectory (stop 42; 0.586 since stop 44)
+    "val/em_by_hops/2": 0.086,  # EPYC, stop 50, seed 2 (Xeon, stop 37: 0.114)
+    "val/bridge_searched_by_hops/2": 0.357,  # EPYC, stop 50, seed 2 (this trajectory: 0.471 at stop 42, 0.586 at 44)
     "val/searches_by_hops/2": 1.81,  # EPYC, stop 39
 }
 MARGIN = 0.55
@@ -120,6 +136,7 @@ def test_the_shortened_two_hop_demo_learns_the_second_search(tmp_path):
     env = EnvServer("--corpus", str(ROOT / "examples" / "demo-multihop" / "corpus.jsonl"), "--reward", "builtin:em")
     try:
         cfg = json.loads((ROOT / "examples" / "demo-multihop.run.json").read_text(encoding="utf-8"))
+        cfg["seed"] = LEARNING_SEED
         cfg["model"]["dtype"] = "fp32"  # the recipe computes in bf16, which no pin makes one code path (docstring)
         config = tmp_path / "demo-multihop.run.json"
         config.write_text(json.dumps(cfg), encoding="utf-8")
@@ -162,7 +179,7 @@ def test_the_shortened_two_hop_demo_learns_the_second_search(tmp_path):
     before, after = evals[0], evals[STOP_AT]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "stopped"
     gains = {k: after[k] - before[k] for k in THRESHOLDS}
-    pin = pin_report()
+    pin = pin_report(PINNED_NUMERICS)
     print(pin)
     print(
         f"step 0 -> {STOP_AT}: two-hop bridge entity searched {before['val/bridge_searched_by_hops/2']:.3f} -> {after['val/bridge_searched_by_hops/2']:.3f}, "
