@@ -19,7 +19,7 @@ import { basename, join } from 'node:path';
 import * as zlib from 'node:zlib';
 import { type AsyncBuffer, type FileMetaData, parquetMetadataAsync, parquetRead } from 'hyparquet';
 import { parquetWriteBuffer } from 'hyparquet-writer';
-import { TOKEN_COLUMNS, type TokenColumnsView } from '../run/columns';
+import { TOKEN_COLUMNS, TOKEN_TEXT_UNREAD, type TokenColumnsView } from '../run/columns';
 import { type LocatedIssue, type Rollout, TOKEN_ROLES, type Tokens, validateRollout } from '../run/format';
 
 export const STORE_VERSION = 1;
@@ -493,6 +493,7 @@ function lazyTokens(
       set(value: unknown) {
         Object.defineProperty(t, key, { value, enumerable: true, configurable: true, writable: true });
         delete (t as Record<symbol, unknown>)[TOKEN_COLUMNS]; // the columns no longer stand for the arrays
+        if (key === 'text') delete (t as Record<symbol, unknown>)[TOKEN_TEXT_UNREAD];
       },
     });
   const need = (c: string) => {
@@ -503,6 +504,9 @@ function lazyTokens(
       );
     return col;
   };
+  // read without the texts (the audit's columns): say so, so that a reader that can do without them need not catch
+  if (hasText ? !column('text') : !vocab || !column('ids'))
+    Object.defineProperty(t, TOKEN_TEXT_UNREAD, { value: true, enumerable: false, configurable: true });
   define('text', () => {
     if (hasText) return Array.from(need('text') as string[]);
     if (!vocab) throw new Error(`${where}: tokens.text was not read`);
