@@ -95,6 +95,7 @@ function records(step: number, n: number, bad = false): Rollout[] {
     if (i === 6) rec.meta = { engine_loss_mask: rec.tokens!.loss_mask.map((m, k) => (k === P + 1 ? 1 - m : m)) };
     if (i === 8) delete rec.tokens;
     if (bad && i === 2) rec.tokens!.entropy![P] = Number.POSITIVE_INFINITY; // non-finite
+    if (bad && i === 4) rec.tokens!.advantage![P + 1] = Number.NEGATIVE_INFINITY;
     if (bad && i === 3) (rec as unknown as Record<string, unknown>).reward = 'high'; // malformed: reward is not a number
     out.push(rec);
   }
@@ -132,6 +133,8 @@ describe('inspector facts threads', () => {
     assert.equal(many.status.malformed, 1);
     assert.match(step4[3]!.error!, /step-000004:4: reward: /);
     assert.deepEqual(step4[2]!.alarms?.includes('non-finite'), true);
+    assert.deepEqual(step4[4]!.alarms?.includes('non-finite'), true);
+    assert.equal(step4[1]!.alarms?.includes('non-finite') ?? false, false);
     assert.equal(step4[5]!.leaks, 1);
     assert.ok(
       many.facts.some((f) => (f.leaks ?? 0) > 0 && !f.file.endsWith('step-000004')),

@@ -64,7 +64,10 @@ const AUDIT_COLUMNS = [
   'entropy',
 ];
 
-const brotli = (input: Uint8Array): Uint8Array => zlib.brotliDecompressSync(input);
+// hyparquet passes the page's uncompressed size: one output buffer of that size (pages are ~1 MiB; a header that
+// claims more than 16 MiB gets chunks of 16 MiB), not 16 KiB chunks then joined
+const brotli = (input: Uint8Array, size: number): Uint8Array =>
+  zlib.brotliDecompressSync(input, { chunkSize: Math.min(1 << 24, Math.max(64, size)) });
 const COMPRESSORS = { BROTLI: brotli } as const;
 
 /**
