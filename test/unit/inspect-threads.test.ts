@@ -39,7 +39,8 @@ async function analysed(
   tokenizer?: string,
 ): Promise<{ facts: RowFacts[]; status: Status; threadRows: number; view: number }> {
   const msgs: EngineMessage[] = [];
-  const engine = new InspectorEngine((m) => msgs.push(m), { workers });
+  // (threadsFrom 0: these small runs use the threads too; by default a run under 4,096 rows is analysed on one)
+  const engine = new InspectorEngine((m) => msgs.push(m), { workers, threadsFrom: 0 });
   await engine.open(path, false, {}, tokenizer);
   const facts: RowFacts[] = [];
   for (;;) {
@@ -183,6 +184,7 @@ describe('inspector facts threads', () => {
     let stopAt = 0;
     await table.extend(store, {
       pool,
+      threadsFrom: 0,
       batch: 128,
       cancelled: () => {
         stopAt ||= table.rows.length; // the first rows appended: stop
@@ -194,7 +196,7 @@ describe('inspector facts threads', () => {
     assert.deepStrictEqual(table.rows, whole.rows.slice(0, table.rows.length));
     // the workers were told to stop: they are free again before finishing their steps
     await until(() => pool.idle === 2);
-    await table.extend(store, { pool });
+    await table.extend(store, { pool, threadsFrom: 0 });
     assert.deepStrictEqual(table.rows, whole.rows);
     assert.equal(table.malformed, whole.malformed);
     assert.ok(pool.rowsBuilt > 0);
@@ -207,7 +209,7 @@ describe('inspector facts threads', () => {
     for (const step of [1, 2, 3, 4])
       await writeStoreStep(join(dir, 'rollouts'), `step-00000${step}`, records(step, 800));
     const msgs: EngineMessage[] = [];
-    const engine = new InspectorEngine((m) => msgs.push(m), { workers: 2 });
+    const engine = new InspectorEngine((m) => msgs.push(m), { workers: 2, threadsFrom: 0 });
     const opened = engine.open(dir, false);
     await until(() => msgs.some((m) => m.t === 'status' && m.status.total > 0));
     await engine.close();
@@ -229,7 +231,7 @@ describe('inspector facts threads', () => {
     await writeStoreStep(rollouts, 'step-000001', records(1, 300));
     await writeStoreStep(rollouts, 'step-000002', records(2, 300, true));
     const msgs: EngineMessage[] = [];
-    const engine = new InspectorEngine((m) => msgs.push(m), { workers: 2 });
+    const engine = new InspectorEngine((m) => msgs.push(m), { workers: 2, threadsFrom: 0 });
     const last = () => engine.status();
     await engine.open(dir, true);
     await until(() => last().analysed === 600 && !last().busy);
@@ -249,6 +251,24 @@ describe('inspector facts threads', () => {
     await until(() => last().total === 600 && last().analysed === 600 && !last().busy);
     assert.deepStrictEqual(await facts(), (await analysed(dir, 0)).facts);
     await engine.close();
+  });
+
+  it('a run of fewer store rows than THREADS_FROM is analysed on the engine thread alone (no worker started)', async () => {
+    const dir = scratchDir('sas-facts-few-');
+    for (const step of [1, 2]) await writeStoreStep(join(dir, 'rollouts'), `step-00000${step}`, records(step, 300));
+    const store = await RolloutStore.open(dir);
+    const pool = new FactsPool(2);
+    const table = new RolloutTable();
+    await table.extend(store, { pool });
+    assert.equal(table.rows.length, 600);
+    assert.equal(pool.rowsBuilt, 0);
+    await table.extend(store, { pool });
+    const more = new RolloutTable();
+    await more.extend(store, { pool, threadsFrom: 600 });
+    assert.ok(pool.rowsBuilt > 0, 'at the threshold, the threads');
+    assert.deepStrictEqual(more.rows, table.rows);
+    await pool.close();
+    await store.close();
   });
 
   it('a task a worker cannot do is reported with its path; the worker takes the next', async () => {

@@ -94,14 +94,19 @@ export class InspectorEngine {
   /** How those threads load the drift check's tokenizer. */
   private tokenizerSpec: FactsJob['tokenizer'];
 
-  /** `workers`: facts threads beside the engine's (default: one fewer than the cores, at most 7; 0: none). */
+  /**
+   * `workers`: facts threads beside the engine's (default: one fewer than the cores, at most 7; 0: none);
+   * `threadsFrom`: the fewest store rows left to analyse for which they are used (table.ts THREADS_FROM).
+   */
   constructor(
     private readonly post: (m: EngineMessage) => void,
-    options: { workers?: number } = {},
+    options: { workers?: number; threadsFrom?: number } = {},
   ) {
     const workers = options.workers ?? defaultFactsWorkers();
     this.pool = workers > 0 ? new FactsPool(workers) : undefined;
+    this.threadsFrom = options.threadsFrom;
   }
+  private readonly threadsFrom: number | undefined;
 
   async handle(m: EngineRequest): Promise<void> {
     switch (m.t) {
@@ -319,6 +324,7 @@ export class InspectorEngine {
           yieldEvery: yieldNow,
           pool: this.pool,
           tokenizer: this.tokenizerSpec,
+          ...(this.threadsFrom !== undefined ? { threadsFrom: this.threadsFrom } : {}),
         });
         if (this.closed) return;
         if (this.hasQuery()) await this.run(this.seq);

@@ -107,7 +107,16 @@ export interface ExtendOptions {
   pool?: FactsPool;
   /** How the workers load the drift check's tokenizer (without it, a table that checks drift analyses here alone). */
   tokenizer?: FactsJob['tokenizer'];
+  /**
+   * The fewest store rows left to analyse for which the workers are used (default {@link THREADS_FROM}): below it
+   * this thread does them alone — starting a worker costs about what a few hundred rows do, and one step (a
+   * followed run's next, or a step opened alone) is answered in well under a second here.
+   */
+  threadsFrom?: number;
 }
+
+/** Store rows to analyse from which the facts threads are used: more than a Search-R1 step (2,560 rollouts). */
+export const THREADS_FROM = 4096;
 
 /** A range of one part's rows, analysed by one thread; its facts wait in `buf` until the rows before are appended. */
 interface Task {
@@ -194,7 +203,11 @@ export class RolloutTable {
     const before = this.rows.length;
     const generation = this.generation;
     const usable = (p: FactsPool | undefined): p is FactsPool =>
-      !!p && p.size > 0 && (!this.checks.tokenizer || !!options.tokenizer);
+      !!p &&
+      p.size > 0 &&
+      (!this.checks.tokenizer || !!options.tokenizer) &&
+      store.parts(this.rows.length, store.count).reduce((n, x) => n + (x.storeStep ? x.hi - x.lo : 0), 0) >=
+        (options.threadsFrom ?? THREADS_FROM);
     while (this.rows.length < store.count && !options.cancelled?.() && this.generation === generation) {
       if (usable(options.pool)) await this.extendParallel(store, options.pool, options);
       else await this.extendHere(store, options);
@@ -273,9 +286,8 @@ export class RolloutTable {
           () => {
             runs.delete(run);
             if (over) return;
-            if (t.next < t.hi)
-              t.state = 'pending'; // cancelled short (a reset): the rest here or by another
-            else t.state = 'done';
+            // (a worker that ended short of its range leaves the rest to whoever is free)
+            t.state = t.next < t.hi ? 'pending' : 'done';
             flush();
             pump();
             signal();
