@@ -9,6 +9,7 @@
  */
 import assert from 'node:assert/strict';
 import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { Frame } from 'playwright-core';
 import type { Rollout } from '../../src/core/run/format';
@@ -507,7 +508,8 @@ describe('rollout inspector and replay panel (code-server)', function () {
 
 describe('rollout inspector over a token-store run (code-server)', function () {
   let s: CodeServerSession;
-  const STEP_ROWS = 400;
+  // 4,200 rows: over THREADS_FROM, so the facts threads take part wherever there are two cores or more
+  const STEP_ROWS = 2100;
 
   before(async () => {
     const dir = workspace();
@@ -550,18 +552,25 @@ describe('rollout inspector over a token-store run (code-server)', function () {
     await s.waitForLog('extension', /activated/, 60_000);
     const insp = await s.openRunInInspector('store-run');
     const total = String(2 * STEP_ROWS);
+    // every row analysed: the status line no longer says "analysed N%", and nothing is under way
+    const statusText = async () => (await insp.locator('[data-testid="status"]').textContent()) ?? '';
     await until(
       'all rows analysed',
-      async () => (await data(insp, 'total')) === total && (await data(insp, 'view')) === total,
+      async () =>
+        (await data(insp, 'total')) === total &&
+        (await data(insp, 'busy')) === 'false' &&
+        !/analysed|indexing/.test(await statusText()),
       60_000,
     );
-    assert.match(
-      (await insp.locator('[data-testid="status"]').textContent()) ?? '',
-      /800 rows in 2 files · 2 malformed/,
-    );
+    assert.match(await statusText(), /^4,?200 rows in 2 files · 2 malformed · following$/);
+    if (availableParallelism() > 1)
+      assert.ok(
+        Number(await data(insp, 'threadRows')) > 0,
+        'the facts threads (dist/inspector-facts-worker.js) built rows',
+      );
     const input = insp.locator('[data-testid="filter"]');
     for (const [expr, want] of [
-      ['mask.leaks > 0', String(2 * 8)],
+      ['mask.leaks > 0', String(2 * 42)],
       ['step == 2 && reward == 0 && answer ~ "Quendal"', String(STEP_ROWS / 4)],
       ['error', '2'],
     ] as const) {

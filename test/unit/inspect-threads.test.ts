@@ -124,6 +124,8 @@ describe('inspector facts threads', () => {
     assert.ok(total > 30 * 3, `the recorded steps and the extra one: ${total} rows`);
     assert.equal(one.threadRows, 0);
     assert.ok(many.threadRows > 0, 'the threads built facts');
+    assert.deepEqual(many.status.threads, { workers: 2, rows: many.threadRows }, 'the status says so');
+    assert.equal(one.status.threads, undefined);
     assert.equal(many.status.analysed, total);
     assert.equal(many.facts.length, total);
     assert.deepStrictEqual(many.facts, one.facts);

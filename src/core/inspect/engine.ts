@@ -158,6 +158,7 @@ export class InspectorEngine {
       filterError: this.filterError,
       error: this.error,
       ...(this.driftNote ? { drift: this.driftNote } : {}),
+      ...(this.pool?.rowsBuilt ? { threads: { workers: this.pool.workers, rows: this.pool.rowsBuilt } } : {}),
       ...(this.mirror ? { imported: this.importedStatus() } : {}),
       ...(!this.table.checks.tokenizer && usesDrift(this.query)
         ? { notChecked: this.driftNote ?? 'drift not checked: no tokenizer' }

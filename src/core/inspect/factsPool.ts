@@ -86,6 +86,11 @@ export class FactsPool {
     for (let i = 0; i < workers; i++) this.slots.push({});
   }
 
+  /** Workers at most. */
+  get workers(): number {
+    return this.slots.length;
+  }
+
   /** Workers that can take a task now. */
   get idle(): number {
     return this.closed ? 0 : this.slots.filter((s) => !s.dead && !s.running).length;
