@@ -49,6 +49,8 @@ const builds = [
   { ...nodeCommon, entryPoints: { server: 'src/server/main.ts' }, outdir: dist },
   // The rollout inspector's worker thread (indexing, filters, search off the extension host's thread).
   { ...nodeCommon, entryPoints: { 'inspector-worker': 'src/core/inspect/worker.ts' }, outdir: dist },
+  // Its facts threads (src/core/inspect/factsPool.ts finds it beside the bundle that spawns it).
+  { ...nodeCommon, entryPoints: { 'inspector-facts-worker': 'src/core/inspect/factsWorker.ts' }, outdir: dist },
   // The dashboard's audit thread (re-tokenising and checking a run's rollouts off the extension host's thread).
   { ...nodeCommon, entryPoints: { 'audit-worker': 'src/core/audit/worker.ts' }, outdir: dist },
   // The reward sandbox's threads: QuickJS in WebAssembly runs the user's reward module (src/core/rewards/sandbox.ts

@@ -19,6 +19,7 @@ import { RunAudit } from '../src/core/audit/run';
 import { auditMetricRows, withoutTrainerSeries } from '../src/core/audit/series';
 import { MetricsTail } from '../src/core/host/metricsTail';
 import { type EngineMessage, InspectorEngine } from '../src/core/inspect/engine';
+import { defaultFactsWorkers } from '../src/core/inspect/factsPool';
 import { replayModel } from '../src/core/inspect/replay';
 import { findPython, pythonCandidates } from '../src/core/python';
 import { StoreStep, storeSteps } from '../src/core/store/tokenStore';
@@ -96,29 +97,46 @@ async function simulate(dir: string, o: Required<Omit<SimOptions, 'dir' | 'quick
   return JSON.parse(p.stdout) as SimResult;
 }
 
-/** An inspector engine over `path` until every row is analysed and `filter` answered; the moments that matter. */
+/**
+ * An inspector engine over `path` until every row is analysed and `filter` answered; the moments that matter.
+ * `workers`: its facts threads (default: one fewer than the cores; 0: the engine's thread alone). CPU is the
+ * process's, every thread's.
+ */
 async function inspect(
   path: string,
   filter: string,
-): Promise<{ firstRows: number; indexed: number; answered: number; cpu: number; total: number; view: number }> {
+  workers?: number,
+): Promise<{
+  firstRows: number;
+  indexed: number;
+  answered: number;
+  cpu: number;
+  total: number;
+  view: number;
+  threadRows: number;
+}> {
   const msgs: EngineMessage[] = [];
   const c0 = process.cpuUsage();
   let firstRows = 0;
   let indexed = 0;
   const start = performance.now();
-  const engine = new InspectorEngine((m) => {
-    msgs.push(m);
-    const at = (performance.now() - start) / 1000;
-    if (m.t === 'preview' && !firstRows) firstRows = at;
-    if (m.t === 'status' && m.status.total > 0 && !m.status.indexing && !indexed) indexed = at;
-  });
+  const engine = new InspectorEngine(
+    (m) => {
+      msgs.push(m);
+      const at = (performance.now() - start) / 1000;
+      if (m.t === 'preview' && !firstRows) firstRows = at;
+      if (m.t === 'status' && m.status.total > 0 && !m.status.indexing && !indexed) indexed = at;
+    },
+    workers === undefined ? {} : { workers },
+  );
   await engine.open(path, false); // returns when every row is analysed
   await engine.setQuery(1, { filter, search: '' });
   const answered = (performance.now() - start) / 1000;
   const c = process.cpuUsage(c0);
   const s = engine.status();
+  const threadRows = engine.threadRows;
   await engine.close();
-  return { firstRows, indexed, answered, cpu: (c.user + c.system) / 1e6, total: s.total, view: s.view };
+  return { firstRows, indexed, answered, cpu: (c.user + c.system) / 1e6, total: s.total, view: s.view, threadRows };
 }
 
 async function auditChild(
@@ -177,8 +195,10 @@ export async function run(options: SimOptions = {}): Promise<string[]> {
   // the views
   const oneStep = steps[0]!;
   const whole = await inspect(runDir, FILTER);
+  // the peer: the engine's thread alone (a single core; before the facts threads)
+  const alone = await inspect(runDir, FILTER, 0);
   say(
-    `inspector, whole run: first rows ${(whole.firstRows * 1000).toFixed(0)} ms (goal < 1 s); indexed ${whole.indexed.toFixed(2)} s; filter over ${whole.total} rollouts answered ${whole.answered.toFixed(1)} s after opening (${whole.cpu.toFixed(1)} s of CPU; goal < 10 s), ${whole.view} rows`,
+    `inspector, whole run: first rows ${(whole.firstRows * 1000).toFixed(0)} ms (goal < 1 s); indexed ${whole.indexed.toFixed(2)} s; filter over ${whole.total} rollouts answered ${whole.answered.toFixed(1)} s after opening (${whole.cpu.toFixed(1)} s of CPU; goal < 10 s), ${whole.view} rows; facts threads: ${defaultFactsWorkers()} beside the engine's, ${whole.threadRows} rows built by them; the engine's thread alone ${alone.answered.toFixed(1)} s (${alone.cpu.toFixed(1)} s CPU) → ${(alone.answered / whole.answered).toFixed(2)}×`,
   );
   const one = await inspect(oneStep, FILTER);
   // the peer: the same step as JSONL

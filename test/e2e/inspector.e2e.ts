@@ -3,12 +3,17 @@
  * with token arrays, a planted mask leak, malformed rows, a hostile row) opened from the Runs view; filter (and a
  * filter error shown inline), open a rollout in the replay panel, step with the keyboard and check the highlighted
  * token and the entry, toggle an overlay, find the leak with the audit, restore after hiding, compare two rows of a
- * group; the hostile row executes nothing, shows literally and keeps the layout.
+ * group; the hostile row executes nothing, shows literally and keeps the layout. And a run recorded in the token store
+ * (Parquet steps), whose facts the inspector builds on its facts threads (dist/inspector-facts-worker.js) beside its
+ * engine's: every row, a malformed one in place, filters over them.
  */
 import assert from 'node:assert/strict';
 import { cpSync, mkdirSync, writeFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import type { Frame } from 'playwright-core';
+import type { Rollout } from '../../src/core/run/format';
+import { writeStoreStep } from '../../src/core/store/tokenStore';
 import { scratchDir } from '../support/scratch';
 import { CodeServerSession, ROOT, tokenPieces, until } from './harness';
 
@@ -498,5 +503,91 @@ describe('rollout inspector and replay panel (code-server)', function () {
     assert.ok(box && box.height <= 30, 'the inspector row stays one line');
     // Neither webview reported a CSP violation or an uncaught error to the host's log.
     assert.doesNotMatch(s.logs().extension, /\[webview (rollouts|replay)\] (CSP blocked|uncaught|unhandled)/);
+  });
+});
+
+describe('rollout inspector over a token-store run (code-server)', function () {
+  let s: CodeServerSession;
+  // 4,200 rows: over THREADS_FROM, so the facts threads take part wherever there are two cores or more
+  const STEP_ROWS = 2100;
+
+  before(async () => {
+    const dir = workspace();
+    const run = join(dir, 'runs', 'store-run');
+    mkdirSync(join(run, 'rollouts'), { recursive: true });
+    writeFileSync(
+      join(run, 'run.json'),
+      JSON.stringify({ v: 1, id: 'store-run', status: 'finished', created: '2026-11-01T00:00:00Z', config: {} }),
+    );
+    // two steps as the trainer records them: a planted leak every 50th rollout, Quendal answered by every 4th
+    for (const step of [1, 2]) {
+      const recs = Array.from({ length: STEP_ROWS }, (_, i) => {
+        const answer = i % 4 === 3 ? 'Quendal' : 'Ilse Marrow';
+        const leak = i % 50 === 7 ? 30 : undefined;
+        return JSON.parse(
+          record(
+            `st${step}-${i}`,
+            step,
+            `g${Math.floor(i / 4)}`,
+            i % 4,
+            trajectory(answer),
+            { reward: answer === 'Quendal' ? 0 : 1 },
+            leak,
+          ),
+        ) as Rollout;
+      });
+      // a malformed one: its reward is not a number
+      (recs[5] as unknown as Record<string, unknown>).reward = 'high';
+      await writeStoreStep(join(run, 'rollouts'), `step-00000${step}`, recs);
+    }
+    s = await CodeServerSession.start({ workspace: dir });
+  });
+  after(async () => {
+    await s?.stop();
+  });
+
+  const data = (f: Frame, key: string) => f.evaluate((k) => document.body.dataset[k] ?? '', key);
+
+  it("analyses every row of the store's steps and filters over them", async () => {
+    await s.waitForLog('extension', /activated/, 60_000);
+    const insp = await s.openRunInInspector('store-run');
+    const total = String(2 * STEP_ROWS);
+    // every row analysed: the status line no longer says "analysed N%", and nothing is under way
+    const statusText = async () => (await insp.locator('[data-testid="status"]').textContent()) ?? '';
+    await until(
+      'all rows analysed',
+      async () =>
+        (await data(insp, 'total')) === total &&
+        (await data(insp, 'busy')) === 'false' &&
+        !/analysed|indexing/.test(await statusText()),
+      60_000,
+    );
+    assert.match(await statusText(), /^4,?200 rows in 2 files · 2 malformed · following$/);
+    if (availableParallelism() > 1)
+      assert.ok(
+        Number(await data(insp, 'threadRows')) > 0,
+        'the facts threads (dist/inspector-facts-worker.js) built rows',
+      );
+    const input = insp.locator('[data-testid="filter"]');
+    for (const [expr, want] of [
+      ['mask.leaks > 0', String(2 * 42)],
+      ['step == 2 && reward == 0 && answer ~ "Quendal"', String(STEP_ROWS / 4)],
+      ['error', '2'],
+    ] as const) {
+      const before = await data(insp, 'seq');
+      await input.fill(expr);
+      await input.press('Enter');
+      await until(
+        `the filter ${expr} applied`,
+        async () => {
+          const seq = await data(insp, 'seq');
+          return seq !== before && (await data(insp, 'appliedSeq')) === seq && (await data(insp, 'busy')) === 'false';
+        },
+        15_000,
+      );
+      assert.equal(await data(insp, 'view'), want, expr);
+    }
+    assert.match((await insp.locator('.rows .row.malformed').first().textContent()) ?? '', /step-000001:6: reward: /);
+    assert.doesNotMatch(s.logs().extension, /facts worker|inspector-facts-worker/);
   });
 });

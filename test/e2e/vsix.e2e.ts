@@ -40,6 +40,7 @@ describe('the VSIX', () => {
       'dist/bm25-worker.js',
       'dist/audit-worker.js',
       'dist/inspector-worker.js',
+      'dist/inspector-facts-worker.js',
       'trainer/search_agent_trainer/engines/trl/engine.py',
       'trainer/requirements-trl.txt',
       'trainer/search_agent_trainer/engines/verl/main.py',

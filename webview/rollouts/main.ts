@@ -536,6 +536,9 @@ function showStatus(s: InspectorStatus): void {
   statusLine.textContent = parts.join(' · ');
   statusLine.title = [
     s.drift ?? '',
+    s.threads
+      ? `facts of ${s.threads.rows.toLocaleString()} rows built by ${s.threads.workers} thread${s.threads.workers === 1 ? '' : 's'} beside the inspector's`
+      : '',
     ...(s.imported ? [`arrays: ${s.imported.arrays.join(', ')}`, ...s.imported.notes, ...s.imported.issues] : []),
   ]
     .filter(Boolean)
@@ -548,6 +551,7 @@ function showStatus(s: InspectorStatus): void {
   document.body.dataset.view = String(s.view);
   document.body.dataset.appliedSeq = String(s.seq);
   document.body.dataset.busy = String(s.busy);
+  document.body.dataset.threadRows = String(s.threads?.rows ?? 0);
   if (s.filterError) {
     const { start, end, message } = s.filterError;
     const src = query.filter;

@@ -103,7 +103,8 @@ export function nonFiniteValues(r: Rollout): Record<string, number[]> {
     // meta.nonfinite, below) and ±∞ is itself
     for (const k of TOKEN_NUMBERS) {
       const a = cols[k];
-      if (!a) continue;
+      // (the common case, all finite or NaN, decided by the typed array's own search)
+      if (!a || (a.indexOf(Infinity) < 0 && a.indexOf(-Infinity) < 0)) continue;
       const bad: number[] = [];
       for (let i = 0; i < a.length; i++) if (a[i] === Infinity || a[i] === -Infinity) bad.push(i);
       if (bad.length) out[k] = bad;

@@ -146,15 +146,20 @@ export function auditRollout(
   o: AuditOptions = {},
   parsed: ParsedTrajectory = parseResponse(r.response, rolloutContext(r, o.read)),
 ): RolloutAudit {
-  return auditWithShare(r, o, parsed).audit;
+  return auditWithShare(r, o, parsed, 0, false).audit;
 }
 
+/**
+ * The rollout's audit and what it adds to its step's series (the Auditor's); without `withShare` (a single rollout's
+ * audit: the inspector's facts) the series' share is not computed.
+ */
 function auditWithShare(
   r: Rollout,
   o: AuditOptions,
   parsed: ParsedTrajectory,
   index = 0,
-): { audit: RolloutAudit; share: RolloutStepShare } {
+  withShare = true,
+): { audit: RolloutAudit; share?: RolloutStepShare } {
   const tk = r.tokens;
   // a record of the token store: its typed columns, without building the arrays (columns.ts: the same results)
   const cols = tokenColumnsOf(tk);
@@ -168,9 +173,6 @@ function auditWithShare(
   const bad = Object.keys(nonFinite).length > 0;
   const alarms: Alarm[] = [...trajectoryAlarms(r, parsed, o), ...searchAlarms(sf)];
   if (bad) alarms.push('non-finite');
-  const emValue = exactMatch(r, parsed);
-  const search = emptySearchStep();
-  countSearch(search, sf, emValue, thinkEntropy(parsed, r.prompt.length, tk));
   const audit: RolloutAudit = {
     id: r.id,
     step: r.step ?? null,
@@ -191,6 +193,10 @@ function auditWithShare(
     searches: r.searches ?? searchCount(parsed),
     ...(bad ? { non_finite: nonFinite } : {}),
   };
+  if (!withShare) return { audit };
+  const emValue = exactMatch(r, parsed);
+  const search = emptySearchStep();
+  countSearch(search, sf, emValue, thinkEntropy(parsed, r.prompt.length, tk));
   const member = groupMember(r, index, emValue, o);
   return {
     audit,
@@ -433,7 +439,7 @@ export class AuditStream {
     if (this.step !== undefined && step !== this.step) this.flush();
     this.step = step;
     const x = auditWithShare(r, o, parseResponse(r.response, rolloutContext(r, o.read)), this.held.length);
-    this.held.push(x);
+    this.held.push({ audit: x.audit, share: x.share! });
     return x.audit;
   }
 

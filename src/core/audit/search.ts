@@ -20,6 +20,7 @@
  *   0.05): the lagging indicator of a policy whose reasoning degenerates while its reward has not yet dropped.
  */
 import { answerIn, normalizeAnswer } from '../rewards/normalize';
+import { tokenTextUnread } from '../run/columns';
 import { contentOf, type ParsedTrajectory } from '../tags/parser';
 import { isSearch, observationText, searchQueries } from '../tags/trajectory';
 
@@ -65,8 +66,12 @@ const words = (s: string) => normalizeAnswer(s).split(' ').filter(Boolean);
 
 /** Whether a query copies the question (see the module's rule). */
 export function copiesQuestion(query: string, question: string, o: SearchOptions = {}): boolean {
+  return copiesWords(query, words(question), o);
+}
+
+/** copiesQuestion with the question's words already normalised (a trajectory's queries share them). */
+function copiesWords(query: string, q: readonly string[], o: SearchOptions): boolean {
   const { copyCoverage, copyMinWords } = { ...SEARCH_DEFAULTS, ...o };
-  const q = words(question);
   if (q.length < copyMinWords) return false;
   const have = new Set(words(query));
   return q.filter((w) => have.has(w)).length / q.length >= copyCoverage;
@@ -99,7 +104,8 @@ export function searchFacts(
   }
   const queries = searchQueries(parsed);
   const keys = queries.map((q) => q.toLowerCase().replace(/\s+/g, ' ').trim());
-  const copied = r.question ? queries.findIndex((q) => copiesQuestion(q, r.question!, o)) : -1;
+  const question = r.question && queries.length ? words(r.question) : undefined;
+  const copied = question ? queries.findIndex((q) => copiesWords(q, question, o)) : -1;
   return {
     answerRetrieved: golden.length ? found : null,
     searchAfterFound: after,
@@ -130,6 +136,7 @@ export function thinkEntropy(
   if (!tokens || !('entropy' in tokens)) return null;
   const spans = parsed.segments.filter((s) => s.kind === 'think').map((s) => [s.contentStart, s.contentEnd] as const);
   if (!spans.length) return null;
+  if (tokenTextUnread(tokens)) return null;
   let texts: string[];
   try {
     texts = tokens.text;

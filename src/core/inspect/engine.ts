@@ -7,7 +7,8 @@
  * Opening a big file: the first rows are read from the start of the file and shown before the index is built;
  * then the store's index (one streaming pass); then the facts of every row, in batches, with page requests and
  * queries served between batches. A query made before the facts are complete is answered over the rows analysed so
- * far and answered again when they are.
+ * far and answered again when they are. The facts of token-store steps are built on worker threads too (factsPool.ts:
+ * one fewer than the cores), appended in row order as they come.
  */
 import { createHash } from 'node:crypto';
 import { tmpdir } from 'node:os';
@@ -22,6 +23,7 @@ import type { ReadOptions } from '../run/format';
 import { formatIssue } from '../run/format';
 import { type RolloutRow, RolloutStore, rawPreview, readPart, rolloutFiles, runConfigDialect } from '../store/rollouts';
 import { runTokenizer, runVocabSize } from '../tokens/tokenizer';
+import { defaultFactsWorkers, type FactsJob, FactsPool } from './factsPool';
 import { FilterError, tokenize } from './filter';
 import { RolloutTable, rowFacts } from './table';
 
@@ -87,8 +89,24 @@ export class InspectorEngine {
   private mirrorPoll: ReturnType<typeof setInterval> | undefined;
   /** The dump's files present at opening are converted and the store is open. */
   private mirrorReady = false;
+  /** The threads that build facts beside this one (none on a single core). */
+  private readonly pool: FactsPool | undefined;
+  /** How those threads load the drift check's tokenizer. */
+  private tokenizerSpec: FactsJob['tokenizer'];
 
-  constructor(private readonly post: (m: EngineMessage) => void) {}
+  /**
+   * `workers`: facts threads beside the engine's (default: one fewer than the cores, at most 7; 0: none);
+   * `threadsFrom`: the fewest store rows left to analyse for which they are used (table.ts THREADS_FROM).
+   */
+  constructor(
+    private readonly post: (m: EngineMessage) => void,
+    options: { workers?: number; threadsFrom?: number } = {},
+  ) {
+    const workers = options.workers ?? defaultFactsWorkers();
+    this.pool = workers > 0 ? new FactsPool(workers) : undefined;
+    this.threadsFrom = options.threadsFrom;
+  }
+  private readonly threadsFrom: number | undefined;
 
   async handle(m: EngineRequest): Promise<void> {
     switch (m.t) {
@@ -119,6 +137,11 @@ export class InspectorEngine {
     }
   }
 
+  /** Rows whose facts the facts threads built (the rest were built on this thread). */
+  get threadRows(): number {
+    return this.pool?.rowsBuilt ?? 0;
+  }
+
   status(): InspectorStatus {
     const total = this.store?.count ?? 0;
     return {
@@ -135,6 +158,7 @@ export class InspectorEngine {
       filterError: this.filterError,
       error: this.error,
       ...(this.driftNote ? { drift: this.driftNote } : {}),
+      ...(this.pool?.rowsBuilt ? { threads: { workers: this.pool.workers, rows: this.pool.rowsBuilt } } : {}),
       ...(this.mirror ? { imported: this.importedStatus() } : {}),
       ...(!this.table.checks.tokenizer && usesDrift(this.query)
         ? { notChecked: this.driftNote ?? 'drift not checked: no tokenizer' }
@@ -233,6 +257,7 @@ export class InspectorEngine {
       const codec = why ? undefined : t.codec;
       this.table.checks = { ...importance, ...(codec ? { tokenizer: codec } : {}) };
       this.driftNote = codec ? `drift checked with ${codec.name}` : why ? mismatchNote(t.codec!, why) : t.note;
+      this.tokenizerSpec = codec ? { path, ...(tokenizer ? { named: tokenizer } : {}), name: codec.name } : undefined;
       if (first) {
         const rows = parsed.map((p, index) => rowFacts({ index, ...p }, this.read, this.table.checks));
         this.post({ t: 'preview', rows });
@@ -298,6 +323,9 @@ export class InspectorEngine {
             }
           },
           yieldEvery: yieldNow,
+          pool: this.pool,
+          tokenizer: this.tokenizerSpec,
+          ...(this.threadsFrom !== undefined ? { threadsFrom: this.threadsFrom } : {}),
         });
         if (this.closed) return;
         if (this.hasQuery()) await this.run(this.seq);
@@ -388,6 +416,7 @@ export class InspectorEngine {
   async close(): Promise<void> {
     this.closed = true;
     if (this.mirrorPoll) clearInterval(this.mirrorPoll);
+    await this.pool?.close();
     await this.store?.close();
   }
 }

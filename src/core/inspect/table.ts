@@ -17,6 +17,7 @@ import { tokenColumnsOf } from '../run/columns';
 import { formatIssue, groupKeyOf, type ReadOptions, type Rollout } from '../run/format';
 import type { RolloutRow, RolloutStore } from '../store/rollouts';
 import type { TokenColumns } from '../store/tokenStore';
+import type { FactsJob, FactsPool, FactsRun } from './factsPool';
 import { compileFilter, type FilterRow } from './filter';
 
 export interface GroupStats {
@@ -97,6 +98,79 @@ export function rowFacts(row: RolloutRow, read: ReadOptions = {}, checks: Omit<A
   return f;
 }
 
+export interface ExtendOptions {
+  batch?: number;
+  cancelled?: () => boolean;
+  onBatch?: (done: number, total: number) => void;
+  yieldEvery?: () => Promise<void>;
+  /** Worker threads that analyse token-store steps beside this thread. */
+  pool?: FactsPool;
+  /** How the workers load the drift check's tokenizer (without it, a table that checks drift analyses here alone). */
+  tokenizer?: FactsJob['tokenizer'];
+  /**
+   * The fewest store rows left to analyse for which the workers are used (default {@link THREADS_FROM}): below it
+   * this thread does them alone — starting a worker costs about what a few hundred rows do, and one step (a
+   * followed run's next, or a step opened alone) is answered in well under a second here.
+   */
+  threadsFrom?: number;
+}
+
+/** Store rows to analyse from which the facts threads are used: more than a Search-R1 step (2,560 rollouts). */
+export const THREADS_FROM = 4096;
+
+/** A range of one part's rows, analysed by one thread; its facts wait in `buf` until the rows before are appended. */
+interface Task {
+  file: string;
+  base: number;
+  /** The part's rows [next, hi) are still to analyse ([lo, next) are in `buf` or appended). */
+  next: number;
+  hi: number;
+  /** A store step: a worker can take it. */
+  remote: boolean;
+  state: 'pending' | 'local' | 'remote' | 'done';
+  buf: RowFacts[];
+  failures: number;
+}
+
+/**
+ * The tasks for rows of `parts` with `analysers` threads: a JSONL file's rows are one task (this thread's, in order);
+ * a store step's are one task, or equal ranges of whole 256-row groups when there are fewer steps than threads × 3
+ * to go round (one step opened alone still uses every thread). A range cut inside a tokens row group decodes that
+ * group twice: ranges are kept few.
+ */
+export function planTasks(
+  parts: { path: string; base: number; lo: number; hi: number; storeStep: boolean }[],
+  analysers: number,
+): Task[] {
+  const storeRows = parts.reduce((n, p) => n + (p.storeStep ? p.hi - p.lo : 0), 0);
+  const target = Math.max(256, Math.ceil(storeRows / (analysers * 3) / 256) * 256);
+  const tasks: Task[] = [];
+  for (const p of parts) {
+    const n = p.hi - p.lo;
+    const pieces = p.storeStep ? Math.max(1, Math.round(n / target)) : 1;
+    const size = Math.ceil(n / pieces / 256) * 256;
+    for (let lo = p.lo; lo < p.hi; lo += size)
+      tasks.push({
+        file: p.path,
+        base: p.base,
+        next: lo,
+        hi: Math.min(p.hi, lo + size),
+        remote: p.storeStep,
+        state: 'pending',
+        buf: [],
+        failures: 0,
+      });
+  }
+  return tasks;
+}
+
+/** The audit options a worker can be sent: without the tokenizer (workers load their own) and anything not data. */
+function plainChecks(checks: Omit<AuditOptions, 'read'>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(checks)) if (k !== 'tokenizer' && typeof v !== 'function') out[k] = v;
+  return out;
+}
+
 export interface TableQuery {
   filter?: string;
   /** Text search over the raw lines (case-insensitive); applied by {@link RolloutTable.search}. */
@@ -111,37 +185,162 @@ export class RolloutTable {
   /** The audit's checks for each row's facts (the drift check's tokenizer, the ratio band). */
   checks: Omit<AuditOptions, 'read'> = {};
   private groups = new Map<string, { n: number; sum: number; sumSq: number; min: number; max: number }>();
+  /** Counts resets: an analysis under way when the table is reset stops appending. */
+  private generation = 0;
 
   /** The token arrays the facts read from a token store: the audit's (and the ids when drift is checked). */
   get tokenColumns(): TokenColumns {
     return this.checks.tokenizer ? 'audit+ids' : 'audit';
   }
 
-  /** Adds the facts of store rows [rows.length, store.count), in batches; stops early when `cancelled()`. */
-  async extend(
-    store: RolloutStore,
-    options: {
-      batch?: number;
-      cancelled?: () => boolean;
-      onBatch?: (done: number, total: number) => void;
-      yieldEvery?: () => Promise<void>;
-    } = {},
-  ): Promise<number> {
-    const batch = options.batch ?? 500;
+  /**
+   * Adds the facts of store rows [rows.length, store.count), in batches; stops early when `cancelled()` (or when the
+   * table is reset meanwhile). With `pool`, token-store steps are analysed on its worker threads too, each taking a
+   * range of a step while this thread takes the next (JSONL files are read here, in order); facts are appended in
+   * row order as they come, so `rows` is always the analysed prefix, whichever thread built it.
+   */
+  async extend(store: RolloutStore, options: ExtendOptions = {}): Promise<number> {
     const before = this.rows.length;
+    const generation = this.generation;
+    const usable = (p: FactsPool | undefined): p is FactsPool =>
+      !!p &&
+      p.size > 0 &&
+      (!this.checks.tokenizer || !!options.tokenizer) &&
+      store.parts(this.rows.length, store.count).reduce((n, x) => n + (x.storeStep ? x.hi - x.lo : 0), 0) >=
+        (options.threadsFrom ?? THREADS_FROM);
+    while (this.rows.length < store.count && !options.cancelled?.() && this.generation === generation) {
+      if (usable(options.pool)) await this.extendParallel(store, options.pool, options);
+      else await this.extendHere(store, options);
+    }
+    return this.generation === generation ? this.rows.length - before : this.rows.length;
+  }
+
+  /** Rows [rows.length, store.count) on this thread. */
+  private async extendHere(store: RolloutStore, options: ExtendOptions): Promise<void> {
+    const batch = options.batch ?? 500;
+    const generation = this.generation;
     while (this.rows.length < store.count) {
       if (options.cancelled?.()) break;
       const from = this.rows.length;
-      for (const row of await store.rows(from, Math.min(store.count, from + batch), this.tokenColumns))
-        this.add(rowFacts(row, store.read, this.checks));
+      const got = await store.rows(from, Math.min(store.count, from + batch), this.tokenColumns);
+      if (this.generation !== generation || this.rows.length !== from) return; // reset meanwhile: start over
+      for (const row of got) this.add(rowFacts(row, store.read, this.checks));
       options.onBatch?.(this.rows.length, store.count);
       await options.yieldEvery?.();
     }
-    return this.rows.length - before;
+  }
+
+  /**
+   * Rows [rows.length, store.count at the start) by this thread and the pool's workers: the rows are cut into tasks
+   * (a store step's range, a JSONL file's rows); an idle worker takes the first pending store task, this thread the
+   * first pending task of any kind. Each task's facts wait in its buffer until every task before it is appended.
+   */
+  private async extendParallel(store: RolloutStore, pool: FactsPool, options: ExtendOptions): Promise<void> {
+    const batch = options.batch ?? 500;
+    const generation = this.generation;
+    const start = this.rows.length;
+    const tasks = planTasks(store.parts(start, store.count), pool.size + 1);
+    const job: FactsJob = {
+      read: store.read,
+      tokens: this.tokenColumns,
+      checks: plainChecks(this.checks),
+      ...(this.checks.tokenizer && options.tokenizer ? { tokenizer: options.tokenizer } : {}),
+    };
+    const runs = new Set<FactsRun>();
+    let head = 0;
+    let over = false;
+    let wake: (() => void) | undefined;
+    const signal = () => {
+      const w = wake;
+      wake = undefined;
+      w?.();
+    };
+    const stop = () => this.generation !== generation || !!options.cancelled?.();
+    const flush = () => {
+      if (over || this.generation !== generation) return;
+      const at = this.rows.length;
+      while (head < tasks.length) {
+        const t = tasks[head]!;
+        for (const f of t.buf) this.add(f);
+        t.buf = [];
+        if (t.state !== 'done') break;
+        head++;
+      }
+      if (this.rows.length !== at) options.onBatch?.(this.rows.length, store.count);
+    };
+    const pump = () => {
+      while (!over && pool.idle > 0) {
+        const t = tasks.find((x) => x.state === 'pending' && x.remote);
+        if (!t) return;
+        t.state = 'remote';
+        const run = pool.run({ file: t.file, base: t.base, from: t.next, to: t.hi }, job, (from, rows) => {
+          if (over || from !== t.next) return;
+          for (const f of rows) f.file = t.file;
+          t.buf.push(...rows);
+          t.next += rows.length;
+          flush();
+          signal();
+        });
+        runs.add(run);
+        run.done.then(
+          () => {
+            runs.delete(run);
+            if (over) return;
+            // (a worker that ended short of its range leaves the rest to whoever is free)
+            t.state = t.next < t.hi ? 'pending' : 'done';
+            flush();
+            pump();
+            signal();
+          },
+          () => {
+            runs.delete(run);
+            if (over) return;
+            t.state = 'pending'; // the worker failed: the rest of its task is done here (or by another worker)
+            t.remote = pool.size > 0 && t.failures++ < 1;
+            pump();
+            signal();
+          },
+        );
+      }
+    };
+    try {
+      pump();
+      while (head < tasks.length) {
+        if (stop()) return;
+        const t = tasks.find((x) => x.state === 'pending');
+        if (!t) {
+          // nothing left to take: wait for the workers (their rows, their end), polling for a cancellation
+          await new Promise<void>((r) => {
+            wake = r;
+            setTimeout(signal, 100).unref?.();
+          });
+          continue;
+        }
+        t.state = 'local';
+        while (t.next < t.hi) {
+          const lo = t.next;
+          const hi = Math.min(t.hi, lo + batch);
+          const got = await store.rows(t.base + lo, t.base + hi, this.tokenColumns);
+          if (stop()) return;
+          for (const row of got) t.buf.push(rowFacts(row, store.read, this.checks));
+          t.next = hi;
+          flush();
+          await options.yieldEvery?.();
+          if (stop()) return;
+        }
+        t.state = 'done';
+        flush();
+        pump();
+      }
+    } finally {
+      over = true;
+      for (const r of runs) r.cancel();
+    }
   }
 
   /** Forget everything (the file was truncated or replaced). */
   reset(): void {
+    this.generation++;
     this.rows.length = 0;
     this.malformed = 0;
     this.groups.clear();

@@ -99,6 +99,8 @@ export interface InspectorStatus {
   error?: string;
   /** With which tokenizer the `drift` column is checked, or why it is not. */
   drift?: string;
+  /** The facts threads beside the engine's (src/core/inspect/factsPool.ts), once they have built rows: how many, and those rows. */
+  threads?: { workers: number; rows: number };
   /** Another engine's dump, read through our importers (docs/engines.md, "Your own run"). */
   imported?: {
     /** The files present when it was opened are converted (what follows comes from a run still writing). */

@@ -10,7 +10,7 @@
  * template markers between blocks, no error reply.
  */
 import { type Dialect, detectDialect, type ParsedTrajectory, templateMarkerLength } from '../tags/parser';
-import { pythonStrip } from '../tags/searchr1';
+import { pythonBlank, pythonStrip } from '../tags/searchr1';
 import type { ResponseSpan } from '../tags/spans';
 import { parseResponse } from '../tags/trajectory';
 import { splitTranscript } from '../tags/transcript';
@@ -121,7 +121,7 @@ export function formatValidResponse(response: string, options: FormatOptions = {
   }
   let state = 'start';
   for (const part of content.split(SPLIT_RE)) {
-    if (!pythonStrip(part)) continue;
+    if (pythonBlank(part)) continue;
     if (TAG_RE.test(part)) {
       if (part === '<think>' && (state === 'start' || state === 'information')) state = 'in_think';
       else if (part === '</think>' && state === 'in_think') state = 'after_think';

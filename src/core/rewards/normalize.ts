@@ -42,13 +42,16 @@ export function subem(prediction: string, golden: readonly string[] | string): n
  * france ", not in " parisian "): what `answer_retrieved` asks of the retrieved passages. 1 or 0. */
 export function answerIn(text: string, golden: readonly string[] | string): number {
   const golds = typeof golden === 'string' ? [golden] : golden;
+  const answers = golds.map(normalizeAnswer).filter((n) => n !== '');
+  if (!answers.length) return 0;
+  // Each word of the normalised text is a run of the text's characters lowered, without punctuation (normalising
+  // then only cuts at articles and whitespace): an answer one of whose words is not in there is not in the text —
+  // the common case, decided without normalising the whole of a long text (the retrieved passages).
+  const bare = text.toLowerCase().replace(PUNCT_RE, '');
+  const possible = answers.filter((n) => n.split(' ').every((w) => bare.includes(w)));
+  if (!possible.length) return 0;
   const t = ` ${normalizeAnswer(text)} `;
-  return golds.some((g) => {
-    const n = normalizeAnswer(g);
-    return n !== '' && t.includes(` ${n} `);
-  })
-    ? 1
-    : 0;
+  return possible.some((n) => t.includes(` ${n} `)) ? 1 : 0;
 }
 
 /** SQuAD token F1, the max over golden answers. */

@@ -23,3 +23,14 @@ export interface TokenColumnsView {
 export function tokenColumnsOf(tokens: object | undefined): TokenColumnsView | undefined {
   return tokens ? ((tokens as Record<symbol, TokenColumnsView | undefined>)[TOKEN_COLUMNS] ?? undefined) : undefined;
 }
+
+/**
+ * Set on the `tokens` of a token-store record read without its token texts (the audit's columns): reading
+ * `tokens.text` would throw. Readers that do without the texts (they read the response by its tags) ask first: an
+ * exception per rollout is a cost of its own.
+ */
+export const TOKEN_TEXT_UNREAD = Symbol.for('search-agent-studio.tokenTextUnread');
+
+export function tokenTextUnread(tokens: object | undefined): boolean {
+  return !!tokens && (tokens as Record<symbol, unknown>)[TOKEN_TEXT_UNREAD] === true;
+}

@@ -11,6 +11,7 @@ import { type Issue, S, type Static, toJsonSchema, validate } from '../schema/sc
 import { DIALECTS, type Dialect } from '../tags/parser';
 import { type ResponseSpan, SPAN_ROLES, spansFromTokens, spansFromWire } from '../tags/spans';
 import type { ResponseContext } from '../tags/trajectory';
+import { tokenTextUnread } from './columns';
 import { RunConfigSchema } from './config';
 import { ENGINE_LIMITS, ENGINES } from './engines';
 import { PRESETS } from './presets';
@@ -329,7 +330,7 @@ export function rolloutSpans(r: Pick<Rollout, 'response' | 'spans' | 'tokens'>):
     const read = spansFromWire(r.spans, r.response);
     if (!('error' in read)) return read;
   }
-  if (!r.tokens) return undefined;
+  if (!r.tokens || tokenTextUnread(r.tokens)) return undefined; // read by its tags, as plain text (below)
   let text: readonly string[];
   try {
     text = r.tokens.text;

@@ -248,6 +248,26 @@ class JsonlPart implements Part {
   }
 }
 
+/**
+ * Rows [from, to) of a store step as a store reads them (the record with the read options' dialect, or its issues):
+ * a {@link RolloutStore}'s part, and the inspector's facts threads (src/core/inspect/factsWorker.ts) reading the
+ * same step on their own.
+ */
+export async function storeStepRows(
+  step: StoreStep,
+  from: number,
+  to: number,
+  read: ReadOptions,
+  tokens: TokenColumns,
+): Promise<Omit<RolloutRow, 'index'>[]> {
+  const file = step.dir;
+  return (await step.rows(from, to, tokens)).map((r) =>
+    r.record
+      ? { file, line: r.line, record: applyDialect(r.record, read), errors: [] }
+      : { file, line: r.line, value: r.value, errors: r.errors },
+  );
+}
+
 /** A committed store step: immutable, unless a resume removed it or a writer replaced it whole (then reset). */
 class StorePart implements Part {
   private constructor(
@@ -270,13 +290,8 @@ class StorePart implements Part {
   get indexBytes() {
     return 0;
   }
-  async rows(from: number, to: number, read: ReadOptions, tokens: TokenColumns): Promise<Omit<RolloutRow, 'index'>[]> {
-    const file = this.step.dir;
-    return (await this.step.rows(from, to, tokens)).map((r) =>
-      r.record
-        ? { file, line: r.line, record: applyDialect(r.record, read), errors: [] }
-        : { file, line: r.line, value: r.value, errors: r.errors },
-    );
+  rows(from: number, to: number, read: ReadOptions, tokens: TokenColumns): Promise<Omit<RolloutRow, 'index'>[]> {
+    return storeStepRows(this.step, from, to, read, tokens);
   }
   async raw(from: number, to: number) {
     return (await this.step.searchTexts(from, to)).map((text, k) => ({ line: from + k + 1, text }));
@@ -403,6 +418,25 @@ export class RolloutStore {
     return this.collect(from, to, async (f, lo, hi, base) =>
       (await f.raw(lo, hi)).map((r, k) => ({ index: base + lo + k, file: f.path, line: r.line, text: r.text })),
     );
+  }
+
+  /**
+   * How rows [from, to) lie in the parts: each part's share as its path, the index of its first row (`base`), its
+   * local rows [lo, hi), and whether it is a token-store step (immutable, readable by another thread on its own).
+   */
+  parts(from: number, to: number): { path: string; base: number; lo: number; hi: number; storeStep: boolean }[] {
+    from = Math.max(0, from);
+    to = Math.min(this.count, to);
+    const out: { path: string; base: number; lo: number; hi: number; storeStep: boolean }[] = [];
+    let i = from;
+    while (i < to) {
+      const { k, local } = this.locate(i);
+      const f = this.files[k]!;
+      const n = Math.min(to - i, f.count - local);
+      out.push({ path: f.path, base: this.prefix[k]!, lo: local, hi: local + n, storeStep: f instanceof StorePart });
+      i += n;
+    }
+    return out;
   }
 
   /** Parsed, validated rows [from, to) (a store step reads the token arrays `tokens` says; default this.tokens). */

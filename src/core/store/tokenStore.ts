@@ -19,7 +19,7 @@ import { basename, join } from 'node:path';
 import * as zlib from 'node:zlib';
 import { type AsyncBuffer, type FileMetaData, parquetMetadataAsync, parquetRead } from 'hyparquet';
 import { parquetWriteBuffer } from 'hyparquet-writer';
-import { TOKEN_COLUMNS, type TokenColumnsView } from '../run/columns';
+import { TOKEN_COLUMNS, TOKEN_TEXT_UNREAD, type TokenColumnsView } from '../run/columns';
 import { type LocatedIssue, type Rollout, TOKEN_ROLES, type Tokens, validateRollout } from '../run/format';
 
 export const STORE_VERSION = 1;
@@ -64,7 +64,10 @@ const AUDIT_COLUMNS = [
   'entropy',
 ];
 
-const brotli = (input: Uint8Array): Uint8Array => zlib.brotliDecompressSync(input);
+// hyparquet passes the page's uncompressed size: one output buffer of that size (pages are ~1 MiB; a header that
+// claims more than 16 MiB gets chunks of 16 MiB), not 16 KiB chunks then joined
+const brotli = (input: Uint8Array, size: number): Uint8Array =>
+  zlib.brotliDecompressSync(input, { chunkSize: Math.min(1 << 24, Math.max(64, size)) });
 const COMPRESSORS = { BROTLI: brotli } as const;
 
 /**
@@ -493,6 +496,7 @@ function lazyTokens(
       set(value: unknown) {
         Object.defineProperty(t, key, { value, enumerable: true, configurable: true, writable: true });
         delete (t as Record<symbol, unknown>)[TOKEN_COLUMNS]; // the columns no longer stand for the arrays
+        if (key === 'text') delete (t as Record<symbol, unknown>)[TOKEN_TEXT_UNREAD];
       },
     });
   const need = (c: string) => {
@@ -503,6 +507,9 @@ function lazyTokens(
       );
     return col;
   };
+  // read without the texts (the audit's columns): say so, so that a reader that can do without them need not catch
+  if (hasText ? !column('text') : !vocab || !column('ids'))
+    Object.defineProperty(t, TOKEN_TEXT_UNREAD, { value: true, enumerable: false, configurable: true });
   define('text', () => {
     if (hasText) return Array.from(need('text') as string[]);
     if (!vocab) throw new Error(`${where}: tokens.text was not read`);

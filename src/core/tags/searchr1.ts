@@ -21,6 +21,12 @@ export function pythonStrip(s: string): string {
 const PY_SPACE = '\\t\\n\\v\\f\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000';
 const PY_SPACE_START = new RegExp(`^[${PY_SPACE}]+`);
 const PY_SPACE_END = new RegExp(`[${PY_SPACE}]+$`);
+const PY_BLANK = new RegExp(`^[${PY_SPACE}]*$`);
+
+/** `not s.strip()`: whether `s` is empty or Python whitespace only (without stripping a long string to find out). */
+export function pythonBlank(s: string): boolean {
+  return PY_BLANK.test(s);
+}
 
 /** A turn's action; `tool` is a valid call of a tool other than the search tool (tool-call dialects). */
 export type Action = 'search' | 'answer' | 'tool';
