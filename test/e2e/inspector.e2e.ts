@@ -146,6 +146,25 @@ function workspace(): string {
   return dir;
 }
 
+/** The inspector page's `data-*` value `key` (the webview publishes its state there for tests). */
+const data = (f: Frame, key: string) => f.evaluate((k) => document.body.dataset[k] ?? '', key);
+
+/** Types `expr` into the inspector's filter and waits until the engine has applied it (a new query, not busy). */
+async function applyFilter(insp: Frame, expr: string): Promise<void> {
+  const input = insp.locator('[data-testid="filter"]');
+  const before = await data(insp, 'seq');
+  await input.fill(expr);
+  await input.press('Enter');
+  await until(
+    `the filter ${expr} applied`,
+    async () => {
+      const seq = await data(insp, 'seq');
+      return seq !== before && (await data(insp, 'appliedSeq')) === seq && (await data(insp, 'busy')) === 'false';
+    },
+    15_000,
+  );
+}
+
 describe('rollout inspector and replay panel (code-server)', function () {
   let s: CodeServerSession;
   let insp: Frame;
@@ -159,21 +178,7 @@ describe('rollout inspector and replay panel (code-server)', function () {
     await s?.stop();
   });
 
-  const data = (f: Frame, key: string) => f.evaluate((k) => document.body.dataset[k] ?? '', key);
-  async function filter(expr: string): Promise<void> {
-    const input = insp.locator('[data-testid="filter"]');
-    const before = await data(insp, 'seq');
-    await input.fill(expr);
-    await input.press('Enter');
-    await until(
-      `the filter ${expr} applied`,
-      async () => {
-        const seq = await data(insp, 'seq');
-        return seq !== before && (await data(insp, 'appliedSeq')) === seq && (await data(insp, 'busy')) === 'false';
-      },
-      15_000,
-    );
-  }
+  const filter = (expr: string) => applyFilter(insp, expr);
   const replayFrame = () => s.webviewFrame('replay', 30_000);
 
   it('opens a run directory from the Runs view: every row, malformed ones in place with their line numbers', async () => {
@@ -546,8 +551,6 @@ describe('rollout inspector over a token-store run (code-server)', function () {
     await s?.stop();
   });
 
-  const data = (f: Frame, key: string) => f.evaluate((k) => document.body.dataset[k] ?? '', key);
-
   it("analyses every row of the store's steps and filters over them", async () => {
     await s.waitForLog('extension', /activated/, 60_000);
     const insp = await s.openRunInInspector('store-run');
@@ -568,23 +571,12 @@ describe('rollout inspector over a token-store run (code-server)', function () {
         Number(await data(insp, 'threadRows')) > 0,
         'the facts threads (dist/inspector-facts-worker.js) built rows',
       );
-    const input = insp.locator('[data-testid="filter"]');
     for (const [expr, want] of [
       ['mask.leaks > 0', String(2 * 42)],
       ['step == 2 && reward == 0 && answer ~ "Quendal"', String(STEP_ROWS / 4)],
       ['error', '2'],
     ] as const) {
-      const before = await data(insp, 'seq');
-      await input.fill(expr);
-      await input.press('Enter');
-      await until(
-        `the filter ${expr} applied`,
-        async () => {
-          const seq = await data(insp, 'seq');
-          return seq !== before && (await data(insp, 'appliedSeq')) === seq && (await data(insp, 'busy')) === 'false';
-        },
-        15_000,
-      );
+      await applyFilter(insp, expr);
       assert.equal(await data(insp, 'view'), want, expr);
     }
     assert.match((await insp.locator('.rows .row.malformed').first().textContent()) ?? '', /step-000001:6: reward: /);

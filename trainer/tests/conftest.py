@@ -242,28 +242,26 @@ def f32_roundoff(x: Any, ulps: int = 16) -> float:
     return ulps * float(torch.finfo(torch.float32).eps) * max(1.0, float(x.detach().abs().max()))
 
 
-def audit_json(run: Path) -> dict:
-    """`search-agent-studio audit RUN --json` (the TypeScript CLI, from source) on a run directory: its report. Exit
-    1 (issues found) is a report too; 2 (input it could not read) fails the test."""
+def cli_json(*args: str, ok: tuple[int, ...] = (0,)) -> dict:
+    """`search-agent-studio ARGS` (the TypeScript CLI, run from source, as a user runs it) whose output is JSON; an
+    exit code outside `ok` fails the test."""
     if NODE is None:
         pytest.skip("node is not on PATH")
     p = subprocess.run(
-        [
-            NODE,
-            "-r",
-            str(ROOT / "test" / "register.cjs"),
-            str(ROOT / "src" / "cli" / "main.ts"),
-            "audit",
-            str(run),
-            "--json",
-        ],
+        [NODE, "-r", str(ROOT / "test" / "register.cjs"), str(ROOT / "src" / "cli" / "main.ts"), *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=600,
     )
-    assert p.returncode in (0, 1), p.stdout[-3000:] + p.stderr[-3000:]
+    assert p.returncode in ok, p.stdout[-3000:] + p.stderr[-3000:]
     return json.loads(p.stdout)
+
+
+def audit_json(run: Path) -> dict:
+    """`search-agent-studio audit RUN --json` on a run directory: its report. Exit 1 (issues found) is a report too;
+    2 (input it could not read) fails the test."""
+    return cli_json("audit", str(run), "--json", ok=(0, 1))
 
 
 def trainer_env() -> dict[str, str]:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DEMO, NODE, ROOT, EnvServer, tiny_config
+from conftest import DEMO, NODE, ROOT, EnvServer, cli_json, tiny_config
 from test_rollout import CORPUS, CountingClient
 
 transformers = pytest.importorskip("transformers")
@@ -427,25 +427,8 @@ def ts_read(records: list[dict]) -> list[dict]:
 
 
 def inspect_json(path: Path) -> dict:
-    """`search-agent-studio inspect --json` on a file or run directory (the CLI run from source), as a user runs it."""
-    if NODE is None:
-        pytest.skip("node is not on PATH")
-    proc = subprocess.run(
-        [
-            NODE,
-            "-r",
-            str(ROOT / "test" / "register.cjs"),
-            str(ROOT / "src" / "cli" / "main.ts"),
-            "inspect",
-            "--json",
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    """`search-agent-studio inspect --json` on a file or run directory."""
+    return cli_json("inspect", "--json", str(path))
 
 
 def last_answer(tok: Tokenizer, ids: list[int], roles: list[str]) -> str | None:
