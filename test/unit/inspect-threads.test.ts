@@ -17,20 +17,13 @@ import { RolloutStore } from '../../src/core/store/rollouts';
 import { writeStoreStep } from '../../src/core/store/tokenStore';
 import { loadTokenizerCodec } from '../../src/core/tokens/tokenizer';
 import { scratchDir } from '../support/scratch';
+import { until as waitUntil } from '../support/until';
 import { recordOf, writeTokenizerDir } from './bpe';
 
 const ROOT = resolve(__dirname, '../..');
 type Status = Extract<EngineMessage, { t: 'status' }>['status'];
 
-async function until<T>(fn: () => T | undefined | false, ms = 60_000): Promise<T> {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = fn();
-    if (v !== undefined && v !== false) return v;
-    if (Date.now() > end) throw new Error('timed out');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
+const until = <T>(fn: () => T | undefined | false, ms = 60_000) => waitUntil(fn, ms);
 
 /** An engine over `path` with `workers` facts threads, opened and analysed; its facts, status and the rows the threads built. */
 async function analysed(

@@ -14,6 +14,7 @@ import { RewardReportBuilder } from '../../src/core/rewards/scoring';
 import { groupKeyOf, type Rollout, validateRollout } from '../../src/core/run/format';
 import { RolloutStore } from '../../src/core/store/rollouts';
 import { loadTextTokenizer, loadTokenizerCodec } from '../../src/core/tokens/tokenizer';
+import { until as waitUntil } from '../support/until';
 import { recordOf, writeTokenizerDir } from './bpe';
 
 const row = (r: FilterRow) => r;
@@ -414,15 +415,7 @@ describe('inspector engine (the worker thread without the thread)', () => {
       reward: i % 2,
     });
 
-  async function until<T>(fn: () => T | undefined, ms = 5000): Promise<T> {
-    const end = Date.now() + ms;
-    for (;;) {
-      const v = fn();
-      if (v !== undefined && v !== false) return v;
-      if (Date.now() > end) throw new Error('timed out');
-      await new Promise((r) => setTimeout(r, 20));
-    }
-  }
+  const until = <T>(fn: () => T | undefined | false, ms = 5000) => waitUntil(fn, ms);
 
   it('previews, indexes, answers pages and queries (the latest wins), reports filter errors, and follows appends', async () => {
     const f = join(dir, 'r.jsonl');

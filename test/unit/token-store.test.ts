@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
+import { rng } from '../../bench/util'; // mulberry32: the same inputs in every run
 import { Auditor, AuditStream, auditRollout } from '../../src/core/audit';
 import { RunAudit } from '../../src/core/audit/run';
 import { detectSource, readSource } from '../../src/core/importers';
@@ -24,17 +25,6 @@ const cli = (...args: string[]) =>
   execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), ...args], {
     reject: false,
   });
-
-/** A seeded pseudo-random generator (mulberry32). */
-function rng(seed: number) {
-  return () => {
-    seed |= 0;
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Records of one step, with token arrays (numbers rounded to 6 decimals, as the trainer's JSON has them). */
 function records(step: number, n = 12, seed = step): Rollout[] {
