@@ -34,7 +34,8 @@ The env server: `--env-url` (`npm run bench gpu` starts the real one over the de
 this process (word-overlap retrieval over the demo corpus, a pseudo-random 0/1 reward), for a GPU machine without
 Node. It is named as such in the output; what it costs is not what is measured.
 
-Output: human lines on stderr, one JSON object on stdout (the last line).
+Output: human lines on stderr, JSON objects on stdout: the result so far after each measurement (`"partial": true`)
+and the whole result last — the last line is always the most complete.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ import torch
 from .batch import make_batch
 from .config import config_from_dict
 from .data import Example
-from .generation import GeneratedTurn, Stops
+from .generation import GeneratedTurn, Stops, kv_bytes_per_token
 from .policy import Tokenizer, compute_dtype, hf_policy
 from .rollout import Trajectory, run_rollouts
 from .tiny import TinyTokenizer
@@ -508,11 +509,17 @@ def _gib(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
-def memory_check(args: argparse.Namespace, device: torch.device, env: Any) -> dict[str, Any]:
+def memory_check(
+    args: argparse.Namespace, device: torch.device, env: Any, report: Any = lambda _r: None
+) -> dict[str, Any]:
     """The one-GPU recipe's memory against the planner's (see the module's docstring, 3.): bench/gpu/<name>.run.json
     built through the trainer's own path (its model directory: the shape's config.json beside the real tokenizer),
-    the rollout of `--memory-batch` prompts, then the update of two micro-batches of the longest sequences (after one
-    that creates AdamW's moments), each phase's peak beside the plan's (bench/gpu/plans.json)."""
+    on a GPU limited to the plan's memory (80 GiB: `torch.cuda.set_per_process_memory_fraction` on a larger one, so
+    an allocation beyond the plan's GPU fails as it would there); the update of two micro-batches of the longest
+    sequences (after one that creates AdamW's moments), then — the moments held, as in every step after the first —
+    the rollout of `--memory-batch` prompts; each phase's peak beside the plan's (bench/gpu/plans.json), an
+    out-of-memory error reported as the phase's result. `report(result)` is called after each phase (the GPU check
+    keeps what a time limit would otherwise lose)."""
     name = "smoke-step" if args.cpu_smoke or device.type != "cuda" else "qwen2.5-3b-step"  # a 3B on CPU: too big
     config_file = GPU_CONFIGS / f"{name}.run.json"
     plan = json.loads((GPU_CONFIGS / "plans.json").read_text(encoding="utf-8"))[name]
@@ -522,6 +529,12 @@ def memory_check(args: argparse.Namespace, device: torch.device, env: Any) -> di
             "--memory needs the real Qwen tokenizer (--tokenizer DIR: tokenizer.json and tokenizer_config.json)"
         )
     result: dict[str, Any] = {"config": str(config_file.relative_to(ROOT)), "plan": plan}
+    if device.type == "cuda":
+        total = torch.cuda.get_device_properties(device).total_memory
+        limit = min(total, int(args.gpu_memory * 2**30) if args.gpu_memory else plan["gpu_memory_bytes"])
+        torch.cuda.set_per_process_memory_fraction(limit / total, device)
+        result["gpu_limit_bytes"] = limit
+        log(f"{name}: this process limited to {_gib(limit)} of the GPU's {_gib(total)} (the plan's GPU)")
     with tempfile.TemporaryDirectory(prefix="sas-gpu-check-") as tmp:
         model_dir = Path(tmp) / "model"
         model_dir.mkdir()
@@ -544,27 +557,26 @@ def memory_check(args: argparse.Namespace, device: torch.device, env: Any) -> di
             lambda _m, _i, out: out + bias.to(out.dtype)
         )
         loaded = _peak(device)
-        log(
-            f"{name}: built in {time.perf_counter() - t0:.0f} s ({sum(p.numel() for p in trainer.policy.parameters()) / 1e9:.2f} B parameters, {trainer.policy.kind}); max_batch_tokens {trainer.max_batch_tokens:,}; allocated after loading {_gib(loaded)}"
-        )
-        r = cfg.rollout
-        # the rollout phase: a batch of the config's prompts (the trainer's own rollout)
-        _reset_peak(device)
-        t0 = time.perf_counter()
-        trainer.policy.eval()
-        trajs = trainer._rollouts(
-            trainer.train_set[: r.batch_size], trainer.train_prompts[: r.batch_size], r.n, 1, greedy=False
-        )
-        _sync(device)
-        result["rollout"] = {
+        if "gpu_limit_bytes" in result and not hasattr(torch.cuda, "get_per_process_memory_fraction"):
+            # this torch cannot tell the trainer its share of the GPU: the cache sized as the trainer would on it
+            trainer.max_batch_tokens = plan["parts"]["kv_cache"] // (
+                2 * kv_bytes_per_token(trainer.policy, trainer._compute_dtype())
+            )
+            result["max_batch_tokens_from_plan"] = True
+        # the KV cache's budget: the trainer's own sizing (within the limit above) beside the plan's
+        planned_tokens = plan["parts"]["kv_cache"] // (2 * kv_bytes_per_token(trainer.policy, trainer._compute_dtype()))
+        result["build"] = {
             "seconds": time.perf_counter() - t0,
-            "trajectories": len(trajs),
-            "generated_tokens": sum(x.roles.count("generated") for x in trajs),
-            **_peaks(device),
+            "parameters": sum(p.numel() for p in trainer.policy.parameters()),
+            "allocated_after_loading": loaded,
+            "max_batch_tokens": trainer.max_batch_tokens,
+            "planned_max_batch_tokens": planned_tokens,
         }
         log(
-            f"  rollout of {r.batch_size} × {r.n}: {result['rollout']['seconds']:.0f} s, {result['rollout']['generated_tokens']:,} tokens; max allocated {_gib(result['rollout']['max_allocated'])}, max reserved {_gib(result['rollout']['max_reserved'])} — plan's rollout phase {_gib(plan['phases']['rollout'])} (with the KV cache at its whole budget)"
+            f"{name}: built in {result['build']['seconds']:.0f} s ({result['build']['parameters'] / 1e9:.2f} B parameters, {trainer.policy.kind}); max_batch_tokens {trainer.max_batch_tokens:,} (the plan's {planned_tokens:,}); allocated after loading {_gib(loaded)}"
         )
+        report(result)
+        r = cfg.rollout
         # the update: two micro-batches of the longest sequences the config allows (every step's peak)
         gen = torch.Generator().manual_seed(0)
         vocab = len(tok.impl)
@@ -587,31 +599,73 @@ def memory_check(args: argparse.Namespace, device: torch.device, env: Any) -> di
             traj.reward = float(i % 2)
             worst.append(traj)
         batch = make_batch(worst, tok.pad_id)
-        trainer._passes_and_advantages(batch, worst, 1)
-        trainer._update(batch, 1)  # AdamW's moments
-        _reset_peak(device)
-        t0 = time.perf_counter()
-        trainer._update(batch, 2)
-        _sync(device)
-        result["update"] = {
-            "seconds": time.perf_counter() - t0,
-            "tokens": int(batch.attention_mask.sum()),
-            **_peaks(device),
-        }
-        u = result["update"]
-        log(
-            f"  update of 2 × {mb} × {r.max_prompt_length + r.max_response_length} tokens: {u['seconds']:.1f} s; max allocated {_gib(u['max_allocated'])}, max reserved {_gib(u['max_reserved'])} — plan's update phase {_gib(plan['phases']['update'])} ({plan['phases']['update'] / max(1, u['max_allocated']):.3f}× allocated, {plan['phases']['update'] / max(1, u['max_reserved']):.3f}× reserved)"
-        )
+
+        def update(t: Trainer = trainer, batch: Any = batch, worst: list[Trajectory] = worst) -> dict[str, Any]:
+            t._passes_and_advantages(batch, worst, 1)
+            t._update(batch, 1)  # AdamW's moments
+            _reset_peak(device)
+            t0 = time.perf_counter()
+            t._update(batch, 2)
+            _sync(device)
+            return {"seconds": time.perf_counter() - t0, "tokens": int(batch.attention_mask.sum())}
+
+        u = result["update"] = _phase(update, device)
+        if "out_of_memory" in u:
+            log(f"  update: OUT OF MEMORY within {_gib(result.get('gpu_limit_bytes', 0))}: {u['out_of_memory'][:300]}")
+        else:
+            log(
+                f"  update of 2 × {mb} × {r.max_prompt_length + r.max_response_length} tokens: {u['seconds']:.1f} s; max allocated {_gib(u['max_allocated'])}, max reserved {_gib(u['max_reserved'])} — plan's update phase {_gib(plan['phases']['update'])} ({plan['phases']['update'] / max(1, u['max_allocated']):.3f}× allocated, {plan['phases']['update'] / max(1, u['max_reserved']):.3f}× reserved)"
+            )
+        report(result)
+        del batch, worst
+        gc.collect()
+
+        # the rollout phase: a batch of the config's prompts (the trainer's own rollout), AdamW's moments held
+        def rollout(t: Trainer = trainer) -> dict[str, Any]:
+            _reset_peak(device)
+            t0 = time.perf_counter()
+            t.policy.eval()
+            trajs = t._rollouts(t.train_set[: r.batch_size], t.train_prompts[: r.batch_size], r.n, 1, greedy=False)
+            _sync(device)
+            return {
+                "seconds": time.perf_counter() - t0,
+                "trajectories": len(trajs),
+                "generated_tokens": sum(x.roles.count("generated") for x in trajs),
+            }
+
+        ro = result["rollout"] = _phase(rollout, device)
+        if "out_of_memory" in ro:
+            log(
+                f"  rollout: OUT OF MEMORY within {_gib(result.get('gpu_limit_bytes', 0))}: {ro['out_of_memory'][:300]}"
+            )
+        else:
+            log(
+                f"  rollout of {r.batch_size} × {r.n} (AdamW's moments held): {ro['seconds']:.0f} s, {ro['generated_tokens']:,} tokens; max allocated {_gib(ro['max_allocated'])}, max reserved {_gib(ro['max_reserved'])} — plan's rollout phase {_gib(plan['phases']['rollout'])} (with the KV cache at its whole budget)"
+            )
+        report(result)
         if device.type != "cuda":
             log(
                 "  (on CPU the measured numbers are the process's resident set, everything it ever held: not comparable with the plan; the CPU check of the plan is trainer/tests/test_memory_plan.py)"
             )
         trainer.writer.close()
-        del trainer
+        del trainer, update, rollout
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
+        torch.cuda.set_per_process_memory_fraction(1.0, device)
     return result
+
+
+def _phase(run: Any, device: torch.device) -> dict[str, Any]:
+    """`run()`'s result and the phase's memory peaks; an out-of-memory error is the phase's result (its message,
+    and the peaks up to it), not the end of the check."""
+    try:
+        out = run()
+    except torch.cuda.OutOfMemoryError as e:
+        out = {"out_of_memory": str(e)}
+        gc.collect()
+        torch.cuda.empty_cache()
+    return out | _peaks(device)
 
 
 def _peaks(device: torch.device) -> dict[str, int]:
@@ -632,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--size",
-        help="comma-separated: tiny, small (4 layers, 256 wide, vocabulary 32k), 0.5b, 1.5b, 3b (Qwen2.5's shapes; default: 0.5b,1.5b on CUDA, tiny on CPU)",
+        help="comma-separated: tiny, small (4 layers, 256 wide, vocabulary 32k), 0.5b, 1.5b, 3b (Qwen2.5's shapes; default: 0.5b,1.5b on CUDA, tiny on CPU); none: no rollout comparison (--memory alone)",
     )
     parser.add_argument("--lora", choices=["both", "on", "off"], default="both")
     parser.add_argument("--env-url", help="a running env server (default: the stand-in in this process)")
@@ -670,6 +724,11 @@ def main(argv: list[str] | None = None) -> int:
         "--memory-batch", type=int, help="--memory: prompts of the rollout measured (default 64; the smoke 2)"
     )
     parser.add_argument(
+        "--gpu-memory",
+        type=float,
+        help="--memory: GiB of the GPU the process may use (default: the plan's GPU, 80 GiB; a larger GPU is limited to it)",
+    )
+    parser.add_argument(
         "--cpu-smoke", action="store_true", help="everything at toy sizes on CPU (the GPU check's code path: tested)"
     )
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
@@ -705,8 +764,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     args.memory_batch = args.memory_batch or (2 if args.cpu_smoke or device.type != "cuda" else 64)
     sizes = [
-        x.strip() for x in (args.size or ("0.5b,1.5b" if device.type == "cuda" else "tiny")).split(",") if x.strip()
+        x.strip()
+        for x in (args.size or ("0.5b,1.5b" if device.type == "cuda" else "tiny")).split(",")
+        if x.strip() and x.strip() != "none"
     ]
+    unknown = [x for x in sizes if x not in SIZES]
+    if unknown:
+        parser.error(f"--size: unknown {', '.join(unknown)} (known: {', '.join(SIZES)}, none)")
     env = None if args.env_url else StandInEnv(DEMO / "corpus.jsonl")
     machine = {
         "device": device.type,
@@ -721,14 +785,20 @@ def main(argv: list[str] | None = None) -> int:
     log(
         f"benchmark on {machine.get('gpu', 'CPU')} (torch {torch.__version__}), env server: {machine['env']}, tokenizer: {machine['tokenizer']}"
     )
-    results = []
+    results: list[dict[str, Any]] = []
+    out: dict[str, Any] = {"machine": machine, "results": results}
+
+    def partial(memory: dict[str, Any] | None = None) -> None:
+        # the whole result so far as one line (the last line is the most complete: what a time limit leaves)
+        print(json.dumps(out | ({"memory": memory} if memory is not None else {}) | {"partial": True}), flush=True)
+
     for size in sizes:
         for lora in {"both": (False, True), "on": (True,), "off": (False,)}[args.lora]:
             results.append(run_size(size, lora, args, device, env))
-    out: dict[str, Any] = {"machine": machine, "results": results}
+            partial()
     if args.memory:
-        out["memory"] = memory_check(args, device, env)
-    print(json.dumps(out))
+        out["memory"] = memory_check(args, device, env, partial)
+    print(json.dumps(out), flush=True)
     return 0
 
 

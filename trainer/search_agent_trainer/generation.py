@@ -150,10 +150,14 @@ def auto_max_batch_tokens(policy: Any, device: torch.device, dtype: torch.dtype 
     distribution, the CUDA context), AdamW's two moments and — computing in `dtype` over fp32 weights — the bf16 copies
     autocast caches through a generation call, halved (the cache, and a copy of it while rows are selected or
     merged), in tokens of KV cache; at least DEFAULT_MAX_BATCH_TOKENS. The memory planner computes the same
-    (src/core/plan/builtin.ts)."""
+    (src/core/plan/builtin.ts).
+
+    A per-process memory fraction (`torch.cuda.set_per_process_memory_fraction`: a GPU shared with another process,
+    or an 80 GB recipe checked on a larger GPU) is the GPU this process has: what the driver says is free beyond it
+    is not ours to take."""
     if device.type != "cuda":
         return DEFAULT_MAX_BATCH_TOKENS
-    free, total = torch.cuda.mem_get_info(device)
+    free, total = gpu_memory(device)
     trained = [p for p in policy.parameters() if p.requires_grad]
     moments = 8 * sum(p.numel() for p in trained)
     casts = (
@@ -170,6 +174,18 @@ def auto_max_batch_tokens(policy: Any, device: torch.device, dtype: torch.dtype 
         DEFAULT_MAX_BATCH_TOKENS,
         int((free - AUTO_RESERVE * total - moments - casts) / (2 * kv_bytes_per_token(policy, dtype))),
     )
+
+
+def gpu_memory(device: torch.device) -> tuple[int, int]:
+    """(free, total) bytes of the GPU for this process: the driver's, within the per-process memory fraction when one
+    is set (what torch's allocator refuses beyond it: the fraction of the total less what this process reserved)."""
+    free, total = torch.cuda.mem_get_info(device)
+    fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
+    share = fraction(device) if fraction is not None else 1.0
+    if share < 1.0:
+        total = int(share * total)
+        free = max(0, min(free, total - torch.cuda.memory_reserved(device)))
+    return free, total
 
 
 # -- the KV cache as plain tensors -------------------------------------------------------------------------------

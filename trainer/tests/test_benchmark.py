@@ -1,6 +1,7 @@
 """scripts/gpu-check.sh --cpu-smoke: the GPU check's whole code path at toy sizes on CPU (the real Qwen tokenizer,
 our generator against Hugging Face `generate` over the same prompts, the one-GPU recipe's memory check against the
-planner's plan for the same config), so the script is known to work before a GPU sees it. No timing is asserted."""
+planner's plan for the same config, engine "trl"'s two steps and log-prob gap), each phase its own process with its
+own output, so the script is known to work before a GPU sees it. No timing is asserted."""
 
 from __future__ import annotations
 
@@ -37,6 +38,16 @@ def test_the_gpu_check_runs_its_whole_path_on_cpu(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(out.read_text())
+    assert result["exits"] == {"memory": 0, "rollout": 0, "trl": 0}
+    # each phase's own lines: the result so far after each measurement, the last the most complete
+    memory_lines = [json.loads(x) for x in (tmp_path / "gpu-check-memory.jsonl").read_text().splitlines()]
+    assert [x.get("partial", False) for x in memory_lines] == [True, True, True, False]
+    assert [sorted(x["memory"]) for x in memory_lines[:3]] == [
+        ["build", "config", "plan"],
+        ["build", "config", "plan", "update"],
+        ["build", "config", "plan", "rollout", "update"],
+    ]
+    assert (tmp_path / "gpu-check.log").read_text().count("gpu-check: phase") == 6
     assert result["machine"]["device"] == "cpu" and result["machine"]["tokenizer"].endswith("models")
     [r] = result["results"]
     assert (
@@ -48,4 +59,11 @@ def test_the_gpu_check_runs_its_whole_path_on_cpu(tmp_path):
     assert mem["config"] == "bench/gpu/smoke-step.run.json"
     assert mem["plan"]["fits"] and mem["plan"]["phases"]["update"] > 0
     assert mem["rollout"]["trajectories"] == 2 * 5 and mem["update"]["tokens"] > 0
+    # the KV cache's budget the trainer sized, beside the plan's (on CPU both are the default)
+    assert mem["build"]["max_batch_tokens"] == mem["build"]["planned_max_batch_tokens"] > 0
     assert "plan's update phase" in proc.stderr and "→ ours / HF generate" in proc.stderr
+    trl = result["trl"]
+    if trl["status"] == "skipped":  # no TRL in this environment: said, not failed
+        assert "TRL" in trl["reason"]
+    else:
+        assert trl["status"] == "finished" and trl["goal_met"], trl

@@ -261,3 +261,42 @@ def test_the_sampler_draws_from_the_temperature_scaled_distribution_and_its_nucl
         toks, _ = gen._sample(logits)
         freq = torch.bincount(toks, minlength=4).float() / len(toks)
         torch.testing.assert_close(freq, torch.cat([p[:3] / p[:3].sum(), torch.zeros(1)]), atol=0.03, rtol=0)
+
+
+def test_the_kv_budget_on_cuda_keeps_within_a_per_process_memory_fraction(monkeypatch):
+    """A GPU shared with another process, or an 80 GB recipe checked on a larger GPU: the trainer sizes its KV cache
+    from its share (`torch.cuda.set_per_process_memory_fraction`), not from what the driver says is free. No GPU here:
+    torch.cuda's four answers are stood in for (TEST DOUBLES), the arithmetic is the trainer's."""
+    from search_agent_trainer import generation
+
+    gib = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda _d=None: (120 * gib, 140 * gib))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda _d=None: 10 * gib)
+    share = {"f": 1.0}
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda _d=None: share["f"])
+    cuda = torch.device("cuda")
+    assert generation.gpu_memory(cuda) == (120 * gib, 140 * gib)  # no fraction: the driver's numbers
+    share["f"] = 80 / 140
+    free, total = generation.gpu_memory(cuda)
+    assert total == 80 * gib and free == 70 * gib  # the share less what this process reserved
+    share["f"] = 5 / 140
+    assert generation.gpu_memory(cuda) == (0, 5 * gib)  # already past its share: nothing free
+
+    class StandInPolicy:  # what auto_max_batch_tokens reads of a policy: no trained parameters, no Linear layers
+        kind = "tiny"
+
+        class backbone:  # noqa: N801 - the attribute the code reads
+            config = {"layers": 1, "d_model": 8}
+
+        def parameters(self):
+            return iter(())
+
+        def modules(self):
+            return iter(())
+
+    per_token = generation.kv_bytes_per_token(StandInPolicy(), None)
+    share["f"] = 80 / 140
+    expected = int((70 * gib - generation.AUTO_RESERVE * 80 * gib) / (2 * per_token))
+    assert generation.auto_max_batch_tokens(StandInPolicy(), cuda, None) == expected
+    share["f"] = 1.0
+    assert generation.auto_max_batch_tokens(StandInPolicy(), cuda, None) > expected  # the whole GPU: a larger cache
