@@ -49,6 +49,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -459,6 +460,25 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
             run_rollouts(examples[:2], prompts[:2], 2, make(), trainer.tok, trainer.env, settings)
         # alternating repeats; each side's median run (by generation tokens/s) is reported
         runs: dict[str, list[dict[str, Any]]] = {"ours": [], "hf_generate": []}
+        if args.profile:  # where our rollout's time goes: the functions by their own time, on stderr
+            import cProfile
+            import io
+            import pstats
+
+            prof = cProfile.Profile()
+            prof.enable()
+            r = _rollout(trainer, ours(), settings, examples, prompts, n)
+            prof.disable()
+            text = io.StringIO()
+            pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+            log(
+                f"  profile of our rollout ({r['generated_tokens']:,} tokens, {r['seconds']:.2f} s):\n{text.getvalue()}"
+            )
+            result["profile"] = {
+                "seconds": r["seconds"],
+                "generated_tokens": r["generated_tokens"],
+                "top": text.getvalue()[-6000:],
+            }
         for _ in range(args.repeats):
             runs["ours"].append(_rollout(trainer, ours(), settings, examples, prompts, n))
             if not args.no_peer:
@@ -532,7 +552,7 @@ def memory_check(
     if device.type == "cuda":
         total = torch.cuda.get_device_properties(device).total_memory
         limit = min(total, int(args.gpu_memory * 2**30) if args.gpu_memory else plan["gpu_memory_bytes"])
-        torch.cuda.set_per_process_memory_fraction(limit / total, device)
+        torch.cuda.set_per_process_memory_fraction(limit / total, _index(device))
         result["gpu_limit_bytes"] = limit
         log(f"{name}: this process limited to {_gib(limit)} of the GPU's {_gib(total)} (the plan's GPU)")
     with tempfile.TemporaryDirectory(prefix="sas-gpu-check-") as tmp:
@@ -610,13 +630,17 @@ def memory_check(
             return {"seconds": time.perf_counter() - t0, "tokens": int(batch.attention_mask.sum())}
 
         u = result["update"] = _phase(update, device)
-        if "out_of_memory" in u:
+        if "stopped" in u:
+            log(f"  update: {u['stopped']}")
+        elif "out_of_memory" in u:
             log(f"  update: OUT OF MEMORY within {_gib(result.get('gpu_limit_bytes', 0))}: {u['out_of_memory'][:300]}")
         else:
             log(
                 f"  update of 2 × {mb} × {r.max_prompt_length + r.max_response_length} tokens: {u['seconds']:.1f} s; max allocated {_gib(u['max_allocated'])}, max reserved {_gib(u['max_reserved'])} — plan's update phase {_gib(plan['phases']['update'])} ({plan['phases']['update'] / max(1, u['max_allocated']):.3f}× allocated, {plan['phases']['update'] / max(1, u['max_reserved']):.3f}× reserved)"
             )
         report(result)
+        if "stopped" in u:
+            return result  # out of time: nothing more is measured
         del batch, worst
         gc.collect()
 
@@ -634,7 +658,11 @@ def memory_check(
             }
 
         ro = result["rollout"] = _phase(rollout, device)
-        if "out_of_memory" in ro:
+        if "stopped" in ro:
+            log(
+                f"  rollout: {ro['stopped']}; so far max allocated {_gib(ro['max_allocated'])}, max reserved {_gib(ro['max_reserved'])} — plan's rollout phase {_gib(plan['phases']['rollout'])}"
+            )
+        elif "out_of_memory" in ro:
             log(
                 f"  rollout: OUT OF MEMORY within {_gib(result.get('gpu_limit_bytes', 0))}: {ro['out_of_memory'][:300]}"
             )
@@ -652,19 +680,34 @@ def memory_check(
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-        torch.cuda.set_per_process_memory_fraction(1.0, device)
+        torch.cuda.set_per_process_memory_fraction(1.0, _index(device))
     return result
+
+
+def _index(device: torch.device) -> int:
+    """The CUDA device's index (torch's memory-fraction calls refuse a bare "cuda")."""
+    return device.index if device.index is not None else torch.cuda.current_device()
+
+
+class TimeLimit(Exception):
+    """SIGTERM (the GPU check's time limit) in the middle of a phase."""
+
+
+def _on_sigterm(_signum: int, _frame: Any) -> None:
+    raise TimeLimit("stopped by its time limit (SIGTERM)")
 
 
 def _phase(run: Any, device: torch.device) -> dict[str, Any]:
     """`run()`'s result and the phase's memory peaks; an out-of-memory error is the phase's result (its message,
-    and the peaks up to it), not the end of the check."""
+    and the peaks up to it), not the end of the check; so is the time limit's SIGTERM (the peaks so far)."""
     try:
         out = run()
     except torch.cuda.OutOfMemoryError as e:
         out = {"out_of_memory": str(e)}
         gc.collect()
         torch.cuda.empty_cache()
+    except TimeLimit as e:
+        out = {"stopped": str(e)}
     return out | _peaks(device)
 
 
@@ -708,6 +751,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-peer", action="store_true", help="skip the Hugging Face generate peer")
     parser.add_argument(
+        "--profile", action="store_true", help="one more of our rollouts under cProfile first (its top functions)"
+    )
+    parser.add_argument(
         "--repeats", type=int, default=3, help="rollout measurements of each side, alternating (the median is reported)"
     )
     parser.add_argument(
@@ -738,6 +784,7 @@ def main(argv: list[str] | None = None) -> int:
         help="torch CPU threads (default on CPU: 1 — on a shared, loaded machine OpenMP's spinning threads made the same rollout 10–20× slower and the numbers meaningless)",
     )
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _on_sigterm)  # a phase cut by the time limit still reports its peaks
     if args.cpu_smoke:
         args.device = "cpu"
         args.size = args.size or "tiny"

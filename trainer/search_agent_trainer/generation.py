@@ -181,10 +181,11 @@ def gpu_memory(device: torch.device) -> tuple[int, int]:
     is set (what torch's allocator refuses beyond it: the fraction of the total less what this process reserved)."""
     free, total = torch.cuda.mem_get_info(device)
     fraction = getattr(torch.cuda, "get_per_process_memory_fraction", None)
-    share = fraction(device) if fraction is not None else 1.0
+    index = device.index if device.index is not None else torch.cuda.current_device()  # "cuda" has none: it asks
+    share = fraction(index) if fraction is not None else 1.0
     if share < 1.0:
         total = int(share * total)
-        free = max(0, min(free, total - torch.cuda.memory_reserved(device)))
+        free = max(0, min(free, total - torch.cuda.memory_reserved(index)))
     return free, total
 
 
@@ -220,32 +221,40 @@ class _Cache:
         return int(self.tensors[0].shape[self.dims[0]])
 
     def past(self) -> Any:
-        """The cache object the model takes."""
+        """The cache object the model takes, holding these tensors themselves. (transformers' `DynamicCache(
+        ddp_cache_data=…)` copies each layer — `torch.cat` onto an empty tensor — so a cache made that way is, until
+        the tensors it came from are freed, two caches: the layers are made from zero-length slices, then given the
+        tensors.)"""
         pairs = [(self.tensors[i], self.tensors[i + 1]) for i in range(0, len(self.tensors), 2)]
         if self.kind == "tiny":
             return pairs
         from transformers import DynamicCache
 
-        return DynamicCache(ddp_cache_data=pairs)
+        cache = DynamicCache(ddp_cache_data=[(k[:, :, :0], v[:, :, :0]) for k, v in pairs])
+        for layer, (k, v) in zip(cache.layers, pairs):
+            layer.keys, layer.values = k, v
+        return cache
 
     def select(self, rows: torch.Tensor) -> _Cache:
         return _Cache(self.kind, [t.index_select(0, rows) for t in self.tensors], self.dims)
 
-    def pad_front(self, n: int) -> _Cache:
-        if n == 0:
-            return self
-        out = []
-        for t, d in zip(self.tensors, self.dims):
-            shape = list(t.shape)
-            shape[d] = n
-            out.append(torch.cat([t.new_zeros(shape), t], dim=d))
-        return _Cache(self.kind, out, self.dims)
-
     @staticmethod
-    def cat(caches: Sequence[_Cache]) -> _Cache:
-        return _Cache(
-            caches[0].kind, [torch.cat(ts, dim=0) for ts in zip(*(c.tensors for c in caches))], caches[0].dims
-        )
+    def cat(caches: Sequence[_Cache], width: int | None = None) -> _Cache:
+        """The caches' rows one after the other, each left-padded (zeros) to `width` (default: the widest): written
+        into one new tensor per layer, with no padded copy of any part beside it."""
+        W = max(c.width for c in caches) if width is None else width
+        out = []
+        for j, (t0, d) in enumerate(zip(caches[0].tensors, caches[0].dims)):
+            shape = list(t0.shape)
+            shape[0], shape[d] = sum(c.tensors[j].shape[0] for c in caches), W
+            merged = t0.new_zeros(shape)
+            row = 0
+            for c in caches:
+                t = c.tensors[j]
+                merged[row : row + t.shape[0]].narrow(d, W - t.shape[d], t.shape[d]).copy_(t)
+                row += t.shape[0]
+            out.append(merged)
+        return _Cache(caches[0].kind, out, caches[0].dims)
 
 
 @dataclass
@@ -261,6 +270,14 @@ class _Rows:
 
     def cache(self) -> _Cache | None:
         return _Cache.of(self.past)
+
+    def consume(self) -> _Rows:
+        """A new batch with this one's contents, this one left without its cache and logits: whoever holds this
+        object (a caller's variable) no longer keeps a cache the taker replaces by copies (a decode parks and drops
+        rows by copying them; the cache of the batch as it was would otherwise live on beside them)."""
+        out = _Rows(self.past, self.attn, self.last_pos, self.logits, self.order)
+        self.past, self.logits = None, None
+        return out
 
     def take(self, index: Sequence[int]) -> _Rows:
         """The rows `index` (copied; `self` itself when they are all of its rows in order)."""
@@ -283,15 +300,12 @@ class _Rows:
         if len(parts) == 1:
             return parts[0]
         W = max(p.attn.shape[1] for p in parts)
-        caches = []
-        for p in parts:
-            c = p.cache()
-            assert c is not None
-            caches.append(c.pad_front(W - c.width))
+        caches = [p.cache() for p in parts]
+        assert all(c is not None for c in caches)
         attn = torch.cat([torch.nn.functional.pad(p.attn, (W - p.attn.shape[1], 0)) for p in parts])
         logits = None if any(p.logits is None for p in parts) else torch.cat([p.logits for p in parts])
         return _Rows(
-            _Cache.cat(caches).past(),
+            _Cache.cat(caches, W).past(),
             attn,
             torch.cat([p.last_pos for p in parts]),
             logits,
@@ -401,16 +415,17 @@ class LMGenerator:
     ) -> list[GeneratedTurn]:
         out = [GeneratedTurn([], []) for _ in contexts]
         rows = [i for i, b in enumerate(budgets) if b > 0]
-        session, self._session = self._session, None
+        one_batch = bool(rows) and _held(rows, contexts, budgets) <= self.max_batch_tokens
+        if not one_batch or keys is None or not self.extend_cache:
+            self._session = None  # nothing to extend: the last call's cache is let go before this one's is made
         if not rows:
             return out
-        one_batch = _held(rows, contexts, budgets) <= self.max_batch_tokens
         ctx = self.autocast() if self.autocast else contextlib.nullcontext()
         with torch.inference_mode(), ctx:
             if not one_batch:
                 self._continuous(rows, contexts, budgets, out)
                 return out
-            start = self._start(rows, contexts, keys, session if keys is not None and self.extend_cache else None)
+            start = self._start(rows, contexts, keys)
             final = self._decode(start, budgets, out)
             if keys is not None and self.extend_cache and final.cache() is not None:
                 by_row = {i: b for b, i in enumerate(final.order)}
@@ -466,11 +481,12 @@ class LMGenerator:
         logits, past, _ = self.policy(ids, attn, pos, past, use_cache=True, logits_to_keep=1)
         return logits[:, -1], past
 
-    def _start(
-        self, rows: list[int], contexts: Sequence[Sequence[int]], keys: Sequence[Any] | None, session: _Session | None
-    ) -> _Rows:
-        """The decode batch for `rows`, with the next-token logits: the rows whose context extends what the session
-        cached get only their new tokens fed; the others are prefilled."""
+    def _start(self, rows: list[int], contexts: Sequence[Sequence[int]], keys: Sequence[Any] | None) -> _Rows:
+        """The decode batch for `rows`, with the next-token logits: the rows whose context extends what the last call
+        cached (its session) get only their new tokens fed; the others are prefilled. The session is let go as soon
+        as the extended rows are taken from it, before any forward: a turn never holds the last turn's whole cache
+        beside its own (the planner counts the cache and one copy)."""
+        session, self._session = self._session, None
         parts = []
         fresh = rows
         if session is not None and keys is not None:
@@ -482,16 +498,20 @@ class LMGenerator:
             if ext:
                 W = session.rows.attn.shape[1] + max(len(contexts[i]) - len(session.cached[keys[i]]) for i in ext)
                 if len(ext) * W <= self.max_batch_tokens:  # else prefilling anew is more compact
-                    parts.append(self._extend(ext, contexts, keys, session))
+                    base = session.rows.take([session.row_of[keys[i]] for i in ext])
+                    suffixes = [list(contexts[i][len(session.cached[keys[i]]) :]) for i in ext]
+                    session = None  # of the last call's cache only `base`, the rows taken, is kept
+                    parts.append(self._extend(ext, base, suffixes))
+                    del base
                     done = set(ext)
                     fresh = [i for i in rows if i not in done]
+        session = None
         if fresh:
             parts.append(self._prefill(fresh, contexts))
         return _Rows.merge(parts)
 
-    def _extend(self, rows: list[int], contexts: Sequence[Sequence[int]], keys: Sequence[Any], s: _Session) -> _Rows:
-        base = s.rows.take([s.row_of[keys[i]] for i in rows])
-        suffixes = [list(contexts[i][len(s.cached[keys[i]]) :]) for i in rows]
+    def _extend(self, rows: list[int], base: _Rows, suffixes: list[list[int]]) -> _Rows:
+        """`base` (the last call's cache of `rows`) with each row's new tokens `suffixes` fed."""
         L = max(len(x) for x in suffixes)
         ids = torch.full((len(rows), L), self.tokenizer.pad_id, dtype=torch.long)
         new = torch.zeros((len(rows), L), dtype=torch.long)
@@ -556,9 +576,14 @@ class LMGenerator:
         CPU and are appended in order; a row that sampled a stop candidate decodes its turn's tail to check the stop
         strings (Stops.ended). A row that ended k tokens before the read has fed k tokens too many (the last token and
         those after it): they are dropped and their cache columns masked (attention 0, position rewound), so its cache
-        is what checking every step would have left."""
+        is what checking every step would have left.
+
+        `b` is consumed (`_Rows.consume`): the caller's object is left without its cache, so the batch this call
+        started from is freed as soon as the decode has copied what it keeps of it."""
+        b = b.consume()
         parked: list[_Rows] = []
         pad = self.tokenizer.pad_id
+        continuous = queue is not None  # finished rows are dropped, not parked: nobody keeps this call's cache
         queue = list(queue or [])
         running = [True] * len(b.order)  # per batch row, as the CPU knows it at the last read
         sliceable = b.cache() is not None
@@ -580,7 +605,7 @@ class LMGenerator:
                 if not any(running) and not queue:
                     break
                 live_rows = [r for r, x in enumerate(running) if x]
-                if sliceable and queue:
+                if sliceable and continuous:
                     finished = len(running) - len(live_rows)
                     if finished and (finished * 4 >= len(running) or not live_rows):
                         b, running, live, count, budget, tok = self._keep(
@@ -597,6 +622,8 @@ class LMGenerator:
                 last_pos = b.last_pos + live
                 logits, past = self._forward(feed, attn, last_pos[:, None], b.past)
                 b = _Rows(past, attn, last_pos, logits, b.order)
+                # only `b` holds the cache: when rows are parked or dropped (copied), the batch as it was is freed
+                del logits, past, attn
             if synced:
                 if queue:
                     b, running, live, count, budget, queue = self._admit(

@@ -272,6 +272,7 @@ def test_the_kv_budget_on_cuda_keeps_within_a_per_process_memory_fraction(monkey
     gib = 2**30
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda _d=None: (120 * gib, 140 * gib))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda _d=None: 10 * gib)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     share = {"f": 1.0}
     monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda _d=None: share["f"])
     cuda = torch.device("cuda")
@@ -300,3 +301,33 @@ def test_the_kv_budget_on_cuda_keeps_within_a_per_process_memory_fraction(monkey
     assert generation.auto_max_batch_tokens(StandInPolicy(), cuda, None) == expected
     share["f"] = 1.0
     assert generation.auto_max_batch_tokens(StandInPolicy(), cuda, None) > expected  # the whole GPU: a larger cache
+
+
+def test_the_last_turns_cache_is_let_go_before_the_next_turn_decodes():
+    """A turn holds its own cache (and a copy while rows are selected or merged), never the last turn's too: the
+    memory planner counts two caches, and a 3B rollout on an 80 GiB GPU ran out of memory holding three (the GPU
+    check, 2026-11-28). Two trajectories of three continue (a strict subset: their rows are copied out of the last
+    cache); by the time the next turn decodes, every tensor of the last turn's cache is freed."""
+    import weakref
+
+    tok, policy = _tiny(6)
+    gen = LMGenerator(policy, tok, 0.0, 1.0, CPU, search_r1_stops(tok))
+    contexts = [tok.encode(t) for t in ("Question: where is Paris?", "Question: where is Lyon?", "Question: Nice?")]
+    keys = ["a", "b", "c"]
+    first = gen.generate(contexts, [6, 6, 6], keys)
+    old = gen._session.rows.cache()
+    assert old is not None and len(old.tensors) > 0
+    dead = [weakref.ref(t) for t in old.tensors]
+    del old
+    alive_at_decode: list[int] = []
+    decode = gen._decode
+
+    def checking_decode(*args, **kwargs):
+        alive_at_decode.append(sum(r() is not None for r in dead))
+        return decode(*args, **kwargs)
+
+    gen._decode = checking_decode
+    nxt = [contexts[i] + first[i].ids + tok.encode(" France") for i in (0, 2)]
+    gen.generate(nxt, [5, 5], [keys[0], keys[2]])
+    assert gen.stats["extend_tokens"] > 0  # the two rows were extended from the last cache, not prefilled
+    assert alive_at_decode == [0], f"{alive_at_decode[0]} of the last turn's {len(dead)} cache tensors still held"

@@ -328,3 +328,99 @@ def test_the_planner_counts_what_a_trl_update_step_holds_within_15_percent(tmp_p
         f"{case}: planned update phase {update:,} B, measured peak {got['update_peak']:,} B ({update / got['update_peak']:.3f}×); parts {parts}"
     )
     assert abs(update - got["update_peak"]) <= 0.15 * got["update_peak"], (update, got)
+
+
+# -- the rollout: the KV cache within the planner's two caches (the GPU check found it held more) --------------------
+
+
+def _tensors(out):
+    """The tensors of an op's output (a tensor, or lists and tuples of them), without torch's tree_flatten: its
+    recursive helper closure is a reference cycle that keeps what it flattened alive until the garbage collector
+    runs, which shows as memory held here."""
+    if isinstance(out, torch.Tensor):
+        yield out
+    elif isinstance(out, (list, tuple)):
+        for x in out:
+            yield from _tensors(x)
+
+
+class KVBytes(LiveBytes):
+    """LiveBytes, and apart the bytes of KV-cache tensors (B, kv_heads, T, head_dim): live now and at the peak."""
+
+    def __init__(self, before: set[int], kv_heads: int, head_dim: int) -> None:
+        super().__init__(before)
+        self.shape = (kv_heads, head_dim)
+        self.kv: dict[int, tuple[StorageWeakRef, int]] = {}
+        self.kv_now = self.kv_peak = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self._prune()
+        for key in [k for k, (ref, _) in self.kv.items() if ref.expired()]:
+            self.kv_now -= self.kv.pop(key)[1]
+        for t in _tensors(out):
+            st = t.untyped_storage()
+            key = st.data_ptr()
+            if not st.nbytes() or key in self.before or t.device.type != "cpu":
+                continue
+            if key not in self.live:
+                self.live[key] = (StorageWeakRef(st), st.nbytes())
+                self.now += st.nbytes()
+            if t.dim() == 4 and (t.shape[1], t.shape[3]) == self.shape and t.shape[2] > 1 and key not in self.kv:
+                self.kv[key] = (StorageWeakRef(st), st.nbytes())
+                self.kv_now += st.nbytes()
+        self.peak = max(self.peak, self.now)
+        self.kv_peak = max(self.kv_peak, self.kv_now)
+        return out
+
+
+def test_a_rollout_holds_at_most_the_planners_two_caches_of_kv(tmp_path):
+    """A multi-turn rollout of 40 trajectories (4 turns of up to 64 tokens, the demo's retrieval in between) through
+    the trainer's own `_rollouts`, with `rollout.max_batch_tokens` small enough that the first turn is one decode batch
+    (its cache kept and extended in the second) and later turns are admitted as rows finish (continuous batching).
+    The planner counts the KV cache twice (the cache and one copy while rows are selected or merged): the KV tensors
+    live at once stay within that. They did not: on an H200 held to 80 GiB, the 3B recipe's rollout ran out of memory
+    (the GPU check, 2026-11-28), and here the peak was 3.46× the budget — the last turn's cache held through the next
+    turn, the batch a decode started from kept by its caller, and the batch before a copy kept by the decode's own
+    `past` variable until the next step."""
+    from search_agent_trainer.benchmark import StandInEnv  # the in-process env (word-overlap retrieval): no server
+    from search_agent_trainer.generation import kv_bytes_per_token
+
+    path = model_dir(tmp_path, 128, 384, 2, 4, 2, 4096)
+    raw = run_config(path, "bf16", False, False, 4, 512, 600)
+    raw["data"] = {"train": str(DEMO / "train.jsonl"), "chat_template": False}
+    raw["rollout"] = {
+        "batch_size": 8,
+        "n": 5,
+        "max_turns": 4,
+        "max_turn_tokens": 64,
+        "max_obs_length": 128,
+        "max_prompt_length": 512,
+        "max_response_length": 600,
+        "max_batch_tokens": 8192,
+    }
+    raw["optim"] = {"mini_batch_size": 40, "micro_batch_size": 4, "lr": 1e-5}
+    (tmp_path / "c.run.json").write_text(json.dumps(raw))
+    [device] = plan(tmp_path / "c.run.json")["devices"]
+    cfg = config_from_dict(raw)
+    t = NoEnvTrainer(cfg, tmp_path / "run", "http://127.0.0.1:9", stdout=io.StringIO())
+    t.setup()
+    t.env = StandInEnv(DEMO / "corpus.jsonl")
+    t.policy.eval()
+    kv = kv_bytes_per_token(t.policy, t._compute_dtype())
+    assert device["parts"]["kv_cache"] == 2 * 8192 * kv  # the planner's two caches of the budget
+    existing = [*t.policy.parameters(), *t.policy.buffers()]
+    tracker = KVBytes({x.untyped_storage().data_ptr() for x in existing}, 2, 32)
+    torch.manual_seed(0)
+    with tracker:
+        trajs = t._rollouts(t.train_set[:8], t.train_prompts[:8], 5, 1, greedy=False)
+    t.writer.close()
+    turns = sum(x.turns for x in trajs)
+    print(
+        f"KV peak {tracker.kv_peak:,} B = {tracker.kv_peak / (8192 * kv):.2f}× the budget (the plan: 2×); {turns} turns"
+    )
+    assert turns > 2 * len(trajs)  # several turns: the cache was kept, extended and admitted into
+    assert tracker.kv_peak <= device["parts"]["kv_cache"], tracker.kv_peak / (8192 * kv)
+    # and everything the rollout allocated within the plan's rollout parts (besides what is loaded)
+    rollout = sum(device["parts"].get(k, 0) for k in ("kv_cache", "prefill", "sampling", "weight_casts"))
+    assert tracker.peak <= rollout, (tracker.peak, rollout)
