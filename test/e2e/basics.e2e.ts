@@ -376,6 +376,9 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
   });
 
   it('a run at step 1 draws its points (markers); series colours are distinct within a chart and per overlaid run', async () => {
+    // A fresh dashboard: a retry would otherwise find the one this test overlaid lane-run on.
+    await s.runCommand('View: Close All Editors');
+    await until('no dashboard left', async () => !(await s.hasWebview('dashboard')), 15_000);
     const one = await dashboardOn('one-step');
     await until('one point per series', async () => Number(await data(one, 'points')) === 3, 15_000);
     const markers = await data(one, 'markers');
@@ -406,7 +409,7 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
     await s.page
       .locator('.tabs-container .tab[data-resource-name="step-000007.jsonl"]')
       .first()
-      .waitFor({ timeout: 15_000 });
+      .waitFor({ timeout: 30_000 });
   });
 
   it('the inspector widens a column for the rows a filter shows, and its drift filter says "not checked" (no tokenizer), not "0 match"', async () => {

@@ -418,13 +418,13 @@ export class CodeServerSession {
       .evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
   }
 
-  /** The inner frame of our webview `name` (code-server nests it: iframe.webview → #active-frame). */
-  async webviewFrame(name: string, timeoutMs = 30_000): Promise<Frame> {
+  /** The inner frame of our webview `name` (code-server nests it: iframe.webview → #active-frame), not one of `notAmong`. */
+  async webviewFrame(name: string, timeoutMs = 30_000, notAmong?: ReadonlySet<Frame>): Promise<Frame> {
     return waitFor(
       `webview "${name}"`,
       async () => {
         for (const frame of this.page.frames()) {
-          if (frame === this.page.mainFrame() || frame.isDetached()) continue;
+          if (frame === this.page.mainFrame() || frame.isDetached() || notAmong?.has(frame)) continue;
           const found = await frame.evaluate(() => document.body?.dataset.webview ?? null).catch(() => null);
           if (found === name) return frame;
         }
@@ -443,14 +443,19 @@ export class CodeServerSession {
     return false;
   }
 
-  /** Opens a run of the Runs view in the rollout inspector (its row's inline action); returns the inspector's frame. */
+  /**
+   * Opens a run of the Runs view in the rollout inspector (its row's inline action); returns the new inspector's
+   * frame. Every open is a new panel: an inspector already open (a step's file a dashboard click opened) is not
+   * taken for it — that one is hidden under the new panel and its frame detaches.
+   */
   async openRunInInspector(run: string): Promise<Frame> {
+    const open = new Set(this.page.frames());
     await this.runCommand('Search Agent: Focus on Runs View');
     const row = this.page.locator('.monaco-list-row', { hasText: run });
     await row.first().waitFor({ timeout: 30_000 });
     await row.first().hover();
     await row.first().locator('.action-label[aria-label="Open Rollout Inspector"]').click();
-    return this.webviewFrame('rollouts', 30_000);
+    return this.webviewFrame('rollouts', 30_000, open);
   }
 
   /** The labels of the Outline view's rows now showing (focus it first: `Explorer: Focus on Outline View`). */
