@@ -331,3 +331,27 @@ def test_the_last_turns_cache_is_let_go_before_the_next_turn_decodes():
     gen.generate(nxt, [5, 5], [keys[0], keys[2]])
     assert gen.stats["extend_tokens"] > 0  # the two rows were extended from the last cache, not prefilled
     assert alive_at_decode == [0], f"{alive_at_decode[0]} of the last turn's {len(dead)} cache tensors still held"
+
+
+def test_generation_runs_sdpa_without_cudnns_backend_and_restores_torchs_choice():
+    """cuDNN's attention builds a graph for every new shape, and each decode step is one (docs/benchmarks.md, the H200
+    profile): generation turns that backend off for its forwards and leaves torch's flags as they were."""
+    tok, policy = _tiny(7)
+    seen = []
+    forward = policy.forward
+
+    def recording(*args, **kwargs):
+        seen.append(
+            (
+                torch.backends.cuda.cudnn_sdp_enabled(),
+                torch.backends.cuda.flash_sdp_enabled(),
+                torch.backends.cuda.math_sdp_enabled(),
+            )
+        )
+        return forward(*args, **kwargs)
+
+    policy.forward = recording
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    LMGenerator(policy, tok, 0.0, 1.0, CPU, search_r1_stops(tok)).generate([tok.encode("Question: Paris?")], [4])
+    assert seen and all(s == (False, True, True) for s in seen), seen
+    assert torch.backends.cuda.cudnn_sdp_enabled() == before
