@@ -577,14 +577,12 @@ def memory_check(
             lambda _m, _i, out: out + bias.to(out.dtype)
         )
         loaded = _peak(device)
+        # the KV cache's budget: the trainer's own sizing (within the limit above) beside the plan's (two caches)
+        planned_tokens = plan["parts"]["kv_cache"] // (2 * kv_bytes_per_token(trainer.policy, trainer._compute_dtype()))
         if "gpu_limit_bytes" in result and not hasattr(torch.cuda, "get_per_process_memory_fraction"):
             # this torch cannot tell the trainer its share of the GPU: the cache sized as the trainer would on it
-            trainer.max_batch_tokens = plan["parts"]["kv_cache"] // (
-                2 * kv_bytes_per_token(trainer.policy, trainer._compute_dtype())
-            )
+            trainer.max_batch_tokens = planned_tokens
             result["max_batch_tokens_from_plan"] = True
-        # the KV cache's budget: the trainer's own sizing (within the limit above) beside the plan's
-        planned_tokens = plan["parts"]["kv_cache"] // (2 * kv_bytes_per_token(trainer.policy, trainer._compute_dtype()))
         result["build"] = {
             "seconds": time.perf_counter() - t0,
             "parameters": sum(p.numel() for p in trainer.policy.parameters()),
@@ -630,14 +628,15 @@ def memory_check(
             return {"seconds": time.perf_counter() - t0, "tokens": int(batch.attention_mask.sum())}
 
         u = result["update"] = _phase(update, device)
-        if "stopped" in u:
-            log(f"  update: {u['stopped']}")
-        elif "out_of_memory" in u:
-            log(f"  update: OUT OF MEMORY within {_gib(result.get('gpu_limit_bytes', 0))}: {u['out_of_memory'][:300]}")
-        else:
-            log(
+        _log_phase(
+            "update",
+            u,
+            result,
+            plan,
+            lambda: (
                 f"  update of 2 × {mb} × {r.max_prompt_length + r.max_response_length} tokens: {u['seconds']:.1f} s; max allocated {_gib(u['max_allocated'])}, max reserved {_gib(u['max_reserved'])} — plan's update phase {_gib(plan['phases']['update'])} ({plan['phases']['update'] / max(1, u['max_allocated']):.3f}× allocated, {plan['phases']['update'] / max(1, u['max_reserved']):.3f}× reserved)"
-            )
+            ),
+        )
         report(result)
         if "stopped" in u:
             return result  # out of time: nothing more is measured
@@ -658,18 +657,15 @@ def memory_check(
             }
 
         ro = result["rollout"] = _phase(rollout, device)
-        if "stopped" in ro:
-            log(
-                f"  rollout: {ro['stopped']}; so far max allocated {_gib(ro['max_allocated'])}, max reserved {_gib(ro['max_reserved'])} — plan's rollout phase {_gib(plan['phases']['rollout'])}"
-            )
-        elif "out_of_memory" in ro:
-            log(
-                f"  rollout: OUT OF MEMORY within {_gib(result.get('gpu_limit_bytes', 0))}: {ro['out_of_memory'][:300]}"
-            )
-        else:
-            log(
+        _log_phase(
+            "rollout",
+            ro,
+            result,
+            plan,
+            lambda: (
                 f"  rollout of {r.batch_size} × {r.n} (AdamW's moments held): {ro['seconds']:.0f} s, {ro['generated_tokens']:,} tokens; max allocated {_gib(ro['max_allocated'])}, max reserved {_gib(ro['max_reserved'])} — plan's rollout phase {_gib(plan['phases']['rollout'])} (with the KV cache at its whole budget)"
-            )
+            ),
+        )
         report(result)
         if device.type != "cuda":
             log(
@@ -709,6 +705,18 @@ def _phase(run: Any, device: torch.device) -> dict[str, Any]:
     except TimeLimit as e:
         out = {"stopped": str(e)}
     return out | _peaks(device)
+
+
+def _log_phase(name: str, res: dict[str, Any], result: dict[str, Any], plan: dict[str, Any], done: Any) -> None:
+    """The phase's line: `done()` when it finished; else how it ended (its time limit, out of memory) and its peaks."""
+    if "stopped" in res:
+        log(
+            f"  {name}: {res['stopped']}; so far max allocated {_gib(res['max_allocated'])}, max reserved {_gib(res['max_reserved'])} — plan's {name} phase {_gib(plan['phases'][name])}"
+        )
+    elif "out_of_memory" in res:
+        log(f"  {name}: OUT OF MEMORY within {_gib(result.get('gpu_limit_bytes', 0))}: {res['out_of_memory'][:300]}")
+    else:
+        log(done())
 
 
 def _peaks(device: torch.device) -> dict[str, int]:

@@ -241,10 +241,9 @@ class _Cache:
         return _Cache(self.kind, [t.index_select(0, rows) for t in self.tensors], self.dims)
 
     @staticmethod
-    def cat(caches: Sequence[_Cache], width: int | None = None) -> _Cache:
-        """The caches' rows one after the other, each left-padded (zeros) to `width` (default: the widest): written
-        into one new tensor per layer, with no padded copy of any part beside it."""
-        W = max(c.width for c in caches) if width is None else width
+    def cat(caches: Sequence[_Cache], W: int) -> _Cache:
+        """The caches' rows one after the other, each left-padded (zeros) to width `W`: written into one new tensor
+        per layer, with no padded copy of any part beside it."""
         out = []
         for j, (t0, d) in enumerate(zip(caches[0].tensors, caches[0].dims)):
             shape = list(t0.shape)

@@ -27,7 +27,6 @@ import pytest
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from conftest import DEMO, NODE, ROOT
 from hf_fixture import build_tiny_qwen2, demo_texts
@@ -38,6 +37,17 @@ from search_agent_trainer.rollout import Trajectory
 from search_agent_trainer.train import Trainer
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="the planner runs in Node")
+
+
+def _tensors(out):
+    """The tensors of an op's output (a tensor, or lists and tuples of them), without torch's tree_flatten: its
+    recursive helper closure is a reference cycle that keeps what it flattened alive until the garbage collector
+    runs, which shows as memory held here."""
+    if isinstance(out, torch.Tensor):
+        yield out
+    elif isinstance(out, (list, tuple)):
+        for x in out:
+            yield from _tensors(x)
 
 
 class LiveBytes(TorchDispatchMode):
@@ -59,8 +69,8 @@ class LiveBytes(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         self._prune()
-        for t in tree_flatten(out)[0]:
-            if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+        for t in _tensors(out):
+            if t.device.type == "cpu":
                 st = t.untyped_storage()
                 key = st.data_ptr()
                 if st.nbytes() and key not in self.live and key not in self.before:
@@ -333,17 +343,6 @@ def test_the_planner_counts_what_a_trl_update_step_holds_within_15_percent(tmp_p
 # -- the rollout: the KV cache within the planner's two caches (the GPU check found it held more) --------------------
 
 
-def _tensors(out):
-    """The tensors of an op's output (a tensor, or lists and tuples of them), without torch's tree_flatten: its
-    recursive helper closure is a reference cycle that keeps what it flattened alive until the garbage collector
-    runs, which shows as memory held here."""
-    if isinstance(out, torch.Tensor):
-        yield out
-    elif isinstance(out, (list, tuple)):
-        for x in out:
-            yield from _tensors(x)
-
-
 class KVBytes(LiveBytes):
     """LiveBytes, and apart the bytes of KV-cache tensors (B, kv_heads, T, head_dim): live now and at the peak."""
 
@@ -354,22 +353,16 @@ class KVBytes(LiveBytes):
         self.kv_now = self.kv_peak = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        self._prune()
+        out = super().__torch_dispatch__(func, types, args, kwargs)
         for key in [k for k, (ref, _) in self.kv.items() if ref.expired()]:
             self.kv_now -= self.kv.pop(key)[1]
         for t in _tensors(out):
             st = t.untyped_storage()
             key = st.data_ptr()
-            if not st.nbytes() or key in self.before or t.device.type != "cpu":
-                continue
-            if key not in self.live:
-                self.live[key] = (StorageWeakRef(st), st.nbytes())
-                self.now += st.nbytes()
-            if t.dim() == 4 and (t.shape[1], t.shape[3]) == self.shape and t.shape[2] > 1 and key not in self.kv:
-                self.kv[key] = (StorageWeakRef(st), st.nbytes())
-                self.kv_now += st.nbytes()
-        self.peak = max(self.peak, self.now)
+            if t.dim() == 4 and (t.shape[1], t.shape[3]) == self.shape and t.shape[2] > 1 and key in self.live:
+                if key not in self.kv:
+                    self.kv[key] = (StorageWeakRef(st), st.nbytes())
+                    self.kv_now += st.nbytes()
         self.kv_peak = max(self.kv_peak, self.kv_now)
         return out
 
