@@ -475,15 +475,26 @@ def _build_hf(cfg: Any, device: torch.device, with_value: bool) -> tuple[Policy,
         without_dropout(config)
     # fp32 master weights; only a LoRA run's frozen base is stored in bf16 when the run computes in bf16
     dtype = torch.bfloat16 if cfg.model.lora and compute_dtype(cfg, device) is not None else torch.float32
-    if cfg.model.random_init:  # the same weights for the same seed, whatever the caller's random state
-        with torch.random.fork_rng(devices=[]):
+    # The weights are made where the run computes, not on the CPU and then moved: a 3B model's random init took most
+    # of a minute on the CPU beside an H200 (docs/benchmarks.md), and a 7B checkpoint loaded on the CPU first holds
+    # 28 GiB of host memory in fp32. One device: transformers places the weights, no dispatch hooks.
+    if cfg.model.random_init:  # the same weights for the same seed and device, whatever the caller's random state
+        with _seeded_on(device), torch.device(device):
             torch.manual_seed(cfg.seed)
             model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
     else:
         model = transformers.AutoModelForCausalLM.from_pretrained(
-            path, config=config, local_files_only=True, dtype=dtype
+            path, config=config, local_files_only=True, dtype=dtype, device_map=device
         )
     return hf_policy(model, cfg, with_value).to(device), Tokenizer(tok, "hf")
+
+
+def _seeded_on(device: torch.device) -> Any:
+    """The random state of the CPU and, on CUDA, of `device` forked: what is drawn inside leaves the caller's alone."""
+    if device.type != "cuda":
+        return torch.random.fork_rng(devices=[])
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch.random.fork_rng(devices=[index], device_type="cuda")
 
 
 def without_dropout(config: Any) -> None:

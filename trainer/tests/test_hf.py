@@ -175,6 +175,49 @@ def test_lora_under_bf16_stores_the_frozen_base_in_bf16_and_the_adapter_in_fp32(
     assert trained == {torch.float32} and frozen == {torch.bfloat16}
 
 
+@pytest.mark.parametrize("random_init", [True, False], ids=["random_init", "from_pretrained"])
+def test_the_weights_are_made_on_the_runs_device_not_on_the_cpu_and_moved(monkeypatch, qwen_dir, random_init):
+    """A 3B model's random init on the CPU took most of a minute beside an H200, and a checkpoint loaded on the CPU
+    first holds all its fp32 weights in host memory: the model is made where the run computes. The device here is
+    `meta` (what this CPU-only test can tell apart from the CPU): the model as transformers returns it, before the
+    policy moves anything, is already there; and a random init draws the same weights for the same seed whatever the
+    caller's random state, leaving that state as it was."""
+    import transformers as tf
+
+    from search_agent_trainer.config import config_from_dict
+    from search_agent_trainer.policy import build_policy
+
+    made: list[set[str]] = []
+    name = "from_config" if random_init else "from_pretrained"
+    original = getattr(tf.AutoModelForCausalLM, name)
+
+    def spy(*args, **kwargs):
+        model = original(*args, **kwargs)
+        made.append({p.device.type for p in model.parameters()})
+        return model
+
+    monkeypatch.setattr(tf.AutoModelForCausalLM, name, spy)
+    raw = hf_config(qwen_dir)
+    raw["model"]["random_init"] = random_init
+    cfg = config_from_dict(raw)
+    if random_init:
+        build_policy(cfg, [], torch.device("meta"))
+        assert made == [{"meta"}]
+    policy, _ = build_policy(cfg, [], torch.device("cpu"))
+    assert made[-1] == {"cpu"}
+    if not random_init:  # loaded with the device placed by transformers: the checkpoint's weights, exactly
+        plain = original(str(qwen_dir), local_files_only=True)
+        want = plain.state_dict()
+        got = policy.backbone.state_dict()
+        assert all(torch.equal(got[k], want[k]) for k in want)
+        return
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    again, _ = build_policy(cfg, [], torch.device("cpu"))
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert all(torch.equal(a, b) for a, b in zip(policy.parameters(), again.parameters()))
+
+
 def test_dropout_is_off_unless_asked(tmp_path, qwen_dir):
     import shutil
 
