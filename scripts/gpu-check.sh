@@ -8,7 +8,8 @@
 #      (bench/gpu/plans.json; `npm run -s gpu-plans` rewrites it), and the KV-cache budget the trainer sized beside
 #      the plan's;
 #   2. rollout: tokens/s of our generator against a plain Hugging Face `generate` loop over the same prompts, at
-#      Qwen2.5-0.5B, 1.5B and 3B shapes (random weights) with the real Qwen tokenizer and chat template (goal ≥ 3×);
+#      Qwen2.5-0.5B, 1.5B and 3B shapes (random weights) with the real Qwen tokenizer and chat template (goal ≥ 3×),
+#      both sides with the same attention kernels; at 0.5B ours once more with SDPA free to use cuDNN's attention;
 #   3. trl: engine "trl" for two GRPO steps at Qwen2.5-0.5B's shape in bf16 and the rollout-vs-trainer log-prob gap
 #      (scripts/gpu-check-trl.sh: TRL carried as wheels in .whl/, a node in .node/ where the machine has none; it
 #      says what is missing and skips when it cannot run).
@@ -70,12 +71,13 @@ if [ "${1:-}" = "--cpu-smoke" ]; then
   shift
   SMOKE=(--cpu-smoke)
   phase memory "$LIMIT_MEMORY" --cpu-smoke --size none --memory "$@"
-  phase rollout "$LIMIT_ROLLOUT" --cpu-smoke --lora off --no-step "$@"
+  phase rollout "$LIMIT_ROLLOUT" --cpu-smoke --lora off --no-step --with-cudnn "$@"
 else
   SMOKE=()
   phase memory "$LIMIT_MEMORY" --size none --memory --memory-batch 64 "$@"
-  # one repeat of each side after a warm-up; 16 prompts × 5, up to 3 turns of 200 tokens per size
-  phase rollout "$LIMIT_ROLLOUT" --size 0.5b,1.5b,3b --lora off --no-step --repeats 1 --batch 16 --n 5 --max-turns 3 --turn-tokens 200 "$@"
+  # one repeat of each side after a short warm-up; 16 prompts × 5, up to 2 turns + the final one of ≤ 160 tokens per
+  # size; at 0.5B one more of ours with cuDNN's attention allowed (does turning it off pay?)
+  phase rollout "$LIMIT_ROLLOUT" --size 0.5b,1.5b,3b --lora off --no-step --repeats 1 --batch 16 --n 5 --max-turns 2 --turn-tokens 160 --with-cudnn "$@"
 fi
 
 # phase 3: engine "trl" (its own script, which installs wheels and unpacks a node carried to a machine without them;

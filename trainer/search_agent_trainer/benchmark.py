@@ -41,6 +41,8 @@ and the whole result last — the last line is always the most complete.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import gc
 import hashlib
 import json
@@ -62,7 +64,7 @@ import torch
 from .batch import make_batch
 from .config import config_from_dict
 from .data import Example
-from .generation import GeneratedTurn, Stops, kv_bytes_per_token
+from .generation import GeneratedTurn, Stops, kv_bytes_per_token, without_cudnn_attention
 from .policy import Tokenizer, compute_dtype, hf_policy
 from .rollout import Trajectory, run_rollouts
 from .tiny import TinyTokenizer
@@ -234,7 +236,12 @@ class HFGenerateTurns:
                         ended[i] = len(row)
                 return torch.tensor([e > 0 for e in ended], device=input_ids.device)
 
-        with torch.inference_mode(), self.autocast() if self.autocast else _Null():
+        # the same attention kernels as ours (generation.without_cudnn_attention): the ratio measures the generators
+        with (
+            torch.inference_mode(),
+            self.autocast() if self.autocast else contextlib.nullcontext(),
+            without_cudnn_attention(),
+        ):
             out = self.model.generate(
                 input_ids=ids.to(self.device),
                 attention_mask=attn.to(self.device),
@@ -249,14 +256,6 @@ class HFGenerateTurns:
             )
         rows = out[:, T:].tolist()
         return [GeneratedTurn(r[: ended[i] or len(r)], [0.0] * (ended[i] or len(r))) for i, r in enumerate(rows)]
-
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *a: Any) -> bool:
-        return False
 
 
 def bench_tokenizer(vocab: int | None) -> TinyTokenizer:
@@ -379,7 +378,12 @@ def _rollout(
     }
 
 
-def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.device, env: Any) -> dict[str, Any]:
+def run_size(
+    size: str, lora: bool, args: argparse.Namespace, device: torch.device, env: Any, report: Any = None
+) -> dict[str, Any]:
+    """One size's rollout comparison (and train step): `report(result)` is called with the result so far after every
+    measurement, so a time limit leaves what was measured."""
+    report = report or (lambda _result: None)
     overrides = (
         ("batch_size", args.batch),
         ("n", args.n),
@@ -455,11 +459,14 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
         }
         # the same waves for both (the peer has no memory budget of its own: it gets ours)
         settings = trainer._settings(ours(), prompts, n)
-        # warm-up (CUDA kernels, the allocator), then each measured once over the same prompts
+        # warm-up (CUDA kernels, the allocator): one short turn each, not the workload (on the H200 the whole
+        # workload's warm-up alone used most of a phase's time limit)
+        warm = dataclasses.replace(settings, max_turns=1, max_turn_tokens=min(16, settings.max_turn_tokens))
         for make in (ours, peer):
-            run_rollouts(examples[:2], prompts[:2], 2, make(), trainer.tok, trainer.env, settings)
+            run_rollouts(examples[:2], prompts[:2], 2, make(), trainer.tok, trainer.env, warm)
+        report(result)
         # alternating repeats; each side's median run (by generation tokens/s) is reported
-        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "hf_generate": []}
+        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "hf_generate": [], "ours_cudnn": []}
         if args.profile:  # where our rollout's time goes: the functions by their own time, on stderr
             import cProfile
             import io
@@ -479,16 +486,40 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
                 "generated_tokens": r["generated_tokens"],
                 "top": text.getvalue()[-6000:],
             }
+        sides = [("ours", ours)] + ([] if args.no_peer else [("hf_generate", peer)])
         for _ in range(args.repeats):
-            runs["ours"].append(_rollout(trainer, ours(), settings, examples, prompts, n))
-            if not args.no_peer:
-                runs["hf_generate"].append(_rollout(trainer, peer(), settings, examples, prompts, n))
-        for name, label in (("ours", "ours:       "), ("hf_generate", "HF generate:")):
-            if runs[name]:
+            for name, make in sides:
+                runs[name].append(_rollout(trainer, make(), settings, examples, prompts, n))
                 r = sorted(runs[name], key=lambda x: x["generation_tokens_per_s"])[len(runs[name]) // 2]
                 result[f"rollout_{name}"] = r | {"repeats": [x["generation_tokens_per_s"] for x in runs[name]]}
+                report(result)
+        if args.with_cudnn and size == args.first_size:
+            # ours once more with SDPA free to choose cuDNN's attention (what generation turns off): is that the cost?
+            from . import generation
+
+            kept = generation.without_cudnn_attention
+            generation.without_cudnn_attention = contextlib.nullcontext
+            try:
+                runs["ours_cudnn"] = [_rollout(trainer, ours(), settings, examples, prompts, n)]
+            finally:
+                generation.without_cudnn_attention = kept
+            result["rollout_ours_cudnn"] = runs["ours_cudnn"][0]
+            report(result)
+        for name, label in (
+            ("ours", "ours:       "),
+            ("hf_generate", "HF generate:"),
+            ("ours_cudnn", "ours, SDPA free to use cuDNN:"),
+        ):
+            if runs[name]:
+                r = result[f"rollout_{name}"]
+                steps = (r.get("generator") or {}).get("decode_steps")
                 log(
                     f"  rollout, {label} {r['generation_tokens_per_s']:,.0f} generated tokens/s ({r['generated_tokens']:,} tokens, {r['seconds']:.2f} s, retrieval {r['retrieve_seconds']:.2f} s; median of {len(runs[name])})"
+                    + (
+                        f"; {1000 * (r['seconds'] - r['retrieve_seconds']) / steps:.1f} ms a decode step"
+                        if steps
+                        else ""
+                    )
                 )
         if runs["hf_generate"]:
             result["rollout_speedup"] = (
@@ -498,6 +529,12 @@ def run_size(size: str, lora: bool, args: argparse.Namespace, device: torch.devi
             log(
                 f"  → ours / HF generate: {result['rollout_speedup']:.2f}× (generated tokens per second of generation time)"
             )
+        if runs["ours_cudnn"]:
+            result["cudnn_off_speedup"] = (
+                result["rollout_ours"]["generation_tokens_per_s"]
+                / result["rollout_ours_cudnn"]["generation_tokens_per_s"]
+            )
+            log(f"  → ours / ours with cuDNN's attention allowed: {result['cudnn_off_speedup']:.2f}×")
         steps = []
         for step in range(1, (args.steps + 2) if not args.no_step else 1):
             _reset_peak(device)
@@ -759,6 +796,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-peer", action="store_true", help="skip the Hugging Face generate peer")
     parser.add_argument(
+        "--with-cudnn",
+        action="store_true",
+        help="at the first size: one more of our rollouts with SDPA free to use cuDNN's attention, which generation turns off (on CPU: the same code path, no cuDNN)",
+    )
+    parser.add_argument(
         "--profile", action="store_true", help="one more of our rollouts under cProfile first (its top functions)"
     )
     parser.add_argument(
@@ -823,6 +865,7 @@ def main(argv: list[str] | None = None) -> int:
         for x in (args.size or ("0.5b,1.5b" if device.type == "cuda" else "tiny")).split(",")
         if x.strip() and x.strip() != "none"
     ]
+    args.first_size = sizes[0] if sizes else None
     unknown = [x for x in sizes if x not in SIZES]
     if unknown:
         parser.error(f"--size: unknown {', '.join(unknown)} (known: {', '.join(SIZES)}, none)")
@@ -847,10 +890,14 @@ def main(argv: list[str] | None = None) -> int:
         # the whole result so far as one line (the last line is the most complete: what a time limit leaves)
         print(json.dumps(out | ({"memory": memory} if memory is not None else {}) | {"partial": True}), flush=True)
 
+    def report(result: dict[str, Any]) -> None:
+        if not results or results[-1] is not result:
+            results.append(result)
+        partial()
+
     for size in sizes:
         for lora in {"both": (False, True), "on": (True,), "off": (False,)}[args.lora]:
-            results.append(run_size(size, lora, args, device, env))
-            partial()
+            report(run_size(size, lora, args, device, env, report))
     if args.memory:
         out["memory"] = memory_check(args, device, env, partial)
     print(json.dumps(out), flush=True)

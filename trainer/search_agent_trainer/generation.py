@@ -21,7 +21,7 @@ sees a tensor. How it keeps a step's generation fast and its memory bounded:
   once, they are admitted as others finish: finished rows leave the batch and waiting ones are prefilled into it
   (continuous batching; no cache is kept for the next turn then). A prefill runs in pieces of at most
   `min(max_batch_tokens, PREFILL_TOKENS)` tokens. A rollout is one wave: every trajectory's turn goes to one call;
-- SDPA without cuDNN's backend while generating (`_without_cudnn_attention`: it builds a graph per new shape, and every
+- SDPA without cuDNN's backend while generating (`without_cudnn_attention`: it builds a graph per new shape, and every
   decode step is one);
 - no GPU→CPU synchronisation per decode step: a row's end of sequence and its budget are tracked on the device, and
   the sampled tokens come to the CPU every `sync_every` steps (1 on CPU, where it costs nothing; SYNC_EVERY on
@@ -422,7 +422,7 @@ class LMGenerator:
         if not rows:
             return out
         ctx = self.autocast() if self.autocast else contextlib.nullcontext()
-        with torch.inference_mode(), ctx, _without_cudnn_attention():
+        with torch.inference_mode(), ctx, without_cudnn_attention():
             if not one_batch:
                 self._continuous(rows, contexts, budgets, out)
                 return out
@@ -729,7 +729,7 @@ class LMGenerator:
         return merged, running + [True] * len(take), cat(live, nl), cat(count, nc), cat(budget, nb), queue[len(take) :]
 
 
-def _without_cudnn_attention() -> Any:
+def without_cudnn_attention() -> Any:
     """SDPA's backends for generation: flash, memory-efficient and math, not cuDNN. PyTorch prefers cuDNN's attention
     on Hopper (sm_90, cuDNN > 9.15: aten's sdp_utils) and builds a cuDNN graph for every new shape; a decode step's
     keys are one column longer than the last step's, so every step is a new shape. On an H200 (2026-11-28) a profile of

@@ -48,6 +48,18 @@ def test_the_gpu_check_runs_its_whole_path_on_cpu(tmp_path):
         ["build", "config", "plan", "rollout", "update"],
     ]
     assert (tmp_path / "gpu-check.log").read_text().count("gpu-check: phase") == 6
+    # the rollout comparison's result after the warm-up and after each measurement (a time limit keeps them): ours,
+    # HF generate, ours with cuDNN's attention allowed (on CPU the same code path)
+    rollout_lines = [json.loads(x) for x in (tmp_path / "gpu-check-rollout.jsonl").read_text().splitlines()]
+    assert [x.get("partial", False) for x in rollout_lines] == [True] * 5 + [False]
+    assert [sorted(k for k in x["results"][0] if k.startswith("rollout_")) for x in rollout_lines[:4]] == [
+        [],
+        ["rollout_ours"],
+        ["rollout_hf_generate", "rollout_ours"],
+        ["rollout_hf_generate", "rollout_ours", "rollout_ours_cudnn"],
+    ]
+    # a config.json that names its transformers version: no false "Mistral regex" alarm from transformers 5.17
+    assert "incorrect regex pattern" not in proc.stderr
     assert result["machine"]["device"] == "cpu" and result["machine"]["tokenizer"].endswith("models")
     [r] = result["results"]
     assert (
