@@ -239,9 +239,12 @@ class TRLEngine(Run):
         with self.args.main_process_first(local=False, desc="the initial random model"):
             if self.rank == 0 and not (init / "config.json").exists():
                 base = Section({**cfg, "model": {**cfg.model, "lora": None}})
-                policy, tok = build_policy(base, [], torch.device("cpu"))
+                policy, tok = build_policy(base, [], self.device)  # drawn on the GPU: a 3B's CPU init takes ~a minute
                 policy.backbone.save_pretrained(str(init))
                 tok.impl.save_pretrained(str(init))
+                del policy
+                if self.device.type == "cuda":
+                    torch.cuda.empty_cache()
         loaded = Section({**cfg, "model": {**cfg.model, "path": str(init), "random_init": False}})
         return build_policy(loaded, [], self.device)
 
