@@ -682,6 +682,11 @@ def memory_check(
 
         # the rollout phase: a batch of the config's prompts (the trainer's own rollout), AdamW's moments held
         def rollout(t: Trainer = trainer) -> dict[str, Any]:
+            # the trainer goes on with half the KV budget when generation runs out of memory: the plan was short then,
+            # and the result says so (each retry's budget) rather than hiding it
+            retries: list[list[int]] = []
+            keep = t._rollout_out_of_memory
+            t._rollout_out_of_memory = lambda old, new, error: (retries.append([old, new]), keep(old, new, error))
             _reset_peak(device)
             t0 = time.perf_counter()
             t.policy.eval()
@@ -691,6 +696,7 @@ def memory_check(
                 "seconds": time.perf_counter() - t0,
                 "trajectories": len(trajs),
                 "generated_tokens": sum(x.roles.count("generated") for x in trajs),
+                "out_of_memory_retries": retries,
             }
 
         ro = result["rollout"] = _phase(rollout, device)
@@ -701,6 +707,11 @@ def memory_check(
             plan,
             lambda: (
                 f"  rollout of {r.batch_size} × {r.n} (AdamW's moments held): {ro['seconds']:.0f} s, {ro['generated_tokens']:,} tokens; max allocated {_gib(ro['max_allocated'])}, max reserved {_gib(ro['max_reserved'])} — plan's rollout phase {_gib(plan['phases']['rollout'])} (with the KV cache at its whole budget)"
+                + (
+                    f"; OUT OF MEMORY {len(ro['out_of_memory_retries'])} time(s), went on with max_batch_tokens {ro['out_of_memory_retries'][-1][1]:,}: the plan is short"
+                    if ro.get("out_of_memory_retries")
+                    else ""
+                )
             ),
         )
         report(result)

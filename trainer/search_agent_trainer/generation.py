@@ -26,7 +26,10 @@ sees a tensor. How it keeps a step's generation fast and its memory bounded:
 - no GPU→CPU synchronisation per decode step: a row's end of sequence and its budget are tracked on the device, and
   the sampled tokens come to the CPU every `sync_every` steps (1 on CPU, where it costs nothing; SYNC_EVERY on
   CUDA), where the stop strings are checked; a row that met its stop string in between decoded a few tokens past it,
-  which are dropped and masked out of its cache (the same tokens as reading every step, tested).
+  which are dropped and masked out of its cache (the same tokens as reading every step, tested);
+- out of device memory (a plan a few GiB short, fragmentation), the call runs again from its start with half the KV
+  budget, kept for the rest of the run and reported (`on_out_of_memory`: the trainer's `warning` event), instead of
+  ending the run; a batch of one row that does not fit is the error.
 
 The cache tricks need a cache made of plain per-layer key/value tensors (the built-in tiny model's, or Hugging Face's
 `DynamicCache` of full-attention layers); for any other cache (sliding-window or recurrent layers) the generator
@@ -39,6 +42,7 @@ old-log-prob pass recomputes, so the two can be compared: `rollout_logprob` vs `
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -345,6 +349,7 @@ class LMGenerator:
         max_batch_tokens: int = DEFAULT_MAX_BATCH_TOKENS,
         extend_cache: bool = True,
         sync_every: int | None = None,
+        on_out_of_memory: Any = None,
     ):
         self.policy = policy
         self.tokenizer = tokenizer
@@ -356,13 +361,15 @@ class LMGenerator:
         self.autocast = autocast
         self.max_batch_tokens = max(1, int(max_batch_tokens))
         self.extend_cache = extend_cache
+        self.on_out_of_memory = on_out_of_memory  # (old max_batch_tokens, new, the error's first line)
         self.sync_every = max(
             1, int(sync_every if sync_every is not None else (SYNC_EVERY if device.type == "cuda" else 1))
         )
         self._session: _Session | None = None
         # counters (the benchmark reports them): context tokens prefilled, tokens fed after a cached prefix (across
         # turns), tokens sampled, decode forward passes, rows parked out of the decode batch, rows admitted into a
-        # running decode batch, reads of the sampled tokens, tokens decoded past a stop string and dropped
+        # running decode batch, reads of the sampled tokens, tokens decoded past a stop string and dropped, calls run
+        # again with half the KV budget after running out of device memory
         self.stats = {
             "prefill_tokens": 0,
             "extend_tokens": 0,
@@ -372,6 +379,7 @@ class LMGenerator:
             "rows_admitted": 0,
             "syncs": 0,
             "overshoot_tokens": 0,
+            "oom_retries": 0,
         }
 
     # -- sampling ------------------------------------------------------------------------------------------------
@@ -413,6 +421,34 @@ class LMGenerator:
 
     def generate(
         self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Sequence[Any] | None = None
+    ) -> list[GeneratedTurn]:
+        """One turn for every context (see the module's docstring). Out of memory on the device, the call is run
+        again from the start with half the KV budget (`max_batch_tokens`, kept halved for later calls), each retry
+        reported through `on_out_of_memory`; when a decode batch of one row already ran out, the error is raised."""
+        while True:  # the budget halves each time, down to one row's tokens: a few retries at most
+            failed = None
+            try:
+                return self._generate(contexts, budgets, keys)
+            except torch.OutOfMemoryError as e:
+                failed = str(e).strip().splitlines()[0][:300] if str(e).strip() else "out of memory"
+            # outside the handler: the traceback, and the tensors its frames held, are gone before anything is retried
+            self._session = None
+            gc.collect()
+            if self.device.type == "cuda":
+                torch.cuda.empty_cache()
+            widest = max((len(contexts[i]) + b for i, b in enumerate(budgets) if b > 0), default=0)
+            if self.max_batch_tokens <= widest:
+                raise torch.OutOfMemoryError(
+                    f"generation ran out of device memory with rollout.max_batch_tokens {self.max_batch_tokens:,}, "
+                    f"a decode batch of one row of {widest:,} tokens (its context and turn budget): {failed}"
+                )
+            old, self.max_batch_tokens = self.max_batch_tokens, max(widest, self.max_batch_tokens // 2)
+            self.stats["oom_retries"] += 1
+            if self.on_out_of_memory is not None:
+                self.on_out_of_memory(old, self.max_batch_tokens, failed)
+
+    def _generate(
+        self, contexts: Sequence[Sequence[int]], budgets: Sequence[int], keys: Sequence[Any] | None
     ) -> list[GeneratedTurn]:
         out = [GeneratedTurn([], []) for _ in contexts]
         rows = [i for i, b in enumerate(budgets) if b > 0]

@@ -200,6 +200,19 @@ class Run:
             g,
             self._autocast(),
             self.max_batch_tokens,
+            on_out_of_memory=self._rollout_out_of_memory,
+        )
+
+    def _rollout_out_of_memory(self, old: int, new: int, error: str) -> None:
+        """A generation call ran out of device memory and runs again with half the KV budget: every later rollout
+        keeps the smaller one (the plan was short; the run goes on, slower)."""
+        self.max_batch_tokens = min(self.max_batch_tokens, new)
+        self.writer.warning(
+            f"the rollout ran out of device memory with rollout.max_batch_tokens {old:,}: running again with {new:,}, "
+            f"kept for the rest of the run (set rollout.max_batch_tokens, or check `search-agent-studio plan`, to "
+            f"start there) — {error}",
+            cause="rollout-out-of-memory",
+            max_batch_tokens=new,
         )
 
     def _rollouts(

@@ -355,3 +355,105 @@ def test_generation_runs_sdpa_without_cudnns_backend_and_restores_torchs_choice(
     LMGenerator(policy, tok, 0.0, 1.0, CPU, search_r1_stops(tok)).generate([tok.encode("Question: Paris?")], [4])
     assert seen and all(s == (False, True, True) for s in seen), seen
     assert torch.backends.cuda.cudnn_sdp_enabled() == before
+
+
+class _DeviceMemory(nn.Module):
+    """A test double for a GPU's memory limit (no GPU here): the policy, whose forward raises torch.OutOfMemoryError
+    when the batch it is given holds more than `limit` tokens (rows × the attention mask's width: the KV cache)."""
+
+    def __init__(self, policy: Policy, limit: int):
+        super().__init__()
+        self.inner, self.limit, self.refused = policy, limit, 0
+
+    def forward(self, ids, attn, pos, past=None, **kw):
+        if attn.numel() > self.limit:
+            self.refused += 1
+            raise torch.OutOfMemoryError(f"CUDA out of memory (stand-in): {attn.numel()} tokens > {self.limit}")
+        return self.inner(ids, attn, pos, past, **kw)
+
+
+def test_out_of_device_memory_the_call_runs_again_with_half_the_kv_budget_and_keeps_it():
+    """A plan a few GiB short (the H200's first 3B rollout) ends the run no more: the call runs again from its start
+    with half the KV budget, kept for later calls and reported; greedy, the same tokens as decoding each row alone."""
+    tok, policy = _tiny(3)
+    contexts = [tok.encode("Question: where is Paris?")] * 4 + [tok.encode("France")] * 4
+    budgets = [30, 5, 17, 24, 12, 30, 3, 28]
+    alone = [_greedy_alone(policy, tok, c, b) for c, b in zip(contexts, budgets)]
+    seen: list[tuple[int, int, str]] = []
+    limited = _DeviceMemory(policy, limit=150)
+    gen = LMGenerator(
+        limited,
+        tok,
+        0.0,
+        1.0,
+        CPU,
+        search_r1_stops(tok),
+        max_batch_tokens=1024,
+        on_out_of_memory=lambda old, new, error: seen.append((old, new, error)),
+    )
+    assert [g.ids for g in gen.generate(contexts, budgets)] == alone
+    assert limited.refused >= 1 and gen.stats["oom_retries"] == len(seen) >= 1
+    assert [(old, new) for old, new, _ in seen] == [(1024 >> k, 1024 >> (k + 1)) for k in range(len(seen))]
+    assert "stand-in" in seen[0][2]
+    assert gen.max_batch_tokens == seen[-1][1] < 1024
+    # the next call starts at the smaller budget: nothing more refused
+    refused = limited.refused
+    assert [g.ids for g in gen.generate(contexts, budgets)] == alone
+    assert limited.refused == refused and gen.stats["oom_retries"] == len(seen)
+
+
+def test_out_of_device_memory_with_one_row_a_batch_is_the_error_named():
+    tok, policy = _tiny(3)
+    contexts = [tok.encode("Question: where is Paris?")] * 2
+    seen = []
+    gen = LMGenerator(
+        _DeviceMemory(policy, limit=4),  # not even one row's prompt fits
+        tok,
+        0.0,
+        1.0,
+        CPU,
+        search_r1_stops(tok),
+        max_batch_tokens=4096,
+        on_out_of_memory=lambda *a: seen.append(a),
+    )
+    try:
+        gen.generate(contexts, [20, 20])
+    except torch.OutOfMemoryError as e:
+        message = str(e)
+    else:
+        raise AssertionError("expected torch.OutOfMemoryError")
+    widest = len(contexts[0]) + 20
+    assert f"rollout.max_batch_tokens {widest:,}" in message and "one row" in message and "stand-in" in message
+    # halved down to one row's tokens, each retry reported, then the error (no endless loop)
+    halvings = [4096 >> k for k in range(1, 13) if 4096 >> k > widest]
+    assert [new for _, new, _ in seen] == [*halvings, widest]
+
+
+def test_a_run_whose_rollout_runs_out_of_memory_goes_on_with_the_smaller_budget_and_says_so(tmp_path):
+    import io
+    import json
+
+    from conftest import DEMO, tiny_config
+    from search_agent_trainer.benchmark import StandInEnv  # the in-process env (word-overlap retrieval): no server
+    from search_agent_trainer.config import config_from_dict
+    from search_agent_trainer.data import load_dataset
+    from search_agent_trainer.train import Trainer
+
+    class NoEnvTrainer(Trainer):
+        def _load_data(self) -> None:
+            self.train_set, self.eval_set = load_dataset(self.cfg.data.train), []
+
+    raw = tiny_config(**{"rollout.max_batch_tokens": 4096, "rollout.batch_size": 4})
+    t = NoEnvTrainer(config_from_dict(raw), tmp_path / "run", "http://127.0.0.1:9", stdout=io.StringIO())
+    t.setup()
+    t.env = StandInEnv(DEMO / "corpus.jsonl")
+    real = t.policy
+    t.policy = _DeviceMemory(real, limit=700)
+    trajs = t._rollouts(t.train_set[:4], t.train_prompts[:4], 3, 1, greedy=False)
+    t.writer.close()
+    assert len(trajs) == 12 and all(len(x.ids) > 0 for x in trajs)
+    assert t.max_batch_tokens < 4096
+    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    [first, *_] = [e for e in events if e.get("cause") == "rollout-out-of-memory"]
+    assert first["event"] == "warning" and "rollout.max_batch_tokens 4,096" in first["message"]
+    assert [e for e in events if e.get("cause")][-1]["max_batch_tokens"] == t.max_batch_tokens
