@@ -662,7 +662,12 @@ def memory_check(
             t0 = time.perf_counter()
             t._update(batch, 2)
             _sync(device)
-            return {"seconds": time.perf_counter() - t0, "tokens": int(batch.attention_mask.sum())}
+            # the trainer halves its micro-batch when the update runs out of memory: the plan was short then
+            return {
+                "seconds": time.perf_counter() - t0,
+                "tokens": int(batch.attention_mask.sum()),
+                "micro_batch_size": t.micro_batch_size,
+            }
 
         u = result["update"] = _phase(update, device)
         _log_phase(
@@ -672,6 +677,11 @@ def memory_check(
             plan,
             lambda: (
                 f"  update of 2 × {mb} × {r.max_prompt_length + r.max_response_length} tokens: {u['seconds']:.1f} s; max allocated {_gib(u['max_allocated'])}, max reserved {_gib(u['max_reserved'])} — plan's update phase {_gib(plan['phases']['update'])} ({plan['phases']['update'] / max(1, u['max_allocated']):.3f}× allocated, {plan['phases']['update'] / max(1, u['max_reserved']):.3f}× reserved)"
+                + (
+                    f"; OUT OF MEMORY, went on with micro-batches of {u['micro_batch_size']}: the plan is short"
+                    if u["micro_batch_size"] < mb
+                    else ""
+                )
             ),
         )
         report(result)

@@ -61,6 +61,9 @@ class Run:
         self.resume = resume
         self.stop_requested = False
         self.stop_reason: str | None = None
+        # sizes halved after running out of device memory (the rollout's KV budget, the update's micro-batch): a
+        # checkpoint keeps them, so a resumed run starts there
+        self._out_of_memory_sizes: dict[str, int] = {}
         self.total = int(cfg.train.steps)
         self.stages = stages(cfg)
         self.stage = self.stages[0]
@@ -207,6 +210,7 @@ class Run:
         """A generation call ran out of device memory and runs again with half the KV budget: every later rollout
         keeps the smaller one (the plan was short; the run goes on, slower)."""
         self.max_batch_tokens = min(self.max_batch_tokens, new)
+        self._out_of_memory_sizes["max_batch_tokens"] = self.max_batch_tokens
         self.writer.warning(
             f"the rollout ran out of device memory with rollout.max_batch_tokens {old:,}: running again with {new:,}, "
             f"kept for the rest of the run (set rollout.max_batch_tokens, or check `search-agent-studio plan`, to "

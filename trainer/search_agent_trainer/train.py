@@ -25,6 +25,7 @@ are metrics.py's, the records record/'s.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import random
 import time
@@ -139,6 +140,21 @@ class Trainer(Run):
         self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(
             self.policy, self.device, self.numerics.autocast
         )
+        # the update's micro-batch: optim.micro_batch_size, halved for the rest of the run if the update runs out of
+        # device memory (_fitting); both sizes as a checkpoint kept them after running out (a resume starts there)
+        self.micro_batch_size = cfg.optim.micro_batch_size
+        fitted = state.get("out_of_memory") or {}
+        if fitted:
+            self._out_of_memory_sizes = {k: int(v) for k, v in fitted.items()}
+            self.max_batch_tokens = min(
+                self.max_batch_tokens, int(fitted.get("max_batch_tokens", self.max_batch_tokens))
+            )
+            self.micro_batch_size = min(
+                self.micro_batch_size, int(fitted.get("micro_batch_size", self.micro_batch_size))
+            )
+            w.log(
+                f"resumed with the sizes this run ran out of device memory down to: rollout.max_batch_tokens {self.max_batch_tokens:,}, micro-batches of {self.micro_batch_size}"
+            )
 
         # Parameter groups, each with its own lr, warm-up and gradient clip: the policy, and PPO's value head (a shared
         # backbone's early value-loss gradients would otherwise dominate one global norm and shrink the policy's step).
@@ -387,6 +403,38 @@ class Trainer(Run):
             sums[key] = sums.get(key, 0.0) + value * weight
             counts[key] = counts.get(key, 0.0) + weight
 
+        def accumulate(mini: list[int], epoch: int, agg: Aggregation, vagg: Aggregation) -> tuple[int, list[Any]]:
+            """The mini-batch's gradients, accumulated over its micro-batches (the loss's denominators are the
+            mini-batch's, so the micro-batch size changes only the memory); its tokens and (stat, value, weight)."""
+            n, seen = 0, []
+            for micro in by_length(batch, mini, self.micro_batch_size):
+                mb = batch.select(micro).to(self.device)
+                n += int(mb.attention_mask.sum())
+                # the entropy is the sampling policy's (the first epoch's) unless it is in the loss
+                want_entropy = epoch == 0 or a.entropy_coef > 0
+                with self._ctx():
+                    st = window_stats(
+                        self.policy,
+                        mb,
+                        mb.loss_mask.bool(),
+                        temp,
+                        want_entropy=want_entropy,
+                        want_values=self.policy.value_head is not None,
+                        entropy_grad=a.entropy_coef > 0,
+                    )
+                    if on_policy and epoch == 0:  # π_old = π_θ before this step, the first: ρ = 1 exactly
+                        mb.old_logprob = st.logprob.detach()
+                        r = mb.window
+                        batch.old_logprob[micro, R - r :] = mb.old_logprob.cpu()
+                        self._entropy_window[micro, R - r :] = st.entropy.detach().cpu()
+                    loss, stats = objective(st.logprob, st.entropy, st.values, mb, a, agg, vagg)
+                w_tokens, w_values = float(mb.loss_mask.sum()), float(mb.adv_mask.sum())
+                for k, v in stats.items():
+                    # losses are micro-batch shares of the mini-batch loss (summed); ratios are token-weighted
+                    seen.append((k, v, 1.0 if k in LOSS_KEYS else w_values if k == "critic/vf_clipfrac" else w_tokens))
+                loss.backward()
+            return n, seen
+
         grad_norms: dict[str, list[float]] = {"actor/grad_norm": [], "critic/grad_norm": []}
         skipped = 0
         empty = 0  # mini-batches with no trained row
@@ -403,33 +451,11 @@ class Trainer(Run):
                         skipped += 1
                         empty += 1
                         continue
-                self.optimizer.zero_grad(set_to_none=True)
-                for micro in by_length(batch, mini, o.micro_batch_size):
-                    mb = batch.select(micro).to(self.device)
-                    tokens += int(mb.attention_mask.sum())
-                    # the entropy is the sampling policy's (the first epoch's) unless it is in the loss
-                    want_entropy = epoch == 0 or a.entropy_coef > 0
-                    with self._ctx():
-                        st = window_stats(
-                            self.policy,
-                            mb,
-                            mb.loss_mask.bool(),
-                            temp,
-                            want_entropy=want_entropy,
-                            want_values=self.policy.value_head is not None,
-                            entropy_grad=a.entropy_coef > 0,
-                        )
-                        if on_policy and epoch == 0:  # π_old = π_θ before this step, the first: ρ = 1 exactly
-                            mb.old_logprob = st.logprob.detach()
-                            r = mb.window
-                            batch.old_logprob[micro, R - r :] = mb.old_logprob.cpu()
-                            self._entropy_window[micro, R - r :] = st.entropy.detach().cpu()
-                        loss, stats = objective(st.logprob, st.entropy, st.values, mb, a, agg, vagg)
-                    w_tokens, w_values = float(mb.loss_mask.sum()), float(mb.adv_mask.sum())
-                    for k, v in stats.items():
-                        # losses are micro-batch shares of the mini-batch loss (summed); ratios are token-weighted
-                        add(k, v, 1.0 if k in LOSS_KEYS else w_values if k == "critic/vf_clipfrac" else w_tokens)
-                    loss.backward()
+                # its gradients (again with half the micro-batch when the device runs out of memory: the same update)
+                fed, seen = self._fitting(step, accumulate, mini, epoch, agg, vagg)
+                tokens += fed
+                for k, v, weight in seen:
+                    add(k, v, weight)
                 clip = o.grad_clip if o.grad_clip > 0 else float("inf")
                 norms = [float(torch.nn.utils.clip_grad_norm_(g["params"], clip)) for g in self.optimizer.param_groups]
                 for key, norm in zip(grad_norms, norms):
@@ -461,6 +487,39 @@ class Trainer(Run):
             out["actor/kl_coef"] = a.kl_coef
         out["_tokens"] = tokens
         return out
+
+    def _fitting(self, step: int, accumulate: Any, *args: Any) -> Any:
+        """`accumulate(*args)` (a mini-batch's gradients) from zeroed gradients; out of device memory, again with half
+        the micro-batch (_smaller_micro_batch) until it fits or one sequence does not."""
+        while True:
+            self.optimizer.zero_grad(set_to_none=True)
+            try:
+                return accumulate(*args)
+            except torch.OutOfMemoryError as e:
+                failed = str(e).strip().splitlines()[0][:300] if str(e).strip() else "out of memory"
+            # outside the handler: its traceback, and the tensors its frames held, are gone
+            self._smaller_micro_batch(step, failed)
+
+    def _smaller_micro_batch(self, step: int, error: str) -> None:
+        """The update ran out of device memory: the mini-batch is trained again with half the micro-batch, kept for
+        the rest of the run, and a warning says so; a micro-batch of one sequence that does not fit is the error."""
+        self.optimizer.zero_grad(set_to_none=True)
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        if self.micro_batch_size <= 1:
+            raise torch.OutOfMemoryError(
+                f"step {step}: the update ran out of device memory with a micro-batch of one sequence: {error}"
+            )
+        old, self.micro_batch_size = self.micro_batch_size, self.micro_batch_size // 2
+        self._out_of_memory_sizes["micro_batch_size"] = self.micro_batch_size
+        self.writer.warning(
+            f"step {step}: the update ran out of device memory with micro-batches of {old} sequences: training the "
+            f"mini-batch again with {self.micro_batch_size}, kept for the rest of the run (the same update, slower; "
+            f"set optim.micro_batch_size, or check `search-agent-studio plan`, to start there) — {error}",
+            cause="update-out-of-memory",
+            micro_batch_size=self.micro_batch_size,
+        )
 
     # -- records --------------------------------------------------------------------------------------------------
     def _record_step(self, trajs: list[Trajectory], step: int, batch: SequenceBatch) -> dict[str, float]:
@@ -598,7 +657,9 @@ class Trainer(Run):
             # The recorded rollouts up to here are written first: a resume from this checkpoint never lacks one of
             # its steps (a full disk fails the run here, before the checkpoint, and the resume records the step again).
             self.recorder.flush()
-        extra = {"numerics": self.numerics.record()} if self.numerics is not None else {}
+        extra: dict[str, Any] = {"numerics": self.numerics.record()} if self.numerics is not None else {}
+        if self._out_of_memory_sizes:
+            extra["out_of_memory"] = self._out_of_memory_sizes
         path = save_checkpoint(
             self.run_dir, step, self.policy, self.tok, self.optimizer, {"sampler": self.sampler.state_dict(), **extra}
         )

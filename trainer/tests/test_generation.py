@@ -427,33 +427,3 @@ def test_out_of_device_memory_with_one_row_a_batch_is_the_error_named():
     # halved down to one row's tokens, each retry reported, then the error (no endless loop)
     halvings = [4096 >> k for k in range(1, 13) if 4096 >> k > widest]
     assert [new for _, new, _ in seen] == [*halvings, widest]
-
-
-def test_a_run_whose_rollout_runs_out_of_memory_goes_on_with_the_smaller_budget_and_says_so(tmp_path):
-    import io
-    import json
-
-    from conftest import DEMO, tiny_config
-    from search_agent_trainer.benchmark import StandInEnv  # the in-process env (word-overlap retrieval): no server
-    from search_agent_trainer.config import config_from_dict
-    from search_agent_trainer.data import load_dataset
-    from search_agent_trainer.train import Trainer
-
-    class NoEnvTrainer(Trainer):
-        def _load_data(self) -> None:
-            self.train_set, self.eval_set = load_dataset(self.cfg.data.train), []
-
-    raw = tiny_config(**{"rollout.max_batch_tokens": 4096, "rollout.batch_size": 4})
-    t = NoEnvTrainer(config_from_dict(raw), tmp_path / "run", "http://127.0.0.1:9", stdout=io.StringIO())
-    t.setup()
-    t.env = StandInEnv(DEMO / "corpus.jsonl")
-    real = t.policy
-    t.policy = _DeviceMemory(real, limit=700)
-    trajs = t._rollouts(t.train_set[:4], t.train_prompts[:4], 3, 1, greedy=False)
-    t.writer.close()
-    assert len(trajs) == 12 and all(len(x.ids) > 0 for x in trajs)
-    assert t.max_batch_tokens < 4096
-    events = [json.loads(x) for x in (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
-    [first, *_] = [e for e in events if e.get("cause") == "rollout-out-of-memory"]
-    assert first["event"] == "warning" and "rollout.max_batch_tokens 4,096" in first["message"]
-    assert [e for e in events if e.get("cause")][-1]["max_batch_tokens"] == t.max_batch_tokens
