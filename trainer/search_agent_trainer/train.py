@@ -140,8 +140,8 @@ class Trainer(Run):
         self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(
             self.policy, self.device, self.numerics.autocast
         )
-        # the update's micro-batch: optim.micro_batch_size, halved for the rest of the run if the update runs out of
-        # device memory (_fitting); both sizes as a checkpoint kept them after running out (a resume starts there)
+        # the micro-batch of the log-prob passes and the update: optim.micro_batch_size, halved for the rest of the run
+        # when either runs out of device memory (_fitting); both sizes as a checkpoint kept them (a resume starts there)
         self.micro_batch_size = cfg.optim.micro_batch_size
         fitted = state.get("out_of_memory") or {}
         if fitted:
@@ -295,7 +295,7 @@ class Trainer(Run):
         timing = {"old_log_prob": 0.0, "ref": 0.0}
         policy_pass = not self.on_policy(B) or vals is not None or (self.cfg.algorithm.kl_in_reward and ref is not None)
         self.policy.eval()
-        for idx in by_length(batch, batch.trained_rows(), self.cfg.optim.micro_batch_size):
+        for idx in by_length(batch, batch.trained_rows(), self.micro_batch_size):
             mb = batch.select(idx).to(self.device)
             r = mb.window
             where = mb.loss_mask.bool()
@@ -353,14 +353,14 @@ class Trainer(Run):
         skip = self.cfg.algorithm.skip_zero_std_groups if skip is None else skip
         timing: dict[str, float] = {}
         if not skip:
-            timing.update(self._old_logprobs(batch))
+            timing.update(self._fitting(step, "the log-prob passes", self._old_logprobs, batch))
         t0 = time.perf_counter()
         m = self._advantages(batch, trajs)
         if skip:
             self._skip_zero_advantage(batch, step)
         timing["adv"] = time.perf_counter() - t0
         if skip:
-            timing.update(self._old_logprobs(batch))
+            timing.update(self._fitting(step, "the log-prob passes", self._old_logprobs, batch))
         return m, timing
 
     def _skip_zero_advantage(self, batch: SequenceBatch, step: int) -> None:
@@ -404,8 +404,9 @@ class Trainer(Run):
             counts[key] = counts.get(key, 0.0) + weight
 
         def accumulate(mini: list[int], epoch: int, agg: Aggregation, vagg: Aggregation) -> tuple[int, list[Any]]:
-            """The mini-batch's gradients, accumulated over its micro-batches (the loss's denominators are the
-            mini-batch's, so the micro-batch size changes only the memory); its tokens and (stat, value, weight)."""
+            """The mini-batch's gradients, accumulated over its micro-batches from zero (the loss's denominators are
+            the mini-batch's, so the micro-batch size changes only the memory); its tokens and (stat, value, weight)."""
+            self.optimizer.zero_grad(set_to_none=True)
             n, seen = 0, []
             for micro in by_length(batch, mini, self.micro_batch_size):
                 mb = batch.select(micro).to(self.device)
@@ -452,7 +453,7 @@ class Trainer(Run):
                         empty += 1
                         continue
                 # its gradients (again with half the micro-batch when the device runs out of memory: the same update)
-                fed, seen = self._fitting(step, accumulate, mini, epoch, agg, vagg)
+                fed, seen = self._fitting(step, "the update", accumulate, mini, epoch, agg, vagg)
                 tokens += fed
                 for k, v, weight in seen:
                     add(k, v, weight)
@@ -488,35 +489,36 @@ class Trainer(Run):
         out["_tokens"] = tokens
         return out
 
-    def _fitting(self, step: int, accumulate: Any, *args: Any) -> Any:
-        """`accumulate(*args)` (a mini-batch's gradients) from zeroed gradients; out of device memory, again with half
-        the micro-batch (_smaller_micro_batch) until it fits or one sequence does not."""
+    def _fitting(self, step: int, what: str, run: Any, *args: Any) -> Any:
+        """`run(*args)` — the log-prob passes, or one mini-batch's gradients: each starts from nothing and writes all
+        it makes — again with half the micro-batch each time the device runs out of memory
+        (_smaller_micro_batch), until it fits or one sequence does not."""
         while True:
-            self.optimizer.zero_grad(set_to_none=True)
             try:
-                return accumulate(*args)
+                return run(*args)
             except torch.OutOfMemoryError as e:
                 failed = str(e).strip().splitlines()[0][:300] if str(e).strip() else "out of memory"
             # outside the handler: its traceback, and the tensors its frames held, are gone
-            self._smaller_micro_batch(step, failed)
+            self._smaller_micro_batch(step, what, failed)
 
-    def _smaller_micro_batch(self, step: int, error: str) -> None:
-        """The update ran out of device memory: the mini-batch is trained again with half the micro-batch, kept for
-        the rest of the run, and a warning says so; a micro-batch of one sequence that does not fit is the error."""
+    def _smaller_micro_batch(self, step: int, what: str, error: str) -> None:
+        """`what` ran out of device memory: it runs again with half the micro-batch, kept for the rest of the run (the
+        passes' and the update's), and a warning says so; a micro-batch of one sequence that does not fit is the
+        error."""
         self.optimizer.zero_grad(set_to_none=True)
         gc.collect()
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
         if self.micro_batch_size <= 1:
             raise torch.OutOfMemoryError(
-                f"step {step}: the update ran out of device memory with a micro-batch of one sequence: {error}"
+                f"step {step}: {what} ran out of device memory with a micro-batch of one sequence: {error}"
             )
         old, self.micro_batch_size = self.micro_batch_size, self.micro_batch_size // 2
         self._out_of_memory_sizes["micro_batch_size"] = self.micro_batch_size
         self.writer.warning(
-            f"step {step}: the update ran out of device memory with micro-batches of {old} sequences: training the "
-            f"mini-batch again with {self.micro_batch_size}, kept for the rest of the run (the same update, slower; "
-            f"set optim.micro_batch_size, or check `search-agent-studio plan`, to start there) — {error}",
+            f"step {step}: {what} ran out of device memory with micro-batches of {old} sequences: running again with "
+            f"{self.micro_batch_size}, kept for the rest of the run (the same numbers, slower; set "
+            f"optim.micro_batch_size, or check `search-agent-studio plan`, to start there) — {error}",
             cause="update-out-of-memory",
             micro_batch_size=self.micro_batch_size,
         )

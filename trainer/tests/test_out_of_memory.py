@@ -144,3 +144,23 @@ def test_a_resumed_run_starts_at_the_sizes_it_ran_out_of_memory_down_to(tmp_path
     again.writer.close()
     assert (again.max_batch_tokens, again.micro_batch_size) == (t.max_batch_tokens, 2) and t.max_batch_tokens < 4096
     assert again._out_of_memory_sizes == {"max_batch_tokens": t.max_batch_tokens, "micro_batch_size": 2}
+
+
+def test_log_prob_passes_out_of_memory_run_again_with_half_the_micro_batch_the_same_numbers(tmp_path, monkeypatch):
+    t = _trainer(tmp_path, **{"optim.micro_batch_size": 4, "optim.mini_batch_size": 6, "algorithm.kl_coef": 0.01})
+    assert t.reference is not None
+    trajs = t._rollouts(t.train_set[:2], t.train_prompts[:2], 3, 1, greedy=False)
+    for i, x in enumerate(trajs):
+        x.reward = float(i % 2)
+    peer = make_batch(trajs, t.tok.pad_id)
+    t.micro_batch_size = 2
+    t._passes_and_advantages(peer, trajs, 1, skip=False)
+    t.micro_batch_size = 4
+    refused = _limit(monkeypatch, t.policy.backbone, lambda ids, attn: not torch.is_grad_enabled() and ids.shape[0] > 2)
+    batch = make_batch(trajs, t.tok.pad_id)
+    t._passes_and_advantages(batch, trajs, 1, skip=False)
+    t.writer.close()
+    assert refused == [4] and t.micro_batch_size == 2
+    assert torch.equal(batch.ref_logprob, peer.ref_logprob) and torch.equal(batch.advantages, peer.advantages)
+    [warned] = _warnings(t, "update-out-of-memory")
+    assert warned["message"].startswith("step 1: the log-prob passes ran out of device memory with micro-batches of 4")
