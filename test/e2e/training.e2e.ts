@@ -2,7 +2,8 @@
  * Training from the palette in real VS Code (code-server): start a (shortened) demo run, the status bar shows its
  * progress, the dashboard's charts receive points while it runs, Stop Training stops it (checkpointed), the Runs
  * view shows it stopped; no trainer or env server is left running. The same for a TRL run (engine "trl") written by
- * New Training Run…. An untrusted workspace starts nothing.
+ * New Training Run…. A run out of GPU memory (a stand-in: no GPU here) goes on and says so. An untrusted workspace
+ * starts nothing.
  */
 import assert from 'node:assert/strict';
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
@@ -19,8 +20,11 @@ function alive(pid: number): boolean {
   }
 }
 
-/** A workspace with a shortened demo config (tiny model, a short warm start, slow steps so a test can watch). */
-function workspace(): string {
+/**
+ * A workspace with a shortened demo config (tiny model, a short warm start, slow steps so a test can watch), changed
+ * by `edit` when given.
+ */
+function workspace(edit?: (demo: Record<string, any>) => void): string {
   const dir = scratchDir('sas-train-ws-');
   const demo = JSON.parse(readFileSync(join(ROOT, 'examples/demo.run.json'), 'utf8'));
   demo.data = {
@@ -40,6 +44,7 @@ function workspace(): string {
   demo.optim = { ...demo.optim, mini_batch_size: 4, micro_batch_size: 4 };
   demo.train = { steps: 200, eval_every: 2, checkpoint_every: 0, supervised_warmup: { steps: 5, batch_size: 4 } };
   demo.test = { step_delay_s: 0.5 };
+  edit?.(demo);
   writeFileSync(join(dir, 'demo.run.json'), JSON.stringify(demo, null, 2));
   return dir;
 }
@@ -222,6 +227,36 @@ describe('training from the palette (code-server)', function () {
       [...new Set(await insp.locator('.rows .row[data-index] .cell.step').allTextContents())],
       [String(step)],
     );
+  });
+});
+
+describe('a run out of GPU memory (code-server)', function () {
+  let s: CodeServerSession;
+  before(async function () {
+    // the stand-in for a GPU's memory limit (no GPU here): the policy's forward refuses a batch of more than two
+    // sequences from the first RL step on, as CUDA's allocator would (test.device_memory_rows); no warm start
+    s = await CodeServerSession.start({
+      workspace: workspace((demo) => {
+        delete demo.train.supervised_warmup;
+        demo.train.eval_every = 0;
+        demo.test = { step_delay_s: 0.5, device_memory_rows: 2 };
+      }),
+      settings: { 'searchAgent.pythonPath': python },
+    });
+  });
+  after(async () => {
+    await s?.stop();
+  });
+
+  it('goes on with a smaller size and says so in a notification', async () => {
+    await s.openFile('demo.run.json');
+    await s.runCommand('Search Agent: Start Training');
+    await s.waitForNotification(
+      /ran out of GPU memory and goes on with (rollout\.max_batch_tokens \d+|micro-batches of \d+) \(slower\)/,
+      120_000,
+    );
+    await s.runCommand('Search Agent: Stop Training');
+    await s.waitForNotification(/stopped at step \d+ \(checkpointed\)/, 120_000);
   });
 });
 

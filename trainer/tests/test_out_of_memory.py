@@ -164,3 +164,30 @@ def test_log_prob_passes_out_of_memory_run_again_with_half_the_micro_batch_the_s
     assert torch.equal(batch.ref_logprob, peer.ref_logprob) and torch.equal(batch.advantages, peer.advantages)
     [warned] = _warnings(t, "update-out-of-memory")
     assert warned["message"].startswith("step 1: the log-prob passes ran out of device memory with micro-batches of 4")
+
+
+def test_a_training_process_out_of_memory_finishes_says_so_and_checkpoints_the_sizes(tmp_path, demo_env):
+    """The trainer's own process, against the real env server, with `test.device_memory_rows` (the same stand-in,
+    set by the config: the process has no GPU): the run finishes, both kinds of halving are warning events, and the
+    checkpoint keeps the sizes."""
+    from test_train import lines, run_trainer
+
+    cfg = tiny_config(
+        **{
+            "train.steps": 2,
+            "train.eval_every": 0,
+            "optim.micro_batch_size": 4,
+            "optim.mini_batch_size": 6,
+            "test.device_memory_rows": 2,
+        }
+    )
+    proc = run_trainer(tmp_path, cfg, demo_env.url)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "run"
+    assert json.loads((run / "run.json").read_text())["status"] == "finished"
+    causes = [e.get("cause") for e in lines(run / "events.jsonl") if e["event"] == "warning"]
+    assert "rollout-out-of-memory" in causes and causes.count("update-out-of-memory") == 1, causes
+    assert [m["step"] for m in lines(run / "metrics.jsonl")][-2:] == [1, 2]
+    state = json.loads((run / "checkpoints" / "step-000002" / "trainer_state.json").read_text())
+    assert state["out_of_memory"]["micro_batch_size"] == 2
+    assert state["out_of_memory"]["max_batch_tokens"] < 65536

@@ -638,6 +638,13 @@ export const RunConfigSchema = S.object(
           step_delay_s: S.optional(
             S.number({ minimum: 0, description: 'Sleep this long each step (tests of cancellation).' }),
           ),
+          device_memory_rows: S.optional(
+            S.integer({
+              minimum: 1,
+              description:
+                'A stand-in for a GPU’s memory limit (tests of running out of memory): the policy’s forward raises torch.OutOfMemoryError on a batch of more than this many sequences, from the first RL step on.',
+            }),
+          ),
           disk_full: S.optional(
             S.object(
               {

@@ -426,6 +426,12 @@ export class TrainingController implements vscode.Disposable {
       );
     } else if (e.event === 'warning') {
       this.trainerLog.warn(String(e.message));
+      // the run went on with a smaller KV budget or micro-batch: the plan was short, and every later step is slower
+      if (typeof e.cause === 'string' && e.cause.endsWith('-out-of-memory')) {
+        void vscode.window.showWarningMessage(
+          `Search Agent: run ${s.id} ran out of GPU memory and goes on with ${e.cause.startsWith('rollout') ? `rollout.max_batch_tokens ${e.max_batch_tokens}` : `micro-batches of ${e.micro_batch_size}`} (slower). The trainer log says where.`,
+        );
+      }
     } else if (e.event === 'error') {
       this.trainerLog.error(String(e.message));
     }
