@@ -426,11 +426,10 @@ class LMGenerator:
         again from the start with half the KV budget (`max_batch_tokens`, kept halved for later calls), each retry
         reported through `on_out_of_memory`; when a decode batch of one row already ran out, the error is raised."""
         while True:  # the budget halves each time, down to one row's tokens: a few retries at most
-            failed = None
             try:
                 return self._generate(contexts, budgets, keys)
             except torch.OutOfMemoryError as e:
-                failed = str(e).strip().splitlines()[0][:300] if str(e).strip() else "out of memory"
+                failed = out_of_memory_message(e)
             # outside the handler: the traceback, and the tensors its frames held, are gone before anything is retried
             self._session = None
             gc.collect()
@@ -763,6 +762,12 @@ class LMGenerator:
         merged = _Rows.merge([b, new]) if held else new
         cat = lambda x, y: torch.cat([x, y]) if held else y  # noqa: E731
         return merged, running + [True] * len(take), cat(live, nl), cat(count, nc), cat(budget, nb), queue[len(take) :]
+
+
+def out_of_memory_message(e: BaseException) -> str:
+    """What a warning quotes of a torch.OutOfMemoryError: its first line (CUDA's goes on for a paragraph)."""
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else "out of memory"
 
 
 def without_cudnn_attention() -> Any:

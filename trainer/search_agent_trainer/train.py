@@ -47,7 +47,7 @@ from .batch import SequenceBatch, by_length, make_batch
 from .checkpoint import checkpoint_keep, export_model, load_trainable, prune_checkpoints, read_state, save_checkpoint
 from .curriculum import Stage, describe, stage_of
 from .data import EpochSampler, MixSampler
-from .generation import auto_max_batch_tokens
+from .generation import auto_max_batch_tokens, out_of_memory_message
 from .losses import Aggregation, kl_penalty, masked_mean, objective
 from .metrics import SUMMARY_KEYS, mean, rollout_metrics
 from .numerics import Numerics, ProbeShapes
@@ -497,7 +497,7 @@ class Trainer(Run):
             try:
                 return run(*args)
             except torch.OutOfMemoryError as e:
-                failed = str(e).strip().splitlines()[0][:300] if str(e).strip() else "out of memory"
+                failed = out_of_memory_message(e)
             # outside the handler: its traceback, and the tensors its frames held, are gone
             self._smaller_micro_batch(step, what, failed)
 
