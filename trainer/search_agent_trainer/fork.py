@@ -289,6 +289,7 @@ class PolicyServer:
             g,
             autocast,
             self.max_batch_tokens,
+            static_decode=bool(self.cfg.rollout.cuda_graphs) and self.device.type == "cuda",
         )
 
     def _settings(self, generator: LMGenerator, context: int, n: int) -> RolloutSettings:

@@ -64,6 +64,8 @@ class Run:
         # sizes halved after running out of device memory (the rollout's KV budget, the update's micro-batch): a
         # checkpoint keeps them, so a resumed run starts there
         self._out_of_memory_sizes: dict[str, int] = {}
+        # rollout.cuda_graphs, until a static decode step or its capture fails (then the cache grows, as before)
+        self._static_decode = bool(cfg.rollout.cuda_graphs)
         self.total = int(cfg.train.steps)
         self.stages = stages(cfg)
         self.stage = self.stages[0]
@@ -204,6 +206,20 @@ class Run:
             self._autocast(),
             self.max_batch_tokens,
             on_out_of_memory=self._rollout_out_of_memory,
+            static_decode=self._static_decode and self.device.type == "cuda",
+            on_fallback=self._static_decode_failed,
+        )
+
+    def _static_decode_failed(self, error: str) -> None:
+        """A static decode step, or its CUDA graph, failed (static_decode.py): the rest of the run decodes with a
+        growing cache, as before; a warning says so once."""
+        if not self._static_decode:
+            return
+        self._static_decode = False
+        self.writer.warning(
+            f"{error}: the rollouts go on with the KV cache grown a column a step (slower on a GPU; rollout.cuda_graphs "
+            f"false starts there)",
+            cause="static-decode-fallback",
         )
 
     def _rollout_out_of_memory(self, old: int, new: int, error: str) -> None:

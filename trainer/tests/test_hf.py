@@ -135,6 +135,152 @@ def test_the_cache_of_a_dynamiccache_is_extended_across_turns_with_the_same_toke
     assert gen.stats["extend_tokens"] > 0 and gen.stats["prefill_tokens"] < ref.stats["prefill_tokens"]
 
 
+@pytest.mark.parametrize(
+    "lora,dtype,budget",
+    [(False, "auto", None), (True, "auto", None), (False, "bf16", None), (False, "auto", 60)],
+    ids=["full", "lora", "bf16", "continuous"],
+)
+def test_decode_steps_in_static_buffers_sample_what_the_growing_cache_does(qwen_dir, lora, dtype, budget):
+    """static_decode.py's step (what CUDA replays as a graph; on CPU it runs as it is) against the growing cache: two
+    turns extended across calls, a read every 4 steps (rows that stopped in between are rewound), a shared prefill,
+    rows parked (the buffers made anew for the rows that stay), and — with a KV budget of 60 tokens — rows admitted
+    as others finish (continuous batching). Greedy and sampled: the same tokens, log-probs within round-off, each the
+    full forward's of the sequence sampled. With a random LoRA adapter: the step runs the model's own modules,
+    adapters included, or it would not agree."""
+    from search_agent_trainer.config import config_from_dict
+    from search_agent_trainer.generation import DEFAULT_MAX_BATCH_TOKENS, LMGenerator, Stops
+    from search_agent_trainer.policy import build_policy, token_logprobs
+    from search_agent_trainer.rollout import STOP_STRINGS, search_r1_stops
+    from search_agent_trainer.static_decode import decoder_of
+
+    cfg = hf_config(qwen_dir)
+    cfg["model"]["dtype"] = dtype
+    if lora:
+        cfg["model"]["lora"] = {"r": 4, "alpha": 8}
+    policy, tok = build_policy(config_from_dict(cfg), [], torch.device("cpu"))
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if dtype == "bf16" else None
+    tol = 1e-4 if autocast is None else 5e-2  # bf16: its resolution at log-probs of about −6 (the recomputation: fp32)
+    if lora:
+        with torch.no_grad():
+            for name, p in policy.backbone.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0, 0.5, generator=torch.Generator().manual_seed(len(name)))
+    policy.eval()
+    assert decoder_of(policy) is not None
+
+    def two_turns(static: bool, temperature: float, stops: Stops | None = None):
+        gen = LMGenerator(
+            policy,
+            tok,
+            temperature,
+            1.0,
+            torch.device("cpu"),
+            stops or search_r1_stops(tok),
+            torch.Generator().manual_seed(5),
+            autocast=autocast,
+            max_batch_tokens=budget or DEFAULT_MAX_BATCH_TOKENS,
+            sync_every=4,
+            static_decode=static,
+        )
+        q = tok.encode("Question: in which town was Fidan born?")
+        contexts = [q, q, tok.encode("<think>"), tok.encode("Question: who?")]
+        first = gen.generate(contexts, [11, 3, 16, 9], keys=range(4))
+        obs = ["\n\n<information>Doc 1(Title: Fidan) born in Ossel</information>\n\n", " x", "\n", " y z"]
+        second_contexts = [c + o.ids + tok.encode(x) for c, o, x in zip(contexts, first, obs)]
+        second = gen.generate(second_contexts, [7, 12, 5, 7], keys=range(4))
+        return gen, list(zip(contexts + second_contexts, first + second))
+
+    # a stop string the greedy third row writes (by its 6th token): found at the read after 4 or 8, so rows fed tokens
+    # past their end, which the read masks (the second turn extends those caches)
+    row = two_turns(False, 0.0)[1][2][1].ids
+    stops = Stops(tok, [*STOP_STRINGS, "".join(tok.token_texts(row[4:6]))])
+    for temperature in (0.0, 1.0):
+        static, got = two_turns(True, temperature, stops)
+        grown, want = two_turns(False, temperature, stops)
+        assert [o.ids for _c, o in got] == [o.ids for _c, o in want]
+        for (c, o), (_r, r) in zip(got, want):
+            torch.testing.assert_close(torch.tensor(o.logprobs), torch.tensor(r.logprobs), atol=tol, rtol=tol)
+            seq = torch.tensor([c + o.ids])
+            with torch.no_grad():
+                logits, _, _ = policy(seq, torch.ones_like(seq), torch.arange(seq.shape[1])[None])
+            lp = token_logprobs(logits[:, len(c) - 1 : -1], seq[:, len(c) :])
+            torch.testing.assert_close(lp[0], torch.tensor(o.logprobs), atol=tol, rtol=tol)
+        assert static.stats["graph_steps"] == 0 and "graph_error" not in static.stats  # CPU: no graph
+        assert "static_error" not in static.stats and static.static_decode  # no step fell back to the growing cache
+        assert grown.stats["static_steps"] == 0 and static.stats["static_steps"] > 0
+        for k in ("overshoot_tokens", "rows_parked", "rows_admitted", "extend_tokens", "decode_steps"):
+            assert static.stats[k] == grown.stats[k], k
+        if budget is None:
+            assert static.stats["static_steps"] == static.stats["decode_steps"] - 2  # a call's last sample: not fed
+            assert static.stats["rows_parked"] > 0 and static.stats["extend_tokens"] > 0
+        else:
+            assert static.stats["rows_admitted"] > 0
+        if temperature == 0.0:
+            assert static.stats["overshoot_tokens"] > 0 and len(got[2][1].ids) < 16
+
+
+def test_a_static_decode_step_that_fails_goes_on_with_the_growing_cache_and_says_so_once(qwen_dir, monkeypatch):
+    """A static step that raises (a model it cannot take after all, …) mid-turn: the turn goes on from the columns
+    written before it with the cache growing, the same tokens as decoding that way throughout; the generator reports
+    it once and decodes its later calls that way."""
+    from search_agent_trainer.config import config_from_dict
+    from search_agent_trainer.generation import LMGenerator
+    from search_agent_trainer.policy import build_policy
+    from search_agent_trainer.rollout import search_r1_stops
+    from search_agent_trainer.static_decode import StaticDecode
+
+    policy, tok = build_policy(config_from_dict(hf_config(qwen_dir)), [], torch.device("cpu"))
+    policy.eval()
+    contexts = [tok.encode("Question: in which town was Fidan born?"), tok.encode("<think>")]
+
+    def turns(static: bool, reported: list[str]):
+        gen = LMGenerator(
+            policy,
+            tok,
+            0.0,
+            1.0,
+            torch.device("cpu"),
+            search_r1_stops(tok),
+            static_decode=static,
+            on_fallback=reported.append,
+        )
+        first = gen.generate(contexts, [12, 12], keys=range(2))
+        second = gen.generate([c + o.ids + tok.encode(" x") for c, o in zip(contexts, first)], [6, 6], keys=range(2))
+        return gen, [o.ids for o in first + second]
+
+    real_step = StaticDecode._step
+    calls = []
+
+    def failing(self):
+        calls.append(1)
+        if len(calls) == 4:
+            raise RuntimeError("a kernel this model cannot run in place\nsecond line")
+        return real_step(self)
+
+    monkeypatch.setattr(StaticDecode, "_step", failing)
+    reported: list[str] = []
+    gen, got = turns(True, reported)
+    _, want = turns(False, [])
+    assert got == want
+    assert reported == ["a static decode step failed (RuntimeError: a kernel this model cannot run in place)"]
+    assert gen.stats["static_error"] == reported[0] and gen.stats["static_steps"] == 3
+    assert not gen.static_decode and len(calls) == 4  # the second call decoded with the growing cache
+
+
+def test_a_run_whose_static_decode_failed_warns_once_and_decodes_with_the_growing_cache_from_then_on(tmp_path):
+    from test_out_of_memory import _trainer, _warnings
+
+    t = _trainer(tmp_path)
+    assert t.cfg.rollout.cuda_graphs and t._static_decode  # the default (on CPU the generator decodes as before)
+    assert not t._generator(1, False).static_decode
+    t._static_decode_failed("a static decode step failed (RuntimeError: no)")
+    t._static_decode_failed("a decode step could not be captured as a CUDA graph: again")
+    t.writer.close()
+    [warned] = _warnings(t, "static-decode-fallback")
+    assert warned["message"].startswith("a static decode step failed (RuntimeError: no): the rollouts go on")
+    assert not t._static_decode
+
+
 def test_bf16_keeps_fp32_master_weights_so_small_updates_are_not_lost(qwen_dir):
     """At lr 1e-6 an AdamW step changes a weight of magnitude ~0.02 by far less than bf16's resolution (~1e-4 there):
     bf16 weights updated in place barely move. Under model.dtype bf16 the weights stay fp32 and only the compute is

@@ -243,6 +243,12 @@ export const RunConfigSchema = S.object(
                 'A decode batch holds at most this many tokens of KV cache (rows × (the widest context + the turn budget), as the rows hold them); rows that do not fit are admitted as others finish. Default: 65,536 on CPU; on CUDA, half of what the GPU has free after loading the model, less AdamW’s moments, the bf16 weight copies generation caches and 15 % of the GPU, divided by the cache’s bytes per token (search-agent-studio plan shows it).',
             }),
           ),
+          cuda_graphs: S.optional(
+            S.boolean(
+              'On CUDA, a decode batch keeps its KV cache in buffers as wide as its turns can grow and each decode step is replayed as one CUDA graph (trainer static_decode.py: one launch a token instead of hundreds; new buffers and a new capture when rows are parked, dropped or admitted). Hugging Face decoders with full attention under SDPA; other models, CPU, and false: the cache grows a column a step (the decode before stop 53). A step or capture that fails goes back to that, with a warning (cause static-decode-fallback).',
+              true,
+            ),
+          ),
         },
         strict,
       ),
