@@ -6,10 +6,12 @@
 #      two micro-batches of the longest sequences, then a rollout with AdamW's moments held, each phase's
 #      torch.cuda.max_memory_allocated()/max_memory_reserved() beside the memory planner's plan
 #      (bench/gpu/plans.json; `npm run -s gpu-plans` rewrites it), and the KV-cache budget the trainer sized beside
-#      the plan's;
+#      the plan's; then the squeeze: the GPU's share cut to half of a generation call's KV cache, which must run out
+#      of memory, halve its budget and finish (recovery on a real allocator, fragmentation and all);
 #   2. rollout: tokens/s of our generator against a plain Hugging Face `generate` loop over the same prompts, at
 #      Qwen2.5-0.5B, 1.5B and 3B shapes (random weights) with the real Qwen tokenizer and chat template (goal ≥ 3×),
-#      both sides with the same attention kernels; at 0.5B ours once more with SDPA free to use cuDNN's attention;
+#      both sides with the same attention kernels; at 0.5B ours once more with the decode as before static_decode.py
+#      (the growing cache, no CUDA graph: what the graph is worth);
 #   3. trl: engine "trl" for two GRPO steps at Qwen2.5-0.5B's shape in bf16 and the rollout-vs-trainer log-prob gap
 #      (scripts/gpu-check-trl.sh: TRL carried as wheels in .whl/, a node in .node/ where the machine has none; it
 #      says what is missing and skips when it cannot run).
@@ -71,13 +73,13 @@ if [ "${1:-}" = "--cpu-smoke" ]; then
   shift
   SMOKE=(--cpu-smoke)
   phase memory "$LIMIT_MEMORY" --cpu-smoke --size none --memory "$@"
-  phase rollout "$LIMIT_ROLLOUT" --cpu-smoke --lora off --no-step --with-cudnn "$@"
+  phase rollout "$LIMIT_ROLLOUT" --cpu-smoke --lora off --no-step --with-cudnn --without-graph "$@"
 else
   SMOKE=()
   phase memory "$LIMIT_MEMORY" --size none --memory --memory-batch 64 "$@"
   # one repeat of each side after a short warm-up; 16 prompts × 5, up to 2 turns + the final one of ≤ 160 tokens per
-  # size; at 0.5B one more of ours with cuDNN's attention allowed (does turning it off pay?)
-  phase rollout "$LIMIT_ROLLOUT" --size 0.5b,1.5b,3b --lora off --no-step --repeats 1 --batch 16 --n 5 --max-turns 2 --turn-tokens 160 --with-cudnn "$@"
+  # size; at 0.5B one more of ours with the growing cache (stop 53's H200 run: turning cuDNN's attention off paid 2.6×)
+  phase rollout "$LIMIT_ROLLOUT" --size 0.5b,1.5b,3b --lora off --no-step --repeats 1 --batch 16 --n 5 --max-turns 2 --turn-tokens 160 --without-graph "$@"
 fi
 
 # phase 3: engine "trl" (its own script, which installs wheels and unpacks a node carried to a machine without them;

@@ -440,7 +440,10 @@ def run_size(
         n = work["n"]
 
         def ours() -> Any:
-            return trainer._generator(0, greedy=False)  # noqa: F821 - called before `del trainer` below
+            g = trainer._generator(0, greedy=False)  # noqa: F821 - called before `del trainer` below
+            if args.cpu_smoke:
+                g.static_decode = True  # the GPU's decode path on CPU: its step as it is, no graph
+            return g
 
         def peer() -> Any:
             t = trainer  # noqa: F821 - called before `del trainer` below
@@ -466,7 +469,7 @@ def run_size(
             run_rollouts(examples[:2], prompts[:2], 2, make(), trainer.tok, trainer.env, warm)
         report(result)
         # alternating repeats; each side's median run (by generation tokens/s) is reported
-        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "hf_generate": [], "ours_cudnn": []}
+        runs: dict[str, list[dict[str, Any]]] = {"ours": [], "hf_generate": [], "ours_cudnn": [], "ours_growing": []}
         if args.profile:  # where our rollout's time goes: the functions by their own time, on stderr
             import cProfile
             import io
@@ -493,22 +496,22 @@ def run_size(
                 r = sorted(runs[name], key=lambda x: x["generation_tokens_per_s"])[len(runs[name]) // 2]
                 result[f"rollout_{name}"] = r | {"repeats": [x["generation_tokens_per_s"] for x in runs[name]]}
                 report(result)
-        if args.with_cudnn and size == args.first_size:
-            # ours once more with SDPA free to choose cuDNN's attention (what generation turns off): is that the cost?
-            from . import generation
-
-            kept = generation.without_cudnn_attention
-            generation.without_cudnn_attention = contextlib.nullcontext
-            try:
-                runs["ours_cudnn"] = [_rollout(trainer, ours(), settings, examples, prompts, n)]
-            finally:
-                generation.without_cudnn_attention = kept
-            result["rollout_ours_cudnn"] = runs["ours_cudnn"][0]
-            report(result)
+        # at the first size, ours once more as it was before a choice the generator makes: is the choice worth it?
+        variants = [
+            ("ours_cudnn", args.with_cudnn, ours, _cudnn_allowed),  # SDPA free to use cuDNN's attention
+            ("ours_growing", args.without_graph, lambda: _growing(ours()), contextlib.nullcontext),  # no graph
+        ]
+        for name, wanted, make, context in variants:
+            if wanted and size == args.first_size:
+                with context():
+                    runs[name] = [_rollout(trainer, make(), settings, examples, prompts, n)]
+                result[f"rollout_{name}"] = runs[name][0]
+                report(result)
         for name, label in (
             ("ours", "ours:       "),
             ("hf_generate", "HF generate:"),
             ("ours_cudnn", "ours, SDPA free to use cuDNN:"),
+            ("ours_growing", "ours, the growing cache, no CUDA graph:"),
         ):
             if runs[name]:
                 r = result[f"rollout_{name}"]
@@ -518,6 +521,16 @@ def run_size(
                     + (
                         f"; {1000 * (r['seconds'] - r['retrieve_seconds']) / steps:.1f} ms a decode step"
                         if steps
+                        else ""
+                    )
+                    + (
+                        f"; {r['generator']['graph_steps']} of {r['generator']['static_steps']} decode steps replayed as a CUDA graph"
+                        if (r.get("generator") or {}).get("static_steps")
+                        else ""
+                    )
+                    + (
+                        f"; CUDA graph NOT captured: {r['generator']['graph_error']}"
+                        if (r.get("generator") or {}).get("graph_error")
                         else ""
                     )
                 )
@@ -535,6 +548,12 @@ def run_size(
                 / result["rollout_ours_cudnn"]["generation_tokens_per_s"]
             )
             log(f"  → ours / ours with cuDNN's attention allowed: {result['cudnn_off_speedup']:.2f}×")
+        if runs["ours_growing"]:
+            result["static_decode_speedup"] = (
+                result["rollout_ours"]["generation_tokens_per_s"]
+                / result["rollout_ours_growing"]["generation_tokens_per_s"]
+            )
+            log(f"  → ours / ours with the growing cache (stop 52's decode): {result['static_decode_speedup']:.2f}×")
         steps = []
         for step in range(1, (args.steps + 2) if not args.no_step else 1):
             _reset_peak(device)
@@ -560,6 +579,26 @@ def run_size(
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return result
+
+
+@contextlib.contextmanager
+def _cudnn_allowed() -> Any:
+    """Generation with SDPA free to choose cuDNN's attention (what it turns off)."""
+    from . import generation
+
+    kept = generation.without_cudnn_attention
+    generation.without_cudnn_attention = contextlib.nullcontext
+    try:
+        yield
+    finally:
+        generation.without_cudnn_attention = kept
+
+
+def _growing(generator: Any) -> Any:
+    """Our generator with its decode steps as before static_decode.py: the cache grown by a column each step, rows
+    parked, no CUDA graph."""
+    generator.static_decode = False
+    return generator
 
 
 def _gib(n: float) -> str:
@@ -700,8 +739,11 @@ def memory_check(
             _reset_peak(device)
             t0 = time.perf_counter()
             t.policy.eval()
-            trajs = t._rollouts(t.train_set[: r.batch_size], t.train_prompts[: r.batch_size], r.n, 1, greedy=False)
-            _sync(device)
+            try:
+                trajs = t._rollouts(t.train_set[: r.batch_size], t.train_prompts[: r.batch_size], r.n, 1, greedy=False)
+                _sync(device)
+            finally:
+                t._rollout_out_of_memory = keep  # what comes after reports its own
             return {
                 "seconds": time.perf_counter() - t0,
                 "trajectories": len(trajs),
@@ -729,6 +771,22 @@ def memory_check(
             log(
                 "  (on CPU the measured numbers are the process's resident set, everything it ever held: not comparable with the plan; the CPU check of the plan is trainer/tests/test_memory_plan.py)"
             )
+        if "seconds" in ro:  # the rollout finished: the recovery from running out of memory, on this device
+            sq = result["squeeze"] = _phase(lambda t=trainer: _squeeze(t, args, device, result), device)
+            if device.type == "cuda":
+                torch.cuda.set_per_process_memory_fraction(
+                    result.get("gpu_limit_bytes", 0) / torch.cuda.get_device_properties(device).total_memory or 1.0,
+                    _index(device),
+                )
+            if "out_of_memory" in sq:
+                log(f"  squeeze: generation did NOT recover from running out of memory: {sq['out_of_memory'][:300]}")
+            elif "stopped" in sq:
+                log(f"  squeeze: {sq['stopped']}")
+            else:
+                log(
+                    f"  squeeze: {sq['rows']} rows of {sq['context']:,} + {sq['budget']} tokens ({_gib(sq['cache_bytes'])} of KV cache) in {_gib(sq['limit_bytes'] - sq['reserved_before'])} beyond what was held: {len(sq['out_of_memory_retries'])} out-of-memory error(s) recovered from {' → '.join(f'{x[0]:,}' for x in sq['out_of_memory_retries'][:1])}{''.join(f' → {x[1]:,}' for x in sq['out_of_memory_retries'])} tokens of KV budget; {sq['generated_tokens']:,} tokens in {sq['seconds']:.1f} s; max allocated {_gib(sq['max_allocated'])}"
+                )
+            report(result)
         trainer.writer.close()
         del trainer, update, rollout
     gc.collect()
@@ -736,6 +794,55 @@ def memory_check(
         torch.cuda.empty_cache()
         torch.cuda.set_per_process_memory_fraction(1.0, _index(device))
     return result
+
+
+def _squeeze(
+    trainer: Trainer, args: argparse.Namespace, device: torch.device, result: dict[str, Any]
+) -> dict[str, Any]:
+    """Running out of device memory, recovered from on this device: the trainer's own generator (its out-of-memory
+    callback included) over rows whose KV cache is twice what the process may still allocate (on CUDA the memory
+    fraction is lowered to what is reserved now plus half the cache; on CPU the trainer's stand-in for a device's
+    limit, test.device_memory_rows, refuses a quarter of the rows), with a KV budget that takes them in one batch:
+    the generator must run out, halve its budget and finish — on CUDA with whatever the caching allocator holds after
+    the failed attempt (fragmentation) — or say it cannot."""
+    cuda = device.type == "cuda"
+    rows, context, budget = (80, 3000, 32) if cuda else (8, 48, 8)
+    vocab = len(trainer.tok.impl)
+    gen = torch.Generator().manual_seed(1)
+    contexts = [torch.randint(0, vocab - 300, (context,), generator=gen).tolist() for _ in range(rows)]
+    cache_bytes = rows * (context + budget) * kv_bytes_per_token(trainer.policy, trainer._compute_dtype())
+    g = trainer._generator(2, greedy=True)
+    g.max_batch_tokens = rows * (context + budget)  # one batch: the first attempt holds the whole cache
+    retries: list[list[int]] = []
+    keep = g.on_out_of_memory
+    g.on_out_of_memory = lambda old, new, error: (retries.append([old, new]), keep(old, new, error))
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+        reserved = torch.cuda.memory_reserved(device)
+        limit = reserved + cache_bytes // 2
+        torch.cuda.set_per_process_memory_fraction(
+            limit / torch.cuda.get_device_properties(device).total_memory, _index(device)
+        )
+    else:
+        reserved, limit = 0, 0
+        trainer._stand_in_device_memory(rows // 4)
+    _reset_peak(device)
+    t0 = time.perf_counter()
+    trainer.policy.eval()
+    turns = g.generate(contexts, [budget] * rows)
+    _sync(device)
+    return {
+        "seconds": time.perf_counter() - t0,
+        "rows": rows,
+        "context": context,
+        "budget": budget,
+        "cache_bytes": cache_bytes,
+        "reserved_before": reserved,
+        "limit_bytes": limit,
+        "generated_tokens": sum(len(t.ids) for t in turns),
+        "out_of_memory_retries": retries,
+    }
 
 
 def _index(device: torch.device) -> int:
@@ -820,6 +927,11 @@ def main(argv: list[str] | None = None) -> int:
         "--with-cudnn",
         action="store_true",
         help="at the first size: one more of our rollouts with SDPA free to use cuDNN's attention, which generation turns off (on CPU: the same code path, no cuDNN)",
+    )
+    parser.add_argument(
+        "--without-graph",
+        action="store_true",
+        help="at the first size: one more of our rollouts with the decode steps as before static_decode.py (the growing cache, no CUDA graph)",
     )
     parser.add_argument(
         "--profile", action="store_true", help="one more of our rollouts under cProfile first (its top functions)"

@@ -41,22 +41,24 @@ def test_the_gpu_check_runs_its_whole_path_on_cpu(tmp_path):
     assert result["exits"] == {"memory": 0, "rollout": 0, "trl": 0}
     # each phase's own lines: the result so far after each measurement, the last the most complete
     memory_lines = [json.loads(x) for x in (tmp_path / "gpu-check-memory.jsonl").read_text().splitlines()]
-    assert [x.get("partial", False) for x in memory_lines] == [True, True, True, False]
-    assert [sorted(x["memory"]) for x in memory_lines[:3]] == [
+    assert [x.get("partial", False) for x in memory_lines] == [True, True, True, True, False]
+    assert [sorted(x["memory"]) for x in memory_lines[:4]] == [
         ["build", "config", "plan"],
         ["build", "config", "plan", "update"],
         ["build", "config", "plan", "rollout", "update"],
+        ["build", "config", "plan", "rollout", "squeeze", "update"],
     ]
     assert (tmp_path / "gpu-check.log").read_text().count("gpu-check: phase") == 6
     # the rollout comparison's result after the warm-up and after each measurement (a time limit keeps them): ours,
-    # HF generate, ours with cuDNN's attention allowed (on CPU the same code path)
+    # HF generate, ours with cuDNN's attention allowed (on CPU the same code path), ours with the growing cache
     rollout_lines = [json.loads(x) for x in (tmp_path / "gpu-check-rollout.jsonl").read_text().splitlines()]
-    assert [x.get("partial", False) for x in rollout_lines] == [True] * 5 + [False]
-    assert [sorted(k for k in x["results"][0] if k.startswith("rollout_")) for x in rollout_lines[:4]] == [
+    assert [x.get("partial", False) for x in rollout_lines] == [True] * 6 + [False]
+    assert [sorted(k for k in x["results"][0] if k.startswith("rollout_")) for x in rollout_lines[:5]] == [
         [],
         ["rollout_ours"],
         ["rollout_hf_generate", "rollout_ours"],
         ["rollout_hf_generate", "rollout_ours", "rollout_ours_cudnn"],
+        ["rollout_hf_generate", "rollout_ours", "rollout_ours_cudnn", "rollout_ours_growing"],
     ]
     # a config.json that names its transformers version: no false "Mistral regex" alarm from transformers 5.17
     assert "incorrect regex pattern" not in proc.stderr
@@ -67,10 +69,17 @@ def test_the_gpu_check_runs_its_whole_path_on_cpu(tmp_path):
         and r["rollout_hf_generate"]["generated_tokens"] > 0
         and r["rollout_speedup"] > 0
     )
+    # ours decoded in static buffers (the GPU's path; on CPU no graph), the variant with the growing cache did not
+    assert r["rollout_ours"]["generator"]["static_steps"] > 0 and r["rollout_ours"]["generator"]["graph_steps"] == 0
+    assert r["rollout_ours_growing"]["generator"]["static_steps"] == 0 and r["static_decode_speedup"] > 0
     mem = result["memory"]
     assert mem["config"] == "bench/gpu/smoke-step.run.json"
     assert mem["plan"]["fits"] and mem["plan"]["phases"]["update"] > 0
     assert mem["rollout"]["trajectories"] == 2 * 5 and mem["update"]["tokens"] > 0
+    assert mem["rollout"]["out_of_memory_retries"] == []  # the smoke's plan is not short
+    # running out of memory on purpose (on CPU the trainer's stand-in for a device's limit): recovered, by halvings
+    assert mem["squeeze"]["out_of_memory_retries"] == [[448, 224], [224, 112]]
+    assert mem["squeeze"]["generated_tokens"] >= mem["squeeze"]["rows"]
     # the KV cache's budget the trainer sized, beside the plan's (on CPU both are the default)
     assert mem["build"]["max_batch_tokens"] == mem["build"]["planned_max_batch_tokens"] > 0
     assert "plan's update phase" in proc.stderr and "→ ours / HF generate" in proc.stderr
