@@ -8,6 +8,8 @@ own path (`model.random_init`). What a 3B run on a GPU depends on, checked where
 - the KV cache in the compute dtype (bf16 under bf16 autocast: the residual stream is bf16, precision.py);
 - decoding on the grouped-query path (no keys and values repeated per query head; attention.py), with the logits
   of a full forward;
+- decode steps in static buffers (static_decode.py, what CUDA replays as a graph), here and on a Qwen3 decoder:
+  grouped, and the growing cache's tokens;
 - log-probs and entropies in chunks (logprobs.py) equal to the whole window's, gradients too;
 - LoRA with gradient checkpointing: the adapter gets gradients, and generation still uses the KV cache;
 - the memory planner's parts against the bytes of the built tensors, and a LoRA update step's peak within 15 %.
@@ -188,6 +190,65 @@ def test_decoding_takes_the_grouped_query_path_with_a_padding_mask(full_bf16, mo
             want, _, _ = policy(full, torch.ones_like(full), torch.arange(full.shape[1])[None], logits_to_keep=1)
             torch.testing.assert_close(logits[r, -1], want[0, -1], atol=2e-4, rtol=2e-4)
     assert policy.backbone.config._attn_implementation == attention.NAME
+
+
+@pytest.mark.parametrize("model", ["qwen2.5-3b-width", "qwen3"])
+def test_static_decode_steps_take_the_grouped_path_and_give_the_growing_caches_tokens(full_bf16, tmp_path, model):
+    """The decode step in static buffers (static_decode.py, what CUDA replays as a graph) at the real shape under bf16
+    autocast, and on a Qwen3 decoder (its per-head q/k norms inside the attention module the step calls), with the
+    real tokenizer: the attention runs grouped (no keys and values repeated per query head), and greedy turns are the
+    growing cache's, token for token."""
+    from search_agent_trainer.rollout import search_r1_stops
+    from search_agent_trainer.static_decode import decoder_of
+
+    if model == "qwen3":
+        d = tmp_path / "qwen3"
+        d.mkdir()
+        config = {
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "vocab_size": 151936,
+            "max_position_embeddings": 4096,
+            "rope_theta": 1000000.0,
+            "rms_norm_eps": 1e-6,
+            "tie_word_embeddings": True,
+            "torch_dtype": "bfloat16",
+            "transformers_version": "4.51.0",
+        }
+        (d / "config.json").write_text(json.dumps(config))
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(TOKENIZER / f, d / f)
+        cfg = config_from_dict(hf_cfg(d))
+        policy, tok = build_policy(cfg, [], CPU)
+        policy.eval()
+        assert type(policy.backbone).__name__ == "Qwen3ForCausalLM"
+    else:
+        cfg, policy, tok = full_bf16
+    dtype = compute_dtype(cfg, CPU)
+    autocast = (lambda: torch.autocast("cpu", dtype=dtype)) if dtype is not None else None
+    assert decoder_of(policy) is not None and policy.backbone.config._attn_implementation == attention.NAME
+    contexts = [tok.encode(tok.prompt("Where was Fidan born?", True)), tok.encode(tok.prompt("Who?", True))]
+
+    def turns(static: bool):
+        gen = LMGenerator(
+            policy, tok, 0.0, 1.0, CPU, search_r1_stops(tok), autocast=autocast, sync_every=4, static_decode=static
+        )
+        before = attention.stats["grouped_decode_calls"]
+        out = gen.generate(contexts, [9, 6])
+        return gen, [o.ids for o in out], attention.stats["grouped_decode_calls"] - before
+
+    static, got, grouped = turns(True)
+    grown, want, _ = turns(False)
+    assert got == want and [len(x) for x in got] == [9, 6]
+    steps = static.stats["static_steps"]
+    assert steps == static.stats["decode_steps"] - 1 >= 8 and "static_error" not in static.stats  # the last: not fed
+    assert grouped == steps * len(policy.backbone.model.layers)  # every static step, every layer: grouped
 
 
 def _batch(tok, n: int = 2, prompt: int = 12, response: int = 40, seed: int = 0):
