@@ -175,7 +175,9 @@ class StaticDecode:
             with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads may use CUDA
                 out = self._step()
             self.graph, self.logits = graph, out
-        except Exception as e:  # noqa: BLE001 - any failure to capture: the step runs as it is, and says so
+        except torch.OutOfMemoryError:
+            raise  # the generator's to handle: the call runs again with half the KV budget
+        except Exception as e:  # noqa: BLE001 - any other failure to capture: the step runs as it is, and says so
             text = str(e).strip()
             self.error = f"{type(e).__name__}: {text.splitlines()[0][:300] if text else ''}"
             with contextlib.suppress(Exception):

@@ -267,6 +267,38 @@ def test_a_static_decode_step_that_fails_goes_on_with_the_growing_cache_and_says
     assert not gen.static_decode and len(calls) == 4  # the second call decoded with the growing cache
 
 
+def test_a_static_decode_step_out_of_memory_is_the_generators_to_recover_from_not_a_fallback(qwen_dir, monkeypatch):
+    """Out of device memory in a static step (stand-in: a step of more than 2 rows raises it): the call runs again
+    with half the KV budget, as for the growing cache, and static decoding stays on; the same greedy tokens."""
+    from search_agent_trainer.config import config_from_dict
+    from search_agent_trainer.generation import LMGenerator
+    from search_agent_trainer.policy import build_policy
+    from search_agent_trainer.rollout import search_r1_stops
+    from search_agent_trainer.static_decode import StaticDecode
+
+    policy, tok = build_policy(config_from_dict(hf_config(qwen_dir)), [], torch.device("cpu"))
+    policy.eval()
+    contexts = [tok.encode("Question: in which town was Fidan born?"), tok.encode("<think>"), tok.encode("Who?")] * 2
+
+    def generate(static: bool):
+        gen = LMGenerator(policy, tok, 0.0, 1.0, torch.device("cpu"), search_r1_stops(tok), static_decode=static)
+        gen.max_batch_tokens = 6 * (len(contexts[0]) + 8)
+        return gen, [o.ids for o in gen.generate(contexts, [8] * 6)]
+
+    real_step = StaticDecode._step
+
+    def limited(self):
+        if self.ids.shape[0] > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory (stand-in)")
+        return real_step(self)
+
+    monkeypatch.setattr(StaticDecode, "_step", limited)
+    gen, got = generate(True)
+    assert got == generate(False)[1]
+    assert gen.stats["oom_retries"] == 2 and gen.static_decode and "static_error" not in gen.stats
+    assert gen.stats["static_steps"] > 0
+
+
 def test_a_run_whose_static_decode_failed_warns_once_and_decodes_with_the_growing_cache_from_then_on(tmp_path):
     from test_out_of_memory import _trainer, _warnings
 
