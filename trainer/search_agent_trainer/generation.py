@@ -24,8 +24,9 @@ sees a tensor. How it keeps a step's generation fast and its memory bounded:
 - SDPA without cuDNN's backend while generating (`without_cudnn_attention`: it builds a graph per new shape, and every
   decode step is one: 2.6× slower on an H200);
 - on CUDA, a decode batch keeps its cache in static buffers and its steps are replayed as one CUDA graph
-  (static_decode.py: a step was hundreds of kernel launches from Python); the buffers are made anew, and the graph
-  captured anew, when rows are parked, dropped or admitted;
+  (static_decode.py: a step was hundreds of kernel launches from Python); such a batch parks no rows (a replayed step
+  costs about the same with fewer, a new capture does not), and its buffers are made anew, and the step captured
+  anew, when continuous batching drops or admits rows;
 - no GPU→CPU synchronisation per decode step: a row's end of sequence and its budget are tracked on the device, and
   the sampled tokens come to the CPU every `sync_every` steps (1 on CPU, where it costs nothing; SYNC_EVERY on
   CUDA), where the stop strings are checked; a row that met its stop string in between decoded a few tokens past it,
@@ -665,7 +666,9 @@ class LMGenerator:
                         b, running, live, count, budget, tok = self._keep(
                             b, live_rows, running, live, count, budget, tok
                         )
-                elif sliceable and len(live_rows) * 2 <= len(running) and len(running) >= 4:
+                elif static is None and sliceable and len(live_rows) * 2 <= len(running) and len(running) >= 4:
+                    # (not a static batch's: a step replayed as a graph costs the same with fewer rows, a new capture
+                    # does not)
                     stopped = [r for r, x in enumerate(running) if not x]
                     b, static = self._growing(b, static)
                     parked.append(b.take(stopped))

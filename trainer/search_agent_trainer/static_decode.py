@@ -19,11 +19,12 @@ LoRA adapters and forward hooks run as they would. Models it takes: a Hugging Fa
 `embed_tokens`, `rotary_emb`, `layers`, `norm`) with full attention in every layer, running SDPA (the grouped decode
 path, attention.py, or transformers' own), in eval mode; anything else decodes as before.
 
-The buffers hold one set of rows. When the generator changes them — parks finished rows, drops them or admits waiting
-ones (continuous batching), which it does only at a read of the tokens (every 16 steps on CUDA) — the batch goes back
-to transformers' cache (views of the buffers), rows are taken or merged as before, and the next step makes new buffers
-for the rows that stay and captures anew: a copy of the cache and one capture per change, against hundreds of launches
-a step. A capture that fails (a kernel that cannot be captured, …) leaves the step running as it is; a step that
+The buffers hold one set of rows. Finished rows stay in their slots (fed padding, attention 0) rather than being parked:
+a replayed step costs about the same with fewer rows while it is bound by launches and weight reads, and each change
+of rows costs a copy of the cache and a new capture (a warm-up step and the capture: a few steps' time). Under
+continuous batching, where rows must leave for waiting ones to come in — only at a read of the tokens, every 16 steps
+on CUDA — the batch goes back to transformers' cache (views of the buffers), rows are dropped and merged as before,
+and the next step makes new buffers for the rows that stay and captures anew. A capture that fails (a kernel that cannot be captured, …) leaves the step running as it is; a step that
 fails goes back to the growing cache; either is reported once (`LMGenerator.on_fallback`, the stats' `graph_error` /
 `static_error`) and the generator decodes as before from then on.
 """

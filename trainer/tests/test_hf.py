@@ -143,10 +143,11 @@ def test_the_cache_of_a_dynamiccache_is_extended_across_turns_with_the_same_toke
 def test_decode_steps_in_static_buffers_sample_what_the_growing_cache_does(qwen_dir, lora, dtype, budget):
     """static_decode.py's step (what CUDA replays as a graph; on CPU it runs as it is) against the growing cache: two
     turns extended across calls, a read every 4 steps (rows that stopped in between are rewound), a shared prefill,
-    rows parked (the buffers made anew for the rows that stay), and — with a KV budget of 60 tokens — rows admitted
-    as others finish (continuous batching). Greedy and sampled: the same tokens, log-probs within round-off, each the
-    full forward's of the sequence sampled. With a random LoRA adapter: the step runs the model's own modules,
-    adapters included, or it would not agree."""
+    and — with a KV budget of 60 tokens — rows dropped and admitted as others finish (continuous batching: the buffers
+    made anew for the rows that stay). Greedy: the same tokens. Sampled: log-probs the full forward's of the sequence
+    sampled, and under continuous batching the same tokens (the growing cache parks rows out of one batch, the static
+    one does not: their rows draw their uniforms differently then). With a random LoRA adapter: the step runs the
+    model's own modules, adapters included, or it would not agree."""
     from search_agent_trainer.config import config_from_dict
     from search_agent_trainer.generation import DEFAULT_MAX_BATCH_TOKENS, LMGenerator, Stops
     from search_agent_trainer.policy import build_policy, token_logprobs
@@ -197,9 +198,12 @@ def test_decode_steps_in_static_buffers_sample_what_the_growing_cache_does(qwen_
     for temperature in (0.0, 1.0):
         static, got = two_turns(True, temperature, stops)
         grown, want = two_turns(False, temperature, stops)
-        assert [o.ids for _c, o in got] == [o.ids for _c, o in want]
+        same = temperature == 0.0 or budget is not None
+        if same:
+            assert [o.ids for _c, o in got] == [o.ids for _c, o in want]
         for (c, o), (_r, r) in zip(got, want):
-            torch.testing.assert_close(torch.tensor(o.logprobs), torch.tensor(r.logprobs), atol=tol, rtol=tol)
+            if same:
+                torch.testing.assert_close(torch.tensor(o.logprobs), torch.tensor(r.logprobs), atol=tol, rtol=tol)
             seq = torch.tensor([c + o.ids])
             with torch.no_grad():
                 logits, _, _ = policy(seq, torch.ones_like(seq), torch.arange(seq.shape[1])[None])
@@ -208,13 +212,14 @@ def test_decode_steps_in_static_buffers_sample_what_the_growing_cache_does(qwen_
         assert static.stats["graph_steps"] == 0 and "graph_error" not in static.stats  # CPU: no graph
         assert "static_error" not in static.stats and static.static_decode  # no step fell back to the growing cache
         assert grown.stats["static_steps"] == 0 and static.stats["static_steps"] > 0
-        for k in ("overshoot_tokens", "rows_parked", "rows_admitted", "extend_tokens", "decode_steps"):
-            assert static.stats[k] == grown.stats[k], k
+        if same:
+            for k in ("overshoot_tokens", "rows_admitted", "extend_tokens", "decode_steps"):
+                assert static.stats[k] == grown.stats[k], k
         if budget is None:
             assert static.stats["static_steps"] == static.stats["decode_steps"] - 2  # a call's last sample: not fed
-            assert static.stats["rows_parked"] > 0 and static.stats["extend_tokens"] > 0
+            assert static.stats["extend_tokens"] > 0 and static.stats["rows_parked"] == 0 < grown.stats["rows_parked"]
         else:
-            assert static.stats["rows_admitted"] > 0
+            assert static.stats["rows_admitted"] > 0 and static.stats["rows_parked"] == grown.stats["rows_parked"] == 0
         if temperature == 0.0:
             assert static.stats["overshoot_tokens"] > 0 and len(got[2][1].ids) < 16
 

@@ -245,7 +245,7 @@ export const RunConfigSchema = S.object(
           ),
           cuda_graphs: S.optional(
             S.boolean(
-              'On CUDA, a decode batch keeps its KV cache in buffers as wide as its turns can grow and each decode step is replayed as one CUDA graph (trainer static_decode.py: one launch a token instead of hundreds; new buffers and a new capture when rows are parked, dropped or admitted). Hugging Face decoders with full attention under SDPA; other models, CPU, and false: the cache grows a column a step (the decode before stop 53). A step or capture that fails goes back to that, with a warning (cause static-decode-fallback).',
+              'On CUDA, a decode batch keeps its KV cache in buffers as wide as its turns can grow and each decode step is replayed as one CUDA graph (trainer static_decode.py: one launch a token instead of hundreds; finished rows are not parked; new buffers and a new capture when continuous batching drops or admits rows). Hugging Face decoders with full attention under SDPA; other models, CPU, and false: the cache grows a column a step (the decode before stop 53). A step or capture that fails goes back to that, with a warning (cause static-decode-fallback).',
               true,
             ),
           ),
