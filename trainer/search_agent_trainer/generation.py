@@ -670,7 +670,6 @@ class LMGenerator:
                     # (not a static batch's: a step replayed as a graph costs the same with fewer rows, a new capture
                     # does not)
                     stopped = [r for r, x in enumerate(running) if not x]
-                    b, static = self._growing(b, static)
                     parked.append(b.take(stopped))
                     self.stats["rows_parked"] += len(stopped)
                     b, running, live, count, budget, tok = self._keep(b, live_rows, running, live, count, budget, tok)
@@ -702,7 +701,7 @@ class LMGenerator:
                         b, running, live, count, budget, queue, contexts, budgets, out
                     )
                 width0 = b.attn.shape[1]
-        b, static = self._growing(b, static)
+        b, _ = self._growing(b, static)
         return _Rows.merge(parked + [b]) if parked else b
 
     def _static(self, b: _Rows, budgets: Sequence[int], out: list[GeneratedTurn]) -> StaticDecode | None:
