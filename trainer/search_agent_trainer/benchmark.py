@@ -772,7 +772,7 @@ def memory_check(
                 "  (on CPU the measured numbers are the process's resident set, everything it ever held: not comparable with the plan; the CPU check of the plan is trainer/tests/test_memory_plan.py)"
             )
         if "seconds" in ro:  # the rollout finished: the recovery from running out of memory, on this device
-            sq = result["squeeze"] = _phase(lambda t=trainer: _squeeze(t, args, device, result), device)
+            sq = result["squeeze"] = _phase(lambda t=trainer: _squeeze(t, device), device)
             if device.type == "cuda":
                 torch.cuda.set_per_process_memory_fraction(
                     result.get("gpu_limit_bytes", 0) / torch.cuda.get_device_properties(device).total_memory or 1.0,
@@ -796,13 +796,11 @@ def memory_check(
     return result
 
 
-def _squeeze(
-    trainer: Trainer, args: argparse.Namespace, device: torch.device, result: dict[str, Any]
-) -> dict[str, Any]:
+def _squeeze(trainer: Trainer, device: torch.device) -> dict[str, Any]:
     """Running out of device memory, recovered from on this device: the trainer's own generator (its out-of-memory
     callback included) over rows whose KV cache is twice what the process may still allocate (on CUDA the memory
     fraction is lowered to what is reserved now plus half the cache; on CPU the trainer's stand-in for a device's
-    limit, test.device_memory_rows, refuses a quarter of the rows), with a KV budget that takes them in one batch:
+    limit, test.device_memory_rows, refuses a batch of more than a quarter of the rows), with a KV budget that takes them in one batch:
     the generator must run out, halve its budget and finish — on CUDA with whatever the caching allocator holds after
     the failed attempt (fragmentation) — or say it cannot."""
     cuda = device.type == "cuda"
