@@ -674,7 +674,7 @@ class LMGenerator:
                     self.stats["rows_parked"] += len(stopped)
                     b, running, live, count, budget, tok = self._keep(b, live_rows, running, live, count, budget, tok)
             if b.order:
-                if static is None and sliceable:
+                if static is None and sliceable and self.static_decode:
                     static = self._static(b, budgets, out)
                     if static is not None:
                         b = _Rows(None, b.attn, b.last_pos, b.logits, b.order)  # the buffers hold the cache now

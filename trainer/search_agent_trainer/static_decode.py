@@ -37,16 +37,15 @@ from typing import Any
 import torch
 
 from . import attention
+from .policy import hf_parts
 
 
 def decoder_of(policy: Any) -> tuple[Any, Any] | None:
     """(decoder, output layer) of a policy whose decode step can be taken here, else None."""
     if getattr(policy, "kind", None) != "hf":
         return None
-    backbone = policy.backbone
-    base = backbone.get_base_model() if hasattr(backbone, "get_base_model") else backbone
-    decoder, head = base.get_decoder(), base.get_output_embeddings()
-    config = getattr(base, "config", None)
+    decoder, head = hf_parts(policy.backbone)
+    config = getattr(decoder, "config", None)
     if config is None or head is None or decoder.training:
         return None
     if not all(hasattr(decoder, a) for a in ("embed_tokens", "rotary_emb", "layers", "norm")):
