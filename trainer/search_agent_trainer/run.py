@@ -222,6 +222,24 @@ class Run:
             cause="static-decode-fallback",
         )
 
+    def _stand_in_device_memory(self, rows: int) -> None:
+        """`test.device_memory_rows` (tests of running out of memory, in a process a test starts, where no GPU is): the
+        policy's forward — generation's, the passes' and the update's, on every engine that trains in this process —
+        raises torch.OutOfMemoryError on a batch of more than `rows` sequences, as CUDA's allocator would on a batch
+        too large for the GPU."""
+        backbone = self.policy.backbone
+        forward = backbone.forward
+
+        def limited(*args: Any, **kwargs: Any) -> Any:
+            ids = args[0] if args else kwargs.get("input_ids")
+            if ids is not None and ids.shape[0] > rows:
+                raise torch.OutOfMemoryError(
+                    f"out of memory (test.device_memory_rows: a batch of {ids.shape[0]} sequences, more than {rows})"
+                )
+            return forward(*args, **kwargs)
+
+        backbone.forward = limited
+
     def _rollout_out_of_memory(self, old: int, new: int, error: str) -> None:
         """A generation call ran out of device memory and runs again with half the KV budget: every later rollout
         keeps the smaller one (the plan was short; the run goes on, slower)."""

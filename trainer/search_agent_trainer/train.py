@@ -501,23 +501,6 @@ class Trainer(Run):
             # outside the handler: its traceback, and the tensors its frames held, are gone
             self._smaller_micro_batch(step, what, failed)
 
-    def _stand_in_device_memory(self, rows: int) -> None:
-        """`test.device_memory_rows` (tests of running out of memory, in a process a test starts, where no GPU is): the
-        policy's forward — generation's, the passes' and the update's — raises torch.OutOfMemoryError on a batch of
-        more than `rows` sequences, as CUDA's allocator would on a batch too large for the GPU."""
-        backbone = self.policy.backbone
-        forward = backbone.forward
-
-        def limited(*args: Any, **kwargs: Any) -> Any:
-            ids = args[0] if args else kwargs.get("input_ids")
-            if ids is not None and ids.shape[0] > rows:
-                raise torch.OutOfMemoryError(
-                    f"out of memory (test.device_memory_rows: a batch of {ids.shape[0]} sequences, more than {rows})"
-                )
-            return forward(*args, **kwargs)
-
-        backbone.forward = limited
-
     def _smaller_micro_batch(self, step: int, what: str, error: str) -> None:
         """`what` ran out of device memory: it runs again with half the micro-batch, kept for the rest of the run (the
         passes' and the update's), and a warning says so; a micro-batch of one sequence that does not fit is the

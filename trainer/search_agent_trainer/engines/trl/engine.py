@@ -21,6 +21,8 @@
 from __future__ import annotations
 
 import contextlib
+import gc
+import json
 import math
 import os
 import random
@@ -35,7 +37,7 @@ import torch
 from ...advantages import zero_std_group_fraction
 from ...config import Section
 from ...data import Example
-from ...generation import TurnGenerator
+from ...generation import TurnGenerator, out_of_memory_message
 from ...metrics import SUMMARY_KEYS, mean, rollout_metrics
 from ...policy import build_policy, compute_dtype
 from ...record.names import TRL_NAMES
@@ -56,6 +58,15 @@ from ...run_writer import rollout_record
 from ...versions import package_version
 from . import options
 from .launch import launched
+
+# a checkpoint's file of ours beside TRL's: the sizes the run ran out of device memory down to
+STATE_FILE = "search_agent_state.json"
+
+# How TRL's _compute_loss averages a micro-batch (its loss_type): a piece of it weighs its share of the rows, of the
+# loss tokens, or nothing (a sum over a denominator of the whole generation batch's tokens).
+ROWS_MEAN = {"grpo", "sapo", "dr_grpo", "luspo"}
+TOKENS_MEAN = {"bnpo"}
+GLOBAL_SUM = {"dapo", "cispo", "vespo"}
 
 
 class FollowerWriter:
@@ -179,18 +190,20 @@ class TRLEngine(Run):
         self.max_batch_tokens = cfg.rollout.max_batch_tokens or auto_max_batch_tokens(
             self.policy, self.device, compute_dtype(cfg, self.device)
         )
+        # the rows one forward of the log-prob passes and the update takes: TRL's micro-batch, halved for the rest of
+        # the run when either runs out of device memory (SearchAgentGRPOTrainer); a checkpoint keeps both sizes
+        self.micro_batch_size = self.plan.micro
         self.resumed = ckpt is not None
         start = 0
         self.checkpoint = ckpt
         if ckpt is not None:
-            import json
-
             start = (
                 int(json.loads((ckpt / "trainer_state.json").read_text(encoding="utf-8"))["global_step"])
                 // self.plan.trl_steps
             )
             self._truncate_after(start)
             w.log(f"resuming from {ckpt}")
+            self._resume_sizes(ckpt)
         n_params = sum(p.numel() for p in self.policy.parameters())
         n_train = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
         precision = "bf16 autocast, fp32 master weights" if bf16 else "fp32"
@@ -680,6 +693,8 @@ class TRLEngine(Run):
     # -- the run ----------------------------------------------------------------------------------------------------
     def train(self) -> int:
         start = self.setup()
+        if self.cfg.test and self.cfg.test.device_memory_rows:
+            self._stand_in_device_memory(int(self.cfg.test.device_memory_rows))
         if start == 0 and self.eval_set and not self.stop_requested:
             m0 = self.evaluate(0)
             if m0:
@@ -697,24 +712,90 @@ class TRLEngine(Run):
         acc.wait_for_everyone()
         step = global_step // self.plan.trl_steps
         final = self.run_dir / "checkpoints" / f"step-{step:06d}"
+        from accelerate.utils import gather_object
+
+        sizes = gather_object([self._out_of_memory_sizes])  # every process's: the smallest of each is kept
         if self.rank == 0:
             import shutil
 
             shutil.rmtree(final, ignore_errors=True)
-            os.replace(self.run_dir / "checkpoints" / f"checkpoint-{global_step}", final)
+            written = self.run_dir / "checkpoints" / f"checkpoint-{global_step}"
+            kept: dict[str, int] = {}
+            for part in sizes:
+                for k, v in part.items():
+                    kept[k] = min(kept.get(k, v), v)
+            if kept:  # before the rename: a checkpoint is complete with all its files or not there
+                (written / STATE_FILE).write_text(json.dumps({"out_of_memory": kept}) + "\n", encoding="utf-8")
+            os.replace(written, final)
             self.writer.event("checkpoint", step=step, path=str(final))
         acc.wait_for_everyone()
+
+    # -- running out of device memory -------------------------------------------------------------------------------
+    def _resume_sizes(self, ckpt: Path) -> None:
+        """The sizes this run ran out of device memory down to, as the checkpoint kept them: a resume starts there."""
+        path = ckpt / STATE_FILE
+        if not path.exists():
+            return
+        try:
+            fitted = {k: int(v) for k, v in json.loads(path.read_text(encoding="utf-8"))["out_of_memory"].items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise RuntimeError(
+                f"{path}: cannot read the sizes this run ran out of device memory down to ({e})"
+            ) from None
+        self._out_of_memory_sizes = fitted
+        self.max_batch_tokens = min(self.max_batch_tokens, fitted.get("max_batch_tokens", self.max_batch_tokens))
+        self.micro_batch_size = min(self.micro_batch_size, fitted.get("micro_batch_size", self.micro_batch_size))
+        self.writer.log(
+            f"resumed with the sizes this run ran out of device memory down to: rollout.max_batch_tokens "
+            f"{self.max_batch_tokens:,}, forwards of {self.micro_batch_size} sequences"
+        )
+
+    def _smaller_micro_batch(self, what: str, error: str, cannot: str | None) -> None:
+        """`what` ran out of device memory: it runs again in forwards of half as many sequences, kept for the rest of
+        the run, and a warning says so; `cannot` (why this one cannot be split exactly here) or a forward of one
+        sequence that does not fit is the error."""
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        step, old = self.batch.get("step", 0), self.micro_batch_size
+        if old <= 1:
+            raise torch.OutOfMemoryError(
+                f"step {step}: {what} ran out of device memory with a micro-batch of one sequence: {error}"
+            )
+        if cannot:
+            raise torch.OutOfMemoryError(
+                f"step {step}: {what} ran out of device memory with micro-batches of {old} sequences and cannot run "
+                f"again in smaller ones here ({cannot}): a run configured with optim.micro_batch_size {old // 2} or "
+                f"less would (`search-agent-studio plan` sizes it) — {error}"
+            )
+        self.micro_batch_size = old // 2
+        self._out_of_memory_sizes["micro_batch_size"] = self.micro_batch_size
+        self.writer.warning(
+            f"step {step}: {what} ran out of device memory with micro-batches of {old} sequences: running again in "
+            f"forwards of {self.micro_batch_size}, kept for the rest of the run (the same numbers, slower; set "
+            f"optim.micro_batch_size, or check `search-agent-studio plan`, to start there) — {error}",
+            cause="update-out-of-memory",
+            micro_batch_size=self.micro_batch_size,
+        )
 
 
 def _grpo_trainer() -> type:
     from trl import GRPOTrainer
 
     class SearchAgentGRPOTrainer(GRPOTrainer):
-        """TRL's GRPOTrainer with the hooks the recording needs (see the module's docstring)."""
+        """TRL's GRPOTrainer with the hooks the recording needs (see the module's docstring), and what it does when
+        the device runs out of memory (the builtin trainer's rule, train.py `_fitting`): the log-prob passes and the
+        update run again in forwards of half as many sequences, kept for the rest of the run — the same numbers, since
+        each piece of a micro-batch weighs what it weighs in TRL's average. One process only: several would split
+        alone while the others wait in a collective (they stop with the error, naming the size to configure)."""
 
         def __init__(self, *args: Any, engine: TRLEngine, **kwargs: Any):
             self.engine = engine
             self._rows: torch.Tensor | None = None
+            # the current optimizer step's first micro-batch (TRL's _step), its metrics' lengths and ppo_kl sums
+            # before it: what an update that ran out of memory is trained again from
+            self._window: tuple[int, dict[str, int], list[float]] | None = None
+            self._in_loss = False
             super().__init__(*args, **kwargs)
 
         def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -726,7 +807,100 @@ def _grpo_trainer() -> type:
                 self.engine._keep(inputs, out)
             return out
 
+        # -- the update, in pieces when a micro-batch does not fit -----------------------------------------------
+        def training_step(self, model: Any, inputs: Any, num_items_in_batch: Any = None) -> torch.Tensor:
+            self._in_loss = False
+            try:
+                return super().training_step(model, inputs, num_items_in_batch)
+            except torch.OutOfMemoryError as e:
+                if not self._in_loss or self._window is None:
+                    raise  # the rollout's and the passes' own recovery is theirs
+                failed = out_of_memory_message(e)
+            # outside the handler: its traceback, and the tensors its frames held, are gone
+            return self._again(model, failed)
+
+        def _again(self, model: Any, error: str) -> torch.Tensor:
+            """The optimizer step's micro-batches so far, trained again from zero gradients in pieces of half as many
+            sequences (a backward that ran out of memory has added part of its gradients), until they fit."""
+            start, lengths, ppo_kl = self._window
+            spg = self.args.steps_per_generation
+            while True:
+                cannot = self._cannot_split(retry=True)
+                if cannot is None and start // spg != self._step // spg:
+                    cannot = "the optimizer step spans two generation batches"
+                self.engine._smaller_micro_batch("the update", error, cannot)
+                model.zero_grad(set_to_none=True)
+                for k, v in self._metrics["train"].items():
+                    del v[lengths.get(k, 0) :]
+                self.engine.batch["ppo_kl"] = list(ppo_kl)
+                try:
+                    for s in range(start, self._step + 1):
+                        with self.compute_loss_context_manager():
+                            loss = self.compute_loss(model, self._buffered_inputs[s % spg])
+                        self.accelerator.backward(loss)
+                        loss = loss.detach()
+                    break
+                except torch.OutOfMemoryError as e:
+                    error = out_of_memory_message(e)
+                loss = None
+            self._step += 1  # GRPOTrainer.training_step's count, which the failed call did not reach
+            return loss
+
+        def _cannot_split(self, retry: bool) -> str | None:
+            """Why a micro-batch's loss cannot be summed exactly from pieces here (`retry`: in this process alone,
+            after running out of memory), or None."""
+            if retry and self.accelerator.num_processes > 1:
+                return f"{self.accelerator.num_processes} processes"
+            if self._entropy_bonus_enabled:
+                return "algorithm.entropy_coef: TRL's entropy bonus is a mean over the micro-batch's tokens"
+            if self.top_entropy_quantile < 1.0:
+                return "trl.top_entropy_quantile: the quantile is the micro-batch's"
+            if self.aux_loss_enabled:
+                return "a router's auxiliary loss"
+            if self.loss_type not in ROWS_MEAN | TOKENS_MEAN | GLOBAL_SUM:
+                return f"TRL's loss_type {self.loss_type!r}"
+            return None
+
         def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+            if not self._in_loss and self._step % self.current_gradient_accumulation_steps == 0:
+                metrics = {k: len(v) for k, v in self._metrics["train"].items()}
+                self._window = (self._step, metrics, list(self.engine.batch.get("ppo_kl", [0.0, 0.0])))
+            self._in_loss = True
+            rows, size = int(inputs["completion_ids"].shape[0]), self.engine.micro_batch_size
+            halved = size < self.args.per_device_train_batch_size  # TRL's micro-batch, as it is, until then
+            if not halved or size >= rows or not (model.training and torch.is_grad_enabled()):
+                return self._loss_of(model, inputs)
+            cannot = self._cannot_split(retry=False)  # several processes resumed with one size split alike
+            if cannot:
+                raise RuntimeError(
+                    f"the update cannot run in forwards of {size} sequences (kept by the checkpoint) here ({cannot})"
+                )
+            mask = (
+                inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
+            )
+            tokens = mask.sum().clamp(min=1.0)
+            pieces = [(lo, min(lo + size, rows)) for lo in range(0, rows, size)]
+            done = None
+            for lo, hi in pieces:
+                if self.loss_type in ROWS_MEAN:
+                    weight = (hi - lo) / rows
+                elif self.loss_type in TOKENS_MEAN:
+                    weight = mask[lo:hi].sum() / tokens
+                else:
+                    weight = 1.0
+                loss = self._loss_of(model, _rows_of(inputs, lo, hi, rows)) * weight
+                if hi == rows:
+                    return loss if done is None else loss + done  # its backward is TRL's (Trainer.training_step)
+                sync = (
+                    self.accelerator.no_sync(model) if self.accelerator.num_processes > 1 else contextlib.nullcontext()
+                )
+                with sync:
+                    self.accelerator.backward(loss)
+                done = loss.detach() if done is None else done + loss.detach()
+                del loss
+            raise AssertionError("unreachable: the last piece returns")
+
+        def _loss_of(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
             self._rows = inputs.get("sas_row")
             self._inputs = inputs
             try:
@@ -735,6 +909,20 @@ def _grpo_trainer() -> type:
                 self._rows = None
 
         def _get_per_token_logps_and_entropies(self, model: Any, *args: Any, **kwargs: Any) -> Any:
+            if not torch.is_grad_enabled():  # the old and reference log-prob passes: a loop over forwards
+                while True:
+                    ids = args[0] if args else kwargs["input_ids"]
+                    asked = kwargs.get("batch_size") or int(ids.shape[0])
+                    try:
+                        return super()._get_per_token_logps_and_entropies(
+                            model, *args, **{**kwargs, "batch_size": min(asked, self.engine.micro_batch_size)}
+                        )
+                    except torch.OutOfMemoryError as e:
+                        failed = out_of_memory_message(e)
+                    cannot = (
+                        f"{self.accelerator.num_processes} processes" if self.accelerator.num_processes > 1 else None
+                    )
+                    self.engine._smaller_micro_batch("the log-prob passes", failed, cannot)
             logps, entropies, aux = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
             rows, self._rows = self._rows, None  # the first call of a _compute_loss is the policy's forward
             if rows is not None:
@@ -748,6 +936,18 @@ def _grpo_trainer() -> type:
             self.engine.on_checkpoint(self.state.global_step)
 
     return SearchAgentGRPOTrainer
+
+
+def _rows_of(inputs: dict[str, Any], lo: int, hi: int, rows: int) -> dict[str, Any]:
+    """Rows lo..hi of a micro-batch's inputs (tensors and lists over its rows; the rest, e.g. num_items_in_batch, as
+    they are). The columns stay: each row is computed at the width the whole micro-batch has."""
+    out = {}
+    for k, v in inputs.items():
+        if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape[0] == rows or isinstance(v, list) and len(v) == rows:
+            out[k] = v[lo:hi]
+        else:
+            out[k] = v
+    return out
 
 
 def SearchAgentGRPOTrainer(**kwargs: Any) -> Any:  # noqa: N802 - builds the subclass once TRL is imported
