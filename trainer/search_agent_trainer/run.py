@@ -17,6 +17,7 @@ setup sets what the rollouts use: `device`, `policy`, `tok`, `dialect`, `stops`,
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sys
@@ -243,14 +244,54 @@ class Run:
     def _rollout_out_of_memory(self, old: int, new: int, error: str) -> None:
         """A generation call ran out of device memory and runs again with half the KV budget: every later rollout
         keeps the smaller one (the plan was short; the run goes on, slower)."""
-        self.max_batch_tokens = min(self.max_batch_tokens, new)
-        self._out_of_memory_sizes["max_batch_tokens"] = self.max_batch_tokens
+        self._keep_smaller(
+            "max_batch_tokens",
+            min(self.max_batch_tokens, new),
+            f"the rollout ran out of device memory with rollout.max_batch_tokens {old:,}: running again with {new:,}",
+            "rollout.max_batch_tokens",
+            error,
+            "rollout-out-of-memory",
+        )
+
+    def _smaller_micro_batch(self, step: int, what: str, error: str, cannot: str | None = None) -> None:
+        """`what` (the log-prob passes, the update) ran out of device memory: it runs again in micro-batches of half
+        as many sequences, kept for the rest of the run (the passes' and the update's), and a warning says so; a
+        micro-batch of one sequence that does not fit, or `cannot` (why it cannot run in smaller ones here), is the
+        error, naming the size that would fit."""
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        old = self.micro_batch_size
+        if old <= 1:
+            raise torch.OutOfMemoryError(
+                f"step {step}: {what} ran out of device memory with a micro-batch of one sequence: {error}"
+            )
+        if cannot:
+            raise torch.OutOfMemoryError(
+                f"step {step}: {what} ran out of device memory with micro-batches of {old} sequences and cannot run "
+                f"again in smaller ones here ({cannot}): a run configured with optim.micro_batch_size {old // 2} or "
+                f"less would (`search-agent-studio plan` sizes it) — {error}"
+            )
+        self._keep_smaller(
+            "micro_batch_size",
+            old // 2,
+            f"step {step}: {what} ran out of device memory with micro-batches of {old} sequences: running again with "
+            f"{old // 2} (the same numbers, slower)",
+            "optim.micro_batch_size",
+            error,
+            "update-out-of-memory",
+        )
+
+    def _keep_smaller(self, size: str, value: int, what: str, key: str, error: str, cause: str) -> None:
+        """A size halved after running out of device memory (`max_batch_tokens`, `micro_batch_size`): kept for the
+        rest of the run and by its checkpoints (a resume starts there), and a `warning` event with its cause."""
+        setattr(self, size, value)
+        self._out_of_memory_sizes[size] = value
         self.writer.warning(
-            f"the rollout ran out of device memory with rollout.max_batch_tokens {old:,}: running again with {new:,}, "
-            f"kept for the rest of the run (set rollout.max_batch_tokens, or check `search-agent-studio plan`, to "
-            f"start there) — {error}",
-            cause="rollout-out-of-memory",
-            max_batch_tokens=new,
+            f"{what}, kept for the rest of the run (set {key}, or check `search-agent-studio plan`, to start there) "
+            f"— {error}",
+            cause=cause,
+            **{size: value},
         )
 
     def _rollouts(

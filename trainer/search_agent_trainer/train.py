@@ -25,7 +25,6 @@ are metrics.py's, the records record/'s.
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 import random
 import time
@@ -501,27 +500,10 @@ class Trainer(Run):
             # outside the handler: its traceback, and the tensors its frames held, are gone
             self._smaller_micro_batch(step, what, failed)
 
-    def _smaller_micro_batch(self, step: int, what: str, error: str) -> None:
-        """`what` ran out of device memory: it runs again with half the micro-batch, kept for the rest of the run (the
-        passes' and the update's), and a warning says so; a micro-batch of one sequence that does not fit is the
-        error."""
+    def _smaller_micro_batch(self, step: int, what: str, error: str, cannot: str | None = None) -> None:
+        """Run's, from zeroed gradients: the mini-batch's micro-batches so far are trained again."""
         self.optimizer.zero_grad(set_to_none=True)
-        gc.collect()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        if self.micro_batch_size <= 1:
-            raise torch.OutOfMemoryError(
-                f"step {step}: {what} ran out of device memory with a micro-batch of one sequence: {error}"
-            )
-        old, self.micro_batch_size = self.micro_batch_size, self.micro_batch_size // 2
-        self._out_of_memory_sizes["micro_batch_size"] = self.micro_batch_size
-        self.writer.warning(
-            f"step {step}: {what} ran out of device memory with micro-batches of {old} sequences: running again with "
-            f"{self.micro_batch_size}, kept for the rest of the run (the same numbers, slower; set "
-            f"optim.micro_batch_size, or check `search-agent-studio plan`, to start there) — {error}",
-            cause="update-out-of-memory",
-            micro_batch_size=self.micro_batch_size,
-        )
+        super()._smaller_micro_batch(step, what, error, cannot)
 
     # -- records --------------------------------------------------------------------------------------------------
     def _record_step(self, trajs: list[Trajectory], step: int, batch: SequenceBatch) -> dict[str, float]:

@@ -119,11 +119,11 @@ def test_what_cannot_be_split_exactly_stops_with_the_size_to_configure(tmp_path,
     t = eng.trl
     assert "algorithm.entropy_coef" in t._cannot_split(retry=True)
     with pytest.raises(torch.OutOfMemoryError, match=r"optim.micro_batch_size 4 or less would"):
-        eng._smaller_micro_batch("the update", "CUDA out of memory (stand-in)", t._cannot_split(retry=True))
+        eng._smaller_micro_batch(1, "the update", "CUDA out of memory (stand-in)", t._cannot_split(retry=True))
     assert eng.micro_batch_size == 8
     eng.micro_batch_size = 1
     with pytest.raises(torch.OutOfMemoryError, match="a micro-batch of one sequence"):
-        eng._smaller_micro_batch("the update", "CUDA out of memory (stand-in)", None)
+        eng._smaller_micro_batch(1, "the update", "CUDA out of memory (stand-in)", None)
 
 
 def test_a_trl_run_out_of_memory_trains_again_in_smaller_forwards_and_a_resume_starts_there(tmp_path, varied_env):

@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import math
 import os
@@ -750,34 +749,6 @@ class TRLEngine(Run):
             f"{self.max_batch_tokens:,}, forwards of {self.micro_batch_size} sequences"
         )
 
-    def _smaller_micro_batch(self, what: str, error: str, cannot: str | None) -> None:
-        """`what` ran out of device memory: it runs again in forwards of half as many sequences, kept for the rest of
-        the run, and a warning says so; `cannot` (why this one cannot be split exactly here) or a forward of one
-        sequence that does not fit is the error."""
-        gc.collect()
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
-        step, old = self.batch.get("step", 0), self.micro_batch_size
-        if old <= 1:
-            raise torch.OutOfMemoryError(
-                f"step {step}: {what} ran out of device memory with a micro-batch of one sequence: {error}"
-            )
-        if cannot:
-            raise torch.OutOfMemoryError(
-                f"step {step}: {what} ran out of device memory with micro-batches of {old} sequences and cannot run "
-                f"again in smaller ones here ({cannot}): a run configured with optim.micro_batch_size {old // 2} or "
-                f"less would (`search-agent-studio plan` sizes it) — {error}"
-            )
-        self.micro_batch_size = old // 2
-        self._out_of_memory_sizes["micro_batch_size"] = self.micro_batch_size
-        self.writer.warning(
-            f"step {step}: {what} ran out of device memory with micro-batches of {old} sequences: running again in "
-            f"forwards of {self.micro_batch_size}, kept for the rest of the run (the same numbers, slower; set "
-            f"optim.micro_batch_size, or check `search-agent-studio plan`, to start there) — {error}",
-            cause="update-out-of-memory",
-            micro_batch_size=self.micro_batch_size,
-        )
-
 
 def _grpo_trainer() -> type:
     from trl import GRPOTrainer
@@ -828,7 +799,7 @@ def _grpo_trainer() -> type:
                 cannot = self._cannot_split(retry=True)
                 if cannot is None and start // spg != self._step // spg:
                     cannot = "the optimizer step spans two generation batches"
-                self.engine._smaller_micro_batch("the update", error, cannot)
+                self.engine._smaller_micro_batch(self.engine.batch.get("step", 0), "the update", error, cannot)
                 model.zero_grad(set_to_none=True)
                 for k, v in self._metrics["train"].items():
                     del v[lengths.get(k, 0) :]
@@ -922,7 +893,9 @@ def _grpo_trainer() -> type:
                     cannot = (
                         f"{self.accelerator.num_processes} processes" if self.accelerator.num_processes > 1 else None
                     )
-                    self.engine._smaller_micro_batch("the log-prob passes", failed, cannot)
+                    self.engine._smaller_micro_batch(
+                        self.engine.batch.get("step", 0), "the log-prob passes", failed, cannot
+                    )
             logps, entropies, aux = super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
             rows, self._rows = self._rows, None  # the first call of a _compute_loss is the policy's forward
             if rows is not None:
