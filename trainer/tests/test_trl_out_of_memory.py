@@ -121,6 +121,11 @@ def test_what_cannot_be_split_exactly_stops_with_the_size_to_configure(tmp_path,
     with pytest.raises(torch.OutOfMemoryError, match=r"optim.micro_batch_size 4 or less would"):
         eng._smaller_micro_batch(1, "the update", "CUDA out of memory (stand-in)", t._cannot_split(retry=True))
     assert eng.micro_batch_size == 8
+    # the log-prob passes halved (exact for them): the update stays TRL's whole micro-batch, which it cannot split
+    inputs = _batch(eng)
+    whole, whole_grads = _gradients(eng, inputs, 8)
+    halved, halved_grads = _gradients(eng, inputs, 4)
+    assert halved == whole and all(torch.equal(halved_grads[k], g) for k, g in whole_grads.items())
     eng.micro_batch_size = 1
     with pytest.raises(torch.OutOfMemoryError, match="a micro-batch of one sequence"):
         eng._smaller_micro_batch(1, "the update", "CUDA out of memory (stand-in)", None)

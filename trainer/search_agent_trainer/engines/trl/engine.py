@@ -839,13 +839,15 @@ def _grpo_trainer() -> type:
             self._in_loss = True
             rows, size = int(inputs["completion_ids"].shape[0]), self.engine.micro_batch_size
             halved = size < self.args.per_device_train_batch_size  # TRL's micro-batch, as it is, until then
-            if not halved or size >= rows or not (model.training and torch.is_grad_enabled()):
+            # several processes resumed with one size split alike; a loss that cannot be split (the passes were halved)
+            # is TRL's whole micro-batch — if that does not fit, _again stops with the size to configure
+            if (
+                not halved
+                or size >= rows
+                or not (model.training and torch.is_grad_enabled())
+                or self._cannot_split(retry=False)
+            ):
                 return self._loss_of(model, inputs)
-            cannot = self._cannot_split(retry=False)  # several processes resumed with one size split alike
-            if cannot:
-                raise RuntimeError(
-                    f"the update cannot run in forwards of {size} sequences (kept by the checkpoint) here ({cannot})"
-                )
             mask = (
                 inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
             )
