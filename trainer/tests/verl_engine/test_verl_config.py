@@ -576,3 +576,20 @@ def test_strict_actions_reach_the_agent_loop_its_records_and_the_reward(tmp_path
     )
     assert reward_item("demo", "r", {"target": ["x"]}, {"sas": sas})["strict_actions"] is True
     assert "strict_actions" not in reward_item("demo", "r", {"target": ["x"]}, {"sas": {}})
+
+
+def test_a_run_that_ran_out_of_device_memory_fails_saying_what_to_change():
+    """veRL's workers do not retry with smaller sizes (engines builtin and trl do): the failure names the keys that
+    size its memory, as a worker's error reaches the driver (Ray's text of it)."""
+    from search_agent_trainer.engines.verl.main import failure_message
+
+    worker = RuntimeError(
+        "ray::WorkerDict.actor_rollout_update_actor() (pid=7) torch.OutOfMemoryError: CUDA out of memory. Tried to "
+        "allocate 2.32 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.02 GiB is free."
+    )
+    message = failure_message(worker)
+    assert message.startswith("veRL ran out of device memory (veRL does not retry with smaller sizes)")
+    for key in ("optim.micro_batch_size", "verl.gpu_memory_utilization", "verl.optimizer_offload", "plan"):
+        assert key in message
+    assert message.endswith(f"RuntimeError: {worker}")
+    assert failure_message(ValueError("no such key")) == "ValueError: no such key"  # anything else, as it was

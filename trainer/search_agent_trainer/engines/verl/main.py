@@ -99,6 +99,25 @@ def relay_events(path: Path, out: TextIO, stop: threading.Event) -> None:
                 time.sleep(0.2)
 
 
+# what CUDA's allocator, torch and Ray say of a worker that ran out of device memory
+OUT_OF_MEMORY = ("OutOfMemoryError", "CUDA out of memory", "CUDA error: out of memory", "OUT_OF_MEMORY")
+
+
+def failure_message(e: BaseException) -> str:
+    """What ended a veRL run, for run.json and the error event; out of device memory (in a worker: Ray passes its
+    error on as text), what to change — veRL's workers do not run again in smaller pieces, as engines builtin and trl
+    do."""
+    message = f"{type(e).__name__}: {e}"
+    if not any(s in message for s in OUT_OF_MEMORY):
+        return message
+    return (
+        "veRL ran out of device memory (veRL does not retry with smaller sizes): lower optim.micro_batch_size (veRL's "
+        "ppo/log-prob micro-batches per GPU), verl.gpu_memory_utilization (vLLM's share while it rolls out), or set "
+        "verl.optimizer_offload / verl.param_offload — `search-agent-studio plan` sizes them for the GPU — and launch "
+        f"again on this run directory (it resumes from veRL's last checkpoint). {message}"
+    )
+
+
 def _fail(run_dir: Path, message: str, out: TextIO) -> None:
     """The TaskRunner died before it could say so: run.json `failed` and the events the host waits for."""
     from ...run_writer import _now, dumps, write_json_atomic
@@ -161,7 +180,7 @@ def train(overrides: list[str], compose: Any = None) -> int:
         code = 1
         stop.set()
         relay.join()
-        _fail(run_dir, f"{type(e).__name__}: {e}", events_out)
+        _fail(run_dir, failure_message(e), events_out)
     finally:
         stop.set()
         relay.join()
