@@ -525,6 +525,8 @@ def run_size(
                     )
                     + (
                         f"; {r['generator']['graph_steps']} of {r['generator']['static_steps']} decode steps replayed as a CUDA graph"
+                        f" ({r['generator'].get('static_batches', 0)} batches captured in"
+                        f" {r['generator'].get('capture_seconds', 0.0):.2f} s)"
                         if (r.get("generator") or {}).get("static_steps")
                         else ""
                     )

@@ -394,6 +394,8 @@ class LMGenerator:
             "oom_retries": 0,
             "static_steps": 0,
             "graph_steps": 0,
+            "static_batches": 0,  # decode batches put in static buffers: on CUDA, each one a capture
+            "capture_seconds": 0.0,
         }
 
     # -- sampling ------------------------------------------------------------------------------------------------
@@ -737,6 +739,8 @@ class LMGenerator:
 
     def _static_done(self, static: StaticDecode) -> None:
         self.stats["static_steps"] += static.steps
+        self.stats["static_batches"] += 1
+        self.stats["capture_seconds"] += static.capture_seconds
         if static.graph is not None:
             self.stats["graph_steps"] += static.steps - 1  # the first step ran as it is (the warm-up)
         if static.error is not None:

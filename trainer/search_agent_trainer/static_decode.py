@@ -32,6 +32,7 @@ fails goes back to the growing cache; either is reported once (`LMGenerator.on_f
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 import torch
@@ -118,6 +119,7 @@ class StaticDecode:
         self.graph: Any = None
         self.error: str | None = None
         self.steps = 0
+        self.capture_seconds = 0.0  # the host's time in the warm-up and capture (CUDA syncs and frees its cache)
 
     def _step(self) -> torch.Tensor:
         """The step itself: every input read from, every output written to, this object's buffers."""
@@ -165,6 +167,13 @@ class StaticDecode:
         (capturing records the step's kernels and runs none of them), to be replayed from then on. A capture that fails
         leaves the step running as it is (`error` says why)."""
         self.graph_wanted = False
+        t0 = time.perf_counter()
+        try:
+            return self._capture()
+        finally:
+            self.capture_seconds += time.perf_counter() - t0
+
+    def _capture(self) -> torch.Tensor:
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

@@ -212,6 +212,9 @@ def test_decode_steps_in_static_buffers_sample_what_the_growing_cache_does(qwen_
         assert static.stats["graph_steps"] == 0 and "graph_error" not in static.stats  # CPU: no graph
         assert "static_error" not in static.stats and static.static_decode  # no step fell back to the growing cache
         assert grown.stats["static_steps"] == 0 and static.stats["static_steps"] > 0
+        # no capture on CPU; each decode batch in static buffers counted (a rebuild after rows dropped or admitted)
+        assert static.stats["capture_seconds"] == 0.0 and grown.stats["static_batches"] == 0
+        assert static.stats["static_batches"] >= (3 if budget else 2), static.stats["static_batches"]
         if same:
             for k in ("overshoot_tokens", "rows_admitted", "extend_tokens", "decode_steps"):
                 assert static.stats[k] == grown.stats[k], k
