@@ -223,23 +223,32 @@ class Run:
             cause="static-decode-fallback",
         )
 
-    def _stand_in_device_memory(self, rows: int) -> None:
+    def _stand_in_device_memory(self, rows: int, update_only: bool = False) -> None:
         """`test.device_memory_rows` (tests of running out of memory, in a process a test starts, where no GPU is): the
         policy's forward — generation's, the passes' and the update's, on every engine that trains in this process —
         raises torch.OutOfMemoryError on a batch of more than `rows` sequences, as CUDA's allocator would on a batch
-        too large for the GPU."""
+        too large for the GPU. `update_only` (`test.update_memory_rows`): only forwards that keep gradients."""
         backbone = self.policy.backbone
         forward = backbone.forward
+        key = "update_memory_rows" if update_only else "device_memory_rows"
 
         def limited(*args: Any, **kwargs: Any) -> Any:
             ids = args[0] if args else kwargs.get("input_ids")
-            if ids is not None and ids.shape[0] > rows:
+            if ids is not None and ids.shape[0] > rows and (torch.is_grad_enabled() or not update_only):
                 raise torch.OutOfMemoryError(
-                    f"out of memory (test.device_memory_rows: a batch of {ids.shape[0]} sequences, more than {rows})"
+                    f"out of memory (test.{key}: a batch of {ids.shape[0]} sequences, more than {rows})"
                 )
             return forward(*args, **kwargs)
 
         backbone.forward = limited
+
+    def _stand_ins(self) -> None:
+        """The test section's stand-ins for a GPU's memory limit, installed once the run has trained nothing yet."""
+        t = self.cfg.test
+        if t and t.device_memory_rows:
+            self._stand_in_device_memory(int(t.device_memory_rows))
+        if t and t.update_memory_rows:
+            self._stand_in_device_memory(int(t.update_memory_rows), update_only=True)
 
     def _rollout_out_of_memory(self, old: int, new: int, error: str) -> None:
         """A generation call ran out of device memory and runs again with half the KV budget: every later rollout

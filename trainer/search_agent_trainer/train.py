@@ -533,8 +533,7 @@ class Trainer(Run):
                 m0.update(self.evaluate(0))
             if m0:
                 w.metrics(0, m0)
-        if self.cfg.test and self.cfg.test.device_memory_rows:
-            self._stand_in_device_memory(int(self.cfg.test.device_memory_rows))
+        self._stand_ins()
         step = start
         while step < self.total and not self.stop_requested:
             step += 1

@@ -118,6 +118,20 @@ def test_an_update_out_of_memory_trains_the_mini_batch_again_with_half_the_micro
     assert warned["micro_batch_size"] == 2 and "micro-batches of 4 sequences" in warned["message"]
 
 
+def test_the_update_only_stand_in_refuses_forwards_that_keep_gradients_alone(tmp_path):
+    """`test.update_memory_rows` (the GPU check runs the update's recovery on a GPU with it): the rollout's and the
+    log-prob passes' forwards (no gradients) run as they are."""
+    t = _trainer(tmp_path, **{"test.update_memory_rows": 2})
+    t._stand_ins()
+    ids = torch.ones((3, 4), dtype=torch.long)
+    attn, pos = torch.ones_like(ids), torch.arange(4).expand(3, 4)
+    with torch.no_grad():
+        t.policy.backbone(ids, attn, pos)
+    with pytest.raises(torch.OutOfMemoryError, match=r"test.update_memory_rows: a batch of 3 sequences, more than 2"):
+        t.policy.backbone(ids, attn, pos)
+    t.policy.backbone(ids[:2], attn[:2], pos[:2])
+
+
 def test_an_update_where_one_sequence_does_not_fit_is_the_error(tmp_path, monkeypatch):
     t = _trainer(tmp_path, **{"optim.micro_batch_size": 4, "optim.mini_batch_size": 6})
     batch = _batch(t)

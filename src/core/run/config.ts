@@ -651,6 +651,13 @@ export const RunConfigSchema = S.object(
                 'A stand-in for a GPU’s memory limit (tests of running out of memory): the policy’s forward raises torch.OutOfMemoryError on a batch of more than this many sequences, from the first RL step on.',
             }),
           ),
+          update_memory_rows: S.optional(
+            S.integer({
+              minimum: 1,
+              description:
+                'The same stand-in for the update alone (forwards that keep gradients): the GPU check runs the update’s recovery on a GPU with it, the rollout and log-prob passes as they are.',
+            }),
+          ),
           disk_full: S.optional(
             S.object(
               {

@@ -692,8 +692,7 @@ class TRLEngine(Run):
     # -- the run ----------------------------------------------------------------------------------------------------
     def train(self) -> int:
         start = self.setup()
-        if self.cfg.test and self.cfg.test.device_memory_rows:
-            self._stand_in_device_memory(int(self.cfg.test.device_memory_rows))
+        self._stand_ins()
         if start == 0 and self.eval_set and not self.stop_requested:
             m0 = self.evaluate(0)
             if m0:

@@ -4,7 +4,9 @@ a GPU (scripts/gpu-check-trl.sh runs it): two GRPO steps of a random model with 
 to download), bf16, through the real run path (`python -m search_agent_trainer`: TRL's GRPOTrainer, our multi-turn
 rollout with our KV-cached sampler, the env server's /retrieve and /reward, a bf16 reference), then the
 rollout-vs-trainer log-prob gap over the trained tokens of the records: mean and max |rollout_logprob − logprob|
-(on-policy, the goal is a mean under 0.01). One JSON line on stdout (and, under --out, gpu-check-trl.json with the
+(on-policy, the goal is a mean under 0.01). The update runs out of memory on purpose (`test.update_memory_rows`, a
+stand-in refusing its forwards of more than 4 sequences): its micro-batches of 8 are trained again in halves, on the
+device — `out_of_memory` says how many times (one) and the size kept. One JSON line on stdout (and, under --out, gpu-check-trl.json with the
 trainer's log).
 
 `--cpu-smoke`: the same at toy size on CPU (trl-tiny's own model, fp32): what a machine without a GPU can run, and
@@ -92,7 +94,25 @@ def run_config(model: Path, smoke: bool) -> dict[str, Any]:
         "micro_batch_size": 8,
     }
     cfg["train"] = {"steps": 2, "eval_every": 0, "checkpoint_every": 0}
+    # the update's recovery from running out of memory, on the device: a stand-in refuses its forwards of more than 4
+    # sequences (the rollout and log-prob passes run as they are), so TRL's micro-batches of 8 run again in halves
+    cfg["test"] = {"update_memory_rows": 4}
     return cfg
+
+
+def out_of_memory(run_dir: Path) -> dict[str, Any]:
+    """The run's halvings after running out of device memory (its warning events): how many of each, the last sizes."""
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    warned = [e for e in events if e.get("event") == "warning" and str(e.get("cause", "")).endswith("-out-of-memory")]
+    out: dict[str, Any] = {
+        "update_retries": sum(e["cause"] == "update-out-of-memory" for e in warned),
+        "rollout_retries": sum(e["cause"] == "rollout-out-of-memory" for e in warned),
+    }
+    for e in warned:
+        for k in ("micro_batch_size", "max_batch_tokens"):
+            if k in e:
+                out[k] = e[k]
+    return out
 
 
 def training_records(run_dir: Path) -> Iterator[dict[str, Any]]:
@@ -230,6 +250,7 @@ def check(work: Path, smoke: bool, env_url: str | None) -> dict[str, Any]:
         "steps": run.get("step"),
         "trl_settings": run.get("trl"),
         "seconds": round(seconds, 1),
+        "out_of_memory": out_of_memory(run_dir),
         **g,
         "goal_mean_abs_diff": GOAL_MEAN_ABS_DIFF,
         "goal_met": g["mean_abs_diff"] is not None and g["mean_abs_diff"] < GOAL_MEAN_ABS_DIFF,
