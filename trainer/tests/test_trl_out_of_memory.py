@@ -77,10 +77,10 @@ def test_an_update_out_of_memory_mid_backward_trains_its_optimizer_step_again_fr
         t._compute_loss(t.model, m).backward()
     peer = [p.grad.clone() for p in params]
     # the run: TRL's loop at the second micro-batch of the optimizer step, the first one's gradients in
-    t._buffered_inputs, t._step, t._in_loss = micro, 0, False
+    t._buffered_inputs, t._step, t._in_loss, t._window = micro, 0, False, None  # an optimizer step begins
     t.model.zero_grad(set_to_none=True)
     t._compute_loss(t.model, micro[0]).backward()  # the window starts here: _step 0 of 2
-    t._step = 1
+    t._step, t._in_loss = 1, False  # the next micro-batch of the same optimizer step (its window stays)
     t._compute_loss(t.model, micro[1])  # the second forward …
     for p in params[len(params) // 2 :]:
         p.grad += 1.0  # … and the part of its backward that ran before the device ran out of memory

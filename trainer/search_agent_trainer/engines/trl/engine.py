@@ -763,7 +763,9 @@ def _grpo_trainer() -> type:
             self.engine = engine
             self._rows: torch.Tensor | None = None
             # the current optimizer step's first micro-batch (TRL's _step), its metrics' lengths and ppo_kl sums
-            # before it: what an update that ran out of memory is trained again from
+            # before it: what an update that ran out of memory is trained again from; None after each optimizer step
+            # (StepCallback.on_step_end), so the next micro-batch to compute a loss starts the next one — however
+            # many micro-batches an optimizer step has (Trainer's last one of an epoch may have fewer)
             self._window: tuple[int, dict[str, int], list[float]] | None = None
             self._in_loss = False
             super().__init__(*args, **kwargs)
@@ -832,7 +834,7 @@ def _grpo_trainer() -> type:
             return None
 
         def _compute_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
-            if not self._in_loss and self._step % self.current_gradient_accumulation_steps == 0:
+            if not self._in_loss and self._window is None:
                 metrics = {k: len(v) for k, v in self._metrics["train"].items()}
                 self._window = (self._step, metrics, list(self.engine.batch.get("ppo_kl", [0.0, 0.0])))
             self._in_loss = True
@@ -939,6 +941,7 @@ def StepCallback(engine: TRLEngine) -> Any:  # noqa: N802
                 engine.batch["t_step"] = time.perf_counter()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            engine.trl._window = None  # an optimizer step ended: the next micro-batch starts the next one
             if state.global_step % engine.plan.trl_steps == 0:
                 engine.flush_metrics()  # a step whose TRL log never came
                 engine.end_step(state.global_step // engine.plan.trl_steps, control)
