@@ -25,6 +25,9 @@ export const ARTIFACTS = join(ROOT, '.e2e-artifacts');
 export const EXTENSION_ID = 'search-agent-studio.search-agent-studio';
 
 /** The Chromium flags this machine needs (closed network, no sandbox as root, no GPU). */
+/** In the window's title once the workbench has read the session's user settings (boot waits for it). */
+const SETTINGS_MARK = 'e2e-settings-read';
+
 const CHROMIUM_ARGS = [
   '--no-sandbox',
   '--disable-gpu',
@@ -179,6 +182,8 @@ export class CodeServerSession {
       'outline.collapseItems': 'alwaysCollapse',
       'editor.hover.delay': 100,
       'editor.minimap.enabled': false,
+      // A mark in the window's title: the workbench shows it once it has read these settings (see boot's last wait).
+      'window.title': `\${activeEditorShort}\${separator}\${rootName}\${separator}${SETTINGS_MARK}`,
       ...this.options.settings,
     });
 
@@ -244,6 +249,13 @@ export class CodeServerSession {
     await this.page.waitForSelector('.monaco-workbench', { timeout: 60_000 });
     // The status bar is rendered once the workbench has restored.
     await this.page.waitForSelector('.statusbar', { timeout: 60_000 });
+    // code-server's workbench reads the user settings from the server after it starts: a command run before then sees
+    // none of them (a run started at once found no searchAgent.pythonPath). The title carries their mark once read.
+    await waitFor(
+      'the workbench to read the user settings (window.title)',
+      async () => (await this.page.title()).includes(SETTINGS_MARK),
+      60_000,
+    );
   }
 
   writeSettings(settings: Record<string, unknown>): void {
