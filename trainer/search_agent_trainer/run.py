@@ -291,6 +291,19 @@ class Run:
             "update-out-of-memory",
         )
 
+    def _resume_sizes(self, fitted: dict[str, Any]) -> None:
+        """The sizes this run ran out of device memory down to, as a checkpoint kept them (`max_batch_tokens`,
+        `micro_batch_size`): a resume starts there, and says so."""
+        if not fitted:
+            return
+        self._out_of_memory_sizes = {k: int(v) for k, v in fitted.items()}
+        for size, value in self._out_of_memory_sizes.items():
+            setattr(self, size, min(getattr(self, size), value))
+        self.writer.log(
+            f"resumed with the sizes this run ran out of device memory down to: rollout.max_batch_tokens "
+            f"{self.max_batch_tokens:,}, micro-batches of {self.micro_batch_size}"
+        )
+
     def _keep_smaller(self, size: str, value: int, what: str, key: str, error: str, cause: str) -> None:
         """A size halved after running out of device memory (`max_batch_tokens`, `micro_batch_size`): kept for the
         rest of the run and by its checkpoints (a resume starts there), and a `warning` event with its cause."""

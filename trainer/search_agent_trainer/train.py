@@ -142,18 +142,7 @@ class Trainer(Run):
         # the micro-batch of the log-prob passes and the update: optim.micro_batch_size, halved for the rest of the run
         # when either runs out of device memory (_fitting); both sizes as a checkpoint kept them (a resume starts there)
         self.micro_batch_size = cfg.optim.micro_batch_size
-        fitted = state.get("out_of_memory") or {}
-        if fitted:
-            self._out_of_memory_sizes = {k: int(v) for k, v in fitted.items()}
-            self.max_batch_tokens = min(
-                self.max_batch_tokens, int(fitted.get("max_batch_tokens", self.max_batch_tokens))
-            )
-            self.micro_batch_size = min(
-                self.micro_batch_size, int(fitted.get("micro_batch_size", self.micro_batch_size))
-            )
-            w.log(
-                f"resumed with the sizes this run ran out of device memory down to: rollout.max_batch_tokens {self.max_batch_tokens:,}, micro-batches of {self.micro_batch_size}"
-            )
+        self._resume_sizes(state.get("out_of_memory") or {})
 
         # Parameter groups, each with its own lr, warm-up and gradient clip: the policy, and PPO's value head (a shared
         # backbone's early value-loss gradients would otherwise dominate one global norm and shrink the policy's step).

@@ -202,7 +202,7 @@ class TRLEngine(Run):
             )
             self._truncate_after(start)
             w.log(f"resuming from {ckpt}")
-            self._resume_sizes(ckpt)
+            self._resume_sizes(self._kept_sizes(ckpt))
         n_params = sum(p.numel() for p in self.policy.parameters())
         n_train = sum(p.numel() for p in self.policy.parameters() if p.requires_grad)
         precision = "bf16 autocast, fp32 master weights" if bf16 else "fp32"
@@ -433,7 +433,7 @@ class TRLEngine(Run):
         b = self.batch
         T = b["tensors"]
         cm = T["completion_mask"]
-        loss = cm * T["tool_mask"] if "tool_mask" in T else cm
+        loss = _loss_mask(T)
         C = int(cm.shape[1])
         trained = T.get("old_per_token_logps")
         # on-policy: TRL's old log-probs are the update's own
@@ -729,24 +729,18 @@ class TRLEngine(Run):
         acc.wait_for_everyone()
 
     # -- running out of device memory -------------------------------------------------------------------------------
-    def _resume_sizes(self, ckpt: Path) -> None:
-        """The sizes this run ran out of device memory down to, as the checkpoint kept them: a resume starts there."""
+    def _kept_sizes(self, ckpt: Path) -> dict[str, Any]:
+        """The sizes this run ran out of device memory down to, as the checkpoint kept them (none: {})."""
         path = ckpt / STATE_FILE
         if not path.exists():
-            return
+            return {}
         try:
-            fitted = {k: int(v) for k, v in json.loads(path.read_text(encoding="utf-8"))["out_of_memory"].items()}
+            kept = json.loads(path.read_text(encoding="utf-8"))["out_of_memory"]
+            return {k: int(v) for k, v in kept.items()}
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise RuntimeError(
                 f"{path}: cannot read the sizes this run ran out of device memory down to ({e})"
             ) from None
-        self._out_of_memory_sizes = fitted
-        self.max_batch_tokens = min(self.max_batch_tokens, fitted.get("max_batch_tokens", self.max_batch_tokens))
-        self.micro_batch_size = min(self.micro_batch_size, fitted.get("micro_batch_size", self.micro_batch_size))
-        self.writer.log(
-            f"resumed with the sizes this run ran out of device memory down to: rollout.max_batch_tokens "
-            f"{self.max_batch_tokens:,}, forwards of {self.micro_batch_size} sequences"
-        )
 
 
 def _grpo_trainer() -> type:
@@ -849,9 +843,7 @@ def _grpo_trainer() -> type:
                 or self._cannot_split(retry=False)
             ):
                 return self._loss_of(model, inputs)
-            mask = (
-                inputs["completion_mask"] * inputs["tool_mask"] if "tool_mask" in inputs else inputs["completion_mask"]
-            )
+            mask = _loss_mask(inputs)
             tokens = mask.sum().clamp(min=1.0)
             pieces = [(lo, min(lo + size, rows)) for lo in range(0, rows, size)]
             done = None
@@ -903,8 +895,7 @@ def _grpo_trainer() -> type:
             rows, self._rows = self._rows, None  # the first call of a _compute_loss is the policy's forward
             if rows is not None:
                 i = self._inputs
-                mask = i["completion_mask"] * i["tool_mask"] if "tool_mask" in i else i["completion_mask"]
-                self.engine._forward_seen(rows, logps, entropies, mask, i.get("old_per_token_logps"))
+                self.engine._forward_seen(rows, logps, entropies, _loss_mask(i), i.get("old_per_token_logps"))
             return logps, entropies, aux
 
         def _save_checkpoint(self, model: Any, trial: Any) -> None:
@@ -912,6 +903,12 @@ def _grpo_trainer() -> type:
             self.engine.on_checkpoint(self.state.global_step)
 
     return SearchAgentGRPOTrainer
+
+
+def _loss_mask(inputs: dict[str, Any]) -> torch.Tensor:
+    """The tokens TRL's loss trains (its `mask`): completion tokens, less the environment's (`tool_mask`, our env_mask)."""
+    cm = inputs["completion_mask"]
+    return cm * inputs["tool_mask"] if "tool_mask" in inputs else cm
 
 
 def _rows_of(inputs: dict[str, Any], lo: int, hi: int, rows: int) -> dict[str, Any]:
