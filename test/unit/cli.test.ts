@@ -232,7 +232,8 @@ describe('CLI', () => {
           '--seed',
           '7',
         ],
-        { reject: false, cwd: dir },
+        // the recipe's model.dtype fastest keeps its measurement for the machine: in the scratch dir, not the user's cache
+        { reject: false, cwd: dir, env: { XDG_CACHE_HOME: join(dir, 'cache') } },
       );
       assert.equal(r.exitCode, 0, r.stderr);
       // --seed: the config with the seed, written into the run directory, is what the trainer ran
