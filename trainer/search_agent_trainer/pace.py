@@ -6,7 +6,12 @@ said 14).
 The pace is measured over warm-start steps FROM_STEP to AT_STEP (the first steps build kernels and touch memory), about
 20 seconds into the warm start on the reference machine, and compared with REFERENCES' recipe of the same name and
 shape (what the speed of a run depends on: the model, the warm start, the rollout and the steps; not the seed or the
-data paths). A run of any other config logs its pace only."""
+data paths), computed in the same dtype. A run of any other config logs its pace only.
+
+By dtype, because the warm start and the RL steps gain unequally from bf16: the warm start is forward and backward
+passes, where bf16 pays most (1.38x on the AMD EPYC), and an RL step is half decoding, where it pays little (1.13x).
+Against the EPYC's bf16 reference, stop 55's Xeon in fp32 paced its warm start at 0.82x and was told ~17m33s; its
+run took 14m45s, 0.97x. A run is compared with a machine that computed in its own dtype."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ SLOW = 0.8  # below this share of the reference speed the message says the machi
 
 @dataclass(frozen=True)
 class Reference:
+    dtype: str  # what the reference run computed in ("bf16": autocast; "fp32")
     cpu: str
     warmup_s_per_step: float  # the warm start's seconds per step there (steps FROM_STEP to AT_STEP)
     run_s: float  # the whole command there: setup, warm start, RL, evaluations
@@ -27,17 +33,30 @@ class Reference:
     shape: tuple[Any, ...]  # recipe_shape() of the recipe measured
 
 
-# The README's first command (examples/demo-multihop.run.json, seed 1, `demo`), on the machine its time is stated for:
-# the warm-start pace measured through `demo` itself at issue 48 (steps 25–75, bf16 as the probe chose, other work on
-# the machine at load ~1: 0.33 s; the stop-42 table's warm start, 1m56s from the command's start less ~10 s of
-# start-up over 300 steps, gives 0.35 s); the whole command stop 44's 14m22s (docs/demo.md).
-REFERENCES: dict[str, Reference] = {
-    "demo-multihop": Reference(
+DEMO_MULTIHOP_SHAPE = ((2, 128, 4), (300, 32), (8, 8, 600, 3), 400)
+# The README's first command (examples/demo-multihop.run.json, seed 1, `demo`), by the dtype `fastest` chose, on the
+# machines its time is stated for (docs/demo.md, "Two CPUs"):
+# - bf16: the AMD EPYC; the warm-start pace measured through `demo` itself at issue 48 (steps 25–75, other work on the
+#   machine at load ~1: 0.33 s; the stop-42 table's warm start, 1m56s from the command's start less ~10 s of start-up
+#   over 300 steps, gives 0.35 s); the whole command stop 44's 14m22s;
+# - fp32: the Intel Xeon of stop 55 (family 6 model 207, AVX512-BF16 without AMX, where bf16 measured 1.38x slower);
+#   its pace 0.40 s in each of its three runs, the whole command their median.
+REFERENCES: dict[tuple[str, str], Reference] = {
+    ("demo-multihop", "bf16"): Reference(
+        dtype="bf16",
         cpu="a 2-core AMD EPYC with AVX512-BF16 (docs/demo.md)",
         warmup_s_per_step=0.33,
         run_s=14 * 60 + 22,
         source="docs/demo.md, stops 42 and 44",
-        shape=((2, 128, 4), (300, 32), (8, 8, 600, 3), 400),
+        shape=DEMO_MULTIHOP_SHAPE,
+    ),
+    ("demo-multihop", "fp32"): Reference(
+        dtype="fp32",
+        cpu="a 2-core Intel Xeon in fp32 (docs/demo.md)",
+        warmup_s_per_step=0.40,
+        run_s=14 * 60 + 45,
+        source="docs/demo.md, stop 55",
+        shape=DEMO_MULTIHOP_SHAPE,
     ),
 }
 
@@ -60,10 +79,10 @@ def minutes(s: float) -> str:
     return f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
-def report(cfg: Any, s_per_step: float) -> tuple[str, dict[str, Any] | None]:
-    """The log line for a warm-start pace of `s_per_step`, and the `pace` fields of the progress event (None where
-    no reference recipe matches)."""
-    ref = REFERENCES.get(cfg.get("name") or "")
+def report(cfg: Any, s_per_step: float, dtype: str) -> tuple[str, dict[str, Any] | None]:
+    """The log line for a warm-start pace of `s_per_step` in `dtype` ("bf16" or "fp32": what the run computes in), and
+    the `pace` fields of the progress event (None where no reference recipe matches in that dtype)."""
+    ref = REFERENCES.get((cfg.get("name") or "", dtype))
     if ref is None or recipe_shape(cfg) != ref.shape or s_per_step <= 0:
         return f"warm start: {s_per_step:.3f} s a step", None
     speed = ref.warmup_s_per_step / s_per_step
@@ -80,17 +99,18 @@ def report(cfg: Any, s_per_step: float) -> tuple[str, dict[str, Any] | None]:
         "expected_s": round(expected),
         "reference_s": ref.run_s,
         "reference_cpu": ref.cpu,
+        "dtype": dtype,
         "slow": speed < SLOW,
         "message": message,
     }
     return message, fields
 
 
-def announce(writer: Any, cfg: Any, s_per_step: float) -> dict[str, Any] | None:
+def announce(writer: Any, cfg: Any, s_per_step: float, dtype: str) -> dict[str, Any] | None:
     """Says the warm start's pace (report): a `warning` event where the machine is slower than the reference (the CLI
     prints it, with --quiet too; the editor's trainer log shows it as a warning; events.jsonl keeps it), a log line
     otherwise. Returns the progress event's `pace` fields."""
-    message, fields = report(cfg, s_per_step)
+    message, fields = report(cfg, s_per_step, dtype)
     if fields is not None and fields["slow"]:
         writer.warning(message, pace=fields)
     else:

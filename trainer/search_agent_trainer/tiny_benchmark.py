@@ -58,7 +58,7 @@ def _trainer(env_url: str, run_dir: str, warmup_steps: int, dtype: str) -> Train
     trainer.setup()
     from .warmup import run_warmup
 
-    run_warmup(trainer, lambda _msg: None)
+    run_warmup(trainer.warm_start(), lambda _msg: None)
     if trainer.reference is not None:
         trainer.reference = Reference(trainer.policy)
     return trainer

@@ -240,7 +240,7 @@ class Trainer(Run):
             + f": the KL reference is now the step-{stage.start} policy; the optimizer, LR schedule, sampler and seeds restart"
         )
 
-    def _warm_start(self) -> WarmStart:
+    def warm_start(self) -> WarmStart:
         """What the supervised warm start (warmup.py) trains and reads of this run."""
         return WarmStart(
             self.cfg,
@@ -251,6 +251,7 @@ class Trainer(Run):
             self.train_prompts,
             self.env,
             self._ctx,
+            self.numerics.dtype,
             self.writer,
             self.total,
             lambda: self.stop_requested,
@@ -513,7 +514,7 @@ class Trainer(Run):
         if start == 0:
             m0: dict[str, float] = {}
             if self.warmup_applies() and not self.resumed:
-                m0.update(run_warmup(self._warm_start(), w.log))
+                m0.update(run_warmup(self.warm_start(), w.log))
                 if self.reference is not None:
                     self.reference = self._reference()  # KL towards the warm-started policy, not the random init
                 if not self.stop_requested:

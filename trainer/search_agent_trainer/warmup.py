@@ -179,6 +179,7 @@ class WarmStart:
     prompts: Sequence[tuple[str, list[int]]]
     env: EnvClient
     autocast: Callable[[], AbstractContextManager[Any]]
+    dtype: str  # what the run computes in, "bf16" (autocast) or "fp32": the pace's reference is of the same
     writer: RunWriter
     total: int
     stopped: Callable[[], bool]
@@ -238,7 +239,8 @@ def run_warmup(trainer: WarmStart, log: Callable[[str], None]) -> dict[str, floa
         if step == FROM_STEP:
             paced_from = time.perf_counter()
         elif step == AT_STEP and paced_from is not None:
-            pace = announce_pace(trainer.writer, cfg, (time.perf_counter() - paced_from) / (AT_STEP - FROM_STEP))
+            s_per_step = (time.perf_counter() - paced_from) / (AT_STEP - FROM_STEP)
+            pace = announce_pace(trainer.writer, cfg, s_per_step, trainer.dtype)
         if step % 25 == 0 or step == w.steps or pace:
             trainer.writer.progress(
                 0,
