@@ -112,11 +112,11 @@ PORTABLE_NUMERICS = {**PINNED_NUMERICS, "MKL_CBWR": "COMPATIBLE"} if PINNED_NUME
 
 # The bits each pin gives (a matrix product, nn.GELU forward and backward, softmax and log-softmax at the tiny policy's
 # sizes, hashed): PINNED_NUMERICS's by CPU vendor (/proc/cpuinfo's vendor_id; measured on stop 50's AMD EPYC, family
-# 26: no Intel CPU has run it yet, and the first prints its own), PORTABLE_NUMERICS's on every vendor (measured on stop
-# 40's EPYC). The learning tests print it and name it in their failures, so a trajectory that fails on a CPU says
+# 26, and on stop 55's Intel Xeon, family 6 model 207, AVX512-BF16 and AVX512-FP16, no AMX exposed by its hypervisor),
+# PORTABLE_NUMERICS's on every vendor (measured on stop 40's EPYC; the same on stop 55's Xeon). The learning tests print it and name it in their failures, so a trajectory that fails on a CPU says
 # whether that CPU ran the measured bits (then the code changed what the run does) or other ones (another trajectory:
 # not necessarily a regression).
-NUMERICS_FINGERPRINT_MEASURED = {"AuthenticAMD": "efd121b298"}
+NUMERICS_FINGERPRINT_MEASURED = {"AuthenticAMD": "efd121b298", "GenuineIntel": "874e66778f"}
 PORTABLE_FINGERPRINT_MEASURED = "975be1095c"
 _FINGERPRINT = """
 import hashlib, torch

@@ -43,12 +43,16 @@ searches per two-hop question; the smallest value on either vendor in brackets):
 | 2-core AMD EPYC, AVX512-BF16 (stops 39-44) | old pin; stop 40's PINNED_NUMERICS | seed 1 twice | +0.500 / +0.393 / +0.129 / 1.81; bridge entity +0.471 (+0.586 since stop 44) |
 | 2-core Intel Xeon, AMX-BF16 (issue 48) | stop 40's PINNED_NUMERICS (MKL COMPATIBLE) | seed 1 | passed in the reporter's test command (its one failure was test_curriculum's); digits not reported |
 | 2-core AMD EPYC, AVX512-BF16 (stop 50) | PINNED_NUMERICS since stop 50 (each vendor's fast MKL path) | seeds 1-3 | +0.300 / +0.472 / +0.086 / 1.91; bridge entity +0.357 |
+| 2-core Intel Xeon, family 6 model 207, AVX512-BF16/FP16 (stop 55) | PINNED_NUMERICS (Intel's AVX2 branch; fingerprint 874e66778f) | seed 1 | +0.543 / +0.236 / +0.129 / 1.96; bridge entity +0.614 |
 
 So every threshold below sits at about half of the smallest gain measured on either vendor or trajectory
 (SMALLEST_MEASURED; `test_each_threshold_holds_with_a_margin_on_either_vendor` keeps it so), not at this
 trajectory's digits. Since stop 50 each vendor runs its own trajectory (conftest.PINNED_NUMERICS: MKL's fast branch,
-1.7x faster than the COMPATIBLE one every vendor runs: this test 526 s alone on the EPYC, seed 1, against 875 s), and
-an Intel CPU's has not been measured: the thresholds are what every trajectory measured held, on both vendors. Stop
+1.7x faster than the COMPATIBLE one every vendor runs: this test 526 s alone on the EPYC, seed 1, against 875 s); an
+Intel CPU's was first measured at stop 55 (seed 1, 704 s in CI's learning phase: step 0 -> 200 bridge entity searched
+0.000 -> 0.614, answer retrieved 0.057 -> 0.600, one-hop EM 0.000 -> 0.236, two-hop EM 0.000 -> 0.129, 1.96 searches,
+0.000 with retrieval off). It passed, and set the smallest one-hop gain (+0.236 against the Xeon of stop 37's +0.337):
+ONE_HOP_MIN_GAIN 0.15 -> 0.12 by the half-of-the-smallest rule. Stop
 50's three EPYC seeds (step 0 -> 200, bridge entity searched / answer retrieved / one-hop EM / two-hop EM / searches
 per two-hop question): seed 1 0.000 -> 0.500 / 0.043 -> 0.500 / 0.011 -> 0.539 / 0.000 -> 0.157 / 1.91; seed 2
 0.000 -> 0.357 / 0.057 -> 0.357 / 0.000 -> 0.472 / 0.000 -> 0.086 / 1.94; seed 3 0.000 -> 0.743 / 0.057 -> 0.671 /
@@ -87,7 +91,7 @@ STOP_AT = 200
 TWO_HOP_RETRIEVED_MIN_GAIN = 0.15
 BRIDGE_SEARCHED_MIN_GAIN = 0.15
 TWO_HOP_MIN_SEARCHES = 1.5
-ONE_HOP_MIN_GAIN = 0.15
+ONE_HOP_MIN_GAIN = 0.12
 TWO_HOP_EM_MIN_GAIN = 0.04
 NO_RETRIEVAL_MAX = 0.03  # the demo's goal itself (0.000 on every trajectory measured)
 
@@ -95,7 +99,7 @@ NO_RETRIEVAL_MAX = 0.03  # the demo's goal itself (0.000 on every trajectory mea
 # two-hop question. A threshold is at most MARGIN of it (searches: at least 0.3 below it).
 SMALLEST_MEASURED = {
     "val/answer_retrieved_by_hops/2": 0.285,  # Xeon, seed 2
-    "val/em_by_hops/1": 0.337,  # Xeon, seed 2
+    "val/em_by_hops/1": 0.236,  # Intel Xeon (model 207), stop 55, seed 1 (the Xeon of stop 37, seed 2: 0.337)
     "val/em_by_hops/2": 0.086,  # EPYC, stop 50, seed 2 (Xeon, stop 37: 0.114)
     "val/bridge_searched_by_hops/2": 0.357,  # EPYC, stop 50, seed 2 (this trajectory: 0.471 at stop 42, 0.586 at 44)
     "val/searches_by_hops/2": 1.81,  # EPYC, stop 39
