@@ -27,8 +27,12 @@ decision for a (machine, torch, thread count, ISA settings, model, shapes) is ke
 without measuring (delete the file to measure again); a resumed run keeps the choice its checkpoint records.
 run.json's `numerics` says what was chosen, from where, why, and the seconds measured.
 
-The probe leaves no trace on the run: it runs under a forked RNG, its gradients are dropped, and nothing it touches
-is state the run reads (a `fastest` run is the run of the dtype it chose, to the bit: tested)."""
+The probe leaves no state the run reads: it runs under a forked RNG, its gradients are dropped, and nothing it touches
+is read later (a `fastest` run is the run of the dtype it chose, to round-off: tested on a small config). Not to the
+bit everywhere: on stop 55's Intel Xeon the demo that measured in its own process and the later runs that read the
+cache were two trajectories from the warm start on (the later two the same to the bit) — the likeliest cause Intel
+MKL's dependence on the alignment of its inputs outside its reproducibility mode, which the probe's allocations move
+(docs/demo.md, stop 55)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ data paths), computed in the same dtype. A run of any other config logs its pace
 By dtype, because the warm start and the RL steps gain unequally from bf16: the warm start is forward and backward
 passes, where bf16 pays most (1.38x on the AMD EPYC), and an RL step is half decoding, where it pays little (1.13x).
 Against the EPYC's bf16 reference, stop 55's Xeon in fp32 paced its warm start at 0.82x and was told ~17m33s; its
-run took 14m45s, 0.97x. A run is compared with a machine that computed in its own dtype."""
+run took 14m45s, 0.97x (its later runs 12m49s and 12m07s, told ~16m24s and, with the fp32 reference, ~12m45s). A run
+is compared with a machine that computed in its own dtype."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ DEMO_MULTIHOP_SHAPE = ((2, 128, 4), (300, 32), (8, 8, 600, 3), 400)
 #   machine at load ~1: 0.33 s; the stop-42 table's warm start, 1m56s from the command's start less ~10 s of start-up
 #   over 300 steps, gives 0.35 s); the whole command stop 44's 14m22s;
 # - fp32: the Intel Xeon of stop 55 (family 6 model 207, AVX512-BF16 without AMX, where bf16 measured 1.38x slower);
-#   its pace 0.40 s in each of its three runs, the whole command their median.
+#   three runs alone from fresh clones: paces 0.40, 0.38, 0.35 s, the command 14m45s, 12m49s, 12m07s (medians here).
 REFERENCES: dict[tuple[str, str], Reference] = {
     ("demo-multihop", "bf16"): Reference(
         dtype="bf16",
@@ -53,8 +54,8 @@ REFERENCES: dict[tuple[str, str], Reference] = {
     ("demo-multihop", "fp32"): Reference(
         dtype="fp32",
         cpu="a 2-core Intel Xeon in fp32 (docs/demo.md)",
-        warmup_s_per_step=0.40,
-        run_s=14 * 60 + 45,
+        warmup_s_per_step=0.38,
+        run_s=12 * 60 + 49,
         source="docs/demo.md, stop 55",
         shape=DEMO_MULTIHOP_SHAPE,
     ),
