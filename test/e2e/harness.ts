@@ -24,10 +24,10 @@ const CODE_SERVER_ENTRY = join(
 export const ARTIFACTS = join(ROOT, '.e2e-artifacts');
 export const EXTENSION_ID = 'search-agent-studio.search-agent-studio';
 
-/** The Chromium flags this machine needs (closed network, no sandbox as root, no GPU). */
 /** In the window's title once the workbench has read the session's user settings (boot waits for it). */
 const SETTINGS_MARK = 'e2e-settings-read';
 
+/** The Chromium flags this machine needs (closed network, no sandbox as root, no GPU). */
 const CHROMIUM_ARGS = [
   '--no-sandbox',
   '--disable-gpu',

@@ -26,7 +26,6 @@ SLOW = 0.8  # below this share of the reference speed the message says the machi
 
 @dataclass(frozen=True)
 class Reference:
-    dtype: str  # what the reference run computed in ("bf16": autocast; "fp32")
     cpu: str
     warmup_s_per_step: float  # the warm start's seconds per step there (steps FROM_STEP to AT_STEP)
     run_s: float  # the whole command there: setup, warm start, RL, evaluations
@@ -42,9 +41,8 @@ DEMO_MULTIHOP_SHAPE = ((2, 128, 4), (300, 32), (8, 8, 600, 3), 400)
 #   over 300 steps, gives 0.35 s); the whole command stop 44's 14m22s;
 # - fp32: the Intel Xeon of stop 55 (family 6 model 207, AVX512-BF16 without AMX, where bf16 measured 1.38x slower);
 #   three runs alone from fresh clones: paces 0.40, 0.38, 0.35 s, the command 14m45s, 12m49s, 12m07s (medians here).
-REFERENCES: dict[tuple[str, str], Reference] = {
+REFERENCES: dict[tuple[str, str], Reference] = {  # (recipe name, the dtype it computed in)
     ("demo-multihop", "bf16"): Reference(
-        dtype="bf16",
         cpu="a 2-core AMD EPYC with AVX512-BF16 (docs/demo.md)",
         warmup_s_per_step=0.33,
         run_s=14 * 60 + 22,
@@ -52,7 +50,6 @@ REFERENCES: dict[tuple[str, str], Reference] = {
         shape=DEMO_MULTIHOP_SHAPE,
     ),
     ("demo-multihop", "fp32"): Reference(
-        dtype="fp32",
         cpu="a 2-core Intel Xeon in fp32 (docs/demo.md)",
         warmup_s_per_step=0.38,
         run_s=12 * 60 + 49,
