@@ -20,6 +20,7 @@ masked out of the loss (Search-R1, arXiv 2503.09516). One file per concept:
   checkpoint.py    checkpoints and resume
   numerics.py      the compute precision of model.dtype "fastest", measured at the start of a run
   pace.py          the warm start's pace against the reference machine's
+  cpu_env.py       what every trainer process sets before it computes on a CPU (MKL's reproducibility, oneDNN's caches)
   run.py           the run every engine shares (data, prompts, rollouts, scores, evaluation, lifecycle)
   train.py         the builtin engine: the loop; engines/ the TRL and veRL engines
   benchmark.py     throughput on a GPU (and a tiny CPU run): our rollout vs Hugging Face generate, a step's phases

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 
-from . import __version__
+from . import __version__, cpu_env
 
 
 def _error(message: str) -> int:
@@ -26,18 +25,8 @@ def _error(message: str) -> int:
     return 2
 
 
-# torch's bf16 matrix products on CPU go through oneDNN, which keeps every primitive it builds (one per shape) in
-# two caches of 1,024 entries each by default: oneDNN's and ideep's. A run's sequence lengths change with every
-# micro-batch, so they fill with shapes seldom seen again, 2–3 MB apiece at the demo's size (the trainer's resident
-# memory grew by 1.1 GB in its first 20 warm-start steps in bf16, and reached 3.5–4.2 GB on a Xeon; 64 entries each:
-# 0.5 GB less after 20 steps, no slower; docs/trainer.md, "Memory on CPU"). Set before torch builds a primitive; a
-# value the user set is kept.
-CPU_CACHE_ENTRIES = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64", "LRU_CACHE_CAPACITY": "64"}
-
-
 def main(argv: list[str] | None = None) -> int:
-    for key, value in CPU_CACHE_ENTRIES.items():
-        os.environ.setdefault(key, value)
+    cpu_env.apply()
     parser = argparse.ArgumentParser(
         prog="python -m search_agent_trainer", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

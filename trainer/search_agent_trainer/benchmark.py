@@ -61,6 +61,7 @@ from typing import Any
 
 import torch
 
+from . import cpu_env
 from .batch import make_batch
 from .config import config_from_dict
 from .data import Example
@@ -895,6 +896,7 @@ def _peaks(device: torch.device) -> dict[str, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    cpu_env.apply()
     parser = argparse.ArgumentParser(
         prog="python -m search_agent_trainer.benchmark",
         description=__doc__,

@@ -37,6 +37,7 @@ from typing import Any, TextIO
 
 import torch
 
+from . import cpu_env
 from .checkpoint import STATE, load_trainable
 from .config import Section, config_from_run_json
 from .data import Example
@@ -395,6 +396,7 @@ def serve(server: PolicyServer, stdin: TextIO, stdout: TextIO) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    cpu_env.apply()
     parser = argparse.ArgumentParser(
         prog="python -m search_agent_trainer.fork",
         description=__doc__,

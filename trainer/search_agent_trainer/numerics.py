@@ -28,11 +28,10 @@ without measuring (delete the file to measure again); a resumed run keeps the ch
 run.json's `numerics` says what was chosen, from where, why, and the seconds measured.
 
 The probe leaves no state the run reads: it runs under a forked RNG, its gradients are dropped, and nothing it touches
-is read later (a `fastest` run is the run of the dtype it chose, to round-off: tested on a small config). Not to the
-bit everywhere: on stop 55's Intel Xeon the demo that measured in its own process and the later runs that read the
-cache were two trajectories from the warm start on (the later two the same to the bit) — the likeliest cause Intel
-MKL's dependence on the alignment of its inputs outside its reproducibility mode, which the probe's allocations move
-(docs/demo.md, stop 55)."""
+is read later: a `fastest` run that measured is, to the bit, the run that read its cached choice (tested on the demo's
+model) and the run that asked for that dtype (test_numerics.py). That needs MKL's strict reproducibility mode, which every trainer process sets (cpu_env.py): on
+stop 55's Intel Xeon without it, the demo that measured in its own process and the runs that read the cache were two
+trajectories from the warm start on — MKL's results depended on where the probe's allocations left the run's tensors."""
 
 from __future__ import annotations
 

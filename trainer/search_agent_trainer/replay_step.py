@@ -35,6 +35,7 @@ from typing import Any, TextIO
 
 import torch
 
+from . import cpu_env
 from .batch import SequenceBatch, by_length, make_batch
 from .checkpoint import STATE
 from .config import Section, config_from_run_json
@@ -346,6 +347,7 @@ def read_records(stream: TextIO, source: str) -> list[dict[str, Any]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    cpu_env.apply()
     parser = argparse.ArgumentParser(
         prog="python -m search_agent_trainer.replay_step",
         description=__doc__,

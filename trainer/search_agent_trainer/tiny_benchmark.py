@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from . import tiny
+from . import cpu_env, tiny
 from . import train as train_module
 from .batch import make_batch
 from .config import load_config
@@ -109,6 +109,7 @@ def _update(
 
 
 def main(argv: list[str] | None = None) -> int:
+    cpu_env.apply()
     p = argparse.ArgumentParser(
         prog="python -m search_agent_trainer.tiny_benchmark",
         description=__doc__,
