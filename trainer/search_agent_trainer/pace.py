@@ -39,8 +39,10 @@ DEMO_MULTIHOP_SHAPE = ((2, 128, 4), (300, 32), (8, 8, 600, 3), 400)
 # - bf16: the AMD EPYC; the warm-start pace measured through `demo` itself at issue 48 (steps 25–75, other work on the
 #   machine at load ~1: 0.33 s; the stop-42 table's warm start, 1m56s from the command's start less ~10 s of start-up
 #   over 300 steps, gives 0.35 s); the whole command stop 44's 14m22s;
-# - fp32: the Intel Xeon of stop 55 (family 6 model 207, AVX512-BF16 without AMX, where bf16 measured 1.38x slower);
-#   three runs alone from fresh clones: paces 0.40, 0.38, 0.35 s, the command 14m45s, 12m49s, 12m07s (medians here).
+# - fp32: the Intel Xeon of stops 55 and 56 (family 6 model 207, AVX512-BF16 without AMX, where bf16 measured
+#   1.29-1.38x slower); stop 56's three runs alone from fresh clones, under MKL's strict mode (cpu_env.py): paces
+#   0.41, 0.42, 0.43 s, the command 15m05s, 14m58s, 14m54s (medians here). Stop 55's, outside it: 0.35-0.40 s,
+#   12m07s-14m45s, other trajectories.
 REFERENCES: dict[tuple[str, str], Reference] = {  # (recipe name, the dtype it computed in)
     ("demo-multihop", "bf16"): Reference(
         cpu="a 2-core AMD EPYC with AVX512-BF16 (docs/demo.md)",
@@ -51,9 +53,9 @@ REFERENCES: dict[tuple[str, str], Reference] = {  # (recipe name, the dtype it c
     ),
     ("demo-multihop", "fp32"): Reference(
         cpu="a 2-core Intel Xeon in fp32 (docs/demo.md)",
-        warmup_s_per_step=0.38,
-        run_s=12 * 60 + 49,
-        source="docs/demo.md, stop 55",
+        warmup_s_per_step=0.42,
+        run_s=14 * 60 + 58,
+        source="docs/demo.md, stop 56",
         shape=DEMO_MULTIHOP_SHAPE,
     ),
 }
