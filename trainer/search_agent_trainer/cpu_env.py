@@ -5,9 +5,10 @@
   that ran the numerics probe (numerics.py) in its own process and the runs that read the probe's cached choice were
   two trajectories from the warm start on, because the probe's allocations moved the run's tensors (80 warm-start
   steps: loss 0.8708486 against 0.8707121; with this setting 0.8707484 both ways). A run that replay, fork or a
-  resume must reproduce cannot depend on its allocator. Measured cost: none above the noise (the demo's matrix
-  shapes, forward and backward, one thread: 9.19–9.50 s against 9.23–9.37 s). On an AMD EPYC, MKL ran the same
-  bits for every `MKL_CBWR` but COMPATIBLE (docs/demo.md, stop 40); STRICT was not among those measured there.
+  resume must reproduce cannot depend on its allocator. Its cost on that Xeon, the demo's recipe at two threads:
+  1.03x MKL's default in the warm start, 1.02x in an RL step (about 20 s of the demo's 15 minutes; docs/demo.md,
+  stop 56); non-strict `AUTO` is no slower but keeps the alignment dependence. On an AMD EPYC, MKL ran the same bits
+  for every `MKL_CBWR` but COMPATIBLE (docs/demo.md, stop 40); STRICT was not among those measured there.
   MKL reads the variable at its first call, not at `import torch`: setting it at the start of `main()` is in time.
 - `ONEDNN_PRIMITIVE_CACHE_CAPACITY=64`, `LRU_CACHE_CAPACITY=64`: torch's bf16 matrix products on CPU go through
   oneDNN, which keeps every primitive it builds (one per shape) in two caches of 1,024 entries each by default

@@ -29,9 +29,10 @@ run.json's `numerics` says what was chosen, from where, why, and the seconds mea
 
 The probe leaves no state the run reads: it runs under a forked RNG, its gradients are dropped, and nothing it touches
 is read later: a `fastest` run that measured is, to the bit, the run that read its cached choice (tested on the demo's
-model) and the run that asked for that dtype (test_numerics.py). That needs MKL's strict reproducibility mode, which every trainer process sets (cpu_env.py): on
-stop 55's Intel Xeon without it, the demo that measured in its own process and the runs that read the cache were two
-trajectories from the warm start on — MKL's results depended on where the probe's allocations left the run's tensors."""
+model), and the run that asked for that dtype (to round-off, tested on a small config; test_numerics.py). To the bit
+needs MKL's strict reproducibility mode, which every trainer process sets (cpu_env.py): on stop 55's Intel Xeon
+without it, the demo that measured in its own process and the runs that read the cache were two trajectories from
+the warm start on — MKL's results depended on where the probe's allocations left the run's tensors."""
 
 from __future__ import annotations
 

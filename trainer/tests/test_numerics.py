@@ -166,7 +166,7 @@ def test_a_fastest_run_is_the_run_of_the_dtype_it_chose_and_keeps_it(tmp_path, v
     assert started["event"] == "started" and "model.dtype fastest" in started["precision"]
 
 
-def test_the_probe_leaves_no_trace_in_the_bits_of_the_demos_run(tmp_path):
+def test_the_probe_leaves_no_trace_in_the_bits_of_the_demos_run(tmp_path, monkeypatch):
     """The demo's own model and warm start, ten steps and one RL step: the run that measured in its own process and
     the run that read the cache are one run to the bit. On stop 55's Intel Xeon they were not, outside cpu_env's
     `MKL_CBWR=AUTO,STRICT` (the warm start's loss 4.72764373421669 measured against 4.7276437222957615 cached: MKL's
@@ -183,6 +183,7 @@ def test_the_probe_leaves_no_trace_in_the_bits_of_the_demos_run(tmp_path):
         "supervised_warmup": {**cfg["train"]["supervised_warmup"], "steps": 10},
     }
     assert cfg["model"]["dtype"] == "fastest"
+    monkeypatch.delenv("MKL_CBWR", raising=False)  # the trainer's own default (a value set here would be kept)
     env = EnvServer("--corpus", str(ROOT / "examples" / "demo-multihop" / "corpus.jsonl"), "--reward", "builtin:em")
     try:
         (m1, r1), (m2, r2) = (_run(tmp_path, name, cfg, env.url) for name in ("measured", "cached"))
