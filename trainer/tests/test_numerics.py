@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import ROOT, TIMING_METRICS, EnvServer, assert_same_metrics, tiny_config, trainer_env
+from conftest import ROOT, TIMING_METRICS, EnvServer, assert_same_metrics, cpu_vendor, tiny_config, trainer_env
 from search_agent_trainer import numerics, pace
 from search_agent_trainer.config import config_from_dict
 from search_agent_trainer.numerics import Numerics, ProbeShapes, decide, probe, resolve
@@ -170,7 +170,9 @@ def test_the_probe_leaves_no_trace_in_the_bits_of_the_demos_run(tmp_path, monkey
     """The demo's own model and warm start, ten steps and one RL step: the run that measured in its own process and
     the run that read the cache are one run to the bit. On stop 55's Intel Xeon they were not, outside cpu_env's
     `MKL_CBWR=AUTO,STRICT` (the warm start's loss 4.72764373421669 measured against 4.7276437222957615 cached: MKL's
-    results moved with where the probe's allocations left the run's tensors)."""
+    results moved with where the probe's allocations left the run's tensors). To the bit on Intel CPUs, where MKL
+    documents its strict mode and stop 56 measured it; elsewhere to round-off at its scale (assert_same_metrics):
+    whether MKL honours STRICT on an AMD EPYC, or needs to, has not been measured (docs/demo.md, stop 56)."""
     cfg = json.loads((ROOT / "examples" / "demo-multihop.run.json").read_text(encoding="utf-8"))
     cfg["data"]["eval_size"] = 4
     cfg["train"] = {
@@ -194,6 +196,9 @@ def test_the_probe_leaves_no_trace_in_the_bits_of_the_demos_run(tmp_path, monkey
     assert r2["numerics"]["source"] == "cached" and r1["numerics"]["machine"]["env"].get("MKL_CBWR") == "AUTO,STRICT"
     assert len(m1) == len(m2) == 2 and m1[0]["warmup/steps"] == 10
     for a, b in zip(m1, m2, strict=True):
+        if cpu_vendor() != "GenuineIntel":
+            assert_same_metrics(a, b)
+            continue
         differ = sorted(k for k in a.keys() | b.keys() if repr(a.get(k)) != repr(b.get(k)))
         assert not differ, (a["step"], {k: (a.get(k), b.get(k)) for k in differ})
 
