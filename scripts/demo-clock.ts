@@ -208,7 +208,7 @@ export function renderReport(runs: DemoRun[], machine: string[]): string {
     const over = runs.filter((r) => r.clockS !== undefined && r.clockS > CLOCK_GOAL_S).length;
     out.push(
       `The command's clock, min / median / max: **${s.map(clock).join(' / ')}** (with the setup: ${w ? w.map(clock).join(' / ') : '–'}); ` +
-        `${over ? `${over} of ${runs.length} over` : `all ${runs.length} within`} ${CLOCK_GOAL_S / 60} minutes.`,
+        `${over ? `${over} of ${runs.length} over` : `${runs.length === 1 ? 'within' : `all ${runs.length} within`}`} ${CLOCK_GOAL_S / 60} minutes.`,
     );
   }
   const hashes = new Set(runs.map((r) => r.trajectory?.hash).filter(Boolean));
@@ -325,7 +325,10 @@ async function main(): Promise<number> {
     runs.push(r);
     process.stderr.write(`run ${i}: ${clock(r.clockS)} (with the setup ${clock(r.wallS)}), exit ${code}\n`);
   }
-  const report = renderReport(runs, [`HEAD ${head}, ${n} runs from fresh clones`, ...machineLines(root, python)]);
+  const report = renderReport(runs, [
+    `HEAD ${head}, ${n} run${n === 1 ? '' : 's'} from fresh clones`,
+    ...machineLines(root, python),
+  ]);
   writeFileSync(join(out, 'report.md'), report);
   process.stdout.write(report);
   return runs.every((r) => r.goals.every((g) => g.ok) && !r.problems.length) ? 0 : 1;
