@@ -5,7 +5,8 @@
  * new user's machine (`--keep-cache`: not), each clone deleted after its run (a `.venv` with torch is ~2 GB) and its
  * run directory, log and times kept under `--out`. Then the report: one row a run (the command's own clock and the
  * wall time with the set-up, the warm start's pace, what the numerics probe chose, the goals), whether the runs were one
- * trajectory (every metric of every step but times, to the bit), the CPU and what MKL says of its reproducibility mode.
+ * trajectory (every metric of every step but times, to the bit), the CPU and what MKL says of its reproducibility mode
+ * (written down before the first run, `machine.txt`, so that `--report` elsewhere still names the machine that ran).
  *
  *   node -r ./test/register.cjs scripts/demo-clock.ts [--runs 3] [--seed N] [--out DIR] [--keep-cache]
  *   node -r ./test/register.cjs scripts/demo-clock.ts --report DIR     # the report again, from DIR
@@ -286,7 +287,12 @@ async function main(): Promise<number> {
       .filter((n) => /^run-\d+$/.test(n))
       .sort((a, b) => Number(a.slice(4)) - Number(b.slice(4)));
     const runs = await Promise.all(names.map((n) => readDemoRun(join(dir, n), n.slice(4))));
-    process.stdout.write(renderReport(runs, machineLines(root, python)));
+    // the machine the runs ran on, as the run wrote it down (this machine's only for a folder made by hand)
+    const saved = join(dir, 'machine.txt');
+    const machine = existsSync(saved)
+      ? readFileSync(saved, 'utf8').trimEnd().split('\n')
+      : ['(no machine.txt: the CPU below is the one making this report)', ...machineLines(root, python)];
+    process.stdout.write(renderReport(runs, machine));
     return 0;
   }
   const n = Number(values.runs);
@@ -303,6 +309,8 @@ async function main(): Promise<number> {
     rmSync(cache);
     process.stderr.write(`deleted ${cache}: the first run measures the dtypes, as on a new machine\n`);
   }
+  const machine = [`HEAD ${head}, ${n} run${n === 1 ? '' : 's'} from fresh clones`, ...machineLines(root, python)];
+  writeFileSync(join(out, 'machine.txt'), `${machine.join('\n')}\n`);
   const runs: DemoRun[] = [];
   for (let i = 1; i <= n; i++) {
     const dir = join(out, `run-${i}`);
@@ -325,10 +333,7 @@ async function main(): Promise<number> {
     runs.push(r);
     process.stderr.write(`run ${i}: ${clock(r.clockS)} (with the setup ${clock(r.wallS)}), exit ${code}\n`);
   }
-  const report = renderReport(runs, [
-    `HEAD ${head}, ${n} run${n === 1 ? '' : 's'} from fresh clones`,
-    ...machineLines(root, python),
-  ]);
+  const report = renderReport(runs, machine);
   writeFileSync(join(out, 'report.md'), report);
   process.stdout.write(report);
   return runs.every((r) => r.goals.every((g) => g.ok) && !r.problems.length) ? 0 : 1;

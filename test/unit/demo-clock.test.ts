@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -166,6 +167,24 @@ describe('scripts/demo-clock.ts: the README command timed as its goal is stated'
     assert.equal(r.clockS, undefined);
     assert.match(renderReport([r], []), /Problems:\n- 1: /);
     assert.match(renderReport([r], []), /\*\*missed\*\*: one-hop EM ≥ 0\.65/);
+  });
+
+  it('--report reads a folder back and names the machine the runs wrote down, not the one reading', () => {
+    const base = { clock: '14m16s', wall: 964, em1: 0.663, em2: 0.5, searches2: 1.96, off: 0 };
+    writeRun(join(dir, 'run-1'), { ...base, seconds: [1, 2, 3] });
+    writeRun(join(dir, 'run-2'), { ...base, seconds: [4, 5, 6] });
+    mkdirSync(join(dir, 'not-a-run'));
+    writeFileSync(join(dir, 'machine.txt'), 'HEAD abc1234, 2 runs from fresh clones\nCPU: `AMD EPYC` (AuthenticAMD)\n');
+    const root = join(__dirname, '..', '..');
+    const p = spawnSync(
+      process.execPath,
+      ['-r', join(root, 'test', 'register.cjs'), join(root, 'scripts', 'demo-clock.ts'), '--report', dir],
+      { encoding: 'utf8' },
+    );
+    assert.equal(p.status, 0, p.stderr);
+    assert.match(p.stdout, /^HEAD abc1234, 2 runs from fresh clones {2}\nCPU: `AMD EPYC` \(AuthenticAMD\) {2}\n/);
+    assert.equal(p.stdout.match(/^\| [12] \| 14m16s \| 16m04s \|/gm)?.length, 2);
+    assert.match(p.stdout, /Every goal held in 2 of 2 runs; one trajectory/);
   });
 
   it('the pieces: durations, spreads, which metrics measure the machine', () => {
