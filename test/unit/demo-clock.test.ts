@@ -76,6 +76,17 @@ function writeRun(
   );
 }
 
+/** Stop 56's seed-1 run on the Xeon: every goal held. */
+const GOOD = {
+  clock: '14m58s',
+  wall: 1014,
+  em1: 0.663,
+  em2: 0.5,
+  searches2: 1.96,
+  off: 0,
+  seconds: [1, 2, 3] as [number, number, number],
+};
+
 describe('scripts/demo-clock.ts: the README command timed as its goal is stated', () => {
   let dir: string;
   beforeEach(() => {
@@ -84,15 +95,7 @@ describe('scripts/demo-clock.ts: the README command timed as its goal is stated'
   afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
   it("reads a run back: the command's clock, the wall time, the pace, the numerics, the goals", async () => {
-    writeRun(join(dir, 'run-1'), {
-      clock: '14m58s',
-      wall: 1014,
-      em1: 0.663,
-      em2: 0.5,
-      searches2: 1.96,
-      off: 0,
-      seconds: [1, 2, 3],
-    });
+    writeRun(join(dir, 'run-1'), GOOD);
     const r = await readDemoRun(join(dir, 'run-1'), '1');
     assert.equal(r.clockS, 14 * 60 + 58);
     assert.equal(r.wallS, 1014);
@@ -148,15 +151,7 @@ describe('scripts/demo-clock.ts: the README command timed as its goal is stated'
   });
 
   it('a malformed metrics line is reported with its file and line and left out; a run without a summary says so', async () => {
-    writeRun(join(dir, 'run-1'), {
-      clock: '14m58s',
-      wall: 1014,
-      em1: 0.7,
-      em2: 0.3,
-      searches2: 1.9,
-      off: 0,
-      seconds: [1, 2, 3],
-    });
+    writeRun(join(dir, 'run-1'), GOOD);
     const metrics = join(dir, 'run-1', 'run', 'metrics.jsonl');
     writeFileSync(metrics, '{"step": 1, "critic/score/mean": 0.5}\n{"step": 2, "crit\n');
     writeFileSync(join(dir, 'run-1', 'demo.log'), 'the run failed at step 2\n');
