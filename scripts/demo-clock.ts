@@ -20,7 +20,7 @@ import { createWriteStream, existsSync, mkdirSync, readdirSync, readFileSync, rm
 import { homedir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { type HeldOut, heldOutEm } from '../src/cli/train';
+import { duration, type HeldOut, heldOutEm, fmt as num } from '../src/cli/train';
 
 /** Issue 20's goals for the two-hop demo (README): one-hop EM, two-hop EM, searches per two-hop question, and the
  * held-out EM with /retrieve returning nothing (the answers are invented: a policy that reads scores ~0). */
@@ -168,13 +168,7 @@ export async function readDemoRun(dir: string, name: string): Promise<DemoRun> {
   return run;
 }
 
-function clock(s: number | undefined): string {
-  if (s === undefined) return '–';
-  const whole = Math.round(s);
-  return `${Math.floor(whole / 60)}m${String(whole % 60).padStart(2, '0')}s`;
-}
-
-const num = (v: number | undefined, d = 3) => (v === undefined ? '–' : v.toFixed(d));
+const clock = (s: number | undefined) => (s === undefined ? '–' : duration(s));
 
 /** min / median / max of what is defined. */
 export function spread(values: (number | undefined)[]): [number, number, number] | undefined {

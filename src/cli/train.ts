@@ -37,9 +37,11 @@ type Event = {
   [k: string]: unknown;
 };
 
-const fmt = (v: unknown, digits = 3) => (typeof v === 'number' && Number.isFinite(v) ? v.toFixed(digits) : '–');
+/** A metric for a person: `digits` decimals, or – when it is not a finite number. */
+export const fmt = (v: unknown, digits = 3) => (typeof v === 'number' && Number.isFinite(v) ? v.toFixed(digits) : '–');
 
-function duration(s: number): string {
+/** Seconds as the CLI prints them: 14m58s, 58s (– when not a duration). */
+export function duration(s: number): string {
   if (!Number.isFinite(s) || s < 0) return '–';
   const whole = Math.round(s);
   const m = Math.floor(whole / 60);
