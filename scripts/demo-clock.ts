@@ -77,6 +77,7 @@ export interface DemoRun {
   clockS?: number;
   /** the wall time of `bash scripts/demo.sh`, set-up included (written by this script) */
   wallS?: number;
+  /** the set-up's own time (scripts/setup.sh's "setup done (…) in N s"), part of wallS */
   setupS?: number;
   paceSPerStep?: number;
   paceSpeed?: number;
@@ -193,7 +194,7 @@ export function renderReport(runs: DemoRun[], machine: string[]): string {
       : '–';
     const missed = r.goals.filter((g) => !g.ok).map((g) => g.goal);
     out.push(
-      `| ${r.name} | ${clock(r.clockS)} | ${clock(r.wallS)} | ${r.paceSPerStep === undefined ? '–' : `${r.paceSPerStep.toFixed(2)} s a step${r.paceSpeed === undefined ? '' : ` (${r.paceSpeed.toFixed(2)}× the reference)`}`} | ${numerics} | ${num(byHops(r.after, 1)?.em)} | ${num(two?.em)} | ${num(two?.searches, 2)} | ${num(two?.bridge)} | ${num(r.off?.em)} | ${missed.length ? `**missed**: ${missed.join('; ')}` : 'yes'} | ${r.trajectory ? `${r.trajectory.hash} (${r.trajectory.lines} lines)` : '–'} |`,
+      `| ${r.name} | ${clock(r.clockS)} | ${clock(r.wallS)}${r.setupS === undefined ? '' : ` (setup ${clock(r.setupS)})`} | ${r.paceSPerStep === undefined ? '–' : `${r.paceSPerStep.toFixed(2)} s a step${r.paceSpeed === undefined ? '' : ` (${r.paceSpeed.toFixed(2)}× the reference)`}`} | ${numerics} | ${num(byHops(r.after, 1)?.em)} | ${num(two?.em)} | ${num(two?.searches, 2)} | ${num(two?.bridge)} | ${num(r.off?.em)} | ${missed.length ? `**missed**: ${missed.join('; ')}` : 'yes'} | ${r.trajectory ? `${r.trajectory.hash} (${r.trajectory.lines} lines)` : '–'} |`,
     );
   }
   out.push('');

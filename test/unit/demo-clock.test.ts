@@ -145,6 +145,7 @@ describe('scripts/demo-clock.ts: the README command timed as its goal is stated'
     const report = renderReport(runs.slice(0, 2), ['CPU: `Intel(R) Xeon(R) Processor`']);
     assert.match(report, /min \/ median \/ max: \*\*14m54s \/ 15m00s \/ 15m05s\*\*/);
     assert.match(report, /1 of 2 over 15 minutes/);
+    assert.match(report, /\| 16m50s \(setup 1m54s\) \|/); // the wall time, and the set-up's share of it
     assert.match(report, /Every goal held in 2 of 2 runs; one trajectory/);
     assert.match(report, /^CPU: `Intel\(R\) Xeon\(R\) Processor`/);
     assert.match(renderReport(runs, []), /3 runs; 2 trajectories/);
@@ -178,7 +179,7 @@ describe('scripts/demo-clock.ts: the README command timed as its goal is stated'
     );
     assert.equal(p.status, 0, p.stderr);
     assert.match(p.stdout, /^HEAD abc1234, 2 runs from fresh clones {2}\nCPU: `AMD EPYC` \(AuthenticAMD\) {2}\n/);
-    assert.equal(p.stdout.match(/^\| [12] \| 14m16s \| 16m04s \|/gm)?.length, 2);
+    assert.equal(p.stdout.match(/^\| [12] \| 14m16s \| 16m04s \(setup 1m54s\) \|/gm)?.length, 2);
     assert.match(p.stdout, /Every goal held in 2 of 2 runs; one trajectory/);
   });
 
