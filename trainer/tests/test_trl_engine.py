@@ -309,24 +309,32 @@ def test_the_same_scripted_actions_give_the_same_ids_roles_and_masks_through_bot
 
 
 def test_two_processes_through_accelerate_launch_record_every_rollout_once(tmp_path, varied_env):
-    """`devices: 2` on CPU: accelerate launch, gloo. 3 prompts × 4 samples over 2 processes: a group straddles them."""
+    """`devices: 2` on CPU: accelerate launch, gloo. 3 prompts × 4 samples over 2 processes: a group straddles them.
+    At step 3 rank 1 alone crashes (`test.crash_rank`) while rank 0 waits for it in a collective: the run's error is
+    rank 1's, not the collective's that rank 0 failed with after it."""
     cfg = trl_tiny(
         **{
             "devices": 2,
             "rollout.batch_size": 3,
-            "train.steps": 2,
+            "train.steps": 3,
             "train.eval_every": 2,
             "train.checkpoint_every": 2,
             "data.eval_size": 5,
+            "test": {"crash_at_step": 3, "crash_rank": 1},
         }
     )
     proc = run_trainer(tmp_path, cfg, varied_env.url, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.returncode == 1, proc.stderr[-4000:]
     run = tmp_path / "run"
-    assert json.loads((run / "run.json").read_text())["status"] == "finished"
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "failed" and info["step"] == 2, info
+    assert info["error"]["message"].startswith("rank 1: RuntimeError: test.crash_at_step: a crash at step 3"), info
+    assert info["error"]["rank"] == 1 and "on purpose" in info["error"]["traceback"]
     assert "accelerate.commands.launch" in proc.stderr and "[rank 1]" in proc.stderr  # both processes trained
+    assert "has no attribute" not in proc.stderr  # rank 1 reported its error, nothing failed while reporting it
     events = lines(run / "events.jsonl")
     assert [json.loads(l) for l in proc.stdout.splitlines()] == events
+    assert events[-1]["event"] == "error" and events[-1]["message"] == info["error"]["message"]
     assert [e["event"] for e in events].count("started") == 1 and events[0]["processes"] == 2
     assert [e["step"] for e in events if e["event"] == "metrics"] == [1, 2]  # from rank 0 only
     assert [m["step"] for m in lines(run / "metrics.jsonl")] == [0, 1, 2]
@@ -776,6 +784,52 @@ def test_the_launch_command_for_several_processes(monkeypatch, tmp_path):
     )
     assert supervise(cfg, str(tmp_path), [], bf16=False) == 3
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "running", "machine 0's to write"
+
+
+def test_the_first_error_of_a_launch_is_the_runs_whoever_failed_after_it(tmp_path):
+    """The supervisor's reading (milliseconds, no processes): a process other than rank 0 that failed first is the
+    run's error, whether rank 0 then wrote nothing (ended by the launcher) or failed waiting for it; an error rank 0
+    failed with first stays the run's; a rank's error from an earlier launch (before a resume) is not this one's, and
+    a file that cannot be read is left out."""
+    from search_agent_trainer.engines.trl.launch import _settle, rank_error_path, rank_errors, write_rank_error
+
+    run = tmp_path / "run"
+    (run / "logs").mkdir(parents=True)
+    write_rank_error(run, 1, "RuntimeError: boom", "Traceback …\nRuntimeError: boom")
+    first = json.loads(rank_error_path(run, 1).read_text())
+    rank_error_path(run, 2).write_text("{not json")
+    assert rank_errors(run, since=first["time"]) == [first]
+    assert rank_errors(run, since="9999-01-01T00:00:00.000Z") == []  # an earlier launch's
+
+    def settle(status: str, rank0_at: str | None) -> dict:
+        (run / "run.json").write_text(
+            json.dumps(
+                {
+                    "status": status,
+                    "step": 4,
+                    "error": {"message": "RuntimeError: [gloo] Connection closed by peer\nmore"},
+                }
+                if status == "failed"
+                else {"status": status, "step": 4}
+            )
+        )
+        (run / "events.jsonl").write_text(
+            json.dumps({"event": "error", "time": rank0_at, "message": "gloo"}) + "\n" if rank0_at else ""
+        )
+        code = _settle(run, json.loads((run / "run.json").read_text()), 1, [], [first])
+        return {"code": code, **json.loads((run / "run.json").read_text())}
+
+    ended = settle("running", None)  # rank 0 ended by the launcher, nothing written
+    assert ended["code"] == 1 and ended["status"] == "failed" and ended["step"] == 4
+    assert ended["error"] == {"message": "rank 1: RuntimeError: boom", "rank": 1, "traceback": first["traceback"]}
+    after = settle("failed", "9999-01-01T00:00:00.000Z")  # rank 0 failed after rank 1
+    assert after["code"] == 1 and after["error"]["message"] == (
+        "rank 1: RuntimeError: boom (the first error of the launch; rank 0 failed after it: RuntimeError: [gloo] "
+        "Connection closed by peer)"
+    )
+    assert lines(run / "events.jsonl")[-1]["message"] == after["error"]["message"]
+    before = settle("failed", "2000-01-01T00:00:00.000Z")  # rank 0's own error came first
+    assert before["code"] == 1 and before["error"]["message"].startswith("RuntimeError: [gloo]")
 
 
 # -- vLLM's turns (a stand-in for vLLM: there is no GPU or vLLM here) -------------------------------------------------

@@ -641,6 +641,13 @@ export const RunConfigSchema = S.object(
           crash_at_step: S.optional(
             S.integer({ minimum: 0, description: 'Raise an error at this step (tests of crash handling).' }),
           ),
+          crash_rank: S.optional(
+            S.integer({
+              minimum: 0,
+              description:
+                'With crash_at_step, engine "trl" on several processes: only the process of this rank raises (tests of one process failing while the others wait in a collective); every process when not set.',
+            }),
+          ),
           step_delay_s: S.optional(
             S.number({ minimum: 0, description: 'Sleep this long each step (tests of cancellation).' }),
           ),

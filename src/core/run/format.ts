@@ -203,7 +203,19 @@ export const RunJsonSchema = S.object(
           'The Python the trainer runs in (its sys.executable; engines builtin and trl): a resume tries it first, so a run continues with the versions it started with.',
       }),
     ),
-    error: S.optional(S.object({ message: S.string(), traceback: S.optional(S.string()) })),
+    error: S.optional(
+      S.object({
+        message: S.string(),
+        traceback: S.optional(S.string()),
+        rank: S.optional(
+          S.integer({
+            minimum: 1,
+            description:
+              'engine "trl" on several processes: the process whose error is the run’s, when it is not rank 0 (it failed first; rank 0 failed, or was ended, waiting for it).',
+          }),
+        ),
+      }),
+    ),
     numerics: S.optional(
       S.object(
         {

@@ -27,7 +27,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +53,10 @@ from ...recorder import (
 )
 from ...rollout import Trajectory, make_dialect
 from ...run import Run
-from ...run_writer import rollout_record
+from ...run_writer import rollout_record, run_disk_full_message
 from ...versions import package_version
 from . import options
-from .launch import launched
+from .launch import launched, write_rank_error
 
 # a checkpoint's file of ours beside TRL's: the sizes the run ran out of device memory down to
 STATE_FILE = "search_agent_state.json"
@@ -90,6 +90,20 @@ class FollowerWriter:
 
     def rollouts(self, *_a: Any, **_k: Any) -> None:
         return None
+
+    def fail(self, e: BaseException, tb: str, close_recorder: Callable[[], None]) -> None:
+        """This process failed: its traceback to stderr, and its error where the launch's supervisor reads it
+        (launch.py: rank 0, which waited for this process in a collective, fails after it with another error)."""
+        self.log(tb)
+        message = run_disk_full_message(e) or f"{type(e).__name__}: {e}"
+        try:
+            write_rank_error(self.dir, self.rank, message, tb)
+        except OSError as e2:
+            self.log(f"could not write this process's error for the run: {e2}")
+        try:
+            close_recorder()
+        except Exception as e2:  # noqa: BLE001 - the error being reported is the one above
+            self.log(f"could not close the recorder: {e2}")
 
     def close(self) -> None:
         pass
@@ -342,7 +356,7 @@ class TRLEngine(Run):
         if [p[0] for p in encoded] != list(prompts):
             raise RuntimeError("rollout_func: the prompts TRL passed are not the batch's rows")
         w.progress(step, self.total, "rollout")
-        if cfg.test and cfg.test.crash_at_step == step:
+        if cfg.test and cfg.test.crash_at_step == step and cfg.test.crash_rank in (None, self.rank):
             raise RuntimeError(f"test.crash_at_step: a crash at step {step}, on purpose")
         t0 = time.perf_counter()
         retrieve0 = self.env.seconds["retrieve"]
