@@ -786,6 +786,33 @@ def test_the_launch_command_for_several_processes(monkeypatch, tmp_path):
     assert json.loads((tmp_path / "run.json").read_text())["status"] == "running", "machine 0's to write"
 
 
+def test_the_writer_of_the_other_processes_answers_whatever_the_shared_run_asks_of_a_writer():
+    """Every attribute the shared run (run.py) and this engine use on their writer (`w.…`, `self.writer.…`), read from
+    their source, exists on FollowerWriter: rank 1's writer once lacked `fail`, so a failing rank crashed again while
+    reporting, with an AttributeError in place of its error."""
+    import ast
+
+    from search_agent_trainer.engines.trl.engine import FollowerWriter
+
+    used = set()
+    for module in ("run.py", "engines/trl/engine.py"):
+        tree = ast.parse((ROOT / "trainer" / "search_agent_trainer" / module).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Attribute):
+                continue
+            v = node.value
+            if (isinstance(v, ast.Name) and v.id == "w") or (
+                isinstance(v, ast.Attribute)
+                and v.attr == "writer"
+                and isinstance(v.value, ast.Name)
+                and v.value.id == "self"
+            ):
+                used.add(node.attr)
+    assert {"fail", "event", "warning", "finish"} <= used  # the reading finds what it is for
+    follower = FollowerWriter(Path("/nonexistent"), 1)
+    assert not [a for a in sorted(used) if not hasattr(follower, a)]
+
+
 def test_the_first_error_of_a_launch_is_the_runs_whoever_failed_after_it(tmp_path):
     """The supervisor's reading (milliseconds, no processes): a process other than rank 0 that failed first is the
     run's error, whether rank 0 then wrote nothing (ended by the launcher) or failed waiting for it; an error rank 0
