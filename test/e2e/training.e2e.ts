@@ -209,11 +209,23 @@ describe('training from the palette (code-server)', function () {
     await over2.scrollIntoViewIfNeeded(); // the charts above it (by hops, with its legend) can push it below the fold
     const b2 = await over2.boundingBox();
     assert.ok(b2);
-    await s.page.mouse.click(b2.x + b2.width * 0.5, b2.y + b2.height / 2);
     // The run recorded the token store (train.record.format "store", the default): the inspector opens on the step's
     // directory (a tab "Rollouts: step-NNNNNN"; a JSONL step would open its step-NNNNNN.jsonl), showing that step's rows.
+    // Clicked again if no tab came, as in basics.e2e.ts: under load a click can land while the chart redraws (stop
+    // 58's CI rehearsal: no tab in 15 s, and the retry, in the same session, failed elsewhere).
     const tab = s.page.locator('.tabs-container .tab', { hasText: /step-0000\d\d/ });
-    await tab.first().waitFor({ timeout: 15_000 });
+    await until(
+      'the step’s rollouts opened by a click on a point',
+      async () => {
+        await s.page.mouse.click(b2.x + b2.width * 0.5, b2.y + b2.height / 2);
+        return tab
+          .first()
+          .waitFor({ timeout: 15_000 })
+          .then(() => true)
+          .catch(() => false);
+      },
+      60_000,
+    );
     const step = Number(/step-(\d{6})/.exec((await tab.first().textContent()) ?? '')![1]);
     const insp = await s.webviewFrame('rollouts', 30_000);
     await until(
