@@ -245,6 +245,12 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     )
 
 
+def failure_message(e: BaseException) -> str:
+    """What a run that failed with `e` says it failed with (every process's, every engine's): a full disk named by the
+    first write that found it full, else the exception's type and message."""
+    return run_disk_full_message(e) or f"{type(e).__name__}: {e}"
+
+
 def run_disk_full_message(e: BaseException) -> str | None:
     """A run that failed with `e`: None if not for a full disk, else the message naming the first write of this
     process that found the disk full (`e`'s own file when none went through write_bytes)."""
@@ -415,7 +421,7 @@ class RunWriter:
         it wrote staying readable if its last steps hit the same full disk; run.json `failed` (on a full disk a
         short one: its old blocks may be all the room there is); a last `finished` event."""
         full = run_disk_full_message(e)
-        message = full or f"{type(e).__name__}: {e}"
+        message = failure_message(e)
         self.log(f"error: {full}" if full else tb)
         self.event("error", best_effort=True, message=message, traceback=tb)
         try:

@@ -53,7 +53,7 @@ from ...recorder import (
 )
 from ...rollout import Trajectory, make_dialect
 from ...run import Run
-from ...run_writer import rollout_record, run_disk_full_message
+from ...run_writer import failure_message, rollout_record
 from ...versions import package_version
 from . import options
 from .launch import launched, write_rank_error
@@ -95,9 +95,8 @@ class FollowerWriter:
         """This process failed: its traceback to stderr, and its error where the launch's supervisor reads it
         (launch.py: rank 0, which waited for this process in a collective, fails after it with another error)."""
         self.log(tb)
-        message = run_disk_full_message(e) or f"{type(e).__name__}: {e}"
         try:
-            write_rank_error(self.dir, self.rank, message, tb)
+            write_rank_error(self.dir, self.rank, failure_message(e), tb)
         except OSError as e2:
             self.log(f"could not write this process's error for the run: {e2}")
         try:
