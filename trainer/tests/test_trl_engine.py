@@ -817,7 +817,8 @@ def test_the_first_error_of_a_launch_is_the_runs_whoever_failed_after_it(tmp_pat
     """The supervisor's reading (milliseconds, no processes): a process other than rank 0 that failed first is the
     run's error, whether rank 0 then wrote nothing (ended by the launcher) or failed waiting for it; an error rank 0
     failed with first stays the run's; a rank's error from an earlier launch (before a resume) is not this one's, and
-    a file that cannot be read is left out."""
+    a file that cannot be read is left out. A stop asked after a process failed leaves the run failed with that
+    process's error; one asked before it, stopped (the process failed because the others stopped)."""
     from search_agent_trainer.engines.trl.launch import _settle, rank_error_path, rank_errors, write_rank_error
 
     run = tmp_path / "run"
@@ -828,7 +829,7 @@ def test_the_first_error_of_a_launch_is_the_runs_whoever_failed_after_it(tmp_pat
     assert rank_errors(run, since=first["time"]) == [first]
     assert rank_errors(run, since="9999-01-01T00:00:00.000Z") == []  # an earlier launch's
 
-    def settle(status: str, rank0_at: str | None) -> dict:
+    def settle(status: str, rank0_at: str | None, asked: tuple = ()) -> dict:
         (run / "run.json").write_text(
             json.dumps(
                 {
@@ -843,7 +844,7 @@ def test_the_first_error_of_a_launch_is_the_runs_whoever_failed_after_it(tmp_pat
         (run / "events.jsonl").write_text(
             json.dumps({"event": "error", "time": rank0_at, "message": "gloo"}) + "\n" if rank0_at else ""
         )
-        code = _settle(run, json.loads((run / "run.json").read_text()), 1, [], [first])
+        code = _settle(run, json.loads((run / "run.json").read_text()), 1, list(asked), [first])
         return {"code": code, **json.loads((run / "run.json").read_text())}
 
     ended = settle("running", None)  # rank 0 ended by the launcher, nothing written
@@ -857,6 +858,15 @@ def test_the_first_error_of_a_launch_is_the_runs_whoever_failed_after_it(tmp_pat
     assert lines(run / "events.jsonl")[-1]["message"] == after["error"]["message"]
     before = settle("failed", "2000-01-01T00:00:00.000Z")  # rank 0's own error came first
     assert before["code"] == 1 and before["error"]["message"].startswith("RuntimeError: [gloo]")
+    # Stop pressed while rank 0 waited for a process that had already failed: the launcher ended them all
+    late = settle("running", None, [("signal", "9999-01-01T00:00:00.000Z")])
+    assert late["code"] == 1 and late["status"] == "failed" and "stop_reason" not in late
+    assert late["error"]["message"] == "rank 1: RuntimeError: boom"
+    assert [e["event"] for e in lines(run / "events.jsonl")] == ["error", "finished"]
+    # a stop asked first: a process failing while the others stop does not make the run failed
+    early = settle("running", None, [("host-gone", "2000-01-01T00:00:00.000Z")])
+    assert early["code"] == 0 and early["status"] == "stopped" and early["stop_reason"] == "host-gone"
+    assert "error" not in early
 
 
 # -- vLLM's turns (a stand-in for vLLM: there is no GPU or vLLM here) -------------------------------------------------

@@ -82,11 +82,11 @@ def supervise(cfg: Any, run_dir: str, trainer_args: list[str], bf16: bool) -> in
     env = dict(os.environ)
     env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "50")
     print(f"launch: {' '.join(cmd)}", file=sys.stderr, flush=True)
-    asked: list[str] = []
+    asked: list[tuple[str, str]] = []  # (stop_reason, when)
 
     def on_signal(signum: int, _frame: Any) -> None:
         # The host signals our process group: the launcher has the signal too and passes it on. Only remember it.
-        asked.append("host-gone" if signum == signal.SIGHUP else "signal")
+        asked.append(("host-gone" if signum == signal.SIGHUP else "signal", _now()))
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     before = _run_json(Path(run_dir))
@@ -94,7 +94,7 @@ def supervise(cfg: Any, run_dir: str, trainer_args: list[str], bf16: bool) -> in
     proc = subprocess.Popen(cmd, env=env)
 
     def on_host_gone(_pid: int) -> None:
-        asked.append("host-gone")
+        asked.append(("host-gone", _now()))
         try:
             proc.send_signal(signal.SIGHUP)
         except ProcessLookupError:
@@ -151,10 +151,19 @@ def _run_json(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def _settle(run_dir: Path, run: dict[str, Any], code: int, asked: list[str], errors: list[dict[str, Any]] = ()) -> int:
+def _settle(
+    run_dir: Path,
+    run: dict[str, Any],
+    code: int,
+    asked: list[tuple[str, str]],
+    errors: list[dict[str, Any]] = (),
+) -> int:
     """The exit code for the run's final status, written first when the processes ended without one (run.json still
-    `running`: killed, or a process other than rank 0 failed). `errors`: what processes other than rank 0 failed
-    with, the first first; the first is the run's error when rank 0 wrote none or failed after it."""
+    `running`: killed, or a process other than rank 0 failed). `asked`: the stops asked of the launch (reason, time),
+    the first first; `errors`: what processes other than rank 0 failed with, the first first. The first error is the
+    run's when rank 0 wrote none or failed after it; a stop asked after a process had failed does not hide the
+    failure (the run failed, whatever ended it), one asked before it makes the run stopped (a process that fails while
+    the others stop is the stop's doing)."""
     status = run.get("status")
     first = errors[0] if errors else None
     if status == "failed" and first is not None and first["time"] <= _failed_at(run_dir, run):
@@ -166,8 +175,8 @@ def _settle(run_dir: Path, run: dict[str, Any], code: int, asked: list[str], err
     if status != "running":
         return 0 if status in ("finished", "stopped") else 1
     events = []
-    if asked:
-        run["status"], run["stop_reason"] = "stopped", asked[0]
+    if asked and (first is None or asked[0][1] < first["time"]):
+        run["status"], run["stop_reason"] = "stopped", asked[0][0]
     else:
         if first is not None:
             run["status"], run["error"] = "failed", _error_of(first, None)
