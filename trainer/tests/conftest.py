@@ -15,6 +15,14 @@ TRAINER = Path(__file__).resolve().parents[1]
 ROOT = TRAINER.parent
 sys.path.insert(0, str(TRAINER))
 
+# What every trainer process sets before it computes (MKL's strict reproducibility, oneDNN's cache sizes), set here
+# too: the tests that train, resume, replay or fork in this process compute as the trainer does, with results that do
+# not depend on where this process's allocator put the inputs (on an Intel CPU, MKL's default does: docs/trainer.md).
+# The trainer processes a test starts set it themselves; a test that needs MKL's default deletes the variable.
+from search_agent_trainer import cpu_env  # noqa: E402 - the path above first
+
+cpu_env.apply()
+
 NODE = shutil.which("node")
 DEMO = ROOT / "examples" / "demo"
 
