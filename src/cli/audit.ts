@@ -2,9 +2,10 @@
  * `search-agent-studio audit <rollouts.jsonl | run-dir | dump> [--tokenizer DIR] [--json]`: every check of
  * src/core/audit on every rollout (leaks, drift, log-probs, alarms), and the importance-sampling preview at
  * `--is-level` / `--is-cap`. Exit 0 when nothing is flagged, 1 when something is (a CI job or a training launch can
- * gate on it), 2 on bad input (unreadable, a bad option, or a malformed item: reported and skipped, the rest still
- * audited). The IS preview is never a flag: what a correction would clip or drop is not a fault of the rollouts
- * (the ratios behind it are flagged by the log-prob band). With `--json`, one object on stdout: `rollouts` (per
+ * gate on it), 2 on bad input (unreadable, a bad option, a malformed item: reported and skipped, the rest still
+ * audited; or nothing read at all — an empty file, a run with no rollouts yet: never a clean audit). The IS preview
+ * is never a flag: what a correction would clip or drop is not a fault of the rollouts (the ratios behind it are
+ * flagged by the log-prob band). With `--json`, one object on stdout: `rollouts` (per
  * rollout: id, leaks, drift, logprob, alarms — issue 18's shape, plus step, mask_mismatch and is), `issues`
  * (malformed items, each with file, line and field) and `summary` (counts and per-step series).
  */
@@ -146,7 +147,7 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
     );
     lines.push(
       summary.drift.checked
-        ? `  drift         ${summary.drift.rollouts} rollouts (${summary.drift.text} text, ${summary.drift.split} split, ${summary.drift.template} template) with ${codec!.name}`
+        ? `  drift         ${summary.drift.rollouts} rollouts (${summary.drift.text} text, ${summary.drift.split} split, ${summary.drift.template} template) with ${codec!.name}${summary.drift.prompt_not_comparable ? `; the prompt of ${summary.drift.prompt_not_comparable} not compared (their messages lack the tools or system turn it was rendered with)` : ''}`
         : `  drift         ${summary.drift.mismatch ? mismatchNote(codec!, summary.drift.mismatch) : note}`,
     );
     lines.push(
@@ -180,7 +181,12 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
     o.err(
       `search-agent-studio: --tokenizer ${o.tokenizer}: tokenizer does not match this run: ${summary.drift.mismatch}\n`,
     );
-  return issues.length || (summary.drift.mismatch && o.tokenizer)
+  // Nothing read is not a clean audit: a gate must not pass on a source it could not read (or a run with no rollouts yet).
+  if (summary.rollouts === 0 && issues.length === 0)
+    o.err(
+      `search-agent-studio: ${path} (${kind}): nothing to audit: no rollouts were read ${config ? '(the run has recorded none yet)' : '(an empty file, or a directory without rollouts)'}\n`,
+    );
+  return issues.length || (summary.drift.mismatch && o.tokenizer) || summary.rollouts === 0
     ? 2
     : summary.flagged > 0 || summary.advisories.length > 0
       ? 1
@@ -213,6 +219,7 @@ function jsonOf(a: RolloutAudit) {
     leaks: a.leaks,
     mask_mismatch: a.mask_mismatch,
     drift: a.drift,
+    ...(a.drift_prompt ? { drift_prompt: a.drift_prompt } : {}),
     logprob: a.logprob,
     is: a.is,
     alarms: a.alarms,

@@ -38,6 +38,11 @@ export function withForeignOptions<A>(y: Argv<A>) {
       default: false,
       describe:
         'load pickles and .pt dumps the restricted loaders refuse: this runs code the file names, so only for dumps you trust',
+    })
+    .option('reward-columns', {
+      type: 'string',
+      describe:
+        "TRL completion tables: the reward functions' columns, comma-separated (default: those the run's trainer_state.json logs, else every float column)",
     });
 }
 
@@ -50,14 +55,21 @@ export async function tokenizerFromArg(spec: string): Promise<TokenizerCodec> {
   }
 }
 
-/** `--tokenizer`, `--python`, `--trust-pickle` → how dumps are read; notes go to `err`. */
+/** `--tokenizer`, `--python`, `--trust-pickle`, `--reward-columns` → how dumps are read (a bad value is a UsageError); notes go to `err`. */
 export function foreignOptionsFromArgs(
-  values: { python?: string; 'trust-pickle'?: boolean },
+  values: { python?: string; 'trust-pickle'?: boolean; 'reward-columns'?: string },
   tokenizer: TokenizerCodec | undefined,
   err: (s: string) => void,
 ): ForeignOptions {
+  const rewardColumns = values['reward-columns']
+    ?.split(',')
+    .map((c) => c.trim())
+    .filter(Boolean);
+  if (values['reward-columns'] !== undefined && !rewardColumns?.length)
+    throw new UsageError('--reward-columns: expected column names, comma-separated');
   return {
     ...(tokenizer ? { tokenizer } : {}),
+    ...(rewardColumns?.length ? { rewardColumns } : {}),
     ...(values.python ? { python: values.python } : {}),
     ...(values['trust-pickle'] ? { trustPickle: true } : {}),
     onNote: (n) => err(`note: ${n}\n`),
@@ -99,19 +111,22 @@ export async function inspect(path: string, o: InspectOptions): Promise<number> 
     const facts = trajectoryFacts(r, o.read);
     summary.add(r, facts);
     if (o.json) {
+      // a record whose text is its token ids (no tokenizer): what would be read from the text is null
+      const t = facts.text;
       const entry = {
         id: r.id,
-        dialect: facts.dialect,
+        dialect: t ? facts.dialect : null,
         question: r.question ?? null,
-        searches: facts.searches,
-        turns: facts.turns,
+        searches: t ? facts.searches : null,
+        turns: t ? facts.turns : null,
         answer: facts.answer,
-        invalid_actions: facts.invalidActions,
+        invalid_actions: t ? facts.invalidActions : null,
         reward: r.reward ?? null,
         em: facts.em,
-        format_valid: facts.formatValid,
+        format_valid: t ? facts.formatValid : null,
         finish: r.finish ?? null,
-        diagnostics: facts.parsed.diagnostics.map((d) => ({
+        ...(t ? {} : { text: 'token ids' }),
+        diagnostics: (t ? facts.parsed.diagnostics : []).map((d) => ({
           code: d.code,
           severity: d.severity,
           message: d.message,
@@ -151,11 +166,27 @@ export function renderSummary(path: string, kind: string, s: RunSummary): string
       `  reward        mean ${s.reward.mean.toFixed(3)} ± ${s.reward.std.toFixed(3)} (min ${s.reward.min}, max ${s.reward.max})`,
     );
   else lines.push('  reward        none recorded');
-  lines.push(s.em ? `  exact match   ${pct(s.em.rate)} of ${s.em.count}` : '  exact match   no golden answers');
-  lines.push(`  valid format  ${pct(s.format.rate)}`);
-  lines.push(`  searches      mean ${s.searches.mean.toFixed(2)}  [${hist(s.searches.histogram)}]`);
-  lines.push(`  turns         mean ${s.turns.mean.toFixed(2)}  [${hist(s.turns.histogram)}]`);
-  lines.push(`  invalid       ${s.invalid_actions.total} actions in ${s.invalid_actions.trajectories} trajectories`);
+  lines.push(
+    s.em
+      ? `  exact match   ${pct(s.em.rate)} of ${s.em.count}`
+      : s.without_text === s.trajectories && s.trajectories > 0
+        ? '  exact match   not available (no text)'
+        : '  exact match   no golden answers',
+  );
+  if (s.without_text)
+    lines.push(
+      `  text          ${s.without_text === s.trajectories ? 'none' : `none in ${s.without_text} of ${s.trajectories} trajectories`}: token ids only, no tokenizer given — nothing is read from them (pass --tokenizer)`,
+    );
+  const na = '  not available (no text)';
+  const over = s.without_text ? ` (of the ${s.trajectories - s.without_text} with text)` : '';
+  lines.push(`  valid format${s.format ? `  ${pct(s.format.rate)}${over}` : na}`);
+  lines.push(
+    `  searches    ${s.searches ? `  mean ${s.searches.mean.toFixed(2)}  [${hist(s.searches.histogram)}]` : na}`,
+  );
+  lines.push(`  turns       ${s.turns ? `  mean ${s.turns.mean.toFixed(2)}  [${hist(s.turns.histogram)}]` : na}`);
+  lines.push(
+    `  invalid     ${s.invalid_actions ? `  ${s.invalid_actions.total} actions in ${s.invalid_actions.trajectories} trajectories` : na}`,
+  );
   if (Object.keys(s.dialects).some((d) => d !== 'searchr1')) lines.push(`  dialect       ${hist(s.dialects)}`);
   if (Object.keys(s.finish).length) lines.push(`  finish        ${hist(s.finish)}`);
   if (Object.keys(s.data_sources).length > 1 || !s.data_sources['(none)'])

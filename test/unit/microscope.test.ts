@@ -135,13 +135,14 @@ describe("audit: chat-template drift (@huggingface/jinja renders the model's cha
     assert.equal(d.token, codec.encode(PROMPT + '<answer>').length);
   });
 
-  it("a tool-call conversation: the tools its prompt declared (meta.tools) are rendered too; without them the prompt is not the template's", async () => {
+  it('a tool-call conversation: the tools its prompt declared (meta.tools) are rendered too; without them the prompt is not compared, the rest is', async () => {
     // Qwen2.5's layout, shortened: the tools in a system turn, a call in the assistant turn, the response in a user turn.
     const TOOLS_TEMPLATE =
       "{%- if tools %}{{- '<|im_start|>system\\n# Tools\\n<tools>' }}{%- for tool in tools %}{{- '\\n' + (tool | tojson) }}{%- endfor %}{{- '\\n</tools><|im_end|>\\n' }}{%- endif %}" +
       "{%- for message in messages %}{%- if message.role == 'tool' %}{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}" +
       "{%- elif message.tool_calls %}{{- '<|im_start|>assistant\\n' + message.content }}{%- for tc in message.tool_calls %}{{- '<tool_call>\\n{\"name\": \"' + tc.function.name + '\", \"arguments\": ' + (tc.function.arguments | tojson) + '}\\n</tool_call>' }}{%- endfor %}{{- '<|im_end|>\\n' }}" +
-      "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}";
+      "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}" +
+      "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
     const tools = [
       {
         type: 'function',
@@ -163,7 +164,7 @@ describe("audit: chat-template drift (@huggingface/jinja renders the model's cha
       { role: 'assistant', content: '<answer> Paris </answer>' },
     ];
     const full = renderChat(TOOLS_TEMPLATE, conversation, { tools });
-    const prompt = `${renderChat(TOOLS_TEMPLATE, conversation.slice(0, 1), { tools })}<|im_start|>assistant\n`;
+    const prompt = renderChat(TOOLS_TEMPLATE, conversation.slice(0, 1), { tools, add_generation_prompt: true });
     const call = '<tool_call>\n{"name": "search", "arguments": {"query": "France capital"}}\n</tool_call><|im_end|>';
     const pieces = [
       { text: call, role: 'generated' as const },
@@ -184,10 +185,41 @@ describe("audit: chat-template drift (@huggingface/jinja renders the model's cha
     );
     const r = recordOf(tokenizer, prompt, pieces, { meta: { messages: conversation, tools } });
     assert.equal(auditRollout(r, { tokenizer }).drift, null);
+    assert.equal(auditRollout(r, { tokenizer }).drift_prompt, undefined);
+    // Without them (miles' trajectory keeps the messages, not the tools) the messages do not render the prompt that
+    // was fed: its tools block is not the policy's doing, so the prompt is not compared (no drift at token 1), the
+    // rest of the conversation is.
     const without = recordOf(tokenizer, prompt, pieces, { meta: { messages: conversation } });
-    const d = auditRollout(without, { tokenizer }).drift!;
-    assert.equal(d.kind, 'template');
-    assert.equal(d.token, 1, 'the first difference: the system turn the tools are declared in');
+    const a = auditRollout(without, { tokenizer });
+    assert.equal(a.drift, null);
+    assert.equal(a.drift_prompt, 'not comparable');
+    // … so a turn laid out otherwise than the template (no newline before the tool turn) is still found, where it is
+    const otherwise = pieces.map((p, k) => (k === 1 ? { ...p, text: '<|im_start|>user\n<tool_response>\n' } : p));
+    const b = auditRollout(recordOf(tokenizer, prompt, otherwise, { meta: { messages: conversation } }), {
+      tokenizer,
+    });
+    assert.equal(b.drift_prompt, 'not comparable');
+    assert.equal(b.drift!.kind, 'template');
+    assert.equal(b.drift!.token, tokenizer.encode(prompt + call).length);
+    assert.deepEqual(
+      b.drift!.recorded.slice(0, 3),
+      tokenizer.encode(prompt + call).slice(b.drift!.from, b.drift!.from + 3),
+    );
+  });
+
+  it('a system prompt the template adds (the rollout had none) is still drift of kind "template"', async () => {
+    const tokenizer = await loadTokenizerCodec(
+      writeTokenizerDir(join(dir, 'system-model'), [' Paris', 'is', '<answer>', '</answer>', 'user', 'assistant'], {
+        chatTemplate: `{%- if messages[0].role != 'system' %}{{- '<|im_start|>system\\nBe brief.<|im_end|>\\n' }}{%- endif %}${CHATML}`,
+      }),
+    );
+    const r = recordOf(tokenizer, PROMPT, [{ text: '<answer> Paris </answer><|im_end|>', role: 'generated' }], {
+      meta: { messages },
+    });
+    const a = auditRollout(r, { tokenizer });
+    assert.equal(a.drift?.kind, 'template');
+    assert.equal(a.drift?.token, 1);
+    assert.equal(a.drift_prompt, undefined);
   });
 
   it('a template that does not render falls back to the text check and says why', () => {

@@ -169,8 +169,8 @@ describe('rollout store', () => {
     assert.match(s.issues[0]!, /s\.jsonl:5: invalid JSON/);
     assert.deepEqual(s.reward, { count: 4, mean: 0.75, std: Math.sqrt(0.75 - 0.5625), min: 0, max: 1 });
     assert.deepEqual(s.em, { count: 4, rate: 0.5 }, 'a0 ✓, A1. ✓ (normalised), zzz ✗, recorded em 0');
-    assert.equal(s.format.rate, 1);
-    assert.deepEqual(s.searches.histogram, { 0: 2, 1: 1, 2: 1 });
+    assert.equal(s.format!.rate, 1);
+    assert.deepEqual(s.searches!.histogram, { 0: 2, 1: 1, 2: 1 });
     assert.deepEqual(s.finish, { answer: 2, length: 1 });
     assert.deepEqual(s.groups, { count: 2, zero_variance: 1, frac_zero_std: 0.5 });
     const facts = trajectoryFacts({

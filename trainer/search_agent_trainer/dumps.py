@@ -9,7 +9,9 @@ its stdout, one JSON object per line:
                    loss_mask, arrays {rollout_logprob, logprob, ref_logprob, advantage, value, entropy} (over the whole
                    sequence, null where the dump has no value), reward, reward_parts, golden, prompt_text,
                    response_text, finish, engine_arrays, meta
-  {"issue": {"file", "line", "field", "message"}}  a sample (or a whole file: line 0) that cannot be read; the rest go on
+  {"issue": {"file", "line", "field", "message"}}  a sample (or a whole file: line 0) that cannot be read, with the
+                   field at fault (`loss_mask`, `tokens[3]`); the rest go on — one bad sample never costs its file's
+                   others
   {"note": "…"}    something the user should know (a file loaded with full unpickling, fields that were not placed)
   {"file": PATH, "samples": N}  a file is done
 Exit 0 (issues are data), 2 when PATH holds nothing this module reads.
@@ -99,6 +101,59 @@ def _plain(v: Any, depth: int = 0) -> Any:
 
 class Refused(Exception):
     """A file that cannot be loaded without trusting it (or at all)."""
+
+
+class Bad(ValueError):
+    """A field of one sample that cannot be read: the sample is reported (its row, the field) and skipped."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(field, message)
+        self.field = field
+        self.message = message
+
+
+def _field_list(s: dict[str, Any], key: str) -> list[Any] | None:
+    """A sample's per-token field as a flat list (None when absent); anything else is Bad, naming the field."""
+    try:
+        return _list(s.get(key))
+    except TypeError as e:
+        raise Bad(key, str(e)) from None
+
+
+def _token_ids(v: Any, key: str) -> list[int]:
+    xs = _list(v) if not isinstance(v, (str, bytes)) else None
+    if xs is None and v is not None:
+        raise Bad(key, f"expected a list or tensor of token ids, got {type(v).__name__}")
+    ids: list[int] = []
+    for i, x in enumerate(xs or []):
+        if isinstance(x, bool) or not isinstance(x, (int, float)) or x != int(x) or x < 0:
+            raise Bad(f"{key}[{i}]", f"expected a token id (an integer >= 0), got {x!r}")
+        ids.append(int(x))
+    return ids
+
+
+def _int_field(s: dict[str, Any], key: str) -> int | None:
+    v = s.get(key)
+    if v is None:
+        return None
+    try:
+        x = float(getattr(v, "item", lambda: v)())
+    except (TypeError, ValueError):
+        raise Bad(key, f"expected an integer, got {v!r}") from None
+    if not math.isfinite(x) or x != int(x):
+        raise Bad(key, f"expected an integer, got {v!r}")
+    return int(x)
+
+
+def _issue(file: Path, row: int, e: Exception) -> dict[str, Any]:
+    """A sample that cannot be read, as the reader reports it: its file and row (from 1), the field, why."""
+    if isinstance(e, Bad):
+        field, message = e.field, e.message
+    elif isinstance(e, ValueError) and len(e.args) == 2 and all(isinstance(a, str) for a in e.args):
+        field, message = e.args
+    else:
+        field, message = "", f"{type(e).__name__}: {e}"
+    return {"issue": {"file": str(file), "line": row, "field": field, "message": message}}
 
 
 # -- .pt: torch's restricted loader ---------------------------------------------------------------------------------
@@ -256,31 +311,32 @@ def slime_samples(
     if step is None:
         step = int(pack["rollout_id"]) if _num(pack.get("rollout_id")) is not None else None
     for row, s in enumerate(samples, 1):
+        # One sample that cannot be read is reported (its row, the field) and skipped; the others are read.
         try:
             if not isinstance(s, dict):
-                raise ValueError("", f"expected a sample dict, got {type(s).__name__}")
-            ids = [int(x) for x in _list(s.get("tokens")) or []]
+                raise Bad("", f"expected a sample dict, got {type(s).__name__}")
+            ids = _token_ids(s.get("tokens"), "tokens")
             if not ids:
-                raise ValueError("tokens", "missing or empty")
-            rlen = int(s.get("response_length") or 0)
+                raise Bad("tokens", "missing or empty")
+            rlen = _int_field(s, "response_length") or 0
             if not 0 <= rlen <= len(ids):
-                raise ValueError("response_length", f"{rlen} is not within the {len(ids)} tokens")
+                raise Bad("response_length", f"{rlen} is not within the {len(ids)} tokens")
             plen = len(ids) - rlen
-            mask = _list(s.get("loss_mask"))
+            mask = _field_list(s, "loss_mask")
             if mask is None:
                 mask = [1] * rlen  # slime trains on the whole response when a sample has no mask
             if len(mask) != rlen:
-                raise ValueError("loss_mask", f"has {len(mask)} entries but response_length is {rlen}")
+                raise Bad("loss_mask", f"has {len(mask)} entries but response_length is {rlen}")
             if s.get("remove_sample"):
                 mask = [0] * rlen
             arrays: dict[str, Any] = {}
-            lp = _list(s.get("rollout_log_probs"))
+            lp = _field_list(s, "rollout_log_probs")
             if lp is not None:
                 if len(lp) != rlen:
-                    raise ValueError("rollout_log_probs", f"has {len(lp)} entries but response_length is {rlen}")
+                    raise Bad("rollout_log_probs", f"has {len(lp)} entries but response_length is {rlen}")
                 arrays["rollout_logprob"] = _resp_aligned(lp, plen)
-            index = s.get("index")
-            t = (train or {}).get(int(index)) if index is not None else None
+            index = _int_field(s, "index")
+            t = (train or {}).get(index) if index is not None else None
             engine_arrays = [
                 k for k in ("tokens", "loss_mask", "rollout_log_probs", "teacher_log_probs") if s.get(k) is not None
             ]
@@ -308,9 +364,13 @@ def slime_samples(
                     if s.get(k) is not None
                 }
             }
+            if s.get("remove_sample"):
+                meta["sample_excluded"] = (
+                    f"remove_sample ({engine})"  # left out of the loss: the audit sees no leak in it
+                )
             if isinstance(s.get("metadata"), dict):
                 meta[engine]["metadata"] = _plain({k: v for k, v in s["metadata"].items() if k != "messages"})
-            msgs = messages.get(int(index)) if index is not None else None
+            msgs = messages.get(index) if index is not None else None
             if msgs is None and isinstance(s.get("metadata"), dict):
                 msgs = s["metadata"].get("messages")
             if isinstance(msgs, list) and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in msgs):
@@ -343,9 +403,8 @@ def slime_samples(
             if fin:
                 sample["finish"] = fin
             yield {"sample": sample}
-        except ValueError as e:
-            field, message = (e.args + ("",))[:2] if len(e.args) == 2 else ("", str(e))
-            yield {"issue": {"file": str(file), "line": row, "field": field, "message": message}}
+        except Exception as e:  # noqa: BLE001 - a sample we cannot read is reported, the others go on
+            yield _issue(file, row, e)
 
 
 def miles_train_rows(files: Sequence[Path], trust: bool) -> tuple[dict[int, dict[str, Any]], list[str]]:
@@ -433,9 +492,8 @@ def _skyrl_samples(batch: dict[str, Any], file: Path) -> Iterator[dict[str, Any]
             if i in group_of:
                 sample["group"] = f"train:{sample.get('step', 'x')}:{group_of[i]}"
             yield {"sample": sample}
-        except ValueError as e:
-            field, message = (e.args + ("",))[:2] if len(e.args) == 2 else ("", str(e))
-            yield {"issue": {"file": str(file), "line": i + 1, "field": field, "message": message}}
+        except Exception as e:  # noqa: BLE001 - a sample we cannot read is reported, the others go on
+            yield _issue(file, i + 1, e)
 
 
 # -- layouts ------------------------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ const GENERATED = 0;
 export function columnsMaskLeaks(
   c: TokenColumnsView,
   engineMask?: readonly number[],
+  excluded = false,
 ): MaskLeaks & { trained: number; generated: number } {
   const leaks: number[] = [];
   let trained = 0;
@@ -27,7 +28,7 @@ export function columnsMaskLeaks(
     const m = mask[i]!;
     if (m === 1) trained++;
     if (gen) generated++;
-    if (m !== (gen ? 1 : 0)) leaks.push(i);
+    if (m !== (gen ? 1 : 0) && !(excluded && gen)) leaks.push(i);
   }
   const mismatch: number[] = [];
   if (engineMask) {

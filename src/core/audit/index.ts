@@ -45,7 +45,7 @@ import {
   importancePreview,
 } from './importance';
 import { checkLogprobs, type LogprobCheck, type LogprobOptions } from './logprob';
-import { engineMaskOf, maskLeaks } from './masks';
+import { engineMaskOf, maskLeaks, sampleExcluded } from './masks';
 import {
   addSearchStep,
   countSearch,
@@ -105,6 +105,11 @@ export interface RolloutAudit {
   /** Of the leaks, where the engine's mask disagrees with loss_mask (records carrying `meta.engine_loss_mask`). */
   mask_mismatch: number[];
   drift: Drift | null;
+  /**
+   * Set when the record's messages do not render its recorded prompt (a tools block or a system turn not kept:
+   * template.ts): the prompt was not compared, the rest of the conversation was.
+   */
+  drift_prompt?: 'not comparable';
   logprob: LogprobCheck | null;
   /**
    * The importance-sampling preview at the options' level and cap (src/core/audit/importance.ts: which trained tokens
@@ -163,22 +168,25 @@ function auditWithShare(
   const tk = r.tokens;
   // a record of the token store: its typed columns, without building the arrays (columns.ts: the same results)
   const cols = tokenColumnsOf(tk);
+  const excluded = sampleExcluded(r.meta) !== undefined;
   const masks = tk
     ? cols
-      ? columnsMaskLeaks(cols, engineMaskOf(r.meta))
-      : maskLeaks(tk, engineMaskOf(r.meta))
+      ? columnsMaskLeaks(cols, engineMaskOf(r.meta), excluded)
+      : maskLeaks(tk, engineMaskOf(r.meta), excluded)
     : { leaks: [], mask_mismatch: [] };
   const sf = searchFacts(parsed, r, o);
   const nonFinite = nonFiniteValues(r);
   const bad = Object.keys(nonFinite).length > 0;
   const alarms: Alarm[] = [...trajectoryAlarms(r, parsed, o), ...searchAlarms(sf)];
   if (bad) alarms.push('non-finite');
+  const drift = tk && o.tokenizer ? recordDrift(r, o.tokenizer, o) : undefined;
   const audit: RolloutAudit = {
     id: r.id,
     step: r.step ?? null,
     leaks: masks.leaks,
     mask_mismatch: masks.mask_mismatch,
-    drift: tk && o.tokenizer ? recordDrift(r, o.tokenizer, o).drift : null,
+    drift: drift?.drift ?? null,
+    ...(drift?.promptNotComparable ? { drift_prompt: 'not comparable' as const } : {}),
     logprob: tk
       ? cols
         ? columnsLogprobs(cols, o, r.meta)
@@ -208,8 +216,19 @@ export interface AuditSummary {
   rollouts: number;
   flagged: number;
   leaks: { rollouts: number; tokens: number; mask_mismatch: number };
-  /** `mismatch`: why the tokenizer given is not the run's (then drift is not checked). */
-  drift: { checked: boolean; rollouts: number; text: number; split: number; template: number; mismatch?: string };
+  /**
+   * `mismatch`: why the tokenizer given is not the run's (then drift is not checked). `prompt_not_comparable`: the
+   * rollouts whose messages do not render their recorded prompt (compared from their first generated token).
+   */
+  drift: {
+    checked: boolean;
+    rollouts: number;
+    text: number;
+    split: number;
+    template: number;
+    prompt_not_comparable: number;
+    mismatch?: string;
+  };
   logprob: { rollouts: number; compared: number; flagged: number; max_abs_diff: number; mean_abs_diff: number };
   /**
    * The importance-sampling preview summed: `rollouts` with a preview, their `scored` trained tokens, the tokens TIS
@@ -362,6 +381,7 @@ function addToSummary(sum: AuditSummary, a: RolloutAudit, addAbs: (x: number) =>
     sum.drift.rollouts++;
     sum.drift[a.drift.kind]++;
   }
+  if (a.drift_prompt) sum.drift.prompt_not_comparable++;
   if (a.logprob) {
     sum.logprob.rollouts++;
     sum.logprob.compared += a.logprob.compared;
@@ -408,7 +428,14 @@ export class AuditStream {
       rollouts: 0,
       flagged: 0,
       leaks: { rollouts: 0, tokens: 0, mask_mismatch: 0 },
-      drift: { checked: options.tokenizer !== undefined, rollouts: 0, text: 0, split: 0, template: 0 },
+      drift: {
+        checked: options.tokenizer !== undefined,
+        rollouts: 0,
+        text: 0,
+        split: 0,
+        template: 0,
+        prompt_not_comparable: 0,
+      },
       logprob: { rollouts: 0, compared: 0, flagged: 0, max_abs_diff: 0, mean_abs_diff: 0 },
       is: {
         level: options.isLevel ?? IMPORTANCE_DEFAULTS.isLevel,

@@ -11,6 +11,10 @@
  *
  * With masking turned off on purpose (the ablation, `algorithm.loss_masking: false`) every non-generated response
  * token is a leak by this definition: the audit reports what was trained on, whatever the intent.
+ *
+ * A sample its engine left out of the loss as a whole (`meta.sample_excluded`: NeMo-RL's `sample_loss_mask` 0,
+ * slime's `remove_sample`) has a mask of 0 everywhere: nothing of it was trained on, so nothing of it leaked, and its
+ * generated tokens are not `generated-masked` — they were not trained on because the sample was not.
  */
 import type { LeakKind, MaskAudit } from '../protocol/replay';
 import type { TokenRole } from '../run/format';
@@ -32,8 +36,21 @@ export function leakKind(role: TokenRole, mask: number): LeakKind | null {
       : 'trained-on-feedback';
 }
 
-/** Audits token arrays; arrays of different lengths are audited over their common prefix (the schema reports the rest). */
-export function auditMask(role: readonly TokenRole[], lossMask: readonly number[]): MaskAudit {
+/**
+ * Why a record's engine left its whole sample out of the loss (`meta.sample_excluded`, written by the readers of
+ * NeMo-RL's and slime's dumps), if it did.
+ */
+export function sampleExcluded(meta: Record<string, unknown> | undefined): string | undefined {
+  const x = meta?.sample_excluded;
+  return typeof x === 'string' && x ? x : undefined;
+}
+
+/**
+ * Audits token arrays; arrays of different lengths are audited over their common prefix (the schema reports the
+ * rest). `excluded`: the sample was left out of the loss as a whole ({@link sampleExcluded}), so a generated token
+ * with mask 0 is not a leak.
+ */
+export function auditMask(role: readonly TokenRole[], lossMask: readonly number[], excluded = false): MaskAudit {
   const byKind: Record<LeakKind, number> = {
     'trained-on-retrieved': 0,
     'trained-on-prompt': 0,
@@ -50,7 +67,7 @@ export function auditMask(role: readonly TokenRole[], lossMask: readonly number[
     if (m === 1) trained++;
     if (r === 'generated') generated++;
     const k = leakKind(r, m);
-    if (k) {
+    if (k && !(excluded && k === 'generated-masked')) {
       leaks.push(i);
       byKind[k]++;
     }
@@ -84,8 +101,9 @@ export function engineMaskOf(meta: Record<string, unknown> | undefined): number[
 export function maskLeaks(
   tokens: { role: readonly TokenRole[]; loss_mask: readonly number[] },
   engineMask?: readonly number[],
+  excluded = false,
 ): MaskLeaks {
-  const { leaks } = auditMask(tokens.role, tokens.loss_mask);
+  const { leaks } = auditMask(tokens.role, tokens.loss_mask, excluded);
   const mismatch: number[] = [];
   if (engineMask) {
     const n = Math.min(engineMask.length, tokens.loss_mask.length);

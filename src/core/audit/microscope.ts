@@ -10,7 +10,7 @@ import type { TokenizerCodec } from '../tokens/tokenizer';
 import type { DriftOptions } from './drift';
 import { type ImportanceOptions, importancePreview } from './importance';
 import { checkLogprobs, type LogprobOptions, logprobDeltas } from './logprob';
-import { engineMaskOf, maskLeaks } from './masks';
+import { engineMaskOf, maskLeaks, sampleExcluded } from './masks';
 import { recordDrift } from './template';
 
 export interface MicroscopeOptions extends LogprobOptions, ImportanceOptions, DriftOptions {
@@ -42,7 +42,11 @@ export function addMicroscope(model: ReplayModel, r: Rollout, o: MicroscopeOptio
     model.tokens.overlays.ratio = deltas.map((d) => (d === null ? null : Math.exp(d)));
   }
   const engineMask = engineMaskOf(r.meta);
-  const masks = maskLeaks({ role: model.tokens.role, loss_mask: model.tokens.mask ?? [] }, engineMask);
+  const masks = maskLeaks(
+    { role: model.tokens.role, loss_mask: model.tokens.mask ?? [] },
+    engineMask,
+    sampleExcluded(r.meta) !== undefined,
+  );
   if (model.audit && masks.mask_mismatch.length) model.audit.leaks = masks.leaks;
   let drift: ReplayMicroscope['drift'] = null;
   if (o.codec) {

@@ -4,6 +4,7 @@
  * rewards are all equal (no learning signal: every advantage in the group is 0). Each response is read in its
  * dialect (Search-R1 tags or tool calls), so the numbers mean the same for both.
  */
+import { TOKEN_IDS_TEXT } from '../importers/foreign/sample';
 import { formatValidParsed, formatValidResponse } from '../rewards/format';
 import { em } from '../rewards/normalize';
 import { groupKeyOf, type LocatedIssue, type ReadOptions, type Rollout, rolloutContext } from '../run/format';
@@ -23,11 +24,17 @@ export interface RunSummary {
   reward: { count: number; mean: number; std: number; min: number; max: number } | null;
   /** Exact match: from `reward_parts.em` when recorded, else computed from the final answer and `golden`. */
   em: { count: number; rate: number } | null;
-  format: { valid: number; rate: number };
-  searches: { mean: number; histogram: Histogram };
-  turns: { mean: number; histogram: Histogram };
+  /**
+   * Trajectories whose text is their token ids (`⟨id⟩`: an ids-only dump read without a tokenizer, `meta.text`
+   * `token ids`): nothing is read from their text, so the format, searches, turns, invalid actions and dialects below
+   * are over the others — null when no trajectory has text.
+   */
+  without_text: number;
+  format: { valid: number; rate: number } | null;
+  searches: { mean: number; histogram: Histogram } | null;
+  turns: { mean: number; histogram: Histogram } | null;
   /** Invalid actions over all trajectories, and how many trajectories have one or more. */
-  invalid_actions: { total: number; trajectories: number };
+  invalid_actions: { total: number; trajectories: number } | null;
   /** Trajectories per dialect. */
   dialects: Histogram;
   finish: Histogram;
@@ -36,8 +43,22 @@ export interface RunSummary {
   groups: { count: number; zero_variance: number; frac_zero_std: number } | null;
 }
 
+/**
+ * Whether a record's prompt and response are text: not when they are its token ids written as `⟨id⟩` (an ids-only
+ * dump read without a tokenizer: `meta.text` is `token ids`), from which nothing can be read.
+ */
+export function hasText(r: Rollout): boolean {
+  return r.meta?.text !== TOKEN_IDS_TEXT;
+}
+
 /** Facts about one trajectory that the summary and the inspector need. */
 export interface TrajectoryFacts {
+  /**
+   * False when the record's text is its token ids ({@link hasText}): the facts read from the text (dialect, answer,
+   * searches, turns, format, invalid actions, exact match unless recorded) are then not known — left at their
+   * empty values, and callers show them as not available.
+   */
+  text: boolean;
   dialect: Dialect;
   answer: string | null;
   searches: number;
@@ -50,7 +71,10 @@ export interface TrajectoryFacts {
 }
 
 export function trajectoryFacts(r: Rollout, read: ReadOptions = {}): TrajectoryFacts {
-  const parsed = parseResponse(r.response, rolloutContext(r, read));
+  const text = hasText(r);
+  const parsed = text
+    ? parseResponse(r.response, rolloutContext(r, read))
+    : parseResponse('', rolloutContext({ v: r.v, id: r.id, prompt: '', response: '' }, read));
   const strict = { strictActions: r.strict_actions === true };
   const turns = turnsOf(parsed, strict);
   const answer = responseAnswer(parsed, strict, turns) ?? null;
@@ -59,12 +83,13 @@ export function trajectoryFacts(r: Rollout, read: ReadOptions = {}): TrajectoryF
   const emValue =
     typeof recordedEm === 'number'
       ? recordedEm
-      : r.golden && r.golden.length > 0
+      : text && r.golden && r.golden.length > 0
         ? answer === null
           ? 0
           : em(answer, r.golden)
         : null;
   return {
+    text,
     dialect: parsed.dialect,
     answer,
     searches,
@@ -81,6 +106,7 @@ export function trajectoryFacts(r: Rollout, read: ReadOptions = {}): TrajectoryF
 
 export class SummaryBuilder {
   private n = 0;
+  private withoutText = 0;
   private malformed = 0;
   private issues: string[] = [];
   private rewards = { count: 0, sum: 0, sumSq: 0, min: Infinity, max: -Infinity };
@@ -127,6 +153,12 @@ export class SummaryBuilder {
       this.emCount++;
       this.emSum += facts.em;
     }
+    if (r.finish) bump(this.finish, r.finish);
+    bump(this.sources, r.data_source ?? '(none)');
+    if (!facts.text) {
+      this.withoutText++;
+      return;
+    }
     if (facts.formatValid) this.formatOk++;
     this.searchSum += facts.searches;
     this.turnSum += facts.turns;
@@ -135,14 +167,13 @@ export class SummaryBuilder {
     this.invalidTotal += facts.invalidActions;
     if (facts.invalidActions > 0) this.invalidTrajectories++;
     bump(this.dialects, facts.dialect);
-    if (r.finish) bump(this.finish, r.finish);
-    bump(this.sources, r.data_source ?? '(none)');
   }
 
   result(): RunSummary {
     const w = this.rewards;
     const mean = w.count ? w.sum / w.count : 0;
     const grouped = [...this.groups.values()].filter((g) => g.n >= 2);
+    const text = this.n - this.withoutText;
     const zero = grouped.filter((g) => g.max - g.min <= 1e-12).length;
     return {
       trajectories: this.n,
@@ -152,10 +183,15 @@ export class SummaryBuilder {
         ? { count: w.count, mean, std: Math.sqrt(Math.max(0, w.sumSq / w.count - mean * mean)), min: w.min, max: w.max }
         : null,
       em: this.emCount ? { count: this.emCount, rate: this.emSum / this.emCount } : null,
-      format: { valid: this.formatOk, rate: this.n ? this.formatOk / this.n : 0 },
-      searches: { mean: this.n ? this.searchSum / this.n : 0, histogram: toObject(this.searchHist) },
-      turns: { mean: this.n ? this.turnSum / this.n : 0, histogram: toObject(this.turnHist) },
-      invalid_actions: { total: this.invalidTotal, trajectories: this.invalidTrajectories },
+      without_text: this.withoutText,
+      ...(this.n > 0 && this.withoutText === this.n
+        ? { format: null, searches: null, turns: null, invalid_actions: null }
+        : {
+            format: { valid: this.formatOk, rate: text ? this.formatOk / text : 0 },
+            searches: { mean: text ? this.searchSum / text : 0, histogram: toObject(this.searchHist) },
+            turns: { mean: text ? this.turnSum / text : 0, histogram: toObject(this.turnHist) },
+            invalid_actions: { total: this.invalidTotal, trajectories: this.invalidTrajectories },
+          }),
       dialects: toObject(this.dialects),
       finish: toObject(this.finish),
       data_sources: toObject(this.sources),

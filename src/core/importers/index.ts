@@ -2,10 +2,8 @@
  * The importers' front door: every source we read, as a stream of rollout records (or dataset examples),
  * plus detection of what a path holds (for `inspect`).
  */
-import { createReadStream } from 'node:fs';
 import { open, readdir, readFile, stat } from 'node:fs/promises';
 import { basename, extname, join } from 'node:path';
-import { createInterface } from 'node:readline';
 import type { LocatedIssue, ReadOptions, Rollout } from '../run/format';
 import { validateRollout } from '../run/format';
 import { readLines, tooLongMessage } from '../store/jsonl';
@@ -24,6 +22,7 @@ import {
   sampleCodec,
 } from './foreign';
 import { PieceCache, withInferredRoles } from './foreign/sample';
+import { binaryKind, binaryMessage, firstLineKeys } from './keys';
 import { importSearchR1Transcripts } from './searchr1';
 import { importTrlCompletions } from './trl';
 
@@ -48,19 +47,6 @@ export class UnreadableInput extends Error {
     super(`${path}: ${why}`);
     this.name = 'UnreadableInput';
   }
-}
-
-async function firstLine(path: string): Promise<string | undefined> {
-  const rl = createInterface({
-    input: createReadStream(path, { encoding: 'utf8', end: 1 << 20 }),
-    crlfDelay: Infinity,
-  });
-  try {
-    for await (const line of rl) if (line.trim()) return line;
-  } finally {
-    rl.close();
-  }
-  return undefined;
 }
 
 async function statOrThrow(path: string) {
@@ -93,9 +79,12 @@ export async function detectSource(path: string): Promise<SourceKind> {
     if (await isStoreStep(path)) return 'rollouts';
     const names = await readdir(path);
     if (names.includes('completions') || names.some((n) => /^completions_\d+\.parquet$/.test(n))) return 'trl';
-    if (names.includes('run.json') || names.includes('rollouts')) return 'rollouts';
+    if (names.includes('run.json')) return 'rollouts';
+    // Another engine's dump before a `rollouts/` of ours: prime-rl's output dir has a rollouts/ of its own
+    // (step_N/rank_R.bin, traces.jsonl) beside its token_exports/.
     const foreign = await detectForeign(path);
     if (foreign) return foreign;
+    if (names.includes('rollouts')) return 'rollouts';
     const jsonl = (await rolloutFiles(path)).filter((f) => f.endsWith('.jsonl'));
     if (jsonl.length === 0)
       throw new UnreadableInput(path, 'a directory with no run.json, rollouts/, *.jsonl or completions_*.parquet');
@@ -104,20 +93,21 @@ export async function detectSource(path: string): Promise<SourceKind> {
   if (basename(path) === STORE_FILES.rollouts && (await isStoreStep(join(path, '..')))) return 'rollouts';
   if (extname(path) === '.parquet') return 'trl';
   if (extname(path) === '.pt' || extname(path) === '.pkl') return (await detectForeign(path))!;
+  await refuseBinary(path);
   if (extname(path) === '.jsonl' || extname(path) === '.json') return (await jsonlForeignKind(path)) ?? jsonlKind(path);
   return 'searchr1';
 }
 
+/** A file read as text that is compressed or binary is refused, naming what it is (never read as a transcript). */
+async function refuseBinary(path: string): Promise<void> {
+  const binary = await binaryKind(path);
+  if (binary) throw new UnreadableInput(path, binaryMessage(binary, path));
+}
+
 async function jsonlKind(file: string): Promise<SourceKind> {
-  const line = await firstLine(file);
-  if (line === undefined) return 'rollouts';
-  try {
-    const o = JSON.parse(line) as Record<string, unknown>;
-    if ('output' in o && ('input' in o || 'score' in o)) return 'verl';
-  } catch {
-    /* malformed first line: reported when read */
-  }
-  return 'rollouts';
+  // the first line's keys, scanned without parsing its values (a veRL line may be megabytes long)
+  const keys = await firstLineKeys(file, { enough: (k) => k.has('output') && (k.has('input') || k.has('score')) });
+  return keys.has('output') && (keys.has('input') || keys.has('score')) ? 'verl' : 'rollouts';
 }
 
 /**
@@ -225,13 +215,23 @@ export async function* readSource(
         }
       }
       return;
-    case 'trl':
+    case 'trl': {
+      // which columns are rewards, said once per source (every table of a run has the same columns)
+      const said = new Set<string>();
+      const onNote = (n: string) => {
+        if (said.has(n)) return;
+        said.add(n);
+        foreign.onNote?.(n);
+      };
+      const trl = { ...(foreign.rewardColumns ? { rewardColumns: foreign.rewardColumns } : {}), onNote };
       for (const file of await trlFiles(path)) {
         let n = 0;
-        for await (const record of importTrlCompletions(file, read)) yield checked(record, file, ++n);
+        for await (const record of importTrlCompletions(file, read, trl)) yield checked(record, file, ++n);
       }
       return;
+    }
     case 'searchr1': {
+      await refuseBinary(path);
       let text: string;
       try {
         text = await readFile(path, 'utf8');

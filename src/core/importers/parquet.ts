@@ -13,17 +13,20 @@ export class ParquetReadError extends Error {
 }
 
 /** Yields the rows of a parquet file as objects, `batch` rows at a time, in order. Errors name the file. */
+/** An error opening a parquet file or reading its footer, as a ParquetReadError naming the file. */
+function openError(path: string, e: unknown): ParquetReadError {
+  const code = (e as NodeJS.ErrnoException).code;
+  const why =
+    code === 'EISDIR'
+      ? 'is a directory; expected a parquet file'
+      : code === 'ENOENT'
+        ? 'no such file'
+        : (e as Error).message;
+  return new ParquetReadError(path, why.startsWith('parquet') ? why : `not a readable parquet file: ${why}`);
+}
+
 export async function* parquetRows(path: string, batch = 4096): AsyncGenerator<Record<string, unknown>> {
-  const named = (e: unknown) => {
-    const code = (e as NodeJS.ErrnoException).code;
-    const why =
-      code === 'EISDIR'
-        ? 'is a directory; expected a parquet file'
-        : code === 'ENOENT'
-          ? 'no such file'
-          : (e as Error).message;
-    return new ParquetReadError(path, why.startsWith('parquet') ? why : `not a readable parquet file: ${why}`);
-  };
+  const named = (e: unknown) => openError(path, e);
   let file, metadata;
   try {
     file = await asyncBufferFromFile(path);
@@ -41,4 +44,32 @@ export async function* parquetRows(path: string, batch = 4096): AsyncGenerator<R
     }
     for (const r of rows) yield r as Record<string, unknown>;
   }
+}
+
+/**
+ * The physical type of each top-level column (`DOUBLE`, `FLOAT`, `INT64`, `INT32`, `BOOLEAN`, `BYTE_ARRAY`, …; a
+ * nested column — a list, a struct — is `GROUP`), in the file's order. Errors name the file.
+ */
+export async function parquetColumnTypes(path: string): Promise<Map<string, string>> {
+  let metadata;
+  try {
+    metadata = await parquetMetadataAsync(await asyncBufferFromFile(path));
+  } catch (e) {
+    throw openError(path, e);
+  }
+  const schema = metadata.schema;
+  const out = new Map<string, string>();
+  // depth-first: the root, then each top-level element followed by its descendants
+  let i = 1;
+  const skip = (at: number): number => {
+    let next = at + 1;
+    for (let c = 0; c < (schema[at]?.num_children ?? 0); c++) next = skip(next);
+    return next;
+  };
+  for (let c = 0; c < (schema[0]?.num_children ?? 0) && i < schema.length; c++) {
+    const e = schema[i]!;
+    out.set(e.name, e.num_children ? 'GROUP' : String(e.type ?? 'GROUP'));
+    i = skip(i);
+  }
+  return out;
 }

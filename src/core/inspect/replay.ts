@@ -15,7 +15,7 @@
  * text (each entry tokenised on its own, so every token has exactly one role).
  */
 
-import { auditMask } from '../audit/masks';
+import { auditMask, sampleExcluded } from '../audit/masks';
 import type { EntryKind, Overlay, ReplayDoc, ReplayEntry, ReplayModel, ReplayTokens } from '../protocol/replay';
 import { type ReadOptions, type Rollout, rolloutContext, type TokenRole } from '../run/format';
 import type { ParsedTrajectory } from '../tags/parser';
@@ -235,7 +235,7 @@ export function replayModel(
     if (tk.advantage) o.advantage = scoredValues(tk.advantage, role, m);
     if (tk.value) o.value = scoredValues(tk.value, role, m);
     if (tk.entropy) o.entropy = scoredValues(tk.entropy, role, m);
-    model.audit = auditMask(model.tokens.role, model.tokens.mask!);
+    model.audit = auditMask(model.tokens.role, model.tokens.mask!, sampleExcluded(r.meta) !== undefined);
     let firstResponse = model.tokens.role.findIndex((x) => x !== 'prompt');
     if (firstResponse < 0) firstResponse = m;
     model.tokens.start = spanTokens(entries, model.tokens.text, r.prompt.length, firstResponse);

@@ -54,22 +54,27 @@ export function rowFacts(row: RolloutRow, read: ReadOptions = {}, checks: Omit<A
   const facts = trajectoryFacts(r, read);
   Object.assign(f, {
     id: r.id,
-    dialect: facts.dialect,
-    invalid: facts.invalidActions,
     step: r.step,
     group: r.group === undefined ? undefined : String(r.group),
     sample: r.sample,
     reward: r.reward,
     em: facts.em ?? undefined,
-    searches: facts.searches,
-    turns: facts.turns,
     finish: r.finish,
     data_source: r.data_source,
     split: r.split,
     answer: clip(facts.answer ?? undefined, 200) ?? null,
     golden: r.golden?.map((g) => clip(g, 200)!),
     question: clip(r.question, 200),
-    valid: facts.formatValid,
+    // what is read from the text: not when the text is the record's token ids (an ids-only dump without a tokenizer)
+    ...(facts.text
+      ? {
+          dialect: facts.dialect,
+          invalid: facts.invalidActions,
+          searches: facts.searches,
+          turns: facts.turns,
+          valid: facts.formatValid,
+        }
+      : {}),
   });
   const audit = auditRollout(r, { ...checks, read }, facts.parsed);
   if (audit.alarms.length) f.alarms = audit.alarms;

@@ -63,10 +63,11 @@ export function derivedFields(
   const searches = searchCount(parsed);
   const turns = turnsOf(parsed);
   const answered = parsed.segments.some((s) => s.kind === 'answer' && s.opened && s.closed);
-  // Cut off mid-block: the generation ran out of length. A last turn with no action: invalid.
+  // Cut off mid-block: the generation ran out of length. A last turn with no action: invalid — an empty response too
+  // (the model ended its turn at once: no block was cut off, no action taken).
   const lastBlock = [...parsed.segments].reverse().find((s) => s.kind !== 'text' && s.kind !== 'template');
   const truncated = lastBlock !== undefined && !lastBlock.closed && lastBlock.kind !== 'feedback';
-  const lastInvalid = turns.length > 0 && turns[turns.length - 1]!.action === null;
+  const lastInvalid = turns.length === 0 || turns[turns.length - 1]!.action === null;
   const given = context.dialect !== undefined && context.dialect !== 'auto';
   return {
     searches,

@@ -30,6 +30,7 @@ import {
   validateRollout,
 } from '../../run/format';
 import { extractQuestion } from '../../tags/transcript';
+import { firstLineKeys } from '../keys';
 import { NEMO_FILE, nemoRlFiles, readNemoRl } from './nemoRl';
 import { primeRlFiles, readPrimeRl, type SampleItem } from './primeRl';
 import { templateMarkers } from './roles';
@@ -70,6 +71,8 @@ export interface ForeignOptions {
   python?: string;
   /** Load pickles and `.pt` files the restricted loaders refuse (runs code the file names): only for dumps you trust. */
   trustPickle?: boolean;
+  /** TRL completion tables: the reward functions' columns (`--reward-columns`; trl.ts says what is assumed without). */
+  rewardColumns?: readonly string[];
   /** Only complete steps of a run still writing (prime-rl's STABLE markers). */
   stableOnly?: boolean;
   /** Told what the user should know (a file loaded with full unpickling, a tokenizer without a chat template). */
@@ -97,30 +100,15 @@ async function names(dir: string): Promise<string[]> {
   return readdir(dir).catch(() => [] as string[]);
 }
 
-/** The keys of a JSON-lines file's first line (at most 1 MB read). */
-async function firstKeys(file: string): Promise<Set<string>> {
-  const { open } = await import('node:fs/promises');
-  const fh = await open(file, 'r').catch(() => undefined);
-  if (!fh) return new Set();
-  try {
-    const buf = Buffer.alloc(1 << 20);
-    const { bytesRead } = await fh.read(buf, 0, buf.length, 0);
-    const line =
-      buf
-        .subarray(0, bytesRead)
-        .toString('utf8')
-        .split('\n')
-        .find((l) => l.trim()) ?? '';
-    return new Set([...line.matchAll(/"([A-Za-z_]+)"\s*:/g)].map((m) => m[1]!));
-  } finally {
-    await fh.close();
-  }
-}
-
 /** Which engine's JSON lines a file holds, by its name and first line. */
 export async function jsonlForeignKind(file: string): Promise<ForeignKind | undefined> {
   if (NEMO_FILE.test(basename(file))) return 'nemo-rl';
-  const keys = await firstKeys(file);
+  // scanned as a stream until the keys decide: a long sequence's loss_mask comes after megabytes of token_ids
+  const keys = await firstLineKeys(file, { enough: (k) => jsonlKindOfKeys(k) !== undefined });
+  return jsonlKindOfKeys(keys);
+}
+
+function jsonlKindOfKeys(keys: ReadonlySet<string>): ForeignKind | undefined {
   if (keys.has('token_ids') && keys.has('token_loss_mask')) return 'nemo-rl';
   if (
     keys.has('token_ids') &&

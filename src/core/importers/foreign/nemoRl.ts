@@ -4,7 +4,8 @@
  * from a one-row slice of the batch — so every value is wrapped in a list: per-token fields are `[[…]]`, per-sample
  * ones `[x]` (a reader unwraps one level when it finds one). Fields: `content` (the conversation's message texts),
  * `rewards`, `filtered_rewards` (dynamic sampling), `input_lengths` (the real length: the batch is right-padded to
- * its longest), `token_ids`, `token_loss_mask`, `sample_loss_mask` (0: the whole sample excluded), `advantages`,
+ * its longest), `token_ids`, `token_loss_mask`, `sample_loss_mask` (0: the whole sample excluded — the loss's mask
+ * is token_loss_mask × sample_loss_mask, and so is the record's), `advantages`,
  * `generation_logprobs` (the sampler's), `prev_logprobs` (the trainer's old log-probs), `agent_ref`, and `idx`
  * (the line's number). Log-probs are aligned with the ids (position 0 holds 0). `val_data_step<N>.jsonl` holds
  * the held-out `content` (message logs) and `rewards`, without tokens; distillation and grpo_sync may write train
@@ -84,7 +85,13 @@ export function nemoRlSample(o: Record<string, unknown>, file: string, line: num
       throw new SampleError(k, `has ${v.length} entries but the sample has ${n} tokens (input_lengths)`);
     return v.slice(0, n);
   };
-  const mask = cut('token_loss_mask', true)!.map((x) => (x === 1 || x === true || x === 1.0 ? 1 : 0));
+  // NeMo-RL trains on token_loss_mask × sample_loss_mask (its loss functions: `token_mask * sample_mask`): a sample
+  // whose sample_loss_mask is 0 (left out: overlong filtering, a sequence-level log-prob error) is trained on nowhere
+  const sampleMask = num(o.sample_loss_mask);
+  const tokenMask = cut('token_loss_mask', true)!.map((x) => (x === 1 || x === true || x === 1.0 ? 1 : 0));
+  const mask = sampleMask === 0 ? tokenMask.map(() => 0) : tokenMask;
+  // the prompt still ends where the token mask's first trained token is (its group is found by its prompt ids)
+  const promptLength = sampleMask === 0 && tokenMask.includes(1) ? tokenMask.indexOf(1) : undefined;
   const nums = (k: string) => cut(k)?.map((x) => (typeof x === 'number' && Number.isFinite(x) ? x : null));
   const arrays = {
     rollout_logprob: nums('generation_logprobs'),
@@ -92,7 +99,6 @@ export function nemoRlSample(o: Record<string, unknown>, file: string, line: num
     advantage: nums('advantages'),
   };
   const reward = num(o.rewards);
-  const sampleMask = num(o.sample_loss_mask);
   const content = unwrap(o.content);
   const present = Object.keys(o).filter((k) => Array.isArray(unwrap(o[k])) && k !== 'content');
   return {
@@ -102,6 +108,7 @@ export function nemoRlSample(o: Record<string, unknown>, file: string, line: num
     ...(step !== undefined ? { step } : {}),
     split: 'train',
     ids: ids.slice(0, n) as number[],
+    ...(promptLength !== undefined ? { prompt_length: promptLength } : {}),
     loss_mask: mask,
     arrays: Object.fromEntries(Object.entries(arrays).filter(([, v]) => v)),
     ...(reward !== undefined ? { reward } : {}),
@@ -114,6 +121,7 @@ export function nemoRlSample(o: Record<string, unknown>, file: string, line: num
         ...(o.agent_ref !== undefined ? { agent_ref: unwrap(o.agent_ref) } : {}),
       },
       ...(Array.isArray(content) ? { content } : {}),
+      ...(sampleMask === 0 ? { sample_excluded: 'sample_loss_mask 0 (NeMo-RL)' } : {}),
     },
   };
 }

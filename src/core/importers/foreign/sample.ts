@@ -20,6 +20,12 @@ import { extractQuestion } from '../../tags/transcript';
 import { type ChatMarkers, inferRoles, rolesFromMask } from './roles';
 
 export const FOREIGN_KINDS = ['prime-rl', 'nemo-rl', 'miles', 'slime', 'skyrl'] as const;
+
+/**
+ * `meta.text` of a record whose prompt and response are its token ids written as `⟨id⟩` (read without a tokenizer,
+ * from a dump that keeps no text): nothing is read from them (searches, turns, format, answer: not available).
+ */
+export const TOKEN_IDS_TEXT = 'token ids';
 export type ForeignKind = (typeof FOREIGN_KINDS)[number];
 
 /** Our per-token number arrays, as a token sample carries them: over the whole sequence (prompt + response). */
@@ -276,6 +282,7 @@ export function recordOfSample(
       ...(s.part !== undefined ? { part: s.part } : {}),
       engine: s.engine,
       roles: how,
+      ...(!o.codec && s.response_text === undefined ? { text: TOKEN_IDS_TEXT } : {}),
       ...(s.engine_arrays ? { engine_arrays: s.engine_arrays } : {}),
       ...(s.meta ? (jsonSafe(s.meta) as Record<string, unknown>) : {}),
     },
