@@ -49,10 +49,10 @@ export const planCommand = defineCommand({
       .option('gpu-memory', {
         type: 'string',
         default: '80GiB',
-        describe: 'memory of one GPU (80GiB, 80GB, 141GiB, bytes)',
+        describe: 'memory of one GPU, 1 GiB at least (80GiB, 80GB, 141GiB, or bytes)',
       })
       .option('gpus', {
-        type: 'number',
+        type: 'string',
         describe:
           "GPUs the run has (default: the config's: devices, verl.gpus_per_node × verl.nodes; the builtin engine uses one)",
       })
@@ -65,14 +65,20 @@ export const planCommand = defineCommand({
         type: 'boolean',
         default: false,
         describe:
-          'print the plan as JSON: {fits, gpu_memory_bytes, devices: [{total_bytes, parts, phases, count}], chosen, cpu, suggestions, …}',
+          'print the plan as JSON: {fits, gpu_memory_bytes, devices: [{total_bytes, parts, phases, count}], chosen, cpu, suggestions, suggested_changes, …}',
       });
     for (const [cmd, what] of PLAN_EXAMPLES) b = b.example(`$0 ${cmd}`, what);
     return b;
   },
   run: async (a, io) => {
-    if (a.gpus !== undefined && (!Number.isInteger(a.gpus) || a.gpus < 1))
-      throw new UsageError(`--gpus must be a positive integer, got ${a.gpus}`);
+    let gpus: number | undefined;
+    if (a.gpus !== undefined) {
+      gpus = /^\s*\d+\s*$/.test(String(a.gpus)) ? Number(a.gpus) : Number.NaN;
+      if (!Number.isSafeInteger(gpus) || gpus < 1)
+        throw new UsageError(
+          `--gpus: expected a positive integer (the GPUs the run has), got ${JSON.stringify(a.gpus)}`,
+        );
+    }
     let gpuMemoryBytes: number;
     try {
       gpuMemoryBytes = parseBytes(a['gpu-memory']);
@@ -83,7 +89,7 @@ export const planCommand = defineCommand({
       const loaded = await loadRunConfig(a.config, { files: false });
       const plan = planRun(loaded, {
         gpuMemoryBytes,
-        gpus: a.gpus,
+        gpus,
         device: a.device,
         model: a.model === undefined ? undefined : resolveModelArg(a.model),
       });

@@ -195,8 +195,18 @@ describe('memory plan: engines trl and verl', function () {
     assert.equal(tp.rollout, 4 * P + 8 * P + 2 * P + Math.floor(0.2 * 80 * GiB));
     assert.equal(
       tp.update,
-      4 * P + 4 * P + 8 * P + 2 * P + t.activations! + t.backward_peak! + t.generation_batch! + t.vllm_asleep!,
+      4 * P +
+        4 * P +
+        8 * P +
+        2 * P +
+        t.activations! +
+        t.backward_peak! +
+        t.generation_batch! +
+        t.vllm_asleep! +
+        t.attention_mask!,
     );
+    // SDPA's mask over TRL's padded micro-batch: 4 × 6,144² booleans
+    assert.equal(t.attention_mask, 4 * 6144 ** 2);
 
     const verl = planRun(loadedExample(join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json')));
     const v = verl.devices[0]!.parts;
@@ -247,14 +257,15 @@ describe('memory plan: engines trl and verl', function () {
     const e = z2.devices[0]!.parts;
     assert.deepEqual([e.weights, e.gradients, e.optimizer], [2 * P, Math.round((2 * P) / 8), undefined]);
     assert.equal(z2.cpu!.parts.optimizer, 12 * P);
-    // a DeepSpeed JSON that cannot be read: planned unsharded (the most a process holds), and said
+    // a DeepSpeed JSON that cannot be read: not planned (as an unsharded guess would be no plan), naming both files
     writeFileSync(
       join(dir, 'acc.yaml'),
       'distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: missing.json\n',
     );
-    const none = planRun(loadedExample(file, { 'trl.accelerate_config': join(dir, 'acc.yaml') }));
-    assert.equal(none.devices[0]!.parts.weights, 4 * P);
-    assert.match(none.notes.join('\n'), /missing\.json .* cannot be read/);
+    assert.throws(
+      () => planRun(loadedExample(file, { 'trl.accelerate_config': join(dir, 'acc.yaml') })),
+      /acc\.yaml: deepspeed_config\.deepspeed_config_file: .*missing\.json: no such file/,
+    );
   });
 
   it('a config that does not fit is refused naming the largest parts and the knob that makes it fit (TRL without sleep mode; veRL micro-batches of 8)', () => {
@@ -355,7 +366,7 @@ describe('memory plan: engines trl and verl', function () {
     assert.ok(
       off.suggestions.some(
         (s) =>
-          s.startsWith('verl.optimizer_offload left to the plan') &&
+          s.startsWith('verl.optimizer_offload left out (the plan chooses the offload then)') &&
           /the plan then sets verl\.optimizer_offload: true/.test(s),
       ),
       off.suggestions.join('\n'),

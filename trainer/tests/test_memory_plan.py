@@ -4,7 +4,7 @@ Small Qwen2 models (random weights, a few widths and depths) are built through t
 setup: build_policy, the reference, the optimizer), and one real update step (`Trainer._update`, after one that
 creates AdamW's moments) runs on two micro-batches of the planner's worst case: every sequence as long as
 rollout.max_prompt_length + max_response_length (the second micro-batch runs beside the first one's gradients, as
-every micro-batch but the first of a mini-batch does). Every tensor storage torch allocates during it is counted (a
+every micro-batch but the first of a mini-batch does), left-padded as real rollouts are (SDPA's attention mask). Every tensor storage torch allocates during it is counted (a
 TorchDispatchMode sees each op's outputs; a storage counts until it is freed) on top of what is live before it (the
 weights, the moments, the reference); the peak is compared with the planner's update phase for the same config
 (`plan --json --device cpu`), within 15 %, and the parts that are only sizes (weights, gradients, moments,
@@ -142,6 +142,13 @@ def run_config(path: Path, dtype: str, checkpointing: bool, lora: bool, micro: i
     }
 
 
+def _left_padded(rows: int, length: int) -> torch.Tensor:
+    """A prompt mask of `rows` × `length` with the first row's first position padding."""
+    mask = torch.ones(rows, length, dtype=torch.long)
+    mask[0, 0] = 0
+    return mask
+
+
 def measure(tmp: Path, raw: dict) -> dict[str, int]:
     """What the update step holds: the static parts by size, and the peak during the second update step."""
     cfg = config_from_dict(raw)
@@ -152,9 +159,12 @@ def measure(tmp: Path, raw: dict) -> dict[str, int]:
     gen = torch.Generator().manual_seed(0)
     trajs = []
     # the planner's worst case: every sequence at the longest; two micro-batches (the second runs with the gradients
-    # of the first accumulated, as every micro-batch after the first of a mini-batch does)
+    # of the first accumulated, as every micro-batch after the first of a mini-batch does), the second left-padded as
+    # a micro-batch of real rollouts is (one row's prompt a token shorter: SDPA's attention mask is made)
+    micro = cfg.optim.micro_batch_size
     for i in range(cfg.optim.mini_batch_size):
-        prompt = torch.randint(0, vocab, (r.max_prompt_length,), generator=gen).tolist()
+        prompt_length = r.max_prompt_length - (1 if i <= micro and micro > 1 else 0)
+        prompt = torch.randint(0, vocab, (prompt_length,), generator=gen).tolist()
         ids = torch.randint(0, vocab, (r.max_response_length,), generator=gen).tolist()
         traj = Trajectory(t.train_set[0], 0, i, "", prompt, ids, ["generated"] * len(ids), [""], [-1.0] * len(ids))
         traj.reward = float(i % 2)
@@ -278,7 +288,8 @@ def measure_trl(tmp: Path, raw: dict) -> dict[str, int]:
     def micro_batch() -> dict:
         x = {
             "prompt_ids": torch.randint(0, vocab, (B, r.max_prompt_length), generator=gen),
-            "prompt_mask": torch.ones(B, r.max_prompt_length, dtype=torch.long),
+            # left padding in one row, as TRL's batches have (SDPA's attention mask is made)
+            "prompt_mask": _left_padded(B, r.max_prompt_length),
             "completion_ids": torch.randint(0, vocab, (B, r.max_response_length), generator=gen),
             "completion_mask": torch.ones(B, r.max_response_length, dtype=torch.long),
             "advantages": torch.randn(B, generator=gen),

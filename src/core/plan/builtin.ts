@@ -18,7 +18,8 @@
  * update (the gradients and the activations).
  */
 import type { RunConfig } from '../run/config';
-import { kvBytesPerToken, loraParams, type ModelShape, paramCounts } from './model';
+import { PlanError } from './errors';
+import { kvBytesPerToken, loraAdapter, type ModelShape, paramCounts } from './model';
 import {
   AUTO_RESERVE,
   checkpointBytesPerToken,
@@ -33,12 +34,7 @@ import {
   type Recipe,
 } from './parts';
 
-export class PlanError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'PlanError';
-  }
-}
+export { PlanError };
 
 export interface PlanContext {
   config: RunConfig;
@@ -71,10 +67,48 @@ export interface Chosen {
   why: string;
 }
 
-/** A change to a config that may make it fit: what it sets, and the config with it. */
+/** A change to a config that may make it fit: the keys it sets (dotted, as the config file writes them:
+ * `optim.micro_batch_size`; a value of undefined leaves the key out), why, and the knob it turns (a knob's candidates
+ * come mildest first: the planner names the first that fits). What a suggestion prints is `changeText` of exactly
+ * what `applyChange` sets. */
 export interface Change {
-  says: string;
-  apply: (c: RunConfig) => RunConfig | undefined;
+  sets: [key: string, value: unknown][];
+  why?: string;
+  knob?: string;
+}
+
+/** A change as the user would write it: `optim.micro_batch_size: 2 and rollout.max_batch_tokens: 32768 (why)`. */
+export function changeText(ch: Change): string {
+  const sets = ch.sets.map(([k, v]) => (v === undefined ? `${k} left out` : `${k}: ${jsonText(v)}`)).join(' and ');
+  return ch.why ? `${sets} (${ch.why})` : sets;
+}
+
+/** JSON with a space after each colon and comma (`{"r": 16, "alpha": 32}`), as the docs write it. */
+function jsonText(v: unknown): string {
+  if (Array.isArray(v)) return `[${v.map(jsonText).join(', ')}]`;
+  if (v && typeof v === 'object')
+    return `{${Object.entries(v)
+      .filter(([, x]) => x !== undefined)
+      .map(([k, x]) => `${JSON.stringify(k)}: ${jsonText(x)}`)
+      .join(', ')}}`;
+  return JSON.stringify(v);
+}
+
+/** `config` with the change's keys set (a copy; a value of undefined deletes the key). */
+export function applyChange<T extends object>(config: T, ch: Change): T {
+  const out = structuredClone(config) as Record<string, unknown>;
+  for (const [key, value] of ch.sets) {
+    const path = key.split('.');
+    let node = out;
+    for (const k of path.slice(0, -1)) {
+      if (!node[k] || typeof node[k] !== 'object') node[k] = {};
+      node = node[k] as Record<string, unknown>;
+    }
+    const last = path[path.length - 1]!;
+    if (value === undefined) delete node[last];
+    else node[last] = structuredClone(value);
+  }
+  return out as T;
 }
 
 export interface EnginePlan {
@@ -92,6 +126,9 @@ export interface EnginePlan {
   problems?: string[];
   /** The engine's own changes worth trying when the run does not fit (besides the micro-batch, checkpointing, LoRA). */
   changes?: Change[];
+  /** Our generator's KV budget in tokens (`rollout.max_batch_tokens`, or what the trainer would size), where the
+   * engine's rollout is ours. */
+  kvTokens?: number;
 }
 
 /** Whether the run computes in bf16 autocast on `device` (the trainer's policy.compute_dtype; `fastest` on a GPU is
@@ -108,6 +145,12 @@ export function checkpointing(config: RunConfig): boolean {
 
 export const LORA_TARGETS = ['q_proj', 'k_proj', 'v_proj', 'o_proj'];
 
+/** The modules LoRA targets: the config's, or the attention projections when it names none (the trainer's
+ * `lora.target_modules or [...]`: an empty list too). */
+export function loraTargets(lora: { target_modules?: string[] }): string[] {
+  return lora.target_modules?.length ? lora.target_modules : LORA_TARGETS;
+}
+
 export function builtinPlan(ctx: PlanContext): EnginePlan {
   const { config: c, shape: s } = ctx;
   const bf16 = computesInBf16(c, ctx.device);
@@ -115,7 +158,8 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
   const p = paramCounts(s);
   const r = c.rollout!;
   const lora = c.model.lora;
-  const trained = lora ? loraParams(s, lora.r ?? 8, lora.target_modules ?? LORA_TARGETS) : p.total;
+  const adapter = lora ? loraAdapter(s, lora.r ?? 8, loraTargets(lora)) : undefined;
+  const trained = adapter ? adapter.params : p.total;
   const parts: Part[] = [];
   const add = (name: string, bytes: number, phase: Part['phase'], what: string) =>
     bytes > 0 && parts.push({ name, bytes: Math.round(bytes), phase, what });
@@ -182,11 +226,19 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
   const layer = tokens * layerActivationBytesPerToken(s, recipe);
   const head = tokens * headActivationBytesPerToken(s, recipe);
   const positions = Math.min(chunkPositions(s.vocab), mb * r.max_response_length!);
-  const logits = logitsChunkBytes(s, recipe, positions);
+  // LoRA on the output layer: peft adds its adapter's output to the chunk's logits (two more tensors of the chunk's
+  // size in the compute dtype, alive with it)
+  const headAdapter = adapter?.adapted.includes('lm_head') ? positions * s.vocab * 2 * recipe.act : 0;
+  const logits = logitsChunkBytes(s, recipe, positions) + headAdapter;
   const backward = tokens * layerBackwardBytesPerToken(s, recipe);
+  // (a micro-batch of one sequence is cut to its own length, `SequenceBatch.select`: no padding, no mask)
+  const mask = attentionMaskBytes(mb > 1 ? mb : 0, T, recipe);
   const gibs = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
-  const withCkpt = tokens * checkpointBytesPerToken(s, recipe) * s.layers + Math.max(layer + backward, logits + head);
-  const withoutCkpt = s.layers * layer + head + Math.max(backward, logits);
+  const withCkpt =
+    tokens * checkpointBytesPerToken(s, recipe) * s.layers +
+    mask.bool +
+    Math.max(layer + backward + mask.copy, logits + head);
+  const withoutCkpt = s.layers * (layer + mask.copy) + mask.bool + head + Math.max(backward, logits);
   if (recipe.checkpointing) {
     add(
       'activations',
@@ -196,10 +248,11 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
     );
     add(
       'backward_peak',
-      Math.max(layer + backward, logits + head),
+      Math.max(layer + backward + mask.copy, logits + head),
       'update',
-      `the larger of one layer recomputed with its gradients (${((layer + backward) / 2 ** 30).toFixed(2)} GiB) and one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with the final norm's activations (${((logits + head) / 2 ** 30).toFixed(2)} GiB)`,
+      `the larger of one layer recomputed with its gradients and SDPA's ${recipe.act === 2 ? 'bf16' : 'fp32'} copy of the attention mask (${((layer + backward + mask.copy) / 2 ** 30).toFixed(2)} GiB) and one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with the final norm's activations${headAdapter ? " and the output layer's LoRA output" : ''} (${((logits + head) / 2 ** 30).toFixed(2)} GiB)`,
     );
+    add('attention_mask', mask.bool, 'update', mask.what(true));
   } else {
     add(
       'activations',
@@ -213,16 +266,17 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
       'update',
       `one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with its gradients (never the whole window)`,
     );
+    add('attention_mask', mask.bool + s.layers * mask.copy, 'update', mask.what(false, s.layers));
   }
   // the rollout: the KV cache and its transients
   const allPhase = parts.filter((x) => x.phase === 'all').reduce((a, x) => a + x.bytes, 0);
   const loaded = allPhase - (parts.find((x) => x.name === 'optimizer')?.bytes ?? 0);
-  const notes: string[] = [];
+  const notes: string[] = [...(adapter?.notes ?? [])];
   if (ctx.gpus > 1)
     notes.push(
       `the builtin engine trains on one device; --gpus ${ctx.gpus} plans one (engines trl and verl use several)`,
     );
-  ourGenerationParts(
+  const kvTokens = ourGenerationParts(
     ctx,
     recipe,
     { loaded, moments: 8 * trained, casts: bf16 ? 2 * castable : 0, who: 'the trainer' },
@@ -230,7 +284,65 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
     notes,
   );
   const summary = `${lora ? `LoRA r=${lora.r ?? 8}` : 'full fine-tune'}, ${bf16 ? 'bf16 autocast' : 'fp32'}, ${recipe.checkpointing ? 'gradient checkpointing' : 'no gradient checkpointing'}, engine builtin`;
-  return { devices: [parts], notes, summary };
+  return { devices: [parts], notes, summary, kvTokens, changes: kvBudgetChanges(c, kvTokens) };
+}
+
+/** The padding mask of a micro-batch of `mb` sequences of `T` tokens in a forward with gradients, as the trainer's
+ * attention runs it (its sas_sdpa_gqa registers transformers' `sdpa_mask`, as SDPA does; flash-attn needs none, and the
+ * builtin and trl engines load the policy with SDPA): the micro-batch is left-padded, so transformers materialises a
+ * (mb, 1, T, T) bool mask (masking_utils.sdpa_mask; it is skipped only when no row is padded) — and with gradient
+ * checkpointing it lives until the backward ends (the checkpointed layers recompute with it) —; each attention call
+ * converts it to a copy in the query's dtype (PyTorch's SDPA: convert_boolean_attn_mask, measured on CPU with torch
+ * 2.15; on CUDA read in PyTorch's source for the memory-efficient kernel, not measured on a GPU), which that layer's
+ * backward keeps: one layer's at a time with checkpointing, every layer's without. */
+export function attentionMaskBytes(
+  mb: number,
+  T: number,
+  r: Recipe,
+): { bool: number; copy: number; what: (checkpointed: boolean, layers?: number) => string } {
+  const bool = mb * T * T;
+  const copy = r.act * bool;
+  const dtype = r.act === 2 ? 'bf16' : 'fp32';
+  return {
+    bool,
+    copy,
+    what: (checkpointed, layers = 0) =>
+      checkpointed
+        ? `SDPA's padding mask over a left-padded micro-batch, ${mb} × ${T.toLocaleString('en-US')}² booleans, kept until the backward ends (the checkpointed layers recompute with it); the ${dtype} copy SDPA makes of it is in the backward peak`
+        : `SDPA's padding mask over a left-padded micro-batch, ${mb} × ${T.toLocaleString('en-US')}² booleans, and the ${dtype} copy of it each of the ${layers} layers keeps for its backward`,
+  };
+}
+
+/** Smaller KV budgets for our generator (`rollout.max_batch_tokens`), given the one planned (`tokens`): halves of it
+ * — of the trainer's own sizing when the config leaves the key unset, which never goes below DEFAULT_MAX_BATCH_TOKENS
+ * (generation.auto_max_batch_tokens) —, none below one sequence of the longest (the generator admits a row whatever
+ * the budget); and, when the config sets it, leaving it to the trainer. */
+export function kvBudgetChanges(c: RunConfig, tokens: number): Change[] {
+  const r = c.rollout!;
+  const set = r.max_batch_tokens;
+  const longest = r.max_prompt_length! + r.max_response_length!;
+  const out: Change[] = [];
+  for (const f of [2, 4, 8]) {
+    const v = Math.floor(tokens / f);
+    if (v < longest) break;
+    out.push({
+      sets: [['rollout.max_batch_tokens', v]],
+      why:
+        set !== undefined
+          ? 'fewer rows a wave'
+          : tokens === DEFAULT_MAX_BATCH_TOKENS
+            ? `fewer rows a wave; left unset the trainer sizes at least ${DEFAULT_MAX_BATCH_TOKENS.toLocaleString('en-US')} tokens`
+            : `fewer rows a wave; left unset the trainer sizes ${tokens.toLocaleString('en-US')} tokens`,
+      knob: 'rollout.max_batch_tokens',
+    });
+  }
+  if (set !== undefined)
+    out.push({
+      sets: [['rollout.max_batch_tokens', undefined]],
+      why: 'the trainer sizes the KV cache to what is left',
+      knob: 'rollout.max_batch_tokens left out',
+    });
+  return out;
 }
 
 /** Our generator's parts in the rollout (generation.py, used by the builtin and the trl engine): the KV cache
@@ -242,7 +354,7 @@ export function ourGenerationParts(
   free: { loaded: number; moments: number; casts: number; who: string },
   add: (name: string, bytes: number, phase: Part['phase'], what: string) => unknown,
   notes: string[],
-): void {
+): number {
   const { config: c, shape: s } = ctx;
   const r = c.rollout!;
   const kv = kvBytesPerToken(s, recipe.act);
@@ -276,6 +388,7 @@ export function ourGenerationParts(
     notes.push(
       `the KV cache holds ${maxBatchTokens.toLocaleString('en-US')} tokens, less than one group's ${r.n} rows of the longest prompt and a turn (${minTokens.toLocaleString('en-US')}): rollouts run a few rows at a time`,
     );
+  return maxBatchTokens;
 }
 
 /** `rollout.max_batch_tokens` when the config leaves it out, as the trainer's generation.auto_max_batch_tokens: on

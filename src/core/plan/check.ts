@@ -38,9 +38,11 @@ function onGpu(config: RunConfig, cuda: boolean | undefined): boolean {
 const gib = (n: number) => `${(n / 2 ** 30).toFixed(1)} GiB`;
 
 /** Plans `loaded` for GPUs of `gpuMemoryBytes` (default 80 GiB; as many as the config's engine uses); `cuda`: whether
- * the trainer's Python sees a GPU. */
+ * the trainer's Python sees a GPU. What the planner cannot plan (a LoRA target it cannot size, a model config.json or
+ * an accelerate config it cannot read: PlanError, naming the file and the field) is `skipped`, never a refusal: the
+ * run may still start (the trainer's own checks stand). */
 export function checkRunMemory(
-  loaded: { config: RunConfig; base: string },
+  loaded: { config: RunConfig; base: string; file?: string },
   options: { gpuMemoryBytes?: number; cuda?: boolean } = {},
 ): MemoryCheck {
   const c = loaded.config;

@@ -15,14 +15,16 @@ import type { RunConfig } from '../run/config';
 import type { Engine } from '../run/engines';
 import { resolveRunConfig } from '../run/presets';
 import {
+  applyChange,
   builtinPlan,
   type Change,
   type Chosen,
+  changeText,
   type EnginePlan,
   type Part,
   type PlanContext,
-  PlanError,
 } from './builtin';
+import { PlanError } from './errors';
 import { type ModelShape, ModelShapeError, modelShape, paramCounts, readModelShape } from './model';
 import { DEFAULT_GPU_MEMORY, USABLE_SHARE } from './parts';
 import { trlPlan } from './trl';
@@ -64,6 +66,9 @@ export interface MemoryPlan {
   usable_bytes: number;
   devices: DevicePlan[];
   suggestions: string[];
+  /** The change each suggestion prints, in order (all but a last "nothing … fits" line), key by key (dotted, as the
+   * config file writes them; no `value`: the key left out), and the largest device's bytes with it. */
+  suggested_changes: { changes: { key: string; value?: unknown }[]; total_bytes: number }[];
   engine: string;
   model: { path: string; model_type: string; parameters: number; hidden: number; layers: number; vocab: number };
   summary: string;
@@ -116,12 +121,26 @@ function shapeOfFile(file: string): ModelShape {
       `${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`,
     );
   }
-  if (!config || typeof config !== 'object') throw new ModelShapeError(`${file}: expected a JSON object`);
   return modelShape(config as Record<string, unknown>, file);
 }
 
-/** The memory plan of a loaded run config (its model.path resolved against the config's directory, or `options.model`). */
-export function planRun(loaded: { config: RunConfig; base: string }, options: PlanOptions = {}): MemoryPlan {
+/** The memory plan of a loaded run config (its model.path resolved against the config's directory, or `options.model`).
+ * A PlanError about the config (a field the planner cannot plan) names its file when `loaded.file` says it; one about
+ * the model's config.json names that file. */
+export function planRun(
+  loaded: { config: RunConfig; base: string; file?: string },
+  options: PlanOptions = {},
+): MemoryPlan {
+  try {
+    return planLoaded(loaded, options);
+  } catch (e) {
+    if (e instanceof PlanError && !(e instanceof ModelShapeError) && loaded.file && !e.message.startsWith(loaded.file))
+      throw new PlanError(`${loaded.file}: ${e.message}`);
+    throw e;
+  }
+}
+
+function planLoaded(loaded: { config: RunConfig; base: string }, options: PlanOptions): MemoryPlan {
   const config = resolveRunConfig(loaded.config);
   if (config.model.kind !== 'hf')
     throw new PlanError(
@@ -138,7 +157,7 @@ export function planRun(loaded: { config: RunConfig; base: string }, options: Pl
   } catch (e) {
     if (e instanceof ModelShapeError) {
       const missing = /no such file/.test(e.message);
-      throw new PlanError(
+      throw new ModelShapeError(
         missing && !options.model
           ? `${e.message}; the plan needs only the model's config.json: pass --model <model directory, config.json, or a shape that ships with the package: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-3b, qwen2.5-7b>`
           : e.message,
@@ -158,7 +177,18 @@ export function planShape(
   base?: string,
 ): MemoryPlan {
   const plan = planOnce(config, shape, path, options, base);
-  if (!plan.fits) plan.suggestions = suggestions(config, shape, path, options, base);
+  if (!plan.fits) {
+    const found = suggestions(config, shape, path, options, base);
+    plan.suggestions = found.map((x) => x.text);
+    plan.suggested_changes = found
+      .filter((x) => x.changes.length)
+      .map((x) => ({
+        changes: x.changes.flatMap((ch) =>
+          ch.sets.map(([key, value]) => (value === undefined ? { key } : { key, value })),
+        ),
+        total_bytes: x.bytes,
+      }));
+  }
   return plan;
 }
 
@@ -187,6 +217,7 @@ function planOnce(config: RunConfig, shape: ModelShape, path: string, options: P
     usable_bytes: usable,
     devices,
     suggestions: [],
+    suggested_changes: [],
     engine,
     model: {
       path,
@@ -247,68 +278,34 @@ export function peakText(plan: MemoryPlan): string {
   return `the ${d.peak.phase.replace(/_/g, ' ')} phase: ${parts.join(', ')}`;
 }
 
-function changes(config: RunConfig, engineChanges: Change[]): Change[] {
-  const out: Change[] = [];
-  const clone = (c: RunConfig) => structuredClone(c) as RunConfig;
-  if (config.model.gradient_checkpointing === false) {
-    out.push({
-      says: 'model.gradient_checkpointing: true',
-      apply: (c) => ({ ...clone(c), model: { ...c.model, gradient_checkpointing: true } }),
-    });
-  }
+/** The changes worth trying, cheapest first: checkpointing back on, smaller micro-batches, the engine's own (a smaller
+ * KV budget for our generator, vLLM's share, veRL's offload and GPUs), and last LoRA instead of a full fine-tune (a
+ * different training, not a setting). */
+function changes(config: RunConfig, engineChanges: Change[]): { cheap: Change[]; lora: Change[] } {
+  const cheap: Change[] = [];
+  if (config.model.gradient_checkpointing === false) cheap.push({ sets: [['model.gradient_checkpointing', true]] });
   const micro = config.optim!.micro_batch_size!;
-  for (let m = micro >> 1; m >= 1; m >>= 1) {
-    out.push({
-      says: `optim.micro_batch_size: ${m}`,
-      apply: (c) => ({
-        ...clone(c),
-        optim: { ...c.optim, micro_batch_size: m, mini_batch_size: Math.max(m, c.optim!.mini_batch_size!) },
-      }),
-    });
-  }
-  out.push(...engineChanges);
-  const mbt = config.rollout!.max_batch_tokens;
-  if (mbt !== undefined && (config.engine ?? 'builtin') !== 'verl') {
-    for (const f of [2, 4, 8]) {
-      const v = Math.max(1, Math.floor(mbt / f));
-      out.push({
-        says: `rollout.max_batch_tokens: ${v} (fewer rows a wave)`,
-        apply: (c) => ({ ...clone(c), rollout: { ...c.rollout, max_batch_tokens: v } }),
-      });
-    }
-    out.push({
-      says: 'rollout.max_batch_tokens left out (the trainer sizes the KV cache to what is left)',
-      apply: (c) => {
-        const x = clone(c);
-        delete x.rollout!.max_batch_tokens;
-        return x;
-      },
-    });
-  }
-  if (!config.model.lora) {
-    out.push({
-      says: 'model.lora: {"r": 16, "alpha": 32} (LoRA instead of a full fine-tune)',
-      apply: (c) => ({
-        ...clone(c),
-        model: {
-          ...c.model,
-          lora: { r: 16, alpha: 32, dropout: 0, target_modules: ['q_proj', 'k_proj', 'v_proj', 'o_proj'] },
-        },
-      }),
-    });
-  }
-  return out;
+  for (let m = micro >> 1; m >= 1; m >>= 1)
+    cheap.push({ sets: [['optim.micro_batch_size', m]], knob: 'optim.micro_batch_size' });
+  cheap.push(...engineChanges);
+  const lora: Change[] = config.model.lora
+    ? []
+    : [{ sets: [['model.lora', { r: 16, alpha: 32 }]], why: 'LoRA instead of a full fine-tune' }];
+  return { cheap, lora };
 }
 
-/** The cheapest changes that make the run fit, each checked by planning again: single changes in the order of
- * `changes` (what costs the least first), then pairs; at most three. */
+const knobOf = (c: Change) => c.knob ?? changeText(c);
+
+/** The cheapest changes that make the run fit, each checked by planning again (at most three): single changes in the
+ * order of `changes` — of one knob only the mildest that fits —, then pairs of them (one per pair of knobs) where no
+ * single one fits; LoRA after those, alone, then with one of them. */
 function suggestions(
   config: RunConfig,
   shape: ModelShape,
   path: string,
   options: PlanOptions,
   base?: string,
-): string[] {
+): { text: string; changes: Change[]; bytes: number }[] {
   let engineChanges: Change[] = [];
   try {
     const gpu = options.gpuMemoryBytes ?? DEFAULT_GPU_MEMORY;
@@ -325,70 +322,85 @@ function suggestions(
   } catch {
     /* planned once already */
   }
-  const all = changes(config, engineChanges);
-  const found: string[] = [];
+  const { cheap, lora } = changes(config, engineChanges);
+  const found: { text: string; changes: Change[]; bytes: number }[] = [];
   const gib = (n: number) => `${(n / 2 ** 30).toFixed(1)} GiB`;
-  const tryOne = (cs: Change[]) => {
-    let c: RunConfig | undefined = config;
-    for (const ch of cs) c = c && ch.apply(c);
-    if (!c) return;
+  const fits = (cs: Change[]): boolean => {
+    const c = cs.reduce((x, ch) => applyChange(x, ch), config);
     let p: MemoryPlan;
     try {
       p = planOnce(c, shape, path, options, base);
     } catch (e) {
-      if (e instanceof PlanError) return;
+      if (e instanceof PlanError) return false;
       throw e;
     }
+    if (!p.fits) return false;
     const also = p.chosen.length
       ? ` (the plan then sets ${p.chosen.map((x) => `${x.key}: ${JSON.stringify(x.value)}`).join(', ')})`
       : '';
-    if (p.fits)
-      found.push(
-        `${cs.map((x) => x.says).join(' and ')} → ${gib(Math.max(...p.devices.map((d) => d.total_bytes)))} of ${gib(p.gpu_memory_bytes)}${also}`,
-      );
+    const bytes = Math.max(...p.devices.map((d) => d.total_bytes));
+    found.push({
+      text: `${cs.map(changeText).join(' and ')} → ${gib(bytes)} of ${gib(p.gpu_memory_bytes)}${also}`,
+      changes: cs,
+      bytes,
+    });
+    return true;
   };
-  // the smallest micro-batch that fits is the one to name (not every smaller one)
-  const isMicro = (c: Change) => c.says.startsWith('optim.micro_batch_size');
-  let microFound = false;
-  for (const ch of all) {
-    if (found.length >= 3) break;
-    if (isMicro(ch) && microFound) continue;
-    const before = found.length;
-    tryOne([ch]);
-    if (isMicro(ch) && found.length > before) microFound = true;
-  }
-  if (!found.length) {
-    for (let i = 0; i < all.length && found.length < 3; i++) {
-      for (let j = i + 1; j < all.length && found.length < 3; j++) {
-        if (isMicro(all[i]!) && isMicro(all[j]!)) continue;
-        const before = found.length;
-        tryOne([all[i]!, all[j]!]);
-        if (found.length > before && isMicro(all[j]!)) break;
-      }
+  const singles = (list: Change[]) => {
+    const done = new Set<string>();
+    for (const ch of list) {
+      if (found.length >= 3) return;
+      if (!done.has(knobOf(ch)) && fits([ch])) done.add(knobOf(ch));
     }
-  }
+  };
+  const pairs = (list: [Change, Change][]) => {
+    const done = new Set<string>();
+    for (const [a, b] of list) {
+      if (found.length >= 3) return;
+      const key = `${knobOf(a)}\n${knobOf(b)}`;
+      if (knobOf(a) === knobOf(b) || done.has(key)) continue;
+      if (fits([a, b])) done.add(key);
+    }
+  };
+  singles(cheap);
+  if (!found.length) pairs(cheap.flatMap((a, i) => cheap.slice(i + 1).map((b): [Change, Change] => [a, b])));
+  singles(lora);
+  if (!found.length) pairs(lora.flatMap((a) => cheap.map((b): [Change, Change] => [a, b])));
   const engine = config.engine ?? 'builtin';
   if (!found.length)
-    found.push(
-      engine === 'builtin'
-        ? `nothing the builtin engine can change fits ${gib(options.gpuMemoryBytes ?? DEFAULT_GPU_MEMORY)}: a smaller model, shorter sequences (rollout.max_prompt_length + max_response_length), or an engine that shards and offloads (verl)`
-        : `no single change or pair of them the plan tries fits ${gib(options.gpuMemoryBytes ?? DEFAULT_GPU_MEMORY)}: more GPUs, a smaller model or shorter sequences (rollout.max_prompt_length + max_response_length)`,
-    );
+    found.push({
+      text:
+        engine === 'builtin'
+          ? `nothing the builtin engine can change fits ${gib(options.gpuMemoryBytes ?? DEFAULT_GPU_MEMORY)}: a smaller model, shorter sequences (rollout.max_prompt_length + max_response_length), or an engine that shards and offloads (verl)`
+          : `no single change or pair of them the plan tries fits ${gib(options.gpuMemoryBytes ?? DEFAULT_GPU_MEMORY)}: more GPUs, a smaller model or shorter sequences (rollout.max_prompt_length + max_response_length)`,
+      changes: [],
+      bytes: 0,
+    });
   return found;
 }
 
-/** Parses a memory size: `80GiB`, `80GB`, `80G` (GiB), `79.6 GiB`, `512MiB`, or bytes. */
-export function parseBytes(text: string): number {
-  const m = /^\s*([\d.]+)\s*([kmgt]?)(i?b?)\s*$/i.exec(text);
-  if (!m || !Number.isFinite(Number(m[1])))
+/** The smallest GPU memory the planner takes: below it a size is surely a unit left out (`80` is 80 bytes). */
+export const MIN_GPU_MEMORY = 2 ** 30;
+
+const SIZE_UNITS = 'KiB, MiB, GiB, TiB (or K, M, G, T), KB, MB, GB, TB (powers of 1,000), none for bytes';
+
+/** Parses a memory size: `80GiB`, `80GB`, `80G` (GiB), `79.6 GiB`, `512MiB`, or bytes; at least MIN_GPU_MEMORY.
+ * `option` names the command-line option in errors. */
+export function parseBytes(text: string, option = '--gpu-memory'): number {
+  const m = /^\s*(\d+(?:\.\d*)?|\.\d+)\s*([kmgt]?)(i?b?)\s*$/i.exec(text);
+  if (!m)
     throw new PlanError(
-      `--gpu-memory: expected a size such as 80GiB, 80GB or 85899345920, got ${JSON.stringify(text)}`,
+      `${option}: expected a size such as 80GiB, 80GB or 85899345920 (units: ${SIZE_UNITS}), got ${JSON.stringify(text)}`,
     );
   const unit = m[2]!.toLowerCase();
-  if (!unit) return Math.round(Number(m[1]));
   const binary = m[3]!.toLowerCase() === 'ib' || m[3] === '';
-  const power = { k: 1, m: 2, g: 3, t: 4 }[unit as 'k' | 'm' | 'g' | 't'];
-  return Math.round(Number(m[1]) * (binary ? 1024 : 1000) ** power);
+  const power = unit ? { k: 1, m: 2, g: 3, t: 4 }[unit as 'k' | 'm' | 'g' | 't'] : 0;
+  const bytes = Math.round(Number(m[1]) * (binary ? 1024 : 1000) ** power);
+  if (bytes < MIN_GPU_MEMORY)
+    throw new PlanError(
+      `${option}: ${JSON.stringify(text)} is ${bytes.toLocaleString('en-US')} bytes, less than 1 GiB: no GPU's memory (a unit left out? 80GiB is 80 GiB; units: ${SIZE_UNITS})`,
+    );
+  return bytes;
 }
 
 /** The plan as a table, its verdict and the suggestions. */

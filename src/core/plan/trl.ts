@@ -24,21 +24,23 @@
  * (ZeRO: bf16 weights and gradients, fp32 master weights and moments; FSDP: as veRL's) — the textbook count, not
  * measured.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { resolveConfigPath } from '../paths';
 import type { RunConfig } from '../run/config';
 import {
+  attentionMaskBytes,
   type Change,
   computesInBf16,
   type EnginePlan,
-  LORA_TARGETS,
+  kvBudgetChanges,
+  loraTargets,
   ourGenerationParts,
   type Part,
   type PlanContext,
-  PlanError,
 } from './builtin';
-import { layerLinears, loraParams, type ModelShape, paramCounts } from './model';
+import { PlanError } from './errors';
+import { layerLinears, loraAdapter, type ModelShape, paramCounts } from './model';
 import {
   checkpointBytesPerToken,
   gibText,
@@ -171,7 +173,29 @@ export function readAccelerateConfig(text: string): Record<string, any> {
   return root;
 }
 
-function sharding(path: string | null, notes: string[]): Sharding {
+/** DeepSpeed's ZeRO stage as a config writes it: 0–3 (a number, or its digits in quotes). */
+function zeroStage(v: unknown, where: string): number {
+  const n = typeof v === 'number' ? v : typeof v === 'string' && /^\s*\d+\s*$/.test(v) ? Number(v) : Number.NaN;
+  if (!Number.isInteger(n) || n < 0 || n > 3)
+    throw new PlanError(`${where}: expected a ZeRO stage, 0, 1, 2 or 3, got ${JSON.stringify(v)}`);
+  return n;
+}
+
+/** An offload device of DeepSpeed's (none, cpu, nvme): whether it offloads. */
+function offloadDevice(v: unknown, where: string): boolean {
+  if (v === undefined || v === null) return false;
+  const d = String(v).toLowerCase();
+  if (!['none', 'cpu', 'nvme'].includes(d))
+    throw new PlanError(`${where}: expected none, cpu or nvme, got ${JSON.stringify(v)}`);
+  return d !== 'none';
+}
+
+const FSDP_STRATEGIES = ['FULL_SHARD', 'SHARD_GRAD_OP', 'NO_SHARD', 'HYBRID_SHARD', 'HYBRID_SHARD_ZERO2'];
+
+/** How the accelerate config at `path` shards the states (no path: none). A file that cannot be read, or a field the
+ * plan depends on that is not one of the values accelerate and DeepSpeed take, is a PlanError naming the file and the
+ * field (`trl.accelerate_config` for a file that is not there). */
+function sharding(path: string | null): Sharding {
   const none: Sharding = {
     kind: 'none',
     offloadOptimizer: false,
@@ -179,40 +203,54 @@ function sharding(path: string | null, notes: string[]): Sharding {
     what: 'no sharding: every process holds the whole policy',
   };
   if (!path) return none;
-  if (!existsSync(path)) {
-    notes.push(`trl.accelerate_config ${path} cannot be read: planned without sharding (the most a process may hold)`);
-    return none;
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    throw new PlanError(
+      `trl.accelerate_config: ${path}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file (an accelerate config, as `accelerate config` writes it)' : (e as Error).message}`,
+    );
   }
-  const c = readAccelerateConfig(readFileSync(path, 'utf8'));
+  const c = readAccelerateConfig(text);
   const type = String(c.distributed_type ?? 'NO').toUpperCase();
   if (type === 'DEEPSPEED') {
-    let ds = c.deepspeed_config ?? {};
+    const ds = c.deepspeed_config ?? {};
+    let stage: number;
+    let offloadOptimizer: boolean;
+    let offloadParams: boolean;
     if (ds.deepspeed_config_file) {
       // a DeepSpeed JSON config named by the accelerate config: its zero_optimization says the stage and offload
       const file = resolve(dirname(path), String(ds.deepspeed_config_file));
-      let json: Record<string, any>;
+      let json: unknown;
       try {
         json = JSON.parse(readFileSync(file, 'utf8'));
       } catch (e) {
-        notes.push(
-          `DeepSpeed config ${file} (${path}'s deepspeed_config_file) cannot be read (${(e as Error).message}): planned without sharding (the most a process may hold)`,
+        throw new PlanError(
+          `${path}: deepspeed_config.deepspeed_config_file: ${file}: ${(e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message}`,
         );
-        return none;
       }
-      const z = json.zero_optimization ?? {};
-      ds = {
-        zero_stage: z.stage ?? 0,
-        offload_optimizer_device: z.offload_optimizer?.device,
-        offload_param_device: z.offload_param?.device,
-      };
+      if (!json || typeof json !== 'object' || Array.isArray(json))
+        throw new PlanError(`${file}: expected a JSON object (a DeepSpeed config)`);
+      const z = ((json as Record<string, any>).zero_optimization ?? {}) as Record<string, any>;
+      stage = zeroStage(z.stage ?? 0, `${file}: zero_optimization.stage`);
+      offloadOptimizer = offloadDevice(
+        z.offload_optimizer?.device,
+        `${file}: zero_optimization.offload_optimizer.device`,
+      );
+      offloadParams = offloadDevice(z.offload_param?.device, `${file}: zero_optimization.offload_param.device`);
+    } else {
+      stage = zeroStage(ds.zero_stage ?? 0, `${path}: deepspeed_config.zero_stage`);
+      offloadOptimizer = offloadDevice(
+        ds.offload_optimizer_device,
+        `${path}: deepspeed_config.offload_optimizer_device`,
+      );
+      offloadParams = offloadDevice(ds.offload_param_device, `${path}: deepspeed_config.offload_param_device`);
     }
-    const stage = Number(ds.zero_stage ?? 0);
-    const off = (k: string) => !!ds[k] && String(ds[k]).toLowerCase() !== 'none';
-    if (stage >= 1 && stage <= 3)
+    if (stage >= 1)
       return {
         kind: `zero${stage}` as Sharding['kind'],
-        offloadOptimizer: off('offload_optimizer_device'),
-        offloadParams: off('offload_param_device'),
+        offloadOptimizer,
+        offloadParams,
         what: `DeepSpeed ZeRO-${stage} (${path})`,
       };
     return { ...none, what: `DeepSpeed without ZeRO (${path})` };
@@ -220,7 +258,16 @@ function sharding(path: string | null, notes: string[]): Sharding {
   if (type === 'FSDP') {
     const f = c.fsdp_config ?? {};
     const strategy = String(f.fsdp_sharding_strategy ?? 'FULL_SHARD').toUpperCase();
-    const off = String(f.fsdp_offload_params ?? 'false').toLowerCase() === 'true';
+    if (!FSDP_STRATEGIES.includes(strategy) && !/^[1-5]$/.test(strategy))
+      throw new PlanError(
+        `${path}: fsdp_config.fsdp_sharding_strategy: expected ${FSDP_STRATEGIES.join(', ')} (or 1–5), got ${JSON.stringify(f.fsdp_sharding_strategy)}`,
+      );
+    const offload = String(f.fsdp_offload_params ?? 'false').toLowerCase();
+    if (offload !== 'true' && offload !== 'false')
+      throw new PlanError(
+        `${path}: fsdp_config.fsdp_offload_params: expected true or false, got ${JSON.stringify(f.fsdp_offload_params)}`,
+      );
+    const off = offload === 'true';
     if (strategy === 'NO_SHARD' || strategy === '3') return { ...none, what: `FSDP NO_SHARD (${path})` };
     return { kind: 'fsdp', offloadOptimizer: off, offloadParams: off, what: `FSDP ${strategy} (${path})` };
   }
@@ -237,11 +284,16 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
   const world = ctx.gpusGiven ? ctx.gpus : trlProcesses(c);
   const bf16 = computesInBf16(c, ctx.device);
   const inputs = trlMemoryInputs(c, world, bf16, ctx.base);
-  const notes: string[] = [];
-  const sh = sharding(inputs.sharded_by as string | null, notes);
+  const sh = sharding(inputs.sharded_by as string | null);
   const p = paramCounts(s);
   const lora = c.model.lora;
-  const trained = lora ? loraParams(s, lora.r ?? 8, lora.target_modules ?? LORA_TARGETS) : p.total;
+  const adapter = lora ? loraAdapter(s, lora.r ?? 8, loraTargets(lora)) : undefined;
+  const trained = adapter ? adapter.params : p.total;
+  const notes: string[] = [...(adapter?.notes ?? [])];
+  if (adapter?.adapted.includes('lm_head'))
+    notes.push(
+      "LoRA on lm_head: its adapter's parameters are counted; what its output adds to TRL's fused log-prob head (read for a plain output layer) is not planned",
+    );
   const ckpt = inputs.gradient_checkpointing as boolean;
   const recipe: Recipe = { act: bf16 || sh.kind.startsWith('zero') ? 2 : 4, checkpointing: ckpt };
   const parts: Part[] = [];
@@ -380,6 +432,8 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
   const norm = tokens * headActivationBytesPerToken(s, recipe);
   const saved = headTokens * s.hidden * recipe.act;
   const headGrads = (lora ? 0 : 4 * s.vocab * s.hidden) + 4 * headTokens * s.hidden;
+  // TRL's batch is padded (prompts on the left, completions on the right): SDPA's mask, as the builtin engine's
+  const mask = attentionMaskBytes(mb, T, recipe);
   if (castsAll)
     addGpu(
       'weight_casts_update',
@@ -402,14 +456,15 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
       'update_forward',
       `the final norm's activations, the ${headTokens.toLocaleString('en-US')} scored positions' hidden states and one fused-head tile buffer of ${tileTokens} × ${HEAD_VOCAB.toLocaleString('en-US')}${cpuHead ? ' and its fp32 temporaries (the torch fallback on CPU)' : ''}`,
     );
-    const layerPeak = layer + backward + (castsAll ? 2 * layer1 : 0);
+    const layerPeak = layer + backward + (castsAll ? 2 * layer1 : 0) + mask.copy;
     const headPeak = norm + saved + tileBackward + headGrads;
     addGpu(
       'backward_peak',
       Math.max(layerPeak, headPeak),
       'update',
-      `the larger of one layer recomputed with its gradients${castsAll ? ' and its casts' : ''} (${gibText(layerPeak)}) and the fused head's backward: its tile, ${lora ? '' : "the output layer's gradient accumulated in fp32 (vocabulary × hidden), "}the hidden states' gradient (${gibText(headPeak)})`,
+      `the larger of one layer recomputed with its gradients${castsAll ? ', its casts' : ''} and SDPA's ${recipe.act === 2 ? 'bf16' : 'fp32'} copy of the attention mask (${gibText(layerPeak)}) and the fused head's backward: its tile, ${lora ? '' : "the output layer's gradient accumulated in fp32 (vocabulary × hidden), "}the hidden states' gradient (${gibText(headPeak)})`,
     );
+    addGpu('attention_mask', mask.bool, train, mask.what(true));
   } else {
     addGpu(
       'activations',
@@ -429,6 +484,7 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
       'update',
       "the larger of one layer's gradients and the fused head's backward",
     );
+    addGpu('attention_mask', mask.bool + s.layers * mask.copy, train, mask.what(false, s.layers));
   }
   const S = r.batch_size! * r.n!;
   addGpu(
@@ -439,6 +495,7 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
   );
 
   // the rollout: ours, or TRL's colocated vLLM
+  let kvTokens: number | undefined;
   if (inputs.generation === 'vllm') {
     if (ctx.device !== 'cuda') throw new PlanError('trl.use_vllm needs a GPU: plan it with --device cuda');
     const util = inputs.vllm_gpu_memory_utilization as number;
@@ -493,7 +550,7 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
         'rollout',
         `bf16 copies of ${lora ? 'the adapter' : 'every projection and the output layer'}, cached through a generation call`,
       );
-    ourGenerationParts(
+    kvTokens = ourGenerationParts(
       ctx,
       recipe,
       {
@@ -511,23 +568,17 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
   notes.push('the reference and old log-prob passes run without gradients: less than the update');
 
   const changes: Change[] = [];
-  const clone = (x: RunConfig) => structuredClone(x) as RunConfig;
-  const setTrl = (x: RunConfig, k: string, v: unknown) =>
-    ({ ...clone(x), trl: { ...(x.trl ?? {}), [k]: v } }) as RunConfig;
   if (inputs.generation === 'vllm') {
     if (!inputs.vllm_sleep_mode)
       changes.push({
-        says: 'trl.vllm_enable_sleep_mode: true (vLLM gives its memory back during the update)',
-        apply: (x) => setTrl(x, 'vllm_enable_sleep_mode', true),
+        sets: [['trl.vllm_enable_sleep_mode', true]],
+        why: 'vLLM gives its memory back during the update',
       });
     const util = inputs.vllm_gpu_memory_utilization as number;
     const deltas = problems.length ? [0.1, 0.2, 0.3] : [-0.05, -0.1, -0.15];
     for (const u of deltas.map((d) => Math.round((util + d) * 100) / 100).filter((u) => u >= 0.05 && u <= 0.9))
-      changes.push({
-        says: `trl.vllm_gpu_memory_utilization: ${u}`,
-        apply: (x) => setTrl(x, 'vllm_gpu_memory_utilization', u),
-      });
-  }
+      changes.push({ sets: [['trl.vllm_gpu_memory_utilization', u]], knob: 'trl.vllm_gpu_memory_utilization' });
+  } else if (kvTokens !== undefined) changes.push(...kvBudgetChanges(c, kvTokens));
   const summary = `${lora ? `LoRA r=${lora.r ?? 8}` : 'full fine-tune'}, ${bf16 ? 'bf16 autocast over fp32 master weights' : 'fp32'}, ${ckpt ? 'gradient checkpointing' : 'no gradient checkpointing'}, ${world} process${world === 1 ? '' : 'es'}${sh.kind === 'none' ? '' : ` (${sh.kind === 'fsdp' ? 'FSDP' : `ZeRO-${sh.kind.slice(4)}`})`}, ${inputs.generation === 'vllm' ? `vLLM at ${inputs.vllm_gpu_memory_utilization}${inputs.vllm_sleep_mode ? ' in sleep mode' : ''}` : 'our generator'}, engine trl`;
-  return { devices: [parts], counts: [world], notes, summary, cpu, problems, changes };
+  return { devices: [parts], counts: [world], notes, summary, cpu, problems, changes, kvTokens };
 }

@@ -31,16 +31,9 @@
  * it launches.
  */
 import type { RunConfig } from '../run/config';
-import {
-  type Change,
-  type Chosen,
-  type EnginePlan,
-  LORA_TARGETS,
-  type Part,
-  type PlanContext,
-  PlanError,
-} from './builtin';
-import { layerLinears, loraParams, type ModelShape, paramCounts } from './model';
+import { type Change, type Chosen, type EnginePlan, loraTargets, type Part, type PlanContext } from './builtin';
+import { PlanError } from './errors';
+import { layerLinears, loraAdapter, loraParams, type ModelShape, paramCounts } from './model';
 import {
   checkpointBytesPerToken,
   gibText,
@@ -193,7 +186,7 @@ function verlParts(
   const ckpt = inputs.gradient_checkpointing as boolean;
   const recipe: Recipe = { act: 2, checkpointing: ckpt };
   const lora = config.model.lora;
-  const trained = lora ? loraParams(shape, lora.r ?? 8, lora.target_modules ?? LORA_TARGETS) : p.total;
+  const trained = lora ? loraParams(shape, lora.r ?? 8, loraTargets(lora)) : p.total;
   const r = config.rollout!;
   const parts: Part[] = [];
   const cpu: Part[] = [];
@@ -458,7 +451,15 @@ export function verlPlan(ctx: PlanContext): EnginePlan {
     picks.push({ key: 'verl.param_offload', value: chosen.paramOffload, why });
   if (s.optimizer_offload === undefined && chosen.optimizerOffload !== VERL_OWN.optimizer_offload)
     picks.push({ key: 'verl.optimizer_offload', value: chosen.optimizerOffload, why });
+  const lora = config.model.lora;
+  const adapter = lora ? loraAdapter(ctx.shape, lora.r ?? 8, loraTargets(lora)) : undefined;
   const notes = [
+    ...(adapter?.notes ?? []),
+    ...(adapter?.adapted.includes('lm_head')
+      ? [
+          "LoRA on lm_head: its adapter's parameters are counted; its output, one more tokens × vocabulary tensor beside the logits, is not planned",
+        ]
+      : []),
     ...planned.notes,
     s.param_offload === undefined || s.optimizer_offload === undefined
       ? picks.length
@@ -475,40 +476,44 @@ export function verlPlan(ctx: PlanContext): EnginePlan {
     'read from veRL 0.9.1\'s source, not measured on a GPU (docs/engines.md, "The memory plan")',
   ];
   const W = inputs.world_size as number;
-  const lora = config.model.lora;
   const changes: Change[] = [];
-  const clone = (c: RunConfig) => structuredClone(c) as RunConfig;
-  const setVerl = (c: RunConfig, k: string, value: unknown) =>
-    ({ ...clone(c), verl: { ...(c.verl ?? {}), [k]: value } }) as RunConfig;
-  if (s.param_offload === false)
-    changes.push({
-      says: 'verl.param_offload left to the plan (or true)',
-      apply: (c) => setVerl(c, 'param_offload', undefined),
-    });
-  if (s.optimizer_offload === false)
-    changes.push({
-      says: 'verl.optimizer_offload left to the plan (or true)',
-      apply: (c) => setVerl(c, 'optimizer_offload', undefined),
-    });
+  for (const [key, set] of [
+    ['verl.param_offload', s.param_offload],
+    ['verl.optimizer_offload', s.optimizer_offload],
+  ] as const)
+    if (set === false) changes.push({ sets: [[key, undefined]], why: 'the plan chooses the offload then' });
   const util = s.gpu_memory_utilization;
   if (planned.problems.length) {
     for (const u of [0.1, 0.2, 0.3, 0.4].map((d) => Math.round((util + d) * 100) / 100).filter((u) => u <= 0.9))
       changes.push({
-        says: `verl.gpu_memory_utilization: ${u} (a larger share for the rollout engine)`,
-        apply: (c) => setVerl(c, 'gpu_memory_utilization', u),
+        sets: [['verl.gpu_memory_utilization', u]],
+        why: 'a larger share for the rollout engine',
+        knob: 'verl.gpu_memory_utilization',
       });
   } else {
     for (const u of [0.1, 0.2, 0.3].map((d) => Math.round((util - d) * 100) / 100).filter((u) => u >= 0.1))
       changes.push({
-        says: `verl.gpu_memory_utilization: ${u} (a smaller rollout share: a smaller KV cache)`,
-        apply: (c) => setVerl(c, 'gpu_memory_utilization', u),
+        sets: [['verl.gpu_memory_utilization', u]],
+        why: 'a smaller rollout share: a smaller KV cache',
+        knob: 'verl.gpu_memory_utilization',
       });
   }
-  if (s.gpus_per_node * 2 <= 8)
-    changes.push({
-      says: `devices: ${2 * W} (FSDP shards the states over twice the GPUs)`,
-      apply: (c) => ({ ...withWorld(clone(c), 2 * W) }),
-    });
+  // twice the GPUs, written with the keys the config uses (devices and verl.gpus_per_node must agree); not under
+  // --gpus, which fixes the count
+  if (!ctx.gpusGiven) {
+    const given = (config.verl ?? {}) as Record<string, unknown>;
+    const perNode = given.gpus_per_node !== undefined && given.gpus_per_node !== null;
+    const sets: [string, unknown][] = [];
+    const devices = (config.devices ?? 1) > 1; // devices of 1 (the default) is ignored beside gpus_per_node
+    if (s.gpus_per_node * 2 <= 8) {
+      if (devices || !perNode) sets.push(['devices', 2 * W]);
+      if (perNode) sets.push(['verl.gpus_per_node', 2 * s.gpus_per_node]);
+    } else {
+      if (devices) sets.push(['devices', 2 * W]);
+      sets.push(['verl.nodes', 2 * s.nodes]);
+    }
+    changes.push({ sets, why: 'FSDP shards the states over twice the GPUs' });
+  }
   const summary = `${lora ? `LoRA r=${lora.r ?? 8}` : 'full fine-tune'}, FSDP over ${W} GPU${W === 1 ? '' : 's'}${s.nodes > 1 ? ` (${s.nodes} machines × ${s.gpus_per_node})` : ''}, bf16 compute over fp32 master weights, ${inputs.gradient_checkpointing ? 'gradient checkpointing' : 'no gradient checkpointing'}, offload ${offloadText(chosen)}, ${s.rollout} at ${util}, engine verl`;
   return {
     devices: [planned.parts],
