@@ -10,6 +10,7 @@
 import { readFile } from 'node:fs/promises';
 import { sourceFiles } from '../core/importers';
 import { RewardCompileError } from '../core/rewards/compile';
+import { SANDBOX_LIMITS } from '../core/rewards/sandbox';
 import {
   BUILTIN_REWARDS,
   openReward,
@@ -63,7 +64,7 @@ export const rewardCommandDef = defineCommand({
         type: 'string',
         describe: 'write the rollouts re-scored (the recorded reward kept in meta.reward_recorded)',
       })
-      .option('timeout', { type: 'number', default: 2000, describe: 'time limit per item (ms)' })
+      .option('timeout', { type: 'number', default: 2000, describe: 'time limit per item (ms, at most 600,000)' })
       .option('batch-timeout', {
         type: 'number',
         default: 120_000,
@@ -87,16 +88,28 @@ export async function rewardCommand(
 ): Promise<number> {
   if (values.report && (values.json || values.out))
     throw new UsageError('--report cannot be combined with --json or --out');
-  const positive = (name: string, v: unknown, min: number) => {
+  // Bounded above too: a time limit past Node's largest timer (~24.8 days) would fire at once and fail every rollout.
+  const int = (name: string, v: unknown, min: number, max: number, unit: string) => {
     const n = Number(v);
-    if (!Number.isFinite(n) || n < min) throw new UsageError(`--${name} must be a number ≥ ${min}, got ${String(v)}`);
+    if (!Number.isInteger(n) || n < min || n > max)
+      throw new UsageError(
+        `--${name} must be a whole number of ${unit} from ${min.toLocaleString('en-US')} to ${max.toLocaleString('en-US')}, got ${String(v)}`,
+      );
     return n;
   };
   const limits = {
-    itemTimeoutMs: positive('timeout', values.timeout ?? 2000, 1),
-    batchTimeoutMs: positive('batch-timeout', values['batch-timeout'] ?? 120_000, 1),
-    memoryMb: positive('memory', values.memory ?? 256, 32),
-    ...(values.workers ? { workers: positive('workers', values.workers, 1) } : {}),
+    itemTimeoutMs: int('timeout', values.timeout ?? 2000, 1, SANDBOX_LIMITS.itemTimeoutMs, 'milliseconds'),
+    batchTimeoutMs: int(
+      'batch-timeout',
+      values['batch-timeout'] ?? 120_000,
+      1,
+      SANDBOX_LIMITS.batchTimeoutMs,
+      'milliseconds',
+    ),
+    memoryMb: int('memory', values.memory ?? 256, ...SANDBOX_LIMITS.memoryMb, 'MB'),
+    ...(values.workers !== undefined
+      ? { workers: int('workers', values.workers, 1, SANDBOX_LIMITS.workers, 'threads') }
+      : {}),
   };
   const only = values.set ? await readSet(values.set) : undefined;
   // The output is refused when it is one of the files read, and put in place only when every rollout was read.

@@ -46,3 +46,34 @@ export function sendJson(res: ServerResponse, status: number, body: unknown): vo
   });
   res.end(text);
 }
+
+/**
+ * `{ "<key>": [ …list ] }`, written without ever making the whole answer one string: each entry is stringified on its
+ * own and the text goes out in pieces of about 1 MB. A large answer (a /reward request of 65,536 rollouts, each with
+ * its parts and perhaps an error) cannot then fail at V8's largest string (~512 M characters) and lose the request.
+ */
+export function sendJsonList(res: ServerResponse, status: number, key: string, list: readonly unknown[]): void {
+  const pieces: Buffer[] = [];
+  let size = 0;
+  let pending = '';
+  const flush = () => {
+    const b = Buffer.from(pending, 'utf8');
+    pieces.push(b);
+    size += b.length;
+    pending = '';
+  };
+  pending = `{${JSON.stringify(key)}:[`;
+  for (let i = 0; i < list.length; i++) {
+    pending += (i ? ',' : '') + JSON.stringify(list[i]);
+    if (pending.length >= 1 << 20) flush();
+  }
+  pending += ']}';
+  flush();
+  res.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': size,
+    'cache-control': 'no-store',
+  });
+  for (const b of pieces) res.write(b);
+  res.end();
+}

@@ -12,7 +12,7 @@ import { depthMessage, describeValue, MAX_JSON_DEPTH, nestsDeeperThan } from '..
 import type { Dialect } from '../core/tags/parser';
 import { type ResponseSpan, spansFromWire } from '../core/tags/spans';
 import { parseDialectName } from '../core/tags/trajectory';
-import { HttpError, readJson, sendJson } from './http';
+import { HttpError, readJson, sendJson, sendJsonList } from './http';
 
 export interface EnvServerOptions {
   /** 0 picks a free port. */
@@ -245,7 +245,8 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
         });
         const ms = performance.now() - t0;
         res.setHeader('server-timing', `reward;dur=${ms.toFixed(3)}`);
-        sendJson(res, 200, { results });
+        // Each result is bounded (the sandbox bounds every field it reads); the answer is written result by result.
+        sendJsonList(res, 200, 'results', results);
         log(`reward ${items.length} items${failed ? ` (${failed} failed)` : ''}: ${ms.toFixed(1)}ms`);
       },
     },

@@ -386,6 +386,17 @@ describe('reward module imports', function () {
     writeFileSync(join(mod, 'inner.json'), '{"weight": 0.5}');
     writeFileSync(join(mod, 'notes.txt'), 'inside the folder\n');
     writeFileSync(join(mod, 'sub', 'helper.ts'), 'export const bonus = (x: number) => x + 0.25;\n');
+    writeFileSync(join(mod, 'sub', 'index.ts'), 'export const zero = 0;\n');
+    // Packages in a node_modules inside the folder: `main`, and `exports` with conditions.
+    mkdirSync(join(mod, 'node_modules', 'inner', 'lib'), { recursive: true });
+    writeFileSync(join(mod, 'node_modules', 'inner', 'package.json'), '{"name": "inner", "main": "lib/main.js"}');
+    writeFileSync(join(mod, 'node_modules', 'inner', 'lib', 'main.js'), 'export const one = 1;\n');
+    mkdirSync(join(mod, 'node_modules', '@scope', 'pkg'), { recursive: true });
+    writeFileSync(
+      join(mod, 'node_modules', '@scope', 'pkg', 'package.json'),
+      '{"name": "@scope/pkg", "exports": {".": {"import": "./esm.mjs", "require": "./cjs.cjs"}}}',
+    );
+    writeFileSync(join(mod, 'node_modules', '@scope', 'pkg', 'esm.mjs'), 'export const two = 2;\n');
     symlinkSync(join(dir, 'secret.json'), join(mod, 'link.json'));
     symlinkSync(dir, join(mod, 'up'));
     writeFileSync(
@@ -406,8 +417,8 @@ describe('reward module imports', function () {
   it("imports from the module's own folder tree (JSON, text, TypeScript) and the reward API compile and run", async () => {
     const file = module(
       'ok',
-      "import inner from './inner.json';\nimport notes from './notes.txt' with { type: 'text' };\nimport { bonus } from './sub/helper';",
-      'bonus(inner.weight) + (notes.startsWith("inside") ? 0.25 : 0)',
+      "import inner from './inner.json';\nimport notes from './notes.txt' with { type: 'text' };\nimport { bonus } from './sub/helper';\nimport { zero } from './sub';\nimport { one } from 'inner';\nimport { two } from '@scope/pkg';",
+      'bonus(inner.weight) + (notes.startsWith("inside") ? 0.25 : 0) + zero + (one + two - 3)',
     );
     const r = await openReward(file, { workers: 1 });
     try {
@@ -445,7 +456,7 @@ describe('reward module imports', function () {
       [
         'package',
         "import e from 'evil';",
-        /"evil" cannot be imported: .*node_modules\/evil\/index\.js is outside the module's folder/,
+        /"evil" cannot be imported: there is no package "evil" in a node_modules folder of the module's folder .*packages outside it are not read/,
       ],
       ['tsconfig-paths', "import s from '@up/secret.json';", /"@up\/secret\.json" cannot be imported/],
       ['builtin', "import fs from 'node:fs';", /"node:fs" cannot be imported: reward modules run sandboxed/],
@@ -525,11 +536,11 @@ describe('reward limits on every path', function () {
       reject: false,
       timeout: 120_000,
     });
-  const post = async (port: number, n: number, c = 'ok') => {
+  const postCases = async (port: number, cases: string[]) => {
     const res = await fetch(`http://127.0.0.1:${port}/reward`, {
       method: 'POST',
       body: JSON.stringify({
-        items: Array.from({ length: n }, (_, i) => ({
+        items: cases.map((c, i) => ({
           id: `q${i}`,
           response: '<answer> x </answer>',
           golden: ['x'],
@@ -539,6 +550,11 @@ describe('reward limits on every path', function () {
     });
     return ((await res.json()) as { results: { reward: number | null; error?: string }[] }).results;
   };
+  const post = (port: number, n: number, c = 'ok') =>
+    postCases(
+      port,
+      Array.from({ length: n }, () => c),
+    );
 
   it('the per-batch limit: the sandbox API, the CLI (--batch-timeout) and /reward stop a batch of slow rollouts at its deadline', async () => {
     // 300 ms a rollout, one thread, a 3 s batch: a few score, the rest fail with the batch's limit. (The thread is
@@ -608,19 +624,33 @@ describe('reward limits on every path', function () {
       const first = await post(server.port, 100, 'loop');
       assert.ok(first.filter((x) => /did not finish within 500 ms/.test(x.error ?? '')).length >= 8);
       assert.ok(first.filter((x) => /not run/.test(x.error ?? '')).length >= 80);
-      // A later request probes once (the module may have been fixed: here it has not), then stops again.
+      // Each request starts afresh: another request of loops stops after its own streak, in seconds.
       const t1 = Date.now();
       const again = await post(server.port, 100, 'loop');
-      assert.ok(Date.now() - t1 < 10_000);
-      assert.ok(again.filter((x) => /did not finish within 500 ms/.test(x.error ?? '')).length <= 2);
-      // Once rollouts score again, the streak is over.
-      const fine = await post(server.port, 5, 'ok');
-      assert.deepEqual(
-        fine.map((x) => x.reward),
-        [1, 1, 1, 1, 1],
-      );
+      assert.ok(Date.now() - t1 < 20_000);
+      assert.ok(again.filter((x) => /did not finish within 500 ms/.test(x.error ?? '')).length >= 8);
+      assert.ok(again.filter((x) => /not run/.test(x.error ?? '')).length >= 80);
     } finally {
       await server.close();
+    }
+    // An unrelated request whose first rollout loops still scores its others: the last request's streak is not its.
+    // (One thread, so that the looping rollout is the request's first outcome.)
+    const one = await openReward(HOSTILE, { workers: 1, itemTimeoutMs: 300 });
+    const server1 = await startEnvServer({
+      version: 'test',
+      reward: { name: 'hostile', file: one.compiled.file, sandbox: one.sandbox },
+    });
+    try {
+      const runaway = await post(server1.port, 12, 'loop');
+      assert.equal(runaway.filter((x) => /not run/.test(x.error ?? '')).length, 4);
+      const mixed = await postCases(server1.port, ['loop', 'ok', 'ok', 'ok']);
+      assert.match(mixed[0]!.error ?? '', /did not finish within 300 ms/);
+      assert.deepEqual(
+        mixed.slice(1).map((x) => x.reward),
+        [1, 1, 1],
+      );
+    } finally {
+      await server1.close();
     }
   });
 

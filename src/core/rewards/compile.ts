@@ -2,14 +2,23 @@
  * Compiling a reward module on the fly with esbuild: the user's `.reward.ts` / `.js` bundled with our reward API
  * (`search-agent-studio/reward`) into one script that defines a global, plus a source map back to the user's
  * TypeScript. The module runs in the sandbox (sandbox.ts), where nothing outside the script exists, so whatever it
- * imports is read here, at compile time: only files inside the module's own folder tree (symbolic links followed to
- * where they lead) and the reward API may be imported; anything else — `../secret.json`, `/etc/passwd` as text, a
- * package outside the folder, a Node built-in — is a compile error naming the import and where it is.
+ * imports is read here, at compile time — and only here, by this file: esbuild is handed every file's contents and
+ * reads nothing itself. Resolution is ours (relative and absolute paths, `index` files, packages in a `node_modules`
+ * inside the folder), every file is read by us with bounds, no `tsconfig.json` is read (esbuild's defaults; a
+ * tsconfig's `extends` or `paths` could lead anywhere), and input source-map comments (`//# sourceMappingURL=…`,
+ * which esbuild follows to any path, `/dev/zero` included) are neutralized before esbuild sees a file. So:
+ *  - only files inside the module's own folder tree (symbolic links followed to where they lead) and the reward API
+ *    may be imported; anything else — `../secret.json`, `/etc/passwd` as text, a package outside the folder, a Node
+ *    built-in — is a compile error naming the import and where it is, and is never opened;
+ *  - a file must be a regular file (not a FIFO or a device) of at most `COMPILE_LIMITS.fileBytes`, all of them
+ *    together at most `COMPILE_LIMITS.totalBytes`: esbuild's own memory is bounded by what it is given;
+ *  - esbuild gets `COMPILE_LIMITS.timeoutMs`; past it, its process is stopped and the compile fails.
  */
-import { existsSync, realpathSync } from 'node:fs';
+import { closeSync, constants, existsSync, fstatSync, openSync, readSync, realpathSync, statSync } from 'node:fs';
 import { builtinModules, SourceMap } from 'node:module';
-import { basename, dirname, isAbsolute, join, relative, resolve, sep } from 'node:path';
+import { basename, dirname, extname, isAbsolute, join, relative, resolve, sep } from 'node:path';
 import { parse as parseJs } from 'acorn';
+import type { Loader, Message, Plugin } from 'esbuild';
 import { packageRoot } from '../paths';
 
 export const REWARD_API_MODULE = 'search-agent-studio/reward';
@@ -17,6 +26,21 @@ export const REWARD_API_MODULE = 'search-agent-studio/reward';
 export const REWARD_GLOBAL = '__sasRewardModule';
 /** The file name the script's stack frames carry. */
 export const BUNDLE_NAME = 'reward-bundle.js';
+
+/** Bounds on compiling one reward module (also documented in docs/rewards.md). */
+export const COMPILE_LIMITS = {
+  /** Bytes of one file: the module, or one it imports. */
+  fileBytes: 8 * 1024 * 1024,
+  /** Bytes of every file read for one module together. */
+  totalBytes: 16 * 1024 * 1024,
+  /** How long esbuild may take. */
+  timeoutMs: 30_000,
+  /**
+   * Characters of a script that is instrumented (instrumentThrows: parsing it takes ~100 bytes of memory per
+   * character of a dense data literal); a larger one is run as it is, its throws and loops located from stacks only.
+   */
+  instrumentChars: 1024 * 1024,
+};
 
 export interface CompiledReward {
   /** The module's path (or `builtin:…`). */
@@ -78,23 +102,271 @@ const inside = (dir: string, p: string) => {
   return r === '' || (!r.startsWith('..') && !isAbsolute(r) && !r.startsWith(`..${sep}`));
 };
 
-/** Compiles a reward module file (or an in-memory source for it) into a sandbox script. */
+/** The namespace of every file esbuild gets from us (never `file`: esbuild then reads nothing of its own). */
+const NS = 'sas-reward';
+/** What an import without a `type` is read as, by extension. */
+const LOADERS: Record<string, Loader> = {
+  '.ts': 'ts',
+  '.mts': 'ts',
+  '.cts': 'ts',
+  '.tsx': 'tsx',
+  '.js': 'js',
+  '.mjs': 'js',
+  '.cjs': 'js',
+  '.jsx': 'jsx',
+  '.json': 'json',
+  '.txt': 'text',
+};
+/** The extensions an import may leave out, in the order they are tried (esbuild's own, without CSS). */
+const EXTENSIONS = ['.tsx', '.ts', '.jsx', '.js', '.mts', '.cts', '.mjs', '.cjs', '.json'];
+/** TypeScript's `import './x.js'` of `x.ts`. */
+const TS_FOR_JS: Record<string, string[]> = {
+  '.js': ['.ts', '.tsx'],
+  '.jsx': ['.tsx'],
+  '.mjs': ['.mts'],
+  '.cjs': ['.cts'],
+};
+
+const kindOf = (p: string): 'file' | 'dir' | 'other' | undefined => {
+  try {
+    const st = statSync(p);
+    return st.isFile() ? 'file' : st.isDirectory() ? 'dir' : 'other';
+  } catch {
+    return undefined;
+  }
+};
+
+/**
+ * Neutralizes the source-map comments esbuild would follow (`//# sourceMappingURL=…`, `//@ …`, `/*# … *\/`: it reads
+ * the file or URL named, and then the files that map lists). The `=` becomes `\u003d`, which is the same character
+ * in a string, a template or a regular expression, so only the comment — the only place the pattern means
+ * anything to esbuild — changes.
+ */
+export function withoutSourceMapComments(code: string): string {
+  return code.replace(/(\/[/*][#@]) sourceMappingURL=/g, '$1 sourceMappingURL\\u003d');
+}
+
+type Resolved = { path: string } | { error: string };
+
+/**
+ * Compiles a reward module file (or an in-memory source for it) into a sandbox script. Fails with a
+ * RewardCompileError naming the file, line and column (the import, for an import refused).
+ */
 export async function compileRewardModule(file: string, contents?: string): Promise<CompiledReward> {
   const abs = resolve(file);
-  const api = rewardApiPath();
+  const api = realpath(rewardApiPath());
   // What may be imported: the module's folder tree (where the module really is), and the reward API's own sources.
+  const shown = dirname(abs);
   const root = dirname(realpath(abs));
-  const apiRoot = dirname(dirname(realpath(api)));
+  const apiRoot = dirname(dirname(api));
   const nodeBuiltins = new Set([...builtinModules, ...builtinModules.map((m) => `node:${m}`)]);
+  /** A path inside the module's folder as the user named the folder (the module's own path is not resolved). */
+  const mainReal = realpath(abs);
+  const present = (real: string) =>
+    real === mainReal ? abs : inside(root, real) ? join(shown, relative(root, real)) : real;
+  const outside = `outside the module's folder`;
+
+  /** A file the path names, with the extensions and `index` files an import may leave out. */
+  const probe = (p: string, boundary: string): Resolved | undefined => {
+    const check = (f: string): Resolved => {
+      const real = realpath(f);
+      if (!inside(boundary, real)) return { error: `${real} is ${outside}${real !== f ? ` (${f} leads there)` : ''}` };
+      return kindOf(real) === 'file' ? { path: real } : { error: `${present(real)} is not a regular file` };
+    };
+    const kind = kindOf(p);
+    if (kind === 'file' || kind === 'other') return check(p);
+    for (const ext of EXTENSIONS) if (kindOf(p + ext) === 'file') return check(p + ext);
+    const ext = extname(p);
+    for (const ts of TS_FOR_JS[ext] ?? []) {
+      const q = p.slice(0, -ext.length) + ts;
+      if (kindOf(q) === 'file') return check(q);
+    }
+    if (kind === 'dir')
+      for (const ext of EXTENSIONS) if (kindOf(join(p, `index${ext}`)) === 'file') return check(join(p, `index${ext}`));
+    return undefined;
+  };
+
+  /** A package in a `node_modules` of the module's folder (from the importer's folder up to the module's). */
+  const resolvePackage = (spec: string, fromDir: string): Resolved => {
+    const m = /^((?:@[^/]+\/)?[^/@][^/]*)(\/.*)?$/.exec(spec);
+    if (!m) return { error: 'it is not a path or a package name' };
+    const [, name, sub] = m;
+    let dir = fromDir;
+    for (;;) {
+      const pkgDir = join(dir, 'node_modules', name!);
+      if (kindOf(pkgDir) === 'dir') {
+        if (!inside(root, realpath(pkgDir))) return { error: `${realpath(pkgDir)} is ${outside}` };
+        if (sub) return probe(join(pkgDir, sub), root) ?? { error: `${join(pkgDir, sub)} does not exist` };
+        let entry: string | undefined;
+        const pkgJson = join(pkgDir, 'package.json');
+        if (kindOf(pkgJson) === 'file' && inside(root, realpath(pkgJson))) {
+          const text = readBounded(realpath(pkgJson), 1024 * 1024);
+          if (typeof text !== 'string') return text;
+          let pkg: { exports?: unknown; module?: unknown; main?: unknown };
+          try {
+            pkg = JSON.parse(text) as typeof pkg;
+          } catch (e) {
+            return { error: `${pkgJson} is not JSON: ${(e as Error).message}` };
+          }
+          entry = exportOf(pkg.exports) ?? [pkg.module, pkg.main].find((x): x is string => typeof x === 'string');
+        }
+        return (
+          (entry !== undefined ? probe(join(pkgDir, entry), root) : undefined) ??
+          probe(join(pkgDir, 'index'), root) ?? { error: `${pkgDir} has no entry file` }
+        );
+      }
+      if (dir === root || !inside(root, dir)) break;
+      const up = dirname(dir);
+      if (up === dir) break;
+      dir = up;
+    }
+    return {
+      error: `there is no package "${name}" in a node_modules folder of the module's folder (${shown}); packages outside it are not read`,
+    };
+  };
+
+  let total = 0;
+  /** A file's text, read with bounds (the file was checked to be a regular one; checked again on the open file). */
+  const readBounded = (path: string, max = COMPILE_LIMITS.fileBytes): string | { error: string } => {
+    let fd: number;
+    try {
+      fd = openSync(path, constants.O_RDONLY | (constants.O_NONBLOCK ?? 0));
+    } catch (e) {
+      return { error: `${present(path)} cannot be read: ${(e as Error).message}` };
+    }
+    try {
+      const st = fstatSync(fd);
+      if (!st.isFile()) return { error: `${present(path)} is not a regular file` };
+      const mb = (n: number) => `${(n / 1024 / 1024).toFixed(1)} MB`;
+      if (st.size > max)
+        return { error: `${present(path)} is ${mb(st.size)}, more than a reward module's file may be (${mb(max)})` };
+      if (total + st.size > COMPILE_LIMITS.totalBytes)
+        return {
+          error: `the files of the module come to more than ${mb(COMPILE_LIMITS.totalBytes)} with ${present(path)} (${mb(st.size)})`,
+        };
+      // One byte more than it said: a file that grows while read is refused, not read on.
+      const buf = Buffer.alloc(st.size + 1);
+      let n = 0;
+      for (;;) {
+        const got = readSync(fd, buf, n, buf.length - n, null);
+        if (got === 0) break;
+        n += got;
+        if (n > st.size) return { error: `${present(path)} grew while it was read` };
+      }
+      total += n;
+      return buf.toString('utf8', 0, n);
+    } finally {
+      closeSync(fd);
+    }
+  };
+
+  /** The loader of an import: its `with { type }`, else its extension. */
+  const loaderOf = (path: string, withAttrs: Record<string, string> | undefined): Loader | { error: string } => {
+    for (const [key, value] of Object.entries(withAttrs ?? {})) {
+      if (key !== 'type') return { error: `importing with the "${key}" attribute is not supported` };
+      if (value === 'text') return 'text';
+      if (value === 'json') return 'json';
+      if (value === 'bytes') return 'binary';
+      return { error: `importing with a type attribute of "${value}" is not supported` };
+    }
+    const loader = LOADERS[extname(path).toLowerCase()];
+    return (
+      loader ?? {
+        error: `there is no loader for "${extname(path) || basename(path)}" files (import it with { type: 'text' } to read it as text)`,
+      }
+    );
+  };
+
+  const refuse = (spec: string, why: string) => ({
+    errors: [
+      {
+        text: `"${spec}" cannot be imported: ${why}; a reward module may import only files in its own folder (${shown}) and below, and ${REWARD_API_MODULE}`,
+      },
+    ],
+  });
+
+  const plugin: Plugin = {
+    name: 'sas-reward',
+    setup(b) {
+      b.onResolve({ filter: /.*/ }, (args) => {
+        const spec = args.path;
+        if (spec === REWARD_API_MODULE)
+          return { path: api, namespace: NS, pluginData: { loader: LOADERS[extname(api)] ?? 'js' } };
+        if (nodeBuiltins.has(spec) || spec.startsWith('node:')) {
+          return {
+            errors: [
+              {
+                text: `"${spec}" cannot be imported: reward modules run sandboxed, without Node built-ins (compute from the trajectory and example they receive)`,
+              },
+            ],
+          };
+        }
+        // The entry (stdin, ours) imports the module; every other importer is a file we resolved, by its real path.
+        const fromEntry = args.namespace !== NS;
+        const fromDir = fromEntry ? dirname(mainReal) : dirname(args.importer);
+        // The reward API's own files import each other (inside its folder); the module's files, inside theirs.
+        const fromApi = !fromEntry && inside(apiRoot, args.importer) && !inside(root, args.importer);
+        const boundary = fromApi ? apiRoot : root;
+        let r: Resolved;
+        if (fromEntry)
+          r =
+            contents !== undefined || kindOf(mainReal) === 'file'
+              ? { path: mainReal }
+              : { error: `${abs} ${kindOf(mainReal) ? 'is not a regular file' : 'does not exist'}` };
+        else if (/^[a-zA-Z][a-zA-Z0-9+.-]*:/.test(spec) && !isAbsolute(spec))
+          return refuse(spec, 'it is not a file of the module’s folder');
+        else if (spec.startsWith('./') || spec.startsWith('../') || spec === '.' || spec === '..' || isAbsolute(spec)) {
+          const p = resolve(fromDir, spec);
+          // Refused by its name alone: nothing outside the folder is opened, or even looked at.
+          if (!inside(boundary, p)) return refuse(spec, `${p} is ${outside}`);
+          r = probe(p, boundary) ?? { error: `${present(p)} does not exist` };
+        } else if (fromApi) return refuse(spec, 'the reward API imports no packages');
+        else r = resolvePackage(spec, fromDir);
+        if ('error' in r) return refuse(spec, r.error);
+        if (fromEntry && contents !== undefined)
+          return { path: r.path, namespace: NS, pluginData: { loader: LOADERS[extname(abs)] ?? 'ts' } };
+        const loader = loaderOf(r.path, args.with);
+        if (typeof loader !== 'string') return refuse(spec, loader.error);
+        // Its size, before anything is read (the open file is checked again when it is).
+        const size = kindOf(r.path) === 'file' ? statSync(r.path).size : 0;
+        if (size > COMPILE_LIMITS.fileBytes)
+          return refuse(
+            spec,
+            `${present(r.path)} is ${(size / 1024 / 1024).toFixed(1)} MB, more than a reward module's file may be (${COMPILE_LIMITS.fileBytes / 1024 / 1024} MB)`,
+          );
+        return { path: r.path, namespace: NS, pluginData: { loader } };
+      });
+      b.onLoad({ filter: /.*/, namespace: NS }, (args) => {
+        const loader = ((args.pluginData as { loader?: Loader } | undefined)?.loader ?? 'js') as Loader;
+        let text: string;
+        if (args.path === mainReal && contents !== undefined) {
+          if (Buffer.byteLength(contents) > COMPILE_LIMITS.fileBytes)
+            return { errors: [{ text: `the module is more than ${COMPILE_LIMITS.fileBytes / 1024 / 1024} MB` }] };
+          text = contents;
+        } else {
+          const read = readBounded(args.path);
+          if (typeof read !== 'string') return { errors: [{ text: read.error }] };
+          text = read;
+        }
+        const code = loader === 'ts' || loader === 'tsx' || loader === 'js' || loader === 'jsx';
+        return { contents: code ? withoutSourceMapComments(text) : text, loader };
+      });
+    },
+  };
+
   // A synthetic entry: the user's default export, and our trajectory builder for the worker.
   const entry = `import def from ${JSON.stringify(`./${basename(abs)}`)};\nexport { makeTrajectory } from ${JSON.stringify(REWARD_API_MODULE)};\nexport default def;\n`;
+  /** A path esbuild names (`sas-reward:/real/path`, or the entry), as the user's file. */
+  const named = (p: string) => (p.startsWith(`${NS}:`) ? present(p.slice(NS.length + 1)) : p);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let timedOut = false;
   let result;
   try {
-    result = await esbuild().build({
-      stdin: { contents: entry, resolveDir: dirname(abs), sourcefile: '<reward entry>', loader: 'ts' },
+    const build = esbuild().build({
+      stdin: { contents: entry, resolveDir: shown, sourcefile: '<reward entry>', loader: 'ts' },
       bundle: true,
       write: false,
-      absWorkingDir: dirname(abs),
+      absWorkingDir: shown,
       format: 'iife',
       globalName: REWARD_GLOBAL,
       platform: 'neutral',
@@ -102,76 +374,32 @@ export async function compileRewardModule(file: string, contents?: string): Prom
       sourcemap: 'external',
       outfile: `${abs}.bundle.js`,
       logLevel: 'silent',
-      mainFields: ['module', 'main'],
-      plugins: [
-        {
-          name: 'sas-reward',
-          setup(b) {
-            b.onResolve({ filter: /^search-agent-studio\/reward$/ }, () => ({ path: api }));
-            b.onResolve({ filter: /.*/ }, async (args) => {
-              if ((args.pluginData as { sas?: boolean } | undefined)?.sas) return undefined;
-              if (nodeBuiltins.has(args.path) || args.path.startsWith('node:')) {
-                return {
-                  errors: [
-                    {
-                      text: `"${args.path}" cannot be imported: reward modules run sandboxed, without Node built-ins (compute from the trajectory and example they receive)`,
-                    },
-                  ],
-                };
-              }
-              // The entry's own import of the module.
-              if (args.kind === 'entry-point') return undefined;
-              const fromApi =
-                args.importer !== '' &&
-                inside(apiRoot, realpath(args.importer)) &&
-                !inside(root, realpath(args.importer));
-              const r = await b.resolve(args.path, {
-                kind: args.kind,
-                importer: args.importer,
-                resolveDir: args.resolveDir,
-                namespace: args.namespace,
-                pluginData: { sas: true },
-                with: args.with,
-              });
-              if (r.errors.length) return { errors: r.errors };
-              const refuse = (why: string) => ({
-                errors: [
-                  {
-                    text: `"${args.path}" cannot be imported: ${why}; a reward module may import only files in its own folder (${root}) and below, and ${REWARD_API_MODULE}`,
-                  },
-                ],
-              });
-              if (r.external || r.namespace !== 'file' || !r.path)
-                return refuse('it is not a file of the module’s folder');
-              const real = realpath(r.path);
-              if (fromApi ? !inside(apiRoot, real) : !inside(root, real))
-                return refuse(
-                  real === r.path
-                    ? `${real} is outside the module's folder`
-                    : `it leads to ${real}, outside the module's folder`,
-                );
-              return {
-                path: r.path,
-                namespace: 'file',
-                ...(r.sideEffects === false ? { sideEffects: false } : {}),
-                pluginData: r.pluginData,
-              };
-            });
-            if (contents !== undefined) {
-              b.onLoad({ filter: new RegExp(`^${abs.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`) }, () => ({
-                contents,
-                loader: abs.endsWith('.js') ? 'js' : 'ts',
-                resolveDir: dirname(abs),
-              }));
-            }
-          },
-        },
-      ],
+      // No tsconfig.json is looked for (its `extends` and `paths` could name any file): esbuild's defaults.
+      tsconfigRaw: '{}',
+      plugins: [plugin],
     });
+    const limit = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        timedOut = true;
+        reject(new Error('timeout'));
+      }, COMPILE_LIMITS.timeoutMs);
+    });
+    build.catch(() => undefined);
+    result = await Promise.race([build, limit]);
   } catch (e) {
-    const errors = (
-      e as { errors?: { text: string; location?: { file: string; line: number; column: number } | null }[] }
-    ).errors;
+    if (timedOut) {
+      // A build that does not end: its process is stopped (the next compile starts a new one).
+      await esbuild()
+        .stop()
+        .catch(() => undefined);
+      throw new RewardCompileError(
+        abs,
+        1,
+        1,
+        `compiling took longer than ${COMPILE_LIMITS.timeoutMs / 1000} s and was stopped`,
+      );
+    }
+    const errors = (e as { errors?: Message[] }).errors;
     const first = errors?.[0];
     if (first && /No matching export in .* for import "default"/.test(first.text)) {
       throw new RewardCompileError(
@@ -183,14 +411,32 @@ export async function compileRewardModule(file: string, contents?: string): Prom
     }
     if (first) {
       const loc = first.location;
-      const where = loc?.file && loc.file !== '<reward entry>' ? resolve(dirname(abs), loc.file) : abs;
+      const where = loc?.file && loc.file !== '<reward entry>' ? resolve(shown, named(loc.file)) : abs;
       throw new RewardCompileError(where, loc?.line ?? 1, (loc?.column ?? 0) + 1, first.text);
     }
     throw e;
+  } finally {
+    clearTimeout(timer);
   }
   const code = result.outputFiles.find((f) => f.path.endsWith('.js'))!.text;
-  const map = result.outputFiles.find((f) => f.path.endsWith('.map'))!.text;
+  const rawMap = JSON.parse(result.outputFiles.find((f) => f.path.endsWith('.map'))!.text) as { sources: string[] };
+  // The map's sources as paths relative to the module's folder (as esbuild writes files of its own namespace).
+  rawMap.sources = rawMap.sources.map((s) => (s.startsWith(`${NS}:`) ? relative(shown, named(s)) : s));
+  const map = JSON.stringify(rawMap);
   return { file: abs, map, ...instrumentThrows(code, map, abs) };
+}
+
+/** The file an `exports` field names for the package itself (a string, `"."`, or conditions). */
+function exportOf(exports: unknown): string | undefined {
+  if (typeof exports === 'string') return exports;
+  if (!exports || typeof exports !== 'object' || Array.isArray(exports)) return undefined;
+  const o = exports as Record<string, unknown>;
+  if ('.' in o) return exportOf(o['.']);
+  for (const c of ['import', 'module', 'default', 'require']) {
+    const v = exportOf(o[c]);
+    if (v !== undefined) return v;
+  }
+  return undefined;
 }
 
 interface AstNode {
@@ -220,6 +466,7 @@ export function instrumentThrows(
   map: string,
   moduleFile: string,
 ): Pick<CompiledReward, 'code' | 'throwSites' | 'loopSites' | 'shifts'> {
+  if (code.length > COMPILE_LIMITS.instrumentChars) return { code };
   let ast: AstNode;
   try {
     ast = parseJs(code, { ecmaVersion: 'latest', sourceType: 'script', locations: true }) as unknown as AstNode;

@@ -24,7 +24,7 @@ import {
   type QuickJSHandle,
   type QuickJSRuntime,
 } from 'quickjs-emscripten-core';
-import { harnessSource, type RawOutcome } from './harness';
+import { harnessSource, type RawOutcome, RESULT_LIMITS } from './harness';
 
 export interface RewardWorkerData {
   /** The compiled module (compile.ts). */
@@ -64,6 +64,8 @@ export type WorkerOutcome = (
 ) & {
   /** The module's top-level code failed (every rollout gets this outcome). */
   load?: boolean;
+  /** The rollout had returned; a promise callback it left queued is what ran into the limit. */
+  background?: boolean;
 };
 
 const data = workerData as RewardWorkerData;
@@ -81,6 +83,8 @@ interface Engine {
   run: QuickJSHandle;
   take: QuickJSHandle;
   drain: QuickJSHandle;
+  /** The harness's `cutText`: the first characters of a string, cut inside the engine. */
+  cut: QuickJSHandle;
   /** The module's top-level code failed: every rollout gets this. */
   loadError?: WorkerOutcome;
   memory: object;
@@ -108,8 +112,9 @@ async function newEngine(): Promise<Engine> {
   const run = context.getProp(harness.value, 0);
   const take = context.getProp(harness.value, 1);
   const drain = context.getProp(harness.value, 2);
+  const cut = context.getProp(harness.value, 3);
   harness.value.dispose();
-  const e: Engine = { runtime, context, run, take, drain, memory };
+  const e: Engine = { runtime, context, run, take, drain, cut, memory };
   // The module's top-level code, under the per-item limit.
   deadline = Date.now() + data.itemTimeoutMs;
   try {
@@ -134,9 +139,42 @@ async function newEngine(): Promise<Engine> {
   return e;
 }
 
-/** A string out of the sandbox, checked to be one (never a getter or a proxy of the module's). */
-function stringOf(context: QuickJSContext, h: QuickJSHandle): string | undefined {
-  return context.typeof(h) === 'string' ? context.getString(h) : undefined;
+/** The length of a string handle (a primitive string's own length: nothing of the module's runs). */
+function lengthOf(context: QuickJSContext, h: QuickJSHandle): number {
+  const l = context.getProp(h, 'length');
+  try {
+    return context.typeof(l) === 'number' ? context.getNumber(l) : Number.POSITIVE_INFINITY;
+  } finally {
+    l.dispose();
+  }
+}
+
+/**
+ * A string out of the sandbox, checked to be one (never a getter or a proxy of the module's), of at most `max`
+ * characters: a longer one is cut inside the engine first (the harness's `cutText`, with the built-ins it took
+ * before the module ran), so that only `max` characters are ever copied out.
+ */
+function stringOf(e: Engine, h: QuickJSHandle, max: number): string | undefined {
+  const { context } = e;
+  if (context.typeof(h) !== 'string') return undefined;
+  if (lengthOf(context, h) <= max) return context.getString(h);
+  const n = context.newNumber(max);
+  try {
+    const r = context.callFunction(e.cut, context.undefined, h, n);
+    if (r.error) {
+      r.error.dispose();
+      return undefined;
+    }
+    try {
+      return context.typeof(r.value) === 'string' && lengthOf(context, r.value) <= max + 64
+        ? context.getString(r.value)
+        : undefined;
+    } finally {
+      r.value.dispose();
+    }
+  } finally {
+    n.dispose();
+  }
 }
 
 /** An exception that reached the host: an uncatchable one (interrupted, out of memory) or a broken harness. */
@@ -150,28 +188,26 @@ function failure(e: Engine, err: QuickJSHandle, when: 'load' | 'run'): WorkerOut
   let name = '';
   try {
     if (context.typeof(err) === 'object') {
-      const read = (key: string) => {
+      const read = (key: string, max: number) => {
         const h = context.getProp(err, key);
         try {
-          return stringOf(context, h);
+          return stringOf(e, h, max);
         } finally {
           h.dispose();
         }
       };
-      name = read('name') ?? '';
-      message = read('message') ?? '';
-      stack = read('stack');
+      name = read('name', RESULT_LIMITS.nameChars) ?? '';
+      message = read('message', RESULT_LIMITS.messageChars) ?? '';
+      stack = read('stack', RESULT_LIMITS.stackChars);
     } else {
       // A thrown non-Error (only the module's top-level code gets here with one: the harness catches the rest).
       const type = context.typeof(err);
-      const text = type === 'string' ? stringOf(context, err) : undefined;
-      return { k: 'e', nonError: type, message: (text ?? type).slice(0, 2_000) };
+      const text = type === 'string' ? stringOf(e, err, RESULT_LIMITS.messageChars) : undefined;
+      return { k: 'e', nonError: type, message: text ?? type };
     }
   } catch {
     /* unreadable */
   }
-  message = message.slice(0, 2_000);
-  stack = stack?.slice(0, 8_000);
   if (name === 'InternalError' && /^interrupted$/.test(message))
     return { k: 'x', kind: 'timeout', message: 'interrupted', ...(stack ? { stack } : {}) };
   if (name === 'InternalError' && /out of memory/.test(message))
@@ -208,7 +244,7 @@ function engineFailure(err: unknown): WorkerOutcome {
 function dispose(e: Engine | undefined): void {
   if (!e) return;
   try {
-    for (const h of [e.run, e.take, e.drain]) h.dispose();
+    for (const h of [e.run, e.take, e.drain, e.cut]) h.dispose();
     e.context.dispose();
     e.runtime.dispose();
   } catch {
@@ -227,11 +263,25 @@ function call(e: Engine, fn: QuickJSHandle, args: (string | number)[]): { s?: st
       r.error.dispose();
       return { fail };
     }
-    const s = stringOf(context, r.value);
-    r.value.dispose();
-    return s === undefined
-      ? { fail: { k: 'x', kind: 'crash', message: 'the sandbox returned no result (its harness was replaced)' } }
-      : { s };
+    try {
+      if (context.typeof(r.value) !== 'string')
+        return {
+          fail: { k: 'x', kind: 'crash', message: 'the sandbox returned no result (its harness was replaced)' },
+        };
+      // The whole outcome is bounded before a character of it is copied out of the engine.
+      const length = lengthOf(context, r.value);
+      if (length > RESULT_LIMITS.outcomeChars)
+        return {
+          fail: {
+            k: 'x',
+            kind: 'crash',
+            message: `the sandbox's result for this rollout was ${length.toLocaleString('en-US')} characters, more than ${RESULT_LIMITS.outcomeChars.toLocaleString('en-US')} (did the module replace built-ins the harness uses?)`,
+          },
+        };
+      return { s: context.getString(r.value) };
+    } finally {
+      r.value.dispose();
+    }
   } finally {
     for (const h of handles) h.dispose();
   }
@@ -273,8 +323,22 @@ async function scoreOne(seq: number, item: [string, string, string], batchDeadli
     deadline = Math.min(Date.now() + data.itemTimeoutMs, batchDeadline);
     const first = call(e, e.run, [seq, ...item]);
     if (first.fail) outcome = first.fail;
-    else if (first.s !== 'P') outcome = parseOutcome(first.s!);
-    else {
+    else if (first.s !== 'P') {
+      outcome = parseOutcome(first.s!);
+      // Promise callbacks the rollout left queued (`promise.then(...)` of a score that returned at once) run now,
+      // under its own deadline: a loop in one is this rollout's, not the next async rollout's, and none is left behind.
+      if (e.runtime.hasPendingJob()) {
+        const jobs = e.runtime.executePendingJobs(-1);
+        let fail: WorkerOutcome | undefined;
+        if (jobs.error) {
+          fail = failure(e, jobs.error, 'run');
+          jobs.error.dispose();
+        }
+        // A callback stopped at the deadline ends as a rejection of a promise nobody holds: the jobs "succeed".
+        else if (Date.now() > deadline) fail = { k: 'x', kind: 'timeout', message: 'interrupted' };
+        if (fail?.k === 'x') outcome = { ...fail, background: true, ...(outcome.logs ? { logs: outcome.logs } : {}) };
+      }
+    } else {
       // A promise: run the realm's jobs (its awaits) under the same deadline, then take what it settled to.
       const jobs = e.runtime.executePendingJobs(-1);
       if (jobs.error) {
@@ -326,8 +390,10 @@ async function scoreOne(seq: number, item: [string, string, string], batchDeadli
       outcome = { k: 'x', kind: 'memory', message: 'out of memory' };
     if (outcome.k === 'x') {
       broken = true;
-      const { site: _site, ...before } = logsBefore(e);
-      outcome = { ...outcome, ...before };
+      const { site: _site, logs, ...before } = logsBefore(e);
+      // What it printed before it returned, then what it printed since.
+      const all = [...(Array.isArray(outcome.logs) ? outcome.logs : []), ...(logs ?? [])];
+      outcome = { ...outcome, ...before, ...(all.length ? { logs: all } : {}) };
     }
   } catch (err) {
     broken = true;

@@ -4,8 +4,8 @@
  * with no host object in it (no `process`, `require`, file system, network, timers, workers, WebAssembly), whose whole
  * memory is one capped WebAssembly.Memory — not a `vm` context (Node's own documentation says `vm` is not a security
  * boundary). What crosses: each rollout goes in as strings (prompt, response, the rest as JSON parsed inside); the trajectory, the example and
- * `console` are made inside (harness.ts); the result comes out as a JSON string of plain data that `decode`
- * checks field by field.
+ * `console` are made inside (harness.ts); the result comes out as a JSON string of plain data, bounded before it
+ * leaves the engine (rewardWorker.ts), that `decodeOutcome` (outcome.ts) checks, bounds and escapes field by field.
  *
  * Limits, on every path (the `reward` CLI and the Reward Lab through it, the env server's /reward):
  *  - per item (`itemTimeoutMs`, 2 s): QuickJS's interrupt handler stops the module, awaits included; a promise that
@@ -14,8 +14,9 @@
  *  - per batch (`batchTimeoutMs`, 2 min: one `score` call — a /reward request, a slice of the CLI's stream): every
  *    item still waiting then fails;
  *  - a runaway streak (`timeoutStreak`, 8): after that many items in a row time out or run out of memory, the rest of
- *    the batch is not run (kind `skipped`), and later batches stop at their first such item until one scores — a
- *    module that loops on every rollout is reported in seconds, not hours;
+ *    the batch is not run (kind `skipped`), and the later batches of the same stream (`continueStreak`: one `reward`
+ *    run) stop at their first such item until one scores — a module that loops on every rollout is reported in
+ *    seconds, not hours; each /reward request starts afresh;
  *  - memory (`memoryMb`, 256 MB per thread): the engine's whole address space; an item past it fails with `memory`;
  *  - console output: bounded per item and per batch (harness.ts LOG_LIMITS).
  * A failing item gets an error naming the user's file and line — source-mapped to their TypeScript — and the rollout;
@@ -24,12 +25,13 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { SourceMap } from 'node:module';
 import { availableParallelism } from 'node:os';
-import { dirname, isAbsolute, join, relative, resolve } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { Worker } from 'node:worker_threads';
 import type { ResponseSpan } from '../tags/spans';
 import { spawnWorker } from '../workers';
 import { BUNDLE_NAME, type CompiledReward, REWARD_GLOBAL } from './compile';
-import { LOG_LIMITS, RESULT_LIMITS } from './harness';
+import { LOG_LIMITS } from './harness';
+import { boundedText, decodeOutcome, type OutcomeBody } from './outcome';
 import type { RewardError, RewardErrorKind } from './report';
 import type { RewardWorkerData, ScoreRequest, WorkerOutcome } from './rewardWorker';
 
@@ -54,6 +56,7 @@ export interface RewardItem {
   where?: string;
 }
 
+export { locate, printable } from './outcome';
 export type { RewardError, RewardErrorKind };
 export const REWARD_ERROR_KINDS: readonly RewardErrorKind[] = [
   'throw',
@@ -95,6 +98,24 @@ export interface SandboxOptions {
   onLog?: (line: string) => void;
 }
 
+/**
+ * The largest limits a sandbox takes (the `reward` CLI and `serve` refuse larger ones): a time limit past Node's
+ * largest timer (2^31 - 1 ms, ~24.8 days) would fire at once, and each thread reserves its memory.
+ */
+export const SANDBOX_LIMITS = {
+  /** 10 minutes per rollout. */
+  itemTimeoutMs: 600_000,
+  /** 24 hours per batch. */
+  batchTimeoutMs: 86_400_000,
+  /** MB per thread: 32 to 2,048 (the most the QuickJS WebAssembly build declares: 32,768 pages). */
+  memoryMb: [32, 2048] as const,
+  workers: 256,
+};
+
+/** Node's largest timer delay; a longer one fires after 1 ms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+const timerMs = (ms: number) => Math.max(1, Math.min(MAX_TIMER_MS, ms));
+
 /** QuickJS's stack limit inside the sandbox; each thread's native stack is `STACK_MB`, far more than it needs. */
 const QJS_STACK_BYTES = 1024 * 1024;
 const STACK_MB = 8;
@@ -126,97 +147,6 @@ interface Slot {
   watchdog?: ReturnType<typeof setTimeout>;
 }
 
-/** Maps a stack trace of the bundle to the user's file and line (the first frame in their code). */
-export function locate(
-  stack: string | undefined,
-  compiled: CompiledReward,
-  map: SourceMap,
-  apiPath?: string,
-): { file?: string; line?: number; column?: number; stack?: string } {
-  if (!stack) return {};
-  const frames: string[] = [];
-  let first: { file: string; line: number; column: number } | undefined;
-  const re = new RegExp(`${BUNDLE_NAME.replace('.', '\\.')}:(\\d+)(?::(\\d+))?`);
-  for (const line of stack.split('\n')) {
-    if (/sas-harness\.js/.test(line)) continue;
-    const m = re.exec(line);
-    if (!m) {
-      if (line.trim() && !/^\s+at /.test(line)) frames.push(line);
-      continue;
-    }
-    const genLine = Number(m[1]) - 1;
-    const genCol = m[2] ? unshift(compiled, genLine, Number(m[2]) - 1) : 0;
-    const entry = map.findEntry(genLine, genCol) as {
-      originalSource?: string;
-      originalLine?: number;
-      originalColumn?: number;
-    };
-    if (!entry.originalSource) continue;
-    const file = resolve(dirname(compiled.file), entry.originalSource);
-    const where = `${file}:${(entry.originalLine ?? 0) + 1}:${(entry.originalColumn ?? 0) + 1}`;
-    frames.push(
-      line.replace(new RegExp(`\\(?[^ (]*${BUNDLE_NAME.replace('.', '\\.')}:\\d+(?::\\d+)?\\)?`), `(${where})`),
-    );
-    // The location is the first frame in the module's own folder (never the reward API's code).
-    if (!first && inside(dirname(compiled.file), file) && !(apiPath && file === apiPath))
-      first = { file, line: (entry.originalLine ?? 0) + 1, column: (entry.originalColumn ?? 0) + 1 };
-  }
-  return { ...first, stack: frames.join('\n') };
-}
-
-const inside = (dir: string, p: string) => {
-  const r = relative(dir, p);
-  return r === '' || (!r.startsWith('..') && !isAbsolute(r));
-};
-
-/** A column of the instrumented bundle as a column of the bundle the source map describes (compile.ts `shifts`). */
-function unshift(compiled: CompiledReward, line: number, col: number): number {
-  const shifts = compiled.shifts?.[line];
-  if (!shifts) return col;
-  let out = col;
-  for (const [at, len] of shifts) if (at + len <= col) out -= len;
-  return out;
-}
-
-const kindLabel: Record<string, string> = {
-  string: 'a string',
-  number: 'a number',
-  boolean: 'a boolean',
-  undefined: 'undefined',
-  object: 'an object',
-  symbol: 'a symbol',
-  bigint: 'a bigint',
-  function: 'a function',
-};
-
-function described(r: { t?: unknown }): string {
-  const t = typeof r?.t === 'string' ? r.t : 'unknown';
-  return t === 'null' ? 'null' : t === 'array' ? 'an array' : t;
-}
-
-/** A number the harness sent (`{ t: 'number', n: String(x) }`), or undefined if it was not one. */
-function numberOf(r: unknown): number | undefined {
-  const o = r as { t?: unknown; n?: unknown };
-  if (!o || typeof o !== 'object' || o.t !== 'number' || typeof o.n !== 'string') return undefined;
-  return Number(o.n);
-}
-
-type OutcomeBody = { reward: number; parts: Record<string, number> } | { error: RewardError };
-
-// biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what it escapes
-const CONTROL_CHARACTERS = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g;
-
-/**
- * Text from the module, safe to print: control characters (a terminal's escape sequences among them) shown as
- * `\x1b`-style escapes; newlines and tabs kept.
- */
-export function printable(s: string): string {
-  return s.replace(CONTROL_CHARACTERS, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
-}
-
-const str = (v: unknown, n: number): string | undefined =>
-  typeof v === 'string' ? printable(v.slice(0, n)) : undefined;
-
 export class RewardSandbox {
   private readonly slots: Slot[] = [];
   private readonly map: SourceMap;
@@ -227,8 +157,9 @@ export class RewardSandbox {
   /** Numbers the requests to the workers. */
   private seq = 0;
   /**
-   * Rollouts in a row that ran into a limit (time, memory) or crashed, across batches: once it reaches
-   * `timeoutStreak`, a batch stops at its next such failure (one probe a batch), until a rollout scores again.
+   * Rollouts in a row that ran into a limit (time, memory) or crashed, within a call and across the calls that
+   * continue it (`continueStreak`): once it reaches `timeoutStreak`, a batch stops at its next such failure (one probe
+   * a batch), until a rollout scores again.
    */
   private streak = 0;
 
@@ -238,7 +169,7 @@ export class RewardSandbox {
     private readonly apiPath?: string,
   ) {
     this.opts = {
-      workers: options.workers ?? Math.max(1, availableParallelism()),
+      workers: options.workers ?? Math.max(1, Math.min(SANDBOX_LIMITS.workers, availableParallelism())),
       itemTimeoutMs: options.itemTimeoutMs ?? 2_000,
       batchTimeoutMs: options.batchTimeoutMs ?? 120_000,
       memoryMb: options.memoryMb ?? options.heapMb ?? 256,
@@ -246,8 +177,17 @@ export class RewardSandbox {
       chunk: options.chunk ?? 256,
       onLog: options.onLog,
     };
-    if (!(this.opts.memoryMb >= 32))
-      throw new Error(`the sandbox needs at least 32 MB of memory (got ${this.opts.memoryMb})`);
+    const { itemTimeoutMs, batchTimeoutMs, memoryMb, workers, timeoutStreak, chunk } = this.opts;
+    const check = (name: string, v: number, min: number, max: number) => {
+      if (!(Number.isFinite(v) && v >= min && v <= max))
+        throw new Error(`the reward sandbox's ${name} must be in ${min}..${max} (got ${v})`);
+    };
+    check('memoryMb', memoryMb, SANDBOX_LIMITS.memoryMb[0], SANDBOX_LIMITS.memoryMb[1]);
+    check('itemTimeoutMs', itemTimeoutMs, 1, SANDBOX_LIMITS.itemTimeoutMs);
+    check('batchTimeoutMs', batchTimeoutMs, 1, SANDBOX_LIMITS.batchTimeoutMs);
+    check('workers', workers, 1, SANDBOX_LIMITS.workers);
+    check('timeoutStreak', timeoutStreak, 0, Number.MAX_SAFE_INTEGER);
+    check('chunk', chunk, 1, Number.MAX_SAFE_INTEGER);
     this.map = new SourceMap(JSON.parse(compiled.map));
   }
 
@@ -286,19 +226,28 @@ export class RewardSandbox {
 
   /** Scores items; never rejects for a module's failure (each failing item carries its error). Concurrent calls (the
    * env server's concurrent /reward requests) are queued: a call drives every worker with its own listeners, so two
-   * at once would read each other's results. */
-  score(items: RewardItem[], onProgress?: (p: ScoreProgress) => void, signal?: AbortSignal): Promise<RewardOutcome[]> {
-    const run = this.tail.then(() => this.scoreNow(items, onProgress, signal));
+   * at once would read each other's results. A call starts with no runaway streak, unless `continueStreak` says it
+   * continues the previous call (the next batch of one `reward` run's stream). */
+  score(
+    items: RewardItem[],
+    onProgress?: (p: ScoreProgress) => void,
+    signal?: AbortSignal,
+    options: { continueStreak?: boolean } = {},
+  ): Promise<RewardOutcome[]> {
+    const run = this.tail.then(() => this.scoreNow(items, onProgress, signal, options.continueStreak === true));
     this.tail = run.catch(() => undefined);
     return run;
   }
 
   private async scoreNow(
     items: RewardItem[],
-    onProgress?: (p: ScoreProgress) => void,
-    signal?: AbortSignal,
+    onProgress: ((p: ScoreProgress) => void) | undefined,
+    signal: AbortSignal | undefined,
+    continueStreak: boolean,
   ): Promise<RewardOutcome[]> {
     if (this.closed) throw new Error('the reward sandbox is closed');
+    // One /reward request's runaway rollouts say nothing about the next, unrelated one's.
+    if (!continueStreak) this.streak = 0;
     const { batchTimeoutMs, memoryMb, timeoutStreak } = this.opts;
     const results: (RewardOutcome | undefined)[] = new Array(items.length);
     const errors: Partial<Record<RewardErrorKind, number>> = {};
@@ -347,7 +296,7 @@ export class RewardSandbox {
       if (typeof dropped === 'number' && dropped > 0) logsDropped += Math.min(dropped, 1e9);
       if (!Array.isArray(lines)) return;
       for (const l of lines.slice(0, 1000)) {
-        const line = typeof l === 'string' ? printable(l.slice(0, LOG_LIMITS.lineChars + 64)) : '';
+        const line = boundedText(l, LOG_LIMITS.lineChars) ?? '';
         if (logChars + line.length > LOG_LIMITS.batchChars) {
           logsDropped++;
           continue;
@@ -418,7 +367,7 @@ export class RewardSandbox {
       };
       const batchTimer = setTimeout(
         () => stopAll('batch-timeout', `the batch did not finish within ${batchTimeoutMs} ms`),
-        batchTimeoutMs,
+        timerMs(batchTimeoutMs),
       );
       const onAbort = () => stopAll('cancelled', 'cancelled');
       if (signal?.aborted) onAbort();
@@ -481,12 +430,17 @@ export class RewardSandbox {
     };
     // The watchdog: QuickJS's interrupt handler stops a runaway item at its limit; if the thread stops answering
     // anyway (a long native call), it is terminated. A fresh engine first loads the module (up to one item limit).
+    let armedAt = Date.now();
     const arm = () => {
       clearTimeout(slot.watchdog);
+      armedAt = Date.now();
       slot.watchdog = setTimeout(
         () =>
-          abandon('timeout', `did not finish within ${this.opts.itemTimeoutMs} ms (its sandbox thread was stopped)`),
-        2 * this.opts.itemTimeoutMs + 5_000,
+          abandon(
+            'timeout',
+            `did not finish within ${this.opts.itemTimeoutMs} ms: its sandbox thread gave no answer for ${((Date.now() - armedAt) / 1000).toFixed(1)} s and was stopped — stuck in one long built-in call the engine cannot interrupt (a search, sort or replace over a huge string or array?), so where in ${this.compiled.file} is not known`,
+          ),
+        timerMs(2 * this.opts.itemTimeoutMs + 5_000),
       );
     };
     const abandon = (kind: RewardErrorKind, message: string) => {
@@ -510,7 +464,15 @@ export class RewardSandbox {
           m.outcome && typeof m.outcome === 'object' ? m.outcome : { k: 'x', kind: 'crash', message: 'no result' }
         ) as Record<string, unknown>;
         onLog(o.logs, o.dropped);
-        const body = this.decode(o, batchDeadline);
+        const body = decodeOutcome(o, {
+          compiled: this.compiled,
+          map: this.map,
+          apiPath: this.apiPath,
+          itemTimeoutMs: this.opts.itemTimeoutMs,
+          batchTimeoutMs: this.opts.batchTimeoutMs,
+          memoryMb: this.opts.memoryMb,
+          batchDeadline,
+        });
         // The batch's own deadline is no runaway of the module's.
         finish(index, body, {
           load: o.load === true,
@@ -536,101 +498,6 @@ export class RewardSandbox {
     arm();
     const req: ScoreRequest = { seq, start: 0, items: chunk.items, batchDeadline };
     w.postMessage(req);
-  }
-
-  /** The worker's account of one item, checked field by field (what the module returned is data it chose). */
-  private decode(o: Record<string, unknown>, batchDeadline: number): OutcomeBody {
-    const errAt = (kind: RewardErrorKind, message: string, stack?: unknown): { error: RewardError } => {
-      const located = locate(
-        typeof stack === 'string' ? printable(stack.slice(0, RESULT_LIMITS.stackChars)) : undefined,
-        this.compiled,
-        this.map,
-        this.apiPath,
-      );
-      return { error: { kind, message, ...located } };
-    };
-    const err = errAt;
-    switch (o.k) {
-      case 'v': {
-        const r = numberOf(o.r);
-        if (r === undefined)
-          return err(
-            'type',
-            `returned ${o.obj ? `{ reward: ${described(o.r as { t?: unknown })} }` : described(o.r as { t?: unknown })} (expected a number or { reward, parts })`,
-          );
-        if (!Number.isFinite(r)) return err('nan', `returned ${r}`);
-        const parts: Record<string, number> = {};
-        if (o.tooMany !== undefined)
-          return err('type', `parts has ${Number(o.tooMany)} entries (at most ${RESULT_LIMITS.parts})`);
-        if (o.parts !== undefined) {
-          if (!Array.isArray(o.parts)) return err('type', 'parts must be an object of numbers');
-          for (const p of o.parts.slice(0, RESULT_LIMITS.parts) as unknown[]) {
-            const [key, val] = Array.isArray(p) ? p : [];
-            if (typeof key !== 'string') return err('type', 'parts must be an object of numbers');
-            if (key === '__proto__' || key === 'constructor' || key === 'prototype')
-              return err('type', `parts.${key}: a part cannot be named ${key}`);
-            const x = numberOf(val);
-            if (x === undefined || !Number.isFinite(x))
-              return err(
-                'type',
-                `parts.${key} is ${x === undefined ? described(val as { t?: unknown }) : x} (expected a finite number)`,
-              );
-            parts[key] = x;
-          }
-        }
-        return { reward: r, parts };
-      }
-      case 'e': {
-        const name = str(o.name, 200);
-        const message = str(o.message, RESULT_LIMITS.messageChars) ?? '';
-        if (typeof o.nonError === 'string') {
-          const site = typeof o.site === 'number' ? this.compiled.throwSites?.[o.site] : undefined;
-          const what = kindLabel[o.nonError] ?? 'a value';
-          return {
-            error: {
-              kind: 'throw',
-              message: `threw ${what}${o.nonError === 'undefined' ? '' : `: ${message}`}`,
-              ...(site ? { file: site.file, line: site.line, column: site.column } : {}),
-            },
-          };
-        }
-        return err('throw', `${name ? `${name}: ` : ''}${message}`, o.stack);
-      }
-      case 'p':
-        return err(
-          'timeout',
-          'returned a promise that never settled (nothing in the sandbox — no timers, no I/O — could ever settle it)',
-        );
-      case 'x': {
-        const message = str(o.message, RESULT_LIMITS.messageChars) ?? '';
-        // A limit that stopped a loop of the module's own code names that loop (QuickJS's frames name only the function).
-        const loop = typeof o.loop === 'number' ? this.compiled.loopSites?.[o.loop] : undefined;
-        const err = (kind: RewardErrorKind, text: string, stack?: unknown): { error: RewardError } => {
-          const e = errAt(kind, text, stack);
-          return loop ? { error: { ...e.error, file: loop.file, line: loop.line, column: loop.column } } : e;
-        };
-        if (o.kind === 'timeout') {
-          if (Date.now() >= batchDeadline - 50 || message === 'batch')
-            return err('batch-timeout', `the batch did not finish within ${this.opts.batchTimeoutMs} ms`, o.stack);
-          return err(
-            'timeout',
-            o.load
-              ? `the module's top-level code did not finish within ${this.opts.itemTimeoutMs} ms`
-              : `did not finish within ${this.opts.itemTimeoutMs} ms`,
-            o.stack,
-          );
-        }
-        if (o.kind === 'memory')
-          return err(
-            'memory',
-            `${o.load ? "the module's top-level code " : ''}ran out of memory (the limit is ${this.opts.memoryMb} MB)`,
-            o.stack,
-          );
-        return err('crash', message || 'the sandbox failed', o.stack);
-      }
-      default:
-        return err('crash', 'the sandbox returned an unreadable result');
-    }
   }
 
   /** Replaces a slot's worker with a fresh one (the old one is terminated). */

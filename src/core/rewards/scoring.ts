@@ -110,6 +110,8 @@ export async function* scoreRollouts(
   let batch: { record: Rollout; where: string }[] = [];
   let done = 0;
   const errors: ErrorCounts = {};
+  // The batches of one stream are one run: a runaway streak carries from one to the next.
+  let continueStreak = false;
   const flush = async function* () {
     const outcomes = await sandbox.score(
       batch.map((b) => itemFromRollout(b.record, b.where)),
@@ -121,7 +123,9 @@ export async function* scoreRollouts(
           }
         : undefined,
       options.signal,
+      { continueStreak },
     );
+    continueStreak = true;
     for (let i = 0; i < batch.length; i++) {
       const o = outcomes[i]!;
       if ('error' in o) errors[o.error.kind] = (errors[o.error.kind] ?? 0) + 1;
