@@ -98,6 +98,49 @@ describe('replay-step: a recorded step through the trainer at a checkpoint', fun
     assert.equal(o.match, false);
   });
 
+  it('a step recorded in part (train.record.groups): ids and log-probs compare, the full step’s loss and gradient norm are not comparable, exit 0', async () => {
+    // step 3's store rewritten by the trainer's own writer as the recorder writes a sampled step: one whole GRPO
+    // group of the two (the one with the widest rewards), its sas.store metadata saying recorded 2 of 4
+    const copy = join(scratchDir('sas-replay-sampled-'), 'run');
+    cpSync(run, copy, { recursive: true });
+    const p = await execa(
+      python,
+      [
+        '-c',
+        [
+          'import sys',
+          'from search_agent_trainer import token_store as ts',
+          'd = sys.argv[1] + "/rollouts"',
+          'recs = ts.read_step(d + "/step-000003")',
+          'gs = {}',
+          '[gs.setdefault(r["group"], []).append(r) for r in recs]',
+          'keep = max(gs.values(), key=lambda g: max(r["reward"] for r in g) - min(r["reward"] for r in g))',
+          'ts.records_to_step(d, "step-000003", keep, {"step": 3, "split": "train", "recorded": len(keep), "of": len(recs)})',
+          'print(len(keep), len(recs))',
+        ].join('\n'),
+        copy,
+      ],
+      { reject: false, env: { PYTHONPATH: join(ROOT, 'trainer') } },
+    );
+    assert.equal(p.exitCode, 0, p.stderr);
+    assert.equal(p.stdout.trim(), '2 4');
+    const r = await cli('replay-step', copy, '--step', '3', '--json', '--python', python);
+    assert.equal(r.exitCode, 0, r.stderr + r.stdout.slice(0, 2000));
+    const o = JSON.parse(r.stdout) as ReplayStepResult;
+    assert.equal(o.rollouts, 2);
+    assert.equal(o.step_rollouts, 4);
+    assert.ok(o.ids_identical && o.text_identical && o.loss_mask_identical);
+    assert.ok(o.logprob.compared > 0 && o.logprob.flagged === 0, JSON.stringify(o.logprob));
+    assert.equal(o.comparable.loss, false);
+    assert.match(o.comparable.why ?? '', /step 3 recorded 2 of 4 rollouts \(/);
+    assert.deepEqual(o.metrics, [], 'the step’s metrics cover all 4 rollouts: nothing compared');
+    assert.equal(o.match, true);
+    const text = await cli('replay-step', copy, '--step', '3', '--python', python);
+    assert.equal(text.exitCode, 0, text.stderr);
+    assert.match(text.stdout, /\(2 of the step's 4 rollouts, recorded, .*\): MATCH/);
+    assert.match(text.stdout, /recorded\s+not comparable: step 3 recorded 2 of 4 rollouts/);
+  });
+
   it('bad usage: no such step, no checkpoint before it, a step with no tokens: exit 2 naming why', async () => {
     const none = await cli('replay-step', run, '--step', '99', '--python', python);
     assert.equal(none.exitCode, 2);

@@ -10,7 +10,7 @@ run recorded?
 reads the step's rollout records (JSON lines: from `--records`, else stdin — `search-agent-studio replay-step` sends
 them, read by the run store's readers, whatever backend the run's records are in) and prints one JSON report:
 
-    {"checkpoint", "checkpoint_step", "step", "rollouts", "device", "dtype", "tolerance",
+    {"checkpoint", "checkpoint_step", "step", "rollouts", "step_rollouts", "device", "dtype", "tolerance",
      "ids_identical", "text_identical", "loss_mask_identical", "mismatches": [{"id", "what", "at"}],
      "logprob": {"compared", "max_abs_diff", "mean_abs_diff", "flagged"},           # recomputed − recorded logprob
      "rollout_logprob": {"compared", "max_abs_diff", "mean_abs_diff"} | null,        # recomputed − rollout_logprob
@@ -21,7 +21,9 @@ them, read by the run store's readers, whatever backend the run's records are in
 `delta` is per token of `tokens.ids` (prompt included): recomputed − recorded `logprob` on the tokens the record
 scored (loss_mask 1 with a recorded log-prob), null elsewhere — the log-prob microscope's view of the replay.
 The default checkpoint of step N is step N − 1's (the weights that sampled and trained step N); a step's loss and
-gradient norm equal the recorded metrics when its update was one mini-batch of one epoch (`comparable`).
+gradient norm equal the recorded metrics when its update was one mini-batch of one epoch over every rollout of the
+step (`comparable`): a step recorded in part (`train.record.groups`, `every`, the flagged groups a behind writer keeps;
+`step_rollouts` > `rollouts`) has metrics over all its rollouts, so only its ids and log-probs compare.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from .data import Example
 from .fork import ForkError, load_checkpoint_policy
 from .losses import Aggregation, objective
 from .policy import compute_dtype, window_stats
+from .recorder import RecordSettings
 from .rollout import Trajectory
 
 # A recorded log-prob is rounded to 6 decimals (run_writer); a recomputation in fp32 differs from the recording pass
@@ -285,10 +288,12 @@ class StepReplay:
                 }
             )
         steps = {rec.get("step") for rec in records}
+        out_step = steps.pop() if len(steps) == 1 else None
+        of = step_rollouts(self.run_dir, out_step, cfg, len(records))
         out = {
             "checkpoint": str(self.checkpoint),
             "checkpoint_step": self.checkpoint_step,
-            "step": steps.pop() if len(steps) == 1 else None,
+            "step": out_step,
             "rollouts": len(records),
             "device": str(self.device),
             "dtype": "fp32" if self.dtype is None else str(self.dtype).removeprefix("torch."),
@@ -306,7 +311,8 @@ class StepReplay:
             "rollout_logprob": versus_rollout,
             "loss": {**sums, "total": total},
             "grad_norm": {"actor/grad_norm": norms[0], **({"critic/grad_norm": norms[1]} if len(norms) > 1 else {})},
-            "comparable": comparable(cfg, len(records)),
+            "step_rollouts": of,
+            "comparable": comparable(cfg, len(records), of, out_step),
             "rollouts_detail": detail,
         }
         out["match"] = (
@@ -315,20 +321,65 @@ class StepReplay:
         return out
 
 
-def comparable(cfg: Section, batch_size: int) -> dict[str, Any]:
+def step_rollouts(run_dir: Path, step: Any, cfg: Section, replayed: int) -> int:
+    """How many rollouts step `step`'s update trained on (its metrics cover all of them, recorded or not): the token
+    store's `sas.store` metadata of the step (`of`, written by the recorder), else the trainer's step,
+    `rollout.batch_size` prompts × `rollout.n` samples (a JSONL run: every k-th step, `groups` whole groups and the
+    flagged ones leave no count beside the records). Never fewer than the records replayed."""
+    of = None
+    if isinstance(step, int):
+        meta_of = _store_of(run_dir / "rollouts" / f"step-{step:06d}" / "rollouts.parquet")
+        if meta_of is not None:
+            of = meta_of
+        else:
+            r = cfg.rollout
+            of = int(r.batch_size) * int(r.n) if r.batch_size and r.n else None
+    return max(replayed, of or 0)
+
+
+def _store_of(path: Path) -> int | None:
+    """The `of` (the step's rollouts, recorded or not) of a token store step's `sas.store` metadata, if it says."""
+    if not path.is_file():
+        return None
+    try:
+        import pyarrow.parquet as pq
+
+        meta = pq.read_schema(path).metadata or {}
+        of = json.loads(meta.get(b"sas.store", b"{}")).get("of")
+    except Exception:  # noqa: BLE001 - no pyarrow, or metadata it cannot read: the config's count
+        return None
+    return of if isinstance(of, int) and of > 0 else None
+
+
+def comparable(cfg: Section, batch_size: int, of: int | None = None, step: Any = None) -> dict[str, Any]:
     """Whether the step's recorded loss and gradient norm are those of this replay: one epoch of one mini-batch over
-    every row (later mini-batches run on weights the first one already changed)."""
+    every row (later mini-batches run on weights the first one already changed), and every row of the step replayed:
+    a step recorded in part (`train.record.groups`, `every`, the flagged groups a behind writer keeps) has metrics over
+    all `of` rollouts, a replay only the recorded ones (their ids and log-probs still compare, row by row)."""
     o, a = cfg.optim, cfg.algorithm
+    of = max(batch_size, of or 0)
     why = []
+    if batch_size < of:
+        why.append(f"step {step} recorded {batch_size} of {of} rollouts ({_sampling(cfg, step)})")
     if o.ppo_epochs != 1:
         why.append(f"optim.ppo_epochs is {o.ppo_epochs}")
-    if batch_size > o.mini_batch_size:
-        why.append(f"{batch_size} rollouts in mini-batches of {o.mini_batch_size}")
+    if of > o.mini_batch_size:
+        why.append(f"{of} rollouts in mini-batches of {o.mini_batch_size}")
     if a.skip_zero_std_groups:
         why.append("algorithm.skip_zero_std_groups weighs the kept rows (weights not recorded)")
     if cfg.model.dropout:
         why.append("model.dropout is on (the update's forward drew a dropout mask)")
     return {"loss": not why, "why": "; ".join(why) or None}
+
+
+def _sampling(cfg: Section, step: Any) -> str:
+    """Why a training step recorded part of its rollouts, from the run's `train.record` (recorder.select)."""
+    s = RecordSettings.of(cfg)
+    if isinstance(step, int) and step % s.every:
+        return f"train.record.every {s.every}: step {step} kept only its flagged groups"
+    if s.groups is not None:
+        return f"train.record.groups {s.groups}, and the groups of flagged rollouts"
+    return "record sampling: the writer fell behind (train.record.queue) and kept only the flagged groups, or rollouts were recorded without tokens"
 
 
 def read_records(stream: TextIO, source: str) -> list[dict[str, Any]]:

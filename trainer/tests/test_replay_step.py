@@ -1,16 +1,17 @@
 """replay_step.py's pieces that need no run (the end-to-end replays of a real tiny run, matching and planted, are
 test/unit/replay-step.test.ts through the CLI): a record becomes the trainer's Trajectory from its token arrays, the
 batch the trainer builds from it feeds exactly the recorded ids, and a step's recorded loss is comparable only when
-its update was one epoch of one mini-batch."""
+its update was one epoch of one mini-batch over every rollout of the step (not on a step recorded in part)."""
 
 from __future__ import annotations
 
 import pytest
 
 from conftest import tiny_config
+from search_agent_trainer import token_store as ts
 from search_agent_trainer.batch import make_batch
 from search_agent_trainer.config import config_from_dict
-from search_agent_trainer.replay_step import ReplayError, _window, comparable, trajectory_of
+from search_agent_trainer.replay_step import ReplayError, _window, comparable, step_rollouts, trajectory_of
 
 
 def record(rid: str, prompt: int, roles: list[str], **arrays) -> dict:
@@ -61,3 +62,39 @@ def test_the_recorded_loss_is_comparable_for_one_epoch_of_one_mini_batch():
     assert "mini-batches of 4" in comparable(cfg, 8)["why"]
     cfg2 = config_from_dict(tiny_config(**{"optim.ppo_epochs": 2}))
     assert not comparable(cfg2, 2)["loss"]
+
+
+def test_a_step_recorded_in_part_has_no_comparable_loss_but_a_whole_one_does(tmp_path):
+    # the recorder's sampled step: 2 whole groups of 4 written by the project's writer, sas.store saying 4 of 8
+    cfg = config_from_dict(tiny_config(**{"rollout.batch_size": 4, "rollout.n": 2, "optim.mini_batch_size": 8}))
+    cfg_groups = config_from_dict(
+        tiny_config(**{"rollout.batch_size": 4, "rollout.n": 2, "optim.mini_batch_size": 8, "train.record.groups": 2})
+    )
+    recs = [
+        {**record(f"r{g}{k}", 2, ["generated"], logprob=[None, None, -0.5]), "group": f"train:3:{g}", "sample": k}
+        for g in (0, 2)
+        for k in range(2)
+    ]
+    ts.records_to_step(
+        tmp_path / "rollouts", "step-000003", recs, {"step": 3, "split": "train", "recorded": 4, "of": 8}
+    )
+    assert step_rollouts(tmp_path, 3, cfg, 4) == 8
+    c = comparable(cfg_groups, 4, 8, 3)
+    assert (
+        not c["loss"]
+        and c["why"] == "step 3 recorded 4 of 8 rollouts (train.record.groups 2, and the groups of flagged rollouts)"
+    )
+    # every k-th step: a step between keeps only its flagged groups
+    every = config_from_dict(tiny_config(**{"optim.mini_batch_size": 8, "train.record.every": 2}))
+    assert "train.record.every 2: step 3 kept only its flagged groups" in comparable(every, 2, 6, 3)["why"]
+    # the step's rollouts in mini-batches: judged by the step's 8, not the 4 recorded
+    small = config_from_dict(tiny_config(**{"optim.mini_batch_size": 4}))
+    assert "8 rollouts in mini-batches of 4" in comparable(small, 4, 8, 3)["why"]
+    # a whole step (the store says 8 of 8; a JSONL step: the trainer's batch_size x n) compares as before
+    ts.records_to_step(
+        tmp_path / "rollouts", "step-000004", recs * 2, {"step": 4, "split": "train", "recorded": 8, "of": 8}
+    )
+    assert step_rollouts(tmp_path, 4, cfg, 8) == 8
+    assert comparable(cfg_groups, 8, step_rollouts(tmp_path, 4, cfg, 8), 4) == {"loss": True, "why": None}
+    assert step_rollouts(tmp_path, 5, cfg, 8) == 8  # no store step: 4 prompts x 2 samples
+    assert step_rollouts(tmp_path, 5, cfg, 6) == 8 and not comparable(cfg, 6, 8, 5)["loss"]

@@ -27,6 +27,11 @@ export interface ReplayStepReport {
   checkpoint_step: number | null;
   step: number | null;
   rollouts: number;
+  /**
+   * The step's rollouts, recorded or not (its metrics cover all of them): more than `rollouts` on a step recorded in
+   * part (train.record.groups, every, flagged groups), whose loss and gradient norm are then not comparable.
+   */
+  step_rollouts?: number;
   device: string;
   dtype: string;
   tolerance: number;
@@ -117,7 +122,7 @@ const g = (x: number) => (x === 0 ? '0' : Math.abs(x) < 1e-3 || Math.abs(x) >= 1
 /** The replay in words: the checks, the worst tokens of the worst rollouts, the loss and gradient norm. */
 export function describeReplay(r: ReplayStepResult, records: readonly Rollout[], worst = 3): string[] {
   const lines = [
-    `step ${r.step} replayed at ${r.checkpoint} (${r.rollouts} rollouts, ${r.device}, ${r.dtype}): ${r.match ? 'MATCH' : 'MISMATCH'}`,
+    `step ${r.step} replayed at ${r.checkpoint} (${r.step_rollouts !== undefined && r.step_rollouts > r.rollouts ? `${r.rollouts} of the step's ${r.step_rollouts} rollouts, recorded` : `${r.rollouts} rollouts`}, ${r.device}, ${r.dtype}): ${r.match ? 'MATCH' : 'MISMATCH'}`,
   ];
   lines.push(
     `  ids           ${r.ids_identical ? 'identical (the batch fed the recorded ids)' : 'DIFFER'}; token texts ${r.text_identical ? "identical under the checkpoint's tokenizer" : 'DIFFER (another tokenizer?)'}; loss mask ${r.loss_mask_identical ? 'rebuilt identically' : 'DIFFERS from the recorded one'}`,
