@@ -12,6 +12,7 @@
  *   [--workers N]                       BM25 search threads sharing the index (default: the cores)
  *   [--reward MODULE|builtin:NAME]      the reward module /reward scores with (default builtin:em)
  *   [--reward-timeout MS] [--reward-batch-timeout MS]   its limits per item (2 s) and per request (2 min)
+ *   [--max-queries N] [--max-reward-items N]            most queries per /retrieve (16384), items per /reward (65536)
  * With no --index, --corpus or --url: BM25 over the demo corpus that ships with the project.
  */
 import { readFile } from 'node:fs/promises';
@@ -29,7 +30,7 @@ import {
 } from '../core/retrieval/retriever';
 import { openReward } from '../core/rewards/scoring';
 import { VERSION } from '../core/version';
-import { startEnvServer } from './server';
+import { DEFAULT_MAX_QUERIES, DEFAULT_MAX_REWARD_ITEMS, type EnvServer, startEnvServer } from './server';
 
 /** The server's options, with their help text (the CLI's `serve` shows it; `dist/server.js` parses with it). */
 export const SERVE_OPTIONS = {
@@ -55,6 +56,16 @@ export const SERVE_OPTIONS = {
     type: 'string',
     default: '120000',
     describe: "time limit per /reward request (ms; keep it under the trainer's 300 s)",
+  },
+  'max-queries': {
+    type: 'string',
+    default: String(DEFAULT_MAX_QUERIES),
+    describe: 'most queries in one /retrieve request (a request body is at most 16 MB either way)',
+  },
+  'max-reward-items': {
+    type: 'string',
+    default: String(DEFAULT_MAX_REWARD_ITEMS),
+    describe: 'most items in one /reward request',
   },
 } as const;
 
@@ -145,22 +156,40 @@ export async function serve(values: ServeValues): Promise<void> {
     itemTimeoutMs: int('reward-timeout', values['reward-timeout'], 1, 600_000),
     batchTimeoutMs: int('reward-batch-timeout', values['reward-batch-timeout'], 1, 3_600_000),
   };
+  const maxQueries = int('max-queries', values['max-queries'], 1, 1_000_000);
+  const maxRewardItems = int('max-reward-items', values['max-reward-items'], 1, 1_000_000);
   const opened = await openReward(values.reward, { ...limits, onLog: (l) => log(`[reward] ${l}`) }).catch(
     (e: Error) => {
       throw new UsageError(`--reward ${values.reward}: ${e.message}`);
     },
   );
-  const retriever = await retrieverFromArgs(values, log);
+  let retriever: Retriever;
+  try {
+    retriever = await retrieverFromArgs(values, log);
+  } catch (e) {
+    await opened.sandbox.close();
+    throw e;
+  }
   log(`retriever: ${JSON.stringify(retriever.describe())}`);
   log(`reward: ${values.reward} (${opened.compiled.file})`);
-  const server = await startEnvServer({
-    port,
-    version: VERSION,
-    log,
-    retriever,
-    defaultTopk,
-    reward: { name: values.reward, file: opened.compiled.file, sandbox: opened.sandbox },
-  });
+  let server: EnvServer;
+  try {
+    server = await startEnvServer({
+      port,
+      version: VERSION,
+      log,
+      retriever,
+      defaultTopk,
+      maxQueries,
+      maxRewardItems,
+      reward: { name: values.reward, file: opened.compiled.file, sandbox: opened.sandbox },
+    });
+  } catch (e) {
+    // Not listening (the port is taken): the retriever's threads and the reward workers must not keep the process
+    // alive after the error is reported.
+    await Promise.all([retriever.close(), opened.sandbox.close()]).catch(() => undefined);
+    throw e;
+  }
   process.stdout.write(`${JSON.stringify({ event: 'listening', port: server.port })}\n`);
   const stop = (signal: string) => {
     log(`${signal}: closing`);

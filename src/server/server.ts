@@ -26,9 +26,14 @@ export interface EnvServerOptions {
   retriever?: Retriever;
   /** `topk` when a request has none (Search-R1's retrieval_topk; 3). */
   defaultTopk?: number;
-  /** Most queries in one request (default 1024) and largest topk (default 100). */
+  /**
+   * Most queries in one request (default 16384: Search-R1's trainer sends all of a turn's searches at once, up to
+   * train_batch_size × n_agent = 2,560 at its defaults; the body limit bounds the bytes) and largest topk (default 100).
+   */
   maxQueries?: number;
   maxTopk?: number;
+  /** Characters of a query the retriever sees (default 8192): a longer query is cut to it, not refused. */
+  maxQueryChars?: number;
   /** Serves /reward: the configured reward module's sandbox, and its name for /health. */
   reward?: { name: string; file: string; sandbox: RewardSandbox };
   /** Most items in one /reward request (default 65536). */
@@ -140,8 +145,8 @@ export function builtinMetrics(item: RewardItem): Record<string, number> {
 /** Validates a /retrieve body; errors name the field. */
 export function parseRetrieveRequest(
   body: unknown,
-  limits: { defaultTopk: number; maxQueries: number; maxTopk: number },
-): { queries: string[]; topk: number; returnScores: boolean } {
+  limits: { defaultTopk: number; maxQueries: number; maxTopk: number; maxQueryChars?: number },
+): { queries: string[]; topk: number; returnScores: boolean; truncated: number } {
   if (typeof body !== 'object' || body === null || Array.isArray(body))
     throw new HttpError(400, 'body: expected a JSON object {queries, topk?, return_scores?}');
   const b = body as Record<string, unknown>;
@@ -149,9 +154,17 @@ export function parseRetrieveRequest(
     throw new HttpError(400, `queries: expected an array of strings, got ${describeValue(b.queries)}`);
   if (b.queries.length > limits.maxQueries)
     throw new HttpError(400, `queries: ${b.queries.length} queries; at most ${limits.maxQueries} per request`);
-  b.queries.forEach((q, i) => {
+  // A query over the limit is cut to it for retrieval, not refused: one rambling search in a batch of thousands must
+  // not fail the others (Search-R1's servers take any length), and BM25 or the encoder gains nothing from the tail.
+  const maxChars = limits.maxQueryChars ?? 8192;
+  let truncated = 0;
+  const queries = b.queries.map((q, i) => {
     if (typeof q !== 'string') throw new HttpError(400, `queries[${i}]: expected a string, got ${describeValue(q)}`);
-    if (q.length > 8192) throw new HttpError(400, `queries[${i}]: ${q.length} characters; at most 8192`);
+    if (q.length <= maxChars) return q;
+    truncated++;
+    const cut = q.slice(0, maxChars);
+    // never leave half of a surrogate pair at the end
+    return /[\uD800-\uDBFF]$/.test(cut) ? cut.slice(0, -1) : cut;
   });
   let topk = limits.defaultTopk;
   if (b.topk !== undefined && b.topk !== null && b.topk !== 0) {
@@ -162,8 +175,12 @@ export function parseRetrieveRequest(
   }
   if (b.return_scores !== undefined && typeof b.return_scores !== 'boolean')
     throw new HttpError(400, `return_scores: expected a boolean, got ${describeValue(b.return_scores)}`);
-  return { queries: b.queries as string[], topk, returnScores: b.return_scores === true };
+  return { queries, topk, returnScores: b.return_scores === true, truncated };
 }
+
+/** Most queries in one /retrieve request, and items in one /reward request, unless the server is told otherwise. */
+export const DEFAULT_MAX_QUERIES = 16384;
+export const DEFAULT_MAX_REWARD_ITEMS = 65536;
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
@@ -182,9 +199,11 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
   const log = options.log ?? (() => {});
   const limits = {
     defaultTopk: options.defaultTopk ?? 3,
-    maxQueries: options.maxQueries ?? 1024,
+    maxQueries: options.maxQueries ?? DEFAULT_MAX_QUERIES,
     maxTopk: options.maxTopk ?? 100,
+    maxQueryChars: options.maxQueryChars ?? 8192,
   };
+  const maxRewardItems = options.maxRewardItems ?? DEFAULT_MAX_REWARD_ITEMS;
   const retriever = options.retriever;
 
   const routes: Record<string, Partial<Record<string, Handler>>> = {
@@ -196,12 +215,23 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
           uptime_s: (Date.now() - started) / 1000,
           retriever: retriever ? { ...retriever.describe(), default_topk: limits.defaultTopk } : null,
           reward: options.reward ? { name: options.reward.name, module: options.reward.file } : null,
+          // What one request may hold: clients (the trainer's env_client) split their batches to fit.
+          limits: {
+            max_queries: limits.maxQueries,
+            max_topk: limits.maxTopk,
+            max_query_chars: limits.maxQueryChars,
+            max_reward_items: maxRewardItems,
+            max_body_bytes: maxBodyBytes,
+          },
         }),
     },
     '/retrieve': {
       // Search-R1's API: {queries, topk?, return_scores?} → {result: [[{document, score}]]} or [[document]].
       POST: async (req, res) => {
-        const { queries, topk, returnScores } = parseRetrieveRequest(await readJson(req, maxBodyBytes), limits);
+        const { queries, topk, returnScores, truncated } = parseRetrieveRequest(
+          await readJson(req, maxBodyBytes),
+          limits,
+        );
         if (!retriever)
           throw new HttpError(
             503,
@@ -218,8 +248,10 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
         // The retriever's own time, for the trainer's per-step latency metrics (W3C Server-Timing; docs/retrieval.md).
         const ms = performance.now() - t0;
         res.setHeader('server-timing', `retrieve;dur=${ms.toFixed(3)}`);
-        sendJson(res, 200, { result: returnScores ? results : results.map((list) => list.map((h) => h.document)) });
-        log(`retrieve ${queries.length} queries, topk ${topk}: ${ms.toFixed(1)}ms`);
+        // Written list by list (as /reward's answer): 200 queries × a few MB documents must not exceed V8's largest string.
+        sendJsonList(res, 200, 'result', returnScores ? results : results.map((list) => list.map((h) => h.document)));
+        const cut = truncated ? ` (${truncated} cut to ${limits.maxQueryChars} characters)` : '';
+        log(`retrieve ${queries.length} queries${cut}, topk ${topk}: ${ms.toFixed(1)}ms`);
       },
     },
     '/reward': {
@@ -227,7 +259,7 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
       // (a failed item: reward null and an error naming the module's file and line).
       POST: async (req, res) => {
         const body = await readJson(req, maxBodyBytes);
-        const items = parseRewardRequest(body, options.maxRewardItems ?? 65536);
+        const items = parseRewardRequest(body, maxRewardItems);
         const withMetrics = (body as { metrics?: unknown }).metrics;
         if (withMetrics !== undefined && typeof withMetrics !== 'boolean')
           throw new HttpError(400, `metrics: expected a boolean, got ${describeValue(withMetrics)}`);

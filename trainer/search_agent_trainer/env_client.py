@@ -27,6 +27,11 @@ class EnvError(RuntimeError):
     pass
 
 
+# What one request may hold when the server does not say (its /health `limits`; an older server's): its defaults of
+# old, 1,024 queries and 65,536 reward items, and 16 MB of body. A batch over them goes as several requests, in order.
+DEFAULT_LIMITS = {"max_queries": 1024, "max_reward_items": 65536, "max_body_bytes": 16 * 1024 * 1024}
+
+
 class EnvClient:
     def __init__(self, url: str, timeout_s: float = 300.0, retries: int = 5, backoff_s: float = 0.5):
         self.url = url.rstrip("/")
@@ -40,6 +45,42 @@ class EnvClient:
             "reward": [],
         }
         self._timeouts = {"retrieve": 0, "reward": 0}
+        self._limits: dict[str, int] | None = None
+
+    def limits(self) -> dict[str, int]:
+        """What one request may hold (`max_queries`, `max_reward_items`, `max_body_bytes`): the server's /health
+        `limits`, asked once; the old defaults (DEFAULT_LIMITS) where it gives none or cannot be asked."""
+        if self._limits is None:
+            limits = dict(DEFAULT_LIMITS)
+            try:
+                advertised = self.health().get("limits")
+            except EnvError:
+                advertised = None
+            if isinstance(advertised, dict):
+                for key in limits:
+                    v = advertised.get(key)
+                    if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                        limits[key] = v
+            self._limits = limits
+        return self._limits
+
+    def _batches(self, key: str, values: list[Any], max_count: int, **rest: Any) -> list[bytes]:
+        """The request bodies `{key: values[i:j], **rest}` that send `values` in order, each within `max_count`
+        values and (but for a single value that alone exceeds it) the server's body limit."""
+        limit = self.limits()["max_body_bytes"]
+        head = json.dumps(rest)[:-1] + (", " if rest else "") + json.dumps(key) + ": ["
+        encoded = [json.dumps(v).encode("utf-8") for v in values]
+        fixed = len(head.encode("utf-8")) + 2
+        bodies: list[bytes] = []
+        start, size = 0, fixed
+        for i, e in enumerate(encoded):
+            grow = len(e) + (1 if i > start else 0)
+            if i > start and (i - start >= max_count or size + grow > limit):
+                bodies.append(head.encode("utf-8") + b",".join(encoded[start:i]) + b"]}")
+                start, size, grow = i, fixed, len(e)
+            size += grow
+        bodies.append(head.encode("utf-8") + b",".join(encoded[start:]) + b"]}")
+        return bodies
 
     def take_stats(self) -> dict[str, float]:
         """The env-server metrics since the last call (then reset): per endpoint, the p50/p99 of the server's own time
@@ -61,8 +102,9 @@ class EnvClient:
         self._timeouts = {k: 0 for k in self._timeouts}
         return out
 
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode("utf-8")
+    def _call(self, method: str, path: str, body: Any = None, data: bytes | None = None) -> Any:
+        if data is None and body is not None:
+            data = json.dumps(body).encode("utf-8")
         last: Exception | None = None
         for attempt in range(self.retries + 1):
             req = urllib.request.Request(
@@ -105,27 +147,38 @@ class EnvClient:
         return self._call("GET", "/health")
 
     def retrieve(self, queries: list[str], topk: int) -> list[list[dict[str, Any]]]:
-        """Per query, the hits `{document: {id, contents}, score}` (Search-R1's request with return_scores)."""
+        """Per query, the hits `{document: {id, contents}, score}` (Search-R1's request with return_scores). A batch
+        over what one request may hold (`limits()`) goes as several requests, one after another, results in order."""
         if not queries:
             return []
         t0 = time.perf_counter()
-        out = self._call("POST", "/retrieve", {"queries": queries, "topk": topk, "return_scores": True})
+        bodies = self._batches("queries", queries, self.limits()["max_queries"], topk=topk, return_scores=True)
+        results: list[list[dict[str, Any]]] = []
+        for data in bodies:
+            out = self._call("POST", "/retrieve", data=data)
+            result = out.get("result") if isinstance(out, dict) else None
+            if not isinstance(result, list):
+                raise EnvError(f"POST {self.url}/retrieve: expected result lists, got {type(result).__name__}")
+            results.extend(result)
         self.seconds["retrieve"] += time.perf_counter() - t0
-        result = out.get("result")
-        if not isinstance(result, list) or len(result) != len(queries):
-            raise EnvError(
-                f"POST {self.url}/retrieve: expected {len(queries)} result lists, got {type(result).__name__}"
-            )
-        return result
+        if len(results) != len(queries):
+            raise EnvError(f"POST {self.url}/retrieve: expected {len(queries)} result lists, got {len(results)}")
+        return results
 
     def reward(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Per item `{reward, parts, metrics, error?}`; `reward` is None when the module failed on the item."""
+        """Per item `{reward, parts, metrics, error?}`; `reward` is None when the module failed on the item. Split into
+        requests within the server's limits (items, body bytes) like `retrieve`."""
         if not items:
             return []
-        out = self._call("POST", "/reward", {"items": items, "metrics": True})
-        results = out.get("results")
-        if not isinstance(results, list) or len(results) != len(items):
-            raise EnvError(f"POST {self.url}/reward: expected {len(items)} results")
+        results: list[dict[str, Any]] = []
+        for data in self._batches("items", items, self.limits()["max_reward_items"], metrics=True):
+            out = self._call("POST", "/reward", data=data)
+            part = out.get("results") if isinstance(out, dict) else None
+            if not isinstance(part, list):
+                raise EnvError(f"POST {self.url}/reward: expected a results list")
+            results.extend(part)
+        if len(results) != len(items):
+            raise EnvError(f"POST {self.url}/reward: expected {len(items)} results, got {len(results)}")
         return results
 
 

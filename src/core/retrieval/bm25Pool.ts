@@ -2,8 +2,9 @@
  * BM25 search on worker threads sharing one index in memory. The index is loaded once into
  * SharedArrayBuffers (Bm25Index.load with `shared`); each worker (bm25Worker.ts) opens it over the same
  * buffers, so N workers cost one index plus N small scratch states, not N copies. A batch of queries is cut
- * into chunks handed to whichever worker is free (several requests share the queue), and put back in order:
- * the results are those of one thread, query for query.
+ * into chunks handed to whichever worker is free, and put back in order: the results are those of one thread, query
+ * for query. Requests take turns: a free worker takes the next chunk of the next request in turn (round-robin), not
+ * the oldest chunk, so a small request waits about one chunk a worker behind a big one, not the whole big one.
  */
 import { readFileSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
@@ -56,9 +57,14 @@ function spawn(workerData: unknown): Worker {
   return spawnWorker(__dirname, 'bm25-worker.js', 'bm25Worker.ts', { workerData });
 }
 
+/** Most queries in one chunk a worker searches (at topk 100 over 10⁵–10⁶ passages, some tens of ms a query). */
+export const MAX_CHUNK = 32;
+
 export class Bm25Pool {
   private readonly slots: Slot[] = [];
-  private readonly queue: Task[] = [];
+  /** Each waiting request's chunks, in order; requests take turns (`turn`: the next to give a worker a chunk). */
+  private readonly requests: Task[][] = [];
+  private turn = 0;
   private nextId = 0;
   private readonly cpuReplies = new Map<number, (seconds: number | null) => void>();
   private restarts = 0;
@@ -131,14 +137,26 @@ export class Bm25Pool {
     }
     this.slots.splice(i, 1);
     if (this.slots.length === 0)
-      for (const t of this.queue.splice(0)) t.reject(new Error(`no BM25 worker left (last failure: ${e.message})`));
+      for (const t of this.requests.splice(0).flat())
+        t.reject(new Error(`no BM25 worker left (last failure: ${e.message})`));
+  }
+
+  /** The next request's next chunk (round-robin over the waiting requests). */
+  private next(): Task | undefined {
+    if (this.requests.length === 0) return undefined;
+    if (this.turn >= this.requests.length) this.turn = 0;
+    const chunks = this.requests[this.turn]!;
+    const task = chunks.shift()!;
+    if (chunks.length === 0) this.requests.splice(this.turn, 1);
+    else this.turn++;
+    return task;
   }
 
   private pump(): void {
     for (const slot of this.slots) {
-      if (this.queue.length === 0) return;
+      if (this.requests.length === 0) return;
       if (slot.task) continue;
-      const task = this.queue.shift()!;
+      const task = this.next()!;
       slot.task = task;
       slot.worker.postMessage({ id: task.id, queries: task.queries, k: task.k } satisfies PoolRequest);
     }
@@ -149,16 +167,19 @@ export class Bm25Pool {
     if (this.closed) throw new Error('the BM25 pool is closed');
     if (this.slots.length === 0) throw new Error('no BM25 worker left');
     if (queries.length === 0) return [];
-    // Several chunks a worker, so that one slow chunk does not hold the batch (queries differ a lot in cost).
-    const size = Math.max(1, Math.ceil(queries.length / (this.workers * 4)));
+    // Several chunks a worker, so that one slow chunk does not hold the batch (queries differ a lot in cost), and at
+    // most MAX_CHUNK queries, so that another request waits at most about one such chunk a worker.
+    const size = Math.max(1, Math.min(MAX_CHUNK, Math.ceil(queries.length / (this.workers * 4))));
     const parts: Promise<PoolHit[][]>[] = [];
+    const chunks: Task[] = [];
     for (let s = 0; s < queries.length; s += size) {
       parts.push(
         new Promise<PoolHit[][]>((resolve, reject) =>
-          this.queue.push({ id: this.nextId++, queries: queries.slice(s, s + size), k, resolve, reject }),
+          chunks.push({ id: this.nextId++, queries: queries.slice(s, s + size), k, resolve, reject }),
         ),
       );
     }
+    this.requests.push(chunks);
     this.pump();
     return (await Promise.all(parts)).flat();
   }
@@ -192,7 +213,7 @@ export class Bm25Pool {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
-    for (const t of this.queue.splice(0)) t.reject(new Error('the BM25 pool was closed'));
+    for (const t of this.requests.splice(0).flat()) t.reject(new Error('the BM25 pool was closed'));
     await Promise.all(this.slots.map((s) => s.worker.terminate()));
     this.index.close();
   }

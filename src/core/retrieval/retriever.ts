@@ -5,12 +5,12 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, rm, stat } from 'node:fs/promises';
+import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Bm25Index, INDEX_VERSION, IndexVersionError, migrateBm25Index } from './bm25';
 import { Bm25Pool } from './bm25Pool';
-import { buildBm25Index } from './corpus';
+import { buildBm25Index, type CorpusIssue } from './corpus';
 import { DenseIndex, type ScanMethod } from './dense';
 import { E5Encoder } from './encoder';
 
@@ -69,14 +69,32 @@ export class Bm25Retriever implements Retriever {
       .digest('hex')
       .slice(0, 16);
     const dir = join(options.cacheDir ?? join(tmpdir(), 'search-agent-studio', 'bm25'), key);
+    // The lines skipped (file:line and why), as `index` reports them; kept beside the cache so that a later start
+    // from the cache says so too.
+    const issuesFile = join(dir, 'corpus-issues.json');
+    const report = (first: CorpusIssue[], count: number) => {
+      for (const i of first.slice(0, 50)) options.log?.(i.message);
+      if (count > 50) options.log?.(`… and ${count - 50} more`);
+      if (count) options.log?.(`${count} corpus lines skipped`);
+    };
     const build = async () => {
       await mkdir(join(dir, '..'), { recursive: true });
       const t0 = Date.now();
-      const meta = await buildBm25Index(corpus, dir);
+      const issues: CorpusIssue[] = [];
+      const meta = await buildBm25Index(corpus, dir, { issues });
       options.log?.(`indexed ${corpus}: ${meta.docs} documents, ${meta.terms} terms in ${Date.now() - t0} ms → ${dir}`);
+      report(issues, issues.length);
+      if (issues.length)
+        await writeFile(issuesFile, JSON.stringify({ count: issues.length, first: issues.slice(0, 50) }));
     };
     if (!existsSync(join(dir, 'meta.json'))) await build();
     else {
+      // A start from the cache says what the build skipped, too.
+      const saved = (await readFile(issuesFile, 'utf8').then(JSON.parse, () => null)) as {
+        count: number;
+        first: CorpusIssue[];
+      } | null;
+      if (saved) report(saved.first, saved.count);
       const version = (JSON.parse(await readFile(join(dir, 'meta.json'), 'utf8')) as { version?: number }).version;
       if (version !== INDEX_VERSION) {
         const t0 = Date.now();
