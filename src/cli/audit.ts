@@ -24,7 +24,7 @@ import { readRunMetrics } from '../core/audit/run';
 import { detectSource, readSource } from '../core/importers';
 import type { ForeignOptions } from '../core/importers/foreign';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
-import { runConfigNear } from '../core/store/rollouts';
+import { runConfigNear, samplingOf, storeRecording } from '../core/store/rollouts';
 import { runTokenizer, runVocabSize, type TokenizerCodec } from '../core/tokens/tokenizer';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
@@ -32,6 +32,7 @@ import { withInputErrors } from './inputErrors';
 import {
   foreignOptionsFromArgs,
   readOptionsFromArgs,
+  samplingLine,
   tokenizerFromArg,
   withForeignOptions,
   withReadOptions,
@@ -129,16 +130,19 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
     else issues.push(...item.issues);
   }
   const metrics = config ? await readRunMetrics(path) : [];
-  const summary = auditor.finish(metrics);
+  // a token store that recorded a sample of its training steps (train.record.groups / every): say so
+  const sampling = kind === 'rollouts' ? samplingOf(await storeRecording(path)) : undefined;
+  const summary = auditor.finish(metrics, sampling?.by_step);
   if (o.json) {
     o.out(
-      `\n],"alarms":${JSON.stringify(alarmIndex(summary, marked))},"advisories":${JSON.stringify(summary.advisories)},"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(summary)}}\n`,
+      `\n],"alarms":${JSON.stringify(alarmIndex(summary, marked))},"advisories":${JSON.stringify(summary.advisories)},"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify({ ...summary, sampled: sampling ?? null })}}\n`,
     );
   } else {
     const advSteps = new Set(summary.advisories.map((a) => a.step)).size;
     const lines = [
       `${path} (${kind}): ${summary.rollouts} rollouts audited, ${summary.flagged} flagged${summary.advisories.length ? `, ${summary.advisories.length} run-level alarm${summary.advisories.length === 1 ? '' : 's'} on ${advSteps} step${advSteps === 1 ? '' : 's'}` : ''}${issues.length ? `, ${issues.length} malformed (skipped)` : ''}`,
     ];
+    if (sampling) lines.push(`  ${samplingLine(sampling)}`);
     for (const a of shown)
       lines.push(`  ${a.id}${a.step !== null ? ` (step ${a.step})` : ''}: ${findings(a).join('; ')}`);
     if (summary.flagged > 50) lines.push(`  … and ${summary.flagged - 50} more`);

@@ -45,16 +45,23 @@ export async function exportJsonl(src: string, out: string, io: CliIo): Promise<
     if (single) file = await OutputFile.create(out, inputs);
     for (const part of parts) {
       if (!single) file = await OutputFile.create(join(out, `${basename(part).replace(/\.jsonl$/, '')}.jsonl`), inputs);
+      let unreadable = false;
       for await (const row of readPart(part)) {
         if (!row.record) {
           bad++;
+          unreadable ||= row.errors.some((e) => e.unreadable);
           for (const e of row.errors.slice(0, 1)) io.err(`${formatIssue(e)} (skipped)\n`);
           continue;
         }
         await file!.write(`${recordLine(row.record)}\n`);
         rows++;
       }
-      if (!single) await file!.commit();
+      if (single) continue;
+      // a step that could not be read whole gets no file (one with part of it would pass for the step)
+      if (unreadable) {
+        await file!.abort();
+        io.err(`${basename(part)}: not exported (the step could not be read)\n`);
+      } else await file!.commit();
     }
     await file?.commit();
   } finally {

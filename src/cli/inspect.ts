@@ -5,11 +5,13 @@
  * `issues` (malformed items, each with file, line and field) and `summary`.
  */
 import type { Argv } from 'yargs';
+import { readRunMetrics } from '../core/audit/run';
 import { type RunSummary, SummaryBuilder, trajectoryFacts } from '../core/audit/summary';
 import { detectSource, readSource } from '../core/importers';
 import type { ForeignOptions } from '../core/importers/foreign';
 import { resolveTokenizer } from '../core/importers/foreign/tokenizer';
 import { formatIssue, type LocatedIssue, type ReadOptions } from '../core/run/format';
+import { runConfigNear, type Sampling, samplingOf, storeRecording } from '../core/store/rollouts';
 import { DIALECTS, parseDialectName } from '../core/tags/trajectory';
 import { loadTokenizerCodec, type TokenizerCodec } from '../core/tokens/tokenizer';
 import { UsageError } from '../server/run';
@@ -139,16 +141,34 @@ export async function inspect(path: string, o: InspectOptions): Promise<number> 
     }
   }
   const result = summary.result();
+  // a token store that recorded a sample of its training steps, and the trainer's rate over every rollout
+  const sampling = kind === 'rollouts' ? samplingOf(await storeRecording(path)) : undefined;
+  const trainer = kind === 'rollouts' ? await trainerZeroStd(path) : undefined;
   if (o.json) {
+    const s = { ...result, sampled: sampling ?? null, trainer_frac_zero_std: trainer ?? null };
     o.out(
-      `\n],"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(result)}}\n`,
+      `\n],"issues":${JSON.stringify(issues.map((i) => ({ ...i, text: formatIssue(i) })))},"summary":${JSON.stringify(s)}}\n`,
     );
   } else {
-    o.out(renderSummary(path, kind, result));
+    o.out(renderSummary(path, kind, result, { sampling, trainer }));
   }
   for (const i of issues.slice(0, 50)) o.err(`${formatIssue(i)}\n`);
   if (issues.length > 50) o.err(`… and ${issues.length - 50} more malformed items\n`);
-  return 0;
+  // a file that could not be read (a damaged store step) is unreadable input: the summary lacks what it holds
+  const unreadable = issues.filter((i) => i.unreadable).length;
+  if (unreadable)
+    o.err(
+      `search-agent-studio: ${unreadable} ${unreadable === 1 ? 'part' : 'parts'} of ${path} could not be read (above); the summary is of the rest\n`,
+    );
+  return unreadable ? 2 : 0;
+}
+
+/**
+ * The line that says a store recorded a sample (`audit` and `inspect`): counts and rates over the records are over
+ * it, and the recorder keeps flagged groups always, so they lean toward flagged groups.
+ */
+export function samplingLine(s: Sampling): string {
+  return `recorded ${s.recorded} of ${s.of} training rollouts (sampled) at ${s.steps} of ${s.of_steps} training steps: counts and rates below are over the sample, which always keeps flagged groups (so it leans toward them)`;
 }
 
 const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
@@ -157,10 +177,25 @@ const hist = (h: Record<string, number>) =>
     .map(([k, v]) => `${k}: ${v}`)
     .join(', ');
 
-export function renderSummary(path: string, kind: string, s: RunSummary): string {
+/** The trainer's reward/frac_zero_std_groups (over every rollout of a step), averaged over the steps that logged it. */
+export async function trainerZeroStd(path: string): Promise<{ mean: number; steps: number } | undefined> {
+  if (!(await runConfigNear(path))) return undefined;
+  const f = (await readRunMetrics(path))
+    .map((r) => r['reward/frac_zero_std_groups'])
+    .filter((x): x is number => typeof x === 'number' && Number.isFinite(x));
+  return f.length ? { mean: f.reduce((a, b) => a + b, 0) / f.length, steps: f.length } : undefined;
+}
+
+export function renderSummary(
+  path: string,
+  kind: string,
+  s: RunSummary,
+  run: { sampling?: Sampling; trainer?: { mean: number; steps: number } } = {},
+): string {
   const lines = [
     `${path} (${kind}): ${s.trajectories} trajectories${s.malformed ? `, ${s.malformed} malformed (skipped)` : ''}`,
   ];
+  if (run.sampling) lines.push(`  ${samplingLine(run.sampling)}`);
   if (s.reward)
     lines.push(
       `  reward        mean ${s.reward.mean.toFixed(3)} ± ${s.reward.std.toFixed(3)} (min ${s.reward.min}, max ${s.reward.max})`,
@@ -191,12 +226,23 @@ export function renderSummary(path: string, kind: string, s: RunSummary): string
   if (Object.keys(s.finish).length) lines.push(`  finish        ${hist(s.finish)}`);
   if (Object.keys(s.data_sources).length > 1 || !s.data_sources['(none)'])
     lines.push(`  data sources  ${hist(s.data_sources)}`);
+  // the trainer's rate is over every rollout: it, where logged, says whether GRPO gets a learning signal
+  const signal = '  ← most groups give GRPO no learning signal';
   if (s.groups) {
-    const warn = s.groups.frac_zero_std > 0.5 ? '  ← most groups give GRPO no learning signal' : '';
+    const warn =
+      !run.trainer && s.groups.frac_zero_std > 0.5
+        ? run.sampling
+          ? `${signal} (in the sample, which leans toward flagged groups; the trainer logged no reward/frac_zero_std_groups)`
+          : signal
+        : '';
     lines.push(
-      `  GRPO groups   ${s.groups.count}, all rewards equal in ${s.groups.zero_variance} (${pct(s.groups.frac_zero_std)})${warn}`,
+      `  GRPO groups   ${s.groups.count}${run.sampling ? ' recorded' : ''}, all rewards equal in ${s.groups.zero_variance} (${pct(s.groups.frac_zero_std)}${run.sampling ? ' of the sample' : ''})${warn}`,
     );
   }
+  if (run.trainer)
+    lines.push(
+      `  trainer       all rewards equal in ${pct(run.trainer.mean)} of the groups (reward/frac_zero_std_groups over every rollout, mean of ${run.trainer.steps} step${run.trainer.steps === 1 ? '' : 's'})${run.trainer.mean > 0.5 ? signal : ''}`,
+    );
   return `${lines.join('\n')}\n`;
 }
 

@@ -62,6 +62,8 @@ export interface Advisory {
   value: number | null;
   threshold: number | null;
   message: string;
+  /** What the value is over, where that matters: the trainer's metric over every rollout of the step, or a recorded sample. */
+  over?: 'trainer' | 'sample';
 }
 
 /** What the run-health rules read of a step's rollouts (sums, so steps read from several files add up). */

@@ -500,7 +500,10 @@ export class AuditStream {
   }
 
   /** Ends the stream: the last step's findings, then the run-level rules — with `metrics` (the run's metrics.jsonl rows) the run-health advisories. */
-  finish(metrics: readonly MetricsRow[] = []): AuditSummary {
+  finish(
+    metrics: readonly MetricsRow[] = [],
+    sampled: Readonly<Record<number, { recorded: number; of: number }>> = {},
+  ): AuditSummary {
     if (this.done) return this.done;
     this.flush();
     const sum = this.sum;
@@ -514,7 +517,7 @@ export class AuditStream {
     );
     sum.logprob.mean_abs_diff = sum.logprob.compared ? this.absSum / sum.logprob.compared : 0;
     sum.steps = ordered.map(([s, acc]) => stepOfSums(s, acc, checked));
-    sum.advisories = runAdvisories(sum.steps, metrics, this.options);
+    sum.advisories = runAdvisories(sum.steps, metrics, this.options, sampled);
     applyAdvisories(sum.steps, sum.advisories);
     const nonFiniteRollouts = sum.alarms['non-finite'] ?? 0;
     for (const adv of sum.advisories) {
@@ -545,8 +548,11 @@ export class Auditor {
     return this.stream.add(r);
   }
 
-  finish(metrics: readonly MetricsRow[] = []): AuditSummary {
-    return this.stream.finish(metrics);
+  finish(
+    metrics: readonly MetricsRow[] = [],
+    sampled: Readonly<Record<number, { recorded: number; of: number }>> = {},
+  ): AuditSummary {
+    return this.stream.finish(metrics, sampled);
   }
 }
 
@@ -559,34 +565,44 @@ export function runAdvisories(
   steps: readonly StepAudit[],
   metrics: readonly MetricsRow[],
   o: AuditOptions = {},
+  sampled: Readonly<Record<number, { recorded: number; of: number }>> = {},
 ): Advisory[] {
   const out = healthAdvisories(
     metrics,
     steps.map((s) => ({ step: s.step, health: s.health })),
     o,
   );
-  const withRollouts = new Set(steps.filter((s) => s.groups.groups > 0).map((s) => s.step));
-  for (const s of steps)
-    if (zeroStdHigh(s.groups, o))
-      out.push({
-        name: 'zero-std-high',
-        step: s.step,
-        value: s.groups.zeroStd / s.groups.groups,
-        threshold: o.zeroStdFraction ?? 0.5,
-        message: `${s.groups.zeroStd} of ${s.groups.groups} groups at step ${s.step} have equal rewards: they add no policy gradient`,
-      });
-  // without rollouts, the trainer's own count of zero-variance groups
+  // zero-std-high: a step's recorded groups where they are all of its groups; the trainer's count over every rollout
+  // of the step where none was recorded or only a sample was (`sampled`: a token store's recorded < of) — a sample
+  // always keeps the flagged groups, so it leans toward them; a sampled step without the metric: the sample's, said so
+  const trainer = new Map<number, number>();
   for (const row of metrics) {
     const f = row['reward/frac_zero_std_groups'];
-    if (typeof f === 'number' && !withRollouts.has(row.step) && f >= (o.zeroStdFraction ?? 0.5))
+    if (typeof f === 'number' && Number.isFinite(f)) trainer.set(row.step, f);
+  }
+  const withRollouts = new Set(steps.filter((s) => s.groups.groups > 0).map((s) => s.step));
+  for (const s of steps) {
+    if ((sampled[s.step] && trainer.has(s.step)) || !zeroStdHigh(s.groups, o)) continue;
+    const smp = sampled[s.step];
+    out.push({
+      name: 'zero-std-high',
+      step: s.step,
+      value: s.groups.zeroStd / s.groups.groups,
+      threshold: o.zeroStdFraction ?? 0.5,
+      message: `${s.groups.zeroStd} of ${s.groups.groups} groups at step ${s.step} have equal rewards: they add no policy gradient${smp ? ` (over the recorded sample: ${smp.recorded} of ${smp.of} rollouts, which always keeps flagged groups; the trainer logged no reward/frac_zero_std_groups)` : ''}`,
+      ...(smp ? { over: 'sample' as const } : {}),
+    });
+  }
+  for (const [step, f] of trainer)
+    if ((!withRollouts.has(step) || sampled[step]) && f >= (o.zeroStdFraction ?? 0.5))
       out.push({
         name: 'zero-std-high',
-        step: row.step,
+        step,
         value: f,
         threshold: o.zeroStdFraction ?? 0.5,
-        message: `${(f * 100).toFixed(0)}% of the groups at step ${row.step} have equal rewards (the trainer's reward/frac_zero_std_groups)`,
+        message: `${(f * 100).toFixed(0)}% of the groups at step ${step} have equal rewards (the trainer's reward/frac_zero_std_groups, over every rollout of the step)`,
+        over: 'trainer',
       });
-  }
   for (const d of thinkDriftSteps(steps, o))
     out.push({
       name: 'think-drift',

@@ -13,7 +13,16 @@ import { readFile, rename, stat, writeFile } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import type { MetricsRow } from '../protocol/dashboard';
 import { readLines } from '../store/jsonl';
-import { isStorePart, readPart, rolloutFiles, runConfigDialect, runConfigNear } from '../store/rollouts';
+import {
+  isStorePart,
+  readPart,
+  rolloutFiles,
+  runConfigDialect,
+  runConfigNear,
+  type StepRecording,
+  samplingOf,
+  stepRecording,
+} from '../store/rollouts';
 import { STORE_FILES } from '../store/tokenStore';
 import { runTokenizer, runVocabSize } from '../tokens/tokenizer';
 import { searchCollapseSteps } from './alarms';
@@ -63,6 +72,8 @@ export async function runAuditOptions(path: string, given: AuditOptions = {}): P
 
 export class RunAudit {
   private readonly files = new Map<string, { size: number | string; steps: StepAudit[] }>();
+  /** What each store step recorded (its metadata's recorded / of): the advisories say when a rate is over a sample. */
+  private readonly recording = new Map<string, StepRecording | undefined>();
   private metricsSize = -1;
   private metrics: MetricsRow[] = [];
   private options: AuditOptions | undefined;
@@ -113,6 +124,7 @@ export class RunAudit {
     }
     for (const gone of [...this.files.keys()].filter((f) => !files.includes(f))) {
       this.files.delete(gone); // a resume removed it
+      this.recording.delete(gone);
       changed = true;
     }
     for (const file of files) {
@@ -120,6 +132,8 @@ export class RunAudit {
       // a store step never changes after its commit (a resume replaces it whole: another inode)
       const st = await stat(store ? join(file, STORE_FILES.rollouts) : file).catch(() => undefined);
       const size = st && (store ? `${st.ino}:${st.size}` : st.size);
+      if (!this.recording.has(file) || this.files.get(file)?.size !== size)
+        this.recording.set(file, await stepRecording(file));
       if (size === undefined || this.files.get(file)?.size === size) continue;
       const auditor = new AuditStream(this.options);
       for await (const row of readPart(
@@ -166,7 +180,8 @@ export class RunAudit {
       const s = byStep.get(step)!;
       if (s.no_search) s.alarms['search-collapse'] = s.no_search;
     }
-    applyAdvisories(series, runAdvisories(series, this.metrics, this.options));
+    const sampled = samplingOf([...this.recording.values()].filter((r) => r !== undefined))?.by_step;
+    applyAdvisories(series, runAdvisories(series, this.metrics, this.options, sampled));
     return series;
   }
 

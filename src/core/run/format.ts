@@ -358,13 +358,16 @@ export function rolloutSpans(r: Pick<Rollout, 'response' | 'spans' | 'tokens'>):
 /** A located problem in a file: `file:line: field: message`. */
 export interface LocatedIssue {
   file: string;
+  /** The line (a store row's number, from 1); 0: the file as a whole. */
   line: number;
   field: string;
   message: string;
+  /** A file that could not be read (a damaged store step): what it holds was not read, not just one bad row. */
+  unreadable?: true;
 }
 
 export function formatIssue(i: LocatedIssue): string {
-  return `${i.file}:${i.line}: ${i.field ? `${i.field}: ` : ''}${i.message}`;
+  return `${i.file}${i.line ? `:${i.line}` : ''}: ${i.field ? `${i.field}: ` : ''}${i.message}`;
 }
 
 /** Validates one parsed rollout line; issues carry the file and line. */

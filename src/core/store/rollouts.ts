@@ -12,7 +12,15 @@ import { formerBuiltinName, resolveConfigPath } from '../paths';
 import { applyDialect, type LocatedIssue, type ReadOptions, type Rollout, validateRollout } from '../run/format';
 import { DIALECTS, type Dialect } from '../tags/parser';
 import { type IndexProgress, JsonlFile, readLines, tooLongMessage } from './jsonl';
-import { isStoreStep, STEP_DIR, STORE_FILES, StoreStep, type TokenColumns } from './tokenStore';
+import {
+  isStoreStep,
+  STEP_DIR,
+  STORE_FILES,
+  StoreFileError,
+  StoreStep,
+  stepOfDir,
+  type TokenColumns,
+} from './tokenStore';
 import { FieldError, fromVerlDump } from './verlDump';
 
 export interface RolloutRow {
@@ -148,14 +156,102 @@ export async function rolloutFiles(path: string): Promise<string[]> {
   return parts.map((n) => join(dir, n));
 }
 
+/** What one committed store step recorded (its `sas.store` metadata): `recorded` of the step's `of` rollouts. */
+export interface StepRecording {
+  step: number;
+  split: string;
+  recorded: number;
+  of: number;
+}
+
+/**
+ * What the store steps of a path recorded (the trainer's recorder writes `recorded` and `of` into each step's
+ * metadata; a step that does not say, or cannot be read, is left out). Only the steps' footers are read.
+ */
+export async function storeRecording(path: string): Promise<StepRecording[]> {
+  const out: StepRecording[] = [];
+  let files: string[];
+  try {
+    files = await rolloutFiles(path);
+  } catch {
+    return out;
+  }
+  for (const f of files) {
+    const r = await stepRecording(f);
+    if (r) out.push(r);
+  }
+  return out;
+}
+
+/** What one part of rolloutFiles recorded, when it is a store step that says (undefined otherwise). */
+export async function stepRecording(part: string): Promise<StepRecording | undefined> {
+  if (!(await isStorePart(part))) return undefined;
+  try {
+    const { step, split, recorded, of } = (await StoreStep.open(part)).info as Partial<StepRecording>;
+    if (typeof recorded !== 'number' || typeof of !== 'number') return undefined;
+    return {
+      step: typeof step === 'number' ? step : stepOfDir(part),
+      split: typeof split === 'string' ? split : basename(part).startsWith('val-') ? 'val' : 'train',
+      recorded,
+      of,
+    };
+  } catch {
+    return undefined; // an unreadable step is reported by the readers
+  }
+}
+
+/**
+ * The sample a path's training steps are (rollout counts summed over the steps that recorded fewer than they had),
+ * undefined when none did: rates over the records are then rates over a sample, which keeps flagged groups always.
+ */
+export interface Sampling {
+  /** Training steps that recorded only part of their rollouts, and how many training steps say what they recorded. */
+  steps: number;
+  of_steps: number;
+  /** Rollouts recorded / of those steps' rollouts. */
+  recorded: number;
+  of: number;
+  /** Per sampled step: recorded / of. */
+  by_step: Record<number, { recorded: number; of: number }>;
+}
+
+export function samplingOf(recording: readonly StepRecording[]): Sampling | undefined {
+  const train = recording.filter((r) => r.split === 'train');
+  const sampled = train.filter((r) => r.recorded < r.of);
+  if (!sampled.length) return undefined;
+  return {
+    steps: sampled.length,
+    of_steps: train.length,
+    recorded: sampled.reduce((t, r) => t + r.recorded, 0),
+    of: sampled.reduce((t, r) => t + r.of, 0),
+    by_step: Object.fromEntries(sampled.map((r) => [r.step, { recorded: r.recorded, of: r.of }])),
+  };
+}
+
 /** Whether a part of rolloutFiles is a token-store step (else a JSONL file). */
 export async function isStorePart(file: string): Promise<boolean> {
   return !file.endsWith('.jsonl') && (await isStoreStep(file));
 }
 
 /**
+ * The issue of a store step one of whose files could not be read (StoreFileError): its directory, the file(s) and
+ * why; `line` the first row not read (0: the step could not be opened: none was), `count` the step's rows.
+ */
+export function storeFileIssue(e: StoreFileError, line: number, count?: number): LocatedIssue {
+  const unread =
+    line === 0 || count === undefined
+      ? 'the step was not read'
+      : line === 1
+        ? `none of the step's ${count} rollouts was read`
+        : `rollouts ${line}–${count} of the step's ${count} were not read`;
+  return { file: e.dir, line, field: e.files.join(', '), message: `${e.reason}; ${unread}`, unreadable: true };
+}
+
+/**
  * Every row of one part, in order, without an index: a JSONL file line by line, a store step in row groups.
- * `tokens`: which token arrays a store reads (a JSONL line always has what it has).
+ * `tokens`: which token arrays a store reads (a JSONL line always has what it has). A store step whose files cannot
+ * be read (missing, cut short, damaged, of another step) ends with one row whose issue names the step, the file and
+ * why (storeFileIssue), after the rows read before it: the caller goes on with the next part.
  */
 export async function* readPart(
   file: string,
@@ -164,10 +260,25 @@ export async function* readPart(
   tokens: TokenColumns = 'all',
 ): AsyncGenerator<Omit<RolloutRow, 'index'>> {
   if (await isStorePart(file)) {
-    const step = await StoreStep.open(file);
+    let step: StoreStep;
+    try {
+      step = await StoreStep.open(file);
+    } catch (e) {
+      if (!(e instanceof StoreFileError)) throw e;
+      yield { file, line: 0, errors: [storeFileIssue(e, 0)] };
+      return;
+    }
     for (let from = 0; from < step.count; from += 256) {
       if (signal?.aborted) throw signal.reason ?? new Error('aborted');
-      for (const r of await step.rows(from, from + 256, tokens))
+      let rows: Awaited<ReturnType<StoreStep['rows']>>;
+      try {
+        rows = await step.rows(from, from + 256, tokens);
+      } catch (e) {
+        if (!(e instanceof StoreFileError)) throw e;
+        yield { file, line: from + 1, errors: [storeFileIssue(e, from + 1, step.count)] };
+        return;
+      }
+      for (const r of rows)
         yield r.record
           ? { file, line: r.line, record: applyDialect(r.record, read), errors: [] }
           : { file, line: r.line, value: r.value, errors: r.errors };
@@ -188,8 +299,15 @@ export async function readPartRow(
   read: ReadOptions = {},
 ): Promise<(Omit<RolloutRow, 'index'> & { raw?: string }) | undefined> {
   if (await isStorePart(file)) {
-    const step = await StoreStep.open(file);
-    const r = (await step.rows(line - 1, line))[0];
+    let r: Awaited<ReturnType<StoreStep['rows']>>[number] | undefined;
+    try {
+      const step = await StoreStep.open(file);
+      r = (await step.rows(line - 1, line))[0];
+    } catch (e) {
+      if (!(e instanceof StoreFileError)) throw e;
+      const issue = { ...storeFileIssue(e, line), message: e.reason };
+      return { file, line, errors: [issue] };
+    }
     if (!r) return undefined;
     return r.record
       ? { file, line, record: applyDialect(r.record, read), errors: [] }
@@ -261,11 +379,47 @@ export async function storeStepRows(
   tokens: TokenColumns,
 ): Promise<Omit<RolloutRow, 'index'>[]> {
   const file = step.dir;
-  return (await step.rows(from, to, tokens)).map((r) =>
+  let rows: Awaited<ReturnType<StoreStep['rows']>>;
+  try {
+    rows = await step.rows(from, to, tokens);
+  } catch (e) {
+    if (!(e instanceof StoreFileError)) throw e;
+    // each row asked for shows why it could not be read (the inspector lists them as malformed rows)
+    const out: Omit<RolloutRow, 'index'>[] = [];
+    for (let line = Math.max(0, from) + 1; line <= Math.min(step.count, to); line++)
+      out.push({ file, line, errors: [{ ...storeFileIssue(e, line), message: e.reason }] });
+    return out;
+  }
+  return rows.map((r) =>
     r.record
       ? { file, line: r.line, record: applyDialect(r.record, read), errors: [] }
       : { file, line: r.line, value: r.value, errors: r.errors },
   );
+}
+
+/** A committed store step whose rollouts.parquet cannot be read: one row, its issue (the step, the file and why). */
+class UnreadableStorePart implements Part {
+  constructor(
+    readonly path: string,
+    private readonly error: StoreFileError,
+  ) {}
+  get count() {
+    return 1;
+  }
+  get indexBytes() {
+    return 0;
+  }
+  async rows(from: number, to: number): Promise<Omit<RolloutRow, 'index'>[]> {
+    return from < 1 && to > 0 ? [{ file: this.path, line: 0, errors: [storeFileIssue(this.error, 0)] }] : [];
+  }
+  async raw(from: number, to: number) {
+    return from < 1 && to > 0 ? [{ line: 0, text: this.error.message }] : [];
+  }
+  async update() {
+    return { reset: false };
+  }
+  async finish() {}
+  async close() {}
 }
 
 /** A committed store step: immutable, unless a resume removed it or a writer replaced it whole (then reset). */
@@ -343,7 +497,12 @@ export class RolloutStore {
 
   private async addFile(file: string): Promise<void> {
     if (await isStorePart(file)) {
-      this.files.push(await StorePart.open(file));
+      try {
+        this.files.push(await StorePart.open(file));
+      } catch (e) {
+        if (!(e instanceof StoreFileError)) throw e;
+        this.files.push(new UnreadableStorePart(file, e)); // shown as one malformed row; the other steps read
+      }
       this.options.onProgress?.({ bytes: 0, totalBytes: 0, rows: this.files[this.files.length - 1]!.count, file });
     } else {
       // Only the last file is followed (has a pending partial line); earlier ones are complete.

@@ -66,8 +66,13 @@ const AUDIT_COLUMNS = [
 
 // hyparquet passes the page's uncompressed size: one output buffer of that size (pages are ~1 MiB; a header that
 // claims more than 16 MiB gets chunks of 16 MiB), not 16 KiB chunks then joined
-const brotli = (input: Uint8Array, size: number): Uint8Array =>
-  zlib.brotliDecompressSync(input, { chunkSize: Math.min(1 << 24, Math.max(64, size)) });
+const brotli = (input: Uint8Array, size: number): Uint8Array => {
+  try {
+    return zlib.brotliDecompressSync(input, { chunkSize: Math.min(1 << 24, Math.max(64, size)) });
+  } catch (e) {
+    throw new Error(`a page does not decompress (brotli: ${(e as Error).message}): the file is damaged`);
+  }
+};
 const COMPRESSORS = { BROTLI: brotli } as const;
 
 /**
@@ -117,6 +122,37 @@ async function fileBuffer(path: string): Promise<AsyncBuffer> {
       return buf;
     },
   };
+}
+
+/**
+ * A file of a committed step that cannot be read — missing, cut short, damaged, or not of one step with the step's
+ * other files (`files` then names both) — with the step's directory and why. Readers report it as an issue of that
+ * step and read the other steps (rollouts.ts readPart, storeStepRows).
+ */
+export class StoreFileError extends Error {
+  constructor(
+    readonly dir: string,
+    readonly files: readonly string[],
+    readonly reason: string,
+  ) {
+    super(`${dir}: ${files.join(', ')}: ${reason}`);
+    this.name = 'StoreFileError';
+  }
+}
+
+/** Runs a read of one of the step's files; what it throws becomes a StoreFileError naming the step and the file. */
+async function reading<T>(dir: string, file: string, fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof StoreFileError) throw e;
+    const err = e as NodeJS.ErrnoException;
+    const reason =
+      err?.code === 'ENOENT'
+        ? 'missing (the step directory has no such file)'
+        : (err?.message ?? String(e)).replace(`${join(dir, file)}: `, '');
+    throw new StoreFileError(dir, [file], reason);
+  }
 }
 
 /** Whether `dir` is a committed step of a store (it has rollouts.parquet). */
@@ -179,10 +215,13 @@ export class StoreStep {
   ) {}
 
   static async open(dir: string): Promise<StoreStep> {
-    const file = await fileBuffer(join(dir, STORE_FILES.rollouts));
-    const meta = await parquetMetadataAsync(file);
-    const info = meta.key_value_metadata?.find((kv) => kv.key === 'sas.store')?.value;
-    const version = info ? (JSON.parse(info) as { version?: number }).version : undefined;
+    const { file, meta, version } = await reading(dir, STORE_FILES.rollouts, async () => {
+      const file = await fileBuffer(join(dir, STORE_FILES.rollouts));
+      const meta = await parquetMetadataAsync(file);
+      const info = meta.key_value_metadata?.find((kv) => kv.key === 'sas.store')?.value;
+      const version = info ? (JSON.parse(info) as { version?: number }).version : undefined;
+      return { file, meta, version };
+    });
     if (version !== undefined && version > STORE_VERSION)
       throw new Error(
         `${dir}: a token store of version ${version}; this reader knows version ${STORE_VERSION} (update the extension)`,
@@ -202,8 +241,12 @@ export class StoreStep {
 
   private async tokens(): Promise<{ file: AsyncBuffer; meta: FileMetaData }> {
     if (!this.tokensMeta || !this.tokensFile) {
-      this.tokensFile = await fileBuffer(join(this.dir, STORE_FILES.tokens));
-      this.tokensMeta = await parquetMetadataAsync(this.tokensFile);
+      const { file, meta } = await reading(this.dir, STORE_FILES.tokens, async () => {
+        const file = await fileBuffer(join(this.dir, STORE_FILES.tokens));
+        return { file, meta: await parquetMetadataAsync(file) };
+      });
+      this.tokensFile = file;
+      this.tokensMeta = meta;
       let at = 0;
       this.groupStarts = this.tokensMeta.row_groups.map((g) => {
         const s = at;
@@ -224,7 +267,7 @@ export class StoreStep {
   private tokenColumns(group: number, columns: readonly string[]): Promise<Column>[] {
     const missing = columns.filter((c) => !this.cache.has(`${group}:${c}`));
     if (missing.length) {
-      const read = (async () => {
+      const read = reading(this.dir, STORE_FILES.tokens, async () => {
         const { file, meta } = await this.tokens();
         const start = this.groupStarts[group]!;
         const end = this.groupStarts[group + 1]!;
@@ -239,7 +282,7 @@ export class StoreStep {
           onChunk: (c) => parts.get(c.columnName)?.push({ at: c.rowStart, data: c.columnData as ArrayLike<unknown> }),
         });
         return new Map(missing.map((c) => [c, assemble(parts.get(c)!, start, end - start, c)]));
-      })();
+      });
       for (const c of missing) {
         const key = `${group}:${c}`;
         const p = read.then((m) => m.get(c)!);
@@ -265,7 +308,10 @@ export class StoreStep {
       let p = this.rolloutCache.get(g);
       if (!p) {
         const from = g * ROW_GROUP_ROLLOUTS;
-        p = readObjects(this.rolloutsFile, this.rolloutsMeta, from, Math.min(this.count, from + ROW_GROUP_ROLLOUTS));
+        p = reading(this.dir, STORE_FILES.rollouts, () =>
+          readObjects(this.rolloutsFile, this.rolloutsMeta, from, Math.min(this.count, from + ROW_GROUP_ROLLOUTS)),
+        );
+        p.catch(() => this.rolloutCache.delete(g));
         this.rolloutCache.set(g, p);
         while (this.rolloutCache.size > 4) this.rolloutCache.delete(this.rolloutCache.keys().next().value!);
       }
@@ -278,20 +324,22 @@ export class StoreStep {
 
   private async loadVocab(): Promise<Map<number, string>> {
     if (!this.vocab) {
-      const file = await fileBuffer(join(this.dir, STORE_FILES.vocab));
-      const metadata = await parquetMetadataAsync(file);
-      const ids: number[] = [];
-      const texts: string[] = [];
-      await parquetRead({
-        file,
-        metadata,
-        compressors: COMPRESSORS,
-        onChunk: (c) => {
-          const target = c.columnName === 'id' ? ids : texts;
-          for (let i = 0; i < c.columnData.length; i++) (target as unknown[]).push(c.columnData[i]);
-        },
+      this.vocab = await reading(this.dir, STORE_FILES.vocab, async () => {
+        const file = await fileBuffer(join(this.dir, STORE_FILES.vocab));
+        const metadata = await parquetMetadataAsync(file);
+        const ids: number[] = [];
+        const texts: string[] = [];
+        await parquetRead({
+          file,
+          metadata,
+          compressors: COMPRESSORS,
+          onChunk: (c) => {
+            const target = c.columnName === 'id' ? ids : texts;
+            for (let i = 0; i < c.columnData.length; i++) (target as unknown[]).push(c.columnData[i]);
+          },
+        });
+        return new Map(ids.map((id, i) => [Number(id), texts[i]!]));
       });
-      this.vocab = new Map(ids.map((id, i) => [Number(id), texts[i]!]));
     }
     return this.vocab;
   }
@@ -329,6 +377,32 @@ export class StoreStep {
     const columns = new Map<string, { start: number; data: Column }[]>();
     if (lo < hi && want.length) {
       await this.tokens();
+      // the rollouts' token rows must lie in tokens.parquet (a tokens.parquet of another step has other rows)
+      const total = this.groupStarts[this.groupStarts.length - 1]!;
+      if (hi > total || lo < 0) {
+        const k = raw.findIndex(
+          (r) =>
+            Number(r.arrays) & HAS_TOKENS &&
+            (Number(r.tokens_offset) < 0 || Number(r.tokens_offset) + Number(r.tokens_count) > total),
+        );
+        const r = raw[k]!;
+        const off = Number(r.tokens_offset);
+        throw new StoreFileError(
+          this.dir,
+          [STORE_FILES.rollouts, STORE_FILES.tokens],
+          `the row counts disagree: rollouts.parquet puts rollout ${from + k + 1}'s tokens at rows ${off}–${off + Number(r.tokens_count) - 1} of tokens.parquet, which has ${total} rows (the two files are not of one step)`,
+        );
+      }
+      // and the last rollout's tokens end where tokens.parquet does
+      let last: Record<string, unknown> | undefined;
+      if (to === this.count) for (const r of raw) if (Number(r.arrays) & HAS_TOKENS) last = r;
+      const end = last ? Number(last.tokens_offset) + Number(last.tokens_count) : total;
+      if (end !== total)
+        throw new StoreFileError(
+          this.dir,
+          [STORE_FILES.rollouts, STORE_FILES.tokens],
+          `the row counts disagree: rollouts.parquet's rollouts have ${end} tokens, tokens.parquet has ${total} rows (the two files are not of one step)`,
+        );
       const g0 = groupOf(this.groupStarts, lo);
       const g1 = groupOf(this.groupStarts, hi - 1);
       for (const c of want) columns.set(c, []);
