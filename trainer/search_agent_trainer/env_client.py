@@ -64,22 +64,23 @@ class EnvClient:
             self._limits = limits
         return self._limits
 
-    def _batches(self, key: str, values: list[Any], max_count: int, **rest: Any) -> list[bytes]:
+    def _batches(self, key: str, values: list[Any], max_count: int, **rest: Any) -> list[tuple[bytes, int]]:
         """The request bodies `{key: values[i:j], **rest}` that send `values` in order, each within `max_count`
-        values and (but for a single value that alone exceeds it) the server's body limit."""
+        values and (but for a single value that alone exceeds it) the server's body limit, with how many values
+        each holds (its answer must have as many)."""
         limit = self.limits()["max_body_bytes"]
         head = json.dumps(rest)[:-1] + (", " if rest else "") + json.dumps(key) + ": ["
         encoded = [json.dumps(v).encode("utf-8") for v in values]
         fixed = len(head.encode("utf-8")) + 2
-        bodies: list[bytes] = []
+        bodies: list[tuple[bytes, int]] = []
         start, size = 0, fixed
         for i, e in enumerate(encoded):
             grow = len(e) + (1 if i > start else 0)
             if i > start and (i - start >= max_count or size + grow > limit):
-                bodies.append(head.encode("utf-8") + b",".join(encoded[start:i]) + b"]}")
+                bodies.append((head.encode("utf-8") + b",".join(encoded[start:i]) + b"]}", i - start))
                 start, size, grow = i, fixed, len(e)
             size += grow
-        bodies.append(head.encode("utf-8") + b",".join(encoded[start:]) + b"]}")
+        bodies.append((head.encode("utf-8") + b",".join(encoded[start:]) + b"]}", len(values) - start))
         return bodies
 
     def take_stats(self) -> dict[str, float]:
@@ -154,15 +155,14 @@ class EnvClient:
         t0 = time.perf_counter()
         bodies = self._batches("queries", queries, self.limits()["max_queries"], topk=topk, return_scores=True)
         results: list[list[dict[str, Any]]] = []
-        for data in bodies:
+        for data, count in bodies:
             out = self._call("POST", "/retrieve", data=data)
             result = out.get("result") if isinstance(out, dict) else None
-            if not isinstance(result, list):
-                raise EnvError(f"POST {self.url}/retrieve: expected result lists, got {type(result).__name__}")
+            if not isinstance(result, list) or len(result) != count:
+                got = f"{len(result)}" if isinstance(result, list) else type(result).__name__
+                raise EnvError(f"POST {self.url}/retrieve: expected {count} result lists, got {got}")
             results.extend(result)
         self.seconds["retrieve"] += time.perf_counter() - t0
-        if len(results) != len(queries):
-            raise EnvError(f"POST {self.url}/retrieve: expected {len(queries)} result lists, got {len(results)}")
         return results
 
     def reward(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -171,14 +171,12 @@ class EnvClient:
         if not items:
             return []
         results: list[dict[str, Any]] = []
-        for data in self._batches("items", items, self.limits()["max_reward_items"], metrics=True):
+        for data, count in self._batches("items", items, self.limits()["max_reward_items"], metrics=True):
             out = self._call("POST", "/reward", data=data)
             part = out.get("results") if isinstance(out, dict) else None
-            if not isinstance(part, list):
-                raise EnvError(f"POST {self.url}/reward: expected a results list")
+            if not isinstance(part, list) or len(part) != count:
+                raise EnvError(f"POST {self.url}/reward: expected {count} results")
             results.extend(part)
-        if len(results) != len(items):
-            raise EnvError(f"POST {self.url}/reward: expected {len(items)} results, got {len(results)}")
         return results
 
 

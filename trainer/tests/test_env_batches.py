@@ -51,11 +51,13 @@ def test_bodies_stay_within_the_byte_limit():
     env = EnvClient("http://127.0.0.1:9")  # never called: the limits are given
     env._limits = {**DEFAULT_LIMITS, "max_body_bytes": 200}
     queries = [f"query {i} " + "x" * 40 for i in range(10)]
-    bodies = env._batches("queries", queries, 1000, topk=3, return_scores=True)
+    batches = env._batches("queries", queries, 1000, topk=3, return_scores=True)
+    bodies = [b for b, _ in batches]
     assert len(bodies) > 1 and all(len(b) <= 200 for b in bodies)
     sent = [json.loads(b) for b in bodies]
+    assert [n for _, n in batches] == [len(body["queries"]) for body in sent]
     assert [q for body in sent for q in body["queries"]] == queries
     assert all(body["topk"] == 3 and body["return_scores"] is True for body in sent)
     # one value alone over the limit still goes (alone): the server's 413 then says why
     big = env._batches("items", [{"response": "y" * 500}, {"response": "z"}], 1000, metrics=True)
-    assert [len(json.loads(b)["items"]) for b in big] == [1, 1]
+    assert [(len(json.loads(b)["items"]), n) for b, n in big] == [(1, 1), (1, 1)]
