@@ -156,7 +156,7 @@ export function parseRetrieveRequest(
     throw new HttpError(400, `queries: ${b.queries.length} queries; at most ${limits.maxQueries} per request`);
   // A query over the limit is cut to it for retrieval, not refused: one rambling search in a batch of thousands must
   // not fail the others (Search-R1's servers take any length), and BM25 or the encoder gains nothing from the tail.
-  const maxChars = limits.maxQueryChars ?? 8192;
+  const maxChars = limits.maxQueryChars ?? DEFAULT_MAX_QUERY_CHARS;
   let truncated = 0;
   const queries = b.queries.map((q, i) => {
     if (typeof q !== 'string') throw new HttpError(400, `queries[${i}]: expected a string, got ${describeValue(q)}`);
@@ -181,6 +181,8 @@ export function parseRetrieveRequest(
 /** Most queries in one /retrieve request, and items in one /reward request, unless the server is told otherwise. */
 export const DEFAULT_MAX_QUERIES = 16384;
 export const DEFAULT_MAX_REWARD_ITEMS = 65536;
+/** Characters of a query the retriever sees: a longer one is cut to it (parseRetrieveRequest). */
+export const DEFAULT_MAX_QUERY_CHARS = 8192;
 
 type Handler = (req: IncomingMessage, res: ServerResponse) => Promise<void>;
 
@@ -201,7 +203,7 @@ export async function startEnvServer(options: EnvServerOptions): Promise<EnvServ
     defaultTopk: options.defaultTopk ?? 3,
     maxQueries: options.maxQueries ?? DEFAULT_MAX_QUERIES,
     maxTopk: options.maxTopk ?? 100,
-    maxQueryChars: options.maxQueryChars ?? 8192,
+    maxQueryChars: options.maxQueryChars ?? DEFAULT_MAX_QUERY_CHARS,
   };
   const maxRewardItems = options.maxRewardItems ?? DEFAULT_MAX_REWARD_ITEMS;
   const retriever = options.retriever;

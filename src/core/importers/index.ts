@@ -2,7 +2,7 @@
  * The importers' front door: every source we read, as a stream of rollout records (or dataset examples),
  * plus detection of what a path holds (for `inspect`).
  */
-import { open, readdir, readFile, stat } from 'node:fs/promises';
+import { readdir, readFile, stat } from 'node:fs/promises';
 import { basename, extname, join } from 'node:path';
 import type { LocatedIssue, ReadOptions, Rollout } from '../run/format';
 import { validateRollout } from '../run/format';
@@ -104,10 +104,12 @@ async function refuseBinary(path: string): Promise<void> {
   if (binary) throw new UnreadableInput(path, binaryMessage(binary, path));
 }
 
+/** Whether a JSON line's top-level keys are a veRL dump line's (`output`, with `input` or `score`). */
+const isVerlLine = (k: ReadonlySet<string>) => k.has('output') && (k.has('input') || k.has('score'));
+
 async function jsonlKind(file: string): Promise<SourceKind> {
   // the first line's keys, scanned without parsing its values (a veRL line may be megabytes long)
-  const keys = await firstLineKeys(file, { enough: (k) => k.has('output') && (k.has('input') || k.has('score')) });
-  return keys.has('output') && (keys.has('input') || keys.has('score')) ? 'verl' : 'rollouts';
+  return isVerlLine(await firstLineKeys(file, { enough: isVerlLine })) ? 'verl' : 'rollouts';
 }
 
 /**
@@ -119,24 +121,12 @@ export async function rolloutFileKind(file: string): Promise<'rollouts' | 'verl'
   const name = basename(file);
   if (/[\\/]rollouts[\\/](val-)?step-\d+\.jsonl$/.test(file)) return 'rollouts';
   if (name === 'metrics.jsonl' || name === 'events.jsonl' || !name.endsWith('.jsonl')) return undefined;
-  let head: string;
-  try {
-    const h = await open(file, 'r');
-    try {
-      const buf = Buffer.alloc(64 * 1024);
-      const { bytesRead } = await h.read(buf, 0, buf.length, 0);
-      head = buf.subarray(0, bytesRead).toString('utf8');
-    } finally {
-      await h.close();
-    }
-  } catch {
-    return undefined;
-  }
-  const line = head.split('\n').find((l) => l.trim()) ?? '';
-  const keys = new Set([...line.matchAll(/"([A-Za-z_]+)"\s*:/g)].map((m) => m[1]));
+  const keys = await firstLineKeys(file, {
+    maxBytes: 64 * 1024,
+    enough: (k) => (k.has('response') && k.has('prompt')) || isVerlLine(k),
+  });
   if (keys.has('response') && keys.has('prompt')) return 'rollouts';
-  if (keys.has('output') && (keys.has('input') || keys.has('score'))) return 'verl';
-  return undefined;
+  return isVerlLine(keys) ? 'verl' : undefined;
 }
 
 /**

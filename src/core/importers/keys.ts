@@ -26,7 +26,7 @@ export async function firstLineKeys(
   const fh = await open(file, 'r').catch(() => undefined);
   if (!fh) return keys;
   const max = options.maxBytes ?? KEY_SCAN_BYTES;
-  const buf = Buffer.allocUnsafe(options.chunkBytes ?? 2 ** 20);
+  const buf = Buffer.allocUnsafe(Math.min(options.chunkBytes ?? 2 ** 20, max));
   let depth = 0;
   let started = false;
   let inString = false;

@@ -97,9 +97,10 @@ const realpath = (p: string) => {
     return resolve(p);
   }
 };
-const inside = (dir: string, p: string) => {
+/** Whether path `p` is `dir` or lies under it (both resolved). */
+export const inside = (dir: string, p: string) => {
   const r = relative(dir, p);
-  return r === '' || (!r.startsWith('..') && !isAbsolute(r) && !r.startsWith(`..${sep}`));
+  return r === '' || (!r.startsWith('..') && !isAbsolute(r));
 };
 
 /** The namespace of every file esbuild gets from us (never `file`: esbuild then reads nothing of its own). */

@@ -7,8 +7,8 @@
  */
 
 import type { SourceMap } from 'node:module';
-import { dirname, isAbsolute, relative, resolve } from 'node:path';
-import { BUNDLE_NAME, type CompiledReward } from './compile';
+import { dirname, resolve } from 'node:path';
+import { BUNDLE_NAME, type CompiledReward, inside } from './compile';
 import { RESULT_LIMITS } from './harness';
 import type { RewardError, RewardErrorKind } from './report';
 
@@ -80,11 +80,6 @@ function numberOf(r: unknown): number | undefined {
   if (!o || typeof o !== 'object' || o.t !== 'number' || typeof o.n !== 'string' || o.n.length > 64) return undefined;
   return Number(o.n);
 }
-
-const inside = (dir: string, p: string) => {
-  const r = relative(dir, p);
-  return r === '' || (!r.startsWith('..') && !isAbsolute(r));
-};
 
 /** A column of the instrumented bundle as a column of the bundle the source map describes (compile.ts `shifts`). */
 function unshift(compiled: CompiledReward, line: number, col: number): number {
