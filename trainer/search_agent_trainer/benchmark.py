@@ -178,6 +178,10 @@ class StandInEnv:
         self.seconds["retrieve"] += time.perf_counter() - t0
         return out
 
+    def take_stats(self) -> dict[str, float]:
+        """EnvClient's per-step env-server metrics: a stand-in in this process has no server timings to report."""
+        return {}
+
     def reward(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return [
             {"reward": float(hashlib.sha1(it["response"].encode()).digest()[0] % 2), "parts": {}, "metrics": {}}

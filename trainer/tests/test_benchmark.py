@@ -88,3 +88,39 @@ def test_the_gpu_check_runs_its_whole_path_on_cpu(tmp_path):
         assert "TRL" in trl["reason"]
     else:
         assert trl["status"] == "finished" and trl["goal_met"], trl
+
+
+@pytest.mark.skipif(
+    not (TOKENIZER / "tokenizer.json").exists(), reason="npm install puts the Qwen tokenizer in node_modules"
+)
+def test_the_benchmark_runs_a_training_step_against_its_stand_in_env(tmp_path):
+    """The benchmark's whole training step (`Trainer.train_step`: rollout, reward, reference, update) with the
+    in-process stand-in for the env server: it must answer everything the step asks of an env client (a stand-in
+    without `take_stats` failed every step with an AttributeError, found on an H200)."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "search_agent_trainer.benchmark",
+            "--cpu-smoke",
+            "--tokenizer",
+            str(TOKENIZER),
+            "--lora",
+            "off",
+            "--no-peer",
+            "--repeats",
+            "1",
+            "--steps",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "trainer")},
+        cwd=tmp_path,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    [r] = json.loads(proc.stdout.splitlines()[-1])["results"]
+    step = r["step"]
+    assert step["timing_s/step"] > 0 and step["perf/update_tokens_per_s"] > 0
+    assert step["timing_s/rollout"] > 0 and "train step:" in proc.stderr
