@@ -351,6 +351,42 @@ def _peak(device: torch.device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def _device_profile(
+    trainer: BenchTrainer,
+    generator: Any,
+    settings: Any,
+    examples: list[Example],
+    prompts: list[tuple[str, list[int]]],
+    n: int,
+) -> dict[str, Any]:
+    """One of our rollouts under torch.profiler with CUDA activities: how much of its wall time the GPU was busy (the
+    sum of its kernels' and copies' time: the rest is the host, launches and waits) and the kernels by their own time
+    (CUPTI records the kernels of a replayed CUDA graph one by one). Says whether a decode step is the GPU's or the
+    host's, and which kernels a step's GPU time is."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        r = _rollout(trainer, generator, settings, examples, prompts, n)
+    events = prof.key_averages()
+
+    def own(e: Any) -> float:  # microseconds on the device (torch >= 2.4 says device_, older cuda_)
+        return float(getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0))
+
+    kernels = sorted((e for e in events if own(e) > 0), key=own, reverse=True)
+    busy = sum(own(e) for e in kernels) / 1e6
+    steps = (r.get("generator") or {}).get("decode_steps") or 0
+    top = [
+        {"name": e.key[:160], "seconds": own(e) / 1e6, "calls": int(e.count), "share": own(e) / 1e6 / max(busy, 1e-9)}
+        for e in kernels[:25]
+    ]
+    log(
+        f"  device profile of our rollout ({r['generated_tokens']:,} tokens, {r['seconds']:.2f} s under the profiler,"
+        f" {steps} decode steps): the GPU busy {busy:.2f} s ({busy / max(r['seconds'], 1e-9):.0%} of the wall time)"
+        + "".join(f"\n    {t['seconds'] * 1000:9.1f} ms {t['share']:6.1%} {t['calls']:7d}×  {t['name']}" for t in top)
+    )
+    return {"seconds": r["seconds"], "busy_seconds": busy, "decode_steps": steps, "kernels": top}
+
+
 def _rollout(
     trainer: BenchTrainer,
     generator: Any,
@@ -494,6 +530,11 @@ def run_size(
                 "generated_tokens": r["generated_tokens"],
                 "top": text.getvalue()[-6000:],
             }
+            # and the device's side: its kernels by their own time, replayed graphs included (at the first size only:
+            # on an H200 reading back a 3B rollout's trace took more than a minute)
+            if trainer.device.type == "cuda" and size == args.first_size:
+                result["profile"]["device"] = _device_profile(trainer, ours(), settings, examples, prompts, n)
+                report(result)
         sides = [("ours", ours)] + ([] if args.no_peer else [("hf_generate", peer)])
         for _ in range(args.repeats):
             for name, make in sides:
@@ -940,7 +981,9 @@ def main(argv: list[str] | None = None) -> int:
         help="at the first size: one more of our rollouts with the decode steps as before static_decode.py (the growing cache, no CUDA graph)",
     )
     parser.add_argument(
-        "--profile", action="store_true", help="one more of our rollouts under cProfile first (its top functions)"
+        "--profile",
+        action="store_true",
+        help="one more of our rollouts under cProfile first (its top functions); on CUDA one more under torch.profiler (the GPU's busy time, its kernels by their own time)",
     )
     parser.add_argument(
         "--repeats", type=int, default=3, help="rollout measurements of each side, alternating (the median is reported)"
