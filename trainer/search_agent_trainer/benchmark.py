@@ -241,9 +241,10 @@ class HFGenerateTurns:
                         ended[i] = len(row)
                 return torch.tensor([e > 0 for e in ended], device=input_ids.device)
 
-        # the same attention kernels as ours (generation.without_cudnn_attention): the ratio measures the generators
+        # the same attention kernels as ours (generation.without_cudnn_attention) and, as `generate` itself runs, under
+        # no_grad (not inference_mode, where autocast caches no cast): the ratio measures the generators
         with (
-            torch.inference_mode(),
+            torch.no_grad(),
             self.autocast() if self.autocast else contextlib.nullcontext(),
             without_cudnn_attention(),
         ):

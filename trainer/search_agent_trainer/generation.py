@@ -6,7 +6,10 @@ the only code that runs the policy to generate; the multi-turn protocol around i
 sees a tensor. How it keeps a step's generation fast and its memory bounded:
 
 - one autocast region around the whole call (entering and leaving autocast per forward clears torch's cache of
-  weights cast to bf16, so every decode step would re-cast every weight);
+  weights cast to bf16, so every decode step would re-cast every weight), under `torch.no_grad()`, not
+  `torch.inference_mode()`: autocast caches no cast in inference mode (torch 2.11–2.15), and an H200 spent 415
+  float→bf16 copies a decode step re-casting Qwen2.5-0.5B's weights (2026-11-29: 14 % of its GPU time; at 3B every
+  step read 12 GB of fp32 weights to write and read 6 GB of bf16 ones);
 - stop checks by token id: `Stops` precomputes the ids whose text can complete a stop string; only a row that sampled
   one of them (or EOS) decodes its turn's tail to check;
 - a prompt is prefilled once for all its samples (identical contexts share one prefill, the cache rows are copied);
@@ -473,19 +476,25 @@ class LMGenerator:
         if not rows:
             return out
         ctx = self.autocast() if self.autocast else contextlib.nullcontext()
-        with torch.inference_mode(), ctx, without_cudnn_attention():
-            if not one_batch:
-                self._continuous(rows, contexts, budgets, out)
-                return out
-            start = self._start(rows, contexts, keys)
-            final = self._decode(start, budgets, out)
-            if keys is not None and self.extend_cache and final.cache() is not None:
-                by_row = {i: b for b, i in enumerate(final.order)}
-                self._session = _Session(
-                    final,
-                    {keys[i]: by_row[i] for i in rows},
-                    {keys[i]: list(contexts[i]) + out[i].ids[:-1] for i in rows},
-                )
+        try:
+            with torch.no_grad(), ctx, without_cudnn_attention():  # not inference_mode: autocast's cache (above)
+                if not one_batch:
+                    self._continuous(rows, contexts, budgets, out)
+                    return out
+                start = self._start(rows, contexts, keys)
+                final = self._decode(start, budgets, out)
+                if keys is not None and self.extend_cache and final.cache() is not None:
+                    by_row = {i: b for b, i in enumerate(final.order)}
+                    self._session = _Session(
+                        final,
+                        {keys[i]: by_row[i] for i in rows},
+                        {keys[i]: list(contexts[i]) + out[i].ids[:-1] for i in rows},
+                    )
+        finally:
+            # called inside a caller's autocast region, torch keeps this call's casts until that region ends — past an
+            # optimizer step that changes the weights they were cast from: they go with the call
+            if self.autocast and torch.is_autocast_enabled(self.device.type):
+                torch.clear_autocast_cache()
         return out
 
     # -- internals -----------------------------------------------------------------------------------------------
