@@ -14,7 +14,10 @@
 #      (the growing cache, no CUDA graph: what the graph is worth);
 #   3. trl: engine "trl" for two GRPO steps at Qwen2.5-0.5B's shape in bf16 and the rollout-vs-trainer log-prob gap
 #      (scripts/gpu-check-trl.sh: TRL carried as wheels in .whl/, a node in .node/ where the machine has none; it
-#      says what is missing and skips when it cannot run).
+#      says what is missing and skips when it cannot run);
+#   4. step: the builtin trainer's whole step at Qwen2.5-0.5B's shape (rollout, reference, update: time by phase,
+#      tokens/s), then one more with the training passes off cuDNN's attention (stop 60's H200 step: ref 15k and
+#      update 4.2k tokens/s at 0.5B against 13k at 3B — is it cuDNN's graph per new shape?).
 # Usage: scripts/gpu-check.sh [--cpu-smoke]
 #   SAS_PYTHON       the Python with torch and transformers (default: .venv/bin/python, else python3)
 #   SAS_QWEN_TOKENIZER  a directory with Qwen's tokenizer.json and tokenizer_config.json
@@ -23,8 +26,8 @@
 #                    phase's own output lies beside it (gpu-check-<phase>.jsonl: the result so far after each
 #                    measurement, the last line the most complete; gpu-check-trl.json and the trainer's
 #                    gpu-check-trl.log), with the log gpu-check.log and the exit statuses (gpu-check-exits.txt):
-#                    seven files, within what the run tool brings back
-#   SAS_GPU_CHECK_LIMITS  seconds per phase, "memory rollout trl" (default "210 170 110")
+#                    eight files, within what the run tool brings back
+#   SAS_GPU_CHECK_LIMITS  seconds per phase, "memory rollout trl step" (default "210 170 110 90")
 # Human lines go to stderr (and the log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,7 +47,8 @@ LOG="$OUTDIR/gpu-check.log"
 EXITS="$OUTDIR/gpu-check-exits.txt"
 : >"$LOG"
 : >"$EXITS"
-read -r LIMIT_MEMORY LIMIT_ROLLOUT LIMIT_TRL <<<"${SAS_GPU_CHECK_LIMITS:-210 170 110}"
+read -r LIMIT_MEMORY LIMIT_ROLLOUT LIMIT_TRL LIMIT_STEP <<<"${SAS_GPU_CHECK_LIMITS:-210 170 110 90}"
+LIMIT_STEP="${LIMIT_STEP:-90}"
 export PYTHONPATH="$PWD/trainer${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 say() { echo "gpu-check: $*" | tee -a "$LOG" >&2; }
@@ -93,6 +97,13 @@ rc=$?
 say "phase trl: exit $rc after $((SECONDS - t0)) s"
 echo "trl $rc" >>"$EXITS"
 
+# phase 4: the builtin trainer's step, and one more with its training passes off cuDNN's attention
+if [ ${#SMOKE[@]} -gt 0 ]; then
+  phase step "$LIMIT_STEP" --cpu-smoke --lora off --no-peer --repeats 1 --steps 0 --train-without-cudnn
+else
+  phase step "$LIMIT_STEP" --size 0.5b --lora off --no-peer --repeats 1 --batch 16 --n 5 --max-turns 2 --turn-tokens 160 --steps 1 --train-without-cudnn
+fi
+
 # the combined result: each phase's last (most complete) line, and its exit status
 "$PY" - "$OUTDIR" "$OUTFILE" <<'PYEOF'
 import json, sys
@@ -100,7 +111,7 @@ from pathlib import Path
 d, out = Path(sys.argv[1]), Path(sys.argv[2])
 exits = dict(line.split() for line in (d / "gpu-check-exits.txt").read_text().splitlines() if line.strip())
 result = {"exits": {k: int(v) for k, v in exits.items()}}
-for name in ("memory", "rollout"):
+for name in ("memory", "rollout", "step"):
     f = d / f"gpu-check-{name}.jsonl"
     lines = [x for x in f.read_text().splitlines() if x.startswith("{")] if f.exists() else []
     result[name] = json.loads(lines[-1]) if lines else None
@@ -112,6 +123,9 @@ if result["rollout"]:
 if result["memory"]:
     result["memory"] = result["memory"].get("memory")
 del result["rollout"]
+if result["step"]:
+    r = (result["step"].get("results") or [{}])[0]
+    result["step"] = {k: r.get(k) for k in ("size", "workload", "step", "step_without_cudnn", "train_cudnn_off_speedup")}
 out.write_text(json.dumps(result) + "\n")
 PYEOF
 say "wrote $OUTFILE"

@@ -622,6 +622,24 @@ def run_size(
             log(
                 f"  update: {t['perf/update_tokens_per_s']:,.0f} tokens/s; peak memory {t['peak_memory_bytes'] / 2**30:.2f} GiB"
             )
+        if steps and args.train_without_cudnn:
+            # one more step with the training passes (reference, update) kept off cuDNN's attention as generation is:
+            # on Hopper SDPA prefers it and it builds a graph for each new shape, and a micro-batch of rollouts is
+            # padded to its own longest sequence (an H200's 0.5B step: ref 15k and update 4.2k tokens/s, the 3B
+            # update of equal-length micro-batches 13k)
+            _reset_peak(device)
+            with without_cudnn_attention():
+                m = trainer.train_step(len(steps) + 2)
+            _sync(device)
+            off = {k: v for k, v in m.items() if k.startswith(("timing_s/", "perf/"))}
+            result["step_without_cudnn"] = off | {"peak_memory_bytes": _peak(device)}
+            result["train_cudnn_off_speedup"] = off["perf/update_tokens_per_s"] / t["perf/update_tokens_per_s"]
+            log(
+                f"  train step, its passes off cuDNN's attention: {off['timing_s/step']:.2f} s = rollout"
+                f" {off['timing_s/rollout']:.2f} + ref {off['timing_s/ref']:.2f} + update {off['timing_s/update']:.2f};"
+                f" update {off['perf/update_tokens_per_s']:,.0f} tokens/s: {result['train_cudnn_off_speedup']:.2f}×"
+                " the step with torch's choice"
+            )
         trainer.writer.close()
     del trainer
     gc.collect()
@@ -980,6 +998,11 @@ def main(argv: list[str] | None = None) -> int:
         "--without-graph",
         action="store_true",
         help="at the first size: one more of our rollouts with the decode steps as before static_decode.py (the growing cache, no CUDA graph)",
+    )
+    parser.add_argument(
+        "--train-without-cudnn",
+        action="store_true",
+        help="after the measured steps, one more with the reference and update passes off cuDNN's attention (as generation always is): what cuDNN's per-shape graphs cost a step (on CPU the same code path, no cuDNN)",
     )
     parser.add_argument(
         "--profile",
