@@ -56,6 +56,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -352,22 +353,15 @@ def _peak(device: torch.device) -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _device_profile(
-    trainer: BenchTrainer,
-    generator: Any,
-    settings: Any,
-    examples: list[Example],
-    prompts: list[tuple[str, list[int]]],
-    n: int,
-) -> dict[str, Any]:
-    """One of our rollouts under torch.profiler with CUDA activities: how much of its wall time the GPU was busy (the
-    sum of its kernels' and copies' time: the rest is the host, launches and waits) and the kernels by their own time
-    (CUPTI records the kernels of a replayed CUDA graph one by one). Says whether a decode step is the GPU's or the
-    host's, and which kernels a step's GPU time is."""
+def _device_profile(rollout: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """One of our rollouts (`rollout`: `_rollout` with its arguments) under torch.profiler with CUDA activities: how
+    much of its wall time the GPU was busy (the sum of its kernels' and copies' time: the rest is the host, launches
+    and waits) and the kernels by their own time (CUPTI records the kernels of a replayed CUDA graph one by one). Says
+    whether a decode step is the GPU's or the host's, and which kernels a step's GPU time is."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        r = _rollout(trainer, generator, settings, examples, prompts, n)
+        r = rollout()
     events = prof.key_averages()
 
     def own(e: Any) -> float:  # microseconds on the device (torch >= 2.4 says device_, older cuda_)
@@ -534,7 +528,9 @@ def run_size(
             # and the device's side: its kernels by their own time, replayed graphs included (at the first size only:
             # on an H200 reading back a 3B rollout's trace took more than a minute)
             if trainer.device.type == "cuda" and size == args.first_size:
-                result["profile"]["device"] = _device_profile(trainer, ours(), settings, examples, prompts, n)
+                result["profile"]["device"] = _device_profile(
+                    lambda: _rollout(trainer, ours(), settings, examples, prompts, n)  # noqa: F821 - before `del trainer`
+                )
                 report(result)
         sides = [("ours", ours)] + ([] if args.no_peer else [("hf_generate", peer)])
         for _ in range(args.repeats):
