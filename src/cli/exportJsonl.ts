@@ -7,6 +7,7 @@
  */
 import { mkdir } from 'node:fs/promises';
 import { basename, join } from 'node:path';
+import { UnreadableInput } from '../core/importers';
 import type { Rollout } from '../core/run/format';
 import { formatIssue } from '../core/run/format';
 import { readPart, rolloutFiles } from '../core/store/rollouts';
@@ -31,6 +32,9 @@ export function recordLine(r: Rollout): string {
 
 export async function exportJsonl(src: string, out: string, io: CliIo): Promise<number> {
   const parts = await rolloutFiles(src);
+  // nothing recorded (a run stopped before its first step's rollouts, a directory without any): no empty file that
+  // would pass for an export, and the exit status of `audit`'s "nothing to audit"
+  if (!parts.length) throw new UnreadableInput(src, 'no recorded rollouts to export (no rollouts/ step or .jsonl file)');
   const single = out.endsWith('.jsonl');
   // Each output file refuses to be one of the parts read, is written to a temporary name and renamed (output.ts).
   const inputs = parts.flatMap((p) => (p.endsWith('.jsonl') ? [p] : STORE_PATHS.map((f) => join(p, f))));

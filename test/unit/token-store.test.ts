@@ -342,5 +342,12 @@ describe('token store', function () {
     let n = 0;
     for await (const row of streamRollouts(join(run, 'out'))) n += row.record ? 1 : 0;
     assert.equal(n, 12);
+    // a run that recorded nothing: no empty file passing for an export, exit 2 as audit's "nothing to audit"
+    const empty = join(run, 'empty-run');
+    mkdirSync(join(empty, 'rollouts'), { recursive: true });
+    const e3 = await cli('export', 'jsonl', empty, '--out', join(run, 'empty.jsonl'));
+    assert.equal(e3.exitCode, 2, e3.stderr);
+    assert.match(e3.stderr, /empty-run: no recorded rollouts to export/);
+    assert.ok(!existsSync(join(run, 'empty.jsonl')));
   });
 });
