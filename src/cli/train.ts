@@ -3,12 +3,13 @@
  * plain lines otherwise; Ctrl-C stops the run the way the editor's Stop does (the trainer checkpoints); a failure
  * prints the trainer's error and how to resume.
  */
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises';
 import { join, relative, resolve } from 'node:path';
 import { EngineUnavailableError } from '../core/host/engines';
+import { listCheckpoints } from '../core/host/fork';
 import { EnvServerError } from '../core/host/processes';
 import { loadRunConfig, newRunDir, RunConfigError, runNeeds, standaloneConfig } from '../core/host/runConfig';
-import { RunHost, type RunOutcome } from '../core/host/runHost';
+import { RunDirError, RunHost, type RunOutcome } from '../core/host/runHost';
 import { readRun } from '../core/host/runs';
 import { packageRoot } from '../core/paths';
 import { MemoryPlanError } from '../core/plan/check';
@@ -213,7 +214,15 @@ async function runTraining(
   req: TrainRequest,
   log: (s: string) => void,
 ): Promise<{ code: number; outcome?: RunOutcome; python?: string }> {
-  const runPython = req.resume && req.runDir ? (await readRun(resolve(req.runDir)))?.python : undefined;
+  const resumed = req.resume && req.runDir ? await readRun(resolve(req.runDir)) : undefined;
+  if (resumed?.state === 'finished') {
+    // Nothing to continue: starting the processes would only rewrite run.json (its record totals among it).
+    log(
+      `the run is already finished (${resumed.step}/${resumed.total ?? resumed.step} steps): ${relative(process.cwd(), resumed.dir) || resumed.dir}`,
+    );
+    return { code: 0 };
+  }
+  const runPython = resumed?.python;
   const search = await findPython(cliPythonCandidates(req.python, runPython), req.needs);
   const note = req.python ? undefined : runPythonNote(search, runPython);
   if (note) log(note);
@@ -237,9 +246,19 @@ async function runTraining(
       force: req.force,
       gpuMemoryBytes: req.gpuMemoryBytes,
       onMemoryCheck: (line) => log(line),
+      // the trainer's own warnings and errors are events too (printed by the printer): their log lines are not
+      // printed again
       onTrainerLog: (l) => {
-        if (!req.quiet && /warning|error|Traceback/i.test(l) && !/^\d\d:\d\d:\d\d (?:step|eval)/.test(l))
+        if (
+          !req.quiet &&
+          /warning|error|Traceback/i.test(l) &&
+          !/^(?:\d\d:\d\d:\d\d (?:step|eval|warning:|error:)|error: )/.test(l)
+        )
           process.stderr.write(`[trainer] ${l}\n`);
+      },
+      // the env server's log goes to <run dir>/logs/server.log (the host); what it skipped or failed at is shown
+      onServerLog: (l) => {
+        if (/skipped|… and \d+ more|warning|error|:\d+: /i.test(l)) process.stderr.write(`${l}\n`);
       },
     });
   } catch (e) {
@@ -247,9 +266,14 @@ async function runTraining(
       process.stderr.write(`search-agent-studio: ${e.message}\nstart it anyway: --force\n`);
       return { code: 1 };
     }
-    if (e instanceof RunConfigError || e instanceof EnvServerError || e instanceof EngineUnavailableError) {
+    if (
+      e instanceof RunConfigError ||
+      e instanceof RunDirError ||
+      e instanceof EnvServerError ||
+      e instanceof EngineUnavailableError
+    ) {
       process.stderr.write(`search-agent-studio: ${e.message}\n`);
-      return { code: e instanceof RunConfigError ? 2 : 1 };
+      return { code: e instanceof RunConfigError || e instanceof RunDirError ? 2 : 1 };
     }
     throw e;
   }
@@ -273,6 +297,13 @@ async function runTraining(
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);
   const where = relative(process.cwd(), outcome.runDir) || outcome.runDir;
+  if (outcome.invalidConfig) {
+    // The trainer refused the config before training anything: nothing to resume (docs/training.md: 2, a bad config).
+    process.stderr.write(
+      `search-agent-studio: ${outcome.error?.message ?? 'the trainer refused the config'}\n${outcome.removed ? '' : `log: ${join(where, 'logs', 'trainer.log')}\n`}`,
+    );
+    return { code: 2, outcome };
+  }
   if (outcome.status === 'failed') {
     process.stderr.write(`\nthe run failed at step ${outcome.step}: ${outcome.error?.message ?? ''}\n`);
     if (outcome.error?.traceback)
@@ -280,8 +311,25 @@ async function runTraining(
     process.stderr.write(`log: ${join(where, 'logs', 'trainer.log')}\nresume: ${resumeCommand(where)}\n`);
     return { code: 1, outcome };
   }
-  if (outcome.status === 'stopped')
-    log(`stopped at step ${outcome.step} (checkpointed); resume: ${resumeCommand(where)}`);
+  if (outcome.status === 'stopped') {
+    // What a resume starts from is the last checkpoint on disk: said as it is (a killed trainer wrote none of the
+    // step it was in; a stop during the warm start saves nothing).
+    const last = (await listCheckpoints(outcome.runDir)).at(-1);
+    const lastStep = last === undefined ? undefined : Number(last.slice('step-'.length));
+    const saved =
+      last === undefined
+        ? 'no checkpoint on disk: a resume starts the run from the beginning'
+        : `the last checkpoint on disk: ${join(where, 'checkpoints', last)} (step ${lastStep})`;
+    if (outcome.error) {
+      process.stderr.write(`\n${outcome.error.message}; ${saved}\nresume: ${resumeCommand(where)}\n`);
+      return { code: 1, outcome };
+    }
+    log(
+      lastStep === outcome.step
+        ? `stopped at step ${outcome.step} (checkpointed); resume: ${resumeCommand(where)}`
+        : `stopped at step ${outcome.step}, not checkpointed; ${saved}; resume: ${resumeCommand(where)}`,
+    );
+  }
   return { code: 0, outcome, python: search.found.executable };
 }
 
@@ -305,6 +353,9 @@ async function evalWithoutRetrieval(runDir: string, step: number, python: string
   const run = JSON.parse(await readFile(join(runDir, 'run.json'), 'utf8')) as { config: Record<string, any> };
   const cfg = noRetrievalConfig(run.config, join(runDir, 'checkpoints', `step-${String(step).padStart(6, '0')}`));
   const dir = join(runDir, 'eval-no-retrieval');
+  // made anew each time: an earlier evaluation left there would be another run in the directory, which RunHost
+  // refuses to start in
+  await rm(dir, { recursive: true, force: true });
   await mkdir(dir, { recursive: true });
   const file = join(dir, 'config.run.json');
   await writeFile(file, JSON.stringify(cfg, null, 2));

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { resumeCommand, shellQuote } from '../../src/cli/train';
@@ -98,5 +98,103 @@ describe('train: a killed trainer, and the resume line', function () {
     assert.deepEqual(pasted(line, dir), ['train', '--resume', '--run-dir', runDir]);
     assert.equal(existsSync(join(dir, 'pwned')), false, 'pasting the line ran nothing');
     assert.ok(existsSync(join(dir, runDir, 'run.json')), 'the run directory is the one named');
+  });
+
+  /** The tiny fixture with absolute data paths and `patch`, written to <dir>/tiny.run.json. */
+  function tinyConfig(dir: string, patch: Record<string, unknown> = {}): string {
+    const c = JSON.parse(readFileSync(join(ROOT, 'test/fixtures/runs/tiny.run.json'), 'utf8'));
+    delete c.$schema;
+    c.data.train = join(ROOT, 'examples/demo/train.jsonl');
+    c.data.eval = join(ROOT, 'examples/demo/eval.jsonl');
+    Object.assign(c, patch);
+    writeFileSync(join(dir, 'tiny.run.json'), JSON.stringify(c));
+    return join(dir, 'tiny.run.json');
+  }
+  const train = (dir: string, ...args: string[]) =>
+    execa(process.execPath, ['-r', join(ROOT, 'test/register.cjs'), join(ROOT, 'src/cli/main.ts'), 'train', ...args], {
+      reject: false,
+      cwd: dir,
+    });
+
+  it('a finished run is not resumed: it says so and exits 0 without starting anything; run.json stays as it was', async () => {
+    const dir = scratchDir('sas-finished-');
+    mkdirSync(join(dir, 'run'));
+    const run = { status: 'finished', step: 8, total_steps: 8, pid: 1, record: { recorded: { steps: 8 } } };
+    writeFileSync(join(dir, 'run', 'run.json'), JSON.stringify(run));
+    const r = await train(dir, '--resume', '--run-dir', 'run', '--python', '/nonexistent/python3');
+    assert.equal(r.exitCode, 0, r.stderr);
+    assert.match(r.stdout, /the run is already finished \(8\/8 steps\)/);
+    assert.deepEqual(JSON.parse(readFileSync(join(dir, 'run', 'run.json'), 'utf8')), run);
+  });
+
+  it('a --run-dir that holds another run is refused (exit 2, naming it), nothing is written into it', async () => {
+    const dir = scratchDir('sas-taken-');
+    tinyConfig(dir);
+    mkdirSync(join(dir, 'old', 'checkpoints', 'step-000040'), { recursive: true });
+    writeFileSync(join(dir, 'old', 'metrics.jsonl'), '{"step":40}\n');
+    const r = await train(dir, 'tiny.run.json', '--run-dir', 'old');
+    assert.equal(r.exitCode, 2, r.stderr);
+    assert.match(r.stderr, /old: the run directory exists and is not empty .*--resume, or name another --run-dir/);
+    assert.deepEqual(readdirSync(join(dir, 'old')).sort(), ['checkpoints', 'metrics.jsonl']);
+  });
+
+  it('a trainer that finds data.train a directory: exit 2, its error, no resume hint, no run directory left', async () => {
+    const dir = scratchDir('sas-invalid-');
+    mkdirSync(join(dir, 'data'));
+    const file = tinyConfig(dir);
+    const c = JSON.parse(readFileSync(file, 'utf8'));
+    c.data.train = join(dir, 'data');
+    writeFileSync(file, JSON.stringify(c));
+    const r = await train(dir, 'tiny.run.json', '--run-dir', 'run');
+    assert.equal(r.exitCode, 2, r.stderr);
+    assert.match(r.stderr, /search-agent-studio: data\.train: .*a directory/);
+    assert.doesNotMatch(r.stderr, /resume:|the run failed/);
+    assert.equal(existsSync(join(dir, 'run')), false);
+  });
+
+  it('a warning prints once; the corpus lines the env server skips are shown and logs/server.log keeps them', async () => {
+    const dir = scratchDir('sas-warn-');
+    const corpus = join(dir, 'corpus.jsonl');
+    writeFileSync(corpus, `${readFileSync(join(ROOT, 'examples/demo/corpus.jsonl'), 'utf8')}not json\n`);
+    const trainFile = join(dir, 'train.jsonl');
+    writeFileSync(trainFile, `${readFileSync(join(ROOT, 'examples/demo/train.jsonl'), 'utf8')}{"question": 3}\n`);
+    const file = tinyConfig(dir, {
+      retriever: { kind: 'bm25', corpus, topk: 2 },
+      train: { steps: 1, eval_every: 0, checkpoint_every: 1 },
+    });
+    const c = JSON.parse(readFileSync(file, 'utf8'));
+    c.data.train = trainFile;
+    writeFileSync(file, JSON.stringify(c));
+    const r = await train(dir, 'tiny.run.json', '--run-dir', 'run');
+    assert.equal(r.exitCode, 0, r.stderr);
+    const all = r.stdout + r.stderr;
+    const lineNo = readFileSync(trainFile, 'utf8').trimEnd().split('\n').length;
+    assert.equal(all.split(`train.jsonl:${lineNo}:`).length - 1, 1, all);
+    assert.match(r.stderr, /corpus\.jsonl:\d+: invalid JSON/);
+    assert.match(r.stderr, /1 corpus lines skipped/);
+    assert.match(readFileSync(join(dir, 'run', 'logs', 'server.log'), 'utf8'), /1 corpus lines skipped/);
+  });
+
+  it('a second Ctrl-C kills the trainer: the CLI says so, names the last checkpoint on disk, and exits 1', async () => {
+    const dir = scratchDir('sas-kill2-');
+    tinyConfig(dir, { train: { steps: 50, eval_every: 0, checkpoint_every: 1 }, test: { step_delay_s: 1 } });
+    const cli = train(dir, 'tiny.run.json', '--run-dir', 'run');
+    let out = '';
+    await new Promise<void>((resolve, reject) => {
+      cli.stdout!.on('data', (d: Buffer) => {
+        out += d.toString();
+        if (/^step 2: /m.test(out)) resolve();
+      });
+      void cli.then(() => reject(new Error(`the CLI ended first: ${out}`)));
+    });
+    cli.kill('SIGINT');
+    await new Promise((r) => setTimeout(r, 200));
+    cli.kill('SIGINT');
+    const r = await cli;
+    assert.equal(r.exitCode, 1, r.stdout + r.stderr);
+    assert.doesNotMatch(r.stdout, /\(checkpointed\)/);
+    assert.match(r.stderr, /killed before it had stopped and checkpointed/);
+    const last = /the last checkpoint on disk: \S*(step-\d{6})/.exec(r.stderr)?.[1];
+    assert.ok(last && existsSync(join(dir, 'run', 'checkpoints', last, 'trainer_state.json')), r.stderr);
   });
 });

@@ -9,7 +9,7 @@ import { execa } from 'execa';
 import { ENGINE_HOSTS } from '../../src/core/host/engines';
 import { EnvServerError, isAlive } from '../../src/core/host/processes';
 import { envServerArgs, loadRunConfig, loadRunDirConfig, RunConfigError } from '../../src/core/host/runConfig';
-import { RunHost, type RunHostOptions } from '../../src/core/host/runHost';
+import { RunDirError, RunHost, type RunHostOptions } from '../../src/core/host/runHost';
 import { formerBuiltinName } from '../../src/core/paths';
 import { findPython, pythonCandidates } from '../../src/core/python';
 import { EventSchema, MetricsSchema, RunJsonSchema } from '../../src/core/run/format';
@@ -139,6 +139,8 @@ describe('run host: env server + trainer processes', function () {
     for (const e of jsonl(join(host.runDir, 'events.jsonl'))) assert.deepEqual(validate(EventSchema, e), []);
     assert.ok(readdirSync(join(host.runDir, 'rollouts')).includes('step-000001'), 'step 1 recorded in the token store');
     assert.ok(existsSync(join(host.runDir, 'checkpoints', 'step-000002')));
+    // DESIGN §4.2: logs/ holds the env server's log too
+    assert.match(readFileSync(join(host.runDir, 'logs', 'server.log'), 'utf8'), /retriever: /);
     // The events the host passed on are the trainer's stdout events.
     assert.deepEqual([...new Set(events.map((e) => e.event))].sort(), [
       'checkpoint',
@@ -319,6 +321,44 @@ describe('run host: env server + trainer processes', function () {
     assert.equal(run.status, 'failed');
     assert.equal(run.step, 1, 'the last completed step stays recorded');
     assert.deepEqual(await waitGone(pids), []);
+  });
+
+  it('a new run in a run directory that holds something, or a resume while its trainer runs: RunDirError, nothing spawned', async () => {
+    const dir = join(tmp, 'taken');
+    await mkdir(join(dir, 'checkpoints', 'step-000040'), { recursive: true });
+    await writeFile(join(dir, 'metrics.jsonl'), '{"step":40}\n');
+    await assert.rejects(start({ config: await config(), runDir: dir }), (e: Error) => {
+      assert.ok(e instanceof RunDirError, String(e));
+      assert.match(e.message, /exists and is not empty .*--resume, or name another --run-dir/);
+      return e.message.startsWith(dir);
+    });
+    assert.deepEqual(processesMentioning(dir), []);
+    // run.json says running, and its pid (this process) is alive: a second trainer would interleave with the first
+    const running = join(tmp, 'running');
+    await mkdir(running);
+    const c = JSON.parse(readFileSync(await config(), 'utf8'));
+    await writeFile(
+      join(running, 'run.json'),
+      JSON.stringify({ status: 'running', pid: process.pid, step: 3, config: c }),
+    );
+    await assert.rejects(
+      start({ resume: true, runDir: running }),
+      (e: Error) => e instanceof RunDirError && e.message.includes(`still running (trainer pid ${process.pid})`),
+    );
+    assert.deepEqual(processesMentioning(running), []);
+  });
+
+  it('data.train a directory: the trainer exits 2, an invalid config (no resume), and the run directory it made is removed', async () => {
+    const dataDir = join(tmp, 'a-directory');
+    await mkdir(dataDir, { recursive: true });
+    const runDir = join(tmp, 'invalid-run');
+    const host = await start({ config: await config({ data: { train: dataDir } }), runDir });
+    const outcome = await host.done;
+    assert.equal(outcome.exit.code, 2);
+    assert.equal(outcome.invalidConfig, true);
+    assert.match(outcome.error?.message ?? '', /^data\.train: .*a directory/);
+    assert.equal(outcome.removed, true);
+    assert.equal(existsSync(runDir), false, 'no dead run that looks resumable');
   });
 
   it('a port in use: a message saying so, and nothing started', async () => {

@@ -120,6 +120,10 @@ def load_dataset(path: str, warn: Callable[[str], None] = lambda _m: None) -> li
         f = open(path, encoding="utf-8")
     except FileNotFoundError:
         raise DatasetError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise DatasetError(f"{path}: a directory, not a JSONL file") from None
+    except OSError as e:
+        raise DatasetError(f"{path}: cannot be read ({e.strerror or e})") from None
     with f:
         for n, line in enumerate(f, start=1):
             if not line.strip():

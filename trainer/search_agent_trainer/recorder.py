@@ -17,6 +17,7 @@ step's tensors are let go) and says so: a `warning` event, `record/dropped_rollo
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -334,9 +335,13 @@ class Recorder:
         }
 
     def truncate_after(self, step: int) -> None:
-        """A resume from `step`: later recorded steps go (the resumed run records them again)."""
+        """A resume from `step`: later recorded steps go (the resumed run records them again), and the totals start
+        from what is left on disk (run.json's `record` counts the whole run, not this process's part of it)."""
         self.flush()
-        ts.truncate_after(self.dir, step)
+        ts.truncate_after(self.dir, step)  # (the JSONL format's later files: RunWriter.truncate_after, called first)
+        on_disk = recorded_on_disk(self.dir)
+        with self._cv:
+            self.totals.update(on_disk)
 
     # -- the writer thread -----------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -420,6 +425,40 @@ class Recorder:
             remove_freeing(tmp)  # nothing half-written stays (a full disk gets its blocks back)
             raise
         return path
+
+
+def recorded_on_disk(rollouts_dir: Path) -> dict[str, int]:
+    """What a run's rollouts/ holds, as the recorder's totals count it: committed steps (the store's directories and
+    JSONL files), their rollouts, the rollouts of the steps they were recorded from (`of`; a JSONL file's own lines),
+    tokens and bytes. What the store does not keep (flagged, dropped) is not counted."""
+    out = {"steps": 0, "rollouts": 0, "of": 0, "tokens": 0, "bytes": 0}
+    for d in ts.committed_steps(rollouts_dir):
+        files = [f for f in d.iterdir() if f.is_file()]
+        out["steps"] += 1
+        out["bytes"] += sum(f.stat().st_size for f in files)
+        try:
+            import pyarrow.parquet as pq
+
+            schema = pq.read_schema(d / "tokens.parquet")
+            info = json.loads((schema.metadata or {}).get(b"sas.store", b"{}"))
+            out["tokens"] += pq.read_metadata(d / "tokens.parquet").num_rows
+            n = int(info.get("recorded", pq.read_metadata(d / "rollouts.parquet").num_rows))
+            out["rollouts"] += n
+            out["of"] += int(info.get("of", n))
+        except Exception:  # noqa: BLE001 - a step that cannot be read counts as a step, its bytes only
+            continue
+    for f in sorted(rollouts_dir.glob("*step-*.jsonl")):
+        out["steps"] += 1
+        out["bytes"] += f.stat().st_size
+        for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            out["rollouts"] += 1
+            out["of"] += 1
+            out["tokens"] += len((rec.get("tokens") or {}).get("ids") or [])
+    return out
 
 
 def _built(_keep: list[int]) -> StepData:

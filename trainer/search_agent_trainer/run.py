@@ -32,7 +32,7 @@ import torch
 from .checkpoint import latest_checkpoint
 from .config import Section, stored_config
 from .curriculum import stages
-from .data import Example, load_dataset, render_prompt
+from .data import DatasetError, Example, load_dataset, render_prompt
 from .env_client import EnvClient
 from .generation import LMGenerator
 from .metrics import held_out_metrics
@@ -43,8 +43,18 @@ from .recorder import Recorder, RecordSettings, StepJob
 from .reward import score
 from .rollout import RolloutSettings, Trajectory, run_rollouts
 from .run_writer import RunWriter, set_disk_fault
+from .schema import ConfigError
 from .versions import trainer_versions
 from .watchdog import watch_parent
+
+
+def _dataset(key: str, path: str, warn: Any) -> list[Example]:
+    """The dataset of config key `key` (data.train, data.eval); a file that cannot be one is a DatasetError naming the
+    key (a directory, a missing file, no usable line)."""
+    try:
+        return load_dataset(path, warn=warn)
+    except DatasetError as e:
+        raise DatasetError(f"{key}: {e}") from None
 
 
 class Run:
@@ -53,6 +63,9 @@ class Run:
 
     # What the run computes in (setup: model.dtype, measured for `fastest`; numerics.py). None: compute_dtype's rule.
     numerics: Numerics | None = None
+
+    # Set up (the `started` event written): a config or data error after it is a failed run, not an invalid config.
+    _set_up = False
 
     def __init__(
         self, cfg: Section, run_dir: str | os.PathLike[str], env_url: str, resume: bool = False, stdout: Any = None
@@ -81,6 +94,7 @@ class Run:
     ) -> None:
         """The `started` event every engine writes (events.jsonl): where the run starts, on what, with how much; an
         engine's own fields after it."""
+        self._set_up = True
         self.writer.event(
             "started",
             step=start,
@@ -103,7 +117,13 @@ class Run:
 
     def _run_writer(self, stdout: Any) -> RunWriter:
         return RunWriter(
-            self.run_dir, stored_config(self.cfg), self.versions(), self.total, stdout=stdout, python=sys.executable
+            self.run_dir,
+            stored_config(self.cfg),
+            self.versions(),
+            self.total,
+            stdout=stdout,
+            python=sys.executable,
+            resume=self.resume,
         )
 
     def _recorder(self) -> Recorder | None:
@@ -125,8 +145,8 @@ class Run:
     def _load_data(self) -> None:
         """The datasets (malformed lines reported and skipped), and the env server's health."""
         cfg, w = self.cfg, self.writer
-        self.train_set = load_dataset(cfg.data.train, warn=w.warning)
-        self.eval_set = load_dataset(cfg.data.eval, warn=w.warning) if cfg.data.eval else []
+        self.train_set = _dataset("data.train", cfg.data.train, w.warning)
+        self.eval_set = _dataset("data.eval", cfg.data.eval, w.warning) if cfg.data.eval else []
         if cfg.data.eval_size:
             self.eval_set = self.eval_set[: cfg.data.eval_size]
         health = self.env.health()
@@ -388,8 +408,11 @@ class Run:
             w.event("finished", status=status, step=step)
             return 0
         except Exception as e:  # noqa: BLE001 - every failure is reported, with its traceback
-            w.fail(e, traceback.format_exc(), self._close_recorder)
-            return 1
+            # A config (its data, named by key) that cannot be trained on, found in setup (before the `started`
+            # event): an invalid config, exit 2 as the ones __main__ finds (the host says so, with no resume hint).
+            invalid = isinstance(e, (ConfigError, DatasetError)) and not self._set_up
+            w.fail(e, traceback.format_exc(), self._close_recorder, invalid=invalid)
+            return 2 if invalid else 1
         finally:
             for s, h in previous.items():
                 signal.signal(s, h)

@@ -282,12 +282,17 @@ class RunWriter:
         total_steps: int,
         stdout: TextIO | None = None,
         python: str | None = None,
+        resume: bool | None = None,
     ):
+        """`resume`: whether this process continues the run in `run_dir` (its run.json's `created` and `step` carry
+        over) or starts a new one there (False: an old run.json's are not inherited: a new run in a directory some
+        other run left must not start at that run's step). None (the engines that resume on their own, veRL's
+        recorder): carried over when there is one."""
         self.dir = Path(run_dir)
         self.stdout = stdout if stdout is not None else sys.stdout
         for sub in ("rollouts", "checkpoints", "logs"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        prior = self.read_run_json()
+        prior = self.read_run_json() if resume is not False else None
         self.run = {
             "v": RUN_FORMAT_VERSION,
             "id": self.dir.name,
@@ -414,22 +419,23 @@ class RunWriter:
             # failure record a few bytes over the old file's last block was cut there: test_disk_full's rollouts case).
             overwrite_in_place(self.dir / "run.json", (dumps(self.run) + "\n").encode("utf-8"))
 
-    def fail(self, e: BaseException, tb: str, close_recorder: Callable[[], None]) -> None:
+    def fail(self, e: BaseException, tb: str, close_recorder: Callable[[], None], invalid: bool = False) -> None:
         """A run that failed with `e` (its traceback `tb`), every engine's way: a full disk is said first, naming the
         first file that found it full (its traceback would end in ENOSPC, which is all it says); the `error` event
         reaches stdout even when the run directory cannot take it (the host reads stdout); the recorder closed, what
         it wrote staying readable if its last steps hit the same full disk; run.json `failed` (on a full disk a
-        short one: its old blocks may be all the room there is); a last `finished` event."""
+        short one: its old blocks may be all the room there is); a last `finished` event. `invalid`: an invalid
+        config found before anything was trained (the message names the key): the message alone, no traceback."""
         full = run_disk_full_message(e)
-        message = failure_message(e)
-        self.log(f"error: {full}" if full else tb)
-        self.event("error", best_effort=True, message=message, traceback=tb)
+        message = str(e) if invalid else failure_message(e)
+        self.log(f"error: {full or message}" if full or invalid else tb)
+        self.event("error", best_effort=True, message=message, **({} if invalid else {"traceback": tb}))
         try:
             close_recorder()
         except OSError as e2:
             self.log(f"could not finish writing the rollouts: {disk_full_message(e2) or e2}")
         try:
-            self.finish("failed", {"message": message} if full else {"message": message, "traceback": tb})
+            self.finish("failed", {"message": message} if full or invalid else {"message": message, "traceback": tb})
         except OSError as e2:
             self.log(f"could not record the failure in run.json: {disk_full_message(e2) or e2}")
         self.event("finished", best_effort=True, status="failed", step=int(self.run.get("step", 0)))

@@ -519,6 +519,15 @@ class Trainer(Run):
                     self.reference = self._reference()  # KL towards the warm-started policy, not the random init
                 if not self.stop_requested:
                     self._checkpoint(0)
+                else:
+                    # A part of a warm start is not checkpointed: a resume takes step-000000 for a whole one (its
+                    # policy is the KL reference), so it starts the warm start again from its beginning.
+                    done, wanted = int(m0["warmup/steps"]), self.cfg.train.supervised_warmup.steps
+                    w.warning(
+                        f"stopped during the supervised warm start, at step {done}/{wanted}: it was not saved (no checkpoint); a resume starts it again from its beginning",
+                        cause="warmup-not-saved",
+                    )
+                    m0 = {}  # nor are its metrics: the warm start a resume runs writes step 0's
             if self.eval_set and not self.stop_requested:
                 m0.update(self.evaluate(0))
             if m0:

@@ -186,7 +186,8 @@ class WarmStart:
 
 
 def run_warmup(trainer: WarmStart, log: Callable[[str], None]) -> dict[str, float]:
-    """Trains the policy for `train.supervised_warmup.steps` steps; returns `warmup/*` metrics."""
+    """Trains the policy for `train.supervised_warmup.steps` steps, or until a stop; returns `warmup/*` metrics
+    (`warmup/steps`: the steps done)."""
     cfg = trainer.cfg
     w = cfg.train.supervised_warmup
     rng = random.Random(cfg.seed * 31 + 7)
@@ -254,4 +255,9 @@ def run_warmup(trainer: WarmStart, log: Callable[[str], None]) -> dict[str, floa
             log(f"warm start {step}/{w.steps}: loss {total:.3f}")
     trainer.policy.eval()
     tail = losses[-10:]
-    return {"warmup/loss": sum(tail) / len(tail), "warmup/steps": float(w.steps), "warmup/tokens": float(tokens)}
+    # warmup/steps: the steps done (fewer than configured when a stop came first: the caller says it was not saved)
+    return {
+        **({"warmup/loss": sum(tail) / len(tail)} if tail else {}),
+        "warmup/steps": float(len(losses)),
+        "warmup/tokens": float(tokens),
+    }

@@ -399,3 +399,46 @@ def test_a_tiny_run_records_sampled_groups_in_the_store(tmp_path: Path, varied_e
         assert len(t["ids"]) == len(t["text"]) == len(t["role"]) == len(t["loss_mask"])
         assert [m for m in t["loss_mask"]] == [1 if x == "generated" else 0 for x in t["role"]]
         assert [x is not None for x in t["logprob"]] == [m == 1 for m in t["loss_mask"]]
+
+
+@pytest.mark.parametrize("fmt", ["store", "jsonl"])
+def test_a_resume_counts_the_recorded_steps_left_on_disk_not_only_its_own(tmp_path: Path, fmt: str) -> None:
+    """run.json's `record.recorded` is the whole run's: a resumed process's totals start from what the truncated
+    rollouts/ holds (they counted only its own steps, so a resume at step 2 of a 3-step run said 1 step recorded)."""
+    records, data = _data(4)
+
+    def job(step: int) -> StepJob:
+        return StepJob(
+            f"step-{step:06d}",
+            step,
+            "train",
+            4,
+            [r["group"] for r in records],
+            [[] for _ in records],
+            lambda keep: subset(StepData([{**r, "step": step} for r in records], data.cols), keep),
+        )
+
+    def recorder() -> Recorder:
+        return Recorder(
+            tmp_path,
+            RecordSettings(format=fmt, queue=10),
+            texts=lambda ids: [f"t{i}" for i in ids],
+            warn=lambda msg, **f: None,
+        )
+
+    first = recorder()
+    for step in (1, 2, 3):
+        first.submit(job(step))
+    assert first.close(timeout=60)
+    whole = first.summary()["recorded"]
+    assert whole["steps"] == 3 and whole["rollouts"] == 12
+
+    resumed = recorder()
+    if fmt == "jsonl":  # (RunWriter.truncate_after removes the JSONL format's later files, before the recorder's)
+        (tmp_path / "rollouts" / "step-000003.jsonl").unlink()
+    resumed.truncate_after(2)
+    resumed.submit(job(3))
+    assert resumed.close(timeout=60)
+    again = resumed.summary()["recorded"]
+    assert again["steps"] == 3 and again["rollouts"] == 12 and again["of"] == 12
+    assert again["tokens"] == whole["tokens"]

@@ -675,3 +675,72 @@ def test_native_bf16_is_read_from_torch_then_from_the_cpu_flags(monkeypatch, tmp
         assert probe() is True  # torch's cpuinfo first
     finally:
         cpu_has_native_bf16.cache_clear()
+
+
+def test_a_new_run_does_not_inherit_the_step_of_an_old_run_json_in_its_directory(tmp_path):
+    """A run.json some other run left in the directory: a new run starts at step 0 with its own `created`; a resume
+    carries both over."""
+    import io
+
+    from search_agent_trainer.run_writer import RunWriter
+
+    (tmp_path / "run.json").write_text(json.dumps({"step": 40, "created": "2001-01-01T00:00:00Z"}))
+    fresh = RunWriter(tmp_path, {}, {}, 8, stdout=io.StringIO(), resume=False)
+    fresh.close()
+    assert fresh.run["step"] == 0 and fresh.run["created"] != "2001-01-01T00:00:00Z"
+    (tmp_path / "run.json").write_text(json.dumps({"step": 40, "created": "2001-01-01T00:00:00Z"}))
+    resumed = RunWriter(tmp_path, {}, {}, 8, stdout=io.StringIO(), resume=True)
+    resumed.close()
+    assert resumed.run["step"] == 40 and resumed.run["created"] == "2001-01-01T00:00:00Z"
+
+
+@pytest.mark.parametrize("what", ["directory", "no-usable-example"])
+def test_data_that_cannot_be_a_dataset_is_an_invalid_config_naming_the_key(tmp_path, demo_env, what):
+    """data.train naming a directory (an IsADirectoryError traceback before), or a file without a usable line: exit 2
+    (an invalid config, as __main__'s), the message naming data.train, no traceback in run.json."""
+    cfg = tiny_config()
+    if what == "directory":
+        (tmp_path / "data").mkdir()
+        cfg["data"]["train"] = str(tmp_path / "data")
+    else:
+        (tmp_path / "bad.jsonl").write_text("not json\n")
+        cfg["data"]["train"] = str(tmp_path / "bad.jsonl")
+    proc = run_trainer(tmp_path, cfg, demo_env.url)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [json.loads(l) for l in proc.stdout.splitlines() if json.loads(l)["event"] == "error"]
+    assert len(errors) == 1 and errors[0]["message"].startswith("data.train: "), errors
+    assert ("a directory" if what == "directory" else "no usable example") in errors[0]["message"]
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["status"] == "failed" and "traceback" not in run["error"]
+
+
+def test_a_stop_during_the_warm_start_says_it_was_not_saved(tmp_path, demo_env):
+    """SIGTERM during the supervised warm start: no checkpoint of a part of it (a resume takes step-000000 for a whole
+    one), a warning saying so with the steps done, and no step-0 metrics claiming the configured steps."""
+    cfg = tiny_config(**{"train.steps": 2, "data.eval_size": 1})
+    cfg["train"]["supervised_warmup"] = {"steps": 100000, "batch_size": 2}
+    path = tmp_path / "c.run.json"
+    path.write_text(json.dumps(cfg))
+    argv = [sys.executable, "-m", "search_agent_trainer", "--config", str(path), "--run-dir", str(tmp_path / "run")]
+    proc = subprocess.Popen(
+        [*argv, "--env-url", demo_env.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=trainer_env(),
+    )
+    events = []
+    for line in proc.stdout:
+        events.append(json.loads(line))
+        if events[-1]["event"] == "progress" and events[-1]["phase"] == "warmup":
+            proc.send_signal(signal.SIGTERM)
+            break
+    events += [json.loads(l) for l in proc.stdout.read().splitlines()]
+    assert proc.wait(timeout=60) == 0
+    warnings = [e for e in events if e["event"] == "warning" and e.get("cause") == "warmup-not-saved"]
+    assert len(warnings) == 1 and "/100000: it was not saved" in warnings[0]["message"], warnings
+    assert not (tmp_path / "run" / "checkpoints" / "step-000000").exists()
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    assert not metrics.exists() or not metrics.read_text().strip()
+    assert events[-1] == {**events[-1], "event": "finished", "status": "stopped", "step": 0}

@@ -6,7 +6,8 @@
  * happens here, it stays readable and resumable.
  */
 
-import { readFile } from 'node:fs/promises';
+import { appendFileSync, existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
+import { readFile, rm } from 'node:fs/promises';
 import { constants as osConstants } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { trainerDir } from '../paths';
@@ -24,6 +25,7 @@ import {
   startEnvServerProcess,
 } from './processes';
 import { envServerArgs, type LoadedRunConfig, loadRunConfig, loadRunDirConfig, newRunDir } from './runConfig';
+import { readRun } from './runs';
 
 export type RunStatus = 'finished' | 'stopped' | 'failed';
 
@@ -35,6 +37,89 @@ export interface RunOutcome {
   exit: Exit;
   /** For `failed`: the trainer's error message and traceback (run.json), else the last lines of its stderr. */
   error?: { message: string; traceback?: string };
+  /** `failed` before anything was trained because the config (its data) is invalid: the trainer exited 2, its error
+   * names the key. There is nothing to resume. */
+  invalidConfig?: boolean;
+  /** With `invalidConfig`: the run directory this host's run created held nothing but what the failed start wrote
+   * (run.json, events, logs), and was removed — no dead run that looks resumable is left. */
+  removed?: boolean;
+}
+
+/**
+ * A run directory that cannot be started in (exit 2 in the CLI, as a bad config): a new run's that holds something
+ * already (another run's checkpoints and metrics would mix with it), or a resumed run's whose trainer is still running.
+ */
+export class RunDirError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'RunDirError';
+  }
+}
+
+/** What is in a directory besides `except` (the config a run starts from may live in its run directory: the demo's
+ * --seed, the no-retrieval check); [] when it does not exist. */
+function entriesBesides(dir: string, except: string): string[] {
+  let names: string[];
+  try {
+    names = readdirSync(dir);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return [];
+    throw new RunDirError(`${dir}: cannot be used as the run directory (${(e as Error).message})`);
+  }
+  return names.filter((n) => resolve(dir, n) !== except);
+}
+
+/** Whether a run directory holds only what a start that failed on its config writes: run.json, events.jsonl, an
+ * empty metrics.jsonl, logs/ and empty rollouts/ and checkpoints/ (`keep`: the config the run started from). */
+function onlyAFailedStart(dir: string, keep: string): boolean {
+  const empty = (p: string) => {
+    try {
+      return statSync(p).isDirectory() ? readdirSync(p).length === 0 : statSync(p).size === 0;
+    } catch {
+      return true;
+    }
+  };
+  return entriesBesides(dir, keep).every(
+    (n) =>
+      n === 'run.json' ||
+      n === 'events.jsonl' ||
+      n === 'logs' ||
+      ((n === 'rollouts' || n === 'checkpoints' || n === 'metrics.jsonl') && empty(join(dir, n))),
+  );
+}
+
+/**
+ * The env server's log in <run dir>/logs/server.log (DESIGN §4.2): lines are held until the trainer has made the run
+ * directory (the server starts first), then appended; a directory that never came is not made for it.
+ */
+class ServerLog {
+  private pending: string[] = [];
+  private ready = false;
+  dropped = false;
+
+  constructor(private readonly runDir: string) {}
+
+  line(l: string): void {
+    if (this.dropped) return;
+    this.pending.push(l);
+    if (this.pending.length > 10_000) this.pending.shift();
+    this.flush();
+  }
+
+  flush(): void {
+    if (this.dropped || !this.pending.length) return;
+    if (!this.ready) {
+      if (!existsSync(join(this.runDir, 'run.json'))) return;
+      mkdirSync(join(this.runDir, 'logs'), { recursive: true });
+      this.ready = true;
+    }
+    try {
+      appendFileSync(join(this.runDir, 'logs', 'server.log'), this.pending.map((l) => `${l}\n`).join(''));
+    } catch {
+      /* a log that cannot be written is not the run's failure */
+    }
+    this.pending = [];
+  }
 }
 
 export interface RunHostOptions {
@@ -102,6 +187,9 @@ export class RunHost {
     readonly server: EnvServerProcess,
     readonly trainer: Child,
     private readonly options: RunHostOptions,
+    /** This start made the run directory (it did not exist): a start that fails on its config may remove it. */
+    private readonly madeRunDir: boolean,
+    private readonly serverLog: ServerLog,
   ) {
     this.done = this.finish();
   }
@@ -111,8 +199,10 @@ export class RunHost {
   }
 
   /**
-   * Starts a run; rejects (with nothing left running) when the config is invalid, the engine cannot run in this Python
-   * (EngineUnavailableError, saying how to install what it lacks) or the env server cannot start.
+   * Starts a run; rejects (with nothing left running) when the config is invalid, the run directory cannot be started
+   * in (RunDirError: a new run's holds something already, a resumed run's trainer is still running), the engine
+   * cannot run in this Python (EngineUnavailableError, saying how to install what it lacks) or the env server cannot
+   * start.
    */
   static async start(options: RunHostOptions): Promise<RunHost> {
     let loaded: LoadedRunConfig;
@@ -121,16 +211,34 @@ export class RunHost {
       if (!options.runDir) throw new Error('resume needs the run directory');
       runDir = resolve(options.runDir);
       loaded = await loadRunDirConfig(runDir);
+      // A second trainer in the same directory would interleave its metrics and checkpoints with the first's.
+      const run = await readRun(runDir);
+      if (run?.state === 'running')
+        throw new RunDirError(
+          `${runDir}: the run is still running (trainer pid ${run.pid}); stop it first (Ctrl-C in its terminal, or kill -TERM ${run.pid})`,
+        );
     } else {
       if (!options.config) throw new Error('a run config (*.run.json) is needed');
       loaded = await loadRunConfig(options.config);
       runDir = options.runDir ? resolve(options.runDir) : newRunDir(loaded, options.runsParent ?? resolve('runs'));
+      // A new run in a directory that holds something (another run) would mix with it: its metrics appended, its
+      // checkpoints taken for this run's by a later resume.
+      const there = entriesBesides(runDir, loaded.file);
+      if (there.length)
+        throw new RunDirError(
+          `${runDir}: the run directory exists and is not empty (${there.slice(0, 3).join(', ')}${there.length > 3 ? ', …' : ''}); continue the run there with --resume, or name another --run-dir`,
+        );
     }
+    const madeRunDir = !existsSync(runDir);
     const planned = await checkRunHostMemory(loaded, options);
     const dir = trainerDir();
     const engine = await engineHost(loaded.config.engine ?? 'builtin', options.python, dir);
+    const serverLog = new ServerLog(runDir);
     const server = await startEnvServerProcess(envServerArgs(loaded, { port: options.port }), {
-      onLog: options.onServerLog,
+      onLog: (l) => {
+        serverLog.line(l);
+        options.onServerLog?.(l);
+      },
       launcher: options.serverLauncher,
     });
     let trainer: Child;
@@ -169,7 +277,7 @@ export class RunHost {
       await server.child.stop(3_000);
       throw e;
     }
-    return new RunHost(runDir, loaded, server, trainer, options);
+    return new RunHost(runDir, loaded, server, trainer, options, madeRunDir, serverLog);
   }
 
   /**
@@ -188,6 +296,7 @@ export class RunHost {
   private async finish(): Promise<RunOutcome> {
     const exit = await this.trainer.exited;
     await this.server.child.stop(3_000);
+    this.serverLog.flush();
     let run: Partial<RunJson> = {};
     try {
       run = JSON.parse(await readFile(join(this.runDir, 'run.json'), 'utf8'));
@@ -198,6 +307,18 @@ export class RunHost {
     if (exit.code === 0 && (run.status === 'finished' || run.status === 'stopped'))
       return { status: run.status, runDir: this.runDir, step, exit };
     const tail = this.trainer.stderr.text(12);
+    // Exit 2: the trainer found the config (or its data) invalid before training anything (__main__.py, run.py).
+    if (exit.code === 2 && !this.stopping) {
+      const said = [...this.trainer.stderr.lines].reverse().find((l) => /^(?:\d\d:\d\d:\d\d )?error: /.test(l));
+      const message = run.error?.message ?? said?.replace(/^(?:\d\d:\d\d:\d\d )?error: /, '') ?? tail;
+      let removed = false;
+      if (this.madeRunDir && existsSync(this.runDir) && onlyAFailedStart(this.runDir, this.loaded.file)) {
+        this.serverLog.dropped = true;
+        await rm(this.runDir, { recursive: true, force: true });
+        removed = true;
+      }
+      return { status: 'failed', runDir: this.runDir, step, exit, error: { message }, invalidConfig: true, removed };
+    }
     // Killed after the grace period, or by someone else: the run did not end cleanly, but a stop was asked.
     if (this.stopping && exit.code !== 1)
       return {
@@ -206,7 +327,8 @@ export class RunHost {
         step,
         exit,
         error: {
-          message: `the trainer did not stop within the grace period and was killed (${exit.signal ?? exit.code})`,
+          // (after the grace period, or at once: the CLI's second Ctrl-C) — the step it was in is not checkpointed
+          message: `the trainer was killed before it had stopped and checkpointed (${exit.signal ?? exit.code})`,
         },
       };
     const error =
