@@ -58,8 +58,8 @@ export const planCommand = defineCommand({
       })
       .option('device', {
         choices: ['cuda', 'cpu'] as const,
-        default: 'cuda' as const,
-        describe: 'plan for a CUDA GPU (bf16 autocast when model.dtype is auto) or the CPU',
+        describe:
+          "plan for a CUDA GPU (bf16 autocast when model.dtype is auto) or the CPU (default: the config's model.device; auto: cuda)",
       })
       .option('json', {
         type: 'boolean',
@@ -87,14 +87,21 @@ export const planCommand = defineCommand({
     }
     try {
       const loaded = await loadRunConfig(a.config, { files: false });
+      // the device the run trains on: --device, else the config's (a CPU run is planned for the CPU, not a GPU)
+      const device = a.device ?? (loaded.config.model.device === 'cpu' ? 'cpu' : 'cuda');
       const plan = planRun(loaded, {
         gpuMemoryBytes,
         gpus,
-        device: a.device,
+        device,
         model: a.model === undefined ? undefined : resolveModelArg(a.model),
       });
-      io.out(a.json ? `${JSON.stringify(planJson(plan), null, 2)}\n` : `${formatPlan(plan, loaded.file)}\n`);
-      return plan.fits ? 0 : 1;
+      io.out(
+        a.json
+          ? `${JSON.stringify({ ...planJson(plan), device }, null, 2)}\n`
+          : `${formatPlan(plan, loaded.file, { device })}\n`,
+      );
+      // on the CPU only a problem (a setting that cannot run) fails it: no GPU's memory is checked
+      return plan.fits || (device === 'cpu' && !plan.problems.length) ? 0 : 1;
     } catch (e) {
       if (e instanceof RunConfigError || e instanceof PlanError) {
         io.err(`search-agent-studio plan: ${e.message}\n`);

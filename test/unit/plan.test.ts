@@ -273,4 +273,16 @@ describe('memory plan', () => {
     assert.equal(d.exitCode, 1);
     assert.match(d.stdout, /memory: does not fit one GPU of 80\.0 GiB: .* would fit: model\.lora/);
   });
+
+  it("plans a model.device cpu config for the CPU unless --device says otherwise: no GPU's usable memory in its words", async () => {
+    const { file } = example('qwen2.5-3b-grpo.run.json', { model: { device: 'cpu' } });
+    const text = await cli('plan', file);
+    assert.equal(text.exitCode, 0, text.stderr);
+    assert.doesNotMatch(text.stdout, /usable/);
+    assert.match(text.stdout, /on the CPU/);
+    assert.match(text.stdout, /^needs [\d.]+ GiB of the machine's memory/m);
+    assert.equal(JSON.parse((await cli('plan', '--json', file)).stdout).device, 'cpu');
+    const gpu = await cli('plan', '--device', 'cuda', file);
+    assert.match(gpu.stdout, /GiB usable/);
+  });
 });

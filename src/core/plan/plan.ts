@@ -404,13 +404,17 @@ export function parseBytes(text: string, option = '--gpu-memory'): number {
 }
 
 /** The plan as a table, its verdict and the suggestions. */
-export function formatPlan(plan: MemoryPlan, title: string): string {
+export function formatPlan(plan: MemoryPlan, title: string, options: { device?: 'cuda' | 'cpu' } = {}): string {
   const gib = (n: number) => (n / 2 ** 30).toFixed(2).padStart(8);
   const total = plan.devices.reduce((a, d) => a + (d.count ?? 1), 0);
+  // A CPU run: the machine's memory holds it, no GPU's (its size and usable share do not apply)
+  const cpu = options.device === 'cpu';
   const lines = [
     `memory plan: ${title}`,
     `  model: ${plan.model.model_type}, ${(plan.model.parameters / 1e9).toFixed(2)} B parameters (${plan.model.layers} layers × ${plan.model.hidden}, vocabulary ${plan.model.vocab.toLocaleString('en-US')}) from ${plan.model.path}`,
-    `  run: ${plan.summary}; ${total} device${total === 1 ? '' : 's'} of ${(plan.gpu_memory_bytes / 2 ** 30).toFixed(1)} GiB (${Math.round(USABLE_SHARE * 100)} % usable: ${(plan.usable_bytes / 2 ** 30).toFixed(1)} GiB)`,
+    cpu
+      ? `  run: ${plan.summary}; on the CPU (the machine's memory; no GPU)`
+      : `  run: ${plan.summary}; ${total} device${total === 1 ? '' : 's'} of ${(plan.gpu_memory_bytes / 2 ** 30).toFixed(1)} GiB (${Math.round(USABLE_SHARE * 100)} % usable: ${(plan.usable_bytes / 2 ** 30).toFixed(1)} GiB)`,
   ];
   let first = 0;
   for (const d of plan.devices) {
@@ -441,6 +445,10 @@ export function formatPlan(plan: MemoryPlan, title: string): string {
   for (const p of plan.problems) lines.push(`  cannot start: ${p}`);
   const worst = Math.max(...plan.devices.map((d) => d.total_bytes));
   const over = worst > plan.usable_bytes;
+  if (cpu && !plan.problems.length) {
+    lines.push(`needs ${(worst / 2 ** 30).toFixed(1)} GiB of the machine's memory (a CPU run: no GPU memory to fit)`);
+    return lines.join('\n');
+  }
   lines.push(
     plan.fits
       ? `fits: ${(worst / 2 ** 30).toFixed(1)} GiB of ${(plan.usable_bytes / 2 ** 30).toFixed(1)} GiB usable`
