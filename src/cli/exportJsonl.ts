@@ -34,7 +34,8 @@ export async function exportJsonl(src: string, out: string, io: CliIo): Promise<
   const parts = await rolloutFiles(src);
   // nothing recorded (a run stopped before its first step's rollouts, a directory without any): no empty file that
   // would pass for an export, and the exit status of `audit`'s "nothing to audit"
-  if (!parts.length) throw new UnreadableInput(src, 'no recorded rollouts to export (no rollouts/ step or .jsonl file)');
+  if (!parts.length)
+    throw new UnreadableInput(src, 'no recorded rollouts to export (no rollouts/ step or .jsonl file)');
   const single = out.endsWith('.jsonl');
   // Each output file refuses to be one of the parts read, is written to a temporary name and renamed (output.ts).
   const inputs = parts.flatMap((p) => (p.endsWith('.jsonl') ? [p] : STORE_PATHS.map((f) => join(p, f))));
