@@ -2,21 +2,35 @@
  * Counterfactual replay on the command line (docs/fork.md), on the same host as the replay panel's "Fork here"
  * (src/core/host/fork.ts):
  *
- *   search-agent-studio fork <run-dir> <rollout-id> --turn K [--checkpoint step-NNNNNN] [--query TEXT | --documents FILE]
- *                            [--samples N | --greedy] [--retriever-url URL] [--json]
- *   search-agent-studio whatif <run-dir> [--step N] [--filter EXPR] --retriever-url URL [--json]
- *   search-agent-studio whatif <run-dir> --ablate [--checkpoint step-NNNNNN] [--step N] [--filter EXPR] [--json]
+ *   search-agent-studio fork <run-dir> <rollout-id> --turn K [--checkpoint C] [--query TEXT | --documents FILE]
+ *                            [--samples N | --greedy] [--retriever-url URL] [--env-url URL] [--python PATH] [--json]
+ *   search-agent-studio whatif <run-dir> --retriever-url URL [--step N] [--filter EXPR] [--limit N] [--checkpoint C]
+ *                              [--env-url URL] [--python PATH] [--json]
+ *   search-agent-studio whatif <run-dir> --ablate [--checkpoint C] [--step N] [--filter EXPR] [--limit N] [--json] …
  *
  * `fork` continues one rollout from generation turn K (from 1) with the run's policy; `--json` prints
  * `{"continuations": [{"response", "answer", "reward", "diverges_at", "tokens"}]}`. `whatif` forks every rollout
- * the inspector's filter selects at turn 1 with another retriever, and prints the reward before and after; with
- * `--ablate`, three ways — the run's own retriever, an empty one and a random one — and what the policy's reward owes
- * to what it retrieves (issue 46).
- * Exit 0, 1 when the fork failed (the policy server's message), 2 on bad usage or input.
+ * the inspector's filter selects at turn 1 twice, greedy, from the same checkpoint — with the run's own retriever and
+ * with another — and prints the reward before and after: the two differ only in the retriever (the recorded rollout,
+ * sampled, would also differ in the decoding). With `--ablate`, three ways — the run's own retriever, an empty one
+ * and a random one — and what the policy's reward owes to what it retrieves (issue 46). A checkpoint C is
+ * step-NNNNNN, initial-model (a TRL run's step 0) or a checkpoint directory.
+ * Exit 0, 1 when a fork failed (the policy server's message), 2 on bad usage or input (checked before any server
+ * starts: the turn, the checkpoint, the retriever URL, an edit of a turn that made no search). Ctrl-C: 130.
  */
 import { readFile } from 'node:fs/promises';
 import { trajectoryFacts } from '../core/audit/summary';
-import { ForkError, ForkHost, findRollout } from '../core/host/fork';
+import {
+  defaultCheckpoint,
+  ForkError,
+  ForkHost,
+  findRollout,
+  forkRequestProblem,
+  listCheckpoints,
+  noCheckpointMessage,
+  resolveCheckpoint,
+  retrieverUrlProblem,
+} from '../core/host/fork';
 import { EnvServerError } from '../core/host/processes';
 import { loadRunDirConfig, RunConfigError, runNeeds } from '../core/host/runConfig';
 import { readRun } from '../core/host/runs';
@@ -103,11 +117,14 @@ async function withForkHost(
 ): Promise<number> {
   const host = await forkHost(a['run-dir'], a.python, io, a['env-url']);
   if (!host) return 1;
+  // Ctrl-C: every process stopped (a policy server still loading its model too), then exit 130; the forks it cut
+  // short fail with it, and their errors are not reported as the server's (it did not crash: we stopped it)
   const onSignal = () => void host.stop().then(() => process.exit(130));
   process.once('SIGINT', onSignal);
   try {
     return await fn(host);
   } catch (e) {
+    if (host.stopping) return 130;
     if (e instanceof ForkError || e instanceof EnvServerError || e instanceof RunConfigError) {
       io.err(`search-agent-studio: ${e.message}\n`);
       return e instanceof RunConfigError ? 2 : 1;
@@ -156,7 +173,8 @@ export const forkCommand = defineCommand({
       })
       .option('checkpoint', {
         type: 'string',
-        describe: 'step-NNNNNN (default: the checkpoint that produced the rollout)',
+        describe:
+          "step-NNNNNN, initial-model (a TRL run's step 0) or a checkpoint directory (default: the checkpoint that produced the rollout, else the latest before it)",
       })
       .option('query', { type: 'string', describe: 're-run the search before turn K with this query' })
       .option('documents', {
@@ -195,15 +213,20 @@ export const forkCommand = defineCommand({
       const record = await findRollout(runDir, a['rollout-id']).catch((e) => {
         throw e instanceof ForkError ? new UsageError(e.message) : e;
       });
+      const options: ForkOptions = {
+        turn: a.turn,
+        checkpoint: a.checkpoint,
+        query: a.query,
+        documents,
+        retrieverUrl: a['retriever-url'],
+        ...sampling,
+      };
+      // what would fail only once the servers are up (seconds to minutes): a usage error now
+      const problem = forkRequestProblem(record, options);
+      if (problem) throw new UsageError(problem);
+      await checkpointOrUsage(runDir, a.checkpoint, record);
       return withForkHost({ 'run-dir': runDir, python: a.python, 'env-url': a['env-url'] }, io, async (host) => {
-        const r = await host.fork(runDir, record, {
-          turn: a.turn,
-          checkpoint: a.checkpoint,
-          query: a.query,
-          documents,
-          retrieverUrl: a['retriever-url'],
-          ...sampling,
-        });
+        const r = await host.fork(runDir, record, options);
         if (a.json) {
           io.out(`${JSON.stringify({ continuations: r.continuations.map(jsonOf) })}\n`);
           return 0;
@@ -228,13 +251,39 @@ export const forkCommand = defineCommand({
     }),
 });
 
+/**
+ * `--checkpoint` checked before any server starts (a usage error: the checkpoints the run has); without one, the
+ * rollout's own (`record`; none at or before its step: a usage error suggesting --checkpoint).
+ */
+async function checkpointOrUsage(runDir: string, checkpoint: string | undefined, record?: Rollout): Promise<void> {
+  try {
+    if (checkpoint !== undefined) await resolveCheckpoint(runDir, checkpoint);
+    else if (record) {
+      const checkpoints = await listCheckpoints(runDir);
+      if (!defaultCheckpoint(checkpoints, record))
+        throw new UsageError(noCheckpointMessage(runDir, checkpoints, record));
+    }
+  } catch (e) {
+    throw e instanceof ForkError ? new UsageError(e.message) : e;
+  }
+}
+
+/**
+ * A row of `whatif`: the rollout forked at turn 1, greedy, from one checkpoint, with the run's own retriever
+ * (`before`) and with the other one (`after`) — the same decoding, so the two differ only in the retriever; the
+ * recorded (sampled) rollout's reward beside them.
+ */
 export interface WhatIfRow {
   id: string;
   step: number | null;
+  reward_recorded: number | null;
   reward_before: number | null;
   reward_after: number | null;
   answer_before: string | null;
   answer_after: string | null;
+  searches_before: number | null;
+  searches_after: number | null;
+  /** Where the fork with the other retriever first differs from the one with the run's (null: identical). */
   diverges_at: number | null;
   error?: string;
 }
@@ -349,8 +398,11 @@ export const whatifCommand = defineCommand({
         describe:
           "the inspector's filter language (docs/inspector.md); default reward == 0 && searches >= 1 (with --ablate: searches >= 1)",
       })
-      .option('limit', { type: 'number', default: 50, describe: 'fork at most this many rollouts' })
-      .option('checkpoint', { type: 'string', describe: "step-NNNNNN (default: each rollout's own)" })
+      .option('limit', { type: 'number', default: 50, describe: 'fork at most this many rollouts (an integer ≥ 1)' })
+      .option('checkpoint', {
+        type: 'string',
+        describe: "step-NNNNNN, initial-model or a checkpoint directory (default: each rollout's own)",
+      })
       .option('env-url', {
         type: 'string',
         describe: "an env server already serving the run's reward module (default: one started from the run's config)",
@@ -360,7 +412,7 @@ export const whatifCommand = defineCommand({
         type: 'boolean',
         default: false,
         describe:
-          'print {"rows": [{id, step, reward_before, reward_after, answer_before, answer_after, diverges_at}], "summary": {…}} (with --ablate: rows with arms {run, empty, random})',
+          'print {"rows": [{id, step, reward_recorded, reward_before, reward_after, answer_before, answer_after, searches_before, searches_after, diverges_at, error?}], "summary": {…}} (with --ablate: rows with arms {run, empty, random})',
       })
       .example(
         '$0 whatif runs/demo-1 --ablate --checkpoint step-000300 --filter \'split == "val"\'',
@@ -372,6 +424,15 @@ export const whatifCommand = defineCommand({
         throw new UsageError(
           'name the other retriever (--retriever-url URL) or ask for the ablation (--ablate), one of the two',
         );
+      const given = (x: number) => (Number.isNaN(x) ? 'something that is not a number' : String(x));
+      if (!Number.isInteger(a.limit) || a.limit < 1)
+        throw new UsageError(`--limit must be an integer ≥ 1, got ${given(a.limit)}`);
+      if (a.step !== undefined && (!Number.isInteger(a.step) || a.step < 0))
+        throw new UsageError(`--step must be a step number (an integer ≥ 0), got ${given(a.step)}`);
+      const badUrl = a['retriever-url'] !== undefined ? retrieverUrlProblem(a['retriever-url']) : undefined;
+      if (badUrl) throw new UsageError(badUrl);
+      // a checkpoint the run lacks fails every fork: said once, before anything starts
+      await checkpointOrUsage(a['run-dir'], a.checkpoint);
       const userFilter = a.filter ?? (a.ablate ? 'searches >= 1' : 'reward == 0 && searches >= 1');
       const filter = [a.step !== undefined ? `step == ${Number(a.step)}` : '', userFilter ? `(${userFilter})` : '']
         .filter(Boolean)
@@ -406,26 +467,35 @@ export const whatifCommand = defineCommand({
             const row: WhatIfRow = {
               id: record.id,
               step: record.step ?? null,
-              reward_before: record.reward ?? null,
+              reward_recorded: record.reward ?? null,
+              reward_before: null,
               reward_after: null,
-              answer_before: trajectoryFacts(record).answer,
+              answer_before: null,
               answer_after: null,
+              searches_before: null,
+              searches_after: null,
               diverges_at: null,
             };
             try {
-              const { continuations } = await host.fork(a['run-dir'], record, {
-                turn: 1,
-                checkpoint: a.checkpoint,
-                retrieverUrl: a['retriever-url'],
-                greedy: true,
-              });
+              // before and after: greedy forks from the same checkpoint, so they differ in the retriever alone (the
+              // recorded rollout was sampled: against it, a change would be the decoding's as much as the retriever's)
+              const fork = (retrieverUrl?: string) =>
+                host
+                  .fork(a['run-dir'], record, { turn: 1, checkpoint: a.checkpoint, retrieverUrl, greedy: true })
+                  .then((r) => r.continuations[0]!);
+              const before = await fork();
+              const after = await fork(a['retriever-url']);
               Object.assign(row, {
-                reward_after: continuations[0]!.reward,
-                answer_after: continuations[0]!.answer,
-                diverges_at: continuations[0]!.diverges_at,
+                reward_before: before.reward,
+                reward_after: after.reward,
+                answer_before: before.answer,
+                answer_after: after.answer,
+                searches_before: before.searches,
+                searches_after: after.searches,
+                diverges_at: divergence(before.tokens.ids, after.tokens.ids),
               });
             } catch (e) {
-              if (!(e instanceof ForkError)) throw e;
+              if (!(e instanceof ForkError) || host.stopping) throw e;
               row.error = e.message;
             }
             rows.push(row);
@@ -444,27 +514,41 @@ export const whatifCommand = defineCommand({
         improved: done.filter((r) => delta(r) > 1e-9).length,
         worsened: done.filter((r) => delta(r) < -1e-9).length,
         unchanged: done.filter((r) => Math.abs(delta(r)) <= 1e-9).length,
+        mean_recorded: mean(done.map((r) => r.reward_recorded ?? 0)),
         mean_before: mean(done.map((r) => r.reward_before ?? 0)),
         mean_after: mean(done.map((r) => r.reward_after ?? 0)),
       };
+      // a fork that failed is a failed command (exit 1), its rows printed all the same
+      const exit = summary.failed ? 1 : 0;
       if (a.json) {
         io.out(`${JSON.stringify({ rows, summary })}\n`);
-        return 0;
+        return exit;
       }
       io.out(
-        `${rows.length} rollouts of ${a['run-dir']} where ${filter}, forked at turn 1 with ${a['retriever-url']}\n`,
+        `${rows.length} rollouts of ${a['run-dir']} where ${filter}, forked at turn 1 (greedy, checkpoint: ${a.checkpoint ?? "each rollout's own"}) with the run's retriever (before) and with ${a['retriever-url']} (after)\n`,
       );
-      io.out(`  ${'id'.padEnd(28)} ${'before'.padStart(7)} ${'after'.padStart(7)}  answer before → after\n`);
+      io.out(
+        `  ${'id'.padEnd(28)} ${'recorded'.padStart(8)} ${'before'.padStart(7)} ${'after'.padStart(7)} ${'searches'.padStart(8)}  answer before → after\n`,
+      );
       for (const r of rows)
         io.out(
-          `  ${r.id.padEnd(28)} ${num(r.reward_before).padStart(7)} ${(r.error ? 'error' : num(r.reward_after)).padStart(7)}  ${JSON.stringify(r.answer_before)} → ${r.error ?? JSON.stringify(r.answer_after)}\n`,
+          r.error
+            ? `  ${r.id.padEnd(28)} ${num(r.reward_recorded).padStart(8)} ${'error'.padStart(7)} ${'error'.padStart(7)} ${''.padStart(8)}  ${r.error}\n`
+            : `  ${r.id.padEnd(28)} ${num(r.reward_recorded).padStart(8)} ${num(r.reward_before).padStart(7)} ${num(r.reward_after).padStart(7)} ${`${r.searches_before} → ${r.searches_after}`.padStart(8)}  ${JSON.stringify(r.answer_before)} → ${JSON.stringify(r.answer_after)}\n`,
         );
       io.out(
-        `improved ${summary.improved}, worsened ${summary.worsened}, unchanged ${summary.unchanged}${summary.failed ? `, failed ${summary.failed}` : ''}; mean reward ${num(summary.mean_before)} → ${num(summary.mean_after)}\n`,
+        `improved ${summary.improved}, worsened ${summary.worsened}, unchanged ${summary.unchanged}${summary.failed ? `, failed ${summary.failed}` : ''}; mean reward ${num(summary.mean_before)} → ${num(summary.mean_after)} (mean recorded ${num(summary.mean_recorded)})\n`,
       );
-      return 0;
+      return exit;
     }),
 });
+
+/** The first index where two token sequences differ (the shorter one's length when one extends the other); null: equal. */
+function divergence(a: readonly number[], b: readonly number[]): number | null {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) if (a[i] !== b[i]) return i;
+  return a.length === b.length ? null : n;
+}
 
 const mean = (xs: number[]) => (xs.length ? xs.reduce((s, x) => s + x, 0) / xs.length : null);
 
@@ -504,7 +588,7 @@ async function ablate(
               const c = continuations[0]!;
               row.arms[arm] = { reward: c.reward, answer: c.answer, searches: c.searches };
             } catch (e) {
-              if (!(e instanceof ForkError)) throw e;
+              if (!(e instanceof ForkError) || host.stopping) throw e;
               row.arms[arm] = { reward: null, answer: null, searches: null, error: e.message };
             }
           }
@@ -537,9 +621,10 @@ async function ablate(
     reliance: m.run === null || m.empty === null ? null : m.run - m.empty,
     relevance: m.run === null || m.random === null ? null : m.run - m.random,
   };
+  const exit = summary.failed ? 1 : 0;
   if (a.json) {
     io.out(`${JSON.stringify({ rows, summary })}\n`);
-    return 0;
+    return exit;
   }
   io.out(
     `${rows.length} rollouts of ${a['run-dir']} where ${filter}, forked at turn 1 (greedy, checkpoint: ${summary.checkpoint}) three ways\n`,
@@ -547,15 +632,17 @@ async function ablate(
   io.out(
     `  ${'id'.padEnd(28)} ${'recorded'.padStart(8)} ${'run'.padStart(7)} ${'empty'.padStart(7)} ${'random'.padStart(7)}\n`,
   );
-  for (const r of rows)
+  for (const r of rows) {
     io.out(
       `  ${r.id.padEnd(28)} ${num(r.reward_before).padStart(8)} ${ABLATION_ARMS.map((k) => (r.arms[k].error ? 'error' : num(r.arms[k].reward)).padStart(7)).join(' ')}\n`,
     );
+    for (const k of ABLATION_ARMS) if (r.arms[k].error) io.out(`    ${k}: ${r.arms[k].error}\n`);
+  }
   io.out(
     `mean reward: run's retriever ${num(m.run)}, empty ${num(m.empty)}, random ${num(m.random)} (random documents: ${retrievers.size} from ${retrievers.from})\n`,
   );
   io.out(
     `reliance on retrieval (run − empty) ${num(summary.reliance)}; on relevant documents (run − random) ${num(summary.relevance)}; searches per rollout ${num(summary.searches.run)} / ${num(summary.searches.empty)} / ${num(summary.searches.random)}${summary.failed ? `; ${summary.failed} failed` : ''}\n`,
   );
-  return 0;
+  return exit;
 }

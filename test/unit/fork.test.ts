@@ -2,10 +2,18 @@
 // the real policy server (the trainer's fork.py) over a 2-step tiny run: a greedy held-out rollout forked at turn 2
 // with nothing edited comes back unchanged, the policy server is reused across forks and gone after stop().
 import assert from 'node:assert/strict';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
-import { defaultCheckpoint, ForkHost, findRollout, generationTurns, listCheckpoints } from '../../src/core/host/fork';
+import {
+  defaultCheckpoint,
+  ForkHost,
+  findRollout,
+  generationTurns,
+  INITIAL_MODEL,
+  listCheckpoints,
+  PolicyProcess,
+} from '../../src/core/host/fork';
 import { type EnvServerProcess, isAlive, startEnvServerProcess } from '../../src/core/host/processes';
 import { RunHost } from '../../src/core/host/runHost';
 import { findPython, pythonCandidates } from '../../src/core/python';
@@ -54,7 +62,107 @@ describe('fork: the policy server behind counterfactual replay', function () {
     assert.deepEqual(cps, ['step-000001', 'step-000002']);
     assert.equal(defaultCheckpoint(cps, { step: 2, split: 'val' }), 'step-000002');
     assert.equal(defaultCheckpoint(cps, { step: 2, split: 'train' }), 'step-000001');
-    assert.equal(defaultCheckpoint(cps, { step: 0, split: 'val' }), 'step-000001');
+    // never one trained after the rollout: none at or before its step is none (the CLI says so, naming them)
+    assert.equal(defaultCheckpoint(cps, { step: 0, split: 'val' }), undefined);
+    assert.equal(defaultCheckpoint(cps, { step: 1, split: 'train' }), undefined);
+    // a TRL run (no step-000000): its initial-model/ is its step-0 checkpoint
+    const trl = scratchDir('sas-fork-trl-');
+    mkdirSync(join(trl, 'checkpoints', 'step-000001'), { recursive: true });
+    writeFileSync(join(trl, 'checkpoints', 'step-000001', 'config.json'), '{}');
+    mkdirSync(join(trl, INITIAL_MODEL));
+    writeFileSync(join(trl, INITIAL_MODEL, 'config.json'), '{}');
+    const trlCps = await listCheckpoints(trl);
+    assert.deepEqual(trlCps, [INITIAL_MODEL, 'step-000001']);
+    assert.equal(defaultCheckpoint(trlCps, { step: 0, split: 'val' }), INITIAL_MODEL);
+    assert.equal(defaultCheckpoint(trlCps, { step: 1, split: 'train' }), INITIAL_MODEL);
+  });
+
+  it('fork and whatif usage errors exit 2 before any server starts: turn, checkpoint, retriever URL, edit, limit, step', async () => {
+    const usage = async (args: string[], why: RegExp) => {
+      const r = await cli(...args, '--python', '/nonexistent/python3'); // no Python is looked for: nothing starts
+      assert.equal(r.exitCode, 2, `${args.join(' ')}: ${r.stderr}`);
+      assert.match(r.stderr, why);
+    };
+    const val = id(2, 0);
+    await usage(['fork', runDir, val, '--turn', '9'], /--turn 9: rollout .* has \d generation turns? \(1\.\.\d\)/);
+    await usage(
+      ['fork', runDir, val, '--turn', '1', '--checkpoint', 'step-000009'],
+      /--checkpoint step-000009: neither a complete checkpoint of .* \(step-000001, step-000002\)/,
+    );
+    await usage(
+      ['fork', runDir, val, '--turn', '1', '--retriever-url', 'localhost'],
+      /--retriever-url "localhost": not an http\(s\) URL/,
+    );
+    await usage(['fork', runDir, val, '--turn', '1', '--query', 'x'], /there is none before turn 1/);
+    // a training rollout of step 1 was sampled by step 0's weights: this run has no checkpoint that old
+    await usage(
+      ['fork', runDir, `${runDir.split('/').pop()}:train:1:0:0`, '--turn', '1'],
+      /train step 1\) was produced by the weights of step 0, and .* has no checkpoint at or before step 0 \(it has step-000001, step-000002\); name one with --checkpoint/,
+    );
+    for (const limit of ['-1', '1.5', '0'])
+      await usage(['whatif', runDir, '--ablate', '--limit', limit], /--limit must be an integer ≥ 1/);
+    await usage(
+      ['whatif', runDir, '--ablate', '--step', 'abc'],
+      /--step must be a step number \(an integer ≥ 0\), got something that is not a number/,
+    );
+    await usage(
+      ['whatif', runDir, '--ablate', '--checkpoint', 'nope'],
+      /--checkpoint nope: neither a complete checkpoint/,
+    );
+    await usage(['whatif', runDir, '--retriever-url', 'ftp://x'], /not an http\(s\) URL/);
+  });
+
+  it('a record that cannot be read is named, not passed over: a cut line, a token file cut short', async () => {
+    const copy = join(scratchDir('sas-fork-corrupt-'), 'run');
+    cpSync(runDir, copy, { recursive: true });
+    const rollouts = join(copy, 'rollouts');
+    const val2 = readdirSync(rollouts).find((f) => /^val-step-0*2(\.jsonl)?$/.test(f))!;
+    const target = id(2, 0).replace(/^[^:]+/, 'run');
+    if (val2.endsWith('.jsonl')) {
+      const file = join(rollouts, val2);
+      const lines = readFileSync(file, 'utf8').split('\n');
+      writeFileSync(file, [lines[0]!.slice(0, 100), ...lines.slice(1)].join('\n')); // the first line cut
+      await assert.rejects(
+        findRollout(copy, target),
+        new RegExp(
+          `no rollout with id .*1 record could not be read, and it may be one of them: .*${val2}:1: invalid JSON`,
+        ),
+      );
+    } else {
+      const tokens = join(rollouts, val2, 'tokens.parquet');
+      writeFileSync(tokens, readFileSync(tokens).subarray(0, 200)); // cut short
+      await assert.rejects(findRollout(copy, target), new RegExp(`cannot be read whole: .*${val2}:1: tokens.parquet`));
+    }
+  });
+
+  it('stop() does not wait for a policy server still loading its model: it is stopped, its start rejects', async () => {
+    // a stand-in for a model that takes a minute to load: a "Python" that sleeps before it would be ready
+    const slow = join(scratchDir('sas-fork-slow-'), 'python');
+    writeFileSync(slow, '#!/bin/sh\nexec sleep 60\n');
+    chmodSync(slow, 0o755);
+    const ac = new AbortController();
+    const start = PolicyProcess.start({
+      python: slow,
+      runDir,
+      checkpoint: 'step-000001',
+      envUrl: env.url,
+      signal: ac.signal,
+    });
+    await new Promise((r) => setTimeout(r, 300));
+    const t0 = Date.now();
+    ac.abort();
+    await assert.rejects(start, /the policy server for step-000001: it was stopped while it loaded/);
+    assert.ok(Date.now() - t0 < 5_000, `stopped in ${Date.now() - t0} ms`);
+    // and through the host: stop() while the first fork's server loads
+    const host = new ForkHost({ python: slow, envUrl: env.url });
+    const rec = await findRollout(runDir, id(2, 0));
+    const fork = host.fork(runDir, rec, { turn: 1 });
+    fork.catch(() => {});
+    await new Promise((r) => setTimeout(r, 300));
+    const t1 = Date.now();
+    await host.stop();
+    assert.ok(Date.now() - t1 < 5_000, `host stopped in ${Date.now() - t1} ms`);
+    await assert.rejects(fork, /stopped while it loaded/);
   });
 
   it('forks a greedy held-out rollout at turn 2 unedited: the same tokens; one policy server, reused, gone after stop()', async () => {
@@ -145,12 +253,54 @@ describe('fork: the policy server behind counterfactual replay', function () {
     assert.equal(r.exitCode, 0, r.stderr);
     const out = JSON.parse(r.stdout);
     assert.equal(out.rows.length, 2);
-    for (const row of out.rows)
+    // before and after are both greedy forks from one checkpoint: with the run's own retriever named as the other,
+    // nothing differs (against the recorded, sampled rollout the decoding would)
+    for (const row of out.rows) {
       assert.ok(typeof row.reward_before === 'number' && typeof row.reward_after === 'number', JSON.stringify(row));
+      assert.ok(typeof row.searches_before === 'number' && row.searches_after === row.searches_before);
+      assert.equal(row.diverges_at, null, JSON.stringify(row));
+      assert.ok('reward_recorded' in row);
+    }
     assert.equal(out.summary.rollouts, 2);
-    assert.equal(out.summary.improved + out.summary.worsened + out.summary.unchanged, 2);
-    const bad = await cli('whatif', runDir, '--filter', 'reward ==', '--retriever-url', env.url);
-    assert.equal(bad.exitCode, 2);
-    assert.match(bad.stderr, /--filter/);
+    assert.equal(out.summary.unchanged, 2);
+    // a fork that fails (a training rollout of step 1: sampled by step 0's weights, and this run has no checkpoint
+    // that old) fails the command: exit 1, the error in its row
+    const failed = await cli(
+      'whatif',
+      runDir,
+      '--step',
+      '1',
+      '--filter',
+      'split == "train"',
+      '--limit',
+      '1',
+      '--retriever-url',
+      env.url,
+      '--env-url',
+      env.url,
+      '--python',
+      python,
+    );
+    assert.equal(failed.exitCode, 1, failed.stderr);
+    assert.match(failed.stdout, /error\s+error\s+.*no checkpoint at or before step 0/);
+    assert.match(failed.stdout, /failed 1/);
+    // --ablate too, its text naming each arm's error
+    const ablated = await cli(
+      'whatif',
+      runDir,
+      '--ablate',
+      '--step',
+      '1',
+      '--filter',
+      'split == "train"',
+      '--limit',
+      '1',
+      '--env-url',
+      env.url,
+      '--python',
+      python,
+    );
+    assert.equal(ablated.exitCode, 1, ablated.stderr);
+    assert.match(ablated.stdout, /\n {4}run: rollout .* no checkpoint at or before step 0/);
   });
 });

@@ -6,10 +6,17 @@
  * one command forking rollouts with the run's retriever, an empty one and a random one.
  */
 import assert from 'node:assert/strict';
-import { cpSync } from 'node:fs';
+import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
-import { agrees, type ReplayStepResult, replayCheckpoint } from '../../src/core/audit/replayStep';
+import {
+  agrees,
+  describeReplay,
+  type ReplayStepResult,
+  replayCheckpoint,
+  stepRecords,
+} from '../../src/core/audit/replayStep';
+import { runReplayStep } from '../../src/core/host/replayStep';
 import { findPython, pythonCandidates } from '../../src/core/python';
 import { RandomRetriever } from '../../src/core/retrieval/random';
 import type { Rollout } from '../../src/core/run/format';
@@ -139,6 +146,82 @@ describe('replay-step: a recorded step through the trainer at a checkpoint', fun
     assert.equal(text.exitCode, 0, text.stderr);
     assert.match(text.stdout, /\(2 of the step's 4 rollouts, recorded, .*\): MATCH/);
     assert.match(text.stdout, /recorded\s+not comparable: step 3 recorded 2 of 4 rollouts/);
+  });
+
+  it('--checkpoint as a relative directory is taken from the working directory (the trainer runs in its own)', async () => {
+    const r = await execa(
+      process.execPath,
+      [
+        '-r',
+        join(ROOT, 'test/register.cjs'),
+        join(ROOT, 'src/cli/main.ts'),
+        'replay-step',
+        '.',
+        '--step',
+        '3',
+        '--checkpoint',
+        join('checkpoints', 'step-000002'),
+        '--json',
+        '--python',
+        python,
+      ],
+      { reject: false, cwd: run },
+    );
+    assert.equal(r.exitCode, 0, r.stderr + r.stdout.slice(0, 2000));
+    assert.equal((JSON.parse(r.stdout) as ReplayStepResult).checkpoint_step, 2);
+  });
+
+  it('records that cannot be read are named: a step whose token file is cut short is not "no rollouts recorded"', async () => {
+    const copy = join(scratchDir('sas-replay-cut-'), 'run');
+    cpSync(run, copy, { recursive: true });
+    const tokens = join(copy, 'rollouts', 'step-000003', 'tokens.parquet');
+    writeFileSync(tokens, readFileSync(tokens).subarray(0, 300));
+    const r = await cli('replay-step', copy, '--step', '3', '--python', python);
+    assert.equal(r.exitCode, 2, r.stderr);
+    assert.match(
+      r.stderr,
+      /step 3 of .*: no training rollout could be read; 1 record that may be the step's could not be read \(.*step-000003:1: tokens\.parquet/,
+    );
+    // another step's damage is not this step's
+    assert.deepEqual((await stepRecords(copy, 2)).malformed, []);
+    // in the report: the malformed records, named as the cause of a step not comparable
+    const o = JSON.parse(
+      (await cli('replay-step', run, '--step', '3', '--json', '--python', python)).stdout,
+    ) as ReplayStepResult;
+    const text = describeReplay(
+      {
+        ...o,
+        comparable: { loss: false, why: 'step 3 recorded 3 of 4 rollouts (record sampling)' },
+        malformed: [
+          {
+            file: 'r/step-000003.jsonl',
+            line: 4,
+            field: '',
+            message: 'invalid JSON',
+            text: 'r/step-000003.jsonl:4: invalid JSON',
+          },
+        ],
+      },
+      [],
+    ).join('\n');
+    assert.match(
+      text,
+      /malformed\s+1 record that may be the step's could not be read \(r\/step-000003\.jsonl:4: invalid JSON\)/,
+    );
+    assert.match(
+      text,
+      /not comparable: the step's malformed records \(above\) were not replayed; step 3 recorded 3 of 4/,
+    );
+  });
+
+  it('an aborted replay (Ctrl-C) stops the trainer at once instead of running to the end', async () => {
+    const { records } = await stepRecords(run, 3);
+    const ac = new AbortController();
+    const replay = runReplayStep({ python, runDir: run, checkpoint: 'step-000002', records, signal: ac.signal });
+    setTimeout(() => ac.abort(), 200);
+    const t0 = Date.now();
+    await assert.rejects(replay, /stopped/);
+    assert.ok(Date.now() - t0 < 5_000, `stopped in ${Date.now() - t0} ms`);
   });
 
   it('bad usage: no such step, no checkpoint before it, a step with no tokens: exit 2 naming why', async () => {

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -47,6 +48,7 @@ from .losses import Aggregation, objective
 from .policy import compute_dtype, window_stats
 from .recorder import RecordSettings
 from .rollout import Trajectory
+from .watchdog import watch_parent
 
 # A recorded log-prob is rounded to 6 decimals (run_writer); a recomputation in fp32 differs from the recording pass
 # by float noise of another batch shape (~1e-5 nats); bf16 compute by ~1e-2. Default tolerances above those scales.
@@ -416,6 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         "--tolerance", type=float, help="|Δ| above this many nats is a mismatch (default 1e-3 in fp32, 5e-2 under bf16)"
     )
     args = parser.parse_args(argv)
+    # the host has gone (Ctrl-C, a closed window; even while the checkpoint loads): nobody is left to read the report
+    watch_parent(lambda _pid: os._exit(0))
     try:
         if args.records:
             with open(args.records, encoding="utf-8") as f:

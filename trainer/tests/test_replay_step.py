@@ -5,9 +5,15 @@ its update was one epoch of one mini-batch over every rollout of the step (not o
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 
-from conftest import tiny_config
+from conftest import tiny_config, trainer_env
 from search_agent_trainer import token_store as ts
 from search_agent_trainer.batch import make_batch
 from search_agent_trainer.config import config_from_dict
@@ -98,3 +104,59 @@ def test_a_step_recorded_in_part_has_no_comparable_loss_but_a_whole_one_does(tmp
     assert comparable(cfg_groups, 8, step_rollouts(tmp_path, 4, cfg, 8), 4) == {"loss": True, "why": None}
     assert step_rollouts(tmp_path, 5, cfg, 8) == 8  # no store step: 4 prompts x 2 samples
     assert step_rollouts(tmp_path, 5, cfg, 6) == 8 and not comparable(cfg, 6, 8, 5)["loss"]
+
+
+def test_the_replay_ends_when_its_host_has_gone_even_while_it_waits_for_records(tmp_path):
+    # a host (SAS_PARENT_PID) that starts the replay and is killed without closing the replay's stdin (a CLI killed
+    # by Ctrl-C twice, a closed terminal): the replay, still waiting for its records, must not outlive it
+    host = (
+        "import os, subprocess, sys, time\n"
+        "p = subprocess.Popen([sys.executable, '-m', 'search_agent_trainer.replay_step', '--run-dir', sys.argv[1],"
+        " '--checkpoint', 'step-000001'], env={**os.environ, 'SAS_PARENT_PID': str(os.getpid())})\n"
+        "print(p.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", host, str(tmp_path)],
+        stdin=subprocess.PIPE,  # inherited by the replay: held open here, so only the watchdog can end it
+        stdout=subprocess.PIPE,
+        env=trainer_env(),
+        text=True,
+    )
+    pid = int(proc.stdout.readline())
+    try:
+        # the replay has started (torch imported, its watchdog running) once it blocks reading its records: read(0, …)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not reading_stdin(pid):
+            time.sleep(0.2)
+        assert reading_stdin(pid), "the replay never came to read its records"
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and alive(pid):
+            time.sleep(0.2)
+        assert not alive(pid), "the replay outlived its host"
+    finally:
+        proc.kill()
+        if alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        proc.stdin.close()
+
+
+def reading_stdin(pid: int) -> bool:
+    """Blocked in read(0, …) (x86_64: syscall 0; aarch64: 63)."""
+    try:
+        with open(f"/proc/{pid}/syscall", encoding="utf-8") as f:
+            nr, fd = (f.read().split() + ["", ""])[:2]
+    except (FileNotFoundError, PermissionError):
+        return False
+    return nr in ("0", "63") and fd == "0x0"
+
+
+def alive(pid: int) -> bool:
+    """Running (not gone, not a zombie left for a parent that does not reap)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

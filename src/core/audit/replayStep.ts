@@ -5,8 +5,9 @@
  * actor/grad_norm). The trainer side recomputes; this side chooses, compares and words it — for the CLI
  * (`search-agent-studio replay-step`) and any other view.
  */
+import { basename } from 'node:path';
 import type { MetricsRow } from '../protocol/dashboard';
-import type { Rollout } from '../run/format';
+import { formatIssue, type LocatedIssue, type Rollout } from '../run/format';
 import { streamRollouts } from '../store/rollouts';
 import { isTraining } from './health';
 
@@ -60,25 +61,50 @@ export interface MetricComparison {
 export interface ReplayStepResult extends ReplayStepReport {
   /** The step's metrics compared with the recomputed loss and gradient norm (empty when not comparable or not recorded). */
   metrics: MetricComparison[];
+  /** Records that could not be read and may be the step's (a cut line, a damaged token file): not replayed. */
+  malformed?: (LocatedIssue & { text: string })[];
 }
 
-/** A step's training records with tokens, by the run store's reader (whatever backend the run's records are in). */
+/**
+ * Whether a record that could not be read may be one of step `step`'s training rollouts: unless its file or store
+ * step is named for another step (step-NNNNNN.jsonl, step-NNNNNN/) or is a held-out one (val-step-…).
+ */
+export function mayBeOfStep(issue: LocatedIssue, step: number): boolean {
+  const m = /^(val-)?step-(\d+)(\.jsonl)?$/.exec(basename(issue.file));
+  return !m || (!m[1] && Number(m[2]) === step);
+}
+
+/**
+ * A step's training records with tokens, by the run store's reader (whatever backend the run's records are in), and
+ * the records that could not be read and may be the step's (`malformed`: a cut JSON line, a tokens.parquet cut
+ * short — each issue names its file and line or step), never passed over in silence.
+ */
 export async function stepRecords(
   runDir: string,
   step: number,
-): Promise<{ records: Rollout[]; withoutTokens: number; steps: number[] }> {
+): Promise<{ records: Rollout[]; withoutTokens: number; steps: number[]; malformed: LocatedIssue[] }> {
   const records: Rollout[] = [];
+  const malformed: LocatedIssue[] = [];
   let withoutTokens = 0;
   const steps = new Set<number>();
   for await (const row of streamRollouts(runDir)) {
     const r = row.record;
+    if (!r) malformed.push(...row.errors.filter((i) => mayBeOfStep(i, step)));
     if (!r || !isTraining(r)) continue;
     if (r.step !== undefined) steps.add(r.step);
     if (r.step !== step) continue;
     if (r.tokens?.ids) records.push(r);
     else withoutTokens++;
   }
-  return { records, withoutTokens, steps: [...steps].sort((a, b) => a - b) };
+  return { records, withoutTokens, steps: [...steps].sort((a, b) => a - b), malformed };
+}
+
+/** The malformed records of a step in a sentence (at most `max` named). */
+export function malformedNote(malformed: readonly LocatedIssue[], max = 3): string {
+  return `${malformed.length} record${malformed.length === 1 ? '' : 's'} that may be the step's could not be read (${malformed
+    .slice(0, max)
+    .map(formatIssue)
+    .join('; ')}${malformed.length > max ? '; …' : ''})`;
 }
 
 /**
@@ -100,7 +126,11 @@ export function agrees(recorded: number, recomputed: number, rel = 1e-3, abs = 1
 }
 
 /** The report with the step's recorded loss and gradient norms compared (when the step's update was one mini-batch). */
-export function compareWithMetrics(report: ReplayStepReport, row: MetricsRow | undefined): ReplayStepResult {
+export function compareWithMetrics(
+  report: ReplayStepReport,
+  row: MetricsRow | undefined,
+  malformed: readonly LocatedIssue[] = [],
+): ReplayStepResult {
   const metrics: MetricComparison[] = [];
   if (row && report.comparable.loss) {
     for (const [key, value] of [...Object.entries(report.loss), ...Object.entries(report.grad_norm)]) {
@@ -114,7 +144,12 @@ export function compareWithMetrics(report: ReplayStepReport, row: MetricsRow | u
       });
     }
   }
-  return { ...report, metrics, match: report.match && metrics.every((m) => m.agrees) };
+  return {
+    ...report,
+    metrics,
+    match: report.match && metrics.every((m) => m.agrees),
+    ...(malformed.length ? { malformed: malformed.map((i) => ({ ...i, text: formatIssue(i) })) } : {}),
+  };
 }
 
 const g = (x: number) => (x === 0 ? '0' : Math.abs(x) < 1e-3 || Math.abs(x) >= 1e4 ? x.toExponential(2) : x.toFixed(4));
@@ -155,7 +190,13 @@ export function describeReplay(r: ReplayStepResult, records: readonly Rollout[],
     .map(([k, v]) => `${k} ${g(v)}`)
     .join(', ');
   lines.push(`  recomputed    ${loss}; ${norm}`);
-  if (!r.comparable.loss) lines.push(`  recorded      not comparable: ${r.comparable.why}`);
+  // records that could not be read are the likelier cause of a step recorded in part than sampling or the writer
+  const unread = r.malformed?.length ? malformedNote(r.malformed) : undefined;
+  if (unread) lines.push(`  malformed     ${unread}: not replayed`);
+  if (!r.comparable.loss)
+    lines.push(
+      `  recorded      not comparable: ${unread ? `the step's malformed records (above) were not replayed; ${r.comparable.why}` : r.comparable.why}`,
+    );
   else if (!r.metrics.length) lines.push('  recorded      no loss or gradient norm in metrics.jsonl for this step');
   else
     lines.push(

@@ -6,12 +6,12 @@
  * and stopped by `ForkHost.stop()`. Every process is spawned with an argument array in its own process group and
  * told our pid, so none outlives us.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { readdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { trainerDir } from '../paths';
 import type { Continuation, ForkOptions, ForkResult } from '../protocol/replay';
-import type { Rollout } from '../run/format';
+import { formatIssue, type LocatedIssue, type Rollout } from '../run/format';
 import { readPartRow, streamRollouts } from '../store/rollouts';
 import {
   type Child,
@@ -30,22 +30,62 @@ export class ForkError extends Error {
   }
 }
 
-/** The run's complete checkpoints (those with trainer_state.json, or Hugging Face model directories), by step. */
+/**
+ * A TRL run's step-0 weights: the random model it drew once (`model.random_init`) and trained from, a Hugging Face
+ * model directory beside `checkpoints/` (TRL saves no step-000000). Listed as the step-0 checkpoint of such a run.
+ */
+export const INITIAL_MODEL = 'initial-model';
+
+/**
+ * The run's complete checkpoints (those with trainer_state.json, or Hugging Face model directories), by step; a run
+ * without a step-000000 whose `initial-model/` holds a model (TRL) has that first, as its step 0.
+ */
 export async function listCheckpoints(runDir: string): Promise<string[]> {
   let names: string[];
   try {
     names = await readdir(join(runDir, 'checkpoints'));
   } catch {
-    return [];
+    names = [];
   }
   const complete = (n: string) =>
     ['trainer_state.json', 'config.json', join('model', 'config.json')].some((f) =>
       existsSync(join(runDir, 'checkpoints', n, f)),
     );
-  return names.filter((n) => /^step-\d+$/.test(n) && complete(n)).sort((a, b) => stepOf(a) - stepOf(b));
+  const steps = names.filter((n) => /^step-\d+$/.test(n) && complete(n)).sort((a, b) => stepOf(a) - stepOf(b));
+  const initial = existsSync(join(runDir, INITIAL_MODEL, 'config.json')) && !steps.some((n) => stepOf(n) === 0);
+  return initial ? [INITIAL_MODEL, ...steps] : steps;
 }
 
-const stepOf = (name: string) => Number(name.slice('step-'.length));
+/** The step of a checkpoint name of listCheckpoints (initial-model: 0). */
+export const stepOf = (name: string) => (name === INITIAL_MODEL ? 0 : Number(name.slice('step-'.length)));
+
+/** The directory of a checkpoint name of listCheckpoints. */
+export const checkpointDir = (runDir: string, name: string) =>
+  resolve(name === INITIAL_MODEL ? join(runDir, INITIAL_MODEL) : join(runDir, 'checkpoints', name));
+
+/**
+ * What `--checkpoint` names: one of the run's checkpoints by name (step-NNNNNN, initial-model), else a checkpoint
+ * directory (a builtin one with trainable.pt, or a Hugging Face model directory), a relative path taken from the
+ * user's working directory. Returns the name to show and the absolute directory the trainer loads; throws a
+ * ForkError naming the checkpoints the run has when it is neither.
+ */
+export async function resolveCheckpoint(runDir: string, checkpoint: string): Promise<{ name: string; dir: string }> {
+  const checkpoints = await listCheckpoints(runDir);
+  if (checkpoints.includes(checkpoint)) return { name: checkpoint, dir: checkpointDir(runDir, checkpoint) };
+  const dir = resolve(checkpoint);
+  const isDir = (() => {
+    try {
+      return statSync(dir).isDirectory();
+    } catch {
+      return false;
+    }
+  })();
+  if (isDir && ['trainable.pt', 'config.json', join('model', 'config.json')].some((f) => existsSync(join(dir, f))))
+    return { name: checkpoint, dir };
+  throw new ForkError(
+    `--checkpoint ${checkpoint}: neither a complete checkpoint of ${runDir} (${checkpoints.join(', ') || 'none'}) nor a checkpoint directory (trainable.pt, or a Hugging Face model's config.json)`,
+  );
+}
 
 /**
  * The step whose weights produced a rollout: a held-out rollout of step k was generated after update k (the
@@ -56,11 +96,22 @@ export function producingStep(record: Pick<Rollout, 'step' | 'split'>): number {
   return record.split === 'train' ? Math.max(0, step - 1) : step;
 }
 
-/** The checkpoint that produced the rollout, else the latest one before it, else the first one (undefined: none). */
+/**
+ * The checkpoint that produced the rollout, else the latest one before it; undefined when the run has none at or
+ * before that step — never a later one (weights trained after the rollout would not be the policy that wrote it).
+ */
 export function defaultCheckpoint(checkpoints: string[], record: Pick<Rollout, 'step' | 'split'>): string | undefined {
   const want = producingStep(record);
   const before = checkpoints.filter((c) => stepOf(c) <= want);
-  return before.length ? before[before.length - 1] : checkpoints[0];
+  return before.length ? before[before.length - 1] : undefined;
+}
+
+/** Why a rollout has no default checkpoint to fork from (defaultCheckpoint undefined), suggesting --checkpoint. */
+export function noCheckpointMessage(runDir: string, checkpoints: string[], record: Rollout): string {
+  const want = producingStep(record);
+  return checkpoints.length
+    ? `rollout ${record.id} (${record.split ?? 'train'} step ${record.step ?? 0}) was produced by the weights of step ${want}, and ${runDir} has no checkpoint at or before step ${want} (it has ${checkpoints.join(', ')}); name one with --checkpoint (a later one is not the policy that wrote it)`
+    : `${runDir}: no checkpoint to fork from (checkpoints/step-NNNNNN)`;
 }
 
 /** Generation turns of a record with tokens (runs of `generated` tokens); 0 without tokens. */
@@ -73,21 +124,82 @@ export function generationTurns(record: Rollout): number {
   return turns;
 }
 
-/** A rollout of a run by id (the first with that id, in file order). */
+/** Why a retriever URL is not one (undefined: it is an http(s) URL). */
+export function retrieverUrlProblem(url: string): string | undefined {
+  let ok = false;
+  try {
+    ok = ['http:', 'https:'].includes(new URL(url).protocol);
+  } catch {
+    ok = false;
+  }
+  return ok
+    ? undefined
+    : `--retriever-url ${JSON.stringify(url)}: not an http(s) URL (a Search-R1-compatible retriever, e.g. http://127.0.0.1:8000)`;
+}
+
+/**
+ * A fork's request that cannot be served, found from the record before any server starts (the policy server checks
+ * the same): a turn past the rollout's generation turns, an edit at turn 1 or of a turn that made no search (the
+ * observation before turn K holds no `retrieved` tokens), a retriever URL that is not an http(s) URL.
+ */
+export function forkRequestProblem(record: Rollout, o: ForkOptions): string | undefined {
+  if (!record.tokens?.ids)
+    return `rollout ${record.id}: no token ids recorded; only rollouts recorded with tokens can be forked`;
+  const turns = generationTurns(record);
+  if (o.turn > turns)
+    return `--turn ${o.turn}: rollout ${record.id} has ${turns} generation turn${turns === 1 ? '' : 's'} (1..${turns})`;
+  if (o.retrieverUrl !== undefined && retrieverUrlProblem(o.retrieverUrl)) return retrieverUrlProblem(o.retrieverUrl);
+  if (o.query === undefined && o.documents === undefined) return undefined;
+  if (o.turn < 2)
+    return 'an edit (--query, --documents) replaces the observation before turn K: there is none before turn 1 (use --turn 2 or later)';
+  const roles = record.tokens?.role ?? [];
+  let turn = 0;
+  let searched = false;
+  for (let i = 0; i < roles.length; i++) {
+    if (roles[i] === 'generated' && roles[i - 1] !== 'generated' && ++turn === o.turn) break;
+    if (turn === o.turn - 1 && roles[i] === 'retrieved') searched = true;
+  }
+  return searched
+    ? undefined
+    : `turn ${o.turn - 1} of rollout ${record.id} made no search: there are no documents before turn ${o.turn} to edit`;
+}
+
+/**
+ * A rollout of a run by id (the first with that id, in file order). Records that cannot be read are not passed over
+ * in silence: when the id is not among the rows read, the error names them (file, line or step, and why) — the
+ * rollout may be one of them; when the rollout's own row cannot be read whole (its tokens file cut short), it says so.
+ */
 export async function findRollout(runDir: string, id: string): Promise<Rollout> {
+  const issues: LocatedIssue[] = [];
   // read without token arrays (a token store then reads only its rollouts.parquet), then the one found whole
   for await (const row of streamRollouts(runDir, undefined, {}, 'none')) {
-    if (row.record?.id !== id) continue;
+    if (!row.record) {
+      issues.push(...row.errors);
+      continue;
+    }
+    if (row.record.id !== id) continue;
     const whole = await readPartRow(row.file, row.line);
     if (whole?.record) return whole.record;
+    throw new ForkError(
+      `rollout ${JSON.stringify(id)} cannot be read whole: ${whole?.errors.map(formatIssue).join('; ') ?? `${row.file}:${row.line}: gone`}`,
+    );
   }
-  throw new ForkError(`${runDir}: no rollout with id ${JSON.stringify(id)}`);
+  const unread = issues.length
+    ? `; ${issues.length} record${issues.length === 1 ? '' : 's'} could not be read, and it may be one of them: ${issues
+        .slice(0, 5)
+        .map(formatIssue)
+        .join('; ')}${issues.length > 5 ? '; …' : ''}`
+    : '';
+  throw new ForkError(`${runDir}: no rollout with id ${JSON.stringify(id)}${unread}`);
 }
 
 /** One policy server (`python -m search_agent_trainer.fork`): requests go out on stdin, replies come back by id. */
 export class PolicyProcess {
   private next = 1;
   private readonly pending = new Map<number, { resolve: (c: Continuation[]) => void; reject: (e: Error) => void }>();
+
+  /** Set by stop(): the forks still pending are then told they were stopped, not that the server crashed. */
+  private stopping = false;
 
   private constructor(
     readonly child: Child,
@@ -96,7 +208,11 @@ export class PolicyProcess {
     void child.exited.then((exit) => {
       for (const p of this.pending.values())
         p.reject(
-          new ForkError(`the policy server exited (${exit.signal ?? `code ${exit.code}`}): ${child.stderr.text(6)}`),
+          new ForkError(
+            this.stopping
+              ? 'the policy server was stopped'
+              : `the policy server exited (${exit.signal ?? `code ${exit.code}`}): ${child.stderr.text(6)}`,
+          ),
         );
       this.pending.clear();
     });
@@ -106,14 +222,20 @@ export class PolicyProcess {
     return this.child.pid;
   }
 
-  /** Starts it and waits for its `ready` line (it loads the model: minutes for a big one). */
+  /**
+   * Starts it and waits for its `ready` line (it loads the model: minutes for a big one). `checkpoint`: the directory
+   * the trainer loads; `name`: what it is called (default: the directory). `signal` aborts the wait: the child still
+   * loading is stopped then, and start rejects.
+   */
   static async start(o: {
     python: string;
     runDir: string;
     checkpoint: string;
+    name?: string;
     envUrl: string;
     onLog?: LogSink;
     timeoutMs?: number;
+    signal?: AbortSignal;
   }): Promise<PolicyProcess> {
     const dir = trainerDir();
     let ready!: (v: { error?: string }) => void;
@@ -145,21 +267,33 @@ export class PolicyProcess {
       },
     );
     let timer: NodeJS.Timeout | undefined;
+    let onAbort: (() => void) | undefined;
+    const stopped = 'it was stopped while it loaded';
     const outcome = await Promise.race([
       started,
       child.exited.then((e) => ({
-        error: `it exited (${e.signal ?? `code ${e.code}`}) before it was ready:\n${child.stderr.text(8)}`,
+        error: o.signal?.aborted
+          ? stopped
+          : `it exited (${e.signal ?? `code ${e.code}`}) before it was ready:\n${child.stderr.text(8)}`,
       })),
       new Promise<{ error: string }>(
         (r) => (timer = setTimeout(() => r({ error: 'it was not ready in time' }), o.timeoutMs ?? 600_000)),
       ),
+      // stopped (Ctrl-C, the panel closed) while the model loads: no waiting for the load to finish
+      new Promise<{ error: string }>((r) => {
+        onAbort = () => r({ error: stopped });
+        if (o.signal?.aborted) onAbort();
+        else o.signal?.addEventListener('abort', onAbort, { once: true });
+      }),
     ]);
     clearTimeout(timer);
+    if (onAbort) o.signal?.removeEventListener('abort', onAbort);
+    const name = o.name ?? o.checkpoint;
     if (outcome.error) {
       await child.stop(2_000);
-      throw new ForkError(`the policy server for ${o.checkpoint}: ${outcome.error}`);
+      throw new ForkError(`the policy server for ${name}: ${outcome.error}`);
     }
-    proc = new PolicyProcess(child, o.checkpoint);
+    proc = new PolicyProcess(child, name);
     return proc;
   }
 
@@ -191,6 +325,7 @@ export class PolicyProcess {
   }
 
   async stop(): Promise<void> {
+    this.stopping = true;
     this.child.proc.stdin?.end();
     await this.child.stop(3_000);
   }
@@ -210,6 +345,8 @@ export class ForkHost {
   private readonly servers = new Map<string, Promise<EnvServerProcess>>();
   private readonly policies = new Map<string, Promise<PolicyProcess>>();
   private stopped = false;
+  /** Aborted by stop(): policy servers still loading are stopped at once, not awaited. */
+  private readonly aborter = new AbortController();
 
   constructor(private readonly options: ForkHostOptions) {}
 
@@ -217,7 +354,7 @@ export class ForkHost {
     if (this.options.envUrl) return this.options.envUrl;
     let s = this.servers.get(runDir);
     if (!s) {
-      s = loadRunDirConfig(runDir).then((loaded) =>
+      s = loadRunDirConfig(runDir, 'to fork').then((loaded) =>
         startEnvServerProcess(envServerArgs(loaded, { port: 0 }), {
           onLog: this.options.onLog,
           launcher: this.options.serverLauncher,
@@ -229,7 +366,15 @@ export class ForkHost {
     return (await s).url;
   }
 
-  /** The policy server of a run at a checkpoint (started once, restarted if it has exited). */
+  /** Whether stop() has been called (a fork that fails then failed because of it: no error of its own). */
+  get stopping(): boolean {
+    return this.stopped;
+  }
+
+  /**
+   * The policy server of a run at a checkpoint (started once, restarted if it has exited): `checkpoint` a name of
+   * listCheckpoints or a checkpoint directory (resolveCheckpoint).
+   */
   async policy(runDir: string, checkpoint: string): Promise<PolicyProcess> {
     if (this.stopped) throw new ForkError('the fork host has been stopped');
     const key = `${resolve(runDir)}\n${checkpoint}`;
@@ -239,13 +384,15 @@ export class ForkHost {
       if (p?.child.running) return p;
       this.policies.delete(key);
     }
-    const started = this.envUrl(runDir).then((envUrl) =>
+    const started = Promise.all([this.envUrl(runDir), resolveCheckpoint(runDir, checkpoint)]).then(([envUrl, ckpt]) =>
       PolicyProcess.start({
         python: this.options.python,
         runDir: resolve(runDir),
-        checkpoint,
+        checkpoint: ckpt.dir,
+        name: ckpt.name,
         envUrl,
         onLog: this.options.onLog,
+        signal: this.aborter.signal,
       }),
     );
     this.policies.set(key, started);
@@ -261,11 +408,8 @@ export class ForkHost {
       );
     const checkpoints = await listCheckpoints(runDir);
     const checkpoint = o.checkpoint ?? defaultCheckpoint(checkpoints, record);
-    if (!checkpoint) throw new ForkError(`${runDir}: no checkpoint to fork from (checkpoints/step-NNNNNN)`);
-    if (!checkpoints.includes(checkpoint))
-      throw new ForkError(
-        `--checkpoint ${checkpoint}: not a complete checkpoint of ${runDir} (${checkpoints.join(', ') || 'none'})`,
-      );
+    if (!checkpoint) throw new ForkError(noCheckpointMessage(runDir, checkpoints, record));
+    await resolveCheckpoint(runDir, checkpoint); // a checkpoint the run lacks: its error, before anything starts
     const policy = await this.policy(runDir, checkpoint);
     return { checkpoint, continuations: await policy.fork(record, o) };
   }
@@ -285,6 +429,7 @@ export class ForkHost {
   /** Stops every policy server and env server it started. */
   async stop(): Promise<void> {
     this.stopped = true;
+    this.aborter.abort();
     const policies = [...this.policies.values()];
     const servers = [...this.servers.values()];
     this.policies.clear();

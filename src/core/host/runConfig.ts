@@ -60,18 +60,18 @@ export async function loadRunConfig(file: string, options: { files?: boolean } =
 }
 
 /**
- * The config a run directory was started with, for resuming (or forking): run.json keeps it completed by the trainer,
+ * The config a run directory was started with, for resuming (or forking: `purpose` words the error): run.json keeps it completed by the trainer,
  * its relative paths made absolute but its `builtin:NAME` data as named, so that the names resolve in this install,
  * not the one that started the run. A run.json of an older version, which held them as paths into that install, gets
  * the compatibility step of `formerBuiltinName` (the trainer, reading run.json itself on --resume, does the same).
  */
-export async function loadRunDirConfig(runDir: string): Promise<LoadedRunConfig> {
+export async function loadRunDirConfig(runDir: string, purpose = 'to resume'): Promise<LoadedRunConfig> {
   const file = resolve(runDir, 'run.json');
   let run: { config?: unknown };
   try {
     run = JSON.parse(await readFile(file, 'utf8'));
   } catch (e) {
-    throw new RunConfigError(file, [`cannot read the run's config to resume (${(e as Error).message})`]);
+    throw new RunConfigError(file, [`cannot read the run's config ${purpose} (${(e as Error).message})`]);
   }
   const config = structuredClone(run.config);
   for (const place of pathPlaces(config)) {
