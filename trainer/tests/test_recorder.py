@@ -90,6 +90,19 @@ def test_select_keeps_whole_groups_evals_and_flagged_rollouts() -> None:
     assert len(select(keys, flags, step=4, s=RecordSettings(), held_out=False)) == 40
 
 
+def _step_job(records: list[dict], data: StepData, step: int) -> StepJob:
+    """A training step's job of `records` (groups of 4) whose rows carry `step`."""
+    return StepJob(
+        f"step-{step:06d}",
+        step,
+        "train",
+        4,
+        [r["group"] for r in records],
+        [[] for _ in records],
+        lambda keep: subset(StepData([{**r, "step": step} for r in records], data.cols), keep),
+    )
+
+
 def _data(n_rows: int, width: int = 6) -> tuple[list[dict], StepData]:
     """A step's data from (B, R) right-aligned windows, as the builtin trainer builds it."""
     lengths = [2 + i % 3 for i in range(n_rows)]
@@ -252,15 +265,7 @@ def test_a_full_disk_fails_the_next_submit_naming_the_file_and_leaves_nothing_ha
     records, data = _data(4)
 
     def job(step: int) -> StepJob:
-        return StepJob(
-            f"step-{step:06d}",
-            step,
-            "train",
-            4,
-            [r["group"] for r in records],
-            [[] for _ in records],
-            lambda keep: subset(StepData([{**r, "step": step} for r in records], data.cols), keep),
-        )
+        return _step_job(records, data, step)
 
     try:
         rw.set_disk_fault(at, after_bytes=200)  # (step 1's files do not match `at`)
@@ -408,15 +413,7 @@ def test_a_resume_counts_the_recorded_steps_left_on_disk_not_only_its_own(tmp_pa
     records, data = _data(4)
 
     def job(step: int) -> StepJob:
-        return StepJob(
-            f"step-{step:06d}",
-            step,
-            "train",
-            4,
-            [r["group"] for r in records],
-            [[] for _ in records],
-            lambda keep: subset(StepData([{**r, "step": step} for r in records], data.cols), keep),
-        )
+        return _step_job(records, data, step)
 
     def recorder() -> Recorder:
         return Recorder(
