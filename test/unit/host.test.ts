@@ -389,6 +389,12 @@ describe('run host: env server + trainer processes', function () {
     await assert.rejects(loadRunConfig(broken), (e: Error) =>
       /broken\.run\.json:3:\d+: not valid JSON/.test(e.message),
     );
+    // a directory named where a config is wanted (a run directory, a data folder): said so, not Node's EISDIR
+    await assert.rejects(
+      loadRunConfig(tmp),
+      (e: Error) =>
+        e instanceof RunConfigError && e.message.includes(tmp) && /a directory, not a run config/.test(e.message),
+    );
   });
 
   it('engine verl: veRL’s preparation refuses the config naming the key, the env server started for it stops, nothing is left', async function () {

@@ -46,8 +46,13 @@ export async function loadRunConfig(file: string, options: { files?: boolean } =
   try {
     text = await readFile(abs, 'utf8');
   } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
     throw new RunConfigError(abs, [
-      (e as NodeJS.ErrnoException).code === 'ENOENT' ? 'no such file' : (e as Error).message,
+      code === 'ENOENT'
+        ? 'no such file'
+        : code === 'EISDIR'
+          ? 'a directory, not a run config: name its *.run.json file (a run directory is continued with --resume --run-dir DIR)'
+          : (e as Error).message,
     ]);
   }
   let value: unknown;
