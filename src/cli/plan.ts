@@ -7,6 +7,7 @@
  */
 import { loadRunConfig, RunConfigError } from '../core/host/runConfig';
 import { formatPlan, PlanError, parseBytes, planJson, planRun, resolveModelArg } from '../core/plan/plan';
+import { resolveRunConfig } from '../core/run/presets';
 import { UsageError } from '../server/run';
 import { defineCommand } from './command';
 
@@ -87,6 +88,16 @@ export const planCommand = defineCommand({
     }
     try {
       const loaded = await loadRunConfig(a.config, { files: false });
+      // the built-in tiny policy (a few MB) is a valid run with nothing to plan: said, exit 0 (doctor --config says
+      // the same), not a usage error — unless --model names a Hugging Face model to plan the config's run with
+      if (resolveRunConfig(loaded.config).model.kind !== 'hf' && a.model === undefined) {
+        io.out(
+          a.json
+            ? `${JSON.stringify({ planned: false, model: 'tiny', reason: 'the built-in tiny policy needs a few MB' })}\n`
+            : `memory plan: ${loaded.file}\n  the built-in tiny policy (model.kind "tiny"): a few MB, nothing to plan; the memory plan is for Hugging Face models (model.kind "hf", or --model)\n`,
+        );
+        return 0;
+      }
       // the device the run trains on: --device, else the config's (a CPU run is planned for the CPU, not a GPU)
       const device = a.device ?? (loaded.config.model.device === 'cpu' ? 'cpu' : 'cuda');
       const plan = planRun(loaded, {

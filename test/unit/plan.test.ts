@@ -232,9 +232,12 @@ describe('memory plan', () => {
     const r = await cli('plan', example('qwen2.5-3b-grpo.run.json').file, '--gpu-memory', 'lots');
     assert.equal(r.exitCode, 2);
     assert.match(r.stderr, /--gpu-memory: expected a size such as 80GiB/);
-    const bad = await cli('plan', join(ROOT, 'examples', 'demo.run.json'));
-    assert.equal(bad.exitCode, 2);
-    assert.match(bad.stderr, /model\.kind "tiny": the built-in tiny policy needs a few MB/);
+    // the built-in tiny policy: a valid run with nothing to plan (said, exit 0), as doctor --config says
+    const tiny = await cli('plan', join(ROOT, 'examples', 'demo.run.json'));
+    assert.equal(tiny.exitCode, 0, tiny.stderr);
+    assert.match(tiny.stdout, /the built-in tiny policy \(model\.kind "tiny"\): a few MB, nothing to plan/);
+    const tinyJson = await cli('plan', join(ROOT, 'examples', 'demo.run.json'), '--json');
+    assert.deepEqual(JSON.parse(tinyJson.stdout).planned, false);
   });
 
   it('the run host refuses a run that does not fit unless forced; doctor --config says so', async () => {
