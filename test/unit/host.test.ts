@@ -389,6 +389,15 @@ describe('run host: env server + trainer processes', function () {
     await assert.rejects(loadRunConfig(broken), (e: Error) =>
       /broken\.run\.json:3:\d+: not valid JSON/.test(e.message),
     );
+    // each problem with the line its key is written on, and the known field a mistyped one likely meant
+    const typo = join(tmp, 'typo.run.json');
+    await writeFile(typo, '{\n  "name": "t",\n  "rollout": {\n    "batchsize": 4,\n    "n": "five"\n  }\n}\n');
+    await assert.rejects(loadRunConfig(typo), (e: Error) => {
+      assert.match(e.message, /typo\.run\.json: line 1: data: is required; line 1: model: is required/);
+      assert.match(e.message, /line 4: rollout\.batchsize: is not a known field \(did you mean batch_size\?\)/);
+      assert.match(e.message, /line 5: rollout\.n: expected an integer, got string/);
+      return true;
+    });
     // a directory named where a config is wanted (a run directory, a data folder): said so, not Node's EISDIR
     await assert.rejects(
       loadRunConfig(tmp),

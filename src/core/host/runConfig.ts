@@ -6,6 +6,7 @@
 import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
+import { findNodeAtLocation, type Node as JsonNode, parseTree } from 'jsonc-parser';
 import { demoCorpusPath, formerBuiltinName, resolveConfigPath } from '../paths';
 import { type TrainerNeeds, trainerNeeds } from '../python';
 import { type RunConfig, RunConfigSchema } from '../run/config';
@@ -61,7 +62,37 @@ export async function loadRunConfig(file: string, options: { files?: boolean } =
   } catch (e) {
     throw new RunConfigError(abs + lineCol(text, (e as Error).message), [`not valid JSON: ${(e as Error).message}`]);
   }
-  return checkRunConfig(value, abs, dirname(abs), options);
+  try {
+    return checkRunConfig(value, abs, dirname(abs), options);
+  } catch (e) {
+    if (!(e instanceof RunConfigError)) throw e;
+    throw new RunConfigError(
+      abs,
+      e.problems.map((p) => withLine(text, p)),
+    );
+  }
+}
+
+/**
+ * A problem of checkRunConfig (`key.path: what`) with the line of the config file where that key is written —
+ * `line 4: rollout.batchsize: is not a known field` — found with jsonc-parser (the JSON parser of VS Code's own JSON
+ * service, offsets included); a key the file lacks (a required one) gets the line of the closest parent it has.
+ */
+function withLine(text: string, problem: string): string {
+  const m = /^((?:[A-Za-z_$][\w$]*|\["(?:[^"\\]|\\.)*"\])(?:\.[A-Za-z_$][\w$]*|\[\d+\]|\["(?:[^"\\]|\\.)*"\])*): /.exec(
+    problem,
+  );
+  if (!m) return problem;
+  const path: (string | number)[] = [];
+  for (const t of m[1]!.matchAll(/([A-Za-z_$][\w$]*)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]/g))
+    path.push(t[1] ?? (t[2] !== undefined ? Number(t[2]) : (JSON.parse(t[3]!) as string)));
+  const root = parseTree(text);
+  if (!root) return problem;
+  let node: JsonNode | undefined;
+  for (let n = path.length; n > 0 && !node; n--) node = findNodeAtLocation(root, path.slice(0, n));
+  node ??= root; // a top-level key the file lacks: the object that lacks it
+  const at = node.parent?.type === 'property' ? node.parent.offset : node.offset; // the key, where there is one
+  return `line ${text.slice(0, at).split('\n').length}: ${problem}`;
 }
 
 /**

@@ -30,6 +30,7 @@
  * inspector to underline; evaluation is a closure per node (no `eval`).
  */
 import { normalizeAnswer } from '../rewards/normalize';
+import { closest } from '../schema/schema';
 
 export type FieldType = 'number' | 'string' | 'boolean' | 'strings';
 
@@ -227,27 +228,9 @@ type Node = {
   field?: string;
 };
 
-function levenshtein(a: string, b: string): number {
-  const d = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    let prev = d[0]!;
-    d[0] = i;
-    for (let j = 1; j <= b.length; j++) {
-      const t = d[j]!;
-      d[j] = Math.min(d[j]! + 1, d[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
-      prev = t;
-    }
-  }
-  return d[b.length]!;
-}
-
 function suggest(name: string): string {
-  const best = Object.keys(FILTER_FIELDS)
-    .map((f) => ({ f, d: levenshtein(name, f) }))
-    .sort((x, y) => x.d - y.d)[0]!;
-  return best.d <= Math.max(2, name.length / 3)
-    ? `; did you mean ${best.f}?`
-    : `; fields: ${Object.keys(FILTER_FIELDS).join(', ')}`;
+  const meant = closest(name, Object.keys(FILTER_FIELDS));
+  return meant ? `; did you mean ${meant}?` : `; fields: ${Object.keys(FILTER_FIELDS).join(', ')}`;
 }
 
 const truthy = (v: Value): boolean =>

@@ -100,6 +100,31 @@ function typeName(v: unknown): string {
 const join = (path: string, key: string) =>
   /^[A-Za-z_$][\w$]*$/.test(key) ? (path ? `${path}.${key}` : key) : `${path}[${JSON.stringify(key)}]`;
 
+/** The edit distance of two names (insertions, deletions, substitutions). */
+function levenshtein(a: string, b: string): number {
+  const d = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    let prev = d[0]!;
+    d[0] = i;
+    for (let j = 1; j <= b.length; j++) {
+      const t = d[j]!;
+      d[j] = Math.min(d[j]! + 1, d[j - 1]! + 1, prev + (a[i - 1] === b[j - 1] ? 0 : 1));
+      prev = t;
+    }
+  }
+  return d[b.length]!;
+}
+
+/** The candidate a mistyped `name` most likely meant (a few edits away, fewer than its length), else undefined. */
+export function closest(name: string, candidates: Iterable<string>): string | undefined {
+  let best: { c: string; d: number } | undefined;
+  for (const c of candidates) {
+    const d = levenshtein(name, c);
+    if (!best || d < best.d) best = { c, d };
+  }
+  return best && best.d <= Math.max(2, name.length / 3) && best.d < name.length ? best.c : undefined;
+}
+
 /** Validates a value; returns at most `limit` issues (default 20), each naming its field. */
 export function validate<T>(schema: Schema<T>, value: unknown, limit = 20): Issue[] {
   const issues: Issue[] = [];
@@ -163,8 +188,10 @@ function check(node: Node & Meta, v: unknown, path: string, out: Issue[], limit:
         if (out.length >= limit) break;
         const prop = Object.hasOwn(node.props, k) ? node.props[k] : undefined;
         if (prop) check(prop, value, join(path, k), out, limit);
-        else if (node.additional === false) out.push({ path: join(path, k), message: 'is not a known field' });
-        else if (node.additional !== true) check(node.additional, value, join(path, k), out, limit);
+        else if (node.additional === false) {
+          const meant = closest(k, Object.keys(node.props));
+          out.push({ path: join(path, k), message: `is not a known field${meant ? ` (did you mean ${meant}?)` : ''}` });
+        } else if (node.additional !== true) check(node.additional, value, join(path, k), out, limit);
       }
       break;
     }
