@@ -77,13 +77,14 @@ export async function doctorReport(
     }
   }
   if (!found) emit(`  No usable Python for the trainer was found.`);
-  if (verlCandidates.length) {
-    emit(`veRL’s Python (engine "verl", veRL ${VERL_VERSION}):`);
-    for (const c of verlCandidates) {
-      const probe = asVerlPython(await probePython(c));
-      emit(describeVerlProbe(probe));
-      if (probe.ok) break;
-    }
+  emit(`veRL’s Python (engine "verl", veRL ${VERL_VERSION}):`);
+  for (const c of verlCandidates) {
+    const probe = asVerlPython(await probePython(c));
+    emit(describeVerlProbe(probe));
+    if (probe.ok) break;
   }
+  // said, not left out: a reader looking for it learns there is none and how to make one
+  if (!verlCandidates.length)
+    emit('  none found (only engine "verl" needs it: bash scripts/setup-verl.sh, or name one with verl.python)');
   return { lines, ...(found ? { found } : {}), tried };
 }

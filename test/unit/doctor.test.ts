@@ -40,6 +40,13 @@ describe('doctor', () => {
     assert.match(describeProbe(probe({ trl: '1.16.0', deepspeed: '0.18.3' })), /trl 1\.16\.0, DeepSpeed 0\.18\.3/);
   });
 
+  it('says when there is no veRL Python at all, and how to make one (it printed nothing)', async () => {
+    const r = await doctorReport([], [], {}, undefined, []);
+    const at = r.lines.indexOf('veRL’s Python (engine "verl", veRL 0.9.1):');
+    assert.ok(at >= 0, r.lines.join('\n'));
+    assert.match(r.lines[at + 1]!, /none found \(only engine "verl" needs it: bash scripts\/setup-verl\.sh/);
+  });
+
   const verlPython = join(__dirname, '..', '..', '.venv-verl', 'bin', 'python');
   (existsSync(verlPython) ? it : it.skip)(
     "probes .venv-verl for real and says what veRL's FSDP models will use",
