@@ -23,6 +23,10 @@ const nodeCommon = {
   minify: production,
   logLevel: 'info',
   external: nativeExternals,
+  // jsonc-parser's `main` is a UMD build whose inner `require('./impl/…')` calls esbuild cannot follow (the bundle
+  // failed at start with "Cannot find module './impl/format'"): bundle its ES module build instead (Node running the
+  // sources in tests keeps the UMD one, which it loads fine)
+  alias: { 'jsonc-parser': 'jsonc-parser/lib/esm/main.js' },
 };
 
 export function webviewNames() {
