@@ -91,12 +91,13 @@ class FollowerWriter:
     def rollouts(self, *_a: Any, **_k: Any) -> None:
         return None
 
-    def fail(self, e: BaseException, tb: str, close_recorder: Callable[[], None]) -> None:
+    def fail(self, e: BaseException, tb: str, close_recorder: Callable[[], None], invalid: bool = False) -> None:
         """This process failed: its traceback to stderr, and its error where the launch's supervisor reads it
-        (launch.py: rank 0, which waited for this process in a collective, fails after it with another error)."""
+        (launch.py: rank 0, which waited for this process in a collective, fails after it with another error).
+        `invalid` (RunWriter.fail's: a config refused before set-up): the message alone."""
         self.log(tb)
         try:
-            write_rank_error(self.dir, self.rank, failure_message(e), tb)
+            write_rank_error(self.dir, self.rank, str(e) if invalid else failure_message(e), tb)
         except OSError as e2:
             self.log(f"could not write this process's error for the run: {e2}")
         try:
