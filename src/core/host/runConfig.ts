@@ -66,9 +66,10 @@ export async function loadRunConfig(file: string, options: { files?: boolean } =
     return checkRunConfig(value, abs, dirname(abs), options);
   } catch (e) {
     if (!(e instanceof RunConfigError)) throw e;
+    const root = parseTree(text); // parsed once for every problem's line
     throw new RunConfigError(
       abs,
-      e.problems.map((p) => withLine(text, p)),
+      e.problems.map((p) => withLine(text, root, p)),
     );
   }
 }
@@ -78,7 +79,7 @@ export async function loadRunConfig(file: string, options: { files?: boolean } =
  * `line 4: rollout.batchsize: is not a known field` — found with jsonc-parser (the JSON parser of VS Code's own JSON
  * service, offsets included); a key the file lacks (a required one) gets the line of the closest parent it has.
  */
-function withLine(text: string, problem: string): string {
+function withLine(text: string, root: JsonNode | undefined, problem: string): string {
   const m = /^((?:[A-Za-z_$][\w$]*|\["(?:[^"\\]|\\.)*"\])(?:\.[A-Za-z_$][\w$]*|\[\d+\]|\["(?:[^"\\]|\\.)*"\])*): /.exec(
     problem,
   );
@@ -86,7 +87,6 @@ function withLine(text: string, problem: string): string {
   const path: (string | number)[] = [];
   for (const t of m[1]!.matchAll(/([A-Za-z_$][\w$]*)|\[(\d+)\]|\[("(?:[^"\\]|\\.)*")\]/g))
     path.push(t[1] ?? (t[2] !== undefined ? Number(t[2]) : (JSON.parse(t[3]!) as string)));
-  const root = parseTree(text);
   if (!root) return problem;
   let node: JsonNode | undefined;
   for (let n = path.length; n > 0 && !node; n--) node = findNodeAtLocation(root, path.slice(0, n));
