@@ -122,12 +122,16 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
     else if (shown.length < 50 && flagged(a)) shown.push(a);
   });
   const issues: LocatedIssue[] = [];
+  let malformed = 0; // items skipped (one may have several issues)
   for await (const item of readSource(path, kind, o.read, codec ? 'audit+ids' : 'audit', {
     ...foreign,
     ...(codec ? { tokenizer: codec } : {}),
   })) {
     if (item.record) auditor.add(item.record);
-    else issues.push(...item.issues);
+    else {
+      malformed++;
+      issues.push(...item.issues);
+    }
   }
   const metrics = config ? await readRunMetrics(path) : [];
   // a token store that recorded a sample of its training steps (train.record.groups / every): say so
@@ -140,7 +144,7 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
   } else {
     const advSteps = new Set(summary.advisories.map((a) => a.step)).size;
     const lines = [
-      `${path} (${kind}): ${summary.rollouts} rollouts audited, ${summary.flagged} flagged${summary.advisories.length ? `, ${summary.advisories.length} run-level alarm${summary.advisories.length === 1 ? '' : 's'} on ${advSteps} step${advSteps === 1 ? '' : 's'}` : ''}${issues.length ? `, ${issues.length} malformed (skipped)` : ''}`,
+      `${path} (${kind}): ${summary.rollouts} rollouts audited, ${summary.flagged} flagged${summary.advisories.length ? `, ${summary.advisories.length} run-level alarm${summary.advisories.length === 1 ? '' : 's'} on ${advSteps} step${advSteps === 1 ? '' : 's'}` : ''}${malformed ? `, ${malformed} malformed (skipped)` : ''}`,
     ];
     if (sampling) lines.push(`  ${samplingLine(sampling)}`);
     for (const a of shown)
@@ -179,7 +183,7 @@ export async function audit(path: string, o: AuditCommandOptions): Promise<numbe
     o.out(`${lines.join('\n')}\n`);
   }
   for (const i of issues.slice(0, 50)) o.err(`${formatIssue(i)}\n`);
-  if (issues.length > 50) o.err(`… and ${issues.length - 50} more malformed items\n`);
+  if (issues.length > 50) o.err(`… and ${issues.length - 50} more problems with malformed items\n`);
   // A tokenizer named on the command line that is not the run's is a bad option (the rest is still audited and printed).
   if (summary.drift.mismatch && o.tokenizer)
     o.err(

@@ -68,13 +68,19 @@ export async function importCommand(
         written++;
       }
     }
-    await out.commit();
+    // nothing converted is not a conversion: no empty file is left where a user (or a script) expects data
+    if (written) await out.commit();
   } finally {
     await out.abort();
   }
-  err(
-    `${src} → ${outPath}: ${written} ${kind === 'searchr1-dataset' ? 'examples' : 'trajectories'}${skipped ? `, ${skipped} skipped` : ''}\n`,
-  );
+  const what = kind === 'searchr1-dataset' ? 'examples' : 'trajectories';
+  if (!written) {
+    err(
+      `search-agent-studio: ${src}: nothing to import: no ${what} were read${skipped ? ` (${skipped} skipped, above)` : ' (an empty file, or a directory without them)'}; ${outPath} not written\n`,
+    );
+    return 2;
+  }
+  err(`${src} → ${outPath}: ${written} ${what}${skipped ? `, ${skipped} skipped` : ''}\n`);
   return 0;
 }
 

@@ -153,14 +153,20 @@ export async function inspect(path: string, o: InspectOptions): Promise<number> 
     o.out(renderSummary(path, kind, result, { sampling, trainer }));
   }
   for (const i of issues.slice(0, 50)) o.err(`${formatIssue(i)}\n`);
-  if (issues.length > 50) o.err(`… and ${issues.length - 50} more malformed items\n`);
+  if (issues.length > 50) o.err(`… and ${issues.length - 50} more problems with malformed items\n`);
   // a file that could not be read (a damaged store step) is unreadable input: the summary lacks what it holds
   const unreadable = issues.filter((i) => i.unreadable).length;
   if (unreadable)
     o.err(
       `search-agent-studio: ${unreadable} ${unreadable === 1 ? 'part' : 'parts'} of ${path} could not be read (above); the summary is of the rest\n`,
     );
-  return unreadable ? 2 : 0;
+  // Nothing read is not a summary of anything: a script must not take an empty source (or only malformed lines) for
+  // a clean one, as `audit` and `import` do not.
+  if (result.trajectories === 0)
+    o.err(
+      `search-agent-studio: ${path} (${kind}): nothing to inspect: no trajectories were read${result.malformed ? ` (${result.malformed} malformed, above)` : kind === 'rollouts' && (await runConfigNear(path)) ? ' (the run has recorded none yet)' : ' (an empty file, or a directory without trajectories)'}\n`,
+    );
+  return unreadable || result.trajectories === 0 ? 2 : 0;
 }
 
 /**
@@ -195,6 +201,8 @@ export function renderSummary(
   const lines = [
     `${path} (${kind}): ${s.trajectories} trajectories${s.malformed ? `, ${s.malformed} malformed (skipped)` : ''}`,
   ];
+  // nothing read: no rates of nothing (the command says so on stderr and exits 2)
+  if (s.trajectories === 0) return `${lines.join('\n')}\n`;
   if (run.sampling) lines.push(`  ${samplingLine(run.sampling)}`);
   if (s.reward)
     lines.push(

@@ -5,10 +5,10 @@
  * frac_zero_std_groups, errors, items: id, reward, parts). With --out: the rollouts re-written with the new
  * rewards, streamed (for big files); the recorded reward is kept in meta.reward_recorded. Otherwise a summary.
  * Exit 0 when every item scored, 1 when some failed (each reported on stderr), 2 for bad usage, unreadable
- * input or a module that does not compile.
+ * input, nothing read (then `--out` is not written) or a module that does not compile.
  */
-import { readFile } from 'node:fs/promises';
-import { sourceFiles } from '../core/importers';
+import { readFile, stat } from 'node:fs/promises';
+import { sourceFiles, UnreadableInput } from '../core/importers';
 import { RewardCompileError } from '../core/rewards/compile';
 import { SANDBOX_LIMITS } from '../core/rewards/sandbox';
 import {
@@ -111,6 +111,19 @@ export async function rewardCommand(
       ? { workers: int('workers', values.workers, 1, SANDBOX_LIMITS.workers, 'threads') }
       : {}),
   };
+  // Both inputs named before anything is compiled or started: a missing module is not a failed import in it.
+  if (!values.module.startsWith('builtin:')) {
+    const st = await stat(values.module).catch(() => undefined);
+    if (!st)
+      throw new UnreadableInput(values.module, 'no such reward module (expected a *.reward.ts file, or builtin:em, …)');
+    if (!st.isFile())
+      throw new UnreadableInput(
+        values.module,
+        `${st.isDirectory() ? 'is a directory' : 'is not a regular file'}; expected a reward module (a *.reward.ts file)`,
+      );
+  }
+  if (!(await stat(values.rollouts).catch(() => undefined)))
+    throw new UnreadableInput(values.rollouts, 'no such file or directory');
   const only = values.set ? await readSet(values.set) : undefined;
   // The output is refused when it is one of the files read, and put in place only when every rollout was read.
   const file = values.out ? await OutputFile.create(values.out, await sourceFiles(values.rollouts)) : undefined;
@@ -199,9 +212,10 @@ async function scoreAll(
     if (isTty) err('\n');
     await opened.sandbox.close();
   }
-  // Every rollout is in it (a failed item with its error): put in place before the summary says it was written.
-  await file?.commit();
   const r = report.result();
+  // Every rollout is in it (a failed item with its error): put in place before the summary says it was written;
+  // nothing read writes nothing.
+  if (r.count) await file?.commit();
   if (values.report) {
     out(`${JSON.stringify({ report: r, module: opened.compiled.file, rollouts, set: read })}\n`);
     return r.errors ? 1 : 0;
@@ -218,12 +232,19 @@ async function scoreAll(
         `  mean reward     ${r.mean === null ? '–' : r.mean.toFixed(4)}${r.recordedMean !== null ? ` (recorded: ${r.recordedMean.toFixed(4)})` : ''}`,
         `  same as recorded ${pct(r.agreement)}`,
         `  zero-variance GRPO groups ${pct(r.frac_zero_std_groups)}${r.frac_zero_std_groups_recorded !== null ? ` (recorded: ${pct(r.frac_zero_std_groups_recorded)})` : ''} of ${r.groups}`,
-        ...(values.out ? [`  wrote ${values.out}`] : []),
+        ...(values.out && r.count ? [`  wrote ${values.out}`] : []),
       ].join('\n') + '\n',
     );
   }
   for (const f of r.failures.slice(0, 20)) err(`${f.message}\n`);
   if (r.errors > 20) err(`… and ${r.errors - 20} more failures\n`);
+  // Nothing read is not a clean score (as in `audit`): a script gating on the exit status must not pass on it.
+  if (r.count === 0) {
+    err(
+      `search-agent-studio: ${rollouts}: nothing to score: no rollouts were read (an empty file, only malformed lines, or a directory without rollouts)\n`,
+    );
+    return 2;
+  }
   return r.errors ? 1 : 0;
 }
 

@@ -67,7 +67,11 @@ describe('CLI outputs and inputs', function () {
     writeFileSync(join(work, 'bad.parquet'), 'not parquet at all');
     const r = await cli(work, 'import', 'trl', 'bad.parquet', '--out', 'new.jsonl');
     assert.equal(r.exitCode, 2);
-    assert.match(r.stderr, /bad\.parquet: parquet file invalid/, 'the parquet error names the file');
+    assert.match(
+      r.stderr,
+      /bad\.parquet: not a parquet file \(it does not begin with the PAR1 magic\)/,
+      'the parquet error names the file and says why',
+    );
     assert.deepEqual(listing(work), ['bad.parquet']);
     writeFileSync(join(work, 'old.jsonl'), 'keep me\n');
     const again = await cli(work, 'import', 'searchr1-dataset', 'bad.parquet', '--out', 'old.jsonl');
@@ -164,6 +168,44 @@ describe('CLI outputs and inputs', function () {
       assert.match(r.stderr, /fifo\.jsonl: not a regular file/, args[0]);
     }
     assert.ok(!existsSync(join(dir, 'x.jsonl')) && !existsSync(join(dir, 'y.jsonl')));
+  });
+
+  it('nothing read is not a clean result: inspect, import, audit and reward exit 2, write no --out, and count malformed lines, not their problems', async () => {
+    const work = join(dir, 'nothing');
+    mkdirSync(work);
+    writeFileSync(join(work, 'empty.jsonl'), '\n');
+    // line 1 has four problems (four required fields missing), line 2 one: two malformed lines
+    writeFileSync(join(work, 'junk.jsonl'), '{"a":1}\nnot json\n');
+    for (const file of ['empty.jsonl', 'junk.jsonl']) {
+      const ins = await cli(work, 'inspect', file);
+      assert.equal(ins.exitCode, 2, ins.stderr);
+      assert.match(ins.stderr, new RegExp(`${file} \\(rollouts\\): nothing to inspect: no trajectories were read`));
+      const imp = await cli(work, 'import', 'auto', file, '--out', 'out.jsonl');
+      assert.equal(imp.exitCode, 2, imp.stderr);
+      assert.match(imp.stderr, /nothing to import: no trajectories were read.*out\.jsonl not written/);
+      const rew = await cli(work, 'reward', 'builtin:em', file, '--out', 'scored.jsonl');
+      assert.equal(rew.exitCode, 2, rew.stderr);
+      assert.match(rew.stderr, /nothing to score: no rollouts were read/);
+      const aud = await cli(work, 'audit', file);
+      assert.equal(aud.exitCode, 2, aud.stderr);
+    }
+    assert.deepEqual(listing(work), ['empty.jsonl', 'junk.jsonl'], 'no empty output was left');
+    const ins = await cli(work, 'inspect', 'junk.jsonl');
+    assert.match(ins.stdout, /0 trajectories, 2 malformed \(skipped\)/);
+    assert.doesNotMatch(ins.stdout, /valid format|searches/, 'no rates of nothing');
+    const aud = await cli(work, 'audit', 'junk.jsonl');
+    assert.match(aud.stdout, /0 rollouts audited, 0 flagged, 2 malformed \(skipped\)/);
+    // a file cut short of parquet's footer, and a reward module that is missing or a folder, say so in words
+    writeFileSync(join(work, 'cut.parquet'), 'PAR1 and then nothing');
+    const cut = await cli(work, 'inspect', 'cut.parquet');
+    assert.equal(cut.exitCode, 2);
+    assert.match(cut.stderr, /cut\.parquet: not a parquet file \(its end is cut: no PAR1 footer\)/);
+    const missing = await cli(work, 'reward', 'em.reward.ts', 'junk.jsonl');
+    assert.equal(missing.exitCode, 2);
+    assert.match(missing.stderr, /em\.reward\.ts: no such reward module/);
+    const folder = await cli(work, 'reward', work, 'junk.jsonl');
+    assert.equal(folder.exitCode, 2);
+    assert.match(folder.stderr, /is a directory; expected a reward module/);
   });
 
   it('a record nested 10,000 deep in a rollout file is reported with its line and skipped; `reward` goes on', async () => {
