@@ -8,16 +8,10 @@
  * relative one from the working directory). Exit 0 when everything matches, 1 on a mismatch, 2 on bad usage or input,
  * 130 on Ctrl-C (the trainer's process stopped with it).
  */
-import {
-  compareWithMetrics,
-  describeReplay,
-  malformedNote,
-  replayCheckpoint,
-  stepRecords,
-} from '../core/audit/replayStep';
+import { compareWithMetrics, describeReplay, malformedNote, stepRecords } from '../core/audit/replayStep';
 import { readRunMetrics } from '../core/audit/run';
 import { listCheckpoints } from '../core/host/fork';
-import { ReplayStepError, runReplayStep } from '../core/host/replayStep';
+import { ReplayStepError, replayCheckpoint, runReplayStep } from '../core/host/replayStep';
 import { runNeeds } from '../core/host/runConfig';
 import { findPython, noPythonMessage } from '../core/python';
 import { formatIssue } from '../core/run/format';
@@ -81,7 +75,7 @@ export const replayStepCommand = defineCommand({
       const checkpoint = a.checkpoint ?? replayCheckpoint(checkpoints, a.step);
       if (!checkpoint)
         throw new UsageError(
-          `${runDir}: no checkpoint step-${String(a.step - 1).padStart(6, '0')} (the weights that trained step ${a.step}); name one with --checkpoint (complete ones: ${checkpoints.join(', ') || 'none'})`,
+          `${runDir}: no checkpoint step-${String(a.step - 1).padStart(6, '0')}${a.step === 1 ? ' or initial-model' : ''} (the weights that trained step ${a.step}); name one with --checkpoint (complete ones: ${checkpoints.join(', ') || 'none'})`,
         );
       const search = await findPython(cliPythonCandidates(a.python), await runNeeds({ runDir, resume: true }));
       if (!search.found) {
@@ -116,6 +110,8 @@ export const replayStepCommand = defineCommand({
       const result = compareWithMetrics(report, row as never, malformed);
       if (a.json) io.out(`${JSON.stringify(result)}\n`);
       else io.out(`${describeReplay(result, records).join('\n')}\n`);
-      return result.match ? 0 : 1;
+      // as audit does: a record that could not be read is bad input (exit 2) though the rest matched — the
+      // verdict is of the records read, and a gate must not pass on a step it could not read whole
+      return !result.match ? 1 : malformed.length ? 2 : 0;
     }),
 });

@@ -9,6 +9,7 @@ import {
   defaultCheckpoint,
   ForkHost,
   findRollout,
+  forkCheckpointChoices,
   generationTurns,
   INITIAL_MODEL,
   listCheckpoints,
@@ -75,6 +76,15 @@ describe('fork: the policy server behind counterfactual replay', function () {
     assert.deepEqual(trlCps, [INITIAL_MODEL, 'step-000001']);
     assert.equal(defaultCheckpoint(trlCps, { step: 0, split: 'val' }), INITIAL_MODEL);
     assert.equal(defaultCheckpoint(trlCps, { step: 1, split: 'train' }), INITIAL_MODEL);
+    // the editor's fork panel: no default preselects nothing and says why; the later checkpoints are named as such
+    const none = forkCheckpointChoices(cps, { id: 'r1', step: 1, split: 'train' });
+    assert.equal(none.defaultCheckpoint, undefined);
+    assert.match(none.noDefault ?? '', /rollout r1 \(train step 1\) was produced by the weights of step 0.*choose one/);
+    assert.deepEqual(none.later, ['step-000001', 'step-000002']);
+    const some = forkCheckpointChoices(cps, { id: 'r2', step: 1, split: 'val' });
+    assert.equal(some.defaultCheckpoint, 'step-000001');
+    assert.equal(some.noDefault, undefined);
+    assert.deepEqual(some.later, ['step-000002']);
   });
 
   it('fork and whatif usage errors exit 2 before any server starts: turn, checkpoint, retriever URL, edit, limit, step', async () => {

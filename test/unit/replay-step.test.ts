@@ -9,14 +9,8 @@ import assert from 'node:assert/strict';
 import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { execa } from 'execa';
-import {
-  agrees,
-  describeReplay,
-  type ReplayStepResult,
-  replayCheckpoint,
-  stepRecords,
-} from '../../src/core/audit/replayStep';
-import { runReplayStep } from '../../src/core/host/replayStep';
+import { agrees, describeReplay, type ReplayStepResult, stepRecords } from '../../src/core/audit/replayStep';
+import { replayCheckpoint, runReplayStep } from '../../src/core/host/replayStep';
 import { findPython, pythonCandidates } from '../../src/core/python';
 import { RandomRetriever } from '../../src/core/retrieval/random';
 import type { Rollout } from '../../src/core/run/format';
@@ -184,6 +178,27 @@ describe('replay-step: a recorded step through the trainer at a checkpoint', fun
     );
     // another step's damage is not this step's
     assert.deepEqual((await stepRecords(copy, 2)).malformed, []);
+    // a step read in part: the rest replays and matches, the unread record is named, and the exit is 2 (bad input,
+    // as in audit), not 0 — a gate on the exit status must not pass on a step it could not read whole
+    const part = join(scratchDir('sas-replay-part-'), 'run');
+    cpSync(run, part, { recursive: true });
+    // the last row's meta cut (pyarrow, as the recorder writes it; the schema's metadata kept)
+    await execa(python, [
+      '-c',
+      [
+        'import sys, pyarrow as pa, pyarrow.parquet as pq',
+        't = pq.read_table(sys.argv[1])',
+        'm = t.column("meta").to_pylist(); m[-1] = "{cut"',
+        'i = t.schema.get_field_index("meta")',
+        'pq.write_table(t.set_column(i, t.schema.field(i), pa.array(m, t.schema.field(i).type)), sys.argv[1])',
+      ].join('\n'),
+      join(part, 'rollouts', 'step-000003', 'rollouts.parquet'),
+    ]);
+    const p = await cli('replay-step', part, '--step', '3', '--python', python);
+    assert.equal(p.exitCode, 2, p.stderr + p.stdout);
+    assert.match(p.stdout, /: MATCH/);
+    assert.match(p.stdout, /malformed\s+1 record that may be the step's could not be read/);
+    assert.match(p.stderr, /step-000003:4: meta: invalid JSON in rollouts\.parquet.*\(skipped\)/);
     // in the report: the malformed records, named as the cause of a step not comparable
     const o = JSON.parse(
       (await cli('replay-step', run, '--step', '3', '--json', '--python', python)).stdout,
@@ -230,6 +245,9 @@ describe('replay-step: a recorded step through the trainer at a checkpoint', fun
     assert.match(none.stderr, /step 99 .*no training rollouts recorded \(steps with rollouts: 1–4\)/);
     assert.equal(replayCheckpoint(['step-000001'], 3), undefined);
     assert.equal(replayCheckpoint(['step-000001', 'step-000002'], 3), 'step-000002');
+    // a TRL run's step 0 is its initial-model/ (it saves no step-000000): the weights that sampled step 1
+    assert.equal(replayCheckpoint(['initial-model', 'step-000001'], 1), 'initial-model');
+    assert.equal(replayCheckpoint(['step-000001'], 1), undefined);
     assert.ok(agrees(0, 2e-10) && agrees(1, 1.0005) && !agrees(1, 1.01));
   });
 

@@ -125,13 +125,22 @@ export function forkPane(endpoint: ViewEndpoint<ReplayContract>): ForkPane {
       turnSelect,
       ...Array.from({ length: choices.turns }, (_, k) => h('option', { value: String(k + 1) }, String(k + 1))),
     );
+    // No checkpoint at or before the rollout's step: nothing preselected (the first option would be a later policy
+    // than the one that wrote the rollout), and the reason shown; a later one can still be chosen, labelled so.
+    const c = choices;
+    if (c.noDefault && !c.unavailable) status.textContent = c.noDefault;
     replaceChildren(
       checkpointSelect,
-      ...choices.checkpoints.map((c) =>
+      ...(c.noDefault ? [h('option', { value: '', selected: true }, 'choose a checkpoint')] : []),
+      ...c.checkpoints.map((name) =>
         h(
           'option',
-          { value: c, selected: c === choices!.defaultCheckpoint },
-          c === choices!.defaultCheckpoint ? `${c} (the rollout's)` : c,
+          { value: name, selected: name === c.defaultCheckpoint },
+          name === c.defaultCheckpoint
+            ? `${name} (the rollout's)`
+            : c.later?.includes(name)
+              ? `${name} (after the rollout)`
+              : name,
         ),
       ),
     );
@@ -146,6 +155,11 @@ export function forkPane(endpoint: ViewEndpoint<ReplayContract>): ForkPane {
 
   async function run(): Promise<void> {
     if (!model || !choices || choices.unavailable) return;
+    if (!checkpointSelect.value && choices.noDefault) {
+      status.textContent = choices.noDefault;
+      checkpointSelect.focus();
+      return;
+    }
     const docs = documents.value
       .split(/\n\s*\n/)
       .map((d) => d.trim())

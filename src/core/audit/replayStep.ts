@@ -108,15 +108,6 @@ export function malformedNote(malformed: readonly LocatedIssue[], max = 3): stri
 }
 
 /**
- * The checkpoint whose weights sampled and trained step N: step N − 1's (the trainer saves a step's weights after its
- * update). Undefined when the run has no such checkpoint.
- */
-export function replayCheckpoint(checkpoints: readonly string[], step: number): string | undefined {
-  const want = `step-${String(Math.max(0, step - 1)).padStart(6, '0')}`;
-  return checkpoints.includes(want) ? want : undefined;
-}
-
-/**
  * Agreement of a recomputed loss or gradient norm with the recorded one: within `rel` (1e-3) of the larger, or within
  * `abs` of 0 (a gradient of float noise where the run recorded 0: the replay's old log-probs are the recorded ones,
  * rounded to 6 decimals).

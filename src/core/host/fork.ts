@@ -114,6 +114,30 @@ export function noCheckpointMessage(runDir: string, checkpoints: string[], recor
     : `${runDir}: no checkpoint to fork from (checkpoints/step-NNNNNN)`;
 }
 
+/**
+ * What the editor's fork panel offers for a rollout: the run's checkpoints, the default one, and when there is none
+ * at or before the rollout's producing step, why (`noDefault`) — the panel then preselects nothing rather than the
+ * first checkpoint, which would be a later policy than the one that wrote the rollout. `later`: the checkpoints
+ * after that step (labelled so in the panel: a fork from one is allowed, knowingly).
+ */
+export function forkCheckpointChoices(
+  checkpoints: string[],
+  record: Pick<Rollout, 'id' | 'step' | 'split'>,
+): { checkpoints: string[]; defaultCheckpoint?: string; noDefault?: string; later: string[] } {
+  const want = producingStep(record);
+  const chosen = defaultCheckpoint(checkpoints, record);
+  const later = checkpoints.filter((c) => stepOf(c) > want);
+  return {
+    checkpoints,
+    ...(chosen
+      ? { defaultCheckpoint: chosen }
+      : {
+          noDefault: `rollout ${record.id} (${record.split ?? 'train'} step ${record.step ?? 0}) was produced by the weights of step ${want}, and this run has no checkpoint at or before it: a later one is not the policy that wrote it — choose one knowingly`,
+        }),
+    later,
+  };
+}
+
 /** Generation turns of a record with tokens (runs of `generated` tokens); 0 without tokens. */
 export function generationTurns(record: Rollout): number {
   const roles = record.tokens?.role ?? [];

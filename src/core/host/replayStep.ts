@@ -8,7 +8,7 @@ import { resolve } from 'node:path';
 import type { ReplayStepReport } from '../audit/replayStep';
 import { trainerDir } from '../paths';
 import type { Rollout } from '../run/format';
-import { checkpointDir, INITIAL_MODEL } from './fork';
+import { checkpointDir, INITIAL_MODEL, stepOf } from './fork';
 import { type LogSink, spawnChild } from './processes';
 
 export class ReplayStepError extends Error {
@@ -27,6 +27,15 @@ export function replayCheckpointDir(runDir: string, checkpoint: string): string 
   return named && existsSync(checkpointDir(runDir, checkpoint))
     ? checkpointDir(runDir, checkpoint)
     : resolve(checkpoint);
+}
+
+/**
+ * The checkpoint whose weights sampled and trained step N: step N − 1's (the trainer saves a step's weights after its
+ * update; a TRL run's step 0 is its `initial-model/`, listed as such by listCheckpoints). Undefined when the run has
+ * no such checkpoint.
+ */
+export function replayCheckpoint(checkpoints: readonly string[], step: number): string | undefined {
+  return checkpoints.find((c) => stepOf(c) === Math.max(0, step - 1));
 }
 
 /**

@@ -223,6 +223,10 @@ export interface ForkChoices {
   unavailable?: string;
   checkpoints: string[];
   defaultCheckpoint?: string;
+  /** Why there is no default (no checkpoint at or before the rollout's producing step): nothing is preselected. */
+  noDefault?: string;
+  /** The checkpoints after the rollout's producing step (not the policy that wrote it; labelled so). */
+  later?: string[];
   /** Generation turns of the rollout (1..turns). */
   turns: number;
   /** The checkpoints whose policy server this panel has started already (a fork from another starts one first). */

@@ -12,7 +12,7 @@ import {
   mismatchNote,
   tokenizerMismatch,
 } from '../../core/audit';
-import { defaultCheckpoint, ForkHost, generationTurns, listCheckpoints } from '../../core/host/fork';
+import { ForkHost, forkCheckpointChoices, generationTurns, listCheckpoints } from '../../core/host/fork';
 import { runNeeds } from '../../core/host/runConfig';
 import { readRun } from '../../core/host/runs';
 import { replayModel, type TextTokenizer } from '../../core/inspect/replay';
@@ -205,8 +205,7 @@ export class ReplayPanel implements vscode.Disposable {
     const checkpoints = await listCheckpoints(runDir);
     if (!checkpoints.length) return none(`${runDir} has no checkpoint to fork from.`);
     return {
-      checkpoints,
-      defaultCheckpoint: defaultCheckpoint(checkpoints, record),
+      ...forkCheckpointChoices(checkpoints, record),
       turns: generationTurns(record),
       started: this.forks?.started(runDir) ?? [],
     };
