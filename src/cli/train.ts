@@ -8,7 +8,7 @@ import { join, relative, resolve } from 'node:path';
 import { EngineUnavailableError } from '../core/host/engines';
 import { listCheckpoints } from '../core/host/fork';
 import { EnvServerError } from '../core/host/processes';
-import { loadRunConfig, newRunDir, RunConfigError, runNeeds, standaloneConfig } from '../core/host/runConfig';
+import { loadRunConfig, makeNewRunDir, RunConfigError, runNeeds, standaloneConfig } from '../core/host/runConfig';
 import { RunDirError, RunHost, type RunOutcome } from '../core/host/runHost';
 import { readRun } from '../core/host/runs';
 import { packageRoot } from '../core/paths';
@@ -385,7 +385,7 @@ async function seededConfig(
     process.stderr.write(`search-agent-studio: ${e.message}\n`);
     return { code: 2 };
   }
-  const dir = runDir ? resolve(runDir) : newRunDir(loaded, resolve('runs'));
+  const dir = runDir ? resolve(runDir) : makeNewRunDir(loaded, resolve('runs'));
   await mkdir(dir, { recursive: true });
   const file = join(dir, 'demo.run.json');
   await writeFile(file, `${JSON.stringify({ ...standaloneConfig(loaded), seed }, null, 2)}\n`);

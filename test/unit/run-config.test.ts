@@ -5,12 +5,19 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { checkRunConfig, newRunDir, RunConfigError, resolveConfigPath } from '../../src/core/host/runConfig';
+import {
+  checkRunConfig,
+  makeNewRunDir,
+  newRunDir,
+  RunConfigError,
+  resolveConfigPath,
+} from '../../src/core/host/runConfig';
 import { type NewRunAnswers, newRunConfig } from '../../src/core/host/templates';
 import { noPythonMessage, pythonCandidates } from '../../src/core/python';
 import { RunConfigSchema } from '../../src/core/run/config';
 import { ENGINE_LIMITS } from '../../src/core/run/engines';
 import { validate } from '../../src/core/schema/schema';
+import { scratchDir } from '../support/scratch';
 
 const ROOT = resolve(__dirname, '../..');
 
@@ -394,6 +401,14 @@ describe('run configs', () => {
       ROOT,
     );
     assert.equal(newRunDir(withOut, '/elsewhere', t), join(ROOT, 'out', 'r-20261121-090507'));
+    // made at once, atomically: runs started in the same second each get their own (the second takes `-2`, …)
+    const parent = join(scratchDir('sas-new-run-dir-'), 'runs');
+    const made = [makeNewRunDir(loaded, parent, t), makeNewRunDir(loaded, parent, t), makeNewRunDir(loaded, parent, t)];
+    assert.deepEqual(
+      made.map((d) => d.slice(parent.length + 1)),
+      ['my-run-1-20261121-090507', 'my-run-1-20261121-090507-2', 'my-run-1-20261121-090507-3'],
+    );
+    for (const d of made) assert.deepEqual(readdirSync(d), [], `${d} exists, empty`);
   });
 });
 

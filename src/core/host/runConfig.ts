@@ -3,7 +3,7 @@
  * named by file and key path), relative paths resolved against the file, files that must exist checked before
  * anything is spawned, and the env server's command line derived from it.
  */
-import { existsSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path';
 import { findNodeAtLocation, type Node as JsonNode, parseTree } from 'jsonc-parser';
@@ -248,6 +248,24 @@ export function newRunDir(loaded: LoadedRunConfig, fallbackParent: string, now =
   let dir = join(parent, `${name}-${stamp}`);
   for (let i = 2; existsSync(dir); i++) dir = join(parent, `${name}-${stamp}-${i}`);
   return dir;
+}
+
+/**
+ * A new run directory as newRunDir names it, created — atomically, so two runs started in the same second (two
+ * terminals, the editor and the CLI) never share one: a name another process took between the check and the
+ * creation is skipped for the next (`-2`, `-3`, …).
+ */
+export function makeNewRunDir(loaded: LoadedRunConfig, fallbackParent: string, now = new Date()): string {
+  for (;;) {
+    const dir = newRunDir(loaded, fallbackParent, now);
+    mkdirSync(dirname(dir), { recursive: true });
+    try {
+      mkdirSync(dir);
+      return dir;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
+    }
+  }
 }
 
 /**

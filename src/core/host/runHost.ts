@@ -24,7 +24,7 @@ import {
   spawnChild,
   startEnvServerProcess,
 } from './processes';
-import { envServerArgs, type LoadedRunConfig, loadRunConfig, loadRunDirConfig, newRunDir } from './runConfig';
+import { envServerArgs, type LoadedRunConfig, loadRunConfig, loadRunDirConfig, makeNewRunDir } from './runConfig';
 import { readRun } from './runs';
 
 export type RunStatus = 'finished' | 'stopped' | 'failed';
@@ -207,6 +207,7 @@ export class RunHost {
   static async start(options: RunHostOptions): Promise<RunHost> {
     let loaded: LoadedRunConfig;
     let runDir: string;
+    let made = false;
     if (options.resume) {
       if (!options.runDir) throw new Error('resume needs the run directory');
       runDir = resolve(options.runDir);
@@ -220,7 +221,12 @@ export class RunHost {
     } else {
       if (!options.config) throw new Error('a run config (*.run.json) is needed');
       loaded = await loadRunConfig(options.config);
-      runDir = options.runDir ? resolve(options.runDir) : newRunDir(loaded, options.runsParent ?? resolve('runs'));
+      if (options.runDir) runDir = resolve(options.runDir);
+      else {
+        // named and created at once: another run started in the same second takes the next name
+        runDir = makeNewRunDir(loaded, options.runsParent ?? resolve('runs'));
+        made = true;
+      }
       // A new run in a directory that holds something (another run) would mix with it: its metrics appended, its
       // checkpoints taken for this run's by a later resume.
       const there = entriesBesides(runDir, loaded.file);
@@ -229,7 +235,23 @@ export class RunHost {
           `${runDir}: the run directory exists and is not empty (${there.slice(0, 3).join(', ')}${there.length > 3 ? ', …' : ''}); continue the run there with --resume, or name another --run-dir`,
         );
     }
-    const madeRunDir = !existsSync(runDir);
+    const madeRunDir = made || !existsSync(runDir);
+    try {
+      return await RunHost.launch(runDir, loaded, options, madeRunDir);
+    } catch (e) {
+      // a directory this start made and nothing ran in (the plan refused, no engine, no env server) is not left behind
+      if (made && existsSync(runDir) && onlyAFailedStart(runDir, loaded.file))
+        await rm(runDir, { recursive: true, force: true });
+      throw e;
+    }
+  }
+
+  private static async launch(
+    runDir: string,
+    loaded: LoadedRunConfig,
+    options: RunHostOptions,
+    madeRunDir: boolean,
+  ): Promise<RunHost> {
     const planned = await checkRunHostMemory(loaded, options);
     const dir = trainerDir();
     const engine = await engineHost(loaded.config.engine ?? 'builtin', options.python, dir);
