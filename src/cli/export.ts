@@ -1,7 +1,7 @@
 /**
  * `search-agent-studio export verl <config.run.json> --out DIR [--python PATH]`: a veRL run as files for one's own
- * cluster (src/core/host/verl.ts; docs/engines.md). veRL's Python: --python, the config's verl.python,
- * SAS_VERL_PYTHON, .venv-verl (the first with veRL 0.9.1).
+ * cluster (src/core/host/verl.ts; docs/engines.md). veRL's Python: --python (only it, when named), else the
+ * config's verl.python, SAS_VERL_PYTHON, .venv-verl (the first with veRL 0.9.1).
  */
 import { readFile, rename, rm, rmdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
@@ -52,7 +52,8 @@ export const exportCommandDef = defineCommand({
       })
       .option('python', {
         type: 'string',
-        describe: "veRL's Python (default: the config's verl.python, SAS_VERL_PYTHON, .venv-verl)",
+        describe:
+          "veRL's Python, the only one tried when named (default: the config's verl.python, SAS_VERL_PYTHON, .venv-verl)",
       })
       .example(
         '$0 export verl examples/qwen2.5-3b-grpo-verl.run.json --out verl-run',

@@ -434,7 +434,7 @@ export const trainCommand = defineCommand({
       .option('verl-python', {
         type: 'string',
         describe:
-          "engine verl: veRL's Python, tried first (else the config's verl.python, SAS_VERL_PYTHON, .venv-verl)",
+          "engine verl: veRL's Python, the only one tried when named (default: the config's verl.python, SAS_VERL_PYTHON, .venv-verl)",
       })
       .option('port', { type: 'number', default: 0, describe: 'env server port on 127.0.0.1 (0: any free port)' })
       .option('quiet', { type: 'boolean', default: false, describe: 'print only warnings, errors and the result' })

@@ -40,7 +40,7 @@ function config(dir: string, extra: Record<string, unknown> = {}): string {
 describe('engine verl on the host: veRL’s Python, launch, export verl', function () {
   this.timeout(180_000);
 
-  it("finds veRL's Python in order: named, the config's verl.python, SAS_VERL_PYTHON, .venv-verl; one without veRL says so", async () => {
+  it("finds veRL's Python: the one named, else in order the config's verl.python, SAS_VERL_PYTHON, .venv-verl; one without veRL says so", async () => {
     const dir = scratchDir('sas-verl-');
     const loaded = checkRunConfig(
       {
@@ -52,8 +52,9 @@ describe('engine verl on the host: veRL’s Python, launch, export verl', functi
       join(dir, 'c.run.json'),
       dir,
     );
-    assert.deepEqual(verlPythonCandidates(loaded, ['/opt/py', undefined], '/root'), [
-      '/opt/py',
+    // a Python the user named is the only one tried (none other is taken silently in its place)
+    assert.deepEqual(verlPythonCandidates(loaded, ['/opt/py', undefined], '/root'), ['/opt/py']);
+    assert.deepEqual(verlPythonCandidates(loaded, [undefined, ''], '/root'), [
       join(dir, 'env/bin/python'),
       ...(process.env.SAS_VERL_PYTHON ? [process.env.SAS_VERL_PYTHON] : []),
       '/root/.venv-verl/bin/python',

@@ -16,12 +16,15 @@ import { envServerArgs, type LoadedRunConfig, RunConfigError, standaloneConfig }
 /** The veRL the engine is written against (trainer/requirements-verl.txt); its config layout changes between versions. */
 export const VERL_VERSION = '0.9.1';
 
-/** Where veRL's Python may be, in order: what the user named (--python, the setting searchAgent.verlPythonPath), the
- * config's verl.python (relative to the config file), SAS_VERL_PYTHON, the project's .venv-verl. */
+/** Where veRL's Python may be: what the user named (--python, --verl-python, the setting
+ * searchAgent.verlPythonPath) and only it — a Python named and passed over for another would train or export with
+ * a veRL the user did not choose; else, in order, the config's verl.python (relative to the config file),
+ * SAS_VERL_PYTHON, the project's .venv-verl. */
 export function verlPythonCandidates(loaded: LoadedRunConfig, named: (string | undefined)[], root: string): string[] {
+  const chosen = named.find((p) => !!p?.trim());
+  if (chosen) return [chosen];
   const fromConfig = loaded.config.verl?.python;
   const all = [
-    ...named,
     fromConfig && (isAbsolute(fromConfig) || !fromConfig.includes('/') ? fromConfig : resolve(loaded.base, fromConfig)),
     process.env.SAS_VERL_PYTHON,
     join(root, '.venv-verl', 'bin', 'python'),
