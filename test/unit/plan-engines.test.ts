@@ -218,6 +218,15 @@ describe('memory plan: engines trl and verl', function () {
     // without flash-attn, their gradient (temperature 1: no scaled copy); the final norm's 14 B × hidden a token
     assert.equal(v.backward_peak, N * 151936 * 2 * 5 + N * 14 * 2048);
     assert.equal(v.attention_mask, N * N);
+    // SDPA converts that mask to a bf16 copy at each attention call, which the layer's backward keeps: one layer's
+    // (in the recomputed layer's peak) with checkpointing, every layer's without
+    const ex = join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json');
+    const noCkpt = planRun(loadedExample(ex, { 'model.gradient_checkpointing': false })).devices[0]!.parts;
+    assert.equal(noCkpt.attention_mask, N * N + 36 * 2 * N * N);
+    assert.match(
+      verl.devices[0]!.what.backward_peak!,
+      /one layer recomputed with its gradients and SDPA's bf16 copy of the mask/,
+    );
     // the KV cache left in vLLM's share: less its bf16 weights and overhead, 36,864 B a token (36 layers × K and V × 2 heads × 128 × 2 B)
     assert.match(verl.devices[0]!.what.rollout_engine!, /bf16 weights 5\.75 GiB/);
     // optimizer offload (chosen): the moments are on the CPU in the rollout and on the GPU in the update

@@ -261,6 +261,10 @@ function verlParts(
   const temperature = r.temperature ?? 1;
   const entropy = (config.algorithm?.entropy_coef ?? 0) !== 0;
   const flash = inputs.attention === 'flash_attention_2';
+  // without flash-attn, SDPA converts the packed row's boolean block-causal mask to a copy in the query's dtype at
+  // each attention call (PyTorch's convert_boolean_attn_mask, as in the builtin plan's attentionMaskBytes), which that
+  // layer's backward keeps: one layer's at a time with checkpointing, every layer's without
+  const maskCopy = flash ? 0 : recipe.act * N * N;
   const copies = 1 + (temperature !== 1 ? 1 : 0) + (entropy ? 2 : 0) + (flash ? 0 : 1) + 1;
   const logits = N * shape.vocab * 2 * copies;
   const logitsWhat = [
@@ -283,9 +287,9 @@ function verlParts(
     add(
       parts,
       'backward_peak',
-      Math.max(layer + backward, logits + head),
+      Math.max(layer + backward + maskCopy, logits + head),
       'update',
-      `the larger of one layer recomputed with its gradients (${gibText(layer + backward)}) and the micro-batch's logits with the final norm's activations (${gibText(logits + head)}: ${logitsWhat})`,
+      `the larger of one layer recomputed with its gradients${maskCopy ? " and SDPA's bf16 copy of the mask" : ''} (${gibText(layer + backward + maskCopy)}) and the micro-batch's logits with the final norm's activations (${gibText(logits + head)}: ${logitsWhat})`,
     );
   } else {
     add(
@@ -301,9 +305,9 @@ function verlParts(
     add(
       parts,
       'attention_mask',
-      N * N,
+      N * N + (ckpt ? 0 : shape.layers * maskCopy),
       'update',
-      `the packed row's block-causal mask for SDPA, ${N.toLocaleString('en-US')}² booleans (flash-attn needs none)`,
+      `the packed row's block-causal mask for SDPA, ${N.toLocaleString('en-US')}² booleans${ckpt ? ' (its bf16 copy is in the backward peak)' : `, and the bf16 copy of it each of the ${shape.layers} layers keeps for its backward`} (flash-attn needs none)`,
     );
 
   // PPO's critic: the same model with a value head, updated in its own phase
@@ -324,9 +328,9 @@ function verlParts(
     add(
       parts,
       'critic_activations',
-      cAct + (flash ? 0 : N * N),
+      cAct + (flash ? 0 : N * N + (ckpt ? 1 : shape.layers) * maskCopy),
       'critic',
-      "the critic update's activations (as the actor's, without the logits)",
+      `the critic update's activations (as the actor's, without the logits${flash ? '' : "; with SDPA's mask and its bf16 copies"})`,
     );
     if (a.paramOffload)
       add(cpu, 'critic_weights', ((4 * pc) / W) * gpn, 'all', "the critic's weights (verl.param_offload)");
