@@ -2,7 +2,8 @@
  * `search-agent-studio export jsonl <run-dir | step-dir | rollouts.jsonl> --out <F.jsonl | DIR>`: rollouts as v2
  * JSONL records, from the token store (or JSONL: copied record by record, validated). `--out` a `.jsonl` file: every
  * row in order in one file; otherwise a directory: one file per step (`step-000042.jsonl`, `val-step-000042.jsonl`),
- * the layout `train.record.format: "jsonl"` writes. Numbers are the store's float32 values, printed as the shortest
+ * the layout `train.record.format: "jsonl"` writes, each step's recording (`step-000042.recording.json`: recorded of
+ * its rollouts) beside it. Numbers are the store's float32 values, printed as the shortest
  * decimal that reads back as the same float32. Each file is written to a temporary name and renamed.
  */
 import { mkdir } from 'node:fs/promises';
@@ -10,7 +11,7 @@ import { basename, join } from 'node:path';
 import { UnreadableInput } from '../core/importers';
 import type { Rollout } from '../core/run/format';
 import { formatIssue } from '../core/run/format';
-import { readPart, rolloutFiles } from '../core/store/rollouts';
+import { RECORDING_SUFFIX, readPart, rolloutFiles, stepRecording } from '../core/store/rollouts';
 import { STORE_FILES, shortFloat32 } from '../core/store/tokenStore';
 import type { CliIo } from './command';
 import { OutputError, OutputFile, writeErrorReason } from './output';
@@ -66,7 +67,24 @@ export async function exportJsonl(src: string, out: string, io: CliIo): Promise<
       if (unreadable) {
         await file!.abort();
         io.err(`${basename(part)}: not exported (the step could not be read)\n`);
-      } else await file!.commit();
+      } else {
+        await file!.commit();
+        // what the step recorded of its rollouts, as the recorder writes it beside a JSONL step: a sampled store
+        // exported stays labelled as a sample
+        const recording = await stepRecording(part);
+        if (recording) {
+          const side = await OutputFile.create(
+            join(out, `${basename(part).replace(/\.jsonl$/, '')}${RECORDING_SUFFIX}`),
+            inputs,
+          );
+          try {
+            await side.write(JSON.stringify(recording));
+            await side.commit();
+          } finally {
+            await side.abort();
+          }
+        }
+      }
     }
     await file?.commit();
   } finally {

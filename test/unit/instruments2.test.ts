@@ -71,6 +71,7 @@ function planted(
       .map((l) => JSON.parse(l));
   const write = (f: string, rows: unknown[]) => writeFileSync(f, rows.map((r) => JSON.stringify(r)).join('\n') + '\n');
   for (const name of readdirSync(join(dir, 'rollouts'))) {
+    if (!name.endsWith('.jsonl')) continue; // (a step's .recording.json beside it)
     const f = join(dir, 'rollouts', name);
     // the planted faults rewrite responses: the spans recorded for the old text would no longer tile them
     if (plant.records)

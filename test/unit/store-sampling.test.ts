@@ -3,9 +3,10 @@
 // sample, and the run-level zero-std-high takes the trainer's reward/frac_zero_std_groups (over every rollout of the
 // step) where it logged one, not the sample — which always keeps flagged groups, so it leans toward them.
 import assert from 'node:assert/strict';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { audit } from '../../src/cli/audit';
+import { exportJsonl } from '../../src/cli/exportJsonl';
 import { inspect } from '../../src/cli/inspect';
 import { emptyStepAudit, runAdvisories } from '../../src/core/audit';
 import { RunAudit } from '../../src/core/audit/run';
@@ -74,6 +75,54 @@ describe('a sampled token store', function () {
       by_step: { 1: { recorded: 4, of: 64 } },
     });
     assert.equal(samplingOf([{ step: 1, split: 'train', recorded: 8, of: 8 }]), undefined);
+  });
+
+  it("a JSONL run says so too: the recorder writes each step's recording beside its JSONL file (step-N.recording.json)", async () => {
+    const dir = scratchDir('sas-jsonl-sampled-');
+    mkdirSync(join(dir, 'rollouts'));
+    writeFileSync(
+      join(dir, 'rollouts', 'step-000001.jsonl'),
+      group()
+        .map((r) => `${JSON.stringify(r)}\n`)
+        .join(''),
+    );
+    writeFileSync(
+      join(dir, 'rollouts', 'step-000001.recording.json'),
+      JSON.stringify({ step: 1, split: 'train', recorded: 4, of: 64 }),
+    );
+    // a step recorded whole, and an older run's step with no recording: neither is a sample
+    writeFileSync(
+      join(dir, 'rollouts', 'step-000002.jsonl'),
+      group()
+        .map((r) => `${JSON.stringify({ ...r, id: r.id.replace(':1:', ':2:'), step: 2 })}\n`)
+        .join(''),
+    );
+    writeFileSync(
+      join(dir, 'rollouts', 'step-000002.recording.json'),
+      JSON.stringify({ step: 2, split: 'train', recorded: 4, of: 4 }),
+    );
+    writeFileSync(
+      join(dir, 'run.json'),
+      JSON.stringify({ v: 1, id: 'run', status: 'finished', created: 'x', config: {} }),
+    );
+    assert.deepEqual(await storeRecording(dir), [
+      { step: 1, split: 'train', recorded: 4, of: 64 },
+      { step: 2, split: 'train', recorded: 4, of: 4 },
+    ]);
+    const c = io();
+    assert.equal(await inspect(dir, { json: false, out: c.out, err: c.err }), 0);
+    assert.match(c.o.out, /recorded 4 of 64 training rollouts \(sampled\) at 1 of 2 training steps/);
+    // a sampled token store exported as JSONL (one file per step) stays labelled
+    const store = await sampledRun(false);
+    const exported = join(scratchDir('sas-export-sampled-'), 'rollouts');
+    const e = io();
+    assert.equal(await exportJsonl(store, exported, { out: e.out, err: e.err }), 0, e.o.err);
+    assert.deepEqual(readdirSync(exported).sort(), ['step-000001.jsonl', 'step-000001.recording.json']);
+    assert.deepEqual(await storeRecording(exported), [{ step: 1, split: 'train', recorded: 4, of: 64 }]);
+    // no recording beside it: as before (nothing said)
+    rmSync(join(dir, 'rollouts', 'step-000001.recording.json'));
+    rmSync(join(dir, 'rollouts', 'step-000002.recording.json'));
+    assert.deepEqual(await storeRecording(dir), []);
   });
 
   it("zero-std-high: the trainer's full-step metric wins over the recorded groups; a sample's own rate says so", () => {

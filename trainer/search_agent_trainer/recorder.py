@@ -171,6 +171,9 @@ def select(
     return [i for i in range(n) if keys[i] in chosen]
 
 
+RECORDING_SUFFIX = ".recording.json"  # beside a JSONL step file: {step, split, recorded, of} (the store's sas.store)
+
+
 @dataclass
 class StepData:
     """What the writer writes for one step: the kept rollouts' records (no `tokens`) and their token columns (the
@@ -405,15 +408,20 @@ class Recorder:
             cols.vocab = ts.vocab_of(cols.ids, self.texts)
         info = {"step": job.step, "split": job.split, "recorded": len(data.records), "of": job.total}
         if self.settings.format == "jsonl":
-            return self._write_jsonl(job.name, records_of(data))
+            return self._write_jsonl(job.name, records_of(data), info)
         return ts.write_step(self.dir, job.name, [ts._split_record(r) for r in data.records], cols, info)
 
-    def _write_jsonl(self, name: str, records: list[dict[str, Any]]) -> Path:
-        from .run_writer import dumps, remove_freeing, write_bytes
+    def _write_jsonl(self, name: str, records: list[dict[str, Any]], info: dict[str, Any]) -> Path:
+        """A step as v2 JSONL, and beside it `NAME.recording.json`: the step's `info` (`recorded` of `of` rollouts —
+        what the store keeps in its `sas.store` metadata), so that a reader can say the step is a sample. Written
+        first: a recording without its JSONL is ignored; a JSONL without one (an older run) is read as before."""
+        from .run_writer import dumps, remove_freeing, write_bytes, write_file_atomic
 
         line = self.jsonl_line or dumps
         path = self.dir / f"{name}.jsonl"
         tmp = self.dir / f".{name}.jsonl.tmp-{os.getpid()}"
+        recording = self.dir / f"{name}{RECORDING_SUFFIX}"
+        write_file_atomic(recording, json.dumps(info).encode("utf-8"))
         try:
             with open(tmp, "wb", buffering=0) as f:
                 for i in range(0, len(records), 256):
@@ -423,6 +431,7 @@ class Recorder:
             os.replace(tmp, path)
         except BaseException:
             remove_freeing(tmp)  # nothing half-written stays (a full disk gets its blocks back)
+            recording.unlink(missing_ok=True)  # nor the recording of a step that is not there
             raise
         return path
 
@@ -450,14 +459,19 @@ def recorded_on_disk(rollouts_dir: Path) -> dict[str, int]:
     for f in sorted(rollouts_dir.glob("*step-*.jsonl")):
         out["steps"] += 1
         out["bytes"] += f.stat().st_size
+        n = 0
         for line in f.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 continue
-            out["rollouts"] += 1
-            out["of"] += 1
+            n += 1
             out["tokens"] += len((rec.get("tokens") or {}).get("ids") or [])
+        out["rollouts"] += n
+        try:  # the step's rollouts, recorded or not (its NAME.recording.json), else its own lines
+            out["of"] += max(n, int(json.loads((f.parent / (f.stem + RECORDING_SUFFIX)).read_text())["of"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            out["of"] += n
     return out
 
 

@@ -454,8 +454,9 @@ class RunWriter:
                 except json.JSONDecodeError:
                     continue  # a partial last line from the crash
             write_file_atomic(mpath, "".join(k + "\n" for k in kept).encode("utf-8"))
-        for f in (self.dir / "rollouts").glob("*.jsonl"):
-            digits = f.stem.rsplit("-", 1)[-1]
+        for f in [*(self.dir / "rollouts").glob("*.jsonl"), *(self.dir / "rollouts").glob("*.recording.json")]:
+            # step-000012.jsonl, val-step-000012.jsonl and their step-000012.recording.json
+            digits = f.name.split(".", 1)[0].rsplit("-", 1)[-1]
             if digits.isdigit() and int(digits) > step:
                 f.unlink()
         for d in (self.dir / "checkpoints").glob("step-*"):

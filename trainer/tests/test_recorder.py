@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -234,7 +235,7 @@ def test_jsonl_format_writes_the_v2_records(tmp_path: Path) -> None:
             "step-000001",
             1,
             "train",
-            4,
+            16,  # the step had 16 rollouts; these 4 were kept (as train.record.groups keeps whole groups)
             [r["group"] for r in records],
             [[] for _ in records],
             lambda keep: subset(data, keep),
@@ -244,6 +245,10 @@ def test_jsonl_format_writes_the_v2_records(tmp_path: Path) -> None:
     lines = [json.loads(l) for l in (tmp_path / "rollouts" / "step-000001.jsonl").read_text().splitlines()]
     assert [l["id"] for l in lines] == ["r0", "r1", "r2", "r3"] and lines[0]["tokens"]["text"][:3] == ["t7", "t8", "t9"]
     assert not [p for p in (tmp_path / "rollouts").iterdir() if p.name.startswith(".")]
+    # beside it, what the store keeps in its metadata: the step is a sample of 4 of 16 (readers label it so)
+    recording = json.loads((tmp_path / "rollouts" / "step-000001.recording.json").read_text())
+    assert recording == {"step": 1, "split": "train", "recorded": 4, "of": 16}
+    assert rec.summary()["recorded"]["of"] == 16
 
 
 @pytest.mark.parametrize("fmt,at", [("store", "rollouts/.step-000002"), ("jsonl", "rollouts/.step-000002.jsonl")])
@@ -284,7 +289,9 @@ def test_a_full_disk_fails_the_next_submit_naming_the_file_and_leaves_nothing_ha
     assert rec.summary()["recorded"]["steps"] == 1
     root = tmp_path / "rollouts"
     assert not [p for p in root.iterdir() if p.name.startswith(".")], "the failed step's temporary file was removed"
-    assert sorted(p.name for p in root.iterdir()) == (["step-000001"] if fmt == "store" else ["step-000001.jsonl"])
+    assert sorted(p.name for p in root.iterdir()) == (
+        ["step-000001"] if fmt == "store" else ["step-000001.jsonl", "step-000001.recording.json"]
+    ), "the failed step left no recording either"
     assert not warnings and rec.summary()["errors"] == 1
 
 
@@ -430,9 +437,17 @@ def test_a_resume_counts_the_recorded_steps_left_on_disk_not_only_its_own(tmp_pa
     whole = first.summary()["recorded"]
     assert whole["steps"] == 3 and whole["rollouts"] == 12
 
+    if fmt == "jsonl":  # RunWriter.truncate_after removes the JSONL format's later files and their recordings
+        from search_agent_trainer.run_writer import RunWriter
+
+        RunWriter.truncate_after(SimpleNamespace(dir=tmp_path), 2)  # type: ignore[arg-type]
+        assert sorted(p.name for p in (tmp_path / "rollouts").iterdir()) == [
+            "step-000001.jsonl",
+            "step-000001.recording.json",
+            "step-000002.jsonl",
+            "step-000002.recording.json",
+        ]
     resumed = recorder()
-    if fmt == "jsonl":  # (RunWriter.truncate_after removes the JSONL format's later files, before the recorder's)
-        (tmp_path / "rollouts" / "step-000003.jsonl").unlink()
     resumed.truncate_after(2)
     resumed.submit(job(3))
     assert resumed.close(timeout=60)

@@ -183,8 +183,15 @@ export async function storeRecording(path: string): Promise<StepRecording[]> {
   return out;
 }
 
-/** What one part of rolloutFiles recorded, when it is a store step that says (undefined otherwise). */
+/**
+ * Beside a JSONL step file of the trainer's recorder (`step-000012.jsonl`): `step-000012.recording.json`, the step's
+ * `{step, split, recorded, of}` — what a store step keeps in its `sas.store` metadata.
+ */
+export const RECORDING_SUFFIX = '.recording.json';
+
+/** What one part of rolloutFiles recorded, when it is a store step or a JSONL step that says (undefined otherwise). */
 export async function stepRecording(part: string): Promise<StepRecording | undefined> {
+  if (part.endsWith('.jsonl')) return jsonlStepRecording(part);
   if (!(await isStorePart(part))) return undefined;
   try {
     const { step, split, recorded, of } = (await StoreStep.open(part)).info as Partial<StepRecording>;
@@ -198,6 +205,24 @@ export async function stepRecording(part: string): Promise<StepRecording | undef
   } catch {
     return undefined; // an unreadable step is reported by the readers
   }
+}
+
+/** A JSONL step's recording (its `.recording.json`, written by the recorder since stop 61); undefined without one. */
+async function jsonlStepRecording(part: string): Promise<StepRecording | undefined> {
+  let info: Partial<StepRecording>;
+  try {
+    info = JSON.parse(await readFile(part.slice(0, -'.jsonl'.length) + RECORDING_SUFFIX, 'utf8')) as typeof info;
+  } catch {
+    return undefined; // an older run, or a JSONL file that is no recorder's step
+  }
+  const { step, split, recorded, of } = info ?? {};
+  if (typeof recorded !== 'number' || typeof of !== 'number') return undefined;
+  return {
+    step: typeof step === 'number' ? step : stepOfDir(part.slice(0, -'.jsonl'.length)),
+    split: typeof split === 'string' ? split : basename(part).startsWith('val-') ? 'val' : 'train',
+    recorded,
+    of,
+  };
 }
 
 /**
