@@ -91,6 +91,11 @@ async function workspace(): Promise<{ dir: string; drift: number; flagged: numbe
     clean('wrong-b', 0, 1, 'Lyon or Paris', 0),
   ];
   writeFileSync(join(run, 'rollouts', 'step-000002.jsonl'), `${rows.map((r) => JSON.stringify(r)).join('\n')}\n`);
+  // the recorder's note beside a JSONL step: 4 of the step's 8 rollouts were kept (train.record.groups)
+  writeFileSync(
+    join(run, 'rollouts', 'step-000002.recording.json'),
+    JSON.stringify({ step: 2, split: 'train', recorded: 4, of: 8 }),
+  );
   const metric = (step: number, zero: number) =>
     JSON.stringify({
       step,
@@ -291,6 +296,11 @@ describe('audit instruments: replay microscope, dashboard, GRPO groups (code-ser
     const g = await s.webviewFrame('groups', 30_000);
     await until('the groups of step 2', async () => (await data(g, 'groups')) === '2', 15_000);
     assert.match((await g.locator('h2').textContent()) ?? '', /step 2/);
+    // a sampled step says so: the groups shown lean toward the flagged ones
+    assert.match(
+      (await g.locator('[data-testid="sampled"]').textContent()) ?? '',
+      /A sample: 4 of the step's 8 rollouts were recorded/,
+    );
     const zero = g.locator('section.group[data-zero="true"]');
     assert.equal(await zero.count(), 1);
     assert.equal(await zero.getAttribute('data-reason'), 'all-wrong');

@@ -136,6 +136,13 @@ function render(): void {
       { class: 'summary', 'data-testid': 'summary' },
       `${state.groups.length} groups, ${zero.length} with zero reward variance (no signal: every advantage is 0)`,
     ),
+    state.sampled
+      ? h(
+          'div',
+          { class: 'sampled', 'data-testid': 'sampled' },
+          `A sample: ${state.sampled.recorded} of the step's ${state.sampled.of} rollouts were recorded (train.record). Flagged groups are always kept, so these groups lean toward them; the trainer's reward/frac_zero_std_groups in the dashboard is over every rollout.`,
+        )
+      : null,
     h('label', {}, onlyZero, ' only zero-variance groups'),
     state.errors.length ? h('ul', { class: 'errors' }, ...state.errors.map((e) => h('li', {}, e))) : null,
   );

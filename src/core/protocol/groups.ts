@@ -53,6 +53,11 @@ export interface GroupsState {
   groups: GroupView[];
   /** Lines that could not be read (file:line: message), shown above the groups. */
   errors: string[];
+  /**
+   * The step was recorded in part (train.record.groups / every, or a writer that fell behind): `recorded` of its `of`
+   * rollouts. Flagged groups are always kept, so the groups shown lean toward them (zero-variance ones among them).
+   */
+  sampled?: { recorded: number; of: number };
 }
 
 export interface GroupsContract extends Contract {

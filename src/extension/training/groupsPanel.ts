@@ -10,7 +10,7 @@ import { groupViews, type LocatedRollout } from '../../core/audit/groups';
 import { listRuns, readRun, rolloutFile, zeroVarianceSteps } from '../../core/host/runs';
 import type { GroupsContract, GroupsState } from '../../core/protocol/groups';
 import { formatIssue } from '../../core/run/format';
-import { readPart, runConfigDialect, runConfigNear } from '../../core/store/rollouts';
+import { readPart, runConfigDialect, runConfigNear, stepRecording } from '../../core/store/rollouts';
 import { trajectoryReadOptions } from '../trajectorySettings';
 import { type OpenedWebview, openWebviewPanel } from '../webviewPanel';
 import { runDirOf } from './runArg';
@@ -86,11 +86,15 @@ export class GroupsPanel implements vscode.Disposable {
       else if (row.errors[0]) errors.push(formatIssue(row.errors[0]));
     }
     const config = (await runConfigNear(file))?.config;
+    const recording = await stepRecording(file);
     this.state = {
       source: file,
       ...(step !== undefined ? { step } : {}),
       groups: groupViews(rollouts, read, runFactsOf(config)),
       errors,
+      ...(recording && recording.recorded < recording.of
+        ? { sampled: { recorded: recording.recorded, of: recording.of } }
+        : {}),
     };
     this.log.info(
       `groups: ${file} (${this.state.groups.length} groups, ${this.state.groups.filter((g) => g.zeroVariance).length} with zero variance)`,
