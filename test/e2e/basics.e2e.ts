@@ -503,7 +503,20 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
       async () => (await r.locator('[data-testid="fork-turn"] option').count()) >= 1,
       30_000,
     );
-    // The first fork from a checkpoint says it starts the policy server (not every fork does).
+    // The rollout (train step 1) was written by step 0's weights, and the run's only checkpoint is step 1's: nothing
+    // is preselected (a later policy is not the one that wrote it), the panel says why, and Fork asks for a choice.
+    assert.equal(await r.locator('[data-testid="fork-checkpoint"]').inputValue(), '');
+    assert.deepEqual(await r.locator('[data-testid="fork-checkpoint"] option').allTextContents(), [
+      'choose a checkpoint',
+      'step-000001 (after the rollout)',
+    ]);
+    const why =
+      /^rollout long \(train step 1\) was produced by the weights of step 0, and this run has no checkpoint at or before it/;
+    assert.match((await r.locator('[data-testid="fork-status"]').textContent()) ?? '', why);
+    await r.locator('[data-testid="fork-run"]').click();
+    assert.match((await r.locator('[data-testid="fork-status"]').textContent()) ?? '', why);
+    // chosen knowingly: the first fork from a checkpoint says it starts the policy server (not every fork does)
+    await r.locator('[data-testid="fork-checkpoint"]').selectOption('step-000001');
     const said = await r.evaluate(() => {
       (document.querySelector('[data-testid="fork-run"]') as HTMLElement).click();
       return document.querySelector('[data-testid="fork-status"]')!.textContent;
