@@ -399,6 +399,33 @@ describe('audit: alarms', () => {
 });
 
 describe('audit: the run (Auditor)', () => {
+  it("search-collapse on a step recorded in part takes the trainer's searches over every rollout, where it logged them", () => {
+    const searched =
+      '<think>a b</think>\n<search>q</search>\n\n<information>Doc 1(Title: x) y</information>\n\n<answer> Paris </answer>';
+    const direct = '<think>a b</think>\n<answer> Paris </answer>';
+    const run = (
+      metrics: { step: number; [k: string]: number }[],
+      sampled?: Record<number, { recorded: number; of: number }>,
+    ) => {
+      const a = new Auditor();
+      let n = 0;
+      for (const [step, response] of [
+        [1, searched],
+        [1, searched],
+        [2, direct],
+        [2, direct],
+      ] as const)
+        a.add(rollout(response, { id: `r${n++}`, step }));
+      return a.finish(metrics, sampled).search_collapse_steps;
+    };
+    const trainer = [{ step: 2, 'env/number_of_valid_search': 0.9 }];
+    // step 2's two recorded rollouts (of 16) never searched, but the trainer counted 0.9 searches a rollout: no collapse
+    assert.deepEqual(run(trainer, { 2: { recorded: 2, of: 16 } }), []);
+    // the sample alone says collapse (no metric), and a step recorded whole is read from its records
+    assert.deepEqual(run([], { 2: { recorded: 2, of: 16 } }), [2]);
+    assert.deepEqual(run(trainer), [2]);
+  });
+
   it('adds search-collapse to the non-searching rollouts of collapsed steps, summarises, and charts per step', () => {
     const searched =
       '<think>a b</think>\n<search>q</search>\n\n<information>Doc 1(Title: x) y</information>\n\n<answer> Paris </answer>';

@@ -512,7 +512,7 @@ export class AuditStream {
     if (this.gate.mismatch) sum.drift.mismatch = this.gate.mismatch;
     const ordered = [...this.steps].sort((x, y) => x[0] - y[0]);
     sum.search_collapse_steps = searchCollapseSteps(
-      new Map(ordered.map(([s, acc]) => [s, acc.searches / acc.rollouts])),
+      collapseSeries(new Map(ordered.map(([s, acc]) => [s, acc.searches / acc.rollouts])), metrics, sampled),
       this.options,
     );
     sum.logprob.mean_abs_diff = sum.logprob.compared ? this.absSum / sum.logprob.compared : 0;
@@ -554,6 +554,27 @@ export class Auditor {
   ): AuditSummary {
     return this.stream.finish(metrics, sampled);
   }
+}
+
+/**
+ * Mean searches per rollout by step, for search-collapse: the records' own, except on a step recorded in part
+ * (`sampled`), where the trainer's `env/number_of_valid_search` over every rollout of the step is taken when it
+ * logged one — a sample is a few groups and always the flagged ones (leaks, non-finite numbers, log-prob gaps), or on
+ * a step between every `every`-th only those: its mean is noisy and leans toward them, and a drop in it is no collapse
+ * of the policy's searching. A sampled step without the metric keeps the sample's mean.
+ */
+export function collapseSeries(
+  bySample: ReadonlyMap<number, number>,
+  metrics: readonly MetricsRow[],
+  sampled: Readonly<Record<number, { recorded: number; of: number }>> = {},
+): Map<number, number> {
+  const out = new Map(bySample);
+  if (!Object.keys(sampled).length) return out;
+  for (const row of metrics) {
+    const v = row['env/number_of_valid_search'];
+    if (sampled[row.step] && out.has(row.step) && typeof v === 'number' && Number.isFinite(v)) out.set(row.step, v);
+  }
+  return out;
 }
 
 /**

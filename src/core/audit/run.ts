@@ -27,7 +27,14 @@ import { STORE_FILES } from '../store/tokenStore';
 import { runTokenizer, runVocabSize } from '../tokens/tokenizer';
 import { searchCollapseSteps } from './alarms';
 import { runFactsOf } from './groupChecks';
-import { type AuditOptions, AuditStream, applyAdvisories, runAdvisories, type StepAudit } from './index';
+import {
+  type AuditOptions,
+  AuditStream,
+  applyAdvisories,
+  collapseSeries,
+  runAdvisories,
+  type StepAudit,
+} from './index';
 import { mergeStepAudits, RUN_ALARMS } from './series';
 
 const CACHE = '.audit-cache.json';
@@ -173,14 +180,18 @@ export class RunAudit {
         byStep.set(s.step, before ? mergeStepAudits(before, own) : own);
       }
     const series = [...byStep.values()].sort((a, b) => a.step - b.step);
+    const sampled = samplingOf([...this.recording.values()].filter((r) => r !== undefined))?.by_step;
     for (const step of searchCollapseSteps(
-      new Map(series.filter((s) => s.rollouts).map((s) => [s.step, s.mean_searches])),
+      collapseSeries(
+        new Map(series.filter((s) => s.rollouts).map((s) => [s.step, s.mean_searches])),
+        this.metrics,
+        sampled,
+      ),
       this.options,
     )) {
       const s = byStep.get(step)!;
       if (s.no_search) s.alarms['search-collapse'] = s.no_search;
     }
-    const sampled = samplingOf([...this.recording.values()].filter((r) => r !== undefined))?.by_step;
     applyAdvisories(series, runAdvisories(series, this.metrics, this.options, sampled));
     return series;
   }
