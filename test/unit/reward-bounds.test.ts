@@ -14,7 +14,12 @@ import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { execa } from 'execa';
-import { COMPILE_LIMITS, compileRewardModule, RewardCompileError } from '../../src/core/rewards/compile';
+import {
+  COMPILE_LIMITS,
+  compileRewardModule,
+  esbuildForTests,
+  RewardCompileError,
+} from '../../src/core/rewards/compile';
 import { RESULT_LIMITS } from '../../src/core/rewards/harness';
 import { type DecodeContext, decodeOutcome, detach } from '../../src/core/rewards/outcome';
 import { type RewardItem, type RewardOutcome, RewardSandbox } from '../../src/core/rewards/sandbox';
@@ -452,6 +457,49 @@ describe('reward bounds: compiling reads only the module’s folder', function (
       COMPILE_LIMITS.timeoutMs = limit;
     }
     assert.ok((await compileRewardModule(file)).code.includes('defineReward'));
+  });
+
+  it("a compile stopped past its limit does not fail another module's build in flight: that one runs again", async () => {
+    // esbuild's real build, held at a gate: the first build waits until another compile's timeout stops the process
+    // (as a slow build would be caught); a build begun before a stop then fails as the real one does
+    const real = require('esbuild') as typeof import('esbuild');
+    const limit = COMPILE_LIMITS.timeoutMs;
+    let stops = 0;
+    let calls = 0;
+    let firstCalled!: () => void;
+    const firstCall = new Promise<void>((r) => (firstCalled = r));
+    let release!: () => void;
+    const released = new Promise<void>((r) => (release = r));
+    const held = {
+      ...real,
+      build: (async (o: Parameters<typeof real.build>[0]) => {
+        const gen = stops;
+        const n = ++calls;
+        if (n === 1) firstCalled();
+        if (n <= 2) await released; // the first (B's) and the second (A's, which times out) are held
+        if (stops !== gen) throw new Error('The service was stopped');
+        return real.build(o);
+      }) as typeof real.build,
+      stop: async () => {
+        stops++;
+        COMPILE_LIMITS.timeoutMs = limit; // A's limit has done its work: B's second build gets the usual one
+        release();
+      },
+    } as typeof real;
+    const b = write('b.reward.ts', `${head}export default defineReward({ name: 'b', score: () => 1 });\n`);
+    const a = write('a.reward.ts', `${head}export default defineReward({ name: 'a', score: () => 1 });\n`);
+    esbuildForTests(held);
+    try {
+      const compiledB = compileRewardModule(b);
+      await firstCall;
+      COMPILE_LIMITS.timeoutMs = 1;
+      await assert.rejects(compileRewardModule(a), /a\.reward\.ts:1:1: compiling took longer than/);
+      assert.ok((await compiledB).code.includes('defineReward'), "B's build ran again after A's stop");
+      assert.equal(calls, 3);
+    } finally {
+      COMPILE_LIMITS.timeoutMs = limit;
+      esbuildForTests(undefined);
+    }
   });
 
   it('a FIFO, a device or an oversized file is refused at its import, never read', async function () {

@@ -12,7 +12,8 @@
  *    built-in — is a compile error naming the import and where it is, and is never opened;
  *  - a file must be a regular file (not a FIFO or a device) of at most `COMPILE_LIMITS.fileBytes`, all of them
  *    together at most `COMPILE_LIMITS.totalBytes`: esbuild's own memory is bounded by what it is given;
- *  - esbuild gets `COMPILE_LIMITS.timeoutMs`; past it, its process is stopped and the compile fails.
+ *  - esbuild gets `COMPILE_LIMITS.timeoutMs`; past it, its process is stopped and the compile fails (another module's
+ *    build in flight in that process is run again, once, in a new one).
  */
 import { closeSync, constants, existsSync, fstatSync, openSync, readSync, realpathSync, statSync } from 'node:fs';
 import { builtinModules, SourceMap } from 'node:module';
@@ -84,10 +85,20 @@ export function rewardApiPath(): string {
 
 type Esbuild = typeof import('esbuild');
 let esbuildModule: Esbuild | undefined;
+/** Times esbuild's process was stopped (a compile past its limit): a build that overlapped one is run again. */
+let esbuildStops = 0;
 function esbuild(): Esbuild {
   // esbuild is a native package, external to our bundles and shipped in the VSIX for its platform.
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   return (esbuildModule ??= require('esbuild') as Esbuild);
+}
+
+/**
+ * Tests only: esbuild as the compiler sees it (a wrapper of the real one that holds a build until told, to make the
+ * overlap of a stopped process and another build happen on purpose); undefined: the real one again.
+ */
+export function esbuildForTests(m: Esbuild | undefined): void {
+  esbuildModule = m;
 }
 
 const realpath = (p: string) => {
@@ -362,62 +373,77 @@ export async function compileRewardModule(file: string, contents?: string): Prom
   let timer: ReturnType<typeof setTimeout> | undefined;
   let timedOut = false;
   let result;
-  try {
-    const build = esbuild().build({
-      stdin: { contents: entry, resolveDir: shown, sourcefile: '<reward entry>', loader: 'ts' },
-      bundle: true,
-      write: false,
-      absWorkingDir: shown,
-      format: 'iife',
-      globalName: REWARD_GLOBAL,
-      platform: 'neutral',
-      target: 'es2022',
-      sourcemap: 'external',
-      outfile: `${abs}.bundle.js`,
-      logLevel: 'silent',
-      // No tsconfig.json is looked for (its `extends` and `paths` could name any file): esbuild's defaults.
-      tsconfigRaw: '{}',
-      plugins: [plugin],
-    });
-    const limit = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        timedOut = true;
-        reject(new Error('timeout'));
-      }, COMPILE_LIMITS.timeoutMs);
-    });
-    build.catch(() => undefined);
-    result = await Promise.race([build, limit]);
-  } catch (e) {
-    if (timedOut) {
-      // A build that does not end: its process is stopped (the next compile starts a new one).
-      await esbuild()
-        .stop()
-        .catch(() => undefined);
-      throw new RewardCompileError(
-        abs,
-        1,
-        1,
-        `compiling took longer than ${COMPILE_LIMITS.timeoutMs / 1000} s and was stopped`,
-      );
+  // esbuild's one process is shared by every compile of this process (the Reward Lab's, the env server's): one past
+  // its limit stops it, and a build of another module in flight then fails with "the service was stopped" — not its
+  // own failure: it is run again, once, in the next process
+  for (let attempt = 0; ; attempt++) {
+    const stops = esbuildStops;
+    try {
+      result = await buildOnce();
+      break;
+    } catch (e) {
+      if (timedOut || attempt > 0 || esbuildStops === stops) throw e;
     }
-    const errors = (e as { errors?: Message[] }).errors;
-    const first = errors?.[0];
-    if (first && /No matching export in .* for import "default"/.test(first.text)) {
-      throw new RewardCompileError(
-        abs,
-        1,
-        1,
-        'no default export: a reward module must `export default defineReward({ name, score(traj, example) })`',
-      );
+  }
+  async function buildOnce() {
+    try {
+      const build = esbuild().build({
+        stdin: { contents: entry, resolveDir: shown, sourcefile: '<reward entry>', loader: 'ts' },
+        bundle: true,
+        write: false,
+        absWorkingDir: shown,
+        format: 'iife',
+        globalName: REWARD_GLOBAL,
+        platform: 'neutral',
+        target: 'es2022',
+        sourcemap: 'external',
+        outfile: `${abs}.bundle.js`,
+        logLevel: 'silent',
+        // No tsconfig.json is looked for (its `extends` and `paths` could name any file): esbuild's defaults.
+        tsconfigRaw: '{}',
+        plugins: [plugin],
+      });
+      const limit = new Promise<never>((_, reject) => {
+        timer = setTimeout(() => {
+          timedOut = true;
+          reject(new Error('timeout'));
+        }, COMPILE_LIMITS.timeoutMs);
+      });
+      build.catch(() => undefined);
+      return await Promise.race([build, limit]);
+    } catch (e) {
+      if (timedOut) {
+        // A build that does not end: its process is stopped (the next compile starts a new one).
+        esbuildStops++;
+        await esbuild()
+          .stop()
+          .catch(() => undefined);
+        throw new RewardCompileError(
+          abs,
+          1,
+          1,
+          `compiling took longer than ${COMPILE_LIMITS.timeoutMs / 1000} s and was stopped`,
+        );
+      }
+      const errors = (e as { errors?: Message[] }).errors;
+      const first = errors?.[0];
+      if (first && /No matching export in .* for import "default"/.test(first.text)) {
+        throw new RewardCompileError(
+          abs,
+          1,
+          1,
+          'no default export: a reward module must `export default defineReward({ name, score(traj, example) })`',
+        );
+      }
+      if (first) {
+        const loc = first.location;
+        const where = loc?.file && loc.file !== '<reward entry>' ? resolve(shown, named(loc.file)) : abs;
+        throw new RewardCompileError(where, loc?.line ?? 1, (loc?.column ?? 0) + 1, first.text);
+      }
+      throw e;
+    } finally {
+      clearTimeout(timer);
     }
-    if (first) {
-      const loc = first.location;
-      const where = loc?.file && loc.file !== '<reward entry>' ? resolve(shown, named(loc.file)) : abs;
-      throw new RewardCompileError(where, loc?.line ?? 1, (loc?.column ?? 0) + 1, first.text);
-    }
-    throw e;
-  } finally {
-    clearTimeout(timer);
   }
   const code = result.outputFiles.find((f) => f.path.endsWith('.js'))!.text;
   const rawMap = JSON.parse(result.outputFiles.find((f) => f.path.endsWith('.map'))!.text) as { sources: string[] };
