@@ -6,7 +6,7 @@
  * its rollouts) beside it. Numbers are the store's float32 values, printed as the shortest
  * decimal that reads back as the same float32. Each file is written to a temporary name and renamed.
  */
-import { mkdir } from 'node:fs/promises';
+import { mkdir, readdir } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { UnreadableInput } from '../core/importers';
 import type { Rollout } from '../core/run/format';
@@ -14,9 +14,11 @@ import { formatIssue } from '../core/run/format';
 import { RECORDING_SUFFIX, readPart, rolloutFiles, stepRecording } from '../core/store/rollouts';
 import { STORE_FILES, shortFloat32 } from '../core/store/tokenStore';
 import type { CliIo } from './command';
-import { OutputError, OutputFile, writeErrorReason } from './output';
+import { checkOutputDir, OutputError, OutputFile, writeErrorReason } from './output';
 
 const STORE_PATHS = Object.values(STORE_FILES);
+/** What a directory export of a run writes: a step's JSONL and its recording. */
+const EXPORTED = /^(val-)?step-\d+(\.jsonl|\.recording\.json)$/;
 
 /** A record as one JSONL line: token numbers of a store as their shortest float32 decimals. */
 export function recordLine(r: Rollout): string {
@@ -40,10 +42,19 @@ export async function exportJsonl(src: string, out: string, io: CliIo): Promise<
   const single = out.endsWith('.jsonl');
   // Each output file refuses to be one of the parts read, is written to a temporary name and renamed (output.ts).
   const inputs = parts.flatMap((p) => (p.endsWith('.jsonl') ? [p] : STORE_PATHS.map((f) => join(p, f))));
-  if (!single)
+  // the files a directory export writes: one per part, named as the part (and its recording)
+  const names = new Set(parts.map((p) => `${basename(p).replace(/\.jsonl$/, '')}.jsonl`));
+  if (!single) {
+    // a folder of the user's is never written into: new, empty, or an earlier export's (its step files only)
+    await checkOutputDir(out, {
+      inputs: parts,
+      ours: async (d) => (await readdir(d)).every((n) => n.startsWith('.') || EXPORTED.test(n) || names.has(n)),
+      what: 'an earlier export of step files',
+    });
     await mkdir(out, { recursive: true }).catch((e: unknown) => {
       throw new OutputError(out, writeErrorReason(e));
     });
+  }
   let rows = 0;
   let bad = 0;
   let file: OutputFile | undefined;

@@ -208,6 +208,27 @@ describe('CLI outputs and inputs', function () {
     assert.match(folder.stderr, /is a directory; expected a reward module/);
   });
 
+  it("export jsonl never writes step files into a folder of the user's: new, empty or an earlier export only", async () => {
+    const work = join(dir, 'export');
+    mkdirSync(join(work, 'mine'), { recursive: true });
+    writeFileSync(join(work, 'mine', 'step-000001.jsonl'), 'my own step 1\n');
+    writeFileSync(join(work, 'mine', 'notes.txt'), 'keep\n');
+    const refused = await cli(work, 'export', 'jsonl', rollouts, '--out', 'mine');
+    assert.equal(refused.exitCode, 2, refused.stderr);
+    assert.match(refused.stderr, /mine: is a directory with other files in it \(not an earlier export of step files\)/);
+    assert.equal(readFileSync(join(work, 'mine', 'step-000001.jsonl'), 'utf8'), 'my own step 1\n');
+    // a new folder, then the same export again into it (its own files): both write
+    for (let i = 0; i < 2; i++) {
+      const ok = await cli(work, 'export', 'jsonl', rollouts, '--out', 'exported');
+      assert.equal(ok.exitCode, 0, ok.stderr);
+    }
+    assert.deepEqual(readdirSync(join(work, 'exported')), ['rollouts.jsonl']);
+    // a folder that holds what is read
+    const holding = await cli(dir, 'export', 'jsonl', rollouts, '--out', '.');
+    assert.equal(holding.exitCode, 2);
+    assert.match(holding.stderr, /holds .*rollouts\.jsonl, an input of this command/);
+  });
+
   it('a record nested 10,000 deep in a rollout file is reported with its line and skipped; `reward` goes on', async () => {
     const deep = '{"a":'.repeat(10_000) + 'null' + '}'.repeat(10_000);
     writeFileSync(join(dir, 'deep.jsonl'), `${record('a')}\n${record('deep', `,"meta":${deep}`)}\n${record('b')}\n`);
