@@ -440,10 +440,11 @@ def recorded_on_disk(rollouts_dir: Path) -> dict[str, int]:
     """What a run's rollouts/ holds, as the recorder's totals count it: committed steps (the store's directories and
     JSONL files), their rollouts, the rollouts of the steps they were recorded from (`of`; a JSONL file's own lines),
     tokens and bytes. What the store does not keep (flagged, dropped) is not counted."""
-    import pyarrow.parquet as pq
-
     out = {"steps": 0, "rollouts": 0, "of": 0, "tokens": 0, "bytes": 0}
-    for d in ts.committed_steps(rollouts_dir):
+    store_steps = ts.committed_steps(rollouts_dir)
+    if store_steps:  # (a JSONL run, the format of a Python without pyarrow, resumes without importing it)
+        import pyarrow.parquet as pq
+    for d in store_steps:
         files = [f for f in d.iterdir() if f.is_file()]
         out["steps"] += 1
         out["bytes"] += sum(f.stat().st_size for f in files)

@@ -27,6 +27,7 @@ from search_agent_trainer.recorder import (
     audit_metrics,
     columns_from_window,
     concat_data,
+    recorded_on_disk,
     records_of,
     role_codes_of,
     rollout_flags,
@@ -448,6 +449,11 @@ def test_a_resume_counts_the_recorded_steps_left_on_disk_not_only_its_own(tmp_pa
             "step-000002.recording.json",
         ]
     resumed = recorder()
+    if fmt == "jsonl":  # the JSONL format is the one of a Python without pyarrow: its resume counts without it
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setitem(sys.modules, "pyarrow", None)
+            mp.setitem(sys.modules, "pyarrow.parquet", None)
+            assert recorded_on_disk(tmp_path / "rollouts")["steps"] == 2
     resumed.truncate_after(2)
     resumed.submit(job(3))
     assert resumed.close(timeout=60)

@@ -191,34 +191,21 @@ export const RECORDING_SUFFIX = '.recording.json';
 
 /** What one part of rolloutFiles recorded, when it is a store step or a JSONL step that says (undefined otherwise). */
 export async function stepRecording(part: string): Promise<StepRecording | undefined> {
-  if (part.endsWith('.jsonl')) return jsonlStepRecording(part);
-  if (!(await isStorePart(part))) return undefined;
+  const stem = part.endsWith('.jsonl') ? part.slice(0, -'.jsonl'.length) : part;
+  let info: Partial<StepRecording> | null;
   try {
-    const { step, split, recorded, of } = (await StoreStep.open(part)).info as Partial<StepRecording>;
-    if (typeof recorded !== 'number' || typeof of !== 'number') return undefined;
-    return {
-      step: typeof step === 'number' ? step : stepOfDir(part),
-      split: typeof split === 'string' ? split : basename(part).startsWith('val-') ? 'val' : 'train',
-      recorded,
-      of,
-    };
+    if (stem !== part)
+      // a JSONL step's recording (its `.recording.json`, written by the recorder since stop 61)
+      info = JSON.parse(await readFile(stem + RECORDING_SUFFIX, 'utf8')) as typeof info;
+    else if (await isStorePart(part)) info = (await StoreStep.open(part)).info as typeof info;
+    else return undefined;
   } catch {
-    return undefined; // an unreadable step is reported by the readers
-  }
-}
-
-/** A JSONL step's recording (its `.recording.json`, written by the recorder since stop 61); undefined without one. */
-async function jsonlStepRecording(part: string): Promise<StepRecording | undefined> {
-  let info: Partial<StepRecording>;
-  try {
-    info = JSON.parse(await readFile(part.slice(0, -'.jsonl'.length) + RECORDING_SUFFIX, 'utf8')) as typeof info;
-  } catch {
-    return undefined; // an older run, or a JSONL file that is no recorder's step
+    return undefined; // an older JSONL run or no recorder's file; an unreadable store step is reported by the readers
   }
   const { step, split, recorded, of } = info ?? {};
   if (typeof recorded !== 'number' || typeof of !== 'number') return undefined;
   return {
-    step: typeof step === 'number' ? step : stepOfDir(part.slice(0, -'.jsonl'.length)),
+    step: typeof step === 'number' ? step : stepOfDir(stem),
     split: typeof split === 'string' ? split : basename(part).startsWith('val-') ? 'val' : 'train',
     recorded,
     of,
