@@ -447,12 +447,13 @@ class Trainer(Run):
                 for k, v, weight in seen:
                     add(k, v, weight)
                 clip = o.grad_clip if o.grad_clip > 0 else float("inf")
-                norms = [float(torch.nn.utils.clip_grad_norm_(g["params"], clip)) for g in self.optimizer.param_groups]
+                norms = [clip_gradients(g["params"], clip) for g in self.optimizer.param_groups]
                 for key, norm in zip(grad_norms, norms):
                     grad_norms[key].append(norm)
                 if not all(math.isfinite(n) for n in norms):
                     self.writer.warning(
                         f"step {step}: a gradient norm is not finite ({', '.join(f'{n:g}' for n in norms)}); this optimizer step was skipped"
+                        f" — {nonfinite_gradients(self.policy, seen)}"
                     )
                     skipped += 1
                 elif all(n == 0.0 for n in norms):
@@ -673,3 +674,38 @@ def lr_multiplier(step: int, total: int, warmup: int, schedule: str, min_ratio: 
 
 
 LOSS_KEYS = ("actor/pg_loss", "actor/kl_loss", "critic/vf_loss")
+
+
+def clip_gradients(params: list[torch.Tensor], max_norm: float) -> float:
+    """Global-norm clipping (Pascanu et al., 2013): torch's clip_grad_norm_ in its two halves (torch ≥ 2.6, the same
+    arithmetic), so that a non-finite norm leaves the gradients as they were — the whole clip would multiply each of
+    them by NaN and leave nothing for the warning to name; that optimizer step is skipped anyway. The global norm."""
+    u = torch.nn.utils
+    if not hasattr(u, "get_total_norm"):  # torch < 2.6: the warning then finds every gradient NaN
+        return float(u.clip_grad_norm_(params, max_norm))
+    total = u.get_total_norm([p.grad for p in params if p.grad is not None])
+    norm = float(total)
+    if math.isfinite(norm):
+        u.clip_grads_with_norm_(params, max_norm, total)
+    return norm
+
+
+def nonfinite_gradients(model: torch.nn.Module, seen: Sequence[tuple[str, float, float]], first: int = 3) -> str:
+    """Where a non-finite gradient norm came from, for its warning: how many of the trained tensors' gradients hold a
+    NaN or an infinity and the first few by name, and whether a micro-batch's loss was already not finite (the
+    forward overflowed: a weight, an activation or a log-prob) or every loss was finite (the backward did)."""
+    bad, total = [], 0
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        total += 1
+        if not bool(torch.isfinite(p.grad).all()):
+            bad.append(name)
+    losses = [v for k, v, _ in seen if k in LOSS_KEYS]
+    where = (
+        "a micro-batch's loss was already not finite (the forward overflowed)"
+        if not all(math.isfinite(v) for v in losses)
+        else "every loss was finite (the backward overflowed)"
+    )
+    names = ", ".join(bad[:first]) + (f" and {len(bad) - first} more" if len(bad) > first else "")
+    return f"non-finite gradients in {len(bad)} of {total} tensors ({names}); {where}"

@@ -744,3 +744,26 @@ def test_a_stop_during_the_warm_start_says_it_was_not_saved(tmp_path, demo_env):
     metrics = tmp_path / "run" / "metrics.jsonl"
     assert not metrics.exists() or not metrics.read_text().strip()
     assert events[-1] == {**events[-1], "event": "finished", "status": "stopped", "step": 0}
+
+
+def test_a_non_finite_gradient_skips_its_step_and_names_where_it_came_from(tmp_path, varied_env):
+    """A learning rate of 1e30 throws the weights past float32's range in one Adam step: the next step's forward
+    overflows. The step is skipped (the weights are not moved by NaN), the run goes on, and the warning names the
+    tensors whose gradients are not finite and that the loss already was — the clip must not have turned every
+    gradient into NaN before they are counted."""
+    cfg = tiny_config(**{"train.steps": 2, "train.eval_every": 0, "data.eval_size": 2, "optim.lr": 1e30})
+    cfg["optim"]["warmup_steps"] = 0
+    proc = run_trainer(tmp_path, cfg, varied_env.url)
+    assert proc.returncode == 0, proc.stderr
+    warnings = [e["message"] for e in lines(tmp_path / "run" / "events.jsonl") if e.get("event") == "warning"]
+    nonfinite = [w for w in warnings if "gradient norm is not finite" in w]
+    assert nonfinite, warnings
+    w = nonfinite[0]
+    assert w.startswith("step 2: ") and "this optimizer step was skipped" in w
+    counted = w.split("non-finite gradients in ")[1]
+    bad, total = int(counted.split(" of ")[0]), int(counted.split(" of ")[1].split(" ")[0])
+    assert 0 < bad <= total and total > 3
+    assert "(backbone.tok.weight, " in w  # the parameters by name, the policy's first
+    assert "a micro-batch's loss was already not finite (the forward overflowed)" in w
+    m = lines(tmp_path / "run" / "metrics.jsonl")[-1]
+    assert m["step"] == 2 and m["actor/grad_norm"] is None and m["actor/skipped_updates"] == 1.0  # NaN is null
