@@ -16,8 +16,8 @@
 #      (scripts/gpu-check-trl.sh: TRL carried as wheels in .whl/, a node in .node/ where the machine has none; it
 #      says what is missing and skips when it cannot run);
 #   4. step: the builtin trainer's whole step at Qwen2.5-0.5B's shape (rollout, reference, update: time by phase,
-#      tokens/s), then one more with the training passes off cuDNN's attention (stop 60's H200 step: ref 15k and
-#      update 4.2k tokens/s at 0.5B against 13k at 3B — is it cuDNN's graph per new shape?).
+#      tokens/s), then one more with the training passes free to use cuDNN's attention, which the trainer turns off
+#      (stop 62's H200: cuDNN's graph per new shape made the 0.5B reference pass 4.8× and the update 2.3× slower).
 # Usage: scripts/gpu-check.sh [--cpu-smoke]
 #   SAS_PYTHON       the Python with torch and transformers (default: .venv/bin/python, else python3)
 #   SAS_QWEN_TOKENIZER  a directory with Qwen's tokenizer.json and tokenizer_config.json
@@ -28,6 +28,7 @@
 #                    gpu-check-trl.log), with the log gpu-check.log and the exit statuses (gpu-check-exits.txt):
 #                    eight files, within what the run tool brings back
 #   SAS_GPU_CHECK_LIMITS  seconds per phase, "memory rollout trl step" (default "210 170 110 90")
+#   SAS_GPU_CHECK_STEP_SIZES  the step phase's model shapes (default "0.5b"; e.g. "0.5b,3b")
 # Human lines go to stderr (and the log).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -99,9 +100,9 @@ echo "trl $rc" >>"$EXITS"
 
 # phase 4: the builtin trainer's step, and one more with its training passes off cuDNN's attention
 if [ ${#SMOKE[@]} -gt 0 ]; then
-  phase step "$LIMIT_STEP" --cpu-smoke --lora off --no-peer --repeats 1 --steps 0 --train-without-cudnn
+  phase step "$LIMIT_STEP" --cpu-smoke --lora off --no-peer --repeats 1 --steps 0 --train-with-cudnn
 else
-  phase step "$LIMIT_STEP" --size 0.5b --lora off --no-peer --repeats 1 --batch 16 --n 5 --max-turns 2 --turn-tokens 160 --steps 1 --train-without-cudnn
+  phase step "$LIMIT_STEP" --size "${SAS_GPU_CHECK_STEP_SIZES:-0.5b}" --lora off --no-peer --repeats 1 --batch 16 --n 5 --max-turns 2 --turn-tokens 160 --steps 1 --train-with-cudnn
 fi
 
 # the combined result: each phase's last (most complete) line, and its exit status
@@ -123,9 +124,9 @@ if result["rollout"]:
 if result["memory"]:
     result["memory"] = result["memory"].get("memory")
 del result["rollout"]
-if result["step"]:
-    r = (result["step"].get("results") or [{}])[0]
-    result["step"] = {k: r.get(k) for k in ("size", "workload", "step", "step_without_cudnn", "train_cudnn_off_speedup")}
+if result["step"]:  # one entry per size
+    keys = ("size", "workload", "step", "step_with_cudnn", "train_cudnn_off_speedup")
+    result["step"] = [{k: r.get(k) for k in keys} for r in result["step"].get("results") or []]
 out.write_text(json.dumps(result) + "\n")
 PYEOF
 say "wrote $OUTFILE"

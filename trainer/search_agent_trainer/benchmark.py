@@ -63,6 +63,7 @@ from typing import Any
 import torch
 
 from . import cpu_env
+from . import train as train_module
 from .batch import make_batch
 from .config import config_from_dict
 from .data import Example
@@ -618,23 +619,23 @@ def run_size(
             log(
                 f"  update: {t['perf/update_tokens_per_s']:,.0f} tokens/s; peak memory {t['peak_memory_bytes'] / 2**30:.2f} GiB"
             )
-        if steps and args.train_without_cudnn:
-            # one more step with the training passes (reference, update) kept off cuDNN's attention as generation is:
-            # on Hopper SDPA prefers it and it builds a graph for each new shape, and a micro-batch of rollouts is
-            # padded to its own longest sequence (an H200's 0.5B step: ref 15k and update 4.2k tokens/s, the 3B
-            # update of equal-length micro-batches 13k)
+        if steps and args.train_with_cudnn:
+            # one more step with the training passes (log-prob passes, update) free to use cuDNN's attention, which
+            # the trainer turns off as generation does (Trainer._fitting): on Hopper SDPA prefers it and builds a
+            # graph for each new shape, and each micro-batch of rollouts is padded to its own longest sequence (an
+            # H200's 0.5B step, 2026-11-30, torch's choice first: ref 1.64 → 0.34 s, update 4.61 → 1.98 s without it)
             _reset_peak(device)
-            with without_cudnn_attention():
+            with _cudnn_allowed(train_module):
                 m = trainer.train_step(len(steps) + 2)
             _sync(device)
-            off = {k: v for k, v in m.items() if k.startswith(("timing_s/", "perf/"))}
-            result["step_without_cudnn"] = off | {"peak_memory_bytes": _peak(device)}
-            result["train_cudnn_off_speedup"] = off["perf/update_tokens_per_s"] / t["perf/update_tokens_per_s"]
+            on = {k: v for k, v in m.items() if k.startswith(("timing_s/", "perf/"))}
+            result["step_with_cudnn"] = on | {"peak_memory_bytes": _peak(device)}
+            result["train_cudnn_off_speedup"] = t["perf/update_tokens_per_s"] / on["perf/update_tokens_per_s"]
             log(
-                f"  train step, its passes off cuDNN's attention: {off['timing_s/step']:.2f} s = rollout"
-                f" {off['timing_s/rollout']:.2f} + ref {off['timing_s/ref']:.2f} + update {off['timing_s/update']:.2f};"
-                f" update {off['perf/update_tokens_per_s']:,.0f} tokens/s: {result['train_cudnn_off_speedup']:.2f}×"
-                " the step with torch's choice"
+                f"  train step, its passes free to use cuDNN's attention: {on['timing_s/step']:.2f} s = rollout"
+                f" {on['timing_s/rollout']:.2f} + ref {on['timing_s/ref']:.2f} + update {on['timing_s/update']:.2f};"
+                f" update {on['perf/update_tokens_per_s']:,.0f} tokens/s — the trainer's (off cuDNN's):"
+                f" {result['train_cudnn_off_speedup']:.2f}× its update's tokens/s"
             )
         trainer.writer.close()
     del trainer
@@ -645,16 +646,18 @@ def run_size(
 
 
 @contextlib.contextmanager
-def _cudnn_allowed() -> Any:
-    """Generation with SDPA free to choose cuDNN's attention (what it turns off)."""
+def _cudnn_allowed(module: Any = None) -> Any:
+    """SDPA free to choose cuDNN's attention where `module` (default: generation; train: the training passes) turns
+    it off."""
     from . import generation
 
-    kept = generation.without_cudnn_attention
-    generation.without_cudnn_attention = contextlib.nullcontext
+    module = module or generation
+    kept = module.without_cudnn_attention
+    module.without_cudnn_attention = contextlib.nullcontext
     try:
         yield
     finally:
-        generation.without_cudnn_attention = kept
+        module.without_cudnn_attention = kept
 
 
 def _growing(generator: Any) -> Any:
@@ -996,9 +999,9 @@ def main(argv: list[str] | None = None) -> int:
         help="at the first size: one more of our rollouts with the decode steps as before static_decode.py (the growing cache, no CUDA graph)",
     )
     parser.add_argument(
-        "--train-without-cudnn",
+        "--train-with-cudnn",
         action="store_true",
-        help="after the measured steps, one more with the reference and update passes off cuDNN's attention (as generation always is): what cuDNN's per-shape graphs cost a step (on CPU the same code path, no cuDNN)",
+        help="after the measured steps, one more with the log-prob and update passes free to use cuDNN's attention, which the trainer turns off as generation does: what cuDNN's per-shape graphs would cost a step (on CPU the same code path, no cuDNN)",
     )
     parser.add_argument(
         "--profile",
