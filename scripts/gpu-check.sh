@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check (issue 41): one prepared run, about 8 minutes on one H100/H200 at most, no network, no Node needed.
+# The GPU check (issue 41): one prepared run, about 9 minutes on one H100/H200 at most (stop 62: 4.5), no network, no Node needed.
 # Three phases, each its own process under its own time limit, most important first, each result kept as it comes:
 #   1. memory: the one-GPU recipe at 3B (full fine-tune, Search-R1's GRPO preset) on a GPU limited to the plan's
 #      80 GiB (a larger GPU is held to it, so an allocation an 80 GB GPU lacks fails as it would there): the update of
@@ -12,9 +12,10 @@
 #      Qwen2.5-0.5B, 1.5B and 3B shapes (random weights) with the real Qwen tokenizer and chat template (goal ≥ 3×),
 #      both sides with the same attention kernels; at 0.5B ours once more with the decode as before static_decode.py
 #      (the growing cache, no CUDA graph: what the graph is worth);
-#   3. trl: engine "trl" for two GRPO steps at Qwen2.5-0.5B's shape in bf16 and the rollout-vs-trainer log-prob gap
-#      (scripts/gpu-check-trl.sh: TRL carried as wheels in .whl/, a node in .node/ where the machine has none; it
-#      says what is missing and skips when it cannot run);
+#   3. trl: engine "trl" for two GRPO steps at Qwen2.5-0.5B's shape in bf16 and the rollout-vs-trainer log-prob gap,
+#      then the same with SDPA's cuDNN attention off in the trainer's process, each step timed (does TRL's update
+#      gain what the builtin's did?) (scripts/gpu-check-trl.sh: TRL carried as wheels in .whl/, a node in .node/
+#      where the machine has none; it says what is missing and skips when it cannot run);
 #   4. step: the builtin trainer's whole step at Qwen2.5-0.5B's shape (rollout, reference, update: time by phase,
 #      tokens/s), then one more with the training passes free to use cuDNN's attention, which the trainer turns off
 #      (stop 62's H200: cuDNN's graph per new shape made the 0.5B reference pass 4.8× and the update 2.3× slower).
@@ -27,7 +28,8 @@
 #                    measurement, the last line the most complete; gpu-check-trl.json and the trainer's
 #                    gpu-check-trl.log), with the log gpu-check.log and the exit statuses (gpu-check-exits.txt):
 #                    eight files, within what the run tool brings back
-#   SAS_GPU_CHECK_LIMITS  seconds per phase, "memory rollout trl step" (default "210 170 110 90")
+#   SAS_GPU_CHECK_LIMITS  seconds per phase, "memory rollout trl step" (default "150 150 130 100"; stop 62's
+#                    H200 took 83–88, 92, 41 (one trl run; two now) and 47 s)
 #   SAS_GPU_CHECK_STEP_SIZES  the step phase's model shapes (default "0.5b"; e.g. "0.5b,3b")
 # Human lines go to stderr (and the log).
 set -uo pipefail
@@ -48,8 +50,8 @@ LOG="$OUTDIR/gpu-check.log"
 EXITS="$OUTDIR/gpu-check-exits.txt"
 : >"$LOG"
 : >"$EXITS"
-read -r LIMIT_MEMORY LIMIT_ROLLOUT LIMIT_TRL LIMIT_STEP <<<"${SAS_GPU_CHECK_LIMITS:-210 170 110 90}"
-LIMIT_STEP="${LIMIT_STEP:-90}"
+read -r LIMIT_MEMORY LIMIT_ROLLOUT LIMIT_TRL LIMIT_STEP <<<"${SAS_GPU_CHECK_LIMITS:-150 150 130 100}"
+LIMIT_STEP="${LIMIT_STEP:-100}"
 export PYTHONPATH="$PWD/trainer${PYTHONPATH:+:$PYTHONPATH}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 say() { echo "gpu-check: $*" | tee -a "$LOG" >&2; }

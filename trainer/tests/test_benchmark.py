@@ -95,3 +95,9 @@ def test_the_gpu_check_runs_its_whole_path_on_cpu(tmp_path):
         assert "TRL" in trl["reason"]
     else:
         assert trl["status"] == "finished" and trl["goal_met"], trl
+        # the same run with the trainer's process off cuDNN's attention, each step timed (on CPU the same numbers)
+        off = trl["without_cudnn"]
+        assert off["status"] == "finished" and off["mean_abs_diff"] == trl["mean_abs_diff"], off
+        assert [t["step"] for t in trl["steps_timing"]] == [t["step"] for t in off["steps_timing"]] == [1, 2]
+        assert all(0 < t["trl_passes_s"] < t["step_s"] for t in trl["steps_timing"] + off["steps_timing"])
+        assert trl["trl_passes_cudnn_off_speedup"] > 0

@@ -6,7 +6,10 @@ rollout with our KV-cached sampler, the env server's /retrieve and /reward, a bf
 rollout-vs-trainer log-prob gap over the trained tokens of the records: mean and max |rollout_logprob − logprob|
 (on-policy, the goal is a mean under 0.01). The update runs out of memory on purpose (`test.update_memory_rows`, a
 stand-in refusing its forwards of more than 4 sequences): its micro-batches of 8 are trained again in halves, on the
-device — `out_of_memory` says how many times (one) and the size kept. One JSON line on stdout (and, under --out, gpu-check-trl.json with the
+device — `out_of_memory` says how many times (one) and the size kept. Then the same run once more with SDPA's cuDNN
+attention off in the trainer's process (`without_cudnn`; the builtin trainer turns it off, engine trl keeps torch's
+choice): each step's seconds (`steps_timing`: the step, our rollout, the rest — TRL's reference pass and update) and
+the last step's `trl_passes_cudnn_off_speedup`. One JSON line on stdout (and, under --out, gpu-check-trl.json with the
 trainer's log).
 
 `--cpu-smoke`: the same at toy size on CPU (trl-tiny's own model, fp32): what a machine without a GPU can run, and
@@ -190,8 +193,38 @@ class EnvServer:
             self.proc.kill()
 
 
-def check(work: Path, smoke: bool, env_url: str | None) -> dict[str, Any]:
-    """The run in `work` (the config, the model directory, the run directory, trainer.log), and its result."""
+# The trainer's own entry point with SDPA's cuDNN attention turned off for the whole process (torch ≥ 2.2 has the
+# switch): the benchmark's other arm, not a setting of the product (its TRL passes keep torch's choice)
+WITHOUT_CUDNN = (
+    "import runpy, torch\n"
+    "if hasattr(torch.backends.cuda, 'enable_cudnn_sdp'):\n"
+    "    torch.backends.cuda.enable_cudnn_sdp(False)\n"
+    "runpy.run_module('search_agent_trainer', run_name='__main__', alter_sys=True)\n"
+)
+
+
+def step_timings(run_dir: Path) -> list[dict[str, float]]:
+    """Each step's seconds from metrics.jsonl: the whole step, our rollout, and the rest — TRL's reference pass and
+    update, which is what SDPA's backend changes (the reward and retrieval wait on the env server)."""
+    rows = []
+    for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines():
+        m = json.loads(line) if line.strip() else {}
+        if "timing_s/step" in m:
+            step, rollout = m["timing_s/step"], m.get("timing_s/rollout", 0.0)
+            rows.append(
+                {
+                    "step": m["step"],
+                    "step_s": round(step, 3),
+                    "rollout_s": round(rollout, 3),
+                    "trl_passes_s": round(step - rollout - m.get("timing_s/reward", 0.0), 3),
+                }
+            )
+    return rows
+
+
+def check(work: Path, smoke: bool, env_url: str | None, without_cudnn: bool = False) -> dict[str, Any]:
+    """The run in `work` (the config, the model directory, the run directory, trainer.log), and its result;
+    `without_cudnn`: the trainer's process with SDPA's cuDNN attention off (WITHOUT_CUDNN)."""
     import torch
 
     if not smoke and not torch.cuda.is_available():
@@ -212,8 +245,7 @@ def check(work: Path, smoke: bool, env_url: str | None) -> dict[str, Any]:
         p = subprocess.run(
             [
                 sys.executable,
-                "-m",
-                "search_agent_trainer",
+                *(["-c", WITHOUT_CUDNN] if without_cudnn else ["-m", "search_agent_trainer"]),
                 "--config",
                 str(cfg_path),
                 "--run-dir",
@@ -250,6 +282,7 @@ def check(work: Path, smoke: bool, env_url: str | None) -> dict[str, Any]:
         "steps": run.get("step"),
         "trl_settings": run.get("trl"),
         "seconds": round(seconds, 1),
+        "steps_timing": step_timings(run_dir),
         "out_of_memory": out_of_memory(run_dir),
         **g,
         "goal_mean_abs_diff": GOAL_MEAN_ABS_DIFF,
@@ -266,6 +299,15 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     work = Path(a.work) if a.work else Path(tempfile.mkdtemp(prefix="gpu-check-trl-"))
     result = check(work, a.cpu_smoke, a.env_url)
+    # the same run with TRL's passes off cuDNN's attention, which the builtin trainer turns off (on an H200 its update
+    # was 4.1× faster at 0.5B without it): the step after the first, whose update ran out of memory on purpose
+    other = check(work / "without-cudnn", a.cpu_smoke, a.env_url, without_cudnn=True)
+    result["without_cudnn"] = {
+        k: other[k] for k in ("status", "seconds", "steps_timing", "mean_abs_diff", "max_abs_diff")
+    }
+    last, off = result["steps_timing"][-1:], other["steps_timing"][-1:]
+    if last and off and off[0]["trl_passes_s"] > 0:
+        result["trl_passes_cudnn_off_speedup"] = round(last[0]["trl_passes_s"] / off[0]["trl_passes_s"], 3)
     result["work"] = str(work)
     if a.out:
         out = Path(a.out)
