@@ -64,7 +64,7 @@ import torch
 
 from . import cpu_env
 from . import train as train_module
-from .batch import make_batch
+from .batch import by_length, make_batch
 from .config import config_from_dict
 from .data import Example
 from .generation import GeneratedTurn, Stops, kv_bytes_per_token, without_cudnn_attention
@@ -744,7 +744,9 @@ def memory_check(
         worst = []
         for i in range(2 * mb):
             prompt = torch.randint(0, vocab - 300, (r.max_prompt_length,), generator=gen).tolist()
-            ids = torch.randint(0, vocab - 300, (r.max_response_length,), generator=gen).tolist()
+            # one response a token short: its micro-batch is left-padded, so the model gets SDPA's padding mask as a
+            # step of rollouts does (the plan counts the mask and SDPA's bf16 copy of it; equal lengths have none)
+            ids = torch.randint(0, vocab - 300, (r.max_response_length - (i == 0),), generator=gen).tolist()
             traj = Trajectory(
                 trainer.train_set[0],
                 i // r.n,
@@ -768,10 +770,13 @@ def memory_check(
             t._update(batch, 2)
             _sync(device)
             # the trainer halves its micro-batch when the update runs out of memory: the plan was short then
+            lengths = batch.attention_mask.sum(-1)
+            padded = sum(len({int(lengths[i]) for i in m}) > 1 for m in by_length(batch, range(batch.size), mb))
             return {
                 "seconds": time.perf_counter() - t0,
                 "tokens": int(batch.attention_mask.sum()),
                 "micro_batch_size": t.micro_batch_size,
+                "padded_micro_batches": padded,
             }
 
         u = result["update"] = _phase(update, device)

@@ -77,6 +77,7 @@ def test_the_gpu_check_runs_its_whole_path_on_cpu(tmp_path):
     assert mem["config"] == "bench/gpu/smoke-step.run.json"
     assert mem["plan"]["fits"] and mem["plan"]["phases"]["update"] > 0
     assert mem["rollout"]["trajectories"] == 2 * 5 and mem["update"]["tokens"] > 0
+    assert mem["update"]["padded_micro_batches"] == 1  # SDPA gets its padding mask, as in a step of rollouts
     assert mem["rollout"]["out_of_memory_retries"] == []  # the smoke's plan is not short
     # running out of memory on purpose (on CPU the trainer's stand-in for a device's limit): recovered, by halvings
     assert mem["squeeze"]["out_of_memory_retries"] == [[448, 224], [224, 112]]
