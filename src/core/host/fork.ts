@@ -106,11 +106,15 @@ export function defaultCheckpoint(checkpoints: string[], record: Pick<Rollout, '
   return before.length ? before[before.length - 1] : undefined;
 }
 
+/** "rollout R (train step N) was produced by the weights of step W": the start of both sentences below. */
+function producedBy(record: Pick<Rollout, 'id' | 'step' | 'split'>): string {
+  return `rollout ${record.id} (${record.split ?? 'train'} step ${record.step ?? 0}) was produced by the weights of step ${producingStep(record)}`;
+}
+
 /** Why a rollout has no default checkpoint to fork from (defaultCheckpoint undefined), suggesting --checkpoint. */
 export function noCheckpointMessage(runDir: string, checkpoints: string[], record: Rollout): string {
-  const want = producingStep(record);
   return checkpoints.length
-    ? `rollout ${record.id} (${record.split ?? 'train'} step ${record.step ?? 0}) was produced by the weights of step ${want}, and ${runDir} has no checkpoint at or before step ${want} (it has ${checkpoints.join(', ')}); name one with --checkpoint (a later one is not the policy that wrote it)`
+    ? `${producedBy(record)}, and ${runDir} has no checkpoint at or before step ${producingStep(record)} (it has ${checkpoints.join(', ')}); name one with --checkpoint (a later one is not the policy that wrote it)`
     : `${runDir}: no checkpoint to fork from (checkpoints/step-NNNNNN)`;
 }
 
@@ -132,7 +136,7 @@ export function forkCheckpointChoices(
     ...(chosen
       ? { defaultCheckpoint: chosen }
       : {
-          noDefault: `rollout ${record.id} (${record.split ?? 'train'} step ${record.step ?? 0}) was produced by the weights of step ${want}, and this run has no checkpoint at or before it: a later one is not the policy that wrote it — choose one knowingly`,
+          noDefault: `${producedBy(record)}, and this run has no checkpoint at or before it: a later one is not the policy that wrote it — choose one knowingly`,
         }),
     later,
   };
