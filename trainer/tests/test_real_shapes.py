@@ -345,7 +345,9 @@ def test_the_planners_parts_at_the_real_shape_and_a_lora_step_within_15_percent(
         (tmp_path / "c.run.json").write_text(json.dumps(raw))
         parts = plan(tmp_path / "c.run.json")["devices"][0]["parts"]
         cfg = config_from_dict(raw)
-        policy, _tok = build_policy(cfg, [], CPU)
+        # the tensors' sizes are all this compares: made on the meta device (no random init: 9 s a build on CPU)
+        policy, _tok = build_policy(cfg, [], torch.device("meta"))
+        assert {p.device.type for p in policy.parameters()} == {"meta"}
         ref = Reference(policy, compute_dtype(cfg, CPU))
         weights = sum(p.numel() * p.element_size() for p in policy.parameters())
         assert parts["weights"] == weights

@@ -349,6 +349,22 @@ def test_two_processes_through_accelerate_launch_record_every_rollout_once(tmp_p
     assert sorted(r["group"] for r in val) == [f"val:2:{g}" for g in range(5)]
     assert (run / "checkpoints" / "step-000002" / "trainer_state.json").exists()
 
+    # resumed on two processes without the crash, the run finishes: exit 0, one more step recorded once, the final
+    # checkpoint and evaluation, run.json finished (a two-process run had only ever failed or stopped in the tests)
+    del cfg["test"]
+    resumed = run_trainer(tmp_path, cfg, varied_env.url, "--resume", timeout=900)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "finished" and info["step"] == 3 and "error" not in info, info
+    started = [e for e in lines(run / "events.jsonl") if e["event"] == "started"]
+    assert started[-1]["resumed"] is True and started[-1]["step"] == 2 and started[-1]["processes"] == 2
+    assert [m["step"] for m in lines(run / "metrics.jsonl")] == [0, 1, 2, 3]
+    recs = records(run, "step-000003")
+    assert sorted((r["group"], r["sample"]) for r in recs) == [(f"train:3:{g}", k) for g in range(3) for k in range(4)]
+    assert sorted(r["group"] for r in records(run, "val-step-000003")) == [f"val:3:{g}" for g in range(5)]
+    state = json.loads((run / "checkpoints" / "step-000003" / "trainer_state.json").read_text())
+    assert state["global_step"] == 3 * started[-1]["trl_steps_per_step"]  # TRL's own trainer state, continued
+
 
 # -- stop and resume ------------------------------------------------------------------------------------------------
 
