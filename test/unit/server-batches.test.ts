@@ -4,7 +4,7 @@
  * between a big request and a small one. Real servers on loopback.
  */
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -118,6 +118,28 @@ describe('env server batches, limits and fairness', function () {
       assert.match(text, /bad\.jsonl:4: contents: required/, start);
       assert.match(text, /3 corpus lines skipped/, start);
     }
+    // a clean corpus: built, then started from its cache, which says nothing of skipped lines; a cache an older
+    // version built (no corpus-issues.json) says that it cannot tell
+    const clean = join(dir, 'clean.jsonl');
+    writeFileSync(clean, '{"id": "1", "contents": "\\"A\\"\\nriver"}\n');
+    const start = async () => {
+      const log: string[] = [];
+      const r = await Bm25Retriever.forCorpus(clean, {
+        cacheDir: join(dir, 'cache'),
+        workers: 0,
+        log: (l) => log.push(l),
+      });
+      await r.close();
+      return log.join('\n');
+    };
+    assert.match(await start(), /indexed .*clean\.jsonl: 1 documents/);
+    assert.doesNotMatch(await start(), /skipped|predates/);
+    const issues = readdirSync(join(dir, 'cache'))
+      .map((k) => join(dir, 'cache', k, 'corpus-issues.json'))
+      .filter((f) => existsSync(f) && JSON.parse(readFileSync(f, 'utf8')).count === 0);
+    assert.equal(issues.length, 1, 'a build that skipped nothing says so beside its cache');
+    rmSync(issues[0]!);
+    assert.match(await start(), /predates the report of skipped corpus lines/);
   });
 
   it('serve exits 2 saying so when its port is taken, BM25 threads and all (in seconds, not never)', async () => {

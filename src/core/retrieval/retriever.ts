@@ -69,8 +69,8 @@ export class Bm25Retriever implements Retriever {
       .digest('hex')
       .slice(0, 16);
     const dir = join(options.cacheDir ?? join(tmpdir(), 'search-agent-studio', 'bm25'), key);
-    // The lines skipped (file:line and why), as `index` reports them; kept beside the cache so that a later start
-    // from the cache says so too.
+    // The lines skipped (file:line and why), as `index` reports them; kept beside the cache (none skipped: a count
+    // of 0) so that a later start from the cache says so too.
     const issuesFile = join(dir, 'corpus-issues.json');
     const report = (first: CorpusIssue[], count: number) => {
       for (const i of first.slice(0, 50)) options.log?.(i.message);
@@ -84,8 +84,7 @@ export class Bm25Retriever implements Retriever {
       const meta = await buildBm25Index(corpus, dir, { issues });
       options.log?.(`indexed ${corpus}: ${meta.docs} documents, ${meta.terms} terms in ${Date.now() - t0} ms → ${dir}`);
       report(issues, issues.length);
-      if (issues.length)
-        await writeFile(issuesFile, JSON.stringify({ count: issues.length, first: issues.slice(0, 50) }));
+      await writeFile(issuesFile, JSON.stringify({ count: issues.length, first: issues.slice(0, 50) }));
     };
     if (!existsSync(join(dir, 'meta.json'))) await build();
     else {
@@ -95,6 +94,11 @@ export class Bm25Retriever implements Retriever {
         first: CorpusIssue[];
       } | null;
       if (saved) report(saved.first, saved.count);
+      // built by a version before the report: whether it skipped lines is not known (its index is still good)
+      else
+        options.log?.(
+          `the cached index ${dir} predates the report of skipped corpus lines: it cannot say whether it skipped any (delete the folder to rebuild it, or run \`search-agent-studio index\` on the corpus to see them)`,
+        );
       const version = (JSON.parse(await readFile(join(dir, 'meta.json'), 'utf8')) as { version?: number }).version;
       if (version !== INDEX_VERSION) {
         const t0 = Date.now();
