@@ -118,28 +118,38 @@ describe('env server batches, limits and fairness', function () {
       assert.match(text, /bad\.jsonl:4: contents: required/, start);
       assert.match(text, /3 corpus lines skipped/, start);
     }
-    // a clean corpus: built, then started from its cache, which says nothing of skipped lines; a cache an older
-    // version built (no corpus-issues.json) says that it cannot tell
+    // a clean corpus: built, then started from its cache, which says nothing of skipped lines. A cache an older
+    // version built (no corpus-issues.json): a small corpus is indexed again to report them; a large one's cache is
+    // kept and says that it cannot tell (the size limit set to 0 here)
     const clean = join(dir, 'clean.jsonl');
     writeFileSync(clean, '{"id": "1", "contents": "\\"A\\"\\nriver"}\n');
-    const start = async () => {
+    const start = async (rebuildForReportBytes?: number) => {
       const log: string[] = [];
       const r = await Bm25Retriever.forCorpus(clean, {
         cacheDir: join(dir, 'cache'),
         workers: 0,
         log: (l) => log.push(l),
+        ...(rebuildForReportBytes === undefined ? {} : { rebuildForReportBytes }),
       });
       await r.close();
       return log.join('\n');
     };
     assert.match(await start(), /indexed .*clean\.jsonl: 1 documents/);
-    assert.doesNotMatch(await start(), /skipped|predates/);
-    const issues = readdirSync(join(dir, 'cache'))
-      .map((k) => join(dir, 'cache', k, 'corpus-issues.json'))
-      .filter((f) => existsSync(f) && JSON.parse(readFileSync(f, 'utf8')).count === 0);
-    assert.equal(issues.length, 1, 'a build that skipped nothing says so beside its cache');
-    rmSync(issues[0]!);
-    assert.match(await start(), /predates the report of skipped corpus lines/);
+    assert.doesNotMatch(await start(), /skipped|predates|indexed/);
+    const issuesOf = () =>
+      readdirSync(join(dir, 'cache'))
+        .map((k) => join(dir, 'cache', k, 'corpus-issues.json'))
+        .filter((f) => existsSync(f) && JSON.parse(readFileSync(f, 'utf8')).count === 0);
+    assert.equal(issuesOf().length, 1, 'a build that skipped nothing says so beside its cache');
+    rmSync(issuesOf()[0]!);
+    const again = await start();
+    assert.match(again, /predates the report of skipped corpus lines: indexing the corpus again/);
+    assert.match(again, /indexed .*clean\.jsonl: 1 documents/);
+    assert.equal(issuesOf().length, 1);
+    rmSync(issuesOf()[0]!);
+    const kept = await start(0);
+    assert.match(kept, /predates the report of skipped corpus lines: it cannot say whether it skipped any/);
+    assert.doesNotMatch(kept, /indexed/);
   });
 
   it('serve exits 2 saying so when its port is taken, BM25 threads and all (in seconds, not never)', async () => {

@@ -41,6 +41,9 @@ export interface Bm25RetrieverOptions {
   workers?: number;
 }
 
+/** A corpus up to this size whose cached index predates the skipped-lines report is indexed again to report them. */
+export const REBUILD_FOR_REPORT_BYTES = 64 * 2 ** 20;
+
 export class Bm25Retriever implements Retriever {
   readonly kind = 'bm25';
   private constructor(
@@ -61,7 +64,12 @@ export class Bm25Retriever implements Retriever {
    */
   static async forCorpus(
     corpus: string,
-    options: Bm25RetrieverOptions & { cacheDir?: string; log?: (l: string) => void } = {},
+    options: Bm25RetrieverOptions & {
+      cacheDir?: string;
+      log?: (l: string) => void;
+      /** REBUILD_FOR_REPORT_BYTES unless set (tests) */
+      rebuildForReportBytes?: number;
+    } = {},
   ): Promise<Bm25Retriever> {
     const st = await stat(corpus);
     const key = createHash('sha256')
@@ -86,6 +94,13 @@ export class Bm25Retriever implements Retriever {
       report(issues, issues.length);
       await writeFile(issuesFile, JSON.stringify({ count: issues.length, first: issues.slice(0, 50) }));
     };
+    // A cache an older version built has no report of skipped lines: a corpus small enough to index in seconds is
+    // indexed again for it (the demo's in milliseconds); a larger one's cache is kept, and says it cannot tell.
+    const predates = existsSync(join(dir, 'meta.json')) && !existsSync(issuesFile);
+    if (predates && st.size <= (options.rebuildForReportBytes ?? REBUILD_FOR_REPORT_BYTES)) {
+      options.log?.(`the cached index ${dir} predates the report of skipped corpus lines: indexing the corpus again`);
+      await rm(dir, { recursive: true, force: true });
+    }
     if (!existsSync(join(dir, 'meta.json'))) await build();
     else {
       // A start from the cache says what the build skipped, too.
@@ -94,7 +109,8 @@ export class Bm25Retriever implements Retriever {
         first: CorpusIssue[];
       } | null;
       if (saved) report(saved.first, saved.count);
-      // built by a version before the report: whether it skipped lines is not known (its index is still good)
+      // built by a version before the report, over a large corpus: whether it skipped lines is not known (its index
+      // is still good)
       else
         options.log?.(
           `the cached index ${dir} predates the report of skipped corpus lines: it cannot say whether it skipped any (delete the folder to rebuild it, or run \`search-agent-studio index\` on the corpus to see them)`,
