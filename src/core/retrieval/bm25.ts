@@ -405,7 +405,8 @@ export class Bm25Builder {
   }
 
   /** Writes the index into its directory (atomically: the temporary directory is renamed at the end). */
-  async write(): Promise<IndexMeta> {
+  /** Writes the index; `extra` files (name → text) go into it before it is renamed into place, in one step. */
+  async write(extra: Record<string, string> = {}): Promise<IndexMeta> {
     const dir = this.dir;
     const N = this.docs;
     const T = this.terms.size;
@@ -483,6 +484,7 @@ export class Bm25Builder {
     await writeFile(join(tmp, 'docids.idx'), bytes(this.idsIdx.subarray(0, N + 1)));
     await writeFile(join(tmp, 'contents.idx'), bytes(this.contentsIdx.subarray(0, N + 1)));
     await writeFile(join(tmp, 'meta.json'), `${JSON.stringify(meta, null, 2)}\n`);
+    for (const [name, text] of Object.entries(extra)) await writeFile(join(tmp, name), text);
     await rm(dir, { recursive: true, force: true });
     await rename(tmp, dir);
     return meta;

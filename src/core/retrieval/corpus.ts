@@ -50,7 +50,13 @@ export async function* readCorpus(
   }
 }
 
-/** Builds a BM25 index directory from a corpus file. */
+/** The report of the corpus lines an index's build skipped, in the index: `{count, first}` (the first 50). */
+export const CORPUS_ISSUES_FILE = 'corpus-issues.json';
+
+/**
+ * Builds a BM25 index directory from a corpus file. With `issues`, the lines skipped are pushed there and their
+ * report is written into the index (CORPUS_ISSUES_FILE, a count of 0 when none were), in the same step as the rest.
+ */
 export async function buildBm25Index(
   corpus: string,
   dir: string,
@@ -61,7 +67,10 @@ export async function buildBm25Index(
   try {
     for await (const d of readCorpus(corpus, options.issues, options.signal)) builder.add(d.id, d.contents);
     if (builder.docCount === 0) throw new Error(`${corpus}: no documents (expected JSONL lines with id and contents)`);
-    return await builder.write();
+    const issues = options.issues;
+    return await builder.write(
+      issues ? { [CORPUS_ISSUES_FILE]: JSON.stringify({ count: issues.length, first: issues.slice(0, 50) }) } : {},
+    );
   } catch (e) {
     builder.abandon();
     throw e;

@@ -5,12 +5,12 @@
  */
 import { createHash } from 'node:crypto';
 import { existsSync } from 'node:fs';
-import { mkdir, readFile, rm, stat, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, rm, stat } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Bm25Index, INDEX_VERSION, IndexVersionError, migrateBm25Index } from './bm25';
 import { Bm25Pool } from './bm25Pool';
-import { buildBm25Index, type CorpusIssue } from './corpus';
+import { buildBm25Index, CORPUS_ISSUES_FILE, type CorpusIssue } from './corpus';
 import { DenseIndex, type ScanMethod } from './dense';
 import { E5Encoder } from './encoder';
 
@@ -79,7 +79,7 @@ export class Bm25Retriever implements Retriever {
     const dir = join(options.cacheDir ?? join(tmpdir(), 'search-agent-studio', 'bm25'), key);
     // The lines skipped (file:line and why), as `index` reports them; kept beside the cache (none skipped: a count
     // of 0) so that a later start from the cache says so too.
-    const issuesFile = join(dir, 'corpus-issues.json');
+    const issuesFile = join(dir, CORPUS_ISSUES_FILE);
     const report = (first: CorpusIssue[], count: number) => {
       for (const i of first.slice(0, 50)) options.log?.(i.message);
       if (count > 50) options.log?.(`… and ${count - 50} more`);
@@ -91,17 +91,16 @@ export class Bm25Retriever implements Retriever {
       const issues: CorpusIssue[] = [];
       const meta = await buildBm25Index(corpus, dir, { issues });
       options.log?.(`indexed ${corpus}: ${meta.docs} documents, ${meta.terms} terms in ${Date.now() - t0} ms → ${dir}`);
-      report(issues, issues.length);
-      await writeFile(issuesFile, JSON.stringify({ count: issues.length, first: issues.slice(0, 50) }));
+      report(issues, issues.length); // their report is in the index, written with it (buildBm25Index)
     };
     // A cache an older version built has no report of skipped lines: a corpus small enough to index in seconds is
     // indexed again for it (the demo's in milliseconds); a larger one's cache is kept, and says it cannot tell.
+    // (a build replaces the folder in one rename, its report inside: a concurrent start never sees one without it)
     const predates = existsSync(join(dir, 'meta.json')) && !existsSync(issuesFile);
-    if (predates && st.size <= (options.rebuildForReportBytes ?? REBUILD_FOR_REPORT_BYTES)) {
+    const again = predates && st.size <= (options.rebuildForReportBytes ?? REBUILD_FOR_REPORT_BYTES);
+    if (again)
       options.log?.(`the cached index ${dir} predates the report of skipped corpus lines: indexing the corpus again`);
-      await rm(dir, { recursive: true, force: true });
-    }
-    if (!existsSync(join(dir, 'meta.json'))) await build();
+    if (again || !existsSync(join(dir, 'meta.json'))) await build();
     else {
       // A start from the cache says what the build skipped, too.
       const saved = (await readFile(issuesFile, 'utf8').then(JSON.parse, () => null)) as {
