@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU check (issue 41): one prepared run, about 9 minutes on one H100/H200 at most (stop 62: 4.5), no network, no Node needed.
-# Three phases, each its own process under its own time limit, most important first, each result kept as it comes:
+# Four phases, each its own process under its own time limit, most important first, each result kept as it comes:
 #   1. memory: the one-GPU recipe at 3B (full fine-tune, Search-R1's GRPO preset) on a GPU limited to the plan's
 #      80 GiB (a larger GPU is held to it, so an allocation an 80 GB GPU lacks fails as it would there): the update of
 #      two micro-batches of the longest sequences, then a rollout with AdamW's moments held, each phase's
@@ -18,7 +18,7 @@
 #      where the machine has none; it says what is missing and skips when it cannot run);
 #   4. step: the builtin trainer's whole step at Qwen2.5-0.5B's shape (rollout, reference, update: time by phase,
 #      tokens/s), then one more with the training passes free to use cuDNN's attention, which the trainer turns off
-#      (stop 62's H200: cuDNN's graph per new shape made the 0.5B reference pass 4.8× and the update 2.3× slower).
+#      (stop 62's H200: cuDNN's graph per new shape made the 0.5B update 4.1× and its reference pass 9× slower).
 # Usage: scripts/gpu-check.sh [--cpu-smoke]
 #   SAS_PYTHON       the Python with torch and transformers (default: .venv/bin/python, else python3)
 #   SAS_QWEN_TOKENIZER  a directory with Qwen's tokenizer.json and tokenizer_config.json
