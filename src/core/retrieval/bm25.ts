@@ -404,8 +404,10 @@ export class Bm25Builder {
     return postings;
   }
 
-  /** Writes the index into its directory (atomically: the temporary directory is renamed at the end). */
-  /** Writes the index; `extra` files (name → text) go into it before it is renamed into place, in one step. */
+  /**
+   * Writes the index into its directory (atomically: the temporary directory is renamed at the end), with `extra`
+   * files (name → text) written into it before the rename.
+   */
   async write(extra: Record<string, string> = {}): Promise<IndexMeta> {
     const dir = this.dir;
     const N = this.docs;

@@ -77,8 +77,8 @@ export class Bm25Retriever implements Retriever {
       .digest('hex')
       .slice(0, 16);
     const dir = join(options.cacheDir ?? join(tmpdir(), 'search-agent-studio', 'bm25'), key);
-    // The lines skipped (file:line and why), as `index` reports them; kept beside the cache (none skipped: a count
-    // of 0) so that a later start from the cache says so too.
+    // The lines skipped (file:line and why), as `index` reports them; their report is kept in the index (none
+    // skipped: a count of 0) so that a later start from the cache says so too.
     const issuesFile = join(dir, CORPUS_ISSUES_FILE);
     const report = (first: CorpusIssue[], count: number) => {
       for (const i of first.slice(0, 50)) options.log?.(i.message);
