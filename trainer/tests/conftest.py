@@ -207,6 +207,12 @@ def pin_report(numerics: dict[str, str]) -> str:
 #   ulps of a log-prob of magnitude up to 32 (ulp 3.8e-6), the most the round-off of the log-probs moves a mean of
 #   them or of their differences.
 LOGPROB_AGREEMENT = 1e-3
+# ... and under bf16 autocast, where the sampler's decode (a row at a time, against a KV cache) and the trainer's
+# whole-sequence pass round their bf16 products differently: bf16 keeps 8 bits (eps 2^-7 = 0.0078). On a 2-core AMD
+# EPYC of family 25 (Zen 4), whose numerics probe chose bf16 for the two-hop demo (issue 48, stop 63), the demo's
+# first RL step measured 0.0089 and its 400 steps a median of 0.110 and at most 0.176: the bound is ~3x that, inside
+# the ratio 0.5-2 (|d log p| 0.69) at which `audit` flags a token.
+LOGPROB_AGREEMENT_BF16 = 0.5
 LOGPROB_ROUNDOFF = 1e-5
 ROUNDOFF_METRICS = ("rollout/logprob_diff",)
 # measured times, not reproduced by a resume: the step's phases, throughput, the env server's latencies (env_client),
@@ -224,10 +230,15 @@ TIMING_METRICS = (
 )
 
 
-def assert_same_metrics(a: dict, b: dict, skip: tuple[str, ...] = ()) -> None:
+def logprob_agreement(dtype: str) -> float:
+    """The bound on `rollout/logprob_diff*` of a run that computed in `dtype` (run.json's numerics.dtype)."""
+    return LOGPROB_AGREEMENT_BF16 if dtype == "bf16" else LOGPROB_AGREEMENT
+
+
+def assert_same_metrics(a: dict, b: dict, skip: tuple[str, ...] = (), dtype: str = "fp32") -> None:
     """Two metrics lines that are the same numbers (a run and its resume, a curriculum and the chain of runs it
-    replaces): the same keys, each equal to float32 round-off at its scale (above); the round-off metrics below
-    LOGPROB_AGREEMENT in both."""
+    replaces): the same keys, each equal to float32 round-off at its scale (above); the round-off metrics below the
+    agreement bound of the dtype the runs computed in (`logprob_agreement`) in both."""
     ignore = TIMING_METRICS + tuple(skip)
     keys = {k for k in a if not k.startswith(ignore)} - {"step"}
     assert keys == {k for k in b if not k.startswith(ignore)} - {"step"}, (
@@ -237,7 +248,8 @@ def assert_same_metrics(a: dict, b: dict, skip: tuple[str, ...] = ()) -> None:
     )
     for k in sorted(keys):
         if k.startswith(ROUNDOFF_METRICS):
-            assert a[k] <= LOGPROB_AGREEMENT and b[k] <= LOGPROB_AGREEMENT, (a.get("step"), k, a[k], b[k])
+            bound = logprob_agreement(dtype)
+            assert a[k] <= bound and b[k] <= bound, (a.get("step"), k, a[k], b[k], dtype, bound)
         else:
             assert b[k] == pytest.approx(a[k], rel=1e-5, abs=LOGPROB_ROUNDOFF), (a.get("step"), b.get("step"), k)
 
