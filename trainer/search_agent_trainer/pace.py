@@ -39,7 +39,7 @@ DEMO_MULTIHOP_SHAPE = ((2, 128, 4), (300, 32), (8, 8, 600, 3), 400)
 # - bf16: the AMD EPYC of family 26 (Zen 5); the warm-start pace measured through `demo` itself at issue 48 (steps
 #   25–75, other work on the machine at load ~1: 0.33 s; the stop-42 table's warm start, 1m56s from the command's
 #   start less ~10 s of start-up over 300 steps, gives 0.35 s); the whole command stop 44's 14m22s. An EPYC of family
-#   25 (Zen 4, 2.6 GHz; stop 63) is another machine: 0.65 s, told 0.51x, which it is (docs/demo.md, stop 63);
+#   25 (Zen 4, 2.6 GHz; stop 63) is another machine: paced 0.52-0.65 s, told 0.63-0.51x, and took 19m48s (0.73x);
 # - fp32: the Intel Xeon of stops 55 and 56 (family 6 model 207, AVX512-BF16 without AMX, where bf16 measured
 #   1.29-1.38x slower); stop 56's three runs alone from fresh clones, under MKL's strict mode (cpu_env.py): paces
 #   0.41, 0.42, 0.43 s, the command 15m05s, 14m58s, 14m54s (medians here). Stop 55's, outside it: 0.35-0.40 s,
