@@ -246,9 +246,9 @@ def assert_same_metrics(a: dict, b: dict, skip: tuple[str, ...] = (), dtype: str
         b.get("step"),
         sorted(keys ^ set(b)),
     )
+    bound = logprob_agreement(dtype)
     for k in sorted(keys):
         if k.startswith(ROUNDOFF_METRICS):
-            bound = logprob_agreement(dtype)
             assert a[k] <= bound and b[k] <= bound, (a.get("step"), k, a[k], b[k], dtype, bound)
         else:
             assert b[k] == pytest.approx(a[k], rel=1e-5, abs=LOGPROB_ROUNDOFF), (a.get("step"), b.get("step"), k)
