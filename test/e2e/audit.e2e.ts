@@ -13,7 +13,7 @@ import type { Rollout } from '../../src/core/run/format';
 import { loadTokenizerCodec } from '../../src/core/tokens/tokenizer';
 import { scratchDir } from '../support/scratch';
 import { recordOf, writeTokenizerDir } from '../unit/bpe';
-import { CodeServerSession, ROOT, until } from './harness';
+import { boxOf, CodeServerSession, ROOT, until } from './harness';
 
 const WORDS = [' Paris', ' Lyon', 'is', '<answer>', '</answer>', 'user', 'assistant', ' capital', ' France'];
 const PROMPT = '<|im_start|>user\nThe capital of France?<|im_end|>\n<|im_start|>assistant\n';
@@ -290,7 +290,7 @@ describe('audit instruments: replay microscope, dashboard, GRPO groups (code-ser
     assert.match((await dash.locator('[data-run="audit-run"]').textContent()) ?? '', /step 3\/3 · stage 2\/2/);
     // Click step 2 on the zero-variance chart.
     const over = dash.locator('.chart[data-chart="zero"] .u-over');
-    const box = (await over.boundingBox())!;
+    const box = await boxOf(over);
     await over.hover({ position: { x: box.width / 2, y: box.height / 2 } });
     await over.click({ position: { x: box.width / 2, y: box.height / 2 } });
     const g = await s.webviewFrame('groups', 30_000);

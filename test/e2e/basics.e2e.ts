@@ -14,7 +14,7 @@ import type { Frame } from 'playwright-core';
 import { loadTokenizerCodec } from '../../src/core/tokens/tokenizer';
 import { scratchDir } from '../support/scratch';
 import { recordOf, writeTokenizerDir } from '../unit/bpe';
-import { CodeServerSession, ROOT, until } from './harness';
+import { boxOf, CodeServerSession, ROOT, until } from './harness';
 
 const LONG_ANSWERS = [
   'The Grand Duchy of Luxembourg in Western Europe',
@@ -239,8 +239,8 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
     );
     // The ticks sit over their steps, inside the plot's x range: step 5 left of step 7.
     const [t5, t7] = [
-      (await reward.locator('.lane-tick').first().boundingBox())!,
-      (await reward.locator('.lane-tick').nth(1).boundingBox())!,
+      await boxOf(reward.locator('.lane-tick').first()),
+      await boxOf(reward.locator('.lane-tick').nth(1)),
     ];
     assert.ok(
       overBox!.x < t5.x && t5.x < t7.x && t7.x + t7.width < overBox!.x + overBox!.width,
@@ -271,7 +271,7 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
   it('smoothing (debiased EMA, the raw values under it), a log scale per chart, chart search, pinning, wall time on the x-axis', async () => {
     const rewardValue = async () => {
       const over = dash.locator('.chart[data-chart="reward"] .u-over');
-      const b = (await over.boundingBox())!;
+      const b = await boxOf(over);
       await s.page.mouse.move(b.x + b.width * 0.98, b.y + b.height / 2);
       return (
         (
@@ -404,7 +404,7 @@ describe('what a new user hit: the dashboard basics, the alarm lane, inspector, 
     // A click on a point opens that step's rollouts (lane-run's nearest saved step at or before it), overlaid too.
     const over = one.locator('.chart[data-chart="entropy"] .u-over');
     await over.scrollIntoViewIfNeeded();
-    const b = (await over.boundingBox())!;
+    const b = await boxOf(over);
     // clicked again if no tab came: under load a click can land while the chart redraws (CI once; the retry passed)
     const tab = s.page.locator('.tabs-container .tab[data-resource-name="step-000007.jsonl"]').first();
     await until(

@@ -14,7 +14,7 @@ import { execa, type ResultPromise } from 'execa';
 import type { Frame } from 'playwright-core';
 import { fakeTorchWheel } from '../support/fakeTorch';
 import { scratchDir } from '../support/scratch';
-import { CodeServerSession, ROOT, until } from './harness';
+import { boxOf, CodeServerSession, ROOT, until } from './harness';
 
 const python = join(ROOT, '.venv', 'bin', 'python');
 const shots = process.env.SAS_SCREENSHOTS_DIR ?? join(ROOT, '.e2e-artifacts', 'screenshots');
@@ -383,7 +383,7 @@ describe("a user's first hour (code-server)", function () {
     assert.doesNotMatch(markers, /reward: reward\b/, 'the per-step reward is a line');
     // Between two evaluations, the legend shows the nearest recorded held-out EM and its step (not "–").
     const over = dash.locator('.chart[data-chart="reward"] .u-over');
-    const box = (await over.boundingBox())!;
+    const box = await boxOf(over);
     await s.page.mouse.move(box.x + box.width * 0.45, box.y + box.height / 2);
     await until(
       'the nearest held-out EM in the legend',
@@ -442,7 +442,7 @@ describe("a user's first hour (code-server)", function () {
       insp.evaluate(() => JSON.parse(document.body.dataset.columnWidths ?? '{}') as Record<string, number>);
     const before = await widths();
     const handle = insp.locator('.row.head [data-resize="reward"]');
-    const hb = (await handle.boundingBox())!;
+    const hb = await boxOf(handle);
     await s.page.mouse.move(hb.x + hb.width / 2, hb.y + hb.height / 2);
     await s.page.mouse.down();
     await s.page.mouse.move(hb.x + hb.width / 2 + 40, hb.y + hb.height / 2, { steps: 4 });

@@ -6,9 +6,9 @@
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
-import { type Browser, chromium, type Frame, type Page } from 'playwright-core';
+import { type Browser, chromium, type Frame, type Locator, type Page } from 'playwright-core';
 
 export const ROOT = join(__dirname, '..', '..');
 const CODE_SERVER_ENTRY = join(
@@ -118,6 +118,18 @@ export async function until<T>(what: string, fn: () => Promise<T | undefined | f
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
     await new Promise((r) => setTimeout(r, 250));
   }
+}
+
+/**
+ * Where an element is on the page, once it is laid out and visible: Playwright's `boundingBox()` answers null for an
+ * element not visible *now* (a chart redrawing, a panel still laying out), and on a slow machine a test read that null
+ * (stop 64: "Cannot read properties of null (reading 'x')", the retry passed).
+ */
+export async function boxOf(
+  locator: Locator,
+  timeoutMs = 10_000,
+): Promise<{ x: number; y: number; width: number; height: number }> {
+  return until(`${locator} laid out`, async () => (await locator.boundingBox()) ?? undefined, timeoutMs);
 }
 
 export class CodeServerSession {
@@ -430,15 +442,25 @@ export class CodeServerSession {
       .evaluateAll((els) => els.map((e) => (e.textContent ?? '').trim()));
   }
 
-  /** The inner frame of our webview `name` (code-server nests it: iframe.webview → #active-frame), not one of `notAmong`. */
-  async webviewFrame(name: string, timeoutMs = 30_000, notAmong?: ReadonlySet<Frame>): Promise<Frame> {
+  /**
+   * The inner frame of our webview `name` (code-server nests it: iframe.webview → #active-frame), not one of `notAmong`,
+   * and with `where`, one whose body's data attributes pass its test (what the webview shows, not only which it is).
+   */
+  async webviewFrame(
+    name: string,
+    timeoutMs = 30_000,
+    notAmong?: ReadonlySet<Frame>,
+    where?: { what: string; test: (dataset: Record<string, string | undefined>) => boolean },
+  ): Promise<Frame> {
     return waitFor(
-      `webview "${name}"`,
+      `webview "${name}"${where ? ` ${where.what}` : ''}`,
       async () => {
         for (const frame of this.page.frames()) {
           if (frame === this.page.mainFrame() || frame.isDetached() || notAmong?.has(frame)) continue;
-          const found = await frame.evaluate(() => document.body?.dataset.webview ?? null).catch(() => null);
-          if (found === name) return frame;
+          const dataset = await frame
+            .evaluate(() => (document.body ? { ...document.body.dataset } : null))
+            .catch(() => null);
+          if (dataset?.webview === name && (!where || where.test(dataset))) return frame;
         }
         return undefined;
       },
@@ -458,7 +480,10 @@ export class CodeServerSession {
   /**
    * Opens a run of the Runs view in the rollout inspector (its row's inline action); returns the new inspector's
    * frame. Every open is a new panel: an inspector already open (a step's file a dashboard click opened) is not
-   * taken for it — that one is hidden under the new panel and its frame detaches.
+   * taken for it — that one is hidden under the new panel and its frame detaches. Not taken either when it was still
+   * loading as this began (not among the frames then): the frame is the one whose source is the run (`data-source`,
+   * the path the inspector reads; a step's file is a path under it). On a slow machine a dashboard click's inspector
+   * loaded after the click here, was taken, and detached under the test ("Frame was detached", stop 64).
    */
   async openRunInInspector(run: string): Promise<Frame> {
     const open = new Set(this.page.frames());
@@ -467,7 +492,10 @@ export class CodeServerSession {
     await row.first().waitFor({ timeout: 30_000 });
     await row.first().hover();
     await row.first().locator('.action-label[aria-label="Open Rollout Inspector"]').click();
-    return this.webviewFrame('rollouts', 30_000, open);
+    return this.webviewFrame('rollouts', 30_000, open, {
+      what: `reading the run ${run}`,
+      test: (d) => basename(d.source ?? '') === run,
+    });
   }
 
   /** The labels of the Outline view's rows now showing (focus it first: `Explorer: Focus on Outline View`). */

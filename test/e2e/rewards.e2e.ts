@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { appendFileSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CodeServerSession, ROOT, until } from './harness';
+import { boxOf, CodeServerSession, ROOT, until } from './harness';
 import { session } from './hooks';
 
 describe('reward editor (code-server)', function () {
@@ -132,7 +132,7 @@ describe('reward editor (code-server)', function () {
     const out = process.env.SAS_SCREENSHOTS_DIR ?? join(ROOT, '.e2e-artifacts', 'screenshots');
     mkdirSync(out, { recursive: true });
     const group = s.page.locator('.editor-group-container', { has: s.page.locator('.tab', { hasText: 'Reward Lab' }) });
-    const box = (await group.first().boundingBox())!;
+    const box = await boxOf(group.first());
     await s.page.screenshot({
       path: join(out, 'walkthrough-reward.png'),
       clip: { x: box.x, y: box.y, width: Math.min(box.width, 620), height: Math.min(box.height, 560) },

@@ -547,6 +547,7 @@ function showStatus(s: InspectorStatus): void {
   statusLine.classList.toggle('error', !!s.error);
   statusLine.classList.toggle('warning', !!s.notChecked);
   document.body.dataset.notChecked = s.notChecked ?? '';
+  document.body.dataset.source = s.source;
   document.body.dataset.total = String(s.total);
   document.body.dataset.view = String(s.view);
   document.body.dataset.appliedSeq = String(s.seq);
