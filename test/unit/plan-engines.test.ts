@@ -285,7 +285,9 @@ describe('memory plan: engines trl and verl', function () {
     assert.equal(awake.plan!.fits, false);
     assert.match(
       awake.line,
-      /^memory: does not fit one GPU of 80\.0 GiB: .* largest in the update forward phase: vllm 24\.0 GiB, optimizer 23\.0 GiB/,
+      // the update's backward, since the tied output layer's fp32 gradient held through it is counted (stop 65), over
+      // the forward's end by ~0.35 GiB
+      /^memory: does not fit one GPU of 80\.0 GiB: .* largest in the update phase: vllm 24\.0 GiB, optimizer 23\.0 GiB/,
     );
     assert.match(awake.line, /would fit: trl\.vllm_enable_sleep_mode: true/);
     const verlFile = join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json');

@@ -234,23 +234,45 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
   // (a micro-batch of one sequence is cut to its own length, `SequenceBatch.select`: no padding, no mask)
   const mask = attentionMaskBytes(mb > 1 ? mb : 0, T, recipe);
   const gibs = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
-  const withCkpt =
-    tokens * checkpointBytesPerToken(s, recipe) * s.layers +
-    mask.bool +
-    Math.max(layer + backward + mask.copy, logits + head);
-  const withoutCkpt = s.layers * (layer + mask.copy) + mask.bool + head + Math.max(backward, logits);
+  // Full fine-tuning trains the output layer and the embedding, whose gradients arrive whole (vocabulary × hidden,
+  // fp32: the weights are): at the head's backward the output layer's (under bf16 its bf16 product, then its fp32
+  // cast, the layer's bf16 cast freed by then: 4 B beyond that cast); at the end of the pass the embedding's dense
+  // gradient. A tied output layer is one weight with two contributions: autograd holds the head's until the
+  // embedding's arrives, through every layer's backward, and sums them out of place — three fp32 copies at once
+  // (measured on CPU at Qwen2.5-3B's width and vocabulary: the update's peak 12 B per vocabulary × hidden over the
+  // gradients, docs/trainer.md; test_memory_plan.py's wide-head cases keep it). The end of the pass holds nothing
+  // else of the micro-batch, so its moment is counted net of what the other update parts add (the casts, the
+  // activations, the mask).
+  const VH = s.vocab * s.hidden;
+  const headGrad = lora ? 0 : 4 * VH;
+  const heldHead = !lora && s.tied ? 4 * VH : 0;
+  const embeddingEnd = lora ? 0 : (s.tied ? 12 : 4) * VH;
+  const casts = bf16 ? 2 * (recipe.checkpointing && !lora ? Math.max(p.layerLinear, p.outputLayer) : castable) : 0;
+  const ckptActivations = tokens * checkpointBytesPerToken(s, recipe) * s.layers;
+  // (the output layer's gradient is made after the chunk's logits and their gradient are let go: the larger of the two)
+  const ckptMoments = [layer + backward + mask.copy + heldHead, head + Math.max(logits, headGrad)];
+  const plainMoments = [backward + heldHead, Math.max(logits, headGrad)];
+  const ckptEnd = embeddingEnd - casts - ckptActivations - mask.bool;
+  const plainEnd = embeddingEnd - casts - (s.layers * layer + head) - mask.bool - s.layers * mask.copy;
+  const withCkpt = ckptActivations + mask.bool + Math.max(...ckptMoments, ckptEnd);
+  const withoutCkpt = s.layers * (layer + mask.copy) + mask.bool + head + Math.max(...plainMoments, plainEnd);
+  const held = heldHead ? ", the output layer's fp32 gradient held (tied to the embedding)" : '';
+  const afterChunk = headGrad ? ` (or, after it, the output layer's fp32 gradient: ${gibs(headGrad)})` : '';
+  const end = embeddingEnd
+    ? `, and the pass's end: the embedding's dense gradient${s.tied ? ', the held one and their sum' : ''} (${gibs(embeddingEnd)}, with nothing else of the micro-batch left)`
+    : '';
   if (recipe.checkpointing) {
     add(
       'activations',
-      tokens * checkpointBytesPerToken(s, recipe) * s.layers,
+      ckptActivations,
       'update',
       `micro-batch ${mb} × ${T} tokens: each layer's input (checkpointed; with the backward peak ${gibs(withCkpt)}, without checkpointing ${gibs(withoutCkpt)})`,
     );
     add(
       'backward_peak',
-      Math.max(layer + backward + mask.copy, logits + head),
+      Math.max(...ckptMoments, ckptEnd),
       'update',
-      `the larger of one layer recomputed with its gradients and SDPA's ${recipe.act === 2 ? 'bf16' : 'fp32'} copy of the attention mask (${((layer + backward + mask.copy) / 2 ** 30).toFixed(2)} GiB) and one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with the final norm's activations${headAdapter ? " and the output layer's LoRA output" : ''} (${((logits + head) / 2 ** 30).toFixed(2)} GiB)`,
+      `the largest of one layer recomputed with its gradients and SDPA's ${recipe.act === 2 ? 'bf16' : 'fp32'} copy of the attention mask${held} (${gibs(ckptMoments[0]!)}), one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with the final norm's activations${headAdapter ? " and the output layer's LoRA output" : ''}${afterChunk} (${gibs(ckptMoments[1]!)})${end}`,
     );
     add('attention_mask', mask.bool, 'update', mask.what(true));
   } else {
@@ -262,9 +284,9 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
     );
     add(
       'backward_peak',
-      Math.max(backward, logits),
+      Math.max(...plainMoments, plainEnd),
       'update',
-      `one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with its gradients (never the whole window)`,
+      `the largest of one layer's gradients${held} (${gibs(plainMoments[0]!)}), one chunk of ${positions} positions × ${s.vocab.toLocaleString('en-US')} logits with its gradients (never the whole window)${afterChunk} (${gibs(plainMoments[1]!)})${end}`,
     );
     add('attention_mask', mask.bool + s.layers * mask.copy, 'update', mask.what(false, s.layers));
   }

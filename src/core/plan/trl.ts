@@ -432,6 +432,15 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
   const norm = tokens * headActivationBytesPerToken(s, recipe);
   const saved = headTokens * s.hidden * recipe.act;
   const headGrads = (lora ? 0 : 4 * s.vocab * s.hidden) + 4 * headTokens * s.hidden;
+  // A tied output layer trained (full fine-tuning, one process's whole weights: not measured under ZeRO or FSDP): its
+  // fp32 gradient is held from the head's backward until the embedding's arrives at the end of the pass, and the two
+  // are summed out of place — three vocabulary × hidden fp32 copies at once (builtin.ts; measured through TRL's own
+  // update at Qwen2.5-3B's width and vocabulary, docs/engines.md; test_memory_plan.py's wide-head case keeps it).
+  // Untied, the embedding's dense gradient alone.
+  const whole = sh.kind === 'none';
+  const VH = s.vocab * s.hidden;
+  const heldHead = !lora && whole && s.tied ? 4 * VH : 0;
+  const embeddingEnd = !lora && whole ? (s.tied ? 12 : 4) * VH : 0;
   // TRL's batch is padded (prompts on the left, completions on the right): SDPA's mask, as the builtin engine's
   const mask = attentionMaskBytes(mb, T, recipe);
   if (castsAll)
@@ -456,13 +465,15 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
       'update_forward',
       `the final norm's activations, the ${headTokens.toLocaleString('en-US')} scored positions' hidden states and one fused-head tile buffer of ${tileTokens} × ${HEAD_VOCAB.toLocaleString('en-US')}${cpuHead ? ' and its fp32 temporaries (the torch fallback on CPU)' : ''}`,
     );
-    const layerPeak = layer + backward + (castsAll ? 2 * layer1 : 0) + mask.copy;
+    const layerPeak = layer + backward + (castsAll ? 2 * layer1 : 0) + mask.copy + heldHead;
     const headPeak = norm + saved + tileBackward + headGrads;
+    // the pass's end holds nothing else of the micro-batch: net of the activations and the mask the phase adds
+    const endPeak = embeddingEnd - tokens * checkpointBytesPerToken(s, recipe) * s.layers - mask.bool;
     addGpu(
       'backward_peak',
-      Math.max(layerPeak, headPeak),
+      Math.max(layerPeak, headPeak, endPeak),
       'update',
-      `the larger of one layer recomputed with its gradients${castsAll ? ', its casts' : ''} and SDPA's ${recipe.act === 2 ? 'bf16' : 'fp32'} copy of the attention mask (${gibText(layerPeak)}) and the fused head's backward: its tile, ${lora ? '' : "the output layer's gradient accumulated in fp32 (vocabulary × hidden), "}the hidden states' gradient (${gibText(headPeak)})`,
+      `the largest of one layer recomputed with its gradients${castsAll ? ', its casts' : ''}${heldHead ? ", the output layer's gradient held (tied to the embedding)" : ''} and SDPA's ${recipe.act === 2 ? 'bf16' : 'fp32'} copy of the attention mask (${gibText(layerPeak)}), the fused head's backward: its tile, ${lora ? '' : "the output layer's gradient accumulated in fp32 (vocabulary × hidden), "}the hidden states' gradient (${gibText(headPeak)})${embeddingEnd ? `, and the pass's end: the embedding's dense gradient${s.tied ? ', the held one and their sum' : ''} (${gibText(embeddingEnd)})` : ''}`,
     );
     addGpu('attention_mask', mask.bool, train, mask.what(true));
   } else {
@@ -480,9 +491,13 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
     );
     addGpu(
       'backward_peak',
-      Math.max(backward, saved + tileBackward + headGrads),
+      Math.max(
+        backward + heldHead,
+        saved + tileBackward + headGrads,
+        embeddingEnd - (s.layers * layer + norm) - mask.bool - s.layers * mask.copy,
+      ),
       'update',
-      "the larger of one layer's gradients and the fused head's backward",
+      `the largest of one layer's gradients${heldHead ? " (with the output layer's, held: tied to the embedding)" : ''}, the fused head's backward${embeddingEnd ? ` and the pass's end (the embedding's dense gradient${s.tied ? ', the held one and their sum' : ''})` : ''}`,
     );
     addGpu('attention_mask', mask.bool + s.layers * mask.copy, train, mask.what(false, s.layers));
   }
