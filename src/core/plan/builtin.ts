@@ -30,6 +30,7 @@ import {
   layerActivationBytesPerToken,
   layerBackwardBytesPerToken,
   logitsChunkBytes,
+  outputLayerGradientBytes,
   PREFILL_TOKENS,
   type Recipe,
 } from './parts';
@@ -200,6 +201,7 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
     add('value_head', 16 * (s.hidden + 1), 'all', 'PPO value head: weights, gradients, moments (fp32)');
   // what autocast casts to bf16 (fp32 weights only: a bf16 LoRA base is used as it is)
   const castable = lora ? trained : p.cast;
+  const updateCasts = recipe.checkpointing && !lora ? Math.max(p.layerLinear, p.outputLayer) : castable;
   if (bf16) {
     add(
       'weight_casts',
@@ -207,7 +209,6 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
       'rollout',
       `bf16 copies of ${lora ? 'the adapter' : 'every projection and the output layer'}, cached through a generation call`,
     );
-    const updateCasts = recipe.checkpointing && !lora ? Math.max(p.layerLinear, p.outputLayer) : castable;
     add(
       'weight_casts_update',
       2 * updateCasts,
@@ -234,20 +235,10 @@ export function builtinPlan(ctx: PlanContext): EnginePlan {
   // (a micro-batch of one sequence is cut to its own length, `SequenceBatch.select`: no padding, no mask)
   const mask = attentionMaskBytes(mb > 1 ? mb : 0, T, recipe);
   const gibs = (n: number) => `${(n / 2 ** 30).toFixed(2)} GiB`;
-  // Full fine-tuning trains the output layer and the embedding, whose gradients arrive whole (vocabulary × hidden,
-  // fp32: the weights are): at the head's backward the output layer's (under bf16 its bf16 product, then its fp32
-  // cast, the layer's bf16 cast freed by then: 4 B beyond that cast); at the end of the pass the embedding's dense
-  // gradient. A tied output layer is one weight with two contributions: autograd holds the head's until the
-  // embedding's arrives, through every layer's backward, and sums them out of place — three fp32 copies at once
-  // (measured on CPU at Qwen2.5-3B's width and vocabulary: the update's peak 12 B per vocabulary × hidden over the
-  // gradients, docs/trainer.md; test_memory_plan.py's wide-head cases keep it). The end of the pass holds nothing
-  // else of the micro-batch, so its moment is counted net of what the other update parts add (the casts, the
-  // activations, the mask).
-  const VH = s.vocab * s.hidden;
-  const headGrad = lora ? 0 : 4 * VH;
-  const heldHead = !lora && s.tied ? 4 * VH : 0;
-  const embeddingEnd = lora ? 0 : (s.tied ? 12 : 4) * VH;
-  const casts = bf16 ? 2 * (recipe.checkpointing && !lora ? Math.max(p.layerLinear, p.outputLayer) : castable) : 0;
+  // a full fine-tune's output-layer and embedding gradients (parts.ts); the pass's end holds nothing else of the
+  // micro-batch, so its moment is counted net of what the other update parts add (the casts, the activations, the mask)
+  const { head: headGrad, held: heldHead, end: embeddingEnd } = outputLayerGradientBytes(s, !lora);
+  const casts = bf16 ? 2 * updateCasts : 0;
   const ckptActivations = tokens * checkpointBytesPerToken(s, recipe) * s.layers;
   // (the output layer's gradient is made after the chunk's logits and their gradient are let go: the larger of the two)
   const ckptMoments = [layer + backward + mask.copy + heldHead, head + Math.max(logits, headGrad)];

@@ -57,6 +57,22 @@ export function headActivationBytesPerToken(s: ModelShape, r: Recipe): number {
   return (r.act === 2 ? 4 + 2 + 4 + 4 : 4 + 4 + 4) * s.hidden;
 }
 
+/**
+ * The fp32 gradients of a trained output layer and embedding (full fine-tuning; vocabulary × hidden each: the weights
+ * are fp32), by moment of the backward pass: `head`, the output layer's as the head's backward makes it (under bf16
+ * its bf16 product, then its fp32 cast, the layer's bf16 cast freed by then: 4 B beyond that cast); `held`, what
+ * every layer's backward holds besides its own — a tied output layer is one weight with two contributions, and
+ * autograd keeps the head's until the embedding's arrives; `end`, the pass's end: the embedding's dense gradient, and
+ * tied the held one and their sum, which autograd makes out of place (three copies at once). Measured on CPU at
+ * Qwen2.5-3B's width and vocabulary through both engines' update steps: 12 B per vocabulary × hidden beyond the
+ * gradients, tied (docs/trainer.md; test_memory_plan.py's wide-head cases keep it). Nothing when not `trained`.
+ */
+export function outputLayerGradientBytes(s: ModelShape, trained: boolean): { head: number; held: number; end: number } {
+  if (!trained) return { head: 0, held: 0, end: 0 };
+  const vh = s.vocab * s.hidden;
+  return { head: 4 * vh, held: s.tied ? 4 * vh : 0, end: (s.tied ? 12 : 4) * vh };
+}
+
 /** Bytes of the gradients in flight while one layer's backward runs, per token (its outputs' and inputs' gradients). */
 export function layerBackwardBytesPerToken(s: ModelShape, r: Recipe): number {
   return r.act * (2 * s.intermediate + 4 * s.hidden);

@@ -47,6 +47,7 @@ import {
   headActivationBytesPerToken,
   layerActivationBytesPerToken,
   layerBackwardBytesPerToken,
+  outputLayerGradientBytes,
   type Recipe,
   vllmShare,
 } from './parts';
@@ -432,15 +433,10 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
   const norm = tokens * headActivationBytesPerToken(s, recipe);
   const saved = headTokens * s.hidden * recipe.act;
   const headGrads = (lora ? 0 : 4 * s.vocab * s.hidden) + 4 * headTokens * s.hidden;
-  // A tied output layer trained (full fine-tuning, one process's whole weights: not measured under ZeRO or FSDP): its
-  // fp32 gradient is held from the head's backward until the embedding's arrives at the end of the pass, and the two
-  // are summed out of place — three vocabulary × hidden fp32 copies at once (builtin.ts; measured through TRL's own
-  // update at Qwen2.5-3B's width and vocabulary, docs/engines.md; test_memory_plan.py's wide-head case keeps it).
-  // Untied, the embedding's dense gradient alone.
-  const whole = sh.kind === 'none';
-  const VH = s.vocab * s.hidden;
-  const heldHead = !lora && whole && s.tied ? 4 * VH : 0;
-  const embeddingEnd = !lora && whole ? (s.tied ? 12 : 4) * VH : 0;
+  // the held output-layer gradient and the pass's end (parts.ts), with one process's whole weights only: under ZeRO
+  // or FSDP the gradients are partitioned, not measured (the head's own is in headGrads above either way)
+  const { held: heldHead, end: embeddingEnd } = outputLayerGradientBytes(s, !lora && sh.kind === 'none');
+  const ckptActivations = tokens * checkpointBytesPerToken(s, recipe) * s.layers;
   // TRL's batch is padded (prompts on the left, completions on the right): SDPA's mask, as the builtin engine's
   const mask = attentionMaskBytes(mb, T, recipe);
   if (castsAll)
@@ -455,7 +451,7 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
   if (ckpt) {
     addGpu(
       'activations',
-      tokens * checkpointBytesPerToken(s, recipe) * s.layers,
+      ckptActivations,
       train,
       `micro-batch ${mb} × ${T} tokens: each layer's input (checkpointed${c.model.gradient_checkpointing === undefined ? ", TRL's default" : ''})`,
     );
@@ -468,7 +464,7 @@ export function trlPlan(ctx: PlanContext): EnginePlan {
     const layerPeak = layer + backward + (castsAll ? 2 * layer1 : 0) + mask.copy + heldHead;
     const headPeak = norm + saved + tileBackward + headGrads;
     // the pass's end holds nothing else of the micro-batch: net of the activations and the mask the phase adds
-    const endPeak = embeddingEnd - tokens * checkpointBytesPerToken(s, recipe) * s.layers - mask.bool;
+    const endPeak = embeddingEnd - ckptActivations - mask.bool;
     addGpu(
       'backward_peak',
       Math.max(layerPeak, headPeak, endPeak),
