@@ -59,10 +59,19 @@ def stage_of(all_stages: list[Stage], step: int) -> Stage:
     return all_stages[-1]
 
 
-def describe(s: Stage, total_stages: int) -> str:
+def describe(s: Stage, total_stages: int, per_step: dict[int, int] | None = None) -> str:
+    """The stage's log line. `per_step`: the questions a step takes of each number of hops (MixSampler.counts of the
+    batch size) — what a mix's weights come to after rounding, which can differ from them: 1 : 3 over six questions a
+    step is 2 one-hop and 4 two-hop, a third fewer two-hop questions than eight give, not a quarter."""
     mix = (
         "the data's own mix"
         if not s.hops_mix
         else "hops_mix " + ", ".join(f"{h}: {w:g}" for h, w in s.hops_mix.items())
     )
+    if s.hops_mix and per_step:
+        mix += (
+            f" (a step's {sum(per_step.values())} questions: "
+            + ", ".join(f"{n} {h}-hop" for h, n in sorted(per_step.items()))
+            + ")"
+        )
     return f"stage {s.index + 1} of {total_stages}: steps {s.start + 1}–{s.end}, {mix}"

@@ -174,9 +174,9 @@ class Trainer(Run):
             # else: the checkpoint is the previous stage's last step, and this stage starts with a fresh optimizer and sampler
             self._truncate_after(start)
             w.log(f"resumed from {ckpt}")
-        if len(self.stages) > 1:
+        if len(self.stages) > 1 or self.stage.hops_mix:
             w.log(
-                describe(self.stage, len(self.stages))
+                describe(self.stage, len(self.stages), self._per_step())
                 + ("" if start == self.stage.start else f" (resumed at step {start})")
             )
         self.trainable_params = [p for g in groups for p in g["params"]]
@@ -228,6 +228,10 @@ class Trainer(Run):
             else EpochSampler(len(self.train_set), self.cfg.seed)
         )
 
+    def _per_step(self) -> dict[int, int] | None:
+        """The questions a step takes of each number of hops under the stage's mix (None without one)."""
+        return self.sampler.counts(self.cfg.rollout.batch_size) if isinstance(self.sampler, MixSampler) else None
+
     def _begin_stage(self, stage: Stage) -> None:
         """The next stage of a curriculum starts as a new run from the current policy would (curriculum.py)."""
         self.stage = stage
@@ -236,7 +240,7 @@ class Trainer(Run):
         self.optimizer = self._new_optimizer()
         self.sampler = self._sampler(stage)
         self.writer.log(
-            describe(stage, len(self.stages))
+            describe(stage, len(self.stages), self._per_step())
             + f": the KL reference is now the step-{stage.start} policy; the optimizer, LR schedule, sampler and seeds restart"
         )
 
