@@ -131,16 +131,13 @@ def test_stage_config_rules(tmp_path):
     assert json.loads(json.dumps(staged()))  # the test's configs are plain JSON
 
 
-def test_a_stages_log_line_says_what_its_mix_comes_to_a_step(straight):
+def test_a_stages_log_line_says_what_its_mix_comes_to_a_step():
     """A mix's weights are rounded to whole questions a step (MixSampler.counts): the line names the counts, which can
     differ from the weights — the two-hop recipe's 1 : 3 over six questions is 2 and 4 (a third fewer two-hop
-    questions than eight give, not a quarter: stop 66's lighter step lost the second search that way)."""
+    questions than eight give, not a quarter: stop 66's lighter step lost the second search that way). The staged
+    run's own line is held in test_a_staged_run_equals_the_chain_of_runs_it_replaces."""
     over_six = MixSampler([1] * 4 + [2] * 12, {1: 1.0, 2: 3.0}, seed=1).counts(6)
     assert over_six == {1: 2, 2: 4}
     line = describe(Stage(0, 0, 200, {"1": 1, "2": 3}), 2, over_six)
     assert line == "stage 1 of 2: steps 1–200, hops_mix 1: 1, 2: 3 (a step's 6 questions: 2 1-hop, 4 2-hop)"
     assert describe(Stage(1, 200, 200, None), 2, None) == "stage 2 of 2: steps 201–400, the data's own mix"
-    # the run's own log, at the stage that has a mix
-    batch = json.loads((straight[0] / "run.json").read_text())["config"]["rollout"]["batch_size"]
-    log = (straight[0] / "logs" / "trainer.log").read_text()
-    assert f"stage 2 of 2: steps 3–4, hops_mix 2: 1 (a step's {batch} questions: {batch} 2-hop)" in log
