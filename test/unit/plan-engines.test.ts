@@ -216,7 +216,34 @@ describe('memory plan: engines trl and verl', function () {
     assert.equal(v.activations, N * 2048 * 2 * 36);
     // the logits in bf16: themselves, the entropy's softmax and product (entropy_coef 0.001), the log-softmax rows
     // without flash-attn, their gradient (temperature 1: no scaled copy); the final norm's 14 B × hidden a token
-    assert.equal(v.backward_peak, N * 151936 * 2 * 5 + N * 14 * 2048);
+    // and, held from the head's backward until FSDP reduces the root unit's flat gradient at the pass's end, the
+    // output layer's bf16 gradient and the root's bf16 parameters cast again (tied: the root is the embedding alone;
+    // the bound of what torch's FSDP1 held on CPU, stop 67)
+    const VH = 151936 * 2048;
+    assert.equal(v.backward_peak, N * 151936 * 2 * 5 + N * 14 * 2048 + 2 * (VH + VH));
+    assert.match(verl.devices[0]!.what.backward_peak!, /held through the backward \(1\.16 GiB/);
+    // under LoRA both layers are frozen: nothing held
+    const loraPeak = planRun(
+      loadedExample(join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json'), {
+        'model.lora': { r: 16, alpha: 32 },
+      }),
+    ).devices[0]!.parts.backward_peak!;
+    assert.equal(loraPeak, N * 151936 * 2 * 5 + N * 14 * 2048);
+    // a micro-batch short enough that the pass's end is the peak: the embedding's gradient (2 V·H) and 8 B for each
+    // of the root unit's parameters (its flat gradient in bf16 and its fp32 cast), less the checkpoints freed by then
+    const short = planRun(
+      loadedExample(join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json'), {
+        'optim.micro_batch_size': 1,
+        'rollout.max_prompt_length': 64,
+        'rollout.max_response_length': 64,
+      }),
+    ).devices[0]!;
+    const end = 2 * VH + 8 * VH - 128 * 2048 * 2 * 36;
+    assert.equal(short.parts.backward_peak, end);
+    assert.match(
+      short.what.backward_peak!,
+      /the pass's end: the embedding's gradient, the root unit's flat gradient and its fp32 cast/,
+    );
     assert.equal(v.attention_mask, N * N);
     // SDPA converts that mask to a bf16 copy at each attention call, which the layer's backward keeps: one layer's
     // (in the recomputed layer's peak) with checkpointing, every layer's without

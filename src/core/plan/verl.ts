@@ -18,7 +18,9 @@
  *   materialises them (tokens × vocabulary, bf16), divides them by the temperature when it is not 1, computes the
  *   entropy from them (`algorithm.entropy_coef` ≠ 0: a softmax kept for the backward), and its log-softmax without
  *   flash-attn goes row by row keeping each row's output; then their gradient. With SDPA (flash-attn absent) the
- *   packed row's block-causal mask is tokens² bytes;
+ *   packed row's block-causal mask is tokens² bytes. A full fine-tune holds the output layer's bf16 gradient from the
+ *   head's backward to the pass's end, where FSDP reduces the root unit's flat gradient (measured on CPU through
+ *   torch's FSDP1, not on a GPU);
  * - vLLM is colocated at `verl.gpu_memory_utilization` of the GPU in the rollout (its bf16 weights ÷ tensor parallel,
  *   its profile's activations and CUDA graphs, then KV cache); veRL puts it to sleep for the update (level 2: weights
  *   and KV cache freed), wakes its weights for the sync — while the actor's weights are on the GPU — and its KV cache
@@ -265,6 +267,21 @@ function verlParts(
   // each attention call (PyTorch's convert_boolean_attn_mask, as in the builtin plan's attentionMaskBytes), which that
   // layer's backward keeps: one layer's at a time with checkpointing, every layer's without
   const maskCopy = flash ? 0 : recipe.act * N * N;
+  // A full fine-tune's output-layer gradient. The root unit's parameters are views of one flat parameter, whose
+  // gradient FSDP reduces once every view's has arrived (its post-backward hook sits on the flat parameter's
+  // AccumulateGrad), so the output layer's bf16 gradient, made in the head's backward, waits for the embedding's at the
+  // pass's end, tied or not; FSDP also casts the root's parameters to bf16 again for the backward, at times while the
+  // forward's copy is still referenced. At the end the views' gradients are concatenated into the flat one (bf16) and
+  // cast to the reduce dtype (fp32) beside the embedding's. Measured on CPU through torch's FSDP1 with veRL's mixed
+  // precision (stop 67, trainer/tests/test_verl_memory.py: a Qwen2 of width 64 and 64,000 tokens, micro-batches
+  // accumulated; V·H = vocabulary × hidden), beyond what the forward left: held through the layers' backward 2.0–4.1
+  // V·H bytes tied and 2.0–6.1 untied on one process (4.1 and 6.1 on two), the pass's end 6.0–8.1 tied and 10–16.1
+  // untied on one process (on two, gloo's reduce-scatter adds buffers NCCL's does not: not read as a GPU's). Planned
+  // as the bound of those: 2 B × (the root's parameters + V·H) held, 2 V·H + 8 B × the root's parameters at the end.
+  // Under LoRA both layers are frozen.
+  const vh = shape.vocab * shape.hidden;
+  const heldHead = lora ? 0 : 2 * (root + vh);
+  const passEnd = lora ? 0 : 2 * vh + 8 * root;
   const copies = 1 + (temperature !== 1 ? 1 : 0) + (entropy ? 2 : 0) + (flash ? 0 : 1) + 1;
   const logits = N * shape.vocab * 2 * copies;
   const logitsWhat = [
@@ -276,30 +293,47 @@ function verlParts(
   ]
     .filter(Boolean)
     .join(', ');
+  const held = heldHead
+    ? `, with the output layer's bf16 gradient and the root unit's bf16 parameters cast again held through the backward (${gibText(heldHead)}: FSDP reduces the root unit's gradient once the embedding's arrives)`
+    : '';
+  const endText = (net: number) =>
+    passEnd && net > 0
+      ? `, and the pass's end: the embedding's gradient, the root unit's flat gradient and its fp32 cast (${gibText(passEnd)}, the activations freed by then)`
+      : '';
   if (ckpt) {
+    const checkpoints = N * checkpointBytesPerToken(shape, recipe) * shape.layers;
     add(
       parts,
       'activations',
-      N * checkpointBytesPerToken(shape, recipe) * shape.layers,
+      checkpoints,
       'update',
       `micro-batch ${mb} × ${T} tokens packed (remove-padding): each layer's input, bf16 (checkpointed, veRL's default)`,
     );
+    const end = passEnd - checkpoints;
     add(
       parts,
       'backward_peak',
-      Math.max(layer + backward + maskCopy, logits + head),
+      Math.max(layer + backward + maskCopy + heldHead, logits + head + heldHead, end),
       'update',
-      `the larger of one layer recomputed with its gradients${maskCopy ? " and SDPA's bf16 copy of the mask" : ''} (${gibText(layer + backward + maskCopy)}) and the micro-batch's logits with the final norm's activations (${gibText(logits + head)}: ${logitsWhat})`,
+      `the largest of one layer recomputed with its gradients${maskCopy ? " and SDPA's bf16 copy of the mask" : ''} (${gibText(layer + backward + maskCopy)}) and the micro-batch's logits with the final norm's activations (${gibText(logits + head)}: ${logitsWhat})${held}${endText(end)}`,
     );
   } else {
+    const kept = shape.layers * layer + head;
     add(
       parts,
       'activations',
-      shape.layers * layer + head,
+      kept,
       'update',
       `micro-batch ${mb} × ${T} tokens packed: every layer's (${shape.layers}) kept for the backward pass (model.gradient_checkpointing false)`,
     );
-    add(parts, 'backward_peak', Math.max(backward, logits), 'update', `the micro-batch's logits (${logitsWhat})`);
+    const end = passEnd - kept;
+    add(
+      parts,
+      'backward_peak',
+      Math.max(backward + heldHead, logits + heldHead, end),
+      'update',
+      `the micro-batch's logits (${logitsWhat})${held}${endText(end)}`,
+    );
   }
   if (!flash)
     add(
