@@ -85,6 +85,41 @@ class LiveBytes(TorchDispatchMode):
         return out
 
 
+class StorageBytes(LiveBytes):
+    """LiveBytes for FSDP: a storage counted by identity, not by data pointer, and re-read as it is resized. FSDP frees
+    and re-makes a unit's low-precision parameters by resizing one storage (`resize_(0)` and back) rather than
+    allocating a new one: counted by data pointer, each re-make is a new storage and none is ever freed. Tensors
+    without a plain storage (a nested tensor's wrapper: its values are made by operations this sees) are passed over.
+    `before`: storage identities (`untyped_storage()._cdata`)."""
+
+    def _prune(self) -> None:
+        for key, (ref, size) in list(self.live.items()):
+            if ref.expired():
+                self.now -= self.live.pop(key)[1]
+                continue
+            now = torch.UntypedStorage._new_with_weak_ptr(ref.cdata).nbytes()
+            if now != size:
+                self.now += now - size
+                self.live[key] = (ref, now)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self._prune()
+        for t in _tensors(out):
+            if t.device.type != "cpu" or t.is_nested:
+                continue
+            try:
+                st = t.untyped_storage()
+            except RuntimeError:
+                continue
+            key = st._cdata
+            if key not in self.live and key not in self.before:
+                self.live[key] = (StorageWeakRef(st), st.nbytes())
+                self.now += st.nbytes()
+        self.peak = max(self.peak, self.now)
+        return out
+
+
 def _storage_bytes(tensors) -> int:
     seen: dict[int, int] = {}
     for t in tensors:

@@ -9,16 +9,20 @@ the embedding or not, and at the end the views' gradients are concatenated and c
 The planner counted none of it before stop 67. This runs the same arrangement — a Qwen2 of width 64 and 64,000 tokens
 (V·H = vocabulary × hidden outweighs everything else of the micro-batch but its logits), FSDP1 with veRL's mixed
 precision and wrap policy over one process (gloo), gradient checkpointing as veRL's default, three micro-batches
-accumulated — and counts every storage allocated (test_memory_plan.LiveBytes) from the forward's end:
+accumulated — and counts every storage allocated (test_memory_plan.StorageBytes: by identity, re-read as FSDP
+resizes it) from the forward's end:
 
 - *held*: what is live when the first decoder layer's backward ends (the logits and their gradient let go by then),
   beyond what the forward left (its gathered root, counted by the planner as `fsdp_gathered`);
 - *end*: the most live from then to the end of the pass, beyond the same.
 
-Measured (torch 2.15, three runs of three micro-batches each): held 2.0–4.1 V·H tied (the output layer's bf16
-gradient, and in some micro-batches the root's bf16 parameters cast again for the backward while the forward's copy is
-still referenced), 2.0–6.1 untied; the end 6.0–8.1 V·H tied, 10.1–16.1 untied. The planner's terms (verl.ts: `heldHead`, `passEnd`; test/unit/plan-engines.test.ts
-pins them on Qwen2.5-3B) must bound both, and the held one must be there (it is not a bound of nothing).
+Measured (torch 2.15, the same bytes in every run): held 4.05 V·H tied and 6.05 untied — the output layer's bf16
+gradient and the root's bf16 parameters cast again for the backward, 2 B × (the root's parameters + V·H), the
+planner's term, and the model's small tensors beside —; the end 8.0 V·H tied and 12.0–16.0 untied (the planner's
+10 and 18). On two processes over gloo the held bytes are the same or fewer (2.05–4.06, 2.05–6.06) and the end
+10–12 and 20–24, gloo's reduce-scatter adding buffers NCCL's does not: not checked here. The planner's terms
+(verl.ts: `heldHead`, `passEnd`; test/unit/plan-engines.test.ts pins them on Qwen2.5-3B) must bound both, and the
+held one must be there.
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecis
 from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
 from transformers import Qwen2Config, Qwen2ForCausalLM
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
-from test_memory_plan import LiveBytes
+from test_memory_plan import StorageBytes
 
 H, V, N, tied = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "tied"
 dist.init_process_group("gloo", rank=0, world_size=1)
@@ -77,7 +81,7 @@ actor = FSDP(
 )
 
 
-class Marked(LiveBytes):
+class Marked(StorageBytes):
     # the most live since mark() (None: not yet marked)
     since = None
 
@@ -102,7 +106,7 @@ def first_layer_done(module, grad_in, grad_out):
 
 
 layers[-1].register_full_backward_hook(first_layer_done)
-before = {t.untyped_storage().data_ptr() for t in list(actor.parameters()) + list(actor.buffers())}
+before = {t.untyped_storage()._cdata for t in list(actor.parameters()) + list(actor.buffers())}
 ids = torch.randint(0, V, (1, N))
 out = []
 actor.zero_grad(set_to_none=True)
@@ -110,6 +114,7 @@ for micro in range(3):  # accumulated, as veRL's micro-batches of a mini-batch a
     with Marked(before) as tracker:
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = actor(input_ids=ids, position_ids=torch.arange(N)[None], use_cache=False).logits
+        tracker._prune()
         left = tracker.now - logits.untyped_storage().nbytes()  # what the forward leaves besides its logits
         loss = torch.log_softmax(logits.float(), -1).gather(-1, ids[..., None]).sum()
         del logits

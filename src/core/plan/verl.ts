@@ -270,15 +270,14 @@ function verlParts(
   // A full fine-tune's output-layer gradient. The root unit's parameters are views of one flat parameter, whose
   // gradient FSDP reduces once every view's has arrived (its post-backward hook sits on the flat parameter's
   // AccumulateGrad), so the output layer's bf16 gradient, made in the head's backward, waits for the embedding's at the
-  // pass's end, tied or not; FSDP also casts the root's parameters to bf16 again for the backward, at times while the
-  // forward's copy is still referenced. At the end the views' gradients are concatenated into the flat one (bf16) and
-  // cast to the reduce dtype (fp32) beside the embedding's. Measured on CPU through torch's FSDP1 with veRL's mixed
-  // precision (stop 67, trainer/tests/test_verl_memory.py: a Qwen2 of width 64 and 64,000 tokens, micro-batches
-  // accumulated; V·H = vocabulary × hidden), beyond what the forward left: held through the layers' backward 2.0–4.1
-  // V·H bytes tied and 2.0–6.1 untied on one process (4.1 and 6.1 on two), the pass's end 6.0–8.1 tied and 10–16.1
-  // untied on one process (on two, gloo's reduce-scatter adds buffers NCCL's does not: not read as a GPU's). Planned
-  // as the bound of those: 2 B × (the root's parameters + V·H) held, 2 V·H + 8 B × the root's parameters at the end.
-  // Under LoRA both layers are frozen.
+  // pass's end, tied or not, beside the root's bf16 parameters cast again for the backward. At the end the views'
+  // gradients are concatenated into the flat one (bf16) and cast to the reduce dtype (fp32) beside the embedding's.
+  // Measured on CPU through torch's FSDP1 with veRL's mixed precision (stop 67, trainer/tests/test_verl_memory.py: a
+  // Qwen2 of width 64 and 64,000 tokens, micro-batches accumulated, one process; V·H = vocabulary × hidden), beyond
+  // what the forward left: held through the layers' backward 4.05 V·H bytes tied and 6.05 untied — 2 B × (the root's
+  // parameters + V·H), planned so —, the pass's end 8.0 tied and 12.0–16.0 untied, planned as 2 V·H + 8 B × the root's
+  // parameters (10 and 18). Through veRL's own update step (trainer/tests/verl_engine/test_verl_update_memory.py)
+  // the whole update phase is 0.89× (tied) and 0.98× (untied) what the step holds. Under LoRA both layers are frozen.
   const vh = shape.vocab * shape.hidden;
   const heldHead = lora ? 0 : 2 * (root + vh);
   const passEnd = lora ? 0 : 2 * vh + 8 * root;
