@@ -262,6 +262,15 @@ def f32_roundoff(x: Any, ulps: int = 16) -> float:
     return ulps * float(torch.finfo(torch.float32).eps) * max(1.0, float(x.detach().abs().max()))
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (a process group's MASTER_PORT)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def cli_json(*args: str, ok: tuple[int, ...] = (0,)) -> dict:
     """`search-agent-studio ARGS` (the TypeScript CLI, run from source, as a user runs it) whose output is JSON; an
     exit code outside `ok` fails the test."""

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import free_port
 
 HERE = Path(__file__).resolve().parent
 HIDDEN, VOCAB, TOKENS = 64, 64_000, 256
@@ -123,12 +124,6 @@ for micro in range(3):  # accumulated, as veRL's micro-batches of a mini-batch a
 print(json.dumps({"root": root, "micro_batches": out}))
 dist.destroy_process_group()
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("tying", ["tied", "untied"])

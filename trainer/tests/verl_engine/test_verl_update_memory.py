@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -32,7 +31,7 @@ import pytest
 
 pytest.importorskip("verl", reason="the veRL engine's tests run in .venv-verl (npm run test:verl)")
 
-from conftest import NODE  # noqa: E402
+from conftest import NODE, cli_json, free_port  # noqa: E402
 from hf_fixture import build_tiny_qwen2, demo_texts  # noqa: E402
 from verl_harness import DEMO, ROOT  # noqa: E402
 
@@ -64,39 +63,13 @@ def run_config(model: Path) -> dict:
     return c
 
 
-def plan(config_file: Path) -> dict:
-    p = subprocess.run(
-        [
-            NODE,
-            "-r",
-            str(ROOT / "test" / "register.cjs"),
-            str(ROOT / "src" / "cli" / "main.ts"),
-            "plan",
-            "--json",
-            str(config_file),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert p.returncode in (0, 1), p.stderr[-3000:]
-    return json.loads(p.stdout)["devices"][0]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.skipif(NODE is None, reason="the planner runs in Node")
 @pytest.mark.parametrize("tying", ["tied", "untied"])
 def test_the_planner_counts_what_veRLs_own_update_step_holds(tmp_path, tying):
     model = model_dir(tmp_path, tying == "tied")
     config = tmp_path / "run.json"
     config.write_text(json.dumps(run_config(model)))
-    planned = plan(config)
+    planned = cli_json("plan", "--json", str(config), ok=(0, 1))["devices"][0]
     parts = planned["parts"]
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
     done = subprocess.run(
