@@ -90,7 +90,8 @@ class StorageBytes(LiveBytes):
     and re-makes a unit's low-precision parameters by resizing one storage (`resize_(0)` and back) rather than
     allocating a new one: counted by data pointer, each re-make is a new storage and none is ever freed. Tensors
     without a plain storage (a nested tensor's wrapper: its values are made by operations this sees) are passed over.
-    `before`: storage identities (`untyped_storage()._cdata`)."""
+    `before`: storage identities (`untyped_storage()._cdata`). On every builtin and TRL case above, where nothing is
+    resized, it counts the same peak as LiveBytes to the byte (checked at stop 67)."""
 
     def _prune(self) -> None:
         for key, (ref, size) in list(self.live.items()):
