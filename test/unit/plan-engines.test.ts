@@ -230,7 +230,8 @@ describe('memory plan: engines trl and verl', function () {
     ).devices[0]!.parts.backward_peak!;
     assert.equal(loraPeak, N * 151936 * 2 * 5 + N * 14 * 2048);
     // a micro-batch short enough that the pass's end is the peak: the embedding's gradient (2 V·H) and 8 B for each
-    // of the root unit's parameters (its flat gradient in bf16 and its fp32 cast), less the checkpoints freed by then
+    // of the root unit's parameters (its flat gradient in bf16, its fp32 cast and the sum of a tied weight's two
+    // gradients: 8 B bounds what torch's FSDP1 held there, tied and untied), less the checkpoints freed by then
     const short = planRun(
       loadedExample(join(ROOT, 'examples', 'one-gpu', 'qwen2.5-3b-grpo-verl.run.json'), {
         'optim.micro_batch_size': 1,

@@ -18,9 +18,9 @@
  *   materialises them (tokens × vocabulary, bf16), divides them by the temperature when it is not 1, computes the
  *   entropy from them (`algorithm.entropy_coef` ≠ 0: a softmax kept for the backward), and its log-softmax without
  *   flash-attn goes row by row keeping each row's output; then their gradient. With SDPA (flash-attn absent) the
- *   packed row's block-causal mask is tokens² bytes. A full fine-tune holds the output layer's bf16 gradient from the
- *   head's backward to the pass's end, where FSDP reduces the root unit's flat gradient (measured on CPU through
- *   torch's FSDP1, not on a GPU);
+ *   packed row's block-causal mask is tokens² bytes. A full fine-tune holds the output layer's bf16 gradient and the
+ *   root unit's bf16 parameters cast again from the head's backward to the pass's end, where FSDP reduces the root
+ *   unit's flat gradient (measured on CPU through torch's FSDP1 and veRL's own engine, not on a GPU);
  * - vLLM is colocated at `verl.gpu_memory_utilization` of the GPU in the rollout (its bf16 weights ÷ tensor parallel,
  *   its profile's activations and CUDA graphs, then KV cache); veRL puts it to sleep for the update (level 2: weights
  *   and KV cache freed), wakes its weights for the sync — while the actor's weights are on the GPU — and its KV cache
