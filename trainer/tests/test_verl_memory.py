@@ -21,8 +21,8 @@ gradient and the root's bf16 parameters cast again for the backward, 2 B × (the
 planner's term, and the model's small tensors beside —; the end 8.0 V·H tied and 12.0–16.0 untied (the planner's
 10 and 18). On two processes over gloo the held bytes are the same or fewer (2.05–4.06, 2.05–6.06) and the end
 10–12 and 20–24, gloo's reduce-scatter adding buffers NCCL's does not: not checked here. The planner's terms
-(verl.ts: `heldHead`, `passEnd`; test/unit/plan-engines.test.ts pins them on Qwen2.5-3B) must bound both, and the
-held one must be there.
+(verl.ts: `heldHead`, `passEnd`; test/unit/plan-engines.test.ts pins them on Qwen2.5-3B): the held one is what every
+micro-batch holds, the end one bounds it.
 """
 
 from __future__ import annotations
@@ -150,6 +150,8 @@ def test_the_verl_planner_bounds_what_fsdp_holds_for_the_output_layers_gradient(
     slack = VH // 4
     for i, mb in enumerate(result["micro_batches"]):
         what = f"{tying}, micro-batch {i}: held {mb['held'] / VH:.2f} V·H, end {mb['end'] / VH:.2f} V·H"
-        assert mb["held"] >= 1.9 * VH, f"{what}: the output layer's gradient is not held (the planner counts it)"
-        assert mb["held"] <= planned_held(root) + slack, f"{what}: over the planner's {planned_held(root) / VH} V·H"
+        # the planner's term is what is held, not only a bound of it
+        assert abs(mb["held"] - planned_held(root)) <= slack, (
+            f"{what}: the planner counts {planned_held(root) / VH} V·H"
+        )
         assert mb["end"] <= planned_end(root) + slack, f"{what}: over the planner's {planned_end(root) / VH} V·H"
